@@ -1,0 +1,367 @@
+"""The ``learngene`` command line.
+
+Every subcommand has ``--help``. Errors caused by input (missing files, impossible sizes, data that
+does not fit) print one line and exit with code 2; outputs are written atomically, so a failed run
+leaves no partial file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import distributed as dist
+from .errors import LearngeneError
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit code 2), like every other learngene error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+# ---- shared argument groups ---------------------------------------------------------------------------
+SPEC_FIELDS = ("depth", "embed_dim", "num_heads", "mlp_ratio", "img_size", "patch_size", "in_chans", "num_classes",
+               "global_pool")
+
+
+def add_spec_args(p: argparse.ArgumentParser, preset: bool = True) -> None:
+    from .spec import PRESETS
+
+    g = p.add_argument_group("model size (a ViT spec)")
+    if preset:
+        g.add_argument("--preset", choices=sorted(PRESETS), help="start from a named size")
+    g.add_argument("--depth", type=int, help="number of blocks")
+    g.add_argument("--embed-dim", type=int, help="width D")
+    g.add_argument("--num-heads", type=int, help="attention heads (must divide the width)")
+    g.add_argument("--mlp-ratio", type=float, help="MLP hidden width / D")
+    g.add_argument("--img-size", type=int, help="input resolution (data are resized to it)")
+    g.add_argument("--patch-size", type=int, help="patch size (must divide the image size)")
+    g.add_argument("--in-chans", type=int, help="input channels (data are converted to it)")
+    g.add_argument("--num-classes", type=int, help="classifier outputs")
+    g.add_argument("--global-pool", choices=("token", "avg"), help="class-token or average pooling")
+
+
+def spec_from_args(args: argparse.Namespace, base=None, data=None):
+    """``base`` spec (or preset), overridden by data-derived sizes, overridden by explicit flags."""
+    from .spec import ViTSpec, get_preset
+
+    if getattr(args, "preset", None):
+        base = get_preset(args.preset)
+    values = (base or ViTSpec()).to_dict()
+    if data is not None:
+        values.update(img_size=data.img_size, in_chans=data.in_chans, num_classes=data.num_classes)
+    explicit = {f: getattr(args, f) for f in SPEC_FIELDS if getattr(args, f, None) is not None}
+    values.update(explicit)
+    if values.get("global_pool") == "avg" and "global_pool" in explicit:
+        values["class_token"] = False
+    return ViTSpec.from_dict(values)
+
+
+def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: str | None = "fashion_mnist") -> None:
+    g = p.add_argument_group("data")
+    g.add_argument("--data", default=None if required else default, required=required,
+                   help="fashion_mnist, digits, folder:PATH or torchvision:NAME (default: %(default)s)")
+    g.add_argument("--data-dir", help="where the data lie (default: $LEARNGENE_DATA, then system locations)")
+    g.add_argument("--train-images", type=int, help="use a random subset of this many training images")
+    g.add_argument("--few-shot", type=int, metavar="K", help="use K labelled training images per class")
+
+
+def load_data_from_args(args: argparse.Namespace, img_size: int | None = None, in_chans: int | None = None):
+    """(train, test) data as the flags ask, resized/converted to the given model input."""
+    from .data import few_shot, fraction, load_dataset
+
+    img_size = getattr(args, "img_size", None) or img_size
+    in_chans = getattr(args, "in_chans", None) or in_chans
+    train = load_dataset(args.data, "train", img_size, args.data_dir, in_chans)
+    test = load_dataset(args.data, "test", img_size, args.data_dir, in_chans)
+    if args.few_shot:
+        train = few_shot(train, args.few_shot, seed=args.seed)
+    if args.train_images:
+        if args.train_images < 1:
+            raise LearngeneError(f"--train-images must be positive, got {args.train_images}")
+        train = fraction(train, min(1.0, args.train_images / len(train)), seed=args.seed)
+    return train, test
+
+
+def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-3) -> None:
+    g = p.add_argument_group("training")
+    g.add_argument("--epochs", type=int, default=epochs, help="(default: %(default)s)")
+    g.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
+    g.add_argument("--batch-size", type=int, default=128, help="global batch size (default: %(default)s)")
+    g.add_argument("--lr", type=float, default=lr, help="peak AdamW learning rate (default: %(default)s)")
+    g.add_argument("--weight-decay", type=float, default=0.05, help="(default: %(default)s)")
+    g.add_argument("--warmup-epochs", type=float, default=1.0, help="linear warmup (default: %(default)s)")
+    g.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm, 0 = off (default: %(default)s)")
+    g.add_argument("--label-smoothing", type=float, default=0.0)
+    g.add_argument("--augment", action="store_true", help="random flips and 2-pixel shifts")
+    g.add_argument("--run-dir", help="folder for log.jsonl and checkpoint.pt")
+    g.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
+    g.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps (default: per epoch)")
+
+
+def add_distill_args(p: argparse.ArgumentParser, lam: float, tau: float = 1.0) -> None:
+    g = p.add_argument_group("distillation: (1-λ)·CE + λ·τ²·KL(teacher ‖ student)")
+    g.add_argument("--distill-lambda", type=float, default=lam, help="λ (default: %(default)s)")
+    g.add_argument("--distill-tau", type=float, default=tau, help="τ (default: %(default)s)")
+
+
+def train_config_from_args(args: argparse.Namespace, desc: str):
+    from .train import TrainConfig
+
+    return TrainConfig(
+        epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size, lr=args.lr,
+        weight_decay=args.weight_decay, warmup_epochs=args.warmup_epochs, grad_clip=args.grad_clip or None,
+        label_smoothing=args.label_smoothing, augment=args.augment, seed=args.seed, device=args.device,
+        distill_lambda=getattr(args, "distill_lambda", 0.0), distill_tau=getattr(args, "distill_tau", 1.0),
+        checkpoint_every=args.checkpoint_every, progress=not args.quiet, desc=desc,
+    )
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def add_output(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--out", "-o", required=True, help=f"where to write the {what} (.safetensors)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+
+
+def add_ancestry_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ancestry", required=True, help="ancestry model: a learngene model file, or a checkpoint with --timm-model")
+    p.add_argument("--timm-model", help="timm architecture of a plain checkpoint, e.g. deit_tiny_patch16_224")
+
+
+def _say(args: argparse.Namespace, text: str) -> None:
+    if dist.is_main():
+        print(text, file=sys.stderr if getattr(args, "quiet", False) else sys.stdout)
+
+
+# ---- subcommands ------------------------------------------------------------------------------------------
+def cmd_ancestry(args: argparse.Namespace) -> None:
+    from .io import check_output_path, save_model
+    from .train import seed_everything, train
+
+    check_output_path(args.out, args.overwrite)
+    train_data, test_data = load_data_from_args(args)
+    spec = spec_from_args(args, data=train_data)
+    seed_everything(args.seed)
+    model = spec.create_model()
+    _say(args, f"ancestry {spec.short()} ({spec.num_params:,} params) on {train_data.name}: {len(train_data)} images")
+    result = train(model, train_data, train_config_from_args(args, "ancestry"), eval_data=test_data,
+                   run_dir=args.run_dir, resume=args.resume)
+    if dist.is_main():
+        save_model(args.out, model, spec, origin={"kind": "ancestry", "data": train_data.name, "epochs": args.epochs,
+                                                   "eval_acc": result.final_acc}, overwrite=args.overwrite)
+        _say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}")
+
+
+def _load_ancestry_args(args: argparse.Namespace):
+    from .ancestry import load_ancestry
+
+    kwargs: dict[str, Any] = {}
+    if args.timm_model:
+        for name in ("num_classes", "img_size", "in_chans"):
+            if getattr(args, name, None) is not None:
+                kwargs[name] = getattr(args, name)
+    return load_ancestry(args.ancestry, args.timm_model, **kwargs)
+
+
+def cmd_condense(args: argparse.Namespace) -> None:
+    from .gene import get_method
+    from .io import check_output_path
+    from .methods.base import CondenseInputs, parse_options
+    from .train import seed_everything
+
+    check_output_path(args.out, args.overwrite)
+    method_cls = get_method(args.method)
+    method = method_cls(**parse_options(method_cls.Config, args.opt or []))
+    ancestry = _load_ancestry_args(args)
+    inputs = None
+    if method_cls.needs_data:
+        model_in = ancestry.spec  # None for a non-ViT teacher: the data keep their own size unless flags say
+        train_data, test_data = load_data_from_args(args, model_in.img_size if model_in else None,
+                                                    model_in.in_chans if model_in else None)
+        inputs = CondenseInputs(train=train_data, eval=test_data, train_cfg=train_config_from_args(args, f"condense {args.method}"),
+                                run_dir=args.run_dir, resume=args.resume)
+    seed_everything(args.seed)
+    gene = method.condense(ancestry, inputs)
+    if dist.is_main():
+        gene.save(args.out, overwrite=args.overwrite)
+        _say(args, f"wrote {args.out}: {gene.method} learngene, {gene.num_stored_params:,} stored parameters")
+
+
+def cmd_expand(args: argparse.Namespace) -> None:
+    from .gene import Learngene, get_method
+    from .io import check_output_path, save_model
+    from .methods.base import make_descendant, parse_options
+
+    check_output_path(args.out, args.overwrite)
+    gene = Learngene.load(args.gene)
+    if gene.ancestry is None and not args.preset:
+        raise LearngeneError(f"{args.gene} records no ancestry size; give --preset and/or all size flags")
+    spec = spec_from_args(args, base=gene.ancestry)
+    options = parse_options(get_method(gene.method).Config, args.opt or [])
+    model = make_descendant(gene, spec, seed=args.seed, **options)
+    provided = get_method(gene.method).from_gene(gene, **options).provided_keys(gene, spec)
+    save_model(args.out, model, spec, origin={"kind": "descendant", "method": gene.method, "gene": str(args.gene),
+                                              "options": options, "provided_keys": len(provided)},
+               overwrite=args.overwrite)
+    _say(args, f"wrote {args.out}: {spec.short()} timm ViT ({spec.num_params:,} params), "
+               f"{len(provided)}/{len(spec.state_shapes())} tensors from the {gene.method} gene")
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from .io import build_model, check_output_path, load_model_file, save_model
+    from .train import train
+
+    check_output_path(args.out, args.overwrite)
+    state, spec, origin = load_model_file(args.model)
+    model = build_model(spec, state, source=str(args.model))
+    train_data, test_data = load_data_from_args(args, spec.img_size, spec.in_chans)
+    if train_data.num_classes != spec.num_classes:
+        model.reset_classifier(train_data.num_classes)
+        spec = spec.replace(num_classes=train_data.num_classes)
+        _say(args, f"new {train_data.num_classes}-way classifier head for {train_data.name}")
+    result = train(model, train_data, train_config_from_args(args, "train"), eval_data=test_data,
+                   run_dir=args.run_dir, resume=args.resume)
+    if dist.is_main():
+        save_model(args.out, model, spec, origin={**origin, "finetuned_on": train_data.name, "epochs": args.epochs,
+                                                   "eval_acc": result.final_acc}, overwrite=args.overwrite)
+        _say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}")
+
+
+def cmd_inspect(args: argparse.Namespace) -> None:
+    from .describe import describe_file
+
+    print(describe_file(args.path, show_tensors=args.tensors))
+
+
+def cmd_methods(args: argparse.Namespace) -> None:
+    from .gene import get_method, list_methods
+
+    for name in list_methods():
+        cls = get_method(name)
+        options = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(cls.Config)) or "-"
+        print(f"{name:18s} {cls.summary}\n{'':18s} options: {options}")
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from .demo import run_demo
+
+    run_demo(out_dir=Path(args.out_dir), data_dir=args.data_dir, device=args.device, seed=args.seed,
+             progress=not args.quiet, quick=args.quick)
+
+
+# ---- parser -----------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    from .gene import list_methods
+
+    parser = _Parser(prog="learngene", description="Condense a pretrained ViT into a learngene and expand it into "
+                                                   "timm ViTs of any depth, width and head count.")
+    parser.add_argument("--version", action="version", version=f"learngene {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
+
+    p = sub.add_parser("ancestry", help="train an ancestry ViT on a dataset and save it",
+                       description="Train a ViT from scratch on a dataset; it becomes the ancestry of learngenes.")
+    add_spec_args(p)
+    add_data_args(p)
+    add_train_args(p)
+    add_common(p)
+    add_output(p, "ancestry model")
+    p.set_defaults(func=cmd_ancestry)
+
+    p = sub.add_parser("condense", help="condense an ancestry into a learngene file",
+                       description="Build a learngene from an ancestry with one method. Methods that train "
+                                   "(tleg, wave, share_init) distil from the ancestry on --data.",
+                       epilog="methods: " + ", ".join(list_methods()) + " (see `learngene methods` for options)")
+    p.add_argument("--method", required=True, help="one of: " + ", ".join(list_methods()))
+    add_ancestry_args(p)
+    p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
+    add_data_args(p)
+    add_train_args(p)
+    add_distill_args(p, lam=1.0)
+    add_common(p)
+    add_output(p, "learngene")
+    g = p.add_argument_group("timm checkpoint sizes (with --timm-model)")
+    g.add_argument("--num-classes", type=int)
+    g.add_argument("--img-size", type=int)
+    g.add_argument("--in-chans", type=int)
+    p.set_defaults(func=cmd_condense)
+
+    p = sub.add_parser("expand", help="expand a learngene into a descendant timm ViT",
+                       description="Initialize a timm ViT of the given size from a learngene; sizes default to the "
+                                   "ancestry's. The output loads with timm.create_model(...).load_state_dict(..., strict=True).")
+    p.add_argument("gene", help="learngene file (.safetensors)")
+    add_spec_args(p)
+    p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option for this expansion (repeatable)")
+    add_common(p)
+    add_output(p, "descendant model")
+    p.set_defaults(func=cmd_expand)
+
+    p = sub.add_parser("train", help="fine-tune a model file (e.g. a descendant) on a dataset",
+                       description="Fine-tune a learngene model file; a new classifier head is made when the "
+                                   "data's label space differs.")
+    p.add_argument("model", help="model file written by `learngene expand`, `ancestry` or `train`")
+    add_data_args(p)
+    add_train_args(p, epochs=5)
+    add_common(p)
+    add_output(p, "fine-tuned model")
+    p.set_defaults(func=cmd_train, img_size=None, in_chans=None)
+
+    p = sub.add_parser("inspect", help="print a learngene's or model's metadata and sizes",
+                       description="Show what a learngene or model file holds: method, options, ancestry, "
+                                   "stored parameters, cost; or a model's spec, parameters and FLOPs.")
+    p.add_argument("path", help="learngene or model file")
+    p.add_argument("--tensors", action="store_true", help="also list every tensor and its shape")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("methods", help="list the registered methods and their options",
+                       description="List every registered method with its options (for --method / --opt).")
+    p.set_defaults(func=cmd_methods)
+
+    p = sub.add_parser("demo", help="the main job end to end on Fashion-MNIST, in minutes on a CPU",
+                       description="Train a small ancestry on Fashion-MNIST, condense it with every registered "
+                                   "method, expand to several depths, fine-tune each briefly and print a table of "
+                                   "method x size -> accuracy and stored parameters.")
+    p.add_argument("--out-dir", default="runs/demo", help="where models, genes and the table go (default: %(default)s)")
+    p.add_argument("--data-dir", help="folder with the Fashion-MNIST IDX files")
+    p.add_argument("--quick", action="store_true", help="a much smaller run (seconds), to check the pipeline")
+    add_common(p)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        dist.init_from_env()
+        args.func(args)
+    except LearngeneError as exc:
+        print(f"learngene {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"learngene {args.command}: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        dist.destroy()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""Human-readable summaries of learngene and model files (``learngene inspect``)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from .errors import GeneFormatError
+from .gene import GENE_FORMAT, Learngene, get_method
+from .io import MODEL_FORMAT, load_model_file, read_safetensors
+from .spec import ViTSpec
+
+
+def describe_spec(spec: ViTSpec) -> str:
+    return (f"{spec.short()} (depth {spec.depth}, width {spec.embed_dim}, {spec.num_heads} heads, mlp x{spec.mlp_ratio:g}, "
+            f"{spec.img_size}px/{spec.patch_size}, {spec.in_chans} ch, {spec.num_classes} classes, "
+            f"{spec.global_pool} pool): {spec.num_params:,} params, {spec.flops / 1e6:,.1f} MFLOPs/image")
+
+
+def describe_file(path: str | os.PathLike, show_tensors: bool = False) -> str:
+    _, meta = read_safetensors(path)
+    fmt = meta.get("format")
+    size = Path(path).stat().st_size
+    if fmt == GENE_FORMAT:
+        return describe_gene(Learngene.load(path), size, show_tensors)
+    if fmt == MODEL_FORMAT:
+        state, spec, origin = load_model_file(path)
+        lines = [f"learngene model file {path} ({size / 1e6:.2f} MB)",
+                 f"  spec:    {describe_spec(spec)}",
+                 f"  origin:  {json.dumps(origin, sort_keys=True)}",
+                 f"  created: {meta.get('created', '?')} by learngene {meta.get('library_version', '?')}"]
+        if show_tensors:
+            lines += [f"    {k:40s} {tuple(v.shape)}" for k, v in state.items()]
+        return "\n".join(lines)
+    raise GeneFormatError(f"{path} is neither a learngene nor a learngene model file")
+
+
+def describe_gene(gene: Learngene, file_size: int | None = None, show_tensors: bool = False) -> str:
+    method = get_method(gene.method).from_gene(gene)
+    lines = [f"learngene: method {gene.method}" + (f" ({file_size / 1e6:.2f} MB on disk)" if file_size else ""),
+             f"  stored parameters: {gene.num_stored_params:,} in {len(gene.tensors)} tensors",
+             f"  options:  {json.dumps(gene.config, sort_keys=True)}",
+             f"  ancestry: {describe_spec(gene.ancestry) if gene.ancestry else 'not a ViT / none'}"]
+    if gene.ancestry:
+        lines.append(f"  stored / ancestry parameters: {gene.num_stored_params / gene.ancestry.num_params:.3f}")
+    if gene.cost:
+        lines.append(f"  condensation cost: {json.dumps(gene.cost, sort_keys=True)}")
+    lines.append(f"  created: {gene.created} by learngene {gene.library_version}")
+    lines += ["  " + line for line in method.describe(gene)]
+    if show_tensors:
+        lines += [f"    {k:40s} {tuple(v.shape)}  ({math.prod(v.shape):,})" for k, v in gene.tensors.items()]
+    return "\n".join(lines)

@@ -1,0 +1,191 @@
+"""Files: atomic writes, safe weight loading, and the learngene model file.
+
+Weights are read only through safetensors or ``torch.load(..., weights_only=True)``; nothing here
+ever unpickles code. Every write goes to a temporary file in the target directory, is fsync'ed and
+then renamed, so a crash never leaves a half-written output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+from torch import Tensor
+
+from .errors import GeneFormatError, LearngeneError
+from .spec import ViTSpec
+
+MODEL_FORMAT = "learngene-model"
+
+
+def library_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def check_output_path(path: str | os.PathLike, overwrite: bool = True) -> Path:
+    """Fail early, with a clear message, if ``path`` cannot be written."""
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise LearngeneError(f"{path} already exists; pass --overwrite to replace it")
+    if path.is_dir():
+        raise LearngeneError(f"{path} is a directory; give a file path")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise LearngeneError(f"directory {parent} does not exist; create it first")
+    if not os.access(parent, os.W_OK):
+        raise LearngeneError(f"directory {parent} is not writable; choose another output path")
+    return path
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; on success fsync it and rename it onto ``path``."""
+    path = check_output_path(path, overwrite)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp_path, path)
+        with contextlib.suppress(OSError):  # persist the rename itself
+            dir_fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def save_safetensors(path: str | os.PathLike, tensors: dict[str, Tensor], metadata: dict[str, str], overwrite: bool = True) -> None:
+    # safetensors refuses shared or non-contiguous storage; gene tensors are small, so copy.
+    plain = {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}
+    with atomic_path(path, overwrite) as tmp:
+        save_file(plain, str(tmp), metadata=metadata)
+
+
+def _require_file(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    if not path.exists():
+        raise LearngeneError(f"{path} does not exist; check the path")
+    if not path.is_file():
+        raise LearngeneError(f"{path} is not a file")
+    if not os.access(path, os.R_OK):
+        raise LearngeneError(f"{path} is not readable; check its permissions")
+    return path
+
+
+def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """Read all tensors and the header metadata of a safetensors file, with one-line errors."""
+    path = _require_file(path)
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            metadata = fh.metadata() or {}
+            tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+    except (SafetensorError, OSError, ValueError) as exc:
+        hint = " (it looks like a pickle/.pth file; convert it or pass it as a timm checkpoint)" if _looks_like_pickle(path) else ""
+        raise GeneFormatError(f"{path} is not a readable safetensors file{hint}: {str(exc).splitlines()[0]}") from None
+    return tensors, metadata
+
+
+def _looks_like_pickle(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    return head[:1] == b"\x80" or head[:2] == b"PK"
+
+
+def load_weights(path: str | os.PathLike) -> dict[str, Tensor]:
+    """Load a state_dict from ``.safetensors`` or a torch checkpoint, never unpickling code.
+
+    Torch checkpoints go through ``torch.load(weights_only=True)``; common wrappers
+    (``{"model": ...}``, ``{"state_dict": ...}``) are unwrapped.
+    """
+    path = _require_file(path)
+    if path.suffix == ".safetensors":
+        return read_safetensors(path)[0]
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for bad files
+        raise GeneFormatError(
+            f"{path} could not be loaded as weights (only safetensors or weights_only torch files are accepted): "
+            f"{str(exc).splitlines()[0][:200]}"
+        ) from None
+    for wrapper in ("model_ema", "state_dict", "model"):
+        if isinstance(obj, dict) and isinstance(obj.get(wrapper), dict):
+            obj = obj[wrapper]
+            break
+    if not isinstance(obj, dict) or not all(isinstance(v, Tensor) for v in obj.values()):
+        raise GeneFormatError(f"{path} does not hold a state_dict of tensors")
+    return obj
+
+
+# ---- learngene model files: a timm state_dict + the spec in the safetensors header ---------------
+def save_model(path: str | os.PathLike, model_or_state: torch.nn.Module | dict[str, Tensor], spec: ViTSpec,
+               origin: dict[str, Any] | None = None, overwrite: bool = True) -> None:
+    """Save a ViT as safetensors that timm loads directly; the header records its spec and origin."""
+    state = model_or_state.state_dict() if isinstance(model_or_state, torch.nn.Module) else model_or_state
+    metadata = {
+        "format": MODEL_FORMAT,
+        "spec": spec.to_json(),
+        "origin": json.dumps(origin or {}, sort_keys=True),
+        "library_version": library_version(),
+        "created": now_iso(),
+    }
+    save_safetensors(path, state, metadata, overwrite)
+
+
+def load_model_file(path: str | os.PathLike) -> tuple[dict[str, Tensor], ViTSpec, dict[str, Any]]:
+    """Read a file written by :func:`save_model`: (state_dict, spec, origin)."""
+    tensors, metadata = read_safetensors(path)
+    if metadata.get("format") != MODEL_FORMAT:
+        raise GeneFormatError(f"{path} is not a learngene model file (no '{MODEL_FORMAT}' header); "
+                              f"for a timm checkpoint pass --timm-model NAME")
+    spec = ViTSpec.from_json(metadata["spec"])
+    return tensors, spec, json.loads(metadata.get("origin", "{}"))
+
+
+def build_model(spec: ViTSpec, state: dict[str, Tensor], source: str = "state_dict") -> torch.nn.Module:
+    """The timm model of ``spec`` with ``state`` loaded strictly (shapes checked with key names)."""
+    check_state_shapes(state, spec, source, require_all=True)
+    model = spec.create_model()
+    model.load_state_dict(state, strict=True)
+    return model
+
+
+def check_state_shapes(state: dict[str, Tensor], spec: ViTSpec, source: str, require_all: bool = False) -> None:
+    """Every key of ``state`` exists in ``spec``'s timm model with the same shape (and all present)."""
+    expected = spec.state_shapes()
+    unknown = sorted(set(state) - set(expected))
+    if unknown:
+        raise LearngeneError(f"{source} gives key {unknown[0]!r} that a {spec.short()} timm ViT does not have"
+                             + (f" (+{len(unknown) - 1} more)" if len(unknown) > 1 else ""))
+    for key, tensor in state.items():
+        if tuple(tensor.shape) != expected[key]:
+            raise LearngeneError(f"{source} gives {key} of shape {tuple(tensor.shape)} but the target "
+                                 f"{spec.short()} needs {expected[key]}; the sizes are incompatible")
+    if require_all:
+        missing = sorted(set(expected) - set(state))
+        if missing:
+            raise LearngeneError(f"{source} lacks {missing[0]!r}" + (f" (+{len(missing) - 1} more)" if len(missing) > 1 else ""))
+

@@ -1,0 +1,147 @@
+"""The baselines the learngene papers compare against: scratch, pre-trained, Heru-LG, Auto-LG.
+
+All but scratch copy whole ancestry blocks (so the descendant's blocks must have the ancestry's
+width, heads and MLP size; depth is free). The gene stores only what the rule uses, so its
+stored-parameter count is the rule's real storage cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import LearngeneError
+from ..gene import Learngene, register_method
+from ..spec import ViTSpec
+from .base import (
+    Ancestry,
+    CondenseInputs,
+    Method,
+    StateDict,
+    inherit_non_block,
+    place_blocks,
+    require_block_shape,
+)
+
+
+@register_method
+class Scratch(Method):
+    """timm's default initialization: the empty learngene."""
+
+    name = "scratch"
+    summary = "timm default init (no learngene)"
+    needs_vit_ancestry = False
+
+    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        return self.new_gene({}, ancestry.spec if ancestry else None)
+
+    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        return {}
+
+
+def _stored_layers(gene: Learngene) -> int:
+    layers = {int(k.split(".")[1]) for k in gene.tensors if k.startswith("blocks.")}
+    return max(layers) + 1 if layers else 0
+
+
+def _stored_gene(method: Method, ancestry: Ancestry, layers: list[int], parts: tuple[str, ...]) -> Learngene:
+    """A gene holding ancestry blocks ``layers`` (renumbered 0..) and the chosen non-block ``parts``."""
+    spec = ancestry.require_vit(method.name)
+    state = ancestry.state()
+    tensors = place_blocks(state, dict(enumerate(layers)))
+    tensors.update(inherit_non_block(state, spec, spec, parts))
+    return method.new_gene(tensors, spec)
+
+
+@dataclass(frozen=True)
+class PretrainedConfig:
+    variant: str = "first"  # which layers line up when depths differ: first | last | middle (TLEG Pre-Fin #1/#2/#3)
+
+
+@register_method
+class Pretrained(Method):
+    """The ancestry's own weights (Pre-Fin). For another depth L_d, the ancestry's L_a layers line up
+    with the descendant's first, last or middle layers (TLEG Sec. 4, Fig. 4: Pre-Fin #1/#2/#3): when
+    L_d < L_a those L_d ancestry layers are used, when L_d > L_a the other layers stay random."""
+
+    name = "pretrained"
+    summary = "ancestry weights; first/last/middle layers when depths differ"
+    Config = PretrainedConfig
+
+    def __init__(self, config=None, **overrides):
+        super().__init__(config, **overrides)
+        if self.config.variant not in ("first", "last", "middle"):
+            raise LearngeneError(f"pretrained variant must be first, last or middle, not {self.config.variant!r}")
+
+    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        spec = ancestry.require_vit(self.name)
+        return _stored_gene(self, ancestry, list(range(spec.depth)), ("embed", "norm", "head"))
+
+    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        require_block_shape(gene.ancestry, spec, self.name)
+        stored = _stored_layers(gene)
+        shared = min(stored, spec.depth)
+        offset = {"first": 0, "last": abs(stored - spec.depth), "middle": abs(stored - spec.depth) // 2}[self.config.variant]
+        if spec.depth <= stored:  # pick `shared` of the stored layers
+            placement = {i: offset + i for i in range(shared)}
+        else:  # place every stored layer inside the deeper descendant
+            placement = {offset + i: i for i in range(shared)}
+        out = place_blocks(gene.tensors, placement)
+        out.update(inherit_non_block(gene.tensors, gene.ancestry, spec))
+        return out
+
+
+@dataclass(frozen=True)
+class HeruConfig:
+    layers: int = 3  # ancestry layers kept at the top
+
+
+@register_method
+class HeruLG(Method):
+    """Heru-LG (Wang et al. 2022): the last ancestry layers (3 by default) become the descendant's top
+    layers, with the final norm and, for the same label space, the classifier above them; the layers
+    below and the embeddings are random (they are the 'lower layers' this rule does not inherit)."""
+
+    name = "heru_lg"
+    summary = "last 3 ancestry layers on top of random lower layers"
+    Config = HeruConfig
+
+    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        spec = ancestry.require_vit(self.name)
+        keep = min(self.config.layers, spec.depth)
+        return _stored_gene(self, ancestry, list(range(spec.depth - keep, spec.depth)), ("norm", "head"))
+
+    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        require_block_shape(gene.ancestry, spec, self.name)
+        stored = _stored_layers(gene)
+        used = min(stored, spec.depth)
+        out = place_blocks(gene.tensors, {spec.depth - used + i: stored - used + i for i in range(used)})
+        out.update(inherit_non_block(gene.tensors, gene.ancestry, spec, ("norm", "head")))
+        return out
+
+
+@dataclass(frozen=True)
+class AutoConfig:
+    fraction: float = 0.5  # share of the ancestry's layers kept at the bottom (6 of 12 in the papers)
+
+
+@register_method
+class AutoLG(Method):
+    """Auto-LG (Wang et al. 2023): the first half of the ancestry's layers, with the patch/position
+    embeddings and class token below them, initialize the descendant's bottom; layers above are random."""
+
+    name = "auto_lg"
+    summary = "first half of the ancestry layers, random layers above"
+    Config = AutoConfig
+
+    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        spec = ancestry.require_vit(self.name)
+        keep = max(1, round(spec.depth * self.config.fraction))
+        return _stored_gene(self, ancestry, list(range(keep)), ("embed",))
+
+    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        require_block_shape(gene.ancestry, spec, self.name)
+        used = min(_stored_layers(gene), spec.depth)
+        out = place_blocks(gene.tensors, {i: i for i in range(used)})
+        out.update(inherit_non_block(gene.tensors, gene.ancestry, spec, ("embed",)))
+        return out
+

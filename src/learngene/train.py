@@ -1,0 +1,372 @@
+"""The one training loop: ancestries, auxiliary nets, scaler/φ adaptation and descendants all train here.
+
+Loss: ``(1−λ)·CE + λ·τ²·KL(p_teacher ‖ p_student)`` (soft distillation, Hinton et al. 2015; TLEG
+Eq. 6 with λ=1, τ=1; WAVE Eq. 6 adds CE). AdamW, linear warmup then cosine decay per step, gradient
+clipping, bf16 autocast on CUDA only (bf16 on some CPUs dies in oneDNN), DDP under ``torchrun``.
+Every epoch appends to ``log.jsonl`` and writes ``checkpoint.pt`` atomically; ``resume=True`` continues
+from it bit for bit (model, optimizer, schedule, RNG states and the data position are all restored).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from . import distributed as dist
+from .data import Batches, Data
+from .errors import DataError, LearngeneError, TrainingError
+from .io import atomic_path, write_text_atomic
+
+CHECKPOINT = "checkpoint.pt"
+LOG = "log.jsonl"
+
+
+@dataclass
+class TrainConfig:
+    """Everything that decides a training run (and so must match when resuming)."""
+
+    epochs: int = 10
+    batch_size: int = 128
+    lr: float = 1e-3
+    min_lr: float = 1e-5
+    weight_decay: float = 0.05
+    warmup_epochs: float = 1.0  # capped at a fifth of the run
+    max_steps: int | None = None  # stop after this many optimizer steps (e.g. WAVE's scaler step)
+    grad_clip: float | None = 1.0
+    label_smoothing: float = 0.0
+    distill_lambda: float = 0.0  # λ: 0 = plain CE; 1 = pure distillation
+    distill_tau: float = 1.0  # τ
+    augment: bool = False
+    seed: int = 0
+    device: str = "auto"
+    eval_batch_size: int = 512
+    checkpoint_every: int = 0  # also checkpoint every N steps inside an epoch (0: end of epoch only)
+    progress: bool = True
+    desc: str = "train"
+
+    # fields that must agree between a checkpoint and the run resuming it
+    RESUME_KEYS = ("epochs", "batch_size", "lr", "min_lr", "weight_decay", "warmup_epochs", "max_steps",
+                   "grad_clip", "label_smoothing", "distill_lambda", "distill_tau", "augment", "seed")
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 and not self.max_steps:
+            raise LearngeneError(f"epochs must be at least 1, got {self.epochs}")
+        if self.batch_size < 1:
+            raise LearngeneError(f"batch size must be positive, got {self.batch_size}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise LearngeneError(f"learning rate must be positive, got {self.lr}")
+        if not 0.0 <= self.distill_lambda <= 1.0:
+            raise LearngeneError(f"distillation λ must be in [0, 1], got {self.distill_lambda}")
+        if self.distill_tau <= 0:
+            raise LearngeneError(f"distillation τ must be positive, got {self.distill_tau}")
+
+    def replace(self, **changes: Any) -> "TrainConfig":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass
+class TrainResult:
+    history: list[dict[str, Any]] = field(default_factory=list)  # one entry per epoch
+    steps: int = 0
+    seconds: float = 0.0
+
+    @property
+    def final_acc(self) -> float | None:
+        return self.history[-1].get("eval_acc") if self.history else None
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise LearngeneError("--device cuda was asked for but no GPU is visible; use --device auto or cpu")
+    return device
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def autocast(device: torch.device):
+    """bf16 autocast on CUDA; plain fp32 elsewhere (bf16 kills some CPUs in oneDNN's AMX path)."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return torch.autocast("cpu", enabled=False)
+
+
+def distill_loss(logits: Tensor, labels: Tensor, teacher_logits: Tensor | None, lam: float, tau: float,
+                 label_smoothing: float = 0.0) -> Tensor:
+    """Per-sample ``(1−λ)·CE + λ·τ²·KL(softmax(z_t/τ) ‖ softmax(z_s/τ))`` (summed later, not averaged)."""
+    logits = logits.float()
+    loss = torch.zeros(len(logits), device=logits.device)
+    if lam < 1.0:
+        loss = loss + (1.0 - lam) * F.cross_entropy(logits, labels, reduction="none", label_smoothing=label_smoothing)
+    if lam > 0.0:
+        if teacher_logits is None:
+            raise LearngeneError("distillation (λ > 0) needs a teacher")
+        log_p_student = F.log_softmax(logits / tau, dim=-1)
+        log_p_teacher = F.log_softmax(teacher_logits.float() / tau, dim=-1)
+        kl = (log_p_teacher.exp() * (log_p_teacher - log_p_student)).sum(-1)
+        loss = loss + lam * tau**2 * kl
+    return loss
+
+
+def _lr_factor(step: int, warmup: int, total: int, min_ratio: float) -> float:
+    """Linear warmup to 1, then cosine decay to ``min_ratio`` at ``total`` steps."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    skip = set(getattr(model, "no_weight_decay", lambda: set())())
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim <= 1 or name in skip or name.split(".")[-1] in skip else decay).append(p)
+    if not decay and not no_decay:
+        raise LearngeneError("nothing to train: the model has no parameter that requires grad")
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _rng_state() -> dict[str, Any]:
+    np_state = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *map(float, np_state[2:])],
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), int(pos), int(has_gauss), float(gauss)))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # corrupt/truncated files raise many different types
+        raise TrainingError(f"checkpoint {path} is unreadable ({str(exc).splitlines()[0][:120]}); "
+                            f"delete it to start over") from None
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: Data, batch_size: int = 512, device: torch.device | None = None) -> dict[str, float]:
+    """Top-1 accuracy and mean cross-entropy of ``model`` on ``data`` (all ranks together under DDP)."""
+    device = device or next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    totals = torch.zeros(3, dtype=torch.float64, device=device)  # correct, loss sum, count
+    for batch in Batches(data, batch_size, shuffle=False, rank=dist.rank(), world=dist.world_size()):
+        x, y = batch.x.to(device, non_blocking=True), batch.y.to(device, non_blocking=True)
+        with autocast(device):
+            logits = model(x).float()
+        totals += torch.stack([(logits.argmax(-1) == y).sum().double(),
+                               F.cross_entropy(logits, y, reduction="sum").double(),
+                               torch.tensor(len(y), dtype=torch.float64, device=device)])
+    dist.all_reduce_sum(totals)
+    model.train(was_training)
+    correct, loss, count = totals.tolist()
+    return {"acc": correct / count, "loss": loss / count}
+
+
+@torch.no_grad()
+def predict_logits(model: nn.Module, data: Data, batch_size: int = 512, device: torch.device | None = None) -> Tensor:
+    """Logits of ``model`` for every image of ``data`` in order (e.g. to cache a teacher's outputs)."""
+    device = device or next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out = []
+    for batch in Batches(data, batch_size, shuffle=False):
+        with autocast(device):
+            out.append(model(batch.x.to(device)).float().cpu())
+    model.train(was_training)
+    return torch.cat(out)
+
+
+def check_data_fits(model: nn.Module, data: Data) -> None:
+    """Fail with one line if ``data``'s images or labels do not fit ``model``'s input and head."""
+    embed = getattr(model, "patch_embed", None)
+    if embed is not None:
+        chans, size = embed.proj.in_channels, embed.img_size[0]
+        if data.in_chans != chans:
+            raise DataError(f"{data.name} has {data.in_chans}-channel images but the model expects {chans}; "
+                            f"load the data with --in-chans {chans} or build the model for {data.in_chans}")
+        if data.img_size != size and not getattr(embed, "dynamic_img_size", False):
+            raise DataError(f"{data.name} has {data.img_size}px images but the model expects {size}px; "
+                            f"load the data with --img-size {size}")
+    classes = getattr(model, "num_classes", None)
+    if classes is not None and data.num_classes > classes:
+        raise DataError(f"{data.name} has {data.num_classes} classes but the model's head has {classes}; "
+                        f"build the model with num_classes={data.num_classes}")
+
+
+def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data | None = None,
+          teacher: nn.Module | None = None, run_dir: str | Path | None = None, resume: bool = False) -> TrainResult:
+    """Train ``model`` in place; returns the per-epoch history.
+
+    Args:
+        model: any module mapping images to logits (a timm ViT, an aux net, a φ-wrapped descendant).
+            Only parameters with ``requires_grad`` are optimized.
+        train_data: images and labels; its cached ``soft_targets`` stand in for the teacher when present.
+        cfg: the run's settings.
+        eval_data: evaluated after every epoch (top-1).
+        teacher: frozen module whose logits are distilled when ``cfg.distill_lambda > 0``.
+        run_dir: where ``log.jsonl`` and ``checkpoint.pt`` go (rank 0 only); None keeps nothing.
+        resume: continue from ``run_dir/checkpoint.pt`` when it exists.
+    """
+    device = resolve_device(cfg.device)
+    check_data_fits(model, train_data)
+    if eval_data is not None:
+        check_data_fits(model, eval_data)
+    if cfg.distill_lambda > 0 and teacher is None and train_data.soft_targets is None:
+        raise LearngeneError("distillation (λ > 0) needs a teacher or cached teacher logits")
+    model.to(device)
+    if teacher is not None:
+        teacher.to(device).eval().requires_grad_(False)
+    batches = Batches(train_data, cfg.batch_size, shuffle=True, seed=cfg.seed, rank=dist.rank(),
+                      world=dist.world_size(), augment=cfg.augment)
+    steps_per_epoch = len(batches)
+    total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
+    epochs = math.ceil(total_steps / steps_per_epoch)
+    # a short run (e.g. one fine-tuning epoch) still decays: warmup takes at most a fifth of it
+    warmup = max(1, min(round(cfg.warmup_epochs * steps_per_epoch), total_steps // 5))
+
+    optimizer = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: _lr_factor(s, warmup, total_steps, cfg.min_lr / cfg.lr))
+    result = TrainResult()
+    start_epoch, start_step, global_step = 0, 0, 0
+    resumed_sums = torch.zeros(3, dtype=torch.float64)
+    run_dir = Path(run_dir) if run_dir is not None else None
+    ckpt_path = run_dir / CHECKPOINT if run_dir is not None else None
+    seed_everything(cfg.seed + 1000 * dist.rank())
+
+    if resume and ckpt_path is not None and ckpt_path.exists():
+        ckpt = load_checkpoint(ckpt_path)
+        saved = ckpt.get("config", {})
+        changed = [k for k in TrainConfig.RESUME_KEYS if k in saved and saved[k] != getattr(cfg, k)]
+        if changed:
+            raise LearngeneError(f"cannot resume {ckpt_path}: it was made with different {', '.join(changed)}; "
+                                 f"use the same settings or start a new run directory")
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scheduler.load_state_dict(ckpt["scheduler"])
+        _set_rng_state(ckpt["rng"])
+        start_epoch, start_step, global_step = ckpt["epoch"], ckpt["step_in_epoch"], ckpt["global_step"]
+        result.history = list(ckpt["history"])
+        result.seconds = ckpt["seconds"]
+        resumed_sums = ckpt["epoch_sums"]
+    elif run_dir is not None and dist.is_main():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / LOG).unlink(missing_ok=True)
+
+    net = model
+    if dist.is_distributed():
+        net = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    def save_checkpoint(epoch: int, step_in_epoch: int, epoch_sums: Tensor) -> None:
+        if ckpt_path is None or not dist.is_main():
+            return
+        state = {
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "rng": _rng_state(), "epoch": epoch, "step_in_epoch": step_in_epoch, "global_step": global_step,
+            "history": result.history, "seconds": result.seconds, "epoch_sums": epoch_sums,
+            "config": {k: getattr(cfg, k) for k in TrainConfig.RESUME_KEYS},
+        }
+        with atomic_path(ckpt_path) as tmp:
+            torch.save(state, tmp)
+
+    net.train()
+    for epoch in range(start_epoch, epochs):
+        batches.set_epoch(epoch, start_step if epoch == start_epoch else 0)
+        epoch_steps = min(steps_per_epoch, total_steps - epoch * steps_per_epoch)
+        # loss sum, correct, images (this rank); a resumed epoch continues its partial sums
+        sums = resumed_sums.clone() if epoch == start_epoch else torch.zeros(3, dtype=torch.float64)
+        tic = time.perf_counter()
+        bar = tqdm(total=epoch_steps, initial=batches.start_step, desc=f"{cfg.desc} {epoch + 1}/{epochs}",
+                   disable=not (cfg.progress and dist.is_main()), leave=False, dynamic_ncols=True)
+        for step_in_epoch, batch in enumerate(batches, start=batches.start_step):
+            if step_in_epoch >= epoch_steps:
+                break
+            x, y = batch.x.to(device, non_blocking=True), batch.y.to(device, non_blocking=True)
+            soft = batch.soft.to(device) if batch.soft is not None else None
+            if cfg.distill_lambda > 0 and soft is None:
+                with torch.no_grad(), autocast(device):
+                    soft = teacher(x).float()
+            with autocast(device):
+                logits = net(x)
+            per_sample = distill_loss(logits, y, soft, cfg.distill_lambda, cfg.distill_tau, cfg.label_smoothing)
+            # DDP averages gradients over ranks; scaling by world/global_size makes that the exact mean
+            # over the global batch, even when ranks hold unequal shares of the last batch.
+            loss = per_sample.sum() * (dist.world_size() / batch.global_size)
+            if not torch.isfinite(loss):
+                where = f"; the last good checkpoint is {ckpt_path}" if ckpt_path is not None and ckpt_path.exists() else ""
+                raise TrainingError(f"loss became {loss.item()} at epoch {epoch + 1}, step {step_in_epoch + 1}; "
+                                    f"lower --lr or check the data{where}")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            global_step += 1
+            sums += torch.tensor([per_sample.detach().sum().item(), (logits.detach().argmax(-1) == y).sum().item(), len(y)],
+                                 dtype=torch.float64)
+            bar.update(1)
+            if step_in_epoch % 10 == 0:
+                bar.set_postfix(loss=f"{sums[0] / max(sums[2], 1):.3f}", acc=f"{sums[1] / max(sums[2], 1):.3f}")
+            if cfg.checkpoint_every and global_step % cfg.checkpoint_every == 0 and step_in_epoch + 1 < epoch_steps:
+                result.seconds += time.perf_counter() - tic
+                tic = time.perf_counter()
+                save_checkpoint(epoch, step_in_epoch + 1, sums)
+        bar.close()
+        result.seconds += time.perf_counter() - tic
+        totals = dist.all_reduce_sum(sums.to(device)).cpu()
+        record: dict[str, Any] = {
+            "epoch": epoch + 1,
+            "step": global_step,
+            "train_loss": totals[0].item() / max(totals[2].item(), 1),
+            "train_acc": totals[1].item() / max(totals[2].item(), 1),
+            "lr": scheduler.get_last_lr()[0],
+            "seconds": result.seconds,
+        }
+        if eval_data is not None:
+            metrics = evaluate(model, eval_data, cfg.eval_batch_size, device)
+            record.update(eval_acc=metrics["acc"], eval_loss=metrics["loss"])
+        result.history.append(record)
+        if cfg.progress and dist.is_main():
+            tqdm.write(f"{cfg.desc} epoch {epoch + 1}/{epochs}: " + ", ".join(
+                f"{k} {v:.4g}" for k, v in record.items() if k not in ("epoch", "step", "lr", "seconds")))
+        if run_dir is not None and dist.is_main():
+            write_text_atomic(run_dir / LOG, "".join(json.dumps(r) + "\n" for r in result.history))
+        save_checkpoint(epoch + 1, 0, torch.zeros(3, dtype=torch.float64))
+    result.steps = global_step
+    dist.barrier()
+    return result
