@@ -219,6 +219,35 @@ def cmd_expand(args: argparse.Namespace) -> None:
                f"{len(provided)}/{len(spec.state_shapes())} tensors from the {gene.method} gene")
 
 
+def cmd_adapt(args: argparse.Namespace) -> None:
+    from .gene import Learngene, get_method
+    from .io import check_output_path, save_model
+    from .methods.base import make_descendant, parse_options
+
+    check_output_path(args.out, args.overwrite)
+    if args.gene_out:
+        check_output_path(args.gene_out, args.overwrite)
+    gene = Learngene.load(args.gene)
+    method_cls = get_method(gene.method)
+    options = parse_options(method_cls.Config, args.opt or [])
+    method = method_cls.from_gene(gene, **options)
+    base = gene.ancestry
+    train_data, test_data = load_data_from_args(args, (base.img_size if base else None), (base.in_chans if base else None))
+    spec = spec_from_args(args, base=base, data=train_data)
+    adapted, result = method.adapt(gene, spec, train_data, train_config_from_args(args, f"adapt {gene.method}"),
+                                   eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
+    if not dist.is_main():
+        return
+    if args.gene_out:
+        adapted.save(args.gene_out, overwrite=args.overwrite)
+    model = make_descendant(adapted, spec, seed=args.seed)
+    save_model(args.out, model, spec, origin={"kind": "descendant", "method": gene.method, "gene": str(args.gene),
+                                              "adapted_on": train_data.name, "adapt_steps": result.steps,
+                                              "options": options}, overwrite=args.overwrite)
+    _say(args, f"wrote {args.out}: {spec.short()} timm ViT adapted for {result.steps} steps"
+               + (f", accuracy {result.final_acc:.4f}" if result.final_acc is not None else ""))
+
+
 def cmd_train(args: argparse.Namespace) -> None:
     from .io import build_model, check_output_path, load_model_file, save_model
     from .train import train
@@ -306,6 +335,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_common(p)
     add_output(p, "descendant model")
     p.set_defaults(func=cmd_expand)
+
+    p = sub.add_parser("adapt", help="specialize a learngene to a size on a little data (WAVE scalers, PEG φ)",
+                       description="Train only the size-specific part of a learngene (WAVE's weight scalers, PEG's "
+                                   "expansion map φ) on a little downstream data, then write the plain timm descendant.")
+    p.add_argument("gene", help="learngene file (.safetensors)")
+    add_spec_args(p)
+    p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
+    add_data_args(p)
+    add_train_args(p, epochs=1)
+    add_common(p)
+    add_output(p, "adapted descendant model")
+    p.add_argument("--gene-out", help="also save the adapted learngene here")
+    p.set_defaults(func=cmd_adapt)
 
     p = sub.add_parser("train", help="fine-tune a model file (e.g. a descendant) on a dataset",
                        description="Fine-tune a learngene model file; a new classifier head is made when the "
