@@ -75,6 +75,7 @@ class Method:
         Config: frozen dataclass of hyper-parameters; stored in the gene, overridable at expand time.
         needs_data: ``condense`` trains or measures on data.
         needs_vit_ancestry: ``condense`` picks weights from a ViT (False: any classifier can teach).
+        adaptable: descendants go through ``adapt`` (WAVE's scalers, PEG's φ) before fine-tuning.
         paper: citation shown in listings.
     """
 
@@ -84,6 +85,7 @@ class Method:
     Config: ClassVar[type] = NoConfig
     needs_data: ClassVar[bool] = False
     needs_vit_ancestry: ClassVar[bool] = True
+    adaptable: ClassVar[bool] = False  # has an ``adapt`` step that descendants should go through
 
     def __init__(self, config: Any = None, **overrides: Any):
         base = config if config is not None else self.Config()
