@@ -1,0 +1,127 @@
+"""Condensation through an auxiliary net: the part TLEG, Share-Init and WAVE share.
+
+The aux net is a plain timm ViT of an ``aux`` spec whose parameters are the method's
+``expand(gene, aux_spec)`` on every forward (:class:`~learngene.methods.base.GeneNet`), trained by
+distillation from the ancestry with the one training loop (TLEG Eq. 5-6, WAVE Eq. 5-6). Aux net and
+descendants are built from the same timm configuration, so a descendant of the aux spec computes the
+aux net's function exactly.
+
+A gene condensed this way records the spec its tensors were trained in (``gene.config["trained_spec"]``):
+the width its block tensors have and the layout of its embeddings and head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..data import ImageData
+from ..errors import LearngeneError
+from ..gene import Learngene
+from ..spec import ViTSpec
+from ..train import predict_logits, resolve_device, train
+from .base import Ancestry, CondenseInputs, GeneNet, Method, StateDict, inherit_non_block
+
+TRAINED_SPEC = "trained_spec"  # gene.config entry: the spec the gene's tensors were trained in
+
+
+@dataclass(frozen=True)
+class AuxConfig:
+    """Size of the auxiliary net (0 = the ancestry's value; required when the ancestry is not a ViT)."""
+
+    aux_depth: int = 0
+    aux_embed_dim: int = 0
+    aux_num_heads: int = 0
+    aux_patch_size: int = 0
+    init_std: float = 0.02  # trunc-normal std of weight tensors at the start of condensation
+
+
+def resolve_aux_spec(config: AuxConfig, ancestry: Ancestry | None, inputs: CondenseInputs | None, method: str) -> ViTSpec:
+    """The aux net's spec: sizes from the options, else from the ancestry; input and labels from the data."""
+    base = ancestry.spec if ancestry is not None else None
+    sizes = {"depth": config.aux_depth, "embed_dim": config.aux_embed_dim, "num_heads": config.aux_num_heads}
+    missing = [f"aux_{k}" for k, v in sizes.items() if not v]
+    sizes["patch_size"] = config.aux_patch_size
+    if missing and base is None:
+        raise LearngeneError(f"{method}: the ancestry is not a ViT, so give the aux net's size: "
+                             + " ".join(f"--opt {m}=N" for m in missing))
+    if any(v < 0 for v in sizes.values()):
+        raise LearngeneError(f"{method}: aux sizes must be positive, got {sizes}")
+    values = base.to_dict() if base is not None else ViTSpec().to_dict()
+    values.update({k: v for k, v in sizes.items() if v})
+    data = inputs.train if inputs is not None else None
+    if data is not None:
+        values.update(img_size=data.img_size, in_chans=data.in_chans)
+        if base is None:
+            values.update(num_classes=data.num_classes)
+    return ViTSpec.from_dict(values)
+
+
+def trained_spec(gene: Learngene) -> ViTSpec:
+    """The spec of the net the gene's tensors were trained in (the aux net, or the size it was adapted to)."""
+    try:
+        return ViTSpec.from_dict(gene.config[TRAINED_SPEC])
+    except KeyError:
+        raise LearngeneError(f"this {gene.method} gene records no trained spec; re-create it with `learngene condense`") from None
+
+
+def with_trained_spec(gene: Learngene, spec: ViTSpec) -> Learngene:
+    return dataclasses.replace(gene, config={**gene.config, TRAINED_SPEC: spec.to_dict()})
+
+
+def initial_non_block(spec: ViTSpec) -> StateDict:
+    """timm's own initialization of the embeddings, final norm and head (drawn from the global RNG)."""
+    state = spec.create_model().state_dict()
+    return {k: state[k].detach().clone() for k in spec.non_block_shapes()}
+
+
+def expand_non_block(gene: Learngene, spec: ViTSpec) -> StateDict:
+    """The gene's embeddings, final norm and head, carried to ``spec`` where they fit (see ``inherit_non_block``)."""
+    source = trained_spec(gene)
+    state = {k: gene.tensors[k] for k in source.non_block_shapes() if k in gene.tensors}
+    return inherit_non_block(state, source, spec)
+
+
+def condense_through_aux(method: Method, start: Learngene, aux: ViTSpec, ancestry: Ancestry,
+                         inputs: CondenseInputs | None,
+                         trainable: Callable[[str], bool] | None = None) -> Learngene:
+    """Train ``start``'s tensors through the aux net of spec ``aux`` by distillation from ``ancestry``.
+
+    Loss ``(1−λ)·CE + λ·τ²·KL`` with λ, τ from ``inputs.train_cfg`` (TLEG Eq. 6; WAVE Eq. 6 is λ = 0.5
+    up to a factor 2). Without augmentation the teacher's logits are computed once and cached. The
+    returned gene records what the condensation cost and the aux net's final test accuracy.
+    """
+    if inputs is None or inputs.train is None:
+        raise LearngeneError(f"{method.name} condenses by training an aux net; give training data (--data)")
+    cfg = inputs.train_cfg
+    start = with_trained_spec(start, aux)
+    net = GeneNet(method, start, aux, trainable=trainable)
+    data, teacher, teacher_seconds = inputs.train, ancestry.model, 0.0
+    if cfg.distill_lambda > 0:
+        tic = time.perf_counter()
+        device = resolve_device(cfg.device)
+        with torch.no_grad():
+            probe = teacher.to(device).eval()(data.get_batch(torch.arange(min(2, len(data))))[0].to(device))
+        if probe.shape[-1] != aux.num_classes:
+            raise LearngeneError(f"the ancestry predicts {probe.shape[-1]} classes but the aux net has "
+                                 f"{aux.num_classes}; distil on data with the ancestry's label space")
+        if not cfg.augment and isinstance(data, ImageData) and data.soft_targets is None:
+            data = data.with_soft_targets(predict_logits(teacher, data, cfg.eval_batch_size, device))
+            teacher = None
+        teacher_seconds = time.perf_counter() - tic
+    result = train(net, data, cfg, inputs.eval, teacher=teacher, run_dir=inputs.run_dir, resume=inputs.resume)
+    gene = net.gene()
+    gene.cost = {"epochs": cfg.epochs, "steps": result.steps, "seconds": round(result.seconds, 2),
+                 "teacher_seconds": round(teacher_seconds, 2), "aux": aux.short(),
+                 "distill_lambda": cfg.distill_lambda, "distill_tau": cfg.distill_tau}
+    if result.final_acc is not None:
+        gene.cost["aux_eval_acc"] = result.final_acc
+    return gene
+
+
+def block_params_per_layer(spec: ViTSpec) -> int:
+    return sum(int(torch.Size(s).numel()) for s in spec.block_shapes().values())

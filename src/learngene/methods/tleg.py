@@ -1,0 +1,171 @@
+"""TLEG (Xia et al., "Transformer as Linear Expansion of Learngene", AAAI 2024) and Share-Init.
+
+The learngene is two layers' worth of tensors, θ_A and θ_B, plus the embeddings, final norm and
+head. A net of any depth L is built by linear expansion: block l (1-indexed) is θ_B + (l−1)/L · θ_A
+(Eq. 1-4). θ_A and θ_B are condensed by training an aux net built this way by distillation from the
+ancestry (Eq. 5-6); any classifier can be the ancestry. Share-Init (ALBERT-style, Lan et al. 2020) is
+the special case θ_A ≡ 0: one shared layer, condensed the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..errors import LearngeneError
+from ..gene import Learngene, register_method
+from ..spec import ViTSpec, block_key
+from .auxnet import (
+    AuxConfig,
+    block_params_per_layer,
+    condense_through_aux,
+    expand_non_block,
+    initial_non_block,
+    resolve_aux_spec,
+    trained_spec,
+)
+from .base import Ancestry, CondenseInputs, Method, StateDict
+
+# TLEG Table 4's module groups, in timm's block-tensor names.
+MODULES: dict[str, tuple[str, ...]] = {
+    "msa": ("attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias"),
+    "mlp": ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias"),
+    "ln": ("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias"),
+}
+
+
+@dataclass(frozen=True)
+class TLEGConfig(AuxConfig):
+    """Options of TLEG / Share-Init.
+
+    Attributes:
+        modules: module groups built by linear expansion (Table 4: ``msa``, ``mlp``, ``ln``); in the
+            aux net the others are ordinary per-layer parameters, in a descendant they keep timm's init.
+        layers: 1-indexed layers built from the gene, ``"all"``, ``"1-3"`` or ``"1,4,6"`` (Table 5 for
+            descendants; in the aux net the other layers are ordinary parameters, Table 6).
+    """
+
+    modules: tuple[str, ...] = ("msa", "mlp", "ln")
+    layers: str = "all"
+
+
+def parse_layers(layers: str | int | tuple[int, ...], depth: int) -> list[int]:
+    """0-indexed layer numbers from ``"all"``, ``"a-b"``, ``"a,b,c"`` or a tuple of 1-indexed layers."""
+    if isinstance(layers, str) and layers.strip().lower() == "all":
+        return list(range(depth))
+    try:
+        if isinstance(layers, str):
+            chosen: set[int] = set()
+            for part in layers.split(","):
+                first, _, last = part.partition("-")
+                chosen.update(range(int(first), int(last or first) + 1))
+        else:
+            chosen = {int(layers)} if isinstance(layers, int) else {int(x) for x in layers}
+    except ValueError:
+        raise LearngeneError(f"layers={layers!r} is not 'all', 'a-b' or 'a,b,c' with 1-indexed layer numbers") from None
+    outside = sorted(x for x in chosen if not 1 <= x <= depth)
+    if outside or not chosen:
+        raise LearngeneError(f"layers={layers!r} names layers outside 1..{depth} of this depth-{depth} net; "
+                             f"pass --opt layers=all or a range inside it")
+    return sorted(x - 1 for x in chosen)
+
+
+@register_method
+class TLEG(Method):
+    name = "tleg"
+    summary = "θ_B + (l−1)/L·θ_A per layer, condensed through an aux net by distillation; any depth"
+    paper = "Xia et al., AAAI 2024"
+    Config = TLEGConfig
+    needs_data = True
+    needs_vit_ancestry = False
+    has_slope = True  # Share-Init stores θ_B only (θ_A ≡ 0)
+
+    def __init__(self, config=None, **overrides):
+        super().__init__(config, **overrides)
+        if isinstance(self.config.modules, str):  # --opt modules=msa,mlp
+            self.config = dataclasses.replace(self.config, modules=tuple(m.strip() for m in self.config.modules.split(",")))
+        unknown = [m for m in self.config.modules if m not in MODULES]
+        if unknown or not self.config.modules:
+            raise LearngeneError(f"{self.name}: modules must be a non-empty subset of {list(MODULES)}, got "
+                                 f"{list(self.config.modules)}")
+
+    def tensor_names(self) -> list[str]:
+        return [name for module in self.config.modules for name in MODULES[module]]
+
+    def initial_tensors(self, aux: ViTSpec) -> StateDict:
+        """The authors' start: θ_A and θ_B trunc-normal(0.02) for weight matrices, zero biases,
+        LayerNorm θ_B = (1, 0) and θ_A = 0; embeddings, final norm and head as timm initializes them."""
+        tensors: StateDict = {}
+        for name in self.tensor_names():
+            shape = aux.block_shapes()[name]
+            for part in ("theta_b", "theta_a") if self.has_slope else ("theta_b",):
+                if name.startswith("norm") and name.endswith("weight") and part == "theta_b":
+                    tensors[f"{part}.{name}"] = torch.ones(shape)
+                elif len(shape) == 1:
+                    tensors[f"{part}.{name}"] = torch.zeros(shape)
+                else:
+                    tensors[f"{part}.{name}"] = torch.nn.init.trunc_normal_(torch.empty(shape), std=self.config.init_std)
+        tensors.update(initial_non_block(aux))
+        return tensors
+
+    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        aux = resolve_aux_spec(self.config, ancestry, inputs, self.name)
+        parse_layers(self.config.layers, aux.depth)
+        torch.manual_seed(inputs.train_cfg.seed if inputs is not None else 0)
+        start = self.new_gene(self.initial_tensors(aux), ancestry.spec if ancestry is not None else None)
+        return condense_through_aux(self, start, aux, ancestry, inputs)
+
+    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        """Eq. 1-4: block l (1-indexed) of a depth-L net is θ_B + (l−1)/L · θ_A, for every tensor of
+        the chosen modules in the chosen layers (L = the depth of the net being built, as the authors)."""
+        source = trained_spec(gene)
+        if (spec.embed_dim, spec.mlp_hidden) != (source.embed_dim, source.mlp_hidden):
+            raise LearngeneError(f"{self.name} expands in depth only: this gene's blocks have width {source.embed_dim} "
+                                 f"and MLP {source.mlp_hidden}, the target asks {spec.embed_dim} and {spec.mlp_hidden}; "
+                                 f"pass --embed-dim {source.embed_dim} --num-heads {source.num_heads}, or use wave to change width")
+        layers = parse_layers(self.config.layers, spec.depth)
+        # One batched op per tensor builds all chosen layers at once (the aux step stays as cheap as a plain one).
+        position = torch.tensor(layers, dtype=torch.float32) / spec.depth
+        out: StateDict = {}
+        for name in self.tensor_names():
+            base = self._stored(gene, f"theta_b.{name}")
+            if self.has_slope:
+                slope = self._stored(gene, f"theta_a.{name}")
+                stack = base + position.to(base).view(-1, *[1] * base.ndim) * slope
+                for layer, tensor in zip(layers, stack.unbind(0)):
+                    out[block_key(layer, name)] = tensor
+            else:
+                for layer in layers:
+                    out[block_key(layer, name)] = base
+        out.update(expand_non_block(gene, spec))
+        return out
+
+    def _stored(self, gene: Learngene, key: str) -> Tensor:
+        try:
+            return gene.tensors[key]
+        except KeyError:
+            have = sorted({m for m, names in MODULES.items() if f"theta_b.{names[0]}" in gene.tensors})
+            raise LearngeneError(f"this {gene.method} gene was condensed with modules {','.join(have)}, so it cannot "
+                                 f"build {key.split('.', 1)[1]}; pass --opt modules={','.join(have)}") from None
+
+    def describe(self, gene: Learngene) -> list[str]:
+        source = trained_spec(gene)
+        blocks = sum(t.numel() for k, t in gene.tensors.items() if k.startswith("theta_"))
+        rest = gene.num_stored_params - blocks
+        per_layer = block_params_per_layer(source)
+        return [f"aux net: {source.short()} (width {source.embed_dim}, {source.num_heads} heads); "
+                f"linearly expanded: {', '.join(self.config.modules)}; layers: {self.config.layers}",
+                f"block tensors stored: {blocks:,} = {blocks / per_layer:.2f} layers' worth at this width "
+                f"(one layer: {per_layer:,}), expanding to any depth",
+                f"embeddings, final norm and head stored: {rest:,}"]
+
+
+@register_method
+class ShareInit(TLEG):
+    name = "share_init"
+    summary = "one shared layer (TLEG with θ_A ≡ 0), condensed through an aux net; any depth"
+    paper = "Lan et al., ICLR 2020 (ALBERT); as a learngene baseline in Xia et al., AAAI 2024"
+    has_slope = False

@@ -1,0 +1,192 @@
+"""TLEG and Share-Init: Eq. 1 expansion, condensation through the aux net, options, storage, CLI."""
+
+import dataclasses
+
+import pytest
+import timm
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+from learngene.cli import main
+from learngene.describe import describe_gene
+from learngene.errors import LearngeneError
+from learngene.gene import get_method
+from learngene.methods.auxnet import block_params_per_layer, trained_spec, with_trained_spec
+from learngene.methods.base import Ancestry, CondenseInputs, GeneNet, make_descendant
+from learngene.methods.tleg import MODULES, TLEG, ShareInit, parse_layers
+from learngene.spec import BLOCK_PARAMS, block_key
+from learngene.train import TrainConfig
+
+
+def condense(name, ancestry, data, steps=4, seed=0, **opts):
+    cfg = TrainConfig(epochs=1, max_steps=steps, batch_size=16, lr=3e-3, seed=seed, distill_lambda=1.0, progress=False)
+    return get_method(name)(**opts).condense(ancestry, CondenseInputs(train=data, train_cfg=cfg))
+
+
+def random_gene(method, spec, seed=0):
+    """A gene with every tensor random (so that θ_A of biases and norms is not zero either)."""
+    torch.manual_seed(seed)
+    tensors = {k: torch.randn_like(v) for k, v in method.initial_tensors(spec).items()}
+    return with_trained_spec(method.new_gene(tensors, None), spec)
+
+
+def test_expansion_is_eq1_and_differentiable(tiny_spec):
+    method = TLEG()
+    gene = random_gene(method, tiny_spec)
+    leaves = {k: v.clone().requires_grad_() for k, v in gene.tensors.items()}
+    depth = 5
+    state = method.expand(dataclasses.replace(gene, tensors=leaves), tiny_spec.replace(depth=depth))
+    probes = {k: torch.randn_like(v) for k, v in state.items()}
+    sum((state[k] * probes[k]).sum() for k in state).backward()
+    for name in BLOCK_PARAMS:
+        theta_a, theta_b = gene.tensors[f"theta_a.{name}"], gene.tensors[f"theta_b.{name}"]
+        assert torch.equal(state[block_key(0, name)], theta_b)  # l = 1 is θ_B itself
+        for layer in range(depth):  # block l = θ_B + (l−1)/L θ_A, l = layer + 1
+            assert torch.allclose(state[block_key(layer, name)], theta_b + layer / depth * theta_a, atol=1e-6)
+        grad_b = sum(probes[block_key(i, name)] for i in range(depth))
+        grad_a = sum(i / depth * probes[block_key(i, name)] for i in range(depth))
+        assert torch.allclose(leaves[f"theta_b.{name}"].grad, grad_b, atol=1e-5)
+        assert torch.allclose(leaves[f"theta_a.{name}"].grad, grad_a, atol=1e-5)
+    assert leaves["pos_embed"].grad is not None and leaves["head.weight"].grad is not None
+
+
+def test_authors_initialization(tiny_spec):
+    torch.manual_seed(0)
+    tensors = TLEG().initial_tensors(tiny_spec)
+    assert torch.equal(tensors["theta_b.norm1.weight"], torch.ones(32)) and not tensors["theta_a.norm1.weight"].any()
+    assert not tensors["theta_b.norm2.bias"].any() and not tensors["theta_a.attn.qkv.bias"].any()
+    for part in ("theta_a", "theta_b"):
+        w = tensors[f"{part}.mlp.fc1.weight"]
+        assert 0.015 < w.std() < 0.025 and w.abs().max() <= 2.0  # trunc-normal(0.02)
+
+
+@pytest.mark.parametrize("name", ["tleg", "share_init"])
+def test_descendant_of_the_aux_size_is_the_aux_net(name, tiny_ancestry, toy_data, tiny_spec):
+    gene = condense(name, tiny_ancestry, toy_data)
+    aux = trained_spec(gene)
+    assert aux == tiny_spec
+    net = GeneNet(get_method(name).from_gene(gene), gene, aux).eval()
+    descendant = make_descendant(gene, aux, seed=7).eval()
+    x = toy_data.get_batch(torch.arange(16))[0]
+    with torch.no_grad():
+        assert torch.allclose(net(x), descendant(x), atol=1e-6, rtol=1e-5)
+
+
+def test_condensation_distils_the_teacher(tiny_ancestry, toy_data, tiny_spec):
+    x = toy_data.get_batch(torch.arange(len(toy_data)))[0]
+    with torch.no_grad():
+        target = F.log_softmax(tiny_ancestry.model(x), -1)
+
+    def kl(gene):
+        with torch.no_grad():
+            student = F.log_softmax(make_descendant(gene, tiny_spec).eval()(x), -1)
+        return (target.exp() * (target - student)).sum(-1).mean().item()
+
+    assert kl(condense("tleg", tiny_ancestry, toy_data, steps=40)) < 0.5 * kl(condense("tleg", tiny_ancestry, toy_data, steps=1))
+
+
+def test_condensation_is_deterministic_and_records_its_cost(tiny_ancestry, toy_data):
+    a, b = (condense("tleg", tiny_ancestry, toy_data) for _ in range(2))
+    assert a.tensors.keys() == b.tensors.keys() and all(torch.equal(a.tensors[k], b.tensors[k]) for k in a.tensors)
+    other = condense("tleg", tiny_ancestry, toy_data, seed=1)
+    assert not torch.equal(a.tensors["theta_a.attn.qkv.weight"], other.tensors["theta_a.attn.qkv.weight"])
+    assert a.cost["steps"] == 4 and a.cost["epochs"] == 1 and a.cost["seconds"] > 0 and a.cost["aux"] == "L2-D32-H2"
+
+
+@pytest.mark.parametrize("name, layers", [("tleg", 2), ("share_init", 1)])
+def test_gene_stores_two_layers_whatever_depth(name, layers, tiny_ancestry, toy_data, tiny_spec):
+    for aux_depth in (2, 4):
+        gene = condense(name, tiny_ancestry, toy_data, steps=1, aux_depth=aux_depth)
+        stored_blocks = sum(t.numel() for k, t in gene.tensors.items() if k.startswith("theta_"))
+        assert stored_blocks == layers * block_params_per_layer(tiny_spec)
+        assert f"{layers}.00 layers' worth" in describe_gene(gene)
+        deep = tiny_spec.replace(depth=8)
+        assert gene.num_stored_params < deep.num_params / 3
+        make_descendant(gene, deep)
+
+
+@pytest.mark.parametrize("name", ["tleg", "share_init"])
+def test_expansion_loads_strictly_into_timm_for_depths_up_to_four_times_aux(name, tiny_spec):
+    method = get_method(name)()
+    gene = random_gene(method, tiny_spec)
+    for depth in range(1, 4 * tiny_spec.depth + 1):
+        spec = tiny_spec.replace(depth=depth)
+        model = timm.create_model("vit_tiny_patch16_224", pretrained=False, **spec.timm_kwargs())
+        model.load_state_dict(method.expand(gene, spec), strict=True)
+
+
+def test_share_init_is_tleg_with_theta_a_zero(tiny_spec):
+    share = random_gene(ShareInit(), tiny_spec)
+    assert not any(k.startswith("theta_a") for k in share.tensors)
+    tleg = with_trained_spec(TLEG().new_gene({**share.tensors, **{
+        f"theta_a.{n}": torch.zeros_like(share.tensors[f"theta_b.{n}"]) for n in BLOCK_PARAMS}}, None), tiny_spec)
+    spec = tiny_spec.replace(depth=5)
+    a, b = ShareInit().expand(share, spec), TLEG().expand(tleg, spec)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert all(torch.equal(a[block_key(i, "mlp.fc1.weight")], share.tensors["theta_b.mlp.fc1.weight"]) for i in range(5))
+
+
+def test_modules_option_expands_only_those_modules(tiny_ancestry, toy_data, tiny_spec):
+    assert TLEG(modules="msa,ln").config.modules == ("msa", "ln")
+    with pytest.raises(LearngeneError, match="subset of"):
+        TLEG(modules=("attention",))
+    gene = condense("tleg", tiny_ancestry, toy_data, steps=2, modules=("msa",))
+    assert {k.split(".", 1)[1] for k in gene.tensors if k.startswith("theta_")} == set(MODULES["msa"])
+    spec = tiny_spec.replace(depth=3)
+    provided = TLEG.from_gene(gene).provided_keys(gene, spec)
+    assert {k for k in provided if k.startswith("blocks.")} == {block_key(i, n) for i in range(3) for n in MODULES["msa"]}
+    # in the aux net the MLPs and norms were ordinary per-layer parameters (TLEG Table 4)
+    net = GeneNet(TLEG.from_gene(gene), gene, tiny_spec)
+    assert net.skeleton.blocks[1].mlp.fc1.weight.requires_grad and not net.skeleton.blocks[1].attn.qkv.weight.requires_grad
+    with pytest.raises(LearngeneError, match="modules msa"):
+        TLEG.from_gene(gene, modules=("ln",)).expand(gene, spec)
+
+
+def test_layers_option_initializes_only_those_layers(tiny_spec):
+    gene = random_gene(TLEG(), tiny_spec)
+    spec = tiny_spec.replace(depth=6)
+    state = TLEG(layers="4-6").expand(gene, spec)
+    assert {int(k.split(".")[1]) for k in state if k.startswith("blocks.")} == {3, 4, 5}
+    theta_a, theta_b = gene.tensors["theta_a.attn.proj.weight"], gene.tensors["theta_b.attn.proj.weight"]
+    assert torch.allclose(state[block_key(3, "attn.proj.weight")], theta_b + 3 / 6 * theta_a, atol=1e-6)
+    assert parse_layers("1,3-4", 5) == [0, 2, 3] and parse_layers((2, 5), 5) == [1, 4] and parse_layers("all", 2) == [0, 1]
+    for bad in ("7", "0-2", "x", ""):
+        with pytest.raises(LearngeneError, match="layers"):
+            parse_layers(bad, 6)
+
+
+def test_other_width_is_a_clear_error(tiny_spec):
+    gene = random_gene(TLEG(), tiny_spec)
+    with pytest.raises(LearngeneError, match="use wave"):
+        TLEG().expand(gene, tiny_spec.replace(embed_dim=64))
+
+
+def test_any_classifier_can_teach_given_the_aux_size(toy_data):
+    teacher = Ancestry(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(256, 4)).eval(), None)
+    with pytest.raises(LearngeneError, match="aux_depth"):
+        condense("tleg", teacher, toy_data)
+    gene = condense("tleg", teacher, toy_data, steps=2, aux_depth=3, aux_embed_dim=32, aux_num_heads=4,
+                    aux_patch_size=4)
+    assert gene.ancestry is None and trained_spec(gene).short() == "L3-D32-H4" and trained_spec(gene).num_classes == 4
+
+
+TINY_ARGS = ["--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size", "16"]
+DATA = ["--data", "digits", "--train-images", "200"]
+
+
+def test_cli_condense_expand_inspect(tmp_path, capsys):
+    anc, gene, desc = (str(tmp_path / f"{n}.safetensors") for n in ("anc", "gene", "desc"))
+    assert main(["ancestry", *TINY_ARGS, *DATA, "--epochs", "1", "--quiet", "--out", anc]) == 0
+    assert main(["condense", "--method", "tleg", "--ancestry", anc, *DATA, "--max-steps", "3", "--quiet",
+                 "--run-dir", str(tmp_path / "run"), "--out", gene]) == 0
+    assert main(["expand", gene, "--depth", "5", "--opt", "layers=2-5", "--quiet", "--out", desc]) == 0
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=5, embed_dim=32, num_heads=2,
+                              patch_size=4, img_size=16, in_chans=1, num_classes=10)
+    model.load_state_dict(load_file(desc), strict=True)
+    capsys.readouterr()
+    assert main(["inspect", gene]) == 0
+    text = capsys.readouterr().out
+    assert "method tleg" in text and "2.00 layers' worth" in text and '"steps": 3' in text
+    assert main(["expand", gene, "--embed-dim", "64", "--num-heads", "2", "--quiet",
+                 "--out", str(tmp_path / "wide.safetensors")]) == 2
