@@ -1,0 +1,249 @@
+"""WAVE (Feng, Xie et al., "WAVE: Weight Templates for Adaptive Initialization of Variable-sized Models", 2024).
+
+The learngene is a set of weight templates shared by all layers. Layer l's weight of kind ⋆ (qkv,
+proj, fc1, fc2) is ``W^(l) = Σ_t kron(S^(l,t), T^(t))`` (Eq. 4): the w×w template tiled over the
+matrix's block grid, block (a, b) weighted by the scaler entry ``S^(l,t)[a, b]``. (The paper writes
+T ⊗ S; only ``kron(S, T)`` builds the matrix from weighted copies of the template, as it describes.)
+Biases and norms may get 1-D templates the same way (Table 4, optional). Templates and the aux net's
+scalers are condensed through an aux net by distillation (Eq. 5-6). A target of another depth or
+width gets fresh scalers by linear padding (Eq. 7) and, with ``adapt``, trains only those scalers on
+a little data with the templates frozen; widths must be multiples of the template size.
+
+Template counts: two per w×w block of the aux tensor ("base" and "per-layer slope"; Table 8's
+6/2/8/8 for qkv/proj/fc1/fc2 at w = D), so that TLEG is the special case of Appendix A.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from ..data import Data
+from ..errors import LearngeneError
+from ..gene import Learngene, register_method
+from ..spec import BLOCK_PARAMS, ViTSpec, block_key
+from ..train import TrainConfig, TrainResult, train
+from .auxnet import (
+    AuxConfig,
+    block_params_per_layer,
+    condense_through_aux,
+    expand_non_block,
+    initial_non_block,
+    resolve_aux_spec,
+    trained_spec,
+    with_trained_spec,
+)
+from .base import Ancestry, CondenseInputs, GeneNet, Method, StateDict
+
+MATRICES = {"qkv": "attn.qkv.weight", "proj": "attn.proj.weight", "fc1": "mlp.fc1.weight", "fc2": "mlp.fc2.weight"}
+VECTORS = tuple(name for name in BLOCK_PARAMS if name not in MATRICES.values())
+# q, k and v are three segments of the fused qkv rows; a widened net keeps each inside its own segment
+SEGMENTS = {"attn.qkv.weight": (3, 1), "attn.qkv.bias": (3,)}
+
+
+@dataclass(frozen=True)
+class WAVEConfig(AuxConfig):
+    """Options of WAVE.
+
+    Attributes:
+        template_size: w, the side of the templates (0 = the aux width; Table 8 uses D×D).
+        n_qkv, n_proj, n_fc1, n_fc2: templates per weight kind (0 = two per w×w block of the aux
+            matrix, i.e. Table 8's 6, 2, 8, 8 at w = D); even, first half "base", second half "slope".
+        vector_templates: 1-D templates for biases and norms (Table 4); off: they keep timm's init.
+        scaler_init: ``auto`` uses the scalers stored in the gene when they fit the target (the aux
+            net's, or those ``adapt`` trained), else linear padding; ``padding`` always uses Eq. 7.
+        padding_eps: ε of Eq. 7.
+        padding_offset: Eq. 7 weights the slope templates by l/L (0); TLEG's Eq. 1 uses (l−1)/L (1).
+        padding_seed: seed of Eq. 7's noise (expansion is a pure function of gene and options).
+        adapt_steps: scaler-training steps of ``adapt`` when the training config sets no ``max_steps``.
+    """
+
+    template_size: int = 0
+    n_qkv: int = 0
+    n_proj: int = 0
+    n_fc1: int = 0
+    n_fc2: int = 0
+    vector_templates: bool = True
+    scaler_init: str = "auto"
+    padding_eps: float = 1e-6
+    padding_offset: int = 0
+    padding_seed: int = 0
+    adapt_steps: int = 300
+
+
+def block_grid(spec: ViTSpec, name: str, w: int) -> tuple[int, ...]:
+    """How many w-wide blocks tile block tensor ``name`` of ``spec`` along each dimension."""
+    shape = spec.block_shapes()[name]
+    if any(s % w for s in shape):
+        raise LearngeneError(f"wave tiles {w}-wide templates, but {name} of {spec.short()} has shape {shape} "
+                             f"(width {spec.embed_dim}, MLP {spec.mlp_hidden}); choose a width whose every tensor "
+                             f"is a multiple of {w}, e.g. --embed-dim {w * max(1, round(spec.embed_dim / w))}")
+    return tuple(s // w for s in shape)
+
+
+def _place(index: int, aux_blocks: int, target_blocks: int, segments: int) -> int | None:
+    """Where aux block ``index`` sits in the target: same offset inside the same segment (None: cut off)."""
+    per_aux, per_target = aux_blocks // segments, target_blocks // segments
+    segment, offset = divmod(index, per_aux)
+    return segment * per_target + offset if offset < per_target else None
+
+
+def linear_padding(n: int, aux_grid: tuple[int, ...], grid: tuple[int, ...], depth: int, segments: tuple[int, ...],
+                   eps: float, offset: int, generator: torch.Generator) -> Tensor:
+    """Scalers ``(depth, n, *grid)`` by linear padding, WAVE Eq. 7.
+
+    ``S^(l,t) = (l/L)^{H(t − n/2)} · E_pos(t) + ε·N(0, 1)``: template t (0-indexed) marks one block
+    position of the aux tensor (row-major, ``t mod n/2``), with weight 1 for the first half of the
+    templates and l/L for the second (``(l − offset)/L``; offset 1 is TLEG's (l−1)/L). For a wider
+    target each aux block keeps its offset inside its segment (q, k, v of the fused qkv; whole tensor
+    otherwise): Eq. 7 taken literally would put the aux's key template into the wider net's query rows.
+    """
+    scalers = eps * torch.randn((depth, n, *grid), generator=generator)
+    slope = (torch.arange(1, depth + 1, dtype=torch.float32) - offset) / depth
+    half, positions = n // 2, math.prod(aux_grid)
+    for t in range(n):
+        aux_index = torch.unravel_index(torch.tensor((t % half) % positions), aux_grid)
+        index = [_place(int(i), a, g, s) for i, a, g, s in zip(aux_index, aux_grid, grid, segments)]
+        if None not in index:
+            scalers[(slice(None), t, *index)] += slope if t >= half else 1.0
+    return scalers
+
+
+@register_method
+class WAVE(Method):
+    name = "wave"
+    summary = "w×w weight templates + per-layer Kronecker scalers via an aux net; any depth and tiling width (adapt)"
+    paper = "Feng, Xie et al., 2024 (WAVE)"
+    Config = WAVEConfig
+    needs_data = True
+    needs_vit_ancestry = False
+    adaptable = True
+
+    def __init__(self, config=None, **overrides):
+        super().__init__(config, **overrides)
+        c = self.config
+        if c.scaler_init not in ("auto", "padding"):
+            raise LearngeneError(f"wave scaler_init must be auto or padding, not {c.scaler_init!r}")
+        counts = {k: getattr(c, f"n_{k}") for k in MATRICES}
+        if any(v < 0 or v % 2 for v in counts.values()) or c.template_size < 0:
+            raise LearngeneError(f"wave template counts must be even (base + slope halves) and sizes non-negative, "
+                                 f"got {counts}, template_size={c.template_size}")
+
+    # ---- the gene -----------------------------------------------------------------------------
+    def template_names(self) -> list[str]:
+        names = list(MATRICES.values())
+        return names + list(VECTORS) if self.config.vector_templates else names
+
+    def template_count(self, name: str, aux: ViTSpec, w: int) -> int:
+        kind = {v: k for k, v in MATRICES.items()}.get(name)
+        chosen = getattr(self.config, f"n_{kind}") if kind else 0
+        return chosen or 2 * math.prod(block_grid(aux, name, w))
+
+    def initial_tensors(self, aux: ViTSpec) -> StateDict:
+        """Templates start like TLEG's θ: trunc-normal(0.02) matrices; 1-D base templates 1 for norm
+        weights and 0 for biases, slope templates 0. Scalers: Eq. 7 for the aux net (Algorithm 1)."""
+        w = self.config.template_size or aux.embed_dim
+        tensors: StateDict = {}
+        for name in self.template_names():
+            n = self.template_count(name, aux, w)
+            if name in MATRICES.values():
+                tensors[f"templates.{name}"] = torch.nn.init.trunc_normal_(torch.empty(n, w, w), std=self.config.init_std)
+            else:
+                base = 1.0 if name.startswith("norm") and name.endswith("weight") else 0.0
+                tensors[f"templates.{name}"] = torch.cat([torch.full((n // 2, w), base), torch.zeros(n - n // 2, w)])
+        tensors.update(initial_non_block(aux))
+        generator = torch.Generator().manual_seed(self.config.padding_seed)
+        for name in self.template_names():
+            grid = block_grid(aux, name, w)
+            tensors[f"scalers.{name}"] = linear_padding(
+                tensors[f"templates.{name}"].shape[0], grid, grid, aux.depth, SEGMENTS.get(name, (1,) * len(grid)),
+                self.config.padding_eps, self.config.padding_offset, generator)
+        return tensors
+
+    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        aux = resolve_aux_spec(self.config, ancestry, inputs, self.name)
+        torch.manual_seed(inputs.train_cfg.seed if inputs is not None else 0)
+        start = self.new_gene(self.initial_tensors(aux), ancestry.spec if ancestry is not None else None)
+        return condense_through_aux(self, start, aux, ancestry, inputs)
+
+    # ---- expansion ----------------------------------------------------------------------------
+    def scalers(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        """The scalers for ``spec``: the stored ones when they fit (and ``scaler_init=auto``), else Eq. 7."""
+        names = [k.removeprefix("templates.") for k in gene.tensors if k.startswith("templates.")]
+        w = gene.tensors[f"templates.{names[0]}"].shape[-1]
+        wanted = {name: (spec.depth, gene.tensors[f"templates.{name}"].shape[0], *block_grid(spec, name, w))
+                  for name in names}
+        stored = {name: gene.tensors.get(f"scalers.{name}") for name in names}
+        if self.config.scaler_init == "auto" and all(
+                s is not None and tuple(s.shape) == wanted[name] for name, s in stored.items()):
+            return stored
+        source = trained_spec(gene)
+        generator = torch.Generator().manual_seed(self.config.padding_seed)
+        return {name: linear_padding(shape[1], block_grid(source, name, w), shape[2:], spec.depth,
+                                     SEGMENTS.get(name, (1,) * len(shape[2:])), self.config.padding_eps,
+                                     self.config.padding_offset, generator)
+                for name, shape in wanted.items()}
+
+    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        """Eq. 4 for every layer at once: ``W[l] = Σ_t kron(S[l, t], T[t])`` as one einsum per tensor kind."""
+        out: StateDict = {}
+        for name, scalers in self.scalers(gene, spec).items():
+            templates = gene.tensors[f"templates.{name}"]
+            scalers = scalers.to(templates)
+            if templates.ndim == 3:
+                stack = torch.einsum("ltab,tij->laibj", scalers, templates)
+            else:
+                stack = torch.einsum("lta,ti->lai", scalers, templates)
+            stack = stack.reshape(spec.depth, *spec.block_shapes()[name])
+            for layer, tensor in enumerate(stack.unbind(0)):
+                out[block_key(layer, name)] = tensor
+        out.update(expand_non_block(gene, spec))
+        return out
+
+    # ---- inheritance --------------------------------------------------------------------------
+    def adapt(self, gene: Learngene, spec: ViTSpec, data: Data, train_cfg: TrainConfig, eval_data: Data | None = None,
+              run_dir: str | Path | None = None, resume: bool = False) -> tuple[Learngene, TrainResult]:
+        """WAVE's inheritance: templates frozen, scalers for ``spec`` (Eq. 7, or the stored ones when
+        they fit) trained alone for ``adapt_steps`` steps (unless ``train_cfg.max_steps`` says) on a
+        little data. Parts the gene does not provide (a new head, embeddings of another width) train
+        along. Returns the gene specialized to ``spec``: its ``expand(spec)`` gives the adapted weights."""
+        tensors = {k: v for k, v in gene.tensors.items() if not k.startswith("scalers.")}
+        tensors.update({f"scalers.{k}": v for k, v in self.scalers(gene, spec).items()})
+        start = dataclasses.replace(gene, tensors=tensors)
+        torch.manual_seed(train_cfg.seed)
+        net = GeneNet(self, start, spec, trainable=lambda key: key.startswith("scalers."))
+        for name, p in net.skeleton.named_parameters():
+            if name.startswith("blocks."):  # without vector templates biases/norms stay timm's, as in the descendant
+                p.requires_grad_(False)
+        cfg = train_cfg if train_cfg.max_steps else train_cfg.replace(max_steps=self.config.adapt_steps)
+        result = train(net, data, cfg, eval_data, run_dir=run_dir, resume=resume)
+        with torch.no_grad():
+            provided, own = net.expanded(), net.skeleton.state_dict()
+            adapted = {k: v.detach().cpu().clone() for k, v in net.gene().tensors.items()
+                       if k.startswith(("templates.", "scalers."))}
+            adapted.update({k: (provided[k] if k in provided else own[k]).detach().cpu().clone()
+                            for k in spec.non_block_shapes()})
+        cost = {**gene.cost, "adapt": {"spec": spec.short(), "steps": result.steps, "seconds": round(result.seconds, 2),
+                                       "images": len(data), "eval_acc": result.final_acc}}
+        config = {**gene.config, "scaler_init": "auto"}
+        return with_trained_spec(dataclasses.replace(gene, tensors=adapted, config=config, cost=cost), spec), result
+
+    def describe(self, gene: Learngene) -> list[str]:
+        source = trained_spec(gene)
+        templates = {k: t for k, t in gene.tensors.items() if k.startswith("templates.")}
+        w = next(iter(templates.values())).shape[-1]
+        counts = ", ".join(f"{k.removeprefix('templates.')} {t.shape[0]}" for k, t in templates.items()
+                           if t.ndim == 3)
+        n_templates = sum(t.numel() for t in templates.values())
+        n_scalers = sum(t.numel() for k, t in gene.tensors.items() if k.startswith("scalers."))
+        rest = gene.num_stored_params - n_templates - n_scalers
+        vectors = "with" if any(t.ndim == 2 for t in templates.values()) else "without"
+        return [f"templates: {w}x{w} ({counts}), {vectors} 1-D templates for biases/norms: {n_templates:,} params "
+                f"= {n_templates / block_params_per_layer(source):.2f} layers' worth at width {source.embed_dim}",
+                f"scalers stored for {source.short()}: {n_scalers:,}; other sizes start from linear padding (Eq. 7)",
+                f"embeddings, final norm and head stored: {rest:,} (for {source.short()}, {source.num_classes} classes)"]

@@ -1,0 +1,206 @@
+"""WAVE: Kronecker templates (Eq. 4), linear padding (Eq. 7), TLEG as a special case (App. A), width, adapt."""
+
+import dataclasses
+
+import pytest
+import timm
+import torch
+from safetensors.torch import load_file
+
+from learngene.cli import main
+from learngene.describe import describe_gene
+from learngene.errors import LearngeneError
+from learngene.methods.auxnet import trained_spec, with_trained_spec
+from learngene.methods.base import CondenseInputs, GeneNet, make_descendant
+from learngene.methods.tleg import TLEG
+from learngene.methods.wave import MATRICES, WAVE, block_grid
+from learngene.spec import BLOCK_PARAMS, block_key
+from learngene.train import TrainConfig, evaluate
+
+
+def condense(ancestry, data, steps=4, seed=0, **opts):
+    cfg = TrainConfig(epochs=1, max_steps=steps, batch_size=16, lr=3e-3, seed=seed, distill_lambda=0.5, progress=False)
+    return WAVE(**opts).condense(ancestry, CondenseInputs(train=data, train_cfg=cfg))
+
+
+def random_gene(method, spec, seed=0, scalers=True):
+    torch.manual_seed(seed)
+    tensors = {k: (v if k.startswith("scalers.") else torch.randn_like(v))
+               for k, v in method.initial_tensors(spec).items() if scalers or not k.startswith("scalers.")}
+    return with_trained_spec(method.new_gene(tensors, None), spec)
+
+
+def tleg_as_wave(gene, spec, w):
+    """Appendix A: cut θ_B and θ_A into w×w (or w) blocks, row-major; θ_B's blocks first ("base"), then θ_A's."""
+    tensors = {k: v for k, v in gene.tensors.items() if not k.startswith("theta_")}
+    for name in BLOCK_PARAMS:
+        grid = block_grid(spec, name, w)
+
+        def cut(t):
+            if t.ndim == 1:
+                return t.reshape(grid[0], w)
+            return t.reshape(grid[0], w, grid[1], w).permute(0, 2, 1, 3).reshape(-1, w, w)
+
+        tensors[f"templates.{name}"] = torch.cat([cut(gene.tensors[f"theta_b.{name}"]), cut(gene.tensors[f"theta_a.{name}"])])
+    return with_trained_spec(WAVE().new_gene(tensors, None), spec)
+
+
+def test_kronecker_product_of_eq4(tiny_spec):
+    method = WAVE(template_size=16)
+    gene = random_gene(method, tiny_spec)
+    gene.tensors["scalers.mlp.fc1.weight"] = torch.randn_like(gene.tensors["scalers.mlp.fc1.weight"])
+    state = method.expand(gene, tiny_spec)
+    templates, scalers = gene.tensors["templates.mlp.fc1.weight"], gene.tensors["scalers.mlp.fc1.weight"]
+    for layer in range(tiny_spec.depth):
+        expected = sum(torch.kron(scalers[layer, t], templates[t]) for t in range(len(templates)))
+        assert torch.allclose(state[block_key(layer, "mlp.fc1.weight")], expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("w", [32, 16])
+def test_linear_padding_reproduces_tleg_appendix_a(tiny_spec, w):
+    torch.manual_seed(0)
+    tleg_gene = with_trained_spec(TLEG().new_gene(
+        {k: torch.randn_like(v) for k, v in TLEG().initial_tensors(tiny_spec).items()}, None), tiny_spec)
+    wave_gene = tleg_as_wave(tleg_gene, tiny_spec, w)
+    as_tleg = WAVE(padding_eps=0.0, padding_offset=1)  # TLEG's (l−1)/L
+    for depth in (1, 2, 3, 5, 8):
+        spec = tiny_spec.replace(depth=depth)
+        a, b = as_tleg.expand(wave_gene, spec), TLEG().expand(tleg_gene, spec)
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.allclose(a[key], b[key], atol=1e-6), key
+    # Eq. 7 as printed weights the slope templates by l/L: layer l is TLEG's layer l + 1 of a depth-L net
+    paper = WAVE(padding_eps=0.0).expand(wave_gene, tiny_spec.replace(depth=4))
+    theta_a, theta_b = tleg_gene.tensors["theta_a.attn.qkv.weight"], tleg_gene.tensors["theta_b.attn.qkv.weight"]
+    assert torch.allclose(paper[block_key(0, "attn.qkv.weight")], theta_b + 1 / 4 * theta_a, atol=1e-6)
+
+
+def test_width_tiles_the_aux_blocks_inside_q_k_v_segments(tiny_spec):
+    method = WAVE(padding_eps=0.0)
+    gene = random_gene(method, tiny_spec, scalers=False)
+    narrow_spec, wide_spec = tiny_spec.replace(depth=3), tiny_spec.replace(depth=3, embed_dim=64, num_heads=4)
+    narrow, wide = method.expand(gene, narrow_spec), method.expand(gene, wide_spec)
+    for layer in range(3):
+        n, w = (s[block_key(layer, "attn.qkv.weight")] for s in (narrow, wide))
+        for seg in range(3):  # q, k, v of the aux land at the start of the wide q, k, v
+            assert torch.equal(w[seg * 64:seg * 64 + 32, :32], n[seg * 32:(seg + 1) * 32])
+            assert not w[seg * 64 + 32:(seg + 1) * 64].any() and not w[seg * 64:(seg + 1) * 64, 32:].any()
+        n, w = (s[block_key(layer, "mlp.fc2.weight")] for s in (narrow, wide))
+        assert torch.equal(w[:32, :128], n) and not w[32:].any() and not w[:, 128:].any()
+        n, w = (s[block_key(layer, "norm1.weight")] for s in (narrow, wide))
+        assert torch.equal(w[:32], n) and not w[32:].any()
+    model = wide_spec.create_model()
+    result = model.load_state_dict(wide, strict=False)
+    assert not result.unexpected_keys and set(result.missing_keys) == set(wide_spec.non_block_shapes())
+
+
+def test_width_that_does_not_tile_is_a_clear_error(tiny_spec):
+    gene = random_gene(WAVE(), tiny_spec)
+    with pytest.raises(LearngeneError, match="multiple of 32"):
+        WAVE().expand(gene, tiny_spec.replace(embed_dim=48, num_heads=2))
+    with pytest.raises(LearngeneError, match="multiple of 32"):
+        WAVE().expand(gene, tiny_spec.replace(mlp_ratio=3.5))
+    with pytest.raises(LearngeneError, match="even"):
+        WAVE(n_qkv=5)
+
+
+def test_expansion_loads_strictly_into_timm_and_is_differentiable(tiny_spec):
+    method = WAVE()
+    gene = random_gene(method, tiny_spec, scalers=False)
+    for depth in range(1, 4 * tiny_spec.depth + 1):
+        spec = tiny_spec.replace(depth=depth)
+        timm.create_model("vit_tiny_patch16_224", pretrained=False, **spec.timm_kwargs()).load_state_dict(
+            method.expand(gene, spec), strict=True)
+    gene = random_gene(method, tiny_spec)
+    leaves = {k: v.clone().requires_grad_() for k, v in gene.tensors.items()}
+    state = method.expand(dataclasses.replace(gene, tensors=leaves), tiny_spec)
+    sum((v * torch.randn_like(v)).sum() for v in state.values()).backward()
+    assert all(leaves[k].grad is not None and leaves[k].grad.abs().sum() > 0 for k in leaves)
+
+
+def test_template_counts_follow_table_8(tiny_spec):
+    torch.manual_seed(0)
+    tensors = WAVE().initial_tensors(tiny_spec)
+    assert [tensors[f"templates.{n}"].shape[0] for n in MATRICES.values()] == [6, 2, 8, 8]
+    assert tensors["templates.attn.qkv.weight"].shape[1:] == (32, 32)
+    assert tensors["scalers.attn.qkv.weight"].shape == (2, 6, 3, 1)
+    small = WAVE(template_size=16, n_qkv=6).initial_tensors(tiny_spec)
+    assert small["templates.attn.qkv.weight"].shape == (6, 16, 16) and small["templates.mlp.fc1.weight"].shape[0] == 32
+    plain = WAVE(vector_templates=False).initial_tensors(tiny_spec)
+    assert not any(k.startswith("templates.norm") or k.endswith("bias") and k.startswith("templates.") for k in plain)
+
+
+def test_descendant_of_the_aux_size_is_the_aux_net(tiny_ancestry, toy_data, tiny_spec):
+    gene = condense(tiny_ancestry, toy_data)
+    net = GeneNet(WAVE.from_gene(gene), gene, tiny_spec).eval()
+    descendant = make_descendant(gene, tiny_spec, seed=3).eval()
+    x = toy_data.get_batch(torch.arange(16))[0]
+    with torch.no_grad():
+        assert torch.allclose(net(x), descendant(x), atol=1e-6, rtol=1e-5)
+        # the condensed scalers are not linear: a freshly padded net of the same size is another function
+        padded = make_descendant(gene, tiny_spec, seed=3, scaler_init="padding").eval()
+        assert not torch.allclose(net(x), padded(x), atol=1e-4)
+
+
+def test_condensation_is_deterministic(tiny_ancestry, toy_data):
+    a, b = condense(tiny_ancestry, toy_data), condense(tiny_ancestry, toy_data)
+    assert all(torch.equal(a.tensors[k], b.tensors[k]) for k in a.tensors)
+    assert a.cost["steps"] == 4 and a.cost["distill_lambda"] == 0.5
+
+
+def test_without_vector_templates_biases_and_norms_keep_timm_init(tiny_ancestry, toy_data, tiny_spec):
+    gene = condense(tiny_ancestry, toy_data, steps=2, vector_templates=False)
+    provided = WAVE.from_gene(gene).provided_keys(gene, tiny_spec.replace(depth=3))
+    assert {k.split(".", 2)[2] for k in provided if k.startswith("blocks.")} == set(MATRICES.values())
+
+
+def test_adapt_trains_only_the_scalers_and_its_gene_is_the_adapted_net(tiny_ancestry, toy_data, tiny_spec):
+    gene = condense(tiny_ancestry, toy_data, steps=2)
+    spec = tiny_spec.replace(depth=3)
+    method = WAVE.from_gene(gene)
+    cfg = TrainConfig(epochs=1, max_steps=5, batch_size=16, lr=1e-2, progress=False)
+    adapted, result = method.adapt(gene, spec, toy_data, cfg, eval_data=toy_data)
+    assert result.steps == 5 and trained_spec(adapted) == spec
+    for key, value in gene.tensors.items():
+        if not key.startswith("scalers."):  # templates and (same-size) embeddings and head are frozen
+            assert torch.equal(adapted.tensors[key], value), key
+    padded = method.scalers(gene, spec)["attn.qkv.weight"]
+    assert adapted.tensors["scalers.attn.qkv.weight"].shape == padded.shape
+    assert not torch.allclose(adapted.tensors["scalers.attn.qkv.weight"], padded)
+    descendant = make_descendant(adapted, spec)
+    assert evaluate(descendant, toy_data)["acc"] == result.final_acc
+
+
+def test_adapt_to_a_doubled_width_trains_what_the_gene_cannot_provide(tiny_ancestry, toy_data, tiny_spec):
+    gene = condense(tiny_ancestry, toy_data, steps=2)
+    wide = tiny_spec.replace(depth=3, embed_dim=64, num_heads=4)
+    method = WAVE.from_gene(gene, adapt_steps=3)
+    adapted, result = method.adapt(gene, wide, toy_data, TrainConfig(epochs=1, batch_size=16, progress=False))
+    assert result.steps == 3
+    assert adapted.tensors["pos_embed"].shape[-1] == 64 and adapted.tensors["scalers.mlp.fc1.weight"].shape == (3, 8, 8, 2)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, **wide.timm_kwargs())
+    model.load_state_dict(WAVE.from_gene(adapted).expand(adapted, wide), strict=True)
+    assert "scalers stored for L3-D64-H4" in describe_gene(adapted)
+
+
+TINY_ARGS = ["--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size", "16"]
+DATA = ["--data", "digits", "--train-images", "200"]
+
+
+def test_cli_condense_adapt_expand_inspect(tmp_path, capsys):
+    anc, gene, adapted = (str(tmp_path / f"{n}.safetensors") for n in ("anc", "gene", "adapted"))
+    assert main(["ancestry", *TINY_ARGS, *DATA, "--epochs", "1", "--quiet", "--out", anc]) == 0
+    assert main(["condense", "--method", "wave", "--ancestry", anc, *DATA, "--max-steps", "3", "--distill-lambda", "0.5",
+                 "--quiet", "--out", gene]) == 0
+    wide = ["--depth", "3", "--embed-dim", "64", "--num-heads", "4"]
+    assert main(["adapt", gene, *wide, *DATA, "--max-steps", "3", "--quiet", "--gene-out", adapted,
+                 "--out", str(tmp_path / "wide.safetensors")]) == 0
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=3, embed_dim=64, num_heads=4,
+                              patch_size=4, img_size=16, in_chans=1, num_classes=10)
+    model.load_state_dict(load_file(str(tmp_path / "wide.safetensors")), strict=True)
+    assert main(["expand", gene, "--depth", "6", "--quiet", "--out", str(tmp_path / "deep.safetensors")]) == 0
+    capsys.readouterr()
+    assert main(["inspect", adapted]) == 0
+    assert "scalers stored for L3-D64-H4" in capsys.readouterr().out
+    assert main(["expand", gene, "--embed-dim", "48", "--num-heads", "2", "--quiet",
+                 "--out", str(tmp_path / "bad.safetensors")]) == 2
