@@ -3,7 +3,8 @@
 Each step is what the training loop does: forward, cross-entropy, backward, gradient clipping and an
 AdamW update. The variants are timed in interleaved repetitions (the order rotates every repetition)
 so that load drifting on a shared machine hits them alike; the ratio reported is the median over
-repetitions of (aux step time / plain step time in the same repetition).
+repetitions of (aux step time / plain step time in the same repetition), for wall-clock time and, on
+CPU, for the process's CPU time (less disturbed by other processes competing for the cores).
 
     PYTHONPATH=src python benchmarks/aux_step.py                   # cpu_small shape, batch 256
     PYTHONPATH=src python benchmarks/aux_step.py --depth 4 --embed-dim 64 --num-heads 4
@@ -69,20 +70,26 @@ def main() -> None:
     for step in steps.values():  # warm-up
         step(), step()
     times: dict[str, list[float]] = {name: [] for name in steps}
+    cpu_times: dict[str, list[float]] = {name: [] for name in steps}
     names = list(steps)
     for rep in range(args.reps):
         for name in names[rep % len(names):] + names[:rep % len(names)]:
             sync()
-            tic = time.perf_counter()
+            tic, cpu_tic = time.perf_counter(), time.process_time()
             steps[name]()
             sync()
             times[name].append(time.perf_counter() - tic)
+            cpu_times[name].append(time.process_time() - cpu_tic)
     print(f"shape {spec.short()} mlp {spec.mlp_hidden}, {args.img_size}px/{args.patch_size}, batch {args.batch_size}, "
           f"{args.device}, {torch.get_num_threads()} threads, {args.reps} interleaved reps")
     for name in names:
-        ratios = [t / p for t, p in zip(times[name], times["plain"])]
-        print(f"  {name:10s} median step {statistics.median(times[name]) * 1e3:8.1f} ms   "
-              f"ratio to plain: median {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f})")
+        wall = [t / p for t, p in zip(times[name], times["plain"])]
+        line = (f"  {name:10s} median step {statistics.median(times[name]) * 1e3:7.1f} ms  wall ratio to plain "
+                f"{statistics.median(wall):.3f} (min {min(wall):.2f}, max {max(wall):.2f})")
+        if device.type == "cpu":
+            cpu = [t / p for t, p in zip(cpu_times[name], cpu_times["plain"])]
+            line += f"  CPU-time ratio {statistics.median(cpu):.3f} (min {min(cpu):.2f}, max {max(cpu):.2f})"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """TLEG and Share-Init: Eq. 1 expansion, condensation through the aux net, options, storage, CLI."""
 
 import dataclasses
+import importlib
 
 import pytest
 import timm
@@ -190,3 +191,30 @@ def test_cli_condense_expand_inspect(tmp_path, capsys):
     assert "method tleg" in text and "2.00 layers' worth" in text and '"steps": 3' in text
     assert main(["expand", gene, "--embed-dim", "64", "--num-heads", "2", "--quiet",
                  "--out", str(tmp_path / "wide.safetensors")]) == 2
+
+
+def test_condensation_resumes_after_a_crash_bit_for_bit(tiny_ancestry, toy_data, tmp_path, monkeypatch):
+    loop = importlib.import_module("learngene.train")  # the package exports a function of that name too
+
+    def run(run_dir, resume=False):
+        cfg = TrainConfig(epochs=2, batch_size=16, lr=3e-3, distill_lambda=1.0, checkpoint_every=2, progress=False)
+        inputs = CondenseInputs(train=toy_data, train_cfg=cfg, run_dir=run_dir, resume=resume)
+        return TLEG().condense(tiny_ancestry, inputs)
+
+    whole = run(tmp_path / "whole")
+    real_loss, seen = loop.distill_loss, {"steps": 0, "crash_at": 6}
+
+    def loss_that_crashes(*args, **kwargs):
+        seen["steps"] += 1
+        if seen["steps"] == seen["crash_at"]:
+            raise RuntimeError("power cut")
+        return real_loss(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "distill_loss", loss_that_crashes)
+    with pytest.raises(RuntimeError, match="power cut"):
+        run(tmp_path / "crashed")
+    seen.update(steps=0, crash_at=None)
+    resumed = run(tmp_path / "crashed", resume=True)
+    assert seen["steps"] == 4  # it went on from the checkpoint of step 4
+    assert resumed.cost["steps"] == whole.cost["steps"] == 8
+    assert all(torch.equal(whole.tensors[k], resumed.tensors[k]) for k in whole.tensors)
