@@ -156,8 +156,9 @@ class TLEG(Method):
         blocks = sum(t.numel() for k, t in gene.tensors.items() if k.startswith("theta_"))
         rest = gene.num_stored_params - blocks
         per_layer = block_params_per_layer(source)
+        rule = "θ_B + (l−1)/L·θ_A" if self.has_slope else "one shared θ_B"
         return [f"aux net: {source.short()} (width {source.embed_dim}, {source.num_heads} heads); "
-                f"linearly expanded: {', '.join(self.config.modules)}; layers: {self.config.layers}",
+                f"{rule} for modules {', '.join(self.config.modules)}, layers {self.config.layers}",
                 f"block tensors stored: {blocks:,} = {blocks / per_layer:.2f} layers' worth at this width "
                 f"(one layer: {per_layer:,}), expanding to any depth",
                 f"embeddings, final norm and head stored: {rest:,}"]
