@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 3's check on Fashion-MNIST, CPU: an ancestry, TLEG / Share-Init / WAVE genes condensed through an
 # L4-D64-H4 aux net, descendants of depth 2, 4, 6, 8 (and WAVE at width 128 via adapt) fine-tuned for one
-# epoch each, next to scratch descendants of the same sizes after the same epoch.
+# epoch each (on FINETUNE_IMAGES training images, test on all 10k), next to scratch descendants of the same
+# sizes after the same epoch.
 #
 #   bash benchmarks/tleg_wave_check.sh [OUT_DIR]      (default runs/tleg_wave_check; finished steps are skipped)
 #   DATA_FLAGS="--train-images 300" ANCESTRY_EPOCHS=1 CONDENSE_EPOCHS=1 bash benchmarks/tleg_wave_check.sh /tmp/dry
@@ -14,7 +15,8 @@ export PYTHONPATH=src
 OUT=${1:-runs/tleg_wave_check}
 LG="python -m learngene"
 ANCESTRY_EPOCHS=${ANCESTRY_EPOCHS:-4}
-CONDENSE_EPOCHS=${CONDENSE_EPOCHS:-3}
+CONDENSE_EPOCHS=${CONDENSE_EPOCHS:-2}
+FINETUNE_IMAGES=${FINETUNE_IMAGES:-15000}
 read -r -a DATA <<< "${DATA_FLAGS:-}"
 ADAPT=(--train-images 5000 --max-steps 200)
 AUX=(--opt aux_depth=4 --opt aux_embed_dim=64 --opt aux_num_heads=4)
@@ -53,7 +55,8 @@ descend() {  # descend NAME SIZE_FLAGS...
     run "$OUT"/models/$name.init.safetensors $LG expand "$OUT"/$method.safetensors "$@" --quiet \
       --out "$OUT"/models/$name.init.safetensors
   fi
-  run "$OUT"/models/$name.ft.safetensors $LG train "$OUT"/models/$name.init.safetensors --epochs 1 "${DATA[@]}" --quiet \
+  run "$OUT"/models/$name.ft.safetensors $LG train "$OUT"/models/$name.init.safetensors --epochs 1 \
+    --train-images "$FINETUNE_IMAGES" "${DATA[@]}" --quiet \
     --run-dir "$OUT"/runs/train-$name --out "$OUT"/models/$name.ft.safetensors
 }
 for depth in 2 4 6 8; do
