@@ -210,13 +210,14 @@ def cmd_expand(args: argparse.Namespace) -> None:
         raise LearngeneError(f"{args.gene} records no ancestry size; give --preset and/or all size flags")
     spec = spec_from_args(args, base=gene.ancestry)
     options = parse_options(get_method(gene.method).Config, args.opt or [])
-    model = make_descendant(gene, spec, seed=args.seed, **options)
+    model = make_descendant(gene, spec, seed=args.seed, top_up=args.top_up, **options)
     provided = get_method(gene.method).from_gene(gene, **options).provided_keys(gene, spec)
     save_model(args.out, model, spec, origin={"kind": "descendant", "method": gene.method, "gene": str(args.gene),
-                                              "options": options, "provided_keys": len(provided)},
-               overwrite=args.overwrite)
+                                              "options": options, "provided_keys": len(provided),
+                                              "top_up": args.top_up}, overwrite=args.overwrite)
     _say(args, f"wrote {args.out}: {spec.short()} timm ViT ({spec.num_params:,} params), "
-               f"{len(provided)}/{len(spec.state_shapes())} tensors from the {gene.method} gene")
+               f"{len(provided)}/{len(spec.state_shapes())} tensors from the {gene.method} gene"
+               + (f", the rest topped up by {args.top_up} where it has weights" if args.top_up else ""))
 
 
 def cmd_adapt(args: argparse.Namespace) -> None:
@@ -332,6 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("gene", help="learngene file (.safetensors)")
     add_spec_args(p)
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option for this expansion (repeatable)")
+    p.add_argument("--top-up", metavar="METHOD", help="fill what the gene leaves to timm from a method without a "
+                                                      "learngene, e.g. mimetic (attention weights, sin-cos positions)")
     add_common(p)
     add_output(p, "descendant model")
     p.set_defaults(func=cmd_expand)
