@@ -273,6 +273,12 @@ def cmd_inspect(args: argparse.Namespace) -> None:
     from .describe import describe_file
 
     print(describe_file(args.path, show_tensors=args.tensors))
+    if args.plot:
+        from .gene import Learngene
+        from .methods.cluster import plot_attention_distance
+
+        plot_attention_distance(Learngene.load(args.path), args.plot)
+        print(f"wrote {args.plot}")
 
 
 def cmd_methods(args: argparse.Namespace) -> None:
@@ -367,6 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "stored parameters, cost; or a model's spec, parameters and FLOPs.")
     p.add_argument("path", help="learngene or model file")
     p.add_argument("--tensors", action="store_true", help="also list every tensor and its shape")
+    p.add_argument("--plot", metavar="PNG", help="write a plot of mean attention distance per layer and head "
+                                                 "(cluster learngenes)")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("methods", help="list the registered methods and their options",
