@@ -12,7 +12,7 @@ Fig. 1c).
 Inheriting (Sec. 2.3, priority weight-sharing). Descendant head ``i`` of ``H_d`` is a copy of centroid
 ``i mod c_l``: when ``H_d`` is a multiple of ``c_l`` every centroid is shared ``H_d / c_l`` times, otherwise
 the first ``H_d mod c_l`` (largest-cluster) centroids get one copy more; with ``H_d < c_l`` the largest
-clusters win. W_O columns follow their heads and are copied as they are. Copies are independent
+clusters win. W_O columns follow their heads (App. D) and are copied unscaled. Copies are independent
 parameters of a plain timm ViT, so every layer has the same ``H_d`` heads (the paper's incrementing /
 decrementing head counts per layer are not plain timm ViTs and are not offered). Heads keep the
 ancestry's size ``d``, so the descendant is ``H_d·d`` wide; other residual widths, MLP sizes and
@@ -39,9 +39,9 @@ from ..gene import Learngene, register_method
 from ..heads import mix_heads, select_matrix
 from ..spec import ViTSpec, block_key
 from .base import Ancestry, CondenseInputs, Method, StateDict, block_state, inherit_non_block
-from .resize import axis_map, resize_block, resize_non_block, stretch
+from .resize import axis_map, cyclic, resize_block, resize_non_block, stretch
 
-PAPER_EPS_PX, PAPER_IMG_SIZE = 10.0, 224  # Eps = 10 px at 224-px images (Sec. 3.1)
+PAPER_EPS_PX, PAPER_IMG_SIZE = 10.0, 224  # Eps = 10 px at 224-px images (App. C)
 DISTANCE, LABELS, CENTROIDS = "clusters.distance", "clusters.labels", "clusters.centroids."
 ATTENTION = ("attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight")
 FFN = ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias")
@@ -157,7 +157,7 @@ def cluster_heads(distances: Tensor, eps: float, min_heads: int = 1) -> tuple[Te
 
 def priority_sharing(num_centroids: int, num_heads: int) -> Tensor:
     """Centroid of each of ``num_heads`` descendant heads: ``i mod c`` (Sec. 2.3, Fig. 2)."""
-    return torch.arange(num_heads) % num_centroids
+    return cyclic(num_centroids, num_heads)
 
 
 @register_method
@@ -176,6 +176,7 @@ class ClusterLearngene(Method):
             raise LearngeneError("cluster needs min_heads >= 1, eps >= 0 and num_images >= 1")
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        """Distances on ``inputs.train`` (Eq. 4), DBSCAN per layer (Algorithm 1), the centroid heads kept."""
         spec = ancestry.require_vit(self.name)
         if inputs is None or inputs.train is None:
             raise LearngeneError("cluster measures attention on real images: give training data (--data)")
@@ -203,6 +204,7 @@ class ClusterLearngene(Method):
         return self.new_gene(tensors, spec, cost={"images": min(cfg.num_images, len(inputs.train)), "eps_px": eps})
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        """Priority weight-sharing of each (stretched) layer's centroids to ``spec.num_heads`` heads (Sec. 2.3)."""
         src: ViTSpec = gene.ancestry
         if spec.head_dim != src.head_dim:
             raise LearngeneError(f"cluster copies heads of {src.head_dim} dims, so a {spec.num_heads}-head descendant "
@@ -233,7 +235,7 @@ class ClusterLearngene(Method):
                 groups.append("{" + " ".join(f"h{h}{'*' if h == centroid else ''}:{distances[layer, h]:.1f}"
                                              for h in members) + "}")
             noise = (labels[layer] < 0).nonzero().flatten().tolist()
-            lines.append(f"  layer {layer}: {len(groups)} clusters " + " ".join(groups)
+            lines.append(f"  layer {layer}: {len(groups)} cluster{'s' if len(groups) > 1 else ''} " + " ".join(groups)
                          + (f" noise {noise}" if noise else ""))
         return lines
 
@@ -248,7 +250,7 @@ def plot_attention_distance(gene: Learngene, path: str | os.PathLike) -> None:
     if DISTANCE not in gene.tensors:
         raise LearngeneError(f"this {gene.method} learngene holds no attention distances; plot a cluster learngene")
     distances, labels = gene.tensors[DISTANCE], gene.tensors[LABELS]
-    fig = Figure(figsize=(1.2 + 0.6 * len(distances), 3.6), layout="constrained")
+    fig = Figure(figsize=(max(4.5, 1.2 + 0.5 * len(distances)), 3.6), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     for layer in range(len(distances)):
@@ -260,8 +262,9 @@ def plot_attention_distance(gene: Learngene, path: str | os.PathLike) -> None:
     ax.set_xlabel("layer")
     ax.set_ylabel("mean attention distance (px)")
     ax.set_xticks(range(1, len(distances) + 1))
-    ax.set_title(f"attention distance per head ({gene.ancestry.short() if gene.ancestry else 'ancestry'}); "
-                 f"colour = cluster, ring = centroid", fontsize=9)
+    ax.set_ylim(0, float(distances.max()) * 1.1)
+    ax.set_title(f"mean attention distance per head, {gene.ancestry.short() if gene.ancestry else 'ancestry'}\n"
+                 f"colour: cluster, ring: centroid", fontsize=9)
     ax.grid(alpha=0.3)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120)

@@ -47,7 +47,7 @@ from ..heads import join_proj, join_qkv, mix_heads, split_proj, split_qkv
 from ..spec import ViTSpec, block_key
 from ..train import TrainConfig, TrainResult, train
 from .base import Ancestry, CondenseInputs, GeneNet, Method, StateDict, block_state, inherit_non_block
-from .resize import axis_map, resize_block, resize_non_block, stretch
+from .resize import axis_map, cyclic, resize_block, resize_non_block, stretch
 
 # gene tensors stacked over layers: (layers, heads, ...) for the MSA heads, (layers, ...) otherwise
 HEAD_PARTS = ("q", "k", "v", "q_bias", "k_bias", "v_bias", "proj_cols")
@@ -129,7 +129,7 @@ class PEG(Method):
         out: StateDict = {}
         for name, n_in in (("msa_layers", msa_layers), ("ffn_layers", ffn_layers)):
             out[f"phi.{name}.w1"], out[f"phi.{name}.w2"] = phi_init(n_in, stretch(n_in, spec.depth))
-        w1, w2 = phi_init(gene_heads, torch.arange(spec.num_heads) % gene_heads)
+        w1, w2 = phi_init(gene_heads, cyclic(gene_heads, spec.num_heads))
         out["phi.heads.w1"] = w1.expand(spec.depth, -1, -1).clone()
         out["phi.heads.w2"] = w2.expand(spec.depth, -1, -1).clone()
         return out
@@ -147,6 +147,7 @@ class PEG(Method):
         return stored
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        """φ over the layer axis, then per layer over the head axis (Eq. 6); widths by :mod:`.resize`."""
         src: ViTSpec = gene.ancestry
         t = gene.tensors
         gene_heads, head_dim = t["msa.q"].shape[1:3]
@@ -158,8 +159,10 @@ class PEG(Method):
                for p in HEAD_PARTS + MSA_LAYER_PARTS}
         for p in HEAD_PARTS:
             msa[p] = apply_phi(phi["phi.heads.w1"], phi["phi.heads.w2"], msa[p], batch_dims=1)
-        copies = torch.bincount(torch.arange(spec.num_heads) % gene_heads, minlength=gene_heads).float()
-        msa["proj_cols"] = msa["proj_cols"] / copies[torch.arange(spec.num_heads) % gene_heads].view(1, -1, 1, 1)
+        # a head φ's initial repeat copies m times reads 1/m of its W_O columns: the layer starts as the gene's
+        source = cyclic(gene_heads, spec.num_heads)
+        copies = torch.bincount(source, minlength=gene_heads).float()[source]
+        msa["proj_cols"] = msa["proj_cols"] / copies.view(1, -1, 1, 1)
         ffn = {p: apply_phi(phi["phi.ffn_layers.w1"], phi["phi.ffn_layers.w2"], t[f"ffn.{p}"]) for p in FFN_PARTS}
 
         width = axis_map(src.embed_dim, spec.embed_dim)

@@ -42,9 +42,14 @@ def axis_map(n_src: int, n_dst: int) -> AxisMap:
     """Evenly spaced source coordinates when shrinking, a cyclic repeat when growing."""
     if n_src < 1 or n_dst < 1:
         raise LearngeneError(f"cannot map an axis of {n_src} coordinates onto {n_dst}")
-    index = evenly_spaced(n_src, n_dst) if n_dst <= n_src else torch.arange(n_dst) % n_src
+    index = evenly_spaced(n_src, n_dst) if n_dst <= n_src else cyclic(n_src, n_dst)
     copies = torch.bincount(index, minlength=n_src).to(torch.float32)
     return AxisMap(index, 1.0 / copies[index])
+
+
+def cyclic(n_src: int, n_dst: int) -> Tensor:
+    """Source of each of ``n_dst`` targets repeating ``n_src`` sources in turn: ``i mod n_src``."""
+    return torch.arange(n_dst) % n_src
 
 
 def stretch(n_src: int, n_dst: int) -> Tensor:
