@@ -401,7 +401,10 @@ def _version() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a one-line usage error already printed
+        return int(exc.code or 0)
     try:
         dist.init_from_env()
         args.func(args)

@@ -163,12 +163,13 @@ def inherit_non_block(state: StateDict, source: ViTSpec, target: ViTSpec,
                       parts: tuple[str, ...] = ("embed", "norm", "head")) -> StateDict:
     """Carry embeddings, final norm and classifier from ``source`` to ``target`` where they fit.
 
-    Position embeddings are resampled to the target grid (timm's bicubic resampler, differentiable);
-    the class token/prefix is kept only when both specs have one; the head only when the label spaces
-    agree; the final norm moves between timm's ``norm`` and ``fc_norm`` with the pooling. Anything of
-    another width or input layout is left to the target's own initialization.
+    Position embeddings are resampled to the target grid and patch embeddings to the target patch size
+    (timm's resamplers, differentiable); the class token/prefix is kept only when both specs have one;
+    the head only when the label spaces agree; the final norm moves between timm's ``norm`` and
+    ``fc_norm`` with the pooling. Another width is left to the target's own initialization (methods
+    that change width narrow these tensors first); another input channel count is an error.
     """
-    from timm.layers import resample_abs_pos_embed
+    from timm.layers import resample_abs_pos_embed, resample_patch_embed
 
     out: StateDict = {}
     if source.embed_dim != target.embed_dim:
@@ -189,10 +190,15 @@ def inherit_non_block(state: StateDict, source: ViTSpec, target: ViTSpec,
                     out["pos_embed"] = torch.cat([prefix, patches], dim=1)
             else:
                 out["pos_embed"] = patches
-        if (source.in_chans, source.patch_size) == (target.in_chans, target.patch_size):
-            for key in ("patch_embed.proj.weight", "patch_embed.proj.bias"):
-                if key in state:
-                    out[key] = state[key]
+        if "patch_embed.proj.weight" in state:
+            if source.in_chans != target.in_chans:
+                raise LearngeneError(f"the ancestry takes {source.in_chans}-channel images but the target asks for "
+                                     f"{target.in_chans}; keep in_chans={source.in_chans} (data are converted to it)")
+            weight = state["patch_embed.proj.weight"]
+            if source.patch_size != target.patch_size:
+                weight = resample_patch_embed(weight, [target.patch_size] * 2, verbose=False)
+            out["patch_embed.proj.weight"] = weight
+            out["patch_embed.proj.bias"] = state["patch_embed.proj.bias"]
     if "norm" in parts:
         for suffix in ("weight", "bias"):
             key = f"{source.final_norm_key}.{suffix}"

@@ -1,0 +1,79 @@
+"""Shared fixtures: tiny specs, tiny datasets and a tiny trained ancestry, all on CPU in seconds."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from learngene.data import ImageData
+from learngene.methods.base import Ancestry
+from learngene.spec import ViTSpec
+
+TINY = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--runslow", action="store_true", default=False, help="run tests marked slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--runslow"):
+        return
+    skip = pytest.mark.skip(reason="slow: pass --runslow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def tiny_spec() -> ViTSpec:
+    return TINY
+
+
+def make_images(n: int = 64, num_classes: int = 4, size: int = 16, chans: int = 1, seed: int = 0) -> ImageData:
+    """A learnable toy task: class c is a stripe pattern of period c + 2 pixels (plus noise), visible in every patch."""
+    gen = torch.Generator().manual_seed(seed)
+    labels = torch.arange(n) % num_classes
+    images = torch.randint(0, 60, (n, chans, size, size), generator=gen, dtype=torch.uint8)
+    cols = torch.arange(size)
+    for i, c in enumerate(labels.tolist()):
+        stripes = ((cols % (c + 2)) == 0).to(torch.uint8) * 150
+        images[i] += stripes.view(1, 1, size)
+    return ImageData(images, labels, num_classes, (0.3,) * chans, (0.3,) * chans, name="toy")
+
+
+@pytest.fixture
+def toy_data() -> ImageData:
+    return make_images()
+
+
+@pytest.fixture
+def tiny_ancestry(tiny_spec) -> Ancestry:
+    torch.manual_seed(0)
+    model = tiny_spec.create_model().eval()
+    return Ancestry(model, tiny_spec)
+
+
+def write_idx(folder, prefix: str, images: np.ndarray, labels: np.ndarray) -> None:
+    """Write IDX files (gzipped) as Fashion-MNIST ships them."""
+    n, h, w = images.shape
+    with gzip.open(folder / f"{prefix}-images-idx3-ubyte.gz", "wb") as fh:
+        fh.write(struct.pack(">IIII", 2051, n, h, w) + images.astype(np.uint8).tobytes())
+    with gzip.open(folder / f"{prefix}-labels-idx1-ubyte.gz", "wb") as fh:
+        fh.write(struct.pack(">II", 2049, n) + labels.astype(np.uint8).tobytes())
+
+
+@pytest.fixture
+def fake_fashion(tmp_path, monkeypatch):
+    """A folder with tiny Fashion-MNIST-format IDX files; the cache goes to tmp."""
+    folder = tmp_path / "fm"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    write_idx(folder, "train", rng.integers(0, 255, (40, 28, 28)), np.arange(40) % 10)
+    write_idx(folder, "t10k", rng.integers(0, 255, (20, 28, 28)), np.arange(20) % 10)
+    monkeypatch.setenv("LEARNGENE_CACHE", str(tmp_path / "cache"))
+    return folder

@@ -1,0 +1,101 @@
+"""The command line end to end on tiny sizes (digits at 16 px), and its one-line errors."""
+
+import subprocess
+import sys
+
+import pytest
+import timm
+import torch
+from safetensors.torch import load_file
+
+from learngene.cli import build_parser, main
+
+TINY_ARGS = ["--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size", "16"]
+DATA = ["--data", "digits", "--train-images", "200"]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    assert main(["ancestry", *TINY_ARGS, *DATA, "--epochs", "1", "--quiet", "--out", str(d / "anc.safetensors")]) == 0
+    assert main(["condense", "--method", "pretrained", "--ancestry", str(d / "anc.safetensors"), "--quiet",
+                 "--out", str(d / "gene.safetensors")]) == 0
+    return d
+
+
+def test_every_subcommand_has_help(capsys):
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name in sub.choices:
+        assert main([name, "--help"]) == 0
+        assert "usage: learngene " + name in capsys.readouterr().out
+
+
+def test_expand_writes_a_descendant_timm_loads_strictly(workdir, capsys):
+    out = workdir / "desc.safetensors"
+    assert main(["expand", str(workdir / "gene.safetensors"), "--depth", "3", "--out", str(out), "--quiet"]) == 0
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=3, embed_dim=32, num_heads=2,
+                              patch_size=4, img_size=16, in_chans=1, num_classes=10)
+    model.load_state_dict(load_file(str(out)), strict=True)
+    assert model(torch.randn(1, 1, 16, 16)).shape == (1, 10)
+
+
+def test_train_and_inspect(workdir, capsys):
+    desc = workdir / "desc2.safetensors"
+    main(["expand", str(workdir / "gene.safetensors"), "--depth", "1", "--out", str(desc), "--quiet"])
+    tuned = workdir / "tuned.safetensors"
+    assert main(["train", str(desc), *DATA, "--epochs", "1", "--quiet", "--out", str(tuned),
+                 "--run-dir", str(workdir / "run")]) == 0
+    assert (workdir / "run" / "log.jsonl").read_text().count("\n") == 1
+    capsys.readouterr()
+    assert main(["inspect", str(workdir / "gene.safetensors")]) == 0
+    text = capsys.readouterr().out
+    assert "method pretrained" in text and "stored parameters" in text
+    assert main(["inspect", str(tuned), "--tensors"]) == 0
+    text = capsys.readouterr().out
+    assert "L1-D32-H2" in text and "finetuned_on" in text and "blocks.0.attn.qkv.weight" in text
+
+
+def test_methods_lists_the_registry(capsys):
+    assert main(["methods"]) == 0
+    assert "weight_selection" in capsys.readouterr().out
+
+
+def _error_line(capsys, argv):
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_bad_inputs_give_one_line_errors(workdir, capsys, tmp_path):
+    gene = str(workdir / "gene.safetensors")
+    corrupt = tmp_path / "corrupt.safetensors"
+    corrupt.write_bytes(b"not a safetensors file at all")
+    cases = {
+        "does not exist": ["expand", str(tmp_path / "missing.safetensors"), "--out", str(tmp_path / "o.safetensors")],
+        "not a readable safetensors": ["inspect", str(corrupt)],
+        "does not divide embed_dim": ["expand", gene, "--num-heads", "3", "--out", str(tmp_path / "o.safetensors")],
+        "1-channel images but the target asks for 3": ["expand", gene, "--in-chans", "3", "--out", str(tmp_path / "o.safetensors")],
+        "already exists": ["expand", gene, "--out", gene],
+        "does not exist; create it": ["expand", gene, "--out", str(tmp_path / "nodir" / "o.safetensors")],
+        "unknown method": ["condense", "--method", "alchemy", "--ancestry", gene, "--out", str(tmp_path / "o.safetensors")],
+        "not a learngene model file": ["condense", "--method", "pretrained", "--ancestry", gene, "--out", str(tmp_path / "o.safetensors")],
+        "KEY=VALUE": ["condense", "--method", "pretrained", "--ancestry", str(workdir / "anc.safetensors"), "--opt", "colour=red",
+                      "--out", str(tmp_path / "o.safetensors")],
+        "invalid int value": ["expand", gene, "--depth", "two", "--out", str(tmp_path / "o.safetensors")],
+    }
+    for words, argv in cases.items():
+        err = _error_line(capsys, argv)
+        assert words in err, (words, err)
+    assert not (tmp_path / "o.safetensors").exists()
+
+
+def test_argument_errors_are_one_line_too(capsys):
+    assert "required" in _error_line(capsys, ["expand"])
+
+
+def test_the_installed_command_exits_2_without_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "learngene", "inspect", str(tmp_path / "nothing.safetensors")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

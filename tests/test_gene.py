@@ -1,0 +1,81 @@
+import json
+import pickle
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from learngene.errors import GeneFormatError
+from learngene.gene import Learngene, get_method, list_methods
+
+
+def _gene(tiny_spec) -> Learngene:
+    return Learngene(method="pretrained", tensors={"blocks.0.norm1.weight": torch.randn(32), "x": torch.randn(3, 4)},
+                     config={"variant": "last"}, ancestry=tiny_spec, cost={"steps": 7, "seconds": 1.5})
+
+
+def test_save_load_round_trip_is_exact(tmp_path, tiny_spec):
+    gene = _gene(tiny_spec)
+    gene.save(tmp_path / "g.safetensors")
+    back = Learngene.load(tmp_path / "g.safetensors")
+    assert back.tensors.keys() == gene.tensors.keys()
+    assert all(torch.equal(back.tensors[k], gene.tensors[k]) for k in gene.tensors)
+    assert (back.method, back.config, back.ancestry, back.cost) == (gene.method, gene.config, gene.ancestry, gene.cost)
+    assert back.created == gene.created and back.library_version == gene.library_version
+    assert back.num_stored_params == 32 + 12
+
+
+def test_save_is_atomic_and_respects_overwrite(tmp_path, tiny_spec):
+    path = tmp_path / "g.safetensors"
+    _gene(tiny_spec).save(path)
+    with pytest.raises(Exception, match="already exists"):
+        _gene(tiny_spec).save(path, overwrite=False)
+    assert [p.name for p in tmp_path.iterdir()] == ["g.safetensors"]  # no temp file left behind
+
+
+def test_a_plain_safetensors_file_is_not_a_gene(tmp_path):
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "w.safetensors"))
+    with pytest.raises(GeneFormatError, match="not a learngene"):
+        Learngene.load(tmp_path / "w.safetensors")
+
+
+def _with_header(tmp_path, **changes):
+    meta = {"format": "learngene", "format_version": "1", "method": "scratch", "config": "{}", "ancestry": "null",
+            "cost": "{}", **changes}
+    path = tmp_path / "h.safetensors"
+    save_file({"w": torch.zeros(2)}, str(path), metadata=meta)
+    return path
+
+
+def test_unknown_method_newer_version_and_bad_header_fail_clearly(tmp_path):
+    with pytest.raises(GeneFormatError, match="does not know"):
+        Learngene.load(_with_header(tmp_path, method="alchemy"))
+    with pytest.raises(GeneFormatError, match="newer than this library"):
+        Learngene.load(_with_header(tmp_path, format_version="99"))
+    with pytest.raises(GeneFormatError, match="corrupt learngene header"):
+        Learngene.load(_with_header(tmp_path, config="{not json"))
+    assert Learngene.load(_with_header(tmp_path)).method == "scratch"
+
+
+def test_corrupt_truncated_and_pickled_files_are_refused(tmp_path, tiny_spec):
+    good = tmp_path / "g.safetensors"
+    _gene(tiny_spec).save(good)
+    truncated = tmp_path / "t.safetensors"
+    truncated.write_bytes(good.read_bytes()[:-20])
+    garbage = tmp_path / "r.safetensors"
+    garbage.write_bytes(b"\x00\x01garbage" * 10)
+    pickled = tmp_path / "p.safetensors"
+    pickled.write_bytes(pickle.dumps({"w": [1, 2]}))
+    for path in (truncated, garbage, pickled):
+        with pytest.raises(GeneFormatError, match="not a readable safetensors"):
+            Learngene.load(path)
+    with pytest.raises(Exception, match="does not exist"):
+        Learngene.load(tmp_path / "missing.safetensors")
+
+
+def test_registry_lists_the_baselines():
+    assert {"scratch", "pretrained", "heru_lg", "auto_lg", "weight_selection"} <= set(list_methods())
+    assert get_method("auto_lg").name == "auto_lg"
+    with pytest.raises(GeneFormatError, match="unknown method"):
+        get_method("alchemy")
+    json.dumps(list_methods())

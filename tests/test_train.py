@@ -1,0 +1,137 @@
+import json
+
+import pytest
+import torch
+
+from learngene.errors import LearngeneError, TrainingError
+from learngene.train import TrainConfig, _lr_factor, distill_loss, evaluate, predict_logits, train
+from tests.conftest import make_images
+
+FAST = dict(batch_size=16, lr=3e-3, progress=False, warmup_epochs=0.5)
+
+
+def _model(spec, seed=0):
+    torch.manual_seed(seed)
+    return spec.create_model()
+
+
+def test_training_learns_the_toy_task(tiny_spec, toy_data):
+    model = _model(tiny_spec)
+    before = evaluate(model, toy_data)["acc"]
+    result = train(model, toy_data, TrainConfig(epochs=6, **FAST), eval_data=toy_data)
+    assert result.history[-1]["train_loss"] < result.history[0]["train_loss"]
+    assert result.final_acc > max(0.6, before)
+    assert result.steps == 6 * 4 and len(result.history) == 6
+
+
+def test_same_seed_gives_the_same_weights_bit_for_bit(tiny_spec, toy_data):
+    states = []
+    for _ in range(2):
+        model = _model(tiny_spec)
+        train(model, toy_data, TrainConfig(epochs=2, augment=True, **FAST))
+        states.append(model.state_dict())
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+    other = _model(tiny_spec)
+    train(other, toy_data, TrainConfig(epochs=2, augment=True, seed=1, **FAST))
+    assert not torch.equal(other.state_dict()["head.weight"], states[0]["head.weight"])
+
+
+class _Crash(Exception):
+    pass
+
+
+class _CrashingData:
+    """Wraps data so that fetching batch number ``at`` raises, like a process killed mid-epoch."""
+
+    def __init__(self, data, at):
+        self.data, self.at, self.calls = data, at, 0
+
+    def __getattr__(self, name):
+        return getattr(self.data, name)
+
+    def __len__(self):
+        return len(self.data)
+
+    def get_batch(self, idx):
+        self.calls += 1
+        if self.calls == self.at:
+            raise _Crash()
+        return self.data.get_batch(idx)
+
+
+def test_resume_after_a_crash_mid_epoch_is_bit_exact(tiny_spec, toy_data, tmp_path):
+    cfg = TrainConfig(epochs=3, checkpoint_every=3, **FAST)
+    reference = _model(tiny_spec)
+    ref = train(reference, toy_data, cfg, run_dir=tmp_path / "ref")
+    crashed = _model(tiny_spec)
+    with pytest.raises(_Crash):
+        train(crashed, _CrashingData(toy_data, at=7), cfg, run_dir=tmp_path / "run")  # dies in epoch 2
+    resumed = _model(tiny_spec, seed=99)  # fresh weights: everything must come from the checkpoint
+    res = train(resumed, toy_data, cfg, run_dir=tmp_path / "run", resume=True)
+    assert all(torch.equal(resumed.state_dict()[k], reference.state_dict()[k]) for k in reference.state_dict())
+    assert [h["train_loss"] for h in res.history] == [h["train_loss"] for h in ref.history]
+    lines = (tmp_path / "run" / "log.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == [1, 2, 3]
+
+
+def test_resume_refuses_changed_settings(tiny_spec, toy_data, tmp_path):
+    train(_model(tiny_spec), toy_data, TrainConfig(epochs=1, **FAST), run_dir=tmp_path)
+    with pytest.raises(LearngeneError, match="different lr"):
+        train(_model(tiny_spec), toy_data, TrainConfig(epochs=1, **{**FAST, "lr": 1e-4}), run_dir=tmp_path, resume=True)
+
+
+def test_non_finite_loss_stops_with_a_clear_message(tiny_spec, toy_data, tmp_path):
+    model = _model(tiny_spec)
+    with torch.no_grad():
+        model.head.weight.fill_(float("nan"))
+    with pytest.raises(TrainingError, match="loss became nan"):
+        train(model, toy_data, TrainConfig(epochs=1, **FAST), run_dir=tmp_path)
+
+
+def test_distillation_loss():
+    logits, labels = torch.randn(5, 4), torch.tensor([0, 1, 2, 3, 0])
+    ce = torch.nn.functional.cross_entropy(logits, labels, reduction="none")
+    torch.testing.assert_close(distill_loss(logits, labels, None, 0.0, 1.0), ce)
+    assert distill_loss(logits, labels, logits.clone(), 1.0, 2.0).abs().max() < 1e-6
+    teacher = torch.randn(5, 4)
+    kl = torch.nn.functional.kl_div(torch.log_softmax(logits / 2, -1), torch.log_softmax(teacher / 2, -1),
+                                    log_target=True, reduction="none").sum(-1)
+    torch.testing.assert_close(distill_loss(logits, labels, teacher, 0.25, 2.0), 0.75 * ce + 0.25 * 4 * kl)
+
+
+def test_distillation_from_cached_teacher_logits(tiny_spec, toy_data):
+    teacher = _model(tiny_spec, seed=5)
+    train(teacher, toy_data, TrainConfig(epochs=4, **FAST))
+    cached = toy_data.with_soft_targets(predict_logits(teacher, toy_data))
+    a, b = _model(tiny_spec, seed=1), _model(tiny_spec, seed=1)
+    cfg = TrainConfig(epochs=1, distill_lambda=1.0, distill_tau=2.0, **FAST)
+    train(a, cached, cfg)
+    train(b, toy_data, cfg, teacher=teacher)
+    for k, v in a.state_dict().items():
+        torch.testing.assert_close(v, b.state_dict()[k], rtol=1e-5, atol=1e-6)
+    with pytest.raises(LearngeneError, match="needs a teacher"):
+        train(_model(tiny_spec), toy_data, cfg)
+
+
+def test_schedule_warms_up_then_decays():
+    factors = [_lr_factor(s, 10, 100, 0.01) for s in range(100)]
+    assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
+    assert factors[-1] == pytest.approx(0.01, abs=1e-3) and all(a >= b for a, b in zip(factors[9:], factors[10:]))
+
+
+def test_data_that_does_not_fit_the_model(tiny_spec):
+    with pytest.raises(LearngeneError, match="3-channel images but the model expects 1"):
+        train(_model(tiny_spec), make_images(8, chans=3), TrainConfig(epochs=1, **FAST))
+    with pytest.raises(LearngeneError, match="8px images but the model expects 16px"):
+        train(_model(tiny_spec), make_images(8, size=8), TrainConfig(epochs=1, **FAST))
+    with pytest.raises(LearngeneError, match="6 classes"):
+        train(_model(tiny_spec), make_images(12, num_classes=6), TrainConfig(epochs=1, **FAST))
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(LearngeneError, match="learning rate"):
+        TrainConfig(lr=0)
+    with pytest.raises(LearngeneError, match="λ"):
+        TrainConfig(distill_lambda=2)
+    with pytest.raises(LearngeneError, match="epochs"):
+        TrainConfig(epochs=0)
