@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from head_methods_fixtures import TINY, save_tiny_ancestry, tiny_ancestry, tiny_data, timm_strict_load
 
 from learngene.cli import main
 from learngene.errors import LearngeneError
@@ -19,6 +18,8 @@ from learngene.methods.cluster import (
     priority_sharing,
 )
 from learngene.methods.resize import axis_map
+
+from .head_methods_fixtures import TINY, save_tiny_ancestry, tiny_ancestry, tiny_data, timm_strict_load
 
 D, H, d = TINY.embed_dim, TINY.num_heads, TINY.head_dim
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from head_methods_fixtures import TINY, save_tiny_ancestry, tiny_ancestry, timm_strict_load
 
 from learngene.cli import main
 from learngene.errors import LearngeneError
@@ -13,6 +12,8 @@ from learngene.heads import split_qkv
 from learngene.methods.base import make_descendant
 from learngene.methods.mimetic import Mimetic
 from learngene.spec import ViTSpec
+
+from .head_methods_fixtures import TINY, save_tiny_ancestry, tiny_ancestry, timm_strict_load
 
 # random small specs: (width, heads) with head sizes from 8 to full width
 SPECS = [ViTSpec(depth=2, embed_dim=D, num_heads=H, img_size=16, patch_size=4, in_chans=1, num_classes=5)

@@ -6,7 +6,6 @@ import dataclasses
 
 import pytest
 import torch
-from head_methods_fixtures import TINY, save_tiny_ancestry, tiny_ancestry, tiny_data, timm_strict_load
 
 from learngene.cli import main
 from learngene.errors import LearngeneError
@@ -16,6 +15,8 @@ from learngene.methods.base import block_state, make_descendant
 from learngene.methods.peg import PEG
 from learngene.methods.resize import axis_map
 from learngene.train import TrainConfig, evaluate
+
+from .head_methods_fixtures import TINY, save_tiny_ancestry, tiny_ancestry, tiny_data, timm_strict_load
 
 D, H, d = TINY.embed_dim, TINY.num_heads, TINY.head_dim
 
