@@ -52,7 +52,7 @@ def _timm_model(name: str, kwargs: dict[str, Any]) -> nn.Module:
     import timm
 
     if not timm.is_model(name):
-        raise LearngeneError(f"timm has no model {name!r}; see timm.list_models()")
+        raise LearngeneError(f"timm has no model {name!r}; pick a name from timm.list_models()")
     try:
         return timm.create_model(name, pretrained=False, **kwargs)
     except (TypeError, ValueError, AssertionError) as exc:
