@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import struct
 
 import numpy as np
@@ -12,6 +13,11 @@ import torch
 from learngene.data import ImageData
 from learngene.methods.base import Ancestry
 from learngene.spec import ViTSpec
+
+# Tiny models gain nothing from intra-op threads, and on a shared 2-core machine two spinning OpenMP
+# threads per process made the suite several times slower; subprocesses (the CLI, torchrun) inherit it.
+os.environ["OMP_NUM_THREADS"] = "1"
+torch.set_num_threads(1)
 
 TINY = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
 

@@ -388,16 +388,14 @@ def test_unreadable_file_is_refused(ws, capsys):
         path.chmod(0o644)
 
 
-@pytest.mark.parametrize("argv_of, words", [
-    (lambda w: ["inspect", w.evil_gene], "looks like a pickle"),
-    (lambda w: ["condense", "--method", "pretrained", "--ancestry", w.evil_pth, "--timm-model", "vit_tiny_patch16_224",
-                "-o", w.out], "could not be loaded as weights"),
-    (lambda w: ["expand", w.gene, "--num-heads", "3", "-o", w.out], "does not divide"),
-], ids=["malicious gene", "malicious checkpoint", "impossible spec"])
-def test_what_a_user_sees_from_the_installed_command(ws, argv_of, words):
+def test_what_a_user_sees_from_the_installed_command(ws):
+    """A malicious pickle given as a checkpoint, in a real process: refused in one line, its code never run."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    proc = subprocess.run([sys.executable, "-m", "learngene", *map(str, argv_of(ws))], capture_output=True, text=True,
-                          env=env, timeout=120)
+    argv = ["condense", "--method", "pretrained", "--ancestry", ws.evil_pth, "--timm-model", "vit_tiny_patch16_224",
+            "-o", ws.out]
+    proc = subprocess.run([sys.executable, "-m", "learngene", *argv], capture_output=True, text=True, env=env,
+                          timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr and words in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "pickles objects other than tensors, which are never unpickled here" in proc.stderr, proc.stderr
     assert not Path(ws.marker).exists() and not Path(ws.out).exists()

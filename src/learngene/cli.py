@@ -81,8 +81,15 @@ def load_data_from_args(args: argparse.Namespace, img_size: int | None = None, i
 
     img_size = getattr(args, "img_size", None) or img_size
     in_chans = getattr(args, "in_chans", None) or in_chans
-    train = load_dataset(args.data, "train", img_size, args.data_dir, in_chans)
-    test = load_dataset(args.data, "test", img_size, args.data_dir, in_chans)
+
+    def load() -> tuple:
+        return (load_dataset(args.data, "train", img_size, args.data_dir, in_chans),
+                load_dataset(args.data, "test", img_size, args.data_dir, in_chans))
+
+    # under torchrun rank 0 loads first, so a one-time cache (Fashion-MNIST ungzipped) is written once
+    # and a bad --data stops every rank with rank 0's message
+    loaded = dist.on_main(load)
+    train, test = loaded if dist.is_main() else load()
     if args.few_shot is not None:
         if args.few_shot < 1:
             raise LearngeneError(f"--few-shot must be at least 1 image per class, got {args.few_shot}; pass K >= 1")

@@ -105,7 +105,7 @@ def all_gather_object(obj: Any) -> list[Any]:
 
 
 def on_main(fn: Callable[[], T]) -> T | None:
-    """Run ``fn`` (a file write) on rank 0 only; every rank returns, or raises, together.
+    """Run ``fn`` (a file write, a one-time cache) on rank 0 only; every rank returns, or raises, together.
 
     The others wait until every rank got here (so no rank still checks an output path rank 0 is about
     to write) and until rank 0 is done; if ``fn`` failed there, they raise too, with its message.

@@ -14,6 +14,7 @@ import json
 import math
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -292,6 +293,11 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
     ckpt_path = run_dir / CHECKPOINT if run_dir is not None else None
     seed_everything(cfg.seed + 1000 * dist.rank())
 
+    if run_dir is not None and dist.is_main():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for name in (CHECKPOINT, LOG):  # temporary files of a run killed while it wrote them
+            for stale in run_dir.glob(f".{name}.*.tmp"):
+                stale.unlink(missing_ok=True)
     found = resume and ckpt_path is not None and ckpt_path.exists()
     if dist.is_distributed() and resume and ckpt_path is not None:
         seen = dist.count_true(found, device)
@@ -317,12 +323,14 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
         if dist.is_main():  # the partial sums of all ranks together; the epoch's all-reduce adds the rest
             resumed_sums = ckpt["epoch_sums"]
     elif run_dir is not None and dist.is_main():
-        run_dir.mkdir(parents=True, exist_ok=True)
         for stale in (LOG, CHECKPOINT):  # a fresh run must never resume an older run's checkpoint later
             (run_dir / stale).unlink(missing_ok=True)
 
     net = model
     if dist.is_distributed():
+        # timm's (1, 1, D) class token gets a gradient with another (irrelevant) stride for its size-1 dims,
+        # and DDP warns about it on every run (timm issue #2147): harmless, so not shown
+        warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
         net = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
     def save_checkpoint(epoch: int, step_in_epoch: int, epoch_sums: Tensor) -> None:
