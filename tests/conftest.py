@@ -52,6 +52,29 @@ def make_images(n: int = 64, num_classes: int = 4, size: int = 16, chans: int = 
     return ImageData(images, labels, num_classes, (0.3,) * chans, (0.3,) * chans, name="toy")
 
 
+class FaultyData:
+    """Wraps data so that batch number ``at`` (counted over the whole run) goes wrong: ``fault(x, y, soft)``
+    raises (a crash) or returns a bad batch (e.g. NaN images from a corrupt shard)."""
+
+    def __init__(self, data, at: int, fault):
+        self.data, self.at, self.fault, self.calls = data, at, fault, 0
+
+    def __getattr__(self, name):
+        return getattr(self.data, name)
+
+    def __len__(self):
+        return len(self.data)
+
+    def get_batch(self, idx):
+        self.calls += 1
+        batch = self.data.get_batch(idx)
+        return self.fault(*batch) if self.calls == self.at else batch
+
+
+def nan_images(x, y, soft):
+    return x * float("nan"), y, soft
+
+
 @pytest.fixture
 def toy_data() -> ImageData:
     return make_images()

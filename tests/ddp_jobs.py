@@ -24,7 +24,7 @@ from learngene.gene import get_method  # noqa: E402
 from learngene.methods.base import Ancestry, GeneNet  # noqa: E402
 from learngene.spec import ViTSpec  # noqa: E402
 from learngene.train import TrainConfig, train  # noqa: E402
-from tests.conftest import make_images  # noqa: E402
+from tests.conftest import FaultyData, make_images  # noqa: E402
 
 TINY = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
 # 33 images in global batches of 16: the last batch holds one image, so rank 1 gets none of it
@@ -64,31 +64,17 @@ def condense_job(method: str):
     return job
 
 
-class _PoisonedOnRank1:
-    """Data whose third batch is NaN on rank 1 only: a non-finite loss that rank 0 cannot see by itself."""
-
-    def __init__(self, data):
-        self.data, self.calls = data, 0
-
-    def __getattr__(self, name):
-        return getattr(self.data, name)
-
-    def __len__(self):
-        return len(self.data)
-
-    def get_batch(self, idx):
-        self.calls += 1
-        x, y, soft = self.data.get_batch(idx)
-        if self.calls == 3 and dist.rank() == 1:
-            x = x * float("nan")
-        return x, y, soft
+def _nan_on_rank1(x, y, soft):
+    """A non-finite loss that rank 0 cannot see by itself."""
+    return (x * float("nan") if dist.rank() == 1 else x), y, soft
 
 
 def nan_job(out: Path, ancestry: Path) -> None:
     dist.init_from_env()
     torch.manual_seed(0)
     try:
-        train(TINY.create_model(), _PoisonedOnRank1(make_images(64, num_classes=4, size=16)), CFG,
+        train(TINY.create_model(), FaultyData(make_images(64, num_classes=4, size=16), at=3,
+                                                    fault=_nan_on_rank1), CFG,
               run_dir=out / "nan_run")
     except TrainingError as exc:
         (out / f"nan-rank{dist.rank()}.txt").write_text(str(exc))

@@ -21,7 +21,7 @@ from learngene.gene import get_method, list_methods
 from learngene.io import save_model
 from learngene.spec import ViTSpec
 from learngene.train import CHECKPOINT, LOG, TrainConfig, load_checkpoint, train
-from tests.conftest import make_images
+from tests.conftest import FaultyData, make_images, nan_images
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
@@ -114,24 +114,6 @@ def test_a_run_dir_with_a_checkpoint_needs_resume_or_another_dir(ancestry_file, 
     assert (tmp_path / "run" / CHECKPOINT).read_bytes() == b"an earlier run"
 
 
-class _TurnsNaN:
-    """Data whose batch number ``at`` (counted over the whole run) is NaN, as from a corrupt shard."""
-
-    def __init__(self, data, at):
-        self.data, self.at, self.calls = data, at, 0
-
-    def __getattr__(self, name):
-        return getattr(self.data, name)
-
-    def __len__(self):
-        return len(self.data)
-
-    def get_batch(self, idx):
-        self.calls += 1
-        x, y, soft = self.data.get_batch(idx)
-        return (x * float("nan") if self.calls == self.at else x), y, soft
-
-
 def test_non_finite_loss_keeps_the_last_good_checkpoint(tiny_spec, tmp_path):
     data = make_images(64)
     cfg = TrainConfig(epochs=2, batch_size=16, lr=3e-3, checkpoint_every=3, progress=False)
@@ -142,7 +124,7 @@ def test_non_finite_loss_keeps_the_last_good_checkpoint(tiny_spec, tmp_path):
     torch.manual_seed(0)
     with pytest.raises(TrainingError, match=r"loss became nan at epoch 2, step 4; lower --lr or check the data; "
                                             r"the last good checkpoint is .*checkpoint.pt"):
-        train(tiny_spec.create_model(), _TurnsNaN(data, at=8), cfg, run_dir=tmp_path)
+        train(tiny_spec.create_model(), FaultyData(data, at=8, fault=nan_images), cfg, run_dir=tmp_path)
     ckpt = load_checkpoint(tmp_path / CHECKPOINT)
     assert (ckpt["epoch"], ckpt["step_in_epoch"], ckpt["global_step"]) == (1, 2, 6)  # the last one before the NaN
     model = tiny_spec.create_model()
