@@ -90,8 +90,8 @@ def test_two_processes_give_the_loss_curve_of_one(runs, job):
     one, two = _history(run_one), _history(runs["two"] / RUN_DIRS[job])
     assert [r["step"] for r in one] == [r["step"] for r in two] and len(one) == 2
     for a, b in zip(one, two):
-        for key in ("train_loss", "eval_loss"):
-            assert b[key] == pytest.approx(a[key], rel=1e-5), (key, a, b)
+        for key in ("train_loss", "eval_loss"):  # (a distillation KL can be ~1e-3: hence also abs)
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6), (key, a, b)
         for key in ("train_acc", "eval_acc"):  # counts of argmax hits: equal unless a logit tie flips
             assert b[key] == pytest.approx(a[key], abs=0.02), (key, a, b)
         assert b["lr"] == pytest.approx(a["lr"], rel=1e-12)

@@ -91,9 +91,12 @@ def test_expand_loads_strictly_and_runs(name, data):
         gene = _condense(name, ancestry)
     except LearngeneError:
         return
-    # the same input size and channels as the ancestry, and once more anything at all
-    same_input = data.draw(specs(img_size=ancestry.img_size, in_chans=ancestry.in_chans), label="target")
-    _check_expansion(name, gene, same_input)
+    # the ancestry's blocks at another depth and label space (what depth-only methods make), the same
+    # input with any blocks, and anything at all
+    other_depth = ancestry.replace(depth=data.draw(st.integers(1, 4), label="depth"),
+                                   num_classes=data.draw(st.sampled_from([2, 5]), label="classes"))
+    _check_expansion(name, gene, other_depth)
+    _check_expansion(name, gene, data.draw(specs(img_size=ancestry.img_size, in_chans=ancestry.in_chans), label="target"))
     _check_expansion(name, gene, data.draw(specs(), label="any target"))
     _check_expansion(name, gene, ancestry)
 

@@ -414,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     try:
         if dist.launched_distributed() and args.command in SINGLE_PROCESS:
-            raise LearngeneError(f"learngene {args.command} runs in one process; run it without torchrun")
+            raise LearngeneError("this command runs in one process (it writes many files); run it without torchrun")
         dist.init_from_env()
         args.func(args)
     except LearngeneError as exc:
