@@ -145,7 +145,7 @@ def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or key not in fields:
-            raise LearngeneError(f"option {item!r} is not KEY=VALUE with KEY one of: {', '.join(fields) or 'none'}")
+            raise LearngeneError(f"option {item!r} is not KEY=VALUE with a known KEY; use one of: {', '.join(fields) or 'none'}")
         try:
             value = json.loads(raw)
         except json.JSONDecodeError:
