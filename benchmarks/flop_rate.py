@@ -4,9 +4,10 @@
    after the training runs (the machine may be shared; both numbers are printed).
 2. Training: ``learngene.train`` on the profile's ancestry size; the rate counts 3× the spec's
    forward matmul FLOPs per image (forward + the two backward matmuls), as papers count them.
-3. Where the time goes: ``torch.profiler`` over a few training steps, self CPU time grouped into
-   GEMMs (with their own achieved rate), attention kernels, element-wise/normalization ops, the
-   optimizer and the rest.
+3. Where the time goes: the phases of a step timed apart (data, forward, loss, backward, clipping,
+   AdamW), then ``torch.profiler`` over a few steps of ``learngene.train``, self CPU time grouped
+   into GEMMs (with the rate they reach inside), attention kernels, element-wise/normalization ops,
+   the optimizer's own kernels and the rest.
 
     PYTHONPATH=src python benchmarks/flop_rate.py                          # cpu profile ancestry, batch 256
     PYTHONPATH=src python benchmarks/flop_rate.py --preset cpu_small --steps 20
@@ -20,7 +21,6 @@ import time
 from collections import defaultdict
 
 import torch
-import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from learngene.bench import get_profile
@@ -103,7 +103,14 @@ def main() -> None:
           f"({', '.join(f'{r:.0f}' for r in rates)}) = {rate / peak:.1%} of peak, "
           f"{rate * 1e9 / (3 * spec.flops):.0f} img/s")
 
-    # where the time goes: a profile of a few steps
+    # where the time goes (1): the phases of the same step, timed one by one
+    phases = step_phases(spec, data, args.batch_size, steps=min(args.steps, 8))
+    total = sum(phases.values())
+    print(f"\nphases of a training step (median of {min(args.steps, 8)} steps, {total * 1e3:.0f} ms per step):")
+    for name, t in phases.items():
+        print(f"  {name:22s} {t * 1e3:7.1f} ms {t / total:6.1%}")
+
+    # where the time goes (2): torch.profiler over a few steps of learngene.train
     model = spec.create_model()
     small = data.subset(torch.arange(min(n, 6 * args.batch_size)))
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True) as prof:
@@ -112,7 +119,7 @@ def main() -> None:
     gemm_flops = 0.0
     ops: dict[str, float] = defaultdict(float)
     for evt in prof.key_averages():
-        if evt.key.startswith(("ProfilerStep", "## ")):
+        if evt.key.startswith(("ProfilerStep", "## ", "Optimizer.", "autograd::engine")):
             continue
         cat = category(evt.key)
         self_time[cat] += evt.self_cpu_time_total
@@ -120,14 +127,45 @@ def main() -> None:
         if cat == "gemm":
             gemm_flops += evt.flops or 0
     total = sum(self_time.values())
-    print(f"\nprofile of {len(small) // args.batch_size} steps: self CPU time by category")
+    print(f"\nprofile of {len(small) // args.batch_size} steps of learngene.train: self CPU time by op kind")
     for cat, t in sorted(self_time.items(), key=lambda kv: -kv[1]):
-        extra = f"  ({gemm_flops / (t / 1e6) / 1e9:.0f} GFLOP/s in these ops, profiler's FLOP count)" if cat == "gemm" and t else ""
+        extra = (f"  ({gemm_flops / (t / 1e6) / 1e9:.0f} GFLOP/s inside these ops, by the profiler's FLOP count)"
+                 if cat == "gemm" and t else "")
         print(f"  {cat:22s} {t / 1e6:7.2f} s {t / total:6.1%}{extra}")
     print("top ops by self CPU time:")
     for key, t in sorted(ops.items(), key=lambda kv: -kv[1])[:12]:
-        print(f"  {key:45s} {t / 1e6:7.3f} s {t / total:6.1%}")
+        print(f"  {key[:60]:60s} {t / 1e6:7.3f} s {t / total:6.1%}")
 
+
+def step_phases(spec, data: ImageData, batch: int, steps: int) -> dict[str, float]:
+    """Median seconds of each phase of the step ``learngene.train`` takes (same ops, timed apart)."""
+    model = spec.create_model().train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
+    times: dict[str, list[float]] = defaultdict(list)
+    for step in range(steps + 1):
+        clock = time.perf_counter()
+
+        def lap(name: str) -> None:
+            nonlocal clock
+            now = time.perf_counter()
+            if step:  # the first step warms up
+                times[name].append(now - clock)
+            clock = now
+
+        x, y, _ = data.get_batch(torch.arange(step * batch, (step + 1) * batch) % len(data))
+        lap("data (uint8 -> float)")
+        logits = model(x)
+        lap("forward")
+        loss = torch.nn.functional.cross_entropy(logits, y)
+        lap("loss")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        lap("backward")
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        lap("gradient clipping")
+        optimizer.step()
+        lap("AdamW step")
+    return {name: statistics.median(t) for name, t in times.items()}
 
 if __name__ == "__main__":
     main()

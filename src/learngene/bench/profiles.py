@@ -56,7 +56,8 @@ class Profile:
         adapt_steps: optimizer steps of the ``adapt`` stage of adaptable methods (WAVE scalers, PEG φ).
         seeds: descendant seeds (initialization of what the gene does not provide, data order).
         methods: registered methods to run (``None`` = all).
-        method_options: per-method ``Config`` overrides.
+        method_options: per-method ``Config`` overrides (WAVE's templates are as wide as the narrowest
+            size, so that it can make every width of the grid).
         condense_lambda: distillation λ of trained condensations per method (default 1: pure KL,
             TLEG's recipe; WAVE's Eq. 6 adds CE to KL, i.e. λ = 0.5 up to a factor 2).
         batch_size, lr: shared by every training stage.
@@ -116,6 +117,7 @@ PROFILES: dict[str, Profile] = {
                Task("digits", "digits", epochs=1, train_images=200, eval_images=200, new_head=True),
                Task("fashion_mnist_5shot", "fashion_mnist", epochs=1, shots=5, eval_images=300)),
         adapt_steps=3,
+        method_options={"wave": {"template_size": 16}},
     ),
     # the evidence run: about an hour on 2 CPU cores (sized from the measured throughputs, see docs/RESULTS.md)
     "cpu": Profile(
@@ -129,6 +131,7 @@ PROFILES: dict[str, Profile] = {
                Task("fashion_mnist_20shot", "fashion_mnist", epochs=6, shots=20, eval_images=1_000)),
         adapt_steps=60,
         seeds=(0, 1, 2),
+        method_options={"wave": {"template_size": 32}},
     ),
     # bigger models and the full data for a GPU (bf16); resumable, so `--time-limit` splits it into short commands
     "gpu": Profile(
@@ -142,6 +145,7 @@ PROFILES: dict[str, Profile] = {
                Task("fashion_mnist_20shot", "fashion_mnist", epochs=20, shots=20)),
         adapt_steps=300,
         seeds=(0, 1, 2),
+        method_options={"wave": {"template_size": 192}},
         batch_size=256,
     ),
 }

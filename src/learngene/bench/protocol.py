@@ -278,8 +278,8 @@ class BenchRun:
             get_method(m).adaptable for m in self.methods) + sum(plan["cell"])
         self.meta.update(plan_gflop=round(total), cells=plan["cells"], methods=self.methods)
         # progress in estimated work, not stages: a 10x scratch run or a deep size weighs what it costs
-        self.bar = tqdm(total=total, desc=f"bench {p.name}", disable=not self.progress, dynamic_ncols=True,
-                        smoothing=0.05, bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} GFLOP [{elapsed}<{remaining}{postfix}]")
+        self.bar = tqdm(total=total, desc=f"bench {p.name}", unit="GFLOP", unit_scale=True, disable=not self.progress,
+                        dynamic_ncols=True, smoothing=0.05)
         self.rows: list[Row] = []
         complete = False
         try:
@@ -322,7 +322,8 @@ class BenchRun:
                     self._check_time()
                     try:
                         init, init_key, adapt_s = self.initial_gene(gene, gene_key, spec, seed, upstream)
-                        self._advance(spec.flops * 3 * p.adapt_steps * p.batch_size if get_method(name).adaptable else 0,
+                        adapt_work = spec.flops * 3 * p.adapt_steps * p.batch_size / 1e9
+                        self._advance(adapt_work if get_method(name).adaptable else 0.0,
                                       f"{name} {spec.short()} seed {seed} initialized")
                     except LearngeneError as exc:
                         init, init_key, adapt_s, why = None, "", 0.0, str(exc)
