@@ -84,6 +84,26 @@ def test_second_run_reuses_every_stage(tmp_path, fake_fashion, monkeypatch):
     assert len(calls) == 1 and "L1-D16-H1-s1" in str(calls[0])
 
 
+def test_time_limit_leaves_a_partial_report_and_the_next_run_finishes(tmp_path, fake_fashion, monkeypatch):
+    monkeypatch.setenv("LEARNGENE_DATA", str(fake_fashion))
+    profile = MICRO.replace(sizes=((1, 32, 2),), seeds=(0,), methods=("scratch",))
+    stopped = BenchRun(profile, tmp_path / "o", progress=False, plots=False, time_limit=0.0)
+    assert stopped.run() == [] and stopped.meta["complete"] is False
+    assert "partial run" in (tmp_path / "o" / "report.md").read_text()
+    done = BenchRun(profile, tmp_path / "o", progress=False, plots=False)
+    assert len(done.run()) == 3 and done.meta["complete"] is True  # fashion, fashion x2, digits
+
+
+def test_a_method_that_cannot_condense_is_recorded_not_fatal(tmp_path, fake_fashion, monkeypatch):
+    monkeypatch.setenv("LEARNGENE_DATA", str(fake_fashion))
+    profile = MICRO.replace(sizes=((1, 32, 2),), seeds=(0,), methods=("pretrained", "scratch"),
+                            method_options={"pretrained": {"variant": "sideways"}})
+    rows = BenchRun(profile, tmp_path / "o", progress=False, plots=False).run()
+    broken = [r for r in rows if r.method == "pretrained"]
+    assert broken and all(not r.ok and "condensation failed" in r.note for r in broken)
+    assert all(r.ok for r in rows if r.method == "scratch")
+
+
 def test_identical_budget_and_data_order_for_every_method(tmp_path, fake_fashion, monkeypatch):
     seen = []
     real_train = protocol_module.train

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 import shutil
 import time
@@ -94,6 +95,12 @@ def stage_key(**config: Any) -> str:
     """Short hash of a stage's configuration: the name of its cached result."""
     text = json.dumps(config, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def method_source_hash(name: str) -> str:
+    """Hash of the file implementing method ``name``: editing a method invalidates its cached genes and cells."""
+    source = Path(inspect.getsourcefile(get_method(name)))
+    return hashlib.sha256(source.read_bytes()).hexdigest()[:12]
 
 
 def take(data: ImageData, images: int | None, seed: int = 0) -> ImageData:
@@ -181,8 +188,9 @@ class BenchRun:
         p = self.profile
         options = p.method_options.get(name, {})
         lam = p.condense_lambda.get(name, 1.0)
-        key = stage_key(stage="gene", ancestry=self.ancestry_key, method=name, options=options, epochs=p.condense_epochs,
-                        images=len(upstream), distill_lambda=lam, **self._budget_key())
+        key = stage_key(stage="gene", ancestry=self.ancestry_key, method=name, code=method_source_hash(name),
+                        options=options, epochs=p.condense_epochs, images=len(upstream), distill_lambda=lam,
+                        **self._budget_key())
         path = self.out / "genes" / f"{name}-{key}.safetensors"
         if path.exists():
             return Learngene.load(path), key
@@ -249,17 +257,23 @@ class BenchRun:
         p = self.profile
         anc = p.ancestry.flops * p.ancestry_epochs * (3 * ancestry_images + UPSTREAM_EVAL_IMAGES)
         condense = p.ancestry.flops * p.condense_epochs * (3 * len(upstream) + UPSTREAM_EVAL_IMAGES)
-        cells = []
-        for td in tasks:
-            for spec in p.specs():
-                for name in self.methods:
-                    factors = (1, td.task.scratch_factor) if name == "scratch" and td.task.scratch_factor > 1 else (1,)
-                    for factor in factors:
-                        epochs = td.task.epochs * factor
-                        cells.append(spec.flops * epochs * (3 * len(td.train) + len(td.eval)) * len(p.seeds))
-        adapt = sum(s.flops * 3 * p.adapt_steps * p.batch_size for s in p.specs()) * len(p.seeds)
-        return {"ancestry": anc / 1e9, "condense": condense / 1e9, "adapt": adapt / 1e9, "cell": [c / 1e9 for c in cells],
+        cells = [self._cell_gflop(spec, td, factor) * len(p.seeds)
+                 for td in tasks for spec in p.specs() for name in self.methods for factor in self._budgets(name, td.task)]
+        adapt = sum(self._adapt_gflop(s) for s in p.specs()) * len(p.seeds)
+        return {"ancestry": anc / 1e9, "condense": condense / 1e9, "adapt": adapt, "cell": cells,
                 "cells": len(cells) * len(p.seeds)}
+
+    @staticmethod
+    def _budgets(name: str, task: Task) -> tuple[int, ...]:
+        """Budgets (multiples of the task's epochs) ``name`` gets on ``task``: scratch also the long one."""
+        return (1, task.scratch_factor) if name == "scratch" and task.scratch_factor > 1 else (1,)
+
+    @staticmethod
+    def _cell_gflop(spec: ViTSpec, task: TaskData, budget: int) -> float:
+        return spec.flops * task.task.epochs * budget * (3 * len(task.train) + len(task.eval)) / 1e9
+
+    def _adapt_gflop(self, spec: ViTSpec) -> float:
+        return spec.flops * 3 * self.profile.adapt_steps * self.profile.batch_size / 1e9
 
     def run(self) -> list[Row]:
         p = self.profile
@@ -286,10 +300,13 @@ class BenchRun:
             self._check_time()
             ancestry = self.ancestry(anc_images, upstream_eval)
             self._advance(plan["ancestry"], "ancestry done")
-            genes: dict[str, tuple[Learngene, str]] = {}
+            genes: dict[str, tuple[Learngene, str] | LearngeneError] = {}
             for name in self.methods:
                 self._check_time()
-                genes[name] = self.gene(name, ancestry, upstream, upstream_eval)
+                try:
+                    genes[name] = self.gene(name, ancestry, upstream, upstream_eval)
+                except LearngeneError as exc:  # recorded as n/a in every cell of the method
+                    genes[name] = exc
                 self._advance(plan["condense"] if name in trained else 0.0, f"condensed {name}")
             self._descendants(genes, tasks, upstream)
             complete = True
@@ -305,7 +322,7 @@ class BenchRun:
         write_text_atomic(self.out / "profile.json", json.dumps(dataclasses.asdict(p), indent=2, default=str))
         return self.rows
 
-    def _descendants(self, genes: dict[str, tuple[Learngene, str]], tasks: list[TaskData],
+    def _descendants(self, genes: dict[str, tuple[Learngene, str] | LearngeneError], tasks: list[TaskData],
                      upstream: ImageData) -> None:
         """Stages 3 and 4 for every seed, size, method and task; rows go to ``self.rows`` as they finish."""
         p = self.profile
@@ -313,25 +330,25 @@ class BenchRun:
         for seed in p.seeds:
             for spec in p.specs():
                 for name in self.methods:
-                    gene, gene_key = genes[name]
                     base = Row(method=name, task="", size=spec.short(), depth=spec.depth, embed_dim=spec.embed_dim,
-                               num_heads=spec.num_heads, seed=seed, params=spec.num_params,
-                               stored_params=gene.num_stored_params,
-                               condense_seconds=float(gene.cost.get("seconds", 0.0)),
-                               condense_steps=int(gene.cost.get("steps", 0)))
+                               num_heads=spec.num_heads, seed=seed, params=spec.num_params)
                     self._check_time()
                     try:
+                        if isinstance(genes[name], LearngeneError):
+                            raise LearngeneError(f"condensation failed: {genes[name]}")
+                        gene, gene_key = genes[name]
+                        base = dataclasses.replace(base, stored_params=gene.num_stored_params,
+                                                   condense_seconds=float(gene.cost.get("seconds", 0.0)),
+                                                   condense_steps=int(gene.cost.get("steps", 0)))
                         init, init_key, adapt_s = self.initial_gene(gene, gene_key, spec, seed, upstream)
-                        adapt_work = spec.flops * 3 * p.adapt_steps * p.batch_size / 1e9
-                        self._advance(adapt_work if get_method(name).adaptable else 0.0,
+                        self._advance(self._adapt_gflop(spec) if get_method(name).adaptable else 0.0,
                                       f"{name} {spec.short()} seed {seed} initialized")
                     except LearngeneError as exc:
                         init, init_key, adapt_s, why = None, "", 0.0, str(exc)
                     for td in tasks:
-                        factors = (1, td.task.scratch_factor) if name == "scratch" and td.task.scratch_factor > 1 else (1,)
-                        for factor in factors:
-                            row = dataclasses.replace(base, task=td.task.name, budget=factor, adapt_seconds=adapt_s)
-                            work = spec.flops * td.task.epochs * factor * (3 * len(td.train) + len(td.eval)) / 1e9
+                        for budget in self._budgets(name, td.task):
+                            row = dataclasses.replace(base, task=td.task.name, budget=budget, adapt_seconds=adapt_s)
+                            work = self._cell_gflop(spec, td, budget)
                             if init is None:
                                 rows.append(dataclasses.replace(row, note=why))
                                 self._advance(work, f"{name} {spec.short()}: n/a")
