@@ -125,7 +125,7 @@ PROFILES: dict[str, Profile] = {
         ancestry=_CPU_ANCESTRY,
         ancestry_epochs=4, ancestry_images=None,
         condense_epochs=2, condense_images=10_000,
-        sizes=grid((2, 4, 6), ((64, 4), (32, 2))),
+        sizes=grid((2, 4, 6), ((64, 4),)) + grid((2, 6), ((32, 2),)),
         tasks=(Task("fashion_mnist", "fashion_mnist", epochs=3, train_images=2_000, eval_images=1_000, scratch_factor=10),
                Task("digits", "digits", epochs=3, new_head=True),
                Task("fashion_mnist_20shot", "fashion_mnist", epochs=5, shots=20, eval_images=1_000)),

@@ -277,7 +277,10 @@ class BenchRun:
 
     def run(self) -> list[Row]:
         p = self.profile
-        self.out.mkdir(parents=True, exist_ok=True)
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LearngeneError(f"cannot create the report folder {self.out} ({exc.strerror}); choose another --out") from None
         loaded: dict[tuple[str, str], ImageData] = {}
         tasks = [load_task(t, p.ancestry, self.data_dir, loaded) for t in p.tasks]
         load_task(Task("upstream", "fashion_mnist", epochs=1), p.ancestry, self.data_dir, loaded)
