@@ -289,7 +289,11 @@ def write_report(rows: list[Row], profile: Profile, out_dir: Path, meta: dict[st
             plot_stored(rows, task.name, stored)
             parts += ["", f"![accuracy vs epochs]({curves.relative_to(out_dir)}) "
                           f"![accuracy vs stored parameters]({stored.relative_to(out_dir)})"]
-    notes = sorted({f"{r.method} at {r.size}: {r.note}" for r in rows if r.note})
-    if notes:
-        parts += ["", "## n/a cells", ""] + [f"- {n}" for n in notes]
+    sizes_by_note: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for r in rows:
+        if r.note and r.size not in sizes_by_note[r.method, r.note]:
+            sizes_by_note[r.method, r.note].append(r.size)
+    if sizes_by_note:
+        parts += ["", "## n/a cells", ""] + [f"- {method} at {', '.join(sizes)}: {note}"
+                                             for (method, note), sizes in sorted(sizes_by_note.items())]
     write_text_atomic(out_dir / "report.md", "\n".join(parts) + "\n")
