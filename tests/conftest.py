@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import struct
 
 import numpy as np
@@ -12,6 +13,11 @@ import torch
 from learngene.data import ImageData
 from learngene.methods.base import Ancestry
 from learngene.spec import ViTSpec
+
+# Tiny models gain nothing from intra-op threads, and on a shared 2-core machine two spinning OpenMP
+# threads per process made the suite several times slower; subprocesses (the CLI, torchrun) inherit it.
+os.environ["OMP_NUM_THREADS"] = "1"
+torch.set_num_threads(1)
 
 TINY = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
 
@@ -44,6 +50,29 @@ def make_images(n: int = 64, num_classes: int = 4, size: int = 16, chans: int = 
         stripes = ((cols % (c + 2)) == 0).to(torch.uint8) * 150
         images[i] += stripes.view(1, 1, size)
     return ImageData(images, labels, num_classes, (0.3,) * chans, (0.3,) * chans, name="toy")
+
+
+class FaultyData:
+    """Wraps data so that batch number ``at`` (counted over the whole run) goes wrong: ``fault(x, y, soft)``
+    raises (a crash) or returns a bad batch (e.g. NaN images from a corrupt shard)."""
+
+    def __init__(self, data, at: int, fault):
+        self.data, self.at, self.fault, self.calls = data, at, fault, 0
+
+    def __getattr__(self, name):
+        return getattr(self.data, name)
+
+    def __len__(self):
+        return len(self.data)
+
+    def get_batch(self, idx):
+        self.calls += 1
+        batch = self.data.get_batch(idx)
+        return self.fault(*batch) if self.calls == self.at else batch
+
+
+def nan_images(x, y, soft):
+    return x * float("nan"), y, soft
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ import torch
 
 from learngene.errors import LearngeneError, TrainingError
 from learngene.train import TrainConfig, _lr_factor, distill_loss, evaluate, predict_logits, train
-from tests.conftest import make_images
+from tests.conftest import FaultyData, make_images
 
 FAST = dict(batch_size=16, lr=3e-3, progress=False, warmup_epochs=0.5)
 
@@ -40,23 +40,8 @@ class _Crash(Exception):
     pass
 
 
-class _CrashingData:
-    """Wraps data so that fetching batch number ``at`` raises, like a process killed mid-epoch."""
-
-    def __init__(self, data, at):
-        self.data, self.at, self.calls = data, at, 0
-
-    def __getattr__(self, name):
-        return getattr(self.data, name)
-
-    def __len__(self):
-        return len(self.data)
-
-    def get_batch(self, idx):
-        self.calls += 1
-        if self.calls == self.at:
-            raise _Crash()
-        return self.data.get_batch(idx)
+def _crash(*batch):
+    raise _Crash()
 
 
 def test_resume_after_a_crash_mid_epoch_is_bit_exact(tiny_spec, toy_data, tmp_path):
@@ -65,7 +50,7 @@ def test_resume_after_a_crash_mid_epoch_is_bit_exact(tiny_spec, toy_data, tmp_pa
     ref = train(reference, toy_data, cfg, run_dir=tmp_path / "ref")
     crashed = _model(tiny_spec)
     with pytest.raises(_Crash):
-        train(crashed, _CrashingData(toy_data, at=7), cfg, run_dir=tmp_path / "run")  # dies in epoch 2
+        train(crashed, FaultyData(toy_data, at=7, fault=_crash), cfg, run_dir=tmp_path / "run")  # dies in epoch 2
     resumed = _model(tiny_spec, seed=99)  # fresh weights: everything must come from the checkpoint
     res = train(resumed, toy_data, cfg, run_dir=tmp_path / "run", resume=True)
     assert all(torch.equal(resumed.state_dict()[k], reference.state_dict()[k]) for k in reference.state_dict())

@@ -31,8 +31,9 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, **mode
     if timm_model is None:
         state, spec, _ = load_model_file(path)
         return Ancestry(build_model(spec, state, source=str(path)).eval(), spec)
+    _require_timm_name(timm_model)
+    state = load_weights(path)  # before building the model: a bad file fails in a moment, not after a big init
     model = _timm_model(timm_model, model_kwargs)
-    state = load_weights(path)
     try:
         from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
 
@@ -48,11 +49,16 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, **mode
     return Ancestry(model.eval(), spec)
 
 
-def _timm_model(name: str, kwargs: dict[str, Any]) -> nn.Module:
+def _require_timm_name(name: str) -> None:
     import timm
 
     if not timm.is_model(name):
-        raise LearngeneError(f"timm has no model {name!r}; see timm.list_models()")
+        raise LearngeneError(f"timm has no model {name!r}; pick a name from timm.list_models()")
+
+
+def _timm_model(name: str, kwargs: dict[str, Any]) -> nn.Module:
+    import timm
+
     try:
         return timm.create_model(name, pretrained=False, **kwargs)
     except (TypeError, ValueError, AssertionError) as exc:

@@ -17,6 +17,8 @@ from . import distributed as dist
 from .errors import LearngeneError
 
 EXIT_USAGE = 2
+# commands that write many files without rank-0 guards, or only print: refused under torchrun
+SINGLE_PROCESS = ("demo", "bench", "inspect", "methods")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -79,13 +81,22 @@ def load_data_from_args(args: argparse.Namespace, img_size: int | None = None, i
 
     img_size = getattr(args, "img_size", None) or img_size
     in_chans = getattr(args, "in_chans", None) or in_chans
-    train = load_dataset(args.data, "train", img_size, args.data_dir, in_chans)
-    test = load_dataset(args.data, "test", img_size, args.data_dir, in_chans)
-    if args.few_shot:
+
+    def load() -> tuple:
+        return (load_dataset(args.data, "train", img_size, args.data_dir, in_chans),
+                load_dataset(args.data, "test", img_size, args.data_dir, in_chans))
+
+    # under torchrun rank 0 loads first, so a one-time cache (Fashion-MNIST ungzipped) is written once
+    # and a bad --data stops every rank with rank 0's message
+    loaded = dist.on_main(load)
+    train, test = loaded if dist.is_main() else load()
+    if args.few_shot is not None:
+        if args.few_shot < 1:
+            raise LearngeneError(f"--few-shot must be at least 1 image per class, got {args.few_shot}; pass K >= 1")
         train = few_shot(train, args.few_shot, seed=args.seed)
-    if args.train_images:
+    if args.train_images is not None:
         if args.train_images < 1:
-            raise LearngeneError(f"--train-images must be positive, got {args.train_images}")
+            raise LearngeneError(f"--train-images must be positive, got {args.train_images}; pass N >= 1")
         train = fraction(train, min(1.0, args.train_images / len(train)), seed=args.seed)
     return train, test
 
@@ -113,8 +124,14 @@ def add_distill_args(p: argparse.ArgumentParser, lam: float, tau: float = 1.0) -
 
 
 def train_config_from_args(args: argparse.Namespace, desc: str):
-    from .train import TrainConfig
+    """The run's TrainConfig; also refuses a --run-dir whose checkpoint a run without --resume would overwrite."""
+    from .train import CHECKPOINT, TrainConfig
 
+    if args.resume and not args.run_dir:
+        raise LearngeneError("--resume continues from RUN_DIR/checkpoint.pt; pass --run-dir too")
+    if args.run_dir and not args.resume and (Path(args.run_dir) / CHECKPOINT).exists():
+        raise LearngeneError(f"{args.run_dir} holds the checkpoint of an earlier run; pass --resume to continue it, "
+                             f"or give another --run-dir (or delete it) to start over")
     return TrainConfig(
         epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size, lr=args.lr,
         weight_decay=args.weight_decay, warmup_epochs=args.warmup_epochs, grad_clip=args.grad_clip or None,
@@ -151,17 +168,16 @@ def cmd_ancestry(args: argparse.Namespace) -> None:
     from .train import seed_everything, train
 
     check_output_path(args.out, args.overwrite)
+    train_cfg = train_config_from_args(args, "ancestry")
     train_data, test_data = load_data_from_args(args)
     spec = spec_from_args(args, data=train_data)
     seed_everything(args.seed)
     model = spec.create_model()
     _say(args, f"ancestry {spec.short()} ({spec.num_params:,} params) on {train_data.name}: {len(train_data)} images")
-    result = train(model, train_data, train_config_from_args(args, "ancestry"), eval_data=test_data,
-                   run_dir=args.run_dir, resume=args.resume)
-    if dist.is_main():
-        save_model(args.out, model, spec, origin={"kind": "ancestry", "data": train_data.name, "epochs": args.epochs,
-                                                   "eval_acc": result.final_acc}, overwrite=args.overwrite)
-        _say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}")
+    result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
+    dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
+        "kind": "ancestry", "data": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc}))
+    _say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}")
 
 
 def _load_ancestry_args(args: argparse.Namespace):
@@ -184,19 +200,19 @@ def cmd_condense(args: argparse.Namespace) -> None:
     check_output_path(args.out, args.overwrite)
     method_cls = get_method(args.method)
     method = method_cls(**parse_options(method_cls.Config, args.opt or []))
+    train_cfg = train_config_from_args(args, f"condense {args.method}")  # checked even where unused
     ancestry = _load_ancestry_args(args)
     inputs = None
     if method_cls.needs_data:
         model_in = ancestry.spec  # None for a non-ViT teacher: the data keep their own size unless flags say
         train_data, test_data = load_data_from_args(args, model_in.img_size if model_in else None,
                                                     model_in.in_chans if model_in else None)
-        inputs = CondenseInputs(train=train_data, eval=test_data, train_cfg=train_config_from_args(args, f"condense {args.method}"),
-                                run_dir=args.run_dir, resume=args.resume)
+        inputs = CondenseInputs(train=train_data, eval=test_data, train_cfg=train_cfg, run_dir=args.run_dir,
+                                resume=args.resume)
     seed_everything(args.seed)
     gene = method.condense(ancestry, inputs)
-    if dist.is_main():
-        gene.save(args.out, overwrite=args.overwrite)
-        _say(args, f"wrote {args.out}: {gene.method} learngene, {gene.num_stored_params:,} stored parameters")
+    dist.on_main(lambda: gene.save(args.out, overwrite=args.overwrite))
+    _say(args, f"wrote {args.out}: {gene.method} learngene, {gene.num_stored_params:,} stored parameters")
 
 
 def cmd_expand(args: argparse.Namespace) -> None:
@@ -212,13 +228,14 @@ def cmd_expand(args: argparse.Namespace) -> None:
     options = parse_options(get_method(gene.method).Config, args.opt or [])
     if args.max_params is not None or args.max_flops is not None:
         spec = _fit_gene_to_budget(args, gene, spec, options)
-    model = make_descendant(gene, spec, seed=args.seed, **options)
+    model = make_descendant(gene, spec, seed=args.seed, top_up=args.top_up, **options)
     provided = get_method(gene.method).from_gene(gene, **options).provided_keys(gene, spec)
-    save_model(args.out, model, spec, origin={"kind": "descendant", "method": gene.method, "gene": str(args.gene),
-                                              "options": options, "provided_keys": len(provided)},
-               overwrite=args.overwrite)
+    dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
+        "kind": "descendant", "method": gene.method, "gene": str(args.gene), "options": options,
+        "provided_keys": len(provided), "top_up": args.top_up}))
     _say(args, f"wrote {args.out}: {spec.short()} timm ViT ({spec.num_params:,} params), "
-               f"{len(provided)}/{len(spec.state_shapes())} tensors from the {gene.method} gene")
+               f"{len(provided)}/{len(spec.state_shapes())} tensors from the {gene.method} gene"
+               + (f", the rest topped up by {args.top_up} where it has weights" if args.top_up else ""))
 
 
 def _fit_gene_to_budget(args: argparse.Namespace, gene, base, options: dict[str, Any]):
@@ -270,6 +287,7 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     check_output_path(args.out, args.overwrite)
     if args.gene_out:
         check_output_path(args.gene_out, args.overwrite)
+    train_cfg = train_config_from_args(args, "adapt")
     gene = Learngene.load(args.gene)
     method_cls = get_method(gene.method)
     options = parse_options(method_cls.Config, args.opt or [])
@@ -277,16 +295,18 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     base = gene.ancestry
     train_data, test_data = load_data_from_args(args, (base.img_size if base else None), (base.in_chans if base else None))
     spec = spec_from_args(args, base=base, data=train_data)
-    adapted, result = method.adapt(gene, spec, train_data, train_config_from_args(args, f"adapt {gene.method}"),
+    adapted, result = method.adapt(gene, spec, train_data, train_cfg.replace(desc=f"adapt {gene.method}"),
                                    eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
-    if not dist.is_main():
-        return
-    if args.gene_out:
-        adapted.save(args.gene_out, overwrite=args.overwrite)
     model = make_descendant(adapted, spec, seed=args.seed)
-    save_model(args.out, model, spec, origin={"kind": "descendant", "method": gene.method, "gene": str(args.gene),
-                                              "adapted_on": train_data.name, "adapt_steps": result.steps,
-                                              "options": options}, overwrite=args.overwrite)
+
+    def write() -> None:
+        if args.gene_out:
+            adapted.save(args.gene_out, overwrite=args.overwrite)
+        save_model(args.out, model, spec, overwrite=args.overwrite, origin={
+            "kind": "descendant", "method": gene.method, "gene": str(args.gene), "adapted_on": train_data.name,
+            "adapt_steps": result.steps, "options": options})
+
+    dist.on_main(write)
     _say(args, f"wrote {args.out}: {spec.short()} timm ViT adapted for {result.steps} steps"
                + (f", accuracy {result.final_acc:.4f}" if result.final_acc is not None else ""))
 
@@ -296,6 +316,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     from .train import train
 
     check_output_path(args.out, args.overwrite)
+    train_cfg = train_config_from_args(args, "train")
     state, spec, origin = load_model_file(args.model)
     model = build_model(spec, state, source=str(args.model))
     train_data, test_data = load_data_from_args(args, spec.img_size, spec.in_chans)
@@ -303,18 +324,22 @@ def cmd_train(args: argparse.Namespace) -> None:
         model.reset_classifier(train_data.num_classes)
         spec = spec.replace(num_classes=train_data.num_classes)
         _say(args, f"new {train_data.num_classes}-way classifier head for {train_data.name}")
-    result = train(model, train_data, train_config_from_args(args, "train"), eval_data=test_data,
-                   run_dir=args.run_dir, resume=args.resume)
-    if dist.is_main():
-        save_model(args.out, model, spec, origin={**origin, "finetuned_on": train_data.name, "epochs": args.epochs,
-                                                   "eval_acc": result.final_acc}, overwrite=args.overwrite)
-        _say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}")
+    result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
+    dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
+        **origin, "finetuned_on": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc}))
+    _say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}")
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
     from .describe import describe_file
 
     print(describe_file(args.path, show_tensors=args.tensors))
+    if args.plot:
+        from .gene import Learngene
+        from .methods.cluster import plot_attention_distance
+
+        plot_attention_distance(Learngene.load(args.path), args.plot)
+        print(f"wrote {args.plot}")
 
 
 def cmd_methods(args: argparse.Namespace) -> None:
@@ -407,6 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("gene", help="learngene file (.safetensors)")
     add_spec_args(p)
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option for this expansion (repeatable)")
+    p.add_argument("--top-up", metavar="METHOD", help="fill what the gene leaves to timm from a method without a "
+                                                      "learngene, e.g. mimetic (attention weights, sin-cos positions)")
     g = p.add_argument_group("size for a budget (the deepest, then widest size the gene supports; "
                              "--depth or --num-heads pin that axis)")
     g.add_argument("--max-params", type=_count, metavar="N", help="at most N parameters (e.g. 5e6 or 5M)")
@@ -443,6 +470,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "stored parameters, cost; or a model's spec, parameters and FLOPs.")
     p.add_argument("path", help="learngene or model file")
     p.add_argument("--tensors", action="store_true", help="also list every tensor and its shape")
+    p.add_argument("--plot", metavar="PNG", help="write a plot of mean attention distance per layer and head "
+                                                 "(cluster learngenes)")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("methods", help="list the registered methods and their options",
@@ -492,10 +521,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, or a one-line usage error already printed
         return int(exc.code or 0)
     try:
+        if dist.launched_distributed() and args.command in SINGLE_PROCESS:
+            raise LearngeneError("this command runs in one process (it writes many files); run it without torchrun")
         dist.init_from_env()
         args.func(args)
     except LearngeneError as exc:
-        print(f"learngene {args.command}: error: {exc}", file=sys.stderr)
+        where = f" (rank {dist.rank()})" if dist.is_distributed() else ""
+        print(f"learngene {args.command}{where}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"learngene {args.command}: interrupted", file=sys.stderr)

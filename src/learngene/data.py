@@ -63,6 +63,9 @@ class ImageData:
             raise DataError(f"{self.name}: {len(self.images)} images but {len(self.labels)} labels")
         if len(self.mean) != self.in_chans or len(self.std) != self.in_chans:
             raise DataError(f"{self.name}: normalization has {len(self.mean)} channels, images have {self.in_chans}")
+        if len(self.labels) and not (0 <= int(self.labels.min()) and int(self.labels.max()) < self.num_classes):
+            raise DataError(f"{self.name}: labels run from {int(self.labels.min())} to {int(self.labels.max())}, outside "
+                            f"0..{self.num_classes - 1}; give labels 0..num_classes-1")
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -134,14 +137,18 @@ def cache_dir() -> Path:
 
 
 def _find_fashion_mnist(data_dir: str | os.PathLike | None) -> Path:
-    candidates = [Path(p) for p in (data_dir, os.environ.get("LEARNGENE_DATA")) if p]
-    candidates.append(DEBIAN_FASHION_MNIST)
+    # a folder the user named is the only place looked in: falling back elsewhere would hide a typo
+    if data_dir is not None:
+        candidates = [Path(data_dir)]
+    else:
+        candidates = [Path(p) for p in (os.environ.get("LEARNGENE_DATA"),) if p] + [DEBIAN_FASHION_MNIST]
     for base in candidates:
         for folder in (base, base / "fashion-mnist", base / "FashionMNIST" / "raw"):
             if all((folder / f).exists() or (folder / f"{f}.gz").exists() for f in FASHION_MNIST_FILES):
                 return folder
     if data_dir is not None:
-        raise DataError(f"Fashion-MNIST IDX files not found in {data_dir}; {FASHION_MNIST_INSTALL}")
+        raise DataError(f"Fashion-MNIST IDX files ({FASHION_MNIST_FILES[0]}[.gz], ...) not found in {data_dir}; check "
+                        f"--data-dir, or leave it out to use the installed copy")
     raise DataError(f"Fashion-MNIST not found; {FASHION_MNIST_INSTALL}")
 
 
@@ -178,7 +185,7 @@ def fashion_mnist(split: str = "train", data_dir: str | os.PathLike | None = Non
     from torchvision.datasets import FashionMNIST
 
     if split not in ("train", "test"):
-        raise DataError(f"Fashion-MNIST has splits 'train' and 'test', not {split!r}")
+        raise DataError(f"Fashion-MNIST has splits 'train' and 'test', not {split!r}; use one of those")
     root = _ungzipped_fashion_mnist(_find_fashion_mnist(data_dir))
     try:
         ds = FashionMNIST(root=str(root), train=split == "train", download=False)
@@ -198,7 +205,7 @@ def digits(split: str = "train", img_size: int = 28, test_fraction: float = 0.25
     from sklearn.model_selection import train_test_split
 
     if split not in ("train", "test"):
-        raise DataError(f"digits has splits 'train' and 'test', not {split!r}")
+        raise DataError(f"digits has splits 'train' and 'test', not {split!r}; use one of those")
     bunch = load_digits()
     images = torch.from_numpy(np.round(bunch.images * (255.0 / 16.0)).astype(np.uint8)).unsqueeze(1)
     labels = torch.from_numpy(bunch.target.astype(np.int64))
@@ -228,7 +235,7 @@ def convert_channels(data: ImageData, in_chans: int) -> ImageData:
     if in_chans == 1:
         grey = data.images.float().mean(1, keepdim=True).round().to(torch.uint8)
         return replace(data, images=grey, mean=(sum(data.mean) / len(data.mean),), std=(sum(data.std) / len(data.std),))
-    raise DataError(f"cannot convert {data.in_chans}-channel images to {in_chans} channels")
+    raise DataError(f"cannot convert {data.in_chans}-channel images to {in_chans} channels; use --in-chans 1 or 3")
 
 
 def image_folder(root: str | os.PathLike, img_size: int, in_chans: int = 3, in_memory: bool = True,
@@ -239,17 +246,12 @@ def image_folder(root: str | os.PathLike, img_size: int, in_chans: int = 3, in_m
 
     root = Path(root)
     if not root.is_dir():
-        raise DataError(f"image folder {root} does not exist")
+        raise DataError(f"image folder {root} does not exist; check the path after folder:")
     mode = {1: "L", 3: "RGB"}.get(in_chans)
     if mode is None:
-        raise DataError(f"image folders load as 1 or 3 channels, not {in_chans}")
+        raise DataError(f"image folders load as 1 or 3 channels, not {in_chans}; pass --in-chans 1 or 3")
     resize_crop = [transforms.Resize(img_size), transforms.CenterCrop(img_size)]
-    try:
-        probe = ImageFolder(str(root))
-    except (FileNotFoundError, RuntimeError) as exc:
-        raise DataError(f"{root} is not an image folder with one sub-folder per class: {exc}") from None
-    if len(probe) == 0:
-        raise DataError(f"{root} holds no images")
+    _check_image_folder(root)
     name = f"folder:{root.name}"
     if mean is None:
         mean, std = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)) if in_chans == 3 else ((0.5,), (0.5,))
@@ -263,6 +265,22 @@ def image_folder(root: str | os.PathLike, img_size: int, in_chans: int = 3, in_m
     return StreamData(ds, len(ds.classes), in_chans, img_size, name)
 
 
+def _check_image_folder(root: Path) -> None:
+    """One line for the ways a folder fails to be a dataset: no class folders, no images, an empty class."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    classes = sorted(d for d in root.iterdir() if d.is_dir())
+    if not classes:
+        raise DataError(f"{root} has no class sub-folders; put the images of each class in a sub-folder named after it")
+    empty = [d.name for d in classes if not any(f.suffix.lower() in IMG_EXTENSIONS for f in d.rglob("*"))]
+    if len(empty) == len(classes):
+        raise DataError(f"{root} holds no images ({', '.join(IMG_EXTENSIONS)}); put the images of each class in "
+                        f"its sub-folder")
+    if empty:
+        raise DataError(f"{root}: class {empty[0]} has no images" + (f" (nor {len(empty) - 1} more)" if len(empty) > 1 else "")
+                        + "; add images to it or remove the folder")
+
+
 def _open_image(path: str, mode: str):
     from PIL import Image
 
@@ -270,7 +288,7 @@ def _open_image(path: str, mode: str):
         with Image.open(path) as img:
             return img.convert(mode)
     except OSError as exc:
-        raise DataError(f"cannot read image {path}: {exc}") from None
+        raise DataError(f"cannot read image {path} ({str(exc).splitlines()[0][:120]}); remove or replace it") from None
 
 
 def torchvision_dataset(name: str, root: str | os.PathLike, split: str = "train", img_size: int | None = None) -> ImageData:
@@ -279,7 +297,7 @@ def torchvision_dataset(name: str, root: str | os.PathLike, split: str = "train"
 
     cls = getattr(tvd, name, None)
     if cls is None:
-        raise DataError(f"torchvision has no dataset {name!r}")
+        raise DataError(f"torchvision has no dataset {name!r}; use a class name of torchvision.datasets, e.g. CIFAR10")
     try:
         ds = cls(root=str(root), train=split == "train", download=False)
     except (RuntimeError, TypeError) as exc:
@@ -315,14 +333,14 @@ def load_dataset(name: str, split: str = "train", img_size: int | None = None, d
         data = image_folder(root, img_size or 224, in_chans or 3)
     elif name.startswith("torchvision:"):
         if data_dir is None:
-            raise DataError("torchvision datasets need --data-dir pointing to where they were downloaded")
+            raise DataError("torchvision datasets need --data-dir; pass the folder they were downloaded to")
         data = torchvision_dataset(name.removeprefix("torchvision:"), data_dir, split, img_size)
     else:
         raise DataError(f"unknown dataset {name!r}; use one of {', '.join(BUILTIN_DATASETS)}, folder:PATH or torchvision:NAME")
     if in_chans is not None and isinstance(data, ImageData):
         data = convert_channels(data, in_chans)
     if len(data) == 0:
-        raise DataError(f"dataset {name} ({split}) is empty")
+        raise DataError(f"dataset {name} ({split}) is empty; check that the data are where you said")
     return data
 
 
@@ -334,7 +352,8 @@ def few_shot(data: ImageData, per_class: int, seed: int = 0) -> ImageData:
     for c in range(data.num_classes):
         members = (data.labels == c).nonzero().flatten()
         if len(members) < per_class:
-            raise DataError(f"{data.name}: class {c} has {len(members)} images, fewer than the {per_class} per class asked")
+            raise DataError(f"{data.name}: class {c} has {len(members)} images, fewer than the {per_class} per class asked; "
+                            f"ask for at most {len(members)} (--few-shot)")
         picked.append(members[torch.randperm(len(members), generator=gen)[:per_class]])
     return data.subset(torch.cat(picked).sort().values, name=f"{data.name}-{per_class}shot")
 
@@ -342,7 +361,7 @@ def few_shot(data: ImageData, per_class: int, seed: int = 0) -> ImageData:
 def fraction(data: ImageData, frac: float, seed: int = 0) -> ImageData:
     """A random ``frac`` of the data (at least one image), fixed by ``seed``."""
     if not 0 < frac <= 1:
-        raise DataError(f"fraction must be in (0, 1], got {frac}")
+        raise DataError(f"fraction must be in (0, 1], got {frac}; give a share of the data between 0 and 1")
     n = max(1, round(len(data) * frac))
     idx = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[:n]
     return data.subset(idx.sort().values, name=f"{data.name}-{n}")
@@ -352,16 +371,16 @@ def class_subset(data: ImageData, classes: Sequence[int]) -> ImageData:
     """Only the images of ``classes``, relabelled ``0..len(classes)-1`` in the given order."""
     classes = list(classes)
     if not classes:
-        raise DataError("class subset needs at least one class")
+        raise DataError("class subset needs at least one class; give the classes to keep")
     remap = torch.full((data.num_classes,), -1, dtype=torch.long)
     for new, old in enumerate(classes):
         if not 0 <= old < data.num_classes:
-            raise DataError(f"{data.name} has no class {old}")
+            raise DataError(f"{data.name} has no class {old}; choose classes 0..{data.num_classes - 1}")
         remap[old] = new
     keep = (remap[data.labels] >= 0).nonzero().flatten()
     for c in classes:
         if not (data.labels[keep] == c).any():
-            raise DataError(f"{data.name}: class {c} has no images")
+            raise DataError(f"{data.name}: class {c} has no images; choose classes that have images")
     sub = data.subset(keep, name=f"{data.name}-classes{'-'.join(map(str, classes))}")
     return replace(sub, labels=remap[sub.labels], num_classes=len(classes), soft_targets=None)
 
@@ -384,9 +403,9 @@ class Batches:
     def __init__(self, data: Data, batch_size: int, shuffle: bool, seed: int = 0, rank: int = 0, world: int = 1,
                  augment: bool = False):
         if len(data) == 0:
-            raise DataError(f"{getattr(data, 'name', 'dataset')} is empty")
+            raise DataError(f"{getattr(data, 'name', 'dataset')} is empty; give data with at least one image")
         if batch_size < 1:
-            raise DataError(f"batch size must be positive, got {batch_size}")
+            raise DataError(f"batch size must be positive, got {batch_size}; pass --batch-size 1 or more")
         self.data, self.batch_size, self.shuffle, self.seed = data, batch_size, shuffle, seed
         self.rank, self.world, self.augment = rank, world, augment
         self.epoch, self.start_step = 0, 0
@@ -408,16 +427,25 @@ class Batches:
             global_idx = order[step * self.batch_size:(step + 1) * self.batch_size]
             x, y, soft = self.data.get_batch(global_idx[self.rank::self.world])
             if self.augment:
-                x = augment_batch(x, torch.Generator().manual_seed(self.seed * 100_003 + self.epoch * 10_007 + step))
+                gen = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch * 10_007 + step)
+                x = augment_batch(x, gen, global_size=len(global_idx), rank=self.rank, world=self.world)
             yield Batch(x, y, soft, len(global_idx))
 
 
-def augment_batch(x: Tensor, gen: torch.Generator, max_shift: int = 2) -> Tensor:
-    """Random horizontal flips and shifts of up to ``max_shift`` pixels (zero padding), per image."""
-    n = x.shape[0]
-    flip = torch.rand(n, generator=gen) < 0.5
+def augment_batch(x: Tensor, gen: torch.Generator, max_shift: int = 2, global_size: int | None = None, rank: int = 0,
+                  world: int = 1) -> Tensor:
+    """Random horizontal flips and shifts of up to ``max_shift`` pixels (zero padding), per image.
+
+    Under DDP ``x`` is this rank's share ``batch[rank::world]`` of a global batch of ``global_size``
+    images: the draws are made for the whole global batch and then shared out the same way, so
+    every image gets the augmentation it would get in a 1-process run.
+    """
+    n = global_size or x.shape[0]
+    flip = (torch.rand(n, generator=gen) < 0.5)[rank::world]
+    shifts = torch.randint(0, 2 * max_shift + 1, (n, 2), generator=gen)[rank::world]
+    if not len(x):  # this rank's share of a last, tiny global batch
+        return x
     x = torch.where(flip.view(-1, 1, 1, 1), x.flip(-1), x)
     padded = F.pad(x, (max_shift,) * 4)
-    shifts = torch.randint(0, 2 * max_shift + 1, (n, 2), generator=gen)
     h, w = x.shape[-2:]
     return torch.stack([padded[i, :, a:a + h, b:b + w] for i, (a, b) in enumerate(shifts.tolist())])

@@ -1,24 +1,57 @@
 """DDP plumbing for the one training loop: ranks, reductions, and start-up under ``torchrun``.
 
 ``torchrun`` sets ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``; :func:`init_from_env` then opens the process
-group (NCCL on GPUs, gloo on CPU). Without those variables everything here is a no-op, so the same code
-runs as one plain process.
+group (NCCL for CUDA tensors and gloo for CPU tensors on GPU machines, gloo alone on CPU). Without
+those variables everything here is a no-op, so the same code runs as one plain process.
+
+Files are written by rank 0 only (:func:`on_main`); the other ranks wait for it and fail with it, so
+every process of a run ends with the same exit status.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
+from typing import Any, Callable, TypeVar
 
 import torch
 import torch.distributed as dist
 
+from .errors import LearngeneError
+
+T = TypeVar("T")
+
+
+def launched_distributed() -> bool:
+    """True in a process started by ``torchrun`` (or anything else that sets ``WORLD_SIZE`` > 1)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False
+
 
 def init_from_env() -> None:
-    if dist.is_available() and not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        use_cuda = torch.cuda.is_available()
-        if use_cuda:
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    """Join the process group ``torchrun`` describes in the environment; nothing for a plain process.
+
+    ``LEARNGENE_DIST_TIMEOUT`` (seconds, default 1800) bounds how long a rank waits for the others in
+    one collective before it gives up, e.g. when another node died without ``torchrun`` noticing.
+    """
+    if not (dist.is_available() and launched_distributed()) or dist.is_initialized():
+        return
+    timeout = datetime.timedelta(seconds=float(os.environ.get("LEARNGENE_DIST_TIMEOUT", "1800")))
+    use_cuda = torch.cuda.is_available()
+    if use_cuda:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if local_rank >= torch.cuda.device_count():
+            raise LearngeneError(f"local rank {local_rank} has no GPU ({torch.cuda.device_count()} visible); start at "
+                                 f"most {torch.cuda.device_count()} processes per node (--nproc_per_node)")
+        torch.cuda.set_device(local_rank)
+    try:
+        dist.init_process_group(backend="cpu:gloo,cuda:nccl" if use_cuda else "gloo", timeout=timeout)
+    except (RuntimeError, ValueError) as exc:
+        lines = str(exc).strip().splitlines()
+        raise LearngeneError(f"could not join the process group ({lines[0][:160] if lines else type(exc).__name__}); "
+                             f"check the torchrun --rdzv-endpoint / --master-addr and that every node can reach it") from None
 
 
 def is_distributed() -> bool:
@@ -43,18 +76,56 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def count_true(flag: bool, device: torch.device | str = "cpu") -> int:
+    """How many ranks hold ``flag`` (``device`` must suit the backend: a CUDA device under NCCL)."""
+    return int(all_reduce_sum(torch.tensor([int(flag)], device=device)).item())
+
+
 def barrier() -> None:
     if is_distributed():
         dist.barrier()
 
 
-def broadcast_object(obj):
+def broadcast_object(obj: T) -> T:
     """Rank 0's ``obj`` on every rank."""
     if not is_distributed():
         return obj
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def all_gather_object(obj: Any) -> list[Any]:
+    """Every rank's ``obj``, in rank order, on every rank."""
+    if not is_distributed():
+        return [obj]
+    out: list[Any] = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def on_main(fn: Callable[[], T]) -> T | None:
+    """Run ``fn`` (a file write, a one-time cache) on rank 0 only; every rank returns, or raises, together.
+
+    The others wait until every rank got here (so no rank still checks an output path rank 0 is about
+    to write) and until rank 0 is done; if ``fn`` failed there, they raise too, with its message.
+    """
+    if not is_distributed():
+        return fn()
+    barrier()
+    result, error = None, None
+    if is_main():
+        try:
+            result = fn()
+        except Exception as exc:  # shared with the other ranks, then re-raised here
+            error = exc
+    outcome = broadcast_object(None if error is None else (isinstance(error, LearngeneError), str(error)))
+    if error is not None:
+        raise error
+    if outcome is not None:
+        user_error, message = outcome
+        raise (LearngeneError if user_error else RuntimeError)(f"rank 0 failed: {message}")
+    return result
 
 
 def destroy() -> None:

@@ -78,7 +78,8 @@ class Learngene:
         try:
             version = int(meta.get("format_version", "?"))
         except ValueError:
-            raise GeneFormatError(f"{path} has an unreadable learngene format version") from None
+            raise GeneFormatError(f"{path} has an unreadable learngene format version; create it again with "
+                                  f"`learngene condense`") from None
         if version > GENE_FORMAT_VERSION:
             raise GeneFormatError(f"{path} is learngene format v{version}, newer than this library reads "
                                   f"(v{GENE_FORMAT_VERSION}); upgrade learngene")
@@ -98,7 +99,8 @@ class Learngene:
                 created=meta.get("created", "unknown"),
             )
         except (ValueError, KeyError, TypeError) as exc:
-            raise GeneFormatError(f"{path} has a corrupt learngene header: {exc}") from None
+            raise GeneFormatError(f"{path} has a corrupt learngene header ({str(exc).splitlines()[0][:160]}); create it "
+                                  f"again with `learngene condense`") from None
 
 
 # ---- method registry ----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import datetime
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -39,11 +40,13 @@ def now_iso() -> str:
 def check_output_path(path: str | os.PathLike, overwrite: bool = True) -> Path:
     """Fail early, with a clear message, if ``path`` cannot be written."""
     path = Path(path)
-    if path.exists() and not overwrite:
-        raise LearngeneError(f"{path} already exists; pass --overwrite to replace it")
     if path.is_dir():
         raise LearngeneError(f"{path} is a directory; give a file path")
+    if path.exists() and not overwrite:
+        raise LearngeneError(f"{path} already exists; pass --overwrite to replace it")
     parent = path.parent if str(path.parent) else Path(".")
+    if parent.exists() and not parent.is_dir():
+        raise LearngeneError(f"{parent} is not a directory; choose an output path inside a directory")
     if not parent.is_dir():
         raise LearngeneError(f"directory {parent} does not exist; create it first")
     if not os.access(parent, os.W_OK):
@@ -53,17 +56,22 @@ def check_output_path(path: str | os.PathLike, overwrite: bool = True) -> Path:
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; on success fsync it and rename it onto ``path``."""
+    """Yield a temporary path next to ``path``; on success fsync it and rename it onto ``path``.
+
+    A crash at any moment leaves either the old file or the complete new one: the data reach the
+    disk (fsync) before the rename, and the rename itself is made durable by syncing the directory.
+    """
     path = check_output_path(path, overwrite)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600 files; outputs get the usual permissions
         with open(tmp_path, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp_path, path)
-        with contextlib.suppress(OSError):  # persist the rename itself
+        with contextlib.suppress(OSError):  # some filesystems cannot open or sync a directory
             dir_fd = os.open(path.parent, os.O_RDONLY)
             try:
                 os.fsync(dir_fd)
@@ -71,6 +79,12 @@ def atomic_path(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Pat
                 os.close(dir_fd)
     finally:
         tmp_path.unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -89,10 +103,14 @@ def _require_file(path: str | os.PathLike) -> Path:
     path = Path(path)
     if not path.exists():
         raise LearngeneError(f"{path} does not exist; check the path")
+    if path.is_dir():
+        raise LearngeneError(f"{path} is a directory; give the path of a file")
     if not path.is_file():
-        raise LearngeneError(f"{path} is not a file")
+        raise LearngeneError(f"{path} is not a regular file; give the path of a file")
     if not os.access(path, os.R_OK):
         raise LearngeneError(f"{path} is not readable; check its permissions")
+    if path.stat().st_size == 0:
+        raise GeneFormatError(f"{path} is empty (0 bytes), perhaps from an interrupted copy; copy or create it again")
     return path
 
 
@@ -103,16 +121,41 @@ def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, Tensor], dict[s
         with safe_open(str(path), framework="pt") as fh:
             metadata = fh.metadata() or {}
             tensors = {k: fh.get_tensor(k) for k in fh.keys()}
-    except (SafetensorError, OSError, ValueError) as exc:
-        hint = " (it looks like a pickle/.pth file; convert it or pass it as a timm checkpoint)" if _looks_like_pickle(path) else ""
-        raise GeneFormatError(f"{path} is not a readable safetensors file{hint}: {str(exc).splitlines()[0]}") from None
+    except Exception as exc:  # safetensors raises SafetensorError, OSError, ValueError, ... for bad files
+        if _looks_like_pickle(path):
+            raise GeneFormatError(f"{path} is not a readable safetensors file: it looks like a pickle/.pth file, which is never "
+                                  f"unpickled here; pass it as an ancestry checkpoint with --timm-model, or convert "
+                                  f"it to safetensors") from None
+        raise GeneFormatError(f"{path} is not a readable safetensors file ({_first_line(exc)}); check that it is a "
+                              f"complete file written by learngene, or create it again") from None
     return tensors, metadata
+
+
+def _first_line(exc: BaseException, limit: int = 160) -> str:
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:limit]
 
 
 def _looks_like_pickle(path: Path) -> bool:
     with open(path, "rb") as fh:
         head = fh.read(4)
     return head[:1] == b"\x80" or head[:2] == b"PK"
+
+
+def torch_load_weights_only(path: str | os.PathLike) -> Any:
+    """``torch.load(weights_only=True)`` on CPU; a file it refuses raises ``ValueError`` with one line why.
+
+    Only tensors, plain containers and numbers are ever rebuilt: a pickle that names any other class or
+    function (code that would run on load) is refused, never executed.
+    """
+    try:
+        with warnings.catch_warnings():  # e.g. torch's note on pickle protocols: not the user's business
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for bad files
+        if "Weights only load failed" in str(exc):
+            raise ValueError("it pickles objects other than tensors, which are never unpickled here") from None
+        raise ValueError(_first_line(exc)) from None
 
 
 def load_weights(path: str | os.PathLike) -> dict[str, Tensor]:
@@ -125,18 +168,17 @@ def load_weights(path: str | os.PathLike) -> dict[str, Tensor]:
     if path.suffix == ".safetensors":
         return read_safetensors(path)[0]
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for bad files
-        raise GeneFormatError(
-            f"{path} could not be loaded as weights (only safetensors or weights_only torch files are accepted): "
-            f"{str(exc).splitlines()[0][:200]}"
-        ) from None
+        obj = torch_load_weights_only(path)
+    except ValueError as exc:
+        raise GeneFormatError(f"{path} could not be loaded as weights ({exc}); give a .safetensors file or a torch "
+                              f"checkpoint of plain tensors") from None
     for wrapper in ("model_ema", "state_dict", "model"):
         if isinstance(obj, dict) and isinstance(obj.get(wrapper), dict):
             obj = obj[wrapper]
             break
     if not isinstance(obj, dict) or not all(isinstance(v, Tensor) for v in obj.values()):
-        raise GeneFormatError(f"{path} does not hold a state_dict of tensors")
+        raise GeneFormatError(f"{path} does not hold a state_dict of tensors; give a checkpoint of the model's "
+                              f"weights (a dict of tensor names to tensors)")
     return obj
 
 
@@ -161,8 +203,19 @@ def load_model_file(path: str | os.PathLike) -> tuple[dict[str, Tensor], ViTSpec
     if metadata.get("format") != MODEL_FORMAT:
         raise GeneFormatError(f"{path} is not a learngene model file (no '{MODEL_FORMAT}' header); "
                               f"for a timm checkpoint pass --timm-model NAME")
-    spec = ViTSpec.from_json(metadata["spec"])
-    return tensors, spec, json.loads(metadata.get("origin", "{}"))
+    if "spec" not in metadata:
+        raise GeneFormatError(f"{path} records no spec in its header; create it again with learngene "
+                              f"(ancestry, expand or train)")
+    try:
+        spec = ViTSpec.from_json(metadata["spec"])
+        origin = json.loads(metadata.get("origin", "{}"))
+    except ValueError as exc:  # JSONDecodeError, or a SpecError for impossible sizes
+        raise GeneFormatError(f"{path} has a corrupt model header ({_first_line(exc)}); create it again with "
+                              f"learngene (ancestry, expand or train)") from None
+    if not isinstance(origin, dict):
+        raise GeneFormatError(f"{path} has a corrupt model header (origin is not a JSON object); create it again "
+                              f"with learngene (ancestry, expand or train)")
+    return tensors, spec, origin
 
 
 def build_model(spec: ViTSpec, state: dict[str, Tensor], source: str = "state_dict") -> torch.nn.Module:

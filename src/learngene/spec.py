@@ -214,7 +214,7 @@ class ViTSpec:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - known
         if unknown:
-            raise SpecError(f"unknown spec field(s) {sorted(unknown)}; known fields are {sorted(known)}")
+            raise SpecError(f"unknown spec field(s) {sorted(unknown)}; remove them (known fields: {', '.join(sorted(known))})")
         return cls(**data)
 
     @classmethod

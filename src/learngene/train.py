@@ -14,6 +14,7 @@ import json
 import math
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,11 @@ from tqdm.auto import tqdm
 from . import distributed as dist
 from .data import Batches, Data
 from .errors import DataError, LearngeneError, TrainingError
-from .io import atomic_path, write_text_atomic
+from .io import atomic_path, torch_load_weights_only, write_text_atomic
 
 CHECKPOINT = "checkpoint.pt"
+CHECKPOINT_KEYS = {"model", "optimizer", "scheduler", "rng", "epoch", "step_in_epoch", "global_step", "history",
+                   "seconds", "epoch_sums"}
 LOG = "log.jsonl"
 
 
@@ -62,15 +65,21 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.epochs < 1 and not self.max_steps:
-            raise LearngeneError(f"epochs must be at least 1, got {self.epochs}")
+            raise LearngeneError(f"epochs must be at least 1, got {self.epochs}; pass --epochs 1 or more")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise LearngeneError(f"max steps must be at least 1, got {self.max_steps}; pass --max-steps 1 or more")
         if self.batch_size < 1:
-            raise LearngeneError(f"batch size must be positive, got {self.batch_size}")
+            raise LearngeneError(f"batch size must be positive, got {self.batch_size}; pass --batch-size 1 or more")
         if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise LearngeneError(f"learning rate must be positive, got {self.lr}")
+            raise LearngeneError(f"learning rate must be positive, got {self.lr}; pass e.g. --lr 0.001")
         if not 0.0 <= self.distill_lambda <= 1.0:
-            raise LearngeneError(f"distillation λ must be in [0, 1], got {self.distill_lambda}")
-        if self.distill_tau <= 0:
-            raise LearngeneError(f"distillation τ must be positive, got {self.distill_tau}")
+            raise LearngeneError(f"distillation λ must be in [0, 1], got {self.distill_lambda}; pass --distill-lambda "
+                                 f"between 0 (plain CE) and 1 (pure distillation)")
+        if not self.distill_tau > 0:
+            raise LearngeneError(f"distillation τ must be positive, got {self.distill_tau}; pass e.g. --distill-tau 1")
+        if self.checkpoint_every < 0:
+            raise LearngeneError(f"checkpoint interval must be 0 (per epoch) or positive, got {self.checkpoint_every}; "
+                                 f"pass --checkpoint-every N with N >= 0")
 
     def replace(self, **changes: Any) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
@@ -90,9 +99,17 @@ class TrainResult:
 def resolve_device(name: str = "auto") -> torch.device:
     if name == "auto":
         return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise LearngeneError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise LearngeneError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise LearngeneError("--device cuda was asked for but no GPU is visible; use --device auto or cpu")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise LearngeneError(f"--device {name} asked for but only {torch.cuda.device_count()} GPU(s) are visible; "
+                             f"use cuda:0..cuda:{torch.cuda.device_count() - 1}")
     return device
 
 
@@ -168,12 +185,20 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _last_good(ckpt_path: Path | None) -> str:
+    if ckpt_path is None or not ckpt_path.exists():
+        return ""
+    return f"; the last good checkpoint is {ckpt_path} (rerun with --resume once fixed)"
+
+
 def load_checkpoint(path: Path) -> dict[str, Any]:
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # corrupt/truncated files raise many different types
-        raise TrainingError(f"checkpoint {path} is unreadable ({str(exc).splitlines()[0][:120]}); "
-                            f"delete it to start over") from None
+        ckpt = torch_load_weights_only(path)
+    except ValueError as exc:
+        raise TrainingError(f"checkpoint {path} is unreadable ({exc}); delete it to start over") from None
+    if not isinstance(ckpt, dict) or not CHECKPOINT_KEYS <= set(ckpt):
+        raise TrainingError(f"{path} is not a learngene training checkpoint; delete it or give another --run-dir")
+    return ckpt
 
 
 @torch.no_grad()
@@ -268,7 +293,18 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
     ckpt_path = run_dir / CHECKPOINT if run_dir is not None else None
     seed_everything(cfg.seed + 1000 * dist.rank())
 
-    if resume and ckpt_path is not None and ckpt_path.exists():
+    if run_dir is not None and dist.is_main():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for name in (CHECKPOINT, LOG):  # temporary files of a run killed while it wrote them
+            for stale in run_dir.glob(f".{name}.*.tmp"):
+                stale.unlink(missing_ok=True)
+    found = resume and ckpt_path is not None and ckpt_path.exists()
+    if dist.is_distributed() and resume and ckpt_path is not None:
+        seen = dist.count_true(found, device)
+        if 0 < seen < dist.world_size():
+            raise LearngeneError(f"{ckpt_path} is visible to {seen} of {dist.world_size()} processes; put --run-dir on a "
+                                 f"filesystem every node shares")
+    if found:
         ckpt = load_checkpoint(ckpt_path)
         saved = ckpt.get("config", {})
         changed = [k for k in TrainConfig.RESUME_KEYS if k in saved and saved[k] != getattr(cfg, k)]
@@ -278,27 +314,37 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
-        _set_rng_state(ckpt["rng"])
+        per_rank = ckpt.get("rng_per_rank", [ckpt["rng"]])
+        if dist.rank() < len(per_rank):  # a rank the saved run did not have keeps its fresh seed
+            _set_rng_state(per_rank[dist.rank()])
         start_epoch, start_step, global_step = ckpt["epoch"], ckpt["step_in_epoch"], ckpt["global_step"]
         result.history = list(ckpt["history"])
         result.seconds = ckpt["seconds"]
-        resumed_sums = ckpt["epoch_sums"]
+        if dist.is_main():  # the partial sums of all ranks together; the epoch's all-reduce adds the rest
+            resumed_sums = ckpt["epoch_sums"]
     elif run_dir is not None and dist.is_main():
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / LOG).unlink(missing_ok=True)
+        for stale in (LOG, CHECKPOINT):  # a fresh run must never resume an older run's checkpoint later
+            (run_dir / stale).unlink(missing_ok=True)
 
     net = model
     if dist.is_distributed():
+        # timm's (1, 1, D) class token gets a gradient with another (irrelevant) stride for its size-1 dims,
+        # and DDP warns about it on every run (timm issue #2147): harmless, so not shown
+        warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
         net = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
     def save_checkpoint(epoch: int, step_in_epoch: int, epoch_sums: Tensor) -> None:
-        if ckpt_path is None or not dist.is_main():
+        """Atomic; called by every rank at the same step (their RNG states and partial sums are gathered)."""
+        if ckpt_path is None:
+            return
+        ranks = dist.all_gather_object((_rng_state(), epoch_sums.cpu()))
+        if not dist.is_main():
             return
         state = {
             "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "rng": _rng_state(), "epoch": epoch, "step_in_epoch": step_in_epoch, "global_step": global_step,
-            "history": result.history, "seconds": result.seconds, "epoch_sums": epoch_sums,
-            "config": {k: getattr(cfg, k) for k in TrainConfig.RESUME_KEYS},
+            "rng": ranks[0][0], "rng_per_rank": [r[0] for r in ranks], "epoch": epoch, "step_in_epoch": step_in_epoch,
+            "global_step": global_step, "history": result.history, "seconds": result.seconds,
+            "epoch_sums": sum(r[1] for r in ranks), "config": {k: getattr(cfg, k) for k in TrainConfig.RESUME_KEYS},
         }
         with atomic_path(ckpt_path) as tmp:
             torch.save(state, tmp)
@@ -307,7 +353,7 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
     for epoch in range(start_epoch, epochs):
         batches.set_epoch(epoch, start_step if epoch == start_epoch else 0)
         epoch_steps = min(steps_per_epoch, total_steps - epoch * steps_per_epoch)
-        # loss sum, correct, images (this rank); a resumed epoch continues its partial sums
+        # loss sum, correct, images (this rank); a resumed epoch continues its partial sums (on rank 0)
         sums = resumed_sums.clone() if epoch == start_epoch else torch.zeros(3, dtype=torch.float64)
         tic = time.perf_counter()
         bar = tqdm(total=epoch_steps, initial=batches.start_step, desc=f"{cfg.desc} {epoch + 1}/{epochs}",
@@ -326,14 +372,19 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
             # DDP averages gradients over ranks; scaling by world/global_size makes that the exact mean
             # over the global batch, even when ranks hold unequal shares of the last batch.
             loss = per_sample.sum() * (dist.world_size() / batch.global_size)
-            if not torch.isfinite(loss):
-                where = f"; the last good checkpoint is {ckpt_path}" if ckpt_path is not None and ckpt_path.exists() else ""
-                raise TrainingError(f"loss became {loss.item()} at epoch {epoch + 1}, step {step_in_epoch + 1}; "
-                                    f"lower --lr or check the data{where}")
+            finite = bool(torch.isfinite(loss))
+            # every rank must learn of it, or the others would wait for this one in backward forever
+            if (dist.count_true(not finite, device) if dist.is_distributed() else not finite):
+                value = loss.item() if not finite else "non-finite on another process"
+                raise TrainingError(f"loss became {value} at epoch {epoch + 1}, step {step_in_epoch + 1}; "
+                                    f"lower --lr or check the data{_last_good(ckpt_path)}")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.grad_clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                if not torch.isfinite(grad_norm):  # the same on every rank: DDP has already averaged the gradients
+                    raise TrainingError(f"gradients became {grad_norm.item()} at epoch {epoch + 1}, step "
+                                        f"{step_in_epoch + 1}; lower --lr or check the data{_last_good(ckpt_path)}")
             optimizer.step()
             scheduler.step()
             global_step += 1

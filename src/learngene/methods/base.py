@@ -145,7 +145,7 @@ def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or key not in fields:
-            raise LearngeneError(f"option {item!r} is not KEY=VALUE with KEY one of: {', '.join(fields) or 'none'}")
+            raise LearngeneError(f"option {item!r} is not KEY=VALUE with a known KEY; use one of: {', '.join(fields) or 'none'}")
         try:
             value = json.loads(raw)
         except json.JSONDecodeError:
@@ -236,11 +236,13 @@ def require_block_shape(gene_spec: ViTSpec, spec: ViTSpec, method: str) -> None:
 
 
 # ---- descendants -------------------------------------------------------------------------------------
-def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, **options: Any) -> nn.Module:
+def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, top_up: str | None = None, **options: Any) -> nn.Module:
     """The plain timm ViT of ``spec`` initialized from ``gene``.
 
-    Keys the method provides come from ``expand``; all others keep timm's default initialization
-    (drawn with ``seed``). Every provided key must exist in the model with the same shape.
+    Keys the method provides come from ``expand``; the keys it leaves out come from the ``top_up``
+    method when one is named (e.g. ``"mimetic"`` for the attention weights), all others keep timm's
+    default initialization (drawn with ``seed``). Every provided key must exist in the model with the
+    same shape.
     """
     from ..gene import get_method
 
@@ -249,10 +251,23 @@ def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, **options: An
     model = spec.create_model()
     with torch.no_grad():
         state = method.expand(gene, spec)
+        if top_up:
+            state = {**top_up_state(top_up, spec), **state}
     check_state_shapes(state, spec, f"the {gene.method} gene")
     result = model.load_state_dict(state, strict=False)
     assert not result.unexpected_keys, result.unexpected_keys
     return model
+
+
+def top_up_state(name: str, spec: ViTSpec) -> StateDict:
+    """Everything the empty-gene method ``name`` (e.g. mimetic) gives a model of ``spec``."""
+    from ..gene import get_method
+
+    cls = get_method(name)
+    if cls.needs_data or cls.needs_vit_ancestry:
+        raise LearngeneError(f"a top-up must be a method without a learngene (e.g. mimetic), not {name}")
+    filler = cls()
+    return filler.expand(filler.condense(None), spec)
 
 
 class GeneNet(nn.Module):

@@ -70,7 +70,8 @@ class Pretrained(Method):
     def __init__(self, config=None, **overrides):
         super().__init__(config, **overrides)
         if self.config.variant not in ("first", "last", "middle"):
-            raise LearngeneError(f"pretrained variant must be first, last or middle, not {self.config.variant!r}")
+            raise LearngeneError(f"pretrained variant must be first, last or middle, not {self.config.variant!r}; "
+                                 f"pass --opt variant=first (or last, middle)")
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         spec = ancestry.require_vit(self.name)

@@ -1,0 +1,270 @@
+"""Cluster-Learngene (Wang et al., "Cluster-Learngene: Inheriting Adaptive Clusters for Self-Attention").
+
+Learngene (Sec. 2.2). The mean attention distance of every head (Eq. 4, in pixels, class token
+excluded) is measured on a sample of real images; in each layer DBSCAN groups the heads by that
+distance (radius ``Eps`` px, ``MinHds`` heads; Algorithm 1) and the head nearest each cluster's mean
+becomes its centroid. The gene keeps each layer's centroid heads (q, k, v rows and biases, and their
+W_O columns), ordered by cluster size, largest first; the rest of each block (W_O bias, norms, and
+the FFN unless ``ffn="random"``), the patch/position embeddings and the final norm are inherited.
+The distances and clusters are stored too, for ``learngene inspect`` and its plot (the paper's
+Fig. 1c).
+
+Inheriting (Sec. 2.3, priority weight-sharing). Descendant head ``i`` of ``H_d`` is a copy of centroid
+``i mod c_l``: when ``H_d`` is a multiple of ``c_l`` every centroid is shared ``H_d / c_l`` times, otherwise
+the first ``H_d mod c_l`` (largest-cluster) centroids get one copy more; with ``H_d < c_l`` the largest
+clusters win. W_O columns follow their heads (App. D) and are copied unscaled. Copies are independent
+parameters of a plain timm ViT, so every layer has the same ``H_d`` heads (the paper's incrementing /
+decrementing head counts per layer are not plain timm ViTs and are not offered). Heads keep the
+ancestry's size ``d``, so the descendant is ``H_d·d`` wide; other residual widths, MLP sizes and
+depths are carried over by :mod:`~learngene.methods.resize`.
+
+Unlike the authors' code, heads are sliced in timm's ``[Q; K; V]`` layout (:mod:`learngene.heads`),
+the qkv bias is kept, images are normalized exactly as in training, and clusters are computed, not
+hard-coded.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+from torch import Tensor, nn
+
+from ..data import Data
+from ..errors import LearngeneError
+from ..gene import Learngene, register_method
+from ..heads import mix_heads, select_matrix
+from ..spec import ViTSpec, block_key
+from .base import Ancestry, CondenseInputs, Method, StateDict, block_state, inherit_non_block
+from .resize import axis_map, cyclic, resize_block, resize_non_block, stretch
+
+PAPER_EPS_PX, PAPER_IMG_SIZE = 10.0, 224  # Eps = 10 px at 224-px images (App. C)
+DISTANCE, LABELS, CENTROIDS = "clusters.distance", "clusters.labels", "clusters.centroids."
+ATTENTION = ("attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight")
+FFN = ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    eps: float = 0.0  # DBSCAN radius in pixels; 0: the paper's 10 px scaled to the image size
+    min_heads: int = 1  # DBSCAN MinHds (1: every head belongs to a cluster)
+    num_images: int = 256  # images the attention distances are averaged over
+    batch_size: int = 64
+    ffn: str = "inherit"  # inherit (Cluster-Learngene*) | random (Cluster-Learngene)
+    seed: int = 0  # which images are sampled
+
+
+# ---- mean attention distance (Eq. 4) --------------------------------------------------------------------
+def patch_distances(spec: ViTSpec) -> Tensor:
+    """``(N, N)`` Euclidean distances in pixels between the centres of the patches (timm's row-major order)."""
+    g = spec.grid_size
+    rows, cols = torch.meshgrid(torch.arange(g), torch.arange(g), indexing="ij")
+    centres = torch.stack([rows.flatten(), cols.flatten()], dim=1).double() * spec.patch_size
+    return (centres[:, None] - centres[None]).pow(2).sum(-1).sqrt()
+
+
+@contextmanager
+def attention_probabilities(model: nn.Module) -> Iterator[list[list[Tensor]]]:
+    """Collect every block's attention probabilities ``(B, H, T, T)`` during forwards inside the context.
+
+    With ``fused_attn`` off, timm's Attention sends its softmax through ``attn_drop``; a forward hook
+    there sees the probabilities (dropout is the identity in eval mode). Flags and hooks are restored.
+    """
+    blocks = list(model.blocks)
+    seen: list[list[Tensor]] = [[] for _ in blocks]
+    fused = [block.attn.fused_attn for block in blocks]
+    hooks = []
+    try:
+        for block, store in zip(blocks, seen):
+            block.attn.fused_attn = False
+            hooks.append(block.attn.attn_drop.register_forward_hook(lambda _m, _i, out, store=store: store.append(out)))
+        yield seen
+    finally:
+        for hook in hooks:
+            hook.remove()
+        for block, flag in zip(blocks, fused):
+            block.attn.fused_attn = flag
+
+
+@torch.no_grad()
+def mean_attention_distance(model: nn.Module, spec: ViTSpec, data: Data, num_images: int = 256, batch_size: int = 64,
+                            seed: int = 0) -> Tensor:
+    """Mean attention distance of every head in pixels (Eq. 4), averaged over a sample of ``data``.
+
+    For a query patch, the attention over the key patches (class token left out, renormalized to sum
+    to one) weights the pixel distance to each key; the head's value is the mean over query patches and
+    images. The model runs in eval mode on batches normalized as in training (``data.get_batch``).
+
+    Returns:
+        ``(depth, num_heads)`` distances.
+    """
+    if (data.in_chans, data.img_size) != (spec.in_chans, spec.img_size):  # labels may differ: they are not used
+        raise LearngeneError(f"{data.name} has {data.in_chans}-channel {data.img_size}px images but the ancestry takes "
+                             f"{spec.in_chans}-channel {spec.img_size}px ones; load the data at the ancestry's size")
+    count = min(num_images, len(data))
+    if count < 1:
+        raise LearngeneError("cluster needs at least one image to measure attention distances; pass --data")
+    device = next(model.parameters()).device
+    picked = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[:count].sort().values
+    distance = patch_distances(spec).to(device)
+    prefix = int(spec.class_token)
+    totals = torch.zeros(spec.depth, spec.num_heads, dtype=torch.float64)
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, count, batch_size):
+            x, _, _ = data.get_batch(picked[start:start + batch_size])
+            with attention_probabilities(model) as seen:
+                model(x.to(device))
+            for layer, (probs,) in enumerate(seen):
+                patches = probs[:, :, prefix:, prefix:].double()
+                patches = patches / patches.sum(-1, keepdim=True)
+                totals[layer] += (patches * distance).sum(-1).mean(-1).sum(0).cpu()
+    finally:
+        model.train(was_training)
+    return (totals / count).float()
+
+
+# ---- clustering (Algorithm 1) ---------------------------------------------------------------------------
+def default_eps(img_size: int) -> float:
+    """The paper's Eps (10 px at 224 px) scaled to ``img_size``."""
+    return PAPER_EPS_PX * img_size / PAPER_IMG_SIZE
+
+
+def cluster_heads(distances: Tensor, eps: float, min_heads: int = 1) -> tuple[Tensor, list[int]]:
+    """DBSCAN of one layer's heads on their 1-D mean attention distances.
+
+    Returns:
+        ``labels`` (``-1`` for noise) and the centroid heads, one per cluster, ordered by cluster size
+        (largest first; ties: the cluster with the lowest head index first). A centroid is the member
+        nearest the cluster's mean distance (ties: the lowest index).
+    """
+    from sklearn.cluster import DBSCAN
+
+    values = distances.double().numpy().reshape(-1, 1)
+    labels = torch.from_numpy(DBSCAN(eps=eps, min_samples=min_heads).fit_predict(values)).long()
+    clusters = [(labels == c).nonzero().flatten() for c in labels.unique() if c >= 0]
+    clusters.sort(key=lambda members: (-len(members), int(members[0])))
+    centroids = []
+    for members in clusters:
+        values_in = distances.double()[members]
+        centroids.append(int(members[(values_in - values_in.mean()).abs().argmin()]))
+    return labels, centroids
+
+
+def priority_sharing(num_centroids: int, num_heads: int) -> Tensor:
+    """Centroid of each of ``num_heads`` descendant heads: ``i mod c`` (Sec. 2.3, Fig. 2)."""
+    return cyclic(num_centroids, num_heads)
+
+
+@register_method
+class ClusterLearngene(Method):
+    name = "cluster"
+    summary = "head centroids of DBSCAN clusters of attention distance, shared to any head count"
+    paper = "Wang et al., Cluster-Learngene"
+    Config = ClusterConfig
+    needs_data = True
+
+    def __init__(self, config=None, **overrides):
+        super().__init__(config, **overrides)
+        if self.config.ffn not in ("inherit", "random"):
+            raise LearngeneError(f"cluster ffn must be inherit or random, not {self.config.ffn!r}")
+        if self.config.min_heads < 1 or self.config.eps < 0 or self.config.num_images < 1:
+            raise LearngeneError("cluster needs min_heads >= 1, eps >= 0 and num_images >= 1")
+
+    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        """Distances on ``inputs.train`` (Eq. 4), DBSCAN per layer (Algorithm 1), the centroid heads kept."""
+        spec = ancestry.require_vit(self.name)
+        if inputs is None or inputs.train is None:
+            raise LearngeneError("cluster measures attention on real images: give training data (--data)")
+        cfg = self.config
+        distances = mean_attention_distance(ancestry.model, spec, inputs.train, cfg.num_images, cfg.batch_size, cfg.seed)
+        eps = cfg.eps or default_eps(spec.img_size)
+        state = ancestry.state()
+        tensors: StateDict = {DISTANCE: distances}
+        labels = []
+        for layer in range(spec.depth):
+            layer_labels, centroids = cluster_heads(distances[layer], eps, cfg.min_heads)
+            if not centroids:
+                raise LearngeneError(f"layer {layer} has no cluster of {cfg.min_heads} heads within {eps:g} px; "
+                                     f"lower min_heads or raise eps")
+            labels.append(layer_labels)
+            tensors[f"{CENTROIDS}{layer}"] = torch.tensor(centroids)
+            b = block_state(state, layer)
+            kept = mix_heads(*(b[k] for k in ATTENTION), select_matrix(centroids, spec.num_heads))
+            b.update(zip(ATTENTION, kept))
+            if cfg.ffn == "random":
+                b = {k: v for k, v in b.items() if k not in FFN}
+            tensors.update({block_key(layer, k): v for k, v in b.items()})
+        tensors[LABELS] = torch.stack(labels)
+        tensors.update(inherit_non_block(state, spec, spec, ("embed", "norm")))
+        return self.new_gene(tensors, spec, cost={"images": min(cfg.num_images, len(inputs.train)), "eps_px": eps})
+
+    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        """Priority weight-sharing of each (stretched) layer's centroids to ``spec.num_heads`` heads (Sec. 2.3)."""
+        src: ViTSpec = gene.ancestry
+        if spec.head_dim != src.head_dim:
+            raise LearngeneError(f"cluster copies heads of {src.head_dim} dims, so a {spec.num_heads}-head descendant "
+                                 f"is {spec.num_heads * src.head_dim} wide; set --embed-dim {spec.num_heads * src.head_dim}")
+        width = axis_map(src.embed_dim, spec.embed_dim)
+        hidden = axis_map(src.mlp_hidden, spec.mlp_hidden)
+        out: StateDict = {}
+        for layer, source in enumerate(stretch(src.depth, spec.depth).tolist()):
+            b = block_state(gene.tensors, source)
+            centroids = len(gene.tensors[f"{CENTROIDS}{source}"])
+            shared = mix_heads(*(b[k] for k in ATTENTION), select_matrix(priority_sharing(centroids, spec.num_heads),
+                                                                         centroids))
+            b.update(zip(ATTENTION, shared))
+            out.update({block_key(layer, k): v for k, v in resize_block(b, width, hidden).items()})
+        non_block = resize_non_block({k: v for k, v in gene.tensors.items() if k in src.non_block_shapes()}, width)
+        out.update(inherit_non_block(non_block, src.replace(embed_dim=spec.embed_dim, num_heads=spec.num_heads), spec,
+                                     ("embed", "norm")))
+        return out
+
+    def describe(self, gene: Learngene) -> list[str]:
+        distances, labels = gene.tensors[DISTANCE], gene.tensors[LABELS]
+        lines = [f"head clusters by mean attention distance (px; eps {gene.cost.get('eps_px', '?')}, "
+                 f"min_heads {self.config.min_heads}), largest first, * = centroid:"]
+        for layer in range(len(distances)):
+            groups = []
+            for centroid in gene.tensors[f"{CENTROIDS}{layer}"].tolist():
+                members = (labels[layer] == labels[layer][centroid]).nonzero().flatten().tolist()
+                groups.append("{" + " ".join(f"h{h}{'*' if h == centroid else ''}:{distances[layer, h]:.1f}"
+                                             for h in members) + "}")
+            noise = (labels[layer] < 0).nonzero().flatten().tolist()
+            lines.append(f"  layer {layer}: {len(groups)} cluster{'s' if len(groups) > 1 else ''} " + " ".join(groups)
+                         + (f" noise {noise}" if noise else ""))
+        return lines
+
+
+def plot_attention_distance(gene: Learngene, path: str | os.PathLike) -> None:
+    """PNG of each head's mean attention distance per layer, centroids ringed (the paper's Fig. 1c)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from ..io import atomic_path
+
+    if DISTANCE not in gene.tensors:
+        raise LearngeneError(f"this {gene.method} learngene holds no attention distances; plot a cluster learngene")
+    distances, labels = gene.tensors[DISTANCE], gene.tensors[LABELS]
+    fig = Figure(figsize=(max(4.5, 1.2 + 0.5 * len(distances)), 3.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for layer in range(len(distances)):
+        x = torch.full((distances.shape[1],), layer + 1.0)
+        ax.scatter(x, distances[layer], c=labels[layer], cmap="tab10", vmin=0, vmax=9, s=22, zorder=2)
+        centroids = gene.tensors[f"{CENTROIDS}{layer}"]
+        ax.scatter(x[centroids], distances[layer, centroids], s=90, facecolors="none", edgecolors="black",
+                   linewidths=1.0, zorder=3)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("mean attention distance (px)")
+    ax.set_xticks(range(1, len(distances) + 1))
+    ax.set_ylim(0, float(distances.max()) * 1.1)
+    ax.set_title(f"mean attention distance per head, {gene.ancestry.short() if gene.ancestry else 'ancestry'}\n"
+                 f"colour: cluster, ring: centroid", fontsize=9)
+    ax.grid(alpha=0.3)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)

@@ -1,0 +1,104 @@
+"""Mimetic initialization (Trockman & Kolter, "Mimetic Initialization of Self-Attention Layers", ICML 2023).
+
+No ancestry and no learngene: attention weights are set in closed form so that, as in pre-trained
+ViTs, each head's query-key product is close to the identity and each layer's value-projection
+product close to the negative identity, with 2-D sin-cos position embeddings. Every other weight
+keeps timm's default initialization. Used alone (``--method mimetic``) or as a top-up that fills the
+attention weights another method leaves to timm (``make_descendant(..., top_up="mimetic")``,
+``learngene expand --top-up mimetic``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..errors import LearngeneError
+from ..gene import Learngene, register_method
+from ..heads import join_qkv
+from ..spec import ViTSpec, block_key
+from .base import Ancestry, CondenseInputs, Method, StateDict
+
+
+@dataclass(frozen=True)
+class MimeticConfig:
+    alpha1: float = 0.7  # noise in W_q W_kᵀ
+    beta1: float = 0.7  # identity in W_q W_kᵀ
+    alpha2: float = 0.4  # noise in W_v W_proj
+    beta2: float = 0.4  # negative identity in W_v W_proj
+    pos_scale: float = 1.0  # factor on the sin-cos position embeddings
+    seed: int = 0
+
+
+def query_key_factors(width: int, head_dim: int, heads: int, alpha: float, beta: float,
+                      generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Per-head timm q and k weights with ``W_q^h W_k^hᵀ`` the rank-``d`` part of ``α·Z + β·I`` (Eqs. 1, 3, 5-7).
+
+    ``Z`` has N(0, 1/D) entries and is drawn anew for every head. With ``A = U Σ Vᵀ``, the maps
+    ``x ↦ x W_q^h`` and ``x ↦ x W_k^h`` are ``W_q^h = U_d Σ_d^½`` and ``W_k^h = V_d Σ_d^½`` (D×d);
+    timm computes ``x Wᵀ``, so it stores their transposes.
+
+    Returns:
+        q, k of shape ``(H, d, D)`` (timm's per-head rows, see :func:`~learngene.heads.split_qkv`).
+    """
+    z = torch.randn(heads, width, width, generator=generator, dtype=torch.float64) / width**0.5
+    u, s, vh = torch.linalg.svd(alpha * z + beta * torch.eye(width, dtype=torch.float64))
+    root = s[:, :head_dim].sqrt().unsqueeze(-1)
+    q = root * u[:, :, :head_dim].transpose(1, 2)
+    k = root * vh[:, :head_dim]
+    return q.float(), k.float()
+
+
+def value_projection_factors(width: int, alpha: float, beta: float, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """timm v and proj weights with ``W_v W_proj = α·Z' − β·I`` exactly (Eqs. 2, 4).
+
+    ``W_v = U Σ^½`` and ``W_proj = Σ^½ Vᵀ`` as maps on row vectors; stored transposed for timm.
+
+    Returns:
+        v of shape ``(D, D)`` (rows in timm's head order) and proj of shape ``(D, D)``.
+    """
+    z = torch.randn(width, width, generator=generator, dtype=torch.float64) / width**0.5
+    u, s, vh = torch.linalg.svd(alpha * z - beta * torch.eye(width, dtype=torch.float64))
+    root = s.sqrt()
+    return (root.unsqueeze(1) * u.T).float(), (vh.T * root).float()
+
+
+def sincos_pos_embed(spec: ViTSpec, scale: float = 1.0) -> Tensor:
+    """timm's 2-D sin-cos position embedding for ``spec`` times ``scale``; the class token's row is zero."""
+    from timm.layers import build_sincos2d_pos_embed
+
+    if spec.embed_dim % 4:
+        raise LearngeneError(f"mimetic's 2-D sin-cos position embedding needs a width divisible by 4, "
+                             f"got {spec.embed_dim}; choose another --embed-dim")
+    patches = build_sincos2d_pos_embed([spec.grid_size, spec.grid_size], dim=spec.embed_dim) * scale
+    if spec.class_token:
+        patches = torch.cat([torch.zeros(1, spec.embed_dim), patches])
+    return patches.unsqueeze(0)
+
+
+@register_method
+class Mimetic(Method):
+    """Closed-form attention initialization; the learngene is empty (any spec, no ancestry)."""
+
+    name = "mimetic"
+    summary = "closed-form attention init: W_q W_kᵀ ≈ +I, W_v W_proj ≈ −I, sin-cos positions (no ancestry)"
+    paper = "Trockman & Kolter, ICML 2023"
+    Config = MimeticConfig
+    needs_vit_ancestry = False
+
+    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        return self.new_gene({}, ancestry.spec if ancestry else None)
+
+    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        cfg = self.config
+        D, H, d = spec.embed_dim, spec.num_heads, spec.head_dim
+        generator = torch.Generator().manual_seed(cfg.seed)
+        out: StateDict = {"pos_embed": sincos_pos_embed(spec, cfg.pos_scale)}
+        for layer in range(spec.depth):
+            q, k = query_key_factors(D, d, H, cfg.alpha1, cfg.beta1, generator)
+            v, proj = value_projection_factors(D, cfg.alpha2, cfg.beta2, generator)
+            out[block_key(layer, "attn.qkv.weight")] = join_qkv(q, k, v.reshape(H, d, D))
+            out[block_key(layer, "attn.proj.weight")] = proj
+        return out

@@ -1,0 +1,407 @@
+"""Every bad input we know of, in one table: each gives one line that says what to do, never a traceback.
+
+CLI cases run ``learngene.cli.main`` in-process and check: exit code 2, exactly one line on stderr,
+no ``Traceback``, the expected words, a hint of what to do, and no output (not even a temporary file)
+left behind. API cases check that the library raises :class:`LearngeneError` with a one-line message.
+A few CLI cases also run as a real subprocess, to see what a user sees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from learngene.ancestry import load_ancestry
+from learngene.cli import main
+from learngene.data import Batches, ImageData, class_subset, few_shot, image_folder, load_dataset
+from learngene.errors import LearngeneError
+from learngene.gene import Learngene, get_method, list_methods
+from learngene.io import load_model_file, load_weights, save_model
+from learngene.methods.base import Ancestry, make_descendant
+from learngene.spec import ViTSpec
+from learngene.train import TrainConfig, resolve_device, train
+from tests.conftest import make_images
+
+SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
+SIZE = ["--img-size", "16"]
+DATA = ["--data", "digits", "--train-images", "48", "--epochs", "1", "--batch-size", "16", "--quiet"]
+# every message must tell the user what to do; one of these words shows it does
+ACTIONS = ("use", "give", "pass", "choose", "check", "create", "delete", "upgrade", "lower", "load", "build",
+           "keep", "remove", "convert", "rename", "pick", "run", "put", "install", "download", "see --help", "re-create",
+           "expand", "start", "add", "set", "make", "ask")
+
+
+class Evil:
+    """Unpickling this would create the file ``marker``: proof that a loader ran pickled code."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+@dataclass
+class Workspace:
+    root: Path
+
+    def __getattr__(self, name: str) -> str:
+        return str(self.root / FILES[name])
+
+
+FILES = {
+    "anc": "anc.safetensors", "gene": "gene.safetensors", "ws_gene": "ws_gene.safetensors",
+    "plain": "plain.safetensors", "corrupt": "corrupt.safetensors", "truncated": "truncated.safetensors",
+    "empty": "empty.safetensors", "unknown_method": "unknown_method.safetensors", "newer": "newer.safetensors",
+    "bad_config": "bad_config.safetensors", "bad_gene_ancestry": "bad_gene_ancestry.safetensors",
+    "model_bad_spec": "model_bad_spec.safetensors", "model_no_spec": "model_no_spec.safetensors",
+    "model_bad_origin": "model_bad_origin.safetensors",
+    "model_wrong_shapes": "model_wrong_shapes.safetensors", "model_unknown_field": "model_unknown_field.safetensors",
+    "pth": "weights.pth", "pth_as_gene": "weights_pth.safetensors", "evil_pth": "evil.pth",
+    "evil_gene": "evil.safetensors", "not_state": "not_state.pth", "marker": "UNPICKLED",
+    "a_dir": "a_dir", "folder_no_images": "folder_no_images", "folder_empty_class": "folder_empty_class",
+    "folder_corrupt_image": "folder_corrupt_image", "folder_one_channel": "folder_one_channel",
+    "run_corrupt": "run_corrupt", "run_evil": "run_evil", "run_other_lr": "run_other_lr",
+    "out": "out/o.safetensors", "out_dir": "out", "not_a_dir": "file.txt", "readonly": "readonly",
+}
+
+
+def _write_png(path: Path, value: int) -> None:
+    from PIL import Image
+
+    Image.fromarray(np.full((8, 8), value, dtype=np.uint8)).save(path)
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory) -> Workspace:
+    root = tmp_path_factory.mktemp("bad")
+    w = Workspace(root)
+    torch.manual_seed(0)
+    model = SPEC.create_model()
+    save_model(w.anc, model, SPEC)
+    ancestry = Ancestry(model, SPEC)
+    get_method("pretrained")().condense(ancestry).save(w.gene)
+    get_method("weight_selection")().condense(ancestry).save(w.ws_gene)
+    save_file({"w": torch.zeros(2)}, w.plain)
+    Path(w.corrupt).write_bytes(b"\x13\x37 this is not a safetensors file" * 8)
+    gene_bytes = Path(w.gene).read_bytes()
+    Path(w.truncated).write_bytes(gene_bytes[: len(gene_bytes) // 2])
+    Path(w.empty).write_bytes(b"")
+    header = {"format": "learngene", "format_version": "1", "method": "scratch", "config": "{}", "ancestry": "null",
+              "cost": "{}"}
+    save_file({"w": torch.zeros(2)}, w.unknown_method, metadata={**header, "method": "alchemy"})
+    save_file({"w": torch.zeros(2)}, w.newer, metadata={**header, "format_version": "99"})
+    save_file({"w": torch.zeros(2)}, w.bad_config, metadata={**header, "config": "{not json"})
+    save_file({"w": torch.zeros(2)}, w.bad_gene_ancestry, metadata={**header, "ancestry": '{"depth": 0}'})
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    model_header = {"format": "learngene-model", "spec": SPEC.to_json(), "origin": "{}"}
+    save_file(state, w.model_bad_spec, metadata={**model_header, "spec": "{not json"})
+    save_file(state, w.model_no_spec, metadata={"format": "learngene-model"})
+    save_file(state, w.model_bad_origin, metadata={**model_header, "origin": "[1, "})
+    save_file(state, w.model_wrong_shapes, metadata={**model_header, "spec": SPEC.replace(embed_dim=48).to_json()})
+    save_file(state, w.model_unknown_field, metadata={**model_header, "spec": json.dumps({**SPEC.to_dict(), "colour": 1})})
+    torch.save(state, w.pth)
+    shutil.copy(w.pth, w.pth_as_gene)
+    Path(w.evil_pth).write_bytes(pickle.dumps({"model": Evil(Path(w.marker))}))
+    Path(w.evil_gene).write_bytes(pickle.dumps(Evil(Path(w.marker))))
+    torch.save({"epochs": 3, "lr": 0.1}, w.not_state)
+    Path(w.a_dir).mkdir()
+    for folder, classes in [(w.folder_no_images, {"a": 0, "b": 0}), (w.folder_empty_class, {"a": 2, "b": 0}),
+                            (w.folder_corrupt_image, {"a": 2, "b": 2})]:
+        for name, count in classes.items():
+            (Path(folder) / name).mkdir(parents=True)
+            for i in range(count):
+                _write_png(Path(folder) / name / f"{i}.png", 40 * i)
+    (Path(w.folder_corrupt_image) / "b" / "1.png").write_bytes(b"not really a png")
+    for name in ("a", "b"):
+        (Path(w.folder_one_channel) / name).mkdir(parents=True)
+        _write_png(Path(w.folder_one_channel) / name / "0.png", 100)
+    for run in (w.run_corrupt, w.run_evil):
+        Path(run).mkdir()
+    Path(w.run_corrupt, "checkpoint.pt").write_bytes(b"PK\x03\x04 truncated zip")
+    Path(w.run_evil, "checkpoint.pt").write_bytes(pickle.dumps(Evil(Path(w.marker))))
+    assert main(["train", w.anc, *DATA, "--lr", "0.001", "--out", str(root / "trained.safetensors"),
+                 "--run-dir", w.run_other_lr]) == 0
+    Path(w.out_dir).mkdir()
+    Path(w.not_a_dir).write_text("a file, not a folder")
+    Path(w.readonly).mkdir()
+    return w
+
+
+def registered(*names: str) -> bool:
+    return all(n in list_methods() for n in names)
+
+
+def _skip_unless(*names: str):
+    return pytest.mark.skipif(not registered(*names), reason=f"{', '.join(names)} not registered yet")
+
+
+# (id, argv from the workspace, words the message must contain[, marks])
+CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.ParameterSet] = [
+    # ---- files ----------------------------------------------------------------------------------
+    ("missing gene", lambda w: ["expand", w.root / "missing.safetensors", "-o", w.out], "does not exist"),
+    ("directory as gene", lambda w: ["expand", w.a_dir, "-o", w.out], "is a directory; give the path of a file"),
+    ("corrupt gene", lambda w: ["expand", w.corrupt, "-o", w.out], "not a readable safetensors"),
+    ("truncated gene", lambda w: ["expand", w.truncated, "-o", w.out], "not a readable safetensors"),
+    ("empty gene file", lambda w: ["expand", w.empty, "-o", w.out], "is empty"),
+    ("safetensors that is not a gene", lambda w: ["expand", w.plain, "-o", w.out], "not a learngene"),
+    ("model file given as gene", lambda w: ["expand", w.anc, "-o", w.out], "not a learngene"),
+    ("gene of unknown method", lambda w: ["expand", w.unknown_method, "-o", w.out], "does not know"),
+    ("gene of newer format", lambda w: ["expand", w.newer, "-o", w.out], "newer than this library"),
+    ("gene with corrupt header", lambda w: ["expand", w.bad_config, "-o", w.out], "corrupt learngene header"),
+    ("gene with impossible ancestry", lambda w: ["inspect", w.bad_gene_ancestry], "corrupt learngene header"),
+    ("pickle as gene", lambda w: ["expand", w.pth_as_gene, "-o", w.out], "looks like a pickle"),
+    ("malicious pickle as gene", lambda w: ["inspect", w.evil_gene], "looks like a pickle"),
+    ("malicious pickle as checkpoint", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.evil_pth,
+                                                  "--timm-model", "vit_tiny_patch16_224", "-o", w.out],
+     "could not be loaded as weights"),
+    ("pickle that is not a state_dict", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.not_state,
+                                                   "--timm-model", "vit_tiny_patch16_224", "-o", w.out],
+     "does not hold a state_dict"),
+    ("gene given as ancestry", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.gene, "-o", w.out],
+     "not a learngene model file"),
+    ("model file with corrupt spec", lambda w: ["train", w.model_bad_spec, *DATA, "-o", w.out], "corrupt"),
+    ("model file without spec", lambda w: ["train", w.model_no_spec, *DATA, "-o", w.out], "records no spec"),
+    ("model file with corrupt origin", lambda w: ["train", w.model_bad_origin, *DATA, "-o", w.out], "corrupt"),
+    ("model file whose tensors do not fit its spec", lambda w: ["train", w.model_wrong_shapes, *DATA, "-o", w.out],
+     "sizes are incompatible"),
+    ("model file with unknown spec field", lambda w: ["inspect", w.model_unknown_field], "unknown spec field"),
+    ("checkpoint for the wrong timm model", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.pth,
+                                                       "--timm-model", "vit_small_patch16_224", "-o", w.out],
+     "pick the matching"),
+    ("unknown timm model", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.pth, "--timm-model",
+                                      "vit_colossal", "-o", w.out], "timm has no model"),
+    # ---- specs ----------------------------------------------------------------------------------
+    ("heads do not divide width", lambda w: ["expand", w.gene, "--num-heads", "3", "-o", w.out], "does not divide"),
+    ("patch does not divide image", lambda w: ["expand", w.gene, "--patch-size", "5", "-o", w.out], "does not divide"),
+    ("depth 0", lambda w: ["expand", w.gene, "--depth", "0", "-o", w.out], "depth must be a positive"),
+    ("negative width", lambda w: ["expand", w.ws_gene, "--embed-dim", "-8", "-o", w.out], "embed_dim must be"),
+    ("mlp ratio 0", lambda w: ["expand", w.gene, "--mlp-ratio", "0", "-o", w.out], "mlp_ratio must be positive"),
+    ("non-integer depth", lambda w: ["expand", w.gene, "--depth", "two", "-o", w.out], "invalid int value"),
+    ("unknown preset", lambda w: ["expand", w.gene, "--preset", "huge", "-o", w.out], "invalid choice"),
+    ("other input channels than the ancestry", lambda w: ["expand", w.gene, "--in-chans", "3", "-o", w.out],
+     "1-channel images but the target asks for 3"),
+    ("block copy to another width", lambda w: ["expand", w.gene, "--embed-dim", "64", "--num-heads", "2", "-o", w.out],
+     "embed_dim must be 32"),
+    ("weight selection growing the width", lambda w: ["expand", w.ws_gene, "--embed-dim", "64", "-o", w.out],
+     "can only shrink"),
+    ("weight selection with more heads", lambda w: ["expand", w.ws_gene, "--num-heads", "4", "-o", w.out],
+     "at most 2 heads"),
+    pytest.param("wave width not tiling the templates", lambda w: ["expand", w.root / "wave.safetensors", "--embed-dim",
+                                                                  "36", "--num-heads", "2", "-o", w.out], "tiles",
+                 marks=_skip_unless("wave"), id="wave width not tiling the templates"),
+    pytest.param("peg head count it cannot make", lambda w: ["expand", w.root / "peg.safetensors", "--num-heads", "3",
+                                                             "--embed-dim", "33", "-o", w.out], "wide",
+                 marks=_skip_unless("peg"), id="peg head count it cannot make"),
+    pytest.param("cluster head count it cannot make", lambda w: ["expand", w.root / "cluster.safetensors",
+                                                                 "--num-heads", "64", "--embed-dim", "64", "-o", w.out],
+                 "wide", marks=_skip_unless("cluster"), id="cluster head count it cannot make"),
+    # ---- options ----------------------------------------------------------------------------------
+    ("unknown method", lambda w: ["condense", "--method", "alchemy", "--ancestry", w.anc, "-o", w.out], "unknown method"),
+    ("unknown method option", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.anc, "--opt", "colour=red",
+                                         "-o", w.out], "KEY=VALUE"),
+    ("bad method option value", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.anc, "--opt",
+                                           "variant=sideways", "-o", w.out], "first, last or middle"),
+    ("adapt a method without adapt", lambda w: ["adapt", w.gene, *DATA, *SIZE, "-o", w.out], "no adapt step"),
+    ("gene without ancestry and no size", lambda w: ["expand", w.root / "scratch.safetensors", "-o", w.out],
+     "records no ancestry size"),
+    ("learning rate 0", lambda w: ["train", w.anc, *DATA, "--lr", "0", "-o", w.out], "learning rate must be positive"),
+    ("epochs 0", lambda w: ["train", w.anc, *DATA, "--epochs", "0", "-o", w.out], "epochs must be at least 1"),
+    ("batch size 0", lambda w: ["train", w.anc, *DATA, "--batch-size", "0", "-o", w.out], "batch size must be positive"),
+    ("distillation lambda 2", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.anc, "--distill-lambda",
+                                         "2", "-o", w.out], "must be in [0, 1]"),
+    ("device that does not exist", lambda w: ["train", w.anc, *DATA, "--device", "tpu:9", "-o", w.out], "unknown device"),
+    ("cuda without a gpu", lambda w: ["train", w.anc, *DATA, "--device", "cuda", "-o", w.out], "no GPU is visible"),
+    ("resume without a run dir", lambda w: ["train", w.anc, *DATA, "--resume", "-o", w.out], "pass --run-dir too"),
+    ("negative checkpoint interval", lambda w: ["train", w.anc, *DATA, "--checkpoint-every", "-1", "-o", w.out],
+     "checkpoint interval must be 0"),
+    ("max steps 0", lambda w: ["train", w.anc, *DATA, "--max-steps", "0", "-o", w.out], "max steps must be at least 1"),
+    ("run dir holding an earlier run", lambda w: ["train", w.anc, *DATA, "--run-dir", w.run_other_lr, "-o", w.out],
+     "pass --resume to continue it"),
+    ("resume from a corrupt checkpoint", lambda w: ["train", w.anc, *DATA, "--run-dir", w.run_corrupt, "--resume",
+                                                    "-o", w.out], "delete it"),
+    ("resume from a malicious checkpoint", lambda w: ["train", w.anc, *DATA, "--run-dir", w.run_evil, "--resume",
+                                                      "-o", w.out], "delete it"),
+    ("resume with other settings", lambda w: ["train", w.anc, *DATA, "--lr", "0.01", "--run-dir", w.run_other_lr,
+                                              "--resume", "-o", w.out], "different lr"),
+    # ---- data ---------------------------------------------------------------------------------------
+    ("unknown dataset", lambda w: ["train", w.anc, "--data", "imagenet", "-o", w.out], "unknown dataset"),
+    ("missing image folder", lambda w: ["train", w.anc, "--data", f"folder:{w.root / 'nowhere'}", "-o", w.out],
+     "does not exist"),
+    ("image folder without images", lambda w: ["train", w.anc, "--data", f"folder:{w.folder_no_images}", "-o", w.out],
+     "no images"),
+    ("image folder with an empty class", lambda w: ["train", w.anc, "--data", f"folder:{w.folder_empty_class}",
+                                                    "-o", w.out], "class b has no images"),
+    ("corrupt image in a folder", lambda w: ["train", w.anc, "--data", f"folder:{w.folder_corrupt_image}", "-o", w.out],
+     "cannot read image"),
+    ("torchvision dataset without data dir", lambda w: ["train", w.anc, "--data", "torchvision:CIFAR10", "-o", w.out],
+     "need --data-dir"),
+    ("torchvision dataset not downloaded", lambda w: ["train", w.anc, "--data", "torchvision:CIFAR10", "--data-dir",
+                                                      w.a_dir, "-o", w.out], "not found under"),
+    ("fashion-mnist not in data dir", lambda w: ["train", w.anc, "--data-dir", w.a_dir, "--train-images", "48", "--epochs", "1",
+                                                   "-o", w.out], "not found in"),
+    ("more shots than a class has", lambda w: ["train", w.anc, "--data", "digits", "--few-shot", "1000", "--epochs", "1", "-o", w.out],
+     "fewer than the 1000"),
+    ("zero shots", lambda w: ["train", w.anc, "--data", "digits", "--few-shot", "0", "--epochs", "1", "-o", w.out], "--few-shot must be"),
+    ("zero training images", lambda w: ["train", w.anc, "--data", "digits", "--train-images", "0", "--epochs", "1", "-o", w.out],
+     "--train-images must be"),
+    ("image folder with 2 channels", lambda w: ["ancestry", "--depth", "1", "--embed-dim", "32", "--num-heads", "2",
+                                                "--patch-size", "4", *SIZE, "--in-chans", "2", "--data",
+                                                f"folder:{w.folder_one_channel}", "-o", w.out], "1 or 3 channels"),
+    # ---- outputs ----------------------------------------------------------------------------------
+    ("existing output without --overwrite", lambda w: ["expand", w.gene, "-o", w.gene], "pass --overwrite"),
+    ("output in a missing directory", lambda w: ["expand", w.gene, "-o", w.root / "nodir" / "o.safetensors"],
+     "does not exist; create it first"),
+    ("output under a regular file", lambda w: ["expand", w.gene, "-o", Path(w.not_a_dir) / "o.safetensors"],
+     "is not a directory"),
+    ("output is a directory", lambda w: ["expand", w.gene, "-o", w.a_dir], "is a directory; give a file path"),
+    ("output in a read-only directory", lambda w: ["expand", w.gene, "-o", Path(w.readonly) / "o.safetensors"],
+     "not writable"),
+]
+
+
+def _case_params():
+    for case in CLI_CASES:
+        yield case if isinstance(case, type(pytest.param(0))) else pytest.param(*case, id=case[0])
+
+
+def _one_line_error(capsys, argv: list) -> str:
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert code == 2, (code, err)
+    assert err and len(err.splitlines()) == 1, err
+    assert "Traceback" not in err and "Traceback" not in captured.out, err
+    return err
+
+
+def _extra_setup(ws: Workspace, case_id: str) -> None:
+    if case_id == "gene without ancestry and no size" and not (ws.root / "scratch.safetensors").exists():
+        get_method("scratch")().condense(None).save(ws.root / "scratch.safetensors")
+    if case_id == "output in a read-only directory":
+        if subprocess.run(["chattr", "+i", ws.readonly], capture_output=True).returncode != 0:
+            pytest.skip("cannot make a read-only directory here (root ignores permissions and chattr +i failed)")
+    for name in ("wave", "peg", "cluster"):
+        if case_id.startswith(name) and not (ws.root / f"{name}.safetensors").exists():
+            ancestry = load_ancestry(ws.anc)
+            method = get_method(name)()
+            inputs = None
+            if method.needs_data:
+                from learngene.methods.base import CondenseInputs
+
+                inputs = CondenseInputs(train=make_images(16, num_classes=10, size=16),
+                                        train_cfg=TrainConfig(epochs=1, max_steps=1, batch_size=8, progress=False,
+                                                              distill_lambda=1.0))
+            try:
+                method.condense(ancestry, inputs).save(ws.root / f"{name}.safetensors")
+            except LearngeneError as exc:
+                pytest.skip(f"{name} cannot condense the tiny ancestry: {exc}")
+
+
+@pytest.mark.parametrize("case_id, argv, words", list(_case_params()))
+def test_cli_bad_input(ws, capsys, case_id, argv, words):
+    _extra_setup(ws, case_id)
+    before = sorted(p.name for p in Path(ws.out_dir).iterdir())
+    try:
+        err = _one_line_error(capsys, argv(ws))
+    finally:
+        if case_id == "output in a read-only directory":
+            subprocess.run(["chattr", "-i", ws.readonly], capture_output=True)
+        leftover = sorted(p.name for p in Path(ws.out_dir).iterdir())
+        for name in set(leftover) - set(before):  # keep one wrong case from failing the next ones
+            (Path(ws.out_dir) / name).unlink()
+    assert err.startswith("learngene "), err
+    assert words in err, (words, err)
+    assert any(a in err.lower() for a in ACTIONS), f"the message does not say what to do: {err}"
+    assert leftover == before, "a failed run left output behind"
+    assert not Path(ws.marker).exists(), "a pickle was unpickled"
+
+
+def test_the_table_is_long_enough():
+    assert len(CLI_CASES) >= 30
+
+
+# ---- the same through the library ------------------------------------------------------------------
+API_CASES: list[tuple[str, Callable[[Workspace], object], str]] = [
+    ("spec heads do not divide width", lambda w: ViTSpec(embed_dim=32, num_heads=3), "does not divide"),
+    ("spec patch does not divide image", lambda w: ViTSpec(img_size=16, patch_size=5), "does not divide"),
+    ("spec depth 0", lambda w: ViTSpec(depth=0), "depth must be"),
+    ("spec token pool without class token", lambda w: ViTSpec(class_token=False), "needs class_token"),
+    ("spec from unknown fields", lambda w: ViTSpec.from_dict({"depht": 3}), "unknown spec field"),
+    ("load a corrupt gene", lambda w: Learngene.load(w.corrupt), "not a readable safetensors"),
+    ("load a model file as gene", lambda w: Learngene.load(w.anc), "not a learngene"),
+    ("load weights from a malicious pickle", lambda w: load_weights(w.evil_pth), "could not be loaded"),
+    ("load a model file with a corrupt spec", lambda w: load_model_file(w.model_bad_spec), "corrupt"),
+    ("expand into an impossible size", lambda w: make_descendant(Learngene.load(w.gene), SPEC.replace(embed_dim=64)),
+     "embed_dim must be 32"),
+    ("train on 3-channel data", lambda w: train(SPEC.create_model(), make_images(8, 10, 16, chans=3),
+                                                TrainConfig(epochs=1, progress=False)), "3-channel images"),
+    ("train on 8px data", lambda w: train(SPEC.create_model(), make_images(8, 10, 8), TrainConfig(epochs=1, progress=False)),
+     "8px images but the model expects 16px"),
+    ("train with more classes than the head", lambda w: train(SPEC.replace(num_classes=2).create_model(),
+                                                              make_images(8, 4, 16), TrainConfig(epochs=1, progress=False)),
+     "4 classes but the model's head has 2"),
+    ("batches of an empty dataset", lambda w: Batches(make_images(4).subset([]), 2, shuffle=True), "is empty"),
+    ("train on an empty dataset", lambda w: train(SPEC.create_model(), make_images(4, 10, 16).subset([]),
+                                                  TrainConfig(epochs=1, progress=False)), "is empty"),
+    ("few-shot beyond a class", lambda w: few_shot(make_images(8), 5), "fewer than the 5"),
+    ("class subset with an empty class", lambda w: class_subset(make_images(8).subset([0, 1, 2]), [0, 3]),
+     "class 3 has no images"),
+    ("image folder without images", lambda w: image_folder(w.folder_no_images, 16), "no images"),
+    ("dataset of unknown name", lambda w: load_dataset("imagenet"), "unknown dataset"),
+    ("labels outside the label space", lambda w: ImageData(torch.zeros(2, 1, 4, 4, dtype=torch.uint8),
+                                                           torch.tensor([0, 7]), 3, (0.5,), (0.5,)), "labels"),
+    ("unknown device", lambda w: resolve_device("tpu:9"), "unknown device"),
+    ("distil without a teacher", lambda w: train(SPEC.create_model(), make_images(8, 10, 16),
+                                                 TrainConfig(epochs=1, distill_lambda=1.0, progress=False)),
+     "needs a teacher"),
+]
+
+
+@pytest.mark.parametrize("case_id, call, words", [pytest.param(*c, id=c[0]) for c in API_CASES])
+def test_api_bad_input(ws, case_id, call, words):
+    with pytest.raises(LearngeneError) as info:
+        call(ws)
+    message = str(info.value)
+    assert words in message, message
+    assert len(message.splitlines()) == 1, message
+    assert not Path(ws.marker).exists()
+
+
+def test_unreadable_file_is_refused(ws, capsys):
+    """chmod 000; root reads anyway, so where that is so the test says it cannot check it."""
+    path = Path(ws.root / "locked.safetensors")
+    shutil.copy(ws.gene, path)
+    path.chmod(0)
+    try:
+        if os.access(path, os.R_OK):
+            pytest.skip("running as root: permissions do not stop reads here")
+        err = _one_line_error(capsys, ["expand", path, "-o", ws.out])
+        assert "not readable" in err
+    finally:
+        path.chmod(0o644)
+
+
+def test_what_a_user_sees_from_the_installed_command(ws):
+    """A malicious pickle given as a checkpoint, in a real process: refused in one line, its code never run."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    argv = ["condense", "--method", "pretrained", "--ancestry", ws.evil_pth, "--timm-model", "vit_tiny_patch16_224",
+            "-o", ws.out]
+    proc = subprocess.run([sys.executable, "-m", "learngene", *argv], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "pickles objects other than tensors, which are never unpickled here" in proc.stderr, proc.stderr
+    assert not Path(ws.marker).exists() and not Path(ws.out).exists()

@@ -1,0 +1,144 @@
+"""Two processes under torchrun (gloo, CPU) against one process: same images, same results, files once.
+
+One ``torchrun --standalone --nproc_per_node 2`` run does every job of ``tests/ddp_jobs.py`` (a plain ViT
+trained by ``learngene ancestry``, a GeneNet condensed through the loop, ``learngene condense`` for every
+registered method that needs data, and a NaN that only rank 1 sees); the same jobs run in this process
+with the same global batch as the reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from learngene.gene import get_method, list_methods
+from learngene.io import save_model
+from learngene.spec import ViTSpec
+from tests import ddp_jobs
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAINED = [m for m in list_methods() if get_method(m).needs_data]
+JOBS = ["ancestry", "genenet", *(f"condense:{m}" for m in TRAINED)]
+OUTPUTS = {"ancestry": "ancestry.safetensors", "genenet": "genenet.safetensors",
+           **{f"condense:{m}": f"{m}.safetensors" for m in TRAINED}}
+RUN_DIRS = {"ancestry": "ancestry_run", "genenet": "genenet_run", **{f"condense:{m}": f"{m}_run" for m in TRAINED}}
+
+
+def _record_renames(monkeypatch, log: Path) -> None:
+    real_replace = os.replace
+
+    def replace(src, dst, *args, **kwargs):
+        with open(log, "a") as fh:
+            fh.write(f"{dst}\n")
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Reference jobs in this process, then all of them under torchrun with 2 processes."""
+    if shutil.which("torchrun") is None:
+        pytest.skip("torchrun is not installed")
+    root = tmp_path_factory.mktemp("ddp")
+    spec = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
+    torch.manual_seed(0)
+    ancestry = root / "anc.safetensors"
+    save_model(ancestry, spec.create_model(), spec)
+    one, two = root / "one", root / "two"
+    one.mkdir()
+    two.mkdir()
+    failed: dict[str, str] = {}
+    with pytest.MonkeyPatch.context() as mp:
+        _record_renames(mp, one / "writes-rank0.txt")
+        for job in JOBS:
+            try:
+                ddp_jobs.run(one, ancestry, [job])
+            except SystemExit as exc:  # e.g. a method that cannot condense this tiny ancestry
+                failed[job] = str(exc)
+    jobs = [j for j in JOBS if j not in failed]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the script finds the repository itself
+    proc = subprocess.run(["torchrun", "--standalone", "--nproc_per_node", "2", str(ROOT / "tests" / "ddp_jobs.py"),
+                           str(two), str(ancestry), *jobs, "nan"], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"one": one, "two": two, "failed": failed, "stdout": proc.stdout, "stderr": proc.stderr}
+
+
+def _skip_failed(runs, job: str) -> None:
+    if job in runs["failed"]:
+        pytest.skip(f"{job} did not run in one process: {runs['failed'][job]}")
+
+
+def _history(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_two_processes_give_the_loss_curve_of_one(runs, job):
+    _skip_failed(runs, job)
+    run_one = runs["one"] / RUN_DIRS[job]
+    if not (run_one / "log.jsonl").exists():
+        pytest.skip(f"{job} does not train through the loop")
+    one, two = _history(run_one), _history(runs["two"] / RUN_DIRS[job])
+    assert [r["step"] for r in one] == [r["step"] for r in two] and len(one) == 2
+    for a, b in zip(one, two):
+        for key in ("train_loss", "eval_loss"):  # (a distillation KL can be ~1e-3: hence also abs)
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6), (key, a, b)
+        for key in ("train_acc", "eval_acc"):  # counts of argmax hits: equal unless a logit tie flips
+            assert b[key] == pytest.approx(a[key], abs=0.02), (key, a, b)
+        assert b["lr"] == pytest.approx(a["lr"], rel=1e-12)
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_two_processes_give_the_weights_of_one(runs, job):
+    _skip_failed(runs, job)
+    one, two = load_file(runs["one"] / OUTPUTS[job]), load_file(runs["two"] / OUTPUTS[job])
+    assert one.keys() == two.keys() and one
+    for key in one:
+        # only the order of float sums differs; Adam's m/√v turns that into up to ~1% of one step (lr 3e-3)
+        # for weights whose gradient is near zero, so the bound is a small share of lr, not of the weight
+        torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-4, msg=key)
+
+
+def test_files_are_written_once_by_rank_0(runs):
+    assert not (runs["two"] / "writes-rank1.txt").exists(), "rank 1 wrote files"
+
+    def written(folder: Path) -> Counter:
+        lines = (folder / "writes-rank0.txt").read_text().splitlines()
+        return Counter(str(Path(line).relative_to(folder)) for line in lines if "nan_run" not in line)
+
+    one, two = written(runs["one"]), written(runs["two"])
+    assert two == one, "the 2-process run wrote other files, or as often, than the 1-process run"
+    for job in JOBS:
+        if job not in runs["failed"]:
+            assert two[OUTPUTS[job]] == 1
+    assert runs["stderr"].count("wrote ") == sum(j.startswith(("ancestry", "condense")) for j in JOBS
+                                                  if j not in runs["failed"])
+    leftovers = [p.name for p in runs["two"].rglob("*.tmp")]
+    assert not leftovers
+
+
+def test_a_nan_on_one_rank_stops_every_rank_with_the_checkpoint_kept(runs):
+    rank0 = (runs["two"] / "nan-rank0.txt").read_text()
+    rank1 = (runs["two"] / "nan-rank1.txt").read_text()
+    assert "loss became nan at epoch 1, step 3" in rank1
+    assert "loss became non-finite on another process at epoch 1, step 3" in rank0
+    assert "the last good checkpoint is" in rank0
+    ckpt = torch.load(runs["two"] / "nan_run" / "checkpoint.pt", weights_only=True)
+    assert ckpt["global_step"] == 2 and all(torch.isfinite(v).all() for v in ckpt["model"].values())
+
+
+def test_the_cli_refuses_commands_that_write_many_files_under_torchrun(monkeypatch, capsys):
+    from learngene.cli import main
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["demo", "--quick"]) == 2
+    assert "run it without torchrun" in capsys.readouterr().err

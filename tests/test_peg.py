@@ -1,0 +1,192 @@
+"""PEG: convex mixtures in the gene, φ's repeat at init, adaptation that expand reproduces."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from learngene.cli import main
+from learngene.errors import LearngeneError
+from learngene.gene import Learngene
+from learngene.heads import split_proj, split_qkv
+from learngene.methods.base import block_state, make_descendant
+from learngene.methods.peg import PEG
+from learngene.methods.resize import axis_map
+from learngene.train import TrainConfig, evaluate
+
+from .head_methods_fixtures import TINY, save_tiny_ancestry, tiny_ancestry, tiny_data, timm_strict_load
+
+D, H, d = TINY.embed_dim, TINY.num_heads, TINY.head_dim
+
+
+@pytest.fixture(scope="module")
+def ancestry():
+    return tiny_ancestry()
+
+
+@pytest.fixture(scope="module")
+def gene(ancestry):
+    return PEG(gene_heads=2, gene_ffns=2, seed=3).condense(ancestry)
+
+
+def convex_weights(targets: torch.Tensor, sources: torch.Tensor) -> torch.Tensor:
+    """Least-squares ``P`` with ``targets ≈ P @ sources`` (rows flattened); the sources are independent."""
+    return torch.linalg.lstsq(sources.flatten(1).T.double(), targets.flatten(1).T.double()).solution.T
+
+
+def test_gene_heads_are_convex_mixtures_of_whole_heads(ancestry, gene):
+    state = ancestry.state()
+    for layer in range(TINY.depth):
+        b = block_state(state, layer)
+        q, k, v = split_qkv(b["attn.qkv.weight"], H)
+        qb, kb, vb = split_qkv(b["attn.qkv.bias"], H)
+        cols = split_proj(b["attn.proj.weight"], H)
+        p = convex_weights(gene.tensors["msa.q"][layer], q)
+        assert p.shape == (2, H)
+        assert (p > -1e-5).all() and torch.allclose(p.sum(1), torch.ones(2, dtype=torch.float64), atol=1e-5)
+        # the same weights mix k, v, every bias and the W_O columns of the same heads
+        for name, source in [("k", k), ("v", v), ("q_bias", qb), ("k_bias", kb), ("v_bias", vb), ("proj_cols", cols)]:
+            want = torch.einsum("oh,h...->o...", p.float(), source)
+            torch.testing.assert_close(gene.tensors[f"msa.{name}"][layer], want, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(gene.tensors["msa.norm_weight"][layer], b["norm1.weight"])
+    # the draws differ between layers
+    assert not torch.allclose(convex_weights(gene.tensors["msa.q"][0], split_qkv(state["blocks.0.attn.qkv.weight"], H)[0]),
+                              convex_weights(gene.tensors["msa.q"][1], split_qkv(state["blocks.1.attn.qkv.weight"], H)[0]))
+
+
+def test_gene_ffns_are_convex_mixtures_of_layers(ancestry, gene):
+    state = ancestry.state()
+    stack = torch.stack([state[f"blocks.{i}.mlp.fc1.weight"] for i in range(TINY.depth)])
+    p = convex_weights(gene.tensors["ffn.fc1_weight"], stack)
+    assert p.shape == (2, TINY.depth) and (p > -1e-5).all()
+    torch.testing.assert_close(p.sum(1), torch.ones(2, dtype=torch.float64), atol=1e-5, rtol=0)
+    for part, name in [("fc2_weight", "mlp.fc2.weight"), ("fc1_bias", "mlp.fc1.bias"), ("norm_weight", "norm2.weight")]:
+        source = torch.stack([state[f"blocks.{i}.{name}"] for i in range(TINY.depth)])
+        torch.testing.assert_close(gene.tensors[f"ffn.{part}"], torch.einsum("ba,a...->b...", p.float(), source),
+                                   atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("depth,heads", [(3, 4), (5, 6), (2, 2), (4, 1)])
+def test_unadapted_phi_is_an_exact_repeat_of_the_gene(gene, depth, heads):
+    spec = TINY.replace(depth=depth, num_heads=heads, embed_dim=heads * d)
+    out = PEG.from_gene(gene).expand(gene, spec)
+    t = gene.tensors
+    width = axis_map(D, spec.embed_dim)
+    copies = torch.bincount(torch.arange(heads) % 2, minlength=2).float()
+    for layer in range(depth):
+        msa_src, ffn_src = layer * TINY.depth // depth, layer * 2 // depth  # stretched layers
+        q, k, v = split_qkv(out[f"blocks.{layer}.attn.qkv.weight"], heads)
+        qb, _, vb = split_qkv(out[f"blocks.{layer}.attn.qkv.bias"], heads)
+        cols = split_proj(out[f"blocks.{layer}.attn.proj.weight"], heads)
+        for c in range(heads):
+            g = c % 2  # cyclic repeat of the 2 gene heads
+            assert torch.equal(q[c], t["msa.q"][msa_src, g][:, width.index] * width.reader_scale)
+            assert torch.equal(v[c], t["msa.v"][msa_src, g][:, width.index] * width.reader_scale)
+            assert torch.equal(qb[c], t["msa.q_bias"][msa_src, g]) and torch.equal(vb[c], t["msa.v_bias"][msa_src, g])
+            torch.testing.assert_close(cols[c], t["msa.proj_cols"][msa_src, g][width.index] / copies[g], atol=0, rtol=1e-6)
+        assert torch.equal(out[f"blocks.{layer}.norm1.weight"], t["msa.norm_weight"][msa_src][width.index])
+        assert torch.equal(out[f"blocks.{layer}.mlp.fc2.bias"], t["ffn.fc2_bias"][ffn_src][width.index])
+        assert torch.equal(out[f"blocks.{layer}.norm2.bias"], t["ffn.norm_bias"][ffn_src][width.index])
+    assert torch.equal(out["patch_embed.proj.weight"], t["patch_embed.proj.weight"][width.index])
+    assert "head.weight" not in out  # the classifier is not inherited (App. B)
+
+
+def test_same_size_descendant_computes_the_gene_net(gene):
+    """At the ancestry's size with H_c = 2·H_b, each gene head twice at half its W_O: the gene's 2-head function."""
+    spec = TINY
+    model = make_descendant(gene, spec).eval()
+    # a net with exactly the 2 gene heads per layer but the ancestry's residual width: built by hand
+    ref = make_descendant(gene, spec).eval()
+    for layer, block in enumerate(ref.blocks):
+        attn = block.attn
+        q, k, v = (gene.tensors[f"msa.{n}"][layer] for n in "qkv")
+        qb, kb, vb = (gene.tensors[f"msa.{n}_bias"][layer] for n in "qkv")
+        attn.qkv = torch.nn.Linear(D, 3 * 2 * d)
+        attn.qkv.weight.data = torch.cat([q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1)])
+        attn.qkv.bias.data = torch.cat([qb.flatten(), kb.flatten(), vb.flatten()])
+        attn.proj = torch.nn.Linear(2 * d, D)
+        attn.proj.weight.data = gene.tensors["msa.proj_cols"][layer].permute(1, 0, 2).reshape(D, 2 * d)
+        attn.proj.bias.data = gene.tensors["msa.proj_bias"][layer]
+        attn.num_heads, attn.attn_dim = 2, 2 * d
+    x = torch.randn(4, 1, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), atol=1e-5, rtol=1e-4)
+
+
+def test_adapt_trains_phi_and_expand_gives_the_adapted_net(gene):
+    spec = TINY.replace(depth=2, num_heads=2, embed_dim=2 * d)
+    data, held_out = tiny_data(48), tiny_data(32, seed=1)
+    cfg = TrainConfig(epochs=1, max_steps=4, batch_size=12, lr=1e-2, progress=False)
+    adapted, result = PEG.from_gene(gene).adapt(gene, spec, data, cfg, eval_data=held_out)
+    initial = PEG.from_gene(gene).initial_phi(gene, spec)
+    assert result.steps == 4
+    assert any(not torch.equal(adapted.tensors[k], v) for k, v in initial.items())  # φ moved
+    assert all(torch.equal(adapted.tensors[k], v) for k, v in gene.tensors.items())  # the gene did not
+    assert {k for k in adapted.tensors if k.startswith("descendant.")} == {"descendant.head.weight", "descendant.head.bias"}
+    model = make_descendant(adapted, spec)
+    assert evaluate(model, held_out)["acc"] == result.final_acc  # expand(adapted) is the net adapt trained
+    assert "adapted for 2 layers of 2 heads" in " ".join(PEG.from_gene(adapted).describe(adapted))
+    with pytest.raises(LearngeneError, match="adapted for 2 layers of 2 heads"):
+        make_descendant(adapted, TINY)
+
+
+def test_adapted_gene_round_trips_through_a_file(gene, tmp_path):
+    spec = TINY.replace(depth=2)
+    adapted, _ = PEG.from_gene(gene).adapt(gene, spec, tiny_data(24), TrainConfig(max_steps=2, batch_size=12,
+                                                                                  progress=False))
+    adapted.save(tmp_path / "a.safetensors")
+    loaded = Learngene.load(tmp_path / "a.safetensors")
+    a, b = make_descendant(adapted, spec).state_dict(), make_descendant(loaded, spec).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_deterministic_and_seeded(ancestry, gene):
+    again = PEG(gene_heads=2, gene_ffns=2, seed=3).condense(ancestry)
+    other = PEG(gene_heads=2, gene_ffns=2, seed=4).condense(ancestry)
+    assert all(torch.equal(gene.tensors[k], again.tensors[k]) for k in gene.tensors)
+    assert not torch.equal(gene.tensors["msa.q"], other.tensors["msa.q"])
+    assert PEG().condense(ancestry).tensors["msa.q"].shape[:2] == (3, 2)  # defaults: half the heads
+    assert PEG().condense(ancestry).tensors["ffn.fc1_weight"].shape[0] == 2  # and half the depth, rounded up
+
+
+def test_bad_sizes_are_one_line_errors(ancestry, gene):
+    with pytest.raises(LearngeneError, match="--embed-dim 16"):
+        make_descendant(gene, TINY.replace(num_heads=2))
+    with pytest.raises(LearngeneError, match="gene_heads"):
+        PEG(gene_heads=5).condense(ancestry)
+
+
+def test_cli_condense_expand_adapt(tmp_path):
+    anc, gene = tmp_path / "anc.safetensors", tmp_path / "peg.safetensors"
+    save_tiny_ancestry(anc)
+    assert main(["condense", "--method", "peg", "--ancestry", str(anc), "--opt", "gene_heads=3", "--out", str(gene),
+                 "--quiet"]) == 0
+    for i, sizes in enumerate([[], ["--depth", "5", "--num-heads", "2", "--embed-dim", "16"],
+                               ["--num-heads", "6", "--embed-dim", "48"]]):
+        out = tmp_path / f"d{i}.safetensors"
+        assert main(["expand", str(gene), *sizes, "--out", str(out), "--quiet"]) == 0
+        timm_strict_load(out)
+    out, adapted = tmp_path / "adapted.safetensors", tmp_path / "adapted_gene.safetensors"
+    assert main(["adapt", str(gene), "--data", "digits", "--img-size", "8", "--train-images", "40", "--max-steps", "2",
+                 "--batch-size", "20", "--depth", "2", "--num-heads", "2", "--embed-dim", "16", "--out", str(out),
+                 "--gene-out", str(adapted), "--quiet"]) == 0
+    model = timm_strict_load(out)
+    assert model.head.out_features == 10
+    assert Learngene.load(adapted).tensors["phi.heads.w2"].shape[:2] == (2, 2)
+    assert main(["expand", str(gene), "--num-heads", "2", "--out", str(tmp_path / "bad.safetensors")]) == 2
+
+
+def test_gene_net_gradients_reach_only_phi_and_classifier(gene):
+    from learngene.methods.base import GeneNet
+
+    spec = TINY.replace(depth=2)
+    start = dataclasses.replace(gene, tensors={**gene.tensors, **PEG.from_gene(gene).initial_phi(gene, spec)})
+    net = GeneNet(PEG.from_gene(gene), start, spec, trainable=lambda k: k.startswith(("phi.", "descendant.")))
+    net(torch.randn(2, 1, 8, 8)).sum().backward()
+    trained = {n for n, p in net.named_parameters() if p.grad is not None}
+    assert {n for n in trained if n.startswith("gene_tensors.")} == {f"gene_tensors.phi::{m}::{w}"
+                                                                      for m in ("msa_layers", "ffn_layers", "heads")
+                                                                      for w in ("w1", "w2")}
+    assert {n for n in trained if n.startswith("skeleton.")} == {"skeleton.head.weight", "skeleton.head.bias"}

@@ -1,0 +1,138 @@
+"""Durability: a run killed with SIGKILL mid-epoch and resumed ends bit for bit where an uninterrupted run
+ends; a non-finite loss stops training and leaves the last good checkpoint, loadable, on disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from learngene.cli import main
+from learngene.errors import TrainingError
+from learngene.gene import get_method, list_methods
+from learngene.io import save_model
+from learngene.spec import ViTSpec
+from learngene.train import CHECKPOINT, LOG, TrainConfig, load_checkpoint, train
+from tests.conftest import FaultyData, make_images, nan_images
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
+# 640 digits training images in batches of 16: 40 steps per epoch, a checkpoint every 7 steps
+TRAIN = ["--data", "digits", "--train-images", "640", "--batch-size", "16", "--epochs", "3", "--lr", "0.002",
+         "--checkpoint-every", "7", "--augment", "--quiet", "--seed", "3"]
+STEPS_PER_EPOCH, TOTAL_STEPS = 40, 120
+TRAINED = [m for m in list_methods() if get_method(m).needs_data]
+
+
+def _command(kind: str, ancestry: Path, run_dir: Path, out: Path) -> list[str]:
+    if kind == "ancestry":
+        return ["ancestry", "--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4",
+                "--img-size", "16", *TRAIN, "--run-dir", str(run_dir), "--out", str(out)]
+    return ["condense", "--method", kind, "--ancestry", str(ancestry), *TRAIN, "--run-dir", str(run_dir),
+            "--out", str(out)]
+
+
+def _kill_mid_epoch(argv: list[str], run_dir: Path) -> dict:
+    """Run ``learngene argv`` as a process; SIGKILL it in its second epoch, once a checkpoint exists there."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen([sys.executable, "-m", "learngene", *argv], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    ckpt_path = run_dir / CHECKPOINT
+    deadline, seen = time.monotonic() + 240, None
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            stamp = ckpt_path.stat().st_mtime_ns if ckpt_path.exists() else None
+            if stamp != seen:  # a new checkpoint: read it only then, so as not to slow the run down
+                seen = stamp
+                ckpt = load_checkpoint(ckpt_path)
+                if ckpt["epoch"] >= 1 and ckpt["step_in_epoch"] > 0:
+                    proc.send_signal(signal.SIGKILL)
+                    break
+            time.sleep(0.005)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL, (
+        f"the run was to be killed mid-run but ended with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+    return load_checkpoint(ckpt_path)
+
+
+@pytest.fixture(scope="module")
+def ancestry_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("anc") / "anc.safetensors"
+    torch.manual_seed(0)
+    save_model(path, SPEC.create_model(), SPEC)
+    return path
+
+
+# One condensation in the default suite (tleg where registered), the others and a plain ViT with --runslow;
+# until a method that trains is registered, the plain ViT stands in.
+DEFAULT_KIND = ("tleg" if "tleg" in TRAINED else TRAINED[0]) if TRAINED else "ancestry"
+KINDS = [k if k == DEFAULT_KIND else pytest.param(k, marks=pytest.mark.slow) for k in ["ancestry", *TRAINED]]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_kill_9_mid_epoch_then_resume_is_bit_exact(kind, ancestry_file, tmp_path):
+    reference = tmp_path / "reference.safetensors"
+    assert main(_command(kind, ancestry_file, tmp_path / "reference_run", reference)) == 0
+    if not (tmp_path / "reference_run" / CHECKPOINT).exists():
+        pytest.skip(f"{kind} does not train through the loop")
+
+    run_dir, out = tmp_path / "run", tmp_path / "out.safetensors"
+    ckpt = _kill_mid_epoch(_command(kind, ancestry_file, run_dir, out), run_dir)
+    assert not out.exists()
+    assert STEPS_PER_EPOCH < ckpt["global_step"] < TOTAL_STEPS and ckpt["step_in_epoch"] > 0, "not killed mid-epoch"
+
+    assert main(_command(kind, ancestry_file, run_dir, out) + ["--resume"]) == 0
+    resumed, expected = load_file(out), load_file(reference)
+    assert resumed.keys() == expected.keys()
+    different = [k for k in expected if not torch.equal(resumed[k], expected[k])]
+    assert not different, f"resumed run differs from the uninterrupted one in {different[:5]}"
+
+    def history(folder: Path) -> list[dict]:
+        return [{k: v for k, v in json.loads(line).items() if k != "seconds"}
+                for line in (folder / LOG).read_text().splitlines()]
+
+    assert history(run_dir) == history(tmp_path / "reference_run")
+    assert not list(run_dir.glob("*.tmp")), "a temporary file of the killed run was left behind"
+
+
+def test_a_run_dir_with_a_checkpoint_needs_resume_or_another_dir(ancestry_file, tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / CHECKPOINT).write_bytes(b"an earlier run")
+    argv = ["train", str(ancestry_file), "--data", "digits", "--train-images", "32", "--epochs", "1", "--quiet",
+            "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "o.safetensors")]
+    assert main(argv) == 2
+    assert "pass --resume to continue it" in capsys.readouterr().err
+    assert (tmp_path / "run" / CHECKPOINT).read_bytes() == b"an earlier run"
+
+
+def test_non_finite_loss_keeps_the_last_good_checkpoint(tiny_spec, tmp_path):
+    data = make_images(64)
+    cfg = TrainConfig(epochs=2, batch_size=16, lr=3e-3, checkpoint_every=3, progress=False)
+    torch.manual_seed(0)
+    reference = tiny_spec.create_model()
+    train(reference, data, cfg)
+
+    torch.manual_seed(0)
+    with pytest.raises(TrainingError, match=r"loss became nan at epoch 2, step 4; lower --lr or check the data; "
+                                            r"the last good checkpoint is .*checkpoint.pt"):
+        train(tiny_spec.create_model(), FaultyData(data, at=8, fault=nan_images), cfg, run_dir=tmp_path)
+    ckpt = load_checkpoint(tmp_path / CHECKPOINT)
+    assert (ckpt["epoch"], ckpt["step_in_epoch"], ckpt["global_step"]) == (1, 2, 6)  # the last one before the NaN
+    model = tiny_spec.create_model()
+    model.load_state_dict(ckpt["model"], strict=True)
+    assert all(torch.isfinite(v).all() for v in model.state_dict().values())
+
+    resumed = tiny_spec.create_model()
+    train(resumed, data, cfg, run_dir=tmp_path, resume=True)  # the data fixed, the run goes on from there
+    assert all(torch.equal(resumed.state_dict()[k], v) for k, v in reference.state_dict().items())
