@@ -265,7 +265,9 @@ def write_report(rows: list[Row], profile: Profile, out_dir: Path, meta: dict[st
     parts = [f"# learngene benchmark: profile `{profile.name}`", "",
              f"- command: `{meta.get('command', f'learngene bench --profile {profile.name}')}`",
              f"- date: {now_iso()}; machine: {machine()}",
-             f"- wall time: {meta.get('wall_seconds', 0) / 60:.1f} min"
+             f"- wall time of this command: {meta.get('wall_seconds', 0) / 60:.1f} min (stages found in the cache "
+             f"are not rerun); planned work of the whole run: {meta.get('plan_gflop', 0):,.0f} GFLOP (3× forward "
+             f"FLOPs per training image, 1× per evaluated one)"
              + ("" if meta.get("complete", True) else " — **partial run** (time limit): rerun the command to finish"),
              f"- methods: {', '.join(meta.get('methods', sorted({r.method for r in rows})))}"]
     if anc:
