@@ -284,21 +284,22 @@ def fit_to_budget(base: ViTSpec, max_params: int | None = None, max_flops: int |
         raise SpecError("give a budget: a maximum number of parameters and/or of FLOPs")
     depths = [depth] if depth else range(max_depth or base.depth, 0, -1)
     heads = [num_heads] if num_heads else range(max_heads or base.num_heads, 0, -1)
-    smallest = None
+    candidates = []
     for d in depths:
         for h in heads:
             try:
-                spec = base.replace(depth=d, num_heads=h, embed_dim=h * base.head_dim)
+                candidates.append(base.replace(depth=d, num_heads=h, embed_dim=h * base.head_dim))
             except SpecError:
                 continue
-            smallest = spec if smallest is None or spec.num_params < smallest.num_params else smallest
-            if (max_params is not None and spec.num_params > max_params) or (max_flops is not None and spec.flops > max_flops):
-                continue
-            if supports is None or supports(spec):
-                return spec
+    accepted = supports or (lambda spec: True)
+    for spec in candidates:  # deepest first, then widest
+        fits = (max_params is None or spec.num_params <= max_params) and (max_flops is None or spec.flops <= max_flops)
+        if fits and accepted(spec):
+            return spec
     budget = " and ".join(f"{v:,} {k}" for k, v in (("params", max_params), ("FLOPs", max_flops)) if v is not None)
-    hint = (f"; the smallest candidate, {smallest.short()}, has {smallest.num_params:,} params and "
-            f"{smallest.flops:,} FLOPs" if smallest else "")
+    smallest = next((s for s in sorted(candidates, key=lambda s: s.num_params) if accepted(s)), None)
+    hint = (f"; the smallest size it supports here, {smallest.short()}, has {smallest.num_params:,} params and "
+            f"{smallest.flops:,} FLOPs" if smallest else "; it supports none of the sizes searched")
     raise SpecError(f"no size this gene supports fits {budget}{hint}; raise the budget or change the pinned sizes")
 
 
