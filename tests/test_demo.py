@@ -17,5 +17,5 @@ def test_quick_demo_runs_every_method(tmp_path, capsys):
     assert {r["method"] for r in rows} == set(list_methods())
     for method in list_methods():
         assert f"| {method} |" in out
-    assert all(0.0 <= float(r["acc"]) <= 1.0 for r in rows)
-    assert (tmp_path / "report.md").exists() and (tmp_path / "genes" / "scratch.safetensors").exists()
+    assert all(0.0 <= float(r["acc"]) <= 1.0 for r in rows if r["acc"])  # empty: a size the method cannot make
+    assert (tmp_path / "report.md").exists() and list((tmp_path / "genes").glob("scratch-*.safetensors"))

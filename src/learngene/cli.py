@@ -226,6 +226,8 @@ def cmd_expand(args: argparse.Namespace) -> None:
         raise LearngeneError(f"{args.gene} records no ancestry size; give --preset and/or all size flags")
     spec = spec_from_args(args, base=gene.ancestry)
     options = parse_options(get_method(gene.method).Config, args.opt or [])
+    if args.max_params is not None or args.max_flops is not None:
+        spec = _fit_gene_to_budget(args, gene, spec, options)
     model = make_descendant(gene, spec, seed=args.seed, top_up=args.top_up, **options)
     provided = get_method(gene.method).from_gene(gene, **options).provided_keys(gene, spec)
     dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
@@ -234,6 +236,47 @@ def cmd_expand(args: argparse.Namespace) -> None:
     _say(args, f"wrote {args.out}: {spec.short()} timm ViT ({spec.num_params:,} params), "
                f"{len(provided)}/{len(spec.state_shapes())} tensors from the {gene.method} gene"
                + (f", the rest topped up by {args.top_up} where it has weights" if args.top_up else ""))
+
+
+def _fit_gene_to_budget(args: argparse.Namespace, gene, base, options: dict[str, Any]):
+    """The deepest, then widest, size under --max-params/--max-flops that the gene's method can expand."""
+    import torch
+
+    from .gene import get_method
+    from .io import check_state_shapes
+    from .spec import fit_to_budget
+
+    method = get_method(gene.method).from_gene(gene, **options)
+
+    def supports(spec) -> bool:
+        try:
+            with torch.no_grad():
+                check_state_shapes(method.expand(gene, spec), spec, f"the {gene.method} gene")
+        except LearngeneError:
+            return False
+        return True
+
+    heads = args.num_heads or (base.num_heads if args.embed_dim else None)
+    spec = fit_to_budget(base, args.max_params, args.max_flops, supports, depth=args.depth, num_heads=heads,
+                         max_depth=gene.ancestry.depth if gene.ancestry else None,
+                         max_heads=gene.ancestry.num_heads if gene.ancestry else None)
+    budget = ", ".join(f"{name} {value:,}" for name, value in (("params", args.max_params), ("FLOPs", args.max_flops))
+                       if value is not None)
+    _say(args, f"picked {spec.short()}: {spec.num_params:,} params, {spec.flops / 1e6:,.1f} MFLOPs per image "
+               f"(budget: {budget}; the deepest, then widest size the {gene.method} gene supports)")
+    return spec
+
+
+def _count(text: str) -> int:
+    """A positive count such as ``5000000``, ``5e6``, ``5M`` or ``1.2G``."""
+    scale = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}.get(text[-1:].upper(), 1)
+    try:
+        value = float(text[:-1] if scale != 1 else text) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count like 5000000, 5e6 or 5M") from None
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"a budget must be at least 1, got {text!r}")
+    return int(value)
 
 
 def cmd_adapt(args: argparse.Namespace) -> None:
@@ -308,6 +351,37 @@ def cmd_methods(args: argparse.Namespace) -> None:
         print(f"{name:18s} {cls.summary}\n{'':18s} options: {options}")
 
 
+def cmd_bench(args: argparse.Namespace) -> None:
+    from .bench import BenchRun, get_profile
+    from .gene import list_methods
+
+    profile = get_profile(args.profile)
+    command = f"learngene bench --profile {args.profile}"
+    if args.methods:
+        unknown = [m for m in args.methods if m not in list_methods()]
+        if unknown:
+            raise LearngeneError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(list_methods())}")
+        profile = profile.replace(methods=tuple(dict.fromkeys(args.methods)))
+        command += " --methods " + " ".join(profile.methods)
+    if args.seeds is not None:
+        if args.seeds < 1:
+            raise LearngeneError(f"--seeds must be at least 1, got {args.seeds}")
+        profile = profile.replace(seeds=tuple(range(args.seeds)))
+        command += f" --seeds {args.seeds}"
+    out = Path(args.out or f"runs/bench-{profile.name}")
+    if args.time_limit is not None and not args.time_limit > 0:
+        raise LearngeneError(f"--time-limit must be a positive number of minutes, got {args.time_limit}")
+    limit = args.time_limit * 60 if args.time_limit is not None else None
+    run = BenchRun(profile, out, data_dir=args.data_dir, device=args.device, progress=not args.quiet, time_limit=limit)
+    run.meta["command"] = command
+    run.run()
+    if run.meta.get("complete"):
+        print(f"learngene bench: report in {out}/report.md ({run.meta['wall_seconds'] / 60:.1f} min)")
+    else:
+        print(f"learngene bench: time limit reached, partial report in {out}/report.md; "
+              f"run the same command again to continue where it stopped")
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     from .demo import run_demo
 
@@ -317,6 +391,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 # ---- parser -----------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    from .bench.profiles import PROFILES
     from .gene import list_methods
 
     parser = _Parser(prog="learngene", description="Condense a pretrained ViT into a learngene and expand it into "
@@ -359,6 +434,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option for this expansion (repeatable)")
     p.add_argument("--top-up", metavar="METHOD", help="fill what the gene leaves to timm from a method without a "
                                                       "learngene, e.g. mimetic (attention weights, sin-cos positions)")
+    g = p.add_argument_group("size for a budget (the deepest, then widest size the gene supports; "
+                             "--depth or --num-heads pin that axis)")
+    g.add_argument("--max-params", type=_count, metavar="N", help="at most N parameters (e.g. 5e6 or 5M)")
+    g.add_argument("--max-flops", type=_count, metavar="N", help="at most N forward FLOPs per image (e.g. 2G)")
     add_common(p)
     add_output(p, "descendant model")
     p.set_defaults(func=cmd_expand)
@@ -398,6 +477,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("methods", help="list the registered methods and their options",
                        description="List every registered method with its options (for --method / --opt).")
     p.set_defaults(func=cmd_methods)
+
+    p = sub.add_parser("bench", help="every method side by side on identical budgets: tables, CSV and plots",
+                       description="Train an ancestry on Fashion-MNIST, condense it with every registered method, "
+                                   "fine-tune descendants of several sizes on Fashion-MNIST, digits and a few-shot "
+                                   "task with identical budgets and seeds, and write report.md, results.csv and "
+                                   "plots. Every stage is cached: rerunning continues an interrupted run.")
+    p.add_argument("--profile", default="quick", choices=list(PROFILES),
+                   help="quick: pipeline check in ~2 min; cpu: the evidence run (~1 h on 2 cores); "
+                        "gpu: bigger models, full data (default: %(default)s)")
+    p.add_argument("--out", help="report folder (default: runs/bench-PROFILE)")
+    p.add_argument("--methods", nargs="+", metavar="METHOD", help="only these registered methods (default: all)")
+    p.add_argument("--seeds", type=int, metavar="N", help="seeds 0..N-1 instead of the profile's")
+    p.add_argument("--time-limit", type=float, metavar="MINUTES",
+                   help="start no new stage after this long; the same command continues later")
+    p.add_argument("--data-dir", help="folder with the Fashion-MNIST IDX files")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("demo", help="the main job end to end on Fashion-MNIST, in minutes on a CPU",
                        description="Train a small ancestry on Fashion-MNIST, condense it with every registered "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from .bench import get_profile, run_profile
@@ -15,10 +14,11 @@ def run_demo(out_dir: Path, data_dir: str | None = None, device: str = "auto", s
     fine-tune each briefly and print method × depth → top-1 accuracy with the stored parameters."""
     profile = get_profile("quick" if quick else "demo")
     if seed:
-        profile = dataclasses.replace(profile, seeds=(seed,))
+        profile = profile.replace(seeds=(seed,))
     rows = run_profile(profile, out_dir, data_dir=data_dir, device=device, progress=progress)
+    task = profile.tasks[0]
     print(f"\nFashion-MNIST, ancestry {profile.ancestry.short()}; each descendant fine-tuned "
-          f"{profile.finetune_epochs} epoch on {profile.finetune_images} images; top-1 % on {profile.eval_images} "
+          f"{task.epochs} epoch on {task.train_images} images; top-1 % on {task.eval_images} "
           f"test images (seed {profile.seeds[0]})\n")
-    print(format_table(rows, "fashion_mnist"))
+    print(format_table(rows, task.name))
     print(f"\ngenes, ancestry, results.csv and report.md are in {out_dir}/")

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from .errors import SpecError
 
@@ -260,6 +260,47 @@ def spec_from_model(model) -> ViTSpec:
         extra = sorted(set(have) ^ set(spec.state_shapes()))[:3]
         raise SpecError(f"this timm ViT has a layout learngene does not describe (differs at {extra}); use a plain ViT")
     return spec
+
+
+def fit_to_budget(base: ViTSpec, max_params: int | None = None, max_flops: int | None = None,
+                  supports: Callable[[ViTSpec], bool] | None = None, depth: int | None = None,
+                  num_heads: int | None = None, max_depth: int | None = None, max_heads: int | None = None) -> ViTSpec:
+    """The deepest, then widest, spec under a parameter and/or FLOP budget that ``supports`` accepts.
+
+    Candidates keep ``base``'s head size, MLP ratio, input and classifier and vary depth
+    (1..``max_depth``, default ``base.depth``) and head count (1..``max_heads``, default
+    ``base.num_heads``; width = heads × head size). ``depth`` or ``num_heads`` pin that axis.
+
+    Depth goes first because every learngene method inherits per-layer knowledge (the block-copying
+    baselines and TLEG expand in depth only): at a given budget, the spec with the most inherited
+    layers keeps the most of the gene. Capping depth at the ancestry's keeps "deepest" from
+    degenerating into one-head towers. Candidates are tried in that order and the first one that
+    ``supports`` accepts (e.g. the gene's method expands it without error) wins.
+
+    Raises:
+        SpecError: if no budget is given, or no candidate fits it.
+    """
+    if max_params is None and max_flops is None:
+        raise SpecError("give a budget: a maximum number of parameters and/or of FLOPs")
+    depths = [depth] if depth else range(max_depth or base.depth, 0, -1)
+    heads = [num_heads] if num_heads else range(max_heads or base.num_heads, 0, -1)
+    candidates = []
+    for d in depths:
+        for h in heads:
+            try:
+                candidates.append(base.replace(depth=d, num_heads=h, embed_dim=h * base.head_dim))
+            except SpecError:
+                continue
+    accepted = supports or (lambda spec: True)
+    for spec in candidates:  # deepest first, then widest
+        fits = (max_params is None or spec.num_params <= max_params) and (max_flops is None or spec.flops <= max_flops)
+        if fits and accepted(spec):
+            return spec
+    budget = " and ".join(f"{v:,} {k}" for k, v in (("params", max_params), ("FLOPs", max_flops)) if v is not None)
+    smallest = next((s for s in sorted(candidates, key=lambda s: s.num_params) if accepted(s)), None)
+    hint = (f"; the smallest size it supports here, {smallest.short()}, has {smallest.num_params:,} params and "
+            f"{smallest.flops:,} FLOPs" if smallest else "; it supports none of the sizes searched")
+    raise SpecError(f"no size this gene supports fits {budget}{hint}; raise the budget or change the pinned sizes")
 
 
 def _cpu(depth: int, width: int, heads: int) -> ViTSpec:

@@ -1,18 +1,24 @@
-"""Benchmark reports: ``results.csv`` (one line per descendant and epoch) and ``report.md`` tables."""
+"""Benchmark reports: ``results.csv`` (one line per descendant and epoch), ``report.md`` tables, PNG plots."""
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
+import math
+import os
+import platform
 import statistics
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
-from ..io import write_text_atomic
-from .profiles import Profile
+from ..io import now_iso, write_text_atomic
+from .profiles import Profile, Task
 from .protocol import Row
 
-CSV_FIELDS = ("method", "task", "depth", "seed", "params", "stored_params", "condense_seconds", "epoch", "acc")
+CSV_FIELDS = ("method", "budget", "task", "size", "depth", "embed_dim", "num_heads", "seed", "params", "stored_params",
+              "condense_seconds", "condense_steps", "adapt_seconds", "train_seconds", "epoch", "acc", "note")
 
 
 def write_csv(rows: list[Row], path: Path) -> None:
@@ -20,11 +26,30 @@ def write_csv(rows: list[Row], path: Path) -> None:
     writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS)
     writer.writeheader()
     for r in rows:
+        base = {k: v for k, v in dataclasses.asdict(r).items() if k in CSV_FIELDS}
         for epoch, acc in enumerate(r.accs, start=1):
-            writer.writerow(dict(method=r.method, task=r.task, depth=r.depth, seed=r.seed, params=r.params,
-                                 stored_params=r.stored_params, condense_seconds=r.condense_seconds, epoch=epoch,
-                                 acc=f"{acc:.4f}"))
+            writer.writerow({**base, "epoch": epoch, "acc": f"{acc:.4f}"})
+        if not r.ok:
+            writer.writerow({**base, "epoch": "", "acc": ""})
     write_text_atomic(path, buf.getvalue())
+
+
+# ---- aggregation ---------------------------------------------------------------------------------------
+def _groups(rows: list[Row], task: str) -> dict[tuple[str, str], list[Row]]:
+    """Finished rows of ``task`` by (label, size), labels in first-seen order."""
+    out: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for r in rows:
+        if r.task == task and r.ok:
+            out[r.label, r.size].append(r)
+    return out
+
+
+def _labels(rows: list[Row], task: str) -> list[str]:
+    return list(dict.fromkeys(r.label for r in rows if r.task == task))
+
+
+def _sizes(rows: list[Row], task: str) -> list[str]:
+    return list(dict.fromkeys(r.size for r in rows if r.task == task))
 
 
 def _cell(accs: list[float]) -> str:
@@ -32,30 +57,245 @@ def _cell(accs: list[float]) -> str:
     return f"{mean:.1f} ± {100 * statistics.stdev(accs):.1f}" if len(accs) > 1 else f"{mean:.1f}"
 
 
+def mean_curve(group: list[Row]) -> tuple[list[float], list[float]]:
+    """Mean and standard deviation (0 for one seed) of top-1 after every epoch, over seeds."""
+    epochs = min(len(r.accs) for r in group)
+    means = [statistics.fmean(r.accs[e] for r in group) for e in range(epochs)]
+    stds = [statistics.stdev([r.accs[e] for r in group]) if len(group) > 1 else 0.0 for e in range(epochs)]
+    return means, stds
+
+
 def format_table(rows: list[Row], task: str) -> str:
-    """Markdown table: one line per method, top-1 (%) per depth, stored parameters and condensation time."""
-    rows = [r for r in rows if r.task == task]
-    depths = sorted({r.depth for r in rows})
-    accs: dict[tuple[str, int], list[float]] = defaultdict(list)
+    """Markdown table: one line per method, top-1 (%) per size (mean ± std over seeds), then the gene's
+    stored parameters and condensation cost. Sizes a method cannot make read n/a."""
+    groups = _groups(rows, task)
+    sizes = _sizes(rows, task)
     info: dict[str, Row] = {}
     for r in rows:
-        accs[r.method, r.depth].append(r.acc)
-        info.setdefault(r.method, r)
-    header = ["method", *(f"depth {d}" for d in depths), "stored params", "condense s"]
+        if r.task == task:
+            info.setdefault(r.label, r)
+    header = ["method", *sizes, "stored params", "condense steps", "condense s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for method, r in info.items():
-        cells = [_cell(accs[method, d]) if accs[method, d] else "–" for d in depths]
-        lines.append(f"| {method} | " + " | ".join(cells) + f" | {r.stored_params:,} | {r.condense_seconds:.1f} |")
+    for label, r in info.items():
+        cells = []
+        for size in sizes:
+            group = groups.get((label, size))
+            cells.append(_cell([g.acc for g in group]) if group else
+                         ("n/a" if any(x.label == label and x.size == size and x.task == task for x in rows) else "–"))
+        lines.append(f"| {label} | " + " | ".join(cells) +
+                     f" | {r.stored_params:,} | {r.condense_steps:,} | {r.condense_seconds:.1f} |")
     return "\n".join(lines)
 
 
-def write_report(rows: list[Row], profile: Profile, out_dir: Path) -> None:
+def epochs_to_match(rows: list[Row], task: str, factor: int) -> str:
+    """Markdown table: the first epoch at which scratch with ``factor``× the budget reaches each method's
+    final accuracy (means over seeds), per size — the "fraction of the training" claim in numbers."""
+    groups = _groups(rows, task)
+    sizes = _sizes(rows, task)
+    long_label = f"scratch ×{factor}"
+    lines = ["| method | " + " | ".join(sizes) + " |", "|" + "---|" * (len(sizes) + 1)]
+    for label in _labels(rows, task):
+        if label == long_label:
+            continue
+        cells = []
+        for size in sizes:
+            group, long = groups.get((label, size)), groups.get((long_label, size))
+            if not group or not long:
+                cells.append("n/a")
+                continue
+            target = statistics.fmean(g.acc for g in group)
+            curve, _ = mean_curve(long)
+            hit = next((e + 1 for e, acc in enumerate(curve) if acc >= target), None)
+            cells.append(f"{hit} / {len(curve)}" if hit else f"> {len(curve)}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def gene_table(rows: list[Row]) -> str:
+    """Markdown table: every gene's storage and condensation cost, and its mean adapt time per size."""
+    info: dict[str, Row] = {}
+    adapt: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        if r.budget == 1:
+            info.setdefault(r.method, r)
+            if r.adapt_seconds:
+                adapt[r.method].append(r.adapt_seconds)
+    lines = ["| method | stored params | condense steps | condense s | adapt s per size |", "|---|---|---|---|---|"]
+    for method, r in info.items():
+        a = f"{statistics.fmean(adapt[method]):.1f}" if adapt[method] else "–"
+        lines.append(f"| {method} | {r.stored_params:,} | {r.condense_steps:,} | {r.condense_seconds:.1f} | {a} |")
+    return "\n".join(lines)
+
+
+# ---- plots ----------------------------------------------------------------------------------------------
+MARKERS = "osD^vP*Xh<>p"
+
+
+def _styles(labels: list[str]) -> dict[str, dict[str, Any]]:
+    """A colour and marker per method (tab10 first, then tab20's light shades); ``×N`` runs share theirs."""
+    import matplotlib
+
+    tab10, tab20 = matplotlib.colormaps["tab10"], matplotlib.colormaps["tab20"]
+    palette = [tab10(i) for i in range(10)] + [tab20(2 * i + 1) for i in range(10)]
+    methods = sorted({label.split(" ×")[0] for label in labels})
+    styles = {}
+    for label in labels:
+        i = methods.index(label.split(" ×")[0])
+        styles[label] = {"color": palette[i % len(palette)], "marker": MARKERS[i % len(MARKERS)]}
+    return styles
+
+
+def _subplots(n: int):
+    import matplotlib.pyplot as plt
+
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.8 * cols + 2.2, 3.8 * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
+
+
+def _finish(fig, axes, title: str, path: Path) -> None:
+    """One legend for all panels, right of them; then save."""
+    import matplotlib.pyplot as plt
+
+    handles: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    fig.legend(list(handles.values()), list(handles), loc="center right", fontsize=8, frameon=False)
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0, 1 - 2.0 / fig.get_figwidth(), 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_curves(rows: list[Row], task: str, path: Path) -> None:
+    """Top-1 after every fine-tuning epoch, one panel per size, one line per method (TLEG Fig. 4's shape)."""
+    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+
+    groups = _groups(rows, task)
+    sizes, labels = _sizes(rows, task), _labels(rows, task)
+    styles = _styles(labels)
+    fig, axes = _subplots(len(sizes))
+    longest = max((len(g.accs) for group in groups.values() for g in group), default=1)
+    shortest = min((len(g.accs) for group in groups.values() for g in group), default=1)
+    log_x = longest >= 4 * shortest  # a long scratch run would squash the others' few epochs
+    for ax, size in zip(axes, sizes):
+        for label in labels:
+            group = groups.get((label, size))
+            if not group:
+                continue
+            mean, std = mean_curve(group)
+            x = list(range(1, len(mean) + 1))
+            y, s = [100 * m for m in mean], [100 * v for v in std]
+            ax.plot(x, y, "--" if " ×" in label else "-", ms=4, label=label, **styles[label])
+            ax.fill_between(x, [a - b for a, b in zip(y, s)], [a + b for a, b in zip(y, s)],
+                            color=styles[label]["color"], alpha=0.12, lw=0)
+        if log_x:
+            ax.set_xscale("log")
+            ax.xaxis.set_major_locator(FixedLocator([t for t in (1, 2, 3, 5, 10, 20, 30, 50, 100) if t <= longest]))
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.xaxis.set_major_formatter(ScalarFormatter())
+        else:
+            ax.xaxis.set_major_locator(FixedLocator(list(range(1, longest + 1))))
+        ax.set_title(size)
+        ax.set_xlabel("fine-tuning epoch" + (" (log scale)" if log_x else ""))
+        ax.set_ylabel("top-1 accuracy (%)")
+        ax.grid(alpha=0.3)
+    _finish(fig, axes, f"{task}: test accuracy vs fine-tuning epochs (mean ± std over seeds)", path)
+
+
+def plot_stored(rows: list[Row], task: str, path: Path) -> None:
+    """Final top-1 against the parameters each method's gene stores, one panel per size."""
+    groups = _groups(rows, task)
+    sizes, labels = _sizes(rows, task), [label for label in _labels(rows, task) if " ×" not in label]
+    styles = _styles(labels)
+    fig, axes = _subplots(len(sizes))
+    most = max((r.stored_params for r in rows), default=1)
+    for ax, size in zip(axes, sizes):
+        for label in labels:
+            group = groups.get((label, size))
+            if not group:
+                continue
+            accs = [100 * g.acc for g in group]
+            ax.errorbar([group[0].stored_params], [statistics.fmean(accs)],
+                        yerr=[statistics.stdev(accs)] if len(accs) > 1 else None, capsize=3, ms=7, ls="none",
+                        mfc="none", mew=1.5, label=label, **styles[label])
+        ax.set_xscale("symlog", linthresh=100, linscale=0.5)
+        ax.set_xlim(-20, 3 * max(most, 100))
+        ax.set_title(size)
+        ax.set_xlabel("parameters stored in the learngene")
+        ax.set_ylabel("final top-1 accuracy (%)")
+        ax.grid(alpha=0.3)
+    _finish(fig, axes, f"{task}: final test accuracy vs learngene size (mean ± std over seeds)", path)
+
+
+# ---- the report ----------------------------------------------------------------------------------------
+def _task_line(task: Task, seeds: int) -> str:
+    data = (f"{task.shots} labelled images per class" if task.shots else
+            f"{task.train_images:,} training images" if task.train_images else "the whole training split")
+    return (f"Fine-tuned {task.epochs} epoch(s) on {data} of {task.data}"
+            + (", each method with the same fresh classifier" if task.new_head else "")
+            + f"; top-1 (%) on {f'{task.eval_images:,}' if task.eval_images else 'all'} test images, "
+            + (f"mean ± std over {seeds} seeds." if seeds > 1 else "one seed."))
+
+
+def machine() -> str:
+    import torch
+
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({torch.get_num_threads()} threads)"
+    return (f"{platform.machine()} {platform.system()}, {os.cpu_count()} cores, {device}, "
+            f"torch {torch.__version__}, python {platform.python_version()}")
+
+
+def write_report(rows: list[Row], profile: Profile, out_dir: Path, meta: dict[str, Any] | None = None,
+                 plots: bool = True) -> None:
+    """``results.csv``, ``report.md`` and (unless ``plots=False``) ``plots/*.png`` in ``out_dir``."""
+    meta = meta or {}
     write_csv(rows, out_dir / "results.csv")
-    seeds = len(profile.seeds)
+    plot_dir = out_dir / "plots"
+    if plots:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        plot_dir.mkdir(parents=True, exist_ok=True)
+    anc = meta.get("ancestry", {})
     parts = [f"# learngene benchmark: profile `{profile.name}`", "",
-             f"Ancestry {profile.ancestry.short()} ({profile.ancestry.num_params:,} params). Every descendant: "
-             f"{profile.finetune_epochs} epoch(s) on {profile.finetune_images or 'all'} images, top-1 (%) on "
-             f"{profile.eval_images or 'all'} test images, {seeds} seed(s)" + (" (mean ± std)." if seeds > 1 else ".")]
-    for task in sorted({r.task for r in rows}):
-        parts += ["", f"## {task}", "", format_table(rows, task)]
+             f"- command: `{meta.get('command', f'learngene bench --profile {profile.name}')}`",
+             f"- date: {now_iso()}; machine: {machine()}",
+             f"- wall time of this command: {meta.get('wall_seconds', 0) / 60:.1f} min (stages found in the cache "
+             f"are not rerun); planned work of the whole run: {meta.get('plan_gflop', 0):,.0f} GFLOP (3× forward "
+             f"FLOPs per training image, 1× per evaluated one)"
+             + ("" if meta.get("complete", True) else " — **partial run** (time limit): rerun the command to finish"),
+             f"- methods: {', '.join(meta.get('methods', sorted({r.method for r in rows})))}"]
+    if anc:
+        acc = anc.get("eval_acc")
+        parts.append(f"- ancestry {anc['spec']} ({anc['params']:,} params), {anc['epochs']} epoch(s) on "
+                     f"{anc['images']:,} Fashion-MNIST images: top-1 "
+                     + (f"{100 * acc:.1f}%" if acc is not None else "?") + " on 1,000 test images")
+    parts += ["", "## Learngenes", "", "Condensation runs once per method; adaptable methods then adapt once per "
+              "size and seed on the same upstream images.", "", gene_table(rows)]
+    for task in profile.tasks:
+        if not any(r.task == task.name for r in rows):
+            continue
+        parts += ["", f"## {task.name}", "", _task_line(task, len(profile.seeds)), "", format_table(rows, task.name)]
+        if task.scratch_factor > 1 and any(r.task == task.name and r.budget > 1 and r.ok for r in rows):
+            parts += ["", f"Epochs scratch ×{task.scratch_factor} needs to reach each method's final accuracy "
+                      f"(of {task.epochs * task.scratch_factor}):", "",
+                      epochs_to_match(rows, task.name, task.scratch_factor)]
+        if plots:
+            curves, stored = plot_dir / f"curves-{task.name}.png", plot_dir / f"stored-{task.name}.png"
+            plot_curves(rows, task.name, curves)
+            plot_stored(rows, task.name, stored)
+            parts += ["", f"![accuracy vs epochs]({curves.relative_to(out_dir)}) "
+                          f"![accuracy vs stored parameters]({stored.relative_to(out_dir)})"]
+    sizes_by_note: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for r in rows:
+        if r.note and r.size not in sizes_by_note[r.method, r.note]:
+            sizes_by_note[r.method, r.note].append(r.size)
+    if sizes_by_note:
+        parts += ["", "## n/a cells", ""] + [f"- {method} at {', '.join(sizes)}: {note}"
+                                             for (method, note), sizes in sorted(sizes_by_note.items())]
     write_text_atomic(out_dir / "report.md", "\n".join(parts) + "\n")

@@ -1,0 +1,204 @@
+"""The benchmark: the quick profile end to end, the stage cache, the report, and the size-for-budget search."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+
+from learngene.bench import BenchRun, Profile, Row, Task
+from learngene.bench import protocol as protocol_module
+from learngene.bench.report import epochs_to_match, format_table
+from learngene.cli import main
+from learngene.data import DEBIAN_FASHION_MNIST
+from learngene.errors import SpecError
+from learngene.gene import get_method, list_methods
+from learngene.io import load_model_file
+from learngene.methods.base import Ancestry
+from learngene.spec import ViTSpec, fit_to_budget
+
+
+@pytest.mark.skipif(not DEBIAN_FASHION_MNIST.is_dir(), reason="apt-get install dataset-fashion-mnist")
+def test_bench_quick_profile_runs_every_method_on_every_task(tmp_path):
+    assert main(["bench", "--profile", "quick", "--quiet", "--out", str(tmp_path)]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "results.csv")))
+    assert {r["method"] for r in rows} == set(list_methods())
+    assert {r["task"] for r in rows} == {"fashion_mnist", "digits", "fashion_mnist_5shot"}
+    finished = [r for r in rows if r["acc"]]
+    assert all(0.0 <= float(r["acc"]) <= 1.0 for r in finished)
+    # a block-copying baseline cannot make the narrower size: recorded, not crashed
+    assert any(r["method"] == "pretrained" and r["size"] == "L2-D16-H1" and "embed_dim" in r["note"] for r in rows)
+    assert any(r["method"] == "scratch" and r["budget"] == "2" for r in finished)
+    report = (tmp_path / "report.md").read_text()
+    for section in ("## Learngenes", "## fashion_mnist", "## digits", "## fashion_mnist_5shot", "scratch ×2"):
+        assert section in report
+    for png in ("curves-fashion_mnist.png", "stored-digits.png"):
+        assert (tmp_path / "plots" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---- the stage cache on fake Fashion-MNIST (no real data needed) ----------------------------------------------
+MICRO = Profile(
+    name="micro",
+    ancestry=ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=28, patch_size=7, in_chans=1, num_classes=10),
+    ancestry_epochs=1, ancestry_images=None, condense_epochs=1, condense_images=20,
+    sizes=((1, 32, 2), (1, 16, 1)),
+    tasks=(Task("fashion_mnist", "fashion_mnist", epochs=2, train_images=20, scratch_factor=2),
+           Task("digits", "digits", epochs=1, train_images=30, eval_images=30, new_head=True)),
+    adapt_steps=2, seeds=(0, 1), methods=("scratch", "pretrained", "weight_selection"), batch_size=16,
+)
+
+
+def _micro(tmp_path, fake_fashion, monkeypatch):
+    monkeypatch.setenv("LEARNGENE_DATA", str(fake_fashion))
+    return BenchRun(MICRO, tmp_path / "out", progress=False, plots=False)
+
+
+def test_second_run_reuses_every_stage(tmp_path, fake_fashion, monkeypatch):
+    calls = []
+    real_train = protocol_module.train
+
+    def counting_train(*args, **kwargs):
+        calls.append(kwargs.get("run_dir"))
+        assert kwargs.get("resume") is True  # an interrupted training continues from its checkpoint
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(protocol_module, "train", counting_train)
+    first = _micro(tmp_path, fake_fashion, monkeypatch).run()
+    trained_cells = [r for r in first if r.ok]
+    assert len(calls) == 1 + len(trained_cells)
+    assert all(c is not None and "out" in str(c) for c in calls)
+    n_a = [r for r in first if not r.ok]
+    assert {(r.method, r.size) for r in n_a} == {("pretrained", "L1-D16-H1")}
+
+    calls.clear()
+    second = _micro(tmp_path, fake_fashion, monkeypatch).run()
+    assert calls == []
+    assert [(r.method, r.task, r.size, r.seed, r.budget, r.accs) for r in second] == \
+           [(r.method, r.task, r.size, r.seed, r.budget, r.accs) for r in first]
+
+    # one lost cell result is recomputed, nothing else
+    victim = next((tmp_path / "out" / "cells" / "digits" / "weight_selection").glob("L1-D16-H1-s1-*.json"))
+    victim.unlink()
+    _micro(tmp_path, fake_fashion, monkeypatch).run()
+    assert len(calls) == 1 and "L1-D16-H1-s1" in str(calls[0])
+
+
+def test_time_limit_leaves_a_partial_report_and_the_next_run_finishes(tmp_path, fake_fashion, monkeypatch):
+    monkeypatch.setenv("LEARNGENE_DATA", str(fake_fashion))
+    profile = MICRO.replace(sizes=((1, 32, 2),), seeds=(0,), methods=("scratch",))
+    stopped = BenchRun(profile, tmp_path / "o", progress=False, plots=False, time_limit=0.0)
+    assert stopped.run() == [] and stopped.meta["complete"] is False
+    assert "partial run" in (tmp_path / "o" / "report.md").read_text()
+    done = BenchRun(profile, tmp_path / "o", progress=False, plots=False)
+    assert len(done.run()) == 3 and done.meta["complete"] is True  # fashion, fashion x2, digits
+
+
+def test_a_method_that_cannot_condense_is_recorded_not_fatal(tmp_path, fake_fashion, monkeypatch):
+    monkeypatch.setenv("LEARNGENE_DATA", str(fake_fashion))
+    profile = MICRO.replace(sizes=((1, 32, 2),), seeds=(0,), methods=("pretrained", "scratch"),
+                            method_options={"pretrained": {"variant": "sideways"}})
+    rows = BenchRun(profile, tmp_path / "o", progress=False, plots=False).run()
+    broken = [r for r in rows if r.method == "pretrained"]
+    assert broken and all(not r.ok and "condensation failed" in r.note for r in broken)
+    assert all(r.ok for r in rows if r.method == "scratch")
+
+
+def test_identical_budget_and_data_order_for_every_method(tmp_path, fake_fashion, monkeypatch):
+    seen = []
+    real_train = protocol_module.train
+
+    def spy(model, data, cfg, **kwargs):
+        seen.append((data.name, len(data), cfg.epochs, cfg.seed, cfg.batch_size, cfg.lr))
+        return real_train(model, data, cfg, **kwargs)
+
+    monkeypatch.setattr(protocol_module, "train", spy)
+    profile = MICRO.replace(sizes=((1, 32, 2),), seeds=(3,), tasks=MICRO.tasks[1:])
+    monkeypatch.setenv("LEARNGENE_DATA", str(fake_fashion))
+    BenchRun(profile, tmp_path / "o", progress=False, plots=False).run()
+    cells = seen[1:]  # after the ancestry
+    assert len(cells) == 3 and len(set(cells)) == 1  # same data, epochs, seed (= data order), batch and lr
+
+
+def test_new_head_tasks_give_every_method_the_same_classifier(tiny_spec):
+    ancestry = Ancestry(tiny_spec.create_model(), tiny_spec)
+    gene = get_method("pretrained")().condense(ancestry)
+    from learngene.methods.base import make_descendant
+
+    a = make_descendant(gene, tiny_spec, seed=5)
+    b = make_descendant(get_method("scratch")().condense(ancestry), tiny_spec, seed=5)
+    assert not torch.equal(a.head.weight, b.head.weight)
+    protocol_module.fresh_head(a, tiny_spec, seed=5)
+    assert torch.equal(a.head.weight, b.head.weight) and torch.equal(a.head.bias, b.head.bias)
+
+
+# ---- the report ------------------------------------------------------------------------------------------------
+def _row(method, size, seed, accs, budget=1):
+    return Row(method=method, task="t", size=size, depth=1, embed_dim=8, num_heads=1, seed=seed, budget=budget,
+               stored_params=10, accs=accs)
+
+
+def test_table_shows_mean_std_and_na():
+    rows = [_row("a", "S", 0, [0.5, 0.6]), _row("a", "S", 1, [0.5, 0.8]), _row("b", "S", 0, [0.1]),
+            Row(method="b", task="t", size="T", depth=1, embed_dim=8, num_heads=1, seed=0, note="cannot"),
+            _row("a", "T", 0, [0.3])]
+    table = format_table(rows, "t")
+    assert "| a | 70.0 ± 14.1 | 30.0 |" in table
+    assert "| b | 10.0 | n/a |" in table
+
+
+def test_epochs_to_match_reads_the_long_scratch_curve():
+    rows = [_row("m", "S", 0, [0.70]), _row("m", "S", 1, [0.72]),
+            _row("scratch", "S", 0, [0.5, 0.6, 0.70, 0.75], budget=4), _row("scratch", "S", 1, [0.5, 0.6, 0.72, 0.73], budget=4),
+            _row("w", "S", 0, [0.9])]
+    table = epochs_to_match(rows, "t", 4)
+    assert "| m | 3 / 4 |" in table  # mean target 0.71, scratch x4 mean curve 0.5, 0.6, 0.71, 0.74
+    assert "| w | > 4 |" in table
+
+
+# ---- size for a budget ------------------------------------------------------------------------------------------
+BASE = ViTSpec(depth=4, embed_dim=64, num_heads=4, img_size=16, patch_size=4, in_chans=1, num_classes=10)
+
+
+def test_budget_picks_deepest_then_widest():
+    narrower = BASE.replace(embed_dim=48, num_heads=3)
+    assert fit_to_budget(BASE, max_params=BASE.num_params) == BASE
+    # L4 at 48 wide fits, L3 at 64 wide has more parameters: depth wins
+    shallower = BASE.replace(depth=3)
+    assert shallower.num_params > narrower.num_params
+    assert fit_to_budget(BASE, max_params=shallower.num_params) == narrower
+    assert fit_to_budget(BASE, max_flops=narrower.flops) == narrower
+    assert fit_to_budget(BASE, max_params=BASE.num_params, depth=2) == BASE.replace(depth=2)
+
+
+def test_budget_respects_what_the_method_supports():
+    same_width = lambda s: s.embed_dim == BASE.embed_dim  # noqa: E731
+    picked = fit_to_budget(BASE, max_params=BASE.replace(depth=3).num_params + 1, supports=same_width)
+    assert picked == BASE.replace(depth=3)
+    with pytest.raises(SpecError, match="raise the budget"):
+        fit_to_budget(BASE, max_params=1_000)
+    with pytest.raises(SpecError, match="budget"):
+        fit_to_budget(BASE)
+
+
+def test_expand_with_max_params_says_what_it_picked(tmp_path, capsys):
+    torch.manual_seed(0)
+    ancestry = Ancestry(BASE.create_model(), BASE)
+    get_method("pretrained")().condense(ancestry).save(tmp_path / "gene.safetensors")
+    out = tmp_path / "d.safetensors"
+    budget = BASE.replace(depth=3).num_params + 10  # a narrower L4 would fit, but pretrained copies whole blocks
+    assert main(["expand", str(tmp_path / "gene.safetensors"), "--max-params", str(budget), "--out", str(out)]) == 0
+    assert "picked L3-D64-H4" in capsys.readouterr().out
+    assert load_model_file(out)[1] == BASE.replace(depth=3)
+    get_method("weight_selection")().condense(ancestry).save(tmp_path / "ws.safetensors")
+    out = tmp_path / "ws-d.safetensors"
+    assert main(["expand", str(tmp_path / "ws.safetensors"), "--max-params", str(budget), "--out", str(out)]) == 0
+    assert "picked L4-D48-H3" in capsys.readouterr().out
+    assert load_model_file(out)[1] == BASE.replace(embed_dim=48, num_heads=3)
+    assert main(["expand", str(tmp_path / "ws.safetensors"), "--max-params", "1K", "--out", str(tmp_path / "x")]) == 2
+    assert "raise the budget" in capsys.readouterr().err
+
+
+def test_bench_rejects_unknown_methods(capsys):
+    assert main(["bench", "--methods", "nonesuch", "--out", "/tmp/never"]) == 2
+    assert "unknown method" in capsys.readouterr().err
