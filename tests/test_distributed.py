@@ -68,7 +68,9 @@ def runs(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the script finds the repository itself
     proc = subprocess.run(["torchrun", "--standalone", "--nproc_per_node", "2", str(ROOT / "tests" / "ddp_jobs.py"),
                            str(two), str(ancestry), *jobs, "nan"], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    if proc.returncode != 0:  # the cause is usually far above torchrun's summary: show the lines that name it
+        causes = [ln for ln in proc.stderr.splitlines() if any(w in ln for w in ("Error", "terminate", "what()", "abort"))]
+        pytest.fail("torchrun failed:\n" + "\n".join(causes[:40]) + "\n--- tail ---\n" + proc.stderr[-3000:])
     return {"one": one, "two": two, "failed": failed, "stdout": proc.stdout, "stderr": proc.stderr}
 
 

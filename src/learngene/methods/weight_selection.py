@@ -30,6 +30,14 @@ def evenly_spaced(n_src: int, n_dst: int) -> Tensor:
     return torch.linspace(0, n_src - 1, n_dst).round().long()
 
 
+def _selector(n_src: int, n_dst: int) -> Tensor | slice:
+    """``evenly_spaced`` as a strided slice when the sizes divide: a view, so the identity and integer
+    ratios copy nothing (a ViT-B expands in milliseconds instead of seconds)."""
+    if 0 < n_dst <= n_src and n_src % n_dst == 0:
+        return slice(None, None, n_src // n_dst)
+    return evenly_spaced(n_src, n_dst)
+
+
 @dataclass(frozen=True)
 class WeightSelectionConfig:
     head_aware: bool = True
@@ -48,15 +56,15 @@ class WeightSelection(Method):
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         src: ViTSpec = gene.ancestry
-        idx_d = evenly_spaced(src.embed_dim, spec.embed_dim)
-        idx_m = evenly_spaced(src.mlp_hidden, spec.mlp_hidden)
+        idx_d = _selector(src.embed_dim, spec.embed_dim)
+        idx_m = _selector(src.mlp_hidden, spec.mlp_hidden)
         if self.config.head_aware:
             if spec.num_heads > src.num_heads or spec.head_dim > src.head_dim:
                 raise LearngeneError(f"head-aware weight_selection needs at most {src.num_heads} heads of at most "
                                      f"{src.head_dim} dims, asked {spec.num_heads} x {spec.head_dim}; "
                                      f"or pass --opt head_aware=false")
-            heads = evenly_spaced(src.num_heads, spec.num_heads)
-            head_dims = evenly_spaced(src.head_dim, spec.head_dim)
+            heads = _selector(src.num_heads, spec.num_heads)
+            head_dims = _selector(src.head_dim, spec.head_dim)
         out: StateDict = {}
         for layer in range(min(spec.depth, src.depth)):
             b = block_state(gene.tensors, layer)
@@ -65,7 +73,7 @@ class WeightSelection(Method):
                 qkv_b = join_qkv(*(t[heads][:, head_dims] for t in split_qkv(b["attn.qkv.bias"], src.num_heads)))
                 proj_w = join_proj(split_proj(b["attn.proj.weight"], src.num_heads)[heads][:, idx_d][:, :, head_dims])
             else:
-                rows = evenly_spaced(3 * src.embed_dim, 3 * spec.embed_dim)
+                rows = _selector(3 * src.embed_dim, 3 * spec.embed_dim)
                 qkv_w, qkv_b = b["attn.qkv.weight"][rows][:, idx_d], b["attn.qkv.bias"][rows]
                 proj_w = b["attn.proj.weight"][idx_d][:, idx_d]
             selected = {
@@ -88,7 +96,7 @@ class WeightSelection(Method):
         return out
 
 
-def _narrow_non_block(state: StateDict, src: ViTSpec, idx_d: Tensor) -> StateDict:
+def _narrow_non_block(state: StateDict, src: ViTSpec, idx_d: Tensor | slice) -> StateDict:
     """Embeddings, final norm and head with the width dimension reduced to ``idx_d``."""
     out: StateDict = {}
     for key in src.non_block_shapes():
