@@ -369,6 +369,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
         profile = profile.replace(seeds=tuple(range(args.seeds)))
         command += f" --seeds {args.seeds}"
     out = Path(args.out or f"runs/bench-{profile.name}")
+    if args.out:
+        command += f" --out {args.out}"
     if args.time_limit is not None and not args.time_limit > 0:
         raise LearngeneError(f"--time-limit must be a positive number of minutes, got {args.time_limit}")
     limit = args.time_limit * 60 if args.time_limit is not None else None

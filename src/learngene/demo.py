@@ -15,7 +15,8 @@ def run_demo(out_dir: Path, data_dir: str | None = None, device: str = "auto", s
     profile = get_profile("quick" if quick else "demo")
     if seed:
         profile = profile.replace(seeds=(seed,))
-    rows = run_profile(profile, out_dir, data_dir=data_dir, device=device, progress=progress)
+    command = "learngene demo" + (" --quick" if quick else "") + (f" --seed {seed}" if seed else "")
+    rows = run_profile(profile, out_dir, data_dir=data_dir, device=device, progress=progress, command=command)
     task = profile.tasks[0]
     print(f"\nFashion-MNIST, ancestry {profile.ancestry.short()}; each descendant fine-tuned "
           f"{task.epochs} epoch on {task.train_images} images; top-1 % on {task.eval_images} "

@@ -365,10 +365,14 @@ class BenchRun:
 
 
 def run_profile(profile: Profile, out_dir: str | Path, data_dir: str | None = None, device: str = "auto",
-                progress: bool = True, time_limit: float | None = None) -> list[Row]:
+                progress: bool = True, time_limit: float | None = None, command: str | None = None) -> list[Row]:
     """Run (or resume) every stage of ``profile`` into ``out_dir`` and write its report there.
 
     Returns the rows of the finished cells; after ``time_limit`` seconds no new stage starts, a
-    partial report is written and the run can be continued by calling this again.
+    partial report is written and the run can be continued by calling this again. ``command`` is
+    what the report names as the command that reproduces it.
     """
-    return BenchRun(profile, out_dir, data_dir, device, progress, time_limit).run()
+    run = BenchRun(profile, out_dir, data_dir, device, progress, time_limit)
+    if command:
+        run.meta["command"] = command
+    return run.run()
