@@ -171,7 +171,8 @@ class BenchRun:
             seed_everything(0)
             model = p.ancestry.create_model()
             path.parent.mkdir(parents=True, exist_ok=True)
-            cfg = self._cfg(epochs=p.ancestry_epochs, desc="ancestry", checkpoint_every=200)
+            # the two long stages show the loop's own bar under the run's bar
+            cfg = self._cfg(epochs=p.ancestry_epochs, desc="ancestry", checkpoint_every=200, progress=self.progress)
             result = train(model, train_data, cfg, eval_data=eval_data, run_dir=path.with_suffix(".run"), resume=True)
             save_model(path, model, p.ancestry, origin={"kind": "ancestry", "key": key, "eval_acc": result.final_acc,
                                                         "seconds": round(result.seconds, 2), "steps": result.steps})
@@ -196,7 +197,8 @@ class BenchRun:
             return Learngene.load(path), key
         method = get_method(name)(**options)
         inputs = CondenseInputs(train=upstream, eval=upstream_eval, run_dir=path.with_suffix(".run"), resume=True,
-                                train_cfg=self._cfg(epochs=p.condense_epochs, distill_lambda=lam, desc=f"condense {name}"))
+                                train_cfg=self._cfg(epochs=p.condense_epochs, distill_lambda=lam, desc=f"condense {name}",
+                                                    progress=self.progress))
         seed_everything(0)
         tic = time.perf_counter()
         gene = method.condense(ancestry, inputs)
