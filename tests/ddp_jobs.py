@@ -110,6 +110,6 @@ if __name__ == "__main__":
     # one process group for all jobs: the CLI closes it after its command (a process runs one), and
     # opening a second one in the same torchrun workers can deadlock in gloo's rendezvous
     close = dist.destroy
-    dist.destroy = lambda: None
+    dist.destroy = lambda sync=True: None
     run(Path(out_dir), Path(ancestry_path), job_names)
     close()

@@ -522,11 +522,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a one-line usage error already printed
         return int(exc.code or 0)
+    finished = False
     try:
         if dist.launched_distributed() and args.command in SINGLE_PROCESS:
             raise LearngeneError("this command runs in one process (it writes many files); run it without torchrun")
         dist.init_from_env()
         args.func(args)
+        finished = True
     except LearngeneError as exc:
         where = f" (rank {dist.rank()})" if dist.is_distributed() else ""
         print(f"learngene {args.command}{where}: error: {exc}", file=sys.stderr)
@@ -535,7 +537,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"learngene {args.command}: interrupted", file=sys.stderr)
         return 130
     finally:
-        dist.destroy()
+        dist.destroy(sync=finished)
     return 0
 
 

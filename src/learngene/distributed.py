@@ -128,6 +128,14 @@ def on_main(fn: Callable[[], T]) -> T | None:
     return result
 
 
-def destroy() -> None:
+def destroy(sync: bool = True) -> None:
+    """Leave the process group, after every rank got here when ``sync``.
+
+    Without that barrier a rank that finished its last collective first (a broadcast's sender) could
+    tear down its gloo connections while a peer still reads from them; the peer then aborts. After a
+    failure pass ``sync=False``: a peer may be inside another collective, which a barrier would meet.
+    """
     if dist.is_available() and dist.is_initialized():
+        if sync and dist.get_world_size() > 1:
+            dist.barrier()
         dist.destroy_process_group()
