@@ -375,8 +375,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
     if args.time_limit is not None and not args.time_limit > 0:
         raise LearngeneError(f"--time-limit must be a positive number of minutes, got {args.time_limit}")
     limit = args.time_limit * 60 if args.time_limit is not None else None
-    run = BenchRun(profile, out, data_dir=args.data_dir, device=args.device, progress=not args.quiet, time_limit=limit)
-    run.meta["command"] = command
+    run = BenchRun(profile, out, data_dir=args.data_dir, device=args.device, progress=not args.quiet, time_limit=limit,
+                   command=command)
     run.run()
     if run.meta.get("complete"):
         print(f"learngene bench: report in {out}/report.md ({run.meta['wall_seconds'] / 60:.1f} min)")

@@ -136,13 +136,15 @@ class BenchRun:
     """One run of a profile into ``out_dir``; :meth:`run` executes (or reuses) every stage."""
 
     def __init__(self, profile: Profile, out_dir: str | Path, data_dir: str | None = None, device: str = "auto",
-                 progress: bool = True, time_limit: float | None = None, plots: bool = True):
+                 progress: bool = True, time_limit: float | None = None, plots: bool = True,
+                 command: str | None = None):
         self.profile, self.out, self.data_dir, self.device = profile, Path(out_dir), data_dir, device
         self.progress, self.time_limit, self.plots = progress, time_limit, plots
         self.methods = list(profile.methods or list_methods())
         self.started = time.perf_counter()
         self.bar: tqdm | None = None
-        self.meta: dict[str, Any] = {}
+        # ``command``: what the report names as the command that reproduces it
+        self.meta: dict[str, Any] = {"command": command} if command else {}
 
     # ---- helpers -------------------------------------------------------------------------------------
     def _cfg(self, **changes: Any) -> TrainConfig:
@@ -374,7 +376,4 @@ def run_profile(profile: Profile, out_dir: str | Path, data_dir: str | None = No
     partial report is written and the run can be continued by calling this again. ``command`` is
     what the report names as the command that reproduces it.
     """
-    run = BenchRun(profile, out_dir, data_dir, device, progress, time_limit)
-    if command:
-        run.meta["command"] = command
-    return run.run()
+    return BenchRun(profile, out_dir, data_dir, device, progress, time_limit, command=command).run()
