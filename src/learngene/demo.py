@@ -22,8 +22,10 @@ def run_demo(out_dir: Path, data_dir: str | None = None, device: str = "auto", s
           f"{task.epochs} epoch on {task.train_images} images; top-1 % on {task.eval_images} "
           f"test images (seed {profile.seeds[0]})\n")
     print(format_table(rows, task.name))
-    epochs = f"{profile.condense_epochs} epoch{'s' * (profile.condense_epochs != 1)}"
-    print(f"\nMethods that distil an aux net (tleg, share_init, wave) condensed only {epochs} on "
-          f"{profile.condense_images} images here, to keep the demo short; docs/RESULTS.md compares every method "
-          f"with a fair condensation budget, 3 seeds and low-data tasks (learngene bench --profile cpu).")
+    trained = sorted({r.method for r in rows if r.condense_steps})
+    if trained:
+        epochs = f"{profile.condense_epochs} epoch{'s' * (profile.condense_epochs != 1)}"
+        print(f"\nMethods that condense by training ({', '.join(trained)}) trained only {epochs} on "
+              f"{profile.condense_images} images here, to keep the demo short; docs/RESULTS.md compares every "
+              f"method with a fair condensation budget, 3 seeds and low-data tasks (learngene bench --profile cpu).")
     print(f"genes, ancestry, results.csv and report.md are in {out_dir}/")
