@@ -174,7 +174,7 @@ class Front(Method):
     def describe(self, gene: Learngene) -> list[str]:
         src: ViTSpec = gene.ancestry
         keep = self._keep(src)
-        return [f"kept DCT coefficients per axis: layers {keep[LAYER]}/{src.depth}, width {keep[WIDTH]}/{src.embed_dim}, "
-                f"MLP {keep[HIDDEN]}/{src.mlp_hidden} (keep_ratio {self.config.keep_ratio})",
-                f"stored {gene.num_stored_params:,} of the ancestry's {src.num_params:,} parameters "
-                f"({gene.num_stored_params / src.num_params:.1%})"]
+        return [(f"kept DCT coefficients per axis: layers {keep[LAYER]}/{src.depth}, width {keep[WIDTH]}/{src.embed_dim}, "
+                f"MLP {keep[HIDDEN]}/{src.mlp_hidden} (keep_ratio {self.config.keep_ratio})"),
+                (f"stored {gene.num_stored_params:,} of the ancestry's {src.num_params:,} parameters "
+                f"({gene.num_stored_params / src.num_params:.1%})")]

@@ -45,7 +45,14 @@ from ..errors import LearngeneError
 from ..gene import Learngene, register_method
 from ..heads import join_proj, join_qkv, split_proj, split_qkv
 from ..spec import ViTSpec, block_key
-from .base import Ancestry, CondenseInputs, Method, StateDict, block_state, inherit_non_block
+from .base import (
+    Ancestry,
+    CondenseInputs,
+    Method,
+    StateDict,
+    block_state,
+    inherit_non_block,
+)
 from .weight_selection import _narrow_non_block
 
 LAYER_SCORE, WIDTH_SCORE = "importance.layer", "importance.width"
@@ -202,7 +209,7 @@ class Importance(Method):
     def describe(self, gene: Learngene) -> list[str]:
         scores = gene.tensors[LAYER_SCORE]
         order = descending(scores).tolist()
-        return [f"layers by 1 - cos(input, output), most important first: "
+        return ["layers by 1 - cos(input, output), most important first: "
                 + ", ".join(f"{i}:{scores[i]:.3f}" for i in order),
-                f"residual channel magnitude, first / last kept: {gene.tensors[WIDTH_SCORE][0]:.3f} / "
-                f"{gene.tensors[WIDTH_SCORE][-1]:.3f}"]
+                (f"residual channel magnitude, first / last kept: {gene.tensors[WIDTH_SCORE][0]:.3f} / "
+                f"{gene.tensors[WIDTH_SCORE][-1]:.3f}")]
