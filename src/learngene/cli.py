@@ -376,8 +376,19 @@ def cmd_methods(args: argparse.Namespace) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> None:
     from .bench import BenchRun, get_profile
+    from .bench.smoke import SMOKE_PROFILES
     from .gene import list_methods
 
+    if args.profile in SMOKE_PROFILES:
+        from .bench.smoke import run_smoke
+
+        if args.max_steps is not None and args.max_steps < 1:
+            raise LearngeneError(f"--max-steps must be at least 1, got {args.max_steps}")
+        record = run_smoke(SMOKE_PROFILES[args.profile], Path(args.out or f"runs/bench-{args.profile}"), args.device,
+                           args.max_steps, progress=not args.quiet)
+        for stage in record["stages"]:
+            print(f"learngene bench {args.profile}: {stage['stage']:9s} {stage['seconds']:8.1f} s on {record['device']}")
+        return
     profile = get_profile(args.profile)
     command = f"learngene bench --profile {args.profile}"
     if args.methods:
@@ -417,6 +428,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
 # ---- parser -----------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from .bench.profiles import PROFILES
+    from .bench.smoke import SMOKE_PROFILES
     from .gene import list_methods
 
     parser = _Parser(prog="learngene", description="Condense a pretrained ViT into a learngene and expand it into "
@@ -508,9 +520,12 @@ def build_parser() -> argparse.ArgumentParser:
                                    "fine-tune descendants of several sizes on Fashion-MNIST, digits and a few-shot "
                                    "task with identical budgets and seeds, and write report.md, results.csv and "
                                    "plots. Every stage is cached: rerunning continues an interrupted run.")
-    p.add_argument("--profile", default="quick", choices=list(PROFILES),
+    p.add_argument("--profile", default="quick", choices=[*PROFILES, *SMOKE_PROFILES],
                    help="quick: pipeline check in ~2 min; cpu: the evidence run (~1 h on 2 cores); "
-                        "gpu: bigger models, full data (default: %(default)s)")
+                        "gpu: bigger models, full data; gpu-smoke: generated 224-px RGB images through the image-folder "
+                        "pipeline (ancestry, condense, expand, fine-tune), --max-steps per stage (default: %(default)s)")
+    p.add_argument("--max-steps", type=int, metavar="N", help="gpu-smoke: optimizer steps of each training stage "
+                                                              "(default: 20)")
     p.add_argument("--out", help="report folder (default: runs/bench-PROFILE)")
     p.add_argument("--methods", nargs="+", metavar="METHOD", help="only these registered methods (default: all)")
     p.add_argument("--seeds", type=int, metavar="N", help="seeds 0..N-1 instead of the profile's")
