@@ -79,7 +79,8 @@ def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: s
                         "0: in the main process)")
     g.add_argument("--aug", choices=("none", "deit"), default="none",
                    help="training augmentation of an RGB image folder: deit = timm's random-resized crop, flip, "
-                        "RandAugment rand-m9-mstd0.5-inc1 and random erasing 0.25 per image (DeiT's recipe) "
+                        "RandAugment rand-m9-mstd0.5-inc1 and random erasing 0.25 per image, then mixup 0.8 / cutmix "
+                        "1.0 per batch with soft targets (DeiT's recipe; DeiT also uses --label-smoothing 0.1) "
                         "(default: %(default)s)")
 
 
@@ -125,6 +126,14 @@ def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-
     g.add_argument("--run-dir", help="folder for log.jsonl and checkpoint.pt")
     g.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
     g.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps (default: per epoch)")
+    g = p.add_argument_group("speed (the same math up to float rounding)")
+    g.add_argument("--compile", action="store_true", help="torch.compile the model (an aux net: its expand and forward "
+                                                          "together); the first steps compile")
+    g.add_argument("--fused-adamw", action=argparse.BooleanOptionalAction, default=None,
+                   help="AdamW's fused kernel (default: auto, on CUDA only)")
+    g.add_argument("--sdpa", action=argparse.BooleanOptionalAction, default=True,
+                   help="attention through torch's scaled_dot_product_attention, flash kernels on CUDA "
+                        "(--no-sdpa: timm's eager attention) (default: on)")
 
 
 def add_distill_args(p: argparse.ArgumentParser, lam: float, tau: float = 1.0) -> None:
@@ -145,7 +154,8 @@ def train_config_from_args(args: argparse.Namespace, desc: str):
     return TrainConfig(
         epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size, lr=args.lr,
         weight_decay=args.weight_decay, warmup_epochs=args.warmup_epochs, grad_clip=args.grad_clip or None,
-        label_smoothing=args.label_smoothing, augment=args.augment, seed=args.seed, device=args.device,
+        label_smoothing=args.label_smoothing, augment=args.augment, mixup=getattr(args, "aug", "none") == "deit",
+        compile=args.compile, fused_adamw=args.fused_adamw, sdpa=args.sdpa, seed=args.seed, device=args.device,
         distill_lambda=getattr(args, "distill_lambda", 0.0), distill_tau=getattr(args, "distill_tau", 1.0),
         checkpoint_every=args.checkpoint_every, progress=not args.quiet, desc=desc,
     )
