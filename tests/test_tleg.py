@@ -163,6 +163,13 @@ def test_other_width_is_a_clear_error(tiny_spec):
         TLEG().expand(gene, tiny_spec.replace(embed_dim=64))
 
 
+@pytest.mark.parametrize("cls", [TLEG, ShareInit])
+def test_another_head_count_is_refused_not_resplit(cls, tiny_spec):
+    gene = random_gene(cls(), tiny_spec)  # 2 heads of 16
+    with pytest.raises(LearngeneError, match="2 heads .* asks 32, 4 and 128; pass --embed-dim 32 --num-heads 2"):
+        cls().expand(gene, tiny_spec.replace(num_heads=4))
+
+
 def test_any_classifier_can_teach_given_the_aux_size(toy_data):
     teacher = Ancestry(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(256, 4)).eval(), None)
     with pytest.raises(LearngeneError, match="aux_depth"):
