@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from learngene.cli import main
 from learngene.describe import describe_gene
 from learngene.errors import LearngeneError
-from learngene.gene import get_method
+from learngene.gene import Learngene, get_method
 from learngene.methods.auxnet import block_params_per_layer, trained_spec, with_trained_spec
 from learngene.methods.base import Ancestry, CondenseInputs, GeneNet, make_descendant
 from learngene.methods.tleg import MODULES, TLEG, ShareInit, parse_layers
@@ -188,6 +188,7 @@ def test_cli_condense_expand_inspect(tmp_path, capsys):
     assert main(["ancestry", *TINY_ARGS, *DATA, "--epochs", "1", "--quiet", "--out", anc]) == 0
     assert main(["condense", "--method", "tleg", "--ancestry", anc, *DATA, "--max-steps", "3", "--quiet",
                  "--run-dir", str(tmp_path / "run"), "--out", gene]) == 0
+    assert Learngene.load(gene).cost["distill_lambda"] == 1.0  # the authors' pure-KL recipe by default
     assert main(["expand", gene, "--depth", "5", "--opt", "layers=2-5", "--quiet", "--out", desc]) == 0
     model = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=5, embed_dim=32, num_heads=2,
                               patch_size=4, img_size=16, in_chans=1, num_classes=10)

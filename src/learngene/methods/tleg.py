@@ -82,6 +82,7 @@ class TLEG(Method):
     needs_data = True
     needs_vit_ancestry = False
     has_slope = True  # Share-Init stores θ_B only (θ_A ≡ 0)
+    distill_lambda = 1.0  # Eq. 6 with the authors' released recipe: pure KL
 
     def __init__(self, config=None, **overrides):
         super().__init__(config, **overrides)

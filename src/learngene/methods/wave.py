@@ -131,6 +131,7 @@ class WAVE(Method):
     needs_data = True
     needs_vit_ancestry = False
     adaptable = True
+    distill_lambda = 0.5  # Eq. 6: KL + CE, i.e. λ = 0.5 up to a factor 2
 
     def __init__(self, config=None, **overrides):
         super().__init__(config, **overrides)
