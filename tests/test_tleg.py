@@ -170,6 +170,19 @@ def test_another_head_count_is_refused_not_resplit(cls, tiny_spec):
         cls().expand(gene, tiny_spec.replace(num_heads=4))
 
 
+def test_aux_pool_avg_is_the_authors_aux_net_without_class_token(tiny_ancestry, toy_data, tiny_spec):
+    with pytest.raises(LearngeneError, match="aux_pool"):
+        condense("tleg", tiny_ancestry, toy_data, aux_pool="mean")
+    gene = condense("tleg", tiny_ancestry, toy_data, steps=2, aux_pool="avg")
+    aux = trained_spec(gene)
+    assert (aux.global_pool, aux.class_token) == ("avg", False) and "cls_token" not in gene.tensors
+    assert "fc_norm.weight" in gene.tensors and "pos_embed" in gene.tensors
+    same = make_descendant(gene, aux)
+    assert torch.equal(same.state_dict()["pos_embed"], gene.tensors["pos_embed"])
+    token = make_descendant(gene, tiny_spec.replace(depth=3)).state_dict()  # the ancestry's token pooling
+    assert torch.equal(token["norm.weight"], gene.tensors["fc_norm.weight"])
+
+
 def test_any_classifier_can_teach_given_the_aux_size(toy_data):
     teacher = Ancestry(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(256, 4)).eval(), None)
     with pytest.raises(LearngeneError, match="aux_depth"):
