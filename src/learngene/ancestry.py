@@ -15,7 +15,7 @@ from torch import nn
 
 from .errors import LearngeneError, SpecError
 from .io import build_model, load_model_file, load_weights
-from .methods.base import Ancestry
+from .method import Ancestry
 from .spec import spec_from_model
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
