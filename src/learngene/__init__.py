@@ -8,9 +8,8 @@ in :mod:`~learngene.registry`), :mod:`~learngene.gene` (the learngene file),
 :mod:`~learngene.train` (the one training loop).
 """
 
-__version__ = "0.1.0"
-
 from . import methods  # noqa: E402,F401  (importing the methods registers them)
+from ._version import __version__  # noqa: E402
 from .ancestry import load_ancestry  # noqa: E402
 from .descendant import GeneNet, fit_gene_to_budget, make_descendant  # noqa: E402
 from .errors import LearngeneError  # noqa: E402
@@ -21,7 +20,7 @@ from .spec import PRESETS, ViTSpec, get_preset  # noqa: E402
 from .train import TrainConfig, evaluate, train  # noqa: E402
 
 __all__ = [
-    "AdaptInputs", "Ancestry", "CondenseInputs", "GeneNet", "Learngene", "LearngeneError", "Method", "PRESETS",
+    "__version__", "AdaptInputs", "Ancestry", "CondenseInputs", "GeneNet", "Learngene", "LearngeneError", "Method", "PRESETS",
     "TrainConfig", "ViTSpec", "evaluate", "fit_gene_to_budget", "get_method", "get_preset", "list_methods",
     "load_ancestry", "make_descendant", "register_method", "train",
 ]

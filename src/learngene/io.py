@@ -21,6 +21,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
+from ._version import __version__
 from .errors import GeneFormatError, LearngeneError
 from .spec import ViTSpec
 
@@ -28,8 +29,6 @@ MODEL_FORMAT = "learngene-model"
 
 
 def library_version() -> str:
-    from . import __version__
-
     return __version__
 
 

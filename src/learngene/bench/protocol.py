@@ -42,6 +42,7 @@ from ..registry import get_method, list_methods
 from ..spec import ViTSpec
 from ..train import TrainConfig, seed_everything, train
 from .profiles import Profile, Task
+from .report import write_report
 
 UPSTREAM_EVAL_IMAGES = 1_000  # test images the ancestry and aux nets report accuracy on
 
@@ -325,8 +326,6 @@ class BenchRun:
             if self.bar is not None:
                 self.bar.close()
         self.meta.update(wall_seconds=round(time.perf_counter() - self.started, 1), complete=complete)
-        from .report import write_report
-
         write_report(self.rows, p, self.out, self.meta, plots=self.plots)
         write_text_atomic(self.out / "profile.json", json.dumps(dataclasses.asdict(p), indent=2, default=str))
         return self.rows
