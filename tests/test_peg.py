@@ -133,6 +133,16 @@ def test_adapt_trains_phi_and_expand_gives_the_adapted_net(gene):
         make_descendant(adapted, TINY)
 
 
+def test_adapt_is_deterministic_whatever_the_global_rng(gene):
+    runs = []
+    for global_seed in (1, 2):  # e.g. two processes: torch seeds each one differently
+        torch.manual_seed(global_seed)
+        adapted, _ = PEG.from_gene(gene).adapt(gene, TINY.replace(depth=2), AdaptInputs(
+            tiny_data(24), TrainConfig(max_steps=1, batch_size=12, progress=False)))
+        runs.append(adapted.tensors)
+    assert runs[0].keys() == runs[1].keys() and all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
+
+
 def test_adapted_gene_round_trips_through_a_file(gene, tmp_path):
     spec = TINY.replace(depth=2)
     adapted, _ = PEG.from_gene(gene).adapt(gene, spec, AdaptInputs(tiny_data(24), TrainConfig(max_steps=2, batch_size=12,

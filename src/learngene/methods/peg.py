@@ -201,6 +201,7 @@ class PEG(Method):
         ``spec`` (the gene's ``descendant.*`` group), so that ``expand(adapted, spec)`` is the adapted net.
         """
         start = dataclasses.replace(gene, tensors={**gene.tensors, **self._phi(gene, spec)})
+        torch.manual_seed(inputs.train_cfg.seed)  # the new classifier's init: the same gene and seed, the same result
         net = GeneNet(self, start, spec, trainable=lambda key: key.startswith(("phi.", DESCENDANT)))
         result = train(net, inputs.train, inputs.train_cfg.replace(weight_decay=0.0), eval_data=inputs.eval,
                        run_dir=inputs.run_dir, resume=inputs.resume)
