@@ -94,12 +94,18 @@ def stretch(n_src: int, n_dst: int) -> Tensor:
 
 class AxisMap(NamedTuple):
     """``index``: the source coordinate of each target coordinate (a slice where that is a view);
-    ``reader_scale[i]``: 1 / the copies of target coordinate ``i``; ``repeats``: some coordinate has copies."""
+    ``reader_scale[i]``: what a weight reading target coordinate ``i`` is multiplied by (1 / its copies;
+    None: nothing); ``repeats``: the scale is applied; ``is_identity``: the map changes nothing."""
 
     index: Tensor | slice
-    reader_scale: Tensor
-    is_identity: bool
-    repeats: bool
+    reader_scale: Tensor | None
+    is_identity: bool = False
+    repeats: bool = True
+
+
+def pick(index: Tensor | slice) -> AxisMap:
+    """The map that takes source coordinates ``index`` (a permutation, a prefix) and scales nothing."""
+    return AxisMap(index, None, False, False)
 
 
 def axis_map(n_src: int, n_dst: int) -> AxisMap:
@@ -205,11 +211,12 @@ def inherit_non_block(state: StateDict, source: ViTSpec, target: ViTSpec, parts:
     return out
 
 
-def carry_non_block(state: StateDict, source: ViTSpec, target: ViTSpec, parts: tuple[str, ...] = ALL_PARTS) -> StateDict:
+def carry_non_block(state: StateDict, source: ViTSpec, target: ViTSpec, parts: tuple[str, ...] = ALL_PARTS,
+                    width: AxisMap | None = None) -> StateDict:
     """The non-block tensors of ``state`` (shaped for ``source``) carried to ``target``: the width by
-    :func:`axis_map`'s rule (:func:`resize_non_block`), the rest by :func:`inherit_non_block`."""
-    resized = resize_non_block({k: v for k, v in state.items() if k in source.non_block_shapes()},
-                               axis_map(source.embed_dim, target.embed_dim))
+    ``width`` (default: :func:`axis_map`'s rule; :func:`resize_non_block`), the rest by :func:`inherit_non_block`."""
+    width = width if width is not None else axis_map(source.embed_dim, target.embed_dim)
+    resized = resize_non_block({k: v for k, v in state.items() if k in source.non_block_shapes()}, width)
     return inherit_non_block(resized, source.replace(embed_dim=target.embed_dim, num_heads=target.num_heads), target,
                              parts)
 
