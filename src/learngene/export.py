@@ -23,7 +23,7 @@ from typing import Any, Iterator
 from torch import nn
 
 from .errors import LearngeneError
-from .io import library_version, save_safetensors
+from .io import check_output_place, library_version, save_safetensors
 from .spec import ViTSpec
 
 CONFIG = "config.json"
@@ -45,14 +45,7 @@ def check_output_folder(path: str | os.PathLike, overwrite: bool = False) -> Pat
     path = Path(str(path).rstrip("/" + os.sep) or ".")
     if path.exists() and not path.is_dir():
         raise LearngeneError(f"{path} exists and is not a folder; give another --out or drop --format hub")
-    if path.exists() and not overwrite:
-        raise LearngeneError(f"{path} already exists; pass --overwrite to replace it")
-    parent = path.parent
-    if not parent.is_dir():
-        raise LearngeneError(f"directory {parent} does not exist; create it first")
-    if not os.access(parent, os.W_OK):
-        raise LearngeneError(f"directory {parent} is not writable; choose another output path")
-    return path
+    return check_output_place(path, overwrite)
 
 
 @contextlib.contextmanager

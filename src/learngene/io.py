@@ -42,6 +42,11 @@ def check_output_path(path: str | os.PathLike, overwrite: bool = True) -> Path:
     path = Path(path)
     if path.is_dir():
         raise LearngeneError(f"{path} is a directory; give a file path")
+    return check_output_place(path, overwrite)
+
+
+def check_output_place(path: Path, overwrite: bool) -> Path:
+    """``path`` (a file or a folder) is new or may be replaced, and its directory exists and is writable."""
     if path.exists() and not overwrite:
         raise LearngeneError(f"{path} already exists; pass --overwrite to replace it")
     parent = path.parent if str(path.parent) else Path(".")
