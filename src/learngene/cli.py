@@ -127,9 +127,11 @@ def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-
     g.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps (default: per epoch)")
 
 
-def add_distill_args(p: argparse.ArgumentParser, lam: float, tau: float = 1.0) -> None:
+def add_distill_args(p: argparse.ArgumentParser, lam: float | None, tau: float = 1.0) -> None:
     g = p.add_argument_group("distillation: (1-λ)·CE + λ·τ²·KL(teacher ‖ student)")
-    g.add_argument("--distill-lambda", type=float, default=lam, help="λ (default: %(default)s)")
+    g.add_argument("--distill-lambda", type=float, default=lam,
+                   help="λ (default: %(default)s)" if lam is not None else
+                        "λ (default: the method's paper: 1 = pure KL for tleg/share_init, 0.5 = KL + CE for wave)")
     g.add_argument("--distill-tau", type=float, default=tau, help="τ (default: %(default)s)")
 
 
@@ -220,6 +222,8 @@ def cmd_condense(args: argparse.Namespace) -> None:
     check_output_path(args.out, args.overwrite)
     method_cls = get_method(args.method)
     method = method_cls(**parse_options(method_cls.Config, args.opt or []))
+    if args.distill_lambda is None:
+        args.distill_lambda = method_cls.distill_lambda
     train_cfg = train_config_from_args(args, f"condense {args.method}")  # checked even where unused
     ancestry = _load_ancestry_args(args)
     inputs = None
@@ -467,7 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
     add_data_args(p)
     add_train_args(p)
-    add_distill_args(p, lam=1.0)
+    add_distill_args(p, lam=None)
     add_common(p)
     add_output(p, "learngene")
     g = p.add_argument_group("timm checkpoint sizes (with --timm-model)")
