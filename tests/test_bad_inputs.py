@@ -303,7 +303,10 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
      "does not exist; create it first"),
     ("output under a regular file", lambda w: ["expand", w.gene, "-o", Path(w.not_a_dir) / "o.safetensors"],
      "is not a directory"),
-    ("output is a directory", lambda w: ["expand", w.gene, "-o", w.a_dir], "is a directory; give a file path"),
+    ("output is a directory", lambda w: ["condense", "--method", "scratch", "--ancestry", w.anc, "-o", w.a_dir],
+     "is a directory; give a file path"),
+    ("hub folder exists", lambda w: ["expand", w.gene, "-o", w.a_dir], "already exists; pass --overwrite"),
+    ("hub folder over a file", lambda w: ["expand", w.gene, "-o", w.gene, "--format", "hub"], "is not a folder"),
     ("output in a read-only directory", lambda w: ["expand", w.gene, "-o", Path(w.readonly) / "o.safetensors"],
      "not writable"),
 ]

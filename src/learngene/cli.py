@@ -242,12 +242,14 @@ def cmd_condense(args: argparse.Namespace) -> None:
 
 def cmd_expand(args: argparse.Namespace) -> None:
     from .descendant import make_descendant
+    from .export import check_output_folder, wants_folder
     from .gene import Learngene
     from .io import check_output_path, save_model
     from .method import parse_options
     from .registry import get_method
 
-    check_output_path(args.out, args.overwrite)
+    hub = wants_folder(args.out, args.format)
+    (check_output_folder if hub else check_output_path)(args.out, args.overwrite)
     gene = Learngene.load(args.gene)
     method_cls = get_method(gene.method)
     if gene.ancestry is None and not args.preset:
@@ -258,12 +260,35 @@ def cmd_expand(args: argparse.Namespace) -> None:
         spec = _fit_gene_to_budget(args, gene, spec, options)
     model = make_descendant(gene, spec, seed=args.seed, top_up=args.top_up, **options)
     provided = method_cls.from_gene(gene, **options).provided_keys(gene, spec)
-    dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
-        "kind": "descendant", "method": gene.method, "gene": str(args.gene), "options": options,
-        "provided_keys": len(provided), "top_up": args.top_up}))
-    _say(args, f"wrote {args.out}: {spec.short()} timm ViT ({spec.num_params:,} params), "
+    if hub:
+        dist.on_main(lambda: _export_descendant(args, gene, model, spec, options, len(provided)))
+    else:
+        dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
+            "kind": "descendant", "method": gene.method, "gene": str(args.gene), "options": options,
+            "provided_keys": len(provided), "top_up": args.top_up}))
+    _say(args, f"wrote {args.out}{' (timm hub folder)' if hub else ''}: {spec.short()} timm ViT ({spec.num_params:,} params), "
                f"{len(provided)}/{len(spec.state_shapes())} tensors from the {gene.method} gene"
                + (f", the rest topped up by {args.top_up} where it has weights" if args.top_up else ""))
+
+
+def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dict[str, Any], provided: int) -> None:
+    from .export import export_hub_folder
+    from .registry import get_method
+
+    ancestry = gene.ancestry
+    card = {
+        "method": gene.method,
+        "citation": get_method(gene.method).paper,
+        "ancestry": (f"timm `{getattr(ancestry, 'arch', None) or 'ViT'}` {ancestry.short()}, {ancestry.num_params:,} "
+                     f"parameters" if ancestry else "none recorded (a non-ViT teacher, or no ancestry)"),
+        "gene": f"`{Path(args.gene).name}`, {gene.num_stored_params:,} stored parameters, made by learngene "
+                f"{gene.library_version} on {gene.created}",
+        "tensors from the gene": f"{provided} of {len(spec.state_shapes())}"
+                                 + (f", the rest topped up by {args.top_up}" if args.top_up else ", the rest timm's init"),
+    }
+    if options:
+        card["options"] = ", ".join(f"{k}={v!r}" for k, v in options.items())
+    export_hub_folder(args.out, model, spec, card, overwrite=args.overwrite)
 
 
 def _fit_gene_to_budget(args: argparse.Namespace, gene, base, options: dict[str, Any]):
@@ -457,7 +482,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-params", type=_count, metavar="N", help="at most N parameters (e.g. 5e6 or 5M)")
     g.add_argument("--max-flops", type=_count, metavar="N", help="at most N forward FLOPs per image (e.g. 2G)")
     add_common(p)
-    add_output(p, "descendant model")
+    p.add_argument("--out", "-o", required=True,
+                   help="where to write the descendant: a learngene model file (.safetensors), or timm's hub folder "
+                        "(config.json, model.safetensors, README.md) when it ends in / or is a folder")
+    p.add_argument("--format", choices=("file", "hub"),
+                   help="file: one learngene model file; hub: timm's hub folder, loadable by "
+                        "timm.create_model('local-dir:DIR', pretrained=True) (default: hub for a folder-like --out)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output file or folder")
     p.set_defaults(func=cmd_expand)
 
     p = sub.add_parser("adapt", help="specialize a learngene to a size on a little data (WAVE scalers, PEG φ)",

@@ -43,7 +43,8 @@ class Ancestry:
         return self.spec
 
     def state(self) -> StateDict:
-        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+        """The model's tensors, not copied: a billion-parameter ancestry must not be held twice."""
+        return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
 
 
 @dataclass
