@@ -113,13 +113,11 @@ def loop_step_rate(model: torch.nn.Module, spec: ViTSpec, batch: int, steps: int
 
 
 def aux_net(spec: ViTSpec) -> torch.nn.Module:
-    from learngene.methods.auxnet import with_trained_spec
-    from learngene.methods.base import GeneNet
+    from learngene.descendant import GeneNet
     from learngene.methods.tleg import TLEG
 
     method = TLEG()
-    gene = with_trained_spec(method.new_gene(method.initial_tensors(spec), None), spec)
-    return GeneNet(method, gene, spec)
+    return GeneNet(method, method.new_gene(method.initial_tensors(spec), spec, None), spec)
 
 
 def main() -> None:
