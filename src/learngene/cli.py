@@ -224,6 +224,7 @@ def _ancestry_preprocessing(args: argparse.Namespace, ancestry) -> dict[str, Any
 
 
 def cmd_condense(args: argparse.Namespace) -> None:
+    from .data import preprocessing_cfg
     from .io import check_output_path
     from .method import CondenseInputs, parse_options
     from .registry import get_method
@@ -237,15 +238,16 @@ def cmd_condense(args: argparse.Namespace) -> None:
     train_cfg = train_config_from_args(args, f"condense {args.method}")  # checked even where unused
     ancestry = _load_ancestry_args(args)
     inputs = None
+    preprocessing = _ancestry_preprocessing(args, ancestry)
     if method_cls.needs_data:
         model_in = ancestry.spec  # None for a non-ViT teacher: the data keep their own size unless flags say
         train_data, test_data = load_data_from_args(args, model_in.img_size if model_in else None,
-                                                    model_in.in_chans if model_in else None,
-                                                    _ancestry_preprocessing(args, ancestry))
+                                                    model_in.in_chans if model_in else None, preprocessing)
         inputs = CondenseInputs(train=train_data, eval=test_data, train_cfg=train_cfg, run_dir=args.run_dir,
                                 resume=args.resume)
+        preprocessing = preprocessing_cfg(train_data)  # what the gene's tensors were trained on
     seed_everything(args.seed)
-    gene = method.condense(ancestry, inputs)
+    gene = dataclasses.replace(method.condense(ancestry, inputs), preprocessing=preprocessing)
     dist.on_main(lambda: gene.save(args.out, overwrite=args.overwrite))
     _say(args, f"wrote {args.out}: {gene.method} learngene, {gene.num_stored_params:,} stored parameters")
 
@@ -275,7 +277,7 @@ def cmd_expand(args: argparse.Namespace) -> None:
     else:
         dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
             "kind": "descendant", "method": gene.method, "gene": str(args.gene), "options": options,
-            "provided_keys": len(provided), "top_up": args.top_up}))
+            "provided_keys": len(provided), "top_up": args.top_up}, preprocessing=gene.preprocessing))
     _say(args, f"wrote {args.out}{' (timm hub folder)' if hub else ''}: {spec.short()} timm ViT ({spec.num_params:,} params), "
                f"{len(provided)}/{len(spec.state_shapes())} tensors from the {gene.method} gene"
                + (f", the rest topped up by {args.top_up} where it has weights" if args.top_up else ""))
@@ -298,7 +300,12 @@ def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dic
     }
     if options:
         card["options"] = ", ".join(f"{k}={v!r}" for k, v in options.items())
-    export_hub_folder(args.out, model, spec, card, overwrite=args.overwrite)
+    data_config = None
+    if gene.preprocessing is not None:  # the gene's, at the descendant's input size
+        from .data import preprocessing_cfg
+
+        data_config = preprocessing_cfg(gene.preprocessing, spec.img_size, spec.in_chans)
+    export_hub_folder(args.out, model, spec, card, data_config=data_config, overwrite=args.overwrite)
 
 
 def _fit_gene_to_budget(args: argparse.Namespace, gene, base, options: dict[str, Any]):
@@ -327,6 +334,7 @@ def _count(text: str) -> int:
 
 
 def cmd_adapt(args: argparse.Namespace) -> None:
+    from .data import preprocessing_cfg
     from .descendant import make_descendant
     from .gene import Learngene
     from .io import check_output_path, save_model
@@ -342,7 +350,8 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     options = parse_options(method_cls.Config, args.opt or [])
     method = method_cls.from_gene(gene, **options)
     base = gene.ancestry
-    train_data, test_data = load_data_from_args(args, (base.img_size if base else None), (base.in_chans if base else None))
+    train_data, test_data = load_data_from_args(args, (base.img_size if base else None), (base.in_chans if base else None),
+                                                gene.preprocessing)
     spec = spec_from_args(args, base=base, data=train_data)
     adapted, result = method.adapt(gene, spec, AdaptInputs(train_data, train_cfg.replace(desc=f"adapt {gene.method}"),
                                                            eval=test_data, run_dir=args.run_dir, resume=args.resume))
@@ -353,7 +362,7 @@ def cmd_adapt(args: argparse.Namespace) -> None:
             adapted.save(args.gene_out, overwrite=args.overwrite)
         save_model(args.out, model, spec, overwrite=args.overwrite, origin={
             "kind": "descendant", "method": gene.method, "gene": str(args.gene), "adapted_on": train_data.name,
-            "adapt_steps": result.steps, "options": options})
+            "adapt_steps": result.steps, "options": options}, preprocessing=preprocessing_cfg(train_data))
 
     dist.on_main(write)
     _say(args, f"wrote {args.out}: {spec.short()} timm ViT adapted for {result.steps} steps"
