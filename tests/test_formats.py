@@ -116,9 +116,8 @@ def test_timm_checkpoint_goes_through_its_modules_filter(tmp_path):
 
 
 def _tiny_gene(tmp_path):
-    from learngene.gene import get_method
     from learngene.io import save_model
-    from learngene.methods.base import Ancestry
+    from learngene.registry import get_method
     from learngene.spec import ViTSpec
 
     spec = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=28, patch_size=4, in_chans=1, num_classes=10)

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from .convert import is_model_folder, read_checkpoint
 from .errors import LearngeneError, SpecError
 from .io import load_model_file
-from .methods.base import Ancestry
+from .method import Ancestry
 from .spec import spec_from_model
 
 StateDict = dict[str, Tensor]

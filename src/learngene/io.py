@@ -21,6 +21,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
+from ._version import __version__
 from .errors import GeneFormatError, LearngeneError
 from .spec import ViTSpec
 
@@ -28,8 +29,6 @@ MODEL_FORMAT = "learngene-model"
 
 
 def library_version() -> str:
-    from . import __version__
-
     return __version__
 
 
