@@ -29,8 +29,8 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, **mode
         **model_kwargs: passed to ``timm.create_model`` (e.g. ``num_classes``, ``img_size``, ``in_chans``).
     """
     if timm_model is None:
-        state, spec, _ = load_model_file(path)
-        return Ancestry(build_model(spec, state, source=str(path)).eval(), spec)
+        state, spec, origin = load_model_file(path)
+        return Ancestry(build_model(spec, state, source=str(path)).eval(), spec, origin.get("label_space"))
     _require_timm_name(timm_model)
     state = load_weights(path)  # before building the model: a bad file fails in a moment, not after a big init
     model = _timm_model(timm_model, model_kwargs)

@@ -36,6 +36,8 @@ class Learngene:
         config: the method's hyper-parameters (JSON-able).
         ancestry: spec of the ViT it was condensed from (None for a non-ViT teacher or no ancestry).
         cost: what condensation cost (e.g. ``{"epochs": 3, "steps": 900, "seconds": 41.2}``).
+        label_space: the classes the ancestry was trained on (``{"dataset": ..., "classes": [...]}``,
+            None when unknown): a head expanded from the gene means these classes.
         library_version, created: provenance, filled in on creation.
     """
 
@@ -44,6 +46,7 @@ class Learngene:
     config: dict[str, Any] = field(default_factory=dict)
     ancestry: ViTSpec | None = None
     cost: dict[str, Any] = field(default_factory=dict)
+    label_space: dict[str, Any] | None = None
     library_version: str = field(default_factory=library_version)
     created: str = field(default_factory=now_iso)
 
@@ -64,6 +67,7 @@ class Learngene:
             "config": json.dumps(self.config, sort_keys=True),
             "ancestry": self.ancestry.to_json() if self.ancestry else "null",
             "cost": json.dumps(self.cost, sort_keys=True),
+            "label_space": json.dumps(self.label_space),
             "library_version": self.library_version,
             "created": self.created,
         }
@@ -95,6 +99,7 @@ class Learngene:
                 config=json.loads(meta.get("config", "{}")),
                 ancestry=ancestry,
                 cost=json.loads(meta.get("cost", "{}")),
+                label_space=json.loads(meta.get("label_space", "null")),
                 library_version=meta.get("library_version", "unknown"),
                 created=meta.get("created", "unknown"),
             )
