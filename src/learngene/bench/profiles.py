@@ -64,6 +64,7 @@ class Upstream:
         converged: this ancestry is meant to be trained to convergence (the report checks its
             evaluation curve for a plateau and says whether it found one).
         ablations: the profile's :class:`Variant` rows run on this upstream.
+        sizes: only these of the profile's descendant sizes (``None``: all of them).
     """
 
     name: str
@@ -73,6 +74,7 @@ class Upstream:
     methods: tuple[str, ...] | None = None
     converged: bool = False
     ablations: bool = False
+    sizes: tuple[tuple[int, int, int], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -223,19 +225,26 @@ PROFILES: dict[str, Profile] = {
         ancestry_epochs=2, ancestry_images=None,
         condense_epochs=2, condense_images=None,
         sizes=((2, 64, 4), (4, 64, 4)),
-        tasks=(Task("other5_20shot", "fashion_mnist", epochs=5, shots=20, eval_images=400, new_head=True,
+        tasks=(Task("other5_20shot", "fashion_mnist", epochs=5, shots=20, eval_images=300, new_head=True,
                     scratch_factor=10, other_classes=True, eval_every=0, batch_size=25),),
-        adapt_steps=10,
+        adapt_steps=5,
         seeds=(0, 1, 2),
+        # weight_selection makes the very descendants of pretrained at the ancestry's width, the only width here
+        methods=("scratch", "mimetic", "pretrained", "tleg", "wave", "share_init", "auto_lg", "heru_lg", "cluster", "peg"),
         method_options={"wave": {"template_size": 64}},
         batch_size=64,
-        upstream_images_per_class=600,
+        upstream_images_per_class=300,
+        # in order of importance: a run cut short by its time limit has the first ones
         upstreams=(
-            Upstream("A-short", SPLIT_A, ancestry_epochs=2, condense_epochs=2, ablations=True),
+            Upstream("A-short", SPLIT_A, ancestry_epochs=2, condense_epochs=2),
+            Upstream("A-converged", SPLIT_A, ancestry_epochs=12, condense_epochs=2, converged=True,
+                     methods=("scratch", "mimetic", "pretrained", *AUX_NET_METHODS, "auto_lg", "heru_lg")),
             Upstream("B-short", SPLIT_B, ancestry_epochs=2, condense_epochs=2),
-            Upstream("A-converged", SPLIT_A, ancestry_epochs=15, condense_epochs=2, converged=True),
-            Upstream("A-converged-long-condense", SPLIT_A, ancestry_epochs=15, condense_epochs=6, converged=True,
+            Upstream("A-converged-long-condense", SPLIT_A, ancestry_epochs=12, condense_epochs=5, converged=True,
                      methods=("scratch", "mimetic", *AUX_NET_METHODS)),
+            # the ablations: the A-short cells again (from the cache) beside each ablation, at the smaller size
+            Upstream("A-short-ablations", SPLIT_A, ancestry_epochs=2, condense_epochs=2, ablations=True,
+                     sizes=((2, 64, 4),)),
         ),
         variants=(
             Variant("+mimetic", top_up="mimetic"),  # every stored-weight method; a no-op is recorded as such

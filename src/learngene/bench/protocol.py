@@ -327,13 +327,20 @@ class BenchRun:
         anc = p.ancestry.flops * up.ancestry_epochs * (3 * ancestry_images + UPSTREAM_EVAL_IMAGES)
         condense = p.ancestry.flops * up.condense_epochs * (3 * len(upstream) + UPSTREAM_EVAL_IMAGES)
         rows = len(methods) + sum(len(self._variant_methods(v, methods)) for v in p.variants if up.ablations)
+        specs = self._specs(up)
         cells = [self._cell_gflop(spec, td, factor) * len(p.seeds)
-                 for td in tasks for spec in p.specs() for name in methods for factor in self._budgets(name, td.task)]
+                 for td in tasks for spec in specs for name in methods for factor in self._budgets(name, td.task)]
         cells += [self._cell_gflop(spec, td, 1) * len(p.seeds) * (rows - len(methods))
-                  for td in tasks for spec in p.specs()]
-        adapt = sum(self._adapt_gflop(s) for s in p.specs()) * len(p.seeds)
+                  for td in tasks for spec in specs]
+        adapt = sum(self._adapt_gflop(s) for s in specs) * len(p.seeds)
         return {"ancestry": anc / 1e9, "condense": condense / 1e9, "adapt": adapt, "cell": cells,
                 "cells": len(cells) * len(p.seeds)}
+
+    def _specs(self, up: Upstream) -> list[ViTSpec]:
+        """The descendant sizes of an upstream, with its ancestry's classifier."""
+        classes = self.ancestry_spec(up).num_classes
+        sizes = up.sizes or self.profile.sizes
+        return [self.profile.ancestry.replace(depth=d, embed_dim=w, num_heads=h, num_classes=classes) for d, w, h in sizes]
 
     @staticmethod
     def _variant_methods(variant: Variant, methods: list[str]) -> list[str]:
@@ -427,9 +434,8 @@ class BenchRun:
         up = up or p.all_upstreams()[0]
         rows = self.rows
         methods = [m for m in self._methods(up) if m in genes]
-        classes = self.ancestry_spec(up).num_classes
         for seed in p.seeds:
-            for spec in [s.replace(num_classes=classes) for s in p.specs()]:
+            for spec in self._specs(up):
                 for name in methods:
                     base = Row(method=name, task="", size=spec.short(), depth=spec.depth, embed_dim=spec.embed_dim,
                                num_heads=spec.num_heads, seed=seed, params=spec.num_params, upstream=up.name)
