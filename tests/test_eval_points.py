@@ -1,17 +1,21 @@
 """Cheap evaluation: every N epochs (0: after the last only) on a fixed subset of the test images."""
 
+import importlib
+
 import pytest
 
-from learngene import train as train_module
 from learngene.errors import LearngeneError
 from learngene.train import TrainConfig, train
 
 from .conftest import make_images
 
+train_module = importlib.import_module("learngene.train")  # the module (the package exports the function as `train`)
+REAL_EVALUATE = train_module.evaluate
+
 
 def _evaluated(tiny_spec, monkeypatch, **cfg):
     seen = []
-    real = train_module.evaluate
+    real = REAL_EVALUATE
 
     def spy(model, data, *args, **kwargs):
         seen.append((len(data), data.labels.tolist()))

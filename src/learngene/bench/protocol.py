@@ -230,7 +230,7 @@ class BenchRun:
         p = self.profile
         epochs = p.condense_epochs if condense_epochs is None else condense_epochs
         options = p.method_options.get(name, {})
-        lam = p.condense_lambda.get(name, 1.0)
+        lam = p.condense_lambda.get(name, get_method(name).distill_lambda)
         cls = get_method(name)
         # a gene that reads neither weights nor data is the same for every ancestry of a size: one key
         source = self.ancestry_key if cls.needs_data or cls.needs_vit_ancestry else ancestry.spec.to_dict()
