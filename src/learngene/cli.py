@@ -365,12 +365,11 @@ def cmd_train(args: argparse.Namespace) -> None:
         seed_everything(args.seed)
         model.reset_classifier(train_data.num_classes)
         spec = spec.replace(num_classes=train_data.num_classes)
-    _say(args, f"{head.why}")
     result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
     dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
         **origin, "finetuned_on": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc,
         "label_space": train_data.label_space, "new_head": head.fresh}, preprocessing=preprocessing_cfg(train_data)))
-    _say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}")
+    _say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}; {head.why}")
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
