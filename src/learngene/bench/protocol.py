@@ -39,13 +39,16 @@ from tqdm.auto import tqdm
 
 from ..ancestry import load_ancestry
 from ..data import ImageData, class_subset, few_shot, load_dataset, take
+from ..descendant import make_descendant
 from ..errors import LearngeneError
-from ..gene import Learngene, get_method, list_methods
+from ..gene import Learngene
 from ..io import load_model_file, save_model, write_text_atomic
-from ..methods.base import Ancestry, CondenseInputs, make_descendant
+from ..method import AdaptInputs, Ancestry, CondenseInputs
+from ..registry import get_method, list_methods
 from ..spec import ViTSpec
 from ..train import TrainConfig, seed_everything, train
 from .profiles import Profile, Task, Upstream, Variant
+from .report import write_report
 
 UPSTREAM_EVAL_IMAGES = 1_000  # test images the ancestry and aux nets report accuracy on
 
@@ -268,7 +271,7 @@ class BenchRun:
         if not path.exists():
             tic = time.perf_counter()
             cfg = self._cfg(epochs=1, max_steps=p.adapt_steps, seed=seed, desc=f"adapt {gene.method}")
-            adapted, _ = method.adapt(gene, spec, upstream, cfg, run_dir=path.with_suffix(".run"), resume=True)
+            adapted, _ = method.adapt(gene, spec, AdaptInputs(upstream, cfg, run_dir=path.with_suffix(".run"), resume=True))
             adapted.cost = {**adapted.cost, "bench_adapt_seconds": round(time.perf_counter() - tic, 2)}
             path.parent.mkdir(parents=True, exist_ok=True)
             adapted.save(path)
@@ -421,8 +424,6 @@ class BenchRun:
             if self.bar is not None:
                 self.bar.close()
         self.meta.update(wall_seconds=round(time.perf_counter() - self.started, 1), complete=complete)
-        from .report import write_report
-
         write_report(self.rows, p, self.out, self.meta, plots=self.plots)
         write_text_atomic(self.out / "profile.json", json.dumps(dataclasses.asdict(p), indent=2, default=str))
         return self.rows
@@ -473,7 +474,7 @@ class BenchRun:
 
 def check_variant_changes(variant: Variant, init: Learngene, spec: ViTSpec) -> None:
     """Refuse (recorded as n/a, with why) an ablation that would change nothing for this gene and size."""
-    from ..methods.base import top_up_state
+    from ..descendant import top_up_state
 
     provided = set(get_method(init.method).from_gene(init).provided_keys(init, spec))
     if variant.top_up and set(top_up_state(variant.top_up, spec)) <= provided:
