@@ -38,9 +38,11 @@ import torch
 from torch import Tensor
 
 from ..errors import LearngeneError
-from ..gene import Learngene, register_method
+from ..gene import Learngene
+from ..method import Ancestry, CondenseInputs, Method
+from ..registry import register_method
 from ..spec import ViTSpec, block_key
-from .base import Ancestry, CondenseInputs, Method, StateDict, inherit_non_block
+from ..transfer import NON_BLOCK_AXES, StateDict, inherit_non_block
 
 PREFIX = "dct."
 LAYER, WIDTH, HIDDEN = "layer", "width", "hidden"
@@ -62,15 +64,9 @@ BLOCK_AXES: dict[str, tuple[str | None, ...]] = {
 }
 
 
-def non_block_axes(key: str, ndim: int) -> tuple[str | None, ...]:
-    """The width axis of an embedding, final-norm or classifier tensor (timm's layouts)."""
-    if key in ("cls_token", "pos_embed"):
-        return (None,) * (ndim - 1) + (WIDTH,)
-    if key == "head.weight":
-        return (None, WIDTH)
-    if key == "head.bias":
-        return (None,)
-    return (WIDTH,) + (None,) * (ndim - 1)  # patch embedding (out channels first), final norm
+def non_block_axes(key: str) -> tuple[str | None, ...]:
+    """The width axis of an embedding, final-norm or classifier tensor (:data:`learngene.transfer.NON_BLOCK_AXES`)."""
+    return tuple(axis.removeprefix("reads ") if axis else None for axis in NON_BLOCK_AXES[key])
 
 
 def dct_matrix(n: int, dtype: torch.dtype = torch.float64, device: torch.device | None = None) -> Tensor:
@@ -151,12 +147,12 @@ class Front(Method):
                 stack = stack.unflatten(1, (3, spec.embed_dim))
             tensors[PREFIX + name] = low_frequencies(stack, axes, keep)
         for key in spec.non_block_shapes():
-            tensors[PREFIX + key] = low_frequencies(state[key], non_block_axes(key, state[key].ndim), keep)
-        return self.new_gene(tensors, spec)
+            tensors[PREFIX + key] = low_frequencies(state[key], non_block_axes(key), keep)
+        return self.new_gene(tensors, spec, spec)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """Truncate or zero-pad every axis's coefficients to the target length, then inverse DCT."""
-        src: ViTSpec = gene.ancestry
+        src: ViTSpec = gene.layout
         sizes = {LAYER: (src.depth, spec.depth), WIDTH: (src.embed_dim, spec.embed_dim),
                  HIDDEN: (src.mlp_hidden, spec.mlp_hidden)}
         out: StateDict = {}
@@ -166,13 +162,13 @@ class Front(Method):
                 stack = stack.flatten(1, 2)
             for layer, tensor in enumerate(stack.unbind(0)):
                 out[block_key(layer, name)] = tensor
-        non_block = {key: resample(gene.tensors[PREFIX + key], non_block_axes(key, gene.tensors[PREFIX + key].ndim), sizes)
+        non_block = {key: resample(gene.tensors[PREFIX + key], non_block_axes(key), sizes)
                      for key in src.non_block_shapes()}
         out.update(inherit_non_block(non_block, src.replace(embed_dim=spec.embed_dim, num_heads=1), spec))
         return out
 
     def describe(self, gene: Learngene) -> list[str]:
-        src: ViTSpec = gene.ancestry
+        src: ViTSpec = gene.layout
         keep = self._keep(src)
         return [(f"kept DCT coefficients per axis: layers {keep[LAYER]}/{src.depth}, width {keep[WIDTH]}/{src.embed_dim}, "
                 f"MLP {keep[HIDDEN]}/{src.mlp_hidden} (keep_ratio {self.config.keep_ratio})"),

@@ -42,18 +42,12 @@ from torch import Tensor, nn
 
 from ..data import Data
 from ..errors import LearngeneError
-from ..gene import Learngene, register_method
+from ..gene import Learngene
 from ..heads import join_proj, join_qkv, split_proj, split_qkv
+from ..method import Ancestry, CondenseInputs, Method
+from ..registry import register_method
 from ..spec import ViTSpec, block_key
-from .base import (
-    Ancestry,
-    CondenseInputs,
-    Method,
-    StateDict,
-    block_state,
-    inherit_non_block,
-)
-from .weight_selection import _narrow_non_block
+from ..transfer import StateDict, block_state, inherit_non_block, pick, resize_non_block
 
 LAYER_SCORE, WIDTH_SCORE = "importance.layer", "importance.width"
 NORM_GAINS = ("norm1.weight", "norm2.weight")
@@ -164,14 +158,14 @@ class Importance(Method):
             block = permute_block(block_state(state, layer), spec.num_heads, width, descending(scores["heads"][layer]),
                                   descending(scores["neurons"][layer]))
             tensors.update({block_key(layer, k): v for k, v in block.items()})
-        tensors.update(_narrow_non_block(state, spec, width))
+        tensors.update(resize_non_block({k: state[k] for k in spec.non_block_shapes()}, pick(width)))
         tensors[LAYER_SCORE] = scores["layers"]
         tensors[WIDTH_SCORE] = scores["width"][width]
-        return self.new_gene(tensors, spec, cost={"images": min(cfg.num_images, len(inputs.train))})
+        return self.new_gene(tensors, spec, spec, cost={"images": min(cfg.num_images, len(inputs.train))})
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """The ``spec.depth`` most important layers, each a prefix slice of channels, heads and neurons."""
-        src: ViTSpec = gene.ancestry
+        src: ViTSpec = gene.layout
         if spec.head_dim != src.head_dim or spec.num_heads > src.num_heads or spec.mlp_hidden > src.mlp_hidden \
                 or spec.depth > src.depth:
             raise LearngeneError(f"importance only narrows and keeps heads of {src.head_dim} dims: ask at most "
@@ -200,7 +194,7 @@ class Importance(Method):
                 "mlp.fc2.bias": b["mlp.fc2.bias"][:D],
             }
             out.update({block_key(target, name): t for name, t in kept.items()})
-        non_block = _narrow_non_block(gene.tensors, src, slice(0, D))
+        non_block = resize_non_block({k: gene.tensors[k] for k in src.non_block_shapes()}, pick(slice(0, D)))
         norm = f"{src.final_norm_key}.weight"
         non_block[norm] = non_block[norm] * gain
         out.update(inherit_non_block(non_block, src.replace(embed_dim=D, num_heads=H), spec))
