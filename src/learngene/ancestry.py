@@ -43,10 +43,9 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, **mode
         raise LearngeneError(f"{path} does not fit timm model {timm_model}: {str(exc).splitlines()[0][:200]}") from None
     _load_filtered(model, state, str(path), timm_model)
     try:
-        spec = spec_from_model(model)
-    except SpecError:
-        spec = None  # a non-ViT (or exotic ViT) can still be a teacher
-    return Ancestry(model.eval(), spec)
+        return Ancestry(model.eval(), spec_from_model(model))
+    except SpecError as exc:
+        return Ancestry(model.eval(), None, unsupported=str(exc))  # a non-ViT (or exotic ViT) can still be a teacher
 
 
 def _require_timm_name(name: str) -> None:

@@ -39,11 +39,13 @@ class Ancestry:
 
     model: nn.Module
     spec: ViTSpec | None
+    unsupported: str = ""  # why ``spec`` is None: what ``spec_from_model`` could not describe
 
     def require_vit(self, method: str) -> ViTSpec:
         if self.spec is None:
-            raise LearngeneError(f"method {method} picks weights from a ViT ancestry, but this ancestry is "
-                                 f"{type(self.model).__name__}; give a timm ViT")
+            why = self.unsupported or f"this ancestry is {type(self.model).__name__}"
+            raise LearngeneError(f"method {method} picks weights from a ViT ancestry, but {why}; use tleg, "
+                                 f"share_init or wave (they distil any classifier), or scratch or mimetic")
         return self.spec
 
     def state(self) -> StateDict:
@@ -155,59 +157,62 @@ def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
 
 
 # ---- non-block parts, shared by every weight-picking method -----------------------------------------
-def non_block_keys(spec: ViTSpec) -> list[str]:
-    return list(spec.non_block_shapes())
+# which of ``inherit_non_block``'s parts each non-block tensor belongs to (the MAP pooling head goes with the
+# final norm: both sit between the last block and the classifier, and neither depends on the label space)
+PART_OF = {"cls_token": "embed", "reg_token": "embed", "dist_token": "embed", "pos_embed": "embed",
+           "patch_embed.proj.weight": "embed", "patch_embed.proj.bias": "embed", "norm_pre.weight": "embed",
+           "norm_pre.bias": "embed", "head.weight": "head", "head.bias": "head", "head_dist.weight": "head",
+           "head_dist.bias": "head"}
+
+
+def part_of(key: str) -> str:
+    return PART_OF.get(key, "norm")  # norm, fc_norm, attn_pool.*
 
 
 def inherit_non_block(state: StateDict, source: ViTSpec, target: ViTSpec,
                       parts: tuple[str, ...] = ("embed", "norm", "head")) -> StateDict:
-    """Carry embeddings, final norm and classifier from ``source`` to ``target`` where they fit.
+    """Carry tokens, embeddings, norms, the pooling head and the classifiers from ``source`` to ``target`` where they fit.
 
     Position embeddings are resampled to the target grid and patch embeddings to the target patch size
-    (timm's resamplers, differentiable); the class token/prefix is kept only when both specs have one;
-    the head only when the label spaces agree; the final norm moves between timm's ``norm`` and
-    ``fc_norm`` with the pooling. Another width is left to the target's own initialization (methods
-    that change width narrow these tensors first); another input channel count is an error.
+    (timm's resamplers, differentiable); the prefix tokens' position rows are kept when both specs have
+    the same ones (``no_embed_class`` families have none); classifiers only when the label spaces agree;
+    the final norm moves between timm's ``norm`` and ``fc_norm`` with the pooling. Every other tensor of
+    ``parts`` (class, register and distillation tokens, ``norm_pre``, the MAP head) is copied when the
+    target has it with the same shape. Another width is left to the target's own initialization
+    (methods that change width move these tensors first, see :mod:`learngene.axes`); another input
+    channel count is an error.
     """
     from timm.layers import resample_abs_pos_embed, resample_patch_embed
 
     out: StateDict = {}
     if source.embed_dim != target.embed_dim:
         return out
-    if "embed" in parts:
-        if source.class_token and target.class_token and "cls_token" in state:
-            out["cls_token"] = state["cls_token"]
-        if "pos_embed" in state:
-            pos = state["pos_embed"]
-            src_prefix = int(source.class_token)
-            patches = pos[:, src_prefix:]
+    shapes = target.non_block_shapes()
+    renamed = {f"{source.final_norm_key}.{p}": f"{target.final_norm_key}.{p}" for p in ("weight", "bias")
+               if source.final_norm_key and target.final_norm_key}
+    for key, tensor in state.items():
+        if part_of(key) not in parts or key.startswith("blocks."):
+            continue
+        if key == "pos_embed":
+            src_prefix, dst_prefix = source.family.pos_prefix_tokens, target.family.pos_prefix_tokens
+            patches = tensor[:, src_prefix:]
             if source.grid_size != target.grid_size:
                 patches = resample_abs_pos_embed(patches, new_size=[target.grid_size] * 2,
                                                  old_size=[source.grid_size] * 2, num_prefix_tokens=0, verbose=False)
-            if target.class_token:
-                prefix = pos[:, :1] if source.class_token else None
-                if prefix is not None:
-                    out["pos_embed"] = torch.cat([prefix, patches], dim=1)
-            else:
-                out["pos_embed"] = patches
-        if "patch_embed.proj.weight" in state:
+            if dst_prefix == src_prefix:
+                out[key] = torch.cat([tensor[:, :src_prefix], patches], dim=1)
+            elif dst_prefix == 0:
+                out[key] = patches
+            continue
+        if key == "patch_embed.proj.weight":
             if source.in_chans != target.in_chans:
                 raise LearngeneError(f"the ancestry takes {source.in_chans}-channel images but the target asks for "
                                      f"{target.in_chans}; keep in_chans={source.in_chans} (data are converted to it)")
-            weight = state["patch_embed.proj.weight"]
             if source.patch_size != target.patch_size:
-                weight = resample_patch_embed(weight, [target.patch_size] * 2, verbose=False)
-            out["patch_embed.proj.weight"] = weight
-            out["patch_embed.proj.bias"] = state["patch_embed.proj.bias"]
-    if "norm" in parts:
-        for suffix in ("weight", "bias"):
-            key = f"{source.final_norm_key}.{suffix}"
-            if key in state:
-                out[f"{target.final_norm_key}.{suffix}"] = state[key]
-    if "head" in parts and source.num_classes == target.num_classes and target.num_classes:
-        for key in ("head.weight", "head.bias"):
-            if key in state:
-                out[key] = state[key]
+                tensor = resample_patch_embed(tensor, [target.patch_size] * 2, verbose=False)
+        key = renamed.get(key, key)
+        if key in shapes and tuple(tensor.shape) == shapes[key]:
+            out[key] = tensor
     return out
 
 

@@ -33,17 +33,24 @@ from typing import Iterator
 import torch
 from torch import Tensor, nn
 
+from ..axes import carried
 from ..data import Data
 from ..errors import LearngeneError
 from ..gene import Learngene, register_method
 from ..heads import mix_heads, select_matrix
 from ..spec import ViTSpec, block_key
-from .base import Ancestry, CondenseInputs, Method, StateDict, block_state, inherit_non_block
-from .resize import axis_map, cyclic, resize_block, resize_non_block, stretch
+from .base import (
+    Ancestry,
+    CondenseInputs,
+    Method,
+    StateDict,
+    block_state,
+    inherit_non_block,
+)
+from .resize import cyclic, resize_block, resize_non_block, stretch
 
 PAPER_EPS_PX, PAPER_IMG_SIZE = 10.0, 224  # Eps = 10 px at 224-px images (App. C)
 DISTANCE, LABELS, CENTROIDS = "clusters.distance", "clusters.labels", "clusters.centroids."
-ATTENTION = ("attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight")
 FFN = ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias")
 
 
@@ -110,7 +117,7 @@ def mean_attention_distance(model: nn.Module, spec: ViTSpec, data: Data, num_ima
     device = next(model.parameters()).device
     picked = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[:count].sort().values
     distance = patch_distances(spec).to(device)
-    prefix = int(spec.class_token)
+    prefix = spec.num_prefix_tokens
     totals = torch.zeros(spec.depth, spec.num_heads, dtype=torch.float64)
     was_training = model.training
     model.eval()
@@ -155,6 +162,12 @@ def cluster_heads(distances: Tensor, eps: float, min_heads: int = 1) -> tuple[Te
     return labels, centroids
 
 
+def _mix(block: StateDict, mixing: Tensor) -> None:
+    """Replace ``block``'s heads by ``mixing`` of them (q, k, v rows, their biases if any, W_O columns), in place."""
+    qkv, bias, proj = mix_heads(block["attn.qkv.weight"], block.get("attn.qkv.bias"), block["attn.proj.weight"], mixing)
+    block.update({"attn.qkv.weight": qkv, "attn.proj.weight": proj, **({"attn.qkv.bias": bias} if bias is not None else {})})
+
+
 def priority_sharing(num_centroids: int, num_heads: int) -> Tensor:
     """Centroid of each of ``num_heads`` descendant heads: ``i mod c`` (Sec. 2.3, Fig. 2)."""
     return cyclic(num_centroids, num_heads)
@@ -194,8 +207,7 @@ class ClusterLearngene(Method):
             labels.append(layer_labels)
             tensors[f"{CENTROIDS}{layer}"] = torch.tensor(centroids)
             b = block_state(state, layer)
-            kept = mix_heads(*(b[k] for k in ATTENTION), select_matrix(centroids, spec.num_heads))
-            b.update(zip(ATTENTION, kept))
+            _mix(b, select_matrix(centroids, spec.num_heads))
             if cfg.ffn == "random":
                 b = {k: v for k, v in b.items() if k not in FFN}
             tensors.update({block_key(layer, k): v for k, v in b.items()})
@@ -209,19 +221,14 @@ class ClusterLearngene(Method):
         if spec.head_dim != src.head_dim:
             raise LearngeneError(f"cluster copies heads of {src.head_dim} dims, so a {spec.num_heads}-head descendant "
                                  f"is {spec.num_heads * src.head_dim} wide; set --embed-dim {spec.num_heads * src.head_dim}")
-        width = axis_map(src.embed_dim, spec.embed_dim)
-        hidden = axis_map(src.mlp_hidden, spec.mlp_hidden)
         out: StateDict = {}
         for layer, source in enumerate(stretch(src.depth, spec.depth).tolist()):
             b = block_state(gene.tensors, source)
             centroids = len(gene.tensors[f"{CENTROIDS}{source}"])
-            shared = mix_heads(*(b[k] for k in ATTENTION), select_matrix(priority_sharing(centroids, spec.num_heads),
-                                                                         centroids))
-            b.update(zip(ATTENTION, shared))
-            out.update({block_key(layer, k): v for k, v in resize_block(b, width, hidden).items()})
-        non_block = resize_non_block({k: v for k, v in gene.tensors.items() if k in src.non_block_shapes()}, width)
-        out.update(inherit_non_block(non_block, src.replace(embed_dim=spec.embed_dim, num_heads=spec.num_heads), spec,
-                                     ("embed", "norm")))
+            _mix(b, select_matrix(priority_sharing(centroids, spec.num_heads), centroids))
+            out.update({block_key(layer, k): v for k, v in resize_block(b, src, spec).items()})
+        non_block = resize_non_block({k: v for k, v in gene.tensors.items() if k in src.non_block_shapes()}, src, spec)
+        out.update(inherit_non_block(non_block, carried(src, spec), spec, ("embed", "norm")))
         return out
 
     def describe(self, gene: Learngene) -> list[str]:

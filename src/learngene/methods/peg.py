@@ -40,20 +40,34 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ..axes import carried
 from ..data import Data
 from ..errors import LearngeneError
 from ..gene import Learngene, register_method
 from ..heads import join_proj, join_qkv, mix_heads, split_proj, split_qkv
 from ..spec import ViTSpec, block_key
 from ..train import TrainConfig, TrainResult, train
-from .base import Ancestry, CondenseInputs, GeneNet, Method, StateDict, block_state, inherit_non_block
-from .resize import axis_map, cyclic, resize_block, resize_non_block, stretch
+from .base import (
+    Ancestry,
+    CondenseInputs,
+    GeneNet,
+    Method,
+    StateDict,
+    block_state,
+    inherit_non_block,
+)
+from .resize import cyclic, resize_block, resize_non_block, stretch
 
 # gene tensors stacked over layers: (layers, heads, ...) for the MSA heads, (layers, ...) otherwise
+# (q, k, v biases only where the family has them); the per-layer vectors of each sub-layer travel with it:
+# norm1, W_O's bias, the layer-scale gamma and the q/k norms with the MSA, norm2 and ls2 with the FFN
 HEAD_PARTS = ("q", "k", "v", "q_bias", "k_bias", "v_bias", "proj_cols")
-MSA_LAYER_PARTS = ("proj_bias", "norm_weight", "norm_bias")
+MSA_LAYER_PARTS = {"proj_bias": "attn.proj.bias", "norm_weight": "norm1.weight", "norm_bias": "norm1.bias",
+                   "ls_gamma": "ls1.gamma", "q_norm_weight": "attn.q_norm.weight", "q_norm_bias": "attn.q_norm.bias",
+                   "k_norm_weight": "attn.k_norm.weight", "k_norm_bias": "attn.k_norm.bias"}
 FFN_PARTS = {"fc1_weight": "mlp.fc1.weight", "fc1_bias": "mlp.fc1.bias", "fc2_weight": "mlp.fc2.weight",
-             "fc2_bias": "mlp.fc2.bias", "norm_weight": "norm2.weight", "norm_bias": "norm2.bias"}
+             "fc2_bias": "mlp.fc2.bias", "norm_weight": "norm2.weight", "norm_bias": "norm2.bias",
+             "ls_gamma": "ls2.gamma"}
 PHI_MAPS = ("msa_layers", "ffn_layers", "heads")
 ADAPTED = "descendant."  # prefix of the size-specific tensors ``adapt`` trained besides φ (the classifier)
 
@@ -106,16 +120,18 @@ class PEG(Method):
         per_layer = []
         for layer in range(spec.depth):
             b = block_state(state, layer)
-            qkv_w, qkv_b, proj_w = mix_heads(b["attn.qkv.weight"], b["attn.qkv.bias"], b["attn.proj.weight"],
+            qkv_w, qkv_b, proj_w = mix_heads(b["attn.qkv.weight"], b.get("attn.qkv.bias"), b["attn.proj.weight"],
                                              mixing_weights(heads, spec.num_heads, generator))
-            q, k, v = split_qkv(qkv_w, heads)
-            q_b, k_b, v_b = split_qkv(qkv_b, heads)
-            per_layer.append({"q": q, "k": k, "v": v, "q_bias": q_b, "k_bias": k_b, "v_bias": v_b,
-                              "proj_cols": split_proj(proj_w, heads), "proj_bias": b["attn.proj.bias"],
-                              "norm_weight": b["norm1.weight"], "norm_bias": b["norm1.bias"]})
+            parts = dict(zip("qkv", split_qkv(qkv_w, heads)), proj_cols=split_proj(proj_w, heads))
+            if qkv_b is not None:
+                parts.update(zip(("q_bias", "k_bias", "v_bias"), split_qkv(qkv_b, heads)))
+            parts.update({part: b[name] for part, name in MSA_LAYER_PARTS.items() if name in b})
+            per_layer.append(parts)
         tensors = {f"msa.{part}": torch.stack([p[part] for p in per_layer]) for part in per_layer[0]}
         ffn_mixing = mixing_weights(ffns, spec.depth, generator)
         for part, name in FFN_PARTS.items():
+            if name not in spec.block_shapes():
+                continue
             stacked = torch.stack([state[block_key(layer, name)] for layer in range(spec.depth)])
             tensors[f"ffn.{part}"] = torch.einsum("ba,a...->b...", ffn_mixing, stacked)
         tensors.update(inherit_non_block(state, spec, spec, ("embed", "norm")))
@@ -155,33 +171,31 @@ class PEG(Method):
             raise LearngeneError(f"peg heads have {head_dim} dims, so a {spec.num_heads}-head descendant is "
                                  f"{spec.num_heads * head_dim} wide; set --embed-dim {spec.num_heads * head_dim}")
         phi = self._phi(gene, spec)
+        head_parts = [p for p in HEAD_PARTS if f"msa.{p}" in t]
         msa = {p: apply_phi(phi["phi.msa_layers.w1"], phi["phi.msa_layers.w2"], t[f"msa.{p}"])
-               for p in HEAD_PARTS + MSA_LAYER_PARTS}
-        for p in HEAD_PARTS:
+               for p in head_parts + [p for p in MSA_LAYER_PARTS if f"msa.{p}" in t]}
+        for p in head_parts:
             msa[p] = apply_phi(phi["phi.heads.w1"], phi["phi.heads.w2"], msa[p], batch_dims=1)
         # a head φ's initial repeat copies m times reads 1/m of its W_O columns: the layer starts as the gene's
         source = cyclic(gene_heads, spec.num_heads)
         copies = torch.bincount(source, minlength=gene_heads).float()[source]
         msa["proj_cols"] = msa["proj_cols"] / copies.view(1, -1, 1, 1)
-        ffn = {p: apply_phi(phi["phi.ffn_layers.w1"], phi["phi.ffn_layers.w2"], t[f"ffn.{p}"]) for p in FFN_PARTS}
+        ffn = {p: apply_phi(phi["phi.ffn_layers.w1"], phi["phi.ffn_layers.w2"], t[f"ffn.{p}"])
+               for p in FFN_PARTS if f"ffn.{p}" in t}
 
-        width = axis_map(src.embed_dim, spec.embed_dim)
-        hidden = axis_map(t["ffn.fc1_weight"].shape[1], spec.mlp_hidden)
         out: StateDict = {}
         for layer in range(spec.depth):
             block = {
-                "norm1.weight": msa["norm_weight"][layer],
-                "norm1.bias": msa["norm_bias"][layer],
                 "attn.qkv.weight": join_qkv(msa["q"][layer], msa["k"][layer], msa["v"][layer]),
-                "attn.qkv.bias": join_qkv(msa["q_bias"][layer], msa["k_bias"][layer], msa["v_bias"][layer]),
                 "attn.proj.weight": join_proj(msa["proj_cols"][layer]),
-                "attn.proj.bias": msa["proj_bias"][layer],
-                **{name: ffn[part][layer] for part, name in FFN_PARTS.items()},
+                **{name: msa[part][layer] for part, name in MSA_LAYER_PARTS.items() if part in msa},
+                **{name: ffn[part][layer] for part, name in FFN_PARTS.items() if part in ffn},
             }
-            out.update({block_key(layer, k): v for k, v in resize_block(block, width, hidden).items()})
-        non_block = resize_non_block({k: v for k, v in t.items() if k in src.non_block_shapes()}, width)
-        out.update(inherit_non_block(non_block, src.replace(embed_dim=spec.embed_dim, num_heads=spec.num_heads), spec,
-                                     ("embed", "norm")))
+            if "q_bias" in msa:
+                block["attn.qkv.bias"] = join_qkv(msa["q_bias"][layer], msa["k_bias"][layer], msa["v_bias"][layer])
+            out.update({block_key(layer, k): v for k, v in resize_block(block, src, spec).items()})
+        non_block = resize_non_block({k: v for k, v in t.items() if k in src.non_block_shapes()}, src, spec)
+        out.update(inherit_non_block(non_block, carried(src, spec), spec, ("embed", "norm")))
         out.update({k[len(ADAPTED):]: v for k, v in t.items() if k.startswith(ADAPTED)})
         return out
 

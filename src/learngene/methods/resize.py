@@ -22,7 +22,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from ..axes import HEAD_DIM, block_axes, carried, move_state, non_block_axes
 from ..errors import LearngeneError
+from ..spec import ViTSpec
 from .base import StateDict
 from .weight_selection import evenly_spaced
 
@@ -57,45 +59,26 @@ def stretch(n_src: int, n_dst: int) -> Tensor:
     return torch.arange(n_dst) * n_src // n_dst
 
 
-def resize_block(block: StateDict, width: AxisMap, hidden: AxisMap) -> StateDict:
-    """One block's tensors (in-block names) moved to another residual width and MLP hidden size.
+def pick_mapped(role: str, n_src: int, n_dst: int) -> tuple[Tensor, Tensor]:
+    """The rule above for every axis: :func:`axis_map`'s coordinates and reader scales. Heads keep their size."""
+    if role == HEAD_DIM and n_src != n_dst:
+        raise LearngeneError(f"whole-head methods keep heads of {n_src} dims, asked {n_dst}")
+    return axis_map(n_src, n_dst)
 
-    Rows that write the residual stream (W_O, fc2, their biases, the norms) are picked by ``width``;
-    columns that read it (qkv, fc1) are picked and divided by their copies. The qkv rows and the W_O
-    columns belong to heads and are left as they are.
+
+def resize_block(block: StateDict, source: ViTSpec, target: ViTSpec) -> StateDict:
+    """One block's tensors (in-block names, heads already ``target``'s) moved to ``target``'s width and MLP size.
+
+    Rows that write the residual stream (W_O, fc2, their biases, norms, layer-scale gammas) are picked;
+    columns that read it (qkv, fc1) are picked and divided by their copies; the head axes are left as
+    they are (see :mod:`learngene.axes` for every tensor's axes).
     """
-    if width.is_identity and hidden.is_identity:
-        return dict(block)
-    w, m = width, hidden
-    rules = {
-        "norm1.weight": lambda t: t[w.index],
-        "norm1.bias": lambda t: t[w.index],
-        "attn.qkv.weight": lambda t: t[:, w.index] * w.reader_scale,
-        "attn.qkv.bias": lambda t: t,
-        "attn.proj.weight": lambda t: t[w.index],
-        "attn.proj.bias": lambda t: t[w.index],
-        "norm2.weight": lambda t: t[w.index],
-        "norm2.bias": lambda t: t[w.index],
-        "mlp.fc1.weight": lambda t: t[m.index][:, w.index] * w.reader_scale,
-        "mlp.fc1.bias": lambda t: t[m.index],
-        "mlp.fc2.weight": lambda t: t[w.index][:, m.index] * m.reader_scale,
-        "mlp.fc2.bias": lambda t: t[w.index],
-    }
-    return {name: rules[name](t) for name, t in block.items()}
+    heads = (target.num_heads, target.num_heads)
+    return move_state(block, block_axes(source), target.block_shapes(), heads, pick_mapped)
 
 
-def resize_non_block(state: StateDict, width: AxisMap) -> StateDict:
-    """Embeddings, final norm and classifier (timm keys, those present) moved to another residual width."""
-    if width.is_identity:
-        return dict(state)
-    out: StateDict = {}
-    for key, t in state.items():
-        if key in ("cls_token", "pos_embed"):
-            out[key] = t[..., width.index]
-        elif key == "head.weight":
-            out[key] = t[:, width.index] * width.reader_scale
-        elif key == "head.bias":
-            out[key] = t
-        else:  # patch embedding (output channels first) and the final norm
-            out[key] = t[width.index]
-    return out
+def resize_non_block(state: StateDict, source: ViTSpec, target: ViTSpec) -> StateDict:
+    """Tokens, embeddings, norms, MAP pooling head and classifiers (timm keys, those present) moved to
+    ``target``'s width and head count; token counts, patch kernels and classes stay ``source``'s."""
+    return move_state(state, non_block_axes(source), carried(source, target).non_block_shapes(), (source.num_heads, target.num_heads),
+                      pick_mapped)

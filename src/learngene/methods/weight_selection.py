@@ -14,11 +14,27 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..axes import (
+    HEADS,
+    HEADS_IN,
+    WIDTH,
+    Axis,
+    block_axes,
+    carried,
+    move_state,
+    non_block_axes,
+)
 from ..errors import LearngeneError
 from ..gene import Learngene, register_method
-from ..heads import join_proj, join_qkv, split_proj, split_qkv
 from ..spec import ViTSpec, block_key
-from .base import Ancestry, CondenseInputs, Method, StateDict, block_state, inherit_non_block
+from .base import (
+    Ancestry,
+    CondenseInputs,
+    Method,
+    StateDict,
+    block_state,
+    inherit_non_block,
+)
 
 
 def evenly_spaced(n_src: int, n_dst: int) -> Tensor:
@@ -56,57 +72,31 @@ class WeightSelection(Method):
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         src: ViTSpec = gene.ancestry
-        idx_d = _selector(src.embed_dim, spec.embed_dim)
-        idx_m = _selector(src.mlp_hidden, spec.mlp_hidden)
-        if self.config.head_aware:
-            if spec.num_heads > src.num_heads or spec.head_dim > src.head_dim:
-                raise LearngeneError(f"head-aware weight_selection needs at most {src.num_heads} heads of at most "
-                                     f"{src.head_dim} dims, asked {spec.num_heads} x {spec.head_dim}; "
-                                     f"or pass --opt head_aware=false")
-            heads = _selector(src.num_heads, spec.num_heads)
-            head_dims = _selector(src.head_dim, spec.head_dim)
+        for n_src, n_dst in ((src.embed_dim, spec.embed_dim), (src.mlp_inner, spec.mlp_inner)):
+            _selector(n_src, n_dst)  # refuses to grow, before the head check can say less
+        if self.config.head_aware and (spec.num_heads > src.num_heads or spec.head_dim > src.head_dim):
+            raise LearngeneError(f"head-aware weight_selection needs at most {src.num_heads} heads of at most "
+                                 f"{src.head_dim} dims, asked {spec.num_heads} x {spec.head_dim}; "
+                                 f"or pass --opt head_aware=false")
+        blocks, non_blocks = block_axes(src), non_block_axes(src)
+        if not self.config.head_aware:  # the authors' rule: q, k, v rows and W_O columns as plain coordinates
+            blocks, non_blocks = _without_heads(blocks), _without_heads(non_blocks)
+        heads = (src.num_heads, spec.num_heads)
         out: StateDict = {}
         for layer in range(min(spec.depth, src.depth)):
-            b = block_state(gene.tensors, layer)
-            if self.config.head_aware:
-                qkv_w = join_qkv(*(t[heads][:, head_dims][:, :, idx_d] for t in split_qkv(b["attn.qkv.weight"], src.num_heads)))
-                qkv_b = join_qkv(*(t[heads][:, head_dims] for t in split_qkv(b["attn.qkv.bias"], src.num_heads)))
-                proj_w = join_proj(split_proj(b["attn.proj.weight"], src.num_heads)[heads][:, idx_d][:, :, head_dims])
-            else:
-                rows = _selector(3 * src.embed_dim, 3 * spec.embed_dim)
-                qkv_w, qkv_b = b["attn.qkv.weight"][rows][:, idx_d], b["attn.qkv.bias"][rows]
-                proj_w = b["attn.proj.weight"][idx_d][:, idx_d]
-            selected = {
-                "norm1.weight": b["norm1.weight"][idx_d],
-                "norm1.bias": b["norm1.bias"][idx_d],
-                "attn.qkv.weight": qkv_w,
-                "attn.qkv.bias": qkv_b,
-                "attn.proj.weight": proj_w,
-                "attn.proj.bias": b["attn.proj.bias"][idx_d],
-                "norm2.weight": b["norm2.weight"][idx_d],
-                "norm2.bias": b["norm2.bias"][idx_d],
-                "mlp.fc1.weight": b["mlp.fc1.weight"][idx_m][:, idx_d],
-                "mlp.fc1.bias": b["mlp.fc1.bias"][idx_m],
-                "mlp.fc2.weight": b["mlp.fc2.weight"][idx_d][:, idx_m],
-                "mlp.fc2.bias": b["mlp.fc2.bias"][idx_d],
-            }
+            selected = move_state(block_state(gene.tensors, layer), blocks, spec.block_shapes(), heads, pick_evenly)
             out.update({block_key(layer, k): v for k, v in selected.items()})
-        out.update(inherit_non_block(_narrow_non_block(gene.tensors, src, idx_d), src.replace(embed_dim=spec.embed_dim,
-                                                                                               num_heads=1), spec))
+        narrow = carried(src, spec)
+        state = {k: gene.tensors[k] for k in src.non_block_shapes()}
+        out.update(inherit_non_block(move_state(state, non_blocks, narrow.non_block_shapes(), heads, pick_evenly),
+                                     narrow, spec))
         return out
 
 
-def _narrow_non_block(state: StateDict, src: ViTSpec, idx_d: Tensor | slice) -> StateDict:
-    """Embeddings, final norm and head with the width dimension reduced to ``idx_d``."""
-    out: StateDict = {}
-    for key in src.non_block_shapes():
-        t = state[key]
-        if key == "head.weight":
-            out[key] = t[:, idx_d]
-        elif key == "head.bias":
-            out[key] = t
-        elif key in ("cls_token", "pos_embed"):
-            out[key] = t[..., idx_d]
-        else:  # patch embedding (out channels first) and the final norm
-            out[key] = t[idx_d]
-    return out
+def pick_evenly(role: str, n_src: int, n_dst: int) -> tuple[Tensor | slice, None]:
+    """Weight Selection's rule for every axis: evenly spaced coordinates, never a copy (no reader scaling)."""
+    return _selector(n_src, n_dst), None
+
+
+def _without_heads(table: dict[str, tuple[Axis, ...]]) -> dict[str, tuple[Axis, ...]]:
+    return {k: tuple(Axis(WIDTH) if a.role in (HEADS, HEADS_IN) else a for a in axes) for k, axes in table.items()}
