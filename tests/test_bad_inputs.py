@@ -73,6 +73,8 @@ FILES = {
     "evil_gene": "evil.safetensors", "not_state": "not_state.pth", "marker": "UNPICKLED",
     "a_dir": "a_dir", "folder_no_images": "folder_no_images", "folder_empty_class": "folder_empty_class",
     "folder_corrupt_image": "folder_corrupt_image", "folder_one_channel": "folder_one_channel",
+    "folder_bomb": "folder_bomb", "folder_one_class": "folder_one_class", "folder_other_classes": "folder_other_classes",
+    "idx_garbage": "idx_garbage",
     "run_corrupt": "run_corrupt", "run_evil": "run_evil", "run_other_lr": "run_other_lr",
     "out": "out/o.safetensors", "out_dir": "out", "not_a_dir": "file.txt", "readonly": "readonly",
 }
@@ -82,6 +84,18 @@ def _write_png(path: Path, value: int) -> None:
     from PIL import Image
 
     Image.fromarray(np.full((8, 8), value, dtype=np.uint8)).save(path)
+
+
+def _write_png_bomb(path: Path, side: int = 40_000) -> None:
+    """A 60-byte PNG whose header claims side × side pixels (1.6 G): PIL refuses it as a decompression bomb."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b""))
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +142,19 @@ def ws(tmp_path_factory) -> Workspace:
     for name in ("a", "b"):
         (Path(w.folder_one_channel) / name).mkdir(parents=True)
         _write_png(Path(w.folder_one_channel) / name / "0.png", 100)
+    for name in ("a", "b"):
+        (Path(w.folder_bomb) / name).mkdir(parents=True)
+        _write_png(Path(w.folder_bomb) / name / "0.png", 100)
+    _write_png_bomb(Path(w.folder_bomb) / "b" / "1.png")
+    (Path(w.folder_one_class) / "only").mkdir(parents=True)
+    _write_png(Path(w.folder_one_class) / "only" / "0.png", 100)
+    for split, names in (("train", ("cat", "dog")), ("test", ("cat", "fox"))):
+        for name in names:
+            (Path(w.folder_other_classes) / split / name).mkdir(parents=True)
+            _write_png(Path(w.folder_other_classes) / split / name / "0.png", 100)
+    Path(w.idx_garbage).mkdir()
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
+        Path(w.idx_garbage, name).write_bytes(b"\x00\x00\x08\x03 not an idx file" * 10)
     for run in (w.run_corrupt, w.run_evil):
         Path(run).mkdir()
     Path(w.run_corrupt, "checkpoint.pt").write_bytes(b"PK\x03\x04 truncated zip")
@@ -257,6 +284,14 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
     ("zero shots", lambda w: ["train", w.anc, "--data", "digits", "--few-shot", "0", "--epochs", "1", "-o", w.out], "--few-shot must be"),
     ("zero training images", lambda w: ["train", w.anc, "--data", "digits", "--train-images", "0", "--epochs", "1", "-o", w.out],
      "--train-images must be"),
+    ("decompression-bomb PNG in a folder", lambda w: ["train", w.anc, "--data", f"folder:{w.folder_bomb}", "-o", w.out],
+     "decompression bomb"),
+    ("image folder of one class", lambda w: ["train", w.anc, "--data", f"folder:{w.folder_one_class}", "-o", w.out],
+     "has one class"),
+    ("test folder with other classes than train", lambda w: ["train", w.anc, "--data", f"folder:{w.folder_other_classes}",
+                                                             "-o", w.out], "same class sub-folders"),
+    ("garbage IDX files in --data-dir", lambda w: ["train", w.anc, "--data", "fashion_mnist", "--data-dir", w.idx_garbage,
+                                                   "-o", w.out], "not a Fashion-MNIST IDX file"),
     ("image folder with 2 channels", lambda w: ["ancestry", "--depth", "1", "--embed-dim", "32", "--num-heads", "2",
                                                 "--patch-size", "4", *SIZE, "--in-chans", "2", "--data",
                                                 f"folder:{w.folder_one_channel}", "-o", w.out], "1 or 3 channels"),

@@ -12,7 +12,7 @@ from learngene.errors import LearngeneError
 from learngene.gene import Learngene
 from learngene.heads import split_proj, split_qkv
 from learngene.methods.base import block_state, make_descendant
-from learngene.methods.peg import PEG
+from learngene.methods.peg import PEG, default_gene_heads
 from learngene.methods.resize import axis_map
 from learngene.train import TrainConfig, evaluate
 
@@ -142,12 +142,16 @@ def test_adapted_gene_round_trips_through_a_file(gene, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_default_gene_heads_follow_the_authors_two_thirds():
+    assert [default_gene_heads(h) for h in (12, 6, 4, 3, 2, 1)] == [8, 4, 3, 2, 1, 1]
+
+
 def test_deterministic_and_seeded(ancestry, gene):
     again = PEG(gene_heads=2, gene_ffns=2, seed=3).condense(ancestry)
     other = PEG(gene_heads=2, gene_ffns=2, seed=4).condense(ancestry)
     assert all(torch.equal(gene.tensors[k], again.tensors[k]) for k in gene.tensors)
     assert not torch.equal(gene.tensors["msa.q"], other.tensors["msa.q"])
-    assert PEG().condense(ancestry).tensors["msa.q"].shape[:2] == (3, 2)  # defaults: half the heads
+    assert PEG().condense(ancestry).tensors["msa.q"].shape[:2] == (3, 3)  # defaults: about 2/3 of the 4 heads
     assert PEG().condense(ancestry).tensors["ffn.fc1_weight"].shape[0] == 2  # and half the depth, rounded up
 
 

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from learngene.cli import main
 from learngene.describe import describe_gene
 from learngene.errors import LearngeneError
-from learngene.gene import get_method
+from learngene.gene import Learngene, get_method
 from learngene.methods.auxnet import block_params_per_layer, trained_spec, with_trained_spec
 from learngene.methods.base import Ancestry, CondenseInputs, GeneNet, make_descendant
 from learngene.methods.tleg import MODULES, TLEG, ShareInit, parse_layers
@@ -163,6 +163,26 @@ def test_other_width_is_a_clear_error(tiny_spec):
         TLEG().expand(gene, tiny_spec.replace(embed_dim=64))
 
 
+@pytest.mark.parametrize("cls", [TLEG, ShareInit])
+def test_another_head_count_is_refused_not_resplit(cls, tiny_spec):
+    gene = random_gene(cls(), tiny_spec)  # 2 heads of 16
+    with pytest.raises(LearngeneError, match="2 heads .* asks 32, 4 and 128; pass --embed-dim 32 --num-heads 2"):
+        cls().expand(gene, tiny_spec.replace(num_heads=4))
+
+
+def test_aux_pool_avg_is_the_authors_aux_net_without_class_token(tiny_ancestry, toy_data, tiny_spec):
+    with pytest.raises(LearngeneError, match="aux_pool"):
+        condense("tleg", tiny_ancestry, toy_data, aux_pool="mean")
+    gene = condense("tleg", tiny_ancestry, toy_data, steps=2, aux_pool="avg")
+    aux = trained_spec(gene)
+    assert (aux.global_pool, aux.class_token) == ("avg", False) and "cls_token" not in gene.tensors
+    assert "fc_norm.weight" in gene.tensors and "pos_embed" in gene.tensors
+    same = make_descendant(gene, aux)
+    assert torch.equal(same.state_dict()["pos_embed"], gene.tensors["pos_embed"])
+    token = make_descendant(gene, tiny_spec.replace(depth=3)).state_dict()  # the ancestry's token pooling
+    assert torch.equal(token["norm.weight"], gene.tensors["fc_norm.weight"])
+
+
 def test_any_classifier_can_teach_given_the_aux_size(toy_data):
     teacher = Ancestry(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(256, 4)).eval(), None)
     with pytest.raises(LearngeneError, match="aux_depth"):
@@ -181,6 +201,7 @@ def test_cli_condense_expand_inspect(tmp_path, capsys):
     assert main(["ancestry", *TINY_ARGS, *DATA, "--epochs", "1", "--quiet", "--out", anc]) == 0
     assert main(["condense", "--method", "tleg", "--ancestry", anc, *DATA, "--max-steps", "3", "--quiet",
                  "--run-dir", str(tmp_path / "run"), "--out", gene]) == 0
+    assert Learngene.load(gene).cost["distill_lambda"] == 1.0  # the authors' pure-KL recipe by default
     assert main(["expand", gene, "--depth", "5", "--opt", "layers=2-5", "--quiet", "--out", desc]) == 0
     model = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=5, embed_dim=32, num_heads=2,
                               patch_size=4, img_size=16, in_chans=1, num_classes=10)

@@ -10,6 +10,7 @@ from safetensors.torch import load_file
 from learngene.cli import main
 from learngene.describe import describe_gene
 from learngene.errors import LearngeneError
+from learngene.gene import Learngene
 from learngene.methods.auxnet import trained_spec, with_trained_spec
 from learngene.methods.base import CondenseInputs, GeneNet, make_descendant
 from learngene.methods.tleg import TLEG
@@ -190,8 +191,8 @@ DATA = ["--data", "digits", "--train-images", "200"]
 def test_cli_condense_adapt_expand_inspect(tmp_path, capsys):
     anc, gene, adapted = (str(tmp_path / f"{n}.safetensors") for n in ("anc", "gene", "adapted"))
     assert main(["ancestry", *TINY_ARGS, *DATA, "--epochs", "1", "--quiet", "--out", anc]) == 0
-    assert main(["condense", "--method", "wave", "--ancestry", anc, *DATA, "--max-steps", "3", "--distill-lambda", "0.5",
-                 "--quiet", "--out", gene]) == 0
+    assert main(["condense", "--method", "wave", "--ancestry", anc, *DATA, "--max-steps", "3", "--quiet", "--out", gene]) == 0
+    assert Learngene.load(gene).cost["distill_lambda"] == 0.5  # Eq. 6's KL + CE by default, not TLEG's pure KL
     wide = ["--depth", "3", "--embed-dim", "64", "--num-heads", "4"]
     assert main(["adapt", gene, *wide, *DATA, "--max-steps", "3", "--quiet", "--gene-out", adapted,
                  "--out", str(tmp_path / "wide.safetensors")]) == 0

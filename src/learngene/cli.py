@@ -75,18 +75,27 @@ def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: s
     g.add_argument("--data-dir", help="where the data lie (default: $LEARNGENE_DATA, then system locations)")
     g.add_argument("--train-images", type=int, help="use a random subset of this many training images")
     g.add_argument("--few-shot", type=int, metavar="K", help="use K labelled training images per class")
+    g.add_argument("--workers", type=int, metavar="N",
+                   help="DataLoader processes decoding an image folder (default: auto, min(8, CPUs per process - 1); "
+                        "0: in the main process)")
+    g.add_argument("--aug", choices=("none", "deit"), default="none",
+                   help="training augmentation of an RGB image folder: deit = timm's random-resized crop, flip, "
+                        "RandAugment rand-m9-mstd0.5-inc1 and random erasing 0.25 per image (DeiT's recipe) "
+                        "(default: %(default)s)")
 
 
-def load_data_from_args(args: argparse.Namespace, img_size: int | None = None, in_chans: int | None = None):
-    """(train, test) data as the flags ask, resized/converted to the given model input."""
-    from .data import few_shot, fraction, load_dataset
+def load_data_from_args(args: argparse.Namespace, img_size: int | None = None, in_chans: int | None = None,
+                        preprocessing: dict[str, Any] | None = None):
+    """(train, test) data as the flags ask, resized/converted to the given model input; image folders are read
+    with ``preprocessing`` (the model's, :func:`learngene.data.preprocessing_cfg`) when given."""
+    from .data import default_workers, few_shot, fraction, load_splits
 
     img_size = getattr(args, "img_size", None) or img_size
     in_chans = getattr(args, "in_chans", None) or in_chans
+    workers = args.workers if args.workers is not None else default_workers()
 
     def load() -> tuple:
-        return (load_dataset(args.data, "train", img_size, args.data_dir, in_chans),
-                load_dataset(args.data, "test", img_size, args.data_dir, in_chans))
+        return load_splits(args.data, img_size, args.data_dir, in_chans, preprocessing, args.aug, workers)
 
     # under torchrun rank 0 loads first, so a one-time cache (Fashion-MNIST ungzipped) is written once
     # and a bad --data stops every rank with rank 0's message
@@ -119,9 +128,11 @@ def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-
     g.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps (default: per epoch)")
 
 
-def add_distill_args(p: argparse.ArgumentParser, lam: float, tau: float = 1.0) -> None:
+def add_distill_args(p: argparse.ArgumentParser, lam: float | None, tau: float = 1.0) -> None:
     g = p.add_argument_group("distillation: (1-λ)·CE + λ·τ²·KL(teacher ‖ student)")
-    g.add_argument("--distill-lambda", type=float, default=lam, help="λ (default: %(default)s)")
+    g.add_argument("--distill-lambda", type=float, default=lam,
+                   help="λ (default: %(default)s)" if lam is not None else
+                        "λ (default: the method's paper: 1 = pure KL for tleg/share_init, 0.5 = KL + CE for wave)")
     g.add_argument("--distill-tau", type=float, default=tau, help="τ (default: %(default)s)")
 
 
@@ -166,6 +177,7 @@ def _say(args: argparse.Namespace, text: str) -> None:
 
 # ---- subcommands ------------------------------------------------------------------------------------------
 def cmd_ancestry(args: argparse.Namespace) -> None:
+    from .data import preprocessing_cfg
     from .io import check_output_path, save_model
     from .train import seed_everything, train
 
@@ -178,7 +190,8 @@ def cmd_ancestry(args: argparse.Namespace) -> None:
     _say(args, f"ancestry {spec.short()} ({spec.num_params:,} params) on {train_data.name}: {len(train_data)} images")
     result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
     dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
-        "kind": "ancestry", "data": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc}))
+        "kind": "ancestry", "data": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc},
+        preprocessing=preprocessing_cfg(train_data)))
     _say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}")
 
 
@@ -203,6 +216,14 @@ def _load_ancestry_args(args: argparse.Namespace):
     return load_ancestry(args.ancestry, args.timm_model, **kwargs)
 
 
+def _ancestry_preprocessing(args: argparse.Namespace, ancestry) -> dict[str, Any] | None:
+    """What the ancestry's inputs expect: a timm model's pretrained_cfg, or what its model file records."""
+    from .data import preprocessing_cfg
+    from .io import model_preprocessing
+
+    return preprocessing_cfg(ancestry.model) if args.timm_model else model_preprocessing(args.ancestry)
+
+
 def cmd_condense(args: argparse.Namespace) -> None:
     from .gene import get_method
     from .io import check_output_path
@@ -212,13 +233,16 @@ def cmd_condense(args: argparse.Namespace) -> None:
     check_output_path(args.out, args.overwrite)
     method_cls = get_method(args.method)
     method = method_cls(**parse_options(method_cls.Config, args.opt or []))
+    if args.distill_lambda is None:
+        args.distill_lambda = method_cls.distill_lambda
     train_cfg = train_config_from_args(args, f"condense {args.method}")  # checked even where unused
     ancestry = _load_ancestry_args(args)
     inputs = None
     if method_cls.needs_data:
         model_in = ancestry.spec  # None for a non-ViT teacher: the data keep their own size unless flags say
         train_data, test_data = load_data_from_args(args, model_in.img_size if model_in else None,
-                                                    model_in.in_chans if model_in else None)
+                                                    model_in.in_chans if model_in else None,
+                                                    _ancestry_preprocessing(args, ancestry))
         inputs = CondenseInputs(train=train_data, eval=test_data, train_cfg=train_cfg, run_dir=args.run_dir,
                                 resume=args.resume)
     seed_everything(args.seed)
@@ -324,21 +348,23 @@ def cmd_adapt(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from .io import build_model, check_output_path, load_model_file, save_model
+    from .data import preprocessing_cfg
+    from .io import build_model, check_output_path, load_model_file, model_preprocessing, save_model
     from .train import train
 
     check_output_path(args.out, args.overwrite)
     train_cfg = train_config_from_args(args, "train")
     state, spec, origin = load_model_file(args.model)
     model = build_model(spec, state, source=str(args.model))
-    train_data, test_data = load_data_from_args(args, spec.img_size, spec.in_chans)
+    train_data, test_data = load_data_from_args(args, spec.img_size, spec.in_chans, model_preprocessing(args.model))
     if train_data.num_classes != spec.num_classes:
         model.reset_classifier(train_data.num_classes)
         spec = spec.replace(num_classes=train_data.num_classes)
         _say(args, f"new {train_data.num_classes}-way classifier head for {train_data.name}")
     result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
     dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
-        **origin, "finetuned_on": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc}))
+        **origin, "finetuned_on": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc},
+        preprocessing=preprocessing_cfg(train_data)))
     _say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}")
 
 
@@ -431,7 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
     add_data_args(p)
     add_train_args(p)
-    add_distill_args(p, lam=1.0)
+    add_distill_args(p, lam=None)
     add_common(p)
     add_output(p, "learngene")
     g = p.add_argument_group("timm checkpoint sizes (with --timm-model)")
@@ -531,6 +557,14 @@ def _version() -> str:
     return __version__
 
 
+def _clear_progress_bars() -> None:
+    """Close the bars an error interrupted, so that the one-line error starts a line of its own."""
+    from tqdm import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -545,6 +579,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.func(args)
         finished = True
     except LearngeneError as exc:
+        _clear_progress_bars()
         where = f" (rank {dist.rank()})" if dist.is_distributed() else ""
         print(f"learngene {args.command}{where}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

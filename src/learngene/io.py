@@ -184,8 +184,10 @@ def load_weights(path: str | os.PathLike) -> dict[str, Tensor]:
 
 # ---- learngene model files: a timm state_dict + the spec in the safetensors header ---------------
 def save_model(path: str | os.PathLike, model_or_state: torch.nn.Module | dict[str, Tensor], spec: ViTSpec,
-               origin: dict[str, Any] | None = None, overwrite: bool = True) -> None:
-    """Save a ViT as safetensors that timm loads directly; the header records its spec and origin."""
+               origin: dict[str, Any] | None = None, overwrite: bool = True,
+               preprocessing: dict[str, Any] | None = None) -> None:
+    """Save a ViT as safetensors that timm loads directly; the header records its spec and origin, and the
+    preprocessing its inputs expect (timm's data-config keys, :func:`learngene.data.preprocessing_cfg`)."""
     state = model_or_state.state_dict() if isinstance(model_or_state, torch.nn.Module) else model_or_state
     metadata = {
         "format": MODEL_FORMAT,
@@ -194,6 +196,10 @@ def save_model(path: str | os.PathLike, model_or_state: torch.nn.Module | dict[s
         "library_version": library_version(),
         "created": now_iso(),
     }
+    if preprocessing is not None:
+        from .data import preprocessing_cfg
+
+        metadata["preprocessing"] = json.dumps(preprocessing_cfg(preprocessing, spec.img_size, spec.in_chans))
     save_safetensors(path, state, metadata, overwrite)
 
 
@@ -216,6 +222,20 @@ def load_model_file(path: str | os.PathLike) -> tuple[dict[str, Tensor], ViTSpec
         raise GeneFormatError(f"{path} has a corrupt model header (origin is not a JSON object); create it again "
                               f"with learngene (ancestry, expand or train)")
     return tensors, spec, origin
+
+
+def model_preprocessing(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The preprocessing a model file's header records (:func:`save_model`), or None for a file without one."""
+    from .data import preprocessing_cfg
+
+    _require_file(path)
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            text = (fh.metadata() or {}).get("preprocessing")
+        return None if text is None else preprocessing_cfg(json.loads(text))
+    except (SafetensorError, OSError, ValueError, TypeError) as exc:  # unreadable header, bad JSON, bad values
+        raise GeneFormatError(f"{path} has a corrupt preprocessing header ({_first_line(exc)}); create it again with "
+                              f"learngene (ancestry, expand or train)") from None
 
 
 def build_model(spec: ViTSpec, state: dict[str, Tensor], source: str = "state_dict") -> torch.nn.Module:

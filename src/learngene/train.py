@@ -126,6 +126,17 @@ def autocast(device: torch.device):
     return torch.autocast("cpu", enabled=False)
 
 
+def set_fused_attention(model: nn.Module, enabled: bool = True) -> int:
+    """Attention through ``F.scaled_dot_product_attention`` (flash / memory-efficient kernels on CUDA) or
+    timm's eager softmax(QKᵀ)V, for every timm attention module of ``model``; returns how many were set."""
+    count = 0
+    for module in model.modules():
+        if hasattr(module, "fused_attn"):
+            module.fused_attn = enabled
+            count += 1
+    return count
+
+
 def distill_loss(logits: Tensor, labels: Tensor, teacher_logits: Tensor | None, lam: float, tau: float,
                  label_smoothing: float = 0.0) -> Tensor:
     """Per-sample ``(1−λ)·CE + λ·τ²·KL(softmax(z_t/τ) ‖ softmax(z_s/τ))`` (summed later, not averaged)."""

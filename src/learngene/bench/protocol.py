@@ -190,7 +190,7 @@ class BenchRun:
     def gene(self, name: str, ancestry: Ancestry, upstream: ImageData, upstream_eval: ImageData) -> tuple[Learngene, str]:
         p = self.profile
         options = p.method_options.get(name, {})
-        lam = p.condense_lambda.get(name, 1.0)
+        lam = p.condense_lambda.get(name, get_method(name).distill_lambda)
         key = stage_key(stage="gene", ancestry=self.ancestry_key, method=name, code=method_source_hash(name),
                         options=options, epochs=p.condense_epochs, images=len(upstream), distill_lambda=lam,
                         **self._budget_key())

@@ -6,6 +6,11 @@ distillation from the ancestry with the one training loop (TLEG Eq. 5-6, WAVE Eq
 descendants are built from the same timm configuration, so a descendant of the aux spec computes the
 aux net's function exactly.
 
+The aux net pools like the ancestry unless ``aux_pool`` says otherwise: ``avg`` is the TLEG authors'
+setup (no class token, average pooling), except that timm's average pooling normalizes after
+averaging where their net normalizes before; descendants built with the same pooling compute the aux
+net's function, others inherit what fits (no class-token position embedding to give).
+
 A gene condensed this way records the spec its tensors were trained in (``gene.config["trained_spec"]``):
 the width its block tensors have and the layout of its embeddings and head.
 """
@@ -49,6 +54,7 @@ class AuxConfig:
     aux_embed_dim: int = 0
     aux_num_heads: int = 0
     aux_patch_size: int = 0
+    aux_pool: str = ""  # "": the ancestry's pooling; "avg": no class token, average pooling (the authors' aux net); "token"
     init_std: float = 0.02  # trunc-normal std of weight tensors at the start of condensation
 
 
@@ -63,8 +69,14 @@ def resolve_aux_spec(config: AuxConfig, ancestry: Ancestry | None, inputs: Conde
                              + " ".join(f"--opt {m}=N" for m in missing))
     if any(v < 0 for v in sizes.values()):
         raise LearngeneError(f"{method}: aux sizes must be positive, got {sizes}")
+    if config.aux_pool not in ("", "token", "avg"):
+        raise LearngeneError(f"{method}: aux_pool must be token or avg, not {config.aux_pool!r}; pass --opt aux_pool=avg "
+                             f"for the authors' aux net (no class token, average pooling)")
     values = base.to_dict() if base is not None else ViTSpec().to_dict()
     values.update({k: v for k, v in sizes.items() if v})
+    if config.aux_pool:
+        # timm normalizes after averaging (fc_norm); the authors' aux net normalizes, then averages
+        values.update(global_pool=config.aux_pool, class_token=config.aux_pool == "token")
     data = inputs.train if inputs is not None else None
     if data is not None:
         values.update(img_size=data.img_size, in_chans=data.in_chans)

@@ -79,6 +79,8 @@ class Method:
         needs_vit_ancestry: ``condense`` picks weights from a ViT (False: any classifier can teach).
         adaptable: descendants go through ``adapt`` (WAVE's scalers, PEG's φ) before fine-tuning.
         paper: citation shown in listings.
+        distill_lambda: λ of the paper's condensation loss ``(1−λ)·CE + λ·KL`` (methods that distil);
+            ``learngene condense`` and the benchmark use it unless told otherwise.
     """
 
     name: ClassVar[str]
@@ -88,6 +90,7 @@ class Method:
     needs_data: ClassVar[bool] = False
     needs_vit_ancestry: ClassVar[bool] = True
     adaptable: ClassVar[bool] = False  # has an ``adapt`` step that descendants should go through
+    distill_lambda: ClassVar[float] = 1.0
 
     def __init__(self, config: Any = None, **overrides: Any):
         base = config if config is not None else self.Config()

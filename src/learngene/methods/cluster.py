@@ -21,6 +21,21 @@ depths are carried over by :mod:`~learngene.methods.resize`.
 Unlike the authors' code, heads are sliced in timm's ``[Q; K; V]`` layout (:mod:`learngene.heads`),
 the qkv bias is kept, images are normalized exactly as in training, and clusters are computed, not
 hard-coded.
+
+Two departures from the paper, kept on purpose:
+
+- Width. The paper's descendants (and the authors' model) keep the residual width ``D`` and prune
+  only W_O's input columns, so ``H_d`` heads of size ``d`` need not fill ``D``. timm 1.0.31's
+  ``Attention`` accepts an ``attn_head_dim``, but ``VisionTransformer`` and ``Block`` do not forward it:
+  only a custom ``attn_layer=partial(Attention, attn_head_dim=d)`` expresses it, and such a model is
+  not a plain timm ViT (whoever loads it must rebuild that layer; :class:`~learngene.spec.ViTSpec`
+  maps onto ``timm.create_model``'s keyword arguments). Our descendants therefore have width
+  ``H_d·d``, with the residual and MLP axes carried over by :mod:`~learngene.methods.resize`.
+- Attention distance. Eq. 4 weights each key patch's pixel distance by its attention; the authors
+  use the raw probabilities after dropping the class token, so a head that attends to the class
+  token gets a smaller "distance" only because its patch weights sum to less than one. We
+  renormalize the patch weights to sum to one, so the value is the expected distance to the patches
+  a head attends to, whatever its class-token share.
 """
 
 from __future__ import annotations

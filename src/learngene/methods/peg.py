@@ -4,7 +4,8 @@ Expansion from Learngene", ICML 2024).
 Learngene (Sec. 3.3). For every ancestry layer, ``H_b`` heads, each a convex combination of that
 layer's ``H_a`` heads with weights ``softmax(g)``, ``g ~ N(0, I)`` (Eq. 4); and ``L_b`` FFNs, each a
 convex combination of the ancestry's ``L_a`` FFNs (Eq. 5). Patch and position embeddings and the
-final norm are inherited (App. B); each LayerNorm travels with its sub-layer (norm1 with the MSA
+final norm are inherited (App. B). By default ``H_b`` is about two thirds of ``H_a`` (12 → 8, 6 → 4), as the
+authors' configs keep, and ``L_b = ⌈L_a/2⌉``. Each LayerNorm travels with its sub-layer (norm1 with the MSA
 layer, norm2 with the FFN, mixed with the same weights).
 
 Weight-space mixing (where this differs from Eq. 4). Eq. 4 mixes the heads' attention logits and
@@ -74,9 +75,14 @@ ADAPTED = "descendant."  # prefix of the size-specific tensors ``adapt`` trained
 
 @dataclass(frozen=True)
 class PEGConfig:
-    gene_heads: int = 0  # H_b heads kept per ancestry layer; 0: half the ancestry's, rounded up
+    gene_heads: int = 0  # H_b heads kept per ancestry layer; 0: about two thirds of the ancestry's (the authors' configs)
     gene_ffns: int = 0  # L_b FFNs kept; 0: half the ancestry's depth, rounded up
     seed: int = 0  # the Gaussian draws of the mixing weights
+
+
+def default_gene_heads(ancestry_heads: int) -> int:
+    """``H_b`` when not given: two thirds of ``H_a``, rounded (12 → 8, 6 → 4, 3 → 2), as the authors' configs keep."""
+    return max(1, round(2 * ancestry_heads / 3))
 
 
 def mixing_weights(rows: int, cols: int, generator: torch.Generator) -> Tensor:
@@ -110,7 +116,7 @@ class PEG(Method):
     # ---- condensation: Eqs. 4-5 ---------------------------------------------------------------------
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         spec = ancestry.require_vit(self.name)
-        heads = self.config.gene_heads or math.ceil(spec.num_heads / 2)
+        heads = self.config.gene_heads or default_gene_heads(spec.num_heads)
         ffns = self.config.gene_ffns or math.ceil(spec.depth / 2)
         if not (1 <= heads <= spec.num_heads and 1 <= ffns <= spec.depth):
             raise LearngeneError(f"peg keeps 1..{spec.num_heads} heads and 1..{spec.depth} FFNs of this ancestry, "

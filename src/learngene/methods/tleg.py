@@ -85,6 +85,7 @@ class TLEG(Method):
     needs_data = True
     needs_vit_ancestry = False
     has_slope = True  # Share-Init stores θ_B only (θ_A ≡ 0)
+    distill_lambda = 1.0  # Eq. 6 with the authors' released recipe: pure KL
 
     def __init__(self, config=None, **overrides):
         super().__init__(config, **overrides)
@@ -127,9 +128,11 @@ class TLEG(Method):
         """Eq. 1-4: block l (1-indexed) of a depth-L net is θ_B + (l−1)/L · θ_A, for every tensor of
         the chosen modules in the chosen layers (L = the depth of the net being built, as the authors)."""
         source = trained_spec(gene)
-        if (spec.embed_dim, spec.mlp_hidden) != (source.embed_dim, source.mlp_hidden):
-            raise LearngeneError(f"{self.name} expands in depth only: this gene's blocks have width {source.embed_dim} "
-                                 f"and MLP {source.mlp_hidden}, the target asks {spec.embed_dim} and {spec.mlp_hidden}; "
+        if (spec.embed_dim, spec.num_heads, spec.mlp_hidden) != (source.embed_dim, source.num_heads, source.mlp_hidden):
+            # another head count would silently re-split the trained attention into other heads
+            raise LearngeneError(f"{self.name} expands in depth only: this gene's blocks have width {source.embed_dim}, "
+                                 f"{source.num_heads} heads and MLP {source.mlp_hidden}, the target asks {spec.embed_dim}, "
+                                 f"{spec.num_heads} and {spec.mlp_hidden}; "
                                  f"pass --embed-dim {source.embed_dim} --num-heads {source.num_heads}, or use wave to change width")
         layers = parse_layers(self.config.layers, spec.depth)
         # One batched op per tensor builds all chosen layers at once (the aux step stays as cheap as a plain one).

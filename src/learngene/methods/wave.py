@@ -11,6 +11,14 @@ a little data with the templates frozen; widths must be multiples of the templat
 
 Template counts: two per w×w block of the aux tensor ("base" and "per-layer slope"; Table 8's
 6/2/8/8 for qkv/proj/fc1/fc2 at w = D), so that TLEG is the special case of Appendix A.
+
+Vector templates depart from Table 8, on purpose. Table 8 gives each bias and norm 4 templates as
+long as the whole vector (576 for DeiT-Ti's qkv bias, 768 for fc1's). A template that long cannot
+make a vector of another width: it is longer than a narrower model's bias, and tiling it over a
+wider one would put the aux's key biases into the wider model's query rows. Ours are w long and
+tiled like the matrices (two per w-block, base and slope), so biases and norms follow every width
+the weights can take, and a TLEG gene cut into blocks is still a WAVE gene (Appendix A). At the aux
+width the difference is only the count: 2 per w-block instead of 4 per vector.
 """
 
 from __future__ import annotations
@@ -129,6 +137,7 @@ class WAVE(Method):
     needs_data = True
     needs_vit_ancestry = False
     adaptable = True
+    distill_lambda = 0.5  # Eq. 6: KL + CE, i.e. λ = 0.5 up to a factor 2
 
     def __init__(self, config=None, **overrides):
         super().__init__(config, **overrides)
