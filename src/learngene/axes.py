@@ -93,8 +93,25 @@ def carried(source: ViTSpec, target: ViTSpec) -> ViTSpec:
 
 # ---- moving a tensor axis by axis ---------------------------------------------------------------------
 Index = Tensor | slice
-# (role, source size, target size) -> (source coordinate of each target coordinate, 1/copies or None)
+# (role, source size, target size) -> (source coordinate of each target coordinate, 1/copies or None);
+# ``slice(None)`` for an axis left as it is (a view, no copy)
 Picker = Callable[[str, int, int], tuple[Index, Tensor | None]]
+KEPT = (slice(None), None)
+
+
+def pick_given(width: Index | None = None, hidden: Index | None = None, heads: Index | None = None) -> Picker:
+    """A picker with fixed coordinates per kind of axis (e.g. an importance order, a prefix); others kept."""
+    chosen = {WIDTH: width, WIDTH_IN: width, HIDDEN: hidden, HIDDEN_IN: hidden, HEADS: heads}
+
+    def pick(role: str, n_src: int, n_dst: int) -> tuple[Index, Tensor | None]:
+        index = chosen.get(role)
+        if index is None:
+            if n_src != n_dst:
+                raise LearngeneError(f"no rule moves a {role} axis from {n_src} to {n_dst} coordinates here")
+            return KEPT
+        return index, None
+
+    return pick
 
 
 def _take(t: Tensor, dim: int, index: Index) -> Tensor:
@@ -110,10 +127,10 @@ def move_tensor(t: Tensor, axes: tuple[Axis, ...], shape: tuple[int, ...], heads
     h_src, h_dst = heads
     for dim, (axis, n_dst) in enumerate(zip(axes, shape)):
         n_src, s = t.shape[dim], axis.segments
-        if axis.role == KEEP or (n_src == n_dst and (axis.role not in (HEADS, HEADS_IN) or h_src == h_dst)):
+        if axis.role == KEEP or axis.role == CLASSES:
+            if axis.role == CLASSES and n_src != n_dst:
+                raise LearngeneError(f"a classifier of {n_src} classes cannot become one of {n_dst}")
             continue
-        if axis.role == CLASSES:
-            raise LearngeneError(f"a classifier of {n_src} classes cannot become one of {n_dst}")
         if axis.role in (HEADS, HEADS_IN):
             if n_dst % (s * h_dst):
                 raise LearngeneError(f"{n_dst} head channels do not split into {s} x {h_dst} heads")

@@ -22,7 +22,20 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ..axes import HEAD_DIM, block_axes, carried, move_state, non_block_axes
+from ..axes import (
+    HEAD_DIM,
+    HEADS,
+    HIDDEN,
+    HIDDEN_IN,
+    KEPT,
+    WIDTH,
+    WIDTH_IN,
+    Picker,
+    block_axes,
+    carried,
+    move_state,
+    non_block_axes,
+)
 from ..errors import LearngeneError
 from ..spec import ViTSpec
 from .base import StateDict
@@ -59,14 +72,29 @@ def stretch(n_src: int, n_dst: int) -> Tensor:
     return torch.arange(n_dst) * n_src // n_dst
 
 
-def pick_mapped(role: str, n_src: int, n_dst: int) -> tuple[Tensor, Tensor]:
+def pick_mapped(role: str, n_src: int, n_dst: int) -> tuple[Tensor | slice, Tensor | None]:
     """The rule above for every axis: :func:`axis_map`'s coordinates and reader scales. Heads keep their size."""
-    if role == HEAD_DIM and n_src != n_dst:
+    if n_src == n_dst:
+        return KEPT
+    if role == HEAD_DIM:
         raise LearngeneError(f"whole-head methods keep heads of {n_src} dims, asked {n_dst}")
     return axis_map(n_src, n_dst)
 
 
-def resize_block(block: StateDict, source: ViTSpec, target: ViTSpec) -> StateDict:
+def pick_maps(width: AxisMap, hidden: AxisMap, heads: AxisMap | None = None) -> Picker:
+    """:func:`pick_mapped` with these maps for the residual, MLP-hidden (and head) axes of their sizes."""
+    maps = {WIDTH: width, WIDTH_IN: width, HIDDEN: hidden, HIDDEN_IN: hidden, HEADS: heads}
+
+    def pick(role: str, n_src: int, n_dst: int) -> tuple[Tensor | slice, Tensor | None]:
+        chosen = maps.get(role)
+        if chosen is not None and len(chosen.index) == n_dst:
+            return chosen
+        return pick_mapped(role, n_src, n_dst)  # e.g. the MAP head's MLP, whose hidden size is not the blocks'
+
+    return pick
+
+
+def resize_block(block: StateDict, source: ViTSpec, target: ViTSpec, pick: Picker = pick_mapped) -> StateDict:
     """One block's tensors (in-block names, heads already ``target``'s) moved to ``target``'s width and MLP size.
 
     Rows that write the residual stream (W_O, fc2, their biases, norms, layer-scale gammas) are picked;
@@ -74,11 +102,11 @@ def resize_block(block: StateDict, source: ViTSpec, target: ViTSpec) -> StateDic
     they are (see :mod:`learngene.axes` for every tensor's axes).
     """
     heads = (target.num_heads, target.num_heads)
-    return move_state(block, block_axes(source), target.block_shapes(), heads, pick_mapped)
+    return move_state(block, block_axes(source), target.block_shapes(), heads, pick)
 
 
-def resize_non_block(state: StateDict, source: ViTSpec, target: ViTSpec) -> StateDict:
+def resize_non_block(state: StateDict, source: ViTSpec, target: ViTSpec, pick: Picker = pick_mapped) -> StateDict:
     """Tokens, embeddings, norms, MAP pooling head and classifiers (timm keys, those present) moved to
     ``target``'s width and head count; token counts, patch kernels and classes stay ``source``'s."""
-    return move_state(state, non_block_axes(source), carried(source, target).non_block_shapes(), (source.num_heads, target.num_heads),
-                      pick_mapped)
+    return move_state(state, non_block_axes(source), carried(source, target).non_block_shapes(),
+                      (source.num_heads, target.num_heads), pick)
