@@ -26,10 +26,12 @@ from safetensors.torch import save_file
 from learngene.ancestry import load_ancestry
 from learngene.cli import main
 from learngene.data import Batches, ImageData, class_subset, few_shot, image_folder, load_dataset
+from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
-from learngene.gene import Learngene, get_method, list_methods
+from learngene.gene import Learngene
 from learngene.io import load_model_file, load_weights, save_model
-from learngene.methods.base import Ancestry, make_descendant
+from learngene.method import Ancestry
+from learngene.registry import get_method, list_methods
 from learngene.spec import ViTFamily, ViTSpec
 from learngene.train import TrainConfig, resolve_device, train
 from tests.conftest import make_images
@@ -185,7 +187,7 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
     ("empty gene file", lambda w: ["expand", w.empty, "-o", w.out], "is empty"),
     ("safetensors that is not a gene", lambda w: ["expand", w.plain, "-o", w.out], "not a learngene"),
     ("model file given as gene", lambda w: ["expand", w.anc, "-o", w.out], "not a learngene"),
-    ("gene of unknown method", lambda w: ["expand", w.unknown_method, "-o", w.out], "does not know"),
+    ("gene of unknown method", lambda w: ["expand", w.unknown_method, "-o", w.out], "unknown method 'alchemy'"),
     ("gene of newer format", lambda w: ["expand", w.newer, "-o", w.out], "newer than this library"),
     ("gene with corrupt header", lambda w: ["expand", w.bad_config, "-o", w.out], "corrupt learngene header"),
     ("gene with impossible ancestry", lambda w: ["inspect", w.bad_gene_ancestry], "corrupt learngene header"),
@@ -301,7 +303,10 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
      "does not exist; create it first"),
     ("output under a regular file", lambda w: ["expand", w.gene, "-o", Path(w.not_a_dir) / "o.safetensors"],
      "is not a directory"),
-    ("output is a directory", lambda w: ["expand", w.gene, "-o", w.a_dir], "is a directory; give a file path"),
+    ("output is a directory", lambda w: ["condense", "--method", "scratch", "--ancestry", w.anc, "-o", w.a_dir],
+     "is a directory; give a file path"),
+    ("hub folder exists", lambda w: ["expand", w.gene, "-o", w.a_dir], "already exists; pass --overwrite"),
+    ("hub folder over a file", lambda w: ["expand", w.gene, "-o", w.gene, "--format", "hub"], "is not a folder"),
     ("output in a read-only directory", lambda w: ["expand", w.gene, "-o", Path(w.readonly) / "o.safetensors"],
      "not writable"),
 ]
@@ -334,7 +339,7 @@ def _extra_setup(ws: Workspace, case_id: str) -> None:
             method = get_method(name)()
             inputs = None
             if method.needs_data:
-                from learngene.methods.base import CondenseInputs
+                from learngene.method import CondenseInputs
 
                 inputs = CondenseInputs(train=make_images(16, num_classes=10, size=16),
                                         train_cfg=TrainConfig(epochs=1, max_steps=1, batch_size=8, progress=False,

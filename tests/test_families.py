@@ -18,21 +18,22 @@ from safetensors.torch import load_file
 from torch.utils.flop_counter import FlopCounterMode
 
 from learngene.ancestry import load_ancestry
-from learngene.axes import block_axes, move_state, non_block_axes
+from learngene.auxnet import FeatureDistillation
 from learngene.cli import main
+from learngene.descendant import GeneNet, make_descendant
 from learngene.errors import LearngeneError, SpecError
-from learngene.gene import Learngene, get_method, list_methods
-from learngene.methods.auxnet import FeatureDistillation, with_trained_spec
-from learngene.methods.base import (
-    Ancestry,
-    CondenseInputs,
-    GeneNet,
-    block_state,
-    make_descendant,
-)
-from learngene.methods.resize import pick_mapped
+from learngene.gene import Learngene
+from learngene.method import Ancestry, CondenseInputs
+from learngene.registry import get_method, list_methods
 from learngene.spec import ViTFamily, ViTSpec, spec_from_model
 from learngene.train import TrainConfig, seed_everything
+from learngene.transfer import (
+    block_axes,
+    block_state,
+    mapped,
+    move_state,
+    non_block_axes,
+)
 from tests.conftest import make_images
 
 SIZE = dict(depth=2, embed_dim=32, num_heads=2, img_size=28, patch_size=4)
@@ -216,9 +217,9 @@ def test_the_axis_rules_widen_every_family_without_changing_its_function(family,
     state = model.state_dict()
     heads = (spec.num_heads, wide.num_heads)
     moved = move_state({k: v for k, v in state.items() if not k.startswith("blocks.")}, non_block_axes(spec),
-                       wide.non_block_shapes(), heads, pick_mapped)
+                       wide.non_block_shapes(), heads, mapped)
     for layer in range(spec.depth):
-        block = move_state(block_state(state, layer), block_axes(spec), wide.block_shapes(), heads, pick_mapped)
+        block = move_state(block_state(state, layer), block_axes(spec), wide.block_shapes(), heads, mapped)
         moved.update({f"blocks.{layer}.{k}": v for k, v in block.items()})
     widened = wide.create_model().eval()
     widened.load_state_dict(moved, strict=True)
@@ -247,7 +248,7 @@ def test_the_feature_loss_is_one_minus_the_cosine_of_the_projected_embedding():
     spec = family_ancestry("clip").spec.replace(embed_dim=16, num_heads=1, num_classes=10)
     method = get_method("share_init")()
     seed_everything(0)
-    net = GeneNet(method, with_trained_spec(method.new_gene(method.initial_tensors(spec), None), spec), spec)
+    net = GeneNet(method, method.new_gene(method.initial_tensors(spec), spec, None), spec)
     student = FeatureDistillation(net, teacher_width=32)
     x, y, teacher = torch.randn(4, 3, 28, 28), torch.arange(4), torch.randn(4, 32)
     plain = spec.create_model().eval()  # the aux net's weights in a plain model: its pooled embedding by timm's own code

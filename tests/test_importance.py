@@ -3,10 +3,11 @@ import math
 import pytest
 import torch
 
+from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
-from learngene.gene import get_method
 from learngene.heads import split_qkv
-from learngene.methods.base import Ancestry, CondenseInputs, make_descendant
+from learngene.method import Ancestry, CondenseInputs
+from learngene.registry import get_method
 from learngene.spec import block_key
 
 X = torch.randn(3, 1, 16, 16, generator=torch.Generator().manual_seed(0))

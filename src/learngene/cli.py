@@ -225,9 +225,9 @@ def _ancestry_preprocessing(args: argparse.Namespace, ancestry) -> dict[str, Any
 
 
 def cmd_condense(args: argparse.Namespace) -> None:
-    from .gene import get_method
     from .io import check_output_path
-    from .methods.base import CondenseInputs, parse_options
+    from .method import CondenseInputs, parse_options
+    from .registry import get_method
     from .train import seed_everything
 
     check_output_path(args.out, args.overwrite)
@@ -252,50 +252,62 @@ def cmd_condense(args: argparse.Namespace) -> None:
 
 
 def cmd_expand(args: argparse.Namespace) -> None:
-    from .gene import Learngene, get_method
+    from .descendant import make_descendant
+    from .export import check_output_folder, wants_folder
+    from .gene import Learngene
     from .io import check_output_path, save_model
-    from .methods.base import make_descendant, parse_options
+    from .method import parse_options
+    from .registry import get_method
 
-    check_output_path(args.out, args.overwrite)
+    hub = wants_folder(args.out, args.format)
+    (check_output_folder if hub else check_output_path)(args.out, args.overwrite)
     gene = Learngene.load(args.gene)
+    method_cls = get_method(gene.method)
     if gene.ancestry is None and not args.preset:
         raise LearngeneError(f"{args.gene} records no ancestry size; give --preset and/or all size flags")
     spec = spec_from_args(args, base=gene.ancestry)
-    options = parse_options(get_method(gene.method).Config, args.opt or [])
+    options = parse_options(method_cls.Config, args.opt or [])
     if args.max_params is not None or args.max_flops is not None:
         spec = _fit_gene_to_budget(args, gene, spec, options)
     model = make_descendant(gene, spec, seed=args.seed, top_up=args.top_up, **options)
-    provided = get_method(gene.method).from_gene(gene, **options).provided_keys(gene, spec)
-    dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
-        "kind": "descendant", "method": gene.method, "gene": str(args.gene), "options": options,
-        "provided_keys": len(provided), "top_up": args.top_up}))
-    _say(args, f"wrote {args.out}: {spec.short()} timm ViT ({spec.num_params:,} params), "
+    provided = method_cls.from_gene(gene, **options).provided_keys(gene, spec)
+    if hub:
+        dist.on_main(lambda: _export_descendant(args, gene, model, spec, options, len(provided)))
+    else:
+        dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
+            "kind": "descendant", "method": gene.method, "gene": str(args.gene), "options": options,
+            "provided_keys": len(provided), "top_up": args.top_up}))
+    _say(args, f"wrote {args.out}{' (timm hub folder)' if hub else ''}: {spec.short()} timm ViT ({spec.num_params:,} params), "
                f"{len(provided)}/{len(spec.state_shapes())} tensors from the {gene.method} gene"
                + (f", the rest topped up by {args.top_up} where it has weights" if args.top_up else ""))
 
 
+def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dict[str, Any], provided: int) -> None:
+    from .export import export_hub_folder
+    from .registry import get_method
+
+    ancestry = gene.ancestry
+    card = {
+        "method": gene.method,
+        "citation": get_method(gene.method).paper,
+        "ancestry": (f"timm `{getattr(ancestry, 'arch', None) or 'ViT'}` {ancestry.short()}, {ancestry.num_params:,} "
+                     f"parameters" if ancestry else "none recorded (a non-ViT teacher, or no ancestry)"),
+        "gene": f"`{Path(args.gene).name}`, {gene.num_stored_params:,} stored parameters, made by learngene "
+                f"{gene.library_version} on {gene.created}",
+        "tensors from the gene": f"{provided} of {len(spec.state_shapes())}"
+                                 + (f", the rest topped up by {args.top_up}" if args.top_up else ", the rest timm's init"),
+    }
+    if options:
+        card["options"] = ", ".join(f"{k}={v!r}" for k, v in options.items())
+    export_hub_folder(args.out, model, spec, card, overwrite=args.overwrite)
+
+
 def _fit_gene_to_budget(args: argparse.Namespace, gene, base, options: dict[str, Any]):
     """The deepest, then widest, size under --max-params/--max-flops that the gene's method can expand."""
-    import torch
-
-    from .gene import get_method
-    from .io import check_state_shapes
-    from .spec import fit_to_budget
-
-    method = get_method(gene.method).from_gene(gene, **options)
-
-    def supports(spec) -> bool:
-        try:
-            with torch.no_grad():
-                check_state_shapes(method.expand(gene, spec), spec, f"the {gene.method} gene")
-        except LearngeneError:
-            return False
-        return True
+    from .descendant import fit_gene_to_budget
 
     heads = args.num_heads or (base.num_heads if args.embed_dim else None)
-    spec = fit_to_budget(base, args.max_params, args.max_flops, supports, depth=args.depth, num_heads=heads,
-                         max_depth=gene.ancestry.depth if gene.ancestry else None,
-                         max_heads=gene.ancestry.num_heads if gene.ancestry else None)
+    spec = fit_gene_to_budget(gene, base, args.max_params, args.max_flops, depth=args.depth, num_heads=heads, **options)
     budget = ", ".join(f"{name} {value:,}" for name, value in (("params", args.max_params), ("FLOPs", args.max_flops))
                        if value is not None)
     _say(args, f"picked {spec.short()}: {spec.num_params:,} params, {spec.flops / 1e6:,.1f} MFLOPs per image "
@@ -316,9 +328,11 @@ def _count(text: str) -> int:
 
 
 def cmd_adapt(args: argparse.Namespace) -> None:
-    from .gene import Learngene, get_method
+    from .descendant import make_descendant
+    from .gene import Learngene
     from .io import check_output_path, save_model
-    from .methods.base import make_descendant, parse_options
+    from .method import AdaptInputs, parse_options
+    from .registry import get_method
 
     check_output_path(args.out, args.overwrite)
     if args.gene_out:
@@ -331,8 +345,8 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     base = gene.ancestry
     train_data, test_data = load_data_from_args(args, (base.img_size if base else None), (base.in_chans if base else None))
     spec = spec_from_args(args, base=base, data=train_data)
-    adapted, result = method.adapt(gene, spec, train_data, train_cfg.replace(desc=f"adapt {gene.method}"),
-                                   eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
+    adapted, result = method.adapt(gene, spec, AdaptInputs(train_data, train_cfg.replace(desc=f"adapt {gene.method}"),
+                                                           eval=test_data, run_dir=args.run_dir, resume=args.resume))
     model = make_descendant(adapted, spec, seed=args.seed)
 
     def write() -> None:
@@ -381,7 +395,7 @@ def cmd_inspect(args: argparse.Namespace) -> None:
 
 
 def cmd_methods(args: argparse.Namespace) -> None:
-    from .gene import get_method, list_methods
+    from .registry import get_method, list_methods
 
     for name in list_methods():
         cls = get_method(name)
@@ -391,7 +405,7 @@ def cmd_methods(args: argparse.Namespace) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> None:
     from .bench import BenchRun, get_profile
-    from .gene import list_methods
+    from .registry import list_methods
 
     profile = get_profile(args.profile)
     command = f"learngene bench --profile {args.profile}"
@@ -432,7 +446,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
 # ---- parser -----------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from .bench.profiles import PROFILES
-    from .gene import list_methods
+    from .registry import list_methods
 
     parser = _Parser(prog="learngene", description="Condense a pretrained ViT into a learngene and expand it into "
                                                    "timm ViTs of any depth, width and head count.")
@@ -482,7 +496,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-params", type=_count, metavar="N", help="at most N parameters (e.g. 5e6 or 5M)")
     g.add_argument("--max-flops", type=_count, metavar="N", help="at most N forward FLOPs per image (e.g. 2G)")
     add_common(p)
-    add_output(p, "descendant model")
+    p.add_argument("--out", "-o", required=True,
+                   help="where to write the descendant: a learngene model file (.safetensors), or timm's hub folder "
+                        "(config.json, model.safetensors, README.md) when it ends in / or is a folder")
+    p.add_argument("--format", choices=("file", "hub"),
+                   help="file: one learngene model file; hub: timm's hub folder, loadable by "
+                        "timm.create_model('local-dir:DIR', pretrained=True) (default: hub for a folder-like --out)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output file or folder")
     p.set_defaults(func=cmd_expand)
 
     p = sub.add_parser("adapt", help="specialize a learngene to a size on a little data (WAVE scalers, PEG φ)",
@@ -552,7 +572,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from . import __version__
+    from ._version import __version__
 
     return __version__
 

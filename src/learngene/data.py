@@ -593,7 +593,7 @@ def _open_image(path: str, mode: str | None):
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(path) as img:
                 return img.convert(mode) if mode else None
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         raise DataError(f"image {path} has more pixels than PIL decodes safely ({Image.MAX_IMAGE_PIXELS:,}): a "
                         f"decompression bomb or an oversized image; remove it or scale it down") from None
     except (OSError, ValueError, SyntaxError) as exc:

@@ -247,7 +247,13 @@ def predict_logits(model: nn.Module, data: Data, batch_size: int = 512, device: 
 
 
 def check_data_fits(model: nn.Module, data: Data) -> None:
-    """Fail with one line if ``data``'s images or labels do not fit ``model``'s input and head."""
+    """Fail with one line if ``data``'s images or labels do not fit ``model``'s input and head.
+
+    A model that wraps the network it runs (:class:`~learngene.descendant.GeneNet`) names it
+    ``skeleton``; the check reads that network's patch embedding and classifier size. Models without
+    a patch embedding (any classifier can be trained here) are checked on labels only.
+    """
+    model = getattr(model, "skeleton", model)
     embed = getattr(model, "patch_embed", None)
     if embed is not None:
         chans, size = embed.proj.in_channels, embed.img_size[0]

@@ -38,11 +38,21 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..axes import CLASSES, KEEP, Axis, block_axes, carried, non_block_axes
 from ..errors import LearngeneError
-from ..gene import Learngene, register_method
+from ..gene import Learngene
+from ..method import Ancestry, CondenseInputs, Method
+from ..registry import register_method
 from ..spec import ViTSpec, block_key
-from .base import Ancestry, CondenseInputs, Method, StateDict, inherit_non_block
+from ..transfer import (
+    CLASSES,
+    KEEP,
+    Axis,
+    StateDict,
+    block_axes,
+    carried,
+    inherit_non_block,
+    non_block_axes,
+)
 
 PREFIX = "dct."
 LAYER, FREQ = "layer", "freq"
@@ -146,11 +156,11 @@ class Front(Method):
         for key, axes in non_block_axes(spec).items():
             t = state[key].reshape(split_shape(state[key].shape, axes))
             tensors[PREFIX + key] = low_frequencies(t, front_axes(axes), self._count)
-        return self.new_gene(tensors, spec)
+        return self.new_gene(tensors, spec, spec)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """Truncate or zero-pad every axis's coefficients to the target length, then inverse DCT."""
-        src: ViTSpec = gene.ancestry
+        src: ViTSpec = gene.layout
         out: StateDict = {}
         src_shapes, dst_shapes = src.block_shapes(), spec.block_shapes()
         for name, axes in block_axes(src).items():
@@ -169,7 +179,7 @@ class Front(Method):
         return out
 
     def describe(self, gene: Learngene) -> list[str]:
-        src: ViTSpec = gene.ancestry
+        src: ViTSpec = gene.layout
         return [(f"kept DCT coefficients per axis: layers {self._count(LAYER, src.depth)}/{src.depth}, width "
                  f"{self._count(FREQ, src.embed_dim)}/{src.embed_dim}, MLP {self._count(FREQ, src.mlp_inner)}/"
                  f"{src.mlp_inner} (keep_ratio {self.config.keep_ratio})"),

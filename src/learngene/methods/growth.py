@@ -10,7 +10,7 @@ widened) is tiled along its input and divided by ``n``. Heads keep their size an
 ``n``-fold (new head ``j`` is a copy of head ``j mod H``, its W_O columns divided by ``n``), as the
 authors advise for attention. A LayerNorm over ``n`` copies of a vector has the same mean and
 variance, so the grown ViT computes the ancestry's function exactly (up to float rounding). The
-residual and MLP axes use :func:`~learngene.methods.resize.axis_map`'s cyclic repeat with reader
+residual and MLP axes use :func:`~learngene.transfer.axis_map`'s cyclic repeat with reader
 scaling, which for an exact multiple is this rule. Noise variant (``snr_db``): as in the authors'
 code, Gaussian noise at that signal-to-noise ratio is added to one copy-block of each widened
 matrix's input and subtracted from the next (pairs of blocks; an odd last block stays clean), so it
@@ -44,20 +44,21 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..axes import carried
 from ..errors import LearngeneError
-from ..gene import Learngene, register_method
+from ..gene import Learngene
 from ..heads import join_proj, mix_heads, select_matrix, split_proj
+from ..method import Ancestry, CondenseInputs, Method
+from ..registry import register_method
 from ..spec import ViTSpec, block_key
-from .base import (
-    Ancestry,
-    CondenseInputs,
-    Method,
+from ..transfer import (
+    AxisMap,
     StateDict,
+    axis_map,
     block_state,
-    inherit_non_block,
+    carry_non_block,
+    cyclic,
+    resize_block,
 )
-from .resize import AxisMap, axis_map, cyclic, pick_maps, resize_block, resize_non_block
 
 WRITERS = ("attn.proj.weight", "attn.proj.bias", "mlp.fc2.weight", "mlp.fc2.bias")
 
@@ -109,7 +110,8 @@ class Grow(Method):
                                  f"width={self.config.width!r} depth={self.config.depth!r}")
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        return self.new_gene(ancestry.state(), ancestry.require_vit(self.name))
+        spec = ancestry.require_vit(self.name)
+        return self.new_gene(ancestry.state(), spec, spec)
 
     def _maps(self, src: ViTSpec, spec: ViTSpec, generator: torch.Generator) -> tuple[AxisMap, AxisMap, AxisMap]:
         if spec.head_dim != src.head_dim or spec.embed_dim < src.embed_dim or spec.mlp_hidden < src.mlp_hidden \
@@ -145,7 +147,7 @@ class Grow(Method):
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """Widen every ancestry layer (heads, residual, MLP), then stack or pad the layers to ``spec.depth``."""
-        src: ViTSpec = gene.ancestry
+        src: ViTSpec = gene.layout
         generator = torch.Generator().manual_seed(self.config.seed)
         width, heads, hidden = self._maps(src, spec, generator)
         widened = []
@@ -157,7 +159,7 @@ class Grow(Method):
                       "attn.proj.weight": join_proj(split_proj(proj_w, spec.num_heads) * heads.reader_scale[:, None, None])})
             if qkv_b is not None:
                 b["attn.qkv.bias"] = qkv_b
-            b = resize_block(b, src, spec, pick_maps(width, hidden))
+            b = resize_block(b, src, spec, width, hidden)
             widened.append(self._noise(b, src, generator) if self.config.snr_db is not None else b)
         out: StateDict = {}
         for layer in range(spec.depth):
@@ -165,7 +167,5 @@ class Grow(Method):
             if layer >= src.depth and self.config.depth == "identity":
                 b = {k: torch.zeros_like(v) if k in WRITERS else v for k, v in b.items()}
             out.update({block_key(layer, k): v for k, v in b.items()})
-        non_block = resize_non_block({k: gene.tensors[k] for k in src.non_block_shapes()}, src, spec,
-                                     pick_maps(width, hidden, heads))  # the MAP head's heads grow like the blocks'
-        out.update(inherit_non_block(non_block, carried(src, spec), spec))
+        out.update(carry_non_block(gene.tensors, src, spec, width=width, heads=heads))  # the MAP head's heads too
         return out

@@ -40,18 +40,21 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ..axes import block_axes, carried, move_state, non_block_axes, pick_given
 from ..data import Data
 from ..errors import LearngeneError
-from ..gene import Learngene, register_method
+from ..gene import Learngene
+from ..method import Ancestry, CondenseInputs, Method
+from ..registry import register_method
 from ..spec import ViTSpec, block_key
-from .base import (
-    Ancestry,
-    CondenseInputs,
-    Method,
+from ..transfer import (
     StateDict,
+    block_axes,
     block_state,
+    carried,
+    given,
     inherit_non_block,
+    move_state,
+    resize_non_block,
 )
 
 LAYER_SCORE, WIDTH_SCORE = "importance.layer", "importance.width"
@@ -121,8 +124,8 @@ def descending(scores: Tensor) -> Tensor:
 
 def permute_block(b: StateDict, spec: ViTSpec, width: Tensor, heads: Tensor, neurons: Tensor) -> StateDict:
     """One block's tensors (in-block names) with residual channels, heads and MLP neurons reordered
-    (every tensor the family has, by its axes: :mod:`learngene.axes`)."""
-    return move_state(b, block_axes(spec), spec.block_shapes(), (spec.num_heads,) * 2, pick_given(width, neurons, heads))
+    (every tensor the family has, by its axes: :mod:`learngene.transfer`)."""
+    return move_state(b, block_axes(spec), spec.block_shapes(), (spec.num_heads,) * 2, given(width, neurons, heads))
 
 
 NON_BLOCK_NORMS = ("norm_pre.weight", "norm.weight", "fc_norm.weight", "attn_pool.norm.weight")
@@ -157,15 +160,14 @@ class Importance(Method):
                                   descending(scores["neurons"][layer]))
             tensors.update({block_key(layer, k): v for k, v in block.items()})
         non_block = {k: state[k] for k in spec.non_block_shapes()}  # the MAP head's heads keep their order
-        tensors.update(move_state(non_block, non_block_axes(spec), spec.non_block_shapes(), (spec.num_heads,) * 2,
-                                  pick_given(width=width)))
+        tensors.update(resize_non_block(non_block, spec, spec, given(width=width)))
         tensors[LAYER_SCORE] = scores["layers"]
         tensors[WIDTH_SCORE] = scores["width"][width]
-        return self.new_gene(tensors, spec, cost={"images": min(cfg.num_images, len(inputs.train))})
+        return self.new_gene(tensors, spec, spec, cost={"images": min(cfg.num_images, len(inputs.train))})
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """The ``spec.depth`` most important layers, each a prefix slice of channels, heads and neurons."""
-        src: ViTSpec = gene.ancestry
+        src: ViTSpec = gene.layout
         if spec.head_dim != src.head_dim or spec.num_heads > src.num_heads or spec.mlp_inner > src.mlp_inner \
                 or spec.depth > src.depth:
             raise LearngeneError(f"importance only narrows and keeps heads of {src.head_dim} dims: ask at most "
@@ -174,19 +176,19 @@ class Importance(Method):
         D, H, M = spec.embed_dim, spec.num_heads, spec.mlp_inner
         gain = math.sqrt(src.embed_dim / D) if self.config.rescale else 1.0
         layers = descending(gene.tensors[LAYER_SCORE])[:spec.depth].sort().values.tolist()
-        prefix = pick_given(width=slice(0, D), hidden=slice(0, M), heads=slice(0, H))
-        heads = (src.num_heads, H)
+        prefix = given(width=slice(0, D), hidden=slice(0, M), heads=slice(0, H))
         out: StateDict = {}
         for target, source in enumerate(layers):
-            kept = move_state(block_state(gene.tensors, source), block_axes(src), spec.block_shapes(), heads, prefix)
+            kept = move_state(block_state(gene.tensors, source), block_axes(src), spec.block_shapes(),
+                              (src.num_heads, H), prefix)
             out.update({block_key(target, name): t for name, t in kept.items()})
         narrow = carried(src, spec)
         pool_hidden = narrow.non_block_shapes().get("attn_pool.mlp.fc1.bias", (0,))[0]
-        non_block = move_state({k: gene.tensors[k] for k in src.non_block_shapes()}, non_block_axes(src),
-                               narrow.non_block_shapes(), heads,
-                               pick_given(width=slice(0, D), hidden=slice(0, pool_hidden), heads=slice(0, H)))
+        non_block = resize_non_block({k: gene.tensors[k] for k in src.non_block_shapes()}, src, spec,
+                                     given(width=slice(0, D), hidden=slice(0, pool_hidden), heads=slice(0, H)))
         for key in width_norm_gains([*out, *non_block]):
-            (out if key in out else non_block)[key] = (out if key in out else non_block)[key] * gain
+            part = out if key in out else non_block
+            part[key] = part[key] * gain
         out.update(inherit_non_block(non_block, narrow, spec))
         return out
 

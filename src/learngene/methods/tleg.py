@@ -15,20 +15,22 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError
-from ..gene import Learngene, register_method
-from ..spec import ViTSpec, block_key
-from .auxnet import (
+from ..auxnet import (
     AuxConfig,
     block_params_per_layer,
     condense_through_aux,
     expand_non_block,
     initial_non_block,
+    require_layout,
     resolve_aux_spec,
-    trained_spec,
     vector_start,
 )
-from .base import Ancestry, CondenseInputs, Method, StateDict
+from ..errors import LearngeneError
+from ..gene import Learngene
+from ..method import Ancestry, CondenseInputs, Method
+from ..registry import register_method
+from ..spec import ViTSpec, block_key
+from ..transfer import StateDict
 
 # TLEG Table 4's module groups, in timm's block-tensor names (those a family has). A family's other
 # per-channel block vectors (layer-scale gammas, q/k norms) are expanded like the LayerNorms.
@@ -102,8 +104,7 @@ class TLEG(Method):
 
     def initial_tensors(self, aux: ViTSpec) -> StateDict:
         """The authors' start: θ_A and θ_B trunc-normal(0.02) for weight matrices, zero biases,
-        LayerNorm θ_B = (1, 0) and θ_A = 0 (a layer-scale θ_B: the family's init value); embeddings,
-        norms, pooling head and classifier as timm initializes them."""
+        LayerNorm θ_B = (1, 0) and θ_A = 0; embeddings, final norm and head as timm initializes them."""
         tensors: StateDict = {}
         for name in self.tensor_names(aux):
             shape = aux.block_shapes()[name]
@@ -121,13 +122,13 @@ class TLEG(Method):
         aux = resolve_aux_spec(self.config, ancestry, inputs, self.name)
         parse_layers(self.config.layers, aux.depth)
         torch.manual_seed(inputs.train_cfg.seed if inputs is not None else 0)
-        start = self.new_gene(self.initial_tensors(aux), ancestry.spec if ancestry is not None else None)
-        return condense_through_aux(self, start, aux, ancestry, inputs)
+        start = self.new_gene(self.initial_tensors(aux), aux, ancestry.spec if ancestry is not None else None)
+        return condense_through_aux(self, start, ancestry, inputs)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """Eq. 1-4: block l (1-indexed) of a depth-L net is θ_B + (l−1)/L · θ_A, for every tensor of
         the chosen modules in the chosen layers (L = the depth of the net being built, as the authors)."""
-        source = trained_spec(gene)
+        source = require_layout(gene)
         if (spec.embed_dim, spec.num_heads, spec.mlp_hidden) != (source.embed_dim, source.num_heads, source.mlp_hidden):
             # another head count would silently re-split the trained attention into other heads
             raise LearngeneError(f"{self.name} expands in depth only: this gene's blocks have width {source.embed_dim}, "
@@ -160,7 +161,7 @@ class TLEG(Method):
                                  f"build {key.split('.', 1)[1]}; pass --opt modules={','.join(have)}") from None
 
     def describe(self, gene: Learngene) -> list[str]:
-        source = trained_spec(gene)
+        source = require_layout(gene)
         blocks = sum(t.numel() for k, t in gene.tensors.items() if k.startswith("theta_"))
         rest = gene.num_stored_params - blocks
         per_layer = block_params_per_layer(source)

@@ -1,7 +1,7 @@
 """Condensation through an auxiliary net: the part TLEG, Share-Init and WAVE share.
 
 The aux net is a plain timm ViT of an ``aux`` spec whose parameters are the method's
-``expand(gene, aux_spec)`` on every forward (:class:`~learngene.methods.base.GeneNet`), trained by
+``expand(gene, aux_spec)`` on every forward (:class:`~learngene.descendant.GeneNet`), trained by
 distillation from the ancestry with the one training loop (TLEG Eq. 5-6, WAVE Eq. 5-6). Aux net and
 descendants are built from the same timm configuration, so a descendant of the aux spec computes the
 aux net's function exactly.
@@ -11,8 +11,8 @@ setup (no class token, average pooling), except that timm's average pooling norm
 averaging where their net normalizes before; descendants built with the same pooling compute the aux
 net's function, others inherit what fits (no class-token position embedding to give).
 
-A gene condensed this way records the spec its tensors were trained in (``gene.config["trained_spec"]``):
-the width its block tensors have and the layout of its embeddings and head.
+A gene condensed this way has the aux net's spec as its layout (``gene.layout``): the width its block
+tensors have and the layout of its embeddings and head.
 """
 
 from __future__ import annotations
@@ -27,23 +27,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from .. import distributed as dist
-from ..data import ImageData
-from ..errors import LearngeneError
-from ..gene import Learngene
-from ..spec import ViTSpec
-from ..train import distill_loss, predict_logits, resolve_device, train
-from .base import (
-    Ancestry,
-    CondenseInputs,
-    GeneNet,
-    Method,
-    StateDict,
-    inherit_non_block,
-    part_of,
-)
-
-TRAINED_SPEC = "trained_spec"  # gene.config entry: the spec the gene's tensors were trained in
+from . import distributed as dist
+from .data import ImageData
+from .descendant import GeneNet
+from .errors import LearngeneError
+from .gene import Learngene
+from .method import Ancestry, CondenseInputs, Method
+from .spec import ViTSpec
+from .train import distill_loss, predict_logits, resolve_device, train
+from .transfer import StateDict, inherit_non_block, part_of
 
 
 @dataclass(frozen=True)
@@ -85,16 +77,11 @@ def resolve_aux_spec(config: AuxConfig, ancestry: Ancestry | None, inputs: Conde
     return ViTSpec.from_dict(values)
 
 
-def trained_spec(gene: Learngene) -> ViTSpec:
+def require_layout(gene: Learngene) -> ViTSpec:
     """The spec of the net the gene's tensors were trained in (the aux net, or the size it was adapted to)."""
-    try:
-        return ViTSpec.from_dict(gene.config[TRAINED_SPEC])
-    except KeyError:
-        raise LearngeneError(f"this {gene.method} gene records no trained spec; re-create it with `learngene condense`") from None
-
-
-def with_trained_spec(gene: Learngene, spec: ViTSpec) -> Learngene:
-    return dataclasses.replace(gene, config={**gene.config, TRAINED_SPEC: spec.to_dict()})
+    if gene.layout is None:
+        raise LearngeneError(f"this {gene.method} gene records no layout; re-create it with `learngene condense`")
+    return gene.layout
 
 
 def vector_start(spec: ViTSpec, name: str) -> float:
@@ -113,15 +100,14 @@ def initial_non_block(spec: ViTSpec) -> StateDict:
 
 def expand_non_block(gene: Learngene, spec: ViTSpec) -> StateDict:
     """The gene's embeddings, final norm and head, carried to ``spec`` where they fit (see ``inherit_non_block``)."""
-    source = trained_spec(gene)
+    source = require_layout(gene)
     state = {k: gene.tensors[k] for k in source.non_block_shapes() if k in gene.tensors}
     return inherit_non_block(state, source, spec)
 
 
-def condense_through_aux(method: Method, start: Learngene, aux: ViTSpec, ancestry: Ancestry,
-                         inputs: CondenseInputs | None,
+def condense_through_aux(method: Method, start: Learngene, ancestry: Ancestry, inputs: CondenseInputs | None,
                          trainable: Callable[[str], bool] | None = None) -> Learngene:
-    """Train ``start``'s tensors through the aux net of spec ``aux`` by distillation from ``ancestry``.
+    """Train ``start``'s tensors through the aux net of its layout by distillation from ``ancestry``.
 
     Loss ``(1−λ)·CE + λ·τ²·KL`` with λ, τ from ``inputs.train_cfg`` (TLEG Eq. 6; WAVE Eq. 6 is λ = 0.5
     up to a factor 2). Without augmentation the teacher's logits are computed once and cached. The
@@ -130,10 +116,10 @@ def condense_through_aux(method: Method, start: Learngene, aux: ViTSpec, ancestr
     if inputs is None or inputs.train is None:
         raise LearngeneError(f"{method.name} condenses by training an aux net; give training data (--data)")
     cfg = inputs.train_cfg
+    aux = require_layout(start)
     headless = is_headless(ancestry)
     if headless:  # the aux net's head only serves the CE term: descendants get a fresh one for their task
         start = dataclasses.replace(start, tensors={k: v for k, v in start.tensors.items() if part_of(k) != "head"})
-    start = with_trained_spec(start, aux)
     net = student = GeneNet(method, start, aux, trainable=trainable)
     data, teacher, teacher_seconds = inputs.train, ancestry.model, 0.0
     distilled = "nothing (λ = 0: cross-entropy on the labels only)"
@@ -197,12 +183,9 @@ class FeatureDistillation(nn.Module):
         return f"pooled features (cosine distance{projection}; it has no classifier)"
 
     @property
-    def patch_embed(self) -> nn.Module:
-        return self.net.patch_embed
-
-    @property
-    def num_classes(self) -> int:
-        return self.net.num_classes
+    def skeleton(self) -> nn.Module:
+        """The aux net's timm model (the training loop checks the data against it)."""
+        return self.net.skeleton
 
     def no_weight_decay(self) -> set[str]:
         return {f"net.{k}" for k in self.net.no_weight_decay()}
