@@ -52,7 +52,7 @@ from ..data import Data
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..heads import mix_heads, select_matrix
-from ..io import atomic_path
+from ..io import atomic_path, release_pages
 from ..method import Ancestry, CondenseInputs, Method
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
@@ -68,6 +68,7 @@ from ..transfer import (
 
 PAPER_EPS_PX, PAPER_IMG_SIZE = 10.0, 224  # Eps = 10 px at 224-px images (App. C)
 DISTANCE, LABELS, CENTROIDS = "clusters.distance", "clusters.labels", "clusters.centroids."
+ATTENTION = ("attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight")
 FFN = ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias")
 
 
@@ -224,9 +225,11 @@ class ClusterLearngene(Method):
             labels.append(layer_labels)
             tensors[f"{CENTROIDS}{layer}"] = torch.tensor(centroids)
             b = block_state(state, layer)
+            replaced = [b[k] for k in ATTENTION if k in b] + ([b[k] for k in FFN] if cfg.ffn == "random" else [])
             _mix(b, select_matrix(centroids, spec.num_heads))
             if cfg.ffn == "random":
                 b = {k: v for k, v in b.items() if k not in FFN}
+            release_pages(*replaced)  # not in the gene: a memory-mapped ancestry's pages may go
             tensors.update({block_key(layer, k): v for k, v in b.items()})
         tensors[LABELS] = torch.stack(labels)
         tensors.update(inherit_non_block(state, spec, spec, ("embed", "norm")))

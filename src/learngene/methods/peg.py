@@ -45,6 +45,7 @@ from ..descendant import GeneNet
 from ..errors import LearngeneError
 from ..gene import DESCENDANT, Learngene
 from ..heads import join_proj, join_qkv, mix_heads, split_proj, split_qkv
+from ..io import release_pages
 from ..method import AdaptInputs, Ancestry, CondenseInputs, Method
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
@@ -132,6 +133,7 @@ class PEG(Method):
                 parts.update(zip(("q_bias", "k_bias", "v_bias"), split_qkv(qkv_b, heads)))
             parts.update({part: b[name] for part, name in MSA_LAYER_PARTS.items() if name in b})
             per_layer.append(parts)
+            release_pages(b["attn.qkv.weight"], b["attn.proj.weight"])  # read once: a mapped ancestry's pages may go
         # part by part, each layer's copy dropped once stacked: a ViT-g's heads are never held twice
         tensors = {f"msa.{part}": torch.stack([p.pop(part) for p in per_layer]) for part in list(per_layer[0])}
         ffn_mixing = mixing_weights(ffns, spec.depth, generator)
@@ -144,6 +146,7 @@ class PEG(Method):
                 weight = state[block_key(layer, name)]
                 for b in range(ffns):
                     mixed[b].add_(weight, alpha=float(ffn_mixing[b, layer]))
+                release_pages(weight)
             tensors[f"ffn.{part}"] = mixed
         tensors.update(inherit_non_block(state, spec, spec, ("embed", "norm")))
         return self.new_gene(tensors, spec, spec)
