@@ -553,7 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="quick", choices=list(PROFILES),
                    help="quick: pipeline check in ~2 min; cpu: the evidence run (~1 h on 2 cores); transfer: "
                         "ancestries on 5 Fashion-MNIST classes, few-shot fine-tuning on the other 5, ablations "
-                        "(~40 min on 2 shared cores); gpu: bigger models, full data (default: %(default)s)")
+                        "(~30 min on 2 busy cores); gpu: bigger models, full data (default: %(default)s)")
     p.add_argument("--out", help="report folder (default: runs/bench-PROFILE)")
     p.add_argument("--methods", nargs="+", metavar="METHOD", help="only these registered methods (default: all)")
     p.add_argument("--seeds", type=int, metavar="N", help="seeds 0..N-1 instead of the profile's")

@@ -218,7 +218,7 @@ PROFILES: dict[str, Profile] = {
     ),
     # does stored knowledge pay on classes the ancestry never saw? Ancestries on 5 Fashion-MNIST classes, descendants
     # fine-tuned on 20 labels of each of the other 5; two class splits; a short and a converged ancestry; a short and a
-    # longer condensation; ablations on the first upstream. About 30 CPU-minutes (see docs/RESULTS.md).
+    # longer condensation; ablations on the first upstream. About 30 minutes on 2 busy cores (see docs/RESULTS.md).
     "transfer": Profile(
         name="transfer",
         ancestry=_TRANSFER_ANCESTRY,
