@@ -44,7 +44,7 @@ from ..data import Data
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..heads import join_proj, join_qkv, split_proj, split_qkv
-from ..method import Ancestry, CondenseInputs, Method
+from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..transfer import StateDict, block_state, inherit_non_block, pick, resize_non_block
@@ -139,8 +139,10 @@ def permute_block(b: StateDict, num_heads: int, width: Tensor, heads: Tensor, ne
 class Importance(Method):
     name = "importance"
     summary = "ancestry in activation-importance order (channels, heads, neurons, layers); narrower = prefix slice"
-    paper = ("weight subcloning, Samragh et al. 2023 (arXiv 2312.09299); Minitron, Muralidharan et al., "
-             "NeurIPS 2024 (arXiv 2407.14679)")
+    paper = (Paper("Weight subcloning: direct initialization of transformers using larger pretrained ones",
+                   "Samragh et al.", "arXiv preprint", 2023, "2312.09299"),
+             Paper("Compact Language Models via Pruning and Knowledge Distillation", "Muralidharan et al.", "NeurIPS", 2024,
+                   "2407.14679", "Minitron"))
     Config = ImportanceConfig
     needs_data = True
 

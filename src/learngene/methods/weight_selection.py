@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..heads import join_proj, join_qkv, split_proj, split_qkv
-from ..method import Ancestry, CondenseInputs, Method
+from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..transfer import StateDict, axis_map, block_state, carry_non_block, evenly_spaced_index, resize_block
@@ -29,7 +29,7 @@ class WeightSelectionConfig:
 class WeightSelection(Method):
     name = "weight_selection"
     summary = "first-N layers + evenly spaced elements (head-aware); shrinks depth and width"
-    paper = "Xu et al., ICLR 2024"
+    paper = Paper("Initializing Models with Larger Ones", "Xu et al.", "ICLR", 2024, "2311.18823")
     Config = WeightSelectionConfig
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
