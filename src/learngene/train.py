@@ -4,7 +4,8 @@ Loss: ``(1−λ)·CE + λ·τ²·KL(p_teacher ‖ p_student)`` (soft distillatio
 Eq. 6 with λ=1, τ=1; WAVE Eq. 6 adds CE). AdamW, linear warmup then cosine decay per step, gradient
 clipping, bf16 autocast on CUDA only (bf16 on some CPUs dies in oneDNN), DDP under ``torchrun``.
 Every epoch appends to ``log.jsonl`` and writes ``checkpoint.pt`` atomically; ``resume=True`` continues
-from it bit for bit (model, optimizer, schedule, RNG states and the data position are all restored).
+from it bit for bit (model, optimizer, schedule, RNG states and the data position are all restored;
+:class:`RunState` is what a checkpoint holds). One step is :func:`loss_step` then :func:`optimizer_step`.
 """
 
 from __future__ import annotations
