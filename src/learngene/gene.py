@@ -85,7 +85,7 @@ class Learngene:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Learngene":
-        tensors, meta = read_safetensors(path)
+        tensors, meta = read_safetensors(path, lazy=True)  # a gene holding a whole ancestry is not read up front
         if meta.get("format") != GENE_FORMAT:
             raise GeneFormatError(f"{path} is a safetensors file but not a learngene (no 'format: {GENE_FORMAT}' "
                                   f"header); create one with `learngene condense`")
