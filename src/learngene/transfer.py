@@ -24,7 +24,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-from timm.layers import resample_abs_pos_embed, resample_patch_embed
 from torch import Tensor
 
 from .errors import LearngeneError
@@ -171,6 +170,8 @@ def inherit_non_block(state: StateDict, source: ViTSpec, target: ViTSpec, parts:
     ``fc_norm`` with the pooling. Another width is left to the target's own initialization (methods
     that change width use :func:`carry_non_block`); another input channel count is an error.
     """
+    from timm.layers import resample_abs_pos_embed, resample_patch_embed  # timm takes seconds to import: on use only
+
     out: StateDict = {}
     if source.embed_dim != target.embed_dim:
         return out
