@@ -22,6 +22,7 @@ from ._version import __version__
 from .ancestry import load_ancestry
 from .bench import BenchRun, get_profile
 from .bench.profiles import PROFILES
+from .bench.smoke import SMOKE_PROFILES, run_smoke
 from .data import default_workers, few_shot, fraction, load_splits, preprocessing_cfg
 from .demo import run_demo
 from .descendant import fit_gene_to_budget, make_descendant
@@ -30,6 +31,7 @@ from .errors import LearngeneError
 from .export import check_output_folder, export_hub_folder, wants_folder
 from .gene import Learngene
 from .io import build_model, check_output_path, load_model_file, model_preprocessing, save_model
+from .labels import choose_head
 from .method import AdaptInputs, CondenseInputs, citations, parse_options
 from .methods.cluster import plot_attention_distance
 from .registry import get_method, list_methods
@@ -94,7 +96,8 @@ def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: s
                         "0: in the main process)")
     g.add_argument("--aug", choices=("none", "deit"), default="none",
                    help="training augmentation of an RGB image folder: deit = timm's random-resized crop, flip, "
-                        "RandAugment rand-m9-mstd0.5-inc1 and random erasing 0.25 per image (DeiT's recipe) "
+                        "RandAugment rand-m9-mstd0.5-inc1 and random erasing 0.25 per image, then mixup 0.8 / cutmix "
+                        "1.0 per batch with soft targets (DeiT's recipe; DeiT also uses --label-smoothing 0.1) "
                         "(default: %(default)s)")
 
 
@@ -139,6 +142,18 @@ def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-
     g.add_argument("--run-dir", help="folder for log.jsonl and checkpoint.pt")
     g.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
     g.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps (default: per epoch)")
+    g.add_argument("--eval-every", type=int, default=1, metavar="N",
+                   help="evaluate every N epochs and after the last; 0 = after the last only (default: %(default)s)")
+    g.add_argument("--eval-images", type=int, metavar="N",
+                   help="evaluate on a fixed random subset of N test images (default: all of them)")
+    g = p.add_argument_group("speed (the same math up to float rounding)")
+    g.add_argument("--compile", action="store_true", help="torch.compile the model (an aux net: its expand and forward "
+                                                          "together); the first steps compile")
+    g.add_argument("--fused-adamw", action=argparse.BooleanOptionalAction, default=None,
+                   help="AdamW's fused kernel (default: auto, on CUDA only)")
+    g.add_argument("--sdpa", action=argparse.BooleanOptionalAction, default=True,
+                   help="attention through torch's scaled_dot_product_attention, flash kernels on CUDA "
+                        "(--no-sdpa: timm's eager attention) (default: on)")
 
 
 def add_distill_args(p: argparse.ArgumentParser, lam: float | None, tau: float = 1.0) -> None:
@@ -159,9 +174,11 @@ def train_config_from_args(args: argparse.Namespace, desc: str):
     return TrainConfig(
         epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size, lr=args.lr,
         weight_decay=args.weight_decay, warmup_epochs=args.warmup_epochs, grad_clip=args.grad_clip or None,
-        label_smoothing=args.label_smoothing, augment=args.augment, seed=args.seed, device=args.device,
+        label_smoothing=args.label_smoothing, augment=args.augment, mixup=getattr(args, "aug", "none") == "deit",
+        compile=args.compile, fused_adamw=args.fused_adamw, sdpa=args.sdpa, seed=args.seed, device=args.device,
         distill_lambda=getattr(args, "distill_lambda", 0.0), distill_tau=getattr(args, "distill_tau", 1.0),
-        checkpoint_every=args.checkpoint_every, progress=not args.quiet, desc=desc,
+        checkpoint_every=args.checkpoint_every, eval_every=args.eval_every, eval_images=args.eval_images,
+        progress=not args.quiet, desc=desc,
     )
 
 
@@ -197,8 +214,8 @@ def cmd_ancestry(args: argparse.Namespace) -> None:
     _say(args, f"ancestry {spec.short()} ({spec.num_params:,} params) on {train_data.name}: {len(train_data)} images")
     result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
     dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
-        "kind": "ancestry", "data": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc},
-        preprocessing=preprocessing_cfg(train_data)))
+        "kind": "ancestry", "data": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc,
+        "label_space": train_data.label_space}, preprocessing=preprocessing_cfg(train_data)))
     _say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}")
 
 
@@ -225,15 +242,17 @@ def cmd_condense(args: argparse.Namespace) -> None:
     train_cfg = train_config_from_args(args, f"condense {args.method}")  # checked even where unused
     ancestry = _load_ancestry_args(args)
     inputs = None
+    preprocessing = _ancestry_preprocessing(args, ancestry)
     if method_cls.needs_data:
         model_in = ancestry.spec  # None for a non-ViT teacher: the data keep their own size unless flags say
         train_data, test_data = load_data_from_args(args, model_in.img_size if model_in else None,
-                                                    model_in.in_chans if model_in else None,
-                                                    _ancestry_preprocessing(args, ancestry))
+                                                    model_in.in_chans if model_in else None, preprocessing)
         inputs = CondenseInputs(train=train_data, eval=test_data, train_cfg=train_cfg, run_dir=args.run_dir,
                                 resume=args.resume)
+        preprocessing = preprocessing_cfg(train_data)  # what the gene's tensors were trained on
     seed_everything(args.seed)
-    gene = method.condense(ancestry, inputs)
+    gene = dataclasses.replace(method.condense(ancestry, inputs), preprocessing=preprocessing)
+    gene.label_space = ancestry.label_space
     dist.on_main(lambda: gene.save(args.out, overwrite=args.overwrite))
     _say(args, f"wrote {args.out}: {gene.method} learngene, {gene.num_stored_params:,} stored parameters")
 
@@ -256,7 +275,8 @@ def cmd_expand(args: argparse.Namespace) -> None:
     else:
         dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
             "kind": "descendant", "method": gene.method, "gene": str(args.gene), "options": options,
-            "provided_keys": len(provided), "top_up": args.top_up}))
+            "provided_keys": len(provided), "top_up": args.top_up, "label_space": head_label_space(gene, provided)},
+            preprocessing=gene.preprocessing))
     _say(args, f"wrote {args.out}{' (timm hub folder)' if hub else ''}: {spec.short()} timm ViT ({spec.num_params:,} params), "
                f"{len(provided)}/{len(spec.state_shapes())} tensors from the {gene.method} gene"
                + (f", the rest topped up by {args.top_up} where it has weights" if args.top_up else ""))
@@ -276,7 +296,10 @@ def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dic
     }
     if options:
         card["options"] = ", ".join(f"{k}={v!r}" for k, v in options.items())
-    export_hub_folder(args.out, model, spec, card, overwrite=args.overwrite)
+    data_config = None
+    if gene.preprocessing is not None:  # the gene's, at the descendant's input size
+        data_config = preprocessing_cfg(gene.preprocessing, spec.img_size, spec.in_chans)
+    export_hub_folder(args.out, model, spec, card, data_config=data_config, overwrite=args.overwrite)
 
 
 def _fit_gene_to_budget(args: argparse.Namespace, gene, base, options: dict[str, Any]):
@@ -312,7 +335,8 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     options = parse_options(method_cls.Config, args.opt or [])
     method = method_cls.from_gene(gene, **options)
     base = gene.ancestry
-    train_data, test_data = load_data_from_args(args, (base.img_size if base else None), (base.in_chans if base else None))
+    train_data, test_data = load_data_from_args(args, (base.img_size if base else None), (base.in_chans if base else None),
+                                                gene.preprocessing)
     spec = spec_from_args(args, base=base, data=train_data)
     adapted, result = method.adapt(gene, spec, AdaptInputs(train_data, train_cfg.replace(desc=f"adapt {gene.method}"),
                                                            eval=test_data, run_dir=args.run_dir, resume=args.resume))
@@ -323,11 +347,18 @@ def cmd_adapt(args: argparse.Namespace) -> None:
             adapted.save(args.gene_out, overwrite=args.overwrite)
         save_model(args.out, model, spec, overwrite=args.overwrite, origin={
             "kind": "descendant", "method": gene.method, "gene": str(args.gene), "adapted_on": train_data.name,
-            "adapt_steps": result.steps, "options": options})
+            "adapt_steps": result.steps, "options": options,
+            "label_space": head_label_space(gene, method.provided_keys(adapted, spec))},
+            preprocessing=preprocessing_cfg(train_data))
 
     dist.on_main(write)
     _say(args, f"wrote {args.out}: {spec.short()} timm ViT adapted for {result.steps} steps"
                + (f", accuracy {result.final_acc:.4f}" if result.final_acc is not None else ""))
+
+
+def head_label_space(gene, provided: list[str]) -> dict[str, Any] | None:
+    """The label space a descendant's head means: the gene's when the gene gave the head, else none (untrained)."""
+    return gene.label_space if "head.weight" in provided else None
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -336,15 +367,17 @@ def cmd_train(args: argparse.Namespace) -> None:
     state, spec, origin = load_model_file(args.model)
     model = build_model(spec, state, source=str(args.model))
     train_data, test_data = load_data_from_args(args, spec.img_size, spec.in_chans, model_preprocessing(args.model))
-    if train_data.num_classes != spec.num_classes:
+    head = choose_head(origin.get("label_space"), spec.num_classes, train_data.label_space, train_data.num_classes,
+                       force_new=args.new_head)
+    if head.fresh:
+        seed_everything(args.seed)
         model.reset_classifier(train_data.num_classes)
         spec = spec.replace(num_classes=train_data.num_classes)
-        _say(args, f"new {train_data.num_classes}-way classifier head for {train_data.name}")
     result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
     dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
-        **origin, "finetuned_on": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc},
-        preprocessing=preprocessing_cfg(train_data)))
-    _say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}")
+        **origin, "finetuned_on": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc,
+        "label_space": train_data.label_space, "new_head": head.fresh}, preprocessing=preprocessing_cfg(train_data)))
+    _say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}; {head.why}")
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
@@ -365,6 +398,14 @@ def cmd_methods(args: argparse.Namespace) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
+    if args.profile in SMOKE_PROFILES:
+        if args.max_steps is not None and args.max_steps < 1:
+            raise LearngeneError(f"--max-steps must be at least 1, got {args.max_steps}")
+        record = run_smoke(SMOKE_PROFILES[args.profile], Path(args.out or f"runs/bench-{args.profile}"), args.device,
+                           args.max_steps, progress=not args.quiet)
+        for stage in record["stages"]:
+            print(f"learngene bench {args.profile}: {stage['stage']:9s} {stage['seconds']:8.1f} s on {record['device']}")
+        return
     profile = get_profile(args.profile)
     if args.methods:
         unknown = [m for m in args.methods if m not in list_methods()]
@@ -467,6 +508,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Fine-tune a learngene model file; a new classifier head is made when the "
                                    "data's label space differs.")
     p.add_argument("model", help="model file written by `learngene expand`, `ancestry` or `train`")
+    p.add_argument("--new-head", action="store_true",
+                   help="always start from a fresh classifier head (default: fresh only when the data's classes "
+                        "differ from those the model's head was trained on)")
     add_data_args(p)
     add_train_args(p, epochs=5)
     add_common(p)
@@ -491,9 +535,14 @@ def build_parser() -> argparse.ArgumentParser:
                                    "fine-tune descendants of several sizes on Fashion-MNIST, digits and a few-shot "
                                    "task with identical budgets and seeds, and write report.md, results.csv and "
                                    "plots. Every stage is cached: rerunning continues an interrupted run.")
-    p.add_argument("--profile", default="quick", choices=list(PROFILES),
-                   help="quick: pipeline check in ~2 min; cpu: the evidence run (~1 h on 2 cores); "
-                        "gpu: bigger models, full data (default: %(default)s)")
+    p.add_argument("--profile", default="quick", choices=[*PROFILES, *SMOKE_PROFILES],
+                   help="quick: pipeline check in ~2 min; cpu: the evidence run (~1 h on 2 cores); transfer: "
+                        "ancestries on 5 Fashion-MNIST classes, few-shot fine-tuning on the other 5, ablations "
+                        "(~40 min on 2 shared cores); gpu: bigger models, full data; gpu-smoke: generated 224-px RGB "
+                        "images through the image-folder pipeline (ancestry, condense, expand, fine-tune), "
+                        "--max-steps per stage (default: %(default)s)")
+    p.add_argument("--max-steps", type=int, metavar="N", help="gpu-smoke: optimizer steps of each training stage "
+                                                              "(default: 20)")
     p.add_argument("--out", help="report folder (default: runs/bench-PROFILE)")
     p.add_argument("--methods", nargs="+", metavar="METHOD", help="only these registered methods (default: all)")
     p.add_argument("--seeds", type=int, metavar="N", help="seeds 0..N-1 instead of the profile's")

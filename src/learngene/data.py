@@ -49,6 +49,8 @@ class ImageData:
         mean, std: per-channel normalization applied to every batch (training and evaluation alike).
         name: for logs and reports.
         soft_targets: optional float ``(N, K)`` cached teacher logits (distillation without augmentation).
+        dataset, classes: the label space: the source dataset and the name of every class, in label
+            order (empty when unknown, e.g. tensors built by hand).
     """
 
     images: Tensor
@@ -58,6 +60,8 @@ class ImageData:
     std: tuple[float, ...]
     name: str = "data"
     soft_targets: Tensor | None = None
+    dataset: str = ""
+    classes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.images.ndim != 4 or self.images.dtype != torch.uint8:
@@ -69,9 +73,15 @@ class ImageData:
         if len(self.labels) and not (0 <= int(self.labels.min()) and int(self.labels.max()) < self.num_classes):
             raise DataError(f"{self.name}: labels run from {int(self.labels.min())} to {int(self.labels.max())}, outside "
                             f"0..{self.num_classes - 1}; give labels 0..num_classes-1")
+        if self.classes and len(self.classes) != self.num_classes:
+            raise DataError(f"{self.name}: {len(self.classes)} class names for {self.num_classes} classes; name every class")
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    @property
+    def label_space(self) -> dict[str, Any] | None:
+        return label_space(self)
 
     @property
     def in_chans(self) -> int:
@@ -108,6 +118,17 @@ def normalize(images: Tensor, mean: Sequence[float], std: Sequence[float]) -> Te
 
 
 Data = Union[ImageData, "FolderData"]
+
+
+def label_space(data: Data) -> dict[str, Any] | None:
+    """``{"dataset": ..., "classes": [...]}``: what the labels of ``data`` mean (None when unnamed).
+
+    Model and gene files record it, so that a head is reused only on the classes it was trained on.
+    """
+    if not data.classes:
+        return None
+    source = data.dataset if isinstance(data, ImageData) else data.name
+    return {"dataset": source, "classes": list(data.classes)}
 
 
 # ---- built-in datasets ----------------------------------------------------------------------------
@@ -205,7 +226,7 @@ def fashion_mnist(split: str = "train", data_dir: str | os.PathLike | None = Non
     except RuntimeError as exc:
         raise DataError(f"Fashion-MNIST in {root} is unreadable ({exc}); delete that cache folder and retry") from None
     data = ImageData(ds.data.unsqueeze(1).contiguous(), ds.targets.long(), 10, FASHION_MNIST_MEAN, FASHION_MNIST_STD,
-                     name=f"fashion_mnist-{split}")
+                     name=f"fashion_mnist-{split}", dataset="fashion_mnist", classes=tuple(FashionMNIST.classes))
     return resize(data, img_size)
 
 
@@ -226,7 +247,8 @@ def digits(split: str = "train", img_size: int = 28, test_fraction: float = 0.25
                                            stratify=bunch.target)
     scaled = images.float() / 255.0
     mean, std = (float(scaled.mean()),), (float(scaled.std()),)
-    data = ImageData(images, labels, 10, mean, std, name=f"digits-{split}")
+    data = ImageData(images, labels, 10, mean, std, name=f"digits-{split}", dataset="digits",
+                     classes=tuple(str(d) for d in range(10)))
     return resize(data.subset(train_idx if split == "train" else test_idx), img_size)
 
 
@@ -361,6 +383,10 @@ class FolderData:
     @property
     def num_classes(self) -> int:
         return len(self.classes)
+
+    @property
+    def label_space(self) -> dict[str, Any] | None:
+        return label_space(self)
 
     @property
     def in_chans(self) -> int:
@@ -512,7 +538,8 @@ def image_folder(root: str | os.PathLike, img_size: int | None = None, in_chans:
     to_uint8 = folder_transforms(pre, to_uint8=True)
     mode = {1: "L", 3: "RGB"}[in_chans]
     images = torch.stack([to_uint8(_open_image(path, mode)) for path, _ in samples])
-    return ImageData(images, torch.tensor([y for _, y in samples]), len(found), pre["mean"], pre["std"], name=name)
+    return ImageData(images, torch.tensor([y for _, y in samples]), len(found), pre["mean"], pre["std"], name=name,
+                     dataset=name, classes=tuple(found))
 
 
 def write_image_folder(root: str | os.PathLike, num_classes: int = 4, per_class: int = 8, size: int = 224,
@@ -618,7 +645,8 @@ def torchvision_dataset(name: str, root: str | os.PathLike, split: str = "train"
     scaled = images.float() / 255.0
     mean = tuple(scaled.mean(dim=(0, 2, 3)).tolist())
     std = tuple(scaled.std(dim=(0, 2, 3)).tolist())
-    data = ImageData(images.contiguous(), torch.as_tensor(ds.targets).long(), len(ds.classes), mean, std, name=f"{name}-{split}")
+    data = ImageData(images.contiguous(), torch.as_tensor(ds.targets).long(), len(ds.classes), mean, std,
+                     name=f"{name}-{split}", dataset=name, classes=tuple(map(str, ds.classes)))
     return resize(data, img_size or data.img_size)
 
 
@@ -701,6 +729,14 @@ def fraction(data: ImageData, frac: float, seed: int = 0) -> ImageData:
     return data.subset(idx.sort().values, name=f"{data.name}-{n}")
 
 
+def take(data: Data, images: int | None, seed: int = 0) -> Data:
+    """A fixed random subset of ``images`` images, the same for every caller (all of them for ``None``)."""
+    if images is None or images >= len(data):
+        return data
+    idx = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[:images]
+    return data.subset(idx.sort().values, name=f"{data.name}-{images}")
+
+
 def class_subset(data: ImageData, classes: Sequence[int]) -> ImageData:
     """Only the images of ``classes``, relabelled ``0..len(classes)-1`` in the given order."""
     classes = list(classes)
@@ -716,7 +752,8 @@ def class_subset(data: ImageData, classes: Sequence[int]) -> ImageData:
         if not (data.labels[keep] == c).any():
             raise DataError(f"{data.name}: class {c} has no images; choose classes that have images")
     sub = data.subset(keep, name=f"{data.name}-classes{'-'.join(map(str, classes))}")
-    return replace(sub, labels=remap[sub.labels], num_classes=len(classes), soft_targets=None)
+    names = tuple(data.classes[c] for c in classes) if data.classes else ()
+    return replace(sub, labels=remap[sub.labels], num_classes=len(classes), soft_targets=None, classes=names)
 
 
 # ---- batches ------------------------------------------------------------------------------------------
@@ -786,6 +823,31 @@ class Batches:
                 gen = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch * 10_007 + step)
                 x = augment_batch(x, gen, global_size=global_size, rank=self.rank, world=self.world)
             yield Batch(x, y, soft, global_size)
+
+
+class BatchMixer:
+    """DeiT's mixup (α 0.8) or cutmix (α 1.0), one of them per batch, through ``timm.data.Mixup``:
+    ``(images, labels) → (mixed images, soft targets)`` with ``label_smoothing`` folded into the targets.
+
+    timm mixes a batch with its reverse, so it needs an even batch; an odd one (the last, or a rank's share
+    under DDP) is left unmixed with smoothed one-hot targets. Under DDP each rank mixes its own share
+    (as DeiT's training does), so runs on 1 and N processes differ by which images are paired.
+    """
+
+    def __init__(self, num_classes: int, label_smoothing: float = 0.0):
+        from timm.data import Mixup
+
+        self.num_classes, self.label_smoothing = num_classes, label_smoothing
+        self.mixup = Mixup(mixup_alpha=DEIT_RECIPE["mixup_alpha"], cutmix_alpha=DEIT_RECIPE["cutmix_alpha"],
+                           prob=DEIT_RECIPE["mixup_prob"], switch_prob=DEIT_RECIPE["mixup_switch_prob"], mode="batch",
+                           label_smoothing=label_smoothing, num_classes=num_classes)
+
+    def __call__(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        from timm.data.mixup import mixup_target
+
+        if len(x) % 2:
+            return x, mixup_target(y, self.num_classes, 1.0, self.label_smoothing)
+        return self.mixup(x, y)
 
 
 def augment_batch(x: Tensor, gen: torch.Generator, max_shift: int = 2, global_size: int | None = None, rank: int = 0,
