@@ -18,7 +18,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -347,8 +347,10 @@ def check_data_fits(model: nn.Module, data: Data) -> None:
 
 
 def loss_step(net: nn.Module, batch: Batch, teacher: nn.Module | None, cfg: TrainConfig, device: torch.device,
-              mixer: BatchMixer | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Forward one batch: the loss to back-propagate, and the per-sample losses, logits and labels (detached)."""
+              mixer: BatchMixer | None = None, loss_of: Callable[..., Tensor] = distill_loss,
+              ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Forward one batch: the loss to back-propagate, and the per-sample losses, logits and labels (detached).
+    ``loss_of`` is :func:`distill_loss` or the model's own per-sample loss (same signature)."""
     x, y = batch.x.to(device, non_blocking=True), batch.y.to(device, non_blocking=True)
     soft = batch.soft.to(device) if batch.soft is not None else None
     target, smoothing = y, cfg.label_smoothing
@@ -360,7 +362,7 @@ def loss_step(net: nn.Module, batch: Batch, teacher: nn.Module | None, cfg: Trai
         soft = soft.clone()  # an inference-mode tensor cannot be saved for the KL's backward
     with autocast(device):
         logits = net(x)
-    per_sample = distill_loss(logits, target, soft, cfg.distill_lambda, cfg.distill_tau, smoothing)
+    per_sample = loss_of(logits, target, soft, cfg.distill_lambda, cfg.distill_tau, smoothing)
     # DDP averages gradients over ranks; scaling by world/global_size makes that the exact mean
     # over the global batch, even when ranks hold unequal shares of the last batch.
     loss = per_sample.sum() * (dist.world_size() / batch.global_size)
@@ -452,6 +454,8 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
         for stale in (LOG, CHECKPOINT):  # a fresh run must never resume an older run's checkpoint later
             (run_dir / stale).unlink(missing_ok=True)
 
+    # a model may bring its own per-sample loss (an aux net distilling a headless ancestry's features)
+    loss_of = getattr(model, "distill_loss", distill_loss)
     net = torch.compile(model) if cfg.compile else model  # compiled first, then wrapped in DDP (as nanoGPT does)
     if dist.is_distributed():
         # timm's (1, 1, D) class token gets a gradient with another (irrelevant) stride for its size-1 dims,
@@ -477,7 +481,7 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
         for step_in_epoch, batch in enumerate(batches, start=batches.start_step):
             if step_in_epoch >= epoch_steps:
                 break
-            loss, per_sample, logits, y = loss_step(net, batch, teacher, cfg, device, mixer)
+            loss, per_sample, logits, y = loss_step(net, batch, teacher, cfg, device, mixer, loss_of)
             optimizer_step(loss, model, optimizer, scheduler, cfg, f"at epoch {epoch + 1}, step {step_in_epoch + 1}",
                            ckpt_path)
             state.global_step += 1
