@@ -14,7 +14,7 @@ from typing import Any
 from torch import nn
 
 from .errors import LearngeneError, SpecError
-from .io import build_model, load_model_file, load_weights
+from .io import build_model, load_model_file, load_weights, quote
 from .methods.base import Ancestry
 from .spec import spec_from_model
 
@@ -40,7 +40,7 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, **mode
         if isinstance(model, VisionTransformer):
             state = checkpoint_filter_fn(state, model)
     except (RuntimeError, KeyError, ValueError) as exc:
-        raise LearngeneError(f"{path} does not fit timm model {timm_model}: {str(exc).splitlines()[0][:200]}") from None
+        raise LearngeneError(f"{quote(path)} does not fit timm model {timm_model}: {str(exc).splitlines()[0][:200]}") from None
     _load_filtered(model, state, str(path), timm_model)
     try:
         spec = spec_from_model(model)
@@ -72,13 +72,13 @@ def _load_filtered(model: nn.Module, state: dict, path: str, name: str) -> None:
     state = {k: v for k, v in state.items() if not (k in head and own[k].shape != v.shape)}
     for key, value in state.items():
         if key in own and own[key].shape != value.shape:
-            raise LearngeneError(f"{path}: {key} has shape {tuple(value.shape)} but timm {name} needs "
+            raise LearngeneError(f"{quote(path)}: {key} has shape {tuple(value.shape)} but timm {name} needs "
                                  f"{tuple(own[key].shape)}; pick the matching --timm-model or sizes")
     result = model.load_state_dict(state, strict=False)
     missing = [k for k in result.missing_keys if k not in head]
     if missing or result.unexpected_keys:
         bad = (missing or result.unexpected_keys)[0]
-        raise LearngeneError(f"{path} does not match timm {name} (e.g. {'missing' if missing else 'unexpected'} "
+        raise LearngeneError(f"{quote(path)} does not match timm {name} (e.g. {'missing' if missing else 'unexpected'} "
                              f"key {bad!r}); pick the matching --timm-model")
 
 

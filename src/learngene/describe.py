@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .errors import GeneFormatError
 from .gene import GENE_FORMAT, Learngene, get_method
-from .io import MODEL_FORMAT, load_model_file, read_safetensors
+from .io import MODEL_FORMAT, load_model_file, quote, read_safetensors
 from .spec import ViTSpec
 
 
@@ -34,7 +34,7 @@ def describe_file(path: str | os.PathLike, show_tensors: bool = False) -> str:
         if show_tensors:
             lines += [f"    {k:40s} {tuple(v.shape)}" for k, v in state.items()]
         return "\n".join(lines)
-    raise GeneFormatError(f"{path} is neither a learngene nor a learngene model file")
+    raise GeneFormatError(f"{quote(path)} is neither a learngene nor a learngene model file")
 
 
 def describe_gene(gene: Learngene, file_size: int | None = None, show_tensors: bool = False) -> str:

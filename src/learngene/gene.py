@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from torch import Tensor
 
 from .errors import GeneFormatError
-from .io import library_version, now_iso, read_safetensors, save_safetensors
+from .io import library_version, now_iso, quote, read_safetensors, save_safetensors
 from .spec import ViTSpec
 
 if TYPE_CHECKING:
@@ -73,19 +73,19 @@ class Learngene:
     def load(cls, path: str | os.PathLike) -> "Learngene":
         tensors, meta = read_safetensors(path)
         if meta.get("format") != GENE_FORMAT:
-            raise GeneFormatError(f"{path} is a safetensors file but not a learngene (no 'format: {GENE_FORMAT}' "
+            raise GeneFormatError(f"{quote(path)} is a safetensors file but not a learngene (no 'format: {GENE_FORMAT}' "
                                   f"header); create one with `learngene condense`")
         try:
             version = int(meta.get("format_version", "?"))
         except ValueError:
-            raise GeneFormatError(f"{path} has an unreadable learngene format version; create it again with "
+            raise GeneFormatError(f"{quote(path)} has an unreadable learngene format version; create it again with "
                                   f"`learngene condense`") from None
         if version > GENE_FORMAT_VERSION:
-            raise GeneFormatError(f"{path} is learngene format v{version}, newer than this library reads "
+            raise GeneFormatError(f"{quote(path)} is learngene format v{version}, newer than this library reads "
                                   f"(v{GENE_FORMAT_VERSION}); upgrade learngene")
         method = meta.get("method", "")
         if method not in list_methods():
-            raise GeneFormatError(f"{path} was made by method {method!r}, which this version of learngene does not "
+            raise GeneFormatError(f"{quote(path)} was made by method {method!r}, which this version of learngene does not "
                                   f"know (known: {', '.join(list_methods())}); upgrade learngene")
         try:
             ancestry = None if meta.get("ancestry", "null") == "null" else ViTSpec.from_json(meta["ancestry"])
@@ -99,7 +99,7 @@ class Learngene:
                 created=meta.get("created", "unknown"),
             )
         except (ValueError, KeyError, TypeError) as exc:
-            raise GeneFormatError(f"{path} has a corrupt learngene header ({str(exc).splitlines()[0][:160]}); create it "
+            raise GeneFormatError(f"{quote(path)} has a corrupt learngene header ({str(exc).splitlines()[0][:160]}); create it "
                                   f"again with `learngene condense`") from None
 
 

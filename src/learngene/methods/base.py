@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar
@@ -26,6 +27,7 @@ from ..gene import Learngene
 from ..io import check_state_shapes
 from ..spec import ViTSpec, block_key
 from ..train import TrainConfig, TrainResult
+from ..validate import check_fields
 
 StateDict = dict[str, Tensor]
 
@@ -94,6 +96,7 @@ class Method:
         except TypeError as exc:
             fields = ", ".join(f.name for f in dataclasses.fields(self.Config)) or "none"
             raise LearngeneError(f"{self.name}: {exc}; its options are: {fields}") from None
+        check_options(self.name, self.config)
 
     @classmethod
     def from_gene(cls, gene: Learngene, **overrides: Any) -> "Method":
@@ -127,6 +130,16 @@ class Method:
                          config=dataclasses.asdict(self.config), ancestry=ancestry, cost=cost or {})
 
 
+def check_options(method: str, config: Any) -> None:
+    """Every option has its declared type, and every numeric one (a count, size, rate or seed) is 0 or more."""
+    fix = f"pass --opt KEY=VALUE with a value of that kind (see `learngene methods`)"
+    check_fields(config, f"{method} option", fix)
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+            raise LearngeneError(f"{method} option {f.name} must be 0 or more, got {value!r}; {fix}")
+
+
 def config_from_dict(config_cls: type, values: dict[str, Any]) -> Any:
     """Rebuild a config dataclass from JSON values (lists back to tuples where the default is a tuple)."""
     kwargs = {}
@@ -140,12 +153,16 @@ def config_from_dict(config_cls: type, values: dict[str, Any]) -> Any:
 def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
     """``["key=value", ...]`` from the CLI, each value parsed as JSON, else kept as a string."""
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    hints = typing.get_type_hints(config_cls)
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or key not in fields:
             raise LearngeneError(f"option {item!r} is not KEY=VALUE with a known KEY; use one of: {', '.join(fields) or 'none'}")
+        if hints.get(key) is str:  # e.g. layers=3 for a layer list written as text
+            out[key] = raw
+            continue
         try:
             value = json.loads(raw)
         except json.JSONDecodeError:
