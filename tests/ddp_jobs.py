@@ -89,15 +89,18 @@ def run(out: Path, ancestry: Path, jobs: list[str]) -> None:
 
 
 def _log_renames(log: Path) -> None:
-    """Record the destination of every ``os.replace``: how atomic writes put files in place."""
-    real_replace = os.replace
+    """Record the destination of every ``os.replace`` and ``os.link``: how atomic writes put files in place
+    (a link where an existing file must not be replaced)."""
 
-    def replace(src, dst, *args, **kwargs):
-        with open(log, "a") as fh:
-            fh.write(f"{dst}\n")
-        return real_replace(src, dst, *args, **kwargs)
+    def logged(real):
+        def put(src, dst, *args, **kwargs):
+            with open(log, "a") as fh:
+                fh.write(f"{dst}\n")
+            return real(src, dst, *args, **kwargs)
 
-    os.replace = replace
+        return put
+
+    os.replace, os.link = logged(os.replace), logged(os.link)
 
 
 if __name__ == "__main__":

@@ -550,3 +550,56 @@ def test_two_runs_on_one_run_dir_are_refused(ws, capsys, tmp_path):
         holder.kill()
         holder.wait()
     assert main(["train", ws.anc, *DATA, "--run-dir", str(run_dir), "-o", str(tmp_path / "t.safetensors")]) == 0
+
+
+# ---- forged or inconsistent gene and model files: refused before anything is built --------------------------
+def _forge(src: str, dst: Path, tensors=None, **meta_changes) -> Path:
+    from safetensors import safe_open
+
+    with safe_open(src, framework="pt") as fh:
+        state = {k: fh.get_tensor(k) for k in fh.keys()}
+        meta = dict(fh.metadata())
+    state = tensors(state) if tensors else state
+    save_file({k: v.contiguous() for k, v in state.items()}, str(dst), metadata={**meta, **meta_changes})
+    return dst
+
+
+def _nan_first(state: dict) -> dict:
+    key = sorted(state)[0]
+    state[key] = state[key].clone().fill_(float("nan"))
+    return state
+
+
+FORGED = [
+    ("config not an object", "gene", dict(config="[1, 2]"), None, "config is not a JSON object"),
+    ("cost not an object", "gene", dict(cost='"cheap"'), None, "cost is not a JSON object"),
+    ("ancestry depth 10^9", "gene", dict(ancestry=json.dumps({**SPEC.to_dict(), "depth": 10**9})), None,
+     "corrupt learngene header"),
+    ("ancestry width 10^6", "gene", dict(ancestry=json.dumps({**SPEC.to_dict(), "embed_dim": 10**6})), None,
+     "corrupt learngene header"),
+    ("ancestry mlp ratio Infinity", "gene", dict(ancestry=json.dumps({**SPEC.to_dict(), "mlp_ratio": float("inf")})), None,
+     "corrupt learngene header"),
+    ("option of the wrong type", "gene", dict(config='{"variant": 3}'), None, "variant must be a string"),
+    ("tensor named blocks.x", "gene", {}, lambda s: {("blocks.x.norm1.weight" if k == "blocks.0.norm1.weight" else k): v
+                                                     for k, v in s.items()}, "not a valid pretrained learngene"),
+    ("tensor missing", "ws_gene", {}, lambda s: {k: v for k, v in s.items() if k != "blocks.1.attn.qkv.weight"},
+     "not a valid weight_selection learngene"),
+    ("tensor of the wrong shape", "gene", {}, lambda s: {**s, "blocks.0.attn.qkv.weight": torch.zeros(5, 7)},
+     "not a valid pretrained learngene"),
+    ("gene holding NaN", "gene", {}, _nan_first, "holds NaN or infinite values"),
+    ("ancestry holding NaN", "anc", {}, _nan_first, "holds NaN or infinite values"),
+]
+
+
+@pytest.mark.parametrize("case_id, source, meta, tensors, words", [pytest.param(*c, id=c[0]) for c in FORGED])
+def test_forged_files_are_refused_before_building(ws, capsys, case_id, source, meta, tensors, words):
+    forged = _forge(getattr(ws, source), ws.root / f"forged-{case_id.replace(' ', '_')}.safetensors", tensors, **meta)
+    if source == "anc":
+        argv = ["condense", "--method", "pretrained", "--ancestry", forged, "-o", ws.out]
+    else:
+        argv = ["expand", forged, "-o", ws.out]
+    err = _one_line_error(capsys, argv)
+    assert words in err, err
+    assert not Path(ws.out).exists()
+    if source != "anc":
+        assert words in _one_line_error(capsys, ["inspect", forged])

@@ -33,14 +33,18 @@ RUN_DIRS = {"ancestry": "ancestry_run", "genenet": "genenet_run", **{f"condense:
 
 
 def _record_renames(monkeypatch, log: Path) -> None:
-    real_replace = os.replace
+    """As ``ddp_jobs._log_renames``: every ``os.replace`` and ``os.link`` (an exclusive write) is listed."""
 
-    def replace(src, dst, *args, **kwargs):
-        with open(log, "a") as fh:
-            fh.write(f"{dst}\n")
-        return real_replace(src, dst, *args, **kwargs)
+    def logged(real):
+        def put(src, dst, *args, **kwargs):
+            with open(log, "a") as fh:
+                fh.write(f"{dst}\n")
+            return real(src, dst, *args, **kwargs)
 
-    monkeypatch.setattr(os, "replace", replace)
+        return put
+
+    monkeypatch.setattr(os, "replace", logged(os.replace))
+    monkeypatch.setattr(os, "link", logged(os.link))
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
-from .errors import GeneFormatError
-from .io import library_version, now_iso, quote, read_safetensors, save_safetensors
+from .errors import GeneFormatError, LearngeneError
+from .io import check_state_shapes, library_version, nonfinite_tensor, now_iso, quote, read_safetensors, save_safetensors
 from .spec import ViTSpec
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ class Learngene:
                                   f"know (known: {', '.join(list_methods())}); upgrade learngene")
         try:
             ancestry = None if meta.get("ancestry", "null") == "null" else ViTSpec.from_json(meta["ancestry"])
-            return cls(
+            gene = cls(
                 method=method,
                 tensors=tensors,
                 config=json.loads(meta.get("config", "{}")),
@@ -101,6 +101,53 @@ class Learngene:
         except (ValueError, KeyError, TypeError) as exc:
             raise GeneFormatError(f"{quote(path)} has a corrupt learngene header ({str(exc).splitlines()[0][:160]}); create it "
                                   f"again with `learngene condense`") from None
+        check_gene(gene, path)
+        return gene
+
+
+def check_gene(gene: Learngene, source: str | os.PathLike) -> None:
+    """Refuse a gene whose header or tensors do not fit together, before anything is built from it.
+
+    The header's parts must have their types (config and cost JSON objects, options of the method's
+    types), every floating tensor must be finite, and the method must expand the tensors into the one
+    size they are shaped for (the net they were trained in, else the ancestry) with that size's shapes.
+    That expansion runs on the ``meta`` device, so it allocates nothing; any failure is one line.
+    """
+    def refuse(why: str) -> GeneFormatError:
+        return GeneFormatError(f"{quote(source)} is not a valid {gene.method} learngene ({why}); create it again with "
+                               f"`learngene condense`")
+
+    for part in ("config", "cost"):
+        if not isinstance(getattr(gene, part), dict):
+            raise refuse(f"its {part} is not a JSON object")
+    bad = nonfinite_tensor(gene.tensors)
+    if bad is not None:
+        raise refuse(f"tensor {bad!r} holds NaN or infinite values")
+    from .methods.base import expand_on_meta
+
+    try:
+        method = get_method(gene.method).from_gene(gene)
+        layout = ViTSpec.from_dict(gene.config["trained_spec"]) if "trained_spec" in gene.config else gene.ancestry
+    except (LearngeneError, TypeError, ValueError) as exc:
+        raise refuse(_one_line(exc)) from None
+    if layout is None:
+        return
+    try:
+        state = expand_on_meta(method, gene, layout)
+    except LearngeneError:
+        # the method refuses this size in its own words (e.g. a PEG gene adapted to another size, whose size
+        # the header does not record): expanding to the size asked for says so in one line
+        return
+    except Exception as exc:  # noqa: BLE001  tensors the method's code cannot read: missing, misnamed, misshapen
+        raise refuse(_one_line(exc)) from None
+    try:
+        check_state_shapes(state, layout, "its tensors")
+    except LearngeneError as exc:
+        raise refuse(_one_line(exc)) from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
 
 
 # ---- method registry ----------------------------------------------------------------------------

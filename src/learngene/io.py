@@ -299,7 +299,22 @@ def load_weights(path: str | os.PathLike) -> dict[str, Tensor]:
     if not isinstance(obj, dict) or not all(isinstance(v, Tensor) for v in obj.values()):
         raise GeneFormatError(f"{quote(path)} does not hold a state_dict of tensors; give a checkpoint of the model's "
                               f"weights (a dict of tensor names to tensors)")
+    check_finite(obj, path)
     return obj
+
+
+def nonfinite_tensor(tensors: dict[str, Tensor]) -> str | None:
+    """The name of the first floating tensor holding NaN or an infinity, else None."""
+    return next((name for name, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())),
+                None)
+
+
+def check_finite(tensors: dict[str, Tensor], path: str | os.PathLike) -> None:
+    """Refuse weights holding NaN or infinite values: whatever is built from them would be too."""
+    name = nonfinite_tensor(tensors)
+    if name is not None:
+        raise GeneFormatError(f"{quote(path)}: tensor {name!r} holds NaN or infinite values; use the weights of a "
+                              f"run that did not diverge")
 
 
 # ---- learngene model files: a timm state_dict + the spec in the safetensors header ---------------
@@ -335,6 +350,7 @@ def load_model_file(path: str | os.PathLike) -> tuple[dict[str, Tensor], ViTSpec
     if not isinstance(origin, dict):
         raise GeneFormatError(f"{quote(path)} has a corrupt model header (origin is not a JSON object); create it again "
                               f"with learngene (ancestry, expand or train)")
+    check_finite(tensors, path)
     return tensors, spec, origin
 
 

@@ -96,6 +96,7 @@ class Method:
         except TypeError as exc:
             fields = ", ".join(f.name for f in dataclasses.fields(self.Config)) or "none"
             raise LearngeneError(f"{self.name}: {exc}; its options are: {fields}") from None
+        self.config = _lists_from_text(self.config)
         check_options(self.name, self.config)
 
     @classmethod
@@ -128,6 +129,15 @@ class Method:
     def new_gene(self, tensors: StateDict, ancestry: ViTSpec | None, cost: dict[str, Any] | None = None) -> Learngene:
         return Learngene(method=self.name, tensors={k: v.detach().cpu().contiguous() for k, v in tensors.items()},
                          config=dataclasses.asdict(self.config), ancestry=ancestry, cost=cost or {})
+
+
+def _lists_from_text(config: Any) -> Any:
+    """A list option given as text (``--opt modules=msa,mlp``) becomes the tuple of its comma-separated items."""
+    hints = typing.get_type_hints(type(config))
+    lists = {f.name: tuple(part.strip() for part in getattr(config, f.name).split(","))
+             for f in dataclasses.fields(config)
+             if typing.get_origin(hints.get(f.name)) is tuple and isinstance(getattr(config, f.name), str)}
+    return dataclasses.replace(config, **lists) if lists else config
 
 
 def check_options(method: str, config: Any) -> None:
@@ -264,6 +274,8 @@ def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, top_up: str |
     from ..gene import get_method
 
     method = get_method(gene.method).from_gene(gene, **options)
+    spec.require_memory()
+    check_state_shapes(expand_on_meta(method, gene, spec), spec, f"the {gene.method} gene")  # before allocating
     torch.manual_seed(seed)
     model = spec.create_model()
     with torch.no_grad():
@@ -274,6 +286,23 @@ def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, top_up: str |
     result = model.load_state_dict(state, strict=False)
     assert not result.unexpected_keys, result.unexpected_keys
     return model
+
+
+def expand_on_meta(method: Method, gene: Learngene, spec: ViTSpec) -> StateDict:
+    """``method.expand(gene, spec)`` on ``meta`` tensors: the shapes it gives, without allocating their memory.
+
+    A method that must read the gene's values (e.g. Cluster-Learngene's centroids) is expanded for real.
+    """
+    on_meta = dataclasses.replace(gene, tensors={k: v.to("meta") for k, v in gene.tensors.items()})
+    with torch.no_grad():
+        try:
+            state = method.expand(on_meta, spec)
+        except (RuntimeError, NotImplementedError) as exc:
+            if "meta" not in str(exc):
+                raise
+            spec.require_memory()
+            state = method.expand(gene, spec)
+    return state
 
 
 def top_up_state(name: str, spec: ViTSpec) -> StateDict:
