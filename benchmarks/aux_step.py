@@ -20,8 +20,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from learngene.methods.auxnet import with_trained_spec
-from learngene.methods.base import GeneNet
+from learngene.descendant import GeneNet
 from learngene.methods.tleg import TLEG, ShareInit
 from learngene.methods.wave import WAVE
 from learngene.spec import ViTSpec
@@ -42,7 +41,7 @@ def make_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor):
 
 
 def aux_net(method, spec: ViTSpec) -> GeneNet:
-    gene = with_trained_spec(method.new_gene(method.initial_tensors(spec), None), spec)
+    gene = method.new_gene(method.initial_tensors(spec), spec, None)
     return GeneNet(method, gene, spec)
 
 

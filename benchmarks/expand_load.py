@@ -25,8 +25,10 @@ from pathlib import Path
 
 import torch
 
-from learngene.gene import Learngene, get_method
-from learngene.methods.base import Ancestry, make_descendant
+from learngene.descendant import make_descendant
+from learngene.gene import Learngene
+from learngene.method import Ancestry
+from learngene.registry import get_method
 from learngene.spec import get_preset
 
 

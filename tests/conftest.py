@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from learngene.data import ImageData
-from learngene.methods.base import Ancestry
+from learngene.method import Ancestry
 from learngene.spec import ViTSpec
 
 # Tiny models gain nothing from intra-op threads, and on a shared 2-core machine two spinning OpenMP

@@ -19,9 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from learngene import distributed as dist  # noqa: E402
 from learngene.cli import main  # noqa: E402
+from learngene.descendant import GeneNet  # noqa: E402
 from learngene.errors import TrainingError  # noqa: E402
-from learngene.gene import get_method  # noqa: E402
-from learngene.methods.base import Ancestry, GeneNet  # noqa: E402
+from learngene.method import Ancestry  # noqa: E402
+from learngene.registry import get_method  # noqa: E402
 from learngene.spec import ViTSpec  # noqa: E402
 from learngene.train import TrainConfig, train  # noqa: E402
 from tests.conftest import FaultyData, make_images  # noqa: E402

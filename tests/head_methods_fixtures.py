@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from learngene.data import ImageData
-from learngene.methods.base import Ancestry
+from learngene.method import Ancestry
 from learngene.spec import ViTSpec
 
 TINY = ViTSpec(depth=3, embed_dim=32, num_heads=4, img_size=8, patch_size=4, in_chans=1, num_classes=3)

@@ -26,10 +26,12 @@ from safetensors.torch import save_file
 from learngene.ancestry import load_ancestry
 from learngene.cli import main
 from learngene.data import Batches, ImageData, class_subset, few_shot, image_folder, load_dataset
+from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
-from learngene.gene import Learngene, get_method, list_methods
+from learngene.gene import Learngene
 from learngene.io import load_model_file, load_weights, save_model
-from learngene.methods.base import Ancestry, make_descendant
+from learngene.method import Ancestry
+from learngene.registry import get_method, list_methods
 from learngene.spec import ViTSpec
 from learngene.train import TrainConfig, resolve_device, train
 from tests.conftest import make_images
@@ -73,6 +75,8 @@ FILES = {
     "evil_gene": "evil.safetensors", "not_state": "not_state.pth", "marker": "UNPICKLED",
     "a_dir": "a_dir", "folder_no_images": "folder_no_images", "folder_empty_class": "folder_empty_class",
     "folder_corrupt_image": "folder_corrupt_image", "folder_one_channel": "folder_one_channel",
+    "folder_bomb": "folder_bomb", "folder_one_class": "folder_one_class", "folder_other_classes": "folder_other_classes",
+    "idx_garbage": "idx_garbage",
     "run_corrupt": "run_corrupt", "run_evil": "run_evil", "run_other_lr": "run_other_lr",
     "out": "out/o.safetensors", "out_dir": "out", "not_a_dir": "file.txt", "readonly": "readonly",
 }
@@ -82,6 +86,18 @@ def _write_png(path: Path, value: int) -> None:
     from PIL import Image
 
     Image.fromarray(np.full((8, 8), value, dtype=np.uint8)).save(path)
+
+
+def _write_png_bomb(path: Path, side: int = 40_000) -> None:
+    """A 60-byte PNG whose header claims side × side pixels (1.6 G): PIL refuses it as a decompression bomb."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b""))
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +144,19 @@ def ws(tmp_path_factory) -> Workspace:
     for name in ("a", "b"):
         (Path(w.folder_one_channel) / name).mkdir(parents=True)
         _write_png(Path(w.folder_one_channel) / name / "0.png", 100)
+    for name in ("a", "b"):
+        (Path(w.folder_bomb) / name).mkdir(parents=True)
+        _write_png(Path(w.folder_bomb) / name / "0.png", 100)
+    _write_png_bomb(Path(w.folder_bomb) / "b" / "1.png")
+    (Path(w.folder_one_class) / "only").mkdir(parents=True)
+    _write_png(Path(w.folder_one_class) / "only" / "0.png", 100)
+    for split, names in (("train", ("cat", "dog")), ("test", ("cat", "fox"))):
+        for name in names:
+            (Path(w.folder_other_classes) / split / name).mkdir(parents=True)
+            _write_png(Path(w.folder_other_classes) / split / name / "0.png", 100)
+    Path(w.idx_garbage).mkdir()
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
+        Path(w.idx_garbage, name).write_bytes(b"\x00\x00\x08\x03 not an idx file" * 10)
     for run in (w.run_corrupt, w.run_evil):
         Path(run).mkdir()
     Path(w.run_corrupt, "checkpoint.pt").write_bytes(b"PK\x03\x04 truncated zip")
@@ -158,7 +187,7 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
     ("empty gene file", lambda w: ["expand", w.empty, "-o", w.out], "is empty"),
     ("safetensors that is not a gene", lambda w: ["expand", w.plain, "-o", w.out], "not a learngene"),
     ("model file given as gene", lambda w: ["expand", w.anc, "-o", w.out], "not a learngene"),
-    ("gene of unknown method", lambda w: ["expand", w.unknown_method, "-o", w.out], "does not know"),
+    ("gene of unknown method", lambda w: ["expand", w.unknown_method, "-o", w.out], "unknown method 'alchemy'"),
     ("gene of newer format", lambda w: ["expand", w.newer, "-o", w.out], "newer than this library"),
     ("gene with corrupt header", lambda w: ["expand", w.bad_config, "-o", w.out], "corrupt learngene header"),
     ("gene with impossible ancestry", lambda w: ["inspect", w.bad_gene_ancestry], "corrupt learngene header"),
@@ -285,6 +314,14 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
     ("zero shots", lambda w: ["train", w.anc, "--data", "digits", "--few-shot", "0", "--epochs", "1", "-o", w.out], "--few-shot must be"),
     ("zero training images", lambda w: ["train", w.anc, "--data", "digits", "--train-images", "0", "--epochs", "1", "-o", w.out],
      "--train-images must be"),
+    ("decompression-bomb PNG in a folder", lambda w: ["train", w.anc, "--data", f"folder:{w.folder_bomb}", "-o", w.out],
+     "decompression bomb"),
+    ("image folder of one class", lambda w: ["train", w.anc, "--data", f"folder:{w.folder_one_class}", "-o", w.out],
+     "has one class"),
+    ("test folder with other classes than train", lambda w: ["train", w.anc, "--data", f"folder:{w.folder_other_classes}",
+                                                             "-o", w.out], "same class sub-folders"),
+    ("garbage IDX files in --data-dir", lambda w: ["train", w.anc, "--data", "fashion_mnist", "--data-dir", w.idx_garbage,
+                                                   "-o", w.out], "not a Fashion-MNIST IDX file"),
     ("image folder with 2 channels", lambda w: ["ancestry", "--depth", "1", "--embed-dim", "32", "--num-heads", "2",
                                                 "--patch-size", "4", *SIZE, "--in-chans", "2", "--data",
                                                 f"folder:{w.folder_one_channel}", "-o", w.out], "1 or 3 channels"),
@@ -296,7 +333,10 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
      "does not exist; create it first"),
     ("output under a regular file", lambda w: ["expand", w.gene, "-o", Path(w.not_a_dir) / "o.safetensors"],
      "is not a directory"),
-    ("output is a directory", lambda w: ["expand", w.gene, "-o", w.a_dir], "is a directory; give a file path"),
+    ("output is a directory", lambda w: ["condense", "--method", "scratch", "--ancestry", w.anc, "-o", w.a_dir],
+     "is a directory; give a file path"),
+    ("hub folder exists", lambda w: ["expand", w.gene, "-o", w.a_dir], "already exists; pass --overwrite"),
+    ("hub folder over a file", lambda w: ["expand", w.gene, "-o", w.gene, "--format", "hub"], "is not a folder"),
     ("output in a read-only directory", lambda w: ["expand", w.gene, "-o", Path(w.readonly) / "o.safetensors"],
      "not writable"),
     ("plot over an existing file", lambda w: ["inspect", w.gene, "--plot", w.not_a_dir], "pass --overwrite"),
@@ -337,7 +377,7 @@ def _extra_setup(ws: Workspace, case_id: str) -> None:
             method = get_method(name)()
             inputs = None
             if method.needs_data:
-                from learngene.methods.base import CondenseInputs
+                from learngene.method import CondenseInputs
 
                 inputs = CondenseInputs(train=make_images(16, num_classes=10, size=16),
                                         train_cfg=TrainConfig(epochs=1, max_steps=1, batch_size=8, progress=False,

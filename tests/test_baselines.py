@@ -1,12 +1,13 @@
 import pytest
 import torch
 
+from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
-from learngene.gene import get_method
-from learngene.methods.base import Ancestry, make_descendant
-from learngene.methods.weight_selection import evenly_spaced
 from learngene.heads import split_proj, split_qkv
+from learngene.method import Ancestry
+from learngene.registry import get_method
 from learngene.spec import block_key
+from learngene.transfer import evenly_spaced
 
 
 def _deep_ancestry(tiny_spec, depth=6):

@@ -13,9 +13,9 @@ from learngene.bench.report import epochs_to_match, format_table
 from learngene.cli import main
 from learngene.data import DEBIAN_FASHION_MNIST
 from learngene.errors import SpecError
-from learngene.gene import get_method, list_methods
 from learngene.io import load_model_file
-from learngene.methods.base import Ancestry
+from learngene.method import Ancestry
+from learngene.registry import get_method, list_methods
 from learngene.spec import ViTSpec, fit_to_budget
 
 
@@ -123,7 +123,7 @@ def test_identical_budget_and_data_order_for_every_method(tmp_path, fake_fashion
 def test_new_head_tasks_give_every_method_the_same_classifier(tiny_spec):
     ancestry = Ancestry(tiny_spec.create_model(), tiny_spec)
     gene = get_method("pretrained")().condense(ancestry)
-    from learngene.methods.base import make_descendant
+    from learngene.descendant import make_descendant
 
     a = make_descendant(gene, tiny_spec, seed=5)
     b = make_descendant(get_method("scratch")().condense(ancestry), tiny_spec, seed=5)

@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from learngene.cli import main
+from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
 from learngene.heads import join_qkv, split_proj, split_qkv
-from learngene.methods.base import Ancestry, CondenseInputs, make_descendant
+from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.cluster import (
     ClusterLearngene,
     cluster_heads,
@@ -17,9 +18,9 @@ from learngene.methods.cluster import (
     patch_distances,
     priority_sharing,
 )
-from learngene.methods.resize import axis_map
+from learngene.transfer import axis_map
 
-from .head_methods_fixtures import TINY, save_tiny_ancestry, tiny_ancestry, tiny_data, timm_strict_load
+from .head_methods_fixtures import TINY, save_tiny_ancestry, timm_strict_load, tiny_ancestry, tiny_data
 
 D, H, d = TINY.embed_dim, TINY.num_heads, TINY.head_dim
 

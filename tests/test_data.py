@@ -1,11 +1,22 @@
+import gzip
 import os
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from learngene.data import (
-    Batches, ImageData, class_subset, digits, fashion_mnist, few_shot, fraction, image_folder, load_dataset,
+    Batches,
+    ImageData,
+    class_subset,
+    digits,
+    fashion_mnist,
+    few_shot,
+    fraction,
+    image_folder,
+    load_dataset,
 )
 from learngene.errors import DataError
 from tests.conftest import make_images
@@ -16,7 +27,7 @@ def test_fashion_mnist_from_a_folder_is_ungzipped_once(fake_fashion, tmp_path):
     test = fashion_mnist("test", data_dir=fake_fashion)
     assert train.images.shape == (40, 1, 28, 28) and train.images.dtype == torch.uint8
     assert len(test) == 20 and train.labels.tolist()[:3] == [0, 1, 2] and train.num_classes == 10
-    raw = tmp_path / "cache" / "fashion-mnist" / "FashionMNIST" / "raw"
+    [raw] = (tmp_path / "cache" / "fashion-mnist").glob("*/FashionMNIST/raw")
     stamp = os.path.getmtime(raw / "train-images-idx3-ubyte")
     fashion_mnist("train", data_dir=fake_fashion)
     assert os.path.getmtime(raw / "train-images-idx3-ubyte") == stamp
@@ -129,3 +140,119 @@ def test_torchvision_dataset_on_disk(fake_fashion, tmp_path):
 def test_toy_task_generator_is_balanced():
     data = make_images(20, 4)
     assert torch.bincount(data.labels).tolist() == [5] * 4
+
+
+# ---- image folders streamed with the ancestry's preprocessing ------------------------------------------
+@pytest.fixture(scope="module")
+def rgb_folder(tmp_path_factory):
+    from learngene.data import write_image_folder
+
+    return write_image_folder(tmp_path_factory.mktemp("rgb"), num_classes=3, per_class=5, size=40)
+
+
+def test_streamed_folder_batches_do_not_depend_on_workers_or_ranks(rgb_folder):
+    """DeiT augmentation draws per image from (seed, epoch, position): 0 or 2 workers, 1 or 2 ranks, the same images."""
+    def epoch(workers, rank=0, world=1, start_step=0):
+        data = load_dataset(f"folder:{rgb_folder}", "train", img_size=32, augment="deit", workers=workers)
+        batches = Batches(data, 6, shuffle=True, seed=1, rank=rank, world=world)
+        batches.set_epoch(2, start_step)
+        return list(batches)
+
+    torch.manual_seed(5)
+    one = epoch(0)
+    after_main = torch.rand(1)
+    torch.manual_seed(5)
+    after_plain = torch.rand(1)
+    assert torch.equal(after_main, after_plain), "decoding in the main process moved the training RNG"
+    two_workers = epoch(2)
+    assert [len(b.y) for b in one] == [6, 6, 3] and one[0].x.shape == (6, 3, 32, 32)
+    assert all(torch.equal(a.x, b.x) and torch.equal(a.y, b.y) for a, b in zip(one, two_workers))
+    r0, r1 = epoch(1, 0, 2), epoch(1, 1, 2)
+    for whole, a, b in zip(one, r0, r1):
+        assert whole.global_size == a.global_size == b.global_size
+        assert torch.equal(whole.x[0::2], a.x) and torch.equal(whole.x[1::2], b.x)
+    assert torch.equal(epoch(0, start_step=2)[0].x, one[2].x)
+    assert not torch.equal(epoch(0)[0].x, load_and_plain(rgb_folder)[0].x)
+
+
+def load_and_plain(folder):
+    data = load_dataset(f"folder:{folder}", "train", img_size=32)
+    batches = Batches(data, 6, shuffle=True, seed=1)
+    batches.set_epoch(2)
+    return list(batches)
+
+
+def test_a_rank_with_no_share_of_the_last_batch_gets_an_empty_one(rgb_folder):
+    data = load_dataset(f"folder:{rgb_folder}", "train", img_size=16, workers=1).subset(range(13))
+    last = list(Batches(data, 6, shuffle=False, rank=1, world=2))[-1]
+    assert last.x.shape == (0, 3, 16, 16) and last.global_size == 1
+
+
+def test_folder_follows_the_ancestrys_preprocessing(rgb_folder):
+    import timm
+
+    from learngene.data import preprocessing_cfg
+
+    deit = timm.create_model("deit_tiny_patch16_224", pretrained=False, depth=2)
+    pre = preprocessing_cfg(deit)
+    assert pre == {"input_size": (3, 224, 224), "interpolation": "bicubic", "mean": (0.485, 0.456, 0.406),
+                   "std": (0.229, 0.224, 0.225), "crop_pct": 0.9, "crop_mode": "center"}
+    dino = timm.create_model("vit_small_patch14_dinov2", pretrained=False, depth=1, img_size=112)
+    assert preprocessing_cfg(dino)["input_size"] == (3, 112, 112) and preprocessing_cfg(dino)["crop_pct"] == 1.0
+    data = load_dataset(f"folder:{rgb_folder}", "test", img_size=32, preprocessing=pre)
+    assert preprocessing_cfg(data) == {**pre, "input_size": (3, 32, 32)}
+    # resize the short side to 32 / 0.9 = 35 px (bicubic), centre crop 32, normalize: the same numbers by hand
+    from PIL import Image
+    from torchvision import transforms as T
+
+    by_hand = T.Compose([T.Resize(35, T.InterpolationMode.BICUBIC), T.CenterCrop(32), T.ToTensor(),
+                         T.Normalize(pre["mean"], pre["std"])])
+    x = data.get_batch(torch.tensor([0]))[0][0]
+    torch.testing.assert_close(x, by_hand(Image.open(data.samples[0][0]).convert("RGB")))
+    default = load_dataset(f"folder:{rgb_folder}", "test", img_size=32).get_batch(torch.tensor([0]))[0][0]
+    assert not torch.allclose(default, x, atol=0.05)
+    grey = preprocessing_cfg(pre, in_chans=1)
+    assert grey["input_size"] == (1, 224, 224) and len(grey["mean"]) == 1
+    with pytest.raises(DataError, match="lacks"):
+        preprocessing_cfg({"mean": (0.5,)})
+
+
+def test_train_and_test_folders_must_have_the_same_classes(tmp_path):
+    from learngene.data import load_splits, write_image_folder
+
+    write_image_folder(tmp_path, num_classes=3, per_class=2, size=12)
+    (tmp_path / "test" / "class_2").rename(tmp_path / "test" / "class_9")
+    with pytest.raises(DataError, match="class_9 only here.*class_2 missing here"):
+        load_splits(f"folder:{tmp_path}", img_size=8)
+    (tmp_path / "test" / "class_9").rename(tmp_path / "test" / "class_2")
+    train, test = load_splits(f"folder:{tmp_path}", img_size=8)
+    assert train.classes == test.classes == ["class_0", "class_1", "class_2"]
+
+
+def test_a_folder_of_one_class_is_refused(tmp_path):
+    from learngene.data import write_image_folder
+
+    write_image_folder(tmp_path, num_classes=1, per_class=2, size=12, splits=("train",))
+    with pytest.raises(DataError, match="one class"):
+        load_dataset(f"folder:{tmp_path}", img_size=8)
+
+
+@pytest.mark.parametrize("side", [10_000, 20_000])  # PIL warns above 89 M pixels and refuses above 179 M
+def test_a_decompression_bomb_found_while_streaming_is_one_line(rgb_folder, tmp_path, side):
+    from tests.test_bad_inputs import _write_png_bomb
+
+    shutil.copytree(rgb_folder / "train", tmp_path / "train")
+    data = load_dataset(f"folder:{tmp_path}", "train", img_size=16, workers=1)
+    _write_png_bomb(Path(data.samples[3][0]), side)  # replaced after the header check, before decoding
+    with pytest.raises(DataError, match="decompression bomb") as info:
+        list(Batches(data, 4, shuffle=False))
+    assert len(str(info.value).splitlines()) == 1
+
+
+def test_fashion_mnist_files_replaced_by_garbage_are_refused_not_served_from_the_cache(fake_fashion):
+    assert len(fashion_mnist("train", data_dir=fake_fashion)) == 40
+    garbage = fake_fashion / "train-images-idx3-ubyte.gz"
+    with gzip.open(garbage, "wb") as fh:
+        fh.write(b"\x00\x00\x08\x03" + b"garbage" * 50)
+    with pytest.raises(DataError, match="not a Fashion-MNIST IDX file"):
+        fashion_mnist("train", data_dir=fake_fashion)

@@ -6,7 +6,7 @@ import pytest
 
 from learngene.cli import main
 from learngene.data import DEBIAN_FASHION_MNIST
-from learngene.gene import list_methods
+from learngene.registry import list_methods
 
 
 @pytest.mark.skipif(not DEBIAN_FASHION_MNIST.is_dir(), reason="apt-get install dataset-fashion-mnist")

@@ -19,8 +19,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from learngene.gene import get_method, list_methods
 from learngene.io import save_model
+from learngene.registry import get_method, list_methods
 from learngene.spec import ViTSpec
 from tests import ddp_jobs
 

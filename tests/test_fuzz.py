@@ -19,9 +19,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from learngene.cli import main
-from learngene.gene import get_method, list_methods
+from learngene.registry import get_method, list_methods
 from learngene.io import save_model
-from learngene.methods.base import Ancestry, CondenseInputs
+from learngene.method import Ancestry, CondenseInputs
 from learngene.spec import ViTSpec
 from learngene.train import TrainConfig
 from tests.conftest import make_images

@@ -5,13 +5,16 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from learngene.descendant import make_descendant
 from learngene.errors import GeneFormatError
-from learngene.gene import Learngene, get_method, list_methods
+from learngene.gene import Learngene
+from learngene.registry import get_method, list_methods
 
 
 def _gene(tiny_spec) -> Learngene:
     return Learngene(method="pretrained", tensors={"blocks.0.norm1.weight": torch.randn(32), "x": torch.randn(3, 4)},
-                     config={"variant": "last"}, ancestry=tiny_spec, cost={"steps": 7, "seconds": 1.5})
+                     config={"variant": "last"}, layout=tiny_spec.replace(depth=1), ancestry=tiny_spec,
+                     cost={"steps": 7, "seconds": 1.5})
 
 
 def test_save_load_round_trip_is_exact(tmp_path, tiny_spec):
@@ -20,7 +23,8 @@ def test_save_load_round_trip_is_exact(tmp_path, tiny_spec):
     back = Learngene.load(tmp_path / "g.safetensors")
     assert back.tensors.keys() == gene.tensors.keys()
     assert all(torch.equal(back.tensors[k], gene.tensors[k]) for k in gene.tensors)
-    assert (back.method, back.config, back.ancestry, back.cost) == (gene.method, gene.config, gene.ancestry, gene.cost)
+    assert (back.method, back.config, back.layout, back.ancestry, back.cost) == \
+           (gene.method, gene.config, gene.layout, gene.ancestry, gene.cost)
     assert back.created == gene.created and back.library_version == gene.library_version
     assert back.num_stored_params == 32 + 12
 
@@ -47,14 +51,30 @@ def _with_header(tmp_path, **changes):
     return path
 
 
-def test_unknown_method_newer_version_and_bad_header_fail_clearly(tmp_path):
-    with pytest.raises(GeneFormatError, match="does not know"):
-        Learngene.load(_with_header(tmp_path, method="alchemy"))
+def test_unknown_method_newer_version_and_bad_header_fail_clearly(tmp_path, tiny_spec):
+    unknown = Learngene.load(_with_header(tmp_path, method="alchemy"))  # the file is fine; using it is not
+    with pytest.raises(GeneFormatError, match="unknown method 'alchemy'.*upgrade"):
+        make_descendant(unknown, tiny_spec)
     with pytest.raises(GeneFormatError, match="newer than this library"):
         Learngene.load(_with_header(tmp_path, format_version="99"))
     with pytest.raises(GeneFormatError, match="corrupt learngene header"):
         Learngene.load(_with_header(tmp_path, config="{not json"))
     assert Learngene.load(_with_header(tmp_path)).method == "scratch"
+    with pytest.raises(GeneFormatError, match="corrupt learngene header"):  # v2 names its layout
+        Learngene.load(_with_header(tmp_path, format_version="2"))
+
+
+def test_format_v1_layout_is_read_from_its_ancestry_or_trained_spec(tmp_path, tiny_spec):
+    """v1 kept the layout in ``ancestry`` (weight pickers) or ``config["trained_spec"]`` (aux-net methods)."""
+    picker = Learngene.load(_with_header(tmp_path, method="pretrained", ancestry=tiny_spec.to_json()))
+    assert picker.layout == picker.ancestry == tiny_spec
+    aux = tiny_spec.replace(depth=3, embed_dim=16)
+    config = json.dumps({"layers": "all", "trained_spec": aux.to_dict()})
+    trained = Learngene.load(_with_header(tmp_path, method="tleg", config=config, ancestry=tiny_spec.to_json()))
+    assert (trained.layout, trained.ancestry, trained.config) == (aux, tiny_spec, {"layers": "all"})
+    trained.save(tmp_path / "v2.safetensors")  # written back as v2, the layout in its own field
+    again = Learngene.load(tmp_path / "v2.safetensors")
+    assert (again.layout, again.ancestry, again.config) == (aux, tiny_spec, {"layers": "all"})
 
 
 def test_corrupt_truncated_and_pickled_files_are_refused(tmp_path, tiny_spec):
@@ -78,4 +98,4 @@ def test_registry_lists_the_baselines():
     assert get_method("auto_lg").name == "auto_lg"
     with pytest.raises(GeneFormatError, match="unknown method"):
         get_method("alchemy")
-    json.dumps(list_methods())
+    assert list_methods() == sorted(list_methods()) and all(get_method(m).name == m for m in list_methods())

@@ -6,14 +6,14 @@ import pytest
 import torch
 
 from learngene.cli import main
+from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
-from learngene.gene import get_method
 from learngene.heads import split_qkv
-from learngene.methods.base import make_descendant
 from learngene.methods.mimetic import Mimetic
+from learngene.registry import get_method
 from learngene.spec import ViTSpec
 
-from .head_methods_fixtures import TINY, save_tiny_ancestry, tiny_ancestry, timm_strict_load
+from .head_methods_fixtures import TINY, save_tiny_ancestry, timm_strict_load, tiny_ancestry
 
 # random small specs: (width, heads) with head sizes from 8 to full width
 SPECS = [ViTSpec(depth=2, embed_dim=D, num_heads=H, img_size=16, patch_size=4, in_chans=1, num_classes=5)

@@ -8,15 +8,16 @@ import pytest
 import torch
 
 from learngene.cli import main
+from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
 from learngene.gene import Learngene
 from learngene.heads import split_proj, split_qkv
-from learngene.methods.base import block_state, make_descendant
-from learngene.methods.peg import PEG
-from learngene.methods.resize import axis_map
+from learngene.method import AdaptInputs
+from learngene.methods.peg import PEG, default_gene_heads
 from learngene.train import TrainConfig, evaluate
+from learngene.transfer import axis_map, block_state
 
-from .head_methods_fixtures import TINY, save_tiny_ancestry, tiny_ancestry, tiny_data, timm_strict_load
+from .head_methods_fixtures import TINY, save_tiny_ancestry, timm_strict_load, tiny_ancestry, tiny_data
 
 D, H, d = TINY.embed_dim, TINY.num_heads, TINY.head_dim
 
@@ -119,7 +120,7 @@ def test_adapt_trains_phi_and_expand_gives_the_adapted_net(gene):
     spec = TINY.replace(depth=2, num_heads=2, embed_dim=2 * d)
     data, held_out = tiny_data(48), tiny_data(32, seed=1)
     cfg = TrainConfig(epochs=1, max_steps=4, batch_size=12, lr=1e-2, progress=False)
-    adapted, result = PEG.from_gene(gene).adapt(gene, spec, data, cfg, eval_data=held_out)
+    adapted, result = PEG.from_gene(gene).adapt(gene, spec, AdaptInputs(data, cfg, eval=held_out))
     initial = PEG.from_gene(gene).initial_phi(gene, spec)
     assert result.steps == 4
     assert any(not torch.equal(adapted.tensors[k], v) for k, v in initial.items())  # φ moved
@@ -132,14 +133,28 @@ def test_adapt_trains_phi_and_expand_gives_the_adapted_net(gene):
         make_descendant(adapted, TINY)
 
 
+def test_adapt_is_deterministic_whatever_the_global_rng(gene):
+    runs = []
+    for global_seed in (1, 2):  # e.g. two processes: torch seeds each one differently
+        torch.manual_seed(global_seed)
+        adapted, _ = PEG.from_gene(gene).adapt(gene, TINY.replace(depth=2), AdaptInputs(
+            tiny_data(24), TrainConfig(max_steps=1, batch_size=12, progress=False)))
+        runs.append(adapted.tensors)
+    assert runs[0].keys() == runs[1].keys() and all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
+
+
 def test_adapted_gene_round_trips_through_a_file(gene, tmp_path):
     spec = TINY.replace(depth=2)
-    adapted, _ = PEG.from_gene(gene).adapt(gene, spec, tiny_data(24), TrainConfig(max_steps=2, batch_size=12,
-                                                                                  progress=False))
+    adapted, _ = PEG.from_gene(gene).adapt(gene, spec, AdaptInputs(tiny_data(24), TrainConfig(max_steps=2, batch_size=12,
+                                                                                              progress=False)))
     adapted.save(tmp_path / "a.safetensors")
     loaded = Learngene.load(tmp_path / "a.safetensors")
     a, b = make_descendant(adapted, spec).state_dict(), make_descendant(loaded, spec).state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_default_gene_heads_follow_the_authors_two_thirds():
+    assert [default_gene_heads(h) for h in (12, 6, 4, 3, 2, 1)] == [8, 4, 3, 2, 1, 1]
 
 
 def test_deterministic_and_seeded(ancestry, gene):
@@ -147,7 +162,7 @@ def test_deterministic_and_seeded(ancestry, gene):
     other = PEG(gene_heads=2, gene_ffns=2, seed=4).condense(ancestry)
     assert all(torch.equal(gene.tensors[k], again.tensors[k]) for k in gene.tensors)
     assert not torch.equal(gene.tensors["msa.q"], other.tensors["msa.q"])
-    assert PEG().condense(ancestry).tensors["msa.q"].shape[:2] == (3, 2)  # defaults: half the heads
+    assert PEG().condense(ancestry).tensors["msa.q"].shape[:2] == (3, 3)  # defaults: about 2/3 of the 4 heads
     assert PEG().condense(ancestry).tensors["ffn.fc1_weight"].shape[0] == 2  # and half the depth, rounded up
 
 
@@ -179,7 +194,7 @@ def test_cli_condense_expand_adapt(tmp_path):
 
 
 def test_gene_net_gradients_reach_only_phi_and_classifier(gene):
-    from learngene.methods.base import GeneNet
+    from learngene.descendant import GeneNet
 
     spec = TINY.replace(depth=2)
     start = dataclasses.replace(gene, tensors={**gene.tensors, **PEG.from_gene(gene).initial_phi(gene, spec)})

@@ -17,9 +17,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from learngene.descendant import GeneNet
 from learngene.errors import LearngeneError
-from learngene.gene import Learngene, get_method, list_methods
-from learngene.methods.base import Ancestry, CondenseInputs, GeneNet
+from learngene.gene import Learngene
+from learngene.method import Ancestry, CondenseInputs
+from learngene.registry import get_method, list_methods
 from learngene.spec import ViTSpec
 from learngene.train import TrainConfig, seed_everything, train
 from tests.conftest import make_images

@@ -17,8 +17,8 @@ from safetensors.torch import load_file
 
 from learngene.cli import main
 from learngene.errors import TrainingError
-from learngene.gene import get_method, list_methods
 from learngene.io import save_model
+from learngene.registry import get_method, list_methods
 from learngene.spec import ViTSpec
 from learngene.train import CHECKPOINT, LOG, TrainConfig, load_checkpoint, train
 from tests.conftest import FaultyData, make_images, nan_images

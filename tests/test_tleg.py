@@ -9,13 +9,15 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+from learngene.auxnet import block_params_per_layer
 from learngene.cli import main
+from learngene.descendant import GeneNet, make_descendant
 from learngene.describe import describe_gene
 from learngene.errors import LearngeneError
-from learngene.gene import get_method
-from learngene.methods.auxnet import block_params_per_layer, trained_spec, with_trained_spec
-from learngene.methods.base import Ancestry, CondenseInputs, GeneNet, make_descendant
+from learngene.gene import Learngene
+from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.tleg import MODULES, TLEG, ShareInit, parse_layers
+from learngene.registry import get_method
 from learngene.spec import BLOCK_PARAMS, block_key
 from learngene.train import TrainConfig
 
@@ -29,7 +31,7 @@ def random_gene(method, spec, seed=0):
     """A gene with every tensor random (so that θ_A of biases and norms is not zero either)."""
     torch.manual_seed(seed)
     tensors = {k: torch.randn_like(v) for k, v in method.initial_tensors(spec).items()}
-    return with_trained_spec(method.new_gene(tensors, None), spec)
+    return method.new_gene(tensors, spec, None)
 
 
 def test_expansion_is_eq1_and_differentiable(tiny_spec):
@@ -65,7 +67,7 @@ def test_authors_initialization(tiny_spec):
 @pytest.mark.parametrize("name", ["tleg", "share_init"])
 def test_descendant_of_the_aux_size_is_the_aux_net(name, tiny_ancestry, toy_data, tiny_spec):
     gene = condense(name, tiny_ancestry, toy_data)
-    aux = trained_spec(gene)
+    aux = gene.layout
     assert aux == tiny_spec
     net = GeneNet(get_method(name).from_gene(gene), gene, aux).eval()
     descendant = make_descendant(gene, aux, seed=7).eval()
@@ -120,8 +122,8 @@ def test_expansion_loads_strictly_into_timm_for_depths_up_to_four_times_aux(name
 def test_share_init_is_tleg_with_theta_a_zero(tiny_spec):
     share = random_gene(ShareInit(), tiny_spec)
     assert not any(k.startswith("theta_a") for k in share.tensors)
-    tleg = with_trained_spec(TLEG().new_gene({**share.tensors, **{
-        f"theta_a.{n}": torch.zeros_like(share.tensors[f"theta_b.{n}"]) for n in BLOCK_PARAMS}}, None), tiny_spec)
+    tleg = TLEG().new_gene({**share.tensors, **{
+        f"theta_a.{n}": torch.zeros_like(share.tensors[f"theta_b.{n}"]) for n in BLOCK_PARAMS}}, tiny_spec, None)
     spec = tiny_spec.replace(depth=5)
     a, b = ShareInit().expand(share, spec), TLEG().expand(tleg, spec)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -163,13 +165,33 @@ def test_other_width_is_a_clear_error(tiny_spec):
         TLEG().expand(gene, tiny_spec.replace(embed_dim=64))
 
 
+@pytest.mark.parametrize("cls", [TLEG, ShareInit])
+def test_another_head_count_is_refused_not_resplit(cls, tiny_spec):
+    gene = random_gene(cls(), tiny_spec)  # 2 heads of 16
+    with pytest.raises(LearngeneError, match="2 heads .* asks 32, 4 and 128; pass --embed-dim 32 --num-heads 2"):
+        cls().expand(gene, tiny_spec.replace(num_heads=4))
+
+
+def test_aux_pool_avg_is_the_authors_aux_net_without_class_token(tiny_ancestry, toy_data, tiny_spec):
+    with pytest.raises(LearngeneError, match="aux_pool"):
+        condense("tleg", tiny_ancestry, toy_data, aux_pool="mean")
+    gene = condense("tleg", tiny_ancestry, toy_data, steps=2, aux_pool="avg")
+    aux = gene.layout
+    assert (aux.global_pool, aux.class_token) == ("avg", False) and "cls_token" not in gene.tensors
+    assert "fc_norm.weight" in gene.tensors and "pos_embed" in gene.tensors
+    same = make_descendant(gene, aux)
+    assert torch.equal(same.state_dict()["pos_embed"], gene.tensors["pos_embed"])
+    token = make_descendant(gene, tiny_spec.replace(depth=3)).state_dict()  # the ancestry's token pooling
+    assert torch.equal(token["norm.weight"], gene.tensors["fc_norm.weight"])
+
+
 def test_any_classifier_can_teach_given_the_aux_size(toy_data):
     teacher = Ancestry(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(256, 4)).eval(), None)
     with pytest.raises(LearngeneError, match="aux_depth"):
         condense("tleg", teacher, toy_data)
     gene = condense("tleg", teacher, toy_data, steps=2, aux_depth=3, aux_embed_dim=32, aux_num_heads=4,
                     aux_patch_size=4)
-    assert gene.ancestry is None and trained_spec(gene).short() == "L3-D32-H4" and trained_spec(gene).num_classes == 4
+    assert gene.ancestry is None and gene.layout.short() == "L3-D32-H4" and gene.layout.num_classes == 4
 
 
 TINY_ARGS = ["--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size", "16"]
@@ -181,6 +203,7 @@ def test_cli_condense_expand_inspect(tmp_path, capsys):
     assert main(["ancestry", *TINY_ARGS, *DATA, "--epochs", "1", "--quiet", "--out", anc]) == 0
     assert main(["condense", "--method", "tleg", "--ancestry", anc, *DATA, "--max-steps", "3", "--quiet",
                  "--run-dir", str(tmp_path / "run"), "--out", gene]) == 0
+    assert Learngene.load(gene).cost["distill_lambda"] == 1.0  # the authors' pure-KL recipe by default
     assert main(["expand", gene, "--depth", "5", "--opt", "layers=2-5", "--quiet", "--out", desc]) == 0
     model = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=5, embed_dim=32, num_heads=2,
                               patch_size=4, img_size=16, in_chans=1, num_classes=10)

@@ -8,10 +8,11 @@ import torch
 from safetensors.torch import load_file
 
 from learngene.cli import main
+from learngene.descendant import GeneNet, make_descendant
 from learngene.describe import describe_gene
 from learngene.errors import LearngeneError
-from learngene.methods.auxnet import trained_spec, with_trained_spec
-from learngene.methods.base import CondenseInputs, GeneNet, make_descendant
+from learngene.gene import Learngene
+from learngene.method import AdaptInputs, CondenseInputs
 from learngene.methods.tleg import TLEG
 from learngene.methods.wave import MATRICES, WAVE, block_grid
 from learngene.spec import BLOCK_PARAMS, block_key
@@ -27,7 +28,7 @@ def random_gene(method, spec, seed=0, scalers=True):
     torch.manual_seed(seed)
     tensors = {k: (v if k.startswith("scalers.") else torch.randn_like(v))
                for k, v in method.initial_tensors(spec).items() if scalers or not k.startswith("scalers.")}
-    return with_trained_spec(method.new_gene(tensors, None), spec)
+    return method.new_gene(tensors, spec, None)
 
 
 def tleg_as_wave(gene, spec, w):
@@ -42,7 +43,7 @@ def tleg_as_wave(gene, spec, w):
             return t.reshape(grid[0], w, grid[1], w).permute(0, 2, 1, 3).reshape(-1, w, w)
 
         tensors[f"templates.{name}"] = torch.cat([cut(gene.tensors[f"theta_b.{name}"]), cut(gene.tensors[f"theta_a.{name}"])])
-    return with_trained_spec(WAVE().new_gene(tensors, None), spec)
+    return WAVE().new_gene(tensors, spec, None)
 
 
 def test_kronecker_product_of_eq4(tiny_spec):
@@ -59,8 +60,8 @@ def test_kronecker_product_of_eq4(tiny_spec):
 @pytest.mark.parametrize("w", [32, 16])
 def test_linear_padding_reproduces_tleg_appendix_a(tiny_spec, w):
     torch.manual_seed(0)
-    tleg_gene = with_trained_spec(TLEG().new_gene(
-        {k: torch.randn_like(v) for k, v in TLEG().initial_tensors(tiny_spec).items()}, None), tiny_spec)
+    tleg_gene = TLEG().new_gene(
+        {k: torch.randn_like(v) for k, v in TLEG().initial_tensors(tiny_spec).items()}, tiny_spec, None)
     wave_gene = tleg_as_wave(tleg_gene, tiny_spec, w)
     as_tleg = WAVE(padding_eps=0.0, padding_offset=1)  # TLEG's (l−1)/L
     for depth in (1, 2, 3, 5, 8):
@@ -159,8 +160,8 @@ def test_adapt_trains_only_the_scalers_and_its_gene_is_the_adapted_net(tiny_ance
     spec = tiny_spec.replace(depth=3)
     method = WAVE.from_gene(gene)
     cfg = TrainConfig(epochs=1, max_steps=5, batch_size=16, lr=1e-2, progress=False)
-    adapted, result = method.adapt(gene, spec, toy_data, cfg, eval_data=toy_data)
-    assert result.steps == 5 and trained_spec(adapted) == spec
+    adapted, result = method.adapt(gene, spec, AdaptInputs(toy_data, cfg, eval=toy_data))
+    assert result.steps == 5 and adapted.layout == spec
     for key, value in gene.tensors.items():
         if not key.startswith("scalers."):  # templates and (same-size) embeddings and head are frozen
             assert torch.equal(adapted.tensors[key], value), key
@@ -175,7 +176,7 @@ def test_adapt_to_a_doubled_width_trains_what_the_gene_cannot_provide(tiny_ances
     gene = condense(tiny_ancestry, toy_data, steps=2)
     wide = tiny_spec.replace(depth=3, embed_dim=64, num_heads=4)
     method = WAVE.from_gene(gene, adapt_steps=3)
-    adapted, result = method.adapt(gene, wide, toy_data, TrainConfig(epochs=1, batch_size=16, progress=False))
+    adapted, result = method.adapt(gene, wide, AdaptInputs(toy_data, TrainConfig(epochs=1, batch_size=16, progress=False)))
     assert result.steps == 3
     assert adapted.tensors["pos_embed"].shape[-1] == 64 and adapted.tensors["scalers.mlp.fc1.weight"].shape == (3, 8, 8, 2)
     model = timm.create_model("vit_tiny_patch16_224", pretrained=False, **wide.timm_kwargs())
@@ -190,8 +191,8 @@ DATA = ["--data", "digits", "--train-images", "200"]
 def test_cli_condense_adapt_expand_inspect(tmp_path, capsys):
     anc, gene, adapted = (str(tmp_path / f"{n}.safetensors") for n in ("anc", "gene", "adapted"))
     assert main(["ancestry", *TINY_ARGS, *DATA, "--epochs", "1", "--quiet", "--out", anc]) == 0
-    assert main(["condense", "--method", "wave", "--ancestry", anc, *DATA, "--max-steps", "3", "--distill-lambda", "0.5",
-                 "--quiet", "--out", gene]) == 0
+    assert main(["condense", "--method", "wave", "--ancestry", anc, *DATA, "--max-steps", "3", "--quiet", "--out", gene]) == 0
+    assert Learngene.load(gene).cost["distill_lambda"] == 0.5  # Eq. 6's KL + CE by default, not TLEG's pure KL
     wide = ["--depth", "3", "--embed-dim", "64", "--num-heads", "4"]
     assert main(["adapt", gene, *wide, *DATA, "--max-steps", "3", "--quiet", "--gene-out", adapted,
                  "--out", str(tmp_path / "wide.safetensors")]) == 0

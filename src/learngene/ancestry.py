@@ -1,52 +1,118 @@
-"""Loading the ancestry: our own saved models, or a timm architecture + a local checkpoint file.
+"""Loading the ancestry: our own saved models, a timm checkpoint, or a timm / transformers model folder.
 
 Nothing is ever downloaded: timm models are created with ``pretrained=False`` and the weights come
-from the given file, read through safetensors or ``torch.load(weights_only=True)``. For ViTs the
-state_dict goes through timm's own ``checkpoint_filter_fn`` (it converts other layouts and resamples
-position embeddings to the requested image size); a classifier of another size is dropped.
+from the given file, read through safetensors or ``torch.load(weights_only=True)``. Folders are read
+by :mod:`learngene.convert` (timm hub layout, or a transformers ViT / DeiT / DINOv2 converted to
+timm's keys). Every state_dict goes through the ``checkpoint_filter_fn`` of the architecture's own
+timm module (it converts other layouts and resamples position embeddings to the requested image
+size); a classifier of another size is dropped.
+
+Big ancestries cost one copy of their weights at most: files are memory-mapped (pages are read as
+they are used), and the model is built on the meta device and takes the mapped tensors as its
+parameters (``load_state_dict(assign=True)``) instead of allocating and then overwriting its own.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+import itertools
 import os
-from typing import Any
+import sys
+from pathlib import Path
+from typing import Any, Callable
 
-from torch import nn
+from torch import Tensor, nn
 
+from .convert import is_model_folder, read_checkpoint
 from .errors import LearngeneError, SpecError
-from .io import build_model, load_model_file, load_weights, quote
-from .methods.base import Ancestry
+from .io import load_model_file
+from .method import Ancestry
 from .spec import spec_from_model
+
+StateDict = dict[str, Tensor]
 
 
 def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, **model_kwargs: Any) -> Ancestry:
     """Load an ancestry.
 
     Args:
-        path: a model saved by learngene (``learngene ancestry``/``expand``/``train``), or, with
-            ``timm_model``, a timm checkpoint (``.safetensors``, ``.pth``, ``.bin``).
+        path: a model saved by learngene (``learngene ancestry``/``expand``/``train``); with
+            ``timm_model``, a timm checkpoint (``.safetensors``, ``.pth``, ``.bin``); or a folder with a
+            ``config.json``: a timm hub folder or a transformers ViT / DeiT / DINOv2 (``timm_model``
+            is read from it, and overrides it when given).
         timm_model: timm architecture name, e.g. ``"deit_tiny_patch16_224"``.
         **model_kwargs: passed to ``timm.create_model`` (e.g. ``num_classes``, ``img_size``, ``in_chans``).
     """
-    if timm_model is None:
-        state, spec, _ = load_model_file(path)
-        return Ancestry(build_model(spec, state, source=str(path)).eval(), spec)
-    _require_timm_name(timm_model)
-    state = load_weights(path)  # before building the model: a bad file fails in a moment, not after a big init
-    model = _timm_model(timm_model, model_kwargs)
-    try:
-        from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
-
-        if isinstance(model, VisionTransformer):
-            state = checkpoint_filter_fn(state, model)
-    except (RuntimeError, KeyError, ValueError) as exc:
-        raise LearngeneError(f"{quote(path)} does not fit timm model {timm_model}: {str(exc).splitlines()[0][:200]}") from None
-    _load_filtered(model, state, str(path), timm_model)
+    if is_model_folder(path):
+        ckpt = read_checkpoint(path)
+        arch = timm_model or ckpt.arch
+        _require_timm_name(arch)
+        model = build_timm_model(arch, {**ckpt.kwargs, **model_kwargs}, ckpt.state, str(path))
+    elif timm_model is None:
+        if Path(path).is_dir():
+            raise LearngeneError(f"{path} is a folder without config.json; give a timm hub or transformers model "
+                                 f"folder, or a checkpoint file")
+        state, spec, _ = load_model_file(path, lazy=True)
+        return Ancestry(build_model_lazily(lambda **kw: spec.create_model(**kw), state, str(path)).eval(), spec)
+    else:
+        _require_timm_name(timm_model)
+        # read before building the model: a bad file fails in a moment, not after a big init
+        state = read_checkpoint(path).state
+        model = build_timm_model(timm_model, model_kwargs, state, str(path))
     try:
         spec = spec_from_model(model)
     except SpecError:
         spec = None  # a non-ViT (or exotic ViT) can still be a teacher
     return Ancestry(model.eval(), spec)
+
+
+def build_timm_model(arch: str, kwargs: dict[str, Any], state: StateDict, source: str) -> nn.Module:
+    """timm's ``arch`` with ``kwargs``, holding ``state`` after the architecture's own checkpoint filter."""
+
+    def create(**extra: Any) -> nn.Module:
+        return _timm_model(arch, {**kwargs, **extra})
+
+    try:
+        state = checkpoint_filter(arch)(state, create(device="meta"))
+    except (RuntimeError, KeyError, ValueError, AttributeError) as exc:
+        raise LearngeneError(f"{source} does not fit timm model {arch}: {str(exc).splitlines()[0][:200]}") from None
+    return build_model_lazily(create, state, source, arch)
+
+
+def build_model_lazily(create: Callable[..., nn.Module], state: StateDict, source: str, name: str = "") -> nn.Module:
+    """``create()``'s model holding ``state``, built without a second copy of the weights where possible.
+
+    The model is made on the meta device and takes ``state``'s tensors as its own. When that cannot
+    work (the checkpoint leaves a fresh classifier to draw, or the model has buffers no checkpoint
+    holds) it is made normally and ``state`` is copied in.
+    """
+    model = create(device="meta")
+    state = _fitting_state(model, state, source, name)
+    if set(state) == set(model.state_dict()):
+        model.load_state_dict(state, strict=True, assign=True)
+        if not any(t.is_meta for t in itertools.chain(model.parameters(), model.buffers())):
+            return model
+    model = create()
+    model.load_state_dict(state, strict=False)
+    return model
+
+
+def checkpoint_filter(arch: str) -> Callable[[StateDict, nn.Module], StateDict]:
+    """The ``checkpoint_filter_fn`` of the timm module that defines ``arch`` (vision_transformer, deit, eva, ...).
+
+    timm passes it to its builder for pretrained weights; its layer-scale renaming (DeiT III's old
+    ``gamma_1``) is turned on where the function has it, as timm's deit module does.
+    """
+    import timm
+
+    module = sys.modules[timm.models.model_entrypoint(arch).__module__]
+    fn = getattr(module, "checkpoint_filter_fn", None)
+    if fn is None:
+        return lambda state, model: state
+    if "adapt_layer_scale" in inspect.signature(fn).parameters:
+        fn = functools.partial(fn, adapt_layer_scale=True)
+    return fn
 
 
 def _require_timm_name(name: str) -> None:
@@ -62,30 +128,34 @@ def _timm_model(name: str, kwargs: dict[str, Any]) -> nn.Module:
     try:
         return timm.create_model(name, pretrained=False, **kwargs)
     except (TypeError, ValueError, AssertionError) as exc:
-        raise LearngeneError(f"cannot build timm model {name} with {kwargs}: {exc}") from None
+        shown = {k: v for k, v in kwargs.items() if k != "device"}
+        raise LearngeneError(f"cannot build timm model {name} with {shown}: {exc}") from None
 
 
-def _load_filtered(model: nn.Module, state: dict, path: str, name: str) -> None:
-    """Load ``state`` into ``model``; only a classifier of the wrong size may be left out."""
-    own = model.state_dict()
-    head = {k for k in own if k.startswith(_classifier_prefix(model))}
-    state = {k: v for k, v in state.items() if not (k in head and own[k].shape != v.shape)}
+def _fitting_state(model: nn.Module, state: StateDict, path: str, name: str) -> StateDict:
+    """``state`` without a classifier of the wrong size; any other difference from ``model`` is an error."""
+    own = {k: v.shape for k, v in model.state_dict().items()}
+    head = {k for k in own if k.startswith(_classifier_prefixes(model))}
+    state = {k: v for k, v in state.items() if not (k in head and own[k] != v.shape)}
+    hint = "pick the matching --timm-model" if name else "create the file again with learngene"
     for key, value in state.items():
-        if key in own and own[key].shape != value.shape:
-            raise LearngeneError(f"{quote(path)}: {key} has shape {tuple(value.shape)} but timm {name} needs "
-                                 f"{tuple(own[key].shape)}; pick the matching --timm-model or sizes")
-    result = model.load_state_dict(state, strict=False)
-    missing = [k for k in result.missing_keys if k not in head]
-    if missing or result.unexpected_keys:
-        bad = (missing or result.unexpected_keys)[0]
-        raise LearngeneError(f"{quote(path)} does not match timm {name} (e.g. {'missing' if missing else 'unexpected'} "
-                             f"key {bad!r}); pick the matching --timm-model")
+        if key in own and own[key] != value.shape:
+            raise LearngeneError(f"{path}: {key} has shape {tuple(value.shape)} but timm {name or 'model'} needs "
+                                 f"{tuple(own[key])}; {hint} or sizes")
+    missing = [k for k in own if k not in state and k not in head]
+    unexpected = [k for k in state if k not in own]
+    if missing or unexpected:
+        bad = (missing or unexpected)[0]
+        raise LearngeneError(f"{path} does not match timm {name or 'model'} (e.g. {'missing' if missing else 'unexpected'} "
+                             f"key {bad!r}); {hint}")
+    return state
 
 
-def _classifier_prefix(model: nn.Module) -> str:
+def _classifier_prefixes(model: nn.Module) -> tuple[str, ...]:
+    """Key prefixes of the classifier(s): ``head.``, and ``head_dist.`` for a distilled DeiT."""
     get = getattr(model, "get_classifier", None)
-    classifier = get() if get else None
-    for name, module in model.named_modules():
-        if module is classifier and name:
-            return name + "."
-    return "head."
+    classifiers = get() if get else None
+    classifiers = classifiers if isinstance(classifiers, tuple) else (classifiers,)
+    names = tuple(name + "." for name, module in model.named_modules()
+                  if name and any(module is c for c in classifiers))
+    return names or ("head.",)

@@ -108,18 +108,27 @@ def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: s
     g.add_argument("--data-dir", help="where the data lie (default: $LEARNGENE_DATA, then system locations)")
     g.add_argument("--train-images", type=_integer, metavar="N", help="use a random subset of N training images")
     g.add_argument("--few-shot", type=_integer, metavar="K", help="use K labelled training images per class")
+    g.add_argument("--workers", type=_integer, metavar="N",
+                   help="DataLoader processes decoding an image folder (default: auto, min(8, CPUs per process - 1); "
+                        "0: in the main process)")
+    g.add_argument("--aug", choices=("none", "deit"), default="none",
+                   help="training augmentation of an RGB image folder: deit = timm's random-resized crop, flip, "
+                        "RandAugment rand-m9-mstd0.5-inc1 and random erasing 0.25 per image (DeiT's recipe) "
+                        "(default: %(default)s)")
 
 
-def load_data_from_args(args: argparse.Namespace, img_size: int | None = None, in_chans: int | None = None):
-    """(train, test) data as the flags ask, resized/converted to the given model input."""
-    from .data import few_shot, fraction, load_dataset
+def load_data_from_args(args: argparse.Namespace, img_size: int | None = None, in_chans: int | None = None,
+                        preprocessing: dict[str, Any] | None = None):
+    """(train, test) data as the flags ask, resized/converted to the given model input; image folders are read
+    with ``preprocessing`` (the model's, :func:`learngene.data.preprocessing_cfg`) when given."""
+    from .data import default_workers, few_shot, fraction, load_splits
 
     img_size = getattr(args, "img_size", None) or img_size
     in_chans = getattr(args, "in_chans", None) or in_chans
+    workers = args.workers if args.workers is not None else default_workers()
 
     def load() -> tuple:
-        return (load_dataset(args.data, "train", img_size, args.data_dir, in_chans),
-                load_dataset(args.data, "test", img_size, args.data_dir, in_chans))
+        return load_splits(args.data, img_size, args.data_dir, in_chans, preprocessing, args.aug, workers)
 
     # under torchrun rank 0 loads first, so a one-time cache (Fashion-MNIST ungzipped) is written once
     # and a bad --data stops every rank with rank 0's message
@@ -154,9 +163,11 @@ def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-
                    help="also checkpoint every N steps (default: auto, once per epoch)")
 
 
-def add_distill_args(p: argparse.ArgumentParser, lam: float, tau: float = 1.0) -> None:
+def add_distill_args(p: argparse.ArgumentParser, lam: float | None, tau: float = 1.0) -> None:
     g = p.add_argument_group("distillation: (1-λ)·CE + λ·τ²·KL(teacher ‖ student)")
-    g.add_argument("--distill-lambda", type=_real, default=lam, help="λ in [0, 1] (default: %(default)s)")
+    g.add_argument("--distill-lambda", type=_real, default=lam,
+                   help="λ in [0, 1] (default: %(default)s)" if lam is not None else
+                        "λ (default: the method's paper: 1 = pure KL for tleg/share_init, 0.5 = KL + CE for wave)")
     g.add_argument("--distill-tau", type=_real, default=tau, help="τ, positive (default: %(default)s)")
 
 
@@ -234,6 +245,7 @@ def _say(args: argparse.Namespace, text: str) -> None:
 
 # ---- subcommands ------------------------------------------------------------------------------------------
 def cmd_ancestry(args: argparse.Namespace) -> None:
+    from .data import preprocessing_cfg
     from .io import save_model
     from .train import seed_everything, train
 
@@ -246,7 +258,8 @@ def cmd_ancestry(args: argparse.Namespace) -> None:
     _say(args, f"ancestry {spec.short()} ({spec.num_params:,} params) on {train_data.name}: {len(train_data)} images")
     result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
     dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
-        "kind": "ancestry", "data": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc}))
+        "kind": "ancestry", "data": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc},
+        preprocessing=preprocessing_cfg(train_data)))
     _say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}")
 
 
@@ -261,21 +274,32 @@ def _load_ancestry_args(args: argparse.Namespace):
     return load_ancestry(args.ancestry, args.timm_model, **kwargs)
 
 
+def _ancestry_preprocessing(args: argparse.Namespace, ancestry) -> dict[str, Any] | None:
+    """What the ancestry's inputs expect: a timm model's pretrained_cfg, or what its model file records."""
+    from .data import preprocessing_cfg
+    from .io import model_preprocessing
+
+    return preprocessing_cfg(ancestry.model) if args.timm_model else model_preprocessing(args.ancestry)
+
+
 def cmd_condense(args: argparse.Namespace) -> None:
-    from .gene import get_method
-    from .methods.base import CondenseInputs, parse_options
+    from .method import CondenseInputs, parse_options
+    from .registry import get_method
     from .train import seed_everything
 
     check_outputs(args, [args.out], [args.ancestry])
     method_cls = get_method(args.method)
     method = method_cls(**parse_options(method_cls.Config, args.opt or []))
+    if args.distill_lambda is None:
+        args.distill_lambda = method_cls.distill_lambda
     train_cfg = train_config_from_args(args, f"condense {args.method}")  # checked even where unused
     ancestry = _load_ancestry_args(args)
     inputs = None
     if method_cls.needs_data:
         model_in = ancestry.spec  # None for a non-ViT teacher: the data keep their own size unless flags say
         train_data, test_data = load_data_from_args(args, model_in.img_size if model_in else None,
-                                                    model_in.in_chans if model_in else None)
+                                                    model_in.in_chans if model_in else None,
+                                                    _ancestry_preprocessing(args, ancestry))
         inputs = CondenseInputs(train=train_data, eval=test_data, train_cfg=train_cfg, run_dir=args.run_dir,
                                 resume=args.resume)
     seed_everything(args.seed)
@@ -285,50 +309,65 @@ def cmd_condense(args: argparse.Namespace) -> None:
 
 
 def cmd_expand(args: argparse.Namespace) -> None:
-    from .gene import Learngene, get_method
+    from .descendant import make_descendant
+    from .export import check_output_folder, wants_folder
+    from .gene import Learngene
     from .io import quote, save_model
-    from .methods.base import make_descendant, parse_options
+    from .method import parse_options
+    from .registry import get_method
 
-    check_outputs(args, [args.out], [args.gene])
+    hub = wants_folder(args.out, args.format)
+    if hub:
+        check_output_folder(args.out, args.overwrite)
+    else:
+        check_outputs(args, [args.out], [args.gene])
     gene = Learngene.load(args.gene)
+    method_cls = get_method(gene.method)
     if gene.ancestry is None and not args.preset:
         raise LearngeneError(f"{quote(args.gene)} records no ancestry size; give --preset and/or all size flags")
     spec = spec_from_args(args, base=gene.ancestry)
-    options = parse_options(get_method(gene.method).Config, args.opt or [])
+    options = parse_options(method_cls.Config, args.opt or [])
     if args.max_params is not None or args.max_flops is not None:
         spec = _fit_gene_to_budget(args, gene, spec, options)
     model = make_descendant(gene, spec, seed=args.seed, top_up=args.top_up, **options)
-    provided = get_method(gene.method).from_gene(gene, **options).provided_keys(gene, spec)
-    dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
-        "kind": "descendant", "method": gene.method, "gene": str(args.gene), "options": options,
-        "provided_keys": len(provided), "top_up": args.top_up}))
-    _say(args, f"wrote {args.out}: {spec.short()} timm ViT ({spec.num_params:,} params), "
+    provided = method_cls.from_gene(gene, **options).provided_keys(gene, spec)
+    if hub:
+        dist.on_main(lambda: _export_descendant(args, gene, model, spec, options, len(provided)))
+    else:
+        dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
+            "kind": "descendant", "method": gene.method, "gene": str(args.gene), "options": options,
+            "provided_keys": len(provided), "top_up": args.top_up}))
+    _say(args, f"wrote {args.out}{' (timm hub folder)' if hub else ''}: {spec.short()} timm ViT ({spec.num_params:,} params), "
                f"{len(provided)}/{len(spec.state_shapes())} tensors from the {gene.method} gene"
                + (f", the rest topped up by {args.top_up} where it has weights" if args.top_up else ""))
 
 
+def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dict[str, Any], provided: int) -> None:
+    from .export import export_hub_folder
+    from .registry import get_method
+
+    ancestry = gene.ancestry
+    card = {
+        "method": gene.method,
+        "citation": get_method(gene.method).paper,
+        "ancestry": (f"timm `{getattr(ancestry, 'arch', None) or 'ViT'}` {ancestry.short()}, {ancestry.num_params:,} "
+                     f"parameters" if ancestry else "none recorded (a non-ViT teacher, or no ancestry)"),
+        "gene": f"`{Path(args.gene).name}`, {gene.num_stored_params:,} stored parameters, made by learngene "
+                f"{gene.library_version} on {gene.created}",
+        "tensors from the gene": f"{provided} of {len(spec.state_shapes())}"
+                                 + (f", the rest topped up by {args.top_up}" if args.top_up else ", the rest timm's init"),
+    }
+    if options:
+        card["options"] = ", ".join(f"{k}={v!r}" for k, v in options.items())
+    export_hub_folder(args.out, model, spec, card, overwrite=args.overwrite)
+
+
 def _fit_gene_to_budget(args: argparse.Namespace, gene, base, options: dict[str, Any]):
     """The deepest, then widest, size under --max-params/--max-flops that the gene's method can expand."""
-    import torch
-
-    from .gene import get_method
-    from .io import check_state_shapes
-    from .spec import fit_to_budget
-
-    method = get_method(gene.method).from_gene(gene, **options)
-
-    def supports(spec) -> bool:
-        try:
-            with torch.no_grad():
-                check_state_shapes(method.expand(gene, spec), spec, f"the {gene.method} gene")
-        except LearngeneError:
-            return False
-        return True
+    from .descendant import fit_gene_to_budget
 
     heads = args.num_heads or (base.num_heads if args.embed_dim else None)
-    spec = fit_to_budget(base, args.max_params, args.max_flops, supports, depth=args.depth, num_heads=heads,
-                         max_depth=gene.ancestry.depth if gene.ancestry else None,
-                         max_heads=gene.ancestry.num_heads if gene.ancestry else None)
+    spec = fit_gene_to_budget(gene, base, args.max_params, args.max_flops, depth=args.depth, num_heads=heads, **options)
     budget = ", ".join(f"{name} {value:,}" for name, value in (("params", args.max_params), ("FLOPs", args.max_flops))
                        if value is not None)
     _say(args, f"picked {spec.short()}: {spec.num_params:,} params, {spec.flops / 1e6:,.1f} MFLOPs per image "
@@ -349,9 +388,11 @@ def _count(text: str) -> int:
 
 
 def cmd_adapt(args: argparse.Namespace) -> None:
-    from .gene import Learngene, get_method
+    from .descendant import make_descendant
+    from .gene import Learngene
     from .io import save_model
-    from .methods.base import make_descendant, parse_options
+    from .method import AdaptInputs, parse_options
+    from .registry import get_method
 
     check_outputs(args, [args.out, args.gene_out], [args.gene])
     train_cfg = train_config_from_args(args, "adapt")
@@ -362,8 +403,8 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     base = gene.ancestry
     train_data, test_data = load_data_from_args(args, (base.img_size if base else None), (base.in_chans if base else None))
     spec = spec_from_args(args, base=base, data=train_data)
-    adapted, result = method.adapt(gene, spec, train_data, train_cfg.replace(desc=f"adapt {gene.method}"),
-                                   eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
+    adapted, result = method.adapt(gene, spec, AdaptInputs(train_data, train_cfg.replace(desc=f"adapt {gene.method}"),
+                                                           eval=test_data, run_dir=args.run_dir, resume=args.resume))
     model = make_descendant(adapted, spec, seed=args.seed)
 
     def write() -> None:
@@ -379,21 +420,23 @@ def cmd_adapt(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from .io import build_model, load_model_file, save_model
+    from .data import preprocessing_cfg
+    from .io import build_model, load_model_file, model_preprocessing, save_model
     from .train import train
 
     check_outputs(args, [args.out], [args.model])
     train_cfg = train_config_from_args(args, "train")
     state, spec, origin = load_model_file(args.model)
     model = build_model(spec, state, source=str(args.model))
-    train_data, test_data = load_data_from_args(args, spec.img_size, spec.in_chans)
+    train_data, test_data = load_data_from_args(args, spec.img_size, spec.in_chans, model_preprocessing(args.model))
     if train_data.num_classes != spec.num_classes:
         model.reset_classifier(train_data.num_classes)
         spec = spec.replace(num_classes=train_data.num_classes)
         _say(args, f"new {train_data.num_classes}-way classifier head for {train_data.name}")
     result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
     dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
-        **origin, "finetuned_on": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc}))
+        **origin, "finetuned_on": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc},
+        preprocessing=preprocessing_cfg(train_data)))
     _say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}")
 
 
@@ -411,7 +454,7 @@ def cmd_inspect(args: argparse.Namespace) -> None:
 
 
 def cmd_methods(args: argparse.Namespace) -> None:
-    from .gene import get_method, list_methods
+    from .registry import get_method, list_methods
 
     for name in list_methods():
         cls = get_method(name)
@@ -421,7 +464,7 @@ def cmd_methods(args: argparse.Namespace) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> None:
     from .bench import BenchRun, get_profile
-    from .gene import list_methods
+    from .registry import list_methods
 
     profile = get_profile(args.profile)
     command = f"learngene bench --profile {args.profile}"
@@ -462,7 +505,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
 # ---- parser -----------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from .bench.profiles import PROFILES
-    from .gene import list_methods
+    from .registry import list_methods
 
     parser = _Parser(prog="learngene", description="Condense a pretrained ViT into a learngene and expand it into "
                                                    "timm ViTs of any depth, width and head count.")
@@ -487,7 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
     add_data_args(p)
     add_train_args(p)
-    add_distill_args(p, lam=1.0)
+    add_distill_args(p, lam=None)
     add_common(p)
     add_output(p, "learngene")
     g = p.add_argument_group("timm checkpoint sizes (with --timm-model)")
@@ -509,7 +552,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-params", type=_count, metavar="N", help="at most N parameters (e.g. 5e6 or 5M)")
     g.add_argument("--max-flops", type=_count, metavar="N", help="at most N forward FLOPs per image (e.g. 2G)")
     add_common(p)
-    add_output(p, "descendant model")
+    p.add_argument("--out", "-o", required=True,
+                   help="where to write the descendant: a learngene model file (.safetensors), or timm's hub folder "
+                        "(config.json, model.safetensors, README.md) when it ends in / or is a folder")
+    p.add_argument("--format", choices=("file", "hub"),
+                   help="file: one learngene model file; hub: timm's hub folder, loadable by "
+                        "timm.create_model('local-dir:DIR', pretrained=True) (default: hub for a folder-like --out)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output file or folder")
     p.set_defaults(func=cmd_expand)
 
     p = sub.add_parser("adapt", help="specialize a learngene to a size on a little data (WAVE scalers, PEG φ)",
@@ -580,9 +629,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from . import __version__
+    from ._version import __version__
 
     return __version__
+
+
+def _clear_progress_bars() -> None:
+    """Close the bars an error interrupted, so that the one-line error starts a line of its own."""
+    from tqdm import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -644,6 +701,7 @@ def _stop_on_sigterm():
 
 def _fail(args: argparse.Namespace, message: str) -> int:
     """Print the one-line error (a name holding a newline cannot split it) and give the usage exit code."""
+    _clear_progress_bars()
     where = f" (rank {dist.rank()})" if dist.is_distributed() else ""
     one_line = message.replace("\r", "\\r").replace("\n", "\\n")
     print(f"learngene {args.command}{where}: error: {one_line}", file=sys.stderr)

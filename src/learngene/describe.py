@@ -8,8 +8,9 @@ import os
 from pathlib import Path
 
 from .errors import GeneFormatError
-from .gene import GENE_FORMAT, Learngene, get_method
+from .gene import GENE_FORMAT, Learngene
 from .io import MODEL_FORMAT, load_model_file, quote, read_safetensors
+from .registry import get_method
 from .spec import ViTSpec
 
 
@@ -42,6 +43,7 @@ def describe_gene(gene: Learngene, file_size: int | None = None, show_tensors: b
     lines = [f"learngene: method {gene.method}" + (f" ({file_size / 1e6:.2f} MB on disk)" if file_size else ""),
              f"  stored parameters: {gene.num_stored_params:,} in {len(gene.tensors)} tensors",
              f"  options:  {json.dumps(gene.config, sort_keys=True)}",
+             f"  layout:   {describe_spec(gene.layout) if gene.layout else 'no ViT tensors'}",
              f"  ancestry: {describe_spec(gene.ancestry) if gene.ancestry else 'not a ViT / none'}"]
     if gene.ancestry:
         lines.append(f"  stored / ancestry parameters: {gene.num_stored_params / gene.ancestry.num_params:.3f}")

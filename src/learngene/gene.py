@@ -1,8 +1,10 @@
 """The learngene: a small set of named tensors plus the metadata to expand them.
 
 On disk a learngene is one ``.safetensors`` file; the header's metadata holds the method name, its
-hyper-parameters, the ancestry's spec, the condensation cost, the library version and the creation
-time. Loading checks the format tag, the format version and that the method is registered here.
+hyper-parameters, the layout the tensors are shaped for, the ancestry's spec, the condensation cost,
+the library version and the creation time. Loading checks the format tag and version (and reads the
+older v1 header); whether the method is known is checked where it is used
+(:func:`~learngene.registry.get_method`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import Tensor
 
@@ -19,11 +21,11 @@ from .errors import GeneFormatError, LearngeneError
 from .io import check_state_shapes, library_version, nonfinite_tensor, now_iso, quote, read_safetensors, save_safetensors
 from .spec import ViTSpec
 
-if TYPE_CHECKING:
-    from .methods.base import Method
-
 GENE_FORMAT = "learngene"
-GENE_FORMAT_VERSION = 1
+# v2: the layout is its own header field; v1 kept it in ``ancestry`` (weight pickers) or in
+# ``config["trained_spec"]`` (methods condensed through an aux net).
+GENE_FORMAT_VERSION = 2
+DESCENDANT = "descendant."  # tensor group: timm tensors of the one descendant a gene was adapted for
 
 
 @dataclass
@@ -31,10 +33,16 @@ class Learngene:
     """Named tensors + the metadata needed to expand them.
 
     Attributes:
-        method: registered method name (see :func:`get_method`).
-        tensors: the stored parameters.
+        method: registered method name (see :func:`~learngene.registry.get_method`).
+        tensors: the stored parameters. The group ``descendant.*`` (:data:`DESCENDANT`), when present,
+            holds timm tensors, by their timm key, of the size the gene was adapted for (e.g. the
+            classifier PEG's ``adapt`` trained); see :meth:`descendant_state`.
         config: the method's hyper-parameters (JSON-able).
-        ancestry: spec of the ViT it was condensed from (None for a non-ViT teacher or no ancestry).
+        layout: the spec the gene's tensors are shaped for: the ancestry for weight pickers, the aux
+            net (or the size it was adapted to) for methods condensed through one; None when the gene
+            holds no ViT tensors.
+        ancestry: spec of the ViT it was condensed from (provenance: the default expansion size and
+            the stored/ancestry ratio); None for a non-ViT teacher or no ancestry.
         cost: what condensation cost (e.g. ``{"epochs": 3, "steps": 900, "seconds": 41.2}``).
         library_version, created: provenance, filled in on creation.
     """
@@ -42,6 +50,7 @@ class Learngene:
     method: str
     tensors: dict[str, Tensor]
     config: dict[str, Any] = field(default_factory=dict)
+    layout: ViTSpec | None = None
     ancestry: ViTSpec | None = None
     cost: dict[str, Any] = field(default_factory=dict)
     library_version: str = field(default_factory=library_version)
@@ -56,13 +65,18 @@ class Learngene:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
 
+    def descendant_state(self) -> dict[str, Tensor]:
+        """The ``descendant.*`` group by timm key: tensors of the size the gene was adapted for."""
+        return {k[len(DESCENDANT):]: v for k, v in self.tensors.items() if k.startswith(DESCENDANT)}
+
     def save(self, path: str | os.PathLike, overwrite: bool = True) -> None:
         metadata = {
             "format": GENE_FORMAT,
             "format_version": str(GENE_FORMAT_VERSION),
             "method": self.method,
             "config": json.dumps(self.config, sort_keys=True),
-            "ancestry": self.ancestry.to_json() if self.ancestry else "null",
+            "layout": _spec_json(self.layout),
+            "ancestry": _spec_json(self.ancestry),
             "cost": json.dumps(self.cost, sort_keys=True),
             "library_version": self.library_version,
             "created": self.created,
@@ -83,22 +97,25 @@ class Learngene:
         if version > GENE_FORMAT_VERSION:
             raise GeneFormatError(f"{quote(path)} is learngene format v{version}, newer than this library reads "
                                   f"(v{GENE_FORMAT_VERSION}); upgrade learngene")
-        method = meta.get("method", "")
-        if method not in list_methods():
-            raise GeneFormatError(f"{quote(path)} was made by method {method!r}, which this version of learngene does not "
-                                  f"know (known: {', '.join(list_methods())}); upgrade learngene")
         try:
-            ancestry = None if meta.get("ancestry", "null") == "null" else ViTSpec.from_json(meta["ancestry"])
+            config = json.loads(meta.get("config", "{}"))
+            ancestry = _spec_from_json(meta.get("ancestry", "null"))
+            if version >= 2:
+                layout = _spec_from_json(meta["layout"])
+            else:  # v1: an aux-net gene kept its layout in its config, a weight picker's was its ancestry
+                trained = config.pop("trained_spec", None)
+                layout = ViTSpec.from_dict(trained) if trained is not None else ancestry
             gene = cls(
-                method=method,
+                method=meta.get("method", ""),
                 tensors=tensors,
-                config=json.loads(meta.get("config", "{}")),
+                config=config,
+                layout=layout,
                 ancestry=ancestry,
                 cost=json.loads(meta.get("cost", "{}")),
                 library_version=meta.get("library_version", "unknown"),
                 created=meta.get("created", "unknown"),
             )
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise GeneFormatError(f"{quote(path)} has a corrupt learngene header ({str(exc).splitlines()[0][:160]}); create it "
                                   f"again with `learngene condense`") from None
         check_gene(gene, path)
@@ -109,10 +126,13 @@ def check_gene(gene: Learngene, source: str | os.PathLike) -> None:
     """Refuse a gene whose header or tensors do not fit together, before anything is built from it.
 
     The header's parts must have their types (config and cost JSON objects, options of the method's
-    types), every floating tensor must be finite, and the method must expand the tensors into the one
-    size they are shaped for (the net they were trained in, else the ancestry) with that size's shapes.
-    That expansion runs on the ``meta`` device, so it allocates nothing; any failure is one line.
+    types), every floating tensor must be finite, and the method must expand the tensors into their own
+    layout with that size's shapes. That expansion runs on the ``meta`` device, so it allocates nothing;
+    any failure is one line. A gene of a method this version does not know is refused where it is used.
     """
+    from .descendant import expand_on_meta
+    from .registry import get_method, list_methods
+
     def refuse(why: str) -> GeneFormatError:
         return GeneFormatError(f"{quote(source)} is not a valid {gene.method} learngene ({why}); create it again with "
                                f"`learngene condense`")
@@ -123,25 +143,24 @@ def check_gene(gene: Learngene, source: str | os.PathLike) -> None:
     bad = nonfinite_tensor(gene.tensors)
     if bad is not None:
         raise refuse(f"tensor {bad!r} holds NaN or infinite values")
-    from .methods.base import expand_on_meta
-
-    try:
-        method = get_method(gene.method).from_gene(gene)
-        layout = ViTSpec.from_dict(gene.config["trained_spec"]) if "trained_spec" in gene.config else gene.ancestry
-    except (LearngeneError, TypeError, ValueError) as exc:
-        raise refuse(_one_line(exc)) from None
-    if layout is None:
+    if gene.method not in list_methods():
         return
     try:
-        state = expand_on_meta(method, gene, layout)
+        method = get_method(gene.method).from_gene(gene)
+    except LearngeneError as exc:
+        raise refuse(_one_line(exc)) from None
+    if gene.layout is None:
+        return
+    try:
+        state = expand_on_meta(method, gene, gene.layout)
     except LearngeneError:
-        # the method refuses this size in its own words (e.g. a PEG gene adapted to another size, whose size
-        # the header does not record): expanding to the size asked for says so in one line
+        # the method refuses this size in its own words (e.g. a PEG gene whose φ was adapted to another size
+        # than its layout): expanding to the size asked for says so in one line
         return
     except Exception as exc:  # noqa: BLE001  tensors the method's code cannot read: missing, misnamed, misshapen
         raise refuse(_one_line(exc)) from None
     try:
-        check_state_shapes(state, layout, "its tensors")
+        check_state_shapes(state, gene.layout, "its tensors")
     except LearngeneError as exc:
         raise refuse(_one_line(exc)) from None
 
@@ -150,28 +169,9 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:200] or type(exc).__name__
 
 
-# ---- method registry ----------------------------------------------------------------------------
-_METHODS: dict[str, type["Method"]] = {}
+def _spec_json(spec: ViTSpec | None) -> str:
+    return spec.to_json() if spec is not None else "null"
 
 
-def register_method(cls: type["Method"]) -> type["Method"]:
-    """Class decorator: make a method discoverable by its ``name`` (CLI, benchmark, gene loading)."""
-    if cls.name in _METHODS and _METHODS[cls.name] is not cls:
-        raise ValueError(f"method {cls.name!r} is registered twice")
-    _METHODS[cls.name] = cls
-    return cls
-
-
-def get_method(name: str) -> type["Method"]:
-    from . import methods  # noqa: F401  (importing the package registers every method)
-
-    try:
-        return _METHODS[name]
-    except KeyError:
-        raise GeneFormatError(f"unknown method {name!r}; choose one of: {', '.join(list_methods())}") from None
-
-
-def list_methods() -> list[str]:
-    from . import methods  # noqa: F401
-
-    return sorted(_METHODS)
+def _spec_from_json(text: str) -> ViTSpec | None:
+    return None if text == "null" else ViTSpec.from_json(text)

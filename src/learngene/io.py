@@ -17,14 +17,15 @@ import json
 import os
 import tempfile
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save as safetensors_bytes
 from torch import Tensor
 
+from ._version import __version__
 from .errors import GeneFormatError, LearngeneError
 from .spec import ViTSpec
 
@@ -32,8 +33,6 @@ MODEL_FORMAT = "learngene-model"
 
 
 def library_version() -> str:
-    from . import __version__
-
     return __version__
 
 
@@ -70,6 +69,11 @@ def check_output_path(path: str | os.PathLike, overwrite: bool = True) -> Path:
     path = Path(path)
     if path.is_dir():
         raise LearngeneError(f"{quote(path)} is a directory; give a file path")
+    return check_output_place(path, overwrite)
+
+
+def check_output_place(path: Path, overwrite: bool) -> Path:
+    """``path`` (a file or a folder) is new or may be replaced, and its directory exists and is writable."""
     if (path.exists() or path.is_symlink()) and not overwrite:
         raise LearngeneError(f"{quote(path)} already exists; pass --overwrite to replace it")
     parent = path.parent if str(path.parent) else Path(".")
@@ -213,10 +217,72 @@ def save_torch_atomic(path: str | os.PathLike, obj: Any, overwrite: bool = True)
     write_bytes_atomic(path, buffer.getbuffer(), overwrite)
 
 
+# safetensors dtype names (the format's spec) <-> torch dtypes
+_ST_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+}
+_ST_NAMES = {dtype: name for name, dtype in _ST_DTYPES.items()}
+
+
 def save_safetensors(path: str | os.PathLike, tensors: dict[str, Tensor], metadata: dict[str, str], overwrite: bool = True) -> None:
-    # safetensors refuses shared or non-contiguous storage; gene tensors are small, so copy.
-    plain = {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}
-    write_bytes_atomic(path, safetensors_bytes(plain, metadata=metadata), overwrite)
+    """Write a safetensors file one tensor at a time, so saving never holds a second copy of the tensors.
+
+    ``safetensors.torch.save_file`` first turns every tensor into a ``bytes`` object (a full copy, and
+    it refuses tensors sharing storage); a gene that holds a whole 1-billion-parameter ancestry
+    (weight_selection) would need twice its size in RAM. The layout written here is the format's own:
+    an 8-byte little-endian header length, the JSON header (padded to 8 bytes), then the raw data.
+    """
+    plain = {k: v.detach() for k, v in tensors.items()}
+    for key, value in plain.items():
+        if value.dtype not in _ST_NAMES:
+            raise LearngeneError(f"tensor {key} has dtype {value.dtype}, which safetensors cannot store")
+    # the largest elements first keep every tensor aligned to its element size, as safetensors does
+    order = sorted(plain, key=lambda k: (-plain[k].element_size(), k))
+    header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
+    offset = 0
+    for key in order:
+        nbytes = plain[key].numel() * plain[key].element_size()
+        header[key] = {"dtype": _ST_NAMES[plain[key].dtype], "shape": list(plain[key].shape),
+                       "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)
+    with atomic_path(path, overwrite) as tmp:
+        with open(tmp, "wb") as fh:
+            fh.write(len(head).to_bytes(8, "little"))
+            fh.write(head)
+            for key in order:
+                data = plain[key].to("cpu").contiguous()  # a copy only of a non-contiguous view
+                if data.numel():
+                    fh.write(memoryview(data.reshape(-1).view(torch.uint8).numpy()))
+
+
+def mmap_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
+    """The tensors of a (validated) safetensors file as views of its memory map: nothing is read until used.
+
+    The map is private (copy-on-write): writing to a tensor changes this process's copy, never the
+    file. Pages the program touches count as resident memory, untouched ones cost nothing, so a
+    model built on these tensors (``load_state_dict(assign=True)``) costs no copy of the checkpoint.
+    """
+    path = Path(path)
+    with open(path, "rb") as fh:
+        size = int.from_bytes(fh.read(8), "little")
+        header = json.loads(fh.read(size))
+    header.pop("__metadata__", None)
+    start = 8 + size
+    storage = torch.UntypedStorage.from_file(str(path), shared=False, nbytes=path.stat().st_size)
+    tensors: dict[str, Tensor] = {}
+    for key, info in header.items():
+        dtype = _ST_DTYPES.get(info["dtype"])
+        begin = start + info["data_offsets"][0]
+        if dtype is None or begin % (itemsize := torch.empty(0, dtype=dtype).element_size()):
+            with safe_open(str(path), framework="pt") as fh:  # an unusual dtype or layout: read it
+                tensors[key] = fh.get_tensor(key)
+            continue
+        tensors[key] = torch.empty(0, dtype=dtype).set_(storage, begin // itemsize, info["shape"])
+    return tensors
 
 
 def _require_file(path: str | os.PathLike) -> Path:
@@ -234,13 +300,18 @@ def _require_file(path: str | os.PathLike) -> Path:
     return path
 
 
-def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, Tensor], dict[str, str]]:
-    """Read all tensors and the header metadata of a safetensors file, with one-line errors."""
+def read_safetensors(path: str | os.PathLike, lazy: bool = False) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """Read all tensors and the header metadata of a safetensors file, with one-line errors.
+
+    ``lazy``: the tensors are views of the file's memory map (:func:`mmap_safetensors`), read when used.
+    """
     path = _require_file(path)
     try:
-        with safe_open(str(path), framework="pt") as fh:
+        with safe_open(str(path), framework="pt") as fh:  # validates the header, lazy or not
             metadata = fh.metadata() or {}
-            tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+            tensors = None if lazy else {k: fh.get_tensor(k) for k in fh.keys()}
+        if tensors is None:
+            tensors = mmap_safetensors(path)
     except Exception as exc:  # safetensors raises SafetensorError, OSError, ValueError, ... for bad files
         if _looks_like_pickle(path):
             raise GeneFormatError(f"{quote(path)} is not a readable safetensors file: it looks like a pickle/.pth file, which is never "
@@ -262,15 +333,18 @@ def _looks_like_pickle(path: Path) -> bool:
     return head[:1] == b"\x80" or head[:2] == b"PK"
 
 
-def torch_load_weights_only(path: str | os.PathLike) -> Any:
+def torch_load_weights_only(path: str | os.PathLike, mmap: bool = False) -> Any:
     """``torch.load(weights_only=True)`` on CPU; a file it refuses raises ``ValueError`` with one line why.
 
     Only tensors, plain containers and numbers are ever rebuilt: a pickle that names any other class or
-    function (code that would run on load) is refused, never executed.
+    function (code that would run on load) is refused, never executed. ``mmap``: map a zip checkpoint
+    instead of reading it (a legacy, non-zip file is read).
     """
     try:
         with warnings.catch_warnings():  # e.g. torch's note on pickle protocols: not the user's business
             warnings.simplefilter("ignore")
+            if mmap and zipfile.is_zipfile(path):
+                return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
             return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for bad files
         if "Weights only load failed" in str(exc):
@@ -278,17 +352,18 @@ def torch_load_weights_only(path: str | os.PathLike) -> Any:
         raise ValueError(_first_line(exc)) from None
 
 
-def load_weights(path: str | os.PathLike) -> dict[str, Tensor]:
+def load_weights(path: str | os.PathLike, lazy: bool = False) -> dict[str, Tensor]:
     """Load a state_dict from ``.safetensors`` or a torch checkpoint, never unpickling code.
 
     Torch checkpoints go through ``torch.load(weights_only=True)``; common wrappers
-    (``{"model": ...}``, ``{"state_dict": ...}``) are unwrapped.
+    (``{"model": ...}``, ``{"state_dict": ...}``) are unwrapped. ``lazy``: memory-map the file
+    (safetensors, and torch's zip checkpoints) instead of reading it, so tensors cost RAM only when used.
     """
     path = _require_file(path)
     if path.suffix == ".safetensors":
-        return read_safetensors(path)[0]
+        return read_safetensors(path, lazy=lazy)[0]
     try:
-        obj = torch_load_weights_only(path)
+        obj = torch_load_weights_only(path, mmap=lazy)
     except ValueError as exc:
         raise GeneFormatError(f"{quote(path)} could not be loaded as weights ({exc}); give a .safetensors file or a torch "
                               f"checkpoint of plain tensors") from None
@@ -319,8 +394,10 @@ def check_finite(tensors: dict[str, Tensor], path: str | os.PathLike) -> None:
 
 # ---- learngene model files: a timm state_dict + the spec in the safetensors header ---------------
 def save_model(path: str | os.PathLike, model_or_state: torch.nn.Module | dict[str, Tensor], spec: ViTSpec,
-               origin: dict[str, Any] | None = None, overwrite: bool = True) -> None:
-    """Save a ViT as safetensors that timm loads directly; the header records its spec and origin."""
+               origin: dict[str, Any] | None = None, overwrite: bool = True,
+               preprocessing: dict[str, Any] | None = None) -> None:
+    """Save a ViT as safetensors that timm loads directly; the header records its spec and origin, and the
+    preprocessing its inputs expect (timm's data-config keys, :func:`learngene.data.preprocessing_cfg`)."""
     state = model_or_state.state_dict() if isinstance(model_or_state, torch.nn.Module) else model_or_state
     metadata = {
         "format": MODEL_FORMAT,
@@ -329,12 +406,16 @@ def save_model(path: str | os.PathLike, model_or_state: torch.nn.Module | dict[s
         "library_version": library_version(),
         "created": now_iso(),
     }
+    if preprocessing is not None:
+        from .data import preprocessing_cfg
+
+        metadata["preprocessing"] = json.dumps(preprocessing_cfg(preprocessing, spec.img_size, spec.in_chans))
     save_safetensors(path, state, metadata, overwrite)
 
 
-def load_model_file(path: str | os.PathLike) -> tuple[dict[str, Tensor], ViTSpec, dict[str, Any]]:
-    """Read a file written by :func:`save_model`: (state_dict, spec, origin)."""
-    tensors, metadata = read_safetensors(path)
+def load_model_file(path: str | os.PathLike, lazy: bool = False) -> tuple[dict[str, Tensor], ViTSpec, dict[str, Any]]:
+    """Read a file written by :func:`save_model`: (state_dict, spec, origin); ``lazy``: memory-mapped tensors."""
+    tensors, metadata = read_safetensors(path, lazy=lazy)
     if metadata.get("format") != MODEL_FORMAT:
         raise GeneFormatError(f"{quote(path)} is not a learngene model file (no '{MODEL_FORMAT}' header); "
                               f"for a timm checkpoint pass --timm-model NAME")
@@ -352,6 +433,20 @@ def load_model_file(path: str | os.PathLike) -> tuple[dict[str, Tensor], ViTSpec
                               f"with learngene (ancestry, expand or train)")
     check_finite(tensors, path)
     return tensors, spec, origin
+
+
+def model_preprocessing(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The preprocessing a model file's header records (:func:`save_model`), or None for a file without one."""
+    from .data import preprocessing_cfg
+
+    _require_file(path)
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            text = (fh.metadata() or {}).get("preprocessing")
+        return None if text is None else preprocessing_cfg(json.loads(text))
+    except (SafetensorError, OSError, ValueError, TypeError) as exc:  # unreadable header, bad JSON, bad values
+        raise GeneFormatError(f"{quote(path)} has a corrupt preprocessing header ({_first_line(exc)}); create it again with "
+                              f"learngene (ancestry, expand or train)") from None
 
 
 def build_model(spec: ViTSpec, state: dict[str, Tensor], source: str = "state_dict") -> torch.nn.Module:

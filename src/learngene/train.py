@@ -142,6 +142,17 @@ def autocast(device: torch.device):
     return torch.autocast("cpu", enabled=False)
 
 
+def set_fused_attention(model: nn.Module, enabled: bool = True) -> int:
+    """Attention through ``F.scaled_dot_product_attention`` (flash / memory-efficient kernels on CUDA) or
+    timm's eager softmax(QKᵀ)V, for every timm attention module of ``model``; returns how many were set."""
+    count = 0
+    for module in model.modules():
+        if hasattr(module, "fused_attn"):
+            module.fused_attn = enabled
+            count += 1
+    return count
+
+
 def distill_loss(logits: Tensor, labels: Tensor, teacher_logits: Tensor | None, lam: float, tau: float,
                  label_smoothing: float = 0.0) -> Tensor:
     """Per-sample ``(1−λ)·CE + λ·τ²·KL(softmax(z_t/τ) ‖ softmax(z_s/τ))`` (summed later, not averaged)."""
@@ -252,7 +263,13 @@ def predict_logits(model: nn.Module, data: Data, batch_size: int = 512, device: 
 
 
 def check_data_fits(model: nn.Module, data: Data) -> None:
-    """Fail with one line if ``data``'s images or labels do not fit ``model``'s input and head."""
+    """Fail with one line if ``data``'s images or labels do not fit ``model``'s input and head.
+
+    A model that wraps the network it runs (:class:`~learngene.descendant.GeneNet`) names it
+    ``skeleton``; the check reads that network's patch embedding and classifier size. Models without
+    a patch embedding (any classifier can be trained here) are checked on labels only.
+    """
+    model = getattr(model, "skeleton", model)
     embed = getattr(model, "patch_embed", None)
     if embed is not None:
         chans, size = embed.proj.in_channels, embed.img_size[0]

@@ -58,8 +58,8 @@ class Profile:
         methods: registered methods to run (``None`` = all).
         method_options: per-method ``Config`` overrides (WAVE's templates are as wide as the narrowest
             size, so that it can make every width of the grid).
-        condense_lambda: distillation λ of trained condensations per method (default 1: pure KL,
-            TLEG's recipe; WAVE's Eq. 6 adds CE to KL, i.e. λ = 0.5 up to a factor 2).
+        condense_lambda: distillation λ of trained condensations, per method, where it should differ
+            from the method's paper (``Method.distill_lambda``: TLEG's pure KL, WAVE's KL + CE).
         batch_size, lr: shared by every training stage.
     """
 
@@ -75,7 +75,7 @@ class Profile:
     seeds: tuple[int, ...] = (0,)
     methods: tuple[str, ...] | None = None
     method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
-    condense_lambda: dict[str, float] = field(default_factory=lambda: {"wave": 0.5})
+    condense_lambda: dict[str, float] = field(default_factory=dict)
     batch_size: int = 128
     lr: float = 1e-3
 

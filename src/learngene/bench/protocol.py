@@ -33,13 +33,16 @@ from tqdm.auto import tqdm
 
 from ..ancestry import load_ancestry
 from ..data import ImageData, few_shot, fraction, load_dataset
+from ..descendant import make_descendant
 from ..errors import LearngeneError
-from ..gene import Learngene, get_method, list_methods
+from ..gene import Learngene
 from ..io import load_model_file, save_model, write_text_atomic
-from ..methods.base import Ancestry, CondenseInputs, make_descendant
+from ..method import AdaptInputs, Ancestry, CondenseInputs
+from ..registry import get_method, list_methods
 from ..spec import ViTSpec
 from ..train import TrainConfig, seed_everything, train
 from .profiles import Profile, Task
+from .report import write_report
 
 UPSTREAM_EVAL_IMAGES = 1_000  # test images the ancestry and aux nets report accuracy on
 
@@ -190,7 +193,7 @@ class BenchRun:
     def gene(self, name: str, ancestry: Ancestry, upstream: ImageData, upstream_eval: ImageData) -> tuple[Learngene, str]:
         p = self.profile
         options = p.method_options.get(name, {})
-        lam = p.condense_lambda.get(name, 1.0)
+        lam = p.condense_lambda.get(name, get_method(name).distill_lambda)
         key = stage_key(stage="gene", ancestry=self.ancestry_key, method=name, code=method_source_hash(name),
                         options=options, epochs=p.condense_epochs, images=len(upstream), distill_lambda=lam,
                         **self._budget_key())
@@ -224,7 +227,7 @@ class BenchRun:
         if not path.exists():
             tic = time.perf_counter()
             cfg = self._cfg(epochs=1, max_steps=p.adapt_steps, seed=seed, desc=f"adapt {gene.method}")
-            adapted, _ = method.adapt(gene, spec, upstream, cfg, run_dir=path.with_suffix(".run"), resume=True)
+            adapted, _ = method.adapt(gene, spec, AdaptInputs(upstream, cfg, run_dir=path.with_suffix(".run"), resume=True))
             adapted.cost = {**adapted.cost, "bench_adapt_seconds": round(time.perf_counter() - tic, 2)}
             path.parent.mkdir(parents=True, exist_ok=True)
             adapted.save(path)
@@ -323,8 +326,6 @@ class BenchRun:
             if self.bar is not None:
                 self.bar.close()
         self.meta.update(wall_seconds=round(time.perf_counter() - self.started, 1), complete=complete)
-        from .report import write_report
-
         write_report(self.rows, p, self.out, self.meta, plots=self.plots)
         write_text_atomic(self.out / "profile.json", json.dumps(dataclasses.asdict(p), indent=2, default=str))
         return self.rows

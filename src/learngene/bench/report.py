@@ -11,11 +11,13 @@ import platform
 import statistics
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..io import now_iso, write_text_atomic
 from .profiles import Profile, Task
-from .protocol import Row
+
+if TYPE_CHECKING:
+    from .protocol import Row
 
 CSV_FIELDS = ("method", "budget", "task", "size", "depth", "embed_dim", "num_heads", "seed", "params", "stored_params",
               "condense_seconds", "condense_steps", "adapt_seconds", "train_seconds", "epoch", "acc", "note")

@@ -10,17 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import LearngeneError
-from ..gene import Learngene, register_method
+from ..gene import Learngene
+from ..method import Ancestry, CondenseInputs, Method
+from ..registry import register_method
 from ..spec import ViTSpec
-from .base import (
-    Ancestry,
-    CondenseInputs,
-    Method,
-    StateDict,
-    inherit_non_block,
-    place_blocks,
-    require_block_shape,
-)
+from ..transfer import StateDict, inherit_non_block, place_blocks, require_block_shape
 
 
 @register_method
@@ -32,7 +26,7 @@ class Scratch(Method):
     needs_vit_ancestry = False
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        return self.new_gene({}, ancestry.spec if ancestry else None)
+        return self.new_gene({}, None, ancestry.spec if ancestry else None)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         return {}
@@ -49,7 +43,7 @@ def _stored_gene(method: Method, ancestry: Ancestry, layers: list[int], parts: t
     state = ancestry.state()
     tensors = place_blocks(state, dict(enumerate(layers)))
     tensors.update(inherit_non_block(state, spec, spec, parts))
-    return method.new_gene(tensors, spec)
+    return method.new_gene(tensors, spec, spec)
 
 
 @dataclass(frozen=True)
@@ -78,7 +72,7 @@ class Pretrained(Method):
         return _stored_gene(self, ancestry, list(range(spec.depth)), ("embed", "norm", "head"))
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        require_block_shape(gene.ancestry, spec, self.name)
+        require_block_shape(gene.layout, spec, self.name)
         stored = _stored_layers(gene)
         shared = min(stored, spec.depth)
         offset = {"first": 0, "last": abs(stored - spec.depth), "middle": abs(stored - spec.depth) // 2}[self.config.variant]
@@ -87,7 +81,7 @@ class Pretrained(Method):
         else:  # place every stored layer inside the deeper descendant
             placement = {offset + i: i for i in range(shared)}
         out = place_blocks(gene.tensors, placement)
-        out.update(inherit_non_block(gene.tensors, gene.ancestry, spec))
+        out.update(inherit_non_block(gene.tensors, gene.layout, spec))
         return out
 
 
@@ -112,11 +106,11 @@ class HeruLG(Method):
         return _stored_gene(self, ancestry, list(range(spec.depth - keep, spec.depth)), ("norm", "head"))
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        require_block_shape(gene.ancestry, spec, self.name)
+        require_block_shape(gene.layout, spec, self.name)
         stored = _stored_layers(gene)
         used = min(stored, spec.depth)
         out = place_blocks(gene.tensors, {spec.depth - used + i: stored - used + i for i in range(used)})
-        out.update(inherit_non_block(gene.tensors, gene.ancestry, spec, ("norm", "head")))
+        out.update(inherit_non_block(gene.tensors, gene.layout, spec, ("norm", "head")))
         return out
 
 
@@ -140,9 +134,9 @@ class AutoLG(Method):
         return _stored_gene(self, ancestry, list(range(keep)), ("embed",))
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        require_block_shape(gene.ancestry, spec, self.name)
+        require_block_shape(gene.layout, spec, self.name)
         used = min(_stored_layers(gene), spec.depth)
         out = place_blocks(gene.tensors, {i: i for i in range(used)})
-        out.update(inherit_non_block(gene.tensors, gene.ancestry, spec, ("embed",)))
+        out.update(inherit_non_block(gene.tensors, gene.layout, spec, ("embed",)))
         return out
 

@@ -16,11 +16,26 @@ clusters win. W_O columns follow their heads (App. D) and are copied unscaled. C
 parameters of a plain timm ViT, so every layer has the same ``H_d`` heads (the paper's incrementing /
 decrementing head counts per layer are not plain timm ViTs and are not offered). Heads keep the
 ancestry's size ``d``, so the descendant is ``H_d·d`` wide; other residual widths, MLP sizes and
-depths are carried over by :mod:`~learngene.methods.resize`.
+depths are carried over by :mod:`learngene.transfer`.
 
 Unlike the authors' code, heads are sliced in timm's ``[Q; K; V]`` layout (:mod:`learngene.heads`),
 the qkv bias is kept, images are normalized exactly as in training, and clusters are computed, not
 hard-coded.
+
+Two departures from the paper, kept on purpose:
+
+- Width. The paper's descendants (and the authors' model) keep the residual width ``D`` and prune
+  only W_O's input columns, so ``H_d`` heads of size ``d`` need not fill ``D``. timm 1.0.31's
+  ``Attention`` accepts an ``attn_head_dim``, but ``VisionTransformer`` and ``Block`` do not forward it:
+  only a custom ``attn_layer=partial(Attention, attn_head_dim=d)`` expresses it, and such a model is
+  not a plain timm ViT (whoever loads it must rebuild that layer; :class:`~learngene.spec.ViTSpec`
+  maps onto ``timm.create_model``'s keyword arguments). Our descendants therefore have width
+  ``H_d·d``, with the residual and MLP axes carried over by :mod:`learngene.transfer`.
+- Attention distance. Eq. 4 weights each key patch's pixel distance by its attention; the authors
+  use the raw probabilities after dropping the class token, so a head that attends to the class
+  token gets a smaller "distance" only because its patch weights sum to less than one. We
+  renormalize the patch weights to sum to one, so the value is the expected distance to the patches
+  a head attends to, whatever its class-token share.
 """
 
 from __future__ import annotations
@@ -35,11 +50,22 @@ from torch import Tensor, nn
 
 from ..data import Data
 from ..errors import LearngeneError
-from ..gene import Learngene, register_method
+from ..gene import Learngene
 from ..heads import mix_heads, select_matrix
+from ..io import atomic_path
+from ..method import Ancestry, CondenseInputs, Method
+from ..registry import register_method
 from ..spec import ViTSpec, block_key
-from .base import Ancestry, CondenseInputs, Method, StateDict, block_state, inherit_non_block
-from .resize import axis_map, cyclic, resize_block, resize_non_block, stretch
+from ..transfer import (
+    StateDict,
+    axis_map,
+    block_state,
+    carry_non_block,
+    cyclic,
+    inherit_non_block,
+    resize_block,
+    stretch,
+)
 
 PAPER_EPS_PX, PAPER_IMG_SIZE = 10.0, 224  # Eps = 10 px at 224-px images (App. C)
 DISTANCE, LABELS, CENTROIDS = "clusters.distance", "clusters.labels", "clusters.centroids."
@@ -201,11 +227,11 @@ class ClusterLearngene(Method):
             tensors.update({block_key(layer, k): v for k, v in b.items()})
         tensors[LABELS] = torch.stack(labels)
         tensors.update(inherit_non_block(state, spec, spec, ("embed", "norm")))
-        return self.new_gene(tensors, spec, cost={"images": min(cfg.num_images, len(inputs.train)), "eps_px": eps})
+        return self.new_gene(tensors, spec, spec, cost={"images": min(cfg.num_images, len(inputs.train)), "eps_px": eps})
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """Priority weight-sharing of each (stretched) layer's centroids to ``spec.num_heads`` heads (Sec. 2.3)."""
-        src: ViTSpec = gene.ancestry
+        src: ViTSpec = gene.layout
         if spec.head_dim != src.head_dim:
             raise LearngeneError(f"cluster copies heads of {src.head_dim} dims, so a {spec.num_heads}-head descendant "
                                  f"is {spec.num_heads * src.head_dim} wide; set --embed-dim {spec.num_heads * src.head_dim}")
@@ -219,9 +245,7 @@ class ClusterLearngene(Method):
                                                                          centroids))
             b.update(zip(ATTENTION, shared))
             out.update({block_key(layer, k): v for k, v in resize_block(b, width, hidden).items()})
-        non_block = resize_non_block({k: v for k, v in gene.tensors.items() if k in src.non_block_shapes()}, width)
-        out.update(inherit_non_block(non_block, src.replace(embed_dim=spec.embed_dim, num_heads=spec.num_heads), spec,
-                                     ("embed", "norm")))
+        out.update(carry_non_block(gene.tensors, src, spec, ("embed", "norm")))
         return out
 
     def describe(self, gene: Learngene) -> list[str]:
@@ -245,8 +269,6 @@ def plot_attention_distance(gene: Learngene, path: str | os.PathLike, overwrite:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from ..io import atomic_path
-
     if DISTANCE not in gene.tensors:
         raise LearngeneError(f"this {gene.method} learngene holds no attention distances; plot a cluster learngene")
     distances, labels = gene.tensors[DISTANCE], gene.tensors[LABELS]
@@ -263,7 +285,7 @@ def plot_attention_distance(gene: Learngene, path: str | os.PathLike, overwrite:
     ax.set_ylabel("mean attention distance (px)")
     ax.set_xticks(range(1, len(distances) + 1))
     ax.set_ylim(0, float(distances.max()) * 1.1)
-    ax.set_title(f"mean attention distance per head, {gene.ancestry.short() if gene.ancestry else 'ancestry'}\n"
+    ax.set_title(f"mean attention distance per head, {gene.layout.short() if gene.layout else 'ancestry'}\n"
                  f"colour: cluster, ring: centroid", fontsize=9)
     ax.grid(alpha=0.3)
     with atomic_path(path, overwrite) as tmp:

@@ -16,10 +16,12 @@ import torch
 from torch import Tensor
 
 from ..errors import LearngeneError
-from ..gene import Learngene, register_method
+from ..gene import Learngene
 from ..heads import join_qkv
+from ..method import Ancestry, CondenseInputs, Method
+from ..registry import register_method
 from ..spec import ViTSpec, block_key
-from .base import Ancestry, CondenseInputs, Method, StateDict
+from ..transfer import StateDict
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ class Mimetic(Method):
     needs_vit_ancestry = False
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        return self.new_gene({}, ancestry.spec if ancestry else None)
+        return self.new_gene({}, None, ancestry.spec if ancestry else None)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         cfg = self.config

@@ -4,7 +4,8 @@ Expansion from Learngene", ICML 2024).
 Learngene (Sec. 3.3). For every ancestry layer, ``H_b`` heads, each a convex combination of that
 layer's ``H_a`` heads with weights ``softmax(g)``, ``g ~ N(0, I)`` (Eq. 4); and ``L_b`` FFNs, each a
 convex combination of the ancestry's ``L_a`` FFNs (Eq. 5). Patch and position embeddings and the
-final norm are inherited (App. B); each LayerNorm travels with its sub-layer (norm1 with the MSA
+final norm are inherited (App. B). By default ``H_b`` is about two thirds of ``H_a`` (12 → 8, 6 → 4), as the
+authors' configs keep, and ``L_b = ⌈L_a/2⌉``. Each LayerNorm travels with its sub-layer (norm1 with the MSA
 layer, norm2 with the FFN, mixed with the same weights).
 
 Weight-space mixing (where this differs from Eq. 4). Eq. 4 mixes the heads' attention logits and
@@ -21,11 +22,12 @@ left out so that φ is positively homogeneous: weights of very different scales 
 share one map. φ starts as an exact repeat (``W1 = [I; −I]``, ``W2 = [R, −R]``, so
 ``W2·ReLU(W1 x) = R x``): layers stretched, head ``c`` a copy of gene head ``c mod H_b``, whose W_O
 columns are divided by its number of copies so the layer's output is the gene's. ``adapt`` trains φ
-(and the classifier) on downstream data through :class:`~learngene.methods.base.GeneNet`; the gene it
-returns holds φ for that size, and ``expand`` then gives the adapted descendant.
+(and the classifier) on downstream data through :class:`~learngene.descendant.GeneNet`; the gene it
+returns holds φ and the trained classifier (its ``descendant.*`` tensors) for that size, and
+``expand`` then gives the adapted descendant.
 
 Widths follow heads × head size: the descendant has ``H_c`` heads of the ancestry's size ``d`` and
-width ``H_c·d``; the residual and MLP axes are carried over by :mod:`~learngene.methods.resize`.
+width ``H_c·d``; the residual and MLP axes are carried over by :mod:`learngene.transfer`.
 Unlike the authors' released code this keeps the mixtures (not the first heads), trains the depth
 map and never re-initializes inherited weights.
 """
@@ -35,19 +37,28 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from ..data import Data
+from ..descendant import GeneNet
 from ..errors import LearngeneError
-from ..gene import Learngene, register_method
+from ..gene import DESCENDANT, Learngene
 from ..heads import join_proj, join_qkv, mix_heads, split_proj, split_qkv
+from ..method import AdaptInputs, Ancestry, CondenseInputs, Method
+from ..registry import register_method
 from ..spec import ViTSpec, block_key
-from ..train import TrainConfig, TrainResult, train
-from .base import Ancestry, CondenseInputs, GeneNet, Method, StateDict, block_state, inherit_non_block
-from .resize import axis_map, cyclic, resize_block, resize_non_block, stretch
+from ..train import TrainResult, train
+from ..transfer import (
+    StateDict,
+    axis_map,
+    block_state,
+    carry_non_block,
+    cyclic,
+    inherit_non_block,
+    resize_block,
+    stretch,
+)
 
 # gene tensors stacked over layers: (layers, heads, ...) for the MSA heads, (layers, ...) otherwise
 HEAD_PARTS = ("q", "k", "v", "q_bias", "k_bias", "v_bias", "proj_cols")
@@ -55,14 +66,18 @@ MSA_LAYER_PARTS = ("proj_bias", "norm_weight", "norm_bias")
 FFN_PARTS = {"fc1_weight": "mlp.fc1.weight", "fc1_bias": "mlp.fc1.bias", "fc2_weight": "mlp.fc2.weight",
              "fc2_bias": "mlp.fc2.bias", "norm_weight": "norm2.weight", "norm_bias": "norm2.bias"}
 PHI_MAPS = ("msa_layers", "ffn_layers", "heads")
-ADAPTED = "descendant."  # prefix of the size-specific tensors ``adapt`` trained besides φ (the classifier)
 
 
 @dataclass(frozen=True)
 class PEGConfig:
-    gene_heads: int = 0  # H_b heads kept per ancestry layer; 0: half the ancestry's, rounded up
+    gene_heads: int = 0  # H_b heads kept per ancestry layer; 0: about two thirds of the ancestry's (the authors' configs)
     gene_ffns: int = 0  # L_b FFNs kept; 0: half the ancestry's depth, rounded up
     seed: int = 0  # the Gaussian draws of the mixing weights
+
+
+def default_gene_heads(ancestry_heads: int) -> int:
+    """``H_b`` when not given: two thirds of ``H_a``, rounded (12 → 8, 6 → 4, 3 → 2), as the authors' configs keep."""
+    return max(1, round(2 * ancestry_heads / 3))
 
 
 def mixing_weights(rows: int, cols: int, generator: torch.Generator) -> Tensor:
@@ -96,7 +111,7 @@ class PEG(Method):
     # ---- condensation: Eqs. 4-5 ---------------------------------------------------------------------
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         spec = ancestry.require_vit(self.name)
-        heads = self.config.gene_heads or math.ceil(spec.num_heads / 2)
+        heads = self.config.gene_heads or default_gene_heads(spec.num_heads)
         ffns = self.config.gene_ffns or math.ceil(spec.depth / 2)
         if not (1 <= heads <= spec.num_heads and 1 <= ffns <= spec.depth):
             raise LearngeneError(f"peg keeps 1..{spec.num_heads} heads and 1..{spec.depth} FFNs of this ancestry, "
@@ -119,7 +134,7 @@ class PEG(Method):
             stacked = torch.stack([state[block_key(layer, name)] for layer in range(spec.depth)])
             tensors[f"ffn.{part}"] = torch.einsum("ba,a...->b...", ffn_mixing, stacked)
         tensors.update(inherit_non_block(state, spec, spec, ("embed", "norm")))
-        return self.new_gene(tensors, spec)
+        return self.new_gene(tensors, spec, spec)
 
     # ---- expansion: Eq. 6 ------------------------------------------------------------------------------
     def initial_phi(self, gene: Learngene, spec: ViTSpec) -> StateDict:
@@ -147,8 +162,8 @@ class PEG(Method):
         return stored
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        """φ over the layer axis, then per layer over the head axis (Eq. 6); widths by :mod:`.resize`."""
-        src: ViTSpec = gene.ancestry
+        """φ over the layer axis, then per layer over the head axis (Eq. 6); widths by :mod:`learngene.transfer`."""
+        src: ViTSpec = gene.layout
         t = gene.tensors
         gene_heads, head_dim = t["msa.q"].shape[1:3]
         if spec.head_dim != head_dim:
@@ -179,28 +194,26 @@ class PEG(Method):
                 **{name: ffn[part][layer] for part, name in FFN_PARTS.items()},
             }
             out.update({block_key(layer, k): v for k, v in resize_block(block, width, hidden).items()})
-        non_block = resize_non_block({k: v for k, v in t.items() if k in src.non_block_shapes()}, width)
-        out.update(inherit_non_block(non_block, src.replace(embed_dim=spec.embed_dim, num_heads=spec.num_heads), spec,
-                                     ("embed", "norm")))
-        out.update({k[len(ADAPTED):]: v for k, v in t.items() if k.startswith(ADAPTED)})
+        out.update(carry_non_block(t, src, spec, ("embed", "norm")))
+        out.update(gene.descendant_state())
         return out
 
     # ---- adaptation: train φ on downstream data ----------------------------------------------------
-    def adapt(self, gene: Learngene, spec: ViTSpec, data: Data, train_cfg: TrainConfig, eval_data: Data | None = None,
-              run_dir: str | Path | None = None, resume: bool = False) -> tuple[Learngene, TrainResult]:
+    def adapt(self, gene: Learngene, spec: ViTSpec, inputs: AdaptInputs) -> tuple[Learngene, TrainResult]:
         """Train φ (and what the gene does not provide, i.e. the classifier) for ``spec`` with the descendant's loss.
 
         φ is trained without weight decay: decaying it would shrink every expanded weight towards
         zero rather than regularize the map. Returns the gene with φ and the trained classifier for
-        ``spec`` (prefix ``descendant.``), so that ``expand(adapted, spec)`` is the adapted net.
+        ``spec`` (the gene's ``descendant.*`` group), so that ``expand(adapted, spec)`` is the adapted net.
         """
         start = dataclasses.replace(gene, tensors={**gene.tensors, **self._phi(gene, spec)})
-        net = GeneNet(self, start, spec, trainable=lambda key: key.startswith(("phi.", ADAPTED)))
-        result = train(net, data, train_cfg.replace(weight_decay=0.0), eval_data=eval_data, run_dir=run_dir,
-                       resume=resume)
+        torch.manual_seed(inputs.train_cfg.seed)  # the new classifier's init: the same gene and seed, the same result
+        net = GeneNet(self, start, spec, trainable=lambda key: key.startswith(("phi.", DESCENDANT)))
+        result = train(net, inputs.train, inputs.train_cfg.replace(weight_decay=0.0), eval_data=inputs.eval,
+                       run_dir=inputs.run_dir, resume=inputs.resume)
         adapted = net.gene()
         provided = set(self.provided_keys(start, spec))
-        adapted.tensors.update({ADAPTED + k: v.detach().cpu().clone() for k, v in net.skeleton.state_dict().items()
+        adapted.tensors.update({DESCENDANT + k: v.detach().cpu().clone() for k, v in net.skeleton.state_dict().items()
                                 if k not in provided})
         adapted.cost = {**gene.cost, "adapt_steps": result.steps, "adapted_for": spec.short()}
         return adapted, result
@@ -208,8 +221,8 @@ class PEG(Method):
     def describe(self, gene: Learngene) -> list[str]:
         t = gene.tensors
         layers, heads = t["msa.q"].shape[:2]
-        lines = [f"MSA learngene: {heads} of {gene.ancestry.num_heads} heads (convex mixtures) in each of {layers} layers",
-                 f"FFN learngene: {t['ffn.fc1_weight'].shape[0]} of {gene.ancestry.depth} FFNs (convex mixtures)"]
+        lines = [f"MSA learngene: {heads} of {gene.layout.num_heads} heads (convex mixtures) in each of {layers} layers",
+                 f"FFN learngene: {t['ffn.fc1_weight'].shape[0]} of {gene.layout.depth} FFNs (convex mixtures)"]
         if "phi.heads.w2" in t:
             depth, target_heads = t["phi.heads.w2"].shape[:2]
             lines.append(f"φ adapted for {depth} layers of {target_heads} heads "

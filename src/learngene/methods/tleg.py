@@ -15,19 +15,21 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError
-from ..gene import Learngene, register_method
-from ..spec import ViTSpec, block_key
-from .auxnet import (
+from ..auxnet import (
     AuxConfig,
     block_params_per_layer,
     condense_through_aux,
     expand_non_block,
     initial_non_block,
+    require_layout,
     resolve_aux_spec,
-    trained_spec,
 )
-from .base import Ancestry, CondenseInputs, Method, StateDict
+from ..errors import LearngeneError
+from ..gene import Learngene
+from ..method import Ancestry, CondenseInputs, Method
+from ..registry import register_method
+from ..spec import ViTSpec, block_key
+from ..transfer import StateDict
 
 # TLEG Table 4's module groups, in timm's block-tensor names.
 MODULES: dict[str, tuple[str, ...]] = {
@@ -82,6 +84,7 @@ class TLEG(Method):
     needs_data = True
     needs_vit_ancestry = False
     has_slope = True  # Share-Init stores θ_B only (θ_A ≡ 0)
+    distill_lambda = 1.0  # Eq. 6 with the authors' released recipe: pure KL
 
     def __init__(self, config=None, **overrides):
         super().__init__(config, **overrides)
@@ -115,16 +118,18 @@ class TLEG(Method):
         aux = resolve_aux_spec(self.config, ancestry, inputs, self.name)
         parse_layers(self.config.layers, aux.depth)
         torch.manual_seed(inputs.train_cfg.seed if inputs is not None else 0)
-        start = self.new_gene(self.initial_tensors(aux), ancestry.spec if ancestry is not None else None)
-        return condense_through_aux(self, start, aux, ancestry, inputs)
+        start = self.new_gene(self.initial_tensors(aux), aux, ancestry.spec if ancestry is not None else None)
+        return condense_through_aux(self, start, ancestry, inputs)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """Eq. 1-4: block l (1-indexed) of a depth-L net is θ_B + (l−1)/L · θ_A, for every tensor of
         the chosen modules in the chosen layers (L = the depth of the net being built, as the authors)."""
-        source = trained_spec(gene)
-        if (spec.embed_dim, spec.mlp_hidden) != (source.embed_dim, source.mlp_hidden):
-            raise LearngeneError(f"{self.name} expands in depth only: this gene's blocks have width {source.embed_dim} "
-                                 f"and MLP {source.mlp_hidden}, the target asks {spec.embed_dim} and {spec.mlp_hidden}; "
+        source = require_layout(gene)
+        if (spec.embed_dim, spec.num_heads, spec.mlp_hidden) != (source.embed_dim, source.num_heads, source.mlp_hidden):
+            # another head count would silently re-split the trained attention into other heads
+            raise LearngeneError(f"{self.name} expands in depth only: this gene's blocks have width {source.embed_dim}, "
+                                 f"{source.num_heads} heads and MLP {source.mlp_hidden}, the target asks {spec.embed_dim}, "
+                                 f"{spec.num_heads} and {spec.mlp_hidden}; "
                                  f"pass --embed-dim {source.embed_dim} --num-heads {source.num_heads}, or use wave to change width")
         layers = parse_layers(self.config.layers, spec.depth)
         # One batched op per tensor builds all chosen layers at once (the aux step stays as cheap as a plain one).
@@ -152,7 +157,7 @@ class TLEG(Method):
                                  f"build {key.split('.', 1)[1]}; pass --opt modules={','.join(have)}") from None
 
     def describe(self, gene: Learngene) -> list[str]:
-        source = trained_spec(gene)
+        source = require_layout(gene)
         blocks = sum(t.numel() for k, t in gene.tensors.items() if k.startswith("theta_"))
         rest = gene.num_stored_params - blocks
         per_layer = block_params_per_layer(source)

@@ -11,6 +11,14 @@ a little data with the templates frozen; widths must be multiples of the templat
 
 Template counts: two per w×w block of the aux tensor ("base" and "per-layer slope"; Table 8's
 6/2/8/8 for qkv/proj/fc1/fc2 at w = D), so that TLEG is the special case of Appendix A.
+
+Vector templates depart from Table 8, on purpose. Table 8 gives each bias and norm 4 templates as
+long as the whole vector (576 for DeiT-Ti's qkv bias, 768 for fc1's). A template that long cannot
+make a vector of another width: it is longer than a narrower model's bias, and tiling it over a
+wider one would put the aux's key biases into the wider model's query rows. Ours are w long and
+tiled like the matrices (two per w-block, base and slope), so biases and norms follow every width
+the weights can take, and a TLEG gene cut into blocks is still a WAVE gene (Appendix A). At the aux
+width the difference is only the count: 2 per w-block instead of 4 per vector.
 """
 
 from __future__ import annotations
@@ -18,27 +26,27 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from ..data import Data
-from ..errors import LearngeneError
-from ..gene import Learngene, register_method
-from ..spec import BLOCK_PARAMS, ViTSpec, block_key
-from ..train import TrainConfig, TrainResult, train
-from .auxnet import (
+from ..auxnet import (
     AuxConfig,
     block_params_per_layer,
     condense_through_aux,
     expand_non_block,
     initial_non_block,
+    require_layout,
     resolve_aux_spec,
-    trained_spec,
-    with_trained_spec,
 )
-from .base import Ancestry, CondenseInputs, GeneNet, Method, StateDict
+from ..descendant import GeneNet
+from ..errors import LearngeneError
+from ..gene import Learngene
+from ..method import AdaptInputs, Ancestry, CondenseInputs, Method
+from ..registry import register_method
+from ..spec import BLOCK_PARAMS, ViTSpec, block_key
+from ..train import TrainResult, train
+from ..transfer import StateDict
 
 MATRICES = {"qkv": "attn.qkv.weight", "proj": "attn.proj.weight", "fc1": "mlp.fc1.weight", "fc2": "mlp.fc2.weight"}
 VECTORS = tuple(name for name in BLOCK_PARAMS if name not in MATRICES.values())
@@ -123,6 +131,7 @@ class WAVE(Method):
     needs_data = True
     needs_vit_ancestry = False
     adaptable = True
+    distill_lambda = 0.5  # Eq. 6: KL + CE, i.e. λ = 0.5 up to a factor 2
 
     def __init__(self, config=None, **overrides):
         super().__init__(config, **overrides)
@@ -168,8 +177,8 @@ class WAVE(Method):
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         aux = resolve_aux_spec(self.config, ancestry, inputs, self.name)
         torch.manual_seed(inputs.train_cfg.seed if inputs is not None else 0)
-        start = self.new_gene(self.initial_tensors(aux), ancestry.spec if ancestry is not None else None)
-        return condense_through_aux(self, start, aux, ancestry, inputs)
+        start = self.new_gene(self.initial_tensors(aux), aux, ancestry.spec if ancestry is not None else None)
+        return condense_through_aux(self, start, ancestry, inputs)
 
     # ---- expansion ----------------------------------------------------------------------------
     def scalers(self, gene: Learngene, spec: ViTSpec) -> StateDict:
@@ -182,7 +191,7 @@ class WAVE(Method):
         if self.config.scaler_init == "auto" and all(
                 s is not None and tuple(s.shape) == wanted[name] for name, s in stored.items()):
             return stored
-        source = trained_spec(gene)
+        source = require_layout(gene)
         generator = torch.Generator().manual_seed(self.config.padding_seed)
         return {name: linear_padding(shape[1], block_grid(source, name, w), shape[2:], spec.depth,
                                      SEGMENTS.get(name, (1,) * len(shape[2:])), self.config.padding_eps,
@@ -206,12 +215,12 @@ class WAVE(Method):
         return out
 
     # ---- inheritance --------------------------------------------------------------------------
-    def adapt(self, gene: Learngene, spec: ViTSpec, data: Data, train_cfg: TrainConfig, eval_data: Data | None = None,
-              run_dir: str | Path | None = None, resume: bool = False) -> tuple[Learngene, TrainResult]:
+    def adapt(self, gene: Learngene, spec: ViTSpec, inputs: AdaptInputs) -> tuple[Learngene, TrainResult]:
         """WAVE's inheritance: templates frozen, scalers for ``spec`` (Eq. 7, or the stored ones when
         they fit) trained alone for ``adapt_steps`` steps (unless ``train_cfg.max_steps`` says) on a
         little data. Parts the gene does not provide (a new head, embeddings of another width) train
-        along. Returns the gene specialized to ``spec``: its ``expand(spec)`` gives the adapted weights."""
+        along. Returns the gene specialized to ``spec`` (its layout): ``expand(spec)`` gives the adapted weights."""
+        train_cfg = inputs.train_cfg
         tensors = {k: v for k, v in gene.tensors.items() if not k.startswith("scalers.")}
         tensors.update({f"scalers.{k}": v for k, v in self.scalers(gene, spec).items()})
         start = dataclasses.replace(gene, tensors=tensors)
@@ -221,7 +230,7 @@ class WAVE(Method):
             if name.startswith("blocks."):  # without vector templates biases/norms stay timm's, as in the descendant
                 p.requires_grad_(False)
         cfg = train_cfg if train_cfg.max_steps else train_cfg.replace(max_steps=self.config.adapt_steps)
-        result = train(net, data, cfg, eval_data, run_dir=run_dir, resume=resume)
+        result = train(net, inputs.train, cfg, inputs.eval, run_dir=inputs.run_dir, resume=inputs.resume)
         with torch.no_grad():
             provided, own = net.expanded(), net.skeleton.state_dict()
             adapted = {k: v.detach().cpu().clone() for k, v in net.gene().tensors.items()
@@ -229,12 +238,12 @@ class WAVE(Method):
             adapted.update({k: (provided[k] if k in provided else own[k]).detach().cpu().clone()
                             for k in spec.non_block_shapes()})
         cost = {**gene.cost, "adapt": {"spec": spec.short(), "steps": result.steps, "seconds": round(result.seconds, 2),
-                                       "images": len(data), "eval_acc": result.final_acc}}
+                                       "images": len(inputs.train), "eval_acc": result.final_acc}}
         config = {**gene.config, "scaler_init": "auto"}
-        return with_trained_spec(dataclasses.replace(gene, tensors=adapted, config=config, cost=cost), spec), result
+        return dataclasses.replace(gene, tensors=adapted, config=config, layout=spec, cost=cost), result
 
     def describe(self, gene: Learngene) -> list[str]:
-        source = trained_spec(gene)
+        source = require_layout(gene)
         templates = {k: t for k, t in gene.tensors.items() if k.startswith("templates.")}
         w = next(iter(templates.values())).shape[-1]
         counts = ", ".join(f"{k.removeprefix('templates.')} {t.shape[0]}" for k, t in templates.items()

@@ -1,32 +1,36 @@
 """Condensation through an auxiliary net: the part TLEG, Share-Init and WAVE share.
 
 The aux net is a plain timm ViT of an ``aux`` spec whose parameters are the method's
-``expand(gene, aux_spec)`` on every forward (:class:`~learngene.methods.base.GeneNet`), trained by
+``expand(gene, aux_spec)`` on every forward (:class:`~learngene.descendant.GeneNet`), trained by
 distillation from the ancestry with the one training loop (TLEG Eq. 5-6, WAVE Eq. 5-6). Aux net and
 descendants are built from the same timm configuration, so a descendant of the aux spec computes the
 aux net's function exactly.
 
-A gene condensed this way records the spec its tensors were trained in (``gene.config["trained_spec"]``):
-the width its block tensors have and the layout of its embeddings and head.
+The aux net pools like the ancestry unless ``aux_pool`` says otherwise: ``avg`` is the TLEG authors'
+setup (no class token, average pooling), except that timm's average pooling normalizes after
+averaging where their net normalizes before; descendants built with the same pooling compute the aux
+net's function, others inherit what fits (no class-token position embedding to give).
+
+A gene condensed this way has the aux net's spec as its layout (``gene.layout``): the width its block
+tensors have and the layout of its embeddings and head.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from ..data import ImageData
-from ..errors import LearngeneError
-from ..gene import Learngene
-from ..spec import ViTSpec
-from ..train import predict_logits, resolve_device, train
-from .base import Ancestry, CondenseInputs, GeneNet, Method, StateDict, inherit_non_block
-
-TRAINED_SPEC = "trained_spec"  # gene.config entry: the spec the gene's tensors were trained in
+from .data import ImageData
+from .descendant import GeneNet
+from .errors import LearngeneError
+from .gene import Learngene
+from .method import Ancestry, CondenseInputs, Method
+from .spec import ViTSpec
+from .train import predict_logits, resolve_device, train
+from .transfer import StateDict, inherit_non_block
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,7 @@ class AuxConfig:
     aux_embed_dim: int = 0
     aux_num_heads: int = 0
     aux_patch_size: int = 0
+    aux_pool: str = ""  # "": the ancestry's pooling; "avg": no class token, average pooling (the authors' aux net); "token"
     init_std: float = 0.02  # trunc-normal std of weight tensors at the start of condensation
 
 
@@ -51,8 +56,14 @@ def resolve_aux_spec(config: AuxConfig, ancestry: Ancestry | None, inputs: Conde
                              + " ".join(f"--opt {m}=N" for m in missing))
     if any(v < 0 for v in sizes.values()):
         raise LearngeneError(f"{method}: aux sizes must be positive, got {sizes}")
+    if config.aux_pool not in ("", "token", "avg"):
+        raise LearngeneError(f"{method}: aux_pool must be token or avg, not {config.aux_pool!r}; pass --opt aux_pool=avg "
+                             f"for the authors' aux net (no class token, average pooling)")
     values = base.to_dict() if base is not None else ViTSpec().to_dict()
     values.update({k: v for k, v in sizes.items() if v})
+    if config.aux_pool:
+        # timm normalizes after averaging (fc_norm); the authors' aux net normalizes, then averages
+        values.update(global_pool=config.aux_pool, class_token=config.aux_pool == "token")
     data = inputs.train if inputs is not None else None
     if data is not None:
         values.update(img_size=data.img_size, in_chans=data.in_chans)
@@ -61,16 +72,11 @@ def resolve_aux_spec(config: AuxConfig, ancestry: Ancestry | None, inputs: Conde
     return ViTSpec.from_dict(values)
 
 
-def trained_spec(gene: Learngene) -> ViTSpec:
+def require_layout(gene: Learngene) -> ViTSpec:
     """The spec of the net the gene's tensors were trained in (the aux net, or the size it was adapted to)."""
-    try:
-        return ViTSpec.from_dict(gene.config[TRAINED_SPEC])
-    except KeyError:
-        raise LearngeneError(f"this {gene.method} gene records no trained spec; re-create it with `learngene condense`") from None
-
-
-def with_trained_spec(gene: Learngene, spec: ViTSpec) -> Learngene:
-    return dataclasses.replace(gene, config={**gene.config, TRAINED_SPEC: spec.to_dict()})
+    if gene.layout is None:
+        raise LearngeneError(f"this {gene.method} gene records no layout; re-create it with `learngene condense`")
+    return gene.layout
 
 
 def initial_non_block(spec: ViTSpec) -> StateDict:
@@ -81,15 +87,14 @@ def initial_non_block(spec: ViTSpec) -> StateDict:
 
 def expand_non_block(gene: Learngene, spec: ViTSpec) -> StateDict:
     """The gene's embeddings, final norm and head, carried to ``spec`` where they fit (see ``inherit_non_block``)."""
-    source = trained_spec(gene)
+    source = require_layout(gene)
     state = {k: gene.tensors[k] for k in source.non_block_shapes() if k in gene.tensors}
     return inherit_non_block(state, source, spec)
 
 
-def condense_through_aux(method: Method, start: Learngene, aux: ViTSpec, ancestry: Ancestry,
-                         inputs: CondenseInputs | None,
+def condense_through_aux(method: Method, start: Learngene, ancestry: Ancestry, inputs: CondenseInputs | None,
                          trainable: Callable[[str], bool] | None = None) -> Learngene:
-    """Train ``start``'s tensors through the aux net of spec ``aux`` by distillation from ``ancestry``.
+    """Train ``start``'s tensors through the aux net of its layout by distillation from ``ancestry``.
 
     Loss ``(1−λ)·CE + λ·τ²·KL`` with λ, τ from ``inputs.train_cfg`` (TLEG Eq. 6; WAVE Eq. 6 is λ = 0.5
     up to a factor 2). Without augmentation the teacher's logits are computed once and cached. The
@@ -98,7 +103,7 @@ def condense_through_aux(method: Method, start: Learngene, aux: ViTSpec, ancestr
     if inputs is None or inputs.train is None:
         raise LearngeneError(f"{method.name} condenses by training an aux net; give training data (--data)")
     cfg = inputs.train_cfg
-    start = with_trained_spec(start, aux)
+    aux = require_layout(start)
     net = GeneNet(method, start, aux, trainable=trainable)
     data, teacher, teacher_seconds = inputs.train, ancestry.model, 0.0
     if cfg.distill_lambda > 0:

@@ -1,0 +1,145 @@
+"""Descendants: the models a learngene becomes.
+
+:func:`make_descendant` builds the final plain timm ViT of a spec from a gene (with an optional
+top-up from a method without a learngene). :class:`GeneNet` is a timm ViT whose parameters are
+``expand(gene, spec)`` recomputed on every forward: gradients reach the gene's tensors, which is how
+TLEG/WAVE/Share-Init condense (train the gene through an aux net, :mod:`learngene.auxnet`) and how
+WAVE's scalers and PEG's φ adapt (train some gene tensors on downstream data).
+:func:`fit_gene_to_budget` picks the size a gene should expand to under a parameter/FLOP budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from .errors import LearngeneError
+from .gene import Learngene
+from .io import check_state_shapes
+from .method import Method
+from .registry import get_method
+from .spec import ViTSpec, fit_to_budget
+from .transfer import StateDict
+
+
+def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, top_up: str | None = None, **options: Any) -> nn.Module:
+    """The plain timm ViT of ``spec`` initialized from ``gene``.
+
+    Keys the method provides come from ``expand``; the keys it leaves out come from the ``top_up``
+    method when one is named (e.g. ``"mimetic"`` for the attention weights), all others keep timm's
+    default initialization (drawn with ``seed``). Every provided key must exist in the model with the
+    same shape.
+    """
+    method = get_method(gene.method).from_gene(gene, **options)
+    spec.require_memory()
+    check_state_shapes(expand_on_meta(method, gene, spec), spec, f"the {gene.method} gene")  # before allocating
+    torch.manual_seed(seed)
+    model = spec.create_model()
+    with torch.no_grad():
+        state = method.expand(gene, spec)
+        if top_up:
+            state = {**top_up_state(top_up, spec), **state}
+    check_state_shapes(state, spec, f"the {gene.method} gene")
+    result = model.load_state_dict(state, strict=False)
+    assert not result.unexpected_keys, result.unexpected_keys
+    return model
+
+
+def expand_on_meta(method: Method, gene: Learngene, spec: ViTSpec) -> StateDict:
+    """``method.expand(gene, spec)`` on ``meta`` tensors: the shapes it gives, without allocating their memory.
+
+    A method that must read the gene's values (e.g. Cluster-Learngene's centroids) is expanded for real.
+    """
+    on_meta = dataclasses.replace(gene, tensors={k: v.to("meta") for k, v in gene.tensors.items()})
+    with torch.no_grad():
+        try:
+            return method.expand(on_meta, spec)
+        except (RuntimeError, NotImplementedError) as exc:
+            if "meta" not in str(exc):
+                raise
+            spec.require_memory()
+            return method.expand(gene, spec)
+
+
+def top_up_state(name: str, spec: ViTSpec) -> StateDict:
+    """Everything the empty-gene method ``name`` (e.g. mimetic) gives a model of ``spec``."""
+    cls = get_method(name)
+    if cls.needs_data or cls.needs_vit_ancestry:
+        raise LearngeneError(f"a top-up must be a method without a learngene (e.g. mimetic), not {name}")
+    filler = cls()
+    return filler.expand(filler.condense(None), spec)
+
+
+def fit_gene_to_budget(gene: Learngene, base: ViTSpec, max_params: int | None = None, max_flops: int | None = None,
+                       depth: int | None = None, num_heads: int | None = None, **options: Any) -> ViTSpec:
+    """The deepest, then widest, size near ``base`` under the budget that the gene's method can expand.
+
+    Depth and head count range up to the ancestry's (when the gene records one); ``depth`` or
+    ``num_heads`` pin that axis; ``options`` are the method's expand-time options. See
+    :func:`~learngene.spec.fit_to_budget`.
+    """
+    method = get_method(gene.method).from_gene(gene, **options)
+
+    def supports(spec: ViTSpec) -> bool:
+        try:
+            with torch.no_grad():
+                check_state_shapes(method.expand(gene, spec), spec, f"the {gene.method} gene")
+        except LearngeneError:
+            return False
+        return True
+
+    return fit_to_budget(base, max_params, max_flops, supports, depth=depth, num_heads=num_heads,
+                         max_depth=gene.ancestry.depth if gene.ancestry else None,
+                         max_heads=gene.ancestry.num_heads if gene.ancestry else None)
+
+
+class GeneNet(nn.Module):
+    """A timm ViT of ``spec`` whose provided parameters are ``method.expand(gene, spec)`` on every forward.
+
+    Gradients flow into the gene's tensors (those selected by ``trainable``); keys the method does not
+    provide are the skeleton's own ordinary parameters (trained too, e.g. a new classifier head).
+    Every weight is materialized once per forward, then the stock timm forward runs on it. The
+    training loop checks data against ``skeleton`` (see :func:`learngene.train.check_data_fits`).
+    """
+
+    def __init__(self, method: Method, gene: Learngene, spec: ViTSpec, trainable: Callable[[str], bool] | None = None):
+        super().__init__()
+        self.method, self.spec = method, spec
+        self._meta = dataclasses.replace(gene, tensors={})
+        self.gene_tensors = nn.ParameterDict({
+            _param_name(k): nn.Parameter(v.detach().clone(), requires_grad=trainable(k) if trainable else True)
+            for k, v in gene.tensors.items()
+        })
+        self.skeleton = spec.create_model()
+        provided = set(method.provided_keys(gene, spec))
+        for name, p in self.skeleton.named_parameters():
+            if name in provided:
+                p.requires_grad_(False)
+
+    def gene(self) -> Learngene:
+        """The current gene (tensors detached)."""
+        return dataclasses.replace(self._meta, tensors={k: p.detach().cpu().clone() for k, p in self._tensors().items()})
+
+    def _tensors(self) -> StateDict:
+        return {_key_name(k): p for k, p in self.gene_tensors.items()}
+
+    def expanded(self) -> StateDict:
+        return self.method.expand(dataclasses.replace(self._meta, tensors=self._tensors()), self.spec)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return functional_call(self.skeleton, self.expanded(), (x,), strict=False)
+
+    def no_weight_decay(self) -> set[str]:
+        return {f"skeleton.{k}" for k in getattr(self.skeleton, "no_weight_decay", lambda: set())()}
+
+
+def _param_name(key: str) -> str:
+    return key.replace(".", "::")  # nn.ParameterDict keys may not contain dots
+
+
+def _key_name(param: str) -> str:
+    return param.replace("::", ".")

@@ -1,0 +1,154 @@
+"""Descendants in the ecosystem's layout: timm's hub folder with a model card.
+
+The folder is what ``timm.models.save_for_hf`` writes and ``timm.create_model("local-dir:DIR",
+pretrained=True)`` (and transformers' ``TimmWrapperModel``) reads: ``config.json`` (``architecture``,
+``num_classes``, ``num_features``, ``model_args`` = the spec's timm kwargs, ``pretrained_cfg`` with the
+input size and normalization), ``model.safetensors`` (timm's own keys) and a ``README.md`` model card
+that names the method, the ancestry, the gene, the size, the parameter count and the citation.
+timm writes the config (``save_config_for_hf``), so it says exactly what timm will read back.
+
+The folder appears whole or not at all: it is written into a temporary folder beside it and renamed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from torch import nn
+
+from .errors import LearngeneError
+from .io import TEMP_NAME_CHARS, check_output_place, library_version, quote, save_safetensors
+from .spec import ViTSpec
+
+CONFIG = "config.json"
+WEIGHTS = "model.safetensors"
+CARD = "README.md"
+# fields of the architecture's default pretrained_cfg that describe *its* published weights, not ours
+FOREIGN_CFG_FIELDS = ("tag", "license", "hf_hub_id", "url", "paper_ids", "paper_name", "notes", "origin_url")
+
+
+def wants_folder(out: str | os.PathLike, fmt: str | None) -> bool:
+    """``--format hub``, or an ``--out`` that ends in a slash or is an existing folder."""
+    if fmt is not None:
+        return fmt == "hub"
+    return str(out).endswith(("/", os.sep)) or Path(out).is_dir()
+
+
+def check_output_folder(path: str | os.PathLike, overwrite: bool = False) -> Path:
+    """Fail early, with a clear message, if the hub folder ``path`` cannot be written."""
+    path = Path(str(path).rstrip("/" + os.sep) or ".")
+    if path.exists() and not path.is_dir():
+        raise LearngeneError(f"{quote(path)} exists and is not a folder; give another --out or drop --format hub")
+    return check_output_place(path, overwrite)
+
+
+@contextlib.contextmanager
+def atomic_folder(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
+    """Yield an empty temporary folder beside ``path``; on success it replaces ``path`` by a rename."""
+    path = check_output_folder(path, overwrite)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name[:TEMP_NAME_CHARS]}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700 folders; outputs get the usual permissions
+        if path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name[:TEMP_NAME_CHARS]}.", suffix=".old", dir=path.parent))
+            os.replace(path, old / path.name)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            try:  # claim the name exclusively: of two writers racing for it, the second fails here
+                os.mkdir(path)
+            except FileExistsError:
+                raise LearngeneError(f"{quote(path)} already exists (another process wrote it meanwhile); pass "
+                                     f"--overwrite to replace it, or choose another path") from None
+            os.replace(tmp, path)  # onto the empty folder just claimed
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def export_hub_folder(path: str | os.PathLike, model: nn.Module, spec: ViTSpec, card: dict[str, Any],
+                      data_config: dict[str, Any] | None = None, overwrite: bool = False) -> Path:
+    """Write ``model`` (built from ``spec``) as timm's hub folder at ``path``, with a model card.
+
+    Args:
+        card: what the model card names: ``method``, ``citation``, ``ancestry``, ``gene``, and any
+            other ``key: value`` lines (e.g. ``provided tensors``).
+        data_config: preprocessing for ``pretrained_cfg`` (``mean``, ``std``, ``interpolation``,
+            ``crop_pct``); the architecture's defaults where not given.
+    """
+    from timm.models._hub import save_config_for_hf
+
+    path = Path(str(path).rstrip("/" + os.sep) or ".")
+    with atomic_folder(path, overwrite) as tmp:
+        save_safetensors(tmp / WEIGHTS, model.state_dict(), {"format": "pt"})
+        try:
+            save_config_for_hf(model, str(tmp / CONFIG), model_args=spec.timm_kwargs(),
+                               data_config={**_channel_stats(model, spec.in_chans), **(data_config or {})})
+        except ValueError as exc:
+            raise LearngeneError(f"timm cannot describe this model in a config.json ({exc}); save it as a "
+                                 f"learngene model file instead (an --out ending in .safetensors)") from None
+        config = json.loads((tmp / CONFIG).read_text())
+        for key in FOREIGN_CFG_FIELDS:
+            config["pretrained_cfg"].pop(key, None)
+        # transformers' TimmWrapper passes num_classes itself (from the root's), and fails on a second one;
+        # timm reads the root's num_classes too
+        config.get("model_args", {}).pop("num_classes", None)
+        (tmp / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+        (tmp / CARD).write_text(model_card(config, spec, card))
+    return path
+
+
+def _channel_stats(model: nn.Module, in_chans: int) -> dict[str, tuple[float, ...]]:
+    """The architecture's default mean/std for ``in_chans`` channels (their average when the count differs)."""
+    cfg = getattr(model, "pretrained_cfg", None) or {}
+    out = {}
+    for key in ("mean", "std"):
+        values = tuple(cfg.get(key) or ())
+        if values and len(values) != in_chans:
+            values = (sum(values) / len(values),) * in_chans
+        if values:
+            out[key] = values
+    return out
+
+
+def model_card(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any]) -> str:
+    """The README.md of a descendant: YAML front matter for the hub, then what it is and how to load it."""
+    arch = config["architecture"]
+    cfg = config["pretrained_cfg"]
+    facts = {
+        "method": card.get("method", "?"),
+        "ancestry": card.get("ancestry", "?"),
+        "learngene": card.get("gene", "?"),
+        "architecture": f"timm `{arch}`",
+        "size": f"{spec.short()}: depth {spec.depth}, width {spec.embed_dim}, {spec.num_heads} heads, MLP ratio "
+                f"{spec.mlp_ratio:g}, {spec.img_size}x{spec.img_size} px input, patch {spec.patch_size}, "
+                f"{spec.in_chans} channel(s), {spec.num_classes} classes",
+        "parameters": f"{spec.num_params:,}",
+        "input": f"size {tuple(cfg.get('input_size', ()))}, mean {tuple(cfg.get('mean', ()))}, "
+                 f"std {tuple(cfg.get('std', ()))}, interpolation {cfg.get('interpolation', '?')}",
+        **{k: v for k, v in card.items() if k not in ("method", "ancestry", "gene", "citation")},
+    }
+    lines = ["---", "library_name: timm", "tags:", "- image-classification", "- timm", "- learngene", "---", "",
+             f"# {arch}, initialized by learngene ({facts['method']})", "",
+             "A timm Vision Transformer whose weights were expanded from a learngene; it has not been trained "
+             "after expansion unless the lines below say so.", ""]
+    lines += [f"- **{key}**: {value}" for key, value in facts.items()]
+    lines += ["", "## Load", "", "```python", "import timm", "",
+              'model = timm.create_model("local-dir:PATH/TO/THIS/FOLDER", pretrained=True)', "```", "",
+              f"Written by learngene {library_version()}.", ""]
+    if card.get("citation"):
+        lines += ["## Citation", "", f"The {facts['method']} method: {card['citation']}", ""]
+    return "\n".join(lines)

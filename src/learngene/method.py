@@ -1,0 +1,193 @@
+"""The method interface: what every learngene method implements, and the inputs it is given.
+
+A :class:`Method` turns an ancestry into a :class:`~learngene.gene.Learngene` (``condense``), a
+learngene into timm state_dict entries for any spec (``expand``, written in torch ops so it is
+differentiable in the gene's tensors) and, for some methods, a learngene into one specialized to a
+size on a little data (``adapt``). Its hyper-parameters are a frozen ``Config`` dataclass, stored in
+the gene and overridable at expansion (:func:`config_from_dict`, :func:`parse_options` for the CLI).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from .data import Data
+from .errors import LearngeneError
+from .gene import Learngene
+from .spec import ViTSpec
+from .train import TrainConfig, TrainResult
+from .transfer import StateDict
+from .validate import check_fields
+
+
+@dataclass
+class Ancestry:
+    """The big pretrained model a learngene is condensed from.
+
+    ``spec`` is None when the model is not a plain timm ViT (it can still teach TLEG/WAVE/Share-Init).
+    """
+
+    model: nn.Module
+    spec: ViTSpec | None
+
+    def require_vit(self, method: str) -> ViTSpec:
+        if self.spec is None:
+            raise LearngeneError(f"method {method} picks weights from a ViT ancestry, but this ancestry is "
+                                 f"{type(self.model).__name__}; give a timm ViT")
+        return self.spec
+
+    def state(self) -> StateDict:
+        """The model's tensors, not copied: a billion-parameter ancestry must not be held twice."""
+        return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+
+
+@dataclass
+class CondenseInputs:
+    """What a data-driven condensation may use (trained methods, attention statistics)."""
+
+    train: Data | None = None
+    eval: Data | None = None
+    train_cfg: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    run_dir: str | Path | None = None
+    resume: bool = False
+
+
+@dataclass
+class AdaptInputs:
+    """What ``adapt`` trains on: a little downstream data, the run's settings, where to checkpoint."""
+
+    train: Data
+    train_cfg: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    eval: Data | None = None
+    run_dir: str | Path | None = None
+    resume: bool = False
+
+
+@dataclass(frozen=True)
+class NoConfig:
+    pass
+
+
+class Method:
+    """Base class of every learngene method; subclasses register with ``@register_method``.
+
+    Class attributes:
+        name: registry key (CLI ``--method``).
+        summary: one line for listings.
+        Config: frozen dataclass of hyper-parameters; stored in the gene, overridable at expand time.
+        needs_data: ``condense`` trains or measures on data.
+        needs_vit_ancestry: ``condense`` picks weights from a ViT (False: any classifier can teach).
+        adaptable: descendants go through ``adapt`` (WAVE's scalers, PEG's φ) before fine-tuning.
+        paper: citation shown in listings.
+        distill_lambda: λ of the paper's condensation loss ``(1−λ)·CE + λ·KL`` (methods that distil);
+            ``learngene condense`` and the benchmark use it unless told otherwise.
+    """
+
+    name: ClassVar[str]
+    summary: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+    Config: ClassVar[type] = NoConfig
+    needs_data: ClassVar[bool] = False
+    needs_vit_ancestry: ClassVar[bool] = True
+    adaptable: ClassVar[bool] = False  # has an ``adapt`` step that descendants should go through
+    distill_lambda: ClassVar[float] = 1.0
+
+    def __init__(self, config: Any = None, **overrides: Any):
+        base = config if config is not None else self.Config()
+        try:
+            self.config = dataclasses.replace(base, **overrides)
+        except TypeError as exc:
+            fields = ", ".join(f.name for f in dataclasses.fields(self.Config)) or "none"
+            raise LearngeneError(f"{self.name}: {exc}; its options are: {fields}") from None
+        self.config = _lists_from_text(self.config)
+        check_options(self.name, self.config)
+
+    @classmethod
+    def from_gene(cls, gene: Learngene, **overrides: Any) -> "Method":
+        """The method with the hyper-parameters stored in ``gene`` (plus expand-time overrides)."""
+        return cls(config_from_dict(cls.Config, gene.config), **overrides)
+
+    # ---- the interface -----------------------------------------------------------------------------
+    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        raise NotImplementedError
+
+    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        """timm state_dict entries for ``spec`` (a subset of its keys), differentiable in ``gene.tensors``."""
+        raise NotImplementedError
+
+    def provided_keys(self, gene: Learngene, spec: ViTSpec) -> list[str]:
+        with torch.no_grad():
+            return list(self.expand(gene, spec))
+
+    def adapt(self, gene: Learngene, spec: ViTSpec, inputs: AdaptInputs) -> tuple[Learngene, TrainResult]:
+        """Specialize ``gene`` to ``spec`` on a little downstream data (WAVE's scalers, PEG's φ)."""
+        raise LearngeneError(f"method {self.name} has no adapt step; expand it directly")
+
+    def describe(self, gene: Learngene) -> list[str]:
+        """Method-specific lines for ``learngene inspect`` (e.g. Cluster-Learngene's clusters)."""
+        return []
+
+    # ---- helpers for subclasses ------------------------------------------------------------------
+    def new_gene(self, tensors: StateDict, layout: ViTSpec | None, ancestry: ViTSpec | None,
+                 cost: dict[str, Any] | None = None) -> Learngene:
+        """A gene of this method holding ``tensors`` shaped for ``layout``, condensed from ``ancestry``."""
+        return Learngene(method=self.name, tensors={k: v.detach().cpu().contiguous() for k, v in tensors.items()},
+                         config=dataclasses.asdict(self.config), layout=layout, ancestry=ancestry, cost=cost or {})
+
+
+def _lists_from_text(config: Any) -> Any:
+    """A list option given as text (``--opt modules=msa,mlp``) becomes the tuple of its comma-separated items."""
+    hints = typing.get_type_hints(type(config))
+    lists = {f.name: tuple(part.strip() for part in getattr(config, f.name).split(","))
+             for f in dataclasses.fields(config)
+             if typing.get_origin(hints.get(f.name)) is tuple and isinstance(getattr(config, f.name), str)}
+    return dataclasses.replace(config, **lists) if lists else config
+
+
+def check_options(method: str, config: Any) -> None:
+    """Every option has its declared type, and every numeric one (a count, size, rate or seed) is 0 or more."""
+    fix = "pass --opt KEY=VALUE with a value of that kind (see `learngene methods`)"
+    check_fields(config, f"{method} option", fix)
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+            raise LearngeneError(f"{method} option {f.name} must be 0 or more, got {value!r}; {fix}")
+
+
+def config_from_dict(config_cls: type, values: dict[str, Any]) -> Any:
+    """Rebuild a config dataclass from JSON values (lists back to tuples where the default is a tuple)."""
+    kwargs = {}
+    for f in dataclasses.fields(config_cls):
+        if f.name in values:
+            value = values[f.name]
+            kwargs[f.name] = tuple(value) if isinstance(value, list) else value
+    return config_cls(**kwargs)
+
+
+def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
+    """``["key=value", ...]`` from the CLI, each value parsed as JSON, else kept as a string."""
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    hints = typing.get_type_hints(config_cls)
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in fields:
+            raise LearngeneError(f"option {item!r} is not KEY=VALUE with a known KEY; use one of: {', '.join(fields) or 'none'}")
+        if hints.get(key) is str:  # e.g. layers=3 for a layer list written as text
+            out[key] = raw
+            continue
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out[key] = tuple(value) if isinstance(value, list) else value
+    return out

@@ -1,0 +1,161 @@
+"""Growing the ancestry into WIDER and DEEPER descendants: HyperCloning, G_stack and Net2Net.
+
+Width, HyperCloning (Samragh et al., "Scaling Smart: Accelerating Large Language Model Pre-training
+with Small Model Initialization", arXiv 2409.12903, 2024). Widths grow by an integer factor ``n``:
+every vector is tiled ``n`` times (coordinate ``i`` of the wide model is coordinate ``i mod D``) and
+every weight matrix is tiled ``n × n`` and divided by the number of copies of its input,
+``W' = (1/n)[W … W; … ; W … W]``, so a layer fed ``[x; …; x]`` outputs ``[Wx; …; Wx]``. The patch
+embedding (its input is the image) is tiled without the factor, the classifier (its output is not
+widened) is tiled along its input and divided by ``n``. Heads keep their size and their number grows
+``n``-fold (new head ``j`` is a copy of head ``j mod H``, its W_O columns divided by ``n``), as the
+authors advise for attention. A LayerNorm over ``n`` copies of a vector has the same mean and
+variance, so the grown ViT computes the ancestry's function exactly (up to float rounding). The
+residual and MLP axes use :func:`~learngene.transfer.axis_map`'s cyclic repeat with reader
+scaling, which for an exact multiple is this rule. Noise variant (``snr_db``): as in the authors'
+code, Gaussian noise at that signal-to-noise ratio is added to one copy-block of each widened
+matrix's input and subtracted from the next (pairs of blocks; an odd last block stays clean), so it
+cancels on the tiled input: the weights differ, the function does not (beyond rounding).
+
+Depth, G_stack (Du et al., "Stacking Your Transformers", NeurIPS 2024). ``depth="stack"`` (default)
+stacks the whole model: layer ``l`` of the descendant is ancestry layer ``l mod L`` (``L'/L`` copies; a
+depth that is not a multiple ends with a partial copy). Stacking is not function preserving (the
+residual stream passes every layer again). ``depth="identity"`` is: the layers above the ancestry's
+are copies of the layers below with their residual writers (W_O and fc2, weights and biases) set to
+zero, so each new block is the identity (Net2DeeperNet's identity layers, written for pre-norm
+residual blocks).
+
+Width, Net2Net (Chen et al., "Net2Net: Accelerating Learning via Knowledge Transfer", ICLR 2016),
+``width="net2net"``. Where it differs from HyperCloning: the new units are copies of randomly chosen
+old units (the old units keep their place), so any larger size works, not only multiples; every
+weight reading a copied unit is divided by that unit's number of copies. That keeps the function
+for the MLP hidden units and the heads, but not for the residual stream: Net2Net predates LayerNorm,
+and a LayerNorm over a vector whose coordinates are copied unequally often has another mean and
+variance. Its noise (``snr_db``) is independent per weight (Net2Net adds noise to break symmetry), so
+the function changes a little.
+
+The learngene is the whole ancestry. Sizes smaller than the ancestry's are refused (that is what
+importance and weight_selection do).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..errors import LearngeneError
+from ..gene import Learngene
+from ..heads import join_proj, mix_heads, select_matrix, split_proj
+from ..method import Ancestry, CondenseInputs, Method
+from ..registry import register_method
+from ..spec import ViTSpec, block_key
+from ..transfer import AxisMap, StateDict, axis_map, block_state, carry_non_block, cyclic, resize_block
+
+WRITERS = ("attn.proj.weight", "attn.proj.bias", "mlp.fc2.weight", "mlp.fc2.bias")
+
+
+@dataclass(frozen=True)
+class GrowConfig:
+    width: str = "hyperclone"  # hyperclone (exact multiples, function preserving) | net2net (random copies)
+    depth: str = "stack"  # stack (G_stack: layer l = ancestry layer l mod L) | identity (new layers are identities)
+    snr_db: float | None = None  # noise at this signal-to-noise ratio in dB (None: no noise)
+    seed: int = 0  # noise and Net2Net's random copies
+
+
+def random_copies(n_src: int, n_dst: int, generator: torch.Generator) -> AxisMap:
+    """Net2Net's map: the ``n_src`` units keep their place, the ``n_dst − n_src`` new ones copy random units."""
+    extra = torch.randint(0, n_src, (n_dst - n_src,), generator=generator)
+    index = torch.cat([torch.arange(n_src), extra])
+    copies = torch.bincount(index, minlength=n_src).to(torch.float32)
+    return AxisMap(index, 1.0 / copies[index])
+
+
+def noise_at_snr(signal: Tensor, snr_db: float, generator: torch.Generator) -> Tensor:
+    """Gaussian noise whose power is the mean power of ``signal`` divided by ``10^(snr_db/10)``."""
+    noise = torch.randn(signal.shape, generator=generator, dtype=signal.dtype)
+    power = signal.pow(2).mean() / 10 ** (snr_db / 10)
+    return noise * (power / noise.pow(2).mean()).sqrt()
+
+
+def cancelling_noise(weight: Tensor, block: int, snr_db: float, generator: torch.Generator) -> Tensor:
+    """HyperCloning's noise: ``+N`` on input copy-block ``2i``, ``−N`` on block ``2i+1`` (blocks of ``block`` columns)."""
+    blocks = list(weight.split(block, dim=1))
+    for i in range(0, len(blocks) - 1, 2):
+        noise = noise_at_snr(blocks[i], snr_db, generator)
+        blocks[i], blocks[i + 1] = blocks[i] + noise, blocks[i + 1] - noise
+    return torch.cat(blocks, dim=1)
+
+
+@register_method
+class Grow(Method):
+    name = "grow"
+    summary = "HyperCloning (width ×n, function preserving) / Net2Net widening + G_stack stacking; larger sizes"
+    paper = ("HyperCloning, Samragh et al. 2024 (arXiv 2409.12903); G_stack, Du et al., NeurIPS 2024 "
+             "(arXiv 2405.15319); Net2Net, Chen et al., ICLR 2016 (arXiv 1511.05641)")
+    Config = GrowConfig
+
+    def __init__(self, config=None, **overrides):
+        super().__init__(config, **overrides)
+        if self.config.width not in ("hyperclone", "net2net") or self.config.depth not in ("stack", "identity"):
+            raise LearngeneError(f"grow needs width=hyperclone|net2net and depth=stack|identity, got "
+                                 f"width={self.config.width!r} depth={self.config.depth!r}")
+
+    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        spec = ancestry.require_vit(self.name)
+        return self.new_gene(ancestry.state(), spec, spec)
+
+    def _maps(self, src: ViTSpec, spec: ViTSpec, generator: torch.Generator) -> tuple[AxisMap, AxisMap, AxisMap]:
+        if spec.head_dim != src.head_dim or spec.embed_dim < src.embed_dim or spec.mlp_hidden < src.mlp_hidden \
+                or spec.depth < src.depth:
+            raise LearngeneError(f"grow makes larger models with heads of {src.head_dim} dims: ask at least "
+                                 f"{src.short()} with width = heads x {src.head_dim} and MLP >= {src.mlp_hidden} "
+                                 f"(asked {spec.short()}, MLP {spec.mlp_hidden}); use importance for a smaller one")
+        if self.config.width == "net2net":
+            return (random_copies(src.embed_dim, spec.embed_dim, generator),
+                    random_copies(src.num_heads, spec.num_heads, generator),
+                    random_copies(src.mlp_hidden, spec.mlp_hidden, generator))
+        if spec.embed_dim % src.embed_dim or spec.mlp_hidden % src.mlp_hidden:
+            raise LearngeneError(f"hyperclone grows by whole multiples: width {spec.embed_dim} of {src.embed_dim} and "
+                                 f"MLP {spec.mlp_hidden} of {src.mlp_hidden}; pick multiples or --opt width=net2net")
+        heads = cyclic(src.num_heads, spec.num_heads)
+        return (axis_map(src.embed_dim, spec.embed_dim), AxisMap(heads, torch.full((len(heads),), src.num_heads / len(heads))),
+                axis_map(src.mlp_hidden, spec.mlp_hidden))
+
+    def _noise(self, block: StateDict, src: ViTSpec, generator: torch.Generator) -> StateDict:
+        """Noise on every weight whose input is widened (``snr_db``): cancelling for HyperCloning, plain for Net2Net."""
+        inputs = {"attn.qkv.weight": src.embed_dim, "attn.proj.weight": src.embed_dim, "mlp.fc1.weight": src.embed_dim,
+                  "mlp.fc2.weight": src.mlp_hidden}
+        out = dict(block)
+        for name, width in inputs.items():
+            w = out[name]
+            if w.shape[1] == width:
+                continue
+            if self.config.width == "hyperclone":
+                out[name] = cancelling_noise(w, width, self.config.snr_db, generator)
+            else:
+                out[name] = w + noise_at_snr(w, self.config.snr_db, generator)
+        return out
+
+    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        """Widen every ancestry layer (heads, residual, MLP), then stack or pad the layers to ``spec.depth``."""
+        src: ViTSpec = gene.layout
+        generator = torch.Generator().manual_seed(self.config.seed)
+        width, heads, hidden = self._maps(src, spec, generator)
+        widened = []
+        for layer in range(src.depth):
+            b = block_state(gene.tensors, layer)
+            qkv_w, qkv_b, proj_w = mix_heads(b["attn.qkv.weight"], b["attn.qkv.bias"], b["attn.proj.weight"],
+                                             select_matrix(heads.index, src.num_heads))
+            b.update({"attn.qkv.weight": qkv_w, "attn.qkv.bias": qkv_b,  # W_O columns read copied heads
+                      "attn.proj.weight": join_proj(split_proj(proj_w, spec.num_heads) * heads.reader_scale[:, None, None])})
+            b = resize_block(b, width, hidden)
+            widened.append(self._noise(b, src, generator) if self.config.snr_db is not None else b)
+        out: StateDict = {}
+        for layer in range(spec.depth):
+            b = widened[layer % src.depth]
+            if layer >= src.depth and self.config.depth == "identity":
+                b = {k: torch.zeros_like(v) if k in WRITERS else v for k, v in b.items()}
+            out.update({block_key(layer, k): v for k, v in b.items()})
+        out.update(carry_non_block(gene.tensors, src, spec, width=width))
+        return out

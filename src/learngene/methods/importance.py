@@ -1,0 +1,209 @@
+"""Importance-based selection: weight subcloning (Samragh et al., arXiv 2312.09299, 2023) and Minitron's
+activation-based importance (Muralidharan et al., "Compact Language Models via Pruning and Knowledge
+Distillation", NeurIPS 2024, arXiv 2407.14679).
+
+Data-aware where Weight Selection is not. The ancestry runs in eval mode on a calibration sample of
+the upstream images (``num_images``, normalized as in training) and every unit gets a score:
+
+- residual (embedding) channels: mean ``|x|`` over images and tokens of the residual stream, summed
+  over the embedding output and every block's output. One order serves every layer, as the residual
+  connections demand (subcloning finds the same channels large in every layer; Minitron's embedding
+  score is also an activation magnitude);
+- MLP neurons, per layer: mean ``|GELU(x W_1ᵀ + b_1)|`` (the activation fc2 reads);
+- attention heads, per layer: mean over images and tokens of the L2 norm of the head's output
+  ``softmax(q kᵀ/√d) v`` (Minitron's head score);
+- layers: mean over images and tokens of ``1 − cos(x_in, x_out)`` of the block's input and output
+  (how much the block changes its input: subcloning's block-removal rule, ShortGPT's Block Influence
+  that Minitron's depth pruning uses).
+
+Learngene. The whole ancestry, permuted into importance order (residual channels, each layer's
+heads, each layer's MLP neurons; a permutation computes the same function), plus the layer scores.
+Every narrower descendant is then a prefix slice: the first ``D'`` channels, ``H'`` heads (through
+:mod:`learngene.heads`) and ``M'`` neurons. Depth keeps the ``L'`` highest-scoring layers in their
+original order.
+
+Rescaling (subcloning). The kept channels carry most of the residual stream's energy, so a
+LayerNorm over ``D'`` of ``D`` channels divides by a standard deviation about ``√(D/D')`` larger than
+the ancestry's did; every LayerNorm gain (norm1, norm2, the final norm) is multiplied by ``√(D/D')``
+so the normalized values keep their scale (``rescale=false`` turns this off). Minitron instead
+recovers by distillation after pruning; that retraining is the descendant's ordinary training here.
+
+Heads keep the ancestry's size ``d`` (the descendant has ``D'/d`` heads), as both papers prune whole
+heads; sizes larger than the ancestry are the job of :mod:`~learngene.methods.growth`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from ..data import Data
+from ..errors import LearngeneError
+from ..gene import Learngene
+from ..heads import join_proj, join_qkv, split_proj, split_qkv
+from ..method import Ancestry, CondenseInputs, Method
+from ..registry import register_method
+from ..spec import ViTSpec, block_key
+from ..transfer import StateDict, block_state, inherit_non_block, pick, resize_non_block
+
+LAYER_SCORE, WIDTH_SCORE = "importance.layer", "importance.width"
+NORM_GAINS = ("norm1.weight", "norm2.weight")
+
+
+@dataclass(frozen=True)
+class ImportanceConfig:
+    num_images: int = 256  # calibration images (subcloning and Minitron use a small calibration batch)
+    batch_size: int = 64
+    seed: int = 0  # which images are sampled
+    rescale: bool = True  # LayerNorm gains × √(D/D') (subcloning)
+
+
+@torch.no_grad()
+def activation_scores(model: nn.Module, spec: ViTSpec, data: Data, num_images: int, batch_size: int,
+                      seed: int) -> dict[str, Tensor]:
+    """Importance scores of ``model``'s residual channels, heads, MLP neurons and layers on a sample of ``data``.
+
+    Returns:
+        ``width`` ``(D,)``, ``heads`` ``(L, H)``, ``neurons`` ``(L, M)``, ``layers`` ``(L,)``; means over
+        images and tokens (see the module docstring for each score).
+    """
+    if (data.in_chans, data.img_size) != (spec.in_chans, spec.img_size):
+        raise LearngeneError(f"{data.name} has {data.in_chans}-channel {data.img_size}px images but the ancestry takes "
+                             f"{spec.in_chans}-channel {spec.img_size}px ones; load the data at the ancestry's size")
+    count = min(num_images, len(data))
+    if count < 1:
+        raise LearngeneError("importance ranks units on calibration images: give training data (--data)")
+    L, H, d = spec.depth, spec.num_heads, spec.head_dim
+    sums = {"width": torch.zeros(spec.embed_dim, dtype=torch.float64), "heads": torch.zeros(L, H, dtype=torch.float64),
+            "neurons": torch.zeros(L, spec.mlp_hidden, dtype=torch.float64), "layers": torch.zeros(L, dtype=torch.float64)}
+
+    def add(name: str, index, values: Tensor) -> None:  # values (B, N, ...) → summed over images, mean over tokens
+        sums[name][index] += values.double().mean(1).sum(0).cpu()
+
+    hooks = []
+    for layer, block in enumerate(model.blocks):
+        def on_block(_m, args, out, layer=layer):
+            x = args[0]
+            if layer == 0:
+                add("width", slice(None), x.abs())
+            add("width", slice(None), out.abs())
+            add("layers", layer, 1 - torch.nn.functional.cosine_similarity(x, out, dim=-1))
+        hooks.append(block.register_forward_hook(on_block))
+        hooks.append(block.mlp.act.register_forward_hook(lambda _m, _a, out, layer=layer: add("neurons", layer, out.abs())))
+        hooks.append(block.attn.proj.register_forward_pre_hook(
+            lambda _m, args, layer=layer: add("heads", layer, args[0].unflatten(-1, (H, d)).norm(dim=-1))))
+    device = next(model.parameters()).device
+    picked = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[:count].sort().values
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, count, batch_size):
+            x, _, _ = data.get_batch(picked[start:start + batch_size])
+            model(x.to(device))
+    finally:
+        for hook in hooks:
+            hook.remove()
+        model.train(was_training)
+    return {k: (v / count).float() for k, v in sums.items()}
+
+
+def descending(scores: Tensor) -> Tensor:
+    """Indices of ``scores`` from the largest down (ties: the lower index first)."""
+    return torch.sort(scores, descending=True, stable=True).indices
+
+
+def permute_block(b: StateDict, num_heads: int, width: Tensor, heads: Tensor, neurons: Tensor) -> StateDict:
+    """One block's tensors (in-block names) with residual channels, heads and MLP neurons reordered."""
+    q, k, v = split_qkv(b["attn.qkv.weight"], num_heads)
+    qb, kb, vb = split_qkv(b["attn.qkv.bias"], num_heads)
+    return {
+        "norm1.weight": b["norm1.weight"][width],
+        "norm1.bias": b["norm1.bias"][width],
+        "attn.qkv.weight": join_qkv(*(t[heads][:, :, width] for t in (q, k, v))),
+        "attn.qkv.bias": join_qkv(*(t[heads] for t in (qb, kb, vb))),
+        "attn.proj.weight": join_proj(split_proj(b["attn.proj.weight"], num_heads)[heads][:, width]),
+        "attn.proj.bias": b["attn.proj.bias"][width],
+        "norm2.weight": b["norm2.weight"][width],
+        "norm2.bias": b["norm2.bias"][width],
+        "mlp.fc1.weight": b["mlp.fc1.weight"][neurons][:, width],
+        "mlp.fc1.bias": b["mlp.fc1.bias"][neurons],
+        "mlp.fc2.weight": b["mlp.fc2.weight"][width][:, neurons],
+        "mlp.fc2.bias": b["mlp.fc2.bias"][width],
+    }
+
+
+@register_method
+class Importance(Method):
+    name = "importance"
+    summary = "ancestry in activation-importance order (channels, heads, neurons, layers); narrower = prefix slice"
+    paper = ("weight subcloning, Samragh et al. 2023 (arXiv 2312.09299); Minitron, Muralidharan et al., "
+             "NeurIPS 2024 (arXiv 2407.14679)")
+    Config = ImportanceConfig
+    needs_data = True
+
+    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        """Scores on a calibration sample of ``inputs.train``; the ancestry permuted into their order."""
+        spec = ancestry.require_vit(self.name)
+        if inputs is None or inputs.train is None:
+            raise LearngeneError("importance ranks units on calibration images: give training data (--data)")
+        cfg = self.config
+        scores = activation_scores(ancestry.model, spec, inputs.train, cfg.num_images, cfg.batch_size, cfg.seed)
+        state = ancestry.state()
+        width = descending(scores["width"])
+        tensors: StateDict = {}
+        for layer in range(spec.depth):
+            block = permute_block(block_state(state, layer), spec.num_heads, width, descending(scores["heads"][layer]),
+                                  descending(scores["neurons"][layer]))
+            tensors.update({block_key(layer, k): v for k, v in block.items()})
+        tensors.update(resize_non_block({k: state[k] for k in spec.non_block_shapes()}, pick(width)))
+        tensors[LAYER_SCORE] = scores["layers"]
+        tensors[WIDTH_SCORE] = scores["width"][width]
+        return self.new_gene(tensors, spec, spec, cost={"images": min(cfg.num_images, len(inputs.train))})
+
+    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        """The ``spec.depth`` most important layers, each a prefix slice of channels, heads and neurons."""
+        src: ViTSpec = gene.layout
+        if spec.head_dim != src.head_dim or spec.num_heads > src.num_heads or spec.mlp_hidden > src.mlp_hidden \
+                or spec.depth > src.depth:
+            raise LearngeneError(f"importance only narrows and keeps heads of {src.head_dim} dims: ask at most "
+                                 f"{src.depth} layers and {src.num_heads} heads with width = heads x {src.head_dim} "
+                                 f"(asked {spec.short()}); use grow for a larger model")
+        D, H, M = spec.embed_dim, spec.num_heads, spec.mlp_hidden
+        gain = math.sqrt(src.embed_dim / D) if self.config.rescale else 1.0
+        layers = descending(gene.tensors[LAYER_SCORE])[:spec.depth].sort().values.tolist()
+        out: StateDict = {}
+        for target, source in enumerate(layers):
+            b = block_state(gene.tensors, source)
+            q, k, v = split_qkv(b["attn.qkv.weight"], src.num_heads)
+            qb, kb, vb = split_qkv(b["attn.qkv.bias"], src.num_heads)
+            kept = {
+                "norm1.weight": b["norm1.weight"][:D] * gain,
+                "norm1.bias": b["norm1.bias"][:D],
+                "attn.qkv.weight": join_qkv(*(t[:H, :, :D] for t in (q, k, v))),
+                "attn.qkv.bias": join_qkv(*(t[:H] for t in (qb, kb, vb))),
+                "attn.proj.weight": join_proj(split_proj(b["attn.proj.weight"], src.num_heads)[:H, :D]),
+                "attn.proj.bias": b["attn.proj.bias"][:D],
+                "norm2.weight": b["norm2.weight"][:D] * gain,
+                "norm2.bias": b["norm2.bias"][:D],
+                "mlp.fc1.weight": b["mlp.fc1.weight"][:M, :D],
+                "mlp.fc1.bias": b["mlp.fc1.bias"][:M],
+                "mlp.fc2.weight": b["mlp.fc2.weight"][:D, :M],
+                "mlp.fc2.bias": b["mlp.fc2.bias"][:D],
+            }
+            out.update({block_key(target, name): t for name, t in kept.items()})
+        non_block = resize_non_block({k: gene.tensors[k] for k in src.non_block_shapes()}, pick(slice(0, D)))
+        norm = f"{src.final_norm_key}.weight"
+        non_block[norm] = non_block[norm] * gain
+        out.update(inherit_non_block(non_block, src.replace(embed_dim=D, num_heads=H), spec))
+        return out
+
+    def describe(self, gene: Learngene) -> list[str]:
+        scores = gene.tensors[LAYER_SCORE]
+        order = descending(scores).tolist()
+        return ["layers by 1 - cos(input, output), most important first: "
+                + ", ".join(f"{i}:{scores[i]:.3f}" for i in order),
+                (f"residual channel magnitude, first / last kept: {gene.tensors[WIDTH_SCORE][0]:.3f} / "
+                f"{gene.tensors[WIDTH_SCORE][-1]:.3f}")]

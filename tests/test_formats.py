@@ -1,0 +1,207 @@
+"""Checkpoint formats (timm files and hub folders, transformers folders), hub-folder export, lazy loading."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from learngene.ancestry import load_ancestry
+from learngene.errors import LearngeneError
+
+TINY = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, image_size=28, patch_size=4)
+
+
+def _hf_folder(tmp_path, model):
+    folder = tmp_path / "hf"
+    model.eval().save_pretrained(folder)
+    return folder
+
+
+def _image(channels=3, size=28, seed=0):
+    return torch.randn(2, channels, size, size, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(scope="module")
+def transformers():
+    return pytest.importorskip("transformers")
+
+
+def test_hf_vit_model_last_hidden_state(tmp_path, transformers):
+    torch.manual_seed(0)
+    hf = transformers.ViTModel(transformers.ViTConfig(**TINY, intermediate_size=64))
+    ancestry = load_ancestry(_hf_folder(tmp_path, hf))
+    x = _image()
+    with torch.no_grad():
+        expected = hf(pixel_values=x).last_hidden_state
+        got = ancestry.model.forward_features(x)
+    assert ancestry.model.num_classes == 0
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_hf_vit_classifier_logits(tmp_path, transformers):
+    torch.manual_seed(1)
+    cfg = transformers.ViTConfig(**TINY, intermediate_size=48, num_labels=5, qkv_bias=False, num_channels=1)
+    hf = transformers.ViTForImageClassification(cfg)
+    ancestry = load_ancestry(_hf_folder(tmp_path, hf))
+    x = _image(channels=1)
+    with torch.no_grad():
+        torch.testing.assert_close(ancestry.model(x), hf(pixel_values=x).logits, atol=1e-5, rtol=1e-4)
+
+
+def test_hf_deit_with_teacher_logits(tmp_path, transformers):
+    torch.manual_seed(2)
+    hf = transformers.DeiTForImageClassificationWithTeacher(transformers.DeiTConfig(**TINY, intermediate_size=64, num_labels=4))
+    ancestry = load_ancestry(_hf_folder(tmp_path, hf))
+    assert "dist_token" in ancestry.model.state_dict()
+    x = _image(seed=1)
+    with torch.no_grad():
+        torch.testing.assert_close(ancestry.model(x), hf(pixel_values=x).logits, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("swiglu", [False, True])
+def test_hf_dinov2_pooled_and_tokens(tmp_path, transformers, swiglu):
+    torch.manual_seed(3)
+    hf = transformers.Dinov2Model(transformers.Dinov2Config(**TINY, layerscale_value=0.5, use_swiglu_ffn=swiglu,
+                                                            hidden_act="silu" if swiglu else "gelu"))
+    with torch.no_grad():  # layer scale away from its init value, so a dropped gamma would show
+        for name, p in hf.named_parameters():
+            if "lambda1" in name:
+                p.uniform_(0.5, 1.5)
+    ancestry = load_ancestry(_hf_folder(tmp_path, hf))
+    x = _image(seed=2)
+    with torch.no_grad():
+        out = hf(pixel_values=x)
+        tokens = ancestry.model.forward_features(x)
+    torch.testing.assert_close(tokens, out.last_hidden_state, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(tokens[:, 0], out.pooler_output, atol=1e-5, rtol=1e-4)
+
+
+def test_hf_folder_refusals_are_one_line(tmp_path, transformers):
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "swin"}))
+    torch.save({}, folder / "pytorch_model.bin")
+    with pytest.raises(LearngeneError, match="converts vit, deit, dinov2"):
+        load_ancestry(folder)
+    (folder / "config.json").write_text("{not json")
+    with pytest.raises(LearngeneError, match="not valid JSON"):
+        load_ancestry(folder)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.json").write_text(json.dumps({"model_type": "vit"}))
+    with pytest.raises(LearngeneError, match="has no model.safetensors"):
+        load_ancestry(empty)
+
+
+# ---- timm checkpoints and hub folders -------------------------------------------------------------------
+DEIT3 = dict(depth=2, embed_dim=32, num_heads=2, img_size=28, patch_size=4, num_classes=5)
+
+
+def test_timm_checkpoint_goes_through_its_modules_filter(tmp_path):
+    """deit3's checkpoints name layer scale ``gamma_1``; timm's deit module renames it on load."""
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model("deit3_small_patch16_224", pretrained=False, **DEIT3).eval()
+    old_layout = {k.replace("ls1.gamma", "gamma_1").replace("ls2.gamma", "gamma_2"): v for k, v in model.state_dict().items()}
+    assert any("gamma_1" in k for k in old_layout)
+    torch.save(old_layout, tmp_path / "deit3.pth")
+    ancestry = load_ancestry(tmp_path / "deit3.pth", "deit3_small_patch16_224", **DEIT3)
+    x = _image()
+    with torch.no_grad():
+        torch.testing.assert_close(ancestry.model(x), model(x))
+
+
+def _tiny_gene(tmp_path):
+    from learngene.io import save_model
+    from learngene.registry import get_method
+    from learngene.spec import ViTSpec
+
+    spec = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=28, patch_size=4, in_chans=1, num_classes=10)
+    torch.manual_seed(0)
+    save_model(tmp_path / "anc.safetensors", spec.create_model(), spec)
+    gene = get_method("weight_selection")().condense(load_ancestry(tmp_path / "anc.safetensors"))
+    gene.save(tmp_path / "gene.safetensors")
+    return tmp_path / "gene.safetensors"
+
+
+def test_expand_writes_a_hub_folder_timm_and_transformers_load(tmp_path, capsys):
+    import timm
+    from safetensors.torch import load_file
+
+    from learngene.cli import main
+
+    gene = _tiny_gene(tmp_path)
+    out = tmp_path / "desc"
+    assert main(["expand", str(gene), "--embed-dim", "16", "--num-heads", "1", "--out", f"{out}/", "--quiet"]) == 0
+    assert sorted(os.listdir(out)) == ["README.md", "config.json", "model.safetensors"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["architecture"] == "vit_tiny_patch16_224" and config["num_classes"] == 10
+    assert config["model_args"]["embed_dim"] == 16 and config["pretrained_cfg"]["input_size"] == [1, 28, 28]
+    card = (out / "README.md").read_text()
+    for fact in ("weight_selection", "Xu et al., ICLR 2024", "L2-D32-H2", "gene.safetensors", "L2-D16-H1", "7,850"):
+        assert fact in card
+    model = timm.create_model(f"local-dir:{out}", pretrained=True).eval()
+    saved = load_file(out / "model.safetensors")
+    assert model.embed_dim == 16 and all(torch.equal(model.state_dict()[k], v) for k, v in saved.items())
+    # the folder is also an ancestry
+    again = load_ancestry(out)
+    assert all(torch.equal(again.model.state_dict()[k], v) for k, v in saved.items())
+    transformers = pytest.importorskip("transformers")
+    wrapped = transformers.AutoModelForImageClassification.from_pretrained(out).eval()
+    x = _image(channels=1)
+    with torch.no_grad():
+        torch.testing.assert_close(wrapped(pixel_values=x).logits, model(x))
+
+
+def test_hub_folder_is_refused_when_present_and_never_half_written(tmp_path, monkeypatch, capsys):
+    import timm.models._hub
+
+    from learngene.cli import main
+
+    gene = _tiny_gene(tmp_path)
+    out = tmp_path / "desc"
+    out.mkdir()
+    (out / "keep").write_text("x")
+    args = ["expand", str(gene), "--out", str(out), "--quiet"]
+    assert main(args) == 2 and "--overwrite" in capsys.readouterr().err
+    assert main([*args, "--overwrite"]) == 0 and not (out / "keep").exists()
+
+    def fail(*a, **k):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(timm.models._hub, "save_config_for_hf", fail)
+    with pytest.raises(RuntimeError):
+        main(["expand", str(gene), "--out", str(tmp_path / "new"), "--format", "hub", "--quiet"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["anc.safetensors", "desc", "gene.safetensors"]
+
+
+# ---- lazy loading -------------------------------------------------------------------------------------
+def test_ancestry_is_memory_mapped_not_copied(tmp_path):
+    """Every weight of a loaded ancestry is a view of the file's one memory map, and ``state()`` copies none."""
+    from learngene.io import save_model
+    from learngene.spec import ViTSpec
+
+    spec = ViTSpec(depth=2, embed_dim=64, num_heads=2, img_size=28, patch_size=4, num_classes=10)
+    save_model(tmp_path / "anc.safetensors", spec.create_model(), spec)
+    ancestry = load_ancestry(tmp_path / "anc.safetensors")
+    storages = {t.untyped_storage().data_ptr() for t in ancestry.model.state_dict().values()}
+    assert len(storages) == 1  # one map of the file, not one allocation per tensor
+    model_ptrs = {k: v.data_ptr() for k, v in ancestry.model.state_dict().items()}
+    assert {k: v.data_ptr() for k, v in ancestry.state().items()} == model_ptrs
+
+
+def test_streamed_safetensors_read_back_by_safetensors(tmp_path):
+    from safetensors.torch import load_file
+
+    from learngene.io import read_safetensors, save_safetensors
+
+    base = torch.randn(4, 6)
+    tensors = {"a": base, "view": base[:, ::2], "same": base, "b16": torch.randn(3).bfloat16(),
+               "ints": torch.arange(5), "empty": torch.zeros(0, 2), "flags": torch.tensor([True, False])}
+    save_safetensors(tmp_path / "t.safetensors", tensors, {"k": "v"})
+    for read in (load_file(tmp_path / "t.safetensors"), read_safetensors(tmp_path / "t.safetensors", lazy=True)[0]):
+        assert read.keys() == tensors.keys() and all(torch.equal(read[k], v) for k, v in tensors.items())
