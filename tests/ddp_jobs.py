@@ -89,9 +89,9 @@ def run(out: Path, ancestry: Path, jobs: list[str]) -> None:
             {"ancestry": ancestry_job, "genenet": genenet_job, "nan": nan_job}[name](out, ancestry)
 
 
-def _log_renames(log: Path) -> None:
-    """Record the destination of every ``os.replace`` and ``os.link``: how atomic writes put files in place
-    (a link where an existing file must not be replaced)."""
+def logged_puts(log: Path) -> dict:
+    """``os.replace`` and ``os.link`` that also record their destination in ``log``: how atomic writes put
+    files in place (a link where an existing file must not be replaced)."""
 
     def logged(real):
         def put(src, dst, *args, **kwargs):
@@ -101,7 +101,11 @@ def _log_renames(log: Path) -> None:
 
         return put
 
-    os.replace, os.link = logged(os.replace), logged(os.link)
+    return {"replace": logged(os.replace), "link": logged(os.link)}
+
+
+def _log_renames(log: Path) -> None:
+    os.replace, os.link = logged_puts(log).values()
 
 
 if __name__ == "__main__":

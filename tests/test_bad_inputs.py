@@ -34,7 +34,7 @@ from learngene.method import Ancestry
 from learngene.registry import get_method, list_methods
 from learngene.spec import ViTSpec
 from learngene.train import TrainConfig, resolve_device, train
-from tests.conftest import make_images
+from tests.conftest import condense_tiny, make_images
 
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
 SIZE = ["--img-size", "16"]
@@ -373,17 +373,8 @@ def _extra_setup(ws: Workspace, case_id: str) -> None:
             pytest.skip("cannot make a read-only directory here (root ignores permissions and chattr +i failed)")
     for name in ("wave", "peg", "cluster"):
         if case_id.startswith(name) and not (ws.root / f"{name}.safetensors").exists():
-            ancestry = load_ancestry(ws.anc)
-            method = get_method(name)()
-            inputs = None
-            if method.needs_data:
-                from learngene.method import CondenseInputs
-
-                inputs = CondenseInputs(train=make_images(16, num_classes=10, size=16),
-                                        train_cfg=TrainConfig(epochs=1, max_steps=1, batch_size=8, progress=False,
-                                                              distill_lambda=1.0))
             try:
-                method.condense(ancestry, inputs).save(ws.root / f"{name}.safetensors")
+                condense_tiny(name, load_ancestry(ws.anc), 16, 10).save(ws.root / f"{name}.safetensors")
             except LearngeneError as exc:
                 pytest.skip(f"{name} cannot condense the tiny ancestry: {exc}")
 

@@ -33,18 +33,8 @@ RUN_DIRS = {"ancestry": "ancestry_run", "genenet": "genenet_run", **{f"condense:
 
 
 def _record_renames(monkeypatch, log: Path) -> None:
-    """As ``ddp_jobs._log_renames``: every ``os.replace`` and ``os.link`` (an exclusive write) is listed."""
-
-    def logged(real):
-        def put(src, dst, *args, **kwargs):
-            with open(log, "a") as fh:
-                fh.write(f"{dst}\n")
-            return real(src, dst, *args, **kwargs)
-
-        return put
-
-    monkeypatch.setattr(os, "replace", logged(os.replace))
-    monkeypatch.setattr(os, "link", logged(os.link))
+    for name, put in ddp_jobs.logged_puts(log).items():
+        monkeypatch.setattr(os, name, put)
 
 
 @pytest.fixture(scope="module")
