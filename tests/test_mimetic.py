@@ -134,7 +134,7 @@ def test_top_up_fills_only_what_the_gene_leaves_out():
     spec = TINY.replace(depth=4)
     plain = make_descendant(gene, spec, seed=3)
     topped = make_descendant(gene, spec, seed=3, top_up="mimetic")
-    mimetic = Mimetic().expand(Mimetic().condense(None), spec)
+    mimetic = Mimetic(seed=3).expand(Mimetic().condense(None), spec)  # drawn with the descendant's seed
     for layer in range(spec.depth):
         for name in MIMETIC_KEYS:
             key = f"blocks.{layer}.{name}"

@@ -53,8 +53,9 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, **mode
         if Path(path).is_dir():
             raise LearngeneError(f"{path} is a folder without config.json; give a timm hub or transformers model "
                                  f"folder, or a checkpoint file")
-        state, spec, _ = load_model_file(path, lazy=True)
-        return Ancestry(build_model_lazily(lambda **kw: spec.create_model(**kw), state, str(path)).eval(), spec)
+        state, spec, origin = load_model_file(path, lazy=True)
+        return Ancestry(build_model_lazily(lambda **kw: spec.create_model(**kw), state, str(path)).eval(), spec,
+                        origin.get("label_space"))
     else:
         _require_timm_name(timm_model)
         # read before building the model: a bad file fails in a moment, not after a big init

@@ -161,6 +161,10 @@ def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-
     g.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
     g.add_argument("--checkpoint-every", type=_integer, metavar="N",
                    help="also checkpoint every N steps (default: auto, once per epoch)")
+    g.add_argument("--eval-every", type=_integer, default=1, metavar="N",
+                   help="evaluate every N epochs and after the last; 0 = after the last only (default: %(default)s)")
+    g.add_argument("--eval-images", type=_integer, metavar="N",
+                   help="evaluate on a fixed random subset of N test images (default: all of them)")
 
 
 def add_distill_args(p: argparse.ArgumentParser, lam: float | None, tau: float = 1.0) -> None:
@@ -189,7 +193,8 @@ def train_config_from_args(args: argparse.Namespace, desc: str):
         weight_decay=args.weight_decay, warmup_epochs=args.warmup_epochs, grad_clip=args.grad_clip or None,
         label_smoothing=args.label_smoothing, augment=args.augment, seed=args.seed, device=args.device,
         distill_lambda=getattr(args, "distill_lambda", 0.0), distill_tau=getattr(args, "distill_tau", 1.0),
-        checkpoint_every=args.checkpoint_every or 0, progress=not args.quiet, desc=desc,
+        checkpoint_every=args.checkpoint_every or 0, eval_every=args.eval_every, eval_images=args.eval_images,
+        progress=not args.quiet, desc=desc,
     )
     if args.run_dir and dist.is_main():  # one run per run directory; the other ranks share rank 0's
         lock_run_dir(args.run_dir)
@@ -258,8 +263,8 @@ def cmd_ancestry(args: argparse.Namespace) -> None:
     _say(args, f"ancestry {spec.short()} ({spec.num_params:,} params) on {train_data.name}: {len(train_data)} images")
     result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
     dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
-        "kind": "ancestry", "data": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc},
-        preprocessing=preprocessing_cfg(train_data)))
+        "kind": "ancestry", "data": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc,
+        "label_space": train_data.label_space}, preprocessing=preprocessing_cfg(train_data)))
     _say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}")
 
 
@@ -304,6 +309,7 @@ def cmd_condense(args: argparse.Namespace) -> None:
                                 resume=args.resume)
     seed_everything(args.seed)
     gene = method.condense(ancestry, inputs)
+    gene.label_space = ancestry.label_space
     dist.on_main(lambda: gene.save(args.out, overwrite=args.overwrite))
     _say(args, f"wrote {args.out}: {gene.method} learngene, {gene.num_stored_params:,} stored parameters")
 
@@ -336,7 +342,7 @@ def cmd_expand(args: argparse.Namespace) -> None:
     else:
         dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
             "kind": "descendant", "method": gene.method, "gene": str(args.gene), "options": options,
-            "provided_keys": len(provided), "top_up": args.top_up}))
+            "provided_keys": len(provided), "top_up": args.top_up, "label_space": head_label_space(gene, provided)}))
     _say(args, f"wrote {args.out}{' (timm hub folder)' if hub else ''}: {spec.short()} timm ViT ({spec.num_params:,} params), "
                f"{len(provided)}/{len(spec.state_shapes())} tensors from the {gene.method} gene"
                + (f", the rest topped up by {args.top_up} where it has weights" if args.top_up else ""))
@@ -412,32 +418,41 @@ def cmd_adapt(args: argparse.Namespace) -> None:
             adapted.save(args.gene_out, overwrite=args.overwrite)
         save_model(args.out, model, spec, overwrite=args.overwrite, origin={
             "kind": "descendant", "method": gene.method, "gene": str(args.gene), "adapted_on": train_data.name,
-            "adapt_steps": result.steps, "options": options})
+            "adapt_steps": result.steps, "options": options,
+            "label_space": head_label_space(gene, method.provided_keys(adapted, spec))})
 
     dist.on_main(write)
     _say(args, f"wrote {args.out}: {spec.short()} timm ViT adapted for {result.steps} steps"
                + (f", accuracy {result.final_acc:.4f}" if result.final_acc is not None else ""))
 
 
+def head_label_space(gene, provided: list[str]) -> dict[str, Any] | None:
+    """The label space a descendant's head means: the gene's when the gene gave the head, else none (untrained)."""
+    return gene.label_space if "head.weight" in provided else None
+
+
 def cmd_train(args: argparse.Namespace) -> None:
     from .data import preprocessing_cfg
     from .io import build_model, load_model_file, model_preprocessing, save_model
-    from .train import train
+    from .labels import choose_head
+    from .train import seed_everything, train
 
     check_outputs(args, [args.out], [args.model])
     train_cfg = train_config_from_args(args, "train")
     state, spec, origin = load_model_file(args.model)
     model = build_model(spec, state, source=str(args.model))
     train_data, test_data = load_data_from_args(args, spec.img_size, spec.in_chans, model_preprocessing(args.model))
-    if train_data.num_classes != spec.num_classes:
+    head = choose_head(origin.get("label_space"), spec.num_classes, train_data.label_space, train_data.num_classes,
+                       force_new=args.new_head)
+    if head.fresh:
+        seed_everything(args.seed)
         model.reset_classifier(train_data.num_classes)
         spec = spec.replace(num_classes=train_data.num_classes)
-        _say(args, f"new {train_data.num_classes}-way classifier head for {train_data.name}")
     result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
     dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
-        **origin, "finetuned_on": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc},
-        preprocessing=preprocessing_cfg(train_data)))
-    _say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}")
+        **origin, "finetuned_on": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc,
+        "label_space": train_data.label_space, "new_head": head.fresh}, preprocessing=preprocessing_cfg(train_data)))
+    _say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}; {head.why}")
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
@@ -578,6 +593,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Fine-tune a learngene model file; a new classifier head is made when the "
                                    "data's label space differs.")
     p.add_argument("model", help="model file written by `learngene expand`, `ancestry` or `train`")
+    p.add_argument("--new-head", action="store_true",
+                   help="always start from a fresh classifier head (default: fresh only when the data's classes "
+                        "differ from those the model's head was trained on)")
     add_data_args(p)
     add_train_args(p, epochs=5)
     add_common(p)
@@ -604,8 +622,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "task with identical budgets and seeds, and write report.md, results.csv and "
                                    "plots. Every stage is cached: rerunning continues an interrupted run.")
     p.add_argument("--profile", default="quick", choices=list(PROFILES),
-                   help="quick: pipeline check in ~2 min; cpu: the evidence run (~1 h on 2 cores); "
-                        "gpu: bigger models, full data (default: %(default)s)")
+                   help="quick: pipeline check in ~2 min; cpu: the evidence run (~1 h on 2 cores); transfer: "
+                        "ancestries on 5 Fashion-MNIST classes, few-shot fine-tuning on the other 5, ablations "
+                        "(~40 min on 2 shared cores); gpu: bigger models, full data (default: %(default)s)")
     p.add_argument("--out", help="report folder (default: runs/bench-PROFILE)")
     p.add_argument("--methods", nargs="+", metavar="METHOD", help="only these registered methods (default: all)")
     p.add_argument("--seeds", type=_integer, metavar="N", help="seeds 0..N-1 instead of the profile's")

@@ -49,6 +49,8 @@ class ImageData:
         mean, std: per-channel normalization applied to every batch (training and evaluation alike).
         name: for logs and reports.
         soft_targets: optional float ``(N, K)`` cached teacher logits (distillation without augmentation).
+        dataset, classes: the label space: the source dataset and the name of every class, in label
+            order (empty when unknown, e.g. tensors built by hand).
     """
 
     images: Tensor
@@ -58,6 +60,8 @@ class ImageData:
     std: tuple[float, ...]
     name: str = "data"
     soft_targets: Tensor | None = None
+    dataset: str = ""
+    classes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.images.ndim != 4 or self.images.dtype != torch.uint8:
@@ -69,9 +73,15 @@ class ImageData:
         if len(self.labels) and not (0 <= int(self.labels.min()) and int(self.labels.max()) < self.num_classes):
             raise DataError(f"{self.name}: labels run from {int(self.labels.min())} to {int(self.labels.max())}, outside "
                             f"0..{self.num_classes - 1}; give labels 0..num_classes-1")
+        if self.classes and len(self.classes) != self.num_classes:
+            raise DataError(f"{self.name}: {len(self.classes)} class names for {self.num_classes} classes; name every class")
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    @property
+    def label_space(self) -> dict[str, Any] | None:
+        return label_space(self)
 
     @property
     def in_chans(self) -> int:
@@ -108,6 +118,17 @@ def normalize(images: Tensor, mean: Sequence[float], std: Sequence[float]) -> Te
 
 
 Data = Union[ImageData, "FolderData"]
+
+
+def label_space(data: Data) -> dict[str, Any] | None:
+    """``{"dataset": ..., "classes": [...]}``: what the labels of ``data`` mean (None when unnamed).
+
+    Model and gene files record it, so that a head is reused only on the classes it was trained on.
+    """
+    if not data.classes:
+        return None
+    source = data.dataset if isinstance(data, ImageData) else data.name
+    return {"dataset": source, "classes": list(data.classes)}
 
 
 # ---- built-in datasets ----------------------------------------------------------------------------
@@ -209,7 +230,7 @@ def fashion_mnist(split: str = "train", data_dir: str | os.PathLike | None = Non
     except RuntimeError as exc:
         raise DataError(f"Fashion-MNIST in {root} is unreadable ({exc}); delete that cache folder and retry") from None
     data = ImageData(ds.data.unsqueeze(1).contiguous(), ds.targets.long(), 10, FASHION_MNIST_MEAN, FASHION_MNIST_STD,
-                     name=f"fashion_mnist-{split}")
+                     name=f"fashion_mnist-{split}", dataset="fashion_mnist", classes=tuple(FashionMNIST.classes))
     return resize(data, img_size)
 
 
@@ -230,7 +251,8 @@ def digits(split: str = "train", img_size: int = 28, test_fraction: float = 0.25
                                            stratify=bunch.target)
     scaled = images.float() / 255.0
     mean, std = (float(scaled.mean()),), (float(scaled.std()),)
-    data = ImageData(images, labels, 10, mean, std, name=f"digits-{split}")
+    data = ImageData(images, labels, 10, mean, std, name=f"digits-{split}", dataset="digits",
+                     classes=tuple(str(d) for d in range(10)))
     return resize(data.subset(train_idx if split == "train" else test_idx), img_size)
 
 
@@ -516,7 +538,8 @@ def image_folder(root: str | os.PathLike, img_size: int | None = None, in_chans:
     to_uint8 = folder_transforms(pre, to_uint8=True)
     mode = {1: "L", 3: "RGB"}[in_chans]
     images = torch.stack([to_uint8(_open_image(path, mode)) for path, _ in samples])
-    return ImageData(images, torch.tensor([y for _, y in samples]), len(found), pre["mean"], pre["std"], name=name)
+    return ImageData(images, torch.tensor([y for _, y in samples]), len(found), pre["mean"], pre["std"], name=name,
+                     dataset=name, classes=tuple(found))
 
 
 def write_image_folder(root: str | os.PathLike, num_classes: int = 4, per_class: int = 8, size: int = 224,
@@ -622,7 +645,8 @@ def torchvision_dataset(name: str, root: str | os.PathLike, split: str = "train"
     scaled = images.float() / 255.0
     mean = tuple(scaled.mean(dim=(0, 2, 3)).tolist())
     std = tuple(scaled.std(dim=(0, 2, 3)).tolist())
-    data = ImageData(images.contiguous(), torch.as_tensor(ds.targets).long(), len(ds.classes), mean, std, name=f"{name}-{split}")
+    data = ImageData(images.contiguous(), torch.as_tensor(ds.targets).long(), len(ds.classes), mean, std,
+                     name=f"{name}-{split}", dataset=name, classes=tuple(map(str, ds.classes)))
     return resize(data, img_size or data.img_size)
 
 
@@ -705,6 +729,14 @@ def fraction(data: ImageData, frac: float, seed: int = 0) -> ImageData:
     return data.subset(idx.sort().values, name=f"{data.name}-{n}")
 
 
+def take(data: Data, images: int | None, seed: int = 0) -> Data:
+    """A fixed random subset of ``images`` images, the same for every caller (all of them for ``None``)."""
+    if images is None or images >= len(data):
+        return data
+    idx = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[:images]
+    return data.subset(idx.sort().values, name=f"{data.name}-{images}")
+
+
 def class_subset(data: ImageData, classes: Sequence[int]) -> ImageData:
     """Only the images of ``classes``, relabelled ``0..len(classes)-1`` in the given order."""
     classes = list(classes)
@@ -720,7 +752,8 @@ def class_subset(data: ImageData, classes: Sequence[int]) -> ImageData:
         if not (data.labels[keep] == c).any():
             raise DataError(f"{data.name}: class {c} has no images; choose classes that have images")
     sub = data.subset(keep, name=f"{data.name}-classes{'-'.join(map(str, classes))}")
-    return replace(sub, labels=remap[sub.labels], num_classes=len(classes), soft_targets=None)
+    names = tuple(data.classes[c] for c in classes) if data.classes else ()
+    return replace(sub, labels=remap[sub.labels], num_classes=len(classes), soft_targets=None, classes=names)
 
 
 # ---- batches ------------------------------------------------------------------------------------------

@@ -26,23 +26,42 @@ from .spec import ViTSpec, fit_to_budget
 from .transfer import StateDict
 
 
-def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, top_up: str | None = None, **options: Any) -> nn.Module:
+def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, top_up: str | None = None,
+                    pos_embed: str | None = None, blend_mimetic: float | None = None, **options: Any) -> nn.Module:
     """The plain timm ViT of ``spec`` initialized from ``gene``.
 
     Keys the method provides come from ``expand``; the keys it leaves out come from the ``top_up``
     method when one is named (e.g. ``"mimetic"`` for the attention weights), all others keep timm's
-    default initialization (drawn with ``seed``). Every provided key must exist in the model with the
-    same shape.
+    default initialization. ``seed`` draws everything random: timm's initialization and the draws of a
+    method (or top-up) that draws at expansion, such as mimetic. Every provided key must exist in the
+    model with the same shape. Two changes for ablations: ``pos_embed="sincos"`` replaces the position
+    embedding with the 2-D sin-cos one, ``"learned"`` leaves it to timm (trained either way);
+    ``blend_mimetic=α`` makes every head's ``W_q W_kᵀ`` ``α·gene + (1−α)·mimetic`` where the gene gives
+    the attention weights.
     """
-    method = get_method(gene.method).from_gene(gene, **options)
+    from .methods.mimetic import blend_query_key, sincos_pos_embed
+
+    if pos_embed not in (None, "learned", "sincos"):
+        raise LearngeneError(f"pos_embed must be learned or sincos, not {pos_embed!r}")
+    cls = get_method(gene.method)
+    seed_option = getattr(cls, "seed_option", None)
+    if seed_option:  # a method that draws at expansion (mimetic) draws with the descendant's seed
+        options = {seed_option: seed, **options}
+    method = cls.from_gene(gene, **options)
     spec.require_memory()
     check_state_shapes(expand_on_meta(method, gene, spec), spec, f"the {gene.method} gene")  # before allocating
     torch.manual_seed(seed)
     model = spec.create_model()
     with torch.no_grad():
         state = method.expand(gene, spec)
+        if blend_mimetic is not None:
+            state = blend_query_key(state, spec, blend_mimetic, seed)
         if top_up:
-            state = {**top_up_state(top_up, spec), **state}
+            state = {**top_up_state(top_up, spec, seed), **state}
+        if pos_embed == "sincos":
+            state["pos_embed"] = sincos_pos_embed(spec)
+        elif pos_embed == "learned":  # timm's own initialization, whatever the method gives
+            state.pop("pos_embed", None)
     check_state_shapes(state, spec, f"the {gene.method} gene")
     result = model.load_state_dict(state, strict=False)
     assert not result.unexpected_keys, result.unexpected_keys
@@ -65,12 +84,14 @@ def expand_on_meta(method: Method, gene: Learngene, spec: ViTSpec) -> StateDict:
             return method.expand(gene, spec)
 
 
-def top_up_state(name: str, spec: ViTSpec) -> StateDict:
-    """Everything the empty-gene method ``name`` (e.g. mimetic) gives a model of ``spec``."""
+def top_up_state(name: str, spec: ViTSpec, seed: int = 0) -> StateDict:
+    """Everything the empty-gene method ``name`` (e.g. mimetic) gives a model of ``spec``; a method that
+    draws random numbers at expansion draws them with ``seed``."""
     cls = get_method(name)
     if cls.needs_data or cls.needs_vit_ancestry:
         raise LearngeneError(f"a top-up must be a method without a learngene (e.g. mimetic), not {name}")
-    filler = cls()
+    seed_option = getattr(cls, "seed_option", None)
+    filler = cls(**({seed_option: seed} if seed_option else {}))
     return filler.expand(filler.condense(None), spec)
 
 

@@ -44,6 +44,8 @@ class Learngene:
         ancestry: spec of the ViT it was condensed from (provenance: the default expansion size and
             the stored/ancestry ratio); None for a non-ViT teacher or no ancestry.
         cost: what condensation cost (e.g. ``{"epochs": 3, "steps": 900, "seconds": 41.2}``).
+        label_space: the classes the ancestry was trained on (``{"dataset": ..., "classes": [...]}``,
+            None when unknown): a head expanded from the gene means these classes.
         library_version, created: provenance, filled in on creation.
     """
 
@@ -53,6 +55,7 @@ class Learngene:
     layout: ViTSpec | None = None
     ancestry: ViTSpec | None = None
     cost: dict[str, Any] = field(default_factory=dict)
+    label_space: dict[str, Any] | None = None
     library_version: str = field(default_factory=library_version)
     created: str = field(default_factory=now_iso)
 
@@ -78,6 +81,7 @@ class Learngene:
             "layout": _spec_json(self.layout),
             "ancestry": _spec_json(self.ancestry),
             "cost": json.dumps(self.cost, sort_keys=True),
+            "label_space": json.dumps(self.label_space),
             "library_version": self.library_version,
             "created": self.created,
         }
@@ -85,7 +89,7 @@ class Learngene:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Learngene":
-        tensors, meta = read_safetensors(path)
+        tensors, meta = read_safetensors(path, lazy=True)  # a gene holding a whole ancestry is not read up front
         if meta.get("format") != GENE_FORMAT:
             raise GeneFormatError(f"{quote(path)} is a safetensors file but not a learngene (no 'format: {GENE_FORMAT}' "
                                   f"header); create one with `learngene condense`")
@@ -112,6 +116,7 @@ class Learngene:
                 layout=layout,
                 ancestry=ancestry,
                 cost=json.loads(meta.get("cost", "{}")),
+                label_space=json.loads(meta.get("label_space", "null")),
                 library_version=meta.get("library_version", "unknown"),
                 created=meta.get("created", "unknown"),
             )

@@ -33,10 +33,12 @@ class Ancestry:
     """The big pretrained model a learngene is condensed from.
 
     ``spec`` is None when the model is not a plain timm ViT (it can still teach TLEG/WAVE/Share-Init).
+    ``label_space``: the classes its head was trained on, when its file records them.
     """
 
     model: nn.Module
     spec: ViTSpec | None
+    label_space: dict[str, Any] | None = None
 
     def require_vit(self, method: str) -> ViTSpec:
         if self.spec is None:

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from . import distributed as dist
-from .data import Batches, Data
+from .data import Batches, Data, take
 from .errors import DataError, LearngeneError, TrainingError
 from .io import quote, save_torch_atomic, torch_load_weights_only, write_text_atomic
 from .validate import check_fields
@@ -57,6 +57,8 @@ class TrainConfig:
     device: str = "auto"
     eval_batch_size: int = 512
     checkpoint_every: int = 0  # also checkpoint every N steps inside an epoch (0: end of epoch only)
+    eval_every: int = 1  # evaluate every N epochs and after the last (0: after the last only)
+    eval_images: int | None = None  # evaluate on a fixed random subset of this many images (None: all)
     progress: bool = True
     desc: str = "train"
 
@@ -96,6 +98,15 @@ class TrainConfig:
         if self.checkpoint_every < 0:
             raise LearngeneError(f"checkpoint interval must be 0 (per epoch) or positive, got {self.checkpoint_every}; "
                                  f"pass --checkpoint-every N with N >= 0")
+
+        if self.eval_every < 0:
+            raise LearngeneError(f"--eval-every must be 0 (after the last epoch only) or positive, got {self.eval_every}")
+        if self.eval_images is not None and self.eval_images < 1:
+            raise LearngeneError(f"--eval-images must be at least 1, got {self.eval_images}; or leave it out for all")
+
+    def evaluates_after(self, epoch: int, epochs: int) -> bool:
+        """Whether the run evaluates after (1-based) ``epoch`` of ``epochs``."""
+        return epoch == epochs or (self.eval_every > 0 and epoch % self.eval_every == 0)
 
     def replace(self, **changes: Any) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
@@ -294,7 +305,8 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
             Only parameters with ``requires_grad`` are optimized.
         train_data: images and labels; its cached ``soft_targets`` stand in for the teacher when present.
         cfg: the run's settings.
-        eval_data: evaluated after every epoch (top-1).
+        eval_data: evaluated (top-1) after every ``cfg.eval_every`` epochs and after the last, on a fixed
+            subset of ``cfg.eval_images`` of its images (the same subset for every seed and run).
         teacher: frozen module whose logits are distilled when ``cfg.distill_lambda > 0``.
         run_dir: where ``log.jsonl`` and ``checkpoint.pt`` go (rank 0 only); None keeps nothing.
         resume: continue from ``run_dir/checkpoint.pt`` when it exists.
@@ -303,6 +315,7 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
     check_data_fits(model, train_data)
     if eval_data is not None:
         check_data_fits(model, eval_data)
+        eval_data = take(eval_data, cfg.eval_images)
     if cfg.distill_lambda > 0 and teacher is None and train_data.soft_targets is None:
         raise LearngeneError("distillation (λ > 0) needs a teacher or cached teacher logits")
     model.to(device)
@@ -440,7 +453,7 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
             "lr": scheduler.get_last_lr()[0],
             "seconds": result.seconds,
         }
-        if eval_data is not None:
+        if eval_data is not None and cfg.evaluates_after(epoch + 1, epochs):
             metrics = evaluate(model, eval_data, cfg.eval_batch_size, device)
             record.update(eval_acc=metrics["acc"], eval_loss=metrics["loss"])
         result.history.append(record)

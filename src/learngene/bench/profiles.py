@@ -29,6 +29,11 @@ class Task:
             the gene's Fashion-MNIST head would mean nothing there).
         scratch_factor: scratch is also trained for this many times the epochs (the papers' "same
             accuracy at a fraction of the training" claim); 1 = no such run.
+        other_classes: train and test only on the classes of ``data`` that the upstream (ancestry and
+            condensation) never saw (the transfer tasks); with ``new_head`` every method gets a fresh head.
+        eval_every: evaluate every N epochs (0: after the last only); a ×N scratch run evaluates at every
+            multiple of ``epochs``, the points its plot and the "epochs to match" table use.
+        batch_size: fine-tuning batch (``None``: the profile's), for tasks with few images.
     """
 
     name: str
@@ -39,6 +44,65 @@ class Task:
     eval_images: int | None = None
     new_head: bool = False
     scratch_factor: int = 1
+    other_classes: bool = False
+    eval_every: int = 1
+    batch_size: int | None = None
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """What one ancestry is trained on, and how long it and the aux-net condensations train.
+
+    Attributes:
+        name: key in tables and file names ("" for a profile's single default upstream).
+        classes: the Fashion-MNIST classes the ancestry and the condensation see (``None``: all ten).
+        ancestry_epochs: the ancestry's training epochs.
+        condense_epochs: epochs of the condensations that train an aux net (TLEG, WAVE, Share-Init).
+        methods: only these methods on this upstream (``None``: the profile's); the variants that
+            change only the condensation budget need only the methods that train one (plus the
+            references, whose cells are shared through the cache).
+        converged: this ancestry is meant to be trained to convergence (the report checks its
+            evaluation curve for a plateau and says whether it found one).
+        ablations: the profile's :class:`Variant` rows run on this upstream.
+        sizes: only these of the profile's descendant sizes (``None``: all of them).
+    """
+
+    name: str
+    classes: tuple[int, ...] | None
+    ancestry_epochs: int
+    condense_epochs: int
+    methods: tuple[str, ...] | None = None
+    converged: bool = False
+    ablations: bool = False
+    sizes: tuple[tuple[int, int, int], ...] | None = None
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A row that changes how a method's descendants are made, for the ablations.
+
+    Attributes:
+        name: appended to the method's name in tables (e.g. ``+mimetic``).
+        methods: the methods it applies to (``None``: every method with stored weights).
+        top_up: fill what the gene leaves to timm from this empty-gene method (``mimetic``).
+        pos_embed: ``sincos``: 2-D sin-cos position embeddings instead of the gene's or timm's; ``learned``:
+            timm's own (random) initialization instead of what the method gives. Trained either way.
+        blend_mimetic: α; each head's ``W_q W_kᵀ`` becomes ``α·gene + (1−α)·mimetic``.
+        head: ``reuse`` keeps the gene's classifier even on a task with a fresh head (the trap of
+            reusing a head trained on other classes); ``None`` follows the task.
+    """
+
+    name: str
+    methods: tuple[str, ...] | None = None
+    top_up: str | None = None
+    pos_embed: str | None = None
+    blend_mimetic: float | None = None
+    head: str | None = None
+
+    def descendant_options(self) -> dict[str, Any]:
+        """The arguments of ``make_descendant`` this variant sets."""
+        return {k: v for k, v in (("top_up", self.top_up), ("pos_embed", self.pos_embed),
+                                  ("blend_mimetic", self.blend_mimetic)) if v is not None}
 
 
 @dataclass(frozen=True)
@@ -61,6 +125,11 @@ class Profile:
         condense_lambda: distillation λ of trained condensations, per method, where it should differ
             from the method's paper (``Method.distill_lambda``: TLEG's pure KL, WAVE's KL + CE).
         batch_size, lr: shared by every training stage.
+        upstreams: several ancestries (class splits, training lengths, condensation budgets), each with
+            every method and task; empty: one ancestry on all of Fashion-MNIST with the epochs above.
+        upstream_images_per_class: with ``upstreams``, the ancestry and condensation see this many
+            training images of each of their classes (``None``: all).
+        variants: ablation rows, each a method made another way (see :class:`Variant`).
     """
 
     name: str
@@ -78,6 +147,12 @@ class Profile:
     condense_lambda: dict[str, float] = field(default_factory=dict)
     batch_size: int = 128
     lr: float = 1e-3
+    upstreams: tuple[Upstream, ...] = ()
+    upstream_images_per_class: int | None = None
+    variants: tuple[Variant, ...] = ()
+
+    def all_upstreams(self) -> tuple[Upstream, ...]:
+        return self.upstreams or (Upstream("", None, self.ancestry_epochs, self.condense_epochs),)
 
     def specs(self) -> list[ViTSpec]:
         """The descendant sizes, in table order."""
@@ -93,6 +168,12 @@ def grid(depths: tuple[int, ...], widths: tuple[tuple[int, int], ...]) -> tuple[
 
 
 _TINY = get_preset("cpu_tiny")
+# the transfer runs: 7-px patches (16 tokens) make every stage ~3x cheaper than cpu_tiny's 4-px ones
+_TRANSFER_ANCESTRY = _TINY.replace(patch_size=7)
+SPLIT_A = (0, 1, 2, 3, 4)  # T-shirt/top, Trouser, Pullover, Dress, Coat -> Sandal, Shirt, Sneaker, Bag, Ankle boot
+SPLIT_B = (0, 2, 4, 6, 8)  # T-shirt/top, Pullover, Coat, Shirt, Bag -> Trouser, Dress, Sandal, Sneaker, Ankle boot
+AUX_NET_METHODS = ("share_init", "tleg", "wave")
+STORED_WEIGHTS = ("auto_lg", "cluster", "heru_lg", "peg", "pretrained", "share_init", "tleg", "wave", "weight_selection")
 _CPU_ANCESTRY = get_preset("cpu_tiny").replace(depth=6)  # L6-D64-H4, 16-dim heads
 
 PROFILES: dict[str, Profile] = {
@@ -134,6 +215,45 @@ PROFILES: dict[str, Profile] = {
         adapt_steps=50,
         seeds=(0, 1, 2),
         method_options={"wave": {"template_size": 32}},
+    ),
+    # does stored knowledge pay on classes the ancestry never saw? Ancestries on 5 Fashion-MNIST classes, descendants
+    # fine-tuned on 20 labels of each of the other 5; two class splits; a short and a converged ancestry; a short and a
+    # longer condensation; ablations on the first upstream. About 30 CPU-minutes (see docs/RESULTS.md).
+    "transfer": Profile(
+        name="transfer",
+        ancestry=_TRANSFER_ANCESTRY,
+        ancestry_epochs=2, ancestry_images=None,
+        condense_epochs=2, condense_images=None,
+        sizes=((2, 64, 4), (4, 64, 4)),
+        tasks=(Task("other5_20shot", "fashion_mnist", epochs=5, shots=20, eval_images=300, new_head=True,
+                    scratch_factor=10, other_classes=True, eval_every=0, batch_size=25),),
+        adapt_steps=5,
+        seeds=(0, 1, 2, 3, 4),  # 20-step fine-tunes vary a lot between seeds: five give the 2-std marks a chance
+        # weight_selection makes the very descendants of pretrained at the ancestry's width, the only width here
+        methods=("scratch", "mimetic", "pretrained", "tleg", "wave", "share_init", "auto_lg", "heru_lg", "cluster", "peg"),
+        method_options={"wave": {"template_size": 64}},
+        batch_size=64,
+        upstream_images_per_class=1000,
+        # in order of importance: a run cut short by its time limit has the first ones. "converged": 30 epochs,
+        # checked in the report (the best of the last 3 epochs within 0.5 points of the best before them)
+        upstreams=(
+            Upstream("A-short", SPLIT_A, ancestry_epochs=2, condense_epochs=2),
+            Upstream("A-converged", SPLIT_A, ancestry_epochs=30, condense_epochs=2, converged=True),
+            Upstream("B-short", SPLIT_B, ancestry_epochs=2, condense_epochs=2),
+            Upstream("B-converged", SPLIT_B, ancestry_epochs=30, condense_epochs=2, converged=True),
+            Upstream("A-converged-long-condense", SPLIT_A, ancestry_epochs=30, condense_epochs=8, converged=True,
+                     methods=("scratch", "mimetic", *AUX_NET_METHODS)),
+            # the ablations: the A-short cells again (from the cache) beside each ablation, at the smaller size
+            Upstream("A-short-ablations", SPLIT_A, ancestry_epochs=2, condense_epochs=2, ablations=True,
+                     sizes=((2, 64, 4),)),
+        ),
+        variants=(
+            Variant("+mimetic", top_up="mimetic"),  # every stored-weight method; a no-op is recorded as such
+            Variant("+sincos", methods=("scratch", "pretrained", "tleg", "wave"), pos_embed="sincos"),
+            Variant("learned-pos", methods=("mimetic",), pos_embed="learned"),
+            Variant("blend0.5", methods=("pretrained", "share_init", "tleg", "wave"), blend_mimetic=0.5),
+            Variant("head-reuse", methods=("pretrained", "tleg"), head="reuse"),
+        ),
     ),
     # bigger models and the full data for a GPU (bf16); resumable, so `--time-limit` splits it into short commands
     "gpu": Profile(

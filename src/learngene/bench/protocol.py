@@ -11,9 +11,15 @@ training interrupted half-way resumes from its checkpoint):
    done once per size and seed and every task starts from the same descendant; no method sees
    downstream data outside the fine-tuning budget every method gets.
 4. ``cells/``: every gene is expanded to every size and fine-tuned on every task with identical
-   budgets, seeds and data order; top-1 accuracy is kept after every epoch. A method that cannot
-   make a size (it raises :class:`LearngeneError`) is recorded as n/a. Scratch is also trained
-   with ``scratch_factor`` times the epochs.
+   budgets, seeds and data order; top-1 accuracy is kept at the task's evaluation points. A method
+   that cannot make a size (it raises :class:`LearngeneError`) is recorded as n/a. Scratch is also
+   trained with ``scratch_factor`` times the epochs.
+
+A profile with several :class:`~learngene.bench.profiles.Upstream` s runs stages 1-4 once per
+upstream: an ancestry trained on some Fashion-MNIST classes (for a given number of epochs), its
+genes, and descendants fine-tuned on the tasks, where ``other_classes`` tasks use only the classes
+that upstream never saw. Genes that store nothing (scratch, mimetic) do not depend on the ancestry,
+so their cells are computed once and shared by every upstream with the same downstream classes.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..ancestry import load_ancestry
-from ..data import ImageData, few_shot, fraction, load_dataset
+from ..data import ImageData, class_subset, few_shot, load_dataset, take
 from ..descendant import make_descendant
 from ..errors import LearngeneError
 from ..gene import Learngene
@@ -41,7 +47,7 @@ from ..method import AdaptInputs, Ancestry, CondenseInputs
 from ..registry import get_method, list_methods
 from ..spec import ViTSpec
 from ..train import TrainConfig, seed_everything, train
-from .profiles import Profile, Task
+from .profiles import Profile, Task, Upstream, Variant
 from .report import write_report
 
 UPSTREAM_EVAL_IMAGES = 1_000  # test images the ancestry and aux nets report accuracy on
@@ -65,8 +71,11 @@ class Row:
     condense_steps: int = 0
     adapt_seconds: float = 0.0
     train_seconds: float = 0.0
-    accs: list[float] = field(default_factory=list)  # top-1 after every fine-tuning epoch
+    accs: list[float] = field(default_factory=list)  # top-1 at every evaluation point
     note: str = ""  # why the cell is n/a
+    upstream: str = ""  # which ancestry (profiles with several upstreams)
+    variant: str = ""  # an ablation's change to how the descendant is made (e.g. "+mimetic")
+    eval_epochs: list[int] = field(default_factory=list)  # the fine-tuning epoch of every entry of accs
 
     @property
     def ok(self) -> bool:
@@ -78,8 +87,14 @@ class Row:
 
     @property
     def label(self) -> str:
-        """The method, or e.g. ``scratch ×10`` for a longer budget."""
-        return self.method if self.budget == 1 else f"{self.method} ×{self.budget}"
+        """The method (and variant), or e.g. ``scratch ×10`` for a longer budget."""
+        name = f"{self.method} {self.variant}" if self.variant else self.method
+        return name if self.budget == 1 else f"{name} ×{self.budget}"
+
+    @property
+    def epochs(self) -> list[int]:
+        """The fine-tuning epoch of every accuracy (rows from before eval points existed: every epoch)."""
+        return self.eval_epochs or list(range(1, len(self.accs) + 1))
 
 
 def row_from_dict(values: dict[str, Any]) -> Row:
@@ -106,22 +121,25 @@ def method_source_hash(name: str) -> str:
     return hashlib.sha256(source.read_bytes()).hexdigest()[:12]
 
 
-def take(data: ImageData, images: int | None, seed: int = 0) -> ImageData:
-    """A fixed random subset of ``images`` images (all of them for ``None``)."""
-    if images is None or images >= len(data):
-        return data
-    return fraction(data, images / len(data), seed)
+def load_task(task: Task, spec: ViTSpec, data_dir: str | None = None, loaded: dict | None = None,
+              upstream_classes: tuple[int, ...] | None = None) -> TaskData:
+    """The task's training and test images at the ancestry's input size (``loaded`` memoizes datasets).
 
-
-def load_task(task: Task, spec: ViTSpec, data_dir: str | None = None, loaded: dict | None = None) -> TaskData:
-    """The task's training and test images at the ancestry's input size (``loaded`` memoizes datasets)."""
+    An ``other_classes`` task keeps only the classes outside ``upstream_classes``.
+    """
     loaded = {} if loaded is None else loaded
     for split in ("train", "test"):
         if (task.data, split) not in loaded:
             loaded[task.data, split] = load_dataset(task.data, split, spec.img_size, data_dir, spec.in_chans)
     train_full, test_full = loaded[task.data, "train"], loaded[task.data, "test"]
+    if task.other_classes:
+        if not upstream_classes:
+            raise LearngeneError(f"task {task.name} fine-tunes on the classes the upstream never saw, but the upstream "
+                                 f"sees every class; give the profile upstreams with a class subset")
+        others = [c for c in range(train_full.num_classes) if c not in upstream_classes]
+        train_full, test_full = class_subset(train_full, others), class_subset(test_full, others)
     train_data = few_shot(train_full, task.shots) if task.shots else take(train_full, task.train_images, seed=1)
-    return TaskData(task, train_data, take(test_full, task.eval_images))
+    return TaskData(task, train_data, test_full)
 
 
 def fresh_head(model: torch.nn.Module, spec: ViTSpec, seed: int) -> None:
@@ -148,6 +166,7 @@ class BenchRun:
         self.bar: tqdm | None = None
         # ``command``: what the report names as the command that reproduces it
         self.meta: dict[str, Any] = {"command": command} if command else {}
+        self.meta["ancestries"] = {}
 
     # ---- helpers -------------------------------------------------------------------------------------
     def _cfg(self, **changes: Any) -> TrainConfig:
@@ -166,48 +185,73 @@ class BenchRun:
             self.bar.update(work)
             self.bar.set_postfix_str(what)
 
+    def _methods(self, upstream: Upstream) -> list[str]:
+        return [m for m in self.methods if upstream.methods is None or m in upstream.methods]
+
     # ---- stage 1: the ancestry ----------------------------------------------------------------------
-    def ancestry(self, train_data: ImageData, eval_data: ImageData) -> Ancestry:
+    def ancestry(self, train_data: ImageData, eval_data: ImageData, upstream: Upstream | None = None) -> Ancestry:
         p = self.profile
-        key = stage_key(stage="ancestry", spec=p.ancestry.to_dict(), epochs=p.ancestry_epochs, images=len(train_data),
-                        data="fashion_mnist", **self._budget_key())
+        upstream = upstream or p.all_upstreams()[0]
+        spec = self.ancestry_spec(upstream)
+        # a class split is part of the key only when there is one: the keys of older runs stay valid
+        split = {"classes": upstream.classes, "per_class": p.upstream_images_per_class} if upstream.classes else {}
+        key = stage_key(stage="ancestry", spec=spec.to_dict(), epochs=upstream.ancestry_epochs, images=len(train_data),
+                        data="fashion_mnist", **split, **self._budget_key())
         path = self.out / "ancestry" / f"ancestry-{key}.safetensors"
         if not path.exists():
             seed_everything(0)
-            model = p.ancestry.create_model()
+            model = spec.create_model()
             path.parent.mkdir(parents=True, exist_ok=True)
             # the two long stages show the loop's own bar under the run's bar
-            cfg = self._cfg(epochs=p.ancestry_epochs, desc="ancestry", checkpoint_every=200, progress=self.progress)
+            cfg = self._cfg(epochs=upstream.ancestry_epochs, desc=f"ancestry {upstream.name}".strip(),
+                            checkpoint_every=200, progress=self.progress)
             result = train(model, train_data, cfg, eval_data=eval_data, run_dir=path.with_suffix(".run"), resume=True)
-            save_model(path, model, p.ancestry, origin={"kind": "ancestry", "key": key, "eval_acc": result.final_acc,
-                                                        "seconds": round(result.seconds, 2), "steps": result.steps})
+            save_model(path, model, spec, origin={
+                "kind": "ancestry", "key": key, "eval_acc": result.final_acc, "seconds": round(result.seconds, 2),
+                "steps": result.steps, "eval_curve": [h["eval_acc"] for h in result.history],
+                "label_space": train_data.label_space})
             shutil.rmtree(path.with_suffix(".run"), ignore_errors=True)
         _, _, origin = load_model_file(path)
-        self.meta["ancestry"] = {"spec": p.ancestry.short(), "params": p.ancestry.num_params, "images": len(train_data),
-                                 "epochs": p.ancestry_epochs, "eval_acc": origin.get("eval_acc"),
-                                 "seconds": origin.get("seconds"), "key": key}
+        info = {"spec": spec.short(), "params": spec.num_params, "images": len(train_data),
+                "epochs": upstream.ancestry_epochs, "eval_acc": origin.get("eval_acc"),
+                "eval_curve": origin.get("eval_curve"), "seconds": origin.get("seconds"), "key": key,
+                "classes": list(upstream.classes) if upstream.classes else None, "converged": upstream.converged,
+                "condense_epochs": upstream.condense_epochs}
+        self.meta["ancestries"][upstream.name] = info
+        if upstream is p.all_upstreams()[0]:
+            self.meta["ancestry"] = info
         self.ancestry_key = key
         return load_ancestry(path)
 
-    # ---- stage 2: every method's gene, once ---------------------------------------------------------
-    def gene(self, name: str, ancestry: Ancestry, upstream: ImageData, upstream_eval: ImageData) -> tuple[Learngene, str]:
+    def ancestry_spec(self, upstream: Upstream) -> ViTSpec:
         p = self.profile
+        return p.ancestry.replace(num_classes=len(upstream.classes)) if upstream.classes else p.ancestry
+
+    # ---- stage 2: every method's gene, once ---------------------------------------------------------
+    def gene(self, name: str, ancestry: Ancestry, upstream: ImageData, upstream_eval: ImageData,
+             condense_epochs: int | None = None) -> tuple[Learngene, str]:
+        p = self.profile
+        epochs = p.condense_epochs if condense_epochs is None else condense_epochs
         options = p.method_options.get(name, {})
         lam = p.condense_lambda.get(name, get_method(name).distill_lambda)
-        key = stage_key(stage="gene", ancestry=self.ancestry_key, method=name, code=method_source_hash(name),
-                        options=options, epochs=p.condense_epochs, images=len(upstream), distill_lambda=lam,
+        cls = get_method(name)
+        # a gene that reads neither weights nor data is the same for every ancestry of a size: one key
+        source = self.ancestry_key if cls.needs_data or cls.needs_vit_ancestry else ancestry.spec.to_dict()
+        key = stage_key(stage="gene", ancestry=source, method=name, code=method_source_hash(name),
+                        options=options, epochs=epochs, images=len(upstream), distill_lambda=lam,
                         **self._budget_key())
         path = self.out / "genes" / f"{name}-{key}.safetensors"
         if path.exists():
             return Learngene.load(path), key
-        method = get_method(name)(**options)
+        method = cls(**options)
         inputs = CondenseInputs(train=upstream, eval=upstream_eval, run_dir=path.with_suffix(".run"), resume=True,
-                                train_cfg=self._cfg(epochs=p.condense_epochs, distill_lambda=lam, desc=f"condense {name}",
+                                train_cfg=self._cfg(epochs=epochs, distill_lambda=lam, desc=f"condense {name}",
                                                     progress=self.progress))
         seed_everything(0)
         tic = time.perf_counter()
         gene = method.condense(ancestry, inputs)
         gene.cost = {**gene.cost, "seconds": round(time.perf_counter() - tic, 2)}
+        gene.label_space = ancestry.label_space
         path.parent.mkdir(parents=True, exist_ok=True)
         gene.save(path)
         shutil.rmtree(path.with_suffix(".run"), ignore_errors=True)
@@ -236,22 +280,40 @@ class BenchRun:
         return adapted, key, float(adapted.cost.get("bench_adapt_seconds", 0.0))
 
     # ---- stage 4: fine-tune a descendant on a task --------------------------------------------------------
-    def cell(self, row: Row, init: Learngene, init_key: str, spec: ViTSpec, task: TaskData) -> Row:
+    def cell(self, row: Row, init: Learngene, init_key: str, spec: ViTSpec, task: TaskData,
+             variant: Variant | None = None) -> Row:
         t = task.task
         epochs = t.epochs * row.budget
+        fresh = t.new_head and not (variant and variant.head == "reuse")
+        if fresh:  # the task's own label space
+            spec = spec.replace(num_classes=task.train.num_classes)
+        # a ×N run is read at every multiple of the task's epochs: its curve and "epochs to match" need no more
+        eval_every = t.epochs if row.budget > 1 else t.eval_every
+        batch_size = t.batch_size or self.profile.batch_size
+        options = descendant_options(init, row.seed, variant)
+        # settings that older runs did not have join the key only when set: their cells stay valid
+        extra = {k: v for k, v in (("classes", list(task.train.classes) if t.other_classes else None),
+                                   ("eval_every", eval_every if eval_every != 1 else None),
+                                   ("fine_tune_batch", t.batch_size), ("variant", options or None),
+                                   ("head", "reuse" if t.new_head and not fresh else None)) if v is not None}
         key = stage_key(stage="cell", init=init_key, spec=spec.to_dict(), seed=row.seed, epochs=epochs, data=t.data,
                         train_images=t.train_images, shots=t.shots, eval_images=t.eval_images, new_head=t.new_head,
-                        **self._budget_key())
-        path = (self.out / "cells" / t.name / row.method /
+                        **extra, **self._budget_key())
+        name = row.method + (f"{variant.name}" if variant else "")
+        path = (self.out / "cells" / t.name / name /
                 f"{spec.short()}-s{row.seed}{'' if row.budget == 1 else f'-x{row.budget}'}-{key}.json")
         if path.exists():
-            return row_from_dict(json.loads(path.read_text()))
-        model = make_descendant(init, spec, seed=row.seed)
-        if t.new_head:
+            return dataclasses.replace(row_from_dict(json.loads(path.read_text())), upstream=row.upstream)
+        if variant:
+            check_variant_changes(variant, init, spec)
+        model = make_descendant(init, spec, seed=row.seed, **{k: v for k, v in options.items() if not k.startswith("expand_")})
+        if fresh:
             fresh_head(model, spec, row.seed)
-        cfg = self._cfg(epochs=epochs, seed=row.seed, desc=f"{t.name} {row.label} {spec.short()}")
+        cfg = self._cfg(epochs=epochs, seed=row.seed, desc=f"{t.name} {row.label} {spec.short()}",
+                        eval_every=eval_every, eval_images=t.eval_images, batch_size=batch_size)
         result = train(model, task.train, cfg, eval_data=task.eval, run_dir=path.with_suffix(".run"), resume=True)
-        row = dataclasses.replace(row, accs=[h["eval_acc"] for h in result.history],
+        evaluated = [h for h in result.history if "eval_acc" in h]
+        row = dataclasses.replace(row, accs=[h["eval_acc"] for h in evaluated], eval_epochs=[h["epoch"] for h in evaluated],
                                   train_seconds=round(result.seconds, 2))
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(dataclasses.asdict(row)))
@@ -259,16 +321,36 @@ class BenchRun:
         return row
 
     # ---- the whole run ---------------------------------------------------------------------------------
-    def plan(self, ancestry_images: int, tasks: list[TaskData], upstream: ImageData) -> dict[str, Any]:
+    def plan(self, ancestry_images: int, tasks: list[TaskData], upstream: ImageData,
+             up: Upstream | None = None) -> dict[str, Any]:
         """Cells to train and their work in forward GFLOPs (a training image costs ~3 forwards)."""
         p = self.profile
-        anc = p.ancestry.flops * p.ancestry_epochs * (3 * ancestry_images + UPSTREAM_EVAL_IMAGES)
-        condense = p.ancestry.flops * p.condense_epochs * (3 * len(upstream) + UPSTREAM_EVAL_IMAGES)
+        up = up or p.all_upstreams()[0]
+        methods = self._methods(up)
+        anc = p.ancestry.flops * up.ancestry_epochs * (3 * ancestry_images + UPSTREAM_EVAL_IMAGES)
+        condense = p.ancestry.flops * up.condense_epochs * (3 * len(upstream) + UPSTREAM_EVAL_IMAGES)
+        rows = len(methods) + sum(len(self._variant_methods(v, methods)) for v in p.variants if up.ablations)
+        specs = self._specs(up)
         cells = [self._cell_gflop(spec, td, factor) * len(p.seeds)
-                 for td in tasks for spec in p.specs() for name in self.methods for factor in self._budgets(name, td.task)]
-        adapt = sum(self._adapt_gflop(s) for s in p.specs()) * len(p.seeds)
+                 for td in tasks for spec in specs for name in methods for factor in self._budgets(name, td.task)]
+        cells += [self._cell_gflop(spec, td, 1) * len(p.seeds) * (rows - len(methods))
+                  for td in tasks for spec in specs]
+        adapt = sum(self._adapt_gflop(s) for s in specs) * len(p.seeds)
         return {"ancestry": anc / 1e9, "condense": condense / 1e9, "adapt": adapt, "cell": cells,
                 "cells": len(cells) * len(p.seeds)}
+
+    def _specs(self, up: Upstream) -> list[ViTSpec]:
+        """The descendant sizes of an upstream, with its ancestry's classifier."""
+        classes = self.ancestry_spec(up).num_classes
+        sizes = up.sizes or self.profile.sizes
+        return [self.profile.ancestry.replace(depth=d, embed_dim=w, num_heads=h, num_classes=classes) for d, w, h in sizes]
+
+    @staticmethod
+    def _variant_methods(variant: Variant, methods: list[str]) -> list[str]:
+        """The methods an ablation applies to: those named, else every method that stores weights."""
+        if variant.methods is not None:
+            return [m for m in variant.methods if m in methods]
+        return [m for m in methods if get_method(m).needs_vit_ancestry]
 
     @staticmethod
     def _budgets(name: str, task: Task) -> tuple[int, ...]:
@@ -277,10 +359,24 @@ class BenchRun:
 
     @staticmethod
     def _cell_gflop(spec: ViTSpec, task: TaskData, budget: int) -> float:
-        return spec.flops * task.task.epochs * budget * (3 * len(task.train) + len(task.eval)) / 1e9
+        t = task.task
+        evals = budget if budget > 1 else (t.epochs // t.eval_every if t.eval_every else 1)
+        eval_images = min(t.eval_images or len(task.eval), len(task.eval))
+        return spec.flops * (t.epochs * budget * 3 * len(task.train) + evals * eval_images) / 1e9
 
     def _adapt_gflop(self, spec: ViTSpec) -> float:
         return spec.flops * 3 * self.profile.adapt_steps * self.profile.batch_size / 1e9
+
+    def _upstream_data(self, up: Upstream, loaded: dict) -> tuple[ImageData, ImageData, ImageData]:
+        """(ancestry training images, condensation images, evaluation images) of an upstream."""
+        p = self.profile
+        train_all, test_all = loaded["fashion_mnist", "train"], loaded["fashion_mnist", "test"]
+        if up.classes:
+            train_all, test_all = class_subset(train_all, up.classes), class_subset(test_all, up.classes)
+            if p.upstream_images_per_class:
+                train_all = few_shot(train_all, p.upstream_images_per_class, seed=2)
+        anc_images = take(train_all, p.ancestry_images)
+        return anc_images, take(train_all, p.condense_images, seed=2), take(test_all, UPSTREAM_EVAL_IMAGES)
 
     def run(self) -> list[Row]:
         p = self.profile
@@ -289,36 +385,38 @@ class BenchRun:
         except OSError as exc:
             raise LearngeneError(f"cannot create the report folder {self.out} ({exc.strerror}); choose another --out") from None
         loaded: dict[tuple[str, str], ImageData] = {}
-        tasks = [load_task(t, p.ancestry, self.data_dir, loaded) for t in p.tasks]
         load_task(Task("upstream", "fashion_mnist", epochs=1), p.ancestry, self.data_dir, loaded)
-        anc_train, anc_test = loaded["fashion_mnist", "train"], loaded["fashion_mnist", "test"]
-        upstream = take(anc_train, p.condense_images, seed=2)
-        upstream_eval = take(anc_test, UPSTREAM_EVAL_IMAGES)
-        anc_images = take(anc_train, p.ancestry_images)
-        plan = self.plan(len(anc_images), tasks, upstream)
-        # condensation that trains an aux net costs about an ancestry-sized training run; the others far less
-        trained = [m for m in self.methods if get_method(m).needs_data]
-        total = plan["ancestry"] + plan["condense"] * len(trained) + plan["adapt"] * sum(
-            get_method(m).adaptable for m in self.methods) + sum(plan["cell"])
-        self.meta.update(plan_gflop=round(total), cells=plan["cells"], methods=self.methods)
+        work = []
+        total = 0.0
+        for up in p.all_upstreams():
+            tasks = [load_task(t, p.ancestry, self.data_dir, loaded, up.classes) for t in p.tasks]
+            anc_images, upstream, upstream_eval = self._upstream_data(up, loaded)
+            plan = self.plan(len(anc_images), tasks, upstream, up)
+            # condensation that trains an aux net costs about an ancestry-sized training run; the others far less
+            trained = [m for m in self._methods(up) if get_method(m).needs_data]
+            total += plan["ancestry"] + plan["condense"] * len(trained) + plan["adapt"] * sum(
+                get_method(m).adaptable for m in self._methods(up)) + sum(plan["cell"])
+            work.append((up, tasks, anc_images, upstream, upstream_eval, plan, trained))
+        self.meta.update(plan_gflop=round(total), cells=sum(w[5]["cells"] for w in work), methods=self.methods)
         # progress in estimated work, not stages: a 10x scratch run or a deep size weighs what it costs
         self.bar = tqdm(total=total, desc=f"bench {p.name}", unit="GFLOP", unit_scale=True, disable=not self.progress,
                         dynamic_ncols=True, smoothing=0.05)
         self.rows: list[Row] = []
         complete = False
         try:
-            self._check_time()
-            ancestry = self.ancestry(anc_images, upstream_eval)
-            self._advance(plan["ancestry"], "ancestry done")
-            genes: dict[str, tuple[Learngene, str] | LearngeneError] = {}
-            for name in self.methods:
+            for up, tasks, anc_images, upstream, upstream_eval, plan, trained in work:
                 self._check_time()
-                try:
-                    genes[name] = self.gene(name, ancestry, upstream, upstream_eval)
-                except LearngeneError as exc:  # recorded as n/a in every cell of the method
-                    genes[name] = exc
-                self._advance(plan["condense"] if name in trained else 0.0, f"condensed {name}")
-            self._descendants(genes, tasks, upstream)
+                ancestry = self.ancestry(anc_images, upstream_eval, up)
+                self._advance(plan["ancestry"], f"ancestry {up.name} done")
+                genes: dict[str, tuple[Learngene, str] | LearngeneError] = {}
+                for name in self._methods(up):
+                    self._check_time()
+                    try:
+                        genes[name] = self.gene(name, ancestry, upstream, upstream_eval, up.condense_epochs)
+                    except LearngeneError as exc:  # recorded as n/a in every cell of the method
+                        genes[name] = exc
+                    self._advance(plan["condense"] if name in trained else 0.0, f"condensed {name}")
+                self._descendants(genes, tasks, upstream, up)
             complete = True
         except OutOfTime:
             pass
@@ -331,15 +429,17 @@ class BenchRun:
         return self.rows
 
     def _descendants(self, genes: dict[str, tuple[Learngene, str] | LearngeneError], tasks: list[TaskData],
-                     upstream: ImageData) -> None:
-        """Stages 3 and 4 for every seed, size, method and task; rows go to ``self.rows`` as they finish."""
+                     upstream: ImageData, up: Upstream | None = None) -> None:
+        """Stages 3 and 4 for every seed, size, method (and ablation) and task; rows go to ``self.rows``."""
         p = self.profile
+        up = up or p.all_upstreams()[0]
         rows = self.rows
+        methods = [m for m in self._methods(up) if m in genes]
         for seed in p.seeds:
-            for spec in p.specs():
-                for name in self.methods:
+            for spec in self._specs(up):
+                for name in methods:
                     base = Row(method=name, task="", size=spec.short(), depth=spec.depth, embed_dim=spec.embed_dim,
-                               num_heads=spec.num_heads, seed=seed, params=spec.num_params)
+                               num_heads=spec.num_heads, seed=seed, params=spec.num_params, upstream=up.name)
                     self._check_time()
                     try:
                         if isinstance(genes[name], LearngeneError):
@@ -353,20 +453,45 @@ class BenchRun:
                                       f"{name} {spec.short()} seed {seed} initialized")
                     except LearngeneError as exc:
                         init, init_key, adapt_s, why = None, "", 0.0, str(exc)
+                    variants = [None] + [v for v in p.variants if up.ablations and name in self._variant_methods(v, methods)]
                     for td in tasks:
-                        for budget in self._budgets(name, td.task):
-                            row = dataclasses.replace(base, task=td.task.name, budget=budget, adapt_seconds=adapt_s)
-                            work = self._cell_gflop(spec, td, budget)
-                            if init is None:
-                                rows.append(dataclasses.replace(row, note=why))
-                                self._advance(work, f"{name} {spec.short()}: n/a")
-                                continue
-                            self._check_time()
-                            try:
-                                rows.append(self.cell(row, init, init_key, spec, td))
-                            except LearngeneError as exc:
-                                rows.append(dataclasses.replace(row, note=str(exc)))
-                            self._advance(work, f"{td.task.name} {row.label} {spec.short()} seed {seed}")
+                        for variant in variants:
+                            for budget in self._budgets(name, td.task) if variant is None else (1,):
+                                row = dataclasses.replace(base, task=td.task.name, budget=budget, adapt_seconds=adapt_s,
+                                                          variant=variant.name if variant else "")
+                                work = self._cell_gflop(spec, td, budget)
+                                if init is None:
+                                    rows.append(dataclasses.replace(row, note=why))
+                                    self._advance(work, f"{name} {spec.short()}: n/a")
+                                    continue
+                                self._check_time()
+                                try:
+                                    rows.append(self.cell(row, init, init_key, spec, td, variant))
+                                except LearngeneError as exc:
+                                    rows.append(dataclasses.replace(row, note=str(exc)))
+                                self._advance(work, f"{td.task.name} {row.label} {spec.short()} seed {seed}")
+
+
+def check_variant_changes(variant: Variant, init: Learngene, spec: ViTSpec) -> None:
+    """Refuse (recorded as n/a, with why) an ablation that would change nothing for this gene and size."""
+    from ..descendant import top_up_state
+
+    provided = set(get_method(init.method).from_gene(init).provided_keys(init, spec))
+    if variant.top_up and set(top_up_state(variant.top_up, spec)) <= provided:
+        raise LearngeneError(f"the {init.method} gene gives every tensor {variant.top_up} sets at {spec.short()}: "
+                             f"the top-up changes nothing")
+    if variant.head == "reuse" and "head.weight" not in provided:
+        raise LearngeneError(f"the {init.method} gene gives no classifier head to reuse")
+
+
+def descendant_options(init: Learngene, seed: int, variant: Variant | None = None) -> dict[str, Any]:
+    """``make_descendant`` arguments of a cell (the ablation's), plus, for the cache key only, the seed of a
+    method that draws at expansion (mimetic): ``make_descendant`` draws it with the cell's seed."""
+    options = variant.descendant_options() if variant else {}
+    seed_option = getattr(get_method(init.method), "seed_option", None)
+    if seed_option and seed:  # seed 0 was always the method's default: the keys of older runs stay valid
+        options[f"expand_{seed_option}"] = seed
+    return options
 
 
 def run_profile(profile: Profile, out_dir: str | Path, data_dir: str | None = None, device: str = "auto",

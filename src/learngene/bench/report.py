@@ -19,7 +19,7 @@ from .profiles import Profile, Task
 if TYPE_CHECKING:
     from .protocol import Row
 
-CSV_FIELDS = ("method", "budget", "task", "size", "depth", "embed_dim", "num_heads", "seed", "params", "stored_params",
+CSV_FIELDS = ("upstream", "method", "variant", "budget", "task", "size", "depth", "embed_dim", "num_heads", "seed", "params", "stored_params",
               "condense_seconds", "condense_steps", "adapt_seconds", "train_seconds", "epoch", "acc", "note")
 
 
@@ -29,7 +29,7 @@ def write_csv(rows: list[Row], path: Path) -> None:
     writer.writeheader()
     for r in rows:
         base = {k: v for k, v in dataclasses.asdict(r).items() if k in CSV_FIELDS}
-        for epoch, acc in enumerate(r.accs, start=1):
+        for epoch, acc in zip(r.epochs, r.accs):
             writer.writerow({**base, "epoch": epoch, "acc": f"{acc:.4f}"})
         if not r.ok:
             writer.writerow({**base, "epoch": "", "acc": ""})
@@ -60,17 +60,55 @@ def _cell(accs: list[float]) -> str:
 
 
 def mean_curve(group: list[Row]) -> tuple[list[float], list[float]]:
-    """Mean and standard deviation (0 for one seed) of top-1 after every epoch, over seeds."""
+    """Mean and standard deviation (0 for one seed) of top-1 at every evaluation point, over seeds."""
     epochs = min(len(r.accs) for r in group)
     means = [statistics.fmean(r.accs[e] for r in group) for e in range(epochs)]
     stds = [statistics.stdev([r.accs[e] for r in group]) if len(group) > 1 else 0.0 for e in range(epochs)]
     return means, stds
 
 
-def format_table(rows: list[Row], task: str) -> str:
+# ---- the 2-std marks ------------------------------------------------------------------------------------
+MARK_RULE = ("Marks compare a cell with a reference at the same size: `+` the method's mean is higher by more "
+             "than 2 × the pooled standard deviation over seeds, `−` lower by more than that, `=` neither "
+             "(pooled std = √((s₁² + s₂²)/2), each s the sample std over the seeds; no mark with one seed). "
+             "References: **S** scratch at the same budget, **X** scratch trained ×{factor} as many fine-tuning "
+             "steps, **M** mimetic (no stored weights).")
+
+
+def compare(accs: list[float], reference: list[float]) -> str:
+    """``+``/``−``/``=``: ``accs`` beats, loses to, or ties ``reference`` by the 2-pooled-std rule; ``?`` for
+    fewer than two seeds on either side."""
+    if len(accs) < 2 or len(reference) < 2:
+        return "?"
+    pooled = math.sqrt((statistics.variance(accs) + statistics.variance(reference)) / 2)
+    diff = statistics.fmean(accs) - statistics.fmean(reference)
+    return "+" if diff > 2 * pooled else "−" if -diff > 2 * pooled else "="
+
+
+def _references(rows: list[Row], task: str) -> dict[str, str]:
+    """Mark letter → label of the reference rows present in ``task``'s table."""
+    labels = set(_labels(rows, task))
+    long = sorted((r.label for r in rows if r.task == task and r.method == "scratch" and r.budget > 1 and not r.variant))
+    refs = {"S": "scratch", "X": long[0] if long else "", "M": "mimetic"}
+    return {letter: label for letter, label in refs.items() if label in labels}
+
+
+def marks(groups: dict[tuple[str, str], list[Row]], label: str, size: str, refs: dict[str, str]) -> str:
+    own = [g.acc for g in groups.get((label, size), [])]
+    out = []
+    for letter, ref in refs.items():
+        other = [g.acc for g in groups.get((ref, size), [])]
+        if ref != label and own and other:
+            out.append(letter + compare(own, other))
+    return " ".join(out)
+
+
+def format_table(rows: list[Row], task: str, mark: bool = False) -> str:
     """Markdown table: one line per method, top-1 (%) per size (mean ± std over seeds), then the gene's
-    stored parameters and condensation cost. Sizes a method cannot make read n/a."""
+    stored parameters and condensation cost. Sizes a method cannot make read n/a. With ``mark``, every
+    cell also says whether it beats the references (see :data:`MARK_RULE`)."""
     groups = _groups(rows, task)
+    refs = _references(rows, task) if mark else {}
     sizes = _sizes(rows, task)
     info: dict[str, Row] = {}
     for r in rows:
@@ -82,8 +120,8 @@ def format_table(rows: list[Row], task: str) -> str:
         cells = []
         for size in sizes:
             group = groups.get((label, size))
-            cells.append(_cell([g.acc for g in group]) if group else
-                         ("n/a" if any(x.label == label and x.size == size and x.task == task for x in rows) else "–"))
+            cells.append(" ".join(filter(None, (_cell([g.acc for g in group]), marks(groups, label, size, refs))))
+                         if group else ("n/a" if any(x.label == label and x.size == size and x.task == task for x in rows) else "–"))
         lines.append(f"| {label} | " + " | ".join(cells) +
                      f" | {r.stored_params:,} | {r.condense_steps:,} | {r.condense_seconds:.1f} |")
     return "\n".join(lines)
@@ -107,25 +145,29 @@ def epochs_to_match(rows: list[Row], task: str, factor: int) -> str:
                 continue
             target = statistics.fmean(g.acc for g in group)
             curve, _ = mean_curve(long)
-            hit = next((e + 1 for e, acc in enumerate(curve) if acc >= target), None)
-            cells.append(f"{hit} / {len(curve)}" if hit else f"> {len(curve)}")
+            epochs = long[0].epochs
+            hit = next((epochs[e] for e, acc in enumerate(curve) if acc >= target), None)
+            cells.append(f"{hit} / {epochs[len(curve) - 1]}" if hit else f"> {epochs[len(curve) - 1]}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def gene_table(rows: list[Row]) -> str:
     """Markdown table: every gene's storage and condensation cost, and its mean adapt time per size."""
-    info: dict[str, Row] = {}
-    adapt: dict[str, list[float]] = defaultdict(list)
+    info: dict[tuple[str, str], Row] = {}
+    adapt: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in rows:
-        if r.budget == 1:
-            info.setdefault(r.method, r)
+        if r.budget == 1 and not r.variant:
+            info.setdefault((r.upstream, r.method), r)
             if r.adapt_seconds:
-                adapt[r.method].append(r.adapt_seconds)
-    lines = ["| method | stored params | condense steps | condense s | adapt s per size |", "|---|---|---|---|---|"]
-    for method, r in info.items():
-        a = f"{statistics.fmean(adapt[method]):.1f}" if adapt[method] else "–"
-        lines.append(f"| {method} | {r.stored_params:,} | {r.condense_steps:,} | {r.condense_seconds:.1f} | {a} |")
+                adapt[r.upstream, r.method].append(r.adapt_seconds)
+    several = len({up for up, _ in info}) > 1
+    lines = [("| upstream " if several else "") + "| method | stored params | condense steps | condense s | adapt s per size |",
+             "|---" * (5 + several) + "|"]
+    for (up, method), r in info.items():
+        a = f"{statistics.fmean(adapt[up, method]):.1f}" if adapt[up, method] else "–"
+        lines.append((f"| {up} " if several else "")
+                     + f"| {method} | {r.stored_params:,} | {r.condense_steps:,} | {r.condense_seconds:.1f} | {a} |")
     return "\n".join(lines)
 
 
@@ -181,8 +223,8 @@ def plot_curves(rows: list[Row], task: str, path: Path) -> None:
     sizes, labels = _sizes(rows, task), _labels(rows, task)
     styles = _styles(labels)
     fig, axes = _subplots(len(sizes))
-    longest = max((len(g.accs) for group in groups.values() for g in group), default=1)
-    shortest = min((len(g.accs) for group in groups.values() for g in group), default=1)
+    longest = max((g.epochs[-1] for group in groups.values() for g in group), default=1)
+    shortest = min((g.epochs[-1] for group in groups.values() for g in group), default=1)
     log_x = longest >= 4 * shortest  # a long scratch run would squash the others' few epochs
     for ax, size in zip(axes, sizes):
         for label in labels:
@@ -190,7 +232,7 @@ def plot_curves(rows: list[Row], task: str, path: Path) -> None:
             if not group:
                 continue
             mean, std = mean_curve(group)
-            x = list(range(1, len(mean) + 1))
+            x = group[0].epochs[:len(mean)]
             y, s = [100 * m for m in mean], [100 * v for v in std]
             ax.plot(x, y, "--" if " ×" in label else "-", ms=4, label=label, **styles[label])
             ax.fill_between(x, [a - b for a, b in zip(y, s)], [a + b for a, b in zip(y, s)],
@@ -238,10 +280,14 @@ def plot_stored(rows: list[Row], task: str, path: Path) -> None:
 def _task_line(task: Task, seeds: int) -> str:
     data = (f"{task.shots} labelled images per class" if task.shots else
             f"{task.train_images:,} training images" if task.train_images else "the whole training split")
+    evals = ("after the last epoch" if not task.eval_every else "after every epoch" if task.eval_every == 1
+             else f"every {task.eval_every} epochs and after the last")
     return (f"Fine-tuned {task.epochs} epoch(s) on {data} of {task.data}"
+            + (" (only the classes the upstream never saw)" if task.other_classes else "")
+            + (f", batch {task.batch_size}" if task.batch_size else "")
             + (", each method with the same fresh classifier" if task.new_head else "")
-            + f"; top-1 (%) on {f'{task.eval_images:,}' if task.eval_images else 'all'} test images, "
-            + (f"mean ± std over {seeds} seeds." if seeds > 1 else "one seed."))
+            + f"; top-1 (%) on {f'{task.eval_images:,}' if task.eval_images else 'all'} test images, evaluated "
+            + evals + "; " + (f"mean ± std over {seeds} seeds." if seeds > 1 else "one seed."))
 
 
 def machine() -> str:
@@ -250,6 +296,67 @@ def machine() -> str:
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({torch.get_num_threads()} threads)"
     return (f"{platform.machine()} {platform.system()}, {os.cpu_count()} cores, {device}, "
             f"torch {torch.__version__}, python {platform.python_version()}")
+
+
+def plateau(curve: list[float] | None, window: int = 3, tolerance: float = 0.005) -> str:
+    """Whether an evaluation curve has flattened: its last ``window`` points gained less than ``tolerance``
+    (top-1, absolute) over the best point before them."""
+    if not curve or len(curve) <= window:
+        return "too short to tell"
+    gain = max(curve[-window:]) - max(curve[:-window])
+    return (f"plateau (last {window} epochs gained {100 * gain:+.1f} pt < {100 * tolerance:.1f})" if gain < tolerance
+            else f"still rising (last {window} epochs gained {100 * gain:+.1f} pt)")
+
+
+def ancestry_table(meta: dict[str, Any]) -> str:
+    lines = ["| upstream | classes | ancestry | epochs | top-1 (%) per epoch | converged? | aux-net condensation epochs |",
+             "|---|---|---|---|---|---|---|"]
+    for name, a in meta.get("ancestries", {}).items():
+        curve = a.get("eval_curve") or []
+        lines.append(f"| {name} | {', '.join(map(str, a.get('classes') or [])) or 'all'} | {a['spec']} | {a['epochs']} | "
+                     + " ".join(f"{100 * c:.1f}" for c in curve) + f" | {plateau(curve)} | {a.get('condense_epochs')} |")
+    return "\n".join(lines)
+
+
+def gain_table(rows: list[Row], task: str, upstreams: list[str], reference: str) -> str:
+    """Markdown: each method's mean top-1 minus ``reference``'s (points), per upstream, averaged over the sizes
+    both have; how a method's gain moves with the ancestry's training and the condensation budget."""
+    by_up = {u: _groups([r for r in rows if r.upstream == u], task) for u in upstreams}
+    labels = list(dict.fromkeys(r.label for r in rows if r.task == task and r.label != reference))
+    lines = ["| method | " + " | ".join(upstreams) + " |", "|" + "---|" * (len(upstreams) + 1)]
+    for label in labels:
+        cells = []
+        for u in upstreams:
+            groups = by_up[u]
+            diffs = [statistics.fmean(g.acc for g in groups[label, size]) - statistics.fmean(g.acc for g in groups[ref, size])
+                     for (lab, size) in groups for ref in [reference]
+                     if lab == label and (ref, size) in groups]
+            cells.append(f"{100 * statistics.fmean(diffs):+.1f}" if diffs else "–")
+        if any(c != "–" for c in cells):
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _task_sections(rows: list[Row], profile: Profile, out_dir: Path, plot_dir: Path, plots: bool,
+                   suffix: str = "", level: str = "##") -> list[str]:
+    parts: list[str] = []
+    for task in profile.tasks:
+        if not any(r.task == task.name for r in rows):
+            continue
+        parts += ["", f"{level} {task.name}{suffix}", "", _task_line(task, len(profile.seeds)), "",
+                  format_table(rows, task.name, mark=True)]
+        if task.scratch_factor > 1 and any(r.task == task.name and r.budget > 1 and r.ok for r in rows):
+            parts += ["", f"Epochs scratch ×{task.scratch_factor} needs to reach each method's final accuracy "
+                      f"(of {task.epochs * task.scratch_factor}; it is evaluated at the epochs shown):", "",
+                      epochs_to_match(rows, task.name, task.scratch_factor)]
+        if plots:
+            tag = f"{task.name}{('-' + suffix.strip(' ()').replace(' ', '_')) if suffix else ''}"
+            curves, stored = plot_dir / f"curves-{tag}.png", plot_dir / f"stored-{tag}.png"
+            plot_curves(rows, task.name, curves)
+            plot_stored(rows, task.name, stored)
+            parts += ["", f"![accuracy vs epochs]({curves.relative_to(out_dir)}) "
+                          f"![accuracy vs stored parameters]({stored.relative_to(out_dir)})"]
+    return parts
 
 
 def write_report(rows: list[Row], profile: Profile, out_dir: Path, meta: dict[str, Any] | None = None,
@@ -272,31 +379,43 @@ def write_report(rows: list[Row], profile: Profile, out_dir: Path, meta: dict[st
              f"FLOPs per training image, 1× per evaluated one)"
              + ("" if meta.get("complete", True) else " — **partial run** (time limit): rerun the command to finish"),
              f"- methods: {', '.join(meta.get('methods', sorted({r.method for r in rows})))}"]
-    if anc:
+    if anc and not profile.upstreams:
         acc = anc.get("eval_acc")
         parts.append(f"- ancestry {anc['spec']} ({anc['params']:,} params), {anc['epochs']} epoch(s) on "
                      f"{anc['images']:,} Fashion-MNIST images: top-1 "
                      + (f"{100 * acc:.1f}%" if acc is not None else "?") + " on 1,000 test images")
+    factor = max((t.scratch_factor for t in profile.tasks), default=1)
+    parts += ["", MARK_RULE.format(factor=factor)]
+    if profile.upstreams:
+        parts += ["", "## Ancestries", "", "Each upstream trains its own ancestry on the Fashion-MNIST classes listed "
+                  f"({profile.upstream_images_per_class or 'all'} training images per class; top-1 on up to 1,000 "
+                  "test images of those classes after every epoch) and condenses every gene from it; the transfer "
+                  "tasks fine-tune on the other classes. Converged? applies the rule: the best of the last 3 epochs "
+                  "is less than 0.5 points above the best before them (the cosine schedule also flattens the end).",
+                  "", ancestry_table(meta)]
     parts += ["", "## Learngenes", "", "Condensation runs once per method; adaptable methods then adapt once per "
               "size and seed on the same upstream images.", "", gene_table(rows)]
-    for task in profile.tasks:
-        if not any(r.task == task.name for r in rows):
-            continue
-        parts += ["", f"## {task.name}", "", _task_line(task, len(profile.seeds)), "", format_table(rows, task.name)]
-        if task.scratch_factor > 1 and any(r.task == task.name and r.budget > 1 and r.ok for r in rows):
-            parts += ["", f"Epochs scratch ×{task.scratch_factor} needs to reach each method's final accuracy "
-                      f"(of {task.epochs * task.scratch_factor}):", "",
-                      epochs_to_match(rows, task.name, task.scratch_factor)]
-        if plots:
-            curves, stored = plot_dir / f"curves-{task.name}.png", plot_dir / f"stored-{task.name}.png"
-            plot_curves(rows, task.name, curves)
-            plot_stored(rows, task.name, stored)
-            parts += ["", f"![accuracy vs epochs]({curves.relative_to(out_dir)}) "
-                          f"![accuracy vs stored parameters]({stored.relative_to(out_dir)})"]
+    upstreams = list(dict.fromkeys(r.upstream for r in rows))
+    if profile.upstreams:
+        for up in profile.upstreams:
+            if up.name in upstreams:
+                mine = [r for r in rows if r.upstream == up.name]
+                parts += ["", f"## Upstream {up.name}"]
+                parts += _task_sections(mine, profile, out_dir, plot_dir, plots, suffix=f" ({up.name})", level="###")
+        for task in profile.tasks:
+            if len(upstreams) > 1 and any(r.task == task.name for r in rows):
+                parts += ["", f"## {task.name}: gain by upstream", "",
+                          "Mean top-1 difference (points) to the reference, averaged over the sizes both made; "
+                          "the upstreams differ in class split, ancestry training and condensation epochs (see "
+                          "Ancestries)."]
+                for reference in ("scratch", "mimetic"):
+                    parts += ["", f"Against {reference}:", "", gain_table(rows, task.name, upstreams, reference)]
+    else:
+        parts += _task_sections(rows, profile, out_dir, plot_dir, plots)
     sizes_by_note: dict[tuple[str, str], list[str]] = defaultdict(list)
     for r in rows:
-        if r.note and r.size not in sizes_by_note[r.method, r.note]:
-            sizes_by_note[r.method, r.note].append(r.size)
+        if r.note and r.size not in sizes_by_note[r.label, r.note]:
+            sizes_by_note[r.label, r.note].append(r.size)
     if sizes_by_note:
         parts += ["", "## n/a cells", ""] + [f"- {method} at {', '.join(sizes)}: {note}"
                                              for (method, note), sizes in sorted(sizes_by_note.items())]

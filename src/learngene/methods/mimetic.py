@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..heads import join_qkv
+from ..heads import join_qkv, split_qkv
 from ..method import Ancestry, CondenseInputs, Method
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
@@ -80,6 +80,36 @@ def sincos_pos_embed(spec: ViTSpec, scale: float = 1.0) -> Tensor:
     return patches.unsqueeze(0)
 
 
+def blend_query_key(state: StateDict, spec: ViTSpec, alpha: float, seed: int = 0,
+                    config: MimeticConfig = MimeticConfig()) -> StateDict:
+    """``state`` with every head's ``W_q^h W_k^hᵀ`` replaced by ``α·(state's) + (1−α)·(mimetic's)``.
+
+    The blend has rank up to 2d; its best rank-d approximation is factored as in
+    :func:`query_key_factors` (``U_d Σ_d^½``, ``V_d Σ_d^½``). Values, biases and every layer whose
+    attention ``state`` does not give are left as they are. α = 1 keeps the product (not the factors).
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise LearngeneError(f"the mimetic blend α must be in [0, 1], got {alpha}")
+    D, H, d = spec.embed_dim, spec.num_heads, spec.head_dim
+    generator = torch.Generator().manual_seed(seed)
+    out = dict(state)
+    for layer in range(spec.depth):
+        q_m, k_m = query_key_factors(D, d, H, config.alpha1, config.beta1, generator)
+        value_projection_factors(D, config.alpha2, config.beta2, generator)  # keep the draws in step with expand
+        key = block_key(layer, "attn.qkv.weight")
+        if key not in state:
+            continue
+        q, k, v = split_qkv(state[key], H)
+        # per head: W_q W_kᵀ = qᵀ k as maps on row vectors (timm stores the transposes)
+        product = alpha * q.double().transpose(1, 2) @ k.double() + (1 - alpha) * q_m.double().transpose(1, 2) @ k_m.double()
+        u, sv, vh = torch.linalg.svd(product)
+        root = sv[:, :d].sqrt().unsqueeze(-1)
+        q_new = root * u[:, :, :d].transpose(1, 2)
+        k_new = root * vh[:, :d]
+        out[key] = join_qkv(q_new.to(q.dtype), k_new.to(k.dtype), v)
+    return out
+
+
 @register_method
 class Mimetic(Method):
     """Closed-form attention initialization; the learngene is empty (any spec, no ancestry)."""
@@ -89,6 +119,7 @@ class Mimetic(Method):
     paper = "Trockman & Kolter, ICML 2023"
     Config = MimeticConfig
     needs_vit_ancestry = False
+    seed_option = "seed"  # its draws; a descendant's seed sets it when mimetic tops up another gene
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         return self.new_gene({}, None, ancestry.spec if ancestry else None)

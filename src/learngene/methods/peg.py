@@ -128,11 +128,17 @@ class PEG(Method):
             per_layer.append({"q": q, "k": k, "v": v, "q_bias": q_b, "k_bias": k_b, "v_bias": v_b,
                               "proj_cols": split_proj(proj_w, heads), "proj_bias": b["attn.proj.bias"],
                               "norm_weight": b["norm1.weight"], "norm_bias": b["norm1.bias"]})
-        tensors = {f"msa.{part}": torch.stack([p[part] for p in per_layer]) for part in per_layer[0]}
+        # part by part, each layer's copy dropped once stacked: a ViT-g's heads are never held twice
+        tensors = {f"msa.{part}": torch.stack([p.pop(part) for p in per_layer]) for part in list(per_layer[0])}
         ffn_mixing = mixing_weights(ffns, spec.depth, generator)
         for part, name in FFN_PARTS.items():
-            stacked = torch.stack([state[block_key(layer, name)] for layer in range(spec.depth)])
-            tensors[f"ffn.{part}"] = torch.einsum("ba,a...->b...", ffn_mixing, stacked)
+            # Σ_a m_ba·W_a (Eq. 5) one ancestry layer at a time, not over a stacked copy of every layer's FFN
+            mixed = torch.zeros(ffns, *state[block_key(0, name)].shape)
+            for layer in range(spec.depth):
+                weight = state[block_key(layer, name)]
+                for b in range(ffns):
+                    mixed[b].add_(weight, alpha=float(ffn_mixing[b, layer]))
+            tensors[f"ffn.{part}"] = mixed
         tensors.update(inherit_non_block(state, spec, spec, ("embed", "norm")))
         return self.new_gene(tensors, spec, spec)
 

@@ -1,0 +1,47 @@
+"""Cheap evaluation: every N epochs (0: after the last only) on a fixed subset of the test images."""
+
+import importlib
+
+import pytest
+
+from learngene.errors import LearngeneError
+from learngene.train import TrainConfig, train
+
+from .conftest import make_images
+
+train_module = importlib.import_module("learngene.train")  # the module (the package exports the function as `train`)
+REAL_EVALUATE = train_module.evaluate
+
+
+def _evaluated(tiny_spec, monkeypatch, **cfg):
+    seen = []
+    real = REAL_EVALUATE
+
+    def spy(model, data, *args, **kwargs):
+        seen.append((len(data), data.labels.tolist()))
+        return real(model, data, *args, **kwargs)
+
+    monkeypatch.setattr(train_module, "evaluate", spy)
+    result = train(tiny_spec.create_model(), make_images(32), TrainConfig(batch_size=16, progress=False, **cfg),
+                   eval_data=make_images(40, seed=1))
+    return [h["epoch"] for h in result.history if "eval_acc" in h], seen, result
+
+
+def test_eval_every_n_epochs_and_after_the_last(tiny_spec, monkeypatch):
+    assert _evaluated(tiny_spec, monkeypatch, epochs=5, eval_every=2)[0] == [2, 4, 5]
+    assert _evaluated(tiny_spec, monkeypatch, epochs=3, eval_every=0)[0] == [3]
+    epochs, _, result = _evaluated(tiny_spec, monkeypatch, epochs=2)
+    assert epochs == [1, 2] and result.final_acc is not None
+
+
+def test_eval_images_is_a_fixed_subset(tiny_spec, monkeypatch):
+    _, first, _ = _evaluated(tiny_spec, monkeypatch, epochs=2, eval_images=10)
+    _, again, _ = _evaluated(tiny_spec, monkeypatch, epochs=1, eval_images=10, seed=7)
+    assert [n for n, _ in first] == [10, 10] and first[0] == first[1] == again[0]  # same images, any seed
+
+
+def test_bad_eval_settings_are_one_line_errors():
+    with pytest.raises(LearngeneError, match="--eval-every"):
+        TrainConfig(eval_every=-1)
+    with pytest.raises(LearngeneError, match="--eval-images"):
+        TrainConfig(eval_images=0)

@@ -1,0 +1,84 @@
+"""Label spaces: data name their classes, files record them, and `train` reuses a head only on the same classes."""
+
+import json
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from learngene.cli import main
+from learngene.data import class_subset, digits
+from learngene.gene import Learngene
+from learngene.io import load_model_file
+from learngene.labels import choose_head
+
+TINY_ARGS = ["--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size", "16"]
+DIGITS = {"dataset": "digits", "classes": [str(d) for d in range(10)]}
+
+
+def test_head_is_reused_only_on_the_same_named_classes():
+    other = {"dataset": "fashion_mnist", "classes": ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"]}
+    assert not choose_head(DIGITS, 10, DIGITS, 10).fresh
+    assert choose_head(DIGITS, 10, other, 10).fresh  # same count, other classes
+    assert "trained on digits" in choose_head(DIGITS, 10, other, 10).why
+    assert choose_head(DIGITS, 10, DIGITS, 10, force_new=True).fresh
+    assert choose_head(DIGITS, 10, {"dataset": "digits", "classes": DIGITS["classes"][:5]}, 5).fresh
+    assert not choose_head(None, 10, DIGITS, 10).fresh  # an untrained or old head: counts decide
+    reordered = {"dataset": "digits", "classes": DIGITS["classes"][::-1]}
+    assert choose_head(DIGITS, 10, reordered, 10).fresh  # the same names in another label order
+
+
+def test_datasets_name_their_classes_and_subsets_keep_the_names():
+    data = digits("test", img_size=8)
+    assert data.label_space == DIGITS
+    sub = class_subset(data, [7, 2])
+    assert sub.label_space == {"dataset": "digits", "classes": ["7", "2"]}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("labels")
+    data = ["--data", "digits", "--train-images", "100", "--epochs", "1", "--quiet"]
+    assert main(["ancestry", *TINY_ARGS, *data, "--out", str(d / "anc.safetensors")]) == 0
+    assert main(["condense", "--method", "pretrained", "--ancestry", str(d / "anc.safetensors"), "--quiet",
+                 "--out", str(d / "gene.safetensors")]) == 0
+    assert main(["expand", str(d / "gene.safetensors"), "--depth", "1", "--quiet", "--out", str(d / "desc.safetensors")]) == 0
+    return d
+
+
+def test_model_and_gene_files_record_the_label_space(files):
+    assert load_model_file(files / "anc.safetensors")[2]["label_space"] == DIGITS
+    assert Learngene.load(files / "gene.safetensors").label_space == DIGITS
+    assert load_model_file(files / "desc.safetensors")[2]["label_space"] == DIGITS  # the gene gave the head
+    with safe_open(str(files / "gene.safetensors"), framework="pt") as fh:
+        assert json.loads(fh.metadata()["label_space"]) == DIGITS
+
+
+def _train(files, name, *extra, data=("--data", "digits")):
+    out = files / f"{name}.safetensors"
+    args = ["train", str(files / "desc.safetensors"), *data, "--train-images", "40", "--epochs", "1",
+            "--eval-images", "20", "--out", str(out), *extra]
+    assert main(args) == 0
+    return load_model_file(out)
+
+
+def test_train_reuses_the_head_on_the_same_classes_and_says_so(files, capsys):
+    _, _, origin = _train(files, "same")
+    assert "reusing the model's head" in capsys.readouterr().out
+    assert origin["new_head"] is False and origin["label_space"] == DIGITS
+
+
+def test_train_makes_a_fresh_head_for_other_classes_of_the_same_count(files, capsys, fake_fashion, monkeypatch):
+    monkeypatch.setenv("LEARNGENE_DATA", str(fake_fashion))
+    before = load_model_file(files / "desc.safetensors")[0]["head.weight"]
+    state, spec, origin = _train(files, "other", "--seed", "1", data=("--data", "fashion_mnist"))
+    said = capsys.readouterr().out
+    assert "new 10-way head" in said and "trained on digits" in said
+    assert origin["new_head"] is True and origin["label_space"]["dataset"] == "fashion_mnist"
+    # one epoch of 40 images moves the head a little; a fresh head is another draw altogether
+    assert (state["head.weight"] - before).abs().mean() > 0.5 * before.abs().mean()
+
+
+def test_new_head_flag_forces_a_fresh_head(files, capsys):
+    _, _, origin = _train(files, "forced", "--new-head")
+    assert "(--new-head)" in capsys.readouterr().out and origin["new_head"] is True

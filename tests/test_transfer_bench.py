@@ -1,0 +1,120 @@
+"""The transfer protocol: upstreams on some classes, tasks on the others, ablation rows, and the 2-std marks."""
+
+import torch
+
+from learngene.bench import BenchRun, Profile, Row, Task
+from learngene.bench import protocol as protocol_module
+from learngene.bench.profiles import Upstream, Variant
+from learngene.bench.report import compare, format_table
+from learngene.registry import get_method
+from learngene.descendant import make_descendant
+from learngene.method import Ancestry
+from learngene.methods.mimetic import Mimetic, blend_query_key, sincos_pos_embed
+from learngene.heads import split_qkv
+from learngene.spec import ViTSpec
+
+
+# ---- the 2-std rule on constructed numbers ---------------------------------------------------------------------
+def test_compare_marks_only_differences_beyond_two_pooled_stds():
+    assert compare([0.80, 0.81, 0.82], [0.70, 0.71, 0.72]) == "+"
+    assert compare([0.70, 0.71, 0.72], [0.80, 0.81, 0.82]) == "−"
+    # pooled std = sqrt((2 + 2) / 2) = 1.41: a difference of 2 is less than 2.83
+    assert compare([1.0, 3.0], [-1.0, 1.0]) == "="
+    assert compare([1.0, 3.0], [-2.0, 0.0]) == "+"  # difference 3 > 2.83
+    assert compare([0.5], [0.1, 0.2]) == "?"  # one seed: no spread to compare with
+
+
+def _row(method, seed, acc, budget=1, variant=""):
+    return Row(method=method, task="t", size="S", depth=1, embed_dim=8, num_heads=1, seed=seed, budget=budget,
+               accs=[acc], variant=variant)
+
+
+def test_tables_mark_every_cell_against_scratch_scratch_x10_and_mimetic():
+    rows = [_row("scratch", s, 0.30 + s / 100) for s in range(3)]
+    rows += [_row("scratch", s, 0.60 + s / 100, budget=10) for s in range(3)]
+    rows += [_row("mimetic", s, 0.50 + s / 100) for s in range(3)]
+    rows += [_row("tleg", s, 0.55 + s / 100) for s in range(3)]
+    table = format_table(rows, "t", mark=True)
+    assert "| tleg | 56.0 ± 1.0 S+ X− M+ |" in table
+    assert "| mimetic | 51.0 ± 1.0 S+ X− |" in table  # no mark against itself
+    assert "| scratch ×10 | 61.0 ± 1.0 S+ M+ |" in table
+
+
+# ---- the descendant options the ablations use ------------------------------------------------------------------
+SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
+
+
+def test_blend_is_the_gene_at_one_and_mimetic_at_zero():
+    torch.manual_seed(0)
+    gene_state = {"blocks.0.attn.qkv.weight": torch.randn(96, 32)}
+    mimetic = Mimetic(seed=4).expand(Mimetic().condense(None), SPEC)
+
+    def product(state):
+        q, k, _ = split_qkv(state["blocks.0.attn.qkv.weight"], 2)
+        return q.transpose(1, 2) @ k
+
+    assert torch.allclose(product(blend_query_key(gene_state, SPEC, 1.0, seed=4)), product(gene_state), atol=1e-4)
+    assert torch.allclose(product(blend_query_key(gene_state, SPEC, 0.0, seed=4)), product(mimetic), atol=1e-4)
+    half = product(blend_query_key(gene_state, SPEC, 0.5, seed=4))
+    assert not torch.allclose(half, product(gene_state), atol=1e-2)
+    assert "blocks.1.attn.qkv.weight" not in blend_query_key(gene_state, SPEC, 0.5)  # only what the gene gives
+
+
+def test_position_embedding_options_and_seeded_mimetic():
+    gene = Mimetic().condense(None)
+    assert torch.equal(make_descendant(gene, SPEC, seed=1).pos_embed, sincos_pos_embed(SPEC))
+    learned = make_descendant(gene, SPEC, seed=1, pos_embed="learned").pos_embed
+    assert not torch.equal(learned, sincos_pos_embed(SPEC))
+    scratch = get_method("scratch")().condense(None)
+    assert torch.equal(make_descendant(scratch, SPEC, seed=1, pos_embed="sincos").pos_embed, sincos_pos_embed(SPEC))
+    # the descendant's seed draws mimetic's attention too, not only timm's initialization
+    a, b = (make_descendant(gene, SPEC, seed=s).blocks[0].attn.qkv.weight for s in (1, 2))
+    assert not torch.equal(a, b)
+
+
+# ---- the protocol on fake Fashion-MNIST ------------------------------------------------------------------------
+TRANSFER = Profile(
+    name="micro-transfer",
+    ancestry=ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=28, patch_size=7, in_chans=1, num_classes=10),
+    ancestry_epochs=1, ancestry_images=None, condense_epochs=1, condense_images=None,
+    sizes=((1, 32, 2),),
+    tasks=(Task("other", "fashion_mnist", epochs=2, shots=2, new_head=True, other_classes=True, eval_every=0,
+                scratch_factor=2, batch_size=5),),
+    adapt_steps=1, seeds=(0, 1), methods=("scratch", "mimetic", "pretrained"), batch_size=8,
+    upstreams=(Upstream("A", (0, 1, 2, 3, 4), 1, 1, ablations=True), Upstream("A-long", (0, 1, 2, 3, 4), 2, 1)),
+    variants=(Variant("+sincos", methods=("pretrained",), pos_embed="sincos"),
+              Variant("head-reuse", methods=("pretrained",), head="reuse"),
+              Variant("+mimetic", methods=("pretrained",), top_up="mimetic")),
+)
+
+
+def test_transfer_tasks_train_on_the_unseen_classes_and_share_reference_cells(tmp_path, fake_fashion, monkeypatch):
+    monkeypatch.setenv("LEARNGENE_DATA", str(fake_fashion))
+    seen = []
+    real = protocol_module.train
+
+    def spy(model, data, cfg, **kwargs):
+        seen.append((str(kwargs.get("run_dir")), data.classes, model.get_classifier().out_features))
+        return real(model, data, cfg, **kwargs)
+
+    monkeypatch.setattr(protocol_module, "train", spy)
+    rows = BenchRun(TRANSFER, tmp_path / "o", progress=False, plots=False).run()
+    ancestries = [s for s in seen if "/ancestry/" in s[0]]
+    assert [classes for _, classes, _ in ancestries] == [("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat")] * 2
+    cells = [s for s in seen if "/cells/" in s[0]]
+    assert all(classes == ("Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot") and out == 5 for _, classes, out in cells)
+    # scratch and mimetic do not depend on the ancestry: trained once, reported under both upstreams
+    assert sum("/scratch/" in run for run, _, _ in cells) == 4  # 2 seeds x (budget 1, budget 2)
+    assert {r.upstream for r in rows if r.method == "scratch"} == {"A", "A-long"}
+    labels = {r.label for r in rows if r.upstream == "A"}
+    assert {"pretrained +sincos", "pretrained head-reuse", "scratch ×2"} <= labels
+    assert not {r.label for r in rows if r.upstream == "A-long"} & {"pretrained +sincos"}  # ablations on A only
+    no_op = [r for r in rows if r.label == "pretrained +mimetic"]
+    assert no_op and all(not r.ok and "changes nothing" in r.note for r in no_op)
+    finished = [r for r in rows if r.ok and r.budget == 1]
+    assert all(r.eval_epochs == [2] for r in finished)  # evaluated once, at the end
+    assert all(r.eval_epochs == [2, 4] for r in rows if r.budget == 2)  # the long run: at every multiple
+    report = (tmp_path / "o" / "report.md").read_text()
+    for text in ("## Ancestries", "## Upstream A", "### other (A-long)", "gain by upstream", "2 × the pooled",
+                 "S= ", "the top-up changes nothing"):
+        assert text in report, text
