@@ -57,7 +57,10 @@ def test_train_and_inspect(workdir, capsys):
 
 def test_methods_lists_the_registry(capsys):
     assert main(["methods"]) == 0
-    assert "weight_selection" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "weight_selection" in out
+    for cited in ("arXiv 2603.07523", "arXiv 2312.09299", "arXiv 2407.14679", "arXiv 2409.12903", "Xu et al., ICLR 2024"):
+        assert cited in out
 
 
 def _error_line(capsys, argv):

@@ -475,6 +475,8 @@ def cmd_methods(args: argparse.Namespace) -> None:
         cls = get_method(name)
         options = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(cls.Config)) or "-"
         print(f"{name:18s} {cls.summary}\n{'':18s} options: {options}")
+        if cls.paper:
+            print(f"{'':18s} paper: {cls.paper}")
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
