@@ -205,3 +205,24 @@ def test_streamed_safetensors_read_back_by_safetensors(tmp_path):
     save_safetensors(tmp_path / "t.safetensors", tensors, {"k": "v"})
     for read in (load_file(tmp_path / "t.safetensors"), read_safetensors(tmp_path / "t.safetensors", lazy=True)[0]):
         assert read.keys() == tensors.keys() and all(torch.equal(read[k], v) for k, v in tensors.items())
+
+
+def _rss_bytes():
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_release_pages_gives_back_a_mapped_tensor_and_keeps_its_values(tmp_path):
+    from learngene.io import read_safetensors, release_pages, save_safetensors
+
+    values = torch.randn(16 * 1024 * 1024)  # 64 MiB
+    save_safetensors(tmp_path / "big.safetensors", {"w": values}, {})
+    mapped = read_safetensors(tmp_path / "big.safetensors", lazy=True)[0]["w"]
+    before = _rss_bytes()
+    assert torch.equal(mapped, values)  # touches every page
+    touched = _rss_bytes()
+    release_pages(mapped)
+    released = _rss_bytes()
+    assert touched - before > 48 * 2**20 and touched - released > 48 * 2**20
+    assert torch.equal(mapped, values)  # read again from the file

@@ -10,6 +10,8 @@ File names in messages are quoted (:func:`quote`), so every error stays on one l
 from __future__ import annotations
 
 import contextlib
+import functools
+import sys
 import datetime
 import errno
 import io
@@ -298,6 +300,44 @@ def _require_file(path: str | os.PathLike) -> Path:
     if path.stat().st_size == 0:
         raise GeneFormatError(f"{quote(path)} is empty (0 bytes), perhaps from an interrupted copy; copy or create it again")
     return path
+
+
+_MADV_PAGEOUT = 21  # linux/mman.h (Linux >= 5.4)
+
+
+def release_pages(*tensors: Tensor) -> None:
+    """Let the kernel take back the pages of tensors read once from a memory map (``madvise(MADV_PAGEOUT)``).
+
+    A method that reads every layer of a memory-mapped ancestry once (PEG's mixtures) would otherwise keep
+    the whole checkpoint resident beside the gene it builds. The advice never loses data: unchanged file
+    pages are read again if used, changed or anonymous pages are kept (or swapped). A no-op elsewhere.
+    """
+    import ctypes
+    import mmap
+
+    libc = _libc()
+    if libc is None:
+        return
+    for tensor in tensors:
+        nbytes = tensor.numel() * tensor.element_size()
+        if tensor.device.type != "cpu" or nbytes < mmap.PAGESIZE:
+            continue
+        start = tensor.data_ptr() // mmap.PAGESIZE * mmap.PAGESIZE
+        end = tensor.data_ptr() + nbytes
+        libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_PAGEOUT)
+
+
+@functools.cache
+def _libc():
+    import ctypes
+    import ctypes.util
+
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    except OSError:
+        return None
 
 
 def read_safetensors(path: str | os.PathLike, lazy: bool = False) -> tuple[dict[str, Tensor], dict[str, str]]:

@@ -52,7 +52,7 @@ from ..data import Data
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..heads import mix_heads, select_matrix
-from ..io import atomic_path
+from ..io import atomic_path, release_pages
 from ..method import Ancestry, CondenseInputs, Method
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
@@ -221,9 +221,11 @@ class ClusterLearngene(Method):
             tensors[f"{CENTROIDS}{layer}"] = torch.tensor(centroids)
             b = block_state(state, layer)
             kept = mix_heads(*(b[k] for k in ATTENTION), select_matrix(centroids, spec.num_heads))
+            replaced = [b[k] for k in ATTENTION] + ([b[k] for k in FFN] if cfg.ffn == "random" else [])
             b.update(zip(ATTENTION, kept))
             if cfg.ffn == "random":
                 b = {k: v for k, v in b.items() if k not in FFN}
+            release_pages(*replaced)  # not in the gene: a memory-mapped ancestry's pages may go
             tensors.update({block_key(layer, k): v for k, v in b.items()})
         tensors[LABELS] = torch.stack(labels)
         tensors.update(inherit_non_block(state, spec, spec, ("embed", "norm")))

@@ -45,6 +45,7 @@ from ..descendant import GeneNet
 from ..errors import LearngeneError
 from ..gene import DESCENDANT, Learngene
 from ..heads import join_proj, join_qkv, mix_heads, split_proj, split_qkv
+from ..io import release_pages
 from ..method import AdaptInputs, Ancestry, CondenseInputs, Method
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
@@ -128,6 +129,7 @@ class PEG(Method):
             per_layer.append({"q": q, "k": k, "v": v, "q_bias": q_b, "k_bias": k_b, "v_bias": v_b,
                               "proj_cols": split_proj(proj_w, heads), "proj_bias": b["attn.proj.bias"],
                               "norm_weight": b["norm1.weight"], "norm_bias": b["norm1.bias"]})
+            release_pages(b["attn.qkv.weight"], b["attn.proj.weight"])  # read once: a mapped ancestry's pages may go
         # part by part, each layer's copy dropped once stacked: a ViT-g's heads are never held twice
         tensors = {f"msa.{part}": torch.stack([p.pop(part) for p in per_layer]) for part in list(per_layer[0])}
         ffn_mixing = mixing_weights(ffns, spec.depth, generator)
@@ -138,6 +140,7 @@ class PEG(Method):
                 weight = state[block_key(layer, name)]
                 for b in range(ffns):
                     mixed[b].add_(weight, alpha=float(ffn_mixing[b, layer]))
+                release_pages(weight)
             tensors[f"ffn.{part}"] = mixed
         tensors.update(inherit_non_block(state, spec, spec, ("embed", "norm")))
         return self.new_gene(tensors, spec, spec)
