@@ -32,7 +32,7 @@ from learngene.gene import Learngene
 from learngene.io import load_model_file, load_weights, save_model
 from learngene.method import Ancestry
 from learngene.registry import get_method, list_methods
-from learngene.spec import ViTSpec
+from learngene.spec import ViTFamily, ViTSpec
 from learngene.train import TrainConfig, resolve_device, train
 from tests.conftest import condense_tiny, make_images
 
@@ -407,7 +407,7 @@ API_CASES: list[tuple[str, Callable[[Workspace], object], str]] = [
     ("spec heads do not divide width", lambda w: ViTSpec(embed_dim=32, num_heads=3), "does not divide"),
     ("spec patch does not divide image", lambda w: ViTSpec(img_size=16, patch_size=5), "does not divide"),
     ("spec depth 0", lambda w: ViTSpec(depth=0), "depth must be"),
-    ("spec token pool without class token", lambda w: ViTSpec(class_token=False), "needs class_token"),
+    ("spec token pool without class token", lambda w: ViTFamily(class_token=False), "needs class_token"),
     ("spec from unknown fields", lambda w: ViTSpec.from_dict({"depht": 3}), "unknown spec field"),
     ("load a corrupt gene", lambda w: Learngene.load(w.corrupt), "not a readable safetensors"),
     ("load a model file as gene", lambda w: Learngene.load(w.anc), "not a learngene"),
@@ -613,8 +613,6 @@ FORGED = [
     ("option of the wrong type", "gene", dict(config='{"variant": 3}'), None, "variant must be a string"),
     ("tensor named blocks.x", "gene", {}, lambda s: {("blocks.x.norm1.weight" if k == "blocks.0.norm1.weight" else k): v
                                                      for k, v in s.items()}, "not a valid pretrained learngene"),
-    ("tensor missing", "ws_gene", {}, lambda s: {k: v for k, v in s.items() if k != "blocks.1.attn.qkv.weight"},
-     "not a valid weight_selection learngene"),
     ("tensor of the wrong shape", "gene", {}, lambda s: {**s, "blocks.0.attn.qkv.weight": torch.zeros(5, 7)},
      "not a valid pretrained learngene"),
     ("gene holding NaN", "gene", {}, _nan_first, "holds NaN or infinite values"),
