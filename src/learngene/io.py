@@ -10,13 +10,13 @@ File names in messages are quoted (:func:`quote`), so every error stays on one l
 from __future__ import annotations
 
 import contextlib
-import functools
-import sys
 import datetime
 import errno
+import functools
 import io
 import json
 import os
+import sys
 import tempfile
 import warnings
 import zipfile
