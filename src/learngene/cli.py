@@ -623,7 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="quick", choices=[*PROFILES, *SMOKE_PROFILES],
                    help="quick: pipeline check in ~2 min; cpu: the evidence run (~1 h on 2 cores); transfer: "
                         "ancestries on 5 Fashion-MNIST classes, few-shot fine-tuning on the other 5, ablations "
-                        "(~40 min on 2 shared cores); gpu: bigger models, full data; gpu-smoke: generated 224-px RGB "
+                        "(~30 min on 2 busy cores); gpu: bigger models, full data; gpu-smoke: generated 224-px RGB "
                         "images through the image-folder pipeline (ancestry, condense, expand, fine-tune), "
                         "--max-steps per stage (default: %(default)s)")
     p.add_argument("--max-steps", type=_integer, metavar="N", help="gpu-smoke: optimizer steps of each training stage "
