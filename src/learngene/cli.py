@@ -170,8 +170,11 @@ def add_output(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def add_ancestry_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ancestry", required=True, help="ancestry model: a learngene model file, or a checkpoint with --timm-model")
-    p.add_argument("--timm-model", help="timm architecture of a plain checkpoint, e.g. deit_tiny_patch16_224")
+    p.add_argument("--ancestry", required=True,
+                   help="ancestry model: a learngene model file; a checkpoint (.safetensors/.pth/.bin) with --timm-model; "
+                        "or a folder with config.json: a timm hub folder or a transformers ViT/DeiT/DINOv2")
+    p.add_argument("--timm-model", help="timm architecture of a plain checkpoint, e.g. deit_tiny_patch16_224 "
+                                        "(read from a folder's config.json when not given)")
 
 
 def _say(args: argparse.Namespace, text: str) -> None:
