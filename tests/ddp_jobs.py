@@ -46,6 +46,14 @@ def ancestry_job(out: Path, ancestry: Path) -> None:
          *TRAIN, "--augment", "--run-dir", out / "ancestry_run", "--out", out / "ancestry.safetensors"])
 
 
+def folder_job(out: Path, ancestry: Path) -> None:
+    """An image folder streamed by a DataLoader worker per rank (the folder lies next to the ancestry)."""
+    cli(["ancestry", "--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size", "16",
+         "--in-chans", "1", "--data", f"folder:{ancestry.parent / 'images'}", "--workers", "1", "--batch-size", "16",
+         "--epochs", "2", "--lr", "0.003", "--checkpoint-every", "2", "--quiet", "--augment",
+         "--run-dir", out / "folder_run", "--out", out / "folder.safetensors"])
+
+
 def genenet_job(out: Path, ancestry: Path) -> None:
     """Condensation through an aux net: a GeneNet's gene tensors trained by the loop (the TLEG/WAVE path)."""
     dist.init_from_env()
@@ -86,7 +94,7 @@ def run(out: Path, ancestry: Path, jobs: list[str]) -> None:
         if name.startswith("condense:"):
             condense_job(name.split(":", 1)[1])(out, ancestry)
         else:
-            {"ancestry": ancestry_job, "genenet": genenet_job, "nan": nan_job}[name](out, ancestry)
+            {"ancestry": ancestry_job, "folder": folder_job, "genenet": genenet_job, "nan": nan_job}[name](out, ancestry)
 
 
 def _log_renames(log: Path) -> None:

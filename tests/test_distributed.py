@@ -1,7 +1,7 @@
 """Two processes under torchrun (gloo, CPU) against one process: same images, same results, files once.
 
 One ``torchrun --standalone --nproc_per_node 2`` run does every job of ``tests/ddp_jobs.py`` (a plain ViT
-trained by ``learngene ancestry``, a GeneNet condensed through the loop, ``learngene condense`` for every
+trained by ``learngene ancestry``, the same streamed from an image folder by DataLoader workers, a GeneNet condensed through the loop, ``learngene condense`` for every
 registered method that needs data, and a NaN that only rank 1 sees); the same jobs run in this process
 with the same global batch as the reference.
 """
@@ -19,6 +19,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from learngene.data import write_image_folder
 from learngene.io import save_model
 from learngene.registry import get_method, list_methods
 from learngene.spec import ViTSpec
@@ -26,10 +27,10 @@ from tests import ddp_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = [m for m in list_methods() if get_method(m).needs_data]
-JOBS = ["ancestry", "genenet", *(f"condense:{m}" for m in TRAINED)]
-OUTPUTS = {"ancestry": "ancestry.safetensors", "genenet": "genenet.safetensors",
+JOBS = ["ancestry", "folder", "genenet", *(f"condense:{m}" for m in TRAINED)]
+OUTPUTS = {"ancestry": "ancestry.safetensors", "folder": "folder.safetensors", "genenet": "genenet.safetensors",
            **{f"condense:{m}": f"{m}.safetensors" for m in TRAINED}}
-RUN_DIRS = {"ancestry": "ancestry_run", "genenet": "genenet_run", **{f"condense:{m}": f"{m}_run" for m in TRAINED}}
+RUN_DIRS = {"ancestry": "ancestry_run", "folder": "folder_run", "genenet": "genenet_run", **{f"condense:{m}": f"{m}_run" for m in TRAINED}}
 
 
 def _record_renames(monkeypatch, log: Path) -> None:
@@ -53,6 +54,7 @@ def runs(tmp_path_factory):
     torch.manual_seed(0)
     ancestry = root / "anc.safetensors"
     save_model(ancestry, spec.create_model(), spec)
+    write_image_folder(root / "images", num_classes=3, per_class=11, size=20)  # 33 images, as the digits jobs
     one, two = root / "one", root / "two"
     one.mkdir()
     two.mkdir()
@@ -122,7 +124,7 @@ def test_files_are_written_once_by_rank_0(runs):
     for job in JOBS:
         if job not in runs["failed"]:
             assert two[OUTPUTS[job]] == 1
-    assert runs["stderr"].count("wrote ") == sum(j.startswith(("ancestry", "condense")) for j in JOBS
+    assert runs["stderr"].count("wrote ") == sum(j.startswith(("ancestry", "folder", "condense")) for j in JOBS
                                                   if j not in runs["failed"])
     leftovers = [p.name for p in runs["two"].rglob("*.tmp")]
     assert not leftovers

@@ -120,3 +120,86 @@ def test_bad_settings_are_refused():
         TrainConfig(distill_lambda=2)
     with pytest.raises(LearngeneError, match="epochs"):
         TrainConfig(epochs=0)
+
+
+# ---- GPU speed flags and DeiT's mixup, checked on CPU ------------------------------------------------------
+def _rgb_spec(tiny_spec):
+    return tiny_spec.replace(in_chans=3, num_classes=3)
+
+
+@pytest.fixture(scope="module")
+def rgb_folder_data(tmp_path_factory):
+    from learngene.data import load_splits, write_image_folder
+
+    root = write_image_folder(tmp_path_factory.mktemp("rgb"), num_classes=3, per_class=6, size=20)
+    return load_splits(f"folder:{root}", img_size=16, augment="deit", workers=0)
+
+
+def _weights(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_sdpa_and_eager_attention_and_fused_adamw_give_the_same_training(tiny_spec, toy_data):
+    from learngene.train import set_fused_attention
+
+    assert set_fused_attention(_model(tiny_spec), False) == tiny_spec.depth
+    runs = {}
+    for name, flags in {"sdpa": {}, "eager": {"sdpa": False}, "fused": {"fused_adamw": True}}.items():
+        model = _model(tiny_spec)
+        train(model, toy_data, TrainConfig(epochs=1, **FAST, **flags))
+        runs[name] = _weights(model)
+        assert all(m.fused_attn == flags.get("sdpa", True) for m in model.modules() if hasattr(m, "fused_attn"))
+    for name in ("eager", "fused"):
+        for key, value in runs["sdpa"].items():
+            # Adam turns float-rounding differences of near-zero gradients into up to ~1 % of a step (lr 3e-3)
+            torch.testing.assert_close(runs[name][key], value, rtol=1e-4, atol=1e-4, msg=f"{name}: {key}")
+
+
+def test_deit_mixup_trains_deterministically_on_a_streamed_folder(tiny_spec, rgb_folder_data):
+    train_data, test_data = rgb_folder_data
+    spec = _rgb_spec(tiny_spec)
+    runs = []
+    for _ in range(2):
+        model = _model(spec)
+        result = train(model, train_data, TrainConfig(epochs=2, mixup=True, label_smoothing=0.1, **FAST),
+                       eval_data=test_data)
+        runs.append(_weights(model))
+    assert all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
+    assert all(torch.isfinite(torch.tensor(r["train_loss"])) for r in result.history)
+    plain = _model(spec)
+    train(plain, train_data, TrainConfig(epochs=2, label_smoothing=0.1, **FAST))
+    assert not torch.equal(_weights(plain)["head.weight"], runs[0]["head.weight"])
+
+
+def test_mixup_targets_sum_to_one_and_an_odd_batch_goes_unmixed():
+    from learngene.data import BatchMixer
+
+    mixer = BatchMixer(num_classes=4, label_smoothing=0.1)
+    x, y = torch.rand(6, 3, 8, 8), torch.tensor([0, 1, 2, 3, 0, 1])
+    mixed, target = mixer(x, y)
+    assert target.shape == (6, 4) and torch.allclose(target.sum(-1), torch.ones(6))
+    odd_x, odd_target = mixer(x[:5], y[:5])
+    assert torch.equal(odd_x, x[:5]) and torch.allclose(odd_target.argmax(-1), y[:5])
+    assert odd_target.max() == pytest.approx(1 - 0.1 + 0.1 / 4)
+
+
+def test_a_teacher_on_streamed_data_runs_in_inference_mode(tiny_spec, rgb_folder_data):
+    train_data, _ = rgb_folder_data
+    spec = _rgb_spec(tiny_spec)
+    teacher = _model(spec, seed=1)
+    calls = []
+    teacher.register_forward_hook(lambda m, i, o: calls.append(torch.is_inference_mode_enabled()))
+    result = train(_model(spec), train_data, TrainConfig(epochs=1, distill_lambda=1.0, mixup=True, **FAST),
+                   teacher=teacher)
+    assert calls and all(calls) and result.history[0]["train_loss"] > 0
+
+
+@pytest.mark.slow  # compiling takes ~100 s on a busy 2-core CPU (measured)
+def test_compiled_training_matches_eager(tiny_spec, toy_data):
+    runs = []
+    for compile in (False, True):
+        model = _model(tiny_spec)
+        train(model, toy_data, TrainConfig(epochs=1, compile=compile, **FAST))
+        runs.append(_weights(model))
+    for key, value in runs[0].items():
+        torch.testing.assert_close(runs[1][key], value, rtol=1e-4, atol=1e-4, msg=key)

@@ -114,7 +114,9 @@ def condense_through_aux(method: Method, start: Learngene, ancestry: Ancestry, i
         if probe.shape[-1] != aux.num_classes:
             raise LearngeneError(f"the ancestry predicts {probe.shape[-1]} classes but the aux net has "
                                  f"{aux.num_classes}; distil on data with the ancestry's label space")
-        if not cfg.augment and isinstance(data, ImageData) and data.soft_targets is None:
+        # augmented or mixed images differ every epoch, and streamed ones are read once per step: the loop then
+        # runs the teacher on each batch, in inference mode
+        if not (cfg.augment or cfg.mixup) and isinstance(data, ImageData) and data.soft_targets is None:
             data = data.with_soft_targets(predict_logits(teacher, data, cfg.eval_batch_size, device))
             teacher = None
         teacher_seconds = time.perf_counter() - tic

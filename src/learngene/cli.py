@@ -79,7 +79,8 @@ def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: s
                         "0: in the main process)")
     g.add_argument("--aug", choices=("none", "deit"), default="none",
                    help="training augmentation of an RGB image folder: deit = timm's random-resized crop, flip, "
-                        "RandAugment rand-m9-mstd0.5-inc1 and random erasing 0.25 per image (DeiT's recipe) "
+                        "RandAugment rand-m9-mstd0.5-inc1 and random erasing 0.25 per image, then mixup 0.8 / cutmix "
+                        "1.0 per batch with soft targets (DeiT's recipe; DeiT also uses --label-smoothing 0.1) "
                         "(default: %(default)s)")
 
 
@@ -129,6 +130,14 @@ def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-
                    help="evaluate every N epochs and after the last; 0 = after the last only (default: %(default)s)")
     g.add_argument("--eval-images", type=int, metavar="N",
                    help="evaluate on a fixed random subset of N test images (default: all of them)")
+    g = p.add_argument_group("speed (the same math up to float rounding)")
+    g.add_argument("--compile", action="store_true", help="torch.compile the model (an aux net: its expand and forward "
+                                                          "together); the first steps compile")
+    g.add_argument("--fused-adamw", action=argparse.BooleanOptionalAction, default=None,
+                   help="AdamW's fused kernel (default: auto, on CUDA only)")
+    g.add_argument("--sdpa", action=argparse.BooleanOptionalAction, default=True,
+                   help="attention through torch's scaled_dot_product_attention, flash kernels on CUDA "
+                        "(--no-sdpa: timm's eager attention) (default: on)")
 
 
 def add_distill_args(p: argparse.ArgumentParser, lam: float | None, tau: float = 1.0) -> None:
@@ -151,7 +160,8 @@ def train_config_from_args(args: argparse.Namespace, desc: str):
     return TrainConfig(
         epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size, lr=args.lr,
         weight_decay=args.weight_decay, warmup_epochs=args.warmup_epochs, grad_clip=args.grad_clip or None,
-        label_smoothing=args.label_smoothing, augment=args.augment, seed=args.seed, device=args.device,
+        label_smoothing=args.label_smoothing, augment=args.augment, mixup=getattr(args, "aug", "none") == "deit",
+        compile=args.compile, fused_adamw=args.fused_adamw, sdpa=args.sdpa, seed=args.seed, device=args.device,
         distill_lambda=getattr(args, "distill_lambda", 0.0), distill_tau=getattr(args, "distill_tau", 1.0),
         checkpoint_every=args.checkpoint_every, eval_every=args.eval_every, eval_images=args.eval_images,
         progress=not args.quiet, desc=desc,
@@ -222,6 +232,7 @@ def _ancestry_preprocessing(args: argparse.Namespace, ancestry) -> dict[str, Any
 
 
 def cmd_condense(args: argparse.Namespace) -> None:
+    from .data import preprocessing_cfg
     from .io import check_output_path
     from .method import CondenseInputs, parse_options
     from .registry import get_method
@@ -235,15 +246,16 @@ def cmd_condense(args: argparse.Namespace) -> None:
     train_cfg = train_config_from_args(args, f"condense {args.method}")  # checked even where unused
     ancestry = _load_ancestry_args(args)
     inputs = None
+    preprocessing = _ancestry_preprocessing(args, ancestry)
     if method_cls.needs_data:
         model_in = ancestry.spec  # None for a non-ViT teacher: the data keep their own size unless flags say
         train_data, test_data = load_data_from_args(args, model_in.img_size if model_in else None,
-                                                    model_in.in_chans if model_in else None,
-                                                    _ancestry_preprocessing(args, ancestry))
+                                                    model_in.in_chans if model_in else None, preprocessing)
         inputs = CondenseInputs(train=train_data, eval=test_data, train_cfg=train_cfg, run_dir=args.run_dir,
                                 resume=args.resume)
+        preprocessing = preprocessing_cfg(train_data)  # what the gene's tensors were trained on
     seed_everything(args.seed)
-    gene = method.condense(ancestry, inputs)
+    gene = dataclasses.replace(method.condense(ancestry, inputs), preprocessing=preprocessing)
     gene.label_space = ancestry.label_space
     dist.on_main(lambda: gene.save(args.out, overwrite=args.overwrite))
     _say(args, f"wrote {args.out}: {gene.method} learngene, {gene.num_stored_params:,} stored parameters")
@@ -274,7 +286,8 @@ def cmd_expand(args: argparse.Namespace) -> None:
     else:
         dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
             "kind": "descendant", "method": gene.method, "gene": str(args.gene), "options": options,
-            "provided_keys": len(provided), "top_up": args.top_up, "label_space": head_label_space(gene, provided)}))
+            "provided_keys": len(provided), "top_up": args.top_up, "label_space": head_label_space(gene, provided)},
+            preprocessing=gene.preprocessing))
     _say(args, f"wrote {args.out}{' (timm hub folder)' if hub else ''}: {spec.short()} timm ViT ({spec.num_params:,} params), "
                f"{len(provided)}/{len(spec.state_shapes())} tensors from the {gene.method} gene"
                + (f", the rest topped up by {args.top_up} where it has weights" if args.top_up else ""))
@@ -297,7 +310,12 @@ def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dic
     }
     if options:
         card["options"] = ", ".join(f"{k}={v!r}" for k, v in options.items())
-    export_hub_folder(args.out, model, spec, card, overwrite=args.overwrite)
+    data_config = None
+    if gene.preprocessing is not None:  # the gene's, at the descendant's input size
+        from .data import preprocessing_cfg
+
+        data_config = preprocessing_cfg(gene.preprocessing, spec.img_size, spec.in_chans)
+    export_hub_folder(args.out, model, spec, card, data_config=data_config, overwrite=args.overwrite)
 
 
 def _fit_gene_to_budget(args: argparse.Namespace, gene, base, options: dict[str, Any]):
@@ -326,6 +344,7 @@ def _count(text: str) -> int:
 
 
 def cmd_adapt(args: argparse.Namespace) -> None:
+    from .data import preprocessing_cfg
     from .descendant import make_descendant
     from .gene import Learngene
     from .io import check_output_path, save_model
@@ -341,7 +360,8 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     options = parse_options(method_cls.Config, args.opt or [])
     method = method_cls.from_gene(gene, **options)
     base = gene.ancestry
-    train_data, test_data = load_data_from_args(args, (base.img_size if base else None), (base.in_chans if base else None))
+    train_data, test_data = load_data_from_args(args, (base.img_size if base else None), (base.in_chans if base else None),
+                                                gene.preprocessing)
     spec = spec_from_args(args, base=base, data=train_data)
     adapted, result = method.adapt(gene, spec, AdaptInputs(train_data, train_cfg.replace(desc=f"adapt {gene.method}"),
                                                            eval=test_data, run_dir=args.run_dir, resume=args.resume))
@@ -353,7 +373,8 @@ def cmd_adapt(args: argparse.Namespace) -> None:
         save_model(args.out, model, spec, overwrite=args.overwrite, origin={
             "kind": "descendant", "method": gene.method, "gene": str(args.gene), "adapted_on": train_data.name,
             "adapt_steps": result.steps, "options": options,
-            "label_space": head_label_space(gene, method.provided_keys(adapted, spec))})
+            "label_space": head_label_space(gene, method.provided_keys(adapted, spec))},
+            preprocessing=preprocessing_cfg(train_data))
 
     dist.on_main(write)
     _say(args, f"wrote {args.out}: {spec.short()} timm ViT adapted for {result.steps} steps"
@@ -414,8 +435,19 @@ def cmd_methods(args: argparse.Namespace) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> None:
     from .bench import BenchRun, get_profile
+    from .bench.smoke import SMOKE_PROFILES
     from .registry import list_methods
 
+    if args.profile in SMOKE_PROFILES:
+        from .bench.smoke import run_smoke
+
+        if args.max_steps is not None and args.max_steps < 1:
+            raise LearngeneError(f"--max-steps must be at least 1, got {args.max_steps}")
+        record = run_smoke(SMOKE_PROFILES[args.profile], Path(args.out or f"runs/bench-{args.profile}"), args.device,
+                           args.max_steps, progress=not args.quiet)
+        for stage in record["stages"]:
+            print(f"learngene bench {args.profile}: {stage['stage']:9s} {stage['seconds']:8.1f} s on {record['device']}")
+        return
     profile = get_profile(args.profile)
     command = f"learngene bench --profile {args.profile}"
     if args.methods:
@@ -455,6 +487,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
 # ---- parser -----------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from .bench.profiles import PROFILES
+    from .bench.smoke import SMOKE_PROFILES
     from .registry import list_methods
 
     parser = _Parser(prog="learngene", description="Condense a pretrained ViT into a learngene and expand it into "
@@ -555,10 +588,14 @@ def build_parser() -> argparse.ArgumentParser:
                                    "fine-tune descendants of several sizes on Fashion-MNIST, digits and a few-shot "
                                    "task with identical budgets and seeds, and write report.md, results.csv and "
                                    "plots. Every stage is cached: rerunning continues an interrupted run.")
-    p.add_argument("--profile", default="quick", choices=list(PROFILES),
+    p.add_argument("--profile", default="quick", choices=[*PROFILES, *SMOKE_PROFILES],
                    help="quick: pipeline check in ~2 min; cpu: the evidence run (~1 h on 2 cores); transfer: "
                         "ancestries on 5 Fashion-MNIST classes, few-shot fine-tuning on the other 5, ablations "
-                        "(~40 min on 2 shared cores); gpu: bigger models, full data (default: %(default)s)")
+                        "(~40 min on 2 shared cores); gpu: bigger models, full data; gpu-smoke: generated 224-px RGB "
+                        "images through the image-folder pipeline (ancestry, condense, expand, fine-tune), "
+                        "--max-steps per stage (default: %(default)s)")
+    p.add_argument("--max-steps", type=int, metavar="N", help="gpu-smoke: optimizer steps of each training stage "
+                                                              "(default: 20)")
     p.add_argument("--out", help="report folder (default: runs/bench-PROFILE)")
     p.add_argument("--methods", nargs="+", metavar="METHOD", help="only these registered methods (default: all)")
     p.add_argument("--seeds", type=int, metavar="N", help="seeds 0..N-1 instead of the profile's")

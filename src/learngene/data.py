@@ -385,6 +385,10 @@ class FolderData:
         return len(self.classes)
 
     @property
+    def label_space(self) -> dict[str, Any] | None:
+        return label_space(self)
+
+    @property
     def in_chans(self) -> int:
         return self.preprocessing["input_size"][0]
 
@@ -819,6 +823,31 @@ class Batches:
                 gen = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch * 10_007 + step)
                 x = augment_batch(x, gen, global_size=global_size, rank=self.rank, world=self.world)
             yield Batch(x, y, soft, global_size)
+
+
+class BatchMixer:
+    """DeiT's mixup (α 0.8) or cutmix (α 1.0), one of them per batch, through ``timm.data.Mixup``:
+    ``(images, labels) → (mixed images, soft targets)`` with ``label_smoothing`` folded into the targets.
+
+    timm mixes a batch with its reverse, so it needs an even batch; an odd one (the last, or a rank's share
+    under DDP) is left unmixed with smoothed one-hot targets. Under DDP each rank mixes its own share
+    (as DeiT's training does), so runs on 1 and N processes differ by which images are paired.
+    """
+
+    def __init__(self, num_classes: int, label_smoothing: float = 0.0):
+        from timm.data import Mixup
+
+        self.num_classes, self.label_smoothing = num_classes, label_smoothing
+        self.mixup = Mixup(mixup_alpha=DEIT_RECIPE["mixup_alpha"], cutmix_alpha=DEIT_RECIPE["cutmix_alpha"],
+                           prob=DEIT_RECIPE["mixup_prob"], switch_prob=DEIT_RECIPE["mixup_switch_prob"], mode="batch",
+                           label_smoothing=label_smoothing, num_classes=num_classes)
+
+    def __call__(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        from timm.data.mixup import mixup_target
+
+        if len(x) % 2:
+            return x, mixup_target(y, self.num_classes, 1.0, self.label_smoothing)
+        return self.mixup(x, y)
 
 
 def augment_batch(x: Tensor, gen: torch.Generator, max_shift: int = 2, global_size: int | None = None, rank: int = 0,

@@ -17,7 +17,7 @@ from typing import Any
 
 from torch import Tensor
 
-from .errors import GeneFormatError
+from .errors import GeneFormatError, LearngeneError
 from .io import library_version, now_iso, read_safetensors, save_safetensors
 from .spec import ViTSpec
 
@@ -46,6 +46,8 @@ class Learngene:
         cost: what condensation cost (e.g. ``{"epochs": 3, "steps": 900, "seconds": 41.2}``).
         label_space: the classes the ancestry was trained on (``{"dataset": ..., "classes": [...]}``,
             None when unknown): a head expanded from the gene means these classes.
+        preprocessing: what inputs its tensors expect (timm's data-config keys,
+            :func:`learngene.data.preprocessing_cfg`), passed on to every descendant's model file; None: unknown.
         library_version, created: provenance, filled in on creation.
     """
 
@@ -56,6 +58,7 @@ class Learngene:
     ancestry: ViTSpec | None = None
     cost: dict[str, Any] = field(default_factory=dict)
     label_space: dict[str, Any] | None = None
+    preprocessing: dict[str, Any] | None = None
     library_version: str = field(default_factory=library_version)
     created: str = field(default_factory=now_iso)
 
@@ -85,6 +88,8 @@ class Learngene:
             "library_version": self.library_version,
             "created": self.created,
         }
+        if self.preprocessing is not None:
+            metadata["preprocessing"] = json.dumps(self.preprocessing)
         save_safetensors(path, self.tensors, metadata, overwrite)
 
     @classmethod
@@ -117,12 +122,19 @@ class Learngene:
                 ancestry=ancestry,
                 cost=json.loads(meta.get("cost", "{}")),
                 label_space=json.loads(meta.get("label_space", "null")),
+                preprocessing=_preprocessing_from_json(meta.get("preprocessing")),
                 library_version=meta.get("library_version", "unknown"),
                 created=meta.get("created", "unknown"),
             )
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, LearngeneError) as exc:
             raise GeneFormatError(f"{path} has a corrupt learngene header ({str(exc).splitlines()[0][:160]}); create it "
                                   f"again with `learngene condense`") from None
+
+
+def _preprocessing_from_json(text: str | None) -> dict[str, Any] | None:
+    from .data import preprocessing_cfg
+
+    return None if text is None else preprocessing_cfg(json.loads(text))
 
 
 def _spec_json(spec: ViTSpec | None) -> str:

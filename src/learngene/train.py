@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from . import distributed as dist
-from .data import Batches, Data, take
+from .data import BatchMixer, Batches, Data, take
 from .errors import DataError, LearngeneError, TrainingError
 from .io import atomic_path, torch_load_weights_only, write_text_atomic
 
@@ -52,6 +52,7 @@ class TrainConfig:
     distill_lambda: float = 0.0  # λ: 0 = plain CE; 1 = pure distillation
     distill_tau: float = 1.0  # τ
     augment: bool = False
+    mixup: bool = False  # DeiT's mixup/cutmix with soft targets (data.BatchMixer); needs an even share per rank
     seed: int = 0
     device: str = "auto"
     eval_batch_size: int = 512
@@ -60,10 +61,14 @@ class TrainConfig:
     eval_images: int | None = None  # evaluate on a fixed random subset of this many images (None: all)
     progress: bool = True
     desc: str = "train"
+    # speed only (the same math up to float rounding): free to change when resuming
+    compile: bool = False  # torch.compile the model (an aux net: its expand + forward together)
+    fused_adamw: bool | None = None  # AdamW's fused kernel; None: on CUDA only
+    sdpa: bool = True  # attention through F.scaled_dot_product_attention (flash kernels on CUDA), else eager
 
     # fields that must agree between a checkpoint and the run resuming it
     RESUME_KEYS = ("epochs", "batch_size", "lr", "min_lr", "weight_decay", "warmup_epochs", "max_steps",
-                   "grad_clip", "label_smoothing", "distill_lambda", "distill_tau", "augment", "seed")
+                   "grad_clip", "label_smoothing", "distill_lambda", "distill_tau", "augment", "mixup", "seed")
 
     def __post_init__(self) -> None:
         if self.epochs < 1 and not self.max_steps:
@@ -150,7 +155,10 @@ def set_fused_attention(model: nn.Module, enabled: bool = True) -> int:
 
 def distill_loss(logits: Tensor, labels: Tensor, teacher_logits: Tensor | None, lam: float, tau: float,
                  label_smoothing: float = 0.0) -> Tensor:
-    """Per-sample ``(1−λ)·CE + λ·τ²·KL(softmax(z_t/τ) ‖ softmax(z_s/τ))`` (summed later, not averaged)."""
+    """Per-sample ``(1−λ)·CE + λ·τ²·KL(softmax(z_t/τ) ‖ softmax(z_s/τ))`` (summed later, not averaged).
+
+    ``labels`` are class indices, or soft targets ``(N, K)`` (mixup/cutmix, smoothing already folded in).
+    """
     logits = logits.float()
     loss = torch.zeros(len(logits), device=logits.device)
     if lam < 1.0:
@@ -303,8 +311,12 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
     if cfg.distill_lambda > 0 and teacher is None and train_data.soft_targets is None:
         raise LearngeneError("distillation (λ > 0) needs a teacher or cached teacher logits")
     model.to(device)
+    set_fused_attention(model, cfg.sdpa)
     if teacher is not None:
         teacher.to(device).eval().requires_grad_(False)
+        set_fused_attention(teacher, cfg.sdpa)
+    head = getattr(getattr(model, "skeleton", model), "num_classes", None) or train_data.num_classes
+    mixer = BatchMixer(head, cfg.label_smoothing) if cfg.mixup else None
     batches = Batches(train_data, cfg.batch_size, shuffle=True, seed=cfg.seed, rank=dist.rank(),
                       world=dist.world_size(), augment=cfg.augment)
     steps_per_epoch = len(batches)
@@ -313,7 +325,8 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
     # a short run (e.g. one fine-tuning epoch) still decays: warmup takes at most a fifth of it
     warmup = max(1, min(round(cfg.warmup_epochs * steps_per_epoch), total_steps // 5))
 
-    optimizer = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr)
+    fused = device.type == "cuda" if cfg.fused_adamw is None else cfg.fused_adamw
+    optimizer = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr, fused=fused)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: _lr_factor(s, warmup, total_steps, cfg.min_lr / cfg.lr))
     result = TrainResult()
@@ -356,12 +369,12 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
         for stale in (LOG, CHECKPOINT):  # a fresh run must never resume an older run's checkpoint later
             (run_dir / stale).unlink(missing_ok=True)
 
-    net = model
+    net = torch.compile(model) if cfg.compile else model  # compiled first, then wrapped in DDP (as nanoGPT does)
     if dist.is_distributed():
         # timm's (1, 1, D) class token gets a gradient with another (irrelevant) stride for its size-1 dims,
         # and DDP warns about it on every run (timm issue #2147): harmless, so not shown
         warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
-        net = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        net = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
 
     def save_checkpoint(epoch: int, step_in_epoch: int, epoch_sums: Tensor) -> None:
         """Atomic; called by every rank at the same step (their RNG states and partial sums are gathered)."""
@@ -393,12 +406,16 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
                 break
             x, y = batch.x.to(device, non_blocking=True), batch.y.to(device, non_blocking=True)
             soft = batch.soft.to(device) if batch.soft is not None else None
+            target, smoothing = y, cfg.label_smoothing
+            if mixer is not None:  # soft targets, already smoothed
+                x, target, smoothing = *mixer(x, y), 0.0
             if cfg.distill_lambda > 0 and soft is None:
-                with torch.no_grad(), autocast(device):
+                with torch.inference_mode(), autocast(device):
                     soft = teacher(x).float()
+                soft = soft.clone()  # an inference-mode tensor cannot be saved for the KL's backward
             with autocast(device):
                 logits = net(x)
-            per_sample = distill_loss(logits, y, soft, cfg.distill_lambda, cfg.distill_tau, cfg.label_smoothing)
+            per_sample = distill_loss(logits, target, soft, cfg.distill_lambda, cfg.distill_tau, smoothing)
             # DDP averages gradients over ranks; scaling by world/global_size makes that the exact mean
             # over the global batch, even when ranks hold unequal shares of the last batch.
             loss = per_sample.sum() * (dist.world_size() / batch.global_size)

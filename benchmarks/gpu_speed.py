@@ -1,0 +1,186 @@
+"""Training speed and MFU: plain timm training, our ancestry step and our aux-net step, side by side in one run.
+
+Three steps of the same ViT (ViT-S/16 and ViT-B/16 at 224 px, 1000 classes; ``--quick``: small sizes for a CPU):
+
+- ``plain timm``: what a timm user writes: ``timm.create_model``, AdamW, bf16 autocast (CUDA),
+  cross-entropy, backward, gradient clipping, step; inputs are random tensors already on the device.
+- ``ours ancestry``: :func:`learngene.train.train` on a plain timm ViT (the loop that trains
+  ancestries and descendants), on in-memory uint8 images.
+- ``ours aux-net``: the same loop on the aux net of TLEG (:class:`GeneNet`: every forward expands the
+  gene's tensors into the ViT's weights), as in condensation, here with cross-entropy only (λ = 0) so
+  that the step itself is compared, not the teacher.
+
+The same flags go to all three: ``--compile`` (``torch.compile``), fused AdamW (default: on CUDA),
+SDPA attention (timm's ``fused_attn``; flash kernels on CUDA in bf16). Images/s are over the timed
+steps after warm-up steps (compilation happens there). MFU = images/s × 3 × forward matmul FLOPs per
+image / the device's dense bf16 peak (a table by device name below; ``n/a`` on a CPU or an unknown
+device). Nothing here estimates: a device that did not run prints no number.
+
+    PYTHONPATH=src python benchmarks/gpu_speed.py --quick                      # CPU: small sizes
+    PYTHONPATH=src python benchmarks/gpu_speed.py --batch-size 256             # a GPU: ViT-S/16 and ViT-B/16
+    PYTHONPATH=src python benchmarks/gpu_speed.py --batch-size 256 --compile
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from learngene.data import ImageData
+from learngene.spec import ViTSpec
+from learngene.train import TrainConfig, autocast, resolve_device, set_fused_attention, train
+
+# dense (no sparsity) bf16 tensor-core peaks from NVIDIA's data sheets, TFLOP/s; first matching name wins
+BF16_PEAK_TFLOPS = (
+    ("H100 PCIe", 756.0),
+    ("H100", 989.4),  # SXM5 (device names "NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM ...")
+    ("H200", 989.4),
+    ("GH200", 989.4),
+    ("A100", 312.0),
+    ("L40S", 362.0),
+)
+
+SIZES = {
+    "ViT-S/16": ViTSpec(depth=12, embed_dim=384, num_heads=6, img_size=224, patch_size=16, in_chans=3, num_classes=1000),
+    "ViT-B/16": ViTSpec(depth=12, embed_dim=768, num_heads=12, img_size=224, patch_size=16, in_chans=3, num_classes=1000),
+}
+QUICK_SIZES = {
+    "L4-D96-H3 64px/16": ViTSpec(depth=4, embed_dim=96, num_heads=3, img_size=64, patch_size=16, in_chans=3, num_classes=100),
+    "L4-D192-H3 64px/16": ViTSpec(depth=4, embed_dim=192, num_heads=3, img_size=64, patch_size=16, in_chans=3, num_classes=100),
+}
+
+
+def peak_flops(device: torch.device) -> tuple[float | None, str]:
+    """(dense bf16 peak in FLOP/s, device name); the peak is None on a CPU or a GPU not in the table."""
+    if device.type != "cuda":
+        return None, "cpu"
+    name = torch.cuda.get_device_name(device)
+    for key, tflops in BF16_PEAK_TFLOPS:
+        if key in name:
+            return tflops * 1e12, name
+    return None, name
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def plain_step_rate(model: torch.nn.Module, input_size, num_classes: int, batch: int, steps: int, device: torch.device,
+                    compile: bool = False, fused_adamw: bool | None = None, warmup: int = 2) -> float:
+    """Images/s of a hand-written timm training step (random inputs already on the device)."""
+    model = model.to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05,
+                                  fused=device.type == "cuda" if fused_adamw is None else fused_adamw)
+    net = torch.compile(model) if compile else model
+    x = torch.randn(batch, *input_size, device=device)
+    y = torch.randint(0, num_classes, (batch,), device=device)
+
+    def step() -> None:
+        with autocast(device):
+            loss = F.cross_entropy(net(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    for _ in range(warmup):
+        step()
+    _sync(device)
+    tic = time.perf_counter()
+    for _ in range(steps):
+        step()
+    _sync(device)
+    return batch * steps / (time.perf_counter() - tic)
+
+
+def loop_step_rate(model: torch.nn.Module, spec: ViTSpec, batch: int, steps: int, warmup: int, cfg: TrainConfig) -> float:
+    """Images/s of :func:`learngene.train.train`: epoch 1 is the warm-up, epoch 2 is timed (its own seconds)."""
+    per_epoch = max(steps, warmup)
+    gen = torch.Generator().manual_seed(0)
+    n = per_epoch * batch
+    images = torch.randint(0, 256, (n, spec.in_chans, spec.img_size, spec.img_size), generator=gen, dtype=torch.uint8)
+    data = ImageData(images, torch.randint(0, spec.num_classes, (n,), generator=gen), spec.num_classes,
+                     (0.5,) * spec.in_chans, (0.25,) * spec.in_chans, name="random")
+    result = train(model, data, cfg.replace(epochs=2, batch_size=batch, max_steps=None))
+    seconds = result.history[1]["seconds"] - result.history[0]["seconds"]
+    return n / seconds
+
+
+def aux_net(spec: ViTSpec) -> torch.nn.Module:
+    from learngene.descendant import GeneNet
+    from learngene.methods.tleg import TLEG
+
+    method = TLEG()
+    return GeneNet(method, method.new_gene(method.initial_tensors(spec), spec, None), spec)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small sizes for a CPU")
+    p.add_argument("--batch-size", type=int, default=256, help="(default: %(default)s; --quick: 32)")
+    p.add_argument("--steps", type=int, default=20, help="timed steps (default: %(default)s; --quick: 4)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps first (default: %(default)s; --quick: 2)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (and the aux net's expand + forward)")
+    p.add_argument("--fused-adamw", action=argparse.BooleanOptionalAction, default=None,
+                   help="fused AdamW kernel (default: on CUDA only)")
+    p.add_argument("--sdpa", action=argparse.BooleanOptionalAction, default=True,
+                   help="attention through torch's scaled_dot_product_attention (flash on CUDA) (default: on)")
+    p.add_argument("--sizes", nargs="+", help="only these sizes (names as printed)")
+    p.add_argument("--reps", type=int, default=3, help="interleaved repetitions of each step (default: %(default)s)")
+    p.add_argument("--device", default="auto", help="(default: %(default)s)")
+    args = p.parse_args()
+    if args.quick:
+        args.batch_size = 32 if args.batch_size == 256 else args.batch_size
+        args.steps, args.warmup = (4 if args.steps == 20 else args.steps), (2 if args.warmup == 5 else args.warmup)
+
+    device = resolve_device(args.device)
+    peak, device_name = peak_flops(device)
+    fused = device.type == "cuda" if args.fused_adamw is None else args.fused_adamw
+    cfg = TrainConfig(lr=1e-4, device=str(device), progress=False, compile=args.compile, fused_adamw=fused,
+                      sdpa=args.sdpa)
+    sizes = QUICK_SIZES if args.quick else SIZES
+    print(f"device: {device_name}; dense bf16 peak: {f'{peak / 1e12:.1f} TFLOP/s' if peak else 'n/a'}; "
+          f"precision: {'bf16 autocast' if device.type == 'cuda' else 'fp32'}; torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads" + (f", load average {os.getloadavg()[0]:.1f}" if device.type == "cpu" else ""))
+    print(f"batch {args.batch_size}, {args.warmup} warm-up + {args.steps} timed steps; compile {args.compile}, "
+          f"fused AdamW {fused}, SDPA {args.sdpa}")
+    print(f"{'size':20s} {'step':20s} {'images/s':>10s} {'MFU':>7s} {'vs plain':>9s}   (medians of {args.reps} interleaved reps)")
+    for name, spec in sizes.items():
+        if args.sizes and name not in args.sizes:
+            continue
+        shape = (spec.in_chans, spec.img_size, spec.img_size)
+
+        def plain() -> float:
+            torch.manual_seed(0)
+            model = spec.create_model()
+            set_fused_attention(model, args.sdpa)
+            return plain_step_rate(model, shape, spec.num_classes, args.batch_size, args.steps, device, args.compile,
+                                   fused, args.warmup)
+
+        steps = {"plain timm": plain,
+                 "ours ancestry": lambda: loop_step_rate(spec.create_model(), spec, args.batch_size, args.steps,
+                                                         args.warmup, cfg),
+                 "ours aux-net (tleg)": lambda: loop_step_rate(aux_net(spec), spec, args.batch_size, args.steps,
+                                                               args.warmup, cfg)}
+        names = list(steps)
+        rates: dict[str, list[float]] = {n: [] for n in names}
+        for rep in range(args.reps):  # the order rotates, so that load drifting on a shared machine hits all alike
+            for step in names[rep % len(names):] + names[:rep % len(names)]:
+                rates[step].append(steps[step]())
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+        for step in names:
+            rate = statistics.median(rates[step])
+            ratio = statistics.median(r / p for r, p in zip(rates[step], rates["plain timm"]))
+            mfu = f"{100 * rate * 3 * spec.flops / peak:6.1f}%" if peak else "    n/a"
+            print(f"{name:20s} {step:20s} {rate:10.1f} {mfu} {ratio:9.3f}")
+
+
+if __name__ == "__main__":
+    main()

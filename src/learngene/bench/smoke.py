@@ -1,0 +1,92 @@
+"""``learngene bench --profile gpu-smoke``: the image-folder pipeline end to end at 224 px, bounded by steps.
+
+It writes a folder of generated 224-px RGB images (:func:`learngene.data.write_image_folder`), then runs
+the commands a user runs, in this process: ``ancestry`` (a ViT-S/16 trained with DeiT's augmentation),
+``condense`` (TLEG's aux net distilled from it, the ancestry's preprocessing from its model file),
+``expand`` (a shallower descendant) and ``train`` (fine-tuning), each training stage stopped after
+``--max-steps`` optimizer steps. It checks that the path runs on the machine at hand (workers, pinned
+memory, bf16, the train loop's GPU flags) and records how long each stage took; its accuracies mean
+nothing (random images, a few steps).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import LearngeneError
+
+
+@dataclass(frozen=True)
+class FolderSmoke:
+    """Sizes of a smoke run: the ancestry ViT, the generated folder, the steps of each training stage."""
+
+    name: str
+    depth: int = 12
+    embed_dim: int = 384
+    num_heads: int = 6
+    patch_size: int = 16
+    img_size: int = 224
+    classes: int = 4
+    train_per_class: int = 64
+    test_per_class: int = 16
+    descendant_depth: int = 6
+    batch_size: int = 64
+    max_steps: int = 20
+    method: str = "tleg"
+
+
+SMOKE_PROFILES = {"gpu-smoke": FolderSmoke("gpu-smoke")}
+
+
+def run_smoke(profile: FolderSmoke, out: Path, device: str = "auto", max_steps: int | None = None,
+              workers: int | None = None, progress: bool = True, extra: list[str] | None = None) -> dict:
+    """Run every stage; returns (and writes to ``out/smoke.json``) each stage's command and seconds."""
+    from ..cli import main
+    from ..data import write_image_folder
+    from ..io import write_text_atomic
+
+    steps = max_steps or profile.max_steps
+    out.mkdir(parents=True, exist_ok=True)
+    images = out / "images"
+    if not (images / "test").is_dir():  # written once, then renamed: a killed run never leaves half a folder
+        tmp = out / "images.partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        for seed, (split, per_class) in enumerate((("train", profile.train_per_class), ("test", profile.test_per_class))):
+            write_image_folder(tmp, profile.classes, per_class, profile.img_size, seed=seed, splits=(split,))
+        tmp.rename(images)
+    common = ["--data", f"folder:{images}", "--device", device, "--batch-size", str(profile.batch_size),
+              "--max-steps", str(steps), "--overwrite", *([] if progress else ["--quiet"]),
+              *(["--workers", str(workers)] if workers is not None else []), *(extra or [])]
+    size = ["--depth", str(profile.depth), "--embed-dim", str(profile.embed_dim), "--num-heads", str(profile.num_heads),
+            "--patch-size", str(profile.patch_size), "--img-size", str(profile.img_size)]
+    stages = [
+        ("ancestry", ["ancestry", *size, *common, "--aug", "deit", "--label-smoothing", "0.1",
+                      "--out", out / "ancestry.safetensors"]),
+        ("condense", ["condense", "--method", profile.method, "--ancestry", out / "ancestry.safetensors", *common,
+                      "--aug", "deit", "--out", out / "gene.safetensors"]),
+        ("expand", ["expand", out / "gene.safetensors", "--depth", str(profile.descendant_depth), "--overwrite",
+                    "--device", device, "--out", out / "descendant.safetensors"]),
+        ("fine-tune", ["train", out / "descendant.safetensors", *common, "--out", out / "finetuned.safetensors"]),
+    ]
+    import torch
+
+    from ..train import resolve_device
+
+    dev = resolve_device(device)
+    record = {"profile": profile.name, "max_steps": steps, "torch": torch.__version__,
+              "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "stages": []}
+    for name, argv in stages:
+        argv = [str(a) for a in argv]
+        tic = time.perf_counter()
+        code = main(argv)
+        seconds = time.perf_counter() - tic
+        if code != 0:
+            raise LearngeneError(f"gpu-smoke stage {name} failed (exit {code}): learngene {' '.join(argv)}; "
+                                 f"see its error above")
+        record["stages"].append({"stage": name, "seconds": round(seconds, 2), "command": "learngene " + " ".join(argv)})
+    write_text_atomic(out / "smoke.json", json.dumps(record, indent=1) + "\n")
+    return record
