@@ -226,3 +226,22 @@ def test_release_pages_gives_back_a_mapped_tensor_and_keeps_its_values(tmp_path)
     released = _rss_bytes()
     assert touched - before > 48 * 2**20 and touched - released > 48 * 2**20
     assert torch.equal(mapped, values)  # read again from the file
+
+
+def test_cli_hf_folder_to_hub_folder_keeps_its_preprocessing(tmp_path, transformers, capsys):
+    """--ancestry DIR needs no --timm-model; the image processor's mean/std reach the descendant's config."""
+    import timm
+
+    from learngene.cli import main
+
+    torch.manual_seed(4)
+    hf = transformers.ViTForImageClassification(transformers.ViTConfig(**TINY, intermediate_size=64, num_labels=10))
+    folder = _hf_folder(tmp_path, hf)
+    (folder / "preprocessor_config.json").write_text(json.dumps({"image_mean": [0.1, 0.2, 0.3],
+                                                                 "image_std": [0.4, 0.5, 0.6]}))
+    gene, out = tmp_path / "g.safetensors", tmp_path / "desc"
+    assert main(["condense", "--method", "weight_selection", "--ancestry", str(folder), "--out", str(gene), "--quiet"]) == 0
+    assert main(["expand", str(gene), "--embed-dim", "16", "--num-heads", "1", "--out", f"{out}/", "--quiet"]) == 0
+    cfg = json.loads((out / "config.json").read_text())["pretrained_cfg"]
+    assert cfg["mean"] == [0.1, 0.2, 0.3] and cfg["std"] == [0.4, 0.5, 0.6]
+    assert timm.create_model(f"local-dir:{out}", pretrained=True).embed_dim == 16

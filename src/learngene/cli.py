@@ -228,7 +228,11 @@ def _ancestry_preprocessing(args: argparse.Namespace, ancestry) -> dict[str, Any
     from .data import preprocessing_cfg
     from .io import model_preprocessing
 
-    return preprocessing_cfg(ancestry.model) if args.timm_model else model_preprocessing(args.ancestry)
+    from .convert import is_model_folder
+
+    if args.timm_model or is_model_folder(args.ancestry):  # a folder's config is on the model (load_ancestry)
+        return preprocessing_cfg(ancestry.model)
+    return model_preprocessing(args.ancestry)
 
 
 def cmd_condense(args: argparse.Namespace) -> None:
