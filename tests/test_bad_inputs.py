@@ -32,7 +32,7 @@ from learngene.gene import Learngene
 from learngene.io import load_model_file, load_weights, save_model
 from learngene.method import Ancestry
 from learngene.registry import get_method, list_methods
-from learngene.spec import ViTSpec
+from learngene.spec import ViTFamily, ViTSpec
 from learngene.train import TrainConfig, resolve_device, train
 from tests.conftest import make_images
 
@@ -378,7 +378,7 @@ API_CASES: list[tuple[str, Callable[[Workspace], object], str]] = [
     ("spec heads do not divide width", lambda w: ViTSpec(embed_dim=32, num_heads=3), "does not divide"),
     ("spec patch does not divide image", lambda w: ViTSpec(img_size=16, patch_size=5), "does not divide"),
     ("spec depth 0", lambda w: ViTSpec(depth=0), "depth must be"),
-    ("spec token pool without class token", lambda w: ViTSpec(class_token=False), "needs class_token"),
+    ("spec token pool without class token", lambda w: ViTFamily(class_token=False), "needs class_token"),
     ("spec from unknown fields", lambda w: ViTSpec.from_dict({"depht": 3}), "unknown spec field"),
     ("load a corrupt gene", lambda w: Learngene.load(w.corrupt), "not a readable safetensors"),
     ("load a model file as gene", lambda w: Learngene.load(w.anc), "not a learngene"),

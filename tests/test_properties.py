@@ -22,7 +22,7 @@ from learngene.errors import LearngeneError
 from learngene.gene import Learngene
 from learngene.method import Ancestry, CondenseInputs
 from learngene.registry import get_method, list_methods
-from learngene.spec import ViTSpec
+from learngene.spec import ViTFamily, ViTSpec
 from learngene.train import TrainConfig, seed_everything, train
 from tests.conftest import make_images
 
@@ -44,8 +44,7 @@ def specs(draw, img_size: int | None = None, in_chans: int | None = None) -> ViT
         patch_size=draw(st.sampled_from([p for p in (4, 8) if img % p == 0])),
         in_chans=in_chans or draw(st.sampled_from([1, 3])),
         num_classes=draw(st.sampled_from([2, 5])),
-        global_pool=pool,
-        class_token=pool == "token" or draw(st.booleans()),
+        family=ViTFamily(global_pool=pool, class_token=pool == "token" or draw(st.booleans())),
     )
 
 

@@ -2,13 +2,13 @@ import pytest
 import torch
 
 from learngene.errors import SpecError
-from learngene.spec import PRESETS, ViTSpec, get_preset, spec_from_model
+from learngene.spec import PRESETS, ViTFamily, ViTSpec, get_preset, spec_from_model
 
 SPECS = [
     ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4),
     ViTSpec(depth=3, embed_dim=48, num_heads=3, mlp_ratio=2.0, img_size=12, patch_size=4, in_chans=3, num_classes=0),
     ViTSpec(depth=1, embed_dim=16, num_heads=4, img_size=8, patch_size=2, in_chans=2, num_classes=7,
-            global_pool="avg", class_token=False),
+            family=ViTFamily(global_pool="avg", class_token=False)),
 ]
 
 

@@ -63,10 +63,9 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, **mode
         state = read_checkpoint(path).state
         model = build_timm_model(timm_model, model_kwargs, state, str(path))
     try:
-        spec = spec_from_model(model)
-    except SpecError:
-        spec = None  # a non-ViT (or exotic ViT) can still be a teacher
-    return Ancestry(model.eval(), spec)
+        return Ancestry(model.eval(), spec_from_model(model))
+    except SpecError as exc:
+        return Ancestry(model.eval(), None, unsupported=str(exc))  # a non-ViT (or exotic ViT) can still be a teacher
 
 
 def build_timm_model(arch: str, kwargs: dict[str, Any], state: StateDict, source: str) -> nn.Module:

@@ -17,20 +17,25 @@ tensors have and the layout of its embeddings and head.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from tqdm import tqdm
 
+from . import distributed as dist
 from .data import ImageData
 from .descendant import GeneNet
 from .errors import LearngeneError
 from .gene import Learngene
 from .method import Ancestry, CondenseInputs, Method
 from .spec import ViTSpec
-from .train import predict_logits, resolve_device, train
-from .transfer import StateDict, inherit_non_block
+from .train import distill_loss, predict_logits, resolve_device, train
+from .transfer import StateDict, inherit_non_block, part_of
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,7 @@ def resolve_aux_spec(config: AuxConfig, ancestry: Ancestry | None, inputs: Conde
     data = inputs.train if inputs is not None else None
     if data is not None:
         values.update(img_size=data.img_size, in_chans=data.in_chans)
-        if base is None:
+        if base is None or base.num_classes == 0:  # a headless ancestry: the aux net gets a head for the data's labels
             values.update(num_classes=data.num_classes)
     return ViTSpec.from_dict(values)
 
@@ -77,6 +82,14 @@ def require_layout(gene: Learngene) -> ViTSpec:
     if gene.layout is None:
         raise LearngeneError(f"this {gene.method} gene records no layout; re-create it with `learngene condense`")
     return gene.layout
+
+
+def vector_start(spec: ViTSpec, name: str) -> float:
+    """timm's initial value of block vector ``name``: 1 for norm weights, the family's init value for a
+    layer-scale gamma, 0 for biases."""
+    if name.endswith(".gamma"):
+        return float(spec.family.init_values)
+    return 1.0 if "norm" in name and name.endswith("weight") else 0.0
 
 
 def initial_non_block(spec: ViTSpec) -> StateDict:
@@ -104,30 +117,94 @@ def condense_through_aux(method: Method, start: Learngene, ancestry: Ancestry, i
         raise LearngeneError(f"{method.name} condenses by training an aux net; give training data (--data)")
     cfg = inputs.train_cfg
     aux = require_layout(start)
-    net = GeneNet(method, start, aux, trainable=trainable)
+    headless = is_headless(ancestry)
+    if headless:  # the aux net's head only serves the CE term: descendants get a fresh one for their task
+        start = dataclasses.replace(start, tensors={k: v for k, v in start.tensors.items() if part_of(k) != "head"})
+    net = student = GeneNet(method, start, aux, trainable=trainable)
     data, teacher, teacher_seconds = inputs.train, ancestry.model, 0.0
+    distilled = "nothing (λ = 0: cross-entropy on the labels only)"
     if cfg.distill_lambda > 0:
         tic = time.perf_counter()
         device = resolve_device(cfg.device)
         with torch.no_grad():
             probe = teacher.to(device).eval()(data.get_batch(torch.arange(min(2, len(data))))[0].to(device))
-        if probe.shape[-1] != aux.num_classes:
+        if headless:
+            student = FeatureDistillation(net, probe.shape[-1])
+            distilled = student.describe()
+        elif probe.shape[-1] != aux.num_classes:
             raise LearngeneError(f"the ancestry predicts {probe.shape[-1]} classes but the aux net has "
                                  f"{aux.num_classes}; distil on data with the ancestry's label space")
+        else:
+            distilled = f"logits (τ² KL at τ = {cfg.distill_tau:g})"
         # augmented or mixed images differ every epoch, and streamed ones are read once per step: the loop then
         # runs the teacher on each batch, in inference mode
         if not (cfg.augment or cfg.mixup) and isinstance(data, ImageData) and data.soft_targets is None:
             data = data.with_soft_targets(predict_logits(teacher, data, cfg.eval_batch_size, device))
             teacher = None
         teacher_seconds = time.perf_counter() - tic
-    result = train(net, data, cfg, inputs.eval, teacher=teacher, run_dir=inputs.run_dir, resume=inputs.resume)
+    if cfg.progress and dist.is_main():
+        tqdm.write(f"{method.name}: the aux net {aux.short()} distils the ancestry's {distilled}, λ = {cfg.distill_lambda:g}")
+    result = train(student, data, cfg, inputs.eval, teacher=teacher, run_dir=inputs.run_dir, resume=inputs.resume)
     gene = net.gene()
     gene.cost = {"epochs": cfg.epochs, "steps": result.steps, "seconds": round(result.seconds, 2),
-                 "teacher_seconds": round(teacher_seconds, 2), "aux": aux.short(),
+                 "teacher_seconds": round(teacher_seconds, 2), "aux": aux.short(), "distilled": distilled,
                  "distill_lambda": cfg.distill_lambda, "distill_tau": cfg.distill_tau}
     if result.final_acc is not None:
         gene.cost["aux_eval_acc"] = result.final_acc
     return gene
+
+
+def is_headless(ancestry: Ancestry) -> bool:
+    """A feature extractor (timm ``num_classes=0``: DINOv2, CLIP image towers) rather than a classifier."""
+    if ancestry.spec is not None:
+        return ancestry.spec.num_classes == 0
+    return getattr(ancestry.model, "num_classes", None) == 0
+
+
+class FeatureDistillation(nn.Module):
+    """An aux net taught by a headless ancestry: per image ``(1−λ)·CE + λ·(1 − cos(P·f, f_a))`` (TLEG Eq. 6
+    with the KL term on logits replaced by a cosine distance on pooled embeddings, as in feature
+    distillation). ``f`` is the aux net's pooled embedding (what its head reads), ``f_a`` the ancestry's
+    output, ``P`` a learned linear map when their widths differ (trained with the net, not stored).
+    """
+
+    def __init__(self, net: GeneNet, teacher_width: int):
+        super().__init__()
+        self.net = net
+        width = net.spec.embed_dim
+        self.proj = nn.Linear(width, teacher_width, bias=False) if width != teacher_width else nn.Identity()
+        self._features: Tensor | None = None
+        net.skeleton.head.register_forward_pre_hook(self._keep)
+
+    def _keep(self, module: nn.Module, args: tuple[Tensor, ...]) -> None:
+        self._features = args[0]
+
+    def describe(self) -> str:
+        width, teacher = self.net.spec.embed_dim, getattr(self.proj, "out_features", self.net.spec.embed_dim)
+        projection = f", through a learned projection {width}→{teacher}" if width != teacher else ""
+        return f"pooled features (cosine distance{projection}; it has no classifier)"
+
+    @property
+    def skeleton(self) -> nn.Module:
+        """The aux net's timm model (the training loop checks the data against it)."""
+        return self.net.skeleton
+
+    def no_weight_decay(self) -> set[str]:
+        return {f"net.{k}" for k in self.net.no_weight_decay()}
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+    def distill_loss(self, logits: Tensor, labels: Tensor, teacher_features: Tensor | None, lam: float, tau: float,
+                     label_smoothing: float = 0.0) -> Tensor:
+        """The per-sample loss the training loop uses for this model (in place of its logit distillation)."""
+        loss = (1.0 - lam) * distill_loss(logits, labels, None, 0.0, tau, label_smoothing)
+        if lam > 0.0:
+            if teacher_features is None or self._features is None:
+                raise LearngeneError("feature distillation (λ > 0) needs the ancestry's features")
+            student = self.proj(self._features).float()
+            loss = loss + lam * (1.0 - F.cosine_similarity(student, teacher_features.float(), dim=-1))
+        return loss
 
 
 def block_params_per_layer(spec: ViTSpec) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 from pathlib import Path
@@ -220,6 +221,16 @@ def _load_ancestry_args(args: argparse.Namespace):
         for name in ("num_classes", "img_size", "in_chans"):
             if getattr(args, name, None) is not None:
                 kwargs[name] = getattr(args, name)
+        for item in getattr(args, "timm_arg", None) or []:
+            key, sep, raw = item.partition("=")
+            if not sep or not key.strip():
+                raise LearngeneError(f"--timm-arg {item!r} is not KEY=VALUE, e.g. --timm-arg depth=6")
+            try:
+                kwargs[key.strip()] = json.loads(raw)
+            except json.JSONDecodeError:
+                kwargs[key.strip()] = raw
+    elif getattr(args, "timm_arg", None):
+        raise LearngeneError("--timm-arg needs --timm-model: it is passed to timm.create_model for the checkpoint")
     return load_ancestry(args.ancestry, args.timm_model, **kwargs)
 
 
@@ -524,6 +535,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--num-classes", type=int)
     g.add_argument("--img-size", type=int)
     g.add_argument("--in-chans", type=int)
+    g.add_argument("--timm-arg", action="append", metavar="KEY=VALUE",
+                   help="another timm.create_model argument of the checkpoint's model, e.g. depth=6 or "
+                        "dynamic_img_size=true (value read as JSON; repeatable)")
     p.set_defaults(func=cmd_condense)
 
     p = sub.add_parser("expand", help="expand a learngene into a descendant timm ViT",

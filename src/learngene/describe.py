@@ -17,7 +17,8 @@ from .spec import ViTSpec
 def describe_spec(spec: ViTSpec) -> str:
     return (f"{spec.short()} (depth {spec.depth}, width {spec.embed_dim}, {spec.num_heads} heads, mlp x{spec.mlp_ratio:g}, "
             f"{spec.img_size}px/{spec.patch_size}, {spec.in_chans} ch, {spec.num_classes} classes, "
-            f"{spec.global_pool} pool): {spec.num_params:,} params, {spec.flops / 1e6:,.1f} MFLOPs/image")
+            f"{spec.global_pool} pool): {spec.num_params:,} params, {spec.flops / 1e6:,.1f} MFLOPs/image; "
+            f"timm {spec.arch}, family {spec.family.short()}")
 
 
 def describe_file(path: str | os.PathLike, show_tensors: bool = False) -> str:

@@ -16,16 +16,30 @@ import torch
 from torch import Tensor
 
 
+def split_heads(t: Tensor, num_heads: int, segments: int = 1, dim: int = 0) -> Tensor:
+    """Axis ``dim`` of ``t``, ``segments·H·d`` channels laid out ``[segment 0 of all heads; segment 1; ...]``,
+    as three axes ``(segments, H, d)`` (a view). Segments: 3 for timm's fused qkv rows, 2 for the MAP
+    head's kv rows, 1 for its q rows and for the columns of any output projection ``W_O``."""
+    n = t.shape[dim]
+    if n % (segments * num_heads):
+        raise ValueError(f"an axis of {n} channels does not split into {segments} x {num_heads} heads")
+    return t.reshape(*t.shape[:dim], segments, num_heads, n // (segments * num_heads), *t.shape[dim + 1:])
+
+
+def join_heads(t: Tensor, dim: int = 0) -> Tensor:
+    """Inverse of :func:`split_heads`: axes ``dim .. dim+2`` merged back into one."""
+    return t.reshape(*t.shape[:dim], -1, *t.shape[dim + 3:])
+
+
 def split_qkv(qkv: Tensor, num_heads: int) -> tuple[Tensor, Tensor, Tensor]:
     """Split a fused qkv weight ``(3·H·d, D)`` or bias ``(3·H·d,)`` into per-head q, k, v.
 
     Returns:
         q, k, v of shape ``(H, d, D)`` for a weight, ``(H, d)`` for a bias (views, no copy).
     """
-    rows = qkv.shape[0]
-    if rows % (3 * num_heads):
-        raise ValueError(f"qkv has {rows} rows, not divisible by 3 x {num_heads} heads")
-    q, k, v = qkv.reshape(3, num_heads, rows // (3 * num_heads), *qkv.shape[1:]).unbind(0)
+    if qkv.shape[0] % (3 * num_heads):
+        raise ValueError(f"qkv has {qkv.shape[0]} rows, not divisible by 3 x {num_heads} heads")
+    q, k, v = split_heads(qkv, num_heads, 3).unbind(0)
     return q, k, v
 
 

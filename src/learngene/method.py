@@ -37,11 +37,13 @@ class Ancestry:
     model: nn.Module
     spec: ViTSpec | None
     label_space: dict[str, Any] | None = None
+    unsupported: str = ""  # why ``spec`` is None: what ``spec_from_model`` could not describe
 
     def require_vit(self, method: str) -> ViTSpec:
         if self.spec is None:
-            raise LearngeneError(f"method {method} picks weights from a ViT ancestry, but this ancestry is "
-                                 f"{type(self.model).__name__}; give a timm ViT")
+            why = self.unsupported or f"this ancestry is {type(self.model).__name__}"
+            raise LearngeneError(f"method {method} picks weights from a ViT ancestry, but {why}; use tleg, "
+                                 f"share_init or wave (they distil any classifier), or scratch or mimetic")
         return self.spec
 
     def state(self) -> StateDict:

@@ -16,10 +16,11 @@ from typing import Any, Callable, Literal
 
 from .errors import SpecError
 
-# The timm architecture every spec is built from; the kwargs below override all of its sizes.
+# The timm architecture a spec is built from when it names none (and every spec written before families).
 TIMM_ARCH = "vit_tiny_patch16_224"
 
-# Per-block tensors, in timm's naming, in the order timm's state_dict lists them.
+# Per-block tensors of the plain layout, in timm's naming, in the order timm's state_dict lists them
+# (a family adds or drops some: see :meth:`ViTSpec.block_shapes`).
 BLOCK_PARAMS = (
     "norm1.weight",
     "norm1.bias",
@@ -35,27 +36,137 @@ BLOCK_PARAMS = (
     "mlp.fc2.bias",
 )
 
+POOLS = ("token", "avg", "map")
+MLP_LAYERS = ("mlp", "swiglu_packed")  # timm's Mlp; SwiGLUPacked (GluMlp, SiLU gate first: DINOv2 ViT-g)
+
 
 def block_key(layer: int, name: str) -> str:
-    """timm's state_dict key of tensor ``name`` (one of :data:`BLOCK_PARAMS`) in block ``layer``."""
+    """timm's state_dict key of tensor ``name`` (e.g. one of :data:`BLOCK_PARAMS`) in block ``layer``."""
     return f"blocks.{layer}.{name}"
 
 
 @dataclass(frozen=True)
+class ViTFamily:
+    """What a ViT is apart from its size: the non-size arguments of its timm architecture.
+
+    The defaults are timm's plain ViT (``vit_tiny_patch16_224``), the layout of every spec written
+    before families existed. ``act_layer`` and ``mlp_layer`` are not passed to timm: they come with
+    the architecture the spec names (:attr:`ViTSpec.arch`), and are recorded so that shapes and
+    FLOPs are known without timm and a mismatch is caught when the model is built.
+
+    Args:
+        class_token: a class token (required by ``"token"`` pooling).
+        reg_tokens: register tokens (DINOv2 with registers: 4).
+        distilled: a distillation token and a second head ``head_dist`` (timm's VisionTransformerDistilled).
+        no_embed_class: the prefix tokens get no position embedding (DeiT III, DINOv2 with registers).
+        pre_norm: a LayerNorm ``norm_pre`` after the embeddings and no patch-embedding bias (CLIP).
+        final_norm: a final LayerNorm at all.
+        fc_norm: the final norm after pooling (``fc_norm``) instead of before (``norm``); None: timm's
+            rule, after for ``"avg"`` pooling.
+        global_pool: ``"token"`` (class token), ``"avg"`` (mean of patch tokens) or ``"map"`` (an
+            attention-pool head ``attn_pool``, SigLIP).
+        init_values: layer scale ``ls1``/``ls2`` with this initial value; None: no layer scale.
+        qkv_bias: biases on the q, k, v projections.
+        qk_norm: LayerNorms on each head's queries and keys.
+        act_layer: the MLP's activation, timm's name (``gelu``, ``gelu_tanh``, ``quick_gelu``, ``silu``, ``relu``).
+        mlp_layer: ``"mlp"`` (fc1, act, fc2) or ``"swiglu_packed"`` (fc1 holds gate and value halves).
+        dynamic_img_size: the model accepts other image sizes (position embeddings resampled on the fly).
+    """
+
+    class_token: bool = True
+    reg_tokens: int = 0
+    distilled: bool = False
+    no_embed_class: bool = False
+    pre_norm: bool = False
+    final_norm: bool = True
+    fc_norm: bool | None = None
+    global_pool: Literal["token", "avg", "map"] = "token"
+    init_values: float | None = None
+    qkv_bias: bool = True
+    qk_norm: bool = False
+    act_layer: str = "gelu"
+    mlp_layer: Literal["mlp", "swiglu_packed"] = "mlp"
+    dynamic_img_size: bool = False
+
+    def __post_init__(self) -> None:
+        if self.global_pool not in POOLS:
+            raise SpecError(f"global_pool must be one of {', '.join(POOLS)}, got {self.global_pool!r}")
+        if self.global_pool == "token" and not self.class_token:
+            raise SpecError("global_pool='token' needs class_token=True; use global_pool='avg' without one")
+        if self.distilled and (self.global_pool != "token" or not self.class_token):
+            raise SpecError("a distilled ViT reads its class and distillation tokens: it needs class_token=True "
+                            "and global_pool='token'")
+        if not isinstance(self.reg_tokens, int) or isinstance(self.reg_tokens, bool) or self.reg_tokens < 0:
+            raise SpecError(f"reg_tokens must be a non-negative integer, got {self.reg_tokens!r}")
+        if self.init_values is not None and not (isinstance(self.init_values, (int, float)) and self.init_values > 0):
+            raise SpecError(f"init_values (layer scale) must be positive or None, got {self.init_values!r}")
+        if self.mlp_layer not in MLP_LAYERS:
+            raise SpecError(f"mlp_layer must be one of {', '.join(MLP_LAYERS)}, got {self.mlp_layer!r}")
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        """Tokens before the patches: class, distillation and register tokens."""
+        return int(self.class_token) + int(self.distilled) + self.reg_tokens
+
+    @property
+    def pos_prefix_tokens(self) -> int:
+        """Prefix tokens that have a row in ``pos_embed`` (none with ``no_embed_class``)."""
+        return 0 if self.no_embed_class else self.num_prefix_tokens
+
+    @property
+    def prefix_token_keys(self) -> tuple[str, ...]:
+        """The state_dict keys of the prefix tokens, ``(1, n, D)`` each."""
+        return tuple(k for k, present in (("cls_token", self.class_token), ("reg_token", self.reg_tokens > 0),
+                                          ("dist_token", self.distilled)) if present)
+
+    @property
+    def use_fc_norm(self) -> bool:
+        return self.global_pool == "avg" if self.fc_norm is None else self.fc_norm
+
+    @property
+    def final_norm_key(self) -> str | None:
+        """timm's final LayerNorm: before pooling (``norm``), after it (``fc_norm``), or none."""
+        if not self.final_norm:
+            return None
+        return "fc_norm" if self.use_fc_norm else "norm"
+
+    def timm_kwargs(self) -> dict[str, Any]:
+        """The arguments passed to timm (JSON values): all but ``act_layer``/``mlp_layer`` and ``distilled``,
+        which the architecture fixes."""
+        kwargs = dataclasses.asdict(self)
+        for fixed in ("act_layer", "mlp_layer", "distilled"):
+            kwargs.pop(fixed)
+        return kwargs
+
+    def short(self) -> str:
+        """The ways this family differs from the plain ViT, e.g. ``reg4, no_embed_class, ls 1e-05``."""
+        plain = ViTFamily()
+        parts = [f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)
+                 if getattr(self, f.name) != getattr(plain, f.name)]
+        return ", ".join(parts) or "plain"
+
+
+FAMILY_FIELDS = tuple(f.name for f in dataclasses.fields(ViTFamily))
+
+
+@dataclass(frozen=True)
 class ViTSpec:
-    """The size of a timm Vision Transformer.
+    """A timm Vision Transformer: its architecture, family and size.
 
     Args:
         depth: number of transformer blocks.
         embed_dim: token width D.
         num_heads: attention heads per block; must divide ``embed_dim``.
-        mlp_ratio: MLP hidden width = ``int(embed_dim * mlp_ratio)``.
+        mlp_ratio: MLP hidden width = ``int(embed_dim * mlp_ratio)`` (fc1's outputs).
         img_size: square input resolution in pixels.
         patch_size: square patch size; must divide ``img_size``.
         in_chans: input channels.
-        num_classes: classifier outputs (0 = no head).
-        global_pool: ``"token"`` (class token) or ``"avg"`` (mean of patch tokens, timm's fc_norm).
-        class_token: whether the model has a class token (required by ``"token"`` pooling).
+        num_classes: classifier outputs (0 = no head: the model outputs its pooled embedding).
+        arch: the timm architecture the model is built from (its sizes are overridden by the above).
+        family: the non-size arguments (tokens, norms, pooling, layer scale, ...).
+
+    ``spec.class_token``, ``spec.global_pool`` etc. read the family; ``spec.replace(global_pool="avg")``
+    replaces in it.
     """
 
     depth: int = 12
@@ -66,8 +177,8 @@ class ViTSpec:
     patch_size: int = 16
     in_chans: int = 3
     num_classes: int = 1000
-    global_pool: Literal["token", "avg"] = "token"
-    class_token: bool = True
+    arch: str = TIMM_ARCH
+    family: ViTFamily = ViTFamily()
 
     def __post_init__(self) -> None:
         for name in ("depth", "embed_dim", "num_heads", "img_size", "patch_size", "in_chans"):
@@ -78,6 +189,10 @@ class ViTSpec:
             raise SpecError(f"num_classes must be a non-negative integer, got {self.num_classes!r}")
         if not (isinstance(self.mlp_ratio, (int, float)) and self.mlp_ratio > 0):
             raise SpecError(f"mlp_ratio must be positive, got {self.mlp_ratio!r}")
+        if not isinstance(self.family, ViTFamily):
+            raise SpecError(f"family must be a ViTFamily, got {type(self.family).__name__}")
+        if not isinstance(self.arch, str) or not self.arch:
+            raise SpecError(f"arch must be a timm architecture name, got {self.arch!r}")
         if self.embed_dim % self.num_heads:
             raise SpecError(
                 f"num_heads={self.num_heads} does not divide embed_dim={self.embed_dim}; "
@@ -88,12 +203,17 @@ class ViTSpec:
                 f"patch_size={self.patch_size} does not divide img_size={self.img_size}; "
                 f"choose a patch size that divides the image size"
             )
-        if self.global_pool not in ("token", "avg"):
-            raise SpecError(f"global_pool must be 'token' or 'avg', got {self.global_pool!r}")
-        if self.global_pool == "token" and not self.class_token:
-            raise SpecError("global_pool='token' needs class_token=True; use global_pool='avg' without one")
         if self.mlp_hidden < 1:
             raise SpecError(f"mlp_ratio={self.mlp_ratio} gives an empty MLP at embed_dim={self.embed_dim}")
+        if self.family.mlp_layer == "swiglu_packed" and self.mlp_hidden % 2:
+            raise SpecError(f"a SwiGLU MLP splits fc1 in two halves, but mlp_ratio={self.mlp_ratio} gives "
+                            f"{self.mlp_hidden} outputs at embed_dim={self.embed_dim}; choose an even hidden width")
+
+    # ---- the family's fields, read through the spec ----------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        if name in FAMILY_FIELDS:
+            return getattr(self.family, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # ---- derived sizes ---------------------------------------------------------------------------
     @property
@@ -102,7 +222,13 @@ class ViTSpec:
 
     @property
     def mlp_hidden(self) -> int:
+        """fc1's outputs (for a SwiGLU MLP: both halves)."""
         return int(self.embed_dim * self.mlp_ratio)
+
+    @property
+    def mlp_inner(self) -> int:
+        """fc2's inputs: the MLP's hidden channels (half of fc1's outputs for a SwiGLU MLP)."""
+        return self.mlp_hidden // 2 if self.family.mlp_layer == "swiglu_packed" else self.mlp_hidden
 
     @property
     def grid_size(self) -> int:
@@ -113,16 +239,21 @@ class ViTSpec:
         return self.grid_size**2
 
     @property
-    def num_tokens(self) -> int:
-        return self.num_patches + int(self.class_token)
+    def num_prefix_tokens(self) -> int:
+        return self.family.num_prefix_tokens
 
     @property
-    def final_norm_key(self) -> str:
-        """timm puts the final LayerNorm before pooling ("norm") or, for avg pooling, after ("fc_norm")."""
-        return "fc_norm" if self.global_pool == "avg" else "norm"
+    def num_tokens(self) -> int:
+        """Tokens every block sees: the prefix tokens and the patches."""
+        return self.num_patches + self.family.num_prefix_tokens
+
+    @property
+    def final_norm_key(self) -> str | None:
+        return self.family.final_norm_key
 
     # ---- timm ------------------------------------------------------------------------------------
     def timm_kwargs(self) -> dict[str, Any]:
+        """``timm.create_model(spec.arch, pretrained=False, **spec.timm_kwargs())`` builds this model (JSON values)."""
         return dict(
             depth=self.depth,
             embed_dim=self.embed_dim,
@@ -132,49 +263,76 @@ class ViTSpec:
             patch_size=self.patch_size,
             in_chans=self.in_chans,
             num_classes=self.num_classes,
-            global_pool=self.global_pool,
-            class_token=self.class_token,
+            **self.family.timm_kwargs(),
         )
 
     def create_model(self, **overrides: Any):
-        """A freshly initialized timm ``VisionTransformer`` of this size (never downloads)."""
+        """A freshly initialized timm model of this spec (never downloads)."""
         import timm
 
-        return timm.create_model(TIMM_ARCH, pretrained=False, **{**self.timm_kwargs(), **overrides})
+        try:
+            model = timm.create_model(self.arch, pretrained=False, **{**self.timm_kwargs(), **overrides})
+        except RuntimeError as exc:  # timm's "Unknown model"
+            raise SpecError(f"cannot build timm {self.arch}: {str(exc).splitlines()[0][:200]}") from None
+        mlp = model.blocks[0].mlp if len(model.blocks) else None
+        built = _mlp_layer(mlp) if mlp is not None else self.family.mlp_layer
+        if built != self.family.mlp_layer or _is_distilled(model) != self.family.distilled:
+            raise SpecError(f"timm {self.arch} builds a {'distilled ' if _is_distilled(model) else ''}ViT with a "
+                            f"{built} MLP, but this spec's family says {self.family.short()}; use the ancestry's "
+                            f"architecture name")
+        return model
 
     # ---- tensors, parameters, FLOPs -------------------------------------------------------------
     def block_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Shape of every tensor in one block, keyed by :data:`BLOCK_PARAMS` names."""
-        D, H = self.embed_dim, self.mlp_hidden
-        return {
-            "norm1.weight": (D,),
-            "norm1.bias": (D,),
-            "attn.qkv.weight": (3 * D, D),
-            "attn.qkv.bias": (3 * D,),
-            "attn.proj.weight": (D, D),
-            "attn.proj.bias": (D,),
-            "norm2.weight": (D,),
-            "norm2.bias": (D,),
-            "mlp.fc1.weight": (H, D),
-            "mlp.fc1.bias": (H,),
-            "mlp.fc2.weight": (D, H),
-            "mlp.fc2.bias": (D,),
-        }
+        """Shape of every tensor in one block, keyed by in-block names, in timm's order."""
+        D, H, d, f = self.embed_dim, self.mlp_hidden, self.head_dim, self.family
+        shapes: dict[str, tuple[int, ...]] = {"norm1.weight": (D,), "norm1.bias": (D,), "attn.qkv.weight": (3 * D, D)}
+        if f.qkv_bias:
+            shapes["attn.qkv.bias"] = (3 * D,)
+        if f.qk_norm:
+            shapes.update({"attn.q_norm.weight": (d,), "attn.q_norm.bias": (d,),
+                           "attn.k_norm.weight": (d,), "attn.k_norm.bias": (d,)})
+        shapes.update({"attn.proj.weight": (D, D), "attn.proj.bias": (D,)})
+        if f.init_values is not None:
+            shapes["ls1.gamma"] = (D,)
+        shapes.update({"norm2.weight": (D,), "norm2.bias": (D,), "mlp.fc1.weight": (H, D), "mlp.fc1.bias": (H,),
+                       "mlp.fc2.weight": (D, self.mlp_inner), "mlp.fc2.bias": (D,)})
+        if f.init_values is not None:
+            shapes["ls2.gamma"] = (D,)
+        return shapes
 
     def non_block_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Shapes of the tensors outside the blocks: embeddings, final norm, classifier."""
-        D = self.embed_dim
+        """Shapes of the tensors outside the blocks: tokens, embeddings, norms, pooling head, classifiers."""
+        D, f = self.embed_dim, self.family
         shapes: dict[str, tuple[int, ...]] = {}
-        if self.class_token:
+        if f.class_token:
             shapes["cls_token"] = (1, 1, D)
-        shapes["pos_embed"] = (1, self.num_tokens, D)
+        if f.reg_tokens:
+            shapes["reg_token"] = (1, f.reg_tokens, D)
+        if f.distilled:
+            shapes["dist_token"] = (1, 1, D)
+        shapes["pos_embed"] = (1, self.num_patches + f.pos_prefix_tokens, D)
         shapes["patch_embed.proj.weight"] = (D, self.in_chans, self.patch_size, self.patch_size)
-        shapes["patch_embed.proj.bias"] = (D,)
-        shapes[f"{self.final_norm_key}.weight"] = (D,)
-        shapes[f"{self.final_norm_key}.bias"] = (D,)
+        if not f.pre_norm:  # timm drops the patch bias when a norm follows the embeddings
+            shapes["patch_embed.proj.bias"] = (D,)
+        else:
+            shapes.update({"norm_pre.weight": (D,), "norm_pre.bias": (D,)})
+        if f.final_norm_key == "norm":
+            shapes.update({"norm.weight": (D,), "norm.bias": (D,)})
+        if f.global_pool == "map":
+            hidden = int(D * self.mlp_ratio)  # the pool's MLP is timm's plain Mlp whatever the blocks use
+            shapes.update({"attn_pool.latent": (1, 1, D), "attn_pool.q.weight": (D, D), "attn_pool.q.bias": (D,),
+                           "attn_pool.kv.weight": (2 * D, D), "attn_pool.kv.bias": (2 * D,),
+                           "attn_pool.proj.weight": (D, D), "attn_pool.proj.bias": (D,),
+                           "attn_pool.norm.weight": (D,), "attn_pool.norm.bias": (D,),
+                           "attn_pool.mlp.fc1.weight": (hidden, D), "attn_pool.mlp.fc1.bias": (hidden,),
+                           "attn_pool.mlp.fc2.weight": (D, hidden), "attn_pool.mlp.fc2.bias": (D,)})
+        if f.final_norm_key == "fc_norm":
+            shapes.update({"fc_norm.weight": (D,), "fc_norm.bias": (D,)})
         if self.num_classes:
-            shapes["head.weight"] = (self.num_classes, D)
-            shapes["head.bias"] = (self.num_classes,)
+            shapes.update({"head.weight": (self.num_classes, D), "head.bias": (self.num_classes,)})
+            if f.distilled:
+                shapes.update({"head_dist.weight": (self.num_classes, D), "head_dist.bias": (self.num_classes,)})
         return shapes
 
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -191,16 +349,26 @@ class ViTSpec:
 
     @property
     def flops(self) -> int:
-        """Forward FLOPs of one image (2 per multiply-add; matmuls only, as papers count them)."""
-        D, N, Hm = self.embed_dim, self.num_tokens, self.mlp_hidden
+        """Forward FLOPs of one image, counted as papers (and ``torch.utils.flop_counter``) count them: 2 per
+        multiply-add of the matmuls and convolutions (patch embedding, projections, attention scores and
+        weighted sums, MLPs, pooling head, classifiers); norms, activations and softmax are left out."""
+        D, N, Hm, C = self.embed_dim, self.num_tokens, self.mlp_hidden, self.num_classes
         patch = self.num_patches * D * self.in_chans * self.patch_size**2
         attn = N * D * 3 * D + 2 * N * N * D + N * D * D
-        mlp = 2 * N * D * Hm
-        head = D * self.num_classes
-        return 2 * (patch + self.depth * (attn + mlp) + head)
+        mlp = N * D * Hm + N * self.mlp_inner * D
+        pool = 0
+        if self.family.global_pool == "map":  # one latent query over the patch tokens, then an MLP on it
+            hidden, P = int(D * self.mlp_ratio), self.num_patches
+            pool = D * D + P * D * 2 * D + 2 * P * D + D * D + 2 * D * hidden
+        heads = 1 + int(self.family.distilled)
+        return 2 * (patch + self.depth * (attn + mlp) + pool + heads * D * C)
 
     # ---- (de)serialization ----------------------------------------------------------------------
     def replace(self, **changes: Any) -> "ViTSpec":
+        """A copy with ``changes``; family fields (``global_pool=...``) change the family."""
+        family = {k: changes.pop(k) for k in list(changes) if k in FAMILY_FIELDS}
+        if family:
+            changes["family"] = dataclasses.replace(changes.get("family", self.family), **family)
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -211,11 +379,18 @@ class ViTSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ViTSpec":
+        """Read a spec; family fields may also sit at the top level (specs written before families did)."""
+        data = dict(data)
+        family = data.pop("family", None) or {}
+        if isinstance(family, ViTFamily):
+            family = dataclasses.asdict(family)
+        family = {**family, **{k: data.pop(k) for k in list(data) if k in FAMILY_FIELDS}}
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - known
+        unknown = (set(data) - known) | {f"family.{k}" for k in set(family) - set(FAMILY_FIELDS)}
         if unknown:
-            raise SpecError(f"unknown spec field(s) {sorted(unknown)}; remove them (known fields: {', '.join(sorted(known))})")
-        return cls(**data)
+            raise SpecError(f"unknown spec field(s) {sorted(unknown)}; remove them (known fields: "
+                            f"{', '.join(sorted(known - {'family'}) + sorted(FAMILY_FIELDS))})")
+        return cls(**data, family=ViTFamily(**family))
 
     @classmethod
     def from_json(cls, text: str) -> "ViTSpec":
@@ -226,40 +401,222 @@ class ViTSpec:
         return f"L{self.depth}-D{self.embed_dim}-H{self.num_heads}"
 
 
-def spec_from_model(model) -> ViTSpec:
-    """Read the spec of a timm ``VisionTransformer`` instance.
+# ---- reading a spec from a timm model ---------------------------------------------------------------
+ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "silu", "relu")
+
+
+def _is_distilled(model) -> bool:
+    from timm.models.deit import VisionTransformerDistilled
+
+    return isinstance(model, VisionTransformerDistilled)
+
+
+def _mlp_layer(mlp) -> str:
+    """Our name for a block's MLP module, or its class name when it is neither kind we describe."""
+    from timm.layers import GluMlp, Mlp
+    from torch import nn
+
+    if type(mlp) is Mlp:
+        return "mlp"
+    if type(mlp) is GluMlp and not mlp.gate_last and isinstance(mlp.act, nn.SiLU):
+        return "swiglu_packed"
+    return type(mlp).__name__
+
+
+def _activation(act) -> str | None:
+    """timm's name of an activation module (None: one a spec cannot name)."""
+    from timm.layers import get_act_layer
+    from torch import nn
+
+    if type(act) is nn.GELU:
+        return "gelu_tanh" if act.approximate == "tanh" else "gelu"
+    for name in ACTIVATIONS:
+        if type(act) is get_act_layer(name):
+            return name
+    return None
+
+
+def _mlp_ratio(width: int, hidden: int) -> float:
+    """A ratio that timm's ``int(width * ratio)`` turns back into ``hidden`` (a plain division can land just below)."""
+    ratio = hidden / width
+    while int(width * ratio) < hidden:
+        ratio = math.nextafter(ratio, math.inf)
+    return ratio
+
+
+def _not_a_vit(model) -> str:
+    """Why a timm model that is not a VisionTransformer cannot be described, naming its parts."""
+    blocks = getattr(model, "blocks", None)
+    block = blocks[0] if blocks is not None and len(blocks) else None
+    parts = []
+    if getattr(model, "rope", None) is not None or any("rope" in n for n, _ in model.named_modules()):
+        parts.append("RoPE")
+    mlp = getattr(block, "mlp", None)
+    if mlp is not None and "glu" in type(mlp).__name__.lower():
+        parts.append("SwiGLU")
+    attn = getattr(block, "attn", None)
+    if attn is not None and getattr(attn, "q_bias", None) is not None:
+        parts.append("separate q/v biases")
+    return f"{type(model).__name__} is not a timm VisionTransformer" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def spec_from_model(model, arch: str | None = None) -> ViTSpec:
+    """Read the spec (architecture, family, size) of a timm ``VisionTransformer`` or ``VisionTransformerDistilled``.
+
+    The architecture is the name timm built ``model`` from (``model.pretrained_cfg``), or ``arch``.
+    The spec is checked by building that architecture with the read arguments on the meta device:
+    same tensors and same modules, or the spec is refused.
 
     Raises:
-        SpecError: if ``model`` is not a plain timm ViT this library can describe.
+        SpecError: naming, in one line, every part of ``model`` a spec cannot describe.
     """
     from timm.models.vision_transformer import VisionTransformer
 
+    arch = arch or (getattr(model, "pretrained_cfg", None) or {}).get("architecture")
+    name = f"{arch}: " if arch else ""
     if not isinstance(model, VisionTransformer):
-        raise SpecError(f"{type(model).__name__} is not a timm VisionTransformer; this method needs a ViT ancestry")
-    embed = model.patch_embed
-    img = embed.img_size
-    patch = embed.patch_size
-    if img[0] != img[1] or patch[0] != patch[1]:
-        raise SpecError(f"only square images and patches are supported, got img {img} and patch {patch}")
-    block = model.blocks[0]
+        raise SpecError(f"{name}{_not_a_vit(model)}")
+    distilled = _is_distilled(model)
+    arch = arch or ("deit_tiny_distilled_patch16_224" if distilled else TIMM_ARCH)
+    name = f"{arch}: "
+    embed, block = model.patch_embed, model.blocks[0] if len(model.blocks) else None
+    problems = _undescribable(model, block)
+    if problems:
+        raise SpecError(name + "; ".join(problems))
     D = model.embed_dim
+    norm = model.fc_norm if not isinstance(model.fc_norm, _identity()) else model.norm
+    family = ViTFamily(
+        class_token=model.cls_token is not None,
+        reg_tokens=model.num_reg_tokens,
+        distilled=distilled,
+        no_embed_class=model.no_embed_class,
+        pre_norm=not isinstance(model.norm_pre, _identity()),
+        final_norm=not isinstance(norm, _identity()),
+        fc_norm=_fc_norm_arg(model),
+        global_pool=model.global_pool,
+        init_values=float(block.ls1.init_values) if hasattr(block.ls1, "gamma") else None,
+        qkv_bias=block.attn.qkv.bias is not None,
+        qk_norm=not isinstance(block.attn.q_norm, _identity()),
+        act_layer=_activation(block.mlp.act),
+        mlp_layer=_mlp_layer(block.mlp),
+        dynamic_img_size=bool(model.dynamic_img_size),
+    )
     spec = ViTSpec(
         depth=len(model.blocks),
         embed_dim=D,
         num_heads=block.attn.num_heads,
-        mlp_ratio=block.mlp.fc1.out_features / D,
-        img_size=img[0],
-        patch_size=patch[0],
+        mlp_ratio=_mlp_ratio(D, block.mlp.fc1.out_features),
+        img_size=embed.img_size[0],
+        patch_size=embed.patch_size[0],
         in_chans=embed.proj.in_channels,
         num_classes=model.num_classes,
-        global_pool=model.global_pool,
-        class_token=model.cls_token is not None,
+        arch=arch,
+        family=family,
     )
     have = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     if have != spec.state_shapes():
-        extra = sorted(set(have) ^ set(spec.state_shapes()))[:3]
-        raise SpecError(f"this timm ViT has a layout learngene does not describe (differs at {extra}); use a plain ViT")
+        differ = sorted(set(have) ^ set(spec.state_shapes())) or sorted(k for k in have if have[k] != spec.state_shapes()[k])
+        raise SpecError(f"{name}its tensors differ from the layout read from it at {differ[:3]}; "
+                        f"learngene cannot describe this ViT")
+    reference = _build_on_meta(spec)
+    if reference is None:
+        raise SpecError(f"{name}timm cannot build {arch} with the arguments read from this model "
+                        f"({spec.family.short()}); pass the ancestry's own architecture name")
+    mismatch = _first_module_difference(model, reference)
+    if mismatch:
+        raise SpecError(f"{name}this model differs from timm's {arch} built with the arguments read from it at "
+                        f"{mismatch}; load the checkpoint with its own architecture name and no extra arguments")
     return spec
+
+
+def _identity():
+    from torch import nn
+
+    return nn.Identity
+
+
+def _fc_norm_arg(model) -> bool | None:
+    """timm's ``fc_norm`` argument: None when the model follows timm's rule (after pooling for avg)."""
+    has_fc_norm = not isinstance(model.fc_norm, _identity())
+    has_norm = not isinstance(model.norm, _identity())
+    if not (has_fc_norm or has_norm):
+        return None
+    return None if has_fc_norm == (model.global_pool == "avg") else has_fc_norm
+
+
+def _undescribable(model, block) -> list[str]:
+    """Every field of a VisionTransformer a spec cannot hold, as ``field=value (what is supported)``."""
+    from timm.layers import Attention, LayerNorm, PatchEmbed
+    from timm.models.vision_transformer import Block
+    from torch import nn
+
+    problems = []
+    if block is None:
+        return ["depth=0 (at least one block)"]
+    if model.global_pool not in POOLS:
+        problems.append(f"global_pool={model.global_pool!r} ({', '.join(POOLS)})")
+    if model.pos_embed is None:
+        problems.append("pos_embed=none (learned absolute position embeddings only)")
+    if getattr(model, "pool_include_prefix", False):
+        problems.append("pool_include_prefix=True")
+    embed = model.patch_embed
+    if type(embed) is not PatchEmbed:
+        problems.append(f"embed_layer={type(embed).__name__} (timm's PatchEmbed)")
+    else:
+        if embed.img_size is None or embed.img_size[0] != embed.img_size[1] or embed.patch_size[0] != embed.patch_size[1]:
+            problems.append(f"img_size={embed.img_size}, patch_size={embed.patch_size} (square only)")
+        if not isinstance(embed.norm, nn.Identity):
+            problems.append(f"embed_norm_layer={type(embed.norm).__name__} (none)")
+        if getattr(embed, "dynamic_img_pad", False):
+            problems.append("dynamic_img_pad=True")
+    if type(block) is not Block:
+        problems.append(f"block_fn={type(block).__name__} (timm's Block)")
+        return problems
+    if type(block.attn) is not Attention:
+        problems.append(f"attn_layer={type(block.attn).__name__} (timm's Attention)")
+    elif not isinstance(getattr(block.attn, "norm", nn.Identity()), nn.Identity):
+        problems.append("scale_attn_norm=True")
+    elif block.attn.proj.bias is None:
+        problems.append("proj_bias=False")
+    mlp_kind = _mlp_layer(block.mlp)
+    if mlp_kind not in MLP_LAYERS:
+        problems.append(f"mlp_layer={mlp_kind} (timm's Mlp or SwiGLUPacked)")
+    elif not isinstance(getattr(block.mlp, "norm", nn.Identity()), nn.Identity):
+        problems.append("scale_mlp_norm=True")
+    elif _activation(block.mlp.act) is None:
+        problems.append(f"act_layer={type(block.mlp.act).__name__} ({', '.join(ACTIVATIONS)})")
+    if type(block.norm1) not in (nn.LayerNorm, LayerNorm):
+        problems.append(f"norm_layer={type(block.norm1).__name__} (LayerNorm)")
+    return problems
+
+
+def _build_on_meta(spec: ViTSpec):
+    import torch
+
+    try:
+        with torch.device("meta"):
+            return spec.create_model()
+    except (SpecError, TypeError, ValueError, AssertionError, RuntimeError):
+        return None
+
+
+def _first_module_difference(model, reference) -> str | None:
+    """The first module (ignoring dropout and stochastic depth) where two timm models differ, else None."""
+    from timm.layers import DropPath
+    from torch import nn
+
+    skip = (nn.Dropout, DropPath, nn.Identity)
+
+    def signature(m):
+        return [(n, type(x).__name__, x.extra_repr()) for n, x in m.named_modules() if not isinstance(x, skip)]
+
+    mine, theirs = signature(model), signature(reference)
+    for a, b in zip(mine, theirs):
+        if a != b:
+            return f"{a[0] or 'the model'} ({a[1]}({a[2]}) vs {b[1]}({b[2]}))"
+    if len(mine) != len(theirs):
+        return f"{len(mine)} vs {len(theirs)} modules"
+    return None
 
 
 def fit_to_budget(base: ViTSpec, max_params: int | None = None, max_flops: int | None = None,

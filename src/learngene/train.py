@@ -369,6 +369,8 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
         for stale in (LOG, CHECKPOINT):  # a fresh run must never resume an older run's checkpoint later
             (run_dir / stale).unlink(missing_ok=True)
 
+    # a model may bring its own per-sample loss (an aux net distilling a headless ancestry's features)
+    loss_of = getattr(model, "distill_loss", distill_loss)
     net = torch.compile(model) if cfg.compile else model  # compiled first, then wrapped in DDP (as nanoGPT does)
     if dist.is_distributed():
         # timm's (1, 1, D) class token gets a gradient with another (irrelevant) stride for its size-1 dims,
@@ -415,7 +417,7 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
                 soft = soft.clone()  # an inference-mode tensor cannot be saved for the KL's backward
             with autocast(device):
                 logits = net(x)
-            per_sample = distill_loss(logits, target, soft, cfg.distill_lambda, cfg.distill_tau, smoothing)
+            per_sample = loss_of(logits, target, soft, cfg.distill_lambda, cfg.distill_tau, smoothing)
             # DDP averages gradients over ranks; scaling by world/global_size makes that the exact mean
             # over the global batch, even when ranks hold unequal shares of the last batch.
             loss = per_sample.sum() * (dist.world_size() / batch.global_size)

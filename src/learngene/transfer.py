@@ -1,9 +1,17 @@
 """Every rule that moves tensors between sizes: layers, residual width, MLP size, heads, embeddings.
 
 Methods pick or build the tensors a descendant needs; how those tensors are carried to another size
-is written once, here. Per-tensor rules are data, as torchtune writes its key mappings: a row of
-:data:`BLOCK_AXES` or :data:`NON_BLOCK_AXES` names, for every axis of one timm tensor, which size it
-follows. A new tensor (a layer-scale gamma, register tokens, an attention-pool head) is one more row.
+is written once, here. Per-tensor rules are data, as torchtune writes its key mappings: for every
+state_dict key of any ViT family a :class:`~learngene.spec.ViTSpec` describes, :func:`block_axes` and
+:func:`non_block_axes` name what each axis is: the residual stream (written, or read by a Linear's
+input columns), the MLP's hidden channels (SwiGLU's fc1: gate and value segments), attention heads
+(q/k/v rows in segments, W_O columns), channels inside a head (q/k norms), classes, or something left
+as it is (tokens, kernels). A family's extra tensors are rows like any other, so every method moves
+them by the rule their axes call for, written once: layer-scale gammas, norms, biases, register and
+distillation tokens are residual-stream vectors like a LayerNorm's weight; the MAP attention-pool head
+``attn_pool.*`` is attention (``q``: 1 segment of heads, ``kv``: 2, ``proj``: columns per head) plus an
+MLP, sliced head by head with :mod:`learngene.heads`' layout exactly like a block's; ``head_dist`` is a
+classifier.
 
 Carrying an axis of ``n_src`` coordinates to ``n_dst`` (:func:`axis_map`):
 
@@ -13,14 +21,16 @@ Carrying an axis of ``n_src`` coordinates to ``n_dst`` (:func:`axis_map`):
   is divided by its number of copies (Net2Net's widening), so the sum it computes is unchanged.
 
 With an exact multiple this is function preserving (a LayerNorm over ``k`` copies of a vector has
-the same statistics); otherwise it is the nearest such map. Neither head paper says how these axes
-are carried (PEG App. B only says W_O is "pruned or expanded"): this is our one rule for all of them.
-Depth is stretched: descendant layer ``l`` of ``L_d`` takes source layer ``⌊l·L_s/L_d⌋``. Head axes
-(qkv rows, W_O columns) are the methods' own business (:mod:`learngene.heads`).
+the same statistics; ``tests/test_families.py`` checks it for every family); otherwise it is the
+nearest such map. Neither head paper says how these axes are carried (PEG App. B only says W_O is
+"pruned or expanded"): this is our one rule for all of them. Depth is stretched: descendant layer
+``l`` of ``L_d`` takes source layer ``⌊l·L_s/L_d⌋``. A method that picks coordinates its own way
+(Weight Selection's evenly spaced heads, an importance order, a prefix) passes a :data:`Rule`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -28,40 +38,73 @@ from timm.layers import resample_abs_pos_embed, resample_patch_embed
 from torch import Tensor
 
 from .errors import LearngeneError
+from .heads import join_heads, split_heads
 from .spec import ViTSpec, block_key
 
 StateDict = dict[str, Tensor]
 
-# ---- the rules as data -------------------------------------------------------------------------------
-# Each tensor's axes, in order: "width" (the residual stream D), "hidden" (the MLP's hidden size), or
-# "reads width" / "reads hidden" (an input axis: coordinates repeated there are divided by their copies);
-# None: left as it is (head-structured axes, classes, pixels, tokens).
-BLOCK_AXES: dict[str, tuple[str | None, ...]] = {
-    "norm1.weight": ("width",),
-    "norm1.bias": ("width",),
-    "attn.qkv.weight": (None, "reads width"),  # rows belong to heads
-    "attn.qkv.bias": (None,),
-    "attn.proj.weight": ("width", None),  # columns belong to heads
-    "attn.proj.bias": ("width",),
-    "norm2.weight": ("width",),
-    "norm2.bias": ("width",),
-    "mlp.fc1.weight": ("hidden", "reads width"),
-    "mlp.fc1.bias": ("hidden",),
-    "mlp.fc2.weight": ("width", "reads hidden"),
-    "mlp.fc2.bias": ("width",),
-}
-NON_BLOCK_AXES: dict[str, tuple[str | None, ...]] = {
-    "cls_token": (None, None, "width"),
-    "pos_embed": (None, None, "width"),
-    "patch_embed.proj.weight": ("width", None, None, None),  # output channels first
-    "patch_embed.proj.bias": ("width",),
-    "norm.weight": ("width",),
-    "norm.bias": ("width",),
-    "fc_norm.weight": ("width",),
-    "fc_norm.bias": ("width",),
-    "head.weight": (None, "reads width"),
-    "head.bias": (None,),
-}
+WIDTH = "width"  # the residual stream, written: Linear rows, vectors, tokens
+WIDTH_IN = "width_in"  # the residual stream, read: Linear input columns
+HIDDEN = "hidden"  # MLP hidden channels, written (fc1 rows; SwiGLU: gate and value segments)
+HIDDEN_IN = "hidden_in"  # MLP hidden channels, read (fc2 columns)
+HEADS = "heads"  # segments x heads x head_dim rows (qkv: 3 segments, the MAP head's kv: 2, q: 1)
+HEADS_IN = "heads_in"  # heads x head_dim columns of an output projection
+HEAD_DIM = "head_dim"  # channels inside one head (qk_norm)
+CLASSES = "classes"
+KEEP = "keep"  # carried as it is (batch and token axes, input channels, patch kernel)
+
+READERS = (WIDTH_IN, HIDDEN_IN, HEADS_IN)
+
+
+class Axis(NamedTuple):
+    role: str
+    segments: int = 1
+
+
+def _attention(prefix: str, qkv: str, segments: int) -> dict[str, tuple[Axis, ...]]:
+    return {f"{prefix}{qkv}.weight": (Axis(HEADS, segments), Axis(WIDTH_IN)), f"{prefix}{qkv}.bias": (Axis(HEADS, segments),),
+            f"{prefix}proj.weight": (Axis(WIDTH), Axis(HEADS_IN)), f"{prefix}proj.bias": (Axis(WIDTH),)}
+
+
+def _mlp(prefix: str, segments: int) -> dict[str, tuple[Axis, ...]]:
+    return {f"{prefix}fc1.weight": (Axis(HIDDEN, segments), Axis(WIDTH_IN)), f"{prefix}fc1.bias": (Axis(HIDDEN, segments),),
+            f"{prefix}fc2.weight": (Axis(WIDTH), Axis(HIDDEN_IN)), f"{prefix}fc2.bias": (Axis(WIDTH),)}
+
+
+VECTOR, TOKENS = (Axis(WIDTH),), (Axis(KEEP), Axis(KEEP), Axis(WIDTH))
+
+
+def block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
+    """The axes of every tensor of one block of ``spec`` (in-block names)."""
+    glu = 2 if spec.family.mlp_layer == "swiglu_packed" else 1
+    table = {"norm1.weight": VECTOR, "norm1.bias": VECTOR, "norm2.weight": VECTOR, "norm2.bias": VECTOR,
+             "ls1.gamma": VECTOR, "ls2.gamma": VECTOR, **_attention("attn.", "qkv", 3), **_mlp("mlp.", glu),
+             **{f"attn.{n}_norm.{p}": (Axis(HEAD_DIM),) for n in "qk" for p in ("weight", "bias")}}
+    return {name: table[name] for name in spec.block_shapes()}
+
+
+def non_block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
+    """The axes of every tensor outside the blocks of ``spec``."""
+    table = {"cls_token": TOKENS, "reg_token": TOKENS, "dist_token": TOKENS, "pos_embed": TOKENS,
+             "patch_embed.proj.weight": (Axis(WIDTH), Axis(KEEP), Axis(KEEP), Axis(KEEP)),
+             "patch_embed.proj.bias": VECTOR, "attn_pool.latent": TOKENS,
+             **_attention("attn_pool.", "q", 1), **_attention("attn_pool.", "kv", 2), **_mlp("attn_pool.mlp.", 1)}
+    for norm in ("norm_pre", "norm", "fc_norm", "attn_pool.norm"):
+        table.update({f"{norm}.weight": VECTOR, f"{norm}.bias": VECTOR})
+    for head in ("head", "head_dist"):
+        table.update({f"{head}.weight": (Axis(CLASSES), Axis(WIDTH_IN)), f"{head}.bias": (Axis(CLASSES),)})
+    return {key: table[key] for key in spec.non_block_shapes()}
+
+
+def segments(spec: ViTSpec, name: str) -> tuple[int, ...]:
+    """Segments per axis of block tensor ``name`` (q, k, v of the fused qkv rows; gate and value of SwiGLU's fc1)."""
+    return tuple(axis.segments for axis in block_axes(spec)[name])
+
+
+def carried(source: ViTSpec, target: ViTSpec) -> ViTSpec:
+    """``source`` at ``target``'s width, heads and MLP ratio: the shapes of ``source``'s tensors once their
+    width axes are moved (token counts, patch kernel and classes are moved afterwards by ``inherit_non_block``)."""
+    return source.replace(embed_dim=target.embed_dim, num_heads=target.num_heads, mlp_ratio=target.mlp_ratio)
 
 
 # ---- one axis ------------------------------------------------------------------------------------------
@@ -119,106 +162,191 @@ def axis_map(n_src: int, n_dst: int) -> AxisMap:
     return AxisMap(index, 1.0 / copies[index], False, True)
 
 
-def move_axes(tensor: Tensor, axes: tuple[str | None, ...], maps: dict[str, AxisMap]) -> Tensor:
-    """``tensor`` with every axis named in ``axes`` (a row of the tables above) carried by its map."""
-    for dim, kind in enumerate(axes):
-        if kind is None:
+KEPT = AxisMap(slice(None), None, True, False)
+# (role, source size, target size) -> the map of that axis
+Rule = Callable[[str, int, int], AxisMap]
+
+
+def mapped(role: str, n_src: int, n_dst: int) -> AxisMap:
+    """The rule above for every axis (:func:`axis_map`); heads keep their size."""
+    if n_src == n_dst:
+        return KEPT
+    if role == HEAD_DIM:
+        raise LearngeneError(f"whole-head methods keep heads of {n_src} dims, asked {n_dst}")
+    return axis_map(n_src, n_dst)
+
+
+def evenly(role: str, n_src: int, n_dst: int) -> AxisMap:
+    """Weight Selection's rule for every axis: evenly spaced coordinates, never a copy."""
+    return pick(evenly_spaced_index(n_src, n_dst))
+
+
+def with_maps(width: AxisMap | None = None, hidden: AxisMap | None = None, heads: AxisMap | None = None) -> Rule:
+    """:func:`mapped`, with these maps for the residual, MLP-hidden and head axes they fit (their target size)."""
+    maps = {WIDTH: width, WIDTH_IN: width, HIDDEN: hidden, HIDDEN_IN: hidden, HEADS: heads}
+
+    def rule(role: str, n_src: int, n_dst: int) -> AxisMap:
+        chosen = maps.get(role)
+        if chosen is not None and _length(chosen.index, n_src) == n_dst:
+            return chosen
+        return mapped(role, n_src, n_dst)  # e.g. the MAP head's MLP, whose hidden size is not the blocks'
+
+    return rule
+
+
+def given(width: Tensor | slice | None = None, hidden: Tensor | slice | None = None,
+          heads: Tensor | slice | None = None) -> Rule:
+    """Fixed coordinates per kind of axis (an importance order, a prefix); other axes are kept."""
+    chosen = {WIDTH: width, WIDTH_IN: width, HIDDEN: hidden, HIDDEN_IN: hidden, HEADS: heads}
+
+    def rule(role: str, n_src: int, n_dst: int) -> AxisMap:
+        index = chosen.get(role)
+        if index is None:
+            if n_src != n_dst:
+                raise LearngeneError(f"no coordinates given to move a {role} axis from {n_src} to {n_dst}")
+            return KEPT
+        return pick(index)
+
+    return rule
+
+
+def _length(index: Tensor | slice, n: int) -> int:
+    return len(range(n)[index]) if isinstance(index, slice) else len(index)
+
+
+def _take(t: Tensor, dim: int, index: Tensor | slice) -> Tensor:
+    if isinstance(index, slice):
+        return t[(slice(None),) * dim + (index,)]
+    return t.index_select(dim, index.to(t.device))
+
+
+def move_tensor(t: Tensor, axes: tuple[Axis, ...], shape: tuple[int, ...], heads: tuple[int, int], rule: Rule) -> Tensor:
+    """``t`` carried to ``shape`` axis by axis: ``rule(role, n_src, n_dst)`` maps each; head axes are split
+    into (segments, heads, head_dim) (:func:`~learngene.heads.split_heads`) and both parts mapped; readers
+    are scaled by the map's 1/copies. Token counts and patch kernels are left as they are (timm's
+    resamplers move them in :func:`inherit_non_block`)."""
+    h_src, h_dst = heads
+    for dim, (axis, n_dst) in enumerate(zip(axes, shape)):
+        n_src, s = t.shape[dim], axis.segments
+        if axis.role in (KEEP, CLASSES):
+            if axis.role == CLASSES and n_src != n_dst:
+                raise LearngeneError(f"a classifier of {n_src} classes cannot become one of {n_dst}")
             continue
-        size = kind.removeprefix("reads ")
-        axis = maps[size]
-        tensor = tensor[(slice(None),) * dim + (axis.index,)]
-        if size != kind and axis.repeats:
-            tensor = tensor * axis.reader_scale.view(-1, *[1] * (tensor.ndim - dim - 1))
-    return tensor
+        if axis.role in (HEADS, HEADS_IN):
+            if n_dst % (s * h_dst):
+                raise LearngeneError(f"{n_dst} head channels do not split into {s} x {h_dst} heads")
+            split = split_heads(t, h_src, s, dim)
+            parts = [(HEADS, h_src, h_dst), (HEAD_DIM, split.shape[dim + 2], n_dst // (s * h_dst))]
+        else:
+            split = t.reshape(*t.shape[:dim], s, n_src // s, *t.shape[dim + 1:])
+            parts = [(axis.role, n_src // s, n_dst // s)]
+        for offset, (role, n_from, n_to) in enumerate(parts, start=dim + 1):
+            chosen = rule(role, n_from, n_to)
+            if chosen.is_identity:
+                continue
+            split = _take(split, offset, chosen.index)
+            if axis.role in READERS and chosen.repeats and chosen.reader_scale is not None:
+                split = split * chosen.reader_scale.to(split).view(-1, *[1] * (split.ndim - offset - 1))
+        t = join_heads(split, dim) if len(parts) == 2 else split.reshape(*t.shape[:dim], n_dst, *t.shape[dim + 1:])
+    return t
 
 
-def _rule(table: dict[str, tuple[str | None, ...]], key: str, table_name: str) -> tuple[str | None, ...]:
-    try:
-        return table[key]
-    except KeyError:
-        raise LearngeneError(f"no rule carries {key} to another size; add its row to "
-                             f"learngene.transfer.{table_name}") from None
+def move_state(state: StateDict, axes: dict[str, tuple[Axis, ...]], shapes: dict[str, tuple[int, ...]],
+               heads: tuple[int, int], rule: Rule = mapped) -> StateDict:
+    """Every tensor of ``state`` carried to the target's shape (``shapes``; keys the target lacks are left out)."""
+    out = {}
+    for key, t in state.items():
+        if key not in axes:
+            raise LearngeneError(f"no rule carries {key} to another size; add its row to learngene.transfer")
+        if key in shapes:
+            out[key] = move_tensor(t, axes[key], shapes[key], heads, rule)
+    return out
 
 
-def resize_block(block: StateDict, width: AxisMap, hidden: AxisMap) -> StateDict:
-    """One block's tensors (in-block names) moved to another residual width and MLP hidden size
-    (:data:`BLOCK_AXES`); head axes are left as they are."""
-    if width.is_identity and hidden.is_identity:
-        return dict(block)
-    maps = {"width": width, "hidden": hidden}
-    return {name: move_axes(t, _rule(BLOCK_AXES, name, "BLOCK_AXES"), maps) for name, t in block.items()}
+def resize_block(block: StateDict, source: ViTSpec, target: ViTSpec, width: AxisMap | None = None,
+                 hidden: AxisMap | None = None) -> StateDict:
+    """One block's tensors (in-block names; heads already ``target``'s count) moved to ``target``'s width and
+    MLP size: rows that write the residual stream (W_O, fc2, biases, norms, layer-scale gammas) picked,
+    columns that read it (qkv, fc1) picked and divided by their copies; head axes left as they are."""
+    return move_state(block, block_axes(source), target.block_shapes(), (target.num_heads,) * 2, with_maps(width, hidden))
 
 
-def resize_non_block(state: StateDict, width: AxisMap) -> StateDict:
-    """Embeddings, final norm and classifier (timm keys, those present) moved to another residual width
-    (:data:`NON_BLOCK_AXES`)."""
-    if width.is_identity:
-        return dict(state)
-    return {key: move_axes(t, _rule(NON_BLOCK_AXES, key, "NON_BLOCK_AXES"), {"width": width})
-            for key, t in state.items()}
+def resize_non_block(state: StateDict, source: ViTSpec, target: ViTSpec, rule: Rule = mapped) -> StateDict:
+    """Tokens, embeddings, norms, the MAP head and classifiers (timm keys, those present) moved to
+    ``target``'s width and head count; token counts, patch kernels and classes stay ``source``'s."""
+    return move_state(state, non_block_axes(source), carried(source, target).non_block_shapes(),
+                      (source.num_heads, target.num_heads), rule)
 
 
 # ---- non-block parts ----------------------------------------------------------------------------------
 ALL_PARTS = ("embed", "norm", "head")
 
 
-def inherit_non_block(state: StateDict, source: ViTSpec, target: ViTSpec, parts: tuple[str, ...] = ALL_PARTS) -> StateDict:
-    """Carry embeddings, final norm and classifier from ``source`` to ``target`` where they fit.
+# which of ``inherit_non_block``'s parts each non-block tensor belongs to (the MAP pooling head goes with the
+# final norm: both sit between the last block and the classifier, and neither depends on the label space)
+PART_OF = {"cls_token": "embed", "reg_token": "embed", "dist_token": "embed", "pos_embed": "embed",
+           "patch_embed.proj.weight": "embed", "patch_embed.proj.bias": "embed", "norm_pre.weight": "embed",
+           "norm_pre.bias": "embed", "head.weight": "head", "head.bias": "head", "head_dist.weight": "head",
+           "head_dist.bias": "head"}
+
+
+def part_of(key: str) -> str:
+    return PART_OF.get(key, "norm")  # norm, fc_norm, attn_pool.*
+
+
+def inherit_non_block(state: StateDict, source: ViTSpec, target: ViTSpec,
+                      parts: tuple[str, ...] = ALL_PARTS) -> StateDict:
+    """Carry tokens, embeddings, norms, the pooling head and the classifiers from ``source`` to ``target`` where they fit.
 
     Position embeddings are resampled to the target grid and patch embeddings to the target patch size
-    (timm's resamplers, differentiable); the class token/prefix is kept only when both specs have one;
-    the head only when the label spaces agree; the final norm moves between timm's ``norm`` and
-    ``fc_norm`` with the pooling. Another width is left to the target's own initialization (methods
-    that change width use :func:`carry_non_block`); another input channel count is an error.
+    (timm's resamplers, differentiable); the prefix tokens' position rows are kept when both specs have
+    the same ones (``no_embed_class`` families have none); classifiers only when the label spaces agree;
+    the final norm moves between timm's ``norm`` and ``fc_norm`` with the pooling. Every other tensor of
+    ``parts`` (class, register and distillation tokens, ``norm_pre``, the MAP head) is copied when the
+    target has it with the same shape. Another width is left to the target's own initialization
+    (methods that change width move these tensors first, see :mod:`learngene.axes`); another input
+    channel count is an error.
     """
     out: StateDict = {}
     if source.embed_dim != target.embed_dim:
         return out
-    if "embed" in parts:
-        if source.class_token and target.class_token and "cls_token" in state:
-            out["cls_token"] = state["cls_token"]
-        if "pos_embed" in state:
-            pos = state["pos_embed"]
-            src_prefix = int(source.class_token)
-            patches = pos[:, src_prefix:]
+    shapes = target.non_block_shapes()
+    renamed = {f"{source.final_norm_key}.{p}": f"{target.final_norm_key}.{p}" for p in ("weight", "bias")
+               if source.final_norm_key and target.final_norm_key}
+    for key, tensor in state.items():
+        if part_of(key) not in parts or key.startswith("blocks."):
+            continue
+        if key == "pos_embed":
+            src_prefix, dst_prefix = source.family.pos_prefix_tokens, target.family.pos_prefix_tokens
+            patches = tensor[:, src_prefix:]
             if source.grid_size != target.grid_size:
                 patches = resample_abs_pos_embed(patches, new_size=[target.grid_size] * 2,
                                                  old_size=[source.grid_size] * 2, num_prefix_tokens=0, verbose=False)
-            if target.class_token:
-                prefix = pos[:, :1] if source.class_token else None
-                if prefix is not None:
-                    out["pos_embed"] = torch.cat([prefix, patches], dim=1)
-            else:
-                out["pos_embed"] = patches
-        if "patch_embed.proj.weight" in state:
+            if dst_prefix == src_prefix:
+                out[key] = torch.cat([tensor[:, :src_prefix], patches], dim=1)
+            elif dst_prefix == 0:
+                out[key] = patches
+            continue
+        if key == "patch_embed.proj.weight":
             if source.in_chans != target.in_chans:
                 raise LearngeneError(f"the ancestry takes {source.in_chans}-channel images but the target asks for "
                                      f"{target.in_chans}; keep in_chans={source.in_chans} (data are converted to it)")
-            weight = state["patch_embed.proj.weight"]
             if source.patch_size != target.patch_size:
-                weight = resample_patch_embed(weight, [target.patch_size] * 2, verbose=False)
-            out["patch_embed.proj.weight"] = weight
-            out["patch_embed.proj.bias"] = state["patch_embed.proj.bias"]
-    if "norm" in parts:
-        for suffix in ("weight", "bias"):
-            key = f"{source.final_norm_key}.{suffix}"
-            if key in state:
-                out[f"{target.final_norm_key}.{suffix}"] = state[key]
-    if "head" in parts and source.num_classes == target.num_classes and target.num_classes:
-        for key in ("head.weight", "head.bias"):
-            if key in state:
-                out[key] = state[key]
+                tensor = resample_patch_embed(tensor, [target.patch_size] * 2, verbose=False)
+        key = renamed.get(key, key)
+        if key in shapes and tuple(tensor.shape) == shapes[key]:
+            out[key] = tensor
     return out
 
 
 def carry_non_block(state: StateDict, source: ViTSpec, target: ViTSpec, parts: tuple[str, ...] = ALL_PARTS,
-                    width: AxisMap | None = None) -> StateDict:
-    """The non-block tensors of ``state`` (shaped for ``source``) carried to ``target``: the width by
-    ``width`` (default: :func:`axis_map`'s rule; :func:`resize_non_block`), the rest by :func:`inherit_non_block`."""
-    width = width if width is not None else axis_map(source.embed_dim, target.embed_dim)
-    resized = resize_non_block({k: v for k, v in state.items() if k in source.non_block_shapes()}, width)
-    return inherit_non_block(resized, source.replace(embed_dim=target.embed_dim, num_heads=target.num_heads), target,
-                             parts)
+                    width: AxisMap | None = None, heads: AxisMap | None = None) -> StateDict:
+    """The non-block tensors of ``state`` (shaped for ``source``) carried to ``target``: the width and heads
+    by ``width``/``heads`` (default: :func:`axis_map`'s rule; :func:`resize_non_block`), the rest by
+    :func:`inherit_non_block`."""
+    resized = resize_non_block({k: v for k, v in state.items() if k in source.non_block_shapes()}, source, target,
+                               with_maps(width, None, heads))
+    return inherit_non_block(resized, carried(source, target), target, parts)
 
 
 # ---- whole blocks -------------------------------------------------------------------------------------

@@ -58,7 +58,6 @@ from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..transfer import (
     StateDict,
-    axis_map,
     block_state,
     carry_non_block,
     cyclic,
@@ -136,7 +135,7 @@ def mean_attention_distance(model: nn.Module, spec: ViTSpec, data: Data, num_ima
     device = next(model.parameters()).device
     picked = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[:count].sort().values
     distance = patch_distances(spec).to(device)
-    prefix = int(spec.class_token)
+    prefix = spec.num_prefix_tokens
     totals = torch.zeros(spec.depth, spec.num_heads, dtype=torch.float64)
     was_training = model.training
     model.eval()
@@ -181,6 +180,12 @@ def cluster_heads(distances: Tensor, eps: float, min_heads: int = 1) -> tuple[Te
     return labels, centroids
 
 
+def _mix(block: StateDict, mixing: Tensor) -> None:
+    """Replace ``block``'s heads by ``mixing`` of them (q, k, v rows, their biases if any, W_O columns), in place."""
+    qkv, bias, proj = mix_heads(block["attn.qkv.weight"], block.get("attn.qkv.bias"), block["attn.proj.weight"], mixing)
+    block.update({"attn.qkv.weight": qkv, "attn.proj.weight": proj, **({"attn.qkv.bias": bias} if bias is not None else {})})
+
+
 def priority_sharing(num_centroids: int, num_heads: int) -> Tensor:
     """Centroid of each of ``num_heads`` descendant heads: ``i mod c`` (Sec. 2.3, Fig. 2)."""
     return cyclic(num_centroids, num_heads)
@@ -220,9 +225,8 @@ class ClusterLearngene(Method):
             labels.append(layer_labels)
             tensors[f"{CENTROIDS}{layer}"] = torch.tensor(centroids)
             b = block_state(state, layer)
-            kept = mix_heads(*(b[k] for k in ATTENTION), select_matrix(centroids, spec.num_heads))
-            replaced = [b[k] for k in ATTENTION] + ([b[k] for k in FFN] if cfg.ffn == "random" else [])
-            b.update(zip(ATTENTION, kept))
+            replaced = [b[k] for k in ATTENTION if k in b] + ([b[k] for k in FFN] if cfg.ffn == "random" else [])
+            _mix(b, select_matrix(centroids, spec.num_heads))
             if cfg.ffn == "random":
                 b = {k: v for k, v in b.items() if k not in FFN}
             release_pages(*replaced)  # not in the gene: a memory-mapped ancestry's pages may go
@@ -237,16 +241,12 @@ class ClusterLearngene(Method):
         if spec.head_dim != src.head_dim:
             raise LearngeneError(f"cluster copies heads of {src.head_dim} dims, so a {spec.num_heads}-head descendant "
                                  f"is {spec.num_heads * src.head_dim} wide; set --embed-dim {spec.num_heads * src.head_dim}")
-        width = axis_map(src.embed_dim, spec.embed_dim)
-        hidden = axis_map(src.mlp_hidden, spec.mlp_hidden)
         out: StateDict = {}
         for layer, source in enumerate(stretch(src.depth, spec.depth).tolist()):
             b = block_state(gene.tensors, source)
             centroids = len(gene.tensors[f"{CENTROIDS}{source}"])
-            shared = mix_heads(*(b[k] for k in ATTENTION), select_matrix(priority_sharing(centroids, spec.num_heads),
-                                                                         centroids))
-            b.update(zip(ATTENTION, shared))
-            out.update({block_key(layer, k): v for k, v in resize_block(b, width, hidden).items()})
+            _mix(b, select_matrix(priority_sharing(centroids, spec.num_heads), centroids))
+            out.update({block_key(layer, k): v for k, v in resize_block(b, src, spec).items()})
         out.update(carry_non_block(gene.tensors, src, spec, ("embed", "norm")))
         return out
 

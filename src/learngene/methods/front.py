@@ -32,6 +32,7 @@ regularised refinement) is not implemented.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -42,31 +43,39 @@ from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
-from ..transfer import NON_BLOCK_AXES, StateDict, inherit_non_block
+from ..transfer import (
+    CLASSES,
+    KEEP,
+    Axis,
+    StateDict,
+    block_axes,
+    carried,
+    inherit_non_block,
+    non_block_axes,
+)
 
 PREFIX = "dct."
-LAYER, WIDTH, HIDDEN = "layer", "width", "hidden"
-
-# Transformed axes of each stacked block tensor (layer axis first); qkv is viewed as (L, 3, D, D) and (L, 3, D).
-BLOCK_AXES: dict[str, tuple[str | None, ...]] = {
-    "norm1.weight": (LAYER, WIDTH),
-    "norm1.bias": (LAYER, WIDTH),
-    "attn.qkv.weight": (LAYER, None, WIDTH, WIDTH),
-    "attn.qkv.bias": (LAYER, None, WIDTH),
-    "attn.proj.weight": (LAYER, WIDTH, WIDTH),
-    "attn.proj.bias": (LAYER, WIDTH),
-    "norm2.weight": (LAYER, WIDTH),
-    "norm2.bias": (LAYER, WIDTH),
-    "mlp.fc1.weight": (LAYER, HIDDEN, WIDTH),
-    "mlp.fc1.bias": (LAYER, HIDDEN),
-    "mlp.fc2.weight": (LAYER, WIDTH, HIDDEN),
-    "mlp.fc2.bias": (LAYER, WIDTH),
-}
+LAYER, FREQ = "layer", "freq"
 
 
-def non_block_axes(key: str) -> tuple[str | None, ...]:
-    """The width axis of an embedding, final-norm or classifier tensor (:data:`learngene.transfer.NON_BLOCK_AXES`)."""
-    return tuple(axis.removeprefix("reads ") if axis else None for axis in NON_BLOCK_AXES[key])
+def front_axes(axes: tuple[Axis, ...]) -> tuple[str | None, ...]:
+    """Which axes of a tensor (segments split off, see :func:`split_segments`) are transformed: every width,
+    MLP-hidden and head axis (its table in :mod:`learngene.axes`); not across the q/k/v segments of a fused
+    qkv or SwiGLU's two halves (that would mix unrelated weights), not token counts, kernels or classes."""
+    names: list[str | None] = []
+    for axis in axes:
+        if axis.segments > 1:
+            names.append(None)
+        names.append(None if axis.role in (KEEP, CLASSES) else FREQ)
+    return tuple(names)
+
+
+def split_shape(shape: tuple[int, ...], axes: tuple[Axis, ...]) -> tuple[int, ...]:
+    """``shape`` with every segmented axis split into ``(segments, length / segments)``."""
+    out: list[int] = []
+    for n, axis in zip(shape, axes):
+        out += [axis.segments, n // axis.segments] if axis.segments > 1 else [n]
+    return tuple(out)
 
 
 def dct_matrix(n: int, dtype: torch.dtype = torch.float64, device: torch.device | None = None) -> Tensor:
@@ -82,27 +91,27 @@ def _along(t: Tensor, axis: int, matrix: Tensor) -> Tensor:
     return torch.movedim(torch.movedim(t, axis, -1) @ matrix.T, -1, axis)
 
 
-def low_frequencies(t: Tensor, axes: tuple[str | None, ...], keep: dict[str, int]) -> Tensor:
-    """DCT-II of ``t`` along every named axis, cropped to its first ``keep[name]`` coefficients."""
+def low_frequencies(t: Tensor, axes: tuple[str | None, ...], keep: Callable[[str, int], int]) -> Tensor:
+    """DCT-II of ``t`` along every named axis, cropped to its first ``keep(name, length)`` coefficients."""
     out = t.double()
     for axis, name in enumerate(axes):
         if name is not None:
             n = out.shape[axis]
-            out = _along(out, axis, dct_matrix(n)[:min(keep[name], n)])
+            out = _along(out, axis, dct_matrix(n)[:min(keep(name, n), n)])
     return out.to(t.dtype)
 
 
-def resample(coeffs: Tensor, axes: tuple[str | None, ...], sizes: dict[str, tuple[int, int]]) -> Tensor:
+def resample(coeffs: Tensor, axes: tuple[str | None, ...], sizes: tuple[tuple[int, int], ...]) -> Tensor:
     """Inverse DCT of kept coefficients to the target length of every named axis.
 
-    ``sizes[name] = (source length, target length)``. Coefficients beyond the target length are dropped,
+    ``sizes[axis] = (source length, target length)``. Coefficients beyond the target length are dropped,
     missing ones are zero (the basis simply has fewer rows); the result is scaled by ``√(target/source)``.
     """
     out = coeffs
     for axis, name in enumerate(axes):
         if name is None:
             continue
-        src, dst = sizes[name]
+        src, dst = sizes[axis]
         kept = min(out.shape[axis], dst)
         out = out.narrow(axis, 0, kept)
         basis = dct_matrix(dst, dtype=out.dtype, device=out.device)[:kept].T * math.sqrt(dst / src)
@@ -130,47 +139,49 @@ class Front(Method):
             if not isinstance(value, (int, float)) or not 0 <= value <= 1 or (name == "keep_ratio" and value == 0):
                 raise LearngeneError(f"front {name} must be in (0, 1] (depth_ratio 0: same as keep_ratio), got {value!r}")
 
-    def _keep(self, spec: ViTSpec) -> dict[str, int]:
-        r, rd = self.config.keep_ratio, self.config.depth_ratio or self.config.keep_ratio
-        return {LAYER: math.ceil(rd * spec.depth), WIDTH: math.ceil(r * spec.embed_dim),
-                HIDDEN: math.ceil(r * spec.mlp_hidden)}
+    def _count(self, name: str, n: int) -> int:
+        """Coefficients kept along an axis of length ``n``."""
+        ratio = (self.config.depth_ratio or self.config.keep_ratio) if name == LAYER else self.config.keep_ratio
+        return math.ceil(ratio * n)
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        """The low-frequency corner of every stacked block tensor and of every non-block tensor's width axis."""
+        """The low-frequency corner of every stacked block tensor and of every non-block tensor's width axes."""
         spec = ancestry.require_vit(self.name)
         state = ancestry.state()
-        keep = self._keep(spec)
         tensors: StateDict = {}
-        for name, axes in BLOCK_AXES.items():
+        for name, axes in block_axes(spec).items():
             stack = torch.stack([state[block_key(layer, name)] for layer in range(spec.depth)])
-            if name.startswith("attn.qkv"):  # [Q; K; V] as three separate tensors
-                stack = stack.unflatten(1, (3, spec.embed_dim))
-            tensors[PREFIX + name] = low_frequencies(stack, axes, keep)
-        for key in spec.non_block_shapes():
-            tensors[PREFIX + key] = low_frequencies(state[key], non_block_axes(key), keep)
+            stack = stack.reshape(spec.depth, *split_shape(stack.shape[1:], axes))
+            tensors[PREFIX + name] = low_frequencies(stack, (LAYER, *front_axes(axes)), self._count)
+        for key, axes in non_block_axes(spec).items():
+            t = state[key].reshape(split_shape(state[key].shape, axes))
+            tensors[PREFIX + key] = low_frequencies(t, front_axes(axes), self._count)
         return self.new_gene(tensors, spec, spec)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """Truncate or zero-pad every axis's coefficients to the target length, then inverse DCT."""
         src: ViTSpec = gene.layout
-        sizes = {LAYER: (src.depth, spec.depth), WIDTH: (src.embed_dim, spec.embed_dim),
-                 HIDDEN: (src.mlp_hidden, spec.mlp_hidden)}
         out: StateDict = {}
-        for name, axes in BLOCK_AXES.items():
-            stack = resample(gene.tensors[PREFIX + name], axes, sizes)
-            if name.startswith("attn.qkv"):
-                stack = stack.flatten(1, 2)
-            for layer, tensor in enumerate(stack.unbind(0)):
+        src_shapes, dst_shapes = src.block_shapes(), spec.block_shapes()
+        for name, axes in block_axes(src).items():
+            sizes = tuple(zip((src.depth, *split_shape(src_shapes[name], axes)),
+                              (spec.depth, *split_shape(dst_shapes[name], axes))))
+            stack = resample(gene.tensors[PREFIX + name], (LAYER, *front_axes(axes)), sizes)
+            for layer, tensor in enumerate(stack.reshape(spec.depth, *dst_shapes[name]).unbind(0)):
                 out[block_key(layer, name)] = tensor
-        non_block = {key: resample(gene.tensors[PREFIX + key], non_block_axes(key), sizes)
-                     for key in src.non_block_shapes()}
-        out.update(inherit_non_block(non_block, src.replace(embed_dim=spec.embed_dim, num_heads=1), spec))
+        narrow = carried(src, spec)
+        src_shapes, dst_shapes = src.non_block_shapes(), narrow.non_block_shapes()
+        non_block = {}
+        for key, axes in non_block_axes(src).items():
+            sizes = tuple(zip(split_shape(src_shapes[key], axes), split_shape(dst_shapes[key], axes)))
+            non_block[key] = resample(gene.tensors[PREFIX + key], front_axes(axes), sizes).reshape(dst_shapes[key])
+        out.update(inherit_non_block(non_block, narrow, spec))
         return out
 
     def describe(self, gene: Learngene) -> list[str]:
         src: ViTSpec = gene.layout
-        keep = self._keep(src)
-        return [(f"kept DCT coefficients per axis: layers {keep[LAYER]}/{src.depth}, width {keep[WIDTH]}/{src.embed_dim}, "
-                f"MLP {keep[HIDDEN]}/{src.mlp_hidden} (keep_ratio {self.config.keep_ratio})"),
+        return [(f"kept DCT coefficients per axis: layers {self._count(LAYER, src.depth)}/{src.depth}, width "
+                 f"{self._count(FREQ, src.embed_dim)}/{src.embed_dim}, MLP {self._count(FREQ, src.mlp_inner)}/"
+                 f"{src.mlp_inner} (keep_ratio {self.config.keep_ratio})"),
                 (f"stored {gene.num_stored_params:,} of the ancestry's {src.num_params:,} parameters "
                 f"({gene.num_stored_params / src.num_params:.1%})")]

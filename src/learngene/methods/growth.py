@@ -50,7 +50,15 @@ from ..heads import join_proj, mix_heads, select_matrix, split_proj
 from ..method import Ancestry, CondenseInputs, Method
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
-from ..transfer import AxisMap, StateDict, axis_map, block_state, carry_non_block, cyclic, resize_block
+from ..transfer import (
+    AxisMap,
+    StateDict,
+    axis_map,
+    block_state,
+    carry_non_block,
+    cyclic,
+    resize_block,
+)
 
 WRITERS = ("attn.proj.weight", "attn.proj.bias", "mlp.fc2.weight", "mlp.fc2.bias")
 
@@ -111,21 +119,21 @@ class Grow(Method):
             raise LearngeneError(f"grow makes larger models with heads of {src.head_dim} dims: ask at least "
                                  f"{src.short()} with width = heads x {src.head_dim} and MLP >= {src.mlp_hidden} "
                                  f"(asked {spec.short()}, MLP {spec.mlp_hidden}); use importance for a smaller one")
-        if self.config.width == "net2net":
+        if self.config.width == "net2net":  # MLP units: fc2's inputs (a SwiGLU fc1 maps its two halves alike)
             return (random_copies(src.embed_dim, spec.embed_dim, generator),
                     random_copies(src.num_heads, spec.num_heads, generator),
-                    random_copies(src.mlp_hidden, spec.mlp_hidden, generator))
+                    random_copies(src.mlp_inner, spec.mlp_inner, generator))
         if spec.embed_dim % src.embed_dim or spec.mlp_hidden % src.mlp_hidden:
             raise LearngeneError(f"hyperclone grows by whole multiples: width {spec.embed_dim} of {src.embed_dim} and "
                                  f"MLP {spec.mlp_hidden} of {src.mlp_hidden}; pick multiples or --opt width=net2net")
         heads = cyclic(src.num_heads, spec.num_heads)
         return (axis_map(src.embed_dim, spec.embed_dim), AxisMap(heads, torch.full((len(heads),), src.num_heads / len(heads))),
-                axis_map(src.mlp_hidden, spec.mlp_hidden))
+                axis_map(src.mlp_inner, spec.mlp_inner))
 
     def _noise(self, block: StateDict, src: ViTSpec, generator: torch.Generator) -> StateDict:
         """Noise on every weight whose input is widened (``snr_db``): cancelling for HyperCloning, plain for Net2Net."""
         inputs = {"attn.qkv.weight": src.embed_dim, "attn.proj.weight": src.embed_dim, "mlp.fc1.weight": src.embed_dim,
-                  "mlp.fc2.weight": src.mlp_hidden}
+                  "mlp.fc2.weight": src.mlp_inner}
         out = dict(block)
         for name, width in inputs.items():
             w = out[name]
@@ -145,11 +153,13 @@ class Grow(Method):
         widened = []
         for layer in range(src.depth):
             b = block_state(gene.tensors, layer)
-            qkv_w, qkv_b, proj_w = mix_heads(b["attn.qkv.weight"], b["attn.qkv.bias"], b["attn.proj.weight"],
+            qkv_w, qkv_b, proj_w = mix_heads(b["attn.qkv.weight"], b.get("attn.qkv.bias"), b["attn.proj.weight"],
                                              select_matrix(heads.index, src.num_heads))
-            b.update({"attn.qkv.weight": qkv_w, "attn.qkv.bias": qkv_b,  # W_O columns read copied heads
+            b.update({"attn.qkv.weight": qkv_w,  # W_O columns read copied heads
                       "attn.proj.weight": join_proj(split_proj(proj_w, spec.num_heads) * heads.reader_scale[:, None, None])})
-            b = resize_block(b, width, hidden)
+            if qkv_b is not None:
+                b["attn.qkv.bias"] = qkv_b
+            b = resize_block(b, src, spec, width, hidden)
             widened.append(self._noise(b, src, generator) if self.config.snr_db is not None else b)
         out: StateDict = {}
         for layer in range(spec.depth):
@@ -157,5 +167,5 @@ class Grow(Method):
             if layer >= src.depth and self.config.depth == "identity":
                 b = {k: torch.zeros_like(v) if k in WRITERS else v for k, v in b.items()}
             out.update({block_key(layer, k): v for k, v in b.items()})
-        out.update(carry_non_block(gene.tensors, src, spec, width=width))
+        out.update(carry_non_block(gene.tensors, src, spec, width=width, heads=heads))  # the MAP head's heads too
         return out

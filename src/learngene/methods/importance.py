@@ -43,14 +43,21 @@ from torch import Tensor, nn
 from ..data import Data
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..heads import join_proj, join_qkv, split_proj, split_qkv
 from ..method import Ancestry, CondenseInputs, Method
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
-from ..transfer import StateDict, block_state, inherit_non_block, pick, resize_non_block
+from ..transfer import (
+    StateDict,
+    block_axes,
+    block_state,
+    carried,
+    given,
+    inherit_non_block,
+    move_state,
+    resize_non_block,
+)
 
 LAYER_SCORE, WIDTH_SCORE = "importance.layer", "importance.width"
-NORM_GAINS = ("norm1.weight", "norm2.weight")
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,7 @@ def activation_scores(model: nn.Module, spec: ViTSpec, data: Data, num_images: i
         raise LearngeneError("importance ranks units on calibration images: give training data (--data)")
     L, H, d = spec.depth, spec.num_heads, spec.head_dim
     sums = {"width": torch.zeros(spec.embed_dim, dtype=torch.float64), "heads": torch.zeros(L, H, dtype=torch.float64),
-            "neurons": torch.zeros(L, spec.mlp_hidden, dtype=torch.float64), "layers": torch.zeros(L, dtype=torch.float64)}
+            "neurons": torch.zeros(L, spec.mlp_inner, dtype=torch.float64), "layers": torch.zeros(L, dtype=torch.float64)}
 
     def add(name: str, index, values: Tensor) -> None:  # values (B, N, ...) → summed over images, mean over tokens
         sums[name][index] += values.double().mean(1).sum(0).cpu()
@@ -115,24 +122,18 @@ def descending(scores: Tensor) -> Tensor:
     return torch.sort(scores, descending=True, stable=True).indices
 
 
-def permute_block(b: StateDict, num_heads: int, width: Tensor, heads: Tensor, neurons: Tensor) -> StateDict:
-    """One block's tensors (in-block names) with residual channels, heads and MLP neurons reordered."""
-    q, k, v = split_qkv(b["attn.qkv.weight"], num_heads)
-    qb, kb, vb = split_qkv(b["attn.qkv.bias"], num_heads)
-    return {
-        "norm1.weight": b["norm1.weight"][width],
-        "norm1.bias": b["norm1.bias"][width],
-        "attn.qkv.weight": join_qkv(*(t[heads][:, :, width] for t in (q, k, v))),
-        "attn.qkv.bias": join_qkv(*(t[heads] for t in (qb, kb, vb))),
-        "attn.proj.weight": join_proj(split_proj(b["attn.proj.weight"], num_heads)[heads][:, width]),
-        "attn.proj.bias": b["attn.proj.bias"][width],
-        "norm2.weight": b["norm2.weight"][width],
-        "norm2.bias": b["norm2.bias"][width],
-        "mlp.fc1.weight": b["mlp.fc1.weight"][neurons][:, width],
-        "mlp.fc1.bias": b["mlp.fc1.bias"][neurons],
-        "mlp.fc2.weight": b["mlp.fc2.weight"][width][:, neurons],
-        "mlp.fc2.bias": b["mlp.fc2.bias"][width],
-    }
+def permute_block(b: StateDict, spec: ViTSpec, width: Tensor, heads: Tensor, neurons: Tensor) -> StateDict:
+    """One block's tensors (in-block names) with residual channels, heads and MLP neurons reordered
+    (every tensor the family has, by its axes: :mod:`learngene.transfer`)."""
+    return move_state(b, block_axes(spec), spec.block_shapes(), (spec.num_heads,) * 2, given(width, neurons, heads))
+
+
+NON_BLOCK_NORMS = ("norm_pre.weight", "norm.weight", "fc_norm.weight", "attn_pool.norm.weight")
+
+
+def width_norm_gains(keys) -> list[str]:
+    """The LayerNorm gains that normalize over the residual width (every family's; not the per-head q/k norms)."""
+    return [k for k in keys if k.endswith((".norm1.weight", ".norm2.weight")) or k in NON_BLOCK_NORMS]
 
 
 @register_method
@@ -155,10 +156,11 @@ class Importance(Method):
         width = descending(scores["width"])
         tensors: StateDict = {}
         for layer in range(spec.depth):
-            block = permute_block(block_state(state, layer), spec.num_heads, width, descending(scores["heads"][layer]),
+            block = permute_block(block_state(state, layer), spec, width, descending(scores["heads"][layer]),
                                   descending(scores["neurons"][layer]))
             tensors.update({block_key(layer, k): v for k, v in block.items()})
-        tensors.update(resize_non_block({k: state[k] for k in spec.non_block_shapes()}, pick(width)))
+        non_block = {k: state[k] for k in spec.non_block_shapes()}  # the MAP head's heads keep their order
+        tensors.update(resize_non_block(non_block, spec, spec, given(width=width)))
         tensors[LAYER_SCORE] = scores["layers"]
         tensors[WIDTH_SCORE] = scores["width"][width]
         return self.new_gene(tensors, spec, spec, cost={"images": min(cfg.num_images, len(inputs.train))})
@@ -166,38 +168,28 @@ class Importance(Method):
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """The ``spec.depth`` most important layers, each a prefix slice of channels, heads and neurons."""
         src: ViTSpec = gene.layout
-        if spec.head_dim != src.head_dim or spec.num_heads > src.num_heads or spec.mlp_hidden > src.mlp_hidden \
+        if spec.head_dim != src.head_dim or spec.num_heads > src.num_heads or spec.mlp_inner > src.mlp_inner \
                 or spec.depth > src.depth:
             raise LearngeneError(f"importance only narrows and keeps heads of {src.head_dim} dims: ask at most "
                                  f"{src.depth} layers and {src.num_heads} heads with width = heads x {src.head_dim} "
                                  f"(asked {spec.short()}); use grow for a larger model")
-        D, H, M = spec.embed_dim, spec.num_heads, spec.mlp_hidden
+        D, H, M = spec.embed_dim, spec.num_heads, spec.mlp_inner
         gain = math.sqrt(src.embed_dim / D) if self.config.rescale else 1.0
         layers = descending(gene.tensors[LAYER_SCORE])[:spec.depth].sort().values.tolist()
+        prefix = given(width=slice(0, D), hidden=slice(0, M), heads=slice(0, H))
         out: StateDict = {}
         for target, source in enumerate(layers):
-            b = block_state(gene.tensors, source)
-            q, k, v = split_qkv(b["attn.qkv.weight"], src.num_heads)
-            qb, kb, vb = split_qkv(b["attn.qkv.bias"], src.num_heads)
-            kept = {
-                "norm1.weight": b["norm1.weight"][:D] * gain,
-                "norm1.bias": b["norm1.bias"][:D],
-                "attn.qkv.weight": join_qkv(*(t[:H, :, :D] for t in (q, k, v))),
-                "attn.qkv.bias": join_qkv(*(t[:H] for t in (qb, kb, vb))),
-                "attn.proj.weight": join_proj(split_proj(b["attn.proj.weight"], src.num_heads)[:H, :D]),
-                "attn.proj.bias": b["attn.proj.bias"][:D],
-                "norm2.weight": b["norm2.weight"][:D] * gain,
-                "norm2.bias": b["norm2.bias"][:D],
-                "mlp.fc1.weight": b["mlp.fc1.weight"][:M, :D],
-                "mlp.fc1.bias": b["mlp.fc1.bias"][:M],
-                "mlp.fc2.weight": b["mlp.fc2.weight"][:D, :M],
-                "mlp.fc2.bias": b["mlp.fc2.bias"][:D],
-            }
+            kept = move_state(block_state(gene.tensors, source), block_axes(src), spec.block_shapes(),
+                              (src.num_heads, H), prefix)
             out.update({block_key(target, name): t for name, t in kept.items()})
-        non_block = resize_non_block({k: gene.tensors[k] for k in src.non_block_shapes()}, pick(slice(0, D)))
-        norm = f"{src.final_norm_key}.weight"
-        non_block[norm] = non_block[norm] * gain
-        out.update(inherit_non_block(non_block, src.replace(embed_dim=D, num_heads=H), spec))
+        narrow = carried(src, spec)
+        pool_hidden = narrow.non_block_shapes().get("attn_pool.mlp.fc1.bias", (0,))[0]
+        non_block = resize_non_block({k: gene.tensors[k] for k in src.non_block_shapes()}, src, spec,
+                                     given(width=slice(0, D), hidden=slice(0, pool_hidden), heads=slice(0, H)))
+        for key in width_norm_gains([*out, *non_block]):
+            part = out if key in out else non_block
+            part[key] = part[key] * gain
+        out.update(inherit_non_block(non_block, narrow, spec))
         return out
 
     def describe(self, gene: Learngene) -> list[str]:

@@ -68,16 +68,15 @@ def value_projection_factors(width: int, alpha: float, beta: float, generator: t
 
 
 def sincos_pos_embed(spec: ViTSpec, scale: float = 1.0) -> Tensor:
-    """timm's 2-D sin-cos position embedding for ``spec`` times ``scale``; the class token's row is zero."""
+    """timm's 2-D sin-cos position embedding for ``spec`` times ``scale``; the prefix tokens' rows (if any) are zero."""
     from timm.layers import build_sincos2d_pos_embed
 
     if spec.embed_dim % 4:
         raise LearngeneError(f"mimetic's 2-D sin-cos position embedding needs a width divisible by 4, "
                              f"got {spec.embed_dim}; choose another --embed-dim")
     patches = build_sincos2d_pos_embed([spec.grid_size, spec.grid_size], dim=spec.embed_dim) * scale
-    if spec.class_token:
-        patches = torch.cat([torch.zeros(1, spec.embed_dim), patches])
-    return patches.unsqueeze(0)
+    prefix = torch.zeros(spec.family.pos_prefix_tokens, spec.embed_dim)
+    return torch.cat([prefix, patches]).unsqueeze(0)
 
 
 def blend_query_key(state: StateDict, spec: ViTSpec, alpha: float, seed: int = 0,

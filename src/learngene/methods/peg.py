@@ -52,7 +52,6 @@ from ..spec import ViTSpec, block_key
 from ..train import TrainResult, train
 from ..transfer import (
     StateDict,
-    axis_map,
     block_state,
     carry_non_block,
     cyclic,
@@ -62,10 +61,15 @@ from ..transfer import (
 )
 
 # gene tensors stacked over layers: (layers, heads, ...) for the MSA heads, (layers, ...) otherwise
+# (q, k, v biases only where the family has them); the per-layer vectors of each sub-layer travel with it:
+# norm1, W_O's bias, the layer-scale gamma and the q/k norms with the MSA, norm2 and ls2 with the FFN
 HEAD_PARTS = ("q", "k", "v", "q_bias", "k_bias", "v_bias", "proj_cols")
-MSA_LAYER_PARTS = ("proj_bias", "norm_weight", "norm_bias")
+MSA_LAYER_PARTS = {"proj_bias": "attn.proj.bias", "norm_weight": "norm1.weight", "norm_bias": "norm1.bias",
+                   "ls_gamma": "ls1.gamma", "q_norm_weight": "attn.q_norm.weight", "q_norm_bias": "attn.q_norm.bias",
+                   "k_norm_weight": "attn.k_norm.weight", "k_norm_bias": "attn.k_norm.bias"}
 FFN_PARTS = {"fc1_weight": "mlp.fc1.weight", "fc1_bias": "mlp.fc1.bias", "fc2_weight": "mlp.fc2.weight",
-             "fc2_bias": "mlp.fc2.bias", "norm_weight": "norm2.weight", "norm_bias": "norm2.bias"}
+             "fc2_bias": "mlp.fc2.bias", "norm_weight": "norm2.weight", "norm_bias": "norm2.bias",
+             "ls_gamma": "ls2.gamma"}
 PHI_MAPS = ("msa_layers", "ffn_layers", "heads")
 
 
@@ -122,18 +126,20 @@ class PEG(Method):
         per_layer = []
         for layer in range(spec.depth):
             b = block_state(state, layer)
-            qkv_w, qkv_b, proj_w = mix_heads(b["attn.qkv.weight"], b["attn.qkv.bias"], b["attn.proj.weight"],
+            qkv_w, qkv_b, proj_w = mix_heads(b["attn.qkv.weight"], b.get("attn.qkv.bias"), b["attn.proj.weight"],
                                              mixing_weights(heads, spec.num_heads, generator))
-            q, k, v = split_qkv(qkv_w, heads)
-            q_b, k_b, v_b = split_qkv(qkv_b, heads)
-            per_layer.append({"q": q, "k": k, "v": v, "q_bias": q_b, "k_bias": k_b, "v_bias": v_b,
-                              "proj_cols": split_proj(proj_w, heads), "proj_bias": b["attn.proj.bias"],
-                              "norm_weight": b["norm1.weight"], "norm_bias": b["norm1.bias"]})
+            parts = dict(zip("qkv", split_qkv(qkv_w, heads)), proj_cols=split_proj(proj_w, heads))
+            if qkv_b is not None:
+                parts.update(zip(("q_bias", "k_bias", "v_bias"), split_qkv(qkv_b, heads)))
+            parts.update({part: b[name] for part, name in MSA_LAYER_PARTS.items() if name in b})
+            per_layer.append(parts)
             release_pages(b["attn.qkv.weight"], b["attn.proj.weight"])  # read once: a mapped ancestry's pages may go
         # part by part, each layer's copy dropped once stacked: a ViT-g's heads are never held twice
         tensors = {f"msa.{part}": torch.stack([p.pop(part) for p in per_layer]) for part in list(per_layer[0])}
         ffn_mixing = mixing_weights(ffns, spec.depth, generator)
         for part, name in FFN_PARTS.items():
+            if name not in spec.block_shapes():
+                continue
             # Σ_a m_ba·W_a (Eq. 5) one ancestry layer at a time, not over a stacked copy of every layer's FFN
             mixed = torch.zeros(ffns, *state[block_key(0, name)].shape)
             for layer in range(spec.depth):
@@ -179,30 +185,29 @@ class PEG(Method):
             raise LearngeneError(f"peg heads have {head_dim} dims, so a {spec.num_heads}-head descendant is "
                                  f"{spec.num_heads * head_dim} wide; set --embed-dim {spec.num_heads * head_dim}")
         phi = self._phi(gene, spec)
+        head_parts = [p for p in HEAD_PARTS if f"msa.{p}" in t]
         msa = {p: apply_phi(phi["phi.msa_layers.w1"], phi["phi.msa_layers.w2"], t[f"msa.{p}"])
-               for p in HEAD_PARTS + MSA_LAYER_PARTS}
-        for p in HEAD_PARTS:
+               for p in head_parts + [p for p in MSA_LAYER_PARTS if f"msa.{p}" in t]}
+        for p in head_parts:
             msa[p] = apply_phi(phi["phi.heads.w1"], phi["phi.heads.w2"], msa[p], batch_dims=1)
         # a head φ's initial repeat copies m times reads 1/m of its W_O columns: the layer starts as the gene's
         source = cyclic(gene_heads, spec.num_heads)
         copies = torch.bincount(source, minlength=gene_heads).float()[source]
         msa["proj_cols"] = msa["proj_cols"] / copies.view(1, -1, 1, 1)
-        ffn = {p: apply_phi(phi["phi.ffn_layers.w1"], phi["phi.ffn_layers.w2"], t[f"ffn.{p}"]) for p in FFN_PARTS}
+        ffn = {p: apply_phi(phi["phi.ffn_layers.w1"], phi["phi.ffn_layers.w2"], t[f"ffn.{p}"])
+               for p in FFN_PARTS if f"ffn.{p}" in t}
 
-        width = axis_map(src.embed_dim, spec.embed_dim)
-        hidden = axis_map(t["ffn.fc1_weight"].shape[1], spec.mlp_hidden)
         out: StateDict = {}
         for layer in range(spec.depth):
             block = {
-                "norm1.weight": msa["norm_weight"][layer],
-                "norm1.bias": msa["norm_bias"][layer],
                 "attn.qkv.weight": join_qkv(msa["q"][layer], msa["k"][layer], msa["v"][layer]),
-                "attn.qkv.bias": join_qkv(msa["q_bias"][layer], msa["k_bias"][layer], msa["v_bias"][layer]),
                 "attn.proj.weight": join_proj(msa["proj_cols"][layer]),
-                "attn.proj.bias": msa["proj_bias"][layer],
-                **{name: ffn[part][layer] for part, name in FFN_PARTS.items()},
+                **{name: msa[part][layer] for part, name in MSA_LAYER_PARTS.items() if part in msa},
+                **{name: ffn[part][layer] for part, name in FFN_PARTS.items() if part in ffn},
             }
-            out.update({block_key(layer, k): v for k, v in resize_block(block, width, hidden).items()})
+            if "q_bias" in msa:
+                block["attn.qkv.bias"] = join_qkv(msa["q_bias"][layer], msa["k_bias"][layer], msa["v_bias"][layer])
+            out.update({block_key(layer, k): v for k, v in resize_block(block, src, spec).items()})
         out.update(carry_non_block(t, src, spec, ("embed", "norm")))
         out.update(gene.descendant_state())
         return out

@@ -23,6 +23,7 @@ from ..auxnet import (
     initial_non_block,
     require_layout,
     resolve_aux_spec,
+    vector_start,
 )
 from ..errors import LearngeneError
 from ..gene import Learngene
@@ -31,11 +32,13 @@ from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..transfer import StateDict
 
-# TLEG Table 4's module groups, in timm's block-tensor names.
+# TLEG Table 4's module groups, in timm's block-tensor names (those a family has). A family's other
+# per-channel block vectors (layer-scale gammas, q/k norms) are expanded like the LayerNorms.
 MODULES: dict[str, tuple[str, ...]] = {
     "msa": ("attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias"),
     "mlp": ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias"),
-    "ln": ("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias"),
+    "ln": ("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias", "ls1.gamma", "ls2.gamma",
+           "attn.q_norm.weight", "attn.q_norm.bias", "attn.k_norm.weight", "attn.k_norm.bias"),
 }
 
 
@@ -95,18 +98,19 @@ class TLEG(Method):
             raise LearngeneError(f"{self.name}: modules must be a non-empty subset of {list(MODULES)}, got "
                                  f"{list(self.config.modules)}")
 
-    def tensor_names(self) -> list[str]:
-        return [name for module in self.config.modules for name in MODULES[module]]
+    def tensor_names(self, spec: ViTSpec) -> list[str]:
+        """The block tensors of ``spec`` built by linear expansion."""
+        return [name for module in self.config.modules for name in MODULES[module] if name in spec.block_shapes()]
 
     def initial_tensors(self, aux: ViTSpec) -> StateDict:
         """The authors' start: θ_A and θ_B trunc-normal(0.02) for weight matrices, zero biases,
         LayerNorm θ_B = (1, 0) and θ_A = 0; embeddings, final norm and head as timm initializes them."""
         tensors: StateDict = {}
-        for name in self.tensor_names():
+        for name in self.tensor_names(aux):
             shape = aux.block_shapes()[name]
             for part in ("theta_b", "theta_a") if self.has_slope else ("theta_b",):
-                if name.startswith("norm") and name.endswith("weight") and part == "theta_b":
-                    tensors[f"{part}.{name}"] = torch.ones(shape)
+                if len(shape) == 1 and part == "theta_b":
+                    tensors[f"{part}.{name}"] = torch.full(shape, vector_start(aux, name))
                 elif len(shape) == 1:
                     tensors[f"{part}.{name}"] = torch.zeros(shape)
                 else:
@@ -135,7 +139,7 @@ class TLEG(Method):
         # One batched op per tensor builds all chosen layers at once (the aux step stays as cheap as a plain one).
         position = torch.tensor(layers, dtype=torch.float32) / spec.depth
         out: StateDict = {}
-        for name in self.tensor_names():
+        for name in self.tensor_names(spec):
             base = self._stored(gene, f"theta_b.{name}")
             if self.has_slope:
                 slope = self._stored(gene, f"theta_a.{name}")

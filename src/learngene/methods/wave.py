@@ -38,20 +38,25 @@ from ..auxnet import (
     initial_non_block,
     require_layout,
     resolve_aux_spec,
+    vector_start,
 )
 from ..descendant import GeneNet
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import AdaptInputs, Ancestry, CondenseInputs, Method
 from ..registry import register_method
-from ..spec import BLOCK_PARAMS, ViTSpec, block_key
+from ..spec import ViTSpec, block_key
 from ..train import TrainResult, train
-from ..transfer import StateDict
+from ..transfer import HEAD_DIM, StateDict, block_axes, segments
 
 MATRICES = {"qkv": "attn.qkv.weight", "proj": "attn.proj.weight", "fc1": "mlp.fc1.weight", "fc2": "mlp.fc2.weight"}
-VECTORS = tuple(name for name in BLOCK_PARAMS if name not in MATRICES.values())
-# q, k and v are three segments of the fused qkv rows; a widened net keeps each inside its own segment
-SEGMENTS = {"attn.qkv.weight": (3, 1), "attn.qkv.bias": (3,)}
+
+
+def vector_names(spec: ViTSpec) -> list[str]:
+    """The block vectors that get 1-D templates: biases, norms, layer-scale gammas (the family's); the
+    per-head q/k norms (head-size vectors) do not tile the width and keep timm's init."""
+    head_sized = {name for name, axes in block_axes(spec).items() if axes[0].role == HEAD_DIM}
+    return [name for name, shape in spec.block_shapes().items() if len(shape) == 1 and name not in head_sized]
 
 
 @dataclass(frozen=True)
@@ -144,9 +149,9 @@ class WAVE(Method):
                                  f"got {counts}, template_size={c.template_size}")
 
     # ---- the gene -----------------------------------------------------------------------------
-    def template_names(self) -> list[str]:
+    def template_names(self, spec: ViTSpec) -> list[str]:
         names = list(MATRICES.values())
-        return names + list(VECTORS) if self.config.vector_templates else names
+        return names + vector_names(spec) if self.config.vector_templates else names
 
     def template_count(self, name: str, aux: ViTSpec, w: int) -> int:
         kind = {v: k for k, v in MATRICES.items()}.get(name)
@@ -158,19 +163,19 @@ class WAVE(Method):
         weights and 0 for biases, slope templates 0. Scalers: Eq. 7 for the aux net (Algorithm 1)."""
         w = self.config.template_size or aux.embed_dim
         tensors: StateDict = {}
-        for name in self.template_names():
+        for name in self.template_names(aux):
             n = self.template_count(name, aux, w)
             if name in MATRICES.values():
                 tensors[f"templates.{name}"] = torch.nn.init.trunc_normal_(torch.empty(n, w, w), std=self.config.init_std)
             else:
-                base = 1.0 if name.startswith("norm") and name.endswith("weight") else 0.0
+                base = vector_start(aux, name)
                 tensors[f"templates.{name}"] = torch.cat([torch.full((n // 2, w), base), torch.zeros(n - n // 2, w)])
         tensors.update(initial_non_block(aux))
         generator = torch.Generator().manual_seed(self.config.padding_seed)
-        for name in self.template_names():
+        for name in self.template_names(aux):
             grid = block_grid(aux, name, w)
             tensors[f"scalers.{name}"] = linear_padding(
-                tensors[f"templates.{name}"].shape[0], grid, grid, aux.depth, SEGMENTS.get(name, (1,) * len(grid)),
+                tensors[f"templates.{name}"].shape[0], grid, grid, aux.depth, segments(aux, name),
                 self.config.padding_eps, self.config.padding_offset, generator)
         return tensors
 
@@ -194,7 +199,7 @@ class WAVE(Method):
         source = require_layout(gene)
         generator = torch.Generator().manual_seed(self.config.padding_seed)
         return {name: linear_padding(shape[1], block_grid(source, name, w), shape[2:], spec.depth,
-                                     SEGMENTS.get(name, (1,) * len(shape[2:])), self.config.padding_eps,
+                                     segments(spec, name), self.config.padding_eps,
                                      self.config.padding_offset, generator)
                 for name, shape in wanted.items()}
 

@@ -13,11 +13,23 @@ from dataclasses import dataclass
 
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..heads import join_proj, join_qkv, split_proj, split_qkv
 from ..method import Ancestry, CondenseInputs, Method
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
-from ..transfer import StateDict, axis_map, block_state, carry_non_block, evenly_spaced_index, resize_block
+from ..transfer import (
+    HEADS,
+    HEADS_IN,
+    WIDTH,
+    Axis,
+    StateDict,
+    block_axes,
+    block_state,
+    carried,
+    evenly,
+    inherit_non_block,
+    move_state,
+    non_block_axes,
+)
 
 
 @dataclass(frozen=True)
@@ -37,30 +49,29 @@ class WeightSelection(Method):
         return self.new_gene(ancestry.state(), spec, spec)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        """Heads (or qkv rows) picked here; the width and MLP axes by :mod:`learngene.transfer`'s evenly spaced rule."""
+        """Every axis of every tensor (the family's too) by :mod:`learngene.transfer`'s table, evenly spaced;
+        head axes whole heads and the same within-head dims in each (or, ``head_aware=false``, plain rows)."""
         src: ViTSpec = gene.layout
-        for n_src, n_dst in ((src.embed_dim, spec.embed_dim), (src.mlp_hidden, spec.mlp_hidden)):
+        for n_src, n_dst in ((src.embed_dim, spec.embed_dim), (src.mlp_inner, spec.mlp_inner)):
             if n_dst > n_src:
                 raise LearngeneError(f"weight_selection can only shrink a dimension, asked {n_src} -> {n_dst}")
-        width, hidden = axis_map(src.embed_dim, spec.embed_dim), axis_map(src.mlp_hidden, spec.mlp_hidden)
-        if self.config.head_aware:
-            if spec.num_heads > src.num_heads or spec.head_dim > src.head_dim:
-                raise LearngeneError(f"head-aware weight_selection needs at most {src.num_heads} heads of at most "
-                                     f"{src.head_dim} dims, asked {spec.num_heads} x {spec.head_dim}; "
-                                     f"or pass --opt head_aware=false")
-            heads = evenly_spaced_index(src.num_heads, spec.num_heads)
-            head_dims = evenly_spaced_index(src.head_dim, spec.head_dim)
+        if self.config.head_aware and (spec.num_heads > src.num_heads or spec.head_dim > src.head_dim):
+            raise LearngeneError(f"head-aware weight_selection needs at most {src.num_heads} heads of at most "
+                                 f"{src.head_dim} dims, asked {spec.num_heads} x {spec.head_dim}; "
+                                 f"or pass --opt head_aware=false")
+        blocks, non_blocks = block_axes(src), non_block_axes(src)
+        if not self.config.head_aware:  # the authors' rule: q, k, v rows and W_O columns as plain coordinates
+            blocks, non_blocks = _without_heads(blocks), _without_heads(non_blocks)
+        heads = (src.num_heads, spec.num_heads)
         out: StateDict = {}
         for layer in range(min(spec.depth, src.depth)):
-            b = block_state(gene.tensors, layer)
-            if self.config.head_aware:  # whole heads, the same dims in each: q, k, v rows and W_O columns
-                b["attn.qkv.weight"] = join_qkv(*(t[heads][:, head_dims] for t in split_qkv(b["attn.qkv.weight"], src.num_heads)))
-                b["attn.qkv.bias"] = join_qkv(*(t[heads][:, head_dims] for t in split_qkv(b["attn.qkv.bias"], src.num_heads)))
-                b["attn.proj.weight"] = join_proj(split_proj(b["attn.proj.weight"], src.num_heads)[heads][:, :, head_dims])
-            else:  # the authors' rule: evenly spaced rows of the fused qkv, W_O columns like any width axis
-                rows = evenly_spaced_index(3 * src.embed_dim, 3 * spec.embed_dim)
-                b["attn.qkv.weight"], b["attn.qkv.bias"] = b["attn.qkv.weight"][rows], b["attn.qkv.bias"][rows]
-                b["attn.proj.weight"] = b["attn.proj.weight"][:, width.index]
-            out.update({block_key(layer, k): v for k, v in resize_block(b, width, hidden).items()})
-        out.update(carry_non_block(gene.tensors, src, spec))
+            selected = move_state(block_state(gene.tensors, layer), blocks, spec.block_shapes(), heads, evenly)
+            out.update({block_key(layer, k): v for k, v in selected.items()})
+        narrow = carried(src, spec)
+        state = {k: gene.tensors[k] for k in src.non_block_shapes()}
+        out.update(inherit_non_block(move_state(state, non_blocks, narrow.non_block_shapes(), heads, evenly), narrow, spec))
         return out
+
+
+def _without_heads(table: dict[str, tuple[Axis, ...]]) -> dict[str, tuple[Axis, ...]]:
+    return {k: tuple(Axis(WIDTH) if a.role in (HEADS, HEADS_IN) else a for a in axes) for k, axes in table.items()}

@@ -1,0 +1,314 @@
+"""The ViT families users hold (DeiT, DeiT III, DINOv2 (+registers), CLIP, SigLIP, distilled DeiT, GAP
+ViTs) go in as ancestries and come out as descendants of the same family; EVA-02 is refused in one line
+where a method needs a ViT it can describe.
+
+Every ancestry is random and tiny (depth 2, width 32, 2 heads, 28 px), built through the family's own timm
+name with size arguments, as a user's checkpoint would be.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import pytest
+import timm
+import torch
+from safetensors.torch import load_file
+from torch.utils.flop_counter import FlopCounterMode
+
+from learngene.ancestry import load_ancestry
+from learngene.auxnet import FeatureDistillation
+from learngene.cli import main
+from learngene.descendant import GeneNet, make_descendant
+from learngene.errors import LearngeneError, SpecError
+from learngene.gene import Learngene
+from learngene.method import Ancestry, CondenseInputs
+from learngene.registry import get_method, list_methods
+from learngene.spec import ViTFamily, ViTSpec, spec_from_model
+from learngene.train import TrainConfig, seed_everything
+from learngene.transfer import (
+    block_axes,
+    block_state,
+    mapped,
+    move_state,
+    non_block_axes,
+)
+from tests.conftest import make_images
+
+SIZE = dict(depth=2, embed_dim=32, num_heads=2, img_size=28, patch_size=4)
+
+# family -> (timm name, num_classes); DINOv2 and CLIP image towers come without a classifier
+FAMILIES = {
+    "deit_tiny": ("deit_tiny_patch16_224", 10),
+    "deit3_small": ("deit3_small_patch16_224", 10),
+    "dinov2": ("vit_small_patch14_dinov2", 0),
+    "dinov2_reg4": ("vit_small_patch14_reg4_dinov2", 10),
+    "clip": ("vit_base_patch16_clip_224", 0),
+    "siglip": ("vit_base_patch16_siglip_224", 10),
+    "deit_distilled": ("deit_tiny_distilled_patch16_224", 10),
+    "gap": ("vit_medium_patch16_gap_256", 10),
+}
+# described too, outside the method matrix: DINOv2 ViT-g's SwiGLU MLP, OpenAI CLIP's QuickGELU, registers + MAP
+MORE = {"dinov2_giant": "vit_giant_patch14_dinov2", "clip_quickgelu": "vit_base_patch16_clip_quickgelu_224",
+        "so150m_reg4_map": "vit_so150m_patch16_reg4_map_256"}
+
+
+def timm_ancestry(name: str, num_classes: int = 10, seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return timm.create_model(name, pretrained=False, num_classes=num_classes, **SIZE).eval()
+
+
+def _all_families():
+    return [(f, n, c) for f, (n, c) in FAMILIES.items()] + [(f, n, 10) for f, n in MORE.items()]
+
+
+# ---- item 1: the spec describes the family --------------------------------------------------------------
+@pytest.mark.parametrize("family, name, classes", _all_families(), ids=lambda v: v if isinstance(v, str) else "")
+def test_spec_matches_the_real_timm_model(family, name, classes):
+    model = timm_ancestry(name, classes)
+    spec = spec_from_model(model)
+    assert spec.arch == name
+    assert {k: tuple(v.shape) for k, v in model.state_dict().items()} == spec.state_shapes()
+    assert spec.num_params == sum(p.numel() for p in model.parameters())
+    built = spec.create_model().eval()  # the descendant's way: timm.create_model(spec.arch, **spec.timm_kwargs())
+    built.load_state_dict(model.state_dict(), strict=True)
+    x = torch.randn(2, 3, 28, 28)
+    assert torch.equal(built(x), model(x))
+    assert spec_from_model(built) == spec
+    assert ViTSpec.from_json(spec.to_json()) == spec
+    for module in model.modules():  # the matmul form of attention, so that the counter sees its FLOPs
+        if hasattr(module, "fused_attn"):
+            module.fused_attn = False
+    with FlopCounterMode(display=False) as counter:
+        model(torch.randn(1, 3, 28, 28))
+    assert spec.flops == counter.get_total_flops()
+
+
+def test_families_read_what_makes_them_different():
+    def family(name):
+        return spec_from_model(timm_ancestry(FAMILIES[name][0], FAMILIES[name][1])).family
+
+    assert family("deit_tiny") == ViTFamily()
+    assert family("deit3_small").init_values == 1e-6 and family("deit3_small").no_embed_class
+    assert family("dinov2_reg4").reg_tokens == 4
+    assert family("clip").pre_norm and family("siglip").global_pool == "map" and not family("siglip").class_token
+    assert family("deit_distilled").distilled and family("deit_distilled").num_prefix_tokens == 2
+    gap = family("gap")
+    assert (gap.global_pool, gap.class_token, gap.qkv_bias, gap.final_norm_key) == ("avg", False, False, "norm")
+    giant = spec_from_model(timm_ancestry(MORE["dinov2_giant"])).family
+    assert (giant.mlp_layer, giant.act_layer) == ("swiglu_packed", "silu")
+
+
+@pytest.mark.parametrize("name, words", [
+    ("eva02_tiny_patch14_224", "eva02_tiny_patch14_224: Eva is not a timm VisionTransformer (RoPE, SwiGLU"),
+    ("vit_base_patch16_rpn_224", "vit_base_patch16_rpn_224: block_fn=ResPostBlock"),
+    ("vit_base_patch16_rope_reg1_gap_256", "Eva is not a timm VisionTransformer (RoPE"),
+])
+def test_what_cannot_be_described_is_named_in_one_line(name, words):
+    with pytest.raises(SpecError) as info:
+        spec_from_model(timm_ancestry(name))
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_model_built_with_other_arguments_than_its_architecture_is_refused():
+    model = timm.create_model("vit_small_patch14_dinov2", pretrained=False, norm_layer=torch.nn.LayerNorm, **SIZE)
+    with pytest.raises(SpecError, match="differs from timm's vit_small_patch14_dinov2 .* at blocks.0.norm1"):
+        spec_from_model(model)
+
+
+def test_specs_written_before_families_still_load():
+    old = {"depth": 2, "embed_dim": 32, "num_heads": 2, "mlp_ratio": 4.0, "img_size": 16, "patch_size": 4,
+           "in_chans": 1, "num_classes": 4, "global_pool": "avg", "class_token": False}
+    spec = ViTSpec.from_dict(old)
+    assert spec.arch == "vit_tiny_patch16_224"
+    assert spec.family == ViTFamily(global_pool="avg", class_token=False)
+    assert spec.global_pool == "avg" and spec.final_norm_key == "fc_norm"
+    assert {k: tuple(v.shape) for k, v in spec.create_model().state_dict().items()} == spec.state_shapes()
+
+
+def test_family_fields_replace_through_the_spec_and_impossible_families_are_refused():
+    spec = ViTSpec(**SIZE, num_classes=3)
+    assert spec.replace(reg_tokens=2).family.reg_tokens == 2 and spec.replace(reg_tokens=2).num_tokens == 49 + 3
+    with pytest.raises(SpecError, match="distilled"):
+        spec.replace(distilled=True, global_pool="avg")
+    with pytest.raises(SpecError, match="unknown spec field"):
+        ViTSpec.from_dict({**spec.to_dict(), "family": {"registers": 4}})
+    with pytest.raises(SpecError, match="timm vit_tiny_patch16_224 builds a ViT with a mlp MLP"):
+        spec.replace(mlp_layer="swiglu_packed").create_model()
+
+
+# ---- items 2 and 7: every registered method on every family --------------------------------------------
+METHODS = list_methods()
+DATA = make_images(16, num_classes=10, size=28, chans=3)
+QUICK = TrainConfig(epochs=1, max_steps=2, batch_size=8, distill_lambda=0.5, progress=False)
+# methods that change width say so here: they must make these sizes (the others may refuse them, in one line)
+MUST_EXPAND = {"weight_selection": dict(depth=1, embed_dim=16, num_heads=1),
+               "cluster": dict(depth=1, embed_dim=16, num_heads=1), "peg": dict(depth=3, embed_dim=64, num_heads=4),
+               "wave": dict(depth=1, embed_dim=64, num_heads=4), "scratch": dict(depth=1, embed_dim=16, num_heads=1),
+               "mimetic": dict(depth=3, embed_dim=64, num_heads=4)}
+SIZES = [dict(depth=3), dict(depth=1), dict(depth=1, embed_dim=16, num_heads=1), dict(depth=3, embed_dim=64, num_heads=4)]
+
+
+@functools.cache
+def family_ancestry(family: str) -> Ancestry:
+    name, classes = FAMILIES[family]
+    model = timm_ancestry(name, classes)
+    return Ancestry(model, spec_from_model(model))
+
+
+def condense(method: str, ancestry: Ancestry, **options) -> Learngene:
+    inputs = CondenseInputs(train=DATA, train_cfg=QUICK) if get_method(method).needs_data else None
+    seed_everything(0)
+    return get_method(method)(**options).condense(ancestry, inputs)
+
+
+def _descendant(gene: Learngene, spec: ViTSpec) -> torch.nn.Module:
+    model = make_descendant(gene, spec).eval()
+    plain = timm.create_model(spec.arch, pretrained=False, **spec.timm_kwargs())  # what a user of the descendant does
+    plain.load_state_dict(model.state_dict(), strict=True)
+    out = plain.eval()(torch.randn(2, 3, 28, 28))
+    assert out.shape == (2, spec.num_classes or spec.embed_dim) and torch.isfinite(out).all()
+    return plain
+
+
+def _one_line(exc: Exception) -> bool:
+    return isinstance(exc, LearngeneError) and "\n" not in str(exc) and len(str(exc)) < 400
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_method_condenses_and_expands_every_family(family, method):
+    ancestry = family_ancestry(family)
+    gene = condense(method, ancestry)
+    made = []
+    for size in SIZES:
+        target = ancestry.spec.replace(**size, num_classes=10)  # headless ancestries: a fresh 10-class head
+        try:
+            model = _descendant(gene, target)
+        except LearngeneError as exc:
+            assert _one_line(exc), exc
+            assert size != MUST_EXPAND.get(method), f"{method} must make {size}: {exc}"
+            continue
+        assert spec_from_model(model) == target  # the same family, other sizes
+        made.append(size)
+    assert len(made) >= 2, f"{method} made only {made} of {family}"
+
+
+@pytest.mark.parametrize("method", ["pretrained", "weight_selection"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_ancestrys_own_size_reproduces_its_outputs_exactly(family, method):
+    ancestry = family_ancestry(family)
+    model = make_descendant(condense(method, ancestry), ancestry.spec).eval()
+    x = torch.randn(3, 3, 28, 28)
+    with torch.no_grad():
+        assert torch.equal(model(x), ancestry.model(x))
+
+
+# ---- the rule table itself: every family's tensors carried by their axes -----------------------------------
+@pytest.mark.parametrize("family, name, classes", _all_families(), ids=lambda v: v if isinstance(v, str) else "")
+def test_the_axis_rules_widen_every_family_without_changing_its_function(family, name, classes):
+    """Net2Net at exactly twice the width and heads: every coordinate and head copied twice, every reader of
+    a copy halved. If any tensor's axes were wrong (a token, gamma, norm, MAP head, second head), the wide
+    net would compute something else."""
+    model = timm_ancestry(name, classes)
+    spec = spec_from_model(model)
+    wide = spec.replace(embed_dim=64, num_heads=4)
+    state = model.state_dict()
+    heads = (spec.num_heads, wide.num_heads)
+    moved = move_state({k: v for k, v in state.items() if not k.startswith("blocks.")}, non_block_axes(spec),
+                       wide.non_block_shapes(), heads, mapped)
+    for layer in range(spec.depth):
+        block = move_state(block_state(state, layer), block_axes(spec), wide.block_shapes(), heads, mapped)
+        moved.update({f"blocks.{layer}.{k}": v for k, v in block.items()})
+    widened = wide.create_model().eval()
+    widened.load_state_dict(moved, strict=True)
+    x = torch.randn(2, 3, 28, 28)
+    with torch.no_grad():
+        expected = model(x)
+        if not classes:  # a headless model outputs its embedding: the wide one outputs it twice
+            expected = expected.repeat(1, 2)
+        torch.testing.assert_close(widened(x), expected, rtol=1e-4, atol=1e-5)
+
+
+# ---- item 3: headless ancestries --------------------------------------------------------------------------
+@pytest.mark.parametrize("method", ["tleg", "share_init", "wave"])
+def test_headless_ancestries_are_distilled_on_their_features(method, capsys):
+    ancestry = family_ancestry("dinov2")  # num_classes=0: the model outputs its pooled embedding
+    gene = get_method(method)(aux_embed_dim=64, aux_num_heads=4).condense(
+        ancestry, CondenseInputs(train=DATA, train_cfg=QUICK.replace(progress=True)))
+    assert "pooled features (cosine distance, through a learned projection 64→32" in gene.cost["distilled"]
+    assert "distils the ancestry's pooled features" in capsys.readouterr().out
+    assert not [k for k in gene.tensors if k.startswith("head")]  # descendants get a fresh head
+    descendant = make_descendant(gene, ancestry.spec.replace(embed_dim=64, num_heads=4, depth=3, num_classes=7))
+    assert descendant.head.weight.shape == (7, 64)
+
+
+def test_the_feature_loss_is_one_minus_the_cosine_of_the_projected_embedding():
+    spec = family_ancestry("clip").spec.replace(embed_dim=16, num_heads=1, num_classes=10)
+    method = get_method("share_init")()
+    seed_everything(0)
+    net = GeneNet(method, method.new_gene(method.initial_tensors(spec), spec, None), spec)
+    student = FeatureDistillation(net, teacher_width=32)
+    x, y, teacher = torch.randn(4, 3, 28, 28), torch.arange(4), torch.randn(4, 32)
+    plain = spec.create_model().eval()  # the aux net's weights in a plain model: its pooled embedding by timm's own code
+    plain.load_state_dict({**net.skeleton.state_dict(), **net.expanded()})
+    pooled = plain.forward_head(plain.forward_features(x), pre_logits=True)
+    student.eval()
+    logits = student(x)
+    expected = 0.25 * torch.nn.functional.cross_entropy(logits, y, reduction="none") + 0.75 * (
+        1 - torch.nn.functional.cosine_similarity(student.proj(pooled), teacher, dim=-1))
+    torch.testing.assert_close(student.distill_loss(logits, y, teacher, 0.75, 1.0), expected)
+
+
+def test_a_headed_ancestry_is_still_distilled_on_logits():
+    gene = condense("tleg", family_ancestry("siglip"))
+    assert gene.cost["distilled"].startswith("logits") and "head.weight" in gene.tensors
+
+
+# ---- EVA-02: a teacher, not a ViT a spec can describe -------------------------------------------------------
+EVA = "eva02_tiny_patch14_224"
+
+
+@pytest.fixture(scope="module")
+def eva_ancestry(tmp_path_factory) -> Ancestry:
+    path = tmp_path_factory.mktemp("eva") / "eva.pth"
+    torch.save(timm_ancestry(EVA).state_dict(), path)
+    return load_ancestry(path, EVA, num_classes=10, **SIZE)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_eva02_works_where_a_rule_applies_and_is_refused_in_one_line_where_not(method, eva_ancestry):
+    cls = get_method(method)
+    aux = {f"aux_{k}": v for k, v in SIZE.items() if k != "img_size"}
+    options = aux if {f.name for f in dataclasses.fields(cls.Config)} >= set(aux) else {}
+    try:
+        gene = condense(method, eva_ancestry, **options)
+    except LearngeneError as exc:
+        assert _one_line(exc) and f"{EVA}: Eva is not a timm VisionTransformer (RoPE, SwiGLU" in str(exc), exc
+        assert cls.needs_vit_ancestry
+        return
+    assert not cls.needs_vit_ancestry  # distils any classifier (tleg, share_init, wave), or needs no ancestry
+    _descendant(gene, ViTSpec(**SIZE, num_classes=10).replace(depth=3))
+
+
+# ---- the command line: a user's checkpoint of each family in, a descendant of the same family out ----------
+@pytest.mark.parametrize("family", [*FAMILIES, "eva02"])
+def test_cli_condenses_a_checkpoint_of_each_family_and_expands_it(family, tmp_path, capsys):
+    name, classes = FAMILIES.get(family, (EVA, 10))
+    checkpoint = tmp_path / "ancestry.pth"
+    torch.save(timm_ancestry(name, classes).state_dict(), checkpoint)
+    sizes = [a for k, v in SIZE.items() if k != "img_size" for a in ("--timm-arg", f"{k}={v}")]
+    code = main(["condense", "--method", "weight_selection", "--ancestry", str(checkpoint), "--timm-model", name,
+                 *sizes, "--img-size", "28", "--num-classes", str(classes), "--quiet", "--out", str(tmp_path / "g.safetensors")])
+    if family == "eva02":
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and "Eva is not a timm VisionTransformer" in err
+        return
+    assert code == 0
+    assert main(["expand", str(tmp_path / "g.safetensors"), "--depth", "1", "--embed-dim", "16", "--num-heads", "1",
+                 "--quiet", "--out", str(tmp_path / "d.safetensors")]) == 0
+    model = timm.create_model(name, pretrained=False, depth=1, embed_dim=16, num_heads=1, img_size=28, patch_size=4,
+                              num_classes=classes)
+    model.load_state_dict(load_file(str(tmp_path / "d.safetensors")), strict=True)
+    assert torch.isfinite(model.eval()(torch.randn(1, 3, 28, 28))).all()
