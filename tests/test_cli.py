@@ -9,6 +9,8 @@ import torch
 from safetensors.torch import load_file
 
 from learngene.cli import build_parser, main
+from learngene.method import citations
+from learngene.registry import get_method, list_methods
 
 TINY_ARGS = ["--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size", "16"]
 DATA = ["--data", "digits", "--train-images", "200"]
@@ -41,7 +43,7 @@ def test_expand_writes_a_descendant_timm_loads_strictly(workdir, capsys):
 
 def test_train_and_inspect(workdir, capsys):
     desc = workdir / "desc2.safetensors"
-    main(["expand", str(workdir / "gene.safetensors"), "--depth", "1", "--out", str(desc), "--quiet"])
+    assert main(["expand", str(workdir / "gene.safetensors"), "--depth", "1", "--out", str(desc), "--quiet"]) == 0
     tuned = workdir / "tuned.safetensors"
     assert main(["train", str(desc), *DATA, "--epochs", "1", "--quiet", "--out", str(tuned),
                  "--run-dir", str(workdir / "run")]) == 0
@@ -55,12 +57,13 @@ def test_train_and_inspect(workdir, capsys):
     assert "L1-D32-H2" in text and "finetuned_on" in text and "blocks.0.attn.qkv.weight" in text
 
 
-def test_methods_lists_the_registry(capsys):
+def test_methods_lists_the_registry_with_citations(capsys):
     assert main(["methods"]) == 0
     out = capsys.readouterr().out
-    assert "weight_selection" in out
-    for cited in ("arXiv 2603.07523", "arXiv 2312.09299", "arXiv 2407.14679", "arXiv 2409.12903", "Xu et al., ICLR 2024"):
-        assert cited in out
+    for name in list_methods():
+        assert ("\n" + out).count(f"\n{name} ") == 1, name
+        assert all(f"paper: {paper}" in out for paper in citations(get_method(name))), name
+    assert 'paper: Xia et al., "Transformer as Linear Expansion of Learngene", AAAI 2024, arXiv:2312.05614' in out
 
 
 def _error_line(capsys, argv):

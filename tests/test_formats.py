@@ -156,7 +156,8 @@ def test_expand_writes_a_hub_folder_timm_and_transformers_load(tmp_path, capsys)
     assert config["architecture"] == "vit_tiny_patch16_224" and config["num_classes"] == 10
     assert config["model_args"]["embed_dim"] == 16 and config["pretrained_cfg"]["input_size"] == [1, 28, 28]
     card = (out / "README.md").read_text()
-    for fact in ("weight_selection", "Xu et al., ICLR 2024", "L2-D32-H2", "gene.safetensors", "L2-D16-H1", "7,850"):
+    for fact in ("weight_selection", 'Larger Ones", ICLR 2024, arXiv:2311.18823', "L2-D32-H2", "gene.safetensors",
+                 "L2-D16-H1", "7,850"):
         assert fact in card
     model = timm.create_model(f"local-dir:{out}", pretrained=True).eval()
     saved = load_file(out / "model.safetensors")

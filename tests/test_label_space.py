@@ -3,7 +3,6 @@
 import json
 
 import pytest
-import torch
 from safetensors import safe_open
 
 from learngene.cli import main

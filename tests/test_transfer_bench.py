@@ -6,11 +6,10 @@ from learngene.bench import BenchRun, Profile, Row, Task
 from learngene.bench import protocol as protocol_module
 from learngene.bench.profiles import Upstream, Variant
 from learngene.bench.report import compare, format_table
-from learngene.registry import get_method
 from learngene.descendant import make_descendant
-from learngene.method import Ancestry
-from learngene.methods.mimetic import Mimetic, blend_query_key, sincos_pos_embed
 from learngene.heads import split_qkv
+from learngene.methods.mimetic import Mimetic, blend_query_key, sincos_pos_embed
+from learngene.registry import get_method
 from learngene.spec import ViTSpec
 
 

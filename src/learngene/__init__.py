@@ -14,13 +14,13 @@ from .ancestry import load_ancestry  # noqa: E402
 from .descendant import GeneNet, fit_gene_to_budget, make_descendant  # noqa: E402
 from .errors import LearngeneError  # noqa: E402
 from .gene import Learngene  # noqa: E402
-from .method import AdaptInputs, Ancestry, CondenseInputs, Method  # noqa: E402
+from .method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper  # noqa: E402
 from .registry import get_method, list_methods, register_method  # noqa: E402
 from .spec import PRESETS, ViTSpec, get_preset  # noqa: E402
 from .train import TrainConfig, evaluate, train  # noqa: E402
 
 __all__ = [
-    "__version__", "AdaptInputs", "Ancestry", "CondenseInputs", "GeneNet", "Learngene", "LearngeneError", "Method", "PRESETS",
-    "TrainConfig", "ViTSpec", "evaluate", "fit_gene_to_budget", "get_method", "get_preset", "list_methods",
-    "load_ancestry", "make_descendant", "register_method", "train",
+    "__version__", "AdaptInputs", "Ancestry", "CondenseInputs", "GeneNet", "Learngene", "LearngeneError", "Method",
+    "PRESETS", "Paper", "TrainConfig", "ViTSpec", "evaluate", "fit_gene_to_budget", "get_method", "get_preset",
+    "list_methods", "load_ancestry", "make_descendant", "register_method", "train",
 ]

@@ -11,12 +11,34 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from tqdm import tqdm
+
 from . import distributed as dist
+from ._version import __version__
+from .ancestry import load_ancestry
+from .bench import BenchRun, get_profile
+from .bench.profiles import PROFILES
+from .bench.smoke import SMOKE_PROFILES, run_smoke
+from .convert import is_model_folder
+from .data import default_workers, few_shot, fraction, load_splits, preprocessing_cfg
+from .demo import run_demo
+from .descendant import fit_gene_to_budget, make_descendant
+from .describe import describe_file
 from .errors import LearngeneError
+from .export import check_output_folder, export_hub_folder, wants_folder
+from .gene import Learngene
+from .io import build_model, check_output_path, load_model_file, model_preprocessing, save_model
+from .labels import choose_head
+from .method import AdaptInputs, CondenseInputs, citations, parse_options
+from .methods.cluster import plot_attention_distance
+from .registry import get_method, list_methods
+from .spec import PRESETS, ViTSpec, get_preset
+from .train import CHECKPOINT, TrainConfig, seed_everything, train
 
 EXIT_USAGE = 2
 # commands that write many files without rank-0 guards, or only print: refused under torchrun
@@ -36,8 +58,6 @@ SPEC_FIELDS = ("depth", "embed_dim", "num_heads", "mlp_ratio", "img_size", "patc
 
 
 def add_spec_args(p: argparse.ArgumentParser, preset: bool = True) -> None:
-    from .spec import PRESETS
-
     g = p.add_argument_group("model size (a ViT spec)")
     if preset:
         g.add_argument("--preset", choices=sorted(PRESETS), help="start from a named size")
@@ -54,8 +74,6 @@ def add_spec_args(p: argparse.ArgumentParser, preset: bool = True) -> None:
 
 def spec_from_args(args: argparse.Namespace, base=None, data=None):
     """``base`` spec (or preset), overridden by data-derived sizes, overridden by explicit flags."""
-    from .spec import ViTSpec, get_preset
-
     if getattr(args, "preset", None):
         base = get_preset(args.preset)
     values = (base or ViTSpec()).to_dict()
@@ -89,7 +107,6 @@ def load_data_from_args(args: argparse.Namespace, img_size: int | None = None, i
                         preprocessing: dict[str, Any] | None = None):
     """(train, test) data as the flags ask, resized/converted to the given model input; image folders are read
     with ``preprocessing`` (the model's, :func:`learngene.data.preprocessing_cfg`) when given."""
-    from .data import default_workers, few_shot, fraction, load_splits
 
     img_size = getattr(args, "img_size", None) or img_size
     in_chans = getattr(args, "in_chans", None) or in_chans
@@ -151,8 +168,6 @@ def add_distill_args(p: argparse.ArgumentParser, lam: float | None, tau: float =
 
 def train_config_from_args(args: argparse.Namespace, desc: str):
     """The run's TrainConfig; also refuses a --run-dir whose checkpoint a run without --resume would overwrite."""
-    from .train import CHECKPOINT, TrainConfig
-
     if args.resume and not args.run_dir:
         raise LearngeneError("--resume continues from RUN_DIR/checkpoint.pt; pass --run-dir too")
     if args.run_dir and not args.resume and (Path(args.run_dir) / CHECKPOINT).exists():
@@ -195,10 +210,6 @@ def _say(args: argparse.Namespace, text: str) -> None:
 
 # ---- subcommands ------------------------------------------------------------------------------------------
 def cmd_ancestry(args: argparse.Namespace) -> None:
-    from .data import preprocessing_cfg
-    from .io import check_output_path, save_model
-    from .train import seed_everything, train
-
     check_output_path(args.out, args.overwrite)
     train_cfg = train_config_from_args(args, "ancestry")
     train_data, test_data = load_data_from_args(args)
@@ -214,8 +225,6 @@ def cmd_ancestry(args: argparse.Namespace) -> None:
 
 
 def _load_ancestry_args(args: argparse.Namespace):
-    from .ancestry import load_ancestry
-
     kwargs: dict[str, Any] = {}
     if args.timm_model:
         for name in ("num_classes", "img_size", "in_chans"):
@@ -236,23 +245,12 @@ def _load_ancestry_args(args: argparse.Namespace):
 
 def _ancestry_preprocessing(args: argparse.Namespace, ancestry) -> dict[str, Any] | None:
     """What the ancestry's inputs expect: a timm model's pretrained_cfg, or what its model file records."""
-    from .data import preprocessing_cfg
-    from .io import model_preprocessing
-
-    from .convert import is_model_folder
-
     if args.timm_model or is_model_folder(args.ancestry):  # a folder's config is on the model (load_ancestry)
         return preprocessing_cfg(ancestry.model)
     return model_preprocessing(args.ancestry)
 
 
 def cmd_condense(args: argparse.Namespace) -> None:
-    from .data import preprocessing_cfg
-    from .io import check_output_path
-    from .method import CondenseInputs, parse_options
-    from .registry import get_method
-    from .train import seed_everything
-
     check_output_path(args.out, args.overwrite)
     method_cls = get_method(args.method)
     method = method_cls(**parse_options(method_cls.Config, args.opt or []))
@@ -277,13 +275,6 @@ def cmd_condense(args: argparse.Namespace) -> None:
 
 
 def cmd_expand(args: argparse.Namespace) -> None:
-    from .descendant import make_descendant
-    from .export import check_output_folder, wants_folder
-    from .gene import Learngene
-    from .io import check_output_path, save_model
-    from .method import parse_options
-    from .registry import get_method
-
     hub = wants_folder(args.out, args.format)
     (check_output_folder if hub else check_output_path)(args.out, args.overwrite)
     gene = Learngene.load(args.gene)
@@ -309,13 +300,10 @@ def cmd_expand(args: argparse.Namespace) -> None:
 
 
 def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dict[str, Any], provided: int) -> None:
-    from .export import export_hub_folder
-    from .registry import get_method
-
     ancestry = gene.ancestry
     card = {
         "method": gene.method,
-        "citation": get_method(gene.method).paper,
+        "citation": "; ".join(map(str, citations(get_method(gene.method)))),
         "ancestry": (f"timm `{getattr(ancestry, 'arch', None) or 'ViT'}` {ancestry.short()}, {ancestry.num_params:,} "
                      f"parameters" if ancestry else "none recorded (a non-ViT teacher, or no ancestry)"),
         "gene": f"`{Path(args.gene).name}`, {gene.num_stored_params:,} stored parameters, made by learngene "
@@ -327,16 +315,12 @@ def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dic
         card["options"] = ", ".join(f"{k}={v!r}" for k, v in options.items())
     data_config = None
     if gene.preprocessing is not None:  # the gene's, at the descendant's input size
-        from .data import preprocessing_cfg
-
         data_config = preprocessing_cfg(gene.preprocessing, spec.img_size, spec.in_chans)
     export_hub_folder(args.out, model, spec, card, data_config=data_config, overwrite=args.overwrite)
 
 
 def _fit_gene_to_budget(args: argparse.Namespace, gene, base, options: dict[str, Any]):
     """The deepest, then widest, size under --max-params/--max-flops that the gene's method can expand."""
-    from .descendant import fit_gene_to_budget
-
     heads = args.num_heads or (base.num_heads if args.embed_dim else None)
     spec = fit_gene_to_budget(gene, base, args.max_params, args.max_flops, depth=args.depth, num_heads=heads, **options)
     budget = ", ".join(f"{name} {value:,}" for name, value in (("params", args.max_params), ("FLOPs", args.max_flops))
@@ -359,13 +343,6 @@ def _count(text: str) -> int:
 
 
 def cmd_adapt(args: argparse.Namespace) -> None:
-    from .data import preprocessing_cfg
-    from .descendant import make_descendant
-    from .gene import Learngene
-    from .io import check_output_path, save_model
-    from .method import AdaptInputs, parse_options
-    from .registry import get_method
-
     check_output_path(args.out, args.overwrite)
     if args.gene_out:
         check_output_path(args.gene_out, args.overwrite)
@@ -402,11 +379,6 @@ def head_label_space(gene, provided: list[str]) -> dict[str, Any] | None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from .data import preprocessing_cfg
-    from .io import build_model, check_output_path, load_model_file, model_preprocessing, save_model
-    from .labels import choose_head
-    from .train import seed_everything, train
-
     check_output_path(args.out, args.overwrite)
     train_cfg = train_config_from_args(args, "train")
     state, spec, origin = load_model_file(args.model)
@@ -426,36 +398,24 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
-    from .describe import describe_file
-
     print(describe_file(args.path, show_tensors=args.tensors))
     if args.plot:
-        from .gene import Learngene
-        from .methods.cluster import plot_attention_distance
 
         plot_attention_distance(Learngene.load(args.path), args.plot)
         print(f"wrote {args.plot}")
 
 
 def cmd_methods(args: argparse.Namespace) -> None:
-    from .registry import get_method, list_methods
-
     for name in list_methods():
         cls = get_method(name)
         options = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(cls.Config)) or "-"
         print(f"{name:18s} {cls.summary}\n{'':18s} options: {options}")
-        if cls.paper:
-            print(f"{'':18s} paper: {cls.paper}")
+        for paper in citations(cls):
+            print(f"{'':18s} paper: {paper}")
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
-    from .bench import BenchRun, get_profile
-    from .bench.smoke import SMOKE_PROFILES
-    from .registry import list_methods
-
     if args.profile in SMOKE_PROFILES:
-        from .bench.smoke import run_smoke
-
         if args.max_steps is not None and args.max_steps < 1:
             raise LearngeneError(f"--max-steps must be at least 1, got {args.max_steps}")
         record = run_smoke(SMOKE_PROFILES[args.profile], Path(args.out or f"runs/bench-{args.profile}"), args.device,
@@ -464,26 +424,21 @@ def cmd_bench(args: argparse.Namespace) -> None:
             print(f"learngene bench {args.profile}: {stage['stage']:9s} {stage['seconds']:8.1f} s on {record['device']}")
         return
     profile = get_profile(args.profile)
-    command = f"learngene bench --profile {args.profile}"
     if args.methods:
         unknown = [m for m in args.methods if m not in list_methods()]
         if unknown:
             raise LearngeneError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(list_methods())}")
         profile = profile.replace(methods=tuple(dict.fromkeys(args.methods)))
-        command += " --methods " + " ".join(profile.methods)
     if args.seeds is not None:
         if args.seeds < 1:
             raise LearngeneError(f"--seeds must be at least 1, got {args.seeds}")
         profile = profile.replace(seeds=tuple(range(args.seeds)))
-        command += f" --seeds {args.seeds}"
     out = Path(args.out or f"runs/bench-{profile.name}")
-    if args.out:
-        command += f" --out {args.out}"
     if args.time_limit is not None and not args.time_limit > 0:
         raise LearngeneError(f"--time-limit must be a positive number of minutes, got {args.time_limit}")
     limit = args.time_limit * 60 if args.time_limit is not None else None
     run = BenchRun(profile, out, data_dir=args.data_dir, device=args.device, progress=not args.quiet, time_limit=limit,
-                   command=command)
+                   command=args.command_line)
     run.run()
     if run.meta.get("complete"):
         print(f"learngene bench: report in {out}/report.md ({run.meta['wall_seconds'] / 60:.1f} min)")
@@ -493,21 +448,15 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    from .demo import run_demo
-
     run_demo(out_dir=Path(args.out_dir), data_dir=args.data_dir, device=args.device, seed=args.seed,
              progress=not args.quiet, quick=args.quick)
 
 
 # ---- parser -----------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    from .bench.profiles import PROFILES
-    from .bench.smoke import SMOKE_PROFILES
-    from .registry import list_methods
-
     parser = _Parser(prog="learngene", description="Condense a pretrained ViT into a learngene and expand it into "
                                                    "timm ViTs of any depth, width and head count.")
-    parser.add_argument("--version", action="version", version=f"learngene {_version()}")
+    parser.add_argument("--version", action="version", version=f"learngene {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
 
     p = sub.add_parser("ancestry", help="train an ancestry ViT on a dataset and save it",
@@ -636,26 +585,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _version() -> str:
-    from ._version import __version__
-
-    return __version__
-
-
 def _clear_progress_bars() -> None:
     """Close the bars an error interrupted, so that the one-line error starts a line of its own."""
-    from tqdm import tqdm
-
     for bar in list(getattr(tqdm, "_instances", ())):
         bar.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a one-line usage error already printed
         return int(exc.code or 0)
+    args.command_line = shlex.join(["learngene", *argv])  # what reports name as the command that made them
     finished = False
     try:
         if dist.launched_distributed() and args.command in SINGLE_PROCESS:

@@ -8,11 +8,11 @@ then renamed, so a crash never leaves a half-written output.
 from __future__ import annotations
 
 import contextlib
-import functools
-import sys
 import datetime
+import functools
 import json
 import os
+import sys
 import tempfile
 import warnings
 import zipfile

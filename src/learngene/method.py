@@ -74,6 +74,27 @@ class AdaptInputs:
 
 
 @dataclass(frozen=True)
+class Paper:
+    """A citation: what ``learngene methods`` and model cards show for a method."""
+
+    title: str
+    authors: str  # "First et al." or every name; "" where the paper names none we could check
+    venue: str  # "ICLR", "AAAI", ..., "arXiv preprint"
+    year: int
+    arxiv: str | None = None  # e.g. "2312.05614"; None: not on arXiv
+    note: str = ""  # e.g. how a learngene paper uses it as a baseline
+
+    def __str__(self) -> str:
+        cite = ", ".join(x for x in (self.authors, f'"{self.title}"', f"{self.venue} {self.year}") if x)
+        return cite + (f", arXiv:{self.arxiv}" if self.arxiv else "") + (f" ({self.note})" if self.note else "")
+
+
+def citations(method: type["Method"]) -> tuple[Paper, ...]:
+    """The papers a method implements (one, or several for a method that combines techniques)."""
+    return method.paper if isinstance(method.paper, tuple) else (method.paper,)
+
+
+@dataclass(frozen=True)
 class NoConfig:
     pass
 
@@ -88,14 +109,14 @@ class Method:
         needs_data: ``condense`` trains or measures on data.
         needs_vit_ancestry: ``condense`` picks weights from a ViT (False: any classifier can teach).
         adaptable: descendants go through ``adapt`` (WAVE's scalers, PEG's φ) before fine-tuning.
-        paper: citation shown in listings.
+        paper: the :class:`Paper` (or papers) it implements; ``learngene methods`` prints it.
         distill_lambda: λ of the paper's condensation loss ``(1−λ)·CE + λ·KL`` (methods that distil);
             ``learngene condense`` and the benchmark use it unless told otherwise.
     """
 
     name: ClassVar[str]
     summary: ClassVar[str] = ""
-    paper: ClassVar[str] = ""
+    paper: ClassVar[Paper | tuple[Paper, ...]]
     Config: ClassVar[type] = NoConfig
     needs_data: ClassVar[bool] = False
     needs_vit_ancestry: ClassVar[bool] = True

@@ -4,7 +4,8 @@ Loss: ``(1−λ)·CE + λ·τ²·KL(p_teacher ‖ p_student)`` (soft distillatio
 Eq. 6 with λ=1, τ=1; WAVE Eq. 6 adds CE). AdamW, linear warmup then cosine decay per step, gradient
 clipping, bf16 autocast on CUDA only (bf16 on some CPUs dies in oneDNN), DDP under ``torchrun``.
 Every epoch appends to ``log.jsonl`` and writes ``checkpoint.pt`` atomically; ``resume=True`` continues
-from it bit for bit (model, optimizer, schedule, RNG states and the data position are all restored).
+from it bit for bit (model, optimizer, schedule, RNG states and the data position are all restored;
+:class:`RunState` is what a checkpoint holds). One step is :func:`loss_step` then :func:`optimizer_step`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -26,7 +27,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from . import distributed as dist
-from .data import BatchMixer, Batches, Data, take
+from .data import Batch, Batches, BatchMixer, Data, take
 from .errors import DataError, LearngeneError, TrainingError
 from .io import atomic_path, torch_load_weights_only, write_text_atomic
 
@@ -231,6 +232,63 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return ckpt
 
 
+def _zero_sums() -> Tensor:
+    return torch.zeros(3, dtype=torch.float64)
+
+
+@dataclass
+class RunState:
+    """Where a training run stands: what every checkpoint saves and ``resume`` restores with it.
+
+    ``epoch_sums`` are the loss sum, correct predictions and images of the unfinished epoch so far. A
+    checkpoint holds those of all ranks together; on resume rank 0 continues from them and the others
+    from zero (the epoch's all-reduce adds the rest).
+    """
+
+    epoch: int = 0
+    step_in_epoch: int = 0
+    global_step: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)  # one record per finished epoch
+    seconds: float = 0.0
+    epoch_sums: Tensor = field(default_factory=_zero_sums)
+
+    def save(self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+             cfg: TrainConfig) -> None:
+        """Atomic; every rank calls it at the same step (their RNG states and partial sums are gathered)."""
+        ranks = dist.all_gather_object((_rng_state(), self.epoch_sums.cpu()))
+        if not dist.is_main():
+            return
+        state = {
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "rng": ranks[0][0], "rng_per_rank": [r[0] for r in ranks], "epoch": self.epoch,
+            "step_in_epoch": self.step_in_epoch, "global_step": self.global_step, "history": self.history,
+            "seconds": self.seconds, "epoch_sums": sum(r[1] for r in ranks),
+            "config": {k: getattr(cfg, k) for k in TrainConfig.RESUME_KEYS},
+        }
+        with atomic_path(path) as tmp:
+            torch.save(state, tmp)
+
+    @classmethod
+    def load(cls, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+             cfg: TrainConfig) -> "RunState":
+        """Restore model, optimizer, schedule and this rank's RNG states from ``path``; the run's position."""
+        ckpt = load_checkpoint(path)
+        saved = ckpt.get("config", {})
+        changed = [k for k in TrainConfig.RESUME_KEYS if k in saved and saved[k] != getattr(cfg, k)]
+        if changed:
+            raise LearngeneError(f"cannot resume {path}: it was made with different {', '.join(changed)}; "
+                                 f"use the same settings or start a new run directory")
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scheduler.load_state_dict(ckpt["scheduler"])
+        per_rank = ckpt.get("rng_per_rank", [ckpt["rng"]])
+        if dist.rank() < len(per_rank):  # a rank the saved run did not have keeps its fresh seed
+            _set_rng_state(per_rank[dist.rank()])
+        return cls(epoch=ckpt["epoch"], step_in_epoch=ckpt["step_in_epoch"], global_step=ckpt["global_step"],
+                   history=list(ckpt["history"]), seconds=ckpt["seconds"],
+                   epoch_sums=ckpt["epoch_sums"] if dist.is_main() else _zero_sums())
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, data: Data, batch_size: int = 512, device: torch.device | None = None) -> dict[str, float]:
     """Top-1 accuracy and mean cross-entropy of ``model`` on ``data`` (all ranks together under DDP)."""
@@ -288,6 +346,51 @@ def check_data_fits(model: nn.Module, data: Data) -> None:
                         f"build the model with num_classes={data.num_classes}")
 
 
+def loss_step(net: nn.Module, batch: Batch, teacher: nn.Module | None, cfg: TrainConfig, device: torch.device,
+              mixer: BatchMixer | None = None, loss_of: Callable[..., Tensor] = distill_loss,
+              ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Forward one batch: the loss to back-propagate, and the per-sample losses, logits and labels (detached).
+    ``loss_of`` is :func:`distill_loss` or the model's own per-sample loss (same signature)."""
+    x, y = batch.x.to(device, non_blocking=True), batch.y.to(device, non_blocking=True)
+    soft = batch.soft.to(device) if batch.soft is not None else None
+    target, smoothing = y, cfg.label_smoothing
+    if mixer is not None:  # soft targets, already smoothed
+        x, target, smoothing = *mixer(x, y), 0.0
+    if cfg.distill_lambda > 0 and soft is None:
+        with torch.inference_mode(), autocast(device):
+            soft = teacher(x).float()
+        soft = soft.clone()  # an inference-mode tensor cannot be saved for the KL's backward
+    with autocast(device):
+        logits = net(x)
+    per_sample = loss_of(logits, target, soft, cfg.distill_lambda, cfg.distill_tau, smoothing)
+    # DDP averages gradients over ranks; scaling by world/global_size makes that the exact mean
+    # over the global batch, even when ranks hold unequal shares of the last batch.
+    loss = per_sample.sum() * (dist.world_size() / batch.global_size)
+    return loss, per_sample.detach(), logits.detach(), y
+
+
+def optimizer_step(loss: Tensor, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, cfg: TrainConfig,
+                   where: str, ckpt_path: Path | None) -> None:
+    """Back-propagate ``loss``, clip, update and advance the schedule; a non-finite loss or gradient stops
+    the run with one line (``where`` it happened, and the last good checkpoint)."""
+    # Checked every step, which forces a host sync per step (nanoGPT syncs only at its log interval):
+    # a NaN stops the run at the step it appears, before it reaches the weights or a checkpoint.
+    finite = bool(torch.isfinite(loss))
+    # every rank must learn of it, or the others would wait for this one in backward forever
+    if (dist.count_true(not finite, loss.device) if dist.is_distributed() else not finite):
+        value = loss.item() if not finite else "non-finite on another process"
+        raise TrainingError(f"loss became {value} {where}; lower --lr or check the data{_last_good(ckpt_path)}")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if cfg.grad_clip:
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        if not torch.isfinite(grad_norm):  # the same on every rank: DDP has already averaged the gradients
+            raise TrainingError(f"gradients became {grad_norm.item()} {where}; lower --lr or check the "
+                                f"data{_last_good(ckpt_path)}")
+    optimizer.step()
+    scheduler.step()
+
+
 def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data | None = None,
           teacher: nn.Module | None = None, run_dir: str | Path | None = None, resume: bool = False) -> TrainResult:
     """Train ``model`` in place; returns the per-epoch history.
@@ -329,9 +432,6 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
     optimizer = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr, fused=fused)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: _lr_factor(s, warmup, total_steps, cfg.min_lr / cfg.lr))
-    result = TrainResult()
-    start_epoch, start_step, global_step = 0, 0, 0
-    resumed_sums = torch.zeros(3, dtype=torch.float64)
     run_dir = Path(run_dir) if run_dir is not None else None
     ckpt_path = run_dir / CHECKPOINT if run_dir is not None else None
     seed_everything(cfg.seed + 1000 * dist.rank())
@@ -347,24 +447,9 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
         if 0 < seen < dist.world_size():
             raise LearngeneError(f"{ckpt_path} is visible to {seen} of {dist.world_size()} processes; put --run-dir on a "
                                  f"filesystem every node shares")
+    state = RunState()
     if found:
-        ckpt = load_checkpoint(ckpt_path)
-        saved = ckpt.get("config", {})
-        changed = [k for k in TrainConfig.RESUME_KEYS if k in saved and saved[k] != getattr(cfg, k)]
-        if changed:
-            raise LearngeneError(f"cannot resume {ckpt_path}: it was made with different {', '.join(changed)}; "
-                                 f"use the same settings or start a new run directory")
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        per_rank = ckpt.get("rng_per_rank", [ckpt["rng"]])
-        if dist.rank() < len(per_rank):  # a rank the saved run did not have keeps its fresh seed
-            _set_rng_state(per_rank[dist.rank()])
-        start_epoch, start_step, global_step = ckpt["epoch"], ckpt["step_in_epoch"], ckpt["global_step"]
-        result.history = list(ckpt["history"])
-        result.seconds = ckpt["seconds"]
-        if dist.is_main():  # the partial sums of all ranks together; the epoch's all-reduce adds the rest
-            resumed_sums = ckpt["epoch_sums"]
+        state = RunState.load(ckpt_path, model, optimizer, scheduler, cfg)
     elif run_dir is not None and dist.is_main():
         for stale in (LOG, CHECKPOINT):  # a fresh run must never resume an older run's checkpoint later
             (run_dir / stale).unlink(missing_ok=True)
@@ -378,95 +463,58 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
         warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
         net = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
 
-    def save_checkpoint(epoch: int, step_in_epoch: int, epoch_sums: Tensor) -> None:
-        """Atomic; called by every rank at the same step (their RNG states and partial sums are gathered)."""
-        if ckpt_path is None:
-            return
-        ranks = dist.all_gather_object((_rng_state(), epoch_sums.cpu()))
-        if not dist.is_main():
-            return
-        state = {
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "rng": ranks[0][0], "rng_per_rank": [r[0] for r in ranks], "epoch": epoch, "step_in_epoch": step_in_epoch,
-            "global_step": global_step, "history": result.history, "seconds": result.seconds,
-            "epoch_sums": sum(r[1] for r in ranks), "config": {k: getattr(cfg, k) for k in TrainConfig.RESUME_KEYS},
-        }
-        with atomic_path(ckpt_path) as tmp:
-            torch.save(state, tmp)
+    def checkpoint(epoch: int, step_in_epoch: int, epoch_sums: Tensor) -> None:
+        if ckpt_path is not None:
+            state.epoch, state.step_in_epoch, state.epoch_sums = epoch, step_in_epoch, epoch_sums
+            state.save(ckpt_path, model, optimizer, scheduler, cfg)
 
     net.train()
+    start_epoch, start_step = state.epoch, state.step_in_epoch
     for epoch in range(start_epoch, epochs):
         batches.set_epoch(epoch, start_step if epoch == start_epoch else 0)
         epoch_steps = min(steps_per_epoch, total_steps - epoch * steps_per_epoch)
-        # loss sum, correct, images (this rank); a resumed epoch continues its partial sums (on rank 0)
-        sums = resumed_sums.clone() if epoch == start_epoch else torch.zeros(3, dtype=torch.float64)
+        # loss sum, correct, images (this rank), kept on the device: adding to them does not sync
+        sums = (state.epoch_sums.clone() if epoch == start_epoch else _zero_sums()).to(device)
         tic = time.perf_counter()
         bar = tqdm(total=epoch_steps, initial=batches.start_step, desc=f"{cfg.desc} {epoch + 1}/{epochs}",
                    disable=not (cfg.progress and dist.is_main()), leave=False, dynamic_ncols=True)
         for step_in_epoch, batch in enumerate(batches, start=batches.start_step):
             if step_in_epoch >= epoch_steps:
                 break
-            x, y = batch.x.to(device, non_blocking=True), batch.y.to(device, non_blocking=True)
-            soft = batch.soft.to(device) if batch.soft is not None else None
-            target, smoothing = y, cfg.label_smoothing
-            if mixer is not None:  # soft targets, already smoothed
-                x, target, smoothing = *mixer(x, y), 0.0
-            if cfg.distill_lambda > 0 and soft is None:
-                with torch.inference_mode(), autocast(device):
-                    soft = teacher(x).float()
-                soft = soft.clone()  # an inference-mode tensor cannot be saved for the KL's backward
-            with autocast(device):
-                logits = net(x)
-            per_sample = loss_of(logits, target, soft, cfg.distill_lambda, cfg.distill_tau, smoothing)
-            # DDP averages gradients over ranks; scaling by world/global_size makes that the exact mean
-            # over the global batch, even when ranks hold unequal shares of the last batch.
-            loss = per_sample.sum() * (dist.world_size() / batch.global_size)
-            finite = bool(torch.isfinite(loss))
-            # every rank must learn of it, or the others would wait for this one in backward forever
-            if (dist.count_true(not finite, device) if dist.is_distributed() else not finite):
-                value = loss.item() if not finite else "non-finite on another process"
-                raise TrainingError(f"loss became {value} at epoch {epoch + 1}, step {step_in_epoch + 1}; "
-                                    f"lower --lr or check the data{_last_good(ckpt_path)}")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.grad_clip:
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                if not torch.isfinite(grad_norm):  # the same on every rank: DDP has already averaged the gradients
-                    raise TrainingError(f"gradients became {grad_norm.item()} at epoch {epoch + 1}, step "
-                                        f"{step_in_epoch + 1}; lower --lr or check the data{_last_good(ckpt_path)}")
-            optimizer.step()
-            scheduler.step()
-            global_step += 1
-            sums += torch.tensor([per_sample.detach().sum().item(), (logits.detach().argmax(-1) == y).sum().item(), len(y)],
-                                 dtype=torch.float64)
+            loss, per_sample, logits, y = loss_step(net, batch, teacher, cfg, device, mixer, loss_of)
+            optimizer_step(loss, model, optimizer, scheduler, cfg, f"at epoch {epoch + 1}, step {step_in_epoch + 1}",
+                           ckpt_path)
+            state.global_step += 1
+            sums += torch.stack([per_sample.sum().double(), (logits.argmax(-1) == y).sum().double(),
+                                 torch.tensor(len(y), dtype=torch.float64, device=device)])
             bar.update(1)
-            if step_in_epoch % 10 == 0:
-                bar.set_postfix(loss=f"{sums[0] / max(sums[2], 1):.3f}", acc=f"{sums[1] / max(sums[2], 1):.3f}")
-            if cfg.checkpoint_every and global_step % cfg.checkpoint_every == 0 and step_in_epoch + 1 < epoch_steps:
-                result.seconds += time.perf_counter() - tic
+            if step_in_epoch % 10 == 0 and not bar.disable:  # reading the sums syncs: only at the display interval
+                loss_sum, correct, seen = sums.tolist()
+                bar.set_postfix(loss=f"{loss_sum / max(seen, 1):.3f}", acc=f"{correct / max(seen, 1):.3f}")
+            if cfg.checkpoint_every and not state.global_step % cfg.checkpoint_every and step_in_epoch + 1 < epoch_steps:
+                state.seconds += time.perf_counter() - tic
                 tic = time.perf_counter()
-                save_checkpoint(epoch, step_in_epoch + 1, sums)
+                checkpoint(epoch, step_in_epoch + 1, sums)
         bar.close()
-        result.seconds += time.perf_counter() - tic
-        totals = dist.all_reduce_sum(sums.to(device)).cpu()
+        state.seconds += time.perf_counter() - tic
+        totals = dist.all_reduce_sum(sums).cpu()
         record: dict[str, Any] = {
             "epoch": epoch + 1,
-            "step": global_step,
+            "step": state.global_step,
             "train_loss": totals[0].item() / max(totals[2].item(), 1),
             "train_acc": totals[1].item() / max(totals[2].item(), 1),
             "lr": scheduler.get_last_lr()[0],
-            "seconds": result.seconds,
+            "seconds": state.seconds,
         }
         if eval_data is not None and cfg.evaluates_after(epoch + 1, epochs):
             metrics = evaluate(model, eval_data, cfg.eval_batch_size, device)
             record.update(eval_acc=metrics["acc"], eval_loss=metrics["loss"])
-        result.history.append(record)
+        state.history.append(record)
         if cfg.progress and dist.is_main():
             tqdm.write(f"{cfg.desc} epoch {epoch + 1}/{epochs}: " + ", ".join(
                 f"{k} {v:.4g}" for k, v in record.items() if k not in ("epoch", "step", "lr", "seconds")))
         if run_dir is not None and dist.is_main():
-            write_text_atomic(run_dir / LOG, "".join(json.dumps(r) + "\n" for r in result.history))
-        save_checkpoint(epoch + 1, 0, torch.zeros(3, dtype=torch.float64))
-    result.steps = global_step
+            write_text_atomic(run_dir / LOG, "".join(json.dumps(r) + "\n" for r in state.history))
+        checkpoint(epoch + 1, 0, _zero_sums())
     dist.barrier()
-    return result
+    return TrainResult(history=state.history, steps=state.global_step, seconds=state.seconds)

@@ -34,7 +34,6 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
-from timm.layers import resample_abs_pos_embed, resample_patch_embed
 from torch import Tensor
 
 from .errors import LearngeneError
@@ -307,6 +306,8 @@ def inherit_non_block(state: StateDict, source: ViTSpec, target: ViTSpec,
     (methods that change width move these tensors first, see :mod:`learngene.axes`); another input
     channel count is an error.
     """
+    from timm.layers import resample_abs_pos_embed, resample_patch_embed  # timm takes seconds to import: on use only
+
     out: StateDict = {}
     if source.embed_dim != target.embed_dim:
         return out

@@ -45,7 +45,7 @@ SMOKE_PROFILES = {"gpu-smoke": FolderSmoke("gpu-smoke")}
 def run_smoke(profile: FolderSmoke, out: Path, device: str = "auto", max_steps: int | None = None,
               workers: int | None = None, progress: bool = True, extra: list[str] | None = None) -> dict:
     """Run every stage; returns (and writes to ``out/smoke.json``) each stage's command and seconds."""
-    from ..cli import main
+    from ..cli import main  # the CLI dispatches here: imported on use, or the two modules import each other
     from ..data import write_image_folder
     from ..io import write_text_atomic
 

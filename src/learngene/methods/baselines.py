@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..method import Ancestry, CondenseInputs, Method
+from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec
 from ..transfer import StateDict, inherit_non_block, place_blocks, require_block_shape
@@ -23,6 +23,8 @@ class Scratch(Method):
 
     name = "scratch"
     summary = "timm default init (no learngene)"
+    paper = Paper("An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale", "Dosovitskiy et al.",
+                  "ICLR", 2021, "2010.11929", "the ViT, trained from timm's initialization")
     needs_vit_ancestry = False
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
@@ -59,6 +61,8 @@ class Pretrained(Method):
 
     name = "pretrained"
     summary = "ancestry weights; first/last/middle layers when depths differ"
+    paper = Paper("Transformer as Linear Expansion of Learngene", "Xia et al.", "AAAI", 2024, "2312.05614",
+                  "its Pre-Fin baselines")
     Config = PretrainedConfig
 
     def __init__(self, config=None, **overrides):
@@ -98,6 +102,7 @@ class HeruLG(Method):
 
     name = "heru_lg"
     summary = "last 3 ancestry layers on top of random lower layers"
+    paper = Paper("Learngene: From Open-World to Your Learning Task", "Wang et al.", "AAAI", 2022, "2106.06788")
     Config = HeruConfig
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
@@ -126,6 +131,8 @@ class AutoLG(Method):
 
     name = "auto_lg"
     summary = "first half of the ancestry layers, random layers above"
+    paper = Paper("Learngene: Inheriting Condensed Knowledge from the Ancestry Model to Descendant Models", "Wang et al.",
+                  "arXiv preprint", 2023, "2305.02279")
     Config = AutoConfig
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:

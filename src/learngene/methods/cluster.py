@@ -53,7 +53,7 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..heads import mix_heads, select_matrix
 from ..io import atomic_path, release_pages
-from ..method import Ancestry, CondenseInputs, Method
+from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..transfer import (
@@ -195,7 +195,8 @@ def priority_sharing(num_centroids: int, num_heads: int) -> Tensor:
 class ClusterLearngene(Method):
     name = "cluster"
     summary = "head centroids of DBSCAN clusters of attention distance, shared to any head count"
-    paper = "Wang et al., Cluster-Learngene"
+    paper = Paper("Cluster-Learngene: Inheriting Adaptive Clusters for Vision Transformers", "Wang et al.", "NeurIPS",
+                  2024)
     Config = ClusterConfig
     needs_data = True
 

@@ -40,7 +40,7 @@ from torch import Tensor
 
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..method import Ancestry, CondenseInputs, Method
+from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..transfer import (
@@ -129,7 +129,7 @@ class FrontConfig:
 class Front(Method):
     name = "front"
     summary = "low-frequency 3-D DCT coefficients of the stacked layers; truncate/pad + inverse DCT; any size"
-    paper = "FRONT, One-for-All Model Initialization with Frequency-Domain Knowledge, ICML 2026 (arXiv 2603.07523)"
+    paper = Paper("One-for-All Model Initialization with Frequency-Domain Knowledge (FRONT)", "", "ICML", 2026, "2603.07523")
     Config = FrontConfig
 
     def __init__(self, config=None, **overrides):

@@ -47,7 +47,7 @@ from torch import Tensor
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..heads import join_proj, mix_heads, select_matrix, split_proj
-from ..method import Ancestry, CondenseInputs, Method
+from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..transfer import (
@@ -99,8 +99,11 @@ def cancelling_noise(weight: Tensor, block: int, snr_db: float, generator: torch
 class Grow(Method):
     name = "grow"
     summary = "HyperCloning (width ×n, function preserving) / Net2Net widening + G_stack stacking; larger sizes"
-    paper = ("HyperCloning, Samragh et al. 2024 (arXiv 2409.12903); G_stack, Du et al., NeurIPS 2024 "
-             "(arXiv 2405.15319); Net2Net, Chen et al., ICLR 2016 (arXiv 1511.05641)")
+    paper = (Paper("Scaling Smart: Accelerating Large Language Model Pre-training with Small Model Initialization",
+                   "Samragh et al.", "arXiv preprint", 2024, "2409.12903", "HyperCloning"),
+             Paper("Stacking Your Transformers: A Closer Look at Model Growth for Efficient LLM Pre-Training", "Du et al.",
+                   "NeurIPS", 2024, "2405.15319", "G_stack"),
+             Paper("Net2Net: Accelerating Learning via Knowledge Transfer", "Chen et al.", "ICLR", 2016, "1511.05641"))
     Config = GrowConfig
 
     def __init__(self, config=None, **overrides):

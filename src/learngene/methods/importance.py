@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from ..data import Data
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..method import Ancestry, CondenseInputs, Method
+from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..transfer import (
@@ -140,8 +140,10 @@ def width_norm_gains(keys) -> list[str]:
 class Importance(Method):
     name = "importance"
     summary = "ancestry in activation-importance order (channels, heads, neurons, layers); narrower = prefix slice"
-    paper = ("weight subcloning, Samragh et al. 2023 (arXiv 2312.09299); Minitron, Muralidharan et al., "
-             "NeurIPS 2024 (arXiv 2407.14679)")
+    paper = (Paper("Weight subcloning: direct initialization of transformers using larger pretrained ones",
+                   "Samragh et al.", "arXiv preprint", 2023, "2312.09299"),
+             Paper("Compact Language Models via Pruning and Knowledge Distillation", "Muralidharan et al.", "NeurIPS", 2024,
+                   "2407.14679", "Minitron"))
     Config = ImportanceConfig
     needs_data = True
 

@@ -18,7 +18,7 @@ from torch import Tensor
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..heads import join_qkv, split_qkv
-from ..method import Ancestry, CondenseInputs, Method
+from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..transfer import StateDict
@@ -115,7 +115,7 @@ class Mimetic(Method):
 
     name = "mimetic"
     summary = "closed-form attention init: W_q W_kᵀ ≈ +I, W_v W_proj ≈ −I, sin-cos positions (no ancestry)"
-    paper = "Trockman & Kolter, ICML 2023"
+    paper = Paper("Mimetic Initialization of Self-Attention Layers", "Trockman & Kolter", "ICML", 2023, "2305.09828")
     Config = MimeticConfig
     needs_vit_ancestry = False
     seed_option = "seed"  # its draws; a descendant's seed sets it when mimetic tops up another gene

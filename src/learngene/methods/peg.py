@@ -46,7 +46,7 @@ from ..errors import LearngeneError
 from ..gene import DESCENDANT, Learngene
 from ..heads import join_proj, join_qkv, mix_heads, split_proj, split_qkv
 from ..io import release_pages
-from ..method import AdaptInputs, Ancestry, CondenseInputs, Method
+from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..train import TrainResult, train
@@ -109,7 +109,7 @@ def apply_phi(w1: Tensor, w2: Tensor, x: Tensor, batch_dims: int = 0) -> Tensor:
 class PEG(Method):
     name = "peg"
     summary = "convex head/FFN mixtures of the ancestry, expanded by a learned map φ (adapt)"
-    paper = "Wang et al., ICML 2024"
+    paper = Paper("Vision Transformers as Probabilistic Expansion from Learngene", "Wang et al.", "ICML", 2024)
     Config = PEGConfig
     adaptable = True
 

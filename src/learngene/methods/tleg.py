@@ -27,7 +27,7 @@ from ..auxnet import (
 )
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..method import Ancestry, CondenseInputs, Method
+from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..transfer import StateDict
@@ -82,7 +82,7 @@ def parse_layers(layers: str | int | tuple[int, ...], depth: int) -> list[int]:
 class TLEG(Method):
     name = "tleg"
     summary = "θ_B + (l−1)/L·θ_A per layer, condensed through an aux net by distillation; any depth"
-    paper = "Xia et al., AAAI 2024"
+    paper = Paper("Transformer as Linear Expansion of Learngene", "Xia et al.", "AAAI", 2024, "2312.05614")
     Config = TLEGConfig
     needs_data = True
     needs_vit_ancestry = False
@@ -177,5 +177,6 @@ class TLEG(Method):
 class ShareInit(TLEG):
     name = "share_init"
     summary = "one shared layer (TLEG with θ_A ≡ 0), condensed through an aux net; any depth"
-    paper = "Lan et al., ICLR 2020 (ALBERT); as a learngene baseline in Xia et al., AAAI 2024"
+    paper = Paper("ALBERT: A Lite BERT for Self-supervised Learning of Language Representations", "Lan et al.", "ICLR", 2020,
+                  "1909.11942", "as a learngene baseline in Xia et al., AAAI 2024")
     has_slope = False

@@ -43,7 +43,7 @@ from ..auxnet import (
 from ..descendant import GeneNet
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..method import AdaptInputs, Ancestry, CondenseInputs, Method
+from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..train import TrainResult, train
@@ -131,7 +131,8 @@ def linear_padding(n: int, aux_grid: tuple[int, ...], grid: tuple[int, ...], dep
 class WAVE(Method):
     name = "wave"
     summary = "w×w weight templates + per-layer Kronecker scalers via an aux net; any depth and tiling width (adapt)"
-    paper = "Feng, Xie et al., 2024 (WAVE)"
+    paper = Paper("WAVE: Weight Templates for Adaptive Initialization of Variable-sized Models", "Feng, Xie et al.",
+                  "CVPR", 2025, "2406.17503")
     Config = WAVEConfig
     needs_data = True
     needs_vit_ancestry = False

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..method import Ancestry, CondenseInputs, Method
+from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..transfer import (
@@ -41,7 +41,7 @@ class WeightSelectionConfig:
 class WeightSelection(Method):
     name = "weight_selection"
     summary = "first-N layers + evenly spaced elements (head-aware); shrinks depth and width"
-    paper = "Xu et al., ICLR 2024"
+    paper = Paper("Initializing Models with Larger Ones", "Xu et al.", "ICLR", 2024, "2311.18823")
     Config = WeightSelectionConfig
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:

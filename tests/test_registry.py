@@ -1,0 +1,82 @@
+"""Every registered method, as timm's ``tests/test_models.py`` runs every registered model.
+
+For each method: its gene of a tiny ancestry expands to the gene's own size without error, into keys
+and shapes of that size's timm model; and ``expand`` is differentiable in every float gene tensor it
+reads (changing the tensor changes the output), so that GeneNet can train any of them (TLEG/WAVE
+condense, WAVE/PEG adapt) and none is cut from the graph by an in-place edit, ``.detach()`` or a
+detour through numpy. Methods that never train their gene are held to it too.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from learngene.gene import Learngene
+from learngene.io import check_state_shapes
+from learngene.method import Ancestry, CondenseInputs, Paper, citations
+from learngene.registry import get_method, list_methods
+from learngene.spec import ViTSpec
+from learngene.train import TrainConfig, seed_everything
+from tests.conftest import make_images
+
+SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
+
+
+@pytest.fixture(scope="module")
+def genes() -> dict[str, Learngene]:
+    """Every method's gene of one seeded tiny ancestry (trained methods: two steps on toy data)."""
+    out = {}
+    for name in list_methods():
+        seed_everything(0)
+        ancestry = Ancestry(SPEC.create_model().eval(), SPEC)
+        inputs = CondenseInputs(train=make_images(16), train_cfg=TrainConfig(max_steps=2, batch_size=8, progress=False))
+        out[name] = get_method(name)().condense(ancestry, inputs if get_method(name).needs_data else None)
+    return out
+
+
+def own_size(gene: Learngene) -> ViTSpec:
+    return gene.layout or gene.ancestry  # an empty gene (scratch, mimetic) has no layout
+
+
+@pytest.mark.parametrize("name", list_methods())
+def test_expanding_to_its_own_size_never_raises(name, genes):
+    gene = genes[name]
+    with torch.no_grad():
+        state = get_method(name).from_gene(gene).expand(gene, own_size(gene))
+    check_state_shapes(state, own_size(gene), f"the {name} gene")
+    assert all(torch.isfinite(t).all() for t in state.values())
+
+
+def _expand(name: str, gene: Learngene, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return get_method(name).from_gene(gene).expand(Learngene(**{**gene.__dict__, "tensors": tensors}), own_size(gene))
+
+
+@pytest.mark.parametrize("name", list_methods())
+def test_every_float_tensor_expand_reads_gets_a_gradient(name, genes):
+    gene = genes[name]
+    floats = [k for k, t in gene.tensors.items() if t.is_floating_point()]
+    with torch.no_grad():
+        base = _expand(name, gene, gene.tensors)
+    read = []  # the float tensors whose value reaches the output
+    for key in floats:
+        with torch.no_grad():
+            nudged = _expand(name, gene, {**gene.tensors, key: gene.tensors[key] + 0.5})
+        if any(not torch.equal(base[k], nudged[k]) for k in base):
+            read.append(key)
+    if name not in ("scratch", "mimetic"):
+        assert read, f"{name}: expand reads none of its gene's float tensors"
+    leaves = {k: t.detach().clone().requires_grad_(k in read) for k, t in gene.tensors.items()}
+    out = _expand(name, gene, leaves)
+    generator = torch.Generator().manual_seed(0)
+    loss = sum((v * torch.randn(v.shape, generator=generator)).sum() for v in out.values() if v.requires_grad)
+    if read:
+        loss.backward()
+    missing = [k for k in read if leaves[k].grad is None or not torch.isfinite(leaves[k].grad).all()]
+    assert not missing, f"{name}: expand reads {missing} but no gradient reaches them"
+
+
+@pytest.mark.parametrize("name", list_methods())
+def test_every_method_cites_its_paper(name):
+    papers = citations(get_method(name))
+    assert papers and all(isinstance(p, Paper) and p.title and p.venue and p.year > 2000 for p in papers), papers
