@@ -106,3 +106,18 @@ def fake_fashion(tmp_path, monkeypatch):
     write_idx(folder, "t10k", rng.integers(0, 255, (20, 28, 28)), np.arange(20) % 10)
     monkeypatch.setenv("LEARNGENE_CACHE", str(tmp_path / "cache"))
     return folder
+
+
+def condense_tiny(name: str, ancestry, img_size: int, num_classes: int):
+    """A gene of method ``name`` from a tiny ancestry; data-driven methods see 16 toy images for one step."""
+    from learngene.method import CondenseInputs
+    from learngene.registry import get_method
+    from learngene.train import TrainConfig
+
+    method = get_method(name)()
+    inputs = None
+    if method.needs_data:
+        inputs = CondenseInputs(train=make_images(16, num_classes=num_classes, size=img_size),
+                                train_cfg=TrainConfig(epochs=1, max_steps=1, batch_size=8, progress=False,
+                                                      distill_lambda=1.0))
+    return method.condense(ancestry, inputs)

@@ -97,16 +97,23 @@ def run(out: Path, ancestry: Path, jobs: list[str]) -> None:
             {"ancestry": ancestry_job, "folder": folder_job, "genenet": genenet_job, "nan": nan_job}[name](out, ancestry)
 
 
+def logged_puts(log: Path) -> dict:
+    """``os.replace`` and ``os.link`` that also record their destination in ``log``: how atomic writes put
+    files in place (a link where an existing file must not be replaced)."""
+
+    def logged(real):
+        def put(src, dst, *args, **kwargs):
+            with open(log, "a") as fh:
+                fh.write(f"{dst}\n")
+            return real(src, dst, *args, **kwargs)
+
+        return put
+
+    return {"replace": logged(os.replace), "link": logged(os.link)}
+
+
 def _log_renames(log: Path) -> None:
-    """Record the destination of every ``os.replace``: how atomic writes put files in place."""
-    real_replace = os.replace
-
-    def replace(src, dst, *args, **kwargs):
-        with open(log, "a") as fh:
-            fh.write(f"{dst}\n")
-        return real_replace(src, dst, *args, **kwargs)
-
-    os.replace = replace
+    os.replace, os.link = logged_puts(log).values()
 
 
 if __name__ == "__main__":

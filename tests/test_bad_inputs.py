@@ -34,7 +34,7 @@ from learngene.method import Ancestry
 from learngene.registry import get_method, list_methods
 from learngene.spec import ViTFamily, ViTSpec
 from learngene.train import TrainConfig, resolve_device, train
-from tests.conftest import make_images
+from tests.conftest import condense_tiny, make_images
 
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
 SIZE = ["--img-size", "16"]
@@ -217,7 +217,7 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
     ("patch does not divide image", lambda w: ["expand", w.gene, "--patch-size", "5", "-o", w.out], "does not divide"),
     ("depth 0", lambda w: ["expand", w.gene, "--depth", "0", "-o", w.out], "depth must be a positive"),
     ("negative width", lambda w: ["expand", w.ws_gene, "--embed-dim", "-8", "-o", w.out], "embed_dim must be"),
-    ("mlp ratio 0", lambda w: ["expand", w.gene, "--mlp-ratio", "0", "-o", w.out], "mlp_ratio must be positive"),
+    ("mlp ratio 0", lambda w: ["expand", w.gene, "--mlp-ratio", "0", "-o", w.out], "mlp_ratio must be a positive"),
     ("non-integer depth", lambda w: ["expand", w.gene, "--depth", "two", "-o", w.out], "invalid int value"),
     ("unknown preset", lambda w: ["expand", w.gene, "--preset", "huge", "-o", w.out], "invalid choice"),
     ("other input channels than the ancestry", lambda w: ["expand", w.gene, "--in-chans", "3", "-o", w.out],
@@ -265,6 +265,34 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
                                                       "-o", w.out], "delete it"),
     ("resume with other settings", lambda w: ["train", w.anc, *DATA, "--lr", "0.01", "--run-dir", w.run_other_lr,
                                               "--resume", "-o", w.out], "different lr"),
+    # ---- numbers out of range: refused before any arithmetic or allocation meets them -------------------
+    ("warmup epochs nan", lambda w: ["train", w.anc, *DATA, "--warmup-epochs", "nan", "-o", w.out], "not a finite number"),
+    ("learning rate inf", lambda w: ["train", w.anc, *DATA, "--lr", "inf", "-o", w.out], "not a finite number"),
+    ("label smoothing 2", lambda w: ["train", w.anc, *DATA, "--label-smoothing", "2", "-o", w.out],
+     "label smoothing must be in [0, 1)"),
+    ("seed 2^70", lambda w: ["train", w.anc, *DATA, "--seed", str(2**70), "-o", w.out], "below 2^63"),
+    ("negative seed", lambda w: ["expand", w.gene, "--seed", "-1", "-o", w.out], "seed must be 0 or more"),
+    ("weight decay -1", lambda w: ["train", w.anc, *DATA, "--weight-decay", "-1", "-o", w.out], "weight decay must be 0"),
+    ("grad clip -1", lambda w: ["train", w.anc, *DATA, "--grad-clip", "-1", "-o", w.out], "gradient clipping must be"),
+    ("budget inf", lambda w: ["expand", w.gene, "--max-params", "inf", "-o", w.out], "finite count"),
+    ("budget nan", lambda w: ["expand", w.gene, "--max-flops", "nan", "-o", w.out], "finite count"),
+    ("mlp ratio inf", lambda w: ["expand", w.gene, "--mlp-ratio", "inf", "-o", w.out], "not a finite number"),
+    ("depth 10^8", lambda w: ["expand", w.gene, "--depth", str(10**8), "-o", w.out], "choose a smaller depth"),
+    ("image size 100000", lambda w: ["expand", w.gene, "--img-size", "100000", "-o", w.out], "choose a smaller img_size"),
+    ("too many tokens", lambda w: ["expand", w.gene, "--img-size", "4096", "--patch-size", "4", "-o", w.out],
+     "tokens, more than"),
+    ("width beyond memory", lambda w: ["expand", w.gene, "--embed-dim", "65536", "--num-heads", "2", "--depth", "4000",
+                                       "-o", w.out], "free; choose a smaller"),
+    ("negative method option", lambda w: ["condense", "--method", "heru_lg", "--ancestry", w.anc, "--opt", "layers=-1",
+                                          "-o", w.out], "layers must be 0 or more"),
+    ("string for an int option", lambda w: ["condense", "--method", "heru_lg", "--ancestry", w.anc, "--opt",
+                                            "layers=three", "-o", w.out], "must be an integer"),
+    ("null for an int option", lambda w: ["condense", "--method", "heru_lg", "--ancestry", w.anc, "--opt", "layers=null",
+                                          "-o", w.out], "must be an integer"),
+    ("float for an int option", lambda w: ["condense", "--method", "heru_lg", "--ancestry", w.anc, "--opt", "layers=2.5",
+                                           "-o", w.out], "must be an integer"),
+    ("infinite float option", lambda w: ["condense", "--method", "auto_lg", "--ancestry", w.anc, "--opt",
+                                         "fraction=Infinity", "-o", w.out], "must be a finite number"),
     # ---- data ---------------------------------------------------------------------------------------
     ("unknown dataset", lambda w: ["train", w.anc, "--data", "imagenet", "-o", w.out], "unknown dataset"),
     ("missing image folder", lambda w: ["train", w.anc, "--data", f"folder:{w.root / 'nowhere'}", "-o", w.out],
@@ -298,7 +326,9 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
                                                 "--patch-size", "4", *SIZE, "--in-chans", "2", "--data",
                                                 f"folder:{w.folder_one_channel}", "-o", w.out], "1 or 3 channels"),
     # ---- outputs ----------------------------------------------------------------------------------
-    ("existing output without --overwrite", lambda w: ["expand", w.gene, "-o", w.gene], "pass --overwrite"),
+    ("existing output without --overwrite", lambda w: ["expand", w.gene, "-o", w.ws_gene], "pass --overwrite"),
+    ("output is the input, even with --overwrite", lambda w: ["expand", w.gene, "-o", w.gene, "--overwrite"],
+     "never replaces"),
     ("output in a missing directory", lambda w: ["expand", w.gene, "-o", w.root / "nodir" / "o.safetensors"],
      "does not exist; create it first"),
     ("output under a regular file", lambda w: ["expand", w.gene, "-o", Path(w.not_a_dir) / "o.safetensors"],
@@ -309,6 +339,14 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
     ("hub folder over a file", lambda w: ["expand", w.gene, "-o", w.gene, "--format", "hub"], "is not a folder"),
     ("output in a read-only directory", lambda w: ["expand", w.gene, "-o", Path(w.readonly) / "o.safetensors"],
      "not writable"),
+    ("plot over an existing file", lambda w: ["inspect", w.gene, "--plot", w.not_a_dir], "pass --overwrite"),
+    ("plot over the gene itself", lambda w: ["inspect", w.gene, "--plot", w.gene, "--overwrite"], "never replaces"),
+    ("two outputs of one name", lambda w: ["adapt", w.gene, *DATA, *SIZE, "-o", w.out, "--gene-out", w.out],
+     "same file"),
+    ("run dir that is a file", lambda w: ["train", w.anc, *DATA, "--run-dir", w.not_a_dir, "-o", w.out],
+     "is a file, not a directory"),
+    ("run dir under a file", lambda w: ["train", w.anc, *DATA, "--run-dir", Path(w.not_a_dir) / "run", "-o", w.out],
+     "cannot create the run directory"),
 ]
 
 
@@ -335,17 +373,8 @@ def _extra_setup(ws: Workspace, case_id: str) -> None:
             pytest.skip("cannot make a read-only directory here (root ignores permissions and chattr +i failed)")
     for name in ("wave", "peg", "cluster"):
         if case_id.startswith(name) and not (ws.root / f"{name}.safetensors").exists():
-            ancestry = load_ancestry(ws.anc)
-            method = get_method(name)()
-            inputs = None
-            if method.needs_data:
-                from learngene.method import CondenseInputs
-
-                inputs = CondenseInputs(train=make_images(16, num_classes=10, size=16),
-                                        train_cfg=TrainConfig(epochs=1, max_steps=1, batch_size=8, progress=False,
-                                                              distill_lambda=1.0))
             try:
-                method.condense(ancestry, inputs).save(ws.root / f"{name}.safetensors")
+                condense_tiny(name, load_ancestry(ws.anc), 16, 10).save(ws.root / f"{name}.safetensors")
             except LearngeneError as exc:
                 pytest.skip(f"{name} cannot condense the tiny ancestry: {exc}")
 
@@ -404,6 +433,16 @@ API_CASES: list[tuple[str, Callable[[Workspace], object], str]] = [
     ("labels outside the label space", lambda w: ImageData(torch.zeros(2, 1, 4, 4, dtype=torch.uint8),
                                                            torch.tensor([0, 7]), 3, (0.5,), (0.5,)), "labels"),
     ("unknown device", lambda w: resolve_device("tpu:9"), "unknown device"),
+    ("spec with an infinite MLP ratio", lambda w: ViTSpec(mlp_ratio=float("inf")), "mlp_ratio must be a positive finite"),
+    ("spec deeper than any buildable", lambda w: ViTSpec(depth=10**8), "choose a smaller depth"),
+    ("spec with a string width", lambda w: ViTSpec(embed_dim="192"), "embed_dim must be a positive integer"),
+    ("spec beyond memory", lambda w: ViTSpec(depth=4000, embed_dim=65536, num_heads=64).create_model(), "GiB free"),
+    ("training with label smoothing 2", lambda w: TrainConfig(label_smoothing=2), "label smoothing must be in [0, 1)"),
+    ("training with a nan warmup", lambda w: TrainConfig(warmup_epochs=float("nan")), "warmup_epochs must be a finite"),
+    ("training with a string batch size", lambda w: TrainConfig(batch_size="8"), "batch_size must be an integer"),
+    ("training with a huge seed", lambda w: TrainConfig(seed=2**70), "below 2^63"),
+    ("method option of the wrong type", lambda w: get_method("heru_lg")(layers="3"), "layers must be an integer"),
+    ("negative method option", lambda w: get_method("heru_lg")(layers=-1), "must be 0 or more"),
     ("distil without a teacher", lambda w: train(SPEC.create_model(), make_images(8, 10, 16),
                                                  TrainConfig(epochs=1, distill_lambda=1.0, progress=False)),
      "needs a teacher"),
@@ -445,3 +484,151 @@ def test_what_a_user_sees_from_the_installed_command(ws):
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "pickles objects other than tensors, which are never unpickled here" in proc.stderr, proc.stderr
     assert not Path(ws.marker).exists() and not Path(ws.out).exists()
+
+
+# ---- files and directories ----------------------------------------------------------------------------
+def test_a_long_valid_output_name_is_written(ws, capsys):
+    """The temporary file's name keeps only the start of the target's, so any name the filesystem takes works."""
+    out = Path(ws.out_dir) / ("x" * 240 + ".safetensors")  # 252 bytes: valid, but too long with a prefix and suffix
+    try:
+        assert main(["expand", ws.gene, "-o", str(out)]) == 0, capsys.readouterr().err
+        assert out.exists()
+    finally:
+        out.unlink(missing_ok=True)
+
+
+def test_a_name_with_a_newline_cannot_split_the_error(ws, capsys):
+    err = _one_line_error(capsys, ["expand", ws.root / "no\nsuch\rgene.safetensors", "-o", ws.out])
+    assert "'" in err and "\\n" in err, err
+
+
+def test_a_plot_never_replaces_a_file(ws, capsys):
+    before = Path(ws.not_a_dir).read_bytes()
+    _one_line_error(capsys, ["inspect", ws.gene, "--plot", ws.not_a_dir])
+    gene_before = Path(ws.gene).read_bytes()
+    _one_line_error(capsys, ["inspect", ws.gene, "--plot", ws.gene, "--overwrite"])
+    assert Path(ws.not_a_dir).read_bytes() == before and Path(ws.gene).read_bytes() == gene_before
+
+
+def test_cache_that_is_a_file(ws, capsys, monkeypatch):
+    monkeypatch.setenv("LEARNGENE_CACHE", ws.not_a_dir)
+    err = _one_line_error(capsys, ["train", ws.anc, "--data", "fashion_mnist", "--train-images", "8", "-o", ws.out])
+    assert "LEARNGENE_CACHE" in err and "is not a directory" in err
+
+
+def test_a_full_disk_keeps_the_old_file(tmp_path, monkeypatch):
+    """ENOSPC while a checkpoint is written: one line, the old checkpoint intact, no temporary file left."""
+    import errno
+
+    from learngene.io import save_torch_atomic
+
+    path = tmp_path / "checkpoint.pt"
+    save_torch_atomic(path, {"step": torch.tensor(1)})
+    old = path.read_bytes()
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    with pytest.raises(LearngeneError) as info:
+        save_torch_atomic(path, {"step": torch.tensor(2)})
+    monkeypatch.undo()
+    assert "No space left on device" in str(info.value) and "free some disk space" in str(info.value)
+    assert len(str(info.value).splitlines()) == 1
+    assert path.read_bytes() == old and sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
+
+
+def test_a_real_full_disk(ws, capsys, tmp_path):
+    """The same on a real 64 KiB tmpfs, through the CLI (needs root to mount; skipped elsewhere)."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        err = _one_line_error(capsys, ["expand", ws.gene, "-o", mnt / "o.safetensors"])
+        assert "No space left on device" in err, err
+        assert list(mnt.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+# ---- races ---------------------------------------------------------------------------------------------
+def test_two_writers_of_one_output_cannot_both_succeed(tmp_path):
+    """Both writers pass the existence check before either publishes: the second one's exclusive link fails."""
+    from learngene.io import atomic_path
+
+    target = tmp_path / "o.txt"
+    with pytest.raises(LearngeneError, match="another process wrote it meanwhile"):
+        with atomic_path(target, overwrite=False) as first:
+            first.write_text("first")
+            with atomic_path(target, overwrite=False) as second:
+                second.write_text("second")
+    assert target.read_text() == "second"  # the first to publish wins; the loser left nothing behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.txt"]
+
+
+def test_two_runs_on_one_run_dir_are_refused(ws, capsys, tmp_path):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from learngene.io import lock_run_dir; "
+                               f"lock_run_dir({str(run_dir)!r}); print('locked', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        err = _one_line_error(capsys, ["train", ws.anc, *DATA, "--run-dir", run_dir, "-o", ws.out])
+        assert "another learngene run is using" in err
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(["train", ws.anc, *DATA, "--run-dir", str(run_dir), "-o", str(tmp_path / "t.safetensors")]) == 0
+
+
+# ---- forged or inconsistent gene and model files: refused before anything is built --------------------------
+def _forge(src: str, dst: Path, tensors=None, **meta_changes) -> Path:
+    from safetensors import safe_open
+
+    with safe_open(src, framework="pt") as fh:
+        state = {k: fh.get_tensor(k) for k in fh.keys()}
+        meta = dict(fh.metadata())
+    state = tensors(state) if tensors else state
+    save_file({k: v.contiguous() for k, v in state.items()}, str(dst), metadata={**meta, **meta_changes})
+    return dst
+
+
+def _nan_first(state: dict) -> dict:
+    key = sorted(state)[0]
+    state[key] = state[key].clone().fill_(float("nan"))
+    return state
+
+
+FORGED = [
+    ("config not an object", "gene", dict(config="[1, 2]"), None, "config is not a JSON object"),
+    ("cost not an object", "gene", dict(cost='"cheap"'), None, "cost is not a JSON object"),
+    ("ancestry depth 10^9", "gene", dict(ancestry=json.dumps({**SPEC.to_dict(), "depth": 10**9})), None,
+     "corrupt learngene header"),
+    ("ancestry width 10^6", "gene", dict(ancestry=json.dumps({**SPEC.to_dict(), "embed_dim": 10**6})), None,
+     "corrupt learngene header"),
+    ("ancestry mlp ratio Infinity", "gene", dict(ancestry=json.dumps({**SPEC.to_dict(), "mlp_ratio": float("inf")})), None,
+     "corrupt learngene header"),
+    ("option of the wrong type", "gene", dict(config='{"variant": 3}'), None, "variant must be a string"),
+    ("tensor named blocks.x", "gene", {}, lambda s: {("blocks.x.norm1.weight" if k == "blocks.0.norm1.weight" else k): v
+                                                     for k, v in s.items()}, "not a valid pretrained learngene"),
+    ("tensor of the wrong shape", "gene", {}, lambda s: {**s, "blocks.0.attn.qkv.weight": torch.zeros(5, 7)},
+     "not a valid pretrained learngene"),
+    ("gene holding NaN", "gene", {}, _nan_first, "holds NaN or infinite values"),
+    ("ancestry holding NaN", "anc", {}, _nan_first, "holds NaN or infinite values"),
+]
+
+
+@pytest.mark.parametrize("case_id, source, meta, tensors, words", [pytest.param(*c, id=c[0]) for c in FORGED])
+def test_forged_files_are_refused_before_building(ws, capsys, case_id, source, meta, tensors, words):
+    forged = _forge(getattr(ws, source), ws.root / f"forged-{case_id.replace(' ', '_')}.safetensors", tensors, **meta)
+    if source == "anc":
+        argv = ["condense", "--method", "pretrained", "--ancestry", forged, "-o", ws.out]
+    else:
+        argv = ["expand", forged, "-o", ws.out]
+    err = _one_line_error(capsys, argv)
+    assert words in err, err
+    assert not Path(ws.out).exists()
+    if source != "anc":
+        assert words in _one_line_error(capsys, ["inspect", forged])

@@ -82,3 +82,24 @@ def test_the_installed_command_exits_2_without_traceback(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "learngene", "inspect", str(tmp_path / "nothing.safetensors")],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_every_flag_has_help_text():
+    """Walk the parser: every argument of every subcommand says what it is for."""
+    import argparse
+
+    from learngene.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    missing = []
+    for name, command in sub.choices.items():
+        for action in command._actions:
+            if not action.help or action.help == argparse.SUPPRESS:
+                missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+    assert not missing, f"flags without help: {missing}"
+    # a 0 that means "chosen automatically" is shown as auto; an integer default of 0 is left only to seeds
+    zero = [f"{name} {action.dest}" for name, command in sub.choices.items() for action in command._actions
+            if action.default == 0 and type(action.default) is int and "seed" not in action.dest]
+    assert not zero, f"integer defaults of 0 (say auto or give the value): {zero}"
+    assert "(default: auto, once per epoch)" in " ".join(sub.choices["train"].format_help().split())

@@ -193,7 +193,10 @@ def test_cli_condense_expand_inspect_and_plot(tmp_path, capsys):
     plot = tmp_path / "attn.png"
     assert main(["inspect", str(gene), "--plot", str(plot)]) == 0
     shown = capsys.readouterr().out
-    assert "layer 0:" in shown and "layer 2:" in shown and "*" in shown
+    # layers numbered from 1, as on the plot's axis
+    assert "layer 0:" not in shown and "layer 1:" in shown and "layer 3:" in shown and "*" in shown
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["inspect", str(gene), "--plot", str(plot)]) == 2  # an existing plot needs --overwrite
+    assert main(["inspect", str(gene), "--plot", str(plot), "--overwrite"]) == 0
     assert main(["inspect", str(tmp_path / "d0.safetensors"), "--plot", str(tmp_path / "x.png")]) == 2
     assert main(["expand", str(gene), "--num-heads", "2", "--out", str(tmp_path / "bad.safetensors")]) == 2

@@ -34,14 +34,8 @@ RUN_DIRS = {"ancestry": "ancestry_run", "folder": "folder_run", "genenet": "gene
 
 
 def _record_renames(monkeypatch, log: Path) -> None:
-    real_replace = os.replace
-
-    def replace(src, dst, *args, **kwargs):
-        with open(log, "a") as fh:
-            fh.write(f"{dst}\n")
-        return real_replace(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", replace)
+    for name, put in ddp_jobs.logged_puts(log).items():
+        monkeypatch.setattr(os, name, put)
 
 
 @pytest.fixture(scope="module")

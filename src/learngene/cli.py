@@ -8,10 +8,13 @@ leaves no partial file.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import math
 import os
 import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -32,13 +35,14 @@ from .describe import describe_file
 from .errors import LearngeneError
 from .export import check_output_folder, export_hub_folder, wants_folder
 from .gene import Learngene
-from .io import build_model, check_output_path, load_model_file, model_preprocessing, save_model
+from .io import build_model, check_output_path, load_model_file, lock_run_dir, model_preprocessing, quote, save_model
 from .labels import choose_head
 from .method import AdaptInputs, CondenseInputs, citations, parse_options
 from .methods.cluster import plot_attention_distance
 from .registry import get_method, list_methods
 from .spec import PRESETS, ViTSpec, get_preset
 from .train import CHECKPOINT, TrainConfig, seed_everything, train
+from .validate import MAX_INT
 
 EXIT_USAGE = 2
 # commands that write many files without rank-0 guards, or only print: refused under torchrun
@@ -52,6 +56,36 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
+# ---- numbers on the command line: finite, and integers within int64 ---------------------------------------
+def _integer(text: str) -> int:
+    """An integer that fits torch's int64 (the ranges each setting needs are checked where it is used)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if abs(value) > MAX_INT:
+        raise argparse.ArgumentTypeError(f"{text} is too large; give an integer below 2^63")
+    return value
+
+
+def _real(text: str) -> float:
+    """A finite number: nan and inf are refused here, before any arithmetic meets them."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number; give a finite number")
+    return value
+
+
+def _seed(text: str) -> int:
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a seed must be 0 or more, got {text}")
+    return value
+
+
 # ---- shared argument groups ---------------------------------------------------------------------------
 SPEC_FIELDS = ("depth", "embed_dim", "num_heads", "mlp_ratio", "img_size", "patch_size", "in_chans", "num_classes",
                "global_pool")
@@ -61,14 +95,14 @@ def add_spec_args(p: argparse.ArgumentParser, preset: bool = True) -> None:
     g = p.add_argument_group("model size (a ViT spec)")
     if preset:
         g.add_argument("--preset", choices=sorted(PRESETS), help="start from a named size")
-    g.add_argument("--depth", type=int, help="number of blocks")
-    g.add_argument("--embed-dim", type=int, help="width D")
-    g.add_argument("--num-heads", type=int, help="attention heads (must divide the width)")
-    g.add_argument("--mlp-ratio", type=float, help="MLP hidden width / D")
-    g.add_argument("--img-size", type=int, help="input resolution (data are resized to it)")
-    g.add_argument("--patch-size", type=int, help="patch size (must divide the image size)")
-    g.add_argument("--in-chans", type=int, help="input channels (data are converted to it)")
-    g.add_argument("--num-classes", type=int, help="classifier outputs")
+    g.add_argument("--depth", type=_integer, help="number of blocks")
+    g.add_argument("--embed-dim", type=_integer, help="width D")
+    g.add_argument("--num-heads", type=_integer, help="attention heads (must divide the width)")
+    g.add_argument("--mlp-ratio", type=_real, help="MLP hidden width / D")
+    g.add_argument("--img-size", type=_integer, help="input resolution (data are resized to it)")
+    g.add_argument("--patch-size", type=_integer, help="patch size (must divide the image size)")
+    g.add_argument("--in-chans", type=_integer, help="input channels (data are converted to it)")
+    g.add_argument("--num-classes", type=_integer, help="classifier outputs")
     g.add_argument("--global-pool", choices=("token", "avg"), help="class-token or average pooling")
 
 
@@ -91,9 +125,9 @@ def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: s
     g.add_argument("--data", default=None if required else default, required=required,
                    help="fashion_mnist, digits, folder:PATH or torchvision:NAME (default: %(default)s)")
     g.add_argument("--data-dir", help="where the data lie (default: $LEARNGENE_DATA, then system locations)")
-    g.add_argument("--train-images", type=int, help="use a random subset of this many training images")
-    g.add_argument("--few-shot", type=int, metavar="K", help="use K labelled training images per class")
-    g.add_argument("--workers", type=int, metavar="N",
+    g.add_argument("--train-images", type=_integer, metavar="N", help="use a random subset of N training images")
+    g.add_argument("--few-shot", type=_integer, metavar="K", help="use K labelled training images per class")
+    g.add_argument("--workers", type=_integer, metavar="N",
                    help="DataLoader processes decoding an image folder (default: auto, min(8, CPUs per process - 1); "
                         "0: in the main process)")
     g.add_argument("--aug", choices=("none", "deit"), default="none",
@@ -132,21 +166,23 @@ def load_data_from_args(args: argparse.Namespace, img_size: int | None = None, i
 
 def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-3) -> None:
     g = p.add_argument_group("training")
-    g.add_argument("--epochs", type=int, default=epochs, help="(default: %(default)s)")
-    g.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
-    g.add_argument("--batch-size", type=int, default=128, help="global batch size (default: %(default)s)")
-    g.add_argument("--lr", type=float, default=lr, help="peak AdamW learning rate (default: %(default)s)")
-    g.add_argument("--weight-decay", type=float, default=0.05, help="(default: %(default)s)")
-    g.add_argument("--warmup-epochs", type=float, default=1.0, help="linear warmup (default: %(default)s)")
-    g.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm, 0 = off (default: %(default)s)")
-    g.add_argument("--label-smoothing", type=float, default=0.0)
+    g.add_argument("--epochs", type=_integer, default=epochs, help="passes over the training data (default: %(default)s)")
+    g.add_argument("--max-steps", type=_integer, metavar="N", help="stop after N optimizer steps")
+    g.add_argument("--batch-size", type=_integer, default=128, help="global batch size (default: %(default)s)")
+    g.add_argument("--lr", type=_real, default=lr, help="peak AdamW learning rate (default: %(default)s)")
+    g.add_argument("--weight-decay", type=_real, default=0.05, help="AdamW weight decay, 0 or more (default: %(default)s)")
+    g.add_argument("--warmup-epochs", type=_real, default=1.0, help="linear warmup, at most a fifth of the run "
+                                                                     "(default: %(default)s)")
+    g.add_argument("--grad-clip", type=_real, default=1.0, help="max gradient norm, 0 = off (default: %(default)s)")
+    g.add_argument("--label-smoothing", type=_real, default=0.0, help="label smoothing in [0, 1) (default: %(default)s)")
     g.add_argument("--augment", action="store_true", help="random flips and 2-pixel shifts")
-    g.add_argument("--run-dir", help="folder for log.jsonl and checkpoint.pt")
+    g.add_argument("--run-dir", help="folder for log.jsonl and checkpoint.pt (locked while a run uses it)")
     g.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
-    g.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps (default: per epoch)")
-    g.add_argument("--eval-every", type=int, default=1, metavar="N",
+    g.add_argument("--checkpoint-every", type=_integer, metavar="N",
+                   help="also checkpoint every N steps (default: auto, once per epoch)")
+    g.add_argument("--eval-every", type=_integer, default=1, metavar="N",
                    help="evaluate every N epochs and after the last; 0 = after the last only (default: %(default)s)")
-    g.add_argument("--eval-images", type=int, metavar="N",
+    g.add_argument("--eval-images", type=_integer, metavar="N",
                    help="evaluate on a fixed random subset of N test images (default: all of them)")
     g = p.add_argument_group("speed (the same math up to float rounding)")
     g.add_argument("--compile", action="store_true", help="torch.compile the model (an aux net: its expand and forward "
@@ -160,32 +196,38 @@ def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-
 
 def add_distill_args(p: argparse.ArgumentParser, lam: float | None, tau: float = 1.0) -> None:
     g = p.add_argument_group("distillation: (1-λ)·CE + λ·τ²·KL(teacher ‖ student)")
-    g.add_argument("--distill-lambda", type=float, default=lam,
-                   help="λ (default: %(default)s)" if lam is not None else
+    g.add_argument("--distill-lambda", type=_real, default=lam,
+                   help="λ in [0, 1] (default: %(default)s)" if lam is not None else
                         "λ (default: the method's paper: 1 = pure KL for tleg/share_init, 0.5 = KL + CE for wave)")
-    g.add_argument("--distill-tau", type=float, default=tau, help="τ (default: %(default)s)")
+    g.add_argument("--distill-tau", type=_real, default=tau, help="τ, positive (default: %(default)s)")
 
 
 def train_config_from_args(args: argparse.Namespace, desc: str):
     """The run's TrainConfig; also refuses a --run-dir whose checkpoint a run without --resume would overwrite."""
     if args.resume and not args.run_dir:
         raise LearngeneError("--resume continues from RUN_DIR/checkpoint.pt; pass --run-dir too")
-    if args.run_dir and not args.resume and (Path(args.run_dir) / CHECKPOINT).exists():
-        raise LearngeneError(f"{args.run_dir} holds the checkpoint of an earlier run; pass --resume to continue it, "
-                             f"or give another --run-dir (or delete it) to start over")
-    return TrainConfig(
+    if args.run_dir:
+        if Path(args.run_dir).exists() and not Path(args.run_dir).is_dir():
+            raise LearngeneError(f"--run-dir {quote(args.run_dir)} is a file, not a directory; give a directory path")
+        if not args.resume and (Path(args.run_dir) / CHECKPOINT).exists():
+            raise LearngeneError(f"{quote(args.run_dir)} holds the checkpoint of an earlier run; pass --resume to "
+                                 f"continue it, or give another --run-dir (or delete it) to start over")
+    cfg = TrainConfig(
         epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size, lr=args.lr,
         weight_decay=args.weight_decay, warmup_epochs=args.warmup_epochs, grad_clip=args.grad_clip or None,
         label_smoothing=args.label_smoothing, augment=args.augment, mixup=getattr(args, "aug", "none") == "deit",
         compile=args.compile, fused_adamw=args.fused_adamw, sdpa=args.sdpa, seed=args.seed, device=args.device,
         distill_lambda=getattr(args, "distill_lambda", 0.0), distill_tau=getattr(args, "distill_tau", 1.0),
-        checkpoint_every=args.checkpoint_every, eval_every=args.eval_every, eval_images=args.eval_images,
+        checkpoint_every=args.checkpoint_every or 0, eval_every=args.eval_every, eval_images=args.eval_images,
         progress=not args.quiet, desc=desc,
     )
+    if args.run_dir and dist.is_main():  # one run per run directory; the other ranks share rank 0's
+        lock_run_dir(args.run_dir)
+    return cfg
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    p.add_argument("--seed", type=_seed, default=0, help="random seed, 0 or more (default: %(default)s)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -203,6 +245,32 @@ def add_ancestry_args(p: argparse.ArgumentParser) -> None:
                                         "(read from a folder's config.json when not given)")
 
 
+def check_outputs(args: argparse.Namespace, outputs: Sequence[str | None], inputs: Sequence[str | None] = ()) -> None:
+    """Every output can be written (and does not exist, without --overwrite), and none is an input of the command.
+
+    The outputs are then written by :func:`learngene.io.atomic_path`, which creates them exclusively, so a
+    file that appears in the meantime is not replaced either.
+    """
+    from .io import check_output_path, quote
+
+    outputs = [o for o in outputs if o]
+    for out in outputs:
+        for given in inputs:
+            if given and _same_file(out, given):
+                raise LearngeneError(f"the output {quote(out)} is this command's input {quote(given)}, which an output "
+                                     f"never replaces; choose another output path")
+        check_output_path(out, getattr(args, "overwrite", False))
+    if len({Path(o).resolve() for o in outputs}) < len(outputs):
+        raise LearngeneError(f"two outputs name the same file ({', '.join(map(quote, outputs))}); give each its own path")
+
+
+def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve() or os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
 def _say(args: argparse.Namespace, text: str) -> None:
     if dist.is_main():
         print(text, file=sys.stderr if getattr(args, "quiet", False) else sys.stdout)
@@ -210,7 +278,7 @@ def _say(args: argparse.Namespace, text: str) -> None:
 
 # ---- subcommands ------------------------------------------------------------------------------------------
 def cmd_ancestry(args: argparse.Namespace) -> None:
-    check_output_path(args.out, args.overwrite)
+    check_outputs(args, [args.out])
     train_cfg = train_config_from_args(args, "ancestry")
     train_data, test_data = load_data_from_args(args)
     spec = spec_from_args(args, data=train_data)
@@ -251,7 +319,7 @@ def _ancestry_preprocessing(args: argparse.Namespace, ancestry) -> dict[str, Any
 
 
 def cmd_condense(args: argparse.Namespace) -> None:
-    check_output_path(args.out, args.overwrite)
+    check_outputs(args, [args.out], [args.ancestry])
     method_cls = get_method(args.method)
     method = method_cls(**parse_options(method_cls.Config, args.opt or []))
     if args.distill_lambda is None:
@@ -276,11 +344,14 @@ def cmd_condense(args: argparse.Namespace) -> None:
 
 def cmd_expand(args: argparse.Namespace) -> None:
     hub = wants_folder(args.out, args.format)
-    (check_output_folder if hub else check_output_path)(args.out, args.overwrite)
+    if hub:
+        check_output_folder(args.out, args.overwrite)
+    else:
+        check_outputs(args, [args.out], [args.gene])
     gene = Learngene.load(args.gene)
     method_cls = get_method(gene.method)
     if gene.ancestry is None and not args.preset:
-        raise LearngeneError(f"{args.gene} records no ancestry size; give --preset and/or all size flags")
+        raise LearngeneError(f"{quote(args.gene)} records no ancestry size; give --preset and/or all size flags")
     spec = spec_from_args(args, base=gene.ancestry)
     options = parse_options(method_cls.Config, args.opt or [])
     if args.max_params is not None or args.max_flops is not None:
@@ -337,15 +408,13 @@ def _count(text: str) -> int:
         value = float(text[:-1] if scale != 1 else text) * scale
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a count like 5000000, 5e6 or 5M") from None
-    if not value >= 1:
-        raise argparse.ArgumentTypeError(f"a budget must be at least 1, got {text!r}")
+    if not 1 <= value <= MAX_INT:  # nan and inf fail here too
+        raise argparse.ArgumentTypeError(f"a budget must be a finite count of at least 1, got {text!r}")
     return int(value)
 
 
 def cmd_adapt(args: argparse.Namespace) -> None:
-    check_output_path(args.out, args.overwrite)
-    if args.gene_out:
-        check_output_path(args.gene_out, args.overwrite)
+    check_outputs(args, [args.out, args.gene_out], [args.gene])
     train_cfg = train_config_from_args(args, "adapt")
     gene = Learngene.load(args.gene)
     method_cls = get_method(gene.method)
@@ -379,7 +448,7 @@ def head_label_space(gene, provided: list[str]) -> dict[str, Any] | None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    check_output_path(args.out, args.overwrite)
+    check_outputs(args, [args.out], [args.model])
     train_cfg = train_config_from_args(args, "train")
     state, spec, origin = load_model_file(args.model)
     model = build_model(spec, state, source=str(args.model))
@@ -398,10 +467,11 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
+    check_outputs(args, [args.plot], [args.path])
     print(describe_file(args.path, show_tensors=args.tensors))
     if args.plot:
 
-        plot_attention_distance(Learngene.load(args.path), args.plot)
+        plot_attention_distance(Learngene.load(args.path), args.plot, overwrite=args.overwrite)
         print(f"wrote {args.plot}")
 
 
@@ -481,9 +551,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_common(p)
     add_output(p, "learngene")
     g = p.add_argument_group("timm checkpoint sizes (with --timm-model)")
-    g.add_argument("--num-classes", type=int)
-    g.add_argument("--img-size", type=int)
-    g.add_argument("--in-chans", type=int)
+    g.add_argument("--num-classes", type=_integer, help="classifier outputs of the checkpoint")
+    g.add_argument("--img-size", type=_integer, help="input resolution of the checkpoint (data are resized to it)")
+    g.add_argument("--in-chans", type=_integer, help="input channels of the checkpoint (data are converted to it)")
     g.add_argument("--timm-arg", action="append", metavar="KEY=VALUE",
                    help="another timm.create_model argument of the checkpoint's model, e.g. depth=6 or "
                         "dynamic_img_size=true (value read as JSON; repeatable)")
@@ -544,6 +614,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tensors", action="store_true", help="also list every tensor and its shape")
     p.add_argument("--plot", metavar="PNG", help="write a plot of mean attention distance per layer and head "
                                                  "(cluster learngenes)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing plot file")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("methods", help="list the registered methods and their options",
@@ -558,15 +629,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="quick", choices=[*PROFILES, *SMOKE_PROFILES],
                    help="quick: pipeline check in ~2 min; cpu: the evidence run (~1 h on 2 cores); transfer: "
                         "ancestries on 5 Fashion-MNIST classes, few-shot fine-tuning on the other 5, ablations "
-                        "(~40 min on 2 shared cores); gpu: bigger models, full data; gpu-smoke: generated 224-px RGB "
+                        "(~30 min on 2 busy cores); gpu: bigger models, full data; gpu-smoke: generated 224-px RGB "
                         "images through the image-folder pipeline (ancestry, condense, expand, fine-tune), "
                         "--max-steps per stage (default: %(default)s)")
-    p.add_argument("--max-steps", type=int, metavar="N", help="gpu-smoke: optimizer steps of each training stage "
+    p.add_argument("--max-steps", type=_integer, metavar="N", help="gpu-smoke: optimizer steps of each training stage "
                                                               "(default: 20)")
     p.add_argument("--out", help="report folder (default: runs/bench-PROFILE)")
     p.add_argument("--methods", nargs="+", metavar="METHOD", help="only these registered methods (default: all)")
-    p.add_argument("--seeds", type=int, metavar="N", help="seeds 0..N-1 instead of the profile's")
-    p.add_argument("--time-limit", type=float, metavar="MINUTES",
+    p.add_argument("--seeds", type=_integer, metavar="N", help="seeds 0..N-1 instead of the profile's")
+    p.add_argument("--time-limit", type=_real, metavar="MINUTES",
                    help="start no new stage after this long; the same command continues later")
     p.add_argument("--data-dir", help="folder with the Fashion-MNIST IDX files")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
@@ -600,6 +671,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     args.command_line = shlex.join(["learngene", *argv])  # what reports name as the command that made them
     finished = False
+    previous_term = _stop_on_sigterm()
     try:
         if dist.launched_distributed() and args.command in SINGLE_PROCESS:
             raise LearngeneError("this command runs in one process (it writes many files); run it without torchrun")
@@ -607,19 +679,55 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.func(args)
         finished = True
     except LearngeneError as exc:
-        _clear_progress_bars()
-        where = f" (rank {dist.rank()})" if dist.is_distributed() else ""
-        print(f"learngene {args.command}{where}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print(f"learngene {args.command}: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading: nothing left to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush does not fail too
-        return 1
+        return _fail(args, str(exc))
+    except OSError as exc:  # the place, not the program: a full or read-only disk, permissions, a name too long
+        if isinstance(exc, BrokenPipeError):  # output piped into e.g. `head`, which stopped reading
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush does not fail too
+            return 1
+        from .io import os_error_message
+
+        return _fail(args, os_error_message(exc))
+    except MemoryError:
+        return _fail(args, "out of memory; choose smaller sizes (--depth, --embed-dim, --img-size) or a smaller "
+                           "--batch-size")
+    except KeyboardInterrupt as exc:
+        signame = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        hint = (f"; rerun the same command with --resume to continue from {args.run_dir}"
+                if getattr(args, "run_dir", None) else "")
+        print(f"learngene {args.command}: {signame}{hint}", file=sys.stderr)
+        return 130 if signame == "interrupted" else 143
     finally:
+        if previous_term is not None:
+            with contextlib.suppress(ValueError):  # not the main thread
+                signal.signal(signal.SIGTERM, previous_term)
+        from .io import release_run_dirs
+
+        release_run_dirs()
         dist.destroy(sync=finished)
     return 0
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C (SIGINT): training checkpoints at the step it reached, then stops."""
+
+
+def _stop_on_sigterm():
+    def handler(signum, frame):
+        raise Terminated()
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (e.g. main() called from a worker thread): leave signals alone
+        return signal.getsignal(signal.SIGTERM)
+
+
+def _fail(args: argparse.Namespace, message: str) -> int:
+    """Print the one-line error (a name holding a newline cannot split it) and give the usage exit code."""
+    _clear_progress_bars()
+    where = f" (rank {dist.rank()})" if dist.is_distributed() else ""
+    one_line = message.replace("\r", "\\r").replace("\n", "\\n")
+    print(f"learngene {args.command}{where}: error: {one_line}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 if __name__ == "__main__":

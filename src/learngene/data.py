@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .errors import DataError
-from .io import atomic_path
+from .io import atomic_path, quote
 
 FASHION_MNIST_FILES = (
     "train-images-idx3-ubyte",
@@ -133,7 +133,11 @@ def label_space(data: Data) -> dict[str, Any] | None:
 
 # ---- built-in datasets ----------------------------------------------------------------------------
 def cache_dir() -> Path:
-    return Path(os.environ.get("LEARNGENE_CACHE", Path.home() / ".cache" / "learngene"))
+    path = Path(os.environ.get("LEARNGENE_CACHE", Path.home() / ".cache" / "learngene"))
+    if path.exists() and not path.is_dir():
+        raise DataError(f"the cache folder {quote(path)} (LEARNGENE_CACHE) is not a directory; set LEARNGENE_CACHE to "
+                        f"a folder, or unset it")
+    return path
 
 
 def _find_fashion_mnist(data_dir: str | os.PathLike | None) -> Path:
@@ -174,7 +178,7 @@ def _ungzipped_fashion_mnist(source: Path) -> Path:
         if target.exists():
             continue
         plain, packed = source / name, source / f"{name}.gz"
-        with atomic_path(target) as tmp:
+        with atomic_path(target, overwrite=True) as tmp:
             if plain.exists():
                 shutil.copyfile(plain, tmp)
             else:

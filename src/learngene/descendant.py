@@ -48,6 +48,8 @@ def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, top_up: str |
     if seed_option:  # a method that draws at expansion (mimetic) draws with the descendant's seed
         options = {seed_option: seed, **options}
     method = cls.from_gene(gene, **options)
+    spec.require_memory()
+    check_state_shapes(expand_on_meta(method, gene, spec), spec, f"the {gene.method} gene")  # before allocating
     torch.manual_seed(seed)
     model = spec.create_model()
     with torch.no_grad():
@@ -64,6 +66,22 @@ def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, top_up: str |
     result = model.load_state_dict(state, strict=False)
     assert not result.unexpected_keys, result.unexpected_keys
     return model
+
+
+def expand_on_meta(method: Method, gene: Learngene, spec: ViTSpec) -> StateDict:
+    """``method.expand(gene, spec)`` on ``meta`` tensors: the shapes it gives, without allocating their memory.
+
+    A method that must read the gene's values (e.g. Cluster-Learngene's centroids) is expanded for real.
+    """
+    on_meta = dataclasses.replace(gene, tensors={k: v.to("meta") for k, v in gene.tensors.items()})
+    with torch.no_grad():
+        try:
+            return method.expand(on_meta, spec)
+        except (RuntimeError, NotImplementedError) as exc:
+            if "meta" not in str(exc):
+                raise
+            spec.require_memory()
+            return method.expand(gene, spec)
 
 
 def top_up_state(name: str, spec: ViTSpec, seed: int = 0) -> StateDict:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .errors import GeneFormatError
 from .gene import GENE_FORMAT, Learngene
-from .io import MODEL_FORMAT, load_model_file, read_safetensors
+from .io import MODEL_FORMAT, load_model_file, quote, read_safetensors
 from .registry import get_method
 from .spec import ViTSpec
 
@@ -36,7 +36,7 @@ def describe_file(path: str | os.PathLike, show_tensors: bool = False) -> str:
         if show_tensors:
             lines += [f"    {k:40s} {tuple(v.shape)}" for k, v in state.items()]
         return "\n".join(lines)
-    raise GeneFormatError(f"{path} is neither a learngene nor a learngene model file")
+    raise GeneFormatError(f"{quote(path)} is neither a learngene nor a learngene model file")
 
 
 def describe_gene(gene: Learngene, file_size: int | None = None, show_tensors: bool = False) -> str:

@@ -23,7 +23,7 @@ from typing import Any, Iterator
 from torch import nn
 
 from .errors import LearngeneError
-from .io import check_output_place, library_version, save_safetensors
+from .io import TEMP_NAME_CHARS, check_output_place, library_version, quote, save_safetensors
 from .spec import ViTSpec
 
 CONFIG = "config.json"
@@ -44,7 +44,7 @@ def check_output_folder(path: str | os.PathLike, overwrite: bool = False) -> Pat
     """Fail early, with a clear message, if the hub folder ``path`` cannot be written."""
     path = Path(str(path).rstrip("/" + os.sep) or ".")
     if path.exists() and not path.is_dir():
-        raise LearngeneError(f"{path} exists and is not a folder; give another --out or drop --format hub")
+        raise LearngeneError(f"{quote(path)} exists and is not a folder; give another --out or drop --format hub")
     return check_output_place(path, overwrite)
 
 
@@ -52,17 +52,22 @@ def check_output_folder(path: str | os.PathLike, overwrite: bool = False) -> Pat
 def atomic_folder(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
     """Yield an empty temporary folder beside ``path``; on success it replaces ``path`` by a rename."""
     path = check_output_folder(path, overwrite)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name[:TEMP_NAME_CHARS]}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700 folders; outputs get the usual permissions
         if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name[:TEMP_NAME_CHARS]}.", suffix=".old", dir=path.parent))
             os.replace(path, old / path.name)
             os.replace(tmp, path)
             shutil.rmtree(old, ignore_errors=True)
         else:
-            os.replace(tmp, path)
+            try:  # claim the name exclusively: of two writers racing for it, the second fails here
+                os.mkdir(path)
+            except FileExistsError:
+                raise LearngeneError(f"{quote(path)} already exists (another process wrote it meanwhile); pass "
+                                     f"--overwrite to replace it, or choose another path") from None
+            os.replace(tmp, path)  # onto the empty folder just claimed
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

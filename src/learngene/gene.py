@@ -18,7 +18,7 @@ from typing import Any
 from torch import Tensor
 
 from .errors import GeneFormatError, LearngeneError
-from .io import library_version, now_iso, read_safetensors, save_safetensors
+from .io import check_state_shapes, library_version, nonfinite_tensor, now_iso, quote, read_safetensors, save_safetensors
 from .spec import ViTSpec
 
 GENE_FORMAT = "learngene"
@@ -96,15 +96,15 @@ class Learngene:
     def load(cls, path: str | os.PathLike) -> "Learngene":
         tensors, meta = read_safetensors(path, lazy=True)  # a gene holding a whole ancestry is not read up front
         if meta.get("format") != GENE_FORMAT:
-            raise GeneFormatError(f"{path} is a safetensors file but not a learngene (no 'format: {GENE_FORMAT}' "
+            raise GeneFormatError(f"{quote(path)} is a safetensors file but not a learngene (no 'format: {GENE_FORMAT}' "
                                   f"header); create one with `learngene condense`")
         try:
             version = int(meta.get("format_version", "?"))
         except ValueError:
-            raise GeneFormatError(f"{path} has an unreadable learngene format version; create it again with "
+            raise GeneFormatError(f"{quote(path)} has an unreadable learngene format version; create it again with "
                                   f"`learngene condense`") from None
         if version > GENE_FORMAT_VERSION:
-            raise GeneFormatError(f"{path} is learngene format v{version}, newer than this library reads "
+            raise GeneFormatError(f"{quote(path)} is learngene format v{version}, newer than this library reads "
                                   f"(v{GENE_FORMAT_VERSION}); upgrade learngene")
         try:
             config = json.loads(meta.get("config", "{}"))
@@ -114,7 +114,7 @@ class Learngene:
             else:  # v1: an aux-net gene kept its layout in its config, a weight picker's was its ancestry
                 trained = config.pop("trained_spec", None)
                 layout = ViTSpec.from_dict(trained) if trained is not None else ancestry
-            return cls(
+            gene = cls(
                 method=meta.get("method", ""),
                 tensors=tensors,
                 config=config,
@@ -127,8 +127,57 @@ class Learngene:
                 created=meta.get("created", "unknown"),
             )
         except (ValueError, KeyError, TypeError, AttributeError, LearngeneError) as exc:
-            raise GeneFormatError(f"{path} has a corrupt learngene header ({str(exc).splitlines()[0][:160]}); create it "
+            raise GeneFormatError(f"{quote(path)} has a corrupt learngene header ({str(exc).splitlines()[0][:160]}); create it "
                                   f"again with `learngene condense`") from None
+        check_gene(gene, path)
+        return gene
+
+
+def check_gene(gene: Learngene, source: str | os.PathLike) -> None:
+    """Refuse a gene whose header or tensors do not fit together, before anything is built from it.
+
+    The header's parts must have their types (config and cost JSON objects, options of the method's
+    types), every floating tensor must be finite, and the method must expand the tensors into their own
+    layout with that size's shapes. That expansion runs on the ``meta`` device, so it allocates nothing;
+    any failure is one line. A gene of a method this version does not know is refused where it is used.
+    """
+    from .descendant import expand_on_meta
+    from .registry import get_method, list_methods
+
+    def refuse(why: str) -> GeneFormatError:
+        return GeneFormatError(f"{quote(source)} is not a valid {gene.method} learngene ({why}); create it again with "
+                               f"`learngene condense`")
+
+    for part in ("config", "cost"):
+        if not isinstance(getattr(gene, part), dict):
+            raise refuse(f"its {part} is not a JSON object")
+    bad = nonfinite_tensor(gene.tensors)
+    if bad is not None:
+        raise refuse(f"tensor {bad!r} holds NaN or infinite values")
+    if gene.method not in list_methods():
+        return
+    try:
+        method = get_method(gene.method).from_gene(gene)
+    except LearngeneError as exc:
+        raise refuse(_one_line(exc)) from None
+    if gene.layout is None:
+        return
+    try:
+        state = expand_on_meta(method, gene, gene.layout)
+    except LearngeneError:
+        # the method refuses this size in its own words (e.g. a PEG gene whose φ was adapted to another size
+        # than its layout): expanding to the size asked for says so in one line
+        return
+    except Exception as exc:  # noqa: BLE001  tensors the method's code cannot read: missing, misnamed, misshapen
+        raise refuse(_one_line(exc)) from None
+    try:
+        check_state_shapes(state, gene.layout, "its tensors")
+    except LearngeneError as exc:
+        raise refuse(_one_line(exc)) from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
 
 
 def _preprocessing_from_json(text: str | None) -> dict[str, Any] | None:

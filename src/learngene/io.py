@@ -2,14 +2,18 @@
 
 Weights are read only through safetensors or ``torch.load(..., weights_only=True)``; nothing here
 ever unpickles code. Every write goes to a temporary file in the target directory, is fsync'ed and
-then renamed, so a crash never leaves a half-written output.
+then renamed (or, where an existing file must not be replaced, hard-linked, which fails if the name
+exists), so a crash never leaves a half-written output and two writers of one name cannot both win.
+File names in messages are quoted (:func:`quote`), so every error stays on one line.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import functools
+import io
 import json
 import os
 import sys
@@ -38,37 +42,71 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def quote(path: str | os.PathLike) -> str:
+    """A file name as messages show it: quoted like Python's repr, so a newline in a name cannot split a one-line error."""
+    return repr(os.fspath(path))
+
+
+# errnos that say something about the place written to (full, read-only, not allowed, name too long), not a bug
+_PLACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.EFBIG,
+                 errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.EIO, errno.EMFILE, errno.ENFILE}
+
+
+def os_error_message(exc: OSError, path: str | os.PathLike | None = None) -> str:
+    """One line for an OSError about a place (disk full, read-only, permissions): what, where, what to do.
+
+    ``path`` names the place when given (e.g. the output, not its temporary file), else the error's own file.
+    """
+    where = path if path is not None else exc.filename
+    what = exc.strerror or type(exc).__name__
+    fix = {errno.ENOSPC: "free some disk space or choose another path",
+           errno.EDQUOT: "free some disk space or choose another path",
+           errno.EROFS: "choose a path on a writable filesystem",
+           errno.ENAMETOOLONG: "choose a shorter path"}.get(exc.errno, "check the path and its permissions, or choose another path")
+    return (f"{quote(where)}: " if where is not None else "") + f"{what}; {fix}"
+
+
 def check_output_path(path: str | os.PathLike, overwrite: bool = True) -> Path:
     """Fail early, with a clear message, if ``path`` cannot be written."""
     path = Path(path)
     if path.is_dir():
-        raise LearngeneError(f"{path} is a directory; give a file path")
+        raise LearngeneError(f"{quote(path)} is a directory; give a file path")
     return check_output_place(path, overwrite)
 
 
 def check_output_place(path: Path, overwrite: bool) -> Path:
     """``path`` (a file or a folder) is new or may be replaced, and its directory exists and is writable."""
-    if path.exists() and not overwrite:
-        raise LearngeneError(f"{path} already exists; pass --overwrite to replace it")
+    if (path.exists() or path.is_symlink()) and not overwrite:
+        raise LearngeneError(f"{quote(path)} already exists; pass --overwrite to replace it")
     parent = path.parent if str(path.parent) else Path(".")
     if parent.exists() and not parent.is_dir():
-        raise LearngeneError(f"{parent} is not a directory; choose an output path inside a directory")
+        raise LearngeneError(f"{quote(parent)} is not a directory; choose an output path inside a directory")
     if not parent.is_dir():
-        raise LearngeneError(f"directory {parent} does not exist; create it first")
+        raise LearngeneError(f"directory {quote(parent)} does not exist; create it first")
     if not os.access(parent, os.W_OK):
-        raise LearngeneError(f"directory {parent} is not writable; choose another output path")
+        raise LearngeneError(f"directory {quote(parent)} is not writable; choose another output path")
     return path
 
 
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; on success fsync it and rename it onto ``path``.
+# the temporary file's name keeps at most this much of the target's, so a long (valid) name stays valid
+TEMP_NAME_CHARS = 32
 
-    A crash at any moment leaves either the old file or the complete new one: the data reach the
-    disk (fsync) before the rename, and the rename itself is made durable by syncing the directory.
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, overwrite: bool) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; on success fsync it and move it to ``path``, atomically.
+
+    A crash at any moment leaves either the old file (or none) or the complete new one: the data reach
+    the disk (fsync) before the rename, and the rename itself is made durable by syncing the directory.
+    Without ``overwrite`` the output is created exclusively: the temporary file is hard-linked to
+    ``path``, which fails if ``path`` exists, so of two writers racing for one name only one succeeds.
+    A full or read-only disk raises a one-line :class:`LearngeneError`; the old file is left intact.
     """
     path = check_output_path(path, overwrite)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:TEMP_NAME_CHARS]}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise LearngeneError(f"cannot write {os_error_message(exc, path)}") from None
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -76,15 +114,40 @@ def atomic_path(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Pat
         os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600 files; outputs get the usual permissions
         with open(tmp_path, "rb+") as fh:
             os.fsync(fh.fileno())
-        os.replace(tmp_path, path)
+        _publish(tmp_path, path, overwrite)
         with contextlib.suppress(OSError):  # some filesystems cannot open or sync a directory
             dir_fd = os.open(path.parent, os.O_RDONLY)
             try:
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
+    except OSError as exc:
+        if exc.errno not in _PLACE_ERRNOS:
+            raise
+        raise LearngeneError(f"cannot write {os_error_message(exc, path)}") from None
     finally:
         tmp_path.unlink(missing_ok=True)
+
+
+def _publish(tmp: Path, path: Path, overwrite: bool) -> None:
+    if overwrite:
+        os.replace(tmp, path)
+        return
+    taken = LearngeneError(f"{quote(path)} already exists (another process wrote it meanwhile); pass --overwrite "
+                           f"to replace it, or choose another path")
+    try:
+        os.link(tmp, path)  # atomic and exclusive: fails if the name exists
+        return
+    except FileExistsError:
+        raise taken from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK, errno.ENOSYS):
+            raise
+    try:  # a filesystem without hard links: claim the name exclusively, then move the data over the claim
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    except FileExistsError:
+        raise taken from None
+    os.replace(tmp, path)
 
 
 def _umask() -> int:
@@ -93,9 +156,67 @@ def _umask() -> int:
     return mask
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text)
+# ---- run directories: one run at a time ---------------------------------------------------------------
+RUN_LOCK = ".lock"
+_held_locks: dict[Path, int] = {}
+
+
+def lock_run_dir(path: str | os.PathLike) -> Path:
+    """Create ``path`` if needed and lock it for this process, so a second run on it is refused.
+
+    The lock (``fcntl.flock`` on ``path/.lock``) is released by :func:`release_run_dirs` or when the
+    process exits, however it exits (the kernel drops it with the file descriptor). Locking again a
+    directory this process holds is a no-op.
+    """
+    import fcntl
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise LearngeneError(f"--run-dir {quote(path)} is a file, not a directory; give a directory path")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LearngeneError(f"cannot create the run directory: {os_error_message(exc, path)}") from None
+    key = path.resolve()
+    if key in _held_locks:
+        return path
+    try:
+        fd = os.open(path / RUN_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise LearngeneError(f"cannot write in the run directory: {os_error_message(exc, path)}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise LearngeneError(f"another learngene run is using the run directory {quote(path)}; wait for it to "
+                             f"finish, or give another --run-dir") from None
+    _held_locks[key] = fd
+    return path
+
+
+def release_run_dirs() -> None:
+    """Release every run-directory lock this process holds."""
+    while _held_locks:
+        os.close(_held_locks.popitem()[1])  # closing the descriptor drops the flock
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, overwrite: bool = True) -> None:
+    write_bytes_atomic(path, text.encode(), overwrite)
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes, overwrite: bool = True) -> None:
+    """Serialized data go to disk through Python's own writes, so a full disk is an ``OSError`` (ENOSPC) that
+    :func:`atomic_path` reports in one line; serializers writing on their own (safetensors, torch.save) raise
+    errors of their own kinds instead."""
+    with atomic_path(path, overwrite) as tmp:
+        tmp.write_bytes(data)
+
+
+def save_torch_atomic(path: str | os.PathLike, obj: Any, overwrite: bool = True) -> None:
+    """``torch.save`` of plain tensors and containers, written atomically (e.g. a training checkpoint)."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    write_bytes_atomic(path, buffer.getbuffer(), overwrite)
 
 
 # safetensors dtype names (the format's spec) <-> torch dtypes
@@ -169,15 +290,15 @@ def mmap_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
 def _require_file(path: str | os.PathLike) -> Path:
     path = Path(path)
     if not path.exists():
-        raise LearngeneError(f"{path} does not exist; check the path")
+        raise LearngeneError(f"{quote(path)} does not exist; check the path")
     if path.is_dir():
-        raise LearngeneError(f"{path} is a directory; give the path of a file")
+        raise LearngeneError(f"{quote(path)} is a directory; give the path of a file")
     if not path.is_file():
-        raise LearngeneError(f"{path} is not a regular file; give the path of a file")
+        raise LearngeneError(f"{quote(path)} is not a regular file; give the path of a file")
     if not os.access(path, os.R_OK):
-        raise LearngeneError(f"{path} is not readable; check its permissions")
+        raise LearngeneError(f"{quote(path)} is not readable; check its permissions")
     if path.stat().st_size == 0:
-        raise GeneFormatError(f"{path} is empty (0 bytes), perhaps from an interrupted copy; copy or create it again")
+        raise GeneFormatError(f"{quote(path)} is empty (0 bytes), perhaps from an interrupted copy; copy or create it again")
     return path
 
 
@@ -233,10 +354,10 @@ def read_safetensors(path: str | os.PathLike, lazy: bool = False) -> tuple[dict[
             tensors = mmap_safetensors(path)
     except Exception as exc:  # safetensors raises SafetensorError, OSError, ValueError, ... for bad files
         if _looks_like_pickle(path):
-            raise GeneFormatError(f"{path} is not a readable safetensors file: it looks like a pickle/.pth file, which is never "
+            raise GeneFormatError(f"{quote(path)} is not a readable safetensors file: it looks like a pickle/.pth file, which is never "
                                   f"unpickled here; pass it as an ancestry checkpoint with --timm-model, or convert "
                                   f"it to safetensors") from None
-        raise GeneFormatError(f"{path} is not a readable safetensors file ({_first_line(exc)}); check that it is a "
+        raise GeneFormatError(f"{quote(path)} is not a readable safetensors file ({_first_line(exc)}); check that it is a "
                               f"complete file written by learngene, or create it again") from None
     return tensors, metadata
 
@@ -284,16 +405,31 @@ def load_weights(path: str | os.PathLike, lazy: bool = False) -> dict[str, Tenso
     try:
         obj = torch_load_weights_only(path, mmap=lazy)
     except ValueError as exc:
-        raise GeneFormatError(f"{path} could not be loaded as weights ({exc}); give a .safetensors file or a torch "
+        raise GeneFormatError(f"{quote(path)} could not be loaded as weights ({exc}); give a .safetensors file or a torch "
                               f"checkpoint of plain tensors") from None
     for wrapper in ("model_ema", "state_dict", "model"):
         if isinstance(obj, dict) and isinstance(obj.get(wrapper), dict):
             obj = obj[wrapper]
             break
     if not isinstance(obj, dict) or not all(isinstance(v, Tensor) for v in obj.values()):
-        raise GeneFormatError(f"{path} does not hold a state_dict of tensors; give a checkpoint of the model's "
+        raise GeneFormatError(f"{quote(path)} does not hold a state_dict of tensors; give a checkpoint of the model's "
                               f"weights (a dict of tensor names to tensors)")
+    check_finite(obj, path)
     return obj
+
+
+def nonfinite_tensor(tensors: dict[str, Tensor]) -> str | None:
+    """The name of the first floating tensor holding NaN or an infinity, else None."""
+    return next((name for name, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())),
+                None)
+
+
+def check_finite(tensors: dict[str, Tensor], path: str | os.PathLike) -> None:
+    """Refuse weights holding NaN or infinite values: whatever is built from them would be too."""
+    name = nonfinite_tensor(tensors)
+    if name is not None:
+        raise GeneFormatError(f"{quote(path)}: tensor {name!r} holds NaN or infinite values; use the weights of a "
+                              f"run that did not diverge")
 
 
 # ---- learngene model files: a timm state_dict + the spec in the safetensors header ---------------
@@ -321,20 +457,21 @@ def load_model_file(path: str | os.PathLike, lazy: bool = False) -> tuple[dict[s
     """Read a file written by :func:`save_model`: (state_dict, spec, origin); ``lazy``: memory-mapped tensors."""
     tensors, metadata = read_safetensors(path, lazy=lazy)
     if metadata.get("format") != MODEL_FORMAT:
-        raise GeneFormatError(f"{path} is not a learngene model file (no '{MODEL_FORMAT}' header); "
+        raise GeneFormatError(f"{quote(path)} is not a learngene model file (no '{MODEL_FORMAT}' header); "
                               f"for a timm checkpoint pass --timm-model NAME")
     if "spec" not in metadata:
-        raise GeneFormatError(f"{path} records no spec in its header; create it again with learngene "
+        raise GeneFormatError(f"{quote(path)} records no spec in its header; create it again with learngene "
                               f"(ancestry, expand or train)")
     try:
         spec = ViTSpec.from_json(metadata["spec"])
         origin = json.loads(metadata.get("origin", "{}"))
     except ValueError as exc:  # JSONDecodeError, or a SpecError for impossible sizes
-        raise GeneFormatError(f"{path} has a corrupt model header ({_first_line(exc)}); create it again with "
+        raise GeneFormatError(f"{quote(path)} has a corrupt model header ({_first_line(exc)}); create it again with "
                               f"learngene (ancestry, expand or train)") from None
     if not isinstance(origin, dict):
-        raise GeneFormatError(f"{path} has a corrupt model header (origin is not a JSON object); create it again "
+        raise GeneFormatError(f"{quote(path)} has a corrupt model header (origin is not a JSON object); create it again "
                               f"with learngene (ancestry, expand or train)")
+    check_finite(tensors, path)
     return tensors, spec, origin
 
 
@@ -348,7 +485,7 @@ def model_preprocessing(path: str | os.PathLike) -> dict[str, Any] | None:
             text = (fh.metadata() or {}).get("preprocessing")
         return None if text is None else preprocessing_cfg(json.loads(text))
     except (SafetensorError, OSError, ValueError, TypeError) as exc:  # unreadable header, bad JSON, bad values
-        raise GeneFormatError(f"{path} has a corrupt preprocessing header ({_first_line(exc)}); create it again with "
+        raise GeneFormatError(f"{quote(path)} has a corrupt preprocessing header ({_first_line(exc)}); create it again with "
                               f"learngene (ancestry, expand or train)") from None
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -24,6 +25,7 @@ from .gene import Learngene
 from .spec import ViTSpec
 from .train import TrainConfig, TrainResult
 from .transfer import StateDict
+from .validate import check_fields
 
 
 @dataclass
@@ -130,6 +132,8 @@ class Method:
         except TypeError as exc:
             fields = ", ".join(f.name for f in dataclasses.fields(self.Config)) or "none"
             raise LearngeneError(f"{self.name}: {exc}; its options are: {fields}") from None
+        self.config = _lists_from_text(self.config)
+        check_options(self.name, self.config)
 
     @classmethod
     def from_gene(cls, gene: Learngene, **overrides: Any) -> "Method":
@@ -164,6 +168,25 @@ class Method:
                          config=dataclasses.asdict(self.config), layout=layout, ancestry=ancestry, cost=cost or {})
 
 
+def _lists_from_text(config: Any) -> Any:
+    """A list option given as text (``--opt modules=msa,mlp``) becomes the tuple of its comma-separated items."""
+    hints = typing.get_type_hints(type(config))
+    lists = {f.name: tuple(part.strip() for part in getattr(config, f.name).split(","))
+             for f in dataclasses.fields(config)
+             if typing.get_origin(hints.get(f.name)) is tuple and isinstance(getattr(config, f.name), str)}
+    return dataclasses.replace(config, **lists) if lists else config
+
+
+def check_options(method: str, config: Any) -> None:
+    """Every option has its declared type, and every numeric one (a count, size, rate or seed) is 0 or more."""
+    fix = "pass --opt KEY=VALUE with a value of that kind (see `learngene methods`)"
+    check_fields(config, f"{method} option", fix)
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+            raise LearngeneError(f"{method} option {f.name} must be 0 or more, got {value!r}; {fix}")
+
+
 def config_from_dict(config_cls: type, values: dict[str, Any]) -> Any:
     """Rebuild a config dataclass from JSON values (lists back to tuples where the default is a tuple)."""
     kwargs = {}
@@ -177,12 +200,16 @@ def config_from_dict(config_cls: type, values: dict[str, Any]) -> Any:
 def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
     """``["key=value", ...]`` from the CLI, each value parsed as JSON, else kept as a string."""
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    hints = typing.get_type_hints(config_cls)
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or key not in fields:
             raise LearngeneError(f"option {item!r} is not KEY=VALUE with a known KEY; use one of: {', '.join(fields) or 'none'}")
+        if hints.get(key) is str:  # e.g. layers=3 for a layer list written as text
+            out[key] = raw
+            continue
         try:
             value = json.loads(raw)
         except json.JSONDecodeError:

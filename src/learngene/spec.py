@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
@@ -44,6 +45,28 @@ BLOCK_PARAMS = (
 
 POOLS = ("token", "avg", "map")
 MLP_LAYERS = ("mlp", "swiglu_packed")  # timm's Mlp; SwiGLUPacked (GluMlp, SiLU gate first: DINOv2 ViT-g)
+
+
+# Sizes beyond these are refused before anything is built. They lie far past any ViT trained today; a typo or
+# a forged header (depth 10^8, width 10^6) would otherwise exhaust memory long before an error could say why.
+SIZE_LIMITS = {"depth": 4096, "embed_dim": 65536, "num_heads": 65536, "mlp_ratio": 64, "img_size": 16384,
+               "patch_size": 16384, "in_chans": 1024, "num_classes": 10_000_000}
+MAX_TOKENS = 2**16 + 1  # a 256 x 256 patch grid and a class token
+
+
+def available_memory() -> int | None:
+    """Bytes of memory free for new allocations (Linux ``MemAvailable``), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def block_key(layer: int, name: str) -> str:
@@ -191,10 +214,15 @@ class ViTSpec:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SpecError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.num_classes, int) or self.num_classes < 0:
+        if not isinstance(self.num_classes, int) or isinstance(self.num_classes, bool) or self.num_classes < 0:
             raise SpecError(f"num_classes must be a non-negative integer, got {self.num_classes!r}")
-        if not (isinstance(self.mlp_ratio, (int, float)) and self.mlp_ratio > 0):
-            raise SpecError(f"mlp_ratio must be positive, got {self.mlp_ratio!r}")
+        if not (isinstance(self.mlp_ratio, (int, float)) and not isinstance(self.mlp_ratio, bool)
+                and math.isfinite(self.mlp_ratio) and self.mlp_ratio > 0):
+            raise SpecError(f"mlp_ratio must be a positive finite number, got {self.mlp_ratio!r}; use e.g. mlp_ratio 4")
+        for name, limit in SIZE_LIMITS.items():
+            if getattr(self, name) > limit:
+                raise SpecError(f"{name}={getattr(self, name)!r} is beyond the largest this library builds ({limit:,}); "
+                                f"choose a smaller {name}")
         if not isinstance(self.family, ViTFamily):
             raise SpecError(f"family must be a ViTFamily, got {type(self.family).__name__}")
         if not isinstance(self.arch, str) or not self.arch:
@@ -211,6 +239,10 @@ class ViTSpec:
             )
         if self.mlp_hidden < 1:
             raise SpecError(f"mlp_ratio={self.mlp_ratio} gives an empty MLP at embed_dim={self.embed_dim}")
+        if self.num_tokens > MAX_TOKENS:
+            raise SpecError(f"img_size={self.img_size} with patch_size={self.patch_size} gives {self.num_tokens:,} tokens, "
+                            f"more than the {MAX_TOKENS:,} this library builds; choose a smaller img_size or a larger "
+                            f"patch_size")
         if self.family.mlp_layer == "swiglu_packed" and self.mlp_hidden % 2:
             raise SpecError(f"a SwiGLU MLP splits fc1 in two halves, but mlp_ratio={self.mlp_ratio} gives "
                             f"{self.mlp_hidden} outputs at embed_dim={self.embed_dim}; choose an even hidden width")
@@ -273,9 +305,14 @@ class ViTSpec:
         )
 
     def create_model(self, **overrides: Any):
-        """A freshly initialized timm model of this spec (never downloads)."""
+        """A freshly initialized timm model of this spec (never downloads).
+
+        Raises:
+            SpecError: if its parameters alone would not fit in the memory this machine has free.
+        """
         import timm
 
+        self.require_memory()
         try:
             model = timm.create_model(self.arch, pretrained=False, **{**self.timm_kwargs(), **overrides})
         except RuntimeError as exc:  # timm's "Unknown model"
@@ -367,6 +404,14 @@ class ViTSpec:
             pool = D * D + P * D * 2 * D + 2 * P * D + D * D + 2 * D * hidden
         heads = 1 + int(self.family.distilled)
         return FLOPS_PER_MULTIPLY_ADD * (patch + self.depth * (attn + mlp) + pool + heads * D * C)
+
+    def require_memory(self, copies: int = 1) -> None:
+        """Refuse, before allocating, a size whose fp32 parameters (× ``copies``) exceed the free memory."""
+        free = available_memory()
+        need = 4 * self.num_params * copies
+        if free is not None and need > free:
+            raise SpecError(f"a {self.short()} ViT needs {need / 2**30:,.1f} GiB for its {self.num_params:,} parameters "
+                            f"but this machine has {free / 2**30:,.1f} GiB free; choose a smaller depth, width or image size")
 
     # ---- (de)serialization ----------------------------------------------------------------------
     def replace(self, **changes: Any) -> "ViTSpec":

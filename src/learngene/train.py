@@ -29,7 +29,8 @@ from tqdm.auto import tqdm
 from . import distributed as dist
 from .data import Batch, Batches, BatchMixer, Data, take
 from .errors import DataError, LearngeneError, TrainingError
-from .io import atomic_path, torch_load_weights_only, write_text_atomic
+from .io import nonfinite_tensor, quote, save_torch_atomic, torch_load_weights_only, write_text_atomic
+from .validate import check_fields
 
 CHECKPOINT = "checkpoint.pt"
 CHECKPOINT_KEYS = {"model", "optimizer", "scheduler", "rng", "epoch", "step_in_epoch", "global_step", "history",
@@ -72,6 +73,21 @@ class TrainConfig:
                    "grad_clip", "label_smoothing", "distill_lambda", "distill_tau", "augment", "mixup", "seed")
 
     def __post_init__(self) -> None:
+        check_fields(self, "training setting", "pass a finite number of the right kind (see learngene COMMAND --help)")
+        if not 0 <= self.seed < 2**63:
+            raise LearngeneError(f"seed must be in [0, 2^63), got {self.seed}; pass e.g. --seed 0")
+        for name, flag in (("weight_decay", "--weight-decay"), ("warmup_epochs", "--warmup-epochs"), ("min_lr", "min_lr")):
+            if getattr(self, name) < 0:
+                raise LearngeneError(f"{name.replace('_', ' ')} must be 0 or more, got {getattr(self, name)}; "
+                                     f"pass {flag} 0 or more")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise LearngeneError(f"gradient clipping must be a positive norm (or off), got {self.grad_clip}; pass "
+                                 f"--grad-clip 0 for no clipping or a positive maximum norm")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise LearngeneError(f"label smoothing must be in [0, 1), got {self.label_smoothing}; pass "
+                                 f"--label-smoothing between 0 (off) and e.g. 0.1")
+        if self.eval_batch_size < 1:
+            raise LearngeneError(f"eval batch size must be positive, got {self.eval_batch_size}")
         if self.epochs < 1 and not self.max_steps:
             raise LearngeneError(f"epochs must be at least 1, got {self.epochs}; pass --epochs 1 or more")
         if self.max_steps is not None and self.max_steps < 1:
@@ -219,16 +235,16 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 def _last_good(ckpt_path: Path | None) -> str:
     if ckpt_path is None or not ckpt_path.exists():
         return ""
-    return f"; the last good checkpoint is {ckpt_path} (rerun with --resume once fixed)"
+    return f"; the last good checkpoint is {quote(ckpt_path)} (rerun with --resume once fixed)"
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
     try:
         ckpt = torch_load_weights_only(path)
     except ValueError as exc:
-        raise TrainingError(f"checkpoint {path} is unreadable ({exc}); delete it to start over") from None
+        raise TrainingError(f"checkpoint {quote(path)} is unreadable ({exc}); delete it to start over") from None
     if not isinstance(ckpt, dict) or not CHECKPOINT_KEYS <= set(ckpt):
-        raise TrainingError(f"{path} is not a learngene training checkpoint; delete it or give another --run-dir")
+        raise TrainingError(f"{quote(path)} is not a learngene training checkpoint; delete it or give another --run-dir")
     return ckpt
 
 
@@ -265,8 +281,11 @@ class RunState:
             "seconds": self.seconds, "epoch_sums": sum(r[1] for r in ranks),
             "config": {k: getattr(cfg, k) for k in TrainConfig.RESUME_KEYS},
         }
-        with atomic_path(path) as tmp:
-            torch.save(state, tmp)
+        bad = nonfinite_tensor(state["model"])
+        if bad is not None:  # never replace the last good checkpoint with one that cannot be resumed
+            raise TrainingError(f"weights became non-finite ({bad}) at step {self.global_step}; lower --lr or check "
+                                f"the data{_last_good(path)}")
+        save_torch_atomic(path, state)
 
     @classmethod
     def load(cls, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
@@ -276,7 +295,7 @@ class RunState:
         saved = ckpt.get("config", {})
         changed = [k for k in TrainConfig.RESUME_KEYS if k in saved and saved[k] != getattr(cfg, k)]
         if changed:
-            raise LearngeneError(f"cannot resume {path}: it was made with different {', '.join(changed)}; "
+            raise LearngeneError(f"cannot resume {quote(path)}: it was made with different {', '.join(changed)}; "
                                  f"use the same settings or start a new run directory")
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -445,7 +464,7 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
     if dist.is_distributed() and resume and ckpt_path is not None:
         seen = dist.count_true(found, device)
         if 0 < seen < dist.world_size():
-            raise LearngeneError(f"{ckpt_path} is visible to {seen} of {dist.world_size()} processes; put --run-dir on a "
+            raise LearngeneError(f"{quote(ckpt_path)} is visible to {seen} of {dist.world_size()} processes; put --run-dir on a "
                                  f"filesystem every node shares")
     state = RunState()
     if found:

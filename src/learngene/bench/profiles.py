@@ -218,7 +218,7 @@ PROFILES: dict[str, Profile] = {
     ),
     # does stored knowledge pay on classes the ancestry never saw? Ancestries on 5 Fashion-MNIST classes, descendants
     # fine-tuned on 20 labels of each of the other 5; two class splits; a short and a converged ancestry; a short and a
-    # longer condensation; ablations on the first upstream. About 30 CPU-minutes (see docs/RESULTS.md).
+    # longer condensation; ablations on the first upstream. About 30 minutes on 2 busy cores (see docs/RESULTS.md).
     "transfer": Profile(
         name="transfer",
         ancestry=_TRANSFER_ANCESTRY,
@@ -238,14 +238,14 @@ PROFILES: dict[str, Profile] = {
         # checked in the report (the best of the last 3 epochs within 0.5 points of the best before them)
         upstreams=(
             Upstream("A-short", SPLIT_A, ancestry_epochs=2, condense_epochs=2),
-            Upstream("A-converged", SPLIT_A, ancestry_epochs=30, condense_epochs=2, converged=True),
-            Upstream("B-short", SPLIT_B, ancestry_epochs=2, condense_epochs=2),
-            Upstream("B-converged", SPLIT_B, ancestry_epochs=30, condense_epochs=2, converged=True),
-            Upstream("A-converged-long-condense", SPLIT_A, ancestry_epochs=30, condense_epochs=8, converged=True,
-                     methods=("scratch", "mimetic", *AUX_NET_METHODS)),
             # the ablations: the A-short cells again (from the cache) beside each ablation, at the smaller size
             Upstream("A-short-ablations", SPLIT_A, ancestry_epochs=2, condense_epochs=2, ablations=True,
                      sizes=((2, 64, 4),)),
+            Upstream("A-converged", SPLIT_A, ancestry_epochs=30, condense_epochs=2, converged=True),
+            Upstream("B-short", SPLIT_B, ancestry_epochs=2, condense_epochs=2),
+            Upstream("A-converged-long-condense", SPLIT_A, ancestry_epochs=30, condense_epochs=8, converged=True,
+                     methods=("scratch", "mimetic", *AUX_NET_METHODS)),
+            Upstream("B-converged", SPLIT_B, ancestry_epochs=30, condense_epochs=2, converged=True),
         ),
         variants=(
             Variant("+mimetic", top_up="mimetic"),  # every stored-weight method; a no-op is recorded as such

@@ -253,7 +253,7 @@ class ClusterLearngene(Method):
 
     def describe(self, gene: Learngene) -> list[str]:
         distances, labels = gene.tensors[DISTANCE], gene.tensors[LABELS]
-        lines = [f"head clusters by mean attention distance (px; eps {gene.cost.get('eps_px', '?')}, "
+        lines = [f"head clusters per layer (1 = first block, as in the plot) by mean attention distance (px; eps {gene.cost.get('eps_px', '?')}, "
                  f"min_heads {self.config.min_heads}), largest first, * = centroid:"]
         for layer in range(len(distances)):
             groups = []
@@ -262,12 +262,12 @@ class ClusterLearngene(Method):
                 groups.append("{" + " ".join(f"h{h}{'*' if h == centroid else ''}:{distances[layer, h]:.1f}"
                                              for h in members) + "}")
             noise = (labels[layer] < 0).nonzero().flatten().tolist()
-            lines.append(f"  layer {layer}: {len(groups)} cluster{'s' if len(groups) > 1 else ''} " + " ".join(groups)
+            lines.append(f"  layer {layer + 1}: {len(groups)} cluster{'s' if len(groups) > 1 else ''} " + " ".join(groups)
                          + (f" noise {noise}" if noise else ""))
         return lines
 
 
-def plot_attention_distance(gene: Learngene, path: str | os.PathLike) -> None:
+def plot_attention_distance(gene: Learngene, path: str | os.PathLike, overwrite: bool = False) -> None:
     """PNG of each head's mean attention distance per layer, centroids ringed (the paper's Fig. 1c)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -291,5 +291,5 @@ def plot_attention_distance(gene: Learngene, path: str | os.PathLike) -> None:
     ax.set_title(f"mean attention distance per head, {gene.layout.short() if gene.layout else 'ancestry'}\n"
                  f"colour: cluster, ring: centroid", fontsize=9)
     ax.grid(alpha=0.3)
-    with atomic_path(path) as tmp:
+    with atomic_path(path, overwrite) as tmp:
         fig.savefig(tmp, format="png", dpi=120)
