@@ -12,6 +12,9 @@ from learngene.ancestry import load_ancestry
 from learngene.errors import LearngeneError
 
 TINY = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, image_size=28, patch_size=4)
+# transformers' ViT/DeiT default eps is 1e-12 (BERT's); the published checkpoints were trained with timm's 1e-6,
+# which the conversion keeps (test_hf_vit_default_eps_becomes_timms); exact comparisons use 1e-6 on both sides
+EPS = dict(layer_norm_eps=1e-6)
 
 
 def _hf_folder(tmp_path, model):
@@ -31,7 +34,7 @@ def transformers():
 
 def test_hf_vit_model_last_hidden_state(tmp_path, transformers):
     torch.manual_seed(0)
-    hf = transformers.ViTModel(transformers.ViTConfig(**TINY, intermediate_size=64))
+    hf = transformers.ViTModel(transformers.ViTConfig(**TINY, **EPS, intermediate_size=64))
     ancestry = load_ancestry(_hf_folder(tmp_path, hf))
     x = _image()
     with torch.no_grad():
@@ -43,17 +46,27 @@ def test_hf_vit_model_last_hidden_state(tmp_path, transformers):
 
 def test_hf_vit_classifier_logits(tmp_path, transformers):
     torch.manual_seed(1)
-    cfg = transformers.ViTConfig(**TINY, intermediate_size=48, num_labels=5, qkv_bias=False, num_channels=1)
+    cfg = transformers.ViTConfig(**TINY, **EPS, intermediate_size=48, num_labels=5, qkv_bias=False, num_channels=1)
     hf = transformers.ViTForImageClassification(cfg)
     ancestry = load_ancestry(_hf_folder(tmp_path, hf))
     x = _image(channels=1)
     with torch.no_grad():
         torch.testing.assert_close(ancestry.model(x), hf(pixel_values=x).logits, atol=1e-5, rtol=1e-4)
+    assert ancestry.spec is not None and ancestry.spec.mlp_ratio == 1.5 and ancestry.spec.in_chans == 1
+
+
+def test_hf_vit_default_eps_becomes_timms(tmp_path, transformers):
+    """A 1e-12 LayerNorm eps is read and replaced by timm's 1e-6, so the ancestry stays a describable ViT family."""
+    hf = transformers.ViTForImageClassification(transformers.ViTConfig(**TINY, intermediate_size=64, num_labels=3))
+    assert hf.config.layer_norm_eps == 1e-12
+    ancestry = load_ancestry(_hf_folder(tmp_path, hf))
+    assert ancestry.spec is not None and ancestry.model.norm.eps == 1e-6
 
 
 def test_hf_deit_with_teacher_logits(tmp_path, transformers):
     torch.manual_seed(2)
-    hf = transformers.DeiTForImageClassificationWithTeacher(transformers.DeiTConfig(**TINY, intermediate_size=64, num_labels=4))
+    hf = transformers.DeiTForImageClassificationWithTeacher(transformers.DeiTConfig(**TINY, **EPS, intermediate_size=64,
+                                                                                   num_labels=4))
     ancestry = load_ancestry(_hf_folder(tmp_path, hf))
     assert "dist_token" in ancestry.model.state_dict()
     x = _image(seed=1)
@@ -77,6 +90,7 @@ def test_hf_dinov2_pooled_and_tokens(tmp_path, transformers, swiglu):
         tokens = ancestry.model.forward_features(x)
     torch.testing.assert_close(tokens, out.last_hidden_state, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(tokens[:, 0], out.pooler_output, atol=1e-5, rtol=1e-4)
+    assert ancestry.spec is not None and ancestry.spec.arch == ("vit_giant_patch14_dinov2" if swiglu else "vit_base_patch14_dinov2")
 
 
 def test_hf_folder_refusals_are_one_line(tmp_path, transformers):
@@ -227,3 +241,22 @@ def test_release_pages_gives_back_a_mapped_tensor_and_keeps_its_values(tmp_path)
     released = _rss_bytes()
     assert touched - before > 48 * 2**20 and touched - released > 48 * 2**20
     assert torch.equal(mapped, values)  # read again from the file
+
+
+def test_cli_hf_folder_to_hub_folder_keeps_its_preprocessing(tmp_path, transformers, capsys):
+    """--ancestry DIR needs no --timm-model; the image processor's mean/std reach the descendant's config."""
+    import timm
+
+    from learngene.cli import main
+
+    torch.manual_seed(4)
+    hf = transformers.ViTForImageClassification(transformers.ViTConfig(**TINY, **EPS, intermediate_size=64, num_labels=10))
+    folder = _hf_folder(tmp_path, hf)
+    (folder / "preprocessor_config.json").write_text(json.dumps({"image_mean": [0.1, 0.2, 0.3],
+                                                                 "image_std": [0.4, 0.5, 0.6]}))
+    gene, out = tmp_path / "g.safetensors", tmp_path / "desc"
+    assert main(["condense", "--method", "weight_selection", "--ancestry", str(folder), "--out", str(gene), "--quiet"]) == 0
+    assert main(["expand", str(gene), "--embed-dim", "16", "--num-heads", "1", "--out", f"{out}/", "--quiet"]) == 0
+    cfg = json.loads((out / "config.json").read_text())["pretrained_cfg"]
+    assert cfg["mean"] == [0.1, 0.2, 0.3] and cfg["std"] == [0.4, 0.5, 0.6]
+    assert timm.create_model(f"local-dir:{out}", pretrained=True).embed_dim == 16

@@ -49,6 +49,7 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, **mode
         arch = timm_model or ckpt.arch
         _require_timm_name(arch)
         model = build_timm_model(arch, {**ckpt.kwargs, **model_kwargs}, ckpt.state, str(path))
+        model.pretrained_cfg = {**model.pretrained_cfg, **ckpt.pretrained_cfg}  # the folder's own preprocessing
     elif timm_model is None:
         if Path(path).is_dir():
             raise LearngeneError(f"{path} is a folder without config.json; give a timm hub or transformers model "

@@ -27,6 +27,7 @@ from .ancestry import load_ancestry
 from .bench import BenchRun, get_profile
 from .bench.profiles import PROFILES
 from .bench.smoke import SMOKE_PROFILES, run_smoke
+from .convert import is_model_folder
 from .data import default_workers, few_shot, fraction, load_splits, preprocessing_cfg
 from .demo import run_demo
 from .descendant import fit_gene_to_budget, make_descendant
@@ -237,8 +238,11 @@ def add_output(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def add_ancestry_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ancestry", required=True, help="ancestry model: a learngene model file, or a checkpoint with --timm-model")
-    p.add_argument("--timm-model", help="timm architecture of a plain checkpoint, e.g. deit_tiny_patch16_224")
+    p.add_argument("--ancestry", required=True,
+                   help="ancestry model: a learngene model file; a checkpoint (.safetensors/.pth/.bin) with --timm-model; "
+                        "or a folder with config.json: a timm hub folder or a transformers ViT/DeiT/DINOv2")
+    p.add_argument("--timm-model", help="timm architecture of a plain checkpoint, e.g. deit_tiny_patch16_224 "
+                                        "(read from a folder's config.json when not given)")
 
 
 def check_outputs(args: argparse.Namespace, outputs: Sequence[str | None], inputs: Sequence[str | None] = ()) -> None:
@@ -309,7 +313,9 @@ def _load_ancestry_args(args: argparse.Namespace):
 
 def _ancestry_preprocessing(args: argparse.Namespace, ancestry) -> dict[str, Any] | None:
     """What the ancestry's inputs expect: a timm model's pretrained_cfg, or what its model file records."""
-    return preprocessing_cfg(ancestry.model) if args.timm_model else model_preprocessing(args.ancestry)
+    if args.timm_model or is_model_folder(args.ancestry):  # a folder's config is on the model (load_ancestry)
+        return preprocessing_cfg(ancestry.model)
+    return model_preprocessing(args.ancestry)
 
 
 def cmd_condense(args: argparse.Namespace) -> None:
