@@ -55,3 +55,7 @@ def test_a_deit_ancestrys_preprocessing_flows_from_checkpoint_to_gene_to_descend
     assert model_preprocessing(tmp_path / "child.safetensors") == gene.preprocessing
     assert main([str(a) for a in ["train", tmp_path / "child.safetensors", *fast, "--out", tmp_path / "tuned.safetensors"]]) == 0
     assert model_preprocessing(tmp_path / "tuned.safetensors") == gene.preprocessing
+    from learngene.describe import describe_file
+
+    for name in ("gene", "tuned"):
+        assert "3x32x32, bicubic resize, center crop 0.9" in describe_file(tmp_path / f"{name}.safetensors")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .errors import GeneFormatError
 from .gene import GENE_FORMAT, Learngene
-from .io import MODEL_FORMAT, load_model_file, quote, read_safetensors
+from .io import MODEL_FORMAT, load_model_file, model_preprocessing, quote, read_safetensors
 from .registry import get_method
 from .spec import ViTSpec
 
@@ -19,6 +19,15 @@ def describe_spec(spec: ViTSpec) -> str:
             f"{spec.img_size}px/{spec.patch_size}, {spec.in_chans} ch, {spec.num_classes} classes, "
             f"{spec.global_pool} pool): {spec.num_params:,} params, {spec.flops / 1e6:,.1f} MFLOPs/image; "
             f"timm {spec.arch}, family {spec.family.short()}")
+
+
+def describe_preprocessing(pre: dict | None) -> str:
+    """One line for what a model's inputs expect (:func:`learngene.data.preprocessing_cfg`)."""
+    if pre is None:
+        return "preprocessing not recorded"
+    c, h, w = pre["input_size"]
+    return (f"{c}x{h}x{w}, {pre['interpolation']} resize, {pre['crop_mode']} crop {pre['crop_pct']:g}, "
+            f"mean {tuple(round(m, 4) for m in pre['mean'])}, std {tuple(round(v, 4) for v in pre['std'])}")
 
 
 def describe_file(path: str | os.PathLike, show_tensors: bool = False) -> str:
@@ -32,6 +41,7 @@ def describe_file(path: str | os.PathLike, show_tensors: bool = False) -> str:
         lines = [f"learngene model file {path} ({size / 1e6:.2f} MB)",
                  f"  spec:    {describe_spec(spec)}",
                  f"  origin:  {json.dumps(origin, sort_keys=True)}",
+                 f"  input:   {describe_preprocessing(model_preprocessing(path))}",
                  f"  created: {meta.get('created', '?')} by learngene {meta.get('library_version', '?')}"]
         if show_tensors:
             lines += [f"    {k:40s} {tuple(v.shape)}" for k, v in state.items()]
@@ -48,6 +58,7 @@ def describe_gene(gene: Learngene, file_size: int | None = None, show_tensors: b
              f"  ancestry: {describe_spec(gene.ancestry) if gene.ancestry else 'not a ViT / none'}"]
     if gene.ancestry:
         lines.append(f"  stored / ancestry parameters: {gene.num_stored_params / gene.ancestry.num_params:.3f}")
+    lines.append(f"  input:    {describe_preprocessing(gene.preprocessing)}")
     if gene.cost:
         lines.append(f"  condensation cost: {json.dumps(gene.cost, sort_keys=True)}")
     lines.append(f"  created: {gene.created} by learngene {gene.library_version}")
