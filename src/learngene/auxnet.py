@@ -42,6 +42,8 @@ from .transfer import StateDict, inherit_non_block, part_of
 class AuxConfig:
     """Size of the auxiliary net (0 = the ancestry's value; required when the ancestry is not a ViT)."""
 
+    AUTO_OPTIONS = ("aux_depth", "aux_embed_dim", "aux_num_heads", "aux_patch_size", "aux_pool")  # 0 / "": automatic
+
     aux_depth: int = 0
     aux_embed_dim: int = 0
     aux_num_heads: int = 0

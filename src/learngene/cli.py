@@ -477,7 +477,9 @@ def cmd_inspect(args: argparse.Namespace) -> None:
 def cmd_methods(args: argparse.Namespace) -> None:
     for name in list_methods():
         cls = get_method(name)
-        options = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(cls.Config)) or "-"
+        auto = getattr(cls.Config, "AUTO_OPTIONS", ())
+        options = ", ".join(f"{f.name}={'auto' if f.name in auto else repr(f.default)}"
+                            for f in dataclasses.fields(cls.Config)) or "-"
         print(f"{name:18s} {cls.summary}\n{'':18s} options: {options}")
         for paper in citations(cls):
             print(f"{'':18s} paper: {paper}")

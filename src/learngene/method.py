@@ -198,7 +198,8 @@ def config_from_dict(config_cls: type, values: dict[str, Any]) -> Any:
 
 
 def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
-    """``["key=value", ...]`` from the CLI, each value parsed as JSON, else kept as a string."""
+    """``["key=value", ...]`` from the CLI, each value parsed as JSON, else kept as a string; ``auto`` gives
+    an automatic option (``Config.AUTO_OPTIONS``) its default."""
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
     hints = typing.get_type_hints(config_cls)
     out: dict[str, Any] = {}
@@ -207,6 +208,9 @@ def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
         key = key.strip().replace("-", "_")
         if not sep or key not in fields:
             raise LearngeneError(f"option {item!r} is not KEY=VALUE with a known KEY; use one of: {', '.join(fields) or 'none'}")
+        if raw == "auto" and key in getattr(config_cls, "AUTO_OPTIONS", ()):  # as `learngene methods` shows it
+            out[key] = fields[key].default
+            continue
         if hints.get(key) is str:  # e.g. layers=3 for a layer list written as text
             out[key] = raw
             continue

@@ -67,6 +67,33 @@ def mean_curve(group: list[Row]) -> tuple[list[float], list[float]]:
     return means, stds
 
 
+def _over_seeds(groups: dict[tuple[str, str], list[Row]]) -> str:
+    """What a plot's points are: one seed's result, or a mean ± std over several."""
+    seeds = max((len(group) for group in groups.values()), default=1)
+    return f"mean ± std over {seeds} seeds" if seeds > 1 else "1 seed"
+
+
+def _same_results(groups: dict[tuple[str, str], list[Row]], labels: list[str], size: str) -> dict[str, str]:
+    """``{label: earlier label}`` for methods whose results at ``size`` equal an earlier one's, seed by seed
+    (e.g. weight_selection at the ancestry's own width is the ancestry), so their marks would hide each other."""
+    seen: dict[tuple, str] = {}
+    out = {}
+    for label in labels:
+        group = groups.get((label, size))
+        if not group:
+            continue
+        key = tuple(sorted((g.seed, tuple(g.epochs), tuple(g.accs)) for g in group))
+        if key in seen:
+            out[label] = seen[key]
+        else:
+            seen[key] = label
+    return out
+
+
+def _panel_title(size: str, same: dict[str, str]) -> str:
+    return "\n".join([size, *(f"{label} = {other}" for label, other in same.items())])
+
+
 # ---- the 2-std marks ------------------------------------------------------------------------------------
 MARK_RULE = ("Marks compare a cell with a reference at the same size: `+` the method's mean is higher by more "
              "than 2 × the pooled standard deviation over seeds, `−` lower by more than that, `=` neither "
@@ -227,6 +254,7 @@ def plot_curves(rows: list[Row], task: str, path: Path) -> None:
     shortest = min((g.epochs[-1] for group in groups.values() for g in group), default=1)
     log_x = longest >= 4 * shortest  # a long scratch run would squash the others' few epochs
     for ax, size in zip(axes, sizes):
+        same = _same_results(groups, labels, size)
         for label in labels:
             group = groups.get((label, size))
             if not group:
@@ -234,7 +262,8 @@ def plot_curves(rows: list[Row], task: str, path: Path) -> None:
             mean, std = mean_curve(group)
             x = group[0].epochs[:len(mean)]
             y, s = [100 * m for m in mean], [100 * v for v in std]
-            ax.plot(x, y, "--" if " ×" in label else "-", ms=4, label=label, **styles[label])
+            ax.plot(x, y, "--" if " ×" in label else "-", ms=8 if label in same else 4,
+                    mfc="none" if label in same else None, label=label, **styles[label])
             ax.fill_between(x, [a - b for a, b in zip(y, s)], [a + b for a, b in zip(y, s)],
                             color=styles[label]["color"], alpha=0.12, lw=0)
         if log_x:
@@ -244,11 +273,11 @@ def plot_curves(rows: list[Row], task: str, path: Path) -> None:
             ax.xaxis.set_major_formatter(ScalarFormatter())
         else:
             ax.xaxis.set_major_locator(FixedLocator(list(range(1, longest + 1))))
-        ax.set_title(size)
+        ax.set_title(_panel_title(size, same), fontsize=9)
         ax.set_xlabel("fine-tuning epoch" + (" (log scale)" if log_x else ""))
         ax.set_ylabel("top-1 accuracy (%)")
         ax.grid(alpha=0.3)
-    _finish(fig, axes, f"{task}: test accuracy vs fine-tuning epochs (mean ± std over seeds)", path)
+    _finish(fig, axes, f"{task}: test accuracy vs fine-tuning epochs ({_over_seeds(groups)})", path)
 
 
 def plot_stored(rows: list[Row], task: str, path: Path) -> None:
@@ -259,21 +288,22 @@ def plot_stored(rows: list[Row], task: str, path: Path) -> None:
     fig, axes = _subplots(len(sizes))
     most = max((r.stored_params for r in rows), default=1)
     for ax, size in zip(axes, sizes):
+        same = _same_results(groups, labels, size)
         for label in labels:
             group = groups.get((label, size))
             if not group:
                 continue
             accs = [100 * g.acc for g in group]
             ax.errorbar([group[0].stored_params], [statistics.fmean(accs)],
-                        yerr=[statistics.stdev(accs)] if len(accs) > 1 else None, capsize=3, ms=7, ls="none",
+                        yerr=[statistics.stdev(accs)] if len(accs) > 1 else None, capsize=3, ms=11 if label in same else 7, ls="none",
                         mfc="none", mew=1.5, label=label, **styles[label])
         ax.set_xscale("symlog", linthresh=100, linscale=0.5)
         ax.set_xlim(-20, 3 * max(most, 100))
-        ax.set_title(size)
+        ax.set_title(_panel_title(size, same), fontsize=9)
         ax.set_xlabel("parameters stored in the learngene")
         ax.set_ylabel("final top-1 accuracy (%)")
         ax.grid(alpha=0.3)
-    _finish(fig, axes, f"{task}: final test accuracy vs learngene size (mean ± std over seeds)", path)
+    _finish(fig, axes, f"{task}: final test accuracy vs learngene size ({_over_seeds(groups)})", path)
 
 
 # ---- the report ----------------------------------------------------------------------------------------
@@ -337,6 +367,16 @@ def gain_table(rows: list[Row], task: str, upstreams: list[str], reference: str)
     return "\n".join(lines)
 
 
+def identical_note(rows: list[Row], task: str) -> str:
+    """One sentence naming the methods whose accuracies equal another's seed by seed (their plot marks
+    coincide), or ``""``."""
+    groups, labels = _groups(rows, task), _labels(rows, task)
+    pairs = [f"{label} = {other} at {size}" for size in _sizes(rows, task)
+             for label, other in _same_results(groups, labels, size).items()]
+    return ("Identical results (the same accuracy at every evaluation, seed by seed; the plots draw the second "
+            "larger and hollow and name it in the panel title): " + "; ".join(pairs) + ".") if pairs else ""
+
+
 def _task_sections(rows: list[Row], profile: Profile, out_dir: Path, plot_dir: Path, plots: bool,
                    suffix: str = "", level: str = "##") -> list[str]:
     parts: list[str] = []
@@ -345,6 +385,8 @@ def _task_sections(rows: list[Row], profile: Profile, out_dir: Path, plot_dir: P
             continue
         parts += ["", f"{level} {task.name}{suffix}", "", _task_line(task, len(profile.seeds)), "",
                   format_table(rows, task.name, mark=True)]
+        if note := identical_note(rows, task.name):
+            parts += ["", note]
         if task.scratch_factor > 1 and any(r.task == task.name and r.budget > 1 and r.ok for r in rows):
             parts += ["", f"Epochs scratch ×{task.scratch_factor} needs to reach each method's final accuracy "
                       f"(of {task.epochs * task.scratch_factor}; it is evaluated at the epochs shown):", "",

@@ -74,6 +74,8 @@ FFN = ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias")
 
 @dataclass(frozen=True)
 class ClusterConfig:
+    AUTO_OPTIONS = ("eps",)  # 0: automatic
+
     eps: float = 0.0  # DBSCAN radius in pixels; 0: the paper's 10 px scaled to the image size
     min_heads: int = 1  # DBSCAN MinHds (1: every head belongs to a cluster)
     num_images: int = 256  # images the attention distances are averaged over

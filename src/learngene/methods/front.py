@@ -121,6 +121,8 @@ def resample(coeffs: Tensor, axes: tuple[str | None, ...], sizes: tuple[tuple[in
 
 @dataclass(frozen=True)
 class FrontConfig:
+    AUTO_OPTIONS = ("depth_ratio",)  # 0: automatic
+
     keep_ratio: float = 0.5  # share of the coefficients kept along each transformed axis (1: lossless)
     depth_ratio: float = 0.0  # share kept along the layer axis; 0: keep_ratio
 

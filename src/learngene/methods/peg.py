@@ -75,6 +75,8 @@ PHI_MAPS = ("msa_layers", "ffn_layers", "heads")
 
 @dataclass(frozen=True)
 class PEGConfig:
+    AUTO_OPTIONS = ("gene_heads", "gene_ffns")  # 0: automatic
+
     gene_heads: int = 0  # H_b heads kept per ancestry layer; 0: about two thirds of the ancestry's (the authors' configs)
     gene_ffns: int = 0  # L_b FFNs kept; 0: half the ancestry's depth, rounded up
     seed: int = 0  # the Gaussian draws of the mixing weights

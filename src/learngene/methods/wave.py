@@ -76,6 +76,8 @@ class WAVEConfig(AuxConfig):
         adapt_steps: scaler-training steps of ``adapt`` when the training config sets no ``max_steps``.
     """
 
+    AUTO_OPTIONS = AuxConfig.AUTO_OPTIONS + ("template_size", "n_qkv", "n_proj", "n_fc1", "n_fc2")
+
     template_size: int = 0
     n_qkv: int = 0
     n_proj: int = 0

@@ -1,0 +1,53 @@
+"""The bench report's plots and text say what their points are (issue 14: honest plots)."""
+
+from __future__ import annotations
+
+import pytest
+
+from learngene.bench import Row
+from learngene.bench import report
+
+
+def _row(method, size, seed, accs):
+    return Row(method=method, task="t", size=size, depth=1, embed_dim=8, num_heads=1, seed=seed, stored_params=10,
+               accs=accs)
+
+
+def _titles(monkeypatch, plot, rows, tmp_path):
+    """The figure title and panel titles ``plot`` draws."""
+    seen = {}
+
+    def finish(fig, axes, title, path):
+        seen["title"], seen["panels"] = title, [ax.get_title() for ax in axes]
+        import matplotlib.pyplot as plt
+        plt.close(fig)
+
+    monkeypatch.setattr(report, "_finish", finish)
+    plot(rows, "t", tmp_path / "p.png")
+    return seen["title"], seen["panels"]
+
+
+@pytest.mark.parametrize("plot", [report.plot_curves, report.plot_stored])
+def test_one_seed_is_not_called_a_mean_over_seeds(plot, monkeypatch, tmp_path):
+    rows = [_row("a", "S", 0, [0.5, 0.6]), _row("b", "S", 0, [0.4, 0.5])]
+    title, _ = _titles(monkeypatch, plot, rows, tmp_path)
+    assert "1 seed" in title and "mean" not in title
+    rows += [_row("a", "S", 1, [0.5, 0.7]), _row("b", "S", 1, [0.4, 0.6])]
+    title, _ = _titles(monkeypatch, plot, rows, tmp_path)
+    assert "mean ± std over 2 seeds" in title
+
+
+@pytest.mark.parametrize("plot", [report.plot_curves, report.plot_stored])
+def test_identical_methods_are_named_not_hidden(plot, monkeypatch, tmp_path):
+    # at the ancestry's width weight_selection copies the ancestry: the same accuracies as pretrained
+    rows = [_row("pretrained", "S", 0, [0.5, 0.6]), _row("weight_selection", "S", 0, [0.5, 0.6]),
+            _row("pretrained", "T", 0, [0.3, 0.4]), _row("weight_selection", "T", 0, [0.3, 0.45])]
+    _, panels = _titles(monkeypatch, plot, rows, tmp_path)
+    assert panels == ["S\nweight_selection = pretrained", "T"]
+    note = report.identical_note(rows, "t")
+    assert "weight_selection = pretrained at S" in note and " at T" not in note
+
+
+def test_different_seeds_with_equal_accuracies_are_not_identical():
+    rows = [_row("a", "S", 0, [0.5]), _row("b", "S", 1, [0.5])]
+    assert report.identical_note(rows, "t") == ""
