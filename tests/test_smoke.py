@@ -14,7 +14,7 @@ from learngene.io import model_preprocessing
 def test_the_smoke_pipeline_runs_every_stage_at_a_small_size(tmp_path):
     tiny = FolderSmoke("tiny", depth=2, embed_dim=32, num_heads=2, patch_size=8, img_size=32, classes=3,
                        train_per_class=6, test_per_class=2, descendant_depth=1, batch_size=8, max_steps=2)
-    record = run_smoke(tiny, tmp_path, device="cpu", workers=1, progress=False)
+    record = run_smoke(tiny, tmp_path, main, device="cpu", workers=1, progress=False)
     assert [s["stage"] for s in record["stages"]] == ["ancestry", "condense", "expand", "fine-tune"]
     assert json.loads((tmp_path / "smoke.json").read_text()) == record
     pre = model_preprocessing(tmp_path / "finetuned.safetensors")

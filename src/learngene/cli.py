@@ -35,7 +35,8 @@ from .describe import describe_file
 from .errors import LearngeneError
 from .export import check_output_folder, export_hub_folder, wants_folder
 from .gene import Learngene
-from .io import build_model, check_output_path, load_model_file, lock_run_dir, model_preprocessing, quote, save_model
+from .io import (build_model, check_output_path, load_model_file, lock_run_dir, model_preprocessing, os_error_message, quote,
+                 release_run_dirs, save_model)
 from .labels import choose_head
 from .method import AdaptInputs, CondenseInputs, citations, parse_options
 from .methods.cluster import plot_attention_distance
@@ -251,8 +252,6 @@ def check_outputs(args: argparse.Namespace, outputs: Sequence[str | None], input
     The outputs are then written by :func:`learngene.io.atomic_path`, which creates them exclusively, so a
     file that appears in the meantime is not replaced either.
     """
-    from .io import check_output_path, quote
-
     outputs = [o for o in outputs if o]
     for out in outputs:
         for given in inputs:
@@ -490,8 +489,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
     if args.profile in SMOKE_PROFILES:
         if args.max_steps is not None and args.max_steps < 1:
             raise LearngeneError(f"--max-steps must be at least 1, got {args.max_steps}")
-        record = run_smoke(SMOKE_PROFILES[args.profile], Path(args.out or f"runs/bench-{args.profile}"), args.device,
-                           args.max_steps, progress=not args.quiet)
+        record = run_smoke(SMOKE_PROFILES[args.profile], Path(args.out or f"runs/bench-{args.profile}"), main,
+                           args.device, args.max_steps, progress=not args.quiet)
         for stage in record["stages"]:
             print(f"learngene bench {args.profile}: {stage['stage']:9s} {stage['seconds']:8.1f} s on {record['device']}")
         return
@@ -686,8 +685,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, BrokenPipeError):  # output piped into e.g. `head`, which stopped reading
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush does not fail too
             return 1
-        from .io import os_error_message
-
         return _fail(args, os_error_message(exc))
     except MemoryError:
         return _fail(args, "out of memory; choose smaller sizes (--depth, --embed-dim, --img-size) or a smaller "
@@ -702,15 +699,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if previous_term is not None:
             with contextlib.suppress(ValueError):  # not the main thread
                 signal.signal(signal.SIGTERM, previous_term)
-        from .io import release_run_dirs
-
         release_run_dirs()
         dist.destroy(sync=finished)
     return 0
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C (SIGINT): training checkpoints at the step it reached, then stops."""
+    """SIGTERM, handled like Ctrl-C (SIGINT): the run stops; with a --run-dir its last checkpoint (written at the
+    usual points, not at the step the signal came) stays, and --resume continues from it."""
 
 
 def _stop_on_sigterm():

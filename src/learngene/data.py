@@ -26,6 +26,7 @@ from torch import Tensor
 
 from .errors import DataError
 from .io import atomic_path, quote
+from .preprocessing import PREPROCESSING_KEYS, check_preprocessing
 
 FASHION_MNIST_FILES = (
     "train-images-idx3-ubyte",
@@ -278,7 +279,6 @@ def convert_channels(data: ImageData, in_chans: int) -> ImageData:
 
 
 # ---- image folders: the ancestry's preprocessing, streamed through DataLoader workers -------------------
-PREPROCESSING_KEYS = ("input_size", "interpolation", "mean", "std", "crop_pct", "crop_mode")
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 # DeiT's training recipe (Touvron et al. 2021, Table 9; timm's train.py flags), which TLEG, WAVE and
 # Share-Init condense with: RandAugment, random erasing, then mixup/cutmix on the batch.
@@ -313,26 +313,7 @@ def preprocessing_cfg(source: Any, img_size: int | None = None, in_chans: int | 
     else:
         raise DataError(f"no preprocessing can be read from a {type(source).__name__}; give a timm model, a dataset "
                         f"or a dict with {', '.join(PREPROCESSING_KEYS)}")
-    cfg = {k: cfg[k] for k in PREPROCESSING_KEYS if k in cfg}
-    missing = [k for k in PREPROCESSING_KEYS if k not in cfg]
-    if missing:
-        raise DataError(f"preprocessing lacks {', '.join(missing)}; give all of {', '.join(PREPROCESSING_KEYS)}")
-    chans, *size = (int(v) for v in cfg["input_size"])
-    if img_size is not None:
-        size = [img_size, img_size]
-    chans = in_chans or chans
-    mean, std = tuple(float(v) for v in cfg["mean"]), tuple(float(v) for v in cfg["std"])
-    if len(mean) != len(std) or not all(s > 0 and math.isfinite(s) for s in std) or not all(map(math.isfinite, mean)):
-        raise DataError(f"preprocessing has mean {mean} and std {std}; give one finite mean and positive std per channel")
-    if len(mean) != chans:  # a grey model of an RGB recipe or back: the channels' average, or the value repeated
-        mean, std = ((sum(mean) / len(mean),) * chans, (sum(std) / len(std),) * chans) if len(mean) > 1 \
-            else (mean * chans, std * chans)
-    crop_pct = float(cfg["crop_pct"])
-    if not 0 < crop_pct <= 1 or len(size) != 2 or min(size) < 1:
-        raise DataError(f"preprocessing has input size {cfg['input_size']} and crop_pct {crop_pct}; give a positive "
-                        f"size and a crop_pct in (0, 1]")
-    return {"input_size": (chans, *size), "interpolation": str(cfg["interpolation"]), "mean": mean, "std": std,
-            "crop_pct": crop_pct, "crop_mode": str(cfg["crop_mode"])}
+    return check_preprocessing(cfg, img_size, in_chans)
 
 
 def folder_transforms(pre: Mapping[str, Any], augment: str = "none", to_uint8: bool = False):

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from .errors import LearngeneError
-from .gene import Learngene
+from .gene import Learngene, expand_on_meta
 from .io import check_state_shapes
 from .method import Method
 from .registry import get_method
@@ -39,6 +39,7 @@ def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, top_up: str |
     ``blend_mimetic=α`` makes every head's ``W_q W_kᵀ`` ``α·gene + (1−α)·mimetic`` where the gene gives
     the attention weights.
     """
+    # imported here: importing learngene.methods runs every method module, and some import this one
     from .methods.mimetic import blend_query_key, sincos_pos_embed
 
     if pos_embed not in (None, "learned", "sincos"):
@@ -66,22 +67,6 @@ def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, top_up: str |
     result = model.load_state_dict(state, strict=False)
     assert not result.unexpected_keys, result.unexpected_keys
     return model
-
-
-def expand_on_meta(method: Method, gene: Learngene, spec: ViTSpec) -> StateDict:
-    """``method.expand(gene, spec)`` on ``meta`` tensors: the shapes it gives, without allocating their memory.
-
-    A method that must read the gene's values (e.g. Cluster-Learngene's centroids) is expanded for real.
-    """
-    on_meta = dataclasses.replace(gene, tensors={k: v.to("meta") for k, v in gene.tensors.items()})
-    with torch.no_grad():
-        try:
-            return method.expand(on_meta, spec)
-        except (RuntimeError, NotImplementedError) as exc:
-            if "meta" not in str(exc):
-                raise
-            spec.require_memory()
-            return method.expand(gene, spec)
 
 
 def top_up_state(name: str, spec: ViTSpec, seed: int = 0) -> StateDict:

@@ -9,17 +9,24 @@ older v1 header); whether the method is known is checked where it is used
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import Tensor
 
 from .errors import GeneFormatError, LearngeneError
 from .io import check_state_shapes, library_version, nonfinite_tensor, now_iso, quote, read_safetensors, save_safetensors
+from .preprocessing import check_preprocessing
+from .registry import get_method, list_methods
 from .spec import ViTSpec
+
+if TYPE_CHECKING:
+    from .method import Method
 
 GENE_FORMAT = "learngene"
 # v2: the layout is its own header field; v1 kept it in ``ancestry`` (weight pickers) or in
@@ -141,9 +148,6 @@ def check_gene(gene: Learngene, source: str | os.PathLike) -> None:
     layout with that size's shapes. That expansion runs on the ``meta`` device, so it allocates nothing;
     any failure is one line. A gene of a method this version does not know is refused where it is used.
     """
-    from .descendant import expand_on_meta
-    from .registry import get_method, list_methods
-
     def refuse(why: str) -> GeneFormatError:
         return GeneFormatError(f"{quote(source)} is not a valid {gene.method} learngene ({why}); create it again with "
                                f"`learngene condense`")
@@ -176,14 +180,28 @@ def check_gene(gene: Learngene, source: str | os.PathLike) -> None:
         raise refuse(_one_line(exc)) from None
 
 
+def expand_on_meta(method: "Method", gene: Learngene, spec: ViTSpec) -> dict[str, Tensor]:
+    """``method.expand(gene, spec)`` on ``meta`` tensors: the shapes it gives, without allocating their memory.
+
+    A method that must read the gene's values (e.g. Cluster-Learngene's centroids) is expanded for real.
+    """
+    on_meta = dataclasses.replace(gene, tensors={k: v.to("meta") for k, v in gene.tensors.items()})
+    with torch.no_grad():
+        try:
+            return method.expand(on_meta, spec)
+        except (RuntimeError, NotImplementedError) as exc:
+            if "meta" not in str(exc):
+                raise
+            spec.require_memory()
+            return method.expand(gene, spec)
+
+
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:200] or type(exc).__name__
 
 
 def _preprocessing_from_json(text: str | None) -> dict[str, Any] | None:
-    from .data import preprocessing_cfg
-
-    return None if text is None else preprocessing_cfg(json.loads(text))
+    return None if text is None else check_preprocessing(json.loads(text))
 
 
 def _spec_json(spec: ViTSpec | None) -> str:

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from ._version import __version__
 from .errors import GeneFormatError, LearngeneError
+from .preprocessing import check_preprocessing
 from .spec import ViTSpec
 
 MODEL_FORMAT = "learngene-model"
@@ -447,9 +448,7 @@ def save_model(path: str | os.PathLike, model_or_state: torch.nn.Module | dict[s
         "created": now_iso(),
     }
     if preprocessing is not None:
-        from .data import preprocessing_cfg
-
-        metadata["preprocessing"] = json.dumps(preprocessing_cfg(preprocessing, spec.img_size, spec.in_chans))
+        metadata["preprocessing"] = json.dumps(check_preprocessing(preprocessing, spec.img_size, spec.in_chans))
     save_safetensors(path, state, metadata, overwrite)
 
 
@@ -477,13 +476,11 @@ def load_model_file(path: str | os.PathLike, lazy: bool = False) -> tuple[dict[s
 
 def model_preprocessing(path: str | os.PathLike) -> dict[str, Any] | None:
     """The preprocessing a model file's header records (:func:`save_model`), or None for a file without one."""
-    from .data import preprocessing_cfg
-
     _require_file(path)
     try:
         with safe_open(str(path), framework="pt") as fh:
             text = (fh.metadata() or {}).get("preprocessing")
-        return None if text is None else preprocessing_cfg(json.loads(text))
+        return None if text is None else check_preprocessing(json.loads(text))
     except (SafetensorError, OSError, ValueError, TypeError) as exc:  # unreadable header, bad JSON, bad values
         raise GeneFormatError(f"{quote(path)} has a corrupt preprocessing header ({_first_line(exc)}); create it again with "
                               f"learngene (ancestry, expand or train)") from None

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from ..ancestry import load_ancestry
 from ..data import ImageData, class_subset, few_shot, load_dataset, take
-from ..descendant import make_descendant
+from ..descendant import make_descendant, top_up_state
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..io import load_model_file, save_model, write_text_atomic
@@ -474,8 +474,6 @@ class BenchRun:
 
 def check_variant_changes(variant: Variant, init: Learngene, spec: ViTSpec) -> None:
     """Refuse (recorded as n/a, with why) an ablation that would change nothing for this gene and size."""
-    from ..descendant import top_up_state
-
     provided = set(get_method(init.method).from_gene(init).provided_keys(init, spec))
     if variant.top_up and set(top_up_state(variant.top_up, spec)) <= provided:
         raise LearngeneError(f"the {init.method} gene gives every tensor {variant.top_up} sets at {spec.short()}: "

@@ -16,8 +16,14 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
+import torch
+
+from ..data import write_image_folder
 from ..errors import LearngeneError
+from ..io import write_text_atomic
+from ..train import resolve_device
 
 
 @dataclass(frozen=True)
@@ -42,12 +48,14 @@ class FolderSmoke:
 SMOKE_PROFILES = {"gpu-smoke": FolderSmoke("gpu-smoke")}
 
 
-def run_smoke(profile: FolderSmoke, out: Path, device: str = "auto", max_steps: int | None = None,
-              workers: int | None = None, progress: bool = True, extra: list[str] | None = None) -> dict:
-    """Run every stage; returns (and writes to ``out/smoke.json``) each stage's command and seconds."""
-    from ..cli import main  # the CLI dispatches here: imported on use, or the two modules import each other
-    from ..data import write_image_folder
-    from ..io import write_text_atomic
+def run_smoke(profile: FolderSmoke, out: Path, run_command: Callable[[list[str]], int], device: str = "auto",
+              max_steps: int | None = None, workers: int | None = None, progress: bool = True,
+              extra: list[str] | None = None) -> dict:
+    """Run every stage; returns (and writes to ``out/smoke.json``) each stage's command and seconds.
+
+    ``run_command`` is the CLI's entry point (:func:`learngene.cli.main`, argv in, exit code out): the CLI
+    that dispatches here passes itself, so this module does not import it back.
+    """
 
     steps = max_steps or profile.max_steps
     out.mkdir(parents=True, exist_ok=True)
@@ -72,17 +80,13 @@ def run_smoke(profile: FolderSmoke, out: Path, device: str = "auto", max_steps: 
                     "--device", device, "--out", out / "descendant.safetensors"]),
         ("fine-tune", ["train", out / "descendant.safetensors", *common, "--out", out / "finetuned.safetensors"]),
     ]
-    import torch
-
-    from ..train import resolve_device
-
     dev = resolve_device(device)
     record = {"profile": profile.name, "max_steps": steps, "torch": torch.__version__,
               "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "stages": []}
     for name, argv in stages:
         argv = [str(a) for a in argv]
         tic = time.perf_counter()
-        code = main(argv)
+        code = run_command(argv)
         seconds = time.perf_counter() - tic
         if code != 0:
             raise LearngeneError(f"gpu-smoke stage {name} failed (exit {code}): learngene {' '.join(argv)}; "
