@@ -39,9 +39,6 @@ def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, top_up: str |
     ``blend_mimetic=α`` makes every head's ``W_q W_kᵀ`` ``α·gene + (1−α)·mimetic`` where the gene gives
     the attention weights.
     """
-    # imported here: importing learngene.methods runs every method module, and some import this one
-    from .methods.mimetic import blend_query_key, sincos_pos_embed
-
     if pos_embed not in (None, "learned", "sincos"):
         raise LearngeneError(f"pos_embed must be learned or sincos, not {pos_embed!r}")
     cls = get_method(gene.method)
@@ -56,11 +53,11 @@ def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, top_up: str |
     with torch.no_grad():
         state = method.expand(gene, spec)
         if blend_mimetic is not None:
-            state = blend_query_key(state, spec, blend_mimetic, seed)
+            state = get_method("mimetic").blend_query_key(state, spec, blend_mimetic, seed)
         if top_up:
             state = {**top_up_state(top_up, spec, seed), **state}
         if pos_embed == "sincos":
-            state["pos_embed"] = sincos_pos_embed(spec)
+            state["pos_embed"] = get_method("mimetic").sincos_pos_embed(spec)
         elif pos_embed == "learned":  # timm's own initialization, whatever the method gives
             state.pop("pos_embed", None)
     check_state_shapes(state, spec, f"the {gene.method} gene")

@@ -119,6 +119,9 @@ class Mimetic(Method):
     Config = MimeticConfig
     needs_vit_ancestry = False
     seed_option = "seed"  # its draws; a descendant's seed sets it when mimetic tops up another gene
+    # the ablations of make_descendant reach these through the registry, not by importing this module
+    sincos_pos_embed = staticmethod(sincos_pos_embed)
+    blend_query_key = staticmethod(blend_query_key)
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         return self.new_gene({}, None, ancestry.spec if ancestry else None)
