@@ -24,6 +24,7 @@ from learngene.descendant import GeneNet, make_descendant
 from learngene.errors import LearngeneError, SpecError
 from learngene.gene import Learngene
 from learngene.method import Ancestry, CondenseInputs
+from learngene.methods.cluster import tokens_before_blocks
 from learngene.registry import get_method, list_methods
 from learngene.spec import ViTFamily, ViTSpec, spec_from_model
 from learngene.train import TrainConfig, seed_everything
@@ -203,6 +204,18 @@ def test_the_ancestrys_own_size_reproduces_its_outputs_exactly(family, method):
     x = torch.randn(3, 3, 28, 28)
     with torch.no_grad():
         assert torch.equal(model(x), ancestry.model(x))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_running_the_blocks_one_by_one_computes_timms_forward(family):
+    """cluster measures attention block by block (a ViT-g's weights read once): the same tokens as timm's forward."""
+    model = family_ancestry(family).model
+    x = torch.randn(2, 3, 28, 28)
+    with torch.no_grad():
+        tokens = tokens_before_blocks(model, x)
+        for block in model.blocks:
+            tokens = block(tokens)
+        assert torch.equal(model.norm(tokens), model.forward_features(x))
 
 
 # ---- the rule table itself: every family's tensors carried by their axes -----------------------------------
