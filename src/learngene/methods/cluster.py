@@ -202,7 +202,8 @@ def cluster_heads(distances: Tensor, eps: float, min_heads: int = 1) -> tuple[Te
 
 def _mix(block: StateDict, mixing: Tensor) -> None:
     """Replace ``block``'s heads by ``mixing`` of them (q, k, v rows, their biases if any, W_O columns), in place."""
-    qkv, bias, proj = mix_heads(block["attn.qkv.weight"], block.get("attn.qkv.bias"), block["attn.proj.weight"], mixing)
+    qkv = block["attn.qkv.weight"]  # mixing on its device: on a meta gene (the load-time check) nothing is computed
+    qkv, bias, proj = mix_heads(qkv, block.get("attn.qkv.bias"), block["attn.proj.weight"], mixing.to(qkv.device))
     block.update({"attn.qkv.weight": qkv, "attn.proj.weight": proj, **({"attn.qkv.bias": bias} if bias is not None else {})})
 
 

@@ -228,7 +228,8 @@ class PEG(Method):
         if spec.head_dim != head_dim:
             raise LearngeneError(f"peg heads have {head_dim} dims, so a {spec.num_heads}-head descendant is "
                                  f"{spec.num_heads * head_dim} wide; set --embed-dim {spec.num_heads * head_dim}")
-        phi = self._phi(gene, spec)
+        device = gene.tensors["msa.q"].device  # φ and the copies too: a CPU operand would make a meta expansion real
+        phi = {k: v.to(device) for k, v in self._phi(gene, spec).items()}
         axes = gene_axes(src)
         t = {key: move_tensor(gene.tensors[key], axes[key], shape, (gene_heads, gene_heads), mapped)
              for key, shape in gene_shapes(gene.tensors, spec).items()}
@@ -239,7 +240,7 @@ class PEG(Method):
             msa[p] = apply_phi(phi["phi.heads.w1"], phi["phi.heads.w2"], msa[p], batch_dims=1)
         # a head φ's initial repeat copies m times reads 1/m of its W_O columns: the layer starts as the gene's
         source = cyclic(gene_heads, spec.num_heads)
-        copies = torch.bincount(source, minlength=gene_heads).float()[source]
+        copies = torch.bincount(source, minlength=gene_heads).float()[source].to(device)
         msa["proj_cols"] = msa["proj_cols"] / copies.view(1, -1, 1, 1)
         ffn = {p: apply_phi(phi["phi.ffn_layers.w1"], phi["phi.ffn_layers.w2"], t[f"ffn.{p}"])
                for p in FFN_PARTS if f"ffn.{p}" in t}
