@@ -392,11 +392,18 @@ def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dic
 def _fit_gene_to_budget(args: argparse.Namespace, gene, base, options: dict[str, Any]):
     """The deepest, then widest, size under --max-params/--max-flops that the gene's method can expand."""
     heads = args.num_heads or (base.num_heads if args.embed_dim else None)
-    spec = fit_gene_to_budget(gene, base, args.max_params, args.max_flops, depth=args.depth, num_heads=heads, **options)
+    refused: list = []
+    spec = fit_gene_to_budget(gene, base, args.max_params, args.max_flops, depth=args.depth, num_heads=heads,
+                              refused=refused, **options)
     budget = ", ".join(f"{name} {value:,}" for name, value in (("params", args.max_params), ("FLOPs", args.max_flops))
                        if value is not None)
+    why = f"the deepest, then widest size within the budget that the {gene.method} gene expands to"
+    if refused:
+        first, reason = refused[0]
+        why += (f"; {len(refused)} deeper or wider size(s) within the budget it refuses, e.g. {first.short()}: "
+                f"{reason.split('; ')[0]}")  # the reason without the advice to pass other sizes
     _say(args, f"picked {spec.short()}: {spec.num_params:,} params, {spec.flops / 1e6:,.1f} MFLOPs per image "
-               f"(budget: {budget}; the deepest, then widest size the {gene.method} gene supports)")
+               f"(budget: {budget}; {why})")
     return spec
 
 
@@ -568,8 +575,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option for this expansion (repeatable)")
     p.add_argument("--top-up", metavar="METHOD", help="fill what the gene leaves to timm from a method without a "
                                                       "learngene, e.g. mimetic (attention weights, sin-cos positions)")
-    g = p.add_argument_group("size for a budget (the deepest, then widest size the gene supports; "
-                             "--depth or --num-heads pin that axis)")
+    g = p.add_argument_group("size for a budget", "Among depths 1..the ancestry's and head counts 1..the ancestry's "
+                             "(width = heads x head size): the deepest size that fits the budget, then the widest at "
+                             "that depth, skipping sizes the gene's method cannot expand (tried without allocating); "
+                             "--depth or --num-heads pin that axis. It says which size it picked and why.")
     g.add_argument("--max-params", type=_count, metavar="N", help="at most N parameters (e.g. 5e6 or 5M)")
     g.add_argument("--max-flops", type=_count, metavar="N", help="at most N forward FLOPs per image (e.g. 2G)")
     add_common(p)
