@@ -35,7 +35,7 @@ from .describe import describe_file
 from .errors import LearngeneError
 from .export import check_output_folder, export_hub_folder, wants_folder
 from .gene import Learngene
-from .io import (build_model, check_output_path, load_model_file, lock_run_dir, model_preprocessing, os_error_message, quote,
+from .io import (build_model, digest, check_output_path, load_model_file, lock_run_dir, model_preprocessing, os_error_message, quote,
                  release_run_dirs, save_model)
 from .labels import choose_head
 from .method import AdaptInputs, CondenseInputs, citations, parse_options
@@ -283,6 +283,7 @@ def cmd_ancestry(args: argparse.Namespace) -> None:
     spec = spec_from_args(args, data=train_data)
     seed_everything(args.seed)
     model = spec.create_model()
+    train_cfg.identity = {"command": "ancestry", "spec": spec.to_dict()}
     _say(args, f"ancestry {spec.short()} ({spec.num_params:,} params) on {train_data.name}: {len(train_data)} images")
     result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
     dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
@@ -331,6 +332,10 @@ def cmd_condense(args: argparse.Namespace) -> None:
         model_in = ancestry.spec  # None for a non-ViT teacher: the data keep their own size unless flags say
         train_data, test_data = load_data_from_args(args, model_in.img_size if model_in else None,
                                                     model_in.in_chans if model_in else None, preprocessing)
+        if args.run_dir:  # what a resumed run must share with this one, besides what the loop sees
+            train_cfg.identity = {"command": "condense", "method": args.method,
+                                  "options": dataclasses.asdict(method.config),
+                                  "ancestry weights": digest(ancestry.model.state_dict())}
         inputs = CondenseInputs(train=train_data, eval=test_data, train_cfg=train_cfg, run_dir=args.run_dir,
                                 resume=args.resume)
         preprocessing = preprocessing_cfg(train_data)  # what the gene's tensors were trained on
@@ -430,6 +435,8 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     train_data, test_data = load_data_from_args(args, (base.img_size if base else None), (base.in_chans if base else None),
                                                 gene.preprocessing)
     spec = spec_from_args(args, base=base, data=train_data)
+    train_cfg.identity = {"command": "adapt", "method": gene.method, "options": dataclasses.asdict(method.config),
+                          "spec": spec.to_dict(), "gene": digest(gene.tensors) if args.run_dir else None}
     adapted, result = method.adapt(gene, spec, AdaptInputs(train_data, train_cfg.replace(desc=f"adapt {gene.method}"),
                                                            eval=test_data, run_dir=args.run_dir, resume=args.resume))
     model = make_descendant(adapted, spec, seed=args.seed)
@@ -465,6 +472,8 @@ def cmd_train(args: argparse.Namespace) -> None:
         seed_everything(args.seed)
         model.reset_classifier(train_data.num_classes)
         spec = spec.replace(num_classes=train_data.num_classes)
+    train_cfg.identity = {"command": "train", "model weights": digest(state) if args.run_dir else None,
+                          "new head": head.fresh}
     result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
     dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
         **origin, "finetuned_on": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc,
