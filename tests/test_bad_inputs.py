@@ -264,7 +264,7 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
     ("resume from a malicious checkpoint", lambda w: ["train", w.anc, *DATA, "--run-dir", w.run_evil, "--resume",
                                                       "-o", w.out], "delete it"),
     ("resume with other settings", lambda w: ["train", w.anc, *DATA, "--lr", "0.01", "--run-dir", w.run_other_lr,
-                                              "--resume", "-o", w.out], "different lr"),
+                                              "--resume", "-o", w.out], "lr was 0.001, now 0.01"),
     # ---- numbers out of range: refused before any arithmetic or allocation meets them -------------------
     ("warmup epochs nan", lambda w: ["train", w.anc, *DATA, "--warmup-epochs", "nan", "-o", w.out], "not a finite number"),
     ("learning rate inf", lambda w: ["train", w.anc, *DATA, "--lr", "inf", "-o", w.out], "not a finite number"),

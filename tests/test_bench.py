@@ -202,3 +202,37 @@ def test_expand_with_max_params_says_what_it_picked(tmp_path, capsys):
 def test_bench_rejects_unknown_methods(capsys):
     assert main(["bench", "--methods", "nonesuch", "--out", "/tmp/never"]) == 2
     assert "unknown method" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["tleg", "wave"])
+def test_budget_never_picks_a_size_the_method_refuses(name, tmp_path, capsys):
+    """tleg expands in depth only (its 2 heads of 16); wave tiles 32-wide templates: neither takes 48 wide."""
+    layout = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
+    ancestry = layout.replace(depth=4, embed_dim=64, num_heads=4)
+    method = get_method(name)()
+    torch.manual_seed(0)
+    gene = method.new_gene({k: torch.randn_like(v) for k, v in method.initial_tensors(layout).items()}, layout, ancestry)
+    gene.save(tmp_path / "gene.safetensors")
+    narrow = ancestry.replace(embed_dim=48, num_heads=3)
+    # without the method's say, L4 at 48 wide is the deepest, widest size under this budget
+    assert fit_to_budget(ancestry, max_params=narrow.num_params) == narrow
+    out = tmp_path / "d.safetensors"
+    assert main(["expand", str(tmp_path / "gene.safetensors"), "--max-params", str(narrow.num_params), "--out",
+                 str(out)]) == 0
+    said = capsys.readouterr().out
+    assert f"picked L4-D32-H2: {layout.replace(depth=4).num_params:,} params" in said, said
+    assert "deepest, then widest" in said and "refuses, e.g. L4-D48-H3" in said, said
+    assert len(said.strip().splitlines()) == 2  # the pick, then what was written
+    assert load_model_file(out)[1] == layout.replace(depth=4)
+    # under the budget of a 3-deep, 32-wide net the deepest size that fits is picked, not a wider shallower one
+    budget = layout.replace(depth=3).num_params
+    assert main(["expand", str(tmp_path / "gene.safetensors"), "--max-params", str(budget), "--out",
+                 str(tmp_path / "d3.safetensors")]) == 0
+    assert load_model_file(tmp_path / "d3.safetensors")[1] == layout.replace(depth=3)
+    # below every size the gene expands to: one line, exit 2, nothing written
+    smallest = layout.replace(depth=1).num_params
+    assert main(["expand", str(tmp_path / "gene.safetensors"), "--max-params", str(smallest - 1), "--out",
+                 str(tmp_path / "none.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "raise the budget" in err and "L1-D32-H2" in err, err
+    assert not (tmp_path / "none.safetensors").exists()

@@ -136,3 +136,69 @@ def test_non_finite_loss_keeps_the_last_good_checkpoint(tiny_spec, tmp_path):
     resumed = tiny_spec.create_model()
     train(resumed, data, cfg, run_dir=tmp_path, resume=True)  # the data fixed, the run goes on from there
     assert all(torch.equal(resumed.state_dict()[k], v) for k, v in reference.state_dict().items())
+
+
+# ---- --resume checks the run's fingerprint (train.run_fingerprint) -------------------------------------------
+QUICK = ["--train-images", "48", "--batch-size", "16", "--epochs", "1", "--eval-images", "16", "--quiet"]
+
+
+def _ancestry_run(tmp_path: Path, *extra: str) -> list[str]:
+    return ["ancestry", "--data", "digits", "--depth", "1", "--embed-dim", "16", "--num-heads", "2", "--patch-size", "4",
+            "--img-size", "16", *QUICK, "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "a.safetensors"),
+            "--overwrite", *extra]
+
+
+@pytest.mark.parametrize("change, said", [
+    (["--train-images", "64"], "training images was 48, now 64"),
+    (["--data", "fashion_mnist"], "data was 'digits-train-48', now 'fashion_mnist-train-48'"),
+    (["--augment"], "augment was False, now True"),
+    (["--img-size", "12"], "image size was 16, now 12"),
+    (["--lr", "0.01"], "lr was 0.001, now 0.01"),
+    (["--label-smoothing", "0.1"], "label_smoothing was 0.0, now 0.1"),
+    (["--embed-dim", "32"], "model was"),
+])
+def test_resume_refuses_a_run_with_other_data_or_settings(change, said, tmp_path, capsys):
+    assert main(_ancestry_run(tmp_path)) == 0
+    checkpoint = (tmp_path / "run" / CHECKPOINT).read_bytes()
+    capsys.readouterr()
+    assert main(_ancestry_run(tmp_path, "--resume", *change)) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "cannot resume" in errors[0] and said in errors[0], errors
+    assert (tmp_path / "run" / CHECKPOINT).read_bytes() == checkpoint
+
+
+def test_resume_accepts_the_same_run_and_speed_flags(tmp_path, capsys):
+    assert main(_ancestry_run(tmp_path)) == 0
+    first = load_file(tmp_path / "a.safetensors")
+    assert main(_ancestry_run(tmp_path, "--resume", "--workers", "0", "--no-sdpa", "--no-fused-adamw")) == 0
+    assert "cannot resume" not in capsys.readouterr().err
+    again = load_file(tmp_path / "a.safetensors")
+    assert all(torch.equal(first[k], again[k]) for k in first)
+
+
+def test_resume_refuses_another_method_or_options(ancestry_file, tmp_path, capsys):
+    def condense(*extra: str) -> list[str]:
+        return ["condense", "--ancestry", str(ancestry_file), "--data", "digits", *QUICK, "--max-steps", "2",
+                "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "g.safetensors"), "--overwrite", *extra]
+
+    assert main(condense("--method", "tleg")) == 0
+    capsys.readouterr()
+    assert main(condense("--method", "share_init", "--resume")) == 2
+    assert "method was 'tleg', now 'share_init'" in capsys.readouterr().err
+    assert main(condense("--method", "tleg", "--opt", "layers=1", "--resume")) == 2
+    assert "options was {'aux_" in capsys.readouterr().err
+    assert main(condense("--method", "tleg", "--resume")) == 0
+
+
+def test_a_checkpoint_without_a_fingerprint_is_resumed_with_a_warning(tmp_path, capsys):
+    assert main(_ancestry_run(tmp_path)) == 0
+    path = tmp_path / "run" / CHECKPOINT
+    ckpt = load_checkpoint(path)
+    legacy = {k: v for k, v in ckpt.items() if k != "fingerprint"}
+    legacy["config"] = {k: ckpt["fingerprint"][k] for k in TrainConfig.RESUME_KEYS}
+    torch.save(legacy, path)
+    with pytest.warns(UserWarning, match="predates run fingerprints"):
+        assert main(_ancestry_run(tmp_path, "--resume")) == 0
+    torch.save(legacy, path)
+    assert main(_ancestry_run(tmp_path, "--resume", "--lr", "0.01")) == 2  # its training settings are still checked
+    assert "lr was 0.001, now 0.01" in capsys.readouterr().err

@@ -61,7 +61,7 @@ def test_resume_after_a_crash_mid_epoch_is_bit_exact(tiny_spec, toy_data, tmp_pa
 
 def test_resume_refuses_changed_settings(tiny_spec, toy_data, tmp_path):
     train(_model(tiny_spec), toy_data, TrainConfig(epochs=1, **FAST), run_dir=tmp_path)
-    with pytest.raises(LearngeneError, match="different lr"):
+    with pytest.raises(LearngeneError, match="differs from the checkpointed one: lr was 0.003, now 0.0001; "):
         train(_model(tiny_spec), toy_data, TrainConfig(epochs=1, **{**FAST, "lr": 1e-4}), run_dir=tmp_path, resume=True)
 
 

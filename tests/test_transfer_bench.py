@@ -83,7 +83,9 @@ TRANSFER = Profile(
     upstreams=(Upstream("A", (0, 1, 2, 3, 4), 1, 1, ablations=True), Upstream("A-long", (0, 1, 2, 3, 4), 2, 1)),
     variants=(Variant("+sincos", methods=("pretrained",), pos_embed="sincos"),
               Variant("head-reuse", methods=("pretrained",), head="reuse"),
-              Variant("+mimetic", methods=("pretrained",), top_up="mimetic")),
+              Variant("+mimetic", methods=("pretrained",), top_up="mimetic"),
+              Variant("+fix", methods=("pretrained",), options=(("untrained_attention", "mimetic"),),
+                      upstreams=("A-long",))),
 )
 
 
@@ -108,6 +110,9 @@ def test_transfer_tasks_train_on_the_unseen_classes_and_share_reference_cells(tm
     labels = {r.label for r in rows if r.upstream == "A"}
     assert {"pretrained +sincos", "pretrained head-reuse", "scratch ×2"} <= labels
     assert not {r.label for r in rows if r.upstream == "A-long"} & {"pretrained +sincos"}  # ablations on A only
+    fixed = [r for r in rows if r.label == "pretrained +fix"]  # a method option, on the upstream named only
+    assert {r.upstream for r in fixed} == {"A-long"} and len(fixed) == 2
+    assert all(r.ok or "untrained_attention=mimetic changes nothing" in r.note for r in fixed)
     no_op = [r for r in rows if r.label == "pretrained +mimetic"]
     assert no_op and all(not r.ok and "changes nothing" in r.note for r in no_op)
     finished = [r for r in rows if r.ok and r.budget == 1]

@@ -35,7 +35,7 @@ from .describe import describe_file
 from .errors import LearngeneError
 from .export import check_output_folder, export_hub_folder, wants_folder
 from .gene import Learngene
-from .io import (build_model, check_output_path, load_model_file, lock_run_dir, model_preprocessing, os_error_message, quote,
+from .io import (build_model, digest, check_output_path, load_model_file, lock_run_dir, model_preprocessing, os_error_message, quote,
                  release_run_dirs, save_model)
 from .labels import choose_head
 from .method import AdaptInputs, CondenseInputs, citations, parse_options
@@ -283,6 +283,7 @@ def cmd_ancestry(args: argparse.Namespace) -> None:
     spec = spec_from_args(args, data=train_data)
     seed_everything(args.seed)
     model = spec.create_model()
+    train_cfg.identity = {"command": "ancestry", "spec": spec.to_dict()}
     _say(args, f"ancestry {spec.short()} ({spec.num_params:,} params) on {train_data.name}: {len(train_data)} images")
     result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
     dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
@@ -331,6 +332,10 @@ def cmd_condense(args: argparse.Namespace) -> None:
         model_in = ancestry.spec  # None for a non-ViT teacher: the data keep their own size unless flags say
         train_data, test_data = load_data_from_args(args, model_in.img_size if model_in else None,
                                                     model_in.in_chans if model_in else None, preprocessing)
+        if args.run_dir:  # what a resumed run must share with this one, besides what the loop sees
+            train_cfg.identity = {"command": "condense", "method": args.method,
+                                  "options": dataclasses.asdict(method.config),
+                                  "ancestry weights": digest(ancestry.model.state_dict())}
         inputs = CondenseInputs(train=train_data, eval=test_data, train_cfg=train_cfg, run_dir=args.run_dir,
                                 resume=args.resume)
         preprocessing = preprocessing_cfg(train_data)  # what the gene's tensors were trained on
@@ -392,11 +397,18 @@ def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dic
 def _fit_gene_to_budget(args: argparse.Namespace, gene, base, options: dict[str, Any]):
     """The deepest, then widest, size under --max-params/--max-flops that the gene's method can expand."""
     heads = args.num_heads or (base.num_heads if args.embed_dim else None)
-    spec = fit_gene_to_budget(gene, base, args.max_params, args.max_flops, depth=args.depth, num_heads=heads, **options)
+    refused: list = []
+    spec = fit_gene_to_budget(gene, base, args.max_params, args.max_flops, depth=args.depth, num_heads=heads,
+                              refused=refused, **options)
     budget = ", ".join(f"{name} {value:,}" for name, value in (("params", args.max_params), ("FLOPs", args.max_flops))
                        if value is not None)
+    why = f"the deepest, then widest size within the budget that the {gene.method} gene expands to"
+    if refused:
+        first, reason = refused[0]
+        why += (f"; {len(refused)} deeper or wider size(s) within the budget it refuses, e.g. {first.short()}: "
+                f"{reason.split('; ')[0]}")  # the reason without the advice to pass other sizes
     _say(args, f"picked {spec.short()}: {spec.num_params:,} params, {spec.flops / 1e6:,.1f} MFLOPs per image "
-               f"(budget: {budget}; the deepest, then widest size the {gene.method} gene supports)")
+               f"(budget: {budget}; {why})")
     return spec
 
 
@@ -423,6 +435,8 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     train_data, test_data = load_data_from_args(args, (base.img_size if base else None), (base.in_chans if base else None),
                                                 gene.preprocessing)
     spec = spec_from_args(args, base=base, data=train_data)
+    train_cfg.identity = {"command": "adapt", "method": gene.method, "options": dataclasses.asdict(method.config),
+                          "spec": spec.to_dict(), "gene": digest(gene.tensors) if args.run_dir else None}
     adapted, result = method.adapt(gene, spec, AdaptInputs(train_data, train_cfg.replace(desc=f"adapt {gene.method}"),
                                                            eval=test_data, run_dir=args.run_dir, resume=args.resume))
     model = make_descendant(adapted, spec, seed=args.seed)
@@ -458,6 +472,8 @@ def cmd_train(args: argparse.Namespace) -> None:
         seed_everything(args.seed)
         model.reset_classifier(train_data.num_classes)
         spec = spec.replace(num_classes=train_data.num_classes)
+    train_cfg.identity = {"command": "train", "model weights": digest(state) if args.run_dir else None,
+                          "new head": head.fresh}
     result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
     dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
         **origin, "finetuned_on": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc,
@@ -568,8 +584,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option for this expansion (repeatable)")
     p.add_argument("--top-up", metavar="METHOD", help="fill what the gene leaves to timm from a method without a "
                                                       "learngene, e.g. mimetic (attention weights, sin-cos positions)")
-    g = p.add_argument_group("size for a budget (the deepest, then widest size the gene supports; "
-                             "--depth or --num-heads pin that axis)")
+    g = p.add_argument_group("size for a budget", "Among depths 1..the ancestry's and head counts 1..the ancestry's "
+                             "(width = heads x head size): the deepest size that fits the budget, then the widest at "
+                             "that depth, skipping sizes the gene's method cannot expand (tried without allocating); "
+                             "--depth or --num-heads pin that axis. It says which size it picked and why.")
     g.add_argument("--max-params", type=_count, metavar="N", help="at most N parameters (e.g. 5e6 or 5M)")
     g.add_argument("--max-flops", type=_count, metavar="N", help="at most N forward FLOPs per image (e.g. 2G)")
     add_common(p)

@@ -78,20 +78,25 @@ def top_up_state(name: str, spec: ViTSpec, seed: int = 0) -> StateDict:
 
 
 def fit_gene_to_budget(gene: Learngene, base: ViTSpec, max_params: int | None = None, max_flops: int | None = None,
-                       depth: int | None = None, num_heads: int | None = None, **options: Any) -> ViTSpec:
+                       depth: int | None = None, num_heads: int | None = None,
+                       refused: list[tuple[ViTSpec, str]] | None = None, **options: Any) -> ViTSpec:
     """The deepest, then widest, size near ``base`` under the budget that the gene's method can expand.
 
     Depth and head count range up to the ancestry's (when the gene records one); ``depth`` or
-    ``num_heads`` pin that axis; ``options`` are the method's expand-time options. See
-    :func:`~learngene.spec.fit_to_budget`.
+    ``num_heads`` pin that axis; ``options`` are the method's expand-time options. A size counts as
+    supported when the method's ``expand`` gives it the timm shapes of that size, tried on the ``meta``
+    device (:func:`~learngene.gene.expand_on_meta`), so no candidate allocates its weights. ``refused``,
+    when given, receives each size within the budget that the method refused (deepest first) and why.
+    See :func:`~learngene.spec.fit_to_budget`.
     """
     method = get_method(gene.method).from_gene(gene, **options)
 
     def supports(spec: ViTSpec) -> bool:
         try:
-            with torch.no_grad():
-                check_state_shapes(method.expand(gene, spec), spec, f"the {gene.method} gene")
-        except LearngeneError:
+            check_state_shapes(expand_on_meta(method, gene, spec), spec, f"the {gene.method} gene")
+        except LearngeneError as exc:
+            if refused is not None:
+                refused.append((spec, " ".join(str(exc).split())))
             return False
         return True
 

@@ -13,6 +13,7 @@ import contextlib
 import datetime
 import errno
 import functools
+import hashlib
 import io
 import json
 import os
@@ -423,6 +424,19 @@ def nonfinite_tensor(tensors: dict[str, Tensor]) -> str | None:
     """The name of the first floating tensor holding NaN or an infinity, else None."""
     return next((name for name, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())),
                 None)
+
+
+def digest(tensors: dict[str, Tensor] | Tensor | None, values: bool = True) -> str | None:
+    """A short sha256 of tensors' names, shapes and dtypes, and of their values unless ``values=False``:
+    an identity to compare, e.g. a checkpoint's run against the run resuming it."""
+    if tensors is None:
+        return None
+    h = hashlib.sha256()
+    for name, t in (tensors.items() if isinstance(tensors, dict) else [("", tensors)]):
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype};".encode())
+        if values:
+            h.update(memoryview(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()))
+    return h.hexdigest()[:16]
 
 
 def check_finite(tensors: dict[str, Tensor], path: str | os.PathLike) -> None:

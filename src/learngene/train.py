@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from . import distributed as dist
 from .data import Batch, Batches, BatchMixer, Data, take
 from .errors import DataError, LearngeneError, TrainingError
-from .io import nonfinite_tensor, quote, save_torch_atomic, torch_load_weights_only, write_text_atomic
+from .io import digest, nonfinite_tensor, quote, save_torch_atomic, torch_load_weights_only, write_text_atomic
 from .validate import check_fields
 
 CHECKPOINT = "checkpoint.pt"
@@ -67,8 +67,11 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model (an aux net: its expand + forward together)
     fused_adamw: bool | None = None  # AdamW's fused kernel; None: on CUDA only
     sdpa: bool = True  # attention through F.scaled_dot_product_attention (flash kernels on CUDA), else eager
+    # what else decides the result that the loop cannot see (the command, method and options, a digest of
+    # the input weights): part of the run's fingerprint (see run_fingerprint), set by the caller
+    identity: dict[str, Any] = field(default_factory=dict)
 
-    # fields that must agree between a checkpoint and the run resuming it
+    # fields that must agree between a checkpoint and the run resuming it (with run_fingerprint's others)
     RESUME_KEYS = ("epochs", "batch_size", "lr", "min_lr", "weight_decay", "warmup_epochs", "max_steps",
                    "grad_clip", "label_smoothing", "distill_lambda", "distill_tau", "augment", "mixup", "seed")
 
@@ -252,6 +255,42 @@ def _zero_sums() -> Tensor:
     return torch.zeros(3, dtype=torch.float64)
 
 
+def run_fingerprint(cfg: TrainConfig, model: nn.Module, data: Data, teacher: nn.Module | None = None) -> dict[str, Any]:
+    """Everything that changes a run's result: a checkpoint records it, and a run resuming it must match.
+
+    The one place that says which settings count: the training settings of ``TrainConfig.RESUME_KEYS``;
+    the data (name, number of images, image size, channels, classes, normalization, augmentation, and
+    digests of the labels and of the images or image paths); the model's and teacher's tensor names and
+    shapes; and ``cfg.identity`` (the command, method, options and input weights the caller names).
+    Speed settings (compile, fused AdamW, SDPA, workers, device) are not in it: they are free to change.
+    """
+    images = getattr(data, "images", None)
+    return {
+        **{k: getattr(cfg, k) for k in TrainConfig.RESUME_KEYS},
+        "data": data.name,
+        "training images": len(data),
+        "image size": data.img_size,
+        "channels": data.in_chans,
+        "classes": list(data.label_space["classes"]) if data.label_space else data.num_classes,
+        "normalization": [list(data.mean), list(data.std)],
+        "augmentation": getattr(data, "augment", "none"),
+        "labels": digest(data.labels),
+        "images": digest(images) if images is not None else digest({p: torch.zeros(0) for p, _ in data.samples}, values=False),
+        "model": digest(model.state_dict(), values=False),
+        "teacher": digest(teacher.state_dict(), values=False) if teacher is not None else None,
+        **cfg.identity,
+    }
+
+
+def _differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    def show(value: Any) -> str:
+        text = repr(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    return [f"{k} was {show(saved.get(k))}, now {show(now.get(k))}"
+            for k in dict.fromkeys([*saved, *now]) if saved.get(k) != now.get(k)]
+
+
 @dataclass
 class RunState:
     """Where a training run stands: what every checkpoint saves and ``resume`` restores with it.
@@ -267,6 +306,7 @@ class RunState:
     history: list[dict[str, Any]] = field(default_factory=list)  # one record per finished epoch
     seconds: float = 0.0
     epoch_sums: Tensor = field(default_factory=_zero_sums)
+    fingerprint: dict[str, Any] = field(default_factory=dict)  # run_fingerprint of the run
 
     def save(self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
              cfg: TrainConfig) -> None:
@@ -279,7 +319,7 @@ class RunState:
             "rng": ranks[0][0], "rng_per_rank": [r[0] for r in ranks], "epoch": self.epoch,
             "step_in_epoch": self.step_in_epoch, "global_step": self.global_step, "history": self.history,
             "seconds": self.seconds, "epoch_sums": sum(r[1] for r in ranks),
-            "config": {k: getattr(cfg, k) for k in TrainConfig.RESUME_KEYS},
+            "fingerprint": self.fingerprint,
         }
         bad = nonfinite_tensor(state["model"])
         if bad is not None:  # never replace the last good checkpoint with one that cannot be resumed
@@ -289,14 +329,24 @@ class RunState:
 
     @classmethod
     def load(cls, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-             cfg: TrainConfig) -> "RunState":
-        """Restore model, optimizer, schedule and this rank's RNG states from ``path``; the run's position."""
+             cfg: TrainConfig, fingerprint: dict[str, Any]) -> "RunState":
+        """Restore model, optimizer, schedule and this rank's RNG states from ``path``; the run's position.
+        Refuses (one line) a checkpoint whose :func:`run_fingerprint` differs from this run's ``fingerprint``."""
         ckpt = load_checkpoint(path)
-        saved = ckpt.get("config", {})
-        changed = [k for k in TrainConfig.RESUME_KEYS if k in saved and saved[k] != getattr(cfg, k)]
+        if "fingerprint" in ckpt:
+            changed = _differences(ckpt["fingerprint"], fingerprint)
+        else:  # written before run fingerprints: only its training settings can be compared
+            saved = ckpt.get("config", {})
+            changed = _differences({k: v for k, v in saved.items() if k in TrainConfig.RESUME_KEYS},
+                                   {k: getattr(cfg, k) for k in TrainConfig.RESUME_KEYS if k in saved})
+            if dist.is_main() and not changed:
+                warnings.warn(f"{quote(path)} predates run fingerprints: only its training settings were checked, "
+                              f"not its data, model or method; resume it only with the command that made it",
+                              stacklevel=2)
         if changed:
-            raise LearngeneError(f"cannot resume {quote(path)}: it was made with different {', '.join(changed)}; "
-                                 f"use the same settings or start a new run directory")
+            raise LearngeneError(f"cannot resume {quote(path)}: the run differs from the checkpointed one: "
+                                 f"{'; '.join(changed[:3])}{'; ...' if len(changed) > 3 else ''}; use the same "
+                                 f"settings, or another --run-dir to start over")
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
@@ -305,7 +355,7 @@ class RunState:
             _set_rng_state(per_rank[dist.rank()])
         return cls(epoch=ckpt["epoch"], step_in_epoch=ckpt["step_in_epoch"], global_step=ckpt["global_step"],
                    history=list(ckpt["history"]), seconds=ckpt["seconds"],
-                   epoch_sums=ckpt["epoch_sums"] if dist.is_main() else _zero_sums())
+                   epoch_sums=ckpt["epoch_sums"] if dist.is_main() else _zero_sums(), fingerprint=fingerprint)
 
 
 @torch.no_grad()
@@ -466,9 +516,10 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
         if 0 < seen < dist.world_size():
             raise LearngeneError(f"{quote(ckpt_path)} is visible to {seen} of {dist.world_size()} processes; put --run-dir on a "
                                  f"filesystem every node shares")
-    state = RunState()
+    fingerprint = run_fingerprint(cfg, model, train_data, teacher) if run_dir is not None else {}
+    state = RunState(fingerprint=fingerprint)
     if found:
-        state = RunState.load(ckpt_path, model, optimizer, scheduler, cfg)
+        state = RunState.load(ckpt_path, model, optimizer, scheduler, cfg, fingerprint)
     elif run_dir is not None and dist.is_main():
         for stale in (LOG, CHECKPOINT):  # a fresh run must never resume an older run's checkpoint later
             (run_dir / stale).unlink(missing_ok=True)

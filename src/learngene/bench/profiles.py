@@ -90,6 +90,9 @@ class Variant:
         blend_mimetic: α; each head's ``W_q W_kᵀ`` becomes ``α·gene + (1−α)·mimetic``.
         head: ``reuse`` keeps the gene's classifier even on a task with a fresh head (the trap of
             reusing a head trained on other classes); ``None`` follows the task.
+        options: the method's expand-time options, as ``(name, value)`` pairs (e.g.
+            ``(("untrained_attention", "mimetic"),)``).
+        upstreams: the upstreams it runs on, by name (``None``: those with ``ablations=True``).
     """
 
     name: str
@@ -98,11 +101,16 @@ class Variant:
     pos_embed: str | None = None
     blend_mimetic: float | None = None
     head: str | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+    upstreams: tuple[str, ...] | None = None
 
     def descendant_options(self) -> dict[str, Any]:
-        """The arguments of ``make_descendant`` this variant sets."""
-        return {k: v for k, v in (("top_up", self.top_up), ("pos_embed", self.pos_embed),
-                                  ("blend_mimetic", self.blend_mimetic)) if v is not None}
+        """The arguments of ``make_descendant`` this variant sets (the method's options among them)."""
+        return {**{k: v for k, v in (("top_up", self.top_up), ("pos_embed", self.pos_embed),
+                                     ("blend_mimetic", self.blend_mimetic)) if v is not None}, **dict(self.options)}
+
+    def runs_on(self, upstream: "Upstream") -> bool:
+        return upstream.ablations if self.upstreams is None else upstream.name in self.upstreams
 
 
 @dataclass(frozen=True)
@@ -253,6 +261,11 @@ PROFILES: dict[str, Profile] = {
             Variant("learned-pos", methods=("mimetic",), pos_embed="learned"),
             Variant("blend0.5", methods=("pretrained", "share_init", "tleg", "wave"), blend_mimetic=0.5),
             Variant("head-reuse", methods=("pretrained", "tleg"), head="reuse"),
+            # the fix for the short ancestries' loss to mimetic (docs/RESULTS.md): mimetic's attention and sin-cos
+            # positions where the ancestry's attention is untrained; n/a (changes nothing) on the converged ones
+            Variant("+mimetic-if-untrained", methods=("pretrained", "auto_lg", "heru_lg"),
+                    options=(("untrained_attention", "mimetic"),),
+                    upstreams=("A-short", "B-short", "A-converged", "B-converged")),
         ),
     ),
     # bigger models and the full data for a GPU (bf16); resumable, so `--time-limit` splits it into short commands

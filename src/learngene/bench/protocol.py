@@ -329,7 +329,7 @@ class BenchRun:
         methods = self._methods(up)
         anc = p.ancestry.flops * up.ancestry_epochs * (3 * ancestry_images + UPSTREAM_EVAL_IMAGES)
         condense = p.ancestry.flops * up.condense_epochs * (3 * len(upstream) + UPSTREAM_EVAL_IMAGES)
-        rows = len(methods) + sum(len(self._variant_methods(v, methods)) for v in p.variants if up.ablations)
+        rows = len(methods) + sum(len(self._variant_methods(v, methods)) for v in p.variants if v.runs_on(up))
         specs = self._specs(up)
         cells = [self._cell_gflop(spec, td, factor) * len(p.seeds)
                  for td in tasks for spec in specs for name in methods for factor in self._budgets(name, td.task)]
@@ -453,7 +453,7 @@ class BenchRun:
                                       f"{name} {spec.short()} seed {seed} initialized")
                     except LearngeneError as exc:
                         init, init_key, adapt_s, why = None, "", 0.0, str(exc)
-                    variants = [None] + [v for v in p.variants if up.ablations and name in self._variant_methods(v, methods)]
+                    variants = [None] + [v for v in p.variants if v.runs_on(up) and name in self._variant_methods(v, methods)]
                     for td in tasks:
                         for variant in variants:
                             for budget in self._budgets(name, td.task) if variant is None else (1,):
@@ -480,6 +480,12 @@ def check_variant_changes(variant: Variant, init: Learngene, spec: ViTSpec) -> N
                              f"the top-up changes nothing")
     if variant.head == "reuse" and "head.weight" not in provided:
         raise LearngeneError(f"the {init.method} gene gives no classifier head to reuse")
+    if variant.options:
+        plain = get_method(init.method).from_gene(init).expand(init, spec)
+        changed = get_method(init.method).from_gene(init, **dict(variant.options)).expand(init, spec)
+        if plain.keys() == changed.keys() and all(torch.equal(plain[k], changed[k]) for k in plain):
+            options = " ".join(f"{k}={v}" for k, v in variant.options)
+            raise LearngeneError(f"{options} changes nothing in the {init.method} descendant at {spec.short()}")
 
 
 def descendant_options(init: Learngene, seed: int, variant: Variant | None = None) -> dict[str, Any]:

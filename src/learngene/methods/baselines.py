@@ -3,6 +3,13 @@
 All but scratch copy whole ancestry blocks (so the descendant's blocks must have the ancestry's
 width, heads and MLP size; depth is free). The gene stores only what the rule uses, so its
 stored-parameter count is the rule's real storage cost.
+
+``--opt untrained_attention=mimetic`` (pretrained, auto_lg, heru_lg; default ``keep``, the papers'
+baselines): where the stored attention was never trained (judged from the weights alone, by
+mimetic's ``mimetic_where_untrained``), the descendant takes mimetic's attention and sin-cos positions
+instead and keeps the ancestry's MLPs, norms and patch embedding. An ancestry trained 2 epochs has
+near-uniform attention and its descendants lose to mimetic on unseen classes; this recovers mimetic's
+level (docs/RESULTS.md, ``benchmarks/transfer_why.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from dataclasses import dataclass
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
-from ..registry import register_method
+from ..registry import get_method, register_method
 from ..spec import ViTSpec
 from ..transfer import StateDict, inherit_non_block, place_blocks, require_block_shape
 
@@ -34,6 +41,23 @@ class Scratch(Method):
         return {}
 
 
+UNTRAINED_ATTENTION = ("keep", "mimetic")
+
+
+def _check_untrained_attention(method: Method) -> None:
+    if method.config.untrained_attention not in UNTRAINED_ATTENTION:
+        raise LearngeneError(f"{method.name} untrained_attention must be keep or mimetic, not "
+                             f"{method.config.untrained_attention!r}; pass --opt untrained_attention=mimetic (or keep)")
+
+
+def _with_untrained_attention(method: Method, state: StateDict, spec: ViTSpec) -> StateDict:
+    """``untrained_attention=mimetic``: mimetic's attention and sin-cos positions instead of the ancestry's when the
+    ancestry's attention was never trained (a rule on the stored weights, see mimetic's ``mimetic_where_untrained``)."""
+    if method.config.untrained_attention == "keep":
+        return state
+    return get_method("mimetic").mimetic_where_untrained(state, spec, method.config.seed)
+
+
 def _stored_layers(gene: Learngene) -> int:
     layers = {int(k.split(".")[1]) for k in gene.tensors if k.startswith("blocks.")}
     return max(layers) + 1 if layers else 0
@@ -51,6 +75,8 @@ def _stored_gene(method: Method, ancestry: Ancestry, layers: list[int], parts: t
 @dataclass(frozen=True)
 class PretrainedConfig:
     variant: str = "first"  # which layers line up when depths differ: first | last | middle (TLEG Pre-Fin #1/#2/#3)
+    untrained_attention: str = "keep"  # keep | mimetic: mimetic's attention + sin-cos if the ancestry's is untrained
+    seed: int = 0  # mimetic's draws (untrained_attention=mimetic); a descendant's seed sets it
 
 
 @register_method
@@ -64,12 +90,14 @@ class Pretrained(Method):
     paper = Paper("Transformer as Linear Expansion of Learngene", "Xia et al.", "AAAI", 2024, "2312.05614",
                   "its Pre-Fin baselines")
     Config = PretrainedConfig
+    seed_option = "seed"
 
     def __init__(self, config=None, **overrides):
         super().__init__(config, **overrides)
         if self.config.variant not in ("first", "last", "middle"):
             raise LearngeneError(f"pretrained variant must be first, last or middle, not {self.config.variant!r}; "
                                  f"pass --opt variant=first (or last, middle)")
+        _check_untrained_attention(self)
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         spec = ancestry.require_vit(self.name)
@@ -86,12 +114,14 @@ class Pretrained(Method):
             placement = {offset + i: i for i in range(shared)}
         out = place_blocks(gene.tensors, placement)
         out.update(inherit_non_block(gene.tensors, gene.layout, spec))
-        return out
+        return _with_untrained_attention(self, out, spec)
 
 
 @dataclass(frozen=True)
 class HeruConfig:
     layers: int = 3  # ancestry layers kept at the top
+    untrained_attention: str = "keep"  # keep | mimetic: mimetic's attention if the ancestry's is untrained
+    seed: int = 0  # mimetic's draws (untrained_attention=mimetic); a descendant's seed sets it
 
 
 @register_method
@@ -104,6 +134,11 @@ class HeruLG(Method):
     summary = "last 3 ancestry layers on top of random lower layers"
     paper = Paper("Learngene: From Open-World to Your Learning Task", "Wang et al.", "AAAI", 2022, "2106.06788")
     Config = HeruConfig
+    seed_option = "seed"
+
+    def __init__(self, config=None, **overrides):
+        super().__init__(config, **overrides)
+        _check_untrained_attention(self)
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         spec = ancestry.require_vit(self.name)
@@ -116,12 +151,14 @@ class HeruLG(Method):
         used = min(stored, spec.depth)
         out = place_blocks(gene.tensors, {spec.depth - used + i: stored - used + i for i in range(used)})
         out.update(inherit_non_block(gene.tensors, gene.layout, spec, ("norm", "head")))
-        return out
+        return _with_untrained_attention(self, out, spec)
 
 
 @dataclass(frozen=True)
 class AutoConfig:
     fraction: float = 0.5  # share of the ancestry's layers kept at the bottom (6 of 12 in the papers)
+    untrained_attention: str = "keep"  # keep | mimetic: mimetic's attention + sin-cos if the ancestry's is untrained
+    seed: int = 0  # mimetic's draws (untrained_attention=mimetic); a descendant's seed sets it
 
 
 @register_method
@@ -134,6 +171,11 @@ class AutoLG(Method):
     paper = Paper("Learngene: Inheriting Condensed Knowledge from the Ancestry Model to Descendant Models", "Wang et al.",
                   "arXiv preprint", 2023, "2305.02279")
     Config = AutoConfig
+    seed_option = "seed"
+
+    def __init__(self, config=None, **overrides):
+        super().__init__(config, **overrides)
+        _check_untrained_attention(self)
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         spec = ancestry.require_vit(self.name)
@@ -145,5 +187,5 @@ class AutoLG(Method):
         used = min(_stored_layers(gene), spec.depth)
         out = place_blocks(gene.tensors, {i: i for i in range(used)})
         out.update(inherit_non_block(gene.tensors, gene.layout, spec, ("embed",)))
-        return out
+        return _with_untrained_attention(self, out, spec)
 

@@ -109,6 +109,58 @@ def blend_query_key(state: StateDict, spec: ViTSpec, alpha: float, seed: int = 0
     return out
 
 
+# An attention layer whose logits vary by less than this (std over isotropic unit-variance tokens) is
+# untrained: Gaussian logits of std σ lower the attention's entropy by about σ²/2 nats below uniform, 0.02
+# at 0.2. Measured (benchmarks/transfer_why.py, docs/RESULTS.md): timm's init 0.025; ancestries of the transfer
+# profile trained 2 epochs 0.05-0.10 (attention within 0.05 nats of uniform on their images); trained 30
+# epochs 0.28-0.65; mimetic 1.49.
+UNTRAINED_ATTENTION_SCALE = 0.2
+
+
+def attention_logit_scale(state: StateDict, spec: ViTSpec, layer: int) -> float:
+    """Mean over heads of the std of layer ``layer``'s attention logits for isotropic tokens: ‖G W_q^hᵀ W_k^h G‖_F / √d.
+
+    G is the diagonal of the layer's ``norm1`` gain (1 where ``state`` gives none): tokens after the
+    LayerNorm have unit-variance coordinates times G, and for independent such x, y the logit
+    ``x A yᵀ / √d`` has variance ‖A‖_F² / d. The biases are left out. Data-free, so a rule built on
+    it can be computed from a gene alone.
+    """
+    q, k, _ = split_qkv(state[block_key(layer, "attn.qkv.weight")].detach().double(), spec.num_heads)
+    gain = state.get(block_key(layer, "norm1.weight"))
+    g = torch.ones(spec.embed_dim, dtype=torch.float64) if gain is None else gain.detach().double()
+    product = (q * g).transpose(1, 2) @ (k * g)  # (H, D, D)
+    return float(torch.linalg.matrix_norm(product).mean() / spec.head_dim**0.5)
+
+
+def mimetic_where_untrained(state: StateDict, spec: ViTSpec, seed: int = 0,
+                            threshold: float = UNTRAINED_ATTENTION_SCALE) -> StateDict:
+    """``state`` with mimetic's attention and sin-cos positions when its attention was never trained.
+
+    "Never trained": every layer whose attention ``state`` gives has :func:`attention_logit_scale`
+    below ``threshold``. Then those layers' q, k, v and projection weights become mimetic's (drawn
+    with ``seed`` exactly as ``mimetic``'s own descendant of ``spec``), their biases zero, and the
+    position table (if ``state`` gives one) the 2-D sin-cos one; every other tensor is kept. Otherwise
+    ``state`` is returned as it is. Why: an ancestry trained briefly (2 epochs in the transfer profile)
+    has near-uniform attention over a barely-trained position table, and its descendants fine-tune
+    below mimetic's on unseen classes; with this swap they reach mimetic's level, while a trained
+    ancestry's attention carries what it learned and replacing it costs accuracy (docs/RESULTS.md).
+    """
+    layers = [i for i in range(spec.depth) if block_key(i, "attn.qkv.weight") in state]
+    if not layers or max(attention_logit_scale(state, spec, i) for i in layers) >= threshold:
+        return state
+    mimetic = Mimetic(seed=seed)
+    filler = mimetic.expand(mimetic.condense(None), spec)
+    out = dict(state)
+    for i in layers:
+        for name in ("attn.qkv", "attn.proj"):
+            out[block_key(i, f"{name}.weight")] = filler[block_key(i, f"{name}.weight")]
+            if block_key(i, f"{name}.bias") in state:
+                out[block_key(i, f"{name}.bias")] = torch.zeros_like(state[block_key(i, f"{name}.bias")])
+    if "pos_embed" in state:
+        out["pos_embed"] = filler["pos_embed"]
+    return out
+
+
 @register_method
 class Mimetic(Method):
     """Closed-form attention initialization; the learngene is empty (any spec, no ancestry)."""
@@ -122,6 +174,7 @@ class Mimetic(Method):
     # the ablations of make_descendant reach these through the registry, not by importing this module
     sincos_pos_embed = staticmethod(sincos_pos_embed)
     blend_query_key = staticmethod(blend_query_key)
+    mimetic_where_untrained = staticmethod(mimetic_where_untrained)
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         return self.new_gene({}, None, ancestry.spec if ancestry else None)

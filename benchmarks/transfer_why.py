@@ -1,0 +1,210 @@
+"""Why do the stored weights of a short ancestry lose to mimetic on unseen classes? Controlled swaps.
+
+Reads the ancestries ``learngene bench --profile transfer`` cached in its out folder (it trains nothing
+upstream; run the bench first) and builds, for each upstream, size and seed, descendants that take each
+part of the model either from ``pretrained`` (the ancestry's own weights, P) or from ``mimetic`` (M:
+mimetic's attention and sin-cos table, timm's init elsewhere, drawn with the same seed as the bench's
+mimetic cell). The parts: ``patch`` (patch embedding, class token), ``pos`` (position table), ``attn``
+(q/k/v/proj weights and biases), ``norm`` (every LayerNorm) and ``mlp``. Every descendant gets the
+task's fresh head and the bench's exact fine-tune (20 labels per unseen class, 5 epochs of batch 25).
+
+``--mode swap`` fine-tunes the named hybrids (e.g. ``P-attn,pos``: pretrained with mimetic's attention and
+position table; ``M+mlp``: mimetic with the ancestry's MLPs); ``--mode stats`` prints, before any
+training, each initialization's loss and gradient norm at step 0 on the task's images, the norm of the
+residual stream after each block, and each layer's attention entropy and mean attention distance (in
+patches, over the patch tokens' attention to other patch tokens).
+
+    PYTHONPATH=src python benchmarks/transfer_why.py --out runs/bench-transfer --mode swap
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+from learngene.bench import get_profile
+from learngene.bench.protocol import BenchRun, fresh_head, load_task
+from learngene.bench.profiles import Task
+from learngene.descendant import make_descendant
+from learngene.gene import Learngene
+from learngene.registry import get_method
+from learngene.train import train
+
+PARTS = {
+    "patch": r"^(patch_embed\.|cls_token)",
+    "pos": r"^pos_embed$",
+    "attn": r"^blocks\.\d+\.attn\.",
+    "norm": r"^(blocks\.\d+\.norm[12]\.|norm\.)",
+    "mlp": r"^blocks\.\d+\.mlp\.",
+}
+
+
+def part_of(key: str) -> str | None:
+    return next((p for p, rx in PARTS.items() if re.search(rx, key)), None)
+
+
+def hybrid_state(name: str, pretrained: dict, mimetic: dict) -> dict:
+    """``P``/``M`` alone, ``P-a,b`` (pretrained with parts a, b from mimetic) or ``M+a,b`` (the converse).
+
+    A ``blocks.N`` suffix on a part (``attn@1``) restricts it to layer N; ``last`` stands for every part of
+    the last block."""
+    if name in ("P", "M"):
+        return dict(pretrained if name == "P" else mimetic)
+    base, other = (pretrained, mimetic) if name[0] == "P" else (mimetic, pretrained)
+    chosen = name[2:].split(",")
+    out = dict(base)
+    depth = 1 + max(int(k.split(".")[1]) for k in base if k.startswith("blocks."))
+    for key in base:
+        part = part_of(key)
+        layer = int(key.split(".")[1]) if key.startswith("blocks.") else None
+        for c in chosen:
+            p, _, at = c.partition("@")
+            if p == "last" and layer == depth - 1:
+                out[key] = other[key]
+            elif p == part and (not at or layer == int(at)):
+                out[key] = other[key]
+    return out
+
+
+def descendant(state: dict, spec, seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    model = spec.create_model()
+    model.load_state_dict(state)
+    fresh_head(model, spec, seed)
+    return model
+
+
+@torch.no_grad()
+def attention_stats(model, images: torch.Tensor, grid: int) -> list[tuple[float, float, float]]:
+    """Per block: (entropy of patch→patch attention in nats, mean attention distance in patches, residual norm)."""
+    stats, captured = [], {}
+    hooks = [blk.attn.register_forward_pre_hook(lambda m, a, i=i: captured.__setitem__(i, a[0]))
+             for i, blk in enumerate(model.blocks)]
+    residual = []
+    hooks += [blk.register_forward_hook(lambda m, a, out: residual.append(out.norm(dim=-1).mean().item()))
+              for blk in model.blocks]
+    model.eval()
+    model(images)
+    for h in hooks:
+        h.remove()
+    ys, xs = torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")
+    pos = torch.stack([ys.flatten(), xs.flatten()], -1).float()
+    dist = torch.cdist(pos, pos)  # (N, N) patch distances
+    for i, blk in enumerate(model.blocks):
+        x = captured[i]
+        B, N, C = x.shape
+        H = blk.attn.num_heads
+        qkv = blk.attn.qkv(x).reshape(B, N, 3, H, C // H).permute(2, 0, 3, 1, 4)
+        q, k = qkv[0], qkv[1]
+        attn = (q @ k.transpose(-2, -1) * blk.attn.scale).softmax(-1)  # (B, H, N, N)
+        pp = attn[:, :, 1:, 1:]  # patch tokens to patch tokens
+        pp = pp / pp.sum(-1, keepdim=True)
+        entropy = -(pp * pp.clamp_min(1e-12).log()).sum(-1).mean().item()
+        distance = (pp * dist).sum(-1).mean().item()
+        stats.append((entropy, distance, residual[i]))
+    return stats
+
+
+def step0(model, images, labels) -> tuple[float, dict[str, float]]:
+    model.train()
+    model.zero_grad()
+    loss = F.cross_entropy(model(images), labels)
+    loss.backward()
+    norms: dict[str, float] = {}
+    for name, p in model.named_parameters():
+        part = part_of(name) or ("head" if name.startswith("head") else "other")
+        norms[part] = norms.get(part, 0.0) + p.grad.pow(2).sum().item()
+    model.zero_grad()
+    return loss.item(), {k: math.sqrt(v) for k, v in norms.items()}
+
+
+def fix_rows(run, task, td, ancestry, spec, seeds, methods, upstream) -> None:
+    """Each method's descendants fine-tuned as the bench does, without and with ``untrained_attention=mimetic``."""
+    for name in methods:
+        gene = get_method(name)().condense(ancestry)
+        for options in ({}, {"untrained_attention": "mimetic"}):
+            accs = []
+            for seed in seeds:
+                model = make_descendant(gene, spec, seed=seed, **options)
+                fresh_head(model, spec, seed)
+                cfg = run._cfg(epochs=task.epochs, seed=seed, eval_every=0, eval_images=task.eval_images,
+                               batch_size=task.batch_size)
+                accs.append(100 * train(model, td.train, cfg, eval_data=td.eval).final_acc)
+            label = name + (" +mimetic-if-untrained" if options else "")
+            print(f"{upstream:9s} L{spec.depth} {label:30s} {statistics.fmean(accs):5.1f} ± {statistics.stdev(accs):4.1f}"
+                  f"  [{' '.join(f'{v:.1f}' for v in accs)}]", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="runs/bench-transfer", help="the transfer bench's out folder (its cache)")
+    parser.add_argument("--upstreams", nargs="+", default=["A-short", "B-short"], help="upstream names of the profile")
+    parser.add_argument("--depths", type=int, nargs="+", default=[2, 4], help="descendant depths (width 64, 4 heads)")
+    parser.add_argument("--mode", choices=("swap", "stats", "fix"), default="swap",
+                        help="fine-tune hybrids, step-0 statistics, or fine-tune --methods without and with "
+                             "untrained_attention=mimetic")
+    parser.add_argument("--methods", nargs="+", default=["pretrained", "auto_lg", "heru_lg"],
+                        help="the methods of --mode fix")
+    parser.add_argument("--inits", nargs="+", default=["M", "P", "P-attn,pos", "M+mlp", "M+mlp,patch,norm", "P-last"],
+                        help="P/M, P-parts (pretrained with mimetic's parts), M+parts (the converse); "
+                             "parts: " + ", ".join(PARTS) + ", last; part@N: only layer N")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: the profile's")
+    args = parser.parse_args()
+
+    profile = get_profile("transfer")
+    seeds = args.seeds or list(profile.seeds)
+    run = BenchRun(profile, args.out, progress=False)
+    loaded: dict = {}
+    load_task(Task("upstream", "fashion_mnist", epochs=1), profile.ancestry, None, loaded)
+    task = profile.tasks[0]
+    pretrained, mimetic = get_method("pretrained")(), get_method("mimetic")()
+    if args.mode == "swap":
+        print(f"top-1 (%) on {task.eval_images} test images of the unseen classes after the bench's fine-tune, "
+              f"mean ± std over seeds {', '.join(map(str, seeds))}")
+    for up in (u for u in profile.upstreams if u.name in args.upstreams):
+        td = load_task(task, profile.ancestry, None, loaded, up.classes)
+        anc_images, _, upstream_eval = run._upstream_data(up, loaded)
+        ancestry = run.ancestry(anc_images, upstream_eval, up)  # from the cache
+        p_gene = pretrained.condense(ancestry)
+        m_gene: Learngene = mimetic.condense(ancestry)
+        for depth in args.depths:
+            spec = run.ancestry_spec(up).replace(depth=depth)
+            grid = spec.grid_size
+            if args.mode == "fix":
+                fix_rows(run, task, td, ancestry, spec, seeds, args.methods, up.name)
+                continue
+            results: dict[str, list] = {name: [] for name in args.inits}
+            for seed in seeds:
+                p_state = make_descendant(p_gene, spec, seed=seed).state_dict()
+                m_state = make_descendant(m_gene, spec, seed=seed).state_dict()
+                for name in args.inits:
+                    model = descendant(hybrid_state(name, p_state, m_state), spec, seed)
+                    if args.mode == "stats":
+                        images, labels, _ = td.train.get_batch(torch.arange(len(td.train)))
+                        loss, grads = step0(model, images, labels)
+                        results[name].append((loss, grads, attention_stats(model, images, grid)))
+                        continue
+                    cfg = run._cfg(epochs=task.epochs, seed=seed, eval_every=0, eval_images=task.eval_images,
+                                   batch_size=task.batch_size)
+                    results[name].append(100 * train(model, td.train, cfg, eval_data=td.eval).final_acc)
+            for name, values in results.items():
+                if args.mode == "swap":
+                    print(f"{up.name:9s} L{depth} {name:22s} {statistics.fmean(values):5.1f} ± "
+                          f"{statistics.stdev(values):4.1f}  [{' '.join(f'{v:.1f}' for v in values)}]", flush=True)
+                    continue
+                loss = statistics.fmean(v[0] for v in values)
+                grads = {k: statistics.fmean(v[1][k] for v in values) for k in values[0][1]}
+                per_layer = [tuple(statistics.fmean(v[2][i][j] for v in values) for j in range(3)) for i in range(depth)]
+                print(f"{up.name:9s} L{depth} {name:18s} loss0 {loss:.3f}  grad0 " +
+                      " ".join(f"{k}={g:.3f}" for k, g in sorted(grads.items())))
+                print(f"{'':31s} entropy/dist/|x| per block: " +
+                      "  ".join(f"{e:.2f}/{d:.2f}/{r:.1f}" for e, d, r in per_layer), flush=True)
+
+
+if __name__ == "__main__":
+    main()

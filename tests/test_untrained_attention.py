@@ -1,0 +1,109 @@
+"""untrained_attention=mimetic: mimetic's attention and positions where an ancestry's attention was never trained."""
+
+import pytest
+import torch
+
+from learngene.descendant import make_descendant
+from learngene.errors import LearngeneError
+from learngene.heads import join_qkv
+from learngene.method import Ancestry
+from learngene.methods.mimetic import UNTRAINED_ATTENTION_SCALE, attention_logit_scale, sincos_pos_embed
+from learngene.registry import get_method
+from learngene.spec import block_key
+
+COPIERS = ("pretrained", "auto_lg", "heru_lg")
+
+
+def _ancestry(spec, qk_factor=1.0):
+    """timm's initialization (untrained attention), with every q and k weight times ``qk_factor``."""
+    torch.manual_seed(0)
+    model = spec.create_model().eval()
+    with torch.no_grad():
+        for blk in model.blocks:
+            blk.attn.qkv.weight[: 2 * spec.embed_dim] *= qk_factor
+    return Ancestry(model, spec)
+
+
+def test_logit_scale_is_the_std_of_the_logits_of_isotropic_tokens(tiny_spec):
+    D, H, d = tiny_spec.embed_dim, tiny_spec.num_heads, tiny_spec.head_dim
+    # each head: q = k = s·(the head's own d coordinates), so W_q W_kᵀ = s² on d diagonal entries: ‖·‖_F/√d = s²
+    s = 0.7
+    q = torch.zeros(H, d, D)
+    for h in range(H):
+        q[h, :, h * d:(h + 1) * d] = s * torch.eye(d)
+    state = {block_key(0, "attn.qkv.weight"): join_qkv(q, q, torch.zeros(H, d, D)),
+             block_key(0, "norm1.weight"): torch.full((D,), 2.0)}  # the LayerNorm gain scales q and k: ×4
+    assert attention_logit_scale(state, tiny_spec, 0) == pytest.approx(4 * s * s, rel=1e-6)
+    # and it is what unit-variance tokens give: the std of x A yᵀ/√d over random x, y
+    torch.manual_seed(0)
+    qkv = torch.randn(3 * D, D) * 0.3
+    state = {block_key(0, "attn.qkv.weight"): qkv}
+    x, y = torch.randn(20000, D), torch.randn(20000, D)
+    logits = ((x @ qkv[:d].T) * (y @ qkv[D:D + d].T)).sum(-1) / d**0.5  # head 0
+    heads = [((x @ qkv[h * d:(h + 1) * d].T) * (y @ qkv[D + h * d:D + (h + 1) * d].T)).sum(-1).std() / d**0.5
+             for h in range(H)]
+    assert logits.std() == pytest.approx(heads[0], rel=1e-6)
+    assert attention_logit_scale(state, tiny_spec, 0) == pytest.approx(float(torch.stack(heads).mean()), rel=0.05)
+
+
+def test_timm_init_is_untrained_and_mimetic_is_not(tiny_spec):
+    timm_state = tiny_spec.create_model().state_dict()
+    mimetic = get_method("mimetic")()
+    mimetic_state = mimetic.expand(mimetic.condense(None), tiny_spec)
+    for layer in range(tiny_spec.depth):
+        assert attention_logit_scale(timm_state, tiny_spec, layer) < UNTRAINED_ATTENTION_SCALE / 2
+        assert attention_logit_scale(mimetic_state, tiny_spec, layer) > 2 * UNTRAINED_ATTENTION_SCALE
+
+
+@pytest.mark.parametrize("name", COPIERS)
+def test_untrained_ancestry_attention_becomes_mimetics(tiny_spec, name):
+    ancestry = _ancestry(tiny_spec)
+    gene = get_method(name)().condense(ancestry)
+    kept = make_descendant(gene, tiny_spec, seed=3).state_dict()
+    fixed = make_descendant(gene, tiny_spec, seed=3, untrained_attention="mimetic").state_dict()
+    reference = make_descendant(get_method("mimetic")().condense(None), tiny_spec, seed=3).state_dict()
+    given = get_method(name)().expand(gene, tiny_spec)
+    for key in kept:
+        if ".attn." in key and key in given:
+            want = reference[key] if key.endswith("weight") else torch.zeros_like(kept[key])
+            assert torch.equal(fixed[key], want), key  # mimetic's draws for this seed, zero biases
+        elif key == "pos_embed" and key in given:
+            assert torch.equal(fixed[key], sincos_pos_embed(tiny_spec))
+        else:  # MLPs, norms, patch embedding, head, and whatever the gene does not give: as without the option
+            assert torch.equal(fixed[key], kept[key]), key
+    assert any(".attn." in k for k in given)
+
+
+@pytest.mark.parametrize("name", COPIERS)
+def test_trained_ancestry_attention_is_kept(tiny_spec, name):
+    # q and k 10x timm's scale: logits vary by ~0.025·100 = 2.5, far above the threshold
+    gene = get_method(name)().condense(_ancestry(tiny_spec, qk_factor=10.0))
+    kept = make_descendant(gene, tiny_spec, seed=3).state_dict()
+    fixed = make_descendant(gene, tiny_spec, seed=3, untrained_attention="mimetic").state_dict()
+    assert all(torch.equal(kept[k], fixed[k]) for k in kept)
+
+
+def test_untrained_attention_takes_keep_or_mimetic(tiny_spec):
+    with pytest.raises(LearngeneError, match="untrained_attention=mimetic"):
+        get_method("pretrained")(untrained_attention="sometimes")
+
+
+def test_bench_records_an_option_that_changes_nothing_as_such(tiny_spec):
+    from learngene.bench.profiles import Variant
+    from learngene.bench.protocol import check_variant_changes
+
+    variant = Variant("+fix", options=(("untrained_attention", "mimetic"),))
+    check_variant_changes(variant, get_method("pretrained")().condense(_ancestry(tiny_spec)), tiny_spec)  # changes
+    with pytest.raises(LearngeneError, match="changes nothing"):
+        check_variant_changes(variant, get_method("pretrained")().condense(_ancestry(tiny_spec, 10.0)), tiny_spec)
+
+
+def test_transfer_profile_runs_the_fix_on_the_short_and_converged_ancestries_of_both_splits():
+    from learngene.bench import get_profile
+
+    profile = get_profile("transfer")
+    fix = [v for v in profile.variants if dict(v.options).get("untrained_attention") == "mimetic"]
+    assert len(fix) == 1 and set(fix[0].methods) == set(COPIERS)
+    on = {u.name: u for u in profile.upstreams if fix[0].runs_on(u)}
+    assert set(on) == {"A-short", "B-short", "A-converged", "B-converged"}
+    assert {u.classes for u in on.values()} == {u.classes for u in profile.upstreams}  # both class splits
