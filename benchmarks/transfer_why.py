@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from learngene.bench import get_profile
 from learngene.bench.protocol import BenchRun, fresh_head, load_task
 from learngene.bench.profiles import Task
+from learngene.bench.report import compare
 from learngene.descendant import make_descendant
 from learngene.gene import Learngene
 from learngene.registry import get_method
@@ -124,20 +125,38 @@ def step0(model, images, labels) -> tuple[float, dict[str, float]]:
 
 
 def fix_rows(run, task, td, ancestry, spec, seeds, methods, upstream) -> None:
-    """Each method's descendants fine-tuned as the bench does, without and with ``untrained_attention=mimetic``."""
+    """Each method's descendants fine-tuned as the bench does, without and with ``untrained_attention=mimetic``;
+    marks by the bench's 2-std rule: ``M`` against mimetic, ``K`` against the same method without the option."""
+
+    def finetune(gene, **options):
+        accs = []
+        for seed in seeds:
+            model = make_descendant(gene, spec, seed=seed, **options)
+            fresh_head(model, spec, seed)
+            cfg = run._cfg(epochs=task.epochs, seed=seed, eval_every=0, eval_images=task.eval_images,
+                           batch_size=task.batch_size)
+            accs.append(100 * train(model, td.train, cfg, eval_data=td.eval).final_acc)
+        return accs
+
+    def line(label, accs, marks=""):
+        print(f"{upstream:11s} L{spec.depth} {label:34s} {statistics.fmean(accs):5.1f} ± {statistics.stdev(accs):4.1f} "
+              f"{marks:7s} [{' '.join(f'{v:.1f}' for v in accs)}]", flush=True)
+
+    mimetic = finetune(get_method("mimetic")().condense(None))
+    line("mimetic", mimetic)
     for name in methods:
         gene = get_method(name)().condense(ancestry)
-        for options in ({}, {"untrained_attention": "mimetic"}):
-            accs = []
-            for seed in seeds:
-                model = make_descendant(gene, spec, seed=seed, **options)
-                fresh_head(model, spec, seed)
-                cfg = run._cfg(epochs=task.epochs, seed=seed, eval_every=0, eval_images=task.eval_images,
-                               batch_size=task.batch_size)
-                accs.append(100 * train(model, td.train, cfg, eval_data=td.eval).final_acc)
-            label = name + (" +mimetic-if-untrained" if options else "")
-            print(f"{upstream:9s} L{spec.depth} {label:30s} {statistics.fmean(accs):5.1f} ± {statistics.stdev(accs):4.1f}"
-                  f"  [{' '.join(f'{v:.1f}' for v in accs)}]", flush=True)
+        keep = finetune(gene)
+        line(name, keep, f"M{compare(keep, mimetic)}")
+        fixed = finetune(gene, untrained_attention="mimetic")
+        line(f"{name} +mimetic-if-untrained", fixed, f"M{compare(fixed, mimetic)} K{compare(fixed, keep)}")
+
+
+def print_scales(ancestry, up) -> None:
+    """The rule's input: each layer's attention logit scale in the ancestry."""
+    scale = get_method("mimetic").attention_logit_scale
+    state = ancestry.state()
+    print(f"{up.name:26s} " + " ".join(f"{scale(state, ancestry.spec, i):.3f}" for i in range(ancestry.spec.depth)))
 
 
 def main() -> None:
@@ -145,9 +164,10 @@ def main() -> None:
     parser.add_argument("--out", default="runs/bench-transfer", help="the transfer bench's out folder (its cache)")
     parser.add_argument("--upstreams", nargs="+", default=["A-short", "B-short"], help="upstream names of the profile")
     parser.add_argument("--depths", type=int, nargs="+", default=[2, 4], help="descendant depths (width 64, 4 heads)")
-    parser.add_argument("--mode", choices=("swap", "stats", "fix"), default="swap",
-                        help="fine-tune hybrids, step-0 statistics, or fine-tune --methods without and with "
-                             "untrained_attention=mimetic")
+    parser.add_argument("--mode", choices=("swap", "stats", "fix", "scale"), default="swap",
+                        help="fine-tune hybrids; step-0 statistics; fine-tune --methods without and with "
+                             "untrained_attention=mimetic (marks against mimetic and the method without it); "
+                             "or print each ancestry's attention logit scale per layer (the rule's input)")
     parser.add_argument("--methods", nargs="+", default=["pretrained", "auto_lg", "heru_lg"],
                         help="the methods of --mode fix")
     parser.add_argument("--inits", nargs="+", default=["M", "P", "P-attn,pos", "M+mlp", "M+mlp,patch,norm", "P-last"],
@@ -163,6 +183,15 @@ def main() -> None:
     load_task(Task("upstream", "fashion_mnist", epochs=1), profile.ancestry, None, loaded)
     task = profile.tasks[0]
     pretrained, mimetic = get_method("pretrained")(), get_method("mimetic")()
+    if args.mode == "scale":
+        spec = profile.ancestry.replace(num_classes=5)
+        scale = get_method("mimetic").attention_logit_scale
+        print(f"attention logit scale per layer (rule: untrained below "
+              f"{get_method('mimetic').untrained_attention_scale}); references at seed 0, L{spec.depth}")
+        torch.manual_seed(0)
+        for name, state in (("timm init", spec.create_model().state_dict()),
+                            ("mimetic", mimetic.expand(mimetic.condense(None), spec))):
+            print(f"{name:26s} " + " ".join(f"{scale(state, spec, i):.3f}" for i in range(spec.depth)))
     if args.mode == "swap":
         print(f"top-1 (%) on {task.eval_images} test images of the unseen classes after the bench's fine-tune, "
               f"mean ± std over seeds {', '.join(map(str, seeds))}")
@@ -170,6 +199,9 @@ def main() -> None:
         td = load_task(task, profile.ancestry, None, loaded, up.classes)
         anc_images, _, upstream_eval = run._upstream_data(up, loaded)
         ancestry = run.ancestry(anc_images, upstream_eval, up)  # from the cache
+        if args.mode == "scale":
+            print_scales(ancestry, up)
+            continue
         p_gene = pretrained.condense(ancestry)
         m_gene: Learngene = mimetic.condense(ancestry)
         for depth in args.depths:

@@ -175,6 +175,8 @@ class Mimetic(Method):
     sincos_pos_embed = staticmethod(sincos_pos_embed)
     blend_query_key = staticmethod(blend_query_key)
     mimetic_where_untrained = staticmethod(mimetic_where_untrained)
+    attention_logit_scale = staticmethod(attention_logit_scale)
+    untrained_attention_scale = UNTRAINED_ATTENTION_SCALE
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         return self.new_gene({}, None, ancestry.spec if ancestry else None)
