@@ -22,8 +22,9 @@ from learngene.auxnet import FeatureDistillation
 from learngene.cli import main
 from learngene.descendant import GeneNet, make_descendant
 from learngene.errors import LearngeneError, SpecError
-from learngene.gene import Learngene
+from learngene.gene import Learngene, expand_on_meta
 from learngene.method import Ancestry, CondenseInputs
+from learngene.methods.cluster import tokens_before_blocks
 from learngene.registry import get_method, list_methods
 from learngene.spec import ViTFamily, ViTSpec, spec_from_model
 from learngene.train import TrainConfig, seed_everything
@@ -203,6 +204,28 @@ def test_the_ancestrys_own_size_reproduces_its_outputs_exactly(family, method):
     x = torch.randn(3, 3, 28, 28)
     with torch.no_grad():
         assert torch.equal(model(x), ancestry.model(x))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_running_the_blocks_one_by_one_computes_timms_forward(family):
+    """cluster measures attention block by block (a ViT-g's weights read once): the same tokens as timm's forward."""
+    model = family_ancestry(family).model
+    x = torch.randn(2, 3, 28, 28)
+    with torch.no_grad():
+        tokens = tokens_before_blocks(model, x)
+        for block in model.blocks:
+            tokens = block(tokens)
+        assert torch.equal(model.norm(tokens), model.forward_features(x))
+
+
+@pytest.mark.parametrize("method", ["peg", "cluster"])
+def test_the_load_time_check_expands_on_meta_and_allocates_nothing(method):
+    """Every gene load expands the gene to its own layout on ``meta`` (check_gene). A CPU operand (φ, a head
+    mixing matrix) made that expansion real: loading a ViT-g gene built a ViT-g before the ViT-S asked for."""
+    ancestry = family_ancestry("deit3_small")
+    gene = condense(method, ancestry)
+    for spec in (gene.layout, ancestry.spec.replace(depth=3, embed_dim=64, num_heads=4)):
+        assert {t.device.type for t in expand_on_meta(get_method(method).from_gene(gene), gene, spec).values()} == {"meta"}
 
 
 # ---- the rule table itself: every family's tensors carried by their axes -----------------------------------

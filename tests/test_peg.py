@@ -13,7 +13,7 @@ from learngene.errors import LearngeneError
 from learngene.gene import Learngene
 from learngene.heads import split_proj, split_qkv
 from learngene.method import AdaptInputs
-from learngene.methods.peg import PEG, default_gene_heads
+from learngene.methods.peg import PEG, apply_phi, default_gene_heads
 from learngene.train import TrainConfig, evaluate
 from learngene.transfer import axis_map, block_state
 
@@ -92,6 +92,28 @@ def test_unadapted_phi_is_an_exact_repeat_of_the_gene(gene, depth, heads):
         assert torch.equal(out[f"blocks.{layer}.norm2.bias"], t["ffn.norm_bias"][ffn_src][width.index])
     assert torch.equal(out["patch_embed.proj.weight"], t["patch_embed.proj.weight"][width.index])
     assert "head.weight" not in out  # the classifier is not inherited (App. B)
+
+
+@pytest.mark.parametrize("heads", [1, 12])  # narrower (every 4th column), wider (3 copies, each read at 1/3)
+def test_a_trained_phi_on_the_narrowed_gene_equals_phi_then_narrowing(gene, heads):
+    """expand moves the widths before φ (a ViT-g gene never goes through φ at its full width): φ is elementwise
+    over those axes and positively homogeneous, so this is φ at full width, then narrowed, up to rounding."""
+    spec = TINY.replace(depth=3, num_heads=heads, embed_dim=heads * d, mlp_ratio=3.0 if heads > 1 else 2.0)
+    gen = torch.Generator().manual_seed(0)
+    phi = {k: v + 0.3 * torch.randn(v.shape, generator=gen) for k, v in PEG().initial_phi(gene, spec).items()}
+    out = PEG().expand(dataclasses.replace(gene, tensors={**gene.tensors, **phi}), spec)
+    t, width, hidden = gene.tensors, axis_map(D, spec.embed_dim), axis_map(TINY.mlp_hidden, spec.mlp_hidden)
+    fc1 = apply_phi(phi["phi.ffn_layers.w1"], phi["phi.ffn_layers.w2"], t["ffn.fc1_weight"])
+    fc2 = apply_phi(phi["phi.ffn_layers.w1"], phi["phi.ffn_layers.w2"], t["ffn.fc2_weight"])
+    q = apply_phi(phi["phi.heads.w1"], phi["phi.heads.w2"],
+                  apply_phi(phi["phi.msa_layers.w1"], phi["phi.msa_layers.w2"], t["msa.q"]), batch_dims=1)
+    for layer in range(3):
+        torch.testing.assert_close(out[f"blocks.{layer}.mlp.fc1.weight"],
+                                   fc1[layer][hidden.index][:, width.index] * width.reader_scale, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(out[f"blocks.{layer}.mlp.fc2.weight"],
+                                   fc2[layer][width.index][:, hidden.index] * hidden.reader_scale, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(split_qkv(out[f"blocks.{layer}.attn.qkv.weight"], heads)[0],
+                                   q[layer][..., width.index] * width.reader_scale, atol=1e-6, rtol=1e-5)
 
 
 def test_same_size_descendant_computes_the_gene_net(gene):

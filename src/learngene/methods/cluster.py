@@ -43,7 +43,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -94,26 +94,32 @@ def patch_distances(spec: ViTSpec) -> Tensor:
 
 
 @contextmanager
-def attention_probabilities(model: nn.Module) -> Iterator[list[list[Tensor]]]:
-    """Collect every block's attention probabilities ``(B, H, T, T)`` during forwards inside the context.
+def attention_probabilities(model: nn.Module, seen: Callable[[int, Tensor], None]) -> Iterator[None]:
+    """Inside the context, every block's attention probabilities ``(B, H, T, T)`` go to ``seen(layer, probs)``
+    as they are computed (nothing keeps them: a ViT-g's 40 layers of maps would outweigh a batch's activations).
 
     With ``fused_attn`` off, timm's Attention sends its softmax through ``attn_drop``; a forward hook
     there sees the probabilities (dropout is the identity in eval mode). Flags and hooks are restored.
     """
     blocks = list(model.blocks)
-    seen: list[list[Tensor]] = [[] for _ in blocks]
     fused = [block.attn.fused_attn for block in blocks]
     hooks = []
     try:
-        for block, store in zip(blocks, seen):
+        for layer, block in enumerate(blocks):
             block.attn.fused_attn = False
-            hooks.append(block.attn.attn_drop.register_forward_hook(lambda _m, _i, out, store=store: store.append(out)))
-        yield seen
+            hooks.append(block.attn.attn_drop.register_forward_hook(
+                lambda _m, _i, out, layer=layer: seen(layer, out)))
+        yield
     finally:
         for hook in hooks:
             hook.remove()
         for block, flag in zip(blocks, fused):
             block.attn.fused_attn = flag
+
+
+def tokens_before_blocks(model: nn.Module, x: Tensor) -> Tensor:
+    """What a timm ViT feeds its first block (``forward_features`` up to the blocks): patches, prefix tokens, positions."""
+    return model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(x))))
 
 
 @torch.no_grad()
@@ -124,6 +130,12 @@ def mean_attention_distance(model: nn.Module, spec: ViTSpec, data: Data, num_ima
     For a query patch, the attention over the key patches (class token left out, renormalized to sum
     to one) weights the pixel distance to each key; the head's value is the mean over query patches and
     images. The model runs in eval mode on batches normalized as in training (``data.get_batch``).
+
+    The sample goes through the model block by block (every batch through block ``l``, then block
+    ``l + 1``): each block's weights are read once, and a memory-mapped ancestry's pages are given back
+    after it (:func:`~learngene.io.release_pages`), so a ViT-g is never resident whole; only the
+    sample's tokens and one block's activations are. Each batch sees the same operations as in a
+    whole-model forward, so the distances are the same.
 
     Returns:
         ``(depth, num_heads)`` distances.
@@ -139,17 +151,23 @@ def mean_attention_distance(model: nn.Module, spec: ViTSpec, data: Data, num_ima
     distance = patch_distances(spec).to(device)
     prefix = spec.num_prefix_tokens
     totals = torch.zeros(spec.depth, spec.num_heads, dtype=torch.float64)
+
+    def add(layer: int, probs: Tensor) -> None:
+        patches = probs[:, :, prefix:, prefix:].double()
+        patches /= patches.sum(-1, keepdim=True)
+        patches *= distance
+        totals[layer] += patches.sum(-1).mean(-1).sum(0).cpu()
+
     was_training = model.training
     model.eval()
     try:
-        for start in range(0, count, batch_size):
-            x, _, _ = data.get_batch(picked[start:start + batch_size])
-            with attention_probabilities(model) as seen:
-                model(x.to(device))
-            for layer, (probs,) in enumerate(seen):
-                patches = probs[:, :, prefix:, prefix:].double()
-                patches = patches / patches.sum(-1, keepdim=True)
-                totals[layer] += (patches * distance).sum(-1).mean(-1).sum(0).cpu()
+        tokens = [tokens_before_blocks(model, data.get_batch(picked[start:start + batch_size])[0].to(device))
+                  for start in range(0, count, batch_size)]
+        with attention_probabilities(model, add):
+            for block in model.blocks:
+                for i, x in enumerate(tokens):
+                    tokens[i] = block(x)
+                release_pages(*block.parameters())  # read once: a mapped ancestry's pages may go
     finally:
         model.train(was_training)
     return (totals / count).float()
@@ -184,7 +202,8 @@ def cluster_heads(distances: Tensor, eps: float, min_heads: int = 1) -> tuple[Te
 
 def _mix(block: StateDict, mixing: Tensor) -> None:
     """Replace ``block``'s heads by ``mixing`` of them (q, k, v rows, their biases if any, W_O columns), in place."""
-    qkv, bias, proj = mix_heads(block["attn.qkv.weight"], block.get("attn.qkv.bias"), block["attn.proj.weight"], mixing)
+    qkv = block["attn.qkv.weight"]  # mixing on its device: on a meta gene (the load-time check) nothing is computed
+    qkv, bias, proj = mix_heads(qkv, block.get("attn.qkv.bias"), block["attn.proj.weight"], mixing.to(qkv.device))
     block.update({"attn.qkv.weight": qkv, "attn.proj.weight": proj, **({"attn.qkv.bias": bias} if bias is not None else {})})
 
 

@@ -51,12 +51,18 @@ from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..train import TrainResult, train
 from ..transfer import (
+    KEEP,
+    WIDTH,
+    WIDTH_IN,
+    Axis,
     StateDict,
+    block_axes,
     block_state,
     carry_non_block,
     cyclic,
     inherit_non_block,
-    resize_block,
+    mapped,
+    move_tensor,
     stretch,
 )
 
@@ -71,6 +77,37 @@ FFN_PARTS = {"fc1_weight": "mlp.fc1.weight", "fc1_bias": "mlp.fc1.bias", "fc2_we
              "fc2_bias": "mlp.fc2.bias", "norm_weight": "norm2.weight", "norm_bias": "norm2.bias",
              "ls_gamma": "ls2.gamma"}
 PHI_MAPS = ("msa_layers", "ffn_layers", "heads")
+
+
+def gene_axes(layout: ViTSpec) -> dict[str, tuple[Axis, ...]]:
+    """The axes of the stacked gene tensors (:mod:`learngene.transfer`'s roles): the layer axis, then, for the
+    per-head parts, the head and its channels (kept), then the block tensor's own residual or MLP axis."""
+    blocks, keep = block_axes(layout), Axis(KEEP)
+    axes = {f"msa.{p}": (keep, keep, keep, Axis(WIDTH_IN)) for p in "qkv"}  # (layers, heads, d, D)
+    axes.update({f"msa.{p}_bias": (keep, keep, keep) for p in "qkv"})
+    axes["msa.proj_cols"] = (keep, keep, Axis(WIDTH), keep)  # (layers, heads, D, d)
+    axes.update({f"msa.{p}": (keep, *blocks[n]) for p, n in MSA_LAYER_PARTS.items() if n in blocks})
+    axes.update({f"ffn.{p}": (keep, *blocks[n]) for p, n in FFN_PARTS.items() if n in blocks})
+    return axes
+
+
+def gene_shapes(gene_tensors: StateDict, spec: ViTSpec) -> dict[str, tuple[int, ...]]:
+    """What the stacked gene tensors become at ``spec``'s width and MLP size (parts ``spec`` lacks left out)."""
+    target, D = spec.block_shapes(), spec.embed_dim
+    shapes = {}
+    for key, t in gene_tensors.items():
+        group, _, part = key.partition(".")
+        if group == "msa" and part in ("q", "k", "v"):
+            shapes[key] = (*t.shape[:3], D)
+        elif group == "msa" and part == "proj_cols":
+            shapes[key] = (*t.shape[:2], D, t.shape[3])
+        elif group == "msa" and part in HEAD_PARTS:  # biases: per head, no residual axis
+            shapes[key] = tuple(t.shape)
+        elif group == "msa" and MSA_LAYER_PARTS[part] in target:
+            shapes[key] = (t.shape[0], *target[MSA_LAYER_PARTS[part]])
+        elif group == "ffn" and FFN_PARTS[part] in target:
+            shapes[key] = (t.shape[0], *target[FFN_PARTS[part]])
+    return shapes
 
 
 @dataclass(frozen=True)
@@ -179,14 +216,23 @@ class PEG(Method):
         return stored
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        """φ over the layer axis, then per layer over the head axis (Eq. 6); widths by :mod:`learngene.transfer`."""
+        """Widths by :mod:`learngene.transfer`, then φ over the layer axis and per layer over the head axis (Eq. 6).
+
+        The residual and MLP axes move first, on the gene's own layers: φ acts elementwise over them, and
+        without biases it is positively homogeneous (a reader's 1/copies commutes with it), so this is
+        φ-then-narrow computed on the descendant's coordinates only (equal up to float rounding). A
+        ViT-S from a ViT-g gene never holds a ViT-g-wide tensor.
+        """
         src: ViTSpec = gene.layout
-        t = gene.tensors
-        gene_heads, head_dim = t["msa.q"].shape[1:3]
+        gene_heads, head_dim = gene.tensors["msa.q"].shape[1:3]
         if spec.head_dim != head_dim:
             raise LearngeneError(f"peg heads have {head_dim} dims, so a {spec.num_heads}-head descendant is "
                                  f"{spec.num_heads * head_dim} wide; set --embed-dim {spec.num_heads * head_dim}")
-        phi = self._phi(gene, spec)
+        device = gene.tensors["msa.q"].device  # φ and the copies too: a CPU operand would make a meta expansion real
+        phi = {k: v.to(device) for k, v in self._phi(gene, spec).items()}
+        axes = gene_axes(src)
+        t = {key: move_tensor(gene.tensors[key], axes[key], shape, (gene_heads, gene_heads), mapped)
+             for key, shape in gene_shapes(gene.tensors, spec).items()}
         head_parts = [p for p in HEAD_PARTS if f"msa.{p}" in t]
         msa = {p: apply_phi(phi["phi.msa_layers.w1"], phi["phi.msa_layers.w2"], t[f"msa.{p}"])
                for p in head_parts + [p for p in MSA_LAYER_PARTS if f"msa.{p}" in t]}
@@ -194,7 +240,7 @@ class PEG(Method):
             msa[p] = apply_phi(phi["phi.heads.w1"], phi["phi.heads.w2"], msa[p], batch_dims=1)
         # a head φ's initial repeat copies m times reads 1/m of its W_O columns: the layer starts as the gene's
         source = cyclic(gene_heads, spec.num_heads)
-        copies = torch.bincount(source, minlength=gene_heads).float()[source]
+        copies = torch.bincount(source, minlength=gene_heads).float()[source].to(device)
         msa["proj_cols"] = msa["proj_cols"] / copies.view(1, -1, 1, 1)
         ffn = {p: apply_phi(phi["phi.ffn_layers.w1"], phi["phi.ffn_layers.w2"], t[f"ffn.{p}"])
                for p in FFN_PARTS if f"ffn.{p}" in t}
@@ -209,8 +255,8 @@ class PEG(Method):
             }
             if "q_bias" in msa:
                 block["attn.qkv.bias"] = join_qkv(msa["q_bias"][layer], msa["k_bias"][layer], msa["v_bias"][layer])
-            out.update({block_key(layer, k): v for k, v in resize_block(block, src, spec).items()})
-        out.update(carry_non_block(t, src, spec, ("embed", "norm")))
+            out.update({block_key(layer, k): v for k, v in block.items()})
+        out.update(carry_non_block(gene.tensors, src, spec, ("embed", "norm")))
         out.update(gene.descendant_state())
         return out
 
