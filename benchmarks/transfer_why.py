@@ -1,7 +1,7 @@
 """Why do the stored weights of a short ancestry lose to mimetic on unseen classes? Controlled swaps.
 
-Reads the ancestries ``learngene bench --profile transfer`` cached in its out folder (it trains nothing
-upstream; run the bench first) and builds, for each upstream, size and seed, descendants that take each
+Reads the ancestries ``learngene bench --profile transfer`` cached in its out folder (an ancestry the cache
+lacks is trained as the bench trains it) and builds, for each upstream, size and seed, descendants that take each
 part of the model either from ``pretrained`` (the ancestry's own weights, P) or from ``mimetic`` (M:
 mimetic's attention and sin-cos table, timm's init elsewhere, drawn with the same seed as the bench's
 mimetic cell). The parts: ``patch`` (patch embedding, class token), ``pos`` (position table), ``attn``
@@ -12,9 +12,12 @@ task's fresh head and the bench's exact fine-tune (20 labels per unseen class, 5
 position table; ``M+mlp``: mimetic with the ancestry's MLPs); ``--mode stats`` prints, before any
 training, each initialization's loss and gradient norm at step 0 on the task's images, the norm of the
 residual stream after each block, and each layer's attention entropy and mean attention distance (in
-patches, over the patch tokens' attention to other patch tokens).
+patches, over the patch tokens' attention to other patch tokens); ``--mode scale`` prints the data-free
+attention logit scale per layer that ``untrained_attention=mimetic`` decides by (ancestries, ``--genes``);
+``--mode fix`` fine-tunes ``--methods`` without and with that option, marked by the bench's 2-std rule.
 
     PYTHONPATH=src python benchmarks/transfer_why.py --out runs/bench-transfer --mode swap
+    PYTHONPATH=src python benchmarks/transfer_why.py --mode fix --upstreams A-short B-short
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ import statistics
 
 import torch
 import torch.nn.functional as F
+from torchvision.datasets import FashionMNIST  # the class names of the splits
 
 from learngene.bench import get_profile
 from learngene.bench.protocol import BenchRun, fresh_head, load_task
-from learngene.bench.profiles import Task
+from learngene.bench.profiles import SPLIT_A, SPLIT_B, Task
 from learngene.bench.report import compare
 from learngene.descendant import make_descendant
 from learngene.gene import Learngene
@@ -162,7 +166,7 @@ def print_scales(ancestry, up) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/bench-transfer", help="the transfer bench's out folder (its cache)")
-    parser.add_argument("--upstreams", nargs="+", default=["A-short", "B-short"], help="upstream names of the profile")
+    parser.add_argument("--upstreams", nargs="*", default=["A-short", "B-short"], help="upstream names of the profile")
     parser.add_argument("--depths", type=int, nargs="+", default=[2, 4], help="descendant depths (width 64, 4 heads)")
     parser.add_argument("--mode", choices=("swap", "stats", "fix", "scale"), default="swap",
                         help="fine-tune hybrids; step-0 statistics; fine-tune --methods without and with "
@@ -174,6 +178,9 @@ def main() -> None:
                         help="P/M, P-parts (pretrained with mimetic's parts), M+parts (the converse); "
                              "parts: " + ", ".join(PARTS) + ", last; part@N: only layer N")
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: the profile's")
+    parser.add_argument("--genes", nargs="*", default=[],
+                        help="--mode scale: also the attention logit scale of these gene files expanded to the "
+                             "ancestry's size (e.g. runs/bench-transfer/genes/tleg-*.safetensors)")
     args = parser.parse_args()
 
     profile = get_profile("transfer")
@@ -192,6 +199,17 @@ def main() -> None:
         for name, state in (("timm init", spec.create_model().state_dict()),
                             ("mimetic", mimetic.expand(mimetic.condense(None), spec))):
             print(f"{name:26s} " + " ".join(f"{scale(state, spec, i):.3f}" for i in range(spec.depth)))
+        for path in args.genes:
+            gene = Learngene.load(path)
+            with torch.no_grad():
+                state = get_method(gene.method).from_gene(gene).expand(gene, spec)
+            layers = [i for i in range(spec.depth) if f"blocks.{i}.attn.qkv.weight" in state]
+            classes = (gene.label_space or {}).get("classes", [])
+            split = next((name for name, ids in (("A", SPLIT_A), ("B", SPLIT_B))
+                          if classes == [FashionMNIST.classes[i] for i in ids]), "?")
+            print(f"{path.rsplit('/', 1)[-1]:38s} split {split} steps {gene.cost.get('steps', '-')!s:4s} "
+                  f"aux top-1 {gene.cost.get('aux_eval_acc', '-')!s:5s} "
+                  + " ".join(f"{scale(state, spec, i):.3f}" for i in layers))
     if args.mode == "swap":
         print(f"top-1 (%) on {task.eval_images} test images of the unseen classes after the bench's fine-tune, "
               f"mean ± std over seeds {', '.join(map(str, seeds))}")

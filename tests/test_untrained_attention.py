@@ -107,3 +107,21 @@ def test_transfer_profile_runs_the_fix_on_the_short_and_converged_ancestries_of_
     on = {u.name: u for u in profile.upstreams if fix[0].runs_on(u)}
     assert set(on) == {"A-short", "B-short", "A-converged", "B-converged"}
     assert {u.classes for u in on.values()} == {u.classes for u in profile.upstreams}  # both class splits
+
+
+def test_condense_says_when_the_option_would_apply(tiny_spec, tmp_path, capsys):
+    from learngene.cli import main
+    from learngene.io import save_model
+
+    for factor, expected in ((1.0, True), (10.0, False)):
+        ancestry = _ancestry(tiny_spec, qk_factor=factor)
+        path = tmp_path / f"anc{factor}.safetensors"
+        save_model(path, ancestry.model, tiny_spec, origin={"kind": "ancestry"})
+        capsys.readouterr()
+        assert main(["condense", "--method", "pretrained", "--ancestry", str(path),
+                     "--out", str(tmp_path / f"gene{factor}.safetensors")]) == 0
+        assert ("untrained_attention=mimetic" in capsys.readouterr().out) is expected
+    capsys.readouterr()  # the option on: no hint
+    assert main(["condense", "--method", "auto_lg", "--ancestry", str(tmp_path / "anc1.0.safetensors"),
+                 "--opt", "untrained_attention=mimetic", "--out", str(tmp_path / "gene-on.safetensors")]) == 0
+    assert "untrained_attention=mimetic" not in capsys.readouterr().out

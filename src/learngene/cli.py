@@ -344,6 +344,26 @@ def cmd_condense(args: argparse.Namespace) -> None:
     gene.label_space = ancestry.label_space
     dist.on_main(lambda: gene.save(args.out, overwrite=args.overwrite))
     _say(args, f"wrote {args.out}: {gene.method} learngene, {gene.num_stored_params:,} stored parameters")
+    note = untrained_attention_note(method, gene)
+    if note:
+        _say(args, note)
+
+
+def untrained_attention_note(method, gene: Learngene) -> str | None:
+    """A hint when a weight copier's gene holds untrained attention and ``untrained_attention=mimetic`` is off:
+    with such an ancestry its descendants fine-tune below mimetic's on new classes (docs/RESULTS.md, transfer)."""
+    if getattr(method.config, "untrained_attention", None) != "keep" or gene.layout is None:
+        return None
+    mimetic = get_method("mimetic")
+    layers = sorted({int(k.split(".")[1]) for k in gene.tensors if k.startswith("blocks.") and k.endswith(".attn.qkv.weight")})
+    if not layers:
+        return None
+    scale = max(mimetic.attention_logit_scale(gene.tensors, gene.layout, i) for i in layers)
+    if scale >= mimetic.untrained_attention_scale:
+        return None
+    return (f"note: the ancestry's attention looks untrained (largest attention-logit scale {scale:.3f} < "
+            f"{mimetic.untrained_attention_scale}); for new classes, expand with --opt untrained_attention=mimetic "
+            f"to give descendants mimetic's attention instead (docs/RESULTS.md, transfer)")
 
 
 def cmd_expand(args: argparse.Namespace) -> None:
