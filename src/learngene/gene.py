@@ -155,7 +155,7 @@ def check_gene(gene: Learngene, source: str | os.PathLike) -> None:
     for part in ("config", "cost"):
         if not isinstance(getattr(gene, part), dict):
             raise refuse(f"its {part} is not a JSON object")
-    bad = nonfinite_tensor(gene.tensors)
+    bad = nonfinite_tensor(gene.tensors, mapped=True)  # a loaded gene is a memory map
     if bad is not None:
         raise refuse(f"tensor {bad!r} holds NaN or infinite values")
     if gene.method not in list_methods():

@@ -420,10 +420,20 @@ def load_weights(path: str | os.PathLike, lazy: bool = False) -> dict[str, Tenso
     return obj
 
 
-def nonfinite_tensor(tensors: dict[str, Tensor]) -> str | None:
-    """The name of the first floating tensor holding NaN or an infinity, else None."""
-    return next((name for name, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())),
-                None)
+def nonfinite_tensor(tensors: dict[str, Tensor], mapped: bool = False) -> str | None:
+    """The name of the first floating tensor holding NaN or an infinity, else None.
+
+    ``mapped``: the tensors are views of a file's memory map; each one's pages are given back once checked
+    (:func:`release_pages`), so that checking a 4 GiB gene does not leave all of it resident.
+    """
+    for name, t in tensors.items():
+        if t.is_floating_point():
+            finite = bool(torch.isfinite(t).all())
+            if mapped:
+                release_pages(t)
+            if not finite:
+                return name
+    return None
 
 
 def digest(tensors: dict[str, Tensor] | Tensor | None, values: bool = True) -> str | None:
