@@ -8,6 +8,9 @@ plain), two other depth / head counts, and one loaded from a memory-mapped safet
     git stash; PYTHONPATH=src python benchmarks/fingerprints.py /tmp/before.txt; git stash pop
     PYTHONPATH=src python benchmarks/fingerprints.py /tmp/after.txt && diff /tmp/before.txt /tmp/after.txt
 
+``--tensors FILE`` also saves the tensors themselves; ``--compare OLD NEW`` then says how far apart two such
+files are (for a change that reorders float operations on purpose).
+
 Seconds on a CPU; nothing is downloaded.
 """
 
@@ -60,15 +63,23 @@ def ancestries(tmp: Path):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", help="text file: one line per tensor (case, key, shape, sha256)")
+    parser.add_argument("out", nargs="?", help="text file: one line per tensor (case, key, shape, sha256)")
+    parser.add_argument("--tensors", help="also save every tensor to this safetensors file")
+    parser.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="compare two --tensors files and exit")
     args = parser.parse_args()
-    lines = []
+    if args.compare:
+        compare(*args.compare)
+        return
+    if not args.out:
+        parser.error("give the output file (or --compare OLD NEW)")
+    lines, kept = [], {}
 
     def record(case: str, tensors: dict[str, torch.Tensor]) -> None:
         for key in sorted(tensors):
             t = tensors[key].detach().contiguous()
             digest = hashlib.sha256(t.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
             lines.append(f"{case} {key} {tuple(t.shape)} {digest}")
+            kept[f"{case} {key}"] = t.clone()
 
     with tempfile.TemporaryDirectory() as tmp:
         for tag, ancestry in ancestries(Path(tmp)):
@@ -94,7 +105,23 @@ def main() -> None:
                 for target in sizes:
                     record(f"{tag} cluster{options} {target.short()}", ClusterLearngene(**options).expand(gene, target))
     Path(args.out).write_text("\n".join(lines) + "\n")
+    if args.tensors:
+        save_safetensors(args.tensors, kept, {})
     print(f"{len(lines)} tensors -> {args.out}")
+
+
+def compare(old_path: str, new_path: str) -> None:
+    from safetensors.torch import load_file
+
+    old, new = load_file(old_path), load_file(new_path)
+    if old.keys() != new.keys():
+        raise SystemExit(f"the files hold different tensors: {sorted(old.keys() ^ new.keys())[:5]} ...")
+    differ = [k for k in old if not torch.equal(old[k], new[k])]
+    print(f"{len(old) - len(differ)} of {len(old)} tensors bit-identical")
+    if differ:
+        worst = max(differ, key=lambda k: (old[k] - new[k]).abs().max().item())
+        print(f"largest absolute difference {(old[worst] - new[worst]).abs().max().item():.3g} ({worst}); "
+              f"differing cases: {sorted({k.split(' ')[0] + ' ' + k.split(' ')[1] for k in differ})}")
 
 
 if __name__ == "__main__":
