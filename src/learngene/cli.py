@@ -35,7 +35,7 @@ from .describe import describe_file
 from .errors import LearngeneError
 from .export import check_output_folder, export_hub_folder, wants_folder
 from .gene import Learngene
-from .io import (build_model, digest, check_output_path, load_model_file, lock_run_dir, model_preprocessing, os_error_message, quote,
+from .io import (build_model, digest, release_pages, check_output_path, load_model_file, lock_run_dir, model_preprocessing, os_error_message, quote,
                  release_run_dirs, save_model)
 from .labels import choose_head
 from .method import AdaptInputs, CondenseInputs, citations, parse_options
@@ -358,7 +358,10 @@ def untrained_attention_note(method, gene: Learngene) -> str | None:
     layers = sorted({int(k.split(".")[1]) for k in gene.tensors if k.startswith("blocks.") and k.endswith(".attn.qkv.weight")})
     if not layers:
         return None
-    scale = max(mimetic.attention_logit_scale(gene.tensors, gene.layout, i) for i in layers)
+    scale = 0.0
+    for i in layers:
+        scale = max(scale, mimetic.attention_logit_scale(gene.tensors, gene.layout, i))
+        release_pages(gene.tensors[f"blocks.{i}.attn.qkv.weight"])  # a memory-mapped ViT-g: read once, give back
     if scale >= mimetic.untrained_attention_scale:
         return None
     return (f"note: the ancestry's attention looks untrained (largest attention-logit scale {scale:.3f} < "

@@ -128,8 +128,11 @@ def attention_logit_scale(state: StateDict, spec: ViTSpec, layer: int) -> float:
     q, k, _ = split_qkv(state[block_key(layer, "attn.qkv.weight")].detach().double(), spec.num_heads)
     gain = state.get(block_key(layer, "norm1.weight"))
     g = torch.ones(spec.embed_dim, dtype=torch.float64) if gain is None else gain.detach().double()
-    product = (q * g).transpose(1, 2) @ (k * g)  # (H, D, D)
-    return float(torch.linalg.matrix_norm(product).mean() / spec.head_dim**0.5)
+    a, b = q * g, k * g  # (H, d, D)
+    # ‖aᵀb‖_F² = tr((a aᵀ)(b bᵀ)): two (H, d, d) Gram matrices instead of the (H, D, D) product, which at
+    # ViT-g width is 450 MB per layer
+    squared = ((a @ a.transpose(1, 2)) * (b @ b.transpose(1, 2))).sum(dim=(1, 2))
+    return float(squared.clamp_min(0).sqrt().mean() / spec.head_dim**0.5)
 
 
 def mimetic_where_untrained(state: StateDict, spec: ViTSpec, seed: int = 0,
