@@ -202,3 +202,64 @@ def test_a_checkpoint_without_a_fingerprint_is_resumed_with_a_warning(tmp_path, 
     torch.save(legacy, path)
     assert main(_ancestry_run(tmp_path, "--resume", "--lr", "0.01")) == 2  # its training settings are still checked
     assert "lr was 0.001, now 0.01" in capsys.readouterr().err
+
+
+def _stop_signal_at(batch: int, signame: str):
+    """A fault for FaultyData: at that batch the running loop is asked to stop, as the CLI's handler asks."""
+    from learngene.train import request_stop
+
+    def fault(x, y, soft):
+        assert request_stop(signame)
+        return x, y, soft
+    return fault
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_signal_checkpoints_at_the_step_reached_and_resume_is_bit_exact(signame, tmp_path):
+    from learngene.train import RunInterrupted
+
+    data = make_images(n=96, num_classes=4)
+    spec = ViTSpec(depth=1, embed_dim=16, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
+    cfg = TrainConfig(epochs=3, batch_size=16, lr=2e-3, augment=True, seed=5, progress=False)  # 6 steps per epoch
+
+    def fresh():
+        torch.manual_seed(0)
+        return spec.create_model()
+
+    reference = fresh()
+    train(reference, data, cfg, run_dir=tmp_path / "reference")
+    model = fresh()
+    with pytest.raises(RunInterrupted) as stopped:  # asked during the 9th batch: epoch 2, after its 3rd step
+        train(model, FaultyData(data, at=9, fault=_stop_signal_at(9, signame)), cfg, run_dir=tmp_path / "run")
+    assert (stopped.value.signame, stopped.value.step, stopped.value.checkpoint) == (signame, 9, tmp_path / "run" / CHECKPOINT)
+    ckpt = load_checkpoint(tmp_path / "run" / CHECKPOINT)
+    assert (ckpt["epoch"], ckpt["step_in_epoch"], ckpt["global_step"]) == (1, 3, 9)  # the step reached, not epoch 1's end
+
+    resumed = fresh()
+    result = train(resumed, data, cfg, run_dir=tmp_path / "run", resume=True)
+    assert result.steps == 18
+    expected = reference.state_dict()
+    assert all(torch.equal(v, expected[k]) for k, v in resumed.state_dict().items())
+    # and the stop was for that run only: the next one trains to its end
+    assert train(fresh(), data, cfg).steps == 18
+
+
+def test_sigterm_to_the_cli_checkpoints_and_says_how_to_continue(tmp_path):
+    """A real signal to a real process: exit 143, one line naming the checkpoint and --resume."""
+    run_dir, out = tmp_path / "run", tmp_path / "out.safetensors"
+    argv = ["ancestry", "--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size",
+            "16", "--data", "digits", "--train-images", "640", "--batch-size", "16", "--epochs", "30", "--quiet",
+            "--run-dir", str(run_dir), "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen([sys.executable, "-m", "learngene", *argv], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while proc.poll() is None and not (run_dir / CHECKPOINT).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)  # training has begun once the first epoch's checkpoint exists
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    last = err.strip().splitlines()[-1]  # (--quiet sends the run's description line to stderr too)
+    assert last.startswith("learngene ancestry: stopped by SIGTERM after step") and "--resume" in last, err
+    ckpt = load_checkpoint(run_dir / CHECKPOINT)
+    assert f"after step {ckpt['global_step']};" in last and not out.exists()

@@ -8,7 +8,6 @@ leaves no partial file.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import math
@@ -42,7 +41,7 @@ from .method import AdaptInputs, CondenseInputs, citations, parse_options
 from .methods.cluster import plot_attention_distance
 from .registry import get_method, list_methods
 from .spec import PRESETS, ViTSpec, get_preset
-from .train import CHECKPOINT, TrainConfig, seed_everything, train
+from .train import CHECKPOINT, RunInterrupted, TrainConfig, request_stop, seed_everything, train
 from .validate import MAX_INT
 
 EXIT_USAGE = 2
@@ -713,7 +712,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     args.command_line = shlex.join(["learngene", *argv])  # what reports name as the command that made them
     finished = False
-    previous_term = _stop_on_sigterm()
+    previous_handlers = _stop_on_signals()
     try:
         if dist.launched_distributed() and args.command in SINGLE_PROCESS:
             raise LearngeneError("this command runs in one process (it writes many files); run it without torchrun")
@@ -731,33 +730,55 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(args, "out of memory; choose smaller sizes (--depth, --embed-dim, --img-size) or a smaller "
                            "--batch-size")
     except KeyboardInterrupt as exc:
-        signame = "terminated" if isinstance(exc, Terminated) else "interrupted"
-        hint = (f"; rerun the same command with --resume to continue from {args.run_dir}"
-                if getattr(args, "run_dir", None) else "")
-        print(f"learngene {args.command}: {signame}{hint}", file=sys.stderr)
-        return 130 if signame == "interrupted" else 143
+        print(f"learngene {args.command}: {_interruption_message(args, exc)}", file=sys.stderr)
+        return 143 if _signal_name(exc) == "SIGTERM" else 130
     finally:
-        if previous_term is not None:
-            with contextlib.suppress(ValueError):  # not the main thread
-                signal.signal(signal.SIGTERM, previous_term)
+        if previous_handlers is not None:
+            signal.signal(signal.SIGINT, previous_handlers[0])
+            signal.signal(signal.SIGTERM, previous_handlers[1])
         release_run_dirs()
         dist.destroy(sync=finished)
     return 0
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C (SIGINT): the run stops; with a --run-dir its last checkpoint (written at the
-    usual points, not at the step the signal came) stays, and --resume continues from it."""
+    """SIGTERM outside a training loop, handled like Ctrl-C (SIGINT)."""
 
 
-def _stop_on_sigterm():
+def _signal_name(exc: KeyboardInterrupt) -> str:
+    if isinstance(exc, RunInterrupted):
+        return exc.signame
+    return "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+
+
+def _interruption_message(args: argparse.Namespace, exc: KeyboardInterrupt) -> str:
+    """One line: what stopped the run, what was saved, and the command that continues it."""
+    said = f"stopped by {_signal_name(exc)}"
+    continues = ("rerun the same command with --resume to continue" if hasattr(args, "resume")
+                 else "rerun the same command to continue (finished stages are kept)")
+    if isinstance(exc, RunInterrupted):
+        if exc.checkpoint is not None:
+            return f"{said} after step {exc.step}; checkpoint written to {quote(exc.checkpoint)}; {continues}"
+        return f"{said} after step {exc.step}; nothing was saved (give --run-dir to make a run resumable)"
+    if getattr(args, "run_dir", None):
+        return f"{said} outside a training step; {continues} from the last checkpoint in {quote(args.run_dir)}"
+    return f"{said}; nothing was saved"
+
+
+def _stop_on_signals():
+    """SIGINT and SIGTERM: a running training loop finishes its step, checkpoints and stops (train.RunInterrupted);
+    anywhere else, or at a second signal, the command stops at once."""
     def handler(signum, frame):
-        raise Terminated()
+        name = signal.Signals(signum).name
+        if not request_stop(name):
+            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
     try:
-        return signal.signal(signal.SIGTERM, handler)
+        previous_int = signal.signal(signal.SIGINT, handler)
+        previous_term = signal.signal(signal.SIGTERM, handler)
+        return previous_int, previous_term
     except ValueError:  # not the main thread (e.g. main() called from a worker thread): leave signals alone
-        return signal.getsignal(signal.SIGTERM)
+        return None
 
 
 def _fail(args: argparse.Namespace, message: str) -> int:

@@ -30,12 +30,45 @@ from . import distributed as dist
 from .data import Batch, Batches, BatchMixer, Data, take
 from .errors import DataError, LearngeneError, TrainingError
 from .io import digest, nonfinite_tensor, quote, save_torch_atomic, torch_load_weights_only, write_text_atomic
+from .progress import progress_bar
 from .validate import check_fields
 
 CHECKPOINT = "checkpoint.pt"
 CHECKPOINT_KEYS = {"model", "optimizer", "scheduler", "rng", "epoch", "step_in_epoch", "global_step", "history",
                    "seconds", "epoch_sums"}
 LOG = "log.jsonl"
+
+
+# ---- stopping on SIGINT / SIGTERM at a step boundary ---------------------------------------------------
+STOP_CHECK_EVERY = 20  # steps between the ranks' agreement on a stop under DDP (one tiny all-reduce each)
+_pending_stop: list[str] = []  # the signal a running loop is asked to stop for ("SIGINT" / "SIGTERM")
+_running_loops = [0]
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A signal stopped a training loop between two optimizer steps; ``checkpoint`` is where it saved the
+    run (None without a run dir). ``--resume`` continues from it bit for bit."""
+
+    def __init__(self, signame: str, step: int, checkpoint: Path | None):
+        super().__init__(signame)
+        self.signame, self.step, self.checkpoint = signame, step, checkpoint
+
+
+def request_stop(signame: str) -> bool:
+    """For a signal handler: ask the running training loop to checkpoint and stop after its current step.
+    False when no loop runs or a stop was already asked (a second Ctrl-C): then the caller stops at once."""
+    if not _running_loops[0] or _pending_stop:
+        return False
+    _pending_stop.append(signame)
+    return True
+
+
+def _stop_now(global_step: int, device: torch.device) -> bool:
+    """Whether every rank stops after this step. One process reads a flag; ranks agree every
+    STOP_CHECK_EVERY steps, so a signal that reaches only some of them stops all at the same step."""
+    if not dist.is_distributed():
+        return bool(_pending_stop)
+    return global_step % STOP_CHECK_EVERY == 0 and dist.count_true(bool(_pending_stop), device) > 0
 
 
 @dataclass
@@ -464,6 +497,9 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
           teacher: nn.Module | None = None, run_dir: str | Path | None = None, resume: bool = False) -> TrainResult:
     """Train ``model`` in place; returns the per-epoch history.
 
+    A SIGINT/SIGTERM handler that calls :func:`request_stop` (the CLI's) makes it finish the current step,
+    checkpoint there (with a run dir) and raise :class:`RunInterrupted`.
+
     Args:
         model: any module mapping images to logits (a timm ViT, an aux net, a φ-wrapped descendant).
             Only parameters with ``requires_grad`` are optimized.
@@ -475,6 +511,22 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
         run_dir: where ``log.jsonl`` and ``checkpoint.pt`` go (rank 0 only); None keeps nothing.
         resume: continue from ``run_dir/checkpoint.pt`` when it exists.
     """
+    _running_loops[0] += 1
+    try:
+        result = _train(model, train_data, cfg, eval_data, teacher, run_dir, resume)
+        stopped = (dist.count_true(bool(_pending_stop), resolve_device(cfg.device)) > 0 if dist.is_distributed()
+                   else bool(_pending_stop))
+        if stopped and _running_loops[0] == 1:  # the signal came after the last step: the run is saved
+            raise RunInterrupted(_pending_stop[0], result.steps, Path(run_dir) / CHECKPOINT if run_dir else None)
+        return result
+    finally:
+        _running_loops[0] -= 1
+        if not _running_loops[0]:
+            _pending_stop.clear()
+
+
+def _train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data | None,
+           teacher: nn.Module | None, run_dir: str | Path | None, resume: bool) -> TrainResult:
     device = resolve_device(cfg.device)
     check_data_fits(model, train_data)
     if eval_data is not None:
@@ -546,8 +598,8 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
         # loss sum, correct, images (this rank), kept on the device: adding to them does not sync
         sums = (state.epoch_sums.clone() if epoch == start_epoch else _zero_sums()).to(device)
         tic = time.perf_counter()
-        bar = tqdm(total=epoch_steps, initial=batches.start_step, desc=f"{cfg.desc} {epoch + 1}/{epochs}",
-                   disable=not (cfg.progress and dist.is_main()), leave=False, dynamic_ncols=True)
+        bar = progress_bar(total=epoch_steps, initial=batches.start_step, desc=f"{cfg.desc} {epoch + 1}/{epochs}",
+                           disable=not (cfg.progress and dist.is_main()), leave=False, dynamic_ncols=True)
         for step_in_epoch, batch in enumerate(batches, start=batches.start_step):
             if step_in_epoch >= epoch_steps:
                 break
@@ -561,10 +613,15 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
             if step_in_epoch % 10 == 0 and not bar.disable:  # reading the sums syncs: only at the display interval
                 loss_sum, correct, seen = sums.tolist()
                 bar.set_postfix(loss=f"{loss_sum / max(seen, 1):.3f}", acc=f"{correct / max(seen, 1):.3f}")
-            if cfg.checkpoint_every and not state.global_step % cfg.checkpoint_every and step_in_epoch + 1 < epoch_steps:
+            stop = step_in_epoch + 1 < epoch_steps and _stop_now(state.global_step, device)
+            if stop or (cfg.checkpoint_every and not state.global_step % cfg.checkpoint_every
+                        and step_in_epoch + 1 < epoch_steps):
                 state.seconds += time.perf_counter() - tic
                 tic = time.perf_counter()
                 checkpoint(epoch, step_in_epoch + 1, sums)
+            if stop:
+                bar.close()
+                raise RunInterrupted(_pending_stop[0] if _pending_stop else "stop", state.global_step, ckpt_path)
         bar.close()
         state.seconds += time.perf_counter() - tic
         totals = dist.all_reduce_sum(sums).cpu()
@@ -586,5 +643,7 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
         if run_dir is not None and dist.is_main():
             write_text_atomic(run_dir / LOG, "".join(json.dumps(r) + "\n" for r in state.history))
         checkpoint(epoch + 1, 0, _zero_sums())
+        if epoch + 1 < epochs and _stop_now(state.global_step, device):
+            raise RunInterrupted(_pending_stop[0] if _pending_stop else "stop", state.global_step, ckpt_path)
     dist.barrier()
     return TrainResult(history=state.history, steps=state.global_step, seconds=state.seconds)

@@ -44,6 +44,7 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..io import load_model_file, save_model, write_text_atomic
 from ..method import AdaptInputs, Ancestry, CondenseInputs
+from ..progress import on_terminal, progress_bar
 from ..registry import get_method, list_methods
 from ..spec import ViTSpec
 from ..train import TrainConfig, seed_everything, train
@@ -161,6 +162,8 @@ class BenchRun:
                  command: str | None = None):
         self.profile, self.out, self.data_dir, self.device = profile, Path(out_dir), data_dir, device
         self.progress, self.time_limit, self.plots = progress, time_limit, plots
+        # the long stages' own bars show under the run's bar on a terminal; in a log only the run's bar
+        self.inner_progress = progress and on_terminal()
         self.methods = list(profile.methods or list_methods())
         self.started = time.perf_counter()
         self.bar: tqdm | None = None
@@ -182,8 +185,8 @@ class BenchRun:
 
     def _advance(self, work: float, what: str) -> None:
         if self.bar is not None:
-            self.bar.update(work)
-            self.bar.set_postfix_str(what)
+            self.bar.update(min(work, max(self.bar.total - self.bar.n, 0)))  # the plan is an estimate: stop at 100 %
+            self.bar.set_postfix_str(what, refresh=False)  # shown at the bar's next redraw
 
     def _methods(self, upstream: Upstream) -> list[str]:
         return [m for m in self.methods if upstream.methods is None or m in upstream.methods]
@@ -204,7 +207,7 @@ class BenchRun:
             path.parent.mkdir(parents=True, exist_ok=True)
             # the two long stages show the loop's own bar under the run's bar
             cfg = self._cfg(epochs=upstream.ancestry_epochs, desc=f"ancestry {upstream.name}".strip(),
-                            checkpoint_every=200, progress=self.progress)
+                            checkpoint_every=200, progress=self.inner_progress)
             result = train(model, train_data, cfg, eval_data=eval_data, run_dir=path.with_suffix(".run"), resume=True)
             save_model(path, model, spec, origin={
                 "kind": "ancestry", "key": key, "eval_acc": result.final_acc, "seconds": round(result.seconds, 2),
@@ -246,7 +249,7 @@ class BenchRun:
         method = cls(**options)
         inputs = CondenseInputs(train=upstream, eval=upstream_eval, run_dir=path.with_suffix(".run"), resume=True,
                                 train_cfg=self._cfg(epochs=epochs, distill_lambda=lam, desc=f"condense {name}",
-                                                    progress=self.progress))
+                                                    progress=self.inner_progress))
         seed_everything(0)
         tic = time.perf_counter()
         gene = method.condense(ancestry, inputs)
@@ -399,8 +402,8 @@ class BenchRun:
             work.append((up, tasks, anc_images, upstream, upstream_eval, plan, trained))
         self.meta.update(plan_gflop=round(total), cells=sum(w[5]["cells"] for w in work), methods=self.methods)
         # progress in estimated work, not stages: a 10x scratch run or a deep size weighs what it costs
-        self.bar = tqdm(total=total, desc=f"bench {p.name}", unit="GFLOP", unit_scale=True, disable=not self.progress,
-                        dynamic_ncols=True, smoothing=0.05)
+        self.bar = progress_bar(total=total, desc=f"bench {p.name}", unit="GFLOP", unit_scale=True,
+                                disable=not self.progress, dynamic_ncols=True, smoothing=0.05)
         self.rows: list[Row] = []
         complete = False
         try:
