@@ -1,0 +1,33 @@
+"""The commands that only read and print: ``inspect`` and ``methods``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from ..describe import describe_file
+from ..gene import Learngene
+from ..method import citations
+from ..registry import get_method, list_methods
+from .options import check_outputs
+
+
+def cmd_inspect(args: argparse.Namespace) -> None:
+    check_outputs(args, [args.plot], [args.path])
+    print(describe_file(args.path, show_tensors=args.tensors))
+    if args.plot:
+        from ..methods.cluster import plot_attention_distance
+
+        plot_attention_distance(Learngene.load(args.path), args.plot, overwrite=args.overwrite)
+        print(f"wrote {args.plot}")
+
+
+def cmd_methods(args: argparse.Namespace) -> None:
+    for name in list_methods():
+        cls = get_method(name)
+        auto = getattr(cls.Config, "AUTO_OPTIONS", ())
+        options = ", ".join(f"{f.name}={'auto' if f.name in auto else repr(f.default)}"
+                            for f in dataclasses.fields(cls.Config)) or "-"
+        print(f"{name:18s} {cls.summary}\n{'':18s} options: {options}")
+        for paper in citations(cls):
+            print(f"{'':18s} paper: {paper}")
