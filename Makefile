@@ -1,16 +1,18 @@
 # The README's two commands: `make demo` (the main job on Fashion-MNIST) and `make test`.
 # Both create the virtual environment .venv on first use and install the package into it with the
-# pinned versions of constraints.txt. Other targets: `make lock` refreshes constraints.txt with the newest
-# versions pyproject.toml's bounds allow; `make check-latest` runs the suite with those newest versions in a
-# fresh venv without the pins; `make dist` builds the sdist and wheel and checks the wheel in a clean venv.
+# pinned versions of constraints.txt. Other targets: `make dist` builds the sdist and wheel; `make check-wheel`
+# installs the wheel in a clean venv and runs `learngene --help` there; `make check-latest` does that with the
+# newest versions pyproject.toml's bounds allow (no pins) and runs the suite in that venv; `make lock` rewrites
+# constraints.txt with those newest versions.
 PYTHON ?= python3
 VENV ?= .venv
+VENV_WHEEL ?= .venv-wheel
 CONSTRAINTS ?= constraints.txt
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PIP_INSTALL = $(PY) -m pip install -q --disable-pip-version-check
 
-.PHONY: demo test install lock check-latest dist fashion-mnist
+.PHONY: demo test install lock dist check-wheel check-latest fashion-mnist
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -41,15 +43,19 @@ lock:
 	mv constraints.txt.tmp constraints.txt
 	rm -rf .venv-lock
 
-check-latest:
-	rm -rf .venv-latest
-	$(MAKE) --no-print-directory test VENV=.venv-latest CONSTRAINTS=
-
 dist: $(STAMP)
-	rm -rf dist .venv-wheel
+	rm -rf dist
 	$(PY) -m build --outdir dist .
-	$(PYTHON) -m venv .venv-wheel
-	.venv-wheel/bin/python -m pip install -q --disable-pip-version-check dist/*.whl -c $(CONSTRAINTS)
-	cd /tmp && $(CURDIR)/.venv-wheel/bin/learngene --help >/dev/null && $(CURDIR)/.venv-wheel/bin/learngene methods >/dev/null
-	@echo "dist: $$(ls dist) built; the wheel installs in a clean venv and 'learngene --help' runs"
-	rm -rf .venv-wheel
+
+# the wheel in a clean venv (its [test] extra too, so the suite can run there): `learngene --help` must work
+check-wheel: dist
+	rm -rf $(VENV_WHEEL)
+	$(PYTHON) -m venv $(VENV_WHEEL)
+	$(VENV_WHEEL)/bin/python -m pip install -q --disable-pip-version-check "$$(ls dist/*.whl)[test]" $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+	cd /tmp && $(CURDIR)/$(VENV_WHEEL)/bin/learngene --help >/dev/null && $(CURDIR)/$(VENV_WHEEL)/bin/learngene methods >/dev/null
+	@echo "check-wheel: $$(cd dist && ls) built; the wheel installs in a clean venv and 'learngene --help' runs"
+
+# the suite with the newest versions pyproject.toml's bounds allow, in a fresh venv holding the built wheel
+check-latest:
+	$(MAKE) --no-print-directory check-wheel VENV_WHEEL=.venv-latest CONSTRAINTS=
+	.venv-latest/bin/python -m pytest
