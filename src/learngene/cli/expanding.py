@@ -25,7 +25,7 @@ def cmd_expand(args: argparse.Namespace) -> None:
         check_output_folder(args.out, args.overwrite)
     else:
         check_outputs(args, [args.out], [args.gene])
-    gene = Learngene.load(args.gene)
+    gene = Learngene.load(args.gene)  # checked against its method where make_descendant expands it
     method_cls = get_method(gene.method)
     if gene.ancestry is None and not args.preset:
         raise LearngeneError(f"{quote(args.gene)} records no ancestry size; give --preset and/or all size flags")
@@ -33,8 +33,8 @@ def cmd_expand(args: argparse.Namespace) -> None:
     options = parse_options(method_cls.Config, args.opt or [])
     if args.max_params is not None or args.max_flops is not None:
         spec = _fit_gene_to_budget(args, gene, spec, options)
-    model = make_descendant(gene, spec, seed=args.seed, top_up=args.top_up, **options)
-    provided = method_cls.from_gene(gene, **options).provided_keys(gene, spec)
+    model, provided = make_descendant(gene, spec, seed=args.seed, top_up=args.top_up, source=args.gene, return_keys=True,
+                                      **options)
     if hub:
         dist.on_main(lambda: _export_descendant(args, gene, model, spec, options, len(provided)))
     else:

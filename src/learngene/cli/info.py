@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 
 from ..describe import describe_file
-from ..gene import Learngene
+from ..descendant import load_gene
 from ..method import citations
 from ..registry import get_method, list_methods
 from .options import check_outputs
@@ -18,7 +18,7 @@ def cmd_inspect(args: argparse.Namespace) -> None:
     if args.plot:
         from ..methods.cluster import plot_attention_distance
 
-        plot_attention_distance(Learngene.load(args.path), args.plot, overwrite=args.overwrite)
+        plot_attention_distance(load_gene(args.path), args.plot, overwrite=args.overwrite)
         print(f"wrote {args.plot}")
 
 

@@ -11,10 +11,9 @@ from .. import distributed as dist
 from ..ancestry import load_ancestry
 from ..convert import is_model_folder
 from ..data import preprocessing_cfg
-from ..descendant import make_descendant
+from ..descendant import load_gene, make_descendant
 from ..errors import LearngeneError
-from ..gene import Learngene
-from ..io import build_model, digest, load_model_file, model_preprocessing, release_pages, save_model
+from ..io import build_model, digest, load_model_file, model_preprocessing, save_model
 from ..labels import choose_head
 from ..method import AdaptInputs, CondenseInputs, parse_options
 from ..registry import get_method
@@ -91,29 +90,9 @@ def cmd_condense(args: argparse.Namespace) -> None:
     gene.label_space = ancestry.label_space
     dist.on_main(lambda: gene.save(args.out, overwrite=args.overwrite))
     say(args, f"wrote {args.out}: {gene.method} learngene, {gene.num_stored_params:,} stored parameters")
-    note = untrained_attention_note(method, gene)
+    note = method.condense_note(gene)
     if note:
         say(args, note)
-
-
-def untrained_attention_note(method, gene: Learngene) -> str | None:
-    """A hint when a weight copier's gene holds untrained attention and ``untrained_attention=mimetic`` is off:
-    with such an ancestry its descendants fine-tune below mimetic's on new classes (docs/RESULTS.md, transfer)."""
-    if getattr(method.config, "untrained_attention", None) != "keep" or gene.layout is None:
-        return None
-    mimetic = get_method("mimetic")
-    layers = sorted({int(k.split(".")[1]) for k in gene.tensors if k.startswith("blocks.") and k.endswith(".attn.qkv.weight")})
-    if not layers:
-        return None
-    scale = 0.0
-    for i in layers:
-        scale = max(scale, mimetic.attention_logit_scale(gene.tensors, gene.layout, i))
-        release_pages(gene.tensors[f"blocks.{i}.attn.qkv.weight"])  # a memory-mapped ViT-g: read once, give back
-    if scale >= mimetic.untrained_attention_scale:
-        return None
-    return (f"note: the ancestry's attention looks untrained (largest attention-logit scale {scale:.3f} < "
-            f"{mimetic.untrained_attention_scale}); for new classes, expand with --opt untrained_attention=mimetic "
-            f"to give descendants mimetic's attention instead (docs/RESULTS.md, transfer)")
 
 
 def head_label_space(gene, provided: list[str]) -> dict[str, Any] | None:
@@ -124,7 +103,7 @@ def head_label_space(gene, provided: list[str]) -> dict[str, Any] | None:
 def cmd_adapt(args: argparse.Namespace) -> None:
     check_outputs(args, [args.out, args.gene_out], [args.gene])
     train_cfg = train_config_from_args(args, "adapt")
-    gene = Learngene.load(args.gene)
+    gene = load_gene(args.gene)
     method_cls = get_method(gene.method)
     options = parse_options(method_cls.Config, args.opt or [])
     method = method_cls.from_gene(gene, **options)
@@ -136,7 +115,7 @@ def cmd_adapt(args: argparse.Namespace) -> None:
                           "spec": spec.to_dict(), "gene": digest(gene.tensors) if args.run_dir else None}
     adapted, result = method.adapt(gene, spec, AdaptInputs(train_data, train_cfg.replace(desc=f"adapt {gene.method}"),
                                                            eval=test_data, run_dir=args.run_dir, resume=args.resume))
-    model = make_descendant(adapted, spec, seed=args.seed)
+    model, provided = make_descendant(adapted, spec, seed=args.seed, return_keys=True)
 
     def write() -> None:
         if args.gene_out:
@@ -144,7 +123,7 @@ def cmd_adapt(args: argparse.Namespace) -> None:
         save_model(args.out, model, spec, overwrite=args.overwrite, origin={
             "kind": "descendant", "method": gene.method, "gene": str(args.gene), "adapted_on": train_data.name,
             "adapt_steps": result.steps, "options": options,
-            "label_space": head_label_space(gene, method.provided_keys(adapted, spec))},
+            "label_space": head_label_space(gene, provided)},
             preprocessing=preprocessing_cfg(train_data))
 
     dist.on_main(write)
