@@ -31,6 +31,7 @@ from .data import default_workers, few_shot, fraction, load_splits, preprocessin
 from .demo import run_demo
 from .descendant import fit_gene_to_budget, make_descendant
 from .describe import describe_file
+from .distill import cache_teacher_outputs, setup_distillation
 from .errors import LearngeneError
 from .export import check_output_folder, export_hub_folder, wants_folder
 from .gene import Learngene
@@ -194,11 +195,11 @@ def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-
                         "(--no-sdpa: timm's eager attention) (default: on)")
 
 
-def add_distill_args(p: argparse.ArgumentParser, lam: float | None, tau: float = 1.0) -> None:
+def add_distill_args(p: argparse.ArgumentParser, lam: float | None, tau: float = 1.0,
+                     help_lambda: str = "λ (default: 0.5 with --teacher, else 0)") -> None:
     g = p.add_argument_group("distillation: (1-λ)·CE + λ·τ²·KL(teacher ‖ student)")
     g.add_argument("--distill-lambda", type=_real, default=lam,
-                   help="λ in [0, 1] (default: %(default)s)" if lam is not None else
-                        "λ (default: the method's paper: 1 = pure KL for tleg/share_init, 0.5 = KL + CE for wave)")
+                   help="λ in [0, 1] (default: %(default)s)" if lam is not None else help_lambda)
     g.add_argument("--distill-tau", type=_real, default=tau, help="τ, positive (default: %(default)s)")
 
 
@@ -484,6 +485,10 @@ def head_label_space(gene, provided: list[str]) -> dict[str, Any] | None:
 
 def cmd_train(args: argparse.Namespace) -> None:
     check_outputs(args, [args.out], [args.model])
+    if args.distill_lambda is None:
+        args.distill_lambda = 0.5 if args.teacher else 0.0
+    elif args.distill_lambda > 0 and not args.teacher:
+        raise LearngeneError("--distill-lambda needs a teacher to distil from; pass --teacher ANCESTRY")
     train_cfg = train_config_from_args(args, "train")
     state, spec, origin = load_model_file(args.model)
     model = build_model(spec, state, source=str(args.model))
@@ -496,7 +501,16 @@ def cmd_train(args: argparse.Namespace) -> None:
         spec = spec.replace(num_classes=train_data.num_classes)
     train_cfg.identity = {"command": "train", "model weights": digest(state) if args.run_dir else None,
                           "new head": head.fresh}
-    result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
+    student, teacher, data = model, None, train_data
+    if args.teacher:
+        ancestry = load_ancestry(args.teacher, args.teacher_timm_model)
+        kd = setup_distillation(model, ancestry.model, train_data, ancestry.label_space)
+        _say(args, f"distilling from {args.teacher} with λ = {train_cfg.distill_lambda:g}: {kd.why}")
+        train_cfg.identity.update(teacher=str(args.teacher), distilled=kd.kind)
+        student = kd.student
+        data, teacher = cache_teacher_outputs(train_data, kd.teacher, train_cfg)
+    result = train(student, data, train_cfg, eval_data=test_data, teacher=teacher, run_dir=args.run_dir,
+                   resume=args.resume)
     dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
         **origin, "finetuned_on": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc,
         "label_space": train_data.label_space, "new_head": head.fresh}, preprocessing=preprocessing_cfg(train_data)))
@@ -586,7 +600,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
     add_data_args(p)
     add_train_args(p)
-    add_distill_args(p, lam=None)
+    add_distill_args(p, lam=None, help_lambda="λ (default: the method's paper: 1 = pure KL for tleg/share_init, "
+                                              "0.5 = KL + CE for wave)")
     add_common(p)
     add_output(p, "learngene")
     g = p.add_argument_group("timm checkpoint sizes (with --timm-model)")
@@ -644,6 +659,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "differ from those the model's head was trained on)")
     add_data_args(p)
     add_train_args(p, epochs=5)
+    p.add_argument("--teacher", metavar="ANCESTRY",
+                   help="distil from this model while training (what --ancestry accepts): on its logits when its head "
+                        "was trained on the data's classes, else on its pooled embedding (cosine, through a learned "
+                        "projection when the widths differ; the projection is not saved)")
+    p.add_argument("--teacher-timm-model", help="timm architecture of a plain --teacher checkpoint")
+    add_distill_args(p, lam=None)
     add_common(p)
     add_output(p, "fine-tuned model")
     p.set_defaults(func=cmd_train, img_size=None, in_chans=None)
