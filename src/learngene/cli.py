@@ -25,6 +25,7 @@ from ._version import __version__
 from .ancestry import load_ancestry
 from .bench import BenchRun, get_profile
 from .bench.profiles import PROFILES
+from .bench.compare import compare_profile, compare_text, run_compare
 from .bench.smoke import SMOKE_PROFILES, run_smoke
 from .convert import is_model_folder
 from .data import default_workers, few_shot, fraction, load_splits, preprocessing_cfg
@@ -47,7 +48,7 @@ from .validate import MAX_INT
 
 EXIT_USAGE = 2
 # commands that write many files without rank-0 guards, or only print: refused under torchrun
-SINGLE_PROCESS = ("demo", "bench", "inspect", "methods")
+SINGLE_PROCESS = ("demo", "bench", "compare", "inspect", "methods")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -570,6 +571,29 @@ def cmd_bench(args: argparse.Namespace) -> None:
               f"run the same command again to continue where it stopped")
 
 
+def cmd_compare(args: argparse.Namespace) -> None:
+    if args.time_limit is not None and not args.time_limit > 0:
+        raise LearngeneError(f"--time-limit must be a positive number of minutes, got {args.time_limit}")
+    if args.kd is not None and not 0 < args.kd <= 1:
+        raise LearngeneError(f"--kd λ must be in (0, 1], got {args.kd}; e.g. --kd 0.5")
+    methods = None if args.methods in (None, "all") else [m.strip() for m in args.methods.split(",") if m.strip()]
+    # the ancestry's size decides the descendants' family: read it now (on the meta device), so that bad input
+    # fails before anything trains
+    ancestry = load_ancestry(args.ancestry, args.timm_model)
+    profile = compare_profile(
+        ancestry.spec, args.ancestry, args.data, args.sizes.split(","), methods, seeds=args.seeds, epochs=args.epochs,
+        max_steps=args.max_steps, few_shot=args.few_shot, train_images=args.train_images, eval_images=args.eval_images,
+        references=args.references.split(","), kd_lambda=args.kd, condense_data=args.condense_data,
+        condense_epochs=args.condense_epochs, adapt_steps=args.adapt_steps, batch_size=args.batch_size, lr=args.lr,
+        timm_model=args.timm_model)
+    del ancestry
+    limit = args.time_limit * 60 if args.time_limit is not None else None
+    rows = run_compare(profile, args.out, data_dir=args.data_dir, device=args.device, progress=not args.quiet,
+                       time_limit=limit, command=args.command_line, plots=not args.no_plots)
+    print(compare_text(rows, profile))
+    print(f"learngene compare: report in {args.out}/report.md")
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     run_demo(out_dir=Path(args.out_dir), data_dir=args.data_dir, device=args.device, seed=args.seed,
              progress=not args.quiet, quick=args.quick)
@@ -705,6 +729,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("compare", help="which start wins for my ancestry, data and sizes: every method against "
+                                       "scratch, scratch ×10 and mimetic, one recommendation per size",
+                       description="Condense the ancestry with every method once, make every size, fine-tune every "
+                                   "method × size × seed on --data with the same budget and a fresh head, and print "
+                                   "per size mean ± std, 2-std marks against the references, costs, the epoch each "
+                                   "method reaches scratch ×10's final accuracy, and one recommendation line. Writes "
+                                   "report.md, results.csv and plots to --out; cached and resumable like bench.")
+    add_ancestry_args(p)
+    p.add_argument("--data", required=True, help="fashion_mnist, digits, folder:PATH or torchvision:NAME: fine-tuned and "
+                                                 "tested on (its train and test splits)")
+    p.add_argument("--data-dir", help="where the data lie (default: $LEARNGENE_DATA, then system locations)")
+    p.add_argument("--sizes", required=True, metavar="LIST", help="descendant sizes, e.g. L4-D192-H3,L12-D384-H6 "
+                                                                  "(the rest of the spec follows the ancestry)")
+    p.add_argument("--methods", metavar="LIST", default="all", help="comma-separated methods, or all (default: all)")
+    p.add_argument("--references", metavar="LIST", default="scratch,scratch_x10,mimetic,structured",
+                   help="what a recommendation must beat by 2 std; scratch_x10 = scratch fine-tuned 10× as long; "
+                        "structured only where registered (default: %(default)s)")
+    p.add_argument("--seeds", type=_integer, default=3, help="seeds 0..N-1 per method and size (default: %(default)s)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--epochs", type=_integer, default=5, help="fine-tuning epochs of every method (default: %(default)s)")
+    g.add_argument("--max-steps", type=_integer, metavar="S", help="fine-tune S optimizer steps instead of --epochs")
+    p.add_argument("--few-shot", type=_integer, metavar="K", help="fine-tune on K labelled images per class")
+    p.add_argument("--train-images", type=_integer, metavar="N", help="fine-tune on a fixed random subset of N images")
+    p.add_argument("--eval-images", type=_integer, metavar="N", help="test on a fixed random subset of N test images")
+    p.add_argument("--kd", type=_real, nargs="?", const=0.5, metavar="λ",
+                   help="also fine-tune every method distilling the ancestry (rows '+kd'): logits when its head knows "
+                        "the data's classes, else pooled features; λ (default when given: 0.5)")
+    p.add_argument("--condense-data", metavar="D", help="data the methods that need data condense and adapt on "
+                                                       "(default: --data)")
+    p.add_argument("--condense-epochs", type=_integer, default=2, help="aux-net epochs of tleg, wave, share_init "
+                                                                     "(default: %(default)s)")
+    p.add_argument("--adapt-steps", type=_integer, default=50, help="steps of wave's and peg's adaptation per size "
+                                                                  "and seed (default: %(default)s)")
+    p.add_argument("--batch-size", type=_integer, default=64, help="every training stage (default: %(default)s)")
+    p.add_argument("--lr", type=_real, default=1e-3, help="peak AdamW learning rate (default: %(default)s)")
+    p.add_argument("--time-limit", type=_real, metavar="MINUTES",
+                   help="start no new stage after this long; the same command continues later")
+    p.add_argument("--out", required=True, help="report folder (also the cache a rerun continues from)")
+    p.add_argument("--no-plots", action="store_true", help="no PNG plots")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("demo", help="the main job end to end on Fashion-MNIST, in minutes on a CPU",
                        description="Train a small ancestry on Fashion-MNIST, condense it with every registered "

@@ -34,6 +34,8 @@ class Task:
         eval_every: evaluate every N epochs (0: after the last only); a ×N scratch run evaluates at every
             multiple of ``epochs``, the points its plot and the "epochs to match" table use.
         batch_size: fine-tuning batch (``None``: the profile's), for tasks with few images.
+        max_steps: fine-tune this many optimizer steps instead of ``epochs`` epochs (``None``: epochs); a ×N
+            budget is N times as many steps.
     """
 
     name: str
@@ -47,6 +49,7 @@ class Task:
     other_classes: bool = False
     eval_every: int = 1
     batch_size: int | None = None
+    max_steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,8 @@ class Variant:
         options: the method's expand-time options, as ``(name, value)`` pairs (e.g.
             ``(("untrained_attention", "mimetic"),)``).
         upstreams: the upstreams it runs on, by name (``None``: those with ``ablations=True``).
+        distill_lambda: λ; the descendant is fine-tuned with distillation from the ancestry
+            (:func:`learngene.distill.setup_distillation`: logits on the ancestry's classes, else features).
     """
 
     name: str
@@ -103,6 +108,7 @@ class Variant:
     head: str | None = None
     options: tuple[tuple[str, Any], ...] = ()
     upstreams: tuple[str, ...] | None = None
+    distill_lambda: float | None = None
 
     def descendant_options(self) -> dict[str, Any]:
         """The arguments of ``make_descendant`` this variant sets (the method's options among them)."""
@@ -138,6 +144,12 @@ class Profile:
         upstream_images_per_class: with ``upstreams``, the ancestry and condensation see this many
             training images of each of their classes (``None``: all).
         variants: ablation rows, each a method made another way (see :class:`Variant`).
+        description: one line for ``learngene bench --help``.
+        ancestry_file: a given ancestry (what ``learngene condense --ancestry`` accepts) instead of stage 1's
+            training; ``ancestry`` is then its spec (``learngene compare``).
+        ancestry_timm_model: timm architecture of a plain ``ancestry_file`` checkpoint.
+        upstream_data: the dataset the ancestry trains on and condensations and adaptations read.
+        references: the labels a recommendation must beat (``learngene compare``; empty: no recommendation).
     """
 
     name: str
@@ -158,6 +170,11 @@ class Profile:
     upstreams: tuple[Upstream, ...] = ()
     upstream_images_per_class: int | None = None
     variants: tuple[Variant, ...] = ()
+    description: str = ""
+    ancestry_file: str | None = None
+    ancestry_timm_model: str | None = None
+    upstream_data: str = "fashion_mnist"
+    references: tuple[str, ...] = ()
 
     def all_upstreams(self) -> tuple[Upstream, ...]:
         return self.upstreams or (Upstream("", None, self.ancestry_epochs, self.condense_epochs),)
