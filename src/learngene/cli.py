@@ -25,7 +25,7 @@ from ._version import __version__
 from .ancestry import load_ancestry
 from .bench import BenchRun, get_profile
 from .bench.profiles import PROFILES
-from .bench.compare import compare_profile, compare_text, run_compare
+from .bench.compare import compare_profile, compare_text, parse_classes, run_compare
 from .bench.smoke import SMOKE_PROFILES, run_smoke
 from .convert import is_model_folder
 from .data import default_workers, few_shot, fraction, load_splits, preprocessing_cfg
@@ -585,7 +585,8 @@ def cmd_compare(args: argparse.Namespace) -> None:
         max_steps=args.max_steps, few_shot=args.few_shot, train_images=args.train_images, eval_images=args.eval_images,
         references=args.references.split(","), kd_lambda=args.kd, condense_data=args.condense_data,
         condense_epochs=args.condense_epochs, adapt_steps=args.adapt_steps, batch_size=args.batch_size, lr=args.lr,
-        timm_model=args.timm_model)
+        timm_model=args.timm_model, condense_images=args.condense_images,
+        classes=parse_classes(args.classes) if args.classes else None)
     del ancestry
     limit = args.time_limit * 60 if args.time_limit is not None else None
     rows = run_compare(profile, args.out, data_dir=args.data_dir, device=args.device, progress=not args.quiet,
@@ -759,6 +760,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "the data's classes, else pooled features; λ (default when given: 0.5)")
     p.add_argument("--condense-data", metavar="D", help="data the methods that need data condense and adapt on "
                                                        "(default: --data)")
+    p.add_argument("--classes", metavar="LIST", help="only these classes of --data, by index, e.g. 5,6,7,8,9 "
+                                                    "(also for condensing, unless --condense-data)")
+    p.add_argument("--condense-images", type=_integer, metavar="N", help="condense and adapt on a fixed random "
+                                                                         "subset of N images (default: all)")
     p.add_argument("--condense-epochs", type=_integer, default=2, help="aux-net epochs of tleg, wave, share_init "
                                                                      "(default: %(default)s)")
     p.add_argument("--adapt-steps", type=_integer, default=50, help="steps of wave's and peg's adaptation per size "

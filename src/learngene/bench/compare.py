@@ -25,7 +25,7 @@ from ..errors import LearngeneError
 from ..io import now_iso, write_text_atomic
 from ..registry import get_method, list_methods
 from ..spec import ViTSpec
-from .profiles import Profile, Task, Variant
+from .profiles import Profile, Task, Upstream, Variant
 from .report import compare, machine, mean_curve, plot_curves, write_csv
 
 TASK = "data"  # the one task of a compare profile: the user's data
@@ -42,6 +42,14 @@ def parse_size(text: str) -> tuple[int, int, int]:
         raise LearngeneError(f"size {text!r} is not of the form L<depth>-D<width>-H<heads>, e.g. L4-D192-H3")
     depth, width, heads = map(int, match.groups())
     return depth, width, heads
+
+
+def parse_classes(text: str) -> list[int]:
+    """``5,6,7`` → ``[5, 6, 7]``."""
+    try:
+        return [int(c) for c in text.split(",") if c.strip()]
+    except ValueError:
+        raise LearngeneError(f"--classes takes class indices separated by commas, e.g. 5,6,7,8,9; got {text!r}") from None
 
 
 def reference_labels(names: Sequence[str]) -> tuple[str, ...]:
@@ -65,7 +73,7 @@ def compare_profile(ancestry_spec: ViTSpec | None, ancestry_file: str, data: str
                     references: Sequence[str] = DEFAULT_REFERENCES, kd_lambda: float | None = None,
                     condense_data: str | None = None, condense_epochs: int = 2, condense_images: int | None = None,
                     adapt_steps: int = 50, batch_size: int = 64, lr: float = 1e-3, timm_model: str | None = None,
-                    eval_every: int = 1) -> Profile:
+                    eval_every: int = 1, classes: Sequence[int] | None = None) -> Profile:
     """The profile of one ``learngene compare`` command; every bad input is one :class:`LearngeneError` line."""
     if ancestry_spec is None:
         raise LearngeneError("compare makes descendants of the ancestry's own family; give a ViT ancestry whose size "
@@ -73,7 +81,7 @@ def compare_profile(ancestry_spec: ViTSpec | None, ancestry_file: str, data: str
     for value, flag in ((seeds, "--seeds"), (epochs, "--epochs"), (max_steps, "--max-steps"), (few_shot, "--few-shot"),
                         (train_images, "--train-images"), (eval_images, "--eval-images"),
                         (condense_epochs, "--condense-epochs"), (adapt_steps, "--adapt-steps"),
-                        (batch_size, "--batch-size")):
+                        (batch_size, "--batch-size"), (condense_images, "--condense-images")):
         if value is not None and value < 1:
             raise LearngeneError(f"{flag} must be at least 1, got {value}; a budget of 0 compares nothing")
     if not sizes:
@@ -96,7 +104,12 @@ def compare_profile(ancestry_spec: ViTSpec | None, ancestry_file: str, data: str
     all_methods = tuple(dict.fromkeys([*base, *requested]))
     task = Task(TASK, data, epochs=epochs, max_steps=max_steps, shots=few_shot, train_images=train_images,
                 eval_images=eval_images, new_head=True, scratch_factor=LONG if LONG_LABEL in refs else 1,
-                eval_every=eval_every)
+                eval_every=eval_every, classes=tuple(classes) if classes else None)
+    # the user's classes are also what the data-driven methods condense and adapt on (unless --condense-data)
+    upstreams = ((Upstream("", tuple(classes), ancestry_epochs=0, condense_epochs=condense_epochs),)
+                 if classes and not condense_data else ())
+    if classes and len(set(classes)) < 2:
+        raise LearngeneError(f"--classes {','.join(map(str, classes))} keeps one class; comparing needs 2 or more")
     variants = (Variant(KD, methods=all_methods, distill_lambda=kd_lambda, upstreams=("",)),) if kd_lambda else ()
     narrowest = min(w for _, w, _ in shapes)
     return Profile(
@@ -106,7 +119,7 @@ def compare_profile(ancestry_spec: ViTSpec | None, ancestry_file: str, data: str
         adapt_steps=adapt_steps, seeds=tuple(range(seeds)), methods=all_methods,
         method_options={"wave": {"template_size": narrowest}} if "wave" in all_methods else {},
         batch_size=batch_size, lr=lr, variants=variants, ancestry_file=str(ancestry_file),
-        ancestry_timm_model=timm_model, upstream_data=condense_data or data, references=refs)
+        ancestry_timm_model=timm_model, upstream_data=condense_data or data, references=refs, upstreams=upstreams)
 
 
 # ---- the recommendation ---------------------------------------------------------------------------------
@@ -265,7 +278,8 @@ def write_compare_report(rows: list[Any], profile: Profile, out_dir: Path, meta:
                              "command to finish"),
              f"- ancestry: {anc.get('file', profile.ancestry_file)} ({profile.ancestry.short()}, "
              f"{profile.ancestry.num_params:,} params)",
-             f"- data: {task.data}, fine-tuned on {data} for {budget} (batch {task.batch_size or profile.batch_size}, "
+             f"- data: {task.data}" + (f" classes {', '.join(map(str, task.classes))}" if task.classes else "")
+             + f", fine-tuned on {data} for {budget} (batch {task.batch_size or profile.batch_size}, "
              f"AdamW lr {profile.lr:g}, warmup + cosine), a fresh head for every method, top-1 on "
              f"{task.eval_images or 'every'} test image(s); seeds {', '.join(map(str, profile.seeds))}",
              f"- condensation: {profile.condense_epochs} epoch(s) of aux-net distillation on {profile.upstream_data}; "

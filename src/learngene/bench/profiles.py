@@ -36,6 +36,7 @@ class Task:
         batch_size: fine-tuning batch (``None``: the profile's), for tasks with few images.
         max_steps: fine-tune this many optimizer steps instead of ``epochs`` epochs (``None``: epochs); a ×N
             budget is N times as many steps.
+        classes: only these classes of ``data`` (indices, relabelled in this order; ``None``: all).
     """
 
     name: str
@@ -50,6 +51,7 @@ class Task:
     eval_every: int = 1
     batch_size: int | None = None
     max_steps: int | None = None
+    classes: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -141,6 +141,11 @@ def load_task(task: Task, spec: ViTSpec, data_dir: str | None = None, loaded: di
                                  f"sees every class; give the profile upstreams with a class subset")
         others = [c for c in range(train_full.num_classes) if c not in upstream_classes]
         train_full, test_full = class_subset(train_full, others), class_subset(test_full, others)
+    if task.classes:
+        if max(task.classes) >= train_full.num_classes or min(task.classes) < 0:
+            raise LearngeneError(f"{task.data} has classes 0..{train_full.num_classes - 1}; --classes "
+                                 f"{','.join(map(str, task.classes))} is outside them")
+        train_full, test_full = class_subset(train_full, task.classes), class_subset(test_full, task.classes)
     train_data = few_shot(train_full, task.shots) if task.shots else take(train_full, task.train_images, seed=1)
     return TaskData(task, train_data, test_full)
 
@@ -321,7 +326,7 @@ class BenchRun:
         batch_size = t.batch_size or self.profile.batch_size
         options = descendant_options(init, row.seed, variant)
         # settings that older runs did not have join the key only when set: their cells stay valid
-        extra = {k: v for k, v in (("classes", list(task.train.classes) if t.other_classes else None),
+        extra = {k: v for k, v in (("classes", list(task.train.classes) if t.other_classes or t.classes else None),
                                    ("eval_every", eval_every if eval_every != 1 else None),
                                    ("fine_tune_batch", t.batch_size), ("variant", options or None),
                                    ("head", "reuse" if t.new_head and not fresh else None),
