@@ -26,7 +26,7 @@ from .ancestry import load_ancestry
 from .bench import BenchRun, get_profile
 from .bench.profiles import PROFILES
 from .bench.compare import compare_profile, compare_text, parse_classes, run_compare
-from .bench.smoke import SMOKE_PROFILES, run_smoke
+from .bench.smoke import FolderSmoke, run_smoke
 from .convert import is_model_folder
 from .data import default_workers, few_shot, fraction, load_splits, preprocessing_cfg
 from .demo import run_demo
@@ -539,15 +539,15 @@ def cmd_methods(args: argparse.Namespace) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
-    if args.profile in SMOKE_PROFILES:
+    profile = get_profile(args.profile)
+    if isinstance(profile, FolderSmoke):
         if args.max_steps is not None and args.max_steps < 1:
             raise LearngeneError(f"--max-steps must be at least 1, got {args.max_steps}")
-        record = run_smoke(SMOKE_PROFILES[args.profile], Path(args.out or f"runs/bench-{args.profile}"), main,
+        record = run_smoke(profile, Path(args.out or f"runs/bench-{args.profile}"), main,
                            args.device, args.max_steps, progress=not args.quiet)
         for stage in record["stages"]:
             print(f"learngene bench {args.profile}: {stage['stage']:9s} {stage['seconds']:8.1f} s on {record['device']}")
         return
-    profile = get_profile(args.profile)
     if args.methods:
         unknown = [m for m in args.methods if m not in list_methods()]
         if unknown:
@@ -713,12 +713,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "fine-tune descendants of several sizes on Fashion-MNIST, digits and a few-shot "
                                    "task with identical budgets and seeds, and write report.md, results.csv and "
                                    "plots. Every stage is cached: rerunning continues an interrupted run.")
-    p.add_argument("--profile", default="quick", choices=[*PROFILES, *SMOKE_PROFILES],
-                   help="quick: pipeline check in ~2 min; cpu: the evidence run (~1 h on 2 cores); transfer: "
-                        "ancestries on 5 Fashion-MNIST classes, few-shot fine-tuning on the other 5, ablations "
-                        "(~30 min on 2 busy cores); gpu: bigger models, full data; gpu-smoke: generated 224-px RGB "
-                        "images through the image-folder pipeline (ancestry, condense, expand, fine-tune), "
-                        "--max-steps per stage (default: %(default)s)")
+    p.add_argument("--profile", default="quick", choices=list(PROFILES),
+                   help="; ".join(f"{name}: {profile.description}" for name, profile in PROFILES.items())
+                        + " (default: %(default)s)")
     p.add_argument("--max-steps", type=_integer, metavar="N", help="gpu-smoke: optimizer steps of each training stage "
                                                               "(default: 20)")
     p.add_argument("--out", help="report folder (default: runs/bench-PROFILE)")
