@@ -116,6 +116,8 @@ class Method:
             ``learngene condense`` and the benchmark use it unless told otherwise.
         same_as_at_ancestry_width: the method whose descendants this one's equal, tensor for tensor, at the
             ancestry's own width (weight_selection: pretrained); benchmarks at that width leave it out.
+        seed_option: the option that seeds what ``expand`` draws (e.g. mimetic's ``seed``), or None when
+            expansion draws nothing; ``make_descendant`` sets it from the descendant's seed.
     """
 
     name: ClassVar[str]
@@ -127,6 +129,7 @@ class Method:
     adaptable: ClassVar[bool] = False  # has an ``adapt`` step that descendants should go through
     distill_lambda: ClassVar[float] = 1.0
     same_as_at_ancestry_width: ClassVar[str | None] = None
+    seed_option: ClassVar[str | None] = None
 
     def __init__(self, config: Any = None, **overrides: Any):
         base = config if config is not None else self.Config()
@@ -158,6 +161,10 @@ class Method:
     def adapt(self, gene: Learngene, spec: ViTSpec, inputs: AdaptInputs) -> tuple[Learngene, TrainResult]:
         """Specialize ``gene`` to ``spec`` on a little downstream data (WAVE's scalers, PEG's φ)."""
         raise LearngeneError(f"method {self.name} has no adapt step; expand it directly")
+
+    def condense_note(self, gene: Learngene) -> str | None:
+        """A hint ``learngene condense`` prints after writing ``gene`` (e.g. an option its descendants may need)."""
+        return None
 
     def describe(self, gene: Learngene) -> list[str]:
         """Method-specific lines for ``learngene inspect`` (e.g. Cluster-Learngene's clusters)."""
