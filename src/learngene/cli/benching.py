@@ -6,24 +6,24 @@ import argparse
 from pathlib import Path
 
 from ..bench import BenchRun, get_profile
-from ..bench.smoke import SMOKE_PROFILES, run_smoke
+from ..bench.smoke import FolderSmoke, run_smoke
 from ..demo import run_demo
 from ..errors import LearngeneError
 from ..registry import list_methods
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
-    if args.profile in SMOKE_PROFILES:
+    profile = get_profile(args.profile)
+    if isinstance(profile, FolderSmoke):
         from .dispatch import main  # the smoke run drives the CLI's own commands, in this process
 
         if args.max_steps is not None and args.max_steps < 1:
             raise LearngeneError(f"--max-steps must be at least 1, got {args.max_steps}")
-        record = run_smoke(SMOKE_PROFILES[args.profile], Path(args.out or f"runs/bench-{args.profile}"), main,
+        record = run_smoke(profile, Path(args.out or f"runs/bench-{args.profile}"), main,
                            args.device, args.max_steps, progress=not args.quiet)
         for stage in record["stages"]:
             print(f"learngene bench {args.profile}: {stage['stage']:9s} {stage['seconds']:8.1f} s on {record['device']}")
         return
-    profile = get_profile(args.profile)
     if args.methods:
         unknown = [m for m in args.methods if m not in list_methods()]
         if unknown:

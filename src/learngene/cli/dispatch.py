@@ -19,7 +19,7 @@ from ..errors import LearngeneError
 from .parser import EXIT_USAGE, build_parser
 
 # commands that write many files without rank-0 guards, or only print: refused under torchrun
-SINGLE_PROCESS = ("demo", "bench", "inspect", "methods")
+SINGLE_PROCESS = ("demo", "bench", "compare", "inspect", "methods")
 
 
 def handler(args: argparse.Namespace):

@@ -12,6 +12,7 @@ from ..ancestry import load_ancestry
 from ..convert import is_model_folder
 from ..data import preprocessing_cfg
 from ..descendant import load_gene, make_descendant
+from ..distill import cache_teacher_outputs, setup_distillation
 from ..errors import LearngeneError
 from ..io import build_model, digest, load_model_file, model_preprocessing, save_model
 from ..labels import choose_head
@@ -133,6 +134,10 @@ def cmd_adapt(args: argparse.Namespace) -> None:
 
 def cmd_train(args: argparse.Namespace) -> None:
     check_outputs(args, [args.out], [args.model])
+    if args.distill_lambda is None:
+        args.distill_lambda = 0.5 if args.teacher else 0.0
+    elif args.distill_lambda > 0 and not args.teacher:
+        raise LearngeneError("--distill-lambda needs a teacher to distil from; pass --teacher ANCESTRY")
     train_cfg = train_config_from_args(args, "train")
     state, spec, origin = load_model_file(args.model)
     model = build_model(spec, state, source=str(args.model))
@@ -145,7 +150,16 @@ def cmd_train(args: argparse.Namespace) -> None:
         spec = spec.replace(num_classes=train_data.num_classes)
     train_cfg.identity = {"command": "train", "model weights": digest(state) if args.run_dir else None,
                           "new head": head.fresh}
-    result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
+    student, teacher, data = model, None, train_data
+    if args.teacher:
+        ancestry = load_ancestry(args.teacher, args.teacher_timm_model)
+        kd = setup_distillation(model, ancestry.model, train_data, ancestry.label_space)
+        say(args, f"distilling from {args.teacher} with λ = {train_cfg.distill_lambda:g}: {kd.why}")
+        train_cfg.identity.update(teacher=str(args.teacher), distilled=kd.kind)
+        student = kd.student
+        data, teacher = cache_teacher_outputs(train_data, kd.teacher, train_cfg)
+    result = train(student, data, train_cfg, eval_data=test_data, teacher=teacher, run_dir=args.run_dir,
+                   resume=args.resume)
     dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
         **origin, "finetuned_on": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc,
         "label_space": train_data.label_space, "new_head": head.fresh}, preprocessing=preprocessing_cfg(train_data)))

@@ -12,8 +12,6 @@ import argparse
 import math
 
 from .._version import __version__
-from ..bench.profiles import PROFILES
-from ..bench.smoke import SMOKE_PROFILES
 from ..spec import PRESETS
 from ..validate import MAX_INT
 
@@ -67,6 +65,26 @@ def _count(text: str) -> int:
     if not 1 <= value <= MAX_INT:  # nan and inf fail here too
         raise argparse.ArgumentTypeError(f"a budget must be a finite count of at least 1, got {text!r}")
     return int(value)
+
+
+class _LazyText(str):
+    """Help text made when ``--help`` prints it (argparse formats every help with ``%``), not when the parser is
+    built: e.g. the bench profiles' descriptions, which need the method registry, and so torch."""
+
+    def __new__(cls, summary: str, make):
+        text = super().__new__(cls, summary)
+        text.make = make
+        return text
+
+    def __mod__(self, params):
+        return self.make() % params
+
+
+def _profile_help() -> str:
+    from ..bench.profiles import PROFILES
+
+    return ("; ".join(f"{name}: {profile.description}" for name, profile in PROFILES.items())
+            + " (default: %(default)s)")
 
 
 # ---- shared argument groups ---------------------------------------------------------------------------
@@ -132,11 +150,11 @@ def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-
                         "(--no-sdpa: timm's eager attention) (default: on)")
 
 
-def add_distill_args(p: argparse.ArgumentParser, lam: float | None, tau: float = 1.0) -> None:
+def add_distill_args(p: argparse.ArgumentParser, lam: float | None, tau: float = 1.0,
+                     help_lambda: str = "λ (default: 0.5 with --teacher, else 0)") -> None:
     g = p.add_argument_group("distillation: (1-λ)·CE + λ·τ²·KL(teacher ‖ student)")
     g.add_argument("--distill-lambda", type=_real, default=lam,
-                   help="λ in [0, 1] (default: %(default)s)" if lam is not None else
-                        "λ (default: the method's paper: 1 = pure KL for tleg/share_init, 0.5 = KL + CE for wave)")
+                   help="λ in [0, 1] (default: %(default)s)" if lam is not None else help_lambda)
     g.add_argument("--distill-tau", type=_real, default=tau, help="τ, positive (default: %(default)s)")
 
 
@@ -181,7 +199,8 @@ def _add_condense(sub) -> None:
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
     add_data_args(p)
     add_train_args(p)
-    add_distill_args(p, lam=None)
+    add_distill_args(p, lam=None, help_lambda="λ (default: the method's paper: 1 = pure KL for tleg/share_init, "
+                                              "0.5 = KL + CE for wave)")
     add_common(p)
     add_output(p, "learngene")
     g = p.add_argument_group("timm checkpoint sizes (with --timm-model)")
@@ -247,6 +266,12 @@ def _add_train(sub) -> None:
                         "differ from those the model's head was trained on)")
     add_data_args(p)
     add_train_args(p, epochs=5)
+    p.add_argument("--teacher", metavar="ANCESTRY",
+                   help="distil from this model while training (what --ancestry accepts): on its logits when its head "
+                        "was trained on the data's classes, else on its pooled embedding (cosine, through a learned "
+                        "projection when the widths differ; the projection is not saved)")
+    p.add_argument("--teacher-timm-model", help="timm architecture of a plain --teacher checkpoint")
+    add_distill_args(p, lam=None)
     add_common(p)
     add_output(p, "fine-tuned model")
     p.set_defaults(handler="making:cmd_train", img_size=None, in_chans=None)
@@ -277,12 +302,7 @@ def _add_bench(sub) -> None:
                                    "fine-tune descendants of several sizes on Fashion-MNIST, digits and a few-shot "
                                    "task with identical budgets and seeds, and write report.md, results.csv and "
                                    "plots. Every stage is cached: rerunning continues an interrupted run.")
-    p.add_argument("--profile", default="quick", choices=[*PROFILES, *SMOKE_PROFILES],
-                   help="quick: pipeline check in ~2 min; cpu: the evidence run (~1 h on 2 cores); transfer: "
-                        "ancestries on 5 Fashion-MNIST classes, few-shot fine-tuning on the other 5, ablations "
-                        "(~30 min on 2 busy cores); gpu: bigger models, full data; gpu-smoke: generated 224-px RGB "
-                        "images through the image-folder pipeline (ancestry, condense, expand, fine-tune), "
-                        "--max-steps per stage (default: %(default)s)")
+    p.add_argument("--profile", default="quick", metavar="NAME", help=_LazyText("a benchmark profile", _profile_help))
     p.add_argument("--max-steps", type=_integer, metavar="N", help="gpu-smoke: optimizer steps of each training stage "
                                                                    "(default: 20)")
     p.add_argument("--out", help="report folder (default: runs/bench-PROFILE)")
@@ -294,6 +314,55 @@ def _add_bench(sub) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler="benching:cmd_bench")
+
+
+def _add_compare(sub) -> None:
+    p = sub.add_parser("compare", help="which start wins for my ancestry, data and sizes: every method against "
+                                       "scratch, scratch ×10 and mimetic, one recommendation per size",
+                       description="Condense the ancestry with every method once, make every size, fine-tune every "
+                                   "method × size × seed on --data with the same budget and a fresh head, and print "
+                                   "per size mean ± std, 2-std marks against the references, costs, the epoch each "
+                                   "method reaches scratch ×10's final accuracy, and one recommendation line. Writes "
+                                   "report.md, results.csv and plots to --out; cached and resumable like bench.")
+    add_ancestry_args(p)
+    p.add_argument("--data", required=True, help="fashion_mnist, digits, folder:PATH or torchvision:NAME: fine-tuned and "
+                                                 "tested on (its train and test splits)")
+    p.add_argument("--data-dir", help="where the data lie (default: $LEARNGENE_DATA, then system locations)")
+    p.add_argument("--sizes", required=True, metavar="LIST", help="descendant sizes, e.g. L4-D192-H3,L12-D384-H6 "
+                                                                  "(the rest of the spec follows the ancestry)")
+    p.add_argument("--methods", metavar="LIST", default="all", help="comma-separated methods, or all (default: all)")
+    p.add_argument("--references", metavar="LIST", default="scratch,scratch_x10,mimetic,structured",
+                   help="what a recommendation must beat by 2 std; scratch_x10 = scratch fine-tuned 10× as long; "
+                        "structured only where registered (default: %(default)s)")
+    p.add_argument("--seeds", type=_integer, default=3, help="seeds 0..N-1 per method and size (default: %(default)s)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--epochs", type=_integer, default=5, help="fine-tuning epochs of every method (default: %(default)s)")
+    g.add_argument("--max-steps", type=_integer, metavar="S", help="fine-tune S optimizer steps instead of --epochs")
+    p.add_argument("--few-shot", type=_integer, metavar="K", help="fine-tune on K labelled images per class")
+    p.add_argument("--train-images", type=_integer, metavar="N", help="fine-tune on a fixed random subset of N images")
+    p.add_argument("--eval-images", type=_integer, metavar="N", help="test on a fixed random subset of N test images")
+    p.add_argument("--kd", type=_real, nargs="?", const=0.5, metavar="λ",
+                   help="also fine-tune every method distilling the ancestry (rows '+kd'): logits when its head knows "
+                        "the data's classes, else pooled features; λ (default when given: 0.5)")
+    p.add_argument("--condense-data", metavar="D", help="data the methods that need data condense and adapt on "
+                                                       "(default: --data)")
+    p.add_argument("--classes", metavar="LIST", help="only these classes of --data, by index, e.g. 5,6,7,8,9 "
+                                                    "(also for condensing, unless --condense-data)")
+    p.add_argument("--condense-images", type=_integer, metavar="N", help="condense and adapt on a fixed random "
+                                                                         "subset of N images (default: all)")
+    p.add_argument("--condense-epochs", type=_integer, default=2, help="aux-net epochs of tleg, wave, share_init "
+                                                                     "(default: %(default)s)")
+    p.add_argument("--adapt-steps", type=_integer, default=50, help="steps of wave's and peg's adaptation per size "
+                                                                  "and seed (default: %(default)s)")
+    p.add_argument("--batch-size", type=_integer, default=64, help="every training stage (default: %(default)s)")
+    p.add_argument("--lr", type=_real, default=1e-3, help="peak AdamW learning rate (default: %(default)s)")
+    p.add_argument("--time-limit", type=_real, metavar="MINUTES",
+                   help="start no new stage after this long; the same command continues later")
+    p.add_argument("--out", required=True, help="report folder (also the cache a rerun continues from)")
+    p.add_argument("--no-plots", action="store_true", help="no PNG plots")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(handler="comparing:cmd_compare")
 
 
 def _add_demo(sub) -> None:
@@ -309,7 +378,7 @@ def _add_demo(sub) -> None:
 
 
 SUBCOMMANDS = (_add_ancestry, _add_condense, _add_expand, _add_adapt, _add_train, _add_inspect, _add_methods,
-               _add_bench, _add_demo)
+               _add_bench, _add_compare, _add_demo)
 
 
 def build_parser() -> argparse.ArgumentParser:
