@@ -198,7 +198,9 @@ def add_distill_args(p: argparse.ArgumentParser, lam: float | None, tau: float =
     g = p.add_argument_group("distillation: (1-λ)·CE + λ·τ²·KL(teacher ‖ student)")
     g.add_argument("--distill-lambda", type=_real, default=lam,
                    help="λ in [0, 1] (default: %(default)s)" if lam is not None else
-                        "λ (default: the method's paper: 1 = pure KL for tleg/share_init, 0.5 = KL + CE for wave)")
+                        "λ (default: the method's paper: " + ", ".join(
+                            f"{name} {get_method(name).distill_lambda:g}" for name in list_methods()
+                            if get_method(name).aux_net) + "; 1 = pure KL, 0.5 = KL + CE)")
     g.add_argument("--distill-tau", type=_real, default=tau, help="τ, positive (default: %(default)s)")
 
 
@@ -558,8 +560,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ancestry)
 
     p = sub.add_parser("condense", help="condense an ancestry into a learngene file",
-                       description="Build a learngene from an ancestry with one method. Methods that train "
-                                   "(tleg, wave, share_init) distil from the ancestry on --data.",
+                       description="Build a learngene from an ancestry with one method. Methods that train ("
+                                   + ", ".join(n for n in list_methods() if get_method(n).aux_net)
+                                   + ") distil from the ancestry on --data.",
                        epilog="methods: " + ", ".join(list_methods()) + " (see `learngene methods` for options)")
     p.add_argument("--method", required=True, help="one of: " + ", ".join(list_methods()))
     add_ancestry_args(p)

@@ -112,6 +112,8 @@ class Method:
         needs_vit_ancestry: ``condense`` picks weights from a ViT (False: any classifier can teach).
         adaptable: descendants go through ``adapt`` (WAVE's scalers, PEG's φ) before fine-tuning.
         paper: the :class:`Paper` (or papers) it implements; ``learngene methods`` prints it.
+        aux_net: ``condense`` distils the ancestry into an aux net whose tensors become the gene
+            (TLEG, Share-Init, WAVE): ``--distill-lambda`` and the aux net's size options apply.
         distill_lambda: λ of the paper's condensation loss ``(1−λ)·CE + λ·KL`` (methods that distil);
             ``learngene condense`` and the benchmark use it unless told otherwise.
         seed_option: the option that seeds what ``expand`` draws (e.g. mimetic's ``seed``), or None when
@@ -125,6 +127,7 @@ class Method:
     needs_data: ClassVar[bool] = False
     needs_vit_ancestry: ClassVar[bool] = True
     adaptable: ClassVar[bool] = False  # has an ``adapt`` step that descendants should go through
+    aux_net: ClassVar[bool] = False
     distill_lambda: ClassVar[float] = 1.0
     seed_option: ClassVar[str | None] = None
 

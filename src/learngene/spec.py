@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from .errors import SpecError
+from .timm_keys import HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, WIDTH, WIDTH_IN, family_axes
 
 # FLOP convention: a multiply-add is 2 FLOPs, and only the matmuls and convolutions count (patch
 # embedding, projections, attention scores and weighted sums, MLPs, pooling head, classifiers); norms,
@@ -28,21 +29,6 @@ TIMM_ARCH = "vit_tiny_patch16_224"
 
 # Per-block tensors of the plain layout, in timm's naming, in the order timm's state_dict lists them
 # (a family adds or drops some: see :meth:`ViTSpec.block_shapes`).
-BLOCK_PARAMS = (
-    "norm1.weight",
-    "norm1.bias",
-    "attn.qkv.weight",
-    "attn.qkv.bias",
-    "attn.proj.weight",
-    "attn.proj.bias",
-    "norm2.weight",
-    "norm2.bias",
-    "mlp.fc1.weight",
-    "mlp.fc1.bias",
-    "mlp.fc2.weight",
-    "mlp.fc2.bias",
-)
-
 POOLS = ("token", "avg", "map")
 MLP_LAYERS = ("mlp", "swiglu_packed")  # timm's Mlp; SwiGLUPacked (GluMlp, SiLU gate first: DINOv2 ViT-g)
 
@@ -70,7 +56,7 @@ def available_memory() -> int | None:
 
 
 def block_key(layer: int, name: str) -> str:
-    """timm's state_dict key of tensor ``name`` (e.g. one of :data:`BLOCK_PARAMS`) in block ``layer``."""
+    """timm's state_dict key of tensor ``name`` (a row of :data:`~learngene.timm_keys.BLOCK_TENSORS`) in block ``layer``."""
     return f"blocks.{layer}.{name}"
 
 
@@ -327,22 +313,13 @@ class ViTSpec:
 
     # ---- tensors, parameters, FLOPs -------------------------------------------------------------
     def block_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Shape of every tensor in one block, keyed by in-block names, in timm's order."""
-        D, H, d, f = self.embed_dim, self.mlp_hidden, self.head_dim, self.family
-        shapes: dict[str, tuple[int, ...]] = {"norm1.weight": (D,), "norm1.bias": (D,), "attn.qkv.weight": (3 * D, D)}
-        if f.qkv_bias:
-            shapes["attn.qkv.bias"] = (3 * D,)
-        if f.qk_norm:
-            shapes.update({"attn.q_norm.weight": (d,), "attn.q_norm.bias": (d,),
-                           "attn.k_norm.weight": (d,), "attn.k_norm.bias": (d,)})
-        shapes.update({"attn.proj.weight": (D, D), "attn.proj.bias": (D,)})
-        if f.init_values is not None:
-            shapes["ls1.gamma"] = (D,)
-        shapes.update({"norm2.weight": (D,), "norm2.bias": (D,), "mlp.fc1.weight": (H, D), "mlp.fc1.bias": (H,),
-                       "mlp.fc2.weight": (D, self.mlp_inner), "mlp.fc2.bias": (D,)})
-        if f.init_values is not None:
-            shapes["ls2.gamma"] = (D,)
-        return shapes
+        """Shape of every tensor in one block, keyed by in-block names, in timm's order (the rows of
+        :data:`~learngene.timm_keys.BLOCK_TENSORS` this family has, each axis at this size)."""
+        D = self.embed_dim
+        size = {WIDTH: D, WIDTH_IN: D, HIDDEN: self.mlp_hidden, HIDDEN_IN: self.mlp_inner, HEADS_IN: D, HEAD_DIM: self.head_dim}
+        # a head axis is segments x heads x head_dim (qkv: 3·D); fc1's hidden axis already counts SwiGLU's two halves
+        return {name: tuple(D * a.segments if a.role == HEADS else size[a.role] for a in axes)
+                for name, axes in family_axes(self.family).items()}
 
     def non_block_shapes(self) -> dict[str, tuple[int, ...]]:
         """Shapes of the tensors outside the blocks: tokens, embeddings, norms, pooling head, classifiers."""

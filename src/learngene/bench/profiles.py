@@ -10,7 +10,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import methods as _every_method  # noqa: F401  (registers them: lists below are read from their classes)
 from ..errors import LearngeneError
+from ..registry import get_method, list_methods
 from ..spec import ViTSpec, get_preset
 
 
@@ -180,8 +182,7 @@ _TINY = get_preset("cpu_tiny")
 _TRANSFER_ANCESTRY = _TINY.replace(patch_size=7)
 SPLIT_A = (0, 1, 2, 3, 4)  # T-shirt/top, Trouser, Pullover, Dress, Coat -> Sandal, Shirt, Sneaker, Bag, Ankle boot
 SPLIT_B = (0, 2, 4, 6, 8)  # T-shirt/top, Pullover, Coat, Shirt, Bag -> Trouser, Dress, Sandal, Sneaker, Ankle boot
-AUX_NET_METHODS = ("share_init", "tleg", "wave")
-STORED_WEIGHTS = ("auto_lg", "cluster", "heru_lg", "peg", "pretrained", "share_init", "tleg", "wave", "weight_selection")
+AUX_NET_METHODS = tuple(name for name in list_methods() if get_method(name).aux_net)  # share_init, tleg, wave
 _CPU_ANCESTRY = get_preset("cpu_tiny").replace(depth=6)  # L6-D64-H4, 16-dim heads
 
 PROFILES: dict[str, Profile] = {

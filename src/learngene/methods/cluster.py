@@ -56,6 +56,7 @@ from ..io import atomic_path, release_pages
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
+from ..timm_keys import MLP, MSA, NORM, block_names, head_sliced
 from ..transfer import (
     StateDict,
     block_state,
@@ -68,8 +69,8 @@ from ..transfer import (
 
 PAPER_EPS_PX, PAPER_IMG_SIZE = 10.0, 224  # Eps = 10 px at 224-px images (App. C)
 DISTANCE, LABELS, CENTROIDS = "clusters.distance", "clusters.labels", "clusters.centroids."
-ATTENTION = ("attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight")
-FFN = ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias")
+ATTENTION = tuple(n for n in block_names(sublayer=MSA) if head_sliced(n))  # the head-sliced tensors
+FFN = block_names(sublayer=MLP, without=NORM)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ from ..heads import join_proj, mix_heads, select_matrix, split_proj
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
+from ..timm_keys import WRITER, block_names
 from ..transfer import (
     AxisMap,
     StateDict,
@@ -60,7 +61,7 @@ from ..transfer import (
     resize_block,
 )
 
-WRITERS = ("attn.proj.weight", "attn.proj.bias", "mlp.fc2.weight", "mlp.fc2.bias")
+WRITERS = block_names(tag=WRITER)  # zeroed, a block adds nothing to the residual stream
 
 
 @dataclass(frozen=True)

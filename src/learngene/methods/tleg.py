@@ -30,15 +30,16 @@ from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
+from ..timm_keys import LAYER_SCALE, MLP, MSA, NORM, block_names, has_tag, per_head
 from ..transfer import StateDict
 
 # TLEG Table 4's module groups, in timm's block-tensor names (those a family has). A family's other
 # per-channel block vectors (layer-scale gammas, q/k norms) are expanded like the LayerNorms.
 MODULES: dict[str, tuple[str, ...]] = {
-    "msa": ("attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias"),
-    "mlp": ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias"),
-    "ln": ("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias", "ls1.gamma", "ls2.gamma",
-           "attn.q_norm.weight", "attn.q_norm.bias", "attn.k_norm.weight", "attn.k_norm.bias"),
+    "msa": block_names(sublayer=MSA, without=NORM),
+    "mlp": block_names(sublayer=MLP, without=NORM),
+    # LayerNorms, then layer-scale gammas, then q/k norms: the order TLEG's gene tensors have always been built in
+    "ln": tuple(sorted(block_names(tag=NORM), key=lambda n: (per_head(n), has_tag(n, LAYER_SCALE)))),
 }
 
 
@@ -86,6 +87,7 @@ class TLEG(Method):
     Config = TLEGConfig
     needs_data = True
     needs_vit_ancestry = False
+    aux_net = True
     has_slope = True  # Share-Init stores θ_B only (θ_A ≡ 0)
     distill_lambda = 1.0  # Eq. 6 with the authors' released recipe: pure KL
 

@@ -47,9 +47,10 @@ from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..train import TrainResult, train
+from ..timm_keys import MATRIX, block_names
 from ..transfer import HEAD_DIM, StateDict, block_axes, segments
 
-MATRICES = {"qkv": "attn.qkv.weight", "proj": "attn.proj.weight", "fc1": "mlp.fc1.weight", "fc2": "mlp.fc2.weight"}
+MATRICES = {name.split(".")[-2]: name for name in block_names(tag=MATRIX)}  # qkv, proj, fc1, fc2
 
 
 def vector_names(spec: ViTSpec) -> list[str]:
@@ -138,6 +139,7 @@ class WAVE(Method):
     Config = WAVEConfig
     needs_data = True
     needs_vit_ancestry = False
+    aux_net = True
     adaptable = True
     distill_lambda = 0.5  # Eq. 6: KL + CE, i.e. λ = 0.5 up to a factor 2
 
