@@ -242,7 +242,7 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
     ("unknown method option", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.anc, "--opt", "colour=red",
                                          "-o", w.out], "KEY=VALUE"),
     ("bad method option value", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.anc, "--opt",
-                                           "variant=sideways", "-o", w.out], "first, last or middle"),
+                                           "variant=sideways", "-o", w.out], "one of 'first', 'last', 'middle'"),
     ("adapt a method without adapt", lambda w: ["adapt", w.gene, *DATA, *SIZE, "-o", w.out], "no adapt step"),
     ("gene without ancestry and no size", lambda w: ["expand", w.root / "scratch.safetensors", "-o", w.out],
      "records no ancestry size"),
