@@ -132,7 +132,7 @@ def test_share_init_is_tleg_with_theta_a_zero(tiny_spec):
 
 def test_modules_option_expands_only_those_modules(tiny_ancestry, toy_data, tiny_spec):
     assert TLEG(modules="msa,ln").config.modules == ("msa", "ln")
-    with pytest.raises(LearngeneError, match="subset of"):
+    with pytest.raises(LearngeneError, match="every item is one of 'msa', 'mlp', 'ln'"):
         TLEG(modules=("attention",))
     gene = condense("tleg", tiny_ancestry, toy_data, steps=2, modules=("msa",))
     assert {k.split(".", 1)[1] for k in gene.tensors if k.startswith("theta_")} == set(MODULES["msa"])

@@ -101,7 +101,7 @@ def test_width_that_does_not_tile_is_a_clear_error(tiny_spec):
         WAVE().expand(gene, tiny_spec.replace(embed_dim=48, num_heads=2))
     with pytest.raises(LearngeneError, match="multiple of 32"):
         WAVE().expand(gene, tiny_spec.replace(mlp_ratio=3.5))
-    with pytest.raises(LearngeneError, match="even"):
+    with pytest.raises(LearngeneError, match="n_qkv must be a multiple of 2"):
         WAVE(n_qkv=5)
 
 

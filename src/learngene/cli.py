@@ -15,6 +15,7 @@ import os
 import shlex
 import signal
 import sys
+import typing
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -42,7 +43,7 @@ from .methods.cluster import plot_attention_distance
 from .registry import get_method, list_methods
 from .spec import PRESETS, ViTSpec, get_preset
 from .train import CHECKPOINT, RunInterrupted, TrainConfig, request_stop, seed_everything, train
-from .validate import MAX_INT
+from .validate import MAX_INT, choices
 
 EXIT_USAGE = 2
 # commands that write many files without rank-0 guards, or only print: refused under torchrun
@@ -498,8 +499,14 @@ def cmd_methods(args: argparse.Namespace) -> None:
     for name in list_methods():
         cls = get_method(name)
         auto = getattr(cls.Config, "AUTO_OPTIONS", ())
-        options = ", ".join(f"{f.name}={'auto' if f.name in auto else repr(f.default)}"
-                            for f in dataclasses.fields(cls.Config)) or "-"
+        hints = typing.get_type_hints(cls.Config)
+
+        def shown(f) -> str:
+            allowed = choices(hints.get(f.name))
+            return (f"{f.name}={'auto' if f.name in auto else repr(f.default)}"
+                    + (" {" + ",".join(c if c else repr(c) for c in map(str, allowed)) + "}" if allowed else ""))
+
+        options = ", ".join(shown(f) for f in dataclasses.fields(cls.Config)) or "-"
         print(f"{name:18s} {cls.summary}\n{'':18s} options: {options}")
         for paper in citations(cls):
             print(f"{'':18s} paper: {paper}")

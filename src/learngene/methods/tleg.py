@@ -9,8 +9,8 @@ the special case θ_A ≡ 0: one shared layer, condensed the same way.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -32,6 +32,7 @@ from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..timm_keys import LAYER_SCALE, MLP, MSA, NORM, block_names, has_tag, per_head
 from ..transfer import StateDict
+from ..validate import option
 
 # TLEG Table 4's module groups, in timm's block-tensor names (those a family has). A family's other
 # per-channel block vectors (layer-scale gammas, q/k norms) are expanded like the LayerNorms.
@@ -54,7 +55,7 @@ class TLEGConfig(AuxConfig):
             descendants; in the aux net the other layers are ordinary parameters, Table 6).
     """
 
-    modules: tuple[str, ...] = ("msa", "mlp", "ln")
+    modules: tuple[Literal["msa", "mlp", "ln"], ...] = option(("msa", "mlp", "ln"), nonempty=True)
     layers: str = "all"
 
 
@@ -90,15 +91,6 @@ class TLEG(Method):
     aux_net = True
     has_slope = True  # Share-Init stores θ_B only (θ_A ≡ 0)
     distill_lambda = 1.0  # Eq. 6 with the authors' released recipe: pure KL
-
-    def __init__(self, config=None, **overrides):
-        super().__init__(config, **overrides)
-        if isinstance(self.config.modules, str):  # --opt modules=msa,mlp
-            self.config = dataclasses.replace(self.config, modules=tuple(m.strip() for m in self.config.modules.split(",")))
-        unknown = [m for m in self.config.modules if m not in MODULES]
-        if unknown or not self.config.modules:
-            raise LearngeneError(f"{self.name}: modules must be a non-empty subset of {list(MODULES)}, got "
-                                 f"{list(self.config.modules)}")
 
     def tensor_names(self, spec: ViTSpec) -> list[str]:
         """The block tensors of ``spec`` built by linear expansion."""
