@@ -118,6 +118,8 @@ class Method:
             (TLEG, Share-Init, WAVE): ``--distill-lambda`` and the aux net's size options apply.
         distill_lambda: λ of the paper's condensation loss ``(1−λ)·CE + λ·KL`` (methods that distil);
             ``learngene condense`` and the benchmark use it unless told otherwise.
+        same_as_at_ancestry_width: the method whose descendants this one's equal, tensor for tensor, at the
+            ancestry's own width (weight_selection: pretrained); benchmarks at that width leave it out.
         seed_option: the option that seeds what ``expand`` draws (e.g. mimetic's ``seed``), or None when
             expansion draws nothing; ``make_descendant`` sets it from the descendant's seed.
     """
@@ -131,6 +133,7 @@ class Method:
     adaptable: ClassVar[bool] = False  # has an ``adapt`` step that descendants should go through
     aux_net: ClassVar[bool] = False
     distill_lambda: ClassVar[float] = 1.0
+    same_as_at_ancestry_width: ClassVar[str | None] = None
     seed_option: ClassVar[str | None] = None
 
     def __init__(self, config: Any = None, **overrides: Any):
