@@ -1,4 +1,5 @@
-"""The spec of a timm model (:func:`spec_from_model`): its size and family, or one line saying what a spec cannot describe.
+"""The spec of a timm model (:func:`spec_from_model`): its size and family, or one line saying what a
+spec cannot describe.
 
 A model is described only when the spec rebuilds it exactly: the family read from its modules, the
 model built again from the spec (on ``meta``) must have the same modules, else the first difference
