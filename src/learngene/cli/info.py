@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import typing
 
 from ..describe import describe_file
 from ..descendant import load_gene
 from ..method import citations
 from ..registry import get_method, list_methods
+from ..validate import choices
 from .options import check_outputs
 
 
@@ -26,8 +28,14 @@ def cmd_methods(args: argparse.Namespace) -> None:
     for name in list_methods():
         cls = get_method(name)
         auto = getattr(cls.Config, "AUTO_OPTIONS", ())
-        options = ", ".join(f"{f.name}={'auto' if f.name in auto else repr(f.default)}"
-                            for f in dataclasses.fields(cls.Config)) or "-"
+        hints = typing.get_type_hints(cls.Config)
+
+        def shown(f) -> str:
+            allowed = choices(hints.get(f.name))
+            return (f"{f.name}={'auto' if f.name in auto else repr(f.default)}"
+                    + (" {" + ",".join(c if c else repr(c) for c in map(str, allowed)) + "}" if allowed else ""))
+
+        options = ", ".join(shown(f) for f in dataclasses.fields(cls.Config)) or "-"
         print(f"{name:18s} {cls.summary}\n{'':18s} options: {options}")
         for paper in citations(cls):
             print(f"{'':18s} paper: {paper}")

@@ -191,16 +191,15 @@ def _add_ancestry(sub) -> None:
 
 def _add_condense(sub) -> None:
     p = sub.add_parser("condense", help="condense an ancestry into a learngene file",
-                       description="Build a learngene from an ancestry with one method. Methods that train "
-                                   "(tleg, wave, share_init) distil from the ancestry on --data.",
+                       description="Build a learngene from an ancestry with one method. Methods that train an aux "
+                                   "net distil from the ancestry on --data.",
                        epilog="`learngene methods` lists every method with its options")
     p.add_argument("--method", required=True, help="a registered method (`learngene methods` lists them)")
     add_ancestry_args(p)
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
     add_data_args(p)
     add_train_args(p)
-    add_distill_args(p, lam=None, help_lambda="λ (default: the method's paper: 1 = pure KL for tleg/share_init, "
-                                              "0.5 = KL + CE for wave)")
+    add_distill_args(p, lam=None, help_lambda="λ (default: the method's paper's: 1 = pure KL, 0.5 = KL + CE)")
     add_common(p)
     add_output(p, "learngene")
     g = p.add_argument_group("timm checkpoint sizes (with --timm-model)")
