@@ -38,6 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.command_line = shlex.join(["learngene", *argv])  # what reports name as the command that made them
     from .. import distributed as dist
     from ..io import os_error_message, release_run_dirs
+    from ..train import CHECKPOINT
 
     finished = False
     previous_handlers = _stop_on_signals()
@@ -64,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if previous_handlers is not None:
             signal.signal(signal.SIGINT, previous_handlers[0])
             signal.signal(signal.SIGTERM, previous_handlers[1])
-        release_run_dirs()
+        release_run_dirs(failed=not finished, resumable=CHECKPOINT)
         dist.destroy(sync=finished)
     return 0
 

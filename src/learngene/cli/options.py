@@ -104,7 +104,7 @@ def check_outputs(args: argparse.Namespace, outputs: Sequence[str | None], input
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     try:
         return Path(a).resolve() == Path(b).resolve() or os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (yet)
+    except (OSError, RuntimeError):  # one does not exist (yet), or is a loop of symbolic links
         return False
 
 
