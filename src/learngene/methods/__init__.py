@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     importance,
     mimetic,
     peg,
+    structured,
     tleg,
     wave,
     weight_selection,
