@@ -6,6 +6,7 @@ from . import (  # noqa: F401
     front,
     growth,
     importance,
+    lets,
     mimetic,
     peg,
     structured,
