@@ -10,6 +10,7 @@ from . import (  # noqa: F401
     mimetic,
     peg,
     structured,
+    sws,
     tleg,
     wave,
     weight_selection,
