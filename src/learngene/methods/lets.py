@@ -143,7 +143,7 @@ def widen(t: Tensor, dim: int, n: int, f: Tensor | None) -> Tensor:
         raise LearngeneError(f"lets widens this axis from the learngene's {s} channels up to the aux net's {have}, "
                              f"asked {n}; choose a width (and MLP size) in that range")
     moved = torch.movedim(t, dim, -1)
-    rows = f[..., :n - s, :]
+    rows = f[..., :n - s, :].to(t.dtype)  # a gene may hold tensors of mixed precision
     if rows.ndim == 3:  # one F per compact layer
         extra = torch.einsum("l...s,les->l...e", moved, rows)
     else:
@@ -270,6 +270,10 @@ class LeTs(Method):
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         aux = require_layout(gene)
+        ints = sorted(k for k, t in gene.tensors.items() if not t.is_floating_point())
+        if ints:
+            raise LearngeneError(f"this lets gene's tensor {ints[0]} is {gene.tensors[ints[0]].dtype}, not floating point; "
+                                 f"create it again with `learngene condense`")
         if spec.embed_dim > aux.embed_dim:
             raise LearngeneError(f"lets widens up to the aux net's width {aux.embed_dim}, asked {spec.embed_dim}; "
                                  f"pass --embed-dim {aux.embed_dim} or less")
@@ -280,10 +284,10 @@ class LeTs(Method):
             kind = "bias" if name.endswith("bias") else "weight"
             if name.startswith("attn.qkv"):
                 segs = stack.unflatten(1, (3, shape[0] // 3)).unbind(1)
-                mixed = torch.cat([torch.einsum("tl,l...->t...", self.mixing(gene, spec, m, kind), seg)
+                mixed = torch.cat([torch.einsum("tl,l...->t...", self.mixing(gene, spec, m, kind).to(seg.dtype), seg)
                                    for m, seg in zip("qkv", segs)], 1)
             else:
-                mixed = torch.einsum("tl,l...->t...", self.mixing(gene, spec, g_module(name), kind), stack)
+                mixed = torch.einsum("tl,l...->t...", self.mixing(gene, spec, g_module(name), kind).to(stack.dtype), stack)
             for layer in range(spec.depth):
                 out[block_key(layer, name)] = mixed[layer]
         narrow = carried(aux, spec)
