@@ -7,7 +7,7 @@ from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
 from learngene.heads import join_qkv
 from learngene.method import Ancestry
-from learngene.methods.mimetic import UNTRAINED_ATTENTION_SCALE, attention_logit_scale, sincos_pos_embed
+from learngene.attention_init import UNTRAINED_ATTENTION_SCALE, attention_logit_scale, sincos_pos_embed
 from learngene.registry import get_method
 from learngene.spec import block_key
 
@@ -42,7 +42,7 @@ def test_logit_scale_is_the_std_of_the_logits_of_isotropic_tokens(tiny_spec):
     logits = ((x @ qkv[:d].T) * (y @ qkv[D:D + d].T)).sum(-1) / d**0.5  # head 0
     heads = [((x @ qkv[h * d:(h + 1) * d].T) * (y @ qkv[D + h * d:D + (h + 1) * d].T)).sum(-1).std() / d**0.5
              for h in range(H)]
-    assert float(logits.std()) == pytest.approx(float(heads[0]), rel=1e-6)
+    assert logits.std().item() == pytest.approx(heads[0].item(), rel=1e-6)
     assert attention_logit_scale(state, tiny_spec, 0) == pytest.approx(float(torch.stack(heads).mean()), rel=0.05)
 
 
