@@ -180,8 +180,8 @@ _TINY = get_preset("cpu_tiny")
 _TRANSFER_ANCESTRY = _TINY.replace(patch_size=7)
 SPLIT_A = (0, 1, 2, 3, 4)  # T-shirt/top, Trouser, Pullover, Dress, Coat -> Sandal, Shirt, Sneaker, Bag, Ankle boot
 SPLIT_B = (0, 2, 4, 6, 8)  # T-shirt/top, Pullover, Coat, Shirt, Bag -> Trouser, Dress, Sandal, Sneaker, Ankle boot
-AUX_NET_METHODS = ("share_init", "tleg", "wave", "lets", "sws")
-STORED_WEIGHTS = ("auto_lg", "cluster", "front", "heru_lg", "lets", "peg", "pretrained", "share_init", "sws", "tleg", "wave",
+AUX_NET_METHODS = ("share_init", "tleg", "wave", "lets", "sws", "pool")
+STORED_WEIGHTS = ("auto_lg", "cluster", "front", "heru_lg", "lets", "peg", "pool", "pretrained", "share_init", "sws", "tleg", "wave",
                   "weight_selection")
 _CPU_ANCESTRY = get_preset("cpu_tiny").replace(depth=6)  # L6-D64-H4, 16-dim heads
 
@@ -240,7 +240,7 @@ PROFILES: dict[str, Profile] = {
         seeds=(0, 1, 2, 3, 4),  # 20-step fine-tunes vary a lot between seeds: five give the 2-std marks a chance
         # weight_selection makes the very descendants of pretrained at the ancestry's width, the only width here
         methods=("scratch", "mimetic", "structured", "pretrained", "tleg", "wave", "share_init", "auto_lg", "heru_lg",
-                 "cluster", "peg", "front", "lets", "sws"),
+                 "cluster", "peg", "front", "lets", "sws", "pool"),
         method_options={"wave": {"template_size": 64}},
         batch_size=64,
         upstream_images_per_class=1000,
