@@ -181,8 +181,8 @@ _TRANSFER_ANCESTRY = _TINY.replace(patch_size=7)
 SPLIT_A = (0, 1, 2, 3, 4)  # T-shirt/top, Trouser, Pullover, Dress, Coat -> Sandal, Shirt, Sneaker, Bag, Ankle boot
 SPLIT_B = (0, 2, 4, 6, 8)  # T-shirt/top, Pullover, Coat, Shirt, Bag -> Trouser, Dress, Sandal, Sneaker, Ankle boot
 AUX_NET_METHODS = ("share_init", "tleg", "wave", "lets", "sws", "pool")
-STORED_WEIGHTS = ("auto_lg", "cluster", "front", "heru_lg", "lets", "peg", "pool", "pretrained", "share_init", "sws", "tleg", "wave",
-                  "weight_selection")
+STORED_WEIGHTS = ("auto_lg", "cluster", "front", "heru_lg", "lets", "peg", "pool", "pretrained", "share_init", "sws",
+                  "tleg", "wave", "weight_selection")
 _CPU_ANCESTRY = get_preset("cpu_tiny").replace(depth=6)  # L6-D64-H4, 16-dim heads
 
 PROFILES: dict[str, Profile] = {
