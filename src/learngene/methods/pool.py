@@ -120,7 +120,7 @@ class LearngenePool(Method):
         layout = require_layout(gene)
         present = sorted({int(k.split(".", 1)[0][len("instance"):]) for k in gene.tensors})
         depths = self.depths(layout)
-        if len(present) == 1:  # one instance in its aux net (condensation): its own weights
+        if len(present) == 1 and spec == layout:  # one instance in its own aux net (condensation): its weights
             i = present[0]
             return {k[len(instance_key(i, "")):]: v for k, v in gene.tensors.items()}
         if present != list(range(len(depths))):
