@@ -28,7 +28,7 @@ from .convert import is_model_folder, read_checkpoint
 from .errors import LearngeneError, SpecError
 from .io import load_model_file
 from .method import Ancestry
-from .spec import spec_from_model
+from .model_spec import spec_from_model
 
 StateDict = dict[str, Tensor]
 

@@ -59,7 +59,6 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
@@ -74,6 +73,7 @@ from ..transfer import (
     inherit_non_block,
     non_block_axes,
 )
+from ..validate import option
 
 PREFIX, STATS = "dct.", "stats."
 LAYER, FREQ = "layer", "freq"
@@ -237,7 +237,7 @@ def resample(coeffs: Tensor, axes: tuple[str | None, ...], sizes: tuple[tuple[in
 class FrontConfig:
     AUTO_OPTIONS = ("select_n", "depth_ratio")  # 0: automatic
 
-    keep_ratio: float = 1.0  # share of the frequencies kept along each width axis (their default: all)
+    keep_ratio: float = option(1.0, above=0, at_most=1)  # share of the frequencies kept per width axis (theirs: all)
     use_ratio: bool = False  # multiply by target / kept length per width axis (undoes the unnormalised DCT's scaling)
     select_n: int = 0  # depth frequencies kept; 0: min(target depth, ancestry depth)
     dct_mode: Literal["zero", "random", "consistence", "repeat"] = "zero"  # how the target's depth axis is filled
@@ -245,7 +245,7 @@ class FrontConfig:
     skip: tuple[Literal["qkv", "o", "mlp", "norm", "none"], ...] = ()  # left to timm's init
     seed: int = 0  # dct_mode=random's draws (the descendant's seed)
     variant: Literal["authors", "orthonormal"] = "authors"
-    depth_ratio: float = 0.0  # orthonormal variant: share kept along depth; 0: keep_ratio
+    depth_ratio: float = option(0.0, at_least=0, at_most=1)  # orthonormal variant: share kept along depth; 0: keep_ratio
 
 
 @register_method
@@ -256,13 +256,6 @@ class Front(Method):
                   "ICML", 2026, "2603.07523")
     Config = FrontConfig
     seed_option = "seed"
-
-    def __init__(self, config=None, **overrides):
-        super().__init__(config, **overrides)
-        for name in ("keep_ratio", "depth_ratio"):
-            value = getattr(self.config, name)
-            if not 0 <= value <= 1 or (name == "keep_ratio" and value == 0):
-                raise LearngeneError(f"front {name} must be in (0, 1] (depth_ratio 0: same as keep_ratio), got {value!r}")
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         spec = ancestry.require_vit(self.name)

@@ -46,7 +46,9 @@ from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
+from ..timm_keys import WIDTH_GAIN, block_names
 from ..transfer import (
+    NON_BLOCK_NORMS,
     StateDict,
     block_axes,
     block_state,
@@ -128,12 +130,11 @@ def permute_block(b: StateDict, spec: ViTSpec, width: Tensor, heads: Tensor, neu
     return move_state(b, block_axes(spec), spec.block_shapes(), (spec.num_heads,) * 2, given(width, neurons, heads))
 
 
-NON_BLOCK_NORMS = ("norm_pre.weight", "norm.weight", "fc_norm.weight", "attn_pool.norm.weight")
-
-
 def width_norm_gains(keys) -> list[str]:
     """The LayerNorm gains that normalize over the residual width (every family's; not the per-head q/k norms)."""
-    return [k for k in keys if k.endswith((".norm1.weight", ".norm2.weight")) or k in NON_BLOCK_NORMS]
+    in_blocks = tuple(f".{name}" for name in block_names(tag=WIDTH_GAIN))
+    outside = {f"{norm}.weight" for norm in NON_BLOCK_NORMS}
+    return [k for k in keys if (k.startswith("blocks.") and k.endswith(in_blocks)) or k in outside]
 
 
 @register_method

@@ -50,6 +50,7 @@ from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..train import TrainResult, train
+from ..timm_keys import MLP, MSA, NORM, block_names, has_tag, head_sliced, per_head
 from ..transfer import (
     KEEP,
     WIDTH,
@@ -70,12 +71,26 @@ from ..transfer import (
 # (q, k, v biases only where the family has them); the per-layer vectors of each sub-layer travel with it:
 # norm1, W_O's bias, the layer-scale gamma and the q/k norms with the MSA, norm2 and ls2 with the FFN
 HEAD_PARTS = ("q", "k", "v", "q_bias", "k_bias", "v_bias", "proj_cols")
-MSA_LAYER_PARTS = {"proj_bias": "attn.proj.bias", "norm_weight": "norm1.weight", "norm_bias": "norm1.bias",
-                   "ls_gamma": "ls1.gamma", "q_norm_weight": "attn.q_norm.weight", "q_norm_bias": "attn.q_norm.bias",
-                   "k_norm_weight": "attn.k_norm.weight", "k_norm_bias": "attn.k_norm.bias"}
-FFN_PARTS = {"fc1_weight": "mlp.fc1.weight", "fc1_bias": "mlp.fc1.bias", "fc2_weight": "mlp.fc2.weight",
-             "fc2_bias": "mlp.fc2.bias", "norm_weight": "norm2.weight", "norm_bias": "norm2.bias",
-             "ls_gamma": "ls2.gamma"}
+
+
+def part_name(name: str) -> str:
+    """A block tensor's name inside its sub-layer's gene group: ``attn.proj.bias`` -> ``proj_bias``,
+    ``norm2.weight`` -> ``norm_weight``, ``ls1.gamma`` -> ``ls_gamma`` (stored in gene files: keep them)."""
+    name = name.removeprefix("attn.").removeprefix("mlp.")
+    for numbered in ("norm1", "norm2", "ls1", "ls2"):
+        name = name.replace(numbered, numbered[:-1])
+    return name.replace(".", "_")
+
+
+def _parts(names: tuple[str, ...]) -> dict[str, str]:
+    # weights and biases, then norm-like vectors over the width, then the per-head q/k norms: the order the gene's
+    # tensors have always been built and trained in (the float sums of a training step follow it)
+    return {part_name(n): n for n in sorted(names, key=lambda n: (has_tag(n, NORM), per_head(n)))}
+
+
+# the per-layer tensors of each sub-layer, by part name (MSA: besides its head-sliced q/k/v and W_O)
+MSA_LAYER_PARTS = _parts(tuple(n for n in block_names(sublayer=MSA) if not head_sliced(n)))
+FFN_PARTS = _parts(block_names(sublayer=MLP))
 PHI_MAPS = ("msa_layers", "ffn_layers", "heads")
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -47,9 +48,11 @@ from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..train import TrainResult, train
+from ..timm_keys import MATRIX, block_names
 from ..transfer import HEAD_DIM, StateDict, block_axes, segments
+from ..validate import option
 
-MATRICES = {"qkv": "attn.qkv.weight", "proj": "attn.proj.weight", "fc1": "mlp.fc1.weight", "fc2": "mlp.fc2.weight"}
+MATRICES = {name.split(".")[-2]: name for name in block_names(tag=MATRIX)}  # qkv, proj, fc1, fc2
 
 
 def vector_names(spec: ViTSpec) -> list[str]:
@@ -79,12 +82,12 @@ class WAVEConfig(AuxConfig):
     AUTO_OPTIONS = AuxConfig.AUTO_OPTIONS + ("template_size", "n_qkv", "n_proj", "n_fc1", "n_fc2")
 
     template_size: int = 0
-    n_qkv: int = 0
-    n_proj: int = 0
-    n_fc1: int = 0
-    n_fc2: int = 0
+    n_qkv: int = option(0, at_least=0, multiple_of=2)
+    n_proj: int = option(0, at_least=0, multiple_of=2)
+    n_fc1: int = option(0, at_least=0, multiple_of=2)
+    n_fc2: int = option(0, at_least=0, multiple_of=2)
     vector_templates: bool = True
-    scaler_init: str = "auto"
+    scaler_init: Literal["auto", "padding"] = "auto"
     padding_eps: float = 1e-6
     padding_offset: int = 0
     padding_seed: int = 0
@@ -138,18 +141,9 @@ class WAVE(Method):
     Config = WAVEConfig
     needs_data = True
     needs_vit_ancestry = False
+    aux_net = True
     adaptable = True
     distill_lambda = 0.5  # Eq. 6: KL + CE, i.e. λ = 0.5 up to a factor 2
-
-    def __init__(self, config=None, **overrides):
-        super().__init__(config, **overrides)
-        c = self.config
-        if c.scaler_init not in ("auto", "padding"):
-            raise LearngeneError(f"wave scaler_init must be auto or padding, not {c.scaler_init!r}")
-        counts = {k: getattr(c, f"n_{k}") for k in MATRICES}
-        if any(v < 0 or v % 2 for v in counts.values()) or c.template_size < 0:
-            raise LearngeneError(f"wave template counts must be even (base + slope halves) and sizes non-negative, "
-                                 f"got {counts}, template_size={c.template_size}")
 
     # ---- the gene -----------------------------------------------------------------------------
     def template_names(self, spec: ViTSpec) -> list[str]:
