@@ -37,6 +37,7 @@ refused.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -62,10 +63,9 @@ from ..transfer import (
     inherit_non_block,
     non_block_axes,
 )
+from ..validate import option
 
 SMALL, AUX, F_, G_ = "small.", "aux.", "F.", "G."
-DEPTH_INITS = ("stackbert_noisy", "stackbert", "rand", "rand_softmax")
-WIDTH_INITS = ("rand", "rand_softmax", "sel", "sel_noisy")
 
 
 @dataclass(frozen=True)
@@ -75,9 +75,9 @@ class LeTsConfig(AuxConfig):
     gene_depth: int = 0  # compact layers; 0: half the aux net's (their 8 for a 16-layer aux net)
     gene_embed_dim: int = 0  # compact width; 0: half the aux net's (their 384 for 768)
     gene_mlp_dim: int = 0  # compact MLP hidden size; 0: half the aux net's
-    tie: int = 2  # consecutive aux layers sharing one G (their coeff_mapping e2)
-    depth_init: str = "stackbert_noisy"  # G's start: stackbert_noisy | stackbert | rand | rand_softmax
-    width_init: str = "rand"  # F's start: rand | rand_softmax | sel | sel_noisy
+    tie: int = option(2, at_least=1)  # consecutive aux layers sharing one G (their coeff_mapping e2)
+    depth_init: Literal["stackbert_noisy", "stackbert", "rand", "rand_softmax"] = "stackbert_noisy"  # G's start
+    width_init: Literal["rand", "rand_softmax", "sel", "sel_noisy"] = "rand"  # F's start
     init_noise: float = 0.03
     mapping_layer: str = ""  # per descendant layer, the aux layer whose compact pair it mixes ("": stretched)
     mapping_layer_coeff: str = ""  # per descendant layer, the aux layer whose G it uses ("": mapping_layer)
@@ -174,14 +174,6 @@ class LeTs(Method):
     needs_data = True
     needs_vit_ancestry = False
     distill_lambda = 1.0  # their stage 1: --distillation-type soft --distillation-alpha 1.0
-
-    def __init__(self, config=None, **overrides):
-        super().__init__(config, **overrides)
-        cfg = self.config
-        if cfg.depth_init not in DEPTH_INITS or cfg.width_init not in WIDTH_INITS or cfg.tie < 1:
-            raise LearngeneError(f"lets: depth_init one of {', '.join(DEPTH_INITS)} (interlace is never initialized in "
-                                 f"their code), width_init one of {', '.join(WIDTH_INITS)}, tie ≥ 1; got "
-                                 f"{cfg.depth_init!r}, {cfg.width_init!r}, {cfg.tie}")
 
     def small_spec(self, aux: ViTSpec) -> ViTSpec:
         cfg = self.config

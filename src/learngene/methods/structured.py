@@ -31,13 +31,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError
 from ..gene import Learngene
 from ..heads import join_qkv
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..transfer import StateDict
+from ..validate import option
 
 # impulse offsets (row, column) of a 3 x 3 kernel in their order: centre, up, right, left, down, corners
 KERNEL_ORDER = (4, 1, 5, 3, 7, 0, 2, 6, 8)
@@ -49,7 +49,7 @@ class StructuredConfig:
     qk_scale: float = 7.0  # their norm_q
     v_scale: float = 1.0  # their norm_v
     impulse: float = 1000.0  # logit of the impulse entries in the target map
-    kernel_size: int = 3
+    kernel_size: int = option(3, at_least=1)  # their 3 x 3 (other sizes: offsets in row-major order)
     alpha: float = 0.4  # noise in W_v W_proj
     beta: float = 0.4  # negative identity in W_v W_proj
     seed: int = 0
@@ -113,11 +113,6 @@ class Structured(Method):
     Config = StructuredConfig
     needs_vit_ancestry = False
     seed_option = "seed"
-
-    def __init__(self, config=None, **overrides):
-        super().__init__(config, **overrides)
-        if self.config.kernel_size < 1 or self.config.kernel_size % 2 == 0:
-            raise LearngeneError(f"structured kernel_size must be odd and positive, got {self.config.kernel_size}")
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         return self.new_gene({}, None, ancestry.spec if ancestry else None)
