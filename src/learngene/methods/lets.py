@@ -172,6 +172,7 @@ class LeTs(Method):
                   "Xia, Zu, Yang & Geng", "NeurIPS", 2024)
     Config = LeTsConfig
     needs_data = True
+    aux_net = True
     needs_vit_ancestry = False
     distill_lambda = 1.0  # their stage 1: --distillation-type soft --distillation-alpha 1.0
 

@@ -79,6 +79,7 @@ class LearngenePool(Method):
                   "2312.05743")
     Config = PoolConfig
     needs_data = True
+    aux_net = True
     needs_vit_ancestry = False
     distill_lambda = 1.0
 

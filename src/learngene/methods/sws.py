@@ -76,6 +76,7 @@ class SWS(Method):
                   "Xia, Zhu, Yang & Geng", "IJCAI", 2024, "2404.16897")
     Config = SWSConfig
     needs_data = True
+    aux_net = True
     needs_vit_ancestry = False
     distill_lambda = 1.0  # pure distillation, as TLEG's recipe of the same group
 
