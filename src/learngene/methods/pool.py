@@ -108,7 +108,12 @@ class LearngenePool(Method):
             if inputs is not None and inputs.run_dir is not None:  # each instance checkpoints apart
                 own = dataclasses.replace(inputs, run_dir=Path(inputs.run_dir) / f"instance{i}")
             trained = condense_through_aux(self, self.new_gene(start, spec, source), ancestry, own)
-            tensors.update(trained.tensors)
+            # a descendant reads the smallest instance's embeddings and the largest's final norm and head: only those
+            for key, tensor in trained.tensors.items():
+                name = key.split(".", 1)[1]
+                embed = part_of(name) == "embed"
+                if name.startswith("blocks.") or (embed and i == 0) or (not embed and i == len(depths) - 1):
+                    tensors[key] = tensor
             for key in ("steps", "seconds"):
                 cost[key] += trained.cost.get(key, 0)
             cost["instances"].append({"depth": depth, **trained.cost})
