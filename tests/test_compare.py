@@ -97,7 +97,7 @@ def test_a_log_gets_a_progress_line_with_an_eta_while_a_stage_runs(ancestry, tmp
     from learngene.bench.compare import compare_profile, run_compare
     from learngene.spec import ViTSpec
 
-    monkeypatch.setattr(protocol, "HEARTBEAT", 0.2)  # a minute in a real log
+    monkeypatch.setattr(protocol, "HEARTBEAT", 0.02)  # a minute in a real log; short, so a fast machine still shows three
     spec = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
     profile = compare_profile(spec, str(ancestry), "digits", ["L1-D32-H2"], ["scratch"], seeds=1, epochs=3,
                               train_images=200, eval_images=100, references=("scratch",))
