@@ -207,6 +207,29 @@ def test_the_ancestrys_own_size_reproduces_its_outputs_exactly(family, method):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_importance_at_the_ancestrys_size_outputs_the_ancestrys_embedding_in_its_order(family):
+    """importance permutes the residual stream in its gene; a headless ancestry outputs that stream, so
+    the descendant must undo the permutation (a probe tied to the embedding reads channel by channel)."""
+    ancestry = family_ancestry(family)
+    model = make_descendant(condense("importance", ancestry), ancestry.spec).eval()
+    x = torch.randn(3, 3, 28, 28)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ancestry.model(x), rtol=0, atol=1e-5)
+        headless = Ancestry(ancestry.model, ancestry.spec)
+        if ancestry.spec.num_classes:  # the same ancestry without its head: its pooled embedding, unpermuted
+            headless = _without_head(ancestry)
+        plain = make_descendant(condense("importance", headless), headless.spec).eval()
+        torch.testing.assert_close(plain(x), headless.model(x), rtol=0, atol=1e-5)
+
+
+def _without_head(ancestry: Ancestry) -> Ancestry:
+    spec = ancestry.spec.replace(num_classes=0)
+    model = spec.create_model().eval()
+    model.load_state_dict({k: v for k, v in ancestry.model.state_dict().items() if not k.startswith("head")})
+    return Ancestry(model, spec)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_running_the_blocks_one_by_one_computes_timms_forward(family):
     """cluster measures attention block by block (a ViT-g's weights read once): the same tokens as timm's forward."""
     model = family_ancestry(family).model
