@@ -42,7 +42,7 @@ def test_logit_scale_is_the_std_of_the_logits_of_isotropic_tokens(tiny_spec):
     logits = ((x @ qkv[:d].T) * (y @ qkv[D:D + d].T)).sum(-1) / d**0.5  # head 0
     heads = [((x @ qkv[h * d:(h + 1) * d].T) * (y @ qkv[D + h * d:D + (h + 1) * d].T)).sum(-1).std() / d**0.5
              for h in range(H)]
-    assert logits.std() == pytest.approx(heads[0], rel=1e-6)
+    assert logits.std().item() == pytest.approx(heads[0].item(), rel=1e-6)
     assert attention_logit_scale(state, tiny_spec, 0) == pytest.approx(float(torch.stack(heads).mean()), rel=0.05)
 
 
