@@ -33,7 +33,8 @@ from .spec import spec_from_model
 StateDict = dict[str, Tensor]
 
 
-def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, **model_kwargs: Any) -> Ancestry:
+def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, drop_head: bool = False,
+                  **model_kwargs: Any) -> Ancestry:
     """Load an ancestry.
 
     Args:
@@ -42,10 +43,12 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, **mode
             ``config.json``: a timm hub folder or a transformers ViT / DeiT / DINOv2 (``timm_model``
             is read from it, and overrides it when given).
         timm_model: timm architecture name, e.g. ``"deit_tiny_patch16_224"``.
+        drop_head: load a folder's model without its classifier: the ancestry outputs its pooled embedding
+            (the way to load a transformers classifier timm's ViT cannot express, e.g. DINOv2's).
         **model_kwargs: passed to ``timm.create_model`` (e.g. ``num_classes``, ``img_size``, ``in_chans``).
     """
     if is_model_folder(path):
-        ckpt = read_checkpoint(path)
+        ckpt = read_checkpoint(path, drop_head=drop_head)
         arch = timm_model or ckpt.arch
         _require_timm_name(arch)
         model = build_timm_model(arch, {**ckpt.kwargs, **model_kwargs}, ckpt.state, str(path))
@@ -54,6 +57,9 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, **mode
         if Path(path).is_dir():
             raise LearngeneError(f"{path} is a folder without config.json; give a timm hub or transformers model "
                                  f"folder, or a checkpoint file")
+        if drop_head:
+            raise LearngeneError(f"--drop-head applies to model folders and timm checkpoints; {path} is a learngene "
+                                 f"model file, whose head a descendant replaces with --num-classes")
         state, spec, origin = load_model_file(path, lazy=True)
         return Ancestry(build_model_lazily(lambda **kw: spec.create_model(**kw), state, str(path)).eval(), spec,
                         origin.get("label_space"))
@@ -61,6 +67,9 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, **mode
         _require_timm_name(timm_model)
         # read before building the model: a bad file fails in a moment, not after a big init
         state = read_checkpoint(path).state
+        if drop_head:
+            state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
+            model_kwargs["num_classes"] = 0
         model = build_timm_model(timm_model, model_kwargs, state, str(path))
     try:
         return Ancestry(model.eval(), spec_from_model(model))

@@ -37,6 +37,7 @@ from .gene import Learngene
 from .io import (build_model, digest, release_pages, check_output_path, load_model_file, lock_run_dir, model_preprocessing, os_error_message, quote,
                  release_run_dirs, save_model)
 from .labels import choose_head
+from .labels import describe as describe_labels
 from .method import AdaptInputs, CondenseInputs, citations, parse_options
 from .methods.cluster import plot_attention_distance
 from .registry import get_method, list_methods
@@ -240,7 +241,9 @@ def add_output(p: argparse.ArgumentParser, what: str) -> None:
 def add_ancestry_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ancestry", required=True,
                    help="ancestry model: a learngene model file; a checkpoint (.safetensors/.pth/.bin) with --timm-model; "
-                        "or a folder with config.json: a timm hub folder or a transformers ViT/DeiT/DINOv2")
+                        "or a folder with config.json: a timm hub folder or a transformers ViT/DeiT/DINOv2/CLIP/SigLIP")
+    p.add_argument("--drop-head", action="store_true",
+                   help="load a model folder without its classifier (the ancestry outputs its pooled embedding)")
     p.add_argument("--timm-model", help="timm architecture of a plain checkpoint, e.g. deit_tiny_patch16_224 "
                                         "(read from a folder's config.json when not given)")
 
@@ -307,7 +310,7 @@ def _load_ancestry_args(args: argparse.Namespace):
                 kwargs[key.strip()] = raw
     elif getattr(args, "timm_arg", None):
         raise LearngeneError("--timm-arg needs --timm-model: it is passed to timm.create_model for the checkpoint")
-    return load_ancestry(args.ancestry, args.timm_model, **kwargs)
+    return load_ancestry(args.ancestry, args.timm_model, drop_head=getattr(args, "drop_head", False), **kwargs)
 
 
 def _ancestry_preprocessing(args: argparse.Namespace, ancestry) -> dict[str, Any] | None:
@@ -385,7 +388,7 @@ def cmd_expand(args: argparse.Namespace) -> None:
     model = make_descendant(gene, spec, seed=args.seed, top_up=args.top_up, **options)
     provided = method_cls.from_gene(gene, **options).provided_keys(gene, spec)
     if hub:
-        dist.on_main(lambda: _export_descendant(args, gene, model, spec, options, len(provided)))
+        dist.on_main(lambda: _export_descendant(args, gene, model, spec, options, provided))
     else:
         dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
             "kind": "descendant", "method": gene.method, "gene": str(args.gene), "options": options,
@@ -396,7 +399,18 @@ def cmd_expand(args: argparse.Namespace) -> None:
                + (f", the rest topped up by {args.top_up} where it has weights" if args.top_up else ""))
 
 
-def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dict[str, Any], provided: int) -> None:
+def _head_status(gene, spec, provided, top_up: str | None = None) -> str | None:
+    """Whether a descendant's classifier is the ancestry's (carried by the gene) or fresh; None: it has none."""
+    if not spec.num_classes:
+        return None
+    if "head.weight" in provided:
+        return f"the ancestry's, carried by the gene ({describe_labels(gene.label_space, spec.num_classes)})"
+    if top_up:
+        return f"topped up by {top_up} where it has one of this shape, else fresh (timm's initialization)"
+    return f"fresh: timm's initialization of a {spec.num_classes}-way head, untrained (fine-tune before use)"
+
+
+def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dict[str, Any], provided) -> None:
     ancestry = gene.ancestry
     card = {
         "method": gene.method,
@@ -405,8 +419,9 @@ def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dic
                      f"parameters" if ancestry else "none recorded (a non-ViT teacher, or no ancestry)"),
         "gene": f"`{Path(args.gene).name}`, {gene.num_stored_params:,} stored parameters, made by learngene "
                 f"{gene.library_version} on {gene.created}",
-        "tensors from the gene": f"{provided} of {len(spec.state_shapes())}"
+        "tensors from the gene": f"{len(provided)} of {len(spec.state_shapes())}"
                                  + (f", the rest topped up by {args.top_up}" if args.top_up else ", the rest timm's init"),
+        "head": _head_status(gene, spec, provided, args.top_up),
     }
     if options:
         card["options"] = ", ".join(f"{k}={v!r}" for k, v in options.items())
