@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.datasets import FashionMNIST  # the class names of the splits
 
+from learngene.attention_init import UNTRAINED_ATTENTION_SCALE, attention_logit_scale
 from learngene.bench import get_profile
 from learngene.bench.protocol import BenchRun, fresh_head, load_task
 from learngene.bench.profiles import SPLIT_A, SPLIT_B, Task
@@ -158,7 +159,7 @@ def fix_rows(run, task, td, ancestry, spec, seeds, methods, upstream) -> None:
 
 def print_scales(ancestry, up) -> None:
     """The rule's input: each layer's attention logit scale in the ancestry."""
-    scale = get_method("mimetic").attention_logit_scale
+    scale = attention_logit_scale
     state = ancestry.state()
     print(f"{up.name:26s} " + " ".join(f"{scale(state, ancestry.spec, i):.3f}" for i in range(ancestry.spec.depth)))
 
@@ -192,9 +193,9 @@ def main() -> None:
     pretrained, mimetic = get_method("pretrained")(), get_method("mimetic")()
     if args.mode == "scale":
         spec = profile.ancestry.replace(num_classes=5)
-        scale = get_method("mimetic").attention_logit_scale
+        scale = attention_logit_scale
         print(f"attention logit scale per layer (rule: untrained below "
-              f"{get_method('mimetic').untrained_attention_scale}); references at seed 0, L{spec.depth}")
+              f"{UNTRAINED_ATTENTION_SCALE}); references at seed 0, L{spec.depth}")
         torch.manual_seed(0)
         for name, state in (("timm init", spec.create_model().state_dict()),
                             ("mimetic", mimetic.expand(mimetic.condense(None), spec))):

@@ -20,9 +20,9 @@ from torch.utils.flop_counter import FlopCounterMode
 from learngene.ancestry import load_ancestry
 from learngene.auxnet import FeatureDistillation
 from learngene.cli import main
-from learngene.descendant import GeneNet, make_descendant
+from learngene.descendant import GeneNet, expand_on_meta, make_descendant
 from learngene.errors import LearngeneError, SpecError
-from learngene.gene import Learngene, expand_on_meta
+from learngene.gene import Learngene
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.cluster import tokens_before_blocks
 from learngene.registry import get_method, list_methods
@@ -243,7 +243,7 @@ def test_running_the_blocks_one_by_one_computes_timms_forward(family):
 
 @pytest.mark.parametrize("method", ["peg", "cluster"])
 def test_the_load_time_check_expands_on_meta_and_allocates_nothing(method):
-    """Every gene load expands the gene to its own layout on ``meta`` (check_gene). A CPU operand (φ, a head
+    """Every gene load expands the gene to its own layout on ``meta`` (check_gene_fits_method). A CPU operand (φ, a head
     mixing matrix) made that expansion real: loading a ViT-g gene built a ViT-g before the ViT-S asked for."""
     ancestry = family_ancestry("deit3_small")
     gene = condense(method, ancestry)

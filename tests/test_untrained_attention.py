@@ -7,7 +7,7 @@ from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
 from learngene.heads import join_qkv
 from learngene.method import Ancestry
-from learngene.methods.mimetic import UNTRAINED_ATTENTION_SCALE, attention_logit_scale, sincos_pos_embed
+from learngene.attention_init import UNTRAINED_ATTENTION_SCALE, attention_logit_scale, sincos_pos_embed
 from learngene.registry import get_method
 from learngene.spec import block_key
 

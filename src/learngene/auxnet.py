@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from . import distributed as dist
 from .data import ImageData
-from .descendant import GeneNet
+from .genenet import GeneNet
 from .errors import LearngeneError
 from .gene import Learngene
 from .method import Ancestry, CondenseInputs, Method

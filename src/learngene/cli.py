@@ -29,12 +29,12 @@ from .bench.smoke import SMOKE_PROFILES, run_smoke
 from .convert import is_model_folder
 from .data import default_workers, few_shot, fraction, load_splits, preprocessing_cfg
 from .demo import run_demo
-from .descendant import fit_gene_to_budget, make_descendant
+from .descendant import fit_gene_to_budget, load_gene, make_descendant
 from .describe import describe_file
 from .errors import LearngeneError
 from .export import check_output_folder, export_hub_folder, wants_folder
 from .gene import Learngene
-from .io import (build_model, digest, release_pages, check_output_path, load_model_file, lock_run_dir, model_preprocessing, os_error_message, quote,
+from .io import (build_model, digest, check_output_path, load_model_file, lock_run_dir, model_preprocessing, os_error_message, quote,
                  release_run_dirs, save_model)
 from .labels import choose_head
 from .labels import describe as describe_labels
@@ -346,29 +346,9 @@ def cmd_condense(args: argparse.Namespace) -> None:
     gene.label_space = ancestry.label_space
     dist.on_main(lambda: gene.save(args.out, overwrite=args.overwrite))
     _say(args, f"wrote {args.out}: {gene.method} learngene, {gene.num_stored_params:,} stored parameters")
-    note = untrained_attention_note(method, gene)
+    note = method.condense_note(gene)
     if note:
         _say(args, note)
-
-
-def untrained_attention_note(method, gene: Learngene) -> str | None:
-    """A hint when a weight copier's gene holds untrained attention and ``untrained_attention=mimetic`` is off:
-    with such an ancestry its descendants fine-tune below mimetic's on new classes (docs/RESULTS.md, transfer)."""
-    if getattr(method.config, "untrained_attention", None) != "keep" or gene.layout is None:
-        return None
-    mimetic = get_method("mimetic")
-    layers = sorted({int(k.split(".")[1]) for k in gene.tensors if k.startswith("blocks.") and k.endswith(".attn.qkv.weight")})
-    if not layers:
-        return None
-    scale = 0.0
-    for i in layers:
-        scale = max(scale, mimetic.attention_logit_scale(gene.tensors, gene.layout, i))
-        release_pages(gene.tensors[f"blocks.{i}.attn.qkv.weight"])  # a memory-mapped ViT-g: read once, give back
-    if scale >= mimetic.untrained_attention_scale:
-        return None
-    return (f"note: the ancestry's attention looks untrained (largest attention-logit scale {scale:.3f} < "
-            f"{mimetic.untrained_attention_scale}); for new classes, expand with --opt untrained_attention=mimetic "
-            f"to give descendants mimetic's attention instead (docs/RESULTS.md, transfer)")
 
 
 def cmd_expand(args: argparse.Namespace) -> None:
@@ -377,7 +357,7 @@ def cmd_expand(args: argparse.Namespace) -> None:
         check_output_folder(args.out, args.overwrite)
     else:
         check_outputs(args, [args.out], [args.gene])
-    gene = Learngene.load(args.gene)
+    gene = Learngene.load(args.gene)  # checked against its method where make_descendant expands it
     method_cls = get_method(gene.method)
     if gene.ancestry is None and not args.preset:
         raise LearngeneError(f"{quote(args.gene)} records no ancestry size; give --preset and/or all size flags")
@@ -385,8 +365,8 @@ def cmd_expand(args: argparse.Namespace) -> None:
     options = parse_options(method_cls.Config, args.opt or [])
     if args.max_params is not None or args.max_flops is not None:
         spec = _fit_gene_to_budget(args, gene, spec, options)
-    model = make_descendant(gene, spec, seed=args.seed, top_up=args.top_up, **options)
-    provided = method_cls.from_gene(gene, **options).provided_keys(gene, spec)
+    model, provided = make_descendant(gene, spec, seed=args.seed, top_up=args.top_up, source=args.gene, return_keys=True,
+                                      **options)
     if hub:
         dist.on_main(lambda: _export_descendant(args, gene, model, spec, options, provided))
     else:
@@ -464,7 +444,7 @@ def _count(text: str) -> int:
 def cmd_adapt(args: argparse.Namespace) -> None:
     check_outputs(args, [args.out, args.gene_out], [args.gene])
     train_cfg = train_config_from_args(args, "adapt")
-    gene = Learngene.load(args.gene)
+    gene = load_gene(args.gene)
     method_cls = get_method(gene.method)
     options = parse_options(method_cls.Config, args.opt or [])
     method = method_cls.from_gene(gene, **options)
@@ -476,7 +456,7 @@ def cmd_adapt(args: argparse.Namespace) -> None:
                           "spec": spec.to_dict(), "gene": digest(gene.tensors) if args.run_dir else None}
     adapted, result = method.adapt(gene, spec, AdaptInputs(train_data, train_cfg.replace(desc=f"adapt {gene.method}"),
                                                            eval=test_data, run_dir=args.run_dir, resume=args.resume))
-    model = make_descendant(adapted, spec, seed=args.seed)
+    model, provided = make_descendant(adapted, spec, seed=args.seed, return_keys=True)
 
     def write() -> None:
         if args.gene_out:
@@ -484,7 +464,7 @@ def cmd_adapt(args: argparse.Namespace) -> None:
         save_model(args.out, model, spec, overwrite=args.overwrite, origin={
             "kind": "descendant", "method": gene.method, "gene": str(args.gene), "adapted_on": train_data.name,
             "adapt_steps": result.steps, "options": options,
-            "label_space": head_label_space(gene, method.provided_keys(adapted, spec))},
+            "label_space": head_label_space(gene, provided)},
             preprocessing=preprocessing_cfg(train_data))
 
     dist.on_main(write)
@@ -523,7 +503,7 @@ def cmd_inspect(args: argparse.Namespace) -> None:
     print(describe_file(args.path, show_tensors=args.tensors))
     if args.plot:
 
-        plot_attention_distance(Learngene.load(args.path), args.plot, overwrite=args.overwrite)
+        plot_attention_distance(load_gene(args.path), args.plot, overwrite=args.overwrite)
         print(f"wrote {args.plot}")
 
 

@@ -1,24 +1,27 @@
-"""Descendants: the models a learngene becomes.
+"""Descendants: the models a learngene becomes, and the check that a gene fits its method.
 
+:func:`load_gene` reads a gene file and checks it against its method (:func:`check_gene_fits_method`:
+the method reads the stored options and expands the tensors into their own layout on ``meta``).
 :func:`make_descendant` builds the final plain timm ViT of a spec from a gene (with an optional
-top-up from a method without a learngene). :class:`GeneNet` is a timm ViT whose parameters are
-``expand(gene, spec)`` recomputed on every forward: gradients reach the gene's tensors, which is how
-TLEG/WAVE/Share-Init condense (train the gene through an aux net, :mod:`learngene.auxnet`) and how
-WAVE's scalers and PEG's φ adapt (train some gene tensors on downstream data).
-:func:`fit_gene_to_budget` picks the size a gene should expand to under a parameter/FLOP budget.
+top-up from a method without a learngene). :func:`fit_gene_to_budget` picks the size a gene should expand to under a parameter/FLOP budget.
+Each finds the gene's method through the registry; the methods themselves import
+:class:`~learngene.genenet.GeneNet` (re-exported here) and never this module, so no import circle
+runs through the registry.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+import os
+from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call
 
-from .errors import LearngeneError
-from .gene import Learngene, expand_on_meta
+from .errors import GeneFormatError, LearngeneError
+from .attention_init import blend_query_key, sincos_pos_embed
+from .gene import Learngene, invalid_gene
+from .genenet import GeneNet  # noqa: F401  (re-exported: learngene.descendant.GeneNet)
 from .io import check_state_shapes
 from .method import Method
 from .registry import get_method
@@ -26,44 +29,122 @@ from .spec import ViTSpec, fit_to_budget
 from .transfer import StateDict
 
 
+def load_gene(path: str | os.PathLike) -> Learngene:
+    """The gene in file ``path``, checked against its method (:func:`check_gene_fits_method`)."""
+    gene = Learngene.load(path)
+    check_gene_fits_method(gene, path)
+    return gene
+
+
+def gene_method(gene: Learngene, source: str | os.PathLike | None = None, **options: Any) -> Method:
+    """``gene``'s method with the options stored in the gene, then ``options`` (the caller's, e.g. ``--opt``).
+
+    A stored option the method refuses refuses the gene (one line naming ``source``, the gene's file);
+    a method this version does not know is refused by :func:`~learngene.registry.get_method`.
+    """
+    cls = get_method(gene.method)
+    try:
+        method = cls.from_gene(gene)
+    except LearngeneError as exc:
+        raise invalid_gene(gene, source, exc) from None
+    return cls(method.config, **options) if options else method
+
+
+def check_gene_fits_method(gene: Learngene, source: str | os.PathLike | None = None) -> Method:
+    """Refuse a gene whose stored options or tensors its method cannot read, before anything is built from it.
+
+    The method must take the stored options and expand the tensors into their own layout with that
+    size's shapes. The expansion runs on the ``meta`` device (:func:`expand_on_meta`), so it allocates
+    nothing; any failure is one line. Returns the method with the gene's options.
+    """
+    method = gene_method(gene, source)
+    if gene.layout is not None:
+        try:
+            check_expansion(method, gene, gene.layout, source)
+        except GeneFormatError:
+            raise
+        except LearngeneError:
+            # the method refuses this size in its own words (e.g. a PEG gene whose φ was adapted to another size
+            # than its layout): expanding to the size asked for says so in one line
+            pass
+    return method
+
+
+def check_expansion(method: Method, gene: Learngene, spec: ViTSpec, source: str | os.PathLike | None = None) -> list[str]:
+    """Expand ``gene`` to ``spec`` on ``meta`` and return the keys it gives; the method's own refusal of the size
+    passes through, tensors it cannot read or that come out in other shapes than ``spec``'s refuse the gene."""
+    try:
+        state = expand_on_meta(method, gene, spec)
+    except LearngeneError:
+        raise
+    except Exception as exc:  # noqa: BLE001  tensors the method's code cannot read: missing, misnamed, misshapen
+        raise invalid_gene(gene, source, exc) from None
+    try:
+        check_state_shapes(state, spec, "its tensors")
+    except LearngeneError as exc:
+        raise invalid_gene(gene, source, exc) from None
+    return list(state)
+
+
+def expand_on_meta(method: Method, gene: Learngene, spec: ViTSpec) -> dict[str, Tensor]:
+    """``method.expand(gene, spec)`` on ``meta`` tensors: the shapes it gives, without allocating their memory.
+
+    A method that must read the gene's values (e.g. Cluster-Learngene's centroids) is expanded for real.
+    """
+    on_meta = dataclasses.replace(gene, tensors={k: v.to("meta") for k, v in gene.tensors.items()})
+    with torch.no_grad():
+        try:
+            return method.expand(on_meta, spec)
+        except (RuntimeError, NotImplementedError) as exc:
+            if "meta" not in str(exc):
+                raise
+            spec.require_memory()
+            return method.expand(gene, spec)
+
+
 def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, top_up: str | None = None,
-                    pos_embed: str | None = None, blend_mimetic: float | None = None, **options: Any) -> nn.Module:
+                    pos_embed: str | None = None, blend_mimetic: float | None = None, *,
+                    source: str | os.PathLike | None = None, return_keys: bool = False,
+                    **options: Any) -> nn.Module | tuple[nn.Module, list[str]]:
     """The plain timm ViT of ``spec`` initialized from ``gene``.
 
     Keys the method provides come from ``expand``; the keys it leaves out come from the ``top_up``
     method when one is named (e.g. ``"mimetic"`` for the attention weights), all others keep timm's
     default initialization. ``seed`` draws everything random: timm's initialization and the draws of a
     method (or top-up) that draws at expansion, such as mimetic. Every provided key must exist in the
-    model with the same shape. Two changes for ablations: ``pos_embed="sincos"`` replaces the position
+    model with the same shape: the gene is expanded once on ``meta`` to check that before anything is
+    allocated (a gene its method cannot read is refused in one line naming ``source``, its file), then
+    once for real. Two changes for ablations: ``pos_embed="sincos"`` replaces the position
     embedding with the 2-D sin-cos one, ``"learned"`` leaves it to timm (trained either way);
     ``blend_mimetic=α`` makes every head's ``W_q W_kᵀ`` ``α·gene + (1−α)·mimetic`` where the gene gives
-    the attention weights.
+    the attention weights. ``return_keys=True`` returns ``(model, keys)``, the keys the gene's method
+    filled (before any top-up or ablation).
     """
     if pos_embed not in (None, "learned", "sincos"):
         raise LearngeneError(f"pos_embed must be learned or sincos, not {pos_embed!r}")
-    cls = get_method(gene.method)
-    seed_option = getattr(cls, "seed_option", None)
+    seed_option = get_method(gene.method).seed_option
     if seed_option:  # a method that draws at expansion (mimetic) draws with the descendant's seed
         options = {seed_option: seed, **options}
-    method = cls.from_gene(gene, **options)
+    method = gene_method(gene, source, **options)
     spec.require_memory()
-    check_state_shapes(expand_on_meta(method, gene, spec), spec, f"the {gene.method} gene")  # before allocating
+    check_expansion(method, gene, spec, source)  # before allocating
     torch.manual_seed(seed)
     model = spec.create_model()
     with torch.no_grad():
         state = method.expand(gene, spec)
+        provided = list(state)
         if blend_mimetic is not None:
-            state = get_method("mimetic").blend_query_key(state, spec, blend_mimetic, seed)
+            state = blend_query_key(state, spec, blend_mimetic, seed)
         if top_up:
             state = {**top_up_state(top_up, spec, seed), **state}
         if pos_embed == "sincos":
-            state["pos_embed"] = get_method("mimetic").sincos_pos_embed(spec)
+            state["pos_embed"] = sincos_pos_embed(spec)
         elif pos_embed == "learned":  # timm's own initialization, whatever the method gives
             state.pop("pos_embed", None)
     check_state_shapes(state, spec, f"the {gene.method} gene")
     result = model.load_state_dict(state, strict=False)
     assert not result.unexpected_keys, result.unexpected_keys
-    return model
+    return (model, provided) if return_keys else model
 
 
 def top_up_state(name: str, spec: ViTSpec, seed: int = 0) -> StateDict:
@@ -72,8 +153,7 @@ def top_up_state(name: str, spec: ViTSpec, seed: int = 0) -> StateDict:
     cls = get_method(name)
     if cls.needs_data or cls.needs_vit_ancestry:
         raise LearngeneError(f"a top-up must be a method without a learngene (e.g. mimetic), not {name}")
-    seed_option = getattr(cls, "seed_option", None)
-    filler = cls(**({seed_option: seed} if seed_option else {}))
+    filler = cls(**({cls.seed_option: seed} if cls.seed_option else {}))
     return filler.expand(filler.condense(None), spec)
 
 
@@ -85,11 +165,11 @@ def fit_gene_to_budget(gene: Learngene, base: ViTSpec, max_params: int | None = 
     Depth and head count range up to the ancestry's (when the gene records one); ``depth`` or
     ``num_heads`` pin that axis; ``options`` are the method's expand-time options. A size counts as
     supported when the method's ``expand`` gives it the timm shapes of that size, tried on the ``meta``
-    device (:func:`~learngene.gene.expand_on_meta`), so no candidate allocates its weights. ``refused``,
+    device (:func:`expand_on_meta`), so no candidate allocates its weights. ``refused``,
     when given, receives each size within the budget that the method refused (deepest first) and why.
     See :func:`~learngene.spec.fit_to_budget`.
     """
-    method = get_method(gene.method).from_gene(gene, **options)
+    method = gene_method(gene, **options)
 
     def supports(spec: ViTSpec) -> bool:
         try:
@@ -103,51 +183,3 @@ def fit_gene_to_budget(gene: Learngene, base: ViTSpec, max_params: int | None = 
     return fit_to_budget(base, max_params, max_flops, supports, depth=depth, num_heads=num_heads,
                          max_depth=gene.ancestry.depth if gene.ancestry else None,
                          max_heads=gene.ancestry.num_heads if gene.ancestry else None)
-
-
-class GeneNet(nn.Module):
-    """A timm ViT of ``spec`` whose provided parameters are ``method.expand(gene, spec)`` on every forward.
-
-    Gradients flow into the gene's tensors (those selected by ``trainable``); keys the method does not
-    provide are the skeleton's own ordinary parameters (trained too, e.g. a new classifier head).
-    Every weight is materialized once per forward, then the stock timm forward runs on it. The
-    training loop checks data against ``skeleton`` (see :func:`learngene.train.check_data_fits`).
-    """
-
-    def __init__(self, method: Method, gene: Learngene, spec: ViTSpec, trainable: Callable[[str], bool] | None = None):
-        super().__init__()
-        self.method, self.spec = method, spec
-        self._meta = dataclasses.replace(gene, tensors={})
-        self.gene_tensors = nn.ParameterDict({
-            _param_name(k): nn.Parameter(v.detach().clone(), requires_grad=trainable(k) if trainable else True)
-            for k, v in gene.tensors.items()
-        })
-        self.skeleton = spec.create_model()
-        provided = set(method.provided_keys(gene, spec))
-        for name, p in self.skeleton.named_parameters():
-            if name in provided:
-                p.requires_grad_(False)
-
-    def gene(self) -> Learngene:
-        """The current gene (tensors detached)."""
-        return dataclasses.replace(self._meta, tensors={k: p.detach().cpu().clone() for k, p in self._tensors().items()})
-
-    def _tensors(self) -> StateDict:
-        return {_key_name(k): p for k, p in self.gene_tensors.items()}
-
-    def expanded(self) -> StateDict:
-        return self.method.expand(dataclasses.replace(self._meta, tensors=self._tensors()), self.spec)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return functional_call(self.skeleton, self.expanded(), (x,), strict=False)
-
-    def no_weight_decay(self) -> set[str]:
-        return {f"skeleton.{k}" for k in getattr(self.skeleton, "no_weight_decay", lambda: set())()}
-
-
-def _param_name(key: str) -> str:
-    return key.replace(".", "::")  # nn.ParameterDict keys may not contain dots
-
-
-def _key_name(param: str) -> str:
-    return param.replace("::", ".")

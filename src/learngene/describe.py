@@ -7,6 +7,7 @@ import math
 import os
 from pathlib import Path
 
+from .descendant import load_gene
 from .errors import GeneFormatError
 from .gene import GENE_FORMAT, Learngene
 from .io import MODEL_FORMAT, load_model_file, model_preprocessing, quote, read_safetensors
@@ -35,7 +36,7 @@ def describe_file(path: str | os.PathLike, show_tensors: bool = False) -> str:
     fmt = meta.get("format")
     size = Path(path).stat().st_size
     if fmt == GENE_FORMAT:
-        return describe_gene(Learngene.load(path), size, show_tensors)
+        return describe_gene(load_gene(path), size, show_tensors)
     if fmt == MODEL_FORMAT:
         state, spec, origin = load_model_file(path)
         lines = [f"learngene model file {path} ({size / 1e6:.2f} MB)",

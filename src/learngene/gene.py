@@ -9,24 +9,18 @@ older v1 header); whether the method is known is checked where it is used
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import torch
 from torch import Tensor
 
 from .errors import GeneFormatError, LearngeneError
-from .io import check_state_shapes, library_version, nonfinite_tensor, now_iso, quote, read_safetensors, save_safetensors
+from .io import library_version, nonfinite_tensor, now_iso, quote, read_safetensors, save_safetensors
 from .preprocessing import check_preprocessing
-from .registry import get_method, list_methods
 from .spec import ViTSpec
-
-if TYPE_CHECKING:
-    from .method import Method
 
 GENE_FORMAT = "learngene"
 # v2: the layout is its own header field; v1 kept it in ``ancestry`` (weight pickers) or in
@@ -141,59 +135,23 @@ class Learngene:
 
 
 def check_gene(gene: Learngene, source: str | os.PathLike) -> None:
-    """Refuse a gene whose header or tensors do not fit together, before anything is built from it.
-
-    The header's parts must have their types (config and cost JSON objects, options of the method's
-    types), every floating tensor must be finite, and the method must expand the tensors into their own
-    layout with that size's shapes. That expansion runs on the ``meta`` device, so it allocates nothing;
-    any failure is one line. A gene of a method this version does not know is refused where it is used.
-    """
-    def refuse(why: str) -> GeneFormatError:
-        return GeneFormatError(f"{quote(source)} is not a valid {gene.method} learngene ({why}); create it again with "
-                               f"`learngene condense`")
-
+    """Refuse a gene whose header parts do not have their types (config and cost JSON objects) or whose
+    floating tensors hold NaN or infinite values; the method's own check is
+    :func:`learngene.descendant.check_gene_fits_method`."""
     for part in ("config", "cost"):
         if not isinstance(getattr(gene, part), dict):
-            raise refuse(f"its {part} is not a JSON object")
+            raise invalid_gene(gene, source, f"its {part} is not a JSON object")
     bad = nonfinite_tensor(gene.tensors, mapped=True)  # a loaded gene is a memory map
     if bad is not None:
-        raise refuse(f"tensor {bad!r} holds NaN or infinite values")
-    if gene.method not in list_methods():
-        return
-    try:
-        method = get_method(gene.method).from_gene(gene)
-    except LearngeneError as exc:
-        raise refuse(_one_line(exc)) from None
-    if gene.layout is None:
-        return
-    try:
-        state = expand_on_meta(method, gene, gene.layout)
-    except LearngeneError:
-        # the method refuses this size in its own words (e.g. a PEG gene whose φ was adapted to another size
-        # than its layout): expanding to the size asked for says so in one line
-        return
-    except Exception as exc:  # noqa: BLE001  tensors the method's code cannot read: missing, misnamed, misshapen
-        raise refuse(_one_line(exc)) from None
-    try:
-        check_state_shapes(state, gene.layout, "its tensors")
-    except LearngeneError as exc:
-        raise refuse(_one_line(exc)) from None
+        raise invalid_gene(gene, source, f"tensor {bad!r} holds NaN or infinite values")
 
 
-def expand_on_meta(method: "Method", gene: Learngene, spec: ViTSpec) -> dict[str, Tensor]:
-    """``method.expand(gene, spec)`` on ``meta`` tensors: the shapes it gives, without allocating their memory.
-
-    A method that must read the gene's values (e.g. Cluster-Learngene's centroids) is expanded for real.
-    """
-    on_meta = dataclasses.replace(gene, tensors={k: v.to("meta") for k, v in gene.tensors.items()})
-    with torch.no_grad():
-        try:
-            return method.expand(on_meta, spec)
-        except (RuntimeError, NotImplementedError) as exc:
-            if "meta" not in str(exc):
-                raise
-            spec.require_memory()
-            return method.expand(gene, spec)
+def invalid_gene(gene: Learngene, source: str | os.PathLike | None, why: str | BaseException) -> GeneFormatError:
+    """The one-line refusal of a gene file (``source``; None: a gene made in this process) and why."""
+    name = quote(source) if source is not None else "the gene"
+    why = _one_line(why) if isinstance(why, BaseException) else why
+    return GeneFormatError(f"{name} is not a valid {gene.method} learngene ({why}); create it again with "
+                           f"`learngene condense`")
 
 
 def _one_line(exc: BaseException) -> str:

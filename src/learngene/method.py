@@ -114,6 +114,8 @@ class Method:
         paper: the :class:`Paper` (or papers) it implements; ``learngene methods`` prints it.
         distill_lambda: λ of the paper's condensation loss ``(1−λ)·CE + λ·KL`` (methods that distil);
             ``learngene condense`` and the benchmark use it unless told otherwise.
+        seed_option: the option that seeds what ``expand`` draws (e.g. mimetic's ``seed``), or None when
+            expansion draws nothing; ``make_descendant`` sets it from the descendant's seed.
     """
 
     name: ClassVar[str]
@@ -124,6 +126,7 @@ class Method:
     needs_vit_ancestry: ClassVar[bool] = True
     adaptable: ClassVar[bool] = False  # has an ``adapt`` step that descendants should go through
     distill_lambda: ClassVar[float] = 1.0
+    seed_option: ClassVar[str | None] = None
 
     def __init__(self, config: Any = None, **overrides: Any):
         base = config if config is not None else self.Config()
@@ -155,6 +158,10 @@ class Method:
     def adapt(self, gene: Learngene, spec: ViTSpec, inputs: AdaptInputs) -> tuple[Learngene, TrainResult]:
         """Specialize ``gene`` to ``spec`` on a little downstream data (WAVE's scalers, PEG's φ)."""
         raise LearngeneError(f"method {self.name} has no adapt step; expand it directly")
+
+    def condense_note(self, gene: Learngene) -> str | None:
+        """A hint ``learngene condense`` prints after writing ``gene`` (e.g. an option its descendants may need)."""
+        return None
 
     def describe(self, gene: Learngene) -> list[str]:
         """Method-specific lines for ``learngene inspect`` (e.g. Cluster-Learngene's clusters)."""

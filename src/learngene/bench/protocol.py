@@ -495,7 +495,7 @@ def descendant_options(init: Learngene, seed: int, variant: Variant | None = Non
     """``make_descendant`` arguments of a cell (the ablation's), plus, for the cache key only, the seed of a
     method that draws at expansion (mimetic): ``make_descendant`` draws it with the cell's seed."""
     options = variant.descendant_options() if variant else {}
-    seed_option = getattr(get_method(init.method), "seed_option", None)
+    seed_option = get_method(init.method).seed_option
     if seed_option and seed:  # seed 0 was always the method's default: the keys of older runs stay valid
         options[f"expand_{seed_option}"] = seed
     return options

@@ -6,20 +6,22 @@ stored-parameter count is the rule's real storage cost.
 
 ``--opt untrained_attention=mimetic`` (pretrained, auto_lg, heru_lg; default ``keep``, the papers'
 baselines): where the stored attention was never trained (judged from the weights alone, by
-mimetic's ``mimetic_where_untrained``), the descendant takes mimetic's attention and sin-cos positions
+:func:`~learngene.attention_init.mimetic_where_untrained`), the descendant takes mimetic's attention and sin-cos positions
 instead and keeps the ancestry's MLPs, norms and patch embedding. An ancestry trained 2 epochs has
 near-uniform attention and its descendants lose to mimetic on unseen classes; this recovers mimetic's
-level (docs/RESULTS.md, ``benchmarks/transfer_why.py``).
+level (docs/RESULTS.md, ``benchmarks/transfer_why.py``). With ``keep``, ``learngene condense`` says so
+when the stored attention looks untrained.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..attention_init import mimetic_where_untrained, untrained_attention_note
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
-from ..registry import get_method, register_method
+from ..registry import register_method
 from ..spec import ViTSpec
 from ..transfer import StateDict, inherit_non_block, place_blocks, require_block_shape
 
@@ -44,18 +46,28 @@ class Scratch(Method):
 UNTRAINED_ATTENTION = ("keep", "mimetic")
 
 
-def _check_untrained_attention(method: Method) -> None:
-    if method.config.untrained_attention not in UNTRAINED_ATTENTION:
-        raise LearngeneError(f"{method.name} untrained_attention must be keep or mimetic, not "
-                             f"{method.config.untrained_attention!r}; pass --opt untrained_attention=mimetic (or keep)")
+class BlockCopier(Method):
+    """A method that copies whole ancestry blocks and offers ``untrained_attention`` (keep | mimetic)."""
 
+    seed_option = "seed"  # mimetic's draws (untrained_attention=mimetic)
 
-def _with_untrained_attention(method: Method, state: StateDict, spec: ViTSpec) -> StateDict:
-    """``untrained_attention=mimetic``: mimetic's attention and sin-cos positions instead of the ancestry's when the
-    ancestry's attention was never trained (a rule on the stored weights, see mimetic's ``mimetic_where_untrained``)."""
-    if method.config.untrained_attention == "keep":
-        return state
-    return get_method("mimetic").mimetic_where_untrained(state, spec, method.config.seed)
+    def __init__(self, config=None, **overrides):
+        super().__init__(config, **overrides)
+        if self.config.untrained_attention not in UNTRAINED_ATTENTION:
+            raise LearngeneError(f"{self.name} untrained_attention must be keep or mimetic, not "
+                                 f"{self.config.untrained_attention!r}; pass --opt untrained_attention=mimetic (or keep)")
+
+    def with_untrained_attention(self, state: StateDict, spec: ViTSpec) -> StateDict:
+        """``untrained_attention=mimetic``: mimetic's attention and sin-cos positions instead of the ancestry's when
+        the ancestry's attention was never trained (a rule on the stored weights, see ``mimetic_where_untrained``)."""
+        if self.config.untrained_attention == "keep":
+            return state
+        return mimetic_where_untrained(state, spec, self.config.seed)
+
+    def condense_note(self, gene: Learngene) -> str | None:
+        if self.config.untrained_attention != "keep" or gene.layout is None:
+            return None
+        return untrained_attention_note(gene.tensors, gene.layout)
 
 
 def _stored_layers(gene: Learngene) -> int:
@@ -80,7 +92,7 @@ class PretrainedConfig:
 
 
 @register_method
-class Pretrained(Method):
+class Pretrained(BlockCopier):
     """The ancestry's own weights (Pre-Fin). For another depth L_d, the ancestry's L_a layers line up
     with the descendant's first, last or middle layers (TLEG Sec. 4, Fig. 4: Pre-Fin #1/#2/#3): when
     L_d < L_a those L_d ancestry layers are used, when L_d > L_a the other layers stay random."""
@@ -90,14 +102,12 @@ class Pretrained(Method):
     paper = Paper("Transformer as Linear Expansion of Learngene", "Xia et al.", "AAAI", 2024, "2312.05614",
                   "its Pre-Fin baselines")
     Config = PretrainedConfig
-    seed_option = "seed"
 
     def __init__(self, config=None, **overrides):
         super().__init__(config, **overrides)
         if self.config.variant not in ("first", "last", "middle"):
             raise LearngeneError(f"pretrained variant must be first, last or middle, not {self.config.variant!r}; "
                                  f"pass --opt variant=first (or last, middle)")
-        _check_untrained_attention(self)
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         spec = ancestry.require_vit(self.name)
@@ -114,7 +124,7 @@ class Pretrained(Method):
             placement = {offset + i: i for i in range(shared)}
         out = place_blocks(gene.tensors, placement)
         out.update(inherit_non_block(gene.tensors, gene.layout, spec))
-        return _with_untrained_attention(self, out, spec)
+        return self.with_untrained_attention(out, spec)
 
 
 @dataclass(frozen=True)
@@ -125,7 +135,7 @@ class HeruConfig:
 
 
 @register_method
-class HeruLG(Method):
+class HeruLG(BlockCopier):
     """Heru-LG (Wang et al. 2022): the last ancestry layers (3 by default) become the descendant's top
     layers, with the final norm and, for the same label space, the classifier above them; the layers
     below and the embeddings are random (they are the 'lower layers' this rule does not inherit)."""
@@ -134,11 +144,6 @@ class HeruLG(Method):
     summary = "last 3 ancestry layers on top of random lower layers"
     paper = Paper("Learngene: From Open-World to Your Learning Task", "Wang et al.", "AAAI", 2022, "2106.06788")
     Config = HeruConfig
-    seed_option = "seed"
-
-    def __init__(self, config=None, **overrides):
-        super().__init__(config, **overrides)
-        _check_untrained_attention(self)
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         spec = ancestry.require_vit(self.name)
@@ -151,7 +156,7 @@ class HeruLG(Method):
         used = min(stored, spec.depth)
         out = place_blocks(gene.tensors, {spec.depth - used + i: stored - used + i for i in range(used)})
         out.update(inherit_non_block(gene.tensors, gene.layout, spec, ("norm", "head")))
-        return _with_untrained_attention(self, out, spec)
+        return self.with_untrained_attention(out, spec)
 
 
 @dataclass(frozen=True)
@@ -162,7 +167,7 @@ class AutoConfig:
 
 
 @register_method
-class AutoLG(Method):
+class AutoLG(BlockCopier):
     """Auto-LG (Wang et al. 2023): the first half of the ancestry's layers, with the patch/position
     embeddings and class token below them, initialize the descendant's bottom; layers above are random."""
 
@@ -171,11 +176,6 @@ class AutoLG(Method):
     paper = Paper("Learngene: Inheriting Condensed Knowledge from the Ancestry Model to Descendant Models", "Wang et al.",
                   "arXiv preprint", 2023, "2305.02279")
     Config = AutoConfig
-    seed_option = "seed"
-
-    def __init__(self, config=None, **overrides):
-        super().__init__(config, **overrides)
-        _check_untrained_attention(self)
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         spec = ancestry.require_vit(self.name)
@@ -187,5 +187,5 @@ class AutoLG(Method):
         used = min(_stored_layers(gene), spec.depth)
         out = place_blocks(gene.tensors, {i: i for i in range(used)})
         out.update(inherit_non_block(gene.tensors, gene.layout, spec, ("embed",)))
-        return _with_untrained_attention(self, out, spec)
+        return self.with_untrained_attention(out, spec)
 

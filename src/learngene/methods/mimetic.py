@@ -5,163 +5,28 @@ ViTs, each head's query-key product is close to the identity and each layer's va
 product close to the negative identity, with 2-D sin-cos position embeddings. Every other weight
 keeps timm's default initialization. Used alone (``--method mimetic``) or as a top-up that fills the
 attention weights another method leaves to timm (``make_descendant(..., top_up="mimetic")``,
-``learngene expand --top-up mimetic``).
+``learngene expand --top-up mimetic``). The closed form itself is :mod:`learngene.attention_init`, which
+the other methods and ``make_descendant`` import.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import torch
-from torch import Tensor
-
-from ..errors import LearngeneError
+from ..attention_init import (  # noqa: F401  (re-exported: the closed form lives in learngene.attention_init)
+    UNTRAINED_ATTENTION_SCALE,
+    MimeticConfig,
+    attention_logit_scale,
+    blend_query_key,
+    mimetic_attention,
+    mimetic_where_untrained,
+    query_key_factors,
+    sincos_pos_embed,
+    value_projection_factors,
+)
 from ..gene import Learngene
-from ..heads import join_qkv, split_qkv
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..spec import ViTSpec, block_key
+from ..spec import ViTSpec
 from ..transfer import StateDict
-
-
-@dataclass(frozen=True)
-class MimeticConfig:
-    alpha1: float = 0.7  # noise in W_q W_kᵀ
-    beta1: float = 0.7  # identity in W_q W_kᵀ
-    alpha2: float = 0.4  # noise in W_v W_proj
-    beta2: float = 0.4  # negative identity in W_v W_proj
-    pos_scale: float = 1.0  # factor on the sin-cos position embeddings
-    seed: int = 0
-
-
-def query_key_factors(width: int, head_dim: int, heads: int, alpha: float, beta: float,
-                      generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """Per-head timm q and k weights with ``W_q^h W_k^hᵀ`` the rank-``d`` part of ``α·Z + β·I`` (Eqs. 1, 3, 5-7).
-
-    ``Z`` has N(0, 1/D) entries and is drawn anew for every head. With ``A = U Σ Vᵀ``, the maps
-    ``x ↦ x W_q^h`` and ``x ↦ x W_k^h`` are ``W_q^h = U_d Σ_d^½`` and ``W_k^h = V_d Σ_d^½`` (D×d);
-    timm computes ``x Wᵀ``, so it stores their transposes.
-
-    Returns:
-        q, k of shape ``(H, d, D)`` (timm's per-head rows, see :func:`~learngene.heads.split_qkv`).
-    """
-    z = torch.randn(heads, width, width, generator=generator, dtype=torch.float64) / width**0.5
-    u, s, vh = torch.linalg.svd(alpha * z + beta * torch.eye(width, dtype=torch.float64))
-    root = s[:, :head_dim].sqrt().unsqueeze(-1)
-    q = root * u[:, :, :head_dim].transpose(1, 2)
-    k = root * vh[:, :head_dim]
-    return q.float(), k.float()
-
-
-def value_projection_factors(width: int, alpha: float, beta: float, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """timm v and proj weights with ``W_v W_proj = α·Z' − β·I`` exactly (Eqs. 2, 4).
-
-    ``W_v = U Σ^½`` and ``W_proj = Σ^½ Vᵀ`` as maps on row vectors; stored transposed for timm.
-
-    Returns:
-        v of shape ``(D, D)`` (rows in timm's head order) and proj of shape ``(D, D)``.
-    """
-    z = torch.randn(width, width, generator=generator, dtype=torch.float64) / width**0.5
-    u, s, vh = torch.linalg.svd(alpha * z - beta * torch.eye(width, dtype=torch.float64))
-    root = s.sqrt()
-    return (root.unsqueeze(1) * u.T).float(), (vh.T * root).float()
-
-
-def sincos_pos_embed(spec: ViTSpec, scale: float = 1.0) -> Tensor:
-    """timm's 2-D sin-cos position embedding for ``spec`` times ``scale``; the prefix tokens' rows (if any) are zero."""
-    from timm.layers import build_sincos2d_pos_embed
-
-    if spec.embed_dim % 4:
-        raise LearngeneError(f"mimetic's 2-D sin-cos position embedding needs a width divisible by 4, "
-                             f"got {spec.embed_dim}; choose another --embed-dim")
-    patches = build_sincos2d_pos_embed([spec.grid_size, spec.grid_size], dim=spec.embed_dim) * scale
-    prefix = torch.zeros(spec.family.pos_prefix_tokens, spec.embed_dim)
-    return torch.cat([prefix, patches]).unsqueeze(0)
-
-
-def blend_query_key(state: StateDict, spec: ViTSpec, alpha: float, seed: int = 0,
-                    config: MimeticConfig = MimeticConfig()) -> StateDict:
-    """``state`` with every head's ``W_q^h W_k^hᵀ`` replaced by ``α·(state's) + (1−α)·(mimetic's)``.
-
-    The blend has rank up to 2d; its best rank-d approximation is factored as in
-    :func:`query_key_factors` (``U_d Σ_d^½``, ``V_d Σ_d^½``). Values, biases and every layer whose
-    attention ``state`` does not give are left as they are. α = 1 keeps the product (not the factors).
-    """
-    if not 0.0 <= alpha <= 1.0:
-        raise LearngeneError(f"the mimetic blend α must be in [0, 1], got {alpha}")
-    D, H, d = spec.embed_dim, spec.num_heads, spec.head_dim
-    generator = torch.Generator().manual_seed(seed)
-    out = dict(state)
-    for layer in range(spec.depth):
-        q_m, k_m = query_key_factors(D, d, H, config.alpha1, config.beta1, generator)
-        value_projection_factors(D, config.alpha2, config.beta2, generator)  # keep the draws in step with expand
-        key = block_key(layer, "attn.qkv.weight")
-        if key not in state:
-            continue
-        q, k, v = split_qkv(state[key], H)
-        # per head: W_q W_kᵀ = qᵀ k as maps on row vectors (timm stores the transposes)
-        product = alpha * q.double().transpose(1, 2) @ k.double() + (1 - alpha) * q_m.double().transpose(1, 2) @ k_m.double()
-        u, sv, vh = torch.linalg.svd(product)
-        root = sv[:, :d].sqrt().unsqueeze(-1)
-        q_new = root * u[:, :, :d].transpose(1, 2)
-        k_new = root * vh[:, :d]
-        out[key] = join_qkv(q_new.to(q.dtype), k_new.to(k.dtype), v)
-    return out
-
-
-# An attention layer whose logits vary by less than this (std over isotropic unit-variance tokens) is
-# untrained: Gaussian logits of std σ lower the attention's entropy by about σ²/2 nats below uniform, 0.02
-# at 0.2. Measured (benchmarks/transfer_why.py, docs/RESULTS.md): timm's init 0.025; ancestries of the transfer
-# profile trained 2 epochs 0.05-0.10 (attention within 0.05 nats of uniform on their images); trained 30
-# epochs 0.28-0.65; mimetic 1.49.
-UNTRAINED_ATTENTION_SCALE = 0.2
-
-
-def attention_logit_scale(state: StateDict, spec: ViTSpec, layer: int) -> float:
-    """Mean over heads of the std of layer ``layer``'s attention logits for isotropic tokens: ‖G W_q^hᵀ W_k^h G‖_F / √d.
-
-    G is the diagonal of the layer's ``norm1`` gain (1 where ``state`` gives none): tokens after the
-    LayerNorm have unit-variance coordinates times G, and for independent such x, y the logit
-    ``x A yᵀ / √d`` has variance ‖A‖_F² / d. The biases are left out. Data-free, so a rule built on
-    it can be computed from a gene alone.
-    """
-    q, k, _ = split_qkv(state[block_key(layer, "attn.qkv.weight")].detach().double(), spec.num_heads)
-    gain = state.get(block_key(layer, "norm1.weight"))
-    g = torch.ones(spec.embed_dim, dtype=torch.float64) if gain is None else gain.detach().double()
-    a, b = q * g, k * g  # (H, d, D)
-    # ‖aᵀb‖_F² = tr((a aᵀ)(b bᵀ)): two (H, d, d) Gram matrices instead of the (H, D, D) product, which at
-    # ViT-g width is 450 MB per layer
-    squared = ((a @ a.transpose(1, 2)) * (b @ b.transpose(1, 2))).sum(dim=(1, 2))
-    return float(squared.clamp_min(0).sqrt().mean() / spec.head_dim**0.5)
-
-
-def mimetic_where_untrained(state: StateDict, spec: ViTSpec, seed: int = 0,
-                            threshold: float = UNTRAINED_ATTENTION_SCALE) -> StateDict:
-    """``state`` with mimetic's attention and sin-cos positions when its attention was never trained.
-
-    "Never trained": every layer whose attention ``state`` gives has :func:`attention_logit_scale`
-    below ``threshold``. Then those layers' q, k, v and projection weights become mimetic's (drawn
-    with ``seed`` exactly as ``mimetic``'s own descendant of ``spec``), their biases zero, and the
-    position table (if ``state`` gives one) the 2-D sin-cos one; every other tensor is kept. Otherwise
-    ``state`` is returned as it is. Why: an ancestry trained briefly (2 epochs in the transfer profile)
-    has near-uniform attention over a barely-trained position table, and its descendants fine-tune
-    below mimetic's on unseen classes; with this swap they reach mimetic's level, while a trained
-    ancestry's attention carries what it learned and replacing it costs accuracy (docs/RESULTS.md).
-    """
-    layers = [i for i in range(spec.depth) if block_key(i, "attn.qkv.weight") in state]
-    if not layers or max(attention_logit_scale(state, spec, i) for i in layers) >= threshold:
-        return state
-    mimetic = Mimetic(seed=seed)
-    filler = mimetic.expand(mimetic.condense(None), spec)
-    out = dict(state)
-    for i in layers:
-        for name in ("attn.qkv", "attn.proj"):
-            out[block_key(i, f"{name}.weight")] = filler[block_key(i, f"{name}.weight")]
-            if block_key(i, f"{name}.bias") in state:
-                out[block_key(i, f"{name}.bias")] = torch.zeros_like(state[block_key(i, f"{name}.bias")])
-    if "pos_embed" in state:
-        out["pos_embed"] = filler["pos_embed"]
-    return out
 
 
 @register_method
@@ -174,24 +39,9 @@ class Mimetic(Method):
     Config = MimeticConfig
     needs_vit_ancestry = False
     seed_option = "seed"  # its draws; a descendant's seed sets it when mimetic tops up another gene
-    # the ablations of make_descendant reach these through the registry, not by importing this module
-    sincos_pos_embed = staticmethod(sincos_pos_embed)
-    blend_query_key = staticmethod(blend_query_key)
-    mimetic_where_untrained = staticmethod(mimetic_where_untrained)
-    attention_logit_scale = staticmethod(attention_logit_scale)
-    untrained_attention_scale = UNTRAINED_ATTENTION_SCALE
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         return self.new_gene({}, None, ancestry.spec if ancestry else None)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        cfg = self.config
-        D, H, d = spec.embed_dim, spec.num_heads, spec.head_dim
-        generator = torch.Generator().manual_seed(cfg.seed)
-        out: StateDict = {"pos_embed": sincos_pos_embed(spec, cfg.pos_scale)}
-        for layer in range(spec.depth):
-            q, k = query_key_factors(D, d, H, cfg.alpha1, cfg.beta1, generator)
-            v, proj = value_projection_factors(D, cfg.alpha2, cfg.beta2, generator)
-            out[block_key(layer, "attn.qkv.weight")] = join_qkv(q, k, v.reshape(H, d, D))
-            out[block_key(layer, "attn.proj.weight")] = proj
-        return out
+        return mimetic_attention(spec, self.config)

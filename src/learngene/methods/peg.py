@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..descendant import GeneNet
+from ..genenet import GeneNet
 from ..errors import LearngeneError
 from ..gene import DESCENDANT, Learngene
 from ..heads import join_proj, join_qkv, mix_heads, split_proj, split_qkv

@@ -40,7 +40,7 @@ from ..auxnet import (
     resolve_aux_spec,
     vector_start,
 )
-from ..descendant import GeneNet
+from ..genenet import GeneNet
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper

@@ -1,0 +1,162 @@
+"""The package's shape: who may import whom, and how methods are found.
+
+The import graph of ``learngene`` has no cycle (imports inside functions count; ``TYPE_CHECKING``
+blocks do not). A module that looks a method up by name (``get_method``) runs every method's code,
+so it counts as importing every module in ``methods/``: the registry hides that edge, this test
+does not. The file format (``gene.py``) imports no method and no registry; no module reaches
+a helper through the method registry by name; every module in ``learngene/methods/`` registers a
+method, and each registered method is found without a hand-kept list.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import learngene
+import learngene.methods
+from learngene.registry import get_method, list_methods
+
+PACKAGE = Path(learngene.__file__).parent
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                lines.update(range(child.lineno, child.end_lineno + 1))
+    return lines
+
+
+def imports_of(path: Path) -> set[str]:
+    """The ``learngene`` modules ``path`` imports anywhere (module level or in functions), besides its own packages."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_lines(tree)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            target = (f"{base}.{node.module}" if node.module else base) if node.level else node.module or ""
+            for alias in node.names:  # `from . import methods` imports a module, `from .x import y` a name of x
+                sub = f"{target}.{alias.name}"
+                found.add(sub if (PACKAGE.parent / sub.replace(".", "/")).with_suffix(".py").exists()
+                          or (PACKAGE.parent / sub.replace(".", "/")).is_dir() else target)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    own = set()
+    parts = name.split(".")
+    for i in range(1, len(parts) + 1):
+        own.add(".".join(parts[:i]))
+    return {m for m in found if m.startswith("learngene") and m not in own}
+
+
+def import_graph() -> dict[str, set[str]]:
+    graph = {module_name(p): imports_of(p) for p in PACKAGE.rglob("*.py")}
+    methods = {f"learngene.methods.{m}" for m in learngene.methods.MODULES}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name != "registry.py" and "get_method(" in path.read_text():  # dispatches to any method at run time
+            graph[module_name(path)] |= methods - {module_name(path)}
+    for name, deps in graph.items():  # importing a.b.c runs the packages a and a.b first
+        for dep in list(deps):
+            parts = dep.split(".")
+            deps.update(".".join(parts[:i]) for i in range(2, len(parts)) if not name.startswith(".".join(parts[:i])))
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return stack[stack.index(dep):] + [dep]
+            if dep not in state and (cycle := visit(dep)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = import_graph()
+    assert "learngene.registry" in graph["learngene.descendant"]  # the walk sees imports,
+    assert "learngene.methods.wave" in graph["learngene.descendant"]  # and dispatch by name
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_a_cycle_is_found():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_the_file_format_imports_no_method_and_no_registry():
+    deps = import_graph()["learngene.gene"]
+    assert deps <= {"learngene.errors", "learngene.io", "learngene.preprocessing", "learngene.spec", "learngene._version"}, deps
+
+
+def test_no_module_reaches_a_method_by_a_literal_name():
+    """A helper is imported, never fetched as ``get_method("mimetic").helper``: imports show the edge, the registry hides it.
+    Only the command line (a user's ``--top-up``) and the benchmark's method lists name methods as data."""
+    literal = re.compile(r"get_method\(\s*['\"]")
+    offenders = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if literal.search(p.read_text())]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("module", learngene.methods.MODULES)
+def test_every_module_in_methods_registers_a_method(module):
+    registered = {get_method(name).__module__ for name in list_methods()}
+    assert f"learngene.methods.{module}" in registered, f"methods/{module}.py registers no method"
+
+
+def test_every_file_in_methods_is_found():
+    files = {p.stem for p in (PACKAGE / "methods").glob("*.py") if not p.stem.startswith("_")}
+    assert set(learngene.methods.MODULES) == files
+    for name in list_methods():
+        assert inspect.getmodule(get_method(name)) is importlib.import_module(get_method(name).__module__)
+
+
+def test_expand_command_expands_the_gene_once_on_meta_and_once_for_real(tmp_path, monkeypatch, tiny_spec):
+    """`learngene expand` checks the gene on ``meta`` before allocating, builds it once, and counts the keys it filled
+    from that one build (``make_descendant(..., return_keys=True)``), not from another expansion."""
+    from learngene.cli import main
+    from learngene.method import Ancestry
+    from learngene.methods.baselines import Pretrained
+
+    torch.manual_seed(0)
+    Pretrained().condense(Ancestry(tiny_spec.create_model(), tiny_spec)).save(tmp_path / "g.safetensors")
+    devices: list[str] = []
+    original = Pretrained.expand
+
+    def counted(self, gene, spec):
+        devices.append(next(iter(gene.tensors.values())).device.type)
+        return original(self, gene, spec)
+
+    monkeypatch.setattr(Pretrained, "expand", counted)
+    assert main(["expand", str(tmp_path / "g.safetensors"), "--depth", "3", "-o", str(tmp_path / "d.safetensors")]) == 0
+    assert devices == ["meta", "cpu"]
