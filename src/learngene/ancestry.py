@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from .convert import is_model_folder, read_checkpoint
 from .errors import LearngeneError, SpecError
+from .eva import EVA_MODULE, fuse_qkv_projections, has_unfused_qkv
 from .io import load_model_file
 from .method import Ancestry
 from .spec import spec_from_model
@@ -87,6 +88,9 @@ def build_timm_model(arch: str, kwargs: dict[str, Any], state: StateDict, source
         state = checkpoint_filter(arch)(state, create(device="meta"))
     except (RuntimeError, KeyError, ValueError, AttributeError) as exc:
         raise LearngeneError(f"{source} does not fit timm model {arch}: {str(exc).splitlines()[0][:200]}") from None
+    if has_unfused_qkv(state) and checkpoint_filter_module(arch) == EVA_MODULE:  # EVA-02 B/L: one fused layout
+        state, fused = fuse_qkv_projections(state)
+        kwargs = {**kwargs, **fused}
     return build_model_lazily(create, state, source, arch)
 
 
@@ -114,15 +118,20 @@ def checkpoint_filter(arch: str) -> Callable[[StateDict, nn.Module], StateDict]:
     timm passes it to its builder for pretrained weights; its layer-scale renaming (DeiT III's old
     ``gamma_1``) is turned on where the function has it, as timm's deit module does.
     """
-    import timm
-
-    module = sys.modules[timm.models.model_entrypoint(arch).__module__]
+    module = sys.modules[checkpoint_filter_module(arch)]
     fn = getattr(module, "checkpoint_filter_fn", None)
     if fn is None:
         return lambda state, model: state
     if "adapt_layer_scale" in inspect.signature(fn).parameters:
         fn = functools.partial(fn, adapt_layer_scale=True)
     return fn
+
+
+def checkpoint_filter_module(arch: str) -> str:
+    """The timm module that defines ``arch`` (``timm.models.vision_transformer``, ``timm.models.eva``, ...)."""
+    import timm
+
+    return timm.models.model_entrypoint(arch).__module__
 
 
 def _require_timm_name(name: str) -> None:

@@ -44,7 +44,10 @@ BLOCK_PARAMS = (
 )
 
 POOLS = ("token", "avg", "map")
-MLP_LAYERS = ("mlp", "swiglu_packed")  # timm's Mlp; SwiGLUPacked (GluMlp, SiLU gate first: DINOv2 ViT-g)
+# timm's Mlp; SwiGLUPacked (GluMlp, SiLU gate first: DINOv2 ViT-g); SwiGLU (separate fc1_g, fc1_x: AIMv2)
+MLP_LAYERS = ("mlp", "swiglu_packed", "swiglu")
+NORM_LAYERS = ("layernorm", "rmsnorm")
+MODEL_CLASSES = ("vit", "eva")  # timm's VisionTransformer; timm's Eva (learngene.eva)  # timm's LayerNorm (weight, bias); RmsNorm (weight only: AIMv2)
 
 
 # Sizes beyond these are refused before anything is built. They lie far past any ViT trained today; a typo or
@@ -98,7 +101,17 @@ class ViTFamily:
         qkv_bias: biases on the q, k, v projections.
         qk_norm: LayerNorms on each head's queries and keys.
         act_layer: the MLP's activation, timm's name (``gelu``, ``gelu_tanh``, ``quick_gelu``, ``silu``, ``relu``).
-        mlp_layer: ``"mlp"`` (fc1, act, fc2) or ``"swiglu_packed"`` (fc1 holds gate and value halves).
+        mlp_layer: ``"mlp"`` (fc1, act, fc2), ``"swiglu_packed"`` (fc1 holds gate and value halves) or
+            ``"swiglu"`` (gate ``fc1_g`` and value ``fc1_x`` apart, AIMv2).
+        norm_layer: ``"layernorm"`` or ``"rmsnorm"`` (no bias), every norm of the model (fixed by the architecture).
+        proj_bias: biases on attention's output projection and the MLP's linears (AIMv2 has none).
+        embed_norm: a norm after the patch embedding, ``patch_embed.norm`` (AIMv2).
+        model_class: ``"vit"`` (timm's VisionTransformer) or ``"eva"`` (timm's Eva: EVA-02, Perception
+            Encoder; see :mod:`learngene.eva`), fixed by the architecture.
+        qv_bias: Eva's separate q and v biases ``attn.q_bias``/``attn.v_bias`` (k has none; EVA-02).
+        attn_norm: Eva's sub-LayerNorm on the heads' outputs before W_O, ``attn.norm``.
+        mlp_norm: Eva's sub-LayerNorm on the MLP's hidden channels before fc2, ``mlp.norm``.
+        rope: rotary position embeddings (Eva; no weights: fixed by the architecture, recorded).
         dynamic_img_size: the model accepts other image sizes (position embeddings resampled on the fly).
     """
 
@@ -114,8 +127,16 @@ class ViTFamily:
     qkv_bias: bool = True
     qk_norm: bool = False
     act_layer: str = "gelu"
-    mlp_layer: Literal["mlp", "swiglu_packed"] = "mlp"
+    mlp_layer: Literal["mlp", "swiglu_packed", "swiglu"] = "mlp"
     dynamic_img_size: bool = False
+    norm_layer: Literal["layernorm", "rmsnorm"] = "layernorm"
+    proj_bias: bool = True
+    embed_norm: bool = False
+    model_class: Literal["vit", "eva"] = "vit"
+    qv_bias: bool = False
+    attn_norm: bool = False
+    mlp_norm: bool = False
+    rope: bool = False
 
     def __post_init__(self) -> None:
         if self.global_pool not in POOLS:
@@ -131,6 +152,15 @@ class ViTFamily:
             raise SpecError(f"init_values (layer scale) must be positive or None, got {self.init_values!r}")
         if self.mlp_layer not in MLP_LAYERS:
             raise SpecError(f"mlp_layer must be one of {', '.join(MLP_LAYERS)}, got {self.mlp_layer!r}")
+        if self.norm_layer not in NORM_LAYERS:
+            raise SpecError(f"norm_layer must be one of {', '.join(NORM_LAYERS)}, got {self.norm_layer!r}")
+        if self.model_class not in MODEL_CLASSES:
+            raise SpecError(f"model_class must be one of {', '.join(MODEL_CLASSES)}, got {self.model_class!r}")
+        eva_only = [name for name in ("qv_bias", "attn_norm", "mlp_norm", "rope") if getattr(self, name)]
+        if self.model_class == "vit" and eva_only:
+            raise SpecError(f"{', '.join(eva_only)} belong to timm's Eva, not its VisionTransformer; set model_class='eva'")
+        if self.model_class == "eva" and (self.distilled or self.embed_norm or not self.proj_bias):
+            raise SpecError("timm's Eva has no distillation token, patch-embedding norm or bias-free projections")
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -160,12 +190,25 @@ class ViTFamily:
         return "fc_norm" if self.use_fc_norm else "norm"
 
     def timm_kwargs(self) -> dict[str, Any]:
-        """The arguments passed to timm (JSON values): all but ``act_layer``/``mlp_layer`` and ``distilled``,
-        which the architecture fixes."""
+        """The arguments passed to timm (JSON values): all but ``act_layer``/``mlp_layer``/``norm_layer``,
+        ``embed_norm`` and ``distilled``, which the architecture fixes (``proj_bias`` only when off)."""
+        if self.model_class == "eva":
+            from .eva import eva_kwargs
+
+            return eva_kwargs(self)
         kwargs = dataclasses.asdict(self)
-        for fixed in ("act_layer", "mlp_layer", "distilled"):
+        for fixed in ("act_layer", "mlp_layer", "distilled", "norm_layer", "embed_norm", "model_class", "qv_bias",
+                      "attn_norm", "mlp_norm", "rope"):
             kwargs.pop(fixed)
+        if kwargs["proj_bias"]:
+            kwargs.pop("proj_bias")  # timm's default; configs written before the field keep their exact kwargs
         return kwargs
+
+    def norm_shapes(self, key: str, width: int) -> dict[str, tuple[int, ...]]:
+        """The tensors of norm ``key`` over ``width`` channels: a LayerNorm's weight and bias, an RmsNorm's weight."""
+        if self.norm_layer == "rmsnorm":
+            return {f"{key}.weight": (width,)}
+        return {f"{key}.weight": (width,), f"{key}.bias": (width,)}
 
     def short(self) -> str:
         """The ways this family differs from the plain ViT, e.g. ``reg4, no_embed_class, ls 1e-05``."""
@@ -260,12 +303,15 @@ class ViTSpec:
 
     @property
     def mlp_hidden(self) -> int:
-        """fc1's outputs (for a SwiGLU MLP: both halves)."""
-        return int(self.embed_dim * self.mlp_ratio)
+        """fc1's outputs (for a packed SwiGLU MLP: both halves; for an unpacked one, fc1_g's = fc1_x's).
+        timm's ViT reads ``mlp_ratio`` as fc1's outputs, Eva as each half's."""
+        hidden = int(self.embed_dim * self.mlp_ratio)
+        packed_halves = self.family.model_class == "eva" and self.family.mlp_layer == "swiglu_packed"
+        return 2 * hidden if packed_halves else hidden
 
     @property
     def mlp_inner(self) -> int:
-        """fc2's inputs: the MLP's hidden channels (half of fc1's outputs for a SwiGLU MLP)."""
+        """fc2's inputs: the MLP's hidden channels (half of fc1's outputs for a packed SwiGLU MLP; fc1_g's for AIMv2's)."""
         return self.mlp_hidden // 2 if self.family.mlp_layer == "swiglu_packed" else self.mlp_hidden
 
     @property
@@ -329,19 +375,33 @@ class ViTSpec:
     def block_shapes(self) -> dict[str, tuple[int, ...]]:
         """Shape of every tensor in one block, keyed by in-block names, in timm's order."""
         D, H, d, f = self.embed_dim, self.mlp_hidden, self.head_dim, self.family
-        shapes: dict[str, tuple[int, ...]] = {"norm1.weight": (D,), "norm1.bias": (D,), "attn.qkv.weight": (3 * D, D)}
+        shapes: dict[str, tuple[int, ...]] = {**f.norm_shapes("norm1", D), "attn.qkv.weight": (3 * D, D)}
+        if f.qv_bias:
+            shapes.update({"attn.q_bias": (D,), "attn.v_bias": (D,)})
         if f.qkv_bias:
             shapes["attn.qkv.bias"] = (3 * D,)
         if f.qk_norm:
-            shapes.update({"attn.q_norm.weight": (d,), "attn.q_norm.bias": (d,),
-                           "attn.k_norm.weight": (d,), "attn.k_norm.bias": (d,)})
-        shapes.update({"attn.proj.weight": (D, D), "attn.proj.bias": (D,)})
+            shapes.update({**f.norm_shapes("attn.q_norm", d), **f.norm_shapes("attn.k_norm", d)})
+        if f.attn_norm:
+            shapes.update(f.norm_shapes("attn.norm", D))
+        shapes["attn.proj.weight"] = (D, D)
+        if f.proj_bias:
+            shapes["attn.proj.bias"] = (D,)
+        scales = ("gamma_1", "gamma_2") if f.model_class == "eva" else ("ls1.gamma", "ls2.gamma")
         if f.init_values is not None:
-            shapes["ls1.gamma"] = (D,)
-        shapes.update({"norm2.weight": (D,), "norm2.bias": (D,), "mlp.fc1.weight": (H, D), "mlp.fc1.bias": (H,),
-                       "mlp.fc2.weight": (D, self.mlp_inner), "mlp.fc2.bias": (D,)})
+            shapes[scales[0]] = (D,)
+        shapes.update(f.norm_shapes("norm2", D))
+        for fc in ("fc1_g", "fc1_x") if f.mlp_layer == "swiglu" else ("fc1",):
+            shapes[f"mlp.{fc}.weight"] = (H, D)
+            if f.proj_bias:
+                shapes[f"mlp.{fc}.bias"] = (H,)
+        if f.mlp_norm:
+            shapes.update(f.norm_shapes("mlp.norm", self.mlp_inner))
+        shapes["mlp.fc2.weight"] = (D, self.mlp_inner)
+        if f.proj_bias:
+            shapes["mlp.fc2.bias"] = (D,)
         if f.init_values is not None:
-            shapes["ls2.gamma"] = (D,)
+            shapes[scales[1]] = (D,)
         return shapes
 
     def non_block_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -358,20 +418,22 @@ class ViTSpec:
         shapes["patch_embed.proj.weight"] = (D, self.in_chans, self.patch_size, self.patch_size)
         if not f.pre_norm:  # timm drops the patch bias when a norm follows the embeddings
             shapes["patch_embed.proj.bias"] = (D,)
-        else:
-            shapes.update({"norm_pre.weight": (D,), "norm_pre.bias": (D,)})
+        if f.embed_norm:
+            shapes.update(f.norm_shapes("patch_embed.norm", D))
+        if f.pre_norm:
+            shapes.update(f.norm_shapes("norm_pre", D))
         if f.final_norm_key == "norm":
-            shapes.update({"norm.weight": (D,), "norm.bias": (D,)})
+            shapes.update(f.norm_shapes("norm", D))
         if f.global_pool == "map":
             hidden = int(D * self.mlp_ratio)  # the pool's MLP is timm's plain Mlp whatever the blocks use
             shapes.update({"attn_pool.latent": (1, 1, D), "attn_pool.q.weight": (D, D), "attn_pool.q.bias": (D,),
                            "attn_pool.kv.weight": (2 * D, D), "attn_pool.kv.bias": (2 * D,),
                            "attn_pool.proj.weight": (D, D), "attn_pool.proj.bias": (D,),
-                           "attn_pool.norm.weight": (D,), "attn_pool.norm.bias": (D,),
+                           **f.norm_shapes("attn_pool.norm", D),
                            "attn_pool.mlp.fc1.weight": (hidden, D), "attn_pool.mlp.fc1.bias": (hidden,),
                            "attn_pool.mlp.fc2.weight": (D, hidden), "attn_pool.mlp.fc2.bias": (D,)})
         if f.final_norm_key == "fc_norm":
-            shapes.update({"fc_norm.weight": (D,), "fc_norm.bias": (D,)})
+            shapes.update(f.norm_shapes("fc_norm", D))
         if self.num_classes:
             shapes.update({"head.weight": (self.num_classes, D), "head.bias": (self.num_classes,)})
             if f.distilled:
@@ -397,10 +459,11 @@ class ViTSpec:
         D, N, Hm, C = self.embed_dim, self.num_tokens, self.mlp_hidden, self.num_classes
         patch = self.num_patches * D * self.in_chans * self.patch_size**2
         attn = N * D * 3 * D + 2 * N * N * D + N * D * D
-        mlp = N * D * Hm + N * self.mlp_inner * D
+        mlp = N * D * Hm * (2 if self.family.mlp_layer == "swiglu" else 1) + N * self.mlp_inner * D
         pool = 0
         if self.family.global_pool == "map":  # one latent query over the patch tokens, then an MLP on it
-            hidden, P = int(D * self.mlp_ratio), self.num_patches
+            # timm's ViT pools the patch tokens, its Eva every token
+            hidden, P = int(D * self.mlp_ratio), self.num_tokens if self.family.model_class == "eva" else self.num_patches
             pool = D * D + P * D * 2 * D + 2 * P * D + D * D + 2 * D * hidden
         heads = 1 + int(self.family.distilled)
         return FLOPS_PER_MULTIPLY_ADD * (patch + self.depth * (attn + mlp) + pool + heads * D * C)
@@ -463,14 +526,28 @@ def _is_distilled(model) -> bool:
 
 def _mlp_layer(mlp) -> str:
     """Our name for a block's MLP module, or its class name when it is neither kind we describe."""
-    from timm.layers import GluMlp, Mlp
+    from timm.layers import GluMlp, Mlp, SwiGLU
     from torch import nn
 
     if type(mlp) is Mlp:
         return "mlp"
     if type(mlp) is GluMlp and not mlp.gate_last and isinstance(mlp.act, nn.SiLU):
         return "swiglu_packed"
+    if type(mlp) is SwiGLU and isinstance(mlp.act, nn.SiLU):
+        return "swiglu"
     return type(mlp).__name__
+
+
+def _norm_layer(norm) -> str | None:
+    """Our name for a norm module (None: one a spec cannot name)."""
+    from timm.layers import LayerNorm, RmsNorm
+    from torch import nn
+
+    if type(norm) in (nn.LayerNorm, LayerNorm):
+        return "layernorm"
+    if type(norm) is RmsNorm:
+        return "rmsnorm"
+    return None
 
 
 def _activation(act) -> str | None:
@@ -522,40 +599,54 @@ def spec_from_model(model, arch: str | None = None) -> ViTSpec:
     """
     from timm.models.vision_transformer import VisionTransformer
 
+    from .eva import eva_family_fields, eva_problems, is_eva
+
     arch = arch or (getattr(model, "pretrained_cfg", None) or {}).get("architecture")
     name = f"{arch}: " if arch else ""
-    if not isinstance(model, VisionTransformer):
+    eva = is_eva(model)
+    if not isinstance(model, VisionTransformer) and not eva:
         raise SpecError(f"{name}{_not_a_vit(model)}")
     distilled = _is_distilled(model)
+    if arch is None and eva:
+        raise SpecError("an Eva model without its timm architecture name; pass arch= (e.g. eva02_tiny_patch14_224)")
     arch = arch or ("deit_tiny_distilled_patch16_224" if distilled else TIMM_ARCH)
     name = f"{arch}: "
     embed, block = model.patch_embed, model.blocks[0] if len(model.blocks) else None
-    problems = _undescribable(model, block)
+    problems = (eva_problems(model, block) if block is not None else ["depth=0 (at least one block)"]) if eva \
+        else _undescribable(model, block)
+    if eva and not problems:
+        problems = _undescribable_parts(block)
     if problems:
         raise SpecError(name + "; ".join(problems))
     D = model.embed_dim
     norm = model.fc_norm if not isinstance(model.fc_norm, _identity()) else model.norm
-    family = ViTFamily(
+    vit_fields = eva_family_fields(model, block) if eva else dict(
         class_token=model.cls_token is not None,
         reg_tokens=model.num_reg_tokens,
-        distilled=distilled,
         no_embed_class=model.no_embed_class,
         pre_norm=not isinstance(model.norm_pre, _identity()),
-        final_norm=not isinstance(norm, _identity()),
-        fc_norm=_fc_norm_arg(model),
-        global_pool=model.global_pool,
         init_values=float(block.ls1.init_values) if hasattr(block.ls1, "gamma") else None,
         qkv_bias=block.attn.qkv.bias is not None,
         qk_norm=not isinstance(block.attn.q_norm, _identity()),
+        dynamic_img_size=bool(model.dynamic_img_size),
+        embed_norm=not isinstance(embed.norm, _identity()),
+    )
+    family = ViTFamily(
+        distilled=distilled,
+        final_norm=not isinstance(norm, _identity()),
+        fc_norm=_fc_norm_arg(model),
+        global_pool=model.global_pool,
         act_layer=_activation(block.mlp.act),
         mlp_layer=_mlp_layer(block.mlp),
-        dynamic_img_size=bool(model.dynamic_img_size),
+        norm_layer=_norm_layer(block.norm1),
+        proj_bias=block.attn.proj.bias is not None,
+        **vit_fields,
     )
     spec = ViTSpec(
         depth=len(model.blocks),
         embed_dim=D,
         num_heads=block.attn.num_heads,
-        mlp_ratio=_mlp_ratio(D, block.mlp.fc1.out_features),
+        mlp_ratio=_mlp_ratio(D, block.mlp.fc2.in_features * (2 if family.mlp_layer == "swiglu_packed" and not eva else 1)),
         img_size=embed.img_size[0],
         patch_size=embed.patch_size[0],
         in_chans=embed.proj.in_channels,
@@ -596,7 +687,7 @@ def _fc_norm_arg(model) -> bool | None:
 
 def _undescribable(model, block) -> list[str]:
     """Every field of a VisionTransformer a spec cannot hold, as ``field=value (what is supported)``."""
-    from timm.layers import Attention, LayerNorm, PatchEmbed
+    from timm.layers import Attention, PatchEmbed
     from timm.models.vision_transformer import Block
     from torch import nn
 
@@ -615,8 +706,8 @@ def _undescribable(model, block) -> list[str]:
     else:
         if embed.img_size is None or embed.img_size[0] != embed.img_size[1] or embed.patch_size[0] != embed.patch_size[1]:
             problems.append(f"img_size={embed.img_size}, patch_size={embed.patch_size} (square only)")
-        if not isinstance(embed.norm, nn.Identity):
-            problems.append(f"embed_norm_layer={type(embed.norm).__name__} (none)")
+        if not isinstance(embed.norm, nn.Identity) and _norm_layer(embed.norm) != _norm_layer(block.norm1 if block else None):
+            problems.append(f"embed_norm_layer={type(embed.norm).__name__} (none, or the blocks' norm)")
         if getattr(embed, "dynamic_img_pad", False):
             problems.append("dynamic_img_pad=True")
     if type(block) is not Block:
@@ -626,17 +717,23 @@ def _undescribable(model, block) -> list[str]:
         problems.append(f"attn_layer={type(block.attn).__name__} (timm's Attention)")
     elif not isinstance(getattr(block.attn, "norm", nn.Identity()), nn.Identity):
         problems.append("scale_attn_norm=True")
-    elif block.attn.proj.bias is None:
-        problems.append("proj_bias=False")
+    return problems + _undescribable_parts(block, vit=True)
+
+
+def _undescribable_parts(block, vit: bool = False) -> list[str]:
+    """What a spec cannot hold of a block's MLP and norms (a ViT's or an Eva's)."""
+    from torch import nn
+
+    problems = []
     mlp_kind = _mlp_layer(block.mlp)
     if mlp_kind not in MLP_LAYERS:
-        problems.append(f"mlp_layer={mlp_kind} (timm's Mlp or SwiGLUPacked)")
-    elif not isinstance(getattr(block.mlp, "norm", nn.Identity()), nn.Identity):
+        problems.append(f"mlp_layer={mlp_kind} (timm's Mlp, SwiGLUPacked or SwiGLU)")
+    elif vit and not isinstance(getattr(block.mlp, "norm", nn.Identity()), nn.Identity):
         problems.append("scale_mlp_norm=True")
     elif _activation(block.mlp.act) is None:
         problems.append(f"act_layer={type(block.mlp.act).__name__} ({', '.join(ACTIVATIONS)})")
-    if type(block.norm1) not in (nn.LayerNorm, LayerNorm):
-        problems.append(f"norm_layer={type(block.norm1).__name__} (LayerNorm)")
+    if _norm_layer(block.norm1) is None:
+        problems.append(f"norm_layer={type(block.norm1).__name__} (LayerNorm or RmsNorm)")
     return problems
 
 

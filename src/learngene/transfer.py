@@ -78,7 +78,16 @@ def block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
     glu = 2 if spec.family.mlp_layer == "swiglu_packed" else 1
     table = {"norm1.weight": VECTOR, "norm1.bias": VECTOR, "norm2.weight": VECTOR, "norm2.bias": VECTOR,
              "ls1.gamma": VECTOR, "ls2.gamma": VECTOR, **_attention("attn.", "qkv", 3), **_mlp("mlp.", glu),
-             **{f"attn.{n}_norm.{p}": (Axis(HEAD_DIM),) for n in "qk" for p in ("weight", "bias")}}
+             **{f"attn.{n}_norm.{p}": (Axis(HEAD_DIM),) for n in "qk" for p in ("weight", "bias")},
+             # timm's Eva (EVA-02, Perception Encoder): separate q and v biases (one segment of heads each), a
+             # sub-LayerNorm over the heads' outputs (W_O's input: heads x head_dim) and one over the MLP's hidden
+             # channels, layer scale under its own name
+             "attn.q_bias": (Axis(HEADS),), "attn.v_bias": (Axis(HEADS),), "gamma_1": VECTOR, "gamma_2": VECTOR,
+             **{f"attn.norm.{p}": (Axis(HEADS),) for p in ("weight", "bias")},
+             **{f"mlp.norm.{p}": (Axis(HIDDEN),) for p in ("weight", "bias")},
+             # AIMv2's unpacked SwiGLU: gate and value are two matrices whose rows are the same hidden channels
+             **{f"mlp.fc1_{g}.{p}": axes for g in "gx" for p, axes in (("weight", (Axis(HIDDEN), Axis(WIDTH_IN))),
+                                                                          ("bias", (Axis(HIDDEN),)))}}
     return {name: table[name] for name in spec.block_shapes()}
 
 
@@ -88,7 +97,7 @@ def non_block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
              "patch_embed.proj.weight": (Axis(WIDTH), Axis(KEEP), Axis(KEEP), Axis(KEEP)),
              "patch_embed.proj.bias": VECTOR, "attn_pool.latent": TOKENS,
              **_attention("attn_pool.", "q", 1), **_attention("attn_pool.", "kv", 2), **_mlp("attn_pool.mlp.", 1)}
-    for norm in ("norm_pre", "norm", "fc_norm", "attn_pool.norm"):
+    for norm in ("norm_pre", "norm", "fc_norm", "attn_pool.norm", "patch_embed.norm"):
         table.update({f"{norm}.weight": VECTOR, f"{norm}.bias": VECTOR})
     for head in ("head", "head_dist"):
         table.update({f"{head}.weight": (Axis(CLASSES), Axis(WIDTH_IN)), f"{head}.bias": (Axis(CLASSES),)})
@@ -250,6 +259,22 @@ def move_tensor(t: Tensor, axes: tuple[Axis, ...], shape: tuple[int, ...], heads
     return t
 
 
+def mix_block_heads(block: StateDict, axes: dict[str, tuple[Axis, ...]], mixing: Tensor) -> StateDict:
+    """``block`` (in-block names) with its heads replaced by combinations of them: new head ``o`` is
+    ``Σ_h mixing[o, h]·head h`` in every tensor with a head axis (q/k/v rows and their biases, W_O's columns,
+    any family's rows such as Eva's q/v biases and sub-norm), as :func:`~learngene.heads.mix_heads` does for
+    qkv and W_O. A one-hot ``mixing`` ``(H_new, H)`` selects or repeats heads."""
+    heads = mixing.shape[1]
+    out = dict(block)
+    for name, t in block.items():
+        for dim, axis in enumerate(axes[name]):
+            if axis.role in (HEADS, HEADS_IN):
+                split = split_heads(t, heads, axis.segments, dim)
+                mixed = torch.tensordot(mixing.to(split), split, dims=([1], [dim + 1])).movedim(0, dim + 1)
+                out[name] = join_heads(mixed, dim)
+    return out
+
+
 def move_state(state: StateDict, axes: dict[str, tuple[Axis, ...]], shapes: dict[str, tuple[int, ...]],
                heads: tuple[int, int], rule: Rule = mapped) -> StateDict:
     """Every tensor of ``state`` carried to the target's shape (``shapes``; keys the target lacks are left out)."""
@@ -284,7 +309,8 @@ ALL_PARTS = ("embed", "norm", "head")
 # which of ``inherit_non_block``'s parts each non-block tensor belongs to (the MAP pooling head goes with the
 # final norm: both sit between the last block and the classifier, and neither depends on the label space)
 PART_OF = {"cls_token": "embed", "reg_token": "embed", "dist_token": "embed", "pos_embed": "embed",
-           "patch_embed.proj.weight": "embed", "patch_embed.proj.bias": "embed", "norm_pre.weight": "embed",
+           "patch_embed.proj.weight": "embed", "patch_embed.proj.bias": "embed", "patch_embed.norm.weight": "embed",
+           "patch_embed.norm.bias": "embed", "norm_pre.weight": "embed",
            "norm_pre.bias": "embed", "head.weight": "head", "head.bias": "head", "head_dist.weight": "head",
            "head_dist.bias": "head"}
 

@@ -34,11 +34,14 @@ from ..transfer import StateDict
 
 # TLEG Table 4's module groups, in timm's block-tensor names (those a family has). A family's other
 # per-channel block vectors (layer-scale gammas, q/k norms) are expanded like the LayerNorms.
+# Eva's separate q/v biases, AIMv2's and EVA-02's unpacked SwiGLU and Eva's sub-norms and gammas go with their group.
 MODULES: dict[str, tuple[str, ...]] = {
-    "msa": ("attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias"),
-    "mlp": ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias"),
-    "ln": ("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias", "ls1.gamma", "ls2.gamma",
-           "attn.q_norm.weight", "attn.q_norm.bias", "attn.k_norm.weight", "attn.k_norm.bias"),
+    "msa": ("attn.qkv.weight", "attn.qkv.bias", "attn.q_bias", "attn.v_bias", "attn.proj.weight", "attn.proj.bias"),
+    "mlp": ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc1_g.weight", "mlp.fc1_g.bias", "mlp.fc1_x.weight",
+            "mlp.fc1_x.bias", "mlp.fc2.weight", "mlp.fc2.bias"),
+    "ln": ("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias", "ls1.gamma", "ls2.gamma", "gamma_1", "gamma_2",
+           "attn.q_norm.weight", "attn.q_norm.bias", "attn.k_norm.weight", "attn.k_norm.bias", "attn.norm.weight",
+           "attn.norm.bias", "mlp.norm.weight", "mlp.norm.bias"),
 }
 
 

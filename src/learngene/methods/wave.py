@@ -50,6 +50,13 @@ from ..train import TrainResult, train
 from ..transfer import HEAD_DIM, StateDict, block_axes, segments
 
 MATRICES = {"qkv": "attn.qkv.weight", "proj": "attn.proj.weight", "fc1": "mlp.fc1.weight", "fc2": "mlp.fc2.weight"}
+# every block matrix a family has -> its kind (AIMv2's unpacked SwiGLU has two fc1s: gate and value)
+MATRIX_KINDS = {**{name: kind for kind, name in MATRICES.items()}, "mlp.fc1_g.weight": "fc1", "mlp.fc1_x.weight": "fc1"}
+
+
+def matrix_names(spec: ViTSpec) -> list[str]:
+    """The block matrices of ``spec``'s family that get w×w templates, in timm's order."""
+    return [name for name in spec.block_shapes() if name in MATRIX_KINDS]
 
 
 def vector_names(spec: ViTSpec) -> list[str]:
@@ -153,11 +160,11 @@ class WAVE(Method):
 
     # ---- the gene -----------------------------------------------------------------------------
     def template_names(self, spec: ViTSpec) -> list[str]:
-        names = list(MATRICES.values())
+        names = matrix_names(spec)
         return names + vector_names(spec) if self.config.vector_templates else names
 
     def template_count(self, name: str, aux: ViTSpec, w: int) -> int:
-        kind = {v: k for k, v in MATRICES.items()}.get(name)
+        kind = MATRIX_KINDS.get(name)
         chosen = getattr(self.config, f"n_{kind}") if kind else 0
         return chosen or 2 * math.prod(block_grid(aux, name, w))
 
@@ -168,7 +175,7 @@ class WAVE(Method):
         tensors: StateDict = {}
         for name in self.template_names(aux):
             n = self.template_count(name, aux, w)
-            if name in MATRICES.values():
+            if name in MATRIX_KINDS:
                 tensors[f"templates.{name}"] = torch.nn.init.trunc_normal_(torch.empty(n, w, w), std=self.config.init_std)
             else:
                 base = vector_start(aux, name)
