@@ -1,15 +1,23 @@
-# The two commands of the README: `make demo` (main job on Fashion-MNIST) and `make test`.
-PY ?= python3
-STAMP := .installed
+# The README's two commands: `make demo` (the main job on Fashion-MNIST) and `make test`.
+# Both create the virtual environment .venv on first use and install the package into it with the
+# pinned versions of constraints.txt. Other targets: `make dist` builds the sdist and wheel; `make check-wheel`
+# installs the wheel in a clean venv and runs `learngene --help` there; `make check-latest` does that with the
+# newest versions pyproject.toml's bounds allow (no pins) and runs the suite in that venv; `make lock` rewrites
+# constraints.txt with those newest versions.
+PYTHON ?= python3
+VENV ?= .venv
+VENV_WHEEL ?= .venv-wheel
+CONSTRAINTS ?= constraints.txt
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PIP_INSTALL = $(PY) -m pip install -q --disable-pip-version-check
 
-.PHONY: demo test install
+.PHONY: demo test install lock dist check-wheel check-latest fashion-mnist
 
-$(STAMP): pyproject.toml
-	$(PY) -m pip install -e ".[test]"
-	@[ -d /usr/share/datasets/fashion-mnist ] || \
-	  { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
-	    { apt-get install -y dataset-fashion-mnist || { apt-get update && apt-get install -y dataset-fashion-mnist; }; }; } || \
-	  echo "note: Fashion-MNIST not found; install it with: sudo apt-get install dataset-fashion-mnist"
+$(STAMP): pyproject.toml $(CONSTRAINTS)
+	$(PYTHON) -m venv $(VENV)
+	$(PIP_INSTALL) -e ".[test,dev]" $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+	@$(MAKE) --no-print-directory fashion-mnist
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -19,3 +27,35 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+fashion-mnist:
+	@[ -d /usr/share/datasets/fashion-mnist ] || \
+	  { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	    { apt-get install -y -q dataset-fashion-mnist || { apt-get update -q && apt-get install -y -q dataset-fashion-mnist; }; }; } || \
+	  echo "note: Fashion-MNIST not found; install it with: sudo apt-get install dataset-fashion-mnist"
+
+lock:
+	rm -rf .venv-lock
+	$(MAKE) --no-print-directory install VENV=.venv-lock CONSTRAINTS=
+	{ echo "# Exact versions behind 'make test' and CI, resolved within pyproject.toml's bounds by 'make lock'"; \
+	  echo "# on $$(date -u +%Y-%m-%d) with $$(.venv-lock/bin/python --version) on $$(uname -sm)."; \
+	  .venv-lock/bin/python -m pip freeze --exclude-editable --disable-pip-version-check | LC_ALL=C sort -f; } > constraints.txt.tmp
+	mv constraints.txt.tmp constraints.txt
+	rm -rf .venv-lock
+
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+
+# the wheel in a clean venv (its [test] extra too, so the suite can run there): `learngene --help` must work
+check-wheel: dist
+	rm -rf $(VENV_WHEEL)
+	$(PYTHON) -m venv $(VENV_WHEEL)
+	$(VENV_WHEEL)/bin/python -m pip install -q --disable-pip-version-check "$$(ls dist/*.whl)[test]" $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+	cd /tmp && $(CURDIR)/$(VENV_WHEEL)/bin/learngene --help >/dev/null && $(CURDIR)/$(VENV_WHEEL)/bin/learngene methods >/dev/null
+	@echo "check-wheel: $$(cd dist && ls) built; the wheel installs in a clean venv and 'learngene --help' runs"
+
+# the suite with the newest versions pyproject.toml's bounds allow, in a fresh venv holding the built wheel
+check-latest:
+	$(MAKE) --no-print-directory check-wheel VENV_WHEEL=.venv-latest CONSTRAINTS=
+	.venv-latest/bin/python -m pytest

@@ -236,3 +236,25 @@ def test_budget_never_picks_a_size_the_method_refuses(name, tmp_path, capsys):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "raise the budget" in err and "L1-D32-H2" in err, err
     assert not (tmp_path / "none.safetensors").exists()
+
+
+def test_one_profile_registry_whose_descriptions_are_the_help(capsys):
+    from learngene.bench.profiles import PROFILES
+    from learngene.cli import main
+
+    assert main(["bench", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    for name, profile in PROFILES.items():
+        assert profile.description, name
+        assert " ".join(f"{name}: {profile.description}".split()) in help_text, name
+
+
+def test_the_transfer_methods_are_every_method_but_those_equal_to_another_at_the_ancestry_width():
+    from learngene.bench.profiles import AUX_NET_METHODS, PROFILES
+    from learngene.registry import get_method, list_methods
+
+    same = {m for m in list_methods() if get_method(m).same_as_at_ancestry_width}
+    assert same == {"weight_selection"}
+    assert set(PROFILES["transfer"].methods) == set(list_methods()) - same
+    assert PROFILES["transfer"].methods[:2] == ("scratch", "mimetic")
+    assert set(AUX_NET_METHODS) == {"share_init", "tleg", "wave"}

@@ -57,6 +57,23 @@ def test_train_and_inspect(workdir, capsys):
     assert "L1-D32-H2" in text and "finetuned_on" in text and "blocks.0.attn.qkv.weight" in text
 
 
+def test_train_with_a_teacher_distils_logits_on_its_classes_and_features_on_others(workdir, capsys):
+    desc = workdir / "desc-kd.safetensors"
+    assert main(["expand", str(workdir / "gene.safetensors"), "--depth", "1", "--out", str(desc), "--quiet"]) == 0
+    teacher = ["--teacher", str(workdir / "anc.safetensors"), "--epochs", "1", "--quiet"]
+    capsys.readouterr()
+    assert main(["train", str(desc), *DATA, *teacher, "--out", str(workdir / "kd-logits.safetensors")]) == 0
+    assert main(["train", str(desc), "--data", "fashion_mnist", "--train-images", "100", *teacher,
+                 "--distill-lambda", "0.7", "--out", str(workdir / "kd-features.safetensors")]) == 0
+    err = capsys.readouterr().err
+    assert "λ = 0.5: logit distillation" in err and "λ = 0.7: feature distillation on pooled features" in err
+    plain = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1, embed_dim=32, num_heads=2,
+                              patch_size=4, img_size=16, in_chans=1, num_classes=10)
+    plain.load_state_dict(load_file(str(workdir / "kd-features.safetensors")), strict=True)  # no projection saved
+    assert "needs a teacher" in _error_line(capsys, ["train", str(desc), *DATA, "--distill-lambda", "0.5",
+                                                     "--out", str(workdir / "x.safetensors")])
+
+
 def test_methods_lists_the_registry_with_citations(capsys):
     assert main(["methods"]) == 0
     out = capsys.readouterr().out

@@ -40,7 +40,7 @@ def test_fashion_mnist_from_the_environment(fake_fashion, monkeypatch):
 
 
 def test_missing_data_names_the_install_command(tmp_path, monkeypatch):
-    monkeypatch.setattr("learngene.data.DEBIAN_FASHION_MNIST", tmp_path / "nowhere")
+    monkeypatch.setattr("learngene.data.sources.DEBIAN_FASHION_MNIST", tmp_path / "nowhere")
     monkeypatch.delenv("LEARNGENE_DATA", raising=False)
     with pytest.raises(DataError, match="apt-get install dataset-fashion-mnist"):
         fashion_mnist("train")
@@ -256,3 +256,25 @@ def test_fashion_mnist_files_replaced_by_garbage_are_refused_not_served_from_the
         fh.write(b"\x00\x00\x08\x03" + b"garbage" * 50)
     with pytest.raises(DataError, match="not a Fashion-MNIST IDX file"):
         fashion_mnist("train", data_dir=fake_fashion)
+
+
+def test_a_registered_data_source_is_loaded_by_name_and_unknown_names_list_the_sources(monkeypatch):
+    from learngene.data import DATA_SOURCES, DataSource, register_source
+
+    monkeypatch.setitem(DATA_SOURCES, "toy", DATA_SOURCES.get("toy"))  # restored (removed) after the test
+    seen = {}
+
+    def load(argument, req):
+        seen.update(argument=argument, split=req.split, img_size=req.img_size)
+        return make_images(n=8, size=req.img_size or 16)
+
+    register_source(DataSource("toy", load, argument="SEED"))
+    data = load_dataset("toy:7", "test", img_size=12, in_chans=3)
+    assert seen == {"argument": "7", "split": "test", "img_size": 12}
+    assert data.images.shape == (8, 3, 12, 12)  # channel conversion still applies to every source
+    with pytest.raises(DataError, match="unknown dataset 'toy'.*toy:SEED"):
+        load_dataset("toy")  # a source that takes an argument, named without one
+    with pytest.raises(DataError, match="unknown dataset 'digits:3'"):
+        load_dataset("digits:3")
+    with pytest.raises(DataError, match="--aug deit is for image folders"):
+        load_dataset("toy:1", augment="deit")  # only streamed sources augment per image

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -41,8 +41,6 @@ def _record_renames(monkeypatch, log: Path) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Reference jobs in this process, then all of them under torchrun with 2 processes."""
-    if shutil.which("torchrun") is None:
-        pytest.skip("torchrun is not installed")
     root = tmp_path_factory.mktemp("ddp")
     spec = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
     torch.manual_seed(0)
@@ -62,8 +60,10 @@ def runs(tmp_path_factory):
                 failed[job] = str(exc)
     jobs = [j for j in JOBS if j not in failed]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the script finds the repository itself
-    proc = subprocess.run(["torchrun", "--standalone", "--nproc_per_node", "2", str(ROOT / "tests" / "ddp_jobs.py"),
-                           str(two), str(ancestry), *jobs, "nan"], capture_output=True, text=True, env=env, timeout=300)
+    # torchrun's module, not the script on PATH: a venv's bin/ is on PATH only when the venv is activated
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    proc = subprocess.run([*torchrun, str(ROOT / "tests" / "ddp_jobs.py"), str(two), str(ancestry), *jobs, "nan"],
+                          capture_output=True, text=True, env=env, timeout=300)
     if proc.returncode != 0:  # the cause is usually far above torchrun's summary: show the lines that name it
         causes = [ln for ln in proc.stderr.splitlines() if any(w in ln for w in ("Error", "terminate", "what()", "abort"))]
         pytest.fail("torchrun failed:\n" + "\n".join(causes[:40]) + "\n--- tail ---\n" + proc.stderr[-3000:])

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from torch.utils.flop_counter import FlopCounterMode
 
 from learngene.ancestry import load_ancestry
-from learngene.auxnet import FeatureDistillation
+from learngene.distill import FeatureDistillation
 from learngene.cli import main
 from learngene.descendant import GeneNet, expand_on_meta, make_descendant
 from learngene.errors import LearngeneError, SpecError

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from learngene.bench.smoke import SMOKE_PROFILES, FolderSmoke, run_smoke
+from learngene.bench.profiles import PROFILES
+from learngene.bench.smoke import FolderSmoke, run_smoke
 from learngene.cli import main
 from learngene.io import model_preprocessing
 
@@ -26,7 +27,7 @@ def test_gpu_smoke_starts_and_runs_on_a_cpu_with_one_step(tmp_path, capsys):
     assert main(["bench", "--profile", "gpu-smoke", "--max-steps", "1", "--device", "cpu", "--quiet",
                  "--out", str(tmp_path)]) == 0
     assert "fine-tune" in capsys.readouterr().out
-    assert SMOKE_PROFILES["gpu-smoke"].img_size == 224
+    assert PROFILES["gpu-smoke"].img_size == 224
 
 
 def test_a_deit_ancestrys_preprocessing_flows_from_checkpoint_to_gene_to_descendants(tmp_path):

@@ -23,18 +23,17 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
 from tqdm import tqdm
 
 from . import distributed as dist
 from .data import ImageData
+from .distill import FeatureDistillation
 from .genenet import GeneNet
 from .errors import LearngeneError
 from .gene import Learngene
 from .method import Ancestry, CondenseInputs, Method
 from .spec import ViTSpec
-from .train import distill_loss, predict_logits, resolve_device, train
+from .train import predict_logits, resolve_device, train
 from .transfer import StateDict, inherit_non_block, part_of
 
 
@@ -132,7 +131,7 @@ def condense_through_aux(method: Method, start: Learngene, ancestry: Ancestry, i
             probe = teacher.to(device).eval()(data.get_batch(torch.arange(min(2, len(data))))[0].to(device))
         if headless:
             student = FeatureDistillation(net, probe.shape[-1])
-            distilled = student.describe()
+            distilled = student.describe("; it has no classifier")
         elif probe.shape[-1] != aux.num_classes:
             raise LearngeneError(f"the ancestry predicts {probe.shape[-1]} classes but the aux net has "
                                  f"{aux.num_classes}; distil on data with the ancestry's label space")
@@ -161,52 +160,6 @@ def is_headless(ancestry: Ancestry) -> bool:
     if ancestry.spec is not None:
         return ancestry.spec.num_classes == 0
     return getattr(ancestry.model, "num_classes", None) == 0
-
-
-class FeatureDistillation(nn.Module):
-    """An aux net taught by a headless ancestry: per image ``(1−λ)·CE + λ·(1 − cos(P·f, f_a))`` (TLEG Eq. 6
-    with the KL term on logits replaced by a cosine distance on pooled embeddings, as in feature
-    distillation). ``f`` is the aux net's pooled embedding (what its head reads), ``f_a`` the ancestry's
-    output, ``P`` a learned linear map when their widths differ (trained with the net, not stored).
-    """
-
-    def __init__(self, net: GeneNet, teacher_width: int):
-        super().__init__()
-        self.net = net
-        width = net.spec.embed_dim
-        self.proj = nn.Linear(width, teacher_width, bias=False) if width != teacher_width else nn.Identity()
-        self._features: Tensor | None = None
-        net.skeleton.head.register_forward_pre_hook(self._keep)
-
-    def _keep(self, module: nn.Module, args: tuple[Tensor, ...]) -> None:
-        self._features = args[0]
-
-    def describe(self) -> str:
-        width, teacher = self.net.spec.embed_dim, getattr(self.proj, "out_features", self.net.spec.embed_dim)
-        projection = f", through a learned projection {width}→{teacher}" if width != teacher else ""
-        return f"pooled features (cosine distance{projection}; it has no classifier)"
-
-    @property
-    def skeleton(self) -> nn.Module:
-        """The aux net's timm model (the training loop checks the data against it)."""
-        return self.net.skeleton
-
-    def no_weight_decay(self) -> set[str]:
-        return {f"net.{k}" for k in self.net.no_weight_decay()}
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.net(x)
-
-    def distill_loss(self, logits: Tensor, labels: Tensor, teacher_features: Tensor | None, lam: float, tau: float,
-                     label_smoothing: float = 0.0) -> Tensor:
-        """The per-sample loss the training loop uses for this model (in place of its logit distillation)."""
-        loss = (1.0 - lam) * distill_loss(logits, labels, None, 0.0, tau, label_smoothing)
-        if lam > 0.0:
-            if teacher_features is None or self._features is None:
-                raise LearngeneError("feature distillation (λ > 0) needs the ancestry's features")
-            student = self.proj(self._features).float()
-            loss = loss + lam * (1.0 - F.cosine_similarity(student, teacher_features.float(), dim=-1))
-        return loss
 
 
 def block_params_per_layer(spec: ViTSpec) -> int:

@@ -25,12 +25,14 @@ from ._version import __version__
 from .ancestry import load_ancestry
 from .bench import BenchRun, get_profile
 from .bench.profiles import PROFILES
-from .bench.smoke import SMOKE_PROFILES, run_smoke
+from .bench.compare import compare_profile, compare_text, parse_classes, run_compare
+from .bench.smoke import FolderSmoke, run_smoke
 from .convert import is_model_folder
 from .data import default_workers, few_shot, fraction, load_splits, preprocessing_cfg
 from .demo import run_demo
 from .descendant import fit_gene_to_budget, load_gene, make_descendant
 from .describe import describe_file
+from .distill import cache_teacher_outputs, setup_distillation
 from .errors import LearngeneError
 from .export import check_output_folder, export_hub_folder, wants_folder
 from .gene import Learngene
@@ -47,7 +49,7 @@ from .validate import MAX_INT
 
 EXIT_USAGE = 2
 # commands that write many files without rank-0 guards, or only print: refused under torchrun
-SINGLE_PROCESS = ("demo", "bench", "inspect", "methods")
+SINGLE_PROCESS = ("demo", "bench", "compare", "inspect", "methods")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -195,11 +197,11 @@ def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-
                         "(--no-sdpa: timm's eager attention) (default: on)")
 
 
-def add_distill_args(p: argparse.ArgumentParser, lam: float | None, tau: float = 1.0) -> None:
+def add_distill_args(p: argparse.ArgumentParser, lam: float | None, tau: float = 1.0,
+                     help_lambda: str = "λ (default: 0.5 with --teacher, else 0)") -> None:
     g = p.add_argument_group("distillation: (1-λ)·CE + λ·τ²·KL(teacher ‖ student)")
     g.add_argument("--distill-lambda", type=_real, default=lam,
-                   help="λ in [0, 1] (default: %(default)s)" if lam is not None else
-                        "λ (default: the method's paper: 1 = pure KL for tleg/share_init, 0.5 = KL + CE for wave)")
+                   help="λ in [0, 1] (default: %(default)s)" if lam is not None else help_lambda)
     g.add_argument("--distill-tau", type=_real, default=tau, help="τ, positive (default: %(default)s)")
 
 
@@ -479,6 +481,10 @@ def head_label_space(gene, provided: list[str]) -> dict[str, Any] | None:
 
 def cmd_train(args: argparse.Namespace) -> None:
     check_outputs(args, [args.out], [args.model])
+    if args.distill_lambda is None:
+        args.distill_lambda = 0.5 if args.teacher else 0.0
+    elif args.distill_lambda > 0 and not args.teacher:
+        raise LearngeneError("--distill-lambda needs a teacher to distil from; pass --teacher ANCESTRY")
     train_cfg = train_config_from_args(args, "train")
     state, spec, origin = load_model_file(args.model)
     model = build_model(spec, state, source=str(args.model))
@@ -491,7 +497,16 @@ def cmd_train(args: argparse.Namespace) -> None:
         spec = spec.replace(num_classes=train_data.num_classes)
     train_cfg.identity = {"command": "train", "model weights": digest(state) if args.run_dir else None,
                           "new head": head.fresh}
-    result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
+    student, teacher, data = model, None, train_data
+    if args.teacher:
+        ancestry = load_ancestry(args.teacher, args.teacher_timm_model)
+        kd = setup_distillation(model, ancestry.model, train_data, ancestry.label_space)
+        _say(args, f"distilling from {args.teacher} with λ = {train_cfg.distill_lambda:g}: {kd.why}")
+        train_cfg.identity.update(teacher=str(args.teacher), distilled=kd.kind)
+        student = kd.student
+        data, teacher = cache_teacher_outputs(train_data, kd.teacher, train_cfg)
+    result = train(student, data, train_cfg, eval_data=test_data, teacher=teacher, run_dir=args.run_dir,
+                   resume=args.resume)
     dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
         **origin, "finetuned_on": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc,
         "label_space": train_data.label_space, "new_head": head.fresh}, preprocessing=preprocessing_cfg(train_data)))
@@ -519,15 +534,15 @@ def cmd_methods(args: argparse.Namespace) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
-    if args.profile in SMOKE_PROFILES:
+    profile = get_profile(args.profile)
+    if isinstance(profile, FolderSmoke):
         if args.max_steps is not None and args.max_steps < 1:
             raise LearngeneError(f"--max-steps must be at least 1, got {args.max_steps}")
-        record = run_smoke(SMOKE_PROFILES[args.profile], Path(args.out or f"runs/bench-{args.profile}"), main,
+        record = run_smoke(profile, Path(args.out or f"runs/bench-{args.profile}"), main,
                            args.device, args.max_steps, progress=not args.quiet)
         for stage in record["stages"]:
             print(f"learngene bench {args.profile}: {stage['stage']:9s} {stage['seconds']:8.1f} s on {record['device']}")
         return
-    profile = get_profile(args.profile)
     if args.methods:
         unknown = [m for m in args.methods if m not in list_methods()]
         if unknown:
@@ -549,6 +564,30 @@ def cmd_bench(args: argparse.Namespace) -> None:
     else:
         print(f"learngene bench: time limit reached, partial report in {out}/report.md; "
               f"run the same command again to continue where it stopped")
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    if args.time_limit is not None and not args.time_limit > 0:
+        raise LearngeneError(f"--time-limit must be a positive number of minutes, got {args.time_limit}")
+    if args.kd is not None and not 0 < args.kd <= 1:
+        raise LearngeneError(f"--kd λ must be in (0, 1], got {args.kd}; e.g. --kd 0.5")
+    methods = None if args.methods in (None, "all") else [m.strip() for m in args.methods.split(",") if m.strip()]
+    # the ancestry's size decides the descendants' family: read it now (on the meta device), so that bad input
+    # fails before anything trains
+    ancestry = load_ancestry(args.ancestry, args.timm_model)
+    profile = compare_profile(
+        ancestry.spec, args.ancestry, args.data, args.sizes.split(","), methods, seeds=args.seeds, epochs=args.epochs,
+        max_steps=args.max_steps, few_shot=args.few_shot, train_images=args.train_images, eval_images=args.eval_images,
+        references=args.references.split(","), kd_lambda=args.kd, condense_data=args.condense_data,
+        condense_epochs=args.condense_epochs, adapt_steps=args.adapt_steps, batch_size=args.batch_size, lr=args.lr,
+        timm_model=args.timm_model, condense_images=args.condense_images,
+        classes=parse_classes(args.classes) if args.classes else None)
+    del ancestry
+    limit = args.time_limit * 60 if args.time_limit is not None else None
+    rows = run_compare(profile, args.out, data_dir=args.data_dir, device=args.device, progress=not args.quiet,
+                       time_limit=limit, command=args.command_line, plots=not args.no_plots)
+    print(compare_text(rows, profile))
+    print(f"learngene compare: report in {args.out}/report.md")
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -581,7 +620,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
     add_data_args(p)
     add_train_args(p)
-    add_distill_args(p, lam=None)
+    add_distill_args(p, lam=None, help_lambda="λ (default: the method's paper: 1 = pure KL for tleg/share_init, "
+                                              "0.5 = KL + CE for wave)")
     add_common(p)
     add_output(p, "learngene")
     g = p.add_argument_group("timm checkpoint sizes (with --timm-model)")
@@ -639,6 +679,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "differ from those the model's head was trained on)")
     add_data_args(p)
     add_train_args(p, epochs=5)
+    p.add_argument("--teacher", metavar="ANCESTRY",
+                   help="distil from this model while training (what --ancestry accepts): on its logits when its head "
+                        "was trained on the data's classes, else on its pooled embedding (cosine, through a learned "
+                        "projection when the widths differ; the projection is not saved)")
+    p.add_argument("--teacher-timm-model", help="timm architecture of a plain --teacher checkpoint")
+    add_distill_args(p, lam=None)
     add_common(p)
     add_output(p, "fine-tuned model")
     p.set_defaults(func=cmd_train, img_size=None, in_chans=None)
@@ -662,12 +708,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "fine-tune descendants of several sizes on Fashion-MNIST, digits and a few-shot "
                                    "task with identical budgets and seeds, and write report.md, results.csv and "
                                    "plots. Every stage is cached: rerunning continues an interrupted run.")
-    p.add_argument("--profile", default="quick", choices=[*PROFILES, *SMOKE_PROFILES],
-                   help="quick: pipeline check in ~2 min; cpu: the evidence run (~1 h on 2 cores); transfer: "
-                        "ancestries on 5 Fashion-MNIST classes, few-shot fine-tuning on the other 5, ablations "
-                        "(~30 min on 2 busy cores); gpu: bigger models, full data; gpu-smoke: generated 224-px RGB "
-                        "images through the image-folder pipeline (ancestry, condense, expand, fine-tune), "
-                        "--max-steps per stage (default: %(default)s)")
+    p.add_argument("--profile", default="quick", choices=list(PROFILES),
+                   help="; ".join(f"{name}: {profile.description}" for name, profile in PROFILES.items())
+                        + " (default: %(default)s)")
     p.add_argument("--max-steps", type=_integer, metavar="N", help="gpu-smoke: optimizer steps of each training stage "
                                                               "(default: 20)")
     p.add_argument("--out", help="report folder (default: runs/bench-PROFILE)")
@@ -679,6 +722,53 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("compare", help="which start wins for my ancestry, data and sizes: every method against "
+                                       "scratch, scratch ×10 and mimetic, one recommendation per size",
+                       description="Condense the ancestry with every method once, make every size, fine-tune every "
+                                   "method × size × seed on --data with the same budget and a fresh head, and print "
+                                   "per size mean ± std, 2-std marks against the references, costs, the epoch each "
+                                   "method reaches scratch ×10's final accuracy, and one recommendation line. Writes "
+                                   "report.md, results.csv and plots to --out; cached and resumable like bench.")
+    add_ancestry_args(p)
+    p.add_argument("--data", required=True, help="fashion_mnist, digits, folder:PATH or torchvision:NAME: fine-tuned and "
+                                                 "tested on (its train and test splits)")
+    p.add_argument("--data-dir", help="where the data lie (default: $LEARNGENE_DATA, then system locations)")
+    p.add_argument("--sizes", required=True, metavar="LIST", help="descendant sizes, e.g. L4-D192-H3,L12-D384-H6 "
+                                                                  "(the rest of the spec follows the ancestry)")
+    p.add_argument("--methods", metavar="LIST", default="all", help="comma-separated methods, or all (default: all)")
+    p.add_argument("--references", metavar="LIST", default="scratch,scratch_x10,mimetic,structured",
+                   help="what a recommendation must beat by 2 std; scratch_x10 = scratch fine-tuned 10× as long; "
+                        "structured only where registered (default: %(default)s)")
+    p.add_argument("--seeds", type=_integer, default=3, help="seeds 0..N-1 per method and size (default: %(default)s)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--epochs", type=_integer, default=5, help="fine-tuning epochs of every method (default: %(default)s)")
+    g.add_argument("--max-steps", type=_integer, metavar="S", help="fine-tune S optimizer steps instead of --epochs")
+    p.add_argument("--few-shot", type=_integer, metavar="K", help="fine-tune on K labelled images per class")
+    p.add_argument("--train-images", type=_integer, metavar="N", help="fine-tune on a fixed random subset of N images")
+    p.add_argument("--eval-images", type=_integer, metavar="N", help="test on a fixed random subset of N test images")
+    p.add_argument("--kd", type=_real, nargs="?", const=0.5, metavar="λ",
+                   help="also fine-tune every method distilling the ancestry (rows '+kd'): logits when its head knows "
+                        "the data's classes, else pooled features; λ (default when given: 0.5)")
+    p.add_argument("--condense-data", metavar="D", help="data the methods that need data condense and adapt on "
+                                                       "(default: --data)")
+    p.add_argument("--classes", metavar="LIST", help="only these classes of --data, by index, e.g. 5,6,7,8,9 "
+                                                    "(also for condensing, unless --condense-data)")
+    p.add_argument("--condense-images", type=_integer, metavar="N", help="condense and adapt on a fixed random "
+                                                                         "subset of N images (default: all)")
+    p.add_argument("--condense-epochs", type=_integer, default=2, help="aux-net epochs of tleg, wave, share_init "
+                                                                     "(default: %(default)s)")
+    p.add_argument("--adapt-steps", type=_integer, default=50, help="steps of wave's and peg's adaptation per size "
+                                                                  "and seed (default: %(default)s)")
+    p.add_argument("--batch-size", type=_integer, default=64, help="every training stage (default: %(default)s)")
+    p.add_argument("--lr", type=_real, default=1e-3, help="peak AdamW learning rate (default: %(default)s)")
+    p.add_argument("--time-limit", type=_real, metavar="MINUTES",
+                   help="start no new stage after this long; the same command continues later")
+    p.add_argument("--out", required=True, help="report folder (also the cache a rerun continues from)")
+    p.add_argument("--no-plots", action="store_true", help="no PNG plots")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("demo", help="the main job end to end on Fashion-MNIST, in minutes on a CPU",
                        description="Train a small ancestry on Fashion-MNIST, condense it with every registered "

@@ -114,6 +114,8 @@ class Method:
         paper: the :class:`Paper` (or papers) it implements; ``learngene methods`` prints it.
         distill_lambda: λ of the paper's condensation loss ``(1−λ)·CE + λ·KL`` (methods that distil);
             ``learngene condense`` and the benchmark use it unless told otherwise.
+        same_as_at_ancestry_width: the method whose descendants this one's equal, tensor for tensor, at the
+            ancestry's own width (weight_selection: pretrained); benchmarks at that width leave it out.
         seed_option: the option that seeds what ``expand`` draws (e.g. mimetic's ``seed``), or None when
             expansion draws nothing; ``make_descendant`` sets it from the descendant's seed.
     """
@@ -126,6 +128,7 @@ class Method:
     needs_vit_ancestry: ClassVar[bool] = True
     adaptable: ClassVar[bool] = False  # has an ``adapt`` step that descendants should go through
     distill_lambda: ClassVar[float] = 1.0
+    same_as_at_ancestry_width: ClassVar[str | None] = None
     seed_option: ClassVar[str | None] = None
 
     def __init__(self, config: Any = None, **overrides: Any):

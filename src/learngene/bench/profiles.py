@@ -1,7 +1,9 @@
-"""Benchmark profiles: the sizes and budgets of a run, as data.
+"""Benchmark profiles: the sizes and budgets of a run, as data, in one registry (:data:`PROFILES`).
 
-A profile fixes every size and budget of the protocol (ancestry, condensation, descendant sizes,
-tasks, seeds); the protocol itself (:mod:`learngene.bench.protocol`) has one code path for all of them.
+A :class:`Profile` fixes every size and budget of the protocol (ancestry, condensation, descendant
+sizes, tasks, seeds); the protocol itself (:mod:`learngene.bench.protocol`) has one code path for all
+of them. The registry also holds the image-folder smoke run (:class:`~learngene.bench.smoke.FolderSmoke`),
+which runs the CLI's commands instead. Each entry's ``description`` is what ``learngene bench --help`` says.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import LearngeneError
+from ..registry import get_method, list_methods
 from ..spec import ViTSpec, get_preset
+from .smoke import FolderSmoke
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,9 @@ class Task:
         eval_every: evaluate every N epochs (0: after the last only); a ×N scratch run evaluates at every
             multiple of ``epochs``, the points its plot and the "epochs to match" table use.
         batch_size: fine-tuning batch (``None``: the profile's), for tasks with few images.
+        max_steps: fine-tune this many optimizer steps instead of ``epochs`` epochs (``None``: epochs); a ×N
+            budget is N times as many steps.
+        classes: only these classes of ``data`` (indices, relabelled in this order; ``None``: all).
     """
 
     name: str
@@ -47,6 +54,8 @@ class Task:
     other_classes: bool = False
     eval_every: int = 1
     batch_size: int | None = None
+    max_steps: int | None = None
+    classes: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,8 @@ class Variant:
         options: the method's expand-time options, as ``(name, value)`` pairs (e.g.
             ``(("untrained_attention", "mimetic"),)``).
         upstreams: the upstreams it runs on, by name (``None``: those with ``ablations=True``).
+        distill_lambda: λ; the descendant is fine-tuned with distillation from the ancestry
+            (:func:`learngene.distill.setup_distillation`: logits on the ancestry's classes, else features).
     """
 
     name: str
@@ -103,6 +114,7 @@ class Variant:
     head: str | None = None
     options: tuple[tuple[str, Any], ...] = ()
     upstreams: tuple[str, ...] | None = None
+    distill_lambda: float | None = None
 
     def descendant_options(self) -> dict[str, Any]:
         """The arguments of ``make_descendant`` this variant sets (the method's options among them)."""
@@ -138,6 +150,12 @@ class Profile:
         upstream_images_per_class: with ``upstreams``, the ancestry and condensation see this many
             training images of each of their classes (``None``: all).
         variants: ablation rows, each a method made another way (see :class:`Variant`).
+        description: one line for ``learngene bench --help``.
+        ancestry_file: a given ancestry (what ``learngene condense --ancestry`` accepts) instead of stage 1's
+            training; ``ancestry`` is then its spec (``learngene compare``).
+        ancestry_timm_model: timm architecture of a plain ``ancestry_file`` checkpoint.
+        upstream_data: the dataset the ancestry trains on and condensations and adaptations read.
+        references: the labels a recommendation must beat (``learngene compare``; empty: no recommendation).
     """
 
     name: str
@@ -158,6 +176,11 @@ class Profile:
     upstreams: tuple[Upstream, ...] = ()
     upstream_images_per_class: int | None = None
     variants: tuple[Variant, ...] = ()
+    description: str = ""
+    ancestry_file: str | None = None
+    ancestry_timm_model: str | None = None
+    upstream_data: str = "fashion_mnist"
+    references: tuple[str, ...] = ()
 
     def all_upstreams(self) -> tuple[Upstream, ...]:
         return self.upstreams or (Upstream("", None, self.ancestry_epochs, self.condense_epochs),)
@@ -180,14 +203,19 @@ _TINY = get_preset("cpu_tiny")
 _TRANSFER_ANCESTRY = _TINY.replace(patch_size=7)
 SPLIT_A = (0, 1, 2, 3, 4)  # T-shirt/top, Trouser, Pullover, Dress, Coat -> Sandal, Shirt, Sneaker, Bag, Ankle boot
 SPLIT_B = (0, 2, 4, 6, 8)  # T-shirt/top, Pullover, Coat, Shirt, Bag -> Trouser, Dress, Sandal, Sneaker, Ankle boot
-AUX_NET_METHODS = ("share_init", "tleg", "wave")
-STORED_WEIGHTS = ("auto_lg", "cluster", "heru_lg", "peg", "pretrained", "share_init", "tleg", "wave", "weight_selection")
+# the methods that condense by training a gene on data without reading the ancestry's weights: the aux nets
+AUX_NET_METHODS = tuple(m for m in list_methods() if get_method(m).needs_data and not get_method(m).needs_vit_ancestry)
+# every method, except those that at the ancestry's own width (the only width of the transfer runs) make the very
+# descendants of another (weight_selection: pretrained's); references first
+TRANSFER_METHODS = ("scratch", "mimetic", *(m for m in list_methods() if m not in ("scratch", "mimetic")
+                                            and get_method(m).same_as_at_ancestry_width is None))
 _CPU_ANCESTRY = get_preset("cpu_tiny").replace(depth=6)  # L6-D64-H4, 16-dim heads
 
-PROFILES: dict[str, Profile] = {
-    # `learngene demo`: the whole job in minutes on a 2-core CPU; one seed, one task, no claims beyond the table.
+PROFILES: dict[str, Profile | FolderSmoke] = {
     "demo": Profile(
         name="demo",
+        description="`learngene demo`: the whole job in minutes on a 2-core CPU; one seed, one task, no claims "
+                    "beyond the table",
         ancestry=_TINY,
         ancestry_epochs=3, ancestry_images=20_000,
         condense_epochs=2, condense_images=10_000,
@@ -195,9 +223,10 @@ PROFILES: dict[str, Profile] = {
         tasks=(Task("fashion_mnist", "fashion_mnist", epochs=1, train_images=8_000, eval_images=5_000),),
         adapt_steps=60,
     ),
-    # a pipeline check in well under two minutes (tests, CI): every stage and task, numbers mean nothing
     "quick": Profile(
         name="quick",
+        description="a pipeline check in well under two minutes (tests, CI): every stage and task, numbers mean "
+                    "nothing",
         ancestry=_TINY.replace(depth=2, embed_dim=32, num_heads=2),
         ancestry_epochs=1, ancestry_images=1_000,
         condense_epochs=1, condense_images=500,
@@ -208,9 +237,11 @@ PROFILES: dict[str, Profile] = {
         adapt_steps=3,
         method_options={"wave": {"template_size": 16}},
     ),
-    # the evidence run: about an hour on 2 CPU cores (sized from the measured throughputs, see docs/RESULTS.md)
+    # sized from the measured throughputs, see docs/RESULTS.md
     "cpu": Profile(
         name="cpu",
+        description="the evidence run (about an hour on 2 CPU cores): an L6-D64-H4 Fashion-MNIST ancestry, five "
+                    "sizes, Fashion-MNIST, digits and 20-shot tasks, 3 seeds",
         ancestry=_CPU_ANCESTRY,
         # condensation gets half the ancestry's training (2 of its 4 epochs): with 2 epochs on 10k images
         # (158 steps) the aux nets reached only 50-56 % against the ancestry's 83 %
@@ -224,11 +255,11 @@ PROFILES: dict[str, Profile] = {
         seeds=(0, 1, 2),
         method_options={"wave": {"template_size": 32}},
     ),
-    # does stored knowledge pay on classes the ancestry never saw? Ancestries on 5 Fashion-MNIST classes, descendants
-    # fine-tuned on 20 labels of each of the other 5; two class splits; a short and a converged ancestry; a short and a
-    # longer condensation; ablations on the first upstream. About 30 minutes on 2 busy cores (see docs/RESULTS.md).
     "transfer": Profile(
         name="transfer",
+        description="does stored knowledge pay on classes the ancestry never saw? Ancestries on 5 Fashion-MNIST "
+                    "classes, descendants fine-tuned on 20 labels of each of the other 5; two class splits, short and "
+                    "converged ancestries, a longer condensation, ablations (about 30 min on 2 busy cores)",
         ancestry=_TRANSFER_ANCESTRY,
         ancestry_epochs=2, ancestry_images=None,
         condense_epochs=2, condense_images=None,
@@ -237,8 +268,7 @@ PROFILES: dict[str, Profile] = {
                     scratch_factor=10, other_classes=True, eval_every=0, batch_size=25),),
         adapt_steps=5,
         seeds=(0, 1, 2, 3, 4),  # 20-step fine-tunes vary a lot between seeds: five give the 2-std marks a chance
-        # weight_selection makes the very descendants of pretrained at the ancestry's width, the only width here
-        methods=("scratch", "mimetic", "pretrained", "tleg", "wave", "share_init", "auto_lg", "heru_lg", "cluster", "peg"),
+        methods=TRANSFER_METHODS,
         method_options={"wave": {"template_size": 64}},
         batch_size=64,
         upstream_images_per_class=1000,
@@ -268,9 +298,10 @@ PROFILES: dict[str, Profile] = {
                     upstreams=("A-short", "B-short", "A-converged", "B-converged")),
         ),
     ),
-    # bigger models and the full data for a GPU (bf16); resumable, so `--time-limit` splits it into short commands
     "gpu": Profile(
         name="gpu",
+        description="bigger models and the full data for a GPU (bf16); resumable, so --time-limit splits it into "
+                    "short commands",
         ancestry=ViTSpec(depth=12, embed_dim=384, num_heads=6, img_size=28, patch_size=4, in_chans=1, num_classes=10),
         ancestry_epochs=30, ancestry_images=None,
         condense_epochs=10, condense_images=None,
@@ -286,7 +317,12 @@ PROFILES: dict[str, Profile] = {
 }
 
 
-def get_profile(name: str) -> Profile:
+PROFILES["gpu-smoke"] = FolderSmoke(
+    "gpu-smoke", description="generated 224-px RGB images through the image-folder pipeline (ancestry, condense, "
+                             "expand, fine-tune), --max-steps per stage")
+
+
+def get_profile(name: str) -> Profile | FolderSmoke:
     try:
         return PROFILES[name]
     except KeyError:

@@ -29,10 +29,11 @@ import hashlib
 import inspect
 import json
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from tqdm.auto import tqdm
@@ -40,11 +41,12 @@ from tqdm.auto import tqdm
 from ..ancestry import load_ancestry
 from ..data import ImageData, class_subset, few_shot, load_dataset, take
 from ..descendant import make_descendant, top_up_state
+from ..distill import cache_teacher_outputs, setup_distillation
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..io import load_model_file, save_model, write_text_atomic
 from ..method import AdaptInputs, Ancestry, CondenseInputs
-from ..progress import on_terminal, progress_bar
+from ..progress import LINE_INTERVAL, on_terminal, progress_bar
 from ..registry import get_method, list_methods
 from ..spec import ViTSpec
 from ..train import TrainConfig, seed_everything, train
@@ -52,6 +54,7 @@ from .profiles import Profile, Task, Upstream, Variant
 from .report import write_report
 
 UPSTREAM_EVAL_IMAGES = 1_000  # test images the ancestry and aux nets report accuracy on
+HEARTBEAT = LINE_INTERVAL  # seconds between two forced redraws of the run's progress line
 
 
 @dataclass
@@ -77,6 +80,7 @@ class Row:
     upstream: str = ""  # which ancestry (profiles with several upstreams)
     variant: str = ""  # an ablation's change to how the descendant is made (e.g. "+mimetic")
     eval_epochs: list[int] = field(default_factory=list)  # the fine-tuning epoch of every entry of accs
+    cell_seconds: float = 0.0  # wall time of the whole cell: expansion, fine-tuning, evaluation, saving
 
     @property
     def ok(self) -> bool:
@@ -139,6 +143,11 @@ def load_task(task: Task, spec: ViTSpec, data_dir: str | None = None, loaded: di
                                  f"sees every class; give the profile upstreams with a class subset")
         others = [c for c in range(train_full.num_classes) if c not in upstream_classes]
         train_full, test_full = class_subset(train_full, others), class_subset(test_full, others)
+    if task.classes:
+        if max(task.classes) >= train_full.num_classes or min(task.classes) < 0:
+            raise LearngeneError(f"{task.data} has classes 0..{train_full.num_classes - 1}; --classes "
+                                 f"{','.join(map(str, task.classes))} is outside them")
+        train_full, test_full = class_subset(train_full, task.classes), class_subset(test_full, task.classes)
     train_data = few_shot(train_full, task.shots) if task.shots else take(train_full, task.train_images, seed=1)
     return TaskData(task, train_data, test_full)
 
@@ -159,8 +168,10 @@ class BenchRun:
 
     def __init__(self, profile: Profile, out_dir: str | Path, data_dir: str | None = None, device: str = "auto",
                  progress: bool = True, time_limit: float | None = None, plots: bool = True,
-                 command: str | None = None):
+                 command: str | None = None, reporter: Callable[..., None] = write_report):
         self.profile, self.out, self.data_dir, self.device = profile, Path(out_dir), data_dir, device
+        self.reporter = reporter  # writes report.md, results.csv and plots from the rows (bench's, or compare's)
+        self.teacher_outputs: dict[tuple[str, str], Any] = {}  # (task, kind) -> fine-tuning data with them
         self.progress, self.time_limit, self.plots = progress, time_limit, plots
         # the long stages' own bars show under the run's bar on a terminal; in a log only the run's bar
         self.inner_progress = progress and on_terminal()
@@ -188,6 +199,12 @@ class BenchRun:
             self.bar.update(min(work, max(self.bar.total - self.bar.n, 0)))  # the plan is an estimate: stop at 100 %
             self.bar.set_postfix_str(what, refresh=False)  # shown at the bar's next redraw
 
+    def _heartbeat(self, stop: threading.Event) -> None:
+        """Redraw the run's bar every ``HEARTBEAT`` seconds: elapsed time and ETA, also while one stage runs long."""
+        while not stop.wait(HEARTBEAT):
+            if self.bar is not None:
+                self.bar.refresh()
+
     def _methods(self, upstream: Upstream) -> list[str]:
         return [m for m in self.methods if upstream.methods is None or m in upstream.methods]
 
@@ -195,6 +212,8 @@ class BenchRun:
     def ancestry(self, train_data: ImageData, eval_data: ImageData, upstream: Upstream | None = None) -> Ancestry:
         p = self.profile
         upstream = upstream or p.all_upstreams()[0]
+        if p.ancestry_file:
+            return self.given_ancestry()
         spec = self.ancestry_spec(upstream)
         # a class split is part of the key only when there is one: the keys of older runs stay valid
         split = {"classes": upstream.classes, "per_class": p.upstream_images_per_class} if upstream.classes else {}
@@ -224,7 +243,25 @@ class BenchRun:
         if upstream is p.all_upstreams()[0]:
             self.meta["ancestry"] = info
         self.ancestry_key = key
-        return load_ancestry(path)
+        self.teacher = load_ancestry(path)
+        return self.teacher
+
+    def given_ancestry(self) -> Ancestry:
+        """The profile's ancestry file, loaded (its cache key: the file's path, size and modification time)."""
+        p = self.profile
+        path = Path(p.ancestry_file)
+        try:
+            stat = path.stat()
+        except OSError as exc:
+            raise LearngeneError(f"cannot read the ancestry {path} ({exc.strerror}); give an existing file or folder") from None
+        self.ancestry_key = stage_key(stage="ancestry-file", path=str(path.resolve()), size=stat.st_size,
+                                      mtime=stat.st_mtime_ns, timm_model=p.ancestry_timm_model)
+        ancestry = load_ancestry(path, p.ancestry_timm_model)
+        self.meta["ancestry"] = {"spec": p.ancestry.short(), "params": p.ancestry.num_params, "file": str(path),
+                                 "key": self.ancestry_key, "label_space": ancestry.label_space}
+        self.meta["ancestries"][""] = self.meta["ancestry"]
+        self.teacher = ancestry
+        return ancestry
 
     def ancestry_spec(self, upstream: Upstream) -> ViTSpec:
         p = self.profile
@@ -287,6 +324,8 @@ class BenchRun:
              variant: Variant | None = None) -> Row:
         t = task.task
         epochs = t.epochs * row.budget
+        max_steps = t.max_steps * row.budget if t.max_steps else None
+        tic = time.perf_counter()
         fresh = t.new_head and not (variant and variant.head == "reuse")
         if fresh:  # the task's own label space
             spec = spec.replace(num_classes=task.train.num_classes)
@@ -295,10 +334,14 @@ class BenchRun:
         batch_size = t.batch_size or self.profile.batch_size
         options = descendant_options(init, row.seed, variant)
         # settings that older runs did not have join the key only when set: their cells stay valid
-        extra = {k: v for k, v in (("classes", list(task.train.classes) if t.other_classes else None),
+        extra = {k: v for k, v in (("classes", list(task.train.classes) if t.other_classes or t.classes else None),
                                    ("eval_every", eval_every if eval_every != 1 else None),
                                    ("fine_tune_batch", t.batch_size), ("variant", options or None),
-                                   ("head", "reuse" if t.new_head and not fresh else None)) if v is not None}
+                                   ("head", "reuse" if t.new_head and not fresh else None),
+                                   ("max_steps", max_steps),
+                                   ("distill_lambda", variant.distill_lambda if variant else None),
+                                   ("teacher", self.ancestry_key if variant and variant.distill_lambda else None))
+                 if v is not None}
         key = stage_key(stage="cell", init=init_key, spec=spec.to_dict(), seed=row.seed, epochs=epochs, data=t.data,
                         train_images=t.train_images, shots=t.shots, eval_images=t.eval_images, new_head=t.new_head,
                         **extra, **self._budget_key())
@@ -313,15 +356,31 @@ class BenchRun:
         if fresh:
             fresh_head(model, spec, row.seed)
         cfg = self._cfg(epochs=epochs, seed=row.seed, desc=f"{t.name} {row.label} {spec.short()}",
-                        eval_every=eval_every, eval_images=t.eval_images, batch_size=batch_size)
-        result = train(model, task.train, cfg, eval_data=task.eval, run_dir=path.with_suffix(".run"), resume=True)
+                        eval_every=eval_every, eval_images=t.eval_images, batch_size=batch_size, max_steps=max_steps)
+        student, data, teacher = model, task.train, None
+        if variant and variant.distill_lambda:
+            cfg = cfg.replace(distill_lambda=variant.distill_lambda)
+            student, data, teacher = self.distillation(model, task)
+        result = train(student, data, cfg, eval_data=task.eval, teacher=teacher, run_dir=path.with_suffix(".run"),
+                       resume=True)
         evaluated = [h for h in result.history if "eval_acc" in h]
         row = dataclasses.replace(row, accs=[h["eval_acc"] for h in evaluated], eval_epochs=[h["epoch"] for h in evaluated],
-                                  train_seconds=round(result.seconds, 2))
+                                  train_seconds=round(result.seconds, 2),
+                                  cell_seconds=round(time.perf_counter() - tic, 2))
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(dataclasses.asdict(row)))
         shutil.rmtree(path.with_suffix(".run"), ignore_errors=True)
         return row
+
+    def distillation(self, model: torch.nn.Module, task: TaskData) -> tuple[torch.nn.Module, Any, Any]:
+        """``(student, data, teacher)`` to fine-tune ``model`` distilling the ancestry; the teacher's outputs on the
+        task's images are computed once per task and kind and shared by every cell."""
+        kd = setup_distillation(model, self.teacher.model, task.train, self.teacher.label_space)
+        key = (task.task.name, kd.kind)
+        if key not in self.teacher_outputs:
+            self.teacher_outputs[key] = cache_teacher_outputs(task.train, kd.teacher, self._cfg())
+        data, teacher = self.teacher_outputs[key]
+        return kd.student, data, teacher
 
     # ---- the whole run ---------------------------------------------------------------------------------
     def plan(self, ancestry_images: int, tasks: list[TaskData], upstream: ImageData,
@@ -360,12 +419,14 @@ class BenchRun:
         """Budgets (multiples of the task's epochs) ``name`` gets on ``task``: scratch also the long one."""
         return (1, task.scratch_factor) if name == "scratch" and task.scratch_factor > 1 else (1,)
 
-    @staticmethod
-    def _cell_gflop(spec: ViTSpec, task: TaskData, budget: int) -> float:
+    def _cell_gflop(self, spec: ViTSpec, task: TaskData, budget: int) -> float:
         t = task.task
-        evals = budget if budget > 1 else (t.epochs // t.eval_every if t.eval_every else 1)
+        batch = t.batch_size or self.profile.batch_size
+        epochs = -(-t.max_steps * batch // len(task.train)) if t.max_steps else t.epochs
+        evals = budget if budget > 1 else (epochs // t.eval_every if t.eval_every else 1)
         eval_images = min(t.eval_images or len(task.eval), len(task.eval))
-        return spec.flops * (t.epochs * budget * 3 * len(task.train) + evals * eval_images) / 1e9
+        images = t.max_steps * batch if t.max_steps else t.epochs * len(task.train)
+        return spec.flops * (images * budget * 3 + evals * eval_images) / 1e9
 
     def _adapt_gflop(self, spec: ViTSpec) -> float:
         return spec.flops * 3 * self.profile.adapt_steps * self.profile.batch_size / 1e9
@@ -373,7 +434,7 @@ class BenchRun:
     def _upstream_data(self, up: Upstream, loaded: dict) -> tuple[ImageData, ImageData, ImageData]:
         """(ancestry training images, condensation images, evaluation images) of an upstream."""
         p = self.profile
-        train_all, test_all = loaded["fashion_mnist", "train"], loaded["fashion_mnist", "test"]
+        train_all, test_all = loaded[p.upstream_data, "train"], loaded[p.upstream_data, "test"]
         if up.classes:
             train_all, test_all = class_subset(train_all, up.classes), class_subset(test_all, up.classes)
             if p.upstream_images_per_class:
@@ -388,11 +449,15 @@ class BenchRun:
         except OSError as exc:
             raise LearngeneError(f"cannot create the report folder {self.out} ({exc.strerror}); choose another --out") from None
         loaded: dict[tuple[str, str], ImageData] = {}
-        load_task(Task("upstream", "fashion_mnist", epochs=1), p.ancestry, self.data_dir, loaded)
+        load_task(Task("upstream", p.upstream_data, epochs=1), p.ancestry, self.data_dir, loaded)
         work = []
         total = 0.0
         for up in p.all_upstreams():
             tasks = [load_task(t, p.ancestry, self.data_dir, loaded, up.classes) for t in p.tasks]
+            for td in tasks:
+                if td.train.num_classes < 2:
+                    raise LearngeneError(f"{td.task.data} has {td.train.num_classes} class; fine-tuning and comparing "
+                                         f"need data with 2 or more classes")
             anc_images, upstream, upstream_eval = self._upstream_data(up, loaded)
             plan = self.plan(len(anc_images), tasks, upstream, up)
             # condensation that trains an aux net costs about an ancestry-sized training run; the others far less
@@ -406,6 +471,9 @@ class BenchRun:
                                 disable=not self.progress, dynamic_ncols=True, smoothing=0.05)
         self.rows: list[Row] = []
         complete = False
+        stop = threading.Event()
+        if not self.bar.disable:  # a line (in a log) or a redraw at least every interval, even inside a long stage
+            threading.Thread(target=self._heartbeat, args=(stop,), daemon=True).start()
         try:
             for up, tasks, anc_images, upstream, upstream_eval, plan, trained in work:
                 self._check_time()
@@ -424,10 +492,11 @@ class BenchRun:
         except OutOfTime:
             pass
         finally:
+            stop.set()
             if self.bar is not None:
                 self.bar.close()
         self.meta.update(wall_seconds=round(time.perf_counter() - self.started, 1), complete=complete)
-        write_report(self.rows, p, self.out, self.meta, plots=self.plots)
+        self.reporter(self.rows, p, self.out, self.meta, plots=self.plots)
         write_text_atomic(self.out / "profile.json", json.dumps(dataclasses.asdict(p), indent=2, default=str))
         return self.rows
 

@@ -43,9 +43,7 @@ class FolderSmoke:
     batch_size: int = 64
     max_steps: int = 20
     method: str = "tleg"
-
-
-SMOKE_PROFILES = {"gpu-smoke": FolderSmoke("gpu-smoke")}
+    description: str = ""  # one line for `learngene bench --help`
 
 
 def run_smoke(profile: FolderSmoke, out: Path, run_command: Callable[[list[str]], int], device: str = "auto",

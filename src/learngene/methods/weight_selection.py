@@ -43,6 +43,7 @@ class WeightSelection(Method):
     summary = "first-N layers + evenly spaced elements (head-aware); shrinks depth and width"
     paper = Paper("Initializing Models with Larger Ones", "Xu et al.", "ICLR", 2024, "2311.18823")
     Config = WeightSelectionConfig
+    same_as_at_ancestry_width = "pretrained"  # the first layers and, at full width, every element
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         spec = ancestry.require_vit(self.name)

@@ -1,0 +1,81 @@
+"""The one batch iterator: an order that depends only on (seed, epoch), shared out over DDP ranks."""
+
+from __future__ import annotations
+
+from typing import Iterator, NamedTuple
+
+import torch
+from torch import Tensor
+
+from ..errors import DataError
+from .augment import augment_batch
+from .folder import _Failed, index_seed
+from .images import Data
+
+
+class Batch(NamedTuple):
+    x: Tensor
+    y: Tensor
+    soft: Tensor | None
+    global_size: int  # images in the whole (all-rank) batch, for exact loss averaging under DDP
+
+
+class Batches:
+    """Deterministic batches of ``data``: the order depends only on ``(seed, epoch)``.
+
+    Under DDP (``world > 1``) every rank takes ``batch[rank::world]`` of the same global batch, so a
+    run on N processes with global batch B sees exactly the images of a 1-process run with batch B.
+    Streamed data (:class:`FolderData`) are decoded by its DataLoader, whose batch sampler is this
+    order (as a ``DistributedSampler`` seeded per epoch, but sharing out each global batch).
+    """
+
+    def __init__(self, data: Data, batch_size: int, shuffle: bool, seed: int = 0, rank: int = 0, world: int = 1,
+                 augment: bool = False):
+        if len(data) == 0:
+            raise DataError(f"{getattr(data, 'name', 'dataset')} is empty; give data with at least one image")
+        if batch_size < 1:
+            raise DataError(f"batch size must be positive, got {batch_size}; pass --batch-size 1 or more")
+        self.data, self.batch_size, self.shuffle, self.seed = data, batch_size, shuffle, seed
+        self.rank, self.world, self.augment = rank, world, augment
+        self.epoch, self.start_step = 0, 0
+
+    def __len__(self) -> int:
+        return -(-len(self.data) // self.batch_size)
+
+    def set_epoch(self, epoch: int, start_step: int = 0) -> None:
+        self.epoch, self.start_step = epoch, start_step
+
+    def _order(self) -> Tensor:
+        if not self.shuffle:
+            return torch.arange(len(self.data))
+        return torch.randperm(len(self.data), generator=torch.Generator().manual_seed(self.seed * 100_003 + self.epoch))
+
+    def index_batches(self) -> Iterator[list[tuple[int, int]]]:
+        """This rank's share of every remaining global batch as ``(image index, augmentation seed)`` pairs."""
+        order = self._order()
+        for step in range(self.start_step, len(self)):
+            lo = step * self.batch_size
+            mine = order[lo:lo + self.batch_size][self.rank::self.world].tolist()
+            positions = range(lo + self.rank, lo + self.batch_size, self.world)
+            yield [(i, index_seed(self.seed, self.epoch, p)) for i, p in zip(mine, positions)]
+
+    def _shares(self) -> Iterator[tuple[int, Tensor, Tensor, Tensor | None]]:
+        """``(step, x, y, soft)`` of this rank, from memory or from the data's DataLoader."""
+        if hasattr(self.data, "loader"):
+            for step, out in enumerate(self.data.loader(self), start=self.start_step):
+                if isinstance(out, _Failed):
+                    raise DataError(out.message)
+                yield step, *out, None
+            return
+        order = self._order()
+        for step in range(self.start_step, len(self)):
+            global_idx = order[step * self.batch_size:(step + 1) * self.batch_size]
+            yield step, *self.data.get_batch(global_idx[self.rank::self.world])
+
+    def __iter__(self) -> Iterator[Batch]:
+        for step, x, y, soft in self._shares():
+            global_size = min(self.batch_size, len(self.data) - step * self.batch_size)
+            if self.augment:
+                gen = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch * 10_007 + step)
+                x = augment_batch(x, gen, global_size=global_size, rank=self.rank, world=self.world)
+            yield Batch(x, y, soft, global_size)

@@ -1,0 +1,179 @@
+"""In-memory image datasets (uint8, normalized batch by batch), resizing, channels and the subsets the benchmark needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Sequence, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..errors import DataError
+
+if TYPE_CHECKING:
+    from .folder import FolderData
+
+
+@dataclass(frozen=True)
+class ImageData:
+    """An in-memory image classification dataset.
+
+    Attributes:
+        images: uint8 ``(N, C, H, W)``.
+        labels: int64 ``(N,)`` in ``[0, num_classes)``.
+        num_classes: size of the label space (classes may be absent from a subset).
+        mean, std: per-channel normalization applied to every batch (training and evaluation alike).
+        name: for logs and reports.
+        soft_targets: optional float ``(N, K)`` cached teacher logits (distillation without augmentation).
+        dataset, classes: the label space: the source dataset and the name of every class, in label
+            order (empty when unknown, e.g. tensors built by hand).
+    """
+
+    images: Tensor
+    labels: Tensor
+    num_classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    name: str = "data"
+    soft_targets: Tensor | None = None
+    dataset: str = ""
+    classes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.images.ndim != 4 or self.images.dtype != torch.uint8:
+            raise DataError(f"{self.name}: images must be uint8 (N, C, H, W), got {self.images.dtype} {tuple(self.images.shape)}")
+        if len(self.images) != len(self.labels):
+            raise DataError(f"{self.name}: {len(self.images)} images but {len(self.labels)} labels")
+        if len(self.mean) != self.in_chans or len(self.std) != self.in_chans:
+            raise DataError(f"{self.name}: normalization has {len(self.mean)} channels, images have {self.in_chans}")
+        if len(self.labels) and not (0 <= int(self.labels.min()) and int(self.labels.max()) < self.num_classes):
+            raise DataError(f"{self.name}: labels run from {int(self.labels.min())} to {int(self.labels.max())}, outside "
+                            f"0..{self.num_classes - 1}; give labels 0..num_classes-1")
+        if self.classes and len(self.classes) != self.num_classes:
+            raise DataError(f"{self.name}: {len(self.classes)} class names for {self.num_classes} classes; name every class")
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def label_space(self) -> dict[str, Any] | None:
+        return label_space(self)
+
+    @property
+    def in_chans(self) -> int:
+        return self.images.shape[1]
+
+    @property
+    def img_size(self) -> int:
+        return self.images.shape[-1]
+
+    def subset(self, indices: Sequence[int] | Tensor, name: str | None = None) -> "ImageData":
+        idx = torch.as_tensor(indices, dtype=torch.long)
+        return replace(
+            self,
+            images=self.images[idx],
+            labels=self.labels[idx],
+            soft_targets=None if self.soft_targets is None else self.soft_targets[idx],
+            name=name or self.name,
+        )
+
+    def with_soft_targets(self, logits: Tensor) -> "ImageData":
+        return replace(self, soft_targets=logits.detach().float().cpu())
+
+    def get_batch(self, indices: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        x = normalize(self.images[indices], self.mean, self.std)
+        soft = None if self.soft_targets is None else self.soft_targets[indices]
+        return x, self.labels[indices], soft
+
+
+def normalize(images: Tensor, mean: Sequence[float], std: Sequence[float]) -> Tensor:
+    """uint8 images → float, scaled to [0, 1], then standardized per channel."""
+    m = torch.tensor(mean).view(1, -1, 1, 1)
+    s = torch.tensor(std).view(1, -1, 1, 1)
+    return (images.float() / 255.0 - m) / s
+
+
+Data = Union[ImageData, "FolderData"]
+
+
+def label_space(data: Data) -> dict[str, Any] | None:
+    """``{"dataset": ..., "classes": [...]}``: what the labels of ``data`` mean (None when unnamed).
+
+    Model and gene files record it, so that a head is reused only on the classes it was trained on.
+    """
+    if not data.classes:
+        return None
+    source = data.dataset if isinstance(data, ImageData) else data.name
+    return {"dataset": source, "classes": list(data.classes)}
+
+
+def resize(data: ImageData, img_size: int) -> ImageData:
+    """Bilinear (antialiased) resize of every image to ``img_size``×``img_size``."""
+    if data.img_size == img_size and data.images.shape[-2] == img_size:
+        return data
+    x = F.interpolate(data.images.float(), size=(img_size, img_size), mode="bilinear", antialias=True, align_corners=False)
+    return replace(data, images=x.round().clamp(0, 255).to(torch.uint8))
+
+
+def convert_channels(data: ImageData, in_chans: int) -> ImageData:
+    """Repeat a grey channel to ``in_chans`` or average colour channels to one."""
+    if data.in_chans == in_chans:
+        return data
+    if data.in_chans == 1:
+        return replace(data, images=data.images.expand(-1, in_chans, -1, -1).contiguous(),
+                       mean=data.mean * in_chans, std=data.std * in_chans)
+    if in_chans == 1:
+        grey = data.images.float().mean(1, keepdim=True).round().to(torch.uint8)
+        return replace(data, images=grey, mean=(sum(data.mean) / len(data.mean),), std=(sum(data.std) / len(data.std),))
+    raise DataError(f"cannot convert {data.in_chans}-channel images to {in_chans} channels; use --in-chans 1 or 3")
+
+
+# ---- subsets ----------------------------------------------------------------------------------------
+def few_shot(data: ImageData, per_class: int, seed: int = 0) -> ImageData:
+    """``per_class`` images of every class, chosen at random with ``seed`` (the low-data tasks)."""
+    gen = torch.Generator().manual_seed(seed)
+    picked = []
+    for c in range(data.num_classes):
+        members = (data.labels == c).nonzero().flatten()
+        if len(members) < per_class:
+            raise DataError(f"{data.name}: class {c} has {len(members)} images, fewer than the {per_class} per class asked; "
+                            f"ask for at most {len(members)} (--few-shot)")
+        picked.append(members[torch.randperm(len(members), generator=gen)[:per_class]])
+    return data.subset(torch.cat(picked).sort().values, name=f"{data.name}-{per_class}shot")
+
+
+def fraction(data: ImageData, frac: float, seed: int = 0) -> ImageData:
+    """A random ``frac`` of the data (at least one image), fixed by ``seed``."""
+    if not 0 < frac <= 1:
+        raise DataError(f"fraction must be in (0, 1], got {frac}; give a share of the data between 0 and 1")
+    n = max(1, round(len(data) * frac))
+    idx = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[:n]
+    return data.subset(idx.sort().values, name=f"{data.name}-{n}")
+
+
+def take(data: Data, images: int | None, seed: int = 0) -> Data:
+    """A fixed random subset of ``images`` images, the same for every caller (all of them for ``None``)."""
+    if images is None or images >= len(data):
+        return data
+    idx = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[:images]
+    return data.subset(idx.sort().values, name=f"{data.name}-{images}")
+
+
+def class_subset(data: ImageData, classes: Sequence[int]) -> ImageData:
+    """Only the images of ``classes``, relabelled ``0..len(classes)-1`` in the given order."""
+    classes = list(classes)
+    if not classes:
+        raise DataError("class subset needs at least one class; give the classes to keep")
+    remap = torch.full((data.num_classes,), -1, dtype=torch.long)
+    for new, old in enumerate(classes):
+        if not 0 <= old < data.num_classes:
+            raise DataError(f"{data.name} has no class {old}; choose classes 0..{data.num_classes - 1}")
+        remap[old] = new
+    keep = (remap[data.labels] >= 0).nonzero().flatten()
+    for c in classes:
+        if not (data.labels[keep] == c).any():
+            raise DataError(f"{data.name}: class {c} has no images; choose classes that have images")
+    sub = data.subset(keep, name=f"{data.name}-classes{'-'.join(map(str, classes))}")
+    names = tuple(data.classes[c] for c in classes) if data.classes else ()
+    return replace(sub, labels=remap[sub.labels], num_classes=len(classes), soft_targets=None, classes=names)

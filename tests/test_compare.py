@@ -1,0 +1,107 @@
+"""`learngene compare`: the recommendation rule on constructed numbers, a tiny run end to end, and bad input."""
+
+import pytest
+import torch
+
+from learngene.bench.compare import LONG_LABEL, recommend
+from learngene.cli import main
+from learngene.io import save_model
+from learngene.spec import ViTSpec
+
+REFS = ("scratch", LONG_LABEL, "mimetic")
+BASE = {"scratch": [0.50, 0.52, 0.51], LONG_LABEL: [0.70, 0.71, 0.69], "mimetic": [0.60, 0.62, 0.61]}
+
+
+def test_the_method_that_beats_every_reference_by_two_std_is_recommended():
+    line = recommend("L4", {**BASE, "tleg": [0.80, 0.81, 0.79], "wave": [0.65, 0.66, 0.64]}, REFS)
+    assert line.startswith("L4: use tleg (80.0 ± 1.0): it beats scratch, scratch ×10, mimetic by more than 2 std")
+
+
+def test_nothing_wins_names_the_reference_no_method_beats():
+    line = recommend("L4", {**BASE, "tleg": [0.72, 0.60, 0.80], "wave": [0.55, 0.56, 0.57]}, REFS)
+    assert line == "L4: no method beats scratch ×10 here (70.0 ± 1.0): training from scratch 10× longer is the better start"
+    mimetic_best = {**BASE, "mimetic": [0.75, 0.76, 0.74], "tleg": [0.73, 0.74, 0.72]}
+    assert recommend("L2", mimetic_best, REFS).startswith("L2: no method beats mimetic here (75.0 ± 1.0): use mimetic")
+
+
+def test_a_method_that_beats_only_some_references_is_not_recommended():
+    # tleg beats scratch and mimetic by 2 std but not scratch ×10; wave's mean is above scratch ×10's, within the noise
+    accs = {**BASE, "tleg": [0.66, 0.67, 0.65], "wave": [0.60, 0.90, 0.75]}
+    assert recommend("L4", accs, REFS).startswith("L4: no method beats scratch ×10 here (70.0 ± 1.0)")
+
+
+def test_two_winners_within_two_std_are_a_tie():
+    line = recommend("L4", {**BASE, "tleg": [0.80, 0.82, 0.81], "wave": [0.81, 0.80, 0.79]}, REFS)
+    assert line.startswith("L4: use tleg or wave (a tie: each beats")
+    apart = recommend("L4", {**BASE, "tleg": [0.90, 0.91, 0.89], "wave": [0.80, 0.81, 0.79]}, REFS)
+    assert apart.startswith("L4: use tleg (90.0 ± 1.0)")
+
+
+def test_one_seed_gives_no_recommendation():
+    one = {label: accs[:1] for label, accs in {**BASE, "tleg": [0.9]}.items()}
+    assert "no recommendation from 1 seed" in recommend("L4", one, REFS)
+
+
+@pytest.fixture(scope="module")
+def ancestry(tmp_path_factory):
+    spec = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("compare") / "anc.safetensors"
+    save_model(path, spec.create_model(), spec)
+    return path
+
+
+def test_a_tiny_compare_prints_the_table_and_a_recommendation_line(ancestry, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main(["compare", "--ancestry", str(ancestry), "--data", "digits", "--sizes", "L1-D32-H2",
+                 "--methods", "pretrained,weight_selection", "--seeds", "1", "--epochs", "1", "--train-images", "100",
+                 "--eval-images", "100", "--kd", "--out", str(out), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "| method | top-1 (%) | vs scratch | vs scratch ×10 | vs mimetic |" in text
+    for label in ("scratch", "scratch ×10", "mimetic", "pretrained", "weight_selection", "pretrained +kd"):
+        assert f"\n| {label} | " in text, label
+    assert "**Recommendation** L1-D32-H2: no recommendation from 1 seed" in text
+    report = (out / "report.md").read_text()
+    assert "**Recommendation** L1-D32-H2" in report and "λ = 0.5" in report
+    assert (out / "results.csv").read_text().count("\n") > 7
+    assert (out / "plots" / "by-size.png").stat().st_size > 0 and (out / "plots" / "curves.png").stat().st_size > 0
+
+
+def _error_line(capsys, argv):
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_bad_input_is_one_line(ancestry, tmp_path, capsys):
+    base = ["compare", "--ancestry", str(ancestry), "--data", "digits", "--out", str(tmp_path / "bad"), "--quiet"]
+    assert "unknown method 'nope'" in _error_line(capsys, [*base, "--sizes", "L1-D32-H2", "--methods", "tleg,nope"])
+    assert "no method can make size L2-D30-H4" in _error_line(capsys, [*base, "--sizes", "L2-D30-H4"])
+    assert "a budget of 0" in _error_line(capsys, [*base, "--sizes", "L1-D32-H2", "--epochs", "0"])
+    assert "a budget of 0" in _error_line(capsys, [*base, "--sizes", "L1-D32-H2", "--max-steps", "0"])
+    one_class = tmp_path / "one"
+    for split in ("train", "test"):
+        (one_class / split / "cat").mkdir(parents=True)
+        for i in range(3):
+            from PIL import Image
+
+            Image.new("L", (16, 16), color=40 * i).save(one_class / split / "cat" / f"{i}.png")
+    err = _error_line(capsys, [*base[:4], f"folder:{one_class}", *base[5:], "--sizes", "L1-D32-H2"])
+    assert "one class" in err
+
+
+def test_a_log_gets_a_progress_line_with_an_eta_while_a_stage_runs(ancestry, tmp_path, capsys, monkeypatch):
+    from learngene.bench import protocol
+    from learngene.bench.compare import compare_profile, run_compare
+    from learngene.spec import ViTSpec
+
+    monkeypatch.setattr(protocol, "HEARTBEAT", 0.2)  # a minute in a real log
+    spec = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
+    profile = compare_profile(spec, str(ancestry), "digits", ["L1-D32-H2"], ["scratch"], seeds=1, epochs=3,
+                              train_images=200, eval_images=100, references=("scratch",))
+    run_compare(profile, tmp_path / "out", progress=True, plots=False)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("bench compare")]
+    # stderr is not a terminal here: tqdm writes at most a line a minute by itself, so the rest are the heartbeat's
+    assert len(lines) >= 3 and all("<" in line for line in lines[1:]), lines  # elapsed<remaining: the ETA
