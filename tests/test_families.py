@@ -384,6 +384,22 @@ def test_methods_carry_the_new_families_rows_not_timms_init(family):
             break
 
 
+@pytest.mark.parametrize("family", ["eva02_clip", "aimv2"])
+def test_descendants_of_the_new_families_export_as_hub_folders_timm_and_transformers_load(family, tmp_path):
+    from learngene.export import export_hub_folder
+
+    transformers = pytest.importorskip("transformers")
+    ancestry = family_ancestry(family)
+    spec = ancestry.spec.replace(depth=1, embed_dim=16, num_heads=1, num_classes=5)
+    model = make_descendant(condense("weight_selection", ancestry), spec).eval()
+    export_hub_folder(tmp_path / "hub", model, spec, {"method": "weight_selection"})
+    x = torch.randn(1, 3, 28, 28)
+    with torch.no_grad():
+        assert torch.equal(timm.create_model(f"local-dir:{tmp_path / 'hub'}", pretrained=True).eval()(x), model(x))
+        wrapped = transformers.AutoModelForImageClassification.from_pretrained(tmp_path / "hub").eval()
+        torch.testing.assert_close(wrapped(pixel_values=x).logits, model(x))
+
+
 @pytest.mark.parametrize("name", ["eva02_base_patch14_224", "eva02_base_patch16_clip_224"])
 def test_an_unfused_eva_checkpoint_loads_fused_and_computes_the_same(name, tmp_path):
     """EVA-02 B/L keep q, k, v apart; loaded as an ancestry they are fused (one layout for every method),
