@@ -30,7 +30,8 @@ from learngene.io import save_safetensors
 from learngene.method import AdaptInputs, Ancestry, CondenseInputs
 from learngene.methods.cluster import ClusterLearngene
 from learngene.methods.peg import PEG
-from learngene.spec import ViTSpec, spec_from_model
+from learngene.model_spec import spec_from_model
+from learngene.spec import ViTSpec
 from learngene.train import TrainConfig, seed_everything
 
 SIZE = dict(depth=2, embed_dim=32, num_heads=2, img_size=28, patch_size=4)

@@ -25,7 +25,8 @@ import learngene as lg
 from learngene.data import ImageData
 from learngene.errors import LearngeneError
 from learngene.method import AdaptInputs, Ancestry, CondenseInputs
-from learngene.spec import ViTSpec, spec_from_model
+from learngene.model_spec import spec_from_model
+from learngene.spec import ViTSpec
 from learngene.train import TrainConfig, seed_everything
 
 SIZE = dict(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4)

@@ -74,6 +74,9 @@ def import_graph() -> dict[str, set[str]]:
     for path in PACKAGE.rglob("*.py"):
         if path.name != "registry.py" and "get_method(" in path.read_text():  # dispatches to any method at run time
             graph[module_name(path)] |= methods - {module_name(path)}
+    # methods register into the registry; its loading them on first use is that same dispatch edge, counted above at
+    # every caller of get_method
+    graph["learngene.registry"] -= {"learngene.methods", *methods}
     for name, deps in graph.items():  # importing a.b.c runs the packages a and a.b first
         for dep in list(deps):
             parts = dep.split(".")
@@ -160,3 +163,42 @@ def test_expand_command_expands_the_gene_once_on_meta_and_once_for_real(tmp_path
     monkeypatch.setattr(Pretrained, "expand", counted)
     assert main(["expand", str(tmp_path / "g.safetensors"), "--depth", "3", "-o", str(tmp_path / "d.safetensors")]) == 0
     assert devices == ["meta", "cpu"]
+
+
+def test_options_are_checked_in_one_place():
+    """Choices are ``Literal`` types, ranges field metadata, both checked by ``check_options`` when any method is made:
+    no method checks its options again in its own ``__init__``."""
+    from learngene.method import Method
+
+    own_init = [name for name in list_methods() if "__init__" in {k for c in get_method(name).__mro__
+                                                                  if c is not Method and issubclass(c, Method)
+                                                                  for k in vars(c)}]
+    assert own_init == []
+
+
+@pytest.mark.parametrize("method, options, words", [
+    ("front", dict(keep_ratio=0.0), "keep_ratio must be above 0 and at most 1, got 0.0"),
+    ("front", dict(depth_ratio=1.5), "depth_ratio must be between 0 and 1, got 1.5"),
+    ("wave", dict(n_qkv=3), "n_qkv must be a multiple of 2, got 3"),
+    ("cluster", dict(min_heads=0), "min_heads must be at least 1, got 0"),
+    ("cluster", dict(ffn="none"), "ffn must be one of 'inherit', 'random', got 'none'"),
+    ("grow", dict(depth="copy"), "depth must be one of 'stack', 'identity', got 'copy'"),
+    ("tleg", dict(modules=()), "modules must be a non-empty list"),
+    ("tleg", dict(modules="msa,attn"), "modules must be a list whose every item is one of 'msa', 'mlp', 'ln'"),
+    ("heru_lg", dict(layers=-1), "layers must be 0 or more, got -1"),
+    ("auto_lg", dict(untrained_attention="sometimes"), "untrained_attention must be one of 'keep', 'mimetic'"),
+])
+def test_a_bad_option_is_refused_with_its_range_or_choices(method, options, words):
+    from learngene.errors import LearngeneError
+
+    with pytest.raises(LearngeneError, match=re.escape(words)):
+        get_method(method)(**options)
+
+
+def test_methods_lists_each_options_choices(capsys):
+    from learngene.cli import main
+
+    assert main(["methods"]) == 0
+    out = capsys.readouterr().out
+    assert "variant='first' {first,last,middle}" in out and "untrained_attention='keep' {keep,mimetic}" in out
+    assert "modules=('msa', 'mlp', 'ln') {msa,mlp,ln}" in out and "aux_pool=auto {'',token,avg}" in out

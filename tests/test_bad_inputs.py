@@ -242,7 +242,7 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
     ("unknown method option", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.anc, "--opt", "colour=red",
                                          "-o", w.out], "KEY=VALUE"),
     ("bad method option value", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.anc, "--opt",
-                                           "variant=sideways", "-o", w.out], "first, last or middle"),
+                                           "variant=sideways", "-o", w.out], "one of 'first', 'last', 'middle'"),
     ("adapt a method without adapt", lambda w: ["adapt", w.gene, *DATA, *SIZE, "-o", w.out], "no adapt step"),
     ("gene without ancestry and no size", lambda w: ["expand", w.root / "scratch.safetensors", "-o", w.out],
      "records no ancestry size"),
@@ -610,7 +610,7 @@ FORGED = [
      "corrupt learngene header"),
     ("ancestry mlp ratio Infinity", "gene", dict(ancestry=json.dumps({**SPEC.to_dict(), "mlp_ratio": float("inf")})), None,
      "corrupt learngene header"),
-    ("option of the wrong type", "gene", dict(config='{"variant": 3}'), None, "variant must be a string"),
+    ("option of the wrong type", "gene", dict(config='{"variant": 3}'), None, "variant must be one of"),
     ("tensor named blocks.x", "gene", {}, lambda s: {("blocks.x.norm1.weight" if k == "blocks.0.norm1.weight" else k): v
                                                      for k, v in s.items()}, "not a valid pretrained learngene"),
     ("tensor of the wrong shape", "gene", {}, lambda s: {**s, "blocks.0.attn.qkv.weight": torch.zeros(5, 7)},

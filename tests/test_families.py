@@ -27,7 +27,8 @@ from learngene.gene import Learngene
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.cluster import tokens_before_blocks
 from learngene.registry import get_method, list_methods
-from learngene.spec import ViTFamily, ViTSpec, spec_from_model
+from learngene.model_spec import spec_from_model
+from learngene.spec import ViTFamily, ViTSpec
 from learngene.train import TrainConfig, seed_everything
 from learngene.transfer import (
     block_axes,

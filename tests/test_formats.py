@@ -283,7 +283,7 @@ def test_hub_folders_of_headless_and_fresh_headed_descendants_load_in_transforme
 
     from learngene.cli import main
     from learngene.io import save_model
-    from learngene.spec import spec_from_model
+    from learngene.model_spec import spec_from_model
 
     torch.manual_seed(0)
     ancestry = timm.create_model("vit_small_patch14_dinov2", pretrained=False, num_classes=0, depth=2, embed_dim=32,

@@ -18,7 +18,7 @@ from learngene.gene import Learngene
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.tleg import MODULES, TLEG, ShareInit, parse_layers
 from learngene.registry import get_method
-from learngene.spec import BLOCK_PARAMS, block_key
+from learngene.spec import block_key
 from learngene.train import TrainConfig
 
 
@@ -42,7 +42,7 @@ def test_expansion_is_eq1_and_differentiable(tiny_spec):
     state = method.expand(dataclasses.replace(gene, tensors=leaves), tiny_spec.replace(depth=depth))
     probes = {k: torch.randn_like(v) for k, v in state.items()}
     sum((state[k] * probes[k]).sum() for k in state).backward()
-    for name in BLOCK_PARAMS:
+    for name in tiny_spec.block_shapes():
         theta_a, theta_b = gene.tensors[f"theta_a.{name}"], gene.tensors[f"theta_b.{name}"]
         assert torch.equal(state[block_key(0, name)], theta_b)  # l = 1 is θ_B itself
         for layer in range(depth):  # block l = θ_B + (l−1)/L θ_A, l = layer + 1
@@ -123,7 +123,7 @@ def test_share_init_is_tleg_with_theta_a_zero(tiny_spec):
     share = random_gene(ShareInit(), tiny_spec)
     assert not any(k.startswith("theta_a") for k in share.tensors)
     tleg = TLEG().new_gene({**share.tensors, **{
-        f"theta_a.{n}": torch.zeros_like(share.tensors[f"theta_b.{n}"]) for n in BLOCK_PARAMS}}, tiny_spec, None)
+        f"theta_a.{n}": torch.zeros_like(share.tensors[f"theta_b.{n}"]) for n in tiny_spec.block_shapes()}}, tiny_spec, None)
     spec = tiny_spec.replace(depth=5)
     a, b = ShareInit().expand(share, spec), TLEG().expand(tleg, spec)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -132,7 +132,7 @@ def test_share_init_is_tleg_with_theta_a_zero(tiny_spec):
 
 def test_modules_option_expands_only_those_modules(tiny_ancestry, toy_data, tiny_spec):
     assert TLEG(modules="msa,ln").config.modules == ("msa", "ln")
-    with pytest.raises(LearngeneError, match="subset of"):
+    with pytest.raises(LearngeneError, match="every item is one of 'msa', 'mlp', 'ln'"):
         TLEG(modules=("attention",))
     gene = condense("tleg", tiny_ancestry, toy_data, steps=2, modules=("msa",))
     msa = [n for n in MODULES["msa"] if n in tiny_spec.block_shapes()]  # the rows this family has

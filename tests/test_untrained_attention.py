@@ -84,7 +84,7 @@ def test_trained_ancestry_attention_is_kept(tiny_spec, name):
 
 
 def test_untrained_attention_takes_keep_or_mimetic(tiny_spec):
-    with pytest.raises(LearngeneError, match="untrained_attention=mimetic"):
+    with pytest.raises(LearngeneError, match="untrained_attention must be one of 'keep', 'mimetic'"):
         get_method("pretrained")(untrained_attention="sometimes")
 
 

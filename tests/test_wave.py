@@ -15,7 +15,7 @@ from learngene.gene import Learngene
 from learngene.method import AdaptInputs, CondenseInputs
 from learngene.methods.tleg import TLEG
 from learngene.methods.wave import MATRICES, WAVE, block_grid
-from learngene.spec import BLOCK_PARAMS, block_key
+from learngene.spec import block_key
 from learngene.train import TrainConfig, evaluate
 
 
@@ -34,7 +34,7 @@ def random_gene(method, spec, seed=0, scalers=True):
 def tleg_as_wave(gene, spec, w):
     """Appendix A: cut θ_B and θ_A into w×w (or w) blocks, row-major; θ_B's blocks first ("base"), then θ_A's."""
     tensors = {k: v for k, v in gene.tensors.items() if not k.startswith("theta_")}
-    for name in BLOCK_PARAMS:
+    for name in spec.block_shapes():
         grid = block_grid(spec, name, w)
 
         def cut(t):
@@ -101,7 +101,7 @@ def test_width_that_does_not_tile_is_a_clear_error(tiny_spec):
         WAVE().expand(gene, tiny_spec.replace(embed_dim=48, num_heads=2))
     with pytest.raises(LearngeneError, match="multiple of 32"):
         WAVE().expand(gene, tiny_spec.replace(mlp_ratio=3.5))
-    with pytest.raises(LearngeneError, match="even"):
+    with pytest.raises(LearngeneError, match="n_qkv must be a multiple of 2"):
         WAVE(n_qkv=5)
 
 

@@ -29,7 +29,7 @@ from .errors import LearngeneError, SpecError
 from .eva import EVA_MODULE, fuse_qkv_projections, has_unfused_qkv
 from .io import load_model_file
 from .method import Ancestry
-from .spec import spec_from_model
+from .model_spec import spec_from_model
 
 StateDict = dict[str, Tensor]
 

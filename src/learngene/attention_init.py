@@ -11,6 +11,7 @@ and no registry is imported here: every user imports this module.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -122,6 +123,14 @@ def mimetic_attention(spec: ViTSpec, config: MimeticConfig = MimeticConfig()) ->
         out[block_key(layer, "attn.qkv.weight")] = join_qkv(q, k, v.reshape(H, d, D))
         out[block_key(layer, "attn.proj.weight")] = proj
     return out
+
+
+@dataclass(frozen=True)
+class UntrainedAttentionOptions:
+    """The options of a method that copies ancestry attention and may swap it for mimetic's when untrained."""
+
+    untrained_attention: Literal["keep", "mimetic"] = "keep"  # mimetic: mimetic's attention + sin-cos if untrained
+    seed: int = 0  # mimetic's draws (untrained_attention=mimetic); a descendant's seed sets it
 
 
 # An attention layer whose logits vary by less than this (std over isotropic unit-variance tokens) is

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Literal
 
 import torch
 from tqdm import tqdm
@@ -47,7 +47,7 @@ class AuxConfig:
     aux_embed_dim: int = 0
     aux_num_heads: int = 0
     aux_patch_size: int = 0
-    aux_pool: str = ""  # "": the ancestry's pooling; "avg": no class token, average pooling (the authors' aux net); "token"
+    aux_pool: Literal["", "token", "avg"] = ""  # "": the ancestry's; avg: no class token, average pooling (the authors' aux net)
     init_std: float = 0.02  # trunc-normal std of weight tensors at the start of condensation
 
 
@@ -60,11 +60,6 @@ def resolve_aux_spec(config: AuxConfig, ancestry: Ancestry | None, inputs: Conde
     if missing and base is None:
         raise LearngeneError(f"{method}: the ancestry is not a ViT, so give the aux net's size: "
                              + " ".join(f"--opt {m}=N" for m in missing))
-    if any(v < 0 for v in sizes.values()):
-        raise LearngeneError(f"{method}: aux sizes must be positive, got {sizes}")
-    if config.aux_pool not in ("", "token", "avg"):
-        raise LearngeneError(f"{method}: aux_pool must be token or avg, not {config.aux_pool!r}; pass --opt aux_pool=avg "
-                             f"for the authors' aux net (no class token, average pooling)")
     values = base.to_dict() if base is not None else ViTSpec().to_dict()
     values.update({k: v for k, v in sizes.items() if v})
     if config.aux_pool:

@@ -15,6 +15,7 @@ import os
 import shlex
 import signal
 import sys
+import typing
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -45,7 +46,7 @@ from .methods.cluster import plot_attention_distance
 from .registry import get_method, list_methods
 from .spec import PRESETS, ViTSpec, get_preset
 from .train import CHECKPOINT, RunInterrupted, TrainConfig, request_stop, seed_everything, train
-from .validate import MAX_INT
+from .validate import MAX_INT, choices
 
 EXIT_USAGE = 2
 # commands that write many files without rank-0 guards, or only print: refused under torchrun
@@ -526,8 +527,14 @@ def cmd_methods(args: argparse.Namespace) -> None:
     for name in list_methods():
         cls = get_method(name)
         auto = getattr(cls.Config, "AUTO_OPTIONS", ())
-        options = ", ".join(f"{f.name}={'auto' if f.name in auto else repr(f.default)}"
-                            for f in dataclasses.fields(cls.Config)) or "-"
+        hints = typing.get_type_hints(cls.Config)
+
+        def shown(f) -> str:
+            allowed = choices(hints.get(f.name))
+            return (f"{f.name}={'auto' if f.name in auto else repr(f.default)}"
+                    + (" {" + ",".join(c if c else repr(c) for c in map(str, allowed)) + "}" if allowed else ""))
+
+        options = ", ".join(shown(f) for f in dataclasses.fields(cls.Config)) or "-"
         print(f"{name:18s} {cls.summary}\n{'':18s} options: {options}")
         for paper in citations(cls):
             print(f"{'':18s} paper: {paper}")
@@ -612,16 +619,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ancestry)
 
     p = sub.add_parser("condense", help="condense an ancestry into a learngene file",
-                       description="Build a learngene from an ancestry with one method. Methods that train "
-                                   "(tleg, wave, share_init) distil from the ancestry on --data.",
+                       description="Build a learngene from an ancestry with one method. Methods that train ("
+                                   + ", ".join(n for n in list_methods() if get_method(n).aux_net)
+                                   + ") distil from the ancestry on --data.",
                        epilog="methods: " + ", ".join(list_methods()) + " (see `learngene methods` for options)")
     p.add_argument("--method", required=True, help="one of: " + ", ".join(list_methods()))
     add_ancestry_args(p)
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
     add_data_args(p)
     add_train_args(p)
-    add_distill_args(p, lam=None, help_lambda="λ (default: the method's paper: 1 = pure KL for tleg/share_init, "
-                                              "0.5 = KL + CE for wave)")
+    add_distill_args(p, lam=None, help_lambda="λ (default: the method's paper: " + ", ".join(
+        f"{name} {get_method(name).distill_lambda:g}" for name in list_methods() if get_method(name).aux_net)
+        + "; 1 = pure KL, 0.5 = KL + CE)")
     add_common(p)
     add_output(p, "learngene")
     g = p.add_argument_group("timm checkpoint sizes (with --timm-model)")

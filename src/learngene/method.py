@@ -4,7 +4,9 @@ A :class:`Method` turns an ancestry into a :class:`~learngene.gene.Learngene` (`
 learngene into timm state_dict entries for any spec (``expand``, written in torch ops so it is
 differentiable in the gene's tensors) and, for some methods, a learngene into one specialized to a
 size on a little data (``adapt``). Its hyper-parameters are a frozen ``Config`` dataclass, stored in
-the gene and overridable at expansion (:func:`config_from_dict`, :func:`parse_options` for the CLI).
+the gene and overridable at expansion (:func:`config_from_dict`). An option's type says its values
+(``Literal`` choices), its field metadata its range (:func:`~learngene.validate.option`), and
+:func:`check_options` checks both, once, whenever a method is made.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from .gene import Learngene
 from .spec import ViTSpec
 from .train import TrainConfig, TrainResult
 from .transfer import StateDict
-from .validate import check_fields
+from .validate import RANGE_KEYS, check_fields, out_of_range
 
 
 @dataclass
@@ -112,6 +114,8 @@ class Method:
         needs_vit_ancestry: ``condense`` picks weights from a ViT (False: any classifier can teach).
         adaptable: descendants go through ``adapt`` (WAVE's scalers, PEG's φ) before fine-tuning.
         paper: the :class:`Paper` (or papers) it implements; ``learngene methods`` prints it.
+        aux_net: ``condense`` distils the ancestry into an aux net whose tensors become the gene
+            (TLEG, Share-Init, WAVE): ``--distill-lambda`` and the aux net's size options apply.
         distill_lambda: λ of the paper's condensation loss ``(1−λ)·CE + λ·KL`` (methods that distil);
             ``learngene condense`` and the benchmark use it unless told otherwise.
         same_as_at_ancestry_width: the method whose descendants this one's equal, tensor for tensor, at the
@@ -127,6 +131,7 @@ class Method:
     needs_data: ClassVar[bool] = False
     needs_vit_ancestry: ClassVar[bool] = True
     adaptable: ClassVar[bool] = False  # has an ``adapt`` step that descendants should go through
+    aux_net: ClassVar[bool] = False
     distill_lambda: ClassVar[float] = 1.0
     same_as_at_ancestry_width: ClassVar[str | None] = None
     seed_option: ClassVar[str | None] = None
@@ -188,13 +193,17 @@ def _lists_from_text(config: Any) -> Any:
 
 
 def check_options(method: str, config: Any) -> None:
-    """Every option has its declared type, and every numeric one (a count, size, rate or seed) is 0 or more."""
+    """Every option has its declared type (a ``Literal``'s choices included) and lies in its range: the one
+    its field declares (:func:`~learngene.validate.option`), else 0 or more for a number (a count, size,
+    rate or seed)."""
     fix = "pass --opt KEY=VALUE with a value of that kind (see `learngene methods`)"
     check_fields(config, f"{method} option", fix)
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-            raise LearngeneError(f"{method} option {f.name} must be 0 or more, got {value!r}; {fix}")
+        declared = {k: v for k, v in f.metadata.items() if k in RANGE_KEYS}
+        wanted = out_of_range(value, declared or {"at_least": 0})
+        if wanted:
+            raise LearngeneError(f"{method} option {f.name} must be {wanted}, got {value!r}; {fix}")
 
 
 def config_from_dict(config_cls: type, values: dict[str, Any]) -> Any:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from .errors import SpecError
+from .timm_keys import HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, WIDTH, WIDTH_IN, family_axes
 
 # FLOP convention: a multiply-add is 2 FLOPs, and only the matmuls and convolutions count (patch
 # embedding, projections, attention scores and weighted sums, MLPs, pooling head, classifiers); norms,
@@ -28,26 +29,11 @@ TIMM_ARCH = "vit_tiny_patch16_224"
 
 # Per-block tensors of the plain layout, in timm's naming, in the order timm's state_dict lists them
 # (a family adds or drops some: see :meth:`ViTSpec.block_shapes`).
-BLOCK_PARAMS = (
-    "norm1.weight",
-    "norm1.bias",
-    "attn.qkv.weight",
-    "attn.qkv.bias",
-    "attn.proj.weight",
-    "attn.proj.bias",
-    "norm2.weight",
-    "norm2.bias",
-    "mlp.fc1.weight",
-    "mlp.fc1.bias",
-    "mlp.fc2.weight",
-    "mlp.fc2.bias",
-)
-
 POOLS = ("token", "avg", "map")
-# timm's Mlp; SwiGLUPacked (GluMlp, SiLU gate first: DINOv2 ViT-g); SwiGLU (separate fc1_g, fc1_x: AIMv2)
+# timm's Mlp; SwiGLUPacked (GluMlp, SiLU gate first: DINOv2 ViT-g); SwiGLU (separate fc1_g, fc1_x: AIMv2, EVA-02 B/L)
 MLP_LAYERS = ("mlp", "swiglu_packed", "swiglu")
-NORM_LAYERS = ("layernorm", "rmsnorm")
-MODEL_CLASSES = ("vit", "eva")  # timm's VisionTransformer; timm's Eva (learngene.eva)  # timm's LayerNorm (weight, bias); RmsNorm (weight only: AIMv2)
+NORM_LAYERS = ("layernorm", "rmsnorm")  # timm's LayerNorm (weight, bias); RmsNorm (weight only: AIMv2)
+MODEL_CLASSES = ("vit", "eva")  # timm's VisionTransformer; timm's Eva (learngene.eva)
 
 
 # Sizes beyond these are refused before anything is built. They lie far past any ViT trained today; a typo or
@@ -73,7 +59,7 @@ def available_memory() -> int | None:
 
 
 def block_key(layer: int, name: str) -> str:
-    """timm's state_dict key of tensor ``name`` (e.g. one of :data:`BLOCK_PARAMS`) in block ``layer``."""
+    """timm's state_dict key of tensor ``name`` (a row of :data:`~learngene.timm_keys.BLOCK_TENSORS`) in block ``layer``."""
     return f"blocks.{layer}.{name}"
 
 
@@ -102,7 +88,8 @@ class ViTFamily:
         qk_norm: LayerNorms on each head's queries and keys.
         act_layer: the MLP's activation, timm's name (``gelu``, ``gelu_tanh``, ``quick_gelu``, ``silu``, ``relu``).
         mlp_layer: ``"mlp"`` (fc1, act, fc2), ``"swiglu_packed"`` (fc1 holds gate and value halves) or
-            ``"swiglu"`` (gate ``fc1_g`` and value ``fc1_x`` apart, AIMv2).
+            ``"swiglu"`` (gate ``fc1_g`` and value ``fc1_x`` apart: AIMv2, EVA-02 B/L).
+        dynamic_img_size: the model accepts other image sizes (position embeddings resampled on the fly).
         norm_layer: ``"layernorm"`` or ``"rmsnorm"`` (no bias), every norm of the model (fixed by the architecture).
         proj_bias: biases on attention's output projection and the MLP's linears (AIMv2 has none).
         embed_norm: a norm after the patch embedding, ``patch_embed.norm`` (AIMv2).
@@ -112,7 +99,6 @@ class ViTFamily:
         attn_norm: Eva's sub-LayerNorm on the heads' outputs before W_O, ``attn.norm``.
         mlp_norm: Eva's sub-LayerNorm on the MLP's hidden channels before fc2, ``mlp.norm``.
         rope: rotary position embeddings (Eva; no weights: fixed by the architecture, recorded).
-        dynamic_img_size: the model accepts other image sizes (position embeddings resampled on the fly).
     """
 
     class_token: bool = True
@@ -191,7 +177,8 @@ class ViTFamily:
 
     def timm_kwargs(self) -> dict[str, Any]:
         """The arguments passed to timm (JSON values): all but ``act_layer``/``mlp_layer``/``norm_layer``,
-        ``embed_norm`` and ``distilled``, which the architecture fixes (``proj_bias`` only when off)."""
+        ``embed_norm`` and ``distilled``, which the architecture fixes (``proj_bias`` only when off); an
+        Eva's in its own names (:func:`learngene.eva.eva_kwargs`)."""
         if self.model_class == "eva":
             from .eva import eva_kwargs
 
@@ -311,7 +298,7 @@ class ViTSpec:
 
     @property
     def mlp_inner(self) -> int:
-        """fc2's inputs: the MLP's hidden channels (half of fc1's outputs for a packed SwiGLU MLP; fc1_g's for AIMv2's)."""
+        """fc2's inputs: the MLP's hidden channels (half of fc1's outputs for a packed SwiGLU MLP)."""
         return self.mlp_hidden // 2 if self.family.mlp_layer == "swiglu_packed" else self.mlp_hidden
 
     @property
@@ -364,45 +351,22 @@ class ViTSpec:
         except RuntimeError as exc:  # timm's "Unknown model"
             raise SpecError(f"cannot build timm {self.arch}: {str(exc).splitlines()[0][:200]}") from None
         mlp = model.blocks[0].mlp if len(model.blocks) else None
-        built = _mlp_layer(mlp) if mlp is not None else self.family.mlp_layer
-        if built != self.family.mlp_layer or _is_distilled(model) != self.family.distilled:
-            raise SpecError(f"timm {self.arch} builds a {'distilled ' if _is_distilled(model) else ''}ViT with a "
+        built = mlp_layer_of(mlp) if mlp is not None else self.family.mlp_layer
+        if built != self.family.mlp_layer or is_distilled(model) != self.family.distilled:
+            raise SpecError(f"timm {self.arch} builds a {'distilled ' if is_distilled(model) else ''}ViT with a "
                             f"{built} MLP, but this spec's family says {self.family.short()}; use the ancestry's "
                             f"architecture name")
         return model
 
     # ---- tensors, parameters, FLOPs -------------------------------------------------------------
     def block_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Shape of every tensor in one block, keyed by in-block names, in timm's order."""
-        D, H, d, f = self.embed_dim, self.mlp_hidden, self.head_dim, self.family
-        shapes: dict[str, tuple[int, ...]] = {**f.norm_shapes("norm1", D), "attn.qkv.weight": (3 * D, D)}
-        if f.qv_bias:
-            shapes.update({"attn.q_bias": (D,), "attn.v_bias": (D,)})
-        if f.qkv_bias:
-            shapes["attn.qkv.bias"] = (3 * D,)
-        if f.qk_norm:
-            shapes.update({**f.norm_shapes("attn.q_norm", d), **f.norm_shapes("attn.k_norm", d)})
-        if f.attn_norm:
-            shapes.update(f.norm_shapes("attn.norm", D))
-        shapes["attn.proj.weight"] = (D, D)
-        if f.proj_bias:
-            shapes["attn.proj.bias"] = (D,)
-        scales = ("gamma_1", "gamma_2") if f.model_class == "eva" else ("ls1.gamma", "ls2.gamma")
-        if f.init_values is not None:
-            shapes[scales[0]] = (D,)
-        shapes.update(f.norm_shapes("norm2", D))
-        for fc in ("fc1_g", "fc1_x") if f.mlp_layer == "swiglu" else ("fc1",):
-            shapes[f"mlp.{fc}.weight"] = (H, D)
-            if f.proj_bias:
-                shapes[f"mlp.{fc}.bias"] = (H,)
-        if f.mlp_norm:
-            shapes.update(f.norm_shapes("mlp.norm", self.mlp_inner))
-        shapes["mlp.fc2.weight"] = (D, self.mlp_inner)
-        if f.proj_bias:
-            shapes["mlp.fc2.bias"] = (D,)
-        if f.init_values is not None:
-            shapes[scales[1]] = (D,)
-        return shapes
+        """Shape of every tensor in one block, keyed by in-block names, in timm's order (the rows of
+        :data:`~learngene.timm_keys.BLOCK_TENSORS` this family has, each axis at this size)."""
+        D = self.embed_dim
+        size = {WIDTH: D, WIDTH_IN: D, HIDDEN: self.mlp_hidden, HIDDEN_IN: self.mlp_inner, HEADS_IN: D, HEAD_DIM: self.head_dim}
+        # a head axis is segments x heads x head_dim (qkv: 3·D); fc1's hidden axis already counts SwiGLU's two halves
+        return {name: tuple(D * a.segments if a.role == HEADS else size[a.role] for a in axes)
+                for name, axes in family_axes(self.family).items()}
 
     def non_block_shapes(self) -> dict[str, tuple[int, ...]]:
         """Shapes of the tensors outside the blocks: tokens, embeddings, norms, pooling head, classifiers."""
@@ -514,17 +478,14 @@ class ViTSpec:
         return f"L{self.depth}-D{self.embed_dim}-H{self.num_heads}"
 
 
-# ---- reading a spec from a timm model ---------------------------------------------------------------
-ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "silu", "relu")
-
-
-def _is_distilled(model) -> bool:
+# ---- what timm built ------------------------------------------------------------------------------
+def is_distilled(model) -> bool:
     from timm.models.deit import VisionTransformerDistilled
 
     return isinstance(model, VisionTransformerDistilled)
 
 
-def _mlp_layer(mlp) -> str:
+def mlp_layer_of(mlp) -> str:
     """Our name for a block's MLP module, or its class name when it is neither kind we describe."""
     from timm.layers import GluMlp, Mlp, SwiGLU
     from torch import nn
@@ -536,234 +497,6 @@ def _mlp_layer(mlp) -> str:
     if type(mlp) is SwiGLU and isinstance(mlp.act, nn.SiLU):
         return "swiglu"
     return type(mlp).__name__
-
-
-def _norm_layer(norm) -> str | None:
-    """Our name for a norm module (None: one a spec cannot name)."""
-    from timm.layers import LayerNorm, RmsNorm
-    from torch import nn
-
-    if type(norm) in (nn.LayerNorm, LayerNorm):
-        return "layernorm"
-    if type(norm) is RmsNorm:
-        return "rmsnorm"
-    return None
-
-
-def _activation(act) -> str | None:
-    """timm's name of an activation module (None: one a spec cannot name)."""
-    from timm.layers import get_act_layer
-    from torch import nn
-
-    if type(act) is nn.GELU:
-        return "gelu_tanh" if act.approximate == "tanh" else "gelu"
-    for name in ACTIVATIONS:
-        if type(act) is get_act_layer(name):
-            return name
-    return None
-
-
-def _mlp_ratio(width: int, hidden: int) -> float:
-    """A ratio that timm's ``int(width * ratio)`` turns back into ``hidden`` (a plain division can land just below)."""
-    ratio = hidden / width
-    while int(width * ratio) < hidden:
-        ratio = math.nextafter(ratio, math.inf)
-    return ratio
-
-
-def _not_a_vit(model) -> str:
-    """Why a timm model that is not a VisionTransformer cannot be described, naming its parts."""
-    blocks = getattr(model, "blocks", None)
-    block = blocks[0] if blocks is not None and len(blocks) else None
-    parts = []
-    if getattr(model, "rope", None) is not None or any("rope" in n for n, _ in model.named_modules()):
-        parts.append("RoPE")
-    mlp = getattr(block, "mlp", None)
-    if mlp is not None and "glu" in type(mlp).__name__.lower():
-        parts.append("SwiGLU")
-    attn = getattr(block, "attn", None)
-    if attn is not None and getattr(attn, "q_bias", None) is not None:
-        parts.append("separate q/v biases")
-    return f"{type(model).__name__} is not a timm VisionTransformer" + (f" ({', '.join(parts)})" if parts else "")
-
-
-def spec_from_model(model, arch: str | None = None) -> ViTSpec:
-    """Read the spec (architecture, family, size) of a timm ``VisionTransformer`` or ``VisionTransformerDistilled``.
-
-    The architecture is the name timm built ``model`` from (``model.pretrained_cfg``), or ``arch``.
-    The spec is checked by building that architecture with the read arguments on the meta device:
-    same tensors and same modules, or the spec is refused.
-
-    Raises:
-        SpecError: naming, in one line, every part of ``model`` a spec cannot describe.
-    """
-    from timm.models.vision_transformer import VisionTransformer
-
-    from .eva import eva_family_fields, eva_problems, is_eva
-
-    arch = arch or (getattr(model, "pretrained_cfg", None) or {}).get("architecture")
-    name = f"{arch}: " if arch else ""
-    eva = is_eva(model)
-    if not isinstance(model, VisionTransformer) and not eva:
-        raise SpecError(f"{name}{_not_a_vit(model)}")
-    distilled = _is_distilled(model)
-    if arch is None and eva:
-        raise SpecError("an Eva model without its timm architecture name; pass arch= (e.g. eva02_tiny_patch14_224)")
-    arch = arch or ("deit_tiny_distilled_patch16_224" if distilled else TIMM_ARCH)
-    name = f"{arch}: "
-    embed, block = model.patch_embed, model.blocks[0] if len(model.blocks) else None
-    problems = (eva_problems(model, block) if block is not None else ["depth=0 (at least one block)"]) if eva \
-        else _undescribable(model, block)
-    if eva and not problems:
-        problems = _undescribable_parts(block)
-    if problems:
-        raise SpecError(name + "; ".join(problems))
-    D = model.embed_dim
-    norm = model.fc_norm if not isinstance(model.fc_norm, _identity()) else model.norm
-    vit_fields = eva_family_fields(model, block) if eva else dict(
-        class_token=model.cls_token is not None,
-        reg_tokens=model.num_reg_tokens,
-        no_embed_class=model.no_embed_class,
-        pre_norm=not isinstance(model.norm_pre, _identity()),
-        init_values=float(block.ls1.init_values) if hasattr(block.ls1, "gamma") else None,
-        qkv_bias=block.attn.qkv.bias is not None,
-        qk_norm=not isinstance(block.attn.q_norm, _identity()),
-        dynamic_img_size=bool(model.dynamic_img_size),
-        embed_norm=not isinstance(embed.norm, _identity()),
-    )
-    family = ViTFamily(
-        distilled=distilled,
-        final_norm=not isinstance(norm, _identity()),
-        fc_norm=_fc_norm_arg(model),
-        global_pool=model.global_pool,
-        act_layer=_activation(block.mlp.act),
-        mlp_layer=_mlp_layer(block.mlp),
-        norm_layer=_norm_layer(block.norm1),
-        proj_bias=block.attn.proj.bias is not None,
-        **vit_fields,
-    )
-    spec = ViTSpec(
-        depth=len(model.blocks),
-        embed_dim=D,
-        num_heads=block.attn.num_heads,
-        mlp_ratio=_mlp_ratio(D, block.mlp.fc2.in_features * (2 if family.mlp_layer == "swiglu_packed" and not eva else 1)),
-        img_size=embed.img_size[0],
-        patch_size=embed.patch_size[0],
-        in_chans=embed.proj.in_channels,
-        num_classes=model.num_classes,
-        arch=arch,
-        family=family,
-    )
-    have = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    if have != spec.state_shapes():
-        differ = sorted(set(have) ^ set(spec.state_shapes())) or sorted(k for k in have if have[k] != spec.state_shapes()[k])
-        raise SpecError(f"{name}its tensors differ from the layout read from it at {differ[:3]}; "
-                        f"learngene cannot describe this ViT")
-    reference = _build_on_meta(spec)
-    if reference is None:
-        raise SpecError(f"{name}timm cannot build {arch} with the arguments read from this model "
-                        f"({spec.family.short()}); pass the ancestry's own architecture name")
-    mismatch = _first_module_difference(model, reference)
-    if mismatch:
-        raise SpecError(f"{name}this model differs from timm's {arch} built with the arguments read from it at "
-                        f"{mismatch}; load the checkpoint with its own architecture name and no extra arguments")
-    return spec
-
-
-def _identity():
-    from torch import nn
-
-    return nn.Identity
-
-
-def _fc_norm_arg(model) -> bool | None:
-    """timm's ``fc_norm`` argument: None when the model follows timm's rule (after pooling for avg)."""
-    has_fc_norm = not isinstance(model.fc_norm, _identity())
-    has_norm = not isinstance(model.norm, _identity())
-    if not (has_fc_norm or has_norm):
-        return None
-    return None if has_fc_norm == (model.global_pool == "avg") else has_fc_norm
-
-
-def _undescribable(model, block) -> list[str]:
-    """Every field of a VisionTransformer a spec cannot hold, as ``field=value (what is supported)``."""
-    from timm.layers import Attention, PatchEmbed
-    from timm.models.vision_transformer import Block
-    from torch import nn
-
-    problems = []
-    if block is None:
-        return ["depth=0 (at least one block)"]
-    if model.global_pool not in POOLS:
-        problems.append(f"global_pool={model.global_pool!r} ({', '.join(POOLS)})")
-    if model.pos_embed is None:
-        problems.append("pos_embed=none (learned absolute position embeddings only)")
-    if getattr(model, "pool_include_prefix", False):
-        problems.append("pool_include_prefix=True")
-    embed = model.patch_embed
-    if type(embed) is not PatchEmbed:
-        problems.append(f"embed_layer={type(embed).__name__} (timm's PatchEmbed)")
-    else:
-        if embed.img_size is None or embed.img_size[0] != embed.img_size[1] or embed.patch_size[0] != embed.patch_size[1]:
-            problems.append(f"img_size={embed.img_size}, patch_size={embed.patch_size} (square only)")
-        if not isinstance(embed.norm, nn.Identity) and _norm_layer(embed.norm) != _norm_layer(block.norm1 if block else None):
-            problems.append(f"embed_norm_layer={type(embed.norm).__name__} (none, or the blocks' norm)")
-        if getattr(embed, "dynamic_img_pad", False):
-            problems.append("dynamic_img_pad=True")
-    if type(block) is not Block:
-        problems.append(f"block_fn={type(block).__name__} (timm's Block)")
-        return problems
-    if type(block.attn) is not Attention:
-        problems.append(f"attn_layer={type(block.attn).__name__} (timm's Attention)")
-    elif not isinstance(getattr(block.attn, "norm", nn.Identity()), nn.Identity):
-        problems.append("scale_attn_norm=True")
-    return problems + _undescribable_parts(block, vit=True)
-
-
-def _undescribable_parts(block, vit: bool = False) -> list[str]:
-    """What a spec cannot hold of a block's MLP and norms (a ViT's or an Eva's)."""
-    from torch import nn
-
-    problems = []
-    mlp_kind = _mlp_layer(block.mlp)
-    if mlp_kind not in MLP_LAYERS:
-        problems.append(f"mlp_layer={mlp_kind} (timm's Mlp, SwiGLUPacked or SwiGLU)")
-    elif vit and not isinstance(getattr(block.mlp, "norm", nn.Identity()), nn.Identity):
-        problems.append("scale_mlp_norm=True")
-    elif _activation(block.mlp.act) is None:
-        problems.append(f"act_layer={type(block.mlp.act).__name__} ({', '.join(ACTIVATIONS)})")
-    if _norm_layer(block.norm1) is None:
-        problems.append(f"norm_layer={type(block.norm1).__name__} (LayerNorm or RmsNorm)")
-    return problems
-
-
-def _build_on_meta(spec: ViTSpec):
-    import torch
-
-    try:
-        with torch.device("meta"):
-            return spec.create_model()
-    except (SpecError, TypeError, ValueError, AssertionError, RuntimeError):
-        return None
-
-
-def _first_module_difference(model, reference) -> str | None:
-    """The first module (ignoring dropout and stochastic depth) where two timm models differ, else None."""
-    from timm.layers import DropPath
-    from torch import nn
-
-    skip = (nn.Dropout, DropPath, nn.Identity)
-
-    def signature(m):
-        return [(n, type(x).__name__, x.extra_repr()) for n, x in m.named_modules() if not isinstance(x, skip)]
-
-    mine, theirs = signature(model), signature(reference)
-    for a, b in zip(mine, theirs):
-        if a != b:
-            return f"{a[0] or 'the model'} ({a[1]}({a[2]}) vs {b[1]}({b[2]}))"
-    if len(mine) != len(theirs):
-        return f"{len(mine)} vs {len(theirs)} modules"
-    return None
 
 
 def fit_to_budget(base: ViTSpec, max_params: int | None = None, max_flops: int | None = None,

@@ -5,7 +5,7 @@ Eq. 6 with λ=1, τ=1; WAVE Eq. 6 adds CE). AdamW, linear warmup then cosine dec
 clipping, bf16 autocast on CUDA only (bf16 on some CPUs dies in oneDNN), DDP under ``torchrun``.
 Every epoch appends to ``log.jsonl`` and writes ``checkpoint.pt`` atomically; ``resume=True`` continues
 from it bit for bit (model, optimizer, schedule, RNG states and the data position are all restored;
-:class:`RunState` is what a checkpoint holds). One step is :func:`loss_step` then :func:`optimizer_step`.
+:class:`~learngene.checkpoint.RunState` is what a checkpoint holds, :mod:`learngene.checkpoint` the run directory). One step is :func:`loss_step` then :func:`optimizer_step`.
 """
 
 from __future__ import annotations
@@ -27,16 +27,22 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from . import distributed as dist
+from .checkpoint import (  # noqa: F401  (CHECKPOINT, LOG, load_checkpoint, run_fingerprint: re-exported)
+    CHECKPOINT,
+    LOG,
+    RunState,
+    last_good,
+    load_checkpoint,
+    open_run,
+    run_fingerprint,
+    zero_sums,
+)
 from .data import Batch, Batches, BatchMixer, Data, take
 from .errors import DataError, LearngeneError, TrainingError
-from .io import digest, nonfinite_tensor, quote, save_torch_atomic, torch_load_weights_only, write_text_atomic
+from .io import write_text_atomic
 from .progress import progress_bar
 from .validate import check_fields
 
-CHECKPOINT = "checkpoint.pt"
-CHECKPOINT_KEYS = {"model", "optimizer", "scheduler", "rng", "epoch", "step_in_epoch", "global_step", "history",
-                   "seconds", "epoch_sums"}
-LOG = "log.jsonl"
 
 
 # ---- stopping on SIGINT / SIGTERM at a step boundary ---------------------------------------------------
@@ -246,151 +252,6 @@ def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def _rng_state() -> dict[str, Any]:
-    np_state = np.random.get_state()
-    state = {
-        "torch": torch.get_rng_state(),
-        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *map(float, np_state[2:])],
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    kind, keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), int(pos), int(has_gauss), float(gauss)))
-    version, internal, gauss_next = state["python"]
-    random.setstate((version, tuple(internal), gauss_next))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _last_good(ckpt_path: Path | None) -> str:
-    if ckpt_path is None or not ckpt_path.exists():
-        return ""
-    return f"; the last good checkpoint is {quote(ckpt_path)} (rerun with --resume once fixed)"
-
-
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    try:
-        ckpt = torch_load_weights_only(path)
-    except ValueError as exc:
-        raise TrainingError(f"checkpoint {quote(path)} is unreadable ({exc}); delete it to start over") from None
-    if not isinstance(ckpt, dict) or not CHECKPOINT_KEYS <= set(ckpt):
-        raise TrainingError(f"{quote(path)} is not a learngene training checkpoint; delete it or give another --run-dir")
-    return ckpt
-
-
-def _zero_sums() -> Tensor:
-    return torch.zeros(3, dtype=torch.float64)
-
-
-def run_fingerprint(cfg: TrainConfig, model: nn.Module, data: Data, teacher: nn.Module | None = None) -> dict[str, Any]:
-    """Everything that changes a run's result: a checkpoint records it, and a run resuming it must match.
-
-    The one place that says which settings count: the training settings of ``TrainConfig.RESUME_KEYS``;
-    the data (name, number of images, image size, channels, classes, normalization, augmentation, and
-    digests of the labels and of the images or image paths); the model's and teacher's tensor names and
-    shapes; and ``cfg.identity`` (the command, method, options and input weights the caller names).
-    Speed settings (compile, fused AdamW, SDPA, workers, device) are not in it: they are free to change.
-    """
-    images = getattr(data, "images", None)
-    return {
-        **{k: getattr(cfg, k) for k in TrainConfig.RESUME_KEYS},
-        "data": data.name,
-        "training images": len(data),
-        "image size": data.img_size,
-        "channels": data.in_chans,
-        "classes": list(data.label_space["classes"]) if data.label_space else data.num_classes,
-        "normalization": [list(data.mean), list(data.std)],
-        "augmentation": getattr(data, "augment", "none"),
-        "labels": digest(data.labels),
-        "images": digest(images) if images is not None else digest({p: torch.zeros(0) for p, _ in data.samples}, values=False),
-        "model": digest(model.state_dict(), values=False),
-        "teacher": digest(teacher.state_dict(), values=False) if teacher is not None else None,
-        **cfg.identity,
-    }
-
-
-def _differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    def show(value: Any) -> str:
-        text = repr(value)
-        return text if len(text) <= 60 else text[:57] + "..."
-
-    return [f"{k} was {show(saved.get(k))}, now {show(now.get(k))}"
-            for k in dict.fromkeys([*saved, *now]) if saved.get(k) != now.get(k)]
-
-
-@dataclass
-class RunState:
-    """Where a training run stands: what every checkpoint saves and ``resume`` restores with it.
-
-    ``epoch_sums`` are the loss sum, correct predictions and images of the unfinished epoch so far. A
-    checkpoint holds those of all ranks together; on resume rank 0 continues from them and the others
-    from zero (the epoch's all-reduce adds the rest).
-    """
-
-    epoch: int = 0
-    step_in_epoch: int = 0
-    global_step: int = 0
-    history: list[dict[str, Any]] = field(default_factory=list)  # one record per finished epoch
-    seconds: float = 0.0
-    epoch_sums: Tensor = field(default_factory=_zero_sums)
-    fingerprint: dict[str, Any] = field(default_factory=dict)  # run_fingerprint of the run
-
-    def save(self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-             cfg: TrainConfig) -> None:
-        """Atomic; every rank calls it at the same step (their RNG states and partial sums are gathered)."""
-        ranks = dist.all_gather_object((_rng_state(), self.epoch_sums.cpu()))
-        if not dist.is_main():
-            return
-        state = {
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "rng": ranks[0][0], "rng_per_rank": [r[0] for r in ranks], "epoch": self.epoch,
-            "step_in_epoch": self.step_in_epoch, "global_step": self.global_step, "history": self.history,
-            "seconds": self.seconds, "epoch_sums": sum(r[1] for r in ranks),
-            "fingerprint": self.fingerprint,
-        }
-        bad = nonfinite_tensor(state["model"])
-        if bad is not None:  # never replace the last good checkpoint with one that cannot be resumed
-            raise TrainingError(f"weights became non-finite ({bad}) at step {self.global_step}; lower --lr or check "
-                                f"the data{_last_good(path)}")
-        save_torch_atomic(path, state)
-
-    @classmethod
-    def load(cls, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-             cfg: TrainConfig, fingerprint: dict[str, Any]) -> "RunState":
-        """Restore model, optimizer, schedule and this rank's RNG states from ``path``; the run's position.
-        Refuses (one line) a checkpoint whose :func:`run_fingerprint` differs from this run's ``fingerprint``."""
-        ckpt = load_checkpoint(path)
-        if "fingerprint" in ckpt:
-            changed = _differences(ckpt["fingerprint"], fingerprint)
-        else:  # written before run fingerprints: only its training settings can be compared
-            saved = ckpt.get("config", {})
-            changed = _differences({k: v for k, v in saved.items() if k in TrainConfig.RESUME_KEYS},
-                                   {k: getattr(cfg, k) for k in TrainConfig.RESUME_KEYS if k in saved})
-            if dist.is_main() and not changed:
-                warnings.warn(f"{quote(path)} predates run fingerprints: only its training settings were checked, "
-                              f"not its data, model or method; resume it only with the command that made it",
-                              stacklevel=2)
-        if changed:
-            raise LearngeneError(f"cannot resume {quote(path)}: the run differs from the checkpointed one: "
-                                 f"{'; '.join(changed[:3])}{'; ...' if len(changed) > 3 else ''}; use the same "
-                                 f"settings, or another --run-dir to start over")
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        per_rank = ckpt.get("rng_per_rank", [ckpt["rng"]])
-        if dist.rank() < len(per_rank):  # a rank the saved run did not have keeps its fresh seed
-            _set_rng_state(per_rank[dist.rank()])
-        return cls(epoch=ckpt["epoch"], step_in_epoch=ckpt["step_in_epoch"], global_step=ckpt["global_step"],
-                   history=list(ckpt["history"]), seconds=ckpt["seconds"],
-                   epoch_sums=ckpt["epoch_sums"] if dist.is_main() else _zero_sums(), fingerprint=fingerprint)
-
-
 @torch.no_grad()
 def evaluate(model: nn.Module, data: Data, batch_size: int = 512, device: torch.device | None = None) -> dict[str, float]:
     """Top-1 accuracy and mean cross-entropy of ``model`` on ``data`` (all ranks together under DDP)."""
@@ -481,14 +342,14 @@ def optimizer_step(loss: Tensor, model: nn.Module, optimizer: torch.optim.Optimi
     # every rank must learn of it, or the others would wait for this one in backward forever
     if (dist.count_true(not finite, loss.device) if dist.is_distributed() else not finite):
         value = loss.item() if not finite else "non-finite on another process"
-        raise TrainingError(f"loss became {value} {where}; lower --lr or check the data{_last_good(ckpt_path)}")
+        raise TrainingError(f"loss became {value} {where}; lower --lr or check the data{last_good(ckpt_path)}")
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if cfg.grad_clip:
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         if not torch.isfinite(grad_norm):  # the same on every rank: DDP has already averaged the gradients
             raise TrainingError(f"gradients became {grad_norm.item()} {where}; lower --lr or check the "
-                                f"data{_last_good(ckpt_path)}")
+                                f"data{last_good(ckpt_path)}")
     optimizer.step()
     scheduler.step()
 
@@ -525,9 +386,9 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
             _pending_stop.clear()
 
 
-def _train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data | None,
-           teacher: nn.Module | None, run_dir: str | Path | None, resume: bool) -> TrainResult:
-    device = resolve_device(cfg.device)
+def _prepare(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data | None, teacher: nn.Module | None,
+             device: torch.device) -> Data | None:
+    """Check the data against the model, move model and teacher to ``device``; the fixed eval subset."""
     check_data_fits(model, train_data)
     if eval_data is not None:
         check_data_fits(model, eval_data)
@@ -539,6 +400,49 @@ def _train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data
     if teacher is not None:
         teacher.to(device).eval().requires_grad_(False)
         set_fused_attention(teacher, cfg.sdpa)
+    return eval_data
+
+
+def _wrapped(model: nn.Module, cfg: TrainConfig, device: torch.device) -> nn.Module:
+    """The module the steps run: compiled first, then wrapped in DDP (as nanoGPT does)."""
+    net = torch.compile(model) if cfg.compile else model
+    if dist.is_distributed():
+        # timm's (1, 1, D) class token gets a gradient with another (irrelevant) stride for its size-1 dims,
+        # and DDP warns about it on every run (timm issue #2147): harmless, so not shown
+        warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
+        net = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
+    return net
+
+
+@dataclass
+class _Run:
+    """One training run's parts, as the epoch loop uses them."""
+
+    model: nn.Module
+    net: nn.Module
+    teacher: nn.Module | None
+    cfg: TrainConfig
+    device: torch.device
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    mixer: BatchMixer | None
+    loss_of: Callable
+    state: RunState
+    ckpt_path: Path | None
+
+    def checkpoint(self, epoch: int, step_in_epoch: int, epoch_sums: Tensor) -> None:
+        if self.ckpt_path is not None:
+            self.state.epoch, self.state.step_in_epoch, self.state.epoch_sums = epoch, step_in_epoch, epoch_sums
+            self.state.save(self.ckpt_path, self.model, self.optimizer, self.scheduler, self.cfg)
+
+    def stopped(self) -> RunInterrupted:
+        return RunInterrupted(_pending_stop[0] if _pending_stop else "stop", self.state.global_step, self.ckpt_path)
+
+
+def _train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data | None,
+           teacher: nn.Module | None, run_dir: str | Path | None, resume: bool) -> TrainResult:
+    device = resolve_device(cfg.device)
+    eval_data = _prepare(model, train_data, cfg, eval_data, teacher, device)
     head = getattr(getattr(model, "skeleton", model), "num_classes", None) or train_data.num_classes
     mixer = BatchMixer(head, cfg.label_smoothing) if cfg.mixup else None
     batches = Batches(train_data, cfg.batch_size, shuffle=True, seed=cfg.seed, rank=dist.rank(),
@@ -553,97 +457,79 @@ def _train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data
     optimizer = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr, fused=fused)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: _lr_factor(s, warmup, total_steps, cfg.min_lr / cfg.lr))
-    run_dir = Path(run_dir) if run_dir is not None else None
-    ckpt_path = run_dir / CHECKPOINT if run_dir is not None else None
     seed_everything(cfg.seed + 1000 * dist.rank())
-
-    if run_dir is not None and dist.is_main():
-        run_dir.mkdir(parents=True, exist_ok=True)
-        for name in (CHECKPOINT, LOG):  # temporary files of a run killed while it wrote them
-            for stale in run_dir.glob(f".{name}.*.tmp"):
-                stale.unlink(missing_ok=True)
-    found = resume and ckpt_path is not None and ckpt_path.exists()
-    if dist.is_distributed() and resume and ckpt_path is not None:
-        seen = dist.count_true(found, device)
-        if 0 < seen < dist.world_size():
-            raise LearngeneError(f"{quote(ckpt_path)} is visible to {seen} of {dist.world_size()} processes; put --run-dir on a "
-                                 f"filesystem every node shares")
-    fingerprint = run_fingerprint(cfg, model, train_data, teacher) if run_dir is not None else {}
-    state = RunState(fingerprint=fingerprint)
-    if found:
-        state = RunState.load(ckpt_path, model, optimizer, scheduler, cfg, fingerprint)
-    elif run_dir is not None and dist.is_main():
-        for stale in (LOG, CHECKPOINT):  # a fresh run must never resume an older run's checkpoint later
-            (run_dir / stale).unlink(missing_ok=True)
-
+    state, ckpt_path = open_run(run_dir, resume, model, optimizer, scheduler, cfg, train_data, teacher, device)
     # a model may bring its own per-sample loss (an aux net distilling a headless ancestry's features)
-    loss_of = getattr(model, "distill_loss", distill_loss)
-    net = torch.compile(model) if cfg.compile else model  # compiled first, then wrapped in DDP (as nanoGPT does)
-    if dist.is_distributed():
-        # timm's (1, 1, D) class token gets a gradient with another (irrelevant) stride for its size-1 dims,
-        # and DDP warns about it on every run (timm issue #2147): harmless, so not shown
-        warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
-        net = nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
+    run = _Run(model, _wrapped(model, cfg, device), teacher, cfg, device, optimizer, scheduler, mixer,
+               getattr(model, "distill_loss", distill_loss), state, ckpt_path)
 
-    def checkpoint(epoch: int, step_in_epoch: int, epoch_sums: Tensor) -> None:
-        if ckpt_path is not None:
-            state.epoch, state.step_in_epoch, state.epoch_sums = epoch, step_in_epoch, epoch_sums
-            state.save(ckpt_path, model, optimizer, scheduler, cfg)
-
-    net.train()
+    run.net.train()
     start_epoch, start_step = state.epoch, state.step_in_epoch
     for epoch in range(start_epoch, epochs):
         batches.set_epoch(epoch, start_step if epoch == start_epoch else 0)
         epoch_steps = min(steps_per_epoch, total_steps - epoch * steps_per_epoch)
         # loss sum, correct, images (this rank), kept on the device: adding to them does not sync
-        sums = (state.epoch_sums.clone() if epoch == start_epoch else _zero_sums()).to(device)
-        tic = time.perf_counter()
-        bar = progress_bar(total=epoch_steps, initial=batches.start_step, desc=f"{cfg.desc} {epoch + 1}/{epochs}",
-                           disable=not (cfg.progress and dist.is_main()), leave=False, dynamic_ncols=True)
-        for step_in_epoch, batch in enumerate(batches, start=batches.start_step):
-            if step_in_epoch >= epoch_steps:
-                break
-            loss, per_sample, logits, y = loss_step(net, batch, teacher, cfg, device, mixer, loss_of)
-            optimizer_step(loss, model, optimizer, scheduler, cfg, f"at epoch {epoch + 1}, step {step_in_epoch + 1}",
-                           ckpt_path)
-            state.global_step += 1
-            sums += torch.stack([per_sample.sum().double(), (logits.argmax(-1) == y).sum().double(),
-                                 torch.tensor(len(y), dtype=torch.float64, device=device)])
-            bar.update(1)
-            if step_in_epoch % 10 == 0 and not bar.disable:  # reading the sums syncs: only at the display interval
-                loss_sum, correct, seen = sums.tolist()
-                bar.set_postfix(loss=f"{loss_sum / max(seen, 1):.3f}", acc=f"{correct / max(seen, 1):.3f}")
-            stop = step_in_epoch + 1 < epoch_steps and _stop_now(state.global_step, device)
-            if stop or (cfg.checkpoint_every and not state.global_step % cfg.checkpoint_every
-                        and step_in_epoch + 1 < epoch_steps):
-                state.seconds += time.perf_counter() - tic
-                tic = time.perf_counter()
-                checkpoint(epoch, step_in_epoch + 1, sums)
-            if stop:
-                bar.close()
-                raise RunInterrupted(_pending_stop[0] if _pending_stop else "stop", state.global_step, ckpt_path)
-        bar.close()
-        state.seconds += time.perf_counter() - tic
-        totals = dist.all_reduce_sum(sums).cpu()
-        record: dict[str, Any] = {
-            "epoch": epoch + 1,
-            "step": state.global_step,
-            "train_loss": totals[0].item() / max(totals[2].item(), 1),
-            "train_acc": totals[1].item() / max(totals[2].item(), 1),
-            "lr": scheduler.get_last_lr()[0],
-            "seconds": state.seconds,
-        }
-        if eval_data is not None and cfg.evaluates_after(epoch + 1, epochs):
-            metrics = evaluate(model, eval_data, cfg.eval_batch_size, device)
-            record.update(eval_acc=metrics["acc"], eval_loss=metrics["loss"])
+        sums = (state.epoch_sums.clone() if epoch == start_epoch else zero_sums()).to(device)
+        _run_epoch(run, batches, epoch, epochs, epoch_steps, sums)
+        record = _epoch_record(run, epoch, sums, eval_data, epochs)
         state.history.append(record)
         if cfg.progress and dist.is_main():
             tqdm.write(f"{cfg.desc} epoch {epoch + 1}/{epochs}: " + ", ".join(
                 f"{k} {v:.4g}" for k, v in record.items() if k not in ("epoch", "step", "lr", "seconds")))
         if run_dir is not None and dist.is_main():
-            write_text_atomic(run_dir / LOG, "".join(json.dumps(r) + "\n" for r in state.history))
-        checkpoint(epoch + 1, 0, _zero_sums())
+            write_text_atomic(Path(run_dir) / LOG, "".join(json.dumps(r) + "\n" for r in state.history))
+        run.checkpoint(epoch + 1, 0, zero_sums())
         if epoch + 1 < epochs and _stop_now(state.global_step, device):
-            raise RunInterrupted(_pending_stop[0] if _pending_stop else "stop", state.global_step, ckpt_path)
+            raise run.stopped()
     dist.barrier()
     return TrainResult(history=state.history, steps=state.global_step, seconds=state.seconds)
+
+
+def _run_epoch(run: _Run, batches: Batches, epoch: int, epochs: int, epoch_steps: int, sums: Tensor) -> None:
+    """The steps of one epoch (from where a resumed run stopped), adding to ``sums``; checkpoints every
+    ``cfg.checkpoint_every`` steps and where a stop was asked for."""
+    cfg, state, device = run.cfg, run.state, run.device
+    tic = time.perf_counter()
+    bar = progress_bar(total=epoch_steps, initial=batches.start_step, desc=f"{cfg.desc} {epoch + 1}/{epochs}",
+                       disable=not (cfg.progress and dist.is_main()), leave=False, dynamic_ncols=True)
+    for step_in_epoch, batch in enumerate(batches, start=batches.start_step):
+        if step_in_epoch >= epoch_steps:
+            break
+        loss, per_sample, logits, y = loss_step(run.net, batch, run.teacher, cfg, device, run.mixer, run.loss_of)
+        optimizer_step(loss, run.model, run.optimizer, run.scheduler, cfg,
+                       f"at epoch {epoch + 1}, step {step_in_epoch + 1}", run.ckpt_path)
+        state.global_step += 1
+        sums += torch.stack([per_sample.sum().double(), (logits.argmax(-1) == y).sum().double(),
+                             torch.tensor(len(y), dtype=torch.float64, device=device)])
+        bar.update(1)
+        if step_in_epoch % 10 == 0 and not bar.disable:  # reading the sums syncs: only at the display interval
+            loss_sum, correct, seen = sums.tolist()
+            bar.set_postfix(loss=f"{loss_sum / max(seen, 1):.3f}", acc=f"{correct / max(seen, 1):.3f}")
+        stop = step_in_epoch + 1 < epoch_steps and _stop_now(state.global_step, device)
+        if stop or (cfg.checkpoint_every and not state.global_step % cfg.checkpoint_every
+                    and step_in_epoch + 1 < epoch_steps):
+            state.seconds += time.perf_counter() - tic
+            tic = time.perf_counter()
+            run.checkpoint(epoch, step_in_epoch + 1, sums)
+        if stop:
+            bar.close()
+            raise run.stopped()
+    bar.close()
+    state.seconds += time.perf_counter() - tic
+
+
+def _epoch_record(run: _Run, epoch: int, sums: Tensor, eval_data: Data | None, epochs: int) -> dict[str, Any]:
+    """One line of the log: the epoch's loss and accuracy over every rank, the learning rate, the eval metrics."""
+    totals = dist.all_reduce_sum(sums).cpu()
+    record: dict[str, Any] = {
+        "epoch": epoch + 1,
+        "step": run.state.global_step,
+        "train_loss": totals[0].item() / max(totals[2].item(), 1),
+        "train_acc": totals[1].item() / max(totals[2].item(), 1),
+        "lr": run.scheduler.get_last_lr()[0],
+        "seconds": run.state.seconds,
+    }
+    if eval_data is not None and run.cfg.evaluates_after(epoch + 1, epochs):
+        metrics = evaluate(run.model, eval_data, run.cfg.eval_batch_size, run.device)
+        record.update(eval_acc=metrics["acc"], eval_loss=metrics["loss"])
+    return record

@@ -39,26 +39,22 @@ from torch import Tensor
 from .errors import LearngeneError
 from .heads import join_heads, split_heads
 from .spec import ViTSpec, block_key
+from .timm_keys import (  # noqa: F401  (the axis roles are re-exported: learngene.transfer.WIDTH, ...)
+    CLASSES,
+    HEAD_DIM,
+    HEADS,
+    HEADS_IN,
+    HIDDEN,
+    HIDDEN_IN,
+    KEEP,
+    READERS,
+    WIDTH,
+    WIDTH_IN,
+    Axis,
+    family_axes,
+)
 
 StateDict = dict[str, Tensor]
-
-WIDTH = "width"  # the residual stream, written: Linear rows, vectors, tokens
-WIDTH_IN = "width_in"  # the residual stream, read: Linear input columns
-HIDDEN = "hidden"  # MLP hidden channels, written (fc1 rows; SwiGLU: gate and value segments)
-HIDDEN_IN = "hidden_in"  # MLP hidden channels, read (fc2 columns)
-HEADS = "heads"  # segments x heads x head_dim rows (qkv: 3 segments, the MAP head's kv: 2, q: 1)
-HEADS_IN = "heads_in"  # heads x head_dim columns of an output projection
-HEAD_DIM = "head_dim"  # channels inside one head (qk_norm)
-CLASSES = "classes"
-KEEP = "keep"  # carried as it is (batch and token axes, input channels, patch kernel)
-
-READERS = (WIDTH_IN, HIDDEN_IN, HEADS_IN)
-
-
-class Axis(NamedTuple):
-    role: str
-    segments: int = 1
-
 
 def _attention(prefix: str, qkv: str, segments: int) -> dict[str, tuple[Axis, ...]]:
     return {f"{prefix}{qkv}.weight": (Axis(HEADS, segments), Axis(WIDTH_IN)), f"{prefix}{qkv}.bias": (Axis(HEADS, segments),),
@@ -74,21 +70,12 @@ VECTOR, TOKENS = (Axis(WIDTH),), (Axis(KEEP), Axis(KEEP), Axis(WIDTH))
 
 
 def block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
-    """The axes of every tensor of one block of ``spec`` (in-block names)."""
-    glu = 2 if spec.family.mlp_layer == "swiglu_packed" else 1
-    table = {"norm1.weight": VECTOR, "norm1.bias": VECTOR, "norm2.weight": VECTOR, "norm2.bias": VECTOR,
-             "ls1.gamma": VECTOR, "ls2.gamma": VECTOR, **_attention("attn.", "qkv", 3), **_mlp("mlp.", glu),
-             **{f"attn.{n}_norm.{p}": (Axis(HEAD_DIM),) for n in "qk" for p in ("weight", "bias")},
-             # timm's Eva (EVA-02, Perception Encoder): separate q and v biases (one segment of heads each), a
-             # sub-LayerNorm over the heads' outputs (W_O's input: heads x head_dim) and one over the MLP's hidden
-             # channels, layer scale under its own name
-             "attn.q_bias": (Axis(HEADS),), "attn.v_bias": (Axis(HEADS),), "gamma_1": VECTOR, "gamma_2": VECTOR,
-             **{f"attn.norm.{p}": (Axis(HEADS),) for p in ("weight", "bias")},
-             **{f"mlp.norm.{p}": (Axis(HIDDEN),) for p in ("weight", "bias")},
-             # AIMv2's unpacked SwiGLU: gate and value are two matrices whose rows are the same hidden channels
-             **{f"mlp.fc1_{g}.{p}": axes for g in "gx" for p, axes in (("weight", (Axis(HIDDEN), Axis(WIDTH_IN))),
-                                                                          ("bias", (Axis(HIDDEN),)))}}
-    return {name: table[name] for name in spec.block_shapes()}
+    """The axes of every tensor of one block of ``spec`` (in-block names): the rows of the one block table,
+    :data:`~learngene.timm_keys.BLOCK_TENSORS`, that ``spec``'s family has."""
+    return family_axes(spec.family)
+
+
+NON_BLOCK_NORMS = ("norm_pre", "norm", "fc_norm", "attn_pool.norm", "patch_embed.norm")  # LayerNorms over the width outside the blocks
 
 
 def non_block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
@@ -97,7 +84,7 @@ def non_block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
              "patch_embed.proj.weight": (Axis(WIDTH), Axis(KEEP), Axis(KEEP), Axis(KEEP)),
              "patch_embed.proj.bias": VECTOR, "attn_pool.latent": TOKENS,
              **_attention("attn_pool.", "q", 1), **_attention("attn_pool.", "kv", 2), **_mlp("attn_pool.mlp.", 1)}
-    for norm in ("norm_pre", "norm", "fc_norm", "attn_pool.norm", "patch_embed.norm"):
+    for norm in NON_BLOCK_NORMS:
         table.update({f"{norm}.weight": VECTOR, f"{norm}.bias": VECTOR})
     for head in ("head", "head_dist"):
         table.update({f"{head}.weight": (Axis(CLASSES), Axis(WIDTH_IN)), f"{head}.bias": (Axis(CLASSES),)})

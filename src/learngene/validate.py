@@ -2,8 +2,9 @@
 
 Settings reach the library from JSON (a gene's header, ``--opt KEY=VALUE``) and from Python callers,
 so a string can arrive where an int belongs, ``null`` where a float does, or ``Infinity`` where a
-finite number does. :func:`check_fields` refuses each with one line naming the field; the ranges a
-particular setting needs stay in its dataclass's ``__post_init__``.
+finite number does. :func:`check_fields` refuses each with one line naming the field. A field's range
+is declared with it (:func:`option`: its metadata) and read by :func:`out_of_range`; a range that
+depends on several settings stays in its dataclass's ``__post_init__``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,49 @@ def check_fields(obj: Any, what: str, fix: str) -> None:
         expected = _mismatch(value, hints.get(f.name, Any))
         if expected:
             raise LearngeneError(f"{what} {f.name} must be {expected}, got {value!r}; {fix}")
+
+
+def option(default: Any, *, at_least: float | None = None, at_most: float | None = None, above: float | None = None,
+           multiple_of: int | None = None, nonempty: bool = False) -> Any:
+    """A dataclass field whose values must lie in a range: ``at_least`` / ``at_most`` (inclusive), ``above``
+    (exclusive), a ``multiple_of`` an integer, a ``nonempty`` list; :func:`out_of_range` checks them."""
+    limits = {"at_least": at_least, "at_most": at_most, "above": above, "multiple_of": multiple_of,
+              "nonempty": nonempty or None}
+    return dataclasses.field(default=default, metadata={k: v for k, v in limits.items() if v is not None})
+
+
+RANGE_KEYS = ("at_least", "at_most", "above", "multiple_of", "nonempty")
+
+
+def out_of_range(value: Any, limits: dict[str, Any]) -> str | None:
+    """None when ``value`` lies within ``limits`` (:func:`option`'s metadata; None values pass), else what it
+    should have been (for the message)."""
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        return "a non-empty list" if limits.get("nonempty") and not value else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    lo, hi, above, step = (limits.get(k) for k in ("at_least", "at_most", "above", "multiple_of"))
+    if (lo is not None and value < lo) or (hi is not None and value > hi) or (above is not None and value <= above):
+        if above is not None:
+            return f"above {above:g}" + (f" and at most {hi:g}" if hi is not None else "")
+        if hi is not None:
+            return f"between {lo:g} and {hi:g}" if lo is not None else f"at most {hi:g}"
+        return "0 or more" if lo == 0 else f"at least {lo:g}"
+    if step is not None and value % step:
+        return f"a multiple of {step}"
+    return None
+
+
+def choices(tp: Any) -> tuple[Any, ...]:
+    """The values a ``Literal[...]`` type (or a list of them, or one of them or None) allows; () for other types."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return typing.get_args(tp)
+    if origin in (tuple, typing.Union, types.UnionType):
+        return tuple(c for arg in typing.get_args(tp) if arg is not Ellipsis for c in choices(arg))
+    return ()
 
 
 def finite(value: Any) -> bool:

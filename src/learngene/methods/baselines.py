@@ -16,9 +16,9 @@ when the stored attention looks untrained.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
-from ..attention_init import mimetic_where_untrained, untrained_attention_note
-from ..errors import LearngeneError
+from ..attention_init import UntrainedAttentionOptions, mimetic_where_untrained, untrained_attention_note
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
@@ -43,19 +43,10 @@ class Scratch(Method):
         return {}
 
 
-UNTRAINED_ATTENTION = ("keep", "mimetic")
-
-
 class BlockCopier(Method):
-    """A method that copies whole ancestry blocks and offers ``untrained_attention`` (keep | mimetic)."""
+    """A method that copies whole ancestry blocks; its Config is an :class:`UntrainedAttentionOptions`."""
 
     seed_option = "seed"  # mimetic's draws (untrained_attention=mimetic)
-
-    def __init__(self, config=None, **overrides):
-        super().__init__(config, **overrides)
-        if self.config.untrained_attention not in UNTRAINED_ATTENTION:
-            raise LearngeneError(f"{self.name} untrained_attention must be keep or mimetic, not "
-                                 f"{self.config.untrained_attention!r}; pass --opt untrained_attention=mimetic (or keep)")
 
     def with_untrained_attention(self, state: StateDict, spec: ViTSpec) -> StateDict:
         """``untrained_attention=mimetic``: mimetic's attention and sin-cos positions instead of the ancestry's when
@@ -85,10 +76,8 @@ def _stored_gene(method: Method, ancestry: Ancestry, layers: list[int], parts: t
 
 
 @dataclass(frozen=True)
-class PretrainedConfig:
-    variant: str = "first"  # which layers line up when depths differ: first | last | middle (TLEG Pre-Fin #1/#2/#3)
-    untrained_attention: str = "keep"  # keep | mimetic: mimetic's attention + sin-cos if the ancestry's is untrained
-    seed: int = 0  # mimetic's draws (untrained_attention=mimetic); a descendant's seed sets it
+class PretrainedConfig(UntrainedAttentionOptions):
+    variant: Literal["first", "last", "middle"] = "first"  # which layers line up when depths differ (Pre-Fin #1/#2/#3)
 
 
 @register_method
@@ -102,12 +91,6 @@ class Pretrained(BlockCopier):
     paper = Paper("Transformer as Linear Expansion of Learngene", "Xia et al.", "AAAI", 2024, "2312.05614",
                   "its Pre-Fin baselines")
     Config = PretrainedConfig
-
-    def __init__(self, config=None, **overrides):
-        super().__init__(config, **overrides)
-        if self.config.variant not in ("first", "last", "middle"):
-            raise LearngeneError(f"pretrained variant must be first, last or middle, not {self.config.variant!r}; "
-                                 f"pass --opt variant=first (or last, middle)")
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         spec = ancestry.require_vit(self.name)
@@ -128,10 +111,8 @@ class Pretrained(BlockCopier):
 
 
 @dataclass(frozen=True)
-class HeruConfig:
+class HeruConfig(UntrainedAttentionOptions):
     layers: int = 3  # ancestry layers kept at the top
-    untrained_attention: str = "keep"  # keep | mimetic: mimetic's attention if the ancestry's is untrained
-    seed: int = 0  # mimetic's draws (untrained_attention=mimetic); a descendant's seed sets it
 
 
 @register_method
@@ -160,10 +141,8 @@ class HeruLG(BlockCopier):
 
 
 @dataclass(frozen=True)
-class AutoConfig:
+class AutoConfig(UntrainedAttentionOptions):
     fraction: float = 0.5  # share of the ancestry's layers kept at the bottom (6 of 12 in the papers)
-    untrained_attention: str = "keep"  # keep | mimetic: mimetic's attention + sin-cos if the ancestry's is untrained
-    seed: int = 0  # mimetic's draws (untrained_attention=mimetic); a descendant's seed sets it
 
 
 @register_method

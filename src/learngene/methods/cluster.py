@@ -43,7 +43,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Literal
 
 import torch
 from torch import Tensor, nn
@@ -57,6 +57,7 @@ from ..io import atomic_path, release_pages
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
+from ..timm_keys import MLP, MSA, NORM, block_names, head_sliced
 from ..transfer import (
     StateDict,
     block_axes,
@@ -68,11 +69,12 @@ from ..transfer import (
     resize_block,
     stretch,
 )
+from ..validate import option
 
 PAPER_EPS_PX, PAPER_IMG_SIZE = 10.0, 224  # Eps = 10 px at 224-px images (App. C)
 DISTANCE, LABELS, CENTROIDS = "clusters.distance", "clusters.labels", "clusters.centroids."
-ATTENTION = ("attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight")
-FFN = ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias")
+ATTENTION = tuple(n for n in block_names(sublayer=MSA) if head_sliced(n))  # the head-sliced tensors
+FFN = block_names(sublayer=MLP, without=NORM)
 
 
 @dataclass(frozen=True)
@@ -80,10 +82,10 @@ class ClusterConfig:
     AUTO_OPTIONS = ("eps",)  # 0: automatic
 
     eps: float = 0.0  # DBSCAN radius in pixels; 0: the paper's 10 px scaled to the image size
-    min_heads: int = 1  # DBSCAN MinHds (1: every head belongs to a cluster)
-    num_images: int = 256  # images the attention distances are averaged over
+    min_heads: int = option(1, at_least=1)  # DBSCAN MinHds (1: every head belongs to a cluster)
+    num_images: int = option(256, at_least=1)  # images the attention distances are averaged over
     batch_size: int = 64
-    ffn: str = "inherit"  # inherit (Cluster-Learngene*) | random (Cluster-Learngene)
+    ffn: Literal["inherit", "random"] = "inherit"  # inherit: Cluster-Learngene*; random: Cluster-Learngene
     seed: int = 0  # which images are sampled
 
 
@@ -224,13 +226,6 @@ class ClusterLearngene(Method):
     Config = ClusterConfig
     needs_data = True
 
-    def __init__(self, config=None, **overrides):
-        super().__init__(config, **overrides)
-        if self.config.ffn not in ("inherit", "random"):
-            raise LearngeneError(f"cluster ffn must be inherit or random, not {self.config.ffn!r}")
-        if self.config.min_heads < 1 or self.config.eps < 0 or self.config.num_images < 1:
-            raise LearngeneError("cluster needs min_heads >= 1, eps >= 0 and num_images >= 1")
-
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         """Distances on ``inputs.train`` (Eq. 4), DBSCAN per layer (Algorithm 1), the centroid heads kept."""
         spec = ancestry.require_vit(self.name)
@@ -250,7 +245,7 @@ class ClusterLearngene(Method):
             labels.append(layer_labels)
             tensors[f"{CENTROIDS}{layer}"] = torch.tensor(centroids)
             b = block_state(state, layer)
-            replaced = [b[k] for k in ATTENTION if k in b] + ([b[k] for k in FFN] if cfg.ffn == "random" else [])
+            replaced = [b[k] for k in ATTENTION if k in b] + ([b[k] for k in FFN if k in b] if cfg.ffn == "random" else [])
             _mix(b, spec, select_matrix(centroids, spec.num_heads))
             if cfg.ffn == "random":
                 b = {k: v for k, v in b.items() if k not in FFN}

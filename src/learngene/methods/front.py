@@ -38,7 +38,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
@@ -53,6 +52,7 @@ from ..transfer import (
     inherit_non_block,
     non_block_axes,
 )
+from ..validate import option
 
 PREFIX = "dct."
 LAYER, FREQ = "layer", "freq"
@@ -123,8 +123,8 @@ def resample(coeffs: Tensor, axes: tuple[str | None, ...], sizes: tuple[tuple[in
 class FrontConfig:
     AUTO_OPTIONS = ("depth_ratio",)  # 0: automatic
 
-    keep_ratio: float = 0.5  # share of the coefficients kept along each transformed axis (1: lossless)
-    depth_ratio: float = 0.0  # share kept along the layer axis; 0: keep_ratio
+    keep_ratio: float = option(0.5, above=0, at_most=1)  # share of the coefficients kept along each transformed axis (1: lossless)
+    depth_ratio: float = option(0.0, at_least=0, at_most=1)  # share kept along the layer axis; 0: keep_ratio
 
 
 @register_method
@@ -133,13 +133,6 @@ class Front(Method):
     summary = "low-frequency 3-D DCT coefficients of the stacked layers; truncate/pad + inverse DCT; any size"
     paper = Paper("One-for-All Model Initialization with Frequency-Domain Knowledge (FRONT)", "", "ICML", 2026, "2603.07523")
     Config = FrontConfig
-
-    def __init__(self, config=None, **overrides):
-        super().__init__(config, **overrides)
-        for name in ("keep_ratio", "depth_ratio"):
-            value = getattr(self.config, name)
-            if not isinstance(value, (int, float)) or not 0 <= value <= 1 or (name == "keep_ratio" and value == 0):
-                raise LearngeneError(f"front {name} must be in (0, 1] (depth_ratio 0: same as keep_ratio), got {value!r}")
 
     def _count(self, name: str, n: int) -> int:
         """Coefficients kept along an axis of length ``n``."""

@@ -40,6 +40,7 @@ importance and weight_selection do).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -50,6 +51,7 @@ from ..heads import join_proj, select_matrix, split_proj
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
+from ..timm_keys import WRITER, block_names
 from ..transfer import (
     AxisMap,
     StateDict,
@@ -62,13 +64,13 @@ from ..transfer import (
     resize_block,
 )
 
-WRITERS = ("attn.proj.weight", "attn.proj.bias", "mlp.fc2.weight", "mlp.fc2.bias")
+WRITERS = block_names(tag=WRITER)  # zeroed, a block adds nothing to the residual stream
 
 
 @dataclass(frozen=True)
 class GrowConfig:
-    width: str = "hyperclone"  # hyperclone (exact multiples, function preserving) | net2net (random copies)
-    depth: str = "stack"  # stack (G_stack: layer l = ancestry layer l mod L) | identity (new layers are identities)
+    width: Literal["hyperclone", "net2net"] = "hyperclone"  # hyperclone: exact multiples, function preserving; net2net: random copies
+    depth: Literal["stack", "identity"] = "stack"  # stack: G_stack, layer l = ancestry layer l mod L; identity: new layers are identities
     snr_db: float | None = None  # noise at this signal-to-noise ratio in dB (None: no noise)
     seed: int = 0  # noise and Net2Net's random copies
 
@@ -107,12 +109,6 @@ class Grow(Method):
                    "NeurIPS", 2024, "2405.15319", "G_stack"),
              Paper("Net2Net: Accelerating Learning via Knowledge Transfer", "Chen et al.", "ICLR", 2016, "1511.05641"))
     Config = GrowConfig
-
-    def __init__(self, config=None, **overrides):
-        super().__init__(config, **overrides)
-        if self.config.width not in ("hyperclone", "net2net") or self.config.depth not in ("stack", "identity"):
-            raise LearngeneError(f"grow needs width=hyperclone|net2net and depth=stack|identity, got "
-                                 f"width={self.config.width!r} depth={self.config.depth!r}")
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         spec = ancestry.require_vit(self.name)

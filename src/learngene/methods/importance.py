@@ -48,7 +48,9 @@ from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
+from ..timm_keys import WIDTH_GAIN, block_names
 from ..transfer import (
+    NON_BLOCK_NORMS,
     StateDict,
     block_axes,
     block_state,
@@ -119,6 +121,15 @@ def activation_scores(model: nn.Module, spec: ViTSpec, data: Data, num_images: i
     return {k: (v / count).float() for k, v in sums.items()}
 
 
+def residual_order(gene: Learngene, width: int) -> Tensor | slice:
+    """The gene's first ``width`` residual channels, put back in the ancestry's order: a headless ancestry
+    outputs its residual stream, so the same-size descendant must output it unpermuted (and a narrower one
+    keeps the kept channels in the order a probe on the ancestry's embedding reads them). Genes written
+    before the order was stored keep importance order."""
+    order = gene.tensors.get(WIDTH_ORDER)
+    return slice(0, width) if order is None else torch.argsort(order.detach()[:width])
+
+
 def descending(scores: Tensor) -> Tensor:
     """Indices of ``scores`` from the largest down (ties: the lower index first)."""
     return torch.sort(scores, descending=True, stable=True).indices
@@ -130,21 +141,11 @@ def permute_block(b: StateDict, spec: ViTSpec, width: Tensor, heads: Tensor, neu
     return move_state(b, block_axes(spec), spec.block_shapes(), (spec.num_heads,) * 2, given(width, neurons, heads))
 
 
-def residual_order(gene: Learngene, width: int) -> Tensor | slice:
-    """The gene's first ``width`` residual channels, put back in the ancestry's order: a headless ancestry
-    outputs its residual stream, so the same-size descendant must output it unpermuted (and a narrower one
-    keeps the kept channels in the order a probe on the ancestry's embedding reads them). Genes written
-    before the order was stored keep importance order."""
-    order = gene.tensors.get(WIDTH_ORDER)
-    return slice(0, width) if order is None else torch.argsort(order.detach()[:width])
-
-
-NON_BLOCK_NORMS = ("norm_pre.weight", "norm.weight", "fc_norm.weight", "attn_pool.norm.weight")
-
-
 def width_norm_gains(keys) -> list[str]:
     """The LayerNorm gains that normalize over the residual width (every family's; not the per-head q/k norms)."""
-    return [k for k in keys if k.endswith((".norm1.weight", ".norm2.weight")) or k in NON_BLOCK_NORMS]
+    in_blocks = tuple(f".{name}" for name in block_names(tag=WIDTH_GAIN))
+    outside = {f"{norm}.weight" for norm in NON_BLOCK_NORMS}
+    return [k for k in keys if (k.startswith("blocks.") and k.endswith(in_blocks)) or k in outside]
 
 
 @register_method

@@ -50,6 +50,7 @@ from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..train import TrainResult, train
+from ..timm_keys import MLP, MSA, NORM, block_names, has_tag, head_sliced, per_head
 from ..transfer import (
     KEEP,
     WIDTH,
@@ -74,14 +75,28 @@ from ..transfer import (
 HEAD_VECTORS = {"eva_q_bias": "attn.q_bias", "eva_v_bias": "attn.v_bias", "inner_norm_weight": "attn.norm.weight",
                 "inner_norm_bias": "attn.norm.bias"}
 HEAD_PARTS = ("q", "k", "v", "q_bias", "k_bias", "v_bias", "proj_cols", *HEAD_VECTORS)
-MSA_LAYER_PARTS = {"proj_bias": "attn.proj.bias", "norm_weight": "norm1.weight", "norm_bias": "norm1.bias",
-                   "ls_gamma": "ls1.gamma", "q_norm_weight": "attn.q_norm.weight", "q_norm_bias": "attn.q_norm.bias",
-                   "k_norm_weight": "attn.k_norm.weight", "k_norm_bias": "attn.k_norm.bias"}
-FFN_PARTS = {"fc1_weight": "mlp.fc1.weight", "fc1_bias": "mlp.fc1.bias", "fc2_weight": "mlp.fc2.weight",
-             "fc2_bias": "mlp.fc2.bias", "norm_weight": "norm2.weight", "norm_bias": "norm2.bias",
-             "ls_gamma": "ls2.gamma", "fc1_g_weight": "mlp.fc1_g.weight", "fc1_g_bias": "mlp.fc1_g.bias",
-             "fc1_x_weight": "mlp.fc1_x.weight", "fc1_x_bias": "mlp.fc1_x.bias",  # AIMv2's and EVA-02's SwiGLU
-             "inner_norm_weight": "mlp.norm.weight", "inner_norm_bias": "mlp.norm.bias"}  # EVA-02's sub-norm
+
+
+def part_name(name: str) -> str:
+    """A block tensor's name inside its sub-layer's gene group: ``attn.proj.bias`` -> ``proj_bias``,
+    ``norm2.weight`` -> ``norm_weight``, ``ls1.gamma`` -> ``ls_gamma`` (stored in gene files: keep them)."""
+    name = name.removeprefix("attn.").removeprefix("mlp.")
+    if name.startswith("norm."):  # Eva's sub-norm inside the MLP, beside norm2
+        name = "inner_" + name
+    for numbered in ("norm1", "norm2", "ls1", "ls2"):
+        name = name.replace(numbered, numbered[:-1])
+    return name.replace(".", "_")
+
+
+def _parts(names: tuple[str, ...]) -> dict[str, str]:
+    # weights and biases, then norm-like vectors over the width, then the per-head q/k norms: the order the gene's
+    # tensors have always been built and trained in (the float sums of a training step follow it)
+    return {part_name(n): n for n in sorted(names, key=lambda n: (has_tag(n, NORM), per_head(n)))}
+
+
+# the per-layer tensors of each sub-layer, by part name (MSA: besides its head-sliced q/k/v and W_O)
+MSA_LAYER_PARTS = _parts(tuple(n for n in block_names(sublayer=MSA) if not head_sliced(n)))
+FFN_PARTS = _parts(block_names(sublayer=MLP))
 PHI_MAPS = ("msa_layers", "ffn_layers", "heads")
 
 
@@ -172,10 +187,10 @@ class PEG(Method):
         for layer in range(spec.depth):
             b = block_state(state, layer)
             mixed = mix_block_heads(b, block_axes(spec), mixing_weights(heads, spec.num_heads, generator))
-            parts = dict(zip("qkv", split_qkv(mixed["attn.qkv.weight"], heads)),
-                         proj_cols=split_proj(mixed["attn.proj.weight"], heads))
-            if "attn.qkv.bias" in mixed:
-                parts.update(zip(("q_bias", "k_bias", "v_bias"), split_qkv(mixed["attn.qkv.bias"], heads)))
+            qkv_w, qkv_b, proj_w = mixed["attn.qkv.weight"], mixed.get("attn.qkv.bias"), mixed["attn.proj.weight"]
+            parts = dict(zip("qkv", split_qkv(qkv_w, heads)), proj_cols=split_proj(proj_w, heads))
+            if qkv_b is not None:
+                parts.update(zip(("q_bias", "k_bias", "v_bias"), split_qkv(qkv_b, heads)))
             parts.update({part: mixed[name].view(heads, -1) for part, name in HEAD_VECTORS.items() if name in mixed})
             parts.update({part: b[name] for part, name in MSA_LAYER_PARTS.items() if name in b})
             per_layer.append(parts)

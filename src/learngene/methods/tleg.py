@@ -9,8 +9,8 @@ the special case θ_A ≡ 0: one shared layer, condensed the same way.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -30,18 +30,17 @@ from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
+from ..timm_keys import LAYER_SCALE, MLP, MSA, NORM, block_names, has_tag, per_head
 from ..transfer import StateDict
+from ..validate import option
 
 # TLEG Table 4's module groups, in timm's block-tensor names (those a family has). A family's other
 # per-channel block vectors (layer-scale gammas, q/k norms) are expanded like the LayerNorms.
-# Eva's separate q/v biases, AIMv2's and EVA-02's unpacked SwiGLU and Eva's sub-norms and gammas go with their group.
 MODULES: dict[str, tuple[str, ...]] = {
-    "msa": ("attn.qkv.weight", "attn.qkv.bias", "attn.q_bias", "attn.v_bias", "attn.proj.weight", "attn.proj.bias"),
-    "mlp": ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc1_g.weight", "mlp.fc1_g.bias", "mlp.fc1_x.weight",
-            "mlp.fc1_x.bias", "mlp.fc2.weight", "mlp.fc2.bias"),
-    "ln": ("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias", "ls1.gamma", "ls2.gamma", "gamma_1", "gamma_2",
-           "attn.q_norm.weight", "attn.q_norm.bias", "attn.k_norm.weight", "attn.k_norm.bias", "attn.norm.weight",
-           "attn.norm.bias", "mlp.norm.weight", "mlp.norm.bias"),
+    "msa": block_names(sublayer=MSA, without=NORM),
+    "mlp": block_names(sublayer=MLP, without=NORM),
+    # LayerNorms, then layer-scale gammas, then q/k norms: the order TLEG's gene tensors have always been built in
+    "ln": tuple(sorted(block_names(tag=NORM), key=lambda n: (per_head(n), has_tag(n, LAYER_SCALE)))),
 }
 
 
@@ -56,7 +55,7 @@ class TLEGConfig(AuxConfig):
             descendants; in the aux net the other layers are ordinary parameters, Table 6).
     """
 
-    modules: tuple[str, ...] = ("msa", "mlp", "ln")
+    modules: tuple[Literal["msa", "mlp", "ln"], ...] = option(("msa", "mlp", "ln"), nonempty=True)
     layers: str = "all"
 
 
@@ -89,17 +88,9 @@ class TLEG(Method):
     Config = TLEGConfig
     needs_data = True
     needs_vit_ancestry = False
+    aux_net = True
     has_slope = True  # Share-Init stores θ_B only (θ_A ≡ 0)
     distill_lambda = 1.0  # Eq. 6 with the authors' released recipe: pure KL
-
-    def __init__(self, config=None, **overrides):
-        super().__init__(config, **overrides)
-        if isinstance(self.config.modules, str):  # --opt modules=msa,mlp
-            self.config = dataclasses.replace(self.config, modules=tuple(m.strip() for m in self.config.modules.split(",")))
-        unknown = [m for m in self.config.modules if m not in MODULES]
-        if unknown or not self.config.modules:
-            raise LearngeneError(f"{self.name}: modules must be a non-empty subset of {list(MODULES)}, got "
-                                 f"{list(self.config.modules)}")
 
     def tensor_names(self, spec: ViTSpec) -> list[str]:
         """The block tensors of ``spec`` built by linear expansion."""
@@ -159,7 +150,7 @@ class TLEG(Method):
         try:
             return gene.tensors[key]
         except KeyError:
-            have = sorted({m for m, names in MODULES.items() if f"theta_b.{names[0]}" in gene.tensors})
+            have = sorted({m for m, names in MODULES.items() if any(f"theta_b.{n}" in gene.tensors for n in names)})
             raise LearngeneError(f"this {gene.method} gene was condensed with modules {','.join(have)}, so it cannot "
                                  f"build {key.split('.', 1)[1]}; pass --opt modules={','.join(have)}") from None
 

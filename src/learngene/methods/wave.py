@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -47,16 +48,20 @@ from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..train import TrainResult, train
+from ..timm_keys import MATRIX, block_names
 from ..transfer import HEAD_DIM, StateDict, block_axes, segments
+from ..validate import option
 
-MATRICES = {"qkv": "attn.qkv.weight", "proj": "attn.proj.weight", "fc1": "mlp.fc1.weight", "fc2": "mlp.fc2.weight"}
-# every block matrix a family has -> its kind (AIMv2's unpacked SwiGLU has two fc1s: gate and value)
-MATRIX_KINDS = {**{name: kind for kind, name in MATRICES.items()}, "mlp.fc1_g.weight": "fc1", "mlp.fc1_x.weight": "fc1"}
+MATRIX_NAMES = block_names(tag=MATRIX)  # every family's block weight matrices
 
 
-def matrix_names(spec: ViTSpec) -> list[str]:
-    """The block matrices of ``spec``'s family that get w×w templates, in timm's order."""
-    return [name for name in spec.block_shapes() if name in MATRIX_KINDS]
+def matrix_kind(name: str) -> str:
+    """qkv, proj, fc1 or fc2: the option ``n_<kind>`` counting its templates (an unpacked SwiGLU's fc1_g and
+    fc1_x are fc1s)."""
+    return name.split(".")[-2].split("_")[0]
+
+
+MATRICES = {matrix_kind(name): name for name in MATRIX_NAMES if matrix_kind(name) == name.split(".")[-2]}
 
 
 def vector_names(spec: ViTSpec) -> list[str]:
@@ -86,12 +91,12 @@ class WAVEConfig(AuxConfig):
     AUTO_OPTIONS = AuxConfig.AUTO_OPTIONS + ("template_size", "n_qkv", "n_proj", "n_fc1", "n_fc2")
 
     template_size: int = 0
-    n_qkv: int = 0
-    n_proj: int = 0
-    n_fc1: int = 0
-    n_fc2: int = 0
+    n_qkv: int = option(0, at_least=0, multiple_of=2)
+    n_proj: int = option(0, at_least=0, multiple_of=2)
+    n_fc1: int = option(0, at_least=0, multiple_of=2)
+    n_fc2: int = option(0, at_least=0, multiple_of=2)
     vector_templates: bool = True
-    scaler_init: str = "auto"
+    scaler_init: Literal["auto", "padding"] = "auto"
     padding_eps: float = 1e-6
     padding_offset: int = 0
     padding_seed: int = 0
@@ -145,26 +150,17 @@ class WAVE(Method):
     Config = WAVEConfig
     needs_data = True
     needs_vit_ancestry = False
+    aux_net = True
     adaptable = True
     distill_lambda = 0.5  # Eq. 6: KL + CE, i.e. λ = 0.5 up to a factor 2
 
-    def __init__(self, config=None, **overrides):
-        super().__init__(config, **overrides)
-        c = self.config
-        if c.scaler_init not in ("auto", "padding"):
-            raise LearngeneError(f"wave scaler_init must be auto or padding, not {c.scaler_init!r}")
-        counts = {k: getattr(c, f"n_{k}") for k in MATRICES}
-        if any(v < 0 or v % 2 for v in counts.values()) or c.template_size < 0:
-            raise LearngeneError(f"wave template counts must be even (base + slope halves) and sizes non-negative, "
-                                 f"got {counts}, template_size={c.template_size}")
-
     # ---- the gene -----------------------------------------------------------------------------
     def template_names(self, spec: ViTSpec) -> list[str]:
-        names = matrix_names(spec)
+        names = [name for name in MATRIX_NAMES if name in spec.block_shapes()]
         return names + vector_names(spec) if self.config.vector_templates else names
 
     def template_count(self, name: str, aux: ViTSpec, w: int) -> int:
-        kind = MATRIX_KINDS.get(name)
+        kind = matrix_kind(name) if name in MATRIX_NAMES else None
         chosen = getattr(self.config, f"n_{kind}") if kind else 0
         return chosen or 2 * math.prod(block_grid(aux, name, w))
 
@@ -175,7 +171,7 @@ class WAVE(Method):
         tensors: StateDict = {}
         for name in self.template_names(aux):
             n = self.template_count(name, aux, w)
-            if name in MATRIX_KINDS:
+            if name in MATRIX_NAMES:
                 tensors[f"templates.{name}"] = torch.nn.init.trunc_normal_(torch.empty(n, w, w), std=self.config.init_std)
             else:
                 base = vector_start(aux, name)

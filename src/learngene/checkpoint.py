@@ -1,0 +1,205 @@
+"""A training run's directory: its checkpoint (what ``resume`` restores, bit for bit), its log, its fingerprint.
+
+:class:`RunState` is what a checkpoint holds besides the model, optimizer and schedule: the position in
+the data, the history, the RNG states of every rank and the sums of the unfinished epoch.
+:func:`run_fingerprint` says which settings a resumed run must share with the checkpointed one, and
+:func:`open_run` starts a run in a directory: fresh, or resumed from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from . import distributed as dist
+from .data import Data
+from .errors import LearngeneError, TrainingError
+from .io import digest, nonfinite_tensor, quote, save_torch_atomic, torch_load_weights_only
+
+if TYPE_CHECKING:
+    from .train import TrainConfig
+
+CHECKPOINT = "checkpoint.pt"
+CHECKPOINT_KEYS = {"model", "optimizer", "scheduler", "rng", "epoch", "step_in_epoch", "global_step", "history",
+                   "seconds", "epoch_sums"}
+LOG = "log.jsonl"
+
+
+def _rng_state() -> dict[str, Any]:
+    np_state = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *map(float, np_state[2:])],
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), int(pos), int(has_gauss), float(gauss)))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def last_good(ckpt_path: Path | None) -> str:
+    if ckpt_path is None or not ckpt_path.exists():
+        return ""
+    return f"; the last good checkpoint is {quote(ckpt_path)} (rerun with --resume once fixed)"
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    try:
+        ckpt = torch_load_weights_only(path)
+    except ValueError as exc:
+        raise TrainingError(f"checkpoint {quote(path)} is unreadable ({exc}); delete it to start over") from None
+    if not isinstance(ckpt, dict) or not CHECKPOINT_KEYS <= set(ckpt):
+        raise TrainingError(f"{quote(path)} is not a learngene training checkpoint; delete it or give another --run-dir")
+    return ckpt
+
+
+def zero_sums() -> Tensor:
+    return torch.zeros(3, dtype=torch.float64)
+
+
+def run_fingerprint(cfg: "TrainConfig", model: nn.Module, data: Data, teacher: nn.Module | None = None) -> dict[str, Any]:
+    """Everything that changes a run's result: a checkpoint records it, and a run resuming it must match.
+
+    The one place that says which settings count: the training settings of ``cfg.RESUME_KEYS``;
+    the data (name, number of images, image size, channels, classes, normalization, augmentation, and
+    digests of the labels and of the images or image paths); the model's and teacher's tensor names and
+    shapes; and ``cfg.identity`` (the command, method, options and input weights the caller names).
+    Speed settings (compile, fused AdamW, SDPA, workers, device) are not in it: they are free to change.
+    """
+    images = getattr(data, "images", None)
+    return {
+        **{k: getattr(cfg, k) for k in cfg.RESUME_KEYS},
+        "data": data.name,
+        "training images": len(data),
+        "image size": data.img_size,
+        "channels": data.in_chans,
+        "classes": list(data.label_space["classes"]) if data.label_space else data.num_classes,
+        "normalization": [list(data.mean), list(data.std)],
+        "augmentation": getattr(data, "augment", "none"),
+        "labels": digest(data.labels),
+        "images": digest(images) if images is not None else digest({p: torch.zeros(0) for p, _ in data.samples}, values=False),
+        "model": digest(model.state_dict(), values=False),
+        "teacher": digest(teacher.state_dict(), values=False) if teacher is not None else None,
+        **cfg.identity,
+    }
+
+
+def _differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    def show(value: Any) -> str:
+        text = repr(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    return [f"{k} was {show(saved.get(k))}, now {show(now.get(k))}"
+            for k in dict.fromkeys([*saved, *now]) if saved.get(k) != now.get(k)]
+
+
+@dataclass
+class RunState:
+    """Where a training run stands: what every checkpoint saves and ``resume`` restores with it.
+
+    ``epoch_sums`` are the loss sum, correct predictions and images of the unfinished epoch so far. A
+    checkpoint holds those of all ranks together; on resume rank 0 continues from them and the others
+    from zero (the epoch's all-reduce adds the rest).
+    """
+
+    epoch: int = 0
+    step_in_epoch: int = 0
+    global_step: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)  # one record per finished epoch
+    seconds: float = 0.0
+    epoch_sums: Tensor = field(default_factory=zero_sums)
+    fingerprint: dict[str, Any] = field(default_factory=dict)  # run_fingerprint of the run
+
+    def save(self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+             cfg: "TrainConfig") -> None:
+        """Atomic; every rank calls it at the same step (their RNG states and partial sums are gathered)."""
+        ranks = dist.all_gather_object((_rng_state(), self.epoch_sums.cpu()))
+        if not dist.is_main():
+            return
+        state = {
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "rng": ranks[0][0], "rng_per_rank": [r[0] for r in ranks], "epoch": self.epoch,
+            "step_in_epoch": self.step_in_epoch, "global_step": self.global_step, "history": self.history,
+            "seconds": self.seconds, "epoch_sums": sum(r[1] for r in ranks),
+            "fingerprint": self.fingerprint,
+        }
+        bad = nonfinite_tensor(state["model"])
+        if bad is not None:  # never replace the last good checkpoint with one that cannot be resumed
+            raise TrainingError(f"weights became non-finite ({bad}) at step {self.global_step}; lower --lr or check "
+                                f"the data{last_good(path)}")
+        save_torch_atomic(path, state)
+
+    @classmethod
+    def load(cls, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+             cfg: "TrainConfig", fingerprint: dict[str, Any]) -> "RunState":
+        """Restore model, optimizer, schedule and this rank's RNG states from ``path``; the run's position.
+        Refuses (one line) a checkpoint whose :func:`run_fingerprint` differs from this run's ``fingerprint``."""
+        ckpt = load_checkpoint(path)
+        if "fingerprint" in ckpt:
+            changed = _differences(ckpt["fingerprint"], fingerprint)
+        else:  # written before run fingerprints: only its training settings can be compared
+            saved = ckpt.get("config", {})
+            changed = _differences({k: v for k, v in saved.items() if k in cfg.RESUME_KEYS},
+                                   {k: getattr(cfg, k) for k in cfg.RESUME_KEYS if k in saved})
+            if dist.is_main() and not changed:
+                warnings.warn(f"{quote(path)} predates run fingerprints: only its training settings were checked, "
+                              f"not its data, model or method; resume it only with the command that made it",
+                              stacklevel=2)
+        if changed:
+            raise LearngeneError(f"cannot resume {quote(path)}: the run differs from the checkpointed one: "
+                                 f"{'; '.join(changed[:3])}{'; ...' if len(changed) > 3 else ''}; use the same "
+                                 f"settings, or another --run-dir to start over")
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scheduler.load_state_dict(ckpt["scheduler"])
+        per_rank = ckpt.get("rng_per_rank", [ckpt["rng"]])
+        if dist.rank() < len(per_rank):  # a rank the saved run did not have keeps its fresh seed
+            _set_rng_state(per_rank[dist.rank()])
+        return cls(epoch=ckpt["epoch"], step_in_epoch=ckpt["step_in_epoch"], global_step=ckpt["global_step"],
+                   history=list(ckpt["history"]), seconds=ckpt["seconds"],
+                   epoch_sums=ckpt["epoch_sums"] if dist.is_main() else zero_sums(), fingerprint=fingerprint)
+
+
+def open_run(run_dir: str | Path | None, resume: bool, model: nn.Module, optimizer: torch.optim.Optimizer,
+             scheduler: Any, cfg: "TrainConfig", data: Data, teacher: nn.Module | None,
+             device: torch.device) -> tuple[RunState, Path | None]:
+    """The run's state and checkpoint path: resumed from ``run_dir``'s checkpoint when ``resume`` finds one (its
+    fingerprint must match), else fresh, with an older run's log and checkpoint removed; no directory: nothing kept."""
+    run_dir = Path(run_dir) if run_dir is not None else None
+    ckpt_path = run_dir / CHECKPOINT if run_dir is not None else None
+    if run_dir is not None and dist.is_main():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for name in (CHECKPOINT, LOG):  # temporary files of a run killed while it wrote them
+            for stale in run_dir.glob(f".{name}.*.tmp"):
+                stale.unlink(missing_ok=True)
+    found = resume and ckpt_path is not None and ckpt_path.exists()
+    if dist.is_distributed() and resume and ckpt_path is not None:
+        seen = dist.count_true(found, device)
+        if 0 < seen < dist.world_size():
+            raise LearngeneError(f"{quote(ckpt_path)} is visible to {seen} of {dist.world_size()} processes; put --run-dir on a "
+                                 f"filesystem every node shares")
+    fingerprint = run_fingerprint(cfg, model, data, teacher) if run_dir is not None else {}
+    state = RunState(fingerprint=fingerprint)
+    if found:
+        state = RunState.load(ckpt_path, model, optimizer, scheduler, cfg, fingerprint)
+    elif run_dir is not None and dist.is_main():
+        for stale in (LOG, CHECKPOINT):  # a fresh run must never resume an older run's checkpoint later
+            (run_dir / stale).unlink(missing_ok=True)
+    return state, ckpt_path

@@ -1,0 +1,249 @@
+"""The spec of a timm model (:func:`spec_from_model`): its size and family, or one line saying what a
+spec cannot describe.
+
+A model is described only when the spec rebuilds it exactly: the family read from its modules, the
+model built again from the spec (on ``meta``) must have the same modules, else the first difference
+is named.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .errors import SpecError
+from .spec import MLP_LAYERS, POOLS, TIMM_ARCH, ViTFamily, ViTSpec, is_distilled, mlp_layer_of
+
+ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "silu", "relu")
+
+
+def _activation(act) -> str | None:
+    """timm's name of an activation module (None: one a spec cannot name)."""
+    from timm.layers import get_act_layer
+    from torch import nn
+
+    if type(act) is nn.GELU:
+        return "gelu_tanh" if act.approximate == "tanh" else "gelu"
+    for name in ACTIVATIONS:
+        if type(act) is get_act_layer(name):
+            return name
+    return None
+
+
+def _mlp_ratio(width: int, hidden: int) -> float:
+    """A ratio that timm's ``int(width * ratio)`` turns back into ``hidden`` (a plain division can land just below)."""
+    ratio = hidden / width
+    while int(width * ratio) < hidden:
+        ratio = math.nextafter(ratio, math.inf)
+    return ratio
+
+
+def _not_a_vit(model) -> str:
+    """Why a timm model that is not a VisionTransformer cannot be described, naming its parts."""
+    blocks = getattr(model, "blocks", None)
+    block = blocks[0] if blocks is not None and len(blocks) else None
+    parts = []
+    if getattr(model, "rope", None) is not None or any("rope" in n for n, _ in model.named_modules()):
+        parts.append("RoPE")
+    mlp = getattr(block, "mlp", None)
+    if mlp is not None and "glu" in type(mlp).__name__.lower():
+        parts.append("SwiGLU")
+    attn = getattr(block, "attn", None)
+    if attn is not None and getattr(attn, "q_bias", None) is not None:
+        parts.append("separate q/v biases")
+    return f"{type(model).__name__} is not a timm VisionTransformer" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def spec_from_model(model, arch: str | None = None) -> ViTSpec:
+    """Read the spec (architecture, family, size) of a timm ``VisionTransformer`` or ``VisionTransformerDistilled``.
+
+    The architecture is the name timm built ``model`` from (``model.pretrained_cfg``), or ``arch``.
+    The spec is checked by building that architecture with the read arguments on the meta device:
+    same tensors and same modules, or the spec is refused.
+
+    Raises:
+        SpecError: naming, in one line, every part of ``model`` a spec cannot describe.
+    """
+    from timm.models.vision_transformer import VisionTransformer
+
+    from .eva import eva_family_fields, eva_problems, is_eva
+
+    arch = arch or (getattr(model, "pretrained_cfg", None) or {}).get("architecture")
+    name = f"{arch}: " if arch else ""
+    eva = is_eva(model)
+    if not isinstance(model, VisionTransformer) and not eva:
+        raise SpecError(f"{name}{_not_a_vit(model)}")
+    distilled = is_distilled(model)
+    if arch is None and eva:
+        raise SpecError("an Eva model without its timm architecture name; pass arch= (e.g. eva02_tiny_patch14_224)")
+    arch = arch or ("deit_tiny_distilled_patch16_224" if distilled else TIMM_ARCH)
+    name = f"{arch}: "
+    embed, block = model.patch_embed, model.blocks[0] if len(model.blocks) else None
+    if eva:
+        problems = eva_problems(model, block) if block is not None else ["depth=0 (at least one block)"]
+        problems = problems or _undescribable_parts(block)
+    else:
+        problems = _undescribable(model, block)
+    if problems:
+        raise SpecError(name + "; ".join(problems))
+    D = model.embed_dim
+    norm = model.fc_norm if not isinstance(model.fc_norm, _identity()) else model.norm
+    vit_fields = eva_family_fields(model, block) if eva else dict(
+        class_token=model.cls_token is not None,
+        reg_tokens=model.num_reg_tokens,
+        no_embed_class=model.no_embed_class,
+        pre_norm=not isinstance(model.norm_pre, _identity()),
+        init_values=float(block.ls1.init_values) if hasattr(block.ls1, "gamma") else None,
+        qkv_bias=block.attn.qkv.bias is not None,
+        qk_norm=not isinstance(block.attn.q_norm, _identity()),
+        dynamic_img_size=bool(model.dynamic_img_size),
+        embed_norm=not isinstance(embed.norm, _identity()),
+    )
+    family = ViTFamily(
+        distilled=distilled,
+        final_norm=not isinstance(norm, _identity()),
+        fc_norm=_fc_norm_arg(model),
+        global_pool=model.global_pool,
+        act_layer=_activation(block.mlp.act),
+        mlp_layer=mlp_layer_of(block.mlp),
+        norm_layer=_norm_layer(block.norm1),
+        proj_bias=block.attn.proj.bias is not None,
+        **vit_fields,
+    )
+    # timm's ViT reads mlp_ratio as fc1's outputs (a packed SwiGLU's two halves), Eva as fc2's inputs
+    hidden = block.mlp.fc2.in_features * (2 if family.mlp_layer == "swiglu_packed" and not eva else 1)
+    spec = ViTSpec(
+        depth=len(model.blocks),
+        embed_dim=D,
+        num_heads=block.attn.num_heads,
+        mlp_ratio=_mlp_ratio(D, hidden),
+        img_size=embed.img_size[0],
+        patch_size=embed.patch_size[0],
+        in_chans=embed.proj.in_channels,
+        num_classes=model.num_classes,
+        arch=arch,
+        family=family,
+    )
+    have = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    if have != spec.state_shapes():
+        differ = sorted(set(have) ^ set(spec.state_shapes())) or sorted(k for k in have if have[k] != spec.state_shapes()[k])
+        raise SpecError(f"{name}its tensors differ from the layout read from it at {differ[:3]}; "
+                        f"learngene cannot describe this ViT")
+    reference = _build_on_meta(spec)
+    if reference is None:
+        raise SpecError(f"{name}timm cannot build {arch} with the arguments read from this model "
+                        f"({spec.family.short()}); pass the ancestry's own architecture name")
+    mismatch = _first_module_difference(model, reference)
+    if mismatch:
+        raise SpecError(f"{name}this model differs from timm's {arch} built with the arguments read from it at "
+                        f"{mismatch}; load the checkpoint with its own architecture name and no extra arguments")
+    return spec
+
+
+def _identity():
+    from torch import nn
+
+    return nn.Identity
+
+
+def _fc_norm_arg(model) -> bool | None:
+    """timm's ``fc_norm`` argument: None when the model follows timm's rule (after pooling for avg)."""
+    has_fc_norm = not isinstance(model.fc_norm, _identity())
+    has_norm = not isinstance(model.norm, _identity())
+    if not (has_fc_norm or has_norm):
+        return None
+    return None if has_fc_norm == (model.global_pool == "avg") else has_fc_norm
+
+
+def _undescribable(model, block) -> list[str]:
+    """Every field of a VisionTransformer a spec cannot hold, as ``field=value (what is supported)``."""
+    from timm.layers import Attention, PatchEmbed
+    from timm.models.vision_transformer import Block
+    from torch import nn
+
+    problems = []
+    if block is None:
+        return ["depth=0 (at least one block)"]
+    if model.global_pool not in POOLS:
+        problems.append(f"global_pool={model.global_pool!r} ({', '.join(POOLS)})")
+    if model.pos_embed is None:
+        problems.append("pos_embed=none (learned absolute position embeddings only)")
+    if getattr(model, "pool_include_prefix", False):
+        problems.append("pool_include_prefix=True")
+    embed = model.patch_embed
+    if type(embed) is not PatchEmbed:
+        problems.append(f"embed_layer={type(embed).__name__} (timm's PatchEmbed)")
+    else:
+        if embed.img_size is None or embed.img_size[0] != embed.img_size[1] or embed.patch_size[0] != embed.patch_size[1]:
+            problems.append(f"img_size={embed.img_size}, patch_size={embed.patch_size} (square only)")
+        if not isinstance(embed.norm, nn.Identity) and _norm_layer(embed.norm) != _norm_layer(block.norm1):
+            problems.append(f"embed_norm_layer={type(embed.norm).__name__} (none, or the blocks' norm)")
+        if getattr(embed, "dynamic_img_pad", False):
+            problems.append("dynamic_img_pad=True")
+    if type(block) is not Block:
+        problems.append(f"block_fn={type(block).__name__} (timm's Block)")
+        return problems
+    if type(block.attn) is not Attention:
+        problems.append(f"attn_layer={type(block.attn).__name__} (timm's Attention)")
+    elif not isinstance(getattr(block.attn, "norm", nn.Identity()), nn.Identity):
+        problems.append("scale_attn_norm=True")
+    return problems + _undescribable_parts(block, vit=True)
+
+
+def _undescribable_parts(block, vit: bool = False) -> list[str]:
+    """What a spec cannot hold of a block's MLP and norms (a ViT's or an Eva's)."""
+    from torch import nn
+
+    problems = []
+    mlp_kind = mlp_layer_of(block.mlp)
+    if mlp_kind not in MLP_LAYERS:
+        problems.append(f"mlp_layer={mlp_kind} (timm's Mlp, SwiGLUPacked or SwiGLU)")
+    elif vit and not isinstance(getattr(block.mlp, "norm", nn.Identity()), nn.Identity):
+        problems.append("scale_mlp_norm=True")
+    elif _activation(block.mlp.act) is None:
+        problems.append(f"act_layer={type(block.mlp.act).__name__} ({', '.join(ACTIVATIONS)})")
+    if _norm_layer(block.norm1) is None:
+        problems.append(f"norm_layer={type(block.norm1).__name__} (LayerNorm or RmsNorm)")
+    return problems
+
+
+def _norm_layer(norm) -> str | None:
+    """Our name for a norm module (None: one a spec cannot name)."""
+    from timm.layers import LayerNorm, RmsNorm
+    from torch import nn
+
+    if type(norm) in (nn.LayerNorm, LayerNorm):
+        return "layernorm"
+    if type(norm) is RmsNorm:
+        return "rmsnorm"
+    return None
+
+
+def _build_on_meta(spec: ViTSpec):
+    import torch
+
+    try:
+        with torch.device("meta"):
+            return spec.create_model()
+    except (SpecError, TypeError, ValueError, AssertionError, RuntimeError):
+        return None
+
+
+def _first_module_difference(model, reference) -> str | None:
+    """The first module (ignoring dropout and stochastic depth) where two timm models differ, else None."""
+    from timm.layers import DropPath
+    from torch import nn
+
+    skip = (nn.Dropout, DropPath, nn.Identity)
+
+    def signature(m):
+        return [(n, type(x).__name__, x.extra_repr()) for n, x in m.named_modules() if not isinstance(x, skip)]
+
+    mine, theirs = signature(model), signature(reference)
+    for a, b in zip(mine, theirs):
+        if a != b:
+            return f"{a[0] or 'the model'} ({a[1]}({a[2]}) vs {b[1]}({b[2]}))"
+    if len(mine) != len(theirs):
+        return f"{len(mine)} vs {len(theirs)} modules"
+    return None
+
+

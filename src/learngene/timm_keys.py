@@ -1,0 +1,170 @@
+"""timm's names for the tensors of a ViT block, in one table: what each axis is and what the tensor does.
+
+Every other list of block keys derives from :data:`BLOCK_TENSORS`: the shapes of a size
+(:meth:`~learngene.spec.ViTSpec.block_shapes`), the rules that carry tensors between sizes
+(:func:`learngene.transfer.block_axes`) and the groups methods work on (TLEG's ``msa`` / ``mlp`` /
+``ln`` modules, PEG's per-layer parts, the residual writers G_stack zeros, the LayerNorm gains weight
+subcloning rescales, WAVE's weight matrices, Cluster-Learngene's heads and FFN). A family that adds a
+per-block tensor adds one row here. Nothing of learngene is imported: :mod:`learngene.spec` reads it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+# ---- what an axis is (the rules of :mod:`learngene.transfer` move each kind its own way) ----------------
+WIDTH = "width"  # the residual stream, written: Linear rows, vectors, tokens
+WIDTH_IN = "width_in"  # the residual stream, read: Linear input columns
+HIDDEN = "hidden"  # MLP hidden channels, written (fc1 rows; SwiGLU: gate and value segments)
+HIDDEN_IN = "hidden_in"  # MLP hidden channels, read (fc2 columns)
+HEADS = "heads"  # segments x heads x head_dim rows (qkv: 3 segments, the MAP head's kv: 2, q: 1)
+HEADS_IN = "heads_in"  # heads x head_dim columns of an output projection
+HEAD_DIM = "head_dim"  # channels inside one head (qk_norm)
+CLASSES = "classes"
+KEEP = "keep"  # carried as it is (batch and token axes, input channels, patch kernel)
+
+READERS = (WIDTH_IN, HIDDEN_IN, HEADS_IN)
+
+
+class Axis(NamedTuple):
+    role: str
+    segments: int = 1
+
+
+GLU = 0  # segments of fc1's hidden axis: the family's MLP says (SwiGLU: 2, gate and value; else 1)
+
+# ---- what a block tensor is --------------------------------------------------------------------------------
+MSA, MLP = "msa", "mlp"  # its sub-layer: attention (with norm1, ls1, q/k norms) or the MLP (with norm2, ls2)
+NORM = "norm"  # a per-channel vector scaled like a LayerNorm gain or bias: LayerNorms, layer-scale gammas, q/k norms
+WRITER = "writer"  # writes its sub-layer's output into the residual stream: zeroed, the sub-layer adds nothing
+WIDTH_GAIN = "width_gain"  # a LayerNorm gain over the residual width (not the per-head q/k norms)
+MATRIX = "matrix"  # a Linear weight
+LAYER_SCALE = "layer_scale"  # a layer-scale gamma (DeiT III, DINOv2)
+
+
+class BlockTensor(NamedTuple):
+    """One row of the table: the tensor's axes, its sub-layer, its tags, and whether a family has it."""
+
+    axes: tuple[Axis, ...]
+    sublayer: str
+    tags: frozenset[str] = frozenset()
+    present: Callable[[Any], bool] = lambda family: True  # family: a ViTFamily
+
+
+def _row(axes: tuple[Axis, ...], sublayer: str, *tags: str, present: Callable[[Any], bool] | None = None) -> BlockTensor:
+    return BlockTensor(axes, sublayer, frozenset(tags), present or (lambda family: True))
+
+
+_VECTOR = (Axis(WIDTH),)
+
+
+def _qkv_bias(family) -> bool:
+    return family.qkv_bias
+
+
+def _qk_norm(family) -> bool:
+    return family.qk_norm
+
+
+def _layer_scale(family) -> bool:
+    return family.init_values is not None and getattr(family, "model_class", "vit") == "vit"
+
+
+def _eva_layer_scale(family) -> bool:  # timm's Eva names its gammas gamma_1 / gamma_2
+    return family.init_values is not None and getattr(family, "model_class", "vit") == "eva"
+
+
+def _norm_bias(family) -> bool:  # an RmsNorm (AIMv2) has a gain only
+    return getattr(family, "norm_layer", "layernorm") == "layernorm"
+
+
+def _proj_bias(family) -> bool:  # AIMv2 has no biases on W_O and the MLP
+    return getattr(family, "proj_bias", True)
+
+
+def _packed_mlp(family) -> bool:
+    return family.mlp_layer != "swiglu"
+
+
+def _unpacked_swiglu(family) -> bool:  # AIMv2's and EVA-02 B/L's SwiGLU: gate fc1_g and value fc1_x apart
+    return family.mlp_layer == "swiglu"
+
+
+def _qv_bias(family) -> bool:  # EVA-02's separate q and v biases (k has none)
+    return getattr(family, "qv_bias", False)
+
+
+def _attn_norm(family) -> bool:  # Eva's sub-LayerNorm on the heads' outputs before W_O
+    return getattr(family, "attn_norm", False)
+
+
+def _mlp_norm(family) -> bool:  # Eva's sub-LayerNorm on the MLP's hidden channels before fc2
+    return getattr(family, "mlp_norm", False)
+
+
+def _both(*tests: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda family: all(test(family) for test in tests)
+
+
+# In timm's order within a block (``Block.state_dict()``).
+BLOCK_TENSORS: dict[str, BlockTensor] = {
+    "norm1.weight": _row(_VECTOR, MSA, NORM, WIDTH_GAIN),
+    "norm1.bias": _row(_VECTOR, MSA, NORM, present=_norm_bias),
+    "attn.q_bias": _row((Axis(HEADS),), MSA, present=_qv_bias),
+    "attn.v_bias": _row((Axis(HEADS),), MSA, present=_qv_bias),
+    "attn.qkv.weight": _row((Axis(HEADS, 3), Axis(WIDTH_IN)), MSA, MATRIX),
+    "attn.qkv.bias": _row((Axis(HEADS, 3),), MSA, present=_qkv_bias),
+    "attn.q_norm.weight": _row((Axis(HEAD_DIM),), MSA, NORM, present=_qk_norm),
+    "attn.q_norm.bias": _row((Axis(HEAD_DIM),), MSA, NORM, present=_both(_qk_norm, _norm_bias)),
+    "attn.k_norm.weight": _row((Axis(HEAD_DIM),), MSA, NORM, present=_qk_norm),
+    "attn.k_norm.bias": _row((Axis(HEAD_DIM),), MSA, NORM, present=_both(_qk_norm, _norm_bias)),
+    # Eva's sub-norm: over W_O's input, heads x head_dim channels, so it moves head by head
+    "attn.norm.weight": _row((Axis(HEADS),), MSA, NORM, present=_attn_norm),
+    "attn.norm.bias": _row((Axis(HEADS),), MSA, NORM, present=_both(_attn_norm, _norm_bias)),
+    "attn.proj.weight": _row((Axis(WIDTH), Axis(HEADS_IN)), MSA, MATRIX, WRITER),
+    "attn.proj.bias": _row(_VECTOR, MSA, WRITER, present=_proj_bias),
+    "ls1.gamma": _row(_VECTOR, MSA, NORM, LAYER_SCALE, present=_layer_scale),
+    "gamma_1": _row(_VECTOR, MSA, NORM, LAYER_SCALE, present=_eva_layer_scale),
+    "norm2.weight": _row(_VECTOR, MLP, NORM, WIDTH_GAIN),
+    "norm2.bias": _row(_VECTOR, MLP, NORM, present=_norm_bias),
+    "mlp.fc1.weight": _row((Axis(HIDDEN, GLU), Axis(WIDTH_IN)), MLP, MATRIX, present=_packed_mlp),
+    "mlp.fc1.bias": _row((Axis(HIDDEN, GLU),), MLP, present=_both(_packed_mlp, _proj_bias)),
+    "mlp.fc1_g.weight": _row((Axis(HIDDEN), Axis(WIDTH_IN)), MLP, MATRIX, present=_unpacked_swiglu),
+    "mlp.fc1_g.bias": _row((Axis(HIDDEN),), MLP, present=_both(_unpacked_swiglu, _proj_bias)),
+    "mlp.fc1_x.weight": _row((Axis(HIDDEN), Axis(WIDTH_IN)), MLP, MATRIX, present=_unpacked_swiglu),
+    "mlp.fc1_x.bias": _row((Axis(HIDDEN),), MLP, present=_both(_unpacked_swiglu, _proj_bias)),
+    "mlp.norm.weight": _row((Axis(HIDDEN),), MLP, NORM, present=_mlp_norm),
+    "mlp.norm.bias": _row((Axis(HIDDEN),), MLP, NORM, present=_both(_mlp_norm, _norm_bias)),
+    "mlp.fc2.weight": _row((Axis(WIDTH), Axis(HIDDEN_IN)), MLP, MATRIX, WRITER),
+    "mlp.fc2.bias": _row(_VECTOR, MLP, WRITER, present=_proj_bias),
+    "ls2.gamma": _row(_VECTOR, MLP, NORM, LAYER_SCALE, present=_layer_scale),
+    "gamma_2": _row(_VECTOR, MLP, NORM, LAYER_SCALE, present=_eva_layer_scale),
+}
+
+
+def block_names(*, sublayer: str | None = None, tag: str | None = None, without: str | None = None) -> tuple[str, ...]:
+    """The in-block names of every family's rows of ``sublayer`` carrying ``tag`` and not ``without``, in timm's order."""
+    return tuple(name for name, row in BLOCK_TENSORS.items()
+                 if (sublayer is None or row.sublayer == sublayer) and (tag is None or tag in row.tags)
+                 and (without is None or without not in row.tags))
+
+
+def head_sliced(name: str) -> bool:
+    """Whether block tensor ``name`` has an axis of whole heads (qkv's rows, the projection's columns)."""
+    return any(axis.role in (HEADS, HEADS_IN) for axis in BLOCK_TENSORS[name].axes)
+
+
+def per_head(name: str) -> bool:
+    """Whether block tensor ``name`` holds channels inside one head (the q/k norms)."""
+    return any(axis.role == HEAD_DIM for axis in BLOCK_TENSORS[name].axes)
+
+
+def has_tag(name: str, tag: str) -> bool:
+    return tag in BLOCK_TENSORS[name].tags
+
+
+def family_axes(family) -> dict[str, tuple[Axis, ...]]:
+    """The axes of every block tensor ``family`` has, fc1's gate/value segments resolved (in timm's order)."""
+    glu = 2 if family.mlp_layer == "swiglu_packed" else 1
+    return {name: tuple(Axis(a.role, glu) if a.segments == GLU else a for a in row.axes)
+            for name, row in BLOCK_TENSORS.items() if row.present(family)}
