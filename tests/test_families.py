@@ -401,6 +401,24 @@ def test_descendants_of_the_new_families_export_as_hub_folders_timm_and_transfor
         torch.testing.assert_close(wrapped(pixel_values=x).logits, model(x))
 
 
+def test_an_eva_ancestry_takes_the_checkpoints_tensors_and_computes_its_rope_tables(tmp_path, monkeypatch):
+    """Eva's RoPE tables and zero k bias are buffers no checkpoint holds: timm recomputes them on the model made on
+    ``meta``, so the ancestry is never built a second time with random weights (3x the checkpoint in memory)."""
+    import learngene.ancestry as ancestry_module
+    from learngene.io import save_safetensors
+
+    name = "vit_pe_core_tiny_patch16_384"
+    model = timm_ancestry(name, 10)
+    save_safetensors(tmp_path / "pe.safetensors", model.state_dict(), {"format": "pt"})
+    built, create = [], ancestry_module._timm_model
+    monkeypatch.setattr(ancestry_module, "_timm_model", lambda arch, kw: built.append(kw.get("device")) or create(arch, kw))
+    ancestry = load_ancestry(tmp_path / "pe.safetensors", name, num_classes=10, **SIZE)
+    assert built == ["meta", "meta"]  # the checkpoint filter's probe and the model itself
+    x = torch.randn(2, 3, 28, 28)
+    with torch.no_grad():
+        assert torch.equal(ancestry.model(x), model(x))
+
+
 @pytest.mark.parametrize("name", ["eva02_base_patch14_224", "eva02_base_patch16_clip_224"])
 def test_an_unfused_eva_checkpoint_loads_fused_and_computes_the_same(name, tmp_path):
     """EVA-02 B/L keep q, k, v apart; loaded as an ancestry they are fused (one layout for every method),

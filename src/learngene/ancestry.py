@@ -105,11 +105,29 @@ def build_model_lazily(create: Callable[..., nn.Module], state: StateDict, sourc
     state = _fitting_state(model, state, source, name)
     if set(state) == set(model.state_dict()):
         model.load_state_dict(state, strict=True, assign=True)
+        _compute_buffers(model)
         if not any(t.is_meta for t in itertools.chain(model.parameters(), model.buffers())):
             return model
     model = create()
     model.load_state_dict(state, strict=False)
     return model
+
+
+def _compute_buffers(model: nn.Module) -> None:
+    """Fill the buffers no checkpoint holds (an Eva's RoPE tables, its zero k bias) where timm can compute them
+    (``init_non_persistent_buffers``), so a model of such buffers needs no second, randomly initialized copy of
+    its weights; a module whose buffers timm cannot recompute keeps them on ``meta`` (the caller falls back)."""
+    import torch
+    from timm.models._manipulate import reinit_non_persistent_buffers
+
+    owners = [m for m in model.modules() if any(b is not None and b.is_meta for b in m._buffers.values())]
+    if not owners or not all(hasattr(m, "init_non_persistent_buffers") for m in owners):
+        return
+    for module in owners:
+        for key, buffer in module._buffers.items():
+            if buffer is not None and buffer.is_meta:
+                module._buffers[key] = torch.empty_like(buffer, device="cpu")
+    reinit_non_persistent_buffers(model)
 
 
 def checkpoint_filter(arch: str) -> Callable[[StateDict, nn.Module], StateDict]:
