@@ -19,6 +19,8 @@ def _titles(monkeypatch, plot, rows, tmp_path):
 
     def finish(fig, axes, title, path):
         seen["title"], seen["panels"] = title, [ax.get_title() for ax in axes]
+        seen["legends"] = [ax.get_legend_handles_labels()[1] for ax in axes]
+        seen["xlim"] = [ax.get_xlim() for ax in axes]
         import matplotlib.pyplot as plt
         plt.close(fig)
 
@@ -42,8 +44,13 @@ def test_identical_methods_are_named_not_hidden(plot, monkeypatch, tmp_path):
     # at the ancestry's width weight_selection copies the ancestry: the same accuracies as pretrained
     rows = [_row("pretrained", "S", 0, [0.5, 0.6]), _row("weight_selection", "S", 0, [0.5, 0.6]),
             _row("pretrained", "T", 0, [0.3, 0.4]), _row("weight_selection", "T", 0, [0.3, 0.45])]
-    _, panels = _titles(monkeypatch, plot, rows, tmp_path)
-    assert panels == ["S\nweight_selection = pretrained", "T"]
+    seen = {}
+    monkeypatch.setattr(report, "_finish", lambda fig, axes, title, path: seen.update(
+        legends=[ax.get_legend_handles_labels()[1] for ax in axes], panels=[ax.get_title() for ax in axes]))
+    plot(rows, "t", tmp_path / "p.png")
+    assert seen["panels"] == ["S", "T"]
+    # named together in the legend where their results are the same, apart where they differ
+    assert seen["legends"] == [["pretrained = weight_selection"], ["pretrained", "weight_selection"]]
     note = report.identical_note(rows, "t")
     assert "weight_selection = pretrained at S" in note and " at T" not in note
 
@@ -51,3 +58,13 @@ def test_identical_methods_are_named_not_hidden(plot, monkeypatch, tmp_path):
 def test_different_seeds_with_equal_accuracies_are_not_identical():
     rows = [_row("a", "S", 0, [0.5]), _row("b", "S", 1, [0.5])]
     assert report.identical_note(rows, "t") == ""
+
+
+def test_the_log_axis_of_stored_parameters_starts_near_the_data(monkeypatch, tmp_path):
+    rows = [Row(method=m, task="t", size="S", depth=1, embed_dim=8, num_heads=1, seed=0, stored_params=n, accs=[0.5])
+            for m, n in (("scratch", 0), ("a", 52_000), ("b", 310_000))]
+    seen = {}
+    monkeypatch.setattr(report, "_finish", lambda fig, axes, title, path: seen.update(xlim=axes[0].get_xlim()))
+    report.plot_stored(rows, "t", tmp_path / "p.png")
+    low, high = seen["xlim"]
+    assert -2_000 <= low < 0 and 310_000 < high <= 1_000_000  # 0 at the left, then the decades of the genes: 1e4..

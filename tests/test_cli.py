@@ -120,3 +120,23 @@ def test_every_flag_has_help_text():
             if action.default == 0 and type(action.default) is int and "seed" not in action.dest]
     assert not zero, f"integer defaults of 0 (say auto or give the value): {zero}"
     assert "(default: auto, once per epoch)" in " ".join(sub.choices["train"].format_help().split())
+
+
+def test_help_and_argument_errors_import_no_torch():
+    """`learngene --help`, `SUB --help` and a usage error answer without loading torch (benchmarks/cli_startup.py
+    times them); the parser module itself imports no torch either."""
+    probe = ("import sys\nfrom learngene.cli import main\nfrom learngene.cli.parser import build_parser\n"
+             "codes = [main(['--help']), main(['expand', '--help']), main(['condense', '--help']), main(['expand'])]\n"
+             "build_parser()\nprint(codes, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert proc.stdout.strip().splitlines()[-1] == "[0, 0, 0, 2] False", proc.stdout[-500:] + proc.stderr[-500:]
+
+
+def test_the_package_names_load_on_first_use():
+    """`import learngene` is light; its public names still resolve, and `learngene.train` stays the function even
+    after the module learngene.train is imported."""
+    probe = ("import sys, learngene\nassert 'torch' not in sys.modules\nimport learngene.train\n"
+             "from learngene import train, ViTSpec, list_methods\n"
+             "print(callable(train) and train.__module__ == 'learngene.train', 'tleg' in list_methods())")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert proc.stdout.strip() == "True True", proc.stdout[-500:] + proc.stderr[-500:]

@@ -268,6 +268,14 @@ def test_expand_writes_a_hub_folder_timm_and_transformers_load(tmp_path, capsys)
     assert "crop_pct 0.9, crop_mode center" in card and "**licence**: unknown" in card
     assert "**classifier head**: the ancestry's, carried by the gene" in card
     assert "AutoModelForImageClassification.from_pretrained" in card
+    # and inspect reads it: config, the model it builds, preprocessing, the card's facts
+    capsys.readouterr()
+    assert main(["inspect", str(out), "--tensors"]) == 0
+    shown = capsys.readouterr().out
+    for fact in ("timm hub folder, architecture vit_tiny_patch16_224", "spec:    L2-D16-H1", "7,850 params",
+                 "input:   1x28x28", "card:    method: weight_selection", "card:    learngene: `gene.safetensors`",
+                 "blocks.1.attn.qkv.weight"):
+        assert fact in shown, (fact, shown)
     transformers = pytest.importorskip("transformers")
     wrapped = transformers.AutoModelForImageClassification.from_pretrained(out).eval()
     x = _image(channels=1)
@@ -320,7 +328,9 @@ def test_hub_folder_is_refused_when_present_and_never_half_written(tmp_path, mon
     (out / "keep").write_text("x")
     args = ["expand", str(gene), "--out", str(out), "--quiet"]
     assert main(args) == 2 and "--overwrite" in capsys.readouterr().err
-    assert main([*args, "--overwrite"]) == 0 and not (out / "keep").exists()
+    # --overwrite replaces learngene's three files and never a file of the user's (issue 20)
+    assert main([*args, "--overwrite"]) == 0 and (out / "keep").read_text() == "x"
+    assert sorted(os.listdir(out)) == ["README.md", "config.json", "keep", "model.safetensors"]
 
     def fail(*a, **k):
         raise RuntimeError("disk full")
@@ -397,3 +407,27 @@ def test_cli_hf_folder_to_hub_folder_keeps_its_preprocessing(tmp_path, transform
     cfg = json.loads((out / "config.json").read_text())["pretrained_cfg"]
     assert cfg["mean"] == [0.1, 0.2, 0.3] and cfg["std"] == [0.4, 0.5, 0.6]
     assert timm.create_model(f"local-dir:{out}", pretrained=True).embed_dim == 16
+
+
+def test_a_fine_tuned_export_records_its_data_ancestry_and_training(tmp_path):
+    """The README's Python example: the card says fine-tuned, names the ancestry, and the config holds the
+    normalization of the data the model was trained on (not the architecture's defaults)."""
+    from learngene.data import preprocessing_cfg
+    from learngene.export import export_hub_folder
+    from learngene.spec import ViTSpec
+    from tests.conftest import make_images
+
+    spec = ViTSpec(depth=1, embed_dim=16, num_heads=1, img_size=16, patch_size=4, in_chans=1, num_classes=4)
+    data = make_images(8)  # normalized with mean 0.3, std 0.3
+    card = {"method": "pretrained", "gene": "gene.safetensors", "ancestry": "L2-D32-H2",
+            "fine-tuned": "1 epoch on toy, test accuracy 0.250"}
+    export_hub_folder(tmp_path / "tuned", spec.create_model(), spec, card, data_config=preprocessing_cfg(data))
+    config = json.loads((tmp_path / "tuned" / "config.json").read_text())
+    assert config["pretrained_cfg"]["mean"] == [0.3] and config["pretrained_cfg"]["std"] == [0.3]
+    text = (tmp_path / "tuned" / "README.md").read_text()
+    assert "(pretrained), fine-tuned" in text and "then fine-tuned (1 epoch on toy" in text
+    assert "**ancestry**: L2-D32-H2" in text and "defaults" not in text
+    export_hub_folder(tmp_path / "plain", spec.create_model(), spec, {"method": "pretrained"})
+    plain = (tmp_path / "plain" / "README.md").read_text()
+    assert "has not been trained after expansion" in plain and "**ancestry**: not recorded" in plain
+    assert "timm's defaults for the architecture" in plain

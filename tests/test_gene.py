@@ -12,7 +12,7 @@ from learngene.registry import get_method, list_methods
 
 
 def _gene(tiny_spec) -> Learngene:
-    return Learngene(method="pretrained", tensors={"blocks.0.norm1.weight": torch.randn(32), "x": torch.randn(3, 4)},
+    return Learngene(method="pretrained", tensors={"blocks.0.norm1.weight": torch.randn(32), "blocks.0.norm1.bias": torch.randn(32)},
                      config={"variant": "last"}, layout=tiny_spec.replace(depth=1), ancestry=tiny_spec,
                      cost={"steps": 7, "seconds": 1.5})
 
@@ -26,7 +26,7 @@ def test_save_load_round_trip_is_exact(tmp_path, tiny_spec):
     assert (back.method, back.config, back.layout, back.ancestry, back.cost) == \
            (gene.method, gene.config, gene.layout, gene.ancestry, gene.cost)
     assert back.created == gene.created and back.library_version == gene.library_version
-    assert back.num_stored_params == 32 + 12
+    assert back.num_stored_params == 32 + 32
 
 
 def test_save_is_atomic_and_respects_overwrite(tmp_path, tiny_spec):
@@ -43,11 +43,11 @@ def test_a_plain_safetensors_file_is_not_a_gene(tmp_path):
         Learngene.load(tmp_path / "w.safetensors")
 
 
-def _with_header(tmp_path, **changes):
+def _with_header(tmp_path, tensors=None, **changes):
     meta = {"format": "learngene", "format_version": "1", "method": "scratch", "config": "{}", "ancestry": "null",
             "cost": "{}", **changes}
     path = tmp_path / "h.safetensors"
-    save_file({"w": torch.zeros(2)}, str(path), metadata=meta)
+    save_file(tensors or {"w": torch.zeros(2)}, str(path), metadata=meta)
     return path
 
 
@@ -66,7 +66,8 @@ def test_unknown_method_newer_version_and_bad_header_fail_clearly(tmp_path, tiny
 
 def test_format_v1_layout_is_read_from_its_ancestry_or_trained_spec(tmp_path, tiny_spec):
     """v1 kept the layout in ``ancestry`` (weight pickers) or ``config["trained_spec"]`` (aux-net methods)."""
-    picker = Learngene.load(_with_header(tmp_path, method="pretrained", ancestry=tiny_spec.to_json()))
+    norm = {"blocks.0.norm1.weight": torch.ones(tiny_spec.embed_dim)}  # a tensor the method uses
+    picker = Learngene.load(_with_header(tmp_path, norm, method="pretrained", ancestry=tiny_spec.to_json()))
     assert picker.layout == picker.ancestry == tiny_spec
     aux = tiny_spec.replace(depth=3, embed_dim=16)
     config = json.dumps({"layers": "all", "trained_spec": aux.to_dict()})

@@ -22,3 +22,22 @@ def test_a_bar_in_a_file_writes_whole_lines_rarely(monkeypatch):
     lines = out.getvalue().splitlines()
     assert "\r" not in out.getvalue()
     assert 1 <= len(lines) <= 3 and lines[-1].startswith("work: 100%"), lines
+
+
+def test_a_bar_in_a_file_writes_a_line_while_it_waits(monkeypatch):
+    """Inside one long stage the bar does not move; its line still comes once an interval (here 0.2 s)."""
+    import time
+
+    from learngene import progress
+
+    out = _File()
+    monkeypatch.setattr(sys, "stderr", out)
+    monkeypatch.setattr(progress, "LINE_INTERVAL", 0.2)
+    bar = progress_bar(total=3, desc="stage")
+    time.sleep(1.3)  # no update at all: one long step
+    lines = out.getvalue().splitlines()
+    assert 4 <= len(lines) <= 8 and all(line.startswith("stage:   0%") for line in lines), lines
+    bar.close()
+    closed = len(out.getvalue().splitlines())
+    time.sleep(0.4)
+    assert len(out.getvalue().splitlines()) == closed, "the heartbeat stops with its bar"

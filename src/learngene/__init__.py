@@ -6,21 +6,57 @@ in :mod:`~learngene.registry`), :mod:`~learngene.gene` (the learngene file),
 :mod:`~learngene.transfer` (the rules that move tensors between sizes), :mod:`~learngene.auxnet`
 (condensing through an aux net), :mod:`~learngene.descendant` (the models a gene becomes) and
 :mod:`~learngene.train` (the one training loop).
+
+The names below are imported on first use (PEP 562), so that ``import learngene.cli`` and
+``learngene --help`` do not pay for torch.
 """
 
-from . import methods  # noqa: E402,F401  (importing the methods registers them)
-from ._version import __version__  # noqa: E402
-from .ancestry import load_ancestry  # noqa: E402
-from .descendant import GeneNet, fit_gene_to_budget, make_descendant  # noqa: E402
-from .errors import LearngeneError  # noqa: E402
-from .gene import Learngene  # noqa: E402
-from .method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper  # noqa: E402
-from .registry import get_method, list_methods, register_method  # noqa: E402
-from .spec import PRESETS, ViTSpec, get_preset  # noqa: E402
-from .train import TrainConfig, evaluate, train  # noqa: E402
+from __future__ import annotations
 
-__all__ = [
-    "__version__", "AdaptInputs", "Ancestry", "CondenseInputs", "GeneNet", "Learngene", "LearngeneError", "Method",
-    "PRESETS", "Paper", "TrainConfig", "ViTSpec", "evaluate", "fit_gene_to_budget", "get_method", "get_preset",
-    "list_methods", "load_ancestry", "make_descendant", "register_method", "train",
-]
+import importlib
+import sys
+import types
+
+from ._version import __version__
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "AdaptInputs": "method", "Ancestry": "method", "CondenseInputs": "method", "Method": "method", "Paper": "method",
+    "GeneNet": "descendant", "fit_gene_to_budget": "descendant", "make_descendant": "descendant",
+    "LearngeneError": "errors", "Learngene": "gene", "load_ancestry": "ancestry",
+    "get_method": "registry", "list_methods": "registry", "register_method": "registry",
+    "PRESETS": "spec", "ViTSpec": "spec", "get_preset": "spec",
+    "TrainConfig": "train", "evaluate": "train", "train": "train",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+
+def _export(name: str):
+    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+
+
+class _Package(types.ModuleType):
+    """The package's module type: its public names load on first use."""
+
+    def __getattr__(self, name: str):
+        if name not in _EXPORTS:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = _export(name)
+        setattr(self, name, value)
+        return value
+
+    def __dir__(self):
+        return sorted({*super().__dir__(), *_EXPORTS})
+
+    # `learngene.train` is the training function; importing the module learngene.train must not rebind it
+    @property
+    def train(self):
+        return _export("train")
+
+    @train.setter
+    def train(self, module) -> None:
+        pass
+
+
+sys.modules[__name__].__class__ = _Package

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from .convert import is_model_folder, read_checkpoint
 from .errors import LearngeneError, SpecError
 from .eva import EVA_MODULE, fuse_qkv_projections, has_unfused_qkv
-from .io import load_model_file
+from .io import check_finite, load_model_file
 from .method import Ancestry
 from .model_spec import spec_from_model
 
@@ -50,6 +50,7 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, drop_h
     """
     if is_model_folder(path):
         ckpt = read_checkpoint(path, drop_head=drop_head)
+        check_finite(ckpt.state, path)
         arch = timm_model or ckpt.arch
         _require_timm_name(arch)
         model = build_timm_model(arch, {**ckpt.kwargs, **model_kwargs}, ckpt.state, str(path))
@@ -71,6 +72,8 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, drop_h
         if drop_head:
             state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
             model_kwargs["num_classes"] = 0
+        if Path(path).suffix == ".safetensors":  # torch checkpoints are checked as they load (load_weights)
+            check_finite(state, path)
         model = build_timm_model(timm_model, model_kwargs, state, str(path))
     try:
         return Ancestry(model.eval(), spec_from_model(model))
@@ -164,14 +167,16 @@ def _timm_model(name: str, kwargs: dict[str, Any]) -> nn.Module:
 
     try:
         return timm.create_model(name, pretrained=False, **kwargs)
-    except (TypeError, ValueError, AssertionError) as exc:
+    except (TypeError, ValueError, AssertionError, ZeroDivisionError) as exc:  # e.g. num_heads 0: timm divides by it
         shown = {k: v for k, v in kwargs.items() if k != "device"}
-        raise LearngeneError(f"cannot build timm model {name} with {shown}: {exc}") from None
+        raise LearngeneError(f"cannot build timm model {name} with {shown}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; "
+                             f"check the sizes in the model's config or the arguments") from None
 
 
 def _fitting_state(model: nn.Module, state: StateDict, path: str, name: str) -> StateDict:
     """``state`` without a classifier of the wrong size; any other difference from ``model`` is an error."""
-    own = {k: v.shape for k, v in model.state_dict().items()}
+    own_state = model.state_dict()
+    own = {k: v.shape for k, v in own_state.items()}
     head = {k for k in own if k.startswith(_classifier_prefixes(model))}
     state = {k: v for k, v in state.items() if not (k in head and own[k] != v.shape)}
     hint = "pick the matching --timm-model" if name else "create the file again with learngene"
@@ -179,6 +184,9 @@ def _fitting_state(model: nn.Module, state: StateDict, path: str, name: str) -> 
         if key in own and own[key] != value.shape:
             raise LearngeneError(f"{path}: {key} has shape {tuple(value.shape)} but timm {name or 'model'} needs "
                                  f"{tuple(own[key])}; {hint} or sizes")
+        if key in own and own_state[key].is_floating_point() and not value.is_floating_point():
+            raise LearngeneError(f"{path}: {key} holds {str(value.dtype).removeprefix('torch.')} values where timm "
+                                 f"{name or 'model'} has floating-point weights; use the model's real (float) weights")
     missing = [k for k in own if k not in state and k not in head]
     unexpected = [k for k in state if k not in own]
     if missing or unexpected:

@@ -8,6 +8,7 @@ the data, the history, the RNG states of every rank and the sums of the unfinish
 
 from __future__ import annotations
 
+import json
 import random
 import warnings
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from torch import Tensor, nn
 from . import distributed as dist
 from .data import Data
 from .errors import LearngeneError, TrainingError
-from .io import digest, nonfinite_tensor, quote, save_torch_atomic, torch_load_weights_only
+from .io import digest, nonfinite_tensor, quote, save_torch_atomic, torch_load_weights_only, write_text_atomic
 
 if TYPE_CHECKING:
     from .train import TrainConfig
@@ -54,10 +55,36 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+class NonFiniteError(TrainingError):
+    """The loss, the gradients or the weights became NaN or infinite: the run stops at that step."""
+
+
+# what a run stopped by a non-finite loss may change when it resumes (the stop is recorded in its log.jsonl)
+AFTER_NONFINITE = ("lr", "grad_clip")
+STOPPED_NONFINITE = "non-finite"
+
+
 def last_good(ckpt_path: Path | None) -> str:
     if ckpt_path is None or not ckpt_path.exists():
         return ""
-    return f"; the last good checkpoint is {quote(ckpt_path)} (rerun with --resume once fixed)"
+    return (f"; the last good checkpoint is {quote(ckpt_path)}: rerun with --resume and a lower --lr and/or a "
+            f"--grad-clip (only those two may change) to continue from it")
+
+
+def record_nonfinite_stop(run_dir: Path, message: str) -> None:
+    """Note in log.jsonl that the run stopped on a non-finite value, so that resuming it may change lr/clipping."""
+    log = run_dir / LOG
+    before = log.read_text() if log.exists() else ""
+    write_text_atomic(log, before + json.dumps({"stopped": STOPPED_NONFINITE, "why": message}) + "\n")
+
+
+def stopped_by_nonfinite(run_dir: Path) -> bool:
+    """Whether the run in ``run_dir`` last stopped on a non-finite loss (its log.jsonl ends with that record)."""
+    try:
+        lines = (run_dir / LOG).read_text().splitlines()
+        return bool(lines) and json.loads(lines[-1]).get("stopped") == STOPPED_NONFINITE
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
@@ -142,7 +169,7 @@ class RunState:
         }
         bad = nonfinite_tensor(state["model"])
         if bad is not None:  # never replace the last good checkpoint with one that cannot be resumed
-            raise TrainingError(f"weights became non-finite ({bad}) at step {self.global_step}; lower --lr or check "
+            raise NonFiniteError(f"weights became non-finite ({bad}) at step {self.global_step}; lower --lr or check "
                                 f"the data{last_good(path)}")
         save_torch_atomic(path, state)
 
@@ -152,8 +179,10 @@ class RunState:
         """Restore model, optimizer, schedule and this rank's RNG states from ``path``; the run's position.
         Refuses (one line) a checkpoint whose :func:`run_fingerprint` differs from this run's ``fingerprint``."""
         ckpt = load_checkpoint(path)
+        free = AFTER_NONFINITE if stopped_by_nonfinite(path.parent) else ()
         if "fingerprint" in ckpt:
-            changed = _differences(ckpt["fingerprint"], fingerprint)
+            changed = _differences({k: v for k, v in ckpt["fingerprint"].items() if k not in free},
+                                   {k: v for k, v in fingerprint.items() if k not in free})
         else:  # written before run fingerprints: only its training settings can be compared
             saved = ckpt.get("config", {})
             changed = _differences({k: v for k, v in saved.items() if k in cfg.RESUME_KEYS},
@@ -163,12 +192,20 @@ class RunState:
                               f"not its data, model or method; resume it only with the command that made it",
                               stacklevel=2)
         if changed:
+            may = ("after its stop on a non-finite loss only --lr and --grad-clip may change; " if free else
+                   "only a run stopped by a non-finite loss may change --lr or --grad-clip; ")
             raise LearngeneError(f"cannot resume {quote(path)}: the run differs from the checkpointed one: "
-                                 f"{'; '.join(changed[:3])}{'; ...' if len(changed) > 3 else ''}; use the same "
-                                 f"settings, or another --run-dir to start over")
+                                 f"{'; '.join(changed[:3])}{'; ...' if len(changed) > 3 else ''}; {may}use the same "
+                                 f"other settings, or another --run-dir to start over")
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
+        if free:  # the new peak lr replaces the saved one; the schedule goes on from the saved step
+            scheduler.base_lrs = [cfg.lr] * len(optimizer.param_groups)
+            for group in optimizer.param_groups:
+                group["initial_lr"] = cfg.lr
+            for group, factor in zip(optimizer.param_groups, scheduler.lr_lambdas):
+                group["lr"] = cfg.lr * factor(scheduler.last_epoch)
         per_rank = ckpt.get("rng_per_rank", [ckpt["rng"]])
         if dist.rank() < len(per_rank):  # a rank the saved run did not have keeps its fresh seed
             _set_rng_state(per_rank[dist.rank()])

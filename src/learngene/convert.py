@@ -80,6 +80,11 @@ def read_checkpoint(path: str | Path, lazy: bool = True, drop_head: bool = False
         raise GeneFormatError(f"{path / CONFIG} is not valid JSON ({str(exc)[:120]}); restore the model's config") from None
     if not isinstance(config, dict):
         raise GeneFormatError(f"{path / CONFIG} is not a JSON object; restore the model's config")
+    for key, kind, named in (("architecture", str, "a string"), ("model_type", str, "a string"),
+                             ("model_args", dict, "a JSON object")):
+        if key in config and not isinstance(config[key], kind):
+            raise GeneFormatError(f"{path / CONFIG}: {key} is {config[key]!r}, not {named}; check the model's config (use "
+                                  f"the folder as timm or transformers saved it)")
     weights = _weight_file(path)
     if "architecture" in config:
         return _read_timm_folder(path, config, load_weights(weights, lazy=lazy), drop_head)
@@ -296,9 +301,14 @@ def fuse_qkv(state: StateDict) -> StateDict:
         elif match.group(2) == "q":
             block, _, kind = match.groups()
             try:
-                out[f"{block}.qkv.{kind}"] = torch.cat([state[f"{block}.{part}.{kind}"] for part in "qkv"])
+                parts = [state[f"{block}.{part}.{kind}"] for part in "qkv"]
             except KeyError as exc:
                 raise GeneFormatError(f"the checkpoint has {key} but not {exc.args[0]}; it is incomplete") from None
+            if len({p.shape for p in parts}) != 1:
+                raise GeneFormatError(f"{block}'s query, key and value {kind}s have shapes "
+                                      f"{', '.join(str(tuple(p.shape)) for p in parts)}, which differ; check that "
+                                      f"the checkpoint is complete and matches its config")
+            out[f"{block}.qkv.{kind}"] = torch.cat(parts)
     return out
 
 

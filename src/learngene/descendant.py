@@ -70,11 +70,18 @@ def check_gene_fits_method(gene: Learngene, source: str | os.PathLike | None = N
     return method
 
 
-def check_expansion(method: Method, gene: Learngene, spec: ViTSpec, source: str | os.PathLike | None = None) -> list[str]:
+def check_expansion(method: Method, gene: Learngene, spec: ViTSpec, source: str | os.PathLike | None = None,
+                    judge_unused: bool = True) -> list[str]:
     """Expand ``gene`` to ``spec`` on ``meta`` and return the keys it gives; the method's own refusal of the size
-    passes through, tensors it cannot read or that come out in other shapes than ``spec``'s refuse the gene."""
+    passes through, tensors it cannot read or that come out in other shapes than ``spec``'s refuse the gene.
+
+    Expanded into its own layout (``spec == gene.layout``, with the gene's stored options: ``judge_unused``),
+    a gene must use every floating tensor it holds but its method's ``record_tensors``: one it never uses is
+    e.g. another method's tensor under this method's name, which would be dropped without a word.
+    """
+    used: set[str] = set()
     try:
-        state = expand_on_meta(method, gene, spec)
+        state = expand_on_meta(method, gene, spec, used)
     except LearngeneError:
         raise
     except Exception as exc:  # noqa: BLE001  tensors the method's code cannot read: missing, misnamed, misshapen
@@ -83,23 +90,56 @@ def check_expansion(method: Method, gene: Learngene, spec: ViTSpec, source: str 
         check_state_shapes(state, spec, "its tensors")
     except LearngeneError as exc:
         raise invalid_gene(gene, source, exc) from None
+    unused = sorted(k for k, t in gene.tensors.items() if t.is_floating_point() and k not in used
+                    and k not in type(method).record_tensors)
+    if judge_unused and spec == gene.layout and unused:
+        raise invalid_gene(gene, source, f"its expansion does not use {len(unused)} of its tensors, e.g. "
+                                         f"{unused[0]!r}: the header's method does not match its tensors")
     return list(state)
 
 
-def expand_on_meta(method: Method, gene: Learngene, spec: ViTSpec) -> dict[str, Tensor]:
+def expand_on_meta(method: Method, gene: Learngene, spec: ViTSpec, used: set[str] | None = None) -> dict[str, Tensor]:
     """``method.expand(gene, spec)`` on ``meta`` tensors: the shapes it gives, without allocating their memory.
 
     A method that must read the gene's values (e.g. Cluster-Learngene's centroids) is expanded for real.
+    ``used``, when given, receives the names of the gene's tensors the output depends on: expansion is
+    differentiable in them (:meth:`~learngene.method.Method.expand`), so on ``meta`` they are autograd leaves
+    and the output's graph reaches exactly those (no memory either way); expanded for real, all are counted.
     """
-    on_meta = dataclasses.replace(gene, tensors={k: v.to("meta") for k, v in gene.tensors.items()})
-    with torch.no_grad():
-        try:
-            return method.expand(on_meta, spec)
-        except (RuntimeError, NotImplementedError) as exc:
-            if "meta" not in str(exc):
-                raise
-            spec.require_memory()
-            return method.expand(gene, spec)
+    track = used is not None
+    leaves = {k: v.to("meta").requires_grad_(track and v.is_floating_point()) for k, v in gene.tensors.items()}
+    try:
+        with torch.set_grad_enabled(track):
+            state = method.expand(dataclasses.replace(gene, tensors=leaves), spec)
+    except (RuntimeError, NotImplementedError) as exc:
+        if "meta" not in str(exc):
+            raise
+        spec.require_memory()
+        with torch.no_grad():
+            state = method.expand(gene, spec)
+        if track:
+            used.update(gene.tensors)
+        return state
+    if track:
+        used.update(_graph_leaves(state, leaves))
+        state = {k: v.detach() for k, v in state.items()}
+    return state
+
+
+def _graph_leaves(state: dict[str, Tensor], leaves: dict[str, Tensor]) -> set[str]:
+    """Names of ``leaves`` that the tensors of ``state`` depend on (passed through, or through their graph)."""
+    reached = {id(t) for t in state.values()}
+    seen: set[int] = set()
+    stack = [t.grad_fn for t in state.values() if t.grad_fn is not None]
+    while stack:
+        fn = stack.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        if hasattr(fn, "variable"):  # AccumulateGrad: a leaf
+            reached.add(id(fn.variable))
+        stack.extend(next_fn for next_fn, _ in fn.next_functions)
+    return {k for k, v in leaves.items() if id(v) in reached}
 
 
 def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, top_up: str | None = None,
@@ -127,7 +167,7 @@ def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, top_up: str |
         options = {seed_option: seed, **options}
     method = gene_method(gene, source, **options)
     spec.require_memory()
-    check_expansion(method, gene, spec, source)  # before allocating
+    check_expansion(method, gene, spec, source, judge_unused=not set(options) - {seed_option})  # before allocating
     torch.manual_seed(seed)
     model = spec.create_model()
     with torch.no_grad():

@@ -1,4 +1,4 @@
-"""Human-readable summaries of learngene and model files (``learngene inspect``)."""
+"""Human-readable summaries of learngene and model files and of model folders (``learngene inspect``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 import os
 from pathlib import Path
 
+from .convert import CONFIG, is_model_folder
 from .descendant import load_gene
 from .errors import GeneFormatError
 from .gene import GENE_FORMAT, Learngene
@@ -32,6 +33,8 @@ def describe_preprocessing(pre: dict | None) -> str:
 
 
 def describe_file(path: str | os.PathLike, show_tensors: bool = False) -> str:
+    if is_model_folder(path):
+        return describe_folder(path, show_tensors)
     _, meta = read_safetensors(path)
     fmt = meta.get("format")
     size = Path(path).stat().st_size
@@ -48,6 +51,35 @@ def describe_file(path: str | os.PathLike, show_tensors: bool = False) -> str:
             lines += [f"    {k:40s} {tuple(v.shape)}" for k, v in state.items()]
         return "\n".join(lines)
     raise GeneFormatError(f"{quote(path)} is neither a learngene nor a learngene model file")
+
+
+def describe_folder(path: str | os.PathLike, show_tensors: bool = False) -> str:
+    """A timm hub folder (what ``learngene expand --out DIR/`` writes) or a transformers ViT/DeiT/DINOv2 folder: its
+    config, the model it builds (spec, parameters, FLOPs), its preprocessing, its model card's facts and tensors."""
+    from .ancestry import load_ancestry
+    from .data import preprocessing_cfg
+
+    path = Path(path)
+    config = json.loads((path / CONFIG).read_text())
+    ancestry = load_ancestry(path)  # checks the folder as condense would: config, weights, shapes, dtypes, values
+    kind = (f"timm hub folder, architecture {config['architecture']}" if "architecture" in config else
+            f"transformers {config.get('model_type')} folder")
+    files = ", ".join(f"{p.name} ({p.stat().st_size / 1e6:.2f} MB)" for p in sorted(path.iterdir()) if p.is_file())
+    lines = [f"{kind}: {path}", f"  files:   {files}"]
+    if ancestry.spec is not None:
+        lines.append(f"  spec:    {describe_spec(ancestry.spec)}")
+    else:
+        lines.append(f"  model:   {sum(p.numel() for p in ancestry.model.parameters()):,} params ({ancestry.unsupported})")
+    lines.append(f"  input:   {describe_preprocessing(preprocessing_cfg(ancestry.model))}")
+    if "model_args" in config:
+        lines.append(f"  config:  model_args {json.dumps(config['model_args'], sort_keys=True)}")
+    card = path / "README.md"
+    facts = [line[2:].replace("**", "") for line in card.read_text(errors="replace").splitlines()
+             if line.startswith("- **")] if card.is_file() else []
+    lines += [f"  card:    {fact}" for fact in facts] or ["  card:    none (no README.md with facts)"]
+    if show_tensors:
+        lines += [f"    {k:40s} {tuple(v.shape)}" for k, v in ancestry.model.state_dict().items()]
+    return "\n".join(lines)
 
 
 def describe_gene(gene: Learngene, file_size: int | None = None, show_tensors: bool = False) -> str:

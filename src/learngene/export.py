@@ -9,7 +9,9 @@ input size and normalization), ``model.safetensors`` (timm's own keys) and a ``R
 that names the method, the ancestry, the gene, the size, the parameter count and the citation.
 timm writes the config (``save_config_for_hf``), so it says exactly what timm will read back.
 
-The folder appears whole or not at all: it is written into a temporary folder beside it and renamed.
+A new folder appears whole or not at all: it is written into a temporary folder beside it and renamed.
+Over an existing folder (``overwrite``) only the three files learngene writes are replaced, each by an
+atomic rename; any other file the user keeps there is left alone.
 """
 
 from __future__ import annotations
@@ -53,17 +55,26 @@ def check_output_folder(path: str | os.PathLike, overwrite: bool = False) -> Pat
 
 @contextlib.contextmanager
 def atomic_folder(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
-    """Yield an empty temporary folder beside ``path``; on success it replaces ``path`` by a rename."""
+    """Yield an empty temporary folder beside ``path``; on success its files reach ``path``.
+
+    A new ``path`` is the temporary folder, renamed. An existing one (``overwrite``) keeps everything but
+    the files written here: each of those replaces its namesake by a rename (atomic per file), and
+    whatever else is in the folder (a user's own files) is never touched.
+    """
     path = check_output_folder(path, overwrite)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name[:TEMP_NAME_CHARS]}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700 folders; outputs get the usual permissions
         if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name[:TEMP_NAME_CHARS]}.", suffix=".old", dir=path.parent))
-            os.replace(path, old / path.name)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
+            written = {p.name for p in tmp.iterdir()}
+            names = [n for n in (WEIGHTS, CONFIG, CARD) if n in written] + sorted(written - {WEIGHTS, CONFIG, CARD})
+            for name in names:
+                if (path / name).is_dir() and not (path / name).is_symlink():
+                    raise LearngeneError(f"{quote(path / name)} is a folder, where learngene writes its {name}; move "
+                                         f"it away or choose another --out")
+            for name in names:  # the weights, then the config that describes them, then the card
+                os.replace(tmp / name, path / name)
         else:
             try:  # claim the name exclusively: of two writers racing for it, the second fails here
                 os.mkdir(path)
@@ -87,11 +98,13 @@ def export_hub_folder(path: str | os.PathLike, model: nn.Module, spec: ViTSpec, 
     """Write ``model`` (built from ``spec``) as timm's hub folder at ``path``, with a model card.
 
     Args:
-        card: what the model card names: ``method``, ``citation``, ``ancestry``, ``gene``, ``head`` (whether
-            the classifier is the ancestry's, fresh or fine-tuned), ``licence`` (the ancestry's, when
-            known; "unknown" otherwise), and any other ``key: value`` lines (e.g. ``provided tensors``).
+        card: what the model card names: ``method``, ``citation``, ``ancestry``, ``gene``, ``fine-tuned``
+            (what it was trained on after expansion; the card says it was not, without it), ``head`` (whether
+            the classifier is the ancestry's, fresh or fine-tuned), ``licence`` (the ancestry's, when known;
+            "unknown" otherwise), and any other ``key: value`` lines (e.g. ``provided tensors``).
         data_config: preprocessing for ``pretrained_cfg`` (``mean``, ``std``, ``interpolation``,
-            ``crop_pct``); the architecture's defaults where not given.
+            ``crop_pct``): give the data's the model was trained on (:func:`learngene.data.preprocessing_cfg`
+            of the dataset); without it the architecture's defaults are written, and the card says so.
     """
     from timm.models._hub import save_config_for_hf
 
@@ -111,7 +124,7 @@ def export_hub_folder(path: str | os.PathLike, model: nn.Module, spec: ViTSpec, 
         # timm reads the root's num_classes too
         config.get("model_args", {}).pop("num_classes", None)
         (tmp / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
-        (tmp / CARD).write_text(model_card(config, spec, card))
+        (tmp / CARD).write_text(model_card(config, spec, card, defaults_input=data_config is None))
     return path
 
 
@@ -128,14 +141,14 @@ def _channel_stats(model: nn.Module, in_chans: int) -> dict[str, tuple[float, ..
     return out
 
 
-def model_card(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any]) -> str:
+def model_card(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any], defaults_input: bool = False) -> str:
     """The README.md of a descendant: YAML front matter for the hub, then what it is and how to load it."""
     arch = config["architecture"]
     cfg = config["pretrained_cfg"]
     facts = {
-        "method": card.get("method", "?"),
-        "ancestry": card.get("ancestry", "?"),
-        "learngene": card.get("gene", "?"),
+        "method": card.get("method", "not recorded"),
+        "ancestry": card.get("ancestry", "not recorded"),
+        "learngene": card.get("gene", "not recorded"),
         "architecture": f"timm `{arch}`",
         "size": f"{spec.short()}: depth {spec.depth}, width {spec.embed_dim}, {spec.num_heads} heads, MLP ratio "
                 f"{spec.mlp_ratio:g}, {spec.img_size}x{spec.img_size} px input, patch {spec.patch_size}, "
@@ -143,15 +156,18 @@ def model_card(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any]) -> s
         "parameters": f"{spec.num_params:,}",
         "input": f"size {tuple(cfg.get('input_size', ()))}, mean {tuple(cfg.get('mean', ()))}, "
                  f"std {tuple(cfg.get('std', ()))}, interpolation {cfg.get('interpolation', '?')}, "
-                 f"crop_pct {cfg.get('crop_pct', '?')}, crop_mode {cfg.get('crop_mode', '?')}",
+                 f"crop_pct {cfg.get('crop_pct', '?')}, crop_mode {cfg.get('crop_mode', '?')}"
+                 + (" (timm's defaults for the architecture, not a dataset's)" if defaults_input else ""),
         "classifier head": card.get("head") or (HEADLESS if not spec.num_classes else "not recorded"),
         "licence": card.get("licence") or "unknown: no licence was recorded for the ancestry; its weights' terms apply",
         **{k: v for k, v in card.items() if k not in ("method", "ancestry", "gene", "citation", "head", "licence")},
     }
+    tuned = card.get("fine-tuned")
     lines = ["---", "library_name: timm", "tags:", "- image-classification", "- timm", "- learngene", "---", "",
-             f"# {arch}, initialized by learngene ({facts['method']})", "",
-             "A timm Vision Transformer whose weights were expanded from a learngene; it has not been trained "
-             "after expansion unless the lines below say so.", ""]
+             f"# {arch}, initialized by learngene ({facts['method']}){', fine-tuned' if tuned else ''}", "",
+             f"A timm Vision Transformer whose weights were expanded from a learngene, then fine-tuned ({tuned})."
+             if tuned else "A timm Vision Transformer whose weights were expanded from a learngene; it has not been "
+                           "trained after expansion.", ""]
     lines += [f"- **{key}**: {value}" for key, value in facts.items()]
     lines += ["", "## Load", "", "```python", "import timm", "",
               'model = timm.create_model("local-dir:PATH/TO/THIS/FOLDER", pretrained=True)', "",

@@ -63,6 +63,29 @@ class Learngene:
     library_version: str = field(default_factory=library_version)
     created: str = field(default_factory=now_iso)
 
+    def __post_init__(self) -> None:
+        """Each field holds what it names, so that a wrong value fails here, by name, not deep in an expansion."""
+        def refuse(name: str, wanted: str, value: Any) -> LearngeneError:
+            return LearngeneError(f"Learngene {name} is not {wanted}: got {type(value).__name__} {str(value)[:60]!r}; "
+                                  f"pass {wanted}")
+
+        if not isinstance(self.method, str):
+            raise refuse("method", "a method name (a string)", self.method)
+        if not isinstance(self.tensors, dict):
+            raise refuse("tensors", "a dict of names to torch tensors", self.tensors)
+        for name, value in self.tensors.items():
+            if not isinstance(name, str) or not isinstance(value, Tensor):
+                raise refuse(f"tensors[{name!r}]", "a torch tensor under a string name", value)
+        for name in ("config", "cost"):
+            if not isinstance(getattr(self, name), dict):
+                raise refuse(name, "a JSON object (a dict)", getattr(self, name))
+        for name in ("label_space", "preprocessing"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
+                raise refuse(name, "a JSON object (a dict) or None", getattr(self, name))
+        for name in ("layout", "ancestry"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), ViTSpec):
+                raise refuse(name, "a ViTSpec or None", getattr(self, name))
+
     @property
     def num_stored_params(self) -> int:
         """Parameters the gene stores (the papers' S-Params)."""

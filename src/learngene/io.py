@@ -21,6 +21,7 @@ import sys
 import tempfile
 import warnings
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -160,7 +161,19 @@ def _umask() -> int:
 
 # ---- run directories: one run at a time ---------------------------------------------------------------
 RUN_LOCK = ".lock"
-_held_locks: dict[Path, int] = {}
+
+
+@dataclass
+class _HeldRun:
+    """A locked run directory: the lock's descriptor, and what was there before this run (to undo a failed one)."""
+
+    fd: int
+    path: Path
+    created: bool  # this run made the directory
+    before: frozenset[str]  # names in it when it was locked
+
+
+_held_locks: dict[Path, _HeldRun] = {}
 
 
 def lock_run_dir(path: str | os.PathLike) -> Path:
@@ -175,6 +188,7 @@ def lock_run_dir(path: str | os.PathLike) -> Path:
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise LearngeneError(f"--run-dir {quote(path)} is a file, not a directory; give a directory path")
+    created = not path.exists()
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -182,9 +196,11 @@ def lock_run_dir(path: str | os.PathLike) -> Path:
     key = path.resolve()
     if key in _held_locks:
         return path
+    before = frozenset(os.listdir(path))
     try:
         fd = os.open(path / RUN_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
+        _undo_run_dir(_HeldRun(-1, path, created, before))
         raise LearngeneError(f"cannot write in the run directory: {os_error_message(exc, path)}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -192,14 +208,35 @@ def lock_run_dir(path: str | os.PathLike) -> Path:
         os.close(fd)
         raise LearngeneError(f"another learngene run is using the run directory {quote(path)}; wait for it to "
                              f"finish, or give another --run-dir") from None
-    _held_locks[key] = fd
+    _held_locks[key] = _HeldRun(fd, path, created, before)
     return path
 
 
-def release_run_dirs() -> None:
-    """Release every run-directory lock this process holds."""
+def release_run_dirs(failed: bool = False, resumable: str | None = None) -> None:
+    """Release every run-directory lock this process holds.
+
+    ``failed``: the command failed; a run directory that holds no ``resumable`` file (a checkpoint) is then
+    put back as it was: the files this run added (its log, its lock) are removed, and the directory too if
+    this run made it and it is left empty. A failed run writes nothing, as every other failed output.
+    """
     while _held_locks:
-        os.close(_held_locks.popitem()[1])  # closing the descriptor drops the flock
+        held = _held_locks.popitem()[1]
+        os.close(held.fd)  # closing the descriptor drops the flock
+        if failed and not (resumable and (held.path / resumable).exists()):
+            _undo_run_dir(held)
+
+
+def _undo_run_dir(held: _HeldRun) -> None:
+    try:
+        added = set(os.listdir(held.path)) - held.before
+    except OSError:
+        added = set()
+    for name in added:
+        with contextlib.suppress(OSError):
+            (held.path / name).unlink(missing_ok=True)
+    if held.created:
+        with contextlib.suppress(OSError):
+            held.path.rmdir()  # fails, and is left, when something else is in it
 
 
 def write_text_atomic(path: str | os.PathLike, text: str, overwrite: bool = True) -> None:
@@ -292,6 +329,9 @@ def mmap_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
 def _require_file(path: str | os.PathLike) -> Path:
     path = Path(path)
     if not path.exists():
+        if path.is_symlink():  # exists() follows links: a dangling link, or a loop of links
+            raise LearngeneError(f"{quote(path)} is a symbolic link that leads nowhere (dangling, or a loop of links); "
+                                 f"give the path of a real file")
         raise LearngeneError(f"{quote(path)} does not exist; check the path")
     if path.is_dir():
         raise LearngeneError(f"{quote(path)} is a directory; give the path of a file")
@@ -513,6 +553,10 @@ def model_preprocessing(path: str | os.PathLike) -> dict[str, Any] | None:
 def build_model(spec: ViTSpec, state: dict[str, Tensor], source: str = "state_dict") -> torch.nn.Module:
     """The timm model of ``spec`` with ``state`` loaded strictly (shapes checked with key names)."""
     check_state_shapes(state, spec, source, require_all=True)
+    odd = next((k for k, t in state.items() if not t.is_floating_point()), None)
+    if odd is not None:  # a timm ViT's weights are all floating point; load_state_dict would cast silently
+        raise GeneFormatError(f"{source}: {odd} holds {str(state[odd].dtype).removeprefix('torch.')} values where a "
+                              f"ViT has floating-point weights; use the model's real (float) weights")
     model = spec.create_model()
     model.load_state_dict(state, strict=True)
     return model

@@ -122,6 +122,9 @@ class Method:
             ancestry's own width (weight_selection: pretrained); benchmarks at that width leave it out.
         seed_option: the option that seeds what ``expand`` draws (e.g. mimetic's ``seed``), or None when
             expansion draws nothing; ``make_descendant`` sets it from the descendant's seed.
+        record_tensors: names of gene tensors kept for the record (``inspect``, plots) that ``expand`` never
+            reads; any other tensor ``expand`` does not use makes the gene invalid
+            (:func:`learngene.descendant.check_gene_fits_method`).
     """
 
     name: ClassVar[str]
@@ -135,6 +138,7 @@ class Method:
     distill_lambda: ClassVar[float] = 1.0
     same_as_at_ancestry_width: ClassVar[str | None] = None
     seed_option: ClassVar[str | None] = None
+    record_tensors: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: Any = None, **overrides: Any):
         base = config if config is not None else self.Config()

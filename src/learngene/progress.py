@@ -1,9 +1,12 @@
 """Progress bars that suit where the output goes: tqdm's live bar on a terminal; in a file or a pipe
-(``make demo > log``, CI) a plain line at most once a minute, each with the elapsed time and the ETA."""
+(``make demo > log``, CI) a plain line once a minute, each with the elapsed time and the ETA, also while
+the bar does not move (one long stage: a heartbeat thread writes the line then)."""
 
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -35,5 +38,19 @@ def progress_bar(**kwargs: Any) -> tqdm:
     """``tqdm(**kwargs)``, or, when stderr is not a terminal, the same bar as a line every LINE_INTERVAL s."""
     if on_terminal() or kwargs.get("disable"):
         return tqdm(**kwargs)
-    return tqdm(**{**kwargs, "file": _Lines(sys.stderr), "mininterval": LINE_INTERVAL, "maxinterval": LINE_INTERVAL,
-                   "dynamic_ncols": False, "ncols": 100})
+    bar = tqdm(**{**kwargs, "file": _Lines(sys.stderr), "mininterval": LINE_INTERVAL, "maxinterval": LINE_INTERVAL,
+                  "dynamic_ncols": False, "ncols": 100})
+    threading.Thread(target=_heartbeat, args=(bar, LINE_INTERVAL), daemon=True, name="progress-heartbeat").start()
+    return bar
+
+
+def _heartbeat(bar: tqdm, interval: float) -> None:
+    """Write ``bar``'s line when it has been silent for ``interval`` s (tqdm itself writes only on updates), until
+    it closes: a log shows a line a minute even inside one long step of the bar."""
+    written = bar.last_print_t  # when the bar last wrote its line (tqdm's own writes move last_print_t)
+    while not bar.disable:  # tqdm sets it on close
+        time.sleep(min(interval / 4, 5.0))
+        written = max(written, bar.last_print_t)
+        if not bar.disable and time.time() - written >= interval:
+            bar.refresh()  # takes tqdm's own lock, as an update from the training thread does
+            written = time.time()

@@ -1,8 +1,9 @@
 """The method registry: names to :class:`~learngene.method.Method` classes.
 
-A leaf, as timm's ``models/_registry.py``: it imports no method. Methods register themselves with
-``@register_method`` when their module is imported, and importing :mod:`learngene` imports every
-method module (:mod:`learngene.methods`), so the registry is full wherever it can be reached.
+A leaf, as timm's ``models/_registry.py``: it imports no method at import time. Methods register
+themselves with ``@register_method`` when their module is imported; :func:`get_method` and
+:func:`list_methods` import the built-in ones (:mod:`learngene.methods`) on first use, so the registry is
+full wherever it is read.
 """
 
 from __future__ import annotations
@@ -25,8 +26,14 @@ def register_method(cls: type["Method"]) -> type["Method"]:
     return cls
 
 
+def _load_builtin_methods() -> None:
+    from . import methods  # noqa: F401  (importing the method modules registers them)
+
+
 def get_method(name: str) -> type["Method"]:
     """The method class registered as ``name``; one-line error for a name this version does not know."""
+    if name not in _METHODS:
+        _load_builtin_methods()
     try:
         return _METHODS[name]
     except KeyError:
@@ -35,4 +42,5 @@ def get_method(name: str) -> type["Method"]:
 
 
 def list_methods() -> list[str]:
+    _load_builtin_methods()
     return sorted(_METHODS)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from .errors import SpecError
+from .validate import check_fields
 from .timm_keys import HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, WIDTH, WIDTH_IN, family_axes
 
 # FLOP convention: a multiply-add is 2 FLOPs, and only the matmuls and convolutions count (patch
@@ -41,6 +42,15 @@ MODEL_CLASSES = ("vit", "eva")  # timm's VisionTransformer; timm's Eva (learngen
 SIZE_LIMITS = {"depth": 4096, "embed_dim": 65536, "num_heads": 65536, "mlp_ratio": 64, "img_size": 16384,
                "patch_size": 16384, "in_chans": 1024, "num_classes": 10_000_000}
 MAX_TOKENS = 2**16 + 1  # a 256 x 256 patch grid and a class token
+
+
+def training_activation_bytes(tokens: int, width: int, heads: int, hidden: int, depth: int, batch: int,
+                              bytes_per_value: int = 4) -> int:
+    """At least what a training step keeps for backward: per block and image, the block's input, q/k/v and the
+    attention output (4·N·D values), the MLP's hidden activations (N·hidden) and one N×N attention map per head.
+    A lower bound (norms, GELU inputs and the optimizer come on top), so that a size it refuses cannot fit."""
+    per_block = tokens * (4 * width + hidden) + heads * tokens * tokens
+    return bytes_per_value * batch * depth * per_block
 
 
 def available_memory() -> int | None:
@@ -125,6 +135,7 @@ class ViTFamily:
     rope: bool = False
 
     def __post_init__(self) -> None:
+        check_fields(self, "the spec's family field", "give a value of that type", SpecError)
         if self.global_pool not in POOLS:
             raise SpecError(f"global_pool must be one of {', '.join(POOLS)}, got {self.global_pool!r}")
         if self.global_pool == "token" and not self.class_token:
@@ -432,6 +443,12 @@ class ViTSpec:
         heads = 1 + int(self.family.distilled)
         return FLOPS_PER_MULTIPLY_ADD * (patch + self.depth * (attn + mlp) + pool + heads * D * C)
 
+    def activation_bytes(self, batch: int, bytes_per_value: int = 4) -> int:
+        """A lower bound of what one training step of ``batch`` images keeps for backward (see
+        :func:`training_activation_bytes`)."""
+        return training_activation_bytes(self.num_tokens, self.embed_dim, self.num_heads, self.mlp_hidden, self.depth,
+                                         batch, bytes_per_value)
+
     def require_memory(self, copies: int = 1) -> None:
         """Refuse, before allocating, a size whose fp32 parameters (× ``copies``) exceed the free memory."""
         free = available_memory()
@@ -457,10 +474,16 @@ class ViTSpec:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ViTSpec":
         """Read a spec; family fields may also sit at the top level (specs written before families did)."""
+        if not isinstance(data, dict):
+            raise SpecError(f"a spec must be a JSON object of fields (depth, embed_dim, ...), got "
+                            f"{type(data).__name__} {str(data)[:60]}; give an object such as {{\"depth\": 6}}")
         data = dict(data)
         family = data.pop("family", None) or {}
         if isinstance(family, ViTFamily):
             family = dataclasses.asdict(family)
+        if not isinstance(family, dict):
+            raise SpecError(f"the spec's family must be a JSON object of fields (class_token, global_pool, ...), got "
+                            f"{family!r}; give an object or leave it out")
         family = {**family, **{k: data.pop(k) for k in list(data) if k in FAMILY_FIELDS}}
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = (set(data) - known) | {f"family.{k}" for k in set(family) - set(FAMILY_FIELDS)}

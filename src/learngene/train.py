@@ -30,10 +30,12 @@ from . import distributed as dist
 from .checkpoint import (  # noqa: F401  (CHECKPOINT, LOG, load_checkpoint, run_fingerprint: re-exported)
     CHECKPOINT,
     LOG,
+    NonFiniteError,
     RunState,
     last_good,
     load_checkpoint,
     open_run,
+    record_nonfinite_stop,
     run_fingerprint,
     zero_sums,
 )
@@ -41,8 +43,8 @@ from .data import Batch, Batches, BatchMixer, Data, take
 from .errors import DataError, LearngeneError, TrainingError
 from .io import write_text_atomic
 from .progress import progress_bar
+from .spec import available_memory, training_activation_bytes
 from .validate import check_fields
-
 
 
 # ---- stopping on SIGINT / SIGTERM at a step boundary ---------------------------------------------------
@@ -286,6 +288,29 @@ def predict_logits(model: nn.Module, data: Data, batch_size: int = 512, device: 
     return torch.cat(out)
 
 
+def require_activation_memory(model: nn.Module, cfg: TrainConfig, device: torch.device) -> None:
+    """Refuse, before the first step allocates it, a batch whose activations cannot fit in the device's free memory
+    (:func:`learngene.spec.training_activation_bytes`, a lower bound); a model of unknown layout is not checked."""
+    vit = getattr(model, "skeleton", model)
+    try:
+        block = vit.blocks[0]
+        tokens = vit.patch_embed.num_patches + getattr(vit, "num_prefix_tokens", 1)
+        sizes = (tokens, vit.embed_dim, block.attn.num_heads, block.mlp.fc1.out_features, len(vit.blocks))
+    except (AttributeError, IndexError, TypeError):
+        return
+    per_rank = math.ceil(cfg.batch_size / dist.world_size())
+    need = training_activation_bytes(*sizes, per_rank, 2 if device.type == "cuda" else 4)  # bf16 autocast on CUDA
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        free = available_memory()
+    if free is not None and need > free:
+        raise LearngeneError(f"a training step of {per_rank} images of {sizes[0]:,} tokens through {sizes[4]} blocks of "
+                             f"width {sizes[1]} needs at least {need / 2**30:,.1f} GiB for its activations, but "
+                             f"{device.type} has {free / 2**30:,.1f} GiB free; choose a smaller --batch-size or "
+                             f"--img-size (or a larger --patch-size)")
+
+
 def check_data_fits(model: nn.Module, data: Data) -> None:
     """Fail with one line if ``data``'s images or labels do not fit ``model``'s input and head.
 
@@ -342,13 +367,13 @@ def optimizer_step(loss: Tensor, model: nn.Module, optimizer: torch.optim.Optimi
     # every rank must learn of it, or the others would wait for this one in backward forever
     if (dist.count_true(not finite, loss.device) if dist.is_distributed() else not finite):
         value = loss.item() if not finite else "non-finite on another process"
-        raise TrainingError(f"loss became {value} {where}; lower --lr or check the data{last_good(ckpt_path)}")
+        raise NonFiniteError(f"loss became {value} {where}; lower --lr or check the data{last_good(ckpt_path)}")
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if cfg.grad_clip:
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         if not torch.isfinite(grad_norm):  # the same on every rank: DDP has already averaged the gradients
-            raise TrainingError(f"gradients became {grad_norm.item()} {where}; lower --lr or check the "
+            raise NonFiniteError(f"gradients became {grad_norm.item()} {where}; lower --lr or check the "
                                 f"data{last_good(ckpt_path)}")
     optimizer.step()
     scheduler.step()
@@ -380,6 +405,10 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
         if stopped and _running_loops[0] == 1:  # the signal came after the last step: the run is saved
             raise RunInterrupted(_pending_stop[0], result.steps, Path(run_dir) / CHECKPOINT if run_dir else None)
         return result
+    except NonFiniteError as exc:
+        if run_dir is not None and dist.is_main() and (Path(run_dir) / CHECKPOINT).exists():
+            record_nonfinite_stop(Path(run_dir), str(exc))
+        raise
     finally:
         _running_loops[0] -= 1
         if not _running_loops[0]:
@@ -395,6 +424,7 @@ def _prepare(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Da
         eval_data = take(eval_data, cfg.eval_images)
     if cfg.distill_lambda > 0 and teacher is None and train_data.soft_targets is None:
         raise LearngeneError("distillation (λ > 0) needs a teacher or cached teacher logits")
+    require_activation_memory(model, cfg, device)
     model.to(device)
     set_fused_attention(model, cfg.sdpa)
     if teacher is not None:

@@ -21,7 +21,7 @@ from .errors import LearngeneError
 MAX_INT = 2**63 - 1
 
 
-def check_fields(obj: Any, what: str, fix: str) -> None:
+def check_fields(obj: Any, what: str, fix: str, error: type[LearngeneError] = LearngeneError) -> None:
     """Raise :class:`LearngeneError` if a field of dataclass ``obj`` does not hold a value of its declared type.
 
     ``what`` names the owner in the message (e.g. ``"peg option"``), ``fix`` says what to do. Ints must be
@@ -33,7 +33,7 @@ def check_fields(obj: Any, what: str, fix: str) -> None:
         value = getattr(obj, f.name)
         expected = _mismatch(value, hints.get(f.name, Any))
         if expected:
-            raise LearngeneError(f"{what} {f.name} must be {expected}, got {value!r}; {fix}")
+            raise error(f"{what} {f.name} must be {expected}, got {value!r}; {fix}")
 
 
 def option(default: Any, *, at_least: float | None = None, at_most: float | None = None, above: float | None = None,

@@ -90,8 +90,12 @@ def _same_results(groups: dict[tuple[str, str], list[Row]], labels: list[str], s
     return out
 
 
-def _panel_title(size: str, same: dict[str, str]) -> str:
-    return "\n".join([size, *(f"{label} = {other}" for label, other in same.items())])
+def _named_together(label: str, same: dict[str, str]) -> str | None:
+    """The legend entry of ``label`` in a panel: None when it equals an earlier method there (drawn once, as that
+    one), else its name joined to every method with the same results, e.g. ``pretrained = weight_selection``."""
+    if label in same:
+        return None
+    return " = ".join([label, *(other for other, first in same.items() if first == label)])
 
 
 # ---- the 2-std marks ------------------------------------------------------------------------------------
@@ -256,14 +260,13 @@ def plot_curves(rows: list[Row], task: str, path: Path) -> None:
     for ax, size in zip(axes, sizes):
         same = _same_results(groups, labels, size)
         for label in labels:
-            group = groups.get((label, size))
-            if not group:
+            group, named = groups.get((label, size)), _named_together(label, same)
+            if not group or named is None:
                 continue
             mean, std = mean_curve(group)
             x = group[0].epochs[:len(mean)]
             y, s = [100 * m for m in mean], [100 * v for v in std]
-            ax.plot(x, y, "--" if " ×" in label else "-", ms=8 if label in same else 4,
-                    mfc="none" if label in same else None, label=label, **styles[label])
+            ax.plot(x, y, "--" if " ×" in label else "-", ms=4, label=named, **styles[label])
             ax.fill_between(x, [a - b for a, b in zip(y, s)], [a + b for a, b in zip(y, s)],
                             color=styles[label]["color"], alpha=0.12, lw=0)
         if log_x:
@@ -273,7 +276,7 @@ def plot_curves(rows: list[Row], task: str, path: Path) -> None:
             ax.xaxis.set_major_formatter(ScalarFormatter())
         else:
             ax.xaxis.set_major_locator(FixedLocator(list(range(1, longest + 1))))
-        ax.set_title(_panel_title(size, same), fontsize=9)
+        ax.set_title(size, fontsize=9)
         ax.set_xlabel("fine-tuning epoch" + (" (log scale)" if log_x else ""))
         ax.set_ylabel("top-1 accuracy (%)")
         ax.grid(alpha=0.3)
@@ -287,19 +290,22 @@ def plot_stored(rows: list[Row], task: str, path: Path) -> None:
     styles = _styles(labels)
     fig, axes = _subplots(len(sizes))
     most = max((r.stored_params for r in rows), default=1)
+    # the log part starts at the decade of the smallest gene that stores anything; 0 (scratch, mimetic) sits left
+    stored = [r.stored_params for r in rows if r.stored_params > 0]
+    linthresh = 10 ** math.floor(math.log10(min(stored))) if stored else 100
     for ax, size in zip(axes, sizes):
         same = _same_results(groups, labels, size)
         for label in labels:
-            group = groups.get((label, size))
-            if not group:
+            group, named = groups.get((label, size)), _named_together(label, same)
+            if not group or named is None:
                 continue
             accs = [100 * g.acc for g in group]
             ax.errorbar([group[0].stored_params], [statistics.fmean(accs)],
-                        yerr=[statistics.stdev(accs)] if len(accs) > 1 else None, capsize=3, ms=11 if label in same else 7, ls="none",
-                        mfc="none", mew=1.5, label=label, **styles[label])
-        ax.set_xscale("symlog", linthresh=100, linscale=0.5)
-        ax.set_xlim(-20, 3 * max(most, 100))
-        ax.set_title(_panel_title(size, same), fontsize=9)
+                        yerr=[statistics.stdev(accs)] if len(accs) > 1 else None, capsize=3, ms=7, ls="none",
+                        mfc="none", mew=1.5, label=named, **styles[label])
+        ax.set_xscale("symlog", linthresh=linthresh, linscale=0.5)
+        ax.set_xlim(-0.2 * linthresh, 3 * max(most, linthresh))
+        ax.set_title(size, fontsize=9)
         ax.set_xlabel("parameters stored in the learngene")
         ax.set_ylabel("final top-1 accuracy (%)")
         ax.grid(alpha=0.3)

@@ -18,12 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import torch
-
-from ..data import write_image_folder
 from ..errors import LearngeneError
-from ..io import write_text_atomic
-from ..train import resolve_device
 
 
 @dataclass(frozen=True)
@@ -54,6 +49,12 @@ def run_smoke(profile: FolderSmoke, out: Path, run_command: Callable[[list[str]]
     ``run_command`` is the CLI's entry point (:func:`learngene.cli.main`, argv in, exit code out): the CLI
     that dispatches here passes itself, so this module does not import it back.
     """
+    # imported here, not at the top: the CLI's parser reads SMOKE_PROFILES without loading torch
+    import torch
+
+    from ..data import write_image_folder
+    from ..io import write_text_atomic
+    from ..train import resolve_device
 
     steps = max_steps or profile.max_steps
     out.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import math
 import os
+import pickle
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,6 +158,11 @@ def digits(split: str = "train", img_size: int = 28, test_fraction: float = 0.25
     return resize(data.subset(train_idx if split == "train" else test_idx), img_size)
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:160] if text else type(exc).__name__
+
+
 def torchvision_dataset(name: str, root: str | os.PathLike, split: str = "train", img_size: int | None = None) -> ImageData:
     """A torchvision dataset already on disk (``download=False``): CIFAR10, CIFAR100, MNIST, FashionMNIST, ..."""
     import torchvision.datasets as tvd
@@ -167,14 +173,26 @@ def torchvision_dataset(name: str, root: str | os.PathLike, split: str = "train"
     try:
         ds = cls(root=str(root), train=split == "train", download=False)
     except (RuntimeError, TypeError) as exc:
-        raise DataError(f"torchvision {name} not found under {root} ({str(exc).splitlines()[0]}); "
+        raise DataError(f"torchvision {name} not found under {root} ({_first_line(exc)}); "
                         f"download it there once on a machine with internet") from None
-    raw = torch.as_tensor(np.asarray(ds.data))
+    # torchvision's readers check little (MNIST's asserts, CIFAR's unpickled arrays): files that are not the
+    # dataset's fail in many ways, caught here as one
+    except (AssertionError, ValueError, IndexError, KeyError, EOFError, OSError, pickle.UnpicklingError) as exc:
+        raise DataError(f"torchvision {name} under {root} is unreadable ({_first_line(exc)}); replace its files with "
+                        f"the dataset's original download") from None
+    try:
+        raw = torch.as_tensor(np.asarray(ds.data))
+        targets = torch.as_tensor(ds.targets).long()
+        if raw.ndim not in (3, 4) or raw.dtype != torch.uint8 or len(targets) != len(raw):
+            raise ValueError(f"images of shape {tuple(raw.shape)} and dtype {raw.dtype}, {len(targets)} labels")
+    except (AttributeError, TypeError, ValueError, RuntimeError) as exc:
+        raise DataError(f"torchvision {name} under {root} does not hold images learngene can read ({_first_line(exc)}); "
+                        f"use a dataset of uint8 images with labels, e.g. CIFAR10 or MNIST") from None
     images = raw.unsqueeze(1) if raw.ndim == 3 else raw.permute(0, 3, 1, 2)
     scaled = images.float() / 255.0
     mean = tuple(scaled.mean(dim=(0, 2, 3)).tolist())
     std = tuple(scaled.std(dim=(0, 2, 3)).tolist())
-    data = ImageData(images.contiguous(), torch.as_tensor(ds.targets).long(), len(ds.classes), mean, std,
+    data = ImageData(images.contiguous(), targets, len(ds.classes), mean, std,
                      name=f"{name}-{split}", dataset=name, classes=tuple(map(str, ds.classes)))
     return resize(data, img_size or data.img_size)
 

@@ -225,6 +225,7 @@ class ClusterLearngene(Method):
                   2024)
     Config = ClusterConfig
     needs_data = True
+    record_tensors = (DISTANCE,)  # for inspect and the plot
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         """Distances on ``inputs.train`` (Eq. 4), DBSCAN per layer (Algorithm 1), the centroid heads kept."""

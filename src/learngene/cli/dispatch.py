@@ -1,0 +1,136 @@
+"""``learngene.cli.main``: parse, run the command's handler, and turn every input error into one line.
+
+Errors caused by input (missing files, impossible sizes, data that do not fit) print one line and exit
+with code 2; outputs are written atomically, so a failed run leaves no partial file. Torch and the
+library are imported only after the arguments parse, so ``--help`` and usage errors answer at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import shlex
+import signal
+import sys
+from typing import Sequence
+
+from ..errors import LearngeneError
+from .parser import EXIT_USAGE, build_parser
+
+# commands that write many files without rank-0 guards, or only print: refused under torchrun
+SINGLE_PROCESS = ("demo", "bench", "compare", "inspect", "methods")
+
+
+def handler(args: argparse.Namespace):
+    """The function a subcommand names as ``"module:function"`` (a module of :mod:`learngene.cli`)."""
+    module, _, name = args.handler.partition(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), name)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a one-line usage error already printed
+        return int(exc.code or 0)
+    args.command_line = shlex.join(["learngene", *argv])  # what reports name as the command that made them
+    from .. import distributed as dist
+    from ..io import os_error_message, release_run_dirs
+    from ..train import CHECKPOINT
+
+    finished = False
+    previous_handlers = _stop_on_signals()
+    try:
+        if dist.launched_distributed() and args.command in SINGLE_PROCESS:
+            raise LearngeneError("this command runs in one process (it writes many files); run it without torchrun")
+        dist.init_from_env()
+        handler(args)(args)
+        finished = True
+    except LearngeneError as exc:
+        return _fail(args, str(exc))
+    except OSError as exc:  # the place, not the program: a full or read-only disk, permissions, a name too long
+        if isinstance(exc, BrokenPipeError):  # output piped into e.g. `head`, which stopped reading
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush does not fail too
+            return 1
+        return _fail(args, os_error_message(exc))
+    except MemoryError:
+        return _fail(args, "out of memory; choose smaller sizes (--depth, --embed-dim, --img-size) or a smaller "
+                           "--batch-size")
+    except KeyboardInterrupt as exc:
+        print(f"learngene {args.command}: {_interruption_message(args, exc)}", file=sys.stderr)
+        return 143 if _signal_name(exc) == "SIGTERM" else 130
+    finally:
+        if previous_handlers is not None:
+            signal.signal(signal.SIGINT, previous_handlers[0])
+            signal.signal(signal.SIGTERM, previous_handlers[1])
+        release_run_dirs(failed=not finished, resumable=CHECKPOINT)
+        dist.destroy(sync=finished)
+    return 0
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM outside a training loop, handled like Ctrl-C (SIGINT)."""
+
+
+def _signal_name(exc: KeyboardInterrupt) -> str:
+    from ..train import RunInterrupted
+
+    if isinstance(exc, RunInterrupted):
+        return exc.signame
+    return "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+
+
+def _interruption_message(args: argparse.Namespace, exc: KeyboardInterrupt) -> str:
+    """One line: what stopped the run, what was saved, and the command that continues it."""
+    from ..io import quote
+    from ..train import RunInterrupted
+
+    said = f"stopped by {_signal_name(exc)}"
+    continues = ("rerun the same command with --resume to continue" if hasattr(args, "resume")
+                 else "rerun the same command to continue (finished stages are kept)")
+    if isinstance(exc, RunInterrupted):
+        if exc.checkpoint is not None:
+            return f"{said} after step {exc.step}; checkpoint written to {quote(exc.checkpoint)}; {continues}"
+        return f"{said} after step {exc.step}; nothing was saved (give --run-dir to make a run resumable)"
+    if getattr(args, "run_dir", None):
+        return f"{said} outside a training step; {continues} from the last checkpoint in {quote(args.run_dir)}"
+    return f"{said}; nothing was saved"
+
+
+def _stop_on_signals():
+    """SIGINT and SIGTERM: a running training loop finishes its step, checkpoints and stops (train.RunInterrupted);
+    anywhere else, or at a second signal, the command stops at once."""
+    from ..train import request_stop
+
+    def on_signal(signum, frame):
+        name = signal.Signals(signum).name
+        if not request_stop(name):
+            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    try:
+        previous_int = signal.signal(signal.SIGINT, on_signal)
+        previous_term = signal.signal(signal.SIGTERM, on_signal)
+        return previous_int, previous_term
+    except ValueError:  # not the main thread (e.g. main() called from a worker thread): leave signals alone
+        return None
+
+
+def _clear_progress_bars() -> None:
+    """Close the bars an error interrupted, so that the one-line error starts a line of its own."""
+    from tqdm import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
+
+
+def _fail(args: argparse.Namespace, message: str) -> int:
+    """Print the one-line error (a name holding a newline cannot split it) and give the usage exit code."""
+    from .. import distributed as dist
+
+    _clear_progress_bars()
+    where = f" (rank {dist.rank()})" if dist.is_distributed() else ""
+    one_line = message.replace("\r", "\\r").replace("\n", "\\n")
+    print(f"learngene {args.command}{where}: error: {one_line}", file=sys.stderr)
+    return EXIT_USAGE

@@ -1,0 +1,98 @@
+"""``learngene expand``: a learngene to a descendant timm ViT, as a model file or a timm hub folder."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from .. import distributed as dist
+from ..data import preprocessing_cfg
+from ..descendant import fit_gene_to_budget, make_descendant
+from ..errors import LearngeneError
+from ..export import check_output_folder, export_hub_folder, wants_folder
+from ..gene import Learngene
+from ..io import quote, save_model
+from ..labels import describe as describe_labels
+from ..method import citations, parse_options
+from ..registry import get_method
+from .making import head_label_space
+from .options import check_outputs, say, spec_from_args
+
+
+def cmd_expand(args: argparse.Namespace) -> None:
+    hub = wants_folder(args.out, args.format)
+    if hub:
+        check_output_folder(args.out, args.overwrite)
+    else:
+        check_outputs(args, [args.out], [args.gene])
+    gene = Learngene.load(args.gene)  # checked against its method where make_descendant expands it
+    method_cls = get_method(gene.method)
+    if gene.ancestry is None and not args.preset:
+        raise LearngeneError(f"{quote(args.gene)} records no ancestry size; give --preset and/or all size flags")
+    spec = spec_from_args(args, base=gene.ancestry)
+    options = parse_options(method_cls.Config, args.opt or [])
+    if args.max_params is not None or args.max_flops is not None:
+        spec = _fit_gene_to_budget(args, gene, spec, options)
+    model, provided = make_descendant(gene, spec, seed=args.seed, top_up=args.top_up, source=args.gene, return_keys=True,
+                                      **options)
+    if hub:
+        dist.on_main(lambda: _export_descendant(args, gene, model, spec, options, provided))
+    else:
+        dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
+            "kind": "descendant", "method": gene.method, "gene": str(args.gene), "options": options,
+            "provided_keys": len(provided), "top_up": args.top_up, "label_space": head_label_space(gene, provided)},
+            preprocessing=gene.preprocessing))
+    say(args, f"wrote {args.out}{' (timm hub folder)' if hub else ''}: {spec.short()} timm ViT ({spec.num_params:,} params), "
+              f"{len(provided)}/{len(spec.state_shapes())} tensors from the {gene.method} gene"
+              + (f", the rest topped up by {args.top_up} where it has weights" if args.top_up else ""))
+
+
+def _head_status(gene, spec, provided, top_up: str | None = None) -> str | None:
+    """Whether a descendant's classifier is the ancestry's (carried by the gene) or fresh; None: it has none."""
+    if not spec.num_classes:
+        return None
+    if "head.weight" in provided:
+        return f"the ancestry's, carried by the gene ({describe_labels(gene.label_space, spec.num_classes)})"
+    if top_up:
+        return f"topped up by {top_up} where it has one of this shape, else fresh (timm's initialization)"
+    return f"fresh: timm's initialization of a {spec.num_classes}-way head, untrained (fine-tune before use)"
+
+
+def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dict[str, Any], provided) -> None:
+    ancestry = gene.ancestry
+    card = {
+        "method": gene.method,
+        "citation": "; ".join(map(str, citations(get_method(gene.method)))),
+        "ancestry": (f"timm `{getattr(ancestry, 'arch', None) or 'ViT'}` {ancestry.short()}, {ancestry.num_params:,} "
+                     f"parameters" if ancestry else "none recorded (a non-ViT teacher, or no ancestry)"),
+        "gene": f"`{Path(args.gene).name}`, {gene.num_stored_params:,} stored parameters, made by learngene "
+                f"{gene.library_version} on {gene.created}",
+        "tensors from the gene": f"{len(provided)} of {len(spec.state_shapes())}"
+                                 + (f", the rest topped up by {args.top_up}" if args.top_up else ", the rest timm's init"),
+        "head": _head_status(gene, spec, provided, args.top_up),
+    }
+    if options:
+        card["options"] = ", ".join(f"{k}={v!r}" for k, v in options.items())
+    data_config = None
+    if gene.preprocessing is not None:  # the gene's, at the descendant's input size
+        data_config = preprocessing_cfg(gene.preprocessing, spec.img_size, spec.in_chans)
+    export_hub_folder(args.out, model, spec, card, data_config=data_config, overwrite=args.overwrite)
+
+
+def _fit_gene_to_budget(args: argparse.Namespace, gene, base, options: dict[str, Any]):
+    """The deepest, then widest, size under --max-params/--max-flops that the gene's method can expand."""
+    heads = args.num_heads or (base.num_heads if args.embed_dim else None)
+    refused: list = []
+    spec = fit_gene_to_budget(gene, base, args.max_params, args.max_flops, depth=args.depth, num_heads=heads,
+                              refused=refused, **options)
+    budget = ", ".join(f"{name} {value:,}" for name, value in (("params", args.max_params), ("FLOPs", args.max_flops))
+                       if value is not None)
+    why = f"the deepest, then widest size within the budget that the {gene.method} gene expands to"
+    if refused:
+        first, reason = refused[0]
+        why += (f"; {len(refused)} deeper or wider size(s) within the budget it refuses, e.g. {first.short()}: "
+                f"{reason.split('; ')[0]}")  # the reason without the advice to pass other sizes
+    say(args, f"picked {spec.short()}: {spec.num_params:,} params, {spec.flops / 1e6:,.1f} MFLOPs per image "
+              f"(budget: {budget}; {why})", banner=True)
+    return spec

@@ -1,0 +1,166 @@
+"""The commands that train: ``ancestry``, ``condense``, ``adapt`` and ``train``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from typing import Any
+
+from .. import distributed as dist
+from ..ancestry import load_ancestry
+from ..convert import is_model_folder
+from ..data import preprocessing_cfg
+from ..descendant import load_gene, make_descendant
+from ..distill import cache_teacher_outputs, setup_distillation
+from ..errors import LearngeneError
+from ..io import build_model, digest, load_model_file, model_preprocessing, save_model
+from ..labels import choose_head
+from ..method import AdaptInputs, CondenseInputs, parse_options
+from ..registry import get_method
+from ..train import seed_everything, train
+from .options import check_outputs, load_data_from_args, say, spec_from_args, train_config_from_args
+
+
+def cmd_ancestry(args: argparse.Namespace) -> None:
+    check_outputs(args, [args.out])
+    train_cfg = train_config_from_args(args, "ancestry")
+    train_data, test_data = load_data_from_args(args)
+    spec = spec_from_args(args, data=train_data)
+    seed_everything(args.seed)
+    model = spec.create_model()
+    train_cfg.identity = {"command": "ancestry", "spec": spec.to_dict()}
+    say(args, f"ancestry {spec.short()} ({spec.num_params:,} params) on {train_data.name}: {len(train_data)} images",
+        banner=True)
+    result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
+    dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
+        "kind": "ancestry", "data": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc,
+        "label_space": train_data.label_space}, preprocessing=preprocessing_cfg(train_data)))
+    say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}")
+
+
+def _load_ancestry_args(args: argparse.Namespace):
+    kwargs: dict[str, Any] = {}
+    if args.timm_model:
+        for name in ("num_classes", "img_size", "in_chans"):
+            if getattr(args, name, None) is not None:
+                kwargs[name] = getattr(args, name)
+        for item in getattr(args, "timm_arg", None) or []:
+            key, sep, raw = item.partition("=")
+            if not sep or not key.strip():
+                raise LearngeneError(f"--timm-arg {item!r} is not KEY=VALUE, e.g. --timm-arg depth=6")
+            try:
+                kwargs[key.strip()] = json.loads(raw)
+            except json.JSONDecodeError:
+                kwargs[key.strip()] = raw
+    elif getattr(args, "timm_arg", None):
+        raise LearngeneError("--timm-arg needs --timm-model: it is passed to timm.create_model for the checkpoint")
+    return load_ancestry(args.ancestry, args.timm_model, drop_head=getattr(args, "drop_head", False), **kwargs)
+
+
+def _ancestry_preprocessing(args: argparse.Namespace, ancestry) -> dict[str, Any] | None:
+    """What the ancestry's inputs expect: a timm model's pretrained_cfg, or what its model file records."""
+    if args.timm_model or is_model_folder(args.ancestry):  # a folder's config is on the model (load_ancestry)
+        return preprocessing_cfg(ancestry.model)
+    return model_preprocessing(args.ancestry)
+
+
+def cmd_condense(args: argparse.Namespace) -> None:
+    check_outputs(args, [args.out], [args.ancestry])
+    method_cls = get_method(args.method)
+    method = method_cls(**parse_options(method_cls.Config, args.opt or []))
+    if args.distill_lambda is None:
+        args.distill_lambda = method_cls.distill_lambda
+    train_cfg = train_config_from_args(args, f"condense {args.method}")  # checked even where unused
+    ancestry = _load_ancestry_args(args)
+    inputs = None
+    preprocessing = _ancestry_preprocessing(args, ancestry)
+    if method_cls.needs_data:
+        model_in = ancestry.spec  # None for a non-ViT teacher: the data keep their own size unless flags say
+        train_data, test_data = load_data_from_args(args, model_in.img_size if model_in else None,
+                                                    model_in.in_chans if model_in else None, preprocessing)
+        if args.run_dir:  # what a resumed run must share with this one, besides what the loop sees
+            train_cfg.identity = {"command": "condense", "method": args.method,
+                                  "options": dataclasses.asdict(method.config),
+                                  "ancestry weights": digest(ancestry.model.state_dict())}
+        inputs = CondenseInputs(train=train_data, eval=test_data, train_cfg=train_cfg, run_dir=args.run_dir,
+                                resume=args.resume)
+        preprocessing = preprocessing_cfg(train_data)  # what the gene's tensors were trained on
+    seed_everything(args.seed)
+    gene = dataclasses.replace(method.condense(ancestry, inputs), preprocessing=preprocessing)
+    gene.label_space = ancestry.label_space
+    dist.on_main(lambda: gene.save(args.out, overwrite=args.overwrite))
+    say(args, f"wrote {args.out}: {gene.method} learngene, {gene.num_stored_params:,} stored parameters")
+    note = method.condense_note(gene)
+    if note:
+        say(args, note)
+
+
+def head_label_space(gene, provided: list[str]) -> dict[str, Any] | None:
+    """The label space a descendant's head means: the gene's when the gene gave the head, else none (untrained)."""
+    return gene.label_space if "head.weight" in provided else None
+
+
+def cmd_adapt(args: argparse.Namespace) -> None:
+    check_outputs(args, [args.out, args.gene_out], [args.gene])
+    train_cfg = train_config_from_args(args, "adapt")
+    gene = load_gene(args.gene)
+    method_cls = get_method(gene.method)
+    options = parse_options(method_cls.Config, args.opt or [])
+    method = method_cls.from_gene(gene, **options)
+    base = gene.ancestry
+    train_data, test_data = load_data_from_args(args, (base.img_size if base else None), (base.in_chans if base else None),
+                                                gene.preprocessing)
+    spec = spec_from_args(args, base=base, data=train_data)
+    train_cfg.identity = {"command": "adapt", "method": gene.method, "options": dataclasses.asdict(method.config),
+                          "spec": spec.to_dict(), "gene": digest(gene.tensors) if args.run_dir else None}
+    adapted, result = method.adapt(gene, spec, AdaptInputs(train_data, train_cfg.replace(desc=f"adapt {gene.method}"),
+                                                           eval=test_data, run_dir=args.run_dir, resume=args.resume))
+    model, provided = make_descendant(adapted, spec, seed=args.seed, return_keys=True)
+
+    def write() -> None:
+        if args.gene_out:
+            adapted.save(args.gene_out, overwrite=args.overwrite)
+        save_model(args.out, model, spec, overwrite=args.overwrite, origin={
+            "kind": "descendant", "method": gene.method, "gene": str(args.gene), "adapted_on": train_data.name,
+            "adapt_steps": result.steps, "options": options,
+            "label_space": head_label_space(gene, provided)},
+            preprocessing=preprocessing_cfg(train_data))
+
+    dist.on_main(write)
+    say(args, f"wrote {args.out}: {spec.short()} timm ViT adapted for {result.steps} steps"
+              + (f", accuracy {result.final_acc:.4f}" if result.final_acc is not None else ""))
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    check_outputs(args, [args.out], [args.model])
+    if args.distill_lambda is None:
+        args.distill_lambda = 0.5 if args.teacher else 0.0
+    elif args.distill_lambda > 0 and not args.teacher:
+        raise LearngeneError("--distill-lambda needs a teacher to distil from; pass --teacher ANCESTRY")
+    train_cfg = train_config_from_args(args, "train")
+    state, spec, origin = load_model_file(args.model)
+    model = build_model(spec, state, source=str(args.model))
+    train_data, test_data = load_data_from_args(args, spec.img_size, spec.in_chans, model_preprocessing(args.model))
+    head = choose_head(origin.get("label_space"), spec.num_classes, train_data.label_space, train_data.num_classes,
+                       force_new=args.new_head)
+    if head.fresh:
+        seed_everything(args.seed)
+        model.reset_classifier(train_data.num_classes)
+        spec = spec.replace(num_classes=train_data.num_classes)
+    train_cfg.identity = {"command": "train", "model weights": digest(state) if args.run_dir else None,
+                          "new head": head.fresh}
+    student, teacher, data = model, None, train_data
+    if args.teacher:
+        ancestry = load_ancestry(args.teacher, args.teacher_timm_model)
+        kd = setup_distillation(model, ancestry.model, train_data, ancestry.label_space)
+        say(args, f"distilling from {args.teacher} with λ = {train_cfg.distill_lambda:g}: {kd.why}")
+        train_cfg.identity.update(teacher=str(args.teacher), distilled=kd.kind)
+        student = kd.student
+        data, teacher = cache_teacher_outputs(train_data, kd.teacher, train_cfg)
+    result = train(student, data, train_cfg, eval_data=test_data, teacher=teacher, run_dir=args.run_dir,
+                   resume=args.resume)
+    dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
+        **origin, "finetuned_on": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc,
+        "label_space": train_data.label_space, "new_head": head.fresh}, preprocessing=preprocessing_cfg(train_data)))
+    say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}; {head.why}")

@@ -1,0 +1,116 @@
+"""Parsed flags turned into what the library takes: specs, data, training configs, checked output paths."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from .. import distributed as dist
+from ..data import default_workers, few_shot, fraction, load_splits
+from ..errors import LearngeneError
+from ..io import check_output_path, lock_run_dir, quote
+from ..spec import ViTSpec, get_preset
+from ..train import CHECKPOINT, TrainConfig
+
+SPEC_FIELDS = ("depth", "embed_dim", "num_heads", "mlp_ratio", "img_size", "patch_size", "in_chans", "num_classes",
+               "global_pool")
+
+
+def spec_from_args(args: argparse.Namespace, base=None, data=None) -> ViTSpec:
+    """``base`` spec (or preset), overridden by data-derived sizes, overridden by explicit flags."""
+    if getattr(args, "preset", None):
+        base = get_preset(args.preset)
+    values = (base or ViTSpec()).to_dict()
+    if data is not None:
+        values.update(img_size=data.img_size, in_chans=data.in_chans, num_classes=data.num_classes)
+    explicit = {f: getattr(args, f) for f in SPEC_FIELDS if getattr(args, f, None) is not None}
+    values.update(explicit)
+    if values.get("global_pool") == "avg" and "global_pool" in explicit:
+        values["class_token"] = False
+    return ViTSpec.from_dict(values)
+
+
+def load_data_from_args(args: argparse.Namespace, img_size: int | None = None, in_chans: int | None = None,
+                        preprocessing: dict[str, Any] | None = None):
+    """(train, test) data as the flags ask, resized/converted to the given model input; image folders are read
+    with ``preprocessing`` (the model's, :func:`learngene.data.preprocessing_cfg`) when given."""
+
+    img_size = getattr(args, "img_size", None) or img_size
+    in_chans = getattr(args, "in_chans", None) or in_chans
+    workers = args.workers if args.workers is not None else default_workers()
+
+    def load() -> tuple:
+        return load_splits(args.data, img_size, args.data_dir, in_chans, preprocessing, args.aug, workers)
+
+    # under torchrun rank 0 loads first, so a one-time cache (Fashion-MNIST ungzipped) is written once
+    # and a bad --data stops every rank with rank 0's message
+    loaded = dist.on_main(load)
+    train, test = loaded if dist.is_main() else load()
+    if args.few_shot is not None:
+        if args.few_shot < 1:
+            raise LearngeneError(f"--few-shot must be at least 1 image per class, got {args.few_shot}; pass K >= 1")
+        train = few_shot(train, args.few_shot, seed=args.seed)
+    if args.train_images is not None:
+        if args.train_images < 1:
+            raise LearngeneError(f"--train-images must be positive, got {args.train_images}; pass N >= 1")
+        train = fraction(train, min(1.0, args.train_images / len(train)), seed=args.seed)
+    return train, test
+
+
+def train_config_from_args(args: argparse.Namespace, desc: str) -> TrainConfig:
+    """The run's TrainConfig; also refuses a --run-dir whose checkpoint a run without --resume would overwrite."""
+    if args.resume and not args.run_dir:
+        raise LearngeneError("--resume continues from RUN_DIR/checkpoint.pt; pass --run-dir too")
+    if args.run_dir:
+        if Path(args.run_dir).exists() and not Path(args.run_dir).is_dir():
+            raise LearngeneError(f"--run-dir {quote(args.run_dir)} is a file, not a directory; give a directory path")
+        if not args.resume and (Path(args.run_dir) / CHECKPOINT).exists():
+            raise LearngeneError(f"{quote(args.run_dir)} holds the checkpoint of an earlier run; pass --resume to "
+                                 f"continue it, or give another --run-dir (or delete it) to start over")
+    cfg = TrainConfig(
+        epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size, lr=args.lr,
+        weight_decay=args.weight_decay, warmup_epochs=args.warmup_epochs, grad_clip=args.grad_clip or None,
+        label_smoothing=args.label_smoothing, augment=args.augment, mixup=getattr(args, "aug", "none") == "deit",
+        compile=args.compile, fused_adamw=args.fused_adamw, sdpa=args.sdpa, seed=args.seed, device=args.device,
+        distill_lambda=getattr(args, "distill_lambda", 0.0), distill_tau=getattr(args, "distill_tau", 1.0),
+        checkpoint_every=args.checkpoint_every or 0, eval_every=args.eval_every, eval_images=args.eval_images,
+        progress=not args.quiet, desc=desc,
+    )
+    if args.run_dir and dist.is_main():  # one run per run directory; the other ranks share rank 0's
+        lock_run_dir(args.run_dir)
+    return cfg
+
+
+def check_outputs(args: argparse.Namespace, outputs: Sequence[str | None], inputs: Sequence[str | None] = ()) -> None:
+    """Every output can be written (and does not exist, without --overwrite), and none is an input of the command.
+
+    The outputs are then written by :func:`learngene.io.atomic_path`, which creates them exclusively, so a
+    file that appears in the meantime is not replaced either.
+    """
+    outputs = [o for o in outputs if o]
+    for out in outputs:
+        for given in inputs:
+            if given and same_file(out, given):
+                raise LearngeneError(f"the output {quote(out)} is this command's input {quote(given)}, which an output "
+                                     f"never replaces; choose another output path")
+        check_output_path(out, getattr(args, "overwrite", False))
+    if len({Path(o).resolve() for o in outputs}) < len(outputs):
+        raise LearngeneError(f"two outputs name the same file ({', '.join(map(quote, outputs))}); give each its own path")
+
+
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve() or os.path.samefile(a, b)
+    except (OSError, RuntimeError):  # one does not exist (yet), or is a loop of symbolic links
+        return False
+
+
+def say(args: argparse.Namespace, text: str, banner: bool = False) -> None:
+    """Print a result line (rank 0 only). A ``banner`` (what is about to run) is left out under --quiet, so
+    that a quiet run prints its results, or its one-line error, and nothing else."""
+    if not dist.is_main() or (banner and getattr(args, "quiet", False)):
+        return
+    print(text, file=sys.stderr if getattr(args, "quiet", False) else sys.stdout)

@@ -1,0 +1,232 @@
+"""Hostile model inputs, round 2: model, hub and transformers folders, forged genes, and the Python API.
+
+Every CLI case must give exit code 2, exactly one line on stderr (no traceback) that says what to do, and
+write nothing; every API case a one-line :class:`LearngeneError` naming what is wrong. The shared
+harness and the first round of cases are in ``tests/test_bad_inputs.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from learngene.cli import main
+from learngene.errors import LearngeneError
+from learngene.gene import Learngene
+from learngene.io import save_model
+from learngene.spec import ViTSpec
+from tests.test_bad_inputs import ACTIONS
+
+SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
+DATA = ["--data", "digits", "--train-images", "32", "--epochs", "1", "--batch-size", "16", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> Path:
+    """A tiny ancestry model file, its pretrained gene, a timm hub folder and a transformers ViT folder."""
+    root = tmp_path_factory.mktemp("bad_models")
+    torch.manual_seed(0)
+    save_model(root / "anc.safetensors", SPEC.create_model(), SPEC)
+    assert main(["condense", "--method", "pretrained", "--ancestry", str(root / "anc.safetensors"), "--quiet",
+                 "-o", str(root / "gene.safetensors")]) == 0
+    assert main(["expand", str(root / "gene.safetensors"), "--quiet", "-o", str(root / "hub") + "/"]) == 0
+    transformers = pytest.importorskip("transformers")
+    config = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+                                    image_size=16, patch_size=4, num_channels=1, num_labels=10)
+    transformers.ViTForImageClassification(config).save_pretrained(root / "hf")
+    (root / "out").mkdir()
+    return root
+
+
+# ---- forging helpers: a copy of a folder or file with one thing changed ---------------------------------
+def folder(made: Path, source: str, name: str, config: Callable[[dict], None] | None = None,
+           tensors: Callable[[dict], dict] | None = None) -> Path:
+    dst = made / "forged" / name
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(made / source, dst)
+    if config is not None:
+        values = json.loads((dst / "config.json").read_text())
+        config(values)
+        (dst / "config.json").write_text(json.dumps(values))
+    if tensors is not None:
+        state = tensors(load_file(dst / "model.safetensors"))
+        save_file({k: v.contiguous() for k, v in state.items()}, dst / "model.safetensors")
+    return dst
+
+
+def file_with(made: Path, source: str, name: str, tensors: Callable[[dict], dict] | None = None, **meta) -> Path:
+    with safe_open(str(made / source), framework="pt") as fh:
+        state = {k: fh.get_tensor(k) for k in fh.keys()}
+        header = dict(fh.metadata())
+    dst = made / "forged" / name
+    dst.parent.mkdir(exist_ok=True)
+    save_file({k: v.contiguous() for k, v in (tensors(state) if tensors else state).items()}, str(dst),
+              metadata={**header, **meta})
+    return dst
+
+
+def as_dtype(dtype):
+    return lambda state: {k: v.to(dtype) for k, v in state.items()}
+
+
+def nan_in(fragment: str):
+    return lambda state: {k: v.fill_(float("nan")) if fragment in k else v for k, v in state.items()}
+
+
+def spec_json(**changes) -> str:
+    return json.dumps({**SPEC.to_dict(), **changes})
+
+
+def loop(made: Path) -> Path:
+    """Two symbolic links that point at each other."""
+    a, b = made / "forged" / "loop_a", made / "forged" / "loop_b"
+    a.parent.mkdir(exist_ok=True)
+    for link, target in ((a, b.name), (b, a.name)):
+        if not link.is_symlink():
+            os.symlink(target, link)
+    return a
+
+
+def condense(path) -> list:
+    return ["condense", "--method", "pretrained", "--ancestry", path, "--quiet"]
+
+
+# (id, argv from the fixture folder (the output is appended), words the message must contain)
+CASES: list[tuple[str, Callable[[Path], list], str]] = [
+    # ---- timm hub folders --------------------------------------------------------------------------
+    ("hub folder of int64 weights", lambda m: condense(folder(m, "hub", "hub_int", tensors=as_dtype(torch.int64))),
+     "holds int64 values"),
+    ("hub folder of bool weights", lambda m: condense(folder(m, "hub", "hub_bool", tensors=as_dtype(torch.bool))),
+     "holds bool values"),
+    ("hub folder with num_heads 0", lambda m: condense(folder(m, "hub", "hub_h0",
+                                                              config=lambda c: c["model_args"].update(num_heads=0))),
+     "cannot build timm model"),
+    ("hub folder with a weight of the wrong shape",
+     lambda m: condense(folder(m, "hub", "hub_shape", tensors=lambda s: {**s, "blocks.0.attn.qkv.weight": torch.zeros(5, 7)})),
+     "has shape (5, 7)"),
+    ("hub folder whose architecture is a number", lambda m: condense(folder(m, "hub", "hub_arch",
+                                                                           config=lambda c: c.update(architecture=3))),
+     "architecture is 3, not a string"),
+    ("hub folder whose model_args is a list", lambda m: condense(folder(m, "hub", "hub_args",
+                                                                       config=lambda c: c.update(model_args=[2]))),
+     "model_args is [2], not a JSON object"),
+    ("hub folder whose depth is a list", lambda m: condense(folder(m, "hub", "hub_depth",
+                                                                   config=lambda c: c["model_args"].update(depth=[2]))),
+     "cannot build timm model"),
+    ("hub folder holding NaN", lambda m: condense(folder(m, "hub", "hub_nan", tensors=nan_in("blocks.1.norm2.weight"))),
+     "holds NaN or infinite values"),
+    # ---- transformers folders ------------------------------------------------------------------------
+    ("transformers folder of int64 weights", lambda m: condense(folder(m, "hf", "hf_int", tensors=as_dtype(torch.int64))),
+     "holds int64 values"),
+    ("transformers folder with 0 attention heads",
+     lambda m: condense(folder(m, "hf", "hf_h0", config=lambda c: c.update(num_attention_heads=0))), "cannot build timm"),
+    ("transformers model_type that is a list", lambda m: condense(folder(m, "hf", "hf_type",
+                                                                         config=lambda c: c.update(model_type=["vit"]))),
+     "model_type is ['vit'], not a string"),
+    ("transformers query of the wrong shape",
+     lambda m: condense(folder(m, "hf", "hf_shape", tensors=lambda s: {
+         **s, "vit.encoder.layer.0.attention.attention.query.weight": torch.zeros(5, 7)})), "which differ"),
+    ("transformers folder holding NaN", lambda m: condense(folder(m, "hf", "hf_nan", tensors=nan_in("layernorm_before"))),
+     "holds NaN or infinite values"),
+    # ---- symbolic link loops -----------------------------------------------------------------------
+    ("symlink loop as ancestry", lambda m: condense(loop(m)), "loop of links"),
+    ("symlink loop as gene", lambda m: ["expand", loop(m)], "loop of links"),
+    ("symlink loop as model", lambda m: ["train", loop(m), *DATA], "loop of links"),
+    ("symlink loop as config.json", lambda m: condense(_config_loop(m)), "without config.json"),
+    # ---- learngene model files -----------------------------------------------------------------------
+    ("model file whose spec family is an integer", lambda m: ["train", file_with(m, "anc.safetensors", "fam_int.safetensors",
+                                                                                   spec=spec_json(family=3)), *DATA],
+     "family must be a JSON object"),
+    ("model file whose family field has the wrong type",
+     lambda m: ["inspect", file_with(m, "anc.safetensors", "fam_field.safetensors",
+                                     spec=spec_json(family={"class_token": 3}))], "class_token must be true or false"),
+    ("model file whose spec is a list", lambda m: ["inspect", file_with(m, "anc.safetensors", "spec_list.safetensors",
+                                                                        spec="[2, 32]")], "must be a JSON object"),
+    ("model file of int64 weights", lambda m: ["train", file_with(m, "anc.safetensors", "int.safetensors",
+                                                                  as_dtype(torch.int64)), *DATA], "holds int64 values"),
+    ("model file of bool weights as ancestry", lambda m: condense(file_with(m, "anc.safetensors", "bool.safetensors",
+                                                                            as_dtype(torch.bool))), "holds bool values"),
+    ("model file with num_heads 0", lambda m: condense(file_with(m, "anc.safetensors", "h0.safetensors",
+                                                                 spec=spec_json(num_heads=0))), "num_heads must be"),
+    # ---- genes that were accepted silently -----------------------------------------------------------
+    ("gene whose label space is a list", lambda m: ["expand", file_with(m, "gene.safetensors", "ls.safetensors",
+                                                                        label_space="[1, 2]")],
+     "label_space is not a JSON object"),
+    ("gene whose label space is a string", lambda m: ["inspect", file_with(m, "gene.safetensors", "ls2.safetensors",
+                                                                           label_space='"cats"')],
+     "label_space is not a JSON object"),
+    ("pretrained tensors claimed by heru_lg", lambda m: ["expand", file_with(m, "gene.safetensors", "heru.safetensors",
+                                                                             method="heru_lg")],
+     "the header's method does not match its tensors"),
+    ("pretrained tensors claimed by mimetic", lambda m: ["expand", file_with(m, "gene.safetensors", "mim.safetensors",
+                                                                             method="mimetic")],
+     "the header's method does not match its tensors"),
+    ("pretrained tensors claimed by scratch", lambda m: ["inspect", file_with(m, "gene.safetensors", "scr.safetensors",
+                                                                              method="scratch")],
+     "the header's method does not match its tensors"),
+]
+
+
+def _config_loop(made: Path) -> Path:
+    dst = folder(made, "hub", "hub_cfg_loop")
+    (dst / "config.json").unlink()
+    os.symlink("config.json", dst / "config.json")
+    return dst
+
+
+@pytest.mark.parametrize("case_id, argv, words", [pytest.param(*c, id=c[0]) for c in CASES])
+def test_cli_refuses_in_one_line_and_writes_nothing(made, capsys, case_id, argv, words):
+    out = made / "out" / "o.safetensors"
+    args = [str(a) for a in argv(made)]
+    if args[0] != "inspect":
+        args += ["-o", str(out)]
+    code = main(args)
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert code == 2, (code, err)
+    assert len(err.splitlines()) == 1 and "Traceback" not in err + captured.out, err
+    assert words in err, (words, err)
+    assert any(a in err.lower() for a in ACTIONS), f"the message does not say what to do: {err}"
+    assert list((made / "out").iterdir()) == [], "a refused run left output behind"
+
+
+def test_a_gene_whose_method_uses_all_its_tensors_still_loads(made):
+    """The same tensors under a method that does read them all (weight_selection keeps whole layers) are fine."""
+    gene = Learngene.load(file_with(made, "gene.safetensors", "ws.safetensors", method="weight_selection"))
+    assert gene.method == "weight_selection"
+
+
+# ---- the Python API: a LearngeneError naming the field ----------------------------------------------------
+API_CASES: list[tuple[str, Callable[[], object], str]] = [
+    ("spec from a JSON list", lambda: ViTSpec.from_json("[1, 2]"), "a spec must be a JSON object"),
+    ("spec from a JSON string", lambda: ViTSpec.from_json('"deit_tiny"'), "a spec must be a JSON object"),
+    ("spec from JSON null", lambda: ViTSpec.from_json("null"), "a spec must be a JSON object"),
+    ("spec whose family is a list", lambda: ViTSpec.from_dict({"family": [1]}), "family must be a JSON object"),
+    ("spec whose family field has the wrong type", lambda: ViTSpec.from_dict({"family": {"qkv_bias": "yes"}}),
+     "qkv_bias must be true or false"),
+    ("gene tensors that are a list", lambda: Learngene("pretrained", tensors=[1, 2]), "Learngene tensors is not"),
+    ("gene tensor that is a list", lambda: Learngene("pretrained", tensors={"w": [1.0]}), "Learngene tensors['w'] is not"),
+    ("gene tensor that is a numpy array", lambda: Learngene("pretrained", tensors={"w": __import__("numpy").zeros(2)}),
+     "tensors['w'] is not a torch tensor"),
+    ("gene method that is not a string", lambda: Learngene(3, tensors={}), "Learngene method is not"),
+    ("gene label space that is a list", lambda: Learngene("pretrained", tensors={}, label_space=["cat"]),
+     "label_space is not a JSON object"),
+    ("gene layout that is a dict", lambda: Learngene("pretrained", tensors={}, layout={"depth": 2}),
+     "layout is not a ViTSpec"),
+]
+
+
+@pytest.mark.parametrize("case_id, call, words", [pytest.param(*c, id=c[0]) for c in API_CASES])
+def test_api_refuses_with_a_learngene_error(case_id, call, words):
+    with pytest.raises(LearngeneError) as info:
+        call()
+    message = str(info.value)
+    assert words in message and len(message.splitlines()) == 1, message

@@ -1,0 +1,195 @@
+"""Hostile inputs, round 2: data that is not what it claims, sizes that cannot fit, runs that fail half-way.
+
+Each refusal is one line on stderr with exit code 2 and leaves nothing behind; ``--overwrite`` of a hub
+folder replaces only learngene's own files; a run stopped by a NaN resumes with a lower lr or clipping.
+The first round of cases is in ``tests/test_bad_inputs.py``.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib
+import json
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from learngene.cli import main
+from learngene.errors import LearngeneError, TrainingError
+from learngene.io import save_model
+from learngene.spec import ViTSpec
+from learngene.train import CHECKPOINT, LOG, TrainConfig, train
+from tests.conftest import FaultyData, make_images, nan_images
+from tests.test_bad_inputs import ACTIONS
+
+SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
+DATA = ["--data", "digits", "--train-images", "32", "--epochs", "1", "--batch-size", "16"]
+MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+@pytest.fixture(scope="module")
+def anc(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("runs") / "anc.safetensors"
+    torch.manual_seed(0)
+    save_model(path, SPEC.create_model(), SPEC)
+    return path
+
+
+def one_line_error(capsys, argv: list) -> str:
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert code == 2, (code, err)
+    assert len(err.splitlines()) == 1 and "Traceback" not in err + captured.out, err
+    assert any(a in err.lower() for a in ACTIONS), f"the message does not say what to do: {err}"
+    return err
+
+
+# ---- a torchvision root holding something else than the dataset ---------------------------------------
+@pytest.mark.parametrize("content", ["pickle", "garbage"])
+@pytest.mark.parametrize("name", ["MNIST", "FashionMNIST"])
+def test_a_torchvision_root_of_other_files_is_refused(anc, capsys, tmp_path, name, content):
+    raw = tmp_path / name / "raw"
+    raw.mkdir(parents=True)
+    for file in MNIST_FILES:
+        (raw / file).write_bytes(pickle.dumps({"data": [1, 2, 3]}) if content == "pickle" else b"\x00garbage" * 20)
+    out = tmp_path / "o.safetensors"
+    err = one_line_error(capsys, ["train", anc, "--data", f"torchvision:{name}", "--data-dir", tmp_path, "-o", out])
+    assert f"torchvision {name} under" in err and "is unreadable" in err, err
+    assert not out.exists()
+
+
+# ---- sizes whose activations cannot fit: refused before allocating -----------------------------------------
+def test_an_image_size_whose_data_cannot_fit_is_refused_before_resizing(capsys, tmp_path):
+    out = tmp_path / "o.safetensors"
+    err = one_line_error(capsys, ["ancestry", "--depth", "1", "--embed-dim", "32", "--num-heads", "2", "--img-size",
+                                  "100000", "--patch-size", "1000", *DATA, "-o", out])
+    assert "resized to 100000x100000 px need" in err and "choose a smaller --img-size" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_batch_whose_activations_cannot_fit_is_refused_before_the_first_step(monkeypatch):
+    """The estimate (a lower bound) against the free memory, here made small: no step runs."""
+    loop = importlib.import_module("learngene.train")  # the module (the package exports the function as `train`)
+    monkeypatch.setattr(loop, "available_memory", lambda: 2**16)  # 64 KiB free (a step here needs at least 0.6 MB)
+    with pytest.raises(LearngeneError, match=r"a training step of 16 images of 17 tokens through 2 blocks of width 32 "
+                                             r"needs at least .* GiB for its activations, but cpu has 0.0 GiB free; "
+                                             r"choose a smaller --batch-size or --img-size"):
+        train(SPEC.create_model(), make_images(32, 10, 16), TrainConfig(epochs=1, batch_size=16, progress=False))
+
+
+def test_the_activation_estimate_is_a_lower_bound_of_a_real_step():
+    """What a step of a tiny ViT keeps for backward (measured by the autograd's saved tensors) exceeds the estimate."""
+    spec = SPEC.replace(depth=2, embed_dim=64, num_heads=4)
+    model, x = spec.create_model(), torch.randn(8, 1, 16, 16)
+    saved = []
+
+    def pack(t):
+        saved.append(t.numel() * t.element_size())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x).sum()
+    assert sum(saved) >= spec.activation_bytes(8) > 0
+
+
+def test_the_quiet_banner_is_gone_so_an_error_is_one_line(anc, capsys, tmp_path):
+    """The error comes after the banner would have been printed (the device is checked by the loop)."""
+    err = one_line_error(capsys, ["ancestry", "--depth", "1", "--embed-dim", "32", "--num-heads", "2", "--patch-size",
+                                  "4", "--img-size", "16", *DATA, "--quiet", "--device", "cuda:7", "-o",
+                                  tmp_path / "o.safetensors"])
+    assert err.startswith("learngene ancestry: error:"), err
+    assert main(["ancestry", "--depth", "1", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size",
+                 "16", *DATA, "--quiet", "-o", str(tmp_path / "o.safetensors")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("wrote ") and len(captured.err.splitlines()) == 1, captured
+
+
+# ---- a full disk under the run directory: nothing left behind -----------------------------------------------
+def _full_disk(monkeypatch):
+    def full(self, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+
+
+def test_a_full_disk_leaves_no_run_dir_behind(anc, capsys, monkeypatch, tmp_path):
+    _full_disk(monkeypatch)
+    run = tmp_path / "run"
+    err = one_line_error(capsys, ["train", anc, *DATA, "--quiet", "--run-dir", run, "-o", tmp_path / "o.safetensors"])
+    assert "No space left on device" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "the run dir, its .lock or log.jsonl was left"
+
+
+def test_a_full_disk_keeps_the_users_files_in_an_existing_run_dir(anc, capsys, monkeypatch, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "notes.txt").write_text("mine")
+    _full_disk(monkeypatch)
+    one_line_error(capsys, ["train", anc, *DATA, "--quiet", "--run-dir", run, "-o", tmp_path / "o.safetensors"])
+    assert sorted(p.name for p in run.iterdir()) == ["notes.txt"] and (run / "notes.txt").read_text() == "mine"
+
+
+# ---- a NaN stop: resume with a lower lr or clipping, nothing else ------------------------------------------
+def test_a_run_stopped_by_nan_resumes_with_a_lower_lr_and_clipping(tiny_spec, tmp_path):
+    data = make_images(64)
+    cfg = TrainConfig(epochs=2, batch_size=16, lr=3e-3, checkpoint_every=3, progress=False)
+    torch.manual_seed(0)
+    with pytest.raises(TrainingError, match=r"rerun with --resume and a lower --lr and/or a --grad-clip \(only those "
+                                            r"two may change\)"):
+        train(tiny_spec.create_model(), FaultyData(data, at=8, fault=nan_images), cfg, run_dir=tmp_path)
+    assert json.loads((tmp_path / LOG).read_text().splitlines()[-1])["stopped"] == "non-finite"
+
+    other = cfg.replace(weight_decay=0.1, lr=1e-3)
+    with pytest.raises(LearngeneError, match=r"weight_decay was 0.05, now 0.1; after its stop on a non-finite loss only "
+                                             r"--lr and --grad-clip may change"):
+        train(tiny_spec.create_model(), data, other, run_dir=tmp_path, resume=True)
+
+    model = tiny_spec.create_model()
+    result = train(model, data, cfg.replace(lr=1e-3, grad_clip=0.5), run_dir=tmp_path, resume=True)
+    assert result.steps == 8 and all(torch.isfinite(v).all() for v in model.state_dict().values())
+    assert result.history[-1]["lr"] < 1e-3  # the new peak, decayed along the saved schedule
+    assert "stopped" not in (tmp_path / LOG).read_text()  # the finished epoch's log replaces the stop record
+
+
+def test_a_run_not_stopped_by_nan_keeps_its_lr(tiny_spec, tmp_path):
+    data = make_images(32)
+    cfg = TrainConfig(epochs=2, batch_size=16, max_steps=1, progress=False)
+    train(tiny_spec.create_model(), data, cfg, run_dir=tmp_path)
+    with pytest.raises(LearngeneError, match="lr was 0.001, now 0.0001; only a run stopped by a non-finite loss may "
+                                             "change --lr or --grad-clip"):
+        train(tiny_spec.create_model(), data, cfg.replace(lr=1e-4), run_dir=tmp_path, resume=True)
+
+
+# ---- --overwrite of a hub folder: only learngene's files -------------------------------------------------------
+def test_overwriting_a_hub_folder_keeps_the_users_files(anc, capsys, tmp_path):
+    gene = tmp_path / "gene.safetensors"
+    assert main(["condense", "--method", "pretrained", "--ancestry", str(anc), "--quiet", "-o", str(gene)]) == 0
+    hub = tmp_path / "hub"
+    assert main(["expand", str(gene), "--quiet", "-o", f"{hub}/"]) == 0
+    (hub / "notes.txt").write_text("the user's own notes")
+    (hub / "eval").mkdir()
+    (hub / "eval" / "scores.csv").write_text("a,b\n")
+    assert main(["expand", str(gene), "--depth", "1", "--quiet", "--overwrite", "-o", f"{hub}/"]) == 0
+    capsys.readouterr()
+    assert (hub / "notes.txt").read_text() == "the user's own notes"
+    assert (hub / "eval" / "scores.csv").read_text() == "a,b\n"
+    assert json.loads((hub / "config.json").read_text())["model_args"]["depth"] == 1  # learngene's files replaced
+    assert sorted(p.name for p in hub.iterdir()) == ["README.md", "config.json", "eval", "model.safetensors",
+                                                      "notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gene.safetensors", "hub"], "a temporary folder was left"
+
+
+def test_a_folder_where_learngene_writes_a_file_is_not_replaced(anc, capsys, tmp_path):
+    gene = tmp_path / "gene.safetensors"
+    assert main(["condense", "--method", "pretrained", "--ancestry", str(anc), "--quiet", "-o", str(gene)]) == 0
+    hub = tmp_path / "hub"
+    (hub / "README.md").mkdir(parents=True)
+    (hub / "README.md" / "keep.txt").write_text("x")
+    capsys.readouterr()
+    err = one_line_error(capsys, ["expand", gene, "--overwrite", "-o", f"{hub}/"])
+    assert "is a folder, where learngene writes its README.md" in err, err
+    assert sorted(p.name for p in hub.iterdir()) == ["README.md"] and (hub / "README.md" / "keep.txt").exists()
