@@ -91,17 +91,3 @@ def test_bad_input_is_one_line(ancestry, tmp_path, capsys):
     err = _error_line(capsys, [*base[:4], f"folder:{one_class}", *base[5:], "--sizes", "L1-D32-H2"])
     assert "one class" in err
 
-
-def test_a_log_gets_a_progress_line_with_an_eta_while_a_stage_runs(ancestry, tmp_path, capsys, monkeypatch):
-    from learngene.bench import protocol
-    from learngene.bench.compare import compare_profile, run_compare
-    from learngene.spec import ViTSpec
-
-    monkeypatch.setattr(protocol, "HEARTBEAT", 0.2)  # a minute in a real log
-    spec = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
-    profile = compare_profile(spec, str(ancestry), "digits", ["L1-D32-H2"], ["scratch"], seeds=1, epochs=3,
-                              train_images=200, eval_images=100, references=("scratch",))
-    run_compare(profile, tmp_path / "out", progress=True, plots=False)
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("bench compare")]
-    # stderr is not a terminal here: tqdm writes at most a line a minute by itself, so the rest are the heartbeat's
-    assert len(lines) >= 3 and all("<" in line for line in lines[1:]), lines  # elapsed<remaining: the ETA

@@ -260,6 +260,15 @@ def plot_by_size(rows: list[Any], path: Path) -> None:
     plt.close(fig)
 
 
+def _labels_note(profile: Profile) -> str:
+    """Which condensations also learn from the condensation data's labels (a cross-entropy term, λ < 1): with the
+    user's data, they see more labelled images of the task than the fine-tuning budget gives the others."""
+    labelled = [m for m in profile.methods or () if get_method(m).needs_data and
+                profile.condense_lambda.get(m, get_method(m).distill_lambda) < 1]
+    return (f". {', '.join(labelled)}'s condensation loss has a cross-entropy term (λ < 1): it also learns from "
+            f"those images' labels" if labelled else "")
+
+
 def write_compare_report(rows: list[Any], profile: Profile, out_dir: Path, meta: dict[str, Any] | None = None,
                          plots: bool = True) -> None:
     """``results.csv``, ``report.md`` and (unless ``plots=False``) ``plots/by-size.png`` and ``plots/curves.png``."""
@@ -282,8 +291,10 @@ def write_compare_report(rows: list[Any], profile: Profile, out_dir: Path, meta:
              + f", fine-tuned on {data} for {budget} (batch {task.batch_size or profile.batch_size}, "
              f"AdamW lr {profile.lr:g}, warmup + cosine), a fresh head for every method, top-1 on "
              f"{task.eval_images or 'every'} test image(s); seeds {', '.join(map(str, profile.seeds))}",
-             f"- condensation: {profile.condense_epochs} epoch(s) of aux-net distillation on {profile.upstream_data}; "
-             f"adaptation: {profile.adapt_steps} steps",
+             f"- condensation: {profile.condense_epochs} epoch(s) of aux-net distillation on {profile.upstream_data}"
+             + (f" classes {', '.join(map(str, profile.upstreams[0].classes))}" if profile.upstreams else "")
+             + (f" ({profile.condense_images:,} images)" if profile.condense_images else " (every training image)")
+             + f"; adaptation: {profile.adapt_steps} steps" + _labels_note(profile),
              *([f"- distillation while fine-tuning (`{KD}` rows): λ = {profile.variants[0].distill_lambda:g}"]
                if profile.variants else []),
              "", "Marks (`vs` columns): `+` the method's mean beats the reference's by more than 2 × the pooled std "

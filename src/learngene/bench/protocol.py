@@ -29,7 +29,6 @@ import hashlib
 import inspect
 import json
 import shutil
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +45,7 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..io import load_model_file, save_model, write_text_atomic
 from ..method import AdaptInputs, Ancestry, CondenseInputs
-from ..progress import LINE_INTERVAL, on_terminal, progress_bar
+from ..progress import on_terminal, progress_bar
 from ..registry import get_method, list_methods
 from ..spec import ViTSpec
 from ..train import TrainConfig, seed_everything, train
@@ -54,7 +53,6 @@ from .profiles import Profile, Task, Upstream, Variant
 from .report import write_report
 
 UPSTREAM_EVAL_IMAGES = 1_000  # test images the ancestry and aux nets report accuracy on
-HEARTBEAT = LINE_INTERVAL  # seconds between two forced redraws of the run's progress line
 
 
 @dataclass
@@ -198,12 +196,6 @@ class BenchRun:
         if self.bar is not None:
             self.bar.update(min(work, max(self.bar.total - self.bar.n, 0)))  # the plan is an estimate: stop at 100 %
             self.bar.set_postfix_str(what, refresh=False)  # shown at the bar's next redraw
-
-    def _heartbeat(self, stop: threading.Event) -> None:
-        """Redraw the run's bar every ``HEARTBEAT`` seconds: elapsed time and ETA, also while one stage runs long."""
-        while not stop.wait(HEARTBEAT):
-            if self.bar is not None:
-                self.bar.refresh()
 
     def _methods(self, upstream: Upstream) -> list[str]:
         return [m for m in self.methods if upstream.methods is None or m in upstream.methods]
@@ -471,9 +463,6 @@ class BenchRun:
                                 disable=not self.progress, dynamic_ncols=True, smoothing=0.05)
         self.rows: list[Row] = []
         complete = False
-        stop = threading.Event()
-        if not self.bar.disable:  # a line (in a log) or a redraw at least every interval, even inside a long stage
-            threading.Thread(target=self._heartbeat, args=(stop,), daemon=True).start()
         try:
             for up, tasks, anc_images, upstream, upstream_eval, plan, trained in work:
                 self._check_time()
@@ -492,7 +481,6 @@ class BenchRun:
         except OutOfTime:
             pass
         finally:
-            stop.set()
             if self.bar is not None:
                 self.bar.close()
         self.meta.update(wall_seconds=round(time.perf_counter() - self.started, 1), complete=complete)
