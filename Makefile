@@ -53,7 +53,7 @@ check-wheel: dist
 	$(PYTHON) -m venv $(VENV_WHEEL)
 	$(VENV_WHEEL)/bin/python -m pip install -q --disable-pip-version-check "$$(ls dist/*.whl)[test]" $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 	cd /tmp && $(CURDIR)/$(VENV_WHEEL)/bin/learngene --help >/dev/null && $(CURDIR)/$(VENV_WHEEL)/bin/learngene methods >/dev/null
-	@echo "check-wheel: $$(cd dist && ls) built; the wheel installs in a clean venv and 'learngene --help' runs"
+	@echo "check-wheel: $$(cd dist && echo *) built; the wheel installs in a clean venv and 'learngene --help' runs"
 
 # the suite with the newest versions pyproject.toml's bounds allow, in a fresh venv holding the built wheel
 check-latest:
