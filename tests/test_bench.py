@@ -257,4 +257,4 @@ def test_the_transfer_methods_are_every_method_but_those_equal_to_another_at_the
     assert same == {"weight_selection"}
     assert set(PROFILES["transfer"].methods) == set(list_methods()) - same
     assert PROFILES["transfer"].methods[:2] == ("scratch", "mimetic")
-    assert set(AUX_NET_METHODS) == {"share_init", "tleg", "wave"}
+    assert set(AUX_NET_METHODS) == {"lets", "pool", "share_init", "sws", "tleg", "wave"}

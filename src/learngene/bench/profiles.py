@@ -204,7 +204,7 @@ _TINY = get_preset("cpu_tiny")
 _TRANSFER_ANCESTRY = _TINY.replace(patch_size=7)
 SPLIT_A = (0, 1, 2, 3, 4)  # T-shirt/top, Trouser, Pullover, Dress, Coat -> Sandal, Shirt, Sneaker, Bag, Ankle boot
 SPLIT_B = (0, 2, 4, 6, 8)  # T-shirt/top, Pullover, Coat, Shirt, Bag -> Trouser, Dress, Sandal, Sneaker, Ankle boot
-AUX_NET_METHODS = tuple(name for name in list_methods() if get_method(name).aux_net)  # share_init, tleg, wave
+AUX_NET_METHODS = tuple(name for name in list_methods() if get_method(name).aux_net)  # lets, pool, share_init, sws, tleg, wave
 # every method, except those that at the ancestry's own width (the only width of the transfer runs) make the very
 # descendants of another (weight_selection: pretrained's); references first
 TRANSFER_METHODS = ("scratch", "mimetic", *(m for m in list_methods() if m not in ("scratch", "mimetic")

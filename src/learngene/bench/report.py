@@ -103,7 +103,7 @@ MARK_RULE = ("Marks compare a cell with a reference at the same size: `+` the me
              "than 2 × the pooled standard deviation over seeds, `−` lower by more than that, `=` neither "
              "(pooled std = √((s₁² + s₂²)/2), each s the sample std over the seeds; no mark with one seed). "
              "References: **S** scratch at the same budget, **X** scratch trained ×{factor} as many fine-tuning "
-             "steps, **M** mimetic (no stored weights).")
+             "steps, **M** mimetic and **I** structured (impulse) initialization (neither stores weights).")
 
 
 def compare(accs: list[float], reference: list[float]) -> str:
@@ -120,7 +120,7 @@ def _references(rows: list[Row], task: str) -> dict[str, str]:
     """Mark letter → label of the reference rows present in ``task``'s table."""
     labels = set(_labels(rows, task))
     long = sorted((r.label for r in rows if r.task == task and r.method == "scratch" and r.budget > 1 and not r.variant))
-    refs = {"S": "scratch", "X": long[0] if long else "", "M": "mimetic"}
+    refs = {"S": "scratch", "X": long[0] if long else "", "M": "mimetic", "I": "structured"}
     return {letter: label for letter, label in refs.items() if label in labels}
 
 

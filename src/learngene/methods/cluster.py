@@ -272,6 +272,8 @@ class ClusterLearngene(Method):
         return out
 
     def describe(self, gene: Learngene) -> list[str]:
+        if DISTANCE not in gene.tensors or LABELS not in gene.tensors:  # expand needs only the centroids
+            return ["head clusters: this gene records no attention distances or cluster labels"]
         distances, labels = gene.tensors[DISTANCE], gene.tensors[LABELS]
         lines = [f"head clusters per layer (1 = first block, as in the plot) by mean attention distance (px; eps {gene.cost.get('eps_px', '?')}, "
                  f"min_heads {self.config.min_heads}), largest first, * = centroid:"]

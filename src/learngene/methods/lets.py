@@ -1,0 +1,302 @@
+"""LeTs (Xia, Zu, Yang & Geng, "Initializing Variable-sized Vision Transformers from Learngene with Learnable
+Transformation", NeurIPS 2024; public code ``eddiexia98/LeTs``, built on LiGO). Not on arXiv.
+
+The learngene is a compact net (``gene_depth`` layers of width ``gene_embed_dim``, MLP ``gene_mlp_dim``; by
+default half the aux net's depth, width and MLP) plus learnable transformation matrices:
+
+- width, ``F``: a weight ``W`` of the compact net (``n_out × n_in``) becomes ``[I; F_out] W [I; F_in]ᵀ``:
+  the new rows are ``F_out W``, the new columns ``W F_inᵀ`` (their ``TransWidthParams``: ``F`` holds only the
+  rows for the new channels). One ``F_emb`` for the residual stream everywhere (their ``g_e``), one ``F_q``,
+  ``F_k``, ``F_v`` (``F_v`` also for ``W_O``'s columns) and ``F_ffn`` per compact layer, one ``F_cls`` for
+  the classifier's input;
+- depth, ``G``: aux layer ``a`` is ``Σ_k G_k · widen(compact layer g_k(a))`` over a pair of compact layers
+  (layers ``2p, 2p+1`` with ``p = ⌊a·P/L_aux⌋``, ``P = gene_depth/2``: their ``8_16`` scheme, aux layer
+  ``a`` of 16 from compact pair ``⌊a/4⌋`` of 8), with one coefficient vector per module (norm1, q, k, v,
+  proj, norm2, fc1, fc2) for weights and one for biases (their ``TransDepthParams`` with a bias), shared by
+  ``tie`` consecutive aux layers (their ``e2`` scheme: 2).
+
+All of it is trained in the aux net by distillation (their defaults: compact net, ``F`` and ``G`` all tuned).
+A descendant of width ``D'`` takes the first ``D' − gene_embed_dim`` rows of every ``F`` and, for each of
+its layers ``t``, the compact pair of aux layer ``mapping_layer[t]`` mixed by the ``G`` of aux layer
+``mapping_layer_coeff[t]`` (their options of the same name, comma-separated aux layer indices; default: aux
+layer ``⌊t·L_aux/L_t⌋`` for both). Any depth; widths from ``gene_embed_dim`` up to the aux net's.
+
+Initial values (their defaults ``--trans_init_scheme stackbert_noisy rand``, noise 0.03): ``G`` of aux layer
+``i`` is uniform(0, 0.03) noise with 1 at ``i mod 2``, normalised to sum 1 (``stackbert_noisy``; also
+``stackbert``, ``rand``, ``rand_softmax``); ``F`` rows uniform(0, 1) normalised to sum 1 (``rand``; also
+``rand_softmax``, ``sel``, ``sel_noisy``); the compact net as timm initializes it.
+
+Departures: timm's fused qkv is split into their separate q, k, v; the classifier keeps its own ``F_cls``
+as theirs; position embedding, class and other tokens are the aux net's own full-width tensors, sliced to a
+descendant's width (their ``pos_embed[..., :D']``; their aux net has no class token); tensors their DeiT
+has not (layer-scale gammas, q/k norms: per-head, not widened; the MAP head, whose MLP gets its own ``F``)
+follow the same rules with their own ``G``; ``interlace`` (accepted by their code but never initialized) is
+refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from ..auxnet import AuxConfig, condense_through_aux, initial_non_block, require_layout, resolve_aux_spec
+from ..errors import LearngeneError
+from ..gene import Learngene
+from ..method import Ancestry, CondenseInputs, Method, Paper
+from ..registry import register_method
+from ..spec import ViTSpec, block_key
+from ..transfer import (
+    CLASSES,
+    HEAD_DIM,
+    HEADS,
+    HEADS_IN,
+    HIDDEN,
+    HIDDEN_IN,
+    KEEP,
+    TOKENS,
+    StateDict,
+    block_axes,
+    carried,
+    inherit_non_block,
+    non_block_axes,
+)
+from ..validate import option
+
+SMALL, AUX, F_, G_ = "small.", "aux.", "F.", "G."
+
+
+@dataclass(frozen=True)
+class LeTsConfig(AuxConfig):
+    AUTO_OPTIONS = (*AuxConfig.AUTO_OPTIONS, "gene_depth", "gene_embed_dim", "gene_mlp_dim")
+
+    gene_depth: int = 0  # compact layers; 0: half the aux net's (their 8 for a 16-layer aux net)
+    gene_embed_dim: int = 0  # compact width; 0: half the aux net's (their 384 for 768)
+    gene_mlp_dim: int = 0  # compact MLP hidden size; 0: half the aux net's
+    tie: int = option(2, at_least=1)  # consecutive aux layers sharing one G (their coeff_mapping e2)
+    depth_init: Literal["stackbert_noisy", "stackbert", "rand", "rand_softmax"] = "stackbert_noisy"  # G's start
+    width_init: Literal["rand", "rand_softmax", "sel", "sel_noisy"] = "rand"  # F's start
+    init_noise: float = 0.03
+    mapping_layer: str = ""  # per descendant layer, the aux layer whose compact pair it mixes ("": stretched)
+    mapping_layer_coeff: str = ""  # per descendant layer, the aux layer whose G it uses ("": mapping_layer)
+
+
+def g_module(name: str) -> str:
+    """Which ``G`` mixes block tensor ``name`` (their module groups; extra vectors get their own)."""
+    for prefix, module in (("norm1.", "norm1"), ("attn.proj.", "proj"), ("norm2.", "norm2"), ("mlp.fc1.", "fc1"),
+                           ("mlp.fc2.", "fc2"), ("ls1.", "ls1"), ("ls2.", "ls2"), ("attn.q_norm.", "q_norm"),
+                           ("attn.k_norm.", "k_norm")):
+        if name.startswith(prefix):
+            return module
+    raise LearngeneError(f"lets has no depth rule for block tensor {name}")
+
+
+def f_label(key: str, role: str, segment: int, block: bool) -> str | None:
+    """Which ``F`` widens an axis of ``role`` (None: the axis is not widened)."""
+    if role in (CLASSES, KEEP, HEAD_DIM):
+        return None
+    if block:
+        if role == HEADS:
+            return "qkv"[segment]
+        return {HEADS_IN: "v", HIDDEN: "ffn", HIDDEN_IN: "ffn"}.get(role, "emb")
+    if key.startswith("head"):
+        return "cls"
+    return "pool_ffn" if role in (HIDDEN, HIDDEN_IN) else "emb"
+
+
+def init_depth(rows: int, group: int, tie: int, scheme: str, noise: float, generator: torch.Generator) -> Tensor:
+    """``G``'s start for owner aux layers ``0, tie, 2·tie, …`` (TransDepthParams.reset_parameters)."""
+    draw = torch.rand(rows, group, generator=generator)
+    if scheme == "rand":
+        return draw / draw.sum(-1, keepdim=True)
+    if scheme == "rand_softmax":
+        return draw.softmax(-1)
+    start = draw * noise if scheme == "stackbert_noisy" else torch.zeros(rows, group)
+    start[torch.arange(rows), (torch.arange(rows) * tie) % group] = 1.0
+    return start / start.sum(-1, keepdim=True)
+
+
+def init_width(extra: int, small: int, scheme: str, noise: float, generator: torch.Generator,
+               layers: int | None = None) -> Tensor:
+    """``F``'s start, ``(extra, small)`` (per compact layer: ``(layers, extra, small)``; TransWidthParams)."""
+    shape = (layers, extra, small) if layers else (extra, small)
+    draw = torch.rand(shape, generator=generator)
+    if scheme == "rand":
+        return draw / draw.sum(-1, keepdim=True)
+    if scheme == "rand_softmax":
+        return draw.softmax(-1)
+    start = draw * noise if scheme == "sel_noisy" else torch.zeros(shape)
+    pick = torch.randint(0, small, shape[:-1], generator=generator)
+    return start.scatter(-1, pick.unsqueeze(-1), 1.0)
+
+
+def widen(t: Tensor, dim: int, n: int, f: Tensor | None) -> Tensor:
+    """Axis ``dim`` of ``t`` (length ``s``) to ``n`` channels: ``[I; F[:n − s]]`` applied along it; ``f`` is
+    ``(extra, s)`` or, per compact layer, ``(L, extra, s)`` matched to ``t``'s first axis."""
+    s = t.shape[dim]
+    if n == s:
+        return t
+    if f is None or not 0 < n - s <= f.shape[-2]:
+        have = s + (0 if f is None else f.shape[-2])
+        raise LearngeneError(f"lets widens this axis from the learngene's {s} channels up to the aux net's {have}, "
+                             f"asked {n}; choose a width (and MLP size) in that range")
+    moved = torch.movedim(t, dim, -1)
+    rows = f[..., :n - s, :].to(t.dtype)  # a gene may hold tensors of mixed precision
+    if rows.ndim == 3:  # one F per compact layer
+        extra = torch.einsum("l...s,les->l...e", moved, rows)
+    else:
+        extra = moved @ rows.T
+    return torch.movedim(torch.cat([moved, extra], -1), -1, dim)
+
+
+def parse_indices(text: str, count: int, limit: int, what: str) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        values = [int(x) for x in str(text).split(",")]
+    except ValueError:
+        raise LearngeneError(f"lets {what}={text!r} is not comma-separated aux layer numbers") from None
+    if len(values) != count or not all(0 <= v < limit for v in values):
+        raise LearngeneError(f"lets {what} needs {count} aux layer numbers (one per descendant layer) in 0..{limit - 1}, "
+                             f"got {text!r}")
+    return values
+
+
+@register_method
+class LeTs(Method):
+    name = "lets"
+    summary = "compact layers + learnable width (F) and depth (G) transformations, trained in an aux net; any depth"
+    paper = Paper("Initializing Variable-sized Vision Transformers from Learngene with Learnable Transformation",
+                  "Xia, Zu, Yang & Geng", "NeurIPS", 2024)
+    Config = LeTsConfig
+    needs_data = True
+    aux_net = True
+    needs_vit_ancestry = False
+    distill_lambda = 1.0  # their stage 1: --distillation-type soft --distillation-alpha 1.0
+
+    def small_spec(self, aux: ViTSpec) -> ViTSpec:
+        cfg = self.config
+        depth = cfg.gene_depth or max(1, aux.depth // 2)
+        width = cfg.gene_embed_dim or aux.embed_dim // 2
+        heads = max(1, aux.num_heads // 2) if width % max(1, aux.num_heads // 2) == 0 else 1
+        mlp = cfg.gene_mlp_dim or aux.mlp_hidden // 2
+        if depth > 1 and depth % 2 or not 0 < width <= aux.embed_dim or not 0 < mlp <= aux.mlp_hidden:
+            raise LearngeneError(f"lets: the compact net must have 1 or an even number of layers, a width up to the aux "
+                                 f"net's {aux.embed_dim} and an MLP up to its {aux.mlp_hidden}; got {depth}, {width}, {mlp}")
+        return aux.replace(depth=depth, embed_dim=width, num_heads=heads, mlp_ratio=mlp / width)
+
+    def initial_tensors(self, aux: ViTSpec) -> StateDict:
+        cfg, small = self.config, self.small_spec(aux)
+        generator = torch.Generator().manual_seed(torch.initial_seed() % 2**63)
+        state = small.create_model().state_dict()
+        tensors = {SMALL + n: torch.stack([state[block_key(i, n)] for i in range(small.depth)]) for n in block_axes(small)}
+        tokens = initial_non_block(aux)
+        for key, axes in non_block_axes(small).items():
+            tensors[(AUX + key) if axes == TOKENS else (SMALL + key)] = (tokens if axes == TOKENS else state)[key]
+        for key, extra, length, per_layer in self._f_shapes(small, aux):
+            tensors[F_ + key] = init_width(extra, length, cfg.width_init, cfg.init_noise, generator,
+                                           small.depth if per_layer else None)
+        rows, group = -(-aux.depth // cfg.tie), min(2, small.depth)
+        for module in sorted({m for n in block_axes(small) for m in self._modules(n)}):
+            for kind in ("weight", "bias"):
+                tensors[f"{G_}{module}.{kind}"] = init_depth(rows, group, cfg.tie, cfg.depth_init, cfg.init_noise, generator)
+        return tensors
+
+    def _modules(self, name: str) -> tuple[str, ...]:
+        return ("q", "k", "v") if name.startswith("attn.qkv") else (g_module(name),)
+
+    def _f_shapes(self, small: ViTSpec, aux: ViTSpec):
+        """(label, extra rows, compact length, per compact layer) of every F the aux net needs."""
+        seen: dict[str, tuple] = {}
+        for block, table, shapes, big in ((True, block_axes(small), small.block_shapes(), aux.block_shapes()),
+                                          (False, non_block_axes(small), small.non_block_shapes(), aux.non_block_shapes())):
+            for key, axes in table.items():
+                if not block and axes == TOKENS:
+                    continue
+                for axis, n_small, n_big in zip(axes, shapes[key], big[key]):
+                    for seg in range(axis.segments):
+                        label = f_label(key, axis.role, seg, block)
+                        s, b = n_small // axis.segments, n_big // axis.segments
+                        if label and b > s:
+                            seen.setdefault(label, (label, b - s, s, label in ("q", "k", "v", "ffn")))
+        return list(seen.values())
+
+    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        aux = resolve_aux_spec(self.config, ancestry, inputs, self.name)
+        torch.manual_seed(inputs.train_cfg.seed if inputs is not None else 0)
+        start = self.new_gene(self.initial_tensors(aux), aux, ancestry.spec if ancestry is not None else None)
+        return condense_through_aux(self, start, ancestry, inputs)
+
+    def mixing(self, gene: Learngene, spec: ViTSpec, module: str, kind: str) -> Tensor:
+        """``C`` (target layers × compact layers): target layer ``t`` = Σ_l C[t, l] · widened compact layer ``l``."""
+        aux = require_layout(gene)
+        coeffs = gene.tensors[f"{G_}{module}.{kind}"]
+        depth = gene.tensors[SMALL + "norm1.weight"].shape[0]
+        stretched = [t * aux.depth // spec.depth for t in range(spec.depth)]
+        maps = parse_indices(self.config.mapping_layer, spec.depth, aux.depth, "mapping_layer") or stretched
+        owners = parse_indices(self.config.mapping_layer_coeff, spec.depth, aux.depth, "mapping_layer_coeff") or maps
+        pairs = max(1, depth // 2)
+        rows, cols, picks = [], [], []
+        for t, (a, c) in enumerate(zip(maps, owners)):
+            first = 2 * (a * pairs // aux.depth) if depth > 1 else 0
+            for k in range(coeffs.shape[1]):
+                rows.append(t), cols.append(first + k), picks.append((c // self.config.tie, k))
+        values = coeffs[torch.tensor([p[0] for p in picks]), torch.tensor([p[1] for p in picks])]
+        return torch.zeros(spec.depth, depth, dtype=coeffs.dtype, device=coeffs.device).index_put(
+            (torch.tensor(rows), torch.tensor(cols)), values, accumulate=True)
+
+    def _widened(self, t: Tensor, key: str, axes, shape: tuple[int, ...], gene: Learngene, block: bool) -> Tensor:
+        lead = 1 if block else 0
+        for dim, (axis, n) in enumerate(zip(axes, shape)):
+            if axis.role in (CLASSES, KEEP):
+                continue
+            if axis.role == HEAD_DIM and n != t.shape[lead + dim]:
+                raise LearngeneError(f"lets keeps the learngene's head size {t.shape[lead + dim]} (q/k norms), asked {n}")
+            s = axis.segments
+            parts = t.unflatten(lead + dim, (s, t.shape[lead + dim] // s)).unbind(lead + dim)
+            parts = [widen(p, lead + dim, n // s, gene.tensors.get(F_ + (f_label(key, axis.role, i, block) or "")))
+                     for i, p in enumerate(parts)]
+            t = torch.cat(parts, lead + dim)
+        return t
+
+    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        aux = require_layout(gene)
+        ints = sorted(k for k, t in gene.tensors.items() if not t.is_floating_point())
+        if ints:
+            raise LearngeneError(f"this lets gene's tensor {ints[0]} is {gene.tensors[ints[0]].dtype}, not floating point; "
+                                 f"create it again with `learngene condense`")
+        if spec.embed_dim > aux.embed_dim:
+            raise LearngeneError(f"lets widens up to the aux net's width {aux.embed_dim}, asked {spec.embed_dim}; "
+                                 f"pass --embed-dim {aux.embed_dim} or less")
+        out: StateDict = {}
+        for name, shape in spec.block_shapes().items():
+            axes = block_axes(spec)[name]
+            stack = self._widened(gene.tensors[SMALL + name], name, axes, shape, gene, block=True)
+            kind = "bias" if name.endswith("bias") else "weight"
+            if name.startswith("attn.qkv"):
+                segs = stack.unflatten(1, (3, shape[0] // 3)).unbind(1)
+                mixed = torch.cat([torch.einsum("tl,l...->t...", self.mixing(gene, spec, m, kind).to(seg.dtype), seg)
+                                   for m, seg in zip("qkv", segs)], 1)
+            else:
+                mixed = torch.einsum("tl,l...->t...", self.mixing(gene, spec, g_module(name), kind).to(stack.dtype), stack)
+            for layer in range(spec.depth):
+                out[block_key(layer, name)] = mixed[layer]
+        narrow = carried(aux, spec)
+        non_block = {}
+        for key, shape in narrow.non_block_shapes().items():
+            axes = non_block_axes(narrow)[key]
+            if axes == TOKENS:
+                non_block[key] = gene.tensors[AUX + key][..., :shape[-1]]
+            elif SMALL + key in gene.tensors:
+                non_block[key] = self._widened(gene.tensors[SMALL + key], key, axes, shape, gene, block=False)
+        out.update(inherit_non_block(non_block, narrow, spec))
+        return out
+
+    def describe(self, gene: Learngene) -> list[str]:
+        aux = require_layout(gene)
+        small = gene.tensors[SMALL + "norm1.weight"].shape
+        learned = sum(t.numel() for k, t in gene.tensors.items() if k.startswith((F_, G_)))
+        return [f"aux net {aux.short()} built from a compact net of {small[0]} layers, width {small[1]}",
+                f"transformation parameters (F, G): {learned:,} of {gene.num_stored_params:,} stored"]

@@ -1,0 +1,136 @@
+"""Structured initialization (Zheng, Li, Saratchandran & Lucey, "Structured Initialization for Vision
+Transformers", NeurIPS 2025, arXiv 2505.19985). Learning-free, no ancestry: the fair competitor to mimetic.
+
+Each head's attention map starts as an impulse filter of a 3 × 3 convolution: head ``h`` attends from
+patch ``(r, c)`` to patch ``(r + m_h, c + n_h)``, the offsets taken in the order centre, up, right, left,
+down, then the corners (heads past nine start over). Rule of the authors' code (their ``impulse`` mode):
+
+1. The position table is timm's random one scaled by ``pos_scale`` (18); ``P`` = its patch rows,
+   LayerNorm'd (no affine), an ``N × D`` matrix.
+2. Per layer and head, the target logits ``W`` (``N × N``) are ``impulse`` (1000) at the impulse entries
+   and ``3·t`` elsewhere, ``t`` truncated normal (std 0.6, cut at ±2), drawn anew per layer.
+3. ``A = P⁺ W P⁺ᵀ`` with ``P⁺ = (PᵀP)⁺_r Pᵀ``, the pseudo-inverse of ``PᵀP`` cut to its ``r = head_dim``
+   largest singular values: the ``D × D`` bilinear form whose logits on the positions are closest to ``W``.
+4. Its rank-``r`` factors ``U_r Σ_r^½`` and ``V_r Σ_r^½``, each divided by its Frobenius norm and scaled
+   by ``qk_scale`` (7), are the head's query and key maps (``q = x W_q``, ``k = x W_k``, so ``q kᵀ =
+   x W_q W_kᵀ xᵀ ∝ x A xᵀ``).
+5. Values and projection as in mimetic: ``W_v W_proj = α·Z − β·I`` (α = β = 0.4), ``Z`` uniform with
+   variance ``1/D`` (their default distribution), factored by SVD, times ``v_scale`` (1).
+
+Departures from their code: every other weight keeps timm's default initialization (they train with
+``weight_init=skip``, PyTorch's default Linear init; every method here starts from timm's); the random
+position table is drawn as timm's ``VisionTransformer`` draws it (``N(0, 0.02²)``) with the descendant's
+seed, and the class/register rows it has are scaled with it, as theirs are; q/k norms and qkv biases stay
+timm's (their models have none of the former and zero biases).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..gene import Learngene
+from ..heads import join_qkv
+from ..method import Ancestry, CondenseInputs, Method, Paper
+from ..registry import register_method
+from ..spec import ViTSpec, block_key
+from ..transfer import StateDict
+from ..validate import option
+
+# impulse offsets (row, column) of a 3 x 3 kernel in their order: centre, up, right, left, down, corners
+KERNEL_ORDER = (4, 1, 5, 3, 7, 0, 2, 6, 8)
+
+
+@dataclass(frozen=True)
+class StructuredConfig:
+    pos_scale: float = 18.0  # their norm_p
+    qk_scale: float = 7.0  # their norm_q
+    v_scale: float = 1.0  # their norm_v
+    impulse: float = 1000.0  # logit of the impulse entries in the target map
+    kernel_size: int = option(3, at_least=1)  # their 3 x 3 (other sizes: offsets in row-major order)
+    alpha: float = 0.4  # noise in W_v W_proj
+    beta: float = 0.4  # negative identity in W_v W_proj
+    seed: int = 0
+
+
+def impulse_offsets(heads: int, kernel_size: int = 3) -> list[tuple[int, int]]:
+    """``(m, n)`` row and column offset of each head's impulse."""
+    order = KERNEL_ORDER if kernel_size == 3 else tuple(range(kernel_size**2))
+    half = kernel_size // 2
+    return [(order[h % kernel_size**2] // kernel_size - half, order[h % kernel_size**2] % kernel_size - half)
+            for h in range(heads)]
+
+
+def impulse_targets(heads: int, grid: int, kernel_size: int, impulse: float, generator: torch.Generator) -> Tensor:
+    """Step 2: ``(H, N, N)`` target logits, ``impulse`` where patch ``(r, c)`` meets ``(r + m, c + n)``."""
+    n = grid * grid
+    mask = torch.zeros(heads, n, n, dtype=torch.float64)
+    rows, cols = torch.meshgrid(torch.arange(grid), torch.arange(grid), indexing="ij")
+    for h, (m, o) in enumerate(impulse_offsets(heads, kernel_size)):
+        valid = (rows + m >= 0) & (rows + m < grid) & (cols + o >= 0) & (cols + o < grid)
+        src = (rows * grid + cols)[valid]
+        dst = ((rows + m) * grid + cols + o)[valid]
+        mask[h, src, dst] = 1.0
+    noise = torch.empty(heads, n, n, dtype=torch.float64)
+    torch.nn.init.trunc_normal_(noise, std=0.6, a=-2.0, b=2.0, generator=generator)
+    return impulse * mask + 3.0 * noise * (mask == 0)
+
+
+def query_key_maps(positions: Tensor, targets: Tensor, rank: int) -> tuple[Tensor, Tensor]:
+    """Steps 3–4: per head ``(H, D, r)`` query and key maps with ``W_q W_kᵀ ∝ P⁺ W P⁺ᵀ`` (unit Frobenius factors)."""
+    p = torch.nn.functional.layer_norm(positions, positions.shape[-1:])
+    u, s, vh = torch.linalg.svd(p.T @ p)
+    s_inv = torch.zeros_like(s)
+    s_inv[:rank] = 1 / s[:rank]
+    p_inv = (vh.T * s_inv) @ u.T @ p.T  # (D, N)
+    a = p_inv @ targets @ p_inv.T  # (H, D, D)
+    u, s, vh = torch.linalg.svd(a)
+    root = s[:, :rank].sqrt()
+    q = u[:, :, :rank] * root[:, None, :]
+    k = vh[:, :rank].transpose(1, 2) * root[:, None, :]
+    return q / q.norm(dim=(1, 2), keepdim=True), k / k.norm(dim=(1, 2), keepdim=True)
+
+
+def value_projection(width: int, alpha: float, beta: float, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Step 5: timm's v rows ``(D, D)`` and proj weight with ``W_v W_proj = α·Z − β·I`` as maps on row vectors."""
+    bound = 3**0.5 / width**0.5
+    z = (torch.rand(width, width, generator=generator, dtype=torch.float64) * 2 - 1) * bound
+    u, s, vh = torch.linalg.svd(alpha * z - beta * torch.eye(width, dtype=torch.float64))
+    left, right = u * s.sqrt(), s.sqrt()[:, None] * vh  # x ↦ x·left·right
+    return left.T, right.T
+
+
+@register_method
+class Structured(Method):
+    """Impulse-filter attention in closed form; the learngene is empty (any spec, no ancestry)."""
+
+    name = "structured"
+    summary = "closed-form attention init: each head an impulse of a 3x3 conv over the patch grid (no ancestry)"
+    paper = Paper("Structured Initialization for Vision Transformers", "Zheng, Li, Saratchandran & Lucey",
+                  "NeurIPS", 2025, "2505.19985")
+    Config = StructuredConfig
+    needs_vit_ancestry = False
+    seed_option = "seed"
+
+    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        return self.new_gene({}, None, ancestry.spec if ancestry else None)
+
+    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        cfg = self.config
+        D, H, d = spec.embed_dim, spec.num_heads, spec.head_dim
+        generator = torch.Generator().manual_seed(cfg.seed)
+        shape = spec.non_block_shapes()["pos_embed"]
+        pos = torch.randn(shape, generator=generator, dtype=torch.float64) * 0.02 * cfg.pos_scale
+        patches = pos[0, spec.family.pos_prefix_tokens:]
+        out: StateDict = {"pos_embed": pos.float()}
+        for layer in range(spec.depth):
+            targets = impulse_targets(H, spec.grid_size, cfg.kernel_size, cfg.impulse, generator)
+            q, k = query_key_maps(patches, targets, d)
+            v, proj = value_projection(D, cfg.alpha, cfg.beta, generator)
+            qkv = join_qkv(cfg.qk_scale * q.transpose(1, 2), cfg.qk_scale * k.transpose(1, 2),
+                           cfg.v_scale * v.reshape(H, d, D))
+            out[block_key(layer, "attn.qkv.weight")] = qkv.float()
+            out[block_key(layer, "attn.proj.weight")] = (cfg.v_scale * proj).float()
+        return out

@@ -1,0 +1,72 @@
+"""Structured initialization against a re-typing of the authors' ``impulse`` rule (arXiv 2505.19985)."""
+
+import torch
+
+from learngene.descendant import make_descendant
+from learngene.heads import split_qkv
+from learngene.methods.structured import impulse_offsets, impulse_targets
+from learngene.registry import get_method
+from learngene.spec import ViTSpec, block_key
+
+SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=4, img_size=16, patch_size=4, in_chans=1, num_classes=4)
+
+
+def expanded(spec=SPEC, **options):
+    method = get_method("structured")(**options)
+    return method.expand(method.condense(None), spec)
+
+
+def test_impulse_offsets_follow_their_kernel_order():
+    # centre, up, right, left, down, then the corners; the tenth head starts over
+    assert impulse_offsets(10) == [(0, 0), (-1, 0), (0, 1), (0, -1), (1, 0), (-1, -1), (-1, 1), (1, -1), (1, 1), (0, 0)]
+
+
+def test_targets_are_impulses_over_bounded_noise():
+    w = impulse_targets(2, 4, 3, 1000.0, torch.Generator().manual_seed(0))
+    assert w.shape == (2, 16, 16)
+    big = w > 100
+    assert torch.equal(big[0], torch.eye(16, dtype=torch.bool))  # head 0: the centre, every patch to itself
+    up = torch.zeros(16, 16, dtype=torch.bool)
+    for r in range(1, 4):
+        for c in range(4):
+            up[r * 4 + c, (r - 1) * 4 + c] = True  # head 1: (r, c) to (r - 1, c); the top row has none
+    assert torch.equal(big[1], up)
+    assert w[~big].abs().max() <= 6.0 and w[~big].std() > 0.5  # 3 x a normal of std 0.6 cut at ±2
+
+
+def test_query_key_products_are_the_least_squares_form_of_the_targets():
+    """Re-typed: A = P⁺ W P⁺ᵀ (P the LayerNorm'd patch positions, 16 x 32, of full rank 16 = head_dim, so the cut
+    pseudo-inverse is pinv), and each head's W_q W_kᵀ = qk_scale² · A / (‖U_r Σ½‖_F ‖V_r Σ½‖_F) = 49 · A / Σ σ."""
+    spec = SPEC.replace(num_heads=2)
+    out = expanded(spec)
+    gen = torch.Generator().manual_seed(0)
+    pos = torch.randn(1, 17, 32, generator=gen, dtype=torch.float64) * 0.02 * 18.0
+    assert torch.allclose(out["pos_embed"], pos.float())
+    p = torch.nn.functional.layer_norm(pos[0, 1:], (32,))
+    w = impulse_targets(2, 4, 3, 1000.0, gen)  # layer 0's draws come right after the positions
+    a = torch.linalg.pinv(p) @ w @ torch.linalg.pinv(p).T
+    q, k, _ = split_qkv(out[block_key(0, "attn.qkv.weight")].double(), 2)
+    for h in range(2):
+        expected = 49.0 * a[h] / torch.linalg.svdvals(a[h]).sum()
+        assert torch.allclose(q[h].T @ k[h], expected, atol=1e-4 * expected.abs().max()), h
+        logits = p @ q[h].T @ k[h] @ p.T  # on the positions alone: every patch's largest logit is its impulse
+        m, n = [(0, 0), (-1, 0)][h]
+        for r in range(max(0, -m), 4 - max(0, m)):
+            for c in range(max(0, -n), 4 - max(0, n)):
+                assert logits[r * 4 + c].argmax() == (r + m) * 4 + c + n
+
+
+def test_values_and_projection_are_minus_beta_identity_plus_bounded_noise():
+    out = expanded()
+    _, _, v = split_qkv(out[block_key(1, "attn.qkv.weight")].double(), 4)
+    product = v.reshape(32, 32).T @ out[block_key(1, "attn.proj.weight")].double().T  # x ↦ x W_vᵀ W_projᵀ
+    noise = product + 0.4 * torch.eye(32, dtype=torch.float64)
+    assert noise.abs().max() <= 0.4 * 3**0.5 / 32**0.5 + 1e-5 and noise.std() > 0.02
+
+
+def test_every_family_gets_its_prefix_rows_and_a_working_descendant():
+    for spec in (SPEC, SPEC.replace(depth=3, embed_dim=64, num_heads=8)):
+        model = make_descendant(get_method("structured")().condense(None), spec, seed=3)
+        assert torch.isfinite(model(torch.randn(2, 1, 16, 16))).all()
+    a, b = (make_descendant(get_method("structured")().condense(None), SPEC, seed=s).state_dict() for s in (0, 1))
+    assert not torch.equal(a["pos_embed"], b["pos_embed"])

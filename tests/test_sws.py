@@ -1,0 +1,54 @@
+"""SWS: the aux net's stages share one layer each; a descendant expands each stage's layer to its stage's depth."""
+
+import pytest
+import torch
+
+from learngene.descendant import GeneNet, make_descendant
+from learngene.errors import LearngeneError
+from learngene.method import Ancestry, CondenseInputs
+from learngene.methods.sws import even_stages
+from learngene.registry import get_method
+from learngene.spec import ViTSpec, block_key
+from learngene.train import TrainConfig
+from tests.conftest import make_images
+
+AUX = ViTSpec(depth=4, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
+
+
+def test_default_stages_are_three_as_even_as_possible():
+    assert even_stages(4) == [2, 1, 1] and even_stages(12) == [4, 4, 4] and even_stages(2) == [1, 1]
+
+
+def test_the_aux_net_shares_weights_within_a_stage_and_trains_one_layer_per_stage():
+    data = make_images(16, num_classes=4, size=16)
+    torch.manual_seed(0)
+    ancestry = Ancestry(AUX.create_model().eval(), AUX)
+    method = get_method("sws")()
+    gene = method.condense(ancestry, CondenseInputs(train=data, train_cfg=TrainConfig(max_steps=2, batch_size=8, progress=False)))
+    assert gene.tensors["stage.attn.qkv.weight"].shape == (3, 96, 32)  # stages 2, 1, 1
+    state = method.expand(gene, AUX)
+    key = "attn.proj.weight"
+    assert torch.equal(state[block_key(0, key)], state[block_key(1, key)])
+    assert not torch.equal(state[block_key(1, key)], state[block_key(2, key)])
+    net = GeneNet(method, gene, AUX)
+    net(data.get_batch(torch.arange(2))[0]).sum().backward()
+    grads = net.gene_tensors["stage::attn::proj::weight"].grad
+    assert all(g.abs().sum() > 0 for g in grads)  # every stage's layer learns
+
+
+def test_descendants_follow_the_stages():
+    method = get_method("sws")(stages="1,2,1")
+    torch.manual_seed(0)
+    tensors = {k: torch.randn_like(v) for k, v in method.initial_tensors(AUX).items()}
+    gene = method.new_gene(tensors, AUX, AUX)
+    out = method.expand(gene, AUX.replace(depth=8))  # aux layer ⌊t/2⌋: stages 0,0,1,1,1,1,2,2
+    stage = gene.tensors["stage.mlp.fc1.weight"]
+    assert [next(s for s in range(3) if torch.equal(out[block_key(t, "mlp.fc1.weight")], stage[s])) for t in range(8)] == \
+        [0, 0, 1, 1, 1, 1, 2, 2]
+    chosen = get_method("sws")(stages="1,2,1", descendant_stages="3,0,2").expand(gene, AUX.replace(depth=5))
+    assert torch.equal(chosen[block_key(3, "mlp.fc1.weight")], stage[2])
+    with pytest.raises(LearngeneError, match="descendant_stages"):
+        get_method("sws")(stages="1,2,1", descendant_stages="3,3").expand(gene, AUX.replace(depth=6))
+    with pytest.raises(LearngeneError, match="embed_dim"):
+        method.expand(gene, AUX.replace(embed_dim=16, num_heads=1))
+    assert torch.isfinite(make_descendant(gene, AUX.replace(depth=2))(torch.randn(1, 1, 16, 16))).all()
