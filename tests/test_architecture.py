@@ -173,7 +173,9 @@ def test_options_are_checked_in_one_place():
     own_init = [name for name in list_methods() if "__init__" in {k for c in get_method(name).__mro__
                                                                   if c is not Method and issubclass(c, Method)
                                                                   for k in vars(c)}]
-    assert own_init == []
+    assert own_init == [], (f"{own_init} check options in __init__: type a choice as Literal[...], give a range "
+                            f"with learngene.validate.option(...), put a check across options in the Config's "
+                            f"__post_init__")
 
 
 @pytest.mark.parametrize("method, options, words", [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from learngene.cli import main
-from learngene.method import parse_options
+from learngene.cli.options import parse_options
 from learngene.methods.peg import PEGConfig
 
 

@@ -12,7 +12,6 @@ the gene and overridable at expansion (:func:`config_from_dict`). An option's ty
 from __future__ import annotations
 
 import dataclasses
-import json
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,28 +217,3 @@ def config_from_dict(config_cls: type, values: dict[str, Any]) -> Any:
             value = values[f.name]
             kwargs[f.name] = tuple(value) if isinstance(value, list) else value
     return config_cls(**kwargs)
-
-
-def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
-    """``["key=value", ...]`` from the CLI, each value parsed as JSON, else kept as a string; ``auto`` gives
-    an automatic option (``Config.AUTO_OPTIONS``) its default."""
-    fields = {f.name: f for f in dataclasses.fields(config_cls)}
-    hints = typing.get_type_hints(config_cls)
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or key not in fields:
-            raise LearngeneError(f"option {item!r} is not KEY=VALUE with a known KEY; use one of: {', '.join(fields) or 'none'}")
-        if raw == "auto" and key in getattr(config_cls, "AUTO_OPTIONS", ()):  # as `learngene methods` shows it
-            out[key] = fields[key].default
-            continue
-        if hints.get(key) is str:  # e.g. layers=3 for a layer list written as text
-            out[key] = raw
-            continue
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        out[key] = tuple(value) if isinstance(value, list) else value
-    return out

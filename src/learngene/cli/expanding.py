@@ -14,10 +14,10 @@ from ..export import check_output_folder, export_hub_folder, wants_folder
 from ..gene import Learngene
 from ..io import quote, save_model
 from ..labels import describe as describe_labels
-from ..method import citations, parse_options
+from ..method import citations
 from ..registry import get_method
 from .making import head_label_space
-from .options import check_outputs, say, spec_from_args
+from .options import check_outputs, parse_options, say, spec_from_args
 
 
 def cmd_expand(args: argparse.Namespace) -> None:

@@ -16,10 +16,10 @@ from ..distill import cache_teacher_outputs, setup_distillation
 from ..errors import LearngeneError
 from ..io import build_model, digest, load_model_file, model_preprocessing, save_model
 from ..labels import choose_head
-from ..method import AdaptInputs, CondenseInputs, parse_options
+from ..method import AdaptInputs, CondenseInputs
 from ..registry import get_method
 from ..train import seed_everything, train
-from .options import check_outputs, load_data_from_args, say, spec_from_args, train_config_from_args
+from .options import check_outputs, load_data_from_args, parse_options, say, spec_from_args, train_config_from_args
 
 
 def cmd_ancestry(args: argparse.Namespace) -> None:

@@ -1,10 +1,14 @@
-"""Parsed flags turned into what the library takes: specs, data, training configs, checked output paths."""
+"""Parsed flags turned into what the library takes: method options, specs, data, training configs, checked
+output paths."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import sys
+import typing
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -14,6 +18,32 @@ from ..errors import LearngeneError
 from ..io import check_output_path, lock_run_dir, quote
 from ..spec import ViTSpec, get_preset
 from ..train import CHECKPOINT, TrainConfig
+
+
+def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
+    """``["key=value", ...]`` from the CLI, each value parsed as JSON, else kept as a string; ``auto`` gives
+    an automatic option (``Config.AUTO_OPTIONS``) its default."""
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    hints = typing.get_type_hints(config_cls)
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in fields:
+            raise LearngeneError(f"option {item!r} is not KEY=VALUE with a known KEY; use one of: {', '.join(fields) or 'none'}")
+        if raw == "auto" and key in getattr(config_cls, "AUTO_OPTIONS", ()):  # as `learngene methods` shows it
+            out[key] = fields[key].default
+            continue
+        if hints.get(key) is str:  # e.g. layers=3 for a layer list written as text
+            out[key] = raw
+            continue
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out[key] = tuple(value) if isinstance(value, list) else value
+    return out
+
 
 SPEC_FIELDS = ("depth", "embed_dim", "num_heads", "mlp_ratio", "img_size", "patch_size", "in_chans", "num_classes",
                "global_pool")
