@@ -93,6 +93,106 @@ def test_hf_dinov2_pooled_and_tokens(tmp_path, transformers, swiglu):
     assert ancestry.spec is not None and ancestry.spec.arch == ("vit_giant_patch14_dinov2" if swiglu else "vit_base_patch14_dinov2")
 
 
+def test_hf_dinov2_swiglu_runs_silu_whatever_its_config_says(tmp_path, transformers):
+    """facebook/dinov2-giant's config says hidden_act "gelu"; transformers' SwiGLU FFN runs SiLU regardless."""
+    torch.manual_seed(5)
+    hf = transformers.Dinov2Model(transformers.Dinov2Config(**TINY, use_swiglu_ffn=True, hidden_act="gelu"))
+    ancestry = load_ancestry(_hf_folder(tmp_path, hf))
+    x = _image(seed=3)
+    with torch.no_grad():
+        torch.testing.assert_close(ancestry.model.forward_features(x), hf(pixel_values=x).last_hidden_state,
+                                   atol=1e-5, rtol=1e-4)
+    assert ancestry.spec.family.mlp_layer == "swiglu_packed" and ancestry.spec.family.act_layer == "silu"
+
+
+@pytest.mark.parametrize("registers", [False, True])
+def test_hf_dinov2_classifier_is_refused_in_one_line_or_dropped(tmp_path, transformers, registers):
+    """Dinov2ForImageClassification reads [class token, mean patch token] (2D inputs), which timm's ViT cannot
+    express: refused naming --drop-head; with it, the backbone loads headless and outputs the class token."""
+    torch.manual_seed(6)
+    if registers:
+        cfg = transformers.Dinov2WithRegistersConfig(**TINY, num_register_tokens=2, num_labels=3)
+        hf = transformers.Dinov2WithRegistersForImageClassification(cfg)
+        backbone = hf.dinov2_with_registers
+    else:
+        hf = transformers.Dinov2ForImageClassification(transformers.Dinov2Config(**TINY, num_labels=3))
+        backbone = hf.dinov2
+    folder = _hf_folder(tmp_path, hf)
+    with pytest.raises(LearngeneError) as info:
+        load_ancestry(folder)
+    assert "--drop-head" in str(info.value) and "\n" not in str(info.value)
+    ancestry = load_ancestry(folder, drop_head=True)
+    x = _image(seed=4)
+    with torch.no_grad():
+        torch.testing.assert_close(ancestry.model(x), backbone(pixel_values=x).pooler_output, atol=1e-5, rtol=1e-4)
+    assert ancestry.spec.num_classes == 0
+
+
+def test_cli_drop_head_loads_a_dinov2_classifier_folder_headless(tmp_path, transformers, capsys):
+    from learngene.cli import main
+
+    hf = transformers.Dinov2ForImageClassification(transformers.Dinov2Config(**TINY, num_labels=3))
+    folder = _hf_folder(tmp_path, hf)
+    capsys.readouterr()  # transformers' own progress bar
+    args = ["condense", "--method", "weight_selection", "--ancestry", str(folder), "--quiet"]
+    assert main([*args, "--out", str(tmp_path / "a.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert "--drop-head" in err and err.count("\n") == 1
+    assert main([*args, "--drop-head", "--out", str(tmp_path / "b.safetensors")]) == 0
+
+
+def test_hf_dinov2_with_registers_tokens(tmp_path, transformers):
+    torch.manual_seed(7)
+    hf = transformers.Dinov2WithRegistersModel(transformers.Dinov2WithRegistersConfig(**TINY, num_register_tokens=4))
+    with torch.no_grad():  # the class token and position table away from zero, so a dropped row would show
+        hf.embeddings.cls_token.normal_()
+        hf.embeddings.position_embeddings.normal_()
+    ancestry = load_ancestry(_hf_folder(tmp_path, hf))
+    x = _image(seed=5)
+    with torch.no_grad():
+        out = hf(pixel_values=x)
+        torch.testing.assert_close(ancestry.model.forward_features(x), out.last_hidden_state, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(ancestry.model(x), out.pooler_output, atol=1e-5, rtol=1e-4)
+    assert ancestry.spec.arch == "vit_base_patch14_reg4_dinov2" and ancestry.spec.family.reg_tokens == 4
+
+
+def _tower(transformers, kind, whole, act):
+    vision = dict(**TINY, intermediate_size=48, hidden_act=act)
+    text = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=48)
+    if kind == "clip":
+        if whole:
+            model = transformers.CLIPModel(transformers.CLIPConfig(vision_config=vision, text_config=text, projection_dim=16))
+            return model, lambda x: model.get_image_features(pixel_values=x)
+        model = transformers.CLIPVisionModel(transformers.CLIPVisionConfig(**vision))
+    elif whole:
+        model = transformers.SiglipModel(transformers.SiglipConfig(vision_config=vision, text_config=text))
+        return model, lambda x: model.get_image_features(pixel_values=x)
+    else:
+        model = transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**vision))
+    return model, lambda x: model(pixel_values=x).pooler_output
+
+
+@pytest.mark.parametrize("kind, whole, act, arch", [
+    ("clip", False, "quick_gelu", "vit_base_patch16_clip_quickgelu_224"),
+    ("clip", True, "gelu", "vit_base_patch16_clip_224"),
+    ("siglip", False, "gelu_pytorch_tanh", "vit_base_patch32_siglip_256"),
+    ("siglip", True, "gelu", "vit_base_patch16_siglip_224"),
+])
+def test_hf_clip_and_siglip_image_towers(tmp_path, transformers, kind, whole, act, arch):
+    """CLIP / SigLIP image towers (alone, or the image half of the whole model) become timm's CLIP / SigLIP
+    ViTs that output the same image embedding (CLIP's projection is timm's bias-free head)."""
+    torch.manual_seed(8)
+    hf, image_embedding = _tower(transformers, kind, whole, act)
+    ancestry = load_ancestry(_hf_folder(tmp_path, hf.eval()))
+    x = _image(seed=6)
+    with torch.no_grad():
+        expected = image_embedding(x)
+        expected = getattr(expected, "pooler_output", expected)
+        torch.testing.assert_close(ancestry.model(x), expected, atol=1e-5, rtol=1e-4)
+    assert ancestry.spec is not None and ancestry.spec.arch == arch
+    assert ancestry.spec.num_classes == (16 if kind == "clip" and whole else 0)
+
+
 def test_hf_folder_refusals_are_one_line(tmp_path, transformers):
     folder = tmp_path / "odd"
     folder.mkdir()
@@ -165,6 +265,9 @@ def test_expand_writes_a_hub_folder_timm_and_transformers_load(tmp_path, capsys)
     # the folder is also an ancestry
     again = load_ancestry(out)
     assert all(torch.equal(again.model.state_dict()[k], v) for k, v in saved.items())
+    assert "crop_pct 0.9, crop_mode center" in card and "**licence**: unknown" in card
+    assert "**classifier head**: the ancestry's, carried by the gene" in card
+    assert "AutoModelForImageClassification.from_pretrained" in card
     # and inspect reads it: config, the model it builds, preprocessing, the card's facts
     capsys.readouterr()
     assert main(["inspect", str(out), "--tensors"]) == 0
@@ -178,6 +281,40 @@ def test_expand_writes_a_hub_folder_timm_and_transformers_load(tmp_path, capsys)
     x = _image(channels=1)
     with torch.no_grad():
         torch.testing.assert_close(wrapped(pixel_values=x).logits, model(x))
+
+
+@pytest.mark.parametrize("classes", [0, 7])
+def test_hub_folders_of_headless_and_fresh_headed_descendants_load_in_transformers(tmp_path, classes):
+    """A headless descendant (a DINOv2 backbone) loads with transformers' AutoModel, the loader its card
+    names (the classifier wrapper refuses a checkpoint without a classifier); a fresh head says so."""
+    import timm
+
+    from learngene.cli import main
+    from learngene.io import save_model
+    from learngene.model_spec import spec_from_model
+
+    torch.manual_seed(0)
+    ancestry = timm.create_model("vit_small_patch14_dinov2", pretrained=False, num_classes=0, depth=2, embed_dim=32,
+                                 num_heads=2, img_size=28, patch_size=4).eval()
+    save_model(tmp_path / "anc.safetensors", ancestry, spec_from_model(ancestry))
+    gene, out = tmp_path / "gene.safetensors", tmp_path / "desc"
+    assert main(["condense", "--method", "weight_selection", "--ancestry", str(tmp_path / "anc.safetensors"),
+                 "--out", str(gene), "--quiet"]) == 0
+    assert main(["expand", str(gene), "--embed-dim", "16", "--num-heads", "1", "--num-classes", str(classes),
+                 "--out", f"{out}/", "--quiet"]) == 0
+    card = (out / "README.md").read_text()
+    model = timm.create_model(f"local-dir:{out}", pretrained=True).eval()
+    transformers = pytest.importorskip("transformers")
+    x = _image()
+    with torch.no_grad():
+        if classes:
+            assert "**classifier head**: fresh" in card and "AutoModelForImageClassification" in card
+            wrapped = transformers.AutoModelForImageClassification.from_pretrained(out).eval()
+            torch.testing.assert_close(wrapped(pixel_values=x).logits, model(x))
+        else:
+            assert "**classifier head**: none" in card and "AutoModel.from_pretrained" in card
+            wrapped = transformers.AutoModel.from_pretrained(out).eval()
+            torch.testing.assert_close(wrapped(pixel_values=x).pooler_output, model(x))
 
 
 def test_hub_folder_is_refused_when_present_and_never_half_written(tmp_path, monkeypatch, capsys):

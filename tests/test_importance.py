@@ -7,6 +7,7 @@ from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
 from learngene.heads import split_qkv
 from learngene.method import Ancestry, CondenseInputs
+from learngene.methods.importance import residual_order
 from learngene.registry import get_method
 from learngene.spec import block_key
 
@@ -31,8 +32,11 @@ def test_at_the_ancestry_size_the_permuted_gene_computes_the_ancestry(tiny_ances
     gene = _condense(tiny_ancestry, toy_data, rescale=False)
     model = make_descendant(gene, tiny_spec).eval()
     assert torch.allclose(model(X), tiny_ancestry.model(X), rtol=1e-5, atol=1e-5)
-    assert not torch.equal(model.state_dict()["patch_embed.proj.weight"],
-                           tiny_ancestry.model.state_dict()["patch_embed.proj.weight"])  # it was reordered
+    assert not torch.equal(gene.tensors["patch_embed.proj.weight"],
+                           tiny_ancestry.model.state_dict()["patch_embed.proj.weight"])  # the gene is reordered
+    # the descendant's residual stream is back in the ancestry's order
+    assert torch.equal(model.state_dict()["patch_embed.proj.weight"],
+                       tiny_ancestry.model.state_dict()["patch_embed.proj.weight"])
 
 
 def test_the_largest_unit_comes_first(tiny_spec, toy_data):
@@ -59,7 +63,8 @@ def test_the_largest_unit_comes_first(tiny_spec, toy_data):
     out = make_descendant(gene, small).state_dict()
     q_small = split_qkv(out[block_key(1, "attn.qkv.weight")], 1)[2][0]
     v_src = split_qkv(src[block_key(1, "attn.qkv.weight")], tiny_spec.num_heads)[2][head]
-    assert torch.equal(q_small[:, 0], v_src[:, channel])
+    kept = gene.tensors["importance.width_order"][:16].long().sort().values.tolist()  # in the ancestry's order
+    assert torch.equal(q_small[:, kept.index(channel)], v_src[:, channel])
     assert torch.equal(out[block_key(0, "mlp.fc1.bias")][0], src[block_key(0, "mlp.fc1.bias")][neuron])
 
 
@@ -74,8 +79,9 @@ def test_depth_keeps_the_layers_that_change_their_input_most(tiny_spec, toy_data
     gene = _condense(ancestry, toy_data, rescale=False)
     assert gene.tensors["importance.layer"][1] == pytest.approx(0.0, abs=1e-6)
     out = make_descendant(gene, spec.replace(depth=2)).state_dict()
-    assert torch.equal(out[block_key(1, "mlp.fc2.weight")], gene.tensors[block_key(2, "mlp.fc2.weight")])
-    assert torch.equal(out[block_key(0, "mlp.fc2.weight")], gene.tensors[block_key(0, "mlp.fc2.weight")])
+    back = residual_order(gene, spec.embed_dim)  # the residual rows return to the ancestry's order
+    assert torch.equal(out[block_key(1, "mlp.fc2.weight")], gene.tensors[block_key(2, "mlp.fc2.weight")][back])
+    assert torch.equal(out[block_key(0, "mlp.fc2.weight")], gene.tensors[block_key(0, "mlp.fc2.weight")][back])
 
 
 def test_layernorm_gains_are_rescaled_by_sqrt_of_the_width_ratio(tiny_ancestry, tiny_spec, toy_data):
@@ -83,8 +89,8 @@ def test_layernorm_gains_are_rescaled_by_sqrt_of_the_width_ratio(tiny_ancestry, 
     small = tiny_spec.replace(embed_dim=16, num_heads=1)
     out = make_descendant(gene, small).state_dict()
     for key in (block_key(0, "norm1.weight"), block_key(1, "norm2.weight"), "norm.weight"):
-        assert torch.allclose(out[key], gene.tensors[key][:16] * math.sqrt(2)), key
-    assert torch.equal(out[block_key(0, "norm1.bias")], gene.tensors[block_key(0, "norm1.bias")][:16])
+        assert torch.allclose(out[key], gene.tensors[key][residual_order(gene, 16)] * math.sqrt(2)), key
+    assert torch.equal(out[block_key(0, "norm1.bias")], gene.tensors[block_key(0, "norm1.bias")][residual_order(gene, 16)])
 
 
 def test_refuses_larger_sizes_and_other_head_sizes(tiny_ancestry, tiny_spec, toy_data):

@@ -42,18 +42,26 @@ def test_peg_part_names_are_stable():
     assert MSA_LAYER_PARTS == {"proj_bias": "attn.proj.bias", "norm_weight": "norm1.weight", "norm_bias": "norm1.bias",
                                "ls_gamma": "ls1.gamma", "q_norm_weight": "attn.q_norm.weight",
                                "q_norm_bias": "attn.q_norm.bias", "k_norm_weight": "attn.k_norm.weight",
-                               "k_norm_bias": "attn.k_norm.bias"}
+                               "k_norm_bias": "attn.k_norm.bias", "gamma_1": "gamma_1"}  # the last: timm's Eva
     assert FFN_PARTS == {"fc1_weight": "mlp.fc1.weight", "fc1_bias": "mlp.fc1.bias", "fc2_weight": "mlp.fc2.weight",
                          "fc2_bias": "mlp.fc2.bias", "norm_weight": "norm2.weight", "norm_bias": "norm2.bias",
-                         "ls_gamma": "ls2.gamma"}
+                         "ls_gamma": "ls2.gamma",
+                         # AIMv2's and EVA-02's unpacked SwiGLU, Eva's MLP sub-norm and gamma
+                         "fc1_g_weight": "mlp.fc1_g.weight", "fc1_g_bias": "mlp.fc1_g.bias",
+                         "fc1_x_weight": "mlp.fc1_x.weight", "fc1_x_bias": "mlp.fc1_x.bias",
+                         "inner_norm_weight": "mlp.norm.weight", "inner_norm_bias": "mlp.norm.bias",
+                         "gamma_2": "gamma_2"}
 
 
 def test_derived_groups():
     assert WRITERS == ("attn.proj.weight", "attn.proj.bias", "mlp.fc2.weight", "mlp.fc2.bias")
     assert MATRICES == {"qkv": "attn.qkv.weight", "proj": "attn.proj.weight", "fc1": "mlp.fc1.weight",
                         "fc2": "mlp.fc2.weight"}
-    assert ATTENTION == ("attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight")
-    assert FFN == ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias")
+    # with Eva's head-sliced q/v biases and sub-norm, and AIMv2's and EVA-02's unpacked SwiGLU
+    assert ATTENTION == ("attn.q_bias", "attn.v_bias", "attn.qkv.weight", "attn.qkv.bias", "attn.norm.weight",
+                         "attn.norm.bias", "attn.proj.weight")
+    assert FFN == ("mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc1_g.weight", "mlp.fc1_g.bias", "mlp.fc1_x.weight",
+                   "mlp.fc1_x.bias", "mlp.fc2.weight", "mlp.fc2.bias")
     keys = ["blocks.0.norm1.weight", "blocks.0.norm2.weight", "blocks.0.attn.q_norm.weight", "blocks.3.norm1.bias",
             "norm.weight", "norm.bias", "fc_norm.weight", "norm_pre.weight", "attn_pool.norm.weight"]
     assert width_norm_gains(keys) == ["blocks.0.norm1.weight", "blocks.0.norm2.weight", "norm.weight", "fc_norm.weight",

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from .convert import is_model_folder, read_checkpoint
 from .errors import LearngeneError, SpecError
+from .eva import EVA_MODULE, fuse_qkv_projections, has_unfused_qkv
 from .io import check_finite, load_model_file
 from .method import Ancestry
 from .model_spec import spec_from_model
@@ -33,7 +34,8 @@ from .model_spec import spec_from_model
 StateDict = dict[str, Tensor]
 
 
-def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, **model_kwargs: Any) -> Ancestry:
+def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, drop_head: bool = False,
+                  **model_kwargs: Any) -> Ancestry:
     """Load an ancestry.
 
     Args:
@@ -42,10 +44,12 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, **mode
             ``config.json``: a timm hub folder or a transformers ViT / DeiT / DINOv2 (``timm_model``
             is read from it, and overrides it when given).
         timm_model: timm architecture name, e.g. ``"deit_tiny_patch16_224"``.
+        drop_head: load a folder's model without its classifier: the ancestry outputs its pooled embedding
+            (the way to load a transformers classifier timm's ViT cannot express, e.g. DINOv2's).
         **model_kwargs: passed to ``timm.create_model`` (e.g. ``num_classes``, ``img_size``, ``in_chans``).
     """
     if is_model_folder(path):
-        ckpt = read_checkpoint(path)
+        ckpt = read_checkpoint(path, drop_head=drop_head)
         check_finite(ckpt.state, path)
         arch = timm_model or ckpt.arch
         _require_timm_name(arch)
@@ -55,6 +59,9 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, **mode
         if Path(path).is_dir():
             raise LearngeneError(f"{path} is a folder without config.json; give a timm hub or transformers model "
                                  f"folder, or a checkpoint file")
+        if drop_head:
+            raise LearngeneError(f"--drop-head applies to model folders and timm checkpoints; {path} is a learngene "
+                                 f"model file, whose head a descendant replaces with --num-classes")
         state, spec, origin = load_model_file(path, lazy=True)
         return Ancestry(build_model_lazily(lambda **kw: spec.create_model(**kw), state, str(path)).eval(), spec,
                         origin.get("label_space"))
@@ -62,6 +69,9 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, **mode
         _require_timm_name(timm_model)
         # read before building the model: a bad file fails in a moment, not after a big init
         state = read_checkpoint(path).state
+        if drop_head:
+            state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
+            model_kwargs["num_classes"] = 0
         if Path(path).suffix == ".safetensors":  # torch checkpoints are checked as they load (load_weights)
             check_finite(state, path)
         model = build_timm_model(timm_model, model_kwargs, state, str(path))
@@ -81,6 +91,9 @@ def build_timm_model(arch: str, kwargs: dict[str, Any], state: StateDict, source
         state = checkpoint_filter(arch)(state, create(device="meta"))
     except (RuntimeError, KeyError, ValueError, AttributeError) as exc:
         raise LearngeneError(f"{source} does not fit timm model {arch}: {str(exc).splitlines()[0][:200]}") from None
+    if has_unfused_qkv(state) and checkpoint_filter_module(arch) == EVA_MODULE:  # EVA-02 B/L: one fused layout
+        state, fused = fuse_qkv_projections(state)
+        kwargs = {**kwargs, **fused}
     return build_model_lazily(create, state, source, arch)
 
 
@@ -95,11 +108,29 @@ def build_model_lazily(create: Callable[..., nn.Module], state: StateDict, sourc
     state = _fitting_state(model, state, source, name)
     if set(state) == set(model.state_dict()):
         model.load_state_dict(state, strict=True, assign=True)
+        _compute_buffers(model)
         if not any(t.is_meta for t in itertools.chain(model.parameters(), model.buffers())):
             return model
     model = create()
     model.load_state_dict(state, strict=False)
     return model
+
+
+def _compute_buffers(model: nn.Module) -> None:
+    """Fill the buffers no checkpoint holds (an Eva's RoPE tables, its zero k bias) where timm can compute them
+    (``init_non_persistent_buffers``), so a model of such buffers needs no second, randomly initialized copy of
+    its weights; a module whose buffers timm cannot recompute keeps them on ``meta`` (the caller falls back)."""
+    import torch
+    from timm.models._manipulate import reinit_non_persistent_buffers
+
+    owners = [m for m in model.modules() if any(b is not None and b.is_meta for b in m._buffers.values())]
+    if not owners or not all(hasattr(m, "init_non_persistent_buffers") for m in owners):
+        return
+    for module in owners:
+        for key, buffer in module._buffers.items():
+            if buffer is not None and buffer.is_meta:
+                module._buffers[key] = torch.empty_like(buffer, device="cpu")
+    reinit_non_persistent_buffers(model)
 
 
 def checkpoint_filter(arch: str) -> Callable[[StateDict, nn.Module], StateDict]:
@@ -108,15 +139,20 @@ def checkpoint_filter(arch: str) -> Callable[[StateDict, nn.Module], StateDict]:
     timm passes it to its builder for pretrained weights; its layer-scale renaming (DeiT III's old
     ``gamma_1``) is turned on where the function has it, as timm's deit module does.
     """
-    import timm
-
-    module = sys.modules[timm.models.model_entrypoint(arch).__module__]
+    module = sys.modules[checkpoint_filter_module(arch)]
     fn = getattr(module, "checkpoint_filter_fn", None)
     if fn is None:
         return lambda state, model: state
     if "adapt_layer_scale" in inspect.signature(fn).parameters:
         fn = functools.partial(fn, adapt_layer_scale=True)
     return fn
+
+
+def checkpoint_filter_module(arch: str) -> str:
+    """The timm module that defines ``arch`` (``timm.models.vision_transformer``, ``timm.models.eva``, ...)."""
+    import timm
+
+    return timm.models.model_entrypoint(arch).__module__
 
 
 def _require_timm_name(name: str) -> None:

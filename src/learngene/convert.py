@@ -5,9 +5,12 @@ Three layouts are read, all offline and without unpickling code:
 * a timm checkpoint file (``.safetensors``, ``.pth``, ``.bin``) whose architecture the user names;
 * a timm hub folder (``config.json`` with ``architecture``, ``model_args``, ``pretrained_cfg``, next
   to ``model.safetensors`` or ``pytorch_model.bin``), as ``timm.models.save_for_hf`` writes it;
-* a Hugging Face transformers folder of a ViT, DeiT or DINOv2 (``config.json`` with ``model_type``,
-  ``model.safetensors``): its keys are renamed by :data:`HF_TO_TIMM` (the shape of torchtune's
-  ``convert_weights.py``), q/k/v are fused into timm's ``qkv``, and the config becomes timm kwargs.
+* a Hugging Face transformers folder of a ViT, DeiT, DINOv2 (with or without registers, MLP or SwiGLU),
+  CLIP or SigLIP image tower (``config.json`` with ``model_type``, ``model.safetensors``; a whole CLIP or
+  SigLIP model gives its image tower): its keys are renamed by :data:`HF_TO_TIMM` (the shape of
+  torchtune's ``convert_weights.py``), q/k/v are fused into timm's ``qkv``, and the config becomes timm
+  kwargs. A classifier timm's ViT cannot express (``Dinov2ForImageClassification`` reads the class
+  token concatenated with the mean patch token) is refused unless the head is dropped (``drop_head``).
 
 Every state_dict then goes through the ``checkpoint_filter_fn`` of the architecture's own timm module
 (see :mod:`learngene.ancestry`), which converts further layouts (OpenAI CLIP, original DINOv2, ...)
@@ -35,7 +38,8 @@ StateDict = dict[str, Tensor]
 CONFIG = "config.json"
 # the weight files a folder may hold, in the order timm's local-dir loader prefers them
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "open_clip_model.safetensors", "open_clip_pytorch_model.bin")
-TIMM_LAYER_NORM_EPS = 1e-6  # every timm ViT's LayerNorm
+TIMM_LAYER_NORM_EPS = 1e-6  # every timm ViT's LayerNorm ...
+CLIP_LAYER_NORM_EPS = 1e-5  # ... but the CLIP image towers' (PyTorch's default, as OpenAI trained them)
 
 
 @dataclass
@@ -61,8 +65,9 @@ def is_model_folder(path: str | Path) -> bool:
     return Path(path).is_dir() and (Path(path) / CONFIG).is_file()
 
 
-def read_checkpoint(path: str | Path, lazy: bool = True) -> Checkpoint:
-    """Read a checkpoint file or a timm / transformers folder (detected by its ``config.json``)."""
+def read_checkpoint(path: str | Path, lazy: bool = True, drop_head: bool = False) -> Checkpoint:
+    """Read a checkpoint file or a timm / transformers folder (detected by its ``config.json``);
+    ``drop_head``: a folder's classifier is left out (a headless model: its output is the pooled embedding)."""
     path = Path(path)
     if not path.is_dir():
         return Checkpoint(arch=None, kwargs={}, state=load_weights(path, lazy=lazy), source=str(path))
@@ -82,9 +87,9 @@ def read_checkpoint(path: str | Path, lazy: bool = True) -> Checkpoint:
                                   f"the folder as timm or transformers saved it)")
     weights = _weight_file(path)
     if "architecture" in config:
-        return _read_timm_folder(path, config, load_weights(weights, lazy=lazy))
+        return _read_timm_folder(path, config, load_weights(weights, lazy=lazy), drop_head)
     if "model_type" in config:
-        return _read_hf_folder(path, config, load_weights(weights, lazy=lazy))
+        return _read_hf_folder(path, config, load_weights(weights, lazy=lazy), drop_head)
     raise GeneFormatError(f"{path / CONFIG} names neither a timm 'architecture' nor a transformers 'model_type'; "
                           f"give a timm hub or transformers model folder")
 
@@ -100,7 +105,7 @@ def _weight_file(folder: Path) -> Path:
 
 
 # ---- timm hub folders ----------------------------------------------------------------------------------
-def _read_timm_folder(folder: Path, config: dict[str, Any], state: StateDict) -> Checkpoint:
+def _read_timm_folder(folder: Path, config: dict[str, Any], state: StateDict, drop_head: bool = False) -> Checkpoint:
     """timm's own reading of the config (``timm.models.load_model_config_from_path``): architecture + kwargs."""
     from timm.models._hub import load_model_config_from_path
 
@@ -108,6 +113,9 @@ def _read_timm_folder(folder: Path, config: dict[str, Any], state: StateDict) ->
     kwargs = dict(model_args or {})
     if "num_classes" in config:
         kwargs.setdefault("num_classes", config["num_classes"])
+    if drop_head:
+        state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
+        kwargs["num_classes"] = 0
     return Checkpoint(arch=arch, kwargs=kwargs, state=state, pretrained_cfg=_data_cfg(pretrained_cfg), source=str(folder))
 
 
@@ -167,13 +175,56 @@ HF_TO_TIMM: dict[str, str | None] = {
     "cls_classifier.bias": "head.bias",
     "distillation_classifier.weight": "head_dist.weight",  # ... and the distillation-token head
     "distillation_classifier.bias": "head_dist.bias",
+    "embeddings.register_tokens": "reg_token",  # DINOv2 with registers (see _fold_registers)
+    # CLIP and SigLIP image towers (vision_model.*); their 1-D class token and 2-D position table are reshaped
+    "embeddings.class_embedding": "cls_token",
+    "embeddings.patch_embedding.weight": "patch_embed.proj.weight",
+    "embeddings.patch_embedding.bias": "patch_embed.proj.bias",
+    "embeddings.position_embedding.weight": "pos_embed",
+    "embeddings.position_ids": None,
+    "pre_layrnorm.weight": "norm_pre.weight",  # (sic, transformers' CLIP)
+    "pre_layrnorm.bias": "norm_pre.bias",
+    "post_layernorm.weight": "norm.weight",
+    "post_layernorm.bias": "norm.bias",
+    "encoder.layers.{}.layer_norm1.weight": "blocks.{}.norm1.weight",
+    "encoder.layers.{}.layer_norm1.bias": "blocks.{}.norm1.bias",
+    "encoder.layers.{}.layer_norm2.weight": "blocks.{}.norm2.weight",
+    "encoder.layers.{}.layer_norm2.bias": "blocks.{}.norm2.bias",
+    **{f"encoder.layers.{{}}.self_attn.{p}_proj.{kind}": f"blocks.{{}}.attn.{p}.{kind}"
+       for p in "qkv" for kind in ("weight", "bias")},
+    "encoder.layers.{}.self_attn.out_proj.weight": "blocks.{}.attn.proj.weight",
+    "encoder.layers.{}.self_attn.out_proj.bias": "blocks.{}.attn.proj.bias",
+    **{f"encoder.layers.{{}}.mlp.{fc}.{kind}": f"blocks.{{}}.mlp.{fc}.{kind}" for fc in ("fc1", "fc2")
+       for kind in ("weight", "bias")},
+    "visual_projection.weight": "head.weight",  # CLIP's image projection: a bias-free head (timm's layout)
+    # SigLIP's attention-pool head -> timm's attn_pool (in_proj is split into q and kv by _split_in_proj)
+    "head.probe": "attn_pool.latent",
+    "head.attention.in_proj_weight": "attn_pool.in_proj.weight",
+    "head.attention.in_proj_bias": "attn_pool.in_proj.bias",
+    "head.attention.out_proj.weight": "attn_pool.proj.weight",
+    "head.attention.out_proj.bias": "attn_pool.proj.bias",
+    "head.layernorm.weight": "attn_pool.norm.weight",
+    "head.layernorm.bias": "attn_pool.norm.bias",
+    **{f"head.mlp.{fc}.{kind}": f"attn_pool.mlp.{fc}.{kind}" for fc in ("fc1", "fc2") for kind in ("weight", "bias")},
 }
+# the classifiers of transformers' task models, left out by drop_head
+HF_CLASSIFIERS = ("classifier.", "cls_classifier.", "distillation_classifier.", "visual_projection.")
+# the text tower and contrastive scales of a whole CLIP / SigLIP model: not part of the image tower
+HF_TEXT_PARTS = ("text_model.", "text_projection.", "logit_scale", "logit_bias")
 
 # the backbone's attribute name in transformers' task models (ViTForImageClassification.vit, ...)
-HF_PREFIXES = {"vit": "vit.", "deit": "deit.", "dinov2": "dinov2."}
-# the timm architecture of each family; create_model's kwargs set every size
+HF_PREFIXES = {"vit": "vit.", "deit": "deit.", "dinov2": "dinov2.", "dinov2_with_registers": "dinov2_with_registers.",
+               "clip_vision_model": "vision_model.", "siglip_vision_model": "vision_model."}
+# whole CLIP / SigLIP models: their image tower's config is config["vision_config"]
+HF_TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}
+# the timm architecture of each family (and activation); create_model's kwargs set every size
 HF_ARCHS = {"vit": "vit_base_patch16_224", "deit": "deit_base_distilled_patch16_224",
-            "dinov2": "vit_base_patch14_dinov2", "dinov2_swiglu": "vit_giant_patch14_dinov2"}
+            "dinov2": "vit_base_patch14_dinov2", "dinov2_swiglu": "vit_giant_patch14_dinov2",
+            "dinov2_with_registers": "vit_base_patch14_reg4_dinov2",
+            "clip_vision_model": "vit_base_patch16_clip_224", "clip_vision_model/quick_gelu": "vit_base_patch16_clip_quickgelu_224",
+            "siglip_vision_model": "vit_base_patch16_siglip_224", "siglip_vision_model/gelu_tanh": "vit_base_patch32_siglip_256"}
+# transformers' names of the tanh approximation of GELU (timm's gelu_tanh)
+HF_GELU_TANH = ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")
 
 
 def hf_key_to_timm(key: str) -> str | None:
@@ -187,9 +238,16 @@ def hf_key_to_timm(key: str) -> str | None:
     return target.format(re.search(r"\.(\d+)\.", key).group(1))
 
 
-def hf_state_to_timm(state: StateDict, model_type: str) -> StateDict:
-    """Rename a transformers ViT / DeiT / DINOv2 state_dict to timm's keys and fuse q, k, v into qkv."""
+def hf_state_to_timm(state: StateDict, model_type: str, hidden: int | None = None, drop_head: bool = False) -> StateDict:
+    """Rename a transformers ViT / DeiT / DINOv2 / CLIP / SigLIP state_dict to timm's keys and fuse q, k, v into qkv."""
     prefix = HF_PREFIXES[model_type]
+    state = {k: v for k, v in state.items() if not k.startswith(HF_TEXT_PARTS)}
+    if drop_head:
+        state = {k: v for k, v in state.items() if not k.startswith(HF_CLASSIFIERS)}
+    elif hidden and "classifier.weight" in state and state["classifier.weight"].shape[-1] == 2 * hidden:
+        raise LearngeneError(f"this {model_type} classifier reads the class token concatenated with the mean patch "
+                             f"token ({2 * hidden} inputs), which timm's ViT cannot express; pass --drop-head "
+                             f"(drop_head=True) to load the backbone without it")
     out: StateDict = {}
     for key, value in state.items():
         short = key[len(prefix):] if key.startswith(prefix) else key
@@ -200,7 +258,37 @@ def hf_state_to_timm(state: StateDict, model_type: str) -> StateDict:
                                   f"is this a {model_type} checkpoint?") from None
         if target is not None:
             out[target] = value
-    return fuse_qkv(out)
+    return _fold_registers(_split_in_proj(_as_timm_shapes(fuse_qkv(out))))
+
+
+def _as_timm_shapes(state: StateDict) -> StateDict:
+    """CLIP / SigLIP keep a 1-D class token, a 2-D position table and a bias-free projection: timm's shapes."""
+    if "cls_token" in state and state["cls_token"].ndim == 1:
+        state["cls_token"] = state["cls_token"].reshape(1, 1, -1)
+    if "pos_embed" in state and state["pos_embed"].ndim == 2:
+        state["pos_embed"] = state["pos_embed"].unsqueeze(0)
+    if "head.weight" in state and "head.bias" not in state:
+        state["head.bias"] = torch.zeros(state["head.weight"].shape[0], dtype=state["head.weight"].dtype)
+    return state
+
+
+def _split_in_proj(state: StateDict) -> StateDict:
+    """SigLIP's pooling head: nn.MultiheadAttention's fused in_proj (q, k, v rows) -> timm's ``q`` and ``kv``."""
+    for kind in ("weight", "bias"):
+        fused = state.pop(f"attn_pool.in_proj.{kind}", None)
+        if fused is not None:
+            width = fused.shape[0] // 3
+            state[f"attn_pool.q.{kind}"], state[f"attn_pool.kv.{kind}"] = fused[:width], fused[width:]
+    return state
+
+
+def _fold_registers(state: StateDict) -> StateDict:
+    """DINOv2 with registers adds the class token's position row before inserting the registers; timm's
+    ``no_embed_class`` layout has no such row: it is folded into the class token (timm's own conversion)."""
+    if "reg_token" in state and "pos_embed" in state:
+        state["cls_token"] = state["cls_token"] + state["pos_embed"][:, :1]
+        state["pos_embed"] = state["pos_embed"][:, 1:]
+    return state
 
 
 def fuse_qkv(state: StateDict) -> StateDict:
@@ -225,7 +313,7 @@ def fuse_qkv(state: StateDict) -> StateDict:
 
 
 def hf_config_to_timm(config: dict[str, Any], state: StateDict) -> tuple[str, dict[str, Any]]:
-    """The timm architecture and ``create_model`` kwargs of a transformers ViT / DeiT / DINOv2 config."""
+    """The timm architecture and ``create_model`` kwargs of a transformers ViT / DeiT / DINOv2 / CLIP / SigLIP config."""
     model_type = config["model_type"]
     hidden = _int(config, "hidden_size")
     kwargs: dict[str, Any] = dict(
@@ -235,38 +323,76 @@ def hf_config_to_timm(config: dict[str, Any], state: StateDict) -> tuple[str, di
         img_size=_int(config, "image_size"),
         patch_size=_int(config, "patch_size"),
         in_chans=_int(config, "num_channels"),
-        qkv_bias=bool(config.get("qkv_bias", True)),
         num_classes=int(state["head.weight"].shape[0]) if "head.weight" in state else 0,
     )
+    if model_type in ("vit", "deit", "dinov2", "dinov2_with_registers"):
+        kwargs["qkv_bias"] = bool(config.get("qkv_bias", True))
     act = config.get("hidden_act", "gelu")
-    arch = HF_ARCHS[model_type]
-    if model_type == "dinov2":
-        if config.get("use_swiglu_ffn"):
-            # timm packs SwiGLU's two input projections into fc1; its mlp_ratio counts both halves
-            arch = HF_ARCHS["dinov2_swiglu"]
-            kwargs["mlp_ratio"] = state["blocks.0.mlp.fc1.weight"].shape[0] / hidden
-        else:
-            kwargs["mlp_ratio"] = float(config.get("mlp_ratio", 4))
-        kwargs["init_values"] = config.get("layerscale_value", 1.0)
-        if config.get("num_register_tokens"):
-            raise LearngeneError("this DINOv2 has register tokens; learngene reads DINOv2 without registers from "
-                                 "transformers (use timm's vit_*_reg4_dinov2 checkpoints for registers)")
-    else:
+    if model_type.startswith("dinov2"):
+        arch = _dinov2_arch(config, state, kwargs)
+    elif model_type in ("clip_vision_model", "siglip_vision_model"):
+        arch = _clip_siglip_arch(config, model_type, act)
         kwargs["mlp_ratio"] = _int(config, "intermediate_size") / hidden
-    if act not in ("gelu", "silu") or (act == "silu") != (arch == HF_ARCHS["dinov2_swiglu"]):
-        raise LearngeneError(f"this {model_type} uses activation {act!r}, which timm's {arch} does not; "
-                             f"learngene converts GELU ViTs and SwiGLU DINOv2")
+    else:
+        arch = HF_ARCHS[model_type]
+        kwargs["mlp_ratio"] = _int(config, "intermediate_size") / hidden
+        if act != "gelu":
+            raise LearngeneError(f"this {model_type} uses activation {act!r}, which timm's {arch} does not; "
+                                 f"learngene converts GELU ViTs and DeiTs")
     if model_type == "deit":
         architectures = config.get("architectures") or []
         if "DeiTForImageClassification" in architectures or "DeiTForMaskedImageModeling" in architectures:
             raise LearngeneError(f"{architectures[0]} reads only the class token, which timm's distilled DeiT does not "
                                  f"express; convert a DeiTForImageClassificationWithTeacher or a DeiTModel")
-    eps = float(config.get("layer_norm_eps", TIMM_LAYER_NORM_EPS))
-    if eps > TIMM_LAYER_NORM_EPS:
+    timm_eps = CLIP_LAYER_NORM_EPS if model_type == "clip_vision_model" else TIMM_LAYER_NORM_EPS
+    eps = float(config.get("layer_norm_eps", timm_eps))
+    if eps > timm_eps:
         kwargs["norm_layer"] = functools.partial(nn.LayerNorm, eps=eps)  # an ancestry (a teacher), not a family
     # a smaller eps is transformers' ViT/DeiT default 1e-12 (BERT's; the Google/Facebook weights were trained
     # with 1e-6): timm's 1e-6 keeps the family describable and moves outputs by ~1e-6 of the variance
     return arch, kwargs
+
+
+def _dinov2_arch(config: dict[str, Any], state: StateDict, kwargs: dict[str, Any]) -> str:
+    """DINOv2's timm architecture; sets its MLP ratio, layer scale and registers in ``kwargs``."""
+    hidden = kwargs["embed_dim"]
+    if config.get("use_swiglu_ffn"):
+        # transformers' Dinov2SwiGLUFFN always runs SiLU whatever hidden_act says (facebook/dinov2-giant's config
+        # says "gelu"); timm packs SwiGLU's two input projections into fc1, and its mlp_ratio counts both halves
+        arch = HF_ARCHS["dinov2_swiglu"]
+        kwargs["mlp_ratio"] = state["blocks.0.mlp.fc1.weight"].shape[0] / hidden
+    else:
+        arch = HF_ARCHS["dinov2"]
+        kwargs["mlp_ratio"] = float(config.get("mlp_ratio", 4))
+        act = config.get("hidden_act", "gelu")
+        if act != "gelu":
+            raise LearngeneError(f"this DINOv2 uses activation {act!r}, which timm's {arch} does not; learngene "
+                                 f"converts GELU and SwiGLU DINOv2")
+    kwargs["init_values"] = config.get("layerscale_value", 1.0)
+    registers = int(config.get("num_register_tokens") or 0)
+    if registers:
+        if config.get("use_swiglu_ffn"):
+            raise LearngeneError("this DINOv2 has both registers and a SwiGLU MLP, which no timm architecture "
+                                 "has; give one without registers or with an MLP")
+        arch = HF_ARCHS["dinov2_with_registers"]
+        kwargs["reg_tokens"] = registers
+    return arch
+
+
+def _clip_siglip_arch(config: dict[str, Any], model_type: str, act: str) -> str:
+    """The timm architecture of a CLIP or SigLIP image tower with activation ``act``."""
+    if model_type == "siglip_vision_model":
+        if not config.get("vision_use_head", True):
+            raise LearngeneError("this SigLIP image tower has no attention-pool head (vision_use_head=false), which "
+                                 "timm's SigLIP ViTs pool with; give a tower with its head")
+        timm_act = "gelu_tanh" if act in HF_GELU_TANH else act
+    else:
+        timm_act = act
+    arch = HF_ARCHS.get(model_type if timm_act == "gelu" else f"{model_type}/{timm_act}")
+    if arch is None:
+        raise LearngeneError(f"this {model_type} uses activation {act!r}, which learngene's timm architectures "
+                             f"for it do not; it converts {'GELU and QuickGELU CLIP' if 'clip' in model_type else 'GELU SigLIP'}")
+    return arch
 
 
 def _int(config: dict[str, Any], key: str) -> int:
@@ -279,12 +405,19 @@ def _int(config: dict[str, Any], key: str) -> int:
     return value
 
 
-def _read_hf_folder(folder: Path, config: dict[str, Any], state: StateDict) -> Checkpoint:
+def _read_hf_folder(folder: Path, config: dict[str, Any], state: StateDict, drop_head: bool = False) -> Checkpoint:
     model_type = config.get("model_type")
+    if model_type in HF_TOWERS:  # a whole CLIP / SigLIP: its image tower
+        vision = config.get("vision_config")
+        if not isinstance(vision, dict):
+            raise GeneFormatError(f"{folder / CONFIG} is a {model_type} model without a vision_config; restore its config")
+        config = {**vision, "model_type": HF_TOWERS[model_type]}
+        model_type = config["model_type"]
     if model_type not in HF_PREFIXES:
         raise LearngeneError(f"{folder} is a transformers {model_type!r} model; learngene converts "
-                             f"{', '.join(HF_PREFIXES)} (or give a timm checkpoint with --timm-model)")
-    state = hf_state_to_timm(state, model_type)
+                             f"vit, deit, dinov2, dinov2_with_registers, clip and siglip image towers "
+                             f"(or give a timm checkpoint with --timm-model)")
+    state = hf_state_to_timm(state, model_type, config.get("hidden_size"), drop_head)
     arch, kwargs = hf_config_to_timm(config, state)
     data_cfg: dict[str, Any] = {"input_size": (kwargs["in_chans"], kwargs["img_size"], kwargs["img_size"])}
     processor = folder / "preprocessor_config.json"

@@ -1,7 +1,9 @@
 """Descendants in the ecosystem's layout: timm's hub folder with a model card.
 
 The folder is what ``timm.models.save_for_hf`` writes and ``timm.create_model("local-dir:DIR",
-pretrained=True)`` (and transformers' ``TimmWrapperModel``) reads: ``config.json`` (``architecture``,
+pretrained=True)`` reads, as do transformers' ``AutoModelForImageClassification`` (a descendant with a
+classifier) and ``AutoModel`` (any descendant; the only one for a headless one, whose output is its
+pooled embedding: transformers' classifier wrapper refuses a checkpoint without a classifier): ``config.json`` (``architecture``,
 ``num_classes``, ``num_features``, ``model_args`` = the spec's timm kwargs, ``pretrained_cfg`` with the
 input size and normalization), ``model.safetensors`` (timm's own keys) and a ``README.md`` model card
 that names the method, the ancestry, the gene, the size, the parameter count and the citation.
@@ -31,6 +33,7 @@ from .spec import ViTSpec
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 CARD = "README.md"
+HEADLESS = "none: the model outputs its pooled embedding (num_classes 0)"
 # fields of the architecture's default pretrained_cfg that describe *its* published weights, not ours
 FOREIGN_CFG_FIELDS = ("tag", "license", "hf_hub_id", "url", "paper_ids", "paper_name", "notes", "origin_url")
 
@@ -96,8 +99,9 @@ def export_hub_folder(path: str | os.PathLike, model: nn.Module, spec: ViTSpec, 
 
     Args:
         card: what the model card names: ``method``, ``citation``, ``ancestry``, ``gene``, ``fine-tuned``
-            (what it was trained on after expansion; the card says it was not, without it), and any
-            other ``key: value`` lines (e.g. ``provided tensors``).
+            (what it was trained on after expansion; the card says it was not, without it), ``head`` (whether
+            the classifier is the ancestry's, fresh or fine-tuned), ``licence`` (the ancestry's, when known;
+            "unknown" otherwise), and any other ``key: value`` lines (e.g. ``provided tensors``).
         data_config: preprocessing for ``pretrained_cfg`` (``mean``, ``std``, ``interpolation``,
             ``crop_pct``): give the data's the model was trained on (:func:`learngene.data.preprocessing_cfg`
             of the dataset); without it the architecture's defaults are written, and the card says so.
@@ -151,9 +155,12 @@ def model_card(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any], defa
                 f"{spec.in_chans} channel(s), {spec.num_classes} classes",
         "parameters": f"{spec.num_params:,}",
         "input": f"size {tuple(cfg.get('input_size', ()))}, mean {tuple(cfg.get('mean', ()))}, "
-                 f"std {tuple(cfg.get('std', ()))}, interpolation {cfg.get('interpolation', '?')}"
+                 f"std {tuple(cfg.get('std', ()))}, interpolation {cfg.get('interpolation', '?')}, "
+                 f"crop_pct {cfg.get('crop_pct', '?')}, crop_mode {cfg.get('crop_mode', '?')}"
                  + (" (timm's defaults for the architecture, not a dataset's)" if defaults_input else ""),
-        **{k: v for k, v in card.items() if k not in ("method", "ancestry", "gene", "citation")},
+        "classifier head": card.get("head") or (HEADLESS if not spec.num_classes else "not recorded"),
+        "licence": card.get("licence") or "unknown: no licence was recorded for the ancestry; its weights' terms apply",
+        **{k: v for k, v in card.items() if k not in ("method", "ancestry", "gene", "citation", "head", "licence")},
     }
     tuned = card.get("fine-tuned")
     lines = ["---", "library_name: timm", "tags:", "- image-classification", "- timm", "- learngene", "---", "",
@@ -163,8 +170,15 @@ def model_card(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any], defa
                            "trained after expansion.", ""]
     lines += [f"- **{key}**: {value}" for key, value in facts.items()]
     lines += ["", "## Load", "", "```python", "import timm", "",
-              'model = timm.create_model("local-dir:PATH/TO/THIS/FOLDER", pretrained=True)', "```", "",
-              f"Written by learngene {library_version()}.", ""]
+              'model = timm.create_model("local-dir:PATH/TO/THIS/FOLDER", pretrained=True)', "",
+              "# or with transformers (its TimmWrapper models)", "import transformers", ""]
+    if spec.num_classes:
+        lines += ['model = transformers.AutoModelForImageClassification.from_pretrained("PATH/TO/THIS/FOLDER")',
+                  "logits = model(pixel_values=images).logits"]
+    else:  # transformers' classifier wrapper refuses a checkpoint without a classifier; its backbone wrapper loads it
+        lines += ['model = transformers.AutoModel.from_pretrained("PATH/TO/THIS/FOLDER")  # no classifier: features',
+                  "embedding = model(pixel_values=images).pooler_output"]
+    lines += ["```", "", f"Written by learngene {library_version()}.", ""]
     if card.get("citation"):
         lines += ["## Citation", "", f"The {facts['method']} method: {card['citation']}", ""]
     return "\n".join(lines)

@@ -65,40 +65,57 @@ def spec_from_model(model, arch: str | None = None) -> ViTSpec:
     """
     from timm.models.vision_transformer import VisionTransformer
 
+    from .eva import eva_family_fields, eva_problems, is_eva
+
     arch = arch or (getattr(model, "pretrained_cfg", None) or {}).get("architecture")
     name = f"{arch}: " if arch else ""
-    if not isinstance(model, VisionTransformer):
+    eva = is_eva(model)
+    if not isinstance(model, VisionTransformer) and not eva:
         raise SpecError(f"{name}{_not_a_vit(model)}")
     distilled = is_distilled(model)
+    if arch is None and eva:
+        raise SpecError("an Eva model without its timm architecture name; pass arch= (e.g. eva02_tiny_patch14_224)")
     arch = arch or ("deit_tiny_distilled_patch16_224" if distilled else TIMM_ARCH)
     name = f"{arch}: "
     embed, block = model.patch_embed, model.blocks[0] if len(model.blocks) else None
-    problems = _undescribable(model, block)
+    if eva:
+        problems = eva_problems(model, block) if block is not None else ["depth=0 (at least one block)"]
+        problems = problems or _undescribable_parts(block)
+    else:
+        problems = _undescribable(model, block)
     if problems:
         raise SpecError(name + "; ".join(problems))
     D = model.embed_dim
     norm = model.fc_norm if not isinstance(model.fc_norm, _identity()) else model.norm
-    family = ViTFamily(
+    vit_fields = eva_family_fields(model, block) if eva else dict(
         class_token=model.cls_token is not None,
         reg_tokens=model.num_reg_tokens,
-        distilled=distilled,
         no_embed_class=model.no_embed_class,
         pre_norm=not isinstance(model.norm_pre, _identity()),
-        final_norm=not isinstance(norm, _identity()),
-        fc_norm=_fc_norm_arg(model),
-        global_pool=model.global_pool,
         init_values=float(block.ls1.init_values) if hasattr(block.ls1, "gamma") else None,
         qkv_bias=block.attn.qkv.bias is not None,
         qk_norm=not isinstance(block.attn.q_norm, _identity()),
+        dynamic_img_size=bool(model.dynamic_img_size),
+        embed_norm=not isinstance(embed.norm, _identity()),
+    )
+    family = ViTFamily(
+        distilled=distilled,
+        final_norm=not isinstance(norm, _identity()),
+        fc_norm=_fc_norm_arg(model),
+        global_pool=model.global_pool,
         act_layer=_activation(block.mlp.act),
         mlp_layer=mlp_layer_of(block.mlp),
-        dynamic_img_size=bool(model.dynamic_img_size),
+        norm_layer=_norm_layer(block.norm1),
+        proj_bias=block.attn.proj.bias is not None,
+        **vit_fields,
     )
+    # timm's ViT reads mlp_ratio as fc1's outputs (a packed SwiGLU's two halves), Eva as fc2's inputs
+    hidden = block.mlp.fc2.in_features * (2 if family.mlp_layer == "swiglu_packed" and not eva else 1)
     spec = ViTSpec(
         depth=len(model.blocks),
         embed_dim=D,
         num_heads=block.attn.num_heads,
-        mlp_ratio=_mlp_ratio(D, block.mlp.fc1.out_features),
+        mlp_ratio=_mlp_ratio(D, hidden),
         img_size=embed.img_size[0],
         patch_size=embed.patch_size[0],
         in_chans=embed.proj.in_channels,
@@ -139,7 +156,7 @@ def _fc_norm_arg(model) -> bool | None:
 
 def _undescribable(model, block) -> list[str]:
     """Every field of a VisionTransformer a spec cannot hold, as ``field=value (what is supported)``."""
-    from timm.layers import Attention, LayerNorm, PatchEmbed
+    from timm.layers import Attention, PatchEmbed
     from timm.models.vision_transformer import Block
     from torch import nn
 
@@ -158,8 +175,8 @@ def _undescribable(model, block) -> list[str]:
     else:
         if embed.img_size is None or embed.img_size[0] != embed.img_size[1] or embed.patch_size[0] != embed.patch_size[1]:
             problems.append(f"img_size={embed.img_size}, patch_size={embed.patch_size} (square only)")
-        if not isinstance(embed.norm, nn.Identity):
-            problems.append(f"embed_norm_layer={type(embed.norm).__name__} (none)")
+        if not isinstance(embed.norm, nn.Identity) and _norm_layer(embed.norm) != _norm_layer(block.norm1):
+            problems.append(f"embed_norm_layer={type(embed.norm).__name__} (none, or the blocks' norm)")
         if getattr(embed, "dynamic_img_pad", False):
             problems.append("dynamic_img_pad=True")
     if type(block) is not Block:
@@ -169,18 +186,36 @@ def _undescribable(model, block) -> list[str]:
         problems.append(f"attn_layer={type(block.attn).__name__} (timm's Attention)")
     elif not isinstance(getattr(block.attn, "norm", nn.Identity()), nn.Identity):
         problems.append("scale_attn_norm=True")
-    elif block.attn.proj.bias is None:
-        problems.append("proj_bias=False")
+    return problems + _undescribable_parts(block, vit=True)
+
+
+def _undescribable_parts(block, vit: bool = False) -> list[str]:
+    """What a spec cannot hold of a block's MLP and norms (a ViT's or an Eva's)."""
+    from torch import nn
+
+    problems = []
     mlp_kind = mlp_layer_of(block.mlp)
     if mlp_kind not in MLP_LAYERS:
-        problems.append(f"mlp_layer={mlp_kind} (timm's Mlp or SwiGLUPacked)")
-    elif not isinstance(getattr(block.mlp, "norm", nn.Identity()), nn.Identity):
+        problems.append(f"mlp_layer={mlp_kind} (timm's Mlp, SwiGLUPacked or SwiGLU)")
+    elif vit and not isinstance(getattr(block.mlp, "norm", nn.Identity()), nn.Identity):
         problems.append("scale_mlp_norm=True")
     elif _activation(block.mlp.act) is None:
         problems.append(f"act_layer={type(block.mlp.act).__name__} ({', '.join(ACTIVATIONS)})")
-    if type(block.norm1) not in (nn.LayerNorm, LayerNorm):
-        problems.append(f"norm_layer={type(block.norm1).__name__} (LayerNorm)")
+    if _norm_layer(block.norm1) is None:
+        problems.append(f"norm_layer={type(block.norm1).__name__} (LayerNorm or RmsNorm)")
     return problems
+
+
+def _norm_layer(norm) -> str | None:
+    """Our name for a norm module (None: one a spec cannot name)."""
+    from timm.layers import LayerNorm, RmsNorm
+    from torch import nn
+
+    if type(norm) in (nn.LayerNorm, LayerNorm):
+        return "layernorm"
+    if type(norm) is RmsNorm:
+        return "rmsnorm"
+    return None
 
 
 def _build_on_meta(spec: ViTSpec):

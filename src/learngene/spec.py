@@ -31,7 +31,10 @@ TIMM_ARCH = "vit_tiny_patch16_224"
 # Per-block tensors of the plain layout, in timm's naming, in the order timm's state_dict lists them
 # (a family adds or drops some: see :meth:`ViTSpec.block_shapes`).
 POOLS = ("token", "avg", "map")
-MLP_LAYERS = ("mlp", "swiglu_packed")  # timm's Mlp; SwiGLUPacked (GluMlp, SiLU gate first: DINOv2 ViT-g)
+# timm's Mlp; SwiGLUPacked (GluMlp, SiLU gate first: DINOv2 ViT-g); SwiGLU (separate fc1_g, fc1_x: AIMv2, EVA-02 B/L)
+MLP_LAYERS = ("mlp", "swiglu_packed", "swiglu")
+NORM_LAYERS = ("layernorm", "rmsnorm")  # timm's LayerNorm (weight, bias); RmsNorm (weight only: AIMv2)
+MODEL_CLASSES = ("vit", "eva")  # timm's VisionTransformer; timm's Eva (learngene.eva)
 
 
 # Sizes beyond these are refused before anything is built. They lie far past any ViT trained today; a typo or
@@ -94,8 +97,18 @@ class ViTFamily:
         qkv_bias: biases on the q, k, v projections.
         qk_norm: LayerNorms on each head's queries and keys.
         act_layer: the MLP's activation, timm's name (``gelu``, ``gelu_tanh``, ``quick_gelu``, ``silu``, ``relu``).
-        mlp_layer: ``"mlp"`` (fc1, act, fc2) or ``"swiglu_packed"`` (fc1 holds gate and value halves).
+        mlp_layer: ``"mlp"`` (fc1, act, fc2), ``"swiglu_packed"`` (fc1 holds gate and value halves) or
+            ``"swiglu"`` (gate ``fc1_g`` and value ``fc1_x`` apart: AIMv2, EVA-02 B/L).
         dynamic_img_size: the model accepts other image sizes (position embeddings resampled on the fly).
+        norm_layer: ``"layernorm"`` or ``"rmsnorm"`` (no bias), every norm of the model (fixed by the architecture).
+        proj_bias: biases on attention's output projection and the MLP's linears (AIMv2 has none).
+        embed_norm: a norm after the patch embedding, ``patch_embed.norm`` (AIMv2).
+        model_class: ``"vit"`` (timm's VisionTransformer) or ``"eva"`` (timm's Eva: EVA-02, Perception
+            Encoder; see :mod:`learngene.eva`), fixed by the architecture.
+        qv_bias: Eva's separate q and v biases ``attn.q_bias``/``attn.v_bias`` (k has none; EVA-02).
+        attn_norm: Eva's sub-LayerNorm on the heads' outputs before W_O, ``attn.norm``.
+        mlp_norm: Eva's sub-LayerNorm on the MLP's hidden channels before fc2, ``mlp.norm``.
+        rope: rotary position embeddings (Eva; no weights: fixed by the architecture, recorded).
     """
 
     class_token: bool = True
@@ -110,8 +123,16 @@ class ViTFamily:
     qkv_bias: bool = True
     qk_norm: bool = False
     act_layer: str = "gelu"
-    mlp_layer: Literal["mlp", "swiglu_packed"] = "mlp"
+    mlp_layer: Literal["mlp", "swiglu_packed", "swiglu"] = "mlp"
     dynamic_img_size: bool = False
+    norm_layer: Literal["layernorm", "rmsnorm"] = "layernorm"
+    proj_bias: bool = True
+    embed_norm: bool = False
+    model_class: Literal["vit", "eva"] = "vit"
+    qv_bias: bool = False
+    attn_norm: bool = False
+    mlp_norm: bool = False
+    rope: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self, "the spec's family field", "give a value of that type", SpecError)
@@ -128,6 +149,15 @@ class ViTFamily:
             raise SpecError(f"init_values (layer scale) must be positive or None, got {self.init_values!r}")
         if self.mlp_layer not in MLP_LAYERS:
             raise SpecError(f"mlp_layer must be one of {', '.join(MLP_LAYERS)}, got {self.mlp_layer!r}")
+        if self.norm_layer not in NORM_LAYERS:
+            raise SpecError(f"norm_layer must be one of {', '.join(NORM_LAYERS)}, got {self.norm_layer!r}")
+        if self.model_class not in MODEL_CLASSES:
+            raise SpecError(f"model_class must be one of {', '.join(MODEL_CLASSES)}, got {self.model_class!r}")
+        eva_only = [name for name in ("qv_bias", "attn_norm", "mlp_norm", "rope") if getattr(self, name)]
+        if self.model_class == "vit" and eva_only:
+            raise SpecError(f"{', '.join(eva_only)} belong to timm's Eva, not its VisionTransformer; set model_class='eva'")
+        if self.model_class == "eva" and (self.distilled or self.embed_norm or not self.proj_bias):
+            raise SpecError("timm's Eva has no distillation token, patch-embedding norm or bias-free projections")
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -157,12 +187,26 @@ class ViTFamily:
         return "fc_norm" if self.use_fc_norm else "norm"
 
     def timm_kwargs(self) -> dict[str, Any]:
-        """The arguments passed to timm (JSON values): all but ``act_layer``/``mlp_layer`` and ``distilled``,
-        which the architecture fixes."""
+        """The arguments passed to timm (JSON values): all but ``act_layer``/``mlp_layer``/``norm_layer``,
+        ``embed_norm`` and ``distilled``, which the architecture fixes (``proj_bias`` only when off); an
+        Eva's in its own names (:func:`learngene.eva.eva_kwargs`)."""
+        if self.model_class == "eva":
+            from .eva import eva_kwargs
+
+            return eva_kwargs(self)
         kwargs = dataclasses.asdict(self)
-        for fixed in ("act_layer", "mlp_layer", "distilled"):
+        for fixed in ("act_layer", "mlp_layer", "distilled", "norm_layer", "embed_norm", "model_class", "qv_bias",
+                      "attn_norm", "mlp_norm", "rope"):
             kwargs.pop(fixed)
+        if kwargs["proj_bias"]:
+            kwargs.pop("proj_bias")  # timm's default; configs written before the field keep their exact kwargs
         return kwargs
+
+    def norm_shapes(self, key: str, width: int) -> dict[str, tuple[int, ...]]:
+        """The tensors of norm ``key`` over ``width`` channels: a LayerNorm's weight and bias, an RmsNorm's weight."""
+        if self.norm_layer == "rmsnorm":
+            return {f"{key}.weight": (width,)}
+        return {f"{key}.weight": (width,), f"{key}.bias": (width,)}
 
     def short(self) -> str:
         """The ways this family differs from the plain ViT, e.g. ``reg4, no_embed_class, ls 1e-05``."""
@@ -257,12 +301,15 @@ class ViTSpec:
 
     @property
     def mlp_hidden(self) -> int:
-        """fc1's outputs (for a SwiGLU MLP: both halves)."""
-        return int(self.embed_dim * self.mlp_ratio)
+        """fc1's outputs (for a packed SwiGLU MLP: both halves; for an unpacked one, fc1_g's = fc1_x's).
+        timm's ViT reads ``mlp_ratio`` as fc1's outputs, Eva as each half's."""
+        hidden = int(self.embed_dim * self.mlp_ratio)
+        packed_halves = self.family.model_class == "eva" and self.family.mlp_layer == "swiglu_packed"
+        return 2 * hidden if packed_halves else hidden
 
     @property
     def mlp_inner(self) -> int:
-        """fc2's inputs: the MLP's hidden channels (half of fc1's outputs for a SwiGLU MLP)."""
+        """fc2's inputs: the MLP's hidden channels (half of fc1's outputs for a packed SwiGLU MLP)."""
         return self.mlp_hidden // 2 if self.family.mlp_layer == "swiglu_packed" else self.mlp_hidden
 
     @property
@@ -346,20 +393,22 @@ class ViTSpec:
         shapes["patch_embed.proj.weight"] = (D, self.in_chans, self.patch_size, self.patch_size)
         if not f.pre_norm:  # timm drops the patch bias when a norm follows the embeddings
             shapes["patch_embed.proj.bias"] = (D,)
-        else:
-            shapes.update({"norm_pre.weight": (D,), "norm_pre.bias": (D,)})
+        if f.embed_norm:
+            shapes.update(f.norm_shapes("patch_embed.norm", D))
+        if f.pre_norm:
+            shapes.update(f.norm_shapes("norm_pre", D))
         if f.final_norm_key == "norm":
-            shapes.update({"norm.weight": (D,), "norm.bias": (D,)})
+            shapes.update(f.norm_shapes("norm", D))
         if f.global_pool == "map":
             hidden = int(D * self.mlp_ratio)  # the pool's MLP is timm's plain Mlp whatever the blocks use
             shapes.update({"attn_pool.latent": (1, 1, D), "attn_pool.q.weight": (D, D), "attn_pool.q.bias": (D,),
                            "attn_pool.kv.weight": (2 * D, D), "attn_pool.kv.bias": (2 * D,),
                            "attn_pool.proj.weight": (D, D), "attn_pool.proj.bias": (D,),
-                           "attn_pool.norm.weight": (D,), "attn_pool.norm.bias": (D,),
+                           **f.norm_shapes("attn_pool.norm", D),
                            "attn_pool.mlp.fc1.weight": (hidden, D), "attn_pool.mlp.fc1.bias": (hidden,),
                            "attn_pool.mlp.fc2.weight": (D, hidden), "attn_pool.mlp.fc2.bias": (D,)})
         if f.final_norm_key == "fc_norm":
-            shapes.update({"fc_norm.weight": (D,), "fc_norm.bias": (D,)})
+            shapes.update(f.norm_shapes("fc_norm", D))
         if self.num_classes:
             shapes.update({"head.weight": (self.num_classes, D), "head.bias": (self.num_classes,)})
             if f.distilled:
@@ -385,10 +434,11 @@ class ViTSpec:
         D, N, Hm, C = self.embed_dim, self.num_tokens, self.mlp_hidden, self.num_classes
         patch = self.num_patches * D * self.in_chans * self.patch_size**2
         attn = N * D * 3 * D + 2 * N * N * D + N * D * D
-        mlp = N * D * Hm + N * self.mlp_inner * D
+        mlp = N * D * Hm * (2 if self.family.mlp_layer == "swiglu" else 1) + N * self.mlp_inner * D
         pool = 0
         if self.family.global_pool == "map":  # one latent query over the patch tokens, then an MLP on it
-            hidden, P = int(D * self.mlp_ratio), self.num_patches
+            # timm's ViT pools the patch tokens, its Eva every token
+            hidden, P = int(D * self.mlp_ratio), self.num_tokens if self.family.model_class == "eva" else self.num_patches
             pool = D * D + P * D * 2 * D + 2 * P * D + D * D + 2 * D * hidden
         heads = 1 + int(self.family.distilled)
         return FLOPS_PER_MULTIPLY_ADD * (patch + self.depth * (attn + mlp) + pool + heads * D * C)
@@ -460,13 +510,15 @@ def is_distilled(model) -> bool:
 
 def mlp_layer_of(mlp) -> str:
     """Our name for a block's MLP module, or its class name when it is neither kind we describe."""
-    from timm.layers import GluMlp, Mlp
+    from timm.layers import GluMlp, Mlp, SwiGLU
     from torch import nn
 
     if type(mlp) is Mlp:
         return "mlp"
     if type(mlp) is GluMlp and not mlp.gate_last and isinstance(mlp.act, nn.SiLU):
         return "swiglu_packed"
+    if type(mlp) is SwiGLU and isinstance(mlp.act, nn.SiLU):
+        return "swiglu"
     return type(mlp).__name__
 
 

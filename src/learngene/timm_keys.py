@@ -67,29 +67,78 @@ def _qk_norm(family) -> bool:
 
 
 def _layer_scale(family) -> bool:
-    return family.init_values is not None
+    return family.init_values is not None and getattr(family, "model_class", "vit") == "vit"
+
+
+def _eva_layer_scale(family) -> bool:  # timm's Eva names its gammas gamma_1 / gamma_2
+    return family.init_values is not None and getattr(family, "model_class", "vit") == "eva"
+
+
+def _norm_bias(family) -> bool:  # an RmsNorm (AIMv2) has a gain only
+    return getattr(family, "norm_layer", "layernorm") == "layernorm"
+
+
+def _proj_bias(family) -> bool:  # AIMv2 has no biases on W_O and the MLP
+    return getattr(family, "proj_bias", True)
+
+
+def _packed_mlp(family) -> bool:
+    return family.mlp_layer != "swiglu"
+
+
+def _unpacked_swiglu(family) -> bool:  # AIMv2's and EVA-02 B/L's SwiGLU: gate fc1_g and value fc1_x apart
+    return family.mlp_layer == "swiglu"
+
+
+def _qv_bias(family) -> bool:  # EVA-02's separate q and v biases (k has none)
+    return getattr(family, "qv_bias", False)
+
+
+def _attn_norm(family) -> bool:  # Eva's sub-LayerNorm on the heads' outputs before W_O
+    return getattr(family, "attn_norm", False)
+
+
+def _mlp_norm(family) -> bool:  # Eva's sub-LayerNorm on the MLP's hidden channels before fc2
+    return getattr(family, "mlp_norm", False)
+
+
+def _both(*tests: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda family: all(test(family) for test in tests)
 
 
 # In timm's order within a block (``Block.state_dict()``).
 BLOCK_TENSORS: dict[str, BlockTensor] = {
     "norm1.weight": _row(_VECTOR, MSA, NORM, WIDTH_GAIN),
-    "norm1.bias": _row(_VECTOR, MSA, NORM),
+    "norm1.bias": _row(_VECTOR, MSA, NORM, present=_norm_bias),
+    "attn.q_bias": _row((Axis(HEADS),), MSA, present=_qv_bias),
+    "attn.v_bias": _row((Axis(HEADS),), MSA, present=_qv_bias),
     "attn.qkv.weight": _row((Axis(HEADS, 3), Axis(WIDTH_IN)), MSA, MATRIX),
     "attn.qkv.bias": _row((Axis(HEADS, 3),), MSA, present=_qkv_bias),
     "attn.q_norm.weight": _row((Axis(HEAD_DIM),), MSA, NORM, present=_qk_norm),
-    "attn.q_norm.bias": _row((Axis(HEAD_DIM),), MSA, NORM, present=_qk_norm),
+    "attn.q_norm.bias": _row((Axis(HEAD_DIM),), MSA, NORM, present=_both(_qk_norm, _norm_bias)),
     "attn.k_norm.weight": _row((Axis(HEAD_DIM),), MSA, NORM, present=_qk_norm),
-    "attn.k_norm.bias": _row((Axis(HEAD_DIM),), MSA, NORM, present=_qk_norm),
+    "attn.k_norm.bias": _row((Axis(HEAD_DIM),), MSA, NORM, present=_both(_qk_norm, _norm_bias)),
+    # Eva's sub-norm: over W_O's input, heads x head_dim channels, so it moves head by head
+    "attn.norm.weight": _row((Axis(HEADS),), MSA, NORM, present=_attn_norm),
+    "attn.norm.bias": _row((Axis(HEADS),), MSA, NORM, present=_both(_attn_norm, _norm_bias)),
     "attn.proj.weight": _row((Axis(WIDTH), Axis(HEADS_IN)), MSA, MATRIX, WRITER),
-    "attn.proj.bias": _row(_VECTOR, MSA, WRITER),
+    "attn.proj.bias": _row(_VECTOR, MSA, WRITER, present=_proj_bias),
     "ls1.gamma": _row(_VECTOR, MSA, NORM, LAYER_SCALE, present=_layer_scale),
+    "gamma_1": _row(_VECTOR, MSA, NORM, LAYER_SCALE, present=_eva_layer_scale),
     "norm2.weight": _row(_VECTOR, MLP, NORM, WIDTH_GAIN),
-    "norm2.bias": _row(_VECTOR, MLP, NORM),
-    "mlp.fc1.weight": _row((Axis(HIDDEN, GLU), Axis(WIDTH_IN)), MLP, MATRIX),
-    "mlp.fc1.bias": _row((Axis(HIDDEN, GLU),), MLP),
+    "norm2.bias": _row(_VECTOR, MLP, NORM, present=_norm_bias),
+    "mlp.fc1.weight": _row((Axis(HIDDEN, GLU), Axis(WIDTH_IN)), MLP, MATRIX, present=_packed_mlp),
+    "mlp.fc1.bias": _row((Axis(HIDDEN, GLU),), MLP, present=_both(_packed_mlp, _proj_bias)),
+    "mlp.fc1_g.weight": _row((Axis(HIDDEN), Axis(WIDTH_IN)), MLP, MATRIX, present=_unpacked_swiglu),
+    "mlp.fc1_g.bias": _row((Axis(HIDDEN),), MLP, present=_both(_unpacked_swiglu, _proj_bias)),
+    "mlp.fc1_x.weight": _row((Axis(HIDDEN), Axis(WIDTH_IN)), MLP, MATRIX, present=_unpacked_swiglu),
+    "mlp.fc1_x.bias": _row((Axis(HIDDEN),), MLP, present=_both(_unpacked_swiglu, _proj_bias)),
+    "mlp.norm.weight": _row((Axis(HIDDEN),), MLP, NORM, present=_mlp_norm),
+    "mlp.norm.bias": _row((Axis(HIDDEN),), MLP, NORM, present=_both(_mlp_norm, _norm_bias)),
     "mlp.fc2.weight": _row((Axis(WIDTH), Axis(HIDDEN_IN)), MLP, MATRIX, WRITER),
-    "mlp.fc2.bias": _row(_VECTOR, MLP, WRITER),
+    "mlp.fc2.bias": _row(_VECTOR, MLP, WRITER, present=_proj_bias),
     "ls2.gamma": _row(_VECTOR, MLP, NORM, LAYER_SCALE, present=_layer_scale),
+    "gamma_2": _row(_VECTOR, MLP, NORM, LAYER_SCALE, present=_eva_layer_scale),
 }
 
 

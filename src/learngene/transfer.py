@@ -75,7 +75,7 @@ def block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
     return family_axes(spec.family)
 
 
-NON_BLOCK_NORMS = ("norm_pre", "norm", "fc_norm", "attn_pool.norm")  # LayerNorms over the width outside the blocks
+NON_BLOCK_NORMS = ("norm_pre", "norm", "fc_norm", "attn_pool.norm", "patch_embed.norm")  # LayerNorms over the width outside the blocks
 
 
 def non_block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
@@ -246,6 +246,22 @@ def move_tensor(t: Tensor, axes: tuple[Axis, ...], shape: tuple[int, ...], heads
     return t
 
 
+def mix_block_heads(block: StateDict, axes: dict[str, tuple[Axis, ...]], mixing: Tensor) -> StateDict:
+    """``block`` (in-block names) with its heads replaced by combinations of them: new head ``o`` is
+    ``Σ_h mixing[o, h]·head h`` in every tensor with a head axis (q/k/v rows and their biases, W_O's columns,
+    any family's rows such as Eva's q/v biases and sub-norm), as :func:`~learngene.heads.mix_heads` does for
+    qkv and W_O. A one-hot ``mixing`` ``(H_new, H)`` selects or repeats heads."""
+    heads = mixing.shape[1]
+    out = dict(block)
+    for name, t in block.items():
+        for dim, axis in enumerate(axes[name]):
+            if axis.role in (HEADS, HEADS_IN):
+                split = split_heads(t, heads, axis.segments, dim)
+                mixed = torch.tensordot(mixing.to(split), split, dims=([1], [dim + 1])).movedim(0, dim + 1)
+                out[name] = join_heads(mixed, dim)
+    return out
+
+
 def move_state(state: StateDict, axes: dict[str, tuple[Axis, ...]], shapes: dict[str, tuple[int, ...]],
                heads: tuple[int, int], rule: Rule = mapped) -> StateDict:
     """Every tensor of ``state`` carried to the target's shape (``shapes``; keys the target lacks are left out)."""
@@ -280,7 +296,8 @@ ALL_PARTS = ("embed", "norm", "head")
 # which of ``inherit_non_block``'s parts each non-block tensor belongs to (the MAP pooling head goes with the
 # final norm: both sit between the last block and the classifier, and neither depends on the label space)
 PART_OF = {"cls_token": "embed", "reg_token": "embed", "dist_token": "embed", "pos_embed": "embed",
-           "patch_embed.proj.weight": "embed", "patch_embed.proj.bias": "embed", "norm_pre.weight": "embed",
+           "patch_embed.proj.weight": "embed", "patch_embed.proj.bias": "embed", "patch_embed.norm.weight": "embed",
+           "patch_embed.norm.bias": "embed", "norm_pre.weight": "embed",
            "norm_pre.bias": "embed", "head.weight": "head", "head.bias": "head", "head_dist.weight": "head",
            "head_dist.bias": "head"}
 

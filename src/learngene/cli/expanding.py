@@ -13,6 +13,7 @@ from ..errors import LearngeneError
 from ..export import check_output_folder, export_hub_folder, wants_folder
 from ..gene import Learngene
 from ..io import quote, save_model
+from ..labels import describe as describe_labels
 from ..method import citations
 from ..registry import get_method
 from .making import head_label_space
@@ -36,7 +37,7 @@ def cmd_expand(args: argparse.Namespace) -> None:
     model, provided = make_descendant(gene, spec, seed=args.seed, top_up=args.top_up, source=args.gene, return_keys=True,
                                       **options)
     if hub:
-        dist.on_main(lambda: _export_descendant(args, gene, model, spec, options, len(provided)))
+        dist.on_main(lambda: _export_descendant(args, gene, model, spec, options, provided))
     else:
         dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
             "kind": "descendant", "method": gene.method, "gene": str(args.gene), "options": options,
@@ -47,7 +48,18 @@ def cmd_expand(args: argparse.Namespace) -> None:
               + (f", the rest topped up by {args.top_up} where it has weights" if args.top_up else ""))
 
 
-def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dict[str, Any], provided: int) -> None:
+def _head_status(gene, spec, provided, top_up: str | None = None) -> str | None:
+    """Whether a descendant's classifier is the ancestry's (carried by the gene) or fresh; None: it has none."""
+    if not spec.num_classes:
+        return None
+    if "head.weight" in provided:
+        return f"the ancestry's, carried by the gene ({describe_labels(gene.label_space, spec.num_classes)})"
+    if top_up:
+        return f"topped up by {top_up} where it has one of this shape, else fresh (timm's initialization)"
+    return f"fresh: timm's initialization of a {spec.num_classes}-way head, untrained (fine-tune before use)"
+
+
+def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dict[str, Any], provided) -> None:
     ancestry = gene.ancestry
     card = {
         "method": gene.method,
@@ -56,8 +68,9 @@ def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dic
                      f"parameters" if ancestry else "none recorded (a non-ViT teacher, or no ancestry)"),
         "gene": f"`{Path(args.gene).name}`, {gene.num_stored_params:,} stored parameters, made by learngene "
                 f"{gene.library_version} on {gene.created}",
-        "tensors from the gene": f"{provided} of {len(spec.state_shapes())}"
+        "tensors from the gene": f"{len(provided)} of {len(spec.state_shapes())}"
                                  + (f", the rest topped up by {args.top_up}" if args.top_up else ", the rest timm's init"),
+        "head": _head_status(gene, spec, provided, args.top_up),
     }
     if options:
         card["options"] = ", ".join(f"{k}={v!r}" for k, v in options.items())

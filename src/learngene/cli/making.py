@@ -55,7 +55,7 @@ def _load_ancestry_args(args: argparse.Namespace):
                 kwargs[key.strip()] = raw
     elif getattr(args, "timm_arg", None):
         raise LearngeneError("--timm-arg needs --timm-model: it is passed to timm.create_model for the checkpoint")
-    return load_ancestry(args.ancestry, args.timm_model, **kwargs)
+    return load_ancestry(args.ancestry, args.timm_model, drop_head=getattr(args, "drop_head", False), **kwargs)
 
 
 def _ancestry_preprocessing(args: argparse.Namespace, ancestry) -> dict[str, Any] | None:

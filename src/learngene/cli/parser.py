@@ -172,7 +172,9 @@ def add_output(p: argparse.ArgumentParser, what: str) -> None:
 def add_ancestry_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ancestry", required=True,
                    help="ancestry model: a learngene model file; a checkpoint (.safetensors/.pth/.bin) with --timm-model; "
-                        "or a folder with config.json: a timm hub folder or a transformers ViT/DeiT/DINOv2")
+                        "or a folder with config.json: a timm hub folder or a transformers ViT/DeiT/DINOv2/CLIP/SigLIP")
+    p.add_argument("--drop-head", action="store_true",
+                   help="load a model folder without its classifier (the ancestry outputs its pooled embedding)")
     p.add_argument("--timm-model", help="timm architecture of a plain checkpoint, e.g. deit_tiny_patch16_224 "
                                         "(read from a folder's config.json when not given)")
 

@@ -50,8 +50,9 @@ from torch import Tensor, nn
 
 from ..data import Data
 from ..errors import LearngeneError
+from ..eva import block_inputs
 from ..gene import Learngene
-from ..heads import mix_heads, select_matrix
+from ..heads import select_matrix
 from ..io import atomic_path, release_pages
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
@@ -59,10 +60,12 @@ from ..spec import ViTSpec, block_key
 from ..timm_keys import MLP, MSA, NORM, block_names, head_sliced
 from ..transfer import (
     StateDict,
+    block_axes,
     block_state,
     carry_non_block,
     cyclic,
     inherit_non_block,
+    mix_block_heads,
     resize_block,
     stretch,
 )
@@ -119,9 +122,10 @@ def attention_probabilities(model: nn.Module, seen: Callable[[int, Tensor], None
             block.attn.fused_attn = flag
 
 
-def tokens_before_blocks(model: nn.Module, x: Tensor) -> Tensor:
-    """What a timm ViT feeds its first block (``forward_features`` up to the blocks): patches, prefix tokens, positions."""
-    return model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(x))))
+def tokens_before_blocks(model: nn.Module, x: Tensor) -> tuple[Tensor, dict]:
+    """What a timm ViT or Eva feeds its first block (``forward_features`` up to the blocks): patches, prefix
+    tokens, positions; and the keyword arguments every block takes (an Eva's RoPE table)."""
+    return block_inputs(model, x)
 
 
 @torch.no_grad()
@@ -167,8 +171,8 @@ def mean_attention_distance(model: nn.Module, spec: ViTSpec, data: Data, num_ima
                   for start in range(0, count, batch_size)]
         with attention_probabilities(model, add):
             for block in model.blocks:
-                for i, x in enumerate(tokens):
-                    tokens[i] = block(x)
+                for i, (x, kwargs) in enumerate(tokens):
+                    tokens[i] = block(x, **kwargs), kwargs
                 release_pages(*block.parameters())  # read once: a mapped ancestry's pages may go
     finally:
         model.train(was_training)
@@ -202,11 +206,10 @@ def cluster_heads(distances: Tensor, eps: float, min_heads: int = 1) -> tuple[Te
     return labels, centroids
 
 
-def _mix(block: StateDict, mixing: Tensor) -> None:
-    """Replace ``block``'s heads by ``mixing`` of them (q, k, v rows, their biases if any, W_O columns), in place."""
-    qkv = block["attn.qkv.weight"]  # mixing on its device: on a meta gene (the load-time check) nothing is computed
-    qkv, bias, proj = mix_heads(qkv, block.get("attn.qkv.bias"), block["attn.proj.weight"], mixing.to(qkv.device))
-    block.update({"attn.qkv.weight": qkv, "attn.proj.weight": proj, **({"attn.qkv.bias": bias} if bias is not None else {})})
+def _mix(block: StateDict, spec: ViTSpec, mixing: Tensor) -> None:
+    """Replace ``block``'s heads by ``mixing`` of them (q, k, v rows, their biases, W_O columns, every head row of
+    the family), in place. On a meta gene (the load-time check) nothing is computed: the mixing moves there."""
+    block.update(mix_block_heads(block, block_axes(spec), mixing.to(block["attn.qkv.weight"].device)))
 
 
 def priority_sharing(num_centroids: int, num_heads: int) -> Tensor:
@@ -243,8 +246,8 @@ class ClusterLearngene(Method):
             labels.append(layer_labels)
             tensors[f"{CENTROIDS}{layer}"] = torch.tensor(centroids)
             b = block_state(state, layer)
-            replaced = [b[k] for k in ATTENTION if k in b] + ([b[k] for k in FFN] if cfg.ffn == "random" else [])
-            _mix(b, select_matrix(centroids, spec.num_heads))
+            replaced = [b[k] for k in ATTENTION if k in b] + ([b[k] for k in FFN if k in b] if cfg.ffn == "random" else [])
+            _mix(b, spec, select_matrix(centroids, spec.num_heads))
             if cfg.ffn == "random":
                 b = {k: v for k, v in b.items() if k not in FFN}
             release_pages(*replaced)  # not in the gene: a memory-mapped ancestry's pages may go
@@ -263,7 +266,7 @@ class ClusterLearngene(Method):
         for layer, source in enumerate(stretch(src.depth, spec.depth).tolist()):
             b = block_state(gene.tensors, source)
             centroids = len(gene.tensors[f"{CENTROIDS}{source}"])
-            _mix(b, select_matrix(priority_sharing(centroids, spec.num_heads), centroids))
+            _mix(b, src, select_matrix(priority_sharing(centroids, spec.num_heads), centroids))
             out.update({block_key(layer, k): v for k, v in resize_block(b, src, spec).items()})
         out.update(carry_non_block(gene.tensors, src, spec, ("embed", "norm")))
         return out

@@ -47,7 +47,7 @@ from torch import Tensor
 
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..heads import join_proj, mix_heads, select_matrix, split_proj
+from ..heads import join_proj, select_matrix, split_proj
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
@@ -56,9 +56,11 @@ from ..transfer import (
     AxisMap,
     StateDict,
     axis_map,
+    block_axes,
     block_state,
     carry_non_block,
     cyclic,
+    mix_block_heads,
     resize_block,
 )
 
@@ -152,12 +154,9 @@ class Grow(Method):
         widened = []
         for layer in range(src.depth):
             b = block_state(gene.tensors, layer)
-            qkv_w, qkv_b, proj_w = mix_heads(b["attn.qkv.weight"], b.get("attn.qkv.bias"), b["attn.proj.weight"],
-                                             select_matrix(heads.index, src.num_heads))
-            b.update({"attn.qkv.weight": qkv_w,  # W_O columns read copied heads
-                      "attn.proj.weight": join_proj(split_proj(proj_w, spec.num_heads) * heads.reader_scale[:, None, None])})
-            if qkv_b is not None:
-                b["attn.qkv.bias"] = qkv_b
+            b = mix_block_heads(b, block_axes(src), select_matrix(heads.index, src.num_heads))
+            # W_O columns read copied heads
+            b["attn.proj.weight"] = join_proj(split_proj(b["attn.proj.weight"], spec.num_heads) * heads.reader_scale[:, None, None])
             b = resize_block(b, src, spec, width, hidden)
             widened.append(self._noise(b, src, generator) if self.config.snr_db is not None else b)
         out: StateDict = {}

@@ -19,8 +19,10 @@ the upstream images (``num_images``, normalized as in training) and every unit g
 Learngene. The whole ancestry, permuted into importance order (residual channels, each layer's
 heads, each layer's MLP neurons; a permutation computes the same function), plus the layer scores.
 Every narrower descendant is then a prefix slice: the first ``D'`` channels, ``H'`` heads (through
-:mod:`learngene.heads`) and ``M'`` neurons. Depth keeps the ``L'`` highest-scoring layers in their
-original order.
+:mod:`learngene.heads`) and ``M'`` neurons. The kept residual channels are put back in the ancestry's
+order (the gene stores the permutation), so a same-size descendant outputs the ancestry's embedding
+channel for channel, as a probe or a text tower tied to it expects. Depth keeps the ``L'``
+highest-scoring layers in their original order.
 
 Rescaling (subcloning). The kept channels carry most of the residual stream's energy, so a
 LayerNorm over ``D'`` of ``D`` channels divides by a standard deviation about ``√(D/D')`` larger than
@@ -59,7 +61,7 @@ from ..transfer import (
     resize_non_block,
 )
 
-LAYER_SCORE, WIDTH_SCORE = "importance.layer", "importance.width"
+LAYER_SCORE, WIDTH_SCORE, WIDTH_ORDER = "importance.layer", "importance.width", "importance.width_order"
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,15 @@ def activation_scores(model: nn.Module, spec: ViTSpec, data: Data, num_images: i
     return {k: (v / count).float() for k, v in sums.items()}
 
 
+def residual_order(gene: Learngene, width: int) -> Tensor | slice:
+    """The gene's first ``width`` residual channels, put back in the ancestry's order: a headless ancestry
+    outputs its residual stream, so the same-size descendant must output it unpermuted (and a narrower one
+    keeps the kept channels in the order a probe on the ancestry's embedding reads them). Genes written
+    before the order was stored keep importance order."""
+    order = gene.tensors.get(WIDTH_ORDER)
+    return slice(0, width) if order is None else torch.argsort(order.detach()[:width])
+
+
 def descending(scores: Tensor) -> Tensor:
     """Indices of ``scores`` from the largest down (ties: the lower index first)."""
     return torch.sort(scores, descending=True, stable=True).indices
@@ -166,6 +177,7 @@ class Importance(Method):
         tensors.update(resize_non_block(non_block, spec, spec, given(width=width)))
         tensors[LAYER_SCORE] = scores["layers"]
         tensors[WIDTH_SCORE] = scores["width"][width]
+        tensors[WIDTH_ORDER] = width.float()  # float: every gene tensor can be a parameter; exact below 2^24
         return self.new_gene(tensors, spec, spec, cost={"images": min(cfg.num_images, len(inputs.train))})
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
@@ -179,7 +191,8 @@ class Importance(Method):
         D, H, M = spec.embed_dim, spec.num_heads, spec.mlp_inner
         gain = math.sqrt(src.embed_dim / D) if self.config.rescale else 1.0
         layers = descending(gene.tensors[LAYER_SCORE])[:spec.depth].sort().values.tolist()
-        prefix = given(width=slice(0, D), hidden=slice(0, M), heads=slice(0, H))
+        width = residual_order(gene, D)
+        prefix = given(width=width, hidden=slice(0, M), heads=slice(0, H))
         out: StateDict = {}
         for target, source in enumerate(layers):
             kept = move_state(block_state(gene.tensors, source), block_axes(src), spec.block_shapes(),
@@ -188,7 +201,7 @@ class Importance(Method):
         narrow = carried(src, spec)
         pool_hidden = narrow.non_block_shapes().get("attn_pool.mlp.fc1.bias", (0,))[0]
         non_block = resize_non_block({k: gene.tensors[k] for k in src.non_block_shapes()}, src, spec,
-                                     given(width=slice(0, D), hidden=slice(0, pool_hidden), heads=slice(0, H)))
+                                     given(width=width, hidden=slice(0, pool_hidden), heads=slice(0, H)))
         for key in width_norm_gains([*out, *non_block]):
             part = out if key in out else non_block
             part[key] = part[key] * gain

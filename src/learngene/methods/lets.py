@@ -87,7 +87,11 @@ def g_module(name: str) -> str:
     """Which ``G`` mixes block tensor ``name`` (their module groups; extra vectors get their own)."""
     for prefix, module in (("norm1.", "norm1"), ("attn.proj.", "proj"), ("norm2.", "norm2"), ("mlp.fc1.", "fc1"),
                            ("mlp.fc2.", "fc2"), ("ls1.", "ls1"), ("ls2.", "ls2"), ("attn.q_norm.", "q_norm"),
-                           ("attn.k_norm.", "k_norm")):
+                           ("attn.k_norm.", "k_norm"),
+                           # AIMv2's and EVA-02's unpacked SwiGLU (gate and value: fc1), Eva's rows
+                           ("mlp.fc1_g.", "fc1"), ("mlp.fc1_x.", "fc1"), ("attn.q_bias", "q"), ("attn.v_bias", "v"),
+                           ("attn.norm.", "attn_norm"), ("mlp.norm.", "mlp_norm"), ("gamma_1", "ls1"),
+                           ("gamma_2", "ls2")):
         if name.startswith(prefix):
             return module
     raise LearngeneError(f"lets has no depth rule for block tensor {name}")
@@ -98,8 +102,8 @@ def f_label(key: str, role: str, segment: int, block: bool) -> str | None:
     if role in (CLASSES, KEEP, HEAD_DIM):
         return None
     if block:
-        if role == HEADS:
-            return "qkv"[segment]
+        if role == HEADS:  # Eva's v bias and its sub-norm over the heads' outputs go with v's rows
+            return "v" if key.endswith(("attn.v_bias", "attn.norm.weight", "attn.norm.bias")) else "qkv"[segment]
         return {HEADS_IN: "v", HIDDEN: "ffn", HIDDEN_IN: "ffn"}.get(role, "emb")
     if key.startswith("head"):
         return "cls"

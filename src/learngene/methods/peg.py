@@ -44,7 +44,7 @@ from torch import Tensor
 from ..genenet import GeneNet
 from ..errors import LearngeneError
 from ..gene import DESCENDANT, Learngene
-from ..heads import join_proj, join_qkv, mix_heads, split_proj, split_qkv
+from ..heads import join_proj, join_qkv, split_proj, split_qkv
 from ..io import release_pages
 from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
@@ -63,6 +63,7 @@ from ..transfer import (
     cyclic,
     inherit_non_block,
     mapped,
+    mix_block_heads,
     move_tensor,
     stretch,
 )
@@ -70,13 +71,18 @@ from ..transfer import (
 # gene tensors stacked over layers: (layers, heads, ...) for the MSA heads, (layers, ...) otherwise
 # (q, k, v biases only where the family has them); the per-layer vectors of each sub-layer travel with it:
 # norm1, W_O's bias, the layer-scale gamma and the q/k norms with the MSA, norm2 and ls2 with the FFN
-HEAD_PARTS = ("q", "k", "v", "q_bias", "k_bias", "v_bias", "proj_cols")
+# Eva's own head-structured vectors (its separate q/v biases, its sub-norm on the heads' outputs): (H, d) per layer
+HEAD_VECTORS = {"eva_q_bias": "attn.q_bias", "eva_v_bias": "attn.v_bias", "inner_norm_weight": "attn.norm.weight",
+                "inner_norm_bias": "attn.norm.bias"}
+HEAD_PARTS = ("q", "k", "v", "q_bias", "k_bias", "v_bias", "proj_cols", *HEAD_VECTORS)
 
 
 def part_name(name: str) -> str:
     """A block tensor's name inside its sub-layer's gene group: ``attn.proj.bias`` -> ``proj_bias``,
     ``norm2.weight`` -> ``norm_weight``, ``ls1.gamma`` -> ``ls_gamma`` (stored in gene files: keep them)."""
     name = name.removeprefix("attn.").removeprefix("mlp.")
+    if name.startswith("norm."):  # Eva's sub-norm inside the MLP, beside norm2
+        name = "inner_" + name
     for numbered in ("norm1", "norm2", "ls1", "ls2"):
         name = name.replace(numbered, numbered[:-1])
     return name.replace(".", "_")
@@ -99,7 +105,7 @@ def gene_axes(layout: ViTSpec) -> dict[str, tuple[Axis, ...]]:
     per-head parts, the head and its channels (kept), then the block tensor's own residual or MLP axis."""
     blocks, keep = block_axes(layout), Axis(KEEP)
     axes = {f"msa.{p}": (keep, keep, keep, Axis(WIDTH_IN)) for p in "qkv"}  # (layers, heads, d, D)
-    axes.update({f"msa.{p}_bias": (keep, keep, keep) for p in "qkv"})
+    axes.update({f"msa.{p}": (keep, keep, keep) for p in ("q_bias", "k_bias", "v_bias", *HEAD_VECTORS)})
     axes["msa.proj_cols"] = (keep, keep, Axis(WIDTH), keep)  # (layers, heads, D, d)
     axes.update({f"msa.{p}": (keep, *blocks[n]) for p, n in MSA_LAYER_PARTS.items() if n in blocks})
     axes.update({f"ffn.{p}": (keep, *blocks[n]) for p, n in FFN_PARTS.items() if n in blocks})
@@ -180,11 +186,12 @@ class PEG(Method):
         per_layer = []
         for layer in range(spec.depth):
             b = block_state(state, layer)
-            qkv_w, qkv_b, proj_w = mix_heads(b["attn.qkv.weight"], b.get("attn.qkv.bias"), b["attn.proj.weight"],
-                                             mixing_weights(heads, spec.num_heads, generator))
+            mixed = mix_block_heads(b, block_axes(spec), mixing_weights(heads, spec.num_heads, generator))
+            qkv_w, qkv_b, proj_w = mixed["attn.qkv.weight"], mixed.get("attn.qkv.bias"), mixed["attn.proj.weight"]
             parts = dict(zip("qkv", split_qkv(qkv_w, heads)), proj_cols=split_proj(proj_w, heads))
             if qkv_b is not None:
                 parts.update(zip(("q_bias", "k_bias", "v_bias"), split_qkv(qkv_b, heads)))
+            parts.update({part: mixed[name].view(heads, -1) for part, name in HEAD_VECTORS.items() if name in mixed})
             parts.update({part: b[name] for part, name in MSA_LAYER_PARTS.items() if name in b})
             per_layer.append(parts)
             release_pages(b["attn.qkv.weight"], b["attn.proj.weight"])  # read once: a mapped ancestry's pages may go
@@ -209,7 +216,7 @@ class PEG(Method):
     def initial_phi(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """φ before training: stretched layers, cyclically repeated heads."""
         msa_layers, gene_heads = gene.tensors["msa.q"].shape[:2]
-        ffn_layers = gene.tensors["ffn.fc1_weight"].shape[0]
+        ffn_layers = gene.tensors["ffn.fc2_weight"].shape[0]  # every family's FFN has an fc2
         out: StateDict = {}
         for name, n_in in (("msa_layers", msa_layers), ("ffn_layers", ffn_layers)):
             out[f"phi.{name}.w1"], out[f"phi.{name}.w2"] = phi_init(n_in, stretch(n_in, spec.depth))
@@ -270,6 +277,7 @@ class PEG(Method):
             }
             if "q_bias" in msa:
                 block["attn.qkv.bias"] = join_qkv(msa["q_bias"][layer], msa["k_bias"][layer], msa["v_bias"][layer])
+            block.update({name: msa[part][layer].flatten() for part, name in HEAD_VECTORS.items() if part in msa})
             out.update({block_key(layer, k): v for k, v in block.items()})
         out.update(carry_non_block(gene.tensors, src, spec, ("embed", "norm")))
         out.update(gene.descendant_state())
@@ -299,7 +307,7 @@ class PEG(Method):
         t = gene.tensors
         layers, heads = t["msa.q"].shape[:2]
         lines = [f"MSA learngene: {heads} of {gene.layout.num_heads} heads (convex mixtures) in each of {layers} layers",
-                 f"FFN learngene: {t['ffn.fc1_weight'].shape[0]} of {gene.layout.depth} FFNs (convex mixtures)"]
+                 f"FFN learngene: {t['ffn.fc2_weight'].shape[0]} of {gene.layout.depth} FFNs (convex mixtures)"]
         if "phi.heads.w2" in t:
             depth, target_heads = t["phi.heads.w2"].shape[:2]
             lines.append(f"φ adapted for {depth} layers of {target_heads} heads "

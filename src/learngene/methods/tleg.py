@@ -150,7 +150,7 @@ class TLEG(Method):
         try:
             return gene.tensors[key]
         except KeyError:
-            have = sorted({m for m, names in MODULES.items() if f"theta_b.{names[0]}" in gene.tensors})
+            have = sorted({m for m, names in MODULES.items() if any(f"theta_b.{n}" in gene.tensors for n in names)})
             raise LearngeneError(f"this {gene.method} gene was condensed with modules {','.join(have)}, so it cannot "
                                  f"build {key.split('.', 1)[1]}; pass --opt modules={','.join(have)}") from None
 

@@ -52,7 +52,16 @@ from ..timm_keys import MATRIX, block_names
 from ..transfer import HEAD_DIM, StateDict, block_axes, segments
 from ..validate import option
 
-MATRICES = {name.split(".")[-2]: name for name in block_names(tag=MATRIX)}  # qkv, proj, fc1, fc2
+MATRIX_NAMES = block_names(tag=MATRIX)  # every family's block weight matrices
+
+
+def matrix_kind(name: str) -> str:
+    """qkv, proj, fc1 or fc2: the option ``n_<kind>`` counting its templates (an unpacked SwiGLU's fc1_g and
+    fc1_x are fc1s)."""
+    return name.split(".")[-2].split("_")[0]
+
+
+MATRICES = {matrix_kind(name): name for name in MATRIX_NAMES if matrix_kind(name) == name.split(".")[-2]}
 
 
 def vector_names(spec: ViTSpec) -> list[str]:
@@ -147,11 +156,11 @@ class WAVE(Method):
 
     # ---- the gene -----------------------------------------------------------------------------
     def template_names(self, spec: ViTSpec) -> list[str]:
-        names = list(MATRICES.values())
+        names = [name for name in MATRIX_NAMES if name in spec.block_shapes()]
         return names + vector_names(spec) if self.config.vector_templates else names
 
     def template_count(self, name: str, aux: ViTSpec, w: int) -> int:
-        kind = {v: k for k, v in MATRICES.items()}.get(name)
+        kind = matrix_kind(name) if name in MATRIX_NAMES else None
         chosen = getattr(self.config, f"n_{kind}") if kind else 0
         return chosen or 2 * math.prod(block_grid(aux, name, w))
 
@@ -162,7 +171,7 @@ class WAVE(Method):
         tensors: StateDict = {}
         for name in self.template_names(aux):
             n = self.template_count(name, aux, w)
-            if name in MATRICES.values():
+            if name in MATRIX_NAMES:
                 tensors[f"templates.{name}"] = torch.nn.init.trunc_normal_(torch.empty(n, w, w), std=self.config.init_std)
             else:
                 base = vector_start(aux, name)

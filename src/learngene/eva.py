@@ -1,0 +1,136 @@
+"""timm's ``Eva`` class as a :class:`~learngene.spec.ViTSpec` family: EVA-02 (Fang et al., "EVA-02: A
+Visual Representation for Neon Genesis", arXiv 2303.11331) and Meta's Perception Encoder ``vit_pe_*``
+(Bolya et al., "Perception Encoder", arXiv 2504.13181).
+
+Eva's state_dict is a ViT's with a few more rows: the same ``patch_embed``/``pos_embed``/``blocks``/
+``attn_pool``/``head`` keys, plus, per block, EVA-02's separate q and v biases (``attn.q_bias``,
+``attn.v_bias``; k has none), its sub-LayerNorms (``attn.norm`` on the heads' outputs before W_O,
+``mlp.norm`` on the hidden channels before fc2) and layer scale named ``gamma_1``/``gamma_2``. Rotary
+position embeddings (RoPE) hold no weights: the architecture computes them from the head size and
+the patch grid, so a descendant of another size gets its own. What a spec records of an Eva are
+these rows (:class:`~learngene.spec.ViTFamily`'s ``model_class="eva"``, ``qv_bias``, ``attn_norm``,
+``mlp_norm``, ``rope``); this module translates them to and from Eva's own arguments.
+
+EVA-02 B/L and the EVA-02 CLIP towers keep q, k and v apart (timm's ``qkv_fused=False``); loaded as
+an ancestry (:func:`learngene.ancestry.load_ancestry`) they are fused (:func:`fuse_qkv_projections`, the
+same attention), so they and their descendants have the one fused layout every method reads, and the
+descendants build with ``qkv_fused=True``. Not described (refused in one line, naming the part):
+grouped-query or gated attention, post-norm blocks and depth-dependent ("mixed") RoPE.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+EVA_MODULE = "timm.models.eva"
+
+
+def is_eva(model) -> bool:
+    from timm.models.eva import Eva
+
+    return isinstance(model, Eva)
+
+
+def eva_kwargs(family) -> dict[str, Any]:
+    """``timm.create_model`` arguments of an Eva architecture for ``family`` (Eva's names for the ViT's)."""
+    return dict(qkv_fused=True, class_token=family.class_token, num_reg_tokens=family.reg_tokens, no_embed_class=family.no_embed_class,
+                use_pre_transformer_norm=family.pre_norm, use_fc_norm=family.final_norm and family.use_fc_norm,
+                use_post_transformer_norm=family.final_norm and not family.use_fc_norm, global_pool=family.global_pool,
+                init_values=family.init_values, qkv_bias=family.qkv_bias or family.qv_bias, qk_norm=family.qk_norm,
+                scale_attn_inner=family.attn_norm, scale_mlp=family.mlp_norm, dynamic_img_size=family.dynamic_img_size)
+
+
+def eva_problems(model, block) -> list[str]:
+    """Every part of an Eva a spec cannot hold, as ``field=value (what is supported)``."""
+    from timm.layers import PatchEmbed
+    from timm.models.eva import EvaBlock
+    from torch import nn
+
+    problems = []
+    if type(block) is not EvaBlock:
+        return [f"block_fn={type(block).__name__} (EvaBlock, pre-norm)"]
+    attn = block.attn
+    if getattr(attn, "qkv", None) is None:
+        problems.append("qkv_fused=False (fused q/k/v projections only; load_ancestry fuses a checkpoint's)")
+    if getattr(attn, "gate", None) is not None:
+        problems.append("gated attention (none)")
+    if getattr(attn, "num_kv_heads", attn.num_heads) != attn.num_heads:
+        problems.append("num_kv_heads (grouped-query attention: none)")
+    if getattr(model, "rope_mixed", False):
+        problems.append("rope_type=mixed (one RoPE for every layer)")
+    if model.pos_embed is None:
+        problems.append("use_abs_pos_emb=False (learned absolute position embeddings)")
+    if model.global_pool not in ("token", "avg", "map"):
+        problems.append(f"global_pool={model.global_pool!r} (token, avg, map)")
+    embed = model.patch_embed
+    if type(embed) is not PatchEmbed or embed.img_size is None or embed.img_size[0] != embed.img_size[1] \
+            or embed.patch_size[0] != embed.patch_size[1] or getattr(embed, "dynamic_img_pad", False):
+        problems.append("patch_embed (timm's PatchEmbed, square images and patches, no padding)")
+    if attn.proj.bias is None:
+        problems.append("proj_bias=False")
+    if block.gamma_1 is not None and block.gamma_2 is None:
+        problems.append("attn_only_layer_scale=True")
+    if not isinstance(getattr(block.mlp, "norm", nn.Identity()), nn.Identity) and type(block.mlp).__name__ == "GluMlp":
+        problems.append("a packed SwiGLU with a norm")
+    return problems
+
+
+def eva_family_fields(model, block) -> dict[str, Any]:
+    """The :class:`~learngene.spec.ViTFamily` fields read off an Eva (its MLP, norms and activation are read by
+    the caller, as for a ViT)."""
+    from torch import nn
+
+    def present(module) -> bool:
+        return module is not None and not isinstance(module, nn.Identity)
+
+    return dict(
+        model_class="eva",
+        class_token=model.cls_token is not None,
+        reg_tokens=0 if model.reg_token is None else int(model.reg_token.shape[1]),
+        no_embed_class=bool(model.no_embed_class),
+        pre_norm=present(model.norm_pre),
+        init_values=float(block.init_values) if block.gamma_1 is not None else None,
+        qkv_bias=block.attn.qkv.bias is not None,
+        qv_bias=getattr(block.attn, "q_bias", None) is not None,
+        qk_norm=present(block.attn.q_norm),
+        attn_norm=present(block.attn.norm),
+        mlp_norm=present(getattr(block.mlp, "norm", None)),
+        rope=getattr(model, "rope", None) is not None,
+        dynamic_img_size=bool(model.dynamic_img_size),
+    )
+
+
+def block_inputs(model, images):
+    """``(tokens, kwargs)`` a timm ViT or Eva feeds its first block: Eva's blocks also take the RoPE table."""
+    x = model.patch_embed(images)
+    if is_eva(model):
+        x, rope = model._pos_embed(x)
+        return model.norm_pre(x), {"rope": rope}
+    return model.norm_pre(model.patch_drop(model._pos_embed(x))), {}
+
+
+def fuse_qkv_projections(state: dict) -> tuple[dict, dict[str, Any]]:
+    """An Eva checkpoint with q, k, v apart (EVA-02 B/L, EVA-02 CLIP: timm's ``qkv_fused=False``) as the same
+    attention fused: ``qkv.weight`` = [q; k; v] rows, ``q_proj.bias``/``v_proj.bias`` -> ``q_bias``/``v_bias``
+    (Eva's k has no bias). Returns the state and the ``create_model`` arguments that build it fused."""
+    import re
+
+    import torch
+
+    out, has_bias = {}, False
+    for key, value in state.items():
+        match = re.fullmatch(r"(blocks\.\d+\.attn)\.([qkv])_proj\.(weight|bias)", key)
+        if match is None:
+            out[key] = value
+            continue
+        block, part, kind = match.groups()
+        if kind == "weight" and part == "q":
+            out[f"{block}.qkv.weight"] = torch.cat([state[f"{block}.{p}_proj.weight"] for p in "qkv"])
+        elif kind == "bias":
+            out[f"{block}.{part}_bias"] = value
+            has_bias = True
+    return out, {"qkv_fused": True, "qkv_bias": has_bias}
+
+
+def has_unfused_qkv(state: dict) -> bool:
+    return "blocks.0.attn.q_proj.weight" in state
