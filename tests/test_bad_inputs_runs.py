@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from learngene.cli import main
+from learngene.data import load_dataset, write_image_folder
 from learngene.errors import LearngeneError, TrainingError
 from learngene.io import save_model
 from learngene.spec import ViTSpec
@@ -60,6 +61,27 @@ def test_a_torchvision_root_of_other_files_is_refused(anc, capsys, tmp_path, nam
     err = one_line_error(capsys, ["train", anc, "--data", f"torchvision:{name}", "--data-dir", tmp_path, "-o", out])
     assert f"torchvision {name} under" in err and "is unreadable" in err, err
     assert not out.exists()
+
+
+# ---- colour images for a grey model: refused, not silently read as grey ----------------------------------------
+@pytest.mark.parametrize("command", ["condense", "train"])
+def test_a_grey_ancestry_on_a_colour_folder_is_refused(anc, capsys, tmp_path, command):
+    root = write_image_folder(tmp_path / "rgb", num_classes=2, per_class=2, size=20)
+    out = tmp_path / "o.safetensors"
+    argv = (["condense", "--method", "wave", "--ancestry", anc] if command == "condense" else ["train", anc])
+    err = one_line_error(capsys, [*argv, "--data", f"folder:{root}", "--epochs", "1", "-o", out])
+    assert "holds colour images but the model takes 1-channel (grey) input" in err, err
+    assert not out.exists() and not list(tmp_path.glob("o.*"))
+
+
+def test_grey_images_saved_as_rgb_are_read_by_a_grey_ancestry(tmp_path):
+    from PIL import Image
+
+    root = write_image_folder(tmp_path / "rgb", num_classes=2, per_class=2, size=20, splits=("train",))
+    for path in root.rglob("*.jpg"):
+        Image.open(path).convert("L").convert("RGB").save(path)
+    data = load_dataset(f"folder:{root}", img_size=16, in_chans=1)
+    assert data.in_chans == 1 and len(data) == 4
 
 
 # ---- sizes whose activations cannot fit: refused before allocating -----------------------------------------

@@ -41,3 +41,21 @@ def test_a_bar_in_a_file_writes_a_line_while_it_waits(monkeypatch):
     closed = len(out.getvalue().splitlines())
     time.sleep(0.4)
     assert len(out.getvalue().splitlines()) == closed, "the heartbeat stops with its bar"
+
+
+def test_a_redraw_by_the_caller_counts_as_the_line_of_its_interval(monkeypatch):
+    """A caller that redraws the bar itself (the benchmark's own heartbeat) gets no second line per interval."""
+    import time
+
+    from learngene import progress
+
+    out = _File()
+    monkeypatch.setattr(sys, "stderr", out)
+    monkeypatch.setattr(progress, "LINE_INTERVAL", 0.4)
+    bar = progress_bar(total=3, desc="stage")
+    for _ in range(8):  # the caller redraws every 0.2 s, twice per interval
+        time.sleep(0.2)
+        bar.refresh()
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert 9 <= len(lines) <= 11, lines  # the first line, the caller's 8 redraws, the close: no heartbeat lines

@@ -164,7 +164,7 @@ def check_gene(gene: Learngene, source: str | os.PathLike) -> None:
     for part in ("config", "cost"):
         if not isinstance(getattr(gene, part), dict):
             raise invalid_gene(gene, source, f"its {part} is not a JSON object")
-    bad = nonfinite_tensor(gene.tensors, mapped=True)  # a loaded gene is a memory map
+    bad = nonfinite_tensor(gene.tensors)  # a loaded gene is a memory map: its pages are given back once checked
     if bad is not None:
         raise invalid_gene(gene, source, f"tensor {bad!r} holds NaN or infinite values")
 

@@ -19,11 +19,13 @@ class _Lines:
 
     def __init__(self, stream):
         self.stream = stream
+        self.last_line = time.time()  # when a line was last written, whoever redrew the bar
 
     def write(self, text: str) -> None:
         text = text.strip("\r\n")
         if text.strip():
             self.stream.write(text + "\n")
+            self.last_line = time.time()
 
     def flush(self) -> None:
         self.stream.flush()
@@ -38,19 +40,18 @@ def progress_bar(**kwargs: Any) -> tqdm:
     """``tqdm(**kwargs)``, or, when stderr is not a terminal, the same bar as a line every LINE_INTERVAL s."""
     if on_terminal() or kwargs.get("disable"):
         return tqdm(**kwargs)
-    bar = tqdm(**{**kwargs, "file": _Lines(sys.stderr), "mininterval": LINE_INTERVAL, "maxinterval": LINE_INTERVAL,
+    lines = _Lines(sys.stderr)
+    bar = tqdm(**{**kwargs, "file": lines, "mininterval": LINE_INTERVAL, "maxinterval": LINE_INTERVAL,
                   "dynamic_ncols": False, "ncols": 100})
-    threading.Thread(target=_heartbeat, args=(bar, LINE_INTERVAL), daemon=True, name="progress-heartbeat").start()
+    threading.Thread(target=_heartbeat, args=(bar, lines, LINE_INTERVAL), daemon=True, name="progress-heartbeat").start()
     return bar
 
 
-def _heartbeat(bar: tqdm, interval: float) -> None:
+def _heartbeat(bar: tqdm, lines: _Lines, interval: float) -> None:
     """Write ``bar``'s line when it has been silent for ``interval`` s (tqdm itself writes only on updates), until
-    it closes: a log shows a line a minute even inside one long step of the bar."""
-    written = bar.last_print_t  # when the bar last wrote its line (tqdm's own writes move last_print_t)
+    it closes: a log shows a line a minute even inside one long step of the bar. A line written otherwise (an
+    update, or a caller's own redraw) counts, so the log gets no second line within the interval."""
     while not bar.disable:  # tqdm sets it on close
         time.sleep(min(interval / 4, 5.0))
-        written = max(written, bar.last_print_t)
-        if not bar.disable and time.time() - written >= interval:
+        if not bar.disable and time.time() - lines.last_line >= interval:
             bar.refresh()  # takes tqdm's own lock, as an update from the training thread does
-            written = time.time()

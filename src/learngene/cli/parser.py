@@ -98,7 +98,8 @@ def add_spec_args(p: argparse.ArgumentParser, preset: bool = True) -> None:
     g.add_argument("--mlp-ratio", type=_real, help="MLP hidden width / D")
     g.add_argument("--img-size", type=_integer, help="input resolution (data are resized to it)")
     g.add_argument("--patch-size", type=_integer, help="patch size (must divide the image size)")
-    g.add_argument("--in-chans", type=_integer, help="input channels (data are converted to it)")
+    g.add_argument("--in-chans", type=_integer,
+                   help="input channels (grey data are repeated to 3; colour data for 1 are refused)")
     g.add_argument("--num-classes", type=_integer, help="classifier outputs")
     g.add_argument("--global-pool", choices=("token", "avg"), help="class-token or average pooling")
 
@@ -207,7 +208,8 @@ def _add_condense(sub) -> None:
     g = p.add_argument_group("timm checkpoint sizes (with --timm-model)")
     g.add_argument("--num-classes", type=_integer, help="classifier outputs of the checkpoint")
     g.add_argument("--img-size", type=_integer, help="input resolution of the checkpoint (data are resized to it)")
-    g.add_argument("--in-chans", type=_integer, help="input channels of the checkpoint (data are converted to it)")
+    g.add_argument("--in-chans", type=_integer,
+                   help="input channels of the checkpoint (grey data are repeated to 3; colour data for 1 are refused)")
     g.add_argument("--timm-arg", action="append", metavar="KEY=VALUE",
                    help="another timm.create_model argument of the checkpoint's model, e.g. depth=6 or "
                         "dynamic_img_size=true (value read as JSON; repeatable)")

@@ -15,7 +15,7 @@ from torch import Tensor
 from ..errors import DataError
 from ..preprocessing import PREPROCESSING_KEYS, check_preprocessing
 from .augment import AUGMENTATIONS, DEIT_RECIPE
-from .images import Data, ImageData, label_space
+from .images import Data, ImageData, colour_for_grey_model, label_space
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -220,13 +220,14 @@ class _Collate:
 
 def image_folder(root: str | os.PathLike, img_size: int | None = None, in_chans: int = 3, in_memory: bool = True,
                  preprocessing: Mapping[str, Any] | None = None, augment: str = "none", workers: int = 0,
-                 classes: Sequence[str] | None = None) -> Data:
+                 classes: Sequence[str] | None = None, keep_colour: bool = False) -> Data:
     """An image folder (one sub-folder per class, named after it), read with ``preprocessing``'s resize and crop.
 
     ``preprocessing`` (:func:`preprocessing_cfg`, e.g. an ancestry's) defaults to ImageNet's mean and std
     (0.5 for grey), a plain resize to ``img_size`` and a centre crop. ``in_memory`` decodes every image
     once into uint8; otherwise they stream (:class:`FolderData`, ``workers`` DataLoader processes).
     ``classes``, when given (the training split's), must be the folder's classes: labels are their indices.
+    ``keep_colour`` refuses to read colour images as grey (``in_chans=1``) instead of converting them.
     """
     root = Path(root)
     if not root.is_dir():
@@ -250,6 +251,8 @@ def image_folder(root: str | os.PathLike, img_size: int | None = None, in_chans:
         raise DataError(f"{root} has classes {_some(found)} but the training folder has {_some(classes)}"
                         + (f" ({_some(extra)} only here)" if extra else "") + (f" ({_some(lacking)} missing here)" if lacking else "")
                         + "; give both splits the same class sub-folders, or their labels would not agree")
+    if keep_colour and in_chans == 1 and _is_colour(samples[0][0]):
+        raise colour_for_grey_model(f"folder:{root}")
     name = f"folder:{root.name}"
     if not in_memory:
         return FolderData(samples, found, pre, name, augment, workers)
@@ -324,6 +327,13 @@ def _check_headers(paths: Sequence[str]) -> None:
     with ThreadPoolExecutor(max_workers=8) as pool:
         for _ in pool.map(lambda p: _open_image(p, None), paths, chunksize=256):
             pass
+
+
+def _is_colour(path: str) -> bool:
+    """Whether an image's channels differ (a grey image saved as RGB or with a palette is not colour; the
+    tolerance of 8 levels absorbs JPEG's chroma noise)."""
+    rgb = np.asarray(_open_image(path, "RGB")).astype(np.int16)
+    return bool(np.abs(rgb - rgb[..., :1]).max() > 8)
 
 
 def _open_image(path: str, mode: str | None):

@@ -123,6 +123,13 @@ def resize(data: ImageData, img_size: int) -> ImageData:
     return replace(data, images=x.round().clamp(0, 255).to(torch.uint8))
 
 
+def colour_for_grey_model(name: str) -> DataError:
+    """The error for colour images given to a 1-channel model: reading them as grey would discard their colour."""
+    return DataError(f"{name} holds colour images but the model takes 1-channel (grey) input, which would discard "
+                     f"their colour; use a 3-channel ancestry, or convert the images to greyscale first "
+                     f"(learngene.data.convert_channels) if grey is what you want")
+
+
 def convert_channels(data: ImageData, in_chans: int) -> ImageData:
     """Repeat a grey channel to ``in_chans`` or average colour channels to one."""
     if data.in_chans == in_chans:

@@ -20,7 +20,7 @@ from ..errors import DataError
 from ..io import atomic_path, quote
 from .augment import AUGMENTATIONS
 from .folder import FolderData, image_folder
-from .images import Data, ImageData, convert_channels, resize
+from .images import Data, ImageData, colour_for_grey_model, convert_channels, resize
 
 FASHION_MNIST_FILES = (
     "train-images-idx3-ubyte",
@@ -257,7 +257,7 @@ def _folder_source(path: str, req: LoadRequest) -> Data:
     root = root / req.split if (root / req.split).is_dir() else root
     return image_folder(root, req.img_size, req.in_chans or 3, in_memory=False, preprocessing=req.preprocessing,
                         augment=req.augment if req.split == "train" else "none", workers=req.workers,
-                        classes=req.classes)
+                        classes=req.classes, keep_colour=True)
 
 
 def _torchvision_source(name: str, req: LoadRequest) -> Data:
@@ -280,7 +280,8 @@ def load_dataset(name: str, split: str = "train", img_size: int | None = None, d
 
     ``name`` is ``fashion_mnist``, ``digits``, ``folder:PATH`` (``PATH/{split}`` with one sub-folder per
     class, or ``PATH`` itself for the train split) or ``torchvision:NAME`` (found under ``data_dir``).
-    ``in_chans`` converts grey to colour or back; ``img_size`` resizes (default: the data's own).
+    ``in_chans`` converts grey to colour, and refuses colour for a grey model (that would discard the colour:
+    :func:`convert_channels` does it when asked); ``img_size`` resizes (default: the data's own).
     Folders stream (``workers`` DataLoader processes) with ``preprocessing``'s resize, crop and
     normalization (e.g. the ancestry's, :func:`preprocessing_cfg`), and ``augment="deit"`` on the train
     split; ``classes`` (the train split's) must be the folder's own. The small in-memory datasets
@@ -296,6 +297,8 @@ def load_dataset(name: str, split: str = "train", img_size: int | None = None, d
         raise DataError(f"--workers must be 0 (decode in the main process) or more, got {workers}")
     data = source.load(argument, LoadRequest(split, img_size, data_dir, in_chans, preprocessing, augment, workers, classes))
     if in_chans is not None and isinstance(data, ImageData):
+        if in_chans == 1 and data.in_chans > 1:
+            raise colour_for_grey_model(name)
         data = convert_channels(data, in_chans)
     if len(data) == 0:
         raise DataError(f"dataset {name} ({split}) is empty; check that the data are where you said")
