@@ -101,7 +101,11 @@ def eva_family_fields(model, block) -> dict[str, Any]:
 
 
 def block_inputs(model, images):
-    """``(tokens, kwargs)`` a timm ViT or Eva feeds its first block: Eva's blocks also take the RoPE table."""
+    """``(tokens, kwargs)`` a timm ViT, Eva or NaFlexVit feeds its first block: Eva's blocks also take the RoPE table."""
+    from .naflex import block_inputs as naflex_block_inputs, is_naflex
+
+    if is_naflex(model):
+        return naflex_block_inputs(model, images)
     x = model.patch_embed(images)
     if is_eva(model):
         x, rope = model._pos_embed(x)
