@@ -35,12 +35,14 @@ class Ancestry:
 
     ``spec`` is None when the model is not a plain timm ViT (it can still teach TLEG/WAVE/Share-Init).
     ``label_space``: the classes its head was trained on, when its file records them.
+    ``license``: the licence of its weights, when its folder or file records one (:mod:`learngene.licenses`).
     """
 
     model: nn.Module
     spec: ViTSpec | None
     label_space: dict[str, Any] | None = None
     unsupported: str = ""  # why ``spec`` is None: what ``spec_from_model`` could not describe
+    license: str | None = None
 
     def require_vit(self, method: str) -> ViTSpec:
         if self.spec is None:
