@@ -1,5 +1,6 @@
 """The ViT families users hold (DeiT, DeiT III, DINOv2 (+registers), CLIP, SigLIP, distilled DeiT, GAP
-ViTs, AIMv2, and timm's Eva: EVA-02, EVA-02 CLIP, Perception Encoder) go in as ancestries and come out as
+ViTs, AIMv2, timm's Eva: EVA-02, EVA-02 CLIP, Perception Encoder, and timm's NaFlexVit: SigLIP 2 NaFlex,
+RADIO) go in as ancestries and come out as
 descendants of the same family; an Eva without absolute position embeddings is refused in one line where a
 method needs a ViT it can describe.
 
@@ -57,15 +58,24 @@ FAMILIES = {
     "pe_core": ("vit_pe_core_tiny_patch16_384", 0),
     # EVA-02 CLIP B: sub-LayerNorms in attention and MLP, unpacked SwiGLU; q/k/v fused (as load_ancestry fuses them)
     "eva02_clip": ("eva02_base_patch16_clip_224", 0),
+    # timm's NaFlexVit (SigLIP 2 NaFlex): embeddings in ``embeds``, a Linear patch embedding, a (1, g, g, D) grid
+    "naflex_siglip": ("naflexvit_base_patch16_siglip", 0),
 }
 # described too, outside the method matrix: DINOv2 ViT-g's SwiGLU MLP, OpenAI CLIP's QuickGELU, registers + MAP
 MORE = {"dinov2_giant": "vit_giant_patch14_dinov2", "clip_quickgelu": "vit_base_patch16_clip_quickgelu_224",
-        "so150m_reg4_map": "vit_so150m_patch16_reg4_map_256"}
+        "so150m_reg4_map": "vit_so150m_patch16_reg4_map_256",
+        # NaFlexVit: RADIO (class token + 7 registers, token pooling, no final norm), layer scale + registers + GAP
+        "naflex_radio": "naflexvit_base_patch16_radio_v3", "naflex_gap": "naflexvit_base_patch16_gap"}
 
 
 # EVA-02's MLP ratio (4·2/3) gives 85 hidden channels at width 32, which no WAVE template tiles; at its real
 # widths (192: 512 channels) it does. The tests give it 3 (96 per half), a size, not a family, change.
-NAME_SIZE = {"eva02_tiny_patch14_224": dict(mlp_ratio=3.0), "eva02_base_patch16_clip_224": dict(mlp_ratio=3.0, qkv_fused=True)}
+# A NaFlexVit's position grid is its own argument (16 x 16 for SigLIP 2 NaFlex, 128 x 128 for RADIO; any image size
+# runs): the tests give it the 7 x 7 grid of 28 px images.
+NAFLEX_GRID = dict(pos_embed_grid_size=[7, 7])
+NAME_SIZE = {"eva02_tiny_patch14_224": dict(mlp_ratio=3.0), "eva02_base_patch16_clip_224": dict(mlp_ratio=3.0, qkv_fused=True),
+             **{name: NAFLEX_GRID for name in ("naflexvit_base_patch16_siglip", "naflexvit_base_patch16_radio_v3",
+                                                "naflexvit_base_patch16_gap")}}
 
 
 def timm_ancestry(name: str, num_classes: int = 10, seed: int = 0) -> torch.nn.Module:
@@ -390,7 +400,7 @@ def test_methods_carry_the_new_families_rows_not_timms_init(family):
             assert new[0] == new[1], (method, new[1] - new[0])
 
 
-@pytest.mark.parametrize("family", ["eva02_clip", "aimv2"])
+@pytest.mark.parametrize("family", ["eva02_clip", "aimv2", "naflex_siglip"])
 def test_descendants_of_the_new_families_export_as_hub_folders_timm_and_transformers_load(family, tmp_path):
     from learngene.export import export_hub_folder
 
@@ -464,3 +474,76 @@ def test_cli_condenses_a_checkpoint_of_each_family_and_expands_it(family, tmp_pa
                               num_classes=classes, **extra)
     model.load_state_dict(load_file(str(tmp_path / "d.safetensors")), strict=True)
     assert torch.isfinite(model.eval()(torch.randn(1, 3, 28, 28))).all()
+
+
+# ---- timm's NaFlexVit: a ViT with its embeddings in another layout ----------------------------------------------
+def _naflex_twin_of_a_vit() -> tuple[Ancestry, Ancestry]:
+    """A SigLIP ViT and the NaFlexVit holding the same weights (timm's own checkpoint filter converts them)."""
+    from timm.models.naflexvit import checkpoint_filter_fn
+
+    vit = timm_ancestry("vit_base_patch16_siglip_224", 0)
+    naflex = timm.create_model("naflexvit_base_patch16_siglip", pretrained=False, num_classes=0, **SIZE, **NAFLEX_GRID)
+    naflex.load_state_dict(checkpoint_filter_fn(vit.state_dict(), naflex), strict=True)
+    return Ancestry(vit, spec_from_model(vit)), Ancestry(naflex.eval(), spec_from_model(naflex))
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS if not get_method(m).aux_net])
+def test_a_naflexvit_gets_from_every_method_what_the_vit_it_equals_gets(method):
+    """The same weights as a ViT or as a NaFlexVit: every method gives the NaFlexVit's descendants the ViT's
+    descendants' tensors, its embeddings in NaFlexVit's layout (a Linear over flattened patches, a position grid),
+    at every size it makes; so every rule of the axis table applies to NaFlexVit as it is. (Aux-net methods start
+    their aux net from timm's init, which draws a NaFlexVit's tensors in another order: they run in the matrix above.)"""
+    vit, naflex = _naflex_twin_of_a_vit()
+    x = torch.randn(2, 3, 28, 28)
+    with torch.no_grad():
+        torch.testing.assert_close(naflex.model(x), vit.model(x), rtol=0, atol=1e-5)
+    genes = [condense(method, ancestry) for ancestry in (vit, naflex)]
+    compared = 0
+    for size in SIZES:
+        specs = [ancestry.spec.replace(**size, num_classes=10) for ancestry in (vit, naflex)]
+        try:
+            expected = specs[1].model_layout(get_method(method).from_gene(genes[0]).expand(genes[0], specs[0]))
+        except LearngeneError:
+            with pytest.raises(LearngeneError):
+                get_method(method).from_gene(genes[1]).expand(genes[1], specs[1])
+            continue
+        got = get_method(method).from_gene(genes[1]).expand(genes[1], specs[1])
+        assert set(got) == set(expected)
+        for key in got:
+            torch.testing.assert_close(got[key], expected[key], rtol=0, atol=1e-4, msg=lambda m: f"{key}: {m}")
+        compared += 1
+    assert compared >= 2
+
+
+@pytest.mark.parametrize("name, kwargs, words", [
+    ("naflexvit_base_patch16_parfac_gap", {}, "pos_embed='factorized' (a learned 2-D grid)"),
+    ("naflexvit_base_patch16_gap", dict(rope_type="axial"), "block_fn=EvaBlock (timm's Block: no RoPE"),
+    ("naflexvit_base_patch16_siglip", dict(swiglu_mlp=True), "block_fn=EvaBlock"),
+    ("naflexvit_base_patch16_siglip", dict(embed_proj_type="conv"), "embed_proj_type='conv' (the linear patch embedding)"),
+    ("naflexvit_base_patch16_siglip", dict(pos_embed_grid_size=[7, 5]), "pos_embed_grid_size=(7, 5) (square)"),
+    ("naflexvit_base_patch16_gap", dict(pool_include_prefix=True), "pool_include_prefix=True"),
+    # a forward-time setting other than the architecture's: a descendant built from the name would compute otherwise
+    ("naflexvit_base_patch16_siglip", dict(pos_embed_interp_mode="bicubic"), "embeds.pos_embed_interp_mode ('bicubic' vs 'bilinear')"),
+])
+def test_what_a_spec_cannot_hold_of_a_naflexvit_is_named_in_one_line(name, kwargs, words):
+    model = timm.create_model(name, pretrained=False, **{**SIZE, **NAFLEX_GRID, **kwargs})
+    with pytest.raises(SpecError) as info:
+        spec_from_model(model)
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_naflexvit_spec_records_its_position_grid_and_takes_any_image_size():
+    """The spec's image size is the construction-time grid times the patch (SigLIP 2 NaFlex: 16 x 16 patches of 16 px);
+    the descendant is built with that grid and, like its ancestry, runs on other image sizes."""
+    spec = spec_from_model(timm.create_model("naflexvit_base_patch16_siglip", pretrained=False, depth=1, embed_dim=32,
+                                             num_heads=2, num_classes=0))
+    assert (spec.img_size, spec.patch_size, spec.grid_size) == (256, 16, 16)
+    assert spec.state_shapes()["embeds.pos_embed"] == (1, 16, 16, 32) and spec.timm_kwargs()["pos_embed_grid_size"] == [16, 16]
+    ancestry = family_ancestry("naflex_siglip")
+    small = ancestry.spec.replace(img_size=20, depth=1)  # a 5 x 5 grid: the position grid is resampled
+    model = make_descendant(condense("weight_selection", ancestry), small).eval()
+    grid = ancestry.model.embeds.pos_embed.reshape(1, 49, 32)  # timm's resampler, as for a ViT's table
+    resampled = timm.layers.resample_abs_pos_embed(grid, new_size=[5, 5], old_size=[7, 7], num_prefix_tokens=0)
+    torch.testing.assert_close(model.embeds.pos_embed.data, resampled.reshape(1, 5, 5, 32))
+    for pixels in (20, 28, 36):
+        assert model(torch.randn(1, 3, pixels, pixels)).shape == (1, 32)  # SigLIP's tower: its pooled embedding

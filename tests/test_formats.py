@@ -390,6 +390,39 @@ def test_release_pages_gives_back_a_mapped_tensor_and_keeps_its_values(tmp_path)
     assert torch.equal(mapped, values)  # read again from the file
 
 
+def test_release_pages_advises_only_tensors_mapped_from_a_file(tmp_path, monkeypatch):
+    """Tensors in ordinary memory (a fused copy, a gene being built) are never paged out: with swap they
+    would be written to it and read back, for nothing."""
+    from learngene import io
+
+    save_safetensors = io.save_safetensors
+    save_safetensors(tmp_path / "w.safetensors", {"w": torch.ones(4 * 1024 * 1024)}, {})
+    mapped = io.read_safetensors(tmp_path / "w.safetensors", lazy=True)[0]["w"]
+    advised = []
+    monkeypatch.setattr(io, "_libc", lambda: type("libc", (), {"madvise": lambda self, *a: advised.append(a)})())
+    io.release_pages(torch.ones(4 * 1024 * 1024))
+    assert advised == []
+    io.release_pages(mapped)
+    assert len(advised) == 1
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_loading_a_mapped_checkpoint_checks_it_without_keeping_it_resident(tmp_path):
+    """The NaN check reads every page of the checkpoint; it gives them back, so a weight picker's peak is
+    the process plus what the method touches, not the whole checkpoint on top (EVA-02 L: 2.1x -> 1.1x)."""
+    import timm
+
+    from learngene.io import save_safetensors
+
+    kwargs = dict(img_size=32, patch_size=16, embed_dim=512, depth=4, num_heads=8, num_classes=0)
+    save_safetensors(tmp_path / "ckpt.safetensors", timm.create_model("vit_base_patch16_224", **kwargs).state_dict(), {})
+    size = (tmp_path / "ckpt.safetensors").stat().st_size  # 50 MiB
+    before = _rss_bytes()
+    ancestry = load_ancestry(tmp_path / "ckpt.safetensors", "vit_base_patch16_224", **kwargs)
+    assert _rss_bytes() - before < size / 2
+    assert ancestry.spec.depth == 4 and torch.isfinite(ancestry.model.blocks[3].mlp.fc2.weight).all()
+
+
 def test_cli_hf_folder_to_hub_folder_keeps_its_preprocessing(tmp_path, transformers, capsys):
     """--ancestry DIR needs no --timm-model; the image processor's mean/std reach the descendant's config."""
     import timm

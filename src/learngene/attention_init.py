@@ -116,7 +116,7 @@ def mimetic_attention(spec: ViTSpec, config: MimeticConfig = MimeticConfig()) ->
     """
     D, H, d = spec.embed_dim, spec.num_heads, spec.head_dim
     generator = torch.Generator().manual_seed(config.seed)
-    out: StateDict = {"pos_embed": sincos_pos_embed(spec, config.pos_scale)}
+    out: StateDict = spec.model_layout({"pos_embed": sincos_pos_embed(spec, config.pos_scale)})
     for layer in range(spec.depth):
         q, k = query_key_factors(D, d, H, config.alpha1, config.beta1, generator)
         v, proj = value_projection_factors(D, config.alpha2, config.beta2, generator)
@@ -182,8 +182,8 @@ def mimetic_where_untrained(state: StateDict, spec: ViTSpec, seed: int = 0,
             out[block_key(i, f"{name}.weight")] = filler[block_key(i, f"{name}.weight")]
             if block_key(i, f"{name}.bias") in state:
                 out[block_key(i, f"{name}.bias")] = torch.zeros_like(state[block_key(i, f"{name}.bias")])
-    if "pos_embed" in state:
-        out["pos_embed"] = filler["pos_embed"]
+    if spec.key("pos_embed") in state:
+        out[spec.key("pos_embed")] = filler[spec.key("pos_embed")]
     return out
 
 

@@ -178,9 +178,9 @@ def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, top_up: str |
         if top_up:
             state = {**top_up_state(top_up, spec, seed), **state}
         if pos_embed == "sincos":
-            state["pos_embed"] = sincos_pos_embed(spec)
+            state.update(spec.model_layout({"pos_embed": sincos_pos_embed(spec)}))
         elif pos_embed == "learned":  # timm's own initialization, whatever the method gives
-            state.pop("pos_embed", None)
+            state.pop(spec.key("pos_embed"), None)
     check_state_shapes(state, spec, f"the {gene.method} gene")
     result = model.load_state_dict(state, strict=False)
     assert not result.unexpected_keys, result.unexpected_keys

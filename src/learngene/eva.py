@@ -20,7 +20,7 @@ grouped-query or gated attention, post-norm blocks and depth-dependent ("mixed")
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 EVA_MODULE = "timm.models.eva"
 
@@ -101,7 +101,11 @@ def eva_family_fields(model, block) -> dict[str, Any]:
 
 
 def block_inputs(model, images):
-    """``(tokens, kwargs)`` a timm ViT or Eva feeds its first block: Eva's blocks also take the RoPE table."""
+    """``(tokens, kwargs)`` a timm ViT, Eva or NaFlexVit feeds its first block: Eva's blocks also take the RoPE table."""
+    from .naflex import block_inputs as naflex_block_inputs, is_naflex
+
+    if is_naflex(model):
+        return naflex_block_inputs(model, images)
     x = model.patch_embed(images)
     if is_eva(model):
         x, rope = model._pos_embed(x)
@@ -109,10 +113,11 @@ def block_inputs(model, images):
     return model.norm_pre(model.patch_drop(model._pos_embed(x))), {}
 
 
-def fuse_qkv_projections(state: dict) -> tuple[dict, dict[str, Any]]:
+def fuse_qkv_projections(state: dict, read_once: Callable[..., None] = lambda *tensors: None) -> tuple[dict, dict[str, Any]]:
     """An Eva checkpoint with q, k, v apart (EVA-02 B/L, EVA-02 CLIP: timm's ``qkv_fused=False``) as the same
     attention fused: ``qkv.weight`` = [q; k; v] rows, ``q_proj.bias``/``v_proj.bias`` -> ``q_bias``/``v_bias``
-    (Eva's k has no bias). Returns the state and the ``create_model`` arguments that build it fused."""
+    (Eva's k has no bias). Returns the state and the ``create_model`` arguments that build it fused. ``read_once``
+    is called with each block's q, k, v weights once they are fused (e.g. to give back a mapped file's pages)."""
     import re
 
     import torch
@@ -125,7 +130,9 @@ def fuse_qkv_projections(state: dict) -> tuple[dict, dict[str, Any]]:
             continue
         block, part, kind = match.groups()
         if kind == "weight" and part == "q":
-            out[f"{block}.qkv.weight"] = torch.cat([state[f"{block}.{p}_proj.weight"] for p in "qkv"])
+            parts = [state[f"{block}.{p}_proj.weight"] for p in "qkv"]
+            out[f"{block}.qkv.weight"] = torch.cat(parts)
+            read_once(*parts)
         elif kind == "bias":
             out[f"{block}.{part}_bias"] = value
             has_bias = True

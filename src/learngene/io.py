@@ -298,6 +298,7 @@ def save_safetensors(path: str | os.PathLike, tensors: dict[str, Tensor], metada
                 data = plain[key].to("cpu").contiguous()  # a copy only of a non-contiguous view
                 if data.numel():
                     fh.write(memoryview(data.reshape(-1).view(torch.uint8).numpy()))
+                release_pages(plain[key])  # a view of a mapped ancestry (pretrained's gene): written, given back
 
 
 def mmap_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
@@ -351,8 +352,10 @@ def release_pages(*tensors: Tensor) -> None:
     """Let the kernel take back the pages of tensors read once from a memory map (``madvise(MADV_PAGEOUT)``).
 
     A method that reads every layer of a memory-mapped ancestry once (PEG's mixtures) would otherwise keep
-    the whole checkpoint resident beside the gene it builds. The advice never loses data: unchanged file
-    pages are read again if used, changed or anonymous pages are kept (or swapped). A no-op elsewhere.
+    the whole checkpoint resident beside the gene it builds. Only tensors that lie in a file's mapping are
+    advised: their unchanged pages are read again from the file if used (written ones are kept or swapped);
+    tensors in ordinary memory are left alone, so a caller need not know where a tensor lives. A no-op
+    elsewhere than Linux.
     """
     import ctypes
     import mmap
@@ -360,13 +363,29 @@ def release_pages(*tensors: Tensor) -> None:
     libc = _libc()
     if libc is None:
         return
+    mapped = None
     for tensor in tensors:
         nbytes = tensor.numel() * tensor.element_size()
         if tensor.device.type != "cpu" or nbytes < mmap.PAGESIZE:
             continue
-        start = tensor.data_ptr() // mmap.PAGESIZE * mmap.PAGESIZE
-        end = tensor.data_ptr() + nbytes
+        mapped = _file_mappings() if mapped is None else mapped
+        start, end = tensor.data_ptr(), tensor.data_ptr() + nbytes
+        if not any(lo <= start and end <= hi for lo, hi in mapped):
+            continue
+        start = start // mmap.PAGESIZE * mmap.PAGESIZE
         libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_PAGEOUT)
+
+
+def _file_mappings() -> list[tuple[int, int]]:
+    """The address ranges of this process's private mappings of regular files (``/proc/self/maps``)."""
+    ranges = []
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[4] != "0" and fields[5].startswith("/"):  # an inode and a path
+                lo, hi = fields[0].split("-")
+                ranges.append((int(lo, 16), int(hi, 16)))
+    return ranges
 
 
 @functools.cache
@@ -443,7 +462,9 @@ def load_weights(path: str | os.PathLike, lazy: bool = False) -> dict[str, Tenso
     """
     path = _require_file(path)
     if path.suffix == ".safetensors":
-        return read_safetensors(path, lazy=lazy)[0]
+        state = read_safetensors(path, lazy=lazy)[0]
+        check_finite(state, path)
+        return state
     try:
         obj = torch_load_weights_only(path, mmap=lazy)
     except ValueError as exc:
@@ -460,17 +481,16 @@ def load_weights(path: str | os.PathLike, lazy: bool = False) -> dict[str, Tenso
     return obj
 
 
-def nonfinite_tensor(tensors: dict[str, Tensor], mapped: bool = False) -> str | None:
+def nonfinite_tensor(tensors: dict[str, Tensor]) -> str | None:
     """The name of the first floating tensor holding NaN or an infinity, else None.
 
-    ``mapped``: the tensors are views of a file's memory map; each one's pages are given back once checked
-    (:func:`release_pages`), so that checking a 4 GiB gene does not leave all of it resident.
+    The pages of tensors that are views of a file's memory map are given back once checked
+    (:func:`release_pages`), so that checking a 4 GiB gene or checkpoint does not leave all of it resident.
     """
     for name, t in tensors.items():
         if t.is_floating_point():
             finite = bool(torch.isfinite(t).all())
-            if mapped:
-                release_pages(t)
+            release_pages(t)
             if not finite:
                 return name
     return None

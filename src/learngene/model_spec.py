@@ -54,7 +54,8 @@ def _not_a_vit(model) -> str:
 
 
 def spec_from_model(model, arch: str | None = None) -> ViTSpec:
-    """Read the spec (architecture, family, size) of a timm ``VisionTransformer`` or ``VisionTransformerDistilled``.
+    """Read the spec (architecture, family, size) of a timm ``VisionTransformer``, ``VisionTransformerDistilled``,
+    ``Eva`` (:mod:`learngene.eva`) or ``NaFlexVit`` (:mod:`learngene.naflex`).
 
     The architecture is the name timm built ``model`` from (``model.pretrained_cfg``), or ``arch``.
     The spec is checked by building that architecture with the read arguments on the meta device:
@@ -66,28 +67,33 @@ def spec_from_model(model, arch: str | None = None) -> ViTSpec:
     from timm.models.vision_transformer import VisionTransformer
 
     from .eva import eva_family_fields, eva_problems, is_eva
+    from .naflex import is_naflex, naflex_family_fields, naflex_problems, naflex_sizes, settings_difference
 
     arch = arch or (getattr(model, "pretrained_cfg", None) or {}).get("architecture")
     name = f"{arch}: " if arch else ""
-    eva = is_eva(model)
-    if not isinstance(model, VisionTransformer) and not eva:
+    eva, naflex = is_eva(model), is_naflex(model)
+    if not isinstance(model, VisionTransformer) and not eva and not naflex:
         raise SpecError(f"{name}{_not_a_vit(model)}")
     distilled = is_distilled(model)
-    if arch is None and eva:
-        raise SpecError("an Eva model without its timm architecture name; pass arch= (e.g. eva02_tiny_patch14_224)")
+    if arch is None and (eva or naflex):
+        raise SpecError(f"a {type(model).__name__} model without its timm architecture name; pass arch= "
+                        f"(e.g. eva02_tiny_patch14_224, naflexvit_base_patch16_siglip)")
     arch = arch or ("deit_tiny_distilled_patch16_224" if distilled else TIMM_ARCH)
     name = f"{arch}: "
-    embed, block = model.patch_embed, model.blocks[0] if len(model.blocks) else None
+    block = model.blocks[0] if len(model.blocks) else None
     if eva:
         problems = eva_problems(model, block) if block is not None else ["depth=0 (at least one block)"]
         problems = problems or _undescribable_parts(block)
+    elif naflex:
+        problems = naflex_problems(model) + (_block_problems(block) if block is not None else ["depth=0 (at least one block)"])
     else:
         problems = _undescribable(model, block)
     if problems:
         raise SpecError(name + "; ".join(problems))
     D = model.embed_dim
     norm = model.fc_norm if not isinstance(model.fc_norm, _identity()) else model.norm
-    vit_fields = eva_family_fields(model, block) if eva else dict(
+    embed = None if naflex else model.patch_embed
+    vit_fields = eva_family_fields(model, block) if eva else naflex_family_fields(model, block) if naflex else dict(
         class_token=model.cls_token is not None,
         reg_tokens=model.num_reg_tokens,
         no_embed_class=model.no_embed_class,
@@ -116,9 +122,8 @@ def spec_from_model(model, arch: str | None = None) -> ViTSpec:
         embed_dim=D,
         num_heads=block.attn.num_heads,
         mlp_ratio=_mlp_ratio(D, hidden),
-        img_size=embed.img_size[0],
-        patch_size=embed.patch_size[0],
-        in_chans=embed.proj.in_channels,
+        **(naflex_sizes(model) if naflex else dict(img_size=embed.img_size[0], patch_size=embed.patch_size[0],
+                                                   in_chans=embed.proj.in_channels)),
         num_classes=model.num_classes,
         arch=arch,
         family=family,
@@ -132,7 +137,7 @@ def spec_from_model(model, arch: str | None = None) -> ViTSpec:
     if reference is None:
         raise SpecError(f"{name}timm cannot build {arch} with the arguments read from this model "
                         f"({spec.family.short()}); pass the ancestry's own architecture name")
-    mismatch = _first_module_difference(model, reference)
+    mismatch = _first_module_difference(model, reference) or (settings_difference(model, reference) if naflex else None)
     if mismatch:
         raise SpecError(f"{name}this model differs from timm's {arch} built with the arguments read from it at "
                         f"{mismatch}; load the checkpoint with its own architecture name and no extra arguments")
@@ -156,8 +161,7 @@ def _fc_norm_arg(model) -> bool | None:
 
 def _undescribable(model, block) -> list[str]:
     """Every field of a VisionTransformer a spec cannot hold, as ``field=value (what is supported)``."""
-    from timm.layers import Attention, PatchEmbed
-    from timm.models.vision_transformer import Block
+    from timm.layers import PatchEmbed
     from torch import nn
 
     problems = []
@@ -179,9 +183,18 @@ def _undescribable(model, block) -> list[str]:
             problems.append(f"embed_norm_layer={type(embed.norm).__name__} (none, or the blocks' norm)")
         if getattr(embed, "dynamic_img_pad", False):
             problems.append("dynamic_img_pad=True")
+    return problems + _block_problems(block)
+
+
+def _block_problems(block) -> list[str]:
+    """What a spec cannot hold of a ViT's (or NaFlexVit's) block."""
+    from timm.layers import Attention
+    from timm.models.vision_transformer import Block
+    from torch import nn
+
     if type(block) is not Block:
-        problems.append(f"block_fn={type(block).__name__} (timm's Block)")
-        return problems
+        return [f"block_fn={type(block).__name__} (timm's Block: no RoPE, SwiGLU or EVA attention)"]
+    problems = []
     if type(block.attn) is not Attention:
         problems.append(f"attn_layer={type(block.attn).__name__} (timm's Attention)")
     elif not isinstance(getattr(block.attn, "norm", nn.Identity()), nn.Identity):

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
+from . import naflex
 from .errors import SpecError
 from .validate import check_fields
 from .timm_keys import HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, WIDTH, WIDTH_IN, family_axes
@@ -34,7 +35,7 @@ POOLS = ("token", "avg", "map")
 # timm's Mlp; SwiGLUPacked (GluMlp, SiLU gate first: DINOv2 ViT-g); SwiGLU (separate fc1_g, fc1_x: AIMv2, EVA-02 B/L)
 MLP_LAYERS = ("mlp", "swiglu_packed", "swiglu")
 NORM_LAYERS = ("layernorm", "rmsnorm")  # timm's LayerNorm (weight, bias); RmsNorm (weight only: AIMv2)
-MODEL_CLASSES = ("vit", "eva")  # timm's VisionTransformer; timm's Eva (learngene.eva)
+MODEL_CLASSES = ("vit", "eva", "naflex")  # timm's VisionTransformer; Eva (learngene.eva); NaFlexVit (learngene.naflex)
 
 
 # Sizes beyond these are refused before anything is built. They lie far past any ViT trained today; a typo or
@@ -103,8 +104,9 @@ class ViTFamily:
         norm_layer: ``"layernorm"`` or ``"rmsnorm"`` (no bias), every norm of the model (fixed by the architecture).
         proj_bias: biases on attention's output projection and the MLP's linears (AIMv2 has none).
         embed_norm: a norm after the patch embedding, ``patch_embed.norm`` (AIMv2).
-        model_class: ``"vit"`` (timm's VisionTransformer) or ``"eva"`` (timm's Eva: EVA-02, Perception
-            Encoder; see :mod:`learngene.eva`), fixed by the architecture.
+        model_class: ``"vit"`` (timm's VisionTransformer), ``"eva"`` (timm's Eva: EVA-02, Perception
+            Encoder; see :mod:`learngene.eva`) or ``"naflex"`` (timm's NaFlexVit: SigLIP 2 NaFlex, RADIO; see
+            :mod:`learngene.naflex`), fixed by the architecture.
         qv_bias: Eva's separate q and v biases ``attn.q_bias``/``attn.v_bias`` (k has none; EVA-02).
         attn_norm: Eva's sub-LayerNorm on the heads' outputs before W_O, ``attn.norm``.
         mlp_norm: Eva's sub-LayerNorm on the MLP's hidden channels before fc2, ``mlp.norm``.
@@ -128,7 +130,7 @@ class ViTFamily:
     norm_layer: Literal["layernorm", "rmsnorm"] = "layernorm"
     proj_bias: bool = True
     embed_norm: bool = False
-    model_class: Literal["vit", "eva"] = "vit"
+    model_class: Literal["vit", "eva", "naflex"] = "vit"
     qv_bias: bool = False
     attn_norm: bool = False
     mlp_norm: bool = False
@@ -154,10 +156,13 @@ class ViTFamily:
         if self.model_class not in MODEL_CLASSES:
             raise SpecError(f"model_class must be one of {', '.join(MODEL_CLASSES)}, got {self.model_class!r}")
         eva_only = [name for name in ("qv_bias", "attn_norm", "mlp_norm", "rope") if getattr(self, name)]
-        if self.model_class == "vit" and eva_only:
+        if self.model_class != "eva" and eva_only:
             raise SpecError(f"{', '.join(eva_only)} belong to timm's Eva, not its VisionTransformer; set model_class='eva'")
         if self.model_class == "eva" and (self.distilled or self.embed_norm or not self.proj_bias):
             raise SpecError("timm's Eva has no distillation token, patch-embedding norm or bias-free projections")
+        if self.model_class == "naflex" and (self.distilled or not self.no_embed_class):
+            raise SpecError("timm's NaFlexVit has no distillation token, and no position rows for its prefix tokens "
+                            "(no_embed_class=True)")
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -336,17 +341,11 @@ class ViTSpec:
     # ---- timm ------------------------------------------------------------------------------------
     def timm_kwargs(self) -> dict[str, Any]:
         """``timm.create_model(spec.arch, pretrained=False, **spec.timm_kwargs())`` builds this model (JSON values)."""
-        return dict(
-            depth=self.depth,
-            embed_dim=self.embed_dim,
-            num_heads=self.num_heads,
-            mlp_ratio=self.mlp_ratio,
-            img_size=self.img_size,
-            patch_size=self.patch_size,
-            in_chans=self.in_chans,
-            num_classes=self.num_classes,
-            **self.family.timm_kwargs(),
-        )
+        family = (naflex.naflex_kwargs(self.family, self.grid_size) if self.family.model_class == "naflex"
+                  else self.family.timm_kwargs())
+        return dict(depth=self.depth, embed_dim=self.embed_dim, num_heads=self.num_heads, mlp_ratio=self.mlp_ratio,
+                    img_size=self.img_size, patch_size=self.patch_size, in_chans=self.in_chans,
+                    num_classes=self.num_classes, **family)
 
     def create_model(self, **overrides: Any):
         """A freshly initialized timm model of this spec (never downloads).
@@ -379,8 +378,9 @@ class ViTSpec:
         return {name: tuple(D * a.segments if a.role == HEADS else size[a.role] for a in axes)
                 for name, axes in family_axes(self.family).items()}
 
-    def non_block_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Shapes of the tensors outside the blocks: tokens, embeddings, norms, pooling head, classifiers."""
+    def non_block_shapes(self, vit_layout: bool = False) -> dict[str, tuple[int, ...]]:
+        """Shapes of the tensors outside the blocks: tokens, embeddings, norms, pooling head, classifiers; a
+        NaFlexVit's embeddings under its own keys unless ``vit_layout`` (:mod:`learngene.naflex`)."""
         D, f = self.embed_dim, self.family
         shapes: dict[str, tuple[int, ...]] = {}
         if f.class_token:
@@ -413,7 +413,20 @@ class ViTSpec:
             shapes.update({"head.weight": (self.num_classes, D), "head.bias": (self.num_classes,)})
             if f.distilled:
                 shapes.update({"head_dist.weight": (self.num_classes, D), "head_dist.bias": (self.num_classes,)})
-        return shapes
+        return naflex.model_shapes(shapes) if f.model_class == "naflex" and not vit_layout else shapes
+
+    def model_layout(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Tensors given under a plain ViT's keys and shapes (``pos_embed``, ``patch_embed.*``, tokens) under this
+        model's own: a NaFlexVit's ``embeds.*`` (:func:`learngene.naflex.to_model_layout`); the same otherwise."""
+        return naflex.to_model_layout(state) if self.family.model_class == "naflex" else state
+
+    def vit_layout(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The inverse of :meth:`model_layout`: this model's tensors under a plain ViT's keys and shapes."""
+        return naflex.to_vit_layout(state, self.in_chans) if self.family.model_class == "naflex" else state
+
+    def key(self, vit_key: str) -> str:
+        """This model's key of the tensor a plain ViT names ``vit_key`` (``pos_embed`` -> ``embeds.pos_embed``)."""
+        return naflex.MODEL_KEYS.get(vit_key, vit_key) if self.family.model_class == "naflex" else vit_key
 
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
         """Every key of the timm model's state_dict and its shape."""

@@ -67,7 +67,7 @@ def _qk_norm(family) -> bool:
 
 
 def _layer_scale(family) -> bool:
-    return family.init_values is not None and getattr(family, "model_class", "vit") == "vit"
+    return family.init_values is not None and getattr(family, "model_class", "vit") != "eva"  # ViT, NaFlexVit
 
 
 def _eva_layer_scale(family) -> bool:  # timm's Eva names its gammas gamma_1 / gamma_2

@@ -38,6 +38,7 @@ from torch import Tensor
 
 from .errors import LearngeneError
 from .heads import join_heads, split_heads
+from .naflex import VIT_KEYS as NAFLEX_KEYS
 from .spec import ViTSpec, block_key
 from .timm_keys import (  # noqa: F401  (the axis roles are re-exported: learngene.transfer.WIDTH, ...)
     CLASSES,
@@ -75,7 +76,7 @@ def block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
     return family_axes(spec.family)
 
 
-NON_BLOCK_NORMS = ("norm_pre", "norm", "fc_norm", "attn_pool.norm", "patch_embed.norm")  # LayerNorms over the width outside the blocks
+NON_BLOCK_NORMS = ("norm_pre", "norm", "fc_norm", "attn_pool.norm", "patch_embed.norm", "embeds.norm")  # over the width
 
 
 def non_block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
@@ -83,6 +84,9 @@ def non_block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
     table = {"cls_token": TOKENS, "reg_token": TOKENS, "dist_token": TOKENS, "pos_embed": TOKENS,
              "patch_embed.proj.weight": (Axis(WIDTH), Axis(KEEP), Axis(KEEP), Axis(KEEP)),
              "patch_embed.proj.bias": VECTOR, "attn_pool.latent": TOKENS,
+             # NaFlexVit's embeddings (learngene.naflex): a Linear over flattened patches, a (1, g, g, D) position grid
+             "embeds.cls_token": TOKENS, "embeds.reg_token": TOKENS, "embeds.pos_embed": (Axis(KEEP),) * 3 + (Axis(WIDTH),),
+             "embeds.proj.weight": (Axis(WIDTH), Axis(KEEP)), "embeds.proj.bias": VECTOR,
              **_attention("attn_pool.", "q", 1), **_attention("attn_pool.", "kv", 2), **_mlp("attn_pool.mlp.", 1)}
     for norm in NON_BLOCK_NORMS:
         table.update({f"{norm}.weight": VECTOR, f"{norm}.bias": VECTOR})
@@ -297,7 +301,7 @@ ALL_PARTS = ("embed", "norm", "head")
 # final norm: both sit between the last block and the classifier, and neither depends on the label space)
 PART_OF = {"cls_token": "embed", "reg_token": "embed", "dist_token": "embed", "pos_embed": "embed",
            "patch_embed.proj.weight": "embed", "patch_embed.proj.bias": "embed", "patch_embed.norm.weight": "embed",
-           "patch_embed.norm.bias": "embed", "norm_pre.weight": "embed",
+           "patch_embed.norm.bias": "embed", "norm_pre.weight": "embed", **{key: "embed" for key in NAFLEX_KEYS},
            "norm_pre.bias": "embed", "head.weight": "head", "head.bias": "head", "head_dist.weight": "head",
            "head_dist.bias": "head"}
 
@@ -317,14 +321,14 @@ def inherit_non_block(state: StateDict, source: ViTSpec, target: ViTSpec,
     ``parts`` (class, register and distillation tokens, ``norm_pre``, the MAP head) is copied when the
     target has it with the same shape. Another width is left to the target's own initialization
     (methods that change width move these tensors first, see :mod:`learngene.axes`); another input
-    channel count is an error.
+    channel count is an error. A NaFlexVit's embeddings are moved in a ViT's layout (:meth:`ViTSpec.vit_layout`).
     """
     from timm.layers import resample_abs_pos_embed, resample_patch_embed  # timm takes seconds to import: on use only
 
     out: StateDict = {}
     if source.embed_dim != target.embed_dim:
         return out
-    shapes = target.non_block_shapes()
+    state, shapes = source.vit_layout(state), target.non_block_shapes(vit_layout=True)
     renamed = {f"{source.final_norm_key}.{p}": f"{target.final_norm_key}.{p}" for p in ("weight", "bias")
                if source.final_norm_key and target.final_norm_key}
     for key, tensor in state.items():
@@ -350,7 +354,7 @@ def inherit_non_block(state: StateDict, source: ViTSpec, target: ViTSpec,
         key = renamed.get(key, key)
         if key in shapes and tuple(tensor.shape) == shapes[key]:
             out[key] = tensor
-    return out
+    return target.model_layout(out)
 
 
 def carry_non_block(state: StateDict, source: ViTSpec, target: ViTSpec, parts: tuple[str, ...] = ALL_PARTS,

@@ -261,7 +261,8 @@ class Front(Method):
         spec = ancestry.require_vit(self.name)
         if self.config.variant == "orthonormal":
             return self.new_gene(self._orthonormal_coefficients(spec, ancestry.state()), spec, spec)
-        state, cfg = ancestry.state(), self.config
+        # their script reads tensors as a ViT stores them: a NaFlexVit's embeddings in that layout (learngene.naflex)
+        state, cfg = spec.vit_layout(ancestry.state()), self.config
         tensors: StateDict = {}
         for name in block_axes(spec):
             pairs = [to_coefficients(state[block_key(layer, name)], block_key(layer, name), cfg.keep_ratio,
@@ -269,7 +270,7 @@ class Front(Method):
             stack = torch.stack([c for c, _ in pairs])
             tensors[PREFIX + name] = _along(stack, 0, dct_ii(spec.depth)).float()
             tensors[STATS + name] = torch.stack([s for _, s in pairs]).float()
-        for key in non_block_axes(spec):
+        for key in spec.non_block_shapes(vit_layout=True):
             coeffs, stats = to_coefficients(state[key], key, cfg.keep_ratio, cfg.mlp_dct_dim)
             tensors[PREFIX + key], tensors[STATS + key] = coeffs.float(), stats.float()
         return self.new_gene(tensors, spec, spec)
@@ -290,7 +291,7 @@ class Front(Method):
                 out[block_key(layer, name)] = weights[layer].to(coeffs.dtype)
         narrow = carried(src, spec)
         non_block = {}
-        for key, shape in narrow.non_block_shapes().items():
+        for key, shape in narrow.non_block_shapes(vit_layout=True).items():
             coeffs, stats = gene.tensors[PREFIX + key], gene.tensors[STATS + key].double()
             z = from_coefficients(coeffs.double(), key, shape, cfg.use_ratio, cfg.mlp_dct_dim)
             non_block[key] = (z * stats[1] + stats[0]).to(coeffs.dtype)

@@ -121,10 +121,10 @@ class Structured(Method):
         cfg = self.config
         D, H, d = spec.embed_dim, spec.num_heads, spec.head_dim
         generator = torch.Generator().manual_seed(cfg.seed)
-        shape = spec.non_block_shapes()["pos_embed"]
+        shape = spec.non_block_shapes(vit_layout=True)["pos_embed"]
         pos = torch.randn(shape, generator=generator, dtype=torch.float64) * 0.02 * cfg.pos_scale
         patches = pos[0, spec.family.pos_prefix_tokens:]
-        out: StateDict = {"pos_embed": pos.float()}
+        out: StateDict = spec.model_layout({"pos_embed": pos.float()})
         for layer in range(spec.depth):
             targets = impulse_targets(H, spec.grid_size, cfg.kernel_size, cfg.impulse, generator)
             q, k = query_key_maps(patches, targets, d)
