@@ -120,7 +120,8 @@ def test_a_cycle_is_found():
 
 def test_the_file_format_imports_no_method_and_no_registry():
     deps = import_graph()["learngene.gene"]
-    assert deps <= {"learngene.errors", "learngene.io", "learngene.preprocessing", "learngene.spec", "learngene._version"}, deps
+    assert deps <= {"learngene.errors", "learngene.io", "learngene.licenses", "learngene.preprocessing", "learngene.spec",
+                    "learngene._version"}, deps
 
 
 def test_no_module_reaches_a_method_by_a_literal_name():

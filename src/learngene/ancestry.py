@@ -30,6 +30,7 @@ from .convert import is_model_folder, read_checkpoint
 from .errors import LearngeneError, SpecError
 from .eva import EVA_MODULE, fuse_qkv_projections, has_unfused_qkv
 from .io import load_model_file, release_pages
+from .licenses import check_license
 from .method import Ancestry
 from .model_spec import spec_from_model
 
@@ -44,14 +45,17 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, drop_h
         path: a model saved by learngene (``learngene ancestry``/``expand``/``train``); with
             ``timm_model``, a timm checkpoint (``.safetensors``, ``.pth``, ``.bin``); or a folder with a
             ``config.json``: a timm hub folder or a transformers ViT / DeiT / DINOv2 (``timm_model``
-            is read from it, and overrides it when given).
+            is read from it, and overrides it when given). A folder's or model file's licence is read
+            (:mod:`learngene.licenses`); a bare checkpoint records none.
         timm_model: timm architecture name, e.g. ``"deit_tiny_patch16_224"``.
         drop_head: load a folder's model without its classifier: the ancestry outputs its pooled embedding
             (the way to load a transformers classifier timm's ViT cannot express, e.g. DINOv2's).
         **model_kwargs: passed to ``timm.create_model`` (e.g. ``num_classes``, ``img_size``, ``in_chans``).
     """
+    license = None  # a bare checkpoint file records none
     if is_model_folder(path):
         ckpt = read_checkpoint(path, drop_head=drop_head)  # checked for NaN as it is read
+        license = ckpt.license
         arch = timm_model or ckpt.arch
         _require_timm_name(arch)
         model = build_timm_model(arch, {**ckpt.kwargs, **model_kwargs}, ckpt.state, str(path))
@@ -64,8 +68,10 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, drop_h
             raise LearngeneError(f"--drop-head applies to model folders and timm checkpoints; {path} is a learngene "
                                  f"model file, whose head a descendant replaces with --num-classes")
         state, spec, origin = load_model_file(path, lazy=True)
+        license = origin.get("license")
         return Ancestry(build_model_lazily(lambda **kw: spec.create_model(**kw), state, str(path)).eval(), spec,
-                        origin.get("label_space"))
+                        origin.get("label_space"),
+                        license=check_license(license, f"the licence recorded in {path}") if license else None)
     else:
         _require_timm_name(timm_model)
         # read (and checked for NaN) before building the model: a bad file fails in a moment, not after a big init
@@ -75,9 +81,10 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, drop_h
             model_kwargs["num_classes"] = 0
         model = build_timm_model(timm_model, model_kwargs, state, str(path))
     try:
-        return Ancestry(model.eval(), spec_from_model(model))
+        return Ancestry(model.eval(), spec_from_model(model), license=license)
     except SpecError as exc:
-        return Ancestry(model.eval(), None, unsupported=str(exc))  # a non-ViT (or exotic ViT) can still be a teacher
+        # a non-ViT (or exotic ViT) can still be a teacher
+        return Ancestry(model.eval(), None, unsupported=str(exc), license=license)
 
 
 def build_timm_model(arch: str, kwargs: dict[str, Any], state: StateDict, source: str) -> nn.Module:

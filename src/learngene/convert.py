@@ -20,6 +20,7 @@ and resamples position embeddings to the requested image size.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import re
@@ -32,6 +33,7 @@ from torch import Tensor, nn
 
 from .errors import GeneFormatError, LearngeneError
 from .io import load_weights
+from .licenses import folder_license
 
 StateDict = dict[str, Tensor]
 
@@ -52,6 +54,7 @@ class Checkpoint:
         state: the weights under timm's key names (lazily memory-mapped where the format allows).
         pretrained_cfg: preprocessing the checkpoint records (mean, std, input size, crop, interpolation).
         source: where it came from, for messages.
+        license: the licence the folder records (:func:`learngene.licenses.folder_license`); None: none recorded.
     """
 
     arch: str | None
@@ -59,6 +62,7 @@ class Checkpoint:
     state: StateDict
     pretrained_cfg: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    license: str | None = None
 
 
 def is_model_folder(path: str | Path) -> bool:
@@ -86,10 +90,13 @@ def read_checkpoint(path: str | Path, lazy: bool = True, drop_head: bool = False
             raise GeneFormatError(f"{path / CONFIG}: {key} is {config[key]!r}, not {named}; check the model's config (use "
                                   f"the folder as timm or transformers saved it)")
     weights = _weight_file(path)
+    license = folder_license(path, config)
     if "architecture" in config:
-        return _read_timm_folder(path, config, load_weights(weights, lazy=lazy), drop_head)
+        return dataclasses.replace(_read_timm_folder(path, config, load_weights(weights, lazy=lazy), drop_head),
+                                   license=license)
     if "model_type" in config:
-        return _read_hf_folder(path, config, load_weights(weights, lazy=lazy), drop_head)
+        return dataclasses.replace(_read_hf_folder(path, config, load_weights(weights, lazy=lazy), drop_head),
+                                   license=license)
     raise GeneFormatError(f"{path / CONFIG} names neither a timm 'architecture' nor a transformers 'model_type'; "
                           f"give a timm hub or transformers model folder")
 

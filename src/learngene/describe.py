@@ -92,6 +92,7 @@ def describe_gene(gene: Learngene, file_size: int | None = None, show_tensors: b
     if gene.ancestry:
         lines.append(f"  stored / ancestry parameters: {gene.num_stored_params / gene.ancestry.num_params:.3f}")
     lines.append(f"  input:    {describe_preprocessing(gene.preprocessing)}")
+    lines.append(f"  licence:  {gene.license or 'not recorded'}")
     if gene.cost:
         lines.append(f"  condensation cost: {json.dumps(gene.cost, sort_keys=True)}")
     lines.append(f"  created: {gene.created} by learngene {gene.library_version}")

@@ -101,7 +101,9 @@ def export_hub_folder(path: str | os.PathLike, model: nn.Module, spec: ViTSpec, 
         card: what the model card names: ``method``, ``citation``, ``ancestry``, ``gene``, ``fine-tuned``
             (what it was trained on after expansion; the card says it was not, without it), ``head`` (whether
             the classifier is the ancestry's, fresh or fine-tuned), ``licence`` (the ancestry's, when known;
-            "unknown" otherwise), and any other ``key: value`` lines (e.g. ``provided tensors``).
+            "unknown" otherwise), ``license_id`` (its identifier, for the hub's ``license:`` front matter, which
+            :func:`learngene.licenses.folder_license` reads back), and any other ``key: value`` lines (e.g.
+            ``provided tensors``).
         data_config: preprocessing for ``pretrained_cfg`` (``mean``, ``std``, ``interpolation``,
             ``crop_pct``): give the data's the model was trained on (:func:`learngene.data.preprocessing_cfg`
             of the dataset); without it the architecture's defaults are written, and the card says so.
@@ -160,10 +162,13 @@ def model_card(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any], defa
                  + (" (timm's defaults for the architecture, not a dataset's)" if defaults_input else ""),
         "classifier head": card.get("head") or (HEADLESS if not spec.num_classes else "not recorded"),
         "licence": card.get("licence") or "unknown: no licence was recorded for the ancestry; its weights' terms apply",
-        **{k: v for k, v in card.items() if k not in ("method", "ancestry", "gene", "citation", "head", "licence")},
+        **{k: v for k, v in card.items() if k not in ("method", "ancestry", "gene", "citation", "head", "licence",
+                                                      "license_id")},
     }
     tuned = card.get("fine-tuned")
-    lines = ["---", "library_name: timm", "tags:", "- image-classification", "- timm", "- learngene", "---", "",
+    license_id = [f"license: {card['license_id'].lower()}"] if card.get("license_id") else []
+    lines = ["---", *license_id, "library_name: timm", "tags:", "- image-classification", "- timm", "- learngene", "---",
+             "",
              f"# {arch}, initialized by learngene ({facts['method']}){', fine-tuned' if tuned else ''}", "",
              f"A timm Vision Transformer whose weights were expanded from a learngene, then fine-tuned ({tuned})."
              if tuned else "A timm Vision Transformer whose weights were expanded from a learngene; it has not been "

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from .errors import GeneFormatError, LearngeneError
 from .io import library_version, nonfinite_tensor, now_iso, quote, read_safetensors, save_safetensors
+from .licenses import check_license
 from .preprocessing import check_preprocessing
 from .spec import ViTSpec
 
@@ -49,6 +50,8 @@ class Learngene:
             None when unknown): a head expanded from the gene means these classes.
         preprocessing: what inputs its tensors expect (timm's data-config keys,
             :func:`learngene.data.preprocessing_cfg`), passed on to every descendant's model file; None: unknown.
+        license: the licence of the ancestry's weights (:mod:`learngene.licenses`), named on every descendant's
+            model card; None: not recorded.
         library_version, created: provenance, filled in on creation.
     """
 
@@ -60,6 +63,7 @@ class Learngene:
     cost: dict[str, Any] = field(default_factory=dict)
     label_space: dict[str, Any] | None = None
     preprocessing: dict[str, Any] | None = None
+    license: str | None = None
     library_version: str = field(default_factory=library_version)
     created: str = field(default_factory=now_iso)
 
@@ -82,6 +86,8 @@ class Learngene:
         for name in ("label_space", "preprocessing"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
                 raise refuse(name, "a JSON object (a dict) or None", getattr(self, name))
+        if self.license is not None and not isinstance(self.license, str):
+            raise refuse("license", "a licence identifier (a string) or None", self.license)
         for name in ("layout", "ancestry"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), ViTSpec):
                 raise refuse(name, "a ViTSpec or None", getattr(self, name))
@@ -114,6 +120,8 @@ class Learngene:
         }
         if self.preprocessing is not None:
             metadata["preprocessing"] = json.dumps(self.preprocessing)
+        if self.license is not None:
+            metadata["license"] = self.license
         save_safetensors(path, self.tensors, metadata, overwrite)
 
     @classmethod
@@ -147,6 +155,7 @@ class Learngene:
                 cost=json.loads(meta.get("cost", "{}")),
                 label_space=json.loads(meta.get("label_space", "null")),
                 preprocessing=_preprocessing_from_json(meta.get("preprocessing")),
+                license=check_license(meta["license"], "license") if "license" in meta else None,
                 library_version=meta.get("library_version", "unknown"),
                 created=meta.get("created", "unknown"),
             )

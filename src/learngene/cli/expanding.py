@@ -16,7 +16,7 @@ from ..io import quote, save_model
 from ..labels import describe as describe_labels
 from ..method import citations
 from ..registry import get_method
-from .making import head_label_space
+from .making import head_label_space, license_entry
 from .options import check_outputs, parse_options, say, spec_from_args
 
 
@@ -41,7 +41,8 @@ def cmd_expand(args: argparse.Namespace) -> None:
     else:
         dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
             "kind": "descendant", "method": gene.method, "gene": str(args.gene), "options": options,
-            "provided_keys": len(provided), "top_up": args.top_up, "label_space": head_label_space(gene, provided)},
+            "provided_keys": len(provided), "top_up": args.top_up, "label_space": head_label_space(gene, provided),
+            **license_entry(args.license or gene.license)},
             preprocessing=gene.preprocessing))
     say(args, f"wrote {args.out}{' (timm hub folder)' if hub else ''}: {spec.short()} timm ViT ({spec.num_params:,} params), "
               f"{len(provided)}/{len(spec.state_shapes())} tensors from the {gene.method} gene"
@@ -71,6 +72,9 @@ def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dic
         "tensors from the gene": f"{len(provided)} of {len(spec.state_shapes())}"
                                  + (f", the rest topped up by {args.top_up}" if args.top_up else ", the rest timm's init"),
         "head": _head_status(gene, spec, provided, args.top_up),
+        "licence": (f"{args.license} (stated with --license)" if args.license else
+                    f"{gene.license} (the ancestry's, recorded in the learngene)" if gene.license else None),
+        "license_id": args.license or gene.license,
     }
     if options:
         card["options"] = ", ".join(f"{k}={v!r}" for k, v in options.items())

@@ -35,7 +35,8 @@ def cmd_ancestry(args: argparse.Namespace) -> None:
     result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
     dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
         "kind": "ancestry", "data": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc,
-        "label_space": train_data.label_space}, preprocessing=preprocessing_cfg(train_data)))
+        "label_space": train_data.label_space, **license_entry(args.license)},
+        preprocessing=preprocessing_cfg(train_data)))
     say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}")
 
 
@@ -89,11 +90,17 @@ def cmd_condense(args: argparse.Namespace) -> None:
     seed_everything(args.seed)
     gene = dataclasses.replace(method.condense(ancestry, inputs), preprocessing=preprocessing)
     gene.label_space = ancestry.label_space
+    gene.license = args.license or ancestry.license
     dist.on_main(lambda: gene.save(args.out, overwrite=args.overwrite))
     say(args, f"wrote {args.out}: {gene.method} learngene, {gene.num_stored_params:,} stored parameters")
     note = method.condense_note(gene)
     if note:
         say(args, note)
+
+
+def license_entry(license: str | None) -> dict[str, str]:
+    """A model file's origin entry for the weights' licence (none when it is not known)."""
+    return {"license": license} if license else {}
 
 
 def head_label_space(gene, provided: list[str]) -> dict[str, Any] | None:
@@ -116,6 +123,7 @@ def cmd_adapt(args: argparse.Namespace) -> None:
                           "spec": spec.to_dict(), "gene": digest(gene.tensors) if args.run_dir else None}
     adapted, result = method.adapt(gene, spec, AdaptInputs(train_data, train_cfg.replace(desc=f"adapt {gene.method}"),
                                                            eval=test_data, run_dir=args.run_dir, resume=args.resume))
+    adapted.license = args.license or gene.license
     model, provided = make_descendant(adapted, spec, seed=args.seed, return_keys=True)
 
     def write() -> None:
@@ -124,7 +132,7 @@ def cmd_adapt(args: argparse.Namespace) -> None:
         save_model(args.out, model, spec, overwrite=args.overwrite, origin={
             "kind": "descendant", "method": gene.method, "gene": str(args.gene), "adapted_on": train_data.name,
             "adapt_steps": result.steps, "options": options,
-            "label_space": head_label_space(gene, provided)},
+            "label_space": head_label_space(gene, provided), **license_entry(adapted.license)},
             preprocessing=preprocessing_cfg(train_data))
 
     dist.on_main(write)
@@ -162,5 +170,6 @@ def cmd_train(args: argparse.Namespace) -> None:
                    resume=args.resume)
     dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
         **origin, "finetuned_on": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc,
-        "label_space": train_data.label_space, "new_head": head.fresh}, preprocessing=preprocessing_cfg(train_data)))
+        "label_space": train_data.label_space, "new_head": head.fresh, **license_entry(args.license)},
+        preprocessing=preprocessing_cfg(train_data)))
     say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}; {head.why}")

@@ -67,6 +67,23 @@ def _count(text: str) -> int:
     return int(value)
 
 
+def _license(text: str) -> str:
+    from ..errors import LearngeneError
+    from ..licenses import check_license
+
+    try:
+        return check_license(text, "")
+    except LearngeneError as exc:
+        raise argparse.ArgumentTypeError(str(exc).lstrip()) from None
+
+
+def add_license(p: argparse.ArgumentParser, what: str, inherited: bool = True) -> None:
+    p.add_argument("--license", type=_license, metavar="SPDX",
+                   help=f"licence of the weights (an SPDX identifier, e.g. Apache-2.0), stored in the {what}"
+                        + ("; overrides the one the input records (default: the input's, if it records one)"
+                           if inherited else ""))
+
+
 class _LazyText(str):
     """Help text made when ``--help`` prints it (argparse formats every help with ``%``), not when the parser is
     built: e.g. the bench profiles' descriptions, which need the method registry, and so torch."""
@@ -189,6 +206,7 @@ def _add_ancestry(sub) -> None:
     add_train_args(p)
     add_common(p)
     add_output(p, "ancestry model")
+    add_license(p, "model file", inherited=False)
     p.set_defaults(handler="making:cmd_ancestry")
 
 
@@ -205,6 +223,7 @@ def _add_condense(sub) -> None:
     add_distill_args(p, lam=None, help_lambda="λ (default: the method's paper's: 1 = pure KL, 0.5 = KL + CE)")
     add_common(p)
     add_output(p, "learngene")
+    add_license(p, "learngene (and named on its descendants' model cards)")
     g = p.add_argument_group("timm checkpoint sizes (with --timm-model)")
     g.add_argument("--num-classes", type=_integer, help="classifier outputs of the checkpoint")
     g.add_argument("--img-size", type=_integer, help="input resolution of the checkpoint (data are resized to it)")
@@ -241,6 +260,7 @@ def _add_expand(sub) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing output file, or the files learngene writes in an existing folder "
                         "(other files there are left alone)")
+    add_license(p, "descendant's model card or model file")
     p.set_defaults(handler="expanding:cmd_expand")
 
 
@@ -256,6 +276,7 @@ def _add_adapt(sub) -> None:
     add_common(p)
     add_output(p, "adapted descendant model")
     p.add_argument("--gene-out", help="also save the adapted learngene here")
+    add_license(p, "descendant model file and the adapted learngene")
     p.set_defaults(handler="making:cmd_adapt")
 
 
@@ -277,6 +298,7 @@ def _add_train(sub) -> None:
     add_distill_args(p, lam=None)
     add_common(p)
     add_output(p, "fine-tuned model")
+    add_license(p, "fine-tuned model file")
     p.set_defaults(handler="making:cmd_train", img_size=None, in_chans=None)
 
 
