@@ -128,7 +128,10 @@ def test_families_read_what_makes_them_different():
     ("eva02_base_patch14_224", "eva02_base_patch14_224: qkv_fused=False (fused q/k/v projections only; load_ancestry"),
     ("vit_base_patch16_rpn_224", "vit_base_patch16_rpn_224: block_fn=ResPostBlock"),
     ("vit_base_patch16_rope_reg1_gap_256", "use_abs_pos_emb=False (learned absolute position embeddings)"),
-    ("beit_base_patch16_224", "Beit is not a timm VisionTransformer (separate q/v biases)"),
+    # BEiT: a relative position table per block, (2g-1)^2 + 3 offsets of the 7 x 7 grid x 2 heads, and no absolute one
+    ("beit_base_patch16_224", "beit_base_patch16_224: timm's Beit is not described: a relative position bias table in "
+                              "every block (172 offsets of the patch grid x 2 heads"),
+    ("beitv2_base_patch16_224", "use_abs_pos_emb=False (learned absolute position embeddings)"),
 ])
 def test_what_cannot_be_described_is_named_in_one_line(name, words):
     with pytest.raises(SpecError) as info:
@@ -547,3 +550,16 @@ def test_a_naflexvit_spec_records_its_position_grid_and_takes_any_image_size():
     torch.testing.assert_close(model.embeds.pos_embed.data, resampled.reshape(1, 5, 5, 32))
     for pixels in (20, 28, 36):
         assert model(torch.randn(1, 3, pixels, pixels)).shape == (1, 32)  # SigLIP's tower: its pooled embedding
+
+
+def test_a_beit_checkpoint_is_refused_in_one_line_by_the_weight_pickers(tmp_path, capsys):
+    """BEiT stays out (see learngene.model_spec._why_not_beit): the command line says why in one line, exit code 2."""
+    checkpoint = tmp_path / "beit.pth"
+    torch.save(timm_ancestry("beit_base_patch16_224").state_dict(), checkpoint)
+    sizes = [a for k, v in SIZE.items() if k != "img_size" for a in ("--timm-arg", f"{k}={v}")]
+    code = main(["condense", "--method", "weight_selection", "--ancestry", str(checkpoint), "--timm-model",
+                 "beit_base_patch16_224", *sizes, "--img-size", "28", "--num-classes", "10", "--quiet",
+                 "--out", str(tmp_path / "g.safetensors")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "relative position bias table in every block" in err, err
+    assert not (tmp_path / "g.safetensors").exists()
