@@ -563,3 +563,13 @@ def test_a_beit_checkpoint_is_refused_in_one_line_by_the_weight_pickers(tmp_path
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "relative position bias table in every block" in err, err
     assert not (tmp_path / "g.safetensors").exists()
+
+
+def test_a_naflexvit_refuses_data_of_other_channels_in_one_line_and_takes_other_image_sizes():
+    from learngene.train import train
+
+    model = family_ancestry("naflex_siglip").spec.replace(depth=1, num_classes=10).create_model()
+    cfg = QUICK.replace(max_steps=1, distill_lambda=0.0)
+    with pytest.raises(LearngeneError, match="has 1-channel images but the model expects 3"):
+        train(model, make_images(8, num_classes=10, size=28, chans=1), cfg)
+    train(model, make_images(8, num_classes=10, size=20, chans=3), cfg)  # a 5 x 5 grid: the position grid resized
