@@ -538,9 +538,13 @@ def test_what_a_spec_cannot_hold_of_a_naflexvit_is_named_in_one_line(name, kwarg
 def test_a_naflexvit_spec_records_its_position_grid_and_takes_any_image_size():
     """The spec's image size is the construction-time grid times the patch (SigLIP 2 NaFlex: 16 x 16 patches of 16 px);
     the descendant is built with that grid and, like its ancestry, runs on other image sizes."""
-    spec = spec_from_model(timm.create_model("naflexvit_base_patch16_siglip", pretrained=False, depth=1, embed_dim=32,
-                                             num_heads=2, num_classes=0))
+    from learngene.data.folder import preprocessing_cfg
+
+    real = timm.create_model("naflexvit_base_patch16_siglip", pretrained=False, depth=1, embed_dim=32, num_heads=2,
+                             num_classes=0)
+    spec = spec_from_model(real)
     assert (spec.img_size, spec.patch_size, spec.grid_size) == (256, 16, 16)
+    assert preprocessing_cfg(real)["input_size"] == (3, 256, 256)  # what data are loaded at (timm's cfg says 384)
     assert spec.state_shapes()["embeds.pos_embed"] == (1, 16, 16, 32) and spec.timm_kwargs()["pos_embed_grid_size"] == [16, 16]
     ancestry = family_ancestry("naflex_siglip")
     small = ancestry.spec.replace(img_size=20, depth=1)  # a 5 x 5 grid: the position grid is resampled
