@@ -538,9 +538,13 @@ def test_what_a_spec_cannot_hold_of_a_naflexvit_is_named_in_one_line(name, kwarg
 def test_a_naflexvit_spec_records_its_position_grid_and_takes_any_image_size():
     """The spec's image size is the construction-time grid times the patch (SigLIP 2 NaFlex: 16 x 16 patches of 16 px);
     the descendant is built with that grid and, like its ancestry, runs on other image sizes."""
-    spec = spec_from_model(timm.create_model("naflexvit_base_patch16_siglip", pretrained=False, depth=1, embed_dim=32,
-                                             num_heads=2, num_classes=0))
+    from learngene.data.folder import preprocessing_cfg
+
+    real = timm.create_model("naflexvit_base_patch16_siglip", pretrained=False, depth=1, embed_dim=32, num_heads=2,
+                             num_classes=0)
+    spec = spec_from_model(real)
     assert (spec.img_size, spec.patch_size, spec.grid_size) == (256, 16, 16)
+    assert preprocessing_cfg(real)["input_size"] == (3, 256, 256)  # what data are loaded at (timm's cfg says 384)
     assert spec.state_shapes()["embeds.pos_embed"] == (1, 16, 16, 32) and spec.timm_kwargs()["pos_embed_grid_size"] == [16, 16]
     ancestry = family_ancestry("naflex_siglip")
     small = ancestry.spec.replace(img_size=20, depth=1)  # a 5 x 5 grid: the position grid is resampled
@@ -563,3 +567,13 @@ def test_a_beit_checkpoint_is_refused_in_one_line_by_the_weight_pickers(tmp_path
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "relative position bias table in every block" in err, err
     assert not (tmp_path / "g.safetensors").exists()
+
+
+def test_a_naflexvit_refuses_data_of_other_channels_in_one_line_and_takes_other_image_sizes():
+    from learngene.train import train
+
+    model = family_ancestry("naflex_siglip").spec.replace(depth=1, num_classes=10).create_model()
+    cfg = QUICK.replace(max_steps=1, distill_lambda=0.0)
+    with pytest.raises(LearngeneError, match="has 1-channel images but the model expects 3"):
+        train(model, make_images(8, num_classes=10, size=28, chans=1), cfg)
+    train(model, make_images(8, num_classes=10, size=20, chans=3), cfg)  # a 5 x 5 grid: the position grid resized
