@@ -45,7 +45,7 @@ from ..genenet import GeneNet
 from ..errors import LearngeneError
 from ..gene import DESCENDANT, Learngene
 from ..heads import join_proj, join_qkv, split_proj, split_qkv
-from ..io import release_pages
+from ..io import give_back, release_pages
 from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
@@ -188,7 +188,8 @@ class PEG(Method):
             b = block_state(state, layer)
             mixed = mix_block_heads(b, block_axes(spec), mixing_weights(heads, spec.num_heads, generator))
             qkv_w, qkv_b, proj_w = mixed["attn.qkv.weight"], mixed.get("attn.qkv.bias"), mixed["attn.proj.weight"]
-            parts = dict(zip("qkv", split_qkv(qkv_w, heads)), proj_cols=split_proj(proj_w, heads))
+            # q, k, v apart (not views of one qkv), so stacking each below frees it layer by layer
+            parts = dict(zip("qkv", (t.clone() for t in split_qkv(qkv_w, heads))), proj_cols=split_proj(proj_w, heads))
             if qkv_b is not None:
                 parts.update(zip(("q_bias", "k_bias", "v_bias"), split_qkv(qkv_b, heads)))
             parts.update({part: mixed[name].view(heads, -1) for part, name in HEAD_VECTORS.items() if name in mixed})
@@ -253,8 +254,10 @@ class PEG(Method):
         device = gene.tensors["msa.q"].device  # φ and the copies too: a CPU operand would make a meta expansion real
         phi = {k: v.to(device) for k, v in self._phi(gene, spec).items()}
         axes = gene_axes(src)
-        t = {key: move_tensor(gene.tensors[key], axes[key], shape, (gene_heads, gene_heads), mapped)
-             for key, shape in gene_shapes(gene.tensors, spec).items()}
+        t = {}
+        for key, shape in gene_shapes(gene.tensors, spec).items():  # a mapped gene, read once: its pages may go
+            moved = move_tensor(gene.tensors[key], axes[key], shape, (gene_heads, gene_heads), mapped)
+            t.update(give_back([gene.tensors[key]], {key: moved}))
         head_parts = [p for p in HEAD_PARTS if f"msa.{p}" in t]
         msa = {p: apply_phi(phi["phi.msa_layers.w1"], phi["phi.msa_layers.w2"], t[f"msa.{p}"])
                for p in head_parts + [p for p in MSA_LAYER_PARTS if f"msa.{p}" in t]}
