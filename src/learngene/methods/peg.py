@@ -161,7 +161,7 @@ def apply_phi(w1: Tensor, w2: Tensor, x: Tensor, batch_dims: int = 0) -> Tensor:
     """φ(x) = W2·ReLU(W1·x) over axis ``batch_dims`` of ``x`` (elementwise over the remaining axes)."""
     lead = x.shape[:batch_dims + 1]
     flat = x.reshape(*lead, -1)
-    out = w2 @ torch.relu(w1 @ flat)
+    out = w2 @ torch.relu_(w1 @ flat)  # in place: φ's hidden layer is twice x, a second one would be too
     return out.reshape(*out.shape[:batch_dims + 1], *x.shape[batch_dims + 1:])
 
 
@@ -258,9 +258,17 @@ class PEG(Method):
         axes, shapes = gene_axes(src), gene_shapes(gene.tensors, spec)
 
         def moved(key: str) -> Tensor:
-            """The gene's tensor at the descendant's widths; a mapped gene's pages go once it is read."""
-            width = move_tensor(gene.tensors[key], axes[key], shapes[key], (gene_heads, gene_heads), mapped)
-            return give_back([gene.tensors[key]], {key: width})[key]
+            """The gene's tensor at the descendant's widths; a mapped gene's pages go once it is read. Without a
+            graph to keep, layer by layer (axis 0 is kept), so the rule's intermediates are never whole."""
+            source, move = gene.tensors[key], lambda t, dims: move_tensor(t, axes[key][dims:], shapes[key][dims:],
+                                                                          (gene_heads, gene_heads), mapped)
+            if torch.is_grad_enabled() or source.device.type == "meta":
+                return give_back([source], {key: move(source, 0)})[key]
+            width = source.new_empty(shapes[key])
+            for layer, part in enumerate(source):
+                width[layer] = move(part, 1)
+            release_pages(source)
+            return width
 
         # part by part, so that only one part is ever held at the gene's depth
         head_parts = [p for p in HEAD_PARTS if f"msa.{p}" in shapes]
