@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from learngene.bench.compare import LONG_LABEL, recommend
+from learngene.bench.compare import LONG_LABEL, compare_profile, recommend
 from learngene.cli import main
 from learngene.io import save_model
 from learngene.spec import ViTSpec
@@ -91,3 +91,21 @@ def test_bad_input_is_one_line(ancestry, tmp_path, capsys):
     err = _error_line(capsys, [*base[:4], f"folder:{one_class}", *base[5:], "--sizes", "L1-D32-H2"])
     assert "one class" in err
 
+
+
+def test_condensing_on_other_classes_than_those_compared():
+    spec = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=5)
+    user = compare_profile(spec, "anc.safetensors", "fashion_mnist", ["L1-D32-H2"], ["tleg"], classes=[5, 6, 7, 8, 9])
+    assert user.tasks[0].classes == (5, 6, 7, 8, 9) and user.upstreams[0].classes == (5, 6, 7, 8, 9)
+    own = compare_profile(spec, "anc.safetensors", "fashion_mnist", ["L1-D32-H2"], ["tleg"], classes=[5, 6, 7, 8, 9],
+                          condense_classes=[0, 1, 2, 3, 4])
+    assert own.tasks[0].classes == (5, 6, 7, 8, 9) and own.upstreams[0].classes == (0, 1, 2, 3, 4)
+    other = compare_profile(spec, "anc.safetensors", "fashion_mnist", ["L1-D32-H2"], ["tleg"], classes=[5, 6],
+                            condense_data="digits")
+    assert other.upstreams == () and other.upstream_data == "digits"
+
+
+def test_condense_classes_that_are_not_indices_are_one_line(ancestry, tmp_path, capsys):
+    err = _error_line(capsys, ["compare", "--ancestry", str(ancestry), "--data", "digits", "--sizes", "L1-D32-H2",
+                               "--condense-classes", "0,one", "--out", str(tmp_path / "bad"), "--quiet"])
+    assert "--condense-classes takes class indices" in err, err

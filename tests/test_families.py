@@ -128,7 +128,10 @@ def test_families_read_what_makes_them_different():
     ("eva02_base_patch14_224", "eva02_base_patch14_224: qkv_fused=False (fused q/k/v projections only; load_ancestry"),
     ("vit_base_patch16_rpn_224", "vit_base_patch16_rpn_224: block_fn=ResPostBlock"),
     ("vit_base_patch16_rope_reg1_gap_256", "use_abs_pos_emb=False (learned absolute position embeddings)"),
-    ("beit_base_patch16_224", "Beit is not a timm VisionTransformer (separate q/v biases)"),
+    # BEiT: a relative position table per block, (2g-1)^2 + 3 offsets of the 7 x 7 grid x 2 heads, and no absolute one
+    ("beit_base_patch16_224", "beit_base_patch16_224: timm's Beit is not described: a relative position bias table in "
+                              "every block (172 offsets of the patch grid x 2 heads"),
+    ("beitv2_base_patch16_224", "use_abs_pos_emb=False (learned absolute position embeddings)"),
 ])
 def test_what_cannot_be_described_is_named_in_one_line(name, words):
     with pytest.raises(SpecError) as info:
@@ -535,9 +538,13 @@ def test_what_a_spec_cannot_hold_of_a_naflexvit_is_named_in_one_line(name, kwarg
 def test_a_naflexvit_spec_records_its_position_grid_and_takes_any_image_size():
     """The spec's image size is the construction-time grid times the patch (SigLIP 2 NaFlex: 16 x 16 patches of 16 px);
     the descendant is built with that grid and, like its ancestry, runs on other image sizes."""
-    spec = spec_from_model(timm.create_model("naflexvit_base_patch16_siglip", pretrained=False, depth=1, embed_dim=32,
-                                             num_heads=2, num_classes=0))
+    from learngene.data.folder import preprocessing_cfg
+
+    real = timm.create_model("naflexvit_base_patch16_siglip", pretrained=False, depth=1, embed_dim=32, num_heads=2,
+                             num_classes=0)
+    spec = spec_from_model(real)
     assert (spec.img_size, spec.patch_size, spec.grid_size) == (256, 16, 16)
+    assert preprocessing_cfg(real)["input_size"] == (3, 256, 256)  # what data are loaded at (timm's cfg says 384)
     assert spec.state_shapes()["embeds.pos_embed"] == (1, 16, 16, 32) and spec.timm_kwargs()["pos_embed_grid_size"] == [16, 16]
     ancestry = family_ancestry("naflex_siglip")
     small = ancestry.spec.replace(img_size=20, depth=1)  # a 5 x 5 grid: the position grid is resampled
@@ -547,3 +554,26 @@ def test_a_naflexvit_spec_records_its_position_grid_and_takes_any_image_size():
     torch.testing.assert_close(model.embeds.pos_embed.data, resampled.reshape(1, 5, 5, 32))
     for pixels in (20, 28, 36):
         assert model(torch.randn(1, 3, pixels, pixels)).shape == (1, 32)  # SigLIP's tower: its pooled embedding
+
+
+def test_a_beit_checkpoint_is_refused_in_one_line_by_the_weight_pickers(tmp_path, capsys):
+    """BEiT stays out (see learngene.model_spec._why_not_beit): the command line says why in one line, exit code 2."""
+    checkpoint = tmp_path / "beit.pth"
+    torch.save(timm_ancestry("beit_base_patch16_224").state_dict(), checkpoint)
+    sizes = [a for k, v in SIZE.items() if k != "img_size" for a in ("--timm-arg", f"{k}={v}")]
+    code = main(["condense", "--method", "weight_selection", "--ancestry", str(checkpoint), "--timm-model",
+                 "beit_base_patch16_224", *sizes, "--img-size", "28", "--num-classes", "10", "--quiet",
+                 "--out", str(tmp_path / "g.safetensors")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "relative position bias table in every block" in err, err
+    assert not (tmp_path / "g.safetensors").exists()
+
+
+def test_a_naflexvit_refuses_data_of_other_channels_in_one_line_and_takes_other_image_sizes():
+    from learngene.train import train
+
+    model = family_ancestry("naflex_siglip").spec.replace(depth=1, num_classes=10).create_model()
+    cfg = QUICK.replace(max_steps=1, distill_lambda=0.0)
+    with pytest.raises(LearngeneError, match="has 1-channel images but the model expects 3"):
+        train(model, make_images(8, num_classes=10, size=28, chans=1), cfg)
+    train(model, make_images(8, num_classes=10, size=20, chans=3), cfg)  # a 5 x 5 grid: the position grid resized

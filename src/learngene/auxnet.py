@@ -101,6 +101,23 @@ def expand_non_block(gene: Learngene, spec: ViTSpec) -> StateDict:
     return inherit_non_block(state, source, spec)
 
 
+class AuxNetMethod(Method):
+    """A method whose gene is trained inside an aux net: ``condense`` starts from :meth:`initial_tensors` at the
+    aux spec (seeded by the run's seed) and distils the ancestry into them (:func:`condense_through_aux`)."""
+
+    aux_net = True
+
+    def initial_tensors(self, aux: ViTSpec) -> StateDict:
+        """The gene's tensors at the start of condensation, for the aux net ``aux``."""
+        raise NotImplementedError
+
+    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        aux = resolve_aux_spec(self.config, ancestry, inputs, self.name)
+        torch.manual_seed(inputs.train_cfg.seed if inputs is not None else 0)
+        start = self.new_gene(self.initial_tensors(aux), aux, ancestry.spec if ancestry is not None else None)
+        return condense_through_aux(self, start, ancestry, inputs)
+
+
 def condense_through_aux(method: Method, start: Learngene, ancestry: Ancestry, inputs: CondenseInputs | None,
                          trainable: Callable[[str], bool] | None = None) -> Learngene:
     """Train ``start``'s tensors through the aux net of its layout by distillation from ``ancestry``.

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .errors import LearngeneError
+from .naflex import image_input
 from .train import distill_loss
 
 
@@ -121,10 +122,10 @@ def setup_distillation(model: nn.Module, teacher: nn.Module, data: Any,
         teacher_label_space: what the teacher's head was trained on (``Ancestry.label_space``; None: unknown).
     """
     net = _timm_net(teacher)
-    embed = getattr(net, "patch_embed", None)
-    if embed is not None:
-        chans, size = embed.proj.in_channels, embed.img_size[0]
-        if data.in_chans != chans or (data.img_size != size and not getattr(embed, "dynamic_img_size", False)):
+    expects = image_input(net)
+    if expects is not None:
+        chans, size, any_size = expects
+        if data.in_chans != chans or (data.img_size != size and not any_size):
             raise LearngeneError(f"the teacher takes {chans}-channel {size}px images but {data.name} has "
                                  f"{data.in_chans}-channel {data.img_size}px ones; give a teacher made for this data")
     teacher_classes = int(getattr(net, "num_classes", 0) or 0)

@@ -39,6 +39,8 @@ def _mlp_ratio(width: int, hidden: int) -> float:
 
 def _not_a_vit(model) -> str:
     """Why a timm model that is not a VisionTransformer cannot be described, naming its parts."""
+    if type(model).__name__ == "Beit":
+        return _why_not_beit(model)
     blocks = getattr(model, "blocks", None)
     block = blocks[0] if blocks is not None and len(blocks) else None
     parts = []
@@ -51,6 +53,27 @@ def _not_a_vit(model) -> str:
     if attn is not None and getattr(attn, "q_bias", None) is not None:
         parts.append("separate q/v biases")
     return f"{type(model).__name__} is not a timm VisionTransformer" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _why_not_beit(model) -> str:
+    """timm's BEiT (Bao et al., arXiv 2106.08254) differs from a ViT where the axis table has no rule: every block holds
+    a relative position bias table, (2g-1)^2 + 3 offsets between the cells of the g x g patch grid (and the class
+    token) x one bias per head. Its offset axis is a function of the image inside the blocks (a descendant at another
+    image size needs another table; no block tensor moves with the image), its head axis is one value per head (a
+    role the table lacks: head axes are heads x head_dim channels); and no BEiT in timm has absolute position
+    embeddings, which every spec holds. Its q/v biases and gamma_1/gamma_2 would be Eva's rows."""
+    parts = []
+    table = getattr(model.blocks[0].attn, "relative_position_bias_table", None) if len(model.blocks) else None
+    if table is not None:
+        parts.append(f"a relative position bias table in every block ({table.shape[0]} offsets of the patch grid x "
+                     f"{table.shape[1]} heads: no rule of the axis table moves a block tensor with the image size, "
+                     f"or one value per head)")
+    if getattr(model, "rel_pos_bias", None) is not None:
+        parts.append("use_shared_rel_pos_bias=True (a relative position table shared by the blocks)")
+    if getattr(model, "pos_embed", None) is None:
+        parts.append("use_abs_pos_emb=False (learned absolute position embeddings)")
+    return "timm's Beit is not described: " + ("; ".join(parts) or "its own Block and Attention (q/v biases, "
+                                                "gamma_1/gamma_2), which no spec family builds")
 
 
 def spec_from_model(model, arch: str | None = None) -> ViTSpec:

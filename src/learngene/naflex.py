@@ -102,6 +102,18 @@ def naflex_sizes(model) -> dict[str, int]:
     return dict(img_size=int(model.embeds.pos_embed.shape[1]) * patch, patch_size=patch, in_chans=model.embeds.in_chans)
 
 
+def image_input(model) -> tuple[int, int, bool] | None:
+    """``(channels, image size, whether other sizes run)`` of a timm ViT or Eva (its patch embedding) or NaFlexVit
+    (its position grid times its patch; any size runs); None for a model with neither."""
+    embed = getattr(model, "patch_embed", None)
+    if embed is not None and getattr(embed, "img_size", None) is not None:
+        return embed.proj.in_channels, embed.img_size[0], bool(getattr(embed, "dynamic_img_size", False))
+    embeds = getattr(model, "embeds", None)
+    if embeds is not None and is_naflex(model) and embeds.pos_embed_grid_size is not None:
+        return embeds.in_chans, embeds.pos_embed_grid_size[0] * embeds.patch_size[0], True
+    return None
+
+
 def settings_difference(model, reference) -> str | None:
     """The first forward-time setting of the embedding where ``model`` differs from ``reference``, else None."""
     for name in EMBED_SETTINGS:

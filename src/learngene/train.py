@@ -42,6 +42,7 @@ from .checkpoint import (  # noqa: F401  (CHECKPOINT, LOG, load_checkpoint, run_
 from .data import Batch, Batches, BatchMixer, Data, take
 from .errors import DataError, LearngeneError, TrainingError
 from .io import write_text_atomic
+from .naflex import image_input
 from .progress import progress_bar
 from .spec import available_memory, training_activation_bytes
 from .validate import check_fields
@@ -319,13 +320,13 @@ def check_data_fits(model: nn.Module, data: Data) -> None:
     a patch embedding (any classifier can be trained here) are checked on labels only.
     """
     model = getattr(model, "skeleton", model)
-    embed = getattr(model, "patch_embed", None)
-    if embed is not None:
-        chans, size = embed.proj.in_channels, embed.img_size[0]
+    expects = image_input(model)
+    if expects is not None:
+        chans, size, any_size = expects
         if data.in_chans != chans:
             raise DataError(f"{data.name} has {data.in_chans}-channel images but the model expects {chans}; "
                             f"load the data with --in-chans {chans} or build the model for {data.in_chans}")
-        if data.img_size != size and not getattr(embed, "dynamic_img_size", False):
+        if data.img_size != size and not any_size:
             raise DataError(f"{data.name} has {data.img_size}px images but the model expects {size}px; "
                             f"load the data with --img-size {size}")
     classes = getattr(model, "num_classes", None)

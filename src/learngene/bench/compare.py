@@ -44,12 +44,12 @@ def parse_size(text: str) -> tuple[int, int, int]:
     return depth, width, heads
 
 
-def parse_classes(text: str) -> list[int]:
+def parse_classes(text: str, flag: str = "--classes") -> list[int]:
     """``5,6,7`` → ``[5, 6, 7]``."""
     try:
         return [int(c) for c in text.split(",") if c.strip()]
     except ValueError:
-        raise LearngeneError(f"--classes takes class indices separated by commas, e.g. 5,6,7,8,9; got {text!r}") from None
+        raise LearngeneError(f"{flag} takes class indices separated by commas, e.g. 5,6,7,8,9; got {text!r}") from None
 
 
 def reference_labels(names: Sequence[str]) -> tuple[str, ...]:
@@ -73,7 +73,8 @@ def compare_profile(ancestry_spec: ViTSpec | None, ancestry_file: str, data: str
                     references: Sequence[str] = DEFAULT_REFERENCES, kd_lambda: float | None = None,
                     condense_data: str | None = None, condense_epochs: int = 2, condense_images: int | None = None,
                     adapt_steps: int = 50, batch_size: int = 64, lr: float = 1e-3, timm_model: str | None = None,
-                    eval_every: int = 1, classes: Sequence[int] | None = None) -> Profile:
+                    eval_every: int = 1, classes: Sequence[int] | None = None,
+                    condense_classes: Sequence[int] | None = None) -> Profile:
     """The profile of one ``learngene compare`` command; every bad input is one :class:`LearngeneError` line."""
     if ancestry_spec is None:
         raise LearngeneError("compare makes descendants of the ancestry's own family; give a ViT ancestry whose size "
@@ -105,11 +106,13 @@ def compare_profile(ancestry_spec: ViTSpec | None, ancestry_file: str, data: str
     task = Task(TASK, data, epochs=epochs, max_steps=max_steps, shots=few_shot, train_images=train_images,
                 eval_images=eval_images, new_head=True, scratch_factor=LONG if LONG_LABEL in refs else 1,
                 eval_every=eval_every, classes=tuple(classes) if classes else None)
-    # the user's classes are also what the data-driven methods condense and adapt on (unless --condense-data)
-    upstreams = ((Upstream("", tuple(classes), ancestry_epochs=0, condense_epochs=condense_epochs),)
-                 if classes and not condense_data else ())
     if classes and len(set(classes)) < 2:
         raise LearngeneError(f"--classes {','.join(map(str, classes))} keeps one class; comparing needs 2 or more")
+    # the data-driven methods condense and adapt on --condense-classes, else on the user's classes (unless
+    # --condense-data): e.g. the ancestry's own classes, so that no condensation reads the user's labels
+    condense_on = condense_classes or (classes if not condense_data else None)
+    upstreams = ((Upstream("", tuple(condense_on), ancestry_epochs=0, condense_epochs=condense_epochs),)
+                 if condense_on else ())
     variants = (Variant(KD, methods=all_methods, distill_lambda=kd_lambda, upstreams=("",)),) if kd_lambda else ()
     narrowest = min(w for _, w, _ in shapes)
     return Profile(

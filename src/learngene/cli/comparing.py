@@ -24,7 +24,8 @@ def cmd_compare(args: argparse.Namespace) -> None:
         references=args.references.split(","), kd_lambda=args.kd, condense_data=args.condense_data,
         condense_epochs=args.condense_epochs, adapt_steps=args.adapt_steps, batch_size=args.batch_size, lr=args.lr,
         timm_model=args.timm_model, condense_images=args.condense_images,
-        classes=parse_classes(args.classes) if args.classes else None)
+        classes=parse_classes(args.classes) if args.classes else None,
+        condense_classes=parse_classes(args.condense_classes, "--condense-classes") if args.condense_classes else None)
     del ancestry
     limit = args.time_limit * 60 if args.time_limit is not None else None
     rows = run_compare(profile, args.out, data_dir=args.data_dir, device=args.device, progress=not args.quiet,

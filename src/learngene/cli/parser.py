@@ -373,6 +373,9 @@ def _add_compare(sub) -> None:
                                                        "(default: --data)")
     p.add_argument("--classes", metavar="LIST", help="only these classes of --data, by index, e.g. 5,6,7,8,9 "
                                                     "(also for condensing, unless --condense-data)")
+    p.add_argument("--condense-classes", metavar="LIST",
+                   help="only these classes of the condensing data, e.g. the ancestry's own 0,1,2,3,4, so that no "
+                        "method learns from the labels of the classes it is compared on (default: --classes)")
     p.add_argument("--condense-images", type=_integer, metavar="N", help="condense and adapt on a fixed random "
                                                                          "subset of N images (default: all)")
     p.add_argument("--condense-epochs", type=_integer, default=2, help="aux-net epochs of tleg, wave, share_init "

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from ..errors import DataError
+from ..naflex import image_input
 from ..preprocessing import PREPROCESSING_KEYS, check_preprocessing
 from .augment import AUGMENTATIONS, DEIT_RECIPE
 from .images import Data, ImageData, colour_for_grey_model, label_space
@@ -36,6 +37,9 @@ def preprocessing_cfg(source: Any, img_size: int | None = None, in_chans: int | 
         embed = getattr(source, "patch_embed", None)
         if embed is not None and getattr(embed, "img_size", None) is not None:
             cfg["input_size"] = (embed.proj.in_channels, *embed.img_size)
+        elif image_input(source) is not None:  # a NaFlexVit: its spec's size, the position grid times the patch
+            chans, size, _ = image_input(source)
+            cfg["input_size"] = (chans, size, size)
     elif isinstance(source, Mapping):
         cfg = dict(source)
     elif isinstance(source, (ImageData, FolderData)):

@@ -42,10 +42,10 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..auxnet import AuxConfig, condense_through_aux, initial_non_block, require_layout, resolve_aux_spec
+from ..auxnet import AuxConfig, AuxNetMethod, initial_non_block, require_layout
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..method import Ancestry, CondenseInputs, Method, Paper
+from ..method import Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..transfer import (
@@ -169,14 +169,13 @@ def parse_indices(text: str, count: int, limit: int, what: str) -> list[int] | N
 
 
 @register_method
-class LeTs(Method):
+class LeTs(AuxNetMethod):
     name = "lets"
     summary = "compact layers + learnable width (F) and depth (G) transformations, trained in an aux net; any depth"
     paper = Paper("Initializing Variable-sized Vision Transformers from Learngene with Learnable Transformation",
                   "Xia, Zu, Yang & Geng", "NeurIPS", 2024)
     Config = LeTsConfig
     needs_data = True
-    aux_net = True
     needs_vit_ancestry = False
     distill_lambda = 1.0  # their stage 1: --distillation-type soft --distillation-alpha 1.0
 
@@ -226,12 +225,6 @@ class LeTs(Method):
                         if label and b > s:
                             seen.setdefault(label, (label, b - s, s, label in ("q", "k", "v", "ffn")))
         return list(seen.values())
-
-    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        aux = resolve_aux_spec(self.config, ancestry, inputs, self.name)
-        torch.manual_seed(inputs.train_cfg.seed if inputs is not None else 0)
-        start = self.new_gene(self.initial_tensors(aux), aux, ancestry.spec if ancestry is not None else None)
-        return condense_through_aux(self, start, ancestry, inputs)
 
     def mixing(self, gene: Learngene, spec: ViTSpec, module: str, kind: str) -> Tensor:
         """``C`` (target layers × compact layers): target layer ``t`` = Σ_l C[t, l] · widened compact layer ``l``."""

@@ -28,12 +28,12 @@ from pathlib import Path
 
 import torch
 
-from ..auxnet import AuxConfig, condense_through_aux, require_layout, resolve_aux_spec
+from ..auxnet import AuxConfig, AuxNetMethod, condense_through_aux, require_layout, resolve_aux_spec
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..method import Ancestry, CondenseInputs, Method, Paper
+from ..method import Ancestry, CondenseInputs, Paper
 from ..registry import register_method
-from ..spec import ViTSpec, block_key
+from ..spec import ViTSpec
 from ..transfer import StateDict, inherit_non_block, part_of, place_blocks, require_block_shape, stretch
 
 
@@ -72,14 +72,13 @@ def stitched_layers(depths: list[int], total: int) -> list[tuple[int, int]]:
 
 
 @register_method
-class LearngenePool(Method):
+class LearngenePool(AuxNetMethod):
     name = "pool"
     summary = "blocks of several small distilled aux models, stitched smallest to largest; any depth at their width"
     paper = Paper("Building Variable-sized Models via Learngene Pool", "Shi, Xia, Yang, Chen, Kou & Geng", "AAAI", 2024,
                   "2312.05743")
     Config = PoolConfig
     needs_data = True
-    aux_net = True
     needs_vit_ancestry = False
     distill_lambda = 1.0
 

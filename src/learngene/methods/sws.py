@@ -23,16 +23,15 @@ import torch
 
 from ..auxnet import (
     AuxConfig,
-    condense_through_aux,
+    AuxNetMethod,
     expand_non_block,
     initial_non_block,
     require_layout,
-    resolve_aux_spec,
     vector_start,
 )
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..method import Ancestry, CondenseInputs, Method, Paper
+from ..method import Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..transfer import StateDict, require_block_shape
@@ -69,14 +68,13 @@ def stage_of_layers(counts: list[int]) -> list[int]:
 
 
 @register_method
-class SWS(Method):
+class SWS(AuxNetMethod):
     name = "sws"
     summary = "one layer per stage, shared by that stage's layers in an aux net trained by distillation; any depth"
     paper = Paper("Exploring Learngene via Stage-wise Weight Sharing for Initializing Variable-sized Models",
                   "Xia, Zhu, Yang & Geng", "IJCAI", 2024, "2404.16897")
     Config = SWSConfig
     needs_data = True
-    aux_net = True
     needs_vit_ancestry = False
     distill_lambda = 1.0  # pure distillation, as TLEG's recipe of the same group
 
@@ -97,12 +95,6 @@ class SWS(Method):
                 tensors[PREFIX + name] = torch.nn.init.trunc_normal_(torch.empty(count, *shape), std=self.config.init_std)
         tensors.update(initial_non_block(aux))
         return tensors
-
-    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        aux = resolve_aux_spec(self.config, ancestry, inputs, self.name)
-        torch.manual_seed(inputs.train_cfg.seed if inputs is not None else 0)
-        start = self.new_gene(self.initial_tensors(aux), aux, ancestry.spec if ancestry is not None else None)
-        return condense_through_aux(self, start, ancestry, inputs)
 
     def layer_stages(self, gene: Learngene, spec: ViTSpec) -> list[int]:
         """The stage of each of ``spec``'s layers."""

@@ -17,17 +17,16 @@ from torch import Tensor
 
 from ..auxnet import (
     AuxConfig,
+    AuxNetMethod,
     block_params_per_layer,
-    condense_through_aux,
     expand_non_block,
     initial_non_block,
     require_layout,
-    resolve_aux_spec,
     vector_start,
 )
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..method import Ancestry, CondenseInputs, Method, Paper
+from ..method import Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..timm_keys import LAYER_SCALE, MLP, MSA, NORM, block_names, has_tag, per_head
@@ -81,14 +80,13 @@ def parse_layers(layers: str | int | tuple[int, ...], depth: int) -> list[int]:
 
 
 @register_method
-class TLEG(Method):
+class TLEG(AuxNetMethod):
     name = "tleg"
     summary = "θ_B + (l−1)/L·θ_A per layer, condensed through an aux net by distillation; any depth"
     paper = Paper("Transformer as Linear Expansion of Learngene", "Xia et al.", "AAAI", 2024, "2312.05614")
     Config = TLEGConfig
     needs_data = True
     needs_vit_ancestry = False
-    aux_net = True
     has_slope = True  # Share-Init stores θ_B only (θ_A ≡ 0)
     distill_lambda = 1.0  # Eq. 6 with the authors' released recipe: pure KL
 
@@ -99,6 +97,7 @@ class TLEG(Method):
     def initial_tensors(self, aux: ViTSpec) -> StateDict:
         """The authors' start: θ_A and θ_B trunc-normal(0.02) for weight matrices, zero biases,
         LayerNorm θ_B = (1, 0) and θ_A = 0; embeddings, final norm and head as timm initializes them."""
+        parse_layers(self.config.layers, aux.depth)  # refuse layers the aux net lacks before any training
         tensors: StateDict = {}
         for name in self.tensor_names(aux):
             shape = aux.block_shapes()[name]
@@ -111,13 +110,6 @@ class TLEG(Method):
                     tensors[f"{part}.{name}"] = torch.nn.init.trunc_normal_(torch.empty(shape), std=self.config.init_std)
         tensors.update(initial_non_block(aux))
         return tensors
-
-    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        aux = resolve_aux_spec(self.config, ancestry, inputs, self.name)
-        parse_layers(self.config.layers, aux.depth)
-        torch.manual_seed(inputs.train_cfg.seed if inputs is not None else 0)
-        start = self.new_gene(self.initial_tensors(aux), aux, ancestry.spec if ancestry is not None else None)
-        return condense_through_aux(self, start, ancestry, inputs)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """Eq. 1-4: block l (1-indexed) of a depth-L net is θ_B + (l−1)/L · θ_A, for every tensor of

@@ -33,18 +33,17 @@ from torch import Tensor
 
 from ..auxnet import (
     AuxConfig,
+    AuxNetMethod,
     block_params_per_layer,
-    condense_through_aux,
     expand_non_block,
     initial_non_block,
     require_layout,
-    resolve_aux_spec,
     vector_start,
 )
 from ..genenet import GeneNet
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper
+from ..method import AdaptInputs, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
 from ..train import TrainResult, train
@@ -142,7 +141,7 @@ def linear_padding(n: int, aux_grid: tuple[int, ...], grid: tuple[int, ...], dep
 
 
 @register_method
-class WAVE(Method):
+class WAVE(AuxNetMethod):
     name = "wave"
     summary = "w×w weight templates + per-layer Kronecker scalers via an aux net; any depth and tiling width (adapt)"
     paper = Paper("WAVE: Weight Templates for Adaptive Initialization of Variable-sized Models", "Feng, Xie et al.",
@@ -150,7 +149,6 @@ class WAVE(Method):
     Config = WAVEConfig
     needs_data = True
     needs_vit_ancestry = False
-    aux_net = True
     adaptable = True
     distill_lambda = 0.5  # Eq. 6: KL + CE, i.e. λ = 0.5 up to a factor 2
 
@@ -184,12 +182,6 @@ class WAVE(Method):
                 tensors[f"templates.{name}"].shape[0], grid, grid, aux.depth, segments(aux, name),
                 self.config.padding_eps, self.config.padding_offset, generator)
         return tensors
-
-    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        aux = resolve_aux_spec(self.config, ancestry, inputs, self.name)
-        torch.manual_seed(inputs.train_cfg.seed if inputs is not None else 0)
-        start = self.new_gene(self.initial_tensors(aux), aux, ancestry.spec if ancestry is not None else None)
-        return condense_through_aux(self, start, ancestry, inputs)
 
     # ---- expansion ----------------------------------------------------------------------------
     def scalers(self, gene: Learngene, spec: ViTSpec) -> StateDict:
