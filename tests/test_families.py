@@ -579,3 +579,13 @@ def test_a_naflexvit_refuses_data_of_other_channels_in_one_line_and_takes_other_
     with pytest.raises(LearngeneError, match="has 1-channel images but the model expects 3"):
         train(model, make_images(8, num_classes=10, size=28, chans=1), cfg)
     train(model, make_images(8, num_classes=10, size=20, chans=3), cfg)  # a 5 x 5 grid: the position grid resized
+
+
+def test_a_naflexvit_batch_whose_activations_cannot_fit_is_refused_before_the_first_step(monkeypatch):
+    import importlib
+
+    loop = importlib.import_module("learngene.train")
+    monkeypatch.setattr(loop, "available_memory", lambda: 2**16)
+    model = family_ancestry("naflex_siglip").spec.replace(depth=1, num_classes=10).create_model()
+    with pytest.raises(LearngeneError, match=r"a training step of 8 images of 49 tokens through 1 blocks of width 32"):
+        loop.train(model, DATA, QUICK.replace(distill_lambda=0.0))
