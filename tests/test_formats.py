@@ -10,6 +10,8 @@ import torch
 
 from learngene.ancestry import load_ancestry
 from learngene.errors import LearngeneError
+from learngene.io import save_model
+from learngene.spec import ViTSpec
 
 TINY = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, image_size=28, patch_size=4)
 # transformers' ViT/DeiT default eps is 1e-12 (BERT's); the published checkpoints were trained with timm's 1e-6,
@@ -421,6 +423,55 @@ def test_loading_a_mapped_checkpoint_checks_it_without_keeping_it_resident(tmp_p
     ancestry = load_ancestry(tmp_path / "ckpt.safetensors", "vit_base_patch16_224", **kwargs)
     assert _rss_bytes() - before < size / 2
     assert ancestry.spec.depth == 4 and torch.isfinite(ancestry.model.blocks[3].mlp.fc2.weight).all()
+
+
+def test_tensors_in_a_temporary_file_are_mapped_hold_their_values_and_leave_no_file(tmp_path, monkeypatch):
+    """Where EVA-02's fused q/k/v are kept: a file's map, whose pages release_pages can give back."""
+    import tempfile
+
+    from learngene import io
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    values = {"a": torch.randn(512, 1024), "b": torch.arange(7, dtype=torch.int64), "c": torch.zeros(0, 3)}
+    made = io.tensors_in_temporary_file([(k, lambda v=v: v * 1) for k, v in values.items()])
+    assert all(torch.equal(made[k], v) and made[k].dtype == v.dtype for k, v in values.items())
+    assert list(tmp_path.iterdir()) == []  # unlinked at once: the map alone holds the data
+    advised = []
+    monkeypatch.setattr(io, "_libc", lambda: type("libc", (), {"madvise": lambda self, *a: advised.append(a)})())
+    io.release_pages(made["a"])
+    assert len(advised) == 1 and torch.equal(made["a"], values["a"])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+@pytest.mark.parametrize("method", ["weight_selection", "peg"])
+def test_expanding_a_mapped_gene_gives_its_pages_back(tmp_path, method):
+    """A gene as big as its ancestry (weight_selection) or half of it (PEG) is read layer by layer and not kept
+    resident: the peak of an expansion is the descendant, not the descendant plus the gene."""
+    from learngene.descendant import load_gene, make_descendant
+    from learngene.registry import get_method
+
+    spec = ViTSpec(depth=4, embed_dim=512, num_heads=8, img_size=32, patch_size=16, num_classes=0)
+    torch.manual_seed(0)
+    save_model(tmp_path / "anc.safetensors", spec.create_model(), spec)
+    get_method(method)().condense(load_ancestry(tmp_path / "anc.safetensors")).save(tmp_path / "g.safetensors")
+    size = (tmp_path / "g.safetensors").stat().st_size  # 50 MiB (weight_selection), 33 MiB (PEG)
+    gene = load_gene(tmp_path / "g.safetensors")
+    model = make_descendant(gene, spec.replace(depth=2, embed_dim=128, num_heads=2))
+    assert _resident_bytes_of(tmp_path / "g.safetensors") < size / 10  # the small tensors, and page rounding
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def _resident_bytes_of(path):
+    """Resident memory of this process's mappings of the file ``path`` (``/proc/self/smaps``)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as fh:
+        for line in fh:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
+                inside = len(fields) >= 6 and fields[5] == str(path)
+            elif inside and fields[0] == "Rss:":
+                total += int(fields[1]) * 1024
+    return total
 
 
 def test_cli_hf_folder_to_hub_folder_keeps_its_preprocessing(tmp_path, transformers, capsys):

@@ -11,7 +11,8 @@ Big ancestries cost one copy of their weights at most: files are memory-mapped (
 they are used), and the model is built on the meta device and takes the mapped tensors as its
 parameters (``load_state_dict(assign=True)``) instead of allocating and then overwriting its own. The
 NaN check reads every page once and gives it back (:func:`learngene.io.release_pages`), so what stays
-resident is what a method reads; an unfused Eva's q/k/v are the one copy made (0.27 GiB at EVA-02 L).
+resident is what a method reads. The one copy made, an unfused Eva's q/k/v fused (0.28 GiB at EVA-02 L), is
+kept in a temporary file's map (:func:`learngene.io.tensors_in_temporary_file`), whose pages can go the same way.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from torch import Tensor, nn
 from .convert import is_model_folder, read_checkpoint
 from .errors import LearngeneError, SpecError
 from .eva import EVA_MODULE, fuse_qkv_projections, has_unfused_qkv
-from .io import load_model_file, release_pages
+from .io import load_model_file, release_pages, tensors_in_temporary_file
 from .licenses import check_license
 from .method import Ancestry
 from .model_spec import spec_from_model
@@ -98,7 +99,8 @@ def build_timm_model(arch: str, kwargs: dict[str, Any], state: StateDict, source
     except (RuntimeError, KeyError, ValueError, AttributeError) as exc:
         raise LearngeneError(f"{source} does not fit timm model {arch}: {str(exc).splitlines()[0][:200]}") from None
     if has_unfused_qkv(state) and checkpoint_filter_module(arch) == EVA_MODULE:  # EVA-02 B/L: one fused layout
-        state, fused = fuse_qkv_projections(state, read_once=release_pages)  # the fused copy is what is kept
+        # the fused copy lives in a temporary file's map, so methods can give its pages back once read, as the checkpoint's
+        state, fused = fuse_qkv_projections(state, read_once=release_pages, place=tensors_in_temporary_file)
         kwargs = {**kwargs, **fused}
     return build_model_lazily(create, state, source, arch)
 

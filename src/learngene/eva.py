@@ -113,16 +113,30 @@ def block_inputs(model, images):
     return model.norm_pre(model.patch_drop(model._pos_embed(x))), {}
 
 
-def fuse_qkv_projections(state: dict, read_once: Callable[..., None] = lambda *tensors: None) -> tuple[dict, dict[str, Any]]:
+def fuse_qkv_projections(state: dict, read_once: Callable[..., None] = lambda *tensors: None,
+                         place: Callable[[list], dict] | None = None) -> tuple[dict, dict[str, Any]]:
     """An Eva checkpoint with q, k, v apart (EVA-02 B/L, EVA-02 CLIP: timm's ``qkv_fused=False``) as the same
     attention fused: ``qkv.weight`` = [q; k; v] rows, ``q_proj.bias``/``v_proj.bias`` -> ``q_bias``/``v_bias``
-    (Eva's k has no bias). Returns the state and the ``create_model`` arguments that build it fused. ``read_once``
-    is called with each block's q, k, v weights once they are fused (e.g. to give back a mapped file's pages)."""
+    (Eva's k has no bias). Returns the state and the ``create_model`` arguments that build it fused.
+
+    ``read_once`` is called with each block's q, k, v weights once they are fused (e.g. to give back a mapped
+    file's pages); ``place`` receives ``(key, make)`` pairs, ``make()`` computing one fused weight, and returns
+    them by key (by default, computed in memory; :func:`learngene.io.tensors_in_temporary_file` keeps them in a
+    file's memory map instead).
+    """
     import re
 
     import torch
 
-    out, has_bias = {}, False
+    def fused(block: str):
+        def make():
+            parts = [state[f"{block}.{p}_proj.weight"] for p in "qkv"]
+            weight = torch.cat(parts)
+            read_once(*parts)
+            return weight
+        return make
+
+    out, made, has_bias = {}, [], False
     for key, value in state.items():
         match = re.fullmatch(r"(blocks\.\d+\.attn)\.([qkv])_proj\.(weight|bias)", key)
         if match is None:
@@ -130,12 +144,11 @@ def fuse_qkv_projections(state: dict, read_once: Callable[..., None] = lambda *t
             continue
         block, part, kind = match.groups()
         if kind == "weight" and part == "q":
-            parts = [state[f"{block}.{p}_proj.weight"] for p in "qkv"]
-            out[f"{block}.qkv.weight"] = torch.cat(parts)
-            read_once(*parts)
+            made.append((f"{block}.qkv.weight", fused(block)))
         elif kind == "bias":
             out[f"{block}.{part}_bias"] = value
             has_bias = True
+    out.update(place(made) if place is not None else {key: make() for key, make in made})
     return out, {"qkv_fused": True, "qkv_bias": has_bias}
 
 

@@ -53,7 +53,7 @@ from ..errors import LearngeneError
 from ..eva import block_inputs
 from ..gene import Learngene
 from ..heads import select_matrix
-from ..io import atomic_path, release_pages
+from ..io import atomic_path, give_back, release_pages
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
@@ -265,9 +265,11 @@ class ClusterLearngene(Method):
         out: StateDict = {}
         for layer, source in enumerate(stretch(src.depth, spec.depth).tolist()):
             b = block_state(gene.tensors, source)
+            read = list(b.values())
             centroids = len(gene.tensors[f"{CENTROIDS}{source}"])
             _mix(b, src, select_matrix(priority_sharing(centroids, spec.num_heads), centroids))
-            out.update({block_key(layer, k): v for k, v in resize_block(b, src, spec).items()})
+            # a mapped gene, read once: its pages may go
+            out.update(give_back(read, {block_key(layer, k): v for k, v in resize_block(b, src, spec).items()}))
         out.update(carry_non_block(gene.tensors, src, spec, ("embed", "norm")))
         return out
 

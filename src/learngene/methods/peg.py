@@ -45,7 +45,7 @@ from ..genenet import GeneNet
 from ..errors import LearngeneError
 from ..gene import DESCENDANT, Learngene
 from ..heads import join_proj, join_qkv, split_proj, split_qkv
-from ..io import release_pages
+from ..io import give_back, release_pages
 from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
@@ -161,7 +161,7 @@ def apply_phi(w1: Tensor, w2: Tensor, x: Tensor, batch_dims: int = 0) -> Tensor:
     """φ(x) = W2·ReLU(W1·x) over axis ``batch_dims`` of ``x`` (elementwise over the remaining axes)."""
     lead = x.shape[:batch_dims + 1]
     flat = x.reshape(*lead, -1)
-    out = w2 @ torch.relu(w1 @ flat)
+    out = w2 @ torch.relu_(w1 @ flat)  # in place: φ's hidden layer is twice x, a second one would be too
     return out.reshape(*out.shape[:batch_dims + 1], *x.shape[batch_dims + 1:])
 
 
@@ -183,7 +183,7 @@ class PEG(Method):
                                  f"asked gene_heads={heads}, gene_ffns={ffns}")
         state = ancestry.state()
         generator = torch.Generator().manual_seed(self.config.seed)
-        per_layer = []
+        tensors: StateDict = {}
         for layer in range(spec.depth):
             b = block_state(state, layer)
             mixed = mix_block_heads(b, block_axes(spec), mixing_weights(heads, spec.num_heads, generator))
@@ -193,10 +193,13 @@ class PEG(Method):
                 parts.update(zip(("q_bias", "k_bias", "v_bias"), split_qkv(qkv_b, heads)))
             parts.update({part: mixed[name].view(heads, -1) for part, name in HEAD_VECTORS.items() if name in mixed})
             parts.update({part: b[name] for part, name in MSA_LAYER_PARTS.items() if name in b})
-            per_layer.append(parts)
+            # written into the gene's stacked tensors at once: a ViT-g's heads are never held twice, and each
+            # layer's temporaries are freed for the next one's (held until a stack, they stayed resident)
+            for part, value in parts.items():
+                if layer == 0:
+                    tensors[f"msa.{part}"] = torch.empty(spec.depth, *value.shape, dtype=value.dtype)
+                tensors[f"msa.{part}"][layer] = value
             release_pages(b["attn.qkv.weight"], b["attn.proj.weight"])  # read once: a mapped ancestry's pages may go
-        # part by part, each layer's copy dropped once stacked: a ViT-g's heads are never held twice
-        tensors = {f"msa.{part}": torch.stack([p.pop(part) for p in per_layer]) for part in list(per_layer[0])}
         ffn_mixing = mixing_weights(ffns, spec.depth, generator)
         for part, name in FFN_PARTS.items():
             if name not in spec.block_shapes():
@@ -252,20 +255,34 @@ class PEG(Method):
                                  f"{spec.num_heads * head_dim} wide; set --embed-dim {spec.num_heads * head_dim}")
         device = gene.tensors["msa.q"].device  # φ and the copies too: a CPU operand would make a meta expansion real
         phi = {k: v.to(device) for k, v in self._phi(gene, spec).items()}
-        axes = gene_axes(src)
-        t = {key: move_tensor(gene.tensors[key], axes[key], shape, (gene_heads, gene_heads), mapped)
-             for key, shape in gene_shapes(gene.tensors, spec).items()}
-        head_parts = [p for p in HEAD_PARTS if f"msa.{p}" in t]
-        msa = {p: apply_phi(phi["phi.msa_layers.w1"], phi["phi.msa_layers.w2"], t[f"msa.{p}"])
-               for p in head_parts + [p for p in MSA_LAYER_PARTS if f"msa.{p}" in t]}
-        for p in head_parts:
-            msa[p] = apply_phi(phi["phi.heads.w1"], phi["phi.heads.w2"], msa[p], batch_dims=1)
+        axes, shapes = gene_axes(src), gene_shapes(gene.tensors, spec)
+
+        def moved(key: str) -> Tensor:
+            """The gene's tensor at the descendant's widths; a mapped gene's pages go once it is read. Without a
+            graph to keep, layer by layer (axis 0 is kept), so the rule's intermediates are never whole."""
+            source, move = gene.tensors[key], lambda t, dims: move_tensor(t, axes[key][dims:], shapes[key][dims:],
+                                                                          (gene_heads, gene_heads), mapped)
+            if torch.is_grad_enabled() or source.device.type == "meta":
+                return give_back([source], {key: move(source, 0)})[key]
+            width = source.new_empty(shapes[key])
+            for layer, part in enumerate(source):
+                width[layer] = move(part, 1)
+            release_pages(source)
+            return width
+
+        # part by part, so that only one part is ever held at the gene's depth
+        head_parts = [p for p in HEAD_PARTS if f"msa.{p}" in shapes]
+        msa = {}
+        for p in head_parts + [p for p in MSA_LAYER_PARTS if f"msa.{p}" in shapes]:
+            msa[p] = apply_phi(phi["phi.msa_layers.w1"], phi["phi.msa_layers.w2"], moved(f"msa.{p}"))
+            if p in head_parts:
+                msa[p] = apply_phi(phi["phi.heads.w1"], phi["phi.heads.w2"], msa[p], batch_dims=1)
         # a head φ's initial repeat copies m times reads 1/m of its W_O columns: the layer starts as the gene's
         source = cyclic(gene_heads, spec.num_heads)
         copies = torch.bincount(source, minlength=gene_heads).float()[source].to(device)
         msa["proj_cols"] = msa["proj_cols"] / copies.view(1, -1, 1, 1)
-        ffn = {p: apply_phi(phi["phi.ffn_layers.w1"], phi["phi.ffn_layers.w2"], t[f"ffn.{p}"])
-               for p in FFN_PARTS if f"ffn.{p}" in t}
+        ffn = {p: apply_phi(phi["phi.ffn_layers.w1"], phi["phi.ffn_layers.w2"], moved(f"ffn.{p}"))
+               for p in FFN_PARTS if f"ffn.{p}" in shapes}
 
         out: StateDict = {}
         for layer in range(spec.depth):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..errors import LearngeneError
 from ..gene import Learngene
+from ..io import give_back
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..spec import ViTSpec, block_key
@@ -66,7 +67,9 @@ class WeightSelection(Method):
         heads = (src.num_heads, spec.num_heads)
         out: StateDict = {}
         for layer in range(min(spec.depth, src.depth)):
-            selected = move_state(block_state(gene.tensors, layer), blocks, spec.block_shapes(), heads, evenly)
+            block = block_state(gene.tensors, layer)
+            # a mapped gene (a whole ancestry) is read once, layer by layer: its pages may go
+            selected = give_back(block.values(), move_state(block, blocks, spec.block_shapes(), heads, evenly))
             out.update({block_key(layer, k): v for k, v in selected.items()})
         narrow = carried(src, spec)
         state = {k: gene.tensors[k] for k in src.non_block_shapes()}
