@@ -24,7 +24,7 @@ def _titles(monkeypatch, plot, rows, tmp_path):
         import matplotlib.pyplot as plt
         plt.close(fig)
 
-    monkeypatch.setattr(report, "_finish", finish)
+    monkeypatch.setattr(report, "finish_figure", finish)
     plot(rows, "t", tmp_path / "p.png")
     return seen["title"], seen["panels"]
 
@@ -45,7 +45,7 @@ def test_identical_methods_are_named_not_hidden(plot, monkeypatch, tmp_path):
     rows = [_row("pretrained", "S", 0, [0.5, 0.6]), _row("weight_selection", "S", 0, [0.5, 0.6]),
             _row("pretrained", "T", 0, [0.3, 0.4]), _row("weight_selection", "T", 0, [0.3, 0.45])]
     seen = {}
-    monkeypatch.setattr(report, "_finish", lambda fig, axes, title, path: seen.update(
+    monkeypatch.setattr(report, "finish_figure", lambda fig, axes, title, path: seen.update(
         legends=[ax.get_legend_handles_labels()[1] for ax in axes], panels=[ax.get_title() for ax in axes]))
     plot(rows, "t", tmp_path / "p.png")
     assert seen["panels"] == ["S", "T"]
@@ -64,7 +64,7 @@ def test_the_log_axis_of_stored_parameters_starts_near_the_data(monkeypatch, tmp
     rows = [Row(method=m, task="t", size="S", depth=1, embed_dim=8, num_heads=1, seed=0, stored_params=n, accs=[0.5])
             for m, n in (("scratch", 0), ("a", 52_000), ("b", 310_000))]
     seen = {}
-    monkeypatch.setattr(report, "_finish", lambda fig, axes, title, path: seen.update(xlim=axes[0].get_xlim()))
+    monkeypatch.setattr(report, "finish_figure", lambda fig, axes, title, path: seen.update(xlim=axes[0].get_xlim()))
     report.plot_stored(rows, "t", tmp_path / "p.png")
     low, high = seen["xlim"]
     assert -2_000 <= low < 0 and 310_000 < high <= 1_000_000  # 0 at the left, then the decades of the genes: 1e4..

@@ -60,12 +60,14 @@ FAMILIES = {
     "eva02_clip": ("eva02_base_patch16_clip_224", 0),
     # timm's NaFlexVit (SigLIP 2 NaFlex): embeddings in ``embeds``, a Linear patch embedding, a (1, g, g, D) grid
     "naflex_siglip": ("naflexvit_base_patch16_siglip", 0),
+    # RADIO's NaFlexVit: a class token and 7 registers (its other teachers' summary tokens), token pooling, no final norm
+    "naflex_radio": ("naflexvit_base_patch16_radio_v3", 0),
 }
 # described too, outside the method matrix: DINOv2 ViT-g's SwiGLU MLP, OpenAI CLIP's QuickGELU, registers + MAP
 MORE = {"dinov2_giant": "vit_giant_patch14_dinov2", "clip_quickgelu": "vit_base_patch16_clip_quickgelu_224",
         "so150m_reg4_map": "vit_so150m_patch16_reg4_map_256",
-        # NaFlexVit: RADIO (class token + 7 registers, token pooling, no final norm), layer scale + registers + GAP
-        "naflex_radio": "naflexvit_base_patch16_radio_v3", "naflex_gap": "naflexvit_base_patch16_gap"}
+        # NaFlexVit: layer scale, 4 registers, average pooling and fc_norm
+        "naflex_gap": "naflexvit_base_patch16_gap"}
 
 
 # EVA-02's MLP ratio (4·2/3) gives 85 hidden channels at width 32, which no WAVE template tiles; at its real
@@ -577,3 +579,13 @@ def test_a_naflexvit_refuses_data_of_other_channels_in_one_line_and_takes_other_
     with pytest.raises(LearngeneError, match="has 1-channel images but the model expects 3"):
         train(model, make_images(8, num_classes=10, size=28, chans=1), cfg)
     train(model, make_images(8, num_classes=10, size=20, chans=3), cfg)  # a 5 x 5 grid: the position grid resized
+
+
+def test_a_naflexvit_batch_whose_activations_cannot_fit_is_refused_before_the_first_step(monkeypatch):
+    import importlib
+
+    loop = importlib.import_module("learngene.train")
+    monkeypatch.setattr(loop, "available_memory", lambda: 2**16)
+    model = family_ancestry("naflex_siglip").spec.replace(depth=1, num_classes=10).create_model()
+    with pytest.raises(LearngeneError, match=r"a training step of 8 images of 49 tokens through 1 blocks of width 32"):
+        loop.train(model, DATA, QUICK.replace(distill_lambda=0.0))

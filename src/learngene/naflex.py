@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .timm_keys import KEEP, WIDTH, Axis
+
 if TYPE_CHECKING:
     from torch import Tensor
 
@@ -155,6 +157,13 @@ def to_model_layout(state: dict[str, Tensor]) -> dict[str, Tensor]:
             t = t.permute(0, 2, 3, 1).flatten(1)
         out[MODEL_KEYS.get(key, key)] = t
     return out
+
+
+def model_axes(axes: dict[str, tuple[Axis, ...]]) -> dict[str, tuple[Axis, ...]]:
+    """A ViT layout's axes under a NaFlexVit's keys: the position grid (1, g, g, D), the patch embedding a
+    Linear over flattened patches (D, p·p·C)."""
+    moved = {"pos_embed": (Axis(KEEP),) * 3 + (Axis(WIDTH),), "patch_embed.proj.weight": (Axis(WIDTH), Axis(KEEP))}
+    return {MODEL_KEYS.get(key, key): moved.get(key, axis) for key, axis in axes.items()}
 
 
 def model_shapes(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:

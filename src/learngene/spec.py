@@ -18,7 +18,7 @@ from typing import Any, Callable, Literal
 from . import naflex
 from .errors import SpecError
 from .validate import check_fields
-from .timm_keys import HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, WIDTH, WIDTH_IN, family_axes
+from .timm_keys import HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, NON_BLOCK_TENSORS, WIDTH, WIDTH_IN, family_axes
 
 # FLOP convention: a multiply-add is 2 FLOPs, and only the matmuls and convolutions count (patch
 # embedding, projections, attention scores and weighted sums, MLPs, pooling head, classifiers); norms,
@@ -379,41 +379,11 @@ class ViTSpec:
                 for name, axes in family_axes(self.family).items()}
 
     def non_block_shapes(self, vit_layout: bool = False) -> dict[str, tuple[int, ...]]:
-        """Shapes of the tensors outside the blocks: tokens, embeddings, norms, pooling head, classifiers; a
-        NaFlexVit's embeddings under its own keys unless ``vit_layout`` (:mod:`learngene.naflex`)."""
-        D, f = self.embed_dim, self.family
-        shapes: dict[str, tuple[int, ...]] = {}
-        if f.class_token:
-            shapes["cls_token"] = (1, 1, D)
-        if f.reg_tokens:
-            shapes["reg_token"] = (1, f.reg_tokens, D)
-        if f.distilled:
-            shapes["dist_token"] = (1, 1, D)
-        shapes["pos_embed"] = (1, self.num_patches + f.pos_prefix_tokens, D)
-        shapes["patch_embed.proj.weight"] = (D, self.in_chans, self.patch_size, self.patch_size)
-        if not f.pre_norm:  # timm drops the patch bias when a norm follows the embeddings
-            shapes["patch_embed.proj.bias"] = (D,)
-        if f.embed_norm:
-            shapes.update(f.norm_shapes("patch_embed.norm", D))
-        if f.pre_norm:
-            shapes.update(f.norm_shapes("norm_pre", D))
-        if f.final_norm_key == "norm":
-            shapes.update(f.norm_shapes("norm", D))
-        if f.global_pool == "map":
-            hidden = int(D * self.mlp_ratio)  # the pool's MLP is timm's plain Mlp whatever the blocks use
-            shapes.update({"attn_pool.latent": (1, 1, D), "attn_pool.q.weight": (D, D), "attn_pool.q.bias": (D,),
-                           "attn_pool.kv.weight": (2 * D, D), "attn_pool.kv.bias": (2 * D,),
-                           "attn_pool.proj.weight": (D, D), "attn_pool.proj.bias": (D,),
-                           **f.norm_shapes("attn_pool.norm", D),
-                           "attn_pool.mlp.fc1.weight": (hidden, D), "attn_pool.mlp.fc1.bias": (hidden,),
-                           "attn_pool.mlp.fc2.weight": (D, hidden), "attn_pool.mlp.fc2.bias": (D,)})
-        if f.final_norm_key == "fc_norm":
-            shapes.update(f.norm_shapes("fc_norm", D))
-        if self.num_classes:
-            shapes.update({"head.weight": (self.num_classes, D), "head.bias": (self.num_classes,)})
-            if f.distilled:
-                shapes.update({"head_dist.weight": (self.num_classes, D), "head_dist.bias": (self.num_classes,)})
-        return naflex.model_shapes(shapes) if f.model_class == "naflex" and not vit_layout else shapes
+        """Shapes of the tensors outside the blocks (tokens, embeddings, norms, pooling head, classifiers: the rows
+        of :data:`~learngene.timm_keys.NON_BLOCK_TENSORS` this model has); a NaFlexVit's embeddings under its own
+        keys unless ``vit_layout`` (:mod:`learngene.naflex`)."""
+        shapes = {key: row.shape(self) for key, row in NON_BLOCK_TENSORS.items() if row.present(self)}
+        return naflex.model_shapes(shapes) if self.family.model_class == "naflex" and not vit_layout else shapes
 
     def model_layout(self, state: dict[str, Any]) -> dict[str, Any]:
         """Tensors given under a plain ViT's keys and shapes (``pos_embed``, ``patch_embed.*``, tokens) under this

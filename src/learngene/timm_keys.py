@@ -1,11 +1,14 @@
-"""timm's names for the tensors of a ViT block, in one table: what each axis is and what the tensor does.
+"""timm's names for the tensors of a ViT, in two tables: what each axis is and what the tensor does.
 
 Every other list of block keys derives from :data:`BLOCK_TENSORS`: the shapes of a size
 (:meth:`~learngene.spec.ViTSpec.block_shapes`), the rules that carry tensors between sizes
 (:func:`learngene.transfer.block_axes`) and the groups methods work on (TLEG's ``msa`` / ``mlp`` /
 ``ln`` modules, PEG's per-layer parts, the residual writers G_stack zeros, the LayerNorm gains weight
 subcloning rescales, WAVE's weight matrices, Cluster-Learngene's heads and FFN). A family that adds a
-per-block tensor adds one row here. Nothing of learngene is imported: :mod:`learngene.spec` reads it.
+per-block tensor adds one row here. The tensors outside the blocks (tokens, embeddings, norms, the attention
+pooling head, classifiers) are the rows of :data:`NON_BLOCK_TENSORS`, each with its shape at a size and whether
+a model has it: :meth:`~learngene.spec.ViTSpec.non_block_shapes` and :func:`learngene.transfer.non_block_axes`
+read it. Nothing of learngene is imported: :mod:`learngene.spec` reads it.
 """
 
 from __future__ import annotations
@@ -139,6 +142,91 @@ BLOCK_TENSORS: dict[str, BlockTensor] = {
     "mlp.fc2.bias": _row(_VECTOR, MLP, WRITER, present=_proj_bias),
     "ls2.gamma": _row(_VECTOR, MLP, NORM, LAYER_SCALE, present=_layer_scale),
     "gamma_2": _row(_VECTOR, MLP, NORM, LAYER_SCALE, present=_eva_layer_scale),
+}
+
+
+# ---- what a tensor outside the blocks is -----------------------------------------------------------------
+TOKENS = (Axis(KEEP), Axis(KEEP), Axis(WIDTH))  # (1, tokens, D): the class, register and distillation tokens, positions
+
+
+class NonBlockTensor(NamedTuple):
+    """One row of the table of tensors outside the blocks: the tensor's axes, its shape at a size, whether a
+    model of that size has it (``spec``: a ViTSpec), and its tags (a norm over the width: NORM, WIDTH_GAIN)."""
+
+    axes: tuple[Axis, ...]
+    shape: Callable[[Any], tuple[int, ...]]
+    present: Callable[[Any], bool]
+    tags: frozenset[str] = frozenset()
+
+
+def _always(spec) -> bool:
+    return True
+
+
+def _width(spec) -> tuple[int, ...]:
+    return (spec.embed_dim,)
+
+
+def _tokens(count: Callable[[Any], int]) -> Callable[[Any], tuple[int, ...]]:
+    return lambda spec: (1, count(spec), spec.embed_dim)
+
+
+def _norm_rows(key: str, present: Callable[[Any], bool]) -> dict[str, NonBlockTensor]:
+    """A norm over the width: a LayerNorm's gain and bias, an RmsNorm's gain (AIMv2)."""
+    return {f"{key}.weight": NonBlockTensor(_VECTOR, _width, present, frozenset({NORM, WIDTH_GAIN})),
+            f"{key}.bias": NonBlockTensor(_VECTOR, _width, lambda spec: present(spec) and _norm_bias(spec.family),
+                                          frozenset({NORM}))}
+
+
+def _map_pool(spec) -> bool:  # SigLIP's attention pooling head
+    return spec.family.global_pool == "map"
+
+
+def _pool_hidden(spec) -> int:  # the pool's MLP is timm's plain Mlp whatever the blocks use
+    return int(spec.embed_dim * spec.mlp_ratio)
+
+
+def _head(spec) -> bool:
+    return spec.num_classes > 0
+
+
+# In timm's order (``VisionTransformer.state_dict()`` without the blocks); a NaFlexVit's embeddings are moved to
+# its own keys and shapes by :mod:`learngene.naflex`.
+NON_BLOCK_TENSORS: dict[str, NonBlockTensor] = {
+    "cls_token": NonBlockTensor(TOKENS, _tokens(lambda spec: 1), lambda spec: spec.family.class_token),
+    "reg_token": NonBlockTensor(TOKENS, _tokens(lambda spec: spec.family.reg_tokens), lambda spec: spec.family.reg_tokens > 0),
+    "dist_token": NonBlockTensor(TOKENS, _tokens(lambda spec: 1), lambda spec: spec.family.distilled),
+    "pos_embed": NonBlockTensor(TOKENS, _tokens(lambda spec: spec.num_patches + spec.family.pos_prefix_tokens), _always),
+    "patch_embed.proj.weight": NonBlockTensor(
+        (Axis(WIDTH), Axis(KEEP), Axis(KEEP), Axis(KEEP)),
+        lambda spec: (spec.embed_dim, spec.in_chans, spec.patch_size, spec.patch_size), _always),
+    # timm drops the patch bias when a norm follows the embeddings
+    "patch_embed.proj.bias": NonBlockTensor(_VECTOR, _width, lambda spec: not spec.family.pre_norm),
+    **_norm_rows("patch_embed.norm", lambda spec: spec.family.embed_norm),
+    **_norm_rows("norm_pre", lambda spec: spec.family.pre_norm),
+    **_norm_rows("norm", lambda spec: spec.family.final_norm_key == "norm"),
+    "attn_pool.latent": NonBlockTensor(TOKENS, _tokens(lambda spec: 1), _map_pool),
+    "attn_pool.q.weight": NonBlockTensor((Axis(HEADS), Axis(WIDTH_IN)), lambda spec: (spec.embed_dim,) * 2, _map_pool),
+    "attn_pool.q.bias": NonBlockTensor((Axis(HEADS),), _width, _map_pool),
+    "attn_pool.kv.weight": NonBlockTensor((Axis(HEADS, 2), Axis(WIDTH_IN)),
+                                          lambda spec: (2 * spec.embed_dim, spec.embed_dim), _map_pool),
+    "attn_pool.kv.bias": NonBlockTensor((Axis(HEADS, 2),), lambda spec: (2 * spec.embed_dim,), _map_pool),
+    "attn_pool.proj.weight": NonBlockTensor((Axis(WIDTH), Axis(HEADS_IN)), lambda spec: (spec.embed_dim,) * 2, _map_pool),
+    "attn_pool.proj.bias": NonBlockTensor(_VECTOR, _width, _map_pool),
+    **_norm_rows("attn_pool.norm", _map_pool),
+    "attn_pool.mlp.fc1.weight": NonBlockTensor((Axis(HIDDEN), Axis(WIDTH_IN)),
+                                               lambda spec: (_pool_hidden(spec), spec.embed_dim), _map_pool),
+    "attn_pool.mlp.fc1.bias": NonBlockTensor((Axis(HIDDEN),), lambda spec: (_pool_hidden(spec),), _map_pool),
+    "attn_pool.mlp.fc2.weight": NonBlockTensor((Axis(WIDTH), Axis(HIDDEN_IN)),
+                                               lambda spec: (spec.embed_dim, _pool_hidden(spec)), _map_pool),
+    "attn_pool.mlp.fc2.bias": NonBlockTensor(_VECTOR, _width, _map_pool),
+    **_norm_rows("fc_norm", lambda spec: spec.family.final_norm_key == "fc_norm"),
+    "head.weight": NonBlockTensor((Axis(CLASSES), Axis(WIDTH_IN)), lambda spec: (spec.num_classes, spec.embed_dim), _head),
+    "head.bias": NonBlockTensor((Axis(CLASSES),), lambda spec: (spec.num_classes,), _head),
+    "head_dist.weight": NonBlockTensor((Axis(CLASSES), Axis(WIDTH_IN)), lambda spec: (spec.num_classes, spec.embed_dim),
+                                       lambda spec: _head(spec) and spec.family.distilled),
+    "head_dist.bias": NonBlockTensor((Axis(CLASSES),), lambda spec: (spec.num_classes,),
+                                     lambda spec: _head(spec) and spec.family.distilled),
 }
 
 

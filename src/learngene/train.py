@@ -295,7 +295,9 @@ def require_activation_memory(model: nn.Module, cfg: TrainConfig, device: torch.
     vit = getattr(model, "skeleton", model)
     try:
         block = vit.blocks[0]
-        tokens = vit.patch_embed.num_patches + getattr(vit, "num_prefix_tokens", 1)
+        embed = getattr(vit, "patch_embed", None)  # a NaFlexVit has none: its position grid's (learngene.naflex)
+        patches = embed.num_patches if embed is not None else math.prod(vit.embeds.pos_embed_grid_size)
+        tokens = patches + getattr(vit, "num_prefix_tokens", 1)
         sizes = (tokens, vit.embed_dim, block.attn.num_heads, block.mlp.fc1.out_features, len(vit.blocks))
     except (AttributeError, IndexError, TypeError):
         return

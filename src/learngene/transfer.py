@@ -38,7 +38,7 @@ from torch import Tensor
 
 from .errors import LearngeneError
 from .heads import join_heads, split_heads
-from .naflex import VIT_KEYS as NAFLEX_KEYS
+from .naflex import MODEL_KEYS as NAFLEX_MODEL_KEYS, VIT_KEYS as NAFLEX_KEYS, model_axes
 from .spec import ViTSpec, block_key
 from .timm_keys import (  # noqa: F401  (the axis roles are re-exported: learngene.transfer.WIDTH, ...)
     CLASSES,
@@ -48,26 +48,17 @@ from .timm_keys import (  # noqa: F401  (the axis roles are re-exported: learnge
     HIDDEN,
     HIDDEN_IN,
     KEEP,
+    NON_BLOCK_TENSORS,
     READERS,
+    TOKENS,
     WIDTH,
+    WIDTH_GAIN,
     WIDTH_IN,
     Axis,
     family_axes,
 )
 
 StateDict = dict[str, Tensor]
-
-def _attention(prefix: str, qkv: str, segments: int) -> dict[str, tuple[Axis, ...]]:
-    return {f"{prefix}{qkv}.weight": (Axis(HEADS, segments), Axis(WIDTH_IN)), f"{prefix}{qkv}.bias": (Axis(HEADS, segments),),
-            f"{prefix}proj.weight": (Axis(WIDTH), Axis(HEADS_IN)), f"{prefix}proj.bias": (Axis(WIDTH),)}
-
-
-def _mlp(prefix: str, segments: int) -> dict[str, tuple[Axis, ...]]:
-    return {f"{prefix}fc1.weight": (Axis(HIDDEN, segments), Axis(WIDTH_IN)), f"{prefix}fc1.bias": (Axis(HIDDEN, segments),),
-            f"{prefix}fc2.weight": (Axis(WIDTH), Axis(HIDDEN_IN)), f"{prefix}fc2.bias": (Axis(WIDTH),)}
-
-
-VECTOR, TOKENS = (Axis(WIDTH),), (Axis(KEEP), Axis(KEEP), Axis(WIDTH))
 
 
 def block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
@@ -76,23 +67,18 @@ def block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
     return family_axes(spec.family)
 
 
-NON_BLOCK_NORMS = ("norm_pre", "norm", "fc_norm", "attn_pool.norm", "patch_embed.norm", "embeds.norm")  # over the width
+_WIDTH_GAINS = [key for key, row in NON_BLOCK_TENSORS.items() if WIDTH_GAIN in row.tags]
+# the norms over the width outside the blocks, under a ViT's keys and a NaFlexVit's
+NON_BLOCK_NORMS = tuple(dict.fromkeys(key.removesuffix(".weight")
+                                      for key in [*_WIDTH_GAINS, *(NAFLEX_MODEL_KEYS.get(k, k) for k in _WIDTH_GAINS)]))
 
 
 def non_block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
-    """The axes of every tensor outside the blocks of ``spec``."""
-    table = {"cls_token": TOKENS, "reg_token": TOKENS, "dist_token": TOKENS, "pos_embed": TOKENS,
-             "patch_embed.proj.weight": (Axis(WIDTH), Axis(KEEP), Axis(KEEP), Axis(KEEP)),
-             "patch_embed.proj.bias": VECTOR, "attn_pool.latent": TOKENS,
-             # NaFlexVit's embeddings (learngene.naflex): a Linear over flattened patches, a (1, g, g, D) position grid
-             "embeds.cls_token": TOKENS, "embeds.reg_token": TOKENS, "embeds.pos_embed": (Axis(KEEP),) * 3 + (Axis(WIDTH),),
-             "embeds.proj.weight": (Axis(WIDTH), Axis(KEEP)), "embeds.proj.bias": VECTOR,
-             **_attention("attn_pool.", "q", 1), **_attention("attn_pool.", "kv", 2), **_mlp("attn_pool.mlp.", 1)}
-    for norm in NON_BLOCK_NORMS:
-        table.update({f"{norm}.weight": VECTOR, f"{norm}.bias": VECTOR})
-    for head in ("head", "head_dist"):
-        table.update({f"{head}.weight": (Axis(CLASSES), Axis(WIDTH_IN)), f"{head}.bias": (Axis(CLASSES),)})
-    return {key: table[key] for key in spec.non_block_shapes()}
+    """The axes of every tensor outside the blocks of ``spec``: the rows of the one table,
+    :data:`~learngene.timm_keys.NON_BLOCK_TENSORS`, that ``spec`` has (under its model's keys, as
+    :meth:`~learngene.spec.ViTSpec.non_block_shapes`)."""
+    axes = {key: row.axes for key, row in NON_BLOCK_TENSORS.items() if row.present(spec)}
+    return model_axes(axes) if spec.family.model_class == "naflex" else axes
 
 
 def segments(spec: ViTSpec, name: str) -> tuple[int, ...]:

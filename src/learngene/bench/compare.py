@@ -26,7 +26,7 @@ from ..io import now_iso, write_text_atomic
 from ..registry import get_method, list_methods
 from ..spec import ViTSpec
 from .profiles import Profile, Task, Upstream, Variant
-from .report import compare, machine, mean_curve, plot_curves, write_csv
+from .report import compare, finish_figure, machine, mean_curve, plot_curves, style_per_method, write_csv
 
 TASK = "data"  # the one task of a compare profile: the user's data
 LONG = 10  # scratch's long budget: ×10 the fine-tuning
@@ -235,12 +235,14 @@ def recommendation_lines(rows: list[Any], profile: Profile) -> list[str]:
             for size in dict.fromkeys(r.size for r in rows if r.task == TASK)]
 
 
-def plot_by_size(rows: list[Any], path: Path) -> None:
-    """Final top-1 (mean ± std over seeds) against the descendant size, one line per method."""
+def plot_by_size(rows: list[Any], path: Path, data_name: str) -> None:
+    """Final top-1 (mean ± std over seeds) against the descendant size, one line per method, in the colours and
+    markers of the learning curves."""
     import matplotlib.pyplot as plt
 
     sizes = list(dict.fromkeys(r.size for r in rows if r.task == TASK))
     labels = list(dict.fromkeys(r.label for r in rows if r.task == TASK and r.ok))
+    styles = style_per_method(labels)
     fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(sizes) + 3), 4.2))
     for i, label in enumerate(labels):
         xs, ys, es = [], [], []
@@ -250,17 +252,12 @@ def plot_by_size(rows: list[Any], path: Path) -> None:
                 xs.append(k + 0.03 * (i - len(labels) / 2))
                 ys.append(statistics.fmean(accs))
                 es.append(statistics.stdev(accs) if len(accs) > 1 else 0.0)
-        ax.errorbar(xs, ys, yerr=es, marker="osD^vP*Xh<>p"[i % 12], capsize=3, ls="--" if " ×" in label else "-",
-                    label=label)
+        ax.errorbar(xs, ys, yerr=es, capsize=3, ls="--" if " ×" in label else "-", label=label, **styles[label])
     ax.set_xticks(range(len(sizes)), sizes)
     ax.set_xlabel("descendant size")
     ax.set_ylabel("final top-1 accuracy (%)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
-    ax.set_title("accuracy by size (mean ± std over seeds)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    finish_figure(fig, [ax], f"{data_name}: accuracy by size (mean ± std over seeds)", path)
 
 
 def _labels_note(profile: Profile) -> str:
@@ -313,8 +310,9 @@ def write_compare_report(rows: list[Any], profile: Profile, out_dir: Path, meta:
         plot_dir = out_dir / "plots"
         plot_dir.mkdir(parents=True, exist_ok=True)
         if any(r.ok for r in rows):
-            plot_by_size(rows, plot_dir / "by-size.png")
-            plot_curves(rows, TASK, plot_dir / "curves.png")
+            data_name = task.data + (f" classes {','.join(map(str, task.classes))}" if task.classes else "")
+            plot_by_size(rows, plot_dir / "by-size.png", data_name)
+            plot_curves(rows, TASK, plot_dir / "curves.png", data_name)
             parts += ["![accuracy by size](plots/by-size.png)", "", "![learning curves per size](plots/curves.png)", ""]
     write_text_atomic(out_dir / "report.md", "\n".join(parts))
 

@@ -206,7 +206,7 @@ def gene_table(rows: list[Row]) -> str:
 MARKERS = "osD^vP*Xh<>p"
 
 
-def _styles(labels: list[str]) -> dict[str, dict[str, Any]]:
+def style_per_method(labels: list[str]) -> dict[str, dict[str, Any]]:
     """A colour and marker per method (tab10 first, then tab20's light shades); ``×N`` runs share theirs."""
     import matplotlib
 
@@ -231,7 +231,7 @@ def _subplots(n: int):
     return fig, list(axes.flat[:n])
 
 
-def _finish(fig, axes, title: str, path: Path) -> None:
+def finish_figure(fig, axes, title: str, path: Path) -> None:
     """One legend for all panels, right of them; then save."""
     import matplotlib.pyplot as plt
 
@@ -239,20 +239,23 @@ def _finish(fig, axes, title: str, path: Path) -> None:
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
-    fig.legend(list(handles.values()), list(handles), loc="center right", fontsize=8, frameon=False)
     fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0, 1 - 2.0 / fig.get_figwidth(), 1))
-    fig.savefig(path, dpi=110)
+    fig.tight_layout()
+    # outside the panels, however long the labels ("a = b = c" for methods with one curve): the saved image grows
+    fig.legend(list(handles.values()), list(handles), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
+               frameon=False)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
-def plot_curves(rows: list[Row], task: str, path: Path) -> None:
-    """Top-1 after every fine-tuning epoch, one panel per size, one line per method (TLEG Fig. 4's shape)."""
+def plot_curves(rows: list[Row], task: str, path: Path, data_name: str | None = None) -> None:
+    """Top-1 after every fine-tuning epoch, one panel per size, one line per method (TLEG Fig. 4's shape);
+    the title names ``data_name`` (default: the task)."""
     from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
     groups = _groups(rows, task)
     sizes, labels = _sizes(rows, task), _labels(rows, task)
-    styles = _styles(labels)
+    styles = style_per_method(labels)
     fig, axes = _subplots(len(sizes))
     longest = max((g.epochs[-1] for group in groups.values() for g in group), default=1)
     shortest = min((g.epochs[-1] for group in groups.values() for g in group), default=1)
@@ -280,14 +283,14 @@ def plot_curves(rows: list[Row], task: str, path: Path) -> None:
         ax.set_xlabel("fine-tuning epoch" + (" (log scale)" if log_x else ""))
         ax.set_ylabel("top-1 accuracy (%)")
         ax.grid(alpha=0.3)
-    _finish(fig, axes, f"{task}: test accuracy vs fine-tuning epochs ({_over_seeds(groups)})", path)
+    finish_figure(fig, axes, f"{data_name or task}: test accuracy vs fine-tuning epochs ({_over_seeds(groups)})", path)
 
 
 def plot_stored(rows: list[Row], task: str, path: Path) -> None:
     """Final top-1 against the parameters each method's gene stores, one panel per size."""
     groups = _groups(rows, task)
     sizes, labels = _sizes(rows, task), [label for label in _labels(rows, task) if " ×" not in label]
-    styles = _styles(labels)
+    styles = style_per_method(labels)
     fig, axes = _subplots(len(sizes))
     most = max((r.stored_params for r in rows), default=1)
     # the log part starts at the decade of the smallest gene that stores anything; 0 (scratch, mimetic) sits left
@@ -309,7 +312,7 @@ def plot_stored(rows: list[Row], task: str, path: Path) -> None:
         ax.set_xlabel("parameters stored in the learngene")
         ax.set_ylabel("final top-1 accuracy (%)")
         ax.grid(alpha=0.3)
-    _finish(fig, axes, f"{task}: final test accuracy vs learngene size ({_over_seeds(groups)})", path)
+    finish_figure(fig, axes, f"{task}: final test accuracy vs learngene size ({_over_seeds(groups)})", path)
 
 
 # ---- the report ----------------------------------------------------------------------------------------
