@@ -408,6 +408,15 @@ def test_release_pages_advises_only_tensors_mapped_from_a_file(tmp_path, monkeyp
     assert len(advised) == 1
 
 
+def test_the_nan_check_reads_a_big_tensor_slice_by_slice_to_its_end():
+    from learngene.io import _CHECK_ELEMENTS, nonfinite_tensor
+
+    big = torch.zeros(_CHECK_ELEMENTS + 5)
+    assert nonfinite_tensor({"a": torch.ones(3), "big": big}) is None
+    big[-1] = float("inf")
+    assert nonfinite_tensor({"a": torch.ones(3), "big": big.view(-1, 1)}) == "big"
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
 def test_loading_a_mapped_checkpoint_checks_it_without_keeping_it_resident(tmp_path):
     """The NaN check reads every page of the checkpoint; it gives them back, so a weight picker's peak is

@@ -267,7 +267,8 @@ class PEG(Method):
             width = source.new_empty(shapes[key])
             for layer, part in enumerate(source):
                 width[layer] = move(part, 1)
-            release_pages(source)
+                release_pages(part)  # a layer of 1 MiB or more (a ViT-g's FFN part is 1 GiB in all) ...
+            release_pages(source)  # ... or all of them, if the layers are smaller
             return width
 
         # part by part, so that only one part is ever held at the gene's depth
