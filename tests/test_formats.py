@@ -524,3 +524,33 @@ def test_a_fine_tuned_export_records_its_data_ancestry_and_training(tmp_path):
     plain = (tmp_path / "plain" / "README.md").read_text()
     assert "has not been trained after expansion" in plain and "**ancestry**: not recorded" in plain
     assert "timm's defaults for the architecture" in plain
+
+
+def test_a_descendant_is_not_held_twice_while_its_gene_expands(monkeypatch):
+    """timm's initialization of what the gene then gives is given back before ``expand`` runs, so an expansion's
+    peak holds the descendant once; the values, shapes and parameters are those of a plain load."""
+    from learngene.descendant import make_descendant
+    from learngene.method import Ancestry
+    from learngene.registry import get_method
+
+    spec = ViTSpec(depth=2, embed_dim=64, num_heads=2, img_size=16, patch_size=4, num_classes=5)
+    torch.manual_seed(0)
+    ancestry = spec.create_model()
+    gene = get_method("pretrained")().condense(Ancestry(ancestry, spec))
+    built, held = [], []
+    create, expand = ViTSpec.create_model, get_method("pretrained").expand
+    monkeypatch.setattr(ViTSpec, "create_model", lambda self, **kw: built.append(create(self, **kw)) or built[-1])
+    monkeypatch.setattr(get_method("pretrained"), "expand", lambda self, gene, spec: held.append(
+        sum(p.numel() for p in built[-1].parameters()) if built else None) or expand(self, gene, spec))
+    model = make_descendant(gene, spec)
+    # expanded on meta first (no model yet), then for real: the gene gives every tensor, so none of timm's
+    # initialization is kept meanwhile
+    assert held == [None, 0]
+    assert {k: v.shape for k, v in model.state_dict().items()} == {k: v.shape for k, v in ancestry.state_dict().items()}
+    for (key, p), q in zip(model.named_parameters(), ancestry.parameters()):
+        assert torch.equal(p, q) and p.requires_grad and p.is_contiguous(), key
+    assert len({p.untyped_storage().data_ptr() for p in model.parameters()}) == len(list(model.parameters()))
+
+    learned = make_descendant(gene, spec, seed=3, pos_embed="learned")  # timm's own position table, kept
+    torch.manual_seed(3)
+    assert torch.equal(learned.pos_embed, create(spec).pos_embed)

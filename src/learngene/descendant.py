@@ -167,9 +167,12 @@ def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, top_up: str |
         options = {seed_option: seed, **options}
     method = gene_method(gene, source, **options)
     spec.require_memory()
-    check_expansion(method, gene, spec, source, judge_unused=not set(options) - {seed_option})  # before allocating
+    provided = check_expansion(method, gene, spec, source, judge_unused=not set(options) - {seed_option})  # on meta
     torch.manual_seed(seed)
-    model = spec.create_model()
+    model = spec.create_model()  # timm's initialization of every tensor: the keys the gene leaves out keep it
+    # what the gene gives is overwritten: give its memory back before expanding (not a position table that
+    # pos_embed="learned" leaves to timm)
+    release_storage(model, [k for k in provided if not (pos_embed == "learned" and k == spec.key("pos_embed"))])
     with torch.no_grad():
         state = method.expand(gene, spec)
         provided = list(state)
@@ -182,9 +185,26 @@ def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, top_up: str |
         elif pos_embed == "learned":  # timm's own initialization, whatever the method gives
             state.pop(spec.key("pos_embed"), None)
     check_state_shapes(state, spec, f"the {gene.method} gene")
+    fill_released(model, state)
     result = model.load_state_dict(state, strict=False)
     assert not result.unexpected_keys, result.unexpected_keys
     return (model, provided) if return_keys else model
+
+
+def release_storage(model: nn.Module, keys: list[str]) -> None:
+    """Give back the memory of ``model``'s tensors ``keys`` (left empty until :func:`fill_released`): a large
+    descendant is then never held twice, once as timm initialized it and once as expanded."""
+    tensors = dict(model.state_dict(keep_vars=True))
+    for key in keys:
+        tensors[key].data = torch.empty(0, dtype=tensors[key].dtype)
+
+
+def fill_released(model: nn.Module, state: dict[str, Tensor]) -> None:
+    """Copy ``state``'s tensors into those :func:`release_storage` emptied, one at a time, each popped from
+    ``state`` once copied, so the expanded copy is freed as the model's grows; the rest stays in ``state``."""
+    for key, tensor in model.state_dict(keep_vars=True).items():
+        if tensor.numel() == 0 and key in state and state[key].numel() > 0:
+            tensor.data = torch.empty(state[key].shape, dtype=tensor.dtype).copy_(state.pop(key))
 
 
 def top_up_state(name: str, spec: ViTSpec, seed: int = 0) -> StateDict:
