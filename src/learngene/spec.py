@@ -207,12 +207,6 @@ class ViTFamily:
             kwargs.pop("proj_bias")  # timm's default; configs written before the field keep their exact kwargs
         return kwargs
 
-    def norm_shapes(self, key: str, width: int) -> dict[str, tuple[int, ...]]:
-        """The tensors of norm ``key`` over ``width`` channels: a LayerNorm's weight and bias, an RmsNorm's weight."""
-        if self.norm_layer == "rmsnorm":
-            return {f"{key}.weight": (width,)}
-        return {f"{key}.weight": (width,), f"{key}.bias": (width,)}
-
     def short(self) -> str:
         """The ways this family differs from the plain ViT, e.g. ``reg4, no_embed_class, ls 1e-05``."""
         plain = ViTFamily()
