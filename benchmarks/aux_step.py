@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from learngene.descendant import GeneNet
 from learngene.methods.tleg import TLEG, ShareInit
 from learngene.methods.wave import WAVE
-from learngene.spec import ViTSpec
+from learngene.vit.spec import ViTSpec
 
 
 def make_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor):

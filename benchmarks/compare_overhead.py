@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from learngene.bench.compare import compare_profile, run_compare
-from learngene.io import save_model
-from learngene.spec import ViTSpec
+from learngene.formats.model_file import save_model
+from learngene.vit.spec import ViTSpec
 
 
 def main() -> None:

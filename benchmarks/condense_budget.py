@@ -25,7 +25,7 @@ from learngene.bench import get_profile
 from learngene.bench.profiles import SPLIT_A, Upstream
 from learngene.bench.protocol import Row, run_profile
 from learngene.bench.report import compare
-from learngene.io import write_text_atomic
+from learngene.formats.atomic import write_text_atomic
 
 AUX_NETS = ("tleg", "wave", "share_init")
 ADAPTABLE = ("peg", "wave")

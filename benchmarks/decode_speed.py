@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_speed import plain_step_rate  # noqa: E402
 
 from learngene.data import Batches, load_dataset, preprocessing_cfg, write_image_folder  # noqa: E402
-from learngene.train import resolve_device  # noqa: E402
+from learngene.training.loop import resolve_device  # noqa: E402
 
 
 def decode_rate(folder: Path, pre: dict, workers: int, batch_size: int, augment: str) -> tuple[float, float, int]:

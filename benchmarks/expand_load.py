@@ -29,7 +29,7 @@ from learngene.descendant import make_descendant
 from learngene.gene import Learngene
 from learngene.method import Ancestry
 from learngene.registry import get_method
-from learngene.spec import get_preset
+from learngene.vit.spec import get_preset
 
 
 def timed(fn, reps: int) -> tuple[float, object]:

@@ -26,13 +26,13 @@ import torch
 
 from learngene.ancestry import load_ancestry
 from learngene.data import ImageData
-from learngene.io import save_safetensors
+from learngene.formats.weights import save_safetensors
 from learngene.method import AdaptInputs, Ancestry, CondenseInputs
 from learngene.methods.cluster import ClusterLearngene
 from learngene.methods.peg import PEG
-from learngene.model_spec import spec_from_model
-from learngene.spec import ViTSpec
-from learngene.train import TrainConfig, seed_everything
+from learngene.vit.model_spec import spec_from_model
+from learngene.vit.spec import ViTSpec
+from learngene.training.loop import TrainConfig, seed_everything
 
 SIZE = dict(depth=2, embed_dim=32, num_heads=2, img_size=28, patch_size=4)
 FAMILIES = ("deit3_small_patch16_224", "vit_small_patch14_reg4_dinov2", "vit_base_patch16_siglip_224",

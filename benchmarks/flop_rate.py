@@ -25,8 +25,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from learngene.bench import get_profile
 from learngene.data import ImageData
-from learngene.spec import get_preset
-from learngene.train import TrainConfig, train
+from learngene.vit.spec import get_preset
+from learngene.training.loop import TrainConfig, train
 
 # profiler op name -> category (first matching prefix wins)
 CATEGORIES = (

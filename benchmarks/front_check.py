@@ -20,8 +20,8 @@ from learngene.ancestry import load_ancestry
 from learngene.data import class_subset, load_splits
 from learngene.descendant import make_descendant
 from learngene.registry import get_method
-from learngene.spec import block_key
-from learngene.train import evaluate
+from learngene.vit.spec import block_key
+from learngene.training.loop import evaluate
 
 
 def energy_kept(state: dict, ancestry_state: dict, depth: int) -> float:

@@ -4,7 +4,7 @@ Three steps of the same ViT (ViT-S/16 and ViT-B/16 at 224 px, 1000 classes; ``--
 
 - ``plain timm``: what a timm user writes: ``timm.create_model``, AdamW, bf16 autocast (CUDA),
   cross-entropy, backward, gradient clipping, step; inputs are random tensors already on the device.
-- ``ours ancestry``: :func:`learngene.train.train` on a plain timm ViT (the loop that trains
+- ``ours ancestry``: :func:`learngene.training.loop.train` on a plain timm ViT (the loop that trains
   ancestries and descendants), on in-memory uint8 images.
 - ``ours aux-net``: the same loop on the aux net of TLEG (:class:`GeneNet`: every forward expands the
   gene's tensors into the ViT's weights), as in condensation, here with cross-entropy only (λ = 0) so
@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 
 from learngene.data import ImageData
-from learngene.spec import ViTSpec
-from learngene.train import TrainConfig, autocast, resolve_device, set_fused_attention, train
+from learngene.vit.spec import ViTSpec
+from learngene.training.loop import TrainConfig, autocast, resolve_device, set_fused_attention, train
 
 # dense (no sparsity) bf16 tensor-core peaks from NVIDIA's data sheets, TFLOP/s; first matching name wins
 BF16_PEAK_TFLOPS = (
@@ -100,7 +100,7 @@ def plain_step_rate(model: torch.nn.Module, input_size, num_classes: int, batch:
 
 
 def loop_step_rate(model: torch.nn.Module, spec: ViTSpec, batch: int, steps: int, warmup: int, cfg: TrainConfig) -> float:
-    """Images/s of :func:`learngene.train.train`: epoch 1 is the warm-up, epoch 2 is timed (its own seconds)."""
+    """Images/s of :func:`learngene.training.loop.train`: epoch 1 is the warm-up, epoch 2 is timed (its own seconds)."""
     per_epoch = max(steps, warmup)
     gen = torch.Generator().manual_seed(0)
     n = per_epoch * batch

@@ -51,7 +51,7 @@ done
 python - "$OUT" <<'EOF' | tee "$OUT/results.md"
 import sys
 from pathlib import Path
-from learngene.io import load_model_file
+from learngene.formats.model_file import load_model_file
 
 out = Path(sys.argv[1])
 _, _, origin = load_model_file(out / "ancestry.safetensors")

@@ -50,7 +50,7 @@ def run(argv: list[str], log: Path) -> tuple[float, int, int]:
 
 MAKE = """
 import sys, torch, timm
-from learngene.io import save_safetensors
+from learngene.formats.weights import save_safetensors
 torch.manual_seed(0)
 model = timm.create_model(sys.argv[1], pretrained=False)  # timm's own init; the one copy in RAM
 save_safetensors(sys.argv[2], model.state_dict(), {"format": "pt"})

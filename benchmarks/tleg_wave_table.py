@@ -11,8 +11,8 @@ from pathlib import Path
 
 from learngene.data import fashion_mnist
 from learngene.gene import Learngene
-from learngene.io import build_model, load_model_file
-from learngene.train import evaluate
+from learngene.formats.model_file import build_model, load_model_file
+from learngene.training.loop import evaluate
 
 
 def final_acc(out: Path, name: str) -> float | None:

@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from learngene.data import DEBIAN_FASHION_MNIST, ImageData, fashion_mnist, normalize
-from learngene.spec import get_preset
-from learngene.train import TrainConfig, train
+from learngene.vit.spec import get_preset
+from learngene.training.loop import TrainConfig, train
 
 
 def images(n: int, spec) -> ImageData:

@@ -24,7 +24,7 @@ from learngene.bench import get_profile
 from learngene.bench.protocol import BenchRun, fresh_head, load_task
 from learngene.bench.profiles import Task
 from learngene.descendant import make_descendant
-from learngene.train import train
+from learngene.training.loop import train
 
 
 def main() -> None:

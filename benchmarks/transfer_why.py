@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.datasets import FashionMNIST  # the class names of the splits
 
-from learngene.attention_init import UNTRAINED_ATTENTION_SCALE, attention_logit_scale
+from learngene.vit.attention_init import UNTRAINED_ATTENTION_SCALE, attention_logit_scale
 from learngene.bench import get_profile
 from learngene.bench.protocol import BenchRun, fresh_head, load_task
 from learngene.bench.profiles import SPLIT_A, SPLIT_B, Task
@@ -39,7 +39,7 @@ from learngene.bench.report import compare
 from learngene.descendant import make_descendant
 from learngene.gene import Learngene
 from learngene.registry import get_method
-from learngene.train import train
+from learngene.training.loop import train
 
 PARTS = {
     "patch": r"^(patch_embed\.|cls_token)",

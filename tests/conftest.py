@@ -12,7 +12,7 @@ import torch
 
 from learngene.data import ImageData
 from learngene.method import Ancestry
-from learngene.spec import ViTSpec
+from learngene.vit.spec import ViTSpec
 
 # Tiny models gain nothing from intra-op threads, and on a shared 2-core machine two spinning OpenMP
 # threads per process made the suite several times slower; subprocesses (the CLI, torchrun) inherit it.
@@ -112,7 +112,7 @@ def condense_tiny(name: str, ancestry, img_size: int, num_classes: int):
     """A gene of method ``name`` from a tiny ancestry; data-driven methods see 16 toy images for one step."""
     from learngene.method import CondenseInputs
     from learngene.registry import get_method
-    from learngene.train import TrainConfig
+    from learngene.training.loop import TrainConfig
 
     method = get_method(name)()
     inputs = None

@@ -17,14 +17,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from learngene import distributed as dist  # noqa: E402
+from learngene.training import distributed as dist  # noqa: E402
 from learngene.cli import main  # noqa: E402
 from learngene.descendant import GeneNet  # noqa: E402
 from learngene.errors import TrainingError  # noqa: E402
 from learngene.method import Ancestry  # noqa: E402
 from learngene.registry import get_method  # noqa: E402
-from learngene.spec import ViTSpec  # noqa: E402
-from learngene.train import TrainConfig, train  # noqa: E402
+from learngene.vit.spec import ViTSpec  # noqa: E402
+from learngene.training.loop import TrainConfig, train  # noqa: E402
 from tests.conftest import FaultyData, make_images  # noqa: E402
 
 TINY = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)

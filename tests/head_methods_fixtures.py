@@ -6,7 +6,7 @@ import torch
 
 from learngene.data import ImageData
 from learngene.method import Ancestry
-from learngene.spec import ViTSpec
+from learngene.vit.spec import ViTSpec
 
 TINY = ViTSpec(depth=3, embed_dim=32, num_heads=4, img_size=8, patch_size=4, in_chans=1, num_classes=3)
 
@@ -30,7 +30,7 @@ def tiny_data(n: int = 48, spec: ViTSpec = TINY, seed: int = 0) -> ImageData:
 
 
 def save_tiny_ancestry(path, spec: ViTSpec = TINY) -> None:
-    from learngene.io import save_model
+    from learngene.formats.model_file import save_model
 
     save_model(path, tiny_ancestry(spec).model, spec, origin={"kind": "ancestry"})
 
@@ -39,8 +39,8 @@ def timm_strict_load(path) -> torch.nn.Module:
     """Load a learngene model file into a fresh timm model with ``strict=True`` (what users do)."""
     import timm
 
-    from learngene.io import load_model_file
-    from learngene.spec import TIMM_ARCH
+    from learngene.formats.model_file import load_model_file
+    from learngene.vit.spec import TIMM_ARCH
 
     state, spec, _ = load_model_file(path)
     model = timm.create_model(TIMM_ARCH, pretrained=False, **spec.timm_kwargs())

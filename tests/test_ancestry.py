@@ -5,7 +5,7 @@ from safetensors.torch import save_file
 
 from learngene.ancestry import load_ancestry
 from learngene.errors import LearngeneError
-from learngene.io import save_model
+from learngene.formats.model_file import save_model
 
 TIMM_KW = dict(depth=2, embed_dim=32, num_heads=2, patch_size=4, num_classes=5)
 

@@ -120,7 +120,8 @@ def test_a_cycle_is_found():
 
 def test_the_file_format_imports_no_method_and_no_registry():
     deps = import_graph()["learngene.gene"]
-    assert deps <= {"learngene.errors", "learngene.io", "learngene.licenses", "learngene.preprocessing", "learngene.spec",
+    assert deps <= {"learngene.errors", "learngene.formats", "learngene.formats.atomic", "learngene.formats.weights",
+                    "learngene.formats.licenses", "learngene.formats.preprocessing", "learngene.vit", "learngene.vit.spec",
                     "learngene._version"}, deps
 
 

@@ -29,11 +29,12 @@ from learngene.data import Batches, ImageData, class_subset, few_shot, image_fol
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
 from learngene.gene import Learngene
-from learngene.io import load_model_file, load_weights, save_model
+from learngene.formats.model_file import load_model_file, save_model
+from learngene.formats.weights import load_weights
 from learngene.method import Ancestry
 from learngene.registry import get_method, list_methods
-from learngene.spec import ViTFamily, ViTSpec
-from learngene.train import TrainConfig, resolve_device, train
+from learngene.vit.spec import ViTFamily, ViTSpec
+from learngene.training.loop import TrainConfig, resolve_device, train
 from tests.conftest import condense_tiny, make_images
 
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
@@ -520,7 +521,7 @@ def test_a_full_disk_keeps_the_old_file(tmp_path, monkeypatch):
     """ENOSPC while a checkpoint is written: one line, the old checkpoint intact, no temporary file left."""
     import errno
 
-    from learngene.io import save_torch_atomic
+    from learngene.formats.atomic import save_torch_atomic
 
     path = tmp_path / "checkpoint.pt"
     save_torch_atomic(path, {"step": torch.tensor(1)})
@@ -555,7 +556,7 @@ def test_a_real_full_disk(ws, capsys, tmp_path):
 # ---- races ---------------------------------------------------------------------------------------------
 def test_two_writers_of_one_output_cannot_both_succeed(tmp_path):
     """Both writers pass the existence check before either publishes: the second one's exclusive link fails."""
-    from learngene.io import atomic_path
+    from learngene.formats.atomic import atomic_path
 
     target = tmp_path / "o.txt"
     with pytest.raises(LearngeneError, match="another process wrote it meanwhile"):
@@ -570,7 +571,7 @@ def test_two_writers_of_one_output_cannot_both_succeed(tmp_path):
 def test_two_runs_on_one_run_dir_are_refused(ws, capsys, tmp_path):
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from learngene.io import lock_run_dir; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from learngene.formats.run_dirs import lock_run_dir; "
                                f"lock_run_dir({str(run_dir)!r}); print('locked', flush=True); time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True, env=env)
     try:

@@ -21,8 +21,8 @@ from safetensors.torch import load_file, save_file
 from learngene.cli import main
 from learngene.errors import LearngeneError
 from learngene.gene import Learngene
-from learngene.io import save_model
-from learngene.spec import ViTSpec
+from learngene.formats.model_file import save_model
+from learngene.vit.spec import ViTSpec
 from tests.test_bad_inputs import ACTIONS
 
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)

@@ -20,9 +20,9 @@ import torch
 from learngene.cli import main
 from learngene.data import load_dataset, write_image_folder
 from learngene.errors import LearngeneError, TrainingError
-from learngene.io import save_model
-from learngene.spec import ViTSpec
-from learngene.train import CHECKPOINT, LOG, TrainConfig, train
+from learngene.formats.model_file import save_model
+from learngene.vit.spec import ViTSpec
+from learngene.training.loop import CHECKPOINT, LOG, TrainConfig, train
 from tests.conftest import FaultyData, make_images, nan_images
 from tests.test_bad_inputs import ACTIONS
 

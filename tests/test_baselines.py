@@ -3,11 +3,11 @@ import torch
 
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
-from learngene.heads import split_proj, split_qkv
+from learngene.vit.heads import split_proj, split_qkv
 from learngene.method import Ancestry
 from learngene.registry import get_method
-from learngene.spec import block_key
-from learngene.transfer import evenly_spaced
+from learngene.vit.spec import block_key
+from learngene.vit.transfer import evenly_spaced
 
 
 def _deep_ancestry(tiny_spec, depth=6):

@@ -13,10 +13,10 @@ from learngene.bench.report import epochs_to_match, format_table
 from learngene.cli import main
 from learngene.data import DEBIAN_FASHION_MNIST
 from learngene.errors import SpecError
-from learngene.io import load_model_file
+from learngene.formats.model_file import load_model_file
 from learngene.method import Ancestry
 from learngene.registry import get_method, list_methods
-from learngene.spec import ViTSpec, fit_to_budget
+from learngene.vit.spec import ViTSpec, fit_to_budget
 
 
 @pytest.mark.skipif(not DEBIAN_FASHION_MNIST.is_dir(), reason="apt-get install dataset-fashion-mnist")

@@ -8,17 +8,10 @@ import torch
 from learngene.cli import main
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
-from learngene.heads import join_qkv, split_proj, split_qkv
+from learngene.vit.heads import join_qkv, split_proj, split_qkv
 from learngene.method import Ancestry, CondenseInputs
-from learngene.methods.cluster import (
-    ClusterLearngene,
-    cluster_heads,
-    default_eps,
-    mean_attention_distance,
-    patch_distances,
-    priority_sharing,
-)
-from learngene.transfer import axis_map
+from learngene.methods.cluster import ClusterLearngene, cluster_heads, default_eps, mean_attention_distance, patch_distances, priority_sharing
+from learngene.vit.transfer import axis_map
 
 from .head_methods_fixtures import TINY, save_tiny_ancestry, timm_strict_load, tiny_ancestry, tiny_data
 

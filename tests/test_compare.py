@@ -5,8 +5,8 @@ import torch
 
 from learngene.bench.compare import LONG_LABEL, compare_profile, recommend
 from learngene.cli import main
-from learngene.io import save_model
-from learngene.spec import ViTSpec
+from learngene.formats.model_file import save_model
+from learngene.vit.spec import ViTSpec
 
 REFS = ("scratch", LONG_LABEL, "mimetic")
 BASE = {"scratch": [0.50, 0.52, 0.51], LONG_LABEL: [0.70, 0.71, 0.69], "mimetic": [0.60, 0.62, 0.61]}

@@ -7,17 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from learngene.data import (
-    Batches,
-    ImageData,
-    class_subset,
-    digits,
-    fashion_mnist,
-    few_shot,
-    fraction,
-    image_folder,
-    load_dataset,
-)
+from learngene.data import Batches, ImageData, class_subset, digits, fashion_mnist, few_shot, fraction, image_folder, load_dataset
 from learngene.errors import DataError
 from tests.conftest import make_images
 

@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from learngene.data import Batch
-from learngene.distill import cache_teacher_outputs, setup_distillation
+from learngene.training.distill import cache_teacher_outputs, setup_distillation
 from learngene.errors import LearngeneError
-from learngene.train import TrainConfig, loss_step, seed_everything, train
+from learngene.training.loop import TrainConfig, loss_step, seed_everything, train
 
 from .conftest import TINY, make_images
 

@@ -21,9 +21,9 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from learngene.data import write_image_folder
-from learngene.io import save_model
+from learngene.formats.model_file import save_model
 from learngene.registry import get_method, list_methods
-from learngene.spec import ViTSpec
+from learngene.vit.spec import ViTSpec
 from tests import ddp_jobs
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ import importlib
 import pytest
 
 from learngene.errors import LearngeneError
-from learngene.train import TrainConfig, train
+from learngene.training.loop import TrainConfig, train
 
 from .conftest import make_images
 

@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from torch.utils.flop_counter import FlopCounterMode
 
 from learngene.ancestry import load_ancestry
-from learngene.distill import FeatureDistillation
+from learngene.training.distill import FeatureDistillation
 from learngene.cli import main
 from learngene.descendant import GeneNet, expand_on_meta, make_descendant
 from learngene.errors import LearngeneError, SpecError
@@ -28,16 +28,10 @@ from learngene.gene import Learngene
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.cluster import tokens_before_blocks
 from learngene.registry import get_method, list_methods
-from learngene.model_spec import spec_from_model
-from learngene.spec import ViTFamily, ViTSpec
-from learngene.train import TrainConfig, seed_everything
-from learngene.transfer import (
-    block_axes,
-    block_state,
-    mapped,
-    move_state,
-    non_block_axes,
-)
+from learngene.vit.model_spec import spec_from_model
+from learngene.vit.spec import ViTFamily, ViTSpec
+from learngene.training.loop import TrainConfig, seed_everything
+from learngene.vit.transfer import block_axes, block_state, mapped, move_state, non_block_axes
 from tests.conftest import make_images
 
 SIZE = dict(depth=2, embed_dim=32, num_heads=2, img_size=28, patch_size=4)
@@ -407,7 +401,7 @@ def test_methods_carry_the_new_families_rows_not_timms_init(family):
 
 @pytest.mark.parametrize("family", ["eva02_clip", "aimv2", "naflex_siglip"])
 def test_descendants_of_the_new_families_export_as_hub_folders_timm_and_transformers_load(family, tmp_path):
-    from learngene.export import export_hub_folder
+    from learngene.formats.export import export_hub_folder
 
     transformers = pytest.importorskip("transformers")
     ancestry = family_ancestry(family)
@@ -425,7 +419,7 @@ def test_an_eva_ancestry_takes_the_checkpoints_tensors_and_computes_its_rope_tab
     """Eva's RoPE tables and zero k bias are buffers no checkpoint holds: timm recomputes them on the model made on
     ``meta``, so the ancestry is never built a second time with random weights (3x the checkpoint in memory)."""
     import learngene.ancestry as ancestry_module
-    from learngene.io import save_safetensors
+    from learngene.formats.weights import save_safetensors
 
     name = "vit_pe_core_tiny_patch16_384"
     model = timm_ancestry(name, 10)
@@ -559,7 +553,7 @@ def test_a_naflexvit_spec_records_its_position_grid_and_takes_any_image_size():
 
 
 def test_a_beit_checkpoint_is_refused_in_one_line_by_the_weight_pickers(tmp_path, capsys):
-    """BEiT stays out (see learngene.model_spec._why_not_beit): the command line says why in one line, exit code 2."""
+    """BEiT stays out (see learngene.vit.model_spec._why_not_beit): the command line says why in one line, exit code 2."""
     checkpoint = tmp_path / "beit.pth"
     torch.save(timm_ancestry("beit_base_patch16_224").state_dict(), checkpoint)
     sizes = [a for k, v in SIZE.items() if k != "img_size" for a in ("--timm-arg", f"{k}={v}")]
@@ -572,7 +566,7 @@ def test_a_beit_checkpoint_is_refused_in_one_line_by_the_weight_pickers(tmp_path
 
 
 def test_a_naflexvit_refuses_data_of_other_channels_in_one_line_and_takes_other_image_sizes():
-    from learngene.train import train
+    from learngene.training.loop import train
 
     model = family_ancestry("naflex_siglip").spec.replace(depth=1, num_classes=10).create_model()
     cfg = QUICK.replace(max_steps=1, distill_lambda=0.0)

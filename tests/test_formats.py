@@ -10,8 +10,8 @@ import torch
 
 from learngene.ancestry import load_ancestry
 from learngene.errors import LearngeneError
-from learngene.io import save_model
-from learngene.spec import ViTSpec
+from learngene.formats.model_file import save_model
+from learngene.vit.spec import ViTSpec
 
 TINY = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, image_size=28, patch_size=4)
 # transformers' ViT/DeiT default eps is 1e-12 (BERT's); the published checkpoints were trained with timm's 1e-6,
@@ -232,9 +232,9 @@ def test_timm_checkpoint_goes_through_its_modules_filter(tmp_path):
 
 
 def _tiny_gene(tmp_path):
-    from learngene.io import save_model
+    from learngene.formats.model_file import save_model
     from learngene.registry import get_method
-    from learngene.spec import ViTSpec
+    from learngene.vit.spec import ViTSpec
 
     spec = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=28, patch_size=4, in_chans=1, num_classes=10)
     torch.manual_seed(0)
@@ -292,8 +292,8 @@ def test_hub_folders_of_headless_and_fresh_headed_descendants_load_in_transforme
     import timm
 
     from learngene.cli import main
-    from learngene.io import save_model
-    from learngene.model_spec import spec_from_model
+    from learngene.formats.model_file import save_model
+    from learngene.vit.model_spec import spec_from_model
 
     torch.manual_seed(0)
     ancestry = timm.create_model("vit_small_patch14_dinov2", pretrained=False, num_classes=0, depth=2, embed_dim=32,
@@ -346,8 +346,8 @@ def test_hub_folder_is_refused_when_present_and_never_half_written(tmp_path, mon
 # ---- lazy loading -------------------------------------------------------------------------------------
 def test_ancestry_is_memory_mapped_not_copied(tmp_path):
     """Every weight of a loaded ancestry is a view of the file's one memory map, and ``state()`` copies none."""
-    from learngene.io import save_model
-    from learngene.spec import ViTSpec
+    from learngene.formats.model_file import save_model
+    from learngene.vit.spec import ViTSpec
 
     spec = ViTSpec(depth=2, embed_dim=64, num_heads=2, img_size=28, patch_size=4, num_classes=10)
     save_model(tmp_path / "anc.safetensors", spec.create_model(), spec)
@@ -361,7 +361,7 @@ def test_ancestry_is_memory_mapped_not_copied(tmp_path):
 def test_streamed_safetensors_read_back_by_safetensors(tmp_path):
     from safetensors.torch import load_file
 
-    from learngene.io import read_safetensors, save_safetensors
+    from learngene.formats.weights import read_safetensors, save_safetensors
 
     base = torch.randn(4, 6)
     tensors = {"a": base, "view": base[:, ::2], "same": base, "b16": torch.randn(3).bfloat16(),
@@ -378,7 +378,8 @@ def _rss_bytes():
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
 def test_release_pages_gives_back_a_mapped_tensor_and_keeps_its_values(tmp_path):
-    from learngene.io import read_safetensors, release_pages, save_safetensors
+    from learngene.formats.weights import read_safetensors, save_safetensors
+    from learngene.formats.memory import release_pages
 
     values = torch.randn(16 * 1024 * 1024)  # 64 MiB
     save_safetensors(tmp_path / "big.safetensors", {"w": values}, {})
@@ -395,21 +396,21 @@ def test_release_pages_gives_back_a_mapped_tensor_and_keeps_its_values(tmp_path)
 def test_release_pages_advises_only_tensors_mapped_from_a_file(tmp_path, monkeypatch):
     """Tensors in ordinary memory (a fused copy, a gene being built) are never paged out: with swap they
     would be written to it and read back, for nothing."""
-    from learngene import io
+    from learngene.formats import memory
+    from learngene.formats.weights import read_safetensors, save_safetensors
 
-    save_safetensors = io.save_safetensors
     save_safetensors(tmp_path / "w.safetensors", {"w": torch.ones(4 * 1024 * 1024)}, {})
-    mapped = io.read_safetensors(tmp_path / "w.safetensors", lazy=True)[0]["w"]
+    mapped = read_safetensors(tmp_path / "w.safetensors", lazy=True)[0]["w"]
     advised = []
-    monkeypatch.setattr(io, "_libc", lambda: type("libc", (), {"madvise": lambda self, *a: advised.append(a)})())
-    io.release_pages(torch.ones(4 * 1024 * 1024))
+    monkeypatch.setattr(memory, "_libc", lambda: type("libc", (), {"madvise": lambda self, *a: advised.append(a)})())
+    memory.release_pages(torch.ones(4 * 1024 * 1024))
     assert advised == []
-    io.release_pages(mapped)
+    memory.release_pages(mapped)
     assert len(advised) == 1
 
 
 def test_the_nan_check_reads_a_big_tensor_slice_by_slice_to_its_end():
-    from learngene.io import _CHECK_ELEMENTS, nonfinite_tensor
+    from learngene.formats.weights import _CHECK_ELEMENTS, nonfinite_tensor
 
     big = torch.zeros(_CHECK_ELEMENTS + 5)
     assert nonfinite_tensor({"a": torch.ones(3), "big": big}) is None
@@ -423,7 +424,7 @@ def test_loading_a_mapped_checkpoint_checks_it_without_keeping_it_resident(tmp_p
     the process plus what the method touches, not the whole checkpoint on top (EVA-02 L: 2.1x -> 1.1x)."""
     import timm
 
-    from learngene.io import save_safetensors
+    from learngene.formats.weights import save_safetensors
 
     kwargs = dict(img_size=32, patch_size=16, embed_dim=512, depth=4, num_heads=8, num_classes=0)
     save_safetensors(tmp_path / "ckpt.safetensors", timm.create_model("vit_base_patch16_224", **kwargs).state_dict(), {})
@@ -438,16 +439,16 @@ def test_tensors_in_a_temporary_file_are_mapped_hold_their_values_and_leave_no_f
     """Where EVA-02's fused q/k/v are kept: a file's map, whose pages release_pages can give back."""
     import tempfile
 
-    from learngene import io
+    from learngene.formats import memory
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     values = {"a": torch.randn(512, 1024), "b": torch.arange(7, dtype=torch.int64), "c": torch.zeros(0, 3)}
-    made = io.tensors_in_temporary_file([(k, lambda v=v: v * 1) for k, v in values.items()])
+    made = memory.tensors_in_temporary_file([(k, lambda v=v: v * 1) for k, v in values.items()])
     assert all(torch.equal(made[k], v) and made[k].dtype == v.dtype for k, v in values.items())
     assert list(tmp_path.iterdir()) == []  # unlinked at once: the map alone holds the data
     advised = []
-    monkeypatch.setattr(io, "_libc", lambda: type("libc", (), {"madvise": lambda self, *a: advised.append(a)})())
-    io.release_pages(made["a"])
+    monkeypatch.setattr(memory, "_libc", lambda: type("libc", (), {"madvise": lambda self, *a: advised.append(a)})())
+    memory.release_pages(made["a"])
     assert len(advised) == 1 and torch.equal(made["a"], values["a"])
 
 
@@ -506,8 +507,8 @@ def test_a_fine_tuned_export_records_its_data_ancestry_and_training(tmp_path):
     """The README's Python example: the card says fine-tuned, names the ancestry, and the config holds the
     normalization of the data the model was trained on (not the architecture's defaults)."""
     from learngene.data import preprocessing_cfg
-    from learngene.export import export_hub_folder
-    from learngene.spec import ViTSpec
+    from learngene.formats.export import export_hub_folder
+    from learngene.vit.spec import ViTSpec
     from tests.conftest import make_images
 
     spec = ViTSpec(depth=1, embed_dim=16, num_heads=1, img_size=16, patch_size=4, in_chans=1, num_classes=4)

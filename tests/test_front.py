@@ -19,8 +19,8 @@ from learngene.errors import LearngeneError
 from learngene.method import Ancestry
 from learngene.methods.front import dct_ii, dct_matrix, idct_basis
 from learngene.registry import get_method
-from learngene.model_spec import spec_from_model
-from learngene.spec import ViTSpec, block_key
+from learngene.vit.model_spec import spec_from_model
+from learngene.vit.spec import ViTSpec, block_key
 
 SMALL = ViTSpec(depth=12, embed_dim=16, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
 

@@ -20,9 +20,9 @@ from safetensors.torch import save_file
 
 from learngene.cli import main
 from learngene.registry import list_methods
-from learngene.io import save_model
+from learngene.formats.model_file import save_model
 from learngene.method import Ancestry
-from learngene.spec import ViTSpec
+from learngene.vit.spec import ViTSpec
 from tests.conftest import condense_tiny
 
 SPEC = ViTSpec(depth=2, embed_dim=16, num_heads=2, img_size=8, patch_size=4, in_chans=1, num_classes=4)
@@ -71,7 +71,7 @@ def _outcome(capsys, argv: list[str], out: Path | None = None) -> int:
         assert len(captured.err.strip().splitlines()) == 1, captured.err
         assert out is None or not out.exists(), "a refused command left its output"
     elif out is not None:
-        from learngene.io import load_model_file
+        from learngene.formats.model_file import load_model_file
 
         state, spec, _ = load_model_file(out)
         spec.create_model().load_state_dict(state, strict=True)

@@ -5,7 +5,7 @@ from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
 from learngene.method import Ancestry
 from learngene.registry import get_method
-from learngene.spec import block_key
+from learngene.vit.spec import block_key
 
 X = torch.randn(3, 1, 16, 16, generator=torch.Generator().manual_seed(0))
 

@@ -1,7 +1,7 @@
 import torch
 
-from learngene.heads import join_proj, join_qkv, mix_heads, select_matrix, split_proj, split_qkv
-from learngene.spec import ViTSpec
+from learngene.vit.heads import join_proj, join_qkv, mix_heads, select_matrix, split_proj, split_qkv
+from learngene.vit.spec import ViTSpec
 
 
 def test_split_join_is_the_identity():

@@ -5,11 +5,11 @@ import torch
 
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
-from learngene.heads import split_qkv
+from learngene.vit.heads import split_qkv
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.importance import residual_order
 from learngene.registry import get_method
-from learngene.spec import block_key
+from learngene.vit.spec import block_key
 
 X = torch.randn(3, 1, 16, 16, generator=torch.Generator().manual_seed(0))
 

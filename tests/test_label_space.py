@@ -8,8 +8,8 @@ from safetensors import safe_open
 from learngene.cli import main
 from learngene.data import class_subset, digits
 from learngene.gene import Learngene
-from learngene.io import load_model_file
-from learngene.labels import choose_head
+from learngene.formats.model_file import load_model_file
+from learngene.formats.labels import choose_head
 
 TINY_ARGS = ["--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size", "16"]
 DIGITS = {"dataset": "digits", "classes": [str(d) for d in range(10)]}

@@ -11,9 +11,10 @@ from learngene.ancestry import load_ancestry
 from learngene.cli import main
 from learngene.errors import LearngeneError
 from learngene.gene import Learngene
-from learngene.io import load_model_file, save_model, save_safetensors
-from learngene.licenses import check_license, folder_license
-from learngene.spec import ViTSpec
+from learngene.formats.model_file import load_model_file, save_model
+from learngene.formats.weights import save_safetensors
+from learngene.formats.licenses import check_license, folder_license
+from learngene.vit.spec import ViTSpec
 
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
 TIMM = "vit_tiny_patch16_224"

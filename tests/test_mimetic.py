@@ -8,10 +8,10 @@ import torch
 from learngene.cli import main
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
-from learngene.heads import split_qkv
+from learngene.vit.heads import split_qkv
 from learngene.methods.mimetic import Mimetic
 from learngene.registry import get_method
-from learngene.spec import ViTSpec
+from learngene.vit.spec import ViTSpec
 
 from .head_methods_fixtures import TINY, save_tiny_ancestry, timm_strict_load, tiny_ancestry
 

@@ -11,11 +11,11 @@ from learngene.cli import main
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
 from learngene.gene import Learngene
-from learngene.heads import split_proj, split_qkv
+from learngene.vit.heads import split_proj, split_qkv
 from learngene.method import AdaptInputs
 from learngene.methods.peg import PEG, apply_phi, default_gene_heads
-from learngene.train import TrainConfig, evaluate
-from learngene.transfer import axis_map, block_state
+from learngene.training.loop import TrainConfig, evaluate
+from learngene.vit.transfer import axis_map, block_state
 
 from .head_methods_fixtures import TINY, save_tiny_ancestry, timm_strict_load, tiny_ancestry, tiny_data
 

@@ -3,7 +3,7 @@
 import io
 import sys
 
-from learngene.progress import progress_bar
+from learngene.training.progress import progress_bar
 
 
 class _File(io.StringIO):
@@ -28,7 +28,7 @@ def test_a_bar_in_a_file_writes_a_line_while_it_waits(monkeypatch):
     """Inside one long stage the bar does not move; its line still comes once an interval (here 0.2 s)."""
     import time
 
-    from learngene import progress
+    from learngene.training import progress
 
     out = _File()
     monkeypatch.setattr(sys, "stderr", out)
@@ -47,7 +47,7 @@ def test_a_redraw_by_the_caller_counts_as_the_line_of_its_interval(monkeypatch):
     """A caller that redraws the bar itself (the benchmark's own heartbeat) gets no second line per interval."""
     import time
 
-    from learngene import progress
+    from learngene.training import progress
 
     out = _File()
     monkeypatch.setattr(sys, "stderr", out)

@@ -23,8 +23,8 @@ from learngene.errors import LearngeneError
 from learngene.gene import Learngene
 from learngene.method import Ancestry, CondenseInputs
 from learngene.registry import get_method, list_methods
-from learngene.spec import ViTFamily, ViTSpec
-from learngene.train import TrainConfig, seed_everything, train
+from learngene.vit.spec import ViTFamily, ViTSpec
+from learngene.training.loop import TrainConfig, seed_everything, train
 from tests.conftest import make_images
 
 METHODS = list_methods()

@@ -17,10 +17,10 @@ from safetensors.torch import load_file
 
 from learngene.cli import main
 from learngene.errors import TrainingError
-from learngene.io import save_model
+from learngene.formats.model_file import save_model
 from learngene.registry import get_method, list_methods
-from learngene.spec import ViTSpec
-from learngene.train import CHECKPOINT, LOG, TrainConfig, load_checkpoint, train
+from learngene.vit.spec import ViTSpec
+from learngene.training.loop import CHECKPOINT, LOG, TrainConfig, load_checkpoint, train
 from tests.conftest import FaultyData, make_images, nan_images
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,7 +206,7 @@ def test_a_checkpoint_without_a_fingerprint_is_resumed_with_a_warning(tmp_path, 
 
 def _stop_signal_at(batch: int, signame: str):
     """A fault for FaultyData: at that batch the running loop is asked to stop, as the CLI's handler asks."""
-    from learngene.train import request_stop
+    from learngene.training.loop import request_stop
 
     def fault(x, y, soft):
         assert request_stop(signame)
@@ -216,7 +216,7 @@ def _stop_signal_at(batch: int, signame: str):
 
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_a_signal_checkpoints_at_the_step_reached_and_resume_is_bit_exact(signame, tmp_path):
-    from learngene.train import RunInterrupted
+    from learngene.training.loop import RunInterrupted
 
     data = make_images(n=96, num_classes=4)
     spec = ViTSpec(depth=1, embed_dim=16, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)

@@ -9,7 +9,7 @@ import pytest
 from learngene.bench.profiles import PROFILES
 from learngene.bench.smoke import FolderSmoke, run_smoke
 from learngene.cli import main
-from learngene.io import model_preprocessing
+from learngene.formats.model_file import model_preprocessing
 
 
 def test_the_smoke_pipeline_runs_every_stage_at_a_small_size(tmp_path):
@@ -56,7 +56,7 @@ def test_a_deit_ancestrys_preprocessing_flows_from_checkpoint_to_gene_to_descend
     assert model_preprocessing(tmp_path / "child.safetensors") == gene.preprocessing
     assert main([str(a) for a in ["train", tmp_path / "child.safetensors", *fast, "--out", tmp_path / "tuned.safetensors"]]) == 0
     assert model_preprocessing(tmp_path / "tuned.safetensors") == gene.preprocessing
-    from learngene.describe import describe_file
+    from learngene.formats.describe import describe_file
 
     for name in ("gene", "tuned"):
         assert "3x32x32, bicubic resize, center crop 0.9" in describe_file(tmp_path / f"{name}.safetensors")

@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from learngene.errors import SpecError
-from learngene.model_spec import spec_from_model
-from learngene.spec import PRESETS, ViTFamily, ViTSpec, get_preset
+from learngene.vit.model_spec import spec_from_model
+from learngene.vit.spec import PRESETS, ViTFamily, ViTSpec, get_preset
 
 SPECS = [
     ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4),

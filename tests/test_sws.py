@@ -8,8 +8,8 @@ from learngene.errors import LearngeneError
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.sws import even_stages
 from learngene.registry import get_method
-from learngene.spec import ViTSpec, block_key
-from learngene.train import TrainConfig
+from learngene.vit.spec import ViTSpec, block_key
+from learngene.training.loop import TrainConfig
 from tests.conftest import make_images
 
 AUX = ViTSpec(depth=4, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)

@@ -1,4 +1,4 @@
-"""The one table of timm's block tensors (``learngene.timm_keys``) and the lists derived from it."""
+"""The one table of timm's block tensors (``learngene.vit.timm_keys``) and the lists derived from it."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from learngene.methods.importance import width_norm_gains
 from learngene.methods.peg import FFN_PARTS, MSA_LAYER_PARTS
 from learngene.methods.tleg import MODULES
 from learngene.methods.wave import MATRICES
-from learngene.spec import ViTFamily, ViTSpec
-from learngene.timm_keys import BLOCK_TENSORS
-from learngene.transfer import block_axes
+from learngene.vit.spec import ViTFamily, ViTSpec
+from learngene.vit.timm_keys import BLOCK_TENSORS
+from learngene.vit.transfer import block_axes
 
 FAMILIES = [ViTFamily(qkv_bias=b, qk_norm=n, init_values=iv, mlp_layer=m, act_layer="silu" if m != "mlp" else "gelu")
             for b, n, iv, m in itertools.product([True, False], [True, False], [None, 1e-5], ["mlp", "swiglu_packed"])]

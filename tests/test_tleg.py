@@ -12,14 +12,14 @@ from safetensors.torch import load_file
 from learngene.auxnet import block_params_per_layer
 from learngene.cli import main
 from learngene.descendant import GeneNet, make_descendant
-from learngene.describe import describe_gene
+from learngene.formats.describe import describe_gene
 from learngene.errors import LearngeneError
 from learngene.gene import Learngene
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.tleg import MODULES, TLEG, ShareInit, parse_layers
 from learngene.registry import get_method
-from learngene.spec import block_key
-from learngene.train import TrainConfig
+from learngene.vit.spec import block_key
+from learngene.training.loop import TrainConfig
 
 
 def condense(name, ancestry, data, steps=4, seed=0, **opts):

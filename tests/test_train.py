@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from learngene.errors import LearngeneError, TrainingError
-from learngene.train import TrainConfig, _lr_factor, distill_loss, evaluate, predict_logits, train
+from learngene.training.loop import TrainConfig, _lr_factor, distill_loss, evaluate, predict_logits, train
 from tests.conftest import FaultyData, make_images
 
 FAST = dict(batch_size=16, lr=3e-3, progress=False, warmup_epochs=0.5)
@@ -140,7 +140,7 @@ def _weights(model):
 
 
 def test_sdpa_and_eager_attention_and_fused_adamw_give_the_same_training(tiny_spec, toy_data):
-    from learngene.train import set_fused_attention
+    from learngene.training.loop import set_fused_attention
 
     assert set_fused_attention(_model(tiny_spec), False) == tiny_spec.depth
     runs = {}

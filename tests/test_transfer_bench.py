@@ -7,10 +7,10 @@ from learngene.bench import protocol as protocol_module
 from learngene.bench.profiles import Upstream, Variant
 from learngene.bench.report import compare, format_table
 from learngene.descendant import make_descendant
-from learngene.heads import split_qkv
+from learngene.vit.heads import split_qkv
 from learngene.methods.mimetic import Mimetic, blend_query_key, sincos_pos_embed
 from learngene.registry import get_method
-from learngene.spec import ViTSpec
+from learngene.vit.spec import ViTSpec
 
 
 # ---- the 2-std rule on constructed numbers ---------------------------------------------------------------------

@@ -5,11 +5,11 @@ import torch
 
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
-from learngene.heads import join_qkv
+from learngene.vit.heads import join_qkv
 from learngene.method import Ancestry
-from learngene.attention_init import UNTRAINED_ATTENTION_SCALE, attention_logit_scale, sincos_pos_embed
+from learngene.vit.attention_init import UNTRAINED_ATTENTION_SCALE, attention_logit_scale, sincos_pos_embed
 from learngene.registry import get_method
-from learngene.spec import block_key
+from learngene.vit.spec import block_key
 
 COPIERS = ("pretrained", "auto_lg", "heru_lg")
 
@@ -111,7 +111,7 @@ def test_transfer_profile_runs_the_fix_on_the_short_and_converged_ancestries_of_
 
 def test_condense_says_when_the_option_would_apply(tiny_spec, tmp_path, capsys):
     from learngene.cli import main
-    from learngene.io import save_model
+    from learngene.formats.model_file import save_model
 
     for factor, expected in ((1.0, True), (10.0, False)):
         ancestry = _ancestry(tiny_spec, qk_factor=factor)

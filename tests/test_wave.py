@@ -9,14 +9,14 @@ from safetensors.torch import load_file
 
 from learngene.cli import main
 from learngene.descendant import GeneNet, make_descendant
-from learngene.describe import describe_gene
+from learngene.formats.describe import describe_gene
 from learngene.errors import LearngeneError
 from learngene.gene import Learngene
 from learngene.method import AdaptInputs, CondenseInputs
 from learngene.methods.tleg import TLEG
 from learngene.methods.wave import MATRICES, WAVE, block_grid
-from learngene.spec import block_key
-from learngene.train import TrainConfig, evaluate
+from learngene.vit.spec import block_key
+from learngene.training.loop import TrainConfig, evaluate
 
 
 def condense(ancestry, data, steps=4, seed=0, **opts):

@@ -3,9 +3,9 @@
 The pipeline, one module each: :mod:`~learngene.ancestry` (load the big model), :mod:`~learngene.method`
 (the interface every method implements) and :mod:`~learngene.methods` (one module per paper, registered
 in :mod:`~learngene.registry`), :mod:`~learngene.gene` (the learngene file),
-:mod:`~learngene.transfer` (the rules that move tensors between sizes), :mod:`~learngene.auxnet`
+:mod:`~learngene.vit.transfer` (the rules that move tensors between sizes), :mod:`~learngene.auxnet`
 (condensing through an aux net), :mod:`~learngene.descendant` (the models a gene becomes) and
-:mod:`~learngene.train` (the one training loop).
+:mod:`~learngene.training` (the one training loop).
 
 The names below are imported on first use (PEP 562), so that ``import learngene.cli`` and
 ``learngene --help`` do not pay for torch.
@@ -25,8 +25,8 @@ _EXPORTS = {
     "GeneNet": "descendant", "fit_gene_to_budget": "descendant", "make_descendant": "descendant",
     "LearngeneError": "errors", "Learngene": "gene", "load_ancestry": "ancestry",
     "get_method": "registry", "list_methods": "registry", "register_method": "registry",
-    "PRESETS": "spec", "ViTSpec": "spec", "get_preset": "spec",
-    "TrainConfig": "train", "evaluate": "train", "train": "train",
+    "PRESETS": "vit.spec", "ViTSpec": "vit.spec", "get_preset": "vit.spec",
+    "TrainConfig": "training.loop", "evaluate": "training.loop", "train": "training.loop",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
@@ -48,15 +48,6 @@ class _Package(types.ModuleType):
 
     def __dir__(self):
         return sorted({*super().__dir__(), *_EXPORTS})
-
-    # `learngene.train` is the training function; importing the module learngene.train must not rebind it
-    @property
-    def train(self):
-        return _export("train")
-
-    @train.setter
-    def train(self, module) -> None:
-        pass
 
 
 sys.modules[__name__].__class__ = _Package

@@ -2,7 +2,7 @@
 
 Nothing is ever downloaded: timm models are created with ``pretrained=False`` and the weights come
 from the given file, read through safetensors or ``torch.load(weights_only=True)``. Folders are read
-by :mod:`learngene.convert` (timm hub layout, or a transformers ViT / DeiT / DINOv2 converted to
+by :mod:`learngene.formats.convert` (timm hub layout, or a transformers ViT / DeiT / DINOv2 converted to
 timm's keys). Every state_dict goes through the ``checkpoint_filter_fn`` of the architecture's own
 timm module (it converts other layouts and resamples position embeddings to the requested image
 size); a classifier of another size is dropped.
@@ -10,9 +10,9 @@ size); a classifier of another size is dropped.
 Big ancestries cost one copy of their weights at most: files are memory-mapped (pages are read as
 they are used), and the model is built on the meta device and takes the mapped tensors as its
 parameters (``load_state_dict(assign=True)``) instead of allocating and then overwriting its own. The
-NaN check reads every page once and gives it back (:func:`learngene.io.release_pages`), so what stays
+NaN check reads every page once and gives it back (:func:`learngene.formats.memory.release_pages`), so what stays
 resident is what a method reads. The one copy made, an unfused Eva's q/k/v fused (0.28 GiB at EVA-02 L), is
-kept in a temporary file's map (:func:`learngene.io.tensors_in_temporary_file`), whose pages can go the same way.
+kept in a temporary file's map (:func:`learngene.formats.memory.tensors_in_temporary_file`), whose pages can go the same way.
 """
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ from typing import Any, Callable
 
 from torch import Tensor, nn
 
-from .convert import is_model_folder, read_checkpoint
+from .formats.convert import is_model_folder, read_checkpoint
 from .errors import LearngeneError, SpecError
-from .eva import EVA_MODULE, fuse_qkv_projections, has_unfused_qkv
-from .io import load_model_file, release_pages, tensors_in_temporary_file
-from .licenses import check_license
+from .vit.eva import EVA_MODULE, fuse_qkv_projections, has_unfused_qkv
+from .formats.model_file import load_model_file
+from .formats.memory import release_pages, tensors_in_temporary_file
+from .formats.licenses import check_license
 from .method import Ancestry
-from .model_spec import spec_from_model
+from .vit.model_spec import spec_from_model
 
 StateDict = dict[str, Tensor]
 
@@ -47,7 +48,7 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, drop_h
             ``timm_model``, a timm checkpoint (``.safetensors``, ``.pth``, ``.bin``); or a folder with a
             ``config.json``: a timm hub folder or a transformers ViT / DeiT / DINOv2 (``timm_model``
             is read from it, and overrides it when given). A folder's or model file's licence is read
-            (:mod:`learngene.licenses`); a bare checkpoint records none.
+            (:mod:`learngene.formats.licenses`); a bare checkpoint records none.
         timm_model: timm architecture name, e.g. ``"deit_tiny_patch16_224"``.
         drop_head: load a folder's model without its classifier: the ancestry outputs its pooled embedding
             (the way to load a transformers classifier timm's ViT cannot express, e.g. DINOv2's).

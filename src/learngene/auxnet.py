@@ -25,16 +25,16 @@ from typing import Callable, Literal
 import torch
 from tqdm import tqdm
 
-from . import distributed as dist
+from .training import distributed as dist
 from .data import ImageData
-from .distill import FeatureDistillation
+from .training.distill import FeatureDistillation
 from .genenet import GeneNet
 from .errors import LearngeneError
 from .gene import Learngene
 from .method import Ancestry, CondenseInputs, Method
-from .spec import ViTSpec
-from .train import predict_logits, resolve_device, train
-from .transfer import StateDict, inherit_non_block, part_of
+from .vit.spec import ViTSpec
+from .training.loop import predict_logits, resolve_device, train
+from .vit.transfer import StateDict, inherit_non_block, part_of
 
 
 @dataclass(frozen=True)

@@ -19,14 +19,14 @@ import torch
 from torch import Tensor, nn
 
 from .errors import GeneFormatError, LearngeneError
-from .attention_init import blend_query_key, sincos_pos_embed
+from .vit.attention_init import blend_query_key, sincos_pos_embed
 from .gene import Learngene, invalid_gene
 from .genenet import GeneNet  # noqa: F401  (re-exported: learngene.descendant.GeneNet)
-from .io import check_state_shapes
+from .formats.model_file import check_state_shapes
 from .method import Method
 from .registry import get_method
-from .spec import ViTSpec, fit_to_budget
-from .transfer import StateDict
+from .vit.spec import ViTSpec, fit_to_budget
+from .vit.transfer import StateDict
 
 
 def load_gene(path: str | os.PathLike) -> Learngene:
@@ -227,7 +227,7 @@ def fit_gene_to_budget(gene: Learngene, base: ViTSpec, max_params: int | None = 
     supported when the method's ``expand`` gives it the timm shapes of that size, tried on the ``meta``
     device (:func:`expand_on_meta`), so no candidate allocates its weights. ``refused``,
     when given, receives each size within the budget that the method refused (deepest first) and why.
-    See :func:`~learngene.spec.fit_to_budget`.
+    See :func:`~learngene.vit.spec.fit_to_budget`.
     """
     method = gene_method(gene, **options)
 

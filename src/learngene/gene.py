@@ -18,10 +18,11 @@ from typing import Any
 from torch import Tensor
 
 from .errors import GeneFormatError, LearngeneError
-from .io import library_version, nonfinite_tensor, now_iso, quote, read_safetensors, save_safetensors
-from .licenses import check_license
-from .preprocessing import check_preprocessing
-from .spec import ViTSpec
+from .formats.atomic import library_version, now_iso, quote
+from .formats.weights import nonfinite_tensor, read_safetensors, save_safetensors
+from .formats.licenses import check_license
+from .formats.preprocessing import check_preprocessing
+from .vit.spec import ViTSpec
 
 GENE_FORMAT = "learngene"
 # v2: the layout is its own header field; v1 kept it in ``ancestry`` (weight pickers) or in
@@ -50,7 +51,7 @@ class Learngene:
             None when unknown): a head expanded from the gene means these classes.
         preprocessing: what inputs its tensors expect (timm's data-config keys,
             :func:`learngene.data.preprocessing_cfg`), passed on to every descendant's model file; None: unknown.
-        license: the licence of the ancestry's weights (:mod:`learngene.licenses`), named on every descendant's
+        license: the licence of the ancestry's weights (:mod:`learngene.formats.licenses`), named on every descendant's
             model card; None: not recorded.
         library_version, created: provenance, filled in on creation.
     """

@@ -15,8 +15,8 @@ from torch.func import functional_call
 
 from .gene import Learngene
 from .method import Method
-from .spec import ViTSpec
-from .transfer import StateDict
+from .vit.spec import ViTSpec
+from .vit.transfer import StateDict
 
 
 class GeneNet(nn.Module):
@@ -25,7 +25,7 @@ class GeneNet(nn.Module):
     Gradients flow into the gene's tensors (those selected by ``trainable``); keys the method does not
     provide are the skeleton's own ordinary parameters (trained too, e.g. a new classifier head).
     Every weight is materialized once per forward, then the stock timm forward runs on it. The
-    training loop checks data against ``skeleton`` (see :func:`learngene.train.check_data_fits`).
+    training loop checks data against ``skeleton`` (see :func:`learngene.training.loop.check_data_fits`).
     """
 
     def __init__(self, method: Method, gene: Learngene, spec: ViTSpec, trainable: Callable[[str], bool] | None = None):

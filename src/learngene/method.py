@@ -23,9 +23,9 @@ from torch import nn
 from .data import Data
 from .errors import LearngeneError
 from .gene import Learngene
-from .spec import ViTSpec
-from .train import TrainConfig, TrainResult
-from .transfer import StateDict
+from .vit.spec import ViTSpec
+from .training.loop import TrainConfig, TrainResult
+from .vit.transfer import StateDict
 from .validate import RANGE_KEYS, check_fields, out_of_range
 
 
@@ -35,7 +35,7 @@ class Ancestry:
 
     ``spec`` is None when the model is not a plain timm ViT (it can still teach TLEG/WAVE/Share-Init).
     ``label_space``: the classes its head was trained on, when its file records them.
-    ``license``: the licence of its weights, when its folder or file records one (:mod:`learngene.licenses`).
+    ``license``: the licence of its weights, when its folder or file records one (:mod:`learngene.formats.licenses`).
     """
 
     model: nn.Module

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import LearngeneError
-from ..io import now_iso, write_text_atomic
+from ..formats.atomic import now_iso, write_text_atomic
 from ..registry import get_method, list_methods
-from ..spec import ViTSpec
+from ..vit.spec import ViTSpec
 from .profiles import Profile, Task, Upstream, Variant
 from .report import compare, finish_figure, machine, mean_curve, plot_curves, style_per_method, write_csv
 

@@ -15,7 +15,7 @@ from typing import Any
 from .. import methods as _every_method  # noqa: F401  (registers them: lists below are read from their classes)
 from ..errors import LearngeneError
 from ..registry import get_method, list_methods
-from ..spec import ViTSpec, get_preset
+from ..vit.spec import ViTSpec, get_preset
 from .smoke import FolderSmoke
 
 
@@ -104,7 +104,7 @@ class Variant:
             ``(("untrained_attention", "mimetic"),)``).
         upstreams: the upstreams it runs on, by name (``None``: those with ``ablations=True``).
         distill_lambda: λ; the descendant is fine-tuned with distillation from the ancestry
-            (:func:`learngene.distill.setup_distillation`: logits on the ancestry's classes, else features).
+            (:func:`learngene.training.distill.setup_distillation`: logits on the ancestry's classes, else features).
     """
 
     name: str

@@ -40,15 +40,16 @@ from tqdm.auto import tqdm
 from ..ancestry import load_ancestry
 from ..data import ImageData, class_subset, few_shot, load_dataset, take
 from ..descendant import make_descendant, top_up_state
-from ..distill import cache_teacher_outputs, setup_distillation
+from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..io import load_model_file, save_model, write_text_atomic
+from ..formats.model_file import load_model_file, save_model
+from ..formats.atomic import write_text_atomic
 from ..method import AdaptInputs, Ancestry, CondenseInputs
-from ..progress import on_terminal, progress_bar
+from ..training.progress import on_terminal, progress_bar
 from ..registry import get_method, list_methods
-from ..spec import ViTSpec
-from ..train import TrainConfig, seed_everything, train
+from ..vit.spec import ViTSpec
+from ..training.loop import TrainConfig, seed_everything, train
 from .profiles import Profile, Task, Upstream, Variant
 from .report import write_report
 

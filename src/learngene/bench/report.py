@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..io import now_iso, write_text_atomic
+from ..formats.atomic import now_iso, write_text_atomic
 from .profiles import Profile, Task
 
 if TYPE_CHECKING:

@@ -53,8 +53,8 @@ def run_smoke(profile: FolderSmoke, out: Path, run_command: Callable[[list[str]]
     import torch
 
     from ..data import write_image_folder
-    from ..io import write_text_atomic
-    from ..train import resolve_device
+    from ..formats.atomic import write_text_atomic
+    from ..training.loop import resolve_device
 
     steps = max_steps or profile.max_steps
     out.mkdir(parents=True, exist_ok=True)

@@ -36,9 +36,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, or a one-line usage error already printed
         return int(exc.code or 0)
     args.command_line = shlex.join(["learngene", *argv])  # what reports name as the command that made them
-    from .. import distributed as dist
-    from ..io import os_error_message, release_run_dirs
-    from ..train import CHECKPOINT
+    from ..training import distributed as dist
+    from ..formats.atomic import os_error_message
+    from ..formats.run_dirs import release_run_dirs
+    from ..training.loop import CHECKPOINT
 
     finished = False
     previous_handlers = _stop_on_signals()
@@ -75,7 +76,7 @@ class Terminated(KeyboardInterrupt):
 
 
 def _signal_name(exc: KeyboardInterrupt) -> str:
-    from ..train import RunInterrupted
+    from ..training.loop import RunInterrupted
 
     if isinstance(exc, RunInterrupted):
         return exc.signame
@@ -84,8 +85,8 @@ def _signal_name(exc: KeyboardInterrupt) -> str:
 
 def _interruption_message(args: argparse.Namespace, exc: KeyboardInterrupt) -> str:
     """One line: what stopped the run, what was saved, and the command that continues it."""
-    from ..io import quote
-    from ..train import RunInterrupted
+    from ..formats.atomic import quote
+    from ..training.loop import RunInterrupted
 
     said = f"stopped by {_signal_name(exc)}"
     continues = ("rerun the same command with --resume to continue" if hasattr(args, "resume")
@@ -102,7 +103,7 @@ def _interruption_message(args: argparse.Namespace, exc: KeyboardInterrupt) -> s
 def _stop_on_signals():
     """SIGINT and SIGTERM: a running training loop finishes its step, checkpoints and stops (train.RunInterrupted);
     anywhere else, or at a second signal, the command stops at once."""
-    from ..train import request_stop
+    from ..training.loop import request_stop
 
     def on_signal(signum, frame):
         name = signal.Signals(signum).name
@@ -127,7 +128,7 @@ def _clear_progress_bars() -> None:
 
 def _fail(args: argparse.Namespace, message: str) -> int:
     """Print the one-line error (a name holding a newline cannot split it) and give the usage exit code."""
-    from .. import distributed as dist
+    from ..training import distributed as dist
 
     _clear_progress_bars()
     where = f" (rank {dist.rank()})" if dist.is_distributed() else ""

@@ -6,14 +6,15 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .. import distributed as dist
+from ..training import distributed as dist
 from ..data import preprocessing_cfg
 from ..descendant import fit_gene_to_budget, make_descendant
 from ..errors import LearngeneError
-from ..export import check_output_folder, export_hub_folder, wants_folder
+from ..formats.export import check_output_folder, export_hub_folder, wants_folder
 from ..gene import Learngene
-from ..io import quote, save_model
-from ..labels import describe as describe_labels
+from ..formats.atomic import quote
+from ..formats.model_file import save_model
+from ..formats.labels import describe as describe_labels
 from ..method import citations
 from ..registry import get_method
 from .making import head_label_space, license_entry

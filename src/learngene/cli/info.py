@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import typing
 
-from ..describe import describe_file
+from ..formats.describe import describe_file
 from ..descendant import load_gene
 from ..method import citations
 from ..registry import get_method, list_methods

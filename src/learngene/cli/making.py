@@ -7,18 +7,19 @@ import dataclasses
 import json
 from typing import Any
 
-from .. import distributed as dist
+from ..training import distributed as dist
 from ..ancestry import load_ancestry
-from ..convert import is_model_folder
+from ..formats.convert import is_model_folder
 from ..data import preprocessing_cfg
 from ..descendant import load_gene, make_descendant
-from ..distill import cache_teacher_outputs, setup_distillation
+from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..errors import LearngeneError
-from ..io import build_model, digest, load_model_file, model_preprocessing, save_model
-from ..labels import choose_head
+from ..formats.model_file import build_model, load_model_file, model_preprocessing, save_model
+from ..formats.weights import digest
+from ..formats.labels import choose_head
 from ..method import AdaptInputs, CondenseInputs
 from ..registry import get_method
-from ..train import seed_everything, train
+from ..training.loop import seed_everything, train
 from .options import check_outputs, load_data_from_args, parse_options, say, spec_from_args, train_config_from_args
 
 

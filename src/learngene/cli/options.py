@@ -12,12 +12,13 @@ import typing
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import distributed as dist
+from ..training import distributed as dist
 from ..data import default_workers, few_shot, fraction, load_splits
 from ..errors import LearngeneError
-from ..io import check_output_path, lock_run_dir, quote
-from ..spec import ViTSpec, get_preset
-from ..train import CHECKPOINT, TrainConfig
+from ..formats.atomic import check_output_path, quote
+from ..formats.run_dirs import lock_run_dir
+from ..vit.spec import ViTSpec, get_preset
+from ..training.loop import CHECKPOINT, TrainConfig
 
 
 def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
@@ -117,7 +118,7 @@ def train_config_from_args(args: argparse.Namespace, desc: str) -> TrainConfig:
 def check_outputs(args: argparse.Namespace, outputs: Sequence[str | None], inputs: Sequence[str | None] = ()) -> None:
     """Every output can be written (and does not exist, without --overwrite), and none is an input of the command.
 
-    The outputs are then written by :func:`learngene.io.atomic_path`, which creates them exclusively, so a
+    The outputs are then written by :func:`learngene.formats.atomic.atomic_path`, which creates them exclusively, so a
     file that appears in the meantime is not replaced either.
     """
     outputs = [o for o in outputs if o]

@@ -12,7 +12,7 @@ import argparse
 import math
 
 from .._version import __version__
-from ..spec import PRESETS
+from ..vit.spec import PRESETS
 from ..validate import MAX_INT
 
 EXIT_USAGE = 2
@@ -69,7 +69,7 @@ def _count(text: str) -> int:
 
 def _license(text: str) -> str:
     from ..errors import LearngeneError
-    from ..licenses import check_license
+    from ..formats.licenses import check_license
 
     try:
         return check_license(text, "")

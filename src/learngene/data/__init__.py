@@ -12,13 +12,9 @@ names), ``folder`` (image folders streamed with a model's preprocessing), ``augm
 
 from .augment import AUGMENTATIONS, DEIT_RECIPE, BatchMixer, augment_batch
 from .batches import Batch, Batches
-from .folder import (IMAGENET_MEAN, IMAGENET_STD, FolderData, default_workers, folder_transforms, image_folder,
-                     index_seed, preprocessing_cfg, write_image_folder)
-from .images import (Data, ImageData, class_subset, convert_channels, few_shot, fraction, label_space, normalize,
-                     resize, take)
-from .sources import (BUILTIN_DATASETS, DATA_SOURCES, DEBIAN_FASHION_MNIST, FASHION_MNIST_MEAN, FASHION_MNIST_STD,
-                      DataSource, LoadRequest, cache_dir, digits, fashion_mnist, find_source, load_dataset, load_splits,
-                      register_source, torchvision_dataset)
+from .folder import IMAGENET_MEAN, IMAGENET_STD, FolderData, default_workers, folder_transforms, image_folder, index_seed, preprocessing_cfg, write_image_folder
+from .images import Data, ImageData, class_subset, convert_channels, few_shot, fraction, label_space, normalize, resize, take
+from .sources import BUILTIN_DATASETS, DATA_SOURCES, DEBIAN_FASHION_MNIST, FASHION_MNIST_MEAN, FASHION_MNIST_STD, DataSource, LoadRequest, cache_dir, digits, fashion_mnist, find_source, load_dataset, load_splits, register_source, torchvision_dataset
 
 __all__ = [
     "AUGMENTATIONS", "BUILTIN_DATASETS", "Batch", "BatchMixer", "Batches", "DATA_SOURCES", "DEBIAN_FASHION_MNIST",

@@ -13,8 +13,8 @@ import torch
 from torch import Tensor
 
 from ..errors import DataError
-from ..naflex import image_input
-from ..preprocessing import PREPROCESSING_KEYS, check_preprocessing
+from ..vit.naflex import image_input
+from ..formats.preprocessing import PREPROCESSING_KEYS, check_preprocessing
 from .augment import AUGMENTATIONS, DEIT_RECIPE
 from .images import Data, ImageData, colour_for_grey_model, label_space
 

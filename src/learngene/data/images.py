@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import DataError
-from ..spec import available_memory
+from ..vit.spec import available_memory
 
 if TYPE_CHECKING:
     from .folder import FolderData

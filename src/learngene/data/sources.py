@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..errors import DataError
-from ..io import atomic_path, quote
+from ..formats.atomic import atomic_path, quote
 from .augment import AUGMENTATIONS
 from .folder import FolderData, image_folder
 from .images import Data, ImageData, colour_for_grey_model, convert_channels, resize

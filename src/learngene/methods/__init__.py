@@ -3,7 +3,7 @@
 Each module here (a name not starting with ``_``) is imported, and its ``@register_method`` classes
 register themselves: adding a method is adding a file. ``tests/test_registry.py`` fails for a module
 that registers nothing; a helper shared by several methods belongs one level up (e.g.
-:mod:`learngene.attention_init`) or in a ``_private`` module here.
+:mod:`learngene.vit.attention_init`) or in a ``_private`` module here.
 """
 
 import importlib

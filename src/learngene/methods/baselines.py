@@ -6,7 +6,7 @@ stored-parameter count is the rule's real storage cost.
 
 ``--opt untrained_attention=mimetic`` (pretrained, auto_lg, heru_lg; default ``keep``, the papers'
 baselines): where the stored attention was never trained (judged from the weights alone, by
-:func:`~learngene.attention_init.mimetic_where_untrained`), the descendant takes mimetic's attention and sin-cos positions
+:func:`~learngene.vit.attention_init.mimetic_where_untrained`), the descendant takes mimetic's attention and sin-cos positions
 instead and keeps the ancestry's MLPs, norms and patch embedding. An ancestry trained 2 epochs has
 near-uniform attention and its descendants lose to mimetic on unseen classes; this recovers mimetic's
 level (docs/RESULTS.md, ``benchmarks/transfer_why.py``). With ``keep``, ``learngene condense`` says so
@@ -18,12 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..attention_init import UntrainedAttentionOptions, mimetic_where_untrained, untrained_attention_note
+from ..vit.attention_init import UntrainedAttentionOptions, mimetic_where_untrained, untrained_attention_note
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..spec import ViTSpec
-from ..transfer import StateDict, inherit_non_block, place_blocks, require_block_shape
+from ..vit.spec import ViTSpec
+from ..vit.transfer import StateDict, inherit_non_block, place_blocks, require_block_shape
 
 
 @register_method

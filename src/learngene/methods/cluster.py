@@ -16,9 +16,9 @@ clusters win. W_O columns follow their heads (App. D) and are copied unscaled. C
 parameters of a plain timm ViT, so every layer has the same ``H_d`` heads (the paper's incrementing /
 decrementing head counts per layer are not plain timm ViTs and are not offered). Heads keep the
 ancestry's size ``d``, so the descendant is ``H_d·d`` wide; other residual widths, MLP sizes and
-depths are carried over by :mod:`learngene.transfer`.
+depths are carried over by :mod:`learngene.vit.transfer`.
 
-Unlike the authors' code, heads are sliced in timm's ``[Q; K; V]`` layout (:mod:`learngene.heads`),
+Unlike the authors' code, heads are sliced in timm's ``[Q; K; V]`` layout (:mod:`learngene.vit.heads`),
 the qkv bias is kept, images are normalized exactly as in training, and clusters are computed, not
 hard-coded.
 
@@ -28,9 +28,9 @@ Two departures from the paper, kept on purpose:
   only W_O's input columns, so ``H_d`` heads of size ``d`` need not fill ``D``. timm 1.0.31's
   ``Attention`` accepts an ``attn_head_dim``, but ``VisionTransformer`` and ``Block`` do not forward it:
   only a custom ``attn_layer=partial(Attention, attn_head_dim=d)`` expresses it, and such a model is
-  not a plain timm ViT (whoever loads it must rebuild that layer; :class:`~learngene.spec.ViTSpec`
+  not a plain timm ViT (whoever loads it must rebuild that layer; :class:`~learngene.vit.spec.ViTSpec`
   maps onto ``timm.create_model``'s keyword arguments). Our descendants therefore have width
-  ``H_d·d``, with the residual and MLP axes carried over by :mod:`learngene.transfer`.
+  ``H_d·d``, with the residual and MLP axes carried over by :mod:`learngene.vit.transfer`.
 - Attention distance. Eq. 4 weights each key patch's pixel distance by its attention; the authors
   use the raw probabilities after dropping the class token, so a head that attends to the class
   token gets a smaller "distance" only because its patch weights sum to less than one. We
@@ -50,25 +50,16 @@ from torch import Tensor, nn
 
 from ..data import Data
 from ..errors import LearngeneError
-from ..eva import block_inputs
+from ..vit.eva import block_inputs
 from ..gene import Learngene
-from ..heads import select_matrix
-from ..io import atomic_path, give_back, release_pages
+from ..vit.heads import select_matrix
+from ..formats.atomic import atomic_path
+from ..formats.memory import give_back, release_pages
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..spec import ViTSpec, block_key
-from ..timm_keys import MLP, MSA, NORM, block_names, head_sliced
-from ..transfer import (
-    StateDict,
-    block_axes,
-    block_state,
-    carry_non_block,
-    cyclic,
-    inherit_non_block,
-    mix_block_heads,
-    resize_block,
-    stretch,
-)
+from ..vit.spec import ViTSpec, block_key
+from ..vit.timm_keys import MLP, MSA, NORM, block_names, head_sliced
+from ..vit.transfer import StateDict, block_axes, block_state, carry_non_block, cyclic, inherit_non_block, mix_block_heads, resize_block, stretch
 from ..validate import option
 
 PAPER_EPS_PX, PAPER_IMG_SIZE = 10.0, 224  # Eps = 10 px at 224-px images (App. C)
@@ -139,7 +130,7 @@ def mean_attention_distance(model: nn.Module, spec: ViTSpec, data: Data, num_ima
 
     The sample goes through the model block by block (every batch through block ``l``, then block
     ``l + 1``): each block's weights are read once, and a memory-mapped ancestry's pages are given back
-    after it (:func:`~learngene.io.release_pages`), so a ViT-g is never resident whole; only the
+    after it (:func:`~learngene.formats.memory.release_pages`), so a ViT-g is never resident whole; only the
     sample's tokens and one block's activations are. Each batch sees the same operations as in a
     whole-model forward, so the distances are the same.
 

@@ -62,17 +62,8 @@ from torch import Tensor
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..spec import ViTSpec, block_key
-from ..transfer import (
-    CLASSES,
-    KEEP,
-    Axis,
-    StateDict,
-    block_axes,
-    carried,
-    inherit_non_block,
-    non_block_axes,
-)
+from ..vit.spec import ViTSpec, block_key
+from ..vit.transfer import CLASSES, KEEP, Axis, StateDict, block_axes, carried, inherit_non_block, non_block_axes
 from ..validate import option
 
 PREFIX, STATS = "dct.", "stats."
@@ -261,7 +252,7 @@ class Front(Method):
         spec = ancestry.require_vit(self.name)
         if self.config.variant == "orthonormal":
             return self.new_gene(self._orthonormal_coefficients(spec, ancestry.state()), spec, spec)
-        # their script reads tensors as a ViT stores them: a NaFlexVit's embeddings in that layout (learngene.naflex)
+        # their script reads tensors as a ViT stores them: a NaFlexVit's embeddings in that layout (learngene.vit.naflex)
         state, cfg = spec.vit_layout(ancestry.state()), self.config
         tensors: StateDict = {}
         for name in block_axes(spec):

@@ -10,7 +10,7 @@ widened) is tiled along its input and divided by ``n``. Heads keep their size an
 ``n``-fold (new head ``j`` is a copy of head ``j mod H``, its W_O columns divided by ``n``), as the
 authors advise for attention. A LayerNorm over ``n`` copies of a vector has the same mean and
 variance, so the grown ViT computes the ancestry's function exactly (up to float rounding). The
-residual and MLP axes use :func:`~learngene.transfer.axis_map`'s cyclic repeat with reader
+residual and MLP axes use :func:`~learngene.vit.transfer.axis_map`'s cyclic repeat with reader
 scaling, which for an exact multiple is this rule. Noise variant (``snr_db``): as in the authors'
 code, Gaussian noise at that signal-to-noise ratio is added to one copy-block of each widened
 matrix's input and subtracted from the next (pairs of blocks; an odd last block stays clean), so it
@@ -47,22 +47,12 @@ from torch import Tensor
 
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..heads import join_proj, select_matrix, split_proj
+from ..vit.heads import join_proj, select_matrix, split_proj
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..spec import ViTSpec, block_key
-from ..timm_keys import WRITER, block_names
-from ..transfer import (
-    AxisMap,
-    StateDict,
-    axis_map,
-    block_axes,
-    block_state,
-    carry_non_block,
-    cyclic,
-    mix_block_heads,
-    resize_block,
-)
+from ..vit.spec import ViTSpec, block_key
+from ..vit.timm_keys import WRITER, block_names
+from ..vit.transfer import AxisMap, StateDict, axis_map, block_axes, block_state, carry_non_block, cyclic, mix_block_heads, resize_block
 
 WRITERS = block_names(tag=WRITER)  # zeroed, a block adds nothing to the residual stream
 

@@ -19,7 +19,7 @@ the upstream images (``num_images``, normalized as in training) and every unit g
 Learngene. The whole ancestry, permuted into importance order (residual channels, each layer's
 heads, each layer's MLP neurons; a permutation computes the same function), plus the layer scores.
 Every narrower descendant is then a prefix slice: the first ``D'`` channels, ``H'`` heads (through
-:mod:`learngene.heads`) and ``M'`` neurons. The kept residual channels are put back in the ancestry's
+:mod:`learngene.vit.heads`) and ``M'`` neurons. The kept residual channels are put back in the ancestry's
 order (the gene stores the permutation), so a same-size descendant outputs the ancestry's embedding
 channel for channel, as a probe or a text tower tied to it expects. Depth keeps the ``L'``
 highest-scoring layers in their original order.
@@ -47,19 +47,9 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..spec import ViTSpec, block_key
-from ..timm_keys import WIDTH_GAIN, block_names
-from ..transfer import (
-    NON_BLOCK_NORMS,
-    StateDict,
-    block_axes,
-    block_state,
-    carried,
-    given,
-    inherit_non_block,
-    move_state,
-    resize_non_block,
-)
+from ..vit.spec import ViTSpec, block_key
+from ..vit.timm_keys import WIDTH_GAIN, block_names
+from ..vit.transfer import NON_BLOCK_NORMS, StateDict, block_axes, block_state, carried, given, inherit_non_block, move_state, resize_non_block
 
 LAYER_SCORE, WIDTH_SCORE, WIDTH_ORDER = "importance.layer", "importance.width", "importance.width_order"
 
@@ -137,7 +127,7 @@ def descending(scores: Tensor) -> Tensor:
 
 def permute_block(b: StateDict, spec: ViTSpec, width: Tensor, heads: Tensor, neurons: Tensor) -> StateDict:
     """One block's tensors (in-block names) with residual channels, heads and MLP neurons reordered
-    (every tensor the family has, by its axes: :mod:`learngene.transfer`)."""
+    (every tensor the family has, by its axes: :mod:`learngene.vit.transfer`)."""
     return move_state(b, block_axes(spec), spec.block_shapes(), (spec.num_heads,) * 2, given(width, neurons, heads))
 
 

@@ -47,22 +47,8 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
-from ..spec import ViTSpec, block_key
-from ..transfer import (
-    CLASSES,
-    HEAD_DIM,
-    HEADS,
-    HEADS_IN,
-    HIDDEN,
-    HIDDEN_IN,
-    KEEP,
-    TOKENS,
-    StateDict,
-    block_axes,
-    carried,
-    inherit_non_block,
-    non_block_axes,
-)
+from ..vit.spec import ViTSpec, block_key
+from ..vit.transfer import CLASSES, HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, KEEP, TOKENS, StateDict, block_axes, carried, inherit_non_block, non_block_axes
 from ..validate import option
 
 SMALL, AUX, F_, G_ = "small.", "aux.", "F.", "G."

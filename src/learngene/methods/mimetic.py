@@ -5,28 +5,18 @@ ViTs, each head's query-key product is close to the identity and each layer's va
 product close to the negative identity, with 2-D sin-cos position embeddings. Every other weight
 keeps timm's default initialization. Used alone (``--method mimetic``) or as a top-up that fills the
 attention weights another method leaves to timm (``make_descendant(..., top_up="mimetic")``,
-``learngene expand --top-up mimetic``). The closed form itself is :mod:`learngene.attention_init`, which
+``learngene expand --top-up mimetic``). The closed form itself is :mod:`learngene.vit.attention_init`, which
 the other methods and ``make_descendant`` import.
 """
 
 from __future__ import annotations
 
-from ..attention_init import (  # noqa: F401  (re-exported: the closed form lives in learngene.attention_init)
-    UNTRAINED_ATTENTION_SCALE,
-    MimeticConfig,
-    attention_logit_scale,
-    blend_query_key,
-    mimetic_attention,
-    mimetic_where_untrained,
-    query_key_factors,
-    sincos_pos_embed,
-    value_projection_factors,
-)
+from ..vit.attention_init import UNTRAINED_ATTENTION_SCALE, MimeticConfig, attention_logit_scale, blend_query_key, mimetic_attention, mimetic_where_untrained, query_key_factors, sincos_pos_embed, value_projection_factors
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..spec import ViTSpec
-from ..transfer import StateDict
+from ..vit.spec import ViTSpec
+from ..vit.transfer import StateDict
 
 
 @register_method

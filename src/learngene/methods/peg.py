@@ -11,7 +11,7 @@ layer, norm2 with the FFN, mixed with the same weights).
 Weight-space mixing (where this differs from Eq. 4). Eq. 4 mixes the heads' attention logits and
 values, ``Σ_i p_i (Q_i K_iᵀ, V_i)``: a sum of ``H_a`` rank-``d`` bilinear forms that no single head of
 size ``d`` can hold. We mix the weights instead, ``q̃ = Σ_i p_i q_i`` (likewise k, v, their biases and
-the matching W_O columns, :func:`~learngene.heads.mix_heads`), so ``q̃ k̃ᵀ = Σ_ij p_i p_j q_i k_jᵀ``
+the matching W_O columns, :func:`~learngene.vit.heads.mix_heads`), so ``q̃ k̃ᵀ = Σ_ij p_i p_j q_i k_jᵀ``
 carries cross terms Eq. 4 does not, and every gene head is an ordinary head: descendants stay plain
 timm ViTs.
 
@@ -27,7 +27,7 @@ returns holds φ and the trained classifier (its ``descendant.*`` tensors) for t
 ``expand`` then gives the adapted descendant.
 
 Widths follow heads × head size: the descendant has ``H_c`` heads of the ancestry's size ``d`` and
-width ``H_c·d``; the residual and MLP axes are carried over by :mod:`learngene.transfer`.
+width ``H_c·d``; the residual and MLP axes are carried over by :mod:`learngene.vit.transfer`.
 Unlike the authors' released code this keeps the mixtures (not the first heads), trains the depth
 map and never re-initializes inherited weights.
 """
@@ -44,29 +44,14 @@ from torch import Tensor
 from ..genenet import GeneNet
 from ..errors import LearngeneError
 from ..gene import DESCENDANT, Learngene
-from ..heads import join_proj, join_qkv, split_proj, split_qkv
-from ..io import give_back, release_pages
+from ..vit.heads import join_proj, join_qkv, split_proj, split_qkv
+from ..formats.memory import give_back, release_pages
 from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..spec import ViTSpec, block_key
-from ..train import TrainResult, train
-from ..timm_keys import MLP, MSA, NORM, block_names, has_tag, head_sliced, per_head
-from ..transfer import (
-    KEEP,
-    WIDTH,
-    WIDTH_IN,
-    Axis,
-    StateDict,
-    block_axes,
-    block_state,
-    carry_non_block,
-    cyclic,
-    inherit_non_block,
-    mapped,
-    mix_block_heads,
-    move_tensor,
-    stretch,
-)
+from ..vit.spec import ViTSpec, block_key
+from ..training.loop import TrainResult, train
+from ..vit.timm_keys import MLP, MSA, NORM, block_names, has_tag, head_sliced, per_head
+from ..vit.transfer import KEEP, WIDTH, WIDTH_IN, Axis, StateDict, block_axes, block_state, carry_non_block, cyclic, inherit_non_block, mapped, mix_block_heads, move_tensor, stretch
 
 # gene tensors stacked over layers: (layers, heads, ...) for the MSA heads, (layers, ...) otherwise
 # (q, k, v biases only where the family has them); the per-layer vectors of each sub-layer travel with it:
@@ -101,7 +86,7 @@ PHI_MAPS = ("msa_layers", "ffn_layers", "heads")
 
 
 def gene_axes(layout: ViTSpec) -> dict[str, tuple[Axis, ...]]:
-    """The axes of the stacked gene tensors (:mod:`learngene.transfer`'s roles): the layer axis, then, for the
+    """The axes of the stacked gene tensors (:mod:`learngene.vit.transfer`'s roles): the layer axis, then, for the
     per-head parts, the head and its channels (kept), then the block tensor's own residual or MLP axis."""
     blocks, keep = block_axes(layout), Axis(KEEP)
     axes = {f"msa.{p}": (keep, keep, keep, Axis(WIDTH_IN)) for p in "qkv"}  # (layers, heads, d, D)
@@ -241,7 +226,7 @@ class PEG(Method):
         return stored
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        """Widths by :mod:`learngene.transfer`, then φ over the layer axis and per layer over the head axis (Eq. 6).
+        """Widths by :mod:`learngene.vit.transfer`, then φ over the layer axis and per layer over the head axis (Eq. 6).
 
         The residual and MLP axes move first, on the gene's own layers: φ acts elementwise over them, and
         without biases it is positively homogeneous (a reader's 1/copies commutes with it), so this is

@@ -33,8 +33,8 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Paper
 from ..registry import register_method
-from ..spec import ViTSpec
-from ..transfer import StateDict, inherit_non_block, part_of, place_blocks, require_block_shape, stretch
+from ..vit.spec import ViTSpec
+from ..vit.transfer import StateDict, inherit_non_block, part_of, place_blocks, require_block_shape, stretch
 
 
 @dataclass(frozen=True)

@@ -32,11 +32,11 @@ import torch
 from torch import Tensor
 
 from ..gene import Learngene
-from ..heads import join_qkv
+from ..vit.heads import join_qkv
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..spec import ViTSpec, block_key
-from ..transfer import StateDict
+from ..vit.spec import ViTSpec, block_key
+from ..vit.transfer import StateDict
 from ..validate import option
 
 # impulse offsets (row, column) of a 3 x 3 kernel in their order: centre, up, right, left, down, corners

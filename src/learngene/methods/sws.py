@@ -21,20 +21,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ..auxnet import (
-    AuxConfig,
-    AuxNetMethod,
-    expand_non_block,
-    initial_non_block,
-    require_layout,
-    vector_start,
-)
+from ..auxnet import AuxConfig, AuxNetMethod, expand_non_block, initial_non_block, require_layout, vector_start
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
-from ..spec import ViTSpec, block_key
-from ..transfer import StateDict, require_block_shape
+from ..vit.spec import ViTSpec, block_key
+from ..vit.transfer import StateDict, require_block_shape
 
 PREFIX = "stage."
 

@@ -15,22 +15,14 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..auxnet import (
-    AuxConfig,
-    AuxNetMethod,
-    block_params_per_layer,
-    expand_non_block,
-    initial_non_block,
-    require_layout,
-    vector_start,
-)
+from ..auxnet import AuxConfig, AuxNetMethod, block_params_per_layer, expand_non_block, initial_non_block, require_layout, vector_start
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
-from ..spec import ViTSpec, block_key
-from ..timm_keys import LAYER_SCALE, MLP, MSA, NORM, block_names, has_tag, per_head
-from ..transfer import StateDict
+from ..vit.spec import ViTSpec, block_key
+from ..vit.timm_keys import LAYER_SCALE, MLP, MSA, NORM, block_names, has_tag, per_head
+from ..vit.transfer import StateDict
 from ..validate import option
 
 # TLEG Table 4's module groups, in timm's block-tensor names (those a family has). A family's other

@@ -31,24 +31,16 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..auxnet import (
-    AuxConfig,
-    AuxNetMethod,
-    block_params_per_layer,
-    expand_non_block,
-    initial_non_block,
-    require_layout,
-    vector_start,
-)
+from ..auxnet import AuxConfig, AuxNetMethod, block_params_per_layer, expand_non_block, initial_non_block, require_layout, vector_start
 from ..genenet import GeneNet
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import AdaptInputs, Paper
 from ..registry import register_method
-from ..spec import ViTSpec, block_key
-from ..train import TrainResult, train
-from ..timm_keys import MATRIX, block_names
-from ..transfer import HEAD_DIM, StateDict, block_axes, segments
+from ..vit.spec import ViTSpec, block_key
+from ..training.loop import TrainResult, train
+from ..vit.timm_keys import MATRIX, block_names
+from ..vit.transfer import HEAD_DIM, StateDict, block_axes, segments
 from ..validate import option
 
 MATRIX_NAMES = block_names(tag=MATRIX)  # every family's block weight matrices

@@ -13,24 +13,11 @@ from dataclasses import dataclass
 
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..io import give_back
+from ..formats.memory import give_back
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..spec import ViTSpec, block_key
-from ..transfer import (
-    HEADS,
-    HEADS_IN,
-    WIDTH,
-    Axis,
-    StateDict,
-    block_axes,
-    block_state,
-    carried,
-    evenly,
-    inherit_non_block,
-    move_state,
-    non_block_axes,
-)
+from ..vit.spec import ViTSpec, block_key
+from ..vit.transfer import HEADS, HEADS_IN, WIDTH, Axis, StateDict, block_axes, block_state, carried, evenly, inherit_non_block, move_state, non_block_axes
 
 
 @dataclass(frozen=True)
@@ -51,7 +38,7 @@ class WeightSelection(Method):
         return self.new_gene(ancestry.state(), spec, spec)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        """Every axis of every tensor (the family's too) by :mod:`learngene.transfer`'s table, evenly spaced;
+        """Every axis of every tensor (the family's too) by :mod:`learngene.vit.transfer`'s table, evenly spaced;
         head axes whole heads and the same within-head dims in each (or, ``head_aware=false``, plain rows)."""
         src: ViTSpec = gene.layout
         for n_src, n_dst in ((src.embed_dim, spec.embed_dim), (src.mlp_inner, spec.mlp_inner)):

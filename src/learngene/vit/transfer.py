@@ -2,7 +2,7 @@
 
 Methods pick or build the tensors a descendant needs; how those tensors are carried to another size
 is written once, here. Per-tensor rules are data, as torchtune writes its key mappings: for every
-state_dict key of any ViT family a :class:`~learngene.spec.ViTSpec` describes, :func:`block_axes` and
+state_dict key of any ViT family a :class:`~learngene.vit.spec.ViTSpec` describes, :func:`block_axes` and
 :func:`non_block_axes` name what each axis is: the residual stream (written, or read by a Linear's
 input columns), the MLP's hidden channels (SwiGLU's fc1: gate and value segments), attention heads
 (q/k/v rows in segments, W_O columns), channels inside a head (q/k norms), classes, or something left
@@ -10,7 +10,7 @@ as it is (tokens, kernels). A family's extra tensors are rows like any other, so
 them by the rule their axes call for, written once: layer-scale gammas, norms, biases, register and
 distillation tokens are residual-stream vectors like a LayerNorm's weight; the MAP attention-pool head
 ``attn_pool.*`` is attention (``q``: 1 segment of heads, ``kv``: 2, ``proj``: columns per head) plus an
-MLP, sliced head by head with :mod:`learngene.heads`' layout exactly like a block's; ``head_dist`` is a
+MLP, sliced head by head with :mod:`learngene.vit.heads`' layout exactly like a block's; ``head_dist`` is a
 classifier.
 
 Carrying an axis of ``n_src`` coordinates to ``n_dst`` (:func:`axis_map`):
@@ -36,34 +36,18 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .errors import LearngeneError
+from ..errors import LearngeneError
 from .heads import join_heads, split_heads
 from .naflex import MODEL_KEYS as NAFLEX_MODEL_KEYS, VIT_KEYS as NAFLEX_KEYS, model_axes
 from .spec import ViTSpec, block_key
-from .timm_keys import (  # noqa: F401  (the axis roles are re-exported: learngene.transfer.WIDTH, ...)
-    CLASSES,
-    HEAD_DIM,
-    HEADS,
-    HEADS_IN,
-    HIDDEN,
-    HIDDEN_IN,
-    KEEP,
-    NON_BLOCK_TENSORS,
-    READERS,
-    TOKENS,
-    WIDTH,
-    WIDTH_GAIN,
-    WIDTH_IN,
-    Axis,
-    family_axes,
-)
+from .timm_keys import CLASSES, HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, KEEP, NON_BLOCK_TENSORS, READERS, TOKENS, WIDTH, WIDTH_GAIN, WIDTH_IN, Axis, family_axes
 
 StateDict = dict[str, Tensor]
 
 
 def block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
     """The axes of every tensor of one block of ``spec`` (in-block names): the rows of the one block table,
-    :data:`~learngene.timm_keys.BLOCK_TENSORS`, that ``spec``'s family has."""
+    :data:`~learngene.vit.timm_keys.BLOCK_TENSORS`, that ``spec``'s family has."""
     return family_axes(spec.family)
 
 
@@ -75,8 +59,8 @@ NON_BLOCK_NORMS = tuple(dict.fromkeys(key.removesuffix(".weight")
 
 def non_block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
     """The axes of every tensor outside the blocks of ``spec``: the rows of the one table,
-    :data:`~learngene.timm_keys.NON_BLOCK_TENSORS`, that ``spec`` has (under its model's keys, as
-    :meth:`~learngene.spec.ViTSpec.non_block_shapes`)."""
+    :data:`~learngene.vit.timm_keys.NON_BLOCK_TENSORS`, that ``spec`` has (under its model's keys, as
+    :meth:`~learngene.vit.spec.ViTSpec.non_block_shapes`)."""
     axes = {key: row.axes for key, row in NON_BLOCK_TENSORS.items() if row.present(spec)}
     return model_axes(axes) if spec.family.model_class == "naflex" else axes
 
@@ -207,7 +191,7 @@ def _take(t: Tensor, dim: int, index: Tensor | slice) -> Tensor:
 
 def move_tensor(t: Tensor, axes: tuple[Axis, ...], shape: tuple[int, ...], heads: tuple[int, int], rule: Rule) -> Tensor:
     """``t`` carried to ``shape`` axis by axis: ``rule(role, n_src, n_dst)`` maps each; head axes are split
-    into (segments, heads, head_dim) (:func:`~learngene.heads.split_heads`) and both parts mapped; readers
+    into (segments, heads, head_dim) (:func:`~learngene.vit.heads.split_heads`) and both parts mapped; readers
     are scaled by the map's 1/copies. Token counts and patch kernels are left as they are (timm's
     resamplers move them in :func:`inherit_non_block`)."""
     h_src, h_dst = heads
@@ -239,7 +223,7 @@ def move_tensor(t: Tensor, axes: tuple[Axis, ...], shape: tuple[int, ...], heads
 def mix_block_heads(block: StateDict, axes: dict[str, tuple[Axis, ...]], mixing: Tensor) -> StateDict:
     """``block`` (in-block names) with its heads replaced by combinations of them: new head ``o`` is
     ``Σ_h mixing[o, h]·head h`` in every tensor with a head axis (q/k/v rows and their biases, W_O's columns,
-    any family's rows such as Eva's q/v biases and sub-norm), as :func:`~learngene.heads.mix_heads` does for
+    any family's rows such as Eva's q/v biases and sub-norm), as :func:`~learngene.vit.heads.mix_heads` does for
     qkv and W_O. A one-hot ``mixing`` ``(H_new, H)`` selects or repeats heads."""
     heads = mixing.shape[1]
     out = dict(block)
@@ -258,7 +242,7 @@ def move_state(state: StateDict, axes: dict[str, tuple[Axis, ...]], shapes: dict
     out = {}
     for key, t in state.items():
         if key not in axes:
-            raise LearngeneError(f"no rule carries {key} to another size; add its row to learngene.transfer")
+            raise LearngeneError(f"no rule carries {key} to another size; add its row to learngene.vit.transfer")
         if key in shapes:
             out[key] = move_tensor(t, axes[key], shapes[key], heads, rule)
     return out

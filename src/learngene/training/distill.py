@@ -4,14 +4,14 @@ Two kinds, chosen by the teacher's label space (:func:`setup_distillation`):
 
 - **logit KD** when the teacher's head was trained on the data's classes: per image
   ``(1−λ)·CE(z_s, y) + λ·τ²·KL(softmax(z_t/τ) ‖ softmax(z_s/τ))`` (Hinton et al. 2015, arXiv:1503.02531;
-  :func:`learngene.train.distill_loss`). Weight selection (Xu et al., arXiv:2311.18823, Sec. 4.4) reports
+  :func:`learngene.training.loop.distill_loss`). Weight selection (Xu et al., arXiv:2311.18823, Sec. 4.4) reports
   selection followed by this distillation as its best recipe.
 - **feature KD** otherwise (another label space, or a headless teacher): per image
   ``(1−λ)·CE(z_s, y) + λ·(1 − cos(P·f_s, f_t))`` where ``f_s`` is the student's pooled embedding (what its
   head reads), ``f_t`` the teacher's and ``P`` a learned linear map when their widths differ. ``P`` trains
   with the student and is not part of the student (nothing saves it).
 
-Both run in the one training loop (:func:`learngene.train.train`): the teacher's outputs are the loop's
+Both run in the one training loop (:func:`learngene.training.loop.train`): the teacher's outputs are the loop's
 soft targets, and :class:`FeatureDistillation` brings its own per-image loss.
 """
 
@@ -22,9 +22,9 @@ from typing import Any, NamedTuple
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .errors import LearngeneError
-from .naflex import image_input
-from .train import distill_loss
+from ..errors import LearngeneError
+from ..vit.naflex import image_input
+from .loop import distill_loss
 
 
 def _timm_net(model: nn.Module) -> nn.Module:
@@ -143,11 +143,11 @@ def setup_distillation(model: nn.Module, teacher: nn.Module, data: Any,
 
 
 def cache_teacher_outputs(data: Any, teacher: nn.Module, cfg: Any) -> tuple[Any, nn.Module | None]:
-    """``(data, teacher)`` for :func:`learngene.train.train`: in-memory images that are the same every epoch get
+    """``(data, teacher)`` for :func:`learngene.training.loop.train`: in-memory images that are the same every epoch get
     the teacher's outputs computed once (the teacher is then not needed: None); augmented, mixed or streamed
     data keep the teacher, which the loop runs on each batch."""
-    from .data import ImageData
-    from .train import predict_logits, resolve_device
+    from ..data import ImageData
+    from .loop import predict_logits, resolve_device
 
     if cfg.augment or cfg.mixup or not isinstance(data, ImageData) or data.soft_targets is not None:
         return data, teacher

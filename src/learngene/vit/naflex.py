@@ -1,4 +1,4 @@
-"""timm's ``NaFlexVit`` as a :class:`~learngene.spec.ViTSpec` family: SigLIP 2 NaFlex (Tschannen et al.,
+"""timm's ``NaFlexVit`` as a :class:`~learngene.vit.spec.ViTSpec` family: SigLIP 2 NaFlex (Tschannen et al.,
 "SigLIP 2", arXiv 2502.14786) and RADIO (``naflexvit_*_radio_*``).
 
 A NaFlexVit with timm's ``Block`` is a ViT whose embeddings sit in one module, ``embeds``: its tokens are
@@ -12,7 +12,7 @@ That embedding is a ViT's in another layout, exactly: the Linear's weight is the
 ``(D, C, P, P)`` kernel permuted to channels last and flattened, and the grid is the ``(1, g·g, D)``
 table of a ``no_embed_class`` ViT in row-major order. :func:`to_vit_layout`/:func:`to_model_layout` move
 tensors between the two, so the rules that resample a position table or a patch kernel are written once
-(:mod:`learngene.transfer`). The spec records the construction-time grid as ``img_size = g · patch_size``
+(:mod:`learngene.vit.transfer`). The spec records the construction-time grid as ``img_size = g · patch_size``
 (timm's ``pos_embed_grid_size``); the model is built with that grid and still takes any image size.
 
 Not described (refused in one line naming the part): EVA blocks (RoPE, SwiGLU: ``rope_type``,
@@ -80,7 +80,7 @@ def naflex_problems(model) -> list[str]:
 
 
 def naflex_family_fields(model, block) -> dict[str, Any]:
-    """The :class:`~learngene.spec.ViTFamily` fields read off a NaFlexVit (its MLP, norms, pooling and
+    """The :class:`~learngene.vit.spec.ViTFamily` fields read off a NaFlexVit (its MLP, norms, pooling and
     activation are read by the caller, as for a ViT)."""
     from torch import nn
 

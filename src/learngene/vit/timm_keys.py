@@ -1,21 +1,21 @@
 """timm's names for the tensors of a ViT, in two tables: what each axis is and what the tensor does.
 
 Every other list of block keys derives from :data:`BLOCK_TENSORS`: the shapes of a size
-(:meth:`~learngene.spec.ViTSpec.block_shapes`), the rules that carry tensors between sizes
-(:func:`learngene.transfer.block_axes`) and the groups methods work on (TLEG's ``msa`` / ``mlp`` /
+(:meth:`~learngene.vit.spec.ViTSpec.block_shapes`), the rules that carry tensors between sizes
+(:func:`learngene.vit.transfer.block_axes`) and the groups methods work on (TLEG's ``msa`` / ``mlp`` /
 ``ln`` modules, PEG's per-layer parts, the residual writers G_stack zeros, the LayerNorm gains weight
 subcloning rescales, WAVE's weight matrices, Cluster-Learngene's heads and FFN). A family that adds a
 per-block tensor adds one row here. The tensors outside the blocks (tokens, embeddings, norms, the attention
 pooling head, classifiers) are the rows of :data:`NON_BLOCK_TENSORS`, each with its shape at a size and whether
-a model has it: :meth:`~learngene.spec.ViTSpec.non_block_shapes` and :func:`learngene.transfer.non_block_axes`
-read it. Nothing of learngene is imported: :mod:`learngene.spec` reads it.
+a model has it: :meth:`~learngene.vit.spec.ViTSpec.non_block_shapes` and :func:`learngene.vit.transfer.non_block_axes`
+read it. Nothing of learngene is imported: :mod:`learngene.vit.spec` reads it.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
-# ---- what an axis is (the rules of :mod:`learngene.transfer` move each kind its own way) ----------------
+# ---- what an axis is (the rules of :mod:`learngene.vit.transfer` move each kind its own way) ----------------
 WIDTH = "width"  # the residual stream, written: Linear rows, vectors, tokens
 WIDTH_IN = "width_in"  # the residual stream, read: Linear input columns
 HIDDEN = "hidden"  # MLP hidden channels, written (fc1 rows; SwiGLU: gate and value segments)
@@ -191,7 +191,7 @@ def _head(spec) -> bool:
 
 
 # In timm's order (``VisionTransformer.state_dict()`` without the blocks); a NaFlexVit's embeddings are moved to
-# its own keys and shapes by :mod:`learngene.naflex`.
+# its own keys and shapes by :mod:`learngene.vit.naflex`.
 NON_BLOCK_TENSORS: dict[str, NonBlockTensor] = {
     "cls_token": NonBlockTensor(TOKENS, _tokens(lambda spec: 1), lambda spec: spec.family.class_token),
     "reg_token": NonBlockTensor(TOKENS, _tokens(lambda spec: spec.family.reg_tokens), lambda spec: spec.family.reg_tokens > 0),

@@ -1,4 +1,4 @@
-"""timm's ``Eva`` class as a :class:`~learngene.spec.ViTSpec` family: EVA-02 (Fang et al., "EVA-02: A
+"""timm's ``Eva`` class as a :class:`~learngene.vit.spec.ViTSpec` family: EVA-02 (Fang et al., "EVA-02: A
 Visual Representation for Neon Genesis", arXiv 2303.11331) and Meta's Perception Encoder ``vit_pe_*``
 (Bolya et al., "Perception Encoder", arXiv 2504.13181).
 
@@ -8,7 +8,7 @@ Eva's state_dict is a ViT's with a few more rows: the same ``patch_embed``/``pos
 ``mlp.norm`` on the hidden channels before fc2) and layer scale named ``gamma_1``/``gamma_2``. Rotary
 position embeddings (RoPE) hold no weights: the architecture computes them from the head size and
 the patch grid, so a descendant of another size gets its own. What a spec records of an Eva are
-these rows (:class:`~learngene.spec.ViTFamily`'s ``model_class="eva"``, ``qv_bias``, ``attn_norm``,
+these rows (:class:`~learngene.vit.spec.ViTFamily`'s ``model_class="eva"``, ``qv_bias``, ``attn_norm``,
 ``mlp_norm``, ``rope``); this module translates them to and from Eva's own arguments.
 
 EVA-02 B/L and the EVA-02 CLIP towers keep q, k and v apart (timm's ``qkv_fused=False``); loaded as
@@ -76,7 +76,7 @@ def eva_problems(model, block) -> list[str]:
 
 
 def eva_family_fields(model, block) -> dict[str, Any]:
-    """The :class:`~learngene.spec.ViTFamily` fields read off an Eva (its MLP, norms and activation are read by
+    """The :class:`~learngene.vit.spec.ViTFamily` fields read off an Eva (its MLP, norms and activation are read by
     the caller, as for a ViT)."""
     from torch import nn
 
@@ -121,7 +121,7 @@ def fuse_qkv_projections(state: dict, read_once: Callable[..., None] = lambda *t
 
     ``read_once`` is called with each block's q, k, v weights once they are fused (e.g. to give back a mapped
     file's pages); ``place`` receives ``(key, make)`` pairs, ``make()`` computing one fused weight, and returns
-    them by key (by default, computed in memory; :func:`learngene.io.tensors_in_temporary_file` keeps them in a
+    them by key (by default, computed in memory; :func:`learngene.formats.memory.tensors_in_temporary_file` keeps them in a
     file's memory map instead).
     """
     import re

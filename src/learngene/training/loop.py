@@ -5,7 +5,7 @@ Eq. 6 with λ=1, τ=1; WAVE Eq. 6 adds CE). AdamW, linear warmup then cosine dec
 clipping, bf16 autocast on CUDA only (bf16 on some CPUs dies in oneDNN), DDP under ``torchrun``.
 Every epoch appends to ``log.jsonl`` and writes ``checkpoint.pt`` atomically; ``resume=True`` continues
 from it bit for bit (model, optimizer, schedule, RNG states and the data position are all restored;
-:class:`~learngene.checkpoint.RunState` is what a checkpoint holds, :mod:`learngene.checkpoint` the run directory). One step is :func:`loss_step` then :func:`optimizer_step`.
+:class:`~learngene.training.checkpoint.RunState` is what a checkpoint holds, :mod:`learngene.training.checkpoint` the run directory). One step is :func:`loss_step` then :func:`optimizer_step`.
 """
 
 from __future__ import annotations
@@ -27,25 +27,14 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from . import distributed as dist
-from .checkpoint import (  # noqa: F401  (CHECKPOINT, LOG, load_checkpoint, run_fingerprint: re-exported)
-    CHECKPOINT,
-    LOG,
-    NonFiniteError,
-    RunState,
-    last_good,
-    load_checkpoint,
-    open_run,
-    record_nonfinite_stop,
-    run_fingerprint,
-    zero_sums,
-)
-from .data import Batch, Batches, BatchMixer, Data, take
-from .errors import DataError, LearngeneError, TrainingError
-from .io import write_text_atomic
-from .naflex import image_input
+from .checkpoint import CHECKPOINT, LOG, NonFiniteError, RunState, last_good, load_checkpoint, open_run, record_nonfinite_stop, run_fingerprint, zero_sums
+from ..data import Batch, Batches, BatchMixer, Data, take
+from ..errors import DataError, LearngeneError, TrainingError
+from ..formats.atomic import write_text_atomic
+from ..vit.naflex import image_input
 from .progress import progress_bar
-from .spec import available_memory, training_activation_bytes
-from .validate import check_fields
+from ..vit.spec import available_memory, training_activation_bytes
+from ..validate import check_fields
 
 
 # ---- stopping on SIGINT / SIGTERM at a step boundary ---------------------------------------------------
@@ -291,11 +280,11 @@ def predict_logits(model: nn.Module, data: Data, batch_size: int = 512, device: 
 
 def require_activation_memory(model: nn.Module, cfg: TrainConfig, device: torch.device) -> None:
     """Refuse, before the first step allocates it, a batch whose activations cannot fit in the device's free memory
-    (:func:`learngene.spec.training_activation_bytes`, a lower bound); a model of unknown layout is not checked."""
+    (:func:`learngene.vit.spec.training_activation_bytes`, a lower bound); a model of unknown layout is not checked."""
     vit = getattr(model, "skeleton", model)
     try:
         block = vit.blocks[0]
-        embed = getattr(vit, "patch_embed", None)  # a NaFlexVit has none: its position grid's (learngene.naflex)
+        embed = getattr(vit, "patch_embed", None)  # a NaFlexVit has none: its position grid's (learngene.vit.naflex)
         patches = embed.num_patches if embed is not None else math.prod(vit.embeds.pos_embed_grid_size)
         tokens = patches + getattr(vit, "num_prefix_tokens", 1)
         sizes = (tokens, vit.embed_dim, block.attn.num_heads, block.mlp.fc1.out_features, len(vit.blocks))

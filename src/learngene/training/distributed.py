@@ -17,7 +17,7 @@ from typing import Any, Callable, TypeVar
 import torch
 import torch.distributed as dist
 
-from .errors import LearngeneError
+from ..errors import LearngeneError
 
 T = TypeVar("T")
 

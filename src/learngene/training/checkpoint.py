@@ -20,12 +20,13 @@ import torch
 from torch import Tensor, nn
 
 from . import distributed as dist
-from .data import Data
-from .errors import LearngeneError, TrainingError
-from .io import digest, nonfinite_tensor, quote, save_torch_atomic, torch_load_weights_only, write_text_atomic
+from ..data import Data
+from ..errors import LearngeneError, TrainingError
+from ..formats.weights import digest, nonfinite_tensor, torch_load_weights_only
+from ..formats.atomic import quote, save_torch_atomic, write_text_atomic
 
 if TYPE_CHECKING:
-    from .train import TrainConfig
+    from .loop import TrainConfig
 
 CHECKPOINT = "checkpoint.pt"
 CHECKPOINT_KEYS = {"model", "optimizer", "scheduler", "rng", "epoch", "step_in_epoch", "global_step", "history",

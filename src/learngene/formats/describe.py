@@ -8,12 +8,14 @@ import os
 from pathlib import Path
 
 from .convert import CONFIG, is_model_folder
-from .descendant import load_gene
-from .errors import GeneFormatError
-from .gene import GENE_FORMAT, Learngene
-from .io import MODEL_FORMAT, load_model_file, model_preprocessing, quote, read_safetensors
-from .registry import get_method
-from .spec import ViTSpec
+from ..descendant import load_gene
+from ..errors import GeneFormatError
+from ..gene import GENE_FORMAT, Learngene
+from .model_file import MODEL_FORMAT, load_model_file, model_preprocessing
+from .atomic import quote
+from .weights import read_safetensors
+from ..registry import get_method
+from ..vit.spec import ViTSpec
 
 
 def describe_spec(spec: ViTSpec) -> str:
@@ -56,8 +58,8 @@ def describe_file(path: str | os.PathLike, show_tensors: bool = False) -> str:
 def describe_folder(path: str | os.PathLike, show_tensors: bool = False) -> str:
     """A timm hub folder (what ``learngene expand --out DIR/`` writes) or a transformers ViT/DeiT/DINOv2 folder: its
     config, the model it builds (spec, parameters, FLOPs), its preprocessing, its model card's facts and tensors."""
-    from .ancestry import load_ancestry
-    from .data import preprocessing_cfg
+    from ..ancestry import load_ancestry
+    from ..data import preprocessing_cfg
 
     path = Path(path)
     config = json.loads((path / CONFIG).read_text())

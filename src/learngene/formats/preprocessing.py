@@ -1,6 +1,6 @@
 """The preprocessing a model expects, as one checked dict of timm's data-config keys.
 
-A leaf: model files (:mod:`learngene.io`), genes (:mod:`learngene.gene`) and datasets
+A leaf: model files (:mod:`learngene.formats.model_file`), genes (:mod:`learngene.gene`) and datasets
 (:mod:`learngene.data`, which reads the dict off a timm model or a dataset) all check it here.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from .errors import DataError
+from ..errors import DataError
 
 PREPROCESSING_KEYS = ("input_size", "interpolation", "mean", "std", "crop_pct", "crop_mode")
 

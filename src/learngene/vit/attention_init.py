@@ -16,9 +16,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .errors import LearngeneError
+from ..errors import LearngeneError
 from .heads import join_qkv, split_qkv
-from .io import release_pages
+from ..formats.memory import release_pages
 from .spec import ViTSpec, block_key
 from .transfer import StateDict
 
@@ -42,7 +42,7 @@ def query_key_factors(width: int, head_dim: int, heads: int, alpha: float, beta:
     timm computes ``x Wᵀ``, so it stores their transposes.
 
     Returns:
-        q, k of shape ``(H, d, D)`` (timm's per-head rows, see :func:`~learngene.heads.split_qkv`).
+        q, k of shape ``(H, d, D)`` (timm's per-head rows, see :func:`~learngene.vit.heads.split_qkv`).
     """
     z = torch.randn(heads, width, width, generator=generator, dtype=torch.float64) / width**0.5
     u, s, vh = torch.linalg.svd(alpha * z + beta * torch.eye(width, dtype=torch.float64))

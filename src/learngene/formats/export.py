@@ -26,9 +26,10 @@ from typing import Any, Iterator
 
 from torch import nn
 
-from .errors import LearngeneError
-from .io import TEMP_NAME_CHARS, check_output_place, library_version, quote, save_safetensors
-from .spec import ViTSpec
+from ..errors import LearngeneError
+from .atomic import TEMP_NAME_CHARS, check_output_place, library_version, quote
+from .weights import save_safetensors
+from ..vit.spec import ViTSpec
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -102,7 +103,7 @@ def export_hub_folder(path: str | os.PathLike, model: nn.Module, spec: ViTSpec, 
             (what it was trained on after expansion; the card says it was not, without it), ``head`` (whether
             the classifier is the ancestry's, fresh or fine-tuned), ``licence`` (the ancestry's, when known;
             "unknown" otherwise), ``license_id`` (its identifier, for the hub's ``license:`` front matter, which
-            :func:`learngene.licenses.folder_license` reads back), and any other ``key: value`` lines (e.g.
+            :func:`learngene.formats.licenses.folder_license` reads back), and any other ``key: value`` lines (e.g.
             ``provided tensors``).
         data_config: preprocessing for ``pretrained_cfg`` (``mean``, ``std``, ``interpolation``,
             ``crop_pct``): give the data's the model was trained on (:func:`learngene.data.preprocessing_cfg`

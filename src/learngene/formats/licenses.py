@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .errors import LearngeneError
+from ..errors import LearngeneError
 
 # SPDX identifiers and expressions (``Apache-2.0``, ``MIT OR Apache-2.0``) and the hub's ids (``cc-by-nc-4.0``)
 _LICENSE = re.compile(r"[A-Za-z0-9(][A-Za-z0-9.+\-() ]{0,99}")

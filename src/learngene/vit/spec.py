@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from . import naflex
-from .errors import SpecError
-from .validate import check_fields
+from ..errors import SpecError
+from ..validate import check_fields
 from .timm_keys import HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, NON_BLOCK_TENSORS, WIDTH, WIDTH_IN, family_axes
 
 # FLOP convention: a multiply-add is 2 FLOPs, and only the matmuls and convolutions count (patch
@@ -35,7 +35,7 @@ POOLS = ("token", "avg", "map")
 # timm's Mlp; SwiGLUPacked (GluMlp, SiLU gate first: DINOv2 ViT-g); SwiGLU (separate fc1_g, fc1_x: AIMv2, EVA-02 B/L)
 MLP_LAYERS = ("mlp", "swiglu_packed", "swiglu")
 NORM_LAYERS = ("layernorm", "rmsnorm")  # timm's LayerNorm (weight, bias); RmsNorm (weight only: AIMv2)
-MODEL_CLASSES = ("vit", "eva", "naflex")  # timm's VisionTransformer; Eva (learngene.eva); NaFlexVit (learngene.naflex)
+MODEL_CLASSES = ("vit", "eva", "naflex")  # timm's VisionTransformer; Eva (learngene.vit.eva); NaFlexVit (learngene.vit.naflex)
 
 
 # Sizes beyond these are refused before anything is built. They lie far past any ViT trained today; a typo or
@@ -70,7 +70,7 @@ def available_memory() -> int | None:
 
 
 def block_key(layer: int, name: str) -> str:
-    """timm's state_dict key of tensor ``name`` (a row of :data:`~learngene.timm_keys.BLOCK_TENSORS`) in block ``layer``."""
+    """timm's state_dict key of tensor ``name`` (a row of :data:`~learngene.vit.timm_keys.BLOCK_TENSORS`) in block ``layer``."""
     return f"blocks.{layer}.{name}"
 
 
@@ -105,8 +105,8 @@ class ViTFamily:
         proj_bias: biases on attention's output projection and the MLP's linears (AIMv2 has none).
         embed_norm: a norm after the patch embedding, ``patch_embed.norm`` (AIMv2).
         model_class: ``"vit"`` (timm's VisionTransformer), ``"eva"`` (timm's Eva: EVA-02, Perception
-            Encoder; see :mod:`learngene.eva`) or ``"naflex"`` (timm's NaFlexVit: SigLIP 2 NaFlex, RADIO; see
-            :mod:`learngene.naflex`), fixed by the architecture.
+            Encoder; see :mod:`learngene.vit.eva`) or ``"naflex"`` (timm's NaFlexVit: SigLIP 2 NaFlex, RADIO; see
+            :mod:`learngene.vit.naflex`), fixed by the architecture.
         qv_bias: Eva's separate q and v biases ``attn.q_bias``/``attn.v_bias`` (k has none; EVA-02).
         attn_norm: Eva's sub-LayerNorm on the heads' outputs before W_O, ``attn.norm``.
         mlp_norm: Eva's sub-LayerNorm on the MLP's hidden channels before fc2, ``mlp.norm``.
@@ -194,7 +194,7 @@ class ViTFamily:
     def timm_kwargs(self) -> dict[str, Any]:
         """The arguments passed to timm (JSON values): all but ``act_layer``/``mlp_layer``/``norm_layer``,
         ``embed_norm`` and ``distilled``, which the architecture fixes (``proj_bias`` only when off); an
-        Eva's in its own names (:func:`learngene.eva.eva_kwargs`)."""
+        Eva's in its own names (:func:`learngene.vit.eva.eva_kwargs`)."""
         if self.model_class == "eva":
             from .eva import eva_kwargs
 
@@ -365,7 +365,7 @@ class ViTSpec:
     # ---- tensors, parameters, FLOPs -------------------------------------------------------------
     def block_shapes(self) -> dict[str, tuple[int, ...]]:
         """Shape of every tensor in one block, keyed by in-block names, in timm's order (the rows of
-        :data:`~learngene.timm_keys.BLOCK_TENSORS` this family has, each axis at this size)."""
+        :data:`~learngene.vit.timm_keys.BLOCK_TENSORS` this family has, each axis at this size)."""
         D = self.embed_dim
         size = {WIDTH: D, WIDTH_IN: D, HIDDEN: self.mlp_hidden, HIDDEN_IN: self.mlp_inner, HEADS_IN: D, HEAD_DIM: self.head_dim}
         # a head axis is segments x heads x head_dim (qkv: 3·D); fc1's hidden axis already counts SwiGLU's two halves
@@ -374,14 +374,14 @@ class ViTSpec:
 
     def non_block_shapes(self, vit_layout: bool = False) -> dict[str, tuple[int, ...]]:
         """Shapes of the tensors outside the blocks (tokens, embeddings, norms, pooling head, classifiers: the rows
-        of :data:`~learngene.timm_keys.NON_BLOCK_TENSORS` this model has); a NaFlexVit's embeddings under its own
-        keys unless ``vit_layout`` (:mod:`learngene.naflex`)."""
+        of :data:`~learngene.vit.timm_keys.NON_BLOCK_TENSORS` this model has); a NaFlexVit's embeddings under its own
+        keys unless ``vit_layout`` (:mod:`learngene.vit.naflex`)."""
         shapes = {key: row.shape(self) for key, row in NON_BLOCK_TENSORS.items() if row.present(self)}
         return naflex.model_shapes(shapes) if self.family.model_class == "naflex" and not vit_layout else shapes
 
     def model_layout(self, state: dict[str, Any]) -> dict[str, Any]:
         """Tensors given under a plain ViT's keys and shapes (``pos_embed``, ``patch_embed.*``, tokens) under this
-        model's own: a NaFlexVit's ``embeds.*`` (:func:`learngene.naflex.to_model_layout`); the same otherwise."""
+        model's own: a NaFlexVit's ``embeds.*`` (:func:`learngene.vit.naflex.to_model_layout`); the same otherwise."""
         return naflex.to_model_layout(state) if self.family.model_class == "naflex" else state
 
     def vit_layout(self, state: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from .errors import SpecError
+from ..errors import SpecError
 from .spec import MLP_LAYERS, POOLS, TIMM_ARCH, ViTFamily, ViTSpec, is_distilled, mlp_layer_of
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "silu", "relu")
@@ -78,7 +78,7 @@ def _why_not_beit(model) -> str:
 
 def spec_from_model(model, arch: str | None = None) -> ViTSpec:
     """Read the spec (architecture, family, size) of a timm ``VisionTransformer``, ``VisionTransformerDistilled``,
-    ``Eva`` (:mod:`learngene.eva`) or ``NaFlexVit`` (:mod:`learngene.naflex`).
+    ``Eva`` (:mod:`learngene.vit.eva`) or ``NaFlexVit`` (:mod:`learngene.vit.naflex`).
 
     The architecture is the name timm built ``model`` from (``model.pretrained_cfg``), or ``arch``.
     The spec is checked by building that architecture with the read arguments on the meta device:

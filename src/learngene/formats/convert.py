@@ -31,8 +31,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .errors import GeneFormatError, LearngeneError
-from .io import load_weights
+from ..errors import GeneFormatError, LearngeneError
+from .weights import load_weights
 from .licenses import folder_license
 
 StateDict = dict[str, Tensor]
@@ -54,7 +54,7 @@ class Checkpoint:
         state: the weights under timm's key names (lazily memory-mapped where the format allows).
         pretrained_cfg: preprocessing the checkpoint records (mean, std, input size, crop, interpolation).
         source: where it came from, for messages.
-        license: the licence the folder records (:func:`learngene.licenses.folder_license`); None: none recorded.
+        license: the licence the folder records (:func:`learngene.formats.licenses.folder_license`); None: none recorded.
     """
 
     arch: str | None

@@ -1,0 +1,160 @@
+"""Writing files safely: output paths checked before work starts, atomic writes (a temporary file in
+the target directory, fsync'ed, then renamed or hard-linked), and file names quoted so every error stays
+on one line."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import io
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from .._version import __version__
+from ..errors import LearngeneError
+
+
+def library_version() -> str:
+    return __version__
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def quote(path: str | os.PathLike) -> str:
+    """A file name as messages show it: quoted like Python's repr, so a newline in a name cannot split a one-line error."""
+    return repr(os.fspath(path))
+
+
+# errnos that say something about the place written to (full, read-only, not allowed, name too long), not a bug
+_PLACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.EFBIG,
+                 errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.EIO, errno.EMFILE, errno.ENFILE}
+
+
+def os_error_message(exc: OSError, path: str | os.PathLike | None = None) -> str:
+    """One line for an OSError about a place (disk full, read-only, permissions): what, where, what to do.
+
+    ``path`` names the place when given (e.g. the output, not its temporary file), else the error's own file.
+    """
+    where = path if path is not None else exc.filename
+    what = exc.strerror or type(exc).__name__
+    fix = {errno.ENOSPC: "free some disk space or choose another path",
+           errno.EDQUOT: "free some disk space or choose another path",
+           errno.EROFS: "choose a path on a writable filesystem",
+           errno.ENAMETOOLONG: "choose a shorter path"}.get(exc.errno, "check the path and its permissions, or choose another path")
+    return (f"{quote(where)}: " if where is not None else "") + f"{what}; {fix}"
+
+
+def check_output_path(path: str | os.PathLike, overwrite: bool = True) -> Path:
+    """Fail early, with a clear message, if ``path`` cannot be written."""
+    path = Path(path)
+    if path.is_dir():
+        raise LearngeneError(f"{quote(path)} is a directory; give a file path")
+    return check_output_place(path, overwrite)
+
+
+def check_output_place(path: Path, overwrite: bool) -> Path:
+    """``path`` (a file or a folder) is new or may be replaced, and its directory exists and is writable."""
+    if (path.exists() or path.is_symlink()) and not overwrite:
+        raise LearngeneError(f"{quote(path)} already exists; pass --overwrite to replace it")
+    parent = path.parent if str(path.parent) else Path(".")
+    if parent.exists() and not parent.is_dir():
+        raise LearngeneError(f"{quote(parent)} is not a directory; choose an output path inside a directory")
+    if not parent.is_dir():
+        raise LearngeneError(f"directory {quote(parent)} does not exist; create it first")
+    if not os.access(parent, os.W_OK):
+        raise LearngeneError(f"directory {quote(parent)} is not writable; choose another output path")
+    return path
+
+
+# the temporary file's name keeps at most this much of the target's, so a long (valid) name stays valid
+TEMP_NAME_CHARS = 32
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, overwrite: bool) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; on success fsync it and move it to ``path``, atomically.
+
+    A crash at any moment leaves either the old file (or none) or the complete new one: the data reach
+    the disk (fsync) before the rename, and the rename itself is made durable by syncing the directory.
+    Without ``overwrite`` the output is created exclusively: the temporary file is hard-linked to
+    ``path``, which fails if ``path`` exists, so of two writers racing for one name only one succeeds.
+    A full or read-only disk raises a one-line :class:`LearngeneError`; the old file is left intact.
+    """
+    path = check_output_path(path, overwrite)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:TEMP_NAME_CHARS]}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise LearngeneError(f"cannot write {os_error_message(exc, path)}") from None
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600 files; outputs get the usual permissions
+        with open(tmp_path, "rb+") as fh:
+            os.fsync(fh.fileno())
+        _publish(tmp_path, path, overwrite)
+        with contextlib.suppress(OSError):  # some filesystems cannot open or sync a directory
+            dir_fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+    except OSError as exc:
+        if exc.errno not in _PLACE_ERRNOS:
+            raise
+        raise LearngeneError(f"cannot write {os_error_message(exc, path)}") from None
+    finally:
+        tmp_path.unlink(missing_ok=True)
+
+
+def _publish(tmp: Path, path: Path, overwrite: bool) -> None:
+    if overwrite:
+        os.replace(tmp, path)
+        return
+    taken = LearngeneError(f"{quote(path)} already exists (another process wrote it meanwhile); pass --overwrite "
+                           f"to replace it, or choose another path")
+    try:
+        os.link(tmp, path)  # atomic and exclusive: fails if the name exists
+        return
+    except FileExistsError:
+        raise taken from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK, errno.ENOSYS):
+            raise
+    try:  # a filesystem without hard links: claim the name exclusively, then move the data over the claim
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    except FileExistsError:
+        raise taken from None
+    os.replace(tmp, path)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, overwrite: bool = True) -> None:
+    write_bytes_atomic(path, text.encode(), overwrite)
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes, overwrite: bool = True) -> None:
+    """Serialized data go to disk through Python's own writes, so a full disk is an ``OSError`` (ENOSPC) that
+    :func:`atomic_path` reports in one line; serializers writing on their own (safetensors, torch.save) raise
+    errors of their own kinds instead."""
+    with atomic_path(path, overwrite) as tmp:
+        tmp.write_bytes(data)
+
+
+def save_torch_atomic(path: str | os.PathLike, obj: Any, overwrite: bool = True) -> None:
+    """``torch.save`` of plain tensors and containers, written atomically (e.g. a training checkpoint)."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    write_bytes_atomic(path, buffer.getbuffer(), overwrite)

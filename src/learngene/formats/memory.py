@@ -1,0 +1,119 @@
+"""Memory of mapped weights: pages given back to the kernel once read, and tensors made one at a time
+into a temporary file's map instead of ordinary memory."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import tempfile
+from typing import Callable, Iterable
+
+import torch
+from torch import Tensor
+
+
+def tensors_in_temporary_file(made: Iterable[tuple[str, Callable[[], Tensor]]]) -> dict[str, Tensor]:
+    """Tensors computed one at a time (``(key, make)`` pairs), each written to a temporary file once made and
+    dropped, returned as views of that file's private memory map.
+
+    For a copy that loading must make of a memory-mapped checkpoint (EVA-02's q, k, v fused into one weight):
+    in ordinary memory it stays resident for good, while a file's pages can be given back once read
+    (:func:`release_pages`), as the checkpoint's are. The file is unlinked at once: the map keeps its data
+    until the tensors are freed, and nothing is left on disk. (Where the temporary folder is a tmpfs, its pages
+    are memory too: no saving, no loss.)
+    """
+    layout: dict[str, tuple[int, torch.dtype, torch.Size]] = {}
+    with tempfile.NamedTemporaryFile(prefix="learngene-", suffix=".tensors") as fh:
+        offset = 0
+        for key, make in made:
+            tensor = make().detach().contiguous()
+            fh.write(bytes(-offset % 64))  # aligned for every dtype
+            offset += -offset % 64
+            layout[key] = (offset, tensor.dtype, tensor.shape)
+            if tensor.numel():
+                fh.write(memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))
+            offset += tensor.numel() * tensor.element_size()
+            del tensor
+        fh.flush()
+        storage = torch.UntypedStorage.from_file(fh.name, shared=False, nbytes=offset) if offset else None
+    return {key: torch.empty(shape, dtype=dtype) if storage is None else
+            torch.empty(0, dtype=dtype).set_(storage, start // torch.empty(0, dtype=dtype).element_size(), shape)
+            for key, (start, dtype, shape) in layout.items()}
+
+_MADV_PAGEOUT = 21  # linux/mman.h (Linux >= 5.4)
+_RELEASE_MIN_BYTES = 2**20  # smaller tensors are not worth reading /proc/self/maps for (a tiny model's every step)
+
+
+def release_pages(*tensors: Tensor) -> None:
+    """Let the kernel take back the pages of tensors read once from a memory map (``madvise(MADV_PAGEOUT)``).
+
+    A method that reads every layer of a memory-mapped ancestry once (PEG's mixtures) would otherwise keep
+    the whole checkpoint resident beside the gene it builds. Only tensors that lie in a file's mapping are
+    advised: their unchanged pages are read again from the file if used (written ones are kept or swapped);
+    tensors in ordinary memory are left alone, so a caller need not know where a tensor lives. A no-op
+    elsewhere than Linux.
+    """
+    import ctypes
+    import mmap
+
+    libc = _libc()
+    for tensor in _file_mapped(tensors) if libc is not None else []:
+        start = tensor.data_ptr() // mmap.PAGESIZE * mmap.PAGESIZE
+        end = tensor.data_ptr() + tensor.numel() * tensor.element_size()
+        libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_PAGEOUT)
+
+
+def give_back(read: Iterable[Tensor], made: dict[str, Tensor]) -> dict[str, Tensor]:
+    """``made`` (computed from the tensors ``read``) owning its memory, then ``read``'s pages given back.
+
+    For a method that reads a memory-mapped gene or ancestry once, part by part: an output that is a view of
+    a mapped tensor (an unchanged or evenly sliced tensor) is copied first, else reading it later (into the
+    model) would bring the released pages back. Tensors in ordinary memory are returned as they are.
+    """
+    mapped = _file_mapped(list(read))
+    if not mapped:
+        return made
+    storages = {t.untyped_storage().data_ptr() for t in mapped}
+    made = {k: v.clone() if v.device.type == "cpu" and v.untyped_storage().data_ptr() in storages else v
+            for k, v in made.items()}
+    release_pages(*mapped)
+    return made
+
+
+def _file_mapped(tensors: Iterable[Tensor]) -> list[Tensor]:
+    """The CPU tensors of ``tensors`` (of 1 MiB or more) that lie in a mapping of a file."""
+    found, mapped = [], None
+    for tensor in tensors:
+        nbytes = tensor.numel() * tensor.element_size()
+        if tensor.device.type != "cpu" or nbytes < _RELEASE_MIN_BYTES or not sys.platform.startswith("linux"):
+            continue
+        mapped = _file_mappings() if mapped is None else mapped
+        start, end = tensor.data_ptr(), tensor.data_ptr() + nbytes
+        if any(lo <= start and end <= hi for lo, hi in mapped):
+            found.append(tensor)
+    return found
+
+
+def _file_mappings() -> list[tuple[int, int]]:
+    """The address ranges of this process's private mappings of regular files (``/proc/self/maps``)."""
+    ranges = []
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[4] != "0" and fields[5].startswith("/"):  # an inode and a path
+                lo, hi = fields[0].split("-")
+                ranges.append((int(lo, 16), int(hi, 16)))
+    return ranges
+
+
+@functools.cache
+def _libc():
+    import ctypes
+    import ctypes.util
+
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    except OSError:
+        return None
