@@ -59,12 +59,23 @@ def main() -> None:
 
     torch.manual_seed(0)
     device = torch.device(args.device)
-    spec = ViTSpec(depth=args.depth, embed_dim=args.embed_dim, num_heads=args.num_heads, img_size=args.img_size,
-                   patch_size=args.patch_size, in_chans=1, num_classes=10)
+    spec = ViTSpec(
+        depth=args.depth,
+        embed_dim=args.embed_dim,
+        num_heads=args.num_heads,
+        img_size=args.img_size,
+        patch_size=args.patch_size,
+        in_chans=1,
+        num_classes=10,
+    )
     x = torch.randn(args.batch_size, 1, args.img_size, args.img_size, device=device)
     y = torch.randint(0, 10, (args.batch_size,), device=device)
-    models = {"plain": spec.create_model(), "tleg": aux_net(TLEG(), spec), "share_init": aux_net(ShareInit(), spec),
-              "wave": aux_net(WAVE(), spec)}
+    models = {
+        "plain": spec.create_model(),
+        "tleg": aux_net(TLEG(), spec),
+        "share_init": aux_net(ShareInit(), spec),
+        "wave": aux_net(WAVE(), spec),
+    }
     steps = {name: make_step(m.to(device).train(), x, y) for name, m in models.items()}
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for step in steps.values():  # warm-up
@@ -73,20 +84,24 @@ def main() -> None:
     cpu_times: dict[str, list[float]] = {name: [] for name in steps}
     names = list(steps)
     for rep in range(args.reps):
-        for name in names[rep % len(names):] + names[:rep % len(names)]:
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
             sync()
             tic, cpu_tic = time.perf_counter(), time.process_time()
             steps[name]()
             sync()
             times[name].append(time.perf_counter() - tic)
             cpu_times[name].append(time.process_time() - cpu_tic)
-    print(f"shape {spec.short()} mlp {spec.mlp_hidden}, {args.img_size}px/{args.patch_size}, batch {args.batch_size}, "
-          f"{args.device}, {torch.get_num_threads()} threads, {args.reps} interleaved reps")
+    print(
+        f"shape {spec.short()} mlp {spec.mlp_hidden}, {args.img_size}px/{args.patch_size}, batch {args.batch_size}, "
+        f"{args.device}, {torch.get_num_threads()} threads, {args.reps} interleaved reps"
+    )
     for name in names:
         wall = [t / p for t, p in zip(times[name], times["plain"])]
-        line = (f"  {name:10s} median step {statistics.median(times[name]) * 1e3:7.1f} ms, fastest "
-                f"{min(times[name]) * 1e3:7.1f} ms;  ratio to plain: fastest {min(times[name]) / min(times['plain']):.3f}, "
-                f"wall median {statistics.median(wall):.3f} (min {min(wall):.2f}, max {max(wall):.2f})")
+        line = (
+            f"  {name:10s} median step {statistics.median(times[name]) * 1e3:7.1f} ms, fastest "
+            f"{min(times[name]) * 1e3:7.1f} ms;  ratio to plain: fastest {min(times[name]) / min(times['plain']):.3f}, "
+            f"wall median {statistics.median(wall):.3f} (min {min(wall):.2f}, max {max(wall):.2f})"
+        )
         if device.type == "cpu":
             cpu = [t / p for t, p in zip(cpu_times[name], cpu_times["plain"])]
             line += f", CPU-time median {statistics.median(cpu):.3f}"

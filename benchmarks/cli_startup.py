@@ -28,10 +28,12 @@ CASES = {
     "learngene bench --help": ["bench", "--help"],
 }
 # the same parse in-process, then reports whether torch got imported
-PROBE = ("import sys, runpy; sys.argv = ['learngene', *sys.argv[1:]]\n"
-         "try:\n    runpy.run_module('learngene', run_name='__main__')\n"
-         "except SystemExit:\n    pass\n"
-         "print('torch loaded' if 'torch' in sys.modules else 'no torch', file=sys.stderr)")
+PROBE = (
+    "import sys, runpy; sys.argv = ['learngene', *sys.argv[1:]]\n"
+    "try:\n    runpy.run_module('learngene', run_name='__main__')\n"
+    "except SystemExit:\n    pass\n"
+    "print('torch loaded' if 'torch' in sys.modules else 'no torch', file=sys.stderr)"
+)
 
 
 def time_case(argv: list[str], runs: int) -> tuple[float, float, str]:

@@ -38,9 +38,19 @@ def main() -> None:
         torch.manual_seed(0)
         ancestry = work / "ancestry.safetensors"
         save_model(ancestry, spec.create_model(), spec)
-        profile = compare_profile(spec, str(ancestry), "digits", args.sizes.split(","), args.methods.split(","),
-                                  seeds=args.seeds, epochs=args.epochs, train_images=args.train_images,
-                                  eval_images=300, condense_images=1000, adapt_steps=20)
+        profile = compare_profile(
+            spec,
+            str(ancestry),
+            "digits",
+            args.sizes.split(","),
+            args.methods.split(","),
+            seeds=args.seeds,
+            epochs=args.epochs,
+            train_images=args.train_images,
+            eval_images=300,
+            condense_images=1000,
+            adapt_steps=20,
+        )
         tic = time.perf_counter()
         rows = run_compare(profile, work / "out", progress=False)
         wall = time.perf_counter() - tic
@@ -48,10 +58,14 @@ def main() -> None:
         adapt = sum(r.adapt_seconds for r in rows if r.budget == 1 and not r.variant)
         cells = sum(r.cell_seconds for r in rows)
         runs = sum(condense.values()) + adapt + cells
-        print(f"compare: {len(rows)} cells, {len(condense)} methods ({args.methods} + references), sizes {args.sizes}, "
-              f"{args.seeds} seeds, {args.epochs} epochs of {args.train_images} digits images")
-        print(f"wall {wall:.1f} s; condense {sum(condense.values()):.1f} s + adapt {adapt:.1f} s + fine-tune cells "
-              f"{cells:.1f} s = {runs:.1f} s; wall / runs = {wall / runs:.3f} (target <= 1.05)")
+        print(
+            f"compare: {len(rows)} cells, {len(condense)} methods ({args.methods} + references), sizes {args.sizes}, "
+            f"{args.seeds} seeds, {args.epochs} epochs of {args.train_images} digits images"
+        )
+        print(
+            f"wall {wall:.1f} s; condense {sum(condense.values()):.1f} s + adapt {adapt:.1f} s + fine-tune cells "
+            f"{cells:.1f} s = {runs:.1f} s; wall / runs = {wall / runs:.3f} (target <= 1.05)"
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

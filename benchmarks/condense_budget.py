@@ -32,30 +32,67 @@ ADAPTABLE = ("peg", "wave")
 REFERENCES = ("scratch", "mimetic")
 
 
-def budget_profile(condense_epochs: list[int], adapt_steps: int, seeds: int, sizes: list[tuple[int, int, int]],
-                   ancestry_epochs: int, methods: tuple[str, ...]):
+def budget_profile(
+    condense_epochs: list[int],
+    adapt_steps: int,
+    seeds: int,
+    sizes: list[tuple[int, int, int]],
+    ancestry_epochs: int,
+    methods: tuple[str, ...],
+):
     base = get_profile("transfer")
-    upstreams = tuple(Upstream(f"c{e}", SPLIT_A, ancestry_epochs=ancestry_epochs, condense_epochs=e,
-                               converged=ancestry_epochs >= 30, methods=(*REFERENCES, *methods))
-                      for e in condense_epochs)
-    return base.replace(name=f"condense-budget-a{adapt_steps}", upstreams=upstreams, variants=(),
-                        adapt_steps=adapt_steps, seeds=tuple(range(seeds)), sizes=tuple(sizes),
-                        methods=(*REFERENCES, *sorted(set(AUX_NETS) | set(ADAPTABLE))))
+    upstreams = tuple(
+        Upstream(
+            f"c{e}",
+            SPLIT_A,
+            ancestry_epochs=ancestry_epochs,
+            condense_epochs=e,
+            converged=ancestry_epochs >= 30,
+            methods=(*REFERENCES, *methods),
+        )
+        for e in condense_epochs
+    )
+    return base.replace(
+        name=f"condense-budget-a{adapt_steps}",
+        upstreams=upstreams,
+        variants=(),
+        adapt_steps=adapt_steps,
+        seeds=tuple(range(seeds)),
+        sizes=tuple(sizes),
+        methods=(*REFERENCES, *sorted(set(AUX_NETS) | set(ADAPTABLE))),
+    )
 
 
 def summary(rows: list[Row], condense_epochs: list[int], adapt_steps: list[int]) -> str:
     """Markdown: per method, budget and size, mean ± std and the marks against mimetic (M) and scratch ×10 (X)."""
+
     def accs(method: str, upstream: str, size: str, adapt: int, budget: int = 1) -> list[float]:
-        return [r.acc for r in rows if r.ok and r.method == method and r.upstream == upstream and r.size == size
-                and r.budget == budget and getattr(r, "adapt", adapt) == adapt]
+        return [
+            r.acc
+            for r in rows
+            if r.ok
+            and r.method == method
+            and r.upstream == upstream
+            and r.size == size
+            and r.budget == budget
+            and getattr(r, "adapt", adapt) == adapt
+        ]
 
     sizes = list(dict.fromkeys(r.size for r in rows))
     lines = []
-    for what, methods, budgets in (("condensation epochs", AUX_NETS, [(f"c{e}", adapt_steps[0]) for e in condense_epochs]),
-                                   ("adapt steps", ADAPTABLE, [(f"c{condense_epochs[0]}", a) for a in adapt_steps])):
-        lines += ["", f"#### {what}", "", "| method | " + " | ".join(
-            f"{b[0][1:] if what.startswith('cond') else b[1]} @ {s}" for s in sizes for b in budgets) + " |",
-                  "|---" * (1 + len(sizes) * len(budgets)) + "|"]
+    for what, methods, budgets in (
+        ("condensation epochs", AUX_NETS, [(f"c{e}", adapt_steps[0]) for e in condense_epochs]),
+        ("adapt steps", ADAPTABLE, [(f"c{condense_epochs[0]}", a) for a in adapt_steps]),
+    ):
+        lines += [
+            "",
+            f"#### {what}",
+            "",
+            "| method | "
+            + " | ".join(f"{b[0][1:] if what.startswith('cond') else b[1]} @ {s}" for s in sizes for b in budgets)
+            + " |",
+            "|---" * (1 + len(sizes) * len(budgets)) + "|",
+        ]
         crossings = []
         for m in methods:
             cells = []
@@ -69,8 +106,11 @@ def summary(rows: list[Row], condense_epochs: list[int], adapt_steps: list[int])
                         cells.append("n/a")
                         continue
                     mark_m, mark_x = compare(own, mim), compare(own, x10)
-                    cells.append(f"{100 * statistics.fmean(own):.1f} ± {100 * statistics.stdev(own):.1f} "
-                                 f"M{mark_m} X{mark_x}" if len(own) > 1 else f"{100 * own[0]:.1f}")
+                    cells.append(
+                        f"{100 * statistics.fmean(own):.1f} ± {100 * statistics.stdev(own):.1f} M{mark_m} X{mark_x}"
+                        if len(own) > 1
+                        else f"{100 * own[0]:.1f}"
+                    )
                     label = up[1:] if what.startswith("cond") else str(a)
                     if above_m is None and mim and statistics.fmean(own) > statistics.fmean(mim):
                         above_m = label
@@ -82,16 +122,31 @@ def summary(rows: list[Row], condense_epochs: list[int], adapt_steps: list[int])
                         first_x = label
                 last = budgets[-1][0][1:] if what.startswith("cond") else str(budgets[-1][1])
                 unit = "epochs" if what.startswith("cond") else "steps"
+
                 def when(first: str | None) -> str:
                     return f"from {first} {unit}" if first else f"does not cross within {last} {unit}"
-                crossings.append(f"- {m} at {s}: vs mimetic: mean above {when(above_m)}, 2 std above {when(first_m)}; "
-                                 f"vs scratch ×10: mean above {when(above_x)}, 2 std above {when(first_x)}")
+
+                crossings.append(
+                    f"- {m} at {s}: vs mimetic: mean above {when(above_m)}, 2 std above {when(first_m)}; "
+                    f"vs scratch ×10: mean above {when(above_x)}, 2 std above {when(first_x)}"
+                )
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
-        refs = [f"{ref}: " + ", ".join(f"{100 * statistics.fmean(v):.1f} ± {100 * statistics.stdev(v):.1f} @ {s}"
-                                       for s in sizes if len(v := accs(ref, budgets[0][0], s, adapt_steps[0], b)) > 1)
-                for ref, b in (("mimetic", 1), ("scratch", 10), ("scratch", 1))]
-        lines += ["", "References (" + "; ".join(r.replace("scratch: ", "scratch ×10: ", 1) if i == 1 else r
-                                                 for i, r in enumerate(refs)) + ")", ""] + crossings
+        refs = [
+            f"{ref}: "
+            + ", ".join(
+                f"{100 * statistics.fmean(v):.1f} ± {100 * statistics.stdev(v):.1f} @ {s}"
+                for s in sizes
+                if len(v := accs(ref, budgets[0][0], s, adapt_steps[0], b)) > 1
+            )
+            for ref, b in (("mimetic", 1), ("scratch", 10), ("scratch", 1))
+        ]
+        lines += [
+            "",
+            "References ("
+            + "; ".join(r.replace("scratch: ", "scratch ×10: ", 1) if i == 1 else r for i, r in enumerate(refs))
+            + ")",
+            "",
+        ] + crossings
     return "\n".join(lines)
 
 

@@ -51,15 +51,23 @@ def decode_rate(folder: Path, pre: dict, workers: int, batch_size: int, augment:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="vit_small_patch16_224", help="timm model: preprocessing and train step (default: %(default)s)")
+    p.add_argument(
+        "--model",
+        default="vit_small_patch16_224",
+        help="timm model: preprocessing and train step (default: %(default)s)",
+    )
     p.add_argument("--images", type=int, default=640, help="images in the generated folder (default: %(default)s)")
     p.add_argument("--size", type=int, default=224, help="side of the generated images (default: %(default)s)")
     p.add_argument("--fmt", choices=("jpg", "png"), default="jpg", help="image format (default: %(default)s)")
     p.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2], help="worker counts to time (default: 0 1 2)")
-    p.add_argument("--aug", choices=("none", "deit"), default="none", help="training augmentation (default: %(default)s)")
+    p.add_argument(
+        "--aug", choices=("none", "deit"), default="none", help="training augmentation (default: %(default)s)"
+    )
     p.add_argument("--batch-size", type=int, default=64, help="(default: %(default)s)")
     p.add_argument("--train-batch-size", type=int, help="batch of the timed train step (default: --batch-size)")
-    p.add_argument("--train-steps", type=int, default=3, help="timed train steps after 2 warm-up steps (default: %(default)s)")
+    p.add_argument(
+        "--train-steps", type=int, default=3, help="timed train steps after 2 warm-up steps (default: %(default)s)"
+    )
     p.add_argument("--device", default="auto", help="device of the train step (default: %(default)s)")
     p.add_argument("--folder", help="use this image folder (class sub-folders) instead of generating one")
     args = p.parse_args()
@@ -73,24 +81,41 @@ def main() -> None:
         if args.folder:
             folder = Path(args.folder)
         else:
-            folder = write_image_folder(Path(tmp) / "images", num_classes=10, per_class=max(1, args.images // 10),
-                                        size=args.size, fmt=args.fmt, splits=("train",)) / "train"
+            folder = (
+                write_image_folder(
+                    Path(tmp) / "images",
+                    num_classes=10,
+                    per_class=max(1, args.images // 10),
+                    size=args.size,
+                    fmt=args.fmt,
+                    splits=("train",),
+                )
+                / "train"
+            )
         print(f"{args.model}: preprocessing {pre}")
-        print(f"folder: {folder if args.folder else f'{args.images} generated {args.size}-{int(args.size * 1.2)} px {args.fmt.upper()}s'}, "
-              f"batch {args.batch_size}, --aug {args.aug}, {len(os.sched_getaffinity(0))} CPUs usable, "
-              f"torch threads {torch.get_num_threads()}")
+        print(
+            f"folder: {folder if args.folder else f'{args.images} generated {args.size}-{int(args.size * 1.2)} px {args.fmt.upper()}s'}, "
+            f"batch {args.batch_size}, --aug {args.aug}, {len(os.sched_getaffinity(0))} CPUs usable, "
+            f"torch threads {torch.get_num_threads()}"
+        )
         rates = {}
         for workers in args.workers:
             first, rate, count = decode_rate(folder, pre, workers, args.batch_size, args.aug)
             rates[workers] = rate
-            print(f"  decode, {workers:2d} workers: {rate:8.1f} images/s steady ({count} images), first batch after {first:.2f} s")
+            print(
+                f"  decode, {workers:2d} workers: {rate:8.1f} images/s steady ({count} images), first batch after {first:.2f} s"
+            )
     train_batch = args.train_batch_size or args.batch_size
     step = plain_step_rate(model, pre["input_size"], 10, train_batch, args.train_steps, device)
-    print(f"  train step ({args.model}, batch {train_batch}, {device.type}{', bf16 autocast' if device.type == 'cuda' else ', fp32'}): "
-          f"{step:8.1f} images/s")
+    print(
+        f"  train step ({args.model}, batch {train_batch}, {device.type}{', bf16 autocast' if device.type == 'cuda' else ', fp32'}): "
+        f"{step:8.1f} images/s"
+    )
     best = max(rates, key=rates.get)
     verdict = "data input is NOT the bottleneck" if rates[best] >= step else "data input IS the bottleneck"
-    print(f"  best decode rate ({best} workers) / train step rate = {rates[best] / step:.2f}: {verdict} on this machine")
+    print(
+        f"  best decode rate ({best} workers) / train step rate = {rates[best] / step:.2f}: {verdict} on this machine"
+    )
 
 
 if __name__ == "__main__":

@@ -51,9 +51,13 @@ def main() -> None:
     spec = get_preset(args.preset)
     torch.manual_seed(0)
     ancestry = Ancestry(spec.create_model().eval(), spec)
-    print(f"{args.preset}: {spec.short()}, {spec.num_params / 1e6:.1f} M params; {torch.get_num_threads()} threads; "
-          f"median of {args.reps}")
-    print(f"{'method':18s} {'load':>7s} {'expand':>7s} {'load_sd':>8s} {'exp+load':>9s} {'create':>7s} {'make_desc':>9s}")
+    print(
+        f"{args.preset}: {spec.short()}, {spec.num_params / 1e6:.1f} M params; {torch.get_num_threads()} threads; "
+        f"median of {args.reps}"
+    )
+    print(
+        f"{'method':18s} {'load':>7s} {'expand':>7s} {'load_sd':>8s} {'exp+load':>9s} {'create':>7s} {'make_desc':>9s}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.methods:
             method = get_method(name)()
@@ -71,10 +75,13 @@ def main() -> None:
             t_both, _ = timed(lambda: model.load_state_dict(expand(), strict=False), args.reps)
             t_create, _ = timed(spec.create_model, args.reps)
             t_make, made = timed(lambda: make_descendant(gene, spec), args.reps)
-            assert made.state_dict()["blocks.11.mlp.fc2.weight"].equal(ancestry.model.state_dict()["blocks.11.mlp.fc2.weight"])
-            print(f"{name:18s} {t_load:7.3f} {t_expand:7.3f} {t_sd:8.3f} {t_both:9.3f} {t_create:7.3f} {t_make:9.3f}   "
-                  f"(seconds; expand + load_state_dict {'<' if t_both < 1 else '>='} 1 s target)")
-            del gene, state, model, made
+            assert made.state_dict()["blocks.11.mlp.fc2.weight"].equal(
+                ancestry.model.state_dict()["blocks.11.mlp.fc2.weight"]
+            )
+            print(
+                f"{name:18s} {t_load:7.3f} {t_expand:7.3f} {t_sd:8.3f} {t_both:9.3f} {t_create:7.3f} {t_make:9.3f}   "
+                f"(seconds; expand + load_state_dict {'<' if t_both < 1 else '>='} 1 s target)"
+            )
 
 
 if __name__ == "__main__":

@@ -30,20 +30,26 @@ from learngene.formats.weights import save_safetensors
 from learngene.method import AdaptInputs, Ancestry, CondenseInputs
 from learngene.methods.cluster import ClusterLearngene
 from learngene.methods.peg import PEG
+from learngene.training.loop import TrainConfig, seed_everything
 from learngene.vit.model_spec import spec_from_model
 from learngene.vit.spec import ViTSpec
-from learngene.training.loop import TrainConfig, seed_everything
 
 SIZE = dict(depth=2, embed_dim=32, num_heads=2, img_size=28, patch_size=4)
-FAMILIES = ("deit3_small_patch16_224", "vit_small_patch14_reg4_dinov2", "vit_base_patch16_siglip_224",
-            "vit_medium_patch16_gap_256", "deit_tiny_patch16_224")
+FAMILIES = (
+    "deit3_small_patch16_224",
+    "vit_small_patch14_reg4_dinov2",
+    "vit_base_patch16_siglip_224",
+    "vit_medium_patch16_gap_256",
+    "deit_tiny_patch16_224",
+)
 
 
 def images(spec: ViTSpec, n: int = 16) -> ImageData:
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (n, spec.in_chans, spec.img_size, spec.img_size), generator=gen, dtype=torch.uint8)
-    return ImageData(x, torch.randint(0, 10, (n,), generator=gen), 10, (0.5,) * spec.in_chans,
-                     (0.25,) * spec.in_chans, name="random")
+    return ImageData(
+        x, torch.randint(0, 10, (n,), generator=gen), 10, (0.5,) * spec.in_chans, (0.25,) * spec.in_chans, name="random"
+    )
 
 
 def ancestries(tmp: Path):
@@ -52,8 +58,9 @@ def ancestries(tmp: Path):
         model = timm.create_model(name, pretrained=False, num_classes=10, **SIZE).eval()
         yield name, Ancestry(model, spec_from_model(model))
     for depth, heads in [(3, 4), (5, 6)]:
-        spec = ViTSpec(depth=depth, embed_dim=8 * heads, num_heads=heads, img_size=8, patch_size=4, in_chans=1,
-                       num_classes=3)
+        spec = ViTSpec(
+            depth=depth, embed_dim=8 * heads, num_heads=heads, img_size=8, patch_size=4, in_chans=1, num_classes=3
+        )
         torch.manual_seed(0)
         yield f"plain-L{depth}-H{heads}", Ancestry(spec.create_model().eval(), spec)
     torch.manual_seed(1)
@@ -86,9 +93,11 @@ def main() -> None:
         for tag, ancestry in ancestries(Path(tmp)):
             spec, d = ancestry.spec, ancestry.spec.head_dim
             data = images(spec)
-            sizes = [spec.replace(depth=spec.depth + 1, num_heads=spec.num_heads + 1, embed_dim=(spec.num_heads + 1) * d),
-                     spec.replace(depth=1, num_heads=1, embed_dim=d),
-                     spec.replace(depth=2 * spec.depth, num_heads=3, embed_dim=3 * d)]
+            sizes = [
+                spec.replace(depth=spec.depth + 1, num_heads=spec.num_heads + 1, embed_dim=(spec.num_heads + 1) * d),
+                spec.replace(depth=1, num_heads=1, embed_dim=d),
+                spec.replace(depth=2 * spec.depth, num_heads=3, embed_dim=3 * d),
+            ]
             sizes = [s.replace(num_classes=10) for s in sizes]
             for options in [{}, {"gene_heads": spec.num_heads, "gene_ffns": 1}]:
                 gene = PEG(**options).condense(ancestry)
@@ -99,7 +108,10 @@ def main() -> None:
             adapted, _ = PEG().adapt(PEG().condense(ancestry), sizes[0], AdaptInputs(train=data, train_cfg=cfg))
             record(f"{tag} peg adapted", adapted.tensors)
             record(f"{tag} peg adapted {sizes[0].short()}", PEG().expand(adapted, sizes[0]))
-            for options in [dict(eps=1e-3, num_images=12, batch_size=5), dict(num_images=16, batch_size=16, ffn="random")]:
+            for options in [
+                dict(eps=1e-3, num_images=12, batch_size=5),
+                dict(num_images=16, batch_size=16, ffn="random"),
+            ]:
                 seed_everything(0)
                 gene = ClusterLearngene(**options).condense(ancestry, CondenseInputs(train=data))
                 record(f"{tag} cluster{options} gene", gene.tensors)
@@ -121,8 +133,10 @@ def compare(old_path: str, new_path: str) -> None:
     print(f"{len(old) - len(differ)} of {len(old)} tensors bit-identical")
     if differ:
         worst = max(differ, key=lambda k: (old[k] - new[k]).abs().max().item())
-        print(f"largest absolute difference {(old[worst] - new[worst]).abs().max().item():.3g} ({worst}); "
-              f"differing cases: {sorted({k.split(' ')[0] + ' ' + k.split(' ')[1] for k in differ})}")
+        print(
+            f"largest absolute difference {(old[worst] - new[worst]).abs().max().item():.3g} ({worst}); "
+            f"differing cases: {sorted({k.split(' ')[0] + ' ' + k.split(' ')[1] for k in differ})}"
+        )
 
 
 if __name__ == "__main__":

@@ -25,9 +25,9 @@ import learngene as lg
 from learngene.data import ImageData
 from learngene.errors import LearngeneError
 from learngene.method import AdaptInputs, Ancestry, CondenseInputs
+from learngene.training.loop import TrainConfig, seed_everything
 from learngene.vit.model_spec import spec_from_model
 from learngene.vit.spec import ViTSpec
-from learngene.training.loop import TrainConfig, seed_everything
 
 SIZE = dict(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4)
 FAMILIES = ("deit3_small_patch16_224", "vit_small_patch14_reg4_dinov2", "vit_base_patch16_siglip_224")
@@ -36,8 +36,9 @@ FAMILIES = ("deit3_small_patch16_224", "vit_small_patch14_reg4_dinov2", "vit_bas
 def images(spec: ViTSpec, n: int = 16) -> ImageData:
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (n, spec.in_chans, spec.img_size, spec.img_size), generator=gen, dtype=torch.uint8)
-    return ImageData(x, torch.randint(0, 10, (n,), generator=gen), 10, (0.5,) * spec.in_chans,
-                     (0.25,) * spec.in_chans, name="random")
+    return ImageData(
+        x, torch.randint(0, 10, (n,), generator=gen), 10, (0.5,) * spec.in_chans, (0.25,) * spec.in_chans, name="random"
+    )
 
 
 def ancestries():
@@ -77,10 +78,13 @@ def main() -> None:
         spec = ancestry.spec
         data = images(spec)
         cfg = TrainConfig(epochs=1, max_steps=2, batch_size=8, progress=False, seed=0)
-        sizes = [spec.replace(num_classes=10), spec.replace(depth=spec.depth + 2, num_classes=10),
-                 spec.replace(depth=1, num_classes=10),
-                 spec.replace(depth=2, num_heads=1, embed_dim=spec.head_dim, num_classes=10),
-                 spec.replace(depth=3, num_heads=2 * spec.num_heads, embed_dim=2 * spec.embed_dim, num_classes=10)]
+        sizes = [
+            spec.replace(num_classes=10),
+            spec.replace(depth=spec.depth + 2, num_classes=10),
+            spec.replace(depth=1, num_classes=10),
+            spec.replace(depth=2, num_heads=1, embed_dim=spec.head_dim, num_classes=10),
+            spec.replace(depth=3, num_heads=2 * spec.num_heads, embed_dim=2 * spec.embed_dim, num_classes=10),
+        ]
         for name in lg.list_methods():
             cls = lg.get_method(name)
             variants = [{}]
@@ -97,21 +101,32 @@ def main() -> None:
                 record(f"{case} gene", gene.tensors)
                 lines.append(f"{case} note: {cls(**options).condense_note(gene)}")
                 for target in sizes:
-                    attempt(f"{case} {target.short()}",
-                            lambda: lg.make_descendant(gene, target, seed=3, **options).state_dict())
+                    attempt(
+                        f"{case} {target.short()}",
+                        lambda: lg.make_descendant(gene, target, seed=3, **options).state_dict(),
+                    )
                 target = sizes[0]
-                attempt(f"{case} top_up {target.short()}",
-                        lambda: lg.make_descendant(gene, target, seed=1, top_up="mimetic").state_dict())
-                attempt(f"{case} sincos {target.short()}",
-                        lambda: lg.make_descendant(gene, target, seed=1, pos_embed="sincos").state_dict())
-                attempt(f"{case} blend {target.short()}",
-                        lambda: lg.make_descendant(gene, target, seed=1, blend_mimetic=0.5).state_dict())
+                attempt(
+                    f"{case} top_up {target.short()}",
+                    lambda: lg.make_descendant(gene, target, seed=1, top_up="mimetic").state_dict(),
+                )
+                attempt(
+                    f"{case} sincos {target.short()}",
+                    lambda: lg.make_descendant(gene, target, seed=1, pos_embed="sincos").state_dict(),
+                )
+                attempt(
+                    f"{case} blend {target.short()}",
+                    lambda: lg.make_descendant(gene, target, seed=1, blend_mimetic=0.5).state_dict(),
+                )
                 if cls.adaptable and not options:
                     seed_everything(0)
                     try:
                         adapted, _ = cls.from_gene(gene).adapt(gene, sizes[1], AdaptInputs(train=data, train_cfg=cfg))
                         record(f"{case} adapted", adapted.tensors)
-                        attempt(f"{case} adapted {sizes[1].short()}", lambda: lg.make_descendant(adapted, sizes[1]).state_dict())
+                        attempt(
+                            f"{case} adapted {sizes[1].short()}",
+                            lambda: lg.make_descendant(adapted, sizes[1]).state_dict(),
+                        )
                     except LearngeneError as exc:
                         lines.append(f"{case} adapt refused: {' '.join(str(exc).split())}")
     with open(args.out, "w") as f:

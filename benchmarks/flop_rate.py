@@ -25,26 +25,97 @@ from torch.profiler import ProfilerActivity, profile
 
 from learngene.bench import get_profile
 from learngene.data import ImageData
-from learngene.vit.spec import get_preset
 from learngene.training.loop import TrainConfig, train
+from learngene.vit.spec import get_preset
 
 # profiler op name -> category (first matching prefix wins)
 CATEGORIES = (
-    ("gemm", ("aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear", "aten::convolution",
-              "aten::mkldnn_convolution", "aten::convolution_backward", "aten::_convolution")),
-    ("attention", ("aten::_scaled_dot_product", "aten::scaled_dot_product", "aten::_flash_attention",
-                   "aten::softmax", "aten::_softmax")),
-    ("optimizer", ("aten::_foreach", "Optimizer.", "aten::addcdiv", "aten::lerp", "aten::_fused_adamw",
-                   "torch::autograd::AccumulateGrad", "aten::clamp", "aten::linalg_vector_norm",
-                   "aten::_local_scalar_dense")),
-    ("element-wise / norm", ("aten::gelu", "aten::native_layer_norm", "aten::layer_norm", "aten::add", "aten::mul",
-                             "aten::div", "aten::sub", "aten::copy_", "aten::native_layer_norm_backward",
-                             "aten::gelu_backward", "aten::_softmax_backward", "aten::sum", "aten::fill_",
-                             "aten::zero_", "aten::cat", "aten::clone", "aten::empty", "aten::t", "aten::transpose",
-                             "aten::view", "aten::reshape", "aten::permute", "aten::contiguous", "aten::unbind",
-                             "aten::select", "aten::slice", "aten::expand", "aten::as_strided")),
-    ("loss / data", ("aten::cross_entropy", "aten::log_softmax", "aten::nll_loss", "aten::_log_softmax",
-                     "aten::index", "aten::randperm", "aten::to", "aten::_to_copy", "aten::argmax", "aten::eq")),
+    (
+        "gemm",
+        (
+            "aten::addmm",
+            "aten::mm",
+            "aten::bmm",
+            "aten::matmul",
+            "aten::linear",
+            "aten::convolution",
+            "aten::mkldnn_convolution",
+            "aten::convolution_backward",
+            "aten::_convolution",
+        ),
+    ),
+    (
+        "attention",
+        (
+            "aten::_scaled_dot_product",
+            "aten::scaled_dot_product",
+            "aten::_flash_attention",
+            "aten::softmax",
+            "aten::_softmax",
+        ),
+    ),
+    (
+        "optimizer",
+        (
+            "aten::_foreach",
+            "Optimizer.",
+            "aten::addcdiv",
+            "aten::lerp",
+            "aten::_fused_adamw",
+            "torch::autograd::AccumulateGrad",
+            "aten::clamp",
+            "aten::linalg_vector_norm",
+            "aten::_local_scalar_dense",
+        ),
+    ),
+    (
+        "element-wise / norm",
+        (
+            "aten::gelu",
+            "aten::native_layer_norm",
+            "aten::layer_norm",
+            "aten::add",
+            "aten::mul",
+            "aten::div",
+            "aten::sub",
+            "aten::copy_",
+            "aten::native_layer_norm_backward",
+            "aten::gelu_backward",
+            "aten::_softmax_backward",
+            "aten::sum",
+            "aten::fill_",
+            "aten::zero_",
+            "aten::cat",
+            "aten::clone",
+            "aten::empty",
+            "aten::t",
+            "aten::transpose",
+            "aten::view",
+            "aten::reshape",
+            "aten::permute",
+            "aten::contiguous",
+            "aten::unbind",
+            "aten::select",
+            "aten::slice",
+            "aten::expand",
+            "aten::as_strided",
+        ),
+    ),
+    (
+        "loss / data",
+        (
+            "aten::cross_entropy",
+            "aten::log_softmax",
+            "aten::nll_loss",
+            "aten::_log_softmax",
+            "aten::index",
+            "aten::randperm",
+            "aten::to",
+            "aten::_to_copy",
+            "aten::argmax",
+            "aten::eq",
+        ),
+    ),
 )
 
 
@@ -79,9 +150,13 @@ def main() -> None:
     spec = get_preset(args.preset) if args.preset else get_profile("cpu").ancestry
     n = args.steps * args.batch_size
     gen = torch.Generator().manual_seed(0)
-    data = ImageData(torch.randint(0, 256, (n, spec.in_chans, spec.img_size, spec.img_size), generator=gen,
-                                   dtype=torch.uint8), torch.randint(0, spec.num_classes, (n,), generator=gen),
-                     spec.num_classes, (0.5,) * spec.in_chans, (0.25,) * spec.in_chans)
+    data = ImageData(
+        torch.randint(0, 256, (n, spec.in_chans, spec.img_size, spec.img_size), generator=gen, dtype=torch.uint8),
+        torch.randint(0, spec.num_classes, (n,), generator=gen),
+        spec.num_classes,
+        (0.5,) * spec.in_chans,
+        (0.25,) * spec.in_chans,
+    )
     cfg = TrainConfig(epochs=1, batch_size=args.batch_size, device="cpu", progress=False)
 
     peak_before = max(gemm_peak(args.gemm_n), gemm_peak(args.gemm_n * 2, reps=2))
@@ -95,13 +170,19 @@ def main() -> None:
     peak_after = max(gemm_peak(args.gemm_n), gemm_peak(args.gemm_n * 2, reps=2))
     peak = max(peak_before, peak_after)
     rate = statistics.median(rates)
-    print(f"{spec.short()} ({spec.num_params:,} params, {spec.flops / 1e6:.1f} MFLOP forward per image), batch "
-          f"{args.batch_size}, {torch.get_num_threads()} threads")
-    print(f"fp32 GEMM peak (torch.matmul {args.gemm_n} and {2 * args.gemm_n}): {peak_before:.0f} GFLOP/s before, "
-          f"{peak_after:.0f} after")
-    print(f"training (3 x forward matmul FLOPs): {rate:.0f} GFLOP/s median of {args.reps} "
-          f"({', '.join(f'{r:.0f}' for r in rates)}) = {rate / peak:.1%} of peak, "
-          f"{rate * 1e9 / (3 * spec.flops):.0f} img/s")
+    print(
+        f"{spec.short()} ({spec.num_params:,} params, {spec.flops / 1e6:.1f} MFLOP forward per image), batch "
+        f"{args.batch_size}, {torch.get_num_threads()} threads"
+    )
+    print(
+        f"fp32 GEMM peak (torch.matmul {args.gemm_n} and {2 * args.gemm_n}): {peak_before:.0f} GFLOP/s before, "
+        f"{peak_after:.0f} after"
+    )
+    print(
+        f"training (3 x forward matmul FLOPs): {rate:.0f} GFLOP/s median of {args.reps} "
+        f"({', '.join(f'{r:.0f}' for r in rates)}) = {rate / peak:.1%} of peak, "
+        f"{rate * 1e9 / (3 * spec.flops):.0f} img/s"
+    )
 
     # where the time goes (1): the phases of the same step, timed one by one
     phases = step_phases(spec, data, args.batch_size, steps=min(args.steps, 8))
@@ -129,8 +210,11 @@ def main() -> None:
     total = sum(self_time.values())
     print(f"\nprofile of {len(small) // args.batch_size} steps of learngene.train: self CPU time by op kind")
     for cat, t in sorted(self_time.items(), key=lambda kv: -kv[1]):
-        extra = (f"  ({gemm_flops / (t / 1e6) / 1e9:.0f} GFLOP/s inside these ops, by the profiler's FLOP count)"
-                 if cat == "gemm" and t else "")
+        extra = (
+            f"  ({gemm_flops / (t / 1e6) / 1e9:.0f} GFLOP/s inside these ops, by the profiler's FLOP count)"
+            if cat == "gemm" and t
+            else ""
+        )
         print(f"  {cat:22s} {t / 1e6:7.2f} s {t / total:6.1%}{extra}")
     print("top ops by self CPU time:")
     for key, t in sorted(ops.items(), key=lambda kv: -kv[1])[:12]:
@@ -166,6 +250,7 @@ def step_phases(spec, data: ImageData, batch: int, steps: int) -> dict[str, floa
         optimizer.step()
         lap("AdamW step")
     return {name: statistics.median(t) for name, t in times.items()}
+
 
 if __name__ == "__main__":
     main()

@@ -20,8 +20,8 @@ from learngene.ancestry import load_ancestry
 from learngene.data import class_subset, load_splits
 from learngene.descendant import make_descendant
 from learngene.registry import get_method
-from learngene.vit.spec import block_key
 from learngene.training.loop import evaluate
+from learngene.vit.spec import block_key
 
 
 def energy_kept(state: dict, ancestry_state: dict, depth: int) -> float:
@@ -46,9 +46,11 @@ def main() -> None:
     _, test = load_splits("fashion_mnist", img_size=spec.img_size, in_chans=spec.in_chans)
     if args.classes:
         test = class_subset(test, [int(c) for c in args.classes.split(",")])
-    test = test.subset(torch.randperm(len(test), generator=torch.Generator().manual_seed(0))[:args.eval_images])
+    test = test.subset(torch.randperm(len(test), generator=torch.Generator().manual_seed(0))[: args.eval_images])
     ancestry.model.eval()
-    print(f"ancestry {spec.short()}: top-1 {100 * evaluate(ancestry.model, test)['acc']:.1f} % on {len(test)} upstream test images")
+    print(
+        f"ancestry {spec.short()}: top-1 {100 * evaluate(ancestry.model, test)['acc']:.1f} % on {len(test)} upstream test images"
+    )
     print("| variant | keep_ratio | stored params | energy kept (own size) | top-1 own size | top-1 depth 2 |")
     print("|---|---|---|---|---|---|")
     base = {k: v.detach() for k, v in ancestry.model.state_dict().items()}
@@ -57,9 +59,11 @@ def main() -> None:
             gene = get_method("front")(variant=variant, keep_ratio=keep).condense(ancestry)
             own = make_descendant(gene, spec).eval()
             short = make_descendant(gene, spec.replace(depth=2)).eval()
-            print(f"| {variant} | {keep} | {gene.num_stored_params:,} | "
-                  f"{energy_kept(own.state_dict(), base, spec.depth):.3f} | {100 * evaluate(own, test)['acc']:.1f} | "
-                  f"{100 * evaluate(short, test)['acc']:.1f} |")
+            print(
+                f"| {variant} | {keep} | {gene.num_stored_params:,} | "
+                f"{energy_kept(own.state_dict(), base, spec.depth):.3f} | {100 * evaluate(own, test)['acc']:.1f} | "
+                f"{100 * evaluate(short, test)['acc']:.1f} |"
+            )
 
 
 if __name__ == "__main__":

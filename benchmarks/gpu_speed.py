@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 
 from learngene.data import ImageData
-from learngene.vit.spec import ViTSpec
 from learngene.training.loop import TrainConfig, autocast, resolve_device, set_fused_attention, train
+from learngene.vit.spec import ViTSpec
 
 # dense (no sparsity) bf16 tensor-core peaks from NVIDIA's data sheets, TFLOP/s; first matching name wins
 BF16_PEAK_TFLOPS = (
@@ -46,12 +46,20 @@ BF16_PEAK_TFLOPS = (
 )
 
 SIZES = {
-    "ViT-S/16": ViTSpec(depth=12, embed_dim=384, num_heads=6, img_size=224, patch_size=16, in_chans=3, num_classes=1000),
-    "ViT-B/16": ViTSpec(depth=12, embed_dim=768, num_heads=12, img_size=224, patch_size=16, in_chans=3, num_classes=1000),
+    "ViT-S/16": ViTSpec(
+        depth=12, embed_dim=384, num_heads=6, img_size=224, patch_size=16, in_chans=3, num_classes=1000
+    ),
+    "ViT-B/16": ViTSpec(
+        depth=12, embed_dim=768, num_heads=12, img_size=224, patch_size=16, in_chans=3, num_classes=1000
+    ),
 }
 QUICK_SIZES = {
-    "L4-D96-H3 64px/16": ViTSpec(depth=4, embed_dim=96, num_heads=3, img_size=64, patch_size=16, in_chans=3, num_classes=100),
-    "L4-D192-H3 64px/16": ViTSpec(depth=4, embed_dim=192, num_heads=3, img_size=64, patch_size=16, in_chans=3, num_classes=100),
+    "L4-D96-H3 64px/16": ViTSpec(
+        depth=4, embed_dim=96, num_heads=3, img_size=64, patch_size=16, in_chans=3, num_classes=100
+    ),
+    "L4-D192-H3 64px/16": ViTSpec(
+        depth=4, embed_dim=192, num_heads=3, img_size=64, patch_size=16, in_chans=3, num_classes=100
+    ),
 }
 
 
@@ -71,12 +79,25 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def plain_step_rate(model: torch.nn.Module, input_size, num_classes: int, batch: int, steps: int, device: torch.device,
-                    compile: bool = False, fused_adamw: bool | None = None, warmup: int = 2) -> float:
+def plain_step_rate(
+    model: torch.nn.Module,
+    input_size,
+    num_classes: int,
+    batch: int,
+    steps: int,
+    device: torch.device,
+    compile: bool = False,
+    fused_adamw: bool | None = None,
+    warmup: int = 2,
+) -> float:
     """Images/s of a hand-written timm training step (random inputs already on the device)."""
     model = model.to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.05,
-                                  fused=device.type == "cuda" if fused_adamw is None else fused_adamw)
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=1e-4,
+        weight_decay=0.05,
+        fused=device.type == "cuda" if fused_adamw is None else fused_adamw,
+    )
     net = torch.compile(model) if compile else model
     x = torch.randn(batch, *input_size, device=device)
     y = torch.randint(0, num_classes, (batch,), device=device)
@@ -99,14 +120,22 @@ def plain_step_rate(model: torch.nn.Module, input_size, num_classes: int, batch:
     return batch * steps / (time.perf_counter() - tic)
 
 
-def loop_step_rate(model: torch.nn.Module, spec: ViTSpec, batch: int, steps: int, warmup: int, cfg: TrainConfig) -> float:
+def loop_step_rate(
+    model: torch.nn.Module, spec: ViTSpec, batch: int, steps: int, warmup: int, cfg: TrainConfig
+) -> float:
     """Images/s of :func:`learngene.training.loop.train`: epoch 1 is the warm-up, epoch 2 is timed (its own seconds)."""
     per_epoch = max(steps, warmup)
     gen = torch.Generator().manual_seed(0)
     n = per_epoch * batch
     images = torch.randint(0, 256, (n, spec.in_chans, spec.img_size, spec.img_size), generator=gen, dtype=torch.uint8)
-    data = ImageData(images, torch.randint(0, spec.num_classes, (n,), generator=gen), spec.num_classes,
-                     (0.5,) * spec.in_chans, (0.25,) * spec.in_chans, name="random")
+    data = ImageData(
+        images,
+        torch.randint(0, spec.num_classes, (n,), generator=gen),
+        spec.num_classes,
+        (0.5,) * spec.in_chans,
+        (0.25,) * spec.in_chans,
+        name="random",
+    )
     result = train(model, data, cfg.replace(epochs=2, batch_size=batch, max_steps=None))
     seconds = result.history[1]["seconds"] - result.history[0]["seconds"]
     return n / seconds
@@ -126,11 +155,21 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=256, help="(default: %(default)s; --quick: 32)")
     p.add_argument("--steps", type=int, default=20, help="timed steps (default: %(default)s; --quick: 4)")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first (default: %(default)s; --quick: 2)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model (and the aux net's expand + forward)")
-    p.add_argument("--fused-adamw", action=argparse.BooleanOptionalAction, default=None,
-                   help="fused AdamW kernel (default: on CUDA only)")
-    p.add_argument("--sdpa", action=argparse.BooleanOptionalAction, default=True,
-                   help="attention through torch's scaled_dot_product_attention (flash on CUDA) (default: on)")
+    p.add_argument(
+        "--compile", action="store_true", help="torch.compile the model (and the aux net's expand + forward)"
+    )
+    p.add_argument(
+        "--fused-adamw",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="fused AdamW kernel (default: on CUDA only)",
+    )
+    p.add_argument(
+        "--sdpa",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="attention through torch's scaled_dot_product_attention (flash on CUDA) (default: on)",
+    )
     p.add_argument("--sizes", nargs="+", help="only these sizes (names as printed)")
     p.add_argument("--reps", type=int, default=3, help="interleaved repetitions of each step (default: %(default)s)")
     p.add_argument("--device", default="auto", help="(default: %(default)s)")
@@ -142,15 +181,23 @@ def main() -> None:
     device = resolve_device(args.device)
     peak, device_name = peak_flops(device)
     fused = device.type == "cuda" if args.fused_adamw is None else args.fused_adamw
-    cfg = TrainConfig(lr=1e-4, device=str(device), progress=False, compile=args.compile, fused_adamw=fused,
-                      sdpa=args.sdpa)
+    cfg = TrainConfig(
+        lr=1e-4, device=str(device), progress=False, compile=args.compile, fused_adamw=fused, sdpa=args.sdpa
+    )
     sizes = QUICK_SIZES if args.quick else SIZES
-    print(f"device: {device_name}; dense bf16 peak: {f'{peak / 1e12:.1f} TFLOP/s' if peak else 'n/a'}; "
-          f"precision: {'bf16 autocast' if device.type == 'cuda' else 'fp32'}; torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads" + (f", load average {os.getloadavg()[0]:.1f}" if device.type == "cpu" else ""))
-    print(f"batch {args.batch_size}, {args.warmup} warm-up + {args.steps} timed steps; compile {args.compile}, "
-          f"fused AdamW {fused}, SDPA {args.sdpa}")
-    print(f"{'size':20s} {'step':20s} {'images/s':>10s} {'MFU':>7s} {'vs plain':>9s}   (medians of {args.reps} interleaved reps)")
+    print(
+        f"device: {device_name}; dense bf16 peak: {f'{peak / 1e12:.1f} TFLOP/s' if peak else 'n/a'}; "
+        f"precision: {'bf16 autocast' if device.type == 'cuda' else 'fp32'}; torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads"
+        + (f", load average {os.getloadavg()[0]:.1f}" if device.type == "cpu" else "")
+    )
+    print(
+        f"batch {args.batch_size}, {args.warmup} warm-up + {args.steps} timed steps; compile {args.compile}, "
+        f"fused AdamW {fused}, SDPA {args.sdpa}"
+    )
+    print(
+        f"{'size':20s} {'step':20s} {'images/s':>10s} {'MFU':>7s} {'vs plain':>9s}   (medians of {args.reps} interleaved reps)"
+    )
     for name, spec in sizes.items():
         if args.sizes and name not in args.sizes:
             continue
@@ -160,18 +207,23 @@ def main() -> None:
             torch.manual_seed(0)
             model = spec.create_model()
             set_fused_attention(model, args.sdpa)
-            return plain_step_rate(model, shape, spec.num_classes, args.batch_size, args.steps, device, args.compile,
-                                   fused, args.warmup)
+            return plain_step_rate(
+                model, shape, spec.num_classes, args.batch_size, args.steps, device, args.compile, fused, args.warmup
+            )
 
-        steps = {"plain timm": plain,
-                 "ours ancestry": lambda: loop_step_rate(spec.create_model(), spec, args.batch_size, args.steps,
-                                                         args.warmup, cfg),
-                 "ours aux-net (tleg)": lambda: loop_step_rate(aux_net(spec), spec, args.batch_size, args.steps,
-                                                               args.warmup, cfg)}
+        steps = {
+            "plain timm": plain,
+            "ours ancestry": lambda: loop_step_rate(
+                spec.create_model(), spec, args.batch_size, args.steps, args.warmup, cfg
+            ),
+            "ours aux-net (tleg)": lambda: loop_step_rate(
+                aux_net(spec), spec, args.batch_size, args.steps, args.warmup, cfg
+            ),
+        }
         names = list(steps)
         rates: dict[str, list[float]] = {n: [] for n in names}
         for rep in range(args.reps):  # the order rotates, so that load drifting on a shared machine hits all alike
-            for step in names[rep % len(names):] + names[:rep % len(names)]:
+            for step in names[rep % len(names) :] + names[: rep % len(names)]:
                 rates[step].append(steps[step]())
                 if device.type == "cuda":
                     torch.cuda.empty_cache()

@@ -17,7 +17,6 @@ from learngene.bench import get_profile
 from learngene.bench.protocol import Row, row_from_dict
 from learngene.bench.report import write_report
 
-
 INTS = ("depth", "embed_dim", "num_heads", "seed", "budget", "params", "stored_params", "condense_steps")
 FLOATS = ("condense_seconds", "adapt_seconds", "train_seconds")
 CELL = ("upstream", "method", "variant", "budget", "task", "size", "seed")
@@ -43,8 +42,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="transfer")
     parser.add_argument("--out", required=True)
-    parser.add_argument("runs", nargs="+", help="out folders of the runs, the first one's cells win; DIR:OLD=NEW "
-                                                    "shows that run's method OLD as NEW (e.g. another option of it)")
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        help="out folders of the runs, the first one's cells win; DIR:OLD=NEW "
+        "shows that run's method OLD as NEW (e.g. another option of it)",
+    )
     args = parser.parse_args()
     rows, seen, methods = [], set(), []
     for run in args.runs:
@@ -61,8 +64,12 @@ def main() -> None:
     profile = get_profile(args.profile)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_report(rows, profile.replace(methods=tuple(methods)), out,
-                 meta={"command": "benchmarks/merge_bench.py " + " ".join(args.runs)})
+    write_report(
+        rows,
+        profile.replace(methods=tuple(methods)),
+        out,
+        meta={"command": "benchmarks/merge_bench.py " + " ".join(args.runs)},
+    )
 
 
 if __name__ == "__main__":

@@ -61,7 +61,9 @@ print(sum(p.numel() for p in model.parameters()))
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", default="vit_giant_patch14_dinov2", help="timm architecture of the ancestry")
-    parser.add_argument("--img-size", type=int, default=224, help="input size the ancestry is loaded at (default: %(default)s)")
+    parser.add_argument(
+        "--img-size", type=int, default=224, help="input size the ancestry is loaded at (default: %(default)s)"
+    )
     parser.add_argument("--methods", nargs="+", default=list(WEIGHT_PICKERS), choices=WEIGHT_PICKERS)
     parser.add_argument("--workdir", default="/tmp/learngene-scale", help="scratch folder (default: %(default)s)")
     parser.add_argument("--cluster-images", type=int, default=8, help="images cluster measures attention on")
@@ -91,12 +93,33 @@ def main() -> None:
         print(f"ancestry: {args.arch}, {params / 1e9:.3f} B parameters, {size / GIB:.2f} GiB checkpoint ({ckpt})")
         for method in args.methods:
             gene = work / f"{method}.safetensors"
-            argv = [py, "-m", "learngene", "condense", "--method", method, "--ancestry", str(ckpt),
-                    "--timm-model", args.arch, "--img-size", str(args.img_size), "--out", str(gene), "--quiet",
-                    "--overwrite"]
+            argv = [
+                py,
+                "-m",
+                "learngene",
+                "condense",
+                "--method",
+                method,
+                "--ancestry",
+                str(ckpt),
+                "--timm-model",
+                args.arch,
+                "--img-size",
+                str(args.img_size),
+                "--out",
+                str(gene),
+                "--quiet",
+                "--overwrite",
+            ]
             if method == "cluster":
-                argv += ["--data", "digits", "--opt", f"num_images={args.cluster_images}",
-                         "--opt", f"batch_size={args.cluster_images}"]
+                argv += [
+                    "--data",
+                    "digits",
+                    "--opt",
+                    f"num_images={args.cluster_images}",
+                    "--opt",
+                    f"batch_size={args.cluster_images}",
+                ]
             c_sec, c_rss, rc = run(argv, log)
             if rc:
                 rows.append((method, "condense failed", c_sec, c_rss, None, None, f"exit {rc}, see {log}"))
@@ -107,10 +130,34 @@ def main() -> None:
             else:
                 target = ["--depth", "12", "--num-heads", "6", "--embed-dim", str(6 * head_dim)]
                 what = f"L12-D{6 * head_dim}-H6"
-            e_sec, e_rss, rc = run([py, "-m", "learngene", "expand", str(gene), *target, "--out",
-                                    str(work / f"{method}-descendant"), "--format", "hub", "--overwrite", "--quiet"], log)
-            rows.append((method, what, c_sec, c_rss, e_sec if not rc else None, e_rss,
-                         f"gene {gene.stat().st_size / GIB:.2f} GiB" + (f"; expand exit {rc}, see {log}" if rc else "")))
+            e_sec, e_rss, rc = run(
+                [
+                    py,
+                    "-m",
+                    "learngene",
+                    "expand",
+                    str(gene),
+                    *target,
+                    "--out",
+                    str(work / f"{method}-descendant"),
+                    "--format",
+                    "hub",
+                    "--overwrite",
+                    "--quiet",
+                ],
+                log,
+            )
+            rows.append(
+                (
+                    method,
+                    what,
+                    c_sec,
+                    c_rss,
+                    e_sec if not rc else None,
+                    e_rss,
+                    f"gene {gene.stat().st_size / GIB:.2f} GiB" + (f"; expand exit {rc}, see {log}" if rc else ""),
+                )
+            )
             if not args.keep:  # a gene can be as big as the checkpoint: free the disk before the next one
                 gene.unlink()
                 shutil.rmtree(work / f"{method}-descendant", ignore_errors=True)
@@ -118,14 +165,23 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 
-    print(f"\n| method | descendant | condense s | condense peak RSS | x checkpoint | expand s | expand peak RSS | note |")
+    print(
+        "\n| method | descendant | condense s | condense peak RSS | x checkpoint | expand s | expand peak RSS | note |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---|")
     for method, what, c_sec, c_rss, e_sec, e_rss, note in rows:
-        expand = (f"{e_sec:.0f} | {e_rss / GIB:.2f} GiB" if e_sec is not None else
-                  "- | -" if e_rss is None else f"failed | {e_rss / GIB:.2f} GiB")
+        expand = (
+            f"{e_sec:.0f} | {e_rss / GIB:.2f} GiB"
+            if e_sec is not None
+            else "- | -"
+            if e_rss is None
+            else f"failed | {e_rss / GIB:.2f} GiB"
+        )
         print(f"| {method} | {what} | {c_sec:.0f} | {c_rss / GIB:.2f} GiB | {c_rss / size:.2f} | {expand} | {note} |")
-    print(f"\npeak RSS: ru_maxrss of each child process (os.wait4); checkpoint {size / GIB:.2f} GiB; "
-          f"{os.cpu_count()} CPUs; python {sys.version.split()[0]}, torch {torch.__version__}, timm {timm.__version__}")
+    print(
+        f"\npeak RSS: ru_maxrss of each child process (os.wait4); checkpoint {size / GIB:.2f} GiB; "
+        f"{os.cpu_count()} CPUs; python {sys.version.split()[0]}, torch {torch.__version__}, timm {timm.__version__}"
+    )
 
 
 if __name__ == "__main__":

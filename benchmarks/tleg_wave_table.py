@@ -1,6 +1,6 @@
 """The table of ``benchmarks/tleg_wave_check.sh``: genes (size, cost) and descendants (accuracy vs scratch).
 
-    PYTHONPATH=src python benchmarks/tleg_wave_table.py runs/tleg_wave_check
+PYTHONPATH=src python benchmarks/tleg_wave_table.py runs/tleg_wave_check
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from learngene.data import fashion_mnist
-from learngene.gene import Learngene
 from learngene.formats.model_file import build_model, load_model_file
+from learngene.gene import Learngene
 from learngene.training.loop import evaluate
 
 
@@ -23,18 +23,29 @@ def final_acc(out: Path, name: str) -> float | None:
 def main(out: Path) -> None:
     test = fashion_mnist("test")
     _, anc_spec, anc_origin = load_model_file(out / "ancestry.safetensors")
-    lines = [f"ancestry {anc_spec.short()} ({anc_spec.num_params:,} params): test accuracy {anc_origin['eval_acc']:.4f}", "",
-             "| gene | stored params | file KB | condensation | aux net test acc |", "|---|---|---|---|---|"]
+    lines = [
+        f"ancestry {anc_spec.short()} ({anc_spec.num_params:,} params): test accuracy {anc_origin['eval_acc']:.4f}",
+        "",
+        "| gene | stored params | file KB | condensation | aux net test acc |",
+        "|---|---|---|---|---|",
+    ]
     for method in ("tleg", "share_init", "wave"):
         path = out / f"{method}.safetensors"
         gene = Learngene.load(path)
         c = gene.cost
-        lines.append(f"| {method} | {gene.num_stored_params:,} | {path.stat().st_size / 1e3:.0f} | {c['aux']}, "
-                     f"{c['epochs']} epochs, {c['steps']} steps, {c['seconds']:.0f} s | {c.get('aux_eval_acc', 0):.4f} |")
-    lines += ["", "| descendant | params | test acc at init | after 1 epoch | scratch after 1 epoch | beats scratch |",
-              "|---|---|---|---|---|---|"]
-    models = sorted((out / "models").glob("*.init.safetensors"),
-                    key=lambda p: (p.name.split("-", 1)[1].removesuffix(".init.safetensors"), p.name))
+        lines.append(
+            f"| {method} | {gene.num_stored_params:,} | {path.stat().st_size / 1e3:.0f} | {c['aux']}, "
+            f"{c['epochs']} epochs, {c['steps']} steps, {c['seconds']:.0f} s | {c.get('aux_eval_acc', 0):.4f} |"
+        )
+    lines += [
+        "",
+        "| descendant | params | test acc at init | after 1 epoch | scratch after 1 epoch | beats scratch |",
+        "|---|---|---|---|---|---|",
+    ]
+    models = sorted(
+        (out / "models").glob("*.init.safetensors"),
+        key=lambda p: (p.name.split("-", 1)[1].removesuffix(".init.safetensors"), p.name),
+    )
     for path in models:
         name = path.name.removesuffix(".init.safetensors")
         size = name.split("-", 1)[1]

@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from learngene.data import DEBIAN_FASHION_MNIST, ImageData, fashion_mnist, normalize
-from learngene.vit.spec import get_preset
 from learngene.training.loop import TrainConfig, train
+from learngene.vit.spec import get_preset
 
 
 def images(n: int, spec) -> ImageData:
@@ -38,8 +38,14 @@ def images(n: int, spec) -> ImageData:
         return data.subset(torch.arange(n))
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (n, spec.in_chans, spec.img_size, spec.img_size), generator=gen, dtype=torch.uint8)
-    return ImageData(x, torch.randint(0, spec.num_classes, (n,), generator=gen), spec.num_classes,
-                     (0.5,) * spec.in_chans, (0.25,) * spec.in_chans, name="random")
+    return ImageData(
+        x,
+        torch.randint(0, spec.num_classes, (n,), generator=gen),
+        spec.num_classes,
+        (0.5,) * spec.in_chans,
+        (0.25,) * spec.in_chans,
+        name="random",
+    )
 
 
 def ours(model: torch.nn.Module, data: ImageData, steps: int, batch: int, run_dir: str | None) -> float:
@@ -55,15 +61,18 @@ def bare(model: torch.nn.Module, data: ImageData, steps: int, batch: int) -> flo
     y_all = data.labels
     decay = [p for p in model.parameters() if p.ndim > 1]
     no_decay = [p for p in model.parameters() if p.ndim <= 1]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=1e-3)
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}], lr=1e-3
+    )
     warmup = max(1, steps // 5)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min((s + 1) / warmup, 0.5 * (
-        1 + math.cos(math.pi * max(0, s - warmup) / max(1, steps - warmup)))))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda s: min((s + 1) / warmup, 0.5 * (1 + math.cos(math.pi * max(0, s - warmup) / max(1, steps - warmup)))),
+    )
     model.train()
     order = torch.randperm(len(y_all))
     for step in range(steps):
-        idx = order[step * batch:(step + 1) * batch]
+        idx = order[step * batch : (step + 1) * batch]
         loss = F.cross_entropy(model(x_all[idx]), y_all[idx])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -99,19 +108,26 @@ def main() -> None:
         ratios, t_ours, t_bare = [], [], []
         for rep in range(args.reps):
             pair = {}
-            for name in (("ours", "bare") if rep % 2 == 0 else ("bare", "ours")):
-                pair[name] = (ours(fresh(), data, args.steps, args.batch_size, run_dir) if name == "ours"
-                              else bare(fresh(), data, args.steps, args.batch_size))
+            for name in ("ours", "bare") if rep % 2 == 0 else ("bare", "ours"):
+                pair[name] = (
+                    ours(fresh(), data, args.steps, args.batch_size, run_dir)
+                    if name == "ours"
+                    else bare(fresh(), data, args.steps, args.batch_size)
+                )
             t_ours.append(pair["ours"])
             t_bare.append(pair["bare"])
             ratios.append(pair["bare"] / pair["ours"])
     imgs = args.steps * args.batch_size
-    print(f"{spec.short()} ({spec.num_params:,} params), batch {args.batch_size}, {args.steps} steps x {args.reps} "
-          f"interleaved reps, {torch.get_num_threads()} threads" + (", with log+checkpoint" if args.run_dir else ""))
+    print(
+        f"{spec.short()} ({spec.num_params:,} params), batch {args.batch_size}, {args.steps} steps x {args.reps} "
+        f"interleaved reps, {torch.get_num_threads()} threads" + (", with log+checkpoint" if args.run_dir else "")
+    )
     print(f"bare timm+torch loop: {imgs / statistics.median(t_bare):7.0f} img/s (median)")
     print(f"learngene train():    {imgs / statistics.median(t_ours):7.0f} img/s (median)")
-    print(f"throughput ratio ours/bare: median {statistics.median(ratios):.3f} "
-          f"(per rep: {', '.join(f'{r:.3f}' for r in ratios)}; target >= 0.95)")
+    print(
+        f"throughput ratio ours/bare: median {statistics.median(ratios):.3f} "
+        f"(per rep: {', '.join(f'{r:.3f}' for r in ratios)}; target >= 0.95)"
+    )
 
 
 if __name__ == "__main__":

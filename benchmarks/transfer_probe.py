@@ -21,8 +21,8 @@ import argparse
 import statistics
 
 from learngene.bench import get_profile
-from learngene.bench.protocol import BenchRun, fresh_head, load_task
 from learngene.bench.profiles import Task
+from learngene.bench.protocol import BenchRun, fresh_head, load_task
 from learngene.descendant import make_descendant
 from learngene.training.loop import train
 
@@ -40,8 +40,10 @@ def main() -> None:
     loaded: dict = {}
     load_task(Task("upstream", "fashion_mnist", epochs=1), profile.ancestry, None, loaded)
     task = profile.tasks[0]
-    print(f"top-1 (%) on {task.eval_images} test images of the unseen classes, mean ± std over seeds "
-          f"{', '.join(map(str, profile.seeds))}; L{args.size[0]}-D{args.size[1]}-H{args.size[2]}")
+    print(
+        f"top-1 (%) on {task.eval_images} test images of the unseen classes, mean ± std over seeds "
+        f"{', '.join(map(str, profile.seeds))}; L{args.size[0]}-D{args.size[1]}-H{args.size[2]}"
+    )
     print(f"{'upstream':14s} {'method':11s} {'probe':>12s} {'finetune':>12s}")
     for up in (u for u in profile.upstreams if u.name in args.upstreams):
         td = load_task(task, profile.ancestry, None, loaded, up.classes)
@@ -59,8 +61,13 @@ def main() -> None:
                     if mode == "probe":
                         model.requires_grad_(False)
                         model.get_classifier().requires_grad_(True)
-                    cfg = run._cfg(epochs=task.epochs, seed=seed, eval_every=0, eval_images=task.eval_images,
-                                   batch_size=task.batch_size)
+                    cfg = run._cfg(
+                        epochs=task.epochs,
+                        seed=seed,
+                        eval_every=0,
+                        eval_images=task.eval_images,
+                        batch_size=task.batch_size,
+                    )
                     accs[mode].append(100 * train(model, td.train, cfg, eval_data=td.eval).final_acc)
             cells = [f"{statistics.fmean(v):5.1f} ± {statistics.stdev(v):4.1f}" for v in accs.values()]
             print(f"{up.name:14s} {name:11s} {cells[0]:>12s} {cells[1]:>12s}", flush=True)

@@ -31,15 +31,15 @@ import torch
 import torch.nn.functional as F
 from torchvision.datasets import FashionMNIST  # the class names of the splits
 
-from learngene.vit.attention_init import UNTRAINED_ATTENTION_SCALE, attention_logit_scale
 from learngene.bench import get_profile
-from learngene.bench.protocol import BenchRun, fresh_head, load_task
 from learngene.bench.profiles import SPLIT_A, SPLIT_B, Task
+from learngene.bench.protocol import BenchRun, fresh_head, load_task
 from learngene.bench.report import compare
 from learngene.descendant import make_descendant
 from learngene.gene import Learngene
 from learngene.registry import get_method
 from learngene.training.loop import train
+from learngene.vit.attention_init import UNTRAINED_ATTENTION_SCALE, attention_logit_scale
 
 PARTS = {
     "patch": r"^(patch_embed\.|cls_token)",
@@ -89,11 +89,15 @@ def descendant(state: dict, spec, seed: int) -> torch.nn.Module:
 def attention_stats(model, images: torch.Tensor, grid: int) -> list[tuple[float, float, float]]:
     """Per block: (entropy of patch→patch attention in nats, mean attention distance in patches, residual norm)."""
     stats, captured = [], {}
-    hooks = [blk.attn.register_forward_pre_hook(lambda m, a, i=i: captured.__setitem__(i, a[0]))
-             for i, blk in enumerate(model.blocks)]
+    hooks = [
+        blk.attn.register_forward_pre_hook(lambda m, a, i=i: captured.__setitem__(i, a[0]))
+        for i, blk in enumerate(model.blocks)
+    ]
     residual = []
-    hooks += [blk.register_forward_hook(lambda m, a, out: residual.append(out.norm(dim=-1).mean().item()))
-              for blk in model.blocks]
+    hooks += [
+        blk.register_forward_hook(lambda m, a, out: residual.append(out.norm(dim=-1).mean().item()))
+        for blk in model.blocks
+    ]
     model.eval()
     model(images)
     for h in hooks:
@@ -138,14 +142,18 @@ def fix_rows(run, task, td, ancestry, spec, seeds, methods, upstream) -> None:
         for seed in seeds:
             model = make_descendant(gene, spec, seed=seed, **options)
             fresh_head(model, spec, seed)
-            cfg = run._cfg(epochs=task.epochs, seed=seed, eval_every=0, eval_images=task.eval_images,
-                           batch_size=task.batch_size)
+            cfg = run._cfg(
+                epochs=task.epochs, seed=seed, eval_every=0, eval_images=task.eval_images, batch_size=task.batch_size
+            )
             accs.append(100 * train(model, td.train, cfg, eval_data=td.eval).final_acc)
         return accs
 
     def line(label, accs, marks=""):
-        print(f"{upstream:11s} L{spec.depth} {label:34s} {statistics.fmean(accs):5.1f} ± {statistics.stdev(accs):4.1f} "
-              f"{marks:7s} [{' '.join(f'{v:.1f}' for v in accs)}]", flush=True)
+        print(
+            f"{upstream:11s} L{spec.depth} {label:34s} {statistics.fmean(accs):5.1f} ± {statistics.stdev(accs):4.1f} "
+            f"{marks:7s} [{' '.join(f'{v:.1f}' for v in accs)}]",
+            flush=True,
+        )
 
     mimetic = finetune(get_method("mimetic")().condense(None))
     line("mimetic", mimetic)
@@ -169,19 +177,32 @@ def main() -> None:
     parser.add_argument("--out", default="runs/bench-transfer", help="the transfer bench's out folder (its cache)")
     parser.add_argument("--upstreams", nargs="*", default=["A-short", "B-short"], help="upstream names of the profile")
     parser.add_argument("--depths", type=int, nargs="+", default=[2, 4], help="descendant depths (width 64, 4 heads)")
-    parser.add_argument("--mode", choices=("swap", "stats", "fix", "scale"), default="swap",
-                        help="fine-tune hybrids; step-0 statistics; fine-tune --methods without and with "
-                             "untrained_attention=mimetic (marks against mimetic and the method without it); "
-                             "or print each ancestry's attention logit scale per layer (the rule's input)")
-    parser.add_argument("--methods", nargs="+", default=["pretrained", "auto_lg", "heru_lg"],
-                        help="the methods of --mode fix")
-    parser.add_argument("--inits", nargs="+", default=["M", "P", "P-attn,pos", "M+mlp", "M+mlp,patch,norm", "P-last"],
-                        help="P/M, P-parts (pretrained with mimetic's parts), M+parts (the converse); "
-                             "parts: " + ", ".join(PARTS) + ", last; part@N: only layer N")
+    parser.add_argument(
+        "--mode",
+        choices=("swap", "stats", "fix", "scale"),
+        default="swap",
+        help="fine-tune hybrids; step-0 statistics; fine-tune --methods without and with "
+        "untrained_attention=mimetic (marks against mimetic and the method without it); "
+        "or print each ancestry's attention logit scale per layer (the rule's input)",
+    )
+    parser.add_argument(
+        "--methods", nargs="+", default=["pretrained", "auto_lg", "heru_lg"], help="the methods of --mode fix"
+    )
+    parser.add_argument(
+        "--inits",
+        nargs="+",
+        default=["M", "P", "P-attn,pos", "M+mlp", "M+mlp,patch,norm", "P-last"],
+        help="P/M, P-parts (pretrained with mimetic's parts), M+parts (the converse); "
+        "parts: " + ", ".join(PARTS) + ", last; part@N: only layer N",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: the profile's")
-    parser.add_argument("--genes", nargs="*", default=[],
-                        help="--mode scale: also the attention logit scale of these gene files expanded to the "
-                             "ancestry's size (e.g. runs/bench-transfer/genes/tleg-*.safetensors)")
+    parser.add_argument(
+        "--genes",
+        nargs="*",
+        default=[],
+        help="--mode scale: also the attention logit scale of these gene files expanded to the "
+        "ancestry's size (e.g. runs/bench-transfer/genes/tleg-*.safetensors)",
+    )
     args = parser.parse_args()
 
     profile = get_profile("transfer")
@@ -194,11 +215,15 @@ def main() -> None:
     if args.mode == "scale":
         spec = profile.ancestry.replace(num_classes=5)
         scale = attention_logit_scale
-        print(f"attention logit scale per layer (rule: untrained below "
-              f"{UNTRAINED_ATTENTION_SCALE}); references at seed 0, L{spec.depth}")
+        print(
+            f"attention logit scale per layer (rule: untrained below "
+            f"{UNTRAINED_ATTENTION_SCALE}); references at seed 0, L{spec.depth}"
+        )
         torch.manual_seed(0)
-        for name, state in (("timm init", spec.create_model().state_dict()),
-                            ("mimetic", mimetic.expand(mimetic.condense(None), spec))):
+        for name, state in (
+            ("timm init", spec.create_model().state_dict()),
+            ("mimetic", mimetic.expand(mimetic.condense(None), spec)),
+        ):
             print(f"{name:26s} " + " ".join(f"{scale(state, spec, i):.3f}" for i in range(spec.depth)))
         for path in args.genes:
             gene = Learngene.load(path)
@@ -206,14 +231,24 @@ def main() -> None:
                 state = get_method(gene.method).from_gene(gene).expand(gene, spec)
             layers = [i for i in range(spec.depth) if f"blocks.{i}.attn.qkv.weight" in state]
             classes = (gene.label_space or {}).get("classes", [])
-            split = next((name for name, ids in (("A", SPLIT_A), ("B", SPLIT_B))
-                          if classes == [FashionMNIST.classes[i] for i in ids]), "?")
-            print(f"{path.rsplit('/', 1)[-1]:38s} split {split} steps {gene.cost.get('steps', '-')!s:4s} "
-                  f"aux top-1 {gene.cost.get('aux_eval_acc', '-')!s:5s} "
-                  + " ".join(f"{scale(state, spec, i):.3f}" for i in layers))
+            split = next(
+                (
+                    name
+                    for name, ids in (("A", SPLIT_A), ("B", SPLIT_B))
+                    if classes == [FashionMNIST.classes[i] for i in ids]
+                ),
+                "?",
+            )
+            print(
+                f"{path.rsplit('/', 1)[-1]:38s} split {split} steps {gene.cost.get('steps', '-')!s:4s} "
+                f"aux top-1 {gene.cost.get('aux_eval_acc', '-')!s:5s} "
+                + " ".join(f"{scale(state, spec, i):.3f}" for i in layers)
+            )
     if args.mode == "swap":
-        print(f"top-1 (%) on {task.eval_images} test images of the unseen classes after the bench's fine-tune, "
-              f"mean ± std over seeds {', '.join(map(str, seeds))}")
+        print(
+            f"top-1 (%) on {task.eval_images} test images of the unseen classes after the bench's fine-tune, "
+            f"mean ± std over seeds {', '.join(map(str, seeds))}"
+        )
     for up in (u for u in profile.upstreams if u.name in args.upstreams):
         td = load_task(task, profile.ancestry, None, loaded, up.classes)
         anc_images, _, upstream_eval = run._upstream_data(up, loaded)
@@ -240,21 +275,36 @@ def main() -> None:
                         loss, grads = step0(model, images, labels)
                         results[name].append((loss, grads, attention_stats(model, images, grid)))
                         continue
-                    cfg = run._cfg(epochs=task.epochs, seed=seed, eval_every=0, eval_images=task.eval_images,
-                                   batch_size=task.batch_size)
+                    cfg = run._cfg(
+                        epochs=task.epochs,
+                        seed=seed,
+                        eval_every=0,
+                        eval_images=task.eval_images,
+                        batch_size=task.batch_size,
+                    )
                     results[name].append(100 * train(model, td.train, cfg, eval_data=td.eval).final_acc)
             for name, values in results.items():
                 if args.mode == "swap":
-                    print(f"{up.name:9s} L{depth} {name:22s} {statistics.fmean(values):5.1f} ± "
-                          f"{statistics.stdev(values):4.1f}  [{' '.join(f'{v:.1f}' for v in values)}]", flush=True)
+                    print(
+                        f"{up.name:9s} L{depth} {name:22s} {statistics.fmean(values):5.1f} ± "
+                        f"{statistics.stdev(values):4.1f}  [{' '.join(f'{v:.1f}' for v in values)}]",
+                        flush=True,
+                    )
                     continue
                 loss = statistics.fmean(v[0] for v in values)
                 grads = {k: statistics.fmean(v[1][k] for v in values) for k in values[0][1]}
-                per_layer = [tuple(statistics.fmean(v[2][i][j] for v in values) for j in range(3)) for i in range(depth)]
-                print(f"{up.name:9s} L{depth} {name:18s} loss0 {loss:.3f}  grad0 " +
-                      " ".join(f"{k}={g:.3f}" for k, g in sorted(grads.items())))
-                print(f"{'':31s} entropy/dist/|x| per block: " +
-                      "  ".join(f"{e:.2f}/{d:.2f}/{r:.1f}" for e, d, r in per_layer), flush=True)
+                per_layer = [
+                    tuple(statistics.fmean(v[2][i][j] for v in values) for j in range(3)) for i in range(depth)
+                ]
+                print(
+                    f"{up.name:9s} L{depth} {name:18s} loss0 {loss:.3f}  grad0 "
+                    + " ".join(f"{k}={g:.3f}" for k, g in sorted(grads.items()))
+                )
+                print(
+                    f"{'':31s} entropy/dist/|x| per block: "
+                    + "  ".join(f"{e:.2f}/{d:.2f}/{r:.1f}" for e, d, r in per_layer),
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

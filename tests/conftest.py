@@ -117,7 +117,8 @@ def condense_tiny(name: str, ancestry, img_size: int, num_classes: int):
     method = get_method(name)()
     inputs = None
     if method.needs_data:
-        inputs = CondenseInputs(train=make_images(16, num_classes=num_classes, size=img_size),
-                                train_cfg=TrainConfig(epochs=1, max_steps=1, batch_size=8, progress=False,
-                                                      distill_lambda=1.0))
+        inputs = CondenseInputs(
+            train=make_images(16, num_classes=num_classes, size=img_size),
+            train_cfg=TrainConfig(epochs=1, max_steps=1, batch_size=8, progress=False, distill_lambda=1.0),
+        )
     return method.condense(ancestry, inputs)

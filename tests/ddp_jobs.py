@@ -17,20 +17,33 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from learngene.training import distributed as dist  # noqa: E402
 from learngene.cli import main  # noqa: E402
 from learngene.descendant import GeneNet  # noqa: E402
 from learngene.errors import TrainingError  # noqa: E402
 from learngene.method import Ancestry  # noqa: E402
 from learngene.registry import get_method  # noqa: E402
-from learngene.vit.spec import ViTSpec  # noqa: E402
+from learngene.training import distributed as dist  # noqa: E402
 from learngene.training.loop import TrainConfig, train  # noqa: E402
+from learngene.vit.spec import ViTSpec  # noqa: E402
 from tests.conftest import FaultyData, make_images  # noqa: E402
 
 TINY = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
 # 33 images in global batches of 16: the last batch holds one image, so rank 1 gets none of it
-TRAIN = ["--data", "digits", "--train-images", "33", "--batch-size", "16", "--epochs", "2", "--lr", "0.003",
-         "--checkpoint-every", "2", "--quiet"]
+TRAIN = [
+    "--data",
+    "digits",
+    "--train-images",
+    "33",
+    "--batch-size",
+    "16",
+    "--epochs",
+    "2",
+    "--lr",
+    "0.003",
+    "--checkpoint-every",
+    "2",
+    "--quiet",
+]
 CFG = TrainConfig(epochs=2, batch_size=16, lr=3e-3, augment=True, checkpoint_every=2, progress=False)
 
 
@@ -42,16 +55,66 @@ def cli(argv: list) -> None:
 
 def ancestry_job(out: Path, ancestry: Path) -> None:
     """A plain timm ViT trained through the loop by the CLI, with augmentation."""
-    cli(["ancestry", "--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size", "16",
-         *TRAIN, "--augment", "--run-dir", out / "ancestry_run", "--out", out / "ancestry.safetensors"])
+    cli(
+        [
+            "ancestry",
+            "--depth",
+            "2",
+            "--embed-dim",
+            "32",
+            "--num-heads",
+            "2",
+            "--patch-size",
+            "4",
+            "--img-size",
+            "16",
+            *TRAIN,
+            "--augment",
+            "--run-dir",
+            out / "ancestry_run",
+            "--out",
+            out / "ancestry.safetensors",
+        ]
+    )
 
 
 def folder_job(out: Path, ancestry: Path) -> None:
     """An image folder streamed by a DataLoader worker per rank (the folder lies next to the ancestry)."""
-    cli(["ancestry", "--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size", "16",
-         "--in-chans", "1", "--data", f"folder:{ancestry.parent / 'images'}", "--workers", "1", "--batch-size", "16",
-         "--epochs", "2", "--lr", "0.003", "--checkpoint-every", "2", "--quiet", "--augment",
-         "--run-dir", out / "folder_run", "--out", out / "folder.safetensors"])
+    cli(
+        [
+            "ancestry",
+            "--depth",
+            "2",
+            "--embed-dim",
+            "32",
+            "--num-heads",
+            "2",
+            "--patch-size",
+            "4",
+            "--img-size",
+            "16",
+            "--in-chans",
+            "1",
+            "--data",
+            f"folder:{ancestry.parent / 'images'}",
+            "--workers",
+            "1",
+            "--batch-size",
+            "16",
+            "--epochs",
+            "2",
+            "--lr",
+            "0.003",
+            "--checkpoint-every",
+            "2",
+            "--quiet",
+            "--augment",
+            "--run-dir",
+            out / "folder_run",
+            "--out",
+            out / "folder.safetensors",
+        ]
+    )
 
 
 def genenet_job(out: Path, ancestry: Path) -> None:
@@ -68,8 +131,21 @@ def genenet_job(out: Path, ancestry: Path) -> None:
 
 def condense_job(method: str):
     def job(out: Path, ancestry: Path) -> None:
-        cli(["condense", "--method", method, "--ancestry", ancestry, *TRAIN, "--run-dir", out / f"{method}_run",
-             "--out", out / f"{method}.safetensors"])
+        cli(
+            [
+                "condense",
+                "--method",
+                method,
+                "--ancestry",
+                ancestry,
+                *TRAIN,
+                "--run-dir",
+                out / f"{method}_run",
+                "--out",
+                out / f"{method}.safetensors",
+            ]
+        )
+
     return job
 
 
@@ -82,9 +158,12 @@ def nan_job(out: Path, ancestry: Path) -> None:
     dist.init_from_env()
     torch.manual_seed(0)
     try:
-        train(TINY.create_model(), FaultyData(make_images(64, num_classes=4, size=16), at=3,
-                                                    fault=_nan_on_rank1), CFG,
-              run_dir=out / "nan_run")
+        train(
+            TINY.create_model(),
+            FaultyData(make_images(64, num_classes=4, size=16), at=3, fault=_nan_on_rank1),
+            CFG,
+            run_dir=out / "nan_run",
+        )
     except TrainingError as exc:
         (out / f"nan-rank{dist.rank()}.txt").write_text(str(exc))
 
@@ -94,7 +173,9 @@ def run(out: Path, ancestry: Path, jobs: list[str]) -> None:
         if name.startswith("condense:"):
             condense_job(name.split(":", 1)[1])(out, ancestry)
         else:
-            {"ancestry": ancestry_job, "folder": folder_job, "genenet": genenet_job, "nan": nan_job}[name](out, ancestry)
+            {"ancestry": ancestry_job, "folder": folder_job, "genenet": genenet_job, "nan": nan_job}[name](
+                out, ancestry
+            )
 
 
 def logged_puts(log: Path) -> dict:

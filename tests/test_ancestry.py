@@ -31,7 +31,13 @@ def test_timm_checkpoint_is_filtered_by_timm(tmp_path, suffix):
     else:
         save_file(source.state_dict(), str(path))
     # another image size: timm's filter resamples the position embedding; another label space drops the head
-    anc = load_ancestry(path, "vit_tiny_patch16_224", img_size=24, num_classes=3, **{k: v for k, v in TIMM_KW.items() if k != "num_classes"})
+    anc = load_ancestry(
+        path,
+        "vit_tiny_patch16_224",
+        img_size=24,
+        num_classes=3,
+        **{k: v for k, v in TIMM_KW.items() if k != "num_classes"},
+    )
     assert anc.spec.img_size == 24 and anc.spec.num_classes == 3
     assert anc.model.pos_embed.shape == (1, 1 + 36, 32)
     assert torch.equal(anc.model.blocks[1].attn.qkv.weight, source.blocks[1].attn.qkv.weight)

@@ -57,8 +57,12 @@ def imports_of(path: Path) -> set[str]:
             target = (f"{base}.{node.module}" if node.module else base) if node.level else node.module or ""
             for alias in node.names:  # `from . import methods` imports a module, `from .x import y` a name of x
                 sub = f"{target}.{alias.name}"
-                found.add(sub if (PACKAGE.parent / sub.replace(".", "/")).with_suffix(".py").exists()
-                          or (PACKAGE.parent / sub.replace(".", "/")).is_dir() else target)
+                found.add(
+                    sub
+                    if (PACKAGE.parent / sub.replace(".", "/")).with_suffix(".py").exists()
+                    or (PACKAGE.parent / sub.replace(".", "/")).is_dir()
+                    else target
+                )
         elif isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
     own = set()
@@ -93,7 +97,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for dep in sorted(graph.get(node, ())):
             if state.get(dep) == 1:
-                return stack[stack.index(dep):] + [dep]
+                return stack[stack.index(dep) :] + [dep]
             if dep not in state and (cycle := visit(dep)):
                 return cycle
         stack.pop()
@@ -120,9 +124,17 @@ def test_a_cycle_is_found():
 
 def test_the_file_format_imports_no_method_and_no_registry():
     deps = import_graph()["learngene.gene"]
-    assert deps <= {"learngene.errors", "learngene.formats", "learngene.formats.atomic", "learngene.formats.weights",
-                    "learngene.formats.licenses", "learngene.formats.preprocessing", "learngene.vit", "learngene.vit.spec",
-                    "learngene._version"}, deps
+    assert deps <= {
+        "learngene.errors",
+        "learngene.formats",
+        "learngene.formats.atomic",
+        "learngene.formats.weights",
+        "learngene.formats.licenses",
+        "learngene.formats.preprocessing",
+        "learngene.vit",
+        "learngene.vit.spec",
+        "learngene._version",
+    }, deps
 
 
 def test_no_module_reaches_a_method_by_a_literal_name():
@@ -172,26 +184,34 @@ def test_options_are_checked_in_one_place():
     no method checks its options again in its own ``__init__``."""
     from learngene.method import Method
 
-    own_init = [name for name in list_methods() if "__init__" in {k for c in get_method(name).__mro__
-                                                                  if c is not Method and issubclass(c, Method)
-                                                                  for k in vars(c)}]
-    assert own_init == [], (f"{own_init} check options in __init__: type a choice as Literal[...], give a range "
-                            f"with learngene.validate.option(...), put a check across options in the Config's "
-                            f"__post_init__")
+    own_init = [
+        name
+        for name in list_methods()
+        if "__init__"
+        in {k for c in get_method(name).__mro__ if c is not Method and issubclass(c, Method) for k in vars(c)}
+    ]
+    assert own_init == [], (
+        f"{own_init} check options in __init__: type a choice as Literal[...], give a range "
+        f"with learngene.validate.option(...), put a check across options in the Config's "
+        f"__post_init__"
+    )
 
 
-@pytest.mark.parametrize("method, options, words", [
-    ("front", dict(keep_ratio=0.0), "keep_ratio must be above 0 and at most 1, got 0.0"),
-    ("front", dict(depth_ratio=1.5), "depth_ratio must be between 0 and 1, got 1.5"),
-    ("wave", dict(n_qkv=3), "n_qkv must be a multiple of 2, got 3"),
-    ("cluster", dict(min_heads=0), "min_heads must be at least 1, got 0"),
-    ("cluster", dict(ffn="none"), "ffn must be one of 'inherit', 'random', got 'none'"),
-    ("grow", dict(depth="copy"), "depth must be one of 'stack', 'identity', got 'copy'"),
-    ("tleg", dict(modules=()), "modules must be a non-empty list"),
-    ("tleg", dict(modules="msa,attn"), "modules must be a list whose every item is one of 'msa', 'mlp', 'ln'"),
-    ("heru_lg", dict(layers=-1), "layers must be 0 or more, got -1"),
-    ("auto_lg", dict(untrained_attention="sometimes"), "untrained_attention must be one of 'keep', 'mimetic'"),
-])
+@pytest.mark.parametrize(
+    "method, options, words",
+    [
+        ("front", dict(keep_ratio=0.0), "keep_ratio must be above 0 and at most 1, got 0.0"),
+        ("front", dict(depth_ratio=1.5), "depth_ratio must be between 0 and 1, got 1.5"),
+        ("wave", dict(n_qkv=3), "n_qkv must be a multiple of 2, got 3"),
+        ("cluster", dict(min_heads=0), "min_heads must be at least 1, got 0"),
+        ("cluster", dict(ffn="none"), "ffn must be one of 'inherit', 'random', got 'none'"),
+        ("grow", dict(depth="copy"), "depth must be one of 'stack', 'identity', got 'copy'"),
+        ("tleg", dict(modules=()), "modules must be a non-empty list"),
+        ("tleg", dict(modules="msa,attn"), "modules must be a list whose every item is one of 'msa', 'mlp', 'ln'"),
+        ("heru_lg", dict(layers=-1), "layers must be 0 or more, got -1"),
+        ("auto_lg", dict(untrained_attention="sometimes"), "untrained_attention must be one of 'keep', 'mimetic'"),
+    ],
+)
 def test_a_bad_option_is_refused_with_its_range_or_choices(method, options, words):
     from learngene.errors import LearngeneError
 

@@ -14,9 +14,9 @@ import pickle
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -28,22 +28,49 @@ from learngene.cli import main
 from learngene.data import Batches, ImageData, class_subset, few_shot, image_folder, load_dataset
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
-from learngene.gene import Learngene
 from learngene.formats.model_file import load_model_file, save_model
 from learngene.formats.weights import load_weights
+from learngene.gene import Learngene
 from learngene.method import Ancestry
 from learngene.registry import get_method, list_methods
-from learngene.vit.spec import ViTFamily, ViTSpec
 from learngene.training.loop import TrainConfig, resolve_device, train
+from learngene.vit.spec import ViTFamily, ViTSpec
 from tests.conftest import condense_tiny, make_images
 
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
 SIZE = ["--img-size", "16"]
 DATA = ["--data", "digits", "--train-images", "48", "--epochs", "1", "--batch-size", "16", "--quiet"]
 # every message must tell the user what to do; one of these words shows it does
-ACTIONS = ("use", "give", "pass", "choose", "check", "create", "delete", "upgrade", "lower", "load", "build",
-           "keep", "remove", "convert", "rename", "pick", "run", "put", "install", "download", "see --help", "re-create",
-           "expand", "start", "add", "set", "make", "ask")
+ACTIONS = (
+    "use",
+    "give",
+    "pass",
+    "choose",
+    "check",
+    "create",
+    "delete",
+    "upgrade",
+    "lower",
+    "load",
+    "build",
+    "keep",
+    "remove",
+    "convert",
+    "rename",
+    "pick",
+    "run",
+    "put",
+    "install",
+    "download",
+    "see --help",
+    "re-create",
+    "expand",
+    "start",
+    "add",
+    "set",
+    "make",
+    "ask",
+)
 
 
 class Evil:
@@ -65,21 +92,44 @@ class Workspace:
 
 
 FILES = {
-    "anc": "anc.safetensors", "gene": "gene.safetensors", "ws_gene": "ws_gene.safetensors",
-    "plain": "plain.safetensors", "corrupt": "corrupt.safetensors", "truncated": "truncated.safetensors",
-    "empty": "empty.safetensors", "unknown_method": "unknown_method.safetensors", "newer": "newer.safetensors",
-    "bad_config": "bad_config.safetensors", "bad_gene_ancestry": "bad_gene_ancestry.safetensors",
-    "model_bad_spec": "model_bad_spec.safetensors", "model_no_spec": "model_no_spec.safetensors",
+    "anc": "anc.safetensors",
+    "gene": "gene.safetensors",
+    "ws_gene": "ws_gene.safetensors",
+    "plain": "plain.safetensors",
+    "corrupt": "corrupt.safetensors",
+    "truncated": "truncated.safetensors",
+    "empty": "empty.safetensors",
+    "unknown_method": "unknown_method.safetensors",
+    "newer": "newer.safetensors",
+    "bad_config": "bad_config.safetensors",
+    "bad_gene_ancestry": "bad_gene_ancestry.safetensors",
+    "model_bad_spec": "model_bad_spec.safetensors",
+    "model_no_spec": "model_no_spec.safetensors",
     "model_bad_origin": "model_bad_origin.safetensors",
-    "model_wrong_shapes": "model_wrong_shapes.safetensors", "model_unknown_field": "model_unknown_field.safetensors",
-    "pth": "weights.pth", "pth_as_gene": "weights_pth.safetensors", "evil_pth": "evil.pth",
-    "evil_gene": "evil.safetensors", "not_state": "not_state.pth", "marker": "UNPICKLED",
-    "a_dir": "a_dir", "folder_no_images": "folder_no_images", "folder_empty_class": "folder_empty_class",
-    "folder_corrupt_image": "folder_corrupt_image", "folder_one_channel": "folder_one_channel",
-    "folder_bomb": "folder_bomb", "folder_one_class": "folder_one_class", "folder_other_classes": "folder_other_classes",
+    "model_wrong_shapes": "model_wrong_shapes.safetensors",
+    "model_unknown_field": "model_unknown_field.safetensors",
+    "pth": "weights.pth",
+    "pth_as_gene": "weights_pth.safetensors",
+    "evil_pth": "evil.pth",
+    "evil_gene": "evil.safetensors",
+    "not_state": "not_state.pth",
+    "marker": "UNPICKLED",
+    "a_dir": "a_dir",
+    "folder_no_images": "folder_no_images",
+    "folder_empty_class": "folder_empty_class",
+    "folder_corrupt_image": "folder_corrupt_image",
+    "folder_one_channel": "folder_one_channel",
+    "folder_bomb": "folder_bomb",
+    "folder_one_class": "folder_one_class",
+    "folder_other_classes": "folder_other_classes",
     "idx_garbage": "idx_garbage",
-    "run_corrupt": "run_corrupt", "run_evil": "run_evil", "run_other_lr": "run_other_lr",
-    "out": "out/o.safetensors", "out_dir": "out", "not_a_dir": "file.txt", "readonly": "readonly",
+    "run_corrupt": "run_corrupt",
+    "run_evil": "run_evil",
+    "run_other_lr": "run_other_lr",
+    "out": "out/o.safetensors",
+    "out_dir": "out",
+    "not_a_dir": "file.txt",
+    "readonly": "readonly",
 }
 
 
@@ -98,7 +148,9 @@ def _write_png_bomb(path: Path, side: int = 40_000) -> None:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     ihdr = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b""))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +168,14 @@ def ws(tmp_path_factory) -> Workspace:
     gene_bytes = Path(w.gene).read_bytes()
     Path(w.truncated).write_bytes(gene_bytes[: len(gene_bytes) // 2])
     Path(w.empty).write_bytes(b"")
-    header = {"format": "learngene", "format_version": "1", "method": "scratch", "config": "{}", "ancestry": "null",
-              "cost": "{}"}
+    header = {
+        "format": "learngene",
+        "format_version": "1",
+        "method": "scratch",
+        "config": "{}",
+        "ancestry": "null",
+        "cost": "{}",
+    }
     save_file({"w": torch.zeros(2)}, w.unknown_method, metadata={**header, "method": "alchemy"})
     save_file({"w": torch.zeros(2)}, w.newer, metadata={**header, "format_version": "99"})
     save_file({"w": torch.zeros(2)}, w.bad_config, metadata={**header, "config": "{not json"})
@@ -128,15 +186,20 @@ def ws(tmp_path_factory) -> Workspace:
     save_file(state, w.model_no_spec, metadata={"format": "learngene-model"})
     save_file(state, w.model_bad_origin, metadata={**model_header, "origin": "[1, "})
     save_file(state, w.model_wrong_shapes, metadata={**model_header, "spec": SPEC.replace(embed_dim=48).to_json()})
-    save_file(state, w.model_unknown_field, metadata={**model_header, "spec": json.dumps({**SPEC.to_dict(), "colour": 1})})
+    save_file(
+        state, w.model_unknown_field, metadata={**model_header, "spec": json.dumps({**SPEC.to_dict(), "colour": 1})}
+    )
     torch.save(state, w.pth)
     shutil.copy(w.pth, w.pth_as_gene)
     Path(w.evil_pth).write_bytes(pickle.dumps({"model": Evil(Path(w.marker))}))
     Path(w.evil_gene).write_bytes(pickle.dumps(Evil(Path(w.marker))))
     torch.save({"epochs": 3, "lr": 0.1}, w.not_state)
     Path(w.a_dir).mkdir()
-    for folder, classes in [(w.folder_no_images, {"a": 0, "b": 0}), (w.folder_empty_class, {"a": 2, "b": 0}),
-                            (w.folder_corrupt_image, {"a": 2, "b": 2})]:
+    for folder, classes in [
+        (w.folder_no_images, {"a": 0, "b": 0}),
+        (w.folder_empty_class, {"a": 2, "b": 0}),
+        (w.folder_corrupt_image, {"a": 2, "b": 2}),
+    ]:
         for name, count in classes.items():
             (Path(folder) / name).mkdir(parents=True)
             for i in range(count):
@@ -156,14 +219,33 @@ def ws(tmp_path_factory) -> Workspace:
             (Path(w.folder_other_classes) / split / name).mkdir(parents=True)
             _write_png(Path(w.folder_other_classes) / split / name / "0.png", 100)
     Path(w.idx_garbage).mkdir()
-    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
+    for name in (
+        "train-images-idx3-ubyte",
+        "train-labels-idx1-ubyte",
+        "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",
+    ):
         Path(w.idx_garbage, name).write_bytes(b"\x00\x00\x08\x03 not an idx file" * 10)
     for run in (w.run_corrupt, w.run_evil):
         Path(run).mkdir()
     Path(w.run_corrupt, "checkpoint.pt").write_bytes(b"PK\x03\x04 truncated zip")
     Path(w.run_evil, "checkpoint.pt").write_bytes(pickle.dumps(Evil(Path(w.marker))))
-    assert main(["train", w.anc, *DATA, "--lr", "0.001", "--out", str(root / "trained.safetensors"),
-                 "--run-dir", w.run_other_lr]) == 0
+    assert (
+        main(
+            [
+                "train",
+                w.anc,
+                *DATA,
+                "--lr",
+                "0.001",
+                "--out",
+                str(root / "trained.safetensors"),
+                "--run-dir",
+                w.run_other_lr,
+            ]
+        )
+        == 0
+    )
     Path(w.out_dir).mkdir()
     Path(w.not_a_dir).write_text("a file, not a folder")
     Path(w.readonly).mkdir()
@@ -194,25 +276,80 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
     ("gene with impossible ancestry", lambda w: ["inspect", w.bad_gene_ancestry], "corrupt learngene header"),
     ("pickle as gene", lambda w: ["expand", w.pth_as_gene, "-o", w.out], "looks like a pickle"),
     ("malicious pickle as gene", lambda w: ["inspect", w.evil_gene], "looks like a pickle"),
-    ("malicious pickle as checkpoint", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.evil_pth,
-                                                  "--timm-model", "vit_tiny_patch16_224", "-o", w.out],
-     "could not be loaded as weights"),
-    ("pickle that is not a state_dict", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.not_state,
-                                                   "--timm-model", "vit_tiny_patch16_224", "-o", w.out],
-     "does not hold a state_dict"),
-    ("gene given as ancestry", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.gene, "-o", w.out],
-     "not a learngene model file"),
+    (
+        "malicious pickle as checkpoint",
+        lambda w: [
+            "condense",
+            "--method",
+            "pretrained",
+            "--ancestry",
+            w.evil_pth,
+            "--timm-model",
+            "vit_tiny_patch16_224",
+            "-o",
+            w.out,
+        ],
+        "could not be loaded as weights",
+    ),
+    (
+        "pickle that is not a state_dict",
+        lambda w: [
+            "condense",
+            "--method",
+            "pretrained",
+            "--ancestry",
+            w.not_state,
+            "--timm-model",
+            "vit_tiny_patch16_224",
+            "-o",
+            w.out,
+        ],
+        "does not hold a state_dict",
+    ),
+    (
+        "gene given as ancestry",
+        lambda w: ["condense", "--method", "pretrained", "--ancestry", w.gene, "-o", w.out],
+        "not a learngene model file",
+    ),
     ("model file with corrupt spec", lambda w: ["train", w.model_bad_spec, *DATA, "-o", w.out], "corrupt"),
     ("model file without spec", lambda w: ["train", w.model_no_spec, *DATA, "-o", w.out], "records no spec"),
     ("model file with corrupt origin", lambda w: ["train", w.model_bad_origin, *DATA, "-o", w.out], "corrupt"),
-    ("model file whose tensors do not fit its spec", lambda w: ["train", w.model_wrong_shapes, *DATA, "-o", w.out],
-     "sizes are incompatible"),
+    (
+        "model file whose tensors do not fit its spec",
+        lambda w: ["train", w.model_wrong_shapes, *DATA, "-o", w.out],
+        "sizes are incompatible",
+    ),
     ("model file with unknown spec field", lambda w: ["inspect", w.model_unknown_field], "unknown spec field"),
-    ("checkpoint for the wrong timm model", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.pth,
-                                                       "--timm-model", "vit_small_patch16_224", "-o", w.out],
-     "pick the matching"),
-    ("unknown timm model", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.pth, "--timm-model",
-                                      "vit_colossal", "-o", w.out], "timm has no model"),
+    (
+        "checkpoint for the wrong timm model",
+        lambda w: [
+            "condense",
+            "--method",
+            "pretrained",
+            "--ancestry",
+            w.pth,
+            "--timm-model",
+            "vit_small_patch16_224",
+            "-o",
+            w.out,
+        ],
+        "pick the matching",
+    ),
+    (
+        "unknown timm model",
+        lambda w: [
+            "condense",
+            "--method",
+            "pretrained",
+            "--ancestry",
+            w.pth,
+            "--timm-model",
+            "vit_colossal",
+            "-o",
+            w.out,
+        ],
+        "timm has no model",
+    ),
     # ---- specs ----------------------------------------------------------------------------------
     ("heads do not divide width", lambda w: ["expand", w.gene, "--num-heads", "3", "-o", w.out], "does not divide"),
     ("patch does not divide image", lambda w: ["expand", w.gene, "--patch-size", "5", "-o", w.out], "does not divide"),
@@ -221,133 +358,318 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
     ("mlp ratio 0", lambda w: ["expand", w.gene, "--mlp-ratio", "0", "-o", w.out], "mlp_ratio must be a positive"),
     ("non-integer depth", lambda w: ["expand", w.gene, "--depth", "two", "-o", w.out], "invalid int value"),
     ("unknown preset", lambda w: ["expand", w.gene, "--preset", "huge", "-o", w.out], "invalid choice"),
-    ("other input channels than the ancestry", lambda w: ["expand", w.gene, "--in-chans", "3", "-o", w.out],
-     "1-channel images but the target asks for 3"),
-    ("block copy to another width", lambda w: ["expand", w.gene, "--embed-dim", "64", "--num-heads", "2", "-o", w.out],
-     "embed_dim must be 32"),
-    ("weight selection growing the width", lambda w: ["expand", w.ws_gene, "--embed-dim", "64", "-o", w.out],
-     "can only shrink"),
-    ("weight selection with more heads", lambda w: ["expand", w.ws_gene, "--num-heads", "4", "-o", w.out],
-     "at most 2 heads"),
-    pytest.param("wave width not tiling the templates", lambda w: ["expand", w.root / "wave.safetensors", "--embed-dim",
-                                                                  "36", "--num-heads", "2", "-o", w.out], "tiles",
-                 marks=_skip_unless("wave"), id="wave width not tiling the templates"),
-    pytest.param("peg head count it cannot make", lambda w: ["expand", w.root / "peg.safetensors", "--num-heads", "3",
-                                                             "--embed-dim", "33", "-o", w.out], "wide",
-                 marks=_skip_unless("peg"), id="peg head count it cannot make"),
-    pytest.param("cluster head count it cannot make", lambda w: ["expand", w.root / "cluster.safetensors",
-                                                                 "--num-heads", "64", "--embed-dim", "64", "-o", w.out],
-                 "wide", marks=_skip_unless("cluster"), id="cluster head count it cannot make"),
+    (
+        "other input channels than the ancestry",
+        lambda w: ["expand", w.gene, "--in-chans", "3", "-o", w.out],
+        "1-channel images but the target asks for 3",
+    ),
+    (
+        "block copy to another width",
+        lambda w: ["expand", w.gene, "--embed-dim", "64", "--num-heads", "2", "-o", w.out],
+        "embed_dim must be 32",
+    ),
+    (
+        "weight selection growing the width",
+        lambda w: ["expand", w.ws_gene, "--embed-dim", "64", "-o", w.out],
+        "can only shrink",
+    ),
+    (
+        "weight selection with more heads",
+        lambda w: ["expand", w.ws_gene, "--num-heads", "4", "-o", w.out],
+        "at most 2 heads",
+    ),
+    pytest.param(
+        "wave width not tiling the templates",
+        lambda w: ["expand", w.root / "wave.safetensors", "--embed-dim", "36", "--num-heads", "2", "-o", w.out],
+        "tiles",
+        marks=_skip_unless("wave"),
+        id="wave width not tiling the templates",
+    ),
+    pytest.param(
+        "peg head count it cannot make",
+        lambda w: ["expand", w.root / "peg.safetensors", "--num-heads", "3", "--embed-dim", "33", "-o", w.out],
+        "wide",
+        marks=_skip_unless("peg"),
+        id="peg head count it cannot make",
+    ),
+    pytest.param(
+        "cluster head count it cannot make",
+        lambda w: ["expand", w.root / "cluster.safetensors", "--num-heads", "64", "--embed-dim", "64", "-o", w.out],
+        "wide",
+        marks=_skip_unless("cluster"),
+        id="cluster head count it cannot make",
+    ),
     # ---- options ----------------------------------------------------------------------------------
-    ("unknown method", lambda w: ["condense", "--method", "alchemy", "--ancestry", w.anc, "-o", w.out], "unknown method"),
-    ("unknown method option", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.anc, "--opt", "colour=red",
-                                         "-o", w.out], "KEY=VALUE"),
-    ("bad method option value", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.anc, "--opt",
-                                           "variant=sideways", "-o", w.out], "one of 'first', 'last', 'middle'"),
+    (
+        "unknown method",
+        lambda w: ["condense", "--method", "alchemy", "--ancestry", w.anc, "-o", w.out],
+        "unknown method",
+    ),
+    (
+        "unknown method option",
+        lambda w: ["condense", "--method", "pretrained", "--ancestry", w.anc, "--opt", "colour=red", "-o", w.out],
+        "KEY=VALUE",
+    ),
+    (
+        "bad method option value",
+        lambda w: ["condense", "--method", "pretrained", "--ancestry", w.anc, "--opt", "variant=sideways", "-o", w.out],
+        "one of 'first', 'last', 'middle'",
+    ),
     ("adapt a method without adapt", lambda w: ["adapt", w.gene, *DATA, *SIZE, "-o", w.out], "no adapt step"),
-    ("gene without ancestry and no size", lambda w: ["expand", w.root / "scratch.safetensors", "-o", w.out],
-     "records no ancestry size"),
+    (
+        "gene without ancestry and no size",
+        lambda w: ["expand", w.root / "scratch.safetensors", "-o", w.out],
+        "records no ancestry size",
+    ),
     ("learning rate 0", lambda w: ["train", w.anc, *DATA, "--lr", "0", "-o", w.out], "learning rate must be positive"),
     ("epochs 0", lambda w: ["train", w.anc, *DATA, "--epochs", "0", "-o", w.out], "epochs must be at least 1"),
-    ("batch size 0", lambda w: ["train", w.anc, *DATA, "--batch-size", "0", "-o", w.out], "batch size must be positive"),
-    ("distillation lambda 2", lambda w: ["condense", "--method", "pretrained", "--ancestry", w.anc, "--distill-lambda",
-                                         "2", "-o", w.out], "must be in [0, 1]"),
-    ("device that does not exist", lambda w: ["train", w.anc, *DATA, "--device", "tpu:9", "-o", w.out], "unknown device"),
+    (
+        "batch size 0",
+        lambda w: ["train", w.anc, *DATA, "--batch-size", "0", "-o", w.out],
+        "batch size must be positive",
+    ),
+    (
+        "distillation lambda 2",
+        lambda w: ["condense", "--method", "pretrained", "--ancestry", w.anc, "--distill-lambda", "2", "-o", w.out],
+        "must be in [0, 1]",
+    ),
+    (
+        "device that does not exist",
+        lambda w: ["train", w.anc, *DATA, "--device", "tpu:9", "-o", w.out],
+        "unknown device",
+    ),
     ("cuda without a gpu", lambda w: ["train", w.anc, *DATA, "--device", "cuda", "-o", w.out], "no GPU is visible"),
     ("resume without a run dir", lambda w: ["train", w.anc, *DATA, "--resume", "-o", w.out], "pass --run-dir too"),
-    ("negative checkpoint interval", lambda w: ["train", w.anc, *DATA, "--checkpoint-every", "-1", "-o", w.out],
-     "checkpoint interval must be 0"),
+    (
+        "negative checkpoint interval",
+        lambda w: ["train", w.anc, *DATA, "--checkpoint-every", "-1", "-o", w.out],
+        "checkpoint interval must be 0",
+    ),
     ("max steps 0", lambda w: ["train", w.anc, *DATA, "--max-steps", "0", "-o", w.out], "max steps must be at least 1"),
-    ("run dir holding an earlier run", lambda w: ["train", w.anc, *DATA, "--run-dir", w.run_other_lr, "-o", w.out],
-     "pass --resume to continue it"),
-    ("resume from a corrupt checkpoint", lambda w: ["train", w.anc, *DATA, "--run-dir", w.run_corrupt, "--resume",
-                                                    "-o", w.out], "delete it"),
-    ("resume from a malicious checkpoint", lambda w: ["train", w.anc, *DATA, "--run-dir", w.run_evil, "--resume",
-                                                      "-o", w.out], "delete it"),
-    ("resume with other settings", lambda w: ["train", w.anc, *DATA, "--lr", "0.01", "--run-dir", w.run_other_lr,
-                                              "--resume", "-o", w.out], "lr was 0.001, now 0.01"),
+    (
+        "run dir holding an earlier run",
+        lambda w: ["train", w.anc, *DATA, "--run-dir", w.run_other_lr, "-o", w.out],
+        "pass --resume to continue it",
+    ),
+    (
+        "resume from a corrupt checkpoint",
+        lambda w: ["train", w.anc, *DATA, "--run-dir", w.run_corrupt, "--resume", "-o", w.out],
+        "delete it",
+    ),
+    (
+        "resume from a malicious checkpoint",
+        lambda w: ["train", w.anc, *DATA, "--run-dir", w.run_evil, "--resume", "-o", w.out],
+        "delete it",
+    ),
+    (
+        "resume with other settings",
+        lambda w: ["train", w.anc, *DATA, "--lr", "0.01", "--run-dir", w.run_other_lr, "--resume", "-o", w.out],
+        "lr was 0.001, now 0.01",
+    ),
     # ---- numbers out of range: refused before any arithmetic or allocation meets them -------------------
-    ("warmup epochs nan", lambda w: ["train", w.anc, *DATA, "--warmup-epochs", "nan", "-o", w.out], "not a finite number"),
+    (
+        "warmup epochs nan",
+        lambda w: ["train", w.anc, *DATA, "--warmup-epochs", "nan", "-o", w.out],
+        "not a finite number",
+    ),
     ("learning rate inf", lambda w: ["train", w.anc, *DATA, "--lr", "inf", "-o", w.out], "not a finite number"),
-    ("label smoothing 2", lambda w: ["train", w.anc, *DATA, "--label-smoothing", "2", "-o", w.out],
-     "label smoothing must be in [0, 1)"),
+    (
+        "label smoothing 2",
+        lambda w: ["train", w.anc, *DATA, "--label-smoothing", "2", "-o", w.out],
+        "label smoothing must be in [0, 1)",
+    ),
     ("seed 2^70", lambda w: ["train", w.anc, *DATA, "--seed", str(2**70), "-o", w.out], "below 2^63"),
     ("negative seed", lambda w: ["expand", w.gene, "--seed", "-1", "-o", w.out], "seed must be 0 or more"),
-    ("weight decay -1", lambda w: ["train", w.anc, *DATA, "--weight-decay", "-1", "-o", w.out], "weight decay must be 0"),
+    (
+        "weight decay -1",
+        lambda w: ["train", w.anc, *DATA, "--weight-decay", "-1", "-o", w.out],
+        "weight decay must be 0",
+    ),
     ("grad clip -1", lambda w: ["train", w.anc, *DATA, "--grad-clip", "-1", "-o", w.out], "gradient clipping must be"),
     ("budget inf", lambda w: ["expand", w.gene, "--max-params", "inf", "-o", w.out], "finite count"),
     ("budget nan", lambda w: ["expand", w.gene, "--max-flops", "nan", "-o", w.out], "finite count"),
     ("mlp ratio inf", lambda w: ["expand", w.gene, "--mlp-ratio", "inf", "-o", w.out], "not a finite number"),
     ("depth 10^8", lambda w: ["expand", w.gene, "--depth", str(10**8), "-o", w.out], "choose a smaller depth"),
-    ("image size 100000", lambda w: ["expand", w.gene, "--img-size", "100000", "-o", w.out], "choose a smaller img_size"),
-    ("too many tokens", lambda w: ["expand", w.gene, "--img-size", "4096", "--patch-size", "4", "-o", w.out],
-     "tokens, more than"),
-    ("width beyond memory", lambda w: ["expand", w.gene, "--embed-dim", "65536", "--num-heads", "2", "--depth", "4000",
-                                       "-o", w.out], "free; choose a smaller"),
-    ("negative method option", lambda w: ["condense", "--method", "heru_lg", "--ancestry", w.anc, "--opt", "layers=-1",
-                                          "-o", w.out], "layers must be 0 or more"),
-    ("string for an int option", lambda w: ["condense", "--method", "heru_lg", "--ancestry", w.anc, "--opt",
-                                            "layers=three", "-o", w.out], "must be an integer"),
-    ("null for an int option", lambda w: ["condense", "--method", "heru_lg", "--ancestry", w.anc, "--opt", "layers=null",
-                                          "-o", w.out], "must be an integer"),
-    ("float for an int option", lambda w: ["condense", "--method", "heru_lg", "--ancestry", w.anc, "--opt", "layers=2.5",
-                                           "-o", w.out], "must be an integer"),
-    ("infinite float option", lambda w: ["condense", "--method", "auto_lg", "--ancestry", w.anc, "--opt",
-                                         "fraction=Infinity", "-o", w.out], "must be a finite number"),
+    (
+        "image size 100000",
+        lambda w: ["expand", w.gene, "--img-size", "100000", "-o", w.out],
+        "choose a smaller img_size",
+    ),
+    (
+        "too many tokens",
+        lambda w: ["expand", w.gene, "--img-size", "4096", "--patch-size", "4", "-o", w.out],
+        "tokens, more than",
+    ),
+    (
+        "width beyond memory",
+        lambda w: ["expand", w.gene, "--embed-dim", "65536", "--num-heads", "2", "--depth", "4000", "-o", w.out],
+        "free; choose a smaller",
+    ),
+    (
+        "negative method option",
+        lambda w: ["condense", "--method", "heru_lg", "--ancestry", w.anc, "--opt", "layers=-1", "-o", w.out],
+        "layers must be 0 or more",
+    ),
+    (
+        "string for an int option",
+        lambda w: ["condense", "--method", "heru_lg", "--ancestry", w.anc, "--opt", "layers=three", "-o", w.out],
+        "must be an integer",
+    ),
+    (
+        "null for an int option",
+        lambda w: ["condense", "--method", "heru_lg", "--ancestry", w.anc, "--opt", "layers=null", "-o", w.out],
+        "must be an integer",
+    ),
+    (
+        "float for an int option",
+        lambda w: ["condense", "--method", "heru_lg", "--ancestry", w.anc, "--opt", "layers=2.5", "-o", w.out],
+        "must be an integer",
+    ),
+    (
+        "infinite float option",
+        lambda w: ["condense", "--method", "auto_lg", "--ancestry", w.anc, "--opt", "fraction=Infinity", "-o", w.out],
+        "must be a finite number",
+    ),
     # ---- data ---------------------------------------------------------------------------------------
     ("unknown dataset", lambda w: ["train", w.anc, "--data", "imagenet", "-o", w.out], "unknown dataset"),
-    ("missing image folder", lambda w: ["train", w.anc, "--data", f"folder:{w.root / 'nowhere'}", "-o", w.out],
-     "does not exist"),
-    ("image folder without images", lambda w: ["train", w.anc, "--data", f"folder:{w.folder_no_images}", "-o", w.out],
-     "no images"),
-    ("image folder with an empty class", lambda w: ["train", w.anc, "--data", f"folder:{w.folder_empty_class}",
-                                                    "-o", w.out], "class b has no images"),
-    ("corrupt image in a folder", lambda w: ["train", w.anc, "--data", f"folder:{w.folder_corrupt_image}", "-o", w.out],
-     "cannot read image"),
-    ("torchvision dataset without data dir", lambda w: ["train", w.anc, "--data", "torchvision:CIFAR10", "-o", w.out],
-     "need --data-dir"),
-    ("torchvision dataset not downloaded", lambda w: ["train", w.anc, "--data", "torchvision:CIFAR10", "--data-dir",
-                                                      w.a_dir, "-o", w.out], "not found under"),
-    ("fashion-mnist not in data dir", lambda w: ["train", w.anc, "--data-dir", w.a_dir, "--train-images", "48", "--epochs", "1",
-                                                   "-o", w.out], "not found in"),
-    ("more shots than a class has", lambda w: ["train", w.anc, "--data", "digits", "--few-shot", "1000", "--epochs", "1", "-o", w.out],
-     "fewer than the 1000"),
-    ("zero shots", lambda w: ["train", w.anc, "--data", "digits", "--few-shot", "0", "--epochs", "1", "-o", w.out], "--few-shot must be"),
-    ("zero training images", lambda w: ["train", w.anc, "--data", "digits", "--train-images", "0", "--epochs", "1", "-o", w.out],
-     "--train-images must be"),
-    ("decompression-bomb PNG in a folder", lambda w: ["train", w.anc, "--data", f"folder:{w.folder_bomb}", "-o", w.out],
-     "decompression bomb"),
-    ("image folder of one class", lambda w: ["train", w.anc, "--data", f"folder:{w.folder_one_class}", "-o", w.out],
-     "has one class"),
-    ("test folder with other classes than train", lambda w: ["train", w.anc, "--data", f"folder:{w.folder_other_classes}",
-                                                             "-o", w.out], "same class sub-folders"),
-    ("garbage IDX files in --data-dir", lambda w: ["train", w.anc, "--data", "fashion_mnist", "--data-dir", w.idx_garbage,
-                                                   "-o", w.out], "not a Fashion-MNIST IDX file"),
-    ("image folder with 2 channels", lambda w: ["ancestry", "--depth", "1", "--embed-dim", "32", "--num-heads", "2",
-                                                "--patch-size", "4", *SIZE, "--in-chans", "2", "--data",
-                                                f"folder:{w.folder_one_channel}", "-o", w.out], "1 or 3 channels"),
+    (
+        "missing image folder",
+        lambda w: ["train", w.anc, "--data", f"folder:{w.root / 'nowhere'}", "-o", w.out],
+        "does not exist",
+    ),
+    (
+        "image folder without images",
+        lambda w: ["train", w.anc, "--data", f"folder:{w.folder_no_images}", "-o", w.out],
+        "no images",
+    ),
+    (
+        "image folder with an empty class",
+        lambda w: ["train", w.anc, "--data", f"folder:{w.folder_empty_class}", "-o", w.out],
+        "class b has no images",
+    ),
+    (
+        "corrupt image in a folder",
+        lambda w: ["train", w.anc, "--data", f"folder:{w.folder_corrupt_image}", "-o", w.out],
+        "cannot read image",
+    ),
+    (
+        "torchvision dataset without data dir",
+        lambda w: ["train", w.anc, "--data", "torchvision:CIFAR10", "-o", w.out],
+        "need --data-dir",
+    ),
+    (
+        "torchvision dataset not downloaded",
+        lambda w: ["train", w.anc, "--data", "torchvision:CIFAR10", "--data-dir", w.a_dir, "-o", w.out],
+        "not found under",
+    ),
+    (
+        "fashion-mnist not in data dir",
+        lambda w: ["train", w.anc, "--data-dir", w.a_dir, "--train-images", "48", "--epochs", "1", "-o", w.out],
+        "not found in",
+    ),
+    (
+        "more shots than a class has",
+        lambda w: ["train", w.anc, "--data", "digits", "--few-shot", "1000", "--epochs", "1", "-o", w.out],
+        "fewer than the 1000",
+    ),
+    (
+        "zero shots",
+        lambda w: ["train", w.anc, "--data", "digits", "--few-shot", "0", "--epochs", "1", "-o", w.out],
+        "--few-shot must be",
+    ),
+    (
+        "zero training images",
+        lambda w: ["train", w.anc, "--data", "digits", "--train-images", "0", "--epochs", "1", "-o", w.out],
+        "--train-images must be",
+    ),
+    (
+        "decompression-bomb PNG in a folder",
+        lambda w: ["train", w.anc, "--data", f"folder:{w.folder_bomb}", "-o", w.out],
+        "decompression bomb",
+    ),
+    (
+        "image folder of one class",
+        lambda w: ["train", w.anc, "--data", f"folder:{w.folder_one_class}", "-o", w.out],
+        "has one class",
+    ),
+    (
+        "test folder with other classes than train",
+        lambda w: ["train", w.anc, "--data", f"folder:{w.folder_other_classes}", "-o", w.out],
+        "same class sub-folders",
+    ),
+    (
+        "garbage IDX files in --data-dir",
+        lambda w: ["train", w.anc, "--data", "fashion_mnist", "--data-dir", w.idx_garbage, "-o", w.out],
+        "not a Fashion-MNIST IDX file",
+    ),
+    (
+        "image folder with 2 channels",
+        lambda w: [
+            "ancestry",
+            "--depth",
+            "1",
+            "--embed-dim",
+            "32",
+            "--num-heads",
+            "2",
+            "--patch-size",
+            "4",
+            *SIZE,
+            "--in-chans",
+            "2",
+            "--data",
+            f"folder:{w.folder_one_channel}",
+            "-o",
+            w.out,
+        ],
+        "1 or 3 channels",
+    ),
     # ---- outputs ----------------------------------------------------------------------------------
     ("existing output without --overwrite", lambda w: ["expand", w.gene, "-o", w.ws_gene], "pass --overwrite"),
-    ("output is the input, even with --overwrite", lambda w: ["expand", w.gene, "-o", w.gene, "--overwrite"],
-     "never replaces"),
-    ("output in a missing directory", lambda w: ["expand", w.gene, "-o", w.root / "nodir" / "o.safetensors"],
-     "does not exist; create it first"),
-    ("output under a regular file", lambda w: ["expand", w.gene, "-o", Path(w.not_a_dir) / "o.safetensors"],
-     "is not a directory"),
-    ("output is a directory", lambda w: ["condense", "--method", "scratch", "--ancestry", w.anc, "-o", w.a_dir],
-     "is a directory; give a file path"),
+    (
+        "output is the input, even with --overwrite",
+        lambda w: ["expand", w.gene, "-o", w.gene, "--overwrite"],
+        "never replaces",
+    ),
+    (
+        "output in a missing directory",
+        lambda w: ["expand", w.gene, "-o", w.root / "nodir" / "o.safetensors"],
+        "does not exist; create it first",
+    ),
+    (
+        "output under a regular file",
+        lambda w: ["expand", w.gene, "-o", Path(w.not_a_dir) / "o.safetensors"],
+        "is not a directory",
+    ),
+    (
+        "output is a directory",
+        lambda w: ["condense", "--method", "scratch", "--ancestry", w.anc, "-o", w.a_dir],
+        "is a directory; give a file path",
+    ),
     ("hub folder exists", lambda w: ["expand", w.gene, "-o", w.a_dir], "already exists; pass --overwrite"),
     ("hub folder over a file", lambda w: ["expand", w.gene, "-o", w.gene, "--format", "hub"], "is not a folder"),
-    ("output in a read-only directory", lambda w: ["expand", w.gene, "-o", Path(w.readonly) / "o.safetensors"],
-     "not writable"),
+    (
+        "output in a read-only directory",
+        lambda w: ["expand", w.gene, "-o", Path(w.readonly) / "o.safetensors"],
+        "not writable",
+    ),
     ("plot over an existing file", lambda w: ["inspect", w.gene, "--plot", w.not_a_dir], "pass --overwrite"),
     ("plot over the gene itself", lambda w: ["inspect", w.gene, "--plot", w.gene, "--overwrite"], "never replaces"),
-    ("two outputs of one name", lambda w: ["adapt", w.gene, *DATA, *SIZE, "-o", w.out, "--gene-out", w.out],
-     "same file"),
-    ("run dir that is a file", lambda w: ["train", w.anc, *DATA, "--run-dir", w.not_a_dir, "-o", w.out],
-     "is a file, not a directory"),
-    ("run dir under a file", lambda w: ["train", w.anc, *DATA, "--run-dir", Path(w.not_a_dir) / "run", "-o", w.out],
-     "cannot create the run directory"),
+    (
+        "two outputs of one name",
+        lambda w: ["adapt", w.gene, *DATA, *SIZE, "-o", w.out, "--gene-out", w.out],
+        "same file",
+    ),
+    (
+        "run dir that is a file",
+        lambda w: ["train", w.anc, *DATA, "--run-dir", w.not_a_dir, "-o", w.out],
+        "is a file, not a directory",
+    ),
+    (
+        "run dir under a file",
+        lambda w: ["train", w.anc, *DATA, "--run-dir", Path(w.not_a_dir) / "run", "-o", w.out],
+        "cannot create the run directory",
+    ),
 ]
 
 
@@ -414,27 +736,53 @@ API_CASES: list[tuple[str, Callable[[Workspace], object], str]] = [
     ("load a model file as gene", lambda w: Learngene.load(w.anc), "not a learngene"),
     ("load weights from a malicious pickle", lambda w: load_weights(w.evil_pth), "could not be loaded"),
     ("load a model file with a corrupt spec", lambda w: load_model_file(w.model_bad_spec), "corrupt"),
-    ("expand into an impossible size", lambda w: make_descendant(Learngene.load(w.gene), SPEC.replace(embed_dim=64)),
-     "embed_dim must be 32"),
-    ("train on 3-channel data", lambda w: train(SPEC.create_model(), make_images(8, 10, 16, chans=3),
-                                                TrainConfig(epochs=1, progress=False)), "3-channel images"),
-    ("train on 8px data", lambda w: train(SPEC.create_model(), make_images(8, 10, 8), TrainConfig(epochs=1, progress=False)),
-     "8px images but the model expects 16px"),
-    ("train with more classes than the head", lambda w: train(SPEC.replace(num_classes=2).create_model(),
-                                                              make_images(8, 4, 16), TrainConfig(epochs=1, progress=False)),
-     "4 classes but the model's head has 2"),
+    (
+        "expand into an impossible size",
+        lambda w: make_descendant(Learngene.load(w.gene), SPEC.replace(embed_dim=64)),
+        "embed_dim must be 32",
+    ),
+    (
+        "train on 3-channel data",
+        lambda w: train(SPEC.create_model(), make_images(8, 10, 16, chans=3), TrainConfig(epochs=1, progress=False)),
+        "3-channel images",
+    ),
+    (
+        "train on 8px data",
+        lambda w: train(SPEC.create_model(), make_images(8, 10, 8), TrainConfig(epochs=1, progress=False)),
+        "8px images but the model expects 16px",
+    ),
+    (
+        "train with more classes than the head",
+        lambda w: train(
+            SPEC.replace(num_classes=2).create_model(), make_images(8, 4, 16), TrainConfig(epochs=1, progress=False)
+        ),
+        "4 classes but the model's head has 2",
+    ),
     ("batches of an empty dataset", lambda w: Batches(make_images(4).subset([]), 2, shuffle=True), "is empty"),
-    ("train on an empty dataset", lambda w: train(SPEC.create_model(), make_images(4, 10, 16).subset([]),
-                                                  TrainConfig(epochs=1, progress=False)), "is empty"),
+    (
+        "train on an empty dataset",
+        lambda w: train(SPEC.create_model(), make_images(4, 10, 16).subset([]), TrainConfig(epochs=1, progress=False)),
+        "is empty",
+    ),
     ("few-shot beyond a class", lambda w: few_shot(make_images(8), 5), "fewer than the 5"),
-    ("class subset with an empty class", lambda w: class_subset(make_images(8).subset([0, 1, 2]), [0, 3]),
-     "class 3 has no images"),
+    (
+        "class subset with an empty class",
+        lambda w: class_subset(make_images(8).subset([0, 1, 2]), [0, 3]),
+        "class 3 has no images",
+    ),
     ("image folder without images", lambda w: image_folder(w.folder_no_images, 16), "no images"),
     ("dataset of unknown name", lambda w: load_dataset("imagenet"), "unknown dataset"),
-    ("labels outside the label space", lambda w: ImageData(torch.zeros(2, 1, 4, 4, dtype=torch.uint8),
-                                                           torch.tensor([0, 7]), 3, (0.5,), (0.5,)), "labels"),
+    (
+        "labels outside the label space",
+        lambda w: ImageData(torch.zeros(2, 1, 4, 4, dtype=torch.uint8), torch.tensor([0, 7]), 3, (0.5,), (0.5,)),
+        "labels",
+    ),
     ("unknown device", lambda w: resolve_device("tpu:9"), "unknown device"),
-    ("spec with an infinite MLP ratio", lambda w: ViTSpec(mlp_ratio=float("inf")), "mlp_ratio must be a positive finite"),
+    (
+        "spec with an infinite MLP ratio",
+        lambda w: ViTSpec(mlp_ratio=float("inf")),
+        "mlp_ratio must be a positive finite",
+    ),
     ("spec deeper than any buildable", lambda w: ViTSpec(depth=10**8), "choose a smaller depth"),
     ("spec with a string width", lambda w: ViTSpec(embed_dim="192"), "embed_dim must be a positive integer"),
     ("spec beyond memory", lambda w: ViTSpec(depth=4000, embed_dim=65536, num_heads=64).create_model(), "GiB free"),
@@ -444,9 +792,13 @@ API_CASES: list[tuple[str, Callable[[Workspace], object], str]] = [
     ("training with a huge seed", lambda w: TrainConfig(seed=2**70), "below 2^63"),
     ("method option of the wrong type", lambda w: get_method("heru_lg")(layers="3"), "layers must be an integer"),
     ("negative method option", lambda w: get_method("heru_lg")(layers=-1), "must be 0 or more"),
-    ("distil without a teacher", lambda w: train(SPEC.create_model(), make_images(8, 10, 16),
-                                                 TrainConfig(epochs=1, distill_lambda=1.0, progress=False)),
-     "needs a teacher"),
+    (
+        "distil without a teacher",
+        lambda w: train(
+            SPEC.create_model(), make_images(8, 10, 16), TrainConfig(epochs=1, distill_lambda=1.0, progress=False)
+        ),
+        "needs a teacher",
+    ),
 ]
 
 
@@ -477,10 +829,20 @@ def test_unreadable_file_is_refused(ws, capsys):
 def test_what_a_user_sees_from_the_installed_command(ws):
     """A malicious pickle given as a checkpoint, in a real process: refused in one line, its code never run."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    argv = ["condense", "--method", "pretrained", "--ancestry", ws.evil_pth, "--timm-model", "vit_tiny_patch16_224",
-            "-o", ws.out]
-    proc = subprocess.run([sys.executable, "-m", "learngene", *argv], capture_output=True, text=True, env=env,
-                          timeout=120)
+    argv = [
+        "condense",
+        "--method",
+        "pretrained",
+        "--ancestry",
+        ws.evil_pth,
+        "--timm-model",
+        "vit_tiny_patch16_224",
+        "-o",
+        ws.out,
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "learngene", *argv], capture_output=True, text=True, env=env, timeout=120
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "pickles objects other than tensors, which are never unpickled here" in proc.stderr, proc.stderr
@@ -571,9 +933,17 @@ def test_two_writers_of_one_output_cannot_both_succeed(tmp_path):
 def test_two_runs_on_one_run_dir_are_refused(ws, capsys, tmp_path):
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from learngene.formats.run_dirs import lock_run_dir; "
-                               f"lock_run_dir({str(run_dir)!r}); print('locked', flush=True); time.sleep(60)"],
-                              stdout=subprocess.PIPE, text=True, env=env)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from learngene.formats.run_dirs import lock_run_dir; "
+            f"lock_run_dir({str(run_dir)!r}); print('locked', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         err = _one_line_error(capsys, ["train", ws.anc, *DATA, "--run-dir", run_dir, "-o", ws.out])
@@ -605,17 +975,42 @@ def _nan_first(state: dict) -> dict:
 FORGED = [
     ("config not an object", "gene", dict(config="[1, 2]"), None, "config is not a JSON object"),
     ("cost not an object", "gene", dict(cost='"cheap"'), None, "cost is not a JSON object"),
-    ("ancestry depth 10^9", "gene", dict(ancestry=json.dumps({**SPEC.to_dict(), "depth": 10**9})), None,
-     "corrupt learngene header"),
-    ("ancestry width 10^6", "gene", dict(ancestry=json.dumps({**SPEC.to_dict(), "embed_dim": 10**6})), None,
-     "corrupt learngene header"),
-    ("ancestry mlp ratio Infinity", "gene", dict(ancestry=json.dumps({**SPEC.to_dict(), "mlp_ratio": float("inf")})), None,
-     "corrupt learngene header"),
+    (
+        "ancestry depth 10^9",
+        "gene",
+        dict(ancestry=json.dumps({**SPEC.to_dict(), "depth": 10**9})),
+        None,
+        "corrupt learngene header",
+    ),
+    (
+        "ancestry width 10^6",
+        "gene",
+        dict(ancestry=json.dumps({**SPEC.to_dict(), "embed_dim": 10**6})),
+        None,
+        "corrupt learngene header",
+    ),
+    (
+        "ancestry mlp ratio Infinity",
+        "gene",
+        dict(ancestry=json.dumps({**SPEC.to_dict(), "mlp_ratio": float("inf")})),
+        None,
+        "corrupt learngene header",
+    ),
     ("option of the wrong type", "gene", dict(config='{"variant": 3}'), None, "variant must be one of"),
-    ("tensor named blocks.x", "gene", {}, lambda s: {("blocks.x.norm1.weight" if k == "blocks.0.norm1.weight" else k): v
-                                                     for k, v in s.items()}, "not a valid pretrained learngene"),
-    ("tensor of the wrong shape", "gene", {}, lambda s: {**s, "blocks.0.attn.qkv.weight": torch.zeros(5, 7)},
-     "not a valid pretrained learngene"),
+    (
+        "tensor named blocks.x",
+        "gene",
+        {},
+        lambda s: {("blocks.x.norm1.weight" if k == "blocks.0.norm1.weight" else k): v for k, v in s.items()},
+        "not a valid pretrained learngene",
+    ),
+    (
+        "tensor of the wrong shape",
+        "gene",
+        {},
+        lambda s: {**s, "blocks.0.attn.qkv.weight": torch.zeros(5, 7)},
+        "not a valid pretrained learngene",
+    ),
     ("gene holding NaN", "gene", {}, _nan_first, "holds NaN or infinite values"),
     ("ancestry holding NaN", "anc", {}, _nan_first, "holds NaN or infinite values"),
 ]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch
@@ -20,8 +20,8 @@ from safetensors.torch import load_file, save_file
 
 from learngene.cli import main
 from learngene.errors import LearngeneError
-from learngene.gene import Learngene
 from learngene.formats.model_file import save_model
+from learngene.gene import Learngene
 from learngene.vit.spec import ViTSpec
 from tests.test_bad_inputs import ACTIONS
 
@@ -35,20 +35,46 @@ def made(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("bad_models")
     torch.manual_seed(0)
     save_model(root / "anc.safetensors", SPEC.create_model(), SPEC)
-    assert main(["condense", "--method", "pretrained", "--ancestry", str(root / "anc.safetensors"), "--quiet",
-                 "-o", str(root / "gene.safetensors")]) == 0
+    assert (
+        main(
+            [
+                "condense",
+                "--method",
+                "pretrained",
+                "--ancestry",
+                str(root / "anc.safetensors"),
+                "--quiet",
+                "-o",
+                str(root / "gene.safetensors"),
+            ]
+        )
+        == 0
+    )
     assert main(["expand", str(root / "gene.safetensors"), "--quiet", "-o", str(root / "hub") + "/"]) == 0
     transformers = pytest.importorskip("transformers")
-    config = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
-                                    image_size=16, patch_size=4, num_channels=1, num_labels=10)
+    config = transformers.ViTConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        image_size=16,
+        patch_size=4,
+        num_channels=1,
+        num_labels=10,
+    )
     transformers.ViTForImageClassification(config).save_pretrained(root / "hf")
     (root / "out").mkdir()
     return root
 
 
 # ---- forging helpers: a copy of a folder or file with one thing changed ---------------------------------
-def folder(made: Path, source: str, name: str, config: Callable[[dict], None] | None = None,
-           tensors: Callable[[dict], dict] | None = None) -> Path:
+def folder(
+    made: Path,
+    source: str,
+    name: str,
+    config: Callable[[dict], None] | None = None,
+    tensors: Callable[[dict], dict] | None = None,
+) -> Path:
     dst = made / "forged" / name
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(made / source, dst)
@@ -68,8 +94,11 @@ def file_with(made: Path, source: str, name: str, tensors: Callable[[dict], dict
         header = dict(fh.metadata())
     dst = made / "forged" / name
     dst.parent.mkdir(exist_ok=True)
-    save_file({k: v.contiguous() for k, v in (tensors(state) if tensors else state).items()}, str(dst),
-              metadata={**header, **meta})
+    save_file(
+        {k: v.contiguous() for k, v in (tensors(state) if tensors else state).items()},
+        str(dst),
+        metadata={**header, **meta},
+    )
     return dst
 
 
@@ -102,76 +131,146 @@ def condense(path) -> list:
 # (id, argv from the fixture folder (the output is appended), words the message must contain)
 CASES: list[tuple[str, Callable[[Path], list], str]] = [
     # ---- timm hub folders --------------------------------------------------------------------------
-    ("hub folder of int64 weights", lambda m: condense(folder(m, "hub", "hub_int", tensors=as_dtype(torch.int64))),
-     "holds int64 values"),
-    ("hub folder of bool weights", lambda m: condense(folder(m, "hub", "hub_bool", tensors=as_dtype(torch.bool))),
-     "holds bool values"),
-    ("hub folder with num_heads 0", lambda m: condense(folder(m, "hub", "hub_h0",
-                                                              config=lambda c: c["model_args"].update(num_heads=0))),
-     "cannot build timm model"),
-    ("hub folder with a weight of the wrong shape",
-     lambda m: condense(folder(m, "hub", "hub_shape", tensors=lambda s: {**s, "blocks.0.attn.qkv.weight": torch.zeros(5, 7)})),
-     "has shape (5, 7)"),
-    ("hub folder whose architecture is a number", lambda m: condense(folder(m, "hub", "hub_arch",
-                                                                           config=lambda c: c.update(architecture=3))),
-     "architecture is 3, not a string"),
-    ("hub folder whose model_args is a list", lambda m: condense(folder(m, "hub", "hub_args",
-                                                                       config=lambda c: c.update(model_args=[2]))),
-     "model_args is [2], not a JSON object"),
-    ("hub folder whose depth is a list", lambda m: condense(folder(m, "hub", "hub_depth",
-                                                                   config=lambda c: c["model_args"].update(depth=[2]))),
-     "cannot build timm model"),
-    ("hub folder holding NaN", lambda m: condense(folder(m, "hub", "hub_nan", tensors=nan_in("blocks.1.norm2.weight"))),
-     "holds NaN or infinite values"),
+    (
+        "hub folder of int64 weights",
+        lambda m: condense(folder(m, "hub", "hub_int", tensors=as_dtype(torch.int64))),
+        "holds int64 values",
+    ),
+    (
+        "hub folder of bool weights",
+        lambda m: condense(folder(m, "hub", "hub_bool", tensors=as_dtype(torch.bool))),
+        "holds bool values",
+    ),
+    (
+        "hub folder with num_heads 0",
+        lambda m: condense(folder(m, "hub", "hub_h0", config=lambda c: c["model_args"].update(num_heads=0))),
+        "cannot build timm model",
+    ),
+    (
+        "hub folder with a weight of the wrong shape",
+        lambda m: condense(
+            folder(m, "hub", "hub_shape", tensors=lambda s: {**s, "blocks.0.attn.qkv.weight": torch.zeros(5, 7)})
+        ),
+        "has shape (5, 7)",
+    ),
+    (
+        "hub folder whose architecture is a number",
+        lambda m: condense(folder(m, "hub", "hub_arch", config=lambda c: c.update(architecture=3))),
+        "architecture is 3, not a string",
+    ),
+    (
+        "hub folder whose model_args is a list",
+        lambda m: condense(folder(m, "hub", "hub_args", config=lambda c: c.update(model_args=[2]))),
+        "model_args is [2], not a JSON object",
+    ),
+    (
+        "hub folder whose depth is a list",
+        lambda m: condense(folder(m, "hub", "hub_depth", config=lambda c: c["model_args"].update(depth=[2]))),
+        "cannot build timm model",
+    ),
+    (
+        "hub folder holding NaN",
+        lambda m: condense(folder(m, "hub", "hub_nan", tensors=nan_in("blocks.1.norm2.weight"))),
+        "holds NaN or infinite values",
+    ),
     # ---- transformers folders ------------------------------------------------------------------------
-    ("transformers folder of int64 weights", lambda m: condense(folder(m, "hf", "hf_int", tensors=as_dtype(torch.int64))),
-     "holds int64 values"),
-    ("transformers folder with 0 attention heads",
-     lambda m: condense(folder(m, "hf", "hf_h0", config=lambda c: c.update(num_attention_heads=0))), "cannot build timm"),
-    ("transformers model_type that is a list", lambda m: condense(folder(m, "hf", "hf_type",
-                                                                         config=lambda c: c.update(model_type=["vit"]))),
-     "model_type is ['vit'], not a string"),
-    ("transformers query of the wrong shape",
-     lambda m: condense(folder(m, "hf", "hf_shape", tensors=lambda s: {
-         **s, "vit.encoder.layer.0.attention.attention.query.weight": torch.zeros(5, 7)})), "which differ"),
-    ("transformers folder holding NaN", lambda m: condense(folder(m, "hf", "hf_nan", tensors=nan_in("layernorm_before"))),
-     "holds NaN or infinite values"),
+    (
+        "transformers folder of int64 weights",
+        lambda m: condense(folder(m, "hf", "hf_int", tensors=as_dtype(torch.int64))),
+        "holds int64 values",
+    ),
+    (
+        "transformers folder with 0 attention heads",
+        lambda m: condense(folder(m, "hf", "hf_h0", config=lambda c: c.update(num_attention_heads=0))),
+        "cannot build timm",
+    ),
+    (
+        "transformers model_type that is a list",
+        lambda m: condense(folder(m, "hf", "hf_type", config=lambda c: c.update(model_type=["vit"]))),
+        "model_type is ['vit'], not a string",
+    ),
+    (
+        "transformers query of the wrong shape",
+        lambda m: condense(
+            folder(
+                m,
+                "hf",
+                "hf_shape",
+                tensors=lambda s: {**s, "vit.encoder.layer.0.attention.attention.query.weight": torch.zeros(5, 7)},
+            )
+        ),
+        "which differ",
+    ),
+    (
+        "transformers folder holding NaN",
+        lambda m: condense(folder(m, "hf", "hf_nan", tensors=nan_in("layernorm_before"))),
+        "holds NaN or infinite values",
+    ),
     # ---- symbolic link loops -----------------------------------------------------------------------
     ("symlink loop as ancestry", lambda m: condense(loop(m)), "loop of links"),
     ("symlink loop as gene", lambda m: ["expand", loop(m)], "loop of links"),
     ("symlink loop as model", lambda m: ["train", loop(m), *DATA], "loop of links"),
     ("symlink loop as config.json", lambda m: condense(_config_loop(m)), "without config.json"),
     # ---- learngene model files -----------------------------------------------------------------------
-    ("model file whose spec family is an integer", lambda m: ["train", file_with(m, "anc.safetensors", "fam_int.safetensors",
-                                                                                   spec=spec_json(family=3)), *DATA],
-     "family must be a JSON object"),
-    ("model file whose family field has the wrong type",
-     lambda m: ["inspect", file_with(m, "anc.safetensors", "fam_field.safetensors",
-                                     spec=spec_json(family={"class_token": 3}))], "class_token must be true or false"),
-    ("model file whose spec is a list", lambda m: ["inspect", file_with(m, "anc.safetensors", "spec_list.safetensors",
-                                                                        spec="[2, 32]")], "must be a JSON object"),
-    ("model file of int64 weights", lambda m: ["train", file_with(m, "anc.safetensors", "int.safetensors",
-                                                                  as_dtype(torch.int64)), *DATA], "holds int64 values"),
-    ("model file of bool weights as ancestry", lambda m: condense(file_with(m, "anc.safetensors", "bool.safetensors",
-                                                                            as_dtype(torch.bool))), "holds bool values"),
-    ("model file with num_heads 0", lambda m: condense(file_with(m, "anc.safetensors", "h0.safetensors",
-                                                                 spec=spec_json(num_heads=0))), "num_heads must be"),
+    (
+        "model file whose spec family is an integer",
+        lambda m: ["train", file_with(m, "anc.safetensors", "fam_int.safetensors", spec=spec_json(family=3)), *DATA],
+        "family must be a JSON object",
+    ),
+    (
+        "model file whose family field has the wrong type",
+        lambda m: [
+            "inspect",
+            file_with(m, "anc.safetensors", "fam_field.safetensors", spec=spec_json(family={"class_token": 3})),
+        ],
+        "class_token must be true or false",
+    ),
+    (
+        "model file whose spec is a list",
+        lambda m: ["inspect", file_with(m, "anc.safetensors", "spec_list.safetensors", spec="[2, 32]")],
+        "must be a JSON object",
+    ),
+    (
+        "model file of int64 weights",
+        lambda m: ["train", file_with(m, "anc.safetensors", "int.safetensors", as_dtype(torch.int64)), *DATA],
+        "holds int64 values",
+    ),
+    (
+        "model file of bool weights as ancestry",
+        lambda m: condense(file_with(m, "anc.safetensors", "bool.safetensors", as_dtype(torch.bool))),
+        "holds bool values",
+    ),
+    (
+        "model file with num_heads 0",
+        lambda m: condense(file_with(m, "anc.safetensors", "h0.safetensors", spec=spec_json(num_heads=0))),
+        "num_heads must be",
+    ),
     # ---- genes that were accepted silently -----------------------------------------------------------
-    ("gene whose label space is a list", lambda m: ["expand", file_with(m, "gene.safetensors", "ls.safetensors",
-                                                                        label_space="[1, 2]")],
-     "label_space is not a JSON object"),
-    ("gene whose label space is a string", lambda m: ["inspect", file_with(m, "gene.safetensors", "ls2.safetensors",
-                                                                           label_space='"cats"')],
-     "label_space is not a JSON object"),
-    ("pretrained tensors claimed by heru_lg", lambda m: ["expand", file_with(m, "gene.safetensors", "heru.safetensors",
-                                                                             method="heru_lg")],
-     "the header's method does not match its tensors"),
-    ("pretrained tensors claimed by mimetic", lambda m: ["expand", file_with(m, "gene.safetensors", "mim.safetensors",
-                                                                             method="mimetic")],
-     "the header's method does not match its tensors"),
-    ("pretrained tensors claimed by scratch", lambda m: ["inspect", file_with(m, "gene.safetensors", "scr.safetensors",
-                                                                              method="scratch")],
-     "the header's method does not match its tensors"),
+    (
+        "gene whose label space is a list",
+        lambda m: ["expand", file_with(m, "gene.safetensors", "ls.safetensors", label_space="[1, 2]")],
+        "label_space is not a JSON object",
+    ),
+    (
+        "gene whose label space is a string",
+        lambda m: ["inspect", file_with(m, "gene.safetensors", "ls2.safetensors", label_space='"cats"')],
+        "label_space is not a JSON object",
+    ),
+    (
+        "pretrained tensors claimed by heru_lg",
+        lambda m: ["expand", file_with(m, "gene.safetensors", "heru.safetensors", method="heru_lg")],
+        "the header's method does not match its tensors",
+    ),
+    (
+        "pretrained tensors claimed by mimetic",
+        lambda m: ["expand", file_with(m, "gene.safetensors", "mim.safetensors", method="mimetic")],
+        "the header's method does not match its tensors",
+    ),
+    (
+        "pretrained tensors claimed by scratch",
+        lambda m: ["inspect", file_with(m, "gene.safetensors", "scr.safetensors", method="scratch")],
+        "the header's method does not match its tensors",
+    ),
 ]
 
 
@@ -210,17 +309,33 @@ API_CASES: list[tuple[str, Callable[[], object], str]] = [
     ("spec from a JSON string", lambda: ViTSpec.from_json('"deit_tiny"'), "a spec must be a JSON object"),
     ("spec from JSON null", lambda: ViTSpec.from_json("null"), "a spec must be a JSON object"),
     ("spec whose family is a list", lambda: ViTSpec.from_dict({"family": [1]}), "family must be a JSON object"),
-    ("spec whose family field has the wrong type", lambda: ViTSpec.from_dict({"family": {"qkv_bias": "yes"}}),
-     "qkv_bias must be true or false"),
+    (
+        "spec whose family field has the wrong type",
+        lambda: ViTSpec.from_dict({"family": {"qkv_bias": "yes"}}),
+        "qkv_bias must be true or false",
+    ),
     ("gene tensors that are a list", lambda: Learngene("pretrained", tensors=[1, 2]), "Learngene tensors is not"),
-    ("gene tensor that is a list", lambda: Learngene("pretrained", tensors={"w": [1.0]}), "Learngene tensors['w'] is not"),
-    ("gene tensor that is a numpy array", lambda: Learngene("pretrained", tensors={"w": __import__("numpy").zeros(2)}),
-     "tensors['w'] is not a torch tensor"),
+    (
+        "gene tensor that is a list",
+        lambda: Learngene("pretrained", tensors={"w": [1.0]}),
+        "Learngene tensors['w'] is not",
+    ),
+    (
+        "gene tensor that is a numpy array",
+        lambda: Learngene("pretrained", tensors={"w": __import__("numpy").zeros(2)}),
+        "tensors['w'] is not a torch tensor",
+    ),
     ("gene method that is not a string", lambda: Learngene(3, tensors={}), "Learngene method is not"),
-    ("gene label space that is a list", lambda: Learngene("pretrained", tensors={}, label_space=["cat"]),
-     "label_space is not a JSON object"),
-    ("gene layout that is a dict", lambda: Learngene("pretrained", tensors={}, layout={"depth": 2}),
-     "layout is not a ViTSpec"),
+    (
+        "gene label space that is a list",
+        lambda: Learngene("pretrained", tensors={}, label_space=["cat"]),
+        "label_space is not a JSON object",
+    ),
+    (
+        "gene layout that is a dict",
+        lambda: Learngene("pretrained", tensors={}, layout={"depth": 2}),
+        "layout is not a ViTSpec",
+    ),
 ]
 
 

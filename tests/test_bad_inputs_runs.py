@@ -21,8 +21,8 @@ from learngene.cli import main
 from learngene.data import load_dataset, write_image_folder
 from learngene.errors import LearngeneError, TrainingError
 from learngene.formats.model_file import save_model
+from learngene.training.loop import LOG, TrainConfig, train
 from learngene.vit.spec import ViTSpec
-from learngene.training.loop import CHECKPOINT, LOG, TrainConfig, train
 from tests.conftest import FaultyData, make_images, nan_images
 from tests.test_bad_inputs import ACTIONS
 
@@ -68,7 +68,7 @@ def test_a_torchvision_root_of_other_files_is_refused(anc, capsys, tmp_path, nam
 def test_a_grey_ancestry_on_a_colour_folder_is_refused(anc, capsys, tmp_path, command):
     root = write_image_folder(tmp_path / "rgb", num_classes=2, per_class=2, size=20)
     out = tmp_path / "o.safetensors"
-    argv = (["condense", "--method", "wave", "--ancestry", anc] if command == "condense" else ["train", anc])
+    argv = ["condense", "--method", "wave", "--ancestry", anc] if command == "condense" else ["train", anc]
     err = one_line_error(capsys, [*argv, "--data", f"folder:{root}", "--epochs", "1", "-o", out])
     assert "holds colour images but the model takes 1-channel (grey) input" in err, err
     assert not out.exists() and not list(tmp_path.glob("o.*"))
@@ -87,19 +87,39 @@ def test_grey_images_saved_as_rgb_are_read_by_a_grey_ancestry(tmp_path):
 # ---- sizes whose activations cannot fit: refused before allocating -----------------------------------------
 def test_an_image_size_whose_data_cannot_fit_is_refused_before_resizing(capsys, tmp_path):
     out = tmp_path / "o.safetensors"
-    err = one_line_error(capsys, ["ancestry", "--depth", "1", "--embed-dim", "32", "--num-heads", "2", "--img-size",
-                                  "100000", "--patch-size", "1000", *DATA, "-o", out])
+    err = one_line_error(
+        capsys,
+        [
+            "ancestry",
+            "--depth",
+            "1",
+            "--embed-dim",
+            "32",
+            "--num-heads",
+            "2",
+            "--img-size",
+            "100000",
+            "--patch-size",
+            "1000",
+            *DATA,
+            "-o",
+            out,
+        ],
+    )
     assert "resized to 100000x100000 px need" in err and "choose a smaller --img-size" in err, err
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_batch_whose_activations_cannot_fit_is_refused_before_the_first_step(monkeypatch):
     """The estimate (a lower bound) against the free memory, here made small: no step runs."""
-    loop = importlib.import_module("learngene.train")  # the module (the package exports the function as `train`)
+    loop = importlib.import_module("learngene.training.loop")
     monkeypatch.setattr(loop, "available_memory", lambda: 2**16)  # 64 KiB free (a step here needs at least 0.6 MB)
-    with pytest.raises(LearngeneError, match=r"a training step of 16 images of 17 tokens through 2 blocks of width 32 "
-                                             r"needs at least .* GiB for its activations, but cpu has 0.0 GiB free; "
-                                             r"choose a smaller --batch-size or --img-size"):
+    with pytest.raises(
+        LearngeneError,
+        match=r"a training step of 16 images of 17 tokens through 2 blocks of width 32 "
+        r"needs at least .* GiB for its activations, but cpu has 0.0 GiB free; "
+        r"choose a smaller --batch-size or --img-size",
+    ):
         train(SPEC.create_model(), make_images(32, 10, 16), TrainConfig(epochs=1, batch_size=16, progress=False))
 
 
@@ -120,12 +140,51 @@ def test_the_activation_estimate_is_a_lower_bound_of_a_real_step():
 
 def test_the_quiet_banner_is_gone_so_an_error_is_one_line(anc, capsys, tmp_path):
     """The error comes after the banner would have been printed (the device is checked by the loop)."""
-    err = one_line_error(capsys, ["ancestry", "--depth", "1", "--embed-dim", "32", "--num-heads", "2", "--patch-size",
-                                  "4", "--img-size", "16", *DATA, "--quiet", "--device", "cuda:7", "-o",
-                                  tmp_path / "o.safetensors"])
+    err = one_line_error(
+        capsys,
+        [
+            "ancestry",
+            "--depth",
+            "1",
+            "--embed-dim",
+            "32",
+            "--num-heads",
+            "2",
+            "--patch-size",
+            "4",
+            "--img-size",
+            "16",
+            *DATA,
+            "--quiet",
+            "--device",
+            "cuda:7",
+            "-o",
+            tmp_path / "o.safetensors",
+        ],
+    )
     assert err.startswith("learngene ancestry: error:"), err
-    assert main(["ancestry", "--depth", "1", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size",
-                 "16", *DATA, "--quiet", "-o", str(tmp_path / "o.safetensors")]) == 0
+    assert (
+        main(
+            [
+                "ancestry",
+                "--depth",
+                "1",
+                "--embed-dim",
+                "32",
+                "--num-heads",
+                "2",
+                "--patch-size",
+                "4",
+                "--img-size",
+                "16",
+                *DATA,
+                "--quiet",
+                "-o",
+                str(tmp_path / "o.safetensors"),
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.startswith("wrote ") and len(captured.err.splitlines()) == 1, captured
 
@@ -160,14 +219,20 @@ def test_a_run_stopped_by_nan_resumes_with_a_lower_lr_and_clipping(tiny_spec, tm
     data = make_images(64)
     cfg = TrainConfig(epochs=2, batch_size=16, lr=3e-3, checkpoint_every=3, progress=False)
     torch.manual_seed(0)
-    with pytest.raises(TrainingError, match=r"rerun with --resume and a lower --lr and/or a --grad-clip \(only those "
-                                            r"two may change\)"):
+    with pytest.raises(
+        TrainingError,
+        match=r"rerun with --resume and a lower --lr and/or a --grad-clip \(only those "
+        r"two may change\)",
+    ):
         train(tiny_spec.create_model(), FaultyData(data, at=8, fault=nan_images), cfg, run_dir=tmp_path)
     assert json.loads((tmp_path / LOG).read_text().splitlines()[-1])["stopped"] == "non-finite"
 
     other = cfg.replace(weight_decay=0.1, lr=1e-3)
-    with pytest.raises(LearngeneError, match=r"weight_decay was 0.05, now 0.1; after its stop on a non-finite loss only "
-                                             r"--lr and --grad-clip may change"):
+    with pytest.raises(
+        LearngeneError,
+        match=r"weight_decay was 0.05, now 0.1; after its stop on a non-finite loss only "
+        r"--lr and --grad-clip may change",
+    ):
         train(tiny_spec.create_model(), data, other, run_dir=tmp_path, resume=True)
 
     model = tiny_spec.create_model()
@@ -181,8 +246,10 @@ def test_a_run_not_stopped_by_nan_keeps_its_lr(tiny_spec, tmp_path):
     data = make_images(32)
     cfg = TrainConfig(epochs=2, batch_size=16, max_steps=1, progress=False)
     train(tiny_spec.create_model(), data, cfg, run_dir=tmp_path)
-    with pytest.raises(LearngeneError, match="lr was 0.001, now 0.0001; only a run stopped by a non-finite loss may "
-                                             "change --lr or --grad-clip"):
+    with pytest.raises(
+        LearngeneError,
+        match="lr was 0.001, now 0.0001; only a run stopped by a non-finite loss may change --lr or --grad-clip",
+    ):
         train(tiny_spec.create_model(), data, cfg.replace(lr=1e-4), run_dir=tmp_path, resume=True)
 
 
@@ -200,8 +267,13 @@ def test_overwriting_a_hub_folder_keeps_the_users_files(anc, capsys, tmp_path):
     assert (hub / "notes.txt").read_text() == "the user's own notes"
     assert (hub / "eval" / "scores.csv").read_text() == "a,b\n"
     assert json.loads((hub / "config.json").read_text())["model_args"]["depth"] == 1  # learngene's files replaced
-    assert sorted(p.name for p in hub.iterdir()) == ["README.md", "config.json", "eval", "model.safetensors",
-                                                      "notes.txt"]
+    assert sorted(p.name for p in hub.iterdir()) == [
+        "README.md",
+        "config.json",
+        "eval",
+        "model.safetensors",
+        "notes.txt",
+    ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gene.safetensors", "hub"], "a temporary folder was left"
 
 

@@ -3,9 +3,9 @@ import torch
 
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
-from learngene.vit.heads import split_proj, split_qkv
 from learngene.method import Ancestry
 from learngene.registry import get_method
+from learngene.vit.heads import split_proj, split_qkv
 from learngene.vit.spec import block_key
 from learngene.vit.transfer import evenly_spaced
 
@@ -18,7 +18,7 @@ def _deep_ancestry(tiny_spec, depth=6):
 
 def _block(state, layer):
     prefix = f"blocks.{layer}."
-    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
 
 
 def _same(a, b):
@@ -44,10 +44,18 @@ def test_auto_lg_keeps_the_bottom_half_and_embeddings(tiny_spec):
     for layer in range(3):
         assert _same(_block(state, layer), _block(src, layer))
     assert not torch.equal(state[block_key(3, "attn.qkv.weight")], src[block_key(3, "attn.qkv.weight")])
-    assert torch.equal(state["pos_embed"], src["pos_embed"]) and torch.equal(state["patch_embed.proj.weight"], src["patch_embed.proj.weight"])
+    assert torch.equal(state["pos_embed"], src["pos_embed"]) and torch.equal(
+        state["patch_embed.proj.weight"], src["patch_embed.proj.weight"]
+    )
     assert not torch.equal(state["head.weight"], src["head.weight"])
-    assert gene.num_stored_params == 3 * sum(v.numel() for v in _block(src, 0).values()) + src["pos_embed"].numel() \
-        + src["cls_token"].numel() + src["patch_embed.proj.weight"].numel() + src["patch_embed.proj.bias"].numel()
+    assert (
+        gene.num_stored_params
+        == 3 * sum(v.numel() for v in _block(src, 0).values())
+        + src["pos_embed"].numel()
+        + src["cls_token"].numel()
+        + src["patch_embed.proj.weight"].numel()
+        + src["patch_embed.proj.bias"].numel()
+    )
 
 
 def test_heru_lg_puts_the_last_three_layers_on_top(tiny_spec):
@@ -57,15 +65,24 @@ def test_heru_lg_puts_the_last_three_layers_on_top(tiny_spec):
     for i in range(3):
         assert _same(_block(state, 2 + i), _block(src, 3 + i))
     assert not torch.equal(state[block_key(0, "mlp.fc1.weight")], src[block_key(0, "mlp.fc1.weight")])
-    assert torch.equal(state["head.weight"], src["head.weight"]) and not torch.equal(state["pos_embed"], src["pos_embed"])
+    assert torch.equal(state["head.weight"], src["head.weight"]) and not torch.equal(
+        state["pos_embed"], src["pos_embed"]
+    )
     _, shallow = _grow("heru_lg", anc, 2)  # only the last two fit
     assert _same(_block(shallow, 0), _block(src, 4)) and _same(_block(shallow, 1), _block(src, 5))
 
 
-@pytest.mark.parametrize("variant, depth, expected", [
-    ("first", 3, {0: 0, 1: 1, 2: 2}), ("last", 3, {0: 3, 1: 4, 2: 5}), ("middle", 2, {0: 2, 1: 3}),
-    ("first", 8, {i: i for i in range(6)}), ("last", 8, {2 + i: i for i in range(6)}), ("middle", 8, {1 + i: i for i in range(6)}),
-])
+@pytest.mark.parametrize(
+    "variant, depth, expected",
+    [
+        ("first", 3, {0: 0, 1: 1, 2: 2}),
+        ("last", 3, {0: 3, 1: 4, 2: 5}),
+        ("middle", 2, {0: 2, 1: 3}),
+        ("first", 8, {i: i for i in range(6)}),
+        ("last", 8, {2 + i: i for i in range(6)}),
+        ("middle", 8, {1 + i: i for i in range(6)}),
+    ],
+)
 def test_pretrained_lines_up_layers_as_pre_fin(tiny_spec, variant, depth, expected):
     anc = _deep_ancestry(tiny_spec)
     src = anc.model.state_dict()
@@ -73,7 +90,9 @@ def test_pretrained_lines_up_layers_as_pre_fin(tiny_spec, variant, depth, expect
     for target, source in expected.items():
         assert _same(_block(state, target), _block(src, source))
     for target in set(range(depth)) - set(expected):
-        assert not any(torch.equal(_block(state, target)["attn.qkv.weight"], _block(src, s)["attn.qkv.weight"]) for s in range(6))
+        assert not any(
+            torch.equal(_block(state, target)["attn.qkv.weight"], _block(src, s)["attn.qkv.weight"]) for s in range(6)
+        )
 
 
 def test_pretrained_at_the_ancestry_size_is_the_ancestry(tiny_ancestry, tiny_spec):
@@ -113,8 +132,14 @@ def test_weight_selection_keeps_whole_heads(tiny_spec):
         new = split_qkv(state["blocks.1.attn.qkv.weight"], 2)[part]
         old = split_qkv(src["blocks.1.attn.qkv.weight"], 4)[part]
         assert torch.equal(new, old[heads][:, dims][:, :, cols])
-        assert torch.equal(split_qkv(state["blocks.1.attn.qkv.bias"], 2)[part], split_qkv(src["blocks.1.attn.qkv.bias"], 4)[part][heads][:, dims])
-    assert torch.equal(split_proj(state["blocks.1.attn.proj.weight"], 2), split_proj(src["blocks.1.attn.proj.weight"], 4)[heads][:, cols][:, :, dims])
+        assert torch.equal(
+            split_qkv(state["blocks.1.attn.qkv.bias"], 2)[part],
+            split_qkv(src["blocks.1.attn.qkv.bias"], 4)[part][heads][:, dims],
+        )
+    assert torch.equal(
+        split_proj(state["blocks.1.attn.proj.weight"], 2),
+        split_proj(src["blocks.1.attn.proj.weight"], 4)[heads][:, cols][:, :, dims],
+    )
     assert torch.equal(state["head.weight"], src["head.weight"][:, cols])
     flat = get_method("weight_selection")(head_aware=False).expand(gene, small)
     assert flat["blocks.0.attn.qkv.weight"].shape == (36, 12)

@@ -41,11 +41,19 @@ def test_bench_quick_profile_runs_every_method_on_every_task(tmp_path):
 MICRO = Profile(
     name="micro",
     ancestry=ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=28, patch_size=7, in_chans=1, num_classes=10),
-    ancestry_epochs=1, ancestry_images=None, condense_epochs=1, condense_images=20,
+    ancestry_epochs=1,
+    ancestry_images=None,
+    condense_epochs=1,
+    condense_images=20,
     sizes=((1, 32, 2), (1, 16, 1)),
-    tasks=(Task("fashion_mnist", "fashion_mnist", epochs=2, train_images=20, scratch_factor=2),
-           Task("digits", "digits", epochs=1, train_images=30, eval_images=30, new_head=True)),
-    adapt_steps=2, seeds=(0, 1), methods=("scratch", "pretrained", "weight_selection"), batch_size=16,
+    tasks=(
+        Task("fashion_mnist", "fashion_mnist", epochs=2, train_images=20, scratch_factor=2),
+        Task("digits", "digits", epochs=1, train_images=30, eval_images=30, new_head=True),
+    ),
+    adapt_steps=2,
+    seeds=(0, 1),
+    methods=("scratch", "pretrained", "weight_selection"),
+    batch_size=16,
 )
 
 
@@ -74,8 +82,9 @@ def test_second_run_reuses_every_stage(tmp_path, fake_fashion, monkeypatch):
     calls.clear()
     second = _micro(tmp_path, fake_fashion, monkeypatch).run()
     assert calls == []
-    assert [(r.method, r.task, r.size, r.seed, r.budget, r.accs) for r in second] == \
-           [(r.method, r.task, r.size, r.seed, r.budget, r.accs) for r in first]
+    assert [(r.method, r.task, r.size, r.seed, r.budget, r.accs) for r in second] == [
+        (r.method, r.task, r.size, r.seed, r.budget, r.accs) for r in first
+    ]
 
     # one lost cell result is recomputed, nothing else
     victim = next((tmp_path / "out" / "cells" / "digits" / "weight_selection").glob("L1-D16-H1-s1-*.json"))
@@ -96,8 +105,12 @@ def test_time_limit_leaves_a_partial_report_and_the_next_run_finishes(tmp_path, 
 
 def test_a_method_that_cannot_condense_is_recorded_not_fatal(tmp_path, fake_fashion, monkeypatch):
     monkeypatch.setenv("LEARNGENE_DATA", str(fake_fashion))
-    profile = MICRO.replace(sizes=((1, 32, 2),), seeds=(0,), methods=("pretrained", "scratch"),
-                            method_options={"pretrained": {"variant": "sideways"}})
+    profile = MICRO.replace(
+        sizes=((1, 32, 2),),
+        seeds=(0,),
+        methods=("pretrained", "scratch"),
+        method_options={"pretrained": {"variant": "sideways"}},
+    )
     rows = BenchRun(profile, tmp_path / "o", progress=False, plots=False).run()
     broken = [r for r in rows if r.method == "pretrained"]
     assert broken and all(not r.ok and "condensation failed" in r.note for r in broken)
@@ -134,23 +147,41 @@ def test_new_head_tasks_give_every_method_the_same_classifier(tiny_spec):
 
 # ---- the report ------------------------------------------------------------------------------------------------
 def _row(method, size, seed, accs, budget=1):
-    return Row(method=method, task="t", size=size, depth=1, embed_dim=8, num_heads=1, seed=seed, budget=budget,
-               stored_params=10, accs=accs)
+    return Row(
+        method=method,
+        task="t",
+        size=size,
+        depth=1,
+        embed_dim=8,
+        num_heads=1,
+        seed=seed,
+        budget=budget,
+        stored_params=10,
+        accs=accs,
+    )
 
 
 def test_table_shows_mean_std_and_na():
-    rows = [_row("a", "S", 0, [0.5, 0.6]), _row("a", "S", 1, [0.5, 0.8]), _row("b", "S", 0, [0.1]),
-            Row(method="b", task="t", size="T", depth=1, embed_dim=8, num_heads=1, seed=0, note="cannot"),
-            _row("a", "T", 0, [0.3])]
+    rows = [
+        _row("a", "S", 0, [0.5, 0.6]),
+        _row("a", "S", 1, [0.5, 0.8]),
+        _row("b", "S", 0, [0.1]),
+        Row(method="b", task="t", size="T", depth=1, embed_dim=8, num_heads=1, seed=0, note="cannot"),
+        _row("a", "T", 0, [0.3]),
+    ]
     table = format_table(rows, "t")
     assert "| a | 70.0 ± 14.1 | 30.0 |" in table
     assert "| b | 10.0 | n/a |" in table
 
 
 def test_epochs_to_match_reads_the_long_scratch_curve():
-    rows = [_row("m", "S", 0, [0.70]), _row("m", "S", 1, [0.72]),
-            _row("scratch", "S", 0, [0.5, 0.6, 0.70, 0.75], budget=4), _row("scratch", "S", 1, [0.5, 0.6, 0.72, 0.73], budget=4),
-            _row("w", "S", 0, [0.9])]
+    rows = [
+        _row("m", "S", 0, [0.70]),
+        _row("m", "S", 1, [0.72]),
+        _row("scratch", "S", 0, [0.5, 0.6, 0.70, 0.75], budget=4),
+        _row("scratch", "S", 1, [0.5, 0.6, 0.72, 0.73], budget=4),
+        _row("w", "S", 0, [0.9]),
+    ]
     table = epochs_to_match(rows, "t", 4)
     assert "| m | 3 / 4 |" in table  # mean target 0.71, scratch x4 mean curve 0.5, 0.6, 0.71, 0.74
     assert "| w | > 4 |" in table
@@ -211,14 +242,18 @@ def test_budget_never_picks_a_size_the_method_refuses(name, tmp_path, capsys):
     ancestry = layout.replace(depth=4, embed_dim=64, num_heads=4)
     method = get_method(name)()
     torch.manual_seed(0)
-    gene = method.new_gene({k: torch.randn_like(v) for k, v in method.initial_tensors(layout).items()}, layout, ancestry)
+    gene = method.new_gene(
+        {k: torch.randn_like(v) for k, v in method.initial_tensors(layout).items()}, layout, ancestry
+    )
     gene.save(tmp_path / "gene.safetensors")
     narrow = ancestry.replace(embed_dim=48, num_heads=3)
     # without the method's say, L4 at 48 wide is the deepest, widest size under this budget
     assert fit_to_budget(ancestry, max_params=narrow.num_params) == narrow
     out = tmp_path / "d.safetensors"
-    assert main(["expand", str(tmp_path / "gene.safetensors"), "--max-params", str(narrow.num_params), "--out",
-                 str(out)]) == 0
+    assert (
+        main(["expand", str(tmp_path / "gene.safetensors"), "--max-params", str(narrow.num_params), "--out", str(out)])
+        == 0
+    )
     said = capsys.readouterr().out
     assert f"picked L4-D32-H2: {layout.replace(depth=4).num_params:,} params" in said, said
     assert "deepest, then widest" in said and "refuses, e.g. L4-D48-H3" in said, said
@@ -226,13 +261,35 @@ def test_budget_never_picks_a_size_the_method_refuses(name, tmp_path, capsys):
     assert load_model_file(out)[1] == layout.replace(depth=4)
     # under the budget of a 3-deep, 32-wide net the deepest size that fits is picked, not a wider shallower one
     budget = layout.replace(depth=3).num_params
-    assert main(["expand", str(tmp_path / "gene.safetensors"), "--max-params", str(budget), "--out",
-                 str(tmp_path / "d3.safetensors")]) == 0
+    assert (
+        main(
+            [
+                "expand",
+                str(tmp_path / "gene.safetensors"),
+                "--max-params",
+                str(budget),
+                "--out",
+                str(tmp_path / "d3.safetensors"),
+            ]
+        )
+        == 0
+    )
     assert load_model_file(tmp_path / "d3.safetensors")[1] == layout.replace(depth=3)
     # below every size the gene expands to: one line, exit 2, nothing written
     smallest = layout.replace(depth=1).num_params
-    assert main(["expand", str(tmp_path / "gene.safetensors"), "--max-params", str(smallest - 1), "--out",
-                 str(tmp_path / "none.safetensors")]) == 2
+    assert (
+        main(
+            [
+                "expand",
+                str(tmp_path / "gene.safetensors"),
+                "--max-params",
+                str(smallest - 1),
+                "--out",
+                str(tmp_path / "none.safetensors"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "raise the budget" in err and "L1-D32-H2" in err, err
     assert not (tmp_path / "none.safetensors").exists()

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from learngene.bench import Row
-from learngene.bench import report
+from learngene.bench import Row, report
 
 
 def _row(method, size, seed, accs):
-    return Row(method=method, task="t", size=size, depth=1, embed_dim=8, num_heads=1, seed=seed, stored_params=10,
-               accs=accs)
+    return Row(
+        method=method, task="t", size=size, depth=1, embed_dim=8, num_heads=1, seed=seed, stored_params=10, accs=accs
+    )
 
 
 def _titles(monkeypatch, plot, rows, tmp_path):
@@ -22,6 +22,7 @@ def _titles(monkeypatch, plot, rows, tmp_path):
         seen["legends"] = [ax.get_legend_handles_labels()[1] for ax in axes]
         seen["xlim"] = [ax.get_xlim() for ax in axes]
         import matplotlib.pyplot as plt
+
         plt.close(fig)
 
     monkeypatch.setattr(report, "finish_figure", finish)
@@ -42,11 +43,20 @@ def test_one_seed_is_not_called_a_mean_over_seeds(plot, monkeypatch, tmp_path):
 @pytest.mark.parametrize("plot", [report.plot_curves, report.plot_stored])
 def test_identical_methods_are_named_not_hidden(plot, monkeypatch, tmp_path):
     # at the ancestry's width weight_selection copies the ancestry: the same accuracies as pretrained
-    rows = [_row("pretrained", "S", 0, [0.5, 0.6]), _row("weight_selection", "S", 0, [0.5, 0.6]),
-            _row("pretrained", "T", 0, [0.3, 0.4]), _row("weight_selection", "T", 0, [0.3, 0.45])]
+    rows = [
+        _row("pretrained", "S", 0, [0.5, 0.6]),
+        _row("weight_selection", "S", 0, [0.5, 0.6]),
+        _row("pretrained", "T", 0, [0.3, 0.4]),
+        _row("weight_selection", "T", 0, [0.3, 0.45]),
+    ]
     seen = {}
-    monkeypatch.setattr(report, "finish_figure", lambda fig, axes, title, path: seen.update(
-        legends=[ax.get_legend_handles_labels()[1] for ax in axes], panels=[ax.get_title() for ax in axes]))
+    monkeypatch.setattr(
+        report,
+        "finish_figure",
+        lambda fig, axes, title, path: seen.update(
+            legends=[ax.get_legend_handles_labels()[1] for ax in axes], panels=[ax.get_title() for ax in axes]
+        ),
+    )
     plot(rows, "t", tmp_path / "p.png")
     assert seen["panels"] == ["S", "T"]
     # named together in the legend where their results are the same, apart where they differ
@@ -61,8 +71,10 @@ def test_different_seeds_with_equal_accuracies_are_not_identical():
 
 
 def test_the_log_axis_of_stored_parameters_starts_near_the_data(monkeypatch, tmp_path):
-    rows = [Row(method=m, task="t", size="S", depth=1, embed_dim=8, num_heads=1, seed=0, stored_params=n, accs=[0.5])
-            for m, n in (("scratch", 0), ("a", 52_000), ("b", 310_000))]
+    rows = [
+        Row(method=m, task="t", size="S", depth=1, embed_dim=8, num_heads=1, seed=0, stored_params=n, accs=[0.5])
+        for m, n in (("scratch", 0), ("a", 52_000), ("b", 310_000))
+    ]
     seen = {}
     monkeypatch.setattr(report, "finish_figure", lambda fig, axes, title, path: seen.update(xlim=axes[0].get_xlim()))
     report.plot_stored(rows, "t", tmp_path / "p.png")

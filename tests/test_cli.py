@@ -20,8 +20,21 @@ DATA = ["--data", "digits", "--train-images", "200"]
 def workdir(tmp_path_factory):
     d = tmp_path_factory.mktemp("cli")
     assert main(["ancestry", *TINY_ARGS, *DATA, "--epochs", "1", "--quiet", "--out", str(d / "anc.safetensors")]) == 0
-    assert main(["condense", "--method", "pretrained", "--ancestry", str(d / "anc.safetensors"), "--quiet",
-                 "--out", str(d / "gene.safetensors")]) == 0
+    assert (
+        main(
+            [
+                "condense",
+                "--method",
+                "pretrained",
+                "--ancestry",
+                str(d / "anc.safetensors"),
+                "--quiet",
+                "--out",
+                str(d / "gene.safetensors"),
+            ]
+        )
+        == 0
+    )
     return d
 
 
@@ -35,8 +48,17 @@ def test_every_subcommand_has_help(capsys):
 def test_expand_writes_a_descendant_timm_loads_strictly(workdir, capsys):
     out = workdir / "desc.safetensors"
     assert main(["expand", str(workdir / "gene.safetensors"), "--depth", "3", "--out", str(out), "--quiet"]) == 0
-    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=3, embed_dim=32, num_heads=2,
-                              patch_size=4, img_size=16, in_chans=1, num_classes=10)
+    model = timm.create_model(
+        "vit_tiny_patch16_224",
+        pretrained=False,
+        depth=3,
+        embed_dim=32,
+        num_heads=2,
+        patch_size=4,
+        img_size=16,
+        in_chans=1,
+        num_classes=10,
+    )
     model.load_state_dict(load_file(str(out)), strict=True)
     assert model(torch.randn(1, 1, 16, 16)).shape == (1, 10)
 
@@ -45,8 +67,23 @@ def test_train_and_inspect(workdir, capsys):
     desc = workdir / "desc2.safetensors"
     assert main(["expand", str(workdir / "gene.safetensors"), "--depth", "1", "--out", str(desc), "--quiet"]) == 0
     tuned = workdir / "tuned.safetensors"
-    assert main(["train", str(desc), *DATA, "--epochs", "1", "--quiet", "--out", str(tuned),
-                 "--run-dir", str(workdir / "run")]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(desc),
+                *DATA,
+                "--epochs",
+                "1",
+                "--quiet",
+                "--out",
+                str(tuned),
+                "--run-dir",
+                str(workdir / "run"),
+            ]
+        )
+        == 0
+    )
     assert (workdir / "run" / "log.jsonl").read_text().count("\n") == 1
     capsys.readouterr()
     assert main(["inspect", str(workdir / "gene.safetensors")]) == 0
@@ -63,15 +100,41 @@ def test_train_with_a_teacher_distils_logits_on_its_classes_and_features_on_othe
     teacher = ["--teacher", str(workdir / "anc.safetensors"), "--epochs", "1", "--quiet"]
     capsys.readouterr()
     assert main(["train", str(desc), *DATA, *teacher, "--out", str(workdir / "kd-logits.safetensors")]) == 0
-    assert main(["train", str(desc), "--data", "fashion_mnist", "--train-images", "100", *teacher,
-                 "--distill-lambda", "0.7", "--out", str(workdir / "kd-features.safetensors")]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(desc),
+                "--data",
+                "fashion_mnist",
+                "--train-images",
+                "100",
+                *teacher,
+                "--distill-lambda",
+                "0.7",
+                "--out",
+                str(workdir / "kd-features.safetensors"),
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "λ = 0.5: logit distillation" in err and "λ = 0.7: feature distillation on pooled features" in err
-    plain = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1, embed_dim=32, num_heads=2,
-                              patch_size=4, img_size=16, in_chans=1, num_classes=10)
+    plain = timm.create_model(
+        "vit_tiny_patch16_224",
+        pretrained=False,
+        depth=1,
+        embed_dim=32,
+        num_heads=2,
+        patch_size=4,
+        img_size=16,
+        in_chans=1,
+        num_classes=10,
+    )
     plain.load_state_dict(load_file(str(workdir / "kd-features.safetensors")), strict=True)  # no projection saved
-    assert "needs a teacher" in _error_line(capsys, ["train", str(desc), *DATA, "--distill-lambda", "0.5",
-                                                     "--out", str(workdir / "x.safetensors")])
+    assert "needs a teacher" in _error_line(
+        capsys, ["train", str(desc), *DATA, "--distill-lambda", "0.5", "--out", str(workdir / "x.safetensors")]
+    )
 
 
 def test_methods_lists_the_registry_with_citations(capsys):
@@ -96,8 +159,11 @@ def test_argument_errors_are_one_line_too(capsys):
 
 
 def test_the_installed_command_exits_2_without_traceback(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "learngene", "inspect", str(tmp_path / "nothing.safetensors")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "learngene", "inspect", str(tmp_path / "nothing.safetensors")],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 
 
@@ -116,8 +182,12 @@ def test_every_flag_has_help_text():
                 missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
     assert not missing, f"flags without help: {missing}"
     # a 0 that means "chosen automatically" is shown as auto; an integer default of 0 is left only to seeds
-    zero = [f"{name} {action.dest}" for name, command in sub.choices.items() for action in command._actions
-            if action.default == 0 and type(action.default) is int and "seed" not in action.dest]
+    zero = [
+        f"{name} {action.dest}"
+        for name, command in sub.choices.items()
+        for action in command._actions
+        if action.default == 0 and type(action.default) is int and "seed" not in action.dest
+    ]
     assert not zero, f"integer defaults of 0 (say auto or give the value): {zero}"
     assert "(default: auto, once per epoch)" in " ".join(sub.choices["train"].format_help().split())
 
@@ -125,9 +195,11 @@ def test_every_flag_has_help_text():
 def test_help_and_argument_errors_import_no_torch():
     """`learngene --help`, `SUB --help` and a usage error answer without loading torch (benchmarks/cli_startup.py
     times them); the parser module itself imports no torch either."""
-    probe = ("import sys\nfrom learngene.cli import main\nfrom learngene.cli.parser import build_parser\n"
-             "codes = [main(['--help']), main(['expand', '--help']), main(['condense', '--help']), main(['expand'])]\n"
-             "build_parser()\nprint(codes, 'torch' in sys.modules)")
+    probe = (
+        "import sys\nfrom learngene.cli import main\nfrom learngene.cli.parser import build_parser\n"
+        "codes = [main(['--help']), main(['expand', '--help']), main(['condense', '--help']), main(['expand'])]\n"
+        "build_parser()\nprint(codes, 'torch' in sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert proc.stdout.strip().splitlines()[-1] == "[0, 0, 0, 2] False", proc.stdout[-500:] + proc.stderr[-500:]
 
@@ -135,8 +207,10 @@ def test_help_and_argument_errors_import_no_torch():
 def test_the_package_names_load_on_first_use():
     """`import learngene` is light; its public names still resolve, and `learngene.train` stays the function even
     after the module of the training loop is imported."""
-    probe = ("import sys, learngene\nassert 'torch' not in sys.modules\nimport learngene.training.loop\n"
-             "from learngene import train, ViTSpec, list_methods\n"
-             "print(callable(train) and train.__module__ == 'learngene.training.loop', 'tleg' in list_methods())")
+    probe = (
+        "import sys, learngene\nassert 'torch' not in sys.modules\nimport learngene.training.loop\n"
+        "from learngene import train, ViTSpec, list_methods\n"
+        "print(callable(train) and train.__module__ == 'learngene.training.loop', 'tleg' in list_methods())"
+    )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert proc.stdout.strip() == "True True", proc.stdout[-500:] + proc.stderr[-500:]

@@ -8,9 +8,16 @@ import torch
 from learngene.cli import main
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
-from learngene.vit.heads import join_qkv, split_proj, split_qkv
 from learngene.method import Ancestry, CondenseInputs
-from learngene.methods.cluster import ClusterLearngene, cluster_heads, default_eps, mean_attention_distance, patch_distances, priority_sharing
+from learngene.methods.cluster import (
+    ClusterLearngene,
+    cluster_heads,
+    default_eps,
+    mean_attention_distance,
+    patch_distances,
+    priority_sharing,
+)
+from learngene.vit.heads import join_qkv, split_proj, split_qkv
 from learngene.vit.transfer import axis_map
 
 from .head_methods_fixtures import TINY, save_tiny_ancestry, timm_strict_load, tiny_ancestry, tiny_data
@@ -49,8 +56,8 @@ def test_uniform_attention_gives_the_mean_pixel_distance_between_patches():
     ancestry = tiny_ancestry(TINY.replace(img_size=16))
     with torch.no_grad():
         for block in ancestry.model.blocks:  # q = k = 0: every token attends uniformly, the class token too
-            block.attn.qkv.weight[:2 * D] = 0
-            block.attn.qkv.bias[:2 * D] = 0
+            block.attn.qkv.weight[: 2 * D] = 0
+            block.attn.qkv.bias[: 2 * D] = 0
     spec = ancestry.spec
     got = mean_attention_distance(ancestry.model, spec, tiny_data(8, spec), num_images=8, batch_size=3)
     grid = torch.tensor([(r, c) for r in range(4) for c in range(4)], dtype=torch.float64) * 4
@@ -135,8 +142,10 @@ def test_descendant_heads_are_exact_copies_of_the_right_centroids(ancestry, gene
             for got, want in zip(bias, a_bias):
                 assert torch.equal(got[i], want[h])
             assert torch.equal(cols[i], a_cols[h][width.index])
-        assert torch.equal(model.blocks[layer].mlp.fc1.bias.detach(),
-                           state[f"blocks.{layer}.mlp.fc1.bias"][axis_map(4 * D, 4 * spec.embed_dim).index])
+        assert torch.equal(
+            model.blocks[layer].mlp.fc1.bias.detach(),
+            state[f"blocks.{layer}.mlp.fc1.bias"][axis_map(4 * D, 4 * spec.embed_dim).index],
+        )
 
 
 def test_ffn_random_option_leaves_the_mlp_to_timm(ancestry):
@@ -151,8 +160,10 @@ def test_ffn_random_option_leaves_the_mlp_to_timm(ancestry):
 def test_depth_is_stretched(gene):
     out = ClusterLearngene.from_gene(gene).expand(gene, TINY.replace(depth=6))
     for layer in range(6):
-        assert torch.equal(out[f"blocks.{layer}.attn.qkv.weight"],
-                           ClusterLearngene.from_gene(gene).expand(gene, TINY)[f"blocks.{layer // 2}.attn.qkv.weight"])
+        assert torch.equal(
+            out[f"blocks.{layer}.attn.qkv.weight"],
+            ClusterLearngene.from_gene(gene).expand(gene, TINY)[f"blocks.{layer // 2}.attn.qkv.weight"],
+        )
 
 
 def test_impossible_head_counts_and_missing_data_are_one_line_errors(ancestry, gene):
@@ -175,10 +186,36 @@ def test_default_eps_scales_the_papers_ten_pixels():
 def test_cli_condense_expand_inspect_and_plot(tmp_path, capsys):
     anc, gene = tmp_path / "anc.safetensors", tmp_path / "cluster.safetensors"
     save_tiny_ancestry(anc)
-    assert main(["condense", "--method", "cluster", "--ancestry", str(anc), "--data", "digits", "--img-size", "8",
-                 "--opt", "num_images=16", "--opt", "eps=0.5", "--out", str(gene), "--quiet"]) == 0
-    for i, sizes in enumerate([[], ["--depth", "2", "--num-heads", "2", "--embed-dim", "16"],
-                               ["--depth", "5", "--num-heads", "6", "--embed-dim", "48"]]):
+    assert (
+        main(
+            [
+                "condense",
+                "--method",
+                "cluster",
+                "--ancestry",
+                str(anc),
+                "--data",
+                "digits",
+                "--img-size",
+                "8",
+                "--opt",
+                "num_images=16",
+                "--opt",
+                "eps=0.5",
+                "--out",
+                str(gene),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    for i, sizes in enumerate(
+        [
+            [],
+            ["--depth", "2", "--num-heads", "2", "--embed-dim", "16"],
+            ["--depth", "5", "--num-heads", "6", "--embed-dim", "48"],
+        ]
+    ):
         out = tmp_path / f"d{i}.safetensors"
         assert main(["expand", str(gene), *sizes, "--out", str(out), "--quiet"]) == 0
         timm_strict_load(out)

@@ -19,7 +19,10 @@ def test_the_method_that_beats_every_reference_by_two_std_is_recommended():
 
 def test_nothing_wins_names_the_reference_no_method_beats():
     line = recommend("L4", {**BASE, "tleg": [0.72, 0.60, 0.80], "wave": [0.55, 0.56, 0.57]}, REFS)
-    assert line == "L4: no method beats scratch ×10 here (70.0 ± 1.0): training from scratch 10× longer is the better start"
+    assert (
+        line
+        == "L4: no method beats scratch ×10 here (70.0 ± 1.0): training from scratch 10× longer is the better start"
+    )
     mimetic_best = {**BASE, "mimetic": [0.75, 0.76, 0.74], "tleg": [0.73, 0.74, 0.72]}
     assert recommend("L2", mimetic_best, REFS).startswith("L2: no method beats mimetic here (75.0 ± 1.0): use mimetic")
 
@@ -53,9 +56,34 @@ def ancestry(tmp_path_factory):
 
 def test_a_tiny_compare_prints_the_table_and_a_recommendation_line(ancestry, tmp_path, capsys):
     out = tmp_path / "cmp"
-    assert main(["compare", "--ancestry", str(ancestry), "--data", "digits", "--sizes", "L1-D32-H2",
-                 "--methods", "pretrained,weight_selection", "--seeds", "1", "--epochs", "1", "--train-images", "100",
-                 "--eval-images", "100", "--kd", "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--ancestry",
+                str(ancestry),
+                "--data",
+                "digits",
+                "--sizes",
+                "L1-D32-H2",
+                "--methods",
+                "pretrained,weight_selection",
+                "--seeds",
+                "1",
+                "--epochs",
+                "1",
+                "--train-images",
+                "100",
+                "--eval-images",
+                "100",
+                "--kd",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "| method | top-1 (%) | vs scratch | vs scratch ×10 | vs mimetic |" in text
     for label in ("scratch", "scratch ×10", "mimetic", "pretrained", "weight_selection", "pretrained +kd"):
@@ -92,20 +120,42 @@ def test_bad_input_is_one_line(ancestry, tmp_path, capsys):
     assert "one class" in err
 
 
-
 def test_condensing_on_other_classes_than_those_compared():
     spec = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=5)
     user = compare_profile(spec, "anc.safetensors", "fashion_mnist", ["L1-D32-H2"], ["tleg"], classes=[5, 6, 7, 8, 9])
     assert user.tasks[0].classes == (5, 6, 7, 8, 9) and user.upstreams[0].classes == (5, 6, 7, 8, 9)
-    own = compare_profile(spec, "anc.safetensors", "fashion_mnist", ["L1-D32-H2"], ["tleg"], classes=[5, 6, 7, 8, 9],
-                          condense_classes=[0, 1, 2, 3, 4])
+    own = compare_profile(
+        spec,
+        "anc.safetensors",
+        "fashion_mnist",
+        ["L1-D32-H2"],
+        ["tleg"],
+        classes=[5, 6, 7, 8, 9],
+        condense_classes=[0, 1, 2, 3, 4],
+    )
     assert own.tasks[0].classes == (5, 6, 7, 8, 9) and own.upstreams[0].classes == (0, 1, 2, 3, 4)
-    other = compare_profile(spec, "anc.safetensors", "fashion_mnist", ["L1-D32-H2"], ["tleg"], classes=[5, 6],
-                            condense_data="digits")
+    other = compare_profile(
+        spec, "anc.safetensors", "fashion_mnist", ["L1-D32-H2"], ["tleg"], classes=[5, 6], condense_data="digits"
+    )
     assert other.upstreams == () and other.upstream_data == "digits"
 
 
 def test_condense_classes_that_are_not_indices_are_one_line(ancestry, tmp_path, capsys):
-    err = _error_line(capsys, ["compare", "--ancestry", str(ancestry), "--data", "digits", "--sizes", "L1-D32-H2",
-                               "--condense-classes", "0,one", "--out", str(tmp_path / "bad"), "--quiet"])
+    err = _error_line(
+        capsys,
+        [
+            "compare",
+            "--ancestry",
+            str(ancestry),
+            "--data",
+            "digits",
+            "--sizes",
+            "L1-D32-H2",
+            "--condense-classes",
+            "0,one",
+            "--out",
+            str(tmp_path / "bad"),
+            "--quiet",
+        ],
+    )
     assert "--condense-classes takes class indices" in err, err

@@ -7,7 +7,17 @@ import numpy as np
 import pytest
 import torch
 
-from learngene.data import Batches, ImageData, class_subset, digits, fashion_mnist, few_shot, fraction, image_folder, load_dataset
+from learngene.data import (
+    Batches,
+    ImageData,
+    class_subset,
+    digits,
+    fashion_mnist,
+    few_shot,
+    fraction,
+    image_folder,
+    load_dataset,
+)
 from learngene.errors import DataError
 from tests.conftest import make_images
 
@@ -116,6 +126,7 @@ def test_torchvision_dataset_on_disk(fake_fashion, tmp_path):
     raw.mkdir(parents=True)
     import gzip
     import shutil
+
     for f in fake_fashion.iterdir():
         with gzip.open(f) as src, open(raw / f.name.removesuffix(".gz"), "wb") as dst:
             shutil.copyfileobj(src, dst)
@@ -142,6 +153,7 @@ def rgb_folder(tmp_path_factory):
 
 def test_streamed_folder_batches_do_not_depend_on_workers_or_ranks(rgb_folder):
     """DeiT augmentation draws per image from (seed, epoch, position): 0 or 2 workers, 1 or 2 ranks, the same images."""
+
     def epoch(workers, rank=0, world=1, start_step=0):
         data = load_dataset(f"folder:{rgb_folder}", "train", img_size=32, augment="deit", workers=workers)
         batches = Batches(data, 6, shuffle=True, seed=1, rank=rank, world=world)
@@ -185,8 +197,14 @@ def test_folder_follows_the_ancestrys_preprocessing(rgb_folder):
 
     deit = timm.create_model("deit_tiny_patch16_224", pretrained=False, depth=2)
     pre = preprocessing_cfg(deit)
-    assert pre == {"input_size": (3, 224, 224), "interpolation": "bicubic", "mean": (0.485, 0.456, 0.406),
-                   "std": (0.229, 0.224, 0.225), "crop_pct": 0.9, "crop_mode": "center"}
+    assert pre == {
+        "input_size": (3, 224, 224),
+        "interpolation": "bicubic",
+        "mean": (0.485, 0.456, 0.406),
+        "std": (0.229, 0.224, 0.225),
+        "crop_pct": 0.9,
+        "crop_mode": "center",
+    }
     dino = timm.create_model("vit_small_patch14_dinov2", pretrained=False, depth=1, img_size=112)
     assert preprocessing_cfg(dino)["input_size"] == (3, 112, 112) and preprocessing_cfg(dino)["crop_pct"] == 1.0
     data = load_dataset(f"folder:{rgb_folder}", "test", img_size=32, preprocessing=pre)
@@ -195,8 +213,14 @@ def test_folder_follows_the_ancestrys_preprocessing(rgb_folder):
     from PIL import Image
     from torchvision import transforms as T
 
-    by_hand = T.Compose([T.Resize(35, T.InterpolationMode.BICUBIC), T.CenterCrop(32), T.ToTensor(),
-                         T.Normalize(pre["mean"], pre["std"])])
+    by_hand = T.Compose(
+        [
+            T.Resize(35, T.InterpolationMode.BICUBIC),
+            T.CenterCrop(32),
+            T.ToTensor(),
+            T.Normalize(pre["mean"], pre["std"]),
+        ]
+    )
     x = data.get_batch(torch.tensor([0]))[0][0]
     torch.testing.assert_close(x, by_hand(Image.open(data.samples[0][0]).convert("RGB")))
     default = load_dataset(f"folder:{rgb_folder}", "test", img_size=32).get_batch(torch.tensor([0]))[0][0]

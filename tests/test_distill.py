@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from learngene.data import Batch
-from learngene.training.distill import cache_teacher_outputs, setup_distillation
 from learngene.errors import LearngeneError
+from learngene.training.distill import cache_teacher_outputs, setup_distillation
 from learngene.training.loop import TrainConfig, loss_step, seed_everything, train
 
 from .conftest import TINY, make_images
@@ -60,8 +60,10 @@ def test_feature_distillation_loss_is_the_formula_on_another_label_space_with_a_
     f_s = student.forward_head(student.forward_features(batch.x), pre_logits=True)
     f_t = teacher.forward_head(teacher.forward_features(batch.x), pre_logits=True)
     projected = f_s @ kd.student.proj.weight.T
-    expected = ((1 - lam) * F.cross_entropy(student(batch.x), batch.y, reduction="none")
-                + lam * (1 - F.cosine_similarity(projected, f_t, dim=-1))).mean()
+    expected = (
+        (1 - lam) * F.cross_entropy(student(batch.x), batch.y, reduction="none")
+        + lam * (1 - F.cosine_similarity(projected, f_t, dim=-1))
+    ).mean()
     torch.testing.assert_close(loss, expected)
 
 

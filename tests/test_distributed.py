@@ -29,9 +29,18 @@ from tests import ddp_jobs
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = [m for m in list_methods() if get_method(m).needs_data]
 JOBS = ["ancestry", "folder", "genenet", *(f"condense:{m}" for m in TRAINED)]
-OUTPUTS = {"ancestry": "ancestry.safetensors", "folder": "folder.safetensors", "genenet": "genenet.safetensors",
-           **{f"condense:{m}": f"{m}.safetensors" for m in TRAINED}}
-RUN_DIRS = {"ancestry": "ancestry_run", "folder": "folder_run", "genenet": "genenet_run", **{f"condense:{m}": f"{m}_run" for m in TRAINED}}
+OUTPUTS = {
+    "ancestry": "ancestry.safetensors",
+    "folder": "folder.safetensors",
+    "genenet": "genenet.safetensors",
+    **{f"condense:{m}": f"{m}.safetensors" for m in TRAINED},
+}
+RUN_DIRS = {
+    "ancestry": "ancestry_run",
+    "folder": "folder_run",
+    "genenet": "genenet_run",
+    **{f"condense:{m}": f"{m}_run" for m in TRAINED},
+}
 
 
 def _record_renames(monkeypatch, log: Path) -> None:
@@ -65,10 +74,17 @@ def runs(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the script finds the repository itself
     # torchrun's module, not the script on PATH: a venv's bin/ is on PATH only when the venv is activated
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    proc = subprocess.run([*torchrun, str(ROOT / "tests" / "ddp_jobs.py"), str(two), str(ancestry), *jobs, "nan"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [*torchrun, str(ROOT / "tests" / "ddp_jobs.py"), str(two), str(ancestry), *jobs, "nan"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     if proc.returncode != 0:  # the cause is usually far above torchrun's summary: show the lines that name it
-        causes = [ln for ln in proc.stderr.splitlines() if any(w in ln for w in ("Error", "terminate", "what()", "abort"))]
+        causes = [
+            ln for ln in proc.stderr.splitlines() if any(w in ln for w in ("Error", "terminate", "what()", "abort"))
+        ]
         pytest.fail("torchrun failed:\n" + "\n".join(causes[:40]) + "\n--- tail ---\n" + proc.stderr[-3000:])
     return {"one": one, "two": two, "failed": failed, "stdout": proc.stdout, "stderr": proc.stderr}
 
@@ -121,8 +137,9 @@ def test_files_are_written_once_by_rank_0(runs):
     for job in JOBS:
         if job not in runs["failed"]:
             assert two[OUTPUTS[job]] == 1
-    assert runs["stderr"].count("wrote ") == sum(j.startswith(("ancestry", "folder", "condense")) for j in JOBS
-                                                  if j not in runs["failed"])
+    assert runs["stderr"].count("wrote ") == sum(
+        j.startswith(("ancestry", "folder", "condense")) for j in JOBS if j not in runs["failed"]
+    )
     leftovers = [p.name for p in runs["two"].rglob("*.tmp")]
     assert not leftovers
 

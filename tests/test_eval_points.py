@@ -1,15 +1,13 @@
 """Cheap evaluation: every N epochs (0: after the last only) on a fixed subset of the test images."""
 
-import importlib
-
 import pytest
 
 from learngene.errors import LearngeneError
+from learngene.training import loop as train_module
 from learngene.training.loop import TrainConfig, train
 
 from .conftest import make_images
 
-train_module = importlib.import_module("learngene.train")  # the module (the package exports the function as `train`)
 REAL_EVALUATE = train_module.evaluate
 
 
@@ -22,8 +20,12 @@ def _evaluated(tiny_spec, monkeypatch, **cfg):
         return real(model, data, *args, **kwargs)
 
     monkeypatch.setattr(train_module, "evaluate", spy)
-    result = train(tiny_spec.create_model(), make_images(32), TrainConfig(batch_size=16, progress=False, **cfg),
-                   eval_data=make_images(40, seed=1))
+    result = train(
+        tiny_spec.create_model(),
+        make_images(32),
+        TrainConfig(batch_size=16, progress=False, **cfg),
+        eval_data=make_images(40, seed=1),
+    )
     return [h["epoch"] for h in result.history if "eval_acc" in h], seen, result
 
 

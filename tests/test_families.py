@@ -20,7 +20,6 @@ from safetensors.torch import load_file
 from torch.utils.flop_counter import FlopCounterMode
 
 from learngene.ancestry import load_ancestry
-from learngene.training.distill import FeatureDistillation
 from learngene.cli import main
 from learngene.descendant import GeneNet, expand_on_meta, make_descendant
 from learngene.errors import LearngeneError, SpecError
@@ -28,9 +27,10 @@ from learngene.gene import Learngene
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.cluster import tokens_before_blocks
 from learngene.registry import get_method, list_methods
+from learngene.training.distill import FeatureDistillation
+from learngene.training.loop import TrainConfig, seed_everything
 from learngene.vit.model_spec import spec_from_model
 from learngene.vit.spec import ViTFamily, ViTSpec
-from learngene.training.loop import TrainConfig, seed_everything
 from learngene.vit.transfer import block_axes, block_state, mapped, move_state, non_block_axes
 from tests.conftest import make_images
 
@@ -58,10 +58,13 @@ FAMILIES = {
     "naflex_radio": ("naflexvit_base_patch16_radio_v3", 0),
 }
 # described too, outside the method matrix: DINOv2 ViT-g's SwiGLU MLP, OpenAI CLIP's QuickGELU, registers + MAP
-MORE = {"dinov2_giant": "vit_giant_patch14_dinov2", "clip_quickgelu": "vit_base_patch16_clip_quickgelu_224",
-        "so150m_reg4_map": "vit_so150m_patch16_reg4_map_256",
-        # NaFlexVit: layer scale, 4 registers, average pooling and fc_norm
-        "naflex_gap": "naflexvit_base_patch16_gap"}
+MORE = {
+    "dinov2_giant": "vit_giant_patch14_dinov2",
+    "clip_quickgelu": "vit_base_patch16_clip_quickgelu_224",
+    "so150m_reg4_map": "vit_so150m_patch16_reg4_map_256",
+    # NaFlexVit: layer scale, 4 registers, average pooling and fc_norm
+    "naflex_gap": "naflexvit_base_patch16_gap",
+}
 
 
 # EVA-02's MLP ratio (4·2/3) gives 85 hidden channels at width 32, which no WAVE template tiles; at its real
@@ -69,9 +72,14 @@ MORE = {"dinov2_giant": "vit_giant_patch14_dinov2", "clip_quickgelu": "vit_base_
 # A NaFlexVit's position grid is its own argument (16 x 16 for SigLIP 2 NaFlex, 128 x 128 for RADIO; any image size
 # runs): the tests give it the 7 x 7 grid of 28 px images.
 NAFLEX_GRID = dict(pos_embed_grid_size=[7, 7])
-NAME_SIZE = {"eva02_tiny_patch14_224": dict(mlp_ratio=3.0), "eva02_base_patch16_clip_224": dict(mlp_ratio=3.0, qkv_fused=True),
-             **{name: NAFLEX_GRID for name in ("naflexvit_base_patch16_siglip", "naflexvit_base_patch16_radio_v3",
-                                                "naflexvit_base_patch16_gap")}}
+NAME_SIZE = {
+    "eva02_tiny_patch14_224": dict(mlp_ratio=3.0),
+    "eva02_base_patch16_clip_224": dict(mlp_ratio=3.0, qkv_fused=True),
+    **{
+        name: NAFLEX_GRID
+        for name in ("naflexvit_base_patch16_siglip", "naflexvit_base_patch16_radio_v3", "naflexvit_base_patch16_gap")
+    },
+}
 
 
 def timm_ancestry(name: str, num_classes: int = 10, seed: int = 0) -> torch.nn.Module:
@@ -120,15 +128,24 @@ def test_families_read_what_makes_them_different():
     assert (giant.mlp_layer, giant.act_layer) == ("swiglu_packed", "silu")
 
 
-@pytest.mark.parametrize("name, words", [
-    ("eva02_base_patch14_224", "eva02_base_patch14_224: qkv_fused=False (fused q/k/v projections only; load_ancestry"),
-    ("vit_base_patch16_rpn_224", "vit_base_patch16_rpn_224: block_fn=ResPostBlock"),
-    ("vit_base_patch16_rope_reg1_gap_256", "use_abs_pos_emb=False (learned absolute position embeddings)"),
-    # BEiT: a relative position table per block, (2g-1)^2 + 3 offsets of the 7 x 7 grid x 2 heads, and no absolute one
-    ("beit_base_patch16_224", "beit_base_patch16_224: timm's Beit is not described: a relative position bias table in "
-                              "every block (172 offsets of the patch grid x 2 heads"),
-    ("beitv2_base_patch16_224", "use_abs_pos_emb=False (learned absolute position embeddings)"),
-])
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        (
+            "eva02_base_patch14_224",
+            "eva02_base_patch14_224: qkv_fused=False (fused q/k/v projections only; load_ancestry",
+        ),
+        ("vit_base_patch16_rpn_224", "vit_base_patch16_rpn_224: block_fn=ResPostBlock"),
+        ("vit_base_patch16_rope_reg1_gap_256", "use_abs_pos_emb=False (learned absolute position embeddings)"),
+        # BEiT: a relative position table per block, (2g-1)^2 + 3 offsets of the 7 x 7 grid x 2 heads, and no absolute one
+        (
+            "beit_base_patch16_224",
+            "beit_base_patch16_224: timm's Beit is not described: a relative position bias table in "
+            "every block (172 offsets of the patch grid x 2 heads",
+        ),
+        ("beitv2_base_patch16_224", "use_abs_pos_emb=False (learned absolute position embeddings)"),
+    ],
+)
 def test_what_cannot_be_described_is_named_in_one_line(name, words):
     with pytest.raises(SpecError) as info:
         spec_from_model(timm_ancestry(name))
@@ -142,8 +159,18 @@ def test_a_model_built_with_other_arguments_than_its_architecture_is_refused():
 
 
 def test_specs_written_before_families_still_load():
-    old = {"depth": 2, "embed_dim": 32, "num_heads": 2, "mlp_ratio": 4.0, "img_size": 16, "patch_size": 4,
-           "in_chans": 1, "num_classes": 4, "global_pool": "avg", "class_token": False}
+    old = {
+        "depth": 2,
+        "embed_dim": 32,
+        "num_heads": 2,
+        "mlp_ratio": 4.0,
+        "img_size": 16,
+        "patch_size": 4,
+        "in_chans": 1,
+        "num_classes": 4,
+        "global_pool": "avg",
+        "class_token": False,
+    }
     spec = ViTSpec.from_dict(old)
     assert spec.arch == "vit_tiny_patch16_224"
     assert spec.family == ViTFamily(global_pool="avg", class_token=False)
@@ -167,11 +194,20 @@ METHODS = list_methods()
 DATA = make_images(16, num_classes=10, size=28, chans=3)
 QUICK = TrainConfig(epochs=1, max_steps=2, batch_size=8, distill_lambda=0.5, progress=False)
 # methods that change width say so here: they must make these sizes (the others may refuse them, in one line)
-MUST_EXPAND = {"weight_selection": dict(depth=1, embed_dim=16, num_heads=1),
-               "cluster": dict(depth=1, embed_dim=16, num_heads=1), "peg": dict(depth=3, embed_dim=64, num_heads=4),
-               "wave": dict(depth=1, embed_dim=64, num_heads=4), "scratch": dict(depth=1, embed_dim=16, num_heads=1),
-               "mimetic": dict(depth=3, embed_dim=64, num_heads=4)}
-SIZES = [dict(depth=3), dict(depth=1), dict(depth=1, embed_dim=16, num_heads=1), dict(depth=3, embed_dim=64, num_heads=4)]
+MUST_EXPAND = {
+    "weight_selection": dict(depth=1, embed_dim=16, num_heads=1),
+    "cluster": dict(depth=1, embed_dim=16, num_heads=1),
+    "peg": dict(depth=3, embed_dim=64, num_heads=4),
+    "wave": dict(depth=1, embed_dim=64, num_heads=4),
+    "scratch": dict(depth=1, embed_dim=16, num_heads=1),
+    "mimetic": dict(depth=3, embed_dim=64, num_heads=4),
+}
+SIZES = [
+    dict(depth=3),
+    dict(depth=1),
+    dict(depth=1, embed_dim=16, num_heads=1),
+    dict(depth=3, embed_dim=64, num_heads=4),
+]
 
 
 @functools.cache
@@ -277,7 +313,9 @@ def test_the_load_time_check_expands_on_meta_and_allocates_nothing(method):
     ancestry = family_ancestry("deit3_small")
     gene = condense(method, ancestry)
     for spec in (gene.layout, ancestry.spec.replace(depth=3, embed_dim=64, num_heads=4)):
-        assert {t.device.type for t in expand_on_meta(get_method(method).from_gene(gene), gene, spec).values()} == {"meta"}
+        assert {t.device.type for t in expand_on_meta(get_method(method).from_gene(gene), gene, spec).values()} == {
+            "meta"
+        }
 
 
 # ---- the rule table itself: every family's tensors carried by their axes -----------------------------------
@@ -291,8 +329,13 @@ def test_the_axis_rules_widen_every_family_without_changing_its_function(family,
     wide = spec.replace(embed_dim=64, num_heads=4)
     state = model.state_dict()
     heads = (spec.num_heads, wide.num_heads)
-    moved = move_state({k: v for k, v in state.items() if not k.startswith("blocks.")}, non_block_axes(spec),
-                       wide.non_block_shapes(), heads, mapped)
+    moved = move_state(
+        {k: v for k, v in state.items() if not k.startswith("blocks.")},
+        non_block_axes(spec),
+        wide.non_block_shapes(),
+        heads,
+        mapped,
+    )
     for layer in range(spec.depth):
         block = move_state(block_state(state, layer), block_axes(spec), wide.block_shapes(), heads, mapped)
         moved.update({f"blocks.{layer}.{k}": v for k, v in block.items()})
@@ -319,7 +362,8 @@ POOL_OWN_HEADS = {"pe_core"}
 def test_headless_ancestries_are_distilled_on_their_features(method, capsys):
     ancestry = family_ancestry("dinov2")  # num_classes=0: the model outputs its pooled embedding
     gene = get_method(method)(aux_embed_dim=64, aux_num_heads=4).condense(
-        ancestry, CondenseInputs(train=DATA, train_cfg=QUICK.replace(progress=True)))
+        ancestry, CondenseInputs(train=DATA, train_cfg=QUICK.replace(progress=True))
+    )
     assert "pooled features (cosine distance, through a learned projection 64→32" in gene.cost["distilled"]
     assert "distils the ancestry's pooled features" in capsys.readouterr().out
     assert not [k for k in gene.tensors if k.startswith("head")]  # descendants get a fresh head
@@ -334,13 +378,16 @@ def test_the_feature_loss_is_one_minus_the_cosine_of_the_projected_embedding():
     net = GeneNet(method, method.new_gene(method.initial_tensors(spec), spec, None), spec)
     student = FeatureDistillation(net, teacher_width=32)
     x, y, teacher = torch.randn(4, 3, 28, 28), torch.arange(4), torch.randn(4, 32)
-    plain = spec.create_model().eval()  # the aux net's weights in a plain model: its pooled embedding by timm's own code
+    plain = (
+        spec.create_model().eval()
+    )  # the aux net's weights in a plain model: its pooled embedding by timm's own code
     plain.load_state_dict({**net.skeleton.state_dict(), **net.expanded()})
     pooled = plain.forward_head(plain.forward_features(x), pre_logits=True)
     student.eval()
     logits = student(x)
     expected = 0.25 * torch.nn.functional.cross_entropy(logits, y, reduction="none") + 0.75 * (
-        1 - torch.nn.functional.cosine_similarity(student.proj(pooled), teacher, dim=-1))
+        1 - torch.nn.functional.cosine_similarity(student.proj(pooled), teacher, dim=-1)
+    )
     torch.testing.assert_close(student.distill_loss(logits, y, teacher, 0.75, 1.0), expected)
 
 
@@ -425,7 +472,9 @@ def test_an_eva_ancestry_takes_the_checkpoints_tensors_and_computes_its_rope_tab
     model = timm_ancestry(name, 10)
     save_safetensors(tmp_path / "pe.safetensors", model.state_dict(), {"format": "pt"})
     built, create = [], ancestry_module._timm_model
-    monkeypatch.setattr(ancestry_module, "_timm_model", lambda arch, kw: built.append(kw.get("device")) or create(arch, kw))
+    monkeypatch.setattr(
+        ancestry_module, "_timm_model", lambda arch, kw: built.append(kw.get("device")) or create(arch, kw)
+    )
     ancestry = load_ancestry(tmp_path / "pe.safetensors", name, num_classes=10, **SIZE)
     assert built == ["meta", "meta"]  # the checkpoint filter's probe and the model itself
     x = torch.randn(2, 3, 28, 28)
@@ -460,17 +509,59 @@ def test_cli_condenses_a_checkpoint_of_each_family_and_expands_it(family, tmp_pa
     torch.save(timm_ancestry(name, classes).state_dict(), checkpoint)
     extra = NAME_SIZE.get(name, {})
     sizes = [a for k, v in {**SIZE, **extra}.items() if k != "img_size" for a in ("--timm-arg", f"{k}={v}")]
-    code = main(["condense", "--method", "weight_selection", "--ancestry", str(checkpoint), "--timm-model", name,
-                 *sizes, "--img-size", "28", "--num-classes", str(classes), "--quiet", "--out", str(tmp_path / "g.safetensors")])
+    code = main(
+        [
+            "condense",
+            "--method",
+            "weight_selection",
+            "--ancestry",
+            str(checkpoint),
+            "--timm-model",
+            name,
+            *sizes,
+            "--img-size",
+            "28",
+            "--num-classes",
+            str(classes),
+            "--quiet",
+            "--out",
+            str(tmp_path / "g.safetensors"),
+        ]
+    )
     if family == "eva_rope_only":
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and "use_abs_pos_emb=False" in err
         return
     assert code == 0
-    assert main(["expand", str(tmp_path / "g.safetensors"), "--depth", "1", "--embed-dim", "16", "--num-heads", "1",
-                 "--quiet", "--out", str(tmp_path / "d.safetensors")]) == 0
-    model = timm.create_model(name, pretrained=False, depth=1, embed_dim=16, num_heads=1, img_size=28, patch_size=4,
-                              num_classes=classes, **extra)
+    assert (
+        main(
+            [
+                "expand",
+                str(tmp_path / "g.safetensors"),
+                "--depth",
+                "1",
+                "--embed-dim",
+                "16",
+                "--num-heads",
+                "1",
+                "--quiet",
+                "--out",
+                str(tmp_path / "d.safetensors"),
+            ]
+        )
+        == 0
+    )
+    model = timm.create_model(
+        name,
+        pretrained=False,
+        depth=1,
+        embed_dim=16,
+        num_heads=1,
+        img_size=28,
+        patch_size=4,
+        num_classes=classes,
+        **extra,
+    )
     model.load_state_dict(load_file(str(tmp_path / "d.safetensors")), strict=True)
     assert torch.isfinite(model.eval()(torch.randn(1, 3, 28, 28))).all()
 
@@ -514,16 +605,27 @@ def test_a_naflexvit_gets_from_every_method_what_the_vit_it_equals_gets(method):
     assert compared >= 2
 
 
-@pytest.mark.parametrize("name, kwargs, words", [
-    ("naflexvit_base_patch16_parfac_gap", {}, "pos_embed='factorized' (a learned 2-D grid)"),
-    ("naflexvit_base_patch16_gap", dict(rope_type="axial"), "block_fn=EvaBlock (timm's Block: no RoPE"),
-    ("naflexvit_base_patch16_siglip", dict(swiglu_mlp=True), "block_fn=EvaBlock"),
-    ("naflexvit_base_patch16_siglip", dict(embed_proj_type="conv"), "embed_proj_type='conv' (the linear patch embedding)"),
-    ("naflexvit_base_patch16_siglip", dict(pos_embed_grid_size=[7, 5]), "pos_embed_grid_size=(7, 5) (square)"),
-    ("naflexvit_base_patch16_gap", dict(pool_include_prefix=True), "pool_include_prefix=True"),
-    # a forward-time setting other than the architecture's: a descendant built from the name would compute otherwise
-    ("naflexvit_base_patch16_siglip", dict(pos_embed_interp_mode="bicubic"), "embeds.pos_embed_interp_mode ('bicubic' vs 'bilinear')"),
-])
+@pytest.mark.parametrize(
+    "name, kwargs, words",
+    [
+        ("naflexvit_base_patch16_parfac_gap", {}, "pos_embed='factorized' (a learned 2-D grid)"),
+        ("naflexvit_base_patch16_gap", dict(rope_type="axial"), "block_fn=EvaBlock (timm's Block: no RoPE"),
+        ("naflexvit_base_patch16_siglip", dict(swiglu_mlp=True), "block_fn=EvaBlock"),
+        (
+            "naflexvit_base_patch16_siglip",
+            dict(embed_proj_type="conv"),
+            "embed_proj_type='conv' (the linear patch embedding)",
+        ),
+        ("naflexvit_base_patch16_siglip", dict(pos_embed_grid_size=[7, 5]), "pos_embed_grid_size=(7, 5) (square)"),
+        ("naflexvit_base_patch16_gap", dict(pool_include_prefix=True), "pool_include_prefix=True"),
+        # a forward-time setting other than the architecture's: a descendant built from the name would compute otherwise
+        (
+            "naflexvit_base_patch16_siglip",
+            dict(pos_embed_interp_mode="bicubic"),
+            "embeds.pos_embed_interp_mode ('bicubic' vs 'bilinear')",
+        ),
+    ],
+)
 def test_what_a_spec_cannot_hold_of_a_naflexvit_is_named_in_one_line(name, kwargs, words):
     model = timm.create_model(name, pretrained=False, **{**SIZE, **NAFLEX_GRID, **kwargs})
     with pytest.raises(SpecError) as info:
@@ -536,12 +638,16 @@ def test_a_naflexvit_spec_records_its_position_grid_and_takes_any_image_size():
     the descendant is built with that grid and, like its ancestry, runs on other image sizes."""
     from learngene.data.folder import preprocessing_cfg
 
-    real = timm.create_model("naflexvit_base_patch16_siglip", pretrained=False, depth=1, embed_dim=32, num_heads=2,
-                             num_classes=0)
+    real = timm.create_model(
+        "naflexvit_base_patch16_siglip", pretrained=False, depth=1, embed_dim=32, num_heads=2, num_classes=0
+    )
     spec = spec_from_model(real)
     assert (spec.img_size, spec.patch_size, spec.grid_size) == (256, 16, 16)
     assert preprocessing_cfg(real)["input_size"] == (3, 256, 256)  # what data are loaded at (timm's cfg says 384)
-    assert spec.state_shapes()["embeds.pos_embed"] == (1, 16, 16, 32) and spec.timm_kwargs()["pos_embed_grid_size"] == [16, 16]
+    assert spec.state_shapes()["embeds.pos_embed"] == (1, 16, 16, 32) and spec.timm_kwargs()["pos_embed_grid_size"] == [
+        16,
+        16,
+    ]
     ancestry = family_ancestry("naflex_siglip")
     small = ancestry.spec.replace(img_size=20, depth=1)  # a 5 x 5 grid: the position grid is resampled
     model = make_descendant(condense("weight_selection", ancestry), small).eval()
@@ -557,9 +663,25 @@ def test_a_beit_checkpoint_is_refused_in_one_line_by_the_weight_pickers(tmp_path
     checkpoint = tmp_path / "beit.pth"
     torch.save(timm_ancestry("beit_base_patch16_224").state_dict(), checkpoint)
     sizes = [a for k, v in SIZE.items() if k != "img_size" for a in ("--timm-arg", f"{k}={v}")]
-    code = main(["condense", "--method", "weight_selection", "--ancestry", str(checkpoint), "--timm-model",
-                 "beit_base_patch16_224", *sizes, "--img-size", "28", "--num-classes", "10", "--quiet",
-                 "--out", str(tmp_path / "g.safetensors")])
+    code = main(
+        [
+            "condense",
+            "--method",
+            "weight_selection",
+            "--ancestry",
+            str(checkpoint),
+            "--timm-model",
+            "beit_base_patch16_224",
+            *sizes,
+            "--img-size",
+            "28",
+            "--num-classes",
+            "10",
+            "--quiet",
+            "--out",
+            str(tmp_path / "g.safetensors"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "relative position bias table in every block" in err, err
     assert not (tmp_path / "g.safetensors").exists()
@@ -578,7 +700,7 @@ def test_a_naflexvit_refuses_data_of_other_channels_in_one_line_and_takes_other_
 def test_a_naflexvit_batch_whose_activations_cannot_fit_is_refused_before_the_first_step(monkeypatch):
     import importlib
 
-    loop = importlib.import_module("learngene.train")
+    loop = importlib.import_module("learngene.training.loop")
     monkeypatch.setattr(loop, "available_memory", lambda: 2**16)
     model = family_ancestry("naflex_siglip").spec.replace(depth=1, num_classes=10).create_model()
     with pytest.raises(LearngeneError, match=r"a training step of 8 images of 49 tokens through 1 blocks of width 32"):

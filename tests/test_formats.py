@@ -67,8 +67,9 @@ def test_hf_vit_default_eps_becomes_timms(tmp_path, transformers):
 
 def test_hf_deit_with_teacher_logits(tmp_path, transformers):
     torch.manual_seed(2)
-    hf = transformers.DeiTForImageClassificationWithTeacher(transformers.DeiTConfig(**TINY, **EPS, intermediate_size=64,
-                                                                                   num_labels=4))
+    hf = transformers.DeiTForImageClassificationWithTeacher(
+        transformers.DeiTConfig(**TINY, **EPS, intermediate_size=64, num_labels=4)
+    )
     ancestry = load_ancestry(_hf_folder(tmp_path, hf))
     assert "dist_token" in ancestry.model.state_dict()
     x = _image(seed=1)
@@ -79,8 +80,11 @@ def test_hf_deit_with_teacher_logits(tmp_path, transformers):
 @pytest.mark.parametrize("swiglu", [False, True])
 def test_hf_dinov2_pooled_and_tokens(tmp_path, transformers, swiglu):
     torch.manual_seed(3)
-    hf = transformers.Dinov2Model(transformers.Dinov2Config(**TINY, layerscale_value=0.5, use_swiglu_ffn=swiglu,
-                                                            hidden_act="silu" if swiglu else "gelu"))
+    hf = transformers.Dinov2Model(
+        transformers.Dinov2Config(
+            **TINY, layerscale_value=0.5, use_swiglu_ffn=swiglu, hidden_act="silu" if swiglu else "gelu"
+        )
+    )
     with torch.no_grad():  # layer scale away from its init value, so a dropped gamma would show
         for name, p in hf.named_parameters():
             if "lambda1" in name:
@@ -92,7 +96,9 @@ def test_hf_dinov2_pooled_and_tokens(tmp_path, transformers, swiglu):
         tokens = ancestry.model.forward_features(x)
     torch.testing.assert_close(tokens, out.last_hidden_state, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(tokens[:, 0], out.pooler_output, atol=1e-5, rtol=1e-4)
-    assert ancestry.spec is not None and ancestry.spec.arch == ("vit_giant_patch14_dinov2" if swiglu else "vit_base_patch14_dinov2")
+    assert ancestry.spec is not None and ancestry.spec.arch == (
+        "vit_giant_patch14_dinov2" if swiglu else "vit_base_patch14_dinov2"
+    )
 
 
 def test_hf_dinov2_swiglu_runs_silu_whatever_its_config_says(tmp_path, transformers):
@@ -102,8 +108,9 @@ def test_hf_dinov2_swiglu_runs_silu_whatever_its_config_says(tmp_path, transform
     ancestry = load_ancestry(_hf_folder(tmp_path, hf))
     x = _image(seed=3)
     with torch.no_grad():
-        torch.testing.assert_close(ancestry.model.forward_features(x), hf(pixel_values=x).last_hidden_state,
-                                   atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(
+            ancestry.model.forward_features(x), hf(pixel_values=x).last_hidden_state, atol=1e-5, rtol=1e-4
+        )
     assert ancestry.spec.family.mlp_layer == "swiglu_packed" and ancestry.spec.family.act_layer == "silu"
 
 
@@ -163,7 +170,9 @@ def _tower(transformers, kind, whole, act):
     text = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=48)
     if kind == "clip":
         if whole:
-            model = transformers.CLIPModel(transformers.CLIPConfig(vision_config=vision, text_config=text, projection_dim=16))
+            model = transformers.CLIPModel(
+                transformers.CLIPConfig(vision_config=vision, text_config=text, projection_dim=16)
+            )
             return model, lambda x: model.get_image_features(pixel_values=x)
         model = transformers.CLIPVisionModel(transformers.CLIPVisionConfig(**vision))
     elif whole:
@@ -174,12 +183,15 @@ def _tower(transformers, kind, whole, act):
     return model, lambda x: model(pixel_values=x).pooler_output
 
 
-@pytest.mark.parametrize("kind, whole, act, arch", [
-    ("clip", False, "quick_gelu", "vit_base_patch16_clip_quickgelu_224"),
-    ("clip", True, "gelu", "vit_base_patch16_clip_224"),
-    ("siglip", False, "gelu_pytorch_tanh", "vit_base_patch32_siglip_256"),
-    ("siglip", True, "gelu", "vit_base_patch16_siglip_224"),
-])
+@pytest.mark.parametrize(
+    "kind, whole, act, arch",
+    [
+        ("clip", False, "quick_gelu", "vit_base_patch16_clip_quickgelu_224"),
+        ("clip", True, "gelu", "vit_base_patch16_clip_224"),
+        ("siglip", False, "gelu_pytorch_tanh", "vit_base_patch32_siglip_256"),
+        ("siglip", True, "gelu", "vit_base_patch16_siglip_224"),
+    ],
+)
 def test_hf_clip_and_siglip_image_towers(tmp_path, transformers, kind, whole, act, arch):
     """CLIP / SigLIP image towers (alone, or the image half of the whole model) become timm's CLIP / SigLIP
     ViTs that output the same image embedding (CLIP's projection is timm's bias-free head)."""
@@ -222,7 +234,9 @@ def test_timm_checkpoint_goes_through_its_modules_filter(tmp_path):
 
     torch.manual_seed(0)
     model = timm.create_model("deit3_small_patch16_224", pretrained=False, **DEIT3).eval()
-    old_layout = {k.replace("ls1.gamma", "gamma_1").replace("ls2.gamma", "gamma_2"): v for k, v in model.state_dict().items()}
+    old_layout = {
+        k.replace("ls1.gamma", "gamma_1").replace("ls2.gamma", "gamma_2"): v for k, v in model.state_dict().items()
+    }
     assert any("gamma_1" in k for k in old_layout)
     torch.save(old_layout, tmp_path / "deit3.pth")
     ancestry = load_ancestry(tmp_path / "deit3.pth", "deit3_small_patch16_224", **DEIT3)
@@ -258,8 +272,14 @@ def test_expand_writes_a_hub_folder_timm_and_transformers_load(tmp_path, capsys)
     assert config["architecture"] == "vit_tiny_patch16_224" and config["num_classes"] == 10
     assert config["model_args"]["embed_dim"] == 16 and config["pretrained_cfg"]["input_size"] == [1, 28, 28]
     card = (out / "README.md").read_text()
-    for fact in ("weight_selection", 'Larger Ones", ICLR 2024, arXiv:2311.18823', "L2-D32-H2", "gene.safetensors",
-                 "L2-D16-H1", "7,850"):
+    for fact in (
+        "weight_selection",
+        'Larger Ones", ICLR 2024, arXiv:2311.18823',
+        "L2-D32-H2",
+        "gene.safetensors",
+        "L2-D16-H1",
+        "7,850",
+    ):
         assert fact in card
     model = timm.create_model(f"local-dir:{out}", pretrained=True).eval()
     saved = load_file(out / "model.safetensors")
@@ -274,9 +294,15 @@ def test_expand_writes_a_hub_folder_timm_and_transformers_load(tmp_path, capsys)
     capsys.readouterr()
     assert main(["inspect", str(out), "--tensors"]) == 0
     shown = capsys.readouterr().out
-    for fact in ("timm hub folder, architecture vit_tiny_patch16_224", "spec:    L2-D16-H1", "7,850 params",
-                 "input:   1x28x28", "card:    method: weight_selection", "card:    learngene: `gene.safetensors`",
-                 "blocks.1.attn.qkv.weight"):
+    for fact in (
+        "timm hub folder, architecture vit_tiny_patch16_224",
+        "spec:    L2-D16-H1",
+        "7,850 params",
+        "input:   1x28x28",
+        "card:    method: weight_selection",
+        "card:    learngene: `gene.safetensors`",
+        "blocks.1.attn.qkv.weight",
+    ):
         assert fact in shown, (fact, shown)
     transformers = pytest.importorskip("transformers")
     wrapped = transformers.AutoModelForImageClassification.from_pretrained(out).eval()
@@ -296,14 +322,51 @@ def test_hub_folders_of_headless_and_fresh_headed_descendants_load_in_transforme
     from learngene.vit.model_spec import spec_from_model
 
     torch.manual_seed(0)
-    ancestry = timm.create_model("vit_small_patch14_dinov2", pretrained=False, num_classes=0, depth=2, embed_dim=32,
-                                 num_heads=2, img_size=28, patch_size=4).eval()
+    ancestry = timm.create_model(
+        "vit_small_patch14_dinov2",
+        pretrained=False,
+        num_classes=0,
+        depth=2,
+        embed_dim=32,
+        num_heads=2,
+        img_size=28,
+        patch_size=4,
+    ).eval()
     save_model(tmp_path / "anc.safetensors", ancestry, spec_from_model(ancestry))
     gene, out = tmp_path / "gene.safetensors", tmp_path / "desc"
-    assert main(["condense", "--method", "weight_selection", "--ancestry", str(tmp_path / "anc.safetensors"),
-                 "--out", str(gene), "--quiet"]) == 0
-    assert main(["expand", str(gene), "--embed-dim", "16", "--num-heads", "1", "--num-classes", str(classes),
-                 "--out", f"{out}/", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "condense",
+                "--method",
+                "weight_selection",
+                "--ancestry",
+                str(tmp_path / "anc.safetensors"),
+                "--out",
+                str(gene),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "expand",
+                str(gene),
+                "--embed-dim",
+                "16",
+                "--num-heads",
+                "1",
+                "--num-classes",
+                str(classes),
+                "--out",
+                f"{out}/",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     card = (out / "README.md").read_text()
     model = timm.create_model(f"local-dir:{out}", pretrained=True).eval()
     transformers = pytest.importorskip("transformers")
@@ -364,8 +427,15 @@ def test_streamed_safetensors_read_back_by_safetensors(tmp_path):
     from learngene.formats.weights import read_safetensors, save_safetensors
 
     base = torch.randn(4, 6)
-    tensors = {"a": base, "view": base[:, ::2], "same": base, "b16": torch.randn(3).bfloat16(),
-               "ints": torch.arange(5), "empty": torch.zeros(0, 2), "flags": torch.tensor([True, False])}
+    tensors = {
+        "a": base,
+        "view": base[:, ::2],
+        "same": base,
+        "b16": torch.randn(3).bfloat16(),
+        "ints": torch.arange(5),
+        "empty": torch.zeros(0, 2),
+        "flags": torch.tensor([True, False]),
+    }
     save_safetensors(tmp_path / "t.safetensors", tensors, {"k": "v"})
     for read in (load_file(tmp_path / "t.safetensors"), read_safetensors(tmp_path / "t.safetensors", lazy=True)[0]):
         assert read.keys() == tensors.keys() and all(torch.equal(read[k], v) for k, v in tensors.items())
@@ -378,8 +448,8 @@ def _rss_bytes():
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
 def test_release_pages_gives_back_a_mapped_tensor_and_keeps_its_values(tmp_path):
-    from learngene.formats.weights import read_safetensors, save_safetensors
     from learngene.formats.memory import release_pages
+    from learngene.formats.weights import read_safetensors, save_safetensors
 
     values = torch.randn(16 * 1024 * 1024)  # 64 MiB
     save_safetensors(tmp_path / "big.safetensors", {"w": values}, {})
@@ -427,7 +497,9 @@ def test_loading_a_mapped_checkpoint_checks_it_without_keeping_it_resident(tmp_p
     from learngene.formats.weights import save_safetensors
 
     kwargs = dict(img_size=32, patch_size=16, embed_dim=512, depth=4, num_heads=8, num_classes=0)
-    save_safetensors(tmp_path / "ckpt.safetensors", timm.create_model("vit_base_patch16_224", **kwargs).state_dict(), {})
+    save_safetensors(
+        tmp_path / "ckpt.safetensors", timm.create_model("vit_base_patch16_224", **kwargs).state_dict(), {}
+    )
     size = (tmp_path / "ckpt.safetensors").stat().st_size  # 50 MiB
     before = _rss_bytes()
     ancestry = load_ancestry(tmp_path / "ckpt.safetensors", "vit_base_patch16_224", **kwargs)
@@ -491,12 +563,18 @@ def test_cli_hf_folder_to_hub_folder_keeps_its_preprocessing(tmp_path, transform
     from learngene.cli import main
 
     torch.manual_seed(4)
-    hf = transformers.ViTForImageClassification(transformers.ViTConfig(**TINY, **EPS, intermediate_size=64, num_labels=10))
+    hf = transformers.ViTForImageClassification(
+        transformers.ViTConfig(**TINY, **EPS, intermediate_size=64, num_labels=10)
+    )
     folder = _hf_folder(tmp_path, hf)
-    (folder / "preprocessor_config.json").write_text(json.dumps({"image_mean": [0.1, 0.2, 0.3],
-                                                                 "image_std": [0.4, 0.5, 0.6]}))
+    (folder / "preprocessor_config.json").write_text(
+        json.dumps({"image_mean": [0.1, 0.2, 0.3], "image_std": [0.4, 0.5, 0.6]})
+    )
     gene, out = tmp_path / "g.safetensors", tmp_path / "desc"
-    assert main(["condense", "--method", "weight_selection", "--ancestry", str(folder), "--out", str(gene), "--quiet"]) == 0
+    assert (
+        main(["condense", "--method", "weight_selection", "--ancestry", str(folder), "--out", str(gene), "--quiet"])
+        == 0
+    )
     assert main(["expand", str(gene), "--embed-dim", "16", "--num-heads", "1", "--out", f"{out}/", "--quiet"]) == 0
     cfg = json.loads((out / "config.json").read_text())["pretrained_cfg"]
     assert cfg["mean"] == [0.1, 0.2, 0.3] and cfg["std"] == [0.4, 0.5, 0.6]
@@ -513,8 +591,12 @@ def test_a_fine_tuned_export_records_its_data_ancestry_and_training(tmp_path):
 
     spec = ViTSpec(depth=1, embed_dim=16, num_heads=1, img_size=16, patch_size=4, in_chans=1, num_classes=4)
     data = make_images(8)  # normalized with mean 0.3, std 0.3
-    card = {"method": "pretrained", "gene": "gene.safetensors", "ancestry": "L2-D32-H2",
-            "fine-tuned": "1 epoch on toy, test accuracy 0.250"}
+    card = {
+        "method": "pretrained",
+        "gene": "gene.safetensors",
+        "ancestry": "L2-D32-H2",
+        "fine-tuned": "1 epoch on toy, test accuracy 0.250",
+    }
     export_hub_folder(tmp_path / "tuned", spec.create_model(), spec, card, data_config=preprocessing_cfg(data))
     config = json.loads((tmp_path / "tuned" / "config.json").read_text())
     assert config["pretrained_cfg"]["mean"] == [0.3] and config["pretrained_cfg"]["std"] == [0.3]
@@ -541,8 +623,13 @@ def test_a_descendant_is_not_held_twice_while_its_gene_expands(monkeypatch):
     built, held = [], []
     create, expand = ViTSpec.create_model, get_method("pretrained").expand
     monkeypatch.setattr(ViTSpec, "create_model", lambda self, **kw: built.append(create(self, **kw)) or built[-1])
-    monkeypatch.setattr(get_method("pretrained"), "expand", lambda self, gene, spec: held.append(
-        sum(p.numel() for p in built[-1].parameters()) if built else None) or expand(self, gene, spec))
+    monkeypatch.setattr(
+        get_method("pretrained"),
+        "expand",
+        lambda self, gene, spec: (
+            held.append(sum(p.numel() for p in built[-1].parameters()) if built else None) or expand(self, gene, spec)
+        ),
+    )
     model = make_descendant(gene, spec)
     # expanded on meta first (no model yet), then for real: the gene gives every tensor, so none of timm's
     # initialization is kept meanwhile

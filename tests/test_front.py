@@ -77,8 +77,16 @@ def oracle_reconstruct(coeffs, name, shape, mean, std, use_ratio, mlp_dct_dim):
     return torch.from_numpy((padded * std + mean).reshape(shape))
 
 
-def oracle_front(source: dict, source_depth: int, target: dict, keep_ratio=1.0, use_ratio=False, select_n=None,
-                 mode="zero", mlp_dct_dim="2d") -> dict:
+def oracle_front(
+    source: dict,
+    source_depth: int,
+    target: dict,
+    keep_ratio=1.0,
+    use_ratio=False,
+    select_n=None,
+    mode="zero",
+    mlp_dct_dim="2d",
+) -> dict:
     """Every target tensor (``target``: name -> shape) their way. Depth growth: target layer i takes row i of
     the inverse along depth (their script's aliasing would give layers L_s-1 ... L_t-1 all the last row)."""
     out = {}
@@ -90,8 +98,9 @@ def oracle_front(source: dict, source_depth: int, target: dict, keep_ratio=1.0, 
             coeffs, mean, std = oracle_condense(source[group], group, keep_ratio, mlp_dct_dim)
             out[group] = oracle_reconstruct(coeffs, group, target[group], mean, std, use_ratio, mlp_dct_dim)
             continue
-        per_layer = [oracle_condense(source[f"blocks.{i}.{group}"], group, keep_ratio, mlp_dct_dim)
-                     for i in range(source_depth)]
+        per_layer = [
+            oracle_condense(source[f"blocks.{i}.{group}"], group, keep_ratio, mlp_dct_dim) for i in range(source_depth)
+        ]
         stacked = their_dct(np.stack([c for c, _, _ in per_layer]), 0)
         n = min(len(keys), source_depth, select_n or source_depth)
         rows = len(keys) if mode != "repeat" else source_depth
@@ -138,12 +147,22 @@ def test_front_is_the_authors_rule(case):
     gene = get_method("front")(**options).condense(ancestry)
     target = spec.replace(**size)
     ours = make_descendant(gene, target).state_dict()
-    theirs = oracle_front(ancestry.model.state_dict(), spec.depth, target.state_shapes(), options.get("keep_ratio", 1.0),
-                          options.get("use_ratio", False), options.get("select_n"), options.get("dct_mode", "zero"),
-                          options.get("mlp_dct_dim", "2d"))
+    theirs = oracle_front(
+        ancestry.model.state_dict(),
+        spec.depth,
+        target.state_shapes(),
+        options.get("keep_ratio", 1.0),
+        options.get("use_ratio", False),
+        options.get("select_n"),
+        options.get("dct_mode", "zero"),
+        options.get("mlp_dct_dim", "2d"),
+    )
     assert set(theirs) == set(ours)
     for key, expected in theirs.items():
-        assert torch.allclose(ours[key].double(), expected, rtol=0, atol=1e-6), (key, (ours[key] - expected).abs().max())
+        assert torch.allclose(ours[key].double(), expected, rtol=0, atol=1e-6), (
+            key,
+            (ours[key] - expected).abs().max(),
+        )
 
 
 def test_depth_shrink_amplifies_the_z_scores_as_theirs_does():
@@ -195,7 +214,9 @@ def test_expand_is_differentiable_in_the_coefficients():
     assert coeffs.grad is not None and coeffs.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("bad", [dict(keep_ratio=0.0), dict(keep_ratio=1.5), dict(dct_mode="mirror"), dict(mlp_dct_dim="3d")])
+@pytest.mark.parametrize(
+    "bad", [dict(keep_ratio=0.0), dict(keep_ratio=1.5), dict(dct_mode="mirror"), dict(mlp_dct_dim="3d")]
+)
 def test_refuses_options_outside_their_choices(bad):
     with pytest.raises(LearngeneError, match=next(iter(bad))):
         get_method("front")(**bad)

@@ -19,20 +19,28 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from learngene.cli import main
-from learngene.registry import list_methods
 from learngene.formats.model_file import save_model
 from learngene.method import Ancestry
+from learngene.registry import list_methods
 from learngene.vit.spec import ViTSpec
 from tests.conftest import condense_tiny
 
 SPEC = ViTSpec(depth=2, embed_dim=16, num_heads=2, img_size=8, patch_size=4, in_chans=1, num_classes=4)
-FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 # JSON values of every kind, including the ones that break naive code: huge ints, nan/inf, nesting
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.sampled_from([0, 1, -1, 2**31, 10**9])
-    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.sampled_from([0, 1, -1, 2**31, 10**9])
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=6,
 )
@@ -109,8 +117,21 @@ def _forge(tensors: dict, meta: dict, kind: str, data) -> None:
         del tensors[data.draw(st.sampled_from(keys))]
     elif kind == "rename" and keys:
         tensor = tensors.pop(data.draw(st.sampled_from(keys)))
-        tensors[data.draw(st.sampled_from(["blocks.x.attn.qkv.weight", "blocks.-1.norm1.weight", "blocks.99.mlp.fc1.bias",
-                                           "", "head.weight", "θ_A.blocks.0"]) | st.text(min_size=1, max_size=20))] = tensor
+        tensors[
+            data.draw(
+                st.sampled_from(
+                    [
+                        "blocks.x.attn.qkv.weight",
+                        "blocks.-1.norm1.weight",
+                        "blocks.99.mlp.fc1.bias",
+                        "",
+                        "head.weight",
+                        "θ_A.blocks.0",
+                    ]
+                )
+                | st.text(min_size=1, max_size=20)
+            )
+        ] = tensor
     elif kind == "reshape" and keys:
         key = data.draw(st.sampled_from(keys))
         shape = list(tensors[key].shape) or [1]
@@ -124,7 +145,9 @@ def _forge(tensors: dict, meta: dict, kind: str, data) -> None:
             tensors[key].view(-1)[0] = data.draw(st.sampled_from([math.nan, math.inf, -math.inf]))
     elif kind == "dtype" and keys:
         key = data.draw(st.sampled_from(keys))
-        tensors[key] = tensors[key].to(data.draw(st.sampled_from([torch.int64, torch.float16, torch.bool, torch.float64])))
+        tensors[key] = tensors[key].to(
+            data.draw(st.sampled_from([torch.int64, torch.float16, torch.bool, torch.float64]))
+        )
 
 
 def test_forged_genes_are_refused_in_one_line_or_expand_soundly(genes, capsys, tmp_path_factory):
@@ -145,13 +168,39 @@ def test_forged_genes_are_refused_in_one_line_or_expand_soundly(genes, capsys, t
     run()
 
 
-SPEC_FLAGS = ["--depth", "--embed-dim", "--num-heads", "--mlp-ratio", "--img-size", "--patch-size", "--in-chans",
-              "--num-classes", "--seed", "--max-params", "--max-flops"]
-TRAIN_FLAGS = ["--epochs", "--max-steps", "--batch-size", "--lr", "--weight-decay", "--warmup-epochs", "--grad-clip",
-               "--label-smoothing", "--checkpoint-every", "--seed", "--train-images", "--few-shot"]
-numbers = (st.integers(-(2**70), 2**70).map(str) | st.floats(allow_nan=True, allow_infinity=True).map(repr)
-           | st.sampled_from(["0", "-1", "1e9", "1e400", "nan", "-inf", "5M", "2^70", "10**8", "", "0x10", " 3"])
-           | st.text(max_size=6))
+SPEC_FLAGS = [
+    "--depth",
+    "--embed-dim",
+    "--num-heads",
+    "--mlp-ratio",
+    "--img-size",
+    "--patch-size",
+    "--in-chans",
+    "--num-classes",
+    "--seed",
+    "--max-params",
+    "--max-flops",
+]
+TRAIN_FLAGS = [
+    "--epochs",
+    "--max-steps",
+    "--batch-size",
+    "--lr",
+    "--weight-decay",
+    "--warmup-epochs",
+    "--grad-clip",
+    "--label-smoothing",
+    "--checkpoint-every",
+    "--seed",
+    "--train-images",
+    "--few-shot",
+]
+numbers = (
+    st.integers(-(2**70), 2**70).map(str)
+    | st.floats(allow_nan=True, allow_infinity=True).map(repr)
+    | st.sampled_from(["0", "-1", "1e9", "1e400", "nan", "-inf", "5M", "2^70", "10**8", "", "0x10", " 3"])
+    | st.text(max_size=6)
+)
 
 
 def test_numbers_on_the_expand_command_line(genes, capsys, tmp_path_factory):
@@ -176,8 +225,23 @@ def test_numbers_on_the_train_command_line(genes, capsys, tmp_path_factory):
     @given(st.lists(st.tuples(st.sampled_from(TRAIN_FLAGS), numbers), min_size=1, max_size=2))
     def run(flags):
         out = tmp_path_factory.mktemp("num") / "out.safetensors"
-        argv = ["train", str(model), "--data", "digits", "--img-size", "8", "--train-images", "16", "--max-steps", "1",
-                "--batch-size", "8", "--quiet", "-o", str(out)]
+        argv = [
+            "train",
+            str(model),
+            "--data",
+            "digits",
+            "--img-size",
+            "8",
+            "--train-images",
+            "16",
+            "--max-steps",
+            "1",
+            "--batch-size",
+            "8",
+            "--quiet",
+            "-o",
+            str(out),
+        ]
         for flag, value in flags:
             argv += [f"{flag}={value}"]
         _outcome(capsys, argv, out)

@@ -12,9 +12,14 @@ from learngene.registry import get_method, list_methods
 
 
 def _gene(tiny_spec) -> Learngene:
-    return Learngene(method="pretrained", tensors={"blocks.0.norm1.weight": torch.randn(32), "blocks.0.norm1.bias": torch.randn(32)},
-                     config={"variant": "last"}, layout=tiny_spec.replace(depth=1), ancestry=tiny_spec,
-                     cost={"steps": 7, "seconds": 1.5})
+    return Learngene(
+        method="pretrained",
+        tensors={"blocks.0.norm1.weight": torch.randn(32), "blocks.0.norm1.bias": torch.randn(32)},
+        config={"variant": "last"},
+        layout=tiny_spec.replace(depth=1),
+        ancestry=tiny_spec,
+        cost={"steps": 7, "seconds": 1.5},
+    )
 
 
 def test_save_load_round_trip_is_exact(tmp_path, tiny_spec):
@@ -23,8 +28,13 @@ def test_save_load_round_trip_is_exact(tmp_path, tiny_spec):
     back = Learngene.load(tmp_path / "g.safetensors")
     assert back.tensors.keys() == gene.tensors.keys()
     assert all(torch.equal(back.tensors[k], gene.tensors[k]) for k in gene.tensors)
-    assert (back.method, back.config, back.layout, back.ancestry, back.cost) == \
-           (gene.method, gene.config, gene.layout, gene.ancestry, gene.cost)
+    assert (back.method, back.config, back.layout, back.ancestry, back.cost) == (
+        gene.method,
+        gene.config,
+        gene.layout,
+        gene.ancestry,
+        gene.cost,
+    )
     assert back.created == gene.created and back.library_version == gene.library_version
     assert back.num_stored_params == 32 + 32
 
@@ -44,8 +54,15 @@ def test_a_plain_safetensors_file_is_not_a_gene(tmp_path):
 
 
 def _with_header(tmp_path, tensors=None, **changes):
-    meta = {"format": "learngene", "format_version": "1", "method": "scratch", "config": "{}", "ancestry": "null",
-            "cost": "{}", **changes}
+    meta = {
+        "format": "learngene",
+        "format_version": "1",
+        "method": "scratch",
+        "config": "{}",
+        "ancestry": "null",
+        "cost": "{}",
+        **changes,
+    }
     path = tmp_path / "h.safetensors"
     save_file(tensors or {"w": torch.zeros(2)}, str(path), metadata=meta)
     return path

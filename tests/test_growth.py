@@ -74,6 +74,10 @@ def test_depth_stacking_and_identity_layers(tiny_spec):
 
 
 def test_refuses_smaller_sizes_and_other_head_sizes(tiny_ancestry, tiny_spec):
-    for spec in (tiny_spec.replace(depth=1), tiny_spec.replace(embed_dim=16, num_heads=1), tiny_spec.replace(num_heads=4)):
+    for spec in (
+        tiny_spec.replace(depth=1),
+        tiny_spec.replace(embed_dim=16, num_heads=1),
+        tiny_spec.replace(num_heads=4),
+    ):
         with pytest.raises(LearngeneError, match="use importance"):
             _grown(tiny_ancestry, spec)

@@ -11,7 +11,7 @@ def test_split_join_is_the_identity():
     assert torch.equal(join_proj(split_proj(proj, 3)), proj)
     q, k, v = split_qkv(w, 3)
     assert q.shape == (3, 8, 24)
-    assert torch.equal(k[1], w[24 + 8:24 + 16])  # [Q; K; V] rows, head-major inside each
+    assert torch.equal(k[1], w[24 + 8 : 24 + 16])  # [Q; K; V] rows, head-major inside each
     assert torch.equal(split_proj(proj, 3)[2], proj[:, 16:24])
 
 

@@ -5,10 +5,10 @@ import torch
 
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
-from learngene.vit.heads import split_qkv
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.importance import residual_order
 from learngene.registry import get_method
+from learngene.vit.heads import split_qkv
 from learngene.vit.spec import block_key
 
 X = torch.randn(3, 1, 16, 16, generator=torch.Generator().manual_seed(0))
@@ -32,11 +32,13 @@ def test_at_the_ancestry_size_the_permuted_gene_computes_the_ancestry(tiny_ances
     gene = _condense(tiny_ancestry, toy_data, rescale=False)
     model = make_descendant(gene, tiny_spec).eval()
     assert torch.allclose(model(X), tiny_ancestry.model(X), rtol=1e-5, atol=1e-5)
-    assert not torch.equal(gene.tensors["patch_embed.proj.weight"],
-                           tiny_ancestry.model.state_dict()["patch_embed.proj.weight"])  # the gene is reordered
+    assert not torch.equal(
+        gene.tensors["patch_embed.proj.weight"], tiny_ancestry.model.state_dict()["patch_embed.proj.weight"]
+    )  # the gene is reordered
     # the descendant's residual stream is back in the ancestry's order
-    assert torch.equal(model.state_dict()["patch_embed.proj.weight"],
-                       tiny_ancestry.model.state_dict()["patch_embed.proj.weight"])
+    assert torch.equal(
+        model.state_dict()["patch_embed.proj.weight"], tiny_ancestry.model.state_dict()["patch_embed.proj.weight"]
+    )
 
 
 def test_the_largest_unit_comes_first(tiny_spec, toy_data):
@@ -90,13 +92,18 @@ def test_layernorm_gains_are_rescaled_by_sqrt_of_the_width_ratio(tiny_ancestry, 
     out = make_descendant(gene, small).state_dict()
     for key in (block_key(0, "norm1.weight"), block_key(1, "norm2.weight"), "norm.weight"):
         assert torch.allclose(out[key], gene.tensors[key][residual_order(gene, 16)] * math.sqrt(2)), key
-    assert torch.equal(out[block_key(0, "norm1.bias")], gene.tensors[block_key(0, "norm1.bias")][residual_order(gene, 16)])
+    assert torch.equal(
+        out[block_key(0, "norm1.bias")], gene.tensors[block_key(0, "norm1.bias")][residual_order(gene, 16)]
+    )
 
 
 def test_refuses_larger_sizes_and_other_head_sizes(tiny_ancestry, tiny_spec, toy_data):
     gene = _condense(tiny_ancestry, toy_data)
-    for spec in (tiny_spec.replace(depth=3), tiny_spec.replace(embed_dim=64, num_heads=4),
-                 tiny_spec.replace(num_heads=4)):
+    for spec in (
+        tiny_spec.replace(depth=3),
+        tiny_spec.replace(embed_dim=64, num_heads=4),
+        tiny_spec.replace(num_heads=4),
+    ):
         with pytest.raises(LearngeneError, match="use grow"):
             make_descendant(gene, spec)
 

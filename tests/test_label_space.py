@@ -7,9 +7,9 @@ from safetensors import safe_open
 
 from learngene.cli import main
 from learngene.data import class_subset, digits
-from learngene.gene import Learngene
-from learngene.formats.model_file import load_model_file
 from learngene.formats.labels import choose_head
+from learngene.formats.model_file import load_model_file
+from learngene.gene import Learngene
 
 TINY_ARGS = ["--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size", "16"]
 DIGITS = {"dataset": "digits", "classes": [str(d) for d in range(10)]}
@@ -39,9 +39,25 @@ def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("labels")
     data = ["--data", "digits", "--train-images", "100", "--epochs", "1", "--quiet"]
     assert main(["ancestry", *TINY_ARGS, *data, "--out", str(d / "anc.safetensors")]) == 0
-    assert main(["condense", "--method", "pretrained", "--ancestry", str(d / "anc.safetensors"), "--quiet",
-                 "--out", str(d / "gene.safetensors")]) == 0
-    assert main(["expand", str(d / "gene.safetensors"), "--depth", "1", "--quiet", "--out", str(d / "desc.safetensors")]) == 0
+    assert (
+        main(
+            [
+                "condense",
+                "--method",
+                "pretrained",
+                "--ancestry",
+                str(d / "anc.safetensors"),
+                "--quiet",
+                "--out",
+                str(d / "gene.safetensors"),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(["expand", str(d / "gene.safetensors"), "--depth", "1", "--quiet", "--out", str(d / "desc.safetensors")])
+        == 0
+    )
     return d
 
 
@@ -55,8 +71,20 @@ def test_model_and_gene_files_record_the_label_space(files):
 
 def _train(files, name, *extra, data=("--data", "digits")):
     out = files / f"{name}.safetensors"
-    args = ["train", str(files / "desc.safetensors"), *data, "--train-images", "40", "--epochs", "1",
-            "--eval-images", "20", "--out", str(out), *extra]
+    args = [
+        "train",
+        str(files / "desc.safetensors"),
+        *data,
+        "--train-images",
+        "40",
+        "--epochs",
+        "1",
+        "--eval-images",
+        "20",
+        "--out",
+        str(out),
+        *extra,
+    ]
     assert main(args) == 0
     return load_model_file(out)
 

@@ -7,8 +7,8 @@ from learngene.descendant import GeneNet, make_descendant
 from learngene.errors import LearngeneError
 from learngene.method import Ancestry, CondenseInputs
 from learngene.registry import get_method
-from learngene.vit.spec import ViTSpec, block_key
 from learngene.training.loop import TrainConfig
+from learngene.vit.spec import ViTSpec, block_key
 from tests.conftest import make_images
 
 AUX = ViTSpec(depth=4, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
@@ -44,20 +44,43 @@ def test_aux_layers_are_their_transformation_of_the_compact_pair():
         assert torch.allclose(out[block_key(layer, "attn.qkv.weight")][:32], w, rtol=1e-4, atol=1e-4)
         assert torch.allclose(out[block_key(layer, "attn.qkv.bias")][:32], b, rtol=1e-4, atol=1e-4)
         v_rows = slice(32, 48)  # the compact v rows sit at 32:48 of its fused (48, 16) qkv
-        w, b = their_linear(t["small.attn.qkv.weight"][:, v_rows], t["small.attn.qkv.bias"][:, v_rows],
-                            t["G.v.weight"][row], t["G.v.bias"][row], [t["F.emb"]] * 2, t["F.v"])
+        w, b = their_linear(
+            t["small.attn.qkv.weight"][:, v_rows],
+            t["small.attn.qkv.bias"][:, v_rows],
+            t["G.v.weight"][row],
+            t["G.v.bias"][row],
+            [t["F.emb"]] * 2,
+            t["F.v"],
+        )
         assert torch.allclose(out[block_key(layer, "attn.qkv.weight")][64:], w, rtol=1e-4, atol=1e-4)
-        w, b = their_linear(t["small.attn.proj.weight"], t["small.attn.proj.bias"], t["G.proj.weight"][row],
-                            t["G.proj.bias"][row], t["F.v"], [t["F.emb"]] * 2)  # W_O reads v's channels
+        w, b = their_linear(
+            t["small.attn.proj.weight"],
+            t["small.attn.proj.bias"],
+            t["G.proj.weight"][row],
+            t["G.proj.bias"][row],
+            t["F.v"],
+            [t["F.emb"]] * 2,
+        )  # W_O reads v's channels
         assert torch.allclose(out[block_key(layer, "attn.proj.weight")], w, rtol=1e-4, atol=1e-4)
-        w, b = their_linear(t["small.mlp.fc2.weight"], t["small.mlp.fc2.bias"], t["G.fc2.weight"][row],
-                            t["G.fc2.bias"][row], t["F.ffn"], [t["F.emb"]] * 2)
+        w, b = their_linear(
+            t["small.mlp.fc2.weight"],
+            t["small.mlp.fc2.bias"],
+            t["G.fc2.weight"][row],
+            t["G.fc2.bias"][row],
+            t["F.ffn"],
+            [t["F.emb"]] * 2,
+        )
         assert torch.allclose(out[block_key(layer, "mlp.fc2.weight")], w, rtol=1e-4, atol=1e-4)
         assert torch.allclose(out[block_key(layer, "mlp.fc2.bias")], b, rtol=1e-4, atol=1e-4)
-        norm = (torch.stack([torch.cat([n, t["F.emb"] @ n]) for n in t["small.norm1.weight"]], -1) * t["G.norm1.weight"][row]).sum(-1)
+        norm = (
+            torch.stack([torch.cat([n, t["F.emb"] @ n]) for n in t["small.norm1.weight"]], -1)
+            * t["G.norm1.weight"][row]
+        ).sum(-1)
         assert torch.allclose(out[block_key(layer, "norm1.weight")], norm, rtol=1e-4, atol=1e-4)  # TransLayeredNorm
     head = t["small.head.weight"]
-    assert torch.allclose(out["head.weight"], torch.cat([head, head @ t["F.cls"].T], 1), rtol=1e-4, atol=1e-4)  # its own F
+    assert torch.allclose(
+        out["head.weight"], torch.cat([head, head @ t["F.cls"].T], 1), rtol=1e-4, atol=1e-4
+    )  # its own F
     assert torch.equal(out["pos_embed"], t["aux.pos_embed"])
 
 
@@ -65,8 +88,14 @@ def test_a_descendant_takes_the_first_rows_of_f_and_their_layer_mapping():
     method, gene = random_gene(mapping_layer="0,3", mapping_layer_coeff="0,2")
     t = gene.tensors
     out = method.expand(gene, AUX.replace(depth=2, embed_dim=24, num_heads=2))
-    w, _ = their_linear(t["small.mlp.fc1.weight"], t["small.mlp.fc1.bias"], t["G.fc1.weight"][1], t["G.fc1.bias"][1],
-                        [t["F.emb"][:8]] * 2, [f[:32] for f in t["F.ffn"]])  # MLP 96 = 64 + 32 new rows
+    w, _ = their_linear(
+        t["small.mlp.fc1.weight"],
+        t["small.mlp.fc1.bias"],
+        t["G.fc1.weight"][1],
+        t["G.fc1.bias"][1],
+        [t["F.emb"][:8]] * 2,
+        [f[:32] for f in t["F.ffn"]],
+    )  # MLP 96 = 64 + 32 new rows
     assert torch.allclose(out[block_key(1, "mlp.fc1.weight")], w, rtol=1e-4, atol=1e-4)
     assert torch.equal(out["pos_embed"], t["aux.pos_embed"][..., :24])
 
@@ -92,7 +121,9 @@ def test_condensed_through_the_aux_net_and_its_size_computes_the_aux_net():
     assert gene.cost["steps"] == 2
     x = data.get_batch(torch.arange(4))[0]
     with torch.no_grad():
-        assert torch.allclose(make_descendant(gene, AUX).eval()(x), GeneNet(method, gene, AUX).eval()(x), rtol=1e-4, atol=1e-4)
+        assert torch.allclose(
+            make_descendant(gene, AUX).eval()(x), GeneNet(method, gene, AUX).eval()(x), rtol=1e-4, atol=1e-4
+        )
 
 
 @pytest.mark.parametrize("size", [dict(embed_dim=64, num_heads=4), dict(embed_dim=8, num_heads=1)])

@@ -10,10 +10,10 @@ import torch
 from learngene.ancestry import load_ancestry
 from learngene.cli import main
 from learngene.errors import LearngeneError
-from learngene.gene import Learngene
+from learngene.formats.licenses import check_license, folder_license
 from learngene.formats.model_file import load_model_file, save_model
 from learngene.formats.weights import save_safetensors
-from learngene.formats.licenses import check_license, folder_license
+from learngene.gene import Learngene
 from learngene.vit.spec import ViTSpec
 
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
@@ -40,16 +40,50 @@ def _hub_folder(tmp_path, readme: str | None = None, cfg_license: str | None = N
 
 def _condense_expand(tmp_path, ancestry, condense=(), expand=(), fmt="hub", **kwargs):
     gene, out = tmp_path / "gene.safetensors", tmp_path / ("desc" if fmt == "hub" else "desc.safetensors")
-    assert main(["condense", "--method", "weight_selection", "--ancestry", str(ancestry), "--out", str(gene),
-                 "--quiet", "--overwrite", *condense]) == 0
-    assert main(["expand", str(gene), "--embed-dim", "16", "--num-heads", "1", "--out", str(out), "--format", fmt,
-                 "--quiet", "--overwrite", *expand]) == 0
+    assert (
+        main(
+            [
+                "condense",
+                "--method",
+                "weight_selection",
+                "--ancestry",
+                str(ancestry),
+                "--out",
+                str(gene),
+                "--quiet",
+                "--overwrite",
+                *condense,
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "expand",
+                str(gene),
+                "--embed-dim",
+                "16",
+                "--num-heads",
+                "1",
+                "--out",
+                str(out),
+                "--format",
+                fmt,
+                "--quiet",
+                "--overwrite",
+                *expand,
+            ]
+        )
+        == 0
+    )
     return Learngene.load(gene), out
 
 
 def test_a_hub_folders_model_card_licence_reaches_the_gene_and_the_descendants_card(tmp_path):
-    folder = _hub_folder(tmp_path, readme="---\nlicense: apache-2.0\nlibrary_name: timm\n---\n# a model\n",
-                         cfg_license="mit")  # the card's front matter wins over the config
+    folder = _hub_folder(
+        tmp_path, readme="---\nlicense: apache-2.0\nlibrary_name: timm\n---\n# a model\n", cfg_license="mit"
+    )  # the card's front matter wins over the config
     gene, out = _condense_expand(tmp_path, folder)
     assert gene.license == "apache-2.0"
     card = (out / "README.md").read_text()
@@ -71,8 +105,15 @@ def test_a_timm_pretrained_cfg_licence_is_read_and_license_overrides_it_at_conde
 
 def test_a_transformers_folders_card_or_config_licence_is_read(tmp_path):
     transformers = pytest.importorskip("transformers")
-    config = transformers.ViTConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, image_size=16,
-                                    patch_size=4, intermediate_size=64, num_channels=1)
+    config = transformers.ViTConfig(
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=2,
+        image_size=16,
+        patch_size=4,
+        intermediate_size=64,
+        num_channels=1,
+    )
     folder = tmp_path / "hf"
     transformers.ViTModel(config).eval().save_pretrained(folder)
     assert load_ancestry(folder).license is None
@@ -99,17 +140,38 @@ def test_a_bare_checkpoint_records_no_licence_and_the_card_says_unknown(tmp_path
     import timm
 
     save_safetensors(tmp_path / "ckpt.safetensors", timm.create_model(TIMM, **TIMM_ARGS).state_dict(), {})
-    gene, out = _condense_expand(tmp_path, tmp_path / "ckpt.safetensors",
-                                 condense=["--timm-model", TIMM, "--img-size", "16", "--in-chans", "1", "--num-classes",
-                                           "4", "--timm-arg", "depth=2", "--timm-arg", "embed_dim=32",
-                                           "--timm-arg", "num_heads=2", "--timm-arg", "patch_size=4"])
+    gene, out = _condense_expand(
+        tmp_path,
+        tmp_path / "ckpt.safetensors",
+        condense=[
+            "--timm-model",
+            TIMM,
+            "--img-size",
+            "16",
+            "--in-chans",
+            "1",
+            "--num-classes",
+            "4",
+            "--timm-arg",
+            "depth=2",
+            "--timm-arg",
+            "embed_dim=32",
+            "--timm-arg",
+            "num_heads=2",
+            "--timm-arg",
+            "patch_size=4",
+        ],
+    )
     assert gene.license is None
     card = (out / "README.md").read_text()
     assert "**licence**: unknown" in card and "license:" not in card.split("---")[1]
 
 
 def test_a_bad_licence_is_refused_in_one_line(tmp_path, capsys):
-    assert main(["expand", str(tmp_path / "g.safetensors"), "--out", str(tmp_path / "d"), "--license", "MIT; rm -rf /"]) == 2
+    assert (
+        main(["expand", str(tmp_path / "g.safetensors"), "--out", str(tmp_path / "d"), "--license", "MIT; rm -rf /"])
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "not a licence identifier" in err
     with pytest.raises(LearngeneError, match="not a licence identifier"):

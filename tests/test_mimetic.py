@@ -8,16 +8,18 @@ import torch
 from learngene.cli import main
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
-from learngene.vit.heads import split_qkv
 from learngene.methods.mimetic import Mimetic
 from learngene.registry import get_method
+from learngene.vit.heads import split_qkv
 from learngene.vit.spec import ViTSpec
 
 from .head_methods_fixtures import TINY, save_tiny_ancestry, timm_strict_load, tiny_ancestry
 
 # random small specs: (width, heads) with head sizes from 8 to full width
-SPECS = [ViTSpec(depth=2, embed_dim=D, num_heads=H, img_size=16, patch_size=4, in_chans=1, num_classes=5)
-         for D, H in [(32, 2), (48, 3), (64, 4), (32, 1)]]
+SPECS = [
+    ViTSpec(depth=2, embed_dim=D, num_heads=H, img_size=16, patch_size=4, in_chans=1, num_classes=5)
+    for D, H in [(32, 2), (48, 3), (64, 4), (32, 1)]
+]
 MIMETIC_KEYS = ("attn.qkv.weight", "attn.proj.weight")
 
 
@@ -45,7 +47,9 @@ def truncation_stats(D: int, d: int, alpha: float, beta: float, draws: int = 40)
     gen = torch.Generator().manual_seed(1234)
     diag, off = [], []
     for _ in range(draws):
-        a = alpha * torch.randn(D, D, generator=gen, dtype=torch.float64) / D**0.5 + beta * torch.eye(D, dtype=torch.float64)
+        a = alpha * torch.randn(D, D, generator=gen, dtype=torch.float64) / D**0.5 + beta * torch.eye(
+            D, dtype=torch.float64
+        )
         u, s, vh = torch.linalg.svd(a)
         t = u[:, :d] @ torch.diag(s[:d]) @ vh[:d]
         diag.append(t.diagonal().mean())
@@ -152,15 +156,41 @@ def test_top_up_fills_only_what_the_gene_leaves_out():
 def test_cli_expand_and_top_up(tmp_path):
     save_tiny_ancestry(tmp_path / "anc.safetensors")
     gene = tmp_path / "mimetic.safetensors"
-    assert main(["condense", "--method", "mimetic", "--ancestry", str(tmp_path / "anc.safetensors"), "--out", str(gene),
-                 "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "condense",
+                "--method",
+                "mimetic",
+                "--ancestry",
+                str(tmp_path / "anc.safetensors"),
+                "--out",
+                str(gene),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     for i, sizes in enumerate([[], ["--depth", "2", "--num-heads", "2"], ["--embed-dim", "48", "--num-heads", "6"]]):
         out = tmp_path / f"d{i}.safetensors"
         assert main(["expand", str(gene), *sizes, "--out", str(out), "--quiet"]) == 0
         timm_strict_load(out)
     heru = tmp_path / "heru.safetensors"
-    assert main(["condense", "--method", "heru_lg", "--ancestry", str(tmp_path / "anc.safetensors"), "--out", str(heru),
-                 "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "condense",
+                "--method",
+                "heru_lg",
+                "--ancestry",
+                str(tmp_path / "anc.safetensors"),
+                "--out",
+                str(heru),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     out = tmp_path / "topped.safetensors"
     assert main(["expand", str(heru), "--depth", "5", "--top-up", "mimetic", "--out", str(out), "--quiet"]) == 0
     model = timm_strict_load(out)

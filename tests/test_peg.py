@@ -11,10 +11,10 @@ from learngene.cli import main
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
 from learngene.gene import Learngene
-from learngene.vit.heads import split_proj, split_qkv
 from learngene.method import AdaptInputs
 from learngene.methods.peg import PEG, apply_phi, default_gene_heads
 from learngene.training.loop import TrainConfig, evaluate
+from learngene.vit.heads import split_proj, split_qkv
 from learngene.vit.transfer import axis_map, block_state
 
 from .head_methods_fixtures import TINY, save_tiny_ancestry, timm_strict_load, tiny_ancestry, tiny_data
@@ -53,8 +53,10 @@ def test_gene_heads_are_convex_mixtures_of_whole_heads(ancestry, gene):
             torch.testing.assert_close(gene.tensors[f"msa.{name}"][layer], want, atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(gene.tensors["msa.norm_weight"][layer], b["norm1.weight"])
     # the draws differ between layers
-    assert not torch.allclose(convex_weights(gene.tensors["msa.q"][0], split_qkv(state["blocks.0.attn.qkv.weight"], H)[0]),
-                              convex_weights(gene.tensors["msa.q"][1], split_qkv(state["blocks.1.attn.qkv.weight"], H)[0]))
+    assert not torch.allclose(
+        convex_weights(gene.tensors["msa.q"][0], split_qkv(state["blocks.0.attn.qkv.weight"], H)[0]),
+        convex_weights(gene.tensors["msa.q"][1], split_qkv(state["blocks.1.attn.qkv.weight"], H)[0]),
+    )
 
 
 def test_gene_ffns_are_convex_mixtures_of_layers(ancestry, gene):
@@ -65,8 +67,9 @@ def test_gene_ffns_are_convex_mixtures_of_layers(ancestry, gene):
     torch.testing.assert_close(p.sum(1), torch.ones(2, dtype=torch.float64), atol=1e-5, rtol=0)
     for part, name in [("fc2_weight", "mlp.fc2.weight"), ("fc1_bias", "mlp.fc1.bias"), ("norm_weight", "norm2.weight")]:
         source = torch.stack([state[f"blocks.{i}.{name}"] for i in range(TINY.depth)])
-        torch.testing.assert_close(gene.tensors[f"ffn.{part}"], torch.einsum("ba,a...->b...", p.float(), source),
-                                   atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(
+            gene.tensors[f"ffn.{part}"], torch.einsum("ba,a...->b...", p.float(), source), atol=1e-5, rtol=1e-4
+        )
 
 
 @pytest.mark.parametrize("depth,heads", [(3, 4), (5, 6), (2, 2), (4, 1)])
@@ -86,7 +89,9 @@ def test_unadapted_phi_is_an_exact_repeat_of_the_gene(gene, depth, heads):
             assert torch.equal(q[c], t["msa.q"][msa_src, g][:, width.index] * width.reader_scale)
             assert torch.equal(v[c], t["msa.v"][msa_src, g][:, width.index] * width.reader_scale)
             assert torch.equal(qb[c], t["msa.q_bias"][msa_src, g]) and torch.equal(vb[c], t["msa.v_bias"][msa_src, g])
-            torch.testing.assert_close(cols[c], t["msa.proj_cols"][msa_src, g][width.index] / copies[g], atol=0, rtol=1e-6)
+            torch.testing.assert_close(
+                cols[c], t["msa.proj_cols"][msa_src, g][width.index] / copies[g], atol=0, rtol=1e-6
+            )
         assert torch.equal(out[f"blocks.{layer}.norm1.weight"], t["msa.norm_weight"][msa_src][width.index])
         assert torch.equal(out[f"blocks.{layer}.mlp.fc2.bias"], t["ffn.fc2_bias"][ffn_src][width.index])
         assert torch.equal(out[f"blocks.{layer}.norm2.bias"], t["ffn.norm_bias"][ffn_src][width.index])
@@ -105,15 +110,31 @@ def test_a_trained_phi_on_the_narrowed_gene_equals_phi_then_narrowing(gene, head
     t, width, hidden = gene.tensors, axis_map(D, spec.embed_dim), axis_map(TINY.mlp_hidden, spec.mlp_hidden)
     fc1 = apply_phi(phi["phi.ffn_layers.w1"], phi["phi.ffn_layers.w2"], t["ffn.fc1_weight"])
     fc2 = apply_phi(phi["phi.ffn_layers.w1"], phi["phi.ffn_layers.w2"], t["ffn.fc2_weight"])
-    q = apply_phi(phi["phi.heads.w1"], phi["phi.heads.w2"],
-                  apply_phi(phi["phi.msa_layers.w1"], phi["phi.msa_layers.w2"], t["msa.q"]), batch_dims=1)
+    q = apply_phi(
+        phi["phi.heads.w1"],
+        phi["phi.heads.w2"],
+        apply_phi(phi["phi.msa_layers.w1"], phi["phi.msa_layers.w2"], t["msa.q"]),
+        batch_dims=1,
+    )
     for layer in range(3):
-        torch.testing.assert_close(out[f"blocks.{layer}.mlp.fc1.weight"],
-                                   fc1[layer][hidden.index][:, width.index] * width.reader_scale, atol=1e-6, rtol=1e-5)
-        torch.testing.assert_close(out[f"blocks.{layer}.mlp.fc2.weight"],
-                                   fc2[layer][width.index][:, hidden.index] * hidden.reader_scale, atol=1e-6, rtol=1e-5)
-        torch.testing.assert_close(split_qkv(out[f"blocks.{layer}.attn.qkv.weight"], heads)[0],
-                                   q[layer][..., width.index] * width.reader_scale, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(
+            out[f"blocks.{layer}.mlp.fc1.weight"],
+            fc1[layer][hidden.index][:, width.index] * width.reader_scale,
+            atol=1e-6,
+            rtol=1e-5,
+        )
+        torch.testing.assert_close(
+            out[f"blocks.{layer}.mlp.fc2.weight"],
+            fc2[layer][width.index][:, hidden.index] * hidden.reader_scale,
+            atol=1e-6,
+            rtol=1e-5,
+        )
+        torch.testing.assert_close(
+            split_qkv(out[f"blocks.{layer}.attn.qkv.weight"], heads)[0],
+            q[layer][..., width.index] * width.reader_scale,
+            atol=1e-6,
+            rtol=1e-5,
+        )
 
 
 def test_same_size_descendant_computes_the_gene_net(gene):
@@ -147,7 +168,10 @@ def test_adapt_trains_phi_and_expand_gives_the_adapted_net(gene):
     assert result.steps == 4
     assert any(not torch.equal(adapted.tensors[k], v) for k, v in initial.items())  # φ moved
     assert all(torch.equal(adapted.tensors[k], v) for k, v in gene.tensors.items())  # the gene did not
-    assert {k for k in adapted.tensors if k.startswith("descendant.")} == {"descendant.head.weight", "descendant.head.bias"}
+    assert {k for k in adapted.tensors if k.startswith("descendant.")} == {
+        "descendant.head.weight",
+        "descendant.head.bias",
+    }
     model = make_descendant(adapted, spec)
     assert evaluate(model, held_out)["acc"] == result.final_acc  # expand(adapted) is the net adapt trained
     assert "adapted for 2 layers of 2 heads" in " ".join(PEG.from_gene(adapted).describe(adapted))
@@ -159,16 +183,20 @@ def test_adapt_is_deterministic_whatever_the_global_rng(gene):
     runs = []
     for global_seed in (1, 2):  # e.g. two processes: torch seeds each one differently
         torch.manual_seed(global_seed)
-        adapted, _ = PEG.from_gene(gene).adapt(gene, TINY.replace(depth=2), AdaptInputs(
-            tiny_data(24), TrainConfig(max_steps=1, batch_size=12, progress=False)))
+        adapted, _ = PEG.from_gene(gene).adapt(
+            gene,
+            TINY.replace(depth=2),
+            AdaptInputs(tiny_data(24), TrainConfig(max_steps=1, batch_size=12, progress=False)),
+        )
         runs.append(adapted.tensors)
     assert runs[0].keys() == runs[1].keys() and all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
 
 
 def test_adapted_gene_round_trips_through_a_file(gene, tmp_path):
     spec = TINY.replace(depth=2)
-    adapted, _ = PEG.from_gene(gene).adapt(gene, spec, AdaptInputs(tiny_data(24), TrainConfig(max_steps=2, batch_size=12,
-                                                                                              progress=False)))
+    adapted, _ = PEG.from_gene(gene).adapt(
+        gene, spec, AdaptInputs(tiny_data(24), TrainConfig(max_steps=2, batch_size=12, progress=False))
+    )
     adapted.save(tmp_path / "a.safetensors")
     loaded = Learngene.load(tmp_path / "a.safetensors")
     a, b = make_descendant(adapted, spec).state_dict(), make_descendant(loaded, spec).state_dict()
@@ -198,17 +226,60 @@ def test_bad_sizes_are_one_line_errors(ancestry, gene):
 def test_cli_condense_expand_adapt(tmp_path):
     anc, gene = tmp_path / "anc.safetensors", tmp_path / "peg.safetensors"
     save_tiny_ancestry(anc)
-    assert main(["condense", "--method", "peg", "--ancestry", str(anc), "--opt", "gene_heads=3", "--out", str(gene),
-                 "--quiet"]) == 0
-    for i, sizes in enumerate([[], ["--depth", "5", "--num-heads", "2", "--embed-dim", "16"],
-                               ["--num-heads", "6", "--embed-dim", "48"]]):
+    assert (
+        main(
+            [
+                "condense",
+                "--method",
+                "peg",
+                "--ancestry",
+                str(anc),
+                "--opt",
+                "gene_heads=3",
+                "--out",
+                str(gene),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    for i, sizes in enumerate(
+        [[], ["--depth", "5", "--num-heads", "2", "--embed-dim", "16"], ["--num-heads", "6", "--embed-dim", "48"]]
+    ):
         out = tmp_path / f"d{i}.safetensors"
         assert main(["expand", str(gene), *sizes, "--out", str(out), "--quiet"]) == 0
         timm_strict_load(out)
     out, adapted = tmp_path / "adapted.safetensors", tmp_path / "adapted_gene.safetensors"
-    assert main(["adapt", str(gene), "--data", "digits", "--img-size", "8", "--train-images", "40", "--max-steps", "2",
-                 "--batch-size", "20", "--depth", "2", "--num-heads", "2", "--embed-dim", "16", "--out", str(out),
-                 "--gene-out", str(adapted), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "adapt",
+                str(gene),
+                "--data",
+                "digits",
+                "--img-size",
+                "8",
+                "--train-images",
+                "40",
+                "--max-steps",
+                "2",
+                "--batch-size",
+                "20",
+                "--depth",
+                "2",
+                "--num-heads",
+                "2",
+                "--embed-dim",
+                "16",
+                "--out",
+                str(out),
+                "--gene-out",
+                str(adapted),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     model = timm_strict_load(out)
     assert model.head.out_features == 10
     assert Learngene.load(adapted).tensors["phi.heads.w2"].shape[:2] == (2, 2)
@@ -223,7 +294,7 @@ def test_gene_net_gradients_reach_only_phi_and_classifier(gene):
     net = GeneNet(PEG.from_gene(gene), start, spec, trainable=lambda k: k.startswith(("phi.", "descendant.")))
     net(torch.randn(2, 1, 8, 8)).sum().backward()
     trained = {n for n, p in net.named_parameters() if p.grad is not None}
-    assert {n for n in trained if n.startswith("gene_tensors.")} == {f"gene_tensors.phi::{m}::{w}"
-                                                                      for m in ("msa_layers", "ffn_layers", "heads")
-                                                                      for w in ("w1", "w2")}
+    assert {n for n in trained if n.startswith("gene_tensors.")} == {
+        f"gene_tensors.phi::{m}::{w}" for m in ("msa_layers", "ffn_layers", "heads") for w in ("w1", "w2")
+    }
     assert {n for n in trained if n.startswith("skeleton.")} == {"skeleton.head.weight", "skeleton.head.bias"}

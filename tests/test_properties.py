@@ -23,8 +23,8 @@ from learngene.errors import LearngeneError
 from learngene.gene import Learngene
 from learngene.method import Ancestry, CondenseInputs
 from learngene.registry import get_method, list_methods
-from learngene.vit.spec import ViTFamily, ViTSpec
 from learngene.training.loop import TrainConfig, seed_everything, train
+from learngene.vit.spec import ViTFamily, ViTSpec
 from tests.conftest import make_images
 
 METHODS = list_methods()
@@ -56,8 +56,12 @@ def _condense(name: str, spec: ViTSpec, seed: int = 0, steps: int = 1) -> Learng
     inputs = None
     if get_method(name).needs_data:
         data = make_images(8, num_classes=spec.num_classes, size=spec.img_size, chans=spec.in_chans, seed=seed)
-        inputs = CondenseInputs(train=data, train_cfg=TrainConfig(epochs=1, max_steps=steps, batch_size=4,
-                                                                  distill_lambda=1.0, progress=False, seed=seed))
+        inputs = CondenseInputs(
+            train=data,
+            train_cfg=TrainConfig(
+                epochs=1, max_steps=steps, batch_size=4, distill_lambda=1.0, progress=False, seed=seed
+            ),
+        )
     seed_everything(seed)
     return get_method(name)().condense(ancestry, inputs)
 
@@ -86,8 +90,12 @@ def _check_expansion(name: str, gene: Learngene, target: ViTSpec, may_refuse: bo
 
 
 @pytest.mark.parametrize("name", METHODS)
-@settings(max_examples=6, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=6,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(data=st.data())
 def test_expand_loads_strictly_and_runs(name, data):
     ancestry = data.draw(specs(), label="ancestry")
@@ -95,10 +103,14 @@ def test_expand_loads_strictly_and_runs(name, data):
     _check_expansion(name, gene, gene.layout or ancestry, may_refuse=False)  # its own size: never refused
     # the ancestry's blocks at another depth and label space (what depth-only methods make), the same
     # input with any blocks, and anything at all
-    other_depth = ancestry.replace(depth=data.draw(st.integers(1, 4), label="depth"),
-                                   num_classes=data.draw(st.sampled_from([2, 5]), label="classes"))
+    other_depth = ancestry.replace(
+        depth=data.draw(st.integers(1, 4), label="depth"),
+        num_classes=data.draw(st.sampled_from([2, 5]), label="classes"),
+    )
     _check_expansion(name, gene, other_depth)
-    _check_expansion(name, gene, data.draw(specs(img_size=ancestry.img_size, in_chans=ancestry.in_chans), label="target"))
+    _check_expansion(
+        name, gene, data.draw(specs(img_size=ancestry.img_size, in_chans=ancestry.in_chans), label="target")
+    )
     _check_expansion(name, gene, data.draw(specs(), label="any target"))
 
 
@@ -113,8 +125,14 @@ def test_gene_save_load_round_trips_exactly(name, spec):
     assert back.tensors.keys() == gene.tensors.keys()
     for key, tensor in gene.tensors.items():
         assert back.tensors[key].dtype == tensor.dtype and torch.equal(back.tensors[key], tensor), key
-    assert (back.method, back.layout, back.ancestry, back.cost, back.created, back.library_version) == \
-           (gene.method, gene.layout, gene.ancestry, gene.cost, gene.created, gene.library_version)
+    assert (back.method, back.layout, back.ancestry, back.cost, back.created, back.library_version) == (
+        gene.method,
+        gene.layout,
+        gene.ancestry,
+        gene.cost,
+        gene.created,
+        gene.library_version,
+    )
     assert json.dumps(back.config, sort_keys=True) == json.dumps(gene.config, sort_keys=True)  # JSON: tuples → lists
     assert get_method(name).from_gene(back).config == get_method(name).from_gene(gene).config
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from learngene.gene import Learngene
 from learngene.formats.model_file import check_state_shapes
+from learngene.gene import Learngene
 from learngene.method import Ancestry, CondenseInputs, Paper, citations
 from learngene.registry import get_method, list_methods
-from learngene.vit.spec import ViTSpec
 from learngene.training.loop import TrainConfig, seed_everything
+from learngene.vit.spec import ViTSpec
 from tests.conftest import make_images
 
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)

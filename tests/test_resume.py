@@ -19,32 +19,76 @@ from learngene.cli import main
 from learngene.errors import TrainingError
 from learngene.formats.model_file import save_model
 from learngene.registry import get_method, list_methods
+from learngene.training.checkpoint import load_checkpoint
+from learngene.training.loop import CHECKPOINT, LOG, TrainConfig, train
 from learngene.vit.spec import ViTSpec
-from learngene.training.loop import CHECKPOINT, LOG, TrainConfig, load_checkpoint, train
 from tests.conftest import FaultyData, make_images, nan_images
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
 # 640 digits training images in batches of 16: 40 steps per epoch, a checkpoint every 7 steps
-TRAIN = ["--data", "digits", "--train-images", "640", "--batch-size", "16", "--epochs", "3", "--lr", "0.002",
-         "--checkpoint-every", "7", "--augment", "--quiet", "--seed", "3"]
+TRAIN = [
+    "--data",
+    "digits",
+    "--train-images",
+    "640",
+    "--batch-size",
+    "16",
+    "--epochs",
+    "3",
+    "--lr",
+    "0.002",
+    "--checkpoint-every",
+    "7",
+    "--augment",
+    "--quiet",
+    "--seed",
+    "3",
+]
 STEPS_PER_EPOCH, TOTAL_STEPS = 40, 120
 TRAINED = [m for m in list_methods() if get_method(m).needs_data]
 
 
 def _command(kind: str, ancestry: Path, run_dir: Path, out: Path) -> list[str]:
     if kind == "ancestry":
-        return ["ancestry", "--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4",
-                "--img-size", "16", *TRAIN, "--run-dir", str(run_dir), "--out", str(out)]
-    return ["condense", "--method", kind, "--ancestry", str(ancestry), *TRAIN, "--run-dir", str(run_dir),
-            "--out", str(out)]
+        return [
+            "ancestry",
+            "--depth",
+            "2",
+            "--embed-dim",
+            "32",
+            "--num-heads",
+            "2",
+            "--patch-size",
+            "4",
+            "--img-size",
+            "16",
+            *TRAIN,
+            "--run-dir",
+            str(run_dir),
+            "--out",
+            str(out),
+        ]
+    return [
+        "condense",
+        "--method",
+        kind,
+        "--ancestry",
+        str(ancestry),
+        *TRAIN,
+        "--run-dir",
+        str(run_dir),
+        "--out",
+        str(out),
+    ]
 
 
 def _kill_mid_epoch(argv: list[str], run_dir: Path) -> dict:
     """Run ``learngene argv`` as a process; SIGKILL it in its second epoch, once a checkpoint exists there."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.Popen([sys.executable, "-m", "learngene", *argv], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "learngene", *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     ckpt_path = run_dir / CHECKPOINT
     deadline, seen = time.monotonic() + 240, None
     try:
@@ -62,7 +106,8 @@ def _kill_mid_epoch(argv: list[str], run_dir: Path) -> dict:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == -signal.SIGKILL, (
-        f"the run was to be killed mid-run but ended with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+        f"the run was to be killed mid-run but ended with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}"
+    )
     return load_checkpoint(ckpt_path)
 
 
@@ -99,8 +144,10 @@ def test_kill_9_mid_epoch_then_resume_is_bit_exact(kind, ancestry_file, tmp_path
     assert not different, f"resumed run differs from the uninterrupted one in {different[:5]}"
 
     def history(folder: Path) -> list[dict]:
-        return [{k: v for k, v in json.loads(line).items() if k != "seconds"}
-                for line in (folder / LOG).read_text().splitlines()]
+        return [
+            {k: v for k, v in json.loads(line).items() if k != "seconds"}
+            for line in (folder / LOG).read_text().splitlines()
+        ]
 
     assert history(run_dir) == history(tmp_path / "reference_run")
     assert not list(run_dir.glob("*.tmp")), "a temporary file of the killed run was left behind"
@@ -109,8 +156,21 @@ def test_kill_9_mid_epoch_then_resume_is_bit_exact(kind, ancestry_file, tmp_path
 def test_a_run_dir_with_a_checkpoint_needs_resume_or_another_dir(ancestry_file, tmp_path, capsys):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / CHECKPOINT).write_bytes(b"an earlier run")
-    argv = ["train", str(ancestry_file), "--data", "digits", "--train-images", "32", "--epochs", "1", "--quiet",
-            "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "o.safetensors")]
+    argv = [
+        "train",
+        str(ancestry_file),
+        "--data",
+        "digits",
+        "--train-images",
+        "32",
+        "--epochs",
+        "1",
+        "--quiet",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--out",
+        str(tmp_path / "o.safetensors"),
+    ]
     assert main(argv) == 2
     assert "pass --resume to continue it" in capsys.readouterr().err
     assert (tmp_path / "run" / CHECKPOINT).read_bytes() == b"an earlier run"
@@ -124,8 +184,11 @@ def test_non_finite_loss_keeps_the_last_good_checkpoint(tiny_spec, tmp_path):
     train(reference, data, cfg)
 
     torch.manual_seed(0)
-    with pytest.raises(TrainingError, match=r"loss became nan at epoch 2, step 4; lower --lr or check the data; "
-                                            r"the last good checkpoint is .*checkpoint.pt"):
+    with pytest.raises(
+        TrainingError,
+        match=r"loss became nan at epoch 2, step 4; lower --lr or check the data; "
+        r"the last good checkpoint is .*checkpoint.pt",
+    ):
         train(tiny_spec.create_model(), FaultyData(data, at=8, fault=nan_images), cfg, run_dir=tmp_path)
     ckpt = load_checkpoint(tmp_path / CHECKPOINT)
     assert (ckpt["epoch"], ckpt["step_in_epoch"], ckpt["global_step"]) == (1, 2, 6)  # the last one before the NaN
@@ -143,20 +206,42 @@ QUICK = ["--train-images", "48", "--batch-size", "16", "--epochs", "1", "--eval-
 
 
 def _ancestry_run(tmp_path: Path, *extra: str) -> list[str]:
-    return ["ancestry", "--data", "digits", "--depth", "1", "--embed-dim", "16", "--num-heads", "2", "--patch-size", "4",
-            "--img-size", "16", *QUICK, "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "a.safetensors"),
-            "--overwrite", *extra]
+    return [
+        "ancestry",
+        "--data",
+        "digits",
+        "--depth",
+        "1",
+        "--embed-dim",
+        "16",
+        "--num-heads",
+        "2",
+        "--patch-size",
+        "4",
+        "--img-size",
+        "16",
+        *QUICK,
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--out",
+        str(tmp_path / "a.safetensors"),
+        "--overwrite",
+        *extra,
+    ]
 
 
-@pytest.mark.parametrize("change, said", [
-    (["--train-images", "64"], "training images was 48, now 64"),
-    (["--data", "fashion_mnist"], "data was 'digits-train-48', now 'fashion_mnist-train-48'"),
-    (["--augment"], "augment was False, now True"),
-    (["--img-size", "12"], "image size was 16, now 12"),
-    (["--lr", "0.01"], "lr was 0.001, now 0.01"),
-    (["--label-smoothing", "0.1"], "label_smoothing was 0.0, now 0.1"),
-    (["--embed-dim", "32"], "model was"),
-])
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (["--train-images", "64"], "training images was 48, now 64"),
+        (["--data", "fashion_mnist"], "data was 'digits-train-48', now 'fashion_mnist-train-48'"),
+        (["--augment"], "augment was False, now True"),
+        (["--img-size", "12"], "image size was 16, now 12"),
+        (["--lr", "0.01"], "lr was 0.001, now 0.01"),
+        (["--label-smoothing", "0.1"], "label_smoothing was 0.0, now 0.1"),
+        (["--embed-dim", "32"], "model was"),
+    ],
+)
 def test_resume_refuses_a_run_with_other_data_or_settings(change, said, tmp_path, capsys):
     assert main(_ancestry_run(tmp_path)) == 0
     checkpoint = (tmp_path / "run" / CHECKPOINT).read_bytes()
@@ -178,8 +263,22 @@ def test_resume_accepts_the_same_run_and_speed_flags(tmp_path, capsys):
 
 def test_resume_refuses_another_method_or_options(ancestry_file, tmp_path, capsys):
     def condense(*extra: str) -> list[str]:
-        return ["condense", "--ancestry", str(ancestry_file), "--data", "digits", *QUICK, "--max-steps", "2",
-                "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "g.safetensors"), "--overwrite", *extra]
+        return [
+            "condense",
+            "--ancestry",
+            str(ancestry_file),
+            "--data",
+            "digits",
+            *QUICK,
+            "--max-steps",
+            "2",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--out",
+            str(tmp_path / "g.safetensors"),
+            "--overwrite",
+            *extra,
+        ]
 
     assert main(condense("--method", "tleg")) == 0
     capsys.readouterr()
@@ -211,6 +310,7 @@ def _stop_signal_at(batch: int, signame: str):
     def fault(x, y, soft):
         assert request_stop(signame)
         return x, y, soft
+
     return fault
 
 
@@ -231,9 +331,17 @@ def test_a_signal_checkpoints_at_the_step_reached_and_resume_is_bit_exact(signam
     model = fresh()
     with pytest.raises(RunInterrupted) as stopped:  # asked during the 9th batch: epoch 2, after its 3rd step
         train(model, FaultyData(data, at=9, fault=_stop_signal_at(9, signame)), cfg, run_dir=tmp_path / "run")
-    assert (stopped.value.signame, stopped.value.step, stopped.value.checkpoint) == (signame, 9, tmp_path / "run" / CHECKPOINT)
+    assert (stopped.value.signame, stopped.value.step, stopped.value.checkpoint) == (
+        signame,
+        9,
+        tmp_path / "run" / CHECKPOINT,
+    )
     ckpt = load_checkpoint(tmp_path / "run" / CHECKPOINT)
-    assert (ckpt["epoch"], ckpt["step_in_epoch"], ckpt["global_step"]) == (1, 3, 9)  # the step reached, not epoch 1's end
+    assert (ckpt["epoch"], ckpt["step_in_epoch"], ckpt["global_step"]) == (
+        1,
+        3,
+        9,
+    )  # the step reached, not epoch 1's end
 
     resumed = fresh()
     result = train(resumed, data, cfg, run_dir=tmp_path / "run", resume=True)
@@ -247,12 +355,40 @@ def test_a_signal_checkpoints_at_the_step_reached_and_resume_is_bit_exact(signam
 def test_sigterm_to_the_cli_checkpoints_and_says_how_to_continue(tmp_path):
     """A real signal to a real process: exit 143, one line naming the checkpoint and --resume."""
     run_dir, out = tmp_path / "run", tmp_path / "out.safetensors"
-    argv = ["ancestry", "--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size",
-            "16", "--data", "digits", "--train-images", "640", "--batch-size", "16", "--epochs", "30", "--quiet",
-            "--run-dir", str(run_dir), "--out", str(out)]
+    argv = [
+        "ancestry",
+        "--depth",
+        "2",
+        "--embed-dim",
+        "32",
+        "--num-heads",
+        "2",
+        "--patch-size",
+        "4",
+        "--img-size",
+        "16",
+        "--data",
+        "digits",
+        "--train-images",
+        "640",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "30",
+        "--quiet",
+        "--run-dir",
+        str(run_dir),
+        "--out",
+        str(out),
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.Popen([sys.executable, "-m", "learngene", *argv], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "learngene", *argv],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 240
     while proc.poll() is None and not (run_dir / CHECKPOINT).exists() and time.monotonic() < deadline:
         time.sleep(0.01)  # training has begun once the first epoch's checkpoint exists

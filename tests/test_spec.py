@@ -8,8 +8,16 @@ from learngene.vit.spec import PRESETS, ViTFamily, ViTSpec, get_preset
 SPECS = [
     ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4),
     ViTSpec(depth=3, embed_dim=48, num_heads=3, mlp_ratio=2.0, img_size=12, patch_size=4, in_chans=3, num_classes=0),
-    ViTSpec(depth=1, embed_dim=16, num_heads=4, img_size=8, patch_size=2, in_chans=2, num_classes=7,
-            family=ViTFamily(global_pool="avg", class_token=False)),
+    ViTSpec(
+        depth=1,
+        embed_dim=16,
+        num_heads=4,
+        img_size=8,
+        patch_size=2,
+        in_chans=2,
+        num_classes=7,
+        family=ViTFamily(global_pool="avg", class_token=False),
+    ),
 ]
 
 
@@ -18,7 +26,10 @@ def test_shapes_and_param_count_match_timm(spec):
     model = spec.create_model()
     assert {k: tuple(v.shape) for k, v in model.state_dict().items()} == spec.state_shapes()
     assert spec.num_params == sum(p.numel() for p in model.parameters())
-    assert model(torch.randn(2, spec.in_chans, spec.img_size, spec.img_size)).shape == (2, spec.num_classes or spec.embed_dim)
+    assert model(torch.randn(2, spec.in_chans, spec.img_size, spec.img_size)).shape == (
+        2,
+        spec.num_classes or spec.embed_dim,
+    )
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.short())
@@ -34,15 +45,18 @@ def test_flops_follow_the_architecture():
     assert get_preset("deit_tiny").flops == pytest.approx(2.5e9, rel=0.1)  # DeiT-Ti: ~1.3 GMACs
 
 
-@pytest.mark.parametrize("changes, words", [
-    (dict(num_heads=5), "does not divide embed_dim"),
-    (dict(patch_size=5), "does not divide img_size"),
-    (dict(depth=0), "depth must be a positive"),
-    (dict(class_token=False), "needs class_token"),
-    (dict(global_pool="max"), "global_pool"),
-    (dict(mlp_ratio=-1.0), "mlp_ratio"),
-    (dict(num_classes=-3), "num_classes"),
-])
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        (dict(num_heads=5), "does not divide embed_dim"),
+        (dict(patch_size=5), "does not divide img_size"),
+        (dict(depth=0), "depth must be a positive"),
+        (dict(class_token=False), "needs class_token"),
+        (dict(global_pool="max"), "global_pool"),
+        (dict(mlp_ratio=-1.0), "mlp_ratio"),
+        (dict(num_classes=-3), "num_classes"),
+    ],
+)
 def test_impossible_specs_are_rejected_with_a_reason(changes, words):
     with pytest.raises(SpecError, match=words):
         SPECS[0].replace(**changes)

@@ -3,9 +3,9 @@
 import torch
 
 from learngene.descendant import make_descendant
-from learngene.vit.heads import split_qkv
 from learngene.methods.structured import impulse_offsets, impulse_targets
 from learngene.registry import get_method
+from learngene.vit.heads import split_qkv
 from learngene.vit.spec import ViTSpec, block_key
 
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=4, img_size=16, patch_size=4, in_chans=1, num_classes=4)

@@ -8,8 +8,8 @@ from learngene.errors import LearngeneError
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.sws import even_stages
 from learngene.registry import get_method
-from learngene.vit.spec import ViTSpec, block_key
 from learngene.training.loop import TrainConfig
+from learngene.vit.spec import ViTSpec, block_key
 from tests.conftest import make_images
 
 AUX = ViTSpec(depth=4, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
@@ -24,7 +24,9 @@ def test_the_aux_net_shares_weights_within_a_stage_and_trains_one_layer_per_stag
     torch.manual_seed(0)
     ancestry = Ancestry(AUX.create_model().eval(), AUX)
     method = get_method("sws")()
-    gene = method.condense(ancestry, CondenseInputs(train=data, train_cfg=TrainConfig(max_steps=2, batch_size=8, progress=False)))
+    gene = method.condense(
+        ancestry, CondenseInputs(train=data, train_cfg=TrainConfig(max_steps=2, batch_size=8, progress=False))
+    )
     assert gene.tensors["stage.attn.qkv.weight"].shape == (3, 96, 32)  # stages 2, 1, 1
     state = method.expand(gene, AUX)
     key = "attn.proj.weight"
@@ -43,8 +45,9 @@ def test_descendants_follow_the_stages():
     gene = method.new_gene(tensors, AUX, AUX)
     out = method.expand(gene, AUX.replace(depth=8))  # aux layer ⌊t/2⌋: stages 0,0,1,1,1,1,2,2
     stage = gene.tensors["stage.mlp.fc1.weight"]
-    assert [next(s for s in range(3) if torch.equal(out[block_key(t, "mlp.fc1.weight")], stage[s])) for t in range(8)] == \
-        [0, 0, 1, 1, 1, 1, 2, 2]
+    assert [
+        next(s for s in range(3) if torch.equal(out[block_key(t, "mlp.fc1.weight")], stage[s])) for t in range(8)
+    ] == [0, 0, 1, 1, 1, 1, 2, 2]
     chosen = get_method("sws")(stages="1,2,1", descendant_stages="3,0,2").expand(gene, AUX.replace(depth=5))
     assert torch.equal(chosen[block_key(3, "mlp.fc1.weight")], stage[2])
     with pytest.raises(LearngeneError, match="descendant_stages"):

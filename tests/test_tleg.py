@@ -12,14 +12,14 @@ from safetensors.torch import load_file
 from learngene.auxnet import block_params_per_layer
 from learngene.cli import main
 from learngene.descendant import GeneNet, make_descendant
-from learngene.formats.describe import describe_gene
 from learngene.errors import LearngeneError
+from learngene.formats.describe import describe_gene
 from learngene.gene import Learngene
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.tleg import MODULES, TLEG, ShareInit, parse_layers
 from learngene.registry import get_method
-from learngene.vit.spec import block_key
 from learngene.training.loop import TrainConfig
+from learngene.vit.spec import block_key
 
 
 def condense(name, ancestry, data, steps=4, seed=0, **opts):
@@ -86,7 +86,9 @@ def test_condensation_distils_the_teacher(tiny_ancestry, toy_data, tiny_spec):
             student = F.log_softmax(make_descendant(gene, tiny_spec).eval()(x), -1)
         return (target.exp() * (target - student)).sum(-1).mean().item()
 
-    assert kl(condense("tleg", tiny_ancestry, toy_data, steps=40)) < 0.5 * kl(condense("tleg", tiny_ancestry, toy_data, steps=1))
+    assert kl(condense("tleg", tiny_ancestry, toy_data, steps=40)) < 0.5 * kl(
+        condense("tleg", tiny_ancestry, toy_data, steps=1)
+    )
 
 
 def test_condensation_is_deterministic_and_records_its_cost(tiny_ancestry, toy_data):
@@ -122,12 +124,20 @@ def test_expansion_loads_strictly_into_timm_for_depths_up_to_four_times_aux(name
 def test_share_init_is_tleg_with_theta_a_zero(tiny_spec):
     share = random_gene(ShareInit(), tiny_spec)
     assert not any(k.startswith("theta_a") for k in share.tensors)
-    tleg = TLEG().new_gene({**share.tensors, **{
-        f"theta_a.{n}": torch.zeros_like(share.tensors[f"theta_b.{n}"]) for n in tiny_spec.block_shapes()}}, tiny_spec, None)
+    tleg = TLEG().new_gene(
+        {
+            **share.tensors,
+            **{f"theta_a.{n}": torch.zeros_like(share.tensors[f"theta_b.{n}"]) for n in tiny_spec.block_shapes()},
+        },
+        tiny_spec,
+        None,
+    )
     spec = tiny_spec.replace(depth=5)
     a, b = ShareInit().expand(share, spec), TLEG().expand(tleg, spec)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert all(torch.equal(a[block_key(i, "mlp.fc1.weight")], share.tensors["theta_b.mlp.fc1.weight"]) for i in range(5))
+    assert all(
+        torch.equal(a[block_key(i, "mlp.fc1.weight")], share.tensors["theta_b.mlp.fc1.weight"]) for i in range(5)
+    )
 
 
 def test_modules_option_expands_only_those_modules(tiny_ancestry, toy_data, tiny_spec):
@@ -142,7 +152,9 @@ def test_modules_option_expands_only_those_modules(tiny_ancestry, toy_data, tiny
     assert {k for k in provided if k.startswith("blocks.")} == {block_key(i, n) for i in range(3) for n in msa}
     # in the aux net the MLPs and norms were ordinary per-layer parameters (TLEG Table 4)
     net = GeneNet(TLEG.from_gene(gene), gene, tiny_spec)
-    assert net.skeleton.blocks[1].mlp.fc1.weight.requires_grad and not net.skeleton.blocks[1].attn.qkv.weight.requires_grad
+    assert (
+        net.skeleton.blocks[1].mlp.fc1.weight.requires_grad and not net.skeleton.blocks[1].attn.qkv.weight.requires_grad
+    )
     with pytest.raises(LearngeneError, match="modules msa"):
         TLEG.from_gene(gene, modules=("ln",)).expand(gene, spec)
 
@@ -154,7 +166,9 @@ def test_layers_option_initializes_only_those_layers(tiny_spec):
     assert {int(k.split(".")[1]) for k in state if k.startswith("blocks.")} == {3, 4, 5}
     theta_a, theta_b = gene.tensors["theta_a.attn.proj.weight"], gene.tensors["theta_b.attn.proj.weight"]
     assert torch.allclose(state[block_key(3, "attn.proj.weight")], theta_b + 3 / 6 * theta_a, atol=1e-6)
-    assert parse_layers("1,3-4", 5) == [0, 2, 3] and parse_layers((2, 5), 5) == [1, 4] and parse_layers("all", 2) == [0, 1]
+    assert (
+        parse_layers("1,3-4", 5) == [0, 2, 3] and parse_layers((2, 5), 5) == [1, 4] and parse_layers("all", 2) == [0, 1]
+    )
     for bad in ("7", "0-2", "x", ""):
         with pytest.raises(LearngeneError, match="layers"):
             parse_layers(bad, 6)
@@ -190,8 +204,9 @@ def test_any_classifier_can_teach_given_the_aux_size(toy_data):
     teacher = Ancestry(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(256, 4)).eval(), None)
     with pytest.raises(LearngeneError, match="aux_depth"):
         condense("tleg", teacher, toy_data)
-    gene = condense("tleg", teacher, toy_data, steps=2, aux_depth=3, aux_embed_dim=32, aux_num_heads=4,
-                    aux_patch_size=4)
+    gene = condense(
+        "tleg", teacher, toy_data, steps=2, aux_depth=3, aux_embed_dim=32, aux_num_heads=4, aux_patch_size=4
+    )
     assert gene.ancestry is None and gene.layout.short() == "L3-D32-H4" and gene.layout.num_classes == 4
 
 
@@ -202,23 +217,64 @@ DATA = ["--data", "digits", "--train-images", "200"]
 def test_cli_condense_expand_inspect(tmp_path, capsys):
     anc, gene, desc = (str(tmp_path / f"{n}.safetensors") for n in ("anc", "gene", "desc"))
     assert main(["ancestry", *TINY_ARGS, *DATA, "--epochs", "1", "--quiet", "--out", anc]) == 0
-    assert main(["condense", "--method", "tleg", "--ancestry", anc, *DATA, "--max-steps", "3", "--quiet",
-                 "--run-dir", str(tmp_path / "run"), "--out", gene]) == 0
+    assert (
+        main(
+            [
+                "condense",
+                "--method",
+                "tleg",
+                "--ancestry",
+                anc,
+                *DATA,
+                "--max-steps",
+                "3",
+                "--quiet",
+                "--run-dir",
+                str(tmp_path / "run"),
+                "--out",
+                gene,
+            ]
+        )
+        == 0
+    )
     assert Learngene.load(gene).cost["distill_lambda"] == 1.0  # the authors' pure-KL recipe by default
     assert main(["expand", gene, "--depth", "5", "--opt", "layers=2-5", "--quiet", "--out", desc]) == 0
-    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=5, embed_dim=32, num_heads=2,
-                              patch_size=4, img_size=16, in_chans=1, num_classes=10)
+    model = timm.create_model(
+        "vit_tiny_patch16_224",
+        pretrained=False,
+        depth=5,
+        embed_dim=32,
+        num_heads=2,
+        patch_size=4,
+        img_size=16,
+        in_chans=1,
+        num_classes=10,
+    )
     model.load_state_dict(load_file(desc), strict=True)
     capsys.readouterr()
     assert main(["inspect", gene]) == 0
     text = capsys.readouterr().out
     assert "method tleg" in text and "2.00 layers' worth" in text and '"steps": 3' in text
-    assert main(["expand", gene, "--embed-dim", "64", "--num-heads", "2", "--quiet",
-                 "--out", str(tmp_path / "wide.safetensors")]) == 2
+    assert (
+        main(
+            [
+                "expand",
+                gene,
+                "--embed-dim",
+                "64",
+                "--num-heads",
+                "2",
+                "--quiet",
+                "--out",
+                str(tmp_path / "wide.safetensors"),
+            ]
+        )
+        == 2
+    )
 
 
 def test_condensation_resumes_after_a_crash_bit_for_bit(tiny_ancestry, toy_data, tmp_path, monkeypatch):
-    loop = importlib.import_module("learngene.train")  # the package exports a function of that name too
+    loop = importlib.import_module("learngene.training.loop")
 
     def run(run_dir, resume=False):
         cfg = TrainConfig(epochs=2, batch_size=16, lr=3e-3, distill_lambda=1.0, checkpoint_every=2, progress=False)

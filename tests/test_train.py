@@ -79,8 +79,9 @@ def test_distillation_loss():
     torch.testing.assert_close(distill_loss(logits, labels, None, 0.0, 1.0), ce)
     assert distill_loss(logits, labels, logits.clone(), 1.0, 2.0).abs().max() < 1e-6
     teacher = torch.randn(5, 4)
-    kl = torch.nn.functional.kl_div(torch.log_softmax(logits / 2, -1), torch.log_softmax(teacher / 2, -1),
-                                    log_target=True, reduction="none").sum(-1)
+    kl = torch.nn.functional.kl_div(
+        torch.log_softmax(logits / 2, -1), torch.log_softmax(teacher / 2, -1), log_target=True, reduction="none"
+    ).sum(-1)
     torch.testing.assert_close(distill_loss(logits, labels, teacher, 0.25, 2.0), 0.75 * ce + 0.25 * 4 * kl)
 
 
@@ -161,8 +162,9 @@ def test_deit_mixup_trains_deterministically_on_a_streamed_folder(tiny_spec, rgb
     runs = []
     for _ in range(2):
         model = _model(spec)
-        result = train(model, train_data, TrainConfig(epochs=2, mixup=True, label_smoothing=0.1, **FAST),
-                       eval_data=test_data)
+        result = train(
+            model, train_data, TrainConfig(epochs=2, mixup=True, label_smoothing=0.1, **FAST), eval_data=test_data
+        )
         runs.append(_weights(model))
     assert all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
     assert all(torch.isfinite(torch.tensor(r["train_loss"])) for r in result.history)
@@ -189,8 +191,9 @@ def test_a_teacher_on_streamed_data_runs_in_inference_mode(tiny_spec, rgb_folder
     teacher = _model(spec, seed=1)
     calls = []
     teacher.register_forward_hook(lambda m, i, o: calls.append(torch.is_inference_mode_enabled()))
-    result = train(_model(spec), train_data, TrainConfig(epochs=1, distill_lambda=1.0, mixup=True, **FAST),
-                   teacher=teacher)
+    result = train(
+        _model(spec), train_data, TrainConfig(epochs=1, distill_lambda=1.0, mixup=True, **FAST), teacher=teacher
+    )
     assert calls and all(calls) and result.history[0]["train_loss"] > 0
 
 

@@ -7,9 +7,10 @@ from learngene.bench import protocol as protocol_module
 from learngene.bench.profiles import Upstream, Variant
 from learngene.bench.report import compare, format_table
 from learngene.descendant import make_descendant
-from learngene.vit.heads import split_qkv
-from learngene.methods.mimetic import Mimetic, blend_query_key, sincos_pos_embed
+from learngene.methods.mimetic import Mimetic
 from learngene.registry import get_method
+from learngene.vit.attention_init import blend_query_key, sincos_pos_embed
+from learngene.vit.heads import split_qkv
 from learngene.vit.spec import ViTSpec
 
 
@@ -24,8 +25,18 @@ def test_compare_marks_only_differences_beyond_two_pooled_stds():
 
 
 def _row(method, seed, acc, budget=1, variant=""):
-    return Row(method=method, task="t", size="S", depth=1, embed_dim=8, num_heads=1, seed=seed, budget=budget,
-               accs=[acc], variant=variant)
+    return Row(
+        method=method,
+        task="t",
+        size="S",
+        depth=1,
+        embed_dim=8,
+        num_heads=1,
+        seed=seed,
+        budget=budget,
+        accs=[acc],
+        variant=variant,
+    )
 
 
 def test_tables_mark_every_cell_against_scratch_scratch_x10_and_mimetic():
@@ -75,17 +86,35 @@ def test_position_embedding_options_and_seeded_mimetic():
 TRANSFER = Profile(
     name="micro-transfer",
     ancestry=ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=28, patch_size=7, in_chans=1, num_classes=10),
-    ancestry_epochs=1, ancestry_images=None, condense_epochs=1, condense_images=None,
+    ancestry_epochs=1,
+    ancestry_images=None,
+    condense_epochs=1,
+    condense_images=None,
     sizes=((1, 32, 2),),
-    tasks=(Task("other", "fashion_mnist", epochs=2, shots=2, new_head=True, other_classes=True, eval_every=0,
-                scratch_factor=2, batch_size=5),),
-    adapt_steps=1, seeds=(0, 1), methods=("scratch", "mimetic", "pretrained"), batch_size=8,
+    tasks=(
+        Task(
+            "other",
+            "fashion_mnist",
+            epochs=2,
+            shots=2,
+            new_head=True,
+            other_classes=True,
+            eval_every=0,
+            scratch_factor=2,
+            batch_size=5,
+        ),
+    ),
+    adapt_steps=1,
+    seeds=(0, 1),
+    methods=("scratch", "mimetic", "pretrained"),
+    batch_size=8,
     upstreams=(Upstream("A", (0, 1, 2, 3, 4), 1, 1, ablations=True), Upstream("A-long", (0, 1, 2, 3, 4), 2, 1)),
-    variants=(Variant("+sincos", methods=("pretrained",), pos_embed="sincos"),
-              Variant("head-reuse", methods=("pretrained",), head="reuse"),
-              Variant("+mimetic", methods=("pretrained",), top_up="mimetic"),
-              Variant("+fix", methods=("pretrained",), options=(("untrained_attention", "mimetic"),),
-                      upstreams=("A-long",))),
+    variants=(
+        Variant("+sincos", methods=("pretrained",), pos_embed="sincos"),
+        Variant("head-reuse", methods=("pretrained",), head="reuse"),
+        Variant("+mimetic", methods=("pretrained",), top_up="mimetic"),
+        Variant("+fix", methods=("pretrained",), options=(("untrained_attention", "mimetic"),), upstreams=("A-long",)),
+    ),
 )
 
 
@@ -119,6 +148,13 @@ def test_transfer_tasks_train_on_the_unseen_classes_and_share_reference_cells(tm
     assert all(r.eval_epochs == [2] for r in finished)  # evaluated once, at the end
     assert all(r.eval_epochs == [2, 4] for r in rows if r.budget == 2)  # the long run: at every multiple
     report = (tmp_path / "o" / "report.md").read_text()
-    for text in ("## Ancestries", "## Upstream A", "### other (A-long)", "gain by upstream", "2 × the pooled",
-                 "S= ", "the top-up changes nothing"):
+    for text in (
+        "## Ancestries",
+        "## Upstream A",
+        "### other (A-long)",
+        "gain by upstream",
+        "2 × the pooled",
+        "S= ",
+        "the top-up changes nothing",
+    ):
         assert text in report, text

@@ -5,10 +5,10 @@ import torch
 
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
-from learngene.vit.heads import join_qkv
 from learngene.method import Ancestry
-from learngene.vit.attention_init import UNTRAINED_ATTENTION_SCALE, attention_logit_scale, sincos_pos_embed
 from learngene.registry import get_method
+from learngene.vit.attention_init import UNTRAINED_ATTENTION_SCALE, attention_logit_scale, sincos_pos_embed
+from learngene.vit.heads import join_qkv
 from learngene.vit.spec import block_key
 
 COPIERS = ("pretrained", "auto_lg", "heru_lg")
@@ -30,18 +30,22 @@ def test_logit_scale_is_the_std_of_the_logits_of_isotropic_tokens(tiny_spec):
     s = 0.7
     q = torch.zeros(H, d, D)
     for h in range(H):
-        q[h, :, h * d:(h + 1) * d] = s * torch.eye(d)
-    state = {block_key(0, "attn.qkv.weight"): join_qkv(q, q, torch.zeros(H, d, D)),
-             block_key(0, "norm1.weight"): torch.full((D,), 2.0)}  # the LayerNorm gain scales q and k: ×4
+        q[h, :, h * d : (h + 1) * d] = s * torch.eye(d)
+    state = {
+        block_key(0, "attn.qkv.weight"): join_qkv(q, q, torch.zeros(H, d, D)),
+        block_key(0, "norm1.weight"): torch.full((D,), 2.0),
+    }  # the LayerNorm gain scales q and k: ×4
     assert attention_logit_scale(state, tiny_spec, 0) == pytest.approx(4 * s * s, rel=1e-6)
     # and it is what unit-variance tokens give: the std of x A yᵀ/√d over random x, y
     torch.manual_seed(0)
     qkv = torch.randn(3 * D, D) * 0.3
     state = {block_key(0, "attn.qkv.weight"): qkv}
     x, y = torch.randn(20000, D), torch.randn(20000, D)
-    logits = ((x @ qkv[:d].T) * (y @ qkv[D:D + d].T)).sum(-1) / d**0.5  # head 0
-    heads = [((x @ qkv[h * d:(h + 1) * d].T) * (y @ qkv[D + h * d:D + (h + 1) * d].T)).sum(-1).std() / d**0.5
-             for h in range(H)]
+    logits = ((x @ qkv[:d].T) * (y @ qkv[D : D + d].T)).sum(-1) / d**0.5  # head 0
+    heads = [
+        ((x @ qkv[h * d : (h + 1) * d].T) * (y @ qkv[D + h * d : D + (h + 1) * d].T)).sum(-1).std() / d**0.5
+        for h in range(H)
+    ]
     assert logits.std().item() == pytest.approx(heads[0].item(), rel=1e-6)
     assert attention_logit_scale(state, tiny_spec, 0) == pytest.approx(float(torch.stack(heads).mean()), rel=0.05)
 
@@ -118,10 +122,36 @@ def test_condense_says_when_the_option_would_apply(tiny_spec, tmp_path, capsys):
         path = tmp_path / f"anc{factor}.safetensors"
         save_model(path, ancestry.model, tiny_spec, origin={"kind": "ancestry"})
         capsys.readouterr()
-        assert main(["condense", "--method", "pretrained", "--ancestry", str(path),
-                     "--out", str(tmp_path / f"gene{factor}.safetensors")]) == 0
+        assert (
+            main(
+                [
+                    "condense",
+                    "--method",
+                    "pretrained",
+                    "--ancestry",
+                    str(path),
+                    "--out",
+                    str(tmp_path / f"gene{factor}.safetensors"),
+                ]
+            )
+            == 0
+        )
         assert ("untrained_attention=mimetic" in capsys.readouterr().out) is expected
     capsys.readouterr()  # the option on: no hint
-    assert main(["condense", "--method", "auto_lg", "--ancestry", str(tmp_path / "anc1.0.safetensors"),
-                 "--opt", "untrained_attention=mimetic", "--out", str(tmp_path / "gene-on.safetensors")]) == 0
+    assert (
+        main(
+            [
+                "condense",
+                "--method",
+                "auto_lg",
+                "--ancestry",
+                str(tmp_path / "anc1.0.safetensors"),
+                "--opt",
+                "untrained_attention=mimetic",
+                "--out",
+                str(tmp_path / "gene-on.safetensors"),
+            ]
+        )
+        == 0
+    )
     assert "untrained_attention=mimetic" not in capsys.readouterr().out

@@ -9,14 +9,14 @@ from safetensors.torch import load_file
 
 from learngene.cli import main
 from learngene.descendant import GeneNet, make_descendant
-from learngene.formats.describe import describe_gene
 from learngene.errors import LearngeneError
+from learngene.formats.describe import describe_gene
 from learngene.gene import Learngene
 from learngene.method import AdaptInputs, CondenseInputs
 from learngene.methods.tleg import TLEG
 from learngene.methods.wave import MATRICES, WAVE, block_grid
-from learngene.vit.spec import block_key
 from learngene.training.loop import TrainConfig, evaluate
+from learngene.vit.spec import block_key
 
 
 def condense(ancestry, data, steps=4, seed=0, **opts):
@@ -26,8 +26,11 @@ def condense(ancestry, data, steps=4, seed=0, **opts):
 
 def random_gene(method, spec, seed=0, scalers=True):
     torch.manual_seed(seed)
-    tensors = {k: (v if k.startswith("scalers.") else torch.randn_like(v))
-               for k, v in method.initial_tensors(spec).items() if scalers or not k.startswith("scalers.")}
+    tensors = {
+        k: (v if k.startswith("scalers.") else torch.randn_like(v))
+        for k, v in method.initial_tensors(spec).items()
+        if scalers or not k.startswith("scalers.")
+    }
     return method.new_gene(tensors, spec, None)
 
 
@@ -42,7 +45,9 @@ def tleg_as_wave(gene, spec, w):
                 return t.reshape(grid[0], w)
             return t.reshape(grid[0], w, grid[1], w).permute(0, 2, 1, 3).reshape(-1, w, w)
 
-        tensors[f"templates.{name}"] = torch.cat([cut(gene.tensors[f"theta_b.{name}"]), cut(gene.tensors[f"theta_a.{name}"])])
+        tensors[f"templates.{name}"] = torch.cat(
+            [cut(gene.tensors[f"theta_b.{name}"]), cut(gene.tensors[f"theta_a.{name}"])]
+        )
     return WAVE().new_gene(tensors, spec, None)
 
 
@@ -61,7 +66,8 @@ def test_kronecker_product_of_eq4(tiny_spec):
 def test_linear_padding_reproduces_tleg_appendix_a(tiny_spec, w):
     torch.manual_seed(0)
     tleg_gene = TLEG().new_gene(
-        {k: torch.randn_like(v) for k, v in TLEG().initial_tensors(tiny_spec).items()}, tiny_spec, None)
+        {k: torch.randn_like(v) for k, v in TLEG().initial_tensors(tiny_spec).items()}, tiny_spec, None
+    )
     wave_gene = tleg_as_wave(tleg_gene, tiny_spec, w)
     as_tleg = WAVE(padding_eps=0.0, padding_offset=1)  # TLEG's (l−1)/L
     for depth in (1, 2, 3, 5, 8):
@@ -84,8 +90,8 @@ def test_width_tiles_the_aux_blocks_inside_q_k_v_segments(tiny_spec):
     for layer in range(3):
         n, w = (s[block_key(layer, "attn.qkv.weight")] for s in (narrow, wide))
         for seg in range(3):  # q, k, v of the aux land at the start of the wide q, k, v
-            assert torch.equal(w[seg * 64:seg * 64 + 32, :32], n[seg * 32:(seg + 1) * 32])
-            assert not w[seg * 64 + 32:(seg + 1) * 64].any() and not w[seg * 64:(seg + 1) * 64, 32:].any()
+            assert torch.equal(w[seg * 64 : seg * 64 + 32, :32], n[seg * 32 : (seg + 1) * 32])
+            assert not w[seg * 64 + 32 : (seg + 1) * 64].any() and not w[seg * 64 : (seg + 1) * 64, 32:].any()
         n, w = (s[block_key(layer, "mlp.fc2.weight")] for s in (narrow, wide))
         assert torch.equal(w[:32, :128], n) and not w[32:].any() and not w[:, 128:].any()
         n, w = (s[block_key(layer, "norm1.weight")] for s in (narrow, wide))
@@ -111,7 +117,8 @@ def test_expansion_loads_strictly_into_timm_and_is_differentiable(tiny_spec):
     for depth in range(1, 4 * tiny_spec.depth + 1):
         spec = tiny_spec.replace(depth=depth)
         timm.create_model("vit_tiny_patch16_224", pretrained=False, **spec.timm_kwargs()).load_state_dict(
-            method.expand(gene, spec), strict=True)
+            method.expand(gene, spec), strict=True
+        )
     gene = random_gene(method, tiny_spec)
     leaves = {k: v.clone().requires_grad_() for k, v in gene.tensors.items()}
     state = method.expand(dataclasses.replace(gene, tensors=leaves), tiny_spec)
@@ -176,9 +183,16 @@ def test_adapt_to_a_doubled_width_trains_what_the_gene_cannot_provide(tiny_ances
     gene = condense(tiny_ancestry, toy_data, steps=2)
     wide = tiny_spec.replace(depth=3, embed_dim=64, num_heads=4)
     method = WAVE.from_gene(gene, adapt_steps=3)
-    adapted, result = method.adapt(gene, wide, AdaptInputs(toy_data, TrainConfig(epochs=1, batch_size=16, progress=False)))
+    adapted, result = method.adapt(
+        gene, wide, AdaptInputs(toy_data, TrainConfig(epochs=1, batch_size=16, progress=False))
+    )
     assert result.steps == 3
-    assert adapted.tensors["pos_embed"].shape[-1] == 64 and adapted.tensors["scalers.mlp.fc1.weight"].shape == (3, 8, 8, 2)
+    assert adapted.tensors["pos_embed"].shape[-1] == 64 and adapted.tensors["scalers.mlp.fc1.weight"].shape == (
+        3,
+        8,
+        8,
+        2,
+    )
     model = timm.create_model("vit_tiny_patch16_224", pretrained=False, **wide.timm_kwargs())
     model.load_state_dict(WAVE.from_gene(adapted).expand(adapted, wide), strict=True)
     assert "scalers stored for L3-D64-H4" in describe_gene(adapted)
@@ -191,17 +205,59 @@ DATA = ["--data", "digits", "--train-images", "200"]
 def test_cli_condense_adapt_expand_inspect(tmp_path, capsys):
     anc, gene, adapted = (str(tmp_path / f"{n}.safetensors") for n in ("anc", "gene", "adapted"))
     assert main(["ancestry", *TINY_ARGS, *DATA, "--epochs", "1", "--quiet", "--out", anc]) == 0
-    assert main(["condense", "--method", "wave", "--ancestry", anc, *DATA, "--max-steps", "3", "--quiet", "--out", gene]) == 0
+    assert (
+        main(["condense", "--method", "wave", "--ancestry", anc, *DATA, "--max-steps", "3", "--quiet", "--out", gene])
+        == 0
+    )
     assert Learngene.load(gene).cost["distill_lambda"] == 0.5  # Eq. 6's KL + CE by default, not TLEG's pure KL
     wide = ["--depth", "3", "--embed-dim", "64", "--num-heads", "4"]
-    assert main(["adapt", gene, *wide, *DATA, "--max-steps", "3", "--quiet", "--gene-out", adapted,
-                 "--out", str(tmp_path / "wide.safetensors")]) == 0
-    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=3, embed_dim=64, num_heads=4,
-                              patch_size=4, img_size=16, in_chans=1, num_classes=10)
+    assert (
+        main(
+            [
+                "adapt",
+                gene,
+                *wide,
+                *DATA,
+                "--max-steps",
+                "3",
+                "--quiet",
+                "--gene-out",
+                adapted,
+                "--out",
+                str(tmp_path / "wide.safetensors"),
+            ]
+        )
+        == 0
+    )
+    model = timm.create_model(
+        "vit_tiny_patch16_224",
+        pretrained=False,
+        depth=3,
+        embed_dim=64,
+        num_heads=4,
+        patch_size=4,
+        img_size=16,
+        in_chans=1,
+        num_classes=10,
+    )
     model.load_state_dict(load_file(str(tmp_path / "wide.safetensors")), strict=True)
     assert main(["expand", gene, "--depth", "6", "--quiet", "--out", str(tmp_path / "deep.safetensors")]) == 0
     capsys.readouterr()
     assert main(["inspect", adapted]) == 0
     assert "scalers stored for L3-D64-H4" in capsys.readouterr().out
-    assert main(["expand", gene, "--embed-dim", "48", "--num-heads", "2", "--quiet",
-                 "--out", str(tmp_path / "bad.safetensors")]) == 2
+    assert (
+        main(
+            [
+                "expand",
+                gene,
+                "--embed-dim",
+                "48",
+                "--num-heads",
+                "2",
+                "--quiet",
+                "--out",
+                str(tmp_path / "bad.safetensors"),
+            ]
+        )
+        == 2
+    )

@@ -21,12 +21,27 @@ from ._version import __version__
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "AdaptInputs": "method", "Ancestry": "method", "CondenseInputs": "method", "Method": "method", "Paper": "method",
-    "GeneNet": "descendant", "fit_gene_to_budget": "descendant", "make_descendant": "descendant",
-    "LearngeneError": "errors", "Learngene": "gene", "load_ancestry": "ancestry",
-    "get_method": "registry", "list_methods": "registry", "register_method": "registry",
-    "PRESETS": "vit.spec", "ViTSpec": "vit.spec", "get_preset": "vit.spec",
-    "TrainConfig": "training.loop", "evaluate": "training.loop", "train": "training.loop",
+    "AdaptInputs": "method",
+    "Ancestry": "method",
+    "CondenseInputs": "method",
+    "Method": "method",
+    "Paper": "method",
+    "GeneNet": "descendant",
+    "fit_gene_to_budget": "descendant",
+    "make_descendant": "descendant",
+    "LearngeneError": "errors",
+    "export_hub_folder": "formats.export",
+    "Learngene": "gene",
+    "load_ancestry": "ancestry",
+    "get_method": "registry",
+    "list_methods": "registry",
+    "register_method": "registry",
+    "PRESETS": "vit.spec",
+    "ViTSpec": "vit.spec",
+    "get_preset": "vit.spec",
+    "TrainConfig": "training.loop",
+    "evaluate": "training.loop",
+    "train": "training.loop",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]

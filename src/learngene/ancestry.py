@@ -22,25 +22,27 @@ import inspect
 import itertools
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from torch import Tensor, nn
 
-from .formats.convert import is_model_folder, read_checkpoint
 from .errors import LearngeneError, SpecError
-from .vit.eva import EVA_MODULE, fuse_qkv_projections, has_unfused_qkv
-from .formats.model_file import load_model_file
-from .formats.memory import release_pages, tensors_in_temporary_file
+from .formats.convert import is_model_folder, read_checkpoint
 from .formats.licenses import check_license
+from .formats.memory import release_pages, tensors_in_temporary_file
+from .formats.model_file import load_model_file
 from .method import Ancestry
+from .vit.eva import EVA_MODULE, fuse_qkv_projections, has_unfused_qkv
 from .vit.model_spec import spec_from_model
 
 StateDict = dict[str, Tensor]
 
 
-def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, drop_head: bool = False,
-                  **model_kwargs: Any) -> Ancestry:
+def load_ancestry(
+    path: str | os.PathLike, timm_model: str | None = None, drop_head: bool = False, **model_kwargs: Any
+) -> Ancestry:
     """Load an ancestry.
 
     Args:
@@ -64,16 +66,23 @@ def load_ancestry(path: str | os.PathLike, timm_model: str | None = None, drop_h
         model.pretrained_cfg = {**model.pretrained_cfg, **ckpt.pretrained_cfg}  # the folder's own preprocessing
     elif timm_model is None:
         if Path(path).is_dir():
-            raise LearngeneError(f"{path} is a folder without config.json; give a timm hub or transformers model "
-                                 f"folder, or a checkpoint file")
+            raise LearngeneError(
+                f"{path} is a folder without config.json; give a timm hub or transformers model "
+                f"folder, or a checkpoint file"
+            )
         if drop_head:
-            raise LearngeneError(f"--drop-head applies to model folders and timm checkpoints; {path} is a learngene "
-                                 f"model file, whose head a descendant replaces with --num-classes")
+            raise LearngeneError(
+                f"--drop-head applies to model folders and timm checkpoints; {path} is a learngene "
+                f"model file, whose head a descendant replaces with --num-classes"
+            )
         state, spec, origin = load_model_file(path, lazy=True)
         license = origin.get("license")
-        return Ancestry(build_model_lazily(lambda **kw: spec.create_model(**kw), state, str(path)).eval(), spec,
-                        origin.get("label_space"),
-                        license=check_license(license, f"the licence recorded in {path}") if license else None)
+        return Ancestry(
+            build_model_lazily(lambda **kw: spec.create_model(**kw), state, str(path)).eval(),
+            spec,
+            origin.get("label_space"),
+            license=check_license(license, f"the licence recorded in {path}") if license else None,
+        )
     else:
         _require_timm_name(timm_model)
         # read (and checked for NaN) before building the model: a bad file fails in a moment, not after a big init
@@ -178,8 +187,10 @@ def _timm_model(name: str, kwargs: dict[str, Any]) -> nn.Module:
         return timm.create_model(name, pretrained=False, **kwargs)
     except (TypeError, ValueError, AssertionError, ZeroDivisionError) as exc:  # e.g. num_heads 0: timm divides by it
         shown = {k: v for k, v in kwargs.items() if k != "device"}
-        raise LearngeneError(f"cannot build timm model {name} with {shown}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; "
-                             f"check the sizes in the model's config or the arguments") from None
+        raise LearngeneError(
+            f"cannot build timm model {name} with {shown}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; "
+            f"check the sizes in the model's config or the arguments"
+        ) from None
 
 
 def _fitting_state(model: nn.Module, state: StateDict, path: str, name: str) -> StateDict:
@@ -191,17 +202,23 @@ def _fitting_state(model: nn.Module, state: StateDict, path: str, name: str) -> 
     hint = "pick the matching --timm-model" if name else "create the file again with learngene"
     for key, value in state.items():
         if key in own and own[key] != value.shape:
-            raise LearngeneError(f"{path}: {key} has shape {tuple(value.shape)} but timm {name or 'model'} needs "
-                                 f"{tuple(own[key])}; {hint} or sizes")
+            raise LearngeneError(
+                f"{path}: {key} has shape {tuple(value.shape)} but timm {name or 'model'} needs "
+                f"{tuple(own[key])}; {hint} or sizes"
+            )
         if key in own and own_state[key].is_floating_point() and not value.is_floating_point():
-            raise LearngeneError(f"{path}: {key} holds {str(value.dtype).removeprefix('torch.')} values where timm "
-                                 f"{name or 'model'} has floating-point weights; use the model's real (float) weights")
+            raise LearngeneError(
+                f"{path}: {key} holds {str(value.dtype).removeprefix('torch.')} values where timm "
+                f"{name or 'model'} has floating-point weights; use the model's real (float) weights"
+            )
     missing = [k for k in own if k not in state and k not in head]
     unexpected = [k for k in state if k not in own]
     if missing or unexpected:
         bad = (missing or unexpected)[0]
-        raise LearngeneError(f"{path} does not match timm {name or 'model'} (e.g. {'missing' if missing else 'unexpected'} "
-                             f"key {bad!r}); {hint}")
+        raise LearngeneError(
+            f"{path} does not match timm {name or 'model'} (e.g. {'missing' if missing else 'unexpected'} "
+            f"key {bad!r}); {hint}"
+        )
     return state
 
 
@@ -210,6 +227,7 @@ def _classifier_prefixes(model: nn.Module) -> tuple[str, ...]:
     get = getattr(model, "get_classifier", None)
     classifiers = get() if get else None
     classifiers = classifiers if isinstance(classifiers, tuple) else (classifiers,)
-    names = tuple(name + "." for name, module in model.named_modules()
-                  if name and any(module is c for c in classifiers))
+    names = tuple(
+        name + "." for name, module in model.named_modules() if name and any(module is c for c in classifiers)
+    )
     return names or ("head.",)

@@ -19,21 +19,22 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 from tqdm import tqdm
 
-from .training import distributed as dist
 from .data import ImageData
-from .training.distill import FeatureDistillation
-from .genenet import GeneNet
 from .errors import LearngeneError
 from .gene import Learngene
+from .genenet import GeneNet
 from .method import Ancestry, CondenseInputs, Method
-from .vit.spec import ViTSpec
+from .training import distributed as dist
+from .training.distill import FeatureDistillation
 from .training.loop import predict_logits, resolve_device, train
+from .vit.spec import ViTSpec
 from .vit.transfer import StateDict, inherit_non_block, part_of
 
 
@@ -47,19 +48,25 @@ class AuxConfig:
     aux_embed_dim: int = 0
     aux_num_heads: int = 0
     aux_patch_size: int = 0
-    aux_pool: Literal["", "token", "avg"] = ""  # "": the ancestry's; avg: no class token, average pooling (the authors' aux net)
+    aux_pool: Literal["", "token", "avg"] = (
+        ""  # "": the ancestry's; avg: no class token, average pooling (the authors' aux net)
+    )
     init_std: float = 0.02  # trunc-normal std of weight tensors at the start of condensation
 
 
-def resolve_aux_spec(config: AuxConfig, ancestry: Ancestry | None, inputs: CondenseInputs | None, method: str) -> ViTSpec:
+def resolve_aux_spec(
+    config: AuxConfig, ancestry: Ancestry | None, inputs: CondenseInputs | None, method: str
+) -> ViTSpec:
     """The aux net's spec: sizes from the options, else from the ancestry; input and labels from the data."""
     base = ancestry.spec if ancestry is not None else None
     sizes = {"depth": config.aux_depth, "embed_dim": config.aux_embed_dim, "num_heads": config.aux_num_heads}
     missing = [f"aux_{k}" for k, v in sizes.items() if not v]
     sizes["patch_size"] = config.aux_patch_size
     if missing and base is None:
-        raise LearngeneError(f"{method}: the ancestry is not a ViT, so give the aux net's size: "
-                             + " ".join(f"--opt {m}=N" for m in missing))
+        raise LearngeneError(
+            f"{method}: the ancestry is not a ViT, so give the aux net's size: "
+            + " ".join(f"--opt {m}=N" for m in missing)
+        )
     values = base.to_dict() if base is not None else ViTSpec().to_dict()
     values.update({k: v for k, v in sizes.items() if v})
     if config.aux_pool:
@@ -118,8 +125,13 @@ class AuxNetMethod(Method):
         return condense_through_aux(self, start, ancestry, inputs)
 
 
-def condense_through_aux(method: Method, start: Learngene, ancestry: Ancestry, inputs: CondenseInputs | None,
-                         trainable: Callable[[str], bool] | None = None) -> Learngene:
+def condense_through_aux(
+    method: Method,
+    start: Learngene,
+    ancestry: Ancestry,
+    inputs: CondenseInputs | None,
+    trainable: Callable[[str], bool] | None = None,
+) -> Learngene:
     """Train ``start``'s tensors through the aux net of its layout by distillation from ``ancestry``.
 
     Loss ``(1−λ)·CE + λ·τ²·KL`` with λ, τ from ``inputs.train_cfg`` (TLEG Eq. 6; WAVE Eq. 6 is λ = 0.5
@@ -145,8 +157,10 @@ def condense_through_aux(method: Method, start: Learngene, ancestry: Ancestry, i
             student = FeatureDistillation(net, probe.shape[-1])
             distilled = student.describe("; it has no classifier")
         elif probe.shape[-1] != aux.num_classes:
-            raise LearngeneError(f"the ancestry predicts {probe.shape[-1]} classes but the aux net has "
-                                 f"{aux.num_classes}; distil on data with the ancestry's label space")
+            raise LearngeneError(
+                f"the ancestry predicts {probe.shape[-1]} classes but the aux net has "
+                f"{aux.num_classes}; distil on data with the ancestry's label space"
+            )
         else:
             distilled = f"logits (τ² KL at τ = {cfg.distill_tau:g})"
         # augmented or mixed images differ every epoch, and streamed ones are read once per step: the loop then
@@ -156,12 +170,21 @@ def condense_through_aux(method: Method, start: Learngene, ancestry: Ancestry, i
             teacher = None
         teacher_seconds = time.perf_counter() - tic
     if cfg.progress and dist.is_main():
-        tqdm.write(f"{method.name}: the aux net {aux.short()} distils the ancestry's {distilled}, λ = {cfg.distill_lambda:g}")
+        tqdm.write(
+            f"{method.name}: the aux net {aux.short()} distils the ancestry's {distilled}, λ = {cfg.distill_lambda:g}"
+        )
     result = train(student, data, cfg, inputs.eval, teacher=teacher, run_dir=inputs.run_dir, resume=inputs.resume)
     gene = net.gene()
-    gene.cost = {"epochs": cfg.epochs, "steps": result.steps, "seconds": round(result.seconds, 2),
-                 "teacher_seconds": round(teacher_seconds, 2), "aux": aux.short(), "distilled": distilled,
-                 "distill_lambda": cfg.distill_lambda, "distill_tau": cfg.distill_tau}
+    gene.cost = {
+        "epochs": cfg.epochs,
+        "steps": result.steps,
+        "seconds": round(result.seconds, 2),
+        "teacher_seconds": round(teacher_seconds, 2),
+        "aux": aux.short(),
+        "distilled": distilled,
+        "distill_lambda": cfg.distill_lambda,
+        "distill_tau": cfg.distill_tau,
+    }
     if result.final_acc is not None:
         gene.cost["aux_eval_acc"] = result.final_acc
     return gene

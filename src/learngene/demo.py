@@ -8,8 +8,14 @@ from .bench import get_profile, run_profile
 from .bench.report import format_table
 
 
-def run_demo(out_dir: Path, data_dir: str | None = None, device: str = "auto", seed: int = 0, progress: bool = True,
-             quick: bool = False) -> None:
+def run_demo(
+    out_dir: Path,
+    data_dir: str | None = None,
+    device: str = "auto",
+    seed: int = 0,
+    progress: bool = True,
+    quick: bool = False,
+) -> None:
     """Train a small ancestry, condense it with every registered method, grow descendants of several depths,
     fine-tune each briefly and print method × depth → top-1 accuracy with the stored parameters."""
     profile = get_profile("quick" if quick else "demo")
@@ -18,14 +24,18 @@ def run_demo(out_dir: Path, data_dir: str | None = None, device: str = "auto", s
     command = "learngene demo" + (" --quick" if quick else "") + (f" --seed {seed}" if seed else "")
     rows = run_profile(profile, out_dir, data_dir=data_dir, device=device, progress=progress, command=command)
     task = profile.tasks[0]
-    print(f"\nFashion-MNIST, ancestry {profile.ancestry.short()}; each descendant fine-tuned "
-          f"{task.epochs} epoch on {task.train_images} images; top-1 % on {task.eval_images} "
-          f"test images (seed {profile.seeds[0]})\n")
+    print(
+        f"\nFashion-MNIST, ancestry {profile.ancestry.short()}; each descendant fine-tuned "
+        f"{task.epochs} epoch on {task.train_images} images; top-1 % on {task.eval_images} "
+        f"test images (seed {profile.seeds[0]})\n"
+    )
     print(format_table(rows, task.name))
     trained = sorted({r.method for r in rows if r.condense_steps})
     if trained:
         epochs = f"{profile.condense_epochs} epoch{'s' * (profile.condense_epochs != 1)}"
-        print(f"\nMethods that condense by training ({', '.join(trained)}) trained only {epochs} on "
-              f"{profile.condense_images} images here, to keep the demo short; docs/RESULTS.md compares every "
-              f"method with a fair condensation budget, 3 seeds and low-data tasks (learngene bench --profile cpu).")
+        print(
+            f"\nMethods that condense by training ({', '.join(trained)}) trained only {epochs} on "
+            f"{profile.condense_images} images here, to keep the demo short; docs/RESULTS.md compares every "
+            f"method with a fair condensation budget, 3 seeds and low-data tasks (learngene bench --profile cpu)."
+        )
     print(f"genes, ancestry, results.csv and report.md are in {out_dir}/")

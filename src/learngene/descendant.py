@@ -19,12 +19,12 @@ import torch
 from torch import Tensor, nn
 
 from .errors import GeneFormatError, LearngeneError
-from .vit.attention_init import blend_query_key, sincos_pos_embed
+from .formats.model_file import check_state_shapes
 from .gene import Learngene, invalid_gene
 from .genenet import GeneNet  # noqa: F401  (re-exported: learngene.descendant.GeneNet)
-from .formats.model_file import check_state_shapes
 from .method import Method
 from .registry import get_method
+from .vit.attention_init import blend_query_key, sincos_pos_embed
 from .vit.spec import ViTSpec, fit_to_budget
 from .vit.transfer import StateDict
 
@@ -70,8 +70,9 @@ def check_gene_fits_method(gene: Learngene, source: str | os.PathLike | None = N
     return method
 
 
-def check_expansion(method: Method, gene: Learngene, spec: ViTSpec, source: str | os.PathLike | None = None,
-                    judge_unused: bool = True) -> list[str]:
+def check_expansion(
+    method: Method, gene: Learngene, spec: ViTSpec, source: str | os.PathLike | None = None, judge_unused: bool = True
+) -> list[str]:
     """Expand ``gene`` to ``spec`` on ``meta`` and return the keys it gives; the method's own refusal of the size
     passes through, tensors it cannot read or that come out in other shapes than ``spec``'s refuse the gene.
 
@@ -90,11 +91,18 @@ def check_expansion(method: Method, gene: Learngene, spec: ViTSpec, source: str 
         check_state_shapes(state, spec, "its tensors")
     except LearngeneError as exc:
         raise invalid_gene(gene, source, exc) from None
-    unused = sorted(k for k, t in gene.tensors.items() if t.is_floating_point() and k not in used
-                    and k not in type(method).record_tensors)
+    unused = sorted(
+        k
+        for k, t in gene.tensors.items()
+        if t.is_floating_point() and k not in used and k not in type(method).record_tensors
+    )
     if judge_unused and spec == gene.layout and unused:
-        raise invalid_gene(gene, source, f"its expansion does not use {len(unused)} of its tensors, e.g. "
-                                         f"{unused[0]!r}: the header's method does not match its tensors")
+        raise invalid_gene(
+            gene,
+            source,
+            f"its expansion does not use {len(unused)} of its tensors, e.g. "
+            f"{unused[0]!r}: the header's method does not match its tensors",
+        )
     return list(state)
 
 
@@ -142,10 +150,18 @@ def _graph_leaves(state: dict[str, Tensor], leaves: dict[str, Tensor]) -> set[st
     return {k for k, v in leaves.items() if id(v) in reached}
 
 
-def make_descendant(gene: Learngene, spec: ViTSpec, seed: int = 0, top_up: str | None = None,
-                    pos_embed: str | None = None, blend_mimetic: float | None = None, *,
-                    source: str | os.PathLike | None = None, return_keys: bool = False,
-                    **options: Any) -> nn.Module | tuple[nn.Module, list[str]]:
+def make_descendant(
+    gene: Learngene,
+    spec: ViTSpec,
+    seed: int = 0,
+    top_up: str | None = None,
+    pos_embed: str | None = None,
+    blend_mimetic: float | None = None,
+    *,
+    source: str | os.PathLike | None = None,
+    return_keys: bool = False,
+    **options: Any,
+) -> nn.Module | tuple[nn.Module, list[str]]:
     """The plain timm ViT of ``spec`` initialized from ``gene``.
 
     Keys the method provides come from ``expand``; the keys it leaves out come from the ``top_up``
@@ -217,9 +233,16 @@ def top_up_state(name: str, spec: ViTSpec, seed: int = 0) -> StateDict:
     return filler.expand(filler.condense(None), spec)
 
 
-def fit_gene_to_budget(gene: Learngene, base: ViTSpec, max_params: int | None = None, max_flops: int | None = None,
-                       depth: int | None = None, num_heads: int | None = None,
-                       refused: list[tuple[ViTSpec, str]] | None = None, **options: Any) -> ViTSpec:
+def fit_gene_to_budget(
+    gene: Learngene,
+    base: ViTSpec,
+    max_params: int | None = None,
+    max_flops: int | None = None,
+    depth: int | None = None,
+    num_heads: int | None = None,
+    refused: list[tuple[ViTSpec, str]] | None = None,
+    **options: Any,
+) -> ViTSpec:
     """The deepest, then widest, size near ``base`` under the budget that the gene's method can expand.
 
     Depth and head count range up to the ancestry's (when the gene records one); ``depth`` or
@@ -240,6 +263,13 @@ def fit_gene_to_budget(gene: Learngene, base: ViTSpec, max_params: int | None = 
             return False
         return True
 
-    return fit_to_budget(base, max_params, max_flops, supports, depth=depth, num_heads=num_heads,
-                         max_depth=gene.ancestry.depth if gene.ancestry else None,
-                         max_heads=gene.ancestry.num_heads if gene.ancestry else None)
+    return fit_to_budget(
+        base,
+        max_params,
+        max_flops,
+        supports,
+        depth=depth,
+        num_heads=num_heads,
+        max_depth=gene.ancestry.depth if gene.ancestry else None,
+        max_heads=gene.ancestry.num_heads if gene.ancestry else None,
+    )

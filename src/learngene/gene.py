@@ -19,9 +19,9 @@ from torch import Tensor
 
 from .errors import GeneFormatError, LearngeneError
 from .formats.atomic import library_version, now_iso, quote
-from .formats.weights import nonfinite_tensor, read_safetensors, save_safetensors
 from .formats.licenses import check_license
 from .formats.preprocessing import check_preprocessing
+from .formats.weights import nonfinite_tensor, read_safetensors, save_safetensors
 from .vit.spec import ViTSpec
 
 GENE_FORMAT = "learngene"
@@ -70,9 +70,11 @@ class Learngene:
 
     def __post_init__(self) -> None:
         """Each field holds what it names, so that a wrong value fails here, by name, not deep in an expansion."""
+
         def refuse(name: str, wanted: str, value: Any) -> LearngeneError:
-            return LearngeneError(f"Learngene {name} is not {wanted}: got {type(value).__name__} {str(value)[:60]!r}; "
-                                  f"pass {wanted}")
+            return LearngeneError(
+                f"Learngene {name} is not {wanted}: got {type(value).__name__} {str(value)[:60]!r}; pass {wanted}"
+            )
 
         if not isinstance(self.method, str):
             raise refuse("method", "a method name (a string)", self.method)
@@ -104,7 +106,7 @@ class Learngene:
 
     def descendant_state(self) -> dict[str, Tensor]:
         """The ``descendant.*`` group by timm key: tensors of the size the gene was adapted for."""
-        return {k[len(DESCENDANT):]: v for k, v in self.tensors.items() if k.startswith(DESCENDANT)}
+        return {k[len(DESCENDANT) :]: v for k, v in self.tensors.items() if k.startswith(DESCENDANT)}
 
     def save(self, path: str | os.PathLike, overwrite: bool = True) -> None:
         metadata = {
@@ -126,19 +128,24 @@ class Learngene:
         save_safetensors(path, self.tensors, metadata, overwrite)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Learngene":
+    def load(cls, path: str | os.PathLike) -> Learngene:
         tensors, meta = read_safetensors(path, lazy=True)  # a gene holding a whole ancestry is not read up front
         if meta.get("format") != GENE_FORMAT:
-            raise GeneFormatError(f"{quote(path)} is a safetensors file but not a learngene (no 'format: {GENE_FORMAT}' "
-                                  f"header); create one with `learngene condense`")
+            raise GeneFormatError(
+                f"{quote(path)} is a safetensors file but not a learngene (no 'format: {GENE_FORMAT}' "
+                f"header); create one with `learngene condense`"
+            )
         try:
             version = int(meta.get("format_version", "?"))
         except ValueError:
-            raise GeneFormatError(f"{quote(path)} has an unreadable learngene format version; create it again with "
-                                  f"`learngene condense`") from None
+            raise GeneFormatError(
+                f"{quote(path)} has an unreadable learngene format version; create it again with `learngene condense`"
+            ) from None
         if version > GENE_FORMAT_VERSION:
-            raise GeneFormatError(f"{quote(path)} is learngene format v{version}, newer than this library reads "
-                                  f"(v{GENE_FORMAT_VERSION}); upgrade learngene")
+            raise GeneFormatError(
+                f"{quote(path)} is learngene format v{version}, newer than this library reads "
+                f"(v{GENE_FORMAT_VERSION}); upgrade learngene"
+            )
         try:
             config = json.loads(meta.get("config", "{}"))
             ancestry = _spec_from_json(meta.get("ancestry", "null"))
@@ -161,8 +168,10 @@ class Learngene:
                 created=meta.get("created", "unknown"),
             )
         except (ValueError, KeyError, TypeError, AttributeError, LearngeneError) as exc:
-            raise GeneFormatError(f"{quote(path)} has a corrupt learngene header ({str(exc).splitlines()[0][:160]}); create it "
-                                  f"again with `learngene condense`") from None
+            raise GeneFormatError(
+                f"{quote(path)} has a corrupt learngene header ({str(exc).splitlines()[0][:160]}); create it "
+                f"again with `learngene condense`"
+            ) from None
         check_gene(gene, path)
         return gene
 
@@ -183,8 +192,9 @@ def invalid_gene(gene: Learngene, source: str | os.PathLike | None, why: str | B
     """The one-line refusal of a gene file (``source``; None: a gene made in this process) and why."""
     name = quote(source) if source is not None else "the gene"
     why = _one_line(why) if isinstance(why, BaseException) else why
-    return GeneFormatError(f"{name} is not a valid {gene.method} learngene ({why}); create it again with "
-                           f"`learngene condense`")
+    return GeneFormatError(
+        f"{name} is not a valid {gene.method} learngene ({why}); create it again with `learngene condense`"
+    )
 
 
 def _one_line(exc: BaseException) -> str:

@@ -8,7 +8,7 @@ method object it expands with, so it needs no registry: methods import it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 from torch import Tensor, nn
 from torch.func import functional_call
@@ -32,10 +32,12 @@ class GeneNet(nn.Module):
         super().__init__()
         self.method, self.spec = method, spec
         self._meta = dataclasses.replace(gene, tensors={})
-        self.gene_tensors = nn.ParameterDict({
-            _param_name(k): nn.Parameter(v.detach().clone(), requires_grad=trainable(k) if trainable else True)
-            for k, v in gene.tensors.items()
-        })
+        self.gene_tensors = nn.ParameterDict(
+            {
+                _param_name(k): nn.Parameter(v.detach().clone(), requires_grad=trainable(k) if trainable else True)
+                for k, v in gene.tensors.items()
+            }
+        )
         self.skeleton = spec.create_model()
         provided = set(method.provided_keys(gene, spec))
         for name, p in self.skeleton.named_parameters():
@@ -44,7 +46,9 @@ class GeneNet(nn.Module):
 
     def gene(self) -> Learngene:
         """The current gene (tensors detached)."""
-        return dataclasses.replace(self._meta, tensors={k: p.detach().cpu().clone() for k, p in self._tensors().items()})
+        return dataclasses.replace(
+            self._meta, tensors={k: p.detach().cpu().clone() for k, p in self._tensors().items()}
+        )
 
     def _tensors(self) -> StateDict:
         return {_key_name(k): p for k, p in self.gene_tensors.items()}

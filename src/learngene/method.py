@@ -23,10 +23,10 @@ from torch import nn
 from .data import Data
 from .errors import LearngeneError
 from .gene import Learngene
-from .vit.spec import ViTSpec
 from .training.loop import TrainConfig, TrainResult
-from .vit.transfer import StateDict
 from .validate import RANGE_KEYS, check_fields, out_of_range
+from .vit.spec import ViTSpec
+from .vit.transfer import StateDict
 
 
 @dataclass
@@ -47,8 +47,10 @@ class Ancestry:
     def require_vit(self, method: str) -> ViTSpec:
         if self.spec is None:
             why = self.unsupported or f"this ancestry is {type(self.model).__name__}"
-            raise LearngeneError(f"method {method} picks weights from a ViT ancestry, but {why}; use tleg, "
-                                 f"share_init or wave (they distil any classifier), or scratch or mimetic")
+            raise LearngeneError(
+                f"method {method} picks weights from a ViT ancestry, but {why}; use tleg, "
+                f"share_init or wave (they distil any classifier), or scratch or mimetic"
+            )
         return self.spec
 
     def state(self) -> StateDict:
@@ -94,7 +96,7 @@ class Paper:
         return cite + (f", arXiv:{self.arxiv}" if self.arxiv else "") + (f" ({self.note})" if self.note else "")
 
 
-def citations(method: type["Method"]) -> tuple[Paper, ...]:
+def citations(method: type[Method]) -> tuple[Paper, ...]:
     """The papers a method implements (one, or several for a method that combines techniques)."""
     return method.paper if isinstance(method.paper, tuple) else (method.paper,)
 
@@ -153,7 +155,7 @@ class Method:
         check_options(self.name, self.config)
 
     @classmethod
-    def from_gene(cls, gene: Learngene, **overrides: Any) -> "Method":
+    def from_gene(cls, gene: Learngene, **overrides: Any) -> Method:
         """The method with the hyper-parameters stored in ``gene`` (plus expand-time overrides)."""
         return cls(config_from_dict(cls.Config, gene.config), **overrides)
 
@@ -182,19 +184,28 @@ class Method:
         return []
 
     # ---- helpers for subclasses ------------------------------------------------------------------
-    def new_gene(self, tensors: StateDict, layout: ViTSpec | None, ancestry: ViTSpec | None,
-                 cost: dict[str, Any] | None = None) -> Learngene:
+    def new_gene(
+        self, tensors: StateDict, layout: ViTSpec | None, ancestry: ViTSpec | None, cost: dict[str, Any] | None = None
+    ) -> Learngene:
         """A gene of this method holding ``tensors`` shaped for ``layout``, condensed from ``ancestry``."""
-        return Learngene(method=self.name, tensors={k: v.detach().cpu().contiguous() for k, v in tensors.items()},
-                         config=dataclasses.asdict(self.config), layout=layout, ancestry=ancestry, cost=cost or {})
+        return Learngene(
+            method=self.name,
+            tensors={k: v.detach().cpu().contiguous() for k, v in tensors.items()},
+            config=dataclasses.asdict(self.config),
+            layout=layout,
+            ancestry=ancestry,
+            cost=cost or {},
+        )
 
 
 def _lists_from_text(config: Any) -> Any:
     """A list option given as text (``--opt modules=msa,mlp``) becomes the tuple of its comma-separated items."""
     hints = typing.get_type_hints(type(config))
-    lists = {f.name: tuple(part.strip() for part in getattr(config, f.name).split(","))
-             for f in dataclasses.fields(config)
-             if typing.get_origin(hints.get(f.name)) is tuple and isinstance(getattr(config, f.name), str)}
+    lists = {
+        f.name: tuple(part.strip() for part in getattr(config, f.name).split(","))
+        for f in dataclasses.fields(config)
+        if typing.get_origin(hints.get(f.name)) is tuple and isinstance(getattr(config, f.name), str)
+    }
     return dataclasses.replace(config, **lists) if lists else config
 
 

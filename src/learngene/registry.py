@@ -15,10 +15,10 @@ from .errors import GeneFormatError
 if TYPE_CHECKING:
     from .method import Method
 
-_METHODS: dict[str, type["Method"]] = {}
+_METHODS: dict[str, type[Method]] = {}
 
 
-def register_method(cls: type["Method"]) -> type["Method"]:
+def register_method(cls: type[Method]) -> type[Method]:
     """Class decorator: make a method discoverable by its ``name`` (CLI, benchmark, gene expansion)."""
     if cls.name in _METHODS and _METHODS[cls.name] is not cls:
         raise ValueError(f"method {cls.name!r} is registered twice")
@@ -30,15 +30,17 @@ def _load_builtin_methods() -> None:
     from . import methods  # noqa: F401  (importing the method modules registers them)
 
 
-def get_method(name: str) -> type["Method"]:
+def get_method(name: str) -> type[Method]:
     """The method class registered as ``name``; one-line error for a name this version does not know."""
     if name not in _METHODS:
         _load_builtin_methods()
     try:
         return _METHODS[name]
     except KeyError:
-        raise GeneFormatError(f"unknown method {name!r}; this version of learngene knows: {', '.join(list_methods())} "
-                              f"(a gene made by a newer version needs an upgrade of learngene)") from None
+        raise GeneFormatError(
+            f"unknown method {name!r}; this version of learngene knows: {', '.join(list_methods())} "
+            f"(a gene made by a newer version needs an upgrade of learngene)"
+        ) from None
 
 
 def list_methods() -> list[str]:

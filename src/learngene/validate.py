@@ -36,12 +36,24 @@ def check_fields(obj: Any, what: str, fix: str, error: type[LearngeneError] = Le
             raise error(f"{what} {f.name} must be {expected}, got {value!r}; {fix}")
 
 
-def option(default: Any, *, at_least: float | None = None, at_most: float | None = None, above: float | None = None,
-           multiple_of: int | None = None, nonempty: bool = False) -> Any:
+def option(
+    default: Any,
+    *,
+    at_least: float | None = None,
+    at_most: float | None = None,
+    above: float | None = None,
+    multiple_of: int | None = None,
+    nonempty: bool = False,
+) -> Any:
     """A dataclass field whose values must lie in a range: ``at_least`` / ``at_most`` (inclusive), ``above``
     (exclusive), a ``multiple_of`` an integer, a ``nonempty`` list; :func:`out_of_range` checks them."""
-    limits = {"at_least": at_least, "at_most": at_most, "above": above, "multiple_of": multiple_of,
-              "nonempty": nonempty or None}
+    limits = {
+        "at_least": at_least,
+        "at_most": at_most,
+        "above": above,
+        "multiple_of": multiple_of,
+        "nonempty": nonempty or None,
+    }
     return dataclasses.field(default=default, metadata={k: v for k, v in limits.items() if v is not None})
 
 

@@ -5,8 +5,15 @@ The names below load on first use (PEP 562): the CLI's parser reads :mod:`.profi
 
 import importlib
 
-_EXPORTS = {"PROFILES": "profiles", "Profile": "profiles", "Task": "profiles", "get_profile": "profiles",
-            "BenchRun": "protocol", "Row": "protocol", "run_profile": "protocol"}
+_EXPORTS = {
+    "PROFILES": "profiles",
+    "Profile": "profiles",
+    "Task": "profiles",
+    "get_profile": "profiles",
+    "BenchRun": "protocol",
+    "Row": "protocol",
+    "run_profile": "protocol",
+}
 
 __all__ = sorted(_EXPORTS)
 

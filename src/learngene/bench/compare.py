@@ -18,8 +18,9 @@ from __future__ import annotations
 import re
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import LearngeneError
 from ..formats.atomic import now_iso, write_text_atomic
@@ -62,27 +63,55 @@ def reference_labels(names: Sequence[str]) -> tuple[str, ...]:
         elif name in list_methods():
             labels.append(name)
         elif name not in DEFAULT_REFERENCES:
-            raise LearngeneError(f"unknown reference {name!r}; choose from scratch_x10 or a method: "
-                                 f"{', '.join(list_methods())}")
+            raise LearngeneError(
+                f"unknown reference {name!r}; choose from scratch_x10 or a method: {', '.join(list_methods())}"
+            )
     return tuple(dict.fromkeys(labels))
 
 
-def compare_profile(ancestry_spec: ViTSpec | None, ancestry_file: str, data: str, sizes: Sequence[str],
-                    methods: Sequence[str] | None = None, seeds: int = 3, epochs: int = 5, max_steps: int | None = None,
-                    few_shot: int | None = None, train_images: int | None = None, eval_images: int | None = None,
-                    references: Sequence[str] = DEFAULT_REFERENCES, kd_lambda: float | None = None,
-                    condense_data: str | None = None, condense_epochs: int = 2, condense_images: int | None = None,
-                    adapt_steps: int = 50, batch_size: int = 64, lr: float = 1e-3, timm_model: str | None = None,
-                    eval_every: int = 1, classes: Sequence[int] | None = None,
-                    condense_classes: Sequence[int] | None = None) -> Profile:
+def compare_profile(
+    ancestry_spec: ViTSpec | None,
+    ancestry_file: str,
+    data: str,
+    sizes: Sequence[str],
+    methods: Sequence[str] | None = None,
+    seeds: int = 3,
+    epochs: int = 5,
+    max_steps: int | None = None,
+    few_shot: int | None = None,
+    train_images: int | None = None,
+    eval_images: int | None = None,
+    references: Sequence[str] = DEFAULT_REFERENCES,
+    kd_lambda: float | None = None,
+    condense_data: str | None = None,
+    condense_epochs: int = 2,
+    condense_images: int | None = None,
+    adapt_steps: int = 50,
+    batch_size: int = 64,
+    lr: float = 1e-3,
+    timm_model: str | None = None,
+    eval_every: int = 1,
+    classes: Sequence[int] | None = None,
+    condense_classes: Sequence[int] | None = None,
+) -> Profile:
     """The profile of one ``learngene compare`` command; every bad input is one :class:`LearngeneError` line."""
     if ancestry_spec is None:
-        raise LearngeneError("compare makes descendants of the ancestry's own family; give a ViT ancestry whose size "
-                             "a ViTSpec describes (a learngene model file, a timm ViT checkpoint or folder)")
-    for value, flag in ((seeds, "--seeds"), (epochs, "--epochs"), (max_steps, "--max-steps"), (few_shot, "--few-shot"),
-                        (train_images, "--train-images"), (eval_images, "--eval-images"),
-                        (condense_epochs, "--condense-epochs"), (adapt_steps, "--adapt-steps"),
-                        (batch_size, "--batch-size"), (condense_images, "--condense-images")):
+        raise LearngeneError(
+            "compare makes descendants of the ancestry's own family; give a ViT ancestry whose size "
+            "a ViTSpec describes (a learngene model file, a timm ViT checkpoint or folder)"
+        )
+    for value, flag in (
+        (seeds, "--seeds"),
+        (epochs, "--epochs"),
+        (max_steps, "--max-steps"),
+        (few_shot, "--few-shot"),
+        (train_images, "--train-images"),
+        (eval_images, "--eval-images"),
+        (condense_epochs, "--condense-epochs"),
+        (adapt_steps, "--adapt-steps"),
+        (batch_size, "--batch-size"),
+        (condense_images, "--condense-images"),
+    ):
         if value is not None and value < 1:
             raise LearngeneError(f"{flag} must be at least 1, got {value}; a budget of 0 compares nothing")
     if not sizes:
@@ -103,32 +132,61 @@ def compare_profile(ancestry_spec: ViTSpec | None, ancestry_file: str, data: str
     if LONG_LABEL in refs:
         base = ["scratch", *base]
     all_methods = tuple(dict.fromkeys([*base, *requested]))
-    task = Task(TASK, data, epochs=epochs, max_steps=max_steps, shots=few_shot, train_images=train_images,
-                eval_images=eval_images, new_head=True, scratch_factor=LONG if LONG_LABEL in refs else 1,
-                eval_every=eval_every, classes=tuple(classes) if classes else None)
+    task = Task(
+        TASK,
+        data,
+        epochs=epochs,
+        max_steps=max_steps,
+        shots=few_shot,
+        train_images=train_images,
+        eval_images=eval_images,
+        new_head=True,
+        scratch_factor=LONG if LONG_LABEL in refs else 1,
+        eval_every=eval_every,
+        classes=tuple(classes) if classes else None,
+    )
     if classes and len(set(classes)) < 2:
         raise LearngeneError(f"--classes {','.join(map(str, classes))} keeps one class; comparing needs 2 or more")
     # the data-driven methods condense and adapt on --condense-classes, else on the user's classes (unless
     # --condense-data): e.g. the ancestry's own classes, so that no condensation reads the user's labels
     condense_on = condense_classes or (classes if not condense_data else None)
-    upstreams = ((Upstream("", tuple(condense_on), ancestry_epochs=0, condense_epochs=condense_epochs),)
-                 if condense_on else ())
+    upstreams = (
+        (Upstream("", tuple(condense_on), ancestry_epochs=0, condense_epochs=condense_epochs),) if condense_on else ()
+    )
     variants = (Variant(KD, methods=all_methods, distill_lambda=kd_lambda, upstreams=("",)),) if kd_lambda else ()
     narrowest = min(w for _, w, _ in shapes)
     return Profile(
-        name="compare", description="learngene compare: a profile built from the command line",
-        ancestry=ancestry_spec, ancestry_epochs=0, ancestry_images=None,
-        condense_epochs=condense_epochs, condense_images=condense_images, sizes=tuple(shapes), tasks=(task,),
-        adapt_steps=adapt_steps, seeds=tuple(range(seeds)), methods=all_methods,
+        name="compare",
+        description="learngene compare: a profile built from the command line",
+        ancestry=ancestry_spec,
+        ancestry_epochs=0,
+        ancestry_images=None,
+        condense_epochs=condense_epochs,
+        condense_images=condense_images,
+        sizes=tuple(shapes),
+        tasks=(task,),
+        adapt_steps=adapt_steps,
+        seeds=tuple(range(seeds)),
+        methods=all_methods,
         method_options={"wave": {"template_size": narrowest}} if "wave" in all_methods else {},
-        batch_size=batch_size, lr=lr, variants=variants, ancestry_file=str(ancestry_file),
-        ancestry_timm_model=timm_model, upstream_data=condense_data or data, references=refs, upstreams=upstreams)
+        batch_size=batch_size,
+        lr=lr,
+        variants=variants,
+        ancestry_file=str(ancestry_file),
+        ancestry_timm_model=timm_model,
+        upstream_data=condense_data or data,
+        references=refs,
+        upstreams=upstreams,
+    )
 
 
 # ---- the recommendation ---------------------------------------------------------------------------------
 def _mean(accs: list[float]) -> str:
-    return (f"{100 * statistics.fmean(accs):.1f} ± {100 * statistics.stdev(accs):.1f}" if len(accs) > 1
-            else f"{100 * accs[0]:.1f}")
+    return (
+        f"{100 * statistics.fmean(accs):.1f} ± {100 * statistics.stdev(accs):.1f}"
+        if len(accs) > 1
+        else f"{100 * accs[0]:.1f}"
+    )
 
 
 def recommend(size: str, accs: dict[str, list[float]], references: Sequence[str]) -> str:
@@ -146,26 +204,35 @@ def recommend(size: str, accs: dict[str, list[float]], references: Sequence[str]
         return f"{size}: no recommendation: no method other than the references finished at this size"
     if min(len(a) for a in [*candidates.values(), *(accs[r] for r in refs)]) < 2:
         return f"{size}: no recommendation from 1 seed (the 2-std rule needs --seeds 2 or more)"
-    winners = sorted((label for label, a in candidates.items() if all(compare(a, accs[r]) == "+" for r in refs)),
-                     key=lambda label: -statistics.fmean(candidates[label]))
+    winners = sorted(
+        (label for label, a in candidates.items() if all(compare(a, accs[r]) == "+" for r in refs)),
+        key=lambda label: -statistics.fmean(candidates[label]),
+    )
     if winners:
         best = winners[0]
         tied = [w for w in winners[1:] if compare(candidates[best], candidates[w]) != "+"]
         if tied:
             names = " or ".join([best, *tied])
-            return (f"{size}: use {names} (a tie: each beats {', '.join(refs)} by more than 2 std, and they do not "
-                    f"differ by 2 std: " + ", ".join(f"{w} {_mean(candidates[w])}" for w in [best, *tied]) + ")")
-        return (f"{size}: use {best} ({_mean(candidates[best])}): it beats {', '.join(refs)} by more than 2 std")
+            return (
+                f"{size}: use {names} (a tie: each beats {', '.join(refs)} by more than 2 std, and they do not "
+                f"differ by 2 std: " + ", ".join(f"{w} {_mean(candidates[w])}" for w in [best, *tied]) + ")"
+            )
+        return f"{size}: use {best} ({_mean(candidates[best])}): it beats {', '.join(refs)} by more than 2 std"
     unbeaten = [r for r in refs if not any(compare(a, accs[r]) == "+" for a in candidates.values())]
     if unbeaten:
         strongest = max(unbeaten, key=lambda r: statistics.fmean(accs[r]))
-        advice = {"scratch": "train from scratch", LONG_LABEL: "training from scratch 10× longer is the better start",
-                  "mimetic": "use mimetic (it stores nothing)"}.get(strongest, f"use {strongest}")
+        advice = {
+            "scratch": "train from scratch",
+            LONG_LABEL: "training from scratch 10× longer is the better start",
+            "mimetic": "use mimetic (it stores nothing)",
+        }.get(strongest, f"use {strongest}")
         return f"{size}: no method beats {strongest} here ({_mean(accs[strongest])}): {advice}"
     closest = max(candidates, key=lambda label: statistics.fmean(candidates[label]))
     missing = [r for r in refs if compare(candidates[closest], accs[r]) != "+"]
-    return (f"{size}: no method beats every reference by 2 std here (the best mean, {closest} "
-            f"{_mean(candidates[closest])}, does not beat {', '.join(missing)})")
+    return (
+        f"{size}: no method beats every reference by 2 std here (the best mean, {closest} "
+        f"{_mean(candidates[closest])}, does not beat {', '.join(missing)})"
+    )
 
 
 # ---- the report -------------------------------------------------------------------------------------------
@@ -191,8 +258,16 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
     long = groups.get(LONG_LABEL)
     target = statistics.fmean(g.acc for g in long) if long else None
     long_epoch = _first_reaching(long, target) if long else None
-    header = ["method", "top-1 (%)", *(f"vs {r}" for r in refs), "stored params", "condense s", "fine-tune s",
-              f"epoch reaching {LONG_LABEL}'s final", "speed-up vs scratch"]
+    header = [
+        "method",
+        "top-1 (%)",
+        *(f"vs {r}" for r in refs),
+        "stored params",
+        "condense s",
+        "fine-tune s",
+        f"epoch reaching {LONG_LABEL}'s final",
+        "speed-up vs scratch",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label in labels:
         group = groups[label]
@@ -202,9 +277,13 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
         reached = "–" if target is None else (str(reach) if reach else f"not reached in {group[0].epochs[-1]}")
         speed = f"{long_epoch / reach:.1f}×" if reach and long_epoch else "–"
         first = group[0]
-        lines.append(f"| {label} | {_mean(accs)} | " + " | ".join(marks) + ("" if not marks else " | ")
-                     + f"{first.stored_params:,} | {first.condense_seconds:.1f} | "
-                     f"{statistics.fmean(g.train_seconds for g in group):.1f} | {reached} | {speed} |")
+        lines.append(
+            f"| {label} | {_mean(accs)} | "
+            + " | ".join(marks)
+            + ("" if not marks else " | ")
+            + f"{first.stored_params:,} | {first.condense_seconds:.1f} | "
+            f"{statistics.fmean(g.train_seconds for g in group):.1f} | {reached} | {speed} |"
+        )
     line = recommend(size, {label: [g.acc for g in groups[label]] for label in labels}, references)
     return "\n".join(lines), line
 
@@ -231,8 +310,9 @@ def compare_text(rows: list[Any], profile: Profile) -> str:
 
 
 def recommendation_lines(rows: list[Any], profile: Profile) -> list[str]:
-    return [size_table(rows, size, profile.references)[1]
-            for size in dict.fromkeys(r.size for r in rows if r.task == TASK)]
+    return [
+        size_table(rows, size, profile.references)[1] for size in dict.fromkeys(r.size for r in rows if r.task == TASK)
+    ]
 
 
 def plot_by_size(rows: list[Any], path: Path, data_name: str) -> None:
@@ -263,46 +343,70 @@ def plot_by_size(rows: list[Any], path: Path, data_name: str) -> None:
 def _labels_note(profile: Profile) -> str:
     """Which condensations also learn from the condensation data's labels (a cross-entropy term, λ < 1): with the
     user's data, they see more labelled images of the task than the fine-tuning budget gives the others."""
-    labelled = [m for m in profile.methods or () if get_method(m).needs_data and
-                profile.condense_lambda.get(m, get_method(m).distill_lambda) < 1]
-    return (f". {', '.join(labelled)}'s condensation loss has a cross-entropy term (λ < 1): it also learns from "
-            f"those images' labels" if labelled else "")
+    labelled = [
+        m
+        for m in profile.methods or ()
+        if get_method(m).needs_data and profile.condense_lambda.get(m, get_method(m).distill_lambda) < 1
+    ]
+    return (
+        f". {', '.join(labelled)}'s condensation loss has a cross-entropy term (λ < 1): it also learns from "
+        f"those images' labels"
+        if labelled
+        else ""
+    )
 
 
-def write_compare_report(rows: list[Any], profile: Profile, out_dir: Path, meta: dict[str, Any] | None = None,
-                         plots: bool = True) -> None:
+def write_compare_report(
+    rows: list[Any], profile: Profile, out_dir: Path, meta: dict[str, Any] | None = None, plots: bool = True
+) -> None:
     """``results.csv``, ``report.md`` and (unless ``plots=False``) ``plots/by-size.png`` and ``plots/curves.png``."""
     meta = meta or {}
     write_csv(rows, out_dir / "results.csv")
     task = profile.tasks[0]
     budget = f"{task.max_steps} steps" if task.max_steps else f"{task.epochs} epochs"
-    data = (f"{task.shots} images per class" if task.shots else
-            f"{task.train_images} images" if task.train_images else "every training image")
+    data = (
+        f"{task.shots} images per class"
+        if task.shots
+        else f"{task.train_images} images"
+        if task.train_images
+        else "every training image"
+    )
     anc = meta.get("ancestry", {})
-    parts = ["# learngene compare", "",
-             f"- command: `{meta.get('command', 'learngene compare')}`",
-             f"- date: {now_iso()}; machine: {machine()}",
-             f"- wall time of this command: {meta.get('wall_seconds', 0) / 60:.1f} min (stages found in the cache are "
-             "not rerun)" + ("" if meta.get("complete", True) else " — **partial run** (time limit): rerun the "
-                             "command to finish"),
-             f"- ancestry: {anc.get('file', profile.ancestry_file)} ({profile.ancestry.short()}, "
-             f"{profile.ancestry.num_params:,} params)",
-             f"- data: {task.data}" + (f" classes {', '.join(map(str, task.classes))}" if task.classes else "")
-             + f", fine-tuned on {data} for {budget} (batch {task.batch_size or profile.batch_size}, "
-             f"AdamW lr {profile.lr:g}, warmup + cosine), a fresh head for every method, top-1 on "
-             f"{task.eval_images or 'every'} test image(s); seeds {', '.join(map(str, profile.seeds))}",
-             f"- condensation: {profile.condense_epochs} epoch(s) of aux-net distillation on {profile.upstream_data}"
-             + (f" classes {', '.join(map(str, profile.upstreams[0].classes))}" if profile.upstreams else "")
-             + (f" ({profile.condense_images:,} images)" if profile.condense_images else " (every training image)")
-             + f"; adaptation: {profile.adapt_steps} steps" + _labels_note(profile),
-             *([f"- distillation while fine-tuning (`{KD}` rows): λ = {profile.variants[0].distill_lambda:g}"]
-               if profile.variants else []),
-             "", "Marks (`vs` columns): `+` the method's mean beats the reference's by more than 2 × the pooled std "
-             "over seeds (√((s₁² + s₂²)/2)), `−` loses by that much, `=` neither, `?` fewer than 2 seeds. "
-             f"`epoch reaching {LONG_LABEL}'s final`: the first evaluated fine-tuning epoch at which the method's mean "
-             f"curve reaches the mean final accuracy of scratch trained ×{LONG}; the speed-up is the epoch at which "
-             f"{LONG_LABEL} itself first reaches it (evaluated at every multiple of the others' budget) divided by "
-             "the method's.", "", compare_text(rows, profile)]
+    parts = [
+        "# learngene compare",
+        "",
+        f"- command: `{meta.get('command', 'learngene compare')}`",
+        f"- date: {now_iso()}; machine: {machine()}",
+        f"- wall time of this command: {meta.get('wall_seconds', 0) / 60:.1f} min (stages found in the cache are "
+        "not rerun)"
+        + ("" if meta.get("complete", True) else " — **partial run** (time limit): rerun the command to finish"),
+        f"- ancestry: {anc.get('file', profile.ancestry_file)} ({profile.ancestry.short()}, "
+        f"{profile.ancestry.num_params:,} params)",
+        f"- data: {task.data}"
+        + (f" classes {', '.join(map(str, task.classes))}" if task.classes else "")
+        + f", fine-tuned on {data} for {budget} (batch {task.batch_size or profile.batch_size}, "
+        f"AdamW lr {profile.lr:g}, warmup + cosine), a fresh head for every method, top-1 on "
+        f"{task.eval_images or 'every'} test image(s); seeds {', '.join(map(str, profile.seeds))}",
+        f"- condensation: {profile.condense_epochs} epoch(s) of aux-net distillation on {profile.upstream_data}"
+        + (f" classes {', '.join(map(str, profile.upstreams[0].classes))}" if profile.upstreams else "")
+        + (f" ({profile.condense_images:,} images)" if profile.condense_images else " (every training image)")
+        + f"; adaptation: {profile.adapt_steps} steps"
+        + _labels_note(profile),
+        *(
+            [f"- distillation while fine-tuning (`{KD}` rows): λ = {profile.variants[0].distill_lambda:g}"]
+            if profile.variants
+            else []
+        ),
+        "",
+        "Marks (`vs` columns): `+` the method's mean beats the reference's by more than 2 × the pooled std "
+        "over seeds (√((s₁² + s₂²)/2)), `−` loses by that much, `=` neither, `?` fewer than 2 seeds. "
+        f"`epoch reaching {LONG_LABEL}'s final`: the first evaluated fine-tuning epoch at which the method's mean "
+        f"curve reaches the mean final accuracy of scratch trained ×{LONG}; the speed-up is the epoch at which "
+        f"{LONG_LABEL} itself first reaches it (evaluated at every multiple of the others' budget) divided by "
+        "the method's.",
+        "",
+        compare_text(rows, profile),
+    ]
     if plots:
         import matplotlib
 
@@ -317,11 +421,27 @@ def write_compare_report(rows: list[Any], profile: Profile, out_dir: Path, meta:
     write_text_atomic(out_dir / "report.md", "\n".join(parts))
 
 
-def run_compare(profile: Profile, out_dir: str | Path, data_dir: str | None = None, device: str = "auto",
-                progress: bool = True, time_limit: float | None = None, command: str | None = None,
-                plots: bool = True) -> list[Any]:
+def run_compare(
+    profile: Profile,
+    out_dir: str | Path,
+    data_dir: str | None = None,
+    device: str = "auto",
+    progress: bool = True,
+    time_limit: float | None = None,
+    command: str | None = None,
+    plots: bool = True,
+) -> list[Any]:
     """Run (or resume) a compare profile into ``out_dir``; returns its rows (the report is written there)."""
     from .protocol import BenchRun
 
-    return BenchRun(profile, out_dir, data_dir, device, progress, time_limit, plots=plots, command=command,
-                    reporter=write_compare_report).run()
+    return BenchRun(
+        profile,
+        out_dir,
+        data_dir,
+        device,
+        progress,
+        time_limit,
+        plots=plots,
+        command=command,
+        reporter=write_compare_report,
+    ).run()

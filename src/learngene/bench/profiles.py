@@ -119,10 +119,20 @@ class Variant:
 
     def descendant_options(self) -> dict[str, Any]:
         """The arguments of ``make_descendant`` this variant sets (the method's options among them)."""
-        return {**{k: v for k, v in (("top_up", self.top_up), ("pos_embed", self.pos_embed),
-                                     ("blend_mimetic", self.blend_mimetic)) if v is not None}, **dict(self.options)}
+        return {
+            **{
+                k: v
+                for k, v in (
+                    ("top_up", self.top_up),
+                    ("pos_embed", self.pos_embed),
+                    ("blend_mimetic", self.blend_mimetic),
+                )
+                if v is not None
+            },
+            **dict(self.options),
+        }
 
-    def runs_on(self, upstream: "Upstream") -> bool:
+    def runs_on(self, upstream: Upstream) -> bool:
         return upstream.ablations if self.upstreams is None else upstream.name in self.upstreams
 
 
@@ -190,7 +200,7 @@ class Profile:
         """The descendant sizes, in table order."""
         return [self.ancestry.replace(depth=d, embed_dim=w, num_heads=h) for d, w, h in self.sizes]
 
-    def replace(self, **changes: Any) -> "Profile":
+    def replace(self, **changes: Any) -> Profile:
         return dataclasses.replace(self, **changes)
 
 
@@ -204,21 +214,28 @@ _TINY = get_preset("cpu_tiny")
 _TRANSFER_ANCESTRY = _TINY.replace(patch_size=7)
 SPLIT_A = (0, 1, 2, 3, 4)  # T-shirt/top, Trouser, Pullover, Dress, Coat -> Sandal, Shirt, Sneaker, Bag, Ankle boot
 SPLIT_B = (0, 2, 4, 6, 8)  # T-shirt/top, Pullover, Coat, Shirt, Bag -> Trouser, Dress, Sandal, Sneaker, Ankle boot
-AUX_NET_METHODS = tuple(name for name in list_methods() if get_method(name).aux_net)  # lets, pool, share_init, sws, tleg, wave
+AUX_NET_METHODS = tuple(
+    name for name in list_methods() if get_method(name).aux_net
+)  # lets, pool, share_init, sws, tleg, wave
 # every method, except those that at the ancestry's own width (the only width of the transfer runs) make the very
 # descendants of another (weight_selection: pretrained's); references first
-TRANSFER_METHODS = ("scratch", "mimetic", *(m for m in list_methods() if m not in ("scratch", "mimetic")
-                                            and get_method(m).same_as_at_ancestry_width is None))
+TRANSFER_METHODS = (
+    "scratch",
+    "mimetic",
+    *(m for m in list_methods() if m not in ("scratch", "mimetic") and get_method(m).same_as_at_ancestry_width is None),
+)
 _CPU_ANCESTRY = get_preset("cpu_tiny").replace(depth=6)  # L6-D64-H4, 16-dim heads
 
 PROFILES: dict[str, Profile | FolderSmoke] = {
     "demo": Profile(
         name="demo",
         description="`learngene demo`: the whole job in minutes on a 2-core CPU; one seed, one task, no claims "
-                    "beyond the table",
+        "beyond the table",
         ancestry=_TINY,
-        ancestry_epochs=3, ancestry_images=20_000,
-        condense_epochs=2, condense_images=10_000,
+        ancestry_epochs=3,
+        ancestry_images=20_000,
+        condense_epochs=2,
+        condense_images=10_000,
         sizes=grid((2, 4, 6), ((64, 4),)),
         tasks=(Task("fashion_mnist", "fashion_mnist", epochs=1, train_images=8_000, eval_images=5_000),),
         adapt_steps=60,
@@ -226,14 +243,18 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
     "quick": Profile(
         name="quick",
         description="a pipeline check in well under two minutes (tests, CI): every stage and task, numbers mean "
-                    "nothing",
+        "nothing",
         ancestry=_TINY.replace(depth=2, embed_dim=32, num_heads=2),
-        ancestry_epochs=1, ancestry_images=1_000,
-        condense_epochs=1, condense_images=500,
+        ancestry_epochs=1,
+        ancestry_images=1_000,
+        condense_epochs=1,
+        condense_images=500,
         sizes=((1, 32, 2), (3, 32, 2), (2, 16, 1)),
-        tasks=(Task("fashion_mnist", "fashion_mnist", epochs=1, train_images=300, eval_images=300, scratch_factor=2),
-               Task("digits", "digits", epochs=1, train_images=200, eval_images=200, new_head=True),
-               Task("fashion_mnist_5shot", "fashion_mnist", epochs=1, shots=5, eval_images=300)),
+        tasks=(
+            Task("fashion_mnist", "fashion_mnist", epochs=1, train_images=300, eval_images=300, scratch_factor=2),
+            Task("digits", "digits", epochs=1, train_images=200, eval_images=200, new_head=True),
+            Task("fashion_mnist_5shot", "fashion_mnist", epochs=1, shots=5, eval_images=300),
+        ),
         adapt_steps=3,
         method_options={"wave": {"template_size": 16}},
     ),
@@ -241,16 +262,20 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
     "cpu": Profile(
         name="cpu",
         description="the evidence run (about an hour on 2 CPU cores): an L6-D64-H4 Fashion-MNIST ancestry, five "
-                    "sizes, Fashion-MNIST, digits and 20-shot tasks, 3 seeds",
+        "sizes, Fashion-MNIST, digits and 20-shot tasks, 3 seeds",
         ancestry=_CPU_ANCESTRY,
         # condensation gets half the ancestry's training (2 of its 4 epochs): with 2 epochs on 10k images
         # (158 steps) the aux nets reached only 50-56 % against the ancestry's 83 %
-        ancestry_epochs=4, ancestry_images=None,
-        condense_epochs=2, condense_images=None,
+        ancestry_epochs=4,
+        ancestry_images=None,
+        condense_epochs=2,
+        condense_images=None,
         sizes=grid((2, 4, 6), ((64, 4),)) + grid((2, 6), ((32, 2),)),
-        tasks=(Task("fashion_mnist", "fashion_mnist", epochs=3, train_images=2_000, eval_images=1_000, scratch_factor=10),
-               Task("digits", "digits", epochs=3, new_head=True),
-               Task("fashion_mnist_20shot", "fashion_mnist", epochs=5, shots=20, eval_images=1_000)),
+        tasks=(
+            Task("fashion_mnist", "fashion_mnist", epochs=3, train_images=2_000, eval_images=1_000, scratch_factor=10),
+            Task("digits", "digits", epochs=3, new_head=True),
+            Task("fashion_mnist_20shot", "fashion_mnist", epochs=5, shots=20, eval_images=1_000),
+        ),
         adapt_steps=50,
         seeds=(0, 1, 2),
         method_options={"wave": {"template_size": 32}},
@@ -258,14 +283,28 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
     "transfer": Profile(
         name="transfer",
         description="does stored knowledge pay on classes the ancestry never saw? Ancestries on 5 Fashion-MNIST "
-                    "classes, descendants fine-tuned on 20 labels of each of the other 5; two class splits, short and "
-                    "converged ancestries, a longer condensation, ablations (about 30 min on 2 busy cores)",
+        "classes, descendants fine-tuned on 20 labels of each of the other 5; two class splits, short and "
+        "converged ancestries, a longer condensation, ablations (about 30 min on 2 busy cores)",
         ancestry=_TRANSFER_ANCESTRY,
-        ancestry_epochs=2, ancestry_images=None,
-        condense_epochs=2, condense_images=None,
+        ancestry_epochs=2,
+        ancestry_images=None,
+        condense_epochs=2,
+        condense_images=None,
         sizes=((2, 64, 4), (4, 64, 4)),
-        tasks=(Task("other5_20shot", "fashion_mnist", epochs=5, shots=20, eval_images=300, new_head=True,
-                    scratch_factor=10, other_classes=True, eval_every=0, batch_size=25),),
+        tasks=(
+            Task(
+                "other5_20shot",
+                "fashion_mnist",
+                epochs=5,
+                shots=20,
+                eval_images=300,
+                new_head=True,
+                scratch_factor=10,
+                other_classes=True,
+                eval_every=0,
+                batch_size=25,
+            ),
+        ),
         adapt_steps=5,
         seeds=(0, 1, 2, 3, 4),  # 20-step fine-tunes vary a lot between seeds: five give the 2-std marks a chance
         methods=TRANSFER_METHODS,
@@ -277,12 +316,19 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
         upstreams=(
             Upstream("A-short", SPLIT_A, ancestry_epochs=2, condense_epochs=2),
             # the ablations: the A-short cells again (from the cache) beside each ablation, at the smaller size
-            Upstream("A-short-ablations", SPLIT_A, ancestry_epochs=2, condense_epochs=2, ablations=True,
-                     sizes=((2, 64, 4),)),
+            Upstream(
+                "A-short-ablations", SPLIT_A, ancestry_epochs=2, condense_epochs=2, ablations=True, sizes=((2, 64, 4),)
+            ),
             Upstream("A-converged", SPLIT_A, ancestry_epochs=30, condense_epochs=2, converged=True),
             Upstream("B-short", SPLIT_B, ancestry_epochs=2, condense_epochs=2),
-            Upstream("A-converged-long-condense", SPLIT_A, ancestry_epochs=30, condense_epochs=8, converged=True,
-                     methods=("scratch", "mimetic", *AUX_NET_METHODS)),
+            Upstream(
+                "A-converged-long-condense",
+                SPLIT_A,
+                ancestry_epochs=30,
+                condense_epochs=8,
+                converged=True,
+                methods=("scratch", "mimetic", *AUX_NET_METHODS),
+            ),
             Upstream("B-converged", SPLIT_B, ancestry_epochs=30, condense_epochs=2, converged=True),
         ),
         variants=(
@@ -293,22 +339,29 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
             Variant("head-reuse", methods=("pretrained", "tleg"), head="reuse"),
             # the fix for the short ancestries' loss to mimetic (docs/RESULTS.md): mimetic's attention and sin-cos
             # positions where the ancestry's attention is untrained; n/a (changes nothing) on the converged ones
-            Variant("+mimetic-if-untrained", methods=("pretrained", "auto_lg", "heru_lg"),
-                    options=(("untrained_attention", "mimetic"),),
-                    upstreams=("A-short", "B-short", "A-converged", "B-converged")),
+            Variant(
+                "+mimetic-if-untrained",
+                methods=("pretrained", "auto_lg", "heru_lg"),
+                options=(("untrained_attention", "mimetic"),),
+                upstreams=("A-short", "B-short", "A-converged", "B-converged"),
+            ),
         ),
     ),
     "gpu": Profile(
         name="gpu",
         description="bigger models and the full data for a GPU (bf16); resumable, so --time-limit splits it into "
-                    "short commands",
+        "short commands",
         ancestry=ViTSpec(depth=12, embed_dim=384, num_heads=6, img_size=28, patch_size=4, in_chans=1, num_classes=10),
-        ancestry_epochs=30, ancestry_images=None,
-        condense_epochs=10, condense_images=None,
+        ancestry_epochs=30,
+        ancestry_images=None,
+        condense_epochs=10,
+        condense_images=None,
         sizes=grid((3, 6, 12), ((384, 6), (192, 3))),
-        tasks=(Task("fashion_mnist", "fashion_mnist", epochs=2, train_images=None, scratch_factor=10),
-               Task("digits", "digits", epochs=20, new_head=True),
-               Task("fashion_mnist_20shot", "fashion_mnist", epochs=20, shots=20)),
+        tasks=(
+            Task("fashion_mnist", "fashion_mnist", epochs=2, train_images=None, scratch_factor=10),
+            Task("digits", "digits", epochs=20, new_head=True),
+            Task("fashion_mnist_20shot", "fashion_mnist", epochs=20, shots=20),
+        ),
         adapt_steps=300,
         seeds=(0, 1, 2),
         method_options={"wave": {"template_size": 192}},
@@ -318,8 +371,10 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
 
 
 PROFILES["gpu-smoke"] = FolderSmoke(
-    "gpu-smoke", description="generated 224-px RGB images through the image-folder pipeline (ancestry, condense, "
-                             "expand, fine-tune), --max-steps per stage")
+    "gpu-smoke",
+    description="generated 224-px RGB images through the image-folder pipeline (ancestry, condense, "
+    "expand, fine-tune), --max-steps per stage",
+)
 
 
 def get_profile(name: str) -> Profile | FolderSmoke:

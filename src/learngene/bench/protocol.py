@@ -30,9 +30,10 @@ import inspect
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -40,16 +41,16 @@ from tqdm.auto import tqdm
 from ..ancestry import load_ancestry
 from ..data import ImageData, class_subset, few_shot, load_dataset, take
 from ..descendant import make_descendant, top_up_state
-from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..errors import LearngeneError
-from ..gene import Learngene
-from ..formats.model_file import load_model_file, save_model
 from ..formats.atomic import write_text_atomic
+from ..formats.model_file import load_model_file, save_model
+from ..gene import Learngene
 from ..method import AdaptInputs, Ancestry, CondenseInputs
-from ..training.progress import on_terminal, progress_bar
 from ..registry import get_method, list_methods
-from ..vit.spec import ViTSpec
+from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..training.loop import TrainConfig, seed_everything, train
+from ..training.progress import on_terminal, progress_bar
+from ..vit.spec import ViTSpec
 from .profiles import Profile, Task, Upstream, Variant
 from .report import write_report
 
@@ -125,8 +126,13 @@ def method_source_hash(name: str) -> str:
     return hashlib.sha256(source.read_bytes()).hexdigest()[:12]
 
 
-def load_task(task: Task, spec: ViTSpec, data_dir: str | None = None, loaded: dict | None = None,
-              upstream_classes: tuple[int, ...] | None = None) -> TaskData:
+def load_task(
+    task: Task,
+    spec: ViTSpec,
+    data_dir: str | None = None,
+    loaded: dict | None = None,
+    upstream_classes: tuple[int, ...] | None = None,
+) -> TaskData:
     """The task's training and test images at the ancestry's input size (``loaded`` memoizes datasets).
 
     An ``other_classes`` task keeps only the classes outside ``upstream_classes``.
@@ -138,14 +144,18 @@ def load_task(task: Task, spec: ViTSpec, data_dir: str | None = None, loaded: di
     train_full, test_full = loaded[task.data, "train"], loaded[task.data, "test"]
     if task.other_classes:
         if not upstream_classes:
-            raise LearngeneError(f"task {task.name} fine-tunes on the classes the upstream never saw, but the upstream "
-                                 f"sees every class; give the profile upstreams with a class subset")
+            raise LearngeneError(
+                f"task {task.name} fine-tunes on the classes the upstream never saw, but the upstream "
+                f"sees every class; give the profile upstreams with a class subset"
+            )
         others = [c for c in range(train_full.num_classes) if c not in upstream_classes]
         train_full, test_full = class_subset(train_full, others), class_subset(test_full, others)
     if task.classes:
         if max(task.classes) >= train_full.num_classes or min(task.classes) < 0:
-            raise LearngeneError(f"{task.data} has classes 0..{train_full.num_classes - 1}; --classes "
-                                 f"{','.join(map(str, task.classes))} is outside them")
+            raise LearngeneError(
+                f"{task.data} has classes 0..{train_full.num_classes - 1}; --classes "
+                f"{','.join(map(str, task.classes))} is outside them"
+            )
         train_full, test_full = class_subset(train_full, task.classes), class_subset(test_full, task.classes)
     train_data = few_shot(train_full, task.shots) if task.shots else take(train_full, task.train_images, seed=1)
     return TaskData(task, train_data, test_full)
@@ -165,9 +175,18 @@ class OutOfTime(Exception):
 class BenchRun:
     """One run of a profile into ``out_dir``; :meth:`run` executes (or reuses) every stage."""
 
-    def __init__(self, profile: Profile, out_dir: str | Path, data_dir: str | None = None, device: str = "auto",
-                 progress: bool = True, time_limit: float | None = None, plots: bool = True,
-                 command: str | None = None, reporter: Callable[..., None] = write_report):
+    def __init__(
+        self,
+        profile: Profile,
+        out_dir: str | Path,
+        data_dir: str | None = None,
+        device: str = "auto",
+        progress: bool = True,
+        time_limit: float | None = None,
+        plots: bool = True,
+        command: str | None = None,
+        reporter: Callable[..., None] = write_report,
+    ):
         self.profile, self.out, self.data_dir, self.device = profile, Path(out_dir), data_dir, device
         self.reporter = reporter  # writes report.md, results.csv and plots from the rows (bench's, or compare's)
         self.teacher_outputs: dict[tuple[str, str], Any] = {}  # (task, kind) -> fine-tuning data with them
@@ -210,28 +229,57 @@ class BenchRun:
         spec = self.ancestry_spec(upstream)
         # a class split is part of the key only when there is one: the keys of older runs stay valid
         split = {"classes": upstream.classes, "per_class": p.upstream_images_per_class} if upstream.classes else {}
-        key = stage_key(stage="ancestry", spec=spec.to_dict(), epochs=upstream.ancestry_epochs, images=len(train_data),
-                        data="fashion_mnist", **split, **self._budget_key())
+        key = stage_key(
+            stage="ancestry",
+            spec=spec.to_dict(),
+            epochs=upstream.ancestry_epochs,
+            images=len(train_data),
+            data="fashion_mnist",
+            **split,
+            **self._budget_key(),
+        )
         path = self.out / "ancestry" / f"ancestry-{key}.safetensors"
         if not path.exists():
             seed_everything(0)
             model = spec.create_model()
             path.parent.mkdir(parents=True, exist_ok=True)
             # the two long stages show the loop's own bar under the run's bar
-            cfg = self._cfg(epochs=upstream.ancestry_epochs, desc=f"ancestry {upstream.name}".strip(),
-                            checkpoint_every=200, progress=self.inner_progress)
+            cfg = self._cfg(
+                epochs=upstream.ancestry_epochs,
+                desc=f"ancestry {upstream.name}".strip(),
+                checkpoint_every=200,
+                progress=self.inner_progress,
+            )
             result = train(model, train_data, cfg, eval_data=eval_data, run_dir=path.with_suffix(".run"), resume=True)
-            save_model(path, model, spec, origin={
-                "kind": "ancestry", "key": key, "eval_acc": result.final_acc, "seconds": round(result.seconds, 2),
-                "steps": result.steps, "eval_curve": [h["eval_acc"] for h in result.history],
-                "label_space": train_data.label_space})
+            save_model(
+                path,
+                model,
+                spec,
+                origin={
+                    "kind": "ancestry",
+                    "key": key,
+                    "eval_acc": result.final_acc,
+                    "seconds": round(result.seconds, 2),
+                    "steps": result.steps,
+                    "eval_curve": [h["eval_acc"] for h in result.history],
+                    "label_space": train_data.label_space,
+                },
+            )
             shutil.rmtree(path.with_suffix(".run"), ignore_errors=True)
         _, _, origin = load_model_file(path)
-        info = {"spec": spec.short(), "params": spec.num_params, "images": len(train_data),
-                "epochs": upstream.ancestry_epochs, "eval_acc": origin.get("eval_acc"),
-                "eval_curve": origin.get("eval_curve"), "seconds": origin.get("seconds"), "key": key,
-                "classes": list(upstream.classes) if upstream.classes else None, "converged": upstream.converged,
-                "condense_epochs": upstream.condense_epochs}
+        info = {
+            "spec": spec.short(),
+            "params": spec.num_params,
+            "images": len(train_data),
+            "epochs": upstream.ancestry_epochs,
+            "eval_acc": origin.get("eval_acc"),
+            "eval_curve": origin.get("eval_curve"),
+            "seconds": origin.get("seconds"),
+            "key": key,
+            "classes": list(upstream.classes) if upstream.classes else None,
+            "converged": upstream.converged,
+            "condense_epochs": upstream.condense_epochs,
+        }
         self.meta["ancestries"][upstream.name] = info
         if upstream is p.all_upstreams()[0]:
             self.meta["ancestry"] = info
@@ -246,12 +294,24 @@ class BenchRun:
         try:
             stat = path.stat()
         except OSError as exc:
-            raise LearngeneError(f"cannot read the ancestry {path} ({exc.strerror}); give an existing file or folder") from None
-        self.ancestry_key = stage_key(stage="ancestry-file", path=str(path.resolve()), size=stat.st_size,
-                                      mtime=stat.st_mtime_ns, timm_model=p.ancestry_timm_model)
+            raise LearngeneError(
+                f"cannot read the ancestry {path} ({exc.strerror}); give an existing file or folder"
+            ) from None
+        self.ancestry_key = stage_key(
+            stage="ancestry-file",
+            path=str(path.resolve()),
+            size=stat.st_size,
+            mtime=stat.st_mtime_ns,
+            timm_model=p.ancestry_timm_model,
+        )
         ancestry = load_ancestry(path, p.ancestry_timm_model)
-        self.meta["ancestry"] = {"spec": p.ancestry.short(), "params": p.ancestry.num_params, "file": str(path),
-                                 "key": self.ancestry_key, "label_space": ancestry.label_space}
+        self.meta["ancestry"] = {
+            "spec": p.ancestry.short(),
+            "params": p.ancestry.num_params,
+            "file": str(path),
+            "key": self.ancestry_key,
+            "label_space": ancestry.label_space,
+        }
         self.meta["ancestries"][""] = self.meta["ancestry"]
         self.teacher = ancestry
         return ancestry
@@ -261,8 +321,14 @@ class BenchRun:
         return p.ancestry.replace(num_classes=len(upstream.classes)) if upstream.classes else p.ancestry
 
     # ---- stage 2: every method's gene, once ---------------------------------------------------------
-    def gene(self, name: str, ancestry: Ancestry, upstream: ImageData, upstream_eval: ImageData,
-             condense_epochs: int | None = None) -> tuple[Learngene, str]:
+    def gene(
+        self,
+        name: str,
+        ancestry: Ancestry,
+        upstream: ImageData,
+        upstream_eval: ImageData,
+        condense_epochs: int | None = None,
+    ) -> tuple[Learngene, str]:
         p = self.profile
         epochs = p.condense_epochs if condense_epochs is None else condense_epochs
         options = p.method_options.get(name, {})
@@ -270,16 +336,30 @@ class BenchRun:
         cls = get_method(name)
         # a gene that reads neither weights nor data is the same for every ancestry of a size: one key
         source = self.ancestry_key if cls.needs_data or cls.needs_vit_ancestry else ancestry.spec.to_dict()
-        key = stage_key(stage="gene", ancestry=source, method=name, code=method_source_hash(name),
-                        options=options, epochs=epochs, images=len(upstream), distill_lambda=lam,
-                        **self._budget_key())
+        key = stage_key(
+            stage="gene",
+            ancestry=source,
+            method=name,
+            code=method_source_hash(name),
+            options=options,
+            epochs=epochs,
+            images=len(upstream),
+            distill_lambda=lam,
+            **self._budget_key(),
+        )
         path = self.out / "genes" / f"{name}-{key}.safetensors"
         if path.exists():
             return Learngene.load(path), key
         method = cls(**options)
-        inputs = CondenseInputs(train=upstream, eval=upstream_eval, run_dir=path.with_suffix(".run"), resume=True,
-                                train_cfg=self._cfg(epochs=epochs, distill_lambda=lam, desc=f"condense {name}",
-                                                    progress=self.inner_progress))
+        inputs = CondenseInputs(
+            train=upstream,
+            eval=upstream_eval,
+            run_dir=path.with_suffix(".run"),
+            resume=True,
+            train_cfg=self._cfg(
+                epochs=epochs, distill_lambda=lam, desc=f"condense {name}", progress=self.inner_progress
+            ),
+        )
         seed_everything(0)
         tic = time.perf_counter()
         gene = method.condense(ancestry, inputs)
@@ -291,20 +371,30 @@ class BenchRun:
         return gene, key
 
     # ---- stage 3: the initialization of a size (adapt where the method has that step) -----------------
-    def initial_gene(self, gene: Learngene, gene_key: str, spec: ViTSpec, seed: int,
-                     upstream: ImageData) -> tuple[Learngene, str, float]:
+    def initial_gene(
+        self, gene: Learngene, gene_key: str, spec: ViTSpec, seed: int, upstream: ImageData
+    ) -> tuple[Learngene, str, float]:
         """The gene a descendant of ``spec`` is expanded from, its cache key and the adapt seconds."""
         method = get_method(gene.method).from_gene(gene)
         if not method.adaptable:
             return gene, gene_key, 0.0
         p = self.profile
-        key = stage_key(stage="adapt", gene=gene_key, spec=spec.to_dict(), seed=seed, steps=p.adapt_steps,
-                        images=len(upstream), **self._budget_key())
+        key = stage_key(
+            stage="adapt",
+            gene=gene_key,
+            spec=spec.to_dict(),
+            seed=seed,
+            steps=p.adapt_steps,
+            images=len(upstream),
+            **self._budget_key(),
+        )
         path = self.out / "adapted" / gene.method / f"{spec.short()}-s{seed}-{key}.safetensors"
         if not path.exists():
             tic = time.perf_counter()
             cfg = self._cfg(epochs=1, max_steps=p.adapt_steps, seed=seed, desc=f"adapt {gene.method}")
-            adapted, _ = method.adapt(gene, spec, AdaptInputs(upstream, cfg, run_dir=path.with_suffix(".run"), resume=True))
+            adapted, _ = method.adapt(
+                gene, spec, AdaptInputs(upstream, cfg, run_dir=path.with_suffix(".run"), resume=True)
+            )
             adapted.cost = {**adapted.cost, "bench_adapt_seconds": round(time.perf_counter() - tic, 2)}
             path.parent.mkdir(parents=True, exist_ok=True)
             adapted.save(path)
@@ -313,8 +403,9 @@ class BenchRun:
         return adapted, key, float(adapted.cost.get("bench_adapt_seconds", 0.0))
 
     # ---- stage 4: fine-tune a descendant on a task --------------------------------------------------------
-    def cell(self, row: Row, init: Learngene, init_key: str, spec: ViTSpec, task: TaskData,
-             variant: Variant | None = None) -> Row:
+    def cell(
+        self, row: Row, init: Learngene, init_key: str, spec: ViTSpec, task: TaskData, variant: Variant | None = None
+    ) -> Row:
         t = task.task
         epochs = t.epochs * row.budget
         max_steps = t.max_steps * row.budget if t.max_steps else None
@@ -327,39 +418,75 @@ class BenchRun:
         batch_size = t.batch_size or self.profile.batch_size
         options = descendant_options(init, row.seed, variant)
         # settings that older runs did not have join the key only when set: their cells stay valid
-        extra = {k: v for k, v in (("classes", list(task.train.classes) if t.other_classes or t.classes else None),
-                                   ("eval_every", eval_every if eval_every != 1 else None),
-                                   ("fine_tune_batch", t.batch_size), ("variant", options or None),
-                                   ("head", "reuse" if t.new_head and not fresh else None),
-                                   ("max_steps", max_steps),
-                                   ("distill_lambda", variant.distill_lambda if variant else None),
-                                   ("teacher", self.ancestry_key if variant and variant.distill_lambda else None))
-                 if v is not None}
-        key = stage_key(stage="cell", init=init_key, spec=spec.to_dict(), seed=row.seed, epochs=epochs, data=t.data,
-                        train_images=t.train_images, shots=t.shots, eval_images=t.eval_images, new_head=t.new_head,
-                        **extra, **self._budget_key())
+        extra = {
+            k: v
+            for k, v in (
+                ("classes", list(task.train.classes) if t.other_classes or t.classes else None),
+                ("eval_every", eval_every if eval_every != 1 else None),
+                ("fine_tune_batch", t.batch_size),
+                ("variant", options or None),
+                ("head", "reuse" if t.new_head and not fresh else None),
+                ("max_steps", max_steps),
+                ("distill_lambda", variant.distill_lambda if variant else None),
+                ("teacher", self.ancestry_key if variant and variant.distill_lambda else None),
+            )
+            if v is not None
+        }
+        key = stage_key(
+            stage="cell",
+            init=init_key,
+            spec=spec.to_dict(),
+            seed=row.seed,
+            epochs=epochs,
+            data=t.data,
+            train_images=t.train_images,
+            shots=t.shots,
+            eval_images=t.eval_images,
+            new_head=t.new_head,
+            **extra,
+            **self._budget_key(),
+        )
         name = row.method + (f"{variant.name}" if variant else "")
-        path = (self.out / "cells" / t.name / name /
-                f"{spec.short()}-s{row.seed}{'' if row.budget == 1 else f'-x{row.budget}'}-{key}.json")
+        path = (
+            self.out
+            / "cells"
+            / t.name
+            / name
+            / f"{spec.short()}-s{row.seed}{'' if row.budget == 1 else f'-x{row.budget}'}-{key}.json"
+        )
         if path.exists():
             return dataclasses.replace(row_from_dict(json.loads(path.read_text())), upstream=row.upstream)
         if variant:
             check_variant_changes(variant, init, spec)
-        model = make_descendant(init, spec, seed=row.seed, **{k: v for k, v in options.items() if not k.startswith("expand_")})
+        model = make_descendant(
+            init, spec, seed=row.seed, **{k: v for k, v in options.items() if not k.startswith("expand_")}
+        )
         if fresh:
             fresh_head(model, spec, row.seed)
-        cfg = self._cfg(epochs=epochs, seed=row.seed, desc=f"{t.name} {row.label} {spec.short()}",
-                        eval_every=eval_every, eval_images=t.eval_images, batch_size=batch_size, max_steps=max_steps)
+        cfg = self._cfg(
+            epochs=epochs,
+            seed=row.seed,
+            desc=f"{t.name} {row.label} {spec.short()}",
+            eval_every=eval_every,
+            eval_images=t.eval_images,
+            batch_size=batch_size,
+            max_steps=max_steps,
+        )
         student, data, teacher = model, task.train, None
         if variant and variant.distill_lambda:
             cfg = cfg.replace(distill_lambda=variant.distill_lambda)
             student, data, teacher = self.distillation(model, task)
-        result = train(student, data, cfg, eval_data=task.eval, teacher=teacher, run_dir=path.with_suffix(".run"),
-                       resume=True)
+        result = train(
+            student, data, cfg, eval_data=task.eval, teacher=teacher, run_dir=path.with_suffix(".run"), resume=True
+        )
         evaluated = [h for h in result.history if "eval_acc" in h]
-        row = dataclasses.replace(row, accs=[h["eval_acc"] for h in evaluated], eval_epochs=[h["epoch"] for h in evaluated],
-                                  train_seconds=round(result.seconds, 2),
-                                  cell_seconds=round(time.perf_counter() - tic, 2))
+        row = dataclasses.replace(
+            row,
+            accs=[h["eval_acc"] for h in evaluated],
+            eval_epochs=[h["epoch"] for h in evaluated],
+            train_seconds=round(result.seconds, 2),
+            cell_seconds=round(time.perf_counter() - tic, 2),
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(dataclasses.asdict(row)))
         shutil.rmtree(path.with_suffix(".run"), ignore_errors=True)
@@ -376,8 +503,9 @@ class BenchRun:
         return kd.student, data, teacher
 
     # ---- the whole run ---------------------------------------------------------------------------------
-    def plan(self, ancestry_images: int, tasks: list[TaskData], upstream: ImageData,
-             up: Upstream | None = None) -> dict[str, Any]:
+    def plan(
+        self, ancestry_images: int, tasks: list[TaskData], upstream: ImageData, up: Upstream | None = None
+    ) -> dict[str, Any]:
         """Cells to train and their work in forward GFLOPs (a training image costs ~3 forwards)."""
         p = self.profile
         up = up or p.all_upstreams()[0]
@@ -386,19 +514,32 @@ class BenchRun:
         condense = p.ancestry.flops * up.condense_epochs * (3 * len(upstream) + UPSTREAM_EVAL_IMAGES)
         rows = len(methods) + sum(len(self._variant_methods(v, methods)) for v in p.variants if v.runs_on(up))
         specs = self._specs(up)
-        cells = [self._cell_gflop(spec, td, factor) * len(p.seeds)
-                 for td in tasks for spec in specs for name in methods for factor in self._budgets(name, td.task)]
-        cells += [self._cell_gflop(spec, td, 1) * len(p.seeds) * (rows - len(methods))
-                  for td in tasks for spec in specs]
+        cells = [
+            self._cell_gflop(spec, td, factor) * len(p.seeds)
+            for td in tasks
+            for spec in specs
+            for name in methods
+            for factor in self._budgets(name, td.task)
+        ]
+        cells += [
+            self._cell_gflop(spec, td, 1) * len(p.seeds) * (rows - len(methods)) for td in tasks for spec in specs
+        ]
         adapt = sum(self._adapt_gflop(s) for s in specs) * len(p.seeds)
-        return {"ancestry": anc / 1e9, "condense": condense / 1e9, "adapt": adapt, "cell": cells,
-                "cells": len(cells) * len(p.seeds)}
+        return {
+            "ancestry": anc / 1e9,
+            "condense": condense / 1e9,
+            "adapt": adapt,
+            "cell": cells,
+            "cells": len(cells) * len(p.seeds),
+        }
 
     def _specs(self, up: Upstream) -> list[ViTSpec]:
         """The descendant sizes of an upstream, with its ancestry's classifier."""
         classes = self.ancestry_spec(up).num_classes
         sizes = up.sizes or self.profile.sizes
-        return [self.profile.ancestry.replace(depth=d, embed_dim=w, num_heads=h, num_classes=classes) for d, w, h in sizes]
+        return [
+            self.profile.ancestry.replace(depth=d, embed_dim=w, num_heads=h, num_classes=classes) for d, w, h in sizes
+        ]
 
     @staticmethod
     def _variant_methods(variant: Variant, methods: list[str]) -> list[str]:
@@ -440,7 +581,9 @@ class BenchRun:
         try:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise LearngeneError(f"cannot create the report folder {self.out} ({exc.strerror}); choose another --out") from None
+            raise LearngeneError(
+                f"cannot create the report folder {self.out} ({exc.strerror}); choose another --out"
+            ) from None
         loaded: dict[tuple[str, str], ImageData] = {}
         load_task(Task("upstream", p.upstream_data, epochs=1), p.ancestry, self.data_dir, loaded)
         work = []
@@ -449,19 +592,32 @@ class BenchRun:
             tasks = [load_task(t, p.ancestry, self.data_dir, loaded, up.classes) for t in p.tasks]
             for td in tasks:
                 if td.train.num_classes < 2:
-                    raise LearngeneError(f"{td.task.data} has {td.train.num_classes} class; fine-tuning and comparing "
-                                         f"need data with 2 or more classes")
+                    raise LearngeneError(
+                        f"{td.task.data} has {td.train.num_classes} class; fine-tuning and comparing "
+                        f"need data with 2 or more classes"
+                    )
             anc_images, upstream, upstream_eval = self._upstream_data(up, loaded)
             plan = self.plan(len(anc_images), tasks, upstream, up)
             # condensation that trains an aux net costs about an ancestry-sized training run; the others far less
             trained = [m for m in self._methods(up) if get_method(m).needs_data]
-            total += plan["ancestry"] + plan["condense"] * len(trained) + plan["adapt"] * sum(
-                get_method(m).adaptable for m in self._methods(up)) + sum(plan["cell"])
+            total += (
+                plan["ancestry"]
+                + plan["condense"] * len(trained)
+                + plan["adapt"] * sum(get_method(m).adaptable for m in self._methods(up))
+                + sum(plan["cell"])
+            )
             work.append((up, tasks, anc_images, upstream, upstream_eval, plan, trained))
         self.meta.update(plan_gflop=round(total), cells=sum(w[5]["cells"] for w in work), methods=self.methods)
         # progress in estimated work, not stages: a 10x scratch run or a deep size weighs what it costs
-        self.bar = progress_bar(total=total, desc=f"bench {p.name}", unit="GFLOP", unit_scale=True,
-                                disable=not self.progress, dynamic_ncols=True, smoothing=0.05)
+        self.bar = progress_bar(
+            total=total,
+            desc=f"bench {p.name}",
+            unit="GFLOP",
+            unit_scale=True,
+            disable=not self.progress,
+            dynamic_ncols=True,
+            smoothing=0.05,
+        )
         self.rows: list[Row] = []
         complete = False
         try:
@@ -489,8 +645,13 @@ class BenchRun:
         write_text_atomic(self.out / "profile.json", json.dumps(dataclasses.asdict(p), indent=2, default=str))
         return self.rows
 
-    def _descendants(self, genes: dict[str, tuple[Learngene, str] | LearngeneError], tasks: list[TaskData],
-                     upstream: ImageData, up: Upstream | None = None) -> None:
+    def _descendants(
+        self,
+        genes: dict[str, tuple[Learngene, str] | LearngeneError],
+        tasks: list[TaskData],
+        upstream: ImageData,
+        up: Upstream | None = None,
+    ) -> None:
         """Stages 3 and 4 for every seed, size, method (and ablation) and task; rows go to ``self.rows``."""
         p = self.profile
         up = up or p.all_upstreams()[0]
@@ -499,27 +660,48 @@ class BenchRun:
         for seed in p.seeds:
             for spec in self._specs(up):
                 for name in methods:
-                    base = Row(method=name, task="", size=spec.short(), depth=spec.depth, embed_dim=spec.embed_dim,
-                               num_heads=spec.num_heads, seed=seed, params=spec.num_params, upstream=up.name)
+                    base = Row(
+                        method=name,
+                        task="",
+                        size=spec.short(),
+                        depth=spec.depth,
+                        embed_dim=spec.embed_dim,
+                        num_heads=spec.num_heads,
+                        seed=seed,
+                        params=spec.num_params,
+                        upstream=up.name,
+                    )
                     self._check_time()
                     try:
                         if isinstance(genes[name], LearngeneError):
                             raise LearngeneError(f"condensation failed: {genes[name]}")
                         gene, gene_key = genes[name]
-                        base = dataclasses.replace(base, stored_params=gene.num_stored_params,
-                                                   condense_seconds=float(gene.cost.get("seconds", 0.0)),
-                                                   condense_steps=int(gene.cost.get("steps", 0)))
+                        base = dataclasses.replace(
+                            base,
+                            stored_params=gene.num_stored_params,
+                            condense_seconds=float(gene.cost.get("seconds", 0.0)),
+                            condense_steps=int(gene.cost.get("steps", 0)),
+                        )
                         init, init_key, adapt_s = self.initial_gene(gene, gene_key, spec, seed, upstream)
-                        self._advance(self._adapt_gflop(spec) if get_method(name).adaptable else 0.0,
-                                      f"{name} {spec.short()} seed {seed} initialized")
+                        self._advance(
+                            self._adapt_gflop(spec) if get_method(name).adaptable else 0.0,
+                            f"{name} {spec.short()} seed {seed} initialized",
+                        )
                     except LearngeneError as exc:
                         init, init_key, adapt_s, why = None, "", 0.0, str(exc)
-                    variants = [None] + [v for v in p.variants if v.runs_on(up) and name in self._variant_methods(v, methods)]
+                    variants = [None] + [
+                        v for v in p.variants if v.runs_on(up) and name in self._variant_methods(v, methods)
+                    ]
                     for td in tasks:
                         for variant in variants:
                             for budget in self._budgets(name, td.task) if variant is None else (1,):
-                                row = dataclasses.replace(base, task=td.task.name, budget=budget, adapt_seconds=adapt_s,
-                                                          variant=variant.name if variant else "")
+                                row = dataclasses.replace(
+                                    base,
+                                    task=td.task.name,
+                                    budget=budget,
+                                    adapt_seconds=adapt_s,
+                                    variant=variant.name if variant else "",
+                                )
                                 work = self._cell_gflop(spec, td, budget)
                                 if init is None:
                                     rows.append(dataclasses.replace(row, note=why))
@@ -537,8 +719,10 @@ def check_variant_changes(variant: Variant, init: Learngene, spec: ViTSpec) -> N
     """Refuse (recorded as n/a, with why) an ablation that would change nothing for this gene and size."""
     provided = set(get_method(init.method).from_gene(init).provided_keys(init, spec))
     if variant.top_up and set(top_up_state(variant.top_up, spec)) <= provided:
-        raise LearngeneError(f"the {init.method} gene gives every tensor {variant.top_up} sets at {spec.short()}: "
-                             f"the top-up changes nothing")
+        raise LearngeneError(
+            f"the {init.method} gene gives every tensor {variant.top_up} sets at {spec.short()}: "
+            f"the top-up changes nothing"
+        )
     if variant.head == "reuse" and "head.weight" not in provided:
         raise LearngeneError(f"the {init.method} gene gives no classifier head to reuse")
     if variant.options:
@@ -559,8 +743,15 @@ def descendant_options(init: Learngene, seed: int, variant: Variant | None = Non
     return options
 
 
-def run_profile(profile: Profile, out_dir: str | Path, data_dir: str | None = None, device: str = "auto",
-                progress: bool = True, time_limit: float | None = None, command: str | None = None) -> list[Row]:
+def run_profile(
+    profile: Profile,
+    out_dir: str | Path,
+    data_dir: str | None = None,
+    device: str = "auto",
+    progress: bool = True,
+    time_limit: float | None = None,
+    command: str | None = None,
+) -> list[Row]:
     """Run (or resume) every stage of ``profile`` into ``out_dir`` and write its report there.
 
     Returns the rows of the finished cells; after ``time_limit`` seconds no new stage starts, a

@@ -19,8 +19,27 @@ from .profiles import Profile, Task
 if TYPE_CHECKING:
     from .protocol import Row
 
-CSV_FIELDS = ("upstream", "method", "variant", "budget", "task", "size", "depth", "embed_dim", "num_heads", "seed", "params", "stored_params",
-              "condense_seconds", "condense_steps", "adapt_seconds", "train_seconds", "epoch", "acc", "note")
+CSV_FIELDS = (
+    "upstream",
+    "method",
+    "variant",
+    "budget",
+    "task",
+    "size",
+    "depth",
+    "embed_dim",
+    "num_heads",
+    "seed",
+    "params",
+    "stored_params",
+    "condense_seconds",
+    "condense_steps",
+    "adapt_seconds",
+    "train_seconds",
+    "epoch",
+    "acc",
+    "note",
+)
 
 
 def write_csv(rows: list[Row], path: Path) -> None:
@@ -99,11 +118,13 @@ def _named_together(label: str, same: dict[str, str]) -> str | None:
 
 
 # ---- the 2-std marks ------------------------------------------------------------------------------------
-MARK_RULE = ("Marks compare a cell with a reference at the same size: `+` the method's mean is higher by more "
-             "than 2 × the pooled standard deviation over seeds, `−` lower by more than that, `=` neither "
-             "(pooled std = √((s₁² + s₂²)/2), each s the sample std over the seeds; no mark with one seed). "
-             "References: **S** scratch at the same budget, **X** scratch trained ×{factor} as many fine-tuning "
-             "steps, **M** mimetic and **I** structured (impulse) initialization (neither stores weights).")
+MARK_RULE = (
+    "Marks compare a cell with a reference at the same size: `+` the method's mean is higher by more "
+    "than 2 × the pooled standard deviation over seeds, `−` lower by more than that, `=` neither "
+    "(pooled std = √((s₁² + s₂²)/2), each s the sample std over the seeds; no mark with one seed). "
+    "References: **S** scratch at the same budget, **X** scratch trained ×{factor} as many fine-tuning "
+    "steps, **M** mimetic and **I** structured (impulse) initialization (neither stores weights)."
+)
 
 
 def compare(accs: list[float], reference: list[float]) -> str:
@@ -119,7 +140,7 @@ def compare(accs: list[float], reference: list[float]) -> str:
 def _references(rows: list[Row], task: str) -> dict[str, str]:
     """Mark letter → label of the reference rows present in ``task``'s table."""
     labels = set(_labels(rows, task))
-    long = sorted((r.label for r in rows if r.task == task and r.method == "scratch" and r.budget > 1 and not r.variant))
+    long = sorted(r.label for r in rows if r.task == task and r.method == "scratch" and r.budget > 1 and not r.variant)
     refs = {"S": "scratch", "X": long[0] if long else "", "M": "mimetic", "I": "structured"}
     return {letter: label for letter, label in refs.items() if label in labels}
 
@@ -151,10 +172,16 @@ def format_table(rows: list[Row], task: str, mark: bool = False) -> str:
         cells = []
         for size in sizes:
             group = groups.get((label, size))
-            cells.append(" ".join(filter(None, (_cell([g.acc for g in group]), marks(groups, label, size, refs))))
-                         if group else ("n/a" if any(x.label == label and x.size == size and x.task == task for x in rows) else "–"))
-        lines.append(f"| {label} | " + " | ".join(cells) +
-                     f" | {r.stored_params:,} | {r.condense_steps:,} | {r.condense_seconds:.1f} |")
+            cells.append(
+                " ".join(filter(None, (_cell([g.acc for g in group]), marks(groups, label, size, refs))))
+                if group
+                else ("n/a" if any(x.label == label and x.size == size and x.task == task for x in rows) else "–")
+            )
+        lines.append(
+            f"| {label} | "
+            + " | ".join(cells)
+            + f" | {r.stored_params:,} | {r.condense_steps:,} | {r.condense_seconds:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -193,12 +220,17 @@ def gene_table(rows: list[Row]) -> str:
             if r.adapt_seconds:
                 adapt[r.upstream, r.method].append(r.adapt_seconds)
     several = len({up for up, _ in info}) > 1
-    lines = [("| upstream " if several else "") + "| method | stored params | condense steps | condense s | adapt s per size |",
-             "|---" * (5 + several) + "|"]
+    lines = [
+        ("| upstream " if several else "")
+        + "| method | stored params | condense steps | condense s | adapt s per size |",
+        "|---" * (5 + several) + "|",
+    ]
     for (up, method), r in info.items():
         a = f"{statistics.fmean(adapt[up, method]):.1f}" if adapt[up, method] else "–"
-        lines.append((f"| {up} " if several else "")
-                     + f"| {method} | {r.stored_params:,} | {r.condense_steps:,} | {r.condense_seconds:.1f} | {a} |")
+        lines.append(
+            (f"| {up} " if several else "")
+            + f"| {method} | {r.stored_params:,} | {r.condense_steps:,} | {r.condense_seconds:.1f} | {a} |"
+        )
     return "\n".join(lines)
 
 
@@ -242,8 +274,9 @@ def finish_figure(fig, axes, title: str, path: Path) -> None:
     fig.suptitle(title)
     fig.tight_layout()
     # outside the panels, however long the labels ("a = b = c" for methods with one curve): the saved image grows
-    fig.legend(list(handles.values()), list(handles), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
-               frameon=False)
+    fig.legend(
+        list(handles.values()), list(handles), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False
+    )
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
@@ -267,11 +300,17 @@ def plot_curves(rows: list[Row], task: str, path: Path, data_name: str | None = 
             if not group or named is None:
                 continue
             mean, std = mean_curve(group)
-            x = group[0].epochs[:len(mean)]
+            x = group[0].epochs[: len(mean)]
             y, s = [100 * m for m in mean], [100 * v for v in std]
             ax.plot(x, y, "--" if " ×" in label else "-", ms=4, label=named, **styles[label])
-            ax.fill_between(x, [a - b for a, b in zip(y, s)], [a + b for a, b in zip(y, s)],
-                            color=styles[label]["color"], alpha=0.12, lw=0)
+            ax.fill_between(
+                x,
+                [a - b for a, b in zip(y, s)],
+                [a + b for a, b in zip(y, s)],
+                color=styles[label]["color"],
+                alpha=0.12,
+                lw=0,
+            )
         if log_x:
             ax.set_xscale("log")
             ax.xaxis.set_major_locator(FixedLocator([t for t in (1, 2, 3, 5, 10, 20, 30, 50, 100) if t <= longest]))
@@ -303,9 +342,18 @@ def plot_stored(rows: list[Row], task: str, path: Path) -> None:
             if not group or named is None:
                 continue
             accs = [100 * g.acc for g in group]
-            ax.errorbar([group[0].stored_params], [statistics.fmean(accs)],
-                        yerr=[statistics.stdev(accs)] if len(accs) > 1 else None, capsize=3, ms=7, ls="none",
-                        mfc="none", mew=1.5, label=named, **styles[label])
+            ax.errorbar(
+                [group[0].stored_params],
+                [statistics.fmean(accs)],
+                yerr=[statistics.stdev(accs)] if len(accs) > 1 else None,
+                capsize=3,
+                ms=7,
+                ls="none",
+                mfc="none",
+                mew=1.5,
+                label=named,
+                **styles[label],
+            )
         ax.set_xscale("symlog", linthresh=linthresh, linscale=0.5)
         ax.set_xlim(-0.2 * linthresh, 3 * max(most, linthresh))
         ax.set_title(size, fontsize=9)
@@ -317,24 +365,40 @@ def plot_stored(rows: list[Row], task: str, path: Path) -> None:
 
 # ---- the report ----------------------------------------------------------------------------------------
 def _task_line(task: Task, seeds: int) -> str:
-    data = (f"{task.shots} labelled images per class" if task.shots else
-            f"{task.train_images:,} training images" if task.train_images else "the whole training split")
-    evals = ("after the last epoch" if not task.eval_every else "after every epoch" if task.eval_every == 1
-             else f"every {task.eval_every} epochs and after the last")
-    return (f"Fine-tuned {task.epochs} epoch(s) on {data} of {task.data}"
-            + (" (only the classes the upstream never saw)" if task.other_classes else "")
-            + (f", batch {task.batch_size}" if task.batch_size else "")
-            + (", each method with the same fresh classifier" if task.new_head else "")
-            + f"; top-1 (%) on {f'{task.eval_images:,}' if task.eval_images else 'all'} test images, evaluated "
-            + evals + "; " + (f"mean ± std over {seeds} seeds." if seeds > 1 else "one seed."))
+    data = (
+        f"{task.shots} labelled images per class"
+        if task.shots
+        else f"{task.train_images:,} training images"
+        if task.train_images
+        else "the whole training split"
+    )
+    evals = (
+        "after the last epoch"
+        if not task.eval_every
+        else "after every epoch"
+        if task.eval_every == 1
+        else f"every {task.eval_every} epochs and after the last"
+    )
+    return (
+        f"Fine-tuned {task.epochs} epoch(s) on {data} of {task.data}"
+        + (" (only the classes the upstream never saw)" if task.other_classes else "")
+        + (f", batch {task.batch_size}" if task.batch_size else "")
+        + (", each method with the same fresh classifier" if task.new_head else "")
+        + f"; top-1 (%) on {f'{task.eval_images:,}' if task.eval_images else 'all'} test images, evaluated "
+        + evals
+        + "; "
+        + (f"mean ± std over {seeds} seeds." if seeds > 1 else "one seed.")
+    )
 
 
 def machine() -> str:
     import torch
 
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({torch.get_num_threads()} threads)"
-    return (f"{platform.machine()} {platform.system()}, {os.cpu_count()} cores, {device}, "
-            f"torch {torch.__version__}, python {platform.python_version()}")
+    return (
+        f"{platform.machine()} {platform.system()}, {os.cpu_count()} cores, {device}, "
+        f"torch {torch.__version__}, python {platform.python_version()}"
+    )
 
 
 def plateau(curve: list[float] | None, window: int = 3, tolerance: float = 0.005) -> str:
@@ -343,17 +407,25 @@ def plateau(curve: list[float] | None, window: int = 3, tolerance: float = 0.005
     if not curve or len(curve) <= window:
         return "too short to tell"
     gain = max(curve[-window:]) - max(curve[:-window])
-    return (f"plateau (last {window} epochs gained {100 * gain:+.1f} pt < {100 * tolerance:.1f})" if gain < tolerance
-            else f"still rising (last {window} epochs gained {100 * gain:+.1f} pt)")
+    return (
+        f"plateau (last {window} epochs gained {100 * gain:+.1f} pt < {100 * tolerance:.1f})"
+        if gain < tolerance
+        else f"still rising (last {window} epochs gained {100 * gain:+.1f} pt)"
+    )
 
 
 def ancestry_table(meta: dict[str, Any]) -> str:
-    lines = ["| upstream | classes | ancestry | epochs | top-1 (%) per epoch | converged? | aux-net condensation epochs |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| upstream | classes | ancestry | epochs | top-1 (%) per epoch | converged? | aux-net condensation epochs |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, a in meta.get("ancestries", {}).items():
         curve = a.get("eval_curve") or []
-        lines.append(f"| {name} | {', '.join(map(str, a.get('classes') or [])) or 'all'} | {a['spec']} | {a['epochs']} | "
-                     + " ".join(f"{100 * c:.1f}" for c in curve) + f" | {plateau(curve)} | {a.get('condense_epochs')} |")
+        lines.append(
+            f"| {name} | {', '.join(map(str, a.get('classes') or [])) or 'all'} | {a['spec']} | {a['epochs']} | "
+            + " ".join(f"{100 * c:.1f}" for c in curve)
+            + f" | {plateau(curve)} | {a.get('condense_epochs')} |"
+        )
     return "\n".join(lines)
 
 
@@ -367,9 +439,13 @@ def gain_table(rows: list[Row], task: str, upstreams: list[str], reference: str)
         cells = []
         for u in upstreams:
             groups = by_up[u]
-            diffs = [statistics.fmean(g.acc for g in groups[label, size]) - statistics.fmean(g.acc for g in groups[ref, size])
-                     for (lab, size) in groups for ref in [reference]
-                     if lab == label and (ref, size) in groups]
+            diffs = [
+                statistics.fmean(g.acc for g in groups[label, size])
+                - statistics.fmean(g.acc for g in groups[ref, size])
+                for (lab, size) in groups
+                for ref in [reference]
+                if lab == label and (ref, size) in groups
+            ]
             cells.append(f"{100 * statistics.fmean(diffs):+.1f}" if diffs else "–")
         if any(c != "–" for c in cells):
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
@@ -380,38 +456,62 @@ def identical_note(rows: list[Row], task: str) -> str:
     """One sentence naming the methods whose accuracies equal another's seed by seed (their plot marks
     coincide), or ``""``."""
     groups, labels = _groups(rows, task), _labels(rows, task)
-    pairs = [f"{label} = {other} at {size}" for size in _sizes(rows, task)
-             for label, other in _same_results(groups, labels, size).items()]
-    return ("Identical results (the same accuracy at every evaluation, seed by seed; the plots draw the second "
-            "larger and hollow and name it in the panel title): " + "; ".join(pairs) + ".") if pairs else ""
+    pairs = [
+        f"{label} = {other} at {size}"
+        for size in _sizes(rows, task)
+        for label, other in _same_results(groups, labels, size).items()
+    ]
+    return (
+        (
+            "Identical results (the same accuracy at every evaluation, seed by seed; the plots draw the second "
+            "larger and hollow and name it in the panel title): " + "; ".join(pairs) + "."
+        )
+        if pairs
+        else ""
+    )
 
 
-def _task_sections(rows: list[Row], profile: Profile, out_dir: Path, plot_dir: Path, plots: bool,
-                   suffix: str = "", level: str = "##") -> list[str]:
+def _task_sections(
+    rows: list[Row], profile: Profile, out_dir: Path, plot_dir: Path, plots: bool, suffix: str = "", level: str = "##"
+) -> list[str]:
     parts: list[str] = []
     for task in profile.tasks:
         if not any(r.task == task.name for r in rows):
             continue
-        parts += ["", f"{level} {task.name}{suffix}", "", _task_line(task, len(profile.seeds)), "",
-                  format_table(rows, task.name, mark=True)]
+        parts += [
+            "",
+            f"{level} {task.name}{suffix}",
+            "",
+            _task_line(task, len(profile.seeds)),
+            "",
+            format_table(rows, task.name, mark=True),
+        ]
         if note := identical_note(rows, task.name):
             parts += ["", note]
         if task.scratch_factor > 1 and any(r.task == task.name and r.budget > 1 and r.ok for r in rows):
-            parts += ["", f"Epochs scratch ×{task.scratch_factor} needs to reach each method's final accuracy "
-                      f"(of {task.epochs * task.scratch_factor}; it is evaluated at the epochs shown):", "",
-                      epochs_to_match(rows, task.name, task.scratch_factor)]
+            parts += [
+                "",
+                f"Epochs scratch ×{task.scratch_factor} needs to reach each method's final accuracy "
+                f"(of {task.epochs * task.scratch_factor}; it is evaluated at the epochs shown):",
+                "",
+                epochs_to_match(rows, task.name, task.scratch_factor),
+            ]
         if plots:
             tag = f"{task.name}{('-' + suffix.strip(' ()').replace(' ', '_')) if suffix else ''}"
             curves, stored = plot_dir / f"curves-{tag}.png", plot_dir / f"stored-{tag}.png"
             plot_curves(rows, task.name, curves)
             plot_stored(rows, task.name, stored)
-            parts += ["", f"![accuracy vs epochs]({curves.relative_to(out_dir)}) "
-                          f"![accuracy vs stored parameters]({stored.relative_to(out_dir)})"]
+            parts += [
+                "",
+                f"![accuracy vs epochs]({curves.relative_to(out_dir)}) "
+                f"![accuracy vs stored parameters]({stored.relative_to(out_dir)})",
+            ]
     return parts
 
 
-def write_report(rows: list[Row], profile: Profile, out_dir: Path, meta: dict[str, Any] | None = None,
-                 plots: bool = True) -> None:
+def write_report(
+    rows: list[Row], profile: Profile, out_dir: Path, meta: dict[str, Any] | None = None, plots: bool = True
+) -> None:
     """``results.csv``, ``report.md`` and (unless ``plots=False``) ``plots/*.png`` in ``out_dir``."""
     meta = meta or {}
     write_csv(rows, out_dir / "results.csv")
@@ -422,30 +522,49 @@ def write_report(rows: list[Row], profile: Profile, out_dir: Path, meta: dict[st
         matplotlib.use("Agg")
         plot_dir.mkdir(parents=True, exist_ok=True)
     anc = meta.get("ancestry", {})
-    parts = [f"# learngene benchmark: profile `{profile.name}`", "",
-             f"- command: `{meta.get('command', f'learngene bench --profile {profile.name}')}`",
-             f"- date: {now_iso()}; machine: {machine()}",
-             f"- wall time of this command: {meta.get('wall_seconds', 0) / 60:.1f} min (stages found in the cache "
-             f"are not rerun); planned work of the whole run: {meta.get('plan_gflop', 0):,.0f} GFLOP (3× forward "
-             f"FLOPs per training image, 1× per evaluated one)"
-             + ("" if meta.get("complete", True) else " — **partial run** (time limit): rerun the command to finish"),
-             f"- methods: {', '.join(meta.get('methods', sorted({r.method for r in rows})))}"]
+    parts = [
+        f"# learngene benchmark: profile `{profile.name}`",
+        "",
+        f"- command: `{meta.get('command', f'learngene bench --profile {profile.name}')}`",
+        f"- date: {now_iso()}; machine: {machine()}",
+        f"- wall time of this command: {meta.get('wall_seconds', 0) / 60:.1f} min (stages found in the cache "
+        f"are not rerun); planned work of the whole run: {meta.get('plan_gflop', 0):,.0f} GFLOP (3× forward "
+        f"FLOPs per training image, 1× per evaluated one)"
+        + ("" if meta.get("complete", True) else " — **partial run** (time limit): rerun the command to finish"),
+        f"- methods: {', '.join(meta.get('methods', sorted({r.method for r in rows})))}",
+    ]
     if anc and not profile.upstreams:
         acc = anc.get("eval_acc")
-        parts.append(f"- ancestry {anc['spec']} ({anc['params']:,} params), {anc['epochs']} epoch(s) on "
-                     f"{anc['images']:,} Fashion-MNIST images: top-1 "
-                     + (f"{100 * acc:.1f}%" if acc is not None else "?") + " on 1,000 test images")
+        parts.append(
+            f"- ancestry {anc['spec']} ({anc['params']:,} params), {anc['epochs']} epoch(s) on "
+            f"{anc['images']:,} Fashion-MNIST images: top-1 "
+            + (f"{100 * acc:.1f}%" if acc is not None else "?")
+            + " on 1,000 test images"
+        )
     factor = max((t.scratch_factor for t in profile.tasks), default=1)
     parts += ["", MARK_RULE.format(factor=factor)]
     if profile.upstreams:
-        parts += ["", "## Ancestries", "", "Each upstream trains its own ancestry on the Fashion-MNIST classes listed "
-                  f"({profile.upstream_images_per_class or 'all'} training images per class; top-1 on up to 1,000 "
-                  "test images of those classes after every epoch) and condenses every gene from it; the transfer "
-                  "tasks fine-tune on the other classes. Converged? applies the rule: the best of the last 3 epochs "
-                  "is less than 0.5 points above the best before them (the cosine schedule also flattens the end).",
-                  "", ancestry_table(meta)]
-    parts += ["", "## Learngenes", "", "Condensation runs once per method; adaptable methods then adapt once per "
-              "size and seed on the same upstream images.", "", gene_table(rows)]
+        parts += [
+            "",
+            "## Ancestries",
+            "",
+            "Each upstream trains its own ancestry on the Fashion-MNIST classes listed "
+            f"({profile.upstream_images_per_class or 'all'} training images per class; top-1 on up to 1,000 "
+            "test images of those classes after every epoch) and condenses every gene from it; the transfer "
+            "tasks fine-tune on the other classes. Converged? applies the rule: the best of the last 3 epochs "
+            "is less than 0.5 points above the best before them (the cosine schedule also flattens the end).",
+            "",
+            ancestry_table(meta),
+        ]
+    parts += [
+        "",
+        "## Learngenes",
+        "",
+        "Condensation runs once per method; adaptable methods then adapt once per "
+        "size and seed on the same upstream images.",
+        "",
+        gene_table(rows),
+    ]
     upstreams = list(dict.fromkeys(r.upstream for r in rows))
     if profile.upstreams:
         for up in profile.upstreams:
@@ -455,10 +574,14 @@ def write_report(rows: list[Row], profile: Profile, out_dir: Path, meta: dict[st
                 parts += _task_sections(mine, profile, out_dir, plot_dir, plots, suffix=f" ({up.name})", level="###")
         for task in profile.tasks:
             if len(upstreams) > 1 and any(r.task == task.name for r in rows):
-                parts += ["", f"## {task.name}: gain by upstream", "",
-                          "Mean top-1 difference (points) to the reference, averaged over the sizes both made; "
-                          "the upstreams differ in class split, ancestry training and condensation epochs (see "
-                          "Ancestries)."]
+                parts += [
+                    "",
+                    f"## {task.name}: gain by upstream",
+                    "",
+                    "Mean top-1 difference (points) to the reference, averaged over the sizes both made; "
+                    "the upstreams differ in class split, ancestry training and condensation epochs (see "
+                    "Ancestries).",
+                ]
                 for reference in ("scratch", "mimetic"):
                     parts += ["", f"Against {reference}:", "", gain_table(rows, task.name, upstreams, reference)]
     else:
@@ -468,6 +591,7 @@ def write_report(rows: list[Row], profile: Profile, out_dir: Path, meta: dict[st
         if r.note and r.size not in sizes_by_note[r.label, r.note]:
             sizes_by_note[r.label, r.note].append(r.size)
     if sizes_by_note:
-        parts += ["", "## n/a cells", ""] + [f"- {method} at {', '.join(sizes)}: {note}"
-                                             for (method, note), sizes in sorted(sizes_by_note.items())]
+        parts += ["", "## n/a cells", ""] + [
+            f"- {method} at {', '.join(sizes)}: {note}" for (method, note), sizes in sorted(sizes_by_note.items())
+        ]
     write_text_atomic(out_dir / "report.md", "\n".join(parts) + "\n")

@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..errors import LearngeneError
 
@@ -41,9 +41,16 @@ class FolderSmoke:
     description: str = ""  # one line for `learngene bench --help`
 
 
-def run_smoke(profile: FolderSmoke, out: Path, run_command: Callable[[list[str]], int], device: str = "auto",
-              max_steps: int | None = None, workers: int | None = None, progress: bool = True,
-              extra: list[str] | None = None) -> dict:
+def run_smoke(
+    profile: FolderSmoke,
+    out: Path,
+    run_command: Callable[[list[str]], int],
+    device: str = "auto",
+    max_steps: int | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+    extra: list[str] | None = None,
+) -> dict:
     """Run every stage; returns (and writes to ``out/smoke.json``) each stage's command and seconds.
 
     ``run_command`` is the CLI's entry point (:func:`learngene.cli.main`, argv in, exit code out): the CLI
@@ -62,34 +69,100 @@ def run_smoke(profile: FolderSmoke, out: Path, run_command: Callable[[list[str]]
     if not (images / "test").is_dir():  # written once, then renamed: a killed run never leaves half a folder
         tmp = out / "images.partial"
         shutil.rmtree(tmp, ignore_errors=True)
-        for seed, (split, per_class) in enumerate((("train", profile.train_per_class), ("test", profile.test_per_class))):
+        for seed, (split, per_class) in enumerate(
+            (("train", profile.train_per_class), ("test", profile.test_per_class))
+        ):
             write_image_folder(tmp, profile.classes, per_class, profile.img_size, seed=seed, splits=(split,))
         tmp.rename(images)
-    common = ["--data", f"folder:{images}", "--device", device, "--batch-size", str(profile.batch_size),
-              "--max-steps", str(steps), "--overwrite", *([] if progress else ["--quiet"]),
-              *(["--workers", str(workers)] if workers is not None else []), *(extra or [])]
-    size = ["--depth", str(profile.depth), "--embed-dim", str(profile.embed_dim), "--num-heads", str(profile.num_heads),
-            "--patch-size", str(profile.patch_size), "--img-size", str(profile.img_size)]
+    common = [
+        "--data",
+        f"folder:{images}",
+        "--device",
+        device,
+        "--batch-size",
+        str(profile.batch_size),
+        "--max-steps",
+        str(steps),
+        "--overwrite",
+        *([] if progress else ["--quiet"]),
+        *(["--workers", str(workers)] if workers is not None else []),
+        *(extra or []),
+    ]
+    size = [
+        "--depth",
+        str(profile.depth),
+        "--embed-dim",
+        str(profile.embed_dim),
+        "--num-heads",
+        str(profile.num_heads),
+        "--patch-size",
+        str(profile.patch_size),
+        "--img-size",
+        str(profile.img_size),
+    ]
     stages = [
-        ("ancestry", ["ancestry", *size, *common, "--aug", "deit", "--label-smoothing", "0.1",
-                      "--out", out / "ancestry.safetensors"]),
-        ("condense", ["condense", "--method", profile.method, "--ancestry", out / "ancestry.safetensors", *common,
-                      "--aug", "deit", "--out", out / "gene.safetensors"]),
-        ("expand", ["expand", out / "gene.safetensors", "--depth", str(profile.descendant_depth), "--overwrite",
-                    "--device", device, "--out", out / "descendant.safetensors"]),
+        (
+            "ancestry",
+            [
+                "ancestry",
+                *size,
+                *common,
+                "--aug",
+                "deit",
+                "--label-smoothing",
+                "0.1",
+                "--out",
+                out / "ancestry.safetensors",
+            ],
+        ),
+        (
+            "condense",
+            [
+                "condense",
+                "--method",
+                profile.method,
+                "--ancestry",
+                out / "ancestry.safetensors",
+                *common,
+                "--aug",
+                "deit",
+                "--out",
+                out / "gene.safetensors",
+            ],
+        ),
+        (
+            "expand",
+            [
+                "expand",
+                out / "gene.safetensors",
+                "--depth",
+                str(profile.descendant_depth),
+                "--overwrite",
+                "--device",
+                device,
+                "--out",
+                out / "descendant.safetensors",
+            ],
+        ),
         ("fine-tune", ["train", out / "descendant.safetensors", *common, "--out", out / "finetuned.safetensors"]),
     ]
     dev = resolve_device(device)
-    record = {"profile": profile.name, "max_steps": steps, "torch": torch.__version__,
-              "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "stages": []}
+    record = {
+        "profile": profile.name,
+        "max_steps": steps,
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "stages": [],
+    }
     for name, argv in stages:
         argv = [str(a) for a in argv]
         tic = time.perf_counter()
         code = run_command(argv)
         seconds = time.perf_counter() - tic
         if code != 0:
-            raise LearngeneError(f"gpu-smoke stage {name} failed (exit {code}): learngene {' '.join(argv)}; "
-                                 f"see its error above")
+            raise LearngeneError(
+                f"gpu-smoke stage {name} failed (exit {code}): learngene {' '.join(argv)}; see its error above"
+            )
         record["stages"].append({"stage": name, "seconds": round(seconds, 2), "command": "learngene " + " ".join(argv)})
     write_text_atomic(out / "smoke.json", json.dumps(record, indent=1) + "\n")
     return record

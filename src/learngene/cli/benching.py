@@ -19,10 +19,18 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
         if args.max_steps is not None and args.max_steps < 1:
             raise LearngeneError(f"--max-steps must be at least 1, got {args.max_steps}")
-        record = run_smoke(profile, Path(args.out or f"runs/bench-{args.profile}"), main,
-                           args.device, args.max_steps, progress=not args.quiet)
+        record = run_smoke(
+            profile,
+            Path(args.out or f"runs/bench-{args.profile}"),
+            main,
+            args.device,
+            args.max_steps,
+            progress=not args.quiet,
+        )
         for stage in record["stages"]:
-            print(f"learngene bench {args.profile}: {stage['stage']:9s} {stage['seconds']:8.1f} s on {record['device']}")
+            print(
+                f"learngene bench {args.profile}: {stage['stage']:9s} {stage['seconds']:8.1f} s on {record['device']}"
+            )
         return
     if args.methods:
         unknown = [m for m in args.methods if m not in list_methods()]
@@ -37,16 +45,31 @@ def cmd_bench(args: argparse.Namespace) -> None:
     if args.time_limit is not None and not args.time_limit > 0:
         raise LearngeneError(f"--time-limit must be a positive number of minutes, got {args.time_limit}")
     limit = args.time_limit * 60 if args.time_limit is not None else None
-    run = BenchRun(profile, out, data_dir=args.data_dir, device=args.device, progress=not args.quiet, time_limit=limit,
-                   command=args.command_line)
+    run = BenchRun(
+        profile,
+        out,
+        data_dir=args.data_dir,
+        device=args.device,
+        progress=not args.quiet,
+        time_limit=limit,
+        command=args.command_line,
+    )
     run.run()
     if run.meta.get("complete"):
         print(f"learngene bench: report in {out}/report.md ({run.meta['wall_seconds'] / 60:.1f} min)")
     else:
-        print(f"learngene bench: time limit reached, partial report in {out}/report.md; "
-              f"run the same command again to continue where it stopped")
+        print(
+            f"learngene bench: time limit reached, partial report in {out}/report.md; "
+            f"run the same command again to continue where it stopped"
+        )
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    run_demo(out_dir=Path(args.out_dir), data_dir=args.data_dir, device=args.device, seed=args.seed,
-             progress=not args.quiet, quick=args.quick)
+    run_demo(
+        out_dir=Path(args.out_dir),
+        data_dir=args.data_dir,
+        device=args.device,
+        seed=args.seed,
+        progress=not args.quiet,
+        quick=args.quick,
+    )

@@ -19,16 +19,40 @@ def cmd_compare(args: argparse.Namespace) -> None:
     # fails before anything trains
     ancestry = load_ancestry(args.ancestry, args.timm_model)
     profile = compare_profile(
-        ancestry.spec, args.ancestry, args.data, args.sizes.split(","), methods, seeds=args.seeds, epochs=args.epochs,
-        max_steps=args.max_steps, few_shot=args.few_shot, train_images=args.train_images, eval_images=args.eval_images,
-        references=args.references.split(","), kd_lambda=args.kd, condense_data=args.condense_data,
-        condense_epochs=args.condense_epochs, adapt_steps=args.adapt_steps, batch_size=args.batch_size, lr=args.lr,
-        timm_model=args.timm_model, condense_images=args.condense_images,
+        ancestry.spec,
+        args.ancestry,
+        args.data,
+        args.sizes.split(","),
+        methods,
+        seeds=args.seeds,
+        epochs=args.epochs,
+        max_steps=args.max_steps,
+        few_shot=args.few_shot,
+        train_images=args.train_images,
+        eval_images=args.eval_images,
+        references=args.references.split(","),
+        kd_lambda=args.kd,
+        condense_data=args.condense_data,
+        condense_epochs=args.condense_epochs,
+        adapt_steps=args.adapt_steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        timm_model=args.timm_model,
+        condense_images=args.condense_images,
         classes=parse_classes(args.classes) if args.classes else None,
-        condense_classes=parse_classes(args.condense_classes, "--condense-classes") if args.condense_classes else None)
+        condense_classes=parse_classes(args.condense_classes, "--condense-classes") if args.condense_classes else None,
+    )
     del ancestry
     limit = args.time_limit * 60 if args.time_limit is not None else None
-    rows = run_compare(profile, args.out, data_dir=args.data_dir, device=args.device, progress=not args.quiet,
-                       time_limit=limit, command=args.command_line, plots=not args.no_plots)
+    rows = run_compare(
+        profile,
+        args.out,
+        data_dir=args.data_dir,
+        device=args.device,
+        progress=not args.quiet,
+        time_limit=limit,
+        command=args.command_line,
+        plots=not args.no_plots,
+    )
     print(compare_text(rows, profile))
     print(f"learngene compare: report in {args.out}/report.md")

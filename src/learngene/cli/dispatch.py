@@ -13,7 +13,7 @@ import os
 import shlex
 import signal
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..errors import LearngeneError
 from .parser import EXIT_USAGE, build_parser
@@ -36,9 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, or a one-line usage error already printed
         return int(exc.code or 0)
     args.command_line = shlex.join(["learngene", *argv])  # what reports name as the command that made them
-    from ..training import distributed as dist
     from ..formats.atomic import os_error_message
     from ..formats.run_dirs import release_run_dirs
+    from ..training import distributed as dist
     from ..training.loop import CHECKPOINT
 
     finished = False
@@ -57,8 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return _fail(args, os_error_message(exc))
     except MemoryError:
-        return _fail(args, "out of memory; choose smaller sizes (--depth, --embed-dim, --img-size) or a smaller "
-                           "--batch-size")
+        return _fail(
+            args, "out of memory; choose smaller sizes (--depth, --embed-dim, --img-size) or a smaller --batch-size"
+        )
     except KeyboardInterrupt as exc:
         print(f"learngene {args.command}: {_interruption_message(args, exc)}", file=sys.stderr)
         return 143 if _signal_name(exc) == "SIGTERM" else 130
@@ -89,8 +90,11 @@ def _interruption_message(args: argparse.Namespace, exc: KeyboardInterrupt) -> s
     from ..training.loop import RunInterrupted
 
     said = f"stopped by {_signal_name(exc)}"
-    continues = ("rerun the same command with --resume to continue" if hasattr(args, "resume")
-                 else "rerun the same command to continue (finished stages are kept)")
+    continues = (
+        "rerun the same command with --resume to continue"
+        if hasattr(args, "resume")
+        else "rerun the same command to continue (finished stages are kept)"
+    )
     if isinstance(exc, RunInterrupted):
         if exc.checkpoint is not None:
             return f"{said} after step {exc.step}; checkpoint written to {quote(exc.checkpoint)}; {continues}"

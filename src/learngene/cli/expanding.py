@@ -6,17 +6,17 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..training import distributed as dist
 from ..data import preprocessing_cfg
 from ..descendant import fit_gene_to_budget, make_descendant
 from ..errors import LearngeneError
-from ..formats.export import check_output_folder, export_hub_folder, wants_folder
-from ..gene import Learngene
 from ..formats.atomic import quote
-from ..formats.model_file import save_model
+from ..formats.export import check_output_folder, export_hub_folder, wants_folder
 from ..formats.labels import describe as describe_labels
+from ..formats.model_file import save_model
+from ..gene import Learngene
 from ..method import citations
 from ..registry import get_method
+from ..training import distributed as dist
 from .making import head_label_space, license_entry
 from .options import check_outputs, parse_options, say, spec_from_args
 
@@ -35,19 +35,37 @@ def cmd_expand(args: argparse.Namespace) -> None:
     options = parse_options(method_cls.Config, args.opt or [])
     if args.max_params is not None or args.max_flops is not None:
         spec = _fit_gene_to_budget(args, gene, spec, options)
-    model, provided = make_descendant(gene, spec, seed=args.seed, top_up=args.top_up, source=args.gene, return_keys=True,
-                                      **options)
+    model, provided = make_descendant(
+        gene, spec, seed=args.seed, top_up=args.top_up, source=args.gene, return_keys=True, **options
+    )
     if hub:
         dist.on_main(lambda: _export_descendant(args, gene, model, spec, options, provided))
     else:
-        dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
-            "kind": "descendant", "method": gene.method, "gene": str(args.gene), "options": options,
-            "provided_keys": len(provided), "top_up": args.top_up, "label_space": head_label_space(gene, provided),
-            **license_entry(args.license or gene.license)},
-            preprocessing=gene.preprocessing))
-    say(args, f"wrote {args.out}{' (timm hub folder)' if hub else ''}: {spec.short()} timm ViT ({spec.num_params:,} params), "
-              f"{len(provided)}/{len(spec.state_shapes())} tensors from the {gene.method} gene"
-              + (f", the rest topped up by {args.top_up} where it has weights" if args.top_up else ""))
+        dist.on_main(
+            lambda: save_model(
+                args.out,
+                model,
+                spec,
+                overwrite=args.overwrite,
+                origin={
+                    "kind": "descendant",
+                    "method": gene.method,
+                    "gene": str(args.gene),
+                    "options": options,
+                    "provided_keys": len(provided),
+                    "top_up": args.top_up,
+                    "label_space": head_label_space(gene, provided),
+                    **license_entry(args.license or gene.license),
+                },
+                preprocessing=gene.preprocessing,
+            )
+        )
+    say(
+        args,
+        f"wrote {args.out}{' (timm hub folder)' if hub else ''}: {spec.short()} timm ViT ({spec.num_params:,} params), "
+        f"{len(provided)}/{len(spec.state_shapes())} tensors from the {gene.method} gene"
+        + (f", the rest topped up by {args.top_up} where it has weights" if args.top_up else ""),
+    )
 
 
 def _head_status(gene, spec, provided, top_up: str | None = None) -> str | None:
@@ -66,15 +84,23 @@ def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dic
     card = {
         "method": gene.method,
         "citation": "; ".join(map(str, citations(get_method(gene.method)))),
-        "ancestry": (f"timm `{getattr(ancestry, 'arch', None) or 'ViT'}` {ancestry.short()}, {ancestry.num_params:,} "
-                     f"parameters" if ancestry else "none recorded (a non-ViT teacher, or no ancestry)"),
+        "ancestry": (
+            f"timm `{getattr(ancestry, 'arch', None) or 'ViT'}` {ancestry.short()}, {ancestry.num_params:,} parameters"
+            if ancestry
+            else "none recorded (a non-ViT teacher, or no ancestry)"
+        ),
         "gene": f"`{Path(args.gene).name}`, {gene.num_stored_params:,} stored parameters, made by learngene "
-                f"{gene.library_version} on {gene.created}",
+        f"{gene.library_version} on {gene.created}",
         "tensors from the gene": f"{len(provided)} of {len(spec.state_shapes())}"
-                                 + (f", the rest topped up by {args.top_up}" if args.top_up else ", the rest timm's init"),
+        + (f", the rest topped up by {args.top_up}" if args.top_up else ", the rest timm's init"),
         "head": _head_status(gene, spec, provided, args.top_up),
-        "licence": (f"{args.license} (stated with --license)" if args.license else
-                    f"{gene.license} (the ancestry's, recorded in the learngene)" if gene.license else None),
+        "licence": (
+            f"{args.license} (stated with --license)"
+            if args.license
+            else f"{gene.license} (the ancestry's, recorded in the learngene)"
+            if gene.license
+            else None
+        ),
         "license_id": args.license or gene.license,
     }
     if options:
@@ -89,15 +115,25 @@ def _fit_gene_to_budget(args: argparse.Namespace, gene, base, options: dict[str,
     """The deepest, then widest, size under --max-params/--max-flops that the gene's method can expand."""
     heads = args.num_heads or (base.num_heads if args.embed_dim else None)
     refused: list = []
-    spec = fit_gene_to_budget(gene, base, args.max_params, args.max_flops, depth=args.depth, num_heads=heads,
-                              refused=refused, **options)
-    budget = ", ".join(f"{name} {value:,}" for name, value in (("params", args.max_params), ("FLOPs", args.max_flops))
-                       if value is not None)
+    spec = fit_gene_to_budget(
+        gene, base, args.max_params, args.max_flops, depth=args.depth, num_heads=heads, refused=refused, **options
+    )
+    budget = ", ".join(
+        f"{name} {value:,}"
+        for name, value in (("params", args.max_params), ("FLOPs", args.max_flops))
+        if value is not None
+    )
     why = f"the deepest, then widest size within the budget that the {gene.method} gene expands to"
     if refused:
         first, reason = refused[0]
-        why += (f"; {len(refused)} deeper or wider size(s) within the budget it refuses, e.g. {first.short()}: "
-                f"{reason.split('; ')[0]}")  # the reason without the advice to pass other sizes
-    say(args, f"picked {spec.short()}: {spec.num_params:,} params, {spec.flops / 1e6:,.1f} MFLOPs per image "
-              f"(budget: {budget}; {why})", banner=True)
+        why += (
+            f"; {len(refused)} deeper or wider size(s) within the budget it refuses, e.g. {first.short()}: "
+            f"{reason.split('; ')[0]}"
+        )  # the reason without the advice to pass other sizes
+    say(
+        args,
+        f"picked {spec.short()}: {spec.num_params:,} params, {spec.flops / 1e6:,.1f} MFLOPs per image "
+        f"(budget: {budget}; {why})",
+        banner=True,
+    )
     return spec

@@ -6,8 +6,8 @@ import argparse
 import dataclasses
 import typing
 
-from ..formats.describe import describe_file
 from ..descendant import load_gene
+from ..formats.describe import describe_file
 from ..method import citations
 from ..registry import get_method, list_methods
 from ..validate import choices
@@ -32,8 +32,9 @@ def cmd_methods(args: argparse.Namespace) -> None:
 
         def shown(f) -> str:
             allowed = choices(hints.get(f.name))
-            return (f"{f.name}={'auto' if f.name in auto else repr(f.default)}"
-                    + (" {" + ",".join(c if c else repr(c) for c in map(str, allowed)) + "}" if allowed else ""))
+            return f"{f.name}={'auto' if f.name in auto else repr(f.default)}" + (
+                " {" + ",".join(c if c else repr(c) for c in map(str, allowed)) + "}" if allowed else ""
+            )
 
         options = ", ".join(shown(f) for f in dataclasses.fields(cls.Config)) or "-"
         print(f"{name:18s} {cls.summary}\n{'':18s} options: {options}")

@@ -7,18 +7,18 @@ import dataclasses
 import json
 from typing import Any
 
-from ..training import distributed as dist
 from ..ancestry import load_ancestry
-from ..formats.convert import is_model_folder
 from ..data import preprocessing_cfg
 from ..descendant import load_gene, make_descendant
-from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..errors import LearngeneError
+from ..formats.convert import is_model_folder
+from ..formats.labels import choose_head
 from ..formats.model_file import build_model, load_model_file, model_preprocessing, save_model
 from ..formats.weights import digest
-from ..formats.labels import choose_head
 from ..method import AdaptInputs, CondenseInputs
 from ..registry import get_method
+from ..training import distributed as dist
+from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..training.loop import seed_everything, train
 from .options import check_outputs, load_data_from_args, parse_options, say, spec_from_args, train_config_from_args
 
@@ -31,13 +31,29 @@ def cmd_ancestry(args: argparse.Namespace) -> None:
     seed_everything(args.seed)
     model = spec.create_model()
     train_cfg.identity = {"command": "ancestry", "spec": spec.to_dict()}
-    say(args, f"ancestry {spec.short()} ({spec.num_params:,} params) on {train_data.name}: {len(train_data)} images",
-        banner=True)
+    say(
+        args,
+        f"ancestry {spec.short()} ({spec.num_params:,} params) on {train_data.name}: {len(train_data)} images",
+        banner=True,
+    )
     result = train(model, train_data, train_cfg, eval_data=test_data, run_dir=args.run_dir, resume=args.resume)
-    dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
-        "kind": "ancestry", "data": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc,
-        "label_space": train_data.label_space, **license_entry(args.license)},
-        preprocessing=preprocessing_cfg(train_data)))
+    dist.on_main(
+        lambda: save_model(
+            args.out,
+            model,
+            spec,
+            overwrite=args.overwrite,
+            origin={
+                "kind": "ancestry",
+                "data": train_data.name,
+                "epochs": args.epochs,
+                "eval_acc": result.final_acc,
+                "label_space": train_data.label_space,
+                **license_entry(args.license),
+            },
+            preprocessing=preprocessing_cfg(train_data),
+        )
+    )
     say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}")
 
 
@@ -79,14 +95,19 @@ def cmd_condense(args: argparse.Namespace) -> None:
     preprocessing = _ancestry_preprocessing(args, ancestry)
     if method_cls.needs_data:
         model_in = ancestry.spec  # None for a non-ViT teacher: the data keep their own size unless flags say
-        train_data, test_data = load_data_from_args(args, model_in.img_size if model_in else None,
-                                                    model_in.in_chans if model_in else None, preprocessing)
+        train_data, test_data = load_data_from_args(
+            args, model_in.img_size if model_in else None, model_in.in_chans if model_in else None, preprocessing
+        )
         if args.run_dir:  # what a resumed run must share with this one, besides what the loop sees
-            train_cfg.identity = {"command": "condense", "method": args.method,
-                                  "options": dataclasses.asdict(method.config),
-                                  "ancestry weights": digest(ancestry.model.state_dict())}
-        inputs = CondenseInputs(train=train_data, eval=test_data, train_cfg=train_cfg, run_dir=args.run_dir,
-                                resume=args.resume)
+            train_cfg.identity = {
+                "command": "condense",
+                "method": args.method,
+                "options": dataclasses.asdict(method.config),
+                "ancestry weights": digest(ancestry.model.state_dict()),
+            }
+        inputs = CondenseInputs(
+            train=train_data, eval=test_data, train_cfg=train_cfg, run_dir=args.run_dir, resume=args.resume
+        )
         preprocessing = preprocessing_cfg(train_data)  # what the gene's tensors were trained on
     seed_everything(args.seed)
     gene = dataclasses.replace(method.condense(ancestry, inputs), preprocessing=preprocessing)
@@ -117,28 +138,58 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     options = parse_options(method_cls.Config, args.opt or [])
     method = method_cls.from_gene(gene, **options)
     base = gene.ancestry
-    train_data, test_data = load_data_from_args(args, (base.img_size if base else None), (base.in_chans if base else None),
-                                                gene.preprocessing)
+    train_data, test_data = load_data_from_args(
+        args, (base.img_size if base else None), (base.in_chans if base else None), gene.preprocessing
+    )
     spec = spec_from_args(args, base=base, data=train_data)
-    train_cfg.identity = {"command": "adapt", "method": gene.method, "options": dataclasses.asdict(method.config),
-                          "spec": spec.to_dict(), "gene": digest(gene.tensors) if args.run_dir else None}
-    adapted, result = method.adapt(gene, spec, AdaptInputs(train_data, train_cfg.replace(desc=f"adapt {gene.method}"),
-                                                           eval=test_data, run_dir=args.run_dir, resume=args.resume))
+    train_cfg.identity = {
+        "command": "adapt",
+        "method": gene.method,
+        "options": dataclasses.asdict(method.config),
+        "spec": spec.to_dict(),
+        "gene": digest(gene.tensors) if args.run_dir else None,
+    }
+    adapted, result = method.adapt(
+        gene,
+        spec,
+        AdaptInputs(
+            train_data,
+            train_cfg.replace(desc=f"adapt {gene.method}"),
+            eval=test_data,
+            run_dir=args.run_dir,
+            resume=args.resume,
+        ),
+    )
     adapted.license = args.license or gene.license
     model, provided = make_descendant(adapted, spec, seed=args.seed, return_keys=True)
 
     def write() -> None:
         if args.gene_out:
             adapted.save(args.gene_out, overwrite=args.overwrite)
-        save_model(args.out, model, spec, overwrite=args.overwrite, origin={
-            "kind": "descendant", "method": gene.method, "gene": str(args.gene), "adapted_on": train_data.name,
-            "adapt_steps": result.steps, "options": options,
-            "label_space": head_label_space(gene, provided), **license_entry(adapted.license)},
-            preprocessing=preprocessing_cfg(train_data))
+        save_model(
+            args.out,
+            model,
+            spec,
+            overwrite=args.overwrite,
+            origin={
+                "kind": "descendant",
+                "method": gene.method,
+                "gene": str(args.gene),
+                "adapted_on": train_data.name,
+                "adapt_steps": result.steps,
+                "options": options,
+                "label_space": head_label_space(gene, provided),
+                **license_entry(adapted.license),
+            },
+            preprocessing=preprocessing_cfg(train_data),
+        )
 
     dist.on_main(write)
-    say(args, f"wrote {args.out}: {spec.short()} timm ViT adapted for {result.steps} steps"
-              + (f", accuracy {result.final_acc:.4f}" if result.final_acc is not None else ""))
+    say(
+        args,
+        f"wrote {args.out}: {spec.short()} timm ViT adapted for {result.steps} steps"
+        + (f", accuracy {result.final_acc:.4f}" if result.final_acc is not None else ""),
+    )
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -151,14 +202,22 @@ def cmd_train(args: argparse.Namespace) -> None:
     state, spec, origin = load_model_file(args.model)
     model = build_model(spec, state, source=str(args.model))
     train_data, test_data = load_data_from_args(args, spec.img_size, spec.in_chans, model_preprocessing(args.model))
-    head = choose_head(origin.get("label_space"), spec.num_classes, train_data.label_space, train_data.num_classes,
-                       force_new=args.new_head)
+    head = choose_head(
+        origin.get("label_space"),
+        spec.num_classes,
+        train_data.label_space,
+        train_data.num_classes,
+        force_new=args.new_head,
+    )
     if head.fresh:
         seed_everything(args.seed)
         model.reset_classifier(train_data.num_classes)
         spec = spec.replace(num_classes=train_data.num_classes)
-    train_cfg.identity = {"command": "train", "model weights": digest(state) if args.run_dir else None,
-                          "new head": head.fresh}
+    train_cfg.identity = {
+        "command": "train",
+        "model weights": digest(state) if args.run_dir else None,
+        "new head": head.fresh,
+    }
     student, teacher, data = model, None, train_data
     if args.teacher:
         ancestry = load_ancestry(args.teacher, args.teacher_timm_model)
@@ -167,10 +226,25 @@ def cmd_train(args: argparse.Namespace) -> None:
         train_cfg.identity.update(teacher=str(args.teacher), distilled=kd.kind)
         student = kd.student
         data, teacher = cache_teacher_outputs(train_data, kd.teacher, train_cfg)
-    result = train(student, data, train_cfg, eval_data=test_data, teacher=teacher, run_dir=args.run_dir,
-                   resume=args.resume)
-    dist.on_main(lambda: save_model(args.out, model, spec, overwrite=args.overwrite, origin={
-        **origin, "finetuned_on": train_data.name, "epochs": args.epochs, "eval_acc": result.final_acc,
-        "label_space": train_data.label_space, "new_head": head.fresh, **license_entry(args.license)},
-        preprocessing=preprocessing_cfg(train_data)))
+    result = train(
+        student, data, train_cfg, eval_data=test_data, teacher=teacher, run_dir=args.run_dir, resume=args.resume
+    )
+    dist.on_main(
+        lambda: save_model(
+            args.out,
+            model,
+            spec,
+            overwrite=args.overwrite,
+            origin={
+                **origin,
+                "finetuned_on": train_data.name,
+                "epochs": args.epochs,
+                "eval_acc": result.final_acc,
+                "label_space": train_data.label_space,
+                "new_head": head.fresh,
+                **license_entry(args.license),
+            },
+            preprocessing=preprocessing_cfg(train_data),
+        )
+    )
     say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}; {head.why}")

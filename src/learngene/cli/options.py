@@ -9,16 +9,17 @@ import json
 import os
 import sys
 import typing
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from ..training import distributed as dist
 from ..data import default_workers, few_shot, fraction, load_splits
 from ..errors import LearngeneError
 from ..formats.atomic import check_output_path, quote
 from ..formats.run_dirs import lock_run_dir
-from ..vit.spec import ViTSpec, get_preset
+from ..training import distributed as dist
 from ..training.loop import CHECKPOINT, TrainConfig
+from ..vit.spec import ViTSpec, get_preset
 
 
 def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
@@ -31,7 +32,9 @@ def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or key not in fields:
-            raise LearngeneError(f"option {item!r} is not KEY=VALUE with a known KEY; use one of: {', '.join(fields) or 'none'}")
+            raise LearngeneError(
+                f"option {item!r} is not KEY=VALUE with a known KEY; use one of: {', '.join(fields) or 'none'}"
+            )
         if raw == "auto" and key in getattr(config_cls, "AUTO_OPTIONS", ()):  # as `learngene methods` shows it
             out[key] = fields[key].default
             continue
@@ -46,8 +49,17 @@ def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
     return out
 
 
-SPEC_FIELDS = ("depth", "embed_dim", "num_heads", "mlp_ratio", "img_size", "patch_size", "in_chans", "num_classes",
-               "global_pool")
+SPEC_FIELDS = (
+    "depth",
+    "embed_dim",
+    "num_heads",
+    "mlp_ratio",
+    "img_size",
+    "patch_size",
+    "in_chans",
+    "num_classes",
+    "global_pool",
+)
 
 
 def spec_from_args(args: argparse.Namespace, base=None, data=None) -> ViTSpec:
@@ -64,8 +76,12 @@ def spec_from_args(args: argparse.Namespace, base=None, data=None) -> ViTSpec:
     return ViTSpec.from_dict(values)
 
 
-def load_data_from_args(args: argparse.Namespace, img_size: int | None = None, in_chans: int | None = None,
-                        preprocessing: dict[str, Any] | None = None):
+def load_data_from_args(
+    args: argparse.Namespace,
+    img_size: int | None = None,
+    in_chans: int | None = None,
+    preprocessing: dict[str, Any] | None = None,
+):
     """(train, test) data as the flags ask, resized/converted to the given model input; image folders are read
     with ``preprocessing`` (the model's, :func:`learngene.data.preprocessing_cfg`) when given."""
 
@@ -99,16 +115,33 @@ def train_config_from_args(args: argparse.Namespace, desc: str) -> TrainConfig:
         if Path(args.run_dir).exists() and not Path(args.run_dir).is_dir():
             raise LearngeneError(f"--run-dir {quote(args.run_dir)} is a file, not a directory; give a directory path")
         if not args.resume and (Path(args.run_dir) / CHECKPOINT).exists():
-            raise LearngeneError(f"{quote(args.run_dir)} holds the checkpoint of an earlier run; pass --resume to "
-                                 f"continue it, or give another --run-dir (or delete it) to start over")
+            raise LearngeneError(
+                f"{quote(args.run_dir)} holds the checkpoint of an earlier run; pass --resume to "
+                f"continue it, or give another --run-dir (or delete it) to start over"
+            )
     cfg = TrainConfig(
-        epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size, lr=args.lr,
-        weight_decay=args.weight_decay, warmup_epochs=args.warmup_epochs, grad_clip=args.grad_clip or None,
-        label_smoothing=args.label_smoothing, augment=args.augment, mixup=getattr(args, "aug", "none") == "deit",
-        compile=args.compile, fused_adamw=args.fused_adamw, sdpa=args.sdpa, seed=args.seed, device=args.device,
-        distill_lambda=getattr(args, "distill_lambda", 0.0), distill_tau=getattr(args, "distill_tau", 1.0),
-        checkpoint_every=args.checkpoint_every or 0, eval_every=args.eval_every, eval_images=args.eval_images,
-        progress=not args.quiet, desc=desc,
+        epochs=args.epochs,
+        max_steps=args.max_steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        warmup_epochs=args.warmup_epochs,
+        grad_clip=args.grad_clip or None,
+        label_smoothing=args.label_smoothing,
+        augment=args.augment,
+        mixup=getattr(args, "aug", "none") == "deit",
+        compile=args.compile,
+        fused_adamw=args.fused_adamw,
+        sdpa=args.sdpa,
+        seed=args.seed,
+        device=args.device,
+        distill_lambda=getattr(args, "distill_lambda", 0.0),
+        distill_tau=getattr(args, "distill_tau", 1.0),
+        checkpoint_every=args.checkpoint_every or 0,
+        eval_every=args.eval_every,
+        eval_images=args.eval_images,
+        progress=not args.quiet,
+        desc=desc,
     )
     if args.run_dir and dist.is_main():  # one run per run directory; the other ranks share rank 0's
         lock_run_dir(args.run_dir)
@@ -125,11 +158,15 @@ def check_outputs(args: argparse.Namespace, outputs: Sequence[str | None], input
     for out in outputs:
         for given in inputs:
             if given and same_file(out, given):
-                raise LearngeneError(f"the output {quote(out)} is this command's input {quote(given)}, which an output "
-                                     f"never replaces; choose another output path")
+                raise LearngeneError(
+                    f"the output {quote(out)} is this command's input {quote(given)}, which an output "
+                    f"never replaces; choose another output path"
+                )
         check_output_path(out, getattr(args, "overwrite", False))
     if len({Path(o).resolve() for o in outputs}) < len(outputs):
-        raise LearngeneError(f"two outputs name the same file ({', '.join(map(quote, outputs))}); give each its own path")
+        raise LearngeneError(
+            f"two outputs name the same file ({', '.join(map(quote, outputs))}); give each its own path"
+        )
 
 
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:

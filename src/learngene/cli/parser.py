@@ -12,8 +12,8 @@ import argparse
 import math
 
 from .._version import __version__
-from ..vit.spec import PRESETS
 from ..validate import MAX_INT
+from ..vit.spec import PRESETS
 
 EXIT_USAGE = 2
 
@@ -78,10 +78,13 @@ def _license(text: str) -> str:
 
 
 def add_license(p: argparse.ArgumentParser, what: str, inherited: bool = True) -> None:
-    p.add_argument("--license", type=_license, metavar="SPDX",
-                   help=f"licence of the weights (an SPDX identifier, e.g. Apache-2.0), stored in the {what}"
-                        + ("; overrides the one the input records (default: the input's, if it records one)"
-                           if inherited else ""))
+    p.add_argument(
+        "--license",
+        type=_license,
+        metavar="SPDX",
+        help=f"licence of the weights (an SPDX identifier, e.g. Apache-2.0), stored in the {what}"
+        + ("; overrides the one the input records (default: the input's, if it records one)" if inherited else ""),
+    )
 
 
 class _LazyText(str):
@@ -100,8 +103,7 @@ class _LazyText(str):
 def _profile_help() -> str:
     from ..bench.profiles import PROFILES
 
-    return ("; ".join(f"{name}: {profile.description}" for name, profile in PROFILES.items())
-            + " (default: %(default)s)")
+    return "; ".join(f"{name}: {profile.description}" for name, profile in PROFILES.items()) + " (default: %(default)s)"
 
 
 # ---- shared argument groups ---------------------------------------------------------------------------
@@ -115,64 +117,119 @@ def add_spec_args(p: argparse.ArgumentParser, preset: bool = True) -> None:
     g.add_argument("--mlp-ratio", type=_real, help="MLP hidden width / D")
     g.add_argument("--img-size", type=_integer, help="input resolution (data are resized to it)")
     g.add_argument("--patch-size", type=_integer, help="patch size (must divide the image size)")
-    g.add_argument("--in-chans", type=_integer,
-                   help="input channels (grey data are repeated to 3; colour data for 1 are refused)")
+    g.add_argument(
+        "--in-chans", type=_integer, help="input channels (grey data are repeated to 3; colour data for 1 are refused)"
+    )
     g.add_argument("--num-classes", type=_integer, help="classifier outputs")
     g.add_argument("--global-pool", choices=("token", "avg"), help="class-token or average pooling")
 
 
 def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: str | None = "fashion_mnist") -> None:
     g = p.add_argument_group("data")
-    g.add_argument("--data", default=None if required else default, required=required,
-                   help="fashion_mnist, digits, folder:PATH or torchvision:NAME (default: %(default)s)")
+    g.add_argument(
+        "--data",
+        default=None if required else default,
+        required=required,
+        help="fashion_mnist, digits, folder:PATH or torchvision:NAME (default: %(default)s)",
+    )
     g.add_argument("--data-dir", help="where the data lie (default: $LEARNGENE_DATA, then system locations)")
     g.add_argument("--train-images", type=_integer, metavar="N", help="use a random subset of N training images")
     g.add_argument("--few-shot", type=_integer, metavar="K", help="use K labelled training images per class")
-    g.add_argument("--workers", type=_integer, metavar="N",
-                   help="DataLoader processes decoding an image folder (default: auto, min(8, CPUs per process - 1); "
-                        "0: in the main process)")
-    g.add_argument("--aug", choices=("none", "deit"), default="none",
-                   help="training augmentation of an RGB image folder: deit = timm's random-resized crop, flip, "
-                        "RandAugment rand-m9-mstd0.5-inc1 and random erasing 0.25 per image, then mixup 0.8 / cutmix "
-                        "1.0 per batch with soft targets (DeiT's recipe; DeiT also uses --label-smoothing 0.1) "
-                        "(default: %(default)s)")
+    g.add_argument(
+        "--workers",
+        type=_integer,
+        metavar="N",
+        help="DataLoader processes decoding an image folder (default: auto, min(8, CPUs per process - 1); "
+        "0: in the main process)",
+    )
+    g.add_argument(
+        "--aug",
+        choices=("none", "deit"),
+        default="none",
+        help="training augmentation of an RGB image folder: deit = timm's random-resized crop, flip, "
+        "RandAugment rand-m9-mstd0.5-inc1 and random erasing 0.25 per image, then mixup 0.8 / cutmix "
+        "1.0 per batch with soft targets (DeiT's recipe; DeiT also uses --label-smoothing 0.1) "
+        "(default: %(default)s)",
+    )
 
 
 def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-3) -> None:
     g = p.add_argument_group("training")
-    g.add_argument("--epochs", type=_integer, default=epochs, help="passes over the training data (default: %(default)s)")
+    g.add_argument(
+        "--epochs", type=_integer, default=epochs, help="passes over the training data (default: %(default)s)"
+    )
     g.add_argument("--max-steps", type=_integer, metavar="N", help="stop after N optimizer steps")
     g.add_argument("--batch-size", type=_integer, default=128, help="global batch size (default: %(default)s)")
     g.add_argument("--lr", type=_real, default=lr, help="peak AdamW learning rate (default: %(default)s)")
-    g.add_argument("--weight-decay", type=_real, default=0.05, help="AdamW weight decay, 0 or more (default: %(default)s)")
-    g.add_argument("--warmup-epochs", type=_real, default=1.0, help="linear warmup, at most a fifth of the run "
-                                                                     "(default: %(default)s)")
+    g.add_argument(
+        "--weight-decay", type=_real, default=0.05, help="AdamW weight decay, 0 or more (default: %(default)s)"
+    )
+    g.add_argument(
+        "--warmup-epochs",
+        type=_real,
+        default=1.0,
+        help="linear warmup, at most a fifth of the run (default: %(default)s)",
+    )
     g.add_argument("--grad-clip", type=_real, default=1.0, help="max gradient norm, 0 = off (default: %(default)s)")
-    g.add_argument("--label-smoothing", type=_real, default=0.0, help="label smoothing in [0, 1) (default: %(default)s)")
+    g.add_argument(
+        "--label-smoothing", type=_real, default=0.0, help="label smoothing in [0, 1) (default: %(default)s)"
+    )
     g.add_argument("--augment", action="store_true", help="random flips and 2-pixel shifts")
     g.add_argument("--run-dir", help="folder for log.jsonl and checkpoint.pt (locked while a run uses it)")
     g.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
-    g.add_argument("--checkpoint-every", type=_integer, metavar="N",
-                   help="also checkpoint every N steps (default: auto, once per epoch)")
-    g.add_argument("--eval-every", type=_integer, default=1, metavar="N",
-                   help="evaluate every N epochs and after the last; 0 = after the last only (default: %(default)s)")
-    g.add_argument("--eval-images", type=_integer, metavar="N",
-                   help="evaluate on a fixed random subset of N test images (default: all of them)")
+    g.add_argument(
+        "--checkpoint-every",
+        type=_integer,
+        metavar="N",
+        help="also checkpoint every N steps (default: auto, once per epoch)",
+    )
+    g.add_argument(
+        "--eval-every",
+        type=_integer,
+        default=1,
+        metavar="N",
+        help="evaluate every N epochs and after the last; 0 = after the last only (default: %(default)s)",
+    )
+    g.add_argument(
+        "--eval-images",
+        type=_integer,
+        metavar="N",
+        help="evaluate on a fixed random subset of N test images (default: all of them)",
+    )
     g = p.add_argument_group("speed (the same math up to float rounding)")
-    g.add_argument("--compile", action="store_true", help="torch.compile the model (an aux net: its expand and forward "
-                                                          "together); the first steps compile")
-    g.add_argument("--fused-adamw", action=argparse.BooleanOptionalAction, default=None,
-                   help="AdamW's fused kernel (default: auto, on CUDA only)")
-    g.add_argument("--sdpa", action=argparse.BooleanOptionalAction, default=True,
-                   help="attention through torch's scaled_dot_product_attention, flash kernels on CUDA "
-                        "(--no-sdpa: timm's eager attention) (default: on)")
+    g.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the model (an aux net: its expand and forward together); the first steps compile",
+    )
+    g.add_argument(
+        "--fused-adamw",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="AdamW's fused kernel (default: auto, on CUDA only)",
+    )
+    g.add_argument(
+        "--sdpa",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="attention through torch's scaled_dot_product_attention, flash kernels on CUDA "
+        "(--no-sdpa: timm's eager attention) (default: on)",
+    )
 
 
-def add_distill_args(p: argparse.ArgumentParser, lam: float | None, tau: float = 1.0,
-                     help_lambda: str = "λ (default: 0.5 with --teacher, else 0)") -> None:
+def add_distill_args(
+    p: argparse.ArgumentParser,
+    lam: float | None,
+    tau: float = 1.0,
+    help_lambda: str = "λ (default: 0.5 with --teacher, else 0)",
+) -> None:
     g = p.add_argument_group("distillation: (1-λ)·CE + λ·τ²·KL(teacher ‖ student)")
-    g.add_argument("--distill-lambda", type=_real, default=lam,
-                   help="λ in [0, 1] (default: %(default)s)" if lam is not None else help_lambda)
+    g.add_argument(
+        "--distill-lambda",
+        type=_real,
+        default=lam,
+        help="λ in [0, 1] (default: %(default)s)" if lam is not None else help_lambda,
+    )
     g.add_argument("--distill-tau", type=_real, default=tau, help="τ, positive (default: %(default)s)")
 
 
@@ -188,19 +245,31 @@ def add_output(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def add_ancestry_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ancestry", required=True,
-                   help="ancestry model: a learngene model file; a checkpoint (.safetensors/.pth/.bin) with --timm-model; "
-                        "or a folder with config.json: a timm hub folder or a transformers ViT/DeiT/DINOv2/CLIP/SigLIP")
-    p.add_argument("--drop-head", action="store_true",
-                   help="load a model folder without its classifier (the ancestry outputs its pooled embedding)")
-    p.add_argument("--timm-model", help="timm architecture of a plain checkpoint, e.g. deit_tiny_patch16_224 "
-                                        "(read from a folder's config.json when not given)")
+    p.add_argument(
+        "--ancestry",
+        required=True,
+        help="ancestry model: a learngene model file; a checkpoint (.safetensors/.pth/.bin) with --timm-model; "
+        "or a folder with config.json: a timm hub folder or a transformers ViT/DeiT/DINOv2/CLIP/SigLIP",
+    )
+    p.add_argument(
+        "--drop-head",
+        action="store_true",
+        help="load a model folder without its classifier (the ancestry outputs its pooled embedding)",
+    )
+    p.add_argument(
+        "--timm-model",
+        help="timm architecture of a plain checkpoint, e.g. deit_tiny_patch16_224 "
+        "(read from a folder's config.json when not given)",
+    )
 
 
 # ---- one function per subcommand ----------------------------------------------------------------------
 def _add_ancestry(sub) -> None:
-    p = sub.add_parser("ancestry", help="train an ancestry ViT on a dataset and save it",
-                       description="Train a ViT from scratch on a dataset; it becomes the ancestry of learngenes.")
+    p = sub.add_parser(
+        "ancestry",
+        help="train an ancestry ViT on a dataset and save it",
+        description="Train a ViT from scratch on a dataset; it becomes the ancestry of learngenes.",
+    )
     add_spec_args(p)
     add_data_args(p)
     add_train_args(p)
@@ -211,10 +280,13 @@ def _add_ancestry(sub) -> None:
 
 
 def _add_condense(sub) -> None:
-    p = sub.add_parser("condense", help="condense an ancestry into a learngene file",
-                       description="Build a learngene from an ancestry with one method. Methods that train an aux "
-                                   "net distil from the ancestry on --data.",
-                       epilog="`learngene methods` lists every method with its options")
+    p = sub.add_parser(
+        "condense",
+        help="condense an ancestry into a learngene file",
+        description="Build a learngene from an ancestry with one method. Methods that train an aux "
+        "net distil from the ancestry on --data.",
+        epilog="`learngene methods` lists every method with its options",
+    )
     p.add_argument("--method", required=True, help="a registered method (`learngene methods` lists them)")
     add_ancestry_args(p)
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
@@ -227,47 +299,77 @@ def _add_condense(sub) -> None:
     g = p.add_argument_group("timm checkpoint sizes (with --timm-model)")
     g.add_argument("--num-classes", type=_integer, help="classifier outputs of the checkpoint")
     g.add_argument("--img-size", type=_integer, help="input resolution of the checkpoint (data are resized to it)")
-    g.add_argument("--in-chans", type=_integer,
-                   help="input channels of the checkpoint (grey data are repeated to 3; colour data for 1 are refused)")
-    g.add_argument("--timm-arg", action="append", metavar="KEY=VALUE",
-                   help="another timm.create_model argument of the checkpoint's model, e.g. depth=6 or "
-                        "dynamic_img_size=true (value read as JSON; repeatable)")
+    g.add_argument(
+        "--in-chans",
+        type=_integer,
+        help="input channels of the checkpoint (grey data are repeated to 3; colour data for 1 are refused)",
+    )
+    g.add_argument(
+        "--timm-arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="another timm.create_model argument of the checkpoint's model, e.g. depth=6 or "
+        "dynamic_img_size=true (value read as JSON; repeatable)",
+    )
     p.set_defaults(handler="making:cmd_condense")
 
 
 def _add_expand(sub) -> None:
-    p = sub.add_parser("expand", help="expand a learngene into a descendant timm ViT",
-                       description="Initialize a timm ViT of the given size from a learngene; sizes default to the "
-                                   "ancestry's. The output loads with timm.create_model(...).load_state_dict(..., strict=True).")
+    p = sub.add_parser(
+        "expand",
+        help="expand a learngene into a descendant timm ViT",
+        description="Initialize a timm ViT of the given size from a learngene; sizes default to the "
+        "ancestry's. The output loads with timm.create_model(...).load_state_dict(..., strict=True).",
+    )
     p.add_argument("gene", help="learngene file (.safetensors)")
     add_spec_args(p)
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option for this expansion (repeatable)")
-    p.add_argument("--top-up", metavar="METHOD", help="fill what the gene leaves to timm from a method without a "
-                                                      "learngene, e.g. mimetic (attention weights, sin-cos positions)")
-    g = p.add_argument_group("size for a budget", "Among depths 1..the ancestry's and head counts 1..the ancestry's "
-                             "(width = heads x head size): the deepest size that fits the budget, then the widest at "
-                             "that depth, skipping sizes the gene's method cannot expand (tried without allocating); "
-                             "--depth or --num-heads pin that axis. It says which size it picked and why.")
+    p.add_argument(
+        "--top-up",
+        metavar="METHOD",
+        help="fill what the gene leaves to timm from a method without a "
+        "learngene, e.g. mimetic (attention weights, sin-cos positions)",
+    )
+    g = p.add_argument_group(
+        "size for a budget",
+        "Among depths 1..the ancestry's and head counts 1..the ancestry's "
+        "(width = heads x head size): the deepest size that fits the budget, then the widest at "
+        "that depth, skipping sizes the gene's method cannot expand (tried without allocating); "
+        "--depth or --num-heads pin that axis. It says which size it picked and why.",
+    )
     g.add_argument("--max-params", type=_count, metavar="N", help="at most N parameters (e.g. 5e6 or 5M)")
     g.add_argument("--max-flops", type=_count, metavar="N", help="at most N forward FLOPs per image (e.g. 2G)")
     add_common(p)
-    p.add_argument("--out", "-o", required=True,
-                   help="where to write the descendant: a learngene model file (.safetensors), or timm's hub folder "
-                        "(config.json, model.safetensors, README.md) when it ends in / or is a folder")
-    p.add_argument("--format", choices=("file", "hub"),
-                   help="file: one learngene model file; hub: timm's hub folder, loadable by "
-                        "timm.create_model('local-dir:DIR', pretrained=True) (default: hub for a folder-like --out)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing output file, or the files learngene writes in an existing folder "
-                        "(other files there are left alone)")
+    p.add_argument(
+        "--out",
+        "-o",
+        required=True,
+        help="where to write the descendant: a learngene model file (.safetensors), or timm's hub folder "
+        "(config.json, model.safetensors, README.md) when it ends in / or is a folder",
+    )
+    p.add_argument(
+        "--format",
+        choices=("file", "hub"),
+        help="file: one learngene model file; hub: timm's hub folder, loadable by "
+        "timm.create_model('local-dir:DIR', pretrained=True) (default: hub for a folder-like --out)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing output file, or the files learngene writes in an existing folder "
+        "(other files there are left alone)",
+    )
     add_license(p, "descendant's model card or model file")
     p.set_defaults(handler="expanding:cmd_expand")
 
 
 def _add_adapt(sub) -> None:
-    p = sub.add_parser("adapt", help="specialize a learngene to a size on a little data (WAVE scalers, PEG φ)",
-                       description="Train only the size-specific part of a learngene (WAVE's weight scalers, PEG's "
-                                   "expansion map φ) on a little downstream data, then write the plain timm descendant.")
+    p = sub.add_parser(
+        "adapt",
+        help="specialize a learngene to a size on a little data (WAVE scalers, PEG φ)",
+        description="Train only the size-specific part of a learngene (WAVE's weight scalers, PEG's "
+        "expansion map φ) on a little downstream data, then write the plain timm descendant.",
+    )
     p.add_argument("gene", help="learngene file (.safetensors)")
     add_spec_args(p)
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
@@ -281,19 +383,28 @@ def _add_adapt(sub) -> None:
 
 
 def _add_train(sub) -> None:
-    p = sub.add_parser("train", help="fine-tune a model file (e.g. a descendant) on a dataset",
-                       description="Fine-tune a learngene model file; a new classifier head is made when the "
-                                   "data's label space differs.")
+    p = sub.add_parser(
+        "train",
+        help="fine-tune a model file (e.g. a descendant) on a dataset",
+        description="Fine-tune a learngene model file; a new classifier head is made when the "
+        "data's label space differs.",
+    )
     p.add_argument("model", help="model file written by `learngene expand`, `ancestry` or `train`")
-    p.add_argument("--new-head", action="store_true",
-                   help="always start from a fresh classifier head (default: fresh only when the data's classes "
-                        "differ from those the model's head was trained on)")
+    p.add_argument(
+        "--new-head",
+        action="store_true",
+        help="always start from a fresh classifier head (default: fresh only when the data's classes "
+        "differ from those the model's head was trained on)",
+    )
     add_data_args(p)
     add_train_args(p, epochs=5)
-    p.add_argument("--teacher", metavar="ANCESTRY",
-                   help="distil from this model while training (what --ancestry accepts): on its logits when its head "
-                        "was trained on the data's classes, else on its pooled embedding (cosine, through a learned "
-                        "projection when the widths differ; the projection is not saved)")
+    p.add_argument(
+        "--teacher",
+        metavar="ANCESTRY",
+        help="distil from this model while training (what --ancestry accepts): on its logits when its head "
+        "was trained on the data's classes, else on its pooled embedding (cosine, through a learned "
+        "projection when the widths differ; the projection is not saved)",
+    )
     p.add_argument("--teacher-timm-model", help="timm architecture of a plain --teacher checkpoint")
     add_distill_args(p, lam=None)
     add_common(p)
@@ -303,38 +414,56 @@ def _add_train(sub) -> None:
 
 
 def _add_inspect(sub) -> None:
-    p = sub.add_parser("inspect", help="print a learngene's, model file's or hub folder's metadata and sizes",
-                       description="Show what a learngene, model file or timm hub folder holds: method, options, "
-                                   "ancestry, stored parameters, cost; or a model's spec, parameters and FLOPs; "
-                                   "a hub folder's config and model card too.")
+    p = sub.add_parser(
+        "inspect",
+        help="print a learngene's, model file's or hub folder's metadata and sizes",
+        description="Show what a learngene, model file or timm hub folder holds: method, options, "
+        "ancestry, stored parameters, cost; or a model's spec, parameters and FLOPs; "
+        "a hub folder's config and model card too.",
+    )
     p.add_argument("path", help="learngene or model file, or a timm hub folder (config.json, model.safetensors)")
     p.add_argument("--tensors", action="store_true", help="also list every tensor and its shape")
-    p.add_argument("--plot", metavar="PNG", help="write a plot of mean attention distance per layer and head "
-                                                 "(cluster learngenes)")
+    p.add_argument(
+        "--plot", metavar="PNG", help="write a plot of mean attention distance per layer and head (cluster learngenes)"
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing plot file")
     p.set_defaults(handler="info:cmd_inspect")
 
 
 def _add_methods(sub) -> None:
-    p = sub.add_parser("methods", help="list the registered methods and their options",
-                       description="List every registered method with its options (for --method / --opt).")
+    p = sub.add_parser(
+        "methods",
+        help="list the registered methods and their options",
+        description="List every registered method with its options (for --method / --opt).",
+    )
     p.set_defaults(handler="info:cmd_methods")
 
 
 def _add_bench(sub) -> None:
-    p = sub.add_parser("bench", help="every method side by side on identical budgets: tables, CSV and plots",
-                       description="Train an ancestry on Fashion-MNIST, condense it with every registered method, "
-                                   "fine-tune descendants of several sizes on Fashion-MNIST, digits and a few-shot "
-                                   "task with identical budgets and seeds, and write report.md, results.csv and "
-                                   "plots. Every stage is cached: rerunning continues an interrupted run.")
+    p = sub.add_parser(
+        "bench",
+        help="every method side by side on identical budgets: tables, CSV and plots",
+        description="Train an ancestry on Fashion-MNIST, condense it with every registered method, "
+        "fine-tune descendants of several sizes on Fashion-MNIST, digits and a few-shot "
+        "task with identical budgets and seeds, and write report.md, results.csv and "
+        "plots. Every stage is cached: rerunning continues an interrupted run.",
+    )
     p.add_argument("--profile", default="quick", metavar="NAME", help=_LazyText("a benchmark profile", _profile_help))
-    p.add_argument("--max-steps", type=_integer, metavar="N", help="gpu-smoke: optimizer steps of each training stage "
-                                                                   "(default: 20)")
+    p.add_argument(
+        "--max-steps",
+        type=_integer,
+        metavar="N",
+        help="gpu-smoke: optimizer steps of each training stage (default: 20)",
+    )
     p.add_argument("--out", help="report folder (default: runs/bench-PROFILE)")
     p.add_argument("--methods", nargs="+", metavar="METHOD", help="only these registered methods (default: all)")
     p.add_argument("--seeds", type=_integer, metavar="N", help="seeds 0..N-1 instead of the profile's")
-    p.add_argument("--time-limit", type=_real, metavar="MINUTES",
-                   help="start no new stage after this long; the same command continues later")
+    p.add_argument(
+        "--time-limit",
+        type=_real,
+        metavar="MINUTES",
+        help="start no new stage after this long; the same command continues later",
+    )
     p.add_argument("--data-dir", help="folder with the Fashion-MNIST IDX files")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -342,50 +471,96 @@ def _add_bench(sub) -> None:
 
 
 def _add_compare(sub) -> None:
-    p = sub.add_parser("compare", help="which start wins for my ancestry, data and sizes: every method against "
-                                       "scratch, scratch ×10 and mimetic, one recommendation per size",
-                       description="Condense the ancestry with every method once, make every size, fine-tune every "
-                                   "method × size × seed on --data with the same budget and a fresh head, and print "
-                                   "per size mean ± std, 2-std marks against the references, costs, the epoch each "
-                                   "method reaches scratch ×10's final accuracy, and one recommendation line. Writes "
-                                   "report.md, results.csv and plots to --out; cached and resumable like bench.")
+    p = sub.add_parser(
+        "compare",
+        help="which start wins for my ancestry, data and sizes: every method against "
+        "scratch, scratch ×10 and mimetic, one recommendation per size",
+        description="Condense the ancestry with every method once, make every size, fine-tune every "
+        "method × size × seed on --data with the same budget and a fresh head, and print "
+        "per size mean ± std, 2-std marks against the references, costs, the epoch each "
+        "method reaches scratch ×10's final accuracy, and one recommendation line. Writes "
+        "report.md, results.csv and plots to --out; cached and resumable like bench.",
+    )
     add_ancestry_args(p)
-    p.add_argument("--data", required=True, help="fashion_mnist, digits, folder:PATH or torchvision:NAME: fine-tuned and "
-                                                 "tested on (its train and test splits)")
+    p.add_argument(
+        "--data",
+        required=True,
+        help="fashion_mnist, digits, folder:PATH or torchvision:NAME: fine-tuned and "
+        "tested on (its train and test splits)",
+    )
     p.add_argument("--data-dir", help="where the data lie (default: $LEARNGENE_DATA, then system locations)")
-    p.add_argument("--sizes", required=True, metavar="LIST", help="descendant sizes, e.g. L4-D192-H3,L12-D384-H6 "
-                                                                  "(the rest of the spec follows the ancestry)")
+    p.add_argument(
+        "--sizes",
+        required=True,
+        metavar="LIST",
+        help="descendant sizes, e.g. L4-D192-H3,L12-D384-H6 (the rest of the spec follows the ancestry)",
+    )
     p.add_argument("--methods", metavar="LIST", default="all", help="comma-separated methods, or all (default: all)")
-    p.add_argument("--references", metavar="LIST", default="scratch,scratch_x10,mimetic,structured",
-                   help="what a recommendation must beat by 2 std; scratch_x10 = scratch fine-tuned 10× as long; "
-                        "structured only where registered (default: %(default)s)")
+    p.add_argument(
+        "--references",
+        metavar="LIST",
+        default="scratch,scratch_x10,mimetic,structured",
+        help="what a recommendation must beat by 2 std; scratch_x10 = scratch fine-tuned 10× as long; "
+        "structured only where registered (default: %(default)s)",
+    )
     p.add_argument("--seeds", type=_integer, default=3, help="seeds 0..N-1 per method and size (default: %(default)s)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--epochs", type=_integer, default=5, help="fine-tuning epochs of every method (default: %(default)s)")
+    g.add_argument(
+        "--epochs", type=_integer, default=5, help="fine-tuning epochs of every method (default: %(default)s)"
+    )
     g.add_argument("--max-steps", type=_integer, metavar="S", help="fine-tune S optimizer steps instead of --epochs")
     p.add_argument("--few-shot", type=_integer, metavar="K", help="fine-tune on K labelled images per class")
     p.add_argument("--train-images", type=_integer, metavar="N", help="fine-tune on a fixed random subset of N images")
     p.add_argument("--eval-images", type=_integer, metavar="N", help="test on a fixed random subset of N test images")
-    p.add_argument("--kd", type=_real, nargs="?", const=0.5, metavar="λ",
-                   help="also fine-tune every method distilling the ancestry (rows '+kd'): logits when its head knows "
-                        "the data's classes, else pooled features; λ (default when given: 0.5)")
-    p.add_argument("--condense-data", metavar="D", help="data the methods that need data condense and adapt on "
-                                                       "(default: --data)")
-    p.add_argument("--classes", metavar="LIST", help="only these classes of --data, by index, e.g. 5,6,7,8,9 "
-                                                    "(also for condensing, unless --condense-data)")
-    p.add_argument("--condense-classes", metavar="LIST",
-                   help="only these classes of the condensing data, e.g. the ancestry's own 0,1,2,3,4, so that no "
-                        "method learns from the labels of the classes it is compared on (default: --classes)")
-    p.add_argument("--condense-images", type=_integer, metavar="N", help="condense and adapt on a fixed random "
-                                                                         "subset of N images (default: all)")
-    p.add_argument("--condense-epochs", type=_integer, default=2, help="aux-net epochs of tleg, wave, share_init "
-                                                                     "(default: %(default)s)")
-    p.add_argument("--adapt-steps", type=_integer, default=50, help="steps of wave's and peg's adaptation per size "
-                                                                  "and seed (default: %(default)s)")
+    p.add_argument(
+        "--kd",
+        type=_real,
+        nargs="?",
+        const=0.5,
+        metavar="λ",
+        help="also fine-tune every method distilling the ancestry (rows '+kd'): logits when its head knows "
+        "the data's classes, else pooled features; λ (default when given: 0.5)",
+    )
+    p.add_argument(
+        "--condense-data", metavar="D", help="data the methods that need data condense and adapt on (default: --data)"
+    )
+    p.add_argument(
+        "--classes",
+        metavar="LIST",
+        help="only these classes of --data, by index, e.g. 5,6,7,8,9 (also for condensing, unless --condense-data)",
+    )
+    p.add_argument(
+        "--condense-classes",
+        metavar="LIST",
+        help="only these classes of the condensing data, e.g. the ancestry's own 0,1,2,3,4, so that no "
+        "method learns from the labels of the classes it is compared on (default: --classes)",
+    )
+    p.add_argument(
+        "--condense-images",
+        type=_integer,
+        metavar="N",
+        help="condense and adapt on a fixed random subset of N images (default: all)",
+    )
+    p.add_argument(
+        "--condense-epochs",
+        type=_integer,
+        default=2,
+        help="aux-net epochs of tleg, wave, share_init (default: %(default)s)",
+    )
+    p.add_argument(
+        "--adapt-steps",
+        type=_integer,
+        default=50,
+        help="steps of wave's and peg's adaptation per size and seed (default: %(default)s)",
+    )
     p.add_argument("--batch-size", type=_integer, default=64, help="every training stage (default: %(default)s)")
     p.add_argument("--lr", type=_real, default=1e-3, help="peak AdamW learning rate (default: %(default)s)")
-    p.add_argument("--time-limit", type=_real, metavar="MINUTES",
-                   help="start no new stage after this long; the same command continues later")
+    p.add_argument(
+        "--time-limit",
+        type=_real,
+        metavar="MINUTES",
+        help="start no new stage after this long; the same command continues later",
+    )
     p.add_argument("--out", required=True, help="report folder (also the cache a rerun continues from)")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
@@ -394,10 +569,13 @@ def _add_compare(sub) -> None:
 
 
 def _add_demo(sub) -> None:
-    p = sub.add_parser("demo", help="the main job end to end on Fashion-MNIST, in minutes on a CPU",
-                       description="Train a small ancestry on Fashion-MNIST, condense it with every registered "
-                                   "method, expand to several depths, fine-tune each briefly and print a table of "
-                                   "method x size -> accuracy and stored parameters.")
+    p = sub.add_parser(
+        "demo",
+        help="the main job end to end on Fashion-MNIST, in minutes on a CPU",
+        description="Train a small ancestry on Fashion-MNIST, condense it with every registered "
+        "method, expand to several depths, fine-tune each briefly and print a table of "
+        "method x size -> accuracy and stored parameters.",
+    )
     p.add_argument("--out-dir", default="runs/demo", help="where models, genes and the table go (default: %(default)s)")
     p.add_argument("--data-dir", help="folder with the Fashion-MNIST IDX files")
     p.add_argument("--quick", action="store_true", help="a much smaller run (seconds), to check the pipeline")
@@ -405,13 +583,26 @@ def _add_demo(sub) -> None:
     p.set_defaults(handler="benching:cmd_demo")
 
 
-SUBCOMMANDS = (_add_ancestry, _add_condense, _add_expand, _add_adapt, _add_train, _add_inspect, _add_methods,
-               _add_bench, _add_compare, _add_demo)
+SUBCOMMANDS = (
+    _add_ancestry,
+    _add_condense,
+    _add_expand,
+    _add_adapt,
+    _add_train,
+    _add_inspect,
+    _add_methods,
+    _add_bench,
+    _add_compare,
+    _add_demo,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="learngene", description="Condense a pretrained ViT into a learngene and expand it into "
-                                                   "timm ViTs of any depth, width and head count.")
+    parser = _Parser(
+        prog="learngene",
+        description="Condense a pretrained ViT into a learngene and expand it into "
+        "timm ViTs of any depth, width and head count.",
+    )
     parser.add_argument("--version", action="version", version=f"learngene {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
     for add in SUBCOMMANDS:

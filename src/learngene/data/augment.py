@@ -9,9 +9,18 @@ from torch import Tensor
 
 # DeiT's training recipe (Touvron et al. 2021, Table 9; timm's train.py flags), which TLEG, WAVE and
 # Share-Init condense with: RandAugment, random erasing, then mixup/cutmix on the batch.
-DEIT_RECIPE = {"auto_augment": "rand-m9-mstd0.5-inc1", "re_prob": 0.25, "re_mode": "pixel", "re_count": 1,
-               "mixup_alpha": 0.8, "cutmix_alpha": 1.0, "mixup_prob": 1.0, "mixup_switch_prob": 0.5}
+DEIT_RECIPE = {
+    "auto_augment": "rand-m9-mstd0.5-inc1",
+    "re_prob": 0.25,
+    "re_mode": "pixel",
+    "re_count": 1,
+    "mixup_alpha": 0.8,
+    "cutmix_alpha": 1.0,
+    "mixup_prob": 1.0,
+    "mixup_switch_prob": 0.5,
+}
 AUGMENTATIONS = ("none", "deit")
+
 
 class BatchMixer:
     """DeiT's mixup (α 0.8) or cutmix (α 1.0), one of them per batch, through ``timm.data.Mixup``:
@@ -26,9 +35,15 @@ class BatchMixer:
         from timm.data import Mixup
 
         self.num_classes, self.label_smoothing = num_classes, label_smoothing
-        self.mixup = Mixup(mixup_alpha=DEIT_RECIPE["mixup_alpha"], cutmix_alpha=DEIT_RECIPE["cutmix_alpha"],
-                           prob=DEIT_RECIPE["mixup_prob"], switch_prob=DEIT_RECIPE["mixup_switch_prob"], mode="batch",
-                           label_smoothing=label_smoothing, num_classes=num_classes)
+        self.mixup = Mixup(
+            mixup_alpha=DEIT_RECIPE["mixup_alpha"],
+            cutmix_alpha=DEIT_RECIPE["cutmix_alpha"],
+            prob=DEIT_RECIPE["mixup_prob"],
+            switch_prob=DEIT_RECIPE["mixup_switch_prob"],
+            mode="batch",
+            label_smoothing=label_smoothing,
+            num_classes=num_classes,
+        )
 
     def __call__(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         from timm.data.mixup import mixup_target
@@ -38,8 +53,9 @@ class BatchMixer:
         return self.mixup(x, y)
 
 
-def augment_batch(x: Tensor, gen: torch.Generator, max_shift: int = 2, global_size: int | None = None, rank: int = 0,
-                  world: int = 1) -> Tensor:
+def augment_batch(
+    x: Tensor, gen: torch.Generator, max_shift: int = 2, global_size: int | None = None, rank: int = 0, world: int = 1
+) -> Tensor:
     """Random horizontal flips and shifts of up to ``max_shift`` pixels (zero padding), per image.
 
     Under DDP ``x`` is this rank's share ``batch[rank::world]`` of a global batch of ``global_size``
@@ -54,4 +70,4 @@ def augment_batch(x: Tensor, gen: torch.Generator, max_shift: int = 2, global_si
     x = torch.where(flip.view(-1, 1, 1, 1), x.flip(-1), x)
     padded = F.pad(x, (max_shift,) * 4)
     h, w = x.shape[-2:]
-    return torch.stack([padded[i, :, a:a + h, b:b + w] for i, (a, b) in enumerate(shifts.tolist())])
+    return torch.stack([padded[i, :, a : a + h, b : b + w] for i, (a, b) in enumerate(shifts.tolist())])

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -29,8 +30,16 @@ class Batches:
     order (as a ``DistributedSampler`` seeded per epoch, but sharing out each global batch).
     """
 
-    def __init__(self, data: Data, batch_size: int, shuffle: bool, seed: int = 0, rank: int = 0, world: int = 1,
-                 augment: bool = False):
+    def __init__(
+        self,
+        data: Data,
+        batch_size: int,
+        shuffle: bool,
+        seed: int = 0,
+        rank: int = 0,
+        world: int = 1,
+        augment: bool = False,
+    ):
         if len(data) == 0:
             raise DataError(f"{getattr(data, 'name', 'dataset')} is empty; give data with at least one image")
         if batch_size < 1:
@@ -55,7 +64,7 @@ class Batches:
         order = self._order()
         for step in range(self.start_step, len(self)):
             lo = step * self.batch_size
-            mine = order[lo:lo + self.batch_size][self.rank::self.world].tolist()
+            mine = order[lo : lo + self.batch_size][self.rank :: self.world].tolist()
             positions = range(lo + self.rank, lo + self.batch_size, self.world)
             yield [(i, index_seed(self.seed, self.epoch, p)) for i, p in zip(mine, positions)]
 
@@ -69,8 +78,8 @@ class Batches:
             return
         order = self._order()
         for step in range(self.start_step, len(self)):
-            global_idx = order[step * self.batch_size:(step + 1) * self.batch_size]
-            yield step, *self.data.get_batch(global_idx[self.rank::self.world])
+            global_idx = order[step * self.batch_size : (step + 1) * self.batch_size]
+            yield step, *self.data.get_batch(global_idx[self.rank :: self.world])
 
     def __iter__(self) -> Iterator[Batch]:
         for step, x, y, soft in self._shares():

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from ..errors import DataError
-from ..vit.naflex import image_input
 from ..formats.preprocessing import PREPROCESSING_KEYS, check_preprocessing
+from ..vit.naflex import image_input
 from .augment import AUGMENTATIONS, DEIT_RECIPE
 from .images import Data, ImageData, colour_for_grey_model, label_space
 
@@ -45,11 +46,19 @@ def preprocessing_cfg(source: Any, img_size: int | None = None, in_chans: int | 
     elif isinstance(source, (ImageData, FolderData)):
         if isinstance(source, FolderData):
             return dict(source.preprocessing)
-        cfg = {"input_size": (source.in_chans, source.img_size, source.img_size), "interpolation": "bilinear",
-               "mean": source.mean, "std": source.std, "crop_pct": 1.0, "crop_mode": "center"}
+        cfg = {
+            "input_size": (source.in_chans, source.img_size, source.img_size),
+            "interpolation": "bilinear",
+            "mean": source.mean,
+            "std": source.std,
+            "crop_pct": 1.0,
+            "crop_mode": "center",
+        }
     else:
-        raise DataError(f"no preprocessing can be read from a {type(source).__name__}; give a timm model, a dataset "
-                        f"or a dict with {', '.join(PREPROCESSING_KEYS)}")
+        raise DataError(
+            f"no preprocessing can be read from a {type(source).__name__}; give a timm model, a dataset "
+            f"or a dict with {', '.join(PREPROCESSING_KEYS)}"
+        )
     return check_preprocessing(cfg, img_size, in_chans)
 
 
@@ -64,13 +73,19 @@ def folder_transforms(pre: Mapping[str, Any], augment: str = "none", to_uint8: b
 
     common = {k: pre[k] for k in ("input_size", "interpolation", "mean", "std")}
     if augment == "deit":
-        return create_transform(**common, is_training=True, auto_augment=DEIT_RECIPE["auto_augment"],
-                                re_prob=DEIT_RECIPE["re_prob"], re_mode=DEIT_RECIPE["re_mode"],
-                                re_count=DEIT_RECIPE["re_count"])
+        return create_transform(
+            **common,
+            is_training=True,
+            auto_augment=DEIT_RECIPE["auto_augment"],
+            re_prob=DEIT_RECIPE["re_prob"],
+            re_mode=DEIT_RECIPE["re_mode"],
+            re_count=DEIT_RECIPE["re_count"],
+        )
     if augment != "none":
         raise DataError(f"unknown augmentation {augment!r}; use one of {', '.join(AUGMENTATIONS)}")
-    return create_transform(**common, is_training=False, crop_pct=pre["crop_pct"], crop_mode=pre["crop_mode"],
-                            normalize=not to_uint8)
+    return create_transform(
+        **common, is_training=False, crop_pct=pre["crop_pct"], crop_mode=pre["crop_mode"], normalize=not to_uint8
+    )
 
 
 class _Failed(NamedTuple):
@@ -87,8 +102,15 @@ class FolderData:
     worker or rank decodes it, and a resumed run repeats it.
     """
 
-    def __init__(self, samples: Sequence[tuple[str, int]], classes: Sequence[str], preprocessing: Mapping[str, Any],
-                 name: str, augment: str = "none", workers: int = 0):
+    def __init__(
+        self,
+        samples: Sequence[tuple[str, int]],
+        classes: Sequence[str],
+        preprocessing: Mapping[str, Any],
+        name: str,
+        augment: str = "none",
+        workers: int = 0,
+    ):
         self.samples, self.classes = list(samples), list(classes)
         self.preprocessing, self.name, self.augment, self.workers = dict(preprocessing), name, augment, workers
         self.transform = folder_transforms(self.preprocessing, augment)
@@ -126,7 +148,7 @@ class FolderData:
     def std(self) -> tuple[float, ...]:
         return self.preprocessing["std"]
 
-    def subset(self, indices: Sequence[int] | Tensor, name: str | None = None) -> "FolderData":
+    def subset(self, indices: Sequence[int] | Tensor, name: str | None = None) -> FolderData:
         picked = [self.samples[int(i)] for i in torch.as_tensor(indices, dtype=torch.long)]
         return FolderData(picked, self.classes, self.preprocessing, name or self.name, self.augment, self.workers)
 
@@ -146,17 +168,22 @@ class FolderData:
         x, y = _Collate(self.in_chans, self.img_size)([self[int(i)] for i in indices])
         return x, y, None
 
-    def loader(self, sampler) -> "torch.utils.data.DataLoader":
+    def loader(self, sampler) -> torch.utils.data.DataLoader:
         """One DataLoader per dataset, its workers kept between epochs; ``sampler`` says which images come next."""
         if self._loader is None:
             from torch.utils.data import DataLoader
 
             self._sampler = _Sampler()
             self._loader = DataLoader(
-                self, batch_sampler=self._sampler, num_workers=self.workers, collate_fn=_Collate(self.in_chans, self.img_size),
-                pin_memory=torch.cuda.is_available(), persistent_workers=self.workers > 0,
+                self,
+                batch_sampler=self._sampler,
+                num_workers=self.workers,
+                collate_fn=_Collate(self.in_chans, self.img_size),
+                pin_memory=torch.cuda.is_available(),
+                persistent_workers=self.workers > 0,
                 prefetch_factor=4 if self.workers > 0 else None,
-                generator=torch.Generator().manual_seed(0))  # else the loader draws its seed from the global RNG
+                generator=torch.Generator().manual_seed(0),
+            )  # else the loader draws its seed from the global RNG
         self._sampler.source = sampler
         return self._loader
 
@@ -222,9 +249,17 @@ class _Collate:
         return torch.stack([x for x, _ in items]), torch.tensor([y for _, y in items], dtype=torch.long)
 
 
-def image_folder(root: str | os.PathLike, img_size: int | None = None, in_chans: int = 3, in_memory: bool = True,
-                 preprocessing: Mapping[str, Any] | None = None, augment: str = "none", workers: int = 0,
-                 classes: Sequence[str] | None = None, keep_colour: bool = False) -> Data:
+def image_folder(
+    root: str | os.PathLike,
+    img_size: int | None = None,
+    in_chans: int = 3,
+    in_memory: bool = True,
+    preprocessing: Mapping[str, Any] | None = None,
+    augment: str = "none",
+    workers: int = 0,
+    classes: Sequence[str] | None = None,
+    keep_colour: bool = False,
+) -> Data:
     """An image folder (one sub-folder per class, named after it), read with ``preprocessing``'s resize and crop.
 
     ``preprocessing`` (:func:`preprocessing_cfg`, e.g. an ancestry's) defaults to ImageNet's mean and std
@@ -239,22 +274,34 @@ def image_folder(root: str | os.PathLike, img_size: int | None = None, in_chans:
     if in_chans not in (1, 3):
         raise DataError(f"image folders load as 1 or 3 channels, not {in_chans}; pass --in-chans 1 or 3")
     if augment != "none" and in_memory:
-        raise DataError(f"--aug {augment} draws a new augmentation per image and epoch; stream the folder "
-                        f"(in_memory=False)")
+        raise DataError(
+            f"--aug {augment} draws a new augmentation per image and epoch; stream the folder (in_memory=False)"
+        )
     if augment == "deit" and in_chans != 3:
-        raise DataError("--aug deit (RandAugment, mixup/cutmix, random erasing) is for RGB images; for grey data "
-                        "use --augment (flips and shifts)")
+        raise DataError(
+            "--aug deit (RandAugment, mixup/cutmix, random erasing) is for RGB images; for grey data "
+            "use --augment (flips and shifts)"
+        )
     if preprocessing is None:
         mean, std = (IMAGENET_MEAN, IMAGENET_STD) if in_chans == 3 else ((0.5,), (0.5,))
-        preprocessing = {"input_size": (in_chans, 224, 224), "interpolation": "bilinear", "mean": mean, "std": std,
-                         "crop_pct": 1.0, "crop_mode": "center"}
+        preprocessing = {
+            "input_size": (in_chans, 224, 224),
+            "interpolation": "bilinear",
+            "mean": mean,
+            "std": std,
+            "crop_pct": 1.0,
+            "crop_mode": "center",
+        }
     pre = preprocessing_cfg(preprocessing, img_size, in_chans)
     samples, found = _folder_samples(root)
     if classes is not None and list(classes) != found:
         extra, lacking = sorted(set(found) - set(classes)), sorted(set(classes) - set(found))
-        raise DataError(f"{root} has classes {_some(found)} but the training folder has {_some(classes)}"
-                        + (f" ({_some(extra)} only here)" if extra else "") + (f" ({_some(lacking)} missing here)" if lacking else "")
-                        + "; give both splits the same class sub-folders, or their labels would not agree")
+        raise DataError(
+            f"{root} has classes {_some(found)} but the training folder has {_some(classes)}"
+            + (f" ({_some(extra)} only here)" if extra else "")
+            + (f" ({_some(lacking)} missing here)" if lacking else "")
+            + "; give both splits the same class sub-folders, or their labels would not agree"
+        )
     if keep_colour and in_chans == 1 and _is_colour(samples[0][0]):
         raise colour_for_grey_model(f"folder:{root}")
     name = f"folder:{root.name}"
@@ -263,12 +310,27 @@ def image_folder(root: str | os.PathLike, img_size: int | None = None, in_chans:
     to_uint8 = folder_transforms(pre, to_uint8=True)
     mode = {1: "L", 3: "RGB"}[in_chans]
     images = torch.stack([to_uint8(_open_image(path, mode)) for path, _ in samples])
-    return ImageData(images, torch.tensor([y for _, y in samples]), len(found), pre["mean"], pre["std"], name=name,
-                     dataset=name, classes=tuple(found))
+    return ImageData(
+        images,
+        torch.tensor([y for _, y in samples]),
+        len(found),
+        pre["mean"],
+        pre["std"],
+        name=name,
+        dataset=name,
+        classes=tuple(found),
+    )
 
 
-def write_image_folder(root: str | os.PathLike, num_classes: int = 4, per_class: int = 8, size: int = 224,
-                       fmt: str = "jpg", seed: int = 0, splits: Sequence[str] = ("train", "test")) -> Path:
+def write_image_folder(
+    root: str | os.PathLike,
+    num_classes: int = 4,
+    per_class: int = 8,
+    size: int = 224,
+    fmt: str = "jpg",
+    seed: int = 0,
+    splits: Sequence[str] = ("train", "test"),
+) -> Path:
     """Generated RGB images in ``root/{split}/class_{c}/`` for the pipeline's checks and benchmarks.
 
     Class ``c`` is a stripe pattern of period ``c + 2`` (over noise), in every patch, so the task is
@@ -306,18 +368,26 @@ def _folder_samples(root: Path) -> tuple[list[tuple[str, int]], list[str]]:
         raise DataError(f"cannot list {root} ({exc.strerror}); check its permissions") from None
     if not classes:
         raise DataError(f"{root} has no class sub-folders; put the images of each class in a sub-folder named after it")
-    per_class = [sorted(str(f) for f in (root / c).rglob("*") if f.suffix.lower() in IMG_EXTENSIONS and f.is_file())
-                 for c in classes]
+    per_class = [
+        sorted(str(f) for f in (root / c).rglob("*") if f.suffix.lower() in IMG_EXTENSIONS and f.is_file())
+        for c in classes
+    ]
     empty = [c for c, files in zip(classes, per_class) if not files]
     if len(empty) == len(classes):
-        raise DataError(f"{root} holds no images ({', '.join(IMG_EXTENSIONS)}); put the images of each class in "
-                        f"its sub-folder")
+        raise DataError(
+            f"{root} holds no images ({', '.join(IMG_EXTENSIONS)}); put the images of each class in its sub-folder"
+        )
     if empty:
-        raise DataError(f"{root}: class {empty[0]} has no images" + (f" (nor {len(empty) - 1} more)" if len(empty) > 1 else "")
-                        + "; add images to it or remove the folder")
+        raise DataError(
+            f"{root}: class {empty[0]} has no images"
+            + (f" (nor {len(empty) - 1} more)" if len(empty) > 1 else "")
+            + "; add images to it or remove the folder"
+        )
     if len(classes) == 1:
-        raise DataError(f"{root} has one class ({classes[0]}): a classifier of one class learns nothing; give at "
-                        f"least two class sub-folders")
+        raise DataError(
+            f"{root} has one class ({classes[0]}): a classifier of one class learns nothing; give at "
+            f"least two class sub-folders"
+        )
     samples = [(f, c) for c, files in enumerate(per_class) for f in files]
     _check_headers([f for f, _ in samples])
     return samples, classes
@@ -353,8 +423,12 @@ def _open_image(path: str, mode: str | None):
             with Image.open(path) as img:
                 return img.convert(mode) if mode else None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise DataError(f"image {path} has more pixels than PIL decodes safely ({Image.MAX_IMAGE_PIXELS:,}): a "
-                        f"decompression bomb or an oversized image; remove it or scale it down") from None
+        raise DataError(
+            f"image {path} has more pixels than PIL decodes safely ({Image.MAX_IMAGE_PIXELS:,}): a "
+            f"decompression bomb or an oversized image; remove it or scale it down"
+        ) from None
     except (OSError, ValueError, SyntaxError) as exc:
-        raise DataError(f"cannot read image {path} ({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}); "
-                        f"remove or replace it") from None
+        raise DataError(
+            f"cannot read image {path} ({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}); "
+            f"remove or replace it"
+        ) from None

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Sequence, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import torch
 import torch.nn.functional as F
@@ -43,16 +44,22 @@ class ImageData:
 
     def __post_init__(self) -> None:
         if self.images.ndim != 4 or self.images.dtype != torch.uint8:
-            raise DataError(f"{self.name}: images must be uint8 (N, C, H, W), got {self.images.dtype} {tuple(self.images.shape)}")
+            raise DataError(
+                f"{self.name}: images must be uint8 (N, C, H, W), got {self.images.dtype} {tuple(self.images.shape)}"
+            )
         if len(self.images) != len(self.labels):
             raise DataError(f"{self.name}: {len(self.images)} images but {len(self.labels)} labels")
         if len(self.mean) != self.in_chans or len(self.std) != self.in_chans:
             raise DataError(f"{self.name}: normalization has {len(self.mean)} channels, images have {self.in_chans}")
         if len(self.labels) and not (0 <= int(self.labels.min()) and int(self.labels.max()) < self.num_classes):
-            raise DataError(f"{self.name}: labels run from {int(self.labels.min())} to {int(self.labels.max())}, outside "
-                            f"0..{self.num_classes - 1}; give labels 0..num_classes-1")
+            raise DataError(
+                f"{self.name}: labels run from {int(self.labels.min())} to {int(self.labels.max())}, outside "
+                f"0..{self.num_classes - 1}; give labels 0..num_classes-1"
+            )
         if self.classes and len(self.classes) != self.num_classes:
-            raise DataError(f"{self.name}: {len(self.classes)} class names for {self.num_classes} classes; name every class")
+            raise DataError(
+                f"{self.name}: {len(self.classes)} class names for {self.num_classes} classes; name every class"
+            )
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -69,7 +76,7 @@ class ImageData:
     def img_size(self) -> int:
         return self.images.shape[-1]
 
-    def subset(self, indices: Sequence[int] | Tensor, name: str | None = None) -> "ImageData":
+    def subset(self, indices: Sequence[int] | Tensor, name: str | None = None) -> ImageData:
         idx = torch.as_tensor(indices, dtype=torch.long)
         return replace(
             self,
@@ -79,7 +86,7 @@ class ImageData:
             name=name or self.name,
         )
 
-    def with_soft_targets(self, logits: Tensor) -> "ImageData":
+    def with_soft_targets(self, logits: Tensor) -> ImageData:
         return replace(self, soft_targets=logits.detach().float().cpu())
 
     def get_batch(self, indices: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
@@ -116,18 +123,24 @@ def resize(data: ImageData, img_size: int) -> ImageData:
     need = len(data) * data.in_chans * img_size**2 * 5  # the float32 resized copy, then its uint8 images
     free = available_memory()
     if free is not None and need > free:
-        raise DataError(f"{len(data):,} images of {data.name} resized to {img_size}x{img_size} px need "
-                        f"{need / 2**30:,.1f} GiB but this machine has {free / 2**30:,.1f} GiB free; choose a smaller "
-                        f"--img-size (or fewer images: --train-images)")
-    x = F.interpolate(data.images.float(), size=(img_size, img_size), mode="bilinear", antialias=True, align_corners=False)
+        raise DataError(
+            f"{len(data):,} images of {data.name} resized to {img_size}x{img_size} px need "
+            f"{need / 2**30:,.1f} GiB but this machine has {free / 2**30:,.1f} GiB free; choose a smaller "
+            f"--img-size (or fewer images: --train-images)"
+        )
+    x = F.interpolate(
+        data.images.float(), size=(img_size, img_size), mode="bilinear", antialias=True, align_corners=False
+    )
     return replace(data, images=x.round().clamp(0, 255).to(torch.uint8))
 
 
 def colour_for_grey_model(name: str) -> DataError:
     """The error for colour images given to a 1-channel model: reading them as grey would discard their colour."""
-    return DataError(f"{name} holds colour images but the model takes 1-channel (grey) input, which would discard "
-                     f"their colour; use a 3-channel ancestry, or convert the images to greyscale first "
-                     f"(learngene.data.convert_channels) if grey is what you want")
+    return DataError(
+        f"{name} holds colour images but the model takes 1-channel (grey) input, which would discard "
+        f"their colour; use a 3-channel ancestry, or convert the images to greyscale first "
+        f"(learngene.data.convert_channels) if grey is what you want"
+    )
 
 
 def convert_channels(data: ImageData, in_chans: int) -> ImageData:
@@ -135,8 +148,12 @@ def convert_channels(data: ImageData, in_chans: int) -> ImageData:
     if data.in_chans == in_chans:
         return data
     if data.in_chans == 1:
-        return replace(data, images=data.images.expand(-1, in_chans, -1, -1).contiguous(),
-                       mean=data.mean * in_chans, std=data.std * in_chans)
+        return replace(
+            data,
+            images=data.images.expand(-1, in_chans, -1, -1).contiguous(),
+            mean=data.mean * in_chans,
+            std=data.std * in_chans,
+        )
     if in_chans == 1:
         grey = data.images.float().mean(1, keepdim=True).round().to(torch.uint8)
         return replace(data, images=grey, mean=(sum(data.mean) / len(data.mean),), std=(sum(data.std) / len(data.std),))
@@ -151,8 +168,10 @@ def few_shot(data: ImageData, per_class: int, seed: int = 0) -> ImageData:
     for c in range(data.num_classes):
         members = (data.labels == c).nonzero().flatten()
         if len(members) < per_class:
-            raise DataError(f"{data.name}: class {c} has {len(members)} images, fewer than the {per_class} per class asked; "
-                            f"ask for at most {len(members)} (--few-shot)")
+            raise DataError(
+                f"{data.name}: class {c} has {len(members)} images, fewer than the {per_class} per class asked; "
+                f"ask for at most {len(members)} (--few-shot)"
+            )
         picked.append(members[torch.randperm(len(members), generator=gen)[:per_class]])
     return data.subset(torch.cat(picked).sort().values, name=f"{data.name}-{per_class}shot")
 

@@ -9,9 +9,10 @@ import math
 import os
 import pickle
 import shutil
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,8 +38,10 @@ FASHION_MNIST_INSTALL = "apt-get install dataset-fashion-mnist (Debian), or pass
 def cache_dir() -> Path:
     path = Path(os.environ.get("LEARNGENE_CACHE", Path.home() / ".cache" / "learngene"))
     if path.exists() and not path.is_dir():
-        raise DataError(f"the cache folder {quote(path)} (LEARNGENE_CACHE) is not a directory; set LEARNGENE_CACHE to "
-                        f"a folder, or unset it")
+        raise DataError(
+            f"the cache folder {quote(path)} (LEARNGENE_CACHE) is not a directory; set LEARNGENE_CACHE to "
+            f"a folder, or unset it"
+        )
     return path
 
 
@@ -53,8 +56,10 @@ def _find_fashion_mnist(data_dir: str | os.PathLike | None) -> Path:
             if all((folder / f).exists() or (folder / f"{f}.gz").exists() for f in FASHION_MNIST_FILES):
                 return folder
     if data_dir is not None:
-        raise DataError(f"Fashion-MNIST IDX files ({FASHION_MNIST_FILES[0]}[.gz], ...) not found in {data_dir}; check "
-                        f"--data-dir, or leave it out to use the installed copy")
+        raise DataError(
+            f"Fashion-MNIST IDX files ({FASHION_MNIST_FILES[0]}[.gz], ...) not found in {data_dir}; check "
+            f"--data-dir, or leave it out to use the installed copy"
+        )
     raise DataError(f"Fashion-MNIST not found; {FASHION_MNIST_INSTALL}")
 
 
@@ -64,7 +69,11 @@ def _ungzipped_fashion_mnist(source: Path) -> Path:
     The cache is keyed by the source folder and its files' sizes and times, so a ``--data-dir`` with other
     (or broken) files never silently reuses the copy made from an earlier one; every file is checked.
     """
-    if all((source / f).exists() for f in FASHION_MNIST_FILES) and source.name == "raw" and source.parent.name == "FashionMNIST":
+    if (
+        all((source / f).exists() for f in FASHION_MNIST_FILES)
+        and source.name == "raw"
+        and source.parent.name == "FashionMNIST"
+    ):
         for name in FASHION_MNIST_FILES:
             _check_idx(source / name, source / name)
         return source.parent.parent
@@ -73,8 +82,9 @@ def _ungzipped_fashion_mnist(source: Path) -> Path:
     try:
         raw.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise DataError(f"cannot create the data cache {raw} ({exc.strerror}); set $LEARNGENE_CACHE to a writable "
-                        f"folder") from None
+        raise DataError(
+            f"cannot create the data cache {raw} ({exc.strerror}); set $LEARNGENE_CACHE to a writable folder"
+        ) from None
     for name in FASHION_MNIST_FILES:
         target = raw / name
         if target.exists():
@@ -110,10 +120,12 @@ def _check_idx(path: Path, shown: Path) -> None:
     magic = 0x0800 + ndim  # unsigned bytes, ndim dimensions
     with open(path, "rb") as fh:
         head = fh.read(4 + 4 * ndim)
-    fields = [int.from_bytes(head[i:i + 4], "big") for i in range(0, len(head) - 3, 4)]
+    fields = [int.from_bytes(head[i : i + 4], "big") for i in range(0, len(head) - 3, 4)]
     if len(fields) != 1 + ndim or fields[0] != magic or 4 + 4 * ndim + math.prod(fields[1:]) != path.stat().st_size:
-        raise DataError(f"{shown} is not a Fashion-MNIST IDX file (its header does not match its length); replace it "
-                        f"with the dataset's original file")
+        raise DataError(
+            f"{shown} is not a Fashion-MNIST IDX file (its header does not match its length); replace it "
+            f"with the dataset's original file"
+        )
 
 
 def fashion_mnist(split: str = "train", data_dir: str | os.PathLike | None = None, img_size: int = 28) -> ImageData:
@@ -131,8 +143,16 @@ def fashion_mnist(split: str = "train", data_dir: str | os.PathLike | None = Non
         ds = FashionMNIST(root=str(root), train=split == "train", download=False)
     except RuntimeError as exc:
         raise DataError(f"Fashion-MNIST in {root} is unreadable ({exc}); delete that cache folder and retry") from None
-    data = ImageData(ds.data.unsqueeze(1).contiguous(), ds.targets.long(), 10, FASHION_MNIST_MEAN, FASHION_MNIST_STD,
-                     name=f"fashion_mnist-{split}", dataset="fashion_mnist", classes=tuple(FashionMNIST.classes))
+    data = ImageData(
+        ds.data.unsqueeze(1).contiguous(),
+        ds.targets.long(),
+        10,
+        FASHION_MNIST_MEAN,
+        FASHION_MNIST_STD,
+        name=f"fashion_mnist-{split}",
+        dataset="fashion_mnist",
+        classes=tuple(FashionMNIST.classes),
+    )
     return resize(data, img_size)
 
 
@@ -149,12 +169,21 @@ def digits(split: str = "train", img_size: int = 28, test_fraction: float = 0.25
     bunch = load_digits()
     images = torch.from_numpy(np.round(bunch.images * (255.0 / 16.0)).astype(np.uint8)).unsqueeze(1)
     labels = torch.from_numpy(bunch.target.astype(np.int64))
-    train_idx, test_idx = train_test_split(np.arange(len(labels)), test_size=test_fraction, random_state=seed,
-                                           stratify=bunch.target)
+    train_idx, test_idx = train_test_split(
+        np.arange(len(labels)), test_size=test_fraction, random_state=seed, stratify=bunch.target
+    )
     scaled = images.float() / 255.0
     mean, std = (float(scaled.mean()),), (float(scaled.std()),)
-    data = ImageData(images, labels, 10, mean, std, name=f"digits-{split}", dataset="digits",
-                     classes=tuple(str(d) for d in range(10)))
+    data = ImageData(
+        images,
+        labels,
+        10,
+        mean,
+        std,
+        name=f"digits-{split}",
+        dataset="digits",
+        classes=tuple(str(d) for d in range(10)),
+    )
     return resize(data.subset(train_idx if split == "train" else test_idx), img_size)
 
 
@@ -163,7 +192,9 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:160] if text else type(exc).__name__
 
 
-def torchvision_dataset(name: str, root: str | os.PathLike, split: str = "train", img_size: int | None = None) -> ImageData:
+def torchvision_dataset(
+    name: str, root: str | os.PathLike, split: str = "train", img_size: int | None = None
+) -> ImageData:
     """A torchvision dataset already on disk (``download=False``): CIFAR10, CIFAR100, MNIST, FashionMNIST, ..."""
     import torchvision.datasets as tvd
 
@@ -173,27 +204,41 @@ def torchvision_dataset(name: str, root: str | os.PathLike, split: str = "train"
     try:
         ds = cls(root=str(root), train=split == "train", download=False)
     except (RuntimeError, TypeError) as exc:
-        raise DataError(f"torchvision {name} not found under {root} ({_first_line(exc)}); "
-                        f"download it there once on a machine with internet") from None
+        raise DataError(
+            f"torchvision {name} not found under {root} ({_first_line(exc)}); "
+            f"download it there once on a machine with internet"
+        ) from None
     # torchvision's readers check little (MNIST's asserts, CIFAR's unpickled arrays): files that are not the
     # dataset's fail in many ways, caught here as one
     except (AssertionError, ValueError, IndexError, KeyError, EOFError, OSError, pickle.UnpicklingError) as exc:
-        raise DataError(f"torchvision {name} under {root} is unreadable ({_first_line(exc)}); replace its files with "
-                        f"the dataset's original download") from None
+        raise DataError(
+            f"torchvision {name} under {root} is unreadable ({_first_line(exc)}); replace its files with "
+            f"the dataset's original download"
+        ) from None
     try:
         raw = torch.as_tensor(np.asarray(ds.data))
         targets = torch.as_tensor(ds.targets).long()
         if raw.ndim not in (3, 4) or raw.dtype != torch.uint8 or len(targets) != len(raw):
             raise ValueError(f"images of shape {tuple(raw.shape)} and dtype {raw.dtype}, {len(targets)} labels")
     except (AttributeError, TypeError, ValueError, RuntimeError) as exc:
-        raise DataError(f"torchvision {name} under {root} does not hold images learngene can read ({_first_line(exc)}); "
-                        f"use a dataset of uint8 images with labels, e.g. CIFAR10 or MNIST") from None
+        raise DataError(
+            f"torchvision {name} under {root} does not hold images learngene can read ({_first_line(exc)}); "
+            f"use a dataset of uint8 images with labels, e.g. CIFAR10 or MNIST"
+        ) from None
     images = raw.unsqueeze(1) if raw.ndim == 3 else raw.permute(0, 3, 1, 2)
     scaled = images.float() / 255.0
     mean = tuple(scaled.mean(dim=(0, 2, 3)).tolist())
     std = tuple(scaled.std(dim=(0, 2, 3)).tolist())
-    data = ImageData(images.contiguous(), targets, len(ds.classes), mean, std,
-                     name=f"{name}-{split}", dataset=name, classes=tuple(map(str, ds.classes)))
+    data = ImageData(
+        images.contiguous(),
+        targets,
+        len(ds.classes),
+        mean,
+        std,
+        name=f"{name}-{split}",
+        dataset=name,
+        classes=tuple(map(str, ds.classes)),
+    )
     return resize(data, img_size or data.img_size)
 
 
@@ -255,9 +300,17 @@ def _digits_source(_: str, req: LoadRequest) -> Data:
 def _folder_source(path: str, req: LoadRequest) -> Data:
     root = Path(path)
     root = root / req.split if (root / req.split).is_dir() else root
-    return image_folder(root, req.img_size, req.in_chans or 3, in_memory=False, preprocessing=req.preprocessing,
-                        augment=req.augment if req.split == "train" else "none", workers=req.workers,
-                        classes=req.classes, keep_colour=True)
+    return image_folder(
+        root,
+        req.img_size,
+        req.in_chans or 3,
+        in_memory=False,
+        preprocessing=req.preprocessing,
+        augment=req.augment if req.split == "train" else "none",
+        workers=req.workers,
+        classes=req.classes,
+        keep_colour=True,
+    )
 
 
 def _torchvision_source(name: str, req: LoadRequest) -> Data:
@@ -273,9 +326,17 @@ register_source(DataSource("torchvision", _torchvision_source, argument="NAME"))
 BUILTIN_DATASETS = tuple(name for name, source in DATA_SOURCES.items() if not source.argument)
 
 
-def load_dataset(name: str, split: str = "train", img_size: int | None = None, data_dir: str | os.PathLike | None = None,
-                 in_chans: int | None = None, preprocessing: Mapping[str, Any] | None = None, augment: str = "none",
-                 workers: int = 0, classes: Sequence[str] | None = None) -> Data:
+def load_dataset(
+    name: str,
+    split: str = "train",
+    img_size: int | None = None,
+    data_dir: str | os.PathLike | None = None,
+    in_chans: int | None = None,
+    preprocessing: Mapping[str, Any] | None = None,
+    augment: str = "none",
+    workers: int = 0,
+    classes: Sequence[str] | None = None,
+) -> Data:
     """Load a dataset by name, through the registered source it names (:data:`DATA_SOURCES`).
 
     ``name`` is ``fashion_mnist``, ``digits``, ``folder:PATH`` (``PATH/{split}`` with one sub-folder per
@@ -291,11 +352,15 @@ def load_dataset(name: str, split: str = "train", img_size: int | None = None, d
         raise DataError(f"unknown augmentation {augment!r}; use one of {', '.join(AUGMENTATIONS)}")
     source, argument = find_source(name)
     if augment != "none" and not source.streams:
-        raise DataError(f"--aug {augment} is for image folders (folder:PATH) of RGB images; for {name} use --augment "
-                        f"(flips and shifts)")
+        raise DataError(
+            f"--aug {augment} is for image folders (folder:PATH) of RGB images; for {name} use --augment "
+            f"(flips and shifts)"
+        )
     if workers < 0:
         raise DataError(f"--workers must be 0 (decode in the main process) or more, got {workers}")
-    data = source.load(argument, LoadRequest(split, img_size, data_dir, in_chans, preprocessing, augment, workers, classes))
+    data = source.load(
+        argument, LoadRequest(split, img_size, data_dir, in_chans, preprocessing, augment, workers, classes)
+    )
     if in_chans is not None and isinstance(data, ImageData):
         if in_chans == 1 and data.in_chans > 1:
             raise colour_for_grey_model(name)
@@ -305,12 +370,27 @@ def load_dataset(name: str, split: str = "train", img_size: int | None = None, d
     return data
 
 
-def load_splits(name: str, img_size: int | None = None, data_dir: str | os.PathLike | None = None,
-                in_chans: int | None = None, preprocessing: Mapping[str, Any] | None = None, augment: str = "none",
-                workers: int = 0) -> tuple[Data, Data]:
+def load_splits(
+    name: str,
+    img_size: int | None = None,
+    data_dir: str | os.PathLike | None = None,
+    in_chans: int | None = None,
+    preprocessing: Mapping[str, Any] | None = None,
+    augment: str = "none",
+    workers: int = 0,
+) -> tuple[Data, Data]:
     """``(train, test)`` of :func:`load_dataset`; a test folder must hold the training folder's classes."""
     train = load_dataset(name, "train", img_size, data_dir, in_chans, preprocessing, augment, workers)
     classes = getattr(train, "classes", None)
-    test = load_dataset(name, "test", img_size, data_dir, in_chans, preprocessing, "none", workers,
-                        classes=classes if isinstance(train, FolderData) else None)
+    test = load_dataset(
+        name,
+        "test",
+        img_size,
+        data_dir,
+        in_chans,
+        preprocessing,
+        "none",
+        workers,
+        classes=classes if isinstance(train, FolderData) else None,
+    )
     return train, test

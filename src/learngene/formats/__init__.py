@@ -1,0 +1,1 @@
+"""Files in and out: atomic writes, weights, model files, run directories, checkpoint formats, export."""

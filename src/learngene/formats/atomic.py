@@ -10,8 +10,9 @@ import errno
 import io
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -24,7 +25,7 @@ def library_version() -> str:
 
 
 def now_iso() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def quote(path: str | os.PathLike) -> str:
@@ -33,8 +34,21 @@ def quote(path: str | os.PathLike) -> str:
 
 
 # errnos that say something about the place written to (full, read-only, not allowed, name too long), not a bug
-_PLACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.EFBIG,
-                 errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.EIO, errno.EMFILE, errno.ENFILE}
+_PLACE_ERRNOS = {
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EROFS,
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENAMETOOLONG,
+    errno.EFBIG,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.ELOOP,
+    errno.EIO,
+    errno.EMFILE,
+    errno.ENFILE,
+}
 
 
 def os_error_message(exc: OSError, path: str | os.PathLike | None = None) -> str:
@@ -44,10 +58,12 @@ def os_error_message(exc: OSError, path: str | os.PathLike | None = None) -> str
     """
     where = path if path is not None else exc.filename
     what = exc.strerror or type(exc).__name__
-    fix = {errno.ENOSPC: "free some disk space or choose another path",
-           errno.EDQUOT: "free some disk space or choose another path",
-           errno.EROFS: "choose a path on a writable filesystem",
-           errno.ENAMETOOLONG: "choose a shorter path"}.get(exc.errno, "check the path and its permissions, or choose another path")
+    fix = {
+        errno.ENOSPC: "free some disk space or choose another path",
+        errno.EDQUOT: "free some disk space or choose another path",
+        errno.EROFS: "choose a path on a writable filesystem",
+        errno.ENAMETOOLONG: "choose a shorter path",
+    }.get(exc.errno, "check the path and its permissions, or choose another path")
     return (f"{quote(where)}: " if where is not None else "") + f"{what}; {fix}"
 
 
@@ -118,8 +134,10 @@ def _publish(tmp: Path, path: Path, overwrite: bool) -> None:
     if overwrite:
         os.replace(tmp, path)
         return
-    taken = LearngeneError(f"{quote(path)} already exists (another process wrote it meanwhile); pass --overwrite "
-                           f"to replace it, or choose another path")
+    taken = LearngeneError(
+        f"{quote(path)} already exists (another process wrote it meanwhile); pass --overwrite "
+        f"to replace it, or choose another path"
+    )
     try:
         os.link(tmp, path)  # atomic and exclusive: fails if the name exists
         return

@@ -32,8 +32,8 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import GeneFormatError, LearngeneError
-from .weights import load_weights
 from .licenses import folder_license
+from .weights import load_weights
 
 StateDict = dict[str, Tensor]
 
@@ -76,29 +76,41 @@ def read_checkpoint(path: str | Path, lazy: bool = True, drop_head: bool = False
     if not path.is_dir():
         return Checkpoint(arch=None, kwargs={}, state=load_weights(path, lazy=lazy), source=str(path))
     if not (path / CONFIG).is_file():
-        raise LearngeneError(f"{path} is a folder without {CONFIG}; give a timm hub or transformers model folder, "
-                             f"or a checkpoint file")
+        raise LearngeneError(
+            f"{path} is a folder without {CONFIG}; give a timm hub or transformers model folder, or a checkpoint file"
+        )
     try:
         config = json.loads((path / CONFIG).read_text())
     except (ValueError, UnicodeDecodeError) as exc:
-        raise GeneFormatError(f"{path / CONFIG} is not valid JSON ({str(exc)[:120]}); restore the model's config") from None
+        raise GeneFormatError(
+            f"{path / CONFIG} is not valid JSON ({str(exc)[:120]}); restore the model's config"
+        ) from None
     if not isinstance(config, dict):
         raise GeneFormatError(f"{path / CONFIG} is not a JSON object; restore the model's config")
-    for key, kind, named in (("architecture", str, "a string"), ("model_type", str, "a string"),
-                             ("model_args", dict, "a JSON object")):
+    for key, kind, named in (
+        ("architecture", str, "a string"),
+        ("model_type", str, "a string"),
+        ("model_args", dict, "a JSON object"),
+    ):
         if key in config and not isinstance(config[key], kind):
-            raise GeneFormatError(f"{path / CONFIG}: {key} is {config[key]!r}, not {named}; check the model's config (use "
-                                  f"the folder as timm or transformers saved it)")
+            raise GeneFormatError(
+                f"{path / CONFIG}: {key} is {config[key]!r}, not {named}; check the model's config (use "
+                f"the folder as timm or transformers saved it)"
+            )
     weights = _weight_file(path)
     license = folder_license(path, config)
     if "architecture" in config:
-        return dataclasses.replace(_read_timm_folder(path, config, load_weights(weights, lazy=lazy), drop_head),
-                                   license=license)
+        return dataclasses.replace(
+            _read_timm_folder(path, config, load_weights(weights, lazy=lazy), drop_head), license=license
+        )
     if "model_type" in config:
-        return dataclasses.replace(_read_hf_folder(path, config, load_weights(weights, lazy=lazy), drop_head),
-                                   license=license)
-    raise GeneFormatError(f"{path / CONFIG} names neither a timm 'architecture' nor a transformers 'model_type'; "
-                          f"give a timm hub or transformers model folder")
+        return dataclasses.replace(
+            _read_hf_folder(path, config, load_weights(weights, lazy=lazy), drop_head), license=license
+        )
+    raise GeneFormatError(
+        f"{path / CONFIG} names neither a timm 'architecture' nor a transformers 'model_type'; "
+        f"give a timm hub or transformers model folder"
+    )
 
 
 def _weight_file(folder: Path) -> Path:
@@ -106,8 +118,10 @@ def _weight_file(folder: Path) -> Path:
         if (folder / name).is_file():
             return folder / name
     if any(folder.glob("*.index.json")):
-        raise LearngeneError(f"{folder} holds a sharded checkpoint, which learngene does not read; merge the shards "
-                             f"into one model.safetensors")
+        raise LearngeneError(
+            f"{folder} holds a sharded checkpoint, which learngene does not read; merge the shards "
+            f"into one model.safetensors"
+        )
     raise LearngeneError(f"{folder} has no {' or '.join(WEIGHT_FILES[:2])}; put the weights next to {CONFIG}")
 
 
@@ -123,7 +137,9 @@ def _read_timm_folder(folder: Path, config: dict[str, Any], state: StateDict, dr
     if drop_head:
         state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
         kwargs["num_classes"] = 0
-    return Checkpoint(arch=arch, kwargs=kwargs, state=state, pretrained_cfg=_data_cfg(pretrained_cfg), source=str(folder))
+    return Checkpoint(
+        arch=arch, kwargs=kwargs, state=state, pretrained_cfg=_data_cfg(pretrained_cfg), source=str(folder)
+    )
 
 
 def _data_cfg(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -197,12 +213,18 @@ HF_TO_TIMM: dict[str, str | None] = {
     "encoder.layers.{}.layer_norm1.bias": "blocks.{}.norm1.bias",
     "encoder.layers.{}.layer_norm2.weight": "blocks.{}.norm2.weight",
     "encoder.layers.{}.layer_norm2.bias": "blocks.{}.norm2.bias",
-    **{f"encoder.layers.{{}}.self_attn.{p}_proj.{kind}": f"blocks.{{}}.attn.{p}.{kind}"
-       for p in "qkv" for kind in ("weight", "bias")},
+    **{
+        f"encoder.layers.{{}}.self_attn.{p}_proj.{kind}": f"blocks.{{}}.attn.{p}.{kind}"
+        for p in "qkv"
+        for kind in ("weight", "bias")
+    },
     "encoder.layers.{}.self_attn.out_proj.weight": "blocks.{}.attn.proj.weight",
     "encoder.layers.{}.self_attn.out_proj.bias": "blocks.{}.attn.proj.bias",
-    **{f"encoder.layers.{{}}.mlp.{fc}.{kind}": f"blocks.{{}}.mlp.{fc}.{kind}" for fc in ("fc1", "fc2")
-       for kind in ("weight", "bias")},
+    **{
+        f"encoder.layers.{{}}.mlp.{fc}.{kind}": f"blocks.{{}}.mlp.{fc}.{kind}"
+        for fc in ("fc1", "fc2")
+        for kind in ("weight", "bias")
+    },
     "visual_projection.weight": "head.weight",  # CLIP's image projection: a bias-free head (timm's layout)
     # SigLIP's attention-pool head -> timm's attn_pool (in_proj is split into q and kv by _split_in_proj)
     "head.probe": "attn_pool.latent",
@@ -220,16 +242,28 @@ HF_CLASSIFIERS = ("classifier.", "cls_classifier.", "distillation_classifier.", 
 HF_TEXT_PARTS = ("text_model.", "text_projection.", "logit_scale", "logit_bias")
 
 # the backbone's attribute name in transformers' task models (ViTForImageClassification.vit, ...)
-HF_PREFIXES = {"vit": "vit.", "deit": "deit.", "dinov2": "dinov2.", "dinov2_with_registers": "dinov2_with_registers.",
-               "clip_vision_model": "vision_model.", "siglip_vision_model": "vision_model."}
+HF_PREFIXES = {
+    "vit": "vit.",
+    "deit": "deit.",
+    "dinov2": "dinov2.",
+    "dinov2_with_registers": "dinov2_with_registers.",
+    "clip_vision_model": "vision_model.",
+    "siglip_vision_model": "vision_model.",
+}
 # whole CLIP / SigLIP models: their image tower's config is config["vision_config"]
 HF_TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}
 # the timm architecture of each family (and activation); create_model's kwargs set every size
-HF_ARCHS = {"vit": "vit_base_patch16_224", "deit": "deit_base_distilled_patch16_224",
-            "dinov2": "vit_base_patch14_dinov2", "dinov2_swiglu": "vit_giant_patch14_dinov2",
-            "dinov2_with_registers": "vit_base_patch14_reg4_dinov2",
-            "clip_vision_model": "vit_base_patch16_clip_224", "clip_vision_model/quick_gelu": "vit_base_patch16_clip_quickgelu_224",
-            "siglip_vision_model": "vit_base_patch16_siglip_224", "siglip_vision_model/gelu_tanh": "vit_base_patch32_siglip_256"}
+HF_ARCHS = {
+    "vit": "vit_base_patch16_224",
+    "deit": "deit_base_distilled_patch16_224",
+    "dinov2": "vit_base_patch14_dinov2",
+    "dinov2_swiglu": "vit_giant_patch14_dinov2",
+    "dinov2_with_registers": "vit_base_patch14_reg4_dinov2",
+    "clip_vision_model": "vit_base_patch16_clip_224",
+    "clip_vision_model/quick_gelu": "vit_base_patch16_clip_quickgelu_224",
+    "siglip_vision_model": "vit_base_patch16_siglip_224",
+    "siglip_vision_model/gelu_tanh": "vit_base_patch32_siglip_256",
+}
 # transformers' names of the tanh approximation of GELU (timm's gelu_tanh)
 HF_GELU_TANH = ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")
 
@@ -245,24 +279,30 @@ def hf_key_to_timm(key: str) -> str | None:
     return target.format(re.search(r"\.(\d+)\.", key).group(1))
 
 
-def hf_state_to_timm(state: StateDict, model_type: str, hidden: int | None = None, drop_head: bool = False) -> StateDict:
+def hf_state_to_timm(
+    state: StateDict, model_type: str, hidden: int | None = None, drop_head: bool = False
+) -> StateDict:
     """Rename a transformers ViT / DeiT / DINOv2 / CLIP / SigLIP state_dict to timm's keys and fuse q, k, v into qkv."""
     prefix = HF_PREFIXES[model_type]
     state = {k: v for k, v in state.items() if not k.startswith(HF_TEXT_PARTS)}
     if drop_head:
         state = {k: v for k, v in state.items() if not k.startswith(HF_CLASSIFIERS)}
     elif hidden and "classifier.weight" in state and state["classifier.weight"].shape[-1] == 2 * hidden:
-        raise LearngeneError(f"this {model_type} classifier reads the class token concatenated with the mean patch "
-                             f"token ({2 * hidden} inputs), which timm's ViT cannot express; pass --drop-head "
-                             f"(drop_head=True) to load the backbone without it")
+        raise LearngeneError(
+            f"this {model_type} classifier reads the class token concatenated with the mean patch "
+            f"token ({2 * hidden} inputs), which timm's ViT cannot express; pass --drop-head "
+            f"(drop_head=True) to load the backbone without it"
+        )
     out: StateDict = {}
     for key, value in state.items():
-        short = key[len(prefix):] if key.startswith(prefix) else key
+        short = key[len(prefix) :] if key.startswith(prefix) else key
         try:
             target = hf_key_to_timm(short)
         except KeyError:
-            raise GeneFormatError(f"transformers key {key!r} has no timm counterpart that learngene knows; "
-                                  f"is this a {model_type} checkpoint?") from None
+            raise GeneFormatError(
+                f"transformers key {key!r} has no timm counterpart that learngene knows; "
+                f"is this a {model_type} checkpoint?"
+            ) from None
         if target is not None:
             out[target] = value
     return _fold_registers(_split_in_proj(_as_timm_shapes(fuse_qkv(out))))
@@ -312,9 +352,11 @@ def fuse_qkv(state: StateDict) -> StateDict:
             except KeyError as exc:
                 raise GeneFormatError(f"the checkpoint has {key} but not {exc.args[0]}; it is incomplete") from None
             if len({p.shape for p in parts}) != 1:
-                raise GeneFormatError(f"{block}'s query, key and value {kind}s have shapes "
-                                      f"{', '.join(str(tuple(p.shape)) for p in parts)}, which differ; check that "
-                                      f"the checkpoint is complete and matches its config")
+                raise GeneFormatError(
+                    f"{block}'s query, key and value {kind}s have shapes "
+                    f"{', '.join(str(tuple(p.shape)) for p in parts)}, which differ; check that "
+                    f"the checkpoint is complete and matches its config"
+                )
             out[f"{block}.qkv.{kind}"] = torch.cat(parts)
     return out
 
@@ -344,13 +386,17 @@ def hf_config_to_timm(config: dict[str, Any], state: StateDict) -> tuple[str, di
         arch = HF_ARCHS[model_type]
         kwargs["mlp_ratio"] = _int(config, "intermediate_size") / hidden
         if act != "gelu":
-            raise LearngeneError(f"this {model_type} uses activation {act!r}, which timm's {arch} does not; "
-                                 f"learngene converts GELU ViTs and DeiTs")
+            raise LearngeneError(
+                f"this {model_type} uses activation {act!r}, which timm's {arch} does not; "
+                f"learngene converts GELU ViTs and DeiTs"
+            )
     if model_type == "deit":
         architectures = config.get("architectures") or []
         if "DeiTForImageClassification" in architectures or "DeiTForMaskedImageModeling" in architectures:
-            raise LearngeneError(f"{architectures[0]} reads only the class token, which timm's distilled DeiT does not "
-                                 f"express; convert a DeiTForImageClassificationWithTeacher or a DeiTModel")
+            raise LearngeneError(
+                f"{architectures[0]} reads only the class token, which timm's distilled DeiT does not "
+                f"express; convert a DeiTForImageClassificationWithTeacher or a DeiTModel"
+            )
     timm_eps = CLIP_LAYER_NORM_EPS if model_type == "clip_vision_model" else TIMM_LAYER_NORM_EPS
     eps = float(config.get("layer_norm_eps", timm_eps))
     if eps > timm_eps:
@@ -373,14 +419,18 @@ def _dinov2_arch(config: dict[str, Any], state: StateDict, kwargs: dict[str, Any
         kwargs["mlp_ratio"] = float(config.get("mlp_ratio", 4))
         act = config.get("hidden_act", "gelu")
         if act != "gelu":
-            raise LearngeneError(f"this DINOv2 uses activation {act!r}, which timm's {arch} does not; learngene "
-                                 f"converts GELU and SwiGLU DINOv2")
+            raise LearngeneError(
+                f"this DINOv2 uses activation {act!r}, which timm's {arch} does not; learngene "
+                f"converts GELU and SwiGLU DINOv2"
+            )
     kwargs["init_values"] = config.get("layerscale_value", 1.0)
     registers = int(config.get("num_register_tokens") or 0)
     if registers:
         if config.get("use_swiglu_ffn"):
-            raise LearngeneError("this DINOv2 has both registers and a SwiGLU MLP, which no timm architecture "
-                                 "has; give one without registers or with an MLP")
+            raise LearngeneError(
+                "this DINOv2 has both registers and a SwiGLU MLP, which no timm architecture "
+                "has; give one without registers or with an MLP"
+            )
         arch = HF_ARCHS["dinov2_with_registers"]
         kwargs["reg_tokens"] = registers
     return arch
@@ -390,15 +440,19 @@ def _clip_siglip_arch(config: dict[str, Any], model_type: str, act: str) -> str:
     """The timm architecture of a CLIP or SigLIP image tower with activation ``act``."""
     if model_type == "siglip_vision_model":
         if not config.get("vision_use_head", True):
-            raise LearngeneError("this SigLIP image tower has no attention-pool head (vision_use_head=false), which "
-                                 "timm's SigLIP ViTs pool with; give a tower with its head")
+            raise LearngeneError(
+                "this SigLIP image tower has no attention-pool head (vision_use_head=false), which "
+                "timm's SigLIP ViTs pool with; give a tower with its head"
+            )
         timm_act = "gelu_tanh" if act in HF_GELU_TANH else act
     else:
         timm_act = act
     arch = HF_ARCHS.get(model_type if timm_act == "gelu" else f"{model_type}/{timm_act}")
     if arch is None:
-        raise LearngeneError(f"this {model_type} uses activation {act!r}, which learngene's timm architectures "
-                             f"for it do not; it converts {'GELU and QuickGELU CLIP' if 'clip' in model_type else 'GELU SigLIP'}")
+        raise LearngeneError(
+            f"this {model_type} uses activation {act!r}, which learngene's timm architectures "
+            f"for it do not; it converts {'GELU and QuickGELU CLIP' if 'clip' in model_type else 'GELU SigLIP'}"
+        )
     return arch
 
 
@@ -407,8 +461,9 @@ def _int(config: dict[str, Any], key: str) -> int:
     if isinstance(value, (list, tuple)) and len(set(value)) == 1:
         value = value[0]
     if not isinstance(value, int) or isinstance(value, bool):
-        raise GeneFormatError(f"the transformers config's {key} is {value!r}, not one integer; learngene needs "
-                              f"square images and patches")
+        raise GeneFormatError(
+            f"the transformers config's {key} is {value!r}, not one integer; learngene needs square images and patches"
+        )
     return value
 
 
@@ -417,13 +472,17 @@ def _read_hf_folder(folder: Path, config: dict[str, Any], state: StateDict, drop
     if model_type in HF_TOWERS:  # a whole CLIP / SigLIP: its image tower
         vision = config.get("vision_config")
         if not isinstance(vision, dict):
-            raise GeneFormatError(f"{folder / CONFIG} is a {model_type} model without a vision_config; restore its config")
+            raise GeneFormatError(
+                f"{folder / CONFIG} is a {model_type} model without a vision_config; restore its config"
+            )
         config = {**vision, "model_type": HF_TOWERS[model_type]}
         model_type = config["model_type"]
     if model_type not in HF_PREFIXES:
-        raise LearngeneError(f"{folder} is a transformers {model_type!r} model; learngene converts "
-                             f"vit, deit, dinov2, dinov2_with_registers, clip and siglip image towers "
-                             f"(or give a timm checkpoint with --timm-model)")
+        raise LearngeneError(
+            f"{folder} is a transformers {model_type!r} model; learngene converts "
+            f"vit, deit, dinov2, dinov2_with_registers, clip and siglip image towers "
+            f"(or give a timm checkpoint with --timm-model)"
+        )
     state = hf_state_to_timm(state, model_type, config.get("hidden_size"), drop_head)
     arch, kwargs = hf_config_to_timm(config, state)
     data_cfg: dict[str, Any] = {"input_size": (kwargs["in_chans"], kwargs["img_size"], kwargs["img_size"])}
@@ -431,6 +490,11 @@ def _read_hf_folder(folder: Path, config: dict[str, Any], state: StateDict, drop
     if processor.is_file():  # the image processor's normalization
         with contextlib.suppress(ValueError, UnicodeDecodeError):
             values = json.loads(processor.read_text())
-            data_cfg.update({k: tuple(values[h]) for k, h in (("mean", "image_mean"), ("std", "image_std"))
-                             if isinstance(values.get(h), list)})
+            data_cfg.update(
+                {
+                    k: tuple(values[h])
+                    for k, h in (("mean", "image_mean"), ("std", "image_std"))
+                    if isinstance(values.get(h), list)
+                }
+            )
     return Checkpoint(arch=arch, kwargs=kwargs, state=state, pretrained_cfg=data_cfg, source=str(folder))

@@ -7,22 +7,24 @@ import math
 import os
 from pathlib import Path
 
-from .convert import CONFIG, is_model_folder
 from ..descendant import load_gene
 from ..errors import GeneFormatError
 from ..gene import GENE_FORMAT, Learngene
-from .model_file import MODEL_FORMAT, load_model_file, model_preprocessing
-from .atomic import quote
-from .weights import read_safetensors
 from ..registry import get_method
 from ..vit.spec import ViTSpec
+from .atomic import quote
+from .convert import CONFIG, is_model_folder
+from .model_file import MODEL_FORMAT, load_model_file, model_preprocessing
+from .weights import read_safetensors
 
 
 def describe_spec(spec: ViTSpec) -> str:
-    return (f"{spec.short()} (depth {spec.depth}, width {spec.embed_dim}, {spec.num_heads} heads, mlp x{spec.mlp_ratio:g}, "
-            f"{spec.img_size}px/{spec.patch_size}, {spec.in_chans} ch, {spec.num_classes} classes, "
-            f"{spec.global_pool} pool): {spec.num_params:,} params, {spec.flops / 1e6:,.1f} MFLOPs/image; "
-            f"timm {spec.arch}, family {spec.family.short()}")
+    return (
+        f"{spec.short()} (depth {spec.depth}, width {spec.embed_dim}, {spec.num_heads} heads, mlp x{spec.mlp_ratio:g}, "
+        f"{spec.img_size}px/{spec.patch_size}, {spec.in_chans} ch, {spec.num_classes} classes, "
+        f"{spec.global_pool} pool): {spec.num_params:,} params, {spec.flops / 1e6:,.1f} MFLOPs/image; "
+        f"timm {spec.arch}, family {spec.family.short()}"
+    )
 
 
 def describe_preprocessing(pre: dict | None) -> str:
@@ -30,8 +32,10 @@ def describe_preprocessing(pre: dict | None) -> str:
     if pre is None:
         return "preprocessing not recorded"
     c, h, w = pre["input_size"]
-    return (f"{c}x{h}x{w}, {pre['interpolation']} resize, {pre['crop_mode']} crop {pre['crop_pct']:g}, "
-            f"mean {tuple(round(m, 4) for m in pre['mean'])}, std {tuple(round(v, 4) for v in pre['std'])}")
+    return (
+        f"{c}x{h}x{w}, {pre['interpolation']} resize, {pre['crop_mode']} crop {pre['crop_pct']:g}, "
+        f"mean {tuple(round(m, 4) for m in pre['mean'])}, std {tuple(round(v, 4) for v in pre['std'])}"
+    )
 
 
 def describe_file(path: str | os.PathLike, show_tensors: bool = False) -> str:
@@ -44,11 +48,13 @@ def describe_file(path: str | os.PathLike, show_tensors: bool = False) -> str:
         return describe_gene(load_gene(path), size, show_tensors)
     if fmt == MODEL_FORMAT:
         state, spec, origin = load_model_file(path)
-        lines = [f"learngene model file {path} ({size / 1e6:.2f} MB)",
-                 f"  spec:    {describe_spec(spec)}",
-                 f"  origin:  {json.dumps(origin, sort_keys=True)}",
-                 f"  input:   {describe_preprocessing(model_preprocessing(path))}",
-                 f"  created: {meta.get('created', '?')} by learngene {meta.get('library_version', '?')}"]
+        lines = [
+            f"learngene model file {path} ({size / 1e6:.2f} MB)",
+            f"  spec:    {describe_spec(spec)}",
+            f"  origin:  {json.dumps(origin, sort_keys=True)}",
+            f"  input:   {describe_preprocessing(model_preprocessing(path))}",
+            f"  created: {meta.get('created', '?')} by learngene {meta.get('library_version', '?')}",
+        ]
         if show_tensors:
             lines += [f"    {k:40s} {tuple(v.shape)}" for k, v in state.items()]
         return "\n".join(lines)
@@ -64,20 +70,32 @@ def describe_folder(path: str | os.PathLike, show_tensors: bool = False) -> str:
     path = Path(path)
     config = json.loads((path / CONFIG).read_text())
     ancestry = load_ancestry(path)  # checks the folder as condense would: config, weights, shapes, dtypes, values
-    kind = (f"timm hub folder, architecture {config['architecture']}" if "architecture" in config else
-            f"transformers {config.get('model_type')} folder")
+    kind = (
+        f"timm hub folder, architecture {config['architecture']}"
+        if "architecture" in config
+        else f"transformers {config.get('model_type')} folder"
+    )
     files = ", ".join(f"{p.name} ({p.stat().st_size / 1e6:.2f} MB)" for p in sorted(path.iterdir()) if p.is_file())
     lines = [f"{kind}: {path}", f"  files:   {files}"]
     if ancestry.spec is not None:
         lines.append(f"  spec:    {describe_spec(ancestry.spec)}")
     else:
-        lines.append(f"  model:   {sum(p.numel() for p in ancestry.model.parameters()):,} params ({ancestry.unsupported})")
+        lines.append(
+            f"  model:   {sum(p.numel() for p in ancestry.model.parameters()):,} params ({ancestry.unsupported})"
+        )
     lines.append(f"  input:   {describe_preprocessing(preprocessing_cfg(ancestry.model))}")
     if "model_args" in config:
         lines.append(f"  config:  model_args {json.dumps(config['model_args'], sort_keys=True)}")
     card = path / "README.md"
-    facts = [line[2:].replace("**", "") for line in card.read_text(errors="replace").splitlines()
-             if line.startswith("- **")] if card.is_file() else []
+    facts = (
+        [
+            line[2:].replace("**", "")
+            for line in card.read_text(errors="replace").splitlines()
+            if line.startswith("- **")
+        ]
+        if card.is_file()
+        else []
+    )
     lines += [f"  card:    {fact}" for fact in facts] or ["  card:    none (no README.md with facts)"]
     if show_tensors:
         lines += [f"    {k:40s} {tuple(v.shape)}" for k, v in ancestry.model.state_dict().items()]
@@ -86,11 +104,13 @@ def describe_folder(path: str | os.PathLike, show_tensors: bool = False) -> str:
 
 def describe_gene(gene: Learngene, file_size: int | None = None, show_tensors: bool = False) -> str:
     method = get_method(gene.method).from_gene(gene)
-    lines = [f"learngene: method {gene.method}" + (f" ({file_size / 1e6:.2f} MB on disk)" if file_size else ""),
-             f"  stored parameters: {gene.num_stored_params:,} in {len(gene.tensors)} tensors",
-             f"  options:  {json.dumps(gene.config, sort_keys=True)}",
-             f"  layout:   {describe_spec(gene.layout) if gene.layout else 'no ViT tensors'}",
-             f"  ancestry: {describe_spec(gene.ancestry) if gene.ancestry else 'not a ViT / none'}"]
+    lines = [
+        f"learngene: method {gene.method}" + (f" ({file_size / 1e6:.2f} MB on disk)" if file_size else ""),
+        f"  stored parameters: {gene.num_stored_params:,} in {len(gene.tensors)} tensors",
+        f"  options:  {json.dumps(gene.config, sort_keys=True)}",
+        f"  layout:   {describe_spec(gene.layout) if gene.layout else 'no ViT tensors'}",
+        f"  ancestry: {describe_spec(gene.ancestry) if gene.ancestry else 'not a ViT / none'}",
+    ]
     if gene.ancestry:
         lines.append(f"  stored / ancestry parameters: {gene.num_stored_params / gene.ancestry.num_params:.3f}")
     lines.append(f"  input:    {describe_preprocessing(gene.preprocessing)}")

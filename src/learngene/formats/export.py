@@ -21,15 +21,16 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from torch import nn
 
 from ..errors import LearngeneError
+from ..vit.spec import ViTSpec
 from .atomic import TEMP_NAME_CHARS, check_output_place, library_version, quote
 from .weights import save_safetensors
-from ..vit.spec import ViTSpec
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -72,16 +73,20 @@ def atomic_folder(path: str | os.PathLike, overwrite: bool = False) -> Iterator[
             names = [n for n in (WEIGHTS, CONFIG, CARD) if n in written] + sorted(written - {WEIGHTS, CONFIG, CARD})
             for name in names:
                 if (path / name).is_dir() and not (path / name).is_symlink():
-                    raise LearngeneError(f"{quote(path / name)} is a folder, where learngene writes its {name}; move "
-                                         f"it away or choose another --out")
+                    raise LearngeneError(
+                        f"{quote(path / name)} is a folder, where learngene writes its {name}; move "
+                        f"it away or choose another --out"
+                    )
             for name in names:  # the weights, then the config that describes them, then the card
                 os.replace(tmp / name, path / name)
         else:
             try:  # claim the name exclusively: of two writers racing for it, the second fails here
                 os.mkdir(path)
             except FileExistsError:
-                raise LearngeneError(f"{quote(path)} already exists (another process wrote it meanwhile); pass "
-                                     f"--overwrite to replace it, or choose another path") from None
+                raise LearngeneError(
+                    f"{quote(path)} already exists (another process wrote it meanwhile); pass "
+                    f"--overwrite to replace it, or choose another path"
+                ) from None
             os.replace(tmp, path)  # onto the empty folder just claimed
     finally:
         if tmp.exists():
@@ -94,8 +99,14 @@ def _umask() -> int:
     return mask
 
 
-def export_hub_folder(path: str | os.PathLike, model: nn.Module, spec: ViTSpec, card: dict[str, Any],
-                      data_config: dict[str, Any] | None = None, overwrite: bool = False) -> Path:
+def export_hub_folder(
+    path: str | os.PathLike,
+    model: nn.Module,
+    spec: ViTSpec,
+    card: dict[str, Any],
+    data_config: dict[str, Any] | None = None,
+    overwrite: bool = False,
+) -> Path:
     """Write ``model`` (built from ``spec``) as timm's hub folder at ``path``, with a model card.
 
     Args:
@@ -115,11 +126,17 @@ def export_hub_folder(path: str | os.PathLike, model: nn.Module, spec: ViTSpec, 
     with atomic_folder(path, overwrite) as tmp:
         save_safetensors(tmp / WEIGHTS, model.state_dict(), {"format": "pt"})
         try:
-            save_config_for_hf(model, str(tmp / CONFIG), model_args=spec.timm_kwargs(),
-                               data_config={**_channel_stats(model, spec.in_chans), **(data_config or {})})
+            save_config_for_hf(
+                model,
+                str(tmp / CONFIG),
+                model_args=spec.timm_kwargs(),
+                data_config={**_channel_stats(model, spec.in_chans), **(data_config or {})},
+            )
         except ValueError as exc:
-            raise LearngeneError(f"timm cannot describe this model in a config.json ({exc}); save it as a "
-                                 f"learngene model file instead (an --out ending in .safetensors)") from None
+            raise LearngeneError(
+                f"timm cannot describe this model in a config.json ({exc}); save it as a "
+                f"learngene model file instead (an --out ending in .safetensors)"
+            ) from None
         config = json.loads((tmp / CONFIG).read_text())
         for key in FOREIGN_CFG_FIELDS:
             config["pretrained_cfg"].pop(key, None)
@@ -154,36 +171,65 @@ def model_card(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any], defa
         "learngene": card.get("gene", "not recorded"),
         "architecture": f"timm `{arch}`",
         "size": f"{spec.short()}: depth {spec.depth}, width {spec.embed_dim}, {spec.num_heads} heads, MLP ratio "
-                f"{spec.mlp_ratio:g}, {spec.img_size}x{spec.img_size} px input, patch {spec.patch_size}, "
-                f"{spec.in_chans} channel(s), {spec.num_classes} classes",
+        f"{spec.mlp_ratio:g}, {spec.img_size}x{spec.img_size} px input, patch {spec.patch_size}, "
+        f"{spec.in_chans} channel(s), {spec.num_classes} classes",
         "parameters": f"{spec.num_params:,}",
         "input": f"size {tuple(cfg.get('input_size', ()))}, mean {tuple(cfg.get('mean', ()))}, "
-                 f"std {tuple(cfg.get('std', ()))}, interpolation {cfg.get('interpolation', '?')}, "
-                 f"crop_pct {cfg.get('crop_pct', '?')}, crop_mode {cfg.get('crop_mode', '?')}"
-                 + (" (timm's defaults for the architecture, not a dataset's)" if defaults_input else ""),
+        f"std {tuple(cfg.get('std', ()))}, interpolation {cfg.get('interpolation', '?')}, "
+        f"crop_pct {cfg.get('crop_pct', '?')}, crop_mode {cfg.get('crop_mode', '?')}"
+        + (" (timm's defaults for the architecture, not a dataset's)" if defaults_input else ""),
         "classifier head": card.get("head") or (HEADLESS if not spec.num_classes else "not recorded"),
         "licence": card.get("licence") or "unknown: no licence was recorded for the ancestry; its weights' terms apply",
-        **{k: v for k, v in card.items() if k not in ("method", "ancestry", "gene", "citation", "head", "licence",
-                                                      "license_id")},
+        **{
+            k: v
+            for k, v in card.items()
+            if k not in ("method", "ancestry", "gene", "citation", "head", "licence", "license_id")
+        },
     }
     tuned = card.get("fine-tuned")
     license_id = [f"license: {card['license_id'].lower()}"] if card.get("license_id") else []
-    lines = ["---", *license_id, "library_name: timm", "tags:", "- image-classification", "- timm", "- learngene", "---",
-             "",
-             f"# {arch}, initialized by learngene ({facts['method']}){', fine-tuned' if tuned else ''}", "",
-             f"A timm Vision Transformer whose weights were expanded from a learngene, then fine-tuned ({tuned})."
-             if tuned else "A timm Vision Transformer whose weights were expanded from a learngene; it has not been "
-                           "trained after expansion.", ""]
+    lines = [
+        "---",
+        *license_id,
+        "library_name: timm",
+        "tags:",
+        "- image-classification",
+        "- timm",
+        "- learngene",
+        "---",
+        "",
+        f"# {arch}, initialized by learngene ({facts['method']}){', fine-tuned' if tuned else ''}",
+        "",
+        f"A timm Vision Transformer whose weights were expanded from a learngene, then fine-tuned ({tuned})."
+        if tuned
+        else "A timm Vision Transformer whose weights were expanded from a learngene; it has not been "
+        "trained after expansion.",
+        "",
+    ]
     lines += [f"- **{key}**: {value}" for key, value in facts.items()]
-    lines += ["", "## Load", "", "```python", "import timm", "",
-              'model = timm.create_model("local-dir:PATH/TO/THIS/FOLDER", pretrained=True)', "",
-              "# or with transformers (its TimmWrapper models)", "import transformers", ""]
+    lines += [
+        "",
+        "## Load",
+        "",
+        "```python",
+        "import timm",
+        "",
+        'model = timm.create_model("local-dir:PATH/TO/THIS/FOLDER", pretrained=True)',
+        "",
+        "# or with transformers (its TimmWrapper models)",
+        "import transformers",
+        "",
+    ]
     if spec.num_classes:
-        lines += ['model = transformers.AutoModelForImageClassification.from_pretrained("PATH/TO/THIS/FOLDER")',
-                  "logits = model(pixel_values=images).logits"]
+        lines += [
+            'model = transformers.AutoModelForImageClassification.from_pretrained("PATH/TO/THIS/FOLDER")',
+            "logits = model(pixel_values=images).logits",
+        ]
     else:  # transformers' classifier wrapper refuses a checkpoint without a classifier; its backbone wrapper loads it
-        lines += ['model = transformers.AutoModel.from_pretrained("PATH/TO/THIS/FOLDER")  # no classifier: features',
-                  "embedding = model(pixel_values=images).pooler_output"]
+        lines += [
+            'model = transformers.AutoModel.from_pretrained("PATH/TO/THIS/FOLDER")  # no classifier: features',
+            "embedding = model(pixel_values=images).pooler_output",
+        ]
     lines += ["```", "", f"Written by learngene {library_version()}.", ""]
     if card.get("citation"):
         lines += ["## Citation", "", f"The {facts['method']} method: {card['citation']}", ""]

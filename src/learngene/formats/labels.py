@@ -26,8 +26,13 @@ def describe(space: LabelSpace | None, num_classes: int) -> str:
     return f"{space.get('dataset') or 'data'} [{shown}]"
 
 
-def choose_head(model_space: LabelSpace | None, model_classes: int, data_space: LabelSpace | None, data_classes: int,
-                force_new: bool = False) -> HeadChoice:
+def choose_head(
+    model_space: LabelSpace | None,
+    model_classes: int,
+    data_space: LabelSpace | None,
+    data_classes: int,
+    force_new: bool = False,
+) -> HeadChoice:
     """Whether fine-tuning on ``data`` must replace the model's head, and why.
 
     The head is reused only when the class counts match and, where both sides name their classes,
@@ -40,10 +45,17 @@ def choose_head(model_space: LabelSpace | None, model_classes: int, data_space: 
         return HeadChoice(True, f"new {data_classes}-way head: the model's head has {model_classes} classes")
     if model_space and data_space:
         if list(model_space.get("classes", [])) != list(data_space.get("classes", [])):
-            return HeadChoice(True, f"new {data_classes}-way head: the model's head was trained on "
-                                    f"{describe(model_space, model_classes)}, the data are "
-                                    f"{describe(data_space, data_classes)}")
-        return HeadChoice(False, f"reusing the model's head: trained on the same classes "
-                                 f"({describe(data_space, data_classes)})")
-    return HeadChoice(False, f"reusing the model's {model_classes}-way head: the model records no label space "
-                             f"(an untrained head, or a file from an older learngene); pass --new-head to replace it")
+            return HeadChoice(
+                True,
+                f"new {data_classes}-way head: the model's head was trained on "
+                f"{describe(model_space, model_classes)}, the data are "
+                f"{describe(data_space, data_classes)}",
+            )
+        return HeadChoice(
+            False, f"reusing the model's head: trained on the same classes ({describe(data_space, data_classes)})"
+        )
+    return HeadChoice(
+        False,
+        f"reusing the model's {model_classes}-way head: the model records no label space "
+        f"(an untrained head, or a file from an older learngene); pass --new-head to replace it",
+    )

@@ -35,8 +35,10 @@ README = "README.md"
 def check_license(value: Any, source: str = "--license", fix: str = "give") -> str:
     """``value`` as a licence identifier, or one line saying what to give (``fix``: the verb of that advice)."""
     if not isinstance(value, str) or not _LICENSE.fullmatch(value.strip()):
-        raise LearngeneError(f"{source} {str(value)[:60]!r} is not a licence identifier; {fix} an SPDX identifier "
-                             f"such as Apache-2.0, MIT or CC-BY-NC-4.0 (letters, digits, '.', '-', '+')")
+        raise LearngeneError(
+            f"{source} {str(value)[:60]!r} is not a licence identifier; {fix} an SPDX identifier "
+            f"such as Apache-2.0, MIT or CC-BY-NC-4.0 (letters, digits, '.', '-', '+')"
+        )
     return value.strip()
 
 
@@ -54,8 +56,11 @@ def folder_license(folder: str | Path, config: dict[str, Any] | None = None) -> 
         found = config.get("license") or (cfg.get("license") if isinstance(cfg, dict) else None)
     if found is None:
         return None
-    return check_license(found, f"the licence recorded in {folder}",
-                         fix="correct its README.md front matter's `license:` (or config.json's) to")
+    return check_license(
+        found,
+        f"the licence recorded in {folder}",
+        fix="correct its README.md front matter's `license:` (or config.json's) to",
+    )
 
 
 def _front_matter_license(readme: Path) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import sys
 import tempfile
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import Tensor
@@ -36,9 +36,13 @@ def tensors_in_temporary_file(made: Iterable[tuple[str, Callable[[], Tensor]]]) 
             del tensor
         fh.flush()
         storage = torch.UntypedStorage.from_file(fh.name, shared=False, nbytes=offset) if offset else None
-    return {key: torch.empty(shape, dtype=dtype) if storage is None else
-            torch.empty(0, dtype=dtype).set_(storage, start // torch.empty(0, dtype=dtype).element_size(), shape)
-            for key, (start, dtype, shape) in layout.items()}
+    return {
+        key: torch.empty(shape, dtype=dtype)
+        if storage is None
+        else torch.empty(0, dtype=dtype).set_(storage, start // torch.empty(0, dtype=dtype).element_size(), shape)
+        for key, (start, dtype, shape) in layout.items()
+    }
+
 
 _MADV_PAGEOUT = 21  # linux/mman.h (Linux >= 5.4)
 _RELEASE_MIN_BYTES = 2**20  # smaller tensors are not worth reading /proc/self/maps for (a tiny model's every step)
@@ -74,8 +78,10 @@ def give_back(read: Iterable[Tensor], made: dict[str, Tensor]) -> dict[str, Tens
     if not mapped:
         return made
     storages = {t.untyped_storage().data_ptr() for t in mapped}
-    made = {k: v.clone() if v.device.type == "cpu" and v.untyped_storage().data_ptr() in storages else v
-            for k, v in made.items()}
+    made = {
+        k: v.clone() if v.device.type == "cpu" and v.untyped_storage().data_ptr() in storages else v
+        for k, v in made.items()
+    }
     release_pages(*mapped)
     return made
 

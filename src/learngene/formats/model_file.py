@@ -15,19 +15,24 @@ from ..vit.spec import ViTSpec
 from .atomic import library_version, now_iso, quote
 from .preprocessing import check_preprocessing
 from .weights import (
-    first_line,
-    require_file,
     check_finite,
+    first_line,
     read_safetensors,
+    require_file,
     save_safetensors,
 )
 
 MODEL_FORMAT = "learngene-model"
 
 
-def save_model(path: str | os.PathLike, model_or_state: torch.nn.Module | dict[str, Tensor], spec: ViTSpec,
-               origin: dict[str, Any] | None = None, overwrite: bool = True,
-               preprocessing: dict[str, Any] | None = None) -> None:
+def save_model(
+    path: str | os.PathLike,
+    model_or_state: torch.nn.Module | dict[str, Tensor],
+    spec: ViTSpec,
+    origin: dict[str, Any] | None = None,
+    overwrite: bool = True,
+    preprocessing: dict[str, Any] | None = None,
+) -> None:
     """Save a ViT as safetensors that timm loads directly; the header records its spec and origin, and the
     preprocessing its inputs expect (timm's data-config keys, :func:`learngene.data.preprocessing_cfg`)."""
     state = model_or_state.state_dict() if isinstance(model_or_state, torch.nn.Module) else model_or_state
@@ -47,20 +52,27 @@ def load_model_file(path: str | os.PathLike, lazy: bool = False) -> tuple[dict[s
     """Read a file written by :func:`save_model`: (state_dict, spec, origin); ``lazy``: memory-mapped tensors."""
     tensors, metadata = read_safetensors(path, lazy=lazy)
     if metadata.get("format") != MODEL_FORMAT:
-        raise GeneFormatError(f"{quote(path)} is not a learngene model file (no '{MODEL_FORMAT}' header); "
-                              f"for a timm checkpoint pass --timm-model NAME")
+        raise GeneFormatError(
+            f"{quote(path)} is not a learngene model file (no '{MODEL_FORMAT}' header); "
+            f"for a timm checkpoint pass --timm-model NAME"
+        )
     if "spec" not in metadata:
-        raise GeneFormatError(f"{quote(path)} records no spec in its header; create it again with learngene "
-                              f"(ancestry, expand or train)")
+        raise GeneFormatError(
+            f"{quote(path)} records no spec in its header; create it again with learngene (ancestry, expand or train)"
+        )
     try:
         spec = ViTSpec.from_json(metadata["spec"])
         origin = json.loads(metadata.get("origin", "{}"))
     except ValueError as exc:  # JSONDecodeError, or a SpecError for impossible sizes
-        raise GeneFormatError(f"{quote(path)} has a corrupt model header ({first_line(exc)}); create it again with "
-                              f"learngene (ancestry, expand or train)") from None
+        raise GeneFormatError(
+            f"{quote(path)} has a corrupt model header ({first_line(exc)}); create it again with "
+            f"learngene (ancestry, expand or train)"
+        ) from None
     if not isinstance(origin, dict):
-        raise GeneFormatError(f"{quote(path)} has a corrupt model header (origin is not a JSON object); create it again "
-                              f"with learngene (ancestry, expand or train)")
+        raise GeneFormatError(
+            f"{quote(path)} has a corrupt model header (origin is not a JSON object); create it again "
+            f"with learngene (ancestry, expand or train)"
+        )
     check_finite(tensors, path)
     return tensors, spec, origin
 
@@ -73,8 +85,10 @@ def model_preprocessing(path: str | os.PathLike) -> dict[str, Any] | None:
             text = (fh.metadata() or {}).get("preprocessing")
         return None if text is None else check_preprocessing(json.loads(text))
     except (SafetensorError, OSError, ValueError, TypeError) as exc:  # unreadable header, bad JSON, bad values
-        raise GeneFormatError(f"{quote(path)} has a corrupt preprocessing header ({first_line(exc)}); create it again with "
-                              f"learngene (ancestry, expand or train)") from None
+        raise GeneFormatError(
+            f"{quote(path)} has a corrupt preprocessing header ({first_line(exc)}); create it again with "
+            f"learngene (ancestry, expand or train)"
+        ) from None
 
 
 def build_model(spec: ViTSpec, state: dict[str, Tensor], source: str = "state_dict") -> torch.nn.Module:
@@ -82,8 +96,10 @@ def build_model(spec: ViTSpec, state: dict[str, Tensor], source: str = "state_di
     check_state_shapes(state, spec, source, require_all=True)
     odd = next((k for k, t in state.items() if not t.is_floating_point()), None)
     if odd is not None:  # a timm ViT's weights are all floating point; load_state_dict would cast silently
-        raise GeneFormatError(f"{source}: {odd} holds {str(state[odd].dtype).removeprefix('torch.')} values where a "
-                              f"ViT has floating-point weights; use the model's real (float) weights")
+        raise GeneFormatError(
+            f"{source}: {odd} holds {str(state[odd].dtype).removeprefix('torch.')} values where a "
+            f"ViT has floating-point weights; use the model's real (float) weights"
+        )
     model = spec.create_model()
     model.load_state_dict(state, strict=True)
     return model
@@ -94,13 +110,19 @@ def check_state_shapes(state: dict[str, Tensor], spec: ViTSpec, source: str, req
     expected = spec.state_shapes()
     unknown = sorted(set(state) - set(expected))
     if unknown:
-        raise LearngeneError(f"{source} gives key {unknown[0]!r} that a {spec.short()} timm ViT does not have"
-                             + (f" (+{len(unknown) - 1} more)" if len(unknown) > 1 else ""))
+        raise LearngeneError(
+            f"{source} gives key {unknown[0]!r} that a {spec.short()} timm ViT does not have"
+            + (f" (+{len(unknown) - 1} more)" if len(unknown) > 1 else "")
+        )
     for key, tensor in state.items():
         if tuple(tensor.shape) != expected[key]:
-            raise LearngeneError(f"{source} gives {key} of shape {tuple(tensor.shape)} but the target "
-                                 f"{spec.short()} needs {expected[key]}; the sizes are incompatible")
+            raise LearngeneError(
+                f"{source} gives {key} of shape {tuple(tensor.shape)} but the target "
+                f"{spec.short()} needs {expected[key]}; the sizes are incompatible"
+            )
     if require_all:
         missing = sorted(set(expected) - set(state))
         if missing:
-            raise LearngeneError(f"{source} lacks {missing[0]!r}" + (f" (+{len(missing) - 1} more)" if len(missing) > 1 else ""))
+            raise LearngeneError(
+                f"{source} lacks {missing[0]!r}" + (f" (+{len(missing) - 1} more)" if len(missing) > 1 else "")
+            )

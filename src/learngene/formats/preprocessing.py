@@ -7,14 +7,17 @@ A leaf: model files (:mod:`learngene.formats.model_file`), genes (:mod:`learngen
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import DataError
 
 PREPROCESSING_KEYS = ("input_size", "interpolation", "mean", "std", "crop_pct", "crop_mode")
 
 
-def check_preprocessing(cfg: Mapping[str, Any], img_size: int | None = None, in_chans: int | None = None) -> dict[str, Any]:
+def check_preprocessing(
+    cfg: Mapping[str, Any], img_size: int | None = None, in_chans: int | None = None
+) -> dict[str, Any]:
     """``cfg``'s timm data-config keys, checked; ``img_size``/``in_chans`` override the input size."""
     cfg = {k: cfg[k] for k in PREPROCESSING_KEYS if k in cfg}
     missing = [k for k in PREPROCESSING_KEYS if k not in cfg]
@@ -26,15 +29,26 @@ def check_preprocessing(cfg: Mapping[str, Any], img_size: int | None = None, in_
     chans = in_chans or chans
     mean, std = tuple(float(v) for v in cfg["mean"]), tuple(float(v) for v in cfg["std"])
     if len(mean) != len(std) or not all(s > 0 and math.isfinite(s) for s in std) or not all(map(math.isfinite, mean)):
-        raise DataError(f"preprocessing has mean {mean} and std {std}; give one finite mean and positive std per channel")
+        raise DataError(
+            f"preprocessing has mean {mean} and std {std}; give one finite mean and positive std per channel"
+        )
     if len(mean) != chans:  # a grey model of an RGB recipe or back: the channels' average, or the value repeated
-        mean, std = ((sum(mean) / len(mean),) * chans, (sum(std) / len(std),) * chans) if len(mean) > 1 \
+        mean, std = (
+            ((sum(mean) / len(mean),) * chans, (sum(std) / len(std),) * chans)
+            if len(mean) > 1
             else (mean * chans, std * chans)
+        )
     crop_pct = float(cfg["crop_pct"])
     if not 0 < crop_pct <= 1 or len(size) != 2 or min(size) < 1:
-        raise DataError(f"preprocessing has input size {cfg['input_size']} and crop_pct {crop_pct}; give a positive "
-                        f"size and a crop_pct in (0, 1]")
-    return {"input_size": (chans, *size), "interpolation": str(cfg["interpolation"]), "mean": mean, "std": std,
-            "crop_pct": crop_pct, "crop_mode": str(cfg["crop_mode"])}
-
-
+        raise DataError(
+            f"preprocessing has input size {cfg['input_size']} and crop_pct {crop_pct}; give a positive "
+            f"size and a crop_pct in (0, 1]"
+        )
+    return {
+        "input_size": (chans, *size),
+        "interpolation": str(cfg["interpolation"]),
+        "mean": mean,
+        "std": std,
+        "crop_pct": crop_pct,
+        "crop_mode": str(cfg["crop_mode"]),
+    }

@@ -56,8 +56,10 @@ def lock_run_dir(path: str | os.PathLike) -> Path:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        raise LearngeneError(f"another learngene run is using the run directory {quote(path)}; wait for it to "
-                             f"finish, or give another --run-dir") from None
+        raise LearngeneError(
+            f"another learngene run is using the run directory {quote(path)}; wait for it to "
+            f"finish, or give another --run-dir"
+        ) from None
     _held_locks[key] = _HeldRun(fd, path, created, before)
     return path
 

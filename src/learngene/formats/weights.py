@@ -21,14 +21,25 @@ from .memory import release_pages
 
 # safetensors dtype names (the format's spec) <-> torch dtypes
 _ST_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-    "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
 }
 _ST_NAMES = {dtype: name for name, dtype in _ST_DTYPES.items()}
 
 
-def save_safetensors(path: str | os.PathLike, tensors: dict[str, Tensor], metadata: dict[str, str], overwrite: bool = True) -> None:
+def save_safetensors(
+    path: str | os.PathLike, tensors: dict[str, Tensor], metadata: dict[str, str], overwrite: bool = True
+) -> None:
     """Write a safetensors file one tensor at a time, so saving never holds a second copy of the tensors.
 
     ``safetensors.torch.save_file`` first turns every tensor into a ``bytes`` object (a full copy, and
@@ -46,8 +57,11 @@ def save_safetensors(path: str | os.PathLike, tensors: dict[str, Tensor], metada
     offset = 0
     for key in order:
         nbytes = plain[key].numel() * plain[key].element_size()
-        header[key] = {"dtype": _ST_NAMES[plain[key].dtype], "shape": list(plain[key].shape),
-                       "data_offsets": [offset, offset + nbytes]}
+        header[key] = {
+            "dtype": _ST_NAMES[plain[key].dtype],
+            "shape": list(plain[key].shape),
+            "data_offsets": [offset, offset + nbytes],
+        }
         offset += nbytes
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)
@@ -88,13 +102,14 @@ def mmap_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
     return tensors
 
 
-
 def require_file(path: str | os.PathLike) -> Path:
     path = Path(path)
     if not path.exists():
         if path.is_symlink():  # exists() follows links: a dangling link, or a loop of links
-            raise LearngeneError(f"{quote(path)} is a symbolic link that leads nowhere (dangling, or a loop of links); "
-                                 f"give the path of a real file")
+            raise LearngeneError(
+                f"{quote(path)} is a symbolic link that leads nowhere (dangling, or a loop of links); "
+                f"give the path of a real file"
+            )
         raise LearngeneError(f"{quote(path)} does not exist; check the path")
     if path.is_dir():
         raise LearngeneError(f"{quote(path)} is a directory; give the path of a file")
@@ -103,7 +118,9 @@ def require_file(path: str | os.PathLike) -> Path:
     if not os.access(path, os.R_OK):
         raise LearngeneError(f"{quote(path)} is not readable; check its permissions")
     if path.stat().st_size == 0:
-        raise GeneFormatError(f"{quote(path)} is empty (0 bytes), perhaps from an interrupted copy; copy or create it again")
+        raise GeneFormatError(
+            f"{quote(path)} is empty (0 bytes), perhaps from an interrupted copy; copy or create it again"
+        )
     return path
 
 
@@ -121,11 +138,15 @@ def read_safetensors(path: str | os.PathLike, lazy: bool = False) -> tuple[dict[
             tensors = mmap_safetensors(path)
     except Exception as exc:  # safetensors raises SafetensorError, OSError, ValueError, ... for bad files
         if _looks_like_pickle(path):
-            raise GeneFormatError(f"{quote(path)} is not a readable safetensors file: it looks like a pickle/.pth file, which is never "
-                                  f"unpickled here; pass it as an ancestry checkpoint with --timm-model, or convert "
-                                  f"it to safetensors") from None
-        raise GeneFormatError(f"{quote(path)} is not a readable safetensors file ({first_line(exc)}); check that it is a "
-                              f"complete file written by learngene, or create it again") from None
+            raise GeneFormatError(
+                f"{quote(path)} is not a readable safetensors file: it looks like a pickle/.pth file, which is never "
+                f"unpickled here; pass it as an ancestry checkpoint with --timm-model, or convert "
+                f"it to safetensors"
+            ) from None
+        raise GeneFormatError(
+            f"{quote(path)} is not a readable safetensors file ({first_line(exc)}); check that it is a "
+            f"complete file written by learngene, or create it again"
+        ) from None
     return tensors, metadata
 
 
@@ -174,15 +195,19 @@ def load_weights(path: str | os.PathLike, lazy: bool = False) -> dict[str, Tenso
     try:
         obj = torch_load_weights_only(path, mmap=lazy)
     except ValueError as exc:
-        raise GeneFormatError(f"{quote(path)} could not be loaded as weights ({exc}); give a .safetensors file or a torch "
-                              f"checkpoint of plain tensors") from None
+        raise GeneFormatError(
+            f"{quote(path)} could not be loaded as weights ({exc}); give a .safetensors file or a torch "
+            f"checkpoint of plain tensors"
+        ) from None
     for wrapper in ("model_ema", "state_dict", "model"):
         if isinstance(obj, dict) and isinstance(obj.get(wrapper), dict):
             obj = obj[wrapper]
             break
     if not isinstance(obj, dict) or not all(isinstance(v, Tensor) for v in obj.values()):
-        raise GeneFormatError(f"{quote(path)} does not hold a state_dict of tensors; give a checkpoint of the model's "
-                              f"weights (a dict of tensor names to tensors)")
+        raise GeneFormatError(
+            f"{quote(path)} does not hold a state_dict of tensors; give a checkpoint of the model's "
+            f"weights (a dict of tensor names to tensors)"
+        )
     check_finite(obj, path)
     return obj
 
@@ -215,7 +240,7 @@ def digest(tensors: dict[str, Tensor] | Tensor | None, values: bool = True) -> s
     if tensors is None:
         return None
     h = hashlib.sha256()
-    for name, t in (tensors.items() if isinstance(tensors, dict) else [("", tensors)]):
+    for name, t in tensors.items() if isinstance(tensors, dict) else [("", tensors)]:
         h.update(f"{name}:{tuple(t.shape)}:{t.dtype};".encode())
         if values:
             h.update(memoryview(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()))
@@ -226,5 +251,7 @@ def check_finite(tensors: dict[str, Tensor], path: str | os.PathLike) -> None:
     """Refuse weights holding NaN or infinite values: whatever is built from them would be too."""
     name = nonfinite_tensor(tensors)
     if name is not None:
-        raise GeneFormatError(f"{quote(path)}: tensor {name!r} holds NaN or infinite values; use the weights of a "
-                              f"run that did not diverge")
+        raise GeneFormatError(
+            f"{quote(path)}: tensor {name!r} holds NaN or infinite values; use the weights of a "
+            f"run that did not diverge"
+        )

@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..vit.attention_init import UntrainedAttentionOptions, mimetic_where_untrained, untrained_attention_note
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
+from ..vit.attention_init import UntrainedAttentionOptions, mimetic_where_untrained, untrained_attention_note
 from ..vit.spec import ViTSpec
 from ..vit.transfer import StateDict, inherit_non_block, place_blocks, require_block_shape
 
@@ -32,8 +32,14 @@ class Scratch(Method):
 
     name = "scratch"
     summary = "timm default init (no learngene)"
-    paper = Paper("An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale", "Dosovitskiy et al.",
-                  "ICLR", 2021, "2010.11929", "the ViT, trained from timm's initialization")
+    paper = Paper(
+        "An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale",
+        "Dosovitskiy et al.",
+        "ICLR",
+        2021,
+        "2010.11929",
+        "the ViT, trained from timm's initialization",
+    )
     needs_vit_ancestry = False
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
@@ -88,8 +94,14 @@ class Pretrained(BlockCopier):
 
     name = "pretrained"
     summary = "ancestry weights; first/last/middle layers when depths differ"
-    paper = Paper("Transformer as Linear Expansion of Learngene", "Xia et al.", "AAAI", 2024, "2312.05614",
-                  "its Pre-Fin baselines")
+    paper = Paper(
+        "Transformer as Linear Expansion of Learngene",
+        "Xia et al.",
+        "AAAI",
+        2024,
+        "2312.05614",
+        "its Pre-Fin baselines",
+    )
     Config = PretrainedConfig
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
@@ -100,7 +112,9 @@ class Pretrained(BlockCopier):
         require_block_shape(gene.layout, spec, self.name)
         stored = _stored_layers(gene)
         shared = min(stored, spec.depth)
-        offset = {"first": 0, "last": abs(stored - spec.depth), "middle": abs(stored - spec.depth) // 2}[self.config.variant]
+        offset = {"first": 0, "last": abs(stored - spec.depth), "middle": abs(stored - spec.depth) // 2}[
+            self.config.variant
+        ]
         if spec.depth <= stored:  # pick `shared` of the stored layers
             placement = {i: offset + i for i in range(shared)}
         else:  # place every stored layer inside the deeper descendant
@@ -152,8 +166,13 @@ class AutoLG(BlockCopier):
 
     name = "auto_lg"
     summary = "first half of the ancestry layers, random layers above"
-    paper = Paper("Learngene: Inheriting Condensed Knowledge from the Ancestry Model to Descendant Models", "Wang et al.",
-                  "arXiv preprint", 2023, "2305.02279")
+    paper = Paper(
+        "Learngene: Inheriting Condensed Knowledge from the Ancestry Model to Descendant Models",
+        "Wang et al.",
+        "arXiv preprint",
+        2023,
+        "2305.02279",
+    )
     Config = AutoConfig
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
@@ -167,4 +186,3 @@ class AutoLG(BlockCopier):
         out = place_blocks(gene.tensors, {i: i for i in range(used)})
         out.update(inherit_non_block(gene.tensors, gene.layout, spec, ("embed",)))
         return self.with_untrained_attention(out, spec)
-

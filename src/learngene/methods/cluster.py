@@ -41,26 +41,37 @@ Two departures from the paper, kept on purpose:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
 from ..data import Data
 from ..errors import LearngeneError
-from ..vit.eva import block_inputs
-from ..gene import Learngene
-from ..vit.heads import select_matrix
 from ..formats.atomic import atomic_path
 from ..formats.memory import give_back, release_pages
+from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
+from ..validate import option
+from ..vit.eva import block_inputs
+from ..vit.heads import select_matrix
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import MLP, MSA, NORM, block_names, head_sliced
-from ..vit.transfer import StateDict, block_axes, block_state, carry_non_block, cyclic, inherit_non_block, mix_block_heads, resize_block, stretch
-from ..validate import option
+from ..vit.transfer import (
+    StateDict,
+    block_axes,
+    block_state,
+    carry_non_block,
+    cyclic,
+    inherit_non_block,
+    mix_block_heads,
+    resize_block,
+    stretch,
+)
 
 PAPER_EPS_PX, PAPER_IMG_SIZE = 10.0, 224  # Eps = 10 px at 224-px images (App. C)
 DISTANCE, LABELS, CENTROIDS = "clusters.distance", "clusters.labels", "clusters.centroids."
@@ -103,8 +114,7 @@ def attention_probabilities(model: nn.Module, seen: Callable[[int, Tensor], None
     try:
         for layer, block in enumerate(blocks):
             block.attn.fused_attn = False
-            hooks.append(block.attn.attn_drop.register_forward_hook(
-                lambda _m, _i, out, layer=layer: seen(layer, out)))
+            hooks.append(block.attn.attn_drop.register_forward_hook(lambda _m, _i, out, layer=layer: seen(layer, out)))
         yield
     finally:
         for hook in hooks:
@@ -120,8 +130,9 @@ def tokens_before_blocks(model: nn.Module, x: Tensor) -> tuple[Tensor, dict]:
 
 
 @torch.no_grad()
-def mean_attention_distance(model: nn.Module, spec: ViTSpec, data: Data, num_images: int = 256, batch_size: int = 64,
-                            seed: int = 0) -> Tensor:
+def mean_attention_distance(
+    model: nn.Module, spec: ViTSpec, data: Data, num_images: int = 256, batch_size: int = 64, seed: int = 0
+) -> Tensor:
     """Mean attention distance of every head in pixels (Eq. 4), averaged over a sample of ``data``.
 
     For a query patch, the attention over the key patches (class token left out, renormalized to sum
@@ -138,8 +149,10 @@ def mean_attention_distance(model: nn.Module, spec: ViTSpec, data: Data, num_ima
         ``(depth, num_heads)`` distances.
     """
     if (data.in_chans, data.img_size) != (spec.in_chans, spec.img_size):  # labels may differ: they are not used
-        raise LearngeneError(f"{data.name} has {data.in_chans}-channel {data.img_size}px images but the ancestry takes "
-                             f"{spec.in_chans}-channel {spec.img_size}px ones; load the data at the ancestry's size")
+        raise LearngeneError(
+            f"{data.name} has {data.in_chans}-channel {data.img_size}px images but the ancestry takes "
+            f"{spec.in_chans}-channel {spec.img_size}px ones; load the data at the ancestry's size"
+        )
     count = min(num_images, len(data))
     if count < 1:
         raise LearngeneError("cluster needs at least one image to measure attention distances; pass --data")
@@ -158,8 +171,10 @@ def mean_attention_distance(model: nn.Module, spec: ViTSpec, data: Data, num_ima
     was_training = model.training
     model.eval()
     try:
-        tokens = [tokens_before_blocks(model, data.get_batch(picked[start:start + batch_size])[0].to(device))
-                  for start in range(0, count, batch_size)]
+        tokens = [
+            tokens_before_blocks(model, data.get_batch(picked[start : start + batch_size])[0].to(device))
+            for start in range(0, count, batch_size)
+        ]
         with attention_probabilities(model, add):
             for block in model.blocks:
                 for i, (x, kwargs) in enumerate(tokens):
@@ -212,8 +227,9 @@ def priority_sharing(num_centroids: int, num_heads: int) -> Tensor:
 class ClusterLearngene(Method):
     name = "cluster"
     summary = "head centroids of DBSCAN clusters of attention distance, shared to any head count"
-    paper = Paper("Cluster-Learngene: Inheriting Adaptive Clusters for Vision Transformers", "Wang et al.", "NeurIPS",
-                  2024)
+    paper = Paper(
+        "Cluster-Learngene: Inheriting Adaptive Clusters for Vision Transformers", "Wang et al.", "NeurIPS", 2024
+    )
     Config = ClusterConfig
     needs_data = True
     record_tensors = (DISTANCE,)  # for inspect and the plot
@@ -224,7 +240,9 @@ class ClusterLearngene(Method):
         if inputs is None or inputs.train is None:
             raise LearngeneError("cluster measures attention on real images: give training data (--data)")
         cfg = self.config
-        distances = mean_attention_distance(ancestry.model, spec, inputs.train, cfg.num_images, cfg.batch_size, cfg.seed)
+        distances = mean_attention_distance(
+            ancestry.model, spec, inputs.train, cfg.num_images, cfg.batch_size, cfg.seed
+        )
         eps = cfg.eps or default_eps(spec.img_size)
         state = ancestry.state()
         tensors: StateDict = {DISTANCE: distances}
@@ -232,12 +250,16 @@ class ClusterLearngene(Method):
         for layer in range(spec.depth):
             layer_labels, centroids = cluster_heads(distances[layer], eps, cfg.min_heads)
             if not centroids:
-                raise LearngeneError(f"layer {layer} has no cluster of {cfg.min_heads} heads within {eps:g} px; "
-                                     f"lower min_heads or raise eps")
+                raise LearngeneError(
+                    f"layer {layer} has no cluster of {cfg.min_heads} heads within {eps:g} px; "
+                    f"lower min_heads or raise eps"
+                )
             labels.append(layer_labels)
             tensors[f"{CENTROIDS}{layer}"] = torch.tensor(centroids)
             b = block_state(state, layer)
-            replaced = [b[k] for k in ATTENTION if k in b] + ([b[k] for k in FFN if k in b] if cfg.ffn == "random" else [])
+            replaced = [b[k] for k in ATTENTION if k in b] + (
+                [b[k] for k in FFN if k in b] if cfg.ffn == "random" else []
+            )
             _mix(b, spec, select_matrix(centroids, spec.num_heads))
             if cfg.ffn == "random":
                 b = {k: v for k, v in b.items() if k not in FFN}
@@ -245,14 +267,18 @@ class ClusterLearngene(Method):
             tensors.update({block_key(layer, k): v for k, v in b.items()})
         tensors[LABELS] = torch.stack(labels)
         tensors.update(inherit_non_block(state, spec, spec, ("embed", "norm")))
-        return self.new_gene(tensors, spec, spec, cost={"images": min(cfg.num_images, len(inputs.train)), "eps_px": eps})
+        return self.new_gene(
+            tensors, spec, spec, cost={"images": min(cfg.num_images, len(inputs.train)), "eps_px": eps}
+        )
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """Priority weight-sharing of each (stretched) layer's centroids to ``spec.num_heads`` heads (Sec. 2.3)."""
         src: ViTSpec = gene.layout
         if spec.head_dim != src.head_dim:
-            raise LearngeneError(f"cluster copies heads of {src.head_dim} dims, so a {spec.num_heads}-head descendant "
-                                 f"is {spec.num_heads * src.head_dim} wide; set --embed-dim {spec.num_heads * src.head_dim}")
+            raise LearngeneError(
+                f"cluster copies heads of {src.head_dim} dims, so a {spec.num_heads}-head descendant "
+                f"is {spec.num_heads * src.head_dim} wide; set --embed-dim {spec.num_heads * src.head_dim}"
+            )
         out: StateDict = {}
         for layer, source in enumerate(stretch(src.depth, spec.depth).tolist()):
             b = block_state(gene.tensors, source)
@@ -268,17 +294,25 @@ class ClusterLearngene(Method):
         if DISTANCE not in gene.tensors or LABELS not in gene.tensors:  # expand needs only the centroids
             return ["head clusters: this gene records no attention distances or cluster labels"]
         distances, labels = gene.tensors[DISTANCE], gene.tensors[LABELS]
-        lines = [f"head clusters per layer (1 = first block, as in the plot) by mean attention distance (px; eps {gene.cost.get('eps_px', '?')}, "
-                 f"min_heads {self.config.min_heads}), largest first, * = centroid:"]
+        lines = [
+            f"head clusters per layer (1 = first block, as in the plot) by mean attention distance (px; eps {gene.cost.get('eps_px', '?')}, "
+            f"min_heads {self.config.min_heads}), largest first, * = centroid:"
+        ]
         for layer in range(len(distances)):
             groups = []
             for centroid in gene.tensors[f"{CENTROIDS}{layer}"].tolist():
                 members = (labels[layer] == labels[layer][centroid]).nonzero().flatten().tolist()
-                groups.append("{" + " ".join(f"h{h}{'*' if h == centroid else ''}:{distances[layer, h]:.1f}"
-                                             for h in members) + "}")
+                groups.append(
+                    "{"
+                    + " ".join(f"h{h}{'*' if h == centroid else ''}:{distances[layer, h]:.1f}" for h in members)
+                    + "}"
+                )
             noise = (labels[layer] < 0).nonzero().flatten().tolist()
-            lines.append(f"  layer {layer + 1}: {len(groups)} cluster{'s' if len(groups) > 1 else ''} " + " ".join(groups)
-                         + (f" noise {noise}" if noise else ""))
+            lines.append(
+                f"  layer {layer + 1}: {len(groups)} cluster{'s' if len(groups) > 1 else ''} "
+                + " ".join(groups)
+                + (f" noise {noise}" if noise else "")
+            )
         return lines
 
 
@@ -297,14 +331,24 @@ def plot_attention_distance(gene: Learngene, path: str | os.PathLike, overwrite:
         x = torch.full((distances.shape[1],), layer + 1.0)
         ax.scatter(x, distances[layer], c=labels[layer], cmap="tab10", vmin=0, vmax=9, s=22, zorder=2)
         centroids = gene.tensors[f"{CENTROIDS}{layer}"]
-        ax.scatter(x[centroids], distances[layer, centroids], s=90, facecolors="none", edgecolors="black",
-                   linewidths=1.0, zorder=3)
+        ax.scatter(
+            x[centroids],
+            distances[layer, centroids],
+            s=90,
+            facecolors="none",
+            edgecolors="black",
+            linewidths=1.0,
+            zorder=3,
+        )
     ax.set_xlabel("layer")
     ax.set_ylabel("mean attention distance (px)")
     ax.set_xticks(range(1, len(distances) + 1))
     ax.set_ylim(0, float(distances.max()) * 1.1)
-    ax.set_title(f"mean attention distance per head, {gene.layout.short() if gene.layout else 'ancestry'}\n"
-                 f"colour: cluster, ring: centroid", fontsize=9)
+    ax.set_title(
+        f"mean attention distance per head, {gene.layout.short() if gene.layout else 'ancestry'}\n"
+        f"colour: cluster, ring: centroid",
+        fontsize=9,
+    )
     ax.grid(alpha=0.3)
     with atomic_path(path, overwrite) as tmp:
         fig.savefig(tmp, format="png", dpi=120)

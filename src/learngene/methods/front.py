@@ -62,9 +62,9 @@ from torch import Tensor
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
+from ..validate import option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import CLASSES, KEEP, Axis, StateDict, block_axes, carried, inherit_non_block, non_block_axes
-from ..validate import option
 
 PREFIX, STATS = "dct.", "stats."
 LAYER, FREQ = "layer", "freq"
@@ -127,7 +127,7 @@ def to_coefficients(w: Tensor, key: str, keep_ratio: float, mlp_dct_dim: str) ->
     for axis, on in enumerate(transformed_axes(key, out.ndim, mlp_dct_dim)):
         n = out.shape[axis]
         if on and n > 1:
-            out = _along(out, axis, dct_ii(n)[:max(1, int(n * keep_ratio))])
+            out = _along(out, axis, dct_ii(n)[: max(1, int(n * keep_ratio))])
     return out, torch.stack([mean, std])
 
 
@@ -206,7 +206,7 @@ def low_frequencies(t: Tensor, axes: tuple[str | None, ...], keep: Callable[[str
     for axis, name in enumerate(axes):
         if name is not None:
             n = out.shape[axis]
-            out = _along(out, axis, dct_matrix(n)[:min(keep(name, n), n)])
+            out = _along(out, axis, dct_matrix(n)[: min(keep(name, n), n)])
     return out.to(t.dtype)
 
 
@@ -236,15 +236,22 @@ class FrontConfig:
     skip: tuple[Literal["qkv", "o", "mlp", "norm", "none"], ...] = ()  # left to timm's init
     seed: int = 0  # dct_mode=random's draws (the descendant's seed)
     variant: Literal["authors", "orthonormal"] = "authors"
-    depth_ratio: float = option(0.0, at_least=0, at_most=1)  # orthonormal variant: share kept along depth; 0: keep_ratio
+    depth_ratio: float = option(
+        0.0, at_least=0, at_most=1
+    )  # orthonormal variant: share kept along depth; 0: keep_ratio
 
 
 @register_method
 class Front(Method):
     name = "front"
     summary = "DCT low frequencies of z-scored, layer-stacked weights (the authors' rule); any depth and width"
-    paper = Paper("Breaking the Scale Barrier: One-Shot Knowledge Transfer via Frequency Transform (FRONT)", "",
-                  "ICML", 2026, "2603.07523")
+    paper = Paper(
+        "Breaking the Scale Barrier: One-Shot Knowledge Transfer via Frequency Transform (FRONT)",
+        "",
+        "ICML",
+        2026,
+        "2603.07523",
+    )
     Config = FrontConfig
     seed_option = "seed"
 
@@ -256,8 +263,10 @@ class Front(Method):
         state, cfg = spec.vit_layout(ancestry.state()), self.config
         tensors: StateDict = {}
         for name in block_axes(spec):
-            pairs = [to_coefficients(state[block_key(layer, name)], block_key(layer, name), cfg.keep_ratio,
-                                     cfg.mlp_dct_dim) for layer in range(spec.depth)]
+            pairs = [
+                to_coefficients(state[block_key(layer, name)], block_key(layer, name), cfg.keep_ratio, cfg.mlp_dct_dim)
+                for layer in range(spec.depth)
+            ]
             stack = torch.stack([c for c, _ in pairs])
             tensors[PREFIX + name] = _along(stack, 0, dct_ii(spec.depth)).float()
             tensors[STATS + name] = torch.stack([s for _, s in pairs]).float()
@@ -310,8 +319,12 @@ class Front(Method):
         out: StateDict = {}
         src_shapes, dst_shapes = src.block_shapes(), spec.block_shapes()
         for name, axes in block_axes(src).items():
-            sizes = tuple(zip((src.depth, *split_shape(src_shapes[name], axes)),
-                              (spec.depth, *split_shape(dst_shapes[name], axes))))
+            sizes = tuple(
+                zip(
+                    (src.depth, *split_shape(src_shapes[name], axes)),
+                    (spec.depth, *split_shape(dst_shapes[name], axes)),
+                )
+            )
             stack = resample(gene.tensors[PREFIX + name], (LAYER, *front_axes(axes)), sizes)
             for layer, tensor in enumerate(stack.reshape(spec.depth, *dst_shapes[name]).unbind(0)):
                 out[block_key(layer, name)] = tensor
@@ -328,14 +341,22 @@ class Front(Method):
         src: ViTSpec = gene.layout
         cfg = self.config
         if cfg.variant == "orthonormal":
-            kept = (f"layers {self._count(LAYER, src.depth)}/{src.depth}, width {self._count(FREQ, src.embed_dim)}/"
-                    f"{src.embed_dim}, MLP {self._count(FREQ, src.mlp_inner)}/{src.mlp_inner}")
+            kept = (
+                f"layers {self._count(LAYER, src.depth)}/{src.depth}, width {self._count(FREQ, src.embed_dim)}/"
+                f"{src.embed_dim}, MLP {self._count(FREQ, src.mlp_inner)}/{src.mlp_inner}"
+            )
         else:
-            kept = (f"all {src.depth} depth frequencies, width {max(1, int(src.embed_dim * cfg.keep_ratio))}/"
-                    f"{src.embed_dim}, MLP {max(1, int(src.mlp_inner * cfg.keep_ratio))}/{src.mlp_inner}")
-        return [f"kept DCT coefficients per axis ({cfg.variant} rule): {kept} (keep_ratio {cfg.keep_ratio})",
-                (f"stored {gene.num_stored_params:,} of the ancestry's {src.num_params:,} parameters "
-                 f"({gene.num_stored_params / src.num_params:.1%})")]
+            kept = (
+                f"all {src.depth} depth frequencies, width {max(1, int(src.embed_dim * cfg.keep_ratio))}/"
+                f"{src.embed_dim}, MLP {max(1, int(src.mlp_inner * cfg.keep_ratio))}/{src.mlp_inner}"
+            )
+        return [
+            f"kept DCT coefficients per axis ({cfg.variant} rule): {kept} (keep_ratio {cfg.keep_ratio})",
+            (
+                f"stored {gene.num_stored_params:,} of the ancestry's {src.num_params:,} parameters "
+                f"({gene.num_stored_params / src.num_params:.1%})"
+            ),
+        ]
 
 
 def _expand_as(per_layer: Tensor, like: Tensor) -> Tensor:

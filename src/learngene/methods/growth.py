@@ -47,20 +47,34 @@ from torch import Tensor
 
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..vit.heads import join_proj, select_matrix, split_proj
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
+from ..vit.heads import join_proj, select_matrix, split_proj
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import WRITER, block_names
-from ..vit.transfer import AxisMap, StateDict, axis_map, block_axes, block_state, carry_non_block, cyclic, mix_block_heads, resize_block
+from ..vit.transfer import (
+    AxisMap,
+    StateDict,
+    axis_map,
+    block_axes,
+    block_state,
+    carry_non_block,
+    cyclic,
+    mix_block_heads,
+    resize_block,
+)
 
 WRITERS = block_names(tag=WRITER)  # zeroed, a block adds nothing to the residual stream
 
 
 @dataclass(frozen=True)
 class GrowConfig:
-    width: Literal["hyperclone", "net2net"] = "hyperclone"  # hyperclone: exact multiples, function preserving; net2net: random copies
-    depth: Literal["stack", "identity"] = "stack"  # stack: G_stack, layer l = ancestry layer l mod L; identity: new layers are identities
+    width: Literal["hyperclone", "net2net"] = (
+        "hyperclone"  # hyperclone: exact multiples, function preserving; net2net: random copies
+    )
+    depth: Literal["stack", "identity"] = (
+        "stack"  # stack: G_stack, layer l = ancestry layer l mod L; identity: new layers are identities
+    )
     snr_db: float | None = None  # noise at this signal-to-noise ratio in dB (None: no noise)
     seed: int = 0  # noise and Net2Net's random copies
 
@@ -93,11 +107,25 @@ def cancelling_noise(weight: Tensor, block: int, snr_db: float, generator: torch
 class Grow(Method):
     name = "grow"
     summary = "HyperCloning (width ×n, function preserving) / Net2Net widening + G_stack stacking; larger sizes"
-    paper = (Paper("Scaling Smart: Accelerating Large Language Model Pre-training with Small Model Initialization",
-                   "Samragh et al.", "arXiv preprint", 2024, "2409.12903", "HyperCloning"),
-             Paper("Stacking Your Transformers: A Closer Look at Model Growth for Efficient LLM Pre-Training", "Du et al.",
-                   "NeurIPS", 2024, "2405.15319", "G_stack"),
-             Paper("Net2Net: Accelerating Learning via Knowledge Transfer", "Chen et al.", "ICLR", 2016, "1511.05641"))
+    paper = (
+        Paper(
+            "Scaling Smart: Accelerating Large Language Model Pre-training with Small Model Initialization",
+            "Samragh et al.",
+            "arXiv preprint",
+            2024,
+            "2409.12903",
+            "HyperCloning",
+        ),
+        Paper(
+            "Stacking Your Transformers: A Closer Look at Model Growth for Efficient LLM Pre-Training",
+            "Du et al.",
+            "NeurIPS",
+            2024,
+            "2405.15319",
+            "G_stack",
+        ),
+        Paper("Net2Net: Accelerating Learning via Knowledge Transfer", "Chen et al.", "ICLR", 2016, "1511.05641"),
+    )
     Config = GrowConfig
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
@@ -105,26 +133,43 @@ class Grow(Method):
         return self.new_gene(ancestry.state(), spec, spec)
 
     def _maps(self, src: ViTSpec, spec: ViTSpec, generator: torch.Generator) -> tuple[AxisMap, AxisMap, AxisMap]:
-        if spec.head_dim != src.head_dim or spec.embed_dim < src.embed_dim or spec.mlp_hidden < src.mlp_hidden \
-                or spec.depth < src.depth:
-            raise LearngeneError(f"grow makes larger models with heads of {src.head_dim} dims: ask at least "
-                                 f"{src.short()} with width = heads x {src.head_dim} and MLP >= {src.mlp_hidden} "
-                                 f"(asked {spec.short()}, MLP {spec.mlp_hidden}); use importance for a smaller one")
+        if (
+            spec.head_dim != src.head_dim
+            or spec.embed_dim < src.embed_dim
+            or spec.mlp_hidden < src.mlp_hidden
+            or spec.depth < src.depth
+        ):
+            raise LearngeneError(
+                f"grow makes larger models with heads of {src.head_dim} dims: ask at least "
+                f"{src.short()} with width = heads x {src.head_dim} and MLP >= {src.mlp_hidden} "
+                f"(asked {spec.short()}, MLP {spec.mlp_hidden}); use importance for a smaller one"
+            )
         if self.config.width == "net2net":  # MLP units: fc2's inputs (a SwiGLU fc1 maps its two halves alike)
-            return (random_copies(src.embed_dim, spec.embed_dim, generator),
-                    random_copies(src.num_heads, spec.num_heads, generator),
-                    random_copies(src.mlp_inner, spec.mlp_inner, generator))
+            return (
+                random_copies(src.embed_dim, spec.embed_dim, generator),
+                random_copies(src.num_heads, spec.num_heads, generator),
+                random_copies(src.mlp_inner, spec.mlp_inner, generator),
+            )
         if spec.embed_dim % src.embed_dim or spec.mlp_hidden % src.mlp_hidden:
-            raise LearngeneError(f"hyperclone grows by whole multiples: width {spec.embed_dim} of {src.embed_dim} and "
-                                 f"MLP {spec.mlp_hidden} of {src.mlp_hidden}; pick multiples or --opt width=net2net")
+            raise LearngeneError(
+                f"hyperclone grows by whole multiples: width {spec.embed_dim} of {src.embed_dim} and "
+                f"MLP {spec.mlp_hidden} of {src.mlp_hidden}; pick multiples or --opt width=net2net"
+            )
         heads = cyclic(src.num_heads, spec.num_heads)
-        return (axis_map(src.embed_dim, spec.embed_dim), AxisMap(heads, torch.full((len(heads),), src.num_heads / len(heads))),
-                axis_map(src.mlp_inner, spec.mlp_inner))
+        return (
+            axis_map(src.embed_dim, spec.embed_dim),
+            AxisMap(heads, torch.full((len(heads),), src.num_heads / len(heads))),
+            axis_map(src.mlp_inner, spec.mlp_inner),
+        )
 
     def _noise(self, block: StateDict, src: ViTSpec, generator: torch.Generator) -> StateDict:
         """Noise on every weight whose input is widened (``snr_db``): cancelling for HyperCloning, plain for Net2Net."""
-        inputs = {"attn.qkv.weight": src.embed_dim, "attn.proj.weight": src.embed_dim, "mlp.fc1.weight": src.embed_dim,
-                  "mlp.fc2.weight": src.mlp_inner}
+        inputs = {
+            "attn.qkv.weight": src.embed_dim,
+            "attn.proj.weight": src.embed_dim,
+            "mlp.fc1.weight": src.embed_dim,
+            "mlp.fc2.weight": src.mlp_inner,
+        }
         out = dict(block)
         for name, width in inputs.items():
             w = out[name]
@@ -146,7 +191,9 @@ class Grow(Method):
             b = block_state(gene.tensors, layer)
             b = mix_block_heads(b, block_axes(src), select_matrix(heads.index, src.num_heads))
             # W_O columns read copied heads
-            b["attn.proj.weight"] = join_proj(split_proj(b["attn.proj.weight"], spec.num_heads) * heads.reader_scale[:, None, None])
+            b["attn.proj.weight"] = join_proj(
+                split_proj(b["attn.proj.weight"], spec.num_heads) * heads.reader_scale[:, None, None]
+            )
             b = resize_block(b, src, spec, width, hidden)
             widened.append(self._noise(b, src, generator) if self.config.snr_db is not None else b)
         out: StateDict = {}

@@ -49,7 +49,17 @@ from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import WIDTH_GAIN, block_names
-from ..vit.transfer import NON_BLOCK_NORMS, StateDict, block_axes, block_state, carried, given, inherit_non_block, move_state, resize_non_block
+from ..vit.transfer import (
+    NON_BLOCK_NORMS,
+    StateDict,
+    block_axes,
+    block_state,
+    carried,
+    given,
+    inherit_non_block,
+    move_state,
+    resize_non_block,
+)
 
 LAYER_SCORE, WIDTH_SCORE, WIDTH_ORDER = "importance.layer", "importance.width", "importance.width_order"
 
@@ -63,8 +73,9 @@ class ImportanceConfig:
 
 
 @torch.no_grad()
-def activation_scores(model: nn.Module, spec: ViTSpec, data: Data, num_images: int, batch_size: int,
-                      seed: int) -> dict[str, Tensor]:
+def activation_scores(
+    model: nn.Module, spec: ViTSpec, data: Data, num_images: int, batch_size: int, seed: int
+) -> dict[str, Tensor]:
     """Importance scores of ``model``'s residual channels, heads, MLP neurons and layers on a sample of ``data``.
 
     Returns:
@@ -72,37 +83,50 @@ def activation_scores(model: nn.Module, spec: ViTSpec, data: Data, num_images: i
         images and tokens (see the module docstring for each score).
     """
     if (data.in_chans, data.img_size) != (spec.in_chans, spec.img_size):
-        raise LearngeneError(f"{data.name} has {data.in_chans}-channel {data.img_size}px images but the ancestry takes "
-                             f"{spec.in_chans}-channel {spec.img_size}px ones; load the data at the ancestry's size")
+        raise LearngeneError(
+            f"{data.name} has {data.in_chans}-channel {data.img_size}px images but the ancestry takes "
+            f"{spec.in_chans}-channel {spec.img_size}px ones; load the data at the ancestry's size"
+        )
     count = min(num_images, len(data))
     if count < 1:
         raise LearngeneError("importance ranks units on calibration images: give training data (--data)")
     L, H, d = spec.depth, spec.num_heads, spec.head_dim
-    sums = {"width": torch.zeros(spec.embed_dim, dtype=torch.float64), "heads": torch.zeros(L, H, dtype=torch.float64),
-            "neurons": torch.zeros(L, spec.mlp_inner, dtype=torch.float64), "layers": torch.zeros(L, dtype=torch.float64)}
+    sums = {
+        "width": torch.zeros(spec.embed_dim, dtype=torch.float64),
+        "heads": torch.zeros(L, H, dtype=torch.float64),
+        "neurons": torch.zeros(L, spec.mlp_inner, dtype=torch.float64),
+        "layers": torch.zeros(L, dtype=torch.float64),
+    }
 
     def add(name: str, index, values: Tensor) -> None:  # values (B, N, ...) → summed over images, mean over tokens
         sums[name][index] += values.double().mean(1).sum(0).cpu()
 
     hooks = []
     for layer, block in enumerate(model.blocks):
+
         def on_block(_m, args, out, layer=layer):
             x = args[0]
             if layer == 0:
                 add("width", slice(None), x.abs())
             add("width", slice(None), out.abs())
             add("layers", layer, 1 - torch.nn.functional.cosine_similarity(x, out, dim=-1))
+
         hooks.append(block.register_forward_hook(on_block))
-        hooks.append(block.mlp.act.register_forward_hook(lambda _m, _a, out, layer=layer: add("neurons", layer, out.abs())))
-        hooks.append(block.attn.proj.register_forward_pre_hook(
-            lambda _m, args, layer=layer: add("heads", layer, args[0].unflatten(-1, (H, d)).norm(dim=-1))))
+        hooks.append(
+            block.mlp.act.register_forward_hook(lambda _m, _a, out, layer=layer: add("neurons", layer, out.abs()))
+        )
+        hooks.append(
+            block.attn.proj.register_forward_pre_hook(
+                lambda _m, args, layer=layer: add("heads", layer, args[0].unflatten(-1, (H, d)).norm(dim=-1))
+            )
+        )
     device = next(model.parameters()).device
     picked = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[:count].sort().values
     was_training = model.training
     model.eval()
     try:
         for start in range(0, count, batch_size):
-            x, _, _ = data.get_batch(picked[start:start + batch_size])
+            x, _, _ = data.get_batch(picked[start : start + batch_size])
             model(x.to(device))
     finally:
         for hook in hooks:
@@ -142,10 +166,23 @@ def width_norm_gains(keys) -> list[str]:
 class Importance(Method):
     name = "importance"
     summary = "ancestry in activation-importance order (channels, heads, neurons, layers); narrower = prefix slice"
-    paper = (Paper("Weight subcloning: direct initialization of transformers using larger pretrained ones",
-                   "Samragh et al.", "arXiv preprint", 2023, "2312.09299"),
-             Paper("Compact Language Models via Pruning and Knowledge Distillation", "Muralidharan et al.", "NeurIPS", 2024,
-                   "2407.14679", "Minitron"))
+    paper = (
+        Paper(
+            "Weight subcloning: direct initialization of transformers using larger pretrained ones",
+            "Samragh et al.",
+            "arXiv preprint",
+            2023,
+            "2312.09299",
+        ),
+        Paper(
+            "Compact Language Models via Pruning and Knowledge Distillation",
+            "Muralidharan et al.",
+            "NeurIPS",
+            2024,
+            "2407.14679",
+            "Minitron",
+        ),
+    )
     Config = ImportanceConfig
     needs_data = True
 
@@ -160,8 +197,13 @@ class Importance(Method):
         width = descending(scores["width"])
         tensors: StateDict = {}
         for layer in range(spec.depth):
-            block = permute_block(block_state(state, layer), spec, width, descending(scores["heads"][layer]),
-                                  descending(scores["neurons"][layer]))
+            block = permute_block(
+                block_state(state, layer),
+                spec,
+                width,
+                descending(scores["heads"][layer]),
+                descending(scores["neurons"][layer]),
+            )
             tensors.update({block_key(layer, k): v for k, v in block.items()})
         non_block = {k: state[k] for k in spec.non_block_shapes()}  # the MAP head's heads keep their order
         tensors.update(resize_non_block(non_block, spec, spec, given(width=width)))
@@ -173,25 +215,36 @@ class Importance(Method):
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """The ``spec.depth`` most important layers, each a prefix slice of channels, heads and neurons."""
         src: ViTSpec = gene.layout
-        if spec.head_dim != src.head_dim or spec.num_heads > src.num_heads or spec.mlp_inner > src.mlp_inner \
-                or spec.depth > src.depth:
-            raise LearngeneError(f"importance only narrows and keeps heads of {src.head_dim} dims: ask at most "
-                                 f"{src.depth} layers and {src.num_heads} heads with width = heads x {src.head_dim} "
-                                 f"(asked {spec.short()}); use grow for a larger model")
+        if (
+            spec.head_dim != src.head_dim
+            or spec.num_heads > src.num_heads
+            or spec.mlp_inner > src.mlp_inner
+            or spec.depth > src.depth
+        ):
+            raise LearngeneError(
+                f"importance only narrows and keeps heads of {src.head_dim} dims: ask at most "
+                f"{src.depth} layers and {src.num_heads} heads with width = heads x {src.head_dim} "
+                f"(asked {spec.short()}); use grow for a larger model"
+            )
         D, H, M = spec.embed_dim, spec.num_heads, spec.mlp_inner
         gain = math.sqrt(src.embed_dim / D) if self.config.rescale else 1.0
-        layers = descending(gene.tensors[LAYER_SCORE])[:spec.depth].sort().values.tolist()
+        layers = descending(gene.tensors[LAYER_SCORE])[: spec.depth].sort().values.tolist()
         width = residual_order(gene, D)
         prefix = given(width=width, hidden=slice(0, M), heads=slice(0, H))
         out: StateDict = {}
         for target, source in enumerate(layers):
-            kept = move_state(block_state(gene.tensors, source), block_axes(src), spec.block_shapes(),
-                              (src.num_heads, H), prefix)
+            kept = move_state(
+                block_state(gene.tensors, source), block_axes(src), spec.block_shapes(), (src.num_heads, H), prefix
+            )
             out.update({block_key(target, name): t for name, t in kept.items()})
         narrow = carried(src, spec)
         pool_hidden = narrow.non_block_shapes().get("attn_pool.mlp.fc1.bias", (0,))[0]
-        non_block = resize_non_block({k: gene.tensors[k] for k in src.non_block_shapes()}, src, spec,
-                                     given(width=width, hidden=slice(0, pool_hidden), heads=slice(0, H)))
+        non_block = resize_non_block(
+            {k: gene.tensors[k] for k in src.non_block_shapes()},
+            src,
+            spec,
+            given(width=width, hidden=slice(0, pool_hidden), heads=slice(0, H)),
+        )
         for key in width_norm_gains([*out, *non_block]):
             part = out if key in out else non_block
             part[key] = part[key] * gain
@@ -201,7 +254,11 @@ class Importance(Method):
     def describe(self, gene: Learngene) -> list[str]:
         scores = gene.tensors[LAYER_SCORE]
         order = descending(scores).tolist()
-        return ["layers by 1 - cos(input, output), most important first: "
-                + ", ".join(f"{i}:{scores[i]:.3f}" for i in order),
-                (f"residual channel magnitude, first / last kept: {gene.tensors[WIDTH_SCORE][0]:.3f} / "
-                f"{gene.tensors[WIDTH_SCORE][-1]:.3f}")]
+        return [
+            "layers by 1 - cos(input, output), most important first: "
+            + ", ".join(f"{i}:{scores[i]:.3f}" for i in order),
+            (
+                f"residual channel magnitude, first / last kept: {gene.tensors[WIDTH_SCORE][0]:.3f} / "
+                f"{gene.tensors[WIDTH_SCORE][-1]:.3f}"
+            ),
+        ]

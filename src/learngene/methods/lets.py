@@ -47,9 +47,23 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
-from ..vit.spec import ViTSpec, block_key
-from ..vit.transfer import CLASSES, HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, KEEP, TOKENS, StateDict, block_axes, carried, inherit_non_block, non_block_axes
 from ..validate import option
+from ..vit.spec import ViTSpec, block_key
+from ..vit.timm_keys import TOKENS
+from ..vit.transfer import (
+    CLASSES,
+    HEAD_DIM,
+    HEADS,
+    HEADS_IN,
+    HIDDEN,
+    HIDDEN_IN,
+    KEEP,
+    StateDict,
+    block_axes,
+    carried,
+    inherit_non_block,
+    non_block_axes,
+)
 
 SMALL, AUX, F_, G_ = "small.", "aux.", "F.", "G."
 
@@ -71,13 +85,26 @@ class LeTsConfig(AuxConfig):
 
 def g_module(name: str) -> str:
     """Which ``G`` mixes block tensor ``name`` (their module groups; extra vectors get their own)."""
-    for prefix, module in (("norm1.", "norm1"), ("attn.proj.", "proj"), ("norm2.", "norm2"), ("mlp.fc1.", "fc1"),
-                           ("mlp.fc2.", "fc2"), ("ls1.", "ls1"), ("ls2.", "ls2"), ("attn.q_norm.", "q_norm"),
-                           ("attn.k_norm.", "k_norm"),
-                           # AIMv2's and EVA-02's unpacked SwiGLU (gate and value: fc1), Eva's rows
-                           ("mlp.fc1_g.", "fc1"), ("mlp.fc1_x.", "fc1"), ("attn.q_bias", "q"), ("attn.v_bias", "v"),
-                           ("attn.norm.", "attn_norm"), ("mlp.norm.", "mlp_norm"), ("gamma_1", "ls1"),
-                           ("gamma_2", "ls2")):
+    for prefix, module in (
+        ("norm1.", "norm1"),
+        ("attn.proj.", "proj"),
+        ("norm2.", "norm2"),
+        ("mlp.fc1.", "fc1"),
+        ("mlp.fc2.", "fc2"),
+        ("ls1.", "ls1"),
+        ("ls2.", "ls2"),
+        ("attn.q_norm.", "q_norm"),
+        ("attn.k_norm.", "k_norm"),
+        # AIMv2's and EVA-02's unpacked SwiGLU (gate and value: fc1), Eva's rows
+        ("mlp.fc1_g.", "fc1"),
+        ("mlp.fc1_x.", "fc1"),
+        ("attn.q_bias", "q"),
+        ("attn.v_bias", "v"),
+        ("attn.norm.", "attn_norm"),
+        ("mlp.norm.", "mlp_norm"),
+        ("gamma_1", "ls1"),
+        ("gamma_2", "ls2"),
+    ):
         if name.startswith(prefix):
             return module
     raise LearngeneError(f"lets has no depth rule for block tensor {name}")
@@ -108,8 +135,9 @@ def init_depth(rows: int, group: int, tie: int, scheme: str, noise: float, gener
     return start / start.sum(-1, keepdim=True)
 
 
-def init_width(extra: int, small: int, scheme: str, noise: float, generator: torch.Generator,
-               layers: int | None = None) -> Tensor:
+def init_width(
+    extra: int, small: int, scheme: str, noise: float, generator: torch.Generator, layers: int | None = None
+) -> Tensor:
     """``F``'s start, ``(extra, small)`` (per compact layer: ``(layers, extra, small)``; TransWidthParams)."""
     shape = (layers, extra, small) if layers else (extra, small)
     draw = torch.rand(shape, generator=generator)
@@ -130,10 +158,12 @@ def widen(t: Tensor, dim: int, n: int, f: Tensor | None) -> Tensor:
         return t
     if f is None or not 0 < n - s <= f.shape[-2]:
         have = s + (0 if f is None else f.shape[-2])
-        raise LearngeneError(f"lets widens this axis from the learngene's {s} channels up to the aux net's {have}, "
-                             f"asked {n}; choose a width (and MLP size) in that range")
+        raise LearngeneError(
+            f"lets widens this axis from the learngene's {s} channels up to the aux net's {have}, "
+            f"asked {n}; choose a width (and MLP size) in that range"
+        )
     moved = torch.movedim(t, dim, -1)
-    rows = f[..., :n - s, :].to(t.dtype)  # a gene may hold tensors of mixed precision
+    rows = f[..., : n - s, :].to(t.dtype)  # a gene may hold tensors of mixed precision
     if rows.ndim == 3:  # one F per compact layer
         extra = torch.einsum("l...s,les->l...e", moved, rows)
     else:
@@ -149,8 +179,9 @@ def parse_indices(text: str, count: int, limit: int, what: str) -> list[int] | N
     except ValueError:
         raise LearngeneError(f"lets {what}={text!r} is not comma-separated aux layer numbers") from None
     if len(values) != count or not all(0 <= v < limit for v in values):
-        raise LearngeneError(f"lets {what} needs {count} aux layer numbers (one per descendant layer) in 0..{limit - 1}, "
-                             f"got {text!r}")
+        raise LearngeneError(
+            f"lets {what} needs {count} aux layer numbers (one per descendant layer) in 0..{limit - 1}, got {text!r}"
+        )
     return values
 
 
@@ -158,8 +189,12 @@ def parse_indices(text: str, count: int, limit: int, what: str) -> list[int] | N
 class LeTs(AuxNetMethod):
     name = "lets"
     summary = "compact layers + learnable width (F) and depth (G) transformations, trained in an aux net; any depth"
-    paper = Paper("Initializing Variable-sized Vision Transformers from Learngene with Learnable Transformation",
-                  "Xia, Zu, Yang & Geng", "NeurIPS", 2024)
+    paper = Paper(
+        "Initializing Variable-sized Vision Transformers from Learngene with Learnable Transformation",
+        "Xia, Zu, Yang & Geng",
+        "NeurIPS",
+        2024,
+    )
     Config = LeTsConfig
     needs_data = True
     needs_vit_ancestry = False
@@ -172,25 +207,32 @@ class LeTs(AuxNetMethod):
         heads = max(1, aux.num_heads // 2) if width % max(1, aux.num_heads // 2) == 0 else 1
         mlp = cfg.gene_mlp_dim or aux.mlp_hidden // 2
         if depth > 1 and depth % 2 or not 0 < width <= aux.embed_dim or not 0 < mlp <= aux.mlp_hidden:
-            raise LearngeneError(f"lets: the compact net must have 1 or an even number of layers, a width up to the aux "
-                                 f"net's {aux.embed_dim} and an MLP up to its {aux.mlp_hidden}; got {depth}, {width}, {mlp}")
+            raise LearngeneError(
+                f"lets: the compact net must have 1 or an even number of layers, a width up to the aux "
+                f"net's {aux.embed_dim} and an MLP up to its {aux.mlp_hidden}; got {depth}, {width}, {mlp}"
+            )
         return aux.replace(depth=depth, embed_dim=width, num_heads=heads, mlp_ratio=mlp / width)
 
     def initial_tensors(self, aux: ViTSpec) -> StateDict:
         cfg, small = self.config, self.small_spec(aux)
         generator = torch.Generator().manual_seed(torch.initial_seed() % 2**63)
         state = small.create_model().state_dict()
-        tensors = {SMALL + n: torch.stack([state[block_key(i, n)] for i in range(small.depth)]) for n in block_axes(small)}
+        tensors = {
+            SMALL + n: torch.stack([state[block_key(i, n)] for i in range(small.depth)]) for n in block_axes(small)
+        }
         tokens = initial_non_block(aux)
         for key, axes in non_block_axes(small).items():
             tensors[(AUX + key) if axes == TOKENS else (SMALL + key)] = (tokens if axes == TOKENS else state)[key]
         for key, extra, length, per_layer in self._f_shapes(small, aux):
-            tensors[F_ + key] = init_width(extra, length, cfg.width_init, cfg.init_noise, generator,
-                                           small.depth if per_layer else None)
+            tensors[F_ + key] = init_width(
+                extra, length, cfg.width_init, cfg.init_noise, generator, small.depth if per_layer else None
+            )
         rows, group = -(-aux.depth // cfg.tie), min(2, small.depth)
         for module in sorted({m for n in block_axes(small) for m in self._modules(n)}):
             for kind in ("weight", "bias"):
-                tensors[f"{G_}{module}.{kind}"] = init_depth(rows, group, cfg.tie, cfg.depth_init, cfg.init_noise, generator)
+                tensors[f"{G_}{module}.{kind}"] = init_depth(
+                    rows, group, cfg.tie, cfg.depth_init, cfg.init_noise, generator
+                )
         return tensors
 
     def _modules(self, name: str) -> tuple[str, ...]:
@@ -199,8 +241,10 @@ class LeTs(AuxNetMethod):
     def _f_shapes(self, small: ViTSpec, aux: ViTSpec):
         """(label, extra rows, compact length, per compact layer) of every F the aux net needs."""
         seen: dict[str, tuple] = {}
-        for block, table, shapes, big in ((True, block_axes(small), small.block_shapes(), aux.block_shapes()),
-                                          (False, non_block_axes(small), small.non_block_shapes(), aux.non_block_shapes())):
+        for block, table, shapes, big in (
+            (True, block_axes(small), small.block_shapes(), aux.block_shapes()),
+            (False, non_block_axes(small), small.non_block_shapes(), aux.non_block_shapes()),
+        ):
             for key, axes in table.items():
                 if not block and axes == TOKENS:
                     continue
@@ -228,7 +272,8 @@ class LeTs(AuxNetMethod):
                 rows.append(t), cols.append(first + k), picks.append((c // self.config.tie, k))
         values = coeffs[torch.tensor([p[0] for p in picks]), torch.tensor([p[1] for p in picks])]
         return torch.zeros(spec.depth, depth, dtype=coeffs.dtype, device=coeffs.device).index_put(
-            (torch.tensor(rows), torch.tensor(cols)), values, accumulate=True)
+            (torch.tensor(rows), torch.tensor(cols)), values, accumulate=True
+        )
 
     def _widened(self, t: Tensor, key: str, axes, shape: tuple[int, ...], gene: Learngene, block: bool) -> Tensor:
         lead = 1 if block else 0
@@ -236,11 +281,15 @@ class LeTs(AuxNetMethod):
             if axis.role in (CLASSES, KEEP):
                 continue
             if axis.role == HEAD_DIM and n != t.shape[lead + dim]:
-                raise LearngeneError(f"lets keeps the learngene's head size {t.shape[lead + dim]} (q/k norms), asked {n}")
+                raise LearngeneError(
+                    f"lets keeps the learngene's head size {t.shape[lead + dim]} (q/k norms), asked {n}"
+                )
             s = axis.segments
             parts = t.unflatten(lead + dim, (s, t.shape[lead + dim] // s)).unbind(lead + dim)
-            parts = [widen(p, lead + dim, n // s, gene.tensors.get(F_ + (f_label(key, axis.role, i, block) or "")))
-                     for i, p in enumerate(parts)]
+            parts = [
+                widen(p, lead + dim, n // s, gene.tensors.get(F_ + (f_label(key, axis.role, i, block) or "")))
+                for i, p in enumerate(parts)
+            ]
             t = torch.cat(parts, lead + dim)
         return t
 
@@ -248,11 +297,15 @@ class LeTs(AuxNetMethod):
         aux = require_layout(gene)
         ints = sorted(k for k, t in gene.tensors.items() if not t.is_floating_point())
         if ints:
-            raise LearngeneError(f"this lets gene's tensor {ints[0]} is {gene.tensors[ints[0]].dtype}, not floating point; "
-                                 f"create it again with `learngene condense`")
+            raise LearngeneError(
+                f"this lets gene's tensor {ints[0]} is {gene.tensors[ints[0]].dtype}, not floating point; "
+                f"create it again with `learngene condense`"
+            )
         if spec.embed_dim > aux.embed_dim:
-            raise LearngeneError(f"lets widens up to the aux net's width {aux.embed_dim}, asked {spec.embed_dim}; "
-                                 f"pass --embed-dim {aux.embed_dim} or less")
+            raise LearngeneError(
+                f"lets widens up to the aux net's width {aux.embed_dim}, asked {spec.embed_dim}; "
+                f"pass --embed-dim {aux.embed_dim} or less"
+            )
         out: StateDict = {}
         for name, shape in spec.block_shapes().items():
             axes = block_axes(spec)[name]
@@ -260,10 +313,17 @@ class LeTs(AuxNetMethod):
             kind = "bias" if name.endswith("bias") else "weight"
             if name.startswith("attn.qkv"):
                 segs = stack.unflatten(1, (3, shape[0] // 3)).unbind(1)
-                mixed = torch.cat([torch.einsum("tl,l...->t...", self.mixing(gene, spec, m, kind).to(seg.dtype), seg)
-                                   for m, seg in zip("qkv", segs)], 1)
+                mixed = torch.cat(
+                    [
+                        torch.einsum("tl,l...->t...", self.mixing(gene, spec, m, kind).to(seg.dtype), seg)
+                        for m, seg in zip("qkv", segs)
+                    ],
+                    1,
+                )
             else:
-                mixed = torch.einsum("tl,l...->t...", self.mixing(gene, spec, g_module(name), kind).to(stack.dtype), stack)
+                mixed = torch.einsum(
+                    "tl,l...->t...", self.mixing(gene, spec, g_module(name), kind).to(stack.dtype), stack
+                )
             for layer in range(spec.depth):
                 out[block_key(layer, name)] = mixed[layer]
         narrow = carried(aux, spec)
@@ -271,7 +331,7 @@ class LeTs(AuxNetMethod):
         for key, shape in narrow.non_block_shapes().items():
             axes = non_block_axes(narrow)[key]
             if axes == TOKENS:
-                non_block[key] = gene.tensors[AUX + key][..., :shape[-1]]
+                non_block[key] = gene.tensors[AUX + key][..., : shape[-1]]
             elif SMALL + key in gene.tensors:
                 non_block[key] = self._widened(gene.tensors[SMALL + key], key, axes, shape, gene, block=False)
         out.update(inherit_non_block(non_block, narrow, spec))
@@ -281,5 +341,7 @@ class LeTs(AuxNetMethod):
         aux = require_layout(gene)
         small = gene.tensors[SMALL + "norm1.weight"].shape
         learned = sum(t.numel() for k, t in gene.tensors.items() if k.startswith((F_, G_)))
-        return [f"aux net {aux.short()} built from a compact net of {small[0]} layers, width {small[1]}",
-                f"transformation parameters (F, G): {learned:,} of {gene.num_stored_params:,} stored"]
+        return [
+            f"aux net {aux.short()} built from a compact net of {small[0]} layers, width {small[1]}",
+            f"transformation parameters (F, G): {learned:,} of {gene.num_stored_params:,} stored",
+        ]

@@ -11,10 +11,13 @@ the other methods and ``make_descendant`` import.
 
 from __future__ import annotations
 
-from ..vit.attention_init import UNTRAINED_ATTENTION_SCALE, MimeticConfig, attention_logit_scale, blend_query_key, mimetic_attention, mimetic_where_untrained, query_key_factors, sincos_pos_embed, value_projection_factors
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
+from ..vit.attention_init import (
+    MimeticConfig,
+    mimetic_attention,
+)
 from ..vit.spec import ViTSpec
 from ..vit.transfer import StateDict
 

@@ -41,24 +41,43 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..genenet import GeneNet
 from ..errors import LearngeneError
-from ..gene import DESCENDANT, Learngene
-from ..vit.heads import join_proj, join_qkv, split_proj, split_qkv
 from ..formats.memory import give_back, release_pages
+from ..gene import DESCENDANT, Learngene
+from ..genenet import GeneNet
 from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..vit.spec import ViTSpec, block_key
 from ..training.loop import TrainResult, train
+from ..vit.heads import join_proj, join_qkv, split_proj, split_qkv
+from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import MLP, MSA, NORM, block_names, has_tag, head_sliced, per_head
-from ..vit.transfer import KEEP, WIDTH, WIDTH_IN, Axis, StateDict, block_axes, block_state, carry_non_block, cyclic, inherit_non_block, mapped, mix_block_heads, move_tensor, stretch
+from ..vit.transfer import (
+    KEEP,
+    WIDTH,
+    WIDTH_IN,
+    Axis,
+    StateDict,
+    block_axes,
+    block_state,
+    carry_non_block,
+    cyclic,
+    inherit_non_block,
+    mapped,
+    mix_block_heads,
+    move_tensor,
+    stretch,
+)
 
 # gene tensors stacked over layers: (layers, heads, ...) for the MSA heads, (layers, ...) otherwise
 # (q, k, v biases only where the family has them); the per-layer vectors of each sub-layer travel with it:
 # norm1, W_O's bias, the layer-scale gamma and the q/k norms with the MSA, norm2 and ls2 with the FFN
 # Eva's own head-structured vectors (its separate q/v biases, its sub-norm on the heads' outputs): (H, d) per layer
-HEAD_VECTORS = {"eva_q_bias": "attn.q_bias", "eva_v_bias": "attn.v_bias", "inner_norm_weight": "attn.norm.weight",
-                "inner_norm_bias": "attn.norm.bias"}
+HEAD_VECTORS = {
+    "eva_q_bias": "attn.q_bias",
+    "eva_v_bias": "attn.v_bias",
+    "inner_norm_weight": "attn.norm.weight",
+    "inner_norm_bias": "attn.norm.bias",
+}
 HEAD_PARTS = ("q", "k", "v", "q_bias", "k_bias", "v_bias", "proj_cols", *HEAD_VECTORS)
 
 
@@ -120,7 +139,9 @@ def gene_shapes(gene_tensors: StateDict, spec: ViTSpec) -> dict[str, tuple[int, 
 class PEGConfig:
     AUTO_OPTIONS = ("gene_heads", "gene_ffns")  # 0: automatic
 
-    gene_heads: int = 0  # H_b heads kept per ancestry layer; 0: about two thirds of the ancestry's (the authors' configs)
+    gene_heads: int = (
+        0  # H_b heads kept per ancestry layer; 0: about two thirds of the ancestry's (the authors' configs)
+    )
     gene_ffns: int = 0  # L_b FFNs kept; 0: half the ancestry's depth, rounded up
     seed: int = 0  # the Gaussian draws of the mixing weights
 
@@ -144,10 +165,10 @@ def phi_init(n_in: int, source: Tensor) -> tuple[Tensor, Tensor]:
 
 def apply_phi(w1: Tensor, w2: Tensor, x: Tensor, batch_dims: int = 0) -> Tensor:
     """φ(x) = W2·ReLU(W1·x) over axis ``batch_dims`` of ``x`` (elementwise over the remaining axes)."""
-    lead = x.shape[:batch_dims + 1]
+    lead = x.shape[: batch_dims + 1]
     flat = x.reshape(*lead, -1)
     out = w2 @ torch.relu_(w1 @ flat)  # in place: φ's hidden layer is twice x, a second one would be too
-    return out.reshape(*out.shape[:batch_dims + 1], *x.shape[batch_dims + 1:])
+    return out.reshape(*out.shape[: batch_dims + 1], *x.shape[batch_dims + 1 :])
 
 
 @register_method
@@ -164,8 +185,10 @@ class PEG(Method):
         heads = self.config.gene_heads or default_gene_heads(spec.num_heads)
         ffns = self.config.gene_ffns or math.ceil(spec.depth / 2)
         if not (1 <= heads <= spec.num_heads and 1 <= ffns <= spec.depth):
-            raise LearngeneError(f"peg keeps 1..{spec.num_heads} heads and 1..{spec.depth} FFNs of this ancestry, "
-                                 f"asked gene_heads={heads}, gene_ffns={ffns}")
+            raise LearngeneError(
+                f"peg keeps 1..{spec.num_heads} heads and 1..{spec.depth} FFNs of this ancestry, "
+                f"asked gene_heads={heads}, gene_ffns={ffns}"
+            )
         state = ancestry.state()
         generator = torch.Generator().manual_seed(self.config.seed)
         tensors: StateDict = {}
@@ -221,8 +244,10 @@ class PEG(Method):
         stored = {k: gene.tensors.get(k) for k in initial}
         if any(t is None or t.shape != initial[k].shape for k, t in stored.items()):
             layers, heads = gene.tensors["phi.heads.w2"].shape[:2]
-            raise LearngeneError(f"this peg gene was adapted for {layers} layers of {heads} heads, not {spec.short()}; "
-                                 f"expand or adapt the unadapted gene for this size")
+            raise LearngeneError(
+                f"this peg gene was adapted for {layers} layers of {heads} heads, not {spec.short()}; "
+                f"expand or adapt the unadapted gene for this size"
+            )
         return stored
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
@@ -236,8 +261,10 @@ class PEG(Method):
         src: ViTSpec = gene.layout
         gene_heads, head_dim = gene.tensors["msa.q"].shape[1:3]
         if spec.head_dim != head_dim:
-            raise LearngeneError(f"peg heads have {head_dim} dims, so a {spec.num_heads}-head descendant is "
-                                 f"{spec.num_heads * head_dim} wide; set --embed-dim {spec.num_heads * head_dim}")
+            raise LearngeneError(
+                f"peg heads have {head_dim} dims, so a {spec.num_heads}-head descendant is "
+                f"{spec.num_heads * head_dim} wide; set --embed-dim {spec.num_heads * head_dim}"
+            )
         device = gene.tensors["msa.q"].device  # φ and the copies too: a CPU operand would make a meta expansion real
         phi = {k: v.to(device) for k, v in self._phi(gene, spec).items()}
         axes, shapes = gene_axes(src), gene_shapes(gene.tensors, spec)
@@ -245,8 +272,10 @@ class PEG(Method):
         def moved(key: str) -> Tensor:
             """The gene's tensor at the descendant's widths; a mapped gene's pages go once it is read. Without a
             graph to keep, layer by layer (axis 0 is kept), so the rule's intermediates are never whole."""
-            source, move = gene.tensors[key], lambda t, dims: move_tensor(t, axes[key][dims:], shapes[key][dims:],
-                                                                          (gene_heads, gene_heads), mapped)
+            source, move = (
+                gene.tensors[key],
+                lambda t, dims: move_tensor(t, axes[key][dims:], shapes[key][dims:], (gene_heads, gene_heads), mapped),
+            )
             if torch.is_grad_enabled() or source.device.type == "meta":
                 return give_back([source], {key: move(source, 0)})[key]
             width = source.new_empty(shapes[key])
@@ -267,8 +296,11 @@ class PEG(Method):
         source = cyclic(gene_heads, spec.num_heads)
         copies = torch.bincount(source, minlength=gene_heads).float()[source].to(device)
         msa["proj_cols"] = msa["proj_cols"] / copies.view(1, -1, 1, 1)
-        ffn = {p: apply_phi(phi["phi.ffn_layers.w1"], phi["phi.ffn_layers.w2"], moved(f"ffn.{p}"))
-               for p in FFN_PARTS if f"ffn.{p}" in shapes}
+        ffn = {
+            p: apply_phi(phi["phi.ffn_layers.w1"], phi["phi.ffn_layers.w2"], moved(f"ffn.{p}"))
+            for p in FFN_PARTS
+            if f"ffn.{p}" in shapes
+        }
 
         out: StateDict = {}
         for layer in range(spec.depth):
@@ -297,24 +329,38 @@ class PEG(Method):
         start = dataclasses.replace(gene, tensors={**gene.tensors, **self._phi(gene, spec)})
         torch.manual_seed(inputs.train_cfg.seed)  # the new classifier's init: the same gene and seed, the same result
         net = GeneNet(self, start, spec, trainable=lambda key: key.startswith(("phi.", DESCENDANT)))
-        result = train(net, inputs.train, inputs.train_cfg.replace(weight_decay=0.0), eval_data=inputs.eval,
-                       run_dir=inputs.run_dir, resume=inputs.resume)
+        result = train(
+            net,
+            inputs.train,
+            inputs.train_cfg.replace(weight_decay=0.0),
+            eval_data=inputs.eval,
+            run_dir=inputs.run_dir,
+            resume=inputs.resume,
+        )
         adapted = net.gene()
         provided = set(self.provided_keys(start, spec))
-        adapted.tensors.update({DESCENDANT + k: v.detach().cpu().clone() for k, v in net.skeleton.state_dict().items()
-                                if k not in provided})
+        adapted.tensors.update(
+            {
+                DESCENDANT + k: v.detach().cpu().clone()
+                for k, v in net.skeleton.state_dict().items()
+                if k not in provided
+            }
+        )
         adapted.cost = {**gene.cost, "adapt_steps": result.steps, "adapted_for": spec.short()}
         return adapted, result
 
     def describe(self, gene: Learngene) -> list[str]:
         t = gene.tensors
         layers, heads = t["msa.q"].shape[:2]
-        lines = [f"MSA learngene: {heads} of {gene.layout.num_heads} heads (convex mixtures) in each of {layers} layers",
-                 f"FFN learngene: {t['ffn.fc2_weight'].shape[0]} of {gene.layout.depth} FFNs (convex mixtures)"]
+        lines = [
+            f"MSA learngene: {heads} of {gene.layout.num_heads} heads (convex mixtures) in each of {layers} layers",
+            f"FFN learngene: {t['ffn.fc2_weight'].shape[0]} of {gene.layout.depth} FFNs (convex mixtures)",
+        ]
         if "phi.heads.w2" in t:
             depth, target_heads = t["phi.heads.w2"].shape[:2]
-            lines.append(f"φ adapted for {depth} layers of {target_heads} heads "
-                         f"(width {target_heads * t['msa.q'].shape[2]})")
+            lines.append(
+                f"φ adapted for {depth} layers of {target_heads} heads (width {target_heads * t['msa.q'].shape[2]})"
+            )
         else:
             lines.append("φ not adapted: expand repeats the gene (learngene adapt trains φ for a size)")
         return lines

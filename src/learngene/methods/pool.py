@@ -51,7 +51,7 @@ def share(total: int, weights: list[int]) -> list[int]:
     exact = [total * w / sum(weights) for w in weights]
     counts = [math.floor(x) for x in exact]
     order = sorted(range(len(weights)), key=lambda i: (counts[i] - exact[i], -i))
-    for i in order[:total - sum(counts)]:
+    for i in order[: total - sum(counts)]:
         counts[i] += 1
     return counts
 
@@ -75,8 +75,13 @@ def stitched_layers(depths: list[int], total: int) -> list[tuple[int, int]]:
 class LearngenePool(AuxNetMethod):
     name = "pool"
     summary = "blocks of several small distilled aux models, stitched smallest to largest; any depth at their width"
-    paper = Paper("Building Variable-sized Models via Learngene Pool", "Shi, Xia, Yang, Chen, Kou & Geng", "AAAI", 2024,
-                  "2312.05743")
+    paper = Paper(
+        "Building Variable-sized Models via Learngene Pool",
+        "Shi, Xia, Yang, Chen, Kou & Geng",
+        "AAAI",
+        2024,
+        "2312.05743",
+    )
     Config = PoolConfig
     needs_data = True
     needs_vit_ancestry = False
@@ -85,10 +90,15 @@ class LearngenePool(AuxNetMethod):
     def depths(self, aux: ViTSpec) -> list[int]:
         text = self.config.instance_depths
         try:
-            depths = [int(x) for x in str(text).split(",")] if text else sorted({math.ceil(aux.depth / 4),
-                                                                                  math.ceil(aux.depth / 2)})
+            depths = (
+                [int(x) for x in str(text).split(",")]
+                if text
+                else sorted({math.ceil(aux.depth / 4), math.ceil(aux.depth / 2)})
+            )
         except ValueError:
-            raise LearngeneError(f"pool instance_depths={text!r} is not comma-separated block counts, e.g. 1,2") from None
+            raise LearngeneError(
+                f"pool instance_depths={text!r} is not comma-separated block counts, e.g. 1,2"
+            ) from None
         if not depths or min(depths) < 1:
             raise LearngeneError(f"pool instance_depths={text!r} needs positive block counts")
         return sorted(depths)
@@ -117,33 +127,48 @@ class LearngenePool(AuxNetMethod):
                 cost[key] += trained.cost.get(key, 0)
             cost["instances"].append({"depth": depth, **trained.cost})
         config = dataclasses.replace(self.config, instance_depths=",".join(map(str, depths)))
-        gene = Learngene(method=self.name, tensors=tensors, config=dataclasses.asdict(config),
-                         layout=aux.replace(depth=sum(depths)), ancestry=source, cost=cost)
+        gene = Learngene(
+            method=self.name,
+            tensors=tensors,
+            config=dataclasses.asdict(config),
+            layout=aux.replace(depth=sum(depths)),
+            ancestry=source,
+            cost=cost,
+        )
         return gene
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         layout = require_layout(gene)
-        present = sorted({int(k.split(".", 1)[0][len("instance"):]) for k in gene.tensors})
+        present = sorted({int(k.split(".", 1)[0][len("instance") :]) for k in gene.tensors})
         depths = self.depths(layout)
         if len(present) == 1 and spec == layout:  # one instance in its own aux net (condensation): its weights
             i = present[0]
-            return {k[len(instance_key(i, "")):]: v for k, v in gene.tensors.items()}
+            return {k[len(instance_key(i, "")) :]: v for k, v in gene.tensors.items()}
         if present != list(range(len(depths))):
-            raise LearngeneError(f"this pool gene holds instances {present} but its config names {len(depths)}; "
-                                 f"create it again with `learngene condense`")
+            raise LearngeneError(
+                f"this pool gene holds instances {present} but its config names {len(depths)}; "
+                f"create it again with `learngene condense`"
+            )
         require_block_shape(layout, spec, self.name)
-        states = [{k[len(instance_key(i, "")):]: v for k, v in gene.tensors.items() if k.startswith(instance_key(i, ""))}
-                  for i in range(len(depths))]
+        states = [
+            {k[len(instance_key(i, "")) :]: v for k, v in gene.tensors.items() if k.startswith(instance_key(i, ""))}
+            for i in range(len(depths))
+        ]
         out: StateDict = {}
         for layer, (i, block) in enumerate(stitched_layers(depths, spec.depth)):
             out.update(place_blocks(states[i], {layer: block}))
         first, last = states[0], states[-1]
-        ends = {k: (first if part_of(k) == "embed" else last)[k] for k in set(first) | set(last)
-                if not k.startswith("blocks.") and k in (first if part_of(k) == "embed" else last)}
+        ends = {
+            k: (first if part_of(k) == "embed" else last)[k]
+            for k in set(first) | set(last)
+            if not k.startswith("blocks.") and k in (first if part_of(k) == "embed" else last)
+        }
         out.update(inherit_non_block(ends, layout.replace(depth=depths[-1]), spec))
         return out
 
     def describe(self, gene: Learngene) -> list[str]:
         layout = require_layout(gene)
-        return [f"pool of {len(self.depths(layout))} instances of {', '.join(map(str, self.depths(layout)))} blocks "
-                f"(width {layout.embed_dim}), stitched smallest to largest"]
+        return [
+            f"pool of {len(self.depths(layout))} instances of {', '.join(map(str, self.depths(layout)))} blocks "
+            f"(width {layout.embed_dim}), stitched smallest to largest"
+        ]

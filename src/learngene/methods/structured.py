@@ -32,12 +32,12 @@ import torch
 from torch import Tensor
 
 from ..gene import Learngene
-from ..vit.heads import join_qkv
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
+from ..validate import option
+from ..vit.heads import join_qkv
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import StateDict
-from ..validate import option
 
 # impulse offsets (row, column) of a 3 x 3 kernel in their order: centre, up, right, left, down, corners
 KERNEL_ORDER = (4, 1, 5, 3, 7, 0, 2, 6, 8)
@@ -59,8 +59,10 @@ def impulse_offsets(heads: int, kernel_size: int = 3) -> list[tuple[int, int]]:
     """``(m, n)`` row and column offset of each head's impulse."""
     order = KERNEL_ORDER if kernel_size == 3 else tuple(range(kernel_size**2))
     half = kernel_size // 2
-    return [(order[h % kernel_size**2] // kernel_size - half, order[h % kernel_size**2] % kernel_size - half)
-            for h in range(heads)]
+    return [
+        (order[h % kernel_size**2] // kernel_size - half, order[h % kernel_size**2] % kernel_size - half)
+        for h in range(heads)
+    ]
 
 
 def impulse_targets(heads: int, grid: int, kernel_size: int, impulse: float, generator: torch.Generator) -> Tensor:
@@ -108,8 +110,13 @@ class Structured(Method):
 
     name = "structured"
     summary = "closed-form attention init: each head an impulse of a 3x3 conv over the patch grid (no ancestry)"
-    paper = Paper("Structured Initialization for Vision Transformers", "Zheng, Li, Saratchandran & Lucey",
-                  "NeurIPS", 2025, "2505.19985")
+    paper = Paper(
+        "Structured Initialization for Vision Transformers",
+        "Zheng, Li, Saratchandran & Lucey",
+        "NeurIPS",
+        2025,
+        "2505.19985",
+    )
     Config = StructuredConfig
     needs_vit_ancestry = False
     seed_option = "seed"
@@ -123,14 +130,15 @@ class Structured(Method):
         generator = torch.Generator().manual_seed(cfg.seed)
         shape = spec.non_block_shapes(vit_layout=True)["pos_embed"]
         pos = torch.randn(shape, generator=generator, dtype=torch.float64) * 0.02 * cfg.pos_scale
-        patches = pos[0, spec.family.pos_prefix_tokens:]
+        patches = pos[0, spec.family.pos_prefix_tokens :]
         out: StateDict = spec.model_layout({"pos_embed": pos.float()})
         for layer in range(spec.depth):
             targets = impulse_targets(H, spec.grid_size, cfg.kernel_size, cfg.impulse, generator)
             q, k = query_key_maps(patches, targets, d)
             v, proj = value_projection(D, cfg.alpha, cfg.beta, generator)
-            qkv = join_qkv(cfg.qk_scale * q.transpose(1, 2), cfg.qk_scale * k.transpose(1, 2),
-                           cfg.v_scale * v.reshape(H, d, D))
+            qkv = join_qkv(
+                cfg.qk_scale * q.transpose(1, 2), cfg.qk_scale * k.transpose(1, 2), cfg.v_scale * v.reshape(H, d, D)
+            )
             out[block_key(layer, "attn.qkv.weight")] = qkv.float()
             out[block_key(layer, "attn.proj.weight")] = (cfg.v_scale * proj).float()
         return out

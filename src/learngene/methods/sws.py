@@ -64,8 +64,13 @@ def stage_of_layers(counts: list[int]) -> list[int]:
 class SWS(AuxNetMethod):
     name = "sws"
     summary = "one layer per stage, shared by that stage's layers in an aux net trained by distillation; any depth"
-    paper = Paper("Exploring Learngene via Stage-wise Weight Sharing for Initializing Variable-sized Models",
-                  "Xia, Zhu, Yang & Geng", "IJCAI", 2024, "2404.16897")
+    paper = Paper(
+        "Exploring Learngene via Stage-wise Weight Sharing for Initializing Variable-sized Models",
+        "Xia, Zhu, Yang & Geng",
+        "IJCAI",
+        2024,
+        "2404.16897",
+    )
     Config = SWSConfig
     needs_data = True
     needs_vit_ancestry = False
@@ -74,8 +79,10 @@ class SWS(AuxNetMethod):
     def aux_stages(self, aux: ViTSpec) -> list[int]:
         counts = parse_counts(self.config.stages, "stages") or even_stages(aux.depth)
         if sum(counts) != aux.depth or 0 in counts:
-            raise LearngeneError(f"sws stages={self.config.stages!r} must be positive layer counts summing to the aux "
-                                 f"net's depth {aux.depth}")
+            raise LearngeneError(
+                f"sws stages={self.config.stages!r} must be positive layer counts summing to the aux "
+                f"net's depth {aux.depth}"
+            )
         return counts
 
     def initial_tensors(self, aux: ViTSpec) -> StateDict:
@@ -85,7 +92,9 @@ class SWS(AuxNetMethod):
             if len(shape) == 1:
                 tensors[PREFIX + name] = torch.full((count, *shape), vector_start(aux, name))
             else:
-                tensors[PREFIX + name] = torch.nn.init.trunc_normal_(torch.empty(count, *shape), std=self.config.init_std)
+                tensors[PREFIX + name] = torch.nn.init.trunc_normal_(
+                    torch.empty(count, *shape), std=self.config.init_std
+                )
         tensors.update(initial_non_block(aux))
         return tensors
 
@@ -97,8 +106,10 @@ class SWS(AuxNetMethod):
         if counts is None:
             return [aux_stage[t * aux.depth // spec.depth] for t in range(spec.depth)]
         if len(counts) != len(set(aux_stage)) or sum(counts) != spec.depth:
-            raise LearngeneError(f"sws descendant_stages={self.config.descendant_stages!r} needs {len(set(aux_stage))} "
-                                 f"layer counts (one per stage) summing to the descendant's depth {spec.depth}")
+            raise LearngeneError(
+                f"sws descendant_stages={self.config.descendant_stages!r} needs {len(set(aux_stage))} "
+                f"layer counts (one per stage) summing to the descendant's depth {spec.depth}"
+            )
         return stage_of_layers(counts)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
@@ -114,5 +125,7 @@ class SWS(AuxNetMethod):
 
     def describe(self, gene: Learngene) -> list[str]:
         aux = require_layout(gene)
-        return [f"aux net {aux.short()} in stages of {', '.join(map(str, self.aux_stages(aux)))} layers, "
-                f"one shared layer per stage"]
+        return [
+            f"aux net {aux.short()} in stages of {', '.join(map(str, self.aux_stages(aux)))} layers, "
+            f"one shared layer per stage"
+        ]

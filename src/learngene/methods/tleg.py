@@ -15,15 +15,23 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..auxnet import AuxConfig, AuxNetMethod, block_params_per_layer, expand_non_block, initial_non_block, require_layout, vector_start
+from ..auxnet import (
+    AuxConfig,
+    AuxNetMethod,
+    block_params_per_layer,
+    expand_non_block,
+    initial_non_block,
+    require_layout,
+    vector_start,
+)
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
+from ..validate import option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import LAYER_SCALE, MLP, MSA, NORM, block_names, has_tag, per_head
 from ..vit.transfer import StateDict
-from ..validate import option
 
 # TLEG Table 4's module groups, in timm's block-tensor names (those a family has). A family's other
 # per-channel block vectors (layer-scale gammas, q/k norms) are expanded like the LayerNorms.
@@ -66,8 +74,10 @@ def parse_layers(layers: str | int | tuple[int, ...], depth: int) -> list[int]:
         raise LearngeneError(f"layers={layers!r} is not 'all', 'a-b' or 'a,b,c' with 1-indexed layer numbers") from None
     outside = sorted(x for x in chosen if not 1 <= x <= depth)
     if outside or not chosen:
-        raise LearngeneError(f"layers={layers!r} names layers outside 1..{depth} of this depth-{depth} net; "
-                             f"pass --opt layers=all or a range inside it")
+        raise LearngeneError(
+            f"layers={layers!r} names layers outside 1..{depth} of this depth-{depth} net; "
+            f"pass --opt layers=all or a range inside it"
+        )
     return sorted(x - 1 for x in chosen)
 
 
@@ -99,7 +109,9 @@ class TLEG(AuxNetMethod):
                 elif len(shape) == 1:
                     tensors[f"{part}.{name}"] = torch.zeros(shape)
                 else:
-                    tensors[f"{part}.{name}"] = torch.nn.init.trunc_normal_(torch.empty(shape), std=self.config.init_std)
+                    tensors[f"{part}.{name}"] = torch.nn.init.trunc_normal_(
+                        torch.empty(shape), std=self.config.init_std
+                    )
         tensors.update(initial_non_block(aux))
         return tensors
 
@@ -109,10 +121,12 @@ class TLEG(AuxNetMethod):
         source = require_layout(gene)
         if (spec.embed_dim, spec.num_heads, spec.mlp_hidden) != (source.embed_dim, source.num_heads, source.mlp_hidden):
             # another head count would silently re-split the trained attention into other heads
-            raise LearngeneError(f"{self.name} expands in depth only: this gene's blocks have width {source.embed_dim}, "
-                                 f"{source.num_heads} heads and MLP {source.mlp_hidden}, the target asks {spec.embed_dim}, "
-                                 f"{spec.num_heads} and {spec.mlp_hidden}; "
-                                 f"pass --embed-dim {source.embed_dim} --num-heads {source.num_heads}, or use wave to change width")
+            raise LearngeneError(
+                f"{self.name} expands in depth only: this gene's blocks have width {source.embed_dim}, "
+                f"{source.num_heads} heads and MLP {source.mlp_hidden}, the target asks {spec.embed_dim}, "
+                f"{spec.num_heads} and {spec.mlp_hidden}; "
+                f"pass --embed-dim {source.embed_dim} --num-heads {source.num_heads}, or use wave to change width"
+            )
         layers = parse_layers(self.config.layers, spec.depth)
         # One batched op per tensor builds all chosen layers at once (the aux step stays as cheap as a plain one).
         position = torch.tensor(layers, dtype=torch.float32) / spec.depth
@@ -135,8 +149,10 @@ class TLEG(AuxNetMethod):
             return gene.tensors[key]
         except KeyError:
             have = sorted({m for m, names in MODULES.items() if any(f"theta_b.{n}" in gene.tensors for n in names)})
-            raise LearngeneError(f"this {gene.method} gene was condensed with modules {','.join(have)}, so it cannot "
-                                 f"build {key.split('.', 1)[1]}; pass --opt modules={','.join(have)}") from None
+            raise LearngeneError(
+                f"this {gene.method} gene was condensed with modules {','.join(have)}, so it cannot "
+                f"build {key.split('.', 1)[1]}; pass --opt modules={','.join(have)}"
+            ) from None
 
     def describe(self, gene: Learngene) -> list[str]:
         source = require_layout(gene)
@@ -144,17 +160,25 @@ class TLEG(AuxNetMethod):
         rest = gene.num_stored_params - blocks
         per_layer = block_params_per_layer(source)
         rule = "θ_B + (l−1)/L·θ_A" if self.has_slope else "one shared θ_B"
-        return [f"aux net: {source.short()} (width {source.embed_dim}, {source.num_heads} heads); "
-                f"{rule} for modules {', '.join(self.config.modules)}, layers {self.config.layers}",
-                f"block tensors stored: {blocks:,} = {blocks / per_layer:.2f} layers' worth at this width "
-                f"(one layer: {per_layer:,}), expanding to any depth",
-                f"embeddings, final norm and head stored: {rest:,}"]
+        return [
+            f"aux net: {source.short()} (width {source.embed_dim}, {source.num_heads} heads); "
+            f"{rule} for modules {', '.join(self.config.modules)}, layers {self.config.layers}",
+            f"block tensors stored: {blocks:,} = {blocks / per_layer:.2f} layers' worth at this width "
+            f"(one layer: {per_layer:,}), expanding to any depth",
+            f"embeddings, final norm and head stored: {rest:,}",
+        ]
 
 
 @register_method
 class ShareInit(TLEG):
     name = "share_init"
     summary = "one shared layer (TLEG with θ_A ≡ 0), condensed through an aux net; any depth"
-    paper = Paper("ALBERT: A Lite BERT for Self-supervised Learning of Language Representations", "Lan et al.", "ICLR", 2020,
-                  "1909.11942", "as a learngene baseline in Xia et al., AAAI 2024")
+    paper = Paper(
+        "ALBERT: A Lite BERT for Self-supervised Learning of Language Representations",
+        "Lan et al.",
+        "ICLR",
+        2020,
+        "1909.11942",
+        "as a learngene baseline in Xia et al., AAAI 2024",
+    )
     has_slope = False

@@ -31,17 +31,25 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..auxnet import AuxConfig, AuxNetMethod, block_params_per_layer, expand_non_block, initial_non_block, require_layout, vector_start
-from ..genenet import GeneNet
+from ..auxnet import (
+    AuxConfig,
+    AuxNetMethod,
+    block_params_per_layer,
+    expand_non_block,
+    initial_non_block,
+    require_layout,
+    vector_start,
+)
 from ..errors import LearngeneError
 from ..gene import Learngene
+from ..genenet import GeneNet
 from ..method import AdaptInputs, Paper
 from ..registry import register_method
-from ..vit.spec import ViTSpec, block_key
 from ..training.loop import TrainResult, train
+from ..validate import option
+from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import MATRIX, block_names
 from ..vit.transfer import HEAD_DIM, StateDict, block_axes, segments
-from ..validate import option
 
 MATRIX_NAMES = block_names(tag=MATRIX)  # every family's block weight matrices
 
@@ -98,9 +106,11 @@ def block_grid(spec: ViTSpec, name: str, w: int) -> tuple[int, ...]:
     """How many w-wide blocks tile block tensor ``name`` of ``spec`` along each dimension."""
     shape = spec.block_shapes()[name]
     if any(s % w for s in shape):
-        raise LearngeneError(f"wave tiles {w}-wide templates, but {name} of {spec.short()} has shape {shape} "
-                             f"(width {spec.embed_dim}, MLP {spec.mlp_hidden}); choose a width whose every tensor "
-                             f"is a multiple of {w}, e.g. --embed-dim {w * max(1, round(spec.embed_dim / w))}")
+        raise LearngeneError(
+            f"wave tiles {w}-wide templates, but {name} of {spec.short()} has shape {shape} "
+            f"(width {spec.embed_dim}, MLP {spec.mlp_hidden}); choose a width whose every tensor "
+            f"is a multiple of {w}, e.g. --embed-dim {w * max(1, round(spec.embed_dim / w))}"
+        )
     return tuple(s // w for s in shape)
 
 
@@ -111,8 +121,16 @@ def _place(index: int, aux_blocks: int, target_blocks: int, segments: int) -> in
     return segment * per_target + offset if offset < per_target else None
 
 
-def linear_padding(n: int, aux_grid: tuple[int, ...], grid: tuple[int, ...], depth: int, segments: tuple[int, ...],
-                   eps: float, offset: int, generator: torch.Generator) -> Tensor:
+def linear_padding(
+    n: int,
+    aux_grid: tuple[int, ...],
+    grid: tuple[int, ...],
+    depth: int,
+    segments: tuple[int, ...],
+    eps: float,
+    offset: int,
+    generator: torch.Generator,
+) -> Tensor:
     """Scalers ``(depth, n, *grid)`` by linear padding, WAVE Eq. 7.
 
     ``S^(l,t) = (l/L)^{H(t − n/2)} · E_pos(t) + ε·N(0, 1)``: template t (0-indexed) marks one block
@@ -136,8 +154,13 @@ def linear_padding(n: int, aux_grid: tuple[int, ...], grid: tuple[int, ...], dep
 class WAVE(AuxNetMethod):
     name = "wave"
     summary = "w×w weight templates + per-layer Kronecker scalers via an aux net; any depth and tiling width (adapt)"
-    paper = Paper("WAVE: Weight Templates for Adaptive Initialization of Variable-sized Models", "Feng, Xie et al.",
-                  "CVPR", 2025, "2406.17503")
+    paper = Paper(
+        "WAVE: Weight Templates for Adaptive Initialization of Variable-sized Models",
+        "Feng, Xie et al.",
+        "CVPR",
+        2025,
+        "2406.17503",
+    )
     Config = WAVEConfig
     needs_data = True
     needs_vit_ancestry = False
@@ -162,7 +185,9 @@ class WAVE(AuxNetMethod):
         for name in self.template_names(aux):
             n = self.template_count(name, aux, w)
             if name in MATRIX_NAMES:
-                tensors[f"templates.{name}"] = torch.nn.init.trunc_normal_(torch.empty(n, w, w), std=self.config.init_std)
+                tensors[f"templates.{name}"] = torch.nn.init.trunc_normal_(
+                    torch.empty(n, w, w), std=self.config.init_std
+                )
             else:
                 base = vector_start(aux, name)
                 tensors[f"templates.{name}"] = torch.cat([torch.full((n // 2, w), base), torch.zeros(n - n // 2, w)])
@@ -171,8 +196,15 @@ class WAVE(AuxNetMethod):
         for name in self.template_names(aux):
             grid = block_grid(aux, name, w)
             tensors[f"scalers.{name}"] = linear_padding(
-                tensors[f"templates.{name}"].shape[0], grid, grid, aux.depth, segments(aux, name),
-                self.config.padding_eps, self.config.padding_offset, generator)
+                tensors[f"templates.{name}"].shape[0],
+                grid,
+                grid,
+                aux.depth,
+                segments(aux, name),
+                self.config.padding_eps,
+                self.config.padding_offset,
+                generator,
+            )
         return tensors
 
     # ---- expansion ----------------------------------------------------------------------------
@@ -180,18 +212,29 @@ class WAVE(AuxNetMethod):
         """The scalers for ``spec``: the stored ones when they fit (and ``scaler_init=auto``), else Eq. 7."""
         names = [k.removeprefix("templates.") for k in gene.tensors if k.startswith("templates.")]
         w = gene.tensors[f"templates.{names[0]}"].shape[-1]
-        wanted = {name: (spec.depth, gene.tensors[f"templates.{name}"].shape[0], *block_grid(spec, name, w))
-                  for name in names}
+        wanted = {
+            name: (spec.depth, gene.tensors[f"templates.{name}"].shape[0], *block_grid(spec, name, w)) for name in names
+        }
         stored = {name: gene.tensors.get(f"scalers.{name}") for name in names}
         if self.config.scaler_init == "auto" and all(
-                s is not None and tuple(s.shape) == wanted[name] for name, s in stored.items()):
+            s is not None and tuple(s.shape) == wanted[name] for name, s in stored.items()
+        ):
             return stored
         source = require_layout(gene)
         generator = torch.Generator().manual_seed(self.config.padding_seed)
-        return {name: linear_padding(shape[1], block_grid(source, name, w), shape[2:], spec.depth,
-                                     segments(spec, name), self.config.padding_eps,
-                                     self.config.padding_offset, generator)
-                for name, shape in wanted.items()}
+        return {
+            name: linear_padding(
+                shape[1],
+                block_grid(source, name, w),
+                shape[2:],
+                spec.depth,
+                segments(spec, name),
+                self.config.padding_eps,
+                self.config.padding_offset,
+                generator,
+            )
+            for name, shape in wanted.items()
+        }
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """Eq. 4 for every layer at once: ``W[l] = Σ_t kron(S[l, t], T[t])`` as one einsum per tensor kind."""
@@ -228,12 +271,24 @@ class WAVE(AuxNetMethod):
         result = train(net, inputs.train, cfg, inputs.eval, run_dir=inputs.run_dir, resume=inputs.resume)
         with torch.no_grad():
             provided, own = net.expanded(), net.skeleton.state_dict()
-            adapted = {k: v.detach().cpu().clone() for k, v in net.gene().tensors.items()
-                       if k.startswith(("templates.", "scalers."))}
-            adapted.update({k: (provided[k] if k in provided else own[k]).detach().cpu().clone()
-                            for k in spec.non_block_shapes()})
-        cost = {**gene.cost, "adapt": {"spec": spec.short(), "steps": result.steps, "seconds": round(result.seconds, 2),
-                                       "images": len(inputs.train), "eval_acc": result.final_acc}}
+            adapted = {
+                k: v.detach().cpu().clone()
+                for k, v in net.gene().tensors.items()
+                if k.startswith(("templates.", "scalers."))
+            }
+            adapted.update(
+                {k: (provided[k] if k in provided else own[k]).detach().cpu().clone() for k in spec.non_block_shapes()}
+            )
+        cost = {
+            **gene.cost,
+            "adapt": {
+                "spec": spec.short(),
+                "steps": result.steps,
+                "seconds": round(result.seconds, 2),
+                "images": len(inputs.train),
+                "eval_acc": result.final_acc,
+            },
+        }
         config = {**gene.config, "scaler_init": "auto"}
         return dataclasses.replace(gene, tensors=adapted, config=config, layout=spec, cost=cost), result
 
@@ -241,13 +296,14 @@ class WAVE(AuxNetMethod):
         source = require_layout(gene)
         templates = {k: t for k, t in gene.tensors.items() if k.startswith("templates.")}
         w = next(iter(templates.values())).shape[-1]
-        counts = ", ".join(f"{k.removeprefix('templates.')} {t.shape[0]}" for k, t in templates.items()
-                           if t.ndim == 3)
+        counts = ", ".join(f"{k.removeprefix('templates.')} {t.shape[0]}" for k, t in templates.items() if t.ndim == 3)
         n_templates = sum(t.numel() for t in templates.values())
         n_scalers = sum(t.numel() for k, t in gene.tensors.items() if k.startswith("scalers."))
         rest = gene.num_stored_params - n_templates - n_scalers
         vectors = "with" if any(t.ndim == 2 for t in templates.values()) else "without"
-        return [f"templates: {w}x{w} ({counts}), {vectors} 1-D templates for biases/norms: {n_templates:,} params "
-                f"= {n_templates / block_params_per_layer(source):.2f} layers' worth at width {source.embed_dim}",
-                f"scalers stored for {source.short()}: {n_scalers:,}; other sizes start from linear padding (Eq. 7)",
-                f"embeddings, final norm and head stored: {rest:,} (for {source.short()}, {source.num_classes} classes)"]
+        return [
+            f"templates: {w}x{w} ({counts}), {vectors} 1-D templates for biases/norms: {n_templates:,} params "
+            f"= {n_templates / block_params_per_layer(source):.2f} layers' worth at width {source.embed_dim}",
+            f"scalers stored for {source.short()}: {n_scalers:,}; other sizes start from linear padding (Eq. 7)",
+            f"embeddings, final norm and head stored: {rest:,} (for {source.short()}, {source.num_classes} classes)",
+        ]

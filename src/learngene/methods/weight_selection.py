@@ -12,12 +12,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import LearngeneError
-from ..gene import Learngene
 from ..formats.memory import give_back
+from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..vit.spec import ViTSpec, block_key
-from ..vit.transfer import HEADS, HEADS_IN, WIDTH, Axis, StateDict, block_axes, block_state, carried, evenly, inherit_non_block, move_state, non_block_axes
+from ..vit.transfer import (
+    HEADS,
+    HEADS_IN,
+    WIDTH,
+    Axis,
+    StateDict,
+    block_axes,
+    block_state,
+    carried,
+    evenly,
+    inherit_non_block,
+    move_state,
+    non_block_axes,
+)
 
 
 @dataclass(frozen=True)
@@ -45,9 +58,11 @@ class WeightSelection(Method):
             if n_dst > n_src:
                 raise LearngeneError(f"weight_selection can only shrink a dimension, asked {n_src} -> {n_dst}")
         if self.config.head_aware and (spec.num_heads > src.num_heads or spec.head_dim > src.head_dim):
-            raise LearngeneError(f"head-aware weight_selection needs at most {src.num_heads} heads of at most "
-                                 f"{src.head_dim} dims, asked {spec.num_heads} x {spec.head_dim}; "
-                                 f"or pass --opt head_aware=false")
+            raise LearngeneError(
+                f"head-aware weight_selection needs at most {src.num_heads} heads of at most "
+                f"{src.head_dim} dims, asked {spec.num_heads} x {spec.head_dim}; "
+                f"or pass --opt head_aware=false"
+            )
         blocks, non_blocks = block_axes(src), non_block_axes(src)
         if not self.config.head_aware:  # the authors' rule: q, k, v rows and W_O columns as plain coordinates
             blocks, non_blocks = _without_heads(blocks), _without_heads(non_blocks)
@@ -60,7 +75,9 @@ class WeightSelection(Method):
             out.update({block_key(layer, k): v for k, v in selected.items()})
         narrow = carried(src, spec)
         state = {k: gene.tensors[k] for k in src.non_block_shapes()}
-        out.update(inherit_non_block(move_state(state, non_blocks, narrow.non_block_shapes(), heads, evenly), narrow, spec))
+        out.update(
+            inherit_non_block(move_state(state, non_blocks, narrow.non_block_shapes(), heads, evenly), narrow, spec)
+        )
         return out
 
 

@@ -19,18 +19,28 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from . import distributed as dist
 from ..data import Data
 from ..errors import LearngeneError, TrainingError
-from ..formats.weights import digest, nonfinite_tensor, torch_load_weights_only
 from ..formats.atomic import quote, save_torch_atomic, write_text_atomic
+from ..formats.weights import digest, nonfinite_tensor, torch_load_weights_only
+from . import distributed as dist
 
 if TYPE_CHECKING:
     from .loop import TrainConfig
 
 CHECKPOINT = "checkpoint.pt"
-CHECKPOINT_KEYS = {"model", "optimizer", "scheduler", "rng", "epoch", "step_in_epoch", "global_step", "history",
-                   "seconds", "epoch_sums"}
+CHECKPOINT_KEYS = {
+    "model",
+    "optimizer",
+    "scheduler",
+    "rng",
+    "epoch",
+    "step_in_epoch",
+    "global_step",
+    "history",
+    "seconds",
+    "epoch_sums",
+}
 LOG = "log.jsonl"
 
 
@@ -68,8 +78,10 @@ STOPPED_NONFINITE = "non-finite"
 def last_good(ckpt_path: Path | None) -> str:
     if ckpt_path is None or not ckpt_path.exists():
         return ""
-    return (f"; the last good checkpoint is {quote(ckpt_path)}: rerun with --resume and a lower --lr and/or a "
-            f"--grad-clip (only those two may change) to continue from it")
+    return (
+        f"; the last good checkpoint is {quote(ckpt_path)}: rerun with --resume and a lower --lr and/or a "
+        f"--grad-clip (only those two may change) to continue from it"
+    )
 
 
 def record_nonfinite_stop(run_dir: Path, message: str) -> None:
@@ -94,7 +106,9 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     except ValueError as exc:
         raise TrainingError(f"checkpoint {quote(path)} is unreadable ({exc}); delete it to start over") from None
     if not isinstance(ckpt, dict) or not CHECKPOINT_KEYS <= set(ckpt):
-        raise TrainingError(f"{quote(path)} is not a learngene training checkpoint; delete it or give another --run-dir")
+        raise TrainingError(
+            f"{quote(path)} is not a learngene training checkpoint; delete it or give another --run-dir"
+        )
     return ckpt
 
 
@@ -102,7 +116,7 @@ def zero_sums() -> Tensor:
     return torch.zeros(3, dtype=torch.float64)
 
 
-def run_fingerprint(cfg: "TrainConfig", model: nn.Module, data: Data, teacher: nn.Module | None = None) -> dict[str, Any]:
+def run_fingerprint(cfg: TrainConfig, model: nn.Module, data: Data, teacher: nn.Module | None = None) -> dict[str, Any]:
     """Everything that changes a run's result: a checkpoint records it, and a run resuming it must match.
 
     The one place that says which settings count: the training settings of ``cfg.RESUME_KEYS``;
@@ -122,7 +136,9 @@ def run_fingerprint(cfg: "TrainConfig", model: nn.Module, data: Data, teacher: n
         "normalization": [list(data.mean), list(data.std)],
         "augmentation": getattr(data, "augment", "none"),
         "labels": digest(data.labels),
-        "images": digest(images) if images is not None else digest({p: torch.zeros(0) for p, _ in data.samples}, values=False),
+        "images": digest(images)
+        if images is not None
+        else digest({p: torch.zeros(0) for p, _ in data.samples}, values=False),
         "model": digest(model.state_dict(), values=False),
         "teacher": digest(teacher.state_dict(), values=False) if teacher is not None else None,
         **cfg.identity,
@@ -134,8 +150,11 @@ def _differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
         text = repr(value)
         return text if len(text) <= 60 else text[:57] + "..."
 
-    return [f"{k} was {show(saved.get(k))}, now {show(now.get(k))}"
-            for k in dict.fromkeys([*saved, *now]) if saved.get(k) != now.get(k)]
+    return [
+        f"{k} was {show(saved.get(k))}, now {show(now.get(k))}"
+        for k in dict.fromkeys([*saved, *now])
+        if saved.get(k) != now.get(k)
+    ]
 
 
 @dataclass
@@ -155,49 +174,77 @@ class RunState:
     epoch_sums: Tensor = field(default_factory=zero_sums)
     fingerprint: dict[str, Any] = field(default_factory=dict)  # run_fingerprint of the run
 
-    def save(self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-             cfg: "TrainConfig") -> None:
+    def save(
+        self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, cfg: TrainConfig
+    ) -> None:
         """Atomic; every rank calls it at the same step (their RNG states and partial sums are gathered)."""
         ranks = dist.all_gather_object((_rng_state(), self.epoch_sums.cpu()))
         if not dist.is_main():
             return
         state = {
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "rng": ranks[0][0], "rng_per_rank": [r[0] for r in ranks], "epoch": self.epoch,
-            "step_in_epoch": self.step_in_epoch, "global_step": self.global_step, "history": self.history,
-            "seconds": self.seconds, "epoch_sums": sum(r[1] for r in ranks),
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "rng": ranks[0][0],
+            "rng_per_rank": [r[0] for r in ranks],
+            "epoch": self.epoch,
+            "step_in_epoch": self.step_in_epoch,
+            "global_step": self.global_step,
+            "history": self.history,
+            "seconds": self.seconds,
+            "epoch_sums": sum(r[1] for r in ranks),
             "fingerprint": self.fingerprint,
         }
         bad = nonfinite_tensor(state["model"])
         if bad is not None:  # never replace the last good checkpoint with one that cannot be resumed
-            raise NonFiniteError(f"weights became non-finite ({bad}) at step {self.global_step}; lower --lr or check "
-                                f"the data{last_good(path)}")
+            raise NonFiniteError(
+                f"weights became non-finite ({bad}) at step {self.global_step}; lower --lr or check "
+                f"the data{last_good(path)}"
+            )
         save_torch_atomic(path, state)
 
     @classmethod
-    def load(cls, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-             cfg: "TrainConfig", fingerprint: dict[str, Any]) -> "RunState":
+    def load(
+        cls,
+        path: Path,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any,
+        cfg: TrainConfig,
+        fingerprint: dict[str, Any],
+    ) -> RunState:
         """Restore model, optimizer, schedule and this rank's RNG states from ``path``; the run's position.
         Refuses (one line) a checkpoint whose :func:`run_fingerprint` differs from this run's ``fingerprint``."""
         ckpt = load_checkpoint(path)
         free = AFTER_NONFINITE if stopped_by_nonfinite(path.parent) else ()
         if "fingerprint" in ckpt:
-            changed = _differences({k: v for k, v in ckpt["fingerprint"].items() if k not in free},
-                                   {k: v for k, v in fingerprint.items() if k not in free})
+            changed = _differences(
+                {k: v for k, v in ckpt["fingerprint"].items() if k not in free},
+                {k: v for k, v in fingerprint.items() if k not in free},
+            )
         else:  # written before run fingerprints: only its training settings can be compared
             saved = ckpt.get("config", {})
-            changed = _differences({k: v for k, v in saved.items() if k in cfg.RESUME_KEYS},
-                                   {k: getattr(cfg, k) for k in cfg.RESUME_KEYS if k in saved})
+            changed = _differences(
+                {k: v for k, v in saved.items() if k in cfg.RESUME_KEYS},
+                {k: getattr(cfg, k) for k in cfg.RESUME_KEYS if k in saved},
+            )
             if dist.is_main() and not changed:
-                warnings.warn(f"{quote(path)} predates run fingerprints: only its training settings were checked, "
-                              f"not its data, model or method; resume it only with the command that made it",
-                              stacklevel=2)
+                warnings.warn(
+                    f"{quote(path)} predates run fingerprints: only its training settings were checked, "
+                    f"not its data, model or method; resume it only with the command that made it",
+                    stacklevel=2,
+                )
         if changed:
-            may = ("after its stop on a non-finite loss only --lr and --grad-clip may change; " if free else
-                   "only a run stopped by a non-finite loss may change --lr or --grad-clip; ")
-            raise LearngeneError(f"cannot resume {quote(path)}: the run differs from the checkpointed one: "
-                                 f"{'; '.join(changed[:3])}{'; ...' if len(changed) > 3 else ''}; {may}use the same "
-                                 f"other settings, or another --run-dir to start over")
+            may = (
+                "after its stop on a non-finite loss only --lr and --grad-clip may change; "
+                if free
+                else "only a run stopped by a non-finite loss may change --lr or --grad-clip; "
+            )
+            raise LearngeneError(
+                f"cannot resume {quote(path)}: the run differs from the checkpointed one: "
+                f"{'; '.join(changed[:3])}{'; ...' if len(changed) > 3 else ''}; {may}use the same "
+                f"other settings, or another --run-dir to start over"
+            )
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
@@ -210,14 +257,28 @@ class RunState:
         per_rank = ckpt.get("rng_per_rank", [ckpt["rng"]])
         if dist.rank() < len(per_rank):  # a rank the saved run did not have keeps its fresh seed
             _set_rng_state(per_rank[dist.rank()])
-        return cls(epoch=ckpt["epoch"], step_in_epoch=ckpt["step_in_epoch"], global_step=ckpt["global_step"],
-                   history=list(ckpt["history"]), seconds=ckpt["seconds"],
-                   epoch_sums=ckpt["epoch_sums"] if dist.is_main() else zero_sums(), fingerprint=fingerprint)
+        return cls(
+            epoch=ckpt["epoch"],
+            step_in_epoch=ckpt["step_in_epoch"],
+            global_step=ckpt["global_step"],
+            history=list(ckpt["history"]),
+            seconds=ckpt["seconds"],
+            epoch_sums=ckpt["epoch_sums"] if dist.is_main() else zero_sums(),
+            fingerprint=fingerprint,
+        )
 
 
-def open_run(run_dir: str | Path | None, resume: bool, model: nn.Module, optimizer: torch.optim.Optimizer,
-             scheduler: Any, cfg: "TrainConfig", data: Data, teacher: nn.Module | None,
-             device: torch.device) -> tuple[RunState, Path | None]:
+def open_run(
+    run_dir: str | Path | None,
+    resume: bool,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    cfg: TrainConfig,
+    data: Data,
+    teacher: nn.Module | None,
+    device: torch.device,
+) -> tuple[RunState, Path | None]:
     """The run's state and checkpoint path: resumed from ``run_dir``'s checkpoint when ``resume`` finds one (its
     fingerprint must match), else fresh, with an older run's log and checkpoint removed; no directory: nothing kept."""
     run_dir = Path(run_dir) if run_dir is not None else None
@@ -231,8 +292,10 @@ def open_run(run_dir: str | Path | None, resume: bool, model: nn.Module, optimiz
     if dist.is_distributed() and resume and ckpt_path is not None:
         seen = dist.count_true(found, device)
         if 0 < seen < dist.world_size():
-            raise LearngeneError(f"{quote(ckpt_path)} is visible to {seen} of {dist.world_size()} processes; put --run-dir on a "
-                                 f"filesystem every node shares")
+            raise LearngeneError(
+                f"{quote(ckpt_path)} is visible to {seen} of {dist.world_size()} processes; put --run-dir on a "
+                f"filesystem every node shares"
+            )
     fingerprint = run_fingerprint(cfg, model, data, teacher) if run_dir is not None else {}
     state = RunState(fingerprint=fingerprint)
     if found:

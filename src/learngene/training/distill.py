@@ -83,8 +83,15 @@ class FeatureDistillation(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
 
-    def distill_loss(self, logits: Tensor, labels: Tensor, teacher_features: Tensor | None, lam: float, tau: float,
-                     label_smoothing: float = 0.0) -> Tensor:
+    def distill_loss(
+        self,
+        logits: Tensor,
+        labels: Tensor,
+        teacher_features: Tensor | None,
+        lam: float,
+        tau: float,
+        label_smoothing: float = 0.0,
+    ) -> Tensor:
         """The per-sample loss the training loop uses for this model (in place of its logit distillation)."""
         loss = (1.0 - lam) * distill_loss(logits, labels, None, 0.0, tau, label_smoothing)
         if lam > 0.0:
@@ -106,12 +113,17 @@ class Distillation(NamedTuple):
 
 
 def _same_classes(teacher_space: dict[str, Any] | None, data_space: dict[str, Any] | None) -> bool:
-    return bool(teacher_space and data_space and teacher_space.get("classes")
-                and list(teacher_space["classes"]) == list(data_space.get("classes", [])))
+    return bool(
+        teacher_space
+        and data_space
+        and teacher_space.get("classes")
+        and list(teacher_space["classes"]) == list(data_space.get("classes", []))
+    )
 
 
-def setup_distillation(model: nn.Module, teacher: nn.Module, data: Any,
-                       teacher_label_space: dict[str, Any] | None) -> Distillation:
+def setup_distillation(
+    model: nn.Module, teacher: nn.Module, data: Any, teacher_label_space: dict[str, Any] | None
+) -> Distillation:
     """Logit KD when the teacher's head was trained on ``data``'s classes (both named, in the same order),
     else feature KD on the pooled embedding.
 
@@ -126,19 +138,29 @@ def setup_distillation(model: nn.Module, teacher: nn.Module, data: Any,
     if expects is not None:
         chans, size, any_size = expects
         if data.in_chans != chans or (data.img_size != size and not any_size):
-            raise LearngeneError(f"the teacher takes {chans}-channel {size}px images but {data.name} has "
-                                 f"{data.in_chans}-channel {data.img_size}px ones; give a teacher made for this data")
+            raise LearngeneError(
+                f"the teacher takes {chans}-channel {size}px images but {data.name} has "
+                f"{data.in_chans}-channel {data.img_size}px ones; give a teacher made for this data"
+            )
     teacher_classes = int(getattr(net, "num_classes", 0) or 0)
     if teacher_classes and teacher_classes == data.num_classes and _same_classes(teacher_label_space, data.label_space):
-        return Distillation(model, teacher, "logits",
-                            f"logit distillation: the teacher's head was trained on the data's {teacher_classes} classes")
+        return Distillation(
+            model,
+            teacher,
+            "logits",
+            f"logit distillation: the teacher's head was trained on the data's {teacher_classes} classes",
+        )
     if not hasattr(net, "forward_head") or not hasattr(net, "num_features"):
         raise LearngeneError(f"the teacher ({type(net).__name__}) has no pooled embedding to distil; give a timm ViT")
     features = PooledFeatures(net)
     student = FeatureDistillation(model, features.width)
-    why = ("the teacher has no classifier" if not teacher_classes else
-           "the teacher records no label space" if not teacher_label_space else
-           "the teacher's head was trained on other classes")
+    why = (
+        "the teacher has no classifier"
+        if not teacher_classes
+        else "the teacher records no label space"
+        if not teacher_label_space
+        else "the teacher's head was trained on other classes"
+    )
     return Distillation(student, features, "features", f"feature distillation on {student.describe()}: {why}")
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import datetime
 import os
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -43,15 +44,19 @@ def init_from_env() -> None:
     if use_cuda:
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         if local_rank >= torch.cuda.device_count():
-            raise LearngeneError(f"local rank {local_rank} has no GPU ({torch.cuda.device_count()} visible); start at "
-                                 f"most {torch.cuda.device_count()} processes per node (--nproc_per_node)")
+            raise LearngeneError(
+                f"local rank {local_rank} has no GPU ({torch.cuda.device_count()} visible); start at "
+                f"most {torch.cuda.device_count()} processes per node (--nproc_per_node)"
+            )
         torch.cuda.set_device(local_rank)
     try:
         dist.init_process_group(backend="cpu:gloo,cuda:nccl" if use_cuda else "gloo", timeout=timeout)
     except (RuntimeError, ValueError) as exc:
         lines = str(exc).strip().splitlines()
-        raise LearngeneError(f"could not join the process group ({lines[0][:160] if lines else type(exc).__name__}); "
-                             f"check the torchrun --rdzv-endpoint / --master-addr and that every node can reach it") from None
+        raise LearngeneError(
+            f"could not join the process group ({lines[0][:160] if lines else type(exc).__name__}); "
+            f"check the torchrun --rdzv-endpoint / --master-addr and that every node can reach it"
+        ) from None
 
 
 def is_distributed() -> bool:

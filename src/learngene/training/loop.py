@@ -16,9 +16,10 @@ import math
 import random
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,16 +27,24 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from . import distributed as dist
-from .checkpoint import CHECKPOINT, LOG, NonFiniteError, RunState, last_good, load_checkpoint, open_run, record_nonfinite_stop, run_fingerprint, zero_sums
 from ..data import Batch, Batches, BatchMixer, Data, take
-from ..errors import DataError, LearngeneError, TrainingError
+from ..errors import DataError, LearngeneError
 from ..formats.atomic import write_text_atomic
-from ..vit.naflex import image_input
-from .progress import progress_bar
-from ..vit.spec import available_memory, training_activation_bytes
 from ..validate import check_fields
-
+from ..vit.naflex import image_input
+from ..vit.spec import available_memory, training_activation_bytes
+from . import distributed as dist
+from .checkpoint import (
+    CHECKPOINT,
+    LOG,
+    NonFiniteError,
+    RunState,
+    last_good,
+    open_run,
+    record_nonfinite_stop,
+    zero_sums,
+)
+from .progress import progress_bar
 
 # ---- stopping on SIGINT / SIGTERM at a step boundary ---------------------------------------------------
 STOP_CHECK_EVERY = 20  # steps between the ranks' agreement on a stop under DDP (one tiny all-reduce each)
@@ -103,23 +112,46 @@ class TrainConfig:
     identity: dict[str, Any] = field(default_factory=dict)
 
     # fields that must agree between a checkpoint and the run resuming it (with run_fingerprint's others)
-    RESUME_KEYS = ("epochs", "batch_size", "lr", "min_lr", "weight_decay", "warmup_epochs", "max_steps",
-                   "grad_clip", "label_smoothing", "distill_lambda", "distill_tau", "augment", "mixup", "seed")
+    RESUME_KEYS = (
+        "epochs",
+        "batch_size",
+        "lr",
+        "min_lr",
+        "weight_decay",
+        "warmup_epochs",
+        "max_steps",
+        "grad_clip",
+        "label_smoothing",
+        "distill_lambda",
+        "distill_tau",
+        "augment",
+        "mixup",
+        "seed",
+    )
 
     def __post_init__(self) -> None:
         check_fields(self, "training setting", "pass a finite number of the right kind (see learngene COMMAND --help)")
         if not 0 <= self.seed < 2**63:
             raise LearngeneError(f"seed must be in [0, 2^63), got {self.seed}; pass e.g. --seed 0")
-        for name, flag in (("weight_decay", "--weight-decay"), ("warmup_epochs", "--warmup-epochs"), ("min_lr", "min_lr")):
+        for name, flag in (
+            ("weight_decay", "--weight-decay"),
+            ("warmup_epochs", "--warmup-epochs"),
+            ("min_lr", "min_lr"),
+        ):
             if getattr(self, name) < 0:
-                raise LearngeneError(f"{name.replace('_', ' ')} must be 0 or more, got {getattr(self, name)}; "
-                                     f"pass {flag} 0 or more")
+                raise LearngeneError(
+                    f"{name.replace('_', ' ')} must be 0 or more, got {getattr(self, name)}; pass {flag} 0 or more"
+                )
         if self.grad_clip is not None and not self.grad_clip > 0:
-            raise LearngeneError(f"gradient clipping must be a positive norm (or off), got {self.grad_clip}; pass "
-                                 f"--grad-clip 0 for no clipping or a positive maximum norm")
+            raise LearngeneError(
+                f"gradient clipping must be a positive norm (or off), got {self.grad_clip}; pass "
+                f"--grad-clip 0 for no clipping or a positive maximum norm"
+            )
         if not 0.0 <= self.label_smoothing < 1.0:
-            raise LearngeneError(f"label smoothing must be in [0, 1), got {self.label_smoothing}; pass "
-                                 f"--label-smoothing between 0 (off) and e.g. 0.1")
+            raise LearngeneError(
+                f"label smoothing must be in [0, 1), got {self.label_smoothing}; pass "
+                f"--label-smoothing between 0 (off) and e.g. 0.1"
+            )
         if self.eval_batch_size < 1:
             raise LearngeneError(f"eval batch size must be positive, got {self.eval_batch_size}")
         if self.epochs < 1 and not self.max_steps:
@@ -131,16 +163,22 @@ class TrainConfig:
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise LearngeneError(f"learning rate must be positive, got {self.lr}; pass e.g. --lr 0.001")
         if not 0.0 <= self.distill_lambda <= 1.0:
-            raise LearngeneError(f"distillation λ must be in [0, 1], got {self.distill_lambda}; pass --distill-lambda "
-                                 f"between 0 (plain CE) and 1 (pure distillation)")
+            raise LearngeneError(
+                f"distillation λ must be in [0, 1], got {self.distill_lambda}; pass --distill-lambda "
+                f"between 0 (plain CE) and 1 (pure distillation)"
+            )
         if not self.distill_tau > 0:
             raise LearngeneError(f"distillation τ must be positive, got {self.distill_tau}; pass e.g. --distill-tau 1")
         if self.checkpoint_every < 0:
-            raise LearngeneError(f"checkpoint interval must be 0 (per epoch) or positive, got {self.checkpoint_every}; "
-                                 f"pass --checkpoint-every N with N >= 0")
+            raise LearngeneError(
+                f"checkpoint interval must be 0 (per epoch) or positive, got {self.checkpoint_every}; "
+                f"pass --checkpoint-every N with N >= 0"
+            )
 
         if self.eval_every < 0:
-            raise LearngeneError(f"--eval-every must be 0 (after the last epoch only) or positive, got {self.eval_every}")
+            raise LearngeneError(
+                f"--eval-every must be 0 (after the last epoch only) or positive, got {self.eval_every}"
+            )
         if self.eval_images is not None and self.eval_images < 1:
             raise LearngeneError(f"--eval-images must be at least 1, got {self.eval_images}; or leave it out for all")
 
@@ -148,7 +186,7 @@ class TrainConfig:
         """Whether the run evaluates after (1-based) ``epoch`` of ``epochs``."""
         return epoch == epochs or (self.eval_every > 0 and epoch % self.eval_every == 0)
 
-    def replace(self, **changes: Any) -> "TrainConfig":
+    def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
 
 
@@ -175,8 +213,10 @@ def resolve_device(name: str = "auto") -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise LearngeneError("--device cuda was asked for but no GPU is visible; use --device auto or cpu")
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise LearngeneError(f"--device {name} asked for but only {torch.cuda.device_count()} GPU(s) are visible; "
-                             f"use cuda:0..cuda:{torch.cuda.device_count() - 1}")
+        raise LearngeneError(
+            f"--device {name} asked for but only {torch.cuda.device_count()} GPU(s) are visible; "
+            f"use cuda:0..cuda:{torch.cuda.device_count() - 1}"
+        )
     return device
 
 
@@ -204,8 +244,9 @@ def set_fused_attention(model: nn.Module, enabled: bool = True) -> int:
     return count
 
 
-def distill_loss(logits: Tensor, labels: Tensor, teacher_logits: Tensor | None, lam: float, tau: float,
-                 label_smoothing: float = 0.0) -> Tensor:
+def distill_loss(
+    logits: Tensor, labels: Tensor, teacher_logits: Tensor | None, lam: float, tau: float, label_smoothing: float = 0.0
+) -> Tensor:
     """Per-sample ``(1−λ)·CE + λ·τ²·KL(softmax(z_t/τ) ‖ softmax(z_s/τ))`` (summed later, not averaged).
 
     ``labels`` are class indices, or soft targets ``(N, K)`` (mixup/cutmix, smoothing already folded in).
@@ -245,7 +286,9 @@ def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, data: Data, batch_size: int = 512, device: torch.device | None = None) -> dict[str, float]:
+def evaluate(
+    model: nn.Module, data: Data, batch_size: int = 512, device: torch.device | None = None
+) -> dict[str, float]:
     """Top-1 accuracy and mean cross-entropy of ``model`` on ``data`` (all ranks together under DDP)."""
     device = device or next(model.parameters()).device
     was_training = model.training
@@ -255,9 +298,13 @@ def evaluate(model: nn.Module, data: Data, batch_size: int = 512, device: torch.
         x, y = batch.x.to(device, non_blocking=True), batch.y.to(device, non_blocking=True)
         with autocast(device):
             logits = model(x).float()
-        totals += torch.stack([(logits.argmax(-1) == y).sum().double(),
-                               F.cross_entropy(logits, y, reduction="sum").double(),
-                               torch.tensor(len(y), dtype=torch.float64, device=device)])
+        totals += torch.stack(
+            [
+                (logits.argmax(-1) == y).sum().double(),
+                F.cross_entropy(logits, y, reduction="sum").double(),
+                torch.tensor(len(y), dtype=torch.float64, device=device),
+            ]
+        )
     dist.all_reduce_sum(totals)
     model.train(was_training)
     correct, loss, count = totals.tolist()
@@ -297,10 +344,12 @@ def require_activation_memory(model: nn.Module, cfg: TrainConfig, device: torch.
     else:
         free = available_memory()
     if free is not None and need > free:
-        raise LearngeneError(f"a training step of {per_rank} images of {sizes[0]:,} tokens through {sizes[4]} blocks of "
-                             f"width {sizes[1]} needs at least {need / 2**30:,.1f} GiB for its activations, but "
-                             f"{device.type} has {free / 2**30:,.1f} GiB free; choose a smaller --batch-size or "
-                             f"--img-size (or a larger --patch-size)")
+        raise LearngeneError(
+            f"a training step of {per_rank} images of {sizes[0]:,} tokens through {sizes[4]} blocks of "
+            f"width {sizes[1]} needs at least {need / 2**30:,.1f} GiB for its activations, but "
+            f"{device.type} has {free / 2**30:,.1f} GiB free; choose a smaller --batch-size or "
+            f"--img-size (or a larger --patch-size)"
+        )
 
 
 def check_data_fits(model: nn.Module, data: Data) -> None:
@@ -315,20 +364,32 @@ def check_data_fits(model: nn.Module, data: Data) -> None:
     if expects is not None:
         chans, size, any_size = expects
         if data.in_chans != chans:
-            raise DataError(f"{data.name} has {data.in_chans}-channel images but the model expects {chans}; "
-                            f"load the data with --in-chans {chans} or build the model for {data.in_chans}")
+            raise DataError(
+                f"{data.name} has {data.in_chans}-channel images but the model expects {chans}; "
+                f"load the data with --in-chans {chans} or build the model for {data.in_chans}"
+            )
         if data.img_size != size and not any_size:
-            raise DataError(f"{data.name} has {data.img_size}px images but the model expects {size}px; "
-                            f"load the data with --img-size {size}")
+            raise DataError(
+                f"{data.name} has {data.img_size}px images but the model expects {size}px; "
+                f"load the data with --img-size {size}"
+            )
     classes = getattr(model, "num_classes", None)
     if classes is not None and data.num_classes > classes:
-        raise DataError(f"{data.name} has {data.num_classes} classes but the model's head has {classes}; "
-                        f"build the model with num_classes={data.num_classes}")
+        raise DataError(
+            f"{data.name} has {data.num_classes} classes but the model's head has {classes}; "
+            f"build the model with num_classes={data.num_classes}"
+        )
 
 
-def loss_step(net: nn.Module, batch: Batch, teacher: nn.Module | None, cfg: TrainConfig, device: torch.device,
-              mixer: BatchMixer | None = None, loss_of: Callable[..., Tensor] = distill_loss,
-              ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def loss_step(
+    net: nn.Module,
+    batch: Batch,
+    teacher: nn.Module | None,
+    cfg: TrainConfig,
+    device: torch.device,
+    mixer: BatchMixer | None = None,
+    loss_of: Callable[..., Tensor] = distill_loss,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Forward one batch: the loss to back-propagate, and the per-sample losses, logits and labels (detached).
     ``loss_of`` is :func:`distill_loss` or the model's own per-sample loss (same signature)."""
     x, y = batch.x.to(device, non_blocking=True), batch.y.to(device, non_blocking=True)
@@ -349,15 +410,22 @@ def loss_step(net: nn.Module, batch: Batch, teacher: nn.Module | None, cfg: Trai
     return loss, per_sample.detach(), logits.detach(), y
 
 
-def optimizer_step(loss: Tensor, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, cfg: TrainConfig,
-                   where: str, ckpt_path: Path | None) -> None:
+def optimizer_step(
+    loss: Tensor,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    cfg: TrainConfig,
+    where: str,
+    ckpt_path: Path | None,
+) -> None:
     """Back-propagate ``loss``, clip, update and advance the schedule; a non-finite loss or gradient stops
     the run with one line (``where`` it happened, and the last good checkpoint)."""
     # Checked every step, which forces a host sync per step (nanoGPT syncs only at its log interval):
     # a NaN stops the run at the step it appears, before it reaches the weights or a checkpoint.
     finite = bool(torch.isfinite(loss))
     # every rank must learn of it, or the others would wait for this one in backward forever
-    if (dist.count_true(not finite, loss.device) if dist.is_distributed() else not finite):
+    if dist.count_true(not finite, loss.device) if dist.is_distributed() else not finite:
         value = loss.item() if not finite else "non-finite on another process"
         raise NonFiniteError(f"loss became {value} {where}; lower --lr or check the data{last_good(ckpt_path)}")
     optimizer.zero_grad(set_to_none=True)
@@ -365,14 +433,22 @@ def optimizer_step(loss: Tensor, model: nn.Module, optimizer: torch.optim.Optimi
     if cfg.grad_clip:
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         if not torch.isfinite(grad_norm):  # the same on every rank: DDP has already averaged the gradients
-            raise NonFiniteError(f"gradients became {grad_norm.item()} {where}; lower --lr or check the "
-                                f"data{last_good(ckpt_path)}")
+            raise NonFiniteError(
+                f"gradients became {grad_norm.item()} {where}; lower --lr or check the data{last_good(ckpt_path)}"
+            )
     optimizer.step()
     scheduler.step()
 
 
-def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data | None = None,
-          teacher: nn.Module | None = None, run_dir: str | Path | None = None, resume: bool = False) -> TrainResult:
+def train(
+    model: nn.Module,
+    train_data: Data,
+    cfg: TrainConfig,
+    eval_data: Data | None = None,
+    teacher: nn.Module | None = None,
+    run_dir: str | Path | None = None,
+    resume: bool = False,
+) -> TrainResult:
     """Train ``model`` in place; returns the per-epoch history.
 
     A SIGINT/SIGTERM handler that calls :func:`request_stop` (the CLI's) makes it finish the current step,
@@ -392,8 +468,11 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
     _running_loops[0] += 1
     try:
         result = _train(model, train_data, cfg, eval_data, teacher, run_dir, resume)
-        stopped = (dist.count_true(bool(_pending_stop), resolve_device(cfg.device)) > 0 if dist.is_distributed()
-                   else bool(_pending_stop))
+        stopped = (
+            dist.count_true(bool(_pending_stop), resolve_device(cfg.device)) > 0
+            if dist.is_distributed()
+            else bool(_pending_stop)
+        )
         if stopped and _running_loops[0] == 1:  # the signal came after the last step: the run is saved
             raise RunInterrupted(_pending_stop[0], result.steps, Path(run_dir) / CHECKPOINT if run_dir else None)
         return result
@@ -407,8 +486,14 @@ def train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data 
             _pending_stop.clear()
 
 
-def _prepare(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data | None, teacher: nn.Module | None,
-             device: torch.device) -> Data | None:
+def _prepare(
+    model: nn.Module,
+    train_data: Data,
+    cfg: TrainConfig,
+    eval_data: Data | None,
+    teacher: nn.Module | None,
+    device: torch.device,
+) -> Data | None:
     """Check the data against the model, move model and teacher to ``device``; the fixed eval subset."""
     check_data_fits(model, train_data)
     if eval_data is not None:
@@ -461,14 +546,28 @@ class _Run:
         return RunInterrupted(_pending_stop[0] if _pending_stop else "stop", self.state.global_step, self.ckpt_path)
 
 
-def _train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data | None,
-           teacher: nn.Module | None, run_dir: str | Path | None, resume: bool) -> TrainResult:
+def _train(
+    model: nn.Module,
+    train_data: Data,
+    cfg: TrainConfig,
+    eval_data: Data | None,
+    teacher: nn.Module | None,
+    run_dir: str | Path | None,
+    resume: bool,
+) -> TrainResult:
     device = resolve_device(cfg.device)
     eval_data = _prepare(model, train_data, cfg, eval_data, teacher, device)
     head = getattr(getattr(model, "skeleton", model), "num_classes", None) or train_data.num_classes
     mixer = BatchMixer(head, cfg.label_smoothing) if cfg.mixup else None
-    batches = Batches(train_data, cfg.batch_size, shuffle=True, seed=cfg.seed, rank=dist.rank(),
-                      world=dist.world_size(), augment=cfg.augment)
+    batches = Batches(
+        train_data,
+        cfg.batch_size,
+        shuffle=True,
+        seed=cfg.seed,
+        rank=dist.rank(),
+        world=dist.world_size(),
+        augment=cfg.augment,
+    )
     steps_per_epoch = len(batches)
     total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
     epochs = math.ceil(total_steps / steps_per_epoch)
@@ -478,12 +577,24 @@ def _train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data
     fused = device.type == "cuda" if cfg.fused_adamw is None else cfg.fused_adamw
     optimizer = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr, fused=fused)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: _lr_factor(s, warmup, total_steps, cfg.min_lr / cfg.lr))
+        optimizer, lambda s: _lr_factor(s, warmup, total_steps, cfg.min_lr / cfg.lr)
+    )
     seed_everything(cfg.seed + 1000 * dist.rank())
     state, ckpt_path = open_run(run_dir, resume, model, optimizer, scheduler, cfg, train_data, teacher, device)
     # a model may bring its own per-sample loss (an aux net distilling a headless ancestry's features)
-    run = _Run(model, _wrapped(model, cfg, device), teacher, cfg, device, optimizer, scheduler, mixer,
-               getattr(model, "distill_loss", distill_loss), state, ckpt_path)
+    run = _Run(
+        model,
+        _wrapped(model, cfg, device),
+        teacher,
+        cfg,
+        device,
+        optimizer,
+        scheduler,
+        mixer,
+        getattr(model, "distill_loss", distill_loss),
+        state,
+        ckpt_path,
+    )
 
     run.net.train()
     start_epoch, start_step = state.epoch, state.step_in_epoch
@@ -496,8 +607,10 @@ def _train(model: nn.Module, train_data: Data, cfg: TrainConfig, eval_data: Data
         record = _epoch_record(run, epoch, sums, eval_data, epochs)
         state.history.append(record)
         if cfg.progress and dist.is_main():
-            tqdm.write(f"{cfg.desc} epoch {epoch + 1}/{epochs}: " + ", ".join(
-                f"{k} {v:.4g}" for k, v in record.items() if k not in ("epoch", "step", "lr", "seconds")))
+            tqdm.write(
+                f"{cfg.desc} epoch {epoch + 1}/{epochs}: "
+                + ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k not in ("epoch", "step", "lr", "seconds"))
+            )
         if run_dir is not None and dist.is_main():
             write_text_atomic(Path(run_dir) / LOG, "".join(json.dumps(r) + "\n" for r in state.history))
         run.checkpoint(epoch + 1, 0, zero_sums())
@@ -512,24 +625,43 @@ def _run_epoch(run: _Run, batches: Batches, epoch: int, epochs: int, epoch_steps
     ``cfg.checkpoint_every`` steps and where a stop was asked for."""
     cfg, state, device = run.cfg, run.state, run.device
     tic = time.perf_counter()
-    bar = progress_bar(total=epoch_steps, initial=batches.start_step, desc=f"{cfg.desc} {epoch + 1}/{epochs}",
-                       disable=not (cfg.progress and dist.is_main()), leave=False, dynamic_ncols=True)
+    bar = progress_bar(
+        total=epoch_steps,
+        initial=batches.start_step,
+        desc=f"{cfg.desc} {epoch + 1}/{epochs}",
+        disable=not (cfg.progress and dist.is_main()),
+        leave=False,
+        dynamic_ncols=True,
+    )
     for step_in_epoch, batch in enumerate(batches, start=batches.start_step):
         if step_in_epoch >= epoch_steps:
             break
         loss, per_sample, logits, y = loss_step(run.net, batch, run.teacher, cfg, device, run.mixer, run.loss_of)
-        optimizer_step(loss, run.model, run.optimizer, run.scheduler, cfg,
-                       f"at epoch {epoch + 1}, step {step_in_epoch + 1}", run.ckpt_path)
+        optimizer_step(
+            loss,
+            run.model,
+            run.optimizer,
+            run.scheduler,
+            cfg,
+            f"at epoch {epoch + 1}, step {step_in_epoch + 1}",
+            run.ckpt_path,
+        )
         state.global_step += 1
-        sums += torch.stack([per_sample.sum().double(), (logits.argmax(-1) == y).sum().double(),
-                             torch.tensor(len(y), dtype=torch.float64, device=device)])
+        sums += torch.stack(
+            [
+                per_sample.sum().double(),
+                (logits.argmax(-1) == y).sum().double(),
+                torch.tensor(len(y), dtype=torch.float64, device=device),
+            ]
+        )
         bar.update(1)
         if step_in_epoch % 10 == 0 and not bar.disable:  # reading the sums syncs: only at the display interval
             loss_sum, correct, seen = sums.tolist()
             bar.set_postfix(loss=f"{loss_sum / max(seen, 1):.3f}", acc=f"{correct / max(seen, 1):.3f}")
         stop = step_in_epoch + 1 < epoch_steps and _stop_now(state.global_step, device)
-        if stop or (cfg.checkpoint_every and not state.global_step % cfg.checkpoint_every
-                    and step_in_epoch + 1 < epoch_steps):
+        if stop or (
+            cfg.checkpoint_every and not state.global_step % cfg.checkpoint_every and step_in_epoch + 1 < epoch_steps
+        ):
             state.seconds += time.perf_counter() - tic
             tic = time.perf_counter()
             run.checkpoint(epoch, step_in_epoch + 1, sums)

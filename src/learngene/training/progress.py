@@ -41,9 +41,19 @@ def progress_bar(**kwargs: Any) -> tqdm:
     if on_terminal() or kwargs.get("disable"):
         return tqdm(**kwargs)
     lines = _Lines(sys.stderr)
-    bar = tqdm(**{**kwargs, "file": lines, "mininterval": LINE_INTERVAL, "maxinterval": LINE_INTERVAL,
-                  "dynamic_ncols": False, "ncols": 100})
-    threading.Thread(target=_heartbeat, args=(bar, lines, LINE_INTERVAL), daemon=True, name="progress-heartbeat").start()
+    bar = tqdm(
+        **{
+            **kwargs,
+            "file": lines,
+            "mininterval": LINE_INTERVAL,
+            "maxinterval": LINE_INTERVAL,
+            "dynamic_ncols": False,
+            "ncols": 100,
+        }
+    )
+    threading.Thread(
+        target=_heartbeat, args=(bar, lines, LINE_INTERVAL), daemon=True, name="progress-heartbeat"
+    ).start()
     return bar
 
 

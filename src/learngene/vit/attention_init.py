@@ -17,8 +17,8 @@ import torch
 from torch import Tensor
 
 from ..errors import LearngeneError
-from .heads import join_qkv, split_qkv
 from ..formats.memory import release_pages
+from .heads import join_qkv, split_qkv
 from .spec import ViTSpec, block_key
 from .transfer import StateDict
 
@@ -33,8 +33,9 @@ class MimeticConfig:
     seed: int = 0
 
 
-def query_key_factors(width: int, head_dim: int, heads: int, alpha: float, beta: float,
-                      generator: torch.Generator) -> tuple[Tensor, Tensor]:
+def query_key_factors(
+    width: int, head_dim: int, heads: int, alpha: float, beta: float, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
     """Per-head timm q and k weights with ``W_q^h W_k^hᵀ`` the rank-``d`` part of ``α·Z + β·I`` (Eqs. 1, 3, 5-7).
 
     ``Z`` has N(0, 1/D) entries and is drawn anew for every head. With ``A = U Σ Vᵀ``, the maps
@@ -52,7 +53,9 @@ def query_key_factors(width: int, head_dim: int, heads: int, alpha: float, beta:
     return q.float(), k.float()
 
 
-def value_projection_factors(width: int, alpha: float, beta: float, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+def value_projection_factors(
+    width: int, alpha: float, beta: float, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
     """timm v and proj weights with ``W_v W_proj = α·Z' − β·I`` exactly (Eqs. 2, 4).
 
     ``W_v = U Σ^½`` and ``W_proj = Σ^½ Vᵀ`` as maps on row vectors; stored transposed for timm.
@@ -71,15 +74,18 @@ def sincos_pos_embed(spec: ViTSpec, scale: float = 1.0) -> Tensor:
     from timm.layers import build_sincos2d_pos_embed
 
     if spec.embed_dim % 4:
-        raise LearngeneError(f"mimetic's 2-D sin-cos position embedding needs a width divisible by 4, "
-                             f"got {spec.embed_dim}; choose another --embed-dim")
+        raise LearngeneError(
+            f"mimetic's 2-D sin-cos position embedding needs a width divisible by 4, "
+            f"got {spec.embed_dim}; choose another --embed-dim"
+        )
     patches = build_sincos2d_pos_embed([spec.grid_size, spec.grid_size], dim=spec.embed_dim) * scale
     prefix = torch.zeros(spec.family.pos_prefix_tokens, spec.embed_dim)
     return torch.cat([prefix, patches]).unsqueeze(0)
 
 
-def blend_query_key(state: StateDict, spec: ViTSpec, alpha: float, seed: int = 0,
-                    config: MimeticConfig = MimeticConfig()) -> StateDict:
+def blend_query_key(
+    state: StateDict, spec: ViTSpec, alpha: float, seed: int = 0, config: MimeticConfig = MimeticConfig()
+) -> StateDict:
     """``state`` with every head's ``W_q^h W_k^hᵀ`` replaced by ``α·(state's) + (1−α)·(mimetic's)``.
 
     The blend has rank up to 2d; its best rank-d approximation is factored as in
@@ -99,7 +105,9 @@ def blend_query_key(state: StateDict, spec: ViTSpec, alpha: float, seed: int = 0
             continue
         q, k, v = split_qkv(state[key], H)
         # per head: W_q W_kᵀ = qᵀ k as maps on row vectors (timm stores the transposes)
-        product = alpha * q.double().transpose(1, 2) @ k.double() + (1 - alpha) * q_m.double().transpose(1, 2) @ k_m.double()
+        product = (
+            alpha * q.double().transpose(1, 2) @ k.double() + (1 - alpha) * q_m.double().transpose(1, 2) @ k_m.double()
+        )
         u, sv, vh = torch.linalg.svd(product)
         root = sv[:, :d].sqrt().unsqueeze(-1)
         q_new = root * u[:, :, :d].transpose(1, 2)
@@ -159,8 +167,9 @@ def attention_logit_scale(state: StateDict, spec: ViTSpec, layer: int) -> float:
     return float(squared.clamp_min(0).sqrt().mean() / spec.head_dim**0.5)
 
 
-def mimetic_where_untrained(state: StateDict, spec: ViTSpec, seed: int = 0,
-                            threshold: float = UNTRAINED_ATTENTION_SCALE) -> StateDict:
+def mimetic_where_untrained(
+    state: StateDict, spec: ViTSpec, seed: int = 0, threshold: float = UNTRAINED_ATTENTION_SCALE
+) -> StateDict:
     """``state`` with mimetic's attention and sin-cos positions when its attention was never trained.
 
     "Never trained": every layer whose attention ``state`` gives has :func:`attention_logit_scale`
@@ -191,7 +200,9 @@ def untrained_attention_note(gene_tensors: StateDict, layout: ViTSpec) -> str | 
     """A hint for a gene of copied blocks whose attention looks untrained (:data:`UNTRAINED_ATTENTION_SCALE`):
     with such an ancestry its descendants fine-tune below mimetic's on new classes unless they are expanded
     with ``untrained_attention=mimetic`` (docs/RESULTS.md, transfer). None when the attention looks trained."""
-    layers = sorted({int(k.split(".")[1]) for k in gene_tensors if k.startswith("blocks.") and k.endswith(".attn.qkv.weight")})
+    layers = sorted(
+        {int(k.split(".")[1]) for k in gene_tensors if k.startswith("blocks.") and k.endswith(".attn.qkv.weight")}
+    )
     if not layers:
         return None
     scale = 0.0
@@ -200,6 +211,8 @@ def untrained_attention_note(gene_tensors: StateDict, layout: ViTSpec) -> str | 
         release_pages(gene_tensors[block_key(i, "attn.qkv.weight")])  # a memory-mapped ViT-g: read once, give back
     if scale >= UNTRAINED_ATTENTION_SCALE:
         return None
-    return (f"note: the ancestry's attention looks untrained (largest attention-logit scale {scale:.3f} < "
-            f"{UNTRAINED_ATTENTION_SCALE}); for new classes, expand with --opt untrained_attention=mimetic "
-            f"to give descendants mimetic's attention instead (docs/RESULTS.md, transfer)")
+    return (
+        f"note: the ancestry's attention looks untrained (largest attention-logit scale {scale:.3f} < "
+        f"{UNTRAINED_ATTENTION_SCALE}); for new classes, expand with --opt untrained_attention=mimetic "
+        f"to give descendants mimetic's attention instead (docs/RESULTS.md, transfer)"
+    )

@@ -20,7 +20,8 @@ grouped-query or gated attention, post-norm blocks and depth-dependent ("mixed")
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 EVA_MODULE = "timm.models.eva"
 
@@ -33,11 +34,22 @@ def is_eva(model) -> bool:
 
 def eva_kwargs(family) -> dict[str, Any]:
     """``timm.create_model`` arguments of an Eva architecture for ``family`` (Eva's names for the ViT's)."""
-    return dict(qkv_fused=True, class_token=family.class_token, num_reg_tokens=family.reg_tokens, no_embed_class=family.no_embed_class,
-                use_pre_transformer_norm=family.pre_norm, use_fc_norm=family.final_norm and family.use_fc_norm,
-                use_post_transformer_norm=family.final_norm and not family.use_fc_norm, global_pool=family.global_pool,
-                init_values=family.init_values, qkv_bias=family.qkv_bias or family.qv_bias, qk_norm=family.qk_norm,
-                scale_attn_inner=family.attn_norm, scale_mlp=family.mlp_norm, dynamic_img_size=family.dynamic_img_size)
+    return dict(
+        qkv_fused=True,
+        class_token=family.class_token,
+        num_reg_tokens=family.reg_tokens,
+        no_embed_class=family.no_embed_class,
+        use_pre_transformer_norm=family.pre_norm,
+        use_fc_norm=family.final_norm and family.use_fc_norm,
+        use_post_transformer_norm=family.final_norm and not family.use_fc_norm,
+        global_pool=family.global_pool,
+        init_values=family.init_values,
+        qkv_bias=family.qkv_bias or family.qv_bias,
+        qk_norm=family.qk_norm,
+        scale_attn_inner=family.attn_norm,
+        scale_mlp=family.mlp_norm,
+        dynamic_img_size=family.dynamic_img_size,
+    )
 
 
 def eva_problems(model, block) -> list[str]:
@@ -63,8 +75,13 @@ def eva_problems(model, block) -> list[str]:
     if model.global_pool not in ("token", "avg", "map"):
         problems.append(f"global_pool={model.global_pool!r} (token, avg, map)")
     embed = model.patch_embed
-    if type(embed) is not PatchEmbed or embed.img_size is None or embed.img_size[0] != embed.img_size[1] \
-            or embed.patch_size[0] != embed.patch_size[1] or getattr(embed, "dynamic_img_pad", False):
+    if (
+        type(embed) is not PatchEmbed
+        or embed.img_size is None
+        or embed.img_size[0] != embed.img_size[1]
+        or embed.patch_size[0] != embed.patch_size[1]
+        or getattr(embed, "dynamic_img_pad", False)
+    ):
         problems.append("patch_embed (timm's PatchEmbed, square images and patches, no padding)")
     if attn.proj.bias is None:
         problems.append("proj_bias=False")
@@ -102,7 +119,8 @@ def eva_family_fields(model, block) -> dict[str, Any]:
 
 def block_inputs(model, images):
     """``(tokens, kwargs)`` a timm ViT, Eva or NaFlexVit feeds its first block: Eva's blocks also take the RoPE table."""
-    from .naflex import block_inputs as naflex_block_inputs, is_naflex
+    from .naflex import block_inputs as naflex_block_inputs
+    from .naflex import is_naflex
 
     if is_naflex(model):
         return naflex_block_inputs(model, images)
@@ -113,8 +131,9 @@ def block_inputs(model, images):
     return model.norm_pre(model.patch_drop(model._pos_embed(x))), {}
 
 
-def fuse_qkv_projections(state: dict, read_once: Callable[..., None] = lambda *tensors: None,
-                         place: Callable[[list], dict] | None = None) -> tuple[dict, dict[str, Any]]:
+def fuse_qkv_projections(
+    state: dict, read_once: Callable[..., None] = lambda *tensors: None, place: Callable[[list], dict] | None = None
+) -> tuple[dict, dict[str, Any]]:
     """An Eva checkpoint with q, k, v apart (EVA-02 B/L, EVA-02 CLIP: timm's ``qkv_fused=False``) as the same
     attention fused: ``qkv.weight`` = [q; k; v] rows, ``q_proj.bias``/``v_proj.bias`` -> ``q_bias``/``v_bias``
     (Eva's k has no bias). Returns the state and the ``create_model`` arguments that build it fused.
@@ -134,6 +153,7 @@ def fuse_qkv_projections(state: dict, read_once: Callable[..., None] = lambda *t
             weight = torch.cat(parts)
             read_once(*parts)
             return weight
+
         return make
 
     out, made, has_bias = {}, [], False

@@ -23,12 +23,12 @@ def split_heads(t: Tensor, num_heads: int, segments: int = 1, dim: int = 0) -> T
     n = t.shape[dim]
     if n % (segments * num_heads):
         raise ValueError(f"an axis of {n} channels does not split into {segments} x {num_heads} heads")
-    return t.reshape(*t.shape[:dim], segments, num_heads, n // (segments * num_heads), *t.shape[dim + 1:])
+    return t.reshape(*t.shape[:dim], segments, num_heads, n // (segments * num_heads), *t.shape[dim + 1 :])
 
 
 def join_heads(t: Tensor, dim: int = 0) -> Tensor:
     """Inverse of :func:`split_heads`: axes ``dim .. dim+2`` merged back into one."""
-    return t.reshape(*t.shape[:dim], -1, *t.shape[dim + 3:])
+    return t.reshape(*t.shape[:dim], -1, *t.shape[dim + 3 :])
 
 
 def split_qkv(qkv: Tensor, num_heads: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -66,7 +66,9 @@ def join_proj(per_head: Tensor) -> Tensor:
     return per_head.permute(1, 0, 2).reshape(out, heads * d)
 
 
-def mix_heads(qkv_weight: Tensor, qkv_bias: Tensor | None, proj_weight: Tensor, mixing: Tensor) -> tuple[Tensor, Tensor | None, Tensor]:
+def mix_heads(
+    qkv_weight: Tensor, qkv_bias: Tensor | None, proj_weight: Tensor, mixing: Tensor
+) -> tuple[Tensor, Tensor | None, Tensor]:
     """Build new heads as linear combinations of old ones, W_O columns following their heads.
 
     New head ``o`` gets ``q_o = Σ_h M[o, h] q_h`` (likewise k, v, their biases and W_O columns).

@@ -65,15 +65,18 @@ def _why_not_beit(model) -> str:
     parts = []
     table = getattr(model.blocks[0].attn, "relative_position_bias_table", None) if len(model.blocks) else None
     if table is not None:
-        parts.append(f"a relative position bias table in every block ({table.shape[0]} offsets of the patch grid x "
-                     f"{table.shape[1]} heads: no rule of the axis table moves a block tensor with the image size, "
-                     f"or one value per head)")
+        parts.append(
+            f"a relative position bias table in every block ({table.shape[0]} offsets of the patch grid x "
+            f"{table.shape[1]} heads: no rule of the axis table moves a block tensor with the image size, "
+            f"or one value per head)"
+        )
     if getattr(model, "rel_pos_bias", None) is not None:
         parts.append("use_shared_rel_pos_bias=True (a relative position table shared by the blocks)")
     if getattr(model, "pos_embed", None) is None:
         parts.append("use_abs_pos_emb=False (learned absolute position embeddings)")
-    return "timm's Beit is not described: " + ("; ".join(parts) or "its own Block and Attention (q/v biases, "
-                                                "gamma_1/gamma_2), which no spec family builds")
+    return "timm's Beit is not described: " + (
+        "; ".join(parts) or "its own Block and Attention (q/v biases, gamma_1/gamma_2), which no spec family builds"
+    )
 
 
 def spec_from_model(model, arch: str | None = None) -> ViTSpec:
@@ -99,8 +102,10 @@ def spec_from_model(model, arch: str | None = None) -> ViTSpec:
         raise SpecError(f"{name}{_not_a_vit(model)}")
     distilled = is_distilled(model)
     if arch is None and (eva or naflex):
-        raise SpecError(f"a {type(model).__name__} model without its timm architecture name; pass arch= "
-                        f"(e.g. eva02_tiny_patch14_224, naflexvit_base_patch16_siglip)")
+        raise SpecError(
+            f"a {type(model).__name__} model without its timm architecture name; pass arch= "
+            f"(e.g. eva02_tiny_patch14_224, naflexvit_base_patch16_siglip)"
+        )
     arch = arch or ("deit_tiny_distilled_patch16_224" if distilled else TIMM_ARCH)
     name = f"{arch}: "
     block = model.blocks[0] if len(model.blocks) else None
@@ -108,7 +113,9 @@ def spec_from_model(model, arch: str | None = None) -> ViTSpec:
         problems = eva_problems(model, block) if block is not None else ["depth=0 (at least one block)"]
         problems = problems or _undescribable_parts(block)
     elif naflex:
-        problems = naflex_problems(model) + (_block_problems(block) if block is not None else ["depth=0 (at least one block)"])
+        problems = naflex_problems(model) + (
+            _block_problems(block) if block is not None else ["depth=0 (at least one block)"]
+        )
     else:
         problems = _undescribable(model, block)
     if problems:
@@ -116,16 +123,22 @@ def spec_from_model(model, arch: str | None = None) -> ViTSpec:
     D = model.embed_dim
     norm = model.fc_norm if not isinstance(model.fc_norm, _identity()) else model.norm
     embed = None if naflex else model.patch_embed
-    vit_fields = eva_family_fields(model, block) if eva else naflex_family_fields(model, block) if naflex else dict(
-        class_token=model.cls_token is not None,
-        reg_tokens=model.num_reg_tokens,
-        no_embed_class=model.no_embed_class,
-        pre_norm=not isinstance(model.norm_pre, _identity()),
-        init_values=float(block.ls1.init_values) if hasattr(block.ls1, "gamma") else None,
-        qkv_bias=block.attn.qkv.bias is not None,
-        qk_norm=not isinstance(block.attn.q_norm, _identity()),
-        dynamic_img_size=bool(model.dynamic_img_size),
-        embed_norm=not isinstance(embed.norm, _identity()),
+    vit_fields = (
+        eva_family_fields(model, block)
+        if eva
+        else naflex_family_fields(model, block)
+        if naflex
+        else dict(
+            class_token=model.cls_token is not None,
+            reg_tokens=model.num_reg_tokens,
+            no_embed_class=model.no_embed_class,
+            pre_norm=not isinstance(model.norm_pre, _identity()),
+            init_values=float(block.ls1.init_values) if hasattr(block.ls1, "gamma") else None,
+            qkv_bias=block.attn.qkv.bias is not None,
+            qk_norm=not isinstance(block.attn.q_norm, _identity()),
+            dynamic_img_size=bool(model.dynamic_img_size),
+            embed_norm=not isinstance(embed.norm, _identity()),
+        )
     )
     family = ViTFamily(
         distilled=distilled,
@@ -145,25 +158,35 @@ def spec_from_model(model, arch: str | None = None) -> ViTSpec:
         embed_dim=D,
         num_heads=block.attn.num_heads,
         mlp_ratio=_mlp_ratio(D, hidden),
-        **(naflex_sizes(model) if naflex else dict(img_size=embed.img_size[0], patch_size=embed.patch_size[0],
-                                                   in_chans=embed.proj.in_channels)),
+        **(
+            naflex_sizes(model)
+            if naflex
+            else dict(img_size=embed.img_size[0], patch_size=embed.patch_size[0], in_chans=embed.proj.in_channels)
+        ),
         num_classes=model.num_classes,
         arch=arch,
         family=family,
     )
     have = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     if have != spec.state_shapes():
-        differ = sorted(set(have) ^ set(spec.state_shapes())) or sorted(k for k in have if have[k] != spec.state_shapes()[k])
-        raise SpecError(f"{name}its tensors differ from the layout read from it at {differ[:3]}; "
-                        f"learngene cannot describe this ViT")
+        differ = sorted(set(have) ^ set(spec.state_shapes())) or sorted(
+            k for k in have if have[k] != spec.state_shapes()[k]
+        )
+        raise SpecError(
+            f"{name}its tensors differ from the layout read from it at {differ[:3]}; learngene cannot describe this ViT"
+        )
     reference = _build_on_meta(spec)
     if reference is None:
-        raise SpecError(f"{name}timm cannot build {arch} with the arguments read from this model "
-                        f"({spec.family.short()}); pass the ancestry's own architecture name")
+        raise SpecError(
+            f"{name}timm cannot build {arch} with the arguments read from this model "
+            f"({spec.family.short()}); pass the ancestry's own architecture name"
+        )
     mismatch = _first_module_difference(model, reference) or (settings_difference(model, reference) if naflex else None)
     if mismatch:
-        raise SpecError(f"{name}this model differs from timm's {arch} built with the arguments read from it at "
-                        f"{mismatch}; load the checkpoint with its own architecture name and no extra arguments")
+        raise SpecError(
+            f"{name}this model differs from timm's {arch} built with the arguments read from it at "
+            f"{mismatch}; load the checkpoint with its own architecture name and no extra arguments"
+        )
     return spec
 
 
@@ -200,7 +223,11 @@ def _undescribable(model, block) -> list[str]:
     if type(embed) is not PatchEmbed:
         problems.append(f"embed_layer={type(embed).__name__} (timm's PatchEmbed)")
     else:
-        if embed.img_size is None or embed.img_size[0] != embed.img_size[1] or embed.patch_size[0] != embed.patch_size[1]:
+        if (
+            embed.img_size is None
+            or embed.img_size[0] != embed.img_size[1]
+            or embed.patch_size[0] != embed.patch_size[1]
+        ):
             problems.append(f"img_size={embed.img_size}, patch_size={embed.patch_size} (square only)")
         if not isinstance(embed.norm, nn.Identity) and _norm_layer(embed.norm) != _norm_layer(block.norm1):
             problems.append(f"embed_norm_layer={type(embed.norm).__name__} (none, or the blocks' norm)")
@@ -281,5 +308,3 @@ def _first_module_difference(model, reference) -> str | None:
     if len(mine) != len(theirs):
         return f"{len(mine)} vs {len(theirs)} modules"
     return None
-
-

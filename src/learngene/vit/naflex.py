@@ -32,15 +32,29 @@ if TYPE_CHECKING:
 NAFLEX_MODULE = "timm.models.naflexvit"
 
 # a ViT's key -> the NaFlexVit key of the same tensor
-MODEL_KEYS = {"cls_token": "embeds.cls_token", "reg_token": "embeds.reg_token", "pos_embed": "embeds.pos_embed",
-              "patch_embed.proj.weight": "embeds.proj.weight", "patch_embed.proj.bias": "embeds.proj.bias",
-              "patch_embed.norm.weight": "embeds.norm.weight", "patch_embed.norm.bias": "embeds.norm.bias"}
+MODEL_KEYS = {
+    "cls_token": "embeds.cls_token",
+    "reg_token": "embeds.reg_token",
+    "pos_embed": "embeds.pos_embed",
+    "patch_embed.proj.weight": "embeds.proj.weight",
+    "patch_embed.proj.bias": "embeds.proj.bias",
+    "patch_embed.norm.weight": "embeds.norm.weight",
+    "patch_embed.norm.bias": "embeds.norm.bias",
+}
 VIT_KEYS = {v: k for k, v in MODEL_KEYS.items()}
 
 # forward-time settings of the embedding: no weights, fixed by the architecture; a model whose values differ
 # from its architecture's is refused (a descendant built from the architecture would compute otherwise)
-EMBED_SETTINGS = ("pos_embed_interp_mode", "pos_embed_ar_preserving", "pos_embed_antialias", "pos_embed_align_corners",
-                  "pos_embed_use_grid_sample", "channels_last", "dynamic_img_pad", "enable_patch_interpolator")
+EMBED_SETTINGS = (
+    "pos_embed_interp_mode",
+    "pos_embed_ar_preserving",
+    "pos_embed_antialias",
+    "pos_embed_align_corners",
+    "pos_embed_use_grid_sample",
+    "channels_last",
+    "dynamic_img_pad",
+    "enable_patch_interpolator",
+)
 
 
 def is_naflex(model) -> bool:
@@ -52,10 +66,19 @@ def is_naflex(model) -> bool:
 def naflex_kwargs(family, grid: int) -> dict[str, Any]:
     """``timm.create_model`` arguments of a NaFlexVit architecture for ``family`` and a ``grid`` x ``grid``
     position table (timm drops ``None`` arguments, so the grid is given, not derived from ``img_size``)."""
-    return dict(pos_embed_grid_size=[grid, grid], class_token=family.class_token, reg_tokens=family.reg_tokens,
-                pre_norm=family.pre_norm, final_norm=family.final_norm, fc_norm=family.fc_norm,
-                global_pool=family.global_pool, init_values=family.init_values, qkv_bias=family.qkv_bias,
-                qk_norm=family.qk_norm, proj_bias=family.proj_bias)
+    return dict(
+        pos_embed_grid_size=[grid, grid],
+        class_token=family.class_token,
+        reg_tokens=family.reg_tokens,
+        pre_norm=family.pre_norm,
+        final_norm=family.final_norm,
+        fc_norm=family.fc_norm,
+        global_pool=family.global_pool,
+        init_values=family.init_values,
+        qkv_bias=family.qkv_bias,
+        qk_norm=family.qk_norm,
+        proj_bias=family.proj_bias,
+    )
 
 
 def naflex_problems(model) -> list[str]:

@@ -12,12 +12,13 @@ import dataclasses
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
-from . import naflex
 from ..errors import SpecError
 from ..validate import check_fields
+from . import naflex
 from .timm_keys import HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, NON_BLOCK_TENSORS, WIDTH, WIDTH_IN, family_axes
 
 # FLOP convention: a multiply-add is 2 FLOPs, and only the matmuls and convolutions count (patch
@@ -35,18 +36,31 @@ POOLS = ("token", "avg", "map")
 # timm's Mlp; SwiGLUPacked (GluMlp, SiLU gate first: DINOv2 ViT-g); SwiGLU (separate fc1_g, fc1_x: AIMv2, EVA-02 B/L)
 MLP_LAYERS = ("mlp", "swiglu_packed", "swiglu")
 NORM_LAYERS = ("layernorm", "rmsnorm")  # timm's LayerNorm (weight, bias); RmsNorm (weight only: AIMv2)
-MODEL_CLASSES = ("vit", "eva", "naflex")  # timm's VisionTransformer; Eva (learngene.vit.eva); NaFlexVit (learngene.vit.naflex)
+MODEL_CLASSES = (
+    "vit",
+    "eva",
+    "naflex",
+)  # timm's VisionTransformer; Eva (learngene.vit.eva); NaFlexVit (learngene.vit.naflex)
 
 
 # Sizes beyond these are refused before anything is built. They lie far past any ViT trained today; a typo or
 # a forged header (depth 10^8, width 10^6) would otherwise exhaust memory long before an error could say why.
-SIZE_LIMITS = {"depth": 4096, "embed_dim": 65536, "num_heads": 65536, "mlp_ratio": 64, "img_size": 16384,
-               "patch_size": 16384, "in_chans": 1024, "num_classes": 10_000_000}
+SIZE_LIMITS = {
+    "depth": 4096,
+    "embed_dim": 65536,
+    "num_heads": 65536,
+    "mlp_ratio": 64,
+    "img_size": 16384,
+    "patch_size": 16384,
+    "in_chans": 1024,
+    "num_classes": 10_000_000,
+}
 MAX_TOKENS = 2**16 + 1  # a 256 x 256 patch grid and a class token
 
 
-def training_activation_bytes(tokens: int, width: int, heads: int, hidden: int, depth: int, batch: int,
-                              bytes_per_value: int = 4) -> int:
+def training_activation_bytes(
+    tokens: int, width: int, heads: int, hidden: int, depth: int, batch: int, bytes_per_value: int = 4
+) -> int:
     """At least what a training step keeps for backward: per block and image, the block's input, q/k/v and the
     attention output (4·N·D values), the MLP's hidden activations (N·hidden) and one N×N attention map per head.
     A lower bound (norms, GELU inputs and the optimizer come on top), so that a size it refuses cannot fit."""
@@ -143,8 +157,10 @@ class ViTFamily:
         if self.global_pool == "token" and not self.class_token:
             raise SpecError("global_pool='token' needs class_token=True; use global_pool='avg' without one")
         if self.distilled and (self.global_pool != "token" or not self.class_token):
-            raise SpecError("a distilled ViT reads its class and distillation tokens: it needs class_token=True "
-                            "and global_pool='token'")
+            raise SpecError(
+                "a distilled ViT reads its class and distillation tokens: it needs class_token=True "
+                "and global_pool='token'"
+            )
         if not isinstance(self.reg_tokens, int) or isinstance(self.reg_tokens, bool) or self.reg_tokens < 0:
             raise SpecError(f"reg_tokens must be a non-negative integer, got {self.reg_tokens!r}")
         if self.init_values is not None and not (isinstance(self.init_values, (int, float)) and self.init_values > 0):
@@ -157,12 +173,16 @@ class ViTFamily:
             raise SpecError(f"model_class must be one of {', '.join(MODEL_CLASSES)}, got {self.model_class!r}")
         eva_only = [name for name in ("qv_bias", "attn_norm", "mlp_norm", "rope") if getattr(self, name)]
         if self.model_class != "eva" and eva_only:
-            raise SpecError(f"{', '.join(eva_only)} belong to timm's Eva, not its VisionTransformer; set model_class='eva'")
+            raise SpecError(
+                f"{', '.join(eva_only)} belong to timm's Eva, not its VisionTransformer; set model_class='eva'"
+            )
         if self.model_class == "eva" and (self.distilled or self.embed_norm or not self.proj_bias):
             raise SpecError("timm's Eva has no distillation token, patch-embedding norm or bias-free projections")
         if self.model_class == "naflex" and (self.distilled or not self.no_embed_class):
-            raise SpecError("timm's NaFlexVit has no distillation token, and no position rows for its prefix tokens "
-                            "(no_embed_class=True)")
+            raise SpecError(
+                "timm's NaFlexVit has no distillation token, and no position rows for its prefix tokens "
+                "(no_embed_class=True)"
+            )
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -177,8 +197,15 @@ class ViTFamily:
     @property
     def prefix_token_keys(self) -> tuple[str, ...]:
         """The state_dict keys of the prefix tokens, ``(1, n, D)`` each."""
-        return tuple(k for k, present in (("cls_token", self.class_token), ("reg_token", self.reg_tokens > 0),
-                                          ("dist_token", self.distilled)) if present)
+        return tuple(
+            k
+            for k, present in (
+                ("cls_token", self.class_token),
+                ("reg_token", self.reg_tokens > 0),
+                ("dist_token", self.distilled),
+            )
+            if present
+        )
 
     @property
     def use_fc_norm(self) -> bool:
@@ -200,8 +227,18 @@ class ViTFamily:
 
             return eva_kwargs(self)
         kwargs = dataclasses.asdict(self)
-        for fixed in ("act_layer", "mlp_layer", "distilled", "norm_layer", "embed_norm", "model_class", "qv_bias",
-                      "attn_norm", "mlp_norm", "rope"):
+        for fixed in (
+            "act_layer",
+            "mlp_layer",
+            "distilled",
+            "norm_layer",
+            "embed_norm",
+            "model_class",
+            "qv_bias",
+            "attn_norm",
+            "mlp_norm",
+            "rope",
+        ):
             kwargs.pop(fixed)
         if kwargs["proj_bias"]:
             kwargs.pop("proj_bias")  # timm's default; configs written before the field keep their exact kwargs
@@ -210,8 +247,11 @@ class ViTFamily:
     def short(self) -> str:
         """The ways this family differs from the plain ViT, e.g. ``reg4, no_embed_class, ls 1e-05``."""
         plain = ViTFamily()
-        parts = [f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)
-                 if getattr(self, f.name) != getattr(plain, f.name)]
+        parts = [
+            f"{f.name}={getattr(self, f.name)}"
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(plain, f.name)
+        ]
         return ", ".join(parts) or "plain"
 
 
@@ -256,13 +296,19 @@ class ViTSpec:
                 raise SpecError(f"{name} must be a positive integer, got {value!r}")
         if not isinstance(self.num_classes, int) or isinstance(self.num_classes, bool) or self.num_classes < 0:
             raise SpecError(f"num_classes must be a non-negative integer, got {self.num_classes!r}")
-        if not (isinstance(self.mlp_ratio, (int, float)) and not isinstance(self.mlp_ratio, bool)
-                and math.isfinite(self.mlp_ratio) and self.mlp_ratio > 0):
+        if not (
+            isinstance(self.mlp_ratio, (int, float))
+            and not isinstance(self.mlp_ratio, bool)
+            and math.isfinite(self.mlp_ratio)
+            and self.mlp_ratio > 0
+        ):
             raise SpecError(f"mlp_ratio must be a positive finite number, got {self.mlp_ratio!r}; use e.g. mlp_ratio 4")
         for name, limit in SIZE_LIMITS.items():
             if getattr(self, name) > limit:
-                raise SpecError(f"{name}={getattr(self, name)!r} is beyond the largest this library builds ({limit:,}); "
-                                f"choose a smaller {name}")
+                raise SpecError(
+                    f"{name}={getattr(self, name)!r} is beyond the largest this library builds ({limit:,}); "
+                    f"choose a smaller {name}"
+                )
         if not isinstance(self.family, ViTFamily):
             raise SpecError(f"family must be a ViTFamily, got {type(self.family).__name__}")
         if not isinstance(self.arch, str) or not self.arch:
@@ -280,12 +326,16 @@ class ViTSpec:
         if self.mlp_hidden < 1:
             raise SpecError(f"mlp_ratio={self.mlp_ratio} gives an empty MLP at embed_dim={self.embed_dim}")
         if self.num_tokens > MAX_TOKENS:
-            raise SpecError(f"img_size={self.img_size} with patch_size={self.patch_size} gives {self.num_tokens:,} tokens, "
-                            f"more than the {MAX_TOKENS:,} this library builds; choose a smaller img_size or a larger "
-                            f"patch_size")
+            raise SpecError(
+                f"img_size={self.img_size} with patch_size={self.patch_size} gives {self.num_tokens:,} tokens, "
+                f"more than the {MAX_TOKENS:,} this library builds; choose a smaller img_size or a larger "
+                f"patch_size"
+            )
         if self.family.mlp_layer == "swiglu_packed" and self.mlp_hidden % 2:
-            raise SpecError(f"a SwiGLU MLP splits fc1 in two halves, but mlp_ratio={self.mlp_ratio} gives "
-                            f"{self.mlp_hidden} outputs at embed_dim={self.embed_dim}; choose an even hidden width")
+            raise SpecError(
+                f"a SwiGLU MLP splits fc1 in two halves, but mlp_ratio={self.mlp_ratio} gives "
+                f"{self.mlp_hidden} outputs at embed_dim={self.embed_dim}; choose an even hidden width"
+            )
 
     # ---- the family's fields, read through the spec ----------------------------------------------
     def __getattr__(self, name: str) -> Any:
@@ -335,11 +385,22 @@ class ViTSpec:
     # ---- timm ------------------------------------------------------------------------------------
     def timm_kwargs(self) -> dict[str, Any]:
         """``timm.create_model(spec.arch, pretrained=False, **spec.timm_kwargs())`` builds this model (JSON values)."""
-        family = (naflex.naflex_kwargs(self.family, self.grid_size) if self.family.model_class == "naflex"
-                  else self.family.timm_kwargs())
-        return dict(depth=self.depth, embed_dim=self.embed_dim, num_heads=self.num_heads, mlp_ratio=self.mlp_ratio,
-                    img_size=self.img_size, patch_size=self.patch_size, in_chans=self.in_chans,
-                    num_classes=self.num_classes, **family)
+        family = (
+            naflex.naflex_kwargs(self.family, self.grid_size)
+            if self.family.model_class == "naflex"
+            else self.family.timm_kwargs()
+        )
+        return dict(
+            depth=self.depth,
+            embed_dim=self.embed_dim,
+            num_heads=self.num_heads,
+            mlp_ratio=self.mlp_ratio,
+            img_size=self.img_size,
+            patch_size=self.patch_size,
+            in_chans=self.in_chans,
+            num_classes=self.num_classes,
+            **family,
+        )
 
     def create_model(self, **overrides: Any):
         """A freshly initialized timm model of this spec (never downloads).
@@ -357,9 +418,11 @@ class ViTSpec:
         mlp = model.blocks[0].mlp if len(model.blocks) else None
         built = mlp_layer_of(mlp) if mlp is not None else self.family.mlp_layer
         if built != self.family.mlp_layer or is_distilled(model) != self.family.distilled:
-            raise SpecError(f"timm {self.arch} builds a {'distilled ' if is_distilled(model) else ''}ViT with a "
-                            f"{built} MLP, but this spec's family says {self.family.short()}; use the ancestry's "
-                            f"architecture name")
+            raise SpecError(
+                f"timm {self.arch} builds a {'distilled ' if is_distilled(model) else ''}ViT with a "
+                f"{built} MLP, but this spec's family says {self.family.short()}; use the ancestry's "
+                f"architecture name"
+            )
         return model
 
     # ---- tensors, parameters, FLOPs -------------------------------------------------------------
@@ -367,10 +430,19 @@ class ViTSpec:
         """Shape of every tensor in one block, keyed by in-block names, in timm's order (the rows of
         :data:`~learngene.vit.timm_keys.BLOCK_TENSORS` this family has, each axis at this size)."""
         D = self.embed_dim
-        size = {WIDTH: D, WIDTH_IN: D, HIDDEN: self.mlp_hidden, HIDDEN_IN: self.mlp_inner, HEADS_IN: D, HEAD_DIM: self.head_dim}
+        size = {
+            WIDTH: D,
+            WIDTH_IN: D,
+            HIDDEN: self.mlp_hidden,
+            HIDDEN_IN: self.mlp_inner,
+            HEADS_IN: D,
+            HEAD_DIM: self.head_dim,
+        }
         # a head axis is segments x heads x head_dim (qkv: 3·D); fc1's hidden axis already counts SwiGLU's two halves
-        return {name: tuple(D * a.segments if a.role == HEADS else size[a.role] for a in axes)
-                for name, axes in family_axes(self.family).items()}
+        return {
+            name: tuple(D * a.segments if a.role == HEADS else size[a.role] for a in axes)
+            for name, axes in family_axes(self.family).items()
+        }
 
     def non_block_shapes(self, vit_layout: bool = False) -> dict[str, tuple[int, ...]]:
         """Shapes of the tensors outside the blocks (tokens, embeddings, norms, pooling head, classifiers: the rows
@@ -415,7 +487,10 @@ class ViTSpec:
         pool = 0
         if self.family.global_pool == "map":  # one latent query over the patch tokens, then an MLP on it
             # timm's ViT pools the patch tokens, its Eva every token
-            hidden, P = int(D * self.mlp_ratio), self.num_tokens if self.family.model_class == "eva" else self.num_patches
+            hidden, P = (
+                int(D * self.mlp_ratio),
+                self.num_tokens if self.family.model_class == "eva" else self.num_patches,
+            )
             pool = D * D + P * D * 2 * D + 2 * P * D + D * D + 2 * D * hidden
         heads = 1 + int(self.family.distilled)
         return FLOPS_PER_MULTIPLY_ADD * (patch + self.depth * (attn + mlp) + pool + heads * D * C)
@@ -423,19 +498,22 @@ class ViTSpec:
     def activation_bytes(self, batch: int, bytes_per_value: int = 4) -> int:
         """A lower bound of what one training step of ``batch`` images keeps for backward (see
         :func:`training_activation_bytes`)."""
-        return training_activation_bytes(self.num_tokens, self.embed_dim, self.num_heads, self.mlp_hidden, self.depth,
-                                         batch, bytes_per_value)
+        return training_activation_bytes(
+            self.num_tokens, self.embed_dim, self.num_heads, self.mlp_hidden, self.depth, batch, bytes_per_value
+        )
 
     def require_memory(self, copies: int = 1) -> None:
         """Refuse, before allocating, a size whose fp32 parameters (× ``copies``) exceed the free memory."""
         free = available_memory()
         need = 4 * self.num_params * copies
         if free is not None and need > free:
-            raise SpecError(f"a {self.short()} ViT needs {need / 2**30:,.1f} GiB for its {self.num_params:,} parameters "
-                            f"but this machine has {free / 2**30:,.1f} GiB free; choose a smaller depth, width or image size")
+            raise SpecError(
+                f"a {self.short()} ViT needs {need / 2**30:,.1f} GiB for its {self.num_params:,} parameters "
+                f"but this machine has {free / 2**30:,.1f} GiB free; choose a smaller depth, width or image size"
+            )
 
     # ---- (de)serialization ----------------------------------------------------------------------
-    def replace(self, **changes: Any) -> "ViTSpec":
+    def replace(self, **changes: Any) -> ViTSpec:
         """A copy with ``changes``; family fields (``global_pool=...``) change the family."""
         family = {k: changes.pop(k) for k in list(changes) if k in FAMILY_FIELDS}
         if family:
@@ -449,28 +527,34 @@ class ViTSpec:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ViTSpec":
+    def from_dict(cls, data: dict[str, Any]) -> ViTSpec:
         """Read a spec; family fields may also sit at the top level (specs written before families did)."""
         if not isinstance(data, dict):
-            raise SpecError(f"a spec must be a JSON object of fields (depth, embed_dim, ...), got "
-                            f"{type(data).__name__} {str(data)[:60]}; give an object such as {{\"depth\": 6}}")
+            raise SpecError(
+                f"a spec must be a JSON object of fields (depth, embed_dim, ...), got "
+                f'{type(data).__name__} {str(data)[:60]}; give an object such as {{"depth": 6}}'
+            )
         data = dict(data)
         family = data.pop("family", None) or {}
         if isinstance(family, ViTFamily):
             family = dataclasses.asdict(family)
         if not isinstance(family, dict):
-            raise SpecError(f"the spec's family must be a JSON object of fields (class_token, global_pool, ...), got "
-                            f"{family!r}; give an object or leave it out")
+            raise SpecError(
+                f"the spec's family must be a JSON object of fields (class_token, global_pool, ...), got "
+                f"{family!r}; give an object or leave it out"
+            )
         family = {**family, **{k: data.pop(k) for k in list(data) if k in FAMILY_FIELDS}}
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = (set(data) - known) | {f"family.{k}" for k in set(family) - set(FAMILY_FIELDS)}
         if unknown:
-            raise SpecError(f"unknown spec field(s) {sorted(unknown)}; remove them (known fields: "
-                            f"{', '.join(sorted(known - {'family'}) + sorted(FAMILY_FIELDS))})")
+            raise SpecError(
+                f"unknown spec field(s) {sorted(unknown)}; remove them (known fields: "
+                f"{', '.join(sorted(known - {'family'}) + sorted(FAMILY_FIELDS))})"
+            )
         return cls(**data, family=ViTFamily(**family))
 
     @classmethod
-    def from_json(cls, text: str) -> "ViTSpec":
+    def from_json(cls, text: str) -> ViTSpec:
         return cls.from_dict(json.loads(text))
 
     def short(self) -> str:
@@ -499,9 +583,16 @@ def mlp_layer_of(mlp) -> str:
     return type(mlp).__name__
 
 
-def fit_to_budget(base: ViTSpec, max_params: int | None = None, max_flops: int | None = None,
-                  supports: Callable[[ViTSpec], bool] | None = None, depth: int | None = None,
-                  num_heads: int | None = None, max_depth: int | None = None, max_heads: int | None = None) -> ViTSpec:
+def fit_to_budget(
+    base: ViTSpec,
+    max_params: int | None = None,
+    max_flops: int | None = None,
+    supports: Callable[[ViTSpec], bool] | None = None,
+    depth: int | None = None,
+    num_heads: int | None = None,
+    max_depth: int | None = None,
+    max_heads: int | None = None,
+) -> ViTSpec:
     """The deepest, then widest, spec under a parameter and/or FLOP budget that ``supports`` accepts.
 
     Candidates keep ``base``'s head size, MLP ratio, input and classifier and vary depth
@@ -535,8 +626,12 @@ def fit_to_budget(base: ViTSpec, max_params: int | None = None, max_flops: int |
             return spec
     budget = " and ".join(f"{v:,} {k}" for k, v in (("params", max_params), ("FLOPs", max_flops)) if v is not None)
     smallest = next((s for s in sorted(candidates, key=lambda s: s.num_params) if accepted(s)), None)
-    hint = (f"; the smallest size it supports here, {smallest.short()}, has {smallest.num_params:,} params and "
-            f"{smallest.flops:,} FLOPs" if smallest else "; it supports none of the sizes searched")
+    hint = (
+        f"; the smallest size it supports here, {smallest.short()}, has {smallest.num_params:,} params and "
+        f"{smallest.flops:,} FLOPs"
+        if smallest
+        else "; it supports none of the sizes searched"
+    )
     raise SpecError(f"no size this gene supports fits {budget}{hint}; raise the budget or change the pinned sizes")
 
 

@@ -13,7 +13,8 @@ read it. Nothing of learngene is imported: :mod:`learngene.vit.spec` reads it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 # ---- what an axis is (the rules of :mod:`learngene.vit.transfer` move each kind its own way) ----------------
 WIDTH = "width"  # the residual stream, written: Linear rows, vectors, tokens
@@ -54,7 +55,9 @@ class BlockTensor(NamedTuple):
     present: Callable[[Any], bool] = lambda family: True  # family: a ViTFamily
 
 
-def _row(axes: tuple[Axis, ...], sublayer: str, *tags: str, present: Callable[[Any], bool] | None = None) -> BlockTensor:
+def _row(
+    axes: tuple[Axis, ...], sublayer: str, *tags: str, present: Callable[[Any], bool] | None = None
+) -> BlockTensor:
     return BlockTensor(axes, sublayer, frozenset(tags), present or (lambda family: True))
 
 
@@ -173,9 +176,12 @@ def _tokens(count: Callable[[Any], int]) -> Callable[[Any], tuple[int, ...]]:
 
 def _norm_rows(key: str, present: Callable[[Any], bool]) -> dict[str, NonBlockTensor]:
     """A norm over the width: a LayerNorm's gain and bias, an RmsNorm's gain (AIMv2)."""
-    return {f"{key}.weight": NonBlockTensor(_VECTOR, _width, present, frozenset({NORM, WIDTH_GAIN})),
-            f"{key}.bias": NonBlockTensor(_VECTOR, _width, lambda spec: present(spec) and _norm_bias(spec.family),
-                                          frozenset({NORM}))}
+    return {
+        f"{key}.weight": NonBlockTensor(_VECTOR, _width, present, frozenset({NORM, WIDTH_GAIN})),
+        f"{key}.bias": NonBlockTensor(
+            _VECTOR, _width, lambda spec: present(spec) and _norm_bias(spec.family), frozenset({NORM})
+        ),
+    }
 
 
 def _map_pool(spec) -> bool:  # SigLIP's attention pooling head
@@ -194,12 +200,18 @@ def _head(spec) -> bool:
 # its own keys and shapes by :mod:`learngene.vit.naflex`.
 NON_BLOCK_TENSORS: dict[str, NonBlockTensor] = {
     "cls_token": NonBlockTensor(TOKENS, _tokens(lambda spec: 1), lambda spec: spec.family.class_token),
-    "reg_token": NonBlockTensor(TOKENS, _tokens(lambda spec: spec.family.reg_tokens), lambda spec: spec.family.reg_tokens > 0),
+    "reg_token": NonBlockTensor(
+        TOKENS, _tokens(lambda spec: spec.family.reg_tokens), lambda spec: spec.family.reg_tokens > 0
+    ),
     "dist_token": NonBlockTensor(TOKENS, _tokens(lambda spec: 1), lambda spec: spec.family.distilled),
-    "pos_embed": NonBlockTensor(TOKENS, _tokens(lambda spec: spec.num_patches + spec.family.pos_prefix_tokens), _always),
+    "pos_embed": NonBlockTensor(
+        TOKENS, _tokens(lambda spec: spec.num_patches + spec.family.pos_prefix_tokens), _always
+    ),
     "patch_embed.proj.weight": NonBlockTensor(
         (Axis(WIDTH), Axis(KEEP), Axis(KEEP), Axis(KEEP)),
-        lambda spec: (spec.embed_dim, spec.in_chans, spec.patch_size, spec.patch_size), _always),
+        lambda spec: (spec.embed_dim, spec.in_chans, spec.patch_size, spec.patch_size),
+        _always,
+    ),
     # timm drops the patch bias when a norm follows the embeddings
     "patch_embed.proj.bias": NonBlockTensor(_VECTOR, _width, lambda spec: not spec.family.pre_norm),
     **_norm_rows("patch_embed.norm", lambda spec: spec.family.embed_norm),
@@ -208,33 +220,48 @@ NON_BLOCK_TENSORS: dict[str, NonBlockTensor] = {
     "attn_pool.latent": NonBlockTensor(TOKENS, _tokens(lambda spec: 1), _map_pool),
     "attn_pool.q.weight": NonBlockTensor((Axis(HEADS), Axis(WIDTH_IN)), lambda spec: (spec.embed_dim,) * 2, _map_pool),
     "attn_pool.q.bias": NonBlockTensor((Axis(HEADS),), _width, _map_pool),
-    "attn_pool.kv.weight": NonBlockTensor((Axis(HEADS, 2), Axis(WIDTH_IN)),
-                                          lambda spec: (2 * spec.embed_dim, spec.embed_dim), _map_pool),
+    "attn_pool.kv.weight": NonBlockTensor(
+        (Axis(HEADS, 2), Axis(WIDTH_IN)), lambda spec: (2 * spec.embed_dim, spec.embed_dim), _map_pool
+    ),
     "attn_pool.kv.bias": NonBlockTensor((Axis(HEADS, 2),), lambda spec: (2 * spec.embed_dim,), _map_pool),
-    "attn_pool.proj.weight": NonBlockTensor((Axis(WIDTH), Axis(HEADS_IN)), lambda spec: (spec.embed_dim,) * 2, _map_pool),
+    "attn_pool.proj.weight": NonBlockTensor(
+        (Axis(WIDTH), Axis(HEADS_IN)), lambda spec: (spec.embed_dim,) * 2, _map_pool
+    ),
     "attn_pool.proj.bias": NonBlockTensor(_VECTOR, _width, _map_pool),
     **_norm_rows("attn_pool.norm", _map_pool),
-    "attn_pool.mlp.fc1.weight": NonBlockTensor((Axis(HIDDEN), Axis(WIDTH_IN)),
-                                               lambda spec: (_pool_hidden(spec), spec.embed_dim), _map_pool),
+    "attn_pool.mlp.fc1.weight": NonBlockTensor(
+        (Axis(HIDDEN), Axis(WIDTH_IN)), lambda spec: (_pool_hidden(spec), spec.embed_dim), _map_pool
+    ),
     "attn_pool.mlp.fc1.bias": NonBlockTensor((Axis(HIDDEN),), lambda spec: (_pool_hidden(spec),), _map_pool),
-    "attn_pool.mlp.fc2.weight": NonBlockTensor((Axis(WIDTH), Axis(HIDDEN_IN)),
-                                               lambda spec: (spec.embed_dim, _pool_hidden(spec)), _map_pool),
+    "attn_pool.mlp.fc2.weight": NonBlockTensor(
+        (Axis(WIDTH), Axis(HIDDEN_IN)), lambda spec: (spec.embed_dim, _pool_hidden(spec)), _map_pool
+    ),
     "attn_pool.mlp.fc2.bias": NonBlockTensor(_VECTOR, _width, _map_pool),
     **_norm_rows("fc_norm", lambda spec: spec.family.final_norm_key == "fc_norm"),
-    "head.weight": NonBlockTensor((Axis(CLASSES), Axis(WIDTH_IN)), lambda spec: (spec.num_classes, spec.embed_dim), _head),
+    "head.weight": NonBlockTensor(
+        (Axis(CLASSES), Axis(WIDTH_IN)), lambda spec: (spec.num_classes, spec.embed_dim), _head
+    ),
     "head.bias": NonBlockTensor((Axis(CLASSES),), lambda spec: (spec.num_classes,), _head),
-    "head_dist.weight": NonBlockTensor((Axis(CLASSES), Axis(WIDTH_IN)), lambda spec: (spec.num_classes, spec.embed_dim),
-                                       lambda spec: _head(spec) and spec.family.distilled),
-    "head_dist.bias": NonBlockTensor((Axis(CLASSES),), lambda spec: (spec.num_classes,),
-                                     lambda spec: _head(spec) and spec.family.distilled),
+    "head_dist.weight": NonBlockTensor(
+        (Axis(CLASSES), Axis(WIDTH_IN)),
+        lambda spec: (spec.num_classes, spec.embed_dim),
+        lambda spec: _head(spec) and spec.family.distilled,
+    ),
+    "head_dist.bias": NonBlockTensor(
+        (Axis(CLASSES),), lambda spec: (spec.num_classes,), lambda spec: _head(spec) and spec.family.distilled
+    ),
 }
 
 
 def block_names(*, sublayer: str | None = None, tag: str | None = None, without: str | None = None) -> tuple[str, ...]:
     """The in-block names of every family's rows of ``sublayer`` carrying ``tag`` and not ``without``, in timm's order."""
-    return tuple(name for name, row in BLOCK_TENSORS.items()
-                 if (sublayer is None or row.sublayer == sublayer) and (tag is None or tag in row.tags)
-                 and (without is None or without not in row.tags))
+    return tuple(
+        name
+        for name, row in BLOCK_TENSORS.items()
+        if (sublayer is None or row.sublayer == sublayer)
+        and (tag is None or tag in row.tags)
+        and (without is None or without not in row.tags)
+    )
 
 
 def head_sliced(name: str) -> bool:
@@ -254,5 +281,8 @@ def has_tag(name: str, tag: str) -> bool:
 def family_axes(family) -> dict[str, tuple[Axis, ...]]:
     """The axes of every block tensor ``family`` has, fc1's gate/value segments resolved (in timm's order)."""
     glu = 2 if family.mlp_layer == "swiglu_packed" else 1
-    return {name: tuple(Axis(a.role, glu) if a.segments == GLU else a for a in row.axes)
-            for name, row in BLOCK_TENSORS.items() if row.present(family)}
+    return {
+        name: tuple(Axis(a.role, glu) if a.segments == GLU else a for a in row.axes)
+        for name, row in BLOCK_TENSORS.items()
+        if row.present(family)
+    }

@@ -38,9 +38,26 @@ from torch import Tensor
 
 from ..errors import LearngeneError
 from .heads import join_heads, split_heads
-from .naflex import MODEL_KEYS as NAFLEX_MODEL_KEYS, VIT_KEYS as NAFLEX_KEYS, model_axes
+from .naflex import MODEL_KEYS as NAFLEX_MODEL_KEYS
+from .naflex import VIT_KEYS as NAFLEX_KEYS
+from .naflex import model_axes
 from .spec import ViTSpec, block_key
-from .timm_keys import CLASSES, HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, KEEP, NON_BLOCK_TENSORS, READERS, TOKENS, WIDTH, WIDTH_GAIN, WIDTH_IN, Axis, family_axes
+from .timm_keys import (
+    CLASSES,
+    HEAD_DIM,
+    HEADS,
+    HEADS_IN,
+    HIDDEN,
+    HIDDEN_IN,
+    KEEP,
+    NON_BLOCK_TENSORS,
+    READERS,
+    WIDTH,
+    WIDTH_GAIN,
+    WIDTH_IN,
+    Axis,
+    family_axes,
+)
 
 StateDict = dict[str, Tensor]
 
@@ -53,8 +70,11 @@ def block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
 
 _WIDTH_GAINS = [key for key, row in NON_BLOCK_TENSORS.items() if WIDTH_GAIN in row.tags]
 # the norms over the width outside the blocks, under a ViT's keys and a NaFlexVit's
-NON_BLOCK_NORMS = tuple(dict.fromkeys(key.removesuffix(".weight")
-                                      for key in [*_WIDTH_GAINS, *(NAFLEX_MODEL_KEYS.get(k, k) for k in _WIDTH_GAINS)]))
+NON_BLOCK_NORMS = tuple(
+    dict.fromkeys(
+        key.removesuffix(".weight") for key in [*_WIDTH_GAINS, *(NAFLEX_MODEL_KEYS.get(k, k) for k in _WIDTH_GAINS)]
+    )
+)
 
 
 def non_block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
@@ -163,8 +183,9 @@ def with_maps(width: AxisMap | None = None, hidden: AxisMap | None = None, heads
     return rule
 
 
-def given(width: Tensor | slice | None = None, hidden: Tensor | slice | None = None,
-          heads: Tensor | slice | None = None) -> Rule:
+def given(
+    width: Tensor | slice | None = None, hidden: Tensor | slice | None = None, heads: Tensor | slice | None = None
+) -> Rule:
     """Fixed coordinates per kind of axis (an importance order, a prefix); other axes are kept."""
     chosen = {WIDTH: width, WIDTH_IN: width, HIDDEN: hidden, HIDDEN_IN: hidden, HEADS: heads}
 
@@ -189,7 +210,9 @@ def _take(t: Tensor, dim: int, index: Tensor | slice) -> Tensor:
     return t.index_select(dim, index.to(t.device))
 
 
-def move_tensor(t: Tensor, axes: tuple[Axis, ...], shape: tuple[int, ...], heads: tuple[int, int], rule: Rule) -> Tensor:
+def move_tensor(
+    t: Tensor, axes: tuple[Axis, ...], shape: tuple[int, ...], heads: tuple[int, int], rule: Rule
+) -> Tensor:
     """``t`` carried to ``shape`` axis by axis: ``rule(role, n_src, n_dst)`` maps each; head axes are split
     into (segments, heads, head_dim) (:func:`~learngene.vit.heads.split_heads`) and both parts mapped; readers
     are scaled by the map's 1/copies. Token counts and patch kernels are left as they are (timm's
@@ -207,7 +230,7 @@ def move_tensor(t: Tensor, axes: tuple[Axis, ...], shape: tuple[int, ...], heads
             split = split_heads(t, h_src, s, dim)
             parts = [(HEADS, h_src, h_dst), (HEAD_DIM, split.shape[dim + 2], n_dst // (s * h_dst))]
         else:
-            split = t.reshape(*t.shape[:dim], s, n_src // s, *t.shape[dim + 1:])
+            split = t.reshape(*t.shape[:dim], s, n_src // s, *t.shape[dim + 1 :])
             parts = [(axis.role, n_src // s, n_dst // s)]
         for offset, (role, n_from, n_to) in enumerate(parts, start=dim + 1):
             chosen = rule(role, n_from, n_to)
@@ -216,7 +239,7 @@ def move_tensor(t: Tensor, axes: tuple[Axis, ...], shape: tuple[int, ...], heads
             split = _take(split, offset, chosen.index)
             if axis.role in READERS and chosen.repeats and chosen.reader_scale is not None:
                 split = split * chosen.reader_scale.to(split).view(-1, *[1] * (split.ndim - offset - 1))
-        t = join_heads(split, dim) if len(parts) == 2 else split.reshape(*t.shape[:dim], n_dst, *t.shape[dim + 1:])
+        t = join_heads(split, dim) if len(parts) == 2 else split.reshape(*t.shape[:dim], n_dst, *t.shape[dim + 1 :])
     return t
 
 
@@ -236,8 +259,13 @@ def mix_block_heads(block: StateDict, axes: dict[str, tuple[Axis, ...]], mixing:
     return out
 
 
-def move_state(state: StateDict, axes: dict[str, tuple[Axis, ...]], shapes: dict[str, tuple[int, ...]],
-               heads: tuple[int, int], rule: Rule = mapped) -> StateDict:
+def move_state(
+    state: StateDict,
+    axes: dict[str, tuple[Axis, ...]],
+    shapes: dict[str, tuple[int, ...]],
+    heads: tuple[int, int],
+    rule: Rule = mapped,
+) -> StateDict:
     """Every tensor of ``state`` carried to the target's shape (``shapes``; keys the target lacks are left out)."""
     out = {}
     for key, t in state.items():
@@ -248,19 +276,27 @@ def move_state(state: StateDict, axes: dict[str, tuple[Axis, ...]], shapes: dict
     return out
 
 
-def resize_block(block: StateDict, source: ViTSpec, target: ViTSpec, width: AxisMap | None = None,
-                 hidden: AxisMap | None = None) -> StateDict:
+def resize_block(
+    block: StateDict, source: ViTSpec, target: ViTSpec, width: AxisMap | None = None, hidden: AxisMap | None = None
+) -> StateDict:
     """One block's tensors (in-block names; heads already ``target``'s count) moved to ``target``'s width and
     MLP size: rows that write the residual stream (W_O, fc2, biases, norms, layer-scale gammas) picked,
     columns that read it (qkv, fc1) picked and divided by their copies; head axes left as they are."""
-    return move_state(block, block_axes(source), target.block_shapes(), (target.num_heads,) * 2, with_maps(width, hidden))
+    return move_state(
+        block, block_axes(source), target.block_shapes(), (target.num_heads,) * 2, with_maps(width, hidden)
+    )
 
 
 def resize_non_block(state: StateDict, source: ViTSpec, target: ViTSpec, rule: Rule = mapped) -> StateDict:
     """Tokens, embeddings, norms, the MAP head and classifiers (timm keys, those present) moved to
     ``target``'s width and head count; token counts, patch kernels and classes stay ``source``'s."""
-    return move_state(state, non_block_axes(source), carried(source, target).non_block_shapes(),
-                      (source.num_heads, target.num_heads), rule)
+    return move_state(
+        state,
+        non_block_axes(source),
+        carried(source, target).non_block_shapes(),
+        (source.num_heads, target.num_heads),
+        rule,
+    )
 
 
 # ---- non-block parts ----------------------------------------------------------------------------------
@@ -269,19 +305,32 @@ ALL_PARTS = ("embed", "norm", "head")
 
 # which of ``inherit_non_block``'s parts each non-block tensor belongs to (the MAP pooling head goes with the
 # final norm: both sit between the last block and the classifier, and neither depends on the label space)
-PART_OF = {"cls_token": "embed", "reg_token": "embed", "dist_token": "embed", "pos_embed": "embed",
-           "patch_embed.proj.weight": "embed", "patch_embed.proj.bias": "embed", "patch_embed.norm.weight": "embed",
-           "patch_embed.norm.bias": "embed", "norm_pre.weight": "embed", **{key: "embed" for key in NAFLEX_KEYS},
-           "norm_pre.bias": "embed", "head.weight": "head", "head.bias": "head", "head_dist.weight": "head",
-           "head_dist.bias": "head"}
+PART_OF = {
+    "cls_token": "embed",
+    "reg_token": "embed",
+    "dist_token": "embed",
+    "pos_embed": "embed",
+    "patch_embed.proj.weight": "embed",
+    "patch_embed.proj.bias": "embed",
+    "patch_embed.norm.weight": "embed",
+    "patch_embed.norm.bias": "embed",
+    "norm_pre.weight": "embed",
+    **{key: "embed" for key in NAFLEX_KEYS},
+    "norm_pre.bias": "embed",
+    "head.weight": "head",
+    "head.bias": "head",
+    "head_dist.weight": "head",
+    "head_dist.bias": "head",
+}
 
 
 def part_of(key: str) -> str:
     return PART_OF.get(key, "norm")  # norm, fc_norm, attn_pool.*
 
 
-def inherit_non_block(state: StateDict, source: ViTSpec, target: ViTSpec,
-                      parts: tuple[str, ...] = ALL_PARTS) -> StateDict:
+def inherit_non_block(
+    state: StateDict, source: ViTSpec, target: ViTSpec, parts: tuple[str, ...] = ALL_PARTS
+) -> StateDict:
     """Carry tokens, embeddings, norms, the pooling head and the classifiers from ``source`` to ``target`` where they fit.
 
     Position embeddings are resampled to the target grid and patch embeddings to the target patch size
@@ -299,8 +348,11 @@ def inherit_non_block(state: StateDict, source: ViTSpec, target: ViTSpec,
     if source.embed_dim != target.embed_dim:
         return out
     state, shapes = source.vit_layout(state), target.non_block_shapes(vit_layout=True)
-    renamed = {f"{source.final_norm_key}.{p}": f"{target.final_norm_key}.{p}" for p in ("weight", "bias")
-               if source.final_norm_key and target.final_norm_key}
+    renamed = {
+        f"{source.final_norm_key}.{p}": f"{target.final_norm_key}.{p}"
+        for p in ("weight", "bias")
+        if source.final_norm_key and target.final_norm_key
+    }
     for key, tensor in state.items():
         if part_of(key) not in parts or key.startswith("blocks."):
             continue
@@ -308,8 +360,13 @@ def inherit_non_block(state: StateDict, source: ViTSpec, target: ViTSpec,
             src_prefix, dst_prefix = source.family.pos_prefix_tokens, target.family.pos_prefix_tokens
             patches = tensor[:, src_prefix:]
             if source.grid_size != target.grid_size:
-                patches = resample_abs_pos_embed(patches, new_size=[target.grid_size] * 2,
-                                                 old_size=[source.grid_size] * 2, num_prefix_tokens=0, verbose=False)
+                patches = resample_abs_pos_embed(
+                    patches,
+                    new_size=[target.grid_size] * 2,
+                    old_size=[source.grid_size] * 2,
+                    num_prefix_tokens=0,
+                    verbose=False,
+                )
             if dst_prefix == src_prefix:
                 out[key] = torch.cat([tensor[:, :src_prefix], patches], dim=1)
             elif dst_prefix == 0:
@@ -317,8 +374,10 @@ def inherit_non_block(state: StateDict, source: ViTSpec, target: ViTSpec,
             continue
         if key == "patch_embed.proj.weight":
             if source.in_chans != target.in_chans:
-                raise LearngeneError(f"the ancestry takes {source.in_chans}-channel images but the target asks for "
-                                     f"{target.in_chans}; keep in_chans={source.in_chans} (data are converted to it)")
+                raise LearngeneError(
+                    f"the ancestry takes {source.in_chans}-channel images but the target asks for "
+                    f"{target.in_chans}; keep in_chans={source.in_chans} (data are converted to it)"
+                )
             if source.patch_size != target.patch_size:
                 tensor = resample_patch_embed(tensor, [target.patch_size] * 2, verbose=False)
         key = renamed.get(key, key)
@@ -327,13 +386,23 @@ def inherit_non_block(state: StateDict, source: ViTSpec, target: ViTSpec,
     return target.model_layout(out)
 
 
-def carry_non_block(state: StateDict, source: ViTSpec, target: ViTSpec, parts: tuple[str, ...] = ALL_PARTS,
-                    width: AxisMap | None = None, heads: AxisMap | None = None) -> StateDict:
+def carry_non_block(
+    state: StateDict,
+    source: ViTSpec,
+    target: ViTSpec,
+    parts: tuple[str, ...] = ALL_PARTS,
+    width: AxisMap | None = None,
+    heads: AxisMap | None = None,
+) -> StateDict:
     """The non-block tensors of ``state`` (shaped for ``source``) carried to ``target``: the width and heads
     by ``width``/``heads`` (default: :func:`axis_map`'s rule; :func:`resize_non_block`), the rest by
     :func:`inherit_non_block`."""
-    resized = resize_non_block({k: v for k, v in state.items() if k in source.non_block_shapes()}, source, target,
-                               with_maps(width, None, heads))
+    resized = resize_non_block(
+        {k: v for k, v in state.items() if k in source.non_block_shapes()},
+        source,
+        target,
+        with_maps(width, None, heads),
+    )
     return inherit_non_block(resized, carried(source, target), target, parts)
 
 
@@ -341,7 +410,7 @@ def carry_non_block(state: StateDict, source: ViTSpec, target: ViTSpec, parts: t
 def block_state(state: StateDict, layer: int) -> StateDict:
     """The tensors of block ``layer`` of a timm state_dict, keyed by their in-block names."""
     prefix = block_key(layer, "")
-    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
 
 
 def place_blocks(state: StateDict, placement: dict[int, int]) -> StateDict:
@@ -357,6 +426,8 @@ def require_block_shape(layout: ViTSpec, spec: ViTSpec, method: str) -> None:
     """Methods that copy whole blocks need the target's blocks to have the gene's shapes."""
     for attr in ("embed_dim", "num_heads", "mlp_hidden"):
         if getattr(layout, attr) != getattr(spec, attr):
-            raise LearngeneError(f"{method} copies whole blocks, so the target's {attr} must be "
-                                 f"{getattr(layout, attr)} (asked {getattr(spec, attr)}); "
-                                 f"use weight_selection for a narrower model")
+            raise LearngeneError(
+                f"{method} copies whole blocks, so the target's {attr} must be "
+                f"{getattr(layout, attr)} (asked {getattr(spec, attr)}); "
+                f"use weight_selection for a narrower model"
+            )
