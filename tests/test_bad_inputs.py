@@ -1028,3 +1028,43 @@ def test_forged_files_are_refused_before_building(ws, capsys, case_id, source, m
     assert not Path(ws.out).exists()
     if source != "anc":
         assert words in _one_line_error(capsys, ["inspect", forged])
+
+
+def _alias(target: Path, link: str) -> Path:
+    """``target`` itself, or a new symbolic or hard link to it."""
+    import os
+
+    if link == "same name":
+        return target
+    alias = target.with_name(f"alias-{target.name}")
+    alias.symlink_to(target) if link == "symlink" else os.link(target, alias)
+    return alias
+
+
+@pytest.mark.parametrize("link", ["same name", "symlink", "hard link"])
+def test_an_output_that_is_an_input_is_refused_even_with_overwrite(ws, tmp_path, capsys, link):
+    """The teacher, ancestry or gene a command reads is never its output, by any name, --overwrite or not."""
+    import shutil
+
+    for name in ("teacher", "anc", "gene"):
+        shutil.copy(ws.gene if name == "gene" else ws.anc, tmp_path / f"{name}.safetensors")
+    teacher, anc, gene = (tmp_path / f"{n}.safetensors" for n in ("teacher", "anc", "gene"))
+    before = {p: p.read_bytes() for p in (teacher, anc, gene)}
+    for argv in (
+        ["train", ws.anc, *DATA, "--teacher", teacher, "--overwrite", "-o", _alias(teacher, link)],
+        ["expand", gene, "--overwrite", "-o", _alias(gene, link)],
+        ["condense", "--method", "scratch", "--ancestry", anc, "--overwrite", "-o", _alias(anc, link)],
+    ):
+        assert "never replaces" in _one_line_error(capsys, argv)
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_a_hub_folder_output_holding_the_gene_is_refused(ws, tmp_path, capsys):
+    import shutil
+
+    folder = tmp_path / "hub"
+    folder.mkdir()
+    shutil.copy(ws.gene, folder / "g.safetensors")
+    argv = ["expand", folder / "g.safetensors", "--format", "hub", "--overwrite", "-o", folder]
+    assert "never replaces" in _one_line_error(capsys, argv)
+    assert sorted(p.name for p in folder.iterdir()) == ["g.safetensors"]

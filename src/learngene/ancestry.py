@@ -29,7 +29,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from .errors import LearngeneError, SpecError
-from .formats.convert import is_model_folder, read_checkpoint
+from .formats.convert import is_model_folder, read_checkpoint, without_head
 from .formats.licenses import check_license
 from .formats.memory import release_pages, tensors_in_temporary_file
 from .formats.model_file import load_model_file
@@ -88,7 +88,7 @@ def load_ancestry(
         # read (and checked for NaN) before building the model: a bad file fails in a moment, not after a big init
         state = read_checkpoint(path).state
         if drop_head:
-            state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
+            state = without_head(state, ("head.", "head_dist."), str(path))
             model_kwargs["num_classes"] = 0
         model = build_timm_model(timm_model, model_kwargs, state, str(path))
     try:

@@ -193,7 +193,7 @@ def cmd_adapt(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    check_outputs(args, [args.out], [args.model])
+    check_outputs(args, [args.out], [args.model, args.teacher])
     if args.distill_lambda is None:
         args.distill_lambda = 0.5 if args.teacher else 0.0
     elif args.distill_lambda > 0 and not args.teacher:

@@ -135,7 +135,7 @@ def _read_timm_folder(folder: Path, config: dict[str, Any], state: StateDict, dr
     if "num_classes" in config:
         kwargs.setdefault("num_classes", config["num_classes"])
     if drop_head:
-        state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
+        state = without_head(state, ("head.", "head_dist."), str(folder))
         kwargs["num_classes"] = 0
     return Checkpoint(
         arch=arch, kwargs=kwargs, state=state, pretrained_cfg=_data_cfg(pretrained_cfg), source=str(folder)
@@ -279,6 +279,18 @@ def hf_key_to_timm(key: str) -> str | None:
     return target.format(re.search(r"\.(\d+)\.", key).group(1))
 
 
+def without_head(state: StateDict, prefixes: tuple[str, ...], source: str) -> StateDict:
+    """``state`` less its classifier (keys under ``prefixes``); a ``--drop-head`` with no head to drop is refused,
+    since it would otherwise be accepted and mean nothing."""
+    kept = {k: v for k, v in state.items() if not k.startswith(prefixes)}
+    if len(kept) == len(state):
+        raise LearngeneError(
+            f"--drop-head: {source} has no classifier head to drop (no {'/'.join(p + '*' for p in prefixes)} "
+            f"weights); leave --drop-head out"
+        )
+    return kept
+
+
 def hf_state_to_timm(
     state: StateDict, model_type: str, hidden: int | None = None, drop_head: bool = False
 ) -> StateDict:
@@ -286,7 +298,7 @@ def hf_state_to_timm(
     prefix = HF_PREFIXES[model_type]
     state = {k: v for k, v in state.items() if not k.startswith(HF_TEXT_PARTS)}
     if drop_head:
-        state = {k: v for k, v in state.items() if not k.startswith(HF_CLASSIFIERS)}
+        state = without_head(state, HF_CLASSIFIERS, f"this {model_type} checkpoint")
     elif hidden and "classifier.weight" in state and state["classifier.weight"].shape[-1] == 2 * hidden:
         raise LearngeneError(
             f"this {model_type} classifier reads the class token concatenated with the mean patch "
