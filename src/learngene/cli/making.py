@@ -98,6 +98,11 @@ def cmd_condense(args: argparse.Namespace) -> None:
         train_data, test_data = load_data_from_args(
             args, model_in.img_size if model_in else None, model_in.in_chans if model_in else None, preprocessing
         )
+        if model_in and train_data.in_chans != model_in.in_chans:
+            raise LearngeneError(
+                f"--in-chans {train_data.in_chans}: condensing feeds the data to the ancestry, which reads "
+                f"{model_in.in_chans}-channel images; leave --in-chans out (the data follow the ancestry)"
+            )
         if args.run_dir:  # what a resumed run must share with this one, besides what the loop sees
             train_cfg.identity = {
                 "command": "condense",
