@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -345,3 +346,88 @@ def test_api_refuses_with_a_learngene_error(case_id, call, words):
         call()
     message = str(info.value)
     assert words in message and len(message.splitlines()) == 1, message
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+# config.json fields of the wrong type (forged folders): one line naming the field, never a traceback
+CONFIG_CASES: list[tuple[str, str, Callable[[dict], None]]] = [
+    ("hf layer_norm_eps a string", "hf", lambda c: c.update(layer_norm_eps="1e-12")),
+    ("hf layer_norm_eps a list", "hf", lambda c: c.update(layer_norm_eps=[1e-12])),
+    ("hf mlp_ratio a string", "hf", lambda c: c.update(mlp_ratio="4")),
+    ("hf num_register_tokens a string", "hf", lambda c: c.update(num_register_tokens="4")),
+    ("hf architectures an int", "hf", lambda c: c.update(architectures=3)),
+    ("hf image_size NaN", "hf", lambda c: c.update(image_size=float("nan"))),
+    ("hf image_size 3 elements", "hf", lambda c: c.update(image_size=[16, 16, 16])),
+    ("hf hidden_size a string", "hf", lambda c: c.update(hidden_size="32")),
+    ("hf num_channels a float", "hf", lambda c: c.update(num_channels=1.5)),
+    ("hub pretrained_cfg a string", "hub", lambda c: c.update(pretrained_cfg="imagenet")),
+    ("hub input_size an int", "hub", lambda c: c["pretrained_cfg"].update(input_size=16)),
+    ("hub mean a string", "hub", lambda c: c["pretrained_cfg"].update(mean="0.5")),
+    ("hub img_size NaN", "hub", lambda c: c["model_args"].update(img_size=float("nan"))),
+]
+
+
+@pytest.mark.parametrize("case_id, source, change", [pytest.param(*c, id=c[0]) for c in CONFIG_CASES])
+@pytest.mark.parametrize("command", ["condense", "inspect"])
+def test_config_fields_of_the_wrong_type_are_one_line(made, capsys, case_id, source, change, command):
+    path = folder(made, source, "cfg_" + re.sub(r"\W+", "_", case_id), config=change)
+    out = made / "out" / "o.safetensors"
+    args = [*map(str, condense(path)), "-o", str(out)] if command == "condense" else ["inspect", str(path)]
+    code = main(args)
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert "Traceback" not in err + captured.out, err
+    if code != 0:  # a field of no consequence may be ignored; one read must be refused in one line
+        assert code == 2 and len(err.splitlines()) == 1, (code, err)
+        assert any(a in err.lower() for a in ACTIONS), f"the message does not say what to do: {err}"
+    assert list((made / "out").iterdir()) in ([], [out])
+    out.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("command", ["condense", "inspect"])
+def test_a_config_nested_thousands_deep_is_one_line(made, capsys, command):
+    path = folder(made, "hf", "cfg_deep")
+    text = (path / "config.json").read_text()
+    (path / "config.json").write_text(text.rstrip()[:-1] + ', "deep": ' + _nested(100_000) + "}")
+    args = (
+        [*map(str, condense(path)), "-o", str(made / "out" / "o.safetensors")]
+        if command == "condense"
+        else [
+            "inspect",
+            str(path),
+        ]
+    )
+    code = main(args)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "config.json" in err and list((made / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["README.md", "preprocessor_config.json"])
+def test_a_fifo_in_a_model_folder_is_skipped_not_read(made, tmp_path, name):
+    """Only regular files are read: a FIFO (whose read blocks until someone writes) is passed over."""
+    import subprocess
+    import sys
+
+    path = folder(made, "hf", f"fifo_{name}")
+    (path / name).unlink(missing_ok=True)
+    os.mkfifo(path / name)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for argv in (["inspect", str(path)], [*map(str, condense(path)), "-o", str(tmp_path / "g.safetensors")]):
+        done = subprocess.run(
+            [sys.executable, "-m", "learngene", *argv], capture_output=True, text=True, timeout=300, env=env
+        )
+        assert done.returncode == 0, done.stderr
+    assert (tmp_path / "g.safetensors").is_file()
+
+
+def test_a_fifo_as_config_json_is_one_line(made, capsys):
+    path = folder(made, "hf", "fifo_config")
+    (path / "config.json").unlink()
+    os.mkfifo(path / "config.json")
+    code = main(["inspect", str(path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "config.json" in err, err

@@ -45,11 +45,13 @@ def check_license(value: Any, source: str = "--license", fix: str = "give") -> s
 def folder_license(folder: str | Path, config: dict[str, Any] | None = None) -> str | None:
     """The licence a model folder records (README front matter, then ``config.json``), or None."""
     folder = Path(folder)
+    from .weights import is_regular_file
+
     found = _front_matter_license(folder / README)
-    if found is None and config is None and (folder / "config.json").is_file():
+    if found is None and config is None and is_regular_file(folder / "config.json"):
         try:
             config = json.loads((folder / "config.json").read_text())
-        except (ValueError, UnicodeDecodeError, OSError):
+        except (ValueError, UnicodeDecodeError, OSError, RecursionError):
             config = None
     if found is None and isinstance(config, dict):
         cfg = config.get("pretrained_cfg")
@@ -65,6 +67,10 @@ def folder_license(folder: str | Path, config: dict[str, Any] | None = None) -> 
 
 def _front_matter_license(readme: Path) -> str | None:
     """``license:`` of a model card's YAML front matter (``license_name:`` where it says ``other``)."""
+    from .weights import is_regular_file  # here: the CLI's parser imports this module and must not load torch
+
+    if not is_regular_file(readme):  # none, or a FIFO (whose read would block): no licence read from it
+        return None
     try:
         text = readme.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
