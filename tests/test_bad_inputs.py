@@ -1068,3 +1068,42 @@ def test_a_hub_folder_output_holding_the_gene_is_refused(ws, tmp_path, capsys):
     argv = ["expand", folder / "g.safetensors", "--format", "hub", "--overwrite", "-o", folder]
     assert "never replaces" in _one_line_error(capsys, argv)
     assert sorted(p.name for p in folder.iterdir()) == ["g.safetensors"]
+
+
+@pytest.fixture(scope="module")
+def resnets(tmp_path_factory) -> dict[int, Path]:
+    """Tiny timm ResNet checkpoints (CNN teachers) reading 1- and 3-channel images, 10 classes."""
+    import timm
+    from safetensors.torch import save_file
+
+    root = tmp_path_factory.mktemp("resnets")
+    paths = {}
+    for chans in (1, 3):
+        torch.manual_seed(0)
+        model = timm.create_model("resnet10t", num_classes=10, in_chans=chans)
+        paths[chans] = root / f"resnet{chans}.safetensors"
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, paths[chans])
+    return paths
+
+
+def test_a_cnn_teacher_of_the_datas_channels_is_distilled(ws, resnets, tmp_path, capsys):
+    out = tmp_path / "o.safetensors"
+    argv = ["train", ws.anc, *DATA, "--teacher", resnets[1], "--teacher-timm-model", "resnet10t", "-o", out]
+    assert main([str(a) for a in argv]) == 0, capsys.readouterr().err
+    assert out.is_file()
+
+
+def test_a_cnn_teacher_of_other_channels_or_a_lone_teacher_arch_is_one_line(ws, resnets, tmp_path, capsys):
+    out = tmp_path / "o.safetensors"
+    argv = ["train", ws.anc, *DATA, "--teacher", resnets[3], "--teacher-timm-model", "resnet10t", "-o", out]
+    assert "the teacher takes 3-channel" in _one_line_error(capsys, argv)
+    argv = ["train", ws.anc, *DATA, "--teacher-timm-model", "resnet10t", "-o", out]
+    assert "pass --teacher too" in _one_line_error(capsys, argv)
+    assert not out.exists()
+
+
+def test_condense_refuses_in_chans_other_than_the_ancestrys(ws, tmp_path, capsys):
+    out = tmp_path / "g.safetensors"
+    argv = ["condense", "--method", "tleg", "--ancestry", ws.anc, *DATA, "--in-chans", "3", "-o", out]
+    assert "leave --in-chans out" in _one_line_error(capsys, argv)
+    assert not out.exists()

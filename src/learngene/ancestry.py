@@ -92,12 +92,38 @@ def load_ancestry(
         if drop_head:
             state = without_head(state, ("head.", "head_dist."), str(path))
             model_kwargs["num_classes"] = 0
+        model_kwargs = _sizes_from_checkpoint(timm_model, model_kwargs, state)
         model = build_timm_model(timm_model, model_kwargs, state, str(path))
     try:
         return Ancestry(model.eval(), spec_from_model(model), license=license)
     except SpecError as exc:
         # a non-ViT (or exotic ViT) can still be a teacher
         return Ancestry(model.eval(), None, unsupported=str(exc), license=license)
+
+
+def _sizes_from_checkpoint(arch: str, kwargs: dict[str, Any], state: StateDict) -> dict[str, Any]:
+    """``kwargs`` with the input channels and classes a bare checkpoint's weights show where the caller gave none
+    (the first convolution's input channels, the classifier's outputs): a grey or 10-class ViT or CNN (e.g. a
+    ResNet teacher) loads as it was trained, with its own head, instead of being refused or given a fresh one."""
+    if "in_chans" in kwargs and "num_classes" in kwargs:
+        return kwargs
+    try:
+        model = _timm_model(arch, {**kwargs, "device": "meta"})
+    except LearngeneError:
+        return kwargs  # build_timm_model says why, in one line
+    found: dict[str, Any] = {}
+    if "in_chans" not in kwargs:
+        first = next(((n, p) for n, p in model.named_parameters() if p.ndim == 4), None)
+        if first is not None and first[0] in state and state[first[0]].ndim == 4:
+            found["in_chans"] = int(state[first[0]].shape[1])
+    get = getattr(model, "get_classifier", None)
+    head = get() if get else None
+    if "num_classes" not in kwargs and isinstance(head, nn.Linear):
+        name = next((n for n, m in model.named_modules() if m is head), None)
+        weight = state.get(f"{name}.weight") if name else None
+        if weight is not None and weight.ndim == 2:
+            found["num_classes"] = int(weight.shape[0])
+    return {**kwargs, **found}
 
 
 def build_timm_model(arch: str, kwargs: dict[str, Any], state: StateDict, source: str) -> nn.Module:

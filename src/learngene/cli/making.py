@@ -199,6 +199,10 @@ def cmd_adapt(args: argparse.Namespace) -> None:
 
 def cmd_train(args: argparse.Namespace) -> None:
     check_outputs(args, [args.out], [args.model, args.teacher])
+    if args.teacher_timm_model and not args.teacher:
+        raise LearngeneError(
+            "--teacher-timm-model names the architecture of a --teacher checkpoint; pass --teacher too"
+        )
     if args.distill_lambda is None:
         args.distill_lambda = 0.5 if args.teacher else 0.0
     elif args.distill_lambda > 0 and not args.teacher:
