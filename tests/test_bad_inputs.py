@@ -1107,3 +1107,69 @@ def test_condense_refuses_in_chans_other_than_the_ancestrys(ws, tmp_path, capsys
     argv = ["condense", "--method", "tleg", "--ancestry", ws.anc, *DATA, "--in-chans", "3", "-o", out]
     assert "leave --in-chans out" in _one_line_error(capsys, argv)
     assert not out.exists()
+
+
+def _numeric_options():
+    import dataclasses
+    import typing
+
+    from learngene.registry import list_methods
+
+    for name in list_methods():
+        config = get_method(name).Config
+        hints = typing.get_type_hints(config)
+        for f in dataclasses.fields(config):
+            if hints[f.name] in (int, float):
+                yield pytest.param(name, f, hints[f.name], id=f"{name}.{f.name}")
+
+
+@pytest.mark.parametrize("method, field, kind", list(_numeric_options()))
+def test_every_numeric_option_refuses_values_past_its_boundary(method, field, kind):
+    """Each option's range, tried at its edge: the value just outside is refused in one line and the edge itself
+    accepted; an automatic option's 0 (its 'automatic' marker) is refused when given by hand, as it reads as 'none'."""
+    from learngene.cli.options import parse_options
+
+    cls = get_method(method)
+    if field.name in getattr(cls.Config, "AUTO_OPTIONS", ()):
+        with pytest.raises(LearngeneError, match=f"{field.name}=auto"):
+            parse_options(cls.Config, [f"{field.name}=0"])
+        assert parse_options(cls.Config, [f"{field.name}=auto"]) == {field.name: field.default}
+    limits = field.metadata
+    step = 1 if kind is int else 1e-6
+    lowest = limits.get("at_least", limits.get("above", 0 if "at_most" not in limits else None))
+    if lowest is not None:
+        with pytest.raises(LearngeneError, match=f"{method} option {field.name} must be"):
+            cls(**{field.name: kind(lowest - step) if "above" not in limits else kind(lowest)})
+        if "above" not in limits and not limits.get("odd") and not limits.get("multiple_of"):
+            cls(**{field.name: kind(lowest)})
+    if "at_most" in limits:
+        with pytest.raises(LearngeneError, match=f"{method} option {field.name} must be"):
+            cls(**{field.name: kind(limits["at_most"] + step)})
+    if limits.get("odd"):
+        with pytest.raises(LearngeneError, match="an odd number"):
+            cls(**{field.name: 2})
+
+
+@pytest.mark.parametrize(
+    "method, options, words",
+    [
+        ("sws", {"descendant_stages": "0,2"}, "needs positive layer counts"),
+        ("pool", {"instance_depths": "1,1,1,1,1,1,1,1"}, "repeats a depth"),
+        ("pool", {"instance_depths": "1,9"}, "deeper than the aux net"),
+        ("structured", {"kernel_size": 1001}, "reaches past the"),
+    ],
+)
+def test_method_options_that_mean_nothing_for_the_ancestry_are_one_line(ws, tmp_path, capsys, method, options, words):
+    opts = [x for k, v in options.items() for x in ("--opt", f"{k}={v}")]
+    out = tmp_path / "g.safetensors"
+    argv = ["condense", "--method", method, "--ancestry", ws.anc, *DATA, *opts, "-o", out]
+    if method == "sws":  # a descendant-time option: condensing is fine, expanding refuses
+        assert main([str(a) for a in ["condense", "--method", "sws", "--ancestry", ws.anc, *DATA, "-o", out]]) == 0
+        argv = ["expand", out, *opts, "-o", tmp_path / "d.safetensors"]
+    if method == "structured":
+        argv = ["condense", "--method", method, "--ancestry", ws.anc, "-o", out]
+        assert main([str(a) for a in argv]) == 0
+        argv = ["expand", out, *opts, "-o", tmp_path / "d.safetensors"]
+    capsys.readouterr()
+    assert words in _one_line_error(capsys, argv)
+    assert not (tmp_path / "d.safetensors").exists()

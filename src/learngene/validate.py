@@ -44,20 +44,23 @@ def option(
     above: float | None = None,
     multiple_of: int | None = None,
     nonempty: bool = False,
+    odd: bool = False,
 ) -> Any:
     """A dataclass field whose values must lie in a range: ``at_least`` / ``at_most`` (inclusive), ``above``
-    (exclusive), a ``multiple_of`` an integer, a ``nonempty`` list; :func:`out_of_range` checks them."""
+    (exclusive), a ``multiple_of`` an integer, an ``odd`` integer, a ``nonempty`` list; :func:`out_of_range` checks
+    them."""
     limits = {
         "at_least": at_least,
         "at_most": at_most,
         "above": above,
         "multiple_of": multiple_of,
         "nonempty": nonempty or None,
+        "odd": odd or None,
     }
     return dataclasses.field(default=default, metadata={k: v for k, v in limits.items() if v is not None})
 
 
-RANGE_KEYS = ("at_least", "at_most", "above", "multiple_of", "nonempty")
+RANGE_KEYS = ("at_least", "at_most", "above", "multiple_of", "nonempty", "odd")
 
 
 def out_of_range(value: Any, limits: dict[str, Any]) -> str | None:
@@ -78,6 +81,8 @@ def out_of_range(value: Any, limits: dict[str, Any]) -> str | None:
         return "0 or more" if lo == 0 else f"at least {lo:g}"
     if step is not None and value % step:
         return f"a multiple of {step}"
+    if limits.get("odd") and value % 2 != 1:
+        return "an odd number"
     return None
 
 

@@ -45,6 +45,11 @@ def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
             value = json.loads(raw)
         except json.JSONDecodeError:
             value = raw
+        if key in getattr(config_cls, "AUTO_OPTIONS", ()) and value == 0 and not isinstance(value, bool):
+            # 0 stands for "automatic" inside the config; given by hand it reads as "none", which it is not
+            raise LearngeneError(
+                f"option {key}=0 would silently mean 'automatic'; give {key}=auto for that, or a positive value"
+            )
         out[key] = tuple(value) if isinstance(value, list) else value
     return out
 

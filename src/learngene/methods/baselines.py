@@ -21,6 +21,7 @@ from typing import Literal
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
+from ..validate import option
 from ..vit.attention_init import UntrainedAttentionOptions, mimetic_where_untrained, untrained_attention_note
 from ..vit.spec import ViTSpec
 from ..vit.transfer import StateDict, inherit_non_block, place_blocks, require_block_shape
@@ -127,7 +128,7 @@ class Pretrained(BlockCopier):
 
 @dataclass(frozen=True)
 class HeruConfig(UntrainedAttentionOptions):
-    layers: int = 3  # ancestry layers kept at the top
+    layers: int = option(3, at_least=1)  # ancestry layers kept at the top
 
 
 @register_method
@@ -158,7 +159,9 @@ class HeruLG(BlockCopier):
 
 @dataclass(frozen=True)
 class AutoConfig(UntrainedAttentionOptions):
-    fraction: float = 0.5  # share of the ancestry's layers kept at the bottom (6 of 12 in the papers)
+    fraction: float = option(
+        0.5, above=0, at_most=1
+    )  # share of the ancestry's layers kept at the bottom (6 of 12 in the papers)
 
 
 @register_method

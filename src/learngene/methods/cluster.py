@@ -86,7 +86,7 @@ class ClusterConfig:
     eps: float = 0.0  # DBSCAN radius in pixels; 0: the paper's 10 px scaled to the image size
     min_heads: int = option(1, at_least=1)  # DBSCAN MinHds (1: every head belongs to a cluster)
     num_images: int = option(256, at_least=1)  # images the attention distances are averaged over
-    batch_size: int = 64
+    batch_size: int = option(64, at_least=1)
     ffn: Literal["inherit", "random"] = "inherit"  # inherit: Cluster-Learngene*; random: Cluster-Learngene
     seed: int = 0  # which images are sampled
 

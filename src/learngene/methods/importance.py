@@ -48,6 +48,7 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
+from ..validate import option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import WIDTH_GAIN, block_names
 from ..vit.transfer import (
@@ -67,8 +68,10 @@ LAYER_SCORE, WIDTH_SCORE, WIDTH_ORDER = "importance.layer", "importance.width", 
 
 @dataclass(frozen=True)
 class ImportanceConfig:
-    num_images: int = 256  # calibration images (subcloning and Minitron use a small calibration batch)
-    batch_size: int = 64
+    num_images: int = option(
+        256, at_least=1
+    )  # calibration images (subcloning and Minitron use a small calibration batch)
+    batch_size: int = option(64, at_least=1)
     seed: int = 0  # which images are sampled
     rescale: bool = True  # LayerNorm gains × √(D/D') (subcloning)
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
@@ -49,7 +50,9 @@ class StructuredConfig:
     qk_scale: float = 7.0  # their norm_q
     v_scale: float = 1.0  # their norm_v
     impulse: float = 1000.0  # logit of the impulse entries in the target map
-    kernel_size: int = option(3, at_least=1)  # their 3 x 3 (other sizes: offsets in row-major order)
+    kernel_size: int = option(
+        3, at_least=1, odd=True
+    )  # odd: centred on the query patch; their 3 x 3 (other sizes: offsets in row-major order)
     alpha: float = 0.4  # noise in W_v W_proj
     beta: float = 0.4  # negative identity in W_v W_proj
     seed: int = 0
@@ -127,6 +130,11 @@ class Structured(Method):
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         cfg = self.config
         D, H, d = spec.embed_dim, spec.num_heads, spec.head_dim
+        if cfg.kernel_size > 2 * spec.grid_size - 1:  # offsets past the grid match no patch: an empty impulse
+            raise LearngeneError(
+                f"structured kernel_size={cfg.kernel_size} reaches past the {spec.grid_size}×{spec.grid_size} patch "
+                f"grid of {spec.short()}; give an odd kernel_size up to {2 * spec.grid_size - 1}"
+            )
         generator = torch.Generator().manual_seed(cfg.seed)
         shape = spec.non_block_shapes(vit_layout=True)["pos_embed"]
         pos = torch.randn(shape, generator=generator, dtype=torch.float64) * 0.02 * cfg.pos_scale
