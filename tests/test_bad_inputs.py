@@ -1173,3 +1173,42 @@ def test_method_options_that_mean_nothing_for_the_ancestry_are_one_line(ws, tmp_
     capsys.readouterr()
     assert words in _one_line_error(capsys, argv)
     assert not (tmp_path / "d.safetensors").exists()
+
+
+def test_text_from_a_gene_header_and_its_name_stays_on_its_card_line(ws, tmp_path, capsys):
+    """Header fields, label names and the file name carry newlines, headings and YAML keys: the card keeps each
+    on its own `- **key**:` line, and its front matter holds only what learngene writes."""
+    import json as _json
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(ws.gene, framework="pt") as fh:
+        tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+        header = dict(fh.metadata())
+    evil = "x\n---\nlicense: evil\n# Heading\r\n- item"
+    names = [f"c{i}\n# class heading" for i in range(10)]
+    header.update(
+        created=evil,
+        library_version=evil,
+        label_space=_json.dumps({"data": evil, "names": names, "num_classes": 10}),
+    )
+    gene = tmp_path / "g\n# name heading.safetensors"
+    save_file(tensors, str(gene), metadata=header)
+    hub = tmp_path / "hub"
+    code = main(["expand", str(gene), "--format", "hub", "-o", str(hub), "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    card = (hub / "README.md").read_text()
+    front = card.split("---\n")[1]
+    assert "evil" not in front and "license" not in front, front
+    headings = [line for line in card.splitlines() if line.startswith("#")]
+    assert not any("heading" in h for h in headings), headings
+    assert not any(line.startswith(("license:", "- item", "---x")) for line in card.splitlines()[8:])
+    assert card.count("\n---\n") == 1  # the front matter's end only
+
+
+@pytest.mark.parametrize("licence", ["((((", "(", "MIT)("])
+def test_a_licence_that_is_no_identifier_is_refused(ws, tmp_path, capsys, licence):
+    out = tmp_path / "hub"
+    assert "not a licence identifier" in _one_line_error(capsys, ["expand", ws.gene, "--license", licence, "-o", out])
+    assert not out.exists()

@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import tempfile
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from torch import nn
 from ..errors import LearngeneError
 from ..vit.spec import ViTSpec
 from .atomic import TEMP_NAME_CHARS, check_output_place, library_version, quote
+from .licenses import check_license
 from .weights import save_safetensors
 
 CONFIG = "config.json"
@@ -161,8 +163,24 @@ def _channel_stats(model: nn.Module, in_chans: int) -> dict[str, tuple[float, ..
     return out
 
 
+def card_text(value: Any) -> str:
+    """``value`` as one line of a model card: text read from input files (a gene header's dates and versions,
+    file, class and method names) can start no new line, so no heading, list item or YAML key: line breaks
+    (and every other control or separator character) become single spaces. Each value follows ``- **key**:``
+    on its line, where markdown's inline marks cannot end the line either."""
+    text = "".join(" " if unicodedata.category(c)[0] in "CZ" else c for c in str(value))
+    return " ".join(text.split())
+
+
 def model_card(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any], defaults_input: bool = False) -> str:
-    """The README.md of a descendant: YAML front matter for the hub, then what it is and how to load it."""
+    """The README.md of a descendant: YAML front matter for the hub, then what it is and how to load it.
+
+    The card's values come from input files (a gene's header, file names, class names, a licence): each is
+    written through :func:`card_text`, one escaped line, and the licence is checked as an identifier before it
+    reaches the front matter."""
+    card = {card_text(k): card_text(v) if v is not None else None for k, v in card.items()}
+    if card.get("license_id"):
+        card["license_id"] = check_license(card["license_id"], "the licence")
     arch = config["architecture"]
     cfg = config["pretrained_cfg"]
     facts = {

@@ -34,12 +34,27 @@ README = "README.md"
 
 def check_license(value: Any, source: str = "--license", fix: str = "give") -> str:
     """``value`` as a licence identifier, or one line saying what to give (``fix``: the verb of that advice)."""
-    if not isinstance(value, str) or not _LICENSE.fullmatch(value.strip()):
+    if not isinstance(value, str) or not _LICENSE.fullmatch(value.strip()) or not _balanced_expression(value):
         raise LearngeneError(
             f"{source} {str(value)[:60]!r} is not a licence identifier; {fix} an SPDX identifier "
             f"such as Apache-2.0, MIT or CC-BY-NC-4.0 (letters, digits, '.', '-', '+')"
         )
     return value.strip()
+
+
+_LICENSE_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+\-]*")
+
+
+def _balanced_expression(text: str) -> bool:
+    """An SPDX expression's shape: parentheses that close, and identifiers (or AND/OR/WITH) between them: so
+    ``((((`` or ``(`` is no licence, while ``(MIT OR Apache-2.0)`` is."""
+    depth = 0
+    for char in text:
+        depth += (char == "(") - (char == ")")
+        if depth < 0:
+            return False
+    tokens = text.replace("(", " ").replace(")", " ").split()
+    return depth == 0 and bool(tokens) and all(_LICENSE_TOKEN.fullmatch(t) for t in tokens)
 
 
 def folder_license(folder: str | Path, config: dict[str, Any] | None = None) -> str | None:
