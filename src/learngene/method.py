@@ -112,6 +112,8 @@ class Method:
     Class attributes:
         name: registry key (CLI ``--method``).
         summary: one line for listings.
+        stores: what the learngene holds, in one line (the docs' method page and table).
+        expands_to: which descendant sizes ``expand`` can make, in one line (the docs' method page and table).
         Config: frozen dataclass of hyper-parameters; stored in the gene, overridable at expand time.
         needs_data: ``condense`` trains or measures on data.
         needs_vit_ancestry: ``condense`` picks weights from a ViT (False: any classifier can teach).
@@ -133,6 +135,8 @@ class Method:
 
     name: ClassVar[str]
     summary: ClassVar[str] = ""
+    stores: ClassVar[str] = ""
+    expands_to: ClassVar[str] = ""
     paper: ClassVar[Paper | tuple[Paper, ...]]
     Config: ClassVar[type] = NoConfig
     needs_data: ClassVar[bool] = False
