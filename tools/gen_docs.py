@@ -70,14 +70,13 @@ def method_page(name: str) -> str:
 
     cls = get_method(name)
     out = [f"# `{name}`", "", _md(cls.summary), ""]
-    out += ["| | |", "|---|---|"]
     for paper in citations(cls):
         link = f" [arXiv:{paper.arxiv}](https://arxiv.org/abs/{paper.arxiv})" if paper.arxiv else ""
         who = f"{paper.authors}, " if paper.authors else ""
         note = f" ({paper.note})" if paper.note else ""
-        out.append(f"| paper | {_cell(who)}*{_cell(paper.title)}*, {paper.venue} {paper.year}{link}{_cell(note)} |")
-    out.append(f"| the learngene stores | {_cell(cls.stores)} |")
-    out.append(f"| expands to | {_cell(cls.expands_to)} |")
+        out.append(f"- **Paper:** {_cell(who)}*{_cell(paper.title)}*, {paper.venue} {paper.year}{link}{_cell(note)}")
+    out.append(f"- **The learngene stores:** {_cell(cls.stores)}")
+    out.append(f"- **Expands to:** {_cell(cls.expands_to)}")
     needs = []
     if cls.needs_data:
         needs.append("data (`--data`) to condense")
@@ -88,7 +87,7 @@ def method_page(name: str) -> str:
     if not cls.needs_vit_ancestry:
         needs.append("any classifier as ancestry (not only a ViT)")
     if needs:
-        out.append(f"| needs | {'; '.join(needs)} |")
+        out.append(f"- **Needs:** {'; '.join(needs)}")
     out += ["", "```bash", f"learngene condense --method {name} --ancestry ancestry.safetensors --out gene.safetensors"]
     out += ["```", "", "## Options", ""]
     rows = method_options(cls)
