@@ -45,6 +45,7 @@ class Ancestry:
     license: str | None = None
 
     def require_vit(self, method: str) -> ViTSpec:
+        """The ancestry's spec; a one-line error naming ``method`` when the ancestry is not a ViT a spec describes."""
         if self.spec is None:
             why = self.unsupported or f"this ancestry is {type(self.model).__name__}"
             raise LearngeneError(
@@ -165,6 +166,7 @@ class Method:
 
     # ---- the interface -----------------------------------------------------------------------------
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        """The learngene of ``ancestry`` (``inputs``: data and training settings, for the methods that need them)."""
         raise NotImplementedError
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
@@ -172,6 +174,7 @@ class Method:
         raise NotImplementedError
 
     def provided_keys(self, gene: Learngene, spec: ViTSpec) -> list[str]:
+        """The timm state_dict keys ``expand`` gives for ``spec`` (the rest keep timm's initialization)."""
         with torch.no_grad():
             return list(self.expand(gene, spec))
 
