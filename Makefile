@@ -1,4 +1,4 @@
-# The README's two commands: `make demo` (the main job on Fashion-MNIST) and `make test`.
+# The README's two commands: `make demo` (the main job on Fashion-MNIST) and `make test` (`make test-gpu`: the GPU tests).
 # Both create the virtual environment .venv on first use and install the package into it with the
 # pinned versions of constraints.txt. Other targets: `make dist` builds the sdist and wheel; `make check-wheel`
 # installs the wheel in a clean venv and runs `learngene --help` there; `make check-latest` does that with the
@@ -12,7 +12,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PIP_INSTALL = $(PY) -m pip install -q --disable-pip-version-check
 
-.PHONY: demo test install lock dist check-wheel check-latest fashion-mnist
+.PHONY: demo test test-gpu install lock dist check-wheel check-latest fashion-mnist
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# only the tests of CUDA-only code paths (tests/test_gpu.py; marker `gpu`): on a machine without CUDA they all skip
+test-gpu: $(STAMP)
+	$(PY) -m pytest -m gpu
 
 fashion-mnist:
 	@[ -d /usr/share/datasets/fashion-mnist ] || \
