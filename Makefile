@@ -1,4 +1,5 @@
-# The README's two commands: `make demo` (the main job on Fashion-MNIST) and `make test`; `make docs` builds the docs.
+# The README's two commands: `make demo` (the main job on Fashion-MNIST) and `make test`; `make docs` builds the docs,
+# `make test-gpu` runs the GPU tests alone.
 # Both create the virtual environment .venv on first use and install the package into it with the
 # pinned versions of constraints.txt. Other targets: `make dist` builds the sdist and wheel; `make check-wheel`
 # installs the wheel in a clean venv and runs `learngene --help` there; `make check-latest` does that with the
@@ -13,7 +14,7 @@ STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 PIP_INSTALL = $(PY) -m pip install -q --disable-pip-version-check
 
-.PHONY: demo test install lock dist check-wheel check-latest fashion-mnist docs docs-install
+.PHONY: demo test test-gpu install lock dist check-wheel check-latest fashion-mnist docs docs-install
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +29,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# only the tests of CUDA-only code paths (tests/test_gpu.py; marker `gpu`): on a machine without CUDA they all skip
+test-gpu: $(STAMP)
+	$(PY) -m pytest -m gpu
 
 # the docs site into site/ (mkdocs.yml); --strict: a broken link, a missing reference or a bad docstring fails.
 # Offline once the docs extra is installed; tools/gen_docs.py writes the method, CLI and API pages at build time.
