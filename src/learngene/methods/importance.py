@@ -68,10 +68,9 @@ LAYER_SCORE, WIDTH_SCORE, WIDTH_ORDER = "importance.layer", "importance.width", 
 
 @dataclass(frozen=True)
 class ImportanceConfig:
-    num_images: int = option(
-        256, at_least=1
-    )  # calibration images (subcloning and Minitron use a small calibration batch)
-    batch_size: int = option(64, at_least=1)
+    # calibration images (subcloning and Minitron use a small calibration batch)
+    num_images: int = option(256, at_least=1)
+    batch_size: int = option(64, at_least=1)  # calibration images per forward pass
     seed: int = 0  # which images are sampled
     rescale: bool = True  # LayerNorm gains × √(D/D') (subcloning)
 
@@ -170,6 +169,10 @@ def width_norm_gains(keys) -> list[str]:
 @register_method
 class Importance(Method):
     name = "importance"
+    stores = (
+        "the whole ancestry permuted into activation-importance order (channels, heads, MLP neurons), plus layer scores"
+    )
+    expands_to = "narrower and shallower: a prefix slice of the most important units and layers"
     summary = "ancestry in activation-importance order (channels, heads, neurons, layers); narrower = prefix slice"
     paper = (
         Paper(
