@@ -431,3 +431,67 @@ def test_a_fifo_as_config_json_is_one_line(made, capsys):
     code = main(["inspect", str(path)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "config.json" in err, err
+
+
+# ---- the public API (learngene.__all__) with arguments of the wrong kind -----------------------------------------
+def _api_calls():
+    """(public name, call with one wrong-typed argument) for every function and class of ``learngene.__all__``."""
+    import learngene as lg
+    from tests.conftest import make_images
+
+    spec = SPEC
+    gene = lambda: lg.get_method("pretrained")().condense(lg.Ancestry(spec.create_model(), spec))  # noqa: E731
+    model = lambda: spec.create_model()  # noqa: E731
+    data = lambda: make_images(8, 10, 16)  # noqa: E731
+    cfg = lambda: lg.TrainConfig(epochs=1, progress=False)  # noqa: E731
+    return {
+        "make_descendant": [lambda: lg.make_descendant(gene(), "L2-D32-H2"), lambda: lg.make_descendant(None, spec)],
+        "fit_gene_to_budget": [lambda: lg.fit_gene_to_budget(gene(), spec, max_params="5M")],
+        "train": [
+            lambda: lg.train("not a model", data(), cfg()),
+            lambda: lg.train(model(), data(), {"epochs": 1}),
+            lambda: lg.train(model(), data(), cfg(), teacher="t"),
+        ],
+        "evaluate": [lambda: lg.evaluate("m", data()), lambda: lg.evaluate(model(), make_images(8, 10, 32))],
+        "register_method": [lambda: lg.register_method(int), lambda: lg.register_method(3)],
+        "get_method": [lambda: lg.get_method(3), lambda: lg.get_method(None)],
+        "get_preset": [lambda: lg.get_preset(3)],
+        "list_methods": [lambda: lg.list_methods(3)],
+        "load_ancestry": [lambda: lg.load_ancestry(3), lambda: lg.load_ancestry("x.safetensors", timm_model=3)],
+        "export_hub_folder": [lambda: lg.export_hub_folder("hub", "m", spec, {})],
+        "ViTSpec": [lambda: ViTSpec(depth="2", embed_dim=32, num_heads=2), lambda: ViTSpec(class_token="no")],
+        "TrainConfig": [lambda: lg.TrainConfig(lr="fast")],
+        "Learngene": [
+            lambda: lg.Learngene(method=3, tensors={}),
+            lambda: lg.Learngene(method="no_such", tensors={"a": torch.zeros(2)}).save("unused.safetensors"),
+            lambda: lg.Learngene(method="tleg", tensors={}).save("unused.safetensors"),
+        ],
+        "Method": [lambda: lg.get_method("tleg")().condense(None), lambda: lg.get_method("pretrained")().condense(3)],
+        "Ancestry": [lambda: lg.Ancestry("m", spec), lambda: lg.Ancestry(model(), "L2-D32-H2")],
+        "GeneNet": [lambda: lg.GeneNet(None, spec)],
+        "Paper": [lambda: lg.Paper(3)],
+        "AdaptInputs": [lambda: lg.AdaptInputs("data", cfg()), lambda: lg.AdaptInputs(data(), {"epochs": 1})],
+        "CondenseInputs": [lambda: lg.CondenseInputs(3), lambda: lg.CondenseInputs(data(), train_cfg=None)],
+        "LearngeneError": [],
+        "PRESETS": [],
+        "__version__": [],
+    }
+
+
+def test_every_public_name_is_tried():
+    import learngene
+
+    assert sorted(_api_calls()) == sorted(learngene.__all__)
+
+
+@pytest.mark.parametrize(
+    "name, index", [(n, i) for n, calls in sorted(_api_calls().items()) for i in range(len(calls))]
+)
+def test_public_entry_points_refuse_wrong_kinds_by_name(name, index, tmp_path, monkeypatch):
+    """A wrong-typed argument is a LearngeneError (or a TypeError/ValueError naming the argument), never an
+    AttributeError or an assertion from deep inside."""
+    monkeypatch.chdir(tmp_path)  # nothing may be written: a refused save leaves no file either
+    with pytest.raises((LearngeneError, TypeError, ValueError)) as info:
+        _api_calls()[name][index]()
+    assert str(info.value) and len(str(info.value).splitlines()) == 1, info.value
+    assert list(tmp_path.iterdir()) == []

@@ -28,7 +28,7 @@ from typing import Any, cast
 
 from torch import Tensor, nn
 
-from .errors import LearngeneError, SpecError
+from .errors import LearngeneError, SpecError, require_argument
 from .formats.convert import is_model_folder, read_checkpoint, without_head
 from .formats.licenses import check_license
 from .formats.memory import release_pages, tensors_in_temporary_file
@@ -56,6 +56,9 @@ def load_ancestry(
             (the way to load a transformers classifier timm's ViT cannot express, e.g. DINOv2's).
         **model_kwargs: passed to ``timm.create_model`` (e.g. ``num_classes``, ``img_size``, ``in_chans``).
     """
+    require_argument(path, (str, os.PathLike), "path", "a file or folder path")
+    if timm_model is not None:
+        require_argument(timm_model, str, "timm_model", "a timm architecture name or None")
     license = None  # a bare checkpoint file records none
     if is_model_folder(path):
         ckpt = read_checkpoint(path, drop_head=drop_head)  # checked for NaN as it is read

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .errors import GeneFormatError
+from .errors import ArgumentTypeError, GeneFormatError
 
 if TYPE_CHECKING:
     from .method import Method
@@ -20,6 +20,12 @@ _METHODS: dict[str, type[Method]] = {}
 
 def register_method(cls: type[Method]) -> type[Method]:
     """Class decorator: make a method discoverable by its ``name`` (CLI, benchmark, gene expansion)."""
+    from .method import Method
+
+    if not (isinstance(cls, type) and issubclass(cls, Method)) or not isinstance(getattr(cls, "name", None), str):
+        raise ArgumentTypeError(
+            f"register_method takes a Method subclass with a name, got {cls!r}; subclass learngene.Method"
+        )
     if cls.name in _METHODS and _METHODS[cls.name] is not cls:
         raise ValueError(f"method {cls.name!r} is registered twice")
     _METHODS[cls.name] = cls

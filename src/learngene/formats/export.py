@@ -28,7 +28,7 @@ from typing import Any
 
 from torch import nn
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, require_argument
 from ..vit.spec import ViTSpec
 from .atomic import TEMP_NAME_CHARS, check_output_place, library_version, quote
 from .licenses import check_license
@@ -122,6 +122,9 @@ def export_hub_folder(
             ``crop_pct``): give the data's the model was trained on (:func:`learngene.data.preprocessing_cfg`
             of the dataset); without it the architecture's defaults are written, and the card says so.
     """
+    require_argument(model, nn.Module, "model", "a torch module (a timm ViT)")
+    require_argument(spec, ViTSpec, "spec", "a ViTSpec")
+    require_argument(card, dict, "card", "a dict of the model card's entries")
     from timm.models._hub import save_config_for_hf
 
     path = Path(str(path).rstrip("/" + os.sep) or ".")

@@ -45,8 +45,13 @@ def parse_counts(text: str, what: str) -> list[int] | None:
         counts = [int(x) for x in str(text).split(",")]
     except ValueError:
         raise LearngeneError(f"sws {what}={text!r} is not comma-separated layer counts, e.g. 2,1,1") from None
-    if not counts or min(counts) < 1:  # a stage of no layers is no stage: it would silently drop a gene layer
-        raise LearngeneError(f"sws {what}={text!r} needs positive layer counts, one per stage, e.g. 2,1,1")
+    # an aux stage of no layers is no stage; a descendant may skip a stage (0 layers: its gene layer unused)
+    least = 0 if what == "descendant_stages" else 1
+    if not counts or min(counts) < least or sum(counts) == 0:
+        raise LearngeneError(
+            f"sws {what}={text!r} needs {'non-negative' if least == 0 else 'positive'} layer counts with a "
+            f"positive sum, one per stage, e.g. 2,1,1"
+        )
     return counts
 
 

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ..data import Batch, Batches, BatchMixer, Data, take
-from ..errors import DataError, LearngeneError
+from ..errors import DataError, LearngeneError, require_argument
 from ..formats.atomic import write_text_atomic
 from ..validate import check_fields
 from ..vit.naflex import image_input
@@ -302,6 +302,8 @@ def evaluate(
     model: nn.Module, data: Data, batch_size: int = 512, device: torch.device | None = None
 ) -> dict[str, float]:
     """Top-1 accuracy and mean cross-entropy of ``model`` on ``data`` (all ranks together under DDP)."""
+    require_argument(model, nn.Module, "model", "a torch module (e.g. a timm ViT)")
+    check_data_fits(model, data)
     device = device or next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -478,6 +480,10 @@ def train(
         run_dir: where ``log.jsonl`` and ``checkpoint.pt`` go (rank 0 only); None keeps nothing.
         resume: continue from ``run_dir/checkpoint.pt`` when it exists.
     """
+    require_argument(model, nn.Module, "model", "a torch module (e.g. a timm ViT)")
+    require_argument(cfg, TrainConfig, "cfg", "a TrainConfig (learngene.TrainConfig(epochs=...))")
+    if teacher is not None:
+        require_argument(teacher, nn.Module, "teacher", "a torch module or None")
     _running_loops[0] += 1
     try:
         result = _train(model, train_data, cfg, eval_data, teacher, run_dir, resume)
