@@ -705,3 +705,25 @@ def test_a_naflexvit_batch_whose_activations_cannot_fit_is_refused_before_the_fi
     model = family_ancestry("naflex_siglip").spec.replace(depth=1, num_classes=10).create_model()
     with pytest.raises(LearngeneError, match=r"a training step of 8 images of 49 tokens through 1 blocks of width 32"):
         loop.train(model, DATA, QUICK.replace(distill_lambda=0.0))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_lets_gene_of_every_family_expands_at_its_own_size(family):
+    """A G for every module and kind the family's blocks hold, no more: layer scale (one vector, no bias) and
+    bias-free q/k/v/proj leave no stored tensor the expansion does not use."""
+    from learngene.descendant import check_gene_fits_method
+
+    ancestry = family_ancestry(family)
+    gene = condense("lets", ancestry)
+    check_gene_fits_method(gene, "the lets gene")  # judges unused tensors at the gene's own size
+    _descendant(gene, gene.layout.replace(num_classes=10))
+
+
+@pytest.mark.parametrize("depth", range(2, 17))
+def test_lets_defaults_fit_every_ancestry_depth(depth):
+    """The compact net is half the aux net's depth, rounded up to an even number where half is odd (6 -> 4)."""
+    aux = ViTSpec(depth=depth, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
+    small = get_method("lets")().small_spec(aux)
+    assert small.depth == 1 or small.depth % 2 == 0
+    assert depth // 2 <= small.depth <= depth
+    assert get_method("lets")().initial_tensors(aux)  # the tensors of the defaults are made without a refusal
