@@ -357,3 +357,19 @@ def test_a_second_ctrl_c_while_stopping_prints_no_traceback(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 130, done.stderr
     assert done.stderr.strip() == "learngene methods: stopped by SIGINT; nothing was saved", done.stderr
+
+
+@pytest.mark.parametrize("method", ["cluster", "importance"])
+def test_a_data_driven_method_refuses_what_cannot_fit_before_allocating(method, monkeypatch):
+    """As the aux-net methods do: the estimate of a forward pass (tokens, attention maps) against the free memory,
+    refused in one line with the estimate, before a batch is read (a 34 GB allocation killed a RADIO run)."""
+    import learngene.vit.spec as spec_module
+    from learngene.method import Ancestry, CondenseInputs
+    from learngene.registry import get_method
+
+    spec = ViTSpec(depth=1, embed_dim=32, num_heads=2, img_size=64, patch_size=4, in_chans=1, num_classes=4)
+    monkeypatch.setattr(spec_module, "available_memory", lambda: 2**20)  # 1 MiB free
+    data = make_images(8, 4, 64)
+    monkeypatch.setattr(type(data), "get_batch", lambda *a, **k: pytest.fail("a batch was read before refusing"))
+    with pytest.raises(LearngeneError, match=rf"{method} runs 8 images of 257 tokens .* needs at least .* GiB"):
+        get_method(method)().condense(Ancestry(spec.create_model(), spec), CondenseInputs(train=data))

@@ -59,7 +59,7 @@ from ..registry import register_method
 from ..validate import option
 from ..vit.eva import block_inputs
 from ..vit.heads import select_matrix
-from ..vit.spec import ViTSpec, block_key
+from ..vit.spec import ViTSpec, block_key, require_inference_memory
 from ..vit.timm_keys import MLP, MSA, NORM, block_names, head_sliced
 from ..vit.transfer import (
     StateDict,
@@ -157,6 +157,8 @@ def mean_attention_distance(
     if count < 1:
         raise LearngeneError("cluster needs at least one image to measure attention distances; pass --data")
     device = next(model.parameters()).device
+    # every image's tokens stay between blocks; each block's maps are read as float64
+    require_inference_memory(spec, min(batch_size, count), "cluster", kept_images=count, map_bytes=12, device=device)
     picked = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[:count].sort().values
     distance = patch_distances(spec).to(device)
     prefix = spec.num_prefix_tokens

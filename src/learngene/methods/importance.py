@@ -49,7 +49,7 @@ from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..validate import option
-from ..vit.spec import ViTSpec, block_key
+from ..vit.spec import ViTSpec, block_key, require_inference_memory
 from ..vit.timm_keys import WIDTH_GAIN, block_names
 from ..vit.transfer import (
     NON_BLOCK_NORMS,
@@ -93,6 +93,7 @@ def activation_scores(
     count = min(num_images, len(data))
     if count < 1:
         raise LearngeneError("importance ranks units on calibration images: give training data (--data)")
+    require_inference_memory(spec, min(batch_size, count), "importance", device=next(model.parameters()).device)
     L, H, d = spec.depth, spec.num_heads, spec.head_dim
     sums = {
         "width": torch.zeros(spec.embed_dim, dtype=torch.float64),

@@ -68,6 +68,29 @@ def training_activation_bytes(
     return bytes_per_value * batch * depth * per_block
 
 
+def require_inference_memory(
+    spec: ViTSpec, batch: int, method: str, kept_images: int = 0, map_bytes: int = 4, device: Any = None
+) -> None:
+    """Refuse in one line, before anything is allocated, a data-driven condensation whose forward passes cannot fit:
+    one block's activations of ``batch`` images (tokens × (4·width + MLP) values, and one N×N attention map per
+    head held at ``map_bytes`` per value where a method reads the maps), plus the tokens of ``kept_images`` held
+    between blocks. A lower bound, as the aux-net methods' estimate (:func:`training_activation_bytes`)."""
+    import torch
+
+    N, D = spec.num_tokens, spec.embed_dim
+    need = 4 * batch * N * (4 * D + spec.mlp_hidden) + map_bytes * batch * spec.num_heads * N * N
+    need += 4 * kept_images * N * D
+    on_cuda = device is not None and getattr(device, "type", None) == "cuda"
+    free = torch.cuda.mem_get_info(device)[0] if on_cuda else available_memory()
+    if free is not None and need > free:
+        raise SpecError(
+            f"{method} runs {batch} images of {N:,} tokens ({spec.img_size}px) at a time through {spec.short()}, "
+            f"which needs at least {need / 2**30:,.1f} GiB, but {'cuda' if on_cuda else 'this machine'} has "
+            f"{free / 2**30:,.1f} GiB free; choose a smaller --opt batch_size (and num_images) or a smaller "
+            f"--img-size"
+        )
+
+
 def available_memory() -> int | None:
     """Bytes of memory free for new allocations (Linux ``MemAvailable``), or None where unknown."""
     try:
