@@ -727,3 +727,21 @@ def test_lets_defaults_fit_every_ancestry_depth(depth):
     assert small.depth == 1 or small.depth % 2 == 0
     assert depth // 2 <= small.depth <= depth
     assert get_method("lets")().initial_tensors(aux)  # the tensors of the defaults are made without a refusal
+
+
+@pytest.mark.parametrize("method", ["importance", "cluster"])
+def test_data_driven_methods_feed_a_radio_its_pretrained_input_size_not_its_grid(method):
+    """RADIO records its position grid as its image size (2048 px); its pretrained input is 512 px. The data a
+    data-driven method reads come at the pretrained size (here 16 px on a 28-px grid), and the method measures
+    the ancestry there."""
+    from learngene.cli.making import feed_size
+
+    model = timm_ancestry(*FAMILIES["naflex_radio"])
+    model.pretrained_cfg = {**model.pretrained_cfg, "input_size": (3, 16, 16)}
+    ancestry = Ancestry(model, spec_from_model(model))
+    size = feed_size(ancestry, {"input_size": (3, 16, 16)})
+    assert (ancestry.spec.img_size, size) == (28, 16)
+    data = make_images(8, num_classes=10, size=size, chans=3)
+    gene = get_method(method)(num_images=8).condense(ancestry, CondenseInputs(train=data, train_cfg=QUICK))
+    assert gene.layout == ancestry.spec  # the gene describes the ancestry, measured at the images' size
+    assert feed_size(family_ancestry("deit_tiny"), {"input_size": (3, 16, 16)}) == 28  # a fixed-size ViT: its own

@@ -124,7 +124,12 @@ def _fit_gene_to_budget(args: argparse.Namespace, gene, base, options: dict[str,
         for name, value in (("params", args.max_params), ("FLOPs", args.max_flops))
         if value is not None
     )
-    why = f"the deepest, then widest size within the budget that the {gene.method} gene expands to"
+    why = (
+        f"--depth {args.depth} kept (it wins over the budget), the widest size within the budget at that depth "
+        f"that the {gene.method} gene expands to"
+        if args.depth
+        else f"the deepest, then widest size within the budget that the {gene.method} gene expands to"
+    )
     if refused:
         first, reason = refused[0]
         why += (

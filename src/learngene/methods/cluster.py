@@ -59,7 +59,7 @@ from ..registry import register_method
 from ..validate import option
 from ..vit.eva import block_inputs
 from ..vit.heads import select_matrix
-from ..vit.spec import ViTSpec, block_key, require_inference_memory
+from ..vit.spec import ViTSpec, block_key, measured_spec, require_inference_memory
 from ..vit.timm_keys import MLP, MSA, NORM, block_names, head_sliced
 from ..vit.transfer import (
     StateDict,
@@ -148,11 +148,7 @@ def mean_attention_distance(
     Returns:
         ``(depth, num_heads)`` distances.
     """
-    if (data.in_chans, data.img_size) != (spec.in_chans, spec.img_size):  # labels may differ: they are not used
-        raise LearngeneError(
-            f"{data.name} has {data.in_chans}-channel {data.img_size}px images but the ancestry takes "
-            f"{spec.in_chans}-channel {spec.img_size}px ones; load the data at the ancestry's size"
-        )
+    spec = measured_spec(model, spec, data)  # labels may differ: they are not used
     count = min(num_images, len(data))
     if count < 1:
         raise LearngeneError("cluster needs at least one image to measure attention distances; pass --data")
@@ -248,7 +244,7 @@ class ClusterLearngene(Method):
         distances = mean_attention_distance(
             ancestry.model, spec, inputs.train, cfg.num_images, cfg.batch_size, cfg.seed
         )
-        eps = cfg.eps or default_eps(spec.img_size)
+        eps = cfg.eps or default_eps(inputs.train.img_size)  # distances are in pixels of the images measured
         state = ancestry.state()
         tensors: StateDict = {DISTANCE: distances}
         labels = []

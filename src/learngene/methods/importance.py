@@ -49,7 +49,7 @@ from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..validate import option
-from ..vit.spec import ViTSpec, block_key, require_inference_memory
+from ..vit.spec import ViTSpec, block_key, measured_spec, require_inference_memory
 from ..vit.timm_keys import WIDTH_GAIN, block_names
 from ..vit.transfer import (
     NON_BLOCK_NORMS,
@@ -85,11 +85,7 @@ def activation_scores(
         ``width`` ``(D,)``, ``heads`` ``(L, H)``, ``neurons`` ``(L, M)``, ``layers`` ``(L,)``; means over
         images and tokens (see the module docstring for each score).
     """
-    if (data.in_chans, data.img_size) != (spec.in_chans, spec.img_size):
-        raise LearngeneError(
-            f"{data.name} has {data.in_chans}-channel {data.img_size}px images but the ancestry takes "
-            f"{spec.in_chans}-channel {spec.img_size}px ones; load the data at the ancestry's size"
-        )
+    spec = measured_spec(model, spec, data)
     count = min(num_images, len(data))
     if count < 1:
         raise LearngeneError("importance ranks units on calibration images: give training data (--data)")

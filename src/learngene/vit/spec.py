@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..errors import SpecError
+from ..errors import LearngeneError, SpecError
 from ..validate import check_fields
 from . import naflex
 from .timm_keys import HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, NON_BLOCK_TENSORS, WIDTH, WIDTH_IN, family_axes
@@ -66,6 +66,22 @@ def training_activation_bytes(
     A lower bound (norms, GELU inputs and the optimizer come on top), so that a size it refuses cannot fit."""
     per_block = tokens * (4 * width + hidden) + heads * tokens * tokens
     return bytes_per_value * batch * depth * per_block
+
+
+def measured_spec(model: Any, spec: ViTSpec, data: Any) -> ViTSpec:
+    """``spec`` at the size of the images a data-driven method feeds ``model``: its own, or, for a model that takes
+    any size (a position grid resampled per input, as RADIO's 2048-px grid fed 512-px images), the data's.
+    Anything else is one line: the data must be loaded at the ancestry's size and channels."""
+    from .naflex import image_input
+
+    expects = image_input(model)
+    any_size = bool(expects and expects[2])
+    if data.in_chans != spec.in_chans or (data.img_size != spec.img_size and not any_size):
+        raise LearngeneError(
+            f"{data.name} has {data.in_chans}-channel {data.img_size}px images but the ancestry takes "
+            f"{spec.in_chans}-channel {spec.img_size}px ones; load the data at the ancestry's size"
+        )
+    return spec if data.img_size == spec.img_size else spec.replace(img_size=data.img_size)
 
 
 def require_inference_memory(
