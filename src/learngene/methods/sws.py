@@ -26,8 +26,9 @@ How the defaults generalise to other depths (ours: their code fixes only the 16/
   stages one layer longer. At 12 layers and five stages this is their mapping (3,3,2,2,2 layers:
   0,0,0,1,1,1,2,2,3,3,4,4); a descendant of the aux net's depth has the aux net's stages;
 - ``aux_num_heads`` 0: 12 where the aux width is one of theirs (384, 768), else the ancestry's count;
-- ``aux_pool`` "avg" (their aux net). Our aux net averages, then normalizes (timm's ``fc_norm``); theirs
-  normalizes, then averages.
+- ``aux_pool`` "": average pooling without a class token (their aux net) where the ancestry's family can
+  pool so (a distilled DeiT cannot: then the ancestry's pooling). Our aux net averages, then normalizes
+  (timm's ``fc_norm``); theirs normalizes, then averages.
 
 Initial values as TLEG's (the same group's, and their ``_init_weights``): trunc-normal(0.02) matrices,
 zero biases, unit norm weights. Depth only: a descendant has the aux net's width.
@@ -51,7 +52,7 @@ from ..auxnet import (
     resolve_aux_spec,
     vector_start,
 )
-from ..errors import LearngeneError
+from ..errors import LearngeneError, SpecError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Paper
 from ..registry import register_method
@@ -65,7 +66,7 @@ AUTHORS_HEADS = {384: 12, 768: 12}  # their aux nets' heads by width (models.py,
 
 @dataclass(frozen=True)
 class SWSConfig(AuxConfig):
-    aux_pool: Literal["", "token", "avg"] = "avg"  # their aux net: no class token, average pooling
+    aux_pool: Literal["", "token", "avg"] = ""  # "": avg (theirs: no class token) where the family allows it
     stages: str = ""  # aux layers per stage, e.g. "3,3,4,3,3"; "": theirs at 16 layers, else see the docstring
     descendant_stages: str = ""  # a descendant's layers per stage ("": spread as evenly as possible)
 
@@ -133,6 +134,11 @@ class SWS(AuxNetMethod):
                 aux_depth=cfg.aux_depth or max(1, round(4 * base.depth / 3)),
                 aux_num_heads=cfg.aux_num_heads or AUTHORS_HEADS.get(width, 0),  # 0: the ancestry's
             )
+        if not cfg.aux_pool:
+            try:
+                return resolve_aux_spec(dataclasses.replace(cfg, aux_pool="avg"), ancestry, inputs, self.name)
+            except SpecError:  # e.g. a distilled DeiT reads its class and distillation tokens
+                pass
         return resolve_aux_spec(cfg, ancestry, inputs, self.name)
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
