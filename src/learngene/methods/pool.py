@@ -12,8 +12,8 @@ for more layers than it has repeats its blocks in order.
 Two designs (``design``):
 
 ``authors``: the pool as the authors' code builds it (github.com/ZhenuYang/Yuanmou, read at b3e20a0,
-``learngene_methods/learngene_pool``; the PyTorch port of superselll/learngenepool, whose own repository,
-read at 8ef6dd6, holds only a README): instances of **different widths** and equal depth (theirs: DeiT-Ti,
+``learngene_methods/learngene_pool``; a PyTorch port of the authors' MindSpore superselll/learngenepool):
+instances of **different widths** and equal depth (theirs: DeiT-Ti,
 -S and -B-like nets of 6 or 9 blocks, 192/384/768 wide, heads of 64, distilled from a 12-block DeiT-B),
 joined by linear stitch layers. Ours: ``widths`` (default ¼, ½ and 1 of the aux width, as theirs of
 DeiT-B's), heads scaled with the width (at least one), ``instance_depth`` blocks (default ⌈L/2⌉ of an
@@ -35,6 +35,9 @@ identity, so a descendant is a plain timm ViT of any depth at that width. Instan
 ``instance_depths`` (ours: ``⌈L/4⌉`` and ``⌈L/2⌉`` blocks of an ``L``-block aux spec), each instance
 distilling the ancestry's logits (or, for a headless ancestry, its pooled features) like the other aux-net
 methods.
+
+Authors' code: github.com/ZhenuYang/Yuanmou at b3e20a0 (``learngene_methods/learngene_pool``, removed from the
+repository later); github.com/superselll/learngenepool (commit 4f6bd2f: the MindSpore version, not re-read here).
 """
 
 from __future__ import annotations
