@@ -100,3 +100,22 @@ def test_the_gene_saves_and_loads(gene, tmp_path):
     loaded = load_gene(path)
     assert set(loaded.tensors) == set(gene.tensors)
     assert torch.equal(stitched_descendant(loaded, 1, 2, 0, 0).stitch.weight, gene.tensors["stitch1_2.0.weight"])
+
+
+@pytest.mark.parametrize("family", ["deit_tiny", "dinov2", "siglip", "naflex_siglip"])
+def test_the_authors_design_condenses_and_stitches_other_families(family):
+    from tests.test_families import condense, family_ancestry
+
+    ancestry = family_ancestry(family)
+    gene = condense("pool", ancestry, design="authors")
+    front, end, j, k = stitch_choices(gene)[-1]
+    model = stitched_descendant(gene, front, end, j, k).eval()
+    out = model(torch.randn(2, 3, 28, 28))
+    assert out.shape[0] == 2 and torch.isfinite(out).all()
+
+
+def test_a_rope_family_is_refused_in_one_line():
+    from tests.test_families import condense, family_ancestry
+
+    with pytest.raises(LearngeneError, match="RoPE"):
+        condense("pool", family_ancestry("eva02"), design="authors")

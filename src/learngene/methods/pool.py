@@ -56,6 +56,7 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Paper
 from ..registry import register_method
+from ..vit.eva import block_inputs
 from ..vit.spec import ViTSpec
 from ..vit.stitched import StitchedViT
 from ..vit.transfer import StateDict, inherit_non_block, part_of, place_blocks, require_block_shape, stretch
@@ -130,12 +131,12 @@ def least_squares_stitch(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     return solution[:-1].T.float(), solution[-1].float()
 
 
-def block_inputs(model: nn.Module, images: Tensor) -> list[Tensor]:
+def block_tokens(model: nn.Module, images: Tensor) -> list[Tensor]:
     """The tokens entering each block of a timm ViT, then those leaving the last."""
-    x = model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(images))))
+    x, kwargs = block_inputs(model, images)
     tokens = [x]
     for block in model.blocks:
-        x = block(x)
+        x = block(x, **kwargs)
         tokens.append(x)
     return tokens
 
@@ -246,6 +247,11 @@ class LearngenePool(AuxNetMethod):
 
     def condense_authors(self, aux: ViTSpec, ancestry: Ancestry | None, inputs: CondenseInputs | None) -> Learngene:
         specs = self.instance_specs(aux)
+        if aux.family.rope:
+            raise LearngeneError(
+                "pool design=authors stitches instances of other head widths, and a RoPE table depends on the head "
+                "width; use --opt design=equal_width for this family"
+            )
         tensors: StateDict = {}
         cost: dict = {"steps": 0, "seconds": 0.0, "instances": []}
         models = []
@@ -261,7 +267,7 @@ class LearngenePool(AuxNetMethod):
         data = inputs.train  # condense_through_aux has refused a condensation without data
         images = data.get_batch(torch.arange(min(100, len(data))))[0]  # their stitch_init_bs
         with torch.no_grad():
-            tokens = [block_inputs(m, images) for m in models]
+            tokens = [block_tokens(m, images) for m in models]
         depth = specs[0].depth
         for front in range(len(specs)):
             for end in range(front + 1, len(specs)):

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from ..errors import LearngeneError
 from ..formats.weights import read_safetensors, save_safetensors
+from .eva import block_inputs
 from .spec import ViTSpec
 
 FORMAT = "learngene.stitched_vit"
@@ -31,6 +32,10 @@ class StitchedViT(nn.Module):
             raise LearngeneError(
                 f"a stitch after block {cut_front} of a {front.depth}-block ViT into block {cut_end} of a "
                 f"{end.depth}-block one does not exist; pick blocks within both"
+            )
+        if front.family.rope:
+            raise LearngeneError(
+                "a stitched ViT cannot carry a RoPE table across head widths; stitch a family without RoPE"
             )
         if front.family != end.family or front.img_size != end.img_size or front.patch_size != end.patch_size:
             raise LearngeneError(
@@ -56,7 +61,7 @@ class StitchedViT(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         front, end = self.front, self.end
-        x = front.norm_pre(front.patch_drop(front._pos_embed(front.patch_embed(x))))
+        x, _ = block_inputs(front, x)  # no block arguments: RoPE families are refused
         x = end.blocks(self.stitch(front.blocks(x)))
         return end.forward_head(end.norm(x))
 
