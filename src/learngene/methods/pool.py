@@ -46,7 +46,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -135,7 +135,7 @@ def block_tokens(model: nn.Module, images: Tensor) -> list[Tensor]:
     """The tokens entering each block of a timm ViT, then those leaving the last."""
     x, kwargs = block_inputs(model, images)
     tokens = [x]
-    for block in model.blocks:
+    for block in cast(nn.Sequential, model.blocks):
         x = block(x, **kwargs)
         tokens.append(x)
     return tokens
@@ -246,6 +246,8 @@ class LearngenePool(AuxNetMethod):
         return condense_through_aux(self, self.new_gene(start, spec, source), ancestry, own)
 
     def condense_authors(self, aux: ViTSpec, ancestry: Ancestry | None, inputs: CondenseInputs | None) -> Learngene:
+        if inputs is None or inputs.train is None:
+            raise LearngeneError("pool condenses by training aux nets; give training data (--data)")
         specs = self.instance_specs(aux)
         if aux.family.rope:
             raise LearngeneError(
@@ -264,7 +266,7 @@ class LearngenePool(AuxNetMethod):
             for key in ("steps", "seconds"):
                 cost[key] += trained.cost.get(key, 0)
             cost["instances"].append({"width": spec.embed_dim, **trained.cost})
-        data = inputs.train  # condense_through_aux has refused a condensation without data
+        data = inputs.train
         images = data.get_batch(torch.arange(min(100, len(data))))[0]  # their stitch_init_bs
         with torch.no_grad():
             tokens = [block_tokens(m, images) for m in models]
@@ -360,7 +362,7 @@ class LearngenePool(AuxNetMethod):
 
 def stitch_choices(gene: Learngene) -> list[tuple[int, int, int, int]]:
     """Every stitched descendant a pool of the authors' design makes: (front, end, cut_front, cut_end)."""
-    method = LearngenePool.from_gene(gene)
+    method = cast(LearngenePool, LearngenePool.from_gene(gene))
     depth = method.instance_specs(require_layout(gene))[0].depth
     count = len(method.instance_specs(require_layout(gene)))
     return [
@@ -376,7 +378,7 @@ def stitched_descendant(gene: Learngene, front: int, end: int, cut_front: int, c
     ``cut_end`` and head: one of :func:`stitch_choices` (depth ``cut_front + 1 + depth − cut_end``)."""
     if gene.method != "pool" or gene.config.get("design") != "authors":
         raise LearngeneError("stitched descendants come from a pool gene of the authors' design (--opt design=authors)")
-    method = LearngenePool.from_gene(gene)
+    method = cast(LearngenePool, LearngenePool.from_gene(gene))
     specs = method.instance_specs(require_layout(gene))
     layers = {(j, k): layer for j, k, layer in paired_stitches(specs[0].depth)}
     if not (0 <= front < end < len(specs)) or (cut_front, cut_end) not in layers:
