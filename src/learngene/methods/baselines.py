@@ -34,6 +34,8 @@ class Scratch(Method):
     """timm's default initialization: the empty learngene."""
 
     name = "scratch"
+    stores = "nothing: timm's default initialization"
+    expands_to = "any size"
     summary = "timm default init (no learngene)"
     paper = Paper(
         "An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale",
@@ -96,6 +98,8 @@ class Pretrained(BlockCopier):
     L_d < L_a those L_d ancestry layers are used, when L_d > L_a the other layers stay random."""
 
     name = "pretrained"
+    stores = "the whole ancestry; the first, last or middle layers for other depths (`variant`)"
+    expands_to = "any depth at the ancestry's width"
     summary = "ancestry weights; first/last/middle layers when depths differ"
     paper = Paper(
         "Transformer as Linear Expansion of Learngene",
@@ -108,11 +112,12 @@ class Pretrained(BlockCopier):
     Config = PretrainedConfig
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        ancestry = self.require_ancestry(ancestry)
         spec = ancestry.require_vit(self.name)
         return _stored_gene(self, ancestry, list(range(spec.depth)), ("embed", "norm", "head"))
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        require_block_shape(gene.layout, spec, self.name)
+        require_block_shape(gene.require_layout(), spec, self.name)
         stored = _stored_layers(gene)
         shared = min(stored, spec.depth)
         offset = {"first": 0, "last": abs(stored - spec.depth), "middle": abs(stored - spec.depth) // 2}[
@@ -123,7 +128,7 @@ class Pretrained(BlockCopier):
         else:  # place every stored layer inside the deeper descendant
             placement = {offset + i: i for i in range(shared)}
         out = place_blocks(gene.tensors, placement)
-        out.update(inherit_non_block(gene.tensors, gene.layout, spec))
+        out.update(inherit_non_block(gene.tensors, gene.require_layout(), spec))
         return self.with_untrained_attention(out, spec)
 
 
@@ -139,21 +144,24 @@ class HeruLG(BlockCopier):
     below and the embeddings are random (they are the 'lower layers' this rule does not inherit)."""
 
     name = "heru_lg"
+    stores = "the ancestry's last 3 layers (`layers`), put on top of randomly initialized layers"
+    expands_to = "any depth at the ancestry's width"
     summary = "last 3 ancestry layers on top of random lower layers"
     paper = Paper("Learngene: From Open-World to Your Learning Task", "Wang et al.", "AAAI", 2022, "2106.06788")
     Config = HeruConfig
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        ancestry = self.require_ancestry(ancestry)
         spec = ancestry.require_vit(self.name)
         keep = min(self.config.layers, spec.depth)
         return _stored_gene(self, ancestry, list(range(spec.depth - keep, spec.depth)), ("norm", "head"))
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        require_block_shape(gene.layout, spec, self.name)
+        require_block_shape(gene.require_layout(), spec, self.name)
         stored = _stored_layers(gene)
         used = min(stored, spec.depth)
         out = place_blocks(gene.tensors, {spec.depth - used + i: stored - used + i for i in range(used)})
-        out.update(inherit_non_block(gene.tensors, gene.layout, spec, ("norm", "head")))
+        out.update(inherit_non_block(gene.tensors, gene.require_layout(), spec, ("norm", "head")))
         return self.with_untrained_attention(out, spec)
 
 
@@ -168,6 +176,8 @@ class AutoLG(BlockCopier):
     embeddings and class token below them, initialize the descendant's bottom; layers above are random."""
 
     name = "auto_lg"
+    stores = "the ancestry's first half of layers (`fraction`) and its embeddings"
+    expands_to = "any depth at the ancestry's width"
     summary = "first half of the ancestry layers, random layers above"
     paper = Paper(
         "Learngene: Inheriting Condensed Knowledge from the Ancestry Model to Descendant Models",
@@ -179,13 +189,14 @@ class AutoLG(BlockCopier):
     Config = AutoConfig
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        ancestry = self.require_ancestry(ancestry)
         spec = ancestry.require_vit(self.name)
         keep = max(1, round(spec.depth * self.config.fraction))
         return _stored_gene(self, ancestry, list(range(keep)), ("embed",))
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        require_block_shape(gene.layout, spec, self.name)
+        require_block_shape(gene.require_layout(), spec, self.name)
         used = min(_stored_layers(gene), spec.depth)
         out = place_blocks(gene.tensors, {i: i for i in range(used)})
-        out.update(inherit_non_block(gene.tensors, gene.layout, spec, ("embed",)))
+        out.update(inherit_non_block(gene.tensors, gene.require_layout(), spec, ("embed",)))
         return self.with_untrained_attention(out, spec)

@@ -238,7 +238,7 @@ class FrontConfig:
     mlp_dct_dim: Literal["1d", "2d"] = "2d"  # 1d: fc1/fc2 transformed only along the MLP hidden axis
     skip: tuple[Literal["qkv", "o", "mlp", "norm", "none"], ...] = ()  # left to timm's init
     seed: int = 0  # dct_mode=random's draws (the descendant's seed)
-    variant: Literal["authors", "orthonormal"] = "authors"
+    variant: Literal["authors", "orthonormal"] = "authors"  # authors: their script's rule; orthonormal: our 3-D DCT
     depth_ratio: float = option(
         0.0, at_least=0, at_most=1
     )  # orthonormal variant: share kept along depth; 0: keep_ratio
@@ -247,6 +247,8 @@ class FrontConfig:
 @register_method
 class Front(Method):
     name = "front"
+    stores = "DCT coefficients of each z-scored weight matrix, stacked over layers and transformed along depth"
+    expands_to = "any depth and width, smaller or larger"
     summary = "DCT low frequencies of z-scored, layer-stacked weights (the authors' rule); any depth and width"
     paper = Paper(
         "Breaking the Scale Barrier: One-Shot Knowledge Transfer via Frequency Transform (FRONT)",
@@ -259,6 +261,7 @@ class Front(Method):
     seed_option = "seed"
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        ancestry = self.require_ancestry(ancestry)
         spec = ancestry.require_vit(self.name)
         if self.config.variant == "orthonormal":
             return self.new_gene(self._orthonormal_coefficients(spec, ancestry.state()), spec, spec)
@@ -281,7 +284,7 @@ class Front(Method):
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         if self.config.variant == "orthonormal":
             return self._orthonormal_expand(gene, spec)
-        src: ViTSpec = gene.layout
+        src = gene.require_layout()
         cfg, out = self.config, {}
         generator = torch.Generator().manual_seed(cfg.seed)
         for name, shape in spec.block_shapes().items():
@@ -318,7 +321,7 @@ class Front(Method):
         return tensors
 
     def _orthonormal_expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        src: ViTSpec = gene.layout
+        src = gene.require_layout()
         out: StateDict = {}
         src_shapes, dst_shapes = src.block_shapes(), spec.block_shapes()
         for name, axes in block_axes(src).items():
@@ -341,7 +344,7 @@ class Front(Method):
         return out
 
     def describe(self, gene: Learngene) -> list[str]:
-        src: ViTSpec = gene.layout
+        src = gene.require_layout()
         cfg = self.config
         if cfg.variant == "orthonormal":
             kept = (

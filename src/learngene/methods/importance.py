@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -69,7 +70,7 @@ LAYER_SCORE, WIDTH_SCORE, WIDTH_ORDER = "importance.layer", "importance.width", 
 @dataclass(frozen=True)
 class ImportanceConfig:
     num_images: int = 256  # calibration images (subcloning and Minitron use a small calibration batch)
-    batch_size: int = 64
+    batch_size: int = 64  # calibration images per forward pass
     seed: int = 0  # which images are sampled
     rescale: bool = True  # LayerNorm gains × √(D/D') (subcloning)
 
@@ -104,7 +105,8 @@ def activation_scores(
         sums[name][index] += values.double().mean(1).sum(0).cpu()
 
     hooks = []
-    for layer, block in enumerate(model.blocks):
+    blocks: Any = model.blocks
+    for layer, block in enumerate(blocks):
 
         def on_block(_m, args, out, layer=layer):
             x = args[0]
@@ -167,6 +169,10 @@ def width_norm_gains(keys) -> list[str]:
 @register_method
 class Importance(Method):
     name = "importance"
+    stores = (
+        "the whole ancestry permuted into activation-importance order (channels, heads, MLP neurons), plus layer scores"
+    )
+    expands_to = "narrower and shallower: a prefix slice of the most important units and layers"
     summary = "ancestry in activation-importance order (channels, heads, neurons, layers); narrower = prefix slice"
     paper = (
         Paper(
@@ -190,6 +196,7 @@ class Importance(Method):
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         """Scores on a calibration sample of ``inputs.train``; the ancestry permuted into their order."""
+        ancestry = self.require_ancestry(ancestry)
         spec = ancestry.require_vit(self.name)
         if inputs is None or inputs.train is None:
             raise LearngeneError("importance ranks units on calibration images: give training data (--data)")
@@ -216,7 +223,7 @@ class Importance(Method):
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """The ``spec.depth`` most important layers, each a prefix slice of channels, heads and neurons."""
-        src: ViTSpec = gene.layout
+        src = gene.require_layout()
         if (
             spec.head_dim != src.head_dim
             or spec.num_heads > src.num_heads

@@ -44,7 +44,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..auxnet import AuxConfig, AuxNetMethod, initial_non_block, require_layout
+from ..auxnet import AuxConfig, AuxNetMethod, initial_non_block
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Paper
@@ -80,7 +80,7 @@ class LeTsConfig(AuxConfig):
     tie: int = option(2, at_least=1)  # consecutive aux layers sharing one G (their coeff_mapping e2)
     depth_init: Literal["stackbert_noisy", "stackbert", "rand", "rand_softmax"] = "stackbert_noisy"  # G's start
     width_init: Literal["rand", "rand_softmax", "sel", "sel_noisy"] = "rand"  # F's start
-    init_noise: float = 0.03
+    init_noise: float = 0.03  # scale of the uniform noise in the *_noisy starts of G and F
     mapping_layer: str = ""  # per descendant layer, the aux layer whose compact pair it mixes ("": stretched)
     mapping_layer_coeff: str = ""  # per descendant layer, the aux layer whose G it uses ("": mapping_layer)
 
@@ -190,6 +190,8 @@ def parse_indices(text: str, count: int, limit: int, what: str) -> list[int] | N
 @register_method
 class LeTs(AuxNetMethod):
     name = "lets"
+    stores = "a compact net (half the aux net's depth and width) plus learnable width (F) and depth (G) transformations, trained together by distillation"
+    expands_to = "any depth; widths from the compact net's up to the aux net's"
     summary = "compact layers + learnable width (F) and depth (G) transformations, trained in an aux net; any depth"
     paper = Paper(
         "Initializing Variable-sized Vision Transformers from Learngene with Learnable Transformation",
@@ -260,7 +262,7 @@ class LeTs(AuxNetMethod):
 
     def mixing(self, gene: Learngene, spec: ViTSpec, module: str, kind: str) -> Tensor:
         """``C`` (target layers × compact layers): target layer ``t`` = Σ_l C[t, l] · widened compact layer ``l``."""
-        aux = require_layout(gene)
+        aux = gene.require_layout()
         coeffs = gene.tensors[f"{G_}{module}.{kind}"]
         depth = gene.tensors[SMALL + "norm1.weight"].shape[0]
         stretched = [t * aux.depth // spec.depth for t in range(spec.depth)]
@@ -271,7 +273,9 @@ class LeTs(AuxNetMethod):
         for t, (a, c) in enumerate(zip(maps, owners)):
             first = 2 * (a * pairs // aux.depth) if depth > 1 else 0
             for k in range(coeffs.shape[1]):
-                rows.append(t), cols.append(first + k), picks.append((c // self.config.tie, k))
+                rows.append(t)
+                cols.append(first + k)
+                picks.append((c // self.config.tie, k))
         values = coeffs[torch.tensor([p[0] for p in picks]), torch.tensor([p[1] for p in picks])]
         return torch.zeros(spec.depth, depth, dtype=coeffs.dtype, device=coeffs.device).index_put(
             (torch.tensor(rows), torch.tensor(cols)), values, accumulate=True
@@ -296,7 +300,7 @@ class LeTs(AuxNetMethod):
         return t
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        aux = require_layout(gene)
+        aux = gene.require_layout()
         ints = sorted(k for k, t in gene.tensors.items() if not t.is_floating_point())
         if ints:
             raise LearngeneError(
@@ -340,7 +344,7 @@ class LeTs(AuxNetMethod):
         return out
 
     def describe(self, gene: Learngene) -> list[str]:
-        aux = require_layout(gene)
+        aux = gene.require_layout()
         small = gene.tensors[SMALL + "norm1.weight"].shape
         learned = sum(t.numel() for k, t in gene.tensors.items() if k.startswith((F_, G_)))
         return [

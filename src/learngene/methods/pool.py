@@ -51,7 +51,7 @@ from typing import Literal, cast
 import torch
 from torch import Tensor, nn
 
-from ..auxnet import AuxConfig, AuxNetMethod, condense_through_aux, require_layout, resolve_aux_spec
+from ..auxnet import AuxConfig, AuxNetMethod, condense_through_aux, resolve_aux_spec
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Paper
@@ -149,6 +149,11 @@ def instance_state(gene: Learngene, index: int) -> StateDict:
 @register_method
 class LearngenePool(AuxNetMethod):
     name = "pool"
+    stores = "the blocks of several small aux models, each distilled from the ancestry (design=authors: of 3 widths, with stitches)"
+    expands_to = (
+        "any depth at their width, stitched from the smallest instance to the largest; design=authors: an "
+        "instance's width, or a StitchedViT (stitched_descendant)"
+    )
     summary = "blocks of several small distilled aux models, stitched smallest to largest; any depth at their width"
     paper = Paper(
         "Building Variable-sized Models via Learngene Pool",
@@ -212,7 +217,9 @@ class LearngenePool(AuxNetMethod):
             own = inputs
             if inputs is not None and inputs.run_dir is not None:  # each instance checkpoints apart
                 own = dataclasses.replace(inputs, run_dir=Path(inputs.run_dir) / f"instance{i}")
-            trained = condense_through_aux(self, self.new_gene(start, spec, source), ancestry, own)
+            trained = condense_through_aux(
+                self, self.new_gene(start, spec, source), self.require_ancestry(ancestry), own
+            )
             # a descendant reads the smallest instance's embeddings and the largest's final norm and head: only those
             for key, tensor in trained.tensors.items():
                 name = key.split(".", 1)[1]
@@ -243,7 +250,7 @@ class LearngenePool(AuxNetMethod):
         if inputs is not None and inputs.run_dir is not None:  # each instance checkpoints apart
             own = dataclasses.replace(inputs, run_dir=Path(inputs.run_dir) / f"instance{index}")
         source = ancestry.spec if ancestry is not None else None
-        return condense_through_aux(self, self.new_gene(start, spec, source), ancestry, own)
+        return condense_through_aux(self, self.new_gene(start, spec, source), self.require_ancestry(ancestry), own)
 
     def condense_authors(self, aux: ViTSpec, ancestry: Ancestry | None, inputs: CondenseInputs | None) -> Learngene:
         if inputs is None or inputs.train is None:
@@ -297,7 +304,7 @@ class LearngenePool(AuxNetMethod):
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         if self.config.design == "authors":
             return self.expand_authors(gene, spec)
-        layout = require_layout(gene)
+        layout = gene.require_layout()
         present = sorted({int(k.split(".", 1)[0][len("instance") :]) for k in gene.tensors})
         depths = self.depths(layout)
         if len(present) == 1 and spec == layout:  # one instance in its own aux net (condensation): its weights
@@ -326,7 +333,7 @@ class LearngenePool(AuxNetMethod):
         return out
 
     def expand_authors(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        layout = require_layout(gene)
+        layout = gene.require_layout()
         present = sorted({k.split(".", 1)[0] for k in gene.tensors if k.startswith("instance")})
         if len(present) == 1 and spec == layout:  # one instance in its own aux net (condensation): its weights
             return {k.split(".", 1)[1]: v for k, v in gene.tensors.items()}
@@ -347,7 +354,7 @@ class LearngenePool(AuxNetMethod):
         return out
 
     def describe(self, gene: Learngene) -> list[str]:
-        layout = require_layout(gene)
+        layout = gene.require_layout()
         if self.config.design == "authors":
             specs = self.instance_specs(layout)
             return [
@@ -363,8 +370,8 @@ class LearngenePool(AuxNetMethod):
 def stitch_choices(gene: Learngene) -> list[tuple[int, int, int, int]]:
     """Every stitched descendant a pool of the authors' design makes: (front, end, cut_front, cut_end)."""
     method = cast(LearngenePool, LearngenePool.from_gene(gene))
-    depth = method.instance_specs(require_layout(gene))[0].depth
-    count = len(method.instance_specs(require_layout(gene)))
+    depth = method.instance_specs(gene.require_layout())[0].depth
+    count = len(method.instance_specs(gene.require_layout()))
     return [
         (front, end, j, k)
         for front in range(count)
@@ -379,7 +386,7 @@ def stitched_descendant(gene: Learngene, front: int, end: int, cut_front: int, c
     if gene.method != "pool" or gene.config.get("design") != "authors":
         raise LearngeneError("stitched descendants come from a pool gene of the authors' design (--opt design=authors)")
     method = cast(LearngenePool, LearngenePool.from_gene(gene))
-    specs = method.instance_specs(require_layout(gene))
+    specs = method.instance_specs(gene.require_layout())
     layers = {(j, k): layer for j, k, layer in paired_stitches(specs[0].depth)}
     if not (0 <= front < end < len(specs)) or (cut_front, cut_end) not in layers:
         raise LearngeneError(

@@ -48,7 +48,6 @@ from ..auxnet import (
     condense_through_aux,
     expand_non_block,
     initial_non_block,
-    require_layout,
     resolve_aux_spec,
     vector_start,
 )
@@ -110,6 +109,8 @@ def stage_of_layers(counts: list[int]) -> list[int]:
 @register_method
 class SWS(AuxNetMethod):
     name = "sws"
+    stores = "one layer per stage, shared by that stage's layers in an aux net trained by distillation"
+    expands_to = "any depth (`descendant_stages` sets each stage's layers)"
     summary = "one layer per stage, shared by that stage's layers in an aux net trained by distillation; any depth"
     paper = Paper(
         "Exploring Learngene via Stage-wise Weight Sharing for Initializing Variable-sized Models",
@@ -145,7 +146,7 @@ class SWS(AuxNetMethod):
         aux = self.aux_spec(ancestry, inputs)
         torch.manual_seed(inputs.train_cfg.seed if inputs is not None else 0)
         start = self.new_gene(self.initial_tensors(aux), aux, ancestry.spec if ancestry is not None else None)
-        return condense_through_aux(self, start, ancestry, inputs)
+        return condense_through_aux(self, start, self.require_ancestry(ancestry), inputs)
 
     def aux_stages(self, aux: ViTSpec) -> list[int]:
         counts = parse_counts(self.config.stages, "stages") or default_aux_stages(aux.depth)
@@ -171,7 +172,7 @@ class SWS(AuxNetMethod):
 
     def layer_stages(self, gene: Learngene, spec: ViTSpec) -> list[int]:
         """The stage of each of ``spec``'s layers (their ``layers_source``)."""
-        aux = require_layout(gene)
+        aux = gene.require_layout()
         aux_stage = stage_of_layers(self.aux_stages(aux))
         count = len(set(aux_stage))
         counts = parse_counts(self.config.descendant_stages, "descendant_stages")
@@ -187,7 +188,7 @@ class SWS(AuxNetMethod):
         return stage_of_layers(counts)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        layout = require_layout(gene)
+        layout = gene.require_layout()
         if (
             layout.block_shapes() != spec.block_shapes()
         ):  # another head count alone is fine: their Aux-S has 12, DeiT-S 6
@@ -205,7 +206,7 @@ class SWS(AuxNetMethod):
         return out
 
     def describe(self, gene: Learngene) -> list[str]:
-        aux = require_layout(gene)
+        aux = gene.require_layout()
         return [
             f"aux net {aux.short()} in stages of {', '.join(map(str, self.aux_stages(aux)))} layers, "
             f"one shared layer per stage"

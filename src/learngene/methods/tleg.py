@@ -24,7 +24,6 @@ from ..auxnet import (
     block_params_per_layer,
     expand_non_block,
     initial_non_block,
-    require_layout,
     vector_start,
 )
 from ..errors import LearngeneError
@@ -87,6 +86,8 @@ def parse_layers(layers: str | int | tuple[int, ...], depth: int) -> list[int]:
 @register_method
 class TLEG(AuxNetMethod):
     name = "tleg"
+    stores = "two layers θ_A, θ_B distilled through an aux net; layer l = θ_B + (l−1)/L·θ_A"
+    expands_to = "any depth at the aux net's width"
     summary = "θ_B + (l−1)/L·θ_A per layer, condensed through an aux net by distillation; any depth"
     paper = Paper("Transformer as Linear Expansion of Learngene", "Xia et al.", "AAAI", 2024, "2312.05614")
     Config = TLEGConfig
@@ -121,7 +122,7 @@ class TLEG(AuxNetMethod):
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """Eq. 1-4: block l (1-indexed) of a depth-L net is θ_B + (l−1)/L · θ_A, for every tensor of
         the chosen modules in the chosen layers (L = the depth of the net being built, as the authors)."""
-        source = require_layout(gene)
+        source = gene.require_layout()
         if (spec.embed_dim, spec.num_heads, spec.mlp_hidden) != (source.embed_dim, source.num_heads, source.mlp_hidden):
             # another head count would silently re-split the trained attention into other heads
             raise LearngeneError(
@@ -158,7 +159,7 @@ class TLEG(AuxNetMethod):
             ) from None
 
     def describe(self, gene: Learngene) -> list[str]:
-        source = require_layout(gene)
+        source = gene.require_layout()
         blocks = sum(t.numel() for k, t in gene.tensors.items() if k.startswith("theta_"))
         rest = gene.num_stored_params - blocks
         per_layer = block_params_per_layer(source)
@@ -175,6 +176,8 @@ class TLEG(AuxNetMethod):
 @register_method
 class ShareInit(TLEG):
     name = "share_init"
+    stores = "one shared layer distilled through an aux net (TLEG with θ_A ≡ 0)"
+    expands_to = "any depth at the aux net's width"
     summary = "one shared layer (TLEG with θ_A ≡ 0), condensed through an aux net; any depth"
     paper = Paper(
         "ALBERT: A Lite BERT for Self-supervised Learning of Language Representations",

@@ -3,7 +3,7 @@
 Methods pick or build the tensors a descendant needs; how those tensors are carried to another size
 is written once, here. Per-tensor rules are data, as torchtune writes its key mappings: for every
 state_dict key of any ViT family a :class:`~learngene.vit.spec.ViTSpec` describes, :func:`block_axes` and
-:func:`non_block_axes` name what each axis is: the residual stream (written, or read by a Linear's
+:func:`non_block_axes` (read from the tables of :mod:`learngene.vit.timm_keys`) name what each axis is: the residual stream (written, or read by a Linear's
 input columns), the MLP's hidden channels (SwiGLU's fc1: gate and value segments), attention heads
 (q/k/v rows in segments, W_O columns), channels inside a head (q/k norms), classes, or something left
 as it is (tokens, kernels). A family's extra tensors are rows like any other, so every method moves
@@ -31,7 +31,7 @@ nearest such map. Neither head paper says how these axes are carried (PEG App. B
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -124,7 +124,8 @@ def stretch(n_src: int, n_dst: int) -> Tensor:
     return torch.arange(n_dst) * n_src // n_dst
 
 
-class AxisMap(NamedTuple):
+@dataclass(frozen=True)
+class AxisMap:
     """``index``: the source coordinate of each target coordinate (a slice where that is a view);
     ``reader_scale[i]``: what a weight reading target coordinate ``i`` is multiplied by (1 / its copies;
     None: nothing); ``repeats``: the scale is applied; ``is_identity``: the map changes nothing."""
@@ -339,7 +340,7 @@ def inherit_non_block(
     the final norm moves between timm's ``norm`` and ``fc_norm`` with the pooling. Every other tensor of
     ``parts`` (class, register and distillation tokens, ``norm_pre``, the MAP head) is copied when the
     target has it with the same shape. Another width is left to the target's own initialization
-    (methods that change width move these tensors first, see :mod:`learngene.axes`); another input
+    (methods that change width move these tensors first, by the axes of :func:`non_block_axes`); another input
     channel count is an error. A NaFlexVit's embeddings are moved in a ViT's layout (:meth:`ViTSpec.vit_layout`).
     """
     from timm.layers import resample_abs_pos_embed, resample_patch_embed  # timm takes seconds to import: on use only
