@@ -1209,3 +1209,10 @@ def test_a_licence_that_is_no_identifier_is_refused(ws, tmp_path, capsys, licenc
     out = tmp_path / "hub"
     assert "not a licence identifier" in _one_line_error(capsys, ["expand", ws.gene, "--license", licence, "-o", out])
     assert not out.exists()
+
+
+def test_depth_with_a_budget_keeps_the_depth_and_says_so(ws, tmp_path, capsys):
+    out = tmp_path / "d.safetensors"
+    assert main(["expand", ws.gene, "--max-params", "5M", "--depth", "1", "-o", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "--depth 1 kept (it wins over the budget)" in said and "picked L1-" in said, said
