@@ -106,26 +106,24 @@ def load_ancestry(
 
 def _sizes_from_checkpoint(arch: str, kwargs: dict[str, Any], state: StateDict) -> dict[str, Any]:
     """``kwargs`` with the input channels and classes a bare checkpoint's weights show where the caller gave none
-    (the first convolution's input channels, the classifier's outputs): a grey or 10-class ViT or CNN (e.g. a
-    ResNet teacher) loads as it was trained, with its own head, instead of being refused or given a fresh one."""
-    if "in_chans" in kwargs and "num_classes" in kwargs:
-        return kwargs
+    (the first convolution's input channels, the classifier's outputs, both named by timm's pretrained config of
+    ``arch``, so no model is built to find them): a grey or 10-class ViT or CNN (e.g. a ResNet teacher) loads as
+    it was trained, with its own head, instead of being refused or given a fresh one."""
+    import timm
+
     try:
-        model = _timm_model(arch, {**kwargs, "device": "meta"})
-    except LearngeneError:
-        return kwargs  # build_timm_model says why, in one line
+        cfg = timm.models.get_pretrained_cfg(arch)
+    except (RuntimeError, ValueError, KeyError):
+        cfg = None
     found: dict[str, Any] = {}
-    if "in_chans" not in kwargs:
-        first = next(((n, p) for n, p in model.named_parameters() if p.ndim == 4), None)
-        if first is not None and first[0] in state and state[first[0]].ndim == 4:
-            found["in_chans"] = int(state[first[0]].shape[1])
-    get = getattr(model, "get_classifier", None)
-    head = get() if get else None
-    if "num_classes" not in kwargs and isinstance(head, nn.Linear):
-        name = next((n for n, m in model.named_modules() if m is head), None)
-        weight = state.get(f"{name}.weight") if name else None
-        if weight is not None and weight.ndim == 2:
-            found["num_classes"] = int(weight.shape[0])
+    conv = getattr(cfg, "first_conv", None)
+    weight = state.get(f"{conv}.weight") if isinstance(conv, str) else None
+    if "in_chans" not in kwargs and weight is not None and weight.ndim == 4:
+        found["in_chans"] = int(weight.shape[1])
+    head = getattr(cfg, "classifier", None)
+    weight = state.get(f"{head}.weight") if isinstance(head, str) else None
+    if "num_classes" not in kwargs and weight is not None and weight.ndim == 2:
+        found["num_classes"] = int(weight.shape[0])
     return {**kwargs, **found}
 
 

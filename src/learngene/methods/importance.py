@@ -70,8 +70,7 @@ LAYER_SCORE, WIDTH_SCORE, WIDTH_ORDER = "importance.layer", "importance.width", 
 
 @dataclass(frozen=True)
 class ImportanceConfig:
-    # calibration images (subcloning and Minitron use a small calibration batch)
-    num_images: int = option(256, at_least=1)
+    num_images: int = option(256, at_least=1)  # calibration images (subcloning and Minitron: a small batch)
     batch_size: int = option(64, at_least=1)  # calibration images per forward pass
     seed: int = 0  # which images are sampled
     rescale: bool = True  # LayerNorm gains × √(D/D') (subcloning)

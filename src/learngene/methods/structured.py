@@ -143,10 +143,11 @@ class Structured(Method):
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         cfg = self.config
         D, H, d = spec.embed_dim, spec.num_heads, spec.head_dim
-        if cfg.kernel_size > 2 * spec.grid_size - 1:  # offsets past the grid match no patch: an empty impulse
+        widest = max(3, 2 * spec.grid_size - 1)  # the authors' 3 × 3 always (a 1-patch grid keeps its centre)
+        if cfg.kernel_size > widest:  # offsets past the grid match no patch: heads with an empty impulse
             raise LearngeneError(
                 f"structured kernel_size={cfg.kernel_size} reaches past the {spec.grid_size}×{spec.grid_size} patch "
-                f"grid of {spec.short()}; give an odd kernel_size up to {2 * spec.grid_size - 1}"
+                f"grid of {spec.short()}; give an odd kernel_size up to {widest}"
             )
         generator = torch.Generator().manual_seed(cfg.seed)
         shape = spec.non_block_shapes(vit_layout=True)["pos_embed"]
