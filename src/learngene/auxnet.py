@@ -34,6 +34,7 @@ from .method import Ancestry, CondenseInputs, Method
 from .training import distributed as dist
 from .training.distill import FeatureDistillation
 from .training.loop import predict_logits, resolve_device, train
+from .validate import CONDENSE, option
 from .vit.spec import ViTSpec
 from .vit.transfer import StateDict, inherit_non_block, part_of
 
@@ -44,14 +45,22 @@ class AuxConfig:
 
     AUTO_OPTIONS = ("aux_depth", "aux_embed_dim", "aux_num_heads", "aux_patch_size", "aux_pool")  # 0 / "": automatic
 
-    aux_depth: int = 0
-    aux_embed_dim: int = 0
-    aux_num_heads: int = 0
-    aux_patch_size: int = 0
-    aux_pool: Literal["", "token", "avg"] = (
-        ""  # "": the ancestry's; avg: no class token, average pooling (the authors' aux net)
+    aux_depth: int = option(0, phase=CONDENSE)
+    aux_embed_dim: int = option(0, phase=CONDENSE)
+    aux_num_heads: int = option(0, phase=CONDENSE)
+    aux_patch_size: int = option(0, phase=CONDENSE)
+    aux_pool: Literal["", "token", "avg"] = option(
+        "", phase=CONDENSE, help="\"\": the ancestry's; avg: no class token, average pooling (the authors' aux net)"
     )
-    init_std: float = 0.02  # trunc-normal std of weight tensors at the start of condensation
+
+
+@dataclass(frozen=True)
+class DrawnStartConfig(AuxConfig):
+    """An aux-net method whose gene starts as trunc-normal draws (TLEG, SWS, WAVE; LeTs and Pool start otherwise)."""
+
+    init_std: float = option(
+        0.02, phase=CONDENSE, help="trunc-normal std of weight tensors at the start of condensation"
+    )
 
 
 def resolve_aux_spec(

@@ -33,13 +33,16 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Paper
 from ..registry import register_method
+from ..validate import CONDENSE, option
 from ..vit.spec import ViTSpec
 from ..vit.transfer import StateDict, inherit_non_block, part_of, place_blocks, require_block_shape, stretch
 
 
 @dataclass(frozen=True)
 class PoolConfig(AuxConfig):
-    instance_depths: str = ""  # blocks of each small aux model, e.g. "1,2"; "": ⌈L/4⌉ and ⌈L/2⌉ of the aux spec
+    instance_depths: str = option(
+        "", phase=CONDENSE, help='blocks of each small aux model, e.g. "1,2"; "": ⌈L/4⌉ and ⌈L/2⌉ of the aux spec'
+    )
 
 
 def instance_key(index: int, key: str) -> str:

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ..auxnet import AuxConfig, AuxNetMethod, expand_non_block, initial_non_block, require_layout, vector_start
+from ..auxnet import AuxNetMethod, DrawnStartConfig, expand_non_block, initial_non_block, require_layout, vector_start
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
+from ..validate import CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import StateDict, require_block_shape
 
@@ -33,9 +34,15 @@ PREFIX = "stage."
 
 
 @dataclass(frozen=True)
-class SWSConfig(AuxConfig):
-    stages: str = ""  # aux layers per stage, e.g. "2,1,1"; "": three stages as even as possible
-    descendant_stages: str = ""  # a descendant's layers per stage ("": its layers follow the aux net's stages)
+class SWSConfig(DrawnStartConfig):
+    stages: str = option(
+        "", phase=CONDENSE, help='aux layers per stage, e.g. "2,1,1"; "": three stages as even as possible'
+    )
+    descendant_stages: str = option(
+        "",
+        phase=(CONDENSE, EXPAND),
+        help="a descendant's layers per stage (\"\": its layers follow the aux net's stages)",
+    )
 
 
 def parse_counts(text: str, what: str) -> list[int] | None:

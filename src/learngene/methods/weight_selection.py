@@ -16,6 +16,7 @@ from ..formats.memory import give_back
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
+from ..validate import EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import (
     HEADS,
@@ -35,7 +36,7 @@ from ..vit.transfer import (
 
 @dataclass(frozen=True)
 class WeightSelectionConfig:
-    head_aware: bool = True
+    head_aware: bool = option(True, phase=EXPAND)
 
 
 @register_method
