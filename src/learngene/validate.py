@@ -109,11 +109,13 @@ def out_of_range(value: Any, limits: dict[str, Any]) -> str | None:
         or (below is not None and value >= below)
     ):
         if above is not None:
+            if above == 0 and hi is None:
+                return "positive"
             return f"above {above:g}" + (f" and at most {hi:g}" if hi is not None else "")
         if below is not None:
-            return f"at least {lo:g} and below {below:g}" if lo is not None else f"below {below:g}"
+            return f"in [{lo:g}, {below:g})" if lo is not None else f"below {below:g}"
         if hi is not None:
-            return f"between {lo:g} and {hi:g}" if lo is not None else f"at most {hi:g}"
+            return f"in [{lo:g}, {hi:g}]" if lo is not None else f"at most {hi:g}"
         return "0 or more" if lo == 0 else f"at least {lo:g}"
     if step is not None and value % step:
         return f"a multiple of {step}"

@@ -17,7 +17,8 @@ from ..errors import LearngeneError
 from ..formats.atomic import check_output_path, quote
 from ..formats.run_dirs import lock_run_dir
 from ..training import distributed as dist
-from ..training.loop import CHECKPOINT, TrainConfig
+from ..training.config import TrainConfig, from_flags
+from ..training.loop import CHECKPOINT
 from ..validate import parse_assignment
 from ..vit.spec import ViTSpec, get_preset
 
@@ -108,27 +109,9 @@ def train_config_from_args(args: argparse.Namespace, desc: str) -> TrainConfig:
                 f"{quote(args.run_dir)} holds the checkpoint of an earlier run; pass --resume to "
                 f"continue it, or give another --run-dir (or delete it) to start over"
             )
-    cfg = TrainConfig(
-        epochs=args.epochs,
-        max_steps=args.max_steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        warmup_epochs=args.warmup_epochs,
-        grad_clip=args.grad_clip or None,
-        label_smoothing=args.label_smoothing,
-        augment=args.augment,
+    cfg = from_flags(
+        vars(args),
         mixup=getattr(args, "aug", "none") == "deit",
-        compile=args.compile,
-        fused_adamw=args.fused_adamw,
-        sdpa=args.sdpa,
-        seed=args.seed,
-        device=args.device,
-        distill_lambda=getattr(args, "distill_lambda", 0.0),
-        distill_tau=getattr(args, "distill_tau", 1.0),
-        checkpoint_every=args.checkpoint_every or 0,
-        eval_every=args.eval_every,
-        eval_images=args.eval_images,
         progress=not args.quiet,
         desc=desc,
     )
