@@ -102,6 +102,13 @@ def _profile_help() -> str:
     return "; ".join(f"{name}: {profile.description}" for name, profile in PROFILES.items()) + " (default: %(default)s)"
 
 
+def _data_help() -> str:
+    """Every registered data source (entry points of installed packages too) with its help line; no torch."""
+    from ..registry import list_sources
+
+    return "; ".join(f"{s.usage}" + (f" ({s.help})" if s.help else "") for s in list_sources().values())
+
+
 # ---- shared argument groups ---------------------------------------------------------------------------
 def add_spec_args(p: argparse.ArgumentParser, preset: bool = True) -> None:
     g = p.add_argument_group("model size (a ViT spec)")
@@ -126,7 +133,7 @@ def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: s
         "--data",
         default=None if required else default,
         required=required,
-        help="fashion_mnist, digits, folder:PATH or torchvision:NAME (default: %(default)s)",
+        help=_LazyText("a registered data source", lambda: _data_help() + " (default: %(default)s)"),
     )
     g.add_argument("--data-dir", help="where the data lie (default: $LEARNGENE_DATA, then system locations)")
     g.add_argument("--train-images", type=_integer, metavar="N", help="use a random subset of N training images")
@@ -463,8 +470,9 @@ def _add_compare(sub) -> None:
     p.add_argument(
         "--data",
         required=True,
-        help="fashion_mnist, digits, folder:PATH or torchvision:NAME: fine-tuned and "
-        "tested on (its train and test splits)",
+        help=_LazyText(
+            "a registered data source", lambda: _data_help() + ": fine-tuned and tested on (its train and test splits)"
+        ),
     )
     p.add_argument("--data-dir", help="where the data lie (default: $LEARNGENE_DATA, then system locations)")
     p.add_argument(
