@@ -213,16 +213,23 @@ def cmd_train(args: argparse.Namespace) -> None:
         "model weights": digest(state) if args.run_dir else None,
         "new head": head.fresh,
     }
-    student, teacher, data = model, None, train_data
+    student, teacher, data, loss = model, None, train_data, None
     if args.teacher:
         ancestry = load_ancestry(args.teacher, args.teacher_timm_model)
         kd = setup_distillation(model, ancestry.model, train_data, ancestry.label_space)
         say(args, f"distilling from {args.teacher} with λ = {train_cfg.distill_lambda:g}: {kd.why}")
         train_cfg.identity.update(teacher=str(args.teacher), distilled=kd.kind)
-        student = kd.student
+        student, loss = kd.student, kd.loss
         data, teacher = cache_teacher_outputs(train_data, kd.teacher, train_cfg)
     result = train(
-        student, data, train_cfg, eval_data=test_data, teacher=teacher, run_dir=args.run_dir, resume=args.resume
+        student,
+        data,
+        train_cfg,
+        eval_data=test_data,
+        teacher=teacher,
+        run_dir=args.run_dir,
+        resume=args.resume,
+        loss=loss,
     )
     dist.on_main(
         lambda: save_model(

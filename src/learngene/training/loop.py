@@ -335,6 +335,7 @@ def train(
     teacher: nn.Module | None = None,
     run_dir: str | Path | None = None,
     resume: bool = False,
+    loss: Callable[..., Tensor] | None = None,
 ) -> TrainResult:
     """Train ``model`` in place; returns the per-epoch history.
 
@@ -351,10 +352,12 @@ def train(
         teacher: frozen module whose logits are distilled when ``cfg.distill_lambda > 0``.
         run_dir: where ``log.jsonl`` and ``checkpoint.pt`` go (rank 0 only); None keeps nothing.
         resume: continue from ``run_dir/checkpoint.pt`` when it exists.
+        loss: the per-batch loss, called as :func:`distill_loss` is (its default); a feature-distilling student
+            brings its own (:attr:`learngene.training.distill.Distillation.loss`).
     """
     _running_loops[0] += 1
     try:
-        result = _train(model, train_data, cfg, eval_data, teacher, run_dir, resume)
+        result = _train(model, train_data, cfg, eval_data, teacher, run_dir, resume, loss or distill_loss)
         stopped = (
             dist.count_true(bool(_pending_stop), resolve_device(cfg.device)) > 0
             if dist.is_distributed()
@@ -441,6 +444,7 @@ def _train(
     teacher: nn.Module | None,
     run_dir: str | Path | None,
     resume: bool,
+    loss: Callable[..., Tensor],
 ) -> TrainResult:
     device = resolve_device(cfg.device)
     eval_data = _prepare(model, train_data, cfg, eval_data, teacher, device)
@@ -478,7 +482,7 @@ def _train(
         optimizer,
         scheduler,
         mixer,
-        getattr(model, "distill_loss", distill_loss),
+        loss,
         state,
         ckpt_path,
     )
