@@ -46,7 +46,8 @@ def _load_builtin_methods() -> None:
         _loaded[METHOD_GROUP] = True
         for entry in _entry_points(METHOD_GROUP):
             obj = _load_entry(entry, METHOD_GROUP)
-            if isinstance(obj, type) and getattr(obj, "name", None) and obj.name not in _METHODS:
+            name = getattr(obj, "name", None)
+            if isinstance(obj, type) and name and name not in _METHODS:
                 register_method(obj)
 
 

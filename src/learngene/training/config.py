@@ -21,7 +21,9 @@ from ..errors import LearngeneError
 from ..validate import check_fields, limits_of, out_of_range
 
 Kind = Literal["result", "speed", "report"]
-RESULT, SPEED, REPORT = "result", "speed", "report"
+RESULT: Kind = "result"
+SPEED: Kind = "speed"
+REPORT: Kind = "report"
 # the flag groups of the parser (learngene.cli.parser.add_settings)
 TRAINING, SPEED_GROUP, DISTILL, COMMON = "training", "speed", "distill", "common"
 
