@@ -115,6 +115,7 @@ class Learngene:
         return {k[len(DESCENDANT) :]: v for k, v in self.tensors.items() if k.startswith(DESCENDANT)}
 
     def save(self, path: str | os.PathLike, overwrite: bool = True) -> None:
+        """Write the learngene to ``path`` as one safetensors file (atomically); ``overwrite=False`` refuses an existing file."""
         metadata = {
             "format": GENE_FORMAT,
             "format_version": str(GENE_FORMAT_VERSION),

@@ -88,7 +88,9 @@ class ClusterConfig:
     )
     min_heads: int = option(1, at_least=1, phase=CONDENSE, help="DBSCAN MinHds (1: every head belongs to a cluster)")
     num_images: int = option(256, at_least=1, phase=CONDENSE, help="images the attention distances are averaged over")
-    batch_size: int = option(64, phase=CONDENSE, speed_only=True)
+    batch_size: int = option(
+        64, phase=CONDENSE, speed_only=True, help="images per forward pass while measuring attention distances"
+    )
     ffn: Literal["inherit", "random"] = option(
         "inherit", phase=CONDENSE, help="inherit: Cluster-Learngene*; random: Cluster-Learngene"
     )
@@ -230,6 +232,8 @@ def priority_sharing(num_centroids: int, num_heads: int) -> Tensor:
 @register_method
 class ClusterLearngene(Method):
     name = "cluster"
+    stores = "centroid heads of DBSCAN clusters of mean attention distance, shared by priority"
+    expands_to = "any head count and depth; width = heads × the ancestry's head size"
     summary = "head centroids of DBSCAN clusters of attention distance, shared to any head count"
     paper = Paper(
         "Cluster-Learngene: Inheriting Adaptive Clusters for Vision Transformers", "Wang et al.", "NeurIPS", 2024

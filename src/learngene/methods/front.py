@@ -245,7 +245,9 @@ class FrontConfig:
     )
     skip: tuple[Literal["qkv", "o", "mlp", "norm", "none"], ...] = option((), phase=EXPAND, help="left to timm's init")
     seed: int = option(0, phase=EXPAND, help="dct_mode=random's draws (the descendant's seed)")
-    variant: Literal["authors", "orthonormal"] = option("authors", phase=CONDENSE)
+    variant: Literal["authors", "orthonormal"] = option(
+        "authors", phase=CONDENSE, help="authors: their script's rule; orthonormal: our 3-D DCT"
+    )
     depth_ratio: float = option(
         0.0, at_least=0, at_most=1, phase=CONDENSE, help="orthonormal variant: share kept along depth; 0: keep_ratio"
     )
@@ -254,6 +256,8 @@ class FrontConfig:
 @register_method
 class Front(Method):
     name = "front"
+    stores = "DCT coefficients of each z-scored weight matrix, stacked over layers and transformed along depth"
+    expands_to = "any depth and width, smaller or larger"
     summary = "DCT low frequencies of z-scored, layer-stacked weights (the authors' rule); any depth and width"
     paper = Paper(
         "Breaking the Scale Barrier: One-Shot Knowledge Transfer via Frequency Transform (FRONT)",

@@ -71,7 +71,7 @@ class ImportanceConfig:
     num_images: int = option(
         256, phase=CONDENSE, help="calibration images (subcloning and Minitron use a small calibration batch)"
     )
-    batch_size: int = option(64, phase=CONDENSE, speed_only=True)
+    batch_size: int = option(64, phase=CONDENSE, speed_only=True, help="calibration images per forward pass")
     seed: int = option(0, phase=CONDENSE, help="which images are sampled")
     rescale: bool = option(True, phase=EXPAND, help="LayerNorm gains × √(D/D') (subcloning)")
 
@@ -170,6 +170,10 @@ def width_norm_gains(keys) -> list[str]:
 @register_method
 class Importance(Method):
     name = "importance"
+    stores = (
+        "the whole ancestry permuted into activation-importance order (channels, heads, MLP neurons), plus layer scores"
+    )
+    expands_to = "narrower and shallower: a prefix slice of the most important units and layers"
     summary = "ancestry in activation-importance order (channels, heads, neurons, layers); narrower = prefix slice"
     paper = (
         Paper(

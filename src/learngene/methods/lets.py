@@ -84,7 +84,7 @@ class LeTsConfig(AuxConfig):
         "stackbert_noisy", phase=CONDENSE, help="G's start"
     )
     width_init: Literal["rand", "rand_softmax", "sel", "sel_noisy"] = option("rand", phase=CONDENSE, help="F's start")
-    init_noise: float = option(0.03, phase=CONDENSE)
+    init_noise: float = option(0.03, phase=CONDENSE, help="scale of the uniform noise in the *_noisy starts of G and F")
     mapping_layer: str = option(
         "",
         phase=(CONDENSE, EXPAND),
@@ -200,6 +200,8 @@ def parse_indices(text: str, count: int, limit: int, what: str) -> list[int] | N
 @register_method
 class LeTs(AuxNetMethod):
     name = "lets"
+    stores = "a compact net (half the aux net's depth and width) plus learnable width (F) and depth (G) transformations, trained together by distillation"
+    expands_to = "any depth; widths from the compact net's up to the aux net's"
     summary = "compact layers + learnable width (F) and depth (G) transformations, trained in an aux net; any depth"
     paper = Paper(
         "Initializing Variable-sized Vision Transformers from Learngene with Learnable Transformation",

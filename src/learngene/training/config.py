@@ -204,6 +204,7 @@ class TrainConfig:
         return epoch == epochs or (self.eval_every > 0 and epoch % self.eval_every == 0)
 
     def replace(self, **changes: Any) -> TrainConfig:
+        """A copy with ``changes`` applied, checked as a new config is."""
         return dataclasses.replace(self, **changes)
 
 

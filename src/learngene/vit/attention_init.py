@@ -31,7 +31,7 @@ class MimeticConfig:
     alpha2: float = option(0.4, phase=EXPAND, help="noise in W_v W_proj")
     beta2: float = option(0.4, phase=EXPAND, help="negative identity in W_v W_proj")
     pos_scale: float = option(1.0, phase=EXPAND, help="factor on the sin-cos position embeddings")
-    seed: int = option(0, phase=EXPAND)
+    seed: int = option(0, phase=EXPAND, help="the noise draws (a descendant's seed sets it)")
 
 
 def query_key_factors(
