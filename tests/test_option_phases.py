@@ -42,11 +42,14 @@ VALUES: dict[tuple[str, str], Any] = {
     ("share_init", "modules"): ("msa",),
     ("tleg", "layers"): "1",
     ("share_init", "layers"): "1",
-    ("sws", "stages"): "1,1,2",
-    ("sws", "descendant_stages"): {CONDENSE: "1,2,1", EXPAND: "1,1,3"},
+    ("sws", "stages"): "1,1,3",
+    ("sws", "descendant_stages"): {CONDENSE: "1,2,2", EXPAND: "1,1,3"},
     ("lets", "mapping_layer"): {CONDENSE: "0,0,1,1", EXPAND: "0,0,1,1,1"},
     ("lets", "mapping_layer_coeff"): {CONDENSE: "0,0,1,1", EXPAND: "0,0,1,1,1"},
     ("pool", "instance_depths"): "1,3",
+    ("pool", "widths"): "16,32",
+    ("pool", "instance_depth"): 1,
+    ("sws", "aux_pool"): "token",  # its default is avg
     ("grow", "snr_db"): 10.0,
     ("cluster", "eps"): 0.001,  # every head its own cluster
     ("cluster", "num_images"): 8,
@@ -73,6 +76,9 @@ CONTEXT: dict[tuple[str, str], dict[str, Any]] = {
     ("front", "depth_ratio"): {"variant": "orthonormal"},
     ("grow", "seed"): {"snr_db": 10.0},
     ("cluster", "min_heads"): {"eps": 0.001},
+    ("pool", "widths"): {"design": "authors"},
+    ("pool", "instance_depth"): {"design": "authors"},
+    ("sws", "descendant_stages"): {"stages": "2,2,1"},  # sws's aux net here: 5 layers
     ("cluster", "seed"): {"num_images": 8},
     ("importance", "seed"): {"num_images": 8},
     **{(m, "seed"): {"untrained_attention": "mimetic"} for m in ("pretrained", "heru_lg", "auto_lg")},

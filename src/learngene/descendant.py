@@ -95,9 +95,7 @@ def check_expansion(
     except LearngeneError as exc:
         raise invalid_gene(gene, source, exc) from None
     unused = sorted(
-        k
-        for k, t in gene.tensors.items()
-        if t.is_floating_point() and k not in used and k not in type(method).record_tensors
+        k for k, t in gene.tensors.items() if t.is_floating_point() and k not in used and not method.kept_for_record(k)
     )
     if judge_unused and spec == gene.layout and unused:
         raise invalid_gene(

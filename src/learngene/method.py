@@ -188,6 +188,11 @@ class Method:
         """A hint ``learngene condense`` prints after writing ``gene`` (e.g. an option its descendants may need)."""
         return None
 
+    def kept_for_record(self, key: str) -> bool:
+        """Whether gene tensor ``key`` may go unread by ``expand`` at the gene's layout: its ``record_tensors``
+        (pool's authors' design also keeps what only its stitched descendants read)."""
+        return key in type(self).record_tensors
+
     def describe(self, gene: Learngene) -> list[str]:
         """Method-specific lines for ``learngene inspect`` (e.g. Cluster-Learngene's clusters)."""
         return []

@@ -11,6 +11,9 @@ instead and keeps the ancestry's MLPs, norms and patch embedding. An ancestry tr
 near-uniform attention and its descendants lose to mimetic on unseen classes; this recovers mimetic's
 level (docs/RESULTS.md, ``benchmarks/transfer_why.py``). With ``keep``, ``learngene condense`` says so
 when the stored attention looks untrained.
+
+Authors' code: Heru-LG, github.com/BruceQFWang/learngene (the AAAI 2022 paper's code, snapshot read at
+d145a5e); Auto-LG: none found; scratch and pretrained are timm's own ViT, no method code applies.
 """
 
 from __future__ import annotations

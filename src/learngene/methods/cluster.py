@@ -36,6 +36,8 @@ Two departures from the paper, kept on purpose:
   token gets a smaller "distance" only because its patch weights sum to less than one. We
   renormalize the patch weights to sum to one, so the value is the expected distance to the patches
   a head attends to, whatever its class-token share.
+
+Authors' code: github.com/BruceQFWang/NeurIPS24-Cluster-Learngene (snapshot read at cc00657).
 """
 
 from __future__ import annotations

@@ -47,6 +47,9 @@ Where we depart from their script (each one where it cannot run or runs into a q
 ``variant=orthonormal`` is our earlier reading (written before their script could be read): an
 orthonormal 3-D DCT of the stacked layers with ``√(target/source)`` rescaling, q/k/v and SwiGLU halves
 transformed apart, no z-scoring; ``depth_ratio`` sets its kept share along depth.
+
+Authors' code: the public repository named above (``front_init_deit.py``) could not be located in this
+session's search, so no repository name or commit is recorded here.
 """
 
 from __future__ import annotations

@@ -35,6 +35,9 @@ the function changes a little.
 
 The learngene is the whole ancestry. Sizes smaller than the ancestry's are refused (that is what
 importance and weight_selection do).
+
+Authors' code: HyperCloning, github.com/apple/ml-hypercloning (snapshot read at 7c4e80b, written for
+language models); G_stack and Net2Net: none was found in this session's search.
 """
 
 from __future__ import annotations

@@ -32,6 +32,8 @@ recovers by distillation after pruning; that retraining is the descendant's ordi
 
 Heads keep the ancestry's size ``d`` (the descendant has ``D'/d`` heads), as both papers prune whole
 heads; sizes larger than the ancestry are the job of :mod:`~learngene.methods.growth`.
+
+Authors' code: none was found in this session's search (weight subcloning, Minitron's importance).
 """
 
 from __future__ import annotations

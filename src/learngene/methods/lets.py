@@ -32,6 +32,8 @@ descendant's width (their ``pos_embed[..., :D']``; their aux net has no class to
 has not (layer-scale gammas, q/k norms: per-head, not widened; the MAP head, whose MLP gets its own ``F``)
 follow the same rules with their own ``G``; ``interlace`` (accepted by their code but never initialized) is
 refused.
+
+Authors' code: github.com/eddiexia98/LeTs (snapshot read at 11ea578).
 """
 
 from __future__ import annotations

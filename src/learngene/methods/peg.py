@@ -30,6 +30,9 @@ Widths follow heads × head size: the descendant has ``H_c`` heads of the ancest
 width ``H_c·d``; the residual and MLP axes are carried over by :mod:`learngene.vit.transfer`.
 Unlike the authors' released code this keeps the mixtures (not the first heads), trains the depth
 map and never re-initializes inherited weights.
+
+Authors' code: the released code named above could not be located in this session's search, so no
+repository or commit is recorded here.
 """
 
 from __future__ import annotations

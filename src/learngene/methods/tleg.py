@@ -5,6 +5,9 @@ head. A net of any depth L is built by linear expansion: block l (1-indexed) is 
 (Eq. 1-4). θ_A and θ_B are condensed by training an aux net built this way by distillation from the
 ancestry (Eq. 5-6); any classifier can be the ancestry. Share-Init (ALBERT-style, Lan et al. 2020) is
 the special case θ_A ≡ 0: one shared layer, condensed the same way.
+
+Authors' code: TLEG, github.com/AlphaXia/TLEG (snapshot read at 6e30a5c). Share-Init is the TLEG paper's
+baseline (ALBERT's cross-layer sharing); ALBERT's own code is for text and was not read.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ wider one would put the aux's key biases into the wider model's query rows. Ours
 tiled like the matrices (two per w-block, base and slope), so biases and norms follow every width
 the weights can take, and a TLEG gene cut into blocks is still a WAVE gene (Appendix A). At the aux
 width the difference is only the count: 2 per w-block instead of 4 per vector.
+
+Authors' code: github.com/fu-feng/WAVE (named in the literature); no snapshot could be fetched in this
+session, so no commit was read.
 """
 
 from __future__ import annotations

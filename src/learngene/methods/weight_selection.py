@@ -5,6 +5,8 @@ spaced indices of every dimension (every k-th when the sizes divide, else a roun
 authors select rows of the fused qkv matrix without regard to heads; with ``head_aware=True``
 (default) whole heads are selected consistently across q, k, v, their biases and the matching W_O
 columns, and the same within-head dimensions in every head, so each selected head stays a head.
+
+Authors' code: github.com/OscarXZQ/weight-selection (snapshot read at e9b6d0c).
 """
 
 from __future__ import annotations
