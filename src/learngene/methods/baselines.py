@@ -24,7 +24,7 @@ from typing import Literal
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..validate import option
+from ..validate import CONDENSE, EXPAND, option
 from ..vit.attention_init import UntrainedAttentionOptions, mimetic_where_untrained, untrained_attention_note
 from ..vit.spec import ViTSpec
 from ..vit.transfer import StateDict, inherit_non_block, place_blocks, require_block_shape
@@ -89,7 +89,9 @@ def _stored_gene(method: Method, ancestry: Ancestry, layers: list[int], parts: t
 
 @dataclass(frozen=True)
 class PretrainedConfig(UntrainedAttentionOptions):
-    variant: Literal["first", "last", "middle"] = "first"  # which layers line up when depths differ (Pre-Fin #1/#2/#3)
+    variant: Literal["first", "last", "middle"] = option(
+        "first", phase=EXPAND, help="which layers line up when depths differ (Pre-Fin #1/#2/#3)"
+    )
 
 
 @register_method
@@ -135,7 +137,7 @@ class Pretrained(BlockCopier):
 
 @dataclass(frozen=True)
 class HeruConfig(UntrainedAttentionOptions):
-    layers: int = option(3, at_least=1)  # ancestry layers kept at the top
+    layers: int = option(3, at_least=1, phase=CONDENSE, help="ancestry layers kept at the top")
 
 
 @register_method
@@ -169,8 +171,12 @@ class HeruLG(BlockCopier):
 @dataclass(frozen=True)
 class AutoConfig(UntrainedAttentionOptions):
     fraction: float = option(
-        0.5, above=0, at_most=1
-    )  # share of the ancestry's layers kept at the bottom (6 of 12 in the papers)
+        0.5,
+        above=0,
+        at_most=1,
+        phase=CONDENSE,
+        help="share of the ancestry's layers kept at the bottom (6 of 12 in the papers)",
+    )
 
 
 @register_method

@@ -50,7 +50,7 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..validate import option
+from ..validate import CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key, measured_spec, require_inference_memory
 from ..vit.timm_keys import WIDTH_GAIN, block_names
 from ..vit.transfer import (
@@ -70,10 +70,17 @@ LAYER_SCORE, WIDTH_SCORE, WIDTH_ORDER = "importance.layer", "importance.width", 
 
 @dataclass(frozen=True)
 class ImportanceConfig:
-    num_images: int = option(256, at_least=1)  # calibration images (subcloning and Minitron: a small batch)
-    batch_size: int = option(64, at_least=1)  # calibration images per forward pass
-    seed: int = 0  # which images are sampled
-    rescale: bool = True  # LayerNorm gains × √(D/D') (subcloning)
+    num_images: int = option(
+        256,
+        at_least=1,
+        phase=CONDENSE,
+        help="calibration images (subcloning and Minitron use a small calibration batch)",
+    )
+    batch_size: int = option(
+        64, at_least=1, phase=CONDENSE, speed_only=True, help="calibration images per forward pass"
+    )
+    seed: int = option(0, phase=CONDENSE, help="which images are sampled")
+    rescale: bool = option(True, phase=EXPAND, help="LayerNorm gains × √(D/D') (subcloning)")
 
 
 @torch.no_grad()

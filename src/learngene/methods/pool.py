@@ -56,6 +56,7 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Paper
 from ..registry import register_method
+from ..validate import CONDENSE, option
 from ..vit.eva import block_inputs
 from ..vit.spec import ViTSpec
 from ..vit.stitched import StitchedViT
@@ -64,10 +65,18 @@ from ..vit.transfer import StateDict, inherit_non_block, part_of, place_blocks, 
 
 @dataclass(frozen=True)
 class PoolConfig(AuxConfig):
-    design: Literal["equal_width", "authors"] = "equal_width"  # authors: instances of other widths, linear stitches
-    instance_depths: str = ""  # equal_width: blocks of each small aux model, e.g. "1,2"; "": ⌈L/4⌉ and ⌈L/2⌉
-    widths: str = ""  # authors: width of each instance, e.g. "8,16,32"; "": ¼, ½ and 1 of the aux width
-    instance_depth: int = 0  # authors: blocks of every instance; 0: ⌈L/2⌉ of the aux spec (their 6 of 12)
+    design: Literal["equal_width", "authors"] = option(
+        "equal_width", phase=CONDENSE, help="authors: instances of other widths, linear stitches"
+    )
+    instance_depths: str = option(
+        "", phase=CONDENSE, help='equal_width: blocks of each small aux model, e.g. "1,2"; "": ⌈L/4⌉ and ⌈L/2⌉'
+    )
+    widths: str = option(
+        "", phase=CONDENSE, help='authors: width of each instance, e.g. "8,16,32"; "": ¼, ½ and 1 of the aux width'
+    )
+    instance_depth: int = option(
+        0, phase=CONDENSE, help="authors: blocks of every instance; 0: ⌈L/2⌉ of the aux spec (their 6 of 12)"
+    )
 
 
 def instance_key(index: int, key: str) -> str:

@@ -45,7 +45,7 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..validate import option
+from ..validate import EXPAND, option
 from ..vit.heads import join_qkv
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import StateDict
@@ -56,17 +56,19 @@ KERNEL_ORDER = (4, 1, 5, 3, 7, 0, 2, 6, 8)
 
 @dataclass(frozen=True)
 class StructuredConfig:
-    pos_scale: float = 18.0  # their norm_p
-    qk_scale: float = 7.0  # their norm_q
-    v_scale: float = 1.0  # their norm_v
-    impulse: float = 1000.0  # logit of the impulse entries in the target map
+    pos_scale: float = option(18.0, phase=EXPAND, help="their norm_p")
+    qk_scale: float = option(7.0, phase=EXPAND, help="their norm_q")
+    v_scale: float = option(1.0, phase=EXPAND, help="their norm_v")
+    impulse: float = option(1000.0, phase=EXPAND, help="logit of the impulse entries in the target map")
     kernel_size: int = option(
-        3, at_least=1, odd=True
-    )  # odd: centred on the query patch; their 3 x 3 (other sizes: offsets in row-major order)
-    alpha: float = 0.4  # noise in W_v W_proj
-    beta: float = 0.4  # negative identity in W_v W_proj
-    seed: int = 0  # the random positions and noise draws (a descendant's seed sets it)
-    qkv_bias: Literal["pytorch", "timm"] = "pytorch"  # theirs: nn.Linear's uniform ±1/√D; timm: zeros
+        3, at_least=1, odd=True, phase=EXPAND, help="their 3 x 3, odd: centred on the query patch (others: row-major)"
+    )
+    alpha: float = option(0.4, phase=EXPAND, help="noise in W_v W_proj")
+    beta: float = option(0.4, phase=EXPAND, help="negative identity in W_v W_proj")
+    seed: int = option(0, phase=EXPAND, help="the random positions and noise draws (a descendant's seed sets it)")
+    qkv_bias: Literal["pytorch", "timm"] = option(
+        "pytorch", phase=EXPAND, help="theirs: nn.Linear's uniform ±1/√D; timm: zeros"
+    )
 
 
 def impulse_offsets(heads: int, kernel_size: int = 3) -> list[tuple[int, int]]:

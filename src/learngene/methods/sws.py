@@ -43,8 +43,8 @@ from typing import Literal
 import torch
 
 from ..auxnet import (
-    AuxConfig,
     AuxNetMethod,
+    DrawnStartConfig,
     condense_through_aux,
     expand_non_block,
     initial_non_block,
@@ -55,6 +55,7 @@ from ..errors import LearngeneError, SpecError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Paper
 from ..registry import register_method
+from ..validate import CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import StateDict, require_block_shape
 
@@ -64,10 +65,18 @@ AUTHORS_HEADS = {384: 12, 768: 12}  # their aux nets' heads by width (models.py,
 
 
 @dataclass(frozen=True)
-class SWSConfig(AuxConfig):
-    aux_pool: Literal["", "token", "avg"] = ""  # "": avg (theirs: no class token) where the family allows it
-    stages: str = ""  # aux layers per stage, e.g. "3,3,4,3,3"; "": theirs at 16 layers, else see the docstring
-    descendant_stages: str = ""  # a descendant's layers per stage ("": spread as evenly as possible)
+class SWSConfig(DrawnStartConfig):
+    aux_pool: Literal["", "token", "avg"] = option(
+        "", phase=CONDENSE, help='"": avg (theirs: no class token) where the family allows it'
+    )
+    stages: str = option(
+        "",
+        phase=CONDENSE,
+        help='aux layers per stage, e.g. "3,3,4,3,3"; "": theirs at 16 layers, else see the docstring',
+    )
+    descendant_stages: str = option(
+        "", phase=(CONDENSE, EXPAND), help='a descendant\'s layers per stage ("": spread as evenly as possible)'
+    )
 
 
 def parse_counts(text: str, what: str) -> list[int] | None:

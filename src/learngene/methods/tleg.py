@@ -19,8 +19,8 @@ import torch
 from torch import Tensor
 
 from ..auxnet import (
-    AuxConfig,
     AuxNetMethod,
+    DrawnStartConfig,
     block_params_per_layer,
     expand_non_block,
     initial_non_block,
@@ -30,7 +30,7 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
-from ..validate import option
+from ..validate import CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import LAYER_SCALE, MLP, MSA, NORM, block_names, has_tag, per_head
 from ..vit.transfer import StateDict
@@ -46,7 +46,7 @@ MODULES: dict[str, tuple[str, ...]] = {
 
 
 @dataclass(frozen=True)
-class TLEGConfig(AuxConfig):
+class TLEGConfig(DrawnStartConfig):
     """Options of TLEG / Share-Init.
 
     Attributes:
@@ -56,8 +56,12 @@ class TLEGConfig(AuxConfig):
             descendants; in the aux net the other layers are ordinary parameters, Table 6).
     """
 
-    modules: tuple[Literal["msa", "mlp", "ln"], ...] = option(("msa", "mlp", "ln"), nonempty=True)
-    layers: str = "all"
+    modules: tuple[Literal["msa", "mlp", "ln"], ...] = option(
+        ("msa", "mlp", "ln"), nonempty=True, phase=CONDENSE, help="module groups built by linear expansion (Table 4)"
+    )
+    layers: str = option(
+        "all", phase=(CONDENSE, EXPAND), help='1-indexed layers built from the gene: "all", "1-3" or "1,4,6" (Table 5)'
+    )
 
 
 def parse_layers(layers: str | int | tuple[int, ...], depth: int) -> list[int]:

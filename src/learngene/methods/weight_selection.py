@@ -18,6 +18,7 @@ from ..formats.memory import give_back
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
+from ..validate import EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import (
     HEADS,
@@ -37,7 +38,9 @@ from ..vit.transfer import (
 
 @dataclass(frozen=True)
 class WeightSelectionConfig:
-    head_aware: bool = True  # whole heads, the same within-head dims in each; false: plain evenly spaced rows
+    head_aware: bool = option(
+        True, phase=EXPAND, help="whole heads, the same within-head dims in each; false: plain evenly spaced rows"
+    )
 
 
 @register_method
