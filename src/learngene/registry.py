@@ -33,9 +33,13 @@ _METHODS: dict[str, type[Method]] = {}
 
 def register_method(cls: type[Method]) -> type[Method]:
     """Class decorator: make a method discoverable by its ``name`` (CLI, benchmark, gene expansion)."""
-    from .method import Method
-
-    if not (isinstance(cls, type) and issubclass(cls, Method)) or not isinstance(getattr(cls, "name", None), str):
+    # a Method subclass by its parts (the registry is a leaf: it imports no method module, method.py included)
+    parts = ("condense", "expand", "Config")
+    if (
+        not isinstance(cls, type)
+        or not isinstance(getattr(cls, "name", None), str)
+        or not all(hasattr(cls, p) for p in parts)
+    ):
         raise ArgumentTypeError(
             f"register_method takes a Method subclass with a name, got {cls!r}; subclass learngene.Method"
         )
