@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import typing
+from collections.abc import Callable
 from typing import Any
 
 from .._version import __version__
@@ -87,7 +88,9 @@ class _LazyText(str):
     """Help text made when ``--help`` prints it (argparse formats every help with ``%``), not when the parser is
     built: e.g. the bench profiles' descriptions, which need the method registry, and so torch."""
 
-    def __new__(cls, summary: str, make):
+    make: Callable[[], str]
+
+    def __new__(cls, summary: str, make: Callable[[], str]):
         text = super().__new__(cls, summary)
         text.make = make
         return text
