@@ -108,7 +108,7 @@ class Learngene:
         """The ``descendant.*`` group by timm key: tensors of the size the gene was adapted for."""
         return {k[len(DESCENDANT) :]: v for k, v in self.tensors.items() if k.startswith(DESCENDANT)}
 
-    def save(self, path: str | os.PathLike, overwrite: bool = True) -> None:
+    def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
         metadata = {
             "format": GENE_FORMAT,
             "format_version": str(GENE_FORMAT_VERSION),

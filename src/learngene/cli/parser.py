@@ -12,6 +12,8 @@ import argparse
 import math
 
 from .._version import __version__
+from ..bench.descriptions import QUICK_DEMO_TIME, profiles_help
+from ..threads import THREADS_HELP
 from ..validate import MAX_INT
 from ..vit.spec import PRESETS
 
@@ -85,25 +87,6 @@ def add_license(p: argparse.ArgumentParser, what: str, inherited: bool = True) -
         help=f"licence of the weights (an SPDX identifier, e.g. Apache-2.0), stored in the {what}"
         + ("; overrides the one the input records (default: the input's, if it records one)" if inherited else ""),
     )
-
-
-class _LazyText(str):
-    """Help text made when ``--help`` prints it (argparse formats every help with ``%``), not when the parser is
-    built: e.g. the bench profiles' descriptions, which need the method registry, and so torch."""
-
-    def __new__(cls, summary: str, make):
-        text = super().__new__(cls, summary)
-        text.make = make
-        return text
-
-    def __mod__(self, params):
-        return self.make() % params
-
-
-def _profile_help() -> str:
-    from ..bench.profiles import PROFILES
-
-    return "; ".join(f"{name}: {profile.description}" for name, profile in PROFILES.items()) + " (default: %(default)s)"
 
 
 # ---- shared argument groups ---------------------------------------------------------------------------
@@ -233,9 +216,22 @@ def add_distill_args(
     g.add_argument("--distill-tau", type=_real, default=tau, help="τ, positive (default: %(default)s)")
 
 
+def _threads(text: str) -> int:
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--threads must be at least 1, got {text}")
+    return value
+
+
+def add_threads(p: argparse.ArgumentParser) -> None:
+    """``--threads N``, on every command that computes; applied once at start-up (:mod:`learngene.cli.dispatch`)."""
+    p.add_argument("--threads", type=_threads, metavar="N", help=THREADS_HELP)
+
+
 def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=_seed, default=0, help="random seed, 0 or more (default: %(default)s)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    add_threads(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars, no banner: only results and errors")
 
 
@@ -448,7 +444,7 @@ def _add_bench(sub) -> None:
         "task with identical budgets and seeds, and write report.md, results.csv and "
         "plots. Every stage is cached: rerunning continues an interrupted run.",
     )
-    p.add_argument("--profile", default="quick", metavar="NAME", help=_LazyText("a benchmark profile", _profile_help))
+    p.add_argument("--profile", default="quick", metavar="NAME", help="a benchmark profile: " + profiles_help())
     p.add_argument(
         "--max-steps",
         type=_integer,
@@ -466,6 +462,7 @@ def _add_bench(sub) -> None:
     )
     p.add_argument("--data-dir", help="folder with the Fashion-MNIST IDX files")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    add_threads(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler="benching:cmd_bench")
 
@@ -564,6 +561,7 @@ def _add_compare(sub) -> None:
     p.add_argument("--out", required=True, help="report folder (also the cache a rerun continues from)")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    add_threads(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler="comparing:cmd_compare")
 
@@ -576,9 +574,17 @@ def _add_demo(sub) -> None:
         "method, expand to several depths, fine-tune each briefly and print a table of "
         "method x size -> accuracy and stored parameters.",
     )
-    p.add_argument("--out-dir", default="runs/demo", help="where models, genes and the table go (default: %(default)s)")
+    p.add_argument(
+        "--out",
+        "--out-dir",
+        dest="out",
+        default="runs/demo",
+        help="where models, genes and the table go; --out-dir is the same flag (default: %(default)s)",
+    )
     p.add_argument("--data-dir", help="folder with the Fashion-MNIST IDX files")
-    p.add_argument("--quick", action="store_true", help="a much smaller run (seconds), to check the pipeline")
+    p.add_argument(
+        "--quick", action="store_true", help=f"a much smaller run, to check the pipeline ({QUICK_DEMO_TIME})"
+    )
     add_common(p)
     p.set_defaults(handler="benching:cmd_demo")
 

@@ -29,7 +29,7 @@ from torch import nn
 
 from ..errors import LearngeneError
 from ..vit.spec import ViTSpec
-from .atomic import TEMP_NAME_CHARS, check_output_place, library_version, quote
+from .atomic import OVERWRITE, TEMP_NAME_CHARS, check_output_place, library_version, quote
 from .weights import save_safetensors
 
 CONFIG = "config.json"
@@ -85,7 +85,7 @@ def atomic_folder(path: str | os.PathLike, overwrite: bool = False) -> Iterator[
             except FileExistsError:
                 raise LearngeneError(
                     f"{quote(path)} already exists (another process wrote it meanwhile); pass "
-                    f"--overwrite to replace it, or choose another path"
+                    f"{OVERWRITE()} to replace it, or choose another path"
                 ) from None
             os.replace(tmp, path)  # onto the empty folder just claimed
     finally:
