@@ -3,7 +3,7 @@
 torch's own default is one thread per core it sees, whatever else runs. On a shared machine that is the worst
 choice: on a busy 2-core machine, 2 threads took about 10x the CPU-seconds of 1 thread for the same training
 (threads spin waiting for a core that another process holds). The default here is the cores this process may use
-(its CPU affinity), less the cores other processes keep busy (the 1-minute load average), at least 1;
+(its CPU affinity), less the cores other processes keep busy (:func:`machine_load`), at least 1;
 ``OMP_NUM_THREADS``, when set, wins over it, and ``--threads N`` / :func:`set_threads` over both.
 ``benchmarks/threads.py`` measures the default against 1 and N threads side by side.
 
@@ -13,12 +13,13 @@ This module imports no torch until :func:`set_threads` applies a number.
 from __future__ import annotations
 
 import os
+import time
 
 from .errors import LearngeneError, setting
 
 THREADS_HELP = (
     "CPU threads torch computes with (default: $OMP_NUM_THREADS if set, else the CPUs this process may use less "
-    "those other processes keep busy (1-minute load average), at least 1)"
+    "those other processes keep busy, at least 1)"
 )
 
 
@@ -30,12 +31,44 @@ def usable_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def machine_load() -> float:
-    """The 1-minute load average (runnable processes), 0 where the system does not report one."""
+def machine_load(sample_seconds: float = 0.1) -> float:
+    """How many of this process's CPUs other processes keep busy: the larger of the 1-minute load average (which
+    lags a load that just started by a minute) and the busy share of those CPUs over ``sample_seconds``
+    (/proc/stat; which misses a load that pauses). 0 where the system reports neither."""
     try:
-        return os.getloadavg()[0]
+        average = os.getloadavg()[0]
     except (AttributeError, OSError):
-        return 0.0
+        average = 0.0
+    before = _cpu_times()
+    if before is None:
+        return average
+    time.sleep(sample_seconds)
+    after = _cpu_times()
+    if after is None:
+        return average
+    busy = 0.0
+    for cpu, (idle0, total0) in before.items():
+        idle1, total1 = after.get(cpu, (idle0, total0))
+        if total1 > total0:
+            busy += 1.0 - (idle1 - idle0) / (total1 - total0)
+    return max(average, busy)
+
+
+def _cpu_times() -> dict[int, tuple[int, int]] | None:
+    """``{cpu: (idle ticks, all ticks)}`` for the CPUs this process may use, from /proc/stat (Linux)."""
+    try:
+        allowed = os.sched_getaffinity(0)
+        with open("/proc/stat") as fh:
+            lines = fh.read().splitlines()
+    except (AttributeError, OSError):
+        return None
+    times = {}
+    for line in lines:
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in allowed:
+            ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
+            times[int(name[3:])] = (ticks[3] + ticks[4], sum(ticks))
+    return times or None
 
 
 def _env_threads() -> int | None:
@@ -56,7 +89,7 @@ def _env_threads() -> int | None:
 def default_threads(cpus: int | None = None, load: float | None = None) -> int:
     """``OMP_NUM_THREADS`` if set, else the usable CPUs less the busy ones (rounded), at least 1.
 
-    ``load`` is the load average measured before this process computes anything, so it counts only others."""
+    ``load`` is measured before this process computes anything, so it counts only others."""
     env = _env_threads()
     if env is not None:
         return env

@@ -136,6 +136,16 @@ def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: s
     )
 
 
+# the CLI's default test subset: top-1 of a 2,000-image sample has a standard error under 1.2 points (binomial,
+# at most sqrt(0.25 / 2000)), at a fifth of the cost of evaluating Fashion-MNIST's 10,000 after every epoch
+EVAL_IMAGES = 2000
+
+
+def _eval_images(text: str) -> int | None:
+    """A number of test images, or ``all`` (None)."""
+    return None if text == "all" else _integer(text)
+
+
 def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-3) -> None:
     g = p.add_argument_group("training")
     g.add_argument(
@@ -175,9 +185,11 @@ def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-
     )
     g.add_argument(
         "--eval-images",
-        type=_integer,
+        type=_eval_images,
+        default=EVAL_IMAGES,
         metavar="N",
-        help="evaluate on a fixed random subset of N test images (default: all of them)",
+        help="evaluate on a fixed random subset of N test images; all: on every one (default: %(default)s, a "
+        "fifth of Fashion-MNIST's test split)",
     )
     g = p.add_argument_group("speed (the same math up to float rounding)")
     g.add_argument(

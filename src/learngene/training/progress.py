@@ -128,7 +128,7 @@ class RunProgress:
         self.first: float | None = None  # the running stage's fraction at its first report (above 0 when resumed)
         self.fraction: float | None = None
         self.bar = progress_bar(
-            bar_class=_RunBar,
+            bar_class=type("_Bar", (_RunBar,), {"run": self}),  # known from the first line on
             total=total,
             desc=desc,
             unit=unit,
@@ -137,7 +137,6 @@ class RunProgress:
             dynamic_ncols=True,
             bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} {unit} [{elapsed}{postfix}]",
         )
-        self.bar.run = self
 
     def note(self, fraction: float) -> None:
         fraction = min(max(fraction, 0.0), 1.0)
