@@ -24,7 +24,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from torch import Tensor, nn
 
@@ -60,10 +60,12 @@ def load_ancestry(
     if is_model_folder(path):
         ckpt = read_checkpoint(path, drop_head=drop_head)  # checked for NaN as it is read
         license = ckpt.license
-        arch = timm_model or ckpt.arch
-        _require_timm_name(arch)
+        arch = _require_timm_name(timm_model or ckpt.arch)
         model = build_timm_model(arch, {**ckpt.kwargs, **model_kwargs}, ckpt.state, str(path))
-        model.pretrained_cfg = {**model.pretrained_cfg, **ckpt.pretrained_cfg}  # the folder's own preprocessing
+        model.pretrained_cfg = {
+            **cast(dict, model.pretrained_cfg),
+            **ckpt.pretrained_cfg,
+        }  # the folder's own preprocessing
     elif timm_model is None:
         if Path(path).is_dir():
             raise LearngeneError(
@@ -173,11 +175,12 @@ def checkpoint_filter_module(arch: str) -> str:
     return timm.models.model_entrypoint(arch).__module__
 
 
-def _require_timm_name(name: str) -> None:
+def _require_timm_name(name: str | None) -> str:
     import timm
 
-    if not timm.is_model(name):
+    if name is None or not timm.is_model(name):
         raise LearngeneError(f"timm has no model {name!r}; pick a name from timm.list_models()")
+    return name
 
 
 def _timm_model(name: str, kwargs: dict[str, Any]) -> nn.Module:

@@ -21,7 +21,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from tqdm import tqdm
@@ -42,7 +42,13 @@ from .vit.transfer import StateDict, inherit_non_block, part_of
 class AuxConfig:
     """Size of the auxiliary net (0 = the ancestry's value; required when the ancestry is not a ViT)."""
 
-    AUTO_OPTIONS = ("aux_depth", "aux_embed_dim", "aux_num_heads", "aux_patch_size", "aux_pool")  # 0 / "": automatic
+    AUTO_OPTIONS: ClassVar[tuple[str, ...]] = (
+        "aux_depth",
+        "aux_embed_dim",
+        "aux_num_heads",
+        "aux_patch_size",
+        "aux_pool",
+    )  # 0 / "": automatic
 
     aux_depth: int = 0
     aux_embed_dim: int = 0
@@ -80,18 +86,11 @@ def resolve_aux_spec(
     return ViTSpec.from_dict(values)
 
 
-def require_layout(gene: Learngene) -> ViTSpec:
-    """The spec of the net the gene's tensors were trained in (the aux net, or the size it was adapted to)."""
-    if gene.layout is None:
-        raise LearngeneError(f"this {gene.method} gene records no layout; re-create it with `learngene condense`")
-    return gene.layout
-
-
 def vector_start(spec: ViTSpec, name: str) -> float:
     """timm's initial value of block vector ``name``: 1 for norm weights, the family's init value for a
     layer-scale gamma, 0 for biases."""
     if name.endswith(".gamma"):
-        return float(spec.family.init_values)
+        return float(spec.family.init_values or 0.0)  # a gamma exists only where init_values is set
     return 1.0 if "norm" in name and name.endswith("weight") else 0.0
 
 
@@ -103,7 +102,7 @@ def initial_non_block(spec: ViTSpec) -> StateDict:
 
 def expand_non_block(gene: Learngene, spec: ViTSpec) -> StateDict:
     """The gene's embeddings, final norm and head, carried to ``spec`` where they fit (see ``inherit_non_block``)."""
-    source = require_layout(gene)
+    source = gene.require_layout()
     state = {k: gene.tensors[k] for k in source.non_block_shapes() if k in gene.tensors}
     return inherit_non_block(state, source, spec)
 
@@ -122,7 +121,7 @@ class AuxNetMethod(Method):
         aux = resolve_aux_spec(self.config, ancestry, inputs, self.name)
         torch.manual_seed(inputs.train_cfg.seed if inputs is not None else 0)
         start = self.new_gene(self.initial_tensors(aux), aux, ancestry.spec if ancestry is not None else None)
-        return condense_through_aux(self, start, ancestry, inputs)
+        return condense_through_aux(self, start, self.require_ancestry(ancestry), inputs)
 
 
 def condense_through_aux(
@@ -141,7 +140,7 @@ def condense_through_aux(
     if inputs is None or inputs.train is None:
         raise LearngeneError(f"{method.name} condenses by training an aux net; give training data (--data)")
     cfg = inputs.train_cfg
-    aux = require_layout(start)
+    aux = start.require_layout()
     headless = is_headless(ancestry)
     if headless:  # the aux net's head only serves the CE term: descendants get a fresh one for their task
         start = dataclasses.replace(start, tensors={k: v for k, v in start.tensors.items() if part_of(k) != "head"})

@@ -115,6 +115,7 @@ def expand_on_meta(method: Method, gene: Learngene, spec: ViTSpec, used: set[str
     and the output's graph reaches exactly those (no memory either way); expanded for real, all are counted.
     """
     track = used is not None
+    used = used if used is not None else set()
     leaves = {k: v.to("meta").requires_grad_(track and v.is_floating_point()) for k, v in gene.tensors.items()}
     try:
         with torch.set_grad_enabled(track):
@@ -138,7 +139,7 @@ def _graph_leaves(state: dict[str, Tensor], leaves: dict[str, Tensor]) -> set[st
     """Names of ``leaves`` that the tensors of ``state`` depend on (passed through, or through their graph)."""
     reached = {id(t) for t in state.values()}
     seen: set[int] = set()
-    stack = [t.grad_fn for t in state.values() if t.grad_fn is not None]
+    stack: list[Any] = [t.grad_fn for t in state.values() if t.grad_fn is not None]
     while stack:
         fn = stack.pop()
         if fn is None or id(fn) in seen:

@@ -95,6 +95,12 @@ class Learngene:
             if getattr(self, name) is not None and not isinstance(getattr(self, name), ViTSpec):
                 raise refuse(name, "a ViTSpec or None", getattr(self, name))
 
+    def require_layout(self) -> ViTSpec:
+        """The spec the gene's tensors are shaped for (the aux net, the ancestry, or the size it was adapted to)."""
+        if self.layout is None:
+            raise GeneFormatError(f"this {self.method} gene records no layout; re-create it with `learngene condense`")
+        return self.layout
+
     @property
     def num_stored_params(self) -> int:
         """Parameters the gene stores (the papers' S-Params)."""

@@ -184,6 +184,15 @@ class Method:
         return []
 
     # ---- helpers for subclasses ------------------------------------------------------------------
+    def require_ancestry(self, ancestry: Ancestry | None) -> Ancestry:
+        """``ancestry`` itself, or one line for a call of ``condense`` without one."""
+        if not isinstance(ancestry, Ancestry):
+            raise LearngeneError(
+                f"method {self.name} condenses an ancestry: pass one (learngene.load_ancestry(PATH)), "
+                f"got {type(ancestry).__name__}"
+            )
+        return ancestry
+
     def new_gene(
         self, tensors: StateDict, layout: ViTSpec | None, ancestry: ViTSpec | None, cost: dict[str, Any] | None = None
     ) -> Learngene:

@@ -68,7 +68,7 @@ def os_error_message(exc: OSError, path: str | os.PathLike | None = None) -> str
         errno.EDQUOT: "free some disk space or choose another path",
         errno.EROFS: "choose a path on a writable filesystem",
         errno.ENAMETOOLONG: "choose a shorter path",
-    }.get(exc.errno, "check the path and its permissions, or choose another path")
+    }.get(exc.errno or 0, "check the path and its permissions, or choose another path")
     return (f"{quote(where)}: " if where is not None else "") + f"{what}; {fix}"
 
 
@@ -168,7 +168,7 @@ def write_text_atomic(path: str | os.PathLike, text: str, overwrite: bool = True
     write_bytes_atomic(path, text.encode(), overwrite)
 
 
-def write_bytes_atomic(path: str | os.PathLike, data: bytes, overwrite: bool = True) -> None:
+def write_bytes_atomic(path: str | os.PathLike, data: bytes | memoryview, overwrite: bool = True) -> None:
     """Serialized data go to disk through Python's own writes, so a full disk is an ``OSError`` (ENOSPC) that
     :func:`atomic_path` reports in one line; serializers writing on their own (safetensors, torch.save) raise
     errors of their own kinds instead."""

@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,11 +66,11 @@ class Checkpoint:
     license: str | None = None
 
 
-def is_model_folder(path: str | Path) -> bool:
+def is_model_folder(path: str | os.PathLike) -> bool:
     return Path(path).is_dir() and (Path(path) / CONFIG).is_file()
 
 
-def read_checkpoint(path: str | Path, lazy: bool = True, drop_head: bool = False) -> Checkpoint:
+def read_checkpoint(path: str | os.PathLike, lazy: bool = True, drop_head: bool = False) -> Checkpoint:
     """Read a checkpoint file or a timm / transformers folder (detected by its ``config.json``);
     ``drop_head``: a folder's classifier is left out (a headless model: its output is the pooled embedding)."""
     path = Path(path)
@@ -276,7 +277,10 @@ def hf_key_to_timm(key: str) -> str | None:
     target = HF_TO_TIMM[abstract]
     if target is None or "{}" not in target:
         return target
-    return target.format(re.search(r"\.(\d+)\.", key).group(1))
+    layer = re.search(r"\.(\d+)\.", key)
+    if layer is None:  # the abstract key matched a layer pattern, so the key holds its number
+        raise KeyError(key)
+    return target.format(layer.group(1))
 
 
 def hf_state_to_timm(

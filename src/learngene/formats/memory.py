@@ -7,6 +7,7 @@ import functools
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -31,15 +32,19 @@ def tensors_in_temporary_file(made: Iterable[tuple[str, Callable[[], Tensor]]]) 
             offset += -offset % 64
             layout[key] = (offset, tensor.dtype, tensor.shape)
             if tensor.numel():
-                fh.write(memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))
+                fh.write(tensor.reshape(-1).view(torch.uint8).numpy().data)
             offset += tensor.numel() * tensor.element_size()
             del tensor
         fh.flush()
-        storage = torch.UntypedStorage.from_file(fh.name, shared=False, nbytes=offset) if offset else None
+        storage = (
+            cast(torch.UntypedStorage, torch.UntypedStorage.from_file(fh.name, shared=False, nbytes=offset))
+            if offset
+            else None
+        )
     return {
         key: torch.empty(shape, dtype=dtype)
         if storage is None
-        else torch.empty(0, dtype=dtype).set_(storage, start // torch.empty(0, dtype=dtype).element_size(), shape)
+        else torch.empty(0, dtype=dtype).set_(storage, start // torch.empty(0, dtype=dtype).element_size(), shape)  # type: ignore[call-overload]  # the stubs omit UntypedStorage
         for key, (start, dtype, shape) in layout.items()
     }
 

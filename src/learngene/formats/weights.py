@@ -9,7 +9,7 @@ import os
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from safetensors import safe_open
@@ -72,7 +72,7 @@ def save_safetensors(
             for key in order:
                 data = plain[key].to("cpu").contiguous()  # a copy only of a non-contiguous view
                 if data.numel():
-                    fh.write(memoryview(data.reshape(-1).view(torch.uint8).numpy()))
+                    fh.write(data.reshape(-1).view(torch.uint8).numpy().data)
                 release_pages(plain[key])  # a view of a mapped ancestry (pretrained's gene): written, given back
 
 
@@ -89,7 +89,9 @@ def mmap_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
         header = json.loads(fh.read(size))
     header.pop("__metadata__", None)
     start = 8 + size
-    storage = torch.UntypedStorage.from_file(str(path), shared=False, nbytes=path.stat().st_size)
+    storage = cast(
+        torch.UntypedStorage, torch.UntypedStorage.from_file(str(path), shared=False, nbytes=path.stat().st_size)
+    )
     tensors: dict[str, Tensor] = {}
     for key, info in header.items():
         dtype = _ST_DTYPES.get(info["dtype"])
@@ -98,7 +100,7 @@ def mmap_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
             with safe_open(str(path), framework="pt") as fh:  # an unusual dtype or layout: read it
                 tensors[key] = fh.get_tensor(key)
             continue
-        tensors[key] = torch.empty(0, dtype=dtype).set_(storage, begin // itemsize, info["shape"])
+        tensors[key] = torch.empty(0, dtype=dtype).set_(storage, begin // itemsize, info["shape"])  # type: ignore[call-overload]  # the stubs omit UntypedStorage
     return tensors
 
 
@@ -243,7 +245,7 @@ def digest(tensors: dict[str, Tensor] | Tensor | None, values: bool = True) -> s
     for name, t in tensors.items() if isinstance(tensors, dict) else [("", tensors)]:
         h.update(f"{name}:{tuple(t.shape)}:{t.dtype};".encode())
         if values:
-            h.update(memoryview(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()))
+            h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().data)
     return h.hexdigest()[:16]
 
 

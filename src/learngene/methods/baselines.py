@@ -105,11 +105,12 @@ class Pretrained(BlockCopier):
     Config = PretrainedConfig
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        ancestry = self.require_ancestry(ancestry)
         spec = ancestry.require_vit(self.name)
         return _stored_gene(self, ancestry, list(range(spec.depth)), ("embed", "norm", "head"))
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        require_block_shape(gene.layout, spec, self.name)
+        require_block_shape(gene.require_layout(), spec, self.name)
         stored = _stored_layers(gene)
         shared = min(stored, spec.depth)
         offset = {"first": 0, "last": abs(stored - spec.depth), "middle": abs(stored - spec.depth) // 2}[
@@ -120,7 +121,7 @@ class Pretrained(BlockCopier):
         else:  # place every stored layer inside the deeper descendant
             placement = {offset + i: i for i in range(shared)}
         out = place_blocks(gene.tensors, placement)
-        out.update(inherit_non_block(gene.tensors, gene.layout, spec))
+        out.update(inherit_non_block(gene.tensors, gene.require_layout(), spec))
         return self.with_untrained_attention(out, spec)
 
 
@@ -141,16 +142,17 @@ class HeruLG(BlockCopier):
     Config = HeruConfig
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        ancestry = self.require_ancestry(ancestry)
         spec = ancestry.require_vit(self.name)
         keep = min(self.config.layers, spec.depth)
         return _stored_gene(self, ancestry, list(range(spec.depth - keep, spec.depth)), ("norm", "head"))
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        require_block_shape(gene.layout, spec, self.name)
+        require_block_shape(gene.require_layout(), spec, self.name)
         stored = _stored_layers(gene)
         used = min(stored, spec.depth)
         out = place_blocks(gene.tensors, {spec.depth - used + i: stored - used + i for i in range(used)})
-        out.update(inherit_non_block(gene.tensors, gene.layout, spec, ("norm", "head")))
+        out.update(inherit_non_block(gene.tensors, gene.require_layout(), spec, ("norm", "head")))
         return self.with_untrained_attention(out, spec)
 
 
@@ -176,13 +178,14 @@ class AutoLG(BlockCopier):
     Config = AutoConfig
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        ancestry = self.require_ancestry(ancestry)
         spec = ancestry.require_vit(self.name)
         keep = max(1, round(spec.depth * self.config.fraction))
         return _stored_gene(self, ancestry, list(range(keep)), ("embed",))
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        require_block_shape(gene.layout, spec, self.name)
+        require_block_shape(gene.require_layout(), spec, self.name)
         used = min(_stored_layers(gene), spec.depth)
         out = place_blocks(gene.tensors, {i: i for i in range(used)})
-        out.update(inherit_non_block(gene.tensors, gene.layout, spec, ("embed",)))
+        out.update(inherit_non_block(gene.tensors, gene.require_layout(), spec, ("embed",)))
         return self.with_untrained_attention(out, spec)

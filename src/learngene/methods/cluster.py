@@ -44,7 +44,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -108,7 +108,7 @@ def attention_probabilities(model: nn.Module, seen: Callable[[int, Tensor], None
     With ``fused_attn`` off, timm's Attention sends its softmax through ``attn_drop``; a forward hook
     there sees the probabilities (dropout is the identity in eval mode). Flags and hooks are restored.
     """
-    blocks = list(model.blocks)
+    blocks: list[Any] = list(cast(Any, model).blocks)
     fused = [block.attn.fused_attn for block in blocks]
     hooks = []
     try:
@@ -176,7 +176,7 @@ def mean_attention_distance(
             for start in range(0, count, batch_size)
         ]
         with attention_probabilities(model, add):
-            for block in model.blocks:
+            for block in cast(Any, model).blocks:
                 for i, (x, kwargs) in enumerate(tokens):
                     tokens[i] = block(x, **kwargs), kwargs
                 release_pages(*block.parameters())  # read once: a mapped ancestry's pages may go
@@ -236,6 +236,7 @@ class ClusterLearngene(Method):
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         """Distances on ``inputs.train`` (Eq. 4), DBSCAN per layer (Algorithm 1), the centroid heads kept."""
+        ancestry = self.require_ancestry(ancestry)
         spec = ancestry.require_vit(self.name)
         if inputs is None or inputs.train is None:
             raise LearngeneError("cluster measures attention on real images: give training data (--data)")
@@ -273,7 +274,7 @@ class ClusterLearngene(Method):
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """Priority weight-sharing of each (stretched) layer's centroids to ``spec.num_heads`` heads (Sec. 2.3)."""
-        src: ViTSpec = gene.layout
+        src = gene.require_layout()
         if spec.head_dim != src.head_dim:
             raise LearngeneError(
                 f"cluster copies heads of {src.head_dim} dims, so a {spec.num_heads}-head descendant "

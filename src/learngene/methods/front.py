@@ -256,6 +256,7 @@ class Front(Method):
     seed_option = "seed"
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        ancestry = self.require_ancestry(ancestry)
         spec = ancestry.require_vit(self.name)
         if self.config.variant == "orthonormal":
             return self.new_gene(self._orthonormal_coefficients(spec, ancestry.state()), spec, spec)
@@ -278,7 +279,7 @@ class Front(Method):
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         if self.config.variant == "orthonormal":
             return self._orthonormal_expand(gene, spec)
-        src: ViTSpec = gene.layout
+        src = gene.require_layout()
         cfg, out = self.config, {}
         generator = torch.Generator().manual_seed(cfg.seed)
         for name, shape in spec.block_shapes().items():
@@ -315,7 +316,7 @@ class Front(Method):
         return tensors
 
     def _orthonormal_expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        src: ViTSpec = gene.layout
+        src = gene.require_layout()
         out: StateDict = {}
         src_shapes, dst_shapes = src.block_shapes(), spec.block_shapes()
         for name, axes in block_axes(src).items():
@@ -338,7 +339,7 @@ class Front(Method):
         return out
 
     def describe(self, gene: Learngene) -> list[str]:
-        src: ViTSpec = gene.layout
+        src = gene.require_layout()
         cfg = self.config
         if cfg.variant == "orthonormal":
             kept = (

@@ -40,7 +40,7 @@ importance and weight_selection do).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from torch import Tensor
@@ -129,6 +129,7 @@ class Grow(Method):
     Config = GrowConfig
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        ancestry = self.require_ancestry(ancestry)
         spec = ancestry.require_vit(self.name)
         return self.new_gene(ancestry.state(), spec, spec)
 
@@ -183,16 +184,18 @@ class Grow(Method):
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """Widen every ancestry layer (heads, residual, MLP), then stack or pad the layers to ``spec.depth``."""
-        src: ViTSpec = gene.layout
+        src = gene.require_layout()
         generator = torch.Generator().manual_seed(self.config.seed)
         width, heads, hidden = self._maps(src, spec, generator)
+        # _maps copies whole heads: an index tensor, and the 1/copies scale of every head
+        head_index, head_scale = cast(Tensor, heads.index), cast(Tensor, heads.reader_scale)
         widened = []
         for layer in range(src.depth):
             b = block_state(gene.tensors, layer)
-            b = mix_block_heads(b, block_axes(src), select_matrix(heads.index, src.num_heads))
+            b = mix_block_heads(b, block_axes(src), select_matrix(head_index, src.num_heads))
             # W_O columns read copied heads
             b["attn.proj.weight"] = join_proj(
-                split_proj(b["attn.proj.weight"], spec.num_heads) * heads.reader_scale[:, None, None]
+                split_proj(b["attn.proj.weight"], spec.num_heads) * head_scale[:, None, None]
             )
             b = resize_block(b, src, spec, width, hidden)
             widened.append(self._noise(b, src, generator) if self.config.snr_db is not None else b)

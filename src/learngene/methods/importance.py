@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -102,7 +103,8 @@ def activation_scores(
         sums[name][index] += values.double().mean(1).sum(0).cpu()
 
     hooks = []
-    for layer, block in enumerate(model.blocks):
+    blocks: Any = model.blocks
+    for layer, block in enumerate(blocks):
 
         def on_block(_m, args, out, layer=layer):
             x = args[0]
@@ -188,6 +190,7 @@ class Importance(Method):
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         """Scores on a calibration sample of ``inputs.train``; the ancestry permuted into their order."""
+        ancestry = self.require_ancestry(ancestry)
         spec = ancestry.require_vit(self.name)
         if inputs is None or inputs.train is None:
             raise LearngeneError("importance ranks units on calibration images: give training data (--data)")
@@ -214,7 +217,7 @@ class Importance(Method):
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """The ``spec.depth`` most important layers, each a prefix slice of channels, heads and neurons."""
-        src: ViTSpec = gene.layout
+        src = gene.require_layout()
         if (
             spec.head_dim != src.head_dim
             or spec.num_heads > src.num_heads

@@ -42,7 +42,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..auxnet import AuxConfig, AuxNetMethod, initial_non_block, require_layout
+from ..auxnet import AuxConfig, AuxNetMethod, initial_non_block
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Paper
@@ -258,7 +258,7 @@ class LeTs(AuxNetMethod):
 
     def mixing(self, gene: Learngene, spec: ViTSpec, module: str, kind: str) -> Tensor:
         """``C`` (target layers × compact layers): target layer ``t`` = Σ_l C[t, l] · widened compact layer ``l``."""
-        aux = require_layout(gene)
+        aux = gene.require_layout()
         coeffs = gene.tensors[f"{G_}{module}.{kind}"]
         depth = gene.tensors[SMALL + "norm1.weight"].shape[0]
         stretched = [t * aux.depth // spec.depth for t in range(spec.depth)]
@@ -269,7 +269,9 @@ class LeTs(AuxNetMethod):
         for t, (a, c) in enumerate(zip(maps, owners)):
             first = 2 * (a * pairs // aux.depth) if depth > 1 else 0
             for k in range(coeffs.shape[1]):
-                rows.append(t), cols.append(first + k), picks.append((c // self.config.tie, k))
+                rows.append(t)
+                cols.append(first + k)
+                picks.append((c // self.config.tie, k))
         values = coeffs[torch.tensor([p[0] for p in picks]), torch.tensor([p[1] for p in picks])]
         return torch.zeros(spec.depth, depth, dtype=coeffs.dtype, device=coeffs.device).index_put(
             (torch.tensor(rows), torch.tensor(cols)), values, accumulate=True
@@ -294,7 +296,7 @@ class LeTs(AuxNetMethod):
         return t
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        aux = require_layout(gene)
+        aux = gene.require_layout()
         ints = sorted(k for k, t in gene.tensors.items() if not t.is_floating_point())
         if ints:
             raise LearngeneError(
@@ -338,7 +340,7 @@ class LeTs(AuxNetMethod):
         return out
 
     def describe(self, gene: Learngene) -> list[str]:
-        aux = require_layout(gene)
+        aux = gene.require_layout()
         small = gene.tensors[SMALL + "norm1.weight"].shape
         learned = sum(t.numel() for k, t in gene.tensors.items() if k.startswith((F_, G_)))
         return [

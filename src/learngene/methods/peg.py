@@ -108,7 +108,7 @@ def gene_axes(layout: ViTSpec) -> dict[str, tuple[Axis, ...]]:
     """The axes of the stacked gene tensors (:mod:`learngene.vit.transfer`'s roles): the layer axis, then, for the
     per-head parts, the head and its channels (kept), then the block tensor's own residual or MLP axis."""
     blocks, keep = block_axes(layout), Axis(KEEP)
-    axes = {f"msa.{p}": (keep, keep, keep, Axis(WIDTH_IN)) for p in "qkv"}  # (layers, heads, d, D)
+    axes: dict[str, tuple[Axis, ...]] = {f"msa.{p}": (keep, keep, keep, Axis(WIDTH_IN)) for p in "qkv"}  # (L, H, d, D)
     axes.update({f"msa.{p}": (keep, keep, keep) for p in ("q_bias", "k_bias", "v_bias", *HEAD_VECTORS)})
     axes["msa.proj_cols"] = (keep, keep, Axis(WIDTH), keep)  # (layers, heads, D, d)
     axes.update({f"msa.{p}": (keep, *blocks[n]) for p, n in MSA_LAYER_PARTS.items() if n in blocks})
@@ -181,6 +181,7 @@ class PEG(Method):
 
     # ---- condensation: Eqs. 4-5 ---------------------------------------------------------------------
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        ancestry = self.require_ancestry(ancestry)
         spec = ancestry.require_vit(self.name)
         heads = self.config.gene_heads or default_gene_heads(spec.num_heads)
         ffns = self.config.gene_ffns or math.ceil(spec.depth / 2)
@@ -213,13 +214,13 @@ class PEG(Method):
             if name not in spec.block_shapes():
                 continue
             # Σ_a m_ba·W_a (Eq. 5) one ancestry layer at a time, not over a stacked copy of every layer's FFN
-            mixed = torch.zeros(ffns, *state[block_key(0, name)].shape)
+            stacked = torch.zeros(ffns, *state[block_key(0, name)].shape)
             for layer in range(spec.depth):
                 weight = state[block_key(layer, name)]
-                for b in range(ffns):
-                    mixed[b].add_(weight, alpha=float(ffn_mixing[b, layer]))
+                for ffn in range(ffns):
+                    stacked[ffn].add_(weight, alpha=float(ffn_mixing[ffn, layer]))
                 release_pages(weight)
-            tensors[f"ffn.{part}"] = mixed
+            tensors[f"ffn.{part}"] = stacked
         tensors.update(inherit_non_block(state, spec, spec, ("embed", "norm")))
         return self.new_gene(tensors, spec, spec)
 
@@ -241,8 +242,8 @@ class PEG(Method):
         initial = self.initial_phi(gene, spec)
         if not any(k.startswith("phi.") for k in gene.tensors):
             return initial
-        stored = {k: gene.tensors.get(k) for k in initial}
-        if any(t is None or t.shape != initial[k].shape for k, t in stored.items()):
+        stored = {k: gene.tensors[k] for k in initial if k in gene.tensors}
+        if len(stored) < len(initial) or any(t.shape != initial[k].shape for k, t in stored.items()):
             layers, heads = gene.tensors["phi.heads.w2"].shape[:2]
             raise LearngeneError(
                 f"this peg gene was adapted for {layers} layers of {heads} heads, not {spec.short()}; "
@@ -258,7 +259,7 @@ class PEG(Method):
         φ-then-narrow computed on the descendant's coordinates only (equal up to float rounding). A
         ViT-S from a ViT-g gene never holds a ViT-g-wide tensor.
         """
-        src: ViTSpec = gene.layout
+        src = gene.require_layout()
         gene_heads, head_dim = gene.tensors["msa.q"].shape[1:3]
         if spec.head_dim != head_dim:
             raise LearngeneError(
@@ -350,11 +351,11 @@ class PEG(Method):
         return adapted, result
 
     def describe(self, gene: Learngene) -> list[str]:
-        t = gene.tensors
+        t, layout = gene.tensors, gene.require_layout()
         layers, heads = t["msa.q"].shape[:2]
         lines = [
-            f"MSA learngene: {heads} of {gene.layout.num_heads} heads (convex mixtures) in each of {layers} layers",
-            f"FFN learngene: {t['ffn.fc2_weight'].shape[0]} of {gene.layout.depth} FFNs (convex mixtures)",
+            f"MSA learngene: {heads} of {layout.num_heads} heads (convex mixtures) in each of {layers} layers",
+            f"FFN learngene: {t['ffn.fc2_weight'].shape[0]} of {layout.depth} FFNs (convex mixtures)",
         ]
         if "phi.heads.w2" in t:
             depth, target_heads = t["phi.heads.w2"].shape[:2]

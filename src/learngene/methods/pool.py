@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from ..auxnet import AuxConfig, AuxNetMethod, condense_through_aux, require_layout, resolve_aux_spec
+from ..auxnet import AuxConfig, AuxNetMethod, condense_through_aux, resolve_aux_spec
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Paper
@@ -116,7 +116,9 @@ class LearngenePool(AuxNetMethod):
             own = inputs
             if inputs is not None and inputs.run_dir is not None:  # each instance checkpoints apart
                 own = dataclasses.replace(inputs, run_dir=Path(inputs.run_dir) / f"instance{i}")
-            trained = condense_through_aux(self, self.new_gene(start, spec, source), ancestry, own)
+            trained = condense_through_aux(
+                self, self.new_gene(start, spec, source), self.require_ancestry(ancestry), own
+            )
             # a descendant reads the smallest instance's embeddings and the largest's final norm and head: only those
             for key, tensor in trained.tensors.items():
                 name = key.split(".", 1)[1]
@@ -138,7 +140,7 @@ class LearngenePool(AuxNetMethod):
         return gene
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        layout = require_layout(gene)
+        layout = gene.require_layout()
         present = sorted({int(k.split(".", 1)[0][len("instance") :]) for k in gene.tensors})
         depths = self.depths(layout)
         if len(present) == 1 and spec == layout:  # one instance in its own aux net (condensation): its weights
@@ -167,7 +169,7 @@ class LearngenePool(AuxNetMethod):
         return out
 
     def describe(self, gene: Learngene) -> list[str]:
-        layout = require_layout(gene)
+        layout = gene.require_layout()
         return [
             f"pool of {len(self.depths(layout))} instances of {', '.join(map(str, self.depths(layout)))} blocks "
             f"(width {layout.embed_dim}), stitched smallest to largest"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..auxnet import AuxConfig, AuxNetMethod, expand_non_block, initial_non_block, require_layout, vector_start
+from ..auxnet import AuxConfig, AuxNetMethod, expand_non_block, initial_non_block, vector_start
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Paper
@@ -100,7 +100,7 @@ class SWS(AuxNetMethod):
 
     def layer_stages(self, gene: Learngene, spec: ViTSpec) -> list[int]:
         """The stage of each of ``spec``'s layers."""
-        aux = require_layout(gene)
+        aux = gene.require_layout()
         aux_stage = stage_of_layers(self.aux_stages(aux))
         counts = parse_counts(self.config.descendant_stages, "descendant_stages")
         if counts is None:
@@ -113,7 +113,7 @@ class SWS(AuxNetMethod):
         return stage_of_layers(counts)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        require_block_shape(require_layout(gene), spec, self.name)
+        require_block_shape(gene.require_layout(), spec, self.name)
         out: StateDict = {}
         stages = self.layer_stages(gene, spec)
         for name in spec.block_shapes():
@@ -124,7 +124,7 @@ class SWS(AuxNetMethod):
         return out
 
     def describe(self, gene: Learngene) -> list[str]:
-        aux = require_layout(gene)
+        aux = gene.require_layout()
         return [
             f"aux net {aux.short()} in stages of {', '.join(map(str, self.aux_stages(aux)))} layers, "
             f"one shared layer per stage"

@@ -21,7 +21,6 @@ from ..auxnet import (
     block_params_per_layer,
     expand_non_block,
     initial_non_block,
-    require_layout,
     vector_start,
 )
 from ..errors import LearngeneError
@@ -118,7 +117,7 @@ class TLEG(AuxNetMethod):
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """Eq. 1-4: block l (1-indexed) of a depth-L net is θ_B + (l−1)/L · θ_A, for every tensor of
         the chosen modules in the chosen layers (L = the depth of the net being built, as the authors)."""
-        source = require_layout(gene)
+        source = gene.require_layout()
         if (spec.embed_dim, spec.num_heads, spec.mlp_hidden) != (source.embed_dim, source.num_heads, source.mlp_hidden):
             # another head count would silently re-split the trained attention into other heads
             raise LearngeneError(
@@ -155,7 +154,7 @@ class TLEG(AuxNetMethod):
             ) from None
 
     def describe(self, gene: Learngene) -> list[str]:
-        source = require_layout(gene)
+        source = gene.require_layout()
         blocks = sum(t.numel() for k, t in gene.tensors.items() if k.startswith("theta_"))
         rest = gene.num_stored_params - blocks
         per_layer = block_params_per_layer(source)

@@ -37,7 +37,6 @@ from ..auxnet import (
     block_params_per_layer,
     expand_non_block,
     initial_non_block,
-    require_layout,
     vector_start,
 )
 from ..errors import LearngeneError
@@ -215,12 +214,14 @@ class WAVE(AuxNetMethod):
         wanted = {
             name: (spec.depth, gene.tensors[f"templates.{name}"].shape[0], *block_grid(spec, name, w)) for name in names
         }
-        stored = {name: gene.tensors.get(f"scalers.{name}") for name in names}
-        if self.config.scaler_init == "auto" and all(
-            s is not None and tuple(s.shape) == wanted[name] for name, s in stored.items()
+        stored = {name: gene.tensors[f"scalers.{name}"] for name in names if f"scalers.{name}" in gene.tensors}
+        if (
+            self.config.scaler_init == "auto"
+            and len(stored) == len(names)
+            and all(tuple(s.shape) == wanted[name] for name, s in stored.items())
         ):
             return stored
-        source = require_layout(gene)
+        source = gene.require_layout()
         generator = torch.Generator().manual_seed(self.config.padding_seed)
         return {
             name: linear_padding(
@@ -293,7 +294,7 @@ class WAVE(AuxNetMethod):
         return dataclasses.replace(gene, tensors=adapted, config=config, layout=spec, cost=cost), result
 
     def describe(self, gene: Learngene) -> list[str]:
-        source = require_layout(gene)
+        source = gene.require_layout()
         templates = {k: t for k, t in gene.tensors.items() if k.startswith("templates.")}
         w = next(iter(templates.values())).shape[-1]
         counts = ", ".join(f"{k.removeprefix('templates.')} {t.shape[0]}" for k, t in templates.items() if t.ndim == 3)

@@ -47,13 +47,14 @@ class WeightSelection(Method):
     same_as_at_ancestry_width = "pretrained"  # the first layers and, at full width, every element
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        ancestry = self.require_ancestry(ancestry)
         spec = ancestry.require_vit(self.name)
         return self.new_gene(ancestry.state(), spec, spec)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """Every axis of every tensor (the family's too) by :mod:`learngene.vit.transfer`'s table, evenly spaced;
         head axes whole heads and the same within-head dims in each (or, ``head_aware=false``, plain rows)."""
-        src: ViTSpec = gene.layout
+        src = gene.require_layout()
         for n_src, n_dst in ((src.embed_dim, spec.embed_dim), (src.mlp_inner, spec.mlp_inner)):
             if n_dst > n_src:
                 raise LearngeneError(f"weight_selection can only shrink a dimension, asked {n_src} -> {n_dst}")

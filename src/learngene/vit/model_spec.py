@@ -9,9 +9,20 @@ is named.
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 
 from ..errors import SpecError
-from .spec import MLP_LAYERS, POOLS, TIMM_ARCH, ViTFamily, ViTSpec, is_distilled, mlp_layer_of
+from .spec import (
+    MLP_LAYERS,
+    POOLS,
+    TIMM_ARCH,
+    MlpLayer,
+    NormLayer,
+    ViTFamily,
+    ViTSpec,
+    is_distilled,
+    mlp_layer_of,
+)
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "silu", "relu")
 
@@ -108,7 +119,7 @@ def spec_from_model(model, arch: str | None = None) -> ViTSpec:
         )
     arch = arch or ("deit_tiny_distilled_patch16_224" if distilled else TIMM_ARCH)
     name = f"{arch}: "
-    block = model.blocks[0] if len(model.blocks) else None
+    block: Any = model.blocks[0] if len(model.blocks) else None
     if eva:
         problems = eva_problems(model, block) if block is not None else ["depth=0 (at least one block)"]
         problems = problems or _undescribable_parts(block)
@@ -122,7 +133,7 @@ def spec_from_model(model, arch: str | None = None) -> ViTSpec:
         raise SpecError(name + "; ".join(problems))
     D = model.embed_dim
     norm = model.fc_norm if not isinstance(model.fc_norm, _identity()) else model.norm
-    embed = None if naflex else model.patch_embed
+    embed: Any = None if naflex else model.patch_embed
     vit_fields = (
         eva_family_fields(model, block)
         if eva
@@ -145,9 +156,10 @@ def spec_from_model(model, arch: str | None = None) -> ViTSpec:
         final_norm=not isinstance(norm, _identity()),
         fc_norm=_fc_norm_arg(model),
         global_pool=model.global_pool,
-        act_layer=_activation(block.mlp.act),
-        mlp_layer=mlp_layer_of(block.mlp),
-        norm_layer=_norm_layer(block.norm1),
+        # named, since _undescribable found nothing a spec cannot hold
+        act_layer=cast(str, _activation(block.mlp.act)),
+        mlp_layer=cast(MlpLayer, mlp_layer_of(block.mlp)),
+        norm_layer=cast(NormLayer, _norm_layer(block.norm1)),
         proj_bias=block.attn.proj.bias is not None,
         **vit_fields,
     )

@@ -88,6 +88,10 @@ def block_key(layer: int, name: str) -> str:
     return f"blocks.{layer}.{name}"
 
 
+MlpLayer = Literal["mlp", "swiglu_packed", "swiglu"]
+NormLayer = Literal["layernorm", "rmsnorm"]
+
+
 @dataclass(frozen=True)
 class ViTFamily:
     """What a ViT is apart from its size: the non-size arguments of its timm architecture.
@@ -139,9 +143,9 @@ class ViTFamily:
     qkv_bias: bool = True
     qk_norm: bool = False
     act_layer: str = "gelu"
-    mlp_layer: Literal["mlp", "swiglu_packed", "swiglu"] = "mlp"
+    mlp_layer: MlpLayer = "mlp"
     dynamic_img_size: bool = False
-    norm_layer: Literal["layernorm", "rmsnorm"] = "layernorm"
+    norm_layer: NormLayer = "layernorm"
     proj_bias: bool = True
     embed_norm: bool = False
     model_class: Literal["vit", "eva", "naflex"] = "vit"
@@ -415,7 +419,8 @@ class ViTSpec:
             model = timm.create_model(self.arch, pretrained=False, **{**self.timm_kwargs(), **overrides})
         except RuntimeError as exc:  # timm's "Unknown model"
             raise SpecError(f"cannot build timm {self.arch}: {str(exc).splitlines()[0][:200]}") from None
-        mlp = model.blocks[0].mlp if len(model.blocks) else None
+        blocks: Any = model.blocks
+        mlp = blocks[0].mlp if len(blocks) else None
         built = mlp_layer_of(mlp) if mlp is not None else self.family.mlp_layer
         if built != self.family.mlp_layer or is_distilled(model) != self.family.distilled:
             raise SpecError(

@@ -31,7 +31,7 @@ nearest such map. Neither head paper says how these axes are carried (PEG App. B
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -124,7 +124,8 @@ def stretch(n_src: int, n_dst: int) -> Tensor:
     return torch.arange(n_dst) * n_src // n_dst
 
 
-class AxisMap(NamedTuple):
+@dataclass(frozen=True)
+class AxisMap:
     """``index``: the source coordinate of each target coordinate (a slice where that is a view);
     ``reader_scale[i]``: what a weight reading target coordinate ``i`` is multiplied by (1 / its copies;
     None: nothing); ``repeats``: the scale is applied; ``is_identity``: the map changes nothing."""
