@@ -1,4 +1,4 @@
-"""``learngene demo``: the main job end to end on Fashion-MNIST, in minutes on a laptop CPU."""
+"""``learngene demo``: the main job end to end on Fashion-MNIST on a CPU (its report states the wall time)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ def run_demo(
         epochs = f"{profile.condense_epochs} epoch{'s' * (profile.condense_epochs != 1)}"
         print(
             f"\nMethods that condense by training ({', '.join(trained)}) trained only {epochs} on "
-            f"{profile.condense_images} images here, to keep the demo short; docs/RESULTS.md compares every "
-            f"method with a fair condensation budget, 3 seeds and low-data tasks (learngene bench --profile cpu)."
+            f"{profile.condense_images:,} images here, to keep the demo short; `learngene bench --profile cpu` "
+            f"compares every method with a fair condensation budget, 3 seeds and low-data tasks (docs/RESULTS.md "
+            f"reports a run of it, on the methods its report lists)."
         )
     print(f"genes, ancestry, results.csv and report.md are in {out_dir}/")

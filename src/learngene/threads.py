@@ -1,8 +1,8 @@
 """How many CPU threads torch computes with: one default that fits the machine, set in one place.
 
 torch's own default is one thread per core it sees, whatever else runs. On a shared machine that is the worst
-choice: on a busy 2-core machine, 2 threads took about 10x the CPU-seconds of 1 thread for the same training
-(threads spin waiting for a core that another process holds). The default here is the cores this process may use
+choice: on a busy 2-core machine (1-minute load 7), 2 threads took 10x the CPU-seconds of 1 thread for the same
+training (``benchmarks/threads.py``; threads spin waiting for a core that another process holds). The default here is the cores this process may use
 (its CPU affinity), less the cores other processes keep busy (:func:`machine_load`), at least 1;
 ``OMP_NUM_THREADS``, when set, wins over it, and ``--threads N`` / :func:`set_threads` over both.
 ``benchmarks/threads.py`` measures the default against 1 and N threads side by side.

@@ -581,7 +581,7 @@ def _add_compare(sub) -> None:
 def _add_demo(sub) -> None:
     p = sub.add_parser(
         "demo",
-        help="the main job end to end on Fashion-MNIST, in minutes on a CPU",
+        help="the main job end to end on Fashion-MNIST, on a CPU (the report states its wall time)",
         description="Train a small ancestry on Fashion-MNIST, condense it with every registered "
         "method, expand to several depths, fine-tune each briefly and print a table of "
         "method x size -> accuracy and stored parameters.",
