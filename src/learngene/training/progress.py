@@ -31,7 +31,7 @@ class _Lines:
         self.last_line = time.time()  # when a line was last written, whoever redrew the bar
 
     def write(self, text: str) -> None:
-        text = text.strip("\r\n")
+        text = text.strip("\r\n").rstrip()  # tqdm pads a shorter redraw with spaces
         if text.strip():
             self.stream.write(text + "\n")
             self.last_line = time.time()
@@ -45,11 +45,14 @@ def on_terminal(stream=None) -> bool:
     return hasattr(stream, "isatty") and stream.isatty()
 
 
-def progress_bar(bar_class: type[tqdm] = tqdm, **kwargs: Any) -> tqdm:
-    """``tqdm(**kwargs)``, or, when stderr is not a terminal, the same bar as a line every LINE_INTERVAL s."""
+def progress_bar(bar_class: type[tqdm] = tqdm, log_format: str | None = None, **kwargs: Any) -> tqdm:
+    """``tqdm(**kwargs)``, or, when stderr is not a terminal, the same bar as a line every LINE_INTERVAL s (in
+    ``log_format`` if given: e.g. one without ``{bar}``, which tqdm would shorten to fit, cutting the line's end)."""
     if on_terminal() or kwargs.get("disable"):
         return bar_class(**kwargs)
     lines = _Lines(sys.stderr)
+    if log_format is not None:
+        kwargs["bar_format"] = log_format
     bar = bar_class(
         **{
             **kwargs,
@@ -59,7 +62,7 @@ def progress_bar(bar_class: type[tqdm] = tqdm, **kwargs: Any) -> tqdm:
             "mininterval": math.inf,
             "maxinterval": math.inf,
             "dynamic_ncols": False,
-            "ncols": 110,
+            "ncols": 110 if log_format is None else 1000,  # a line without a bar is not cut
         }
     )
     threading.Thread(
@@ -136,6 +139,7 @@ class RunProgress:
             disable=disable,
             dynamic_ncols=True,
             bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} {unit} [{elapsed}{postfix}]",
+            log_format="{desc}: {percentage:3.0f}% {n_fmt}/{total_fmt} {unit} [{elapsed}{postfix}]",
         )
 
     def note(self, fraction: float) -> None:
