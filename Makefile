@@ -1,4 +1,5 @@
-# The README's two commands: `make demo` (the main job on Fashion-MNIST) and `make test`.
+# The README's two commands: `make demo` (the main job on Fashion-MNIST) and `make test`; `make docs` builds the docs,
+# `make test-gpu` runs the GPU tests alone.
 # Both create the virtual environment .venv on first use and install the package into it with the
 # pinned versions of constraints.txt. Other targets: `make dist` builds the sdist and wheel; `make check-wheel`
 # installs the wheel in a clean venv and runs `learngene --help` there; `make check-latest` does that with the
@@ -10,9 +11,10 @@ VENV_WHEEL ?= .venv-wheel
 CONSTRAINTS ?= constraints.txt
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.installed-docs
 PIP_INSTALL = $(PY) -m pip install -q --disable-pip-version-check
 
-.PHONY: demo test install lock dist check-wheel check-latest fashion-mnist
+.PHONY: demo test test-gpu install lock dist check-wheel check-latest fashion-mnist docs docs-install
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +30,21 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
+# only the tests of CUDA-only code paths (tests/test_gpu.py; marker `gpu`): on a machine without CUDA they all skip
+test-gpu: $(STAMP)
+	$(PY) -m pytest -m gpu
+
+# the docs site into site/ (mkdocs.yml); --strict: a broken link, a missing reference or a bad docstring fails.
+# Offline once the docs extra is installed; tools/gen_docs.py writes the method, CLI and API pages at build time.
+$(DOCS_STAMP): $(STAMP)
+	$(PIP_INSTALL) -e ".[test,dev,docs]" $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+	touch $(DOCS_STAMP)
+
+docs-install: $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true OMP_NUM_THREADS=1 $(PY) -m mkdocs build --strict --site-dir site
+
 fashion-mnist:
 	@[ -d /usr/share/datasets/fashion-mnist ] || \
 	  { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
@@ -36,7 +53,7 @@ fashion-mnist:
 
 lock:
 	rm -rf .venv-lock
-	$(MAKE) --no-print-directory install VENV=.venv-lock CONSTRAINTS=
+	$(MAKE) --no-print-directory docs-install VENV=.venv-lock CONSTRAINTS=
 	{ echo "# Exact versions behind 'make test' and CI, resolved within pyproject.toml's bounds by 'make lock'"; \
 	  echo "# on $$(date -u +%Y-%m-%d) with $$(.venv-lock/bin/python --version) on $$(uname -sm)."; \
 	  .venv-lock/bin/python -m pip freeze --exclude-editable --disable-pip-version-check | LC_ALL=C sort -f; } > constraints.txt.tmp

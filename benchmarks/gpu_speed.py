@@ -19,6 +19,8 @@ device). Nothing here estimates: a device that did not run prints no number.
     PYTHONPATH=src python benchmarks/gpu_speed.py --quick                      # CPU: small sizes
     PYTHONPATH=src python benchmarks/gpu_speed.py --batch-size 256             # a GPU: ViT-S/16 and ViT-B/16
     PYTHONPATH=src python benchmarks/gpu_speed.py --batch-size 256 --compile
+
+Without a GPU (and without ``--quick``) it refuses in one line with exit code 2 rather than time ViT-B on a CPU.
 """
 
 from __future__ import annotations
@@ -26,13 +28,22 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
 from learngene.data import ImageData
-from learngene.training.loop import TrainConfig, autocast, resolve_device, set_fused_attention, train
+from learngene.errors import LearngeneError
+from learngene.training.loop import (
+    TrainConfig,
+    autocast,
+    resolve_device,
+    set_fused_attention,
+    train,
+    uses_fused_adamw,
+)
 from learngene.vit.spec import ViTSpec
 
 # dense (no sparsity) bf16 tensor-core peaks from NVIDIA's data sheets, TFLOP/s; first matching name wins
@@ -149,12 +160,27 @@ def aux_net(spec: ViTSpec) -> torch.nn.Module:
     return GeneNet(method, method.new_gene(method.initial_tensors(spec), spec, None), spec)
 
 
-def main() -> None:
+def _count(least: int):
+    """An argparse type: an integer of at least ``least``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+        return value
+
+    return parse
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small sizes for a CPU")
-    p.add_argument("--batch-size", type=int, default=256, help="(default: %(default)s; --quick: 32)")
-    p.add_argument("--steps", type=int, default=20, help="timed steps (default: %(default)s; --quick: 4)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed steps first (default: %(default)s; --quick: 2)")
+    p.add_argument("--batch-size", type=_count(1), default=256, help="(default: %(default)s; --quick: 32)")
+    p.add_argument("--steps", type=_count(1), default=20, help="timed steps (default: %(default)s; --quick: 4)")
+    p.add_argument("--warmup", type=_count(0), default=5, help="untimed steps first (default: %(default)s; --quick: 2)")
     p.add_argument(
         "--compile", action="store_true", help="torch.compile the model (and the aux net's expand + forward)"
     )
@@ -171,20 +197,45 @@ def main() -> None:
         help="attention through torch's scaled_dot_product_attention (flash on CUDA) (default: on)",
     )
     p.add_argument("--sizes", nargs="+", help="only these sizes (names as printed)")
-    p.add_argument("--reps", type=int, default=3, help="interleaved repetitions of each step (default: %(default)s)")
+    p.add_argument(
+        "--reps", type=_count(1), default=3, help="interleaved repetitions of each step (default: %(default)s)"
+    )
     p.add_argument("--device", default="auto", help="(default: %(default)s)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.quick:
         args.batch_size = 32 if args.batch_size == 256 else args.batch_size
         args.steps, args.warmup = (4 if args.steps == 20 else args.steps), (2 if args.warmup == 5 else args.warmup)
+    return args
 
+
+def check_run(args: argparse.Namespace) -> tuple[torch.device, dict[str, ViTSpec]]:
+    """The device and sizes to time, or one line (LearngeneError) on why not: checked before anything is built."""
     device = resolve_device(args.device)
+    if device.type != "cuda" and not args.quick:
+        why = "no CUDA device is visible" if args.device == "auto" else f"--device {args.device} was given"
+        raise LearngeneError(
+            f"gpu_speed.py times ViT-S/16 and ViT-B/16 at 224 px and needs a GPU, but {why}; run it on a GPU "
+            f"machine, or pass --quick for small sizes on a CPU"
+        )
+    sizes = QUICK_SIZES if args.quick else SIZES
+    unknown = [name for name in args.sizes or () if name not in sizes]
+    if unknown:
+        raise LearngeneError(f"unknown size(s) {', '.join(map(repr, unknown))}; choose from {', '.join(sizes)}")
+    return device, sizes
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    try:
+        device, sizes = check_run(args)
+    except LearngeneError as exc:
+        print(f"gpu_speed.py: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     peak, device_name = peak_flops(device)
-    fused = device.type == "cuda" if args.fused_adamw is None else args.fused_adamw
+    fused = uses_fused_adamw(TrainConfig(fused_adamw=args.fused_adamw), device)
     cfg = TrainConfig(
         lr=1e-4, device=str(device), progress=False, compile=args.compile, fused_adamw=fused, sdpa=args.sdpa
     )
-    sizes = QUICK_SIZES if args.quick else SIZES
     print(
         f"device: {device_name}; dense bf16 peak: {f'{peak / 1e12:.1f} TFLOP/s' if peak else 'n/a'}; "
         f"precision: {'bf16 autocast' if device.type == 'cuda' else 'fp32'}; torch {torch.__version__}, "

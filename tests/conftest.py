@@ -27,6 +27,12 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
+    # GPU tests never make the suite depend on a GPU: without CUDA they skip, whatever else is selected
+    if not torch.cuda.is_available():
+        needs_cuda = pytest.mark.skip(reason="needs CUDA")
+        for item in items:
+            if item.get_closest_marker("gpu") is not None:
+                item.add_marker(needs_cuda)
     if config.getoption("--runslow"):
         return
     skip = pytest.mark.skip(reason="slow: pass --runslow")

@@ -40,7 +40,14 @@ from .vit.transfer import StateDict, inherit_non_block, part_of
 
 @dataclass(frozen=True)
 class AuxConfig:
-    """Size of the auxiliary net (0 = the ancestry's value; required when the ancestry is not a ViT)."""
+    """Size of the auxiliary net (0 = the ancestry's value; required when the ancestry is not a ViT).
+
+    Attributes:
+        aux_depth: the aux net's layers (0: the ancestry's).
+        aux_embed_dim: the aux net's width (0: the ancestry's).
+        aux_num_heads: the aux net's attention heads (0: the ancestry's).
+        aux_patch_size: the aux net's patch size (0: the ancestry's).
+    """
 
     AUTO_OPTIONS: ClassVar[tuple[str, ...]] = (
         "aux_depth",

@@ -115,6 +115,8 @@ class Learngene:
         return {k[len(DESCENDANT) :]: v for k, v in self.tensors.items() if k.startswith(DESCENDANT)}
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
+        """Write the learngene to ``path`` as one safetensors file (atomically); an existing file is refused unless
+        ``overwrite=True`` (the rule of every writer)."""
         metadata = {
             "format": GENE_FORMAT,
             "format_version": str(GENE_FORMAT_VERSION),

@@ -54,12 +54,15 @@ class GeneNet(nn.Module):
         return {_key_name(k): p for k, p in self.gene_tensors.items()}
 
     def expanded(self) -> StateDict:
+        """The gene expanded to this model's spec: timm state_dict entries, differentiable in the gene."""
         return self.method.expand(dataclasses.replace(self._meta, tensors=self._tensors()), self.spec)
 
     def forward(self, x: Tensor) -> Tensor:
+        """The timm ViT's forward with the weights the gene expands to."""
         return functional_call(self.skeleton, self.expanded(), (x,), strict=False)
 
     def no_weight_decay(self) -> set[str]:
+        """Parameter names AdamW leaves without weight decay (timm's rule for the gene's tensors)."""
         return {f"skeleton.{k}" for k in getattr(self.skeleton, "no_weight_decay", lambda: set())()}
 
 

@@ -45,6 +45,7 @@ class Ancestry:
     license: str | None = None
 
     def require_vit(self, method: str) -> ViTSpec:
+        """The ancestry's spec; a one-line error naming ``method`` when the ancestry is not a ViT a spec describes."""
         if self.spec is None:
             why = self.unsupported or f"this ancestry is {type(self.model).__name__}"
             raise LearngeneError(
@@ -112,6 +113,8 @@ class Method:
     Class attributes:
         name: registry key (CLI ``--method``).
         summary: one line for listings.
+        stores: what the learngene holds, in one line (the docs' method page and table).
+        expands_to: which descendant sizes ``expand`` can make, in one line (the docs' method page and table).
         Config: frozen dataclass of hyper-parameters; stored in the gene, overridable at expand time.
         needs_data: ``condense`` trains or measures on data.
         needs_vit_ancestry: ``condense`` picks weights from a ViT (False: any classifier can teach).
@@ -133,6 +136,8 @@ class Method:
 
     name: ClassVar[str]
     summary: ClassVar[str] = ""
+    stores: ClassVar[str] = ""
+    expands_to: ClassVar[str] = ""
     paper: ClassVar[Paper | tuple[Paper, ...]]
     Config: ClassVar[type] = NoConfig
     needs_data: ClassVar[bool] = False
@@ -161,6 +166,7 @@ class Method:
 
     # ---- the interface -----------------------------------------------------------------------------
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        """The learngene of ``ancestry`` (``inputs``: data and training settings, for the methods that need them)."""
         raise NotImplementedError
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
@@ -168,6 +174,7 @@ class Method:
         raise NotImplementedError
 
     def provided_keys(self, gene: Learngene, spec: ViTSpec) -> list[str]:
+        """The timm state_dict keys ``expand`` gives for ``spec`` (the rest keep timm's initialization)."""
         with torch.no_grad():
             return list(self.expand(gene, spec))
 

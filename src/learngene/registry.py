@@ -44,5 +44,6 @@ def get_method(name: str) -> type[Method]:
 
 
 def list_methods() -> list[str]:
+    """The names of every registered method, sorted (the built-in ones are imported first)."""
     _load_builtin_methods()
     return sorted(_METHODS)

@@ -9,8 +9,14 @@ depends on several settings stays in its dataclass's ``__post_init__``.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
+import io
 import math
+import re
+import textwrap
+import tokenize
 import types
 import typing
 from typing import Any, Literal
@@ -130,3 +136,91 @@ def _mismatch(value: Any, tp: Any) -> str | None:
             return f"a list whose every item is {bad}" if bad else None
         return None
     return None
+
+
+def option_help(config_cls: type) -> dict[str, str]:
+    """Each field of a settings dataclass and its help text ("" when it has none).
+
+    Read, in order, from the field's ``help`` metadata, the ``Attributes:`` section of the docstring of the
+    class or of a base class that declares the field (Google style; ``a, b: text`` documents both), or the
+    comment on the field's own line(s). The docs' options tables and ``tests/test_docs.py`` read it.
+    """
+    out: dict[str, str] = {}
+    for f in dataclasses.fields(config_cls):
+        text = f.metadata.get("help", "")
+        for base in config_cls.__mro__:
+            if text:
+                break
+            if f.name in inspect.get_annotations(base):
+                text = _docstring_attributes(base).get(f.name) or _field_comments(base).get(f.name, "")
+        out[f.name] = text
+    return out
+
+
+def _docstring_attributes(cls: type) -> dict[str, str]:
+    """The ``Attributes:`` section of a Google-style class docstring, as name -> text."""
+    lines = inspect.cleandoc(cls.__dict__.get("__doc__") or "").splitlines()
+    out: dict[str, str] = {}
+    names: list[str] = []
+    inside = False
+    for line in lines:
+        if line.strip() == "Attributes:":
+            inside = True
+            continue
+        if not inside:
+            continue
+        if line and not line.startswith(" "):
+            break  # the next section
+        entry = re.match(r"^ {4}([\w, ]+):\s*(.*)$", line)
+        if entry:
+            names = [n.strip() for n in entry.group(1).split(",")]
+            for n in names:
+                out[n] = entry.group(2).strip()
+        elif line.strip() and names:
+            for n in names:
+                out[n] += " " + line.strip()
+    return out
+
+
+def _field_comments(cls: type) -> dict[str, str]:
+    """The ``# comment`` on each annotated field's lines of a class's source ({} when the source is unavailable)."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        return {}
+    comments: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = tok.string.lstrip("#").strip()
+    body = ast.parse(source).body[0]
+    out: dict[str, str] = {}
+    for node in getattr(body, "body", []):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            end = node.end_lineno or node.lineno
+            found = [comments[n] for n in range(node.lineno, end + 1) if n in comments]
+            if found:
+                out[node.target.id] = " ".join(found)
+    return out
+
+
+def range_text(config_cls: type, name: str) -> str:
+    """The range an option's values must lie in, in words ("" when any value of its type goes): the one its
+    field declares (:func:`option`), else 0 or more for a number, as :func:`learngene.method.check_options` checks."""
+    f = next(f for f in dataclasses.fields(config_cls) if f.name == name)
+    tp = typing.get_type_hints(config_cls).get(name)
+    limits = {k: v for k, v in f.metadata.items() if k in RANGE_KEYS}
+    if not limits:
+        numeric = tp in (int, float) or set(typing.get_args(tp)) - {type(None)} in ({int}, {float})
+        return "≥ 0" if numeric else ""
+    parts = []
+    if "above" in limits:
+        parts.append(f"> {limits['above']:g}")
+    if "at_least" in limits:
+        parts.append(f"≥ {limits['at_least']:g}")
+    if "at_most" in limits:
+        parts.append(f"≤ {limits['at_most']:g}")
+    if "multiple_of" in limits:
+        parts.append(f"multiple of {limits['multiple_of']}")
+    if limits.get("nonempty"):
+        parts.append("non-empty")
+    return ", ".join(parts)

@@ -321,6 +321,7 @@ def compare_text(rows: list[Any], profile: Profile) -> str:
 
 
 def recommendation_lines(rows: list[Any], profile: Profile) -> list[str]:
+    """One recommendation line per size of the compare task's rows (``use METHOD``, or which reference no method beats)."""
     return [
         size_table(rows, size, profile.references)[1] for size in dict.fromkeys(r.size for r in rows if r.task == TASK)
     ]

@@ -6,7 +6,7 @@ the commands a user runs, in this process: ``ancestry`` (a ViT-S/16 trained with
 ``expand`` (a shallower descendant) and ``train`` (fine-tuning), each training stage stopped after
 ``--max-steps`` optimizer steps. It checks that the path runs on the machine at hand (workers, pinned
 memory, bf16, the train loop's GPU flags) and records how long each stage took; its accuracies mean
-nothing (random images, a few steps).
+nothing (random images, a few steps). Without a GPU it refuses unless asked for ``--device cpu``.
 """
 
 from __future__ import annotations
@@ -63,6 +63,13 @@ def run_smoke(
     from ..formats.atomic import write_text_atomic
     from ..training.loop import resolve_device
 
+    dev = resolve_device(device)  # before anything is written: a refused run leaves no folder behind
+    if dev.type != "cuda" and device == "auto":
+        raise LearngeneError(
+            f"{profile.name} checks the GPU path (bf16, pinned memory, fused AdamW, flash attention) and needs a "
+            f"GPU, but no CUDA device is visible; run it on a GPU machine, or pass --device cpu to run it on "
+            f"this CPU anyway (minutes per stage at {profile.img_size} px)"
+        )
     steps = max_steps or profile.max_steps
     out.mkdir(parents=True, exist_ok=True)
     images = out / "images"
@@ -146,7 +153,6 @@ def run_smoke(
         ),
         ("fine-tune", ["train", out / "descendant.safetensors", *common, "--out", out / "finetuned.safetensors"]),
     ]
-    dev = resolve_device(device)
     record = {
         "profile": profile.name,
         "max_steps": steps,

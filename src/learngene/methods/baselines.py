@@ -31,6 +31,8 @@ class Scratch(Method):
     """timm's default initialization: the empty learngene."""
 
     name = "scratch"
+    stores = "nothing: timm's default initialization"
+    expands_to = "any size"
     summary = "timm default init (no learngene)"
     paper = Paper(
         "An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale",
@@ -93,6 +95,8 @@ class Pretrained(BlockCopier):
     L_d < L_a those L_d ancestry layers are used, when L_d > L_a the other layers stay random."""
 
     name = "pretrained"
+    stores = "the whole ancestry; the first, last or middle layers for other depths (`variant`)"
+    expands_to = "any depth at the ancestry's width"
     summary = "ancestry weights; first/last/middle layers when depths differ"
     paper = Paper(
         "Transformer as Linear Expansion of Learngene",
@@ -137,6 +141,8 @@ class HeruLG(BlockCopier):
     below and the embeddings are random (they are the 'lower layers' this rule does not inherit)."""
 
     name = "heru_lg"
+    stores = "the ancestry's last 3 layers (`layers`), put on top of randomly initialized layers"
+    expands_to = "any depth at the ancestry's width"
     summary = "last 3 ancestry layers on top of random lower layers"
     paper = Paper("Learngene: From Open-World to Your Learning Task", "Wang et al.", "AAAI", 2022, "2106.06788")
     Config = HeruConfig
@@ -167,6 +173,8 @@ class AutoLG(BlockCopier):
     embeddings and class token below them, initialize the descendant's bottom; layers above are random."""
 
     name = "auto_lg"
+    stores = "the ancestry's first half of layers (`fraction`) and its embeddings"
+    expands_to = "any depth at the ancestry's width"
     summary = "first half of the ancestry layers, random layers above"
     paper = Paper(
         "Learngene: Inheriting Condensed Knowledge from the Ancestry Model to Descendant Models",

@@ -86,7 +86,7 @@ class ClusterConfig:
     eps: float = 0.0  # DBSCAN radius in pixels; 0: the paper's 10 px scaled to the image size
     min_heads: int = option(1, at_least=1)  # DBSCAN MinHds (1: every head belongs to a cluster)
     num_images: int = option(256, at_least=1)  # images the attention distances are averaged over
-    batch_size: int = 64
+    batch_size: int = 64  # images per forward pass while measuring attention distances
     ffn: Literal["inherit", "random"] = "inherit"  # inherit: Cluster-Learngene*; random: Cluster-Learngene
     seed: int = 0  # which images are sampled
 
@@ -226,6 +226,8 @@ def priority_sharing(num_centroids: int, num_heads: int) -> Tensor:
 @register_method
 class ClusterLearngene(Method):
     name = "cluster"
+    stores = "centroid heads of DBSCAN clusters of mean attention distance, shared by priority"
+    expands_to = "any head count and depth; width = heads × the ancestry's head size"
     summary = "head centroids of DBSCAN clusters of attention distance, shared to any head count"
     paper = Paper(
         "Cluster-Learngene: Inheriting Adaptive Clusters for Vision Transformers", "Wang et al.", "NeurIPS", 2024

@@ -235,7 +235,7 @@ class FrontConfig:
     mlp_dct_dim: Literal["1d", "2d"] = "2d"  # 1d: fc1/fc2 transformed only along the MLP hidden axis
     skip: tuple[Literal["qkv", "o", "mlp", "norm", "none"], ...] = ()  # left to timm's init
     seed: int = 0  # dct_mode=random's draws (the descendant's seed)
-    variant: Literal["authors", "orthonormal"] = "authors"
+    variant: Literal["authors", "orthonormal"] = "authors"  # authors: their script's rule; orthonormal: our 3-D DCT
     depth_ratio: float = option(
         0.0, at_least=0, at_most=1
     )  # orthonormal variant: share kept along depth; 0: keep_ratio
@@ -244,6 +244,8 @@ class FrontConfig:
 @register_method
 class Front(Method):
     name = "front"
+    stores = "DCT coefficients of each z-scored weight matrix, stacked over layers and transformed along depth"
+    expands_to = "any depth and width, smaller or larger"
     summary = "DCT low frequencies of z-scored, layer-stacked weights (the authors' rule); any depth and width"
     paper = Paper(
         "Breaking the Scale Barrier: One-Shot Knowledge Transfer via Frequency Transform (FRONT)",

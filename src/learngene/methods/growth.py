@@ -106,6 +106,8 @@ def cancelling_noise(weight: Tensor, block: int, snr_db: float, generator: torch
 @register_method
 class Grow(Method):
     name = "grow"
+    stores = "the whole ancestry, grown in width (HyperCloning or Net2Net) and depth (G_stack or identity layers)"
+    expands_to = "wider and deeper (heads of the ancestry's head size)"
     summary = "HyperCloning (width ×n, function preserving) / Net2Net widening + G_stack stacking; larger sizes"
     paper = (
         Paper(

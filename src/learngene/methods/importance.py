@@ -68,7 +68,7 @@ LAYER_SCORE, WIDTH_SCORE, WIDTH_ORDER = "importance.layer", "importance.width", 
 @dataclass(frozen=True)
 class ImportanceConfig:
     num_images: int = 256  # calibration images (subcloning and Minitron use a small calibration batch)
-    batch_size: int = 64
+    batch_size: int = 64  # calibration images per forward pass
     seed: int = 0  # which images are sampled
     rescale: bool = True  # LayerNorm gains × √(D/D') (subcloning)
 
@@ -167,6 +167,10 @@ def width_norm_gains(keys) -> list[str]:
 @register_method
 class Importance(Method):
     name = "importance"
+    stores = (
+        "the whole ancestry permuted into activation-importance order (channels, heads, MLP neurons), plus layer scores"
+    )
+    expands_to = "narrower and shallower: a prefix slice of the most important units and layers"
     summary = "ancestry in activation-importance order (channels, heads, neurons, layers); narrower = prefix slice"
     paper = (
         Paper(

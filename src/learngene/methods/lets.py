@@ -78,7 +78,7 @@ class LeTsConfig(AuxConfig):
     tie: int = option(2, at_least=1)  # consecutive aux layers sharing one G (their coeff_mapping e2)
     depth_init: Literal["stackbert_noisy", "stackbert", "rand", "rand_softmax"] = "stackbert_noisy"  # G's start
     width_init: Literal["rand", "rand_softmax", "sel", "sel_noisy"] = "rand"  # F's start
-    init_noise: float = 0.03
+    init_noise: float = 0.03  # scale of the uniform noise in the *_noisy starts of G and F
     mapping_layer: str = ""  # per descendant layer, the aux layer whose compact pair it mixes ("": stretched)
     mapping_layer_coeff: str = ""  # per descendant layer, the aux layer whose G it uses ("": mapping_layer)
 
@@ -188,6 +188,8 @@ def parse_indices(text: str, count: int, limit: int, what: str) -> list[int] | N
 @register_method
 class LeTs(AuxNetMethod):
     name = "lets"
+    stores = "a compact net (half the aux net's depth and width) plus learnable width (F) and depth (G) transformations, trained together by distillation"
+    expands_to = "any depth; widths from the compact net's up to the aux net's"
     summary = "compact layers + learnable width (F) and depth (G) transformations, trained in an aux net; any depth"
     paper = Paper(
         "Initializing Variable-sized Vision Transformers from Learngene with Learnable Transformation",

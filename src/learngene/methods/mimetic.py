@@ -27,6 +27,8 @@ class Mimetic(Method):
     """Closed-form attention initialization; the learngene is empty (any spec, no ancestry)."""
 
     name = "mimetic"
+    stores = "nothing: closed-form attention (W_q W_kᵀ ≈ +I, W_v W_proj ≈ −I)"
+    expands_to = "any size"
     summary = "closed-form attention init: W_q W_kᵀ ≈ +I, W_v W_proj ≈ −I, sin-cos positions (no ancestry)"
     paper = Paper("Mimetic Initialization of Self-Attention Layers", "Trockman & Kolter", "ICML", 2023, "2305.09828")
     Config = MimeticConfig

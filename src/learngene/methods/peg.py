@@ -174,6 +174,8 @@ def apply_phi(w1: Tensor, w2: Tensor, x: Tensor, batch_dims: int = 0) -> Tensor:
 @register_method
 class PEG(Method):
     name = "peg"
+    stores = "convex mixtures of the ancestry's heads and FFNs, grown by a learned map φ (`adapt`)"
+    expands_to = "any depth and head count"
     summary = "convex head/FFN mixtures of the ancestry, expanded by a learned map φ (adapt)"
     paper = Paper("Vision Transformers as Probabilistic Expansion from Learngene", "Wang et al.", "ICML", 2024)
     Config = PEGConfig

@@ -74,6 +74,8 @@ def stitched_layers(depths: list[int], total: int) -> list[tuple[int, int]]:
 @register_method
 class LearngenePool(AuxNetMethod):
     name = "pool"
+    stores = "the blocks of several small aux models, each distilled from the ancestry"
+    expands_to = "any depth at their width, stitched from the smallest instance to the largest"
     summary = "blocks of several small distilled aux models, stitched smallest to largest; any depth at their width"
     paper = Paper(
         "Building Variable-sized Models via Learngene Pool",

@@ -52,7 +52,7 @@ class StructuredConfig:
     kernel_size: int = option(3, at_least=1)  # their 3 x 3 (other sizes: offsets in row-major order)
     alpha: float = 0.4  # noise in W_v W_proj
     beta: float = 0.4  # negative identity in W_v W_proj
-    seed: int = 0
+    seed: int = 0  # the random positions and noise draws (a descendant's seed sets it)
 
 
 def impulse_offsets(heads: int, kernel_size: int = 3) -> list[tuple[int, int]]:
@@ -109,6 +109,8 @@ class Structured(Method):
     """Impulse-filter attention in closed form; the learngene is empty (any spec, no ancestry)."""
 
     name = "structured"
+    stores = "nothing: each head's attention starts as an impulse of a 3×3 convolution over the patch grid"
+    expands_to = "any size"
     summary = "closed-form attention init: each head an impulse of a 3x3 conv over the patch grid (no ancestry)"
     paper = Paper(
         "Structured Initialization for Vision Transformers",

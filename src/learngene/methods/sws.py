@@ -63,6 +63,8 @@ def stage_of_layers(counts: list[int]) -> list[int]:
 @register_method
 class SWS(AuxNetMethod):
     name = "sws"
+    stores = "one layer per stage, shared by that stage's layers in an aux net trained by distillation"
+    expands_to = "any depth (`descendant_stages` sets each stage's layers)"
     summary = "one layer per stage, shared by that stage's layers in an aux net trained by distillation; any depth"
     paper = Paper(
         "Exploring Learngene via Stage-wise Weight Sharing for Initializing Variable-sized Models",

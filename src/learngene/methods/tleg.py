@@ -83,6 +83,8 @@ def parse_layers(layers: str | int | tuple[int, ...], depth: int) -> list[int]:
 @register_method
 class TLEG(AuxNetMethod):
     name = "tleg"
+    stores = "two layers θ_A, θ_B distilled through an aux net; layer l = θ_B + (l−1)/L·θ_A"
+    expands_to = "any depth at the aux net's width"
     summary = "θ_B + (l−1)/L·θ_A per layer, condensed through an aux net by distillation; any depth"
     paper = Paper("Transformer as Linear Expansion of Learngene", "Xia et al.", "AAAI", 2024, "2312.05614")
     Config = TLEGConfig
@@ -171,6 +173,8 @@ class TLEG(AuxNetMethod):
 @register_method
 class ShareInit(TLEG):
     name = "share_init"
+    stores = "one shared layer distilled through an aux net (TLEG with θ_A ≡ 0)"
+    expands_to = "any depth at the aux net's width"
     summary = "one shared layer (TLEG with θ_A ≡ 0), condensed through an aux net; any depth"
     paper = Paper(
         "ALBERT: A Lite BERT for Self-supervised Learning of Language Representations",

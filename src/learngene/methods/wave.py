@@ -152,6 +152,10 @@ def linear_padding(
 @register_method
 class WAVE(AuxNetMethod):
     name = "wave"
+    stores = (
+        "w×w weight templates + per-layer Kronecker scalers, trained in an aux net; scalers adapted per size (`adapt`)"
+    )
+    expands_to = "any depth; widths (and MLP sizes) that tile w"
     summary = "w×w weight templates + per-layer Kronecker scalers via an aux net; any depth and tiling width (adapt)"
     paper = Paper(
         "WAVE: Weight Templates for Adaptive Initialization of Variable-sized Models",

@@ -35,12 +35,14 @@ from ..vit.transfer import (
 
 @dataclass(frozen=True)
 class WeightSelectionConfig:
-    head_aware: bool = True
+    head_aware: bool = True  # whole heads, the same within-head dims in each; false: plain evenly spaced rows
 
 
 @register_method
 class WeightSelection(Method):
     name = "weight_selection"
+    stores = "the whole ancestry; a descendant takes the first N layers, evenly spaced elements, whole heads"
+    expands_to = "any depth, equal or narrower widths"
     summary = "first-N layers + evenly spaced elements (head-aware); shrinks depth and width"
     paper = Paper("Initializing Models with Larger Ones", "Xu et al.", "ICLR", 2024, "2311.18823")
     Config = WeightSelectionConfig

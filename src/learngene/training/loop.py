@@ -187,6 +187,7 @@ class TrainConfig:
         return epoch == epochs or (self.eval_every > 0 and epoch % self.eval_every == 0)
 
     def replace(self, **changes: Any) -> TrainConfig:
+        """A copy with ``changes`` applied, checked as a new config is."""
         return dataclasses.replace(self, **changes)
 
 
@@ -283,6 +284,16 @@ def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]
     if not decay and not no_decay:
         raise LearngeneError("nothing to train: the model has no parameter that requires grad")
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def uses_fused_adamw(cfg: TrainConfig, device: torch.device) -> bool:
+    """Whether the run's AdamW takes its fused kernel: ``cfg.fused_adamw`` when set, else on CUDA only."""
+    return device.type == "cuda" if cfg.fused_adamw is None else cfg.fused_adamw
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    """The run's AdamW: no weight decay on biases, norms and what the model names, fused per :func:`uses_fused_adamw`."""
+    return torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr, fused=uses_fused_adamw(cfg, device))
 
 
 @torch.no_grad()
@@ -586,8 +597,7 @@ def _train(
     # a short run (e.g. one fine-tuning epoch) still decays: warmup takes at most a fifth of it
     warmup = max(1, min(round(cfg.warmup_epochs * steps_per_epoch), total_steps // 5))
 
-    fused = device.type == "cuda" if cfg.fused_adamw is None else cfg.fused_adamw
-    optimizer = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr, fused=fused)
+    optimizer = make_optimizer(model, cfg, device)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: _lr_factor(s, warmup, total_steps, cfg.min_lr / cfg.lr)
     )

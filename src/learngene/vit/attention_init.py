@@ -30,7 +30,7 @@ class MimeticConfig:
     alpha2: float = 0.4  # noise in W_v W_proj
     beta2: float = 0.4  # negative identity in W_v W_proj
     pos_scale: float = 1.0  # factor on the sin-cos position embeddings
-    seed: int = 0
+    seed: int = 0  # the noise draws (a descendant's seed sets it)
 
 
 def query_key_factors(

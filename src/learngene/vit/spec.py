@@ -526,9 +526,11 @@ class ViTSpec:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
+        """The spec as plain JSON values (what a gene's header stores)."""
         return dataclasses.asdict(self)
 
     def to_json(self) -> str:
+        """The spec as a JSON string."""
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
@@ -687,6 +689,7 @@ PRESETS: dict[str, ViTSpec] = {
 
 
 def get_preset(name: str) -> ViTSpec:
+    """The preset spec ``name`` (``PRESETS``); a one-line error naming the presets for another name."""
     try:
         return PRESETS[name]
     except KeyError:

@@ -3,7 +3,7 @@
 Methods pick or build the tensors a descendant needs; how those tensors are carried to another size
 is written once, here. Per-tensor rules are data, as torchtune writes its key mappings: for every
 state_dict key of any ViT family a :class:`~learngene.vit.spec.ViTSpec` describes, :func:`block_axes` and
-:func:`non_block_axes` name what each axis is: the residual stream (written, or read by a Linear's
+:func:`non_block_axes` (read from the tables of :mod:`learngene.vit.timm_keys`) name what each axis is: the residual stream (written, or read by a Linear's
 input columns), the MLP's hidden channels (SwiGLU's fc1: gate and value segments), attention heads
 (q/k/v rows in segments, W_O columns), channels inside a head (q/k norms), classes, or something left
 as it is (tokens, kernels). A family's extra tensors are rows like any other, so every method moves
@@ -340,7 +340,7 @@ def inherit_non_block(
     the final norm moves between timm's ``norm`` and ``fc_norm`` with the pooling. Every other tensor of
     ``parts`` (class, register and distillation tokens, ``norm_pre``, the MAP head) is copied when the
     target has it with the same shape. Another width is left to the target's own initialization
-    (methods that change width move these tensors first, see :mod:`learngene.axes`); another input
+    (methods that change width move these tensors first, by the axes of :func:`non_block_axes`); another input
     channel count is an error. A NaFlexVit's embeddings are moved in a ViT's layout (:meth:`ViTSpec.vit_layout`).
     """
     from timm.layers import resample_abs_pos_embed, resample_patch_embed  # timm takes seconds to import: on use only

@@ -1,0 +1,224 @@
+"""The docs cannot drift from the code: their runnable snippets run, every flag and option has help text, the
+generated pages cover the registry and the parser, the README stays short and lists every method.
+
+A code block is runnable when its first line is ``# runnable``. The blocks of one file run in order in one
+temporary folder, the ``learngene`` commands in this process (``learngene.cli.main``), at tiny sizes: the
+rules of ``TINY`` below, then the block's own ``# tiny: OLD => NEW`` lines. Fashion-MNIST is replaced by tiny
+IDX files (``$LEARNGENE_DATA``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import write_idx
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+# tiny sizes for the documented commands: (pattern, replacement), applied in order to every runnable block
+TINY = [
+    (r"--preset cpu_tiny", "--depth 3 --embed-dim 32 --num-heads 2 --img-size 16 --patch-size 4"),
+    (r"--epochs \d+", "--epochs 1"),
+    (r"--max-steps \d+", "--max-steps 2"),
+    (r"--train-images \d+", "--train-images 64"),
+    (r"--seeds \d+", "--seeds 2"),
+    (r"--embed-dim 128 --num-heads 8", "--embed-dim 64 --num-heads 4"),
+    (r"TrainConfig\(epochs=\d+\)", "TrainConfig(epochs=1)"),
+    (r"2000 / len\(train_data\)", "0.5"),
+]
+# flags added to every command that accepts them, unless the block sets them
+TINY_FLAGS = {"--train-images": "64", "--eval-images": "32", "--batch-size": "16"}
+
+
+def _gen_docs():
+    spec = importlib.util.spec_from_file_location("gen_docs", ROOT / "tools" / "gen_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def code_blocks(path: Path) -> list[tuple[str, str]]:
+    """(language, text) of every fenced block of a Markdown file."""
+    return re.findall(r"^```(\w*)\n(.*?)^```", path.read_text(), flags=re.M | re.S)
+
+
+def runnable_blocks(path: Path) -> list[tuple[str, str]]:
+    out = []
+    for lang, text in code_blocks(path):
+        if text.startswith("# runnable"):
+            for line in text.splitlines():
+                rule = re.match(r"#\s*tiny:\s*(.*?)\s*=>\s*(.*)$", line.strip())
+                if rule:
+                    text = text.replace(rule.group(1), rule.group(2))
+            for pattern, new in TINY:
+                text = re.sub(pattern, new, text)
+            out.append((lang, text))
+    return out
+
+
+def _flags_of(command: str) -> set[str]:
+    from learngene.cli.parser import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parser = sub.choices.get(command)
+    return {s for a in parser._actions for s in a.option_strings} if parser else set()
+
+
+def shell_commands(text: str) -> list[list[str]]:
+    """The commands of a bash block: continuation lines joined, comments dropped."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    return [shlex.split(line, comments=True) for line in joined.splitlines() if shlex.split(line, comments=True)]
+
+
+def run_learngene(argv: list[str]) -> None:
+    from learngene.cli import main
+
+    command = argv[0]
+    accepted = _flags_of(command)
+    for flag, value in TINY_FLAGS.items():
+        if flag in accepted and flag not in argv:
+            argv += [flag, value]
+    if "--quiet" in accepted:
+        argv.append("--quiet")
+    code = main(argv)
+    assert code == 0, f"`learngene {shlex.join(argv)}` exited with {code}"
+
+
+@pytest.fixture
+def tiny_data(tmp_path, monkeypatch):
+    folder = tmp_path / "fashion"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    write_idx(folder, "train", rng.integers(0, 255, (64, 28, 28)), np.arange(64) % 10)
+    write_idx(folder, "t10k", rng.integers(0, 255, (32, 28, 28)), np.arange(32) % 10)
+    monkeypatch.setenv("LEARNGENE_DATA", str(folder))
+    monkeypatch.setenv("LEARNGENE_CACHE", str(tmp_path / "cache"))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return work
+
+
+FILES_WITH_SNIPPETS = [p for p in DOC_FILES if runnable_blocks(p)]
+
+
+@pytest.mark.parametrize("path", FILES_WITH_SNIPPETS, ids=[str(p.relative_to(ROOT)) for p in FILES_WITH_SNIPPETS])
+def test_runnable_snippets_run(path, tiny_data, capsys):
+    for lang, text in runnable_blocks(path):
+        if lang == "bash":
+            for argv in shell_commands(text):
+                assert argv[0] == "learngene", f"{path.name}: a runnable block may only run learngene, got {argv}"
+                run_learngene(argv[1:])
+        elif lang == "python":
+            with contextlib.redirect_stdout(sys.stderr):
+                exec(compile(text, f"{path.name}:snippet", "exec"), {"__name__": "__snippet__"})
+        else:
+            pytest.fail(f"{path.name}: a runnable block must be bash or python, got {lang!r}")
+
+
+def test_readme_is_short_and_has_the_runnable_quickstarts():
+    readme = ROOT / "README.md"
+    assert readme.stat().st_size <= 12 * 1024
+    assert [lang for lang, _ in runnable_blocks(readme)] == ["bash", "python"]
+
+
+def test_readme_method_table_lists_the_registry():
+    from learngene.registry import list_methods
+
+    text = (ROOT / "README.md").read_text()
+    table = re.findall(r"^\| `(\w+)` \|", text, flags=re.M)
+    assert sorted(table) == list_methods()
+
+
+def test_every_cli_flag_has_help():
+    from learngene.cli.parser import build_parser
+
+    gen = _gen_docs()
+    parser = build_parser()
+    missing = []
+    for name, sub in gen._subparsers(parser).items():
+        for action in gen.cli_actions(sub):
+            if not action.help or action.help == argparse.SUPPRESS:
+                missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+    assert not missing, f"flags without help text: {missing}"
+
+
+def test_every_method_option_has_help_and_every_method_its_page_facts():
+    from learngene.registry import get_method, list_methods
+    from learngene.validate import option_help
+
+    missing = []
+    for name in list_methods():
+        cls = get_method(name)
+        missing += [f"{name} option {k}" for k, v in option_help(cls.Config).items() if not v]
+        missing += [f"{name}.{attr}" for attr in ("summary", "stores", "expands_to") if not getattr(cls, attr)]
+    assert not missing, f"without help text: {missing}"
+
+
+def test_generated_pages_cover_the_registry_and_the_parser():
+    from learngene.cli.parser import build_parser
+    from learngene.registry import get_method, list_methods
+
+    gen = _gen_docs()
+    index = gen.methods_index()
+    for name in list_methods():
+        page = gen.method_page(name)
+        assert f"({name}.md)" in index
+        for option in gen.method_options(get_method(name)):
+            assert f"| `{option['option']}` |" in page
+    cli = gen.cli_page()
+    for name, sub in gen._subparsers(build_parser()).items():
+        assert f"\n## {name}\n" in cli
+        for action in gen.cli_actions(sub):
+            for flag in action.option_strings:
+                assert flag in cli
+
+
+def test_option_help_reads_metadata_docstring_and_comments():
+    import dataclasses
+
+    from learngene.validate import option_help
+
+    @dataclasses.dataclass(frozen=True)
+    class Base:
+        """Base.
+
+        Attributes:
+            a, b: shared text
+                over two lines.
+        """
+
+        a: int = 0
+        b: int = 1
+
+    @dataclasses.dataclass(frozen=True)
+    class Child(Base):
+        c: float = 0.5  # from the comment
+        d: int = dataclasses.field(default=2, metadata={"help": "from metadata"})
+        e: int = 3
+
+    assert option_help(Child) == {
+        "a": "shared text over two lines.",
+        "b": "shared text over two lines.",
+        "c": "from the comment",
+        "d": "from metadata",
+        "e": "",
+    }
+
+
+def test_doc_files_exist_for_every_readme_link():
+    text = (ROOT / "README.md").read_text()
+    for target in re.findall(r"\]\((docs/[^)#]+)", text):
+        assert (ROOT / target).exists(), target
+    assert os.path.isfile(ROOT / "mkdocs.yml")

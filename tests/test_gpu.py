@@ -1,0 +1,489 @@
+"""The CUDA-only code paths, run for real on a GPU; without one every ``gpu`` test skips ("needs CUDA").
+
+One tiny test per family of code path that only runs on CUDA, each driving the library's own code
+(:func:`learngene.training.loop.train` and its steps, :mod:`learngene.auxnet`, :class:`~learngene.genenet.GeneNet`,
+:func:`learngene.descendant.make_descendant`, :mod:`learngene.training.distributed`):
+
+- bf16 autocast: a training step finite and within bf16 rounding of the fp32 step on the CPU;
+- fused AdamW (the default on CUDA) against the unfused one: the same up to fp32 rounding;
+- SDPA attention (flash and memory-efficient kernels, forced one at a time) against timm's eager attention;
+- ``torch.compile`` of an aux net (TLEG's GeneNet: expand + forward compiled together) against eager;
+- an image folder streamed through DataLoader workers into pinned memory, then trained on;
+- genes expanded onto the GPU (every registered method) and loaded with ``load_state_dict``;
+- a run stopped mid-epoch and resumed on CUDA, bit for bit (deterministic kernels asked for);
+- ``torchrun`` with NCCL: one GPU joins the group the loop's way and all-reduces; with 2+ GPUs, DDP
+  training on 2 processes against 1.
+
+The CPU tests at the end check what can be checked without a GPU: which device turns on autocast,
+fused AdamW and pinned memory, which backend torchrun gets, and that the GPU benchmarks refuse cleanly.
+
+On a GPU machine (`nvidia-smi` lists one; DEVELOPERS.md says how to get one)::
+
+    make test-gpu                                    # pytest -m gpu: only these tests
+    learngene bench --profile gpu-smoke              # the 224-px image-folder pipeline end to end (minutes)
+    PYTHONPATH=src python benchmarks/gpu_speed.py --batch-size 256 [--compile]   # images/s and MFU
+
+Without CUDA the ``gpu`` tests skip, ``gpu-smoke`` refuses unless given ``--device cpu``, and
+``gpu_speed.py`` refuses unless given ``--quick`` (both in one line, exit code 2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from learngene.cli import main
+from learngene.data import Batches, image_folder, write_image_folder
+from learngene.genenet import GeneNet
+from learngene.method import Ancestry, CondenseInputs
+from learngene.registry import get_method, list_methods
+from learngene.training import distributed as dist
+from learngene.training.loop import (
+    CHECKPOINT,
+    RunInterrupted,
+    TrainConfig,
+    _wrapped,
+    autocast,
+    loss_step,
+    make_optimizer,
+    request_stop,
+    resolve_device,
+    set_fused_attention,
+    train,
+    uses_fused_adamw,
+)
+from learngene.vit.spec import ViTSpec
+from tests.conftest import TINY, condense_tiny, make_images
+
+ROOT = Path(__file__).resolve().parents[1]
+CUDA = torch.device("cuda")
+# 3 channels, head dim 32: within what the flash kernel takes (head dim a multiple of 8, at most 256)
+RGB = ViTSpec(depth=2, embed_dim=64, num_heads=2, img_size=16, patch_size=4, in_chans=3, num_classes=4)
+gpu = pytest.mark.gpu
+
+# cuBLAS is deterministic only with this workspace setting, read when its first handle is made: set before any
+# test touches CUDA (the resume test asks for deterministic kernels)
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+def _flat(tensors) -> torch.Tensor:
+    return torch.cat([t.detach().float().cpu().flatten() for t in tensors])
+
+
+def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return torch.nn.functional.cosine_similarity(a, b, dim=0).item()
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def _first_batch(data, size: int):
+    return next(iter(Batches(data, size, shuffle=False)))
+
+
+# ---- bf16 autocast ----------------------------------------------------------------------------------------------
+@gpu
+def test_a_bf16_autocast_step_is_finite_and_within_bf16_rounding_of_fp32():
+    batch = _first_batch(make_images(16, chans=3), 16)
+    cfg = TrainConfig(progress=False)
+    steps = {}
+    for device in (torch.device("cpu"), CUDA):
+        torch.manual_seed(0)
+        model = RGB.create_model().to(device)
+        loss, _, logits, _ = loss_step(model, batch, None, cfg, device)
+        loss.backward()
+        steps[device.type] = loss.item(), logits, _flat(p.grad for p in model.parameters())
+    (cpu_loss, cpu_logits, cpu_grad), (gpu_loss, gpu_logits, gpu_grad) = steps["cpu"], steps["cuda"]
+    assert cpu_logits.dtype == torch.float32 and gpu_logits.dtype == torch.bfloat16, "autocast is not bf16 on CUDA"
+    assert torch.isfinite(gpu_grad).all()
+    # bf16 keeps 8 significant bits (relative rounding 2^-8 ≈ 0.4 % per op); through two blocks the loss and
+    # logits stay within a few of those, the gradient's direction far closer than a wrong graph would give
+    assert abs(gpu_loss - cpu_loss) <= 2e-2 * abs(cpu_loss), (gpu_loss, cpu_loss)
+    assert _rel(gpu_logits.cpu(), cpu_logits) < 3e-2
+    assert _cosine(gpu_grad, cpu_grad) > 0.99
+    assert abs(gpu_grad.norm() / cpu_grad.norm() - 1) < 5e-2
+
+    torch.manual_seed(0)
+    model = RGB.create_model()
+    before = _flat(model.parameters())
+    result = train(model, make_images(32, chans=3), TrainConfig(epochs=2, batch_size=8, device="cuda", progress=False))
+    assert all(torch.isfinite(torch.tensor(r["train_loss"])) for r in result.history)
+    assert all(p.dtype == torch.float32 and p.is_cuda for p in model.parameters()), "master weights must stay fp32"
+    after = _flat(model.parameters())
+    assert torch.isfinite(after).all() and not torch.equal(after, before)
+
+
+# ---- fused AdamW ---------------------------------------------------------------------------------------------------
+@gpu
+def test_fused_adamw_is_the_cuda_default_and_matches_the_unfused_one():
+    models, optimizers = {}, {}
+    for fused in (None, False):
+        torch.manual_seed(0)
+        models[fused] = RGB.create_model().to(CUDA)
+        optimizers[fused] = make_optimizer(models[fused], TrainConfig(lr=3e-3, fused_adamw=fused), CUDA)
+    assert optimizers[None].defaults["fused"] and not optimizers[False].defaults["fused"]
+    gen = torch.Generator(device=CUDA).manual_seed(0)
+    for _ in range(5):
+        grads = [torch.randn(p.shape, generator=gen, device=CUDA) for p in models[None].parameters()]
+        for fused in (None, False):
+            for p, g in zip(models[fused].parameters(), grads):
+                p.grad = g.clone()
+            optimizers[fused].step()
+    # the same fp32 formula in another order: a few ulp of an update of at most lr per step (~1e-9 here); a
+    # mistake such as weight decay left out (lr·0.05·|w| ≈ 3e-6 per step) is far larger than atol
+    for (name, fused), unfused in zip(models[None].state_dict().items(), models[False].state_dict().values()):
+        torch.testing.assert_close(fused, unfused, rtol=1e-5, atol=1e-7, msg=name)
+
+    built = []
+    real = make_optimizer
+
+    def spy(*args, **kwargs):
+        built.append(real(*args, **kwargs))
+        return built[-1]
+
+    histories = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("learngene.training.loop.make_optimizer", spy)
+        for fused in (None, False):
+            torch.manual_seed(0)
+            result = train(
+                RGB.create_model(),
+                make_images(32, chans=3),
+                TrainConfig(epochs=2, batch_size=8, device="cuda", fused_adamw=fused, progress=False),
+            )
+            histories[fused] = [r["train_loss"] for r in result.history]
+    assert [o.defaults["fused"] for o in built] == [True, False], "the loop does not take the fused kernel on CUDA"
+    # the forward runs in bf16: a weight a rounding apart can round to another bf16 value, so the losses are
+    # compared at bf16's resolution, not fp32's
+    torch.testing.assert_close(torch.tensor(histories[None]), torch.tensor(histories[False]), rtol=1e-2, atol=0)
+
+
+# ---- SDPA (flash / memory-efficient) against eager attention --------------------------------------------------------
+@gpu
+@pytest.mark.parametrize(
+    "kernel, dtype",
+    [
+        ("FLASH_ATTENTION", torch.bfloat16),
+        ("EFFICIENT_ATTENTION", torch.bfloat16),
+        ("EFFICIENT_ATTENTION", torch.float32),
+    ],
+)
+def test_sdpa_kernels_give_timms_eager_attention(kernel, dtype):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch.manual_seed(0)
+    model = RGB.create_model().to(CUDA).eval()
+    x = torch.randn(8, 3, 16, 16, device=CUDA)
+    with torch.no_grad():
+        assert set_fused_attention(model, False) == RGB.depth
+        eager = model(x)  # fp32 softmax(QKᵀ)V: the reference
+        set_fused_attention(model, True)
+        precision = autocast(CUDA) if dtype == torch.bfloat16 else contextlib.nullcontext()
+        with sdpa_kernel(getattr(SDPBackend, kernel)), precision:  # only this kernel: fails if it cannot run
+            out = model(x)
+    assert out.dtype == dtype
+    # bf16: 8 significant bits, a few roundings per block; fp32: the fused kernel sums in another order only
+    assert _rel(out, eager) < (3e-2 if dtype == torch.bfloat16 else 1e-4)
+
+
+# ---- torch.compile of the aux net ---------------------------------------------------------------------------------
+@gpu
+def test_a_compiled_aux_net_step_matches_the_eager_one_and_condenses():
+    method = get_method("tleg")()
+    gene = method.new_gene(method.initial_tensors(TINY), TINY, None)
+    batch = _first_batch(make_images(16), 16)
+    cfg = TrainConfig(progress=False, device="cuda")
+    steps = {}
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        net = GeneNet(method, gene, TINY).to(CUDA)
+        wrapped = _wrapped(net, cfg.replace(compile=compiled), CUDA)
+        assert hasattr(wrapped, "_orig_mod") == compiled
+        loss, _, _, _ = loss_step(wrapped, batch, None, cfg, CUDA)
+        loss.backward()
+        grads = {k: p.grad for k, p in net.named_parameters() if p.grad is not None}
+        steps[compiled] = loss.item(), grads
+    (eager_loss, eager_grads), (compiled_loss, compiled_grads) = steps[False], steps[True]
+    assert compiled_grads.keys() == eager_grads.keys() and any(k.startswith("gene_tensors") for k in eager_grads)
+    # inductor fuses the bf16 ops differently: the two agree to bf16 rounding, not bit for bit
+    assert abs(compiled_loss - eager_loss) <= 1e-2 * abs(eager_loss)
+    assert _cosine(_flat(compiled_grads.values()), _flat(eager_grads.values())) > 0.99
+
+    torch.manual_seed(0)
+    ancestry = Ancestry(TINY.create_model().eval(), TINY)
+    inputs = CondenseInputs(
+        train=make_images(16),
+        train_cfg=TrainConfig(
+            max_steps=3, batch_size=8, distill_lambda=1.0, compile=True, device="cuda", progress=False
+        ),
+    )
+    condensed = method.condense(ancestry, inputs)
+    assert condensed.cost["steps"] == 3
+    assert all(torch.isfinite(t).all() for t in condensed.tensors.values())
+
+
+# ---- image folders: workers and pinned memory ---------------------------------------------------------------------------
+@gpu
+def test_a_streamed_folder_comes_through_workers_into_pinned_memory_and_trains(tmp_path):
+    root = write_image_folder(tmp_path / "images", num_classes=3, per_class=4, size=20)
+    data = {w: image_folder(root / "train", img_size=16, in_chans=3, in_memory=False, workers=w) for w in (0, 2)}
+    batches = {w: list(Batches(data[w], 4, shuffle=True, seed=1)) for w in (0, 2)}
+    assert len(batches[2]) == 3
+    for by_worker, in_process in zip(batches[2], batches[0]):
+        assert by_worker.x.is_pinned() and by_worker.y.is_pinned(), "DataLoader batches are not pinned on CUDA"
+        assert torch.equal(by_worker.x, in_process.x) and torch.equal(by_worker.y, in_process.y)
+    torch.manual_seed(0)
+    model = RGB.replace(num_classes=3).create_model()
+    result = train(model, data[2], TrainConfig(epochs=2, batch_size=4, device="cuda", progress=False))
+    assert result.steps == 6 and all(torch.isfinite(torch.tensor(r["train_loss"])) for r in result.history)
+
+
+# ---- expanding onto the GPU ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def genes():
+    out = {}
+    for name in list_methods():
+        torch.manual_seed(0)
+        out[name] = condense_tiny(name, Ancestry(TINY.create_model().eval(), TINY), TINY.img_size, TINY.num_classes)
+    return out
+
+
+@gpu
+@pytest.mark.parametrize("name", list_methods())
+def test_a_gene_expands_on_the_gpu_and_loads_into_a_cuda_descendant(name, genes):
+    from learngene.descendant import make_descendant
+
+    gene = genes[name]
+    spec = gene.layout or gene.ancestry or TINY
+    on_gpu = dataclasses.replace(gene, tensors={k: v.to(CUDA) for k, v in gene.tensors.items()})
+    method = get_method(name).from_gene(gene)
+    with torch.no_grad():
+        expected, state = method.expand(gene, spec), method.expand(on_gpu, spec)
+    assert state.keys() == expected.keys()
+    for key, tensor in state.items():
+        assert tensor.is_cuda, f"{name}: {key} was expanded on {tensor.device}"
+        # copies and slices are exact; what a method computes (sums, products) may round differently on the GPU
+        torch.testing.assert_close(tensor.cpu(), expected[key], rtol=1e-5, atol=1e-6, msg=key)
+
+    descendant = make_descendant(gene, spec)
+    from_gpu_gene = make_descendant(on_gpu, spec)  # a gene loaded onto the GPU gives the same (CPU) descendant
+    for (key, value), other in zip(descendant.state_dict().items(), from_gpu_gene.state_dict().values()):
+        assert other.device.type == "cpu", key
+        torch.testing.assert_close(other, value, rtol=1e-5, atol=1e-6, msg=key)
+    x = torch.randn(4, spec.in_chans, spec.img_size, spec.img_size)
+    with torch.no_grad():
+        reference = descendant.eval()(x)
+        model = descendant.to(CUDA)
+        result = model.load_state_dict(state, strict=False)
+        assert not result.unexpected_keys
+        assert all(t.is_cuda for t in model.state_dict().values())
+        tf32 = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False  # the patch embedding's conv would round to TF32 (10 bits)
+        try:
+            out = model(x.to(CUDA))
+        finally:
+            torch.backends.cudnn.allow_tf32 = tf32
+    # fp32 on both sides: kernels differ in summation order only
+    torch.testing.assert_close(out.cpu(), reference, rtol=1e-4, atol=1e-5)
+
+
+# ---- --resume on CUDA ------------------------------------------------------------------------------------------------------
+class _StopAt:
+    """Data that asks the running loop to stop (as Ctrl-C does) when batch number ``at`` is read."""
+
+    def __init__(self, data, at: int):
+        self.data, self.at, self.calls = data, at, 0
+
+    def __getattr__(self, name):
+        return getattr(self.data, name)
+
+    def __len__(self):
+        return len(self.data)
+
+    def get_batch(self, idx):
+        self.calls += 1
+        if self.calls == self.at:
+            request_stop("SIGINT")
+        return self.data.get_batch(idx)
+
+
+@gpu
+def test_a_run_stopped_mid_epoch_resumes_on_cuda_bit_for_bit(tmp_path):
+    data = make_images(48, chans=3)  # 6 steps per epoch
+    cfg = TrainConfig(epochs=2, batch_size=8, lr=3e-3, augment=True, checkpoint_every=4, device="cuda", progress=False)
+
+    def fresh():
+        torch.manual_seed(0)
+        return RGB.create_model(drop_rate=0.1, drop_path_rate=0.1)  # dropout draws from the CUDA RNG: restored too
+
+    def weights(model):
+        return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+
+    def history(run_dir):
+        lines = (run_dir / "log.jsonl").read_text().splitlines()
+        return [{k: v for k, v in json.loads(line).items() if k != "seconds"} for line in lines]
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        references = []
+        for i in range(2):
+            model = fresh()
+            train(model, data, cfg, run_dir=tmp_path / f"reference{i}")
+            references.append(weights(model))
+        assert all(torch.equal(references[0][k], references[1][k]) for k in references[0]), (
+            "two uninterrupted CUDA runs differ: a kernel is not deterministic, so no resume can be bit-exact"
+        )
+        with pytest.raises(RunInterrupted) as stopped:
+            train(fresh(), _StopAt(data, at=9), cfg, run_dir=tmp_path / "run")
+        assert stopped.value.step == 9 and stopped.value.checkpoint == tmp_path / "run" / CHECKPOINT  # epoch 2, step 3
+        resumed = fresh()
+        train(resumed, data, cfg, run_dir=tmp_path / "run", resume=True)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    different = [k for k, v in weights(resumed).items() if not torch.equal(v, references[0][k])]
+    assert not different, f"the resumed CUDA run differs from the uninterrupted one in {different[:5]}"
+    assert history(tmp_path / "run") == history(tmp_path / "reference0")
+
+
+# ---- torchrun and NCCL ---------------------------------------------------------------------------------------------------
+def _torchrun(nproc: int, *argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    # torchrun's module, not the script on PATH: a venv's bin/ is on PATH only when the venv is activated
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), *argv]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, f"torchrun failed:\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@gpu
+def test_torchrun_on_one_gpu_joins_nccl_the_loops_way_and_all_reduces():
+    proc = _torchrun(1, str(ROOT / "tests" / "gpu_nccl_job.py"))
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["backend"] == "cpu:gloo,cuda:nccl" and seen["world"] == 1
+    assert seen["cuda_device"] == seen["local_rank"] == 0
+    assert seen["sums"] == {"cuda": [1.0] * 3, "cpu": [1.0] * 3}
+
+
+@gpu
+def test_two_gpus_under_torchrun_train_as_one_process(tmp_path):
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    from learngene.formats.model_file import save_model
+    from tests import ddp_jobs
+
+    spec = TINY.replace(num_classes=10)
+    ancestry = tmp_path / "anc.safetensors"
+    torch.manual_seed(0)
+    save_model(ancestry, spec.create_model(), spec)
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    jobs = ["ancestry", "genenet"]  # a plain ViT by the CLI, and an aux net's gene tensors through the loop
+    ddp_jobs.run(one, ancestry, jobs)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    _torchrun(2, str(ROOT / "tests" / "ddp_jobs.py"), str(two), str(ancestry), *jobs, env=env)
+    for run_dir in ("ancestry_run", "genenet_run"):
+        losses = [
+            [json.loads(line)["train_loss"] for line in (root / run_dir / "log.jsonl").read_text().splitlines()]
+            for root in (one, two)
+        ]
+        # each GPU runs its half of the batch in bf16: other matrix shapes, other roundings
+        torch.testing.assert_close(torch.tensor(losses[1]), torch.tensor(losses[0]), rtol=2e-2, atol=0)
+
+
+# ---- without a GPU: the decisions that turn the CUDA paths on, and the GPU benchmarks' refusals ----------------------------
+def test_autocast_fused_adamw_and_the_device_are_chosen_by_device(monkeypatch):
+    cpu = torch.device("cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a CUDA autocast made on a machine without CUDA warns that it is off
+        on_cuda = autocast(CUDA)
+    assert (on_cuda.device, on_cuda.fast_dtype) == ("cuda", torch.bfloat16)
+    assert not autocast(cpu)._enabled
+    assert uses_fused_adamw(TrainConfig(), CUDA) and not uses_fused_adamw(TrainConfig(), cpu)
+    assert not uses_fused_adamw(TrainConfig(fused_adamw=False), CUDA) and uses_fused_adamw(
+        TrainConfig(fused_adamw=True), cpu
+    )
+    model = TINY.create_model()
+    assert make_optimizer(model, TrainConfig(), CUDA).defaults["fused"]
+    assert not make_optimizer(model, TrainConfig(), cpu).defaults["fused"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert resolve_device("auto") == torch.device("cuda", 0)
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_streamed_folders_pin_memory_exactly_when_cuda_is_there(cuda, tmp_path, monkeypatch):
+    root = write_image_folder(tmp_path / "images", num_classes=2, per_class=2, size=20, splits=("train",))
+    data = image_folder(root / "train", img_size=16, in_chans=3, in_memory=False, workers=0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    assert data.loader(Batches(data, 2, shuffle=True)).pin_memory is cuda
+
+
+def test_torchrun_on_gpus_asks_for_nccl_and_binds_each_process_to_its_gpu(monkeypatch):
+    joined, bound = [], []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", bound.append)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda backend, timeout: joined.append(backend))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    dist.init_from_env()
+    assert joined == ["cpu:gloo,cuda:nccl"] and bound == [1]
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    with pytest.raises(Exception, match="local rank 2 has no GPU"):
+        dist.init_from_env()
+
+
+def _gpu_speed():
+    spec = importlib.util.spec_from_file_location("gpu_speed", ROOT / "benchmarks" / "gpu_speed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        ([], "needs a GPU, but no CUDA device is visible"),
+        (["--device", "cpu"], "needs a GPU, but --device cpu was given"),
+        (["--device", "cuda"], "no GPU is visible"),
+        (["--quick", "--sizes", "ViT-S/16"], "unknown size(s) 'ViT-S/16'"),
+    ],
+)
+def test_gpu_speed_refuses_in_one_line_without_a_gpu(argv, said, capsys):
+    with pytest.raises(SystemExit) as exited:
+        _gpu_speed().main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0] and err[0].startswith("gpu_speed.py: error:"), err
+
+
+def test_gpu_speed_reads_its_arguments(capsys):
+    module = _gpu_speed()
+    args = module.parse_args(["--quick"])
+    assert (args.batch_size, args.steps, args.warmup) == (32, 4, 2)
+    assert module.parse_args(["--batch-size", "64", "--no-sdpa", "--no-fused-adamw"]).fused_adamw is False
+    with pytest.raises(SystemExit):
+        module.parse_args(["--batch-size", "0"])
+    assert "--batch-size: must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
+def test_gpu_smoke_refuses_without_a_gpu_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "smoke"
+    assert main(["bench", "--profile", "gpu-smoke", "--quiet", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs a GPU" in err[0] and "--device cpu" in err[0], err
+    assert not out.exists()
