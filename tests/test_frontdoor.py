@@ -220,6 +220,15 @@ def test_the_legend_has_one_entry_per_method(monkeypatch, tmp_path):
     assert seen["labels"] == ["pretrained", "scratch", "weight_selection"]
     report.plot_curves(rows[:2], "t", tmp_path / "c.png")  # identical everywhere: named beside the other's marker
     assert seen["labels"] == ["pretrained", "weight_selection (= pretrained)"]
+    # the same as another method at each size: the legend says which, where
+    twins = [
+        _row("scratch", "T", 0, [0.1, 0.2]),
+        _row("pretrained", "S", 0, [0.5, 0.6]),
+        _row("weight_selection", "S", 0, [0.5, 0.6]),
+        _row("weight_selection", "T", 0, [0.1, 0.2]),
+    ]
+    report.plot_curves(twins, "t", tmp_path / "c.png")
+    assert seen["labels"] == ["scratch", "pretrained", "weight_selection (= scratch at T; = pretrained at S)"]
 
 
 def test_a_run_with_one_evaluation_point_has_no_curves_plot():

@@ -306,21 +306,25 @@ def _subplots(n: int):
 def finish_figure(fig, axes, title: str, path: Path) -> None:
     """One legend for all panels, right of them, one entry per method; then save. A panel draws methods with the
     same results once, labelled ``a = b``: in the legend ``b`` has its own entry if another panel draws it, else
-    ``b (= a)`` beside a's marker."""
+    ``b (= a at PANEL)`` beside a's marker."""
     import matplotlib.pyplot as plt
 
     own: dict[str, Any] = {}
-    hidden: dict[str, tuple[str, Any]] = {}
+    hidden: dict[str, dict[str, tuple[Any, list[str]]]] = {}  # name -> {the method drawn instead: (handle, panels)}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             first, *others = label.split(" = ")
             own.setdefault(first, handle)
             for other in others:
-                hidden.setdefault(other, (first, handle))
+                hidden.setdefault(other, {}).setdefault(first, (handle, []))[1].append(ax.get_title())
     entries = dict(own)
-    for name, (first, handle) in hidden.items():
-        if name not in own:
-            entries[f"{name} (= {first})"] = handle
+    for name, instead in hidden.items():
+        if name not in own:  # drawn in no panel of its own: say where it is which method's marker
+            where = "; ".join(
+                f"= {first}" + (f" at {', '.join(filter(None, panels))}" if len(axes) > 1 else "")
+                for first, (_, panels) in instead.items()
+            )
+            entries[f"{name} ({where})"] = next(iter(instead.values()))[0]
     fig.suptitle(title)
     fig.tight_layout()
     # outside the panels, however long the labels: the saved image grows
