@@ -12,6 +12,7 @@ This module imports no torch until :func:`set_threads` applies a number.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -71,6 +72,13 @@ def _cpu_times() -> dict[int, tuple[int, int]] | None:
     return times or None
 
 
+@functools.cache
+def _load_at_start() -> float:
+    """The machine's load when this process first asked: measured once (it takes 0.1 s), before it computes, so
+    that its own threads never count as another process's load."""
+    return machine_load()
+
+
 def _env_threads() -> int | None:
     text = os.environ.get("OMP_NUM_THREADS", "").strip()
     if not text:
@@ -94,7 +102,7 @@ def default_threads(cpus: int | None = None, load: float | None = None) -> int:
     if env is not None:
         return env
     cpus = usable_cpus() if cpus is None else cpus
-    load = machine_load() if load is None else load
+    load = _load_at_start() if load is None else load
     return max(1, min(cpus, int(cpus - load + 0.5)))
 
 

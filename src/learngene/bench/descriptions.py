@@ -19,8 +19,8 @@ PROFILE_DESCRIPTIONS: dict[str, str] = {
 }
 
 
-# `time learngene demo --quick --out /tmp/q` on the 2-core machine (whose other processes kept a 1-minute load of
-# about 2): 54 s wall, 30 s CPU, with the default threads (1 at that load)
+# `time learngene demo --quick --out DIR` (a new DIR) on the shared 2-core machine, default threads (1 at these loads):
+# 54 s wall, 30 s CPU at a 1-minute load of 1.7 from other processes; 48 s wall, 29 s CPU at a load of 3.9
 QUICK_DEMO_TIME = "about a minute on a 2-core CPU"
 
 
