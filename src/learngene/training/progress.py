@@ -21,6 +21,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 LINE_INTERVAL = 60.0  # seconds between two lines of a bar written to a file
+TERMINAL_REDRAW = 2.0  # seconds between two redraws of a run's bar on a terminal, inside a stage
 
 
 class _Lines:
@@ -141,6 +142,14 @@ class RunProgress:
             bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} {unit} [{elapsed}{postfix}]",
             log_format="{desc}: {percentage:3.0f}% {n_fmt}/{total_fmt} {unit} [{elapsed}{postfix}]",
         )
+        if on_terminal() and not disable:  # tqdm redraws on updates only: inside a long stage, the ETA would freeze
+            threading.Thread(target=self._redraw, daemon=True, name="run-progress-redraw").start()
+
+    def _redraw(self, interval: float = TERMINAL_REDRAW) -> None:
+        while not self.bar.disable:  # tqdm sets it on close
+            time.sleep(interval)
+            if not self.bar.disable:
+                self.bar.refresh()
 
     def note(self, fraction: float) -> None:
         fraction = min(max(fraction, 0.0), 1.0)
