@@ -201,7 +201,7 @@ def test_options_are_checked_in_one_place():
     "method, options, words",
     [
         ("front", dict(keep_ratio=0.0), "keep_ratio must be above 0 and at most 1, got 0.0"),
-        ("front", dict(depth_ratio=1.5), "depth_ratio must be between 0 and 1, got 1.5"),
+        ("front", dict(depth_ratio=1.5), "depth_ratio must be in [0, 1], got 1.5"),
         ("wave", dict(n_qkv=3), "n_qkv must be a multiple of 2, got 3"),
         ("cluster", dict(min_heads=0), "min_heads must be at least 1, got 0"),
         ("cluster", dict(ffn="none"), "ffn must be one of 'inherit', 'random', got 'none'"),

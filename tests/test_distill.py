@@ -77,7 +77,7 @@ def test_feature_distillation_trains_in_the_loop_and_leaves_the_student_plain():
     cached, left = cache_teacher_outputs(data, kd.teacher, cfg)
     assert left is None and cached.soft_targets.shape == (len(data), 48)
     before = kd.student.proj.weight.clone()
-    result = train(kd.student, cached, cfg)
+    result = train(kd.student, cached, cfg, loss=kd.loss)  # the student brings its loss: train is told it
     assert result.steps == 2 and not torch.equal(before, kd.student.proj.weight)  # the projection learned
     assert set(student.state_dict()) == keys  # the projection is not part of the student
 

@@ -319,7 +319,10 @@ def test_demo_takes_out_like_every_other_command():
 def test_evaluation_is_thinned_by_default_and_all_can_be_asked_for():
     parse = build_parser().parse_args
     assert parse(["train", "m", "--out", "o"]).eval_images == 2000
-    assert parse(["train", "m", "--out", "o", "--eval-images", "all"]).eval_images is None
+    args = parse(["train", "m", "--out", "o", "--eval-images", "0"])
+    from learngene.training.config import from_flags
+
+    assert from_flags(vars(args)).eval_images is None  # 0: all of them
     assert parse(["train", "m", "--out", "o", "--eval-images", "500"]).eval_images == 500
 
 

@@ -20,6 +20,7 @@ from learngene.errors import TrainingError
 from learngene.formats.model_file import save_model
 from learngene.registry import get_method, list_methods
 from learngene.training.checkpoint import load_checkpoint
+from learngene.training.config import FINGERPRINT_KEYS
 from learngene.training.loop import CHECKPOINT, LOG, TrainConfig, train
 from learngene.vit.spec import ViTSpec
 from tests.conftest import FaultyData, make_images, nan_images
@@ -294,7 +295,7 @@ def test_a_checkpoint_without_a_fingerprint_is_resumed_with_a_warning(tmp_path, 
     path = tmp_path / "run" / CHECKPOINT
     ckpt = load_checkpoint(path)
     legacy = {k: v for k, v in ckpt.items() if k != "fingerprint"}
-    legacy["config"] = {k: ckpt["fingerprint"][k] for k in TrainConfig.RESUME_KEYS}
+    legacy["config"] = {k: ckpt["fingerprint"][k] for k in FINGERPRINT_KEYS}
     torch.save(legacy, path)
     with pytest.warns(UserWarning, match="predates run fingerprints"):
         assert main(_ancestry_run(tmp_path, "--resume")) == 0

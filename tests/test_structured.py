@@ -70,3 +70,17 @@ def test_every_family_gets_its_prefix_rows_and_a_working_descendant():
         assert torch.isfinite(model(torch.randn(2, 1, 16, 16))).all()
     a, b = (make_descendant(get_method("structured")().condense(None), SPEC, seed=s).state_dict() for s in (0, 1))
     assert not torch.equal(a["pos_embed"], b["pos_embed"])
+
+
+def test_qkv_biases_are_pytorch_linear_defaults_unless_asked_for_timms_zeros():
+    """Theirs train with weight_init=skip: nn.Linear's bias U(±1/√D) stays; the weights do not depend on the choice."""
+    ours, zeros = expanded(), expanded(qkv_bias="timm")
+    for layer in range(SPEC.depth):
+        bias = ours[block_key(layer, "attn.qkv.bias")]
+        assert bias.shape == (96,) and bias.abs().max() <= 1 / 32**0.5 and bias.std() > 0.5 / (3 * 32) ** 0.5
+        assert block_key(layer, "attn.qkv.bias") not in zeros
+        assert torch.equal(ours[block_key(layer, "attn.qkv.weight")], zeros[block_key(layer, "attn.qkv.weight")])
+    assert not torch.equal(ours[block_key(0, "attn.qkv.bias")], ours[block_key(1, "attn.qkv.bias")])
+    assert torch.equal(expanded()[block_key(1, "attn.qkv.bias")], ours[block_key(1, "attn.qkv.bias")])  # seeded
+    model = make_descendant(get_method("structured")().condense(None), SPEC)
+    assert torch.equal(model.state_dict()[block_key(0, "attn.qkv.bias")], ours[block_key(0, "attn.qkv.bias")])

@@ -155,7 +155,7 @@ def test_modules_option_expands_only_those_modules(tiny_ancestry, toy_data, tiny
     assert (
         net.skeleton.blocks[1].mlp.fc1.weight.requires_grad and not net.skeleton.blocks[1].attn.qkv.weight.requires_grad
     )
-    with pytest.raises(LearngeneError, match="modules msa"):
+    with pytest.raises(LearngeneError, match="modules is read when condensing: condense again"):
         TLEG.from_gene(gene, modules=("ln",)).expand(gene, spec)
 
 

@@ -182,7 +182,7 @@ def test_adapt_trains_only_the_scalers_and_its_gene_is_the_adapted_net(tiny_ance
 def test_adapt_to_a_doubled_width_trains_what_the_gene_cannot_provide(tiny_ancestry, toy_data, tiny_spec):
     gene = condense(tiny_ancestry, toy_data, steps=2)
     wide = tiny_spec.replace(depth=3, embed_dim=64, num_heads=4)
-    method = WAVE.from_gene(gene, adapt_steps=3)
+    method = WAVE.from_gene(gene, "adapt", adapt_steps=3)
     adapted, result = method.adapt(
         gene, wide, AdaptInputs(toy_data, TrainConfig(epochs=1, batch_size=16, progress=False))
     )

@@ -39,7 +39,7 @@ _EXPORTS = {
     "PRESETS": "vit.spec",
     "ViTSpec": "vit.spec",
     "get_preset": "vit.spec",
-    "TrainConfig": "training.loop",
+    "TrainConfig": "training.config",
     "evaluate": "training.loop",
     "train": "training.loop",
 }

@@ -26,14 +26,14 @@ from typing import ClassVar, Literal
 import torch
 from tqdm import tqdm
 
-from .data import ImageData
 from .errors import LearngeneError
 from .gene import Learngene
 from .genenet import GeneNet
 from .method import Ancestry, CondenseInputs, Method
 from .training import distributed as dist
-from .training.distill import FeatureDistillation
-from .training.loop import predict_logits, resolve_device, train
+from .training.distill import FeatureDistillation, cache_teacher_outputs
+from .training.loop import resolve_device, train
+from .validate import CONDENSE, option
 from .vit.spec import ViTSpec
 from .vit.transfer import StateDict, inherit_non_block, part_of
 
@@ -57,14 +57,22 @@ class AuxConfig:
         "aux_pool",
     )  # 0 / "": automatic
 
-    aux_depth: int = 0
-    aux_embed_dim: int = 0
-    aux_num_heads: int = 0
-    aux_patch_size: int = 0
-    aux_pool: Literal["", "token", "avg"] = (
-        ""  # "": the ancestry's; avg: no class token, average pooling (the authors' aux net)
+    aux_depth: int = option(0, phase=CONDENSE)
+    aux_embed_dim: int = option(0, phase=CONDENSE)
+    aux_num_heads: int = option(0, phase=CONDENSE)
+    aux_patch_size: int = option(0, phase=CONDENSE)
+    aux_pool: Literal["", "token", "avg"] = option(
+        "", phase=CONDENSE, help="\"\": the ancestry's; avg: no class token, average pooling (the authors' aux net)"
     )
-    init_std: float = 0.02  # trunc-normal std of weight tensors at the start of condensation
+
+
+@dataclass(frozen=True)
+class DrawnStartConfig(AuxConfig):
+    """An aux-net method whose gene starts as trunc-normal draws (TLEG, SWS, WAVE; LeTs and Pool start otherwise)."""
+
+    init_std: float = option(
+        0.02, phase=CONDENSE, help="trunc-normal std of weight tensors at the start of condensation"
+    )
 
 
 def resolve_aux_spec(
@@ -169,17 +177,16 @@ def condense_through_aux(
             )
         else:
             distilled = f"logits (τ² KL at τ = {cfg.distill_tau:g})"
-        # augmented or mixed images differ every epoch, and streamed ones are read once per step: the loop then
-        # runs the teacher on each batch, in inference mode
-        if not (cfg.augment or cfg.mixup) and isinstance(data, ImageData) and data.soft_targets is None:
-            data = data.with_soft_targets(predict_logits(teacher, data, cfg.eval_batch_size, device))
-            teacher = None
+        data, teacher = cache_teacher_outputs(data, teacher, cfg)
         teacher_seconds = time.perf_counter() - tic
     if cfg.progress and dist.is_main():
         tqdm.write(
             f"{method.name}: the aux net {aux.short()} distils the ancestry's {distilled}, λ = {cfg.distill_lambda:g}"
         )
-    result = train(student, data, cfg, inputs.eval, teacher=teacher, run_dir=inputs.run_dir, resume=inputs.resume)
+    loss = student.distill_loss if isinstance(student, FeatureDistillation) else None
+    result = train(
+        student, data, cfg, inputs.eval, teacher=teacher, run_dir=inputs.run_dir, resume=inputs.resume, loss=loss
+    )
     gene = net.gene()
     gene.cost = {
         "epochs": cfg.epochs,

@@ -22,8 +22,9 @@ from .errors import GeneFormatError, LearngeneError
 from .formats.model_file import check_state_shapes
 from .gene import Learngene, invalid_gene
 from .genenet import GeneNet  # noqa: F401  (re-exported: learngene.descendant.GeneNet)
-from .method import Method
+from .method import Method, refuse_unread
 from .registry import get_method
+from .validate import EXPAND
 from .vit.attention_init import blend_query_key, sincos_pos_embed
 from .vit.spec import ViTSpec, fit_to_budget
 from .vit.transfer import StateDict
@@ -40,9 +41,11 @@ def gene_method(gene: Learngene, source: str | os.PathLike | None = None, **opti
     """``gene``'s method with the options stored in the gene, then ``options`` (the caller's, e.g. ``--opt``).
 
     A stored option the method refuses refuses the gene (one line naming ``source``, the gene's file);
-    a method this version does not know is refused by :func:`~learngene.registry.get_method`.
+    a method this version does not know is refused by :func:`~learngene.registry.get_method`; an option
+    expansion does not read (e.g. one only ``condense`` reads) is refused, naming the step that reads it.
     """
     cls = get_method(gene.method)
+    refuse_unread(cls, options, EXPAND)
     try:
         method = cls.from_gene(gene)
     except LearngeneError as exc:
@@ -92,9 +95,7 @@ def check_expansion(
     except LearngeneError as exc:
         raise invalid_gene(gene, source, exc) from None
     unused = sorted(
-        k
-        for k, t in gene.tensors.items()
-        if t.is_floating_point() and k not in used and k not in type(method).record_tensors
+        k for k, t in gene.tensors.items() if t.is_floating_point() and k not in used and not method.kept_for_record(k)
     )
     if judge_unused and spec == gene.layout and unused:
         raise invalid_gene(

@@ -24,7 +24,7 @@ from .data import Data
 from .errors import LearngeneError
 from .gene import Learngene
 from .training.loop import TrainConfig, TrainResult
-from .validate import RANGE_KEYS, check_fields, out_of_range
+from .validate import ADAPT, CONDENSE, EXPAND, PHASE_WORDS, as_text, check_fields, coerce, limits_of, out_of_range
 from .vit.spec import ViTSpec
 from .vit.transfer import StateDict
 
@@ -156,12 +156,14 @@ class Method:
         except TypeError as exc:
             fields = ", ".join(f.name for f in dataclasses.fields(self.Config)) or "none"
             raise LearngeneError(f"{self.name}: {exc}; its options are: {fields}") from None
-        self.config = _lists_from_text(self.config)
+        self.config = _typed(self.config)
         check_options(self.name, self.config)
 
     @classmethod
-    def from_gene(cls, gene: Learngene, **overrides: Any) -> Method:
-        """The method with the hyper-parameters stored in ``gene`` (plus expand-time overrides)."""
+    def from_gene(cls, gene: Learngene, step: str = EXPAND, **overrides: Any) -> Method:
+        """The method with the hyper-parameters stored in ``gene``, plus ``overrides`` for ``step`` (``expand`` or
+        ``adapt``): an option that step does not read is refused (:func:`refuse_unread`)."""
+        refuse_unread(cls, overrides, step)
         return cls(config_from_dict(cls.Config, gene.config), **overrides)
 
     # ---- the interface -----------------------------------------------------------------------------
@@ -185,6 +187,11 @@ class Method:
     def condense_note(self, gene: Learngene) -> str | None:
         """A hint ``learngene condense`` prints after writing ``gene`` (e.g. an option its descendants may need)."""
         return None
+
+    def kept_for_record(self, key: str) -> bool:
+        """Whether gene tensor ``key`` may go unread by ``expand`` at the gene's layout: its ``record_tensors``
+        (pool's authors' design also keeps what only its stitched descendants read)."""
+        return key in type(self).record_tensors
 
     def describe(self, gene: Learngene) -> list[str]:
         """Method-specific lines for ``learngene inspect`` (e.g. Cluster-Learngene's clusters)."""
@@ -214,15 +221,39 @@ class Method:
         )
 
 
-def _lists_from_text(config: Any) -> Any:
-    """A list option given as text (``--opt modules=msa,mlp``) becomes the tuple of its comma-separated items."""
+def _typed(config: Any) -> Any:
+    """``config`` with Python's and text's shapes of its values made its types' (:func:`~learngene.validate.coerce`:
+    ``modules="msa,mlp"`` the tuple of its items)."""
     hints = typing.get_type_hints(type(config))
-    lists = {
-        f.name: tuple(part.strip() for part in getattr(config, f.name).split(","))
-        for f in dataclasses.fields(config)
-        if typing.get_origin(hints.get(f.name)) is tuple and isinstance(getattr(config, f.name), str)
-    }
-    return dataclasses.replace(config, **lists) if lists else config
+    fixed = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        typed = coerce(value, hints.get(f.name, Any))
+        if typed is not value:
+            fixed[f.name] = typed
+    return dataclasses.replace(config, **fixed) if fixed else config
+
+
+def option_phases(method: type[Method], name: str) -> tuple[str, ...]:
+    """The steps of ``method`` that read its option ``name`` (its field's ``phase``); () for an unknown name."""
+    field = next((f for f in dataclasses.fields(method.Config) if f.name == name), None)
+    return tuple(field.metadata.get("phase", ())) if field is not None else ()
+
+
+def refuse_unread(method: type[Method], options: dict[str, Any], step: str) -> None:
+    """Refuse, in one line naming the step that reads it, an option given to ``step`` that ``step`` does not read:
+    applied there it would change nothing, yet be recorded as applied."""
+    known = {f.name for f in dataclasses.fields(method.Config)}
+    for key, value in options.items():
+        phases = option_phases(method, key)
+        if key not in known or step in phases or not phases:
+            continue  # an unknown key is refused by the constructor, with the list of options
+        redo = next(p for p in (CONDENSE, ADAPT, EXPAND) if p in phases)
+        fix = "condense again" if redo == CONDENSE else f"pass it to `learngene {redo}`"
+        raise LearngeneError(
+            f"{key} is read when {' and '.join(PHASE_WORDS[p] for p in phases)}: "
+            f"{fix} with --opt {key}={as_text(value)}"
+        )
 
 
 def check_options(method: str, config: Any) -> None:
@@ -233,7 +264,7 @@ def check_options(method: str, config: Any) -> None:
     check_fields(config, f"{method} option", fix)
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
-        declared = {k: v for k, v in f.metadata.items() if k in RANGE_KEYS}
+        declared = limits_of(f)
         wanted = out_of_range(value, declared or {"at_least": 0})
         if wanted:
             raise LearngeneError(f"{method} option {f.name} must be {wanted}, got {value!r}; {fix}")

@@ -13,12 +13,14 @@ import ast
 import dataclasses
 import inspect
 import io
+import json
 import math
 import re
 import textwrap
 import tokenize
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from .errors import LearngeneError
@@ -42,28 +44,58 @@ def check_fields(obj: Any, what: str, fix: str, error: type[LearngeneError] = Le
             raise error(f"{what} {f.name} must be {expected}, got {value!r}; {fix}")
 
 
+# the steps of a method that read an option (its field metadata "phase"): expand and adapt refuse an option they
+# do not read, so a descendant's header never records an option that changed nothing
+CONDENSE, EXPAND, ADAPT = "condense", "expand", "adapt"
+PHASES = (CONDENSE, EXPAND, ADAPT)
+PHASE_WORDS = {CONDENSE: "condensing", EXPAND: "expanding", ADAPT: "adapting"}
+
+
 def option(
     default: Any,
     *,
+    phase: str | tuple[str, ...] | None = None,
+    help: str = "",
+    speed_only: bool = False,
     at_least: float | None = None,
     at_most: float | None = None,
     above: float | None = None,
+    below: float | None = None,
     multiple_of: int | None = None,
     nonempty: bool = False,
 ) -> Any:
-    """A dataclass field whose values must lie in a range: ``at_least`` / ``at_most`` (inclusive), ``above``
-    (exclusive), a ``multiple_of`` an integer, a ``nonempty`` list; :func:`out_of_range` checks them."""
+    """A dataclass field declared once: its range (``at_least`` / ``at_most`` inclusive, ``above`` / ``below``
+    exclusive, a ``multiple_of`` an integer, a ``nonempty`` list; :func:`out_of_range` checks them), the steps
+    that read it (``phase``: ``condense``, ``expand``, ``adapt`` or a tuple of them; a method option must name
+    one), a one-line ``help``, and ``speed_only`` when it changes how fast a result comes, not the result."""
+    phases = (phase,) if isinstance(phase, str) else tuple(phase or ())
+    unknown = [p for p in phases if p not in PHASES]
+    if unknown:
+        raise ValueError(f"unknown phase {unknown[0]!r}; use {', '.join(PHASES)}")
     limits = {
         "at_least": at_least,
         "at_most": at_most,
         "above": above,
+        "below": below,
         "multiple_of": multiple_of,
         "nonempty": nonempty or None,
     }
-    return dataclasses.field(default=default, metadata={k: v for k, v in limits.items() if v is not None})
+    meta: dict[str, Any] = {k: v for k, v in limits.items() if v is not None}
+    if phases:
+        meta["phase"] = phases
+    if help:
+        meta["help"] = help
+    if speed_only:
+        meta["speed_only"] = True
+    return dataclasses.field(default=default, metadata=meta)
 
 
-RANGE_KEYS = ("at_least", "at_most", "above", "multiple_of", "nonempty")
+def limits_of(f: dataclasses.Field) -> dict[str, Any]:
+    """The range a field declares (:func:`option`'s limits), {} for none."""
+    return {k: v for k, v in f.metadata.items() if k in RANGE_KEYS}
+
+
+RANGE_KEYS = ("at_least", "at_most", "above", "below", "multiple_of", "nonempty")
 
 
 def out_of_range(value: Any, limits: dict[str, Any]) -> str | None:
@@ -75,12 +107,21 @@ def out_of_range(value: Any, limits: dict[str, Any]) -> str | None:
         return "a non-empty list" if limits.get("nonempty") and not value else None
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
-    lo, hi, above, step = (limits.get(k) for k in ("at_least", "at_most", "above", "multiple_of"))
-    if (lo is not None and value < lo) or (hi is not None and value > hi) or (above is not None and value <= above):
+    lo, hi, above, below, step = (limits.get(k) for k in ("at_least", "at_most", "above", "below", "multiple_of"))
+    if (
+        (lo is not None and value < lo)
+        or (hi is not None and value > hi)
+        or (above is not None and value <= above)
+        or (below is not None and value >= below)
+    ):
         if above is not None:
+            if above == 0 and hi is None:
+                return "positive"
             return f"above {above:g}" + (f" and at most {hi:g}" if hi is not None else "")
+        if below is not None:
+            return f"in [{lo:g}, {below:g})" if lo is not None else f"below {below:g}"
         if hi is not None:
-            return f"between {lo:g} and {hi:g}" if lo is not None else f"at most {hi:g}"
+            return f"in [{lo:g}, {hi:g}]" if lo is not None else f"at most {hi:g}"
         return "0 or more" if lo == 0 else f"at least {lo:g}"
     if step is not None and value % step:
         return f"a multiple of {step}"
@@ -136,6 +177,98 @@ def _mismatch(value: Any, tp: Any) -> str | None:
             return f"a list whose every item is {bad}" if bad else None
         return None
     return None
+
+
+# ---- what a settings dataclass declares, for listings and generated docs ------------------------------------
+@dataclasses.dataclass(frozen=True)
+class OptionInfo:
+    """One field of a settings dataclass as declared: what ``learngene methods`` and generated docs show."""
+
+    name: str
+    type: str  # e.g. "int", "float | None", "list of msa, mlp, ln"
+    default: Any
+    choices: tuple[Any, ...]
+    limits: dict[str, Any]  # at_least / at_most / above / below / multiple_of / nonempty
+    phase: tuple[str, ...]  # the steps that read it (method options)
+    help: str
+    auto: bool = False  # the default means "chosen automatically" (``--opt KEY=auto``)
+    speed_only: bool = False
+
+
+def describe_options(config_cls: type) -> list[OptionInfo]:
+    """Every field of dataclass ``config_cls`` with its type, default, choices, range, phase and help."""
+    hints = typing.get_type_hints(config_cls)
+    auto = getattr(config_cls, "AUTO_OPTIONS", ())
+    return [
+        OptionInfo(
+            name=f.name,
+            type=type_name(hints.get(f.name, Any)),
+            default=f.default,
+            choices=choices(hints.get(f.name)),
+            limits=limits_of(f),
+            phase=tuple(f.metadata.get("phase", ())),
+            help=f.metadata.get("help", ""),
+            auto=f.name in auto,
+            speed_only=bool(f.metadata.get("speed_only")),
+        )
+        for f in dataclasses.fields(config_cls)
+    ]
+
+
+def type_name(tp: Any) -> str:
+    """A type as a user reads it: ``int``, ``float | None``, ``one of a, b``, ``list of a, b``."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(map(repr, typing.get_args(tp)))
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(type_name(arg) for arg in typing.get_args(tp))
+    if origin is tuple:
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        return "list of " + (", ".join(map(str, choices(args[0]))) or type_name(args[0]) if args else "values")
+    if tp is type(None):
+        return "None"
+    return getattr(tp, "__name__", str(tp))
+
+
+# ---- KEY=VALUE text: the one parser (--opt, --timm-arg) ---------------------------------------------------
+def parse_assignment(item: str, types: Mapping[str, Any] | None, usage: str) -> tuple[str, Any]:
+    """``"key=value"`` as ``(key, value)``: the key with ``-`` read as ``_``, the value by :func:`value_from_text`
+    for the type ``types`` gives the key. ``types=None`` takes any key; a key it lacks, or text without ``=``,
+    is refused with ``usage`` (``{item}`` in it names the text)."""
+    key, sep, raw = item.partition("=")
+    key = key.strip().replace("-", "_")
+    if not sep or not key or (types is not None and key not in types):
+        raise LearngeneError(usage.format(item=repr(item)))
+    return key, value_from_text(raw, types.get(key, Any) if types is not None else Any)
+
+
+def value_from_text(raw: str, tp: Any = Any) -> Any:
+    """Text as a value of type ``tp``: kept as text for a ``str``, else read as JSON, else kept as text; a list
+    becomes a tuple (see :func:`coerce`)."""
+    if tp is str:  # e.g. layers=3 for a layer list written as text
+        return raw
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return coerce(value, tp)
+
+
+def coerce(value: Any, tp: Any = Any) -> Any:
+    """JSON's and text's shapes of a value made the dataclass's: a list is a tuple, and text for a list type
+    (``modules=msa,mlp``) the tuple of its comma-separated items."""
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, str) and typing.get_origin(tp) is tuple:
+        return tuple(part.strip() for part in value.split(","))
+    return value
+
+
+def as_text(value: Any) -> str:
+    """A value as ``--opt KEY=VALUE`` would give it back (the inverse of :func:`value_from_text`)."""
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def option_help(config_cls: type) -> dict[str, str]:
@@ -219,6 +352,8 @@ def range_text(config_cls: type, name: str) -> str:
         parts.append(f"≥ {limits['at_least']:g}")
     if "at_most" in limits:
         parts.append(f"≤ {limits['at_most']:g}")
+    if "below" in limits:
+        parts.append(f"< {limits['below']:g}")
     if "multiple_of" in limits:
         parts.append(f"multiple of {limits['multiple_of']}")
     if limits.get("nonempty"):

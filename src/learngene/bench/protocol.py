@@ -477,12 +477,19 @@ class BenchRun:
             batch_size=batch_size,
             max_steps=max_steps,
         )
-        student, data, teacher = model, task.train, None
+        student, data, teacher, loss = model, task.train, None, None
         if variant and variant.distill_lambda:
             cfg = cfg.replace(distill_lambda=variant.distill_lambda)
-            student, data, teacher = self.distillation(model, task)
+            student, data, teacher, loss = self.distillation(model, task)
         result = train(
-            student, data, cfg, eval_data=task.eval, teacher=teacher, run_dir=path.with_suffix(".run"), resume=True
+            student,
+            data,
+            cfg,
+            eval_data=task.eval,
+            teacher=teacher,
+            run_dir=path.with_suffix(".run"),
+            resume=True,
+            loss=loss,
         )
         evaluated = [h for h in result.history if "eval_acc" in h]
         row = dataclasses.replace(
@@ -497,15 +504,15 @@ class BenchRun:
         shutil.rmtree(path.with_suffix(".run"), ignore_errors=True)
         return row
 
-    def distillation(self, model: torch.nn.Module, task: TaskData) -> tuple[torch.nn.Module, Any, Any]:
-        """``(student, data, teacher)`` to fine-tune ``model`` distilling the ancestry; the teacher's outputs on the
+    def distillation(self, model: torch.nn.Module, task: TaskData) -> tuple[torch.nn.Module, Any, Any, Any]:
+        """``(student, data, teacher, loss)`` to fine-tune ``model`` distilling the ancestry; the teacher's outputs on the
         task's images are computed once per task and kind and shared by every cell."""
         kd = setup_distillation(model, self.teacher.model, task.train, self.teacher.label_space)
         key = (task.task.name, kd.kind)
         if key not in self.teacher_outputs:
             self.teacher_outputs[key] = cache_teacher_outputs(task.train, kd.teacher, self._cfg())
         data, teacher = self.teacher_outputs[key]
-        return kd.student, data, teacher
+        return kd.student, data, teacher, kd.loss
 
     # ---- the whole run ---------------------------------------------------------------------------------
     def plan(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from typing import Any
 
 from ..ancestry import load_ancestry
@@ -20,6 +19,7 @@ from ..registry import get_method
 from ..training import distributed as dist
 from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..training.loop import seed_everything, train
+from ..validate import ADAPT, parse_assignment
 from .options import check_outputs, load_data_from_args, parse_options, say, spec_from_args, train_config_from_args
 
 
@@ -64,13 +64,8 @@ def _load_ancestry_args(args: argparse.Namespace):
             if getattr(args, name, None) is not None:
                 kwargs[name] = getattr(args, name)
         for item in getattr(args, "timm_arg", None) or []:
-            key, sep, raw = item.partition("=")
-            if not sep or not key.strip():
-                raise LearngeneError(f"--timm-arg {item!r} is not KEY=VALUE, e.g. --timm-arg depth=6")
-            try:
-                kwargs[key.strip()] = json.loads(raw)
-            except json.JSONDecodeError:
-                kwargs[key.strip()] = raw
+            key, value = parse_assignment(item, None, "--timm-arg {item} is not KEY=VALUE, e.g. --timm-arg depth=6")
+            kwargs[key] = value
     elif getattr(args, "timm_arg", None):
         raise LearngeneError("--timm-arg needs --timm-model: it is passed to timm.create_model for the checkpoint")
     return load_ancestry(args.ancestry, args.timm_model, drop_head=getattr(args, "drop_head", False), **kwargs)
@@ -136,7 +131,7 @@ def cmd_adapt(args: argparse.Namespace) -> None:
     gene = load_gene(args.gene)
     method_cls = get_method(gene.method)
     options = parse_options(method_cls.Config, args.opt or [])
-    method = method_cls.from_gene(gene, **options)
+    method = method_cls.from_gene(gene, ADAPT, **options)
     base = gene.ancestry
     train_data, test_data = load_data_from_args(
         args, (base.img_size if base else None), (base.in_chans if base else None), gene.preprocessing
@@ -218,16 +213,23 @@ def cmd_train(args: argparse.Namespace) -> None:
         "model weights": digest(state) if args.run_dir else None,
         "new head": head.fresh,
     }
-    student, teacher, data = model, None, train_data
+    student, teacher, data, loss = model, None, train_data, None
     if args.teacher:
         ancestry = load_ancestry(args.teacher, args.teacher_timm_model)
         kd = setup_distillation(model, ancestry.model, train_data, ancestry.label_space)
         say(args, f"distilling from {args.teacher} with λ = {train_cfg.distill_lambda:g}: {kd.why}")
         train_cfg.identity.update(teacher=str(args.teacher), distilled=kd.kind)
-        student = kd.student
+        student, loss = kd.student, kd.loss
         data, teacher = cache_teacher_outputs(train_data, kd.teacher, train_cfg)
     result = train(
-        student, data, train_cfg, eval_data=test_data, teacher=teacher, run_dir=args.run_dir, resume=args.resume
+        student,
+        data,
+        train_cfg,
+        eval_data=test_data,
+        teacher=teacher,
+        run_dir=args.run_dir,
+        resume=args.resume,
+        loss=loss,
     )
     dist.on_main(
         lambda: save_model(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import typing
@@ -18,34 +17,25 @@ from ..errors import LearngeneError
 from ..formats.atomic import check_output_path, quote
 from ..formats.run_dirs import lock_run_dir
 from ..training import distributed as dist
-from ..training.loop import CHECKPOINT, TrainConfig
+from ..training.config import TrainConfig, from_flags
+from ..training.loop import CHECKPOINT
+from ..validate import parse_assignment
 from ..vit.spec import ViTSpec, get_preset
 
 
 def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
-    """``["key=value", ...]`` from the CLI, each value parsed as JSON, else kept as a string; ``auto`` gives
-    an automatic option (``Config.AUTO_OPTIONS``) its default."""
+    """``["key=value", ...]`` from the CLI, each value read for its field's type
+    (:func:`~learngene.validate.parse_assignment`); ``auto`` gives an automatic option (``Config.AUTO_OPTIONS``)
+    its default."""
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
-    hints = typing.get_type_hints(config_cls)
+    types = typing.get_type_hints(config_cls)
+    usage = "option {item} is not KEY=VALUE with a known KEY; use one of: " + (", ".join(fields) or "none")
     out: dict[str, Any] = {}
     for item in items:
-        key, sep, raw = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or key not in fields:
-            raise LearngeneError(
-                f"option {item!r} is not KEY=VALUE with a known KEY; use one of: {', '.join(fields) or 'none'}"
-            )
-        if raw == "auto" and key in getattr(config_cls, "AUTO_OPTIONS", ()):  # as `learngene methods` shows it
-            out[key] = fields[key].default
-            continue
-        if hints.get(key) is str:  # e.g. layers=3 for a layer list written as text
-            out[key] = raw
-            continue
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        out[key] = tuple(value) if isinstance(value, list) else value
+        key, value = parse_assignment(item, types, usage)
+        if value == "auto" and key in getattr(config_cls, "AUTO_OPTIONS", ()):  # as `learngene methods` shows it
+            value = fields[key].default
+        out[key] = value
     return out
 
 
@@ -119,27 +109,9 @@ def train_config_from_args(args: argparse.Namespace, desc: str) -> TrainConfig:
                 f"{quote(args.run_dir)} holds the checkpoint of an earlier run; pass --resume to "
                 f"continue it, or give another --run-dir (or delete it) to start over"
             )
-    cfg = TrainConfig(
-        epochs=args.epochs,
-        max_steps=args.max_steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        warmup_epochs=args.warmup_epochs,
-        grad_clip=args.grad_clip or None,
-        label_smoothing=args.label_smoothing,
-        augment=args.augment,
+    cfg = from_flags(
+        vars(args),
         mixup=getattr(args, "aug", "none") == "deit",
-        compile=args.compile,
-        fused_adamw=args.fused_adamw,
-        sdpa=args.sdpa,
-        seed=args.seed,
-        device=args.device,
-        distill_lambda=getattr(args, "distill_lambda", 0.0),
-        distill_tau=getattr(args, "distill_tau", 1.0),
-        checkpoint_every=args.checkpoint_every or 0,
-        eval_every=args.eval_every,
-        eval_images=args.eval_images,
         progress=not args.quiet,
         desc=desc,
     )

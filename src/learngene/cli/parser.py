@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import typing
+from typing import Any
 
 from .._version import __version__
 from ..bench.descriptions import QUICK_DEMO_TIME, profiles_help
 from ..threads import THREADS_HELP
-from ..validate import MAX_INT
+from ..training.config import COMMON, DISTILL, SPEED_GROUP, TRAINING, TrainConfig, flagged_settings
+from ..validate import MAX_INT, limits_of, out_of_range
 from ..vit.spec import PRESETS
 
 EXIT_USAGE = 2
@@ -50,13 +53,6 @@ def _real(text: str) -> float:
     return value
 
 
-def _seed(text: str) -> int:
-    value = _integer(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a seed must be 0 or more, got {text}")
-    return value
-
-
 def _count(text: str) -> int:
     """A positive count such as ``5000000``, ``5e6``, ``5M`` or ``1.2G``."""
     scale = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}.get(text[-1:].upper(), 1)
@@ -89,6 +85,26 @@ def add_license(p: argparse.ArgumentParser, what: str, inherited: bool = True) -
     )
 
 
+class _LazyText(str):
+    """Help text made when ``--help`` prints it (argparse formats every help with ``%``), not when the parser is
+    built: e.g. the bench profiles' descriptions, which need the method registry, and so torch."""
+
+    def __new__(cls, summary: str, make):
+        text = super().__new__(cls, summary)
+        text.make = make
+        return text
+
+    def __mod__(self, params):
+        return self.make() % params
+
+
+def _data_help() -> str:
+    """Every registered data source (entry points of installed packages too) with its help line; no torch."""
+    from ..registry import list_sources
+
+    return "; ".join(f"{s.usage}" + (f" ({s.help})" if s.help else "") for s in list_sources().values())
+
+
 # ---- shared argument groups ---------------------------------------------------------------------------
 def add_spec_args(p: argparse.ArgumentParser, preset: bool = True) -> None:
     g = p.add_argument_group("model size (a ViT spec)")
@@ -113,7 +129,7 @@ def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: s
         "--data",
         default=None if required else default,
         required=required,
-        help="fashion_mnist, digits, folder:PATH or torchvision:NAME (default: %(default)s)",
+        help=_LazyText("a registered data source", lambda: _data_help() + " (default: %(default)s)"),
     )
     g.add_argument("--data-dir", help="where the data lie (default: $LEARNGENE_DATA, then system locations)")
     g.add_argument("--train-images", type=_integer, metavar="N", help="use a random subset of N training images")
@@ -141,75 +157,61 @@ def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: s
 EVAL_IMAGES = 2000
 
 
-def _eval_images(text: str) -> int | None:
-    """A number of test images, or ``all`` (None)."""
-    return None if text == "all" else _integer(text)
+def add_settings(g, group: str, **overrides: dict[str, Any]) -> None:
+    """The flags of the training settings in ``group``, made from their declarations in
+    :class:`~learngene.training.config.TrainConfig` (flag, help, range, what "not given" means); ``overrides``
+    gives a command its own ``default`` or ``help`` for a setting (``help`` then replaces the whole line)."""
+    hints = typing.get_type_hints(TrainConfig)
+    for f in flagged_settings(group):
+        meta, given = f.metadata, overrides.get(f.name, {})
+        default = given.get("default", None if "none_means" in meta else f.default)
+        kwargs: dict[str, Any] = {"default": default}
+        if "metavar" in meta:
+            kwargs["metavar"] = meta["metavar"]
+        if hints[f.name] is bool and default is False:
+            kwargs["action"], text = "store_true", meta["help"]
+        elif bool in typing.get_args(hints[f.name]) or hints[f.name] is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+            text = (
+                f"{meta['help']} (default: {meta.get('none_means') if default is None else 'on' if default else 'off'})"
+            )
+        else:
+            kinds = (hints[f.name], *typing.get_args(hints[f.name]))
+            if int in kinds or float in kinds:
+                kwargs["type"] = _checked(f, _integer if int in kinds else _real)
+            shown = meta.get("none_means") if default is None else "%(default)s"
+            text = f"{meta['help']} (default: {shown})" if shown else meta["help"]
+        g.add_argument(meta["flag"], help=given.get("help", text), **kwargs)
+
+
+def _checked(f, parse):
+    """The flag's parser: a number of the setting's type within its declared range (the same check as
+    TrainConfig's, before any data are loaded), 0 allowed where 0 turns it off."""
+    limits = limits_of(f)
+
+    def check(text: str):
+        value = parse(text)
+        wanted = None if (f.metadata.get("zero_means_none") and value == 0) else out_of_range(value, limits)
+        if wanted:
+            label = f.metadata.get("label", f.name.replace("_", " "))
+            raise argparse.ArgumentTypeError(f"{label} must be {wanted}, got {text}")
+        return value
+
+    check.__name__ = parse.__name__  # argparse names the type in its "invalid ... value" message
+    return check
 
 
 def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-3) -> None:
     g = p.add_argument_group("training")
-    g.add_argument(
-        "--epochs", type=_integer, default=epochs, help="passes over the training data (default: %(default)s)"
-    )
-    g.add_argument("--max-steps", type=_integer, metavar="N", help="stop after N optimizer steps")
-    g.add_argument("--batch-size", type=_integer, default=128, help="global batch size (default: %(default)s)")
-    g.add_argument("--lr", type=_real, default=lr, help="peak AdamW learning rate (default: %(default)s)")
-    g.add_argument(
-        "--weight-decay", type=_real, default=0.05, help="AdamW weight decay, 0 or more (default: %(default)s)"
-    )
-    g.add_argument(
-        "--warmup-epochs",
-        type=_real,
-        default=1.0,
-        help="linear warmup, at most a fifth of the run (default: %(default)s)",
-    )
-    g.add_argument("--grad-clip", type=_real, default=1.0, help="max gradient norm, 0 = off (default: %(default)s)")
-    g.add_argument(
-        "--label-smoothing", type=_real, default=0.0, help="label smoothing in [0, 1) (default: %(default)s)"
-    )
-    g.add_argument("--augment", action="store_true", help="random flips and 2-pixel shifts")
+    eval_images = {
+        "default": EVAL_IMAGES,
+        "help": "evaluate on a fixed random subset of N test images, 0 = on all of them (default: %(default)s, a "
+        "fifth of Fashion-MNIST's test split)",
+    }
+    add_settings(g, TRAINING, epochs={"default": epochs}, lr={"default": lr}, eval_images=eval_images)
     g.add_argument("--run-dir", help="folder for log.jsonl and checkpoint.pt (locked while a run uses it)")
     g.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
-    g.add_argument(
-        "--checkpoint-every",
-        type=_integer,
-        metavar="N",
-        help="also checkpoint every N steps (default: auto, once per epoch)",
-    )
-    g.add_argument(
-        "--eval-every",
-        type=_integer,
-        default=1,
-        metavar="N",
-        help="evaluate every N epochs and after the last; 0 = after the last only (default: %(default)s)",
-    )
-    g.add_argument(
-        "--eval-images",
-        type=_eval_images,
-        default=EVAL_IMAGES,
-        metavar="N",
-        help="evaluate on a fixed random subset of N test images; all: on every one (default: %(default)s, a "
-        "fifth of Fashion-MNIST's test split)",
-    )
-    g = p.add_argument_group("speed (the same math up to float rounding)")
-    g.add_argument(
-        "--compile",
-        action="store_true",
-        help="torch.compile the model (an aux net: its expand and forward together); the first steps compile",
-    )
-    g.add_argument(
-        "--fused-adamw",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="AdamW's fused kernel (default: auto, on CUDA only)",
-    )
-    g.add_argument(
-        "--sdpa",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="attention through torch's scaled_dot_product_attention, flash kernels on CUDA "
-        "(--no-sdpa: timm's eager attention) (default: on)",
-    )
+    add_settings(p.add_argument_group("speed (the same math up to float rounding)"), SPEED_GROUP)
 
 
 def add_distill_args(
@@ -219,13 +221,8 @@ def add_distill_args(
     help_lambda: str = "λ (default: 0.5 with --teacher, else 0)",
 ) -> None:
     g = p.add_argument_group("distillation: (1-λ)·CE + λ·τ²·KL(teacher ‖ student)")
-    g.add_argument(
-        "--distill-lambda",
-        type=_real,
-        default=lam,
-        help="λ in [0, 1] (default: %(default)s)" if lam is not None else help_lambda,
-    )
-    g.add_argument("--distill-tau", type=_real, default=tau, help="τ, positive (default: %(default)s)")
+    lam_given = {"default": lam} if lam is not None else {"default": None, "help": help_lambda}
+    add_settings(g, DISTILL, distill_lambda=lam_given, distill_tau={"default": tau})
 
 
 def _threads(text: str) -> int:
@@ -241,8 +238,7 @@ def add_threads(p: argparse.ArgumentParser) -> None:
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seed", type=_seed, default=0, help="random seed, 0 or more (default: %(default)s)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    add_settings(p, COMMON)
     add_threads(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars, no banner: only results and errors")
 
@@ -494,8 +490,9 @@ def _add_compare(sub) -> None:
     p.add_argument(
         "--data",
         required=True,
-        help="fashion_mnist, digits, folder:PATH or torchvision:NAME: fine-tuned and "
-        "tested on (its train and test splits)",
+        help=_LazyText(
+            "a registered data source", lambda: _data_help() + ": fine-tuned and tested on (its train and test splits)"
+        ),
     )
     p.add_argument("--data-dir", help="where the data lie (default: $LEARNGENE_DATA, then system locations)")
     p.add_argument(

@@ -9,7 +9,7 @@ import math
 import os
 import pickle
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ import torch
 
 from ..errors import DataError
 from ..formats.atomic import atomic_path, quote
+from ..registry import DATA_SOURCES, DataSource, list_sources, register_source  # noqa: F401  (re-exported)
 from .augment import AUGMENTATIONS
 from .folder import FolderData, image_folder
 from .images import Data, ImageData, colour_for_grey_model, convert_channels, resize
@@ -256,36 +257,13 @@ class LoadRequest:
     classes: Sequence[str] | None
 
 
-@dataclass(frozen=True)
-class DataSource:
-    """A registered way to get a dataset. ``name`` is the whole ``--data`` value (``digits``) or, with
-    ``argument`` set, its prefix before ``:`` (``folder:PATH``); ``streams`` sources decode images in
-    DataLoader workers and so can take per-image augmentation (``--aug deit``)."""
-
-    name: str
-    load: Callable[[str, LoadRequest], Data]
-    argument: str = ""
-    streams: bool = False
-
-    @property
-    def usage(self) -> str:
-        return f"{self.name}:{self.argument}" if self.argument else self.name
-
-
-DATA_SOURCES: dict[str, DataSource] = {}
-
-
-def register_source(source: DataSource) -> DataSource:
-    DATA_SOURCES[source.name] = source
-    return source
-
-
 def find_source(name: str) -> tuple[DataSource, str]:
     """The source a ``--data`` value names, and its argument (the part after ``:``, empty for none)."""
     prefix, sep, argument = name.partition(":")
-    source = DATA_SOURCES.get(prefix)
+    sources = list_sources()
+    source = sources.get(prefix)
     if source is None or bool(sep) != bool(source.argument):
-        raise DataError(f"unknown dataset {name!r}; use one of {', '.join(s.usage for s in DATA_SOURCES.values())}")
+        raise DataError(f"unknown dataset {name!r}; use one of {', '.join(s.usage for s in sources.values())}")
     return source, argument
 
 
@@ -319,10 +297,6 @@ def _torchvision_source(name: str, req: LoadRequest) -> Data:
     return torchvision_dataset(name, req.data_dir, req.split, req.img_size)
 
 
-register_source(DataSource("fashion_mnist", _fashion_mnist_source))
-register_source(DataSource("digits", _digits_source))
-register_source(DataSource("folder", _folder_source, argument="PATH", streams=True))
-register_source(DataSource("torchvision", _torchvision_source, argument="NAME"))
 BUILTIN_DATASETS = tuple(name for name, source in DATA_SOURCES.items() if not source.argument)
 
 
@@ -358,7 +332,7 @@ def load_dataset(
         )
     if workers < 0:
         raise DataError(f"--workers must be 0 (decode in the main process) or more, got {workers}")
-    data = source.load(
+    data = source.loader()(
         argument, LoadRequest(split, img_size, data_dir, in_chans, preprocessing, augment, workers, classes)
     )
     if in_chans is not None and isinstance(data, ImageData):

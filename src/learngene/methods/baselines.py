@@ -11,6 +11,9 @@ instead and keeps the ancestry's MLPs, norms and patch embedding. An ancestry tr
 near-uniform attention and its descendants lose to mimetic on unseen classes; this recovers mimetic's
 level (docs/RESULTS.md, ``benchmarks/transfer_why.py``). With ``keep``, ``learngene condense`` says so
 when the stored attention looks untrained.
+
+Authors' code: Heru-LG, github.com/BruceQFWang/learngene (the AAAI 2022 paper's code, snapshot read at
+d145a5e); Auto-LG: none found; scratch and pretrained are timm's own ViT, no method code applies.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Literal
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
+from ..validate import CONDENSE, EXPAND, option
 from ..vit.attention_init import UntrainedAttentionOptions, mimetic_where_untrained, untrained_attention_note
 from ..vit.spec import ViTSpec
 from ..vit.transfer import StateDict, inherit_non_block, place_blocks, require_block_shape
@@ -85,7 +89,9 @@ def _stored_gene(method: Method, ancestry: Ancestry, layers: list[int], parts: t
 
 @dataclass(frozen=True)
 class PretrainedConfig(UntrainedAttentionOptions):
-    variant: Literal["first", "last", "middle"] = "first"  # which layers line up when depths differ (Pre-Fin #1/#2/#3)
+    variant: Literal["first", "last", "middle"] = option(
+        "first", phase=EXPAND, help="which layers line up when depths differ (Pre-Fin #1/#2/#3)"
+    )
 
 
 @register_method
@@ -131,7 +137,7 @@ class Pretrained(BlockCopier):
 
 @dataclass(frozen=True)
 class HeruConfig(UntrainedAttentionOptions):
-    layers: int = 3  # ancestry layers kept at the top
+    layers: int = option(3, phase=CONDENSE, help="ancestry layers kept at the top")
 
 
 @register_method
@@ -164,7 +170,9 @@ class HeruLG(BlockCopier):
 
 @dataclass(frozen=True)
 class AutoConfig(UntrainedAttentionOptions):
-    fraction: float = 0.5  # share of the ancestry's layers kept at the bottom (6 of 12 in the papers)
+    fraction: float = option(
+        0.5, phase=CONDENSE, help="share of the ancestry's layers kept at the bottom (6 of 12 in the papers)"
+    )
 
 
 @register_method

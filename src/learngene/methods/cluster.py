@@ -36,6 +36,8 @@ Two departures from the paper, kept on purpose:
   token gets a smaller "distance" only because its patch weights sum to less than one. We
   renormalize the patch weights to sum to one, so the value is the expected distance to the patches
   a head attends to, whatever its class-token share.
+
+Authors' code: github.com/BruceQFWang/NeurIPS24-Cluster-Learngene (snapshot read at cc00657).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from ..formats.memory import give_back, release_pages
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..validate import option
+from ..validate import CONDENSE, option
 from ..vit.eva import block_inputs
 from ..vit.heads import select_matrix
 from ..vit.spec import ViTSpec, block_key
@@ -83,12 +85,18 @@ FFN = block_names(sublayer=MLP, without=NORM)
 class ClusterConfig:
     AUTO_OPTIONS = ("eps",)  # 0: automatic
 
-    eps: float = 0.0  # DBSCAN radius in pixels; 0: the paper's 10 px scaled to the image size
-    min_heads: int = option(1, at_least=1)  # DBSCAN MinHds (1: every head belongs to a cluster)
-    num_images: int = option(256, at_least=1)  # images the attention distances are averaged over
-    batch_size: int = 64  # images per forward pass while measuring attention distances
-    ffn: Literal["inherit", "random"] = "inherit"  # inherit: Cluster-Learngene*; random: Cluster-Learngene
-    seed: int = 0  # which images are sampled
+    eps: float = option(
+        0.0, phase=CONDENSE, help="DBSCAN radius in pixels; 0: the paper's 10 px scaled to the image size"
+    )
+    min_heads: int = option(1, at_least=1, phase=CONDENSE, help="DBSCAN MinHds (1: every head belongs to a cluster)")
+    num_images: int = option(256, at_least=1, phase=CONDENSE, help="images the attention distances are averaged over")
+    batch_size: int = option(
+        64, phase=CONDENSE, speed_only=True, help="images per forward pass while measuring attention distances"
+    )
+    ffn: Literal["inherit", "random"] = option(
+        "inherit", phase=CONDENSE, help="inherit: Cluster-Learngene*; random: Cluster-Learngene"
+    )
+    seed: int = option(0, phase=CONDENSE, help="which images are sampled")
 
 
 # ---- mean attention distance (Eq. 4) --------------------------------------------------------------------

@@ -47,6 +47,9 @@ Where we depart from their script (each one where it cannot run or runs into a q
 ``variant=orthonormal`` is our earlier reading (written before their script could be read): an
 orthonormal 3-D DCT of the stacked layers with ``√(target/source)`` rescaling, q/k/v and SwiGLU halves
 transformed apart, no z-scoring; ``depth_ratio`` sets its kept share along depth.
+
+Authors' code: the public repository named above (``front_init_deit.py``) could not be located in this
+session's search, so no repository name or commit is recorded here.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ from torch import Tensor
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..validate import option
+from ..validate import CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import CLASSES, KEEP, Axis, StateDict, block_axes, carried, inherit_non_block, non_block_axes
 
@@ -228,17 +231,29 @@ def resample(coeffs: Tensor, axes: tuple[str | None, ...], sizes: tuple[tuple[in
 class FrontConfig:
     AUTO_OPTIONS = ("select_n", "depth_ratio")  # 0: automatic
 
-    keep_ratio: float = option(1.0, above=0, at_most=1)  # share of the frequencies kept per width axis (theirs: all)
-    use_ratio: bool = False  # multiply by target / kept length per width axis (undoes the unnormalised DCT's scaling)
-    select_n: int = 0  # depth frequencies kept; 0: min(target depth, ancestry depth)
-    dct_mode: Literal["zero", "random", "consistence", "repeat"] = "zero"  # how the target's depth axis is filled
-    mlp_dct_dim: Literal["1d", "2d"] = "2d"  # 1d: fc1/fc2 transformed only along the MLP hidden axis
-    skip: tuple[Literal["qkv", "o", "mlp", "norm", "none"], ...] = ()  # left to timm's init
-    seed: int = 0  # dct_mode=random's draws (the descendant's seed)
-    variant: Literal["authors", "orthonormal"] = "authors"  # authors: their script's rule; orthonormal: our 3-D DCT
+    keep_ratio: float = option(
+        1.0, above=0, at_most=1, phase=CONDENSE, help="share of the frequencies kept per width axis (theirs: all)"
+    )
+    use_ratio: bool = option(
+        False,
+        phase=EXPAND,
+        help="multiply by target / kept length per width axis (undoes the unnormalised DCT's scaling)",
+    )
+    select_n: int = option(0, phase=EXPAND, help="depth frequencies kept; 0: min(target depth, ancestry depth)")
+    dct_mode: Literal["zero", "random", "consistence", "repeat"] = option(
+        "zero", phase=EXPAND, help="how the target's depth axis is filled"
+    )
+    mlp_dct_dim: Literal["1d", "2d"] = option(
+        "2d", phase=CONDENSE, help="1d: fc1/fc2 transformed only along the MLP hidden axis"
+    )
+    skip: tuple[Literal["qkv", "o", "mlp", "norm", "none"], ...] = option((), phase=EXPAND, help="left to timm's init")
+    seed: int = option(0, phase=EXPAND, help="dct_mode=random's draws (the descendant's seed)")
+    variant: Literal["authors", "orthonormal"] = option(
+        "authors", phase=CONDENSE, help="authors: their script's rule; orthonormal: our 3-D DCT"
+    )
     depth_ratio: float = option(
-        0.0, at_least=0, at_most=1
-    )  # orthonormal variant: share kept along depth; 0: keep_ratio
+        0.0, at_least=0, at_most=1, phase=CONDENSE, help="orthonormal variant: share kept along depth; 0: keep_ratio"
+    )
 
 
 @register_method

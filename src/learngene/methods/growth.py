@@ -35,6 +35,9 @@ the function changes a little.
 
 The learngene is the whole ancestry. Sizes smaller than the ancestry's are refused (that is what
 importance and weight_selection do).
+
+Authors' code: HyperCloning, github.com/apple/ml-hypercloning (snapshot read at 7c4e80b, written for
+language models); G_stack and Net2Net: none was found in this session's search.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
+from ..validate import EXPAND, option
 from ..vit.heads import join_proj, select_matrix, split_proj
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import WRITER, block_names
@@ -69,14 +73,18 @@ WRITERS = block_names(tag=WRITER)  # zeroed, a block adds nothing to the residua
 
 @dataclass(frozen=True)
 class GrowConfig:
-    width: Literal["hyperclone", "net2net"] = (
-        "hyperclone"  # hyperclone: exact multiples, function preserving; net2net: random copies
+    width: Literal["hyperclone", "net2net"] = option(
+        "hyperclone",
+        phase=EXPAND,
+        help="hyperclone: exact multiples, function preserving; net2net: random copies",
     )
-    depth: Literal["stack", "identity"] = (
-        "stack"  # stack: G_stack, layer l = ancestry layer l mod L; identity: new layers are identities
+    depth: Literal["stack", "identity"] = option(
+        "stack",
+        phase=EXPAND,
+        help="stack: G_stack, layer l = ancestry layer l mod L; identity: new layers are identities",
     )
-    snr_db: float | None = None  # noise at this signal-to-noise ratio in dB (None: no noise)
-    seed: int = 0  # noise and Net2Net's random copies
+    snr_db: float | None = option(None, phase=EXPAND, help="noise at this signal-to-noise ratio in dB (None: no noise)")
+    seed: int = option(0, phase=EXPAND, help="noise and Net2Net's random copies")
 
 
 def random_copies(n_src: int, n_dst: int, generator: torch.Generator) -> AxisMap:

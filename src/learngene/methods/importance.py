@@ -32,6 +32,8 @@ recovers by distillation after pruning; that retraining is the descendant's ordi
 
 Heads keep the ancestry's size ``d`` (the descendant has ``D'/d`` heads), as both papers prune whole
 heads; sizes larger than the ancestry are the job of :mod:`~learngene.methods.growth`.
+
+Authors' code: none was found in this session's search (weight subcloning, Minitron's importance).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
+from ..validate import CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import WIDTH_GAIN, block_names
 from ..vit.transfer import (
@@ -67,10 +70,12 @@ LAYER_SCORE, WIDTH_SCORE, WIDTH_ORDER = "importance.layer", "importance.width", 
 
 @dataclass(frozen=True)
 class ImportanceConfig:
-    num_images: int = 256  # calibration images (subcloning and Minitron use a small calibration batch)
-    batch_size: int = 64  # calibration images per forward pass
-    seed: int = 0  # which images are sampled
-    rescale: bool = True  # LayerNorm gains × √(D/D') (subcloning)
+    num_images: int = option(
+        256, phase=CONDENSE, help="calibration images (subcloning and Minitron use a small calibration batch)"
+    )
+    batch_size: int = option(64, phase=CONDENSE, speed_only=True, help="calibration images per forward pass")
+    seed: int = option(0, phase=CONDENSE, help="which images are sampled")
+    rescale: bool = option(True, phase=EXPAND, help="LayerNorm gains × √(D/D') (subcloning)")
 
 
 @torch.no_grad()

@@ -32,6 +32,8 @@ descendant's width (their ``pos_embed[..., :D']``; their aux net has no class to
 has not (layer-scale gammas, q/k norms: per-head, not widened; the MAP head, whose MLP gets its own ``F``)
 follow the same rules with their own ``G``; ``interlace`` (accepted by their code but never initialized) is
 refused.
+
+Authors' code: github.com/eddiexia98/LeTs (snapshot read at 11ea578).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
-from ..validate import option
+from ..validate import CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import TOKENS
 from ..vit.transfer import (
@@ -72,15 +74,27 @@ SMALL, AUX, F_, G_ = "small.", "aux.", "F.", "G."
 class LeTsConfig(AuxConfig):
     AUTO_OPTIONS = (*AuxConfig.AUTO_OPTIONS, "gene_depth", "gene_embed_dim", "gene_mlp_dim")
 
-    gene_depth: int = 0  # compact layers; 0: half the aux net's (their 8 for a 16-layer aux net)
-    gene_embed_dim: int = 0  # compact width; 0: half the aux net's (their 384 for 768)
-    gene_mlp_dim: int = 0  # compact MLP hidden size; 0: half the aux net's
-    tie: int = option(2, at_least=1)  # consecutive aux layers sharing one G (their coeff_mapping e2)
-    depth_init: Literal["stackbert_noisy", "stackbert", "rand", "rand_softmax"] = "stackbert_noisy"  # G's start
-    width_init: Literal["rand", "rand_softmax", "sel", "sel_noisy"] = "rand"  # F's start
-    init_noise: float = 0.03  # scale of the uniform noise in the *_noisy starts of G and F
-    mapping_layer: str = ""  # per descendant layer, the aux layer whose compact pair it mixes ("": stretched)
-    mapping_layer_coeff: str = ""  # per descendant layer, the aux layer whose G it uses ("": mapping_layer)
+    gene_depth: int = option(
+        0, phase=CONDENSE, help="compact layers; 0: half the aux net's (their 8 for a 16-layer aux net)"
+    )
+    gene_embed_dim: int = option(0, phase=CONDENSE, help="compact width; 0: half the aux net's (their 384 for 768)")
+    gene_mlp_dim: int = option(0, phase=CONDENSE, help="compact MLP hidden size; 0: half the aux net's")
+    tie: int = option(
+        2, at_least=1, phase=CONDENSE, help="consecutive aux layers sharing one G (their coeff_mapping e2)"
+    )
+    depth_init: Literal["stackbert_noisy", "stackbert", "rand", "rand_softmax"] = option(
+        "stackbert_noisy", phase=CONDENSE, help="G's start"
+    )
+    width_init: Literal["rand", "rand_softmax", "sel", "sel_noisy"] = option("rand", phase=CONDENSE, help="F's start")
+    init_noise: float = option(0.03, phase=CONDENSE, help="scale of the uniform noise in the *_noisy starts of G and F")
+    mapping_layer: str = option(
+        "",
+        phase=(CONDENSE, EXPAND),
+        help='per descendant layer, the aux layer whose compact pair it mixes ("": stretched)',
+    )
+    mapping_layer_coeff: str = option(
+        "", phase=(CONDENSE, EXPAND), help='per descendant layer, the aux layer whose G it uses ("": mapping_layer)'
+    )
 
 
 def g_module(name: str) -> str:

@@ -7,6 +7,8 @@ keeps timm's default initialization. Used alone (``--method mimetic``) or as a t
 attention weights another method leaves to timm (``make_descendant(..., top_up="mimetic")``,
 ``learngene expand --top-up mimetic``). The closed form itself is :mod:`learngene.vit.attention_init`, which
 the other methods and ``make_descendant`` import.
+
+Authors' code: none was found in this session's search.
 """
 
 from __future__ import annotations

@@ -30,6 +30,9 @@ Widths follow heads × head size: the descendant has ``H_c`` heads of the ancest
 width ``H_c·d``; the residual and MLP axes are carried over by :mod:`learngene.vit.transfer`.
 Unlike the authors' released code this keeps the mixtures (not the first heads), trains the depth
 map and never re-initializes inherited weights.
+
+Authors' code: the released code named above could not be located in this session's search, so no
+repository or commit is recorded here.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from ..genenet import GeneNet
 from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..training.loop import TrainResult, train
+from ..validate import CONDENSE, option
 from ..vit.heads import join_proj, join_qkv, split_proj, split_qkv
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import MLP, MSA, NORM, block_names, has_tag, head_sliced, per_head
@@ -139,11 +143,13 @@ def gene_shapes(gene_tensors: StateDict, spec: ViTSpec) -> dict[str, tuple[int, 
 class PEGConfig:
     AUTO_OPTIONS = ("gene_heads", "gene_ffns")  # 0: automatic
 
-    gene_heads: int = (
-        0  # H_b heads kept per ancestry layer; 0: about two thirds of the ancestry's (the authors' configs)
+    gene_heads: int = option(
+        0,
+        phase=CONDENSE,
+        help="H_b heads kept per ancestry layer; 0: about two thirds of the ancestry's (the authors' configs)",
     )
-    gene_ffns: int = 0  # L_b FFNs kept; 0: half the ancestry's depth, rounded up
-    seed: int = 0  # the Gaussian draws of the mixing weights
+    gene_ffns: int = option(0, phase=CONDENSE, help="L_b FFNs kept; 0: half the ancestry's depth, rounded up")
+    seed: int = option(0, phase=CONDENSE, help="the Gaussian draws of the mixing weights")
 
 
 def default_gene_heads(ancestry_heads: int) -> int:

@@ -9,14 +9,35 @@ depths (largest remainders), the smallest instance gives its first blocks and th
 largest its last blocks, final norm and head, the ones between evenly spaced blocks; an instance asked
 for more layers than it has repeats its blocks in order.
 
-What the paper has that a plain timm ViT cannot hold, and is therefore left out (so this is the pool at
-one width, not the full method): instances of reduced width (the paper's second group of aux models),
-the learnable transformation matrices that stitch instances of different widths, and the dense
-distillation of block and attention outputs through such matrices; here every instance has the aux net's
-width, stitching is the identity, and each instance distils the ancestry's logits (or, for a headless
-ancestry, its pooled features) like the other aux-net methods. The paper's own sizes of the aux models
-could not be read (no public code: the authors' repository holds only a README); ours are
-``⌈L/4⌉`` and ``⌈L/2⌉`` blocks of an ``L``-block aux spec.
+Two designs (``design``):
+
+``authors``: the pool as the authors' code builds it (github.com/ZhenuYang/Yuanmou, read at b3e20a0,
+``learngene_methods/learngene_pool``; a PyTorch port of the authors' MindSpore superselll/learngenepool):
+instances of **different widths** and equal depth (theirs: DeiT-Ti,
+-S and -B-like nets of 6 or 9 blocks, 192/384/768 wide, heads of 64, distilled from a 12-block DeiT-B),
+joined by linear stitch layers. Ours: ``widths`` (default ¼, ½ and 1 of the aux width, as theirs of
+DeiT-B's), heads scaled with the width (at least one), ``instance_depth`` blocks (default ⌈L/2⌉ of an
+``L``-block aux spec: their 6 of 12). Stitches as their ``paired_stitching`` (window of two blocks, stride
+one): front block ``j`` may feed end block ``k`` for ``|j − k| ≤ 1``, the pairs of one window sharing one
+stitch layer; one set per pair of instances, narrower to wider. Each stitch layer starts as the
+least-squares affine map from the front block's output tokens to the tokens entering the end block, on
+up to 100 training images (their ``snnet`` initialization, ``stitch_init_bs`` 100), the fits of the
+window's pairs averaged. A stitched descendant is a :class:`~learngene.vit.stitched.StitchedViT`
+(:func:`stitched_descendant`); a plain timm ViT from this gene is the instance of its width, its blocks
+spread over the asked depth (``⌊t·d/L⌋``, ours: their unstitched configurations are the instances as they
+are). Departures: their third step, training the whole pool on randomly drawn stitches with dense
+distillation through learned transformation matrices (``conf_build.yaml``, 50 epochs), is not done: the
+stitches keep their least-squares fit and the descendant is fine-tuned as any other; their stitch fit
+reads the *last* block's output for an end block 0 (index ``-1``), ours the embedded tokens entering it.
+
+``equal_width`` (the default, our own variant): every instance has the aux net's width, stitching is the
+identity, so a descendant is a plain timm ViT of any depth at that width. Instance depths
+``instance_depths`` (ours: ``⌈L/4⌉`` and ``⌈L/2⌉`` blocks of an ``L``-block aux spec), each instance
+distilling the ancestry's logits (or, for a headless ancestry, its pooled features) like the other aux-net
+methods.
+
+Authors' code: github.com/ZhenuYang/Yuanmou at b3e20a0 (``learngene_methods/learngene_pool``, removed from the
+repository later); github.com/superselll/learngenepool (commit 4f6bd2f: the MindSpore version, not re-read here).
 """
 
 from __future__ import annotations
@@ -25,21 +46,37 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, cast
 
 import torch
+from torch import Tensor, nn
 
 from ..auxnet import AuxConfig, AuxNetMethod, condense_through_aux, resolve_aux_spec
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Paper
 from ..registry import register_method
+from ..validate import CONDENSE, option
+from ..vit.eva import block_inputs
 from ..vit.spec import ViTSpec
+from ..vit.stitched import StitchedViT
 from ..vit.transfer import StateDict, inherit_non_block, part_of, place_blocks, require_block_shape, stretch
 
 
 @dataclass(frozen=True)
 class PoolConfig(AuxConfig):
-    instance_depths: str = ""  # blocks of each small aux model, e.g. "1,2"; "": ⌈L/4⌉ and ⌈L/2⌉ of the aux spec
+    design: Literal["equal_width", "authors"] = option(
+        "equal_width", phase=CONDENSE, help="authors: instances of other widths, linear stitches"
+    )
+    instance_depths: str = option(
+        "", phase=CONDENSE, help='equal_width: blocks of each small aux model, e.g. "1,2"; "": ⌈L/4⌉ and ⌈L/2⌉'
+    )
+    widths: str = option(
+        "", phase=CONDENSE, help='authors: width of each instance, e.g. "8,16,32"; "": ¼, ½ and 1 of the aux width'
+    )
+    instance_depth: int = option(
+        0, phase=CONDENSE, help="authors: blocks of every instance; 0: ⌈L/2⌉ of the aux spec (their 6 of 12)"
+    )
 
 
 def instance_key(index: int, key: str) -> str:
@@ -71,11 +108,61 @@ def stitched_layers(depths: list[int], total: int) -> list[tuple[int, int]]:
     return out
 
 
+# ---- the authors' design: instances of different widths, stitched by learned linear layers -------------
+
+
+def paired_stitches(depth: int) -> list[tuple[int, int, int]]:
+    """``(front block, end block, stitch layer)`` of every stitch between two ``depth``-block instances.
+
+    Their ``paired_stitching`` (kernel 2, stride 1): a window over blocks ``i, i+1`` slides one block at a time;
+    every (front, end) pair inside it not seen before is a stitch, and the window's pairs share one stitch layer.
+    """
+    out: list[tuple[int, int, int]] = []
+    seen: set[tuple[int, int]] = set()
+    layer = 0
+    for i in range(depth):
+        window = range(i, min(i + 2, depth))
+        new = [(j, k) for j in window for k in window if (j, k) not in seen]
+        seen.update(new)
+        out += [(j, k, layer) for j, k in new]
+        layer += bool(new)
+    return out
+
+
+def stitch_key(front: int, end: int, layer: int, name: str) -> str:
+    return f"stitch{front}_{end}.{layer}.{name}"
+
+
+def least_squares_stitch(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """Weight and bias of the affine map closest to ``x -> y`` in least squares (their ``ps_inv``): ``[x 1]⁺ y``."""
+    x, y = x.reshape(-1, x.shape[-1]).double(), y.reshape(-1, y.shape[-1]).double()
+    solution = torch.linalg.pinv(torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], dim=1)) @ y
+    return solution[:-1].T.float(), solution[-1].float()
+
+
+def block_tokens(model: nn.Module, images: Tensor) -> list[Tensor]:
+    """The tokens entering each block of a timm ViT, then those leaving the last."""
+    x, kwargs = block_inputs(model, images)
+    tokens = [x]
+    for block in cast(nn.Sequential, model.blocks):
+        x = block(x, **kwargs)
+        tokens.append(x)
+    return tokens
+
+
+def instance_state(gene: Learngene, index: int) -> StateDict:
+    prefix = instance_key(index, "")
+    return {k[len(prefix) :]: v for k, v in gene.tensors.items() if k.startswith(prefix)}
+
+
 @register_method
 class LearngenePool(AuxNetMethod):
     name = "pool"
-    stores = "the blocks of several small aux models, each distilled from the ancestry"
-    expands_to = "any depth at their width, stitched from the smallest instance to the largest"
+    stores = "the blocks of several small aux models, each distilled from the ancestry (design=authors: of 3 widths, with stitches)"
+    expands_to = (
+        "any depth at their width, stitched from the smallest instance to the largest; design=authors: an "
+        "instance's width, or a StitchedViT (stitched_descendant)"
+    )
     summary = "blocks of several small distilled aux models, stitched smallest to largest; any depth at their width"
     paper = Paper(
         "Building Variable-sized Models via Learngene Pool",
@@ -105,8 +192,29 @@ class LearngenePool(AuxNetMethod):
             raise LearngeneError(f"pool instance_depths={text!r} needs positive block counts")
         return sorted(depths)
 
+    def instance_specs(self, aux: ViTSpec) -> list[ViTSpec]:
+        """design=authors: the instances, narrowest first, from the aux spec (or the gene's layout, the widest)."""
+        text, width = self.config.widths, aux.embed_dim
+        try:
+            widths = [int(x) for x in str(text).split(",")] if text else [width // 4, width // 2, width]
+        except ValueError:
+            raise LearngeneError(f"pool widths={text!r} is not comma-separated widths, e.g. 8,16,32") from None
+        depth = self.config.instance_depth or math.ceil(aux.depth / 2)
+        specs = []
+        for w in sorted(set(widths)):
+            heads = max(1, round(aux.num_heads * w / width))
+            if w < 1 or w % heads:
+                raise LearngeneError(
+                    f"pool widths={text or 'auto'!r}: an instance {w} wide cannot split into {heads} heads; "
+                    f"give --opt widths=... as multiples of the head count"
+                )
+            specs.append(aux.replace(embed_dim=w, num_heads=heads, depth=depth))
+        return specs
+
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         aux = resolve_aux_spec(self.config, ancestry, inputs, self.name)
+        if self.config.design == "authors":
+            return self.condense_authors(aux, ancestry, inputs)
         depths = self.depths(aux)
         source = ancestry.spec if ancestry is not None else None
         tensors: StateDict = {}
@@ -141,7 +249,70 @@ class LearngenePool(AuxNetMethod):
         )
         return gene
 
+    def distil_instance(
+        self, index: int, spec: ViTSpec, ancestry: Ancestry | None, inputs: CondenseInputs | None
+    ) -> Learngene:
+        """Instance ``index`` of ``spec``, distilled from the ancestry in its own aux net (its own run folder)."""
+        torch.manual_seed((inputs.train_cfg.seed if inputs is not None else 0) + index)
+        start = {instance_key(index, k): v.detach().clone() for k, v in spec.create_model().state_dict().items()}
+        own = inputs
+        if inputs is not None and inputs.run_dir is not None:  # each instance checkpoints apart
+            own = dataclasses.replace(inputs, run_dir=Path(inputs.run_dir) / f"instance{index}")
+        source = ancestry.spec if ancestry is not None else None
+        return condense_through_aux(self, self.new_gene(start, spec, source), self.require_ancestry(ancestry), own)
+
+    def condense_authors(self, aux: ViTSpec, ancestry: Ancestry | None, inputs: CondenseInputs | None) -> Learngene:
+        if inputs is None or inputs.train is None:
+            raise LearngeneError("pool condenses by training aux nets; give training data (--data)")
+        specs = self.instance_specs(aux)
+        if aux.family.rope:
+            raise LearngeneError(
+                "pool design=authors stitches instances of other head widths, and a RoPE table depends on the head "
+                "width; use --opt design=equal_width for this family"
+            )
+        tensors: StateDict = {}
+        cost: dict = {"steps": 0, "seconds": 0.0, "instances": []}
+        models = []
+        for i, spec in enumerate(specs):
+            trained = self.distil_instance(i, spec, ancestry, inputs)
+            tensors.update(trained.tensors)
+            model = spec.create_model()
+            model.load_state_dict(instance_state(trained, i), strict=False)  # a headless ancestry: no head trained
+            models.append(model.eval())
+            for key in ("steps", "seconds"):
+                cost[key] += trained.cost.get(key, 0)
+            cost["instances"].append({"width": spec.embed_dim, **trained.cost})
+        data = inputs.train
+        images = data.get_batch(torch.arange(min(100, len(data))))[0]  # their stitch_init_bs
+        with torch.no_grad():
+            tokens = [block_tokens(m, images) for m in models]
+        depth = specs[0].depth
+        for front in range(len(specs)):
+            for end in range(front + 1, len(specs)):
+                fits: dict[int, list[tuple[Tensor, Tensor]]] = {}
+                for j, k, layer in paired_stitches(depth):
+                    fits.setdefault(layer, []).append(least_squares_stitch(tokens[front][j + 1], tokens[end][k]))
+                for layer, pairs in fits.items():  # a layer shared by its window's stitches: their fits averaged
+                    tensors[stitch_key(front, end, layer, "weight")] = torch.stack([w for w, _ in pairs]).mean(0)
+                    tensors[stitch_key(front, end, layer, "bias")] = torch.stack([b for _, b in pairs]).mean(0)
+        widths = ",".join(str(spec.embed_dim) for spec in specs)
+        config = dataclasses.replace(self.config, widths=widths, instance_depth=depth)
+        return Learngene(
+            method=self.name,
+            tensors={k: v.detach().cpu().contiguous() for k, v in tensors.items()},
+            config=dataclasses.asdict(config),
+            layout=specs[-1],
+            ancestry=ancestry.spec if ancestry is not None else None,
+            cost=cost,
+        )
+
+    def kept_for_record(self, key: str) -> bool:
+        """design=authors: a plain ViT reads one instance; the others and the stitches make stitched descendants."""
+        return self.config.design == "authors" or super().kept_for_record(key)
+
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        if self.config.design == "authors":
+            return self.expand_authors(gene, spec)
         layout = gene.require_layout()
         present = sorted({int(k.split(".", 1)[0][len("instance") :]) for k in gene.tensors})
         depths = self.depths(layout)
@@ -170,9 +341,75 @@ class LearngenePool(AuxNetMethod):
         out.update(inherit_non_block(ends, layout.replace(depth=depths[-1]), spec))
         return out
 
+    def expand_authors(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        layout = gene.require_layout()
+        present = sorted({k.split(".", 1)[0] for k in gene.tensors if k.startswith("instance")})
+        if len(present) == 1 and spec == layout:  # one instance in its own aux net (condensation): its weights
+            return {k.split(".", 1)[1]: v for k, v in gene.tensors.items()}
+        specs = self.instance_specs(layout)
+        index = next((i for i, s in enumerate(specs) if s.embed_dim == spec.embed_dim), None)
+        if index is None:
+            raise LearngeneError(
+                f"a pool of the authors' design gives plain ViTs {', '.join(str(s.embed_dim) for s in specs)} wide, "
+                f"not {spec.embed_dim}; other sizes are stitched: learngene.methods.pool.stitched_descendant"
+            )
+        source = specs[index]
+        require_block_shape(source, spec, self.name)
+        state = instance_state(gene, index)
+        out: StateDict = {}
+        for layer, block in enumerate(stretch(source.depth, spec.depth).tolist()):
+            out.update(place_blocks(state, {layer: block}))
+        out.update(inherit_non_block({k: v for k, v in state.items() if not k.startswith("blocks.")}, source, spec))
+        return out
+
     def describe(self, gene: Learngene) -> list[str]:
         layout = gene.require_layout()
+        if self.config.design == "authors":
+            specs = self.instance_specs(layout)
+            return [
+                f"pool of {len(specs)} instances {', '.join(str(s.embed_dim) for s in specs)} wide, "
+                f"{layout.depth} blocks each, joined by linear stitches (the authors' design)"
+            ]
         return [
             f"pool of {len(self.depths(layout))} instances of {', '.join(map(str, self.depths(layout)))} blocks "
             f"(width {layout.embed_dim}), stitched smallest to largest"
         ]
+
+
+def stitch_choices(gene: Learngene) -> list[tuple[int, int, int, int]]:
+    """Every stitched descendant a pool of the authors' design makes: (front, end, cut_front, cut_end)."""
+    method = cast(LearngenePool, LearngenePool.from_gene(gene))
+    depth = method.instance_specs(gene.require_layout())[0].depth
+    count = len(method.instance_specs(gene.require_layout()))
+    return [
+        (front, end, j, k)
+        for front in range(count)
+        for end in range(front + 1, count)
+        for j, k, _ in paired_stitches(depth)
+    ]
+
+
+def stitched_descendant(gene: Learngene, front: int, end: int, cut_front: int, cut_end: int) -> StitchedViT:
+    """Instance ``front``'s embeddings and blocks ``0..cut_front``, its stitch, instance ``end``'s blocks from
+    ``cut_end`` and head: one of :func:`stitch_choices` (depth ``cut_front + 1 + depth − cut_end``)."""
+    if gene.method != "pool" or gene.config.get("design") != "authors":
+        raise LearngeneError("stitched descendants come from a pool gene of the authors' design (--opt design=authors)")
+    method = cast(LearngenePool, LearngenePool.from_gene(gene))
+    specs = method.instance_specs(gene.require_layout())
+    layers = {(j, k): layer for j, k, layer in paired_stitches(specs[0].depth)}
+    if not (0 <= front < end < len(specs)) or (cut_front, cut_end) not in layers:
+        raise LearngeneError(
+            f"no stitch from instance {front} block {cut_front} into instance {end} block {cut_end}; "
+            f"pick one of learngene.methods.pool.stitch_choices(gene)"
+        )
+    model = StitchedViT(specs[front], specs[end], cut_front, cut_end)
+    state = {f"front.{k}": v for k, v in instance_state(gene, front).items()}
+    state.update({f"end.{k}": v for k, v in instance_state(gene, end).items()})
+    layer = layers[(cut_front, cut_end)]
+    state.update({f"stitch.{p}": gene.tensors[stitch_key(front, end, layer, p)] for p in ("weight", "bias")})
+    own = model.state_dict()
+    missing = [k for k in own if k not in state]
+    if any(not k.startswith(("front.head", "end.head")) for k in missing):  # a headless ancestry: a fresh head
+        raise LearngeneError(f"this pool gene lacks {missing[0]}; create it again with `learngene condense`")
+    model.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
+    return model

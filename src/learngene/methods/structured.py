@@ -17,16 +17,26 @@ down, then the corners (heads past nine start over). Rule of the authors' code (
 5. Values and projection as in mimetic: ``W_v W_proj = α·Z − β·I`` (α = β = 0.4), ``Z`` uniform with
    variance ``1/D`` (their default distribution), factored by SVD, times ``v_scale`` (1).
 
-Departures from their code: every other weight keeps timm's default initialization (they train with
-``weight_init=skip``, PyTorch's default Linear init; every method here starts from timm's); the random
+qkv biases (``qkv_bias``): ``pytorch`` (the default) is theirs: they train with ``weight_init=skip``, which
+leaves ``nn.Linear``'s own init, biases uniform on ``±1/√D``; drawn here after every layer's weights, so the
+weights are the same under either choice. ``timm`` keeps timm's zeros. Families whose attention has no fused
+``qkv`` bias (separate q/v biases, or none) keep timm's.
+
+Departures from their code: every other weight keeps timm's default initialization (``weight_init=skip``
+leaves PyTorch's default Linear init there too; every method here starts from timm's); the random
 position table is drawn as timm's ``VisionTransformer`` draws it (``N(0, 0.02²)``) with the descendant's
-seed, and the class/register rows it has are scaled with it, as theirs are; q/k norms and qkv biases stay
-timm's (their models have none of the former and zero biases).
+seed, and the class/register rows it has are scaled with it, as theirs are; q/k norms stay timm's (their
+models have none).
+
+Authors' code: github.com/osiriszjq/structured_initialization, read at 2623dcc (their rule is
+``VisionTransformer.post_init_weights`` in the timm 1.0.22 copy it holds, from commit 7cd02f1; its
+``impulse`` branch sets qkv and proj weights and the position table, nothing else).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -34,7 +44,7 @@ from torch import Tensor
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..validate import option
+from ..validate import EXPAND, option
 from ..vit.heads import join_qkv
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import StateDict
@@ -45,14 +55,17 @@ KERNEL_ORDER = (4, 1, 5, 3, 7, 0, 2, 6, 8)
 
 @dataclass(frozen=True)
 class StructuredConfig:
-    pos_scale: float = 18.0  # their norm_p
-    qk_scale: float = 7.0  # their norm_q
-    v_scale: float = 1.0  # their norm_v
-    impulse: float = 1000.0  # logit of the impulse entries in the target map
-    kernel_size: int = option(3, at_least=1)  # their 3 x 3 (other sizes: offsets in row-major order)
-    alpha: float = 0.4  # noise in W_v W_proj
-    beta: float = 0.4  # negative identity in W_v W_proj
-    seed: int = 0  # the random positions and noise draws (a descendant's seed sets it)
+    pos_scale: float = option(18.0, phase=EXPAND, help="their norm_p")
+    qk_scale: float = option(7.0, phase=EXPAND, help="their norm_q")
+    v_scale: float = option(1.0, phase=EXPAND, help="their norm_v")
+    impulse: float = option(1000.0, phase=EXPAND, help="logit of the impulse entries in the target map")
+    kernel_size: int = option(3, at_least=1, phase=EXPAND, help="their 3 x 3 (other sizes: offsets in row-major order)")
+    alpha: float = option(0.4, phase=EXPAND, help="noise in W_v W_proj")
+    beta: float = option(0.4, phase=EXPAND, help="negative identity in W_v W_proj")
+    seed: int = option(0, phase=EXPAND, help="the random positions and noise draws (a descendant's seed sets it)")
+    qkv_bias: Literal["pytorch", "timm"] = option(
+        "pytorch", phase=EXPAND, help="theirs: nn.Linear's uniform ±1/√D; timm: zeros"
+    )
 
 
 def impulse_offsets(heads: int, kernel_size: int = 3) -> list[tuple[int, int]]:
@@ -143,4 +156,9 @@ class Structured(Method):
             )
             out[block_key(layer, "attn.qkv.weight")] = qkv.float()
             out[block_key(layer, "attn.proj.weight")] = (cfg.v_scale * proj).float()
+        if cfg.qkv_bias == "pytorch" and "attn.qkv.bias" in spec.block_shapes():
+            bound = 1 / D**0.5  # nn.Linear.reset_parameters: U(±1/√fan_in)
+            for layer in range(spec.depth):
+                bias = (torch.rand(3 * D, generator=generator, dtype=torch.float64) * 2 - 1) * bound
+                out[block_key(layer, "attn.qkv.bias")] = bias.float()
         return out

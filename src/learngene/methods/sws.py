@@ -7,35 +7,76 @@ layer (weights shared), and the whole net is trained by distillation from the an
 expands each stage's layer to that stage's depth in it (``descendant_stages``: layers per stage, summing to
 its depth), so the stage information learned in the aux net is where the descendant uses it.
 
-No public code of the authors could be read, so the configuration is ours where the paper's text does not
-fix it (it says both the number of stages and their lengths are configurable): by default three stages
-(fewer for a shallower aux net) splitting the aux net as evenly as possible, earlier stages one layer
-longer; a descendant's layer ``t`` of ``L`` belongs to the stage of aux layer ``⌊t·L_aux/L⌋`` unless
-``descendant_stages`` says otherwise. Initial values as TLEG's (the same group's): trunc-normal(0.02)
-matrices, zero biases, unit norm weights. Depth only: a descendant has the aux net's width.
+Authors' code: github.com/AlphaXia/SWS, read at commit 2ad3b64. Their set-up, our defaults:
+
+- aux net (their ``aux_deit_*_L16_33433``): 16 layers in 5 stages of 3, 3, 4, 3, 3 layers, for 12-layer
+  descendants; no class token, average pooling; 12 heads at both of their widths (Aux-S is 384 wide with
+  12 heads of 32 where DeiT-S has 6 of 64; Aux-B is 768 wide with 12, as DeiT-B);
+- descendant (their ``gene_tranfer_1`` with ``--layers-source 0,0,0,1,1,1,2,2,3,3,4,4``): layer ``t`` is a
+  copy of stage ``layers_source[t]``'s layer; embeddings shared; the aux net's final norm becomes the
+  descendant's; the head only where the label space is the aux net's.
+
+How the defaults generalise to other depths (ours: their code fixes only the 16/12-layer case):
+
+- ``aux_depth`` 0: ``round(4·L/3)`` for an ``L``-layer ancestry (their 16 for 12);
+- ``stages`` "": their 3,3,4,3,3 at 16 aux layers; otherwise five stages (fewer for a shallower aux net),
+  as even as possible, the layers left over going to the middle stages first (their 16 gives its one
+  extra layer to the middle stage);
+- ``descendant_stages`` "": the descendant's layers spread over the stages as evenly as possible, earlier
+  stages one layer longer. At 12 layers and five stages this is their mapping (3,3,2,2,2 layers:
+  0,0,0,1,1,1,2,2,3,3,4,4); a descendant of the aux net's depth has the aux net's stages;
+- ``aux_num_heads`` 0: 12 where the aux width is one of theirs (384, 768), else the ancestry's count;
+- ``aux_pool`` "": average pooling without a class token (their aux net) where the ancestry's family can
+  pool so (a distilled DeiT cannot: then the ancestry's pooling). Our aux net averages, then normalizes
+  (timm's ``fc_norm``); theirs normalizes, then averages.
+
+Initial values as TLEG's (the same group's, and their ``_init_weights``): trunc-normal(0.02) matrices,
+zero biases, unit norm weights. Depth only: a descendant has the aux net's width.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
-from ..auxnet import AuxConfig, AuxNetMethod, expand_non_block, initial_non_block, vector_start
-from ..errors import LearngeneError
+from ..auxnet import (
+    AuxNetMethod,
+    DrawnStartConfig,
+    condense_through_aux,
+    expand_non_block,
+    initial_non_block,
+    resolve_aux_spec,
+    vector_start,
+)
+from ..errors import LearngeneError, SpecError
 from ..gene import Learngene
-from ..method import Paper
+from ..method import Ancestry, CondenseInputs, Paper
 from ..registry import register_method
+from ..validate import CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import StateDict, require_block_shape
 
 PREFIX = "stage."
+AUTHORS_STAGES = (3, 3, 4, 3, 3)  # their aux net's stages (aux_models.py, get_repeated_schedule_*)
+AUTHORS_HEADS = {384: 12, 768: 12}  # their aux nets' heads by width (models.py, deit_*_patch16_224_L16)
 
 
 @dataclass(frozen=True)
-class SWSConfig(AuxConfig):
-    stages: str = ""  # aux layers per stage, e.g. "2,1,1"; "": three stages as even as possible
-    descendant_stages: str = ""  # a descendant's layers per stage ("": its layers follow the aux net's stages)
+class SWSConfig(DrawnStartConfig):
+    aux_pool: Literal["", "token", "avg"] = option(
+        "", phase=CONDENSE, help='"": avg (theirs: no class token) where the family allows it'
+    )
+    stages: str = option(
+        "",
+        phase=CONDENSE,
+        help='aux layers per stage, e.g. "3,3,4,3,3"; "": theirs at 16 layers, else see the docstring',
+    )
+    descendant_stages: str = option(
+        "", phase=(CONDENSE, EXPAND), help='a descendant\'s layers per stage ("": spread as evenly as possible)'
+    )
 
 
 def parse_counts(text: str, what: str) -> list[int] | None:
@@ -44,15 +85,29 @@ def parse_counts(text: str, what: str) -> list[int] | None:
     try:
         counts = [int(x) for x in str(text).split(",")]
     except ValueError:
-        raise LearngeneError(f"sws {what}={text!r} is not comma-separated layer counts, e.g. 2,1,1") from None
+        raise LearngeneError(f"sws {what}={text!r} is not comma-separated layer counts, e.g. 3,3,4,3,3") from None
     if not counts or min(counts) < 0 or sum(counts) == 0:
         raise LearngeneError(f"sws {what}={text!r} needs non-negative layer counts with a positive sum")
     return counts
 
 
-def even_stages(depth: int, count: int = 3) -> list[int]:
-    """``depth`` layers in ``min(count, depth)`` stages as even as possible, earlier stages longer."""
+def middle_first_stages(depth: int, count: int = 5) -> list[int]:
+    """``depth`` layers in ``min(count, depth)`` stages as even as possible, the extra layers in the middle stages."""
     count = min(count, depth)
+    counts = [depth // count] * count
+    centre = (count - 1) / 2
+    for s in sorted(range(count), key=lambda s: (abs(s - centre), s))[: depth % count]:
+        counts[s] += 1
+    return counts
+
+
+def default_aux_stages(depth: int) -> list[int]:
+    return list(AUTHORS_STAGES) if depth == sum(AUTHORS_STAGES) else middle_first_stages(depth)
+
+
+def spread(depth: int, count: int) -> list[int]:
+    """``depth`` descendant layers over ``count`` stages as evenly as possible, earlier stages one longer (a
+    descendant shallower than ``count`` takes one layer of each of the first stages)."""
     return [depth // count + (s < depth % count) for s in range(count)]
 
 
@@ -76,10 +131,34 @@ class SWS(AuxNetMethod):
     Config = SWSConfig
     needs_data = True
     needs_vit_ancestry = False
-    distill_lambda = 1.0  # pure distillation, as TLEG's recipe of the same group
+    distill_lambda = 1.0  # their --distillation-alpha 1.0: pure (soft) distillation
+
+    def aux_spec(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> ViTSpec:
+        """The aux net: the options, else the authors' depth ratio and head count (see the module docstring)."""
+        cfg = self.config
+        base = ancestry.spec if ancestry is not None else None
+        if base is not None:
+            width = cfg.aux_embed_dim or base.embed_dim
+            cfg = dataclasses.replace(
+                cfg,
+                aux_depth=cfg.aux_depth or max(1, round(4 * base.depth / 3)),
+                aux_num_heads=cfg.aux_num_heads or AUTHORS_HEADS.get(width, 0),  # 0: the ancestry's
+            )
+        if not cfg.aux_pool:
+            try:
+                return resolve_aux_spec(dataclasses.replace(cfg, aux_pool="avg"), ancestry, inputs, self.name)
+            except SpecError:  # e.g. a distilled DeiT reads its class and distillation tokens
+                pass
+        return resolve_aux_spec(cfg, ancestry, inputs, self.name)
+
+    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        aux = self.aux_spec(ancestry, inputs)
+        torch.manual_seed(inputs.train_cfg.seed if inputs is not None else 0)
+        start = self.new_gene(self.initial_tensors(aux), aux, ancestry.spec if ancestry is not None else None)
+        return condense_through_aux(self, start, self.require_ancestry(ancestry), inputs)
 
     def aux_stages(self, aux: ViTSpec) -> list[int]:
-        counts = parse_counts(self.config.stages, "stages") or even_stages(aux.depth)
+        counts = parse_counts(self.config.stages, "stages") or default_aux_stages(aux.depth)
         if sum(counts) != aux.depth or 0 in counts:
             raise LearngeneError(
                 f"sws stages={self.config.stages!r} must be positive layer counts summing to the aux "
@@ -101,21 +180,31 @@ class SWS(AuxNetMethod):
         return tensors
 
     def layer_stages(self, gene: Learngene, spec: ViTSpec) -> list[int]:
-        """The stage of each of ``spec``'s layers."""
+        """The stage of each of ``spec``'s layers (their ``layers_source``)."""
         aux = gene.require_layout()
         aux_stage = stage_of_layers(self.aux_stages(aux))
+        count = len(set(aux_stage))
         counts = parse_counts(self.config.descendant_stages, "descendant_stages")
         if counts is None:
-            return [aux_stage[t * aux.depth // spec.depth] for t in range(spec.depth)]
-        if len(counts) != len(set(aux_stage)) or sum(counts) != spec.depth:
+            if spec.depth == aux.depth:  # the aux net's depth (the aux net itself while condensing): its stages
+                return aux_stage
+            counts = spread(spec.depth, count)
+        if len(counts) != count or sum(counts) != spec.depth:
             raise LearngeneError(
-                f"sws descendant_stages={self.config.descendant_stages!r} needs {len(set(aux_stage))} "
-                f"layer counts (one per stage) summing to the descendant's depth {spec.depth}"
+                f"sws descendant_stages={self.config.descendant_stages!r} needs {count} layer counts (one per "
+                f"stage) summing to the descendant's depth {spec.depth}"
             )
         return stage_of_layers(counts)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        require_block_shape(gene.require_layout(), spec, self.name)
+        layout = gene.require_layout()
+        if (
+            layout.block_shapes() != spec.block_shapes()
+        ):  # another head count alone is fine: their Aux-S has 12, DeiT-S 6
+            require_block_shape(layout, spec, self.name)
+            raise LearngeneError(
+                f"sws copies whole blocks: the target's blocks must have the shapes of {layout.short()}'s"
+            )
         out: StateDict = {}
         stages = self.layer_stages(gene, spec)
         for name in spec.block_shapes():

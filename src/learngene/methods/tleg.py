@@ -5,6 +5,9 @@ head. A net of any depth L is built by linear expansion: block l (1-indexed) is 
 (Eq. 1-4). θ_A and θ_B are condensed by training an aux net built this way by distillation from the
 ancestry (Eq. 5-6); any classifier can be the ancestry. Share-Init (ALBERT-style, Lan et al. 2020) is
 the special case θ_A ≡ 0: one shared layer, condensed the same way.
+
+Authors' code: TLEG, github.com/AlphaXia/TLEG (snapshot read at 6e30a5c). Share-Init is the TLEG paper's
+baseline (ALBERT's cross-layer sharing); ALBERT's own code is for text and was not read.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ import torch
 from torch import Tensor
 
 from ..auxnet import (
-    AuxConfig,
     AuxNetMethod,
+    DrawnStartConfig,
     block_params_per_layer,
     expand_non_block,
     initial_non_block,
@@ -27,7 +30,7 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
-from ..validate import option
+from ..validate import CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import LAYER_SCALE, MLP, MSA, NORM, block_names, has_tag, per_head
 from ..vit.transfer import StateDict
@@ -43,7 +46,7 @@ MODULES: dict[str, tuple[str, ...]] = {
 
 
 @dataclass(frozen=True)
-class TLEGConfig(AuxConfig):
+class TLEGConfig(DrawnStartConfig):
     """Options of TLEG / Share-Init.
 
     Attributes:
@@ -53,8 +56,12 @@ class TLEGConfig(AuxConfig):
             descendants; in the aux net the other layers are ordinary parameters, Table 6).
     """
 
-    modules: tuple[Literal["msa", "mlp", "ln"], ...] = option(("msa", "mlp", "ln"), nonempty=True)
-    layers: str = "all"
+    modules: tuple[Literal["msa", "mlp", "ln"], ...] = option(
+        ("msa", "mlp", "ln"), nonempty=True, phase=CONDENSE, help="module groups built by linear expansion (Table 4)"
+    )
+    layers: str = option(
+        "all", phase=(CONDENSE, EXPAND), help='1-indexed layers built from the gene: "all", "1-3" or "1,4,6" (Table 5)'
+    )
 
 
 def parse_layers(layers: str | int | tuple[int, ...], depth: int) -> list[int]:

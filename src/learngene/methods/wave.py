@@ -19,6 +19,9 @@ wider one would put the aux's key biases into the wider model's query rows. Ours
 tiled like the matrices (two per w-block, base and slope), so biases and norms follow every width
 the weights can take, and a TLEG gene cut into blocks is still a WAVE gene (Appendix A). At the aux
 width the difference is only the count: 2 per w-block instead of 4 per vector.
+
+Authors' code: github.com/fu-feng/WAVE (named in the literature); no snapshot could be fetched in this
+session, so no commit was read.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ import torch
 from torch import Tensor
 
 from ..auxnet import (
-    AuxConfig,
     AuxNetMethod,
+    DrawnStartConfig,
     block_params_per_layer,
     expand_non_block,
     initial_non_block,
@@ -45,7 +48,7 @@ from ..genenet import GeneNet
 from ..method import AdaptInputs, Paper
 from ..registry import register_method
 from ..training.loop import TrainResult, train
-from ..validate import option
+from ..validate import ADAPT, CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import MATRIX, block_names
 from ..vit.transfer import HEAD_DIM, StateDict, block_axes, segments
@@ -70,7 +73,7 @@ def vector_names(spec: ViTSpec) -> list[str]:
 
 
 @dataclass(frozen=True)
-class WAVEConfig(AuxConfig):
+class WAVEConfig(DrawnStartConfig):
     """Options of WAVE.
 
     Attributes:
@@ -86,19 +89,41 @@ class WAVEConfig(AuxConfig):
         adapt_steps: scaler-training steps of ``adapt`` when the training config sets no ``max_steps``.
     """
 
-    AUTO_OPTIONS = AuxConfig.AUTO_OPTIONS + ("template_size", "n_qkv", "n_proj", "n_fc1", "n_fc2")
+    AUTO_OPTIONS = DrawnStartConfig.AUTO_OPTIONS + ("template_size", "n_qkv", "n_proj", "n_fc1", "n_fc2")
 
-    template_size: int = 0
-    n_qkv: int = option(0, at_least=0, multiple_of=2)
-    n_proj: int = option(0, at_least=0, multiple_of=2)
-    n_fc1: int = option(0, at_least=0, multiple_of=2)
-    n_fc2: int = option(0, at_least=0, multiple_of=2)
-    vector_templates: bool = True
-    scaler_init: Literal["auto", "padding"] = "auto"
-    padding_eps: float = 1e-6
-    padding_offset: int = 0
-    padding_seed: int = 0
-    adapt_steps: int = 300
+    template_size: int = option(
+        0, phase=CONDENSE, help="w, the side of the templates (0: the aux width; Table 8 uses DxD)"
+    )
+    n_qkv: int = option(
+        0,
+        at_least=0,
+        multiple_of=2,
+        phase=CONDENSE,
+        help="qkv templates (0: two per wxw block of the aux matrix); even: half base, half slope",
+    )
+    n_proj: int = option(
+        0, at_least=0, multiple_of=2, phase=CONDENSE, help="proj templates (0: two per wxw block); even"
+    )
+    n_fc1: int = option(0, at_least=0, multiple_of=2, phase=CONDENSE, help="fc1 templates (0: two per wxw block); even")
+    n_fc2: int = option(0, at_least=0, multiple_of=2, phase=CONDENSE, help="fc2 templates (0: two per wxw block); even")
+    vector_templates: bool = option(
+        True, phase=CONDENSE, help="1-D templates for biases and norms (Table 4); off: they keep timm's init"
+    )
+    scaler_init: Literal["auto", "padding"] = option(
+        "auto",
+        phase=(CONDENSE, EXPAND),
+        help="auto: the gene's scalers where they fit the target, else linear padding; padding: always Eq. 7",
+    )
+    padding_eps: float = option(1e-6, phase=(CONDENSE, EXPAND, ADAPT), help="epsilon of Eq. 7")
+    padding_offset: int = option(
+        0,
+        phase=(CONDENSE, EXPAND, ADAPT),
+        help="Eq. 7 weights slope templates by l/L (0) or (l-1)/L as TLEG's Eq. 1 (1)",
+    )
+    padding_seed: int = option(0, phase=(CONDENSE, EXPAND, ADAPT), help="seed of Eq. 7's noise")
+    adapt_steps: int = option(
+        300, phase=ADAPT, help="scaler-training steps of adapt when the training sets no max_steps"
+    )
 
 
 def block_grid(spec: ViTSpec, name: str, w: int) -> tuple[int, ...]:

@@ -5,6 +5,8 @@ spaced indices of every dimension (every k-th when the sizes divide, else a roun
 authors select rows of the fused qkv matrix without regard to heads; with ``head_aware=True``
 (default) whole heads are selected consistently across q, k, v, their biases and the matching W_O
 columns, and the same within-head dimensions in every head, so each selected head stays a head.
+
+Authors' code: github.com/OscarXZQ/weight-selection (snapshot read at e9b6d0c).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from ..formats.memory import give_back
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
+from ..validate import EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import (
     HEADS,
@@ -35,7 +38,9 @@ from ..vit.transfer import (
 
 @dataclass(frozen=True)
 class WeightSelectionConfig:
-    head_aware: bool = True  # whole heads, the same within-head dims in each; false: plain evenly spaced rows
+    head_aware: bool = option(
+        True, phase=EXPAND, help="whole heads, the same within-head dims in each; false: plain evenly spaced rows"
+    )
 
 
 @register_method

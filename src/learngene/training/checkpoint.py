@@ -13,7 +13,7 @@ import random
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,9 +24,7 @@ from ..errors import LearngeneError, TrainingError
 from ..formats.atomic import quote, save_torch_atomic, write_text_atomic
 from ..formats.weights import digest, nonfinite_tensor, torch_load_weights_only
 from . import distributed as dist
-
-if TYPE_CHECKING:
-    from .loop import TrainConfig
+from .config import FINGERPRINT_KEYS, TrainConfig
 
 CHECKPOINT = "checkpoint.pt"
 CHECKPOINT_KEYS = {
@@ -119,7 +117,8 @@ def zero_sums() -> Tensor:
 def run_fingerprint(cfg: TrainConfig, model: nn.Module, data: Data, teacher: nn.Module | None = None) -> dict[str, Any]:
     """Everything that changes a run's result: a checkpoint records it, and a run resuming it must match.
 
-    The one place that says which settings count: the training settings of ``cfg.RESUME_KEYS``;
+    The one place that says which settings count: the training settings of ``FINGERPRINT_KEYS`` (those whose
+    declaration in :mod:`learngene.training.config` says they change the result);
     the data (name, number of images, image size, channels, classes, normalization, augmentation, and
     digests of the labels and of the images or image paths); the model's and teacher's tensor names and
     shapes; and ``cfg.identity`` (the command, method, options and input weights the caller names).
@@ -127,7 +126,7 @@ def run_fingerprint(cfg: TrainConfig, model: nn.Module, data: Data, teacher: nn.
     """
     images = getattr(data, "images", None)
     return {
-        **{k: getattr(cfg, k) for k in cfg.RESUME_KEYS},
+        **{k: getattr(cfg, k) for k in FINGERPRINT_KEYS},
         "data": data.name,
         "training images": len(data),
         "image size": data.img_size,
@@ -225,8 +224,8 @@ class RunState:
         else:  # written before run fingerprints: only its training settings can be compared
             saved = ckpt.get("config", {})
             changed = _differences(
-                {k: v for k, v in saved.items() if k in cfg.RESUME_KEYS},
-                {k: getattr(cfg, k) for k in cfg.RESUME_KEYS if k in saved},
+                {k: v for k, v in saved.items() if k in FINGERPRINT_KEYS},
+                {k: getattr(cfg, k) for k in FINGERPRINT_KEYS if k in saved},
             )
             if dist.is_main() and not changed:
                 warnings.warn(

@@ -17,6 +17,7 @@ soft targets, and :class:`FeatureDistillation` brings its own per-image loss.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch.nn.functional as F
@@ -110,6 +111,11 @@ class Distillation(NamedTuple):
     teacher: nn.Module
     kind: str  # "logits" or "features"
     why: str  # one line for the user
+
+    @property
+    def loss(self) -> Callable[..., Tensor]:
+        """The loss to pass to ``train(..., loss=)``: the feature student's own, else logit distillation's."""
+        return self.student.distill_loss if isinstance(self.student, FeatureDistillation) else distill_loss
 
 
 def _same_classes(teacher_space: dict[str, Any] | None, data_space: dict[str, Any] | None) -> bool:

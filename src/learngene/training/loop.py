@@ -10,7 +10,6 @@ from it bit for bit (model, optimizer, schedule, RNG states and the data positio
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import random
@@ -30,7 +29,6 @@ from tqdm.auto import tqdm
 from ..data import Batch, Batches, BatchMixer, Data, take
 from ..errors import DataError, LearngeneError
 from ..formats.atomic import write_text_atomic
-from ..validate import check_fields
 from ..vit.naflex import image_input
 from ..vit.spec import available_memory, training_activation_bytes
 from . import distributed as dist
@@ -44,6 +42,7 @@ from .checkpoint import (
     record_nonfinite_stop,
     zero_sums,
 )
+from .config import TrainConfig
 from .progress import note_steps, progress_bar
 
 # ---- stopping on SIGINT / SIGTERM at a step boundary ---------------------------------------------------
@@ -76,119 +75,6 @@ def _stop_now(global_step: int, device: torch.device) -> bool:
     if not dist.is_distributed():
         return bool(_pending_stop)
     return global_step % STOP_CHECK_EVERY == 0 and dist.count_true(bool(_pending_stop), device) > 0
-
-
-@dataclass
-class TrainConfig:
-    """Everything that decides a training run (and so must match when resuming)."""
-
-    epochs: int = 10
-    batch_size: int = 128
-    lr: float = 1e-3
-    min_lr: float = 1e-5
-    weight_decay: float = 0.05
-    warmup_epochs: float = 1.0  # capped at a fifth of the run
-    max_steps: int | None = None  # stop after this many optimizer steps (e.g. WAVE's scaler step)
-    grad_clip: float | None = 1.0
-    label_smoothing: float = 0.0
-    distill_lambda: float = 0.0  # λ: 0 = plain CE; 1 = pure distillation
-    distill_tau: float = 1.0  # τ
-    augment: bool = False
-    mixup: bool = False  # DeiT's mixup/cutmix with soft targets (data.BatchMixer); needs an even share per rank
-    seed: int = 0
-    device: str = "auto"
-    eval_batch_size: int = 512
-    checkpoint_every: int = 0  # also checkpoint every N steps inside an epoch (0: end of epoch only)
-    eval_every: int = 1  # evaluate every N epochs and after the last (0: after the last only)
-    eval_images: int | None = None  # evaluate on a fixed random subset of this many images (None: all)
-    progress: bool = True
-    desc: str = "train"
-    # speed only (the same math up to float rounding): free to change when resuming
-    compile: bool = False  # torch.compile the model (an aux net: its expand + forward together)
-    fused_adamw: bool | None = None  # AdamW's fused kernel; None: on CUDA only
-    sdpa: bool = True  # attention through F.scaled_dot_product_attention (flash kernels on CUDA), else eager
-    # what else decides the result that the loop cannot see (the command, method and options, a digest of
-    # the input weights): part of the run's fingerprint (see run_fingerprint), set by the caller
-    identity: dict[str, Any] = field(default_factory=dict)
-
-    # fields that must agree between a checkpoint and the run resuming it (with run_fingerprint's others)
-    RESUME_KEYS = (
-        "epochs",
-        "batch_size",
-        "lr",
-        "min_lr",
-        "weight_decay",
-        "warmup_epochs",
-        "max_steps",
-        "grad_clip",
-        "label_smoothing",
-        "distill_lambda",
-        "distill_tau",
-        "augment",
-        "mixup",
-        "seed",
-    )
-
-    def __post_init__(self) -> None:
-        check_fields(self, "training setting", "pass a finite number of the right kind (see learngene COMMAND --help)")
-        if not 0 <= self.seed < 2**63:
-            raise LearngeneError(f"seed must be in [0, 2^63), got {self.seed}; pass e.g. --seed 0")
-        for name, flag in (
-            ("weight_decay", "--weight-decay"),
-            ("warmup_epochs", "--warmup-epochs"),
-            ("min_lr", "min_lr"),
-        ):
-            if getattr(self, name) < 0:
-                raise LearngeneError(
-                    f"{name.replace('_', ' ')} must be 0 or more, got {getattr(self, name)}; pass {flag} 0 or more"
-                )
-        if self.grad_clip is not None and not self.grad_clip > 0:
-            raise LearngeneError(
-                f"gradient clipping must be a positive norm (or off), got {self.grad_clip}; pass "
-                f"--grad-clip 0 for no clipping or a positive maximum norm"
-            )
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise LearngeneError(
-                f"label smoothing must be in [0, 1), got {self.label_smoothing}; pass "
-                f"--label-smoothing between 0 (off) and e.g. 0.1"
-            )
-        if self.eval_batch_size < 1:
-            raise LearngeneError(f"eval batch size must be positive, got {self.eval_batch_size}")
-        if self.epochs < 1 and not self.max_steps:
-            raise LearngeneError(f"epochs must be at least 1, got {self.epochs}; pass --epochs 1 or more")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise LearngeneError(f"max steps must be at least 1, got {self.max_steps}; pass --max-steps 1 or more")
-        if self.batch_size < 1:
-            raise LearngeneError(f"batch size must be positive, got {self.batch_size}; pass --batch-size 1 or more")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise LearngeneError(f"learning rate must be positive, got {self.lr}; pass e.g. --lr 0.001")
-        if not 0.0 <= self.distill_lambda <= 1.0:
-            raise LearngeneError(
-                f"distillation λ must be in [0, 1], got {self.distill_lambda}; pass --distill-lambda "
-                f"between 0 (plain CE) and 1 (pure distillation)"
-            )
-        if not self.distill_tau > 0:
-            raise LearngeneError(f"distillation τ must be positive, got {self.distill_tau}; pass e.g. --distill-tau 1")
-        if self.checkpoint_every < 0:
-            raise LearngeneError(
-                f"checkpoint interval must be 0 (per epoch) or positive, got {self.checkpoint_every}; "
-                f"pass --checkpoint-every N with N >= 0"
-            )
-
-        if self.eval_every < 0:
-            raise LearngeneError(
-                f"--eval-every must be 0 (after the last epoch only) or positive, got {self.eval_every}"
-            )
-        if self.eval_images is not None and self.eval_images < 1:
-            raise LearngeneError(f"--eval-images must be at least 1, got {self.eval_images}; or leave it out for all")
-
-    def evaluates_after(self, epoch: int, epochs: int) -> bool:
-        """Whether the run evaluates after (1-based) ``epoch`` of ``epochs``."""
-        return epoch == epochs or (self.eval_every > 0 and epoch % self.eval_every == 0)
-
-    def replace(self, **changes: Any) -> TrainConfig:
-        """A copy with ``changes`` applied, checked as a new config is."""
-        return dataclasses.replace(self, **changes)
 
 
 @dataclass
@@ -470,6 +356,7 @@ def train(
     teacher: nn.Module | None = None,
     run_dir: str | Path | None = None,
     resume: bool = False,
+    loss: Callable[..., Tensor] | None = None,
 ) -> TrainResult:
     """Train ``model`` in place; returns the per-epoch history.
 
@@ -486,10 +373,12 @@ def train(
         teacher: frozen module whose logits are distilled when ``cfg.distill_lambda > 0``.
         run_dir: where ``log.jsonl`` and ``checkpoint.pt`` go (rank 0 only); None keeps nothing.
         resume: continue from ``run_dir/checkpoint.pt`` when it exists.
+        loss: the per-batch loss, called as :func:`distill_loss` is (its default); a feature-distilling student
+            brings its own (:attr:`learngene.training.distill.Distillation.loss`).
     """
     _running_loops[0] += 1
     try:
-        result = _train(model, train_data, cfg, eval_data, teacher, run_dir, resume)
+        result = _train(model, train_data, cfg, eval_data, teacher, run_dir, resume, loss or distill_loss)
         stopped = (
             dist.count_true(bool(_pending_stop), resolve_device(cfg.device)) > 0
             if dist.is_distributed()
@@ -577,6 +466,7 @@ def _train(
     teacher: nn.Module | None,
     run_dir: str | Path | None,
     resume: bool,
+    loss: Callable[..., Tensor],
 ) -> TrainResult:
     device = resolve_device(cfg.device)
     eval_data = _prepare(model, train_data, cfg, eval_data, teacher, device)
@@ -613,7 +503,7 @@ def _train(
         optimizer,
         scheduler,
         mixer,
-        getattr(model, "distill_loss", distill_loss),
+        loss,
         state,
         ckpt_path,
         total_steps,

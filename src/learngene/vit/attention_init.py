@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..errors import LearngeneError
 from ..formats.memory import release_pages
+from ..validate import EXPAND, option
 from .heads import join_qkv, split_qkv
 from .spec import ViTSpec, block_key
 from .transfer import StateDict
@@ -25,12 +26,12 @@ from .transfer import StateDict
 
 @dataclass(frozen=True)
 class MimeticConfig:
-    alpha1: float = 0.7  # noise in W_q W_kᵀ
-    beta1: float = 0.7  # identity in W_q W_kᵀ
-    alpha2: float = 0.4  # noise in W_v W_proj
-    beta2: float = 0.4  # negative identity in W_v W_proj
-    pos_scale: float = 1.0  # factor on the sin-cos position embeddings
-    seed: int = 0  # the noise draws (a descendant's seed sets it)
+    alpha1: float = option(0.7, phase=EXPAND, help="noise in W_q W_kᵀ")
+    beta1: float = option(0.7, phase=EXPAND, help="identity in W_q W_kᵀ")
+    alpha2: float = option(0.4, phase=EXPAND, help="noise in W_v W_proj")
+    beta2: float = option(0.4, phase=EXPAND, help="negative identity in W_v W_proj")
+    pos_scale: float = option(1.0, phase=EXPAND, help="factor on the sin-cos position embeddings")
+    seed: int = option(0, phase=EXPAND, help="the noise draws (a descendant's seed sets it)")
 
 
 def query_key_factors(
@@ -137,8 +138,12 @@ def mimetic_attention(spec: ViTSpec, config: MimeticConfig = MimeticConfig()) ->
 class UntrainedAttentionOptions:
     """The options of a method that copies ancestry attention and may swap it for mimetic's when untrained."""
 
-    untrained_attention: Literal["keep", "mimetic"] = "keep"  # mimetic: mimetic's attention + sin-cos if untrained
-    seed: int = 0  # mimetic's draws (untrained_attention=mimetic); a descendant's seed sets it
+    untrained_attention: Literal["keep", "mimetic"] = option(
+        "keep", phase=EXPAND, help="mimetic: mimetic's attention + sin-cos if untrained"
+    )
+    seed: int = option(
+        0, phase=EXPAND, help="mimetic's draws (untrained_attention=mimetic); a descendant's seed sets it"
+    )
 
 
 # An attention layer whose logits vary by less than this (std over isotropic unit-variance tokens) is

@@ -1,0 +1,237 @@
+"""The training settings, each declared once: a field of :class:`TrainConfig` with its metadata.
+
+A field made with :func:`setting` says everything about itself: its help line, its command-line flag (and
+the flag's group, metavar, what 0 or "not given" mean there), its range (checked by
+:func:`~learngene.validate.out_of_range` for Python callers and flags alike), and its ``kind``: whether it
+changes the result (``result``: part of the run fingerprint, so a resumed run must agree), only the speed
+(``speed``: the same math up to float rounding), or only what is measured and shown (``report``). The
+command-line flags (:mod:`learngene.cli.parser`), the validation (:meth:`TrainConfig.__post_init__`) and the
+fingerprint's list (:data:`FINGERPRINT_KEYS`, :mod:`learngene.training.checkpoint`) are generated from it.
+
+Torch-free, so that ``learngene --help`` builds its flags from here without importing torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..errors import LearngeneError
+from ..validate import check_fields, limits_of, out_of_range
+
+Kind = Literal["result", "speed", "report"]
+RESULT: Kind = "result"
+SPEED: Kind = "speed"
+REPORT: Kind = "report"
+# the flag groups of the parser (learngene.cli.parser.add_settings)
+TRAINING, SPEED_GROUP, DISTILL, COMMON = "training", "speed", "distill", "common"
+
+
+def setting(
+    default: Any = dataclasses.MISSING,
+    *,
+    help: str,
+    kind: Kind = RESULT,
+    flag: str | None = None,
+    group: str = TRAINING,
+    label: str | None = None,
+    metavar: str | None = None,
+    none_means: str | None = None,
+    zero_means_none: bool = False,
+    fix: str | None = None,
+    default_factory: Any = dataclasses.MISSING,
+    **limits: Any,
+) -> Any:
+    """A training setting: ``help`` (one line), ``kind`` (result / speed / report), ``flag`` (its command-line
+    flag, e.g. ``--lr``; None: set from Python only) in flag ``group``, ``label`` (how messages name it;
+    default: its name in words), ``metavar``, ``none_means`` (the flag defaults to "not given", and its help
+    says what that means: the setting's default), ``zero_means_none`` (the flag's 0 turns it off: None), ``fix`` (what a message tells to do) and its
+    range (``at_least``, ``at_most``, ``above``, ``below``, ``multiple_of``: :func:`~learngene.validate.option`'s)."""
+    meta = {
+        "help": help,
+        "kind": kind,
+        "flag": flag,
+        "group": group,
+        "label": label,
+        "metavar": metavar,
+        "none_means": none_means,
+        "zero_means_none": zero_means_none,
+        "fix": fix,
+        **limits,
+    }
+    meta = {k: v for k, v in meta.items() if v is not None and v is not False}
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class TrainConfig:
+    """Everything that decides a training run (the ``result`` settings must match when resuming)."""
+
+    epochs: int = setting(10, flag="--epochs", help="passes over the training data")
+    batch_size: int = setting(128, flag="--batch-size", above=0, help="global batch size")
+    lr: float = setting(
+        1e-3, flag="--lr", above=0, label="learning rate", fix="pass e.g. --lr 0.001", help="peak AdamW learning rate"
+    )
+    min_lr: float = setting(1e-5, at_least=0, help="the cosine schedule's final learning rate")
+    weight_decay: float = setting(0.05, flag="--weight-decay", at_least=0, help="AdamW weight decay, 0 or more")
+    warmup_epochs: float = setting(
+        1.0, flag="--warmup-epochs", at_least=0, help="linear warmup, at most a fifth of the run"
+    )
+    max_steps: int | None = setting(
+        None, flag="--max-steps", metavar="N", at_least=1, help="stop after N optimizer steps (e.g. WAVE's scaler step)"
+    )
+    grad_clip: float | None = setting(
+        1.0,
+        flag="--grad-clip",
+        above=0,
+        zero_means_none=True,
+        label="gradient clipping",
+        fix="pass --grad-clip 0 for no clipping or a positive maximum norm",
+        help="max gradient norm, 0 = off",
+    )
+    label_smoothing: float = setting(
+        0.0,
+        flag="--label-smoothing",
+        at_least=0,
+        below=1,
+        fix="pass --label-smoothing between 0 (off) and e.g. 0.1",
+        help="label smoothing in [0, 1)",
+    )
+    distill_lambda: float = setting(
+        0.0,
+        flag="--distill-lambda",
+        group=DISTILL,
+        at_least=0,
+        at_most=1,
+        label="distillation λ",
+        fix="pass --distill-lambda between 0 (plain CE) and 1 (pure distillation)",
+        help="λ in [0, 1]: 0 = plain CE; 1 = pure distillation",
+    )
+    distill_tau: float = setting(
+        1.0,
+        flag="--distill-tau",
+        group=DISTILL,
+        above=0,
+        label="distillation τ",
+        fix="pass e.g. --distill-tau 1",
+        help="τ, positive",
+    )
+    augment: bool = setting(False, flag="--augment", help="random flips and 2-pixel shifts")
+    mixup: bool = setting(
+        False,
+        help="DeiT's mixup/cutmix with soft targets (data.BatchMixer; --aug deit); needs an even share per rank",
+    )
+    seed: int = setting(0, flag="--seed", group=COMMON, at_least=0, help="random seed, 0 or more")
+    device: str = setting("auto", flag="--device", group=COMMON, kind=SPEED, help="auto, cpu, cuda or cuda:N")
+    eval_batch_size: int = setting(512, kind=SPEED, above=0, help="images per evaluation batch")
+    checkpoint_every: int = setting(
+        0,
+        flag="--checkpoint-every",
+        metavar="N",
+        kind=REPORT,
+        at_least=0,
+        label="checkpoint interval",
+        fix="pass --checkpoint-every N with N >= 0",
+        none_means="auto, once per epoch",
+        help="also checkpoint every N steps inside an epoch (0: at the end of each epoch only)",
+    )
+    eval_every: int = setting(
+        1,
+        flag="--eval-every",
+        metavar="N",
+        kind=REPORT,
+        at_least=0,
+        help="evaluate every N epochs and after the last; 0 = after the last only",
+    )
+    eval_images: int | None = setting(
+        None,
+        flag="--eval-images",
+        metavar="N",
+        kind=REPORT,
+        at_least=1,
+        zero_means_none=True,
+        none_means="all of them",
+        help="evaluate on a fixed random subset of N test images, 0 = on all of them",
+    )
+    progress: bool = setting(True, kind=REPORT, help="progress bars on a terminal (the CLI's --quiet turns them off)")
+    desc: str = setting("train", kind=REPORT, help="what progress bars and logs call the run")
+    compile: bool = setting(
+        False,
+        flag="--compile",
+        group=SPEED_GROUP,
+        kind=SPEED,
+        help="torch.compile the model (an aux net: its expand and forward together); the first steps compile",
+    )
+    fused_adamw: bool | None = setting(
+        None,
+        flag="--fused-adamw",
+        group=SPEED_GROUP,
+        kind=SPEED,
+        none_means="auto, on CUDA only",
+        help="AdamW's fused kernel",
+    )
+    sdpa: bool = setting(
+        True,
+        flag="--sdpa",
+        group=SPEED_GROUP,
+        kind=SPEED,
+        help="attention through torch's scaled_dot_product_attention, flash kernels on CUDA "
+        "(--no-sdpa: timm's eager attention)",
+    )
+    # what else decides the result that the loop cannot see (the command, method and options, a digest of the
+    # input weights): part of the run's fingerprint (see run_fingerprint), set by the caller
+    identity: dict[str, Any] = setting(
+        kind=RESULT, default_factory=dict, help="what else decides the result (command, method, input digests)"
+    )
+
+    def __post_init__(self) -> None:
+        check_fields(self, "training setting", "pass a finite number of the right kind (see learngene COMMAND --help)")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            wanted = out_of_range(value, limits_of(f))
+            if wanted:
+                label = f.metadata.get("label", f.name.replace("_", " "))
+                where = f.metadata.get("flag") or f.name
+                fix = f.metadata.get("fix") or f"pass {where} {wanted}"
+                raise LearngeneError(f"{label} must be {wanted}, got {value}; {fix}")
+        if self.epochs < 1 and not self.max_steps:  # a run of max_steps needs no epochs
+            raise LearngeneError(f"epochs must be at least 1, got {self.epochs}; pass --epochs 1 or more")
+
+    def evaluates_after(self, epoch: int, epochs: int) -> bool:
+        """Whether the run evaluates after (1-based) ``epoch`` of ``epochs``."""
+        return epoch == epochs or (self.eval_every > 0 and epoch % self.eval_every == 0)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """A copy with ``changes`` applied, checked as a new config is."""
+        return dataclasses.replace(self, **changes)
+
+
+# the settings a checkpoint and the run resuming it must agree on (with run_fingerprint's others): those that change
+# the result, in declaration order (a fingerprint written before this list was generated has the same keys)
+FINGERPRINT_KEYS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(TrainConfig) if f.metadata["kind"] == RESULT and f.name != "identity"
+)
+
+
+def flagged_settings(group: str) -> list[dataclasses.Field]:
+    """The settings with a command-line flag in ``group`` (:data:`TRAINING`, :data:`SPEED_GROUP`, ...)."""
+    return [f for f in dataclasses.fields(TrainConfig) if f.metadata.get("flag") and f.metadata["group"] == group]
+
+
+def from_flags(values: dict[str, Any], **others: Any) -> TrainConfig:
+    """A TrainConfig from parsed flag values (by field name; absent ones and flags not given keep the setting's
+    default); a flag's 0 is None for a ``zero_means_none`` setting. ``others``: settings without a flag."""
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(TrainConfig):
+        if not f.metadata.get("flag") or f.name not in values:
+            continue
+        value = values[f.name]
+        if value is None:  # not given: the setting's default (what its none_means says)
+            continue
+        if f.metadata.get("zero_means_none") and value == 0:
+            value = None
+        kwargs[f.name] = value
+    return TrainConfig(**{**kwargs, **others})
