@@ -114,8 +114,9 @@ class Learngene:
         """The ``descendant.*`` group by timm key: tensors of the size the gene was adapted for."""
         return {k[len(DESCENDANT) :]: v for k, v in self.tensors.items() if k.startswith(DESCENDANT)}
 
-    def save(self, path: str | os.PathLike, overwrite: bool = True) -> None:
-        """Write the learngene to ``path`` as one safetensors file (atomically); ``overwrite=False`` refuses an existing file."""
+    def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
+        """Write the learngene to ``path`` as one safetensors file (atomically); an existing file is refused unless
+        ``overwrite=True`` (the rule of every writer)."""
         metadata = {
             "format": GENE_FORMAT,
             "format_version": str(GENE_FORMAT_VERSION),
