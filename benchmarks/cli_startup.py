@@ -2,8 +2,8 @@
 
 Each case runs ``python -m learngene ...`` as a fresh process (what a user's shell does) several times
 and prints the median and fastest wall time, and whether torch was loaded (the parser imports no
-torch; see learngene/cli/parser.py). Aim: under 0.5 s each; ``bench --help`` is the exception (its
-profiles' descriptions are read from the benchmark's registry, which imports every method).
+torch; see learngene/cli/parser.py). Aim: under 0.5 s each, ``bench --help`` included (its profiles'
+descriptions live in the torch-free learngene/bench/descriptions.py).
 
     PYTHONPATH=src python benchmarks/cli_startup.py            # 5 runs per case
     PYTHONPATH=src python benchmarks/cli_startup.py --runs 10
@@ -24,7 +24,6 @@ CASES = {
     "learngene condense --help": ["condense", "--help"],
     "learngene expand (missing arguments)": ["expand"],
     "learngene train x --lr nan (bad value)": ["train", "x", "--lr", "nan", "--out", "y"],
-    # the profiles' descriptions need the method registry: this one help loads torch when it prints
     "learngene bench --help": ["bench", "--help"],
 }
 # the same parse in-process, then reports whether torch got imported

@@ -193,15 +193,15 @@ def test_every_flag_has_help_text():
 
 
 def test_help_and_argument_errors_import_no_torch():
-    """`learngene --help`, `SUB --help` and a usage error answer without loading torch (benchmarks/cli_startup.py
+    """`learngene --help`, `SUB --help` (`bench --help` too, with its profiles) and a usage error answer without loading torch (benchmarks/cli_startup.py
     times them); the parser module itself imports no torch either."""
     probe = (
         "import sys\nfrom learngene.cli import main\nfrom learngene.cli.parser import build_parser\n"
-        "codes = [main(['--help']), main(['expand', '--help']), main(['condense', '--help']), main(['expand'])]\n"
-        "build_parser()\nprint(codes, 'torch' in sys.modules)"
+        "codes = [main(['--help']), main(['expand', '--help']), main(['condense', '--help']), main(['expand']),\n"
+        "  main(['bench', '--help'])]\nbuild_parser()\nprint(codes, 'torch' in sys.modules)"
     )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    assert proc.stdout.strip().splitlines()[-1] == "[0, 0, 0, 2] False", proc.stdout[-500:] + proc.stderr[-500:]
+    assert proc.stdout.strip().splitlines()[-1] == "[0, 0, 0, 2, 0] False", proc.stdout[-500:] + proc.stderr[-500:]
 
 
 def test_the_package_names_load_on_first_use():

@@ -292,3 +292,13 @@ def test_a_registered_data_source_is_loaded_by_name_and_unknown_names_list_the_s
         load_dataset("digits:3")
     with pytest.raises(DataError, match="--aug deit is for image folders"):
         load_dataset("toy:1", augment="deit")  # only streamed sources augment per image
+
+
+def test_an_image_broken_after_listing_is_one_line_when_read_without_workers(rgb_folder, tmp_path):
+    """``get_batch`` (evaluation, calibration) reads in this process: a corrupt image is the DataError a worker gives."""
+    shutil.copytree(rgb_folder / "train", tmp_path / "train")
+    data = load_dataset(f"folder:{tmp_path}", "train", img_size=16, workers=0)
+    Path(data.samples[2][0]).write_bytes(b"not really a png")
+    with pytest.raises(DataError) as info:
+        data.get_batch(torch.arange(4))
+    assert len(str(info.value).splitlines()) == 1

@@ -24,7 +24,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -65,10 +65,8 @@ def load_ancestry(
         license = ckpt.license
         arch = _require_timm_name(timm_model or ckpt.arch)
         model = build_timm_model(arch, {**ckpt.kwargs, **model_kwargs}, ckpt.state, str(path))
-        model.pretrained_cfg = {
-            **cast(dict, model.pretrained_cfg),
-            **ckpt.pretrained_cfg,
-        }  # the folder's own preprocessing
+        vit: Any = model  # a timm model, whose pretrained_cfg the folder's own preprocessing updates
+        vit.pretrained_cfg = {**vit.pretrained_cfg, **ckpt.pretrained_cfg}
     elif timm_model is None:
         if Path(path).is_dir():
             raise LearngeneError(

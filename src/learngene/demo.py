@@ -1,11 +1,12 @@
-"""``learngene demo``: the main job end to end on Fashion-MNIST, in minutes on a laptop CPU."""
+"""``learngene demo``: the main job end to end on Fashion-MNIST on a CPU (its report states the wall time)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .bench import get_profile, run_profile
-from .bench.report import format_table
+from .bench import BenchRun, get_profile
+from .bench.protocol import UPSTREAM_EVAL_IMAGES
+from .bench.report import format_table, plural
 
 
 def run_demo(
@@ -22,12 +23,17 @@ def run_demo(
     if seed:
         profile = profile.replace(seeds=(seed,))
     command = "learngene demo" + (" --quick" if quick else "") + (f" --seed {seed}" if seed else "")
-    rows = run_profile(profile, out_dir, data_dir=data_dir, device=device, progress=progress, command=command)
+    run = BenchRun(profile, out_dir, data_dir=data_dir, device=device, progress=progress, command=command)
+    rows = run.run()
     task = profile.tasks[0]
+    anc = run.meta.get("ancestry", {})
+    acc = anc.get("eval_acc")
     print(
-        f"\nFashion-MNIST, ancestry {profile.ancestry.short()}; each descendant fine-tuned "
-        f"{task.epochs} epoch on {task.train_images} images; top-1 % on {task.eval_images} "
-        f"test images (seed {profile.seeds[0]})\n"
+        f"\nFashion-MNIST, ancestry {profile.ancestry.short()} ({plural(profile.ancestry_epochs, 'epoch')}"
+        f" on {anc.get('images', 0):,} images; its own top-1: "
+        + (f"{100 * acc:.1f}%" if acc is not None else "?")
+        + f" on {UPSTREAM_EVAL_IMAGES:,} test images); each descendant fine-tuned {plural(task.epochs, 'epoch')} on "
+        f"{task.train_images:,} images; top-1 % on {task.eval_images:,} test images (seed {profile.seeds[0]})\n"
     )
     print(format_table(rows, task.name))
     trained = sorted({r.method for r in rows if r.condense_steps})
@@ -35,7 +41,8 @@ def run_demo(
         epochs = f"{profile.condense_epochs} epoch{'s' * (profile.condense_epochs != 1)}"
         print(
             f"\nMethods that condense by training ({', '.join(trained)}) trained only {epochs} on "
-            f"{profile.condense_images} images here, to keep the demo short; docs/RESULTS.md compares every "
-            f"method with a fair condensation budget, 3 seeds and low-data tasks (learngene bench --profile cpu)."
+            f"{profile.condense_images:,} images here, to keep the demo short; `learngene bench --profile cpu` "
+            f"compares every method with a fair condensation budget, 3 seeds and low-data tasks (docs/RESULTS.md "
+            f"reports a run of it, on the methods its report lists)."
         )
     print(f"genes, ancestry, results.csv and report.md are in {out_dir}/")

@@ -5,6 +5,18 @@ fit the model) is raised as a :class:`LearngeneError` whose message is one line 
 do. The CLI prints it and exits with code 2; anything else is a bug and keeps its traceback.
 """
 
+_FROM_CLI = [False]  # set while the command line runs a command (learngene.cli.dispatch)
+
+
+def called_from_cli(on: bool) -> None:
+    """Whether errors name command-line flags (``--overwrite``) or Python arguments (``overwrite=True``)."""
+    _FROM_CLI[0] = on
+
+
+def setting(python: str, flag: str) -> str:
+    """How an error names a setting to the one who gave it: ``flag`` from the command line, else ``python``."""
+    return flag if _FROM_CLI[0] else python
+
 
 class LearngeneError(Exception):
     """A user-facing error: one line, says what went wrong and what to do."""

@@ -119,8 +119,9 @@ class Learngene:
         """The ``descendant.*`` group by timm key: tensors of the size the gene was adapted for."""
         return {k[len(DESCENDANT) :]: v for k, v in self.tensors.items() if k.startswith(DESCENDANT)}
 
-    def save(self, path: str | os.PathLike, overwrite: bool = True) -> None:
-        """Write the learngene to ``path`` as one safetensors file (atomically); ``overwrite=False`` refuses an existing file.
+    def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
+        """Write the learngene to ``path`` as one safetensors file (atomically); an existing file is refused unless
+        ``overwrite=True`` (the rule of every writer).
 
         A gene its method cannot read (an unknown method, no tensors where the method needs some) is refused
         here, not when someone loads it: by the checks in ``SAVE_CHECKS`` (this module knows no method;

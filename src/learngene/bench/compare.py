@@ -28,7 +28,18 @@ from ..registry import get_method, list_methods
 from ..training.loop import TrainConfig
 from ..vit.spec import ViTSpec
 from .profiles import Profile, Task, Upstream, Variant
-from .report import compare, finish_figure, machine, mean_curve, plot_curves, style_per_method, write_csv
+from .report import (
+    compare,
+    finish_figure,
+    has_curves,
+    line_style,
+    machine,
+    mean_curve,
+    plot_curves,
+    plural,
+    style_per_method,
+    write_csv,
+)
 
 TASK = "data"  # the one task of a compare profile: the user's data
 LONG = 10  # scratch's long budget: ×10 the fine-tuning
@@ -362,7 +373,7 @@ def plot_by_size(rows: list[Any], path: Path, data_name: str) -> None:
                 xs.append(k + 0.03 * (i - len(labels) / 2))
                 ys.append(statistics.fmean(accs))
                 es.append(statistics.stdev(accs) if len(accs) > 1 else 0.0)
-        ax.errorbar(xs, ys, yerr=es, capsize=3, ls="--" if " ×" in label else "-", label=label, **styles[label])
+        ax.errorbar(xs, ys, yerr=es, capsize=3, ls=line_style(label), label=label, **styles[label])
     ax.set_xticks(range(len(sizes)), sizes)
     ax.set_xlabel("descendant size")
     ax.set_ylabel("final top-1 accuracy (%)")
@@ -393,7 +404,7 @@ def write_compare_report(
     meta = meta or {}
     write_csv(rows, out_dir / "results.csv")
     task = profile.tasks[0]
-    budget = f"{task.max_steps} steps" if task.max_steps else f"{task.epochs} epochs"
+    budget = plural(task.max_steps, "step") if task.max_steps else plural(task.epochs, "epoch")
     data = (
         f"{task.shots} images per class"
         if task.shots
@@ -411,13 +422,19 @@ def write_compare_report(
         "not rerun)"
         + ("" if meta.get("complete", True) else " — **partial run** (time limit): rerun the command to finish"),
         f"- ancestry: {anc.get('file', profile.ancestry_file)} ({profile.ancestry.short()}, "
-        f"{profile.ancestry.num_params:,} params)",
+        f"{profile.ancestry.num_params:,} params); "
+        + (
+            f"its own top-1: {100 * anc['eval_acc']:.1f}% on the test images of "
+            f"{anc.get('eval_data') or 'its training data'} (recorded in the file)"
+            if anc.get("eval_acc") is not None
+            else "its own accuracy: not recorded in the file (a checkpoint or hub folder records none)"
+        ),
         f"- data: {task.data}"
         + (f" classes {', '.join(map(str, task.classes))}" if task.classes else "")
         + f", fine-tuned on {data} for {budget} (batch {task.batch_size or profile.batch_size}, "
         f"AdamW lr {profile.lr:g}, warmup + cosine), a fresh head for every method, top-1 on "
         f"{task.eval_images or 'every'} test image(s); seeds {', '.join(map(str, profile.seeds))}",
-        f"- condensation: {profile.condense_epochs} epoch(s) of aux-net distillation on {profile.upstream_data}"
+        f"- condensation: {plural(profile.condense_epochs, 'epoch')} of aux-net distillation on {profile.upstream_data}"
         + (f" classes {', '.join(map(str, profile.upstreams[0].classes))}" if profile.upstreams else "")
         + (f" ({profile.condense_images:,} images)" if profile.condense_images else " (every training image)")
         + f"; adaptation: {profile.adapt_steps} steps"
@@ -446,8 +463,10 @@ def write_compare_report(
         if any(r.ok for r in rows):
             data_name = task.data + (f" classes {','.join(map(str, task.classes))}" if task.classes else "")
             plot_by_size(rows, plot_dir / "by-size.png", data_name)
-            plot_curves(rows, TASK, plot_dir / "curves.png", data_name)
-            parts += ["![accuracy by size](plots/by-size.png)", "", "![learning curves per size](plots/curves.png)", ""]
+            parts += ["![accuracy by size](plots/by-size.png)", ""]
+            if has_curves(rows, TASK):  # one evaluation point per run is no curve: that plot is left out
+                plot_curves(rows, TASK, plot_dir / "curves.png", data_name)
+                parts += ["![learning curves per size](plots/curves.png)", ""]
     write_text_atomic(out_dir / "report.md", "\n".join(parts))
 
 

@@ -16,6 +16,7 @@ from .. import methods as _every_method  # noqa: F401  (registers them: lists be
 from ..errors import LearngeneError
 from ..registry import get_method, list_methods
 from ..vit.spec import ViTSpec, get_preset
+from .descriptions import PROFILE_DESCRIPTIONS
 from .smoke import FolderSmoke
 
 
@@ -231,8 +232,7 @@ _CPU_ANCESTRY = get_preset("cpu_tiny").replace(depth=6)  # L6-D64-H4, 16-dim hea
 PROFILES: dict[str, Profile | FolderSmoke] = {
     "demo": Profile(
         name="demo",
-        description="`learngene demo`: the whole job in minutes on a 2-core CPU; one seed, one task, no claims "
-        "beyond the table",
+        description=PROFILE_DESCRIPTIONS["demo"],
         ancestry=_TINY,
         ancestry_epochs=3,
         ancestry_images=20_000,
@@ -244,8 +244,7 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
     ),
     "quick": Profile(
         name="quick",
-        description="a pipeline check in well under two minutes (tests, CI): every stage and task, numbers mean "
-        "nothing",
+        description=PROFILE_DESCRIPTIONS["quick"],
         ancestry=_TINY.replace(depth=2, embed_dim=32, num_heads=2),
         ancestry_epochs=1,
         ancestry_images=1_000,
@@ -263,8 +262,7 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
     # sized from the measured throughputs, see docs/RESULTS.md
     "cpu": Profile(
         name="cpu",
-        description="the evidence run (about an hour on 2 CPU cores): an L6-D64-H4 Fashion-MNIST ancestry, five "
-        "sizes, Fashion-MNIST, digits and 20-shot tasks, 3 seeds",
+        description=PROFILE_DESCRIPTIONS["cpu"],
         ancestry=_CPU_ANCESTRY,
         # condensation gets half the ancestry's training (2 of its 4 epochs): with 2 epochs on 10k images
         # (158 steps) the aux nets reached only 50-56 % against the ancestry's 83 %
@@ -284,9 +282,7 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
     ),
     "transfer": Profile(
         name="transfer",
-        description="does stored knowledge pay on classes the ancestry never saw? Ancestries on 5 Fashion-MNIST "
-        "classes, descendants fine-tuned on 20 labels of each of the other 5; two class splits, short and "
-        "converged ancestries, a longer condensation, ablations (about 30 min on 2 busy cores)",
+        description=PROFILE_DESCRIPTIONS["transfer"],
         ancestry=_TRANSFER_ANCESTRY,
         ancestry_epochs=2,
         ancestry_images=None,
@@ -351,8 +347,7 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
     ),
     "gpu": Profile(
         name="gpu",
-        description="bigger models and the full data for a GPU (bf16); resumable, so --time-limit splits it into "
-        "short commands",
+        description=PROFILE_DESCRIPTIONS["gpu"],
         ancestry=ViTSpec(depth=12, embed_dim=384, num_heads=6, img_size=28, patch_size=4, in_chans=1, num_classes=10),
         ancestry_epochs=30,
         ancestry_images=None,
@@ -374,8 +369,7 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
 
 PROFILES["gpu-smoke"] = FolderSmoke(
     "gpu-smoke",
-    description="generated 224-px RGB images through the image-folder pipeline (ancestry, condense, "
-    "expand, fine-tune), --max-steps per stage",
+    description=PROFILE_DESCRIPTIONS["gpu-smoke"],
 )
 
 

@@ -31,13 +31,13 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from ..ancestry import load_ancestry
 from ..data import ImageData, class_subset, few_shot, load_dataset, take
@@ -51,7 +51,7 @@ from ..method import AdaptInputs, Ancestry, CondenseInputs
 from ..registry import get_method, list_methods
 from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..training.loop import TrainConfig, resolve_device, seed_everything, train
-from ..training.progress import on_terminal, progress_bar
+from ..training.progress import RunProgress, on_terminal
 from ..vit.spec import ViTSpec
 from .profiles import Profile, Task, Upstream, Variant
 from .report import write_report
@@ -212,7 +212,7 @@ class BenchRun:
         self.inner_progress = progress and on_terminal()
         self.methods = list(profile.methods or list_methods())
         self.started = time.perf_counter()
-        self.bar: tqdm | None = None
+        self.bar: RunProgress | None = None
         # ``command``: what the report names as the command that reproduces it
         self.meta: dict[str, Any] = {"command": command} if command else {}
         self.meta["ancestries"] = {}
@@ -229,10 +229,14 @@ class BenchRun:
         if self.time_limit is not None and time.perf_counter() - self.started > self.time_limit:
             raise OutOfTime
 
-    def _advance(self, work: float, what: str) -> None:
-        if self.bar is not None:
-            self.bar.update(min(work, max(self.bar.total - self.bar.n, 0)))  # the plan is an estimate: stop at 100 %
-            self.bar.set_postfix_str(what, refresh=False)  # shown at the bar's next redraw
+    @contextmanager
+    def _stage(self, work: float, what: str) -> Iterator[None]:
+        """A stage of the run's bar: named while it runs, moving with its training steps."""
+        if self.bar is None:
+            yield
+            return
+        with self.bar.stage(what, work):
+            yield
 
     def _methods(self, upstream: Upstream) -> list[str]:
         return [m for m in self.methods if upstream.methods is None or m in upstream.methods]
@@ -298,7 +302,7 @@ class BenchRun:
             "condense_epochs": upstream.condense_epochs,
         }
         self.meta["ancestries"][upstream.name] = info
-        if upstream is p.all_upstreams()[0]:
+        if upstream.name == p.all_upstreams()[0].name:  # all_upstreams() builds new objects: compare names
             self.meta["ancestry"] = info
         self.ancestry_key = key
         self.teacher = load_ancestry(path)
@@ -329,6 +333,7 @@ class BenchRun:
             "file": str(path),
             "key": self.ancestry_key,
             "label_space": ancestry.label_space,
+            **recorded_accuracy(path, p.ancestry_timm_model),
         }
         self.meta["ancestries"][""] = self.meta["ancestry"]
         self.teacher = ancestry
@@ -642,30 +647,22 @@ class BenchRun:
             work.append((up, tasks, anc_images, upstream, upstream_eval, plan, trained))
         self.meta.update(plan_gflop=round(total), cells=sum(w[5]["cells"] for w in work), methods=self.methods)
         # progress in estimated work, not stages: a 10x scratch run or a deep size weighs what it costs
-        self.bar = progress_bar(
-            total=total,
-            desc=f"bench {p.name}",
-            unit="GFLOP",
-            unit_scale=True,
-            disable=not self.progress,
-            dynamic_ncols=True,
-            smoothing=0.05,
-        )
+        self.bar = RunProgress(total, desc=f"bench {p.name}", unit="GFLOP", disable=not self.progress)
         self.rows: list[Row] = []
         complete = False
         try:
             for up, tasks, anc_images, upstream, upstream_eval, plan, trained in work:
                 self._check_time()
-                ancestry = self.ancestry(anc_images, upstream_eval, up)
-                self._advance(plan["ancestry"], f"ancestry {up.name} done")
+                with self._stage(plan["ancestry"], f"ancestry {up.name}".strip()):
+                    ancestry = self.ancestry(anc_images, upstream_eval, up)
                 genes: dict[str, tuple[Learngene, str] | LearngeneError] = {}
                 for name in self._methods(up):
                     self._check_time()
-                    try:
-                        genes[name] = self.gene(name, ancestry, upstream, upstream_eval, up.condense_epochs)
-                    except LearngeneError as exc:  # recorded as n/a in every cell of the method
-                        genes[name] = exc
-                    self._advance(plan["condense"] if name in trained else 0.0, f"condensed {name}")
+                    with self._stage(plan["condense"] if name in trained else 0.0, f"condense {name}"):
+                        try:
+                            genes[name] = self.gene(name, ancestry, upstream, upstream_eval, up.condense_epochs)
+                        except LearngeneError as exc:  # recorded as n/a in every cell of the method
+                            genes[name] = exc
                 self._descendants(genes, tasks, upstream, up)
             complete = True
         except OutOfTime:
@@ -715,11 +712,11 @@ class BenchRun:
                             condense_seconds=float(gene.cost.get("seconds", 0.0)),
                             condense_steps=int(gene.cost.get("steps", 0)),
                         )
-                        init, init_key, adapt_s = self.initial_gene(gene, gene_key, spec, seed, upstream)
-                        self._advance(
+                        with self._stage(
                             self._adapt_gflop(spec) if get_method(name).adaptable else 0.0,
-                            f"{name} {spec.short()} seed {seed} initialized",
-                        )
+                            f"adapt {name} {spec.short()} seed {seed}",
+                        ):
+                            init, init_key, adapt_s = self.initial_gene(gene, gene_key, spec, seed, upstream)
                     except LearngeneError as exc:
                         init, init_key, adapt_s, why = None, "", 0.0, str(exc)
                     variants = [None] + [
@@ -737,15 +734,30 @@ class BenchRun:
                                 )
                                 work = self._cell_gflop(spec, td, budget)
                                 if init is None:
-                                    rows.append(dataclasses.replace(row, note=why))
-                                    self._advance(work, f"{name} {spec.short()}: n/a")
+                                    with self._stage(work, f"{name} {spec.short()}: n/a"):
+                                        rows.append(dataclasses.replace(row, note=why))
                                     continue
                                 self._check_time()
-                                try:
-                                    rows.append(self.cell(row, init, init_key, spec, td, variant))
-                                except LearngeneError as exc:
-                                    rows.append(dataclasses.replace(row, note=str(exc)))
-                                self._advance(work, f"{td.task.name} {row.label} {spec.short()} seed {seed}")
+                                with self._stage(
+                                    work, f"fine-tune {td.task.name} {row.label} {spec.short()} seed {seed}"
+                                ):
+                                    try:
+                                        rows.append(self.cell(row, init, init_key, spec, td, variant))
+                                    except LearngeneError as exc:
+                                        rows.append(dataclasses.replace(row, note=str(exc)))
+
+
+def recorded_accuracy(path: Path, timm_model: str | None) -> dict[str, Any]:
+    """The top-1 a learngene model file records for itself (``learngene ancestry`` / ``train`` write it), as
+    ``{"eval_acc": ..., "eval_data": ...}``; empty for a checkpoint or hub folder, which record none."""
+    if timm_model is not None or not path.is_file():
+        return {}
+    try:
+        _, _, origin = load_model_file(path, lazy=True)
+    except LearngeneError:
+        return {}
+    acc = origin.get("eval_acc")
+    return {"eval_acc": acc, "eval_data": origin.get("data")} if isinstance(acc, int | float) else {}
 
 
 def check_variant_changes(variant: Variant, init: Learngene, spec: ViTSpec) -> None:

@@ -73,6 +73,11 @@ def _sizes(rows: list[Row], task: str) -> list[str]:
     return list(dict.fromkeys(r.size for r in rows if r.task == task))
 
 
+def plural(count: int, word: str) -> str:
+    """``1 epoch``, ``3 epochs``."""
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
 def _cell(accs: list[float]) -> str:
     mean = 100 * statistics.fmean(accs)
     return f"{mean:.1f} ± {100 * statistics.stdev(accs):.1f}" if len(accs) > 1 else f"{mean:.1f}"
@@ -121,10 +126,30 @@ def _named_together(label: str, same: dict[str, str]) -> str | None:
 MARK_RULE = (
     "Marks compare a cell with a reference at the same size: `+` the method's mean is higher by more "
     "than 2 × the pooled standard deviation over seeds, `−` lower by more than that, `=` neither "
-    "(pooled std = √((s₁² + s₂²)/2), each s the sample std over the seeds; no mark with one seed). "
-    "References: **S** scratch at the same budget, **X** scratch trained ×{factor} as many fine-tuning "
-    "steps, **M** mimetic and **I** structured (impulse) initialization (neither stores weights)."
+    "(pooled std = √((s₁² + s₂²)/2), each s the sample std over the seeds). References: {references}."
 )
+NO_MARKS = "One seed: the cells carry no `+`/`−`/`=` marks (they need the spread over two or more seeds)."
+REFERENCE_NAMES = {
+    "S": "**S** scratch at the same budget",
+    "X": "**X** {long}, scratch trained as many times the fine-tuning steps",
+    "M": "**M** mimetic initialization (stores no weights)",
+    "I": "**I** structured (impulse) initialization (stores no weights)",
+}
+
+
+def mark_rule(rows: list[Row], tasks: list[str], seeds: int) -> str:
+    """The legend of the marks, defining only the references that appear in a table; none with one seed."""
+    if seeds < 2:
+        return NO_MARKS
+    refs: dict[str, str] = {}
+    for task in tasks:
+        for letter, label in _references(rows, task).items():
+            refs.setdefault(letter, label)
+    if not refs:
+        return "No reference (scratch, mimetic, structured) ran: the cells carry no marks."
+    return MARK_RULE.format(
+        references="; ".join(REFERENCE_NAMES[letter].format(long=label) for letter, label in refs.items())
+    )
 
 
 def compare(accs: list[float], reference: list[float]) -> str:
@@ -150,8 +175,8 @@ def marks(groups: dict[tuple[str, str], list[Row]], label: str, size: str, refs:
     out = []
     for letter, ref in refs.items():
         other = [g.acc for g in groups.get((ref, size), [])]
-        if ref != label and own and other:
-            out.append(letter + compare(own, other))
+        if ref != label and own and other and (mark := compare(own, other)) != "?":
+            out.append(letter + mark)
     return " ".join(out)
 
 
@@ -239,17 +264,32 @@ MARKERS = "osD^vP*Xh<>p"
 
 
 def style_per_method(labels: list[str]) -> dict[str, dict[str, Any]]:
-    """A colour and marker per method (tab10 first, then tab20's light shades); ``×N`` runs share theirs."""
+    """A colour and marker per registered method, the same in every plot (its place in the registry picks them:
+    20 colours, tab10 then tab20's light shades, times 12 markers: no two of the first 60 methods share both);
+    ``×N`` runs and variants (``tleg +mimetic``) keep their method's colour (their line style differs)."""
     import matplotlib
+
+    from ..registry import list_methods
 
     tab10, tab20 = matplotlib.colormaps["tab10"], matplotlib.colormaps["tab20"]
     palette = [tab10(i) for i in range(10)] + [tab20(2 * i + 1) for i in range(10)]
-    methods = sorted({label.split(" ×")[0] for label in labels})
+    order = list(list_methods())
+    order += sorted({_method_of(label) for label in labels} - set(order))  # e.g. compare's "+kd" rows' methods
     styles = {}
     for label in labels:
-        i = methods.index(label.split(" ×")[0])
+        i = order.index(_method_of(label))
         styles[label] = {"color": palette[i % len(palette)], "marker": MARKERS[i % len(MARKERS)]}
     return styles
+
+
+def line_style(label: str) -> str:
+    """Dashed for a ×N budget, dotted for a variant, solid for the method itself."""
+    return "--" if " ×" in label else ":" if " " in label else "-"
+
+
+def _method_of(label: str) -> str:
+    """``scratch ×10`` -> scratch, ``tleg +mimetic`` -> tleg."""
+    return label.split(" ×")[0].split(" ")[0]
 
 
 def _subplots(n: int):
@@ -264,21 +304,41 @@ def _subplots(n: int):
 
 
 def finish_figure(fig, axes, title: str, path: Path) -> None:
-    """One legend for all panels, right of them; then save."""
+    """One legend for all panels, right of them, one entry per method; then save. A panel draws methods with the
+    same results once, labelled ``a = b``: in the legend ``b`` has its own entry if another panel draws it, else
+    ``b (= a at PANEL)`` beside a's marker."""
     import matplotlib.pyplot as plt
 
-    handles: dict[str, Any] = {}
+    own: dict[str, Any] = {}
+    hidden: dict[str, dict[str, tuple[Any, list[str]]]] = {}  # name -> {the method drawn instead: (handle, panels)}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(label, handle)
+            first, *others = label.split(" = ")
+            own.setdefault(first, handle)
+            for other in others:
+                hidden.setdefault(other, {}).setdefault(first, (handle, []))[1].append(ax.get_title())
+    entries = dict(own)
+    for name, instead in hidden.items():
+        if name not in own:  # drawn in no panel of its own: say where it is which method's marker
+            where = "; ".join(
+                f"= {first}" + (f" at {', '.join(filter(None, panels))}" if len(axes) > 1 else "")
+                for first, (_, panels) in instead.items()
+            )
+            entries[f"{name} ({where})"] = next(iter(instead.values()))[0]
     fig.suptitle(title)
     fig.tight_layout()
-    # outside the panels, however long the labels ("a = b = c" for methods with one curve): the saved image grows
+    # outside the panels, however long the labels: the saved image grows
     fig.legend(
-        list(handles.values()), list(handles), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False
+        list(entries.values()), list(entries), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False
     )
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
+
+
+def has_curves(rows: list[Row], task: str) -> bool:
+    """Whether some run of ``task`` was evaluated at more than one point (else a learning-curve plot is a column
+    of markers, and is left out)."""
+    return any(len(r.accs) > 1 for r in rows if r.task == task)
 
 
 def plot_curves(rows: list[Row], task: str, path: Path, data_name: str | None = None) -> None:
@@ -302,7 +362,7 @@ def plot_curves(rows: list[Row], task: str, path: Path, data_name: str | None = 
             mean, std = mean_curve(group)
             x = group[0].epochs[: len(mean)]
             y, s = [100 * m for m in mean], [100 * v for v in std]
-            ax.plot(x, y, "--" if " ×" in label else "-", ms=4, label=named, **styles[label])
+            ax.plot(x, y, line_style(label), ms=4, label=named, **styles[label])
             ax.fill_between(
                 x,
                 [a - b for a, b in zip(y, s)],
@@ -380,7 +440,7 @@ def _task_line(task: Task, seeds: int) -> str:
         else f"every {task.eval_every} epochs and after the last"
     )
     return (
-        f"Fine-tuned {task.epochs} epoch(s) on {data} of {task.data}"
+        f"Fine-tuned {plural(task.epochs, 'epoch')} on {data} of {task.data}"
         + (" (only the classes the upstream never saw)" if task.other_classes else "")
         + (f", batch {task.batch_size}" if task.batch_size else "")
         + (", each method with the same fresh classifier" if task.new_head else "")
@@ -394,7 +454,11 @@ def _task_line(task: Task, seeds: int) -> str:
 def machine() -> str:
     import torch
 
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({torch.get_num_threads()} threads)"
+    device = (
+        torch.cuda.get_device_name()
+        if torch.cuda.is_available()
+        else f"CPU ({plural(torch.get_num_threads(), 'thread')})"
+    )
     return (
         f"{platform.machine()} {platform.system()}, {os.cpu_count()} cores, {device}, "
         f"torch {torch.__version__}, python {platform.python_version()}"
@@ -499,13 +563,12 @@ def _task_sections(
         if plots:
             tag = f"{task.name}{('-' + suffix.strip(' ()').replace(' ', '_')) if suffix else ''}"
             curves, stored = plot_dir / f"curves-{tag}.png", plot_dir / f"stored-{tag}.png"
-            plot_curves(rows, task.name, curves)
             plot_stored(rows, task.name, stored)
-            parts += [
-                "",
-                f"![accuracy vs epochs]({curves.relative_to(out_dir)}) "
-                f"![accuracy vs stored parameters]({stored.relative_to(out_dir)})",
-            ]
+            images = [f"![accuracy vs stored parameters]({stored.relative_to(out_dir)})"]
+            if has_curves(rows, task.name):  # one evaluation point per run is no curve: that plot is left out
+                plot_curves(rows, task.name, curves)
+                images.insert(0, f"![accuracy vs epochs]({curves.relative_to(out_dir)})")
+            parts += ["", " ".join(images)]
     return parts
 
 
@@ -536,13 +599,12 @@ def write_report(
     if anc and not profile.upstreams:
         acc = anc.get("eval_acc")
         parts.append(
-            f"- ancestry {anc['spec']} ({anc['params']:,} params), {anc['epochs']} epoch(s) on "
+            f"- ancestry {anc['spec']} ({anc['params']:,} params), {plural(anc['epochs'], 'epoch')} on "
             f"{anc['images']:,} Fashion-MNIST images: top-1 "
             + (f"{100 * acc:.1f}%" if acc is not None else "?")
             + " on 1,000 test images"
         )
-    factor = max((t.scratch_factor for t in profile.tasks), default=1)
-    parts += ["", MARK_RULE.format(factor=factor)]
+    parts += ["", mark_rule(rows, [t.name for t in profile.tasks], len(profile.seeds))]
     if profile.upstreams:
         parts += [
             "",

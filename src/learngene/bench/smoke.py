@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import LearngeneError
 
@@ -153,15 +154,15 @@ def run_smoke(
         ),
         ("fine-tune", ["train", out / "descendant.safetensors", *common, "--out", out / "finetuned.safetensors"]),
     ]
-    record = {
+    record: dict[str, Any] = {
         "profile": profile.name,
         "max_steps": steps,
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "stages": [],
     }
-    for name, argv in stages:
-        argv = [str(a) for a in argv]
+    for name, parts in stages:
+        argv = [str(a) for a in parts]
         tic = time.perf_counter()
         code = run_command(argv)
         seconds = time.perf_counter() - tic

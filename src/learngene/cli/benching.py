@@ -66,7 +66,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
 def cmd_demo(args: argparse.Namespace) -> None:
     run_demo(
-        out_dir=Path(args.out_dir),
+        out_dir=Path(args.out),
         data_dir=args.data_dir,
         device=args.device,
         seed=args.seed,

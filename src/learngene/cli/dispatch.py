@@ -15,7 +15,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, called_from_cli
+from ..threads import set_threads
 from .parser import EXIT_USAGE, build_parser
 
 # commands that write many files without rank-0 guards, or only print: refused under torchrun
@@ -37,6 +38,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, or a one-line usage error already printed
         return int(exc.code or 0)
     args.command_line = shlex.join(["learngene", *argv])  # what reports name as the command that made them
+    if taken := _existing_output(args):  # refused before torch loads: at once, not after seconds of imports
+        print(
+            f"learngene {args.command}: error: {taken!r} already exists; pass --overwrite to replace it",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    called_from_cli(True)  # errors name flags (--overwrite), not Python arguments
     try:
         return _run(args, entry_point=argv_given is None)
     except KeyboardInterrupt:  # before the handlers are in place (importing torch) or after they are restored
@@ -44,6 +52,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             _ignore_signals()
         print(f"learngene {args.command}: stopped by SIGINT; nothing was saved", file=sys.stderr)
         return 130
+    finally:
+        called_from_cli(False)
+
+
+def _existing_output(args: argparse.Namespace) -> str | None:
+    """The first output the command would write that exists already, without --overwrite (None: none)."""
+    if not hasattr(args, "overwrite") or args.overwrite:
+        return None
+    for name in ("out", "gene_out", "plot"):
+        path = getattr(args, name, None)
+        if name == "out" and getattr(args, "format", None) == "hub":
+            continue  # a folder: its own checks say whether a file or a folder is in the way
+        # a directory where a file goes gets its own message later
+        if path and os.path.lexists(path) and not os.path.isdir(path):
+            return os.fspath(path)
+    return None
 
 
 def _run(args: argparse.Namespace, entry_point: bool) -> int:
@@ -58,6 +82,8 @@ def _run(args: argparse.Namespace, entry_point: bool) -> int:
         if dist.launched_distributed() and args.command in SINGLE_PROCESS:
             raise LearngeneError("this command runs in one process (it writes many files); run it without torchrun")
         dist.init_from_env()
+        if hasattr(args, "threads"):  # the one place the CLI sets torch's CPU threads
+            set_threads(args.threads)
         handler(args)(args)
         finished = True
     except LearngeneError as exc:

@@ -3,13 +3,15 @@ flips and shifts of small grey data (per batch, identical under DDP)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 # DeiT's training recipe (Touvron et al. 2021, Table 9; timm's train.py flags), which TLEG, WAVE and
 # Share-Init condense with: RandAugment, random erasing, then mixup/cutmix on the batch.
-DEIT_RECIPE = {
+DEIT_RECIPE: dict[str, Any] = {
     "auto_augment": "rand-m9-mstd0.5-inc1",
     "re_prob": 0.25,
     "re_mode": "pixel",

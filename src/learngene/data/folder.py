@@ -38,8 +38,8 @@ def preprocessing_cfg(source: Any, img_size: int | None = None, in_chans: int | 
         embed = getattr(source, "patch_embed", None)
         if embed is not None and getattr(embed, "img_size", None) is not None:
             cfg["input_size"] = (embed.proj.in_channels, *embed.img_size)
-        elif image_input(source) is not None:  # a NaFlexVit: its spec's size, the position grid times the patch
-            chans, size, _ = image_input(source)
+        elif (grid := image_input(source)) is not None:  # a NaFlexVit: its spec's size, the grid times the patch
+            chans, size, _ = grid
             cfg["input_size"] = (chans, size, size)
     elif isinstance(source, Mapping):
         cfg = dict(source)
@@ -94,7 +94,7 @@ class _Failed(NamedTuple):
     message: str
 
 
-class FolderData:
+class FolderData(torch.utils.data.Dataset):
     """Images in class sub-folders, decoded and transformed one by one: in DataLoader workers when ``workers > 0``.
 
     ``dataset[(index, seed)]`` seeds Python's, NumPy's and torch's RNGs with ``seed`` before a random
@@ -116,7 +116,7 @@ class FolderData:
         self.transform = folder_transforms(self.preprocessing, augment)
         self.labels = torch.tensor([y for _, y in self.samples], dtype=torch.long)
         self.soft_targets = None
-        self._loader = None
+        self._loader: torch.utils.data.DataLoader | None = None
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -165,7 +165,10 @@ class FolderData:
             return self.transform(image), label
 
     def get_batch(self, indices: Tensor) -> tuple[Tensor, Tensor, None]:
-        x, y = _Collate(self.in_chans, self.img_size)([self[int(i)] for i in indices])
+        batch = _Collate(self.in_chans, self.img_size)([self[int(i)] for i in indices])
+        if isinstance(batch, _Failed):  # read here, not in a worker: the same one line as from a worker
+            raise DataError(batch.message)
+        x, y = batch
         return x, y, None
 
     def loader(self, sampler) -> torch.utils.data.DataLoader:

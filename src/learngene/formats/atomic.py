@@ -17,7 +17,12 @@ from typing import Any
 import torch
 
 from .._version import __version__
-from ..errors import LearngeneError
+from ..errors import LearngeneError, setting
+
+
+def OVERWRITE() -> str:  # noqa: N802  (reads as the setting it names)
+    """``--overwrite`` in a command's error, ``overwrite=True`` in a Python caller's."""
+    return setting("overwrite=True", "--overwrite")
 
 
 def library_version() -> str:
@@ -135,7 +140,7 @@ def check_outputs(
 def check_output_place(path: Path, overwrite: bool) -> Path:
     """``path`` (a file or a folder) is new or may be replaced, and its directory exists and is writable."""
     if (path.exists() or path.is_symlink()) and not overwrite:
-        raise LearngeneError(f"{quote(path)} already exists; pass --overwrite to replace it")
+        raise LearngeneError(f"{quote(path)} already exists; pass {OVERWRITE()} to replace it")
     parent = path.parent if str(path.parent) else Path(".")
     if parent.exists() and not parent.is_dir():
         raise LearngeneError(f"{quote(parent)} is not a directory; choose an output path inside a directory")
@@ -192,7 +197,7 @@ def _publish(tmp: Path, path: Path, overwrite: bool) -> None:
         os.replace(tmp, path)
         return
     taken = LearngeneError(
-        f"{quote(path)} already exists (another process wrote it meanwhile); pass --overwrite "
+        f"{quote(path)} already exists (another process wrote it meanwhile); pass {OVERWRITE()} "
         f"to replace it, or choose another path"
     )
     try:

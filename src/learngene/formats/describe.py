@@ -23,7 +23,7 @@ def describe_spec(spec: ViTSpec) -> str:
         f"{spec.short()} (depth {spec.depth}, width {spec.embed_dim}, {spec.num_heads} heads, mlp x{spec.mlp_ratio:g}, "
         f"{spec.img_size}px/{spec.patch_size}, {spec.in_chans} ch, {spec.num_classes} classes, "
         f"{spec.global_pool} pool): {spec.num_params:,} params, {spec.flops / 1e6:,.1f} MFLOPs/image; "
-        f"timm {spec.arch}, family {spec.family.short()}"
+        f"{spec.arch_label()}, family {spec.family.short()}"
     )
 
 

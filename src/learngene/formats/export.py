@@ -30,7 +30,7 @@ from torch import nn
 
 from ..errors import LearngeneError, require_argument
 from ..vit.spec import ViTSpec
-from .atomic import TEMP_NAME_CHARS, check_output_place, library_version, quote
+from .atomic import OVERWRITE, TEMP_NAME_CHARS, check_output_place, library_version, quote
 from .licenses import check_license
 from .weights import save_safetensors
 
@@ -87,7 +87,7 @@ def atomic_folder(path: str | os.PathLike, overwrite: bool = False) -> Iterator[
             except FileExistsError:
                 raise LearngeneError(
                     f"{quote(path)} already exists (another process wrote it meanwhile); pass "
-                    f"--overwrite to replace it, or choose another path"
+                    f"{OVERWRITE()} to replace it, or choose another path"
                 ) from None
             os.replace(tmp, path)  # onto the empty folder just claimed
     finally:
@@ -190,7 +190,9 @@ def model_card(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any], defa
         "method": card.get("method", "not recorded"),
         "ancestry": card.get("ancestry", "not recorded"),
         "learngene": card.get("gene", "not recorded"),
-        "architecture": f"timm `{arch}`",
+        "architecture": f"timm `{arch}`"
+        if arch == spec.arch_label()
+        else f"{spec.arch_label()}; config.json names the builder, `{arch}`, with these sizes as model_args",
         "size": f"{spec.short()}: depth {spec.depth}, width {spec.embed_dim}, {spec.num_heads} heads, MLP ratio "
         f"{spec.mlp_ratio:g}, {spec.img_size}x{spec.img_size} px input, patch {spec.patch_size}, "
         f"{spec.in_chans} channel(s), {spec.num_classes} classes",
@@ -252,6 +254,12 @@ def model_card(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any], defa
             "embedding = model(pixel_values=images).pooler_output",
         ]
     lines += ["```", "", f"Written by learngene {library_version()}.", ""]
+    lines += ["## Citation", ""]
     if card.get("citation"):
-        lines += ["## Citation", "", f"The {facts['method']} method: {card['citation']}", ""]
+        lines += [f"The {facts['method']} method: {card['citation']}", ""]
+    lines += [
+        f"The learngene library ({library_version()}, Apache-2.0): as its CITATION.cff, at the root of the learngene "
+        "repository and source distribution, says.",
+        "",
+    ]
     return "\n".join(lines)

@@ -30,7 +30,7 @@ def save_model(
     model_or_state: torch.nn.Module | dict[str, Tensor],
     spec: ViTSpec,
     origin: dict[str, Any] | None = None,
-    overwrite: bool = True,
+    overwrite: bool = False,
     preprocessing: dict[str, Any] | None = None,
 ) -> None:
     """Save a ViT as safetensors that timm loads directly; the header records its spec and origin, and the

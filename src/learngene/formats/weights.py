@@ -39,7 +39,7 @@ _ST_NAMES = {dtype: name for name, dtype in _ST_DTYPES.items()}
 
 
 def save_safetensors(
-    path: str | os.PathLike, tensors: dict[str, Tensor], metadata: dict[str, str], overwrite: bool = True
+    path: str | os.PathLike, tensors: dict[str, Tensor], metadata: dict[str, str], overwrite: bool = False
 ) -> None:
     """Write a safetensors file one tensor at a time, so saving never holds a second copy of the tensors.
 

@@ -152,8 +152,9 @@ class TrainConfig:
         metavar="N",
         kind=REPORT,
         at_least=1,
+        zero_means_none=True,
         none_means="all of them",
-        help="evaluate on a fixed random subset of N test images",
+        help="evaluate on a fixed random subset of N test images, 0 = on all of them",
     )
     progress: bool = setting(True, kind=REPORT, help="progress bars on a terminal (the CLI's --quiet turns them off)")
     desc: str = setting("train", kind=REPORT, help="what progress bars and logs call the run")

@@ -28,7 +28,7 @@ from ..vit.naflex import image_input
 from .loop import distill_loss
 
 
-def _timm_net(model: nn.Module) -> nn.Module:
+def _timm_net(model: nn.Module) -> Any:  # a timm model: num_features, get_classifier, forward_head
     """The timm model a student wraps (:class:`~learngene.descendant.GeneNet` names it ``skeleton``)."""
     return getattr(model, "skeleton", model)
 
@@ -38,7 +38,7 @@ class PooledFeatures(nn.Module):
 
     def __init__(self, model: nn.Module):
         super().__init__()
-        self.model = model
+        self.model: Any = model  # a timm model: num_features, forward_features, forward_head
 
     @property
     def width(self) -> int:

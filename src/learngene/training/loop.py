@@ -44,7 +44,7 @@ from .checkpoint import (
     zero_sums,
 )
 from .config import TrainConfig
-from .progress import progress_bar
+from .progress import note_steps, progress_bar
 
 # ---- stopping on SIGINT / SIGTERM at a step boundary ---------------------------------------------------
 STOP_CHECK_EVERY = 20  # steps between the ranks' agreement on a stop under DDP (one tiny all-reduce each)
@@ -185,16 +185,25 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> 
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, data: Data, batch_size: int = 512, device: torch.device | None = None
+    model: nn.Module,
+    data: Data,
+    batch_size: int = 512,
+    device: torch.device | None = None,
+    desc: str | None = None,
 ) -> dict[str, float]:
-    """Top-1 accuracy and mean cross-entropy of ``model`` on ``data`` (all ranks together under DDP)."""
+    """Top-1 accuracy and mean cross-entropy of ``model`` on ``data`` (all ranks together under DDP); with
+    ``desc``, a progress bar of that name while it runs."""
     require_argument(model, nn.Module, "model", "a torch module (e.g. a timm ViT)")
     check_data_fits(model, data)
     device = device or next(model.parameters()).device
     was_training = model.training
     model.eval()
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # correct, loss sum, count
-    for batch in Batches(data, batch_size, shuffle=False, rank=dist.rank(), world=dist.world_size()):
+    batches = Batches(data, batch_size, shuffle=False, rank=dist.rank(), world=dist.world_size())
+    bar = progress_bar(
+        total=len(batches), desc=desc, unit="batch", leave=False, dynamic_ncols=True, disable=desc is None
+    )
+    for batch in batches:
         x, y = batch.x.to(device, non_blocking=True), batch.y.to(device, non_blocking=True)
         with autocast(device):
             logits = model(x).float()
@@ -205,6 +214,8 @@ def evaluate(
                 torch.tensor(len(y), dtype=torch.float64, device=device),
             ]
         )
+        bar.update(1)
+    bar.close()
     dist.all_reduce_sum(totals)
     model.train(was_training)
     correct, loss, count = totals.tolist()
@@ -450,6 +461,7 @@ class _Run:
     loss_of: Callable
     state: RunState
     ckpt_path: Path | None
+    total_steps: int = 0
 
     window_start: Tensor | None = None  # the epoch sums at the previous checkpoint (or the epoch's start)
 
@@ -535,11 +547,13 @@ def _train(
         loss,
         state,
         ckpt_path,
+        total_steps,
     )
 
     if state.start_norm is None and state.global_step == 0:
         state.start_norm = trained_norm(model)
     run.net.train()
+    note_steps(state.global_step, total_steps)  # a resumed run starts part-way: that part is not this run's speed
     start_epoch, start_step = state.epoch, state.step_in_epoch
     for epoch in range(start_epoch, epochs):
         batches.set_epoch(epoch, start_step if epoch == start_epoch else 0)
@@ -594,6 +608,7 @@ def _run_epoch(run: _Run, batches: Batches, epoch: int, epochs: int, epoch_steps
             state.sane,
         )
         state.global_step += 1
+        note_steps(state.global_step, run.total_steps)
         sums += torch.stack(
             [
                 per_sample.sum().double(),
@@ -631,6 +646,8 @@ def _epoch_record(run: _Run, epoch: int, sums: Tensor, eval_data: Data | None, e
         "seconds": run.state.seconds,
     }
     if eval_data is not None and run.cfg.evaluates_after(epoch + 1, epochs):
-        metrics = evaluate(run.model, eval_data, run.cfg.eval_batch_size, run.device)
+        shown = run.cfg.progress and dist.is_main()
+        desc = f"{run.cfg.desc} {epoch + 1}/{epochs} evaluate ({len(eval_data)} images)" if shown else None
+        metrics = evaluate(run.model, eval_data, run.cfg.eval_batch_size, run.device, desc=desc)
         record.update(eval_acc=metrics["acc"], eval_loss=metrics["loss"])
     return record

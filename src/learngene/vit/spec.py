@@ -607,6 +607,37 @@ class ViTSpec:
         """Compact human-readable size, e.g. ``L6-D96-H3``."""
         return f"L{self.depth}-D{self.embed_dim}-H{self.num_heads}"
 
+    def arch_label(self) -> str:
+        """What this model is, for people: the timm name (``vit_tiny_patch16_224``) only when the spec is that
+        model's size, patch, resolution and 3 channels; else the size first and the timm builder it overrides, e.g.
+        ``ViT L2-D32-H2, 28 px, patch 4, 1 channel (timm's vit_tiny_patch16_224 builder with these sizes)``."""
+        if _names_its_size(self):
+            return self.arch
+        channels = f"{self.in_chans} channel{'s' if self.in_chans != 1 else ''}"
+        return (
+            f"ViT {self.short()}, {self.img_size} px, patch {self.patch_size}, {channels} "
+            f"(timm's {self.arch} builder with these sizes)"
+        )
+
+
+# the sizes timm's plain ViT names mean: (depth, width, heads)
+_TIMM_SIZE_WORDS = {"tiny": (12, 192, 3), "small": (12, 384, 6), "base": (12, 768, 12), "large": (24, 1024, 16)}
+
+
+def _names_its_size(spec: ViTSpec) -> bool:
+    """Whether ``spec.arch`` (e.g. ``vit_small_patch16_224``) says the spec's size, patch, resolution and channels."""
+    import re
+
+    match = re.fullmatch(r"(?:vit|deit)_(tiny|small|base|large)_(?:distilled_)?patch(\d+)_(\d+)", spec.arch)
+    if match is None:
+        return spec.arch != TIMM_ARCH  # another timm name (eva02_..., a user's): as the model file records it
+    word, patch, img = match.group(1), int(match.group(2)), int(match.group(3))
+    return (spec.depth, spec.embed_dim, spec.num_heads) == _TIMM_SIZE_WORDS[word] and (
+        spec.patch_size,
+        spec.img_size,
+        spec.in_chans,
+    ) == (patch, img, 3)
+
 
 # ---- what timm built ------------------------------------------------------------------------------
 def is_distilled(model) -> bool:

@@ -1,0 +1,29 @@
+"""Each benchmark profile's one-line description, torch-free: ``learngene bench --help`` prints them without
+loading the method registry (and so torch); :mod:`learngene.bench.profiles` gives them to its profiles.
+
+A time stated here is a measured one, with the command that measures it (no commit, no guess)."""
+
+from __future__ import annotations
+
+PROFILE_DESCRIPTIONS: dict[str, str] = {
+    "demo": "`learngene demo`: the whole job on a small CPU; one seed, one task, no claims beyond the table",
+    "quick": "a pipeline check (tests, CI; `learngene demo --quick`): every stage and task, numbers mean nothing",
+    "cpu": "the evidence run on a CPU: an L6-D64-H4 Fashion-MNIST ancestry, five sizes, Fashion-MNIST, digits "
+    "and 20-shot tasks, 3 seeds (its report, docs/bench-cpu/report.md, states the wall time it took)",
+    "transfer": "does stored knowledge pay on classes the ancestry never saw? Ancestries on 5 Fashion-MNIST "
+    "classes, descendants fine-tuned on 20 labels of each of the other 5; two class splits, short and "
+    "converged ancestries, a longer condensation, ablations",
+    "gpu": "bigger models and the full data for a GPU (bf16); resumable, so --time-limit splits it into short commands",
+    "gpu-smoke": "generated 224-px RGB images through the image-folder pipeline (ancestry, condense, "
+    "expand, fine-tune), --max-steps per stage",
+}
+
+
+# `time learngene demo --quick --out DIR` (a new DIR) on the shared 2-core machine, default threads (1 at these loads):
+# 54 s wall, 30 s CPU at a 1-minute load of 1.7 from other processes; 48 s wall, 29 s CPU at a load of 3.9
+QUICK_DEMO_TIME = "about a minute on a 2-core CPU"
+
+
+def profiles_help() -> str:
+    """``--profile``'s help: every profile and its description."""
+    return "; ".join(f"{name}: {text}" for name, text in PROFILE_DESCRIPTIONS.items()) + " (default: %(default)s)"

@@ -1,0 +1,119 @@
+"""How many CPU threads torch computes with: one default that fits the machine, set in one place.
+
+torch's own default is one thread per core it sees, whatever else runs. On a shared machine that is the worst
+choice: on a busy 2-core machine (1-minute load 7), 2 threads took 10x the CPU-seconds of 1 thread for the same
+training (``benchmarks/threads.py``; threads spin waiting for a core that another process holds). The default here is the cores this process may use
+(its CPU affinity), less the cores other processes keep busy (:func:`machine_load`), at least 1;
+``OMP_NUM_THREADS``, when set, wins over it, and ``--threads N`` / :func:`set_threads` over both.
+``benchmarks/threads.py`` measures the default against 1 and N threads side by side.
+
+This module imports no torch until :func:`set_threads` applies a number.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+
+from .errors import LearngeneError, setting
+
+THREADS_HELP = (
+    "CPU threads torch computes with (default: $OMP_NUM_THREADS if set, else the CPUs this process may use less "
+    "those other processes keep busy, at least 1)"
+)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, e.g. under taskset or a container's cpuset)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def machine_load(sample_seconds: float = 0.1) -> float:
+    """How many of this process's CPUs other processes keep busy: the larger of the 1-minute load average (which
+    lags a load that just started by a minute) and the busy share of those CPUs over ``sample_seconds``
+    (/proc/stat; which misses a load that pauses). 0 where the system reports neither."""
+    try:
+        average = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        average = 0.0
+    before = _cpu_times()
+    if before is None:
+        return average
+    time.sleep(sample_seconds)
+    after = _cpu_times()
+    if after is None:
+        return average
+    busy = 0.0
+    for cpu, (idle0, total0) in before.items():
+        idle1, total1 = after.get(cpu, (idle0, total0))
+        if total1 > total0:
+            busy += 1.0 - (idle1 - idle0) / (total1 - total0)
+    return max(average, busy)
+
+
+def _cpu_times() -> dict[int, tuple[int, int]] | None:
+    """``{cpu: (idle ticks, all ticks)}`` for the CPUs this process may use, from /proc/stat (Linux)."""
+    try:
+        allowed = os.sched_getaffinity(0)
+        with open("/proc/stat") as fh:
+            lines = fh.read().splitlines()
+    except (AttributeError, OSError):
+        return None
+    times = {}
+    for line in lines:
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in allowed:
+            ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
+            times[int(name[3:])] = (ticks[3] + ticks[4], sum(ticks))
+    return times or None
+
+
+@functools.cache
+def _load_at_start() -> float:
+    """The machine's load when this process first asked: measured once (it takes 0.1 s), before it computes, so
+    that its own threads never count as another process's load."""
+    return machine_load()
+
+
+def _env_threads() -> int | None:
+    text = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if not text:
+        return None
+    try:
+        value = int(text.split(",")[0])  # OpenMP allows a list per nesting level: the first is ours
+    except ValueError:
+        raise LearngeneError(
+            f"OMP_NUM_THREADS={text!r} is not a whole number; set it to a number of threads or unset it"
+        ) from None
+    if value < 1:
+        raise LearngeneError(f"OMP_NUM_THREADS={text!r} must be at least 1; set it to a number of threads or unset it")
+    return value
+
+
+def default_threads(cpus: int | None = None, load: float | None = None) -> int:
+    """``OMP_NUM_THREADS`` if set, else the usable CPUs less the busy ones (rounded), at least 1.
+
+    ``load`` is measured before this process computes anything, so it counts only others."""
+    env = _env_threads()
+    if env is not None:
+        return env
+    cpus = usable_cpus() if cpus is None else cpus
+    load = _load_at_start() if load is None else load
+    return max(1, min(cpus, int(cpus - load + 0.5)))
+
+
+def set_threads(threads: int | None = None) -> int:
+    """Make torch compute with ``threads`` CPU threads (None: :func:`default_threads`); returns the number."""
+    if threads is None:
+        threads = default_threads()
+    elif isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        name = setting("threads", "--threads")
+        raise LearngeneError(f"{name} must be a whole number of threads, at least 1; got {threads!r}")
+    import torch
+
+    torch.set_num_threads(threads)
+    return threads
