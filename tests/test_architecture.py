@@ -208,7 +208,7 @@ def test_options_are_checked_in_one_place():
         ("grow", dict(depth="copy"), "depth must be one of 'stack', 'identity', got 'copy'"),
         ("tleg", dict(modules=()), "modules must be a non-empty list"),
         ("tleg", dict(modules="msa,attn"), "modules must be a list whose every item is one of 'msa', 'mlp', 'ln'"),
-        ("heru_lg", dict(layers=-1), "layers must be 0 or more, got -1"),
+        ("heru_lg", dict(layers=-1), "layers must be at least 1, got -1"),
         ("auto_lg", dict(untrained_attention="sometimes"), "untrained_attention must be one of 'keep', 'mimetic'"),
     ],
 )

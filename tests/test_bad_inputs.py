@@ -508,7 +508,7 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
     (
         "negative method option",
         lambda w: ["condense", "--method", "heru_lg", "--ancestry", w.anc, "--opt", "layers=-1", "-o", w.out],
-        "layers must be 0 or more",
+        "layers must be at least 1",
     ),
     (
         "string for an int option",
@@ -647,7 +647,7 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
         "is a directory; give a file path",
     ),
     ("hub folder exists", lambda w: ["expand", w.gene, "-o", w.a_dir], "already exists; pass --overwrite"),
-    ("hub folder over a file", lambda w: ["expand", w.gene, "-o", w.gene, "--format", "hub"], "is not a folder"),
+    ("hub folder over a file", lambda w: ["expand", w.gene, "-o", w.not_a_dir, "--format", "hub"], "is not a folder"),
     (
         "output in a read-only directory",
         lambda w: ["expand", w.gene, "-o", Path(w.readonly) / "o.safetensors"],
@@ -791,7 +791,7 @@ API_CASES: list[tuple[str, Callable[[Workspace], object], str]] = [
     ("training with a string batch size", lambda w: TrainConfig(batch_size="8"), "batch_size must be an integer"),
     ("training with a huge seed", lambda w: TrainConfig(seed=2**70), "below 2^63"),
     ("method option of the wrong type", lambda w: get_method("heru_lg")(layers="3"), "layers must be an integer"),
-    ("negative method option", lambda w: get_method("heru_lg")(layers=-1), "must be 0 or more"),
+    ("negative method option", lambda w: get_method("heru_lg")(layers=-1), "must be at least 1"),
     (
         "distil without a teacher",
         lambda w: train(
@@ -1028,3 +1028,191 @@ def test_forged_files_are_refused_before_building(ws, capsys, case_id, source, m
     assert not Path(ws.out).exists()
     if source != "anc":
         assert words in _one_line_error(capsys, ["inspect", forged])
+
+
+def _alias(target: Path, link: str) -> Path:
+    """``target`` itself, or a new symbolic or hard link to it."""
+    import os
+
+    if link == "same name":
+        return target
+    alias = target.with_name(f"alias-{target.name}")
+    alias.symlink_to(target) if link == "symlink" else os.link(target, alias)
+    return alias
+
+
+@pytest.mark.parametrize("link", ["same name", "symlink", "hard link"])
+def test_an_output_that_is_an_input_is_refused_even_with_overwrite(ws, tmp_path, capsys, link):
+    """The teacher, ancestry or gene a command reads is never its output, by any name, --overwrite or not."""
+    import shutil
+
+    for name in ("teacher", "anc", "gene"):
+        shutil.copy(ws.gene if name == "gene" else ws.anc, tmp_path / f"{name}.safetensors")
+    teacher, anc, gene = (tmp_path / f"{n}.safetensors" for n in ("teacher", "anc", "gene"))
+    before = {p: p.read_bytes() for p in (teacher, anc, gene)}
+    for argv in (
+        ["train", ws.anc, *DATA, "--teacher", teacher, "--overwrite", "-o", _alias(teacher, link)],
+        ["expand", gene, "--overwrite", "-o", _alias(gene, link)],
+        ["condense", "--method", "scratch", "--ancestry", anc, "--overwrite", "-o", _alias(anc, link)],
+    ):
+        assert "never replaces" in _one_line_error(capsys, argv)
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_a_hub_folder_output_holding_the_gene_is_refused(ws, tmp_path, capsys):
+    import shutil
+
+    folder = tmp_path / "hub"
+    folder.mkdir()
+    shutil.copy(ws.gene, folder / "g.safetensors")
+    argv = ["expand", folder / "g.safetensors", "--format", "hub", "--overwrite", "-o", folder]
+    assert "never replaces" in _one_line_error(capsys, argv)
+    assert sorted(p.name for p in folder.iterdir()) == ["g.safetensors"]
+
+
+@pytest.fixture(scope="module")
+def resnets(tmp_path_factory) -> dict[int, Path]:
+    """Tiny timm ResNet checkpoints (CNN teachers) reading 1- and 3-channel images, 10 classes."""
+    import timm
+    from safetensors.torch import save_file
+
+    root = tmp_path_factory.mktemp("resnets")
+    paths = {}
+    for chans in (1, 3):
+        torch.manual_seed(0)
+        model = timm.create_model("resnet10t", num_classes=10, in_chans=chans)
+        paths[chans] = root / f"resnet{chans}.safetensors"
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, paths[chans])
+    return paths
+
+
+def test_a_cnn_teacher_of_the_datas_channels_is_distilled(ws, resnets, tmp_path, capsys):
+    out = tmp_path / "o.safetensors"
+    argv = ["train", ws.anc, *DATA, "--teacher", resnets[1], "--teacher-timm-model", "resnet10t", "-o", out]
+    assert main([str(a) for a in argv]) == 0, capsys.readouterr().err
+    assert out.is_file()
+
+
+def test_a_cnn_teacher_of_other_channels_or_a_lone_teacher_arch_is_one_line(ws, resnets, tmp_path, capsys):
+    out = tmp_path / "o.safetensors"
+    argv = ["train", ws.anc, *DATA, "--teacher", resnets[3], "--teacher-timm-model", "resnet10t", "-o", out]
+    assert "the teacher takes 3-channel" in _one_line_error(capsys, argv)
+    argv = ["train", ws.anc, *DATA, "--teacher-timm-model", "resnet10t", "-o", out]
+    assert "pass --teacher too" in _one_line_error(capsys, argv)
+    assert not out.exists()
+
+
+def test_condense_refuses_in_chans_other_than_the_ancestrys(ws, tmp_path, capsys):
+    out = tmp_path / "g.safetensors"
+    argv = ["condense", "--method", "tleg", "--ancestry", ws.anc, *DATA, "--in-chans", "3", "-o", out]
+    assert "leave --in-chans out" in _one_line_error(capsys, argv)
+    assert not out.exists()
+
+
+def _numeric_options():
+    import dataclasses
+    import typing
+
+    from learngene.registry import list_methods
+
+    for name in list_methods():
+        config = get_method(name).Config
+        hints = typing.get_type_hints(config)
+        for f in dataclasses.fields(config):
+            if hints[f.name] in (int, float):
+                yield pytest.param(name, f, hints[f.name], id=f"{name}.{f.name}")
+
+
+@pytest.mark.parametrize("method, field, kind", list(_numeric_options()))
+def test_every_numeric_option_refuses_values_past_its_boundary(method, field, kind):
+    """Each option's range, tried at its edge: the value just outside is refused in one line and the edge itself
+    accepted; an automatic option's 0 (its 'automatic' marker) is refused when given by hand, as it reads as 'none'."""
+    from learngene.cli.options import parse_options
+
+    cls = get_method(method)
+    if field.name in getattr(cls.Config, "AUTO_OPTIONS", ()):
+        with pytest.raises(LearngeneError, match=f"{field.name}=auto"):
+            parse_options(cls.Config, [f"{field.name}=0"])
+        assert parse_options(cls.Config, [f"{field.name}=auto"]) == {field.name: field.default}
+    limits = field.metadata
+    step = 1 if kind is int else 1e-6
+    lowest = limits.get("at_least", limits.get("above", 0 if "at_most" not in limits else None))
+    if lowest is not None:
+        with pytest.raises(LearngeneError, match=f"{method} option {field.name} must be"):
+            cls(**{field.name: kind(lowest - step) if "above" not in limits else kind(lowest)})
+        if "above" not in limits and not limits.get("odd") and not limits.get("multiple_of"):
+            cls(**{field.name: kind(lowest)})
+    if "at_most" in limits:
+        with pytest.raises(LearngeneError, match=f"{method} option {field.name} must be"):
+            cls(**{field.name: kind(limits["at_most"] + step)})
+    if limits.get("odd"):
+        with pytest.raises(LearngeneError, match="an odd number"):
+            cls(**{field.name: 2})
+
+
+@pytest.mark.parametrize(
+    "method, options, words",
+    [
+        ("sws", {"stages": "0,2"}, "needs positive layer counts"),
+        ("pool", {"instance_depths": "1,1,1,1,1,1,1,1"}, "repeats a depth"),
+        ("pool", {"instance_depths": "1,9"}, "deeper than the aux net"),
+        ("structured", {"kernel_size": 1001}, "reaches past the"),
+    ],
+)
+def test_method_options_that_mean_nothing_for_the_ancestry_are_one_line(ws, tmp_path, capsys, method, options, words):
+    opts = [x for k, v in options.items() for x in ("--opt", f"{k}={v}")]
+    out = tmp_path / "g.safetensors"
+    argv = ["condense", "--method", method, "--ancestry", ws.anc, *DATA, *opts, "-o", out]
+    if method == "structured":
+        argv = ["condense", "--method", method, "--ancestry", ws.anc, "-o", out]
+        assert main([str(a) for a in argv]) == 0
+        argv = ["expand", out, *opts, "-o", tmp_path / "d.safetensors"]
+    capsys.readouterr()
+    assert words in _one_line_error(capsys, argv)
+    assert not (tmp_path / "d.safetensors").exists()
+
+
+def test_text_from_a_gene_header_and_its_name_stays_on_its_card_line(ws, tmp_path, capsys):
+    """Header fields, label names and the file name carry newlines, headings and YAML keys: the card keeps each
+    on its own `- **key**:` line, and its front matter holds only what learngene writes."""
+    import json as _json
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(ws.gene, framework="pt") as fh:
+        tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+        header = dict(fh.metadata())
+    evil = "x\n---\nlicense: evil\n# Heading\r\n- item"
+    names = [f"c{i}\n# class heading" for i in range(10)]
+    header.update(
+        created=evil,
+        library_version=evil,
+        label_space=_json.dumps({"data": evil, "names": names, "num_classes": 10}),
+    )
+    gene = tmp_path / "g\n# name heading.safetensors"
+    save_file(tensors, str(gene), metadata=header)
+    hub = tmp_path / "hub"
+    code = main(["expand", str(gene), "--format", "hub", "-o", str(hub), "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    card = (hub / "README.md").read_text()
+    front = card.split("---\n")[1]
+    assert "evil" not in front and "license" not in front, front
+    headings = [line for line in card.splitlines() if line.startswith("#")]
+    assert not any("heading" in h for h in headings), headings
+    assert not any(line.startswith(("license:", "- item", "---x")) for line in card.splitlines()[8:])
+    assert card.count("\n---\n") == 1  # the front matter's end only
+
+
+@pytest.mark.parametrize("licence", ["((((", "(", "MIT)("])
+def test_a_licence_that_is_no_identifier_is_refused(ws, tmp_path, capsys, licence):
+    out = tmp_path / "hub"
+    assert "not a licence identifier" in _one_line_error(capsys, ["expand", ws.gene, "--license", licence, "-o", out])
+    assert not out.exists()
+
+
+def test_depth_with_a_budget_keeps_the_depth_and_says_so(ws, tmp_path, capsys):
+    out = tmp_path / "d.safetensors"
+    assert main(["expand", ws.gene, "--max-params", "5M", "--depth", "1", "-o", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "--depth 1 kept (it wins over the budget)" in said and "picked L1-" in said, said

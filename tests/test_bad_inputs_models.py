@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -345,3 +346,152 @@ def test_api_refuses_with_a_learngene_error(case_id, call, words):
         call()
     message = str(info.value)
     assert words in message and len(message.splitlines()) == 1, message
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+# config.json fields of the wrong type (forged folders): one line naming the field, never a traceback
+CONFIG_CASES: list[tuple[str, str, Callable[[dict], None]]] = [
+    ("hf layer_norm_eps a string", "hf", lambda c: c.update(layer_norm_eps="1e-12")),
+    ("hf layer_norm_eps a list", "hf", lambda c: c.update(layer_norm_eps=[1e-12])),
+    ("hf mlp_ratio a string", "hf", lambda c: c.update(mlp_ratio="4")),
+    ("hf num_register_tokens a string", "hf", lambda c: c.update(num_register_tokens="4")),
+    ("hf architectures an int", "hf", lambda c: c.update(architectures=3)),
+    ("hf image_size NaN", "hf", lambda c: c.update(image_size=float("nan"))),
+    ("hf image_size 3 elements", "hf", lambda c: c.update(image_size=[16, 16, 16])),
+    ("hf hidden_size a string", "hf", lambda c: c.update(hidden_size="32")),
+    ("hf num_channels a float", "hf", lambda c: c.update(num_channels=1.5)),
+    ("hub pretrained_cfg a string", "hub", lambda c: c.update(pretrained_cfg="imagenet")),
+    ("hub input_size an int", "hub", lambda c: c["pretrained_cfg"].update(input_size=16)),
+    ("hub mean a string", "hub", lambda c: c["pretrained_cfg"].update(mean="0.5")),
+    ("hub img_size NaN", "hub", lambda c: c["model_args"].update(img_size=float("nan"))),
+]
+
+
+@pytest.mark.parametrize("case_id, source, change", [pytest.param(*c, id=c[0]) for c in CONFIG_CASES])
+@pytest.mark.parametrize("command", ["condense", "inspect"])
+def test_config_fields_of_the_wrong_type_are_one_line(made, capsys, case_id, source, change, command):
+    path = folder(made, source, "cfg_" + re.sub(r"\W+", "_", case_id), config=change)
+    out = made / "out" / "o.safetensors"
+    args = [*map(str, condense(path)), "-o", str(out)] if command == "condense" else ["inspect", str(path)]
+    code = main(args)
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert "Traceback" not in err + captured.out, err
+    if code != 0:  # a field of no consequence may be ignored; one read must be refused in one line
+        assert code == 2 and len(err.splitlines()) == 1, (code, err)
+        assert any(a in err.lower() for a in ACTIONS), f"the message does not say what to do: {err}"
+    assert list((made / "out").iterdir()) in ([], [out])
+    out.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("command", ["condense", "inspect"])
+def test_a_config_nested_thousands_deep_is_one_line(made, capsys, command):
+    path = folder(made, "hf", "cfg_deep")
+    text = (path / "config.json").read_text()
+    (path / "config.json").write_text(text.rstrip()[:-1] + ', "deep": ' + _nested(100_000) + "}")
+    args = (
+        [*map(str, condense(path)), "-o", str(made / "out" / "o.safetensors")]
+        if command == "condense"
+        else [
+            "inspect",
+            str(path),
+        ]
+    )
+    code = main(args)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "config.json" in err and list((made / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["README.md", "preprocessor_config.json"])
+def test_a_fifo_in_a_model_folder_is_skipped_not_read(made, tmp_path, name):
+    """Only regular files are read: a FIFO (whose read blocks until someone writes) is passed over."""
+    import subprocess
+    import sys
+
+    path = folder(made, "hf", f"fifo_{name}")
+    (path / name).unlink(missing_ok=True)
+    os.mkfifo(path / name)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for argv in (["inspect", str(path)], [*map(str, condense(path)), "-o", str(tmp_path / "g.safetensors")]):
+        done = subprocess.run(
+            [sys.executable, "-m", "learngene", *argv], capture_output=True, text=True, timeout=300, env=env
+        )
+        assert done.returncode == 0, done.stderr
+    assert (tmp_path / "g.safetensors").is_file()
+
+
+def test_a_fifo_as_config_json_is_one_line(made, capsys):
+    path = folder(made, "hf", "fifo_config")
+    (path / "config.json").unlink()
+    os.mkfifo(path / "config.json")
+    code = main(["inspect", str(path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "config.json" in err, err
+
+
+# ---- the public API (learngene.__all__) with arguments of the wrong kind -----------------------------------------
+def _api_calls():
+    """(public name, call with one wrong-typed argument) for every function and class of ``learngene.__all__``."""
+    import learngene as lg
+    from tests.conftest import make_images
+
+    spec = SPEC
+    gene = lambda: lg.get_method("pretrained")().condense(lg.Ancestry(spec.create_model(), spec))  # noqa: E731
+    model = lambda: spec.create_model()  # noqa: E731
+    data = lambda: make_images(8, 10, 16)  # noqa: E731
+    cfg = lambda: lg.TrainConfig(epochs=1, progress=False)  # noqa: E731
+    return {
+        "make_descendant": [lambda: lg.make_descendant(gene(), "L2-D32-H2"), lambda: lg.make_descendant(None, spec)],
+        "fit_gene_to_budget": [lambda: lg.fit_gene_to_budget(gene(), spec, max_params="5M")],
+        "train": [
+            lambda: lg.train("not a model", data(), cfg()),
+            lambda: lg.train(model(), data(), {"epochs": 1}),
+            lambda: lg.train(model(), data(), cfg(), teacher="t"),
+        ],
+        "evaluate": [lambda: lg.evaluate("m", data()), lambda: lg.evaluate(model(), make_images(8, 10, 32))],
+        "register_method": [lambda: lg.register_method(int), lambda: lg.register_method(3)],
+        "get_method": [lambda: lg.get_method(3), lambda: lg.get_method(None)],
+        "get_preset": [lambda: lg.get_preset(3)],
+        "list_methods": [lambda: lg.list_methods(3)],
+        "load_ancestry": [lambda: lg.load_ancestry(3), lambda: lg.load_ancestry("x.safetensors", timm_model=3)],
+        "export_hub_folder": [lambda: lg.export_hub_folder("hub", "m", spec, {})],
+        "ViTSpec": [lambda: ViTSpec(depth="2", embed_dim=32, num_heads=2), lambda: ViTSpec(class_token="no")],
+        "TrainConfig": [lambda: lg.TrainConfig(lr="fast")],
+        "Learngene": [
+            lambda: lg.Learngene(method=3, tensors={}),
+            lambda: lg.Learngene(method="no_such", tensors={"a": torch.zeros(2)}).save("unused.safetensors"),
+            lambda: lg.Learngene(method="tleg", tensors={}).save("unused.safetensors"),
+        ],
+        "Method": [lambda: lg.get_method("tleg")().condense(None), lambda: lg.get_method("pretrained")().condense(3)],
+        "Ancestry": [lambda: lg.Ancestry("m", spec), lambda: lg.Ancestry(model(), "L2-D32-H2")],
+        "GeneNet": [lambda: lg.GeneNet(None, spec)],
+        "Paper": [lambda: lg.Paper(3)],
+        "AdaptInputs": [lambda: lg.AdaptInputs("data", cfg()), lambda: lg.AdaptInputs(data(), {"epochs": 1})],
+        "CondenseInputs": [lambda: lg.CondenseInputs(3), lambda: lg.CondenseInputs(data(), train_cfg=None)],
+        "LearngeneError": [],
+        "PRESETS": [],
+        "__version__": [],
+    }
+
+
+def test_every_public_name_is_tried():
+    import learngene
+
+    assert sorted(_api_calls()) == sorted(learngene.__all__)
+
+
+@pytest.mark.parametrize(
+    "name, index", [(n, i) for n, calls in sorted(_api_calls().items()) for i in range(len(calls))]
+)
+def test_public_entry_points_refuse_wrong_kinds_by_name(name, index, tmp_path, monkeypatch):
+    """A wrong-typed argument is a LearngeneError (or a TypeError/ValueError naming the argument), never an
+    AttributeError or an assertion from deep inside."""
+    monkeypatch.chdir(tmp_path)  # nothing may be written: a refused save leaves no file either
+    with pytest.raises((LearngeneError, TypeError, ValueError)) as info:
+        _api_calls()[name][index]()
+    assert str(info.value) and len(str(info.value).splitlines()) == 1, info.value
+    assert list(tmp_path.iterdir()) == []

@@ -12,6 +12,7 @@ import importlib
 import json
 import os
 import pickle
+import re
 from pathlib import Path
 
 import pytest
@@ -242,6 +243,51 @@ def test_a_run_stopped_by_nan_resumes_with_a_lower_lr_and_clipping(tiny_spec, tm
     assert "stopped" not in (tmp_path / LOG).read_text()  # the finished epoch's log replaces the stop record
 
 
+class Fragile(torch.nn.Module):
+    """A tiny ViT whose output turns NaN once its largest weight passes 22 (exp's float32 range / 4), as a real model overflows once a
+    divergence has grown its weights and activations far enough."""
+
+    def __init__(self, spec: ViTSpec):
+        super().__init__()
+        self.vit = spec.create_model()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        largest = torch.stack([p.abs().max() for p in self.vit.parameters()]).max()
+        return self.vit(x) + 0.0 * torch.exp(4.0 * largest)  # 0 × inf = NaN past exp's float32 range
+
+
+def test_the_nan_advice_resumes_from_a_checkpoint_before_the_divergence(tiny_spec, tmp_path):
+    from learngene.training.checkpoint import CHECKPOINT, load_checkpoint
+
+    data = make_images(64)
+    # lr 30 warms up over 8 steps: every step grows each weight by up to the lr, until the output overflows
+    cfg = TrainConfig(epochs=10, batch_size=16, lr=8.0, checkpoint_every=1, grad_clip=None, progress=False)
+    torch.manual_seed(0)
+    with pytest.raises(
+        TrainingError, match=r"loss became nan at epoch \d+, step \d; .*the last good checkpoint"
+    ) as err:
+        train(Fragile(tiny_spec), data, cfg, run_dir=tmp_path)
+    epoch, step = map(int, re.search(r"at epoch (\d+), step (\d+)", str(err.value)).groups())
+    kept = load_checkpoint(tmp_path / CHECKPOINT)
+    largest = max(v.abs().max().item() for v in kept["model"].values())
+    # not the last finite checkpoint (the step before the NaN), which had already diverged
+    assert kept["sane"] and kept["global_step"] < 4 * (epoch - 1) + step - 2 and largest < 22 / 2, largest
+
+    model = Fragile(tiny_spec)
+    result = train(model, data, cfg.replace(lr=1e-3), run_dir=tmp_path, resume=True)  # what the advice says
+    assert result.steps == 40 and all(torch.isfinite(v).all() for v in model.state_dict().values())
+
+
+def test_a_run_diverged_at_its_first_checkpoint_is_told_to_start_over(tiny_spec, tmp_path):
+    cfg = TrainConfig(epochs=4, batch_size=16, lr=1e4, checkpoint_every=1, grad_clip=None, progress=False)
+    torch.manual_seed(0)
+    with pytest.raises(
+        TrainingError, match=r"no checkpoint of this run has sane weights and loss .* start the run over"
+    ):
+        train(Fragile(tiny_spec), make_images(64), cfg, run_dir=tmp_path)
+    assert not (tmp_path / "checkpoint.pt").exists()
+
+
 def test_a_run_not_stopped_by_nan_keeps_its_lr(tiny_spec, tmp_path):
     data = make_images(32)
     cfg = TrainConfig(epochs=2, batch_size=16, max_steps=1, progress=False)
@@ -287,3 +333,43 @@ def test_a_folder_where_learngene_writes_a_file_is_not_replaced(anc, capsys, tmp
     err = one_line_error(capsys, ["expand", gene, "--overwrite", "-o", f"{hub}/"])
     assert "is a folder, where learngene writes its README.md" in err, err
     assert sorted(p.name for p in hub.iterdir()) == ["README.md"] and (hub / "README.md" / "keep.txt").exists()
+
+
+def test_a_second_ctrl_c_while_stopping_prints_no_traceback(tmp_path):
+    """The first Ctrl-C stops the command (one line, exit 130); a second one, at the interpreter's exit, is ignored
+    (it used to print an atexit KeyboardInterrupt traceback)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "twice.py"
+    script.write_text(
+        "import atexit, os, signal, sys, time\n"
+        "from learngene.cli import dispatch\n"
+        "def command(args):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(5)\n"
+        "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.05)))\n"
+        "dispatch.handler = lambda args: command\n"
+        "sys.argv = ['learngene', 'methods']\n"
+        "sys.exit(dispatch.main())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip() == "learngene methods: stopped by SIGINT; nothing was saved", done.stderr
+
+
+@pytest.mark.parametrize("method", ["cluster", "importance"])
+def test_a_data_driven_method_refuses_what_cannot_fit_before_allocating(method, monkeypatch):
+    """As the aux-net methods do: the estimate of a forward pass (tokens, attention maps) against the free memory,
+    refused in one line with the estimate, before a batch is read (a 34 GB allocation killed a RADIO run)."""
+    import learngene.vit.spec as spec_module
+    from learngene.method import Ancestry, CondenseInputs
+    from learngene.registry import get_method
+
+    spec = ViTSpec(depth=1, embed_dim=32, num_heads=2, img_size=64, patch_size=4, in_chans=1, num_classes=4)
+    monkeypatch.setattr(spec_module, "available_memory", lambda: 2**20)  # 1 MiB free
+    data = make_images(8, 4, 64)
+    monkeypatch.setattr(type(data), "get_batch", lambda *a, **k: pytest.fail("a batch was read before refusing"))
+    with pytest.raises(LearngeneError, match=rf"{method} runs 8 images of 257 tokens .* needs at least .* GiB"):
+        get_method(method)().condense(Ancestry(spec.create_model(), spec), CondenseInputs(train=data))

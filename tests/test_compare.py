@@ -42,7 +42,7 @@ def test_two_winners_within_two_std_are_a_tie():
 
 def test_one_seed_gives_no_recommendation():
     one = {label: accs[:1] for label, accs in {**BASE, "tleg": [0.9]}.items()}
-    assert "no recommendation from 1 seed" in recommend("L4", one, REFS)
+    assert "one seed: no recommendation" in recommend("L4", one, REFS)
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def test_a_tiny_compare_prints_the_table_and_a_recommendation_line(ancestry, tmp
     assert "| method | top-1 (%) | vs scratch | vs scratch ×10 | vs mimetic |" in text
     for label in ("scratch", "scratch ×10", "mimetic", "pretrained", "weight_selection", "pretrained +kd"):
         assert f"\n| {label} | " in text, label
-    assert "**Recommendation** L1-D32-H2: no recommendation from 1 seed" in text
+    assert "**Recommendation** L1-D32-H2: one seed: no recommendation" in text
     report = (out / "report.md").read_text()
     assert "**Recommendation** L1-D32-H2" in report and "λ = 0.5" in report
     assert (out / "results.csv").read_text().count("\n") > 7
@@ -159,3 +159,101 @@ def test_condense_classes_that_are_not_indices_are_one_line(ancestry, tmp_path, 
         ],
     )
     assert "--condense-classes takes class indices" in err, err
+
+
+def test_one_seed_with_repeated_results_still_gives_no_recommendation():
+    # two results per label from one seed (e.g. a size counted twice) have a spread of 0: never a recommendation
+    twice = {label: [accs[0], accs[0]] for label, accs in {**BASE, "tleg": [0.9]}.items()}
+    assert recommend("L4", twice, REFS, seeds=1) == (
+        "L4: one seed: no recommendation (the 2-std rule needs --seeds 2 or more)"
+    )
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (["--lr", "-1"], "learning rate must be positive"),
+        (["--lr", "0"], "learning rate must be positive"),
+        (["--batch-size", "0"], "a budget of 0"),
+        (["--methods", ","], "--methods names no method"),
+        (["--classes", "5,5,6"], "--classes names 5 twice"),
+        (["--condense-classes", "0,1,1"], "--condense-classes names 1 twice"),
+        (["--sizes", "L1-D32-H2,L1-D32-H2"], "--sizes names L1-D32-H2 twice"),
+        (["--methods", "pretrained,mimetic", "--condense-classes", "0,1"], "none of pretrained, mimetic does"),
+        (["--drop-head"], "--drop-head applies to model folders"),
+    ],
+)
+def test_compare_flags_are_checked_before_anything_runs(ancestry, tmp_path, capsys, flags, expected):
+    out = tmp_path / "bad"
+    base = ["compare", "--ancestry", str(ancestry), "--data", "digits", "--out", str(out), "--quiet"]
+    sizes = [] if "--sizes" in flags else ["--sizes", "L1-D32-H2"]
+    assert expected in _error_line(capsys, [*base, *sizes, *flags])
+    assert not out.exists()
+
+
+def test_compare_refuses_an_empty_out_a_missing_gpu_and_an_out_holding_its_ancestry(
+    ancestry, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    base = ["compare", "--ancestry", str(ancestry), "--data", "digits", "--sizes", "L1-D32-H2", "--quiet"]
+    assert "--out is empty" in _error_line(capsys, [*base, "--out", ""])
+    assert "--out is empty" in _error_line(capsys, [*base, "--out", " "])
+    assert list(tmp_path.iterdir()) == []
+    if not torch.cuda.is_available():
+        assert "no GPU is visible" in _error_line(capsys, [*base, "--out", "cmp", "--device", "cuda"])
+    assert "never replaces" in _error_line(capsys, [*base, "--out", str(ancestry.parent)])
+
+
+def test_a_second_compare_on_one_out_is_refused_while_the_first_runs(ancestry, tmp_path, capsys):
+    from learngene.formats.run_dirs import lock_run_dir, unlock_run_dir
+
+    out = tmp_path / "cmp"
+    held = lock_run_dir(out)  # stands for a first compare writing there (another process)
+    import subprocess
+    import sys
+
+    try:
+        argv = ["compare", "--ancestry", str(ancestry), "--data", "digits", "--sizes", "L1-D32-H2", "--out", str(out)]
+        done = subprocess.run(
+            [sys.executable, "-m", "learngene", *argv, "--quiet"], capture_output=True, text=True, timeout=300
+        )
+    finally:
+        unlock_run_dir(held)
+    assert done.returncode == 2, done.stderr
+    assert (
+        done.stderr.strip().splitlines()
+        == [
+            f"learngene: error: another learngene run is using the report folder {str(out)!r}; wait for it to "
+            "finish, or give another --out"
+        ]
+        or "another learngene run is using the report folder" in done.stderr
+    ), done.stderr
+
+
+def test_a_damaged_cache_cell_is_recomputed_and_said(ancestry, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    argv = [
+        "compare", "--ancestry", str(ancestry), "--data", "digits", "--sizes", "L1-D32-H2", "--methods",
+        "pretrained", "--references", "scratch", "--seeds", "1", "--max-steps", "2", "--train-images", "32",
+        "--eval-images", "32", "--out", str(out), "--quiet", "--no-plots",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    cells = sorted((out / "cells").rglob("*.json"))
+    assert cells
+    cells[0].write_text('{"method": "pretrained", "acc": ')  # a crash mid-write by an older version
+    (out / "profile.json").write_text("[")
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("is damaged") == 1 and "recomputing it" in captured.err, captured.err
+    assert captured.out == first  # the same rows: the cell computed again gives the same result
+
+
+def test_drop_head_on_a_folder_without_a_head_is_refused(tmp_path):
+    from learngene.errors import LearngeneError
+    from learngene.formats.convert import without_head
+
+    state = {"blocks.0.norm1.weight": torch.ones(2)}
+    with pytest.raises(LearngeneError, match="has no classifier head to drop"):
+        without_head(state, ("head.",), "folder")
+    assert list(without_head({**state, "head.weight": torch.ones(1)}, ("head.",), "folder")) == list(state)

@@ -149,7 +149,7 @@ def test_a_nan_on_one_rank_stops_every_rank_with_the_checkpoint_kept(runs):
     rank1 = (runs["two"] / "nan-rank1.txt").read_text()
     assert "loss became nan at epoch 1, step 3" in rank1
     assert "loss became non-finite on another process at epoch 1, step 3" in rank0
-    assert "the last good checkpoint is" in rank0
+    assert "the last good checkpoint (sane weights and loss) is" in rank0
     ckpt = torch.load(runs["two"] / "nan_run" / "checkpoint.pt", weights_only=True)
     assert ckpt["global_step"] == 2 and all(torch.isfinite(v).all() for v in ckpt["model"].values())
 

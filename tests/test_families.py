@@ -705,3 +705,43 @@ def test_a_naflexvit_batch_whose_activations_cannot_fit_is_refused_before_the_fi
     model = family_ancestry("naflex_siglip").spec.replace(depth=1, num_classes=10).create_model()
     with pytest.raises(LearngeneError, match=r"a training step of 8 images of 49 tokens through 1 blocks of width 32"):
         loop.train(model, DATA, QUICK.replace(distill_lambda=0.0))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_lets_gene_of_every_family_expands_at_its_own_size(family):
+    """A G for every module and kind the family's blocks hold, no more: layer scale (one vector, no bias) and
+    bias-free q/k/v/proj leave no stored tensor the expansion does not use."""
+    from learngene.descendant import check_gene_fits_method
+
+    ancestry = family_ancestry(family)
+    gene = condense("lets", ancestry)
+    check_gene_fits_method(gene, "the lets gene")  # judges unused tensors at the gene's own size
+    _descendant(gene, gene.layout.replace(num_classes=10))
+
+
+@pytest.mark.parametrize("depth", range(2, 17))
+def test_lets_defaults_fit_every_ancestry_depth(depth):
+    """The compact net is half the aux net's depth, rounded up to an even number where half is odd (6 -> 4)."""
+    aux = ViTSpec(depth=depth, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
+    small = get_method("lets")().small_spec(aux)
+    assert small.depth == 1 or small.depth % 2 == 0
+    assert depth // 2 <= small.depth <= depth
+    assert get_method("lets")().initial_tensors(aux)  # the tensors of the defaults are made without a refusal
+
+
+@pytest.mark.parametrize("method", ["importance", "cluster"])
+def test_data_driven_methods_feed_a_radio_its_pretrained_input_size_not_its_grid(method):
+    """RADIO records its position grid as its image size (2048 px); its pretrained input is 512 px. The data a
+    data-driven method reads come at the pretrained size (here 16 px on a 28-px grid), and the method measures
+    the ancestry there."""
+    from learngene.cli.making import feed_size
+
+    model = timm_ancestry(*FAMILIES["naflex_radio"])
+    model.pretrained_cfg = {**model.pretrained_cfg, "input_size": (3, 16, 16)}
+    ancestry = Ancestry(model, spec_from_model(model))
+    size = feed_size(ancestry, {"input_size": (3, 16, 16)})
+    assert (ancestry.spec.img_size, size) == (28, 16)
+    data = make_images(8, num_classes=10, size=size, chans=3)
+    gene = get_method(method)(num_images=8).condense(ancestry, CondenseInputs(train=data, train_cfg=QUICK))
+    assert gene.layout == ancestry.spec  # the gene describes the ancestry, measured at the images' size
+    assert feed_size(family_ancestry("deit_tiny"), {"input_size": (3, 16, 16)}) == 28  # a fixed-size ViT: its own

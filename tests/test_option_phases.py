@@ -100,7 +100,7 @@ def other_value(method: type[Method], field: dataclasses.Field, step: str) -> An
     if isinstance(default, bool):
         return not default
     if isinstance(default, int):
-        step_of = field.metadata.get("multiple_of", 1)
+        step_of = field.metadata.get("multiple_of", 2 if field.metadata.get("odd") else 1)  # an odd one stays odd
         return default + step_of if default else 2
     if isinstance(default, float):
         return default * 0.5 if default else 0.5

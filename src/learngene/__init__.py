@@ -31,7 +31,7 @@ _EXPORTS = {
     "make_descendant": "descendant",
     "LearngeneError": "errors",
     "export_hub_folder": "formats.export",
-    "Learngene": "gene",
+    "Learngene": "descendant",  # the package loads descendant with it: its checks before a gene is saved
     "load_ancestry": "ancestry",
     "get_method": "registry",
     "list_methods": "registry",

@@ -28,8 +28,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from .errors import LearngeneError, SpecError
-from .formats.convert import is_model_folder, read_checkpoint
+from .errors import LearngeneError, SpecError, require_argument
+from .formats.convert import is_model_folder, read_checkpoint, without_head
 from .formats.licenses import check_license
 from .formats.memory import release_pages, tensors_in_temporary_file
 from .formats.model_file import load_model_file
@@ -56,6 +56,9 @@ def load_ancestry(
             (the way to load a transformers classifier timm's ViT cannot express, e.g. DINOv2's).
         **model_kwargs: passed to ``timm.create_model`` (e.g. ``num_classes``, ``img_size``, ``in_chans``).
     """
+    require_argument(path, (str, os.PathLike), "path", "a file or folder path")
+    if timm_model is not None:
+        require_argument(timm_model, str, "timm_model", "a timm architecture name or None")
     license = None  # a bare checkpoint file records none
     if is_model_folder(path):
         ckpt = read_checkpoint(path, drop_head=drop_head)  # checked for NaN as it is read
@@ -88,14 +91,38 @@ def load_ancestry(
         # read (and checked for NaN) before building the model: a bad file fails in a moment, not after a big init
         state = read_checkpoint(path).state
         if drop_head:
-            state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
+            state = without_head(state, ("head.", "head_dist."), str(path))
             model_kwargs["num_classes"] = 0
+        model_kwargs = _sizes_from_checkpoint(timm_model, model_kwargs, state)
         model = build_timm_model(timm_model, model_kwargs, state, str(path))
     try:
         return Ancestry(model.eval(), spec_from_model(model), license=license)
     except SpecError as exc:
         # a non-ViT (or exotic ViT) can still be a teacher
         return Ancestry(model.eval(), None, unsupported=str(exc), license=license)
+
+
+def _sizes_from_checkpoint(arch: str, kwargs: dict[str, Any], state: StateDict) -> dict[str, Any]:
+    """``kwargs`` with the input channels and classes a bare checkpoint's weights show where the caller gave none
+    (the first convolution's input channels, the classifier's outputs, both named by timm's pretrained config of
+    ``arch``, so no model is built to find them): a grey or 10-class ViT or CNN (e.g. a ResNet teacher) loads as
+    it was trained, with its own head, instead of being refused or given a fresh one."""
+    import timm
+
+    try:
+        cfg = timm.models.get_pretrained_cfg(arch)
+    except (RuntimeError, ValueError, KeyError):
+        cfg = None
+    found: dict[str, Any] = {}
+    conv = getattr(cfg, "first_conv", None)
+    weight = state.get(f"{conv}.weight") if isinstance(conv, str) else None
+    if "in_chans" not in kwargs and weight is not None and weight.ndim == 4:
+        found["in_chans"] = int(weight.shape[1])
+    head = getattr(cfg, "classifier", None)
+    weight = state.get(f"{head}.weight") if isinstance(head, str) else None
+    if "num_classes" not in kwargs and weight is not None and weight.ndim == 2:
+        found["num_classes"] = int(weight.shape[0])
+    return {**kwargs, **found}
 
 
 def build_timm_model(arch: str, kwargs: dict[str, Any], state: StateDict, source: str) -> nn.Module:

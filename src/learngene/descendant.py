@@ -18,9 +18,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .errors import GeneFormatError, LearngeneError
+from .errors import GeneFormatError, LearngeneError, require_argument
 from .formats.model_file import check_state_shapes
-from .gene import Learngene, invalid_gene
+from .gene import SAVE_CHECKS, Learngene, invalid_gene
 from .genenet import GeneNet  # noqa: F401  (re-exported: learngene.descendant.GeneNet)
 from .method import Method, refuse_unread
 from .registry import get_method
@@ -71,6 +71,31 @@ def check_gene_fits_method(gene: Learngene, source: str | os.PathLike | None = N
             # than its layout): expanding to the size asked for says so in one line
             pass
     return method
+
+
+_SAVE_PROBE = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=2)
+
+
+def check_gene_before_saving(gene: Learngene) -> None:
+    """A gene is saved only if its method can read it: a registered method whose options it takes and, for
+    a gene with a layout, whose expansion uses its tensors (:func:`check_gene_fits_method`); a gene without
+    one must expand (on ``meta``) to a small size, which refuses e.g. a tleg gene of no tensors."""
+    method = gene_method(gene, "the gene to save")
+    if gene.layout is not None:
+        check_gene_fits_method(gene, "the gene to save")
+        return
+    try:
+        expand_on_meta(method, gene, _SAVE_PROBE)
+    except GeneFormatError:
+        raise
+    except (LearngeneError, KeyError, IndexError) as exc:
+        raise GeneFormatError(
+            f"this {gene.method} gene cannot be expanded ({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}); "
+            f"make it with the method's condense (learngene condense)"
+        ) from None
+
+
+SAVE_CHECKS.append(check_gene_before_saving)
 
 
 def check_expansion(
@@ -178,6 +203,9 @@ def make_descendant(
     the attention weights. ``return_keys=True`` returns ``(model, keys)``, the keys the gene's method
     filled (before any top-up or ablation).
     """
+    require_argument(gene, Learngene, "gene", "a Learngene (learngene.Learngene.load(PATH))")
+    require_argument(spec, ViTSpec, "spec", "a ViTSpec (e.g. gene.ancestry.replace(depth=6))")
+    require_argument(seed, int, "seed", "an integer")
     if pos_embed not in (None, "learned", "sincos"):
         raise LearngeneError(f"pos_embed must be learned or sincos, not {pos_embed!r}")
     seed_option = get_method(gene.method).seed_option
@@ -254,6 +282,16 @@ def fit_gene_to_budget(
     when given, receives each size within the budget that the method refused (deepest first) and why.
     See :func:`~learngene.vit.spec.fit_to_budget`.
     """
+    require_argument(gene, Learngene, "gene", "a Learngene (learngene.Learngene.load(PATH))")
+    require_argument(base, ViTSpec, "base", "a ViTSpec (e.g. gene.ancestry)")
+    for value, name in (
+        (max_params, "max_params"),
+        (max_flops, "max_flops"),
+        (depth, "depth"),
+        (num_heads, "num_heads"),
+    ):
+        if value is not None:
+            require_argument(value, int, name, "an integer or None (e.g. 5_000_000)")
     method = gene_method(gene, **options)
 
     def supports(spec: ViTSpec) -> bool:

@@ -36,3 +36,16 @@ class DataError(LearngeneError):
 
 class TrainingError(LearngeneError):
     """Training cannot go on (e.g. the loss became non-finite)."""
+
+
+class ArgumentTypeError(LearngeneError, TypeError):
+    """A public function got an argument of the wrong kind (a string where a spec belongs, None for a gene)."""
+
+
+def require_argument(value: object, kinds: type | tuple[type, ...], argument: str, what: str) -> None:
+    """Refuse, naming ``argument``, a ``value`` that is none of ``kinds`` (``what`` says which, for the message):
+    at a public entry point, before a wrong kind fails deep inside with an AttributeError."""
+    allowed = kinds if isinstance(kinds, tuple) else (kinds,)
+    if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):  # True is no count
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ArgumentTypeError(f"{argument} must be {what}, got {type(value).__name__} {shown}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,10 @@ GENE_FORMAT = "learngene"
 # ``config["trained_spec"]`` (methods condensed through an aux net).
 GENE_FORMAT_VERSION = 2
 DESCENDANT = "descendant."  # tensor group: timm tensors of the one descendant a gene was adapted for
+
+
+# callables run on a gene before it is saved (see Learngene.save)
+SAVE_CHECKS: list[Callable[[Learngene], None]] = []
 
 
 @dataclass
@@ -116,7 +121,13 @@ class Learngene:
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
         """Write the learngene to ``path`` as one safetensors file (atomically); an existing file is refused unless
-        ``overwrite=True`` (the rule of every writer)."""
+        ``overwrite=True`` (the rule of every writer).
+
+        A gene its method cannot read (an unknown method, no tensors where the method needs some) is refused
+        here, not when someone loads it: by the checks in ``SAVE_CHECKS`` (this module knows no method;
+        :mod:`learngene.descendant` adds the check against the gene's method when it loads)."""
+        for check in SAVE_CHECKS:
+            check(self)
         metadata = {
             "format": GENE_FORMAT,
             "format_version": str(GENE_FORMAT_VERSION),

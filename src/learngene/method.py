@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from .data import Data
-from .errors import LearngeneError
+from .errors import LearngeneError, require_argument
 from .gene import Learngene
 from .training.loop import TrainConfig, TrainResult
 from .validate import ADAPT, CONDENSE, EXPAND, PHASE_WORDS, as_text, check_fields, coerce, limits_of, out_of_range
@@ -43,6 +43,11 @@ class Ancestry:
     label_space: dict[str, Any] | None = None
     unsupported: str = ""  # why ``spec`` is None: what ``spec_from_model`` could not describe
     license: str | None = None
+
+    def __post_init__(self) -> None:
+        require_argument(self.model, nn.Module, "Ancestry.model", "a torch module (learngene.load_ancestry(PATH))")
+        if self.spec is not None:
+            require_argument(self.spec, ViTSpec, "Ancestry.spec", "a ViTSpec or None")
 
     def require_vit(self, method: str) -> ViTSpec:
         """The ancestry's spec; a one-line error naming ``method`` when the ancestry is not a ViT a spec describes."""
@@ -69,6 +74,21 @@ class CondenseInputs:
     run_dir: str | Path | None = None
     resume: bool = False
 
+    def __post_init__(self) -> None:
+        _check_inputs(self, "CondenseInputs")
+
+
+def _check_inputs(inputs: CondenseInputs | AdaptInputs, kind: str) -> None:
+    """The data and settings of a condensation's or adaptation's inputs are of their kinds (one line naming which)."""
+    from .data import ImageData
+    from .data.folder import FolderData
+
+    for name in ("train", "eval"):
+        value = getattr(inputs, name)
+        if value is not None or (name == "train" and kind == "AdaptInputs"):
+            require_argument(value, (ImageData, FolderData), f"{kind}.{name}", "image data (learngene.data)")
+    require_argument(inputs.train_cfg, TrainConfig, f"{kind}.train_cfg", "a TrainConfig")
+
 
 @dataclass
 class AdaptInputs:
@@ -79,6 +99,9 @@ class AdaptInputs:
     eval: Data | None = None
     run_dir: str | Path | None = None
     resume: bool = False
+
+    def __post_init__(self) -> None:
+        _check_inputs(self, "AdaptInputs")
 
 
 @dataclass(frozen=True)

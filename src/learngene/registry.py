@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import GeneFormatError, LearngeneError
+from .errors import ArgumentTypeError, GeneFormatError, LearngeneError
 
 if TYPE_CHECKING:
     from .data import Data
@@ -33,6 +33,16 @@ _METHODS: dict[str, type[Method]] = {}
 
 def register_method(cls: type[Method]) -> type[Method]:
     """Class decorator: make a method discoverable by its ``name`` (CLI, benchmark, gene expansion)."""
+    # a Method subclass by its parts (the registry is a leaf: it imports no method module, method.py included)
+    parts = ("condense", "expand", "Config")
+    if (
+        not isinstance(cls, type)
+        or not isinstance(getattr(cls, "name", None), str)
+        or not all(hasattr(cls, p) for p in parts)
+    ):
+        raise ArgumentTypeError(
+            f"register_method takes a Method subclass with a name, got {cls!r}; subclass learngene.Method"
+        )
     if cls.name in _METHODS and _METHODS[cls.name] is not cls:
         raise ValueError(f"method {cls.name!r} is registered twice")
     _METHODS[cls.name] = cls

@@ -63,9 +63,11 @@ def option(
     below: float | None = None,
     multiple_of: int | None = None,
     nonempty: bool = False,
+    odd: bool = False,
 ) -> Any:
     """A dataclass field declared once: its range (``at_least`` / ``at_most`` inclusive, ``above`` / ``below``
-    exclusive, a ``multiple_of`` an integer, a ``nonempty`` list; :func:`out_of_range` checks them), the steps
+    exclusive, a ``multiple_of`` an integer, an ``odd`` integer, a ``nonempty``
+    list; :func:`out_of_range` checks them), the steps
     that read it (``phase``: ``condense``, ``expand``, ``adapt`` or a tuple of them; a method option must name
     one), a one-line ``help``, and ``speed_only`` when it changes how fast a result comes, not the result."""
     phases = (phase,) if isinstance(phase, str) else tuple(phase or ())
@@ -79,6 +81,7 @@ def option(
         "below": below,
         "multiple_of": multiple_of,
         "nonempty": nonempty or None,
+        "odd": odd or None,
     }
     meta: dict[str, Any] = {k: v for k, v in limits.items() if v is not None}
     if phases:
@@ -95,7 +98,7 @@ def limits_of(f: dataclasses.Field) -> dict[str, Any]:
     return {k: v for k, v in f.metadata.items() if k in RANGE_KEYS}
 
 
-RANGE_KEYS = ("at_least", "at_most", "above", "below", "multiple_of", "nonempty")
+RANGE_KEYS = ("at_least", "at_most", "above", "below", "multiple_of", "nonempty", "odd")
 
 
 def out_of_range(value: Any, limits: dict[str, Any]) -> str | None:
@@ -125,6 +128,8 @@ def out_of_range(value: Any, limits: dict[str, Any]) -> str | None:
         return "0 or more" if lo == 0 else f"at least {lo:g}"
     if step is not None and value % step:
         return f"a multiple of {step}"
+    if limits.get("odd") and value % 2 != 1:
+        return "an odd number"
     return None
 
 
@@ -358,4 +363,6 @@ def range_text(config_cls: type, name: str) -> str:
         parts.append(f"multiple of {limits['multiple_of']}")
     if limits.get("nonempty"):
         parts.append("non-empty")
+    if limits.get("odd"):
+        parts.append("odd")
     return ", ".join(parts)

@@ -25,6 +25,7 @@ from typing import Any
 from ..errors import LearngeneError
 from ..formats.atomic import now_iso, write_text_atomic
 from ..registry import get_method, list_methods
+from ..training.loop import TrainConfig
 from ..vit.spec import ViTSpec
 from .profiles import Profile, Task, Upstream, Variant
 from .report import (
@@ -62,6 +63,15 @@ def parse_classes(text: str, flag: str = "--classes") -> list[int]:
         return [int(c) for c in text.split(",") if c.strip()]
     except ValueError:
         raise LearngeneError(f"{flag} takes class indices separated by commas, e.g. 5,6,7,8,9; got {text!r}") from None
+
+
+def _refuse_repeats(values: list[Any], flag: str, shown: list[str] | None = None) -> None:
+    """A value given twice in a list flag would count its rows twice (a size's seeds doubled): refused."""
+    seen: set[Any] = set()
+    for value, text in zip(values, shown or list(map(str, values)), strict=True):
+        if value in seen:
+            raise LearngeneError(f"{flag} names {text} twice; give each once")
+        seen.add(value)
 
 
 def reference_labels(names: Sequence[str]) -> tuple[str, ...]:
@@ -104,6 +114,7 @@ def compare_profile(
     eval_every: int = 1,
     classes: Sequence[int] | None = None,
     condense_classes: Sequence[int] | None = None,
+    drop_head: bool = False,
 ) -> Profile:
     """The profile of one ``learngene compare`` command; every bad input is one :class:`LearngeneError` line."""
     if ancestry_spec is None:
@@ -125,8 +136,16 @@ def compare_profile(
     ):
         if value is not None and value < 1:
             raise LearngeneError(f"{flag} must be at least 1, got {value}; a budget of 0 compares nothing")
+    # the training flags are checked by the code that checks train's own (one rule, one message)
+    TrainConfig(epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr)
     if not sizes:
         raise LearngeneError("give at least one descendant size, e.g. --sizes L4-D192-H3,L12-D384-H6")
+    _refuse_repeats([parse_size(t) for t in sizes], "--sizes", [t.strip() for t in sizes])
+    for given, flag in ((classes, "--classes"), (condense_classes, "--condense-classes")):
+        if given:
+            _refuse_repeats(list(given), flag)
+    if methods is not None and not [m for m in methods if m]:
+        raise LearngeneError("--methods names no method; give a comma-separated list, e.g. --methods tleg,wave, or all")
     shapes = []
     for text in sizes:
         shape = parse_size(text)
@@ -138,6 +157,11 @@ def compare_profile(
     requested = list(dict.fromkeys(methods or list_methods()))
     for name in requested:
         get_method(name)  # an unknown method is one line
+    if condense_classes and not any(get_method(m).needs_data for m in requested):
+        raise LearngeneError(
+            f"--condense-classes chooses the images that methods condensing on data read, and none of "
+            f"{', '.join(requested)} does; leave --condense-classes out"
+        )
     refs = reference_labels(references)
     base = [r for r in refs if r != LONG_LABEL]
     if LONG_LABEL in refs:
@@ -185,6 +209,7 @@ def compare_profile(
         variants=variants,
         ancestry_file=str(ancestry_file),
         ancestry_timm_model=timm_model,
+        ancestry_drop_head=drop_head,
         upstream_data=condense_data or data,
         references=refs,
         upstreams=upstreams,
@@ -200,13 +225,16 @@ def _mean(accs: list[float]) -> str:
     )
 
 
-def recommend(size: str, accs: dict[str, list[float]], references: Sequence[str]) -> str:
+def recommend(size: str, accs: dict[str, list[float]], references: Sequence[str], seeds: int | None = None) -> str:
     """One line for ``size``: the best method that beats every reference by more than 2 pooled std, or which
     reference no method beats. ``accs``: final top-1 per seed of every label (references among them).
 
-    Never on noise: with fewer than two seeds there is no recommendation, and two winners that do not differ
-    by 2 pooled std are reported as a tie.
+    Never on noise: with fewer than two seeds (``seeds``, the distinct seeds behind ``accs``, when known; else
+    the number of results per label) there is no recommendation, and two winners that do not differ by 2 pooled
+    std are reported as a tie.
     """
+    if seeds is not None and seeds < 2:
+        return f"{size}: one seed: no recommendation (the 2-std rule needs --seeds 2 or more)"
     refs = [r for r in references if accs.get(r)]
     candidates = {label: a for label, a in accs.items() if label not in references and a}
     if not refs:
@@ -214,7 +242,7 @@ def recommend(size: str, accs: dict[str, list[float]], references: Sequence[str]
     if not candidates:
         return f"{size}: no recommendation: no method other than the references finished at this size"
     if min(len(a) for a in [*candidates.values(), *(accs[r] for r in refs)]) < 2:
-        return f"{size}: no recommendation from 1 seed (the 2-std rule needs --seeds 2 or more)"
+        return f"{size}: one seed: no recommendation (the 2-std rule needs --seeds 2 or more)"
     winners = sorted(
         (label for label, a in candidates.items() if all(compare(a, accs[r]) == "+" for r in refs)),
         key=lambda label: -statistics.fmean(candidates[label]),
@@ -295,7 +323,8 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
             + f"{first.stored_params:,} | {first.condense_seconds:.1f} | "
             f"{statistics.fmean(g.train_seconds for g in group):.1f} | {reached} | {speed} |"
         )
-    line = recommend(size, {label: [g.acc for g in groups[label]] for label in labels}, references)
+    seeds = min((len({g.seed for g in groups[label]}) for label in labels), default=0)
+    line = recommend(size, {label: [g.acc for g in groups[label]] for label in labels}, references, seeds)
     return "\n".join(lines), line
 
 

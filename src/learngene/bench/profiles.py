@@ -166,6 +166,7 @@ class Profile:
         ancestry_file: a given ancestry (what ``learngene condense --ancestry`` accepts) instead of stage 1's
             training; ``ancestry`` is then its spec (``learngene compare``).
         ancestry_timm_model: timm architecture of a plain ``ancestry_file`` checkpoint.
+        ancestry_drop_head: load ``ancestry_file`` without its classifier (``--drop-head``).
         upstream_data: the dataset the ancestry trains on and condensations and adaptations read.
         references: the labels a recommendation must beat (``learngene compare``; empty: no recommendation).
     """
@@ -191,6 +192,7 @@ class Profile:
     description: str = ""
     ancestry_file: str | None = None
     ancestry_timm_model: str | None = None
+    ancestry_drop_head: bool = False
     upstream_data: str = "fashion_mnist"
     references: tuple[str, ...] = ()
 

@@ -29,6 +29,7 @@ import hashlib
 import inspect
 import json
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -42,13 +43,14 @@ from ..ancestry import load_ancestry
 from ..data import ImageData, class_subset, few_shot, load_dataset, take
 from ..descendant import make_descendant, top_up_state
 from ..errors import LearngeneError
-from ..formats.atomic import write_text_atomic
+from ..formats.atomic import quote, write_text_atomic
 from ..formats.model_file import load_model_file, save_model
+from ..formats.run_dirs import lock_run_dir, unlock_run_dir
 from ..gene import Learngene
 from ..method import AdaptInputs, Ancestry, CondenseInputs
 from ..registry import get_method, list_methods
 from ..training.distill import cache_teacher_outputs, setup_distillation
-from ..training.loop import TrainConfig, seed_everything, train
+from ..training.loop import TrainConfig, resolve_device, seed_everything, train
 from ..training.progress import RunProgress, on_terminal
 from ..vit.spec import ViTSpec
 from .profiles import Profile, Task, Upstream, Variant
@@ -112,6 +114,20 @@ class TaskData:
     task: Task
     train: ImageData
     eval: ImageData
+
+
+def load_cached(path: Path, load: Callable[[Path], Any]) -> Any:
+    """A cached stage's result read from ``path``, or ``None`` when there is none or it is damaged (a crash, a
+    concurrent writer): a damaged one is said in one line and removed, so the stage is computed again."""
+    if not path.exists():
+        return None
+    try:
+        return load(path)
+    except (LearngeneError, ValueError, TypeError, KeyError, AttributeError, OSError, RecursionError) as exc:
+        reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        print(f"learngene: cached {quote(path)} is damaged ({reason}); recomputing it", file=sys.stderr)
+        path.unlink(missing_ok=True)
+        return None
 
 
 def stage_key(**config: Any) -> str:
@@ -188,6 +204,7 @@ class BenchRun:
         reporter: Callable[..., None] = write_report,
     ):
         self.profile, self.out, self.data_dir, self.device = profile, Path(out_dir), data_dir, device
+        self.out_given = out_dir
         self.reporter = reporter  # writes report.md, results.csv and plots from the rows (bench's, or compare's)
         self.teacher_outputs: dict[tuple[str, str], Any] = {}  # (task, kind) -> fine-tuning data with them
         self.progress, self.time_limit, self.plots = progress, time_limit, plots
@@ -243,7 +260,7 @@ class BenchRun:
             **self._budget_key(),
         )
         path = self.out / "ancestry" / f"ancestry-{key}.safetensors"
-        if not path.exists():
+        if load_cached(path, load_model_file) is None:
             seed_everything(0)
             model = spec.create_model()
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -307,8 +324,9 @@ class BenchRun:
             size=stat.st_size,
             mtime=stat.st_mtime_ns,
             timm_model=p.ancestry_timm_model,
+            **({"drop_head": True} if p.ancestry_drop_head else {}),  # the keys of older runs stay valid
         )
-        ancestry = load_ancestry(path, p.ancestry_timm_model)
+        ancestry = load_ancestry(path, p.ancestry_timm_model, drop_head=p.ancestry_drop_head)
         self.meta["ancestry"] = {
             "spec": p.ancestry.short(),
             "params": p.ancestry.num_params,
@@ -353,8 +371,9 @@ class BenchRun:
             **self._budget_key(),
         )
         path = self.out / "genes" / f"{name}-{key}.safetensors"
-        if path.exists():
-            return Learngene.load(path), key
+        cached = load_cached(path, Learngene.load)
+        if cached is not None:
+            return cached, key
         method = cls(**options)
         inputs = CondenseInputs(
             train=upstream,
@@ -394,7 +413,8 @@ class BenchRun:
             **self._budget_key(),
         )
         path = self.out / "adapted" / gene.method / f"{spec.short()}-s{seed}-{key}.safetensors"
-        if not path.exists():
+        adapted = load_cached(path, Learngene.load)
+        if adapted is None:
             tic = time.perf_counter()
             cfg = self._cfg(epochs=1, max_steps=p.adapt_steps, seed=seed, desc=f"adapt {gene.method}")
             adapted, _ = method.adapt(
@@ -404,7 +424,7 @@ class BenchRun:
             path.parent.mkdir(parents=True, exist_ok=True)
             adapted.save(path)
             shutil.rmtree(path.with_suffix(".run"), ignore_errors=True)
-        adapted = Learngene.load(path)
+            adapted = Learngene.load(path)
         return adapted, key, float(adapted.cost.get("bench_adapt_seconds", 0.0))
 
     # ---- stage 4: fine-tune a descendant on a task --------------------------------------------------------
@@ -459,8 +479,9 @@ class BenchRun:
             / name
             / f"{spec.short()}-s{row.seed}{'' if row.budget == 1 else f'-x{row.budget}'}-{key}.json"
         )
-        if path.exists():
-            return dataclasses.replace(row_from_dict(json.loads(path.read_text())), upstream=row.upstream)
+        cached = load_cached(path, lambda f: row_from_dict(json.loads(f.read_text())))
+        if cached is not None:
+            return dataclasses.replace(cached, upstream=row.upstream)
         if variant:
             check_variant_changes(variant, init, spec)
         model = make_descendant(
@@ -589,13 +610,18 @@ class BenchRun:
         return anc_images, take(train_all, p.condense_images, seed=2), take(test_all, UPSTREAM_EVAL_IMAGES)
 
     def run(self) -> list[Row]:
-        p = self.profile
+        if not str(self.out_given).strip():
+            raise LearngeneError("--out is empty; give the report folder, e.g. --out runs/compare")
+        resolve_device(self.device)  # a GPU asked for and missing is refused before anything loads
+        # one run per report folder, as per run directory: two writers would race on its cache and report
+        held = lock_run_dir(self.out, flag="--out", what="report folder")
         try:
-            self.out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise LearngeneError(
-                f"cannot create the report folder {self.out} ({exc.strerror}); choose another --out"
-            ) from None
+            return self._run()
+        finally:
+            unlock_run_dir(held)
+
+    def _run(self) -> list[Row]:
+        p = self.profile
         loaded: dict[tuple[str, str], ImageData] = {}
         load_task(Task("upstream", p.upstream_data, epochs=1), p.ancestry, self.data_dir, loaded)
         work = []

@@ -7,6 +7,8 @@ import argparse
 from ..ancestry import load_ancestry
 from ..bench.compare import compare_profile, compare_text, parse_classes, run_compare
 from ..errors import LearngeneError
+from ..formats.atomic import check_not_input
+from ..training.loop import resolve_device
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
@@ -15,9 +17,14 @@ def cmd_compare(args: argparse.Namespace) -> None:
     if args.kd is not None and not 0 < args.kd <= 1:
         raise LearngeneError(f"--kd λ must be in (0, 1], got {args.kd}; e.g. --kd 0.5")
     methods = None if args.methods in (None, "all") else [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not args.out.strip():
+        raise LearngeneError("--out is empty; give the report folder, e.g. --out runs/compare")
+    resolve_device(args.device)
+    data_folder = args.data.partition(":")[2] if args.data.startswith("folder:") else None
+    check_not_input(args.out, [args.ancestry, data_folder], folder_output=True)
     # the ancestry's size decides the descendants' family: read it now (on the meta device), so that bad input
     # fails before anything trains
-    ancestry = load_ancestry(args.ancestry, args.timm_model)
+    ancestry = load_ancestry(args.ancestry, args.timm_model, drop_head=args.drop_head)
     profile = compare_profile(
         ancestry.spec,
         args.ancestry,
@@ -41,6 +48,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
         condense_images=args.condense_images,
         classes=parse_classes(args.classes) if args.classes else None,
         condense_classes=parse_classes(args.condense_classes, "--condense-classes") if args.condense_classes else None,
+        drop_head=args.drop_head,
     )
     del ancestry
     limit = args.time_limit * 60 if args.time_limit is not None else None

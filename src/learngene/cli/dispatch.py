@@ -31,6 +31,7 @@ def handler(args: argparse.Namespace):
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv_given = argv
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
@@ -45,7 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     called_from_cli(True)  # errors name flags (--overwrite), not Python arguments
     try:
-        return _run(args)
+        return _run(args, entry_point=argv_given is None)
+    except KeyboardInterrupt:  # before the handlers are in place (importing torch) or after they are restored
+        if argv_given is None:
+            _ignore_signals()
+        print(f"learngene {args.command}: stopped by SIGINT; nothing was saved", file=sys.stderr)
+        return 130
     finally:
         called_from_cli(False)
 
@@ -64,13 +70,13 @@ def _existing_output(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, entry_point: bool) -> int:
     from ..formats.atomic import os_error_message
     from ..formats.run_dirs import release_run_dirs
     from ..training import distributed as dist
     from ..training.loop import CHECKPOINT
 
-    finished = False
+    finished = interrupted = False
     previous_handlers = _stop_on_signals()
     try:
         if dist.launched_distributed() and args.command in SINGLE_PROCESS:
@@ -92,10 +98,14 @@ def _run(args: argparse.Namespace) -> int:
             args, "out of memory; choose smaller sizes (--depth, --embed-dim, --img-size) or a smaller --batch-size"
         )
     except KeyboardInterrupt as exc:
+        # stopping now: a further Ctrl-C (a second one 50 ms later) must not break the clean-up or the
+        # interpreter's exit (an atexit traceback) with a KeyboardInterrupt of its own
+        interrupted = _ignore_signals()
         print(f"learngene {args.command}: {_interruption_message(args, exc)}", file=sys.stderr)
         return 143 if _signal_name(exc) == "SIGTERM" else 130
     finally:
-        if previous_handlers is not None:
+        # the process's own command line (entry_point) exits next: once interrupted, it stays deaf to signals
+        if previous_handlers is not None and not (interrupted and entry_point):
             signal.signal(signal.SIGINT, previous_handlers[0])
             signal.signal(signal.SIGTERM, previous_handlers[1])
         release_run_dirs(failed=not finished, resumable=CHECKPOINT)
@@ -151,6 +161,16 @@ def _stop_on_signals():
         return previous_int, previous_term
     except ValueError:  # not the main thread (e.g. main() called from a worker thread): leave signals alone
         return None
+
+
+def _ignore_signals() -> bool:
+    """Ignore SIGINT and SIGTERM from now on (the main thread only); True."""
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        pass
+    return True
 
 
 def _clear_progress_bars() -> None:

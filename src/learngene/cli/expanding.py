@@ -9,7 +9,7 @@ from typing import Any
 from ..data import preprocessing_cfg
 from ..descendant import fit_gene_to_budget, make_descendant
 from ..errors import LearngeneError
-from ..formats.atomic import quote
+from ..formats.atomic import check_not_input, quote
 from ..formats.export import check_output_folder, export_hub_folder, wants_folder
 from ..formats.labels import describe as describe_labels
 from ..formats.model_file import save_model
@@ -24,6 +24,7 @@ from .options import check_outputs, parse_options, say, spec_from_args
 def cmd_expand(args: argparse.Namespace) -> None:
     hub = wants_folder(args.out, args.format)
     if hub:
+        check_not_input(args.out, [args.gene], folder_output=True)
         check_output_folder(args.out, args.overwrite)
     else:
         check_outputs(args, [args.out], [args.gene])
@@ -123,7 +124,12 @@ def _fit_gene_to_budget(args: argparse.Namespace, gene, base, options: dict[str,
         for name, value in (("params", args.max_params), ("FLOPs", args.max_flops))
         if value is not None
     )
-    why = f"the deepest, then widest size within the budget that the {gene.method} gene expands to"
+    why = (
+        f"--depth {args.depth} kept (it wins over the budget), the widest size within the budget at that depth "
+        f"that the {gene.method} gene expands to"
+        if args.depth
+        else f"the deepest, then widest size within the budget that the {gene.method} gene expands to"
+    )
     if refused:
         first, reason = refused[0]
         why += (

@@ -91,8 +91,13 @@ def cmd_condense(args: argparse.Namespace) -> None:
     if method_cls.needs_data:
         model_in = ancestry.spec  # None for a non-ViT teacher: the data keep their own size unless flags say
         train_data, test_data = load_data_from_args(
-            args, model_in.img_size if model_in else None, model_in.in_chans if model_in else None, preprocessing
+            args, feed_size(ancestry, preprocessing), model_in.in_chans if model_in else None, preprocessing
         )
+        if model_in and train_data.in_chans != model_in.in_chans:
+            raise LearngeneError(
+                f"--in-chans {train_data.in_chans}: condensing feeds the data to the ancestry, which reads "
+                f"{model_in.in_chans}-channel images; leave --in-chans out (the data follow the ancestry)"
+            )
         if args.run_dir:  # what a resumed run must share with this one, besides what the loop sees
             train_cfg.identity = {
                 "command": "condense",
@@ -113,6 +118,22 @@ def cmd_condense(args: argparse.Namespace) -> None:
     note = method.condense_note(gene)
     if note:
         say(args, note)
+
+
+def feed_size(ancestry, preprocessing: dict[str, Any] | None) -> int | None:
+    """The image size data-driven methods feed the ancestry: its pretrained input size where the model takes any
+    size and that is smaller than its position grid (RADIO: 512 px, not the 2048-px grid it is built with), else
+    the size its spec records (None for a non-ViT: the data keep theirs)."""
+    from ..vit.naflex import image_input
+
+    spec = ancestry.spec
+    if spec is None:
+        return None
+    expects = image_input(ancestry.model)
+    size = (preprocessing or {}).get("input_size")
+    if expects and expects[2] and isinstance(size, (list, tuple)) and len(size) == 3 and 0 < size[-1] < spec.img_size:
+        return int(size[-1])
+    return spec.img_size
 
 
 def license_entry(license: str | None) -> dict[str, str]:
@@ -188,7 +209,11 @@ def cmd_adapt(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    check_outputs(args, [args.out], [args.model])
+    check_outputs(args, [args.out], [args.model, args.teacher])
+    if args.teacher_timm_model and not args.teacher:
+        raise LearngeneError(
+            "--teacher-timm-model names the architecture of a --teacher checkpoint; pass --teacher too"
+        )
     if args.distill_lambda is None:
         args.distill_lambda = 0.5 if args.teacher else 0.0
     elif args.distill_lambda > 0 and not args.teacher:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 import typing
 from collections.abc import Sequence
@@ -14,7 +13,8 @@ from typing import Any
 
 from ..data import default_workers, few_shot, fraction, load_splits
 from ..errors import LearngeneError
-from ..formats.atomic import check_output_path, quote
+from ..formats.atomic import check_outputs as check_output_files
+from ..formats.atomic import quote
 from ..formats.run_dirs import lock_run_dir
 from ..training import distributed as dist
 from ..training.config import TrainConfig, from_flags
@@ -33,8 +33,14 @@ def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
         key, value = parse_assignment(item, types, usage)
-        if value == "auto" and key in getattr(config_cls, "AUTO_OPTIONS", ()):  # as `learngene methods` shows it
+        auto = key in getattr(config_cls, "AUTO_OPTIONS", ())
+        if value == "auto" and auto:  # as `learngene methods` shows it
             value = fields[key].default
+        elif auto and value == 0 and not isinstance(value, bool):
+            # 0 stands for "automatic" inside the config; given by hand it reads as "none", which it is not
+            raise LearngeneError(
+                f"option {key}=0 would silently mean 'automatic'; give {key}=auto for that, or a positive value"
+            )
         out[key] = value
     return out
 
@@ -121,31 +127,12 @@ def train_config_from_args(args: argparse.Namespace, desc: str) -> TrainConfig:
 
 
 def check_outputs(args: argparse.Namespace, outputs: Sequence[str | None], inputs: Sequence[str | None] = ()) -> None:
-    """Every output can be written (and does not exist, without --overwrite), and none is an input of the command.
+    """:func:`learngene.formats.atomic.check_outputs` with the command's ``--overwrite``.
 
     The outputs are then written by :func:`learngene.formats.atomic.atomic_path`, which creates them exclusively, so a
     file that appears in the meantime is not replaced either.
     """
-    outputs = [o for o in outputs if o]
-    for out in outputs:
-        for given in inputs:
-            if given and same_file(out, given):
-                raise LearngeneError(
-                    f"the output {quote(out)} is this command's input {quote(given)}, which an output "
-                    f"never replaces; choose another output path"
-                )
-        check_output_path(out, getattr(args, "overwrite", False))
-    if len({Path(o).resolve() for o in outputs}) < len(outputs):
-        raise LearngeneError(
-            f"two outputs name the same file ({', '.join(map(quote, outputs))}); give each its own path"
-        )
-
-
-def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    try:
-        return Path(a).resolve() == Path(b).resolve() or os.path.samefile(a, b)
-    except (OSError, RuntimeError):  # one does not exist (yet), or is a loop of symbolic links
-        return False
+    check_output_files(outputs, inputs, getattr(args, "overwrite", False))
 
 
 def say(args: argparse.Namespace, text: str, banner: bool = False) -> None:

@@ -10,7 +10,7 @@ import errno
 import io
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,63 @@ def check_output_path(path: str | os.PathLike, overwrite: bool = True) -> Path:
     if path.is_dir():
         raise LearngeneError(f"{quote(path)} is a directory; give a file path")
     return check_output_place(path, overwrite)
+
+
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """``a`` and ``b`` are one file: the same path once symbolic links are resolved, or the same inode (a hard link)."""
+    try:
+        return Path(a).resolve() == Path(b).resolve() or os.path.samefile(a, b)
+    except (OSError, RuntimeError):  # one does not exist (yet), or is a loop of symbolic links
+        return False
+
+
+def _inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
+    """``path`` lies in ``folder`` (at any depth), links resolved; neither needs to exist."""
+    try:
+        inner, outer = Path(path).resolve(), Path(folder).resolve()
+    except (OSError, RuntimeError):
+        return False
+    return inner != outer and outer in inner.parents
+
+
+def check_not_input(
+    output: str | os.PathLike, inputs: Sequence[str | os.PathLike | None], folder_output: bool = False
+) -> None:
+    """Refuse an output that would replace one of the command's own inputs, ``--overwrite`` or not.
+
+    An input is replaced when the output is the same file (by name, through a symbolic link, or a hard link:
+    the same device and inode), when the output is an existing file inside an input folder (a model folder's
+    weights), or, for a folder output (``folder_output``: a hub folder, a report folder), when an input lies
+    inside it.
+    """
+    for given in inputs:
+        if not given:
+            continue
+        clash = same_file(output, given)
+        if not clash and Path(given).is_dir():
+            clash = _inside(output, given) and Path(output).exists()
+        if not clash and folder_output:
+            clash = _inside(given, output)
+        if clash:
+            raise LearngeneError(
+                f"the output {quote(output)} is (or holds) this command's input {quote(given)}, which an output "
+                f"never replaces, --overwrite or not; choose another output path"
+            )
+
+
+def check_outputs(
+    outputs: Sequence[str | os.PathLike | None],
+    inputs: Sequence[str | os.PathLike | None] = (),
+    overwrite: bool = False,
+) -> None:
+    """Every output file can be written (and does not exist, without ``overwrite``), none is an input of the
+    command (:func:`check_not_input`), and no two name the same file."""
+    given = [o for o in outputs if o]
+    for out in given:
+        check_not_input(out, inputs)
+        check_output_path(out, overwrite)
+    if len({Path(o).resolve() for o in given}) < len(given):
+        raise LearngeneError(f"two outputs name the same file ({', '.join(map(quote, given))}); give each its own path")
 
 
 def check_output_place(path: Path, overwrite: bool) -> Path:

@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from torch import Tensor, nn
 
 from ..errors import GeneFormatError, LearngeneError
 from .licenses import folder_license
-from .weights import load_weights
+from .weights import is_regular_file, load_weights, read_regular_text
 
 StateDict = dict[str, Tensor]
 
@@ -67,7 +68,7 @@ class Checkpoint:
 
 
 def is_model_folder(path: str | os.PathLike) -> bool:
-    return Path(path).is_dir() and (Path(path) / CONFIG).is_file()
+    return Path(path).is_dir() and (Path(path) / CONFIG).exists()  # a FIFO too: refused as read, not taken for a file
 
 
 def read_checkpoint(path: str | os.PathLike, lazy: bool = True, drop_head: bool = False) -> Checkpoint:
@@ -76,22 +77,18 @@ def read_checkpoint(path: str | os.PathLike, lazy: bool = True, drop_head: bool 
     path = Path(path)
     if not path.is_dir():
         return Checkpoint(arch=None, kwargs={}, state=load_weights(path, lazy=lazy), source=str(path))
-    if not (path / CONFIG).is_file():
+    if not (path / CONFIG).exists():
         raise LearngeneError(
             f"{path} is a folder without {CONFIG}; give a timm hub or transformers model folder, or a checkpoint file"
         )
-    try:
-        config = json.loads((path / CONFIG).read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise GeneFormatError(
-            f"{path / CONFIG} is not valid JSON ({str(exc)[:120]}); restore the model's config"
-        ) from None
-    if not isinstance(config, dict):
-        raise GeneFormatError(f"{path / CONFIG} is not a JSON object; restore the model's config")
+    config = read_config(path / CONFIG)
     for key, kind, named in (
         ("architecture", str, "a string"),
         ("model_type", str, "a string"),
         ("model_args", dict, "a JSON object"),
+        ("pretrained_cfg", dict, "a JSON object"),
+        ("vision_config", dict, "a JSON object"),
+        ("architectures", list, "a list of class names"),
     ):
         if key in config and not isinstance(config[key], kind):
             raise GeneFormatError(
@@ -100,18 +97,42 @@ def read_checkpoint(path: str | os.PathLike, lazy: bool = True, drop_head: bool 
             )
     weights = _weight_file(path)
     license = folder_license(path, config)
-    if "architecture" in config:
-        return dataclasses.replace(
-            _read_timm_folder(path, config, load_weights(weights, lazy=lazy), drop_head), license=license
-        )
-    if "model_type" in config:
-        return dataclasses.replace(
-            _read_hf_folder(path, config, load_weights(weights, lazy=lazy), drop_head), license=license
-        )
+    read = _read_timm_folder if "architecture" in config else _read_hf_folder if "model_type" in config else None
+    if read is not None:
+        try:
+            ckpt = read(path, config, load_weights(weights, lazy=lazy), drop_head)
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+            # a field of the wrong type that no check above names (timm's own reading, a nested setting)
+            raise GeneFormatError(
+                f"{path / CONFIG} has a field of the wrong type or shape ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:120] if str(exc) else ''}); check the model's config (use the folder "
+                f"as timm or transformers saved it)"
+            ) from None
+        return dataclasses.replace(ckpt, license=license)
     raise GeneFormatError(
         f"{path / CONFIG} names neither a timm 'architecture' nor a transformers 'model_type'; "
         f"give a timm hub or transformers model folder"
     )
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """A folder's ``config.json`` as a dict: a regular file (a FIFO would block), valid JSON, no NaN or infinity
+    (Python's json accepts them), not nested beyond what the parser can follow; else one line."""
+
+    def no_constant(name: str) -> Any:
+        raise ValueError(f"it holds {name}, which is not a number JSON allows")
+
+    try:
+        config = json.loads(read_regular_text(path), parse_constant=no_constant)
+    except RecursionError:
+        raise GeneFormatError(f"{path} is nested too deeply to read; check the model's config, or restore it") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise GeneFormatError(
+            f"{path} is not valid JSON ({str(exc)[:120]}); check the model's config, or restore it"
+        ) from None
+    if not isinstance(config, dict):
+        raise GeneFormatError(f"{path} is not a JSON object; check the model's config, or restore it")
+    return config
 
 
 def _weight_file(folder: Path) -> Path:
@@ -136,7 +157,7 @@ def _read_timm_folder(folder: Path, config: dict[str, Any], state: StateDict, dr
     if "num_classes" in config:
         kwargs.setdefault("num_classes", config["num_classes"])
     if drop_head:
-        state = {k: v for k, v in state.items() if not k.startswith(("head.", "head_dist."))}
+        state = without_head(state, ("head.", "head_dist."), str(folder))
         kwargs["num_classes"] = 0
     return Checkpoint(
         arch=arch, kwargs=kwargs, state=state, pretrained_cfg=_data_cfg(pretrained_cfg), source=str(folder)
@@ -283,6 +304,18 @@ def hf_key_to_timm(key: str) -> str | None:
     return target.format(layer.group(1))
 
 
+def without_head(state: StateDict, prefixes: tuple[str, ...], source: str) -> StateDict:
+    """``state`` less its classifier (keys under ``prefixes``); a ``--drop-head`` with no head to drop is refused,
+    since it would otherwise be accepted and mean nothing."""
+    kept = {k: v for k, v in state.items() if not k.startswith(prefixes)}
+    if len(kept) == len(state):
+        raise LearngeneError(
+            f"--drop-head: {source} has no classifier head to drop (no {'/'.join(p + '*' for p in prefixes)} "
+            f"weights); leave --drop-head out"
+        )
+    return kept
+
+
 def hf_state_to_timm(
     state: StateDict, model_type: str, hidden: int | None = None, drop_head: bool = False
 ) -> StateDict:
@@ -290,7 +323,7 @@ def hf_state_to_timm(
     prefix = HF_PREFIXES[model_type]
     state = {k: v for k, v in state.items() if not k.startswith(HF_TEXT_PARTS)}
     if drop_head:
-        state = {k: v for k, v in state.items() if not k.startswith(HF_CLASSIFIERS)}
+        state = without_head(state, HF_CLASSIFIERS, f"this {model_type} checkpoint")
     elif hidden and "classifier.weight" in state and state["classifier.weight"].shape[-1] == 2 * hidden:
         raise LearngeneError(
             f"this {model_type} classifier reads the class token concatenated with the mean patch "
@@ -402,7 +435,7 @@ def hf_config_to_timm(config: dict[str, Any], state: StateDict) -> tuple[str, di
                 f"express; convert a DeiTForImageClassificationWithTeacher or a DeiTModel"
             )
     timm_eps = CLIP_LAYER_NORM_EPS if model_type == "clip_vision_model" else TIMM_LAYER_NORM_EPS
-    eps = float(config.get("layer_norm_eps", timm_eps))
+    eps = _number(config, "layer_norm_eps", timm_eps)
     if eps > timm_eps:
         kwargs["norm_layer"] = functools.partial(nn.LayerNorm, eps=eps)  # an ancestry (a teacher), not a family
     # a smaller eps is transformers' ViT/DeiT default 1e-12 (BERT's; the Google/Facebook weights were trained
@@ -420,15 +453,15 @@ def _dinov2_arch(config: dict[str, Any], state: StateDict, kwargs: dict[str, Any
         kwargs["mlp_ratio"] = state["blocks.0.mlp.fc1.weight"].shape[0] / hidden
     else:
         arch = HF_ARCHS["dinov2"]
-        kwargs["mlp_ratio"] = float(config.get("mlp_ratio", 4))
+        kwargs["mlp_ratio"] = _number(config, "mlp_ratio", 4.0)
         act = config.get("hidden_act", "gelu")
         if act != "gelu":
             raise LearngeneError(
                 f"this DINOv2 uses activation {act!r}, which timm's {arch} does not; learngene "
                 f"converts GELU and SwiGLU DINOv2"
             )
-    kwargs["init_values"] = config.get("layerscale_value", 1.0)
-    registers = int(config.get("num_register_tokens") or 0)
+    kwargs["init_values"] = _number(config, "layerscale_value", 1.0)
+    registers = int(_number(config, "num_register_tokens", 0, integer=True))
     if registers:
         if config.get("use_swiglu_ffn"):
             raise LearngeneError(
@@ -462,11 +495,26 @@ def _clip_siglip_arch(config: dict[str, Any], model_type: str, act: str) -> str:
 
 def _int(config: dict[str, Any], key: str) -> int:
     value = config.get(key)
-    if isinstance(value, (list, tuple)) and len(set(value)) == 1:
+    if isinstance(value, (list, tuple)) and len(value) == 2 and len(set(value)) == 1:  # (height, width), square
         value = value[0]
     if not isinstance(value, int) or isinstance(value, bool):
         raise GeneFormatError(
-            f"the transformers config's {key} is {value!r}, not one integer; learngene needs square images and patches"
+            f"the transformers config's {key} is {value!r}, not one integer (or a square [height, width]); "
+            f"check the model's config: learngene needs square images and patches"
+        )
+    return value
+
+
+def _number(config: dict[str, Any], key: str, default: float, integer: bool = False) -> float:
+    """A numeric config field (``default`` when absent or null), finite and non-negative; else one line."""
+    value = config.get(key)
+    if value is None:
+        return default
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if not ok or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        raise GeneFormatError(
+            f"the transformers config's {key} is {value!r}, not a non-negative {'integer' if integer else 'number'}; "
+            f"check the model's config (use the folder as transformers saved it)"
         )
     return value
 
@@ -491,8 +539,8 @@ def _read_hf_folder(folder: Path, config: dict[str, Any], state: StateDict, drop
     arch, kwargs = hf_config_to_timm(config, state)
     data_cfg: dict[str, Any] = {"input_size": (kwargs["in_chans"], kwargs["img_size"], kwargs["img_size"])}
     processor = folder / "preprocessor_config.json"
-    if processor.is_file():  # the image processor's normalization
-        with contextlib.suppress(ValueError, UnicodeDecodeError):
+    if is_regular_file(processor):  # the image processor's normalization
+        with contextlib.suppress(ValueError, UnicodeDecodeError, RecursionError):
             values = json.loads(processor.read_text())
             data_cfg.update(
                 {

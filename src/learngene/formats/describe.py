@@ -13,9 +13,9 @@ from ..gene import GENE_FORMAT, Learngene
 from ..registry import get_method
 from ..vit.spec import ViTSpec
 from .atomic import quote
-from .convert import CONFIG, is_model_folder
+from .convert import CONFIG, is_model_folder, read_config
 from .model_file import MODEL_FORMAT, load_model_file, model_preprocessing
-from .weights import read_safetensors
+from .weights import is_regular_file, read_safetensors
 
 
 def describe_spec(spec: ViTSpec) -> str:
@@ -68,8 +68,8 @@ def describe_folder(path: str | os.PathLike, show_tensors: bool = False) -> str:
     from ..data import preprocessing_cfg
 
     path = Path(path)
-    config = json.loads((path / CONFIG).read_text())
-    ancestry = load_ancestry(path)  # checks the folder as condense would: config, weights, shapes, dtypes, values
+    ancestry = load_ancestry(path)  # reads the config first: one line for a bad one
+    config = read_config(path / CONFIG)  # checks the folder as condense would: config, weights, shapes, dtypes, values
     kind = (
         f"timm hub folder, architecture {config['architecture']}"
         if "architecture" in config
@@ -93,7 +93,7 @@ def describe_folder(path: str | os.PathLike, show_tensors: bool = False) -> str:
             for line in card.read_text(errors="replace").splitlines()
             if line.startswith("- **")
         ]
-        if card.is_file()
+        if is_regular_file(card)
         else []
     )
     lines += [f"  card:    {fact}" for fact in facts] or ["  card:    none (no README.md with facts)"]

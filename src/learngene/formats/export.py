@@ -21,15 +21,17 @@ import json
 import os
 import shutil
 import tempfile
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, require_argument
 from ..vit.spec import ViTSpec
 from .atomic import OVERWRITE, TEMP_NAME_CHARS, check_output_place, library_version, quote
+from .licenses import check_license
 from .weights import save_safetensors
 
 CONFIG = "config.json"
@@ -120,6 +122,9 @@ def export_hub_folder(
             ``crop_pct``): give the data's the model was trained on (:func:`learngene.data.preprocessing_cfg`
             of the dataset); without it the architecture's defaults are written, and the card says so.
     """
+    require_argument(model, nn.Module, "model", "a torch module (a timm ViT)")
+    require_argument(spec, ViTSpec, "spec", "a ViTSpec")
+    require_argument(card, dict, "card", "a dict of the model card's entries")
     from timm.models._hub import save_config_for_hf
 
     path = Path(str(path).rstrip("/" + os.sep) or ".")
@@ -161,8 +166,24 @@ def _channel_stats(model: nn.Module, in_chans: int) -> dict[str, tuple[float, ..
     return out
 
 
+def card_text(value: Any) -> str:
+    """``value`` as one line of a model card: text read from input files (a gene header's dates and versions,
+    file, class and method names) can start no new line, so no heading, list item or YAML key: line breaks
+    (and every other control or separator character) become single spaces. Each value follows ``- **key**:``
+    on its line, where markdown's inline marks cannot end the line either."""
+    text = "".join(" " if unicodedata.category(c)[0] in "CZ" else c for c in str(value))
+    return " ".join(text.split())
+
+
 def model_card(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any], defaults_input: bool = False) -> str:
-    """The README.md of a descendant: YAML front matter for the hub, then what it is and how to load it."""
+    """The README.md of a descendant: YAML front matter for the hub, then what it is and how to load it.
+
+    The card's values come from input files (a gene's header, file names, class names, a licence): each is
+    written through :func:`card_text`, one escaped line, and the licence is checked as an identifier before it
+    reaches the front matter."""
+    card = {card_text(k): card_text(v) if v is not None else None for k, v in card.items()}
+    if card.get("license_id"):
+        card["license_id"] = check_license(card["license_id"], "the licence")
     arch = config["architecture"]
     cfg = config["pretrained_cfg"]
     facts = {

@@ -34,7 +34,7 @@ README = "README.md"
 
 def check_license(value: Any, source: str = "--license", fix: str = "give") -> str:
     """``value`` as a licence identifier, or one line saying what to give (``fix``: the verb of that advice)."""
-    if not isinstance(value, str) or not _LICENSE.fullmatch(value.strip()):
+    if not isinstance(value, str) or not _LICENSE.fullmatch(value.strip()) or not _balanced_expression(value):
         raise LearngeneError(
             f"{source} {str(value)[:60]!r} is not a licence identifier; {fix} an SPDX identifier "
             f"such as Apache-2.0, MIT or CC-BY-NC-4.0 (letters, digits, '.', '-', '+')"
@@ -42,14 +42,31 @@ def check_license(value: Any, source: str = "--license", fix: str = "give") -> s
     return value.strip()
 
 
+_LICENSE_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+\-]*")
+
+
+def _balanced_expression(text: str) -> bool:
+    """An SPDX expression's shape: parentheses that close, and identifiers (or AND/OR/WITH) between them: so
+    ``((((`` or ``(`` is no licence, while ``(MIT OR Apache-2.0)`` is."""
+    depth = 0
+    for char in text:
+        depth += (char == "(") - (char == ")")
+        if depth < 0:
+            return False
+    tokens = text.replace("(", " ").replace(")", " ").split()
+    return depth == 0 and bool(tokens) and all(_LICENSE_TOKEN.fullmatch(t) for t in tokens)
+
+
 def folder_license(folder: str | Path, config: dict[str, Any] | None = None) -> str | None:
     """The licence a model folder records (README front matter, then ``config.json``), or None."""
     folder = Path(folder)
+    from .weights import is_regular_file
+
     found = _front_matter_license(folder / README)
-    if found is None and config is None and (folder / "config.json").is_file():
+    if found is None and config is None and is_regular_file(folder / "config.json"):
         try:
             config = json.loads((folder / "config.json").read_text())
-        except (ValueError, UnicodeDecodeError, OSError):
+        except (ValueError, UnicodeDecodeError, OSError, RecursionError):
             config = None
     if found is None and isinstance(config, dict):
         cfg = config.get("pretrained_cfg")
@@ -65,6 +82,10 @@ def folder_license(folder: str | Path, config: dict[str, Any] | None = None) -> 
 
 def _front_matter_license(readme: Path) -> str | None:
     """``license:`` of a model card's YAML front matter (``license_name:`` where it says ``other``)."""
+    from .weights import is_regular_file  # here: the CLI's parser imports this module and must not load torch
+
+    if not is_regular_file(readme):  # none, or a FIFO (whose read would block): no licence read from it
+        return None
     try:
         text = readme.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):

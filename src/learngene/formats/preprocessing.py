@@ -23,11 +23,20 @@ def check_preprocessing(
     missing = [k for k in PREPROCESSING_KEYS if k not in cfg]
     if missing:
         raise DataError(f"preprocessing lacks {', '.join(missing)}; give all of {', '.join(PREPROCESSING_KEYS)}")
-    chans, *size = (int(v) for v in cfg["input_size"])
+    try:  # numbers where numbers belong: a string or a bare number would be read character by character, or fail
+        if isinstance(cfg["input_size"], str) or any(isinstance(cfg[k], str) for k in ("mean", "std")):
+            raise TypeError("a string")
+        chans, *size = (int(v) for v in cfg["input_size"])
+        mean, std = tuple(float(v) for v in cfg["mean"]), tuple(float(v) for v in cfg["std"])
+        crop_pct = float(cfg["crop_pct"])
+    except (TypeError, ValueError, OverflowError):
+        raise DataError(
+            f"preprocessing has input_size {cfg['input_size']!r}, mean {cfg['mean']!r}, std {cfg['std']!r}, "
+            f"crop_pct {cfg['crop_pct']!r}; give lists of numbers (input_size [C, H, W]) and a number"
+        ) from None
     if img_size is not None:
         size = [img_size, img_size]
     chans = in_chans or chans
-    mean, std = tuple(float(v) for v in cfg["mean"]), tuple(float(v) for v in cfg["std"])
     if len(mean) != len(std) or not all(s > 0 and math.isfinite(s) for s in std) or not all(map(math.isfinite, mean)):
         raise DataError(
             f"preprocessing has mean {mean} and std {std}; give one finite mean and positive std per channel"
@@ -38,7 +47,6 @@ def check_preprocessing(
             if len(mean) > 1
             else (mean * chans, std * chans)
         )
-    crop_pct = float(cfg["crop_pct"])
     if not 0 < crop_pct <= 1 or len(size) != 2 or min(size) < 1:
         raise DataError(
             f"preprocessing has input size {cfg['input_size']} and crop_pct {crop_pct}; give a positive "

@@ -26,7 +26,7 @@ class _HeldRun:
 _held_locks: dict[Path, _HeldRun] = {}
 
 
-def lock_run_dir(path: str | os.PathLike) -> Path:
+def lock_run_dir(path: str | os.PathLike, flag: str = "--run-dir", what: str = "run directory") -> Path:
     """Create ``path`` if needed and lock it for this process, so a second run on it is refused.
 
     The lock (``fcntl.flock`` on ``path/.lock``) is released by :func:`release_run_dirs` or when the
@@ -37,12 +37,12 @@ def lock_run_dir(path: str | os.PathLike) -> Path:
 
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise LearngeneError(f"--run-dir {quote(path)} is a file, not a directory; give a directory path")
+        raise LearngeneError(f"{flag} {quote(path)} is a file, not a directory; give a directory path")
     created = not path.exists()
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise LearngeneError(f"cannot create the run directory: {os_error_message(exc, path)}") from None
+        raise LearngeneError(f"cannot create the {what}: {os_error_message(exc, path)}") from None
     key = path.resolve()
     if key in _held_locks:
         return path
@@ -51,17 +51,23 @@ def lock_run_dir(path: str | os.PathLike) -> Path:
         fd = os.open(path / RUN_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         _undo_run_dir(_HeldRun(-1, path, created, before))
-        raise LearngeneError(f"cannot write in the run directory: {os_error_message(exc, path)}") from None
+        raise LearngeneError(f"cannot write in the {what}: {os_error_message(exc, path)}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
         raise LearngeneError(
-            f"another learngene run is using the run directory {quote(path)}; wait for it to "
-            f"finish, or give another --run-dir"
+            f"another learngene run is using the {what} {quote(path)}; wait for it to finish, or give another {flag}"
         ) from None
     _held_locks[key] = _HeldRun(fd, path, created, before)
     return path
+
+
+def unlock_run_dir(path: str | os.PathLike) -> None:
+    """Release the lock of one run directory this process holds (kept as it is: a finished run)."""
+    held = _held_locks.pop(Path(path).resolve(), None)
+    if held is not None:
+        os.close(held.fd)
 
 
 def release_run_dirs(failed: bool = False, resumable: str | None = None) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import warnings
 import zipfile
 from pathlib import Path
@@ -102,6 +103,21 @@ def mmap_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
             continue
         tensors[key] = torch.empty(0, dtype=dtype).set_(storage, begin // itemsize, info["shape"])  # type: ignore[call-overload]  # the stubs omit UntypedStorage
     return tensors
+
+
+def is_regular_file(path: str | os.PathLike) -> bool:
+    """``path`` (links followed) is a regular file: reading it cannot block, as a FIFO's or a device's read can."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def read_regular_text(path: str | os.PathLike) -> str:
+    """The text of a regular file; anything else (a FIFO would block forever) is refused in one line."""
+    if not is_regular_file(path):
+        raise LearngeneError(f"{quote(path)} is not a regular file; give the folder's files as regular files")
+    return Path(path).read_text(encoding="utf-8")
 
 
 def require_file(path: str | os.PathLike) -> Path:

@@ -137,7 +137,7 @@ class Pretrained(BlockCopier):
 
 @dataclass(frozen=True)
 class HeruConfig(UntrainedAttentionOptions):
-    layers: int = option(3, phase=CONDENSE, help="ancestry layers kept at the top")
+    layers: int = option(3, at_least=1, phase=CONDENSE, help="ancestry layers kept at the top")
 
 
 @register_method
@@ -171,7 +171,11 @@ class HeruLG(BlockCopier):
 @dataclass(frozen=True)
 class AutoConfig(UntrainedAttentionOptions):
     fraction: float = option(
-        0.5, phase=CONDENSE, help="share of the ancestry's layers kept at the bottom (6 of 12 in the papers)"
+        0.5,
+        above=0,
+        at_most=1,
+        phase=CONDENSE,
+        help="share of the ancestry's layers kept at the bottom (6 of 12 in the papers)",
     )
 
 

@@ -61,7 +61,7 @@ from ..registry import register_method
 from ..validate import CONDENSE, option
 from ..vit.eva import block_inputs
 from ..vit.heads import select_matrix
-from ..vit.spec import ViTSpec, block_key
+from ..vit.spec import ViTSpec, block_key, measured_spec, require_inference_memory
 from ..vit.timm_keys import MLP, MSA, NORM, block_names, head_sliced
 from ..vit.transfer import (
     StateDict,
@@ -91,7 +91,11 @@ class ClusterConfig:
     min_heads: int = option(1, at_least=1, phase=CONDENSE, help="DBSCAN MinHds (1: every head belongs to a cluster)")
     num_images: int = option(256, at_least=1, phase=CONDENSE, help="images the attention distances are averaged over")
     batch_size: int = option(
-        64, phase=CONDENSE, speed_only=True, help="images per forward pass while measuring attention distances"
+        64,
+        at_least=1,
+        phase=CONDENSE,
+        speed_only=True,
+        help="images per forward pass while measuring attention distances",
     )
     ffn: Literal["inherit", "random"] = option(
         "inherit", phase=CONDENSE, help="inherit: Cluster-Learngene*; random: Cluster-Learngene"
@@ -156,15 +160,13 @@ def mean_attention_distance(
     Returns:
         ``(depth, num_heads)`` distances.
     """
-    if (data.in_chans, data.img_size) != (spec.in_chans, spec.img_size):  # labels may differ: they are not used
-        raise LearngeneError(
-            f"{data.name} has {data.in_chans}-channel {data.img_size}px images but the ancestry takes "
-            f"{spec.in_chans}-channel {spec.img_size}px ones; load the data at the ancestry's size"
-        )
+    spec = measured_spec(model, spec, data)  # labels may differ: they are not used
     count = min(num_images, len(data))
     if count < 1:
         raise LearngeneError("cluster needs at least one image to measure attention distances; pass --data")
     device = next(model.parameters()).device
+    # every image's tokens stay between blocks; each block's maps are read as float64
+    require_inference_memory(spec, min(batch_size, count), "cluster", kept_images=count, map_bytes=12, device=device)
     picked = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[:count].sort().values
     distance = patch_distances(spec).to(device)
     prefix = spec.num_prefix_tokens
@@ -254,7 +256,7 @@ class ClusterLearngene(Method):
         distances = mean_attention_distance(
             ancestry.model, spec, inputs.train, cfg.num_images, cfg.batch_size, cfg.seed
         )
-        eps = cfg.eps or default_eps(spec.img_size)
+        eps = cfg.eps or default_eps(inputs.train.img_size)  # distances are in pixels of the images measured
         state = ancestry.state()
         tensors: StateDict = {DISTANCE: distances}
         labels = []

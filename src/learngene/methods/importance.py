@@ -51,7 +51,7 @@ from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..validate import CONDENSE, EXPAND, option
-from ..vit.spec import ViTSpec, block_key
+from ..vit.spec import ViTSpec, block_key, measured_spec, require_inference_memory
 from ..vit.timm_keys import WIDTH_GAIN, block_names
 from ..vit.transfer import (
     NON_BLOCK_NORMS,
@@ -71,9 +71,14 @@ LAYER_SCORE, WIDTH_SCORE, WIDTH_ORDER = "importance.layer", "importance.width", 
 @dataclass(frozen=True)
 class ImportanceConfig:
     num_images: int = option(
-        256, phase=CONDENSE, help="calibration images (subcloning and Minitron use a small calibration batch)"
+        256,
+        at_least=1,
+        phase=CONDENSE,
+        help="calibration images (subcloning and Minitron use a small calibration batch)",
     )
-    batch_size: int = option(64, phase=CONDENSE, speed_only=True, help="calibration images per forward pass")
+    batch_size: int = option(
+        64, at_least=1, phase=CONDENSE, speed_only=True, help="calibration images per forward pass"
+    )
     seed: int = option(0, phase=CONDENSE, help="which images are sampled")
     rescale: bool = option(True, phase=EXPAND, help="LayerNorm gains × √(D/D') (subcloning)")
 
@@ -88,14 +93,11 @@ def activation_scores(
         ``width`` ``(D,)``, ``heads`` ``(L, H)``, ``neurons`` ``(L, M)``, ``layers`` ``(L,)``; means over
         images and tokens (see the module docstring for each score).
     """
-    if (data.in_chans, data.img_size) != (spec.in_chans, spec.img_size):
-        raise LearngeneError(
-            f"{data.name} has {data.in_chans}-channel {data.img_size}px images but the ancestry takes "
-            f"{spec.in_chans}-channel {spec.img_size}px ones; load the data at the ancestry's size"
-        )
+    spec = measured_spec(model, spec, data)
     count = min(num_images, len(data))
     if count < 1:
         raise LearngeneError("importance ranks units on calibration images: give training data (--data)")
+    require_inference_memory(spec, min(batch_size, count), "importance", device=next(model.parameters()).device)
     L, H, d = spec.depth, spec.num_heads, spec.head_dim
     sums = {
         "width": torch.zeros(spec.embed_dim, dtype=torch.float64),

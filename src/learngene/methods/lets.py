@@ -2,7 +2,8 @@
 Transformation", NeurIPS 2024; public code ``eddiexia98/LeTs``, built on LiGO). Not on arXiv.
 
 The learngene is a compact net (``gene_depth`` layers of width ``gene_embed_dim``, MLP ``gene_mlp_dim``; by
-default half the aux net's depth, width and MLP) plus learnable transformation matrices:
+default half the aux net's depth (rounded up to an even number), width and MLP) plus learnable transformation
+matrices:
 
 - width, ``F``: a weight ``W`` of the compact net (``n_out × n_in``) becomes ``[I; F_out] W [I; F_in]ᵀ``:
   the new rows are ``F_out W``, the new columns ``W F_inᵀ`` (their ``TransWidthParams``: ``F`` holds only the
@@ -95,6 +96,11 @@ class LeTsConfig(AuxConfig):
     mapping_layer_coeff: str = option(
         "", phase=(CONDENSE, EXPAND), help='per descendant layer, the aux layer whose G it uses ("": mapping_layer)'
     )
+
+
+def _kind(name: str) -> str:
+    """Which of a module's two ``G`` (weights or biases) mixes block tensor ``name``."""
+    return "bias" if name.endswith("bias") else "weight"
 
 
 def g_module(name: str) -> str:
@@ -219,6 +225,8 @@ class LeTs(AuxNetMethod):
     def small_spec(self, aux: ViTSpec) -> ViTSpec:
         cfg = self.config
         depth = cfg.gene_depth or max(1, aux.depth // 2)
+        if not cfg.gene_depth and depth > 1 and depth % 2:  # the pairs need an even depth: half of 6 is 3, take 4
+            depth += 1
         width = cfg.gene_embed_dim or aux.embed_dim // 2
         heads = max(1, aux.num_heads // 2) if width % max(1, aux.num_heads // 2) == 0 else 1
         mlp = cfg.gene_mlp_dim or aux.mlp_hidden // 2
@@ -244,11 +252,15 @@ class LeTs(AuxNetMethod):
                 extra, length, cfg.width_init, cfg.init_noise, generator, small.depth if per_layer else None
             )
         rows, group = -(-aux.depth // cfg.tie), min(2, small.depth)
-        for module in sorted({m for n in block_axes(small) for m in self._modules(n)}):
+        # a G per module and kind the blocks hold: no bias G where a family has none (bias-free q/k/v/proj, layer
+        # scale's one vector), so that every stored tensor is used when the gene expands
+        kinds = {(m, _kind(n)) for n in block_axes(small) for m in self._modules(n)}
+        for module in sorted({m for m, _ in kinds}):
             for kind in ("weight", "bias"):
-                tensors[f"{G_}{module}.{kind}"] = init_depth(
-                    rows, group, cfg.tie, cfg.depth_init, cfg.init_noise, generator
-                )
+                if (module, kind) in kinds:
+                    tensors[f"{G_}{module}.{kind}"] = init_depth(
+                        rows, group, cfg.tie, cfg.depth_init, cfg.init_noise, generator
+                    )
         return tensors
 
     def _modules(self, name: str) -> tuple[str, ...]:
@@ -328,7 +340,7 @@ class LeTs(AuxNetMethod):
         for name, shape in spec.block_shapes().items():
             axes = block_axes(spec)[name]
             stack = self._widened(gene.tensors[SMALL + name], name, axes, shape, gene, block=True)
-            kind = "bias" if name.endswith("bias") else "weight"
+            kind = _kind(name)
             if name.startswith("attn.qkv"):
                 segs = stack.unflatten(1, (3, shape[0] // 3)).unbind(1)
                 mixed = torch.cat(

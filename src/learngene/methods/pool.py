@@ -190,6 +190,13 @@ class LearngenePool(AuxNetMethod):
             ) from None
         if not depths or min(depths) < 1:
             raise LearngeneError(f"pool instance_depths={text!r} needs positive block counts")
+        if len(set(depths)) < len(depths):  # one instance per depth: a repeat trains the same small model again
+            raise LearngeneError(f"pool instance_depths={text!r} repeats a depth; give each depth once, e.g. 1,2")
+        if max(depths) > aux.depth:
+            raise LearngeneError(
+                f"pool instance_depths={text!r} asks for instances deeper than the aux net ({aux.depth} blocks); "
+                f"give depths up to {aux.depth}"
+            )
         return sorted(depths)
 
     def instance_specs(self, aux: ViTSpec) -> list[ViTSpec]:

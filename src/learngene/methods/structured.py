@@ -41,6 +41,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
@@ -59,7 +60,9 @@ class StructuredConfig:
     qk_scale: float = option(7.0, phase=EXPAND, help="their norm_q")
     v_scale: float = option(1.0, phase=EXPAND, help="their norm_v")
     impulse: float = option(1000.0, phase=EXPAND, help="logit of the impulse entries in the target map")
-    kernel_size: int = option(3, at_least=1, phase=EXPAND, help="their 3 x 3 (other sizes: offsets in row-major order)")
+    kernel_size: int = option(
+        3, at_least=1, odd=True, phase=EXPAND, help="their 3 x 3, odd: centred on the query patch (others: row-major)"
+    )
     alpha: float = option(0.4, phase=EXPAND, help="noise in W_v W_proj")
     beta: float = option(0.4, phase=EXPAND, help="negative identity in W_v W_proj")
     seed: int = option(0, phase=EXPAND, help="the random positions and noise draws (a descendant's seed sets it)")
@@ -142,6 +145,12 @@ class Structured(Method):
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         cfg = self.config
         D, H, d = spec.embed_dim, spec.num_heads, spec.head_dim
+        widest = max(3, 2 * spec.grid_size - 1)  # the authors' 3 × 3 always (a 1-patch grid keeps its centre)
+        if cfg.kernel_size > widest:  # offsets past the grid match no patch: heads with an empty impulse
+            raise LearngeneError(
+                f"structured kernel_size={cfg.kernel_size} reaches past the {spec.grid_size}×{spec.grid_size} patch "
+                f"grid of {spec.short()}; give an odd kernel_size up to {widest}"
+            )
         generator = torch.Generator().manual_seed(cfg.seed)
         shape = spec.non_block_shapes(vit_layout=True)["pos_embed"]
         pos = torch.randn(shape, generator=generator, dtype=torch.float64) * 0.02 * cfg.pos_scale

@@ -86,8 +86,13 @@ def parse_counts(text: str, what: str) -> list[int] | None:
         counts = [int(x) for x in str(text).split(",")]
     except ValueError:
         raise LearngeneError(f"sws {what}={text!r} is not comma-separated layer counts, e.g. 3,3,4,3,3") from None
-    if not counts or min(counts) < 0 or sum(counts) == 0:
-        raise LearngeneError(f"sws {what}={text!r} needs non-negative layer counts with a positive sum")
+    # an aux stage of no layers is no stage; a descendant may skip a stage (0 layers: its gene layer unused)
+    least = 0 if what == "descendant_stages" else 1
+    if not counts or min(counts) < least or sum(counts) == 0:
+        raise LearngeneError(
+            f"sws {what}={text!r} needs {'non-negative' if least == 0 else 'positive'} layer counts with a "
+            f"positive sum, one per stage, e.g. 3,3,4,3,3"
+        )
     return counts
 
 

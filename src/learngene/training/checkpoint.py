@@ -73,12 +73,50 @@ AFTER_NONFINITE = ("lr", "grad_clip")
 STOPPED_NONFINITE = "non-finite"
 
 
-def last_good(ckpt_path: Path | None) -> str:
-    if ckpt_path is None or not ckpt_path.exists():
+# When is a checkpoint worth resuming after a divergence? A run whose loss turns NaN has usually been diverging
+# for a while: its weights grow by orders of magnitude and its loss climbs far above what it had reached, while
+# both stay finite. A checkpoint written then is finite but already lost, and a resume with a lower lr fails
+# again at the same step. So a checkpoint is written only when the run looks sane, by two rules on what the
+# loop already has at hand:
+#   - weights: every trained tensor finite and their global L2 norm at most WEIGHT_GROWTH × its value at the
+#     run's first step. Healthy training (AdamW with weight decay) moves that norm by a small factor; a
+#     divergence by orders of magnitude (1e5 in a reported run), so 100× separates the two with margin both ways.
+#   - loss: the mean training loss over the steps since the previous checkpoint at most LOSS_GROWTH × the
+#     lowest such mean the run has reached, plus LOSS_SLACK (an absolute margin, so that a loss near 0 may
+#     fluctuate). A cross-entropy or distillation loss that doubles above its best, plus one nat, is not noise.
+# A checkpoint that fails either rule is not written (the previous one stays: a killed run then resumes from
+# further back, still to the same result); a stop asked by a signal is written anyway and marked, so that a
+# non-finite stop after it can say honestly that no sane checkpoint is left and the run must start again.
+WEIGHT_GROWTH = 100.0
+LOSS_GROWTH = 2.0
+LOSS_SLACK = 1.0
+
+
+def diverging(norm: float, start_norm: float | None, window_loss: float | None, best_loss: float | None) -> str | None:
+    """Why a checkpoint with weight norm ``norm`` and recent mean loss ``window_loss`` is not sane, or None."""
+    if start_norm and norm > WEIGHT_GROWTH * start_norm:
+        return f"the weights' norm grew from {start_norm:.3g} to {norm:.3g}"
+    if window_loss is not None and not window_loss == window_loss:  # NaN
+        return "the loss is NaN"
+    if window_loss is not None and best_loss is not None and window_loss > LOSS_GROWTH * best_loss + LOSS_SLACK:
+        return f"the loss rose to {window_loss:.3g} from a best of {best_loss:.3g}"
+    return None
+
+
+def last_good(ckpt_path: Path | None, sane: bool = True) -> str:
+    """The end of a non-finite stop's message: where to resume from, or that the run must start again."""
+    if ckpt_path is None:
         return ""
+    if not ckpt_path.exists() or not sane:
+        where = "" if not ckpt_path.exists() else f" (another --run-dir, or delete {quote(ckpt_path.parent)})"
+        return (
+            f"; no checkpoint of this run has sane weights and loss (each is checked as it is written: weights "
+            f"within {WEIGHT_GROWTH:g}× their starting norm, loss within {LOSS_GROWTH:g}× its best + {LOSS_SLACK:g}), "
+            f"so a resume would diverge again: start the run over{where} with a lower --lr and/or a --grad-clip"
+        )
     return (
-        f"; the last good checkpoint is {quote(ckpt_path)}: rerun with --resume and a lower --lr and/or a "
-        f"--grad-clip (only those two may change) to continue from it"
+        f"; the last good checkpoint (sane weights and loss) is {quote(ckpt_path)}: rerun with --resume and a "
+        f"lower --lr and/or a --grad-clip (only those two may change) to continue from it"
     )
 
 
@@ -172,6 +210,10 @@ class RunState:
     seconds: float = 0.0
     epoch_sums: Tensor = field(default_factory=zero_sums)
     fingerprint: dict[str, Any] = field(default_factory=dict)  # run_fingerprint of the run
+    # the sanity rules' references (see ``diverging``), kept with the checkpoint so a resumed run goes on with them
+    start_norm: float | None = None  # the trained weights' norm at the run's first step
+    best_loss: float | None = None  # the lowest mean training loss between two checkpoints so far
+    sane: bool = True  # the checkpoint on disk passed the rules (False: a signal's stop written while diverging)
 
     def save(
         self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, cfg: TrainConfig
@@ -193,12 +235,15 @@ class RunState:
             "seconds": self.seconds,
             "epoch_sums": sum(r[1] for r in ranks),
             "fingerprint": self.fingerprint,
+            "start_norm": self.start_norm,
+            "best_loss": self.best_loss,
+            "sane": self.sane,
         }
         bad = nonfinite_tensor(state["model"])
         if bad is not None:  # never replace the last good checkpoint with one that cannot be resumed
             raise NonFiniteError(
                 f"weights became non-finite ({bad}) at step {self.global_step}; lower --lr or check "
-                f"the data{last_good(path)}"
+                f"the data{last_good(path, self.sane)}"
             )
         save_torch_atomic(path, state)
 
@@ -264,6 +309,9 @@ class RunState:
             seconds=ckpt["seconds"],
             epoch_sums=ckpt["epoch_sums"] if dist.is_main() else zero_sums(),
             fingerprint=fingerprint,
+            start_norm=ckpt.get("start_norm"),
+            best_loss=ckpt.get("best_loss"),
+            sane=ckpt.get("sane", True),
         )
 
 

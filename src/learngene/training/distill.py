@@ -141,6 +141,9 @@ def setup_distillation(
     """
     net = _timm_net(teacher)
     expects = image_input(net)
+    if expects is None:  # a CNN: any image size runs, but its first convolution fixes the channels
+        conv = next((m for m in net.modules() if isinstance(m, nn.Conv2d)), None)
+        expects = (conv.in_channels, data.img_size, True) if conv is not None else None
     if expects is not None:
         chans, size, any_size = expects
         if data.in_chans != chans or (data.img_size != size and not any_size):

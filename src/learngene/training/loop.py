@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ..data import Batch, Batches, BatchMixer, Data, take
-from ..errors import DataError, LearngeneError
+from ..errors import DataError, LearngeneError, require_argument
 from ..formats.atomic import write_text_atomic
 from ..vit.naflex import image_input
 from ..vit.spec import available_memory, training_activation_bytes
@@ -37,6 +37,7 @@ from .checkpoint import (
     LOG,
     NonFiniteError,
     RunState,
+    diverging,
     last_good,
     open_run,
     record_nonfinite_stop,
@@ -192,6 +193,8 @@ def evaluate(
 ) -> dict[str, float]:
     """Top-1 accuracy and mean cross-entropy of ``model`` on ``data`` (all ranks together under DDP); with
     ``desc``, a progress bar of that name while it runs."""
+    require_argument(model, nn.Module, "model", "a torch module (e.g. a timm ViT)")
+    check_data_fits(model, data)
     device = device or next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -326,6 +329,7 @@ def optimizer_step(
     cfg: TrainConfig,
     where: str,
     ckpt_path: Path | None,
+    sane: bool = True,
 ) -> None:
     """Back-propagate ``loss``, clip, update and advance the schedule; a non-finite loss or gradient stops
     the run with one line (``where`` it happened, and the last good checkpoint)."""
@@ -335,14 +339,14 @@ def optimizer_step(
     # every rank must learn of it, or the others would wait for this one in backward forever
     if dist.count_true(not finite, loss.device) if dist.is_distributed() else not finite:
         value = loss.item() if not finite else "non-finite on another process"
-        raise NonFiniteError(f"loss became {value} {where}; lower --lr or check the data{last_good(ckpt_path)}")
+        raise NonFiniteError(f"loss became {value} {where}; lower --lr or check the data{last_good(ckpt_path, sane)}")
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if cfg.grad_clip:
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         if not torch.isfinite(grad_norm):  # the same on every rank: DDP has already averaged the gradients
             raise NonFiniteError(
-                f"gradients became {grad_norm.item()} {where}; lower --lr or check the data{last_good(ckpt_path)}"
+                f"gradients became {grad_norm.item()} {where}; lower --lr or check the data{last_good(ckpt_path, sane)}"
             )
     optimizer.step()
     scheduler.step()
@@ -376,6 +380,10 @@ def train(
         loss: the per-batch loss, called as :func:`distill_loss` is (its default); a feature-distilling student
             brings its own (:attr:`learngene.training.distill.Distillation.loss`).
     """
+    require_argument(model, nn.Module, "model", "a torch module (e.g. a timm ViT)")
+    require_argument(cfg, TrainConfig, "cfg", "a TrainConfig (learngene.TrainConfig(epochs=...))")
+    if teacher is not None:
+        require_argument(teacher, nn.Module, "teacher", "a torch module or None")
     _running_loops[0] += 1
     try:
         result = _train(model, train_data, cfg, eval_data, teacher, run_dir, resume, loss or distill_loss)
@@ -432,6 +440,12 @@ def _wrapped(model: nn.Module, cfg: TrainConfig, device: torch.device) -> nn.Mod
     return net
 
 
+def trained_norm(model: nn.Module) -> float:
+    """The global L2 norm of ``model``'s trained parameters (the weights the sanity rules watch)."""
+    norms = [p.detach().float().norm() for p in model.parameters() if p.requires_grad]
+    return float(torch.stack(norms).norm()) if norms else 0.0
+
+
 @dataclass
 class _Run:
     """One training run's parts, as the epoch loop uses them."""
@@ -449,10 +463,37 @@ class _Run:
     ckpt_path: Path | None
     total_steps: int = 0
 
-    def checkpoint(self, epoch: int, step_in_epoch: int, epoch_sums: Tensor) -> None:
-        if self.ckpt_path is not None:
-            self.state.epoch, self.state.step_in_epoch, self.state.epoch_sums = epoch, step_in_epoch, epoch_sums
-            self.state.save(self.ckpt_path, self.model, self.optimizer, self.scheduler, self.cfg)
+    window_start: Tensor | None = None  # the epoch sums at the previous checkpoint (or the epoch's start)
+
+    def checkpoint(
+        self, epoch: int, step_in_epoch: int, epoch_sums: Tensor, sums: Tensor, forced: bool = False
+    ) -> None:
+        """Save the run here if its weights and loss are sane (``checkpoint.diverging``), or if ``forced`` (a
+        signal's stop, marked then); ``sums``: the epoch's sums so far, whose change since the previous
+        checkpoint is the loss the rules read."""
+        if self.ckpt_path is None:
+            return
+        why = self.divergence(sums)
+        if why is not None and not forced:
+            return  # the previous (sane) checkpoint stays the one a resume starts from
+        self.state.sane = why is None
+        self.state.epoch, self.state.step_in_epoch, self.state.epoch_sums = epoch, step_in_epoch, epoch_sums
+        self.state.save(self.ckpt_path, self.model, self.optimizer, self.scheduler, self.cfg)
+
+    def divergence(self, sums: Tensor) -> str | None:
+        """Why the run is not sane now (weights or loss, ``checkpoint.diverging``), or None; every rank calls it
+        at the same step (the loss is summed over ranks) and gets the same answer."""
+        start = self.window_start if self.window_start is not None else torch.zeros_like(sums)
+        window = dist.all_reduce_sum((sums - start).double().clone()).tolist()
+        self.window_start = sums.clone()
+        norm = trained_norm(self.model)
+        if not math.isfinite(norm):
+            return None  # RunState.save refuses non-finite weights with its own message
+        loss = window[0] / window[2] if window[2] > 0 else None
+        why = diverging(norm, self.state.start_norm, loss, self.state.best_loss)
+        if why is None and loss is not None:
+            self.state.best_loss = loss if self.state.best_loss is None else min(self.state.best_loss, loss)
+        return why
 
     def stopped(self) -> RunInterrupted:
         return RunInterrupted(_pending_stop[0] if _pending_stop else "stop", self.state.global_step, self.ckpt_path)
@@ -509,6 +550,8 @@ def _train(
         total_steps,
     )
 
+    if state.start_norm is None and state.global_step == 0:
+        state.start_norm = trained_norm(model)
     run.net.train()
     note_steps(state.global_step, total_steps)  # a resumed run starts part-way: that part is not this run's speed
     start_epoch, start_step = state.epoch, state.step_in_epoch
@@ -517,6 +560,7 @@ def _train(
         epoch_steps = min(steps_per_epoch, total_steps - epoch * steps_per_epoch)
         # loss sum, correct, images (this rank), kept on the device: adding to them does not sync
         sums = (state.epoch_sums.clone() if epoch == start_epoch else zero_sums()).to(device)
+        run.window_start = sums.clone()
         _run_epoch(run, batches, epoch, epochs, epoch_steps, sums)
         record = _epoch_record(run, epoch, sums, eval_data, epochs)
         state.history.append(record)
@@ -527,8 +571,10 @@ def _train(
             )
         if run_dir is not None and dist.is_main():
             write_text_atomic(Path(run_dir) / LOG, "".join(json.dumps(r) + "\n" for r in state.history))
-        run.checkpoint(epoch + 1, 0, zero_sums())
-        if epoch + 1 < epochs and _stop_now(state.global_step, device):
+        stop = epoch + 1 < epochs and _stop_now(state.global_step, device)
+        run.checkpoint(epoch + 1, 0, zero_sums(), sums, forced=stop)
+        run.window_start = None  # the next epoch's sums start from zero
+        if stop:
             raise run.stopped()
     dist.barrier()
     return TrainResult(history=state.history, steps=state.global_step, seconds=state.seconds)
@@ -559,6 +605,7 @@ def _run_epoch(run: _Run, batches: Batches, epoch: int, epochs: int, epoch_steps
             cfg,
             f"at epoch {epoch + 1}, step {step_in_epoch + 1}",
             run.ckpt_path,
+            state.sane,
         )
         state.global_step += 1
         note_steps(state.global_step, run.total_steps)
@@ -579,7 +626,7 @@ def _run_epoch(run: _Run, batches: Batches, epoch: int, epochs: int, epoch_steps
         ):
             state.seconds += time.perf_counter() - tic
             tic = time.perf_counter()
-            run.checkpoint(epoch, step_in_epoch + 1, sums)
+            run.checkpoint(epoch, step_in_epoch + 1, sums, sums, forced=stop)
         if stop:
             bar.close()
             raise run.stopped()

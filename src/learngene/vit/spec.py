@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..errors import SpecError
+from ..errors import LearngeneError, SpecError
 from ..validate import check_fields
 from . import naflex
 from .timm_keys import HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, NON_BLOCK_TENSORS, WIDTH, WIDTH_IN, family_axes
@@ -66,6 +66,45 @@ def training_activation_bytes(
     A lower bound (norms, GELU inputs and the optimizer come on top), so that a size it refuses cannot fit."""
     per_block = tokens * (4 * width + hidden) + heads * tokens * tokens
     return bytes_per_value * batch * depth * per_block
+
+
+def measured_spec(model: Any, spec: ViTSpec, data: Any) -> ViTSpec:
+    """``spec`` at the size of the images a data-driven method feeds ``model``: its own, or, for a model that takes
+    any size (a position grid resampled per input, as RADIO's 2048-px grid fed 512-px images), the data's.
+    Anything else is one line: the data must be loaded at the ancestry's size and channels."""
+    from .naflex import image_input
+
+    expects = image_input(model)
+    any_size = bool(expects and expects[2])
+    if data.in_chans != spec.in_chans or (data.img_size != spec.img_size and not any_size):
+        raise LearngeneError(
+            f"{data.name} has {data.in_chans}-channel {data.img_size}px images but the ancestry takes "
+            f"{spec.in_chans}-channel {spec.img_size}px ones; load the data at the ancestry's size"
+        )
+    return spec if data.img_size == spec.img_size else spec.replace(img_size=data.img_size)
+
+
+def require_inference_memory(
+    spec: ViTSpec, batch: int, method: str, kept_images: int = 0, map_bytes: int = 4, device: Any = None
+) -> None:
+    """Refuse in one line, before anything is allocated, a data-driven condensation whose forward passes cannot fit:
+    one block's activations of ``batch`` images (tokens × (4·width + MLP) values, and one N×N attention map per
+    head held at ``map_bytes`` per value where a method reads the maps), plus the tokens of ``kept_images`` held
+    between blocks. A lower bound, as the aux-net methods' estimate (:func:`training_activation_bytes`)."""
+    import torch
+
+    N, D = spec.num_tokens, spec.embed_dim
+    need = 4 * batch * N * (4 * D + spec.mlp_hidden) + map_bytes * batch * spec.num_heads * N * N
+    need += 4 * kept_images * N * D
+    on_cuda = device is not None and getattr(device, "type", None) == "cuda"
+    free = torch.cuda.mem_get_info(device)[0] if on_cuda else available_memory()
+    if free is not None and need > free:
+        raise SpecError(
+            f"{method} runs {batch} images of {N:,} tokens ({spec.img_size}px) at a time through {spec.short()}, "
+            f"which needs at least {need / 2**30:,.1f} GiB, but {'cuda' if on_cuda else 'this machine'} has "
+            f"{free / 2**30:,.1f} GiB free; choose a smaller --opt batch_size (and num_images) or a smaller "
+            f"--img-size"
+        )
 
 
 def available_memory() -> int | None:
