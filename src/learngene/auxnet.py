@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 import torch
+from torch import nn
 from tqdm import tqdm
 
 from .errors import LearngeneError
@@ -159,17 +160,19 @@ def condense_through_aux(
     headless = is_headless(ancestry)
     if headless:  # the aux net's head only serves the CE term: descendants get a fresh one for their task
         start = dataclasses.replace(start, tensors={k: v for k, v in start.tensors.items() if part_of(k) != "head"})
-    net = student = GeneNet(method, start, aux, trainable=trainable)
-    data, teacher, teacher_seconds = inputs.train, ancestry.model, 0.0
+    net = GeneNet(method, start, aux, trainable=trainable)
+    student: nn.Module = net
+    teacher: nn.Module | None = ancestry.model  # None once its outputs are cached with the data
+    data, teacher_seconds = inputs.train, 0.0
     distilled = "nothing (λ = 0: cross-entropy on the labels only)"
     if cfg.distill_lambda > 0:
         tic = time.perf_counter()
         device = resolve_device(cfg.device)
         with torch.no_grad():
-            probe = teacher.to(device).eval()(data.get_batch(torch.arange(min(2, len(data))))[0].to(device))
+            probe = ancestry.model.to(device).eval()(data.get_batch(torch.arange(min(2, len(data))))[0].to(device))
         if headless:
-            student = FeatureDistillation(net, probe.shape[-1])
-            distilled = student.describe("; it has no classifier")
+            features = FeatureDistillation(net, probe.shape[-1])
+            student, distilled = features, features.describe("; it has no classifier")
         elif probe.shape[-1] != aux.num_classes:
             raise LearngeneError(
                 f"the ancestry predicts {probe.shape[-1]} classes but the aux net has "
@@ -177,7 +180,7 @@ def condense_through_aux(
             )
         else:
             distilled = f"logits (τ² KL at τ = {cfg.distill_tau:g})"
-        data, teacher = cache_teacher_outputs(data, teacher, cfg)
+        data, teacher = cache_teacher_outputs(data, ancestry.model, cfg)
         teacher_seconds = time.perf_counter() - tic
     if cfg.progress and dist.is_main():
         tqdm.write(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 from torch import Tensor, nn
@@ -175,6 +175,36 @@ def _graph_leaves(state: dict[str, Tensor], leaves: dict[str, Tensor]) -> set[st
             reached.add(id(fn.variable))
         stack.extend(next_fn for next_fn, _ in fn.next_functions)
     return {k for k, v in leaves.items() if id(v) in reached}
+
+
+@overload
+def make_descendant(
+    gene: Learngene,
+    spec: ViTSpec,
+    seed: int = ...,
+    top_up: str | None = ...,
+    pos_embed: str | None = ...,
+    blend_mimetic: float | None = ...,
+    *,
+    source: str | os.PathLike | None = ...,
+    return_keys: Literal[False] = ...,
+    **options: Any,
+) -> nn.Module: ...
+
+
+@overload
+def make_descendant(
+    gene: Learngene,
+    spec: ViTSpec,
+    seed: int = ...,
+    top_up: str | None = ...,
+    pos_embed: str | None = ...,
+    blend_mimetic: float | None = ...,
+    *,
+    source: str | os.PathLike | None = ...,
+    return_keys: Literal[True],
+    **options: Any,
+) -> tuple[nn.Module, list[str]]: ...
 
 
 def make_descendant(

@@ -296,7 +296,7 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
     refs = [r for r in references if r in groups]
     long = groups.get(LONG_LABEL)
     target = statistics.fmean(g.acc for g in long) if long else None
-    long_epoch = _first_reaching(long, target) if long else None
+    long_epoch = _first_reaching(long, target) if long and target is not None else None
     header = [
         "method",
         "top-1 (%)",
@@ -435,7 +435,11 @@ def write_compare_report(
         f"AdamW lr {profile.lr:g}, warmup + cosine), a fresh head for every method, top-1 on "
         f"{task.eval_images or 'every'} test image(s); seeds {', '.join(map(str, profile.seeds))}",
         f"- condensation: {plural(profile.condense_epochs, 'epoch')} of aux-net distillation on {profile.upstream_data}"
-        + (f" classes {', '.join(map(str, profile.upstreams[0].classes))}" if profile.upstreams else "")
+        + (
+            f" classes {', '.join(map(str, profile.upstreams[0].classes))}"
+            if profile.upstreams and profile.upstreams[0].classes
+            else ""
+        )
         + (f" ({profile.condense_images:,} images)" if profile.condense_images else " (every training image)")
         + f"; adaptation: {profile.adapt_steps} steps"
         + _labels_note(profile),

@@ -35,12 +35,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from ..ancestry import load_ancestry
-from ..data import ImageData, class_subset, few_shot, load_dataset, take
+from ..data import Data, ImageData, class_subset, few_shot, load_dataset, take
 from ..descendant import make_descendant, top_up_state
 from ..errors import LearngeneError
 from ..formats.atomic import quote, write_text_atomic
@@ -112,8 +112,8 @@ def row_from_dict(values: dict[str, Any]) -> Row:
 @dataclass
 class TaskData:
     task: Task
-    train: ImageData
-    eval: ImageData
+    train: Data
+    eval: Data
 
 
 def load_cached(path: Path, load: Callable[[Path], Any]) -> Any:
@@ -138,7 +138,7 @@ def stage_key(**config: Any) -> str:
 
 def method_source_hash(name: str) -> str:
     """Hash of the file implementing method ``name``: editing a method invalidates its cached genes and cells."""
-    source = Path(inspect.getsourcefile(get_method(name)))
+    source = Path(inspect.getfile(get_method(name)))
     return hashlib.sha256(source.read_bytes()).hexdigest()[:12]
 
 
@@ -180,8 +180,8 @@ def load_task(
 def fresh_head(model: torch.nn.Module, spec: ViTSpec, seed: int) -> None:
     """Give ``model`` the classifier a scratch model of this seed gets (the same for every method)."""
     torch.manual_seed(seed)
-    reference = spec.create_model()
-    model.get_classifier().load_state_dict(reference.get_classifier().state_dict())
+    reference: Any = spec.create_model()
+    cast(Any, model).get_classifier().load_state_dict(reference.get_classifier().state_dict())
 
 
 class OutOfTime(Exception):
@@ -242,7 +242,7 @@ class BenchRun:
         return [m for m in self.methods if upstream.methods is None or m in upstream.methods]
 
     # ---- stage 1: the ancestry ----------------------------------------------------------------------
-    def ancestry(self, train_data: ImageData, eval_data: ImageData, upstream: Upstream | None = None) -> Ancestry:
+    def ancestry(self, train_data: Data, eval_data: Data, upstream: Upstream | None = None) -> Ancestry:
         p = self.profile
         upstream = upstream or p.all_upstreams()[0]
         if p.ancestry_file:
@@ -311,6 +311,8 @@ class BenchRun:
     def given_ancestry(self) -> Ancestry:
         """The profile's ancestry file, loaded (its cache key: the file's path, size and modification time)."""
         p = self.profile
+        if p.ancestry_file is None:
+            raise LearngeneError(f"profile {p.name} names no ancestry file; pass --ancestry")
         path = Path(p.ancestry_file)
         try:
             stat = path.stat()
@@ -348,8 +350,8 @@ class BenchRun:
         self,
         name: str,
         ancestry: Ancestry,
-        upstream: ImageData,
-        upstream_eval: ImageData,
+        upstream: Data,
+        upstream_eval: Data,
         condense_epochs: int | None = None,
     ) -> tuple[Learngene, str]:
         p = self.profile
@@ -358,7 +360,8 @@ class BenchRun:
         lam = p.condense_lambda.get(name, get_method(name).distill_lambda)
         cls = get_method(name)
         # a gene that reads neither weights nor data is the same for every ancestry of a size: one key
-        source = self.ancestry_key if cls.needs_data or cls.needs_vit_ancestry else ancestry.spec.to_dict()
+        reads_ancestry = cls.needs_data or cls.needs_vit_ancestry or ancestry.spec is None
+        source = self.ancestry_key if reads_ancestry else cast(ViTSpec, ancestry.spec).to_dict()
         key = stage_key(
             stage="gene",
             ancestry=source,
@@ -396,7 +399,7 @@ class BenchRun:
 
     # ---- stage 3: the initialization of a size (adapt where the method has that step) -----------------
     def initial_gene(
-        self, gene: Learngene, gene_key: str, spec: ViTSpec, seed: int, upstream: ImageData
+        self, gene: Learngene, gene_key: str, spec: ViTSpec, seed: int, upstream: Data
     ) -> tuple[Learngene, str, float]:
         """The gene a descendant of ``spec`` is expanded from, its cache key and the adapt seconds."""
         method = get_method(gene.method).from_gene(gene)
@@ -537,7 +540,7 @@ class BenchRun:
 
     # ---- the whole run ---------------------------------------------------------------------------------
     def plan(
-        self, ancestry_images: int, tasks: list[TaskData], upstream: ImageData, up: Upstream | None = None
+        self, ancestry_images: int, tasks: list[TaskData], upstream: Data, up: Upstream | None = None
     ) -> dict[str, Any]:
         """Cells to train and their work in forward GFLOPs (a training image costs ~3 forwards)."""
         p = self.profile
@@ -598,7 +601,7 @@ class BenchRun:
     def _adapt_gflop(self, spec: ViTSpec) -> float:
         return spec.flops * 3 * self.profile.adapt_steps * self.profile.batch_size / 1e9
 
-    def _upstream_data(self, up: Upstream, loaded: dict) -> tuple[ImageData, ImageData, ImageData]:
+    def _upstream_data(self, up: Upstream, loaded: dict) -> tuple[Data, Data, Data]:
         """(ancestry training images, condensation images, evaluation images) of an upstream."""
         p = self.profile
         train_all, test_all = loaded[p.upstream_data, "train"], loaded[p.upstream_data, "test"]
@@ -679,7 +682,7 @@ class BenchRun:
         self,
         genes: dict[str, tuple[Learngene, str] | LearngeneError],
         tasks: list[TaskData],
-        upstream: ImageData,
+        upstream: Data,
         up: Upstream | None = None,
     ) -> None:
         """Stages 3 and 4 for every seed, size, method (and ablation) and task; rows go to ``self.rows``."""
@@ -703,9 +706,10 @@ class BenchRun:
                     )
                     self._check_time()
                     try:
-                        if isinstance(genes[name], LearngeneError):
-                            raise LearngeneError(f"condensation failed: {genes[name]}")
-                        gene, gene_key = genes[name]
+                        condensed = genes[name]
+                        if isinstance(condensed, LearngeneError):
+                            raise LearngeneError(f"condensation failed: {condensed}")
+                        gene, gene_key = condensed
                         base = dataclasses.replace(
                             base,
                             stored_params=gene.num_stored_params,

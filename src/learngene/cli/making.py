@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 from ..ancestry import load_ancestry
 from ..data import preprocessing_cfg
@@ -231,7 +231,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     )
     if head.fresh:
         seed_everything(args.seed)
-        model.reset_classifier(train_data.num_classes)
+        cast(Any, model).reset_classifier(train_data.num_classes)  # a timm model
         spec = spec.replace(num_classes=train_data.num_classes)
     train_cfg.identity = {
         "command": "train",

@@ -90,8 +90,8 @@ def load_data_from_args(
 
     # under torchrun rank 0 loads first, so a one-time cache (Fashion-MNIST ungzipped) is written once
     # and a bad --data stops every rank with rank 0's message
-    loaded = dist.on_main(load)
-    train, test = loaded if dist.is_main() else load()
+    loaded = dist.on_main(load)  # None on the other ranks, which then read what rank 0 cached
+    train, test = loaded if loaded is not None else load()
     if args.few_shot is not None:
         if args.few_shot < 1:
             raise LearngeneError(f"--few-shot must be at least 1 image per class, got {args.few_shot}; pass K >= 1")

@@ -13,7 +13,7 @@ import random
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -43,7 +43,7 @@ LOG = "log.jsonl"
 
 
 def _rng_state() -> dict[str, Any]:
-    np_state = np.random.get_state()
+    np_state: Any = np.random.get_state()  # the legacy tuple (name, keys, pos, has_gauss, cached)
     state = {
         "torch": torch.get_rng_state(),
         "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *map(float, np_state[2:])],
@@ -175,7 +175,7 @@ def run_fingerprint(cfg: TrainConfig, model: nn.Module, data: Data, teacher: nn.
         "labels": digest(data.labels),
         "images": digest(images)
         if images is not None
-        else digest({p: torch.zeros(0) for p, _ in data.samples}, values=False),
+        else digest({p: torch.zeros(0) for p, _ in cast(Any, data).samples}, values=False),  # streamed: paths
         "model": digest(model.state_dict(), values=False),
         "teacher": digest(teacher.state_dict(), values=False) if teacher is not None else None,
         **cfg.identity,
@@ -345,9 +345,9 @@ def open_run(
             )
     fingerprint = run_fingerprint(cfg, model, data, teacher) if run_dir is not None else {}
     state = RunState(fingerprint=fingerprint)
-    if found:
+    if found and ckpt_path is not None:
         state = RunState.load(ckpt_path, model, optimizer, scheduler, cfg, fingerprint)
     elif run_dir is not None and dist.is_main():
-        for stale in (LOG, CHECKPOINT):  # a fresh run must never resume an older run's checkpoint later
-            (run_dir / stale).unlink(missing_ok=True)
+        for name in (LOG, CHECKPOINT):  # a fresh run must never resume an older run's checkpoint later
+            (run_dir / name).unlink(missing_ok=True)
     return state, ckpt_path

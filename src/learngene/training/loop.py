@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -127,7 +127,7 @@ def set_fused_attention(model: nn.Module, enabled: bool = True) -> int:
     count = 0
     for module in model.modules():
         if hasattr(module, "fused_attn"):
-            module.fused_attn = enabled
+            cast(Any, module).fused_attn = enabled  # timm's Attention flag
             count += 1
     return count
 
@@ -163,7 +163,8 @@ def _lr_factor(step: int, warmup: int, total: int, min_ratio: float) -> float:
 
 def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     skip = set(getattr(model, "no_weight_decay", lambda: set())())
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
@@ -239,7 +240,7 @@ def predict_logits(model: nn.Module, data: Data, batch_size: int = 512, device: 
 def require_activation_memory(model: nn.Module, cfg: TrainConfig, device: torch.device) -> None:
     """Refuse, before the first step allocates it, a batch whose activations cannot fit in the device's free memory
     (:func:`learngene.vit.spec.training_activation_bytes`, a lower bound); a model of unknown layout is not checked."""
-    vit = getattr(model, "skeleton", model)
+    vit: Any = getattr(model, "skeleton", model)  # a timm ViT, or a GeneNet around one
     try:
         block = vit.blocks[0]
         embed = getattr(vit, "patch_embed", None)  # a NaFlexVit has none: its position grid's (learngene.vit.naflex)
@@ -250,10 +251,7 @@ def require_activation_memory(model: nn.Module, cfg: TrainConfig, device: torch.
         return
     per_rank = math.ceil(cfg.batch_size / dist.world_size())
     need = training_activation_bytes(*sizes, per_rank, 2 if device.type == "cuda" else 4)  # bf16 autocast on CUDA
-    if device.type == "cuda":
-        free = torch.cuda.mem_get_info(device)[0]
-    else:
-        free = available_memory()
+    free: int | None = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else available_memory()
     if free is not None and need > free:
         raise LearngeneError(
             f"a training step of {per_rank} images of {sizes[0]:,} tokens through {sizes[4]} blocks of "
@@ -309,6 +307,10 @@ def loss_step(
     if mixer is not None:  # soft targets, already smoothed
         x, target, smoothing = *mixer(x, y), 0.0
     if cfg.distill_lambda > 0 and soft is None:
+        if teacher is None:
+            raise LearngeneError(
+                f"distill_lambda={cfg.distill_lambda:g} needs a teacher or soft targets; pass one, or set distill_lambda=0"
+            )
         with torch.inference_mode(), autocast(device):
             soft = teacher(x).float()
         soft = soft.clone()  # an inference-mode tensor cannot be saved for the KL's backward
@@ -431,7 +433,7 @@ def _prepare(
 
 def _wrapped(model: nn.Module, cfg: TrainConfig, device: torch.device) -> nn.Module:
     """The module the steps run: compiled first, then wrapped in DDP (as nanoGPT does)."""
-    net = torch.compile(model) if cfg.compile else model
+    net = cast(nn.Module, torch.compile(model)) if cfg.compile else model
     if dist.is_distributed():
         # timm's (1, 1, D) class token gets a gradient with another (irrelevant) stride for its size-1 dims,
         # and DDP warns about it on every run (timm issue #2147): harmless, so not shown
