@@ -1,4 +1,4 @@
-# The README's two commands: `make demo` (the main job on Fashion-MNIST) and `make test`; `make docs` builds the docs,
+# The README's two commands: `make demo` (the main job on Fashion-MNIST) and `make test` (lint, types, then the suite); `make docs` builds the docs,
 # `make test-gpu` runs the GPU tests alone.
 # Both create the virtual environment .venv on first use and install the package into it with the
 # pinned versions of constraints.txt. Other targets: `make dist` builds the sdist and wheel; `make check-wheel`
@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 PIP_INSTALL = $(PY) -m pip install -q --disable-pip-version-check
 
-.PHONY: demo test test-gpu install lock dist check-wheel check-latest fashion-mnist docs docs-install
+.PHONY: demo test lint test-gpu install lock dist check-wheel check-latest fashion-mnist docs docs-install
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,14 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m learngene demo
 
-test: $(STAMP)
+test: lint
 	$(PY) -m pytest
+
+# ruff (lint and format) and mypy, configured in pyproject.toml; `make test` runs it first
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 
 # only the tests of CUDA-only code paths (tests/test_gpu.py; marker `gpu`): on a machine without CUDA they all skip
 test-gpu: $(STAMP)
