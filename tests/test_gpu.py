@@ -445,6 +445,20 @@ def test_torchrun_on_gpus_asks_for_nccl_and_binds_each_process_to_its_gpu(monkey
         dist.init_from_env()
 
 
+def test_torchrun_with_device_cpu_on_a_gpu_machine_joins_with_gloo_and_binds_no_gpu(monkeypatch):
+    """``--device cpu`` under torchrun on a 1-GPU machine: every rank on the CPU, none asks for a GPU of its own."""
+    joined, bound = [], []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", bound.append)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda backend, timeout: joined.append(backend))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    dist.init_from_env("cpu")
+    assert joined == ["gloo"] and bound == []
+
+
 def _gpu_speed():
     spec = importlib.util.spec_from_file_location("gpu_speed", ROOT / "benchmarks" / "gpu_speed.py")
     module = importlib.util.module_from_spec(spec)

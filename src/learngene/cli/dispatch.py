@@ -81,7 +81,7 @@ def _run(args: argparse.Namespace, entry_point: bool) -> int:
     try:
         if dist.launched_distributed() and args.command in SINGLE_PROCESS:
             raise LearngeneError("this command runs in one process (it writes many files); run it without torchrun")
-        dist.init_from_env()
+        dist.init_from_env(getattr(args, "device", "auto"))
         if hasattr(args, "threads"):  # the one place the CLI sets torch's CPU threads
             set_threads(args.threads)
         handler(args)(args)

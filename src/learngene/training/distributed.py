@@ -31,8 +31,11 @@ def launched_distributed() -> bool:
         return False
 
 
-def init_from_env() -> None:
+def init_from_env(device: str = "auto") -> None:
     """Join the process group ``torchrun`` describes in the environment; nothing for a plain process.
+
+    ``device`` is the run's ``--device``: ``cpu`` joins with gloo alone, so CPU ranks on a GPU machine need no GPU
+    each; anything else binds each rank to its GPU where CUDA is visible, with NCCL for CUDA tensors.
 
     ``LEARNGENE_DIST_TIMEOUT`` (seconds, default 1800) bounds how long a rank waits for the others in
     one collective before it gives up, e.g. when another node died without ``torchrun`` noticing.
@@ -40,7 +43,7 @@ def init_from_env() -> None:
     if not (dist.is_available() and launched_distributed()) or dist.is_initialized():
         return
     timeout = datetime.timedelta(seconds=float(os.environ.get("LEARNGENE_DIST_TIMEOUT", "1800")))
-    use_cuda = torch.cuda.is_available()
+    use_cuda = torch.cuda.is_available() and device != "cpu"
     if use_cuda:
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         if local_rank >= torch.cuda.device_count():
