@@ -133,8 +133,12 @@ class AuxNetMethod(Method):
         """The gene's tensors at the start of condensation, for the aux net ``aux``."""
         raise NotImplementedError
 
+    def aux_spec(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> ViTSpec:
+        """The aux net the gene is distilled in: the ``aux_*`` options, the rest from the ancestry and data."""
+        return resolve_aux_spec(self.config, ancestry, inputs, self.name)
+
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        aux = resolve_aux_spec(self.config, ancestry, inputs, self.name)
+        aux = self.aux_spec(ancestry, inputs)
         torch.manual_seed(inputs.train_cfg.seed if inputs is not None else 0)
         start = self.new_gene(self.initial_tensors(aux), aux, ancestry.spec if ancestry is not None else None)
         return condense_through_aux(self, start, self.require_ancestry(ancestry), inputs)

@@ -45,7 +45,6 @@ import torch
 from ..auxnet import (
     AuxNetMethod,
     DrawnStartConfig,
-    condense_through_aux,
     expand_non_block,
     initial_non_block,
     resolve_aux_spec,
@@ -155,12 +154,6 @@ class SWS(AuxNetMethod):
             except SpecError:  # e.g. a distilled DeiT reads its class and distillation tokens
                 pass
         return resolve_aux_spec(cfg, ancestry, inputs, self.name)
-
-    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        aux = self.aux_spec(ancestry, inputs)
-        torch.manual_seed(inputs.train_cfg.seed if inputs is not None else 0)
-        start = self.new_gene(self.initial_tensors(aux), aux, ancestry.spec if ancestry is not None else None)
-        return condense_through_aux(self, start, self.require_ancestry(ancestry), inputs)
 
     def aux_stages(self, aux: ViTSpec) -> list[int]:
         counts = parse_counts(self.config.stages, "stages") or default_aux_stages(aux.depth)
