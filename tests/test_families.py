@@ -220,7 +220,7 @@ def family_ancestry(family: str) -> Ancestry:
 def condense(method: str, ancestry: Ancestry, **options) -> Learngene:
     inputs = CondenseInputs(train=DATA, train_cfg=QUICK) if get_method(method).needs_data else None
     seed_everything(0)
-    return get_method(method)(**options).condense(ancestry, inputs)
+    return get_method(method)(**{**METHOD_OPTIONS.get(method, {}), **options}).condense(ancestry, inputs)
 
 
 def _descendant(gene: Learngene, spec: ViTSpec) -> torch.nn.Module:
@@ -239,6 +239,8 @@ def _one_line(exc: Exception) -> bool:
 # options a family needs for a method's rule to apply: WAVE tiles w×w templates, and AIMv2's MLP (ratio 2.75:
 # 88 hidden channels at width 32) is a multiple of 8, not of the width (the default w)
 FAMILY_OPTIONS = {("aimv2", "wave"): {"template_size": 8}}
+# a method's options for every family: TAL's own hypernetwork (hidden 128, 5 layers) has ~20M weights
+METHOD_OPTIONS = {"tal": {"hid": 16, "heads": 2, "layers": 2, "lora_r": 4, "max_ck": 512}}
 
 
 @pytest.mark.parametrize("method", METHODS)

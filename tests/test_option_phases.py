@@ -61,6 +61,12 @@ VALUES: dict[tuple[str, str], Any] = {
     ("wave", "n_fc2"): 2,
     ("wave", "adapt_steps"): 1,
     ("lets", "gene_depth"): 1,
+    ("tal", "hid"): 32,
+    ("tal", "heads"): 4,
+    ("tal", "max_ck"): 1024,
+    ("tal", "max_shape"): 16,
+    ("tal", "ve_cutoff"): 1,
+    ("tal", "min_depth"): 3,
     ("lets", "gene_embed_dim"): 8,
     ("peg", "gene_ffns"): 1,
     ("aux", "aux_pool"): "avg",
@@ -83,7 +89,10 @@ CONTEXT: dict[tuple[str, str], dict[str, Any]] = {
     ("importance", "seed"): {"num_images": 8},
     **{(m, "seed"): {"untrained_attention": "mimetic"} for m in ("pretrained", "heru_lg", "auto_lg")},
 }
-ALWAYS = {"wave": {"adapt_steps": 2}}  # adapt trains 300 steps by default
+ALWAYS = {
+    "wave": {"adapt_steps": 2},  # adapt trains 300 steps by default
+    "tal": {"hid": 16, "heads": 2, "layers": 1, "lora_r": 4, "max_ck": 512},  # their hypernetwork has ~20M weights
+}
 
 
 def other_value(method: type[Method], field: dataclasses.Field, step: str) -> Any:
