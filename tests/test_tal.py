@@ -177,14 +177,15 @@ def test_grouped_sizes_equal_theirs():
 
 
 def test_the_graph_is_a_chain_of_their_node_kinds_with_residual_sums():
+    """What their tracer makes of torchvision's ViT of this size (benchmarks/fidelity_tal.py compares every distance)."""
     spec = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, num_classes=10)
     graph = spec_graph(spec, 50)
     kinds = [n.kind for n in graph.nodes]
-    block = ["ln", "conv", "bias", "msa", "conv", "bias", "sum", "ln", "conv", "bias", "conv", "bias", "sum"]
+    block = ["ln", "conv", "bias", "conv", "bias", "sum", "ln", "conv", "bias", "conv", "bias", "sum"]
     assert kinds == ["input", "conv", "bias", "pos_enc", "sum", *block, *block, "ln", "conv", "bias"]
     assert graph.nodes[-2].classifier and graph.nodes[-2].key == "head.weight"
     d = graph.distances
-    assert d[0, 1] == 1 and d[3, 4] == 1 and d[4, 11] == 1  # pos -> sum; the stream skips block 0's attention
+    assert d[0, 1] == 1 and d[3, 4] == 1 and d[4, 10] == 1  # pos -> sum; the stream skips block 0's attention
     assert d[0, len(kinds) - 1] == 3 + 4 + 3  # virtual edges: shortest paths run through the residual sums
     assert (d.diagonal() == 0).all() and (d.tril() == 0).all()  # forward order
 
