@@ -63,8 +63,8 @@ width 192–768); ours are drawn per step from the ancestry's family: depth in `
 heads in ``[1, ancestry heads]`` at the ancestry's head width. Their KL compares the softmax of the student's
 class token through a fresh, untrained ``Linear(width, 768)`` (``vit.CustomVisionTransformer.trans_forward``) with
 the teacher's fc-normed class token; ours distils the teacher's logits when its head was trained on the data's
-classes, else its pooled embedding by cosine through a learned projection per drawn width (as
-:class:`~learngene.training.distill.FeatureDistillation`).
+classes, else its pooled embedding by cosine through a learned projection (as
+:class:`~learngene.training.distill.FeatureDistillation`; a narrower size reads its first columns).
 """
 
 from __future__ import annotations
@@ -535,10 +535,11 @@ class _Drawn(nn.Module):
         self.ghn, self.sizes, self.seed, self.method = ghn, sizes, seed, method
         self.register_buffer("task", task.clone())
         self.register_buffer("step", torch.zeros((), dtype=torch.long))
-        self.proj: nn.ModuleDict | None = None
-        if teacher_width is not None:  # distil pooled embeddings: a learned projection per drawn width (as P of
-            widths = sorted({s.embed_dim for s in sizes})  # FeatureDistillation), drawn before timm draws anything
-            self.proj = nn.ModuleDict({str(w): nn.Linear(w, teacher_width, bias=False) for w in widths})
+        self.proj: nn.Linear | None = None
+        if teacher_width is not None:  # distil pooled embeddings through a learned projection (FeatureDistillation's
+            # P) whose first columns a narrower size reads: one tensor, used whole at every step (as DDP wants);
+            # drawn before timm draws anything
+            self.proj = nn.Linear(max(s.embed_dim for s in sizes), teacher_width, bias=False)
         self.__dict__["_reference"] = sizes[-1].create_model()  # for the loop's data checks; not trained
         self._features: Tensor | None = None
         self.last_norm: Tensor | None = None
@@ -584,7 +585,7 @@ class _Drawn(nn.Module):
             if lam > 0.0:
                 if soft is None or self._features is None:
                     raise LearngeneError("feature distillation (λ > 0) needs the teacher's features")
-                student = self.proj[str(self.width)](self._features).float()
+                student = (self._features @ self.proj.weight[:, : self.width].t()).float()
                 loss = loss + lam * (1.0 - F.cosine_similarity(student, soft.float(), dim=-1))
         decay = self.method.config.predparam_wd
         return loss + decay * self.last_norm if decay and self.last_norm is not None else loss
