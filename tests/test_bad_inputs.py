@@ -1154,6 +1154,10 @@ def test_every_numeric_option_refuses_values_past_its_boundary(method, field, ki
     "method, options, words",
     [
         ("sws", {"stages": "0,2"}, "needs positive layer counts"),
+        # descendant_stages: 0 skips a stage when expanding; what means nothing is refused
+        ("sws", {"descendant_stages": "0,0,0"}, "with a positive sum"),
+        ("sws", {"descendant_stages": "0,2"}, "needs 3 layer counts (one per stage) summing to"),
+        ("sws", {"descendant_stages": "0,2,1"}, "stage 0 would get none: its stored layer would never train"),
         ("pool", {"instance_depths": "1,1,1,1,1,1,1,1"}, "repeats a depth"),
         ("pool", {"instance_depths": "1,9"}, "deeper than the aux net"),
         ("structured", {"kernel_size": 1001}, "reaches past the"),
