@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from ..data import Batch, Batches, BatchMixer, Data, take
 from ..errors import DataError, LearngeneError, require_argument
+from ..errors import setting as by_caller
 from ..formats.atomic import write_text_atomic
 from ..vit.naflex import image_input
 from ..vit.spec import available_memory, training_activation_bytes
@@ -315,12 +316,13 @@ def check_data_fits(model: nn.Module, data: Data) -> None:
         if data.in_chans != chans:
             raise DataError(
                 f"{data.name} has {data.in_chans}-channel images but the model expects {chans}; "
-                f"load the data with --in-chans {chans} or build the model for {data.in_chans}"
+                f"load the data with {by_caller(f'in_chans={chans}', f'--in-chans {chans}')} or build the model for "
+                f"{data.in_chans}"
             )
         if data.img_size != size and not any_size:
             raise DataError(
                 f"{data.name} has {data.img_size}px images but the model expects {size}px; "
-                f"load the data with --img-size {size}"
+                f"load the data with {by_caller(f'img_size={size}', f'--img-size {size}')}"
             )
     classes = getattr(model, "num_classes", None)
     if classes is not None and data.num_classes > classes:
