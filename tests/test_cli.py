@@ -137,6 +137,54 @@ def test_train_with_a_teacher_distils_logits_on_its_classes_and_features_on_othe
     )
 
 
+def test_stitched_descendants_from_the_command_line(workdir, capsys):
+    from learngene.vit.stitched import StitchedViT
+
+    gene, stitched, tuned = (str(workdir / f"{n}.safetensors") for n in ("pool", "stitched", "stitched-tuned"))
+    pool_opts = ["--opt", "design=authors", "--opt", "instance_depth=2", "--opt", "joint_epochs=1"]
+    condense = ["condense", "--method", "pool", *pool_opts, "--ancestry", str(workdir / "anc.safetensors")]
+    assert main([*condense, *DATA, "--max-steps", "2", "--batch-size", "32", "--quiet", "--out", gene]) == 0
+    capsys.readouterr()
+    assert main(["inspect", gene]) == 0
+    assert "e.g. --stitch 0:1-2:0" in capsys.readouterr().out
+    assert main(["expand", gene, "--stitch", "0:1-2:0", "--out", stitched]) == 0
+    assert "stitched descendant L2-D8-H1[..1] -> L2-D32-H2[0..], 4 blocks" in capsys.readouterr().out
+    model = StitchedViT.load(stitched)
+    assert model.depth == 4 and model.stitch.weight.shape == (32, 8)
+    assert main(["inspect", stitched]) == 0
+    text = capsys.readouterr().out
+    assert "not a timm ViT" in text and "blocks 0..1 of L2-D8-H1" in text and '"stitch": "0:1-2:0"' in text
+    assert main(["train", stitched, *DATA, "--epochs", "1", "--quiet", "--out", tuned]) == 0
+    again = StitchedViT.load(tuned)
+    assert not torch.equal(again.stitch.weight, model.stitch.weight)  # trained as a whole, stitch included
+    x = torch.randn(2, 1, 16, 16)
+    assert again.eval()(x).shape == (2, 10)
+    other = ["--data", "fashion_mnist", "--train-images", "64", "--teacher", str(workdir / "anc.safetensors")]
+    assert (
+        main(["train", stitched, *other, "--epochs", "1", "--quiet", "--out", str(workdir / "st-kd.safetensors")]) == 0
+    )
+    assert "feature distillation on pooled features" in capsys.readouterr().err  # the teacher knows other classes
+    assert main(["inspect", str(workdir / "st-kd.safetensors")]) == 0
+    assert '"new_head": true' in capsys.readouterr().out
+    out = str(workdir / "never.safetensors")
+    assert "this gene is pretrained" in _error_line(
+        capsys, ["expand", str(workdir / "gene.safetensors"), "--stitch", "0:1-2:0", "--out", out]
+    )
+    assert "no stitch from instance 0 block 0 into instance 2 block 3" in _error_line(
+        capsys, ["expand", gene, "--stitch", "0:0-2:3", "--out", out]
+    )
+    assert "no stitch" in _error_line(capsys, ["expand", gene, "--stitch", "2:0-3:0", "--out", out])
+    assert "FRONT:BLOCK-END:BLOCK" in _error_line(capsys, ["expand", gene, "--stitch", "0-2", "--out", out])
+    assert "--depth does not apply" in _error_line(
+        capsys, ["expand", gene, "--stitch", "0:1-2:0", "--depth", "3", "--out", out]
+    )
+    assert "hub folder" in _error_line(capsys, ["expand", gene, "--stitch", "0:1-2:0", "--out", str(workdir) + "/"])
+    assert "is a stitched descendant" in _error_line(
+        capsys, ["condense", "--method", "pretrained", "--ancestry", stitched, "--out", out]
+    )
+    assert not (workdir / "never.safetensors").exists()
+
+
 def test_methods_lists_the_registry_with_citations(capsys):
     assert main(["methods"]) == 0
     out = capsys.readouterr().out

@@ -8,7 +8,7 @@ from learngene.errors import LearngeneError
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.pool import least_squares_stitch, paired_stitches, stitch_choices, stitched_descendant
 from learngene.registry import get_method
-from learngene.training.loop import TrainConfig, train
+from learngene.training.loop import TrainConfig, distill_loss, train
 from learngene.vit.spec import ViTSpec, block_key
 from learngene.vit.stitched import StitchedViT
 from tests.conftest import make_images
@@ -119,3 +119,49 @@ def test_a_rope_family_is_refused_in_one_line():
 
     with pytest.raises(LearngeneError, match="RoPE"):
         condense("pool", family_ancestry("eva02"), design="authors")
+
+
+def kd_loss(gene, ancestry, data) -> float:
+    """Mean KL to the ancestry over what the joint step trains: the narrowest and widest instances and the stitches
+    between them, on the calibration data."""
+    method = get_method("pool").from_gene(gene)
+    specs = method.instance_specs(gene.layout)
+    nets = []
+    for i in (0, len(specs) - 1):
+        net = specs[i].create_model()
+        net.load_state_dict({k.split(".", 1)[1]: v for k, v in gene.tensors.items() if k.startswith(f"instance{i}.")})
+        nets.append(net)
+    nets += [stitched_descendant(gene, *choice) for choice in stitch_choices(gene) if choice[:2] == (0, 2)]
+    x, y = data.get_batch(torch.arange(len(data)))[:2]
+    with torch.no_grad():
+        target = ancestry.model(x)
+        return float(sum(distill_loss(net.eval()(x), y, target, 1.0, 1.0).mean() for net in nets) / len(nets))
+
+
+def test_joint_training_moves_stitches_and_instances_lowers_the_loss_and_repeats_bit_for_bit():
+    data = make_images(16, num_classes=4, size=16)
+    torch.manual_seed(0)
+    ancestry = Ancestry(SPEC.create_model().eval(), SPEC)
+    cfg = TrainConfig(epochs=2, batch_size=8, progress=False, distill_lambda=1.0)
+
+    def condense(joint_epochs: int):
+        method = get_method("pool")(design="authors", joint_epochs=joint_epochs)
+        return method.condense(ancestry, CondenseInputs(train=data, train_cfg=cfg))
+
+    alone, joint, again = condense(0), condense(8), condense(8)
+    assert joint.cost["joint"]["steps"] == 16 and joint.cost["joint"]["configurations"] == 6  # 2 instances + 4 stitches
+    changed = {k for k in alone.tensors if not torch.equal(alone.tensors[k], joint.tensors[k])}
+    assert "stitch0_2.0.weight" in changed and "instance0.blocks.0.mlp.fc1.weight" in changed
+    assert "instance2.head.weight" in changed
+    assert not any(k.startswith(("instance1.", "stitch0_1", "stitch1_2")) for k in changed)  # never drawn
+    assert kd_loss(joint, ancestry, data) < 0.9 * kd_loss(alone, ancestry, data)
+    assert all(torch.equal(joint.tensors[k], again.tensors[k]) for k in joint.tensors)
+
+
+def test_joint_training_refuses_a_headless_ancestry_in_one_line():
+    data = make_images(16, num_classes=4, size=16)
+    headless = SPEC.replace(num_classes=0)
+    ancestry = Ancestry(headless.create_model().eval(), headless)
+    method = get_method("pool")(design="authors", joint_epochs=1)
+    with pytest.raises(LearngeneError, match="joint_epochs=0"):
+        method.condense(ancestry, CondenseInputs(train=data, train_cfg=QUICK))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,27 @@ from ..training import distributed as dist
 from .making import head_label_space, license_entry
 from .options import check_outputs, parse_options, say, spec_from_args
 
+SIZE_FLAGS = (
+    "preset",
+    "depth",
+    "embed_dim",
+    "num_heads",
+    "mlp_ratio",
+    "img_size",
+    "patch_size",
+    "in_chans",
+    "num_classes",
+    "global_pool",
+    "opt",
+    "top_up",
+    "max_params",
+    "max_flops",
+)
+
 
 def cmd_expand(args: argparse.Namespace) -> None:
+    if args.stitch is not None:
+        return _expand_stitched(args)
     hub = wants_folder(args.out, args.format)
     if hub:
         check_not_input(args.out, [args.gene], folder_output=True)
@@ -66,6 +86,56 @@ def cmd_expand(args: argparse.Namespace) -> None:
         f"wrote {args.out}{' (timm hub folder)' if hub else ''}: {spec.short()} timm ViT ({spec.num_params:,} params), "
         f"{len(provided)}/{len(spec.state_shapes())} tensors from the {gene.method} gene"
         + (f", the rest topped up by {args.top_up} where it has weights" if args.top_up else ""),
+    )
+
+
+def parse_stitch(text: str) -> tuple[int, int, int, int]:
+    """``F:J-E:K`` -> ``(front, end, cut_front, cut_end)``."""
+    match = re.fullmatch(r"(\d+):(\d+)-(\d+):(\d+)", text.strip())
+    if match is None:
+        raise LearngeneError(
+            f"--stitch {text!r} is not FRONT:BLOCK-END:BLOCK; e.g. 0:1-2:0 runs instance 0 through block 1, "
+            f"then instance 2 from block 0"
+        )
+    front, cut_front, end, cut_end = map(int, match.groups())
+    return front, end, cut_front, cut_end
+
+
+def _expand_stitched(args: argparse.Namespace) -> None:
+    """``expand --stitch``: a pool gene of the authors' design to a stitched descendant (:class:`StitchedViT`)."""
+    from ..methods.pool import stitched_descendant
+    from ..training.loop import seed_everything
+
+    given = next((f for f in SIZE_FLAGS if getattr(args, f, None) not in (None, [])), None)
+    if given is not None:
+        flag = "--" + given.replace("_", "-")
+        raise LearngeneError(
+            f"{flag} does not apply with --stitch: a stitched descendant has its instances' sizes; leave it out"
+        )
+    if wants_folder(args.out, args.format):
+        raise LearngeneError(
+            "a stitched descendant is not a timm ViT, so it has no timm hub folder; give --out FILE.safetensors"
+        )
+    check_outputs(args, [args.out], [args.gene])
+    front, end, cut_front, cut_end = parse_stitch(args.stitch)
+    gene = Learngene.load(args.gene)
+    seed_everything(args.seed)  # a headless ancestry's instances have no head: the descendant draws a fresh one
+    model = stitched_descendant(gene, front, end, cut_front, cut_end)
+    origin = {
+        "kind": "stitched descendant",
+        "method": gene.method,
+        "gene": str(args.gene),
+        "stitch": args.stitch,
+        "label_space": gene.label_space if f"instance{end}.head.weight" in gene.tensors else None,  # else fresh
+        **license_entry(args.license or gene.license),
+    }
+    dist.on_main(
+        lambda: model.save(args.out, origin=origin, overwrite=args.overwrite, preprocessing=gene.preprocessing)
+    )
+    say(
+        args,
+        f"wrote {args.out}: stitched descendant {model.short()}, {model.depth} blocks, {model.num_params:,} params "
+        f"(instance {front} through block {cut_front}, a stitch layer, instance {end} from block {cut_end})",
     )
 
 

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any, cast
+from typing import Any
 
 from ..ancestry import ancestry_preprocessing, feed_size, load_ancestry
 from ..data import preprocessing_cfg
 from ..descendant import load_gene, make_descendant
 from ..errors import LearngeneError
 from ..formats.labels import choose_head
-from ..formats.model_file import build_model, load_model_file, model_preprocessing, save_model
-from ..formats.weights import digest
+from ..formats.model_file import STITCHED_MODEL_FORMAT, build_model, load_model_file, model_preprocessing, save_model
+from ..formats.weights import digest, read_safetensors
 from ..method import AdaptInputs, CondenseInputs
 from ..registry import get_method
 from ..training import distributed as dist
 from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..training.loop import seed_everything, train
 from ..validate import ADAPT, parse_assignment
+from ..vit.stitched import StitchedViT, read_stitched
 from .options import check_outputs, load_data_from_args, parse_options, say, spec_from_args, train_config_from_args
 
 
@@ -195,19 +196,25 @@ def cmd_train(args: argparse.Namespace) -> None:
     elif args.distill_lambda > 0 and not args.teacher:
         raise LearngeneError("--distill-lambda needs a teacher to distil from; pass --teacher ANCESTRY")
     train_cfg = train_config_from_args(args, "train")
-    state, spec, origin = load_model_file(args.model)
-    model = build_model(spec, state, source=str(args.model))
+    stitched: StitchedViT | None = None
+    if read_safetensors(args.model, lazy=True)[1].get("format") == STITCHED_MODEL_FORMAT:
+        stitched, origin = read_stitched(args.model)  # trained as it is: two instances' parts and their stitch
+        model: Any = stitched
+        state, spec, classes = stitched.state_dict(), stitched.specs[0], stitched.num_classes
+    else:
+        state, spec, origin = load_model_file(args.model)
+        model, classes = build_model(spec, state, source=str(args.model)), spec.num_classes
     train_data, test_data = load_data_from_args(args, spec.img_size, spec.in_chans, model_preprocessing(args.model))
     head = choose_head(
         origin.get("label_space"),
-        spec.num_classes,
+        classes,
         train_data.label_space,
         train_data.num_classes,
         force_new=args.new_head,
     )
     if head.fresh:
         seed_everything(args.seed)
-        cast(Any, model).reset_classifier(train_data.num_classes)  # a timm model
+        model.reset_classifier(train_data.num_classes)  # a timm model, or a StitchedViT's end
         spec = spec.replace(num_classes=train_data.num_classes)
     train_cfg.identity = {
         "command": "train",
@@ -232,22 +239,30 @@ def cmd_train(args: argparse.Namespace) -> None:
         resume=args.resume,
         loss=loss,
     )
-    dist.on_main(
-        lambda: save_model(
-            args.out,
-            model,
-            spec,
-            overwrite=args.overwrite,
-            origin={
-                **origin,
-                "finetuned_on": train_data.name,
-                "epochs": args.epochs,
-                "eval_acc": result.final_acc,
-                "label_space": train_data.label_space,
-                "new_head": head.fresh,
-                **license_entry(args.license),
-            },
-            preprocessing=preprocessing_cfg(train_data),
+    record = {
+        **origin,
+        "finetuned_on": train_data.name,
+        "epochs": args.epochs,
+        "eval_acc": result.final_acc,
+        "label_space": train_data.label_space,
+        "new_head": head.fresh,
+        **license_entry(args.license),
+    }
+    if stitched is not None:
+        dist.on_main(
+            lambda: stitched.save(
+                args.out, origin=record, overwrite=args.overwrite, preprocessing=preprocessing_cfg(train_data)
+            )
         )
-    )
+    else:
+        dist.on_main(
+            lambda: save_model(
+                args.out,
+                model,
+                spec,
+                overwrite=args.overwrite,
+                origin=record,
+                preprocessing=preprocessing_cfg(train_data),
+            )
+        )
     say(args, f"wrote {args.out}: test accuracy {result.final_acc:.4f}; {head.why}")

@@ -346,6 +346,14 @@ def _add_expand(sub) -> None:
     )
     g.add_argument("--max-params", type=_count, metavar="N", help="at most N parameters (e.g. 5e6 or 5M)")
     g.add_argument("--max-flops", type=_count, metavar="N", help="at most N forward FLOPs per image (e.g. 2G)")
+    p.add_argument(
+        "--stitch",
+        metavar="F:J-E:K",
+        help="a pool gene of design=authors only: write a stitched descendant instead of a timm ViT: instance F's "
+        "embeddings and blocks 0..J, a learned stitch layer, instance E's blocks K.. and head (F < E, |J-K| <= 1; "
+        "e.g. 0:1-2:0). Its size is the instances'; no size, budget, --opt, --top-up or hub flags. "
+        "`learngene inspect GENE` lists the instances; `learngene train` fine-tunes the file",
+    )
     add_common(p)
     p.add_argument(
         "--out",
@@ -393,10 +401,10 @@ def _add_train(sub) -> None:
     p = sub.add_parser(
         "train",
         help="fine-tune a model file (e.g. a descendant) on a dataset",
-        description="Fine-tune a learngene model file; a new classifier head is made when the "
-        "data's label space differs.",
+        description="Fine-tune a learngene model file (or a stitched descendant, written by `learngene expand "
+        "--stitch`, which stays one); a new classifier head is made when the data's label space differs.",
     )
-    p.add_argument("model", help="model file written by `learngene expand`, `ancestry` or `train`")
+    p.add_argument("model", help="model file written by `learngene expand` (--stitch too), `ancestry` or `train`")
     p.add_argument(
         "--new-head",
         action="store_true",

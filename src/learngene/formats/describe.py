@@ -14,7 +14,7 @@ from ..registry import get_method
 from ..vit.spec import ViTSpec
 from .atomic import quote
 from .convert import CONFIG, is_model_folder, read_config
-from .model_file import MODEL_FORMAT, load_model_file, model_preprocessing
+from .model_file import MODEL_FORMAT, STITCHED_MODEL_FORMAT, load_model_file, model_preprocessing
 from .weights import is_regular_file, read_safetensors
 
 
@@ -58,7 +58,35 @@ def describe_file(path: str | os.PathLike, show_tensors: bool = False) -> str:
         if show_tensors:
             lines += [f"    {k:40s} {tuple(v.shape)}" for k, v in state.items()]
         return "\n".join(lines)
+    if fmt == STITCHED_MODEL_FORMAT:
+        return describe_stitched(path, size, meta, show_tensors)
     raise GeneFormatError(f"{quote(path)} is neither a learngene nor a learngene model file")
+
+
+def describe_stitched(path: str | os.PathLike, size: int, meta: dict, show_tensors: bool = False) -> str:
+    """A stitched descendant (``learngene expand --stitch``): its two instances' parts, the stitch, its size."""
+    from ..vit.stitched import read_stitched
+
+    model, origin = read_stitched(path)
+    front, end = model.specs
+
+    def part(spec: ViTSpec) -> str:
+        return f"{spec.short()} (width {spec.embed_dim}, {spec.num_heads} heads, mlp x{spec.mlp_ratio:g})"
+
+    lines = [
+        f"learngene stitched descendant {path} ({size / 1e6:.2f} MB): not a timm ViT (learngene.vit.stitched.StitchedViT)",
+        f"  front:   embeddings and blocks 0..{model.cut_front} of {part(front)}",
+        f"  stitch:  linear {front.embed_dim} -> {end.embed_dim}",
+        f"  end:     blocks {model.cut_end}..{end.depth - 1}, final norm and {end.num_classes}-way head of {part(end)}",
+        f"  input:   {front.img_size}px/{front.patch_size}, {front.in_chans} ch, family {front.family.short()}; "
+        + describe_preprocessing(model_preprocessing(path)),
+        f"  total:   {model.depth} blocks, {model.num_params:,} params",
+        f"  origin:  {json.dumps(origin, sort_keys=True)}",
+        f"  created: {meta.get('created', '?')} by learngene {meta.get('library_version', '?')}",
+    ]
+    if show_tensors:
+        lines += [f"    {k:40s} {tuple(v.shape)}" for k, v in model.state_dict().items()]
+    return "\n".join(lines)
 
 
 def describe_folder(path: str | os.PathLike, show_tensors: bool = False) -> str:

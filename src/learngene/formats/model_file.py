@@ -23,6 +23,7 @@ from .weights import (
 )
 
 MODEL_FORMAT = "learngene-model"
+STITCHED_MODEL_FORMAT = "learngene-stitched-model"  # learngene.vit.stitched.StitchedViT: not a timm ViT
 
 
 def save_model(
@@ -54,6 +55,11 @@ def save_model(
 def load_model_file(path: str | os.PathLike, lazy: bool = False) -> tuple[dict[str, Tensor], ViTSpec, dict[str, Any]]:
     """Read a file written by :func:`save_model`: (state_dict, spec, origin); ``lazy``: memory-mapped tensors."""
     tensors, metadata = read_safetensors(path, lazy=lazy)
+    if metadata.get("format") == STITCHED_MODEL_FORMAT:
+        raise GeneFormatError(
+            f"{quote(path)} is a stitched descendant (two ViTs of other widths joined by a stitch layer), not a "
+            f"timm ViT: only `learngene train` (as the model it fine-tunes) and `learngene inspect` read it"
+        )
     if metadata.get("format") != MODEL_FORMAT:
         raise GeneFormatError(
             f"{quote(path)} is not a learngene model file (no '{MODEL_FORMAT}' header); "

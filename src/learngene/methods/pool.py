@@ -23,12 +23,27 @@ stitch layer; one set per pair of instances, narrower to wider. Each stitch laye
 least-squares affine map from the front block's output tokens to the tokens entering the end block, on
 up to 100 training images (their ``snnet`` initialization, ``stitch_init_bs`` 100), the fits of the
 window's pairs averaged. A stitched descendant is a :class:`~learngene.vit.stitched.StitchedViT`
-(:func:`stitched_descendant`); a plain timm ViT from this gene is the instance of its width, its blocks
-spread over the asked depth (``⌊t·d/L⌋``, ours: their unstitched configurations are the instances as they
-are). Departures: their third step, training the whole pool on randomly drawn stitches with dense
-distillation through learned transformation matrices (``conf_build.yaml``, 50 epochs), is not done: the
-stitches keep their least-squares fit and the descendant is fine-tuned as any other; their stitch fit
-reads the *last* block's output for an end block 0 (index ``-1``), ours the embedded tokens entering it.
+(:func:`stitched_descendant`; ``learngene expand GENE --stitch F:J-E:K`` writes one); a plain timm ViT from
+this gene is the instance of its width, its blocks spread over the asked depth (``⌊t·d/L⌋``, ours: their
+unstitched configurations are the instances as they are).
+
+Their third step (``main.py`` with ``conf_build.yaml``) trains the whole pool at once: each step runs one
+configuration drawn uniformly from the narrowest instance, the widest and every stitch from the narrowest into
+the widest (their configurations 0, 2 and 19–34 of 6-block instances; the middle instance and its stitches are
+not drawn), distilling the teacher's logits, ``(1−α)·CE + α·τ²·KL`` at α = 0.5, τ = 1, for 50 epochs at lr
+1e-4. ``joint_epochs`` does it (:class:`JointPool`, through the one training loop) with the run's λ, τ, learning
+rate and batch size (pool's default λ is 1, pure KL; their KL is also divided by the class count, as DeiT's
+code does, ours is not). Its default is 0, off: it is their costliest step (50 epochs of the pool after the aux
+nets' own training; each step runs one drawn net, as deep as an instance and up to the widest instance's width,
+so an epoch costs about as much as one of the instances' own) and it needs the ancestry's logits (a headless
+ancestry is refused for it); without it the stitches keep their least-squares fit and a stitched descendant is
+fine-tuned as any other.
+
+Departures: their aux nets (step one, ``distill.py``, ``conf_aux_*.yaml``, 100 epochs) also distil dense
+features through learned transformation matrices (``trans_layer.py``: ``0.1·CE + 0.9·(logit loss + MSE of
+hidden states + MSE of attention outputs)``, student blocks at the end of each third against teacher blocks
+4, 8 and 12); ours distil logits only. Their stitch fit reads the *last* block's output for an end block 0
+(index ``-1``), ours the embedded tokens entering it.
 
 ``equal_width`` (the default, our own variant): every instance has the aux net's width, stitching is the
 identity, so a descendant is a plain timm ViT of any depth at that width. Instance depths
@@ -46,20 +61,23 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor, nn
 
-from ..auxnet import AuxConfig, AuxNetMethod, condense_through_aux, resolve_aux_spec
+from ..auxnet import AuxConfig, AuxNetMethod, condense_through_aux, is_headless, resolve_aux_spec
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Paper
 from ..registry import register_method
+from ..training import distributed as dist
+from ..training.distill import cache_teacher_outputs
+from ..training.loop import train
 from ..validate import CONDENSE, option
 from ..vit.eva import block_inputs
 from ..vit.spec import ViTSpec
-from ..vit.stitched import StitchedViT
+from ..vit.stitched import StitchedViT, stitched_forward
 from ..vit.transfer import StateDict, inherit_non_block, part_of, place_blocks, require_block_shape, stretch
 
 
@@ -76,6 +94,13 @@ class PoolConfig(AuxConfig):
     )
     instance_depth: int = option(
         0, phase=CONDENSE, help="authors: blocks of every instance; 0: ⌈L/2⌉ of the aux spec (their 6 of 12)"
+    )
+    joint_epochs: int = option(
+        0,
+        phase=CONDENSE,
+        help="authors: epochs of their third step, the whole pool trained on randomly drawn stitches "
+        "(theirs: 50); 0: off",
+        at_least=0,
     )
 
 
@@ -150,6 +175,54 @@ def block_tokens(model: nn.Module, images: Tensor) -> list[Tensor]:
     return tokens
 
 
+class JointPool(nn.Module):
+    """The whole pool as one network for their third step: each training forward runs one configuration drawn
+    at random, an instance alone ``(i,)`` or a stitched one ``(front, end, cut_front, cut_end, layer)``.
+
+    Their draws (``LearngenePool.forward``, configurations 0, 2 and 19–34 of 6-block instances): the narrowest
+    instance, the widest, and every stitch from the narrowest into the widest, uniformly. The draw of the
+    ``n``-th training forward depends only on the seed and ``n`` (a buffer, saved in the loop's checkpoints),
+    so a run is the same bit for bit, resumed or not. In eval mode it is the widest instance.
+    """
+
+    def __init__(self, models: list[nn.Module], stitches: dict[tuple[int, int], list[nn.Linear]], seed: int):
+        super().__init__()
+        self.instances = nn.ModuleList(models)
+        self.stitches = nn.ModuleDict({f"{f}_{e}": nn.ModuleList(layers) for (f, e), layers in stitches.items()})
+        last = len(models) - 1
+        depth = len(cast(nn.Sequential, cast(Any, models[0]).blocks))
+        self.draws: list[tuple[int, ...]] = [(0,), (last,)] if last else [(0,)]
+        if last:
+            self.draws += [(0, last, j, k, layer) for j, k, layer in paired_stitches(depth)]
+        self.seed = seed
+        self.drawn: Tensor
+        self.register_buffer("drawn", torch.zeros((), dtype=torch.long))
+
+    @property
+    def skeleton(self) -> nn.Module:
+        """The widest instance: what the loop checks the data and the activation memory against."""
+        return self.instances[-1]
+
+    def no_weight_decay(self) -> set[str]:
+        return {name for m in self.instances for name in getattr(m, "no_weight_decay", lambda: set())()}
+
+    def draw(self) -> tuple[int, ...]:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + int(self.drawn))
+        self.drawn += 1
+        return self.draws[int(torch.randint(len(self.draws), (1,), generator=generator))]
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training:
+            return self.instances[-1](x)
+        choice = self.draw()
+        if len(choice) == 1:
+            return self.instances[choice[0]](x)
+        front, end, j, k, layer = choice
+        first, last = cast(Any, self.instances[front]), cast(Any, self.instances[end])
+        stitch = cast(nn.ModuleList, self.stitches[f"{front}_{end}"])[layer]
+        return stitched_forward(first, first.blocks[: j + 1], stitch, last.blocks[k:], last, x)
+
+
 def instance_state(gene: Learngene, index: int) -> StateDict:
     prefix = instance_key(index, "")
     return {k[len(prefix) :]: v for k, v in gene.tensors.items() if k.startswith(prefix)}
@@ -161,7 +234,7 @@ class LearngenePool(AuxNetMethod):
     stores = "the blocks of several small aux models, each distilled from the ancestry (design=authors: of 3 widths, with stitches)"
     expands_to = (
         "any depth at their width, stitched from the smallest instance to the largest; design=authors: an "
-        "instance's width, or a StitchedViT (stitched_descendant)"
+        "instance's width, or a StitchedViT (learngene expand --stitch)"
     )
     summary = "blocks of several small distilled aux models, stitched smallest to largest; any depth at their width"
     paper = Paper(
@@ -277,6 +350,16 @@ class LearngenePool(AuxNetMethod):
                 "pool design=authors stitches instances of other head widths, and a RoPE table depends on the head "
                 "width; use --opt design=equal_width for this family"
             )
+        if self.config.joint_epochs and ancestry is not None and is_headless(ancestry):
+            raise LearngeneError(
+                "pool joint_epochs distils the ancestry's logits into stitched networks of several widths, and this "
+                "ancestry has no classifier; use --opt joint_epochs=0"
+            )
+        if self.config.joint_epochs and dist.is_distributed():
+            raise LearngeneError(
+                "pool joint_epochs trains one drawn part of the pool per step, which DDP cannot synchronize; "
+                "run it as one process (without torchrun) or use --opt joint_epochs=0"
+            )
         tensors: StateDict = {}
         cost: dict = {"steps": 0, "seconds": 0.0, "instances": []}
         models = []
@@ -302,6 +385,10 @@ class LearngenePool(AuxNetMethod):
                 for layer, pairs in fits.items():  # a layer shared by its window's stitches: their fits averaged
                     tensors[stitch_key(front, end, layer, "weight")] = torch.stack([w for w, _ in pairs]).mean(0)
                     tensors[stitch_key(front, end, layer, "bias")] = torch.stack([b for _, b in pairs]).mean(0)
+        if self.config.joint_epochs:
+            cost["joint"] = self.train_jointly(models, tensors, ancestry, inputs)
+            for key in ("steps", "seconds"):
+                cost[key] += cost["joint"][key]
         widths = ",".join(str(spec.embed_dim) for spec in specs)
         config = dataclasses.replace(self.config, widths=widths, instance_depth=depth)
         return Learngene(
@@ -312,6 +399,47 @@ class LearngenePool(AuxNetMethod):
             ancestry=ancestry.spec if ancestry is not None else None,
             cost=cost,
         )
+
+    def train_jointly(
+        self, models: list[nn.Module], tensors: StateDict, ancestry: Ancestry | None, inputs: CondenseInputs
+    ) -> dict:
+        """Their third step (``main.py`` with ``conf_build.yaml``): the whole pool trained by the one training loop
+        on a :class:`JointPool` configuration drawn per step, each distilling the ancestry's logits with the run's
+        loss ``(1−λ)·CE + λ·τ²·KL`` (theirs: λ = 0.5, τ = 1, 50 epochs at lr 1e-4). Updates ``tensors`` in place."""
+        cfg = inputs.train_cfg
+        count, depth = len(models), len(cast(nn.Sequential, cast(Any, models[0]).blocks))
+        stitches: dict[tuple[int, int], list[nn.Linear]] = {}
+        for front in range(count):
+            for end in range(front + 1, count):
+                layers = []
+                for layer in sorted({layer for _, _, layer in paired_stitches(depth)}):
+                    weight = tensors[stitch_key(front, end, layer, "weight")]
+                    linear = nn.Linear(weight.shape[1], weight.shape[0])
+                    with torch.no_grad():
+                        linear.weight.copy_(weight)
+                        linear.bias.copy_(tensors[stitch_key(front, end, layer, "bias")])
+                    layers.append(linear)
+                stitches[(front, end)] = layers
+        pool = JointPool(models, stitches, cfg.seed)
+        own = dataclasses.replace(cfg, epochs=self.config.joint_epochs)  # a --max-steps caps this stage too
+        data, teacher = cast(Any, inputs.train), None  # checked by condense_authors
+        if own.distill_lambda > 0:
+            data, teacher = cache_teacher_outputs(data, self.require_ancestry(ancestry).model, own)
+        run_dir = Path(inputs.run_dir) / "joint" if inputs.run_dir is not None else None
+        result = train(pool, data, own, inputs.eval, teacher=teacher, run_dir=run_dir, resume=inputs.resume)
+        for i, model in enumerate(models):
+            for key, value in model.state_dict().items():
+                if instance_key(i, key) in tensors:
+                    tensors[instance_key(i, key)] = value.detach().cpu().clone()
+        for (front, end), layers in stitches.items():
+            for layer, linear in enumerate(layers):
+                for name in ("weight", "bias"):
+                    tensors[stitch_key(front, end, layer, name)] = getattr(linear, name).detach().cpu().clone()
+        joint = {"epochs": own.epochs, "steps": result.steps, "seconds": round(result.seconds, 2)}
+        joint["configurations"] = len(pool.draws)
+        if result.final_acc is not None:
+            joint["widest_eval_acc"] = result.final_acc
+        return joint
 
     def kept_for_record(self, key: str) -> bool:
         """design=authors: a plain ViT reads one instance; the others and the stitches make stitched descendants."""
@@ -358,7 +486,7 @@ class LearngenePool(AuxNetMethod):
         if index is None:
             raise LearngeneError(
                 f"a pool of the authors' design gives plain ViTs {', '.join(str(s.embed_dim) for s in specs)} wide, "
-                f"not {spec.embed_dim}; other sizes are stitched: learngene.methods.pool.stitched_descendant"
+                f"not {spec.embed_dim}; other sizes are stitched: learngene expand GENE --stitch F:J-E:K"
             )
         source = specs[index]
         require_block_shape(source, spec, self.name)
@@ -373,9 +501,14 @@ class LearngenePool(AuxNetMethod):
         layout = gene.require_layout()
         if self.config.design == "authors":
             specs = self.instance_specs(layout)
+            last = len(specs) - 1
+            example = f"; e.g. --stitch 0:{min(1, layout.depth - 1)}-{last}:0" if last else ""
             return [
-                f"pool of {len(specs)} instances {', '.join(str(s.embed_dim) for s in specs)} wide, "
-                f"{layout.depth} blocks each, joined by linear stitches (the authors' design)"
+                f"pool of {len(specs)} instances {', '.join(str(s.embed_dim) for s in specs)} wide "
+                f"(0..{last}), {layout.depth} blocks each, joined by linear stitches (the authors' design)",
+                f"stitched descendants (learngene expand GENE --stitch F:J-E:K): instance F through block J into "
+                f"instance E from block K, for F < E and blocks J, K of 0..{layout.depth - 1} with |J - K| <= 1: "
+                f"{len(stitch_choices(gene))} in all{example}",
             ]
         return [
             f"pool of {len(self.depths(layout))} instances of {', '.join(map(str, self.depths(layout)))} blocks "
@@ -400,14 +533,19 @@ def stitched_descendant(gene: Learngene, front: int, end: int, cut_front: int, c
     """Instance ``front``'s embeddings and blocks ``0..cut_front``, its stitch, instance ``end``'s blocks from
     ``cut_end`` and head: one of :func:`stitch_choices` (depth ``cut_front + 1 + depth − cut_end``)."""
     if gene.method != "pool" or gene.config.get("design") != "authors":
-        raise LearngeneError("stitched descendants come from a pool gene of the authors' design (--opt design=authors)")
+        made = f"pool design={gene.config.get('design')}" if gene.method == "pool" else gene.method
+        raise LearngeneError(
+            f"stitched descendants come from a pool gene of the authors' design (condense with --method pool "
+            f"--opt design=authors); this gene is {made}"
+        )
     method = cast(LearngenePool, LearngenePool.from_gene(gene))
     specs = method.instance_specs(gene.require_layout())
     layers = {(j, k): layer for j, k, layer in paired_stitches(specs[0].depth)}
     if not (0 <= front < end < len(specs)) or (cut_front, cut_end) not in layers:
         raise LearngeneError(
-            f"no stitch from instance {front} block {cut_front} into instance {end} block {cut_end}; "
-            f"pick one of learngene.methods.pool.stitch_choices(gene)"
+            f"no stitch from instance {front} block {cut_front} into instance {end} block {cut_end} in this pool "
+            f"of {len(specs)} instances of {specs[0].depth} blocks; `learngene inspect GENE` says which exist "
+            f"(stitch_choices(gene) in Python)"
         )
     model = StitchedViT(specs[front], specs[end], cut_front, cut_end)
     state = {f"front.{k}": v for k, v in instance_state(gene, front).items()}

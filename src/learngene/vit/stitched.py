@@ -5,22 +5,36 @@ instance ``front`` embeds the image and runs its blocks ``0..cut_front``; a lear
 tokens to the width of instance ``end``, whose blocks ``cut_end..`` run next, then its final norm, pooling
 and head. Its width changes once, midway, so it is not a timm ``VisionTransformer`` and no ``ViTSpec``
 describes it: it is this small module of two timm ViTs' parts, saved to and loaded from one safetensors
-file whose metadata holds both specs and the cut, and trained like any model by the one training loop.
+file whose header says what it is (``format`` ``learngene-stitched-model``) and holds both specs, the cut, the
+origin and the preprocessing, and trained like any model by the one training loop (``learngene train`` reads it).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 from torch import Tensor, nn
 
-from ..errors import LearngeneError
-from ..formats.weights import read_safetensors, save_safetensors
+from ..errors import GeneFormatError, LearngeneError
+from ..formats.atomic import library_version, now_iso, quote
+from ..formats.model_file import STITCHED_MODEL_FORMAT
+from ..formats.preprocessing import check_preprocessing
+from ..formats.weights import check_finite, first_line, read_safetensors, save_safetensors
 from .eva import block_inputs
 from .spec import ViTSpec
 
 FORMAT = "learngene.stitched_vit"
+
+
+def stitched_forward(
+    front: Any, front_blocks: nn.Module, stitch: nn.Module, end_blocks: nn.Module, end: Any, x: Tensor
+) -> Tensor:
+    """``front``'s embeddings, ``front_blocks``, ``stitch``, ``end_blocks``, then ``end``'s final norm and head."""
+    x, _ = block_inputs(front, x)  # no block arguments: RoPE families are refused
+    x = end_blocks(stitch(front_blocks(x)))
+    return end.forward_head(end.norm(x))
 
 
 class StitchedViT(nn.Module):
@@ -60,10 +74,39 @@ class StitchedViT(nn.Module):
         return len(self.front.blocks) + len(self.end.blocks)
 
     def forward(self, x: Tensor) -> Tensor:
-        front, end = self.front, self.end
-        x, _ = block_inputs(front, x)  # no block arguments: RoPE families are refused
-        x = end.blocks(self.stitch(front.blocks(x)))
-        return end.forward_head(end.norm(x))
+        return stitched_forward(self.front, self.front.blocks, self.stitch, self.end.blocks, self.end, x)
+
+    # what the training loop and distillation read from a timm ViT: its input, head and pooled width
+    @property
+    def patch_embed(self) -> nn.Module:
+        return self.front.patch_embed
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.end.num_classes)
+
+    @property
+    def num_features(self) -> int:
+        return int(self.end.num_features)
+
+    def get_classifier(self) -> nn.Module:
+        return self.end.get_classifier()
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """A fresh head of ``num_classes`` outputs (timm's initialization), as timm's ``reset_classifier``."""
+        self.end.reset_classifier(num_classes)
+        self.specs = (self.specs[0], self.specs[1].replace(num_classes=num_classes))
+
+    def no_weight_decay(self) -> set[str]:
+        return {n for m in (self.front, self.end) for n in getattr(m, "no_weight_decay", lambda: set())()}
+
+    @property
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def short(self) -> str:
+        front, end = self.specs
+        return f"{front.short()}[..{self.cut_front}] -> {end.short()}[{self.cut_end}..]"
 
     def config(self) -> dict:
         return {
@@ -74,20 +117,53 @@ class StitchedViT(nn.Module):
             "cut_end": self.cut_end,
         }
 
-    def save(self, path: str | os.PathLike) -> None:
-        save_safetensors(path, self.state_dict(), {"stitched_vit": json.dumps(self.config())})
+    def save(
+        self,
+        path: str | os.PathLike,
+        origin: dict[str, Any] | None = None,
+        overwrite: bool = False,
+        preprocessing: dict[str, Any] | None = None,
+    ) -> None:
+        """Write it atomically as safetensors; the header says what it is (``format``), its parts, its origin and
+        the preprocessing its inputs expect."""
+        front = self.specs[0]
+        metadata = {
+            "format": STITCHED_MODEL_FORMAT,
+            "stitched_vit": json.dumps(self.config()),
+            "origin": json.dumps(origin or {}, sort_keys=True),
+            "library_version": library_version(),
+            "created": now_iso(),
+        }
+        if preprocessing is not None:
+            metadata["preprocessing"] = json.dumps(check_preprocessing(preprocessing, front.img_size, front.in_chans))
+        save_safetensors(path, self.state_dict(), metadata, overwrite)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> StitchedViT:
-        tensors, metadata = read_safetensors(path)
-        try:
-            config = json.loads(metadata["stitched_vit"])
-        except (KeyError, ValueError):
-            raise LearngeneError(
-                f"{path} is not a stitched ViT (no stitched_vit metadata); load it as a model file"
-            ) from None
-        model = cls(
-            ViTSpec.from_dict(config["front"]), ViTSpec.from_dict(config["end"]), config["cut_front"], config["cut_end"]
-        )
+        return read_stitched(path)[0]
+
+
+def read_stitched(path: str | os.PathLike) -> tuple[StitchedViT, dict[str, Any]]:
+    """A file written by :meth:`StitchedViT.save`: the model (weights loaded strictly) and its origin."""
+    tensors, metadata = read_safetensors(path)
+    if "stitched_vit" not in metadata:
+        raise GeneFormatError(f"{quote(path)} is not a stitched ViT (no stitched_vit header); load it as a model file")
+    try:
+        config = json.loads(metadata["stitched_vit"])
+        origin = json.loads(metadata.get("origin", "{}"))
+        front, end = ViTSpec.from_dict(config["front"]), ViTSpec.from_dict(config["end"])
+        model = StitchedViT(front, end, int(config["cut_front"]), int(config["cut_end"]))
+    except (ValueError, KeyError, TypeError) as exc:  # bad JSON, a missing field, impossible sizes
+        raise GeneFormatError(
+            f"{quote(path)} has a corrupt stitched-model header ({first_line(exc)}); make it again with "
+            f"`learngene expand GENE --stitch ...`"
+        ) from None
+    check_finite(tensors, path)
+    try:
         model.load_state_dict(tensors, strict=True)
-        return model
+    except RuntimeError as exc:
+        raise GeneFormatError(
+            f"{quote(path)}'s tensors do not match its header ({first_line(exc)}); make it again with "
+            f"`learngene expand GENE --stitch ...`"
+        ) from None
+    return model, origin if isinstance(origin, dict) else {}
