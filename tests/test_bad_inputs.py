@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from learngene.errors import LearngeneError
 from learngene.formats.model_file import load_model_file, save_model
 from learngene.formats.weights import load_weights
 from learngene.gene import Learngene
-from learngene.method import Ancestry
+from learngene.method import Ancestry, refuse_unread
 from learngene.registry import get_method, list_methods
 from learngene.training.loop import TrainConfig, resolve_device, train
 from learngene.vit.spec import ViTFamily, ViTSpec
@@ -1154,6 +1155,10 @@ def test_every_numeric_option_refuses_values_past_its_boundary(method, field, ki
     "method, options, words",
     [
         ("sws", {"stages": "0,2"}, "needs positive layer counts"),
+        # descendant_stages: 0 skips a stage when expanding; what means nothing is refused
+        ("sws", {"descendant_stages": "0,0,0"}, "with a positive sum"),
+        ("sws", {"descendant_stages": "0,2"}, "needs 3 layer counts (one per stage) summing to"),
+        ("sws", {"descendant_stages": "0,2,1"}, "stage 0 would get none: its stored layer would never train"),
         ("pool", {"instance_depths": "1,1,1,1,1,1,1,1"}, "repeats a depth"),
         ("pool", {"instance_depths": "1,9"}, "deeper than the aux net"),
         ("structured", {"kernel_size": 1001}, "reaches past the"),
@@ -1216,3 +1221,46 @@ def test_depth_with_a_budget_keeps_the_depth_and_says_so(ws, tmp_path, capsys):
     assert main(["expand", ws.gene, "--max-params", "5M", "--depth", "1", "-o", str(out)]) == 0
     said = capsys.readouterr().out
     assert "--depth 1 kept (it wins over the budget)" in said and "picked L1-" in said, said
+
+
+@pytest.mark.parametrize(
+    "make, python, flag",
+    [
+        (lambda: TrainConfig(lr=-1), "pass e.g. lr=0.001", "pass e.g. --lr 0.001"),
+        (lambda: TrainConfig(grad_clip=-1), "pass grad_clip=None for no", "pass --grad-clip 0 for no"),
+        (lambda: TrainConfig(epochs=0), "pass epochs=1 or more", "pass --epochs 1 or more"),
+        (lambda: TrainConfig(label_smoothing=2), "pass label_smoothing between", "pass --label-smoothing between"),
+        (lambda: TrainConfig(lr="x"), "help(learngene.TrainConfig)", "see learngene COMMAND --help"),
+        (lambda: get_method("structured")(kernel_size=2), "pass kernel_size=VALUE", "pass --opt kernel_size=VALUE"),
+        (lambda: get_method("structured")(kernel_size="a"), "get_method('structured').Config", "--opt KEY=VALUE"),
+        (
+            lambda: refuse_unread(get_method("tleg"), {"aux_depth": 3}, "expand"),
+            "again with aux_depth=3",
+            "--opt aux_depth=3",
+        ),
+    ],
+)
+def test_a_declared_setting_is_named_as_its_giver_writes_it(make, python, flag):
+    """One declaration (``setting(...)``, ``option(...)``) names the field to a Python caller and the flag to the
+    command line: ``TrainConfig(lr=-1)`` is told ``lr=0.001``, ``--lr -1`` is told ``--lr 0.001``."""
+    from learngene.errors import called_from_cli
+
+    with pytest.raises(LearngeneError) as raised:
+        make()
+    assert python in str(raised.value) and "--" not in str(raised.value), raised.value
+    called_from_cli(True)
+    try:
+        with pytest.raises(LearngeneError, match=re.escape(flag)):
+            make()
+    finally:
+        called_from_cli(False)
+
+
+def test_the_command_line_is_told_flags_for_settings_and_options(ws, tmp_path, capsys):
+    argv = ["compare", "--ancestry", ws.anc, "--data", "digits", "--sizes", "L1-D32-H2", "--lr", "-1"]
+    err = _one_line_error(capsys, [*argv, "--out", tmp_path / "cmp"])
+    assert err.endswith("learning rate must be positive, got -1.0; pass e.g. --lr 0.001"), err
+    out = tmp_path / "g.safetensors"
+    argv = ["condense", "--method", "structured", "--ancestry", ws.anc, "--opt", "kernel_size=2", "-o", out]
+    assert "pass --opt kernel_size=VALUE with" in _one_line_error(capsys, argv)
+    assert not out.exists() and not (tmp_path / "cmp").exists()

@@ -736,7 +736,7 @@ def test_data_driven_methods_feed_a_radio_its_pretrained_input_size_not_its_grid
     """RADIO records its position grid as its image size (2048 px); its pretrained input is 512 px. The data a
     data-driven method reads come at the pretrained size (here 16 px on a 28-px grid), and the method measures
     the ancestry there."""
-    from learngene.cli.making import feed_size
+    from learngene.ancestry import feed_size
 
     model = timm_ancestry(*FAMILIES["naflex_radio"])
     model.pretrained_cfg = {**model.pretrained_cfg, "input_size": (3, 16, 16)}
@@ -747,3 +747,52 @@ def test_data_driven_methods_feed_a_radio_its_pretrained_input_size_not_its_grid
     gene = get_method(method)(num_images=8).condense(ancestry, CondenseInputs(train=data, train_cfg=QUICK))
     assert gene.layout == ancestry.spec  # the gene describes the ancestry, measured at the images' size
     assert feed_size(family_ancestry("deit_tiny"), {"input_size": (3, 16, 16)}) == 28  # a fixed-size ViT: its own
+
+
+def test_compare_and_bench_load_a_radio_s_data_at_its_pretrained_input_size(tmp_path, monkeypatch, capsys):
+    """compare (and bench, through the same run) feed a RADIO model file at the input size its preprocessing
+    records (16 px here, on a 28-px grid), as condense does, and the descendants train and evaluate there."""
+    import learngene.bench.protocol as protocol
+    from learngene.formats.model_file import model_preprocessing, save_model
+
+    model = timm_ancestry(*FAMILIES["naflex_radio"])
+    spec = spec_from_model(model)
+    path = tmp_path / "radio.safetensors"
+    recipe = {"input_size": (3, 16, 16), "interpolation": "bilinear", "mean": (0.5,) * 3, "std": (0.5,) * 3}
+    save_model(path, model, spec, preprocessing={**recipe, "crop_pct": 1.0, "crop_mode": "center"})
+    assert model_preprocessing(path)["input_size"] == (3, 16, 16)  # a model of any size keeps what it is fed
+    sizes = []
+    load = protocol.load_dataset
+    monkeypatch.setattr(
+        protocol, "load_dataset", lambda name, split, size, *a: sizes.append(size) or load(name, split, size, *a)
+    )
+    argv = [
+        "compare", "--ancestry", str(path), "--data", "digits", "--sizes", "L1-D32-H2", "--methods", "pretrained",
+        "--references", "scratch", "--seeds", "1", "--max-steps", "1", "--train-images", "16", "--eval-images", "16",
+        "--out", str(tmp_path / "cmp"), "--quiet", "--no-plots",
+    ]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    assert sizes == [16, 16] and spec.img_size == 28
+
+
+def test_memory_estimates_count_the_tokens_of_the_images_fed_not_the_grid(monkeypatch):
+    """A training step's estimate for a model that takes any size counts the data's tokens: what fits at 16 px
+    (16 patches + 8 prefix tokens) is refused at the 28-px grid (49 + 8), in one line with the estimate; evaluation
+    and teacher logits make their batch smaller instead of refusing."""
+    import learngene.training.loop as loop
+    from learngene.vit.spec import training_activation_bytes
+
+    model = timm_ancestry(*FAMILIES["naflex_radio"])
+    cfg = TrainConfig(batch_size=8)
+    fed = training_activation_bytes(16 + 8, 32, 2, 128, 2, 8)
+    assert fed < training_activation_bytes(49 + 8, 32, 2, 128, 2, 8)
+    monkeypatch.setattr(loop, "available_memory", lambda: fed)
+    loop.require_activation_memory(model, cfg, torch.device("cpu"), img_size=16)
+    with pytest.raises(LearngeneError, match=r"a training step of 8 images of 57 tokens .* GiB free; choose a smaller"):
+        loop.require_activation_memory(model, cfg, torch.device("cpu"), img_size=28)
+    one = training_activation_bytes(57, 32, 2, 128, 1, 1)
+    monkeypatch.setattr(loop, "available_memory", lambda: 3 * one)
+    assert loop.inference_batch(model, 512, 28, torch.device("cpu")) == 3
+    monkeypatch.setattr(loop, "available_memory", lambda: one - 1)
+    with pytest.raises(LearngeneError, match="a forward pass of one image of 57 tokens"):
+        loop.predict_logits(model, make_images(4, num_classes=2, size=28, chans=3))

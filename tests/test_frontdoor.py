@@ -48,6 +48,28 @@ def test_the_machine_load_counts_busy_cpus():
     assert 0.0 <= load and threads.usable_cpus() >= 1
 
 
+def _readings(monkeypatch, samples, loadavg=2.0):
+    """/proc/stat readings ``{cpu: (idle ticks, all ticks)}`` in turn, and a 1-minute load average; no sleeping."""
+    samples = iter(samples)
+    monkeypatch.setattr(threads, "_cpu_times", lambda: next(samples))
+    monkeypatch.setattr(threads.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (loadavg, loadavg, loadavg))
+
+
+def test_the_default_follows_the_present_load_not_the_last_minute(monkeypatch):
+    """Right after a job ends the 1-minute average still says 2 busy cores; the CPUs are idle now, so an idle
+    2-core machine gets 2 threads. One core kept busy gives 1."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    _readings(monkeypatch, [{0: (0, 0), 1: (0, 0)}, {0: (100, 100), 1: (99, 100)}])
+    idle = threads.machine_load()
+    assert idle == pytest.approx(0.01) and threads.default_threads(cpus=2, load=idle) == 2
+    _readings(monkeypatch, [{0: (0, 0), 1: (0, 0)}, {0: (0, 100), 1: (95, 100)}], loadavg=0.0)
+    busy = threads.machine_load()
+    assert busy == pytest.approx(1.05) and threads.default_threads(cpus=2, load=busy) == 1
+    _readings(monkeypatch, [None], loadavg=1.6)  # no /proc/stat (not Linux): the load average is all there is
+    assert threads.machine_load() == 1.6
+
+
 def test_set_threads_sets_torch_and_names_the_python_argument():
     before = torch.get_num_threads()
     try:

@@ -208,7 +208,7 @@ def test_an_option_changes_the_step_that_reads_it_and_is_refused_by_the_others(n
                 f"{name}: {option} is declared read by {step}, but changes nothing there"
             )
         else:
-            with pytest.raises(LearngeneError, match=rf"^{option} is read when .*--opt {option}="):
+            with pytest.raises(LearngeneError, match=rf"^{option} is read when .* with {option}="):  # Python: no --opt
                 run(cls, base, {option: value}, target(name, option))
 
 

@@ -106,9 +106,11 @@ def test_schedule_warms_up_then_decays():
 
 
 def test_data_that_does_not_fit_the_model(tiny_spec):
-    with pytest.raises(LearngeneError, match="3-channel images but the model expects 1"):
+    with pytest.raises(
+        LearngeneError, match="3-channel images but the model expects 1; load the data with in_chans=1 "
+    ):
         train(_model(tiny_spec), make_images(8, chans=3), TrainConfig(epochs=1, **FAST))
-    with pytest.raises(LearngeneError, match="8px images but the model expects 16px"):
+    with pytest.raises(LearngeneError, match="8px images but the model expects 16px; load the data with img_size=16$"):
         train(_model(tiny_spec), make_images(8, size=8), TrainConfig(epochs=1, **FAST))
     with pytest.raises(LearngeneError, match="6 classes"):
         train(_model(tiny_spec), make_images(12, num_classes=6), TrainConfig(epochs=1, **FAST))

@@ -179,6 +179,22 @@ def test_adapt_trains_only_the_scalers_and_its_gene_is_the_adapted_net(tiny_ance
     assert evaluate(descendant, toy_data)["acc"] == result.final_acc
 
 
+@pytest.mark.parametrize("depth", [2, 3])  # the aux net's own size, and another depth
+def test_adapt_with_padding_scalers_trains_them(tiny_ancestry, toy_data, tiny_spec, depth):
+    """scaler_init=padding starts adapt from Eq. 7's scalers and trains those (it crashed: 'element 0 of tensors
+    does not require grad', as the net made new padding scalers at every step)."""
+    gene = condense(tiny_ancestry, toy_data, steps=2, scaler_init="padding")
+    spec = gene.layout.replace(depth=depth)
+    method = WAVE.from_gene(gene, "adapt")
+    cfg = TrainConfig(epochs=1, max_steps=2, batch_size=16, lr=1e-2, progress=False)
+    adapted, result = method.adapt(gene, spec, AdaptInputs(toy_data, cfg))
+    padded = method.scalers(gene, spec)["attn.qkv.weight"]
+    assert result.steps == 2 and not torch.allclose(adapted.tensors["scalers.attn.qkv.weight"], padded)
+    if depth == gene.layout.depth:  # padding, not the stored scalers, was the start
+        assert not torch.equal(padded, gene.tensors["scalers.attn.qkv.weight"])
+    assert adapted.config["scaler_init"] == "auto"  # the adapted scalers are what its descendants get
+
+
 def test_adapt_to_a_doubled_width_trains_what_the_gene_cannot_provide(tiny_ancestry, toy_data, tiny_spec):
     gene = condense(tiny_ancestry, toy_data, steps=2)
     wide = tiny_spec.replace(depth=3, embed_dim=64, num_heads=4)

@@ -102,6 +102,36 @@ def load_ancestry(
         return Ancestry(model.eval(), None, unsupported=str(exc), license=license)
 
 
+def ancestry_preprocessing(
+    path: str | os.PathLike, timm_model: str | None, ancestry: Ancestry
+) -> dict[str, Any] | None:
+    """What the inputs of the ancestry loaded from ``path`` expect: a timm model's (or a model folder's)
+    ``pretrained_cfg``, or what its learngene model file records (None where nothing is known)."""
+    from .data import preprocessing_cfg
+    from .formats.model_file import model_preprocessing
+
+    if timm_model or is_model_folder(path):  # a folder's config is on the model (load_ancestry)
+        return preprocessing_cfg(ancestry.model)
+    return model_preprocessing(path)
+
+
+def feed_size(ancestry: Ancestry, preprocessing: dict[str, Any] | None) -> int | None:
+    """The image size data are loaded at to be fed to ``ancestry`` (by condensation, compare and bench alike):
+    its pretrained input size where the model takes any size and that is smaller than its position grid (RADIO:
+    512 px, not the 2048-px grid it is built with), else the size its spec records (None for a non-ViT: the data
+    keep theirs)."""
+    from .vit.naflex import image_input
+
+    spec = ancestry.spec
+    if spec is None:
+        return None
+    expects = image_input(ancestry.model)
+    size = (preprocessing or {}).get("input_size")
+    if expects and expects[2] and isinstance(size, (list, tuple)) and len(size) == 3 and 0 < size[-1] < spec.img_size:
+        return int(size[-1])
+    return spec.img_size
+
+
 def _sizes_from_checkpoint(arch: str, kwargs: dict[str, Any], state: StateDict) -> dict[str, Any]:
     """``kwargs`` with the input channels and classes a bare checkpoint's weights show where the caller gave none
     (the first convolution's input channels, the classifier's outputs, both named by timm's pretrained config of

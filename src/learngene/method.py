@@ -22,9 +22,21 @@ from torch import nn
 
 from .data import Data
 from .errors import LearngeneError, require_argument
+from .errors import setting as by_caller
 from .gene import Learngene
 from .training.loop import TrainConfig, TrainResult
-from .validate import ADAPT, CONDENSE, EXPAND, PHASE_WORDS, as_text, check_fields, coerce, limits_of, out_of_range
+from .validate import (
+    ADAPT,
+    CONDENSE,
+    EXPAND,
+    PHASE_WORDS,
+    as_text,
+    check_fields,
+    coerce,
+    limits_of,
+    option_assignment,
+    out_of_range,
+)
 from .vit.spec import ViTSpec
 from .vit.transfer import StateDict
 
@@ -272,10 +284,12 @@ def refuse_unread(method: type[Method], options: dict[str, Any], step: str) -> N
         if key not in known or step in phases or not phases:
             continue  # an unknown key is refused by the constructor, with the list of options
         redo = next(p for p in (CONDENSE, ADAPT, EXPAND) if p in phases)
-        fix = "condense again" if redo == CONDENSE else f"pass it to `learngene {redo}`"
+        fix = (
+            "condense again" if redo == CONDENSE else by_caller(f"pass it to {redo}", f"pass it to `learngene {redo}`")
+        )
         raise LearngeneError(
             f"{key} is read when {' and '.join(PHASE_WORDS[p] for p in phases)}: "
-            f"{fix} with --opt {key}={as_text(value)}"
+            f"{fix} with {option_assignment(key, as_text(value))}"
         )
 
 
@@ -283,14 +297,21 @@ def check_options(method: str, config: Any) -> None:
     """Every option has its declared type (a ``Literal``'s choices included) and lies in its range: the one
     its field declares (:func:`~learngene.validate.option`), else 0 or more for a number (a count, size,
     rate or seed)."""
-    fix = "pass --opt KEY=VALUE with a value of that kind (see `learngene methods`)"
-    check_fields(config, f"{method} option", fix)
+    see = by_caller(f"see help(learngene.get_method({method!r}).Config)", "see `learngene methods`")
+    check_fields(
+        config,
+        f"{method} option",
+        by_caller(f"pass a value of that kind ({see})", f"pass --opt KEY=VALUE with a value of that kind ({see})"),
+    )
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         declared = limits_of(f)
         wanted = out_of_range(value, declared or {"at_least": 0})
         if wanted:
-            raise LearngeneError(f"{method} option {f.name} must be {wanted}, got {value!r}; {fix}")
+            raise LearngeneError(
+                f"{method} option {f.name} must be {wanted}, got {value!r}; pass "
+                f"{option_assignment(f.name, 'VALUE')} with a value of that kind ({see})"
+            )
 
 
 def config_from_dict(config_cls: type, values: dict[str, Any]) -> Any:

@@ -32,27 +32,32 @@ def usable_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def machine_load(sample_seconds: float = 0.1) -> float:
-    """How many of this process's CPUs other processes keep busy: the larger of the 1-minute load average (which
-    lags a load that just started by a minute) and the busy share of those CPUs over ``sample_seconds``
-    (/proc/stat; which misses a load that pauses). 0 where the system reports neither."""
-    try:
-        average = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        average = 0.0
+LOAD_SAMPLE_SECONDS = 0.3  # long enough to see a compute-bound process; short beside any command that computes
+
+
+def machine_load(sample_seconds: float = LOAD_SAMPLE_SECONDS) -> float:
+    """How many of this process's CPUs other processes keep busy now: the busy share of those CPUs over
+    ``sample_seconds`` (/proc/stat, Linux). It misses a load that pauses for longer than the sample.
+
+    Not the 1-minute load average: it follows the load of the last minute, so right after another job ends it
+    still counts that job's cores as busy for about a minute, and a command started then took fewer threads than
+    the idle machine gives it. Where /proc/stat cannot be read (not Linux) that average is all there is, and is
+    used; 0 where the system reports neither."""
     before = _cpu_times()
-    if before is None:
-        return average
-    time.sleep(sample_seconds)
-    after = _cpu_times()
-    if after is None:
-        return average
-    busy = 0.0
-    for cpu, (idle0, total0) in before.items():
-        idle1, total1 = after.get(cpu, (idle0, total0))
-        if total1 > total0:
-            busy += 1.0 - (idle1 - idle0) / (total1 - total0)
-    return max(average, busy)
+    if before is not None:
+        time.sleep(sample_seconds)
+        after = _cpu_times()
+        if after is not None:
+            busy = 0.0
+            for cpu, (idle0, total0) in before.items():
+                idle1, total1 = after.get(cpu, (idle0, total0))
+                if total1 > total0:
+                    busy += 1.0 - (idle1 - idle0) / (total1 - total0)
+            return busy
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 0.0
 
 
 def _cpu_times() -> dict[int, tuple[int, int]] | None:
@@ -74,8 +79,8 @@ def _cpu_times() -> dict[int, tuple[int, int]] | None:
 
 @functools.cache
 def _load_at_start() -> float:
-    """The machine's load when this process first asked: measured once (it takes 0.1 s), before it computes, so
-    that its own threads never count as another process's load."""
+    """The machine's load when this process first asked: measured once (it takes :data:`LOAD_SAMPLE_SECONDS`),
+    before it computes, so that its own threads never count as another process's load."""
     return machine_load()
 
 

@@ -24,9 +24,37 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from .errors import LearngeneError
+from .errors import setting as by_caller
 
 # integers must fit torch's int64 (seeds, counts): Python's unbounded ints overflow later, far from the input
 MAX_INT = 2**63 - 1
+
+
+# ---- naming a setting to whoever gave it: the command line's flag, or the Python argument ----------------
+def caller_name(name: str, flag: str | None) -> str:
+    """How a message names setting ``name``: its ``flag`` on the command line (when it has one, e.g. ``--lr``),
+    else the Python argument (``lr``)."""
+    return by_caller(name, flag) if flag else name
+
+
+def caller_fix(template: str, name: str, flag: str | None) -> str:
+    """``template`` (what a message tells to do) with the setting named for whoever gave it: ``{}`` is the name
+    alone (``--lr`` / ``lr``), ``{=V}`` an assignment (``--lr V`` / ``lr=V``), and ``{=C|P}`` one whose value
+    differs (the flag's ``C``, Python's ``P``: ``--grad-clip 0`` / ``grad_clip=None``). ``flag`` None (a
+    setting without one): the Python form on the command line too."""
+
+    def assign(match: re.Match) -> str:
+        cli, _, python = match.group(1).partition("|")
+        in_python = f"{name}={python or cli}"
+        return by_caller(in_python, f"{flag} {cli}") if flag else in_python
+
+    return re.sub(r"\{=([^}]*)\}", assign, template).replace("{}", caller_name(name, flag))
+
+
+def option_assignment(name: str, value: str) -> str:
+    """A method option set to ``value`` as its giver writes it: ``--opt name=value`` on the command line, else
+    the keyword argument ``name=value``."""
+    return by_caller(f"{name}={value}", f"--opt {name}={value}")
 
 
 def check_fields(obj: Any, what: str, fix: str, error: type[LearngeneError] = LearngeneError) -> None:

@@ -39,7 +39,7 @@ from typing import Any, cast
 
 import torch
 
-from ..ancestry import load_ancestry
+from ..ancestry import ancestry_preprocessing, feed_size, load_ancestry
 from ..data import Data, ImageData, class_subset, few_shot, load_dataset, take
 from ..descendant import make_descendant, top_up_state
 from ..errors import LearngeneError
@@ -216,6 +216,9 @@ class BenchRun:
         # ``command``: what the report names as the command that reproduces it
         self.meta: dict[str, Any] = {"command": command} if command else {}
         self.meta["ancestries"] = {}
+        self.given: Ancestry | None = None  # the profile's ancestry file, once loaded
+        # the image size the data are loaded at where it is not the ancestry spec's (a RADIO's pretrained input)
+        self.fed_size: int | None = None
 
     # ---- helpers -------------------------------------------------------------------------------------
     def _cfg(self, **changes: Any) -> TrainConfig:
@@ -224,6 +227,11 @@ class BenchRun:
 
     def _budget_key(self) -> dict[str, Any]:
         return {"lr": self.profile.lr, "batch_size": self.profile.batch_size}
+
+    def _fed_key(self) -> dict[str, Any]:
+        """The data's image size, in the keys of stages that read data, where it is not the spec's (older keys
+        stay valid)."""
+        return {"img_size": self.fed_size} if self.fed_size is not None else {}
 
     def _check_time(self) -> None:
         if self.time_limit is not None and time.perf_counter() - self.started > self.time_limit:
@@ -309,7 +317,9 @@ class BenchRun:
         return self.teacher
 
     def given_ancestry(self) -> Ancestry:
-        """The profile's ancestry file, loaded (its cache key: the file's path, size and modification time)."""
+        """The profile's ancestry file, loaded once (its cache key: the file's path, size and modification time)."""
+        if self.given is not None:
+            return self.given
         p = self.profile
         if p.ancestry_file is None:
             raise LearngeneError(f"profile {p.name} names no ancestry file; pass --ancestry")
@@ -338,8 +348,22 @@ class BenchRun:
             **recorded_accuracy(path, p.ancestry_timm_model),
         }
         self.meta["ancestries"][""] = self.meta["ancestry"]
-        self.teacher = ancestry
+        self.teacher = self.given = ancestry
         return ancestry
+
+    def data_spec(self) -> ViTSpec:
+        """The ancestry's spec at the image size every stage's data are loaded at: a given ancestry's is the size
+        condensation feeds it (:func:`~learngene.ancestry.feed_size`: a RADIO's 512-px pretrained input, not its
+        2048-px position grid); a trained one's is its own."""
+        p = self.profile
+        if not p.ancestry_file:
+            return p.ancestry
+        ancestry = self.given_ancestry()
+        size = feed_size(ancestry, ancestry_preprocessing(p.ancestry_file, p.ancestry_timm_model, ancestry))
+        if size is None or size == p.ancestry.img_size:
+            return p.ancestry
+        self.fed_size = size
+        return p.ancestry.replace(img_size=size)
 
     def ancestry_spec(self, upstream: Upstream) -> ViTSpec:
         p = self.profile
@@ -371,6 +395,7 @@ class BenchRun:
             epochs=epochs,
             images=len(upstream),
             distill_lambda=lam,
+            **self._fed_key(),
             **self._budget_key(),
         )
         path = self.out / "genes" / f"{name}-{key}.safetensors"
@@ -472,6 +497,7 @@ class BenchRun:
             eval_images=t.eval_images,
             new_head=t.new_head,
             **extra,
+            **self._fed_key(),
             **self._budget_key(),
         )
         name = row.method + (f"{variant.name}" if variant else "")
@@ -546,10 +572,12 @@ class BenchRun:
         p = self.profile
         up = up or p.all_upstreams()[0]
         methods = self._methods(up)
-        anc = p.ancestry.flops * up.ancestry_epochs * (3 * ancestry_images + UPSTREAM_EVAL_IMAGES)
-        condense = p.ancestry.flops * up.condense_epochs * (3 * len(upstream) + UPSTREAM_EVAL_IMAGES)
+        fed = self.fed_size or p.ancestry.img_size  # FLOPs at the images' size, not a RADIO's grid
+        flops = p.ancestry.replace(img_size=fed).flops
+        anc = flops * up.ancestry_epochs * (3 * ancestry_images + UPSTREAM_EVAL_IMAGES)
+        condense = flops * up.condense_epochs * (3 * len(upstream) + UPSTREAM_EVAL_IMAGES)
         rows = len(methods) + sum(len(self._variant_methods(v, methods)) for v in p.variants if v.runs_on(up))
-        specs = self._specs(up)
+        specs = [spec.replace(img_size=fed) for spec in self._specs(up)]
         cells = [
             self._cell_gflop(spec, td, factor) * len(p.seeds)
             for td in tasks
@@ -626,11 +654,12 @@ class BenchRun:
     def _run(self) -> list[Row]:
         p = self.profile
         loaded: dict[tuple[str, str], ImageData] = {}
-        load_task(Task("upstream", p.upstream_data, epochs=1), p.ancestry, self.data_dir, loaded)
+        fed = self.data_spec()
+        load_task(Task("upstream", p.upstream_data, epochs=1), fed, self.data_dir, loaded)
         work = []
         total = 0.0
         for up in p.all_upstreams():
-            tasks = [load_task(t, p.ancestry, self.data_dir, loaded, up.classes) for t in p.tasks]
+            tasks = [load_task(t, fed, self.data_dir, loaded, up.classes) for t in p.tasks]
             for td in tasks:
                 if td.train.num_classes < 2:
                     raise LearngeneError(

@@ -6,11 +6,10 @@ import argparse
 import dataclasses
 from typing import Any
 
-from ..ancestry import load_ancestry
+from ..ancestry import ancestry_preprocessing, feed_size, load_ancestry
 from ..data import preprocessing_cfg
 from ..descendant import load_gene, make_descendant
 from ..errors import LearngeneError
-from ..formats.convert import is_model_folder
 from ..formats.labels import choose_head
 from ..formats.model_file import STITCHED_MODEL_FORMAT, build_model, load_model_file, model_preprocessing, save_model
 from ..formats.weights import digest, read_safetensors
@@ -72,13 +71,6 @@ def _load_ancestry_args(args: argparse.Namespace):
     return load_ancestry(args.ancestry, args.timm_model, drop_head=getattr(args, "drop_head", False), **kwargs)
 
 
-def _ancestry_preprocessing(args: argparse.Namespace, ancestry) -> dict[str, Any] | None:
-    """What the ancestry's inputs expect: a timm model's pretrained_cfg, or what its model file records."""
-    if args.timm_model or is_model_folder(args.ancestry):  # a folder's config is on the model (load_ancestry)
-        return preprocessing_cfg(ancestry.model)
-    return model_preprocessing(args.ancestry)
-
-
 def cmd_condense(args: argparse.Namespace) -> None:
     check_outputs(args, [args.out], [args.ancestry])
     method_cls = get_method(args.method)
@@ -88,7 +80,7 @@ def cmd_condense(args: argparse.Namespace) -> None:
     train_cfg = train_config_from_args(args, f"condense {args.method}")  # checked even where unused
     ancestry = _load_ancestry_args(args)
     inputs = None
-    preprocessing = _ancestry_preprocessing(args, ancestry)
+    preprocessing = ancestry_preprocessing(args.ancestry, args.timm_model, ancestry)
     if method_cls.needs_data:
         model_in = ancestry.spec  # None for a non-ViT teacher: the data keep their own size unless flags say
         train_data, test_data = load_data_from_args(
@@ -119,22 +111,6 @@ def cmd_condense(args: argparse.Namespace) -> None:
     note = method.condense_note(gene)
     if note:
         say(args, note)
-
-
-def feed_size(ancestry, preprocessing: dict[str, Any] | None) -> int | None:
-    """The image size data-driven methods feed the ancestry: its pretrained input size where the model takes any
-    size and that is smaller than its position grid (RADIO: 512 px, not the 2048-px grid it is built with), else
-    the size its spec records (None for a non-ViT: the data keep theirs)."""
-    from ..vit.naflex import image_input
-
-    spec = ancestry.spec
-    if spec is None:
-        return None
-    expects = image_input(ancestry.model)
-    size = (preprocessing or {}).get("input_size")
-    if expects and expects[2] and isinstance(size, (list, tuple)) and len(size) == 3 and 0 < size[-1] < spec.img_size:
-        return int(size[-1])
-    return spec.img_size
 
 
 def license_entry(license: str | None) -> dict[str, str]:

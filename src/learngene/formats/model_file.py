@@ -35,7 +35,8 @@ def save_model(
     preprocessing: dict[str, Any] | None = None,
 ) -> None:
     """Save a ViT as safetensors that timm loads directly; the header records its spec and origin, and the
-    preprocessing its inputs expect (timm's data-config keys, :func:`learngene.data.preprocessing_cfg`)."""
+    preprocessing its inputs expect (timm's data-config keys, :func:`learngene.data.preprocessing_cfg`), at the
+    spec's image size, or, for a model that takes any size (a NaFlexVit), at the size ``preprocessing`` gives."""
     state = model_or_state.state_dict() if isinstance(model_or_state, torch.nn.Module) else model_or_state
     metadata = {
         "format": MODEL_FORMAT,
@@ -45,7 +46,9 @@ def save_model(
         "created": now_iso(),
     }
     if preprocessing is not None:
-        metadata["preprocessing"] = json.dumps(check_preprocessing(preprocessing, spec.img_size, spec.in_chans))
+        # a model that takes any image size keeps the size it is fed (a RADIO's 512 px), not its position grid's
+        size = None if spec.family.dynamic_img_size else spec.img_size
+        metadata["preprocessing"] = json.dumps(check_preprocessing(preprocessing, size, spec.in_chans))
     save_safetensors(path, state, metadata, overwrite)
 
 

@@ -24,7 +24,11 @@ How the defaults generalise to other depths (ours: their code fixes only the 16/
   extra layer to the middle stage);
 - ``descendant_stages`` "": the descendant's layers spread over the stages as evenly as possible, earlier
   stages one layer longer. At 12 layers and five stages this is their mapping (3,3,2,2,2 layers:
-  0,0,0,1,1,1,2,2,3,3,4,4); a descendant of the aux net's depth has the aux net's stages;
+  0,0,0,1,1,1,2,2,3,3,4,4); a descendant of the aux net's depth has the aux net's stages. Given, it is
+  one count per stage summing to the descendant's depth, and a 0 skips that stage: the descendant uses no copy
+  of its layer (the even spread does the same to the last stages of a descendant with fewer layers than
+  stages). While condensing it lays out the aux net's layers instead, where every stage needs a layer: a
+  stage of 0 there would store a layer that never trains, and is refused;
 - ``aux_num_heads`` 0: 12 where the aux width is one of theirs (384, 768), else the ancestry's count;
 - ``aux_pool`` "": average pooling without a class token (their aux net) where the ancestry's family can
   pool so (a distilled DeiT cannot: then the ancestry's pooling). Our aux net averages, then normalizes
@@ -74,7 +78,10 @@ class SWSConfig(DrawnStartConfig):
         help='aux layers per stage, e.g. "3,3,4,3,3"; "": theirs at 16 layers, else see the docstring',
     )
     descendant_stages: str = option(
-        "", phase=(CONDENSE, EXPAND), help='a descendant\'s layers per stage ("": spread as evenly as possible)'
+        "",
+        phase=(CONDENSE, EXPAND),
+        help="a descendant's layers per stage, summing to its depth; 0 skips a stage (its layer unused); "
+        '"": spread as evenly as possible',
     )
 
 
@@ -166,6 +173,13 @@ class SWS(AuxNetMethod):
 
     def initial_tensors(self, aux: ViTSpec) -> StateDict:
         count = len(self.aux_stages(aux))
+        counts = self.given_counts(count, aux.depth)
+        if counts is not None and 0 in counts:  # while condensing they lay out the aux net, which trains every stage
+            raise LearngeneError(
+                f"sws descendant_stages={self.config.descendant_stages!r} while condensing lays out the aux net's "
+                f"layers, and stage {counts.index(0)} would get none: its stored layer would never train; give "
+                f"every stage a layer, or pass descendant_stages with its 0s when expanding"
+            )
         tensors: StateDict = {}
         for name, shape in aux.block_shapes().items():
             if len(shape) == 1:
@@ -182,17 +196,22 @@ class SWS(AuxNetMethod):
         aux = gene.require_layout()
         aux_stage = stage_of_layers(self.aux_stages(aux))
         count = len(set(aux_stage))
-        counts = parse_counts(self.config.descendant_stages, "descendant_stages")
+        counts = self.given_counts(count, spec.depth)
         if counts is None:
             if spec.depth == aux.depth:  # the aux net's depth (the aux net itself while condensing): its stages
                 return aux_stage
             counts = spread(spec.depth, count)
-        if len(counts) != count or sum(counts) != spec.depth:
+        return stage_of_layers(counts)
+
+    def given_counts(self, count: int, depth: int) -> list[int] | None:
+        """``descendant_stages`` checked against ``count`` stages and a ``depth``-layer net (None when not given)."""
+        counts = parse_counts(self.config.descendant_stages, "descendant_stages")
+        if counts is not None and (len(counts) != count or sum(counts) != depth):
             raise LearngeneError(
                 f"sws descendant_stages={self.config.descendant_stages!r} needs {count} layer counts (one per "
-                f"stage) summing to the descendant's depth {spec.depth}"
+                f"stage) summing to the descendant's depth {depth}"
             )
-        return stage_of_layers(counts)
+        return counts
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         layout = gene.require_layout()

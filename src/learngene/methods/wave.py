@@ -293,7 +293,10 @@ class WAVE(AuxNetMethod):
         tensors.update({f"scalers.{k}": v for k, v in self.scalers(gene, spec).items()})
         start = dataclasses.replace(gene, tensors=tensors)
         torch.manual_seed(train_cfg.seed)
-        net = GeneNet(self, start, spec, trainable=lambda key: key.startswith("scalers."))
+        # the net trains the scalers ``start`` holds (Eq. 7's where scaler_init=padding asked for them): with
+        # ``padding`` its expansion would make new ones each step, and nothing it trains would reach the loss
+        trainer = type(self)(self.config, scaler_init="auto")
+        net = GeneNet(trainer, start, spec, trainable=lambda key: key.startswith("scalers."))
         for name, p in net.skeleton.named_parameters():
             if name.startswith("blocks."):  # without vector templates biases/norms stay timm's, as in the descendant
                 p.requires_grad_(False)

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import LearngeneError
-from ..validate import check_fields, limits_of, out_of_range
+from ..errors import setting as by_caller
+from ..validate import caller_fix, check_fields, limits_of, out_of_range
 
 Kind = Literal["result", "speed", "report"]
 RESULT: Kind = "result"
@@ -46,8 +47,9 @@ def setting(
     """A training setting: ``help`` (one line), ``kind`` (result / speed / report), ``flag`` (its command-line
     flag, e.g. ``--lr``; None: set from Python only) in flag ``group``, ``label`` (how messages name it;
     default: its name in words), ``metavar``, ``none_means`` (the flag defaults to "not given", and its help
-    says what that means: the setting's default), ``zero_means_none`` (the flag's 0 turns it off: None), ``fix`` (what a message tells to do) and its
-    range (``at_least``, ``at_most``, ``above``, ``below``, ``multiple_of``: :func:`~learngene.validate.option`'s)."""
+    says what that means: the setting's default), ``zero_means_none`` (the flag's 0 turns it off: None), ``fix`` (what a message tells to do, naming the
+    setting as :func:`~learngene.validate.caller_fix` writes it: ``"pass e.g. {=0.001}"`` says ``--lr 0.001`` to the
+    command line and ``lr=0.001`` to Python) and its range (``at_least``, ``at_most``, ``above``, ``below``, ``multiple_of``: :func:`~learngene.validate.option`'s)."""
     meta = {
         "help": help,
         "kind": kind,
@@ -73,7 +75,7 @@ class TrainConfig:
     epochs: int = setting(10, flag="--epochs", help="passes over the training data")
     batch_size: int = setting(128, flag="--batch-size", above=0, help="global batch size")
     lr: float = setting(
-        1e-3, flag="--lr", above=0, label="learning rate", fix="pass e.g. --lr 0.001", help="peak AdamW learning rate"
+        1e-3, flag="--lr", above=0, label="learning rate", fix="pass e.g. {=0.001}", help="peak AdamW learning rate"
     )
     min_lr: float = setting(1e-5, at_least=0, help="the cosine schedule's final learning rate")
     weight_decay: float = setting(0.05, flag="--weight-decay", at_least=0, help="AdamW weight decay, 0 or more")
@@ -89,7 +91,7 @@ class TrainConfig:
         above=0,
         zero_means_none=True,
         label="gradient clipping",
-        fix="pass --grad-clip 0 for no clipping or a positive maximum norm",
+        fix="pass {=0|None} for no clipping or a positive maximum norm",
         help="max gradient norm, 0 = off",
     )
     label_smoothing: float = setting(
@@ -97,7 +99,7 @@ class TrainConfig:
         flag="--label-smoothing",
         at_least=0,
         below=1,
-        fix="pass --label-smoothing between 0 (off) and e.g. 0.1",
+        fix="pass {} between 0 (off) and e.g. 0.1",
         help="label smoothing in [0, 1)",
     )
     distill_lambda: float = setting(
@@ -107,7 +109,7 @@ class TrainConfig:
         at_least=0,
         at_most=1,
         label="distillation λ",
-        fix="pass --distill-lambda between 0 (plain CE) and 1 (pure distillation)",
+        fix="pass {} between 0 (plain CE) and 1 (pure distillation)",
         help="λ in [0, 1]: 0 = plain CE; 1 = pure distillation",
     )
     distill_tau: float = setting(
@@ -116,7 +118,7 @@ class TrainConfig:
         group=DISTILL,
         above=0,
         label="distillation τ",
-        fix="pass e.g. --distill-tau 1",
+        fix="pass e.g. {=1}",
         help="τ, positive",
     )
     augment: bool = setting(False, flag="--augment", help="random flips and 2-pixel shifts")
@@ -134,7 +136,7 @@ class TrainConfig:
         kind=REPORT,
         at_least=0,
         label="checkpoint interval",
-        fix="pass --checkpoint-every N with N >= 0",
+        fix="pass {=N} with N >= 0",
         none_means="auto, once per epoch",
         help="also checkpoint every N steps inside an epoch (0: at the end of each epoch only)",
     )
@@ -188,17 +190,24 @@ class TrainConfig:
     )
 
     def __post_init__(self) -> None:
-        check_fields(self, "training setting", "pass a finite number of the right kind (see learngene COMMAND --help)")
+        check_fields(
+            self,
+            "training setting",
+            by_caller(
+                "pass a value of its type (see help(learngene.TrainConfig))",
+                "pass a finite number of the right kind (see learngene COMMAND --help)",
+            ),
+        )
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             wanted = out_of_range(value, limits_of(f))
             if wanted:
                 label = f.metadata.get("label", f.name.replace("_", " "))
-                where = f.metadata.get("flag") or f.name
-                fix = f.metadata.get("fix") or f"pass {where} {wanted}"
+                fix = caller_fix(f.metadata.get("fix") or f"pass {{}} {wanted}", f.name, f.metadata.get("flag"))
                 raise LearngeneError(f"{label} must be {wanted}, got {value}; {fix}")
         if self.epochs < 1 and not self.max_steps:  # a run of max_steps needs no epochs
-            raise LearngeneError(f"epochs must be at least 1, got {self.epochs}; pass --epochs 1 or more")
+            fix = caller_fix("pass {=1} or more", "epochs", "--epochs")
+            raise LearngeneError(f"epochs must be at least 1, got {self.epochs}; {fix}")
 
     def evaluates_after(self, epoch: int, epochs: int) -> bool:
         """Whether the run evaluates after (1-based) ``epoch`` of ``epochs``."""

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from ..data import Batch, Batches, BatchMixer, Data, take
 from ..errors import DataError, LearngeneError, require_argument
+from ..errors import setting as by_caller
 from ..formats.atomic import write_text_atomic
 from ..vit.naflex import image_input
 from ..vit.spec import available_memory, training_activation_bytes
@@ -197,6 +198,7 @@ def evaluate(
     require_argument(model, nn.Module, "model", "a torch module (e.g. a timm ViT)")
     check_data_fits(model, data)
     device = device or next(model.parameters()).device
+    batch_size = inference_batch(model, batch_size, data.img_size, device)
     was_training = model.training
     model.eval()
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # correct, loss sum, count
@@ -227,6 +229,7 @@ def evaluate(
 def predict_logits(model: nn.Module, data: Data, batch_size: int = 512, device: torch.device | None = None) -> Tensor:
     """Logits of ``model`` for every image of ``data`` in order (e.g. to cache a teacher's outputs)."""
     device = device or next(model.parameters()).device
+    batch_size = inference_batch(model, batch_size, data.img_size, device)
     was_training = model.training
     model.eval()
     out = []
@@ -237,21 +240,40 @@ def predict_logits(model: nn.Module, data: Data, batch_size: int = 512, device: 
     return torch.cat(out)
 
 
-def require_activation_memory(model: nn.Module, cfg: TrainConfig, device: torch.device) -> None:
-    """Refuse, before the first step allocates it, a batch whose activations cannot fit in the device's free memory
-    (:func:`learngene.vit.spec.training_activation_bytes`, a lower bound); a model of unknown layout is not checked."""
+def _block_sizes(model: nn.Module, img_size: int | None) -> tuple[int, int, int, int, int] | None:
+    """(tokens, width, heads, MLP hidden, depth) of a ViT fed ``img_size`` images (None for another layout): a
+    model that takes any image size is counted at ``img_size`` (a RADIO fed 512-px images has a 2048-px grid)."""
     vit: Any = getattr(model, "skeleton", model)  # a timm ViT, or a GeneNet around one
     try:
         block = vit.blocks[0]
         embed = getattr(vit, "patch_embed", None)  # a NaFlexVit has none: its position grid's (learngene.vit.naflex)
         patches = embed.num_patches if embed is not None else math.prod(vit.embeds.pos_embed_grid_size)
+        expects = image_input(vit)
+        if img_size and expects and expects[2]:
+            patch = embed.patch_size[0] if embed is not None else vit.embeds.patch_size[0]
+            patches = (img_size // patch) ** 2
         tokens = patches + getattr(vit, "num_prefix_tokens", 1)
-        sizes = (tokens, vit.embed_dim, block.attn.num_heads, block.mlp.fc1.out_features, len(vit.blocks))
+        return tokens, vit.embed_dim, block.attn.num_heads, block.mlp.fc1.out_features, len(vit.blocks)
     except (AttributeError, IndexError, TypeError):
+        return None
+
+
+def _free_memory(device: torch.device) -> int | None:
+    return torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else available_memory()
+
+
+def require_activation_memory(
+    model: nn.Module, cfg: TrainConfig, device: torch.device, img_size: int | None = None
+) -> None:
+    """Refuse, before the first step allocates it, a batch whose activations cannot fit in the device's free memory
+    (:func:`learngene.vit.spec.training_activation_bytes`, a lower bound) for images of ``img_size`` px; a model
+    of unknown layout is not checked."""
+    sizes = _block_sizes(model, img_size)
+    if sizes is None:
         return
     per_rank = math.ceil(cfg.batch_size / dist.world_size())
     need = training_activation_bytes(*sizes, per_rank, 2 if device.type == "cuda" else 4)  # bf16 autocast on CUDA
-    free: int | None = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else available_memory()
+    free = _free_memory(device)
     if free is not None and need > free:
         raise LearngeneError(
             f"a training step of {per_rank} images of {sizes[0]:,} tokens through {sizes[4]} blocks of "
@@ -259,6 +281,25 @@ def require_activation_memory(model: nn.Module, cfg: TrainConfig, device: torch.
             f"{device.type} has {free / 2**30:,.1f} GiB free; choose a smaller --batch-size or "
             f"--img-size (or a larger --patch-size)"
         )
+
+
+def inference_batch(model: nn.Module, batch_size: int, img_size: int | None, device: torch.device) -> int:
+    """The largest batch, at most ``batch_size``, whose forward pass fits in the device's free memory: one block's
+    activations at a time (the training estimate at depth 1, a lower bound). Evaluation and teacher logits do not
+    depend on the batch, so a batch too large for the machine is made smaller, not refused; one that cannot run
+    a single image is refused in one line, before anything is allocated."""
+    sizes = _block_sizes(model, img_size)
+    free = _free_memory(device)
+    if sizes is None or free is None:
+        return batch_size
+    per_image = training_activation_bytes(*sizes[:4], 1, 1, 2 if device.type == "cuda" else 4)
+    if per_image > free:
+        raise LearngeneError(
+            f"a forward pass of one image of {sizes[0]:,} tokens through a block of width {sizes[1]} needs at "
+            f"least {per_image / 2**30:,.1f} GiB, but {device.type} has {free / 2**30:,.1f} GiB free; choose a "
+            f"smaller --img-size (or a larger --patch-size)"
+        )
+    return max(1, min(batch_size, free // per_image))
 
 
 def check_data_fits(model: nn.Module, data: Data) -> None:
@@ -275,12 +316,13 @@ def check_data_fits(model: nn.Module, data: Data) -> None:
         if data.in_chans != chans:
             raise DataError(
                 f"{data.name} has {data.in_chans}-channel images but the model expects {chans}; "
-                f"load the data with --in-chans {chans} or build the model for {data.in_chans}"
+                f"load the data with {by_caller(f'in_chans={chans}', f'--in-chans {chans}')} or build the model for "
+                f"{data.in_chans}"
             )
         if data.img_size != size and not any_size:
             raise DataError(
                 f"{data.name} has {data.img_size}px images but the model expects {size}px; "
-                f"load the data with --img-size {size}"
+                f"load the data with {by_caller(f'img_size={size}', f'--img-size {size}')}"
             )
     classes = getattr(model, "num_classes", None)
     if classes is not None and data.num_classes > classes:
@@ -422,7 +464,7 @@ def _prepare(
         eval_data = take(eval_data, cfg.eval_images)
     if cfg.distill_lambda > 0 and teacher is None and train_data.soft_targets is None:
         raise LearngeneError("distillation (λ > 0) needs a teacher or cached teacher logits")
-    require_activation_memory(model, cfg, device)
+    require_activation_memory(model, cfg, device, train_data.img_size)
     model.to(device)
     set_fused_attention(model, cfg.sdpa)
     if teacher is not None:
