@@ -52,7 +52,7 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..validate import EXPAND, option
+from ..validate import EXPAND, option, option_assignment
 from ..vit.heads import join_proj, select_matrix, split_proj
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import WRITER, block_names
@@ -164,7 +164,7 @@ class Grow(Method):
         if spec.embed_dim % src.embed_dim or spec.mlp_hidden % src.mlp_hidden:
             raise LearngeneError(
                 f"hyperclone grows by whole multiples: width {spec.embed_dim} of {src.embed_dim} and "
-                f"MLP {spec.mlp_hidden} of {src.mlp_hidden}; pick multiples or --opt width=net2net"
+                f"MLP {spec.mlp_hidden} of {src.mlp_hidden}; pick multiples or {option_assignment('width', 'net2net')}"
             )
         heads = cyclic(src.num_heads, spec.num_heads)
         return (

@@ -74,7 +74,7 @@ from ..registry import register_method
 from ..training import distributed as dist
 from ..training.distill import cache_teacher_outputs
 from ..training.loop import train
-from ..validate import CONDENSE, option
+from ..validate import CONDENSE, option, option_assignment
 from ..vit.eva import block_inputs
 from ..vit.spec import ViTSpec
 from ..vit.stitched import StitchedViT, stitched_forward
@@ -286,7 +286,7 @@ class LearngenePool(AuxNetMethod):
             if w < 1 or w % heads:
                 raise LearngeneError(
                     f"pool widths={text or 'auto'!r}: an instance {w} wide cannot split into {heads} heads; "
-                    f"give --opt widths=... as multiples of the head count"
+                    f"give {option_assignment('widths', '...')} as multiples of the head count"
                 )
             specs.append(aux.replace(embed_dim=w, num_heads=heads, depth=depth))
         return specs
@@ -348,17 +348,17 @@ class LearngenePool(AuxNetMethod):
         if aux.family.rope:
             raise LearngeneError(
                 "pool design=authors stitches instances of other head widths, and a RoPE table depends on the head "
-                "width; use --opt design=equal_width for this family"
+                f"width; use {option_assignment('design', 'equal_width')} for this family"
             )
         if self.config.joint_epochs and ancestry is not None and is_headless(ancestry):
             raise LearngeneError(
                 "pool joint_epochs distils the ancestry's logits into stitched networks of several widths, and this "
-                "ancestry has no classifier; use --opt joint_epochs=0"
+                f"ancestry has no classifier; use {option_assignment('joint_epochs', '0')}"
             )
         if self.config.joint_epochs and dist.is_distributed():
             raise LearngeneError(
                 "pool joint_epochs trains one drawn part of the pool per step, which DDP cannot synchronize; "
-                "run it as one process (without torchrun) or use --opt joint_epochs=0"
+                f"run it as one process (without torchrun) or use {option_assignment('joint_epochs', '0')}"
             )
         tensors: StateDict = {}
         cost: dict = {"steps": 0, "seconds": 0.0, "instances": []}

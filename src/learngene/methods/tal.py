@@ -86,7 +86,7 @@ from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..training.distill import PooledFeatures, cache_teacher_outputs
 from ..training.loop import distill_loss, resolve_device, train
-from ..validate import CONDENSE, EXPAND, option
+from ..validate import CONDENSE, EXPAND, option, option_assignment
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import BLOCK_TENSORS, MLP, MSA, WRITER
 
@@ -136,7 +136,7 @@ def lora_block(factors: Tensor, l2: nn.Linear, r: int, shape: tuple[int, int, in
     if max(rows_a, rows_b) > ck:
         raise LearngeneError(
             f"tal: a parameter needs {max(rows_a, rows_b)} decoder rows but max_ck is {ck}; "
-            f"condense again with --opt max_ck={max(rows_a, rows_b)} or more"
+            f"condense again with {option_assignment('max_ck', str(max(rows_a, rows_b)))} or more"
         )
     y = torch.relu(factors.view(2 * r, r))
     need_a, need_b = math.ceil(rows_a * r / ck), math.ceil(rows_b * r / ck)
@@ -651,7 +651,7 @@ class TAL(Method):
         if self.config.hid % self.config.heads:
             raise LearngeneError(
                 f"tal option heads ({self.config.heads}) must divide hid ({self.config.hid}); "
-                f"pass --opt heads=N with N a divisor of {self.config.hid}"
+                f"pass {option_assignment('heads', 'N')} with N a divisor of {self.config.hid}"
             )
 
     def hypernet(self, gene: Learngene) -> HyperNet:

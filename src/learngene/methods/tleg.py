@@ -30,7 +30,7 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
-from ..validate import CONDENSE, EXPAND, option
+from ..validate import CONDENSE, EXPAND, option, option_assignment
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import LAYER_SCALE, MLP, MSA, NORM, block_names, has_tag, per_head
 from ..vit.transfer import StateDict
@@ -82,7 +82,7 @@ def parse_layers(layers: str | int | tuple[int, ...], depth: int) -> list[int]:
     if outside or not chosen:
         raise LearngeneError(
             f"layers={layers!r} names layers outside 1..{depth} of this depth-{depth} net; "
-            f"pass --opt layers=all or a range inside it"
+            f"pass {option_assignment('layers', 'all')} or a range inside it"
         )
     return sorted(x - 1 for x in chosen)
 
@@ -159,7 +159,7 @@ class TLEG(AuxNetMethod):
             have = sorted({m for m, names in MODULES.items() if any(f"theta_b.{n}" in gene.tensors for n in names)})
             raise LearngeneError(
                 f"this {gene.method} gene was condensed with modules {','.join(have)}, so it cannot "
-                f"build {key.split('.', 1)[1]}; pass --opt modules={','.join(have)}"
+                f"build {key.split('.', 1)[1]}; pass {option_assignment('modules', ','.join(have))}"
             ) from None
 
     def describe(self, gene: Learngene) -> list[str]:

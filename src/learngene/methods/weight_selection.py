@@ -18,7 +18,7 @@ from ..formats.memory import give_back
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..validate import EXPAND, option
+from ..validate import EXPAND, option, option_assignment
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import (
     HEADS,
@@ -69,7 +69,7 @@ class WeightSelection(Method):
             raise LearngeneError(
                 f"head-aware weight_selection needs at most {src.num_heads} heads of at most "
                 f"{src.head_dim} dims, asked {spec.num_heads} x {spec.head_dim}; "
-                f"or pass --opt head_aware=false"
+                f"or pass {option_assignment('head_aware', 'false')}"
             )
         blocks, non_blocks = block_axes(src), non_block_axes(src)
         if not self.config.head_aware:  # the authors' rule: q, k, v rows and W_O columns as plain coordinates
