@@ -72,11 +72,23 @@ def imports_of(path: Path) -> set[str]:
     return {m for m in found if m.startswith("learngene") and m not in own}
 
 
+def calls_get_method(path: Path) -> bool:
+    """Whether ``path`` calls ``get_method`` (a call, not the name in a string such as a help text)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if (isinstance(func, ast.Name) and func.id == "get_method") or (
+                isinstance(func, ast.Attribute) and func.attr == "get_method"
+            ):
+                return True
+    return False
+
+
 def import_graph() -> dict[str, set[str]]:
     graph = {module_name(p): imports_of(p) for p in PACKAGE.rglob("*.py")}
     methods = {f"learngene.methods.{m}" for m in learngene.methods.MODULES}
     for path in PACKAGE.rglob("*.py"):
-        if path.name != "registry.py" and "get_method(" in path.read_text():  # dispatches to any method at run time
+        if path.name != "registry.py" and calls_get_method(path):  # dispatches to any method at run time
             graph[module_name(path)] |= methods - {module_name(path)}
     # methods register into the registry; its loading them on first use is that same dispatch edge, counted above at
     # every caller of get_method

@@ -522,6 +522,14 @@ class TALConfig:
     )
     seed: int = option(0, phase=EXPAND, help="seeds the random class row of a predicted position embedding")
 
+    def __post_init__(self) -> None:
+        hid, heads = self.hid, self.heads
+        if type(hid) is int and type(heads) is int and heads > 0 and hid % heads:  # types and ranges: check_options
+            raise LearngeneError(
+                f"tal option heads ({heads}) must divide hid ({hid}); "
+                f"pass {option_assignment('heads', 'N')} with N a divisor of {hid}"
+            )
+
 
 class _Drawn(nn.Module):
     """What the training loop trains: the hypernetwork, which predicts a ViT of a size drawn at each training step
@@ -645,14 +653,6 @@ class TAL(Method):
     needs_data = True
     distill_lambda = 0.2  # their trainer_teacher: alpha = 0.2 on the KL, 0.8 on the cross-entropy
     seed_option = "seed"
-
-    def __init__(self, config: Any = None, **overrides: Any):
-        super().__init__(config, **overrides)
-        if self.config.hid % self.config.heads:
-            raise LearngeneError(
-                f"tal option heads ({self.config.heads}) must divide hid ({self.config.hid}); "
-                f"pass {option_assignment('heads', 'N')} with N a divisor of {self.config.hid}"
-            )
 
     def hypernet(self, gene: Learngene) -> HyperNet:
         layout = gene.require_layout()
