@@ -20,6 +20,9 @@ os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 
 TINY = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
+# methods whose defaults are too large for tests, made small: TAL's own hypernetwork (hidden 128, 5 layers) has ~20M
+# weights
+SMALL_OPTIONS = {"tal": {"hid": 16, "heads": 2, "layers": 2, "lora_r": 4, "max_ck": 512}}
 
 
 def pytest_addoption(parser):

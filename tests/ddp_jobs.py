@@ -25,7 +25,7 @@ from learngene.registry import get_method  # noqa: E402
 from learngene.training import distributed as dist  # noqa: E402
 from learngene.training.loop import TrainConfig, train  # noqa: E402
 from learngene.vit.spec import ViTSpec  # noqa: E402
-from tests.conftest import FaultyData, make_images  # noqa: E402
+from tests.conftest import SMALL_OPTIONS, FaultyData, make_images  # noqa: E402
 
 TINY = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
 # 33 images in global batches of 16: the last batch holds one image, so rank 1 gets none of it
@@ -143,6 +143,7 @@ def condense_job(method: str):
                 out / f"{method}_run",
                 "--out",
                 out / f"{method}.safetensors",
+                *(f"--opt={k}={v}" for k, v in SMALL_OPTIONS.get(method, {}).items()),
             ]
         )
 

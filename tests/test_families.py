@@ -32,7 +32,7 @@ from learngene.training.loop import TrainConfig, seed_everything
 from learngene.vit.model_spec import spec_from_model
 from learngene.vit.spec import ViTFamily, ViTSpec
 from learngene.vit.transfer import block_axes, block_state, mapped, move_state, non_block_axes
-from tests.conftest import make_images
+from tests.conftest import SMALL_OPTIONS, make_images
 
 SIZE = dict(depth=2, embed_dim=32, num_heads=2, img_size=28, patch_size=4)
 
@@ -239,8 +239,7 @@ def _one_line(exc: Exception) -> bool:
 # options a family needs for a method's rule to apply: WAVE tiles w×w templates, and AIMv2's MLP (ratio 2.75:
 # 88 hidden channels at width 32) is a multiple of 8, not of the width (the default w)
 FAMILY_OPTIONS = {("aimv2", "wave"): {"template_size": 8}}
-# a method's options for every family: TAL's own hypernetwork (hidden 128, 5 layers) has ~20M weights
-METHOD_OPTIONS = {"tal": {"hid": 16, "heads": 2, "layers": 2, "lora_r": 4, "max_ck": 512}}
+METHOD_OPTIONS = SMALL_OPTIONS  # a method's options for every family
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -18,7 +18,7 @@ from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.tal import TAL, group_size, lora_block, normalize, spec_graph, tile_params
 from learngene.training.loop import TrainConfig
 from learngene.vit.spec import ViTSpec
-from tests.conftest import make_images
+from tests.conftest import SMALL_OPTIONS, make_images
 
 
 # ---- their rules, re-typed from ghn3_MTL/nn.py (GHN3._tile_params, GHN3._normalize, ConvDecoder3LoRA.forward,
@@ -192,7 +192,7 @@ def test_the_graph_is_a_chain_of_their_node_kinds_with_residual_sums():
 
 # ---- the method end to end -----------------------------------------------------------------------------------
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, num_classes=10)
-TINY = dict(hid=16, layers=2, heads=2, lora_r=4, max_ck=512)
+TINY = SMALL_OPTIONS["tal"]
 CFG = TrainConfig(epochs=1, max_steps=3, batch_size=8, distill_lambda=0.2, progress=False)
 
 
@@ -241,7 +241,7 @@ def test_the_same_seed_gives_the_same_gene_bit_for_bit():
 
 def test_bad_input_is_one_line():
     with pytest.raises(LearngeneError, match="must divide hid") as info:
-        TAL(hid=16, heads=3)
+        _condense(heads=3)
     assert "\n" not in str(info.value)
     with pytest.raises(LearngeneError, match="give training data"):
         TAL(**TINY).condense(Ancestry(SPEC.create_model(), SPEC), None)

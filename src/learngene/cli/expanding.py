@@ -19,24 +19,9 @@ from ..method import citations
 from ..registry import get_method
 from ..training import distributed as dist
 from .making import head_label_space, license_entry
-from .options import check_outputs, parse_options, say, spec_from_args
+from .options import SPEC_FIELDS, check_outputs, parse_options, say, spec_from_args
 
-SIZE_FLAGS = (
-    "preset",
-    "depth",
-    "embed_dim",
-    "num_heads",
-    "mlp_ratio",
-    "img_size",
-    "patch_size",
-    "in_chans",
-    "num_classes",
-    "global_pool",
-    "opt",
-    "top_up",
-    "max_params",
-    "max_flops",
-)
+SIZE_FLAGS = ("preset", *SPEC_FIELDS, "opt", "top_up", "max_params", "max_flops")  # what --stitch leaves out
 
 
 def cmd_expand(args: argparse.Namespace) -> None:

@@ -210,11 +210,11 @@ def tile_params(w: Tensor, target: tuple[int, ...], class_row: Tensor | None = N
 
 def normalize(p: Tensor, is_weight: bool) -> Tensor:
     """``GHN3._normalize``: fan-in scaling ``p·√(β / fan_in)`` of a matrix or kernel (β = 1 for a kernel with one
-    input channel or a wide-not-tall kernel, else 2), a position embedding (``(1, N, D≥11)``) left as it is; a norm
+    input channel or a wide-not-tall kernel, else 2), a position embedding (``(1, N, D)``; theirs: D ≥ 11) left as it is; a norm
     gain ``2·sigmoid(p/2)`` in (0, 2); a bias ``tanh(p/5)`` in (-1, 1)."""
     if p.dim() > 1:
         sz = p.shape
-        if len(sz) > 2 and sz[2] >= 11 and sz[0] == 1:
+        if len(sz) == 3:  # a position embedding (1, N, D): theirs only for D ≥ 11, a narrower one fails there
             return p
         beta = 1.0 if len(sz) > 2 and (sz[1] == 1 or sz[2] < sz[3]) else 2.0
         return p * (beta / p[0].numel()) ** 0.5
@@ -522,14 +522,6 @@ class TALConfig:
     )
     seed: int = option(0, phase=EXPAND, help="seeds the random class row of a predicted position embedding")
 
-    def __post_init__(self) -> None:
-        hid, heads = self.hid, self.heads
-        if type(hid) is int and type(heads) is int and heads > 0 and hid % heads:  # types and ranges: check_options
-            raise LearngeneError(
-                f"tal option heads ({heads}) must divide hid ({hid}); "
-                f"pass {option_assignment('heads', 'N')} with N a divisor of {hid}"
-            )
-
 
 class _Drawn(nn.Module):
     """What the training loop trains: the hypernetwork, which predicts a ViT of a size drawn at each training step
@@ -688,6 +680,11 @@ class TAL(Method):
         reference = base.replace(img_size=data.img_size, in_chans=data.in_chans)
         if base.num_classes == 0:
             reference = reference.replace(num_classes=data.num_classes)
+        if self.config.hid % self.config.heads:  # (checked here, not with the ranges: hid's own range comes first)
+            raise LearngeneError(
+                f"tal option heads ({self.config.heads}) must divide hid ({self.config.hid}); "
+                f"pass {option_assignment('heads', 'N')} with N a divisor of {self.config.hid}"
+            )
         task = task_embedding(ancestry, data, cfg)
         torch.manual_seed(cfg.seed)
         ghn = HyperNet(self.config, int(task.shape[0]), reference.num_classes)
