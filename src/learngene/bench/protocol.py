@@ -268,7 +268,8 @@ class BenchRun:
             **self._budget_key(),
         )
         path = self.out / "ancestry" / f"ancestry-{key}.safetensors"
-        if load_cached(path, load_model_file) is None:
+        cached = load_cached(path, load_model_file)
+        if cached is None:
             seed_everything(0)
             model = spec.create_model()
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -295,7 +296,8 @@ class BenchRun:
                 },
             )
             shutil.rmtree(path.with_suffix(".run"), ignore_errors=True)
-        _, _, origin = load_model_file(path)
+            cached = load_model_file(path, lazy=True)
+        origin = cached[2]
         info = {
             "spec": spec.short(),
             "params": spec.num_params,

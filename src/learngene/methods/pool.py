@@ -73,7 +73,7 @@ from ..method import Ancestry, CondenseInputs, Paper
 from ..registry import register_method
 from ..training import distributed as dist
 from ..training.distill import cache_teacher_outputs
-from ..training.loop import train
+from ..training.loop import step_draw, train
 from ..validate import CONDENSE, option, option_assignment
 from ..vit.eva import block_inputs
 from ..vit.spec import ViTSpec
@@ -207,9 +207,9 @@ class JointPool(nn.Module):
         return {name for m in self.instances for name in getattr(m, "no_weight_decay", lambda: set())()}
 
     def draw(self) -> tuple[int, ...]:
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + int(self.drawn))
+        choice = self.draws[step_draw(self.seed, int(self.drawn), len(self.draws))]
         self.drawn += 1
-        return self.draws[int(torch.randint(len(self.draws), (1,), generator=generator))]
+        return choice
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training:

@@ -85,7 +85,7 @@ from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..training.distill import PooledFeatures, cache_teacher_outputs
-from ..training.loop import distill_loss, resolve_device, train
+from ..training.loop import distill_loss, predict_logits, resolve_device, step_draw, train
 from ..validate import CONDENSE, EXPAND, option, option_assignment
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import BLOCK_TENSORS, MLP, MSA, WRITER
@@ -553,8 +553,7 @@ class _Drawn(nn.Module):
     task: Tensor
 
     def draw(self) -> ViTSpec:
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + int(self.step))
-        return self.sizes[int(torch.randint(len(self.sizes), (1,), generator=g))]
+        return self.sizes[step_draw(self.seed, int(self.step), len(self.sizes))]
 
     def _keep(self, module: nn.Module, args: tuple[Tensor, ...]) -> None:
         self._features = args[0]
@@ -621,8 +620,6 @@ def descendant_sizes(ancestry: ViTSpec, min_depth: int) -> list[ViTSpec]:
 
 def task_embedding(ancestry: Ancestry, data: Any, cfg: Any) -> Tensor:
     """The ancestry's mean pooled embedding over ``data`` (their ``get_task_embedding``)."""
-    from ..training.loop import predict_logits
-
     device = resolve_device(cfg.device)
     features = predict_logits(PooledFeatures(ancestry.model), data, cfg.eval_batch_size, device)
     return features.double().mean(0).float().cpu()

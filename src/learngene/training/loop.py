@@ -115,6 +115,14 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def step_draw(seed: int, step: int, choices: int) -> int:
+    """Which of ``choices`` a network that changes per step (a drawn size, a drawn stitch) runs at its ``step``-th
+    training forward: a function of the run's seed and that count alone, so a resumed run (the count is a buffer,
+    saved with the model) draws what the uninterrupted one did."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    return int(torch.randint(choices, (1,), generator=generator))
+
+
 def autocast(device: torch.device):
     """bf16 autocast on CUDA; plain fp32 elsewhere (bf16 kills some CPUs in oneDNN's AMX path)."""
     if device.type == "cuda":
@@ -617,7 +625,6 @@ def _train(
             write_text_atomic(Path(run_dir) / LOG, "".join(json.dumps(r) + "\n" for r in state.history))
         stop = epoch + 1 < epochs and _stop_now(state.global_step, device)
         run.checkpoint(epoch + 1, 0, zero_sums(), sums, forced=stop)
-        run.window_start = None  # the next epoch's sums start from zero
         if stop:
             raise run.stopped()
     dist.barrier()
