@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from learngene.bench.compare import compare_profile, run_compare
 from learngene.formats.model_file import save_model
+from learngene.pipeline.compare import compare_profile, run_compare
 from learngene.vit.spec import ViTSpec
 
 

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from learngene.bench.compare import LONG_LABEL, compare_profile, recommend
 from learngene.cli import main
 from learngene.formats.model_file import save_model
+from learngene.pipeline.compare import LONG_LABEL, compare_profile, recommend
 from learngene.vit.spec import ViTSpec
 
 REFS = ("scratch", LONG_LABEL, "mimetic")
@@ -205,7 +205,7 @@ def test_compare_refuses_an_empty_out_a_missing_gpu_and_an_out_holding_its_ances
 
 
 def test_a_second_compare_on_one_out_is_refused_while_the_first_runs(ancestry, tmp_path, capsys):
-    from learngene.formats.run_dirs import lock_run_dir, unlock_run_dir
+    from learngene.run_dirs import lock_run_dir, unlock_run_dir
 
     out = tmp_path / "cmp"
     held = lock_run_dir(out)  # stands for a first compare writing there (another process)

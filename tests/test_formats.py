@@ -448,8 +448,8 @@ def _rss_bytes():
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
 def test_release_pages_gives_back_a_mapped_tensor_and_keeps_its_values(tmp_path):
-    from learngene.formats.memory import release_pages
     from learngene.formats.weights import read_safetensors, save_safetensors
+    from learngene.memory import release_pages
 
     values = torch.randn(16 * 1024 * 1024)  # 64 MiB
     save_safetensors(tmp_path / "big.safetensors", {"w": values}, {})
@@ -466,7 +466,7 @@ def test_release_pages_gives_back_a_mapped_tensor_and_keeps_its_values(tmp_path)
 def test_release_pages_advises_only_tensors_mapped_from_a_file(tmp_path, monkeypatch):
     """Tensors in ordinary memory (a fused copy, a gene being built) are never paged out: with swap they
     would be written to it and read back, for nothing."""
-    from learngene.formats import memory
+    from learngene import memory
     from learngene.formats.weights import read_safetensors, save_safetensors
 
     save_safetensors(tmp_path / "w.safetensors", {"w": torch.ones(4 * 1024 * 1024)}, {})
@@ -511,7 +511,7 @@ def test_tensors_in_a_temporary_file_are_mapped_hold_their_values_and_leave_no_f
     """Where EVA-02's fused q/k/v are kept: a file's map, whose pages release_pages can give back."""
     import tempfile
 
-    from learngene.formats import memory
+    from learngene import memory
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     values = {"a": torch.randn(512, 1024), "b": torch.arange(7, dtype=torch.int64), "c": torch.zeros(0, 3)}

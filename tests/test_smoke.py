@@ -133,7 +133,7 @@ def test_a_deit_ancestrys_preprocessing_flows_from_checkpoint_to_gene_to_descend
         == 0
     )
     assert model_preprocessing(tmp_path / "tuned.safetensors") == gene.preprocessing
-    from learngene.formats.describe import describe_file
+    from learngene.cli.describe import describe_file
 
     for name in ("gene", "tuned"):
         assert "3x32x32, bicubic resize, center crop 0.9" in describe_file(tmp_path / f"{name}.safetensors")

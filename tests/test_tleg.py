@@ -11,9 +11,9 @@ from safetensors.torch import load_file
 
 from learngene.auxnet import block_params_per_layer
 from learngene.cli import main
+from learngene.cli.describe import describe_gene
 from learngene.descendant import GeneNet, make_descendant
 from learngene.errors import LearngeneError
-from learngene.formats.describe import describe_gene
 from learngene.gene import Learngene
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.tleg import MODULES, TLEG, ShareInit, parse_layers

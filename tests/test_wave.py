@@ -8,9 +8,9 @@ import torch
 from safetensors.torch import load_file
 
 from learngene.cli import main
+from learngene.cli.describe import describe_gene
 from learngene.descendant import GeneNet, make_descendant
 from learngene.errors import LearngeneError
-from learngene.formats.describe import describe_gene
 from learngene.gene import Learngene
 from learngene.method import AdaptInputs, CondenseInputs
 from learngene.methods.tleg import TLEG

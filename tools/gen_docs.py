@@ -177,7 +177,7 @@ def cli_page() -> str:
 
 
 # ---- API ------------------------------------------------------------------------------------------------------
-API_MODULES = ("learngene.data", "learngene.formats.export", "learngene.bench.compare")
+API_MODULES = ("learngene.data", "learngene.formats.export", "learngene.pipeline.compare")
 
 
 def api_page() -> str:

@@ -45,10 +45,10 @@ from ..descendant import make_descendant, top_up_state
 from ..errors import LearngeneError
 from ..formats.atomic import quote, write_text_atomic
 from ..formats.model_file import load_model_file, save_model
-from ..formats.run_dirs import lock_run_dir, unlock_run_dir
 from ..gene import Learngene
 from ..method import AdaptInputs, Ancestry, CondenseInputs
 from ..registry import get_method, list_methods
+from ..run_dirs import lock_run_dir, unlock_run_dir
 from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..training.loop import TrainConfig, resolve_device, seed_everything, train
 from ..training.progress import RunProgress, on_terminal

@@ -1,13 +1,13 @@
-"""``learngene compare``: which start wins for a user's ancestry, data and sizes (:mod:`learngene.bench.compare`)."""
+"""``learngene compare``: which start wins for a user's ancestry, data and sizes (:mod:`learngene.pipeline.compare`)."""
 
 from __future__ import annotations
 
 import argparse
 
 from ..ancestry import load_ancestry
-from ..bench.compare import compare_profile, compare_text, parse_classes, run_compare
 from ..errors import LearngeneError
 from ..formats.atomic import check_not_input
+from ..pipeline.compare import compare_profile, compare_text, parse_classes, run_compare
 from ..training.loop import resolve_device
 
 

@@ -72,7 +72,7 @@ def _existing_output(args: argparse.Namespace) -> str | None:
 
 def _run(args: argparse.Namespace, entry_point: bool) -> int:
     from ..formats.atomic import os_error_message
-    from ..formats.run_dirs import release_run_dirs
+    from ..run_dirs import release_run_dirs
     from ..training import distributed as dist
     from ..training.loop import CHECKPOINT
 

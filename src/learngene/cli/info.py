@@ -7,10 +7,10 @@ import dataclasses
 import typing
 
 from ..descendant import load_gene
-from ..formats.describe import describe_file
 from ..method import citations
 from ..registry import get_method, list_methods
 from ..validate import choices
+from .describe import describe_file
 from .options import check_outputs
 
 

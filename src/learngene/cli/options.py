@@ -15,7 +15,7 @@ from ..data import default_workers, few_shot, fraction, load_splits
 from ..errors import LearngeneError
 from ..formats.atomic import check_outputs as check_output_files
 from ..formats.atomic import quote
-from ..formats.run_dirs import lock_run_dir
+from ..run_dirs import lock_run_dir
 from ..training import distributed as dist
 from ..training.config import TrainConfig, from_flags
 from ..training.loop import CHECKPOINT

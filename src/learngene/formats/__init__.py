@@ -1,1 +1,1 @@
-"""Files in and out: atomic writes, weights, model files, run directories, checkpoint formats, export."""
+"""Files in and out: atomic writes, weights, model files, checkpoint formats, export."""

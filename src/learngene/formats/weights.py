@@ -17,8 +17,8 @@ from safetensors import safe_open
 from torch import Tensor
 
 from ..errors import GeneFormatError, LearngeneError
+from ..memory import release_pages
 from .atomic import atomic_path, quote
-from .memory import release_pages
 
 # safetensors dtype names (the format's spec) <-> torch dtypes
 _ST_DTYPES = {

@@ -45,9 +45,9 @@ import torch
 from torch import Tensor
 
 from ..errors import LearngeneError
-from ..formats.memory import give_back, release_pages
 from ..gene import DESCENDANT, Learngene
 from ..genenet import GeneNet
+from ..memory import give_back, release_pages
 from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..training.loop import TrainResult, train

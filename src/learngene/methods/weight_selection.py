@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import LearngeneError
-from ..formats.memory import give_back
 from ..gene import Learngene
+from ..memory import give_back
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..validate import EXPAND, option, option_assignment

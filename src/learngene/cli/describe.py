@@ -9,13 +9,13 @@ from pathlib import Path
 
 from ..descendant import load_gene
 from ..errors import GeneFormatError
+from ..formats.atomic import quote
+from ..formats.convert import CONFIG, is_model_folder, read_config
+from ..formats.model_file import MODEL_FORMAT, STITCHED_MODEL_FORMAT, load_model_file, model_preprocessing
+from ..formats.weights import is_regular_file, read_safetensors
 from ..gene import GENE_FORMAT, Learngene
 from ..registry import get_method
 from ..vit.spec import ViTSpec
-from .atomic import quote
-from .convert import CONFIG, is_model_folder, read_config
-from .model_file import MODEL_FORMAT, STITCHED_MODEL_FORMAT, load_model_file, model_preprocessing
-from .weights import is_regular_file, read_safetensors
 
 
 def describe_spec(spec: ViTSpec) -> str:

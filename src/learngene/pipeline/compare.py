@@ -22,13 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import LearngeneError
-from ..formats.atomic import now_iso, write_text_atomic
-from ..registry import get_method, list_methods
-from ..training.loop import TrainConfig
-from ..vit.spec import ViTSpec
-from .profiles import Profile, Task, Upstream, Variant
-from .report import (
+from ..bench.profiles import Profile, Task, Upstream, Variant
+from ..bench.report import (
     compare,
     finish_figure,
     has_curves,
@@ -40,6 +35,11 @@ from .report import (
     style_per_method,
     write_csv,
 )
+from ..errors import LearngeneError
+from ..formats.atomic import now_iso, write_text_atomic
+from ..registry import get_method, list_methods
+from ..training.loop import TrainConfig
+from ..vit.spec import ViTSpec
 
 TASK = "data"  # the one task of a compare profile: the user's data
 LONG = 10  # scratch's long budget: ×10 the fine-tuning
@@ -485,7 +485,7 @@ def run_compare(
     plots: bool = True,
 ) -> list[Any]:
     """Run (or resume) a compare profile into ``out_dir``; returns its rows (the report is written there)."""
-    from .protocol import BenchRun
+    from ..bench.protocol import BenchRun
 
     return BenchRun(
         profile,

@@ -7,8 +7,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import LearngeneError
-from .atomic import os_error_message, quote
+from .errors import LearngeneError
+from .formats.atomic import os_error_message, quote
 
 RUN_LOCK = ".lock"
 
