@@ -307,11 +307,30 @@ def test_one_profile_registry_whose_descriptions_are_the_help(capsys):
 
 
 def test_the_transfer_methods_are_every_method_but_those_equal_to_another_at_the_ancestry_width():
-    from learngene.bench.profiles import AUX_NET_METHODS, PROFILES
+    from learngene.bench.profiles import PROFILES
     from learngene.registry import get_method, list_methods
 
     same = {m for m in list_methods() if get_method(m).same_as_at_ancestry_width}
     assert same == {"weight_selection"}
     assert set(PROFILES["transfer"].methods) == set(list_methods()) - same
     assert PROFILES["transfer"].methods[:2] == ("scratch", "mimetic")
-    assert set(AUX_NET_METHODS) == {"lets", "pool", "share_init", "sws", "tleg", "wave"}
+    assert set(list_methods(aux_net=True)) == {"lets", "pool", "share_init", "sws", "tleg", "wave"}
+
+
+def test_each_profile_gives_a_method_the_options_its_hook_asks_for_its_sizes():
+    """WAVE's bench option (its hook, not the bench) makes templates that tile every width of a profile's grid;
+    a profile's own ``method_options`` win over a hook."""
+    from learngene.bench.profiles import PROFILES
+
+    for name, profile in PROFILES.items():
+        if not isinstance(profile, Profile):
+            continue
+        widths = {spec.embed_dim for spec in profile.specs()}
+        w = profile.options_for("wave")["template_size"]
+        assert w == min(widths) and all(width % w == 0 for width in widths), (name, w, widths)
+        for method in list_methods():
+            get_method(method)(**profile.options_for(method))  # every option the bench passes is a valid one
+    quick = PROFILES["quick"]
+    assert isinstance(quick, Profile)
+    assert quick.replace(method_options={"wave": {"template_size": 8}}).options_for("wave") == {"template_size": 8}
+    assert quick.options_for("tleg") == {}

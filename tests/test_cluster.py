@@ -230,3 +230,15 @@ def test_cli_condense_expand_inspect_and_plot(tmp_path, capsys):
     assert main(["inspect", str(gene), "--plot", str(plot), "--overwrite"]) == 0
     assert main(["inspect", str(tmp_path / "d0.safetensors"), "--plot", str(tmp_path / "x.png")]) == 2
     assert main(["expand", str(gene), "--num-heads", "2", "--out", str(tmp_path / "bad.safetensors")]) == 2
+
+
+def test_inspect_plot_of_a_gene_whose_method_draws_none_is_one_line_and_writes_nothing(tmp_path, capsys):
+    from learngene.methods.baselines import Pretrained
+
+    path = tmp_path / "g.safetensors"
+    Pretrained().condense(tiny_ancestry()).save(path)
+    capsys.readouterr()
+    assert main(["inspect", str(path), "--plot", str(tmp_path / "p.png")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "method pretrained draws no plot" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.safetensors"]

@@ -49,6 +49,11 @@ def tensors_in_temporary_file(made: Iterable[tuple[str, Callable[[], Tensor]]]) 
     }
 
 
+# Not the standard library's mmap.madvise: it advises only a map that Python's mmap made, and these tensors lie in
+# torch's maps (UntypedStorage.from_file, torch.load(mmap=True)). Measured on a file read through torch's map (RssFile
+# in /proc/self/status): mmap.madvise(PAGEOUT) on a second map of the same file gave none of its pages back (the
+# kernel skips pages mapped twice), madvise on the tensor's own map (below) all of them. Nor has Python 3.11's mmap
+# module a MADV_PAGEOUT.
 _MADV_PAGEOUT = 21  # linux/mman.h (Linux >= 5.4)
 _RELEASE_MIN_BYTES = 2**20  # smaller tensors are not worth reading /proc/self/maps for (a tiny model's every step)
 

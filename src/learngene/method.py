@@ -12,7 +12,9 @@ the gene and overridable at expansion (:func:`config_from_dict`). An option's ty
 from __future__ import annotations
 
 import dataclasses
+import os
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -167,6 +169,14 @@ class Method:
         record_tensors: names of gene tensors kept for the record (``inspect``, plots) that ``expand`` never
             reads; any other tensor ``expand`` does not use makes the gene invalid
             (:func:`learngene.descendant.check_gene_fits_method`).
+
+    Hooks: what only some methods have is a method here that generic code calls, overridden where a method has it
+    (no module outside ``methods/`` imports a method module):
+        describe: its lines in ``learngene inspect`` (Cluster-Learngene's clusters).
+        plot: the figure ``learngene inspect --plot`` writes (Cluster-Learngene's attention distances).
+        bench_options: the options the benchmark and ``learngene compare`` give it for their descendant sizes
+            (WAVE's template size).
+        condense_note: a hint ``learngene condense`` prints after writing a gene.
     """
 
     name: ClassVar[str]
@@ -231,6 +241,17 @@ class Method:
     def describe(self, gene: Learngene) -> list[str]:
         """Method-specific lines for ``learngene inspect`` (e.g. Cluster-Learngene's clusters)."""
         return []
+
+    def plot(self, gene: Learngene, path: str | os.PathLike, overwrite: bool = False) -> None:
+        """Write a PNG of ``gene`` to ``path`` (``learngene inspect --plot``); refused for a method that draws none."""
+        raise LearngeneError(f"method {self.name} draws no plot of its learngenes; inspect this one without a plot")
+
+    @classmethod
+    def bench_options(cls, sizes: Sequence[ViTSpec]) -> dict[str, Any]:
+        """The options the benchmark and ``learngene compare`` condense this method with when its descendants are
+        ``sizes`` (e.g. WAVE's templates as wide as the narrowest, so that one gene makes every size); a profile's
+        own ``method_options`` come on top."""
+        return {}
 
     # ---- helpers for subclasses ------------------------------------------------------------------
     def require_ancestry(self, ancestry: Ancestry | None) -> Ancestry:

@@ -6,18 +6,22 @@ import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import LearngeneError
 from .formats.atomic import os_error_message, quote
+
+if TYPE_CHECKING:
+    from filelock import BaseFileLock
 
 RUN_LOCK = ".lock"
 
 
 @dataclass
 class _HeldRun:
-    """A locked run directory: the lock's descriptor, and what was there before this run (to undo a failed one)."""
+    """A locked run directory: its lock, and what was there before this run (to undo a failed one)."""
 
-    fd: int
+    lock: BaseFileLock
     path: Path
     created: bool  # this run made the directory
     before: frozenset[str]  # names in it when it was locked
@@ -29,11 +33,11 @@ _held_locks: dict[Path, _HeldRun] = {}
 def lock_run_dir(path: str | os.PathLike, flag: str = "--run-dir", what: str = "run directory") -> Path:
     """Create ``path`` if needed and lock it for this process, so a second run on it is refused.
 
-    The lock (``fcntl.flock`` on ``path/.lock``) is released by :func:`release_run_dirs` or when the
-    process exits, however it exits (the kernel drops it with the file descriptor). Locking again a
+    The lock (a ``filelock.FileLock`` on ``path/.lock``: ``flock`` on POSIX) is released by :func:`release_run_dirs`
+    or when the process exits, however it exits (the kernel drops it with the file descriptor). Locking again a
     directory this process holds is a no-op.
     """
-    import fcntl
+    from filelock import FileLock, Timeout  # imported here: ~70 ms that `--help` and the other commands need not pay
 
     path = Path(path)
     if path.exists() and not path.is_dir():
@@ -47,19 +51,17 @@ def lock_run_dir(path: str | os.PathLike, flag: str = "--run-dir", what: str = "
     if key in _held_locks:
         return path
     before = frozenset(os.listdir(path))
+    lock = FileLock(path / RUN_LOCK, timeout=0, thread_local=False)  # one try; any thread of the run may release it
     try:
-        fd = os.open(path / RUN_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        _undo_run_dir(_HeldRun(-1, path, created, before))
-        raise LearngeneError(f"cannot write in the {what}: {os_error_message(exc, path)}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
+        lock.acquire()
+    except Timeout:
         raise LearngeneError(
             f"another learngene run is using the {what} {quote(path)}; wait for it to finish, or give another {flag}"
         ) from None
-    _held_locks[key] = _HeldRun(fd, path, created, before)
+    except OSError as exc:
+        _undo_run_dir(path, created, before)
+        raise LearngeneError(f"cannot write in the {what}: {os_error_message(exc, path)}") from None
+    _held_locks[key] = _HeldRun(lock, path, created, before)
     return path
 
 
@@ -67,7 +69,7 @@ def unlock_run_dir(path: str | os.PathLike) -> None:
     """Release the lock of one run directory this process holds (kept as it is: a finished run)."""
     held = _held_locks.pop(Path(path).resolve(), None)
     if held is not None:
-        os.close(held.fd)
+        held.lock.release()
 
 
 def release_run_dirs(failed: bool = False, resumable: str | None = None) -> None:
@@ -79,19 +81,20 @@ def release_run_dirs(failed: bool = False, resumable: str | None = None) -> None
     """
     while _held_locks:
         held = _held_locks.popitem()[1]
-        os.close(held.fd)  # closing the descriptor drops the flock
+        held.lock.release()
         if failed and not (resumable and (held.path / resumable).exists()):
-            _undo_run_dir(held)
+            _undo_run_dir(held.path, held.created, held.before)
 
 
-def _undo_run_dir(held: _HeldRun) -> None:
+def _undo_run_dir(path: Path, created: bool, before: frozenset[str]) -> None:
+    """Remove what was added to ``path`` since it held ``before``, and ``path`` itself if ``created`` and empty."""
     try:
-        added = set(os.listdir(held.path)) - held.before
+        added = set(os.listdir(path)) - before
     except OSError:
         added = set()
     for name in added:
         with contextlib.suppress(OSError):
-            (held.path / name).unlink(missing_ok=True)
-    if held.created:
+            (path / name).unlink(missing_ok=True)
+    if created:
         with contextlib.suppress(OSError):
-            held.path.rmdir()  # fails, and is left, when something else is in it
+            path.rmdir()  # fails, and is left, when something else is in it

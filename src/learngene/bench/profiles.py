@@ -12,7 +12,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import methods as _every_method  # noqa: F401  (registers them: lists below are read from their classes)
 from ..errors import LearngeneError
 from ..registry import get_method, list_methods
 from ..vit.spec import ViTSpec, get_preset
@@ -152,8 +151,8 @@ class Profile:
         adapt_steps: optimizer steps of the ``adapt`` stage of adaptable methods (WAVE scalers, PEG φ).
         seeds: descendant seeds (initialization of what the gene does not provide, data order).
         methods: registered methods to run (``None`` = all).
-        method_options: per-method ``Config`` overrides (WAVE's templates are as wide as the narrowest
-            size, so that it can make every width of the grid).
+        method_options: per-method ``Config`` overrides, on top of what each method asks for these sizes
+            (:meth:`~learngene.method.Method.bench_options`; see :meth:`options_for`).
         condense_lambda: distillation λ of trained condensations, per method, where it should differ
             from the method's paper (``Method.distill_lambda``: TLEG's pure KL, WAVE's KL + CE).
         batch_size, lr: shared by every training stage.
@@ -203,6 +202,10 @@ class Profile:
         """The descendant sizes, in table order."""
         return [self.ancestry.replace(depth=d, embed_dim=w, num_heads=h) for d, w, h in self.sizes]
 
+    def options_for(self, method: str) -> dict[str, Any]:
+        """The options ``method`` condenses with: what it asks for this profile's sizes, then ``method_options``."""
+        return {**get_method(method).bench_options(self.specs()), **self.method_options.get(method, {})}
+
     def replace(self, **changes: Any) -> Profile:
         return dataclasses.replace(self, **changes)
 
@@ -217,9 +220,6 @@ _TINY = get_preset("cpu_tiny")
 _TRANSFER_ANCESTRY = _TINY.replace(patch_size=7)
 SPLIT_A = (0, 1, 2, 3, 4)  # T-shirt/top, Trouser, Pullover, Dress, Coat -> Sandal, Shirt, Sneaker, Bag, Ankle boot
 SPLIT_B = (0, 2, 4, 6, 8)  # T-shirt/top, Pullover, Coat, Shirt, Bag -> Trouser, Dress, Sandal, Sneaker, Ankle boot
-AUX_NET_METHODS = tuple(
-    name for name in list_methods() if get_method(name).aux_net
-)  # lets, pool, share_init, sws, tleg, wave
 # every method, except those that at the ancestry's own width (the only width of the transfer runs) make the very
 # descendants of another (weight_selection: pretrained's); references first
 TRANSFER_METHODS = (
@@ -257,7 +257,6 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
             Task("fashion_mnist_5shot", "fashion_mnist", epochs=1, shots=5, eval_images=300),
         ),
         adapt_steps=3,
-        method_options={"wave": {"template_size": 16}},
     ),
     # sized from the measured throughputs, see docs/RESULTS.md
     "cpu": Profile(
@@ -278,7 +277,6 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
         ),
         adapt_steps=50,
         seeds=(0, 1, 2),
-        method_options={"wave": {"template_size": 32}},
     ),
     "transfer": Profile(
         name="transfer",
@@ -306,7 +304,6 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
         adapt_steps=5,
         seeds=(0, 1, 2, 3, 4),  # 20-step fine-tunes vary a lot between seeds: five give the 2-std marks a chance
         methods=TRANSFER_METHODS,
-        method_options={"wave": {"template_size": 64}},
         batch_size=64,
         upstream_images_per_class=1000,
         # in order of importance: a run cut short by its time limit has the first ones. "converged": 30 epochs,
@@ -325,7 +322,7 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
                 ancestry_epochs=30,
                 condense_epochs=8,
                 converged=True,
-                methods=("scratch", "mimetic", *AUX_NET_METHODS),
+                methods=("scratch", "mimetic", *list_methods(aux_net=True)),
             ),
             Upstream("B-converged", SPLIT_B, ancestry_epochs=30, condense_epochs=2, converged=True),
         ),
@@ -361,7 +358,6 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
         ),
         adapt_steps=300,
         seeds=(0, 1, 2),
-        method_options={"wave": {"template_size": 192}},
         batch_size=256,
     ),
 }

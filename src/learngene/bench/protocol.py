@@ -382,7 +382,7 @@ class BenchRun:
     ) -> tuple[Learngene, str]:
         p = self.profile
         epochs = p.condense_epochs if condense_epochs is None else condense_epochs
-        options = p.method_options.get(name, {})
+        options = p.options_for(name)
         lam = p.condense_lambda.get(name, get_method(name).distill_lambda)
         cls = get_method(name)
         # a gene that reads neither weights nor data is the same for every ancestry of a size: one key

@@ -18,9 +18,8 @@ def cmd_inspect(args: argparse.Namespace) -> None:
     check_outputs(args, [args.plot], [args.path])
     print(describe_file(args.path, show_tensors=args.tensors))
     if args.plot:
-        from ..methods.cluster import plot_attention_distance
-
-        plot_attention_distance(load_gene(args.path), args.plot, overwrite=args.overwrite)
+        gene = load_gene(args.path)
+        get_method(gene.method).from_gene(gene).plot(gene, args.plot, overwrite=args.overwrite)
         print(f"wrote {args.plot}")
 
 

@@ -328,6 +328,9 @@ class ClusterLearngene(Method):
             )
         return lines
 
+    def plot(self, gene: Learngene, path: str | os.PathLike, overwrite: bool = False) -> None:
+        plot_attention_distance(gene, path, overwrite=overwrite)
+
 
 def plot_attention_distance(gene: Learngene, path: str | os.PathLike, overwrite: bool = False) -> None:
     """PNG of each head's mean attention distance per layer, centroids ringed (the paper's Fig. 1c)."""

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -194,6 +195,11 @@ class WAVE(AuxNetMethod):
     needs_vit_ancestry = False
     adaptable = True
     distill_lambda = 0.5  # Eq. 6: KL + CE, i.e. λ = 0.5 up to a factor 2
+
+    @classmethod
+    def bench_options(cls, sizes: Sequence[ViTSpec]) -> dict[str, Any]:
+        # one gene for the whole grid: templates as wide as the narrowest size tile the widths that are its multiples
+        return {"template_size": min(s.embed_dim for s in sizes)} if sizes else {}
 
     # ---- the gene -----------------------------------------------------------------------------
     def template_names(self, spec: ViTSpec) -> list[str]:

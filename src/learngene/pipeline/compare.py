@@ -189,7 +189,6 @@ def compare_profile(
         (Upstream("", tuple(condense_on), ancestry_epochs=0, condense_epochs=condense_epochs),) if condense_on else ()
     )
     variants = (Variant(KD, methods=all_methods, distill_lambda=kd_lambda, upstreams=("",)),) if kd_lambda else ()
-    narrowest = min(w for _, w, _ in shapes)
     return Profile(
         name="compare",
         description="learngene compare: a profile built from the command line",
@@ -203,7 +202,6 @@ def compare_profile(
         adapt_steps=adapt_steps,
         seeds=tuple(range(seeds)),
         methods=all_methods,
-        method_options={"wave": {"template_size": narrowest}} if "wave" in all_methods else {},
         batch_size=batch_size,
         lr=lr,
         variants=variants,
