@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 EPOCHS, STEPS_PER_EPOCH = 4, 40  # 640 digits in batches of 16; a checkpoint every 7 steps
 JOINED = "gpu_check_torchrun: joined the process group:"
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1"]
 
 
 def world_1_ddp(argv: list[str]) -> int:
