@@ -10,15 +10,18 @@ Three steps of the same ViT (ViT-S/16 and ViT-B/16 at 224 px, 1000 classes; ``--
   gene's tensors into the ViT's weights), as in condensation, here with cross-entropy only (λ = 0) so
   that the step itself is compared, not the teacher.
 
-The same flags go to all three: ``--compile`` (``torch.compile``), fused AdamW (default: on CUDA),
+``--kinds`` picks some of them (``plain ancestry`` for a compiled run: the aux net compiles a graph of its own,
+and the ratio the speed goal reads is the ancestry step's). The same flags go to all three: ``--compile`` (``torch.compile``), fused AdamW (default: on CUDA),
 SDPA attention (timm's ``fused_attn``; flash kernels on CUDA in bf16). Images/s are over the timed
-steps after warm-up steps (compilation happens there). MFU = images/s × 3 × forward matmul FLOPs per
+steps after warm-up steps (compilation happens there); the loop's steps are timed by the loop itself (its
+epoch seconds, which wait for the device to finish), the plain ones here, both after a device sync. MFU = images/s × 3 × forward matmul FLOPs per
 image / the device's dense bf16 peak (a table by device name below; ``n/a`` on a CPU or an unknown
 device). Nothing here estimates: a device that did not run prints no number.
 
     PYTHONPATH=src python benchmarks/gpu_speed.py --quick                      # CPU: small sizes
     PYTHONPATH=src python benchmarks/gpu_speed.py --batch-size 256             # a GPU: ViT-S/16 and ViT-B/16
-    PYTHONPATH=src python benchmarks/gpu_speed.py --batch-size 256 --compile
+    PYTHONPATH=src python benchmarks/gpu_speed.py --batch-size 256 --compile --kinds plain ancestry
+    ... --json rows.jsonl                     # also one JSON line per size and step (benchmarks/gpu_check.py reads it)
 
 Without a GPU (and without ``--quick``) it refuses in one line with exit code 2 rather than time ViT-B on a CPU.
 """
@@ -26,6 +29,8 @@ Without a GPU (and without ``--quick``) it refuses in one line with exit code 2 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import os
 import statistics
 import sys
@@ -49,6 +54,7 @@ from learngene.vit.spec import ViTSpec
 # dense (no sparsity) bf16 tensor-core peaks from NVIDIA's data sheets, TFLOP/s; first matching name wins
 BF16_PEAK_TFLOPS = (
     ("H100 PCIe", 756.0),
+    ("H100 NVL", 835.0),
     ("H100", 989.4),  # SXM5 (device names "NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM ...")
     ("H200", 989.4),
     ("GH200", 989.4),
@@ -131,15 +137,12 @@ def plain_step_rate(
     return batch * steps / (time.perf_counter() - tic)
 
 
-def loop_step_rate(
-    model: torch.nn.Module, spec: ViTSpec, batch: int, steps: int, warmup: int, cfg: TrainConfig
-) -> float:
-    """Images/s of :func:`learngene.training.loop.train`: epoch 1 is the warm-up, epoch 2 is timed (its own seconds)."""
-    per_epoch = max(steps, warmup)
+@functools.cache
+def random_images(spec: ViTSpec, n: int) -> ImageData:
+    """``n`` random uint8 images and labels in memory, made once per size (ViT-B's take seconds to draw)."""
     gen = torch.Generator().manual_seed(0)
-    n = per_epoch * batch
     images = torch.randint(0, 256, (n, spec.in_chans, spec.img_size, spec.img_size), generator=gen, dtype=torch.uint8)
-    data = ImageData(
+    return ImageData(
         images,
         torch.randint(0, spec.num_classes, (n,), generator=gen),
         spec.num_classes,
@@ -147,7 +150,14 @@ def loop_step_rate(
         (0.25,) * spec.in_chans,
         name="random",
     )
-    result = train(model, data, cfg.replace(epochs=2, batch_size=batch, max_steps=None))
+
+
+def loop_step_rate(
+    model: torch.nn.Module, spec: ViTSpec, batch: int, steps: int, warmup: int, cfg: TrainConfig
+) -> float:
+    """Images/s of :func:`learngene.training.loop.train`: epoch 1 is the warm-up, epoch 2 is timed (its own seconds)."""
+    n = max(steps, warmup) * batch
+    result = train(model, random_images(spec, n), cfg.replace(epochs=2, batch_size=batch, max_steps=None))
     seconds = result.history[1]["seconds"] - result.history[0]["seconds"]
     return n / seconds
 
@@ -198,6 +208,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--sizes", nargs="+", help="only these sizes (names as printed)")
     p.add_argument(
+        "--kinds",
+        nargs="+",
+        choices=KINDS,
+        default=list(KINDS),
+        help="only these steps (default: all; the ratio column needs plain)",
+    )
+    p.add_argument("--json", metavar="PATH", help="append one JSON line per size and step to PATH")
+    p.add_argument(
         "--reps", type=_count(1), default=3, help="interleaved repetitions of each step (default: %(default)s)"
     )
     p.add_argument("--device", default="auto", help="(default: %(default)s)")
@@ -206,6 +224,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.batch_size = 32 if args.batch_size == 256 else args.batch_size
         args.steps, args.warmup = (4 if args.steps == 20 else args.steps), (2 if args.warmup == 5 else args.warmup)
     return args
+
+
+# the steps timed, by the names --kinds takes, and as the table prints them
+KINDS = {"plain": "plain timm", "ancestry": "ours ancestry", "aux-net": "ours aux-net (tleg)"}
 
 
 def check_run(args: argparse.Namespace) -> tuple[torch.device, dict[str, ViTSpec]]:
@@ -250,39 +272,59 @@ def main(argv: list[str] | None = None) -> None:
         f"{'size':20s} {'step':20s} {'images/s':>10s} {'MFU':>7s} {'vs plain':>9s}   (medians of {args.reps} interleaved reps)"
     )
     for name, spec in sizes.items():
-        if args.sizes and name not in args.sizes:
-            continue
-        shape = (spec.in_chans, spec.img_size, spec.img_size)
+        if not args.sizes or name in args.sizes:
+            for row in time_size(name, spec, args, cfg, device, fused):
+                mfu = f"{100 * row['images_per_s'] * 3 * spec.flops / peak:6.1f}%" if peak else "    n/a"
+                ratio = f"{row['vs_plain']:9.3f}" if row["vs_plain"] is not None else "      n/a"
+                print(f"{name:20s} {KINDS[row['kind']]:20s} {row['images_per_s']:10.1f} {mfu} {ratio}", flush=True)
+                if args.json:
+                    row.update(device=device_name, compile=args.compile, batch=args.batch_size, steps=args.steps)
+                    row.update(warmup=args.warmup, mfu=row["images_per_s"] * 3 * spec.flops / peak if peak else None)
+                    with open(args.json, "a") as fh:
+                        fh.write(json.dumps(row) + "\n")
 
-        def plain() -> float:
-            torch.manual_seed(0)
-            model = spec.create_model()
-            set_fused_attention(model, args.sdpa)
-            return plain_step_rate(
-                model, shape, spec.num_classes, args.batch_size, args.steps, device, args.compile, fused, args.warmup
-            )
 
-        steps = {
-            "plain timm": plain,
-            "ours ancestry": lambda: loop_step_rate(
-                spec.create_model(), spec, args.batch_size, args.steps, args.warmup, cfg
-            ),
-            "ours aux-net (tleg)": lambda: loop_step_rate(
-                aux_net(spec), spec, args.batch_size, args.steps, args.warmup, cfg
-            ),
+def time_size(
+    name: str, spec: ViTSpec, args: argparse.Namespace, cfg: TrainConfig, device: torch.device, fused: bool
+) -> list[dict]:
+    """Images/s of each step in ``args.kinds`` for one size (medians of ``args.reps`` interleaved repetitions),
+    and its ratio to the plain step's rate in the same repetition (None without the plain step)."""
+    shape = (spec.in_chans, spec.img_size, spec.img_size)
+
+    def plain() -> float:
+        torch.manual_seed(0)
+        model = spec.create_model()
+        set_fused_attention(model, args.sdpa)
+        return plain_step_rate(
+            model, shape, spec.num_classes, args.batch_size, args.steps, device, args.compile, fused, args.warmup
+        )
+
+    steps = {
+        "plain": plain,
+        "ancestry": lambda: loop_step_rate(spec.create_model(), spec, args.batch_size, args.steps, args.warmup, cfg),
+        "aux-net": lambda: loop_step_rate(aux_net(spec), spec, args.batch_size, args.steps, args.warmup, cfg),
+    }
+    names = [kind for kind in KINDS if kind in args.kinds]
+    rates: dict[str, list[float]] = {n: [] for n in names}
+    for rep in range(args.reps):  # the order rotates, so that load drifting on a shared machine hits all alike
+        for step in names[rep % len(names) :] + names[: rep % len(names)]:
+            rates[step].append(steps[step]())
+            # as it is measured, so that a run stopped part-way (a time limit) still shows it
+            print(f"# {name} {KINDS[step]}, rep {rep + 1}: {rates[step][-1]:.1f} images/s", file=sys.stderr, flush=True)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    return [
+        {
+            "size": name,
+            "kind": step,
+            "images_per_s": statistics.median(rates[step]),
+            "vs_plain": statistics.median(r / p for r, p in zip(rates[step], rates["plain"]))
+            if "plain" in rates
+            else None,
+            "rates": rates[step],
         }
-        names = list(steps)
-        rates: dict[str, list[float]] = {n: [] for n in names}
-        for rep in range(args.reps):  # the order rotates, so that load drifting on a shared machine hits all alike
-            for step in names[rep % len(names) :] + names[: rep % len(names)]:
-                rates[step].append(steps[step]())
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-        for step in names:
-            rate = statistics.median(rates[step])
-            ratio = statistics.median(r / p for r, p in zip(rates[step], rates["plain timm"]))
-            mfu = f"{100 * rate * 3 * spec.flops / peak:6.1f}%" if peak else "    n/a"
-            print(f"{name:20s} {step:20s} {rate:10.1f} {mfu} {ratio:9.3f}")
+        for step in names
+    ]
 
 
 if __name__ == "__main__":

@@ -29,9 +29,28 @@ def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="run tests marked slow")
 
 
+# The suite's numbers are CPU numbers: outside the tests marked `gpu`, CUDA is hidden, so that `--device auto`
+# (the CLI's and TrainConfig's default) means the CPU, in fp32, on a machine with a GPU too; otherwise a test that
+# compares against CPU results or runs two processes would train in bf16 on the GPU, or bind ranks to GPUs it has
+# not got. Hidden in this process (torch.cuda.is_available() is False) and in the processes a test starts (the CLI,
+# torchrun: CUDA_VISIBLE_DEVICES is empty), from the test's setup (its fixtures, module-scoped ones included) to
+# its teardown. A test that needs the GPU says so with the `gpu` mark (tests/test_gpu.py).
+CUDA_PRESENT = torch.cuda.is_available()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not CUDA_PRESENT or item.get_closest_marker("gpu") is not None:
+        return (yield)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.cuda, "is_available", lambda: False)
+        mp.setenv("CUDA_VISIBLE_DEVICES", "")
+        return (yield)
+
+
 def pytest_collection_modifyitems(config, items):
     # GPU tests never make the suite depend on a GPU: without CUDA they skip, whatever else is selected
-    if not torch.cuda.is_available():
+    if not CUDA_PRESENT:
         needs_cuda = pytest.mark.skip(reason="needs CUDA")
         for item in items:
             if item.get_closest_marker("gpu") is not None:

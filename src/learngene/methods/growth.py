@@ -97,7 +97,8 @@ def random_copies(n_src: int, n_dst: int, generator: torch.Generator) -> AxisMap
 
 def noise_at_snr(signal: Tensor, snr_db: float, generator: torch.Generator) -> Tensor:
     """Gaussian noise whose power is the mean power of ``signal`` divided by ``10^(snr_db/10)``."""
-    noise = torch.randn(signal.shape, generator=generator, dtype=signal.dtype)
+    # drawn on the CPU (the generator's device) wherever the gene lies, so a gene on a GPU gets the CPU's noise
+    noise = torch.randn(signal.shape, generator=generator, dtype=signal.dtype).to(signal.device)
     power = signal.pow(2).mean() / 10 ** (snr_db / 10)
     return noise * (power / noise.pow(2).mean()).sqrt()
 
@@ -204,9 +205,8 @@ class Grow(Method):
             b = block_state(gene.tensors, layer)
             b = mix_block_heads(b, block_axes(src), select_matrix(head_index, src.num_heads))
             # W_O columns read copied heads
-            b["attn.proj.weight"] = join_proj(
-                split_proj(b["attn.proj.weight"], spec.num_heads) * head_scale[:, None, None]
-            )
+            proj = b["attn.proj.weight"]
+            b["attn.proj.weight"] = join_proj(split_proj(proj, spec.num_heads) * head_scale.to(proj)[:, None, None])
             b = resize_block(b, src, spec, width, hidden)
             widened.append(self._noise(b, src, generator) if self.config.snr_db is not None else b)
         out: StateDict = {}

@@ -679,14 +679,22 @@ def _run_epoch(run: _Run, batches: Batches, epoch: int, epochs: int, epoch_steps
         if stop or (
             cfg.checkpoint_every and not state.global_step % cfg.checkpoint_every and step_in_epoch + 1 < epoch_steps
         ):
-            state.seconds += time.perf_counter() - tic
+            state.seconds += _seconds_since(tic, device)
             tic = time.perf_counter()
             run.checkpoint(epoch, step_in_epoch + 1, sums, sums, forced=stop)
         if stop:
             bar.close()
             raise run.stopped()
     bar.close()
-    state.seconds += time.perf_counter() - tic
+    state.seconds += _seconds_since(tic, device)
+
+
+def _seconds_since(tic: float, device: torch.device) -> float:
+    """Seconds since ``tic`` once the device has finished the steps queued so far: CUDA runs asynchronously, and
+    the last step's backward and update may still be running when the host reaches the end of an epoch."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - tic
 
 
 def _epoch_record(run: _Run, epoch: int, sums: Tensor, eval_data: Data | None, epochs: int) -> dict[str, Any]:
