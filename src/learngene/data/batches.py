@@ -101,6 +101,11 @@ class Batches:
         return self.device is not None and isinstance(self.data, ImageData)
 
     def __iter__(self) -> Iterator[Batch]:
+        if self.device is not None and self.device.type == "cuda":
+            return _one_ahead(self._made(), self.device)
+        return self._made()
+
+    def _made(self) -> Iterator[Batch]:
         for step, x, y, soft in self._shares():
             global_size = min(self.batch_size, len(self.data) - step * self.batch_size)
             if self.device is not None:  # from pinned memory (on CUDA) these copies leave the host free
@@ -118,3 +123,22 @@ class Batches:
             mean, std = (torch.tensor(v, dtype=torch.float32).to(self.device) for v in (self.data.mean, self.data.std))
             self._scale = mean, std
         return self._scale
+
+
+def _one_ahead(batches: Iterator[Batch], device: torch.device) -> Iterator[Batch]:
+    """``batches``, each made (copied, normalized, augmented) on a stream of its own while the GPU still runs the
+    step before it, as timm's PrefetchLoader does: on the training stream the copy would wait for that step, and the
+    step after it for the copy. The host reads one batch ahead; the values are the same."""
+    side, main = torch.cuda.Stream(device), torch.cuda.current_stream(device)
+    with torch.cuda.stream(side):
+        ready = next(batches, None)
+    main.wait_stream(side)
+    while ready is not None:
+        with torch.cuda.stream(side):
+            coming = next(batches, None)
+        for tensor in (ready.x, ready.y, ready.soft):
+            if tensor is not None:  # made on the side stream, used on the main one: not reused before it is done
+                tensor.record_stream(main)
+        yield ready
+        main.wait_stream(side)  # the training stream waits (on the GPU, not the host) for the coming batch
+        ready = coming
