@@ -295,7 +295,7 @@ def test_in_memory_batches_are_normalized_on_the_gpu_and_the_loop_does_not_wait_
         assert on_gpu.x.is_cuda and on_gpu.y.is_cuda and on_gpu.x.dtype == torch.float32
         # the same float32 operations on the same uint8 values (division is correctly rounded on both), and the
         # flips and shifts are copies: equal up to at most an ulp of |x| ≤ 3.4 (~2.4e-7)
-        _assert_close(on_gpu.x, on_cpu.x, 0, 1e-6, "in-memory batch normalized on the GPU vs the CPU")
+        _assert_close(on_gpu.x.cpu(), on_cpu.x, 0, 1e-6, "in-memory batch normalized on the GPU vs the CPU")
         assert torch.equal(on_gpu.y.cpu(), on_cpu.y)
 
     # every synchronizing call (a read of a GPU value, a blocking copy) warns in this mode, from the line that made
