@@ -219,3 +219,44 @@ def test_torchrun_with_two_ranks_fills_the_grid_of_one_worker(ancestry, one_work
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert results(out) == one_worker
+
+
+def test_claims_exclude_each_other_and_failures_bind_the_workers_running_not_a_later_run(tmp_path):
+    from learngene.bench.workers import Busy, SharedClaims
+
+    first, second = SharedClaims(tmp_path, "p"), SharedClaims(tmp_path, "p")  # two workers (flock: two files)
+    try:
+        with first.hold("cells/data/tleg/L1-s0-key.json"):
+            with pytest.raises(Busy):
+                with second.hold("cells/data/tleg/L1-s0-key.json"):
+                    pass
+            with second.hold("cells/data/tleg/L1-s1-key.json"):  # another unit: free
+                pass
+        with second.hold("cells/data/tleg/L1-s0-key.json"):  # released with the first's block
+            pass
+        first.fail("genes/tleg-key.safetensors", "tleg refuses this ancestry")
+        assert second.failure("genes/tleg-key.safetensors") == "tleg refuses this ancestry"
+        time.sleep(0.05)  # file times tick in milliseconds: the record is older than the next worker
+        later = SharedClaims(tmp_path, "p")
+        assert later.failure("genes/tleg-key.safetensors") is None  # a rerun tries it again
+        later.close()
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_cell_that_fails_is_recorded_for_the_workers_running_and_tried_again_by_a_rerun(
+    ancestry, tmp_path, fine_tunes, capsys
+):
+    out = tmp_path / "na"
+    args = argv(ancestry, out)
+    args[args.index("L1-D32-H2")] = "L1-D32-H2,L1-D16-H1"  # pretrained copies blocks: it cannot make width 16
+    assert main(args) == 0
+    records = sorted((out / "claims" / "cells").rglob("*.failed"))
+    assert [r.parent.name for r in records] == ["pretrained", "pretrained"]  # seeds 0 and 1 at L1-D16-H1
+    assert "embed_dim" in records[0].read_text()
+    assert "pretrained at L1-D16-H1:" in (out / "report.md").read_text()
+    fine_tunes()
+    assert main(args) == 0  # a later run: every finished cell is read, the two refusals tried again
+    assert sorted(cell for _, what, cell in fine_tunes() if what == "start") == sorted(r.stem for r in records)
+    assert "pretrained at L1-D16-H1:" in capsys.readouterr().out

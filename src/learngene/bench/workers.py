@@ -17,8 +17,9 @@ compute the same unit. That costs time, not correctness: a unit's result depends
 seed gives the same numbers), and results are written atomically (temporary file, then rename).
 
 A unit that fails (a method that refuses a size, a non-finite loss) is recorded with its reason in
-``claims/<unit>.failed``, so no other worker repeats it and the report shows it as n/a; delete ``claims/``
-to try those again. Every worker also holds a shared lock on the folder's ``.lock`` (a run that needs the
+``claims/<unit>.failed``, so that the workers running do not repeat it and the report shows it as n/a; a
+worker started after the record was written tries it again (a rerun retries failures, as a single run always
+did: the cause may have been the disk, since freed). Every worker also holds a shared lock on the folder's ``.lock`` (a run that needs the
 folder alone, e.g. ``learngene bench``, is refused while workers run, and they while it runs) and on
 ``claims/profile-<hash>.lock``: a worker with other settings is refused while one of these runs.
 """
@@ -49,12 +50,12 @@ class Claims:
     """The claims of one process that works alone in its folder: every claim is granted, failures are kept in
     memory (the engine's behaviour before workers: a rerun tries a failed unit again)."""
 
+    def __init__(self) -> None:
+        self.failures: dict[str, str] = {}
+
     def hold(self, unit: str) -> contextlib.AbstractContextManager[None]:
         """Hold ``unit``'s claim while the block computes it; raises :class:`Busy` when another worker holds it."""
         return contextlib.nullcontext()
-
-    def __init__(self) -> None:
-        self.failures: dict[str, str] = {}
 
     def failure(self, unit: str) -> str | None:
         """Why ``unit`` failed, when a worker recorded that it did."""
@@ -91,6 +92,7 @@ class SharedClaims(Claims):
         self.held: list[int] = []
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
+            self.started = self._now()
             folder = _lock(out / RUN_LOCK, fcntl.LOCK_SH)
         except OSError as exc:
             raise LearngeneError(f"cannot write in the report folder: {os_error_message(exc, out)}") from None
@@ -119,6 +121,15 @@ class SharedClaims(Claims):
     def _path(self, unit: str, suffix: str) -> Path:
         return self.dir / f"{unit}{suffix}"
 
+    def _now(self) -> int:
+        """The folder's clock (on a network filesystem, the server's: the clock of the failure records' times)."""
+        marker = self.dir / f"started-{socket.gethostname()}-{os.getpid()}"
+        marker.touch()
+        try:
+            return marker.stat().st_mtime_ns
+        finally:
+            marker.unlink()
+
     @contextlib.contextmanager
     def hold(self, unit: str) -> Iterator[None]:
         path = self._path(unit, ".lock")
@@ -134,12 +145,20 @@ class SharedClaims(Claims):
             os.close(fd)  # closing the descriptor drops the flock
 
     def failure(self, unit: str) -> str | None:
+        """Why ``unit`` failed, as recorded by this worker or one running with it (a record older than this worker
+        is from an earlier run: tried again)."""
+        if unit in self.failures:
+            return self.failures[unit]
+        path = self._path(unit, ".failed")
         try:
-            return self._path(unit, ".failed").read_text().strip() or None
+            if path.stat().st_mtime_ns < self.started:
+                return None
+            return path.read_text().strip() or None
         except FileNotFoundError:
             return None
 
     def fail(self, unit: str, reason: str) -> None:
+        super().fail(unit, reason)
         path = self._path(unit, ".failed")
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, reason + "\n")

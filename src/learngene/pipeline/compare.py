@@ -394,11 +394,13 @@ def refusals(rows: list[Any]) -> list[str]:
     return [f"{label} at {', '.join(sizes)}: {note}" for (label, note), sizes in by.items()]
 
 
-def compare_text(rows: list[Any], profile: Profile) -> str:
-    """What ``learngene compare`` prints: per size the table and its recommendation line, then the refusals."""
+def compare_text(rows: list[Any], profile: Profile | Sequence[str]) -> str:
+    """What ``learngene compare`` prints: per size the table and its recommendation line, then the refusals.
+    ``profile``: the run's profile, or the labels of its references."""
+    references = profile.references if isinstance(profile, Profile) else tuple(profile)
     parts = []
     for size in dict.fromkeys(r.size for r in rows if r.task == TASK):
-        table, line = size_table(rows, size, profile.references)
+        table, line = size_table(rows, size, references)
         parts += [f"## {size}", "", table, "", f"**Recommendation** {line}", ""]
     refused = refusals(rows)
     if refused:
@@ -454,6 +456,16 @@ def _labels_note(profile: Profile) -> str:
     )
 
 
+LEGEND = (
+    RULE,
+    "",
+    f"`epoch reaching {LONG_LABEL}'s final`: the first evaluated fine-tuning epoch at which the method's mean curve "
+    f"reaches the mean final accuracy of scratch trained ×{LONG}; the speed-up is the epoch at which {LONG_LABEL} "
+    "itself first reaches it (evaluated at every multiple of the others' budget) divided by the method's.",
+    "",
+)  # what the report says under its header, before the tables
+
+
 def write_compare_report(
     rows: list[Any], profile: Profile, out_dir: Path, meta: dict[str, Any] | None = None, plots: bool = True
 ) -> None:
@@ -506,13 +518,7 @@ def write_compare_report(
             else []
         ),
         "",
-        RULE,
-        "",
-        f"`epoch reaching {LONG_LABEL}'s final`: the first evaluated fine-tuning epoch at which the method's mean "
-        f"curve reaches the mean final accuracy of scratch trained ×{LONG}; the speed-up is the epoch at which "
-        f"{LONG_LABEL} itself first reaches it (evaluated at every multiple of the others' budget) divided by "
-        "the method's.",
-        "",
+        *LEGEND,
         compare_text(rows, profile),
     ]
     if plots:
