@@ -55,6 +55,29 @@ def write_csv(rows: list[Row], path: Path) -> None:
     write_text_atomic(path, buf.getvalue())
 
 
+_INTS = ("budget", "depth", "embed_dim", "num_heads", "seed", "params", "stored_params", "condense_steps")
+_FLOATS = ("condense_seconds", "adapt_seconds", "train_seconds")
+
+
+def read_csv(path: Path) -> list[Row]:
+    """The rows a ``results.csv`` was written from (:func:`write_csv`), in its order: accuracies as written (4
+    decimals), no ``cell_seconds`` (the file has none). How a report is rebuilt with today's tables."""
+    from .protocol import Row
+
+    rows: dict[tuple[str, ...], Row] = {}
+    with open(path, newline="") as fh:
+        for line in csv.DictReader(fh):
+            key = tuple(line[k] for k in ("upstream", "method", "variant", "budget", "task", "size", "seed"))
+            if key not in rows:
+                values: dict[str, Any] = {k: line[k] for k in ("upstream", "method", "variant", "task", "size", "note")}
+                values.update({k: int(line[k]) for k in _INTS}, **{k: float(line[k]) for k in _FLOATS})
+                rows[key] = Row(**values)
+            if line["acc"]:
+                rows[key].accs.append(float(line["acc"]))
+                rows[key].eval_epochs.append(int(line["epoch"]))
+    return list(rows.values())
+
+
 # ---- aggregation ---------------------------------------------------------------------------------------
 def _groups(rows: list[Row], task: str) -> dict[tuple[str, str], list[Row]]:
     """Finished rows of ``task`` by (label, size), labels in first-seen order."""

@@ -493,9 +493,11 @@ def _add_compare(sub) -> None:
         "scratch, scratch ×10 and mimetic, one recommendation per size",
         description="Condense the ancestry with every method once, make every size, fine-tune every "
         "method × size × seed on --data with the same budget and a fresh head, and print "
-        "per size mean ± std, 2-std marks against the references, costs, the epoch each "
-        "method reaches scratch ×10's final accuracy, and one recommendation line. Writes "
-        "report.md, results.csv and plots to --out; cached and resumable like bench.",
+        "per size mean ± std, the paired difference to each reference with its 95 % interval and a "
+        "Holm-corrected decision, costs, the epoch each method reaches scratch ×10's final accuracy, and "
+        "one recommendation line (with the seeds a lead would need when it is not resolved). Writes "
+        "report.md, results.csv and plots to --out; cached and resumable like bench. Several compare "
+        "processes on one --out (or torchrun ranks, or SLURM array tasks) share the work.",
     )
     add_ancestry_args(p)
     p.add_argument(
@@ -517,7 +519,8 @@ def _add_compare(sub) -> None:
         "--references",
         metavar="LIST",
         default="scratch,scratch_x10,mimetic,structured",
-        help="what a recommendation must beat by 2 std; scratch_x10 = scratch fine-tuned 10× as long; "
+        help="what a recommendation must beat (paired over seeds, Holm-corrected); scratch_x10 = scratch "
+        "fine-tuned 10× as long; "
         "structured only where registered (default: %(default)s)",
     )
     p.add_argument("--seeds", type=_integer, default=3, help="seeds 0..N-1 per method and size (default: %(default)s)")
@@ -578,9 +581,18 @@ def _add_compare(sub) -> None:
         metavar="MINUTES",
         help="start no new stage after this long; the same command continues later",
     )
-    p.add_argument("--out", required=True, help="report folder (also the cache a rerun continues from)")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="report folder (also the cache a rerun continues from); every compare with the same flags on it "
+        "takes a share of the cells",
+    )
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    p.add_argument(
+        "--device",
+        default="auto",
+        help="auto, cpu, cuda or cuda:N; under torchrun auto is each rank's own GPU (default: %(default)s)",
+    )
     add_threads(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler="comparing:cmd_compare")
