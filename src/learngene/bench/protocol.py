@@ -33,7 +33,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -54,56 +54,11 @@ from ..training.loop import TrainConfig, resolve_device, seed_everything, train
 from ..training.progress import RunProgress, on_terminal
 from ..vit.spec import ViTSpec
 from .profiles import Profile, Task, Upstream, Variant
-from .report import plural, write_report
+from .report import Row, plural, write_report
 from .workers import Busy, Claims, SharedClaims
 
 UPSTREAM_EVAL_IMAGES = 1_000  # test images the ancestry and aux nets report accuracy on
 T = TypeVar("T")
-
-
-@dataclass
-class Row:
-    """One descendant: a method at a size, on a task, with a seed and a budget (× the task's epochs)."""
-
-    method: str
-    task: str
-    size: str
-    depth: int
-    embed_dim: int
-    num_heads: int
-    seed: int
-    budget: int = 1
-    params: int = 0
-    stored_params: int = 0
-    condense_seconds: float = 0.0
-    condense_steps: int = 0
-    adapt_seconds: float = 0.0
-    train_seconds: float = 0.0
-    accs: list[float] = field(default_factory=list)  # top-1 at every evaluation point
-    note: str = ""  # why the cell is n/a
-    upstream: str = ""  # which ancestry (profiles with several upstreams)
-    variant: str = ""  # an ablation's change to how the descendant is made (e.g. "+mimetic")
-    eval_epochs: list[int] = field(default_factory=list)  # the fine-tuning epoch of every entry of accs
-    cell_seconds: float = 0.0  # wall time of the whole cell: expansion, fine-tuning, evaluation, saving
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.accs)
-
-    @property
-    def acc(self) -> float:
-        return self.accs[-1]
-
-    @property
-    def label(self) -> str:
-        """The method (and variant), or e.g. ``scratch ×10`` for a longer budget."""
-        name = f"{self.method} {self.variant}" if self.variant else self.method
-        return name if self.budget == 1 else f"{name} ×{self.budget}"
-
-    @property
-    def epochs(self) -> list[int]:
-        """The fine-tuning epoch of every accuracy (rows from before eval points existed: every epoch)."""
-        return self.eval_epochs or list(range(1, len(self.accs) + 1))
 
 
 def row_from_dict(values: dict[str, Any]) -> Row:
