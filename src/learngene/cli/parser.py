@@ -129,6 +129,7 @@ def add_size_flag(g, name: str, help: str | None = None) -> None:
 
 
 def _size(f, tp):
+    """A size flag's parser: a number of the field's type ``tp`` that the spec's checker accepts (its words if not)."""
     parse = _integer if tp is int else _real
 
     def check(text: str):
