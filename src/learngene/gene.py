@@ -13,7 +13,7 @@ import json
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
@@ -23,6 +23,8 @@ from .formats.atomic import library_version, now_iso, quote
 from .formats.licenses import check_license
 from .formats.preprocessing import check_preprocessing
 from .formats.weights import nonfinite_tensor, read_safetensors, save_safetensors
+from .settings import field
+from .validate import refusal
 from .vit.spec import ViTSpec
 
 GENE_FORMAT = "learngene"
@@ -61,44 +63,24 @@ class Learngene:
         library_version, created: provenance, filled in on creation.
     """
 
-    method: str
-    tensors: dict[str, Tensor]
+    method: str = field()
+    tensors: dict[str, Tensor] = field()
     config: dict[str, Any] = field(default_factory=dict)
-    layout: ViTSpec | None = None
-    ancestry: ViTSpec | None = None
+    layout: ViTSpec | None = field(None)
+    ancestry: ViTSpec | None = field(None)
     cost: dict[str, Any] = field(default_factory=dict)
-    label_space: dict[str, Any] | None = None
-    preprocessing: dict[str, Any] | None = None
-    license: str | None = None
+    label_space: dict[str, Any] | None = field(None)
+    preprocessing: dict[str, Any] | None = field(None)
+    license: str | None = field(None)
     library_version: str = field(default_factory=library_version)
     created: str = field(default_factory=now_iso)
 
     def __post_init__(self) -> None:
         """Each field holds what it names, so that a wrong value fails here, by name, not deep in an expansion."""
-
-        def refuse(name: str, wanted: str, value: Any) -> LearngeneError:
-            return LearngeneError(
-                f"Learngene {name} is not {wanted}: got {type(value).__name__} {str(value)[:60]!r}; pass {wanted}"
-            )
-
-        if not isinstance(self.method, str):
-            raise refuse("method", "a method name (a string)", self.method)
-        if not isinstance(self.tensors, dict):
-            raise refuse("tensors", "a dict of names to torch tensors", self.tensors)
-        for name, value in self.tensors.items():
-            if not isinstance(name, str) or not isinstance(value, Tensor):
-                raise refuse(f"tensors[{name!r}]", "a torch tensor under a string name", value)
-        for name in ("config", "cost"):
-            if not isinstance(getattr(self, name), dict):
-                raise refuse(name, "a JSON object (a dict)", getattr(self, name))
-        for name in ("label_space", "preprocessing"):
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
-                raise refuse(name, "a JSON object (a dict) or None", getattr(self, name))
-        if self.license is not None and not isinstance(self.license, str):
-            raise refuse("license", "a licence identifier (a string) or None", self.license)
-        for name in ("layout", "ancestry"):
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), ViTSpec):
-                raise refuse(name, "a ViTSpec or None", getattr(self, name))
+        bad = refusal(self)
+        if bad is not None:
+            got = f"{type(bad.value).__name__} {str(bad.value)[:60]!r}"
+            raise LearngeneError(f"Learngene {bad.name} is not {bad.wanted}: got {got}; pass {bad.wanted}")
 
     def require_layout(self) -> ViTSpec:
         """The spec the gene's tensors are shaped for (the aux net, the ancestry, or the size it was adapted to)."""

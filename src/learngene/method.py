@@ -5,7 +5,7 @@ learngene into timm state_dict entries for any spec (``expand``, written in torc
 differentiable in the gene's tensors) and, for some methods, a learngene into one specialized to a
 size on a little data (``adapt``). Its hyper-parameters are a frozen ``Config`` dataclass, stored in
 the gene and overridable at expansion (:func:`config_from_dict`). An option's type says its values
-(``Literal`` choices), its field metadata its range (:func:`~learngene.validate.option`), and
+(``Literal`` choices), its field metadata its range (:func:`~learngene.settings.field`), and
 :func:`check_options` checks both, once, whenever a method is made.
 """
 
@@ -33,11 +33,9 @@ from .validate import (
     EXPAND,
     PHASE_WORDS,
     as_text,
-    check_fields,
     coerce,
-    limits_of,
     option_assignment,
-    out_of_range,
+    refusal,
 )
 from .vit.spec import ViTSpec
 from .vit.transfer import StateDict
@@ -316,23 +314,19 @@ def refuse_unread(method: type[Method], options: dict[str, Any], step: str) -> N
 
 def check_options(method: str, config: Any) -> None:
     """Every option has its declared type (a ``Literal``'s choices included) and lies in its range: the one
-    its field declares (:func:`~learngene.validate.option`), else 0 or more for a number (a count, size,
+    its field declares (:func:`~learngene.settings.field`), else 0 or more for a number (a count, size,
     rate or seed)."""
+    bad = refusal(config, default_limits={"at_least": 0})
+    if bad is None:
+        return
     see = by_caller(f"see help(learngene.get_method({method!r}).Config)", "see `learngene methods`")
-    check_fields(
-        config,
-        f"{method} option",
-        by_caller(f"pass a value of that kind ({see})", f"pass --opt KEY=VALUE with a value of that kind ({see})"),
+    if bad.of_type:
+        fix = by_caller(f"pass a value of that kind ({see})", f"pass --opt KEY=VALUE with a value of that kind ({see})")
+        raise LearngeneError(f"{method} option {bad.name} must be {bad.wanted}, got {bad.value!r}; {fix}")
+    raise LearngeneError(
+        f"{method} option {bad.name} must be {bad.wanted}, got {bad.value!r}; pass "
+        f"{option_assignment(bad.name, 'VALUE')} with a value of that kind ({see})"
     )
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        declared = limits_of(f)
-        wanted = out_of_range(value, declared or {"at_least": 0})
-        if wanted:
-            raise LearngeneError(
-                f"{method} option {f.name} must be {wanted}, got {value!r}; pass "
-                f"{option_assignment(f.name, 'VALUE')} with a value of that kind ({see})"
-            )
 
 
 def config_from_dict(config_cls: type, values: dict[str, Any]) -> Any:

@@ -20,7 +20,7 @@ from ..training import distributed as dist
 from ..training.config import TrainConfig, from_flags
 from ..training.loop import CHECKPOINT
 from ..validate import parse_assignment
-from ..vit.spec import ViTSpec, get_preset
+from ..vit.spec import SIZE_FLAG_FIELDS, ViTSpec, get_preset
 
 
 def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
@@ -45,17 +45,7 @@ def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
     return out
 
 
-SPEC_FIELDS = (
-    "depth",
-    "embed_dim",
-    "num_heads",
-    "mlp_ratio",
-    "img_size",
-    "patch_size",
-    "in_chans",
-    "num_classes",
-    "global_pool",
-)
+SPEC_FIELDS = tuple(f.name for f in SIZE_FLAG_FIELDS)  # the size flags' fields (learngene.cli.parser.add_spec_args)
 
 
 def spec_from_args(args: argparse.Namespace, base=None, data=None) -> ViTSpec:

@@ -18,8 +18,8 @@ from .._version import __version__
 from ..bench.descriptions import QUICK_DEMO_TIME, profiles_help
 from ..threads import THREADS_HELP
 from ..training.config import COMMON, DISTILL, SPEED_GROUP, TRAINING, TrainConfig, flagged_settings
-from ..validate import MAX_INT, limits_of, out_of_range
-from ..vit.spec import PRESETS
+from ..validate import MAX_INT, choices, limits_of, out_of_range, refusal_of
+from ..vit.spec import PRESETS, SIZE_FLAG_FIELDS, ViTFamily, ViTSpec, refused
 
 EXIT_USAGE = 2
 
@@ -110,20 +110,37 @@ def _data_help() -> str:
 
 # ---- shared argument groups ---------------------------------------------------------------------------
 def add_spec_args(p: argparse.ArgumentParser, preset: bool = True) -> None:
+    """The size flags, made from the fields of :class:`~learngene.vit.spec.ViTSpec` (and its family) that declare one."""
     g = p.add_argument_group("model size (a ViT spec)")
     if preset:
         g.add_argument("--preset", choices=sorted(PRESETS), help="start from a named size")
-    g.add_argument("--depth", type=_integer, help="number of blocks")
-    g.add_argument("--embed-dim", type=_integer, help="width D")
-    g.add_argument("--num-heads", type=_integer, help="attention heads (must divide the width)")
-    g.add_argument("--mlp-ratio", type=_real, help="MLP hidden width / D")
-    g.add_argument("--img-size", type=_integer, help="input resolution (data are resized to it)")
-    g.add_argument("--patch-size", type=_integer, help="patch size (must divide the image size)")
-    g.add_argument(
-        "--in-chans", type=_integer, help="input channels (grey data are repeated to 3; colour data for 1 are refused)"
-    )
-    g.add_argument("--num-classes", type=_integer, help="classifier outputs")
-    g.add_argument("--global-pool", choices=("token", "avg"), help="class-token or average pooling")
+    for f in SIZE_FLAG_FIELDS:
+        add_size_flag(g, f.name)
+
+
+def add_size_flag(g, name: str, help: str | None = None) -> None:
+    """The flag of spec field ``name`` (``help`` replaces its declared help): its type, choices and range as the field
+    declares them, checked as the spec checks them, before anything is loaded; not given: None."""
+    f = next(f for f in SIZE_FLAG_FIELDS if f.name == name)
+    tp = {**typing.get_type_hints(ViTFamily), **typing.get_type_hints(ViTSpec)}[name]
+    offered = f.metadata.get("flag_choices") or choices(tp)
+    kwargs: dict[str, Any] = {"choices": offered} if offered else {"type": _size(f, tp)}
+    g.add_argument(f.metadata["flag"], help=help or f.metadata["help"], **kwargs)
+
+
+def _size(f, tp):
+    """A size flag's parser: a number of the field's type ``tp`` that the spec's checker accepts (its words if not)."""
+    parse = _integer if tp is int else _real
+
+    def check(text: str):
+        value = parse(text)
+        bad = refusal_of(f, tp, value)
+        if bad is not None:
+            raise argparse.ArgumentTypeError(str(refused(bad)))
+        return value
+
+    check.__name__ = parse.__name__  # argparse names the type in its "invalid ... value" message
+    return check
 
 
 def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: str | None = "fashion_mnist") -> None:
@@ -304,12 +321,10 @@ def _add_condense(sub) -> None:
     add_output(p, "learngene")
     add_license(p, "learngene (and named on its descendants' model cards)")
     g = p.add_argument_group("timm checkpoint sizes (with --timm-model)")
-    g.add_argument("--num-classes", type=_integer, help="classifier outputs of the checkpoint")
-    g.add_argument("--img-size", type=_integer, help="input resolution of the checkpoint (data are resized to it)")
-    g.add_argument(
-        "--in-chans",
-        type=_integer,
-        help="input channels of the checkpoint (grey data are repeated to 3; colour data for 1 are refused)",
+    add_size_flag(g, "num_classes", "classifier outputs of the checkpoint")
+    add_size_flag(g, "img_size", "input resolution of the checkpoint (data are resized to it)")
+    add_size_flag(
+        g, "in_chans", "input channels of the checkpoint (grey data are repeated to 3; colour data for 1 are refused)"
     )
     g.add_argument(
         "--timm-arg",
