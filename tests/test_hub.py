@@ -172,3 +172,24 @@ def test_train_with_a_hub_teacher(tmp_path, cache, monkeypatch, fake_fashion):
     assert main(["ancestry", *tiny, "--in-chans", "3", "--out", "s.safetensors", *common]) == 0
     assert main(["train", "s.safetensors", "--teacher", f"hf-hub:{TIMM_REPO}", "--out", "t.safetensors", *common]) == 0
     assert (tmp_path / "t.safetensors").exists()
+
+
+def test_compare_from_the_hub_on_a_saved_dataset_logs_every_training_stage(tmp_path, cache, monkeypatch):
+    """The three together: a Hub ancestry, an hf: dataset, and --log tensorboard on compare (every stage's curves
+    under OUT/logs, kept after the stages' run folders are removed)."""
+    pytest.importorskip("datasets", reason="the datasets extra is not installed")
+    pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
+    from tests.hub_fixtures import tensorboard_scalars, tiny_image_dataset
+
+    _timm_repo(tmp_path, cache)
+    tiny_image_dataset(tmp_path / "ds", size=16)
+    monkeypatch.chdir(tmp_path)
+    argv = ["compare", "--ancestry", f"hf-hub:{TIMM_REPO}", "--data", "hf:ds", "--sizes", "L1-D32-H2"]
+    argv += ["--methods", "pretrained", "--references", "scratch", "--seeds", "1", "--epochs", "1", "--batch-size", "8"]
+    assert main([*argv, "--log", "tensorboard", "--out", "cmp", "--no-plots", "--quiet"]) == 0
+    event_dirs = sorted(p.parent for p in (tmp_path / "cmp" / "logs").rglob("events.out.tfevents.*"))
+    assert len(event_dirs) == 2  # one fine-tuning cell per method: pretrained and scratch
+    for folder in event_dirs:
+        assert [step for step, _ in tensorboard_scalars(folder)["train/loss"]] == [1, 2, 3]  # 24 images, batch 8
+    assert not list((tmp_path / "cmp").rglob("*.run"))
+    assert f"- ancestry: hf-hub:{TIMM_REPO} (L2-D32-H2" in (tmp_path / "cmp" / "report.md").read_text()

@@ -38,6 +38,7 @@ from ..bench.report import (
 from ..errors import LearngeneError
 from ..formats.atomic import now_iso, write_text_atomic
 from ..registry import get_method, list_methods
+from ..training.config import Logger
 from ..training.loop import TrainConfig
 from ..vit.spec import ViTSpec
 
@@ -483,8 +484,10 @@ def run_compare(
     time_limit: float | None = None,
     command: str | None = None,
     plots: bool = True,
+    log: tuple[Logger, ...] = (),
 ) -> list[Any]:
-    """Run (or resume) a compare profile into ``out_dir``; returns its rows (the report is written there)."""
+    """Run (or resume) a compare profile into ``out_dir``; returns its rows (the report is written there).
+    ``log``: loggers of every training stage's curves (``TrainConfig.log``), under ``out_dir/logs``."""
     from ..bench.protocol import BenchRun
 
     return BenchRun(
@@ -497,4 +500,5 @@ def run_compare(
         plots=plots,
         command=command,
         reporter=write_compare_report,
+        log=log,
     ).run()
