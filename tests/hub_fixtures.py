@@ -225,3 +225,46 @@ def wandb_config(run_dir: Path) -> dict[str, object]:
             for item in config.update if config is not None else ():
                 out[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
     return out
+
+
+# ---- the cache the hub guide's runnable blocks read (tests/test_docs.py) ----------------------------------------
+DOCS_VIT = "timm/vit_small_patch16_224.augreg_in21k_ft_in1k"  # ViT-S's depth and heads, at a tiny width and size
+DOCS_DINOV2 = "facebook/dinov2-small"
+DOCS_TAG = "timm/deit_tiny_patch16_224.fb_in1k"  # timm's registry names this repo for the tag: real-size weights
+
+
+def offline_wandb(monkeypatch, folder: Path) -> None:
+    """W&B offline, its own files under ``folder``: nothing reaches the network or the home folder."""
+    for name, value in (
+        ("WANDB_MODE", "offline"),
+        ("WANDB_SILENT", "true"),
+        ("WANDB_CONFIG_DIR", str(folder / "config")),
+        ("WANDB_CACHE_DIR", str(folder / "cache")),
+        ("WANDB_DATA_DIR", str(folder / "data")),
+        ("WANDB_DISABLE_GIT", "true"),
+    ):
+        monkeypatch.setenv(name, value)
+
+
+def fill_docs_cache(tmp_path: Path, monkeypatch, work: Path) -> None:
+    """The Hub repos docs/guides/hub.md names, tiny, in an offline cache; its dataset ``cifar10`` in ``work``."""
+    import timm
+
+    cache = offline_hub(monkeypatch, tmp_path / "hf-cache")
+    offline_wandb(monkeypatch, tmp_path / "wandb-home")
+    vit_args = dict(depth=12, embed_dim=48, num_heads=6, img_size=16, patch_size=4)
+    src = tmp_path / "docs-src"
+    for name in ("vit", "dinov2"):
+        (src / name).mkdir(parents=True)
+    torch.manual_seed(0)
+    vit = timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=10, **vit_args)
+    timm.models.save_for_hf(vit, str(src / "vit"), model_args=vit_args)
+    cache_repo(cache, DOCS_VIT, folder_files(src / "vit"))
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Dinov2Config(
+        num_hidden_layers=4, hidden_size=48, num_attention_heads=6, image_size=16, patch_size=4
+    )
+    transformers.Dinov2Model(config).save_pretrained(src / "dinov2")
+    cache_repo(cache, DOCS_DINOV2, folder_files(src / "dinov2"))
+    cache_repo(cache, DOCS_TAG, {"model.safetensors": timm_tag_weights()[0]})
+    tiny_image_dataset(work / "cifar10", train=40, test=20, classes=10, size=20)

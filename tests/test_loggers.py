@@ -16,7 +16,14 @@ from learngene.errors import LearngeneError
 from learngene.training.loop import TrainConfig, train
 from learngene.vit.spec import ViTSpec
 from tests.conftest import FaultyData, make_images
-from tests.hub_fixtures import tensorboard_scalars, tensorboard_texts, wandb_config, wandb_history, wandb_run_ids
+from tests.hub_fixtures import (
+    offline_wandb,
+    tensorboard_scalars,
+    tensorboard_texts,
+    wandb_config,
+    wandb_history,
+    wandb_run_ids,
+)
 
 SPEC = ViTSpec(depth=1, embed_dim=16, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
 needs_tensorboard = pytest.mark.skipif(
@@ -30,17 +37,8 @@ needs_wandb = pytest.mark.skipif(
 
 
 @pytest.fixture(autouse=True)
-def offline_wandb(tmp_path, monkeypatch):
-    """W&B offline, its own files under tmp_path: nothing reaches the network or the home folder."""
-    for name, value in (
-        ("WANDB_MODE", "offline"),
-        ("WANDB_SILENT", "true"),
-        ("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config")),
-        ("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache")),
-        ("WANDB_DATA_DIR", str(tmp_path / "wandb-data")),
-        ("WANDB_DISABLE_GIT", "true"),
-    ):
-        monkeypatch.setenv(name, value)
+def wandb_offline(tmp_path, monkeypatch):
+    offline_wandb(monkeypatch, tmp_path / "wandb-home")
 
 
 def _crash(x, y, soft):
