@@ -110,6 +110,7 @@ def test_timm_tag_resolves_to_its_hub_repo(cache):
         ("hf-hub:not a repo", "hf-hub:ORG/NAME"),
         ("timm:deit_tiny_patch16_224.nope", "deit_tiny_patch16_224.fb_in1k"),
         ("timm:no_such_model", "timm has no model"),
+        (DINOV2_REPO, f"write hf-hub:{DINOV2_REPO}"),  # a repo id without its prefix, as from_pretrained takes it
     ],
 )
 def test_nothing_cached_or_a_bad_name_is_one_line(cache, name, says):

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from .errors import LearngeneError, SpecError, require_argument
 from .formats.convert import is_model_folder, read_checkpoint, without_head
-from .formats.hub import fetch_model, is_hub_name
+from .formats.hub import fetch_model, is_hub_name, looks_like_repo_id
 from .formats.licenses import check_license
 from .formats.model_file import load_model_file
 from .memory import release_pages, tensors_in_temporary_file
@@ -67,6 +67,8 @@ def load_ancestry(
         require_argument(timm_model, str, "timm_model", "a timm architecture name or None")
     if is_hub_name(path):
         return _load_hub_ancestry(str(path), timm_model, drop_head, **model_kwargs)
+    if looks_like_repo_id(path):
+        raise LearngeneError(f"{path} is no file or folder here; for the Hugging Face Hub repo, write hf-hub:{path}")
     license = None  # a bare checkpoint file records none
     if is_model_folder(path):
         ckpt = read_checkpoint(path, drop_head=drop_head)  # checked for NaN as it is read

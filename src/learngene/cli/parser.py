@@ -260,7 +260,9 @@ def add_ancestry_args(p: argparse.ArgumentParser) -> None:
         "--ancestry",
         required=True,
         help="ancestry model: a learngene model file; a checkpoint (.safetensors/.pth/.bin) with --timm-model; "
-        "or a folder with config.json: a timm hub folder or a transformers ViT/DeiT/DINOv2/CLIP/SigLIP",
+        "a folder with config.json: a timm hub folder or a transformers ViT/DeiT/DINOv2/CLIP/SigLIP; or such a "
+        "model on the Hugging Face Hub, hf-hub:ORG/NAME[@REVISION], or a timm pretrained tag, timm:NAME[.TAG] "
+        "(read from the Hugging Face cache; HF_HUB_OFFLINE=1 keeps it offline)",
     )
     p.add_argument(
         "--drop-head",

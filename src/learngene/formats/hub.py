@@ -57,6 +57,12 @@ def is_hub_name(path: object) -> bool:
     return isinstance(path, str) and path.startswith((HUB_PREFIX, TIMM_PREFIX))
 
 
+def looks_like_repo_id(path: object) -> bool:
+    """Whether ``path`` is no file or folder here but has the shape of a Hub repo id (``ORG/NAME``): the user
+    probably meant ``hf-hub:ORG/NAME``, as transformers' ``from_pretrained("org/name")`` takes it."""
+    return isinstance(path, str) and path.count("/") == 1 and bool(_REPO_ID.fullmatch(path)) and not Path(path).exists()
+
+
 def fetch_model(name: str) -> HubModel:
     """The files of Hub model ``name`` in the local cache, fetched there first when missing (and the Hub reachable)."""
     if name.startswith(TIMM_PREFIX):
