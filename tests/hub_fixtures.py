@@ -100,24 +100,6 @@ def timm_tag_weights(seed: int = 0) -> tuple[bytes, dict[str, torch.Tensor]]:
     return save({k: v.contiguous() for k, v in state.items()}), state
 
 
-def fill_cache(tmp_path: Path, cache: Path, timm_tag: bool = True) -> dict[str, str]:
-    """The tiny timm repo, the tiny DINOv2 repo and (``timm_tag``) the timm tag's repo in ``cache``; their commits."""
-    timm_dir, dino_dir = tmp_path / "src-timm", tmp_path / "src-dinov2"
-    timm_dir.mkdir()
-    dino_dir.mkdir()
-    tiny_timm_folder(timm_dir)
-    tiny_dinov2_folder(dino_dir)
-    commits = {
-        TIMM_REPO: cache_repo(cache, TIMM_REPO, folder_files(timm_dir)),
-        DINOV2_REPO: cache_repo(cache, DINOV2_REPO, folder_files(dino_dir)),
-    }
-    if timm_tag:
-        commits[f"timm/{TIMM_TAG}"] = cache_repo(
-            cache, f"timm/{TIMM_TAG}", {"model.safetensors": timm_tag_weights()[0]}
-        )
-    return commits
-
-
 # ---- Hugging Face datasets ----------------------------------------------------------------------------------
 def tiny_image_dataset(path: Path, train: int = 24, test: int = 12, classes: int = 3, size: int = 20, seed: int = 0):
     """A ``datasets.DatasetDict`` of RGB images (column ``img``, PIL) and labels (``label``, a ClassLabel), as

@@ -163,3 +163,19 @@ def test_cli_condense_and_train_log_to_both_and_resume_their_curves(tmp_path, mo
     assert any("eval/acc" in r for r in wandb_history(tmp_path / "t"))
     assert main(["train", "d.safetensors", "--out", "u.safetensors", *common]) == 2
     assert "pass --run-dir too" in capsys.readouterr().err
+
+
+def test_wandb_goes_offline_without_a_login_or_a_server(tmp_path, monkeypatch):
+    """No WANDB_MODE: offline without an API key (no login prompt), and offline when the server does not answer
+    (a closed port on this machine: nothing leaves it)."""
+    from learngene.training.loggers import wandb_mode
+
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL", "NETRC"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc from `wandb login`
+    assert wandb_mode() == "offline"
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    monkeypatch.setenv("WANDB_BASE_URL", "https://127.0.0.1:9")
+    assert wandb_mode() == "offline"
+    monkeypatch.setenv("WANDB_MODE", "online")
+    assert wandb_mode() == "online"

@@ -117,12 +117,14 @@ def wandb_mode() -> str:
         return "offline"
     if mode == "online":
         return "online"
-    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    server = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"))
+    host = server.hostname or "api.wandb.ai"
     if not os.environ.get("WANDB_API_KEY") and not _netrc_has(host):
         return "offline"
     try:
-        socket.create_connection((host, 443), timeout=WANDB_CONNECT_SECONDS).close()
-    except OSError:
+        port = server.port or (80 if server.scheme == "http" else 443)
+        socket.create_connection((host, port), timeout=WANDB_CONNECT_SECONDS).close()
+    except (OSError, ValueError):  # no answer, or a WANDB_BASE_URL whose port is no number
         return "offline"
     return "online"
 
