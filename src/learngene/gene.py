@@ -60,6 +60,9 @@ class Learngene:
             :func:`learngene.data.preprocessing_cfg`), passed on to every descendant's model file; None: unknown.
         license: the licence of the ancestry's weights (:mod:`learngene.formats.licenses`), named on every descendant's
             model card; None: not recorded.
+        ancestry_source: where the ancestry came from when it was read by name from the Hugging Face Hub
+            (``{"repo_id": ..., "revision": <commit>}``, :attr:`learngene.Ancestry.source`), named on every
+            descendant's model card; None: a local file or folder.
         library_version, created: provenance, filled in on creation.
     """
 
@@ -72,6 +75,7 @@ class Learngene:
     label_space: dict[str, Any] | None = field(None)
     preprocessing: dict[str, Any] | None = field(None)
     license: str | None = field(None)
+    ancestry_source: dict[str, str] | None = field(None)
     library_version: str = field(default_factory=library_version)
     created: str = field(default_factory=now_iso)
 
@@ -126,6 +130,8 @@ class Learngene:
             metadata["preprocessing"] = json.dumps(self.preprocessing)
         if self.license is not None:
             metadata["license"] = self.license
+        if self.ancestry_source is not None:
+            metadata["ancestry_source"] = json.dumps(self.ancestry_source, sort_keys=True)
         save_safetensors(path, self.tensors, metadata, overwrite)
 
     @classmethod
@@ -165,6 +171,7 @@ class Learngene:
                 label_space=json.loads(meta.get("label_space", "null")),
                 preprocessing=_preprocessing_from_json(meta.get("preprocessing")),
                 license=check_license(meta["license"], "license") if "license" in meta else None,
+                ancestry_source=json.loads(meta["ancestry_source"]) if "ancestry_source" in meta else None,
                 library_version=meta.get("library_version", "unknown"),
                 created=meta.get("created", "unknown"),
             )

@@ -48,6 +48,8 @@ class Ancestry:
     ``spec`` is None when the model is not a plain timm ViT (it can still teach TLEG/WAVE/Share-Init).
     ``label_space``: the classes its head was trained on, when its file records them.
     ``license``: the licence of its weights, when its folder or file records one (:mod:`learngene.formats.licenses`).
+    ``source``: where it was read from when it came by name from the Hugging Face Hub (``hf-hub:``, ``timm:``):
+    ``{"repo_id": ..., "revision": <commit>}`` (:mod:`learngene.formats.hub`); None for a local file or folder.
     """
 
     model: nn.Module
@@ -55,6 +57,7 @@ class Ancestry:
     label_space: dict[str, Any] | None = None
     unsupported: str = ""  # why ``spec`` is None: what ``spec_from_model`` could not describe
     license: str | None = None
+    source: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
         require_argument(self.model, nn.Module, "Ancestry.model", "a torch module (learngene.load_ancestry(PATH))")
@@ -88,6 +91,15 @@ class CondenseInputs:
 
     def __post_init__(self) -> None:
         _check_inputs(self, "CondenseInputs")
+
+    def part(self, name: str) -> CondenseInputs:
+        """These inputs for one of several trainings of a condensation (a pool's instance): its own run folder and
+        logger folder, ``name`` under the condensation's, so each checkpoints and logs apart."""
+        cfg = self.train_cfg
+        if cfg.log_dir is not None:
+            cfg = cfg.replace(log_dir=str(Path(cfg.log_dir) / name))
+        run_dir = Path(self.run_dir) / name if self.run_dir is not None else None
+        return dataclasses.replace(self, train_cfg=cfg, run_dir=run_dir)
 
 
 def _check_inputs(inputs: CondenseInputs | AdaptInputs, kind: str) -> None:

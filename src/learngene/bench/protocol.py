@@ -44,11 +44,13 @@ from ..data import Data, ImageData, class_subset, few_shot, load_dataset, take
 from ..descendant import make_descendant, top_up_state
 from ..errors import LearngeneError
 from ..formats.atomic import quote, write_text_atomic
+from ..formats.hub import is_hub_name
 from ..formats.model_file import load_model_file, save_model
 from ..gene import Learngene
 from ..method import AdaptInputs, Ancestry, CondenseInputs
 from ..registry import get_method, list_methods
 from ..run_dirs import lock_run_dir, unlock_run_dir
+from ..training.config import Logger
 from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..training.loop import TrainConfig, resolve_device, seed_everything, train
 from ..training.progress import RunProgress, on_terminal
@@ -165,8 +167,10 @@ class BenchRun:
         command: str | None = None,
         reporter: Callable[..., None] = write_report,
         shared: bool = False,
+        log: tuple[Logger, ...] = (),
     ):
         self.profile, self.out, self.data_dir, self.device = profile, Path(out_dir), data_dir, device
+        self.log = TrainConfig(log=log).log  # (checks that the loggers' packages are there before a stage runs)
         self.out_given = out_dir
         self.reporter = reporter  # writes report.md, results.csv and plots from the rows (bench's, or compare's)
         self.teacher_outputs: dict[tuple[str, str], Any] = {}  # (task, kind) -> fine-tuning data with them
@@ -193,9 +197,15 @@ class BenchRun:
         self.rows: list[Row] = []  # the last walk's, in the grid's order
 
     # ---- helpers -------------------------------------------------------------------------------------
-    def _cfg(self, **changes: Any) -> TrainConfig:
+    def _cfg(self, logs_at: Path | None = None, **changes: Any) -> TrainConfig:
+        """A stage's settings; with ``--log``, its curves go under ``OUT/logs/``, at the stage's path there (its run
+        directory is removed once the stage is done)."""
         p = self.profile
-        return TrainConfig(batch_size=p.batch_size, lr=p.lr, device=self.device, progress=False).replace(**changes)
+        cfg = TrainConfig(batch_size=p.batch_size, lr=p.lr, device=self.device, progress=False).replace(**changes)
+        if self.log and logs_at is not None:
+            where = self.out / "logs" / logs_at.relative_to(self.out).with_suffix("")
+            cfg = cfg.replace(log=self.log, log_dir=str(where))
+        return cfg
 
     def _budget_key(self) -> dict[str, Any]:
         return {"lr": self.profile.lr, "batch_size": self.profile.batch_size}
@@ -316,6 +326,7 @@ class BenchRun:
             desc=f"ancestry {upstream.name}".strip(),
             checkpoint_every=200,
             progress=self.inner_progress,
+            logs_at=path,
         )
         result = train(model, train_data, cfg, eval_data=eval_data, run_dir=path.with_suffix(".run"), resume=True)
         save_model(
@@ -343,25 +354,28 @@ class BenchRun:
         if p.ancestry_file is None:
             raise LearngeneError(f"profile {p.name} names no ancestry file; pass --ancestry")
         path = Path(p.ancestry_file)
-        try:
-            stat = path.stat()
-        except OSError as exc:
-            raise LearngeneError(
-                f"cannot read the ancestry {path} ({exc.strerror}); give an existing file or folder"
-            ) from None
+        if is_hub_name(p.ancestry_file):  # by name on the Hub: its repo and revision are its key
+            ancestry = load_ancestry(p.ancestry_file, p.ancestry_timm_model, drop_head=p.ancestry_drop_head)
+            where: dict[str, Any] = {"hub": ancestry.source}
+        else:
+            try:
+                stat = path.stat()
+            except OSError as exc:
+                raise LearngeneError(
+                    f"cannot read the ancestry {path} ({exc.strerror}); give an existing file or folder"
+                ) from None
+            where = {"path": str(path.resolve()), "size": stat.st_size, "mtime": stat.st_mtime_ns}
+            ancestry = load_ancestry(path, p.ancestry_timm_model, drop_head=p.ancestry_drop_head)
         self.ancestry_key = stage_key(
             stage="ancestry-file",
-            path=str(path.resolve()),
-            size=stat.st_size,
-            mtime=stat.st_mtime_ns,
+            **where,
             timm_model=p.ancestry_timm_model,
             **({"drop_head": True} if p.ancestry_drop_head else {}),  # the keys of older runs stay valid
         )
-        ancestry = load_ancestry(path, p.ancestry_timm_model, drop_head=p.ancestry_drop_head)
         self.meta["ancestry"] = {
             "spec": p.ancestry.short(),
             "params": p.ancestry.num_params,
-            "file": str(path),
+            "file": str(p.ancestry_file),
             "key": self.ancestry_key,
             "label_space": ancestry.label_space,
             **recorded_accuracy(path, p.ancestry_timm_model),
@@ -427,7 +441,11 @@ class BenchRun:
                 run_dir=path.with_suffix(".run"),
                 resume=True,
                 train_cfg=self._cfg(
-                    epochs=epochs, distill_lambda=lam, desc=f"condense {name}", progress=self.inner_progress
+                    epochs=epochs,
+                    distill_lambda=lam,
+                    desc=f"condense {name}",
+                    progress=self.inner_progress,
+                    logs_at=path,
                 ),
             )
             seed_everything(0)
@@ -464,7 +482,7 @@ class BenchRun:
 
         def adapt() -> Learngene:
             tic = time.perf_counter()
-            cfg = self._cfg(epochs=1, max_steps=p.adapt_steps, seed=seed, desc=f"adapt {gene.method}")
+            cfg = self._cfg(epochs=1, max_steps=p.adapt_steps, seed=seed, desc=f"adapt {gene.method}", logs_at=path)
             adapted, _ = method.adapt(
                 gene, spec, AdaptInputs(upstream, cfg, run_dir=path.with_suffix(".run"), resume=True)
             )
@@ -537,6 +555,7 @@ class BenchRun:
             eval_images=t.eval_images,
             batch_size=batch_size,
             max_steps=max_steps,
+            logs_at=path,
         )
         done = self._result(
             path,

@@ -61,6 +61,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
         time_limit=limit,
         command=args.command_line,
         plots=not args.no_plots,
+        log=tuple(args.log or ()),
     )
     print(compare_text(rows, profile))
     print(f"learngene compare: report in {args.out}/report.md")

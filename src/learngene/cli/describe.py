@@ -11,6 +11,7 @@ from ..descendant import load_gene
 from ..errors import GeneFormatError
 from ..formats.atomic import quote
 from ..formats.convert import CONFIG, is_model_folder, read_config
+from ..formats.hub import describe_source
 from ..formats.model_file import MODEL_FORMAT, STITCHED_MODEL_FORMAT, load_model_file, model_preprocessing
 from ..formats.weights import is_regular_file, read_safetensors
 from ..gene import GENE_FORMAT, Learngene
@@ -139,6 +140,8 @@ def describe_gene(gene: Learngene, file_size: int | None = None, show_tensors: b
         f"  layout:   {describe_spec(gene.layout) if gene.layout else 'no ViT tensors'}",
         f"  ancestry: {describe_spec(gene.ancestry) if gene.ancestry else 'not a ViT / none'}",
     ]
+    if gene.ancestry_source:
+        lines.append(f"  from:     {describe_source(gene.ancestry_source)}")
     if gene.ancestry:
         lines.append(f"  stored / ancestry parameters: {gene.num_stored_params / gene.ancestry.num_params:.3f}")
     lines.append(f"  input:    {describe_preprocessing(gene.preprocessing)}")

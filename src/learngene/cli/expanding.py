@@ -12,6 +12,7 @@ from ..descendant import fit_gene_to_budget, make_descendant
 from ..errors import LearngeneError
 from ..formats.atomic import check_not_input, quote
 from ..formats.export import check_output_folder, export_hub_folder, wants_folder
+from ..formats.hub import describe_source
 from ..formats.labels import describe as describe_labels
 from ..formats.model_file import save_model
 from ..gene import Learngene
@@ -62,6 +63,7 @@ def cmd_expand(args: argparse.Namespace) -> None:
                     "top_up": args.top_up,
                     "label_space": head_label_space(gene, provided),
                     **license_entry(args.license or gene.license),
+                    **({"ancestry_source": gene.ancestry_source} if gene.ancestry_source else {}),
                 },
                 preprocessing=gene.preprocessing,
             )
@@ -144,7 +146,8 @@ def _export_descendant(args: argparse.Namespace, gene, model, spec, options: dic
             f"timm `{getattr(ancestry, 'arch', None) or 'ViT'}` {ancestry.short()}, {ancestry.num_params:,} parameters"
             if ancestry
             else "none recorded (a non-ViT teacher, or no ancestry)"
-        ),
+        )
+        + (f", from the {describe_source(gene.ancestry_source)}" if gene.ancestry_source else ""),
         "gene": f"`{Path(args.gene).name}`, {gene.num_stored_params:,} stored parameters, made by learngene "
         f"{gene.library_version} on {gene.created}",
         "tensors from the gene": f"{len(provided)} of {len(spec.state_shapes())}"

@@ -106,6 +106,7 @@ def cmd_condense(args: argparse.Namespace) -> None:
     gene = dataclasses.replace(method.condense(ancestry, inputs), preprocessing=preprocessing)
     gene.label_space = ancestry.label_space
     gene.license = args.license or ancestry.license
+    gene.ancestry_source = ancestry.source
     dist.on_main(lambda: gene.save(args.out, overwrite=args.overwrite))
     say(args, f"wrote {args.out}: {gene.method} learngene, {gene.num_stored_params:,} stored parameters")
     note = method.condense_note(gene)

@@ -111,6 +111,8 @@ def train_config_from_args(args: argparse.Namespace, desc: str) -> TrainConfig:
         progress=not args.quiet,
         desc=desc,
     )
+    if cfg.log and not args.run_dir:  # checked before any data load: the loggers write into the run directory
+        raise LearngeneError(f"--log {cfg.log[0]} writes into the run directory, next to log.jsonl; pass --run-dir too")
     if args.run_dir and dist.is_main():  # one run per run directory; the other ranks share rank 0's
         lock_run_dir(args.run_dir)
     return cfg

@@ -17,7 +17,7 @@ from typing import Any
 from .._version import __version__
 from ..bench.descriptions import QUICK_DEMO_TIME, profiles_help
 from ..threads import THREADS_HELP
-from ..training.config import COMMON, DISTILL, SPEED_GROUP, TRAINING, TrainConfig, flagged_settings
+from ..training.config import COMMON, DISTILL, LOGGING, SPEED_GROUP, TRAINING, TrainConfig, flagged_settings
 from ..validate import MAX_INT, choices, limits_of, out_of_range, refusal_of
 from ..vit.spec import PRESETS, SIZE_FLAG_FIELDS, ViTFamily, ViTSpec, refused
 
@@ -188,7 +188,10 @@ def add_settings(g, group: str, **overrides: dict[str, Any]) -> None:
         kwargs: dict[str, Any] = {"default": default}
         if "metavar" in meta:
             kwargs["metavar"] = meta["metavar"]
-        if hints[f.name] is bool and default is False:
+        if typing.get_origin(hints[f.name]) is tuple:  # a repeatable flag of the tuple's choices
+            kwargs.update(default=None, action="append", choices=typing.get_args(typing.get_args(hints[f.name])[0]))
+            text = meta["help"]
+        elif hints[f.name] is bool and default is False:
             kwargs["action"], text = "store_true", meta["help"]
         elif bool in typing.get_args(hints[f.name]) or hints[f.name] is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
@@ -231,6 +234,7 @@ def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-
     add_settings(g, TRAINING, epochs={"default": epochs}, lr={"default": lr}, eval_images=eval_images)
     g.add_argument("--run-dir", help="folder for log.jsonl and checkpoint.pt (locked while a run uses it)")
     g.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
+    add_settings(g, LOGGING)
     add_settings(p.add_argument_group("speed (the same math up to float rounding)"), SPEED_GROUP)
 
 
@@ -273,7 +277,9 @@ def add_ancestry_args(p: argparse.ArgumentParser) -> None:
         "--ancestry",
         required=True,
         help="ancestry model: a learngene model file; a checkpoint (.safetensors/.pth/.bin) with --timm-model; "
-        "or a folder with config.json: a timm hub folder or a transformers ViT/DeiT/DINOv2/CLIP/SigLIP",
+        "a folder with config.json: a timm hub folder or a transformers ViT/DeiT/DINOv2/CLIP/SigLIP; or such a "
+        "model on the Hugging Face Hub, hf-hub:ORG/NAME[@REVISION], or a timm pretrained tag, timm:NAME[.TAG] "
+        "(read from the Hugging Face cache; HF_HUB_OFFLINE=1 keeps it offline)",
     )
     p.add_argument(
         "--drop-head",
@@ -603,6 +609,14 @@ def _add_compare(sub) -> None:
         "takes a share of the cells",
     )
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
+    add_settings(
+        p,
+        LOGGING,
+        log={
+            "help": "also log every training stage's curves to TensorBoard or Weights & Biases, under OUT/logs/ "
+            "(repeatable)"
+        },
+    )
     p.add_argument(
         "--device",
         default="auto",

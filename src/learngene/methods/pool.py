@@ -303,9 +303,7 @@ class LearngenePool(AuxNetMethod):
             torch.manual_seed((inputs.train_cfg.seed if inputs is not None else 0) + i)
             spec = aux.replace(depth=depth)
             start = {instance_key(i, k): v.detach().clone() for k, v in spec.create_model().state_dict().items()}
-            own = inputs
-            if inputs is not None and inputs.run_dir is not None:  # each instance checkpoints apart
-                own = dataclasses.replace(inputs, run_dir=Path(inputs.run_dir) / f"instance{i}")
+            own = inputs.part(f"instance{i}") if inputs is not None else None  # each checkpoints apart
             trained = condense_through_aux(
                 self, self.new_gene(start, spec, source), self.require_ancestry(ancestry), own
             )
@@ -335,9 +333,7 @@ class LearngenePool(AuxNetMethod):
         """Instance ``index`` of ``spec``, distilled from the ancestry in its own aux net (its own run folder)."""
         torch.manual_seed((inputs.train_cfg.seed if inputs is not None else 0) + index)
         start = {instance_key(index, k): v.detach().clone() for k, v in spec.create_model().state_dict().items()}
-        own = inputs
-        if inputs is not None and inputs.run_dir is not None:  # each instance checkpoints apart
-            own = dataclasses.replace(inputs, run_dir=Path(inputs.run_dir) / f"instance{index}")
+        own = inputs.part(f"instance{index}") if inputs is not None else None  # each instance checkpoints apart
         source = ancestry.spec if ancestry is not None else None
         return condense_through_aux(self, self.new_gene(start, spec, source), self.require_ancestry(ancestry), own)
 
@@ -422,6 +418,8 @@ class LearngenePool(AuxNetMethod):
                 stitches[(front, end)] = layers
         pool = JointPool(models, stitches, cfg.seed)
         own = dataclasses.replace(cfg, epochs=self.config.joint_epochs)  # a --max-steps caps this stage too
+        if own.log_dir is not None:
+            own.log_dir = str(Path(own.log_dir) / "joint")
         data, teacher = cast(Any, inputs.train), None  # checked by condense_authors
         if own.distill_lambda > 0:
             data, teacher = cache_teacher_outputs(data, self.require_ancestry(ancestry).model, own)

@@ -41,6 +41,7 @@ from ..bench.workers import worker_device
 from ..errors import LearngeneError
 from ..formats.atomic import now_iso, write_text_atomic
 from ..registry import get_method, list_methods
+from ..training.config import Logger
 from ..training.loop import TrainConfig
 from ..vit.spec import ViTSpec
 
@@ -544,12 +545,15 @@ def run_compare(
     time_limit: float | None = None,
     command: str | None = None,
     plots: bool = True,
+    log: tuple[Logger, ...] = (),
 ) -> list[Any]:
     """Run (or resume) a compare profile into ``out_dir``; returns its rows (the report is written there).
 
     Any number of these on one ``out_dir`` (processes, ``torchrun`` ranks, SLURM array tasks) share the grid: each
     computes the cells no other has claimed or finished, and the last to finish writes the report
     (:mod:`learngene.bench.workers`). Under ``torchrun`` each rank works on its own GPU (``LOCAL_RANK``).
+
+    ``log``: loggers of every training stage's curves (``TrainConfig.log``), under ``out_dir/logs``.
     """
     from ..bench.protocol import BenchRun
 
@@ -564,4 +568,5 @@ def run_compare(
         command=command,
         reporter=write_compare_report,
         shared=True,
+        log=log,
     ).run()

@@ -15,6 +15,7 @@ Torch-free, so that ``learngene --help`` builds its flags from here without impo
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,7 +29,10 @@ RESULT: Kind = "result"
 SPEED: Kind = "speed"
 REPORT: Kind = "report"
 # the flag groups of the parser (learngene.cli.parser.add_settings)
-TRAINING, SPEED_GROUP, DISTILL, COMMON = "training", "speed", "distill", "common"
+TRAINING, SPEED_GROUP, DISTILL, COMMON, LOGGING = "training", "speed", "distill", "common", "logging"
+# where a run's curves can also go (learngene.training.loggers), and the optional extra that brings each
+Logger = Literal["tensorboard", "wandb"]
+LOGGER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
 
 
 def setting(
@@ -155,6 +159,20 @@ class TrainConfig:
         help="attention through torch's scaled_dot_product_attention, flash kernels on CUDA "
         "(--no-sdpa: timm's eager attention)",
     )
+    log: tuple[Logger, ...] = setting(
+        (),
+        flag="--log",
+        group=LOGGING,
+        kind=REPORT,
+        help="also log loss, accuracy, learning rate and throughput per step and evaluation, and the settings, to "
+        "TensorBoard (RUN_DIR/tensorboard) or Weights & Biases (RUN_DIR/wandb; offline without network or login); "
+        "repeatable; needs --run-dir",
+    )
+    log_dir: str | None = setting(
+        None,
+        kind=REPORT,
+        help="where --log's loggers write (default: the run directory, so a resumed run continues its curves)",
+    )
     # what else decides the result that the loop cannot see (the command, method and options, a digest of the
     # input weights): part of the run's fingerprint (see run_fingerprint), set by the caller
     identity: dict[str, Any] = setting(
@@ -174,6 +192,13 @@ class TrainConfig:
             label = meta.get("label", bad.name.replace("_", " "))
             fix = caller_fix(meta.get("fix") or f"pass {{}} {bad.wanted}", bad.name, meta.get("flag"))
             raise LearngeneError(f"{label} must be {bad.wanted}, got {bad.value}; {fix}")
+        self.log = tuple(dict.fromkeys(self.log))
+        for name in self.log:
+            if importlib.util.find_spec(LOGGER_PACKAGES[name]) is None:
+                raise LearngeneError(
+                    f"logging to {name} needs the {LOGGER_PACKAGES[name]} package; install it with "
+                    f"pip install 'learngene[{name}]'"
+                )
         if self.epochs < 1 and not self.max_steps:  # a run of max_steps needs no epochs
             fix = caller_fix("pass {=1} or more", "epochs", "--epochs")
             raise LearngeneError(f"epochs must be at least 1, got {self.epochs}; {fix}")
@@ -211,5 +236,5 @@ def from_flags(values: dict[str, Any], **others: Any) -> TrainConfig:
             continue
         if f.metadata.get("zero_means_none") and value == 0:
             value = None
-        kwargs[f.name] = value
+        kwargs[f.name] = tuple(value) if isinstance(value, list) else value  # a repeatable flag's values
     return TrainConfig(**{**kwargs, **others})
