@@ -149,6 +149,26 @@ def test_the_file_format_imports_no_method_and_no_registry():
     }, deps
 
 
+def test_no_module_outside_methods_imports_a_method_module():
+    """What only one method needs is a hook it declares (e.g. pool's stitched descendant, an ``ExpandOutput``), called
+    by the generic code: only ``methods/`` imports a method module (the registry loads them by package)."""
+    methods = {f"learngene.methods.{m}" for m in learngene.methods.MODULES}
+    offenders = {
+        module_name(path): sorted(imports_of(path) & methods)
+        for path in PACKAGE.rglob("*.py")
+        if not module_name(path).startswith("learngene.methods") and imports_of(path) & methods
+    }
+    # `inspect --plot` still imports cluster's plot; it becomes a hook of cluster's (issue 36, the hooks branch)
+    assert offenders == {"learngene.cli.info": ["learngene.methods.cluster"]}
+
+
+def test_the_stitched_model_imports_no_file_format_and_training_no_method():
+    """A model is a module (its file lives in ``formats/``); training a stitched file reads it by its header."""
+    assert not {m for m in imports_of(PACKAGE / "vit" / "stitched.py") if m.startswith("learngene.formats")}
+    graph = import_graph()
+    assert not {m for m in graph["learngene.pipeline.training"] if m.startswith("learngene.methods.")}
+
+
 def test_no_module_reaches_a_method_by_a_literal_name():
     """A helper is imported, never fetched as ``get_method("mimetic").helper``: imports show the edge, the registry hides it.
     Only the command line (a user's ``--top-up``) and the benchmark's method lists name methods as data."""

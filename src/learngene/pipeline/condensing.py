@@ -44,7 +44,7 @@ def condense(
     method before it is returned, so that only genes the method can read are saved.
 
     Args:
-        method: a registered method's name, or a method already made (``get_method("tleg")(layers=3)``).
+        method: a registered method's name, or a method already made (``get_method(name)(**options)``).
         ancestry: a loaded :class:`~learngene.method.Ancestry`, or what :func:`~learngene.ancestry.load_ancestry`
             reads (with ``timm_model``, ``drop_head`` and ``timm_kwargs``, the ``timm.create_model`` arguments of a
             checkpoint).
