@@ -14,7 +14,7 @@ from ..errors import setting as by_caller
 from ..formats.atomic import quote
 from ..formats.labels import describe as describe_labels
 from ..gene import Learngene
-from ..method import ExpandOutput, citations
+from ..method import ExpandOutput, Method, citations
 from ..registry import get_method, list_methods
 from ..training.loop import seed_everything
 from ..validate import EXPAND, caller_name
@@ -89,7 +89,7 @@ def expand(
 def _declared_output(
     gene: Learngene,
     source: str | os.PathLike | None,
-    cls: Any,
+    cls: type[Method],
     output: tuple[str, Any],
     size: SizeArg | None,
     options: Mapping[str, Any] | Sequence[str] | None,
@@ -126,7 +126,7 @@ def _declared_output(
     return Descendant(made.model, None, origin, gene.preprocessing, made.summary)
 
 
-def _find_output(cls: Any, name: str, gene: Learngene) -> ExpandOutput:
+def _find_output(cls: type[Method], name: str, gene: Learngene) -> ExpandOutput:
     """The output ``name`` that ``gene``'s method declares; one line naming the methods that do, for one that does
     not."""
     found = next((o for o in cls.expand_outputs if o.name == name), None)
