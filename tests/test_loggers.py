@@ -129,7 +129,7 @@ def test_cli_condense_and_train_log_to_both_and_resume_their_curves(tmp_path, mo
 
     monkeypatch.chdir(tmp_path)
     data = make_images(n=48, num_classes=4, size=16, chans=1)
-    monkeypatch.setattr("learngene.cli.options.load_splits", lambda *a, **k: (data, make_images(16, 4, 16, 1, 1)))
+    monkeypatch.setattr("learngene.pipeline.inputs.load_splits", lambda *a, **k: (data, make_images(16, 4, 16, 1, 1)))
     tiny = ["--depth", "2", "--embed-dim", "16", "--num-heads", "2", "--img-size", "16", "--patch-size", "4"]
     common = ["--epochs", "2", "--batch-size", "8", "--log", "tensorboard", "--log", "wandb", "--quiet"]
     assert main(["ancestry", *tiny, "--out", "a.safetensors", "--epochs", "1", "--batch-size", "8", "--quiet"]) == 0

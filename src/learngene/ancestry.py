@@ -61,7 +61,15 @@ def load_ancestry(
         drop_head: load a folder's model without its classifier: the ancestry outputs its pooled embedding
             (the way to load a transformers classifier timm's ViT cannot express, e.g. DINOv2's).
         **model_kwargs: passed to ``timm.create_model`` (e.g. ``num_classes``, ``img_size``, ``in_chans``).
+
+    The ancestry records what its inputs expect (``Ancestry.preprocessing``, :func:`ancestry_preprocessing`).
     """
+    ancestry = _read_ancestry(path, timm_model, drop_head, **model_kwargs)
+    ancestry.preprocessing = ancestry_preprocessing(path, timm_model, ancestry)
+    return ancestry
+
+
+def _read_ancestry(path: str | os.PathLike, timm_model: str | None, drop_head: bool, **model_kwargs: Any) -> Ancestry:
     require_argument(path, (str, os.PathLike), "path", "a file or folder path")
     if timm_model is not None:
         require_argument(timm_model, str, "timm_model", "a timm architecture name or None")

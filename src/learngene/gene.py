@@ -3,8 +3,9 @@
 On disk a learngene is one ``.safetensors`` file; the header's metadata holds the method name, its
 hyper-parameters, the layout the tensors are shaped for, the ancestry's spec, the condensation cost,
 the library version and the creation time. Loading checks the format tag and version (and reads the
-older v1 header); whether the method is known is checked where it is used
-(:func:`~learngene.registry.get_method`).
+older v1 header), the header's parts and the tensors' finiteness; whether the method is known and can read the
+gene is checked where the gene is bound to it (:func:`learngene.binding.bind_gene`), which the pipeline does
+before it saves one (:func:`learngene.pipeline.save_gene`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,10 +32,6 @@ GENE_FORMAT = "learngene"
 # ``config["trained_spec"]`` (methods condensed through an aux net).
 GENE_FORMAT_VERSION = 2
 DESCENDANT = "descendant."  # tensor group: timm tensors of the one descendant a gene was adapted for
-
-
-# callables run on a gene before it is saved (see Learngene.save)
-SAVE_CHECKS: list[Callable[[Learngene], None]] = []
 
 
 @dataclass
@@ -109,11 +105,8 @@ class Learngene:
         """Write the learngene to ``path`` as one safetensors file (atomically); an existing file is refused unless
         ``overwrite=True`` (the rule of every writer).
 
-        A gene its method cannot read (an unknown method, no tensors where the method needs some) is refused
-        here, not when someone loads it: by the checks in ``SAVE_CHECKS`` (this module knows no method;
-        :mod:`learngene.descendant` adds the check against the gene's method when it loads)."""
-        for check in SAVE_CHECKS:
-            check(self)
+        It only writes: a gene made by hand is checked against its method first by
+        :func:`learngene.pipeline.save_gene` (the pipeline's use cases check the genes they make)."""
         metadata = {
             "format": GENE_FORMAT,
             "format_version": str(GENE_FORMAT_VERSION),
@@ -180,20 +173,10 @@ class Learngene:
                 f"{quote(path)} has a corrupt learngene header ({str(exc).splitlines()[0][:160]}); create it "
                 f"again with `learngene condense`"
             ) from None
-        check_gene(gene, path)
+        bad = nonfinite_tensor(gene.tensors)  # a loaded gene is a memory map: its pages are given back once checked
+        if bad is not None:
+            raise invalid_gene(gene, path, f"tensor {bad!r} holds NaN or infinite values")
         return gene
-
-
-def check_gene(gene: Learngene, source: str | os.PathLike) -> None:
-    """Refuse a gene whose header parts do not have their types (config and cost JSON objects) or whose
-    floating tensors hold NaN or infinite values; the method's own check is
-    :func:`learngene.descendant.check_gene_fits_method`."""
-    for part in ("config", "cost"):
-        if not isinstance(getattr(gene, part), dict):
-            raise invalid_gene(gene, source, f"its {part} is not a JSON object")
-    bad = nonfinite_tensor(gene.tensors)  # a loaded gene is a memory map: its pages are given back once checked
-    if bad is not None:
-        raise invalid_gene(gene, source, f"tensor {bad!r} holds NaN or infinite values")
 
 
 def invalid_gene(gene: Learngene, source: str | os.PathLike | None, why: str | BaseException) -> GeneFormatError:

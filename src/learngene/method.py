@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -50,6 +50,8 @@ class Ancestry:
     ``license``: the licence of its weights, when its folder or file records one (:mod:`learngene.formats.licenses`).
     ``source``: where it was read from when it came by name from the Hugging Face Hub (``hf-hub:``, ``timm:``):
     ``{"repo_id": ..., "revision": <commit>}`` (:mod:`learngene.formats.hub`); None for a local file or folder.
+    ``preprocessing``: what its inputs expect (timm's data-config keys, :func:`learngene.data.preprocessing_cfg`), when
+    known: a gene condensed from it without data records it.
     """
 
     model: nn.Module
@@ -58,6 +60,7 @@ class Ancestry:
     unsupported: str = ""  # why ``spec`` is None: what ``spec_from_model`` could not describe
     license: str | None = None
     source: dict[str, str] | None = None
+    preprocessing: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         require_argument(self.model, nn.Module, "Ancestry.model", "a torch module (learngene.load_ancestry(PATH))")
@@ -149,6 +152,38 @@ def citations(method: type[Method]) -> tuple[Paper, ...]:
     return method.paper if isinstance(method.paper, tuple) else (method.paper,)
 
 
+@dataclass
+class OutputModel:
+    """What a method's declared expand output (:class:`ExpandOutput`) builds: the model (saved in the file format of
+    its kind, :func:`learngene.formats.model_file.write_model`), what its file's origin records besides the gene
+    (its ``kind`` first), and one line on what it is."""
+
+    model: nn.Module
+    origin: dict[str, Any]
+    summary: str
+
+
+@dataclass(frozen=True)
+class ExpandOutput:
+    """Something other than a timm ViT that ``expand`` makes from a gene of one method, declared by that method
+    (``Method.expand_outputs``) and asked for by name: ``learngene expand GENE --NAME VALUE``, or
+    ``learngene.pipeline.expand(gene, output=(NAME, VALUE))``. Pool's stitched descendant is one (``stitch``).
+
+    Attributes:
+        name: the flag without its dashes, and the name in Python.
+        what: what it is, for messages (``a stitched descendant``).
+        sizes: where its sizes come from, for the message refusing size arguments (``its instances' sizes``).
+        parse: the flag's text to the value ``build`` takes (one line for a text that is not one).
+        build: ``(method, gene, value) -> OutputModel``: the method bound to ``gene`` (its options), built once.
+    """
+
+    name: str
+    what: str
+    sizes: str
+    parse: Callable[[str], Any]
+    build: Callable[[Any, Learngene, Any], OutputModel]
+
+
 @dataclass(frozen=True)
 class NoConfig:
     pass
@@ -178,7 +213,10 @@ class Method:
             expansion draws nothing; ``make_descendant`` sets it from the descendant's seed.
         record_tensors: names of gene tensors kept for the record (``inspect``, plots) that ``expand`` never
             reads; any other tensor ``expand`` does not use makes the gene invalid
-            (:func:`learngene.descendant.check_gene_fits_method`).
+            (:meth:`learngene.binding.BoundMethod.check`).
+        expand_outputs: what else than a timm ViT ``expand`` makes from its genes (:class:`ExpandOutput`, e.g.
+            pool's stitched descendant, ``learngene expand GENE --stitch F:J-E:K``); the generic expand step
+            (:func:`learngene.pipeline.expand`) asks for one by name.
 
     Hooks: what only some methods have is a method here that generic code calls, overridden where a method has it
     (no module outside ``methods/`` imports a method module):
@@ -203,16 +241,24 @@ class Method:
     same_as_at_ancestry_width: ClassVar[str | None] = None
     seed_option: ClassVar[str | None] = None
     record_tensors: ClassVar[tuple[str, ...]] = ()
+    expand_outputs: ClassVar[tuple[ExpandOutput, ...]] = ()
 
     def __init__(self, config: Any = None, **overrides: Any):
-        base = config if config is not None else self.Config()
+        self.config = self.checked_config(config, **overrides)
+
+    @classmethod
+    def checked_config(cls, config: Any = None, **overrides: Any) -> Any:
+        """``config`` (default: the ``Config``'s defaults) with ``overrides``, its values of their types and in
+        their ranges (:func:`check_options`); one line naming the option that is not."""
+        base = config if config is not None else cls.Config()
         try:
-            self.config = dataclasses.replace(base, **overrides)
+            replaced = dataclasses.replace(base, **overrides)
         except TypeError as exc:
-            fields = ", ".join(f.name for f in dataclasses.fields(self.Config)) or "none"
-            raise LearngeneError(f"{self.name}: {exc}; its options are: {fields}") from None
-        self.config = _typed(self.config)
-        check_options(self.name, self.config)
+            fields = ", ".join(f.name for f in dataclasses.fields(cls.Config)) or "none"
+            raise LearngeneError(f"{cls.name}: {exc}; its options are: {fields}") from None
+        typed = _typed(replaced)
+        check_options(cls.name, typed)
+        return typed
 
     @classmethod
     def from_gene(cls, gene: Learngene, step: str = EXPAND, **overrides: Any) -> Method:

@@ -345,6 +345,27 @@ def parse_assignment(item: str, types: Mapping[str, Any] | None, usage: str) -> 
     return key, value_from_text(raw, types.get(key, Any) if types is not None else Any)
 
 
+def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
+    """``["key=value", ...]`` (``--opt``), each value read for its field's type of dataclass ``config_cls``
+    (:func:`parse_assignment`); ``auto`` gives an automatic option (``Config.AUTO_OPTIONS``) its default."""
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    types = typing.get_type_hints(config_cls)
+    usage = "option {item} is not KEY=VALUE with a known KEY; use one of: " + (", ".join(fields) or "none")
+    out: dict[str, Any] = {}
+    for item in items:
+        key, value = parse_assignment(item, types, usage)
+        auto = key in getattr(config_cls, "AUTO_OPTIONS", ())
+        if value == "auto" and auto:  # as `learngene methods` shows it
+            value = fields[key].default
+        elif auto and value == 0 and not isinstance(value, bool):
+            # 0 stands for "automatic" inside the config; given by hand it reads as "none", which it is not
+            raise LearngeneError(
+                f"option {key}=0 would silently mean 'automatic'; give {key}=auto for that, or a positive value"
+            )
+        out[key] = value
+    return out
+
+
 def value_from_text(raw: str, tp: Any = Any) -> Any:
     """Text as a value of type ``tp``: kept as text for a ``str``, else read as JSON, else kept as text; a list
     becomes a tuple (see :func:`coerce`)."""

@@ -17,7 +17,16 @@ from typing import Any
 from .._version import __version__
 from ..bench.descriptions import QUICK_DEMO_TIME, profiles_help
 from ..threads import THREADS_HELP
-from ..training.config import COMMON, DISTILL, LOGGING, SPEED_GROUP, TRAINING, TrainConfig, flagged_settings
+from ..training.config import (
+    COMMON,
+    DISTILL,
+    LOGGING,
+    SPEED_GROUP,
+    TRAINING,
+    USE_CASE_DEFAULTS,
+    TrainConfig,
+    flagged_settings,
+)
 from ..validate import MAX_INT, choices, limits_of, out_of_range, refusal_of
 from ..vit.spec import PRESETS, SIZE_FLAG_FIELDS, ViTFamily, ViTSpec, refused
 
@@ -172,11 +181,6 @@ def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: s
     )
 
 
-# the CLI's default test subset: top-1 of a 2,000-image sample has a standard error under 1.2 points (binomial,
-# at most sqrt(0.25 / 2000)), at a fifth of the cost of evaluating Fashion-MNIST's 10,000 after every epoch
-EVAL_IMAGES = 2000
-
-
 def add_settings(g, group: str, **overrides: dict[str, Any]) -> None:
     """The flags of the training settings in ``group``, made from their declarations in
     :class:`~learngene.training.config.TrainConfig` (flag, help, range, what "not given" means); ``overrides``
@@ -224,14 +228,15 @@ def _checked(f, parse):
     return check
 
 
-def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-3) -> None:
+def add_train_args(p: argparse.ArgumentParser, use_case: str) -> None:
+    """The training flags of ``use_case``, with its defaults (:data:`~learngene.training.config.USE_CASE_DEFAULTS`)."""
     g = p.add_argument_group("training")
-    eval_images = {
-        "default": EVAL_IMAGES,
-        "help": "evaluate on a fixed random subset of N test images, 0 = on all of them (default: %(default)s, a "
-        "fifth of Fashion-MNIST's test split)",
-    }
-    add_settings(g, TRAINING, epochs={"default": epochs}, lr={"default": lr}, eval_images=eval_images)
+    defaults: dict[str, dict[str, Any]] = {k: {"default": v} for k, v in USE_CASE_DEFAULTS[use_case].items()}
+    defaults["eval_images"]["help"] = (
+        "evaluate on a fixed random subset of N test images, 0 = on all of them (default: %(default)s, a "
+        "fifth of Fashion-MNIST's test split)"
+    )
+    add_settings(g, TRAINING, **defaults)
     g.add_argument("--run-dir", help="folder for log.jsonl and checkpoint.pt (locked while a run uses it)")
     g.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
     add_settings(g, LOGGING)
@@ -302,7 +307,7 @@ def _add_ancestry(sub) -> None:
     )
     add_spec_args(p)
     add_data_args(p)
-    add_train_args(p)
+    add_train_args(p, "ancestry")
     add_common(p)
     add_output(p, "ancestry model")
     add_license(p, "model file", inherited=False)
@@ -321,7 +326,7 @@ def _add_condense(sub) -> None:
     add_ancestry_args(p)
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
     add_data_args(p)
-    add_train_args(p)
+    add_train_args(p, "condense")
     add_distill_args(p, lam=None, help_lambda="λ (default: the method's paper's: 1 = pure KL, 0.5 = KL + CE)")
     add_common(p)
     add_output(p, "learngene")
@@ -410,7 +415,7 @@ def _add_adapt(sub) -> None:
     add_spec_args(p)
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
     add_data_args(p)
-    add_train_args(p, epochs=1)
+    add_train_args(p, "adapt")
     add_common(p)
     add_output(p, "adapted descendant model")
     p.add_argument("--gene-out", help="also save the adapted learngene here")
@@ -433,7 +438,7 @@ def _add_train(sub) -> None:
         "differ from those the model's head was trained on)",
     )
     add_data_args(p)
-    add_train_args(p, epochs=5)
+    add_train_args(p, "train")
     p.add_argument(
         "--teacher",
         metavar="ANCESTRY",
