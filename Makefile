@@ -13,12 +13,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 PIP_INSTALL = $(PY) -m pip install -q --disable-pip-version-check
+# the optional extras, installed by `make test` so that their tests run (without them they skip)
+EXTRAS := datasets,tensorboard,wandb
 
 .PHONY: demo test lint test-gpu install lock dist check-wheel check-latest fashion-mnist docs docs-install
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
-	$(PIP_INSTALL) -e ".[test,dev]" $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+	$(PIP_INSTALL) -e ".[test,dev,$(EXTRAS)]" $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 	@$(MAKE) --no-print-directory fashion-mnist
 	touch $(STAMP)
 
@@ -43,7 +45,7 @@ test-gpu: $(STAMP)
 # the docs site into site/ (mkdocs.yml); --strict: a broken link, a missing reference or a bad docstring fails.
 # Offline once the docs extra is installed; tools/gen_docs.py writes the method, CLI and API pages at build time.
 $(DOCS_STAMP): $(STAMP)
-	$(PIP_INSTALL) -e ".[test,dev,docs]" $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+	$(PIP_INSTALL) -e ".[test,dev,docs,$(EXTRAS)]" $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 	touch $(DOCS_STAMP)
 
 docs-install: $(DOCS_STAMP)

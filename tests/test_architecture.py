@@ -146,7 +146,16 @@ def test_the_file_format_imports_no_method_and_no_registry():
         "learngene.vit",
         "learngene.vit.spec",
         "learngene._version",
+        "learngene.settings",  # its fields' declarations and their checker
+        "learngene.validate",
     }, deps
+
+
+def test_the_stitched_model_imports_no_file_format_and_training_no_method():
+    """A model is a module (its file lives in ``formats/``); training a stitched file reads it by its header."""
+    assert not {m for m in imports_of(PACKAGE / "vit" / "stitched.py") if m.startswith("learngene.formats")}
+    graph = import_graph()
+    assert not {m for m in graph["learngene.pipeline.training"] if m.startswith("learngene.methods.")}
 
 
 def test_no_module_reaches_a_method_by_a_literal_name():
@@ -157,13 +166,10 @@ def test_no_module_reaches_a_method_by_a_literal_name():
     assert offenders == []
 
 
-# removed by the pipeline branch: `expand --stitch` calls pool's stitched descendant from the CLI
-IMPORTS_A_METHOD_FOR_NOW = {"learngene.cli.expanding"}
-
-
 def test_no_module_outside_methods_and_the_registry_imports_a_method_module():
-    """What one method needs (cluster's plot, wave's bench options) is a hook on ``Method`` that generic code calls
-    through the registry: a method's code lives in its module, and the rest of the package reaches it by name."""
+    """What one method needs (cluster's plot, wave's bench options, pool's stitched descendant) is a hook on
+    ``Method`` that generic code calls through the registry: a method's code lives in its module, and the rest of the
+    package reaches it by name."""
     importers = {
         module_name(path)
         for path in PACKAGE.rglob("*.py")
@@ -171,10 +177,7 @@ def test_no_module_outside_methods_and_the_registry_imports_a_method_module():
         and module_name(path) != "learngene.registry"
         and any(m == "learngene.methods" or m.startswith("learngene.methods.") for m in imports_of(path))
     }
-    assert importers == IMPORTS_A_METHOD_FOR_NOW, (
-        f"{sorted(importers - IMPORTS_A_METHOD_FOR_NOW)} import a method module: declare a hook on Method instead; "
-        f"{sorted(IMPORTS_A_METHOD_FOR_NOW - importers)} no longer do: take them out of IMPORTS_A_METHOD_FOR_NOW"
-    )
+    assert importers == set(), f"{sorted(importers)} import a method module: declare a hook on Method instead"
 
 
 @pytest.mark.parametrize("module", learngene.methods.MODULES)

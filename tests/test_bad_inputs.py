@@ -1128,7 +1128,7 @@ def _numeric_options():
 def test_every_numeric_option_refuses_values_past_its_boundary(method, field, kind):
     """Each option's range, tried at its edge: the value just outside is refused in one line and the edge itself
     accepted; an automatic option's 0 (its 'automatic' marker) is refused when given by hand, as it reads as 'none'."""
-    from learngene.cli.options import parse_options
+    from learngene.validate import parse_options
 
     cls = get_method(method)
     if field.name in getattr(cls.Config, "AUTO_OPTIONS", ()):

@@ -23,6 +23,7 @@ from learngene.cli import main
 from learngene.errors import LearngeneError
 from learngene.formats.model_file import save_model
 from learngene.gene import Learngene
+from learngene.pipeline import save_gene
 from learngene.vit.spec import ViTSpec
 from tests.test_bad_inputs import ACTIONS
 
@@ -463,8 +464,8 @@ def _api_calls():
         "TrainConfig": [lambda: lg.TrainConfig(lr="fast")],
         "Learngene": [
             lambda: lg.Learngene(method=3, tensors={}),
-            lambda: lg.Learngene(method="no_such", tensors={"a": torch.zeros(2)}).save("unused.safetensors"),
-            lambda: lg.Learngene(method="tleg", tensors={}).save("unused.safetensors"),
+            lambda: save_gene(lg.Learngene(method="no_such", tensors={"a": torch.zeros(2)}), "unused.safetensors"),
+            lambda: save_gene(lg.Learngene(method="tleg", tensors={}), "unused.safetensors"),
         ],
         "Method": [lambda: lg.get_method("tleg")().condense(None), lambda: lg.get_method("pretrained")().condense(3)],
         "Ancestry": [lambda: lg.Ancestry("m", spec), lambda: lg.Ancestry(model(), "L2-D32-H2")],

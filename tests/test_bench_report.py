@@ -80,3 +80,17 @@ def test_the_log_axis_of_stored_parameters_starts_near_the_data(monkeypatch, tmp
     report.plot_stored(rows, "t", tmp_path / "p.png")
     low, high = seen["xlim"]
     assert -2_000 <= low < 0 and 310_000 < high <= 1_000_000  # 0 at the left, then the decades of the genes: 1e4..
+
+
+def test_results_csv_reads_back_into_the_rows_it_was_written_from(tmp_path):
+    rows = [
+        _row("tleg", "L2", 0, [0.25, 0.5]),
+        Row(method="scratch", task="t", size="L2", depth=1, embed_dim=8, num_heads=1, seed=1, budget=10,
+            variant="+kd", upstream="A", accs=[0.125], eval_epochs=[10], train_seconds=1.5),
+        Row(method="pretrained", task="t", size="L1", depth=1, embed_dim=4, num_heads=1, seed=0, note="no, too narrow"),
+    ]  # fmt: skip
+    report.write_csv(rows, tmp_path / "results.csv")
+    back = report.read_csv(tmp_path / "results.csv")
+    assert [(r.label, r.upstream, r.size, r.seed, r.accs, r.epochs, r.note, r.train_seconds) for r in back] == [
+        (r.label, r.upstream, r.size, r.seed, r.accs, r.epochs, r.note, r.train_seconds) for r in rows
+    ]

@@ -138,7 +138,7 @@ def test_train_with_a_teacher_distils_logits_on_its_classes_and_features_on_othe
 
 
 def test_stitched_descendants_from_the_command_line(workdir, capsys):
-    from learngene.vit.stitched import StitchedViT
+    from learngene.formats.stitched import read_stitched
 
     gene, stitched, tuned = (str(workdir / f"{n}.safetensors") for n in ("pool", "stitched", "stitched-tuned"))
     pool_opts = ["--opt", "design=authors", "--opt", "instance_depth=2", "--opt", "joint_epochs=1"]
@@ -149,13 +149,13 @@ def test_stitched_descendants_from_the_command_line(workdir, capsys):
     assert "e.g. --stitch 0:1-2:0" in capsys.readouterr().out
     assert main(["expand", gene, "--stitch", "0:1-2:0", "--out", stitched]) == 0
     assert "stitched descendant L2-D8-H1[..1] -> L2-D32-H2[0..], 4 blocks" in capsys.readouterr().out
-    model = StitchedViT.load(stitched)
+    model, _ = read_stitched(stitched)
     assert model.depth == 4 and model.stitch.weight.shape == (32, 8)
     assert main(["inspect", stitched]) == 0
     text = capsys.readouterr().out
     assert "not a timm ViT" in text and "blocks 0..1 of L2-D8-H1" in text and '"stitch": "0:1-2:0"' in text
     assert main(["train", stitched, *DATA, "--epochs", "1", "--quiet", "--out", tuned]) == 0
-    again = StitchedViT.load(tuned)
+    again, _ = read_stitched(tuned)
     assert not torch.equal(again.stitch.weight, model.stitch.weight)  # trained as a whole, stitch included
     x = torch.randn(2, 1, 16, 16)
     assert again.eval()(x).shape == (2, 10)

@@ -47,7 +47,15 @@ def torchvision(tmp_path, request):
     return None, {}
 
 
-EXAMPLES = {"fashion_mnist": fashion, "digits": digits, "folder": folder, "torchvision": torchvision}
+def hf(tmp_path, request):
+    pytest.importorskip("datasets", reason="the datasets extra is not installed (pip install 'learngene[datasets]')")
+    from tests.hub_fixtures import tiny_image_dataset
+
+    tiny_image_dataset(tmp_path / "ds", train=6, test=3)
+    return f"hf:{tmp_path / 'ds'}", {"img_size": 16}
+
+
+EXAMPLES = {"fashion_mnist": fashion, "digits": digits, "folder": folder, "torchvision": torchvision, "hf": hf}
 
 
 @pytest.mark.parametrize("name", list(list_sources()))

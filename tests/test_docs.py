@@ -4,7 +4,7 @@ generated pages cover the registry and the parser, the README stays short and li
 A code block is runnable when its first line is ``# runnable``. The blocks of one file run in order in one
 temporary folder, the ``learngene`` commands in this process (``learngene.cli.main``), at tiny sizes: the
 rules of ``TINY`` below, then the block's own ``# tiny: OLD => NEW`` lines. Fashion-MNIST is replaced by tiny
-IDX files (``$LEARNGENE_DATA``).
+IDX files (``$LEARNGENE_DATA``); the Hub guide's models and dataset by tiny ones in an offline Hugging Face cache.
 """
 
 from __future__ import annotations
@@ -34,9 +34,12 @@ TINY = [
     (r"--train-images \d+", "--train-images 64"),
     (r"--seeds \d+", "--seeds 2"),
     (r"--embed-dim 128 --num-heads 8", "--embed-dim 64 --num-heads 4"),
+    (r"--embed-dim 192 --num-heads 3", "--embed-dim 24 --num-heads 3"),  # half of the hub guide's tiny ViT-S
     (r"TrainConfig\(epochs=\d+\)", "TrainConfig(epochs=1)"),
     (r"2000 / len\(train_data\)", "0.5"),
 ]
+# the guides whose blocks read a Hugging Face cache the test fills (tests/hub_fixtures.py), with what they need
+HUB_GUIDES = {"hub.md": ("datasets", "tensorboard", "wandb", "transformers")}
 # flags added to every command that accepts them, unless the block sets them
 TINY_FLAGS = {"--train-images": "64", "--eval-images": "32", "--batch-size": "16"}
 
@@ -114,7 +117,13 @@ FILES_WITH_SNIPPETS = [p for p in DOC_FILES if runnable_blocks(p)]
 
 
 @pytest.mark.parametrize("path", FILES_WITH_SNIPPETS, ids=[str(p.relative_to(ROOT)) for p in FILES_WITH_SNIPPETS])
-def test_runnable_snippets_run(path, tiny_data, capsys):
+def test_runnable_snippets_run(path, tiny_data, capsys, tmp_path, monkeypatch):
+    if path.name in HUB_GUIDES:
+        from tests.hub_fixtures import fill_docs_cache
+
+        for module in HUB_GUIDES[path.name]:
+            pytest.importorskip(module, reason=f"{path.name} needs {module} (an optional extra or the test extra)")
+        fill_docs_cache(tmp_path, monkeypatch, tiny_data)
     for lang, text in runnable_blocks(path):
         if lang == "bash":
             for argv in shell_commands(text):

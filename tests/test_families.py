@@ -20,8 +20,9 @@ from safetensors.torch import load_file
 from torch.utils.flop_counter import FlopCounterMode
 
 from learngene.ancestry import load_ancestry
+from learngene.binding import bind_gene
 from learngene.cli import main
-from learngene.descendant import GeneNet, expand_on_meta, make_descendant
+from learngene.descendant import GeneNet, make_descendant
 from learngene.errors import LearngeneError, SpecError
 from learngene.gene import Learngene
 from learngene.method import Ancestry, CondenseInputs
@@ -309,14 +310,13 @@ def test_running_the_blocks_one_by_one_computes_timms_forward(family):
 
 @pytest.mark.parametrize("method", ["peg", "cluster"])
 def test_the_load_time_check_expands_on_meta_and_allocates_nothing(method):
-    """Every gene load expands the gene to its own layout on ``meta`` (check_gene_fits_method). A CPU operand (φ, a head
+    """Every gene load expands the gene to its own layout on ``meta`` (bind_gene). A CPU operand (φ, a head
     mixing matrix) made that expansion real: loading a ViT-g gene built a ViT-g before the ViT-S asked for."""
     ancestry = family_ancestry("deit3_small")
     gene = condense(method, ancestry)
+    bound = bind_gene(gene)
     for spec in (gene.layout, ancestry.spec.replace(depth=3, embed_dim=64, num_heads=4)):
-        assert {t.device.type for t in expand_on_meta(get_method(method).from_gene(gene), gene, spec).values()} == {
-            "meta"
-        }
+        assert {t.device.type for t in bound.expand_on_meta(spec).values()} == {"meta"}
 
 
 # ---- the rule table itself: every family's tensors carried by their axes -----------------------------------
@@ -712,11 +712,9 @@ def test_a_naflexvit_batch_whose_activations_cannot_fit_is_refused_before_the_fi
 def test_a_lets_gene_of_every_family_expands_at_its_own_size(family):
     """A G for every module and kind the family's blocks hold, no more: layer scale (one vector, no bias) and
     bias-free q/k/v/proj leave no stored tensor the expansion does not use."""
-    from learngene.descendant import check_gene_fits_method
-
     ancestry = family_ancestry(family)
     gene = condense("lets", ancestry)
-    check_gene_fits_method(gene, "the lets gene")  # judges unused tensors at the gene's own size
+    bind_gene(gene, source="the lets gene")  # judges unused tensors at the gene's own size
     _descendant(gene, gene.layout.replace(num_classes=10))
 
 

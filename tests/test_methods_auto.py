@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from learngene.cli import main
-from learngene.cli.options import parse_options
 from learngene.methods.peg import PEGConfig
+from learngene.validate import parse_options
 
 
 def test_methods_prints_automatic_options_as_auto(capsys):

@@ -5,12 +5,12 @@ import torch
 
 from learngene.descendant import load_gene
 from learngene.errors import LearngeneError
+from learngene.formats.stitched import read_stitched, save_stitched
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.pool import least_squares_stitch, paired_stitches, stitch_choices, stitched_descendant
 from learngene.registry import get_method
 from learngene.training.loop import TrainConfig, distill_loss, train
 from learngene.vit.spec import ViTSpec, block_key
-from learngene.vit.stitched import StitchedViT
 from tests.conftest import make_images
 
 SPEC = ViTSpec(depth=4, embed_dim=32, num_heads=4, img_size=16, patch_size=4, in_chans=1, num_classes=4)
@@ -83,8 +83,8 @@ def test_stitched_descendants_compute_their_parts_save_load_and_train(gene, tmp_
         expected = big.forward_head(big.norm(big.blocks(t)))
         assert torch.allclose(model.eval()(x), expected, atol=1e-6)
     path = tmp_path / "stitched.safetensors"
-    model.save(path)
-    again = StitchedViT.load(path)
+    save_stitched(path, model)
+    again, _ = read_stitched(path)
     with torch.no_grad():
         assert torch.equal(again.eval()(x), model(x))
     before = again.stitch.weight.detach().clone()

@@ -177,7 +177,18 @@ def cli_page() -> str:
 
 
 # ---- API ------------------------------------------------------------------------------------------------------
-API_MODULES = ("learngene.data", "learngene.formats.export", "learngene.pipeline.compare")
+API_MODULES = (
+    "learngene.pipeline.condensing",
+    "learngene.pipeline.expanding",
+    "learngene.pipeline.adapting",
+    "learngene.pipeline.training",
+    "learngene.pipeline.results",
+    "learngene.pipeline.inputs",
+    "learngene.binding",
+    "learngene.data",
+    "learngene.formats.export",
+    "learngene.pipeline.compare",
+)
 
 
 def api_page() -> str:

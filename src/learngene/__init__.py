@@ -1,6 +1,9 @@
 """learngene: condense a pretrained ViT into a learngene, expand it into timm ViTs of any size.
 
-The pipeline, one module each: :mod:`~learngene.ancestry` (load the big model), :mod:`~learngene.method`
+:mod:`learngene.pipeline` holds the use cases, one function each (``condense``, ``expand``, ``adapt``, ``train``,
+``train_ancestry``), that the command line calls too: what a command writes, the same Python call writes.
+
+The parts, one module each: :mod:`~learngene.ancestry` (load the big model), :mod:`~learngene.method`
 (the interface every method implements) and :mod:`~learngene.methods` (one module per paper, registered
 in :mod:`~learngene.registry`), :mod:`~learngene.gene` (the learngene file),
 :mod:`~learngene.vit.transfer` (the rules that move tensors between sizes), :mod:`~learngene.auxnet`
@@ -31,7 +34,7 @@ _EXPORTS = {
     "make_descendant": "descendant",
     "LearngeneError": "errors",
     "export_hub_folder": "formats.export",
-    "Learngene": "descendant",  # the package loads descendant with it: its checks before a gene is saved
+    "Learngene": "gene",
     "load_ancestry": "ancestry",
     "get_method": "registry",
     "list_methods": "registry",
@@ -45,6 +48,7 @@ _EXPORTS = {
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
+_SUBPACKAGES = ("pipeline",)
 
 
 def _export(name: str):
@@ -55,6 +59,8 @@ class _Package(types.ModuleType):
     """The package's module type: its public names load on first use."""
 
     def __getattr__(self, name: str):
+        if name in _SUBPACKAGES:  # learngene.pipeline after a plain `import learngene`
+            return importlib.import_module(f".{name}", __name__)
         if name not in _EXPORTS:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         value = _export(name)
@@ -62,7 +68,7 @@ class _Package(types.ModuleType):
         return value
 
     def __dir__(self):
-        return sorted({*super().__dir__(), *_EXPORTS})
+        return sorted({*super().__dir__(), *_EXPORTS, *_SUBPACKAGES})
 
 
 sys.modules[__name__].__class__ = _Package

@@ -1,7 +1,9 @@
-"""Loading the ancestry: our own saved models, a timm checkpoint, or a timm / transformers model folder.
+"""Loading the ancestry: our own saved models, a timm checkpoint, a timm / transformers model folder, or such a model
+by name on the Hugging Face Hub (``hf-hub:ORG/NAME[@REVISION]``, ``timm:NAME[.TAG]``).
 
-Nothing is ever downloaded: timm models are created with ``pretrained=False`` and the weights come
-from the given file, read through safetensors or ``torch.load(weights_only=True)``. Folders are read
+timm models are created with ``pretrained=False`` and the weights come from the given file, read through
+safetensors or ``torch.load(weights_only=True)``; a Hub name is first resolved to files in the Hugging Face cache
+(:mod:`learngene.formats.hub`, which fetches them there when they are missing and the Hub is reachable). Folders are read
 by :mod:`learngene.formats.convert` (timm hub layout, or a transformers ViT / DeiT / DINOv2 converted to
 timm's keys). Every state_dict goes through the ``checkpoint_filter_fn`` of the architecture's own
 timm module (it converts other layouts and resamples position embeddings to the requested image
@@ -30,6 +32,7 @@ from torch import Tensor, nn
 
 from .errors import LearngeneError, SpecError, require_argument
 from .formats.convert import is_model_folder, read_checkpoint, without_head
+from .formats.hub import fetch_model, is_hub_name, looks_like_repo_id
 from .formats.licenses import check_license
 from .formats.model_file import load_model_file
 from .memory import release_pages, tensors_in_temporary_file
@@ -49,16 +52,31 @@ def load_ancestry(
         path: a model saved by learngene (``learngene ancestry``/``expand``/``train``); with
             ``timm_model``, a timm checkpoint (``.safetensors``, ``.pth``, ``.bin``); or a folder with a
             ``config.json``: a timm hub folder or a transformers ViT / DeiT / DINOv2 (``timm_model``
-            is read from it, and overrides it when given). A folder's or model file's licence is read
-            (:mod:`learngene.formats.licenses`); a bare checkpoint records none.
+            is read from it, and overrides it when given); or such a model on the Hugging Face Hub by name,
+            ``"hf-hub:ORG/NAME[@REVISION]"``, or a timm pretrained tag, ``"timm:NAME[.TAG]"`` (read from the
+            Hugging Face cache, fetched there when missing: :mod:`learngene.formats.hub`; ``ancestry.source`` records
+            the repo and revision). A folder's or model file's licence is read (:mod:`learngene.formats.licenses`);
+            a bare checkpoint records none.
         timm_model: timm architecture name, e.g. ``"deit_tiny_patch16_224"``.
         drop_head: load a folder's model without its classifier: the ancestry outputs its pooled embedding
             (the way to load a transformers classifier timm's ViT cannot express, e.g. DINOv2's).
         **model_kwargs: passed to ``timm.create_model`` (e.g. ``num_classes``, ``img_size``, ``in_chans``).
+
+    The ancestry records what its inputs expect (``Ancestry.preprocessing``, :func:`ancestry_preprocessing`).
     """
+    ancestry = _read_ancestry(path, timm_model, drop_head, **model_kwargs)
+    ancestry.preprocessing = ancestry_preprocessing(path, timm_model, ancestry)
+    return ancestry
+
+
+def _read_ancestry(path: str | os.PathLike, timm_model: str | None, drop_head: bool, **model_kwargs: Any) -> Ancestry:
     require_argument(path, (str, os.PathLike), "path", "a file or folder path")
     if timm_model is not None:
         require_argument(timm_model, str, "timm_model", "a timm architecture name or None")
+    if is_hub_name(path):
+        return _load_hub_ancestry(str(path), timm_model, drop_head, **model_kwargs)
+    if looks_like_repo_id(path):
+        raise LearngeneError(f"{path} is no file or folder here; for the Hugging Face Hub repo, write hf-hub:{path}")
     license = None  # a bare checkpoint file records none
     if is_model_folder(path):
         ckpt = read_checkpoint(path, drop_head=drop_head)  # checked for NaN as it is read
@@ -102,6 +120,22 @@ def load_ancestry(
         return Ancestry(model.eval(), None, unsupported=str(exc), license=license)
 
 
+def _load_hub_ancestry(name: str, timm_model: str | None, drop_head: bool, **model_kwargs: Any) -> Ancestry:
+    """A Hub model's ancestry: its snapshot folder (``hf-hub:``) or its tag's weight file and architecture
+    (``timm:``, with the tag's preprocessing), recording where it came from."""
+    hub = fetch_model(name)
+    if hub.folder is not None:
+        ancestry = load_ancestry(hub.folder, timm_model, drop_head, **model_kwargs)
+    else:
+        assert hub.weights is not None and hub.arch is not None  # a timm: tag names both
+        ancestry = load_ancestry(hub.weights, timm_model or hub.arch, drop_head, **model_kwargs)
+        vit: Any = ancestry.model  # a timm model: the tag's preprocessing, as timm.create_model(NAME.TAG) has it
+        vit.pretrained_cfg = {**vit.pretrained_cfg, **hub.pretrained_cfg}
+        ancestry.license = ancestry.license or hub.license
+    ancestry.source = hub.source
+    return ancestry
+
+
 def ancestry_preprocessing(
     path: str | os.PathLike, timm_model: str | None, ancestry: Ancestry
 ) -> dict[str, Any] | None:
@@ -110,7 +144,7 @@ def ancestry_preprocessing(
     from .data import preprocessing_cfg
     from .formats.model_file import model_preprocessing
 
-    if timm_model or is_model_folder(path):  # a folder's config is on the model (load_ancestry)
+    if timm_model or is_model_folder(path) or is_hub_name(path):  # a folder's config is on the model (load_ancestry)
         return preprocessing_cfg(ancestry.model)
     return model_preprocessing(path)
 

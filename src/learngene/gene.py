@@ -3,8 +3,9 @@
 On disk a learngene is one ``.safetensors`` file; the header's metadata holds the method name, its
 hyper-parameters, the layout the tensors are shaped for, the ancestry's spec, the condensation cost,
 the library version and the creation time. Loading checks the format tag and version (and reads the
-older v1 header); whether the method is known is checked where it is used
-(:func:`~learngene.registry.get_method`).
+older v1 header), the header's parts and the tensors' finiteness; whether the method is known and can read the
+gene is checked where the gene is bound to it (:func:`learngene.binding.bind_gene`), which the pipeline does
+before it saves one (:func:`learngene.pipeline.save_gene`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
@@ -23,6 +23,8 @@ from .formats.atomic import library_version, now_iso, quote
 from .formats.licenses import check_license
 from .formats.preprocessing import check_preprocessing
 from .formats.weights import nonfinite_tensor, read_safetensors, save_safetensors
+from .settings import field
+from .validate import refusal
 from .vit.spec import ViTSpec
 
 GENE_FORMAT = "learngene"
@@ -30,10 +32,6 @@ GENE_FORMAT = "learngene"
 # ``config["trained_spec"]`` (methods condensed through an aux net).
 GENE_FORMAT_VERSION = 2
 DESCENDANT = "descendant."  # tensor group: timm tensors of the one descendant a gene was adapted for
-
-
-# callables run on a gene before it is saved (see Learngene.save)
-SAVE_CHECKS: list[Callable[[Learngene], None]] = []
 
 
 @dataclass
@@ -58,47 +56,31 @@ class Learngene:
             :func:`learngene.data.preprocessing_cfg`), passed on to every descendant's model file; None: unknown.
         license: the licence of the ancestry's weights (:mod:`learngene.formats.licenses`), named on every descendant's
             model card; None: not recorded.
+        ancestry_source: where the ancestry came from when it was read by name from the Hugging Face Hub
+            (``{"repo_id": ..., "revision": <commit>}``, :attr:`learngene.Ancestry.source`), named on every
+            descendant's model card; None: a local file or folder.
         library_version, created: provenance, filled in on creation.
     """
 
-    method: str
-    tensors: dict[str, Tensor]
+    method: str = field()
+    tensors: dict[str, Tensor] = field()
     config: dict[str, Any] = field(default_factory=dict)
-    layout: ViTSpec | None = None
-    ancestry: ViTSpec | None = None
+    layout: ViTSpec | None = field(None)
+    ancestry: ViTSpec | None = field(None)
     cost: dict[str, Any] = field(default_factory=dict)
-    label_space: dict[str, Any] | None = None
-    preprocessing: dict[str, Any] | None = None
-    license: str | None = None
+    label_space: dict[str, Any] | None = field(None)
+    preprocessing: dict[str, Any] | None = field(None)
+    license: str | None = field(None)
+    ancestry_source: dict[str, str] | None = field(None)
     library_version: str = field(default_factory=library_version)
     created: str = field(default_factory=now_iso)
 
     def __post_init__(self) -> None:
         """Each field holds what it names, so that a wrong value fails here, by name, not deep in an expansion."""
-
-        def refuse(name: str, wanted: str, value: Any) -> LearngeneError:
-            return LearngeneError(
-                f"Learngene {name} is not {wanted}: got {type(value).__name__} {str(value)[:60]!r}; pass {wanted}"
-            )
-
-        if not isinstance(self.method, str):
-            raise refuse("method", "a method name (a string)", self.method)
-        if not isinstance(self.tensors, dict):
-            raise refuse("tensors", "a dict of names to torch tensors", self.tensors)
-        for name, value in self.tensors.items():
-            if not isinstance(name, str) or not isinstance(value, Tensor):
-                raise refuse(f"tensors[{name!r}]", "a torch tensor under a string name", value)
-        for name in ("config", "cost"):
-            if not isinstance(getattr(self, name), dict):
-                raise refuse(name, "a JSON object (a dict)", getattr(self, name))
-        for name in ("label_space", "preprocessing"):
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
-                raise refuse(name, "a JSON object (a dict) or None", getattr(self, name))
-        if self.license is not None and not isinstance(self.license, str):
-            raise refuse("license", "a licence identifier (a string) or None", self.license)
-        for name in ("layout", "ancestry"):
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), ViTSpec):
-                raise refuse(name, "a ViTSpec or None", getattr(self, name))
+        bad = refusal(self)
+        if bad is not None:
+            got = f"{type(bad.value).__name__} {str(bad.value)[:60]!r}"
+            raise LearngeneError(f"Learngene {bad.name} is not {bad.wanted}: got {got}; pass {bad.wanted}")
 
     def require_layout(self) -> ViTSpec:
         """The spec the gene's tensors are shaped for (the aux net, the ancestry, or the size it was adapted to)."""
@@ -123,11 +105,8 @@ class Learngene:
         """Write the learngene to ``path`` as one safetensors file (atomically); an existing file is refused unless
         ``overwrite=True`` (the rule of every writer).
 
-        A gene its method cannot read (an unknown method, no tensors where the method needs some) is refused
-        here, not when someone loads it: by the checks in ``SAVE_CHECKS`` (this module knows no method;
-        :mod:`learngene.descendant` adds the check against the gene's method when it loads)."""
-        for check in SAVE_CHECKS:
-            check(self)
+        It only writes: a gene made by hand is checked against its method first by
+        :func:`learngene.pipeline.save_gene` (the pipeline's use cases check the genes they make)."""
         metadata = {
             "format": GENE_FORMAT,
             "format_version": str(GENE_FORMAT_VERSION),
@@ -144,6 +123,8 @@ class Learngene:
             metadata["preprocessing"] = json.dumps(self.preprocessing)
         if self.license is not None:
             metadata["license"] = self.license
+        if self.ancestry_source is not None:
+            metadata["ancestry_source"] = json.dumps(self.ancestry_source, sort_keys=True)
         save_safetensors(path, self.tensors, metadata, overwrite)
 
     @classmethod
@@ -183,6 +164,7 @@ class Learngene:
                 label_space=json.loads(meta.get("label_space", "null")),
                 preprocessing=_preprocessing_from_json(meta.get("preprocessing")),
                 license=check_license(meta["license"], "license") if "license" in meta else None,
+                ancestry_source=json.loads(meta["ancestry_source"]) if "ancestry_source" in meta else None,
                 library_version=meta.get("library_version", "unknown"),
                 created=meta.get("created", "unknown"),
             )
@@ -191,20 +173,10 @@ class Learngene:
                 f"{quote(path)} has a corrupt learngene header ({str(exc).splitlines()[0][:160]}); create it "
                 f"again with `learngene condense`"
             ) from None
-        check_gene(gene, path)
+        bad = nonfinite_tensor(gene.tensors)  # a loaded gene is a memory map: its pages are given back once checked
+        if bad is not None:
+            raise invalid_gene(gene, path, f"tensor {bad!r} holds NaN or infinite values")
         return gene
-
-
-def check_gene(gene: Learngene, source: str | os.PathLike) -> None:
-    """Refuse a gene whose header parts do not have their types (config and cost JSON objects) or whose
-    floating tensors hold NaN or infinite values; the method's own check is
-    :func:`learngene.descendant.check_gene_fits_method`."""
-    for part in ("config", "cost"):
-        if not isinstance(getattr(gene, part), dict):
-            raise invalid_gene(gene, source, f"its {part} is not a JSON object")
-    bad = nonfinite_tensor(gene.tensors)  # a loaded gene is a memory map: its pages are given back once checked
-    if bad is not None:
-        raise invalid_gene(gene, source, f"tensor {bad!r} holds NaN or infinite values")
 
 
 def invalid_gene(gene: Learngene, source: str | os.PathLike | None, why: str | BaseException) -> GeneFormatError:

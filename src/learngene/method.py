@@ -5,7 +5,7 @@ learngene into timm state_dict entries for any spec (``expand``, written in torc
 differentiable in the gene's tensors) and, for some methods, a learngene into one specialized to a
 size on a little data (``adapt``). Its hyper-parameters are a frozen ``Config`` dataclass, stored in
 the gene and overridable at expansion (:func:`config_from_dict`). An option's type says its values
-(``Literal`` choices), its field metadata its range (:func:`~learngene.validate.option`), and
+(``Literal`` choices), its field metadata its range (:func:`~learngene.settings.field`), and
 :func:`check_options` checks both, once, whenever a method is made.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -33,11 +33,9 @@ from .validate import (
     EXPAND,
     PHASE_WORDS,
     as_text,
-    check_fields,
     coerce,
-    limits_of,
     option_assignment,
-    out_of_range,
+    refusal,
 )
 from .vit.spec import ViTSpec
 from .vit.transfer import StateDict
@@ -50,6 +48,10 @@ class Ancestry:
     ``spec`` is None when the model is not a plain timm ViT (it can still teach TLEG/WAVE/Share-Init).
     ``label_space``: the classes its head was trained on, when its file records them.
     ``license``: the licence of its weights, when its folder or file records one (:mod:`learngene.formats.licenses`).
+    ``source``: where it was read from when it came by name from the Hugging Face Hub (``hf-hub:``, ``timm:``):
+    ``{"repo_id": ..., "revision": <commit>}`` (:mod:`learngene.formats.hub`); None for a local file or folder.
+    ``preprocessing``: what its inputs expect (timm's data-config keys, :func:`learngene.data.preprocessing_cfg`), when
+    known: a gene condensed from it without data records it.
     """
 
     model: nn.Module
@@ -57,6 +59,8 @@ class Ancestry:
     label_space: dict[str, Any] | None = None
     unsupported: str = ""  # why ``spec`` is None: what ``spec_from_model`` could not describe
     license: str | None = None
+    source: dict[str, str] | None = None
+    preprocessing: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         require_argument(self.model, nn.Module, "Ancestry.model", "a torch module (learngene.load_ancestry(PATH))")
@@ -90,6 +94,15 @@ class CondenseInputs:
 
     def __post_init__(self) -> None:
         _check_inputs(self, "CondenseInputs")
+
+    def part(self, name: str) -> CondenseInputs:
+        """These inputs for one of several trainings of a condensation (a pool's instance): its own run folder and
+        logger folder, ``name`` under the condensation's, so each checkpoints and logs apart."""
+        cfg = self.train_cfg
+        if cfg.log_dir is not None:
+            cfg = cfg.replace(log_dir=str(Path(cfg.log_dir) / name))
+        run_dir = Path(self.run_dir) / name if self.run_dir is not None else None
+        return dataclasses.replace(self, train_cfg=cfg, run_dir=run_dir)
 
 
 def _check_inputs(inputs: CondenseInputs | AdaptInputs, kind: str) -> None:
@@ -139,6 +152,38 @@ def citations(method: type[Method]) -> tuple[Paper, ...]:
     return method.paper if isinstance(method.paper, tuple) else (method.paper,)
 
 
+@dataclass
+class OutputModel:
+    """What a method's declared expand output (:class:`ExpandOutput`) builds: the model (saved in the file format of
+    its kind, :func:`learngene.formats.model_file.write_model`), what its file's origin records besides the gene
+    (its ``kind`` first), and one line on what it is."""
+
+    model: nn.Module
+    origin: dict[str, Any]
+    summary: str
+
+
+@dataclass(frozen=True)
+class ExpandOutput:
+    """Something other than a timm ViT that ``expand`` makes from a gene of one method, declared by that method
+    (``Method.expand_outputs``) and asked for by name: ``learngene expand GENE --NAME VALUE``, or
+    ``learngene.pipeline.expand(gene, output=(NAME, VALUE))``. Pool's stitched descendant is one (``stitch``).
+
+    Attributes:
+        name: the flag without its dashes, and the name in Python.
+        what: what it is, for messages (``a stitched descendant``).
+        sizes: where its sizes come from, for the message refusing size arguments (``its instances' sizes``).
+        parse: the flag's text to the value ``build`` takes (one line for a text that is not one).
+        build: ``(method, gene, value) -> OutputModel``: the method bound to ``gene`` (its options), built once.
+    """
+
+    name: str
+    what: str
+    sizes: str
+    parse: Callable[[str], Any]
+    build: Callable[[Any, Learngene, Any], OutputModel]
+
+
 @dataclass(frozen=True)
 class NoConfig:
     pass
@@ -168,7 +213,10 @@ class Method:
             expansion draws nothing; ``make_descendant`` sets it from the descendant's seed.
         record_tensors: names of gene tensors kept for the record (``inspect``, plots) that ``expand`` never
             reads; any other tensor ``expand`` does not use makes the gene invalid
-            (:func:`learngene.descendant.check_gene_fits_method`).
+            (:meth:`learngene.binding.BoundMethod.check`).
+        expand_outputs: what else than a timm ViT ``expand`` makes from its genes (:class:`ExpandOutput`, e.g.
+            pool's stitched descendant, ``learngene expand GENE --stitch F:J-E:K``); the generic expand step
+            (:func:`learngene.pipeline.expand`) asks for one by name.
 
     Hooks: what only some methods have is a method here that generic code calls, overridden where a method has it
     (no module outside ``methods/`` imports a method module):
@@ -193,16 +241,24 @@ class Method:
     same_as_at_ancestry_width: ClassVar[str | None] = None
     seed_option: ClassVar[str | None] = None
     record_tensors: ClassVar[tuple[str, ...]] = ()
+    expand_outputs: ClassVar[tuple[ExpandOutput, ...]] = ()
 
     def __init__(self, config: Any = None, **overrides: Any):
-        base = config if config is not None else self.Config()
+        self.config = self.checked_config(config, **overrides)
+
+    @classmethod
+    def checked_config(cls, config: Any = None, **overrides: Any) -> Any:
+        """``config`` (default: the ``Config``'s defaults) with ``overrides``, its values of their types and in
+        their ranges (:func:`check_options`); one line naming the option that is not."""
+        base = config if config is not None else cls.Config()
         try:
-            self.config = dataclasses.replace(base, **overrides)
+            replaced = dataclasses.replace(base, **overrides)
         except TypeError as exc:
-            fields = ", ".join(f.name for f in dataclasses.fields(self.Config)) or "none"
-            raise LearngeneError(f"{self.name}: {exc}; its options are: {fields}") from None
-        self.config = _typed(self.config)
-        check_options(self.name, self.config)
+            fields = ", ".join(f.name for f in dataclasses.fields(cls.Config)) or "none"
+            raise LearngeneError(f"{cls.name}: {exc}; its options are: {fields}") from None
+        typed = _typed(replaced)
+        check_options(cls.name, typed)
+        return typed
 
     @classmethod
     def from_gene(cls, gene: Learngene, step: str = EXPAND, **overrides: Any) -> Method:
@@ -316,23 +372,19 @@ def refuse_unread(method: type[Method], options: dict[str, Any], step: str) -> N
 
 def check_options(method: str, config: Any) -> None:
     """Every option has its declared type (a ``Literal``'s choices included) and lies in its range: the one
-    its field declares (:func:`~learngene.validate.option`), else 0 or more for a number (a count, size,
+    its field declares (:func:`~learngene.settings.field`), else 0 or more for a number (a count, size,
     rate or seed)."""
+    bad = refusal(config, default_limits={"at_least": 0})
+    if bad is None:
+        return
     see = by_caller(f"see help(learngene.get_method({method!r}).Config)", "see `learngene methods`")
-    check_fields(
-        config,
-        f"{method} option",
-        by_caller(f"pass a value of that kind ({see})", f"pass --opt KEY=VALUE with a value of that kind ({see})"),
+    if bad.of_type:
+        fix = by_caller(f"pass a value of that kind ({see})", f"pass --opt KEY=VALUE with a value of that kind ({see})")
+        raise LearngeneError(f"{method} option {bad.name} must be {bad.wanted}, got {bad.value!r}; {fix}")
+    raise LearngeneError(
+        f"{method} option {bad.name} must be {bad.wanted}, got {bad.value!r}; pass "
+        f"{option_assignment(bad.name, 'VALUE')} with a value of that kind ({see})"
     )
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        declared = limits_of(f)
-        wanted = out_of_range(value, declared or {"at_least": 0})
-        if wanted:
-            raise LearngeneError(
-                f"{method} option {f.name} must be {wanted}, got {value!r}; pass "
-                f"{option_assignment(f.name, 'VALUE')} with a value of that kind ({see})"
-            )
 
 
 def config_from_dict(config_cls: type, values: dict[str, Any]) -> Any:

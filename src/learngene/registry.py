@@ -148,6 +148,14 @@ for _source in (
         argument="NAME",
         help="a torchvision dataset downloaded under --data-dir",
     ),
+    DataSource(
+        "hf",
+        "learngene.data.hub:hf_source",
+        argument="NAME_OR_PATH",
+        streams=True,
+        help="a Hugging Face datasets dataset: a save_to_disk folder or a Hub name from its cache; "
+        "hf:NAME_OR_PATH:SPLIT evaluates on SPLIT, ,image=COLUMN ,label=COLUMN name the columns",
+    ),
 ):
     register_source(_source)
 

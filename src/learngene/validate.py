@@ -2,9 +2,9 @@
 
 Settings reach the library from JSON (a gene's header, ``--opt KEY=VALUE``) and from Python callers,
 so a string can arrive where an int belongs, ``null`` where a float does, or ``Infinity`` where a
-finite number does. :func:`check_fields` refuses each with one line naming the field. A field's range
-is declared with it (:func:`option`: its metadata) and read by :func:`out_of_range`; a range that
-depends on several settings stays in its dataclass's ``__post_init__``.
+finite number does. Every setting is declared once (:func:`learngene.settings.field`: its type and, in its
+metadata, its range); :func:`refusal`, the one checker, finds the first value its declaration refuses, and the
+dataclass's ``__post_init__`` words the one-line message. A check across several settings stays there too.
 """
 
 from __future__ import annotations
@@ -21,10 +21,16 @@ import tokenize
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from .errors import LearngeneError
 from .errors import setting as by_caller
+from .settings import ADAPT as ADAPT  # the phases, imported from here by methods
+from .settings import CONDENSE as CONDENSE
+from .settings import EXPAND as EXPAND
+from .settings import PHASE_WORDS as PHASE_WORDS
+from .settings import PHASES as PHASES
+from .settings import field
 
 # integers must fit torch's int64 (seeds, counts): Python's unbounded ints overflow later, far from the input
 MAX_INT = 2**63 - 1
@@ -57,72 +63,118 @@ def option_assignment(name: str, value: str) -> str:
     return by_caller(f"{name}={value}", f"--opt {name}={value}")
 
 
+# ---- the one checker: a dataclass's values against their declarations (learngene.settings.field) -----------
+class Refusal(NamedTuple):
+    """A value its declaration refuses: the ``field``, its ``name`` (``tensors['w']`` for an item of a dict), the
+    ``value``, what it should have been (``wanted``: the words of the failed check, e.g. ``an integer``, ``at least
+    1``; ``expected``: the type and range in one phrase, e.g. ``a positive integer``) and whether its type (else its
+    range) is wrong."""
+
+    field: dataclasses.Field
+    name: str
+    value: Any
+    wanted: str
+    expected: str
+    of_type: bool
+
+
+def refusal(obj: Any, default_limits: dict[str, Any] | None = None) -> Refusal | None:
+    """The first value of dataclass ``obj`` that its declaration refuses, or None when every field holds a value of its
+    type and range. Types first, every field (``X | None``, ``Literal[...]``, ``tuple[X, ...]``, ``dict[K, V]``
+    and classes followed; ints within int64, floats finite, bools no numbers), then ranges (:func:`out_of_range`;
+    ``default_limits`` for a field that declares none). Each owner words the message (``__post_init__``)."""
+    hints, fields = _hints(type(obj)), dataclasses.fields(obj)
+    values = [(f, hints.get(f.name, Any), getattr(obj, f.name)) for f in fields]
+    for f, tp, value in values:
+        bad = _type_refusal(f, tp, value)
+        if bad:
+            return bad
+    for f, tp, value in values:
+        bad = _range_refusal(f, tp, value, limits_of(f) or default_limits or {})
+        if bad:
+            return bad
+    return None
+
+
+def refusal_of(f: dataclasses.Field, tp: Any, value: Any) -> Refusal | None:
+    """:func:`refusal` of one value for field ``f`` of type ``tp`` (e.g. a flag's, before the dataclass is made)."""
+    return _type_refusal(f, tp, value) or _range_refusal(f, tp, value, limits_of(f))
+
+
+def _type_refusal(f: dataclasses.Field, tp: Any, value: Any) -> Refusal | None:
+    wanted = _mismatch(value, tp)
+    if not wanted:
+        return None
+    name, value, wanted, tp = _bad_item(f.name, value, tp) or (f.name, value, wanted, tp)
+    return Refusal(f, name, value, wanted, expectation(tp, limits_of(f)), of_type=True)
+
+
+def _range_refusal(f: dataclasses.Field, tp: Any, value: Any, limits: dict[str, Any]) -> Refusal | None:
+    wanted = out_of_range(value, limits)
+    return Refusal(f, f.name, value, wanted, expectation(tp, limits), of_type=False) if wanted else None
+
+
 def check_fields(obj: Any, what: str, fix: str, error: type[LearngeneError] = LearngeneError) -> None:
-    """Raise :class:`LearngeneError` if a field of dataclass ``obj`` does not hold a value of its declared type.
-
-    ``what`` names the owner in the message (e.g. ``"peg option"``), ``fix`` says what to do. Ints must be
-    ints (not bools, floats or strings) within int64, floats finite numbers, bools bools; ``X | None``,
-    ``Literal[...]`` and ``tuple[X, ...]`` are followed; other types are not checked.
-    """
-    hints = typing.get_type_hints(type(obj))
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        expected = _mismatch(value, hints.get(f.name, Any))
-        if expected:
-            raise error(f"{what} {f.name} must be {expected}, got {value!r}; {fix}")
+    """Raise ``error`` if a field of dataclass ``obj`` does not hold a value of its declared type (:func:`refusal`'s
+    types): ``{what} {name} must be {wanted}, got {value!r}; {fix}``."""
+    bad = refusal(obj)
+    if bad is not None and bad.of_type:
+        raise error(f"{what} {bad.name} must be {bad.wanted}, got {bad.value!r}; {fix}")
 
 
-# the steps of a method that read an option (its field metadata "phase"): expand and adapt refuse an option they
-# do not read, so a descendant's header never records an option that changed nothing
-CONDENSE, EXPAND, ADAPT = "condense", "expand", "adapt"
-PHASES = (CONDENSE, EXPAND, ADAPT)
-PHASE_WORDS = {CONDENSE: "condensing", EXPAND: "expanding", ADAPT: "adapting"}
+_HINTS: dict[type, dict[str, Any]] = {}  # a class's resolved annotations, read once: specs are made by the thousand
 
 
-def option(
-    default: Any,
-    *,
-    phase: str | tuple[str, ...] | None = None,
-    help: str = "",
-    speed_only: bool = False,
-    at_least: float | None = None,
-    at_most: float | None = None,
-    above: float | None = None,
-    below: float | None = None,
-    multiple_of: int | None = None,
-    nonempty: bool = False,
-    odd: bool = False,
-) -> Any:
-    """A dataclass field declared once: its range (``at_least`` / ``at_most`` inclusive, ``above`` / ``below``
-    exclusive, a ``multiple_of`` an integer, an ``odd`` integer, a ``nonempty``
-    list; :func:`out_of_range` checks them), the steps
-    that read it (``phase``: ``condense``, ``expand``, ``adapt`` or a tuple of them; a method option must name
-    one), a one-line ``help``, and ``speed_only`` when it changes how fast a result comes, not the result."""
-    phases = (phase,) if isinstance(phase, str) else tuple(phase or ())
-    unknown = [p for p in phases if p not in PHASES]
-    if unknown:
-        raise ValueError(f"unknown phase {unknown[0]!r}; use {', '.join(PHASES)}")
-    limits = {
-        "at_least": at_least,
-        "at_most": at_most,
-        "above": above,
-        "below": below,
-        "multiple_of": multiple_of,
-        "nonempty": nonempty or None,
-        "odd": odd or None,
-    }
-    meta: dict[str, Any] = {k: v for k, v in limits.items() if v is not None}
-    if phases:
-        meta["phase"] = phases
-    if help:
-        meta["help"] = help
-    if speed_only:
-        meta["speed_only"] = True
-    return dataclasses.field(default=default, metadata=meta)
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _bad_item(name: str, value: Any, tp: Any) -> tuple[str, Any, str, Any] | None:
+    """The first item of dict ``value`` that type ``dict[K, V]`` refuses, as (``name[key]``, item, wanted, V)."""
+    if not isinstance(value, dict) or typing.get_origin(tp) is not dict or len(typing.get_args(tp)) != 2:
+        return None
+    key_type, item_type = typing.get_args(tp)
+    for key, item in value.items():
+        wanted = _mismatch(key, key_type)
+        if wanted:
+            return f"{name} key {key!r}", key, wanted, key_type
+        wanted = _mismatch(item, item_type)
+        if wanted:
+            return f"{name}[{key!r}]", item, wanted, item_type
+    return None
+
+
+def expectation(tp: Any, limits: dict[str, Any]) -> str:
+    """What a value of type ``tp`` within ``limits`` must be, in one phrase: ``a positive integer``, ``a non-negative
+    integer``, ``a positive finite number or null``; a type without such a bound in its type's words."""
+    arms = [a for a in typing.get_args(tp) if a is not type(None)] if _is_union(tp) else [tp]
+    optional = _is_union(tp) and len(arms) < len(typing.get_args(tp))
+    noun = {int: "integer", float: "finite number"}.get(arms[0]) if len(arms) == 1 else None
+    if noun is None:
+        words = _mismatch(_NO_VALUE, tp) or "any value"
+        return "a non-empty " + words[2:] if limits.get("nonempty") and words.startswith("a ") else words
+    lowest, above = limits.get("at_least"), limits.get("above")
+    sign = "positive" if above == 0 or (noun == "integer" and lowest == 1) else "non-negative" if lowest == 0 else ""
+    words = f"a {sign} {noun}" if sign else ("an integer" if noun == "integer" else "a finite number")
+    return words + (" or null" if optional else "")
+
+
+_NO_VALUE = object()  # of no type: what _mismatch says it should have been is the type's words
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType)
+
+
+# method options are declared with the one helper of every setting (learngene.settings.field); ``option`` is its
+# name where methods declare theirs
+option = field
 
 
 def limits_of(f: dataclasses.Field) -> dict[str, Any]:
-    """The range a field declares (:func:`option`'s limits), {} for none."""
+    """The range a field declares (:func:`~learngene.settings.field`'s limits), {} for none."""
     return {k: v for k, v in f.metadata.items() if k in RANGE_KEYS}
 
 
@@ -130,12 +182,13 @@ RANGE_KEYS = ("at_least", "at_most", "above", "below", "multiple_of", "nonempty"
 
 
 def out_of_range(value: Any, limits: dict[str, Any]) -> str | None:
-    """None when ``value`` lies within ``limits`` (:func:`option`'s metadata; None values pass), else what it
+    """None when ``value`` lies within ``limits`` (a field's, :func:`limits_of`; None values pass), else what it
     should have been (for the message)."""
     if value is None:
         return None
-    if isinstance(value, tuple):
-        return "a non-empty list" if limits.get("nonempty") and not value else None
+    if isinstance(value, (tuple, str)):
+        empty = limits.get("nonempty") and not value
+        return ("a non-empty list" if isinstance(value, tuple) else "a non-empty name") if empty else None
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
     lo, hi, above, below, step = (limits.get(k) for k in ("at_least", "at_most", "above", "below", "multiple_of"))
@@ -209,7 +262,24 @@ def _mismatch(value: Any, tp: Any) -> str | None:
             bad = next((w for w in (_mismatch(v, item) for v in value) if w), None)
             return f"a list whose every item is {bad}" if bad else None
         return None
+    if tp is dict or origin is dict:
+        item = typing.get_args(tp)[1] if len(typing.get_args(tp)) == 2 else Any
+        json = item is Any or item is object
+        words = "a JSON object" if json else f"a dict whose every value is {_mismatch(_NO_VALUE, item)}"
+        if not isinstance(value, dict):
+            return words
+        wrong = not json and any(_mismatch(k, typing.get_args(tp)[0]) or _mismatch(v, item) for k, v in value.items())
+        return words if wrong else None
+    if origin is None and isinstance(tp, type):  # a class: a ViTSpec, a torch tensor
+        return None if isinstance(value, tp) else _class_words(tp)
     return None
+
+
+def _class_words(cls: type) -> str:
+    """``a ViTSpec`` for a class of learngene, ``a torch tensor`` for one of another package."""
+    package = cls.__module__.split(".")[0]
+    name = cls.__name__ if package == "learngene" else f"{package} {cls.__name__.lower()}"
+    return ("an " if name[0].lower() in "aeiou" else "a ") + name
 
 
 # ---- what a settings dataclass declares, for listings and generated docs ------------------------------------
@@ -273,6 +343,27 @@ def parse_assignment(item: str, types: Mapping[str, Any] | None, usage: str) -> 
     if not sep or not key or (types is not None and key not in types):
         raise LearngeneError(usage.format(item=repr(item)))
     return key, value_from_text(raw, types.get(key, Any) if types is not None else Any)
+
+
+def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
+    """``["key=value", ...]`` (``--opt``), each value read for its field's type of dataclass ``config_cls``
+    (:func:`parse_assignment`); ``auto`` gives an automatic option (``Config.AUTO_OPTIONS``) its default."""
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    types = typing.get_type_hints(config_cls)
+    usage = "option {item} is not KEY=VALUE with a known KEY; use one of: " + (", ".join(fields) or "none")
+    out: dict[str, Any] = {}
+    for item in items:
+        key, value = parse_assignment(item, types, usage)
+        auto = key in getattr(config_cls, "AUTO_OPTIONS", ())
+        if value == "auto" and auto:  # as `learngene methods` shows it
+            value = fields[key].default
+        elif auto and value == 0 and not isinstance(value, bool):
+            # 0 stands for "automatic" inside the config; given by hand it reads as "none", which it is not
+            raise LearngeneError(
+                f"option {key}=0 would silently mean 'automatic'; give {key}=auto for that, or a positive value"
+            )
+        out[key] = value
+    return out
 
 
 def value_from_text(raw: str, tp: Any = Any) -> Any:
@@ -371,7 +462,7 @@ def _field_comments(cls: type) -> dict[str, str]:
 
 def range_text(config_cls: type, name: str) -> str:
     """The range an option's values must lie in, in words ("" when any value of its type goes): the one its
-    field declares (:func:`option`), else 0 or more for a number, as :func:`learngene.method.check_options` checks."""
+    field declares (:func:`~learngene.settings.field`), else 0 or more for a number, as :func:`learngene.method.check_options` checks."""
     f = next(f for f in dataclasses.fields(config_cls) if f.name == name)
     tp = typing.get_type_hints(config_cls).get(name)
     limits = {k: v for k, v in f.metadata.items() if k in RANGE_KEYS}

@@ -33,9 +33,9 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import torch
 
@@ -44,64 +44,23 @@ from ..data import Data, ImageData, class_subset, few_shot, load_dataset, take
 from ..descendant import make_descendant, top_up_state
 from ..errors import LearngeneError
 from ..formats.atomic import quote, write_text_atomic
+from ..formats.hub import is_hub_name
 from ..formats.model_file import load_model_file, save_model
 from ..gene import Learngene
 from ..method import AdaptInputs, Ancestry, CondenseInputs
 from ..registry import get_method, list_methods
 from ..run_dirs import lock_run_dir, unlock_run_dir
+from ..training.config import Logger
 from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..training.loop import TrainConfig, resolve_device, seed_everything, train
 from ..training.progress import RunProgress, on_terminal
 from ..vit.spec import ViTSpec
 from .profiles import Profile, Task, Upstream, Variant
-from .report import write_report
+from .report import Row, plural, write_report
+from .workers import Busy, Claims, SharedClaims
 
 UPSTREAM_EVAL_IMAGES = 1_000  # test images the ancestry and aux nets report accuracy on
-
-
-@dataclass
-class Row:
-    """One descendant: a method at a size, on a task, with a seed and a budget (× the task's epochs)."""
-
-    method: str
-    task: str
-    size: str
-    depth: int
-    embed_dim: int
-    num_heads: int
-    seed: int
-    budget: int = 1
-    params: int = 0
-    stored_params: int = 0
-    condense_seconds: float = 0.0
-    condense_steps: int = 0
-    adapt_seconds: float = 0.0
-    train_seconds: float = 0.0
-    accs: list[float] = field(default_factory=list)  # top-1 at every evaluation point
-    note: str = ""  # why the cell is n/a
-    upstream: str = ""  # which ancestry (profiles with several upstreams)
-    variant: str = ""  # an ablation's change to how the descendant is made (e.g. "+mimetic")
-    eval_epochs: list[int] = field(default_factory=list)  # the fine-tuning epoch of every entry of accs
-    cell_seconds: float = 0.0  # wall time of the whole cell: expansion, fine-tuning, evaluation, saving
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.accs)
-
-    @property
-    def acc(self) -> float:
-        return self.accs[-1]
-
-    @property
-    def label(self) -> str:
-        """The method (and variant), or e.g. ``scratch ×10`` for a longer budget."""
-        name = f"{self.method} {self.variant}" if self.variant else self.method
-        return name if self.budget == 1 else f"{name} ×{self.budget}"
-
-    @property
-    def epochs(self) -> list[int]:
-        """The fine-tuning epoch of every accuracy (rows from before eval points existed: every epoch)."""
-        return self.eval_epochs or list(range(1, len(self.accs) + 1))
+T = TypeVar("T")
 
 
 def row_from_dict(values: dict[str, Any]) -> Row:
@@ -189,7 +148,12 @@ class OutOfTime(Exception):
 
 
 class BenchRun:
-    """One run of a profile into ``out_dir``; :meth:`run` executes (or reuses) every stage."""
+    """One run of a profile into ``out_dir``; :meth:`run` executes (or reuses) every stage.
+
+    With ``shared=True`` it is one worker among any number on ``out_dir`` (:mod:`learngene.bench.workers`).
+    """
+
+    POLL_SECONDS = 5.0  # how often a worker that can take nothing looks again at what the others hold
 
     def __init__(
         self,
@@ -202,8 +166,11 @@ class BenchRun:
         plots: bool = True,
         command: str | None = None,
         reporter: Callable[..., None] = write_report,
+        shared: bool = False,
+        log: tuple[Logger, ...] = (),
     ):
         self.profile, self.out, self.data_dir, self.device = profile, Path(out_dir), data_dir, device
+        self.log = TrainConfig(log=log).log  # (checks that the loggers' packages are there before a stage runs)
         self.out_given = out_dir
         self.reporter = reporter  # writes report.md, results.csv and plots from the rows (bench's, or compare's)
         self.teacher_outputs: dict[tuple[str, str], Any] = {}  # (task, kind) -> fine-tuning data with them
@@ -219,11 +186,26 @@ class BenchRun:
         self.given: Ancestry | None = None  # the profile's ancestry file, once loaded
         # the image size the data are loaded at where it is not the ancestry spec's (a RADIO's pretrained input)
         self.fed_size: int | None = None
+        # ``shared``: any number of processes may work on ``out_dir`` at once, each taking the units no other has
+        # (learngene.bench.workers); else this run holds the folder alone
+        self.shared = shared
+        self.claims = Claims()
+        self.computing = True  # False: a walk that only reads what every worker has finished
+        self.blocked = 0  # units of this walk that another worker holds (or, reading only, that are not done)
+        self.progressed = False  # this walk computed a unit
+        self.counted: set[str] = set()  # the units the run's bar has counted as done
+        self.rows: list[Row] = []  # the last walk's, in the grid's order
 
     # ---- helpers -------------------------------------------------------------------------------------
-    def _cfg(self, **changes: Any) -> TrainConfig:
+    def _cfg(self, logs_at: Path | None = None, **changes: Any) -> TrainConfig:
+        """A stage's settings; with ``--log``, its curves go under ``OUT/logs/``, at the stage's path there (its run
+        directory is removed once the stage is done)."""
         p = self.profile
-        return TrainConfig(batch_size=p.batch_size, lr=p.lr, device=self.device, progress=False).replace(**changes)
+        cfg = TrainConfig(batch_size=p.batch_size, lr=p.lr, device=self.device, progress=False).replace(**changes)
+        if self.log and logs_at is not None:
+            where = self.out / "logs" / logs_at.relative_to(self.out).with_suffix("")
+            cfg = cfg.replace(log=self.log, log_dir=str(where))
+        return cfg
 
     def _budget_key(self) -> dict[str, Any]:
         return {"lr": self.profile.lr, "batch_size": self.profile.batch_size}
@@ -234,17 +216,57 @@ class BenchRun:
         return {"img_size": self.fed_size} if self.fed_size is not None else {}
 
     def _check_time(self) -> None:
-        if self.time_limit is not None and time.perf_counter() - self.started > self.time_limit:
+        if self.computing and self.time_limit is not None and time.perf_counter() - self.started > self.time_limit:
             raise OutOfTime
 
     @contextmanager
-    def _stage(self, work: float, what: str) -> Iterator[None]:
-        """A stage of the run's bar: named while it runs, moving with its training steps."""
-        if self.bar is None:
+    def _stage(self, work: float, what: str, unit: str | None = None) -> Iterator[None]:
+        """A stage of the run's bar: named while it runs, moving with its training steps. ``unit`` (default
+        ``what``) names it among the walks of the grid: its work counts once, when it is done (by any worker)."""
+        unit = unit or what
+        if self.bar is None or not self.computing or unit in self.counted:
             yield
             return
-        with self.bar.stage(what, work):
-            yield
+        busy = False
+        try:
+            with self.bar.stage(what, work):
+                yield
+        except Busy:
+            busy = True
+            self.bar.cached -= work  # another worker's: counted when it is done
+            raise
+        finally:
+            if not busy:
+                self.counted.add(unit)
+
+    def _result(self, path: Path, load: Callable[[Path], T], compute: Callable[[], T], record: bool = True) -> T:
+        """The cached result at ``path``, else ``compute()``'s under this worker's claim on it: :class:`Busy` when
+        another worker holds the claim (or this walk only reads). A :class:`LearngeneError` of ``compute`` is
+        recorded (``record``) so that no worker repeats it, and a recorded one is raised again."""
+        unit = path.relative_to(self.out).as_posix()
+        cached = self._done(path, load, unit)
+        if cached is not None:
+            return cached
+        if not self.computing:
+            raise Busy(unit)
+        with self.claims.hold(unit):
+            cached = self._done(path, load, unit)  # another worker may have finished it before the claim
+            if cached is not None:
+                return cached
+            self.progressed = True
+            try:
+                return compute()
+            except LearngeneError as exc:
+                if record:
+                    self.claims.fail(unit, str(exc))
+                raise
+
+    def _done(self, path: Path, load: Callable[[Path], T], unit: str) -> T | None:
+        """The cached result at ``path``, None when there is none; a failure a worker recorded is raised again."""
+        cached = load_cached(path, load)
+        if cached is None and (why := self.claims.failure(unit)) is not None:
+            raise LearngeneError(why)
+        return cached
 
     def _methods(self, upstream: Upstream) -> list[str]:
         return [m for m in self.methods if upstream.methods is None or m in upstream.methods]
@@ -268,35 +290,9 @@ class BenchRun:
             **self._budget_key(),
         )
         path = self.out / "ancestry" / f"ancestry-{key}.safetensors"
-        cached = load_cached(path, load_model_file)
-        if cached is None:
-            seed_everything(0)
-            model = spec.create_model()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # the two long stages show the loop's own bar under the run's bar
-            cfg = self._cfg(
-                epochs=upstream.ancestry_epochs,
-                desc=f"ancestry {upstream.name}".strip(),
-                checkpoint_every=200,
-                progress=self.inner_progress,
-            )
-            result = train(model, train_data, cfg, eval_data=eval_data, run_dir=path.with_suffix(".run"), resume=True)
-            save_model(
-                path,
-                model,
-                spec,
-                origin={
-                    "kind": "ancestry",
-                    "key": key,
-                    "eval_acc": result.final_acc,
-                    "seconds": round(result.seconds, 2),
-                    "steps": result.steps,
-                    "eval_curve": [h["eval_acc"] for h in result.history],
-                    "label_space": train_data.label_space,
-                },
-            )
-            shutil.rmtree(path.with_suffix(".run"), ignore_errors=True)
-            cached = load_model_file(path, lazy=True)
+        cached = self._result(
+            path, load_model_file, lambda: self._train_ancestry(spec, key, path, train_data, eval_data, upstream), False
+        )
         origin = cached[2]
         info = {
             "spec": spec.short(),
@@ -318,6 +314,38 @@ class BenchRun:
         self.teacher = load_ancestry(path)
         return self.teacher
 
+    def _train_ancestry(
+        self, spec: ViTSpec, key: str, path: Path, train_data: Data, eval_data: Data, upstream: Upstream
+    ) -> Any:
+        seed_everything(0)
+        model = spec.create_model()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # the two long stages show the loop's own bar under the run's bar
+        cfg = self._cfg(
+            epochs=upstream.ancestry_epochs,
+            desc=f"ancestry {upstream.name}".strip(),
+            checkpoint_every=200,
+            progress=self.inner_progress,
+            logs_at=path,
+        )
+        result = train(model, train_data, cfg, eval_data=eval_data, run_dir=path.with_suffix(".run"), resume=True)
+        save_model(
+            path,
+            model,
+            spec,
+            origin={
+                "kind": "ancestry",
+                "key": key,
+                "eval_acc": result.final_acc,
+                "seconds": round(result.seconds, 2),
+                "steps": result.steps,
+                "eval_curve": [h["eval_acc"] for h in result.history],
+                "label_space": train_data.label_space,
+            },
+        )
+        shutil.rmtree(path.with_suffix(".run"), ignore_errors=True)
+        return load_model_file(path, lazy=True)
+
     def given_ancestry(self) -> Ancestry:
         """The profile's ancestry file, loaded once (its cache key: the file's path, size and modification time)."""
         if self.given is not None:
@@ -326,25 +354,28 @@ class BenchRun:
         if p.ancestry_file is None:
             raise LearngeneError(f"profile {p.name} names no ancestry file; pass --ancestry")
         path = Path(p.ancestry_file)
-        try:
-            stat = path.stat()
-        except OSError as exc:
-            raise LearngeneError(
-                f"cannot read the ancestry {path} ({exc.strerror}); give an existing file or folder"
-            ) from None
+        if is_hub_name(p.ancestry_file):  # by name on the Hub: its repo and revision are its key
+            ancestry = load_ancestry(p.ancestry_file, p.ancestry_timm_model, drop_head=p.ancestry_drop_head)
+            where: dict[str, Any] = {"hub": ancestry.source}
+        else:
+            try:
+                stat = path.stat()
+            except OSError as exc:
+                raise LearngeneError(
+                    f"cannot read the ancestry {path} ({exc.strerror}); give an existing file or folder"
+                ) from None
+            where = {"path": str(path.resolve()), "size": stat.st_size, "mtime": stat.st_mtime_ns}
+            ancestry = load_ancestry(path, p.ancestry_timm_model, drop_head=p.ancestry_drop_head)
         self.ancestry_key = stage_key(
             stage="ancestry-file",
-            path=str(path.resolve()),
-            size=stat.st_size,
-            mtime=stat.st_mtime_ns,
+            **where,
             timm_model=p.ancestry_timm_model,
             **({"drop_head": True} if p.ancestry_drop_head else {}),  # the keys of older runs stay valid
         )
-        ancestry = load_ancestry(path, p.ancestry_timm_model, drop_head=p.ancestry_drop_head)
         self.meta["ancestry"] = {
             "spec": p.ancestry.short(),
             "params": p.ancestry.num_params,
-            "file": str(path),
+            "file": str(p.ancestry_file),
             "key": self.ancestry_key,
             "label_space": ancestry.label_space,
             **recorded_accuracy(path, p.ancestry_timm_model),
@@ -401,28 +432,33 @@ class BenchRun:
             **self._budget_key(),
         )
         path = self.out / "genes" / f"{name}-{key}.safetensors"
-        cached = load_cached(path, Learngene.load)
-        if cached is not None:
-            return cached, key
-        method = cls(**options)
-        inputs = CondenseInputs(
-            train=upstream,
-            eval=upstream_eval,
-            run_dir=path.with_suffix(".run"),
-            resume=True,
-            train_cfg=self._cfg(
-                epochs=epochs, distill_lambda=lam, desc=f"condense {name}", progress=self.inner_progress
-            ),
-        )
-        seed_everything(0)
-        tic = time.perf_counter()
-        gene = method.condense(ancestry, inputs)
-        gene.cost = {**gene.cost, "seconds": round(time.perf_counter() - tic, 2)}
-        gene.label_space = ancestry.label_space
-        path.parent.mkdir(parents=True, exist_ok=True)
-        gene.save(path)
-        shutil.rmtree(path.with_suffix(".run"), ignore_errors=True)
-        return gene, key
+
+        def condense() -> Learngene:
+            method = cls(**options)
+            inputs = CondenseInputs(
+                train=upstream,
+                eval=upstream_eval,
+                run_dir=path.with_suffix(".run"),
+                resume=True,
+                train_cfg=self._cfg(
+                    epochs=epochs,
+                    distill_lambda=lam,
+                    desc=f"condense {name}",
+                    progress=self.inner_progress,
+                    logs_at=path,
+                ),
+            )
+            seed_everything(0)
+            tic = time.perf_counter()
+            gene = method.condense(ancestry, inputs)
+            gene.cost = {**gene.cost, "seconds": round(time.perf_counter() - tic, 2)}
+            gene.label_space = ancestry.label_space
+            path.parent.mkdir(parents=True, exist_ok=True)
+            gene.save(path)
+            shutil.rmtree(path.with_suffix(".run"), ignore_errors=True)
+            return gene
+
+        return self._result(path, Learngene.load, condense), key
 
     # ---- stage 3: the initialization of a size (adapt where the method has that step) -----------------
     def initial_gene(
@@ -443,10 +479,10 @@ class BenchRun:
             **self._budget_key(),
         )
         path = self.out / "adapted" / gene.method / f"{spec.short()}-s{seed}-{key}.safetensors"
-        adapted = load_cached(path, Learngene.load)
-        if adapted is None:
+
+        def adapt() -> Learngene:
             tic = time.perf_counter()
-            cfg = self._cfg(epochs=1, max_steps=p.adapt_steps, seed=seed, desc=f"adapt {gene.method}")
+            cfg = self._cfg(epochs=1, max_steps=p.adapt_steps, seed=seed, desc=f"adapt {gene.method}", logs_at=path)
             adapted, _ = method.adapt(
                 gene, spec, AdaptInputs(upstream, cfg, run_dir=path.with_suffix(".run"), resume=True)
             )
@@ -454,7 +490,9 @@ class BenchRun:
             path.parent.mkdir(parents=True, exist_ok=True)
             adapted.save(path)
             shutil.rmtree(path.with_suffix(".run"), ignore_errors=True)
-            adapted = Learngene.load(path)
+            return Learngene.load(path)
+
+        adapted = self._result(path, Learngene.load, adapt)
         return adapted, key, float(adapted.cost.get("bench_adapt_seconds", 0.0))
 
     # ---- stage 4: fine-tune a descendant on a task --------------------------------------------------------
@@ -464,7 +502,6 @@ class BenchRun:
         t = task.task
         epochs = t.epochs * row.budget
         max_steps = t.max_steps * row.budget if t.max_steps else None
-        tic = time.perf_counter()
         fresh = t.new_head and not (variant and variant.head == "reuse")
         if fresh:  # the task's own label space
             spec = spec.replace(num_classes=task.train.num_classes)
@@ -510,16 +547,6 @@ class BenchRun:
             / name
             / f"{spec.short()}-s{row.seed}{'' if row.budget == 1 else f'-x{row.budget}'}-{key}.json"
         )
-        cached = load_cached(path, lambda f: row_from_dict(json.loads(f.read_text())))
-        if cached is not None:
-            return dataclasses.replace(cached, upstream=row.upstream)
-        if variant:
-            check_variant_changes(variant, init, spec)
-        model = make_descendant(
-            init, spec, seed=row.seed, **{k: v for k, v in options.items() if not k.startswith("expand_")}
-        )
-        if fresh:
-            fresh_head(model, spec, row.seed)
         cfg = self._cfg(
             epochs=epochs,
             seed=row.seed,
@@ -528,7 +555,36 @@ class BenchRun:
             eval_images=t.eval_images,
             batch_size=batch_size,
             max_steps=max_steps,
+            logs_at=path,
         )
+        done = self._result(
+            path,
+            lambda f: row_from_dict(json.loads(f.read_text())),
+            lambda: self._fine_tune(row, init, spec, task, variant, path, cfg, options, fresh),
+        )
+        return dataclasses.replace(done, upstream=row.upstream)
+
+    def _fine_tune(
+        self,
+        row: Row,
+        init: Learngene,
+        spec: ViTSpec,
+        task: TaskData,
+        variant: Variant | None,
+        path: Path,
+        cfg: TrainConfig,
+        options: dict[str, Any],
+        fresh: bool,
+    ) -> Row:
+        """Make the descendant of a cell, fine-tune it and write its row to ``path``."""
+        tic = time.perf_counter()
+        if variant:
+            check_variant_changes(variant, init, spec)
+        model = make_descendant(
+            init, spec, seed=row.seed, **{k: v for k, v in options.items() if not k.startswith("expand_")}
+        )
+        if fresh:
+            fresh_head(model, spec, row.seed)
         student, data, teacher, loss = model, task.train, None, None
         if variant and variant.distill_lambda:
             cfg = cfg.replace(distill_lambda=variant.distill_lambda)
@@ -646,6 +702,8 @@ class BenchRun:
         if not str(self.out_given).strip():
             raise LearngeneError("--out is empty; give the report folder, e.g. --out runs/compare")
         resolve_device(self.device)  # a GPU asked for and missing is refused before anything loads
+        if self.shared:  # the workers' claims are taken once the inputs are checked (_run)
+            return self._run()
         # one run per report folder, as per run directory: two writers would race on its cache and report
         held = lock_run_dir(self.out, flag="--out", what="report folder")
         try:
@@ -654,6 +712,17 @@ class BenchRun:
             unlock_run_dir(held)
 
     def _run(self) -> list[Row]:
+        work, total = self._prepare()
+        if self.shared:
+            profile = json.dumps(dataclasses.asdict(self.profile), sort_keys=True, default=str)
+            self.claims = SharedClaims(self.out, hashlib.sha256(profile.encode()).hexdigest()[:12])
+        try:
+            return self._work(work, total)
+        finally:
+            self.claims.close()
+
+    def _prepare(self) -> tuple[list[tuple[Any, ...]], float]:
+        """Every upstream's data and plan (what each walk of the grid goes through), and the run's total work."""
         p = self.profile
         loaded: dict[tuple[str, str], ImageData] = {}
         fed = self.data_spec()
@@ -680,34 +749,63 @@ class BenchRun:
             )
             work.append((up, tasks, anc_images, upstream, upstream_eval, plan, trained))
         self.meta.update(plan_gflop=round(total), cells=sum(w[5]["cells"] for w in work), methods=self.methods)
+        return work, total
+
+    def _work(self, work: list[tuple[Any, ...]], total: float) -> list[Row]:
+        """Walk the grid, computing every unit no other worker holds, until every unit is done (or the time limit);
+        then write the report from what is done."""
+        p = self.profile
         # progress in estimated work, not stages: a 10x scratch run or a deep size weighs what it costs
         self.bar = RunProgress(total, desc=f"bench {p.name}", unit="GFLOP", disable=not self.progress)
-        self.rows: list[Row] = []
         complete = False
         try:
-            for up, tasks, anc_images, upstream, upstream_eval, plan, trained in work:
-                self._check_time()
-                with self._stage(plan["ancestry"], f"ancestry {up.name}".strip()):
-                    ancestry = self.ancestry(anc_images, upstream_eval, up)
-                genes: dict[str, tuple[Learngene, str] | LearngeneError] = {}
-                for name in self._methods(up):
-                    self._check_time()
-                    with self._stage(plan["condense"] if name in trained else 0.0, f"condense {name}"):
-                        try:
-                            genes[name] = self.gene(name, ancestry, upstream, upstream_eval, up.condense_epochs)
-                        except LearngeneError as exc:  # recorded as n/a in every cell of the method
-                            genes[name] = exc
-                self._descendants(genes, tasks, upstream, up)
-            complete = True
+            while True:
+                self._walk(work)
+                if not self.blocked:
+                    complete = True
+                    break
+                if not self.progressed:  # what is left, other workers hold: wait for them
+                    with self.bar.stage(f"waiting for other workers ({plural(self.blocked, 'unit')})", 0.0):
+                        self._check_time()
+                        time.sleep(self.POLL_SECONDS)
         except OutOfTime:
             pass
         finally:
-            if self.bar is not None:
-                self.bar.close()
+            self.bar.close()
         self.meta.update(wall_seconds=round(time.perf_counter() - self.started, 1), complete=complete)
-        self.reporter(self.rows, p, self.out, self.meta, plots=self.plots)
-        write_text_atomic(self.out / "profile.json", json.dumps(dataclasses.asdict(p), indent=2, default=str))
+        with self.claims.reporting():  # the last worker to get here writes the report every worker sees
+            if not complete:  # the time limit: report what every worker has finished, reading only
+                self.computing = False
+                self._walk(work)
+                self.meta["complete"] = not self.blocked
+            self.reporter(self.rows, p, self.out, self.meta, plots=self.plots)
+            write_text_atomic(self.out / "profile.json", json.dumps(dataclasses.asdict(p), indent=2, default=str))
         return self.rows
+
+    def _walk(self, work: list[tuple[Any, ...]]) -> None:
+        """One walk of the grid in its order: every unit done is read, every free one computed (``computing``),
+        every one another worker holds skipped and counted in ``blocked``; the rows go to ``self.rows``."""
+        self.rows, self.blocked, self.progressed = [], 0, False
+        for up, tasks, anc_images, upstream, upstream_eval, plan, trained in work:
+            self._check_time()
+            try:
+                with self._stage(plan["ancestry"], f"ancestry {up.name}".strip()):
+                    ancestry = self.ancestry(anc_images, upstream_eval, up)
+            except Busy:  # another worker trains this ancestry: everything of this upstream waits for it
+                self.blocked += 1
+                continue
+            genes: dict[str, tuple[Learngene, str] | LearngeneError] = {}
+            for name in self._methods(up):
+                self._check_time()
+                try:
+                    work_done = plan["condense"] if name in trained else 0.0
+                    with self._stage(work_done, f"condense {name}", f"{up.name}/condense/{name}"):
+                        genes[name] = self.gene(name, ancestry, upstream, upstream_eval, up.condense_epochs)
+                except LearngeneError as exc:  # recorded as n/a in every cell of the method
+                    genes[name] = exc
+                except Busy:  # another worker condenses it: its cells wait, this worker takes the others
+                    self.blocked += 1
+            self._descendants(genes, tasks, upstream, up)
 
     def _descendants(
         self,
@@ -750,10 +848,14 @@ class BenchRun:
                         with self._stage(
                             self._adapt_gflop(spec) if get_method(name).adaptable else 0.0,
                             f"adapt {name} {spec.short()} seed {seed}",
+                            f"{up.name}/adapt/{name}/{spec.short()}/{seed}",
                         ):
                             init, init_key, adapt_s = self.initial_gene(gene, gene_key, spec, seed, upstream)
                     except LearngeneError as exc:
                         init, init_key, adapt_s, why = None, "", 0.0, str(exc)
+                    except Busy:  # another worker adapts it: this size and seed of the method waits
+                        self.blocked += 1
+                        continue
                     variants = [None] + [
                         v for v in p.variants if v.runs_on(up) and name in self._variant_methods(v, methods)
                     ]
@@ -768,18 +870,21 @@ class BenchRun:
                                     variant=variant.name if variant else "",
                                 )
                                 work = self._cell_gflop(spec, td, budget)
+                                unit = f"{up.name}/{td.task.name}/{row.label}/{spec.short()}/{seed}"
                                 if init is None:
-                                    with self._stage(work, f"{name} {spec.short()}: n/a"):
+                                    with self._stage(work, f"{name} {spec.short()}: n/a", unit):
                                         rows.append(dataclasses.replace(row, note=why))
                                     continue
                                 self._check_time()
-                                with self._stage(
-                                    work, f"fine-tune {td.task.name} {row.label} {spec.short()} seed {seed}"
-                                ):
-                                    try:
+                                try:
+                                    with self._stage(
+                                        work, f"fine-tune {td.task.name} {row.label} {spec.short()} seed {seed}", unit
+                                    ):
                                         rows.append(self.cell(row, init, init_key, spec, td, variant))
-                                    except LearngeneError as exc:
-                                        rows.append(dataclasses.replace(row, note=str(exc)))
+                                except LearngeneError as exc:
+                                    rows.append(dataclasses.replace(row, note=str(exc)))
+                                except Busy:  # another worker fine-tunes it
+                                    self.blocked += 1
 
 
 def recorded_accuracy(path: Path, timm_model: str | None) -> dict[str, Any]:

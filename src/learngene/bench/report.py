@@ -10,14 +10,58 @@ import os
 import platform
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..formats.atomic import now_iso, write_text_atomic
 from .profiles import Profile, Task
 
-if TYPE_CHECKING:
-    from .protocol import Row
+
+@dataclass
+class Row:
+    """One descendant: a method at a size, on a task, with a seed and a budget (× the task's epochs)."""
+
+    method: str
+    task: str
+    size: str
+    depth: int
+    embed_dim: int
+    num_heads: int
+    seed: int
+    budget: int = 1
+    params: int = 0
+    stored_params: int = 0
+    condense_seconds: float = 0.0
+    condense_steps: int = 0
+    adapt_seconds: float = 0.0
+    train_seconds: float = 0.0
+    accs: list[float] = field(default_factory=list)  # top-1 at every evaluation point
+    note: str = ""  # why the cell is n/a
+    upstream: str = ""  # which ancestry (profiles with several upstreams)
+    variant: str = ""  # an ablation's change to how the descendant is made (e.g. "+mimetic")
+    eval_epochs: list[int] = field(default_factory=list)  # the fine-tuning epoch of every entry of accs
+    cell_seconds: float = 0.0  # wall time of the whole cell: expansion, fine-tuning, evaluation, saving
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.accs)
+
+    @property
+    def acc(self) -> float:
+        return self.accs[-1]
+
+    @property
+    def label(self) -> str:
+        """The method (and variant), or e.g. ``scratch ×10`` for a longer budget."""
+        name = f"{self.method} {self.variant}" if self.variant else self.method
+        return name if self.budget == 1 else f"{name} ×{self.budget}"
+
+    @property
+    def epochs(self) -> list[int]:
+        """The fine-tuning epoch of every accuracy (rows from before eval points existed: every epoch)."""
+        return self.eval_epochs or list(range(1, len(self.accs) + 1))
+
 
 CSV_FIELDS = (
     "upstream",
@@ -53,6 +97,27 @@ def write_csv(rows: list[Row], path: Path) -> None:
         if not r.ok:
             writer.writerow({**base, "epoch": "", "acc": ""})
     write_text_atomic(path, buf.getvalue())
+
+
+_INTS = ("budget", "depth", "embed_dim", "num_heads", "seed", "params", "stored_params", "condense_steps")
+_FLOATS = ("condense_seconds", "adapt_seconds", "train_seconds")
+
+
+def read_csv(path: Path) -> list[Row]:
+    """The rows a ``results.csv`` was written from (:func:`write_csv`), in its order: accuracies as written (4
+    decimals), no ``cell_seconds`` (the file has none). How a report is rebuilt with today's tables."""
+    rows: dict[tuple[str, ...], Row] = {}
+    with open(path, newline="") as fh:
+        for line in csv.DictReader(fh):
+            key = tuple(line[k] for k in ("upstream", "method", "variant", "budget", "task", "size", "seed"))
+            if key not in rows:
+                values: dict[str, Any] = {k: line[k] for k in ("upstream", "method", "variant", "task", "size", "note")}
+                values.update({k: int(line[k]) for k in _INTS}, **{k: float(line[k]) for k in _FLOATS})
+                rows[key] = Row(**values)
+            if line["acc"]:
+                rows[key].accs.append(float(line["acc"]))
+                rows[key].eval_epochs.append(int(line["epoch"]))
+    return list(rows.values())
 
 
 # ---- aggregation ---------------------------------------------------------------------------------------

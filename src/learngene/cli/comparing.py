@@ -12,6 +12,25 @@ from ..training.loop import resolve_device
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
+    profile = profile_from_args(args)
+    rows = run_compare(
+        profile,
+        args.out,
+        data_dir=args.data_dir,
+        device=args.device,
+        progress=not args.quiet,
+        time_limit=args.time_limit * 60 if args.time_limit is not None else None,
+        command=args.command_line,
+        plots=not args.no_plots,
+        log=tuple(args.log or ()),
+    )
+    print(compare_text(rows, profile))
+    print(f"learngene compare: report in {args.out}/report.md")
+
+
+def profile_from_args(args: argparse.Namespace):
+    """The comparison the flags ask for (:func:`learngene.pipeline.compare.compare_profile`), its flags checked and its
+    ancestry's size read first (on the meta device), so that bad input fails before anything trains."""
     if args.time_limit is not None and not args.time_limit > 0:
         raise LearngeneError(f"--time-limit must be a positive number of minutes, got {args.time_limit}")
     if args.kd is not None and not 0 < args.kd <= 1:
@@ -51,16 +70,4 @@ def cmd_compare(args: argparse.Namespace) -> None:
         drop_head=args.drop_head,
     )
     del ancestry
-    limit = args.time_limit * 60 if args.time_limit is not None else None
-    rows = run_compare(
-        profile,
-        args.out,
-        data_dir=args.data_dir,
-        device=args.device,
-        progress=not args.quiet,
-        time_limit=limit,
-        command=args.command_line,
-        plots=not args.no_plots,
-    )
-    print(compare_text(rows, profile))
-    print(f"learngene compare: report in {args.out}/report.md")
+    return profile

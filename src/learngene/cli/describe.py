@@ -7,14 +7,15 @@ import math
 import os
 from pathlib import Path
 
-from ..descendant import load_gene
+from ..binding import BoundMethod, bind_gene
 from ..errors import GeneFormatError
 from ..formats.atomic import quote
 from ..formats.convert import CONFIG, is_model_folder, read_config
-from ..formats.model_file import MODEL_FORMAT, STITCHED_MODEL_FORMAT, load_model_file, model_preprocessing
+from ..formats.hub import describe_source
+from ..formats.model_file import MODEL_FORMAT, load_model_file, model_preprocessing
+from ..formats.stitched import STITCHED_MODEL_FORMAT, read_stitched
 from ..formats.weights import is_regular_file, read_safetensors
 from ..gene import GENE_FORMAT, Learngene
-from ..registry import get_method
 from ..vit.spec import ViTSpec
 
 
@@ -45,7 +46,7 @@ def describe_file(path: str | os.PathLike, show_tensors: bool = False) -> str:
     fmt = meta.get("format")
     size = Path(path).stat().st_size
     if fmt == GENE_FORMAT:
-        return describe_gene(load_gene(path), size, show_tensors)
+        return describe_gene(bind_gene(Learngene.load(path), source=path), size, show_tensors)
     if fmt == MODEL_FORMAT:
         state, spec, origin = load_model_file(path)
         lines = [
@@ -65,8 +66,6 @@ def describe_file(path: str | os.PathLike, show_tensors: bool = False) -> str:
 
 def describe_stitched(path: str | os.PathLike, size: int, meta: dict, show_tensors: bool = False) -> str:
     """A stitched descendant (``learngene expand --stitch``): its two instances' parts, the stitch, its size."""
-    from ..vit.stitched import read_stitched
-
     model, origin = read_stitched(path)
     front, end = model.specs
 
@@ -130,8 +129,10 @@ def describe_folder(path: str | os.PathLike, show_tensors: bool = False) -> str:
     return "\n".join(lines)
 
 
-def describe_gene(gene: Learngene, file_size: int | None = None, show_tensors: bool = False) -> str:
-    method = get_method(gene.method).from_gene(gene)
+def describe_gene(gene: Learngene | BoundMethod, file_size: int | None = None, show_tensors: bool = False) -> str:
+    """What ``learngene inspect`` prints for a gene (bound to its method, or bound here)."""
+    bound = gene if isinstance(gene, BoundMethod) else bind_gene(gene)
+    gene, method = bound.gene, bound.method
     lines = [
         f"learngene: method {gene.method}" + (f" ({file_size / 1e6:.2f} MB on disk)" if file_size else ""),
         f"  stored parameters: {gene.num_stored_params:,} in {len(gene.tensors)} tensors",
@@ -139,6 +140,8 @@ def describe_gene(gene: Learngene, file_size: int | None = None, show_tensors: b
         f"  layout:   {describe_spec(gene.layout) if gene.layout else 'no ViT tensors'}",
         f"  ancestry: {describe_spec(gene.ancestry) if gene.ancestry else 'not a ViT / none'}",
     ]
+    if gene.ancestry_source:
+        lines.append(f"  from:     {describe_source(gene.ancestry_source)}")
     if gene.ancestry:
         lines.append(f"  stored / ancestry parameters: {gene.num_stored_params / gene.ancestry.num_params:.3f}")
     lines.append(f"  input:    {describe_preprocessing(gene.preprocessing)}")

@@ -20,7 +20,9 @@ from ..threads import set_threads
 from .parser import EXIT_USAGE, build_parser
 
 # commands that write many files without rank-0 guards, or only print: refused under torchrun
-SINGLE_PROCESS = ("demo", "bench", "compare", "inspect", "methods")
+SINGLE_PROCESS = ("demo", "bench", "inspect", "methods")
+# commands whose processes under torchrun are independent workers (no process group): compare's ranks share a grid
+INDEPENDENT_WORKERS = ("compare",)
 
 
 def handler(args: argparse.Namespace):
@@ -81,7 +83,8 @@ def _run(args: argparse.Namespace, entry_point: bool) -> int:
     try:
         if dist.launched_distributed() and args.command in SINGLE_PROCESS:
             raise LearngeneError("this command runs in one process (it writes many files); run it without torchrun")
-        dist.init_from_env(getattr(args, "device", "auto"))
+        if args.command not in INDEPENDENT_WORKERS:
+            dist.init_from_env(getattr(args, "device", "auto"))
         if hasattr(args, "threads"):  # the one place the CLI sets torch's CPU threads
             set_threads(args.threads)
         handler(args)(args)

@@ -6,7 +6,8 @@ import argparse
 import dataclasses
 import typing
 
-from ..descendant import load_gene
+from ..binding import bind_gene
+from ..gene import Learngene
 from ..method import citations
 from ..registry import get_method, list_methods
 from ..validate import choices
@@ -18,8 +19,8 @@ def cmd_inspect(args: argparse.Namespace) -> None:
     check_outputs(args, [args.plot], [args.path])
     print(describe_file(args.path, show_tensors=args.tensors))
     if args.plot:
-        gene = load_gene(args.path)
-        get_method(gene.method).from_gene(gene).plot(gene, args.plot, overwrite=args.overwrite)
+        bound = bind_gene(Learngene.load(args.path), source=args.path)
+        bound.method.plot(bound.gene, args.plot, overwrite=args.overwrite)
         print(f"wrote {args.plot}")
 
 

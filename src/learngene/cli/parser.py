@@ -17,9 +17,18 @@ from typing import Any
 from .._version import __version__
 from ..bench.descriptions import QUICK_DEMO_TIME, profiles_help
 from ..threads import THREADS_HELP
-from ..training.config import COMMON, DISTILL, SPEED_GROUP, TRAINING, TrainConfig, flagged_settings
-from ..validate import MAX_INT, limits_of, out_of_range
-from ..vit.spec import PRESETS
+from ..training.config import (
+    COMMON,
+    DISTILL,
+    LOGGING,
+    SPEED_GROUP,
+    TRAINING,
+    USE_CASE_DEFAULTS,
+    TrainConfig,
+    flagged_settings,
+)
+from ..validate import MAX_INT, choices, limits_of, out_of_range, refusal_of
+from ..vit.spec import PRESETS, SIZE_FLAG_FIELDS, ViTFamily, ViTSpec, refused
 
 EXIT_USAGE = 2
 
@@ -110,20 +119,37 @@ def _data_help() -> str:
 
 # ---- shared argument groups ---------------------------------------------------------------------------
 def add_spec_args(p: argparse.ArgumentParser, preset: bool = True) -> None:
+    """The size flags, made from the fields of :class:`~learngene.vit.spec.ViTSpec` (and its family) that declare one."""
     g = p.add_argument_group("model size (a ViT spec)")
     if preset:
         g.add_argument("--preset", choices=sorted(PRESETS), help="start from a named size")
-    g.add_argument("--depth", type=_integer, help="number of blocks")
-    g.add_argument("--embed-dim", type=_integer, help="width D")
-    g.add_argument("--num-heads", type=_integer, help="attention heads (must divide the width)")
-    g.add_argument("--mlp-ratio", type=_real, help="MLP hidden width / D")
-    g.add_argument("--img-size", type=_integer, help="input resolution (data are resized to it)")
-    g.add_argument("--patch-size", type=_integer, help="patch size (must divide the image size)")
-    g.add_argument(
-        "--in-chans", type=_integer, help="input channels (grey data are repeated to 3; colour data for 1 are refused)"
-    )
-    g.add_argument("--num-classes", type=_integer, help="classifier outputs")
-    g.add_argument("--global-pool", choices=("token", "avg"), help="class-token or average pooling")
+    for f in SIZE_FLAG_FIELDS:
+        add_size_flag(g, f.name)
+
+
+def add_size_flag(g, name: str, help: str | None = None) -> None:
+    """The flag of spec field ``name`` (``help`` replaces its declared help): its type, choices and range as the field
+    declares them, checked as the spec checks them, before anything is loaded; not given: None."""
+    f = next(f for f in SIZE_FLAG_FIELDS if f.name == name)
+    tp = {**typing.get_type_hints(ViTFamily), **typing.get_type_hints(ViTSpec)}[name]
+    offered = f.metadata.get("flag_choices") or choices(tp)
+    kwargs: dict[str, Any] = {"choices": offered} if offered else {"type": _size(f, tp)}
+    g.add_argument(f.metadata["flag"], help=help or f.metadata["help"], **kwargs)
+
+
+def _size(f, tp):
+    """A size flag's parser: a number of the field's type ``tp`` that the spec's checker accepts (its words if not)."""
+    parse = _integer if tp is int else _real
+
+    def check(text: str):
+        value = parse(text)
+        bad = refusal_of(f, tp, value)
+        if bad is not None:
+            raise argparse.ArgumentTypeError(str(refused(bad)))
+        return value
+
+    check.__name__ = parse.__name__  # argparse names the type in its "invalid ... value" message
+    return check
 
 
 def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: str | None = "fashion_mnist") -> None:
@@ -155,11 +181,6 @@ def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: s
     )
 
 
-# the CLI's default test subset: top-1 of a 2,000-image sample has a standard error under 1.2 points (binomial,
-# at most sqrt(0.25 / 2000)), at a fifth of the cost of evaluating Fashion-MNIST's 10,000 after every epoch
-EVAL_IMAGES = 2000
-
-
 def add_settings(g, group: str, **overrides: dict[str, Any]) -> None:
     """The flags of the training settings in ``group``, made from their declarations in
     :class:`~learngene.training.config.TrainConfig` (flag, help, range, what "not given" means); ``overrides``
@@ -171,7 +192,10 @@ def add_settings(g, group: str, **overrides: dict[str, Any]) -> None:
         kwargs: dict[str, Any] = {"default": default}
         if "metavar" in meta:
             kwargs["metavar"] = meta["metavar"]
-        if hints[f.name] is bool and default is False:
+        if typing.get_origin(hints[f.name]) is tuple:  # a repeatable flag of the tuple's choices
+            kwargs.update(default=None, action="append", choices=typing.get_args(typing.get_args(hints[f.name])[0]))
+            text = meta["help"]
+        elif hints[f.name] is bool and default is False:
             kwargs["action"], text = "store_true", meta["help"]
         elif bool in typing.get_args(hints[f.name]) or hints[f.name] is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
@@ -204,16 +228,18 @@ def _checked(f, parse):
     return check
 
 
-def add_train_args(p: argparse.ArgumentParser, epochs: int = 10, lr: float = 1e-3) -> None:
+def add_train_args(p: argparse.ArgumentParser, use_case: str) -> None:
+    """The training flags of ``use_case``, with its defaults (:data:`~learngene.training.config.USE_CASE_DEFAULTS`)."""
     g = p.add_argument_group("training")
-    eval_images = {
-        "default": EVAL_IMAGES,
-        "help": "evaluate on a fixed random subset of N test images, 0 = on all of them (default: %(default)s, a "
-        "fifth of Fashion-MNIST's test split)",
-    }
-    add_settings(g, TRAINING, epochs={"default": epochs}, lr={"default": lr}, eval_images=eval_images)
+    defaults: dict[str, dict[str, Any]] = {k: {"default": v} for k, v in USE_CASE_DEFAULTS[use_case].items()}
+    defaults["eval_images"]["help"] = (
+        "evaluate on a fixed random subset of N test images, 0 = on all of them (default: %(default)s, a "
+        "fifth of Fashion-MNIST's test split)"
+    )
+    add_settings(g, TRAINING, **defaults)
     g.add_argument("--run-dir", help="folder for log.jsonl and checkpoint.pt (locked while a run uses it)")
     g.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
+    add_settings(g, LOGGING)
     add_settings(p.add_argument_group("speed (the same math up to float rounding)"), SPEED_GROUP)
 
 
@@ -256,7 +282,9 @@ def add_ancestry_args(p: argparse.ArgumentParser) -> None:
         "--ancestry",
         required=True,
         help="ancestry model: a learngene model file; a checkpoint (.safetensors/.pth/.bin) with --timm-model; "
-        "or a folder with config.json: a timm hub folder or a transformers ViT/DeiT/DINOv2/CLIP/SigLIP",
+        "a folder with config.json: a timm hub folder or a transformers ViT/DeiT/DINOv2/CLIP/SigLIP; or such a "
+        "model on the Hugging Face Hub, hf-hub:ORG/NAME[@REVISION], or a timm pretrained tag, timm:NAME[.TAG] "
+        "(read from the Hugging Face cache; HF_HUB_OFFLINE=1 keeps it offline)",
     )
     p.add_argument(
         "--drop-head",
@@ -279,7 +307,7 @@ def _add_ancestry(sub) -> None:
     )
     add_spec_args(p)
     add_data_args(p)
-    add_train_args(p)
+    add_train_args(p, "ancestry")
     add_common(p)
     add_output(p, "ancestry model")
     add_license(p, "model file", inherited=False)
@@ -298,18 +326,16 @@ def _add_condense(sub) -> None:
     add_ancestry_args(p)
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
     add_data_args(p)
-    add_train_args(p)
+    add_train_args(p, "condense")
     add_distill_args(p, lam=None, help_lambda="λ (default: the method's paper's: 1 = pure KL, 0.5 = KL + CE)")
     add_common(p)
     add_output(p, "learngene")
     add_license(p, "learngene (and named on its descendants' model cards)")
     g = p.add_argument_group("timm checkpoint sizes (with --timm-model)")
-    g.add_argument("--num-classes", type=_integer, help="classifier outputs of the checkpoint")
-    g.add_argument("--img-size", type=_integer, help="input resolution of the checkpoint (data are resized to it)")
-    g.add_argument(
-        "--in-chans",
-        type=_integer,
-        help="input channels of the checkpoint (grey data are repeated to 3; colour data for 1 are refused)",
+    add_size_flag(g, "num_classes", "classifier outputs of the checkpoint")
+    add_size_flag(g, "img_size", "input resolution of the checkpoint (data are resized to it)")
+    add_size_flag(
+        g, "in_chans", "input channels of the checkpoint (grey data are repeated to 3; colour data for 1 are refused)"
     )
     g.add_argument(
         "--timm-arg",
@@ -389,7 +415,7 @@ def _add_adapt(sub) -> None:
     add_spec_args(p)
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
     add_data_args(p)
-    add_train_args(p, epochs=1)
+    add_train_args(p, "adapt")
     add_common(p)
     add_output(p, "adapted descendant model")
     p.add_argument("--gene-out", help="also save the adapted learngene here")
@@ -412,7 +438,7 @@ def _add_train(sub) -> None:
         "differ from those the model's head was trained on)",
     )
     add_data_args(p)
-    add_train_args(p, epochs=5)
+    add_train_args(p, "train")
     p.add_argument(
         "--teacher",
         metavar="ANCESTRY",
@@ -493,9 +519,11 @@ def _add_compare(sub) -> None:
         "scratch, scratch ×10 and mimetic, one recommendation per size",
         description="Condense the ancestry with every method once, make every size, fine-tune every "
         "method × size × seed on --data with the same budget and a fresh head, and print "
-        "per size mean ± std, 2-std marks against the references, costs, the epoch each "
-        "method reaches scratch ×10's final accuracy, and one recommendation line. Writes "
-        "report.md, results.csv and plots to --out; cached and resumable like bench.",
+        "per size mean ± std, the paired difference to each reference with its 95 % interval and a "
+        "Holm-corrected decision, costs, the epoch each method reaches scratch ×10's final accuracy, and "
+        "one recommendation line (with the seeds a lead would need when it is not resolved). Writes "
+        "report.md, results.csv and plots to --out; cached and resumable like bench. Several compare "
+        "processes on one --out (or torchrun ranks, or SLURM array tasks) share the work.",
     )
     add_ancestry_args(p)
     p.add_argument(
@@ -517,7 +545,8 @@ def _add_compare(sub) -> None:
         "--references",
         metavar="LIST",
         default="scratch,scratch_x10,mimetic,structured",
-        help="what a recommendation must beat by 2 std; scratch_x10 = scratch fine-tuned 10× as long; "
+        help="what a recommendation must beat (paired over seeds, Holm-corrected); scratch_x10 = scratch "
+        "fine-tuned 10× as long; "
         "structured only where registered (default: %(default)s)",
     )
     p.add_argument("--seeds", type=_integer, default=3, help="seeds 0..N-1 per method and size (default: %(default)s)")
@@ -578,9 +607,26 @@ def _add_compare(sub) -> None:
         metavar="MINUTES",
         help="start no new stage after this long; the same command continues later",
     )
-    p.add_argument("--out", required=True, help="report folder (also the cache a rerun continues from)")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="report folder (also the cache a rerun continues from); every compare with the same flags on it "
+        "takes a share of the cells",
+    )
     p.add_argument("--no-plots", action="store_true", help="no PNG plots")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    add_settings(
+        p,
+        LOGGING,
+        log={
+            "help": "also log every training stage's curves to TensorBoard or Weights & Biases, under OUT/logs/ "
+            "(repeatable)"
+        },
+    )
+    p.add_argument(
+        "--device",
+        default="auto",
+        help="auto, cpu, cuda or cuda:N; under torchrun auto is each rank's own GPU (default: %(default)s)",
+    )
     add_threads(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler="comparing:cmd_compare")

@@ -154,15 +154,19 @@ class FolderData(torch.utils.data.Dataset):
 
     def __getitem__(self, item: tuple[int, int] | int):
         index, seed = item if isinstance(item, tuple) else (item, index_seed(0, 0, item))
-        path, label = self.samples[index]
+        label = self.samples[index][1]
         try:
-            image = _open_image(path, {1: "L", 3: "RGB"}[self.in_chans])
+            image = self.open_image(index, {1: "L", 3: "RGB"}[self.in_chans])
         except DataError as exc:
             return _Failed(str(exc))
         if self.augment == "none":
             return self.transform(image), label
         with _seeded(seed):
             return self.transform(image), label
+
+    def open_image(self, index: int, mode: str):
+        """Image ``index`` decoded as a PIL image of ``mode`` (a subclass reads it from elsewhere than a file)."""
+        return _open_image(self.samples[index][0], mode)
 
     def get_batch(self, indices: Tensor) -> tuple[Tensor, Tensor, None]:
         batch = _Collate(self.in_chans, self.img_size)([self[int(i)] for i in indices])
@@ -189,6 +193,20 @@ class FolderData(torch.utils.data.Dataset):
             )  # else the loader draws its seed from the global RNG
         self._sampler.source = sampler
         return self._loader
+
+
+def default_preprocessing(in_chans: int) -> dict[str, Any]:
+    """What images are read with when no model says: ImageNet's mean and std (0.5 for grey), a plain resize to
+    224 px (or the size asked) and a centre crop."""
+    mean, std = (IMAGENET_MEAN, IMAGENET_STD) if in_chans == 3 else ((0.5,), (0.5,))
+    return {
+        "input_size": (in_chans, 224, 224),
+        "interpolation": "bilinear",
+        "mean": mean,
+        "std": std,
+        "crop_pct": 1.0,
+        "crop_mode": "center",
+    }
 
 
 def default_workers() -> int:
@@ -285,17 +303,7 @@ def image_folder(
             "--aug deit (RandAugment, mixup/cutmix, random erasing) is for RGB images; for grey data "
             "use --augment (flips and shifts)"
         )
-    if preprocessing is None:
-        mean, std = (IMAGENET_MEAN, IMAGENET_STD) if in_chans == 3 else ((0.5,), (0.5,))
-        preprocessing = {
-            "input_size": (in_chans, 224, 224),
-            "interpolation": "bilinear",
-            "mean": mean,
-            "std": std,
-            "crop_pct": 1.0,
-            "crop_mode": "center",
-        }
-    pre = preprocessing_cfg(preprocessing, img_size, in_chans)
+    pre = preprocessing_cfg(preprocessing or default_preprocessing(in_chans), img_size, in_chans)
     samples, found = _folder_samples(root)
     if classes is not None and list(classes) != found:
         extra, lacking = sorted(set(found) - set(classes)), sorted(set(classes) - set(found))
@@ -407,9 +415,13 @@ def _check_headers(paths: Sequence[str]) -> None:
 
 
 def _is_colour(path: str) -> bool:
-    """Whether an image's channels differ (a grey image saved as RGB or with a palette is not colour; the
+    return is_colour(_open_image(path, "RGB"))
+
+
+def is_colour(image) -> bool:
+    """Whether a PIL image's channels differ (a grey image saved as RGB or with a palette is not colour; the
     tolerance of 8 levels absorbs JPEG's chroma noise)."""
-    rgb = np.asarray(_open_image(path, "RGB")).astype(np.int16)
+    rgb = np.asarray(image.convert("RGB")).astype(np.int16)
     return bool(np.abs(rgb - rgb[..., :1]).max() > 8)
 
 

@@ -314,7 +314,8 @@ def load_dataset(
     """Load a dataset by name, through the registered source it names (:data:`DATA_SOURCES`).
 
     ``name`` is ``fashion_mnist``, ``digits``, ``folder:PATH`` (``PATH/{split}`` with one sub-folder per
-    class, or ``PATH`` itself for the train split) or ``torchvision:NAME`` (found under ``data_dir``).
+    class, or ``PATH`` itself for the train split), ``torchvision:NAME`` (found under ``data_dir``) or
+    ``hf:NAME_OR_PATH`` (a Hugging Face ``datasets`` dataset, :mod:`learngene.data.hub`).
     ``in_chans`` converts grey to colour, and refuses colour for a grey model (that would discard the colour:
     :func:`convert_channels` does it when asked); ``img_size`` resizes (default: the data's own).
     Folders stream (``workers`` DataLoader processes) with ``preprocessing``'s resize, crop and

@@ -1,9 +1,14 @@
-"""The learngene model file: a timm state_dict plus the spec (and origin) in the safetensors header."""
+"""The learngene model file: a timm state_dict plus the spec (and origin) in the safetensors header.
+
+:func:`read_model` and :func:`write_model` read and write any model learngene makes in the file format of its kind:
+a timm ViT in this one, a stitched ViT (pool's stitched descendants) in :mod:`learngene.formats.stitched`.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -14,6 +19,7 @@ from ..errors import GeneFormatError, LearngeneError
 from ..vit.spec import ViTSpec
 from .atomic import library_version, now_iso, quote
 from .preprocessing import check_preprocessing
+from .stitched import STITCHED_MODEL_FORMAT, StitchedViT, read_stitched, save_stitched
 from .weights import (
     check_finite,
     first_line,
@@ -23,7 +29,6 @@ from .weights import (
 )
 
 MODEL_FORMAT = "learngene-model"
-STITCHED_MODEL_FORMAT = "learngene-stitched-model"  # learngene.vit.stitched.StitchedViT: not a timm ViT
 
 
 def save_model(
@@ -98,6 +103,50 @@ def model_preprocessing(path: str | os.PathLike) -> dict[str, Any] | None:
             f"{quote(path)} has a corrupt preprocessing header ({first_line(exc)}); create it again with "
             f"learngene (ancestry, expand or train)"
         ) from None
+
+
+@dataclass
+class ModelFile:
+    """A model read from a file (:func:`read_model`): the model, the spec of its input side (a timm ViT's own; a
+    stitched ViT's front instance), the origin its header records and the tensors the file holds."""
+
+    model: torch.nn.Module
+    spec: ViTSpec
+    origin: dict[str, Any]
+    state: dict[str, Tensor]
+
+    @property
+    def num_classes(self) -> int:
+        return int(getattr(self.model, "num_classes", self.spec.num_classes))
+
+
+def read_model(path: str | os.PathLike) -> ModelFile:
+    """The model in ``path``, in the format its header names: a learngene model file (a timm ViT, loaded strictly)
+    or a stitched-model file (:func:`learngene.formats.stitched.read_stitched`)."""
+    if read_safetensors(path, lazy=True)[1].get("format") == STITCHED_MODEL_FORMAT:
+        stitched, origin = read_stitched(path)
+        return ModelFile(stitched, stitched.specs[0], origin, stitched.state_dict())
+    state, spec, origin = load_model_file(path)
+    return ModelFile(build_model(spec, state, source=str(path)), spec, origin, state)
+
+
+def write_model(
+    path: str | os.PathLike,
+    model: torch.nn.Module,
+    spec: ViTSpec | None,
+    origin: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    preprocessing: dict[str, Any] | None = None,
+) -> None:
+    """Write ``model`` in the file format of its kind: a :class:`~learngene.vit.stitched.StitchedViT` as a
+    stitched-model file (its parts give its sizes), any other as a learngene model file of ``spec``
+    (:func:`save_model`)."""
+    if isinstance(model, StitchedViT):
+        save_stitched(path, model, origin=origin, overwrite=overwrite, preprocessing=preprocessing)
+        return
+    if spec is None:
+        raise LearngeneError(f"a {type(model).__name__} is saved with its ViTSpec; pass spec")
+    save_model(path, model, spec, origin=origin, overwrite=overwrite, preprocessing=preprocessing)
 
 
 def build_model(spec: ViTSpec, state: dict[str, Tensor], source: str = "state_dict") -> torch.nn.Module:

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -68,8 +69,9 @@ from torch import Tensor, nn
 
 from ..auxnet import AuxConfig, AuxNetMethod, condense_through_aux, is_headless, resolve_aux_spec
 from ..errors import LearngeneError
+from ..errors import setting as by_caller
 from ..gene import Learngene
-from ..method import Ancestry, CondenseInputs, Paper
+from ..method import Ancestry, CondenseInputs, ExpandOutput, OutputModel, Paper
 from ..registry import register_method
 from ..training import distributed as dist
 from ..training.distill import cache_teacher_outputs
@@ -228,6 +230,36 @@ def instance_state(gene: Learngene, index: int) -> StateDict:
     return {k[len(prefix) :]: v for k, v in gene.tensors.items() if k.startswith(prefix)}
 
 
+def parse_stitch(text: str) -> tuple[int, int, int, int]:
+    """``F:J-E:K`` (``learngene expand --stitch``) -> ``(front, end, cut_front, cut_end)``."""
+    match = re.fullmatch(r"(\d+):(\d+)-(\d+):(\d+)", text.strip())
+    if match is None:
+        given = by_caller(f"stitch {text!r}", f"--stitch {text!r}")
+        raise LearngeneError(
+            f"{given} is not FRONT:BLOCK-END:BLOCK; e.g. 0:1-2:0 runs instance 0 through block 1, "
+            f"then instance 2 from block 0"
+        )
+    front, cut_front, end, cut_end = map(int, match.groups())
+    return front, end, cut_front, cut_end
+
+
+def _stitched_output(method: LearngenePool, gene: Learngene, stitch: tuple[int, int, int, int]) -> OutputModel:
+    """The ``stitch`` output of ``expand``: the stitched descendant ``(front, end, cut_front, cut_end)``."""
+    front, end, cut_front, cut_end = stitch
+    model = stitched_descendant(gene, front, end, cut_front, cut_end, method)
+    origin = {
+        "kind": "stitched descendant",
+        "stitch": f"{front}:{cut_front}-{end}:{cut_end}",
+        "label_space": gene.label_space if f"instance{end}.head.weight" in gene.tensors else None,  # else fresh
+    }
+    return OutputModel(
+        model,
+        origin,
+        f"stitched descendant {model.short()}, {model.depth} blocks, {model.num_params:,} params "
+        f"(instance {front} through block {cut_front}, a stitch layer, instance {end} from block {cut_end})",
+    )
+
+
 @register_method
 class LearngenePool(AuxNetMethod):
     name = "pool"
@@ -248,6 +280,9 @@ class LearngenePool(AuxNetMethod):
     needs_data = True
     needs_vit_ancestry = False
     distill_lambda = 1.0
+    expand_outputs = (
+        ExpandOutput("stitch", "a stitched descendant", "its instances' sizes", parse_stitch, _stitched_output),
+    )
 
     def depths(self, aux: ViTSpec) -> list[int]:
         text = self.config.instance_depths
@@ -303,9 +338,7 @@ class LearngenePool(AuxNetMethod):
             torch.manual_seed((inputs.train_cfg.seed if inputs is not None else 0) + i)
             spec = aux.replace(depth=depth)
             start = {instance_key(i, k): v.detach().clone() for k, v in spec.create_model().state_dict().items()}
-            own = inputs
-            if inputs is not None and inputs.run_dir is not None:  # each instance checkpoints apart
-                own = dataclasses.replace(inputs, run_dir=Path(inputs.run_dir) / f"instance{i}")
+            own = inputs.part(f"instance{i}") if inputs is not None else None  # each checkpoints apart
             trained = condense_through_aux(
                 self, self.new_gene(start, spec, source), self.require_ancestry(ancestry), own
             )
@@ -335,9 +368,7 @@ class LearngenePool(AuxNetMethod):
         """Instance ``index`` of ``spec``, distilled from the ancestry in its own aux net (its own run folder)."""
         torch.manual_seed((inputs.train_cfg.seed if inputs is not None else 0) + index)
         start = {instance_key(index, k): v.detach().clone() for k, v in spec.create_model().state_dict().items()}
-        own = inputs
-        if inputs is not None and inputs.run_dir is not None:  # each instance checkpoints apart
-            own = dataclasses.replace(inputs, run_dir=Path(inputs.run_dir) / f"instance{index}")
+        own = inputs.part(f"instance{index}") if inputs is not None else None  # each instance checkpoints apart
         source = ancestry.spec if ancestry is not None else None
         return condense_through_aux(self, self.new_gene(start, spec, source), self.require_ancestry(ancestry), own)
 
@@ -422,6 +453,8 @@ class LearngenePool(AuxNetMethod):
                 stitches[(front, end)] = layers
         pool = JointPool(models, stitches, cfg.seed)
         own = dataclasses.replace(cfg, epochs=self.config.joint_epochs)  # a --max-steps caps this stage too
+        if own.log_dir is not None:
+            own.log_dir = str(Path(own.log_dir) / "joint")
         data, teacher = cast(Any, inputs.train), None  # checked by condense_authors
         if own.distill_lambda > 0:
             data, teacher = cache_teacher_outputs(data, self.require_ancestry(ancestry).model, own)
@@ -529,16 +562,19 @@ def stitch_choices(gene: Learngene) -> list[tuple[int, int, int, int]]:
     ]
 
 
-def stitched_descendant(gene: Learngene, front: int, end: int, cut_front: int, cut_end: int) -> StitchedViT:
+def stitched_descendant(
+    gene: Learngene, front: int, end: int, cut_front: int, cut_end: int, method: LearngenePool | None = None
+) -> StitchedViT:
     """Instance ``front``'s embeddings and blocks ``0..cut_front``, its stitch, instance ``end``'s blocks from
-    ``cut_end`` and head: one of :func:`stitch_choices` (depth ``cut_front + 1 + depth − cut_end``)."""
+    ``cut_end`` and head: one of :func:`stitch_choices` (depth ``cut_front + 1 + depth − cut_end``). ``method``: the
+    gene's method as already built (:func:`learngene.binding.bind_gene`)."""
     if gene.method != "pool" or gene.config.get("design") != "authors":
         made = f"pool design={gene.config.get('design')}" if gene.method == "pool" else gene.method
         raise LearngeneError(
             f"stitched descendants come from a pool gene of the authors' design (condense with --method pool "
             f"--opt design=authors); this gene is {made}"
         )
-    method = cast(LearngenePool, LearngenePool.from_gene(gene))
+    method = method or cast(LearngenePool, LearngenePool.from_gene(gene))
     specs = method.instance_specs(gene.require_layout())
     layers = {(j, k): layer for j, k, layer in paired_stitches(specs[0].depth)}
     if not (0 <= front < end < len(specs)) or (cut_front, cut_end) not in layers:

@@ -4,13 +4,15 @@ The bench engine (:mod:`learngene.bench.protocol`) run with a profile built from
 (:func:`compare_profile`): the given ancestry instead of stage 1, every method condensed once (on the
 user's data unless ``--condense-data`` says otherwise), every size made (adapted where the method
 adapts), and every method × size × seed fine-tuned on the user's data with the same budget, data order
-and fresh head. Scratch also trains ×10 as long. Everything is cached and resumable like ``bench``.
+and fresh head. Scratch also trains ×10 as long. Everything is cached and resumable like ``bench``, and any
+number of processes on one ``--out`` share the grid (:mod:`learngene.bench.workers`).
 
-The report (:func:`write_compare_report`) gives, per size, top-1 mean ± std over seeds, marks against each
-reference (scratch, scratch ×10, mimetic, and ``structured`` where that method is registered) by the
-2-pooled-std rule of the transfer profile (:func:`learngene.bench.report.compare`), stored parameters,
+The report (:func:`write_compare_report`) gives, per size, top-1 mean ± std over seeds, the paired difference
+against each reference (scratch, scratch ×10, mimetic, and ``structured`` where that method is registered) with
+its 95 % t interval and a Holm-corrected decision (:mod:`learngene.bench.stats`), stored parameters,
 condensation and fine-tuning seconds, the first epoch at which each method reaches scratch ×10's final
-accuracy with the speed-up that means, and one recommendation line (:func:`recommend`).
+accuracy with the speed-up that means, and one recommendation line (:func:`recommend`) that says, when a lead
+is not resolved, about how many seeds would resolve it.
 """
 
 from __future__ import annotations
@@ -18,13 +20,12 @@ from __future__ import annotations
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..bench.profiles import Profile, Task, Upstream, Variant
 from ..bench.report import (
-    compare,
     finish_figure,
     has_curves,
     line_style,
@@ -35,9 +36,12 @@ from ..bench.report import (
     style_per_method,
     write_csv,
 )
+from ..bench.stats import MAX_SEEDS, RULE, Verdict, decide, holm, paired
+from ..bench.workers import worker_device
 from ..errors import LearngeneError
 from ..formats.atomic import now_iso, write_text_atomic
 from ..registry import get_method, list_methods
+from ..training.config import Logger
 from ..training.loop import TrainConfig
 from ..vit.spec import ViTSpec
 
@@ -215,7 +219,10 @@ def compare_profile(
 
 
 # ---- the recommendation ---------------------------------------------------------------------------------
-def _mean(accs: list[float]) -> str:
+Results = Mapping[str, Mapping[int, float]]  # label -> seed -> final top-1
+
+
+def _mean(accs: Sequence[float]) -> str:
     return (
         f"{100 * statistics.fmean(accs):.1f} ± {100 * statistics.stdev(accs):.1f}"
         if len(accs) > 1
@@ -223,53 +230,88 @@ def _mean(accs: list[float]) -> str:
     )
 
 
-def recommend(size: str, accs: dict[str, list[float]], references: Sequence[str], seeds: int | None = None) -> str:
-    """One line for ``size``: the best method that beats every reference by more than 2 pooled std, or which
-    reference no method beats. ``accs``: final top-1 per seed of every label (references among them).
+def _points(value: float) -> str:
+    """A difference of accuracies in top-1 points, signed: ``+3.4``, ``−0.5``, ``0.0``."""
+    shown = f"{100 * value:+.1f}"
+    return "0.0" if float(shown) == 0 else shown.replace("-", "−")
 
-    Never on noise: with fewer than two seeds (``seeds``, the distinct seeds behind ``accs``, when known; else
-    the number of results per label) there is no recommendation, and two winners that do not differ by 2 pooled
-    std are reported as a tie.
+
+def _seeds(count: int | None) -> str:
+    return f"about {count} seeds" if count is not None else f"more than {MAX_SEEDS:,} seeds"
+
+
+def unresolved(label: str, ref: str, verdict: Verdict) -> str:
+    """The seed advice for one unresolved difference, e.g. ``front leads mimetic by +3.4 points [−4.8, +11.6]
+    over 3 seeds, not resolved: about 14 seeds would resolve a difference of that size at that spread``."""
+    diff = verdict.diff
+    return (
+        f"{label} {'leads' if diff.mean > 0 else 'trails'} {ref} by {_points(diff.mean)} points "
+        f"[{_points(diff.low)}, {_points(diff.high)}] over {plural(diff.n, 'seed')}, not resolved: "
+        f"{_seeds(verdict.seeds)} would resolve a difference of that size at that spread"
+    )
+
+
+def recommend(size: str, results: Results, references: Sequence[str]) -> str:
+    """One line for ``size``: the best method whose wins over every reference are resolved (paired t-test,
+    Holm-corrected over the size's comparisons: :func:`learngene.bench.stats.decide`), or which reference no method
+    beats, with how many seeds would resolve the closest method's lead over it. ``results``: label → seed → final
+    top-1 of every label, references among them.
+
+    Never on noise: with fewer than two seeds in common there is no recommendation, and two winners whose
+    difference is not resolved (Holm over the best against each other winner) are reported as a tie.
     """
-    if seeds is not None and seeds < 2:
-        return f"{size}: one seed: no recommendation (the 2-std rule needs --seeds 2 or more)"
-    refs = [r for r in references if accs.get(r)]
-    candidates = {label: a for label, a in accs.items() if label not in references and a}
+    refs = [r for r in references if results.get(r)]
+    candidates = [label for label, accs in results.items() if label not in references and accs]
     if not refs:
         return f"{size}: no recommendation: no reference ({', '.join(references)}) finished at this size"
     if not candidates:
         return f"{size}: no recommendation: no method other than the references finished at this size"
-    if min(len(a) for a in [*candidates.values(), *(accs[r] for r in refs)]) < 2:
-        return f"{size}: one seed: no recommendation (the 2-std rule needs --seeds 2 or more)"
-    winners = sorted(
-        (label for label, a in candidates.items() if all(compare(a, accs[r]) == "+" for r in refs)),
-        key=lambda label: -statistics.fmean(candidates[label]),
-    )
+    verdicts, m = decide({label: results[label] for label in [*refs, *candidates]}, refs)
+    if any(verdict.diff.n < 2 for verdict in verdicts.values()):
+        return f"{size}: one seed: no recommendation (the paired test needs --seeds 2 or more)"
+
+    def mean(label: str) -> float:
+        return statistics.fmean(results[label].values())
+
+    def shown(label: str) -> str:
+        return f"{label} {_mean(list(results[label].values()))}"
+
+    winners = sorted((c for c in candidates if all(verdicts[c, r].mark == "+" for r in refs)), key=lambda c: -mean(c))
+    rule = f"paired over seeds, Holm-corrected over the {m} comparisons of this size"
     if winners:
-        best = winners[0]
-        tied = [w for w in winners[1:] if compare(candidates[best], candidates[w]) != "+"]
+        best, others = winners[0], winners[1:]
+        apart = holm([paired(results[best], results[w]).p for w in others])
+        tied = [
+            w for w, resolved in zip(others, apart) if not (resolved and paired(results[best], results[w]).mean > 0)
+        ]
         if tied:
-            names = " or ".join([best, *tied])
             return (
-                f"{size}: use {names} (a tie: each beats {', '.join(refs)} by more than 2 std, and they do not "
-                f"differ by 2 std: " + ", ".join(f"{w} {_mean(candidates[w])}" for w in [best, *tied]) + ")"
+                f"{size}: use {' or '.join([best, *tied])} (a tie: each beats {', '.join(refs)} ({rule}), and their "
+                f"differences are not resolved: " + ", ".join(shown(w) for w in [best, *tied]) + ")"
             )
-        return f"{size}: use {best} ({_mean(candidates[best])}): it beats {', '.join(refs)} by more than 2 std"
-    unbeaten = [r for r in refs if not any(compare(a, accs[r]) == "+" for a in candidates.values())]
+        return f"{size}: use {best} ({_mean(list(results[best].values()))}): it beats {', '.join(refs)} ({rule})"
+    unbeaten = [r for r in refs if not any(verdicts[c, r].mark == "+" for c in candidates)]
     if unbeaten:
-        strongest = max(unbeaten, key=lambda r: statistics.fmean(accs[r]))
+        strongest = max(unbeaten, key=mean)
         advice = {
             "scratch": "train from scratch",
             LONG_LABEL: "training from scratch 10× longer is the better start",
             "mimetic": "use mimetic (it stores nothing)",
         }.get(strongest, f"use {strongest}")
-        return f"{size}: no method beats {strongest} here ({_mean(accs[strongest])}): {advice}"
-    closest = max(candidates, key=lambda label: statistics.fmean(candidates[label]))
-    missing = [r for r in refs if compare(candidates[closest], accs[r]) != "+"]
-    return (
-        f"{size}: no method beats every reference by 2 std here (the best mean, {closest} "
-        f"{_mean(candidates[closest])}, does not beat {', '.join(missing)})"
+        line = f"{size}: no method beats {strongest} here ({_mean(list(results[strongest].values()))}): {advice}"
+        leads = [c for c in candidates if verdicts[c, strongest].mark == "=" and verdicts[c, strongest].diff.mean > 0]
+        if leads:
+            closest = max(leads, key=lambda c: verdicts[c, strongest].diff.mean)
+            line += "; " + unresolved(closest, strongest, verdicts[closest, strongest])
+        return line
+    closest = max(candidates, key=mean)
+    missing = [r for r in refs if verdicts[closest, r].mark != "+"]
+    line = (
+        f"{size}: no method beats every reference here (the best mean, {shown(closest)}, does not beat "
+        f"{', '.join(missing)} ({rule}))"
     )
+    open_ = [unresolved(closest, r, verdicts[closest, r]) for r in missing if verdicts[closest, r].mark == "="]
+    return line + ("; " + "; ".join(open_) if open_ else "")
 
 
 # ---- the report -------------------------------------------------------------------------------------------
@@ -287,11 +329,24 @@ def _first_reaching(group: list[Any], target: float) -> int | None:
     return next((group[0].epochs[e] for e, acc in enumerate(curve) if acc >= target - 1e-12), None)
 
 
+def _vs(verdict: Verdict) -> str:
+    """A ``vs`` cell: ``+3.4 [−4.8, +11.6] = (14 seeds)``."""
+    diff = verdict.diff
+    if verdict.mark == "?":
+        return "?"
+    cell = f"{_points(diff.mean)} [{_points(diff.low)}, {_points(diff.high)}] {verdict.mark}"
+    if verdict.mark == "=" and diff.mean != 0:
+        cell += f" ({verdict.seeds} seeds)" if verdict.seeds is not None else f" (> {MAX_SEEDS:,} seeds)"
+    return cell
+
+
 def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[str, str]:
-    """(markdown table, recommendation line) of one size."""
+    """(markdown table with its family line, recommendation line) of one size."""
     groups = _by_label(rows, size)
     labels = list(dict.fromkeys(r.label for r in rows if r.task == TASK and r.size == size and r.ok))
     refs = [r for r in references if r in groups]
+    results = {label: {g.seed: g.acc for g in groups[label]} for label in labels}
+    verdicts, m = decide(results, refs)
     long = groups.get(LONG_LABEL)
     target = statistics.fmean(g.acc for g in long) if long else None
     long_epoch = _first_reaching(long, target) if long and target is not None else None
@@ -308,22 +363,25 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label in labels:
         group = groups[label]
-        accs = [g.acc for g in group]
-        marks = [compare(accs, [g.acc for g in groups[r]]) if r != label else "" for r in refs]
+        marks = [_vs(verdicts[label, r]) if r != label else "" for r in refs]
         reach = _first_reaching(group, target) if target is not None else None
         reached = "–" if target is None else (str(reach) if reach else f"not reached in {group[0].epochs[-1]}")
         speed = f"{long_epoch / reach:.1f}×" if reach and long_epoch else "–"
         first = group[0]
         lines.append(
-            f"| {label} | {_mean(accs)} | "
+            f"| {label} | {_mean([g.acc for g in group])} | "
             + " | ".join(marks)
             + ("" if not marks else " | ")
             + f"{first.stored_params:,} | {first.condense_seconds:.1f} | "
             f"{statistics.fmean(g.train_seconds for g in group):.1f} | {reached} | {speed} |"
         )
-    seeds = min((len({g.seed for g in groups[label]}) for label in labels), default=0)
-    line = recommend(size, {label: [g.acc for g in groups[label]] for label in labels}, references, seeds)
-    return "\n".join(lines), line
+    seeds = sorted({g.seed for group in groups.values() for g in group})
+    if m:
+        lines += [
+            "",
+            f"Paired over seeds {', '.join(map(str, seeds))}; Holm over the m = {m} comparisons of this size.",
+        ]
+    return "\n".join(lines), recommend(size, results, references)
 
 
 def refusals(rows: list[Any]) -> list[str]:
@@ -335,11 +393,13 @@ def refusals(rows: list[Any]) -> list[str]:
     return [f"{label} at {', '.join(sizes)}: {note}" for (label, note), sizes in by.items()]
 
 
-def compare_text(rows: list[Any], profile: Profile) -> str:
-    """What ``learngene compare`` prints: per size the table and its recommendation line, then the refusals."""
+def compare_text(rows: list[Any], profile: Profile | Sequence[str]) -> str:
+    """What ``learngene compare`` prints: per size the table and its recommendation line, then the refusals.
+    ``profile``: the run's profile, or the labels of its references."""
+    references = profile.references if isinstance(profile, Profile) else tuple(profile)
     parts = []
     for size in dict.fromkeys(r.size for r in rows if r.task == TASK):
-        table, line = size_table(rows, size, profile.references)
+        table, line = size_table(rows, size, references)
         parts += [f"## {size}", "", table, "", f"**Recommendation** {line}", ""]
     refused = refusals(rows)
     if refused:
@@ -395,6 +455,16 @@ def _labels_note(profile: Profile) -> str:
     )
 
 
+LEGEND = (
+    RULE,
+    "",
+    f"`epoch reaching {LONG_LABEL}'s final`: the first evaluated fine-tuning epoch at which the method's mean curve "
+    f"reaches the mean final accuracy of scratch trained ×{LONG}; the speed-up is the epoch at which {LONG_LABEL} "
+    "itself first reaches it (evaluated at every multiple of the others' budget) divided by the method's.",
+    "",
+)  # what the report says under its header, before the tables
+
+
 def write_compare_report(
     rows: list[Any], profile: Profile, out_dir: Path, meta: dict[str, Any] | None = None, plots: bool = True
 ) -> None:
@@ -447,13 +517,7 @@ def write_compare_report(
             else []
         ),
         "",
-        "Marks (`vs` columns): `+` the method's mean beats the reference's by more than 2 × the pooled std "
-        "over seeds (√((s₁² + s₂²)/2)), `−` loses by that much, `=` neither, `?` fewer than 2 seeds. "
-        f"`epoch reaching {LONG_LABEL}'s final`: the first evaluated fine-tuning epoch at which the method's mean "
-        f"curve reaches the mean final accuracy of scratch trained ×{LONG}; the speed-up is the epoch at which "
-        f"{LONG_LABEL} itself first reaches it (evaluated at every multiple of the others' budget) divided by "
-        "the method's.",
-        "",
+        *LEGEND,
         compare_text(rows, profile),
     ]
     if plots:
@@ -481,18 +545,28 @@ def run_compare(
     time_limit: float | None = None,
     command: str | None = None,
     plots: bool = True,
+    log: tuple[Logger, ...] = (),
 ) -> list[Any]:
-    """Run (or resume) a compare profile into ``out_dir``; returns its rows (the report is written there)."""
+    """Run (or resume) a compare profile into ``out_dir``; returns its rows (the report is written there).
+
+    Any number of these on one ``out_dir`` (processes, ``torchrun`` ranks, SLURM array tasks) share the grid: each
+    computes the cells no other has claimed or finished, and the last to finish writes the report
+    (:mod:`learngene.bench.workers`). Under ``torchrun`` each rank works on its own GPU (``LOCAL_RANK``).
+
+    ``log``: loggers of every training stage's curves (``TrainConfig.log``), under ``out_dir/logs``.
+    """
     from ..bench.protocol import BenchRun
 
     return BenchRun(
         profile,
         out_dir,
         data_dir,
-        device,
+        worker_device(device),
         progress,
         time_limit,
         plots=plots,
         command=command,
         reporter=write_compare_report,
+        shared=True,
+        log=log,
     ).run()

@@ -1,8 +1,9 @@
 """The training settings, each declared once: a field of :class:`TrainConfig` with its metadata.
 
-A field made with :func:`setting` says everything about itself: its help line, its command-line flag (and
+A field made with :func:`setting` (the one helper of every setting, :func:`learngene.settings.field`, with a
+training setting's defaults) says everything about itself: its help line, its command-line flag (and
 the flag's group, metavar, what 0 or "not given" mean there), its range (checked by
-:func:`~learngene.validate.out_of_range` for Python callers and flags alike), and its ``kind``: whether it
+:func:`~learngene.validate.refusal` for Python callers and flags alike), and its ``kind``: whether it
 changes the result (``result``: part of the run fingerprint, so a resumed run must agree), only the speed
 (``speed``: the same math up to float rounding), or only what is measured and shown (``report``). The
 command-line flags (:mod:`learngene.cli.parser`), the validation (:meth:`TrainConfig.__post_init__`) and the
@@ -14,58 +15,33 @@ Torch-free, so that ``learngene --help`` builds its flags from here without impo
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+import importlib.util
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import LearngeneError
 from ..errors import setting as by_caller
-from ..validate import caller_fix, check_fields, limits_of, out_of_range
+from ..settings import field
+from ..validate import caller_fix, refusal
 
 Kind = Literal["result", "speed", "report"]
 RESULT: Kind = "result"
 SPEED: Kind = "speed"
 REPORT: Kind = "report"
 # the flag groups of the parser (learngene.cli.parser.add_settings)
-TRAINING, SPEED_GROUP, DISTILL, COMMON = "training", "speed", "distill", "common"
+TRAINING, SPEED_GROUP, DISTILL, COMMON, LOGGING = "training", "speed", "distill", "common", "logging"
+# where a run's curves can also go (learngene.training.loggers), and the optional extra that brings each
+Logger = Literal["tensorboard", "wandb"]
+LOGGER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
 
 
 def setting(
-    default: Any = dataclasses.MISSING,
-    *,
-    help: str,
-    kind: Kind = RESULT,
-    flag: str | None = None,
-    group: str = TRAINING,
-    label: str | None = None,
-    metavar: str | None = None,
-    none_means: str | None = None,
-    zero_means_none: bool = False,
-    fix: str | None = None,
-    default_factory: Any = dataclasses.MISSING,
-    **limits: Any,
+    default: Any = dataclasses.MISSING, *, help: str, kind: Kind = RESULT, group: str = TRAINING, **declared: Any
 ) -> Any:
-    """A training setting: ``help`` (one line), ``kind`` (result / speed / report), ``flag`` (its command-line
-    flag, e.g. ``--lr``; None: set from Python only) in flag ``group``, ``label`` (how messages name it;
-    default: its name in words), ``metavar``, ``none_means`` (the flag defaults to "not given", and its help
-    says what that means: the setting's default), ``zero_means_none`` (the flag's 0 turns it off: None), ``fix`` (what a message tells to do, naming the
-    setting as :func:`~learngene.validate.caller_fix` writes it: ``"pass e.g. {=0.001}"`` says ``--lr 0.001`` to the
-    command line and ``lr=0.001`` to Python) and its range (``at_least``, ``at_most``, ``above``, ``below``, ``multiple_of``: :func:`~learngene.validate.option`'s)."""
-    meta = {
-        "help": help,
-        "kind": kind,
-        "flag": flag,
-        "group": group,
-        "label": label,
-        "metavar": metavar,
-        "none_means": none_means,
-        "zero_means_none": zero_means_none,
-        "fix": fix,
-        **limits,
-    }
-    meta = {k: v for k, v in meta.items() if v is not None and v is not False}
-    if default_factory is not dataclasses.MISSING:
-        return field(default_factory=default_factory, metadata=meta)
-    return field(default=default, metadata=meta)
+    """A training setting: :func:`learngene.settings.field` (see there: ``flag``, ``label``, ``metavar``,
+    ``none_means``, ``zero_means_none``, ``fix``, the range) with a ``help`` line required, ``kind`` (result / speed
+    / report) and the flag's ``group`` (:data:`TRAINING` by default)."""
+    return field(default, help=help, kind=kind, group=group, **declared)
 
 
 @dataclass
@@ -183,6 +159,20 @@ class TrainConfig:
         help="attention through torch's scaled_dot_product_attention, flash kernels on CUDA "
         "(--no-sdpa: timm's eager attention)",
     )
+    log: tuple[Logger, ...] = setting(
+        (),
+        flag="--log",
+        group=LOGGING,
+        kind=REPORT,
+        help="also log loss, accuracy, learning rate and throughput per step and evaluation, and the settings, to "
+        "TensorBoard (RUN_DIR/tensorboard) or Weights & Biases (RUN_DIR/wandb; offline without network or login); "
+        "repeatable; needs --run-dir",
+    )
+    log_dir: str | None = setting(
+        None,
+        kind=REPORT,
+        help="where --log's loggers write (default: the run directory, so a resumed run continues its curves)",
+    )
     # what else decides the result that the loop cannot see (the command, method and options, a digest of the
     # input weights): part of the run's fingerprint (see run_fingerprint), set by the caller
     identity: dict[str, Any] = setting(
@@ -190,21 +180,25 @@ class TrainConfig:
     )
 
     def __post_init__(self) -> None:
-        check_fields(
-            self,
-            "training setting",
-            by_caller(
+        bad = refusal(self)
+        if bad is not None and bad.of_type:
+            fix = by_caller(
                 "pass a value of its type (see help(learngene.TrainConfig))",
                 "pass a finite number of the right kind (see learngene COMMAND --help)",
-            ),
-        )
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            wanted = out_of_range(value, limits_of(f))
-            if wanted:
-                label = f.metadata.get("label", f.name.replace("_", " "))
-                fix = caller_fix(f.metadata.get("fix") or f"pass {{}} {wanted}", f.name, f.metadata.get("flag"))
-                raise LearngeneError(f"{label} must be {wanted}, got {value}; {fix}")
+            )
+            raise LearngeneError(f"training setting {bad.name} must be {bad.wanted}, got {bad.value!r}; {fix}")
+        if bad is not None:
+            meta = bad.field.metadata
+            label = meta.get("label", bad.name.replace("_", " "))
+            fix = caller_fix(meta.get("fix") or f"pass {{}} {bad.wanted}", bad.name, meta.get("flag"))
+            raise LearngeneError(f"{label} must be {bad.wanted}, got {bad.value}; {fix}")
+        self.log = tuple(dict.fromkeys(self.log))
+        for name in self.log:
+            if importlib.util.find_spec(LOGGER_PACKAGES[name]) is None:
+                raise LearngeneError(
+                    f"logging to {name} needs the {LOGGER_PACKAGES[name]} package; install it with "
+                    f"pip install 'learngene[{name}]'"
+                )
         if self.epochs < 1 and not self.max_steps:  # a run of max_steps needs no epochs
             fix = caller_fix("pass {=1} or more", "epochs", "--epochs")
             raise LearngeneError(f"epochs must be at least 1, got {self.epochs}; {fix}")
@@ -242,5 +236,19 @@ def from_flags(values: dict[str, Any], **others: Any) -> TrainConfig:
             continue
         if f.metadata.get("zero_means_none") and value == 0:
             value = None
-        kwargs[f.name] = value
+        kwargs[f.name] = tuple(value) if isinstance(value, list) else value  # a repeatable flag's values
     return TrainConfig(**{**kwargs, **others})
+
+
+# the command line's default test subset: top-1 of a 2,000-image sample has a standard error under 1.2 points
+# (binomial, at most sqrt(0.25 / 2000)), at a fifth of the cost of evaluating Fashion-MNIST's 10,000 after every epoch
+EVAL_IMAGES = 2000
+# what each use case runs with unless told otherwise, where it differs from a TrainConfig's own defaults: the command
+# line's flags show them (learngene.cli.parser) and the pipeline's use cases apply them to settings given by name
+# (learngene.pipeline.inputs.train_config), so that a Python call trains as the command does
+USE_CASE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "ancestry": {"eval_images": EVAL_IMAGES},
+    "condense": {"eval_images": EVAL_IMAGES},
+    "adapt": {"epochs": 1, "eval_images": EVAL_IMAGES},
+    "train": {"epochs": 5, "eval_images": EVAL_IMAGES},
+}

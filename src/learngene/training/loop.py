@@ -44,6 +44,7 @@ from .checkpoint import (
     zero_sums,
 )
 from .config import TrainConfig
+from .loggers import RunLoggers, open_loggers
 from .nonfinite import CUDA_CHECK_EVERY, NonFiniteWatch
 from .progress import note_steps, progress_bar
 
@@ -526,6 +527,8 @@ class _Run:
     total_steps: int = 0
 
     window_start: Tensor | None = None  # the epoch sums at the previous checkpoint (or the epoch's start)
+    loggers: RunLoggers | None = None  # TensorBoard / W&B (cfg.log), on the main process
+    step_tic: float = 0.0  # when the previous step ended, for the loggers' throughput
 
     def checkpoint(
         self, epoch: int, step_in_epoch: int, epoch_sums: Tensor, sums: Tensor, forced: bool = False
@@ -541,6 +544,8 @@ class _Run:
         self.state.sane = why is None
         self.state.epoch, self.state.step_in_epoch, self.state.epoch_sums = epoch, step_in_epoch, epoch_sums
         self.state.save(self.ckpt_path, self.model, self.optimizer, self.scheduler, self.cfg)
+        if self.loggers is not None:  # what a resume continues from is on disk in the curves too
+            self.loggers.flush()
 
     def divergence(self, sums: Tensor) -> str | None:
         """Why the run is not sane now (weights or loss, ``checkpoint.diverging``), or None; every rank calls it
@@ -616,6 +621,25 @@ def _train(
 
     if state.start_norm is None and state.global_step == 0:
         state.start_norm = trained_norm(model)
+    if dist.is_main():
+        run.loggers = open_loggers(cfg, run_dir, state.global_step if state.global_step else None)
+    try:
+        _run_epochs(run, batches, epochs, steps_per_epoch, eval_data, run_dir)
+    except BaseException:
+        if run.loggers is not None:
+            run.loggers.close(failed=True)
+        raise
+    if run.loggers is not None:
+        run.loggers.close()
+    dist.barrier()
+    return TrainResult(history=state.history, steps=state.global_step, seconds=state.seconds)
+
+
+def _run_epochs(
+    run: _Run, batches: Batches, epochs: int, steps_per_epoch: int, eval_data: Data | None, run_dir: str | Path | None
+) -> None:
+    """The run's epochs from where it stands: each one's steps, log record and checkpoint."""
+    cfg, state, device, total_steps = run.cfg, run.state, run.device, run.total_steps
     run.net.train()
     note_steps(state.global_step, total_steps)  # a resumed run starts part-way: that part is not this run's speed
     start_epoch, start_step = state.epoch, state.step_in_epoch
@@ -639,17 +663,16 @@ def _train(
         run.checkpoint(epoch + 1, 0, zero_sums(), sums, forced=stop)
         if stop:
             raise run.stopped()
-    dist.barrier()
-    return TrainResult(history=state.history, steps=state.global_step, seconds=state.seconds)
 
 
 def _run_epoch(run: _Run, batches: Batches, epoch: int, epochs: int, epoch_steps: int, sums: Tensor) -> None:
     """The steps of one epoch (from where a resumed run stopped), adding to ``sums``; checkpoints every
     ``cfg.checkpoint_every`` steps and where a stop was asked for. On CUDA nothing here waits for the GPU at every
     step (the host prepares the next batch while the GPU runs this one): the sums stay on the device and a
-    non-finite loss is read every ``run.watch.every`` steps, before a checkpoint and at the end of the epoch."""
+    non-finite loss is read every ``run.watch.every`` steps, before a checkpoint and at the end of the epoch (only
+    per-step logging, ``cfg.log``, reads every step's sums)."""
     cfg, state, device, watch = run.cfg, run.state, run.device, run.watch
-    tic = time.perf_counter()
+    tic = run.step_tic = time.perf_counter()
     bar = progress_bar(
         total=epoch_steps,
         initial=batches.start_step,
@@ -667,13 +690,19 @@ def _run_epoch(run: _Run, batches: Batches, epoch: int, epochs: int, epoch_steps
         )
         state.global_step += 1
         note_steps(state.global_step, run.total_steps)
-        sums += torch.stack(
+        step_sums = torch.stack(
             [
                 per_sample.sum().double(),
                 (logits.argmax(-1) == y).sum().double(),
                 torch.full((), len(y), dtype=torch.float64, device=device),  # torch.tensor(..., device) would sync
             ]
         )
+        sums += step_sums
+        if run.loggers is not None:  # reading the step's sums waits for a GPU: per-step curves cost that
+            now = time.perf_counter()
+            lr = run.scheduler.get_last_lr()[0]
+            run.loggers.step(state.global_step, step_sums.tolist(), lr, now - run.step_tic, len(y) * dist.world_size())
+            run.step_tic = now
         bar.update(1)
         if not state.global_step % watch.every:
             watch.check(state.global_step, run.ckpt_path, state.sane)
@@ -719,6 +748,11 @@ def _epoch_record(run: _Run, epoch: int, sums: Tensor, eval_data: Data | None, e
     if eval_data is not None and run.cfg.evaluates_after(epoch + 1, epochs):
         shown = run.cfg.progress and dist.is_main()
         desc = f"{run.cfg.desc} {epoch + 1}/{epochs} evaluate ({len(eval_data)} images)" if shown else None
+        tic = time.perf_counter()
         metrics = evaluate(run.model, eval_data, run.cfg.eval_batch_size, run.device, desc=desc)
         record.update(eval_acc=metrics["acc"], eval_loss=metrics["loss"])
+        if run.loggers is not None:
+            run.loggers.epoch(record, len(eval_data), time.perf_counter() - tic)
+    elif run.loggers is not None:
+        run.loggers.epoch(record, 0, 0.0)
     return record

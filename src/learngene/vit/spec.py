@@ -12,12 +12,14 @@ import dataclasses
 import json
 import math
 import os
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import LearngeneError, SpecError
-from ..validate import check_fields
+from ..settings import field, flagged
+from ..validate import Refusal, refusal
 from . import naflex
 from .timm_keys import HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, NON_BLOCK_TENSORS, WIDTH, WIDTH_IN, family_axes
 
@@ -30,31 +32,14 @@ FLOPS_PER_MULTIPLY_ADD = 2
 # The timm architecture a spec is built from when it names none (and every spec written before families).
 TIMM_ARCH = "vit_tiny_patch16_224"
 
-# Per-block tensors of the plain layout, in timm's naming, in the order timm's state_dict lists them
-# (a family adds or drops some: see :meth:`ViTSpec.block_shapes`).
-POOLS = ("token", "avg", "map")
+GlobalPool = Literal["token", "avg", "map"]
 # timm's Mlp; SwiGLUPacked (GluMlp, SiLU gate first: DINOv2 ViT-g); SwiGLU (separate fc1_g, fc1_x: AIMv2, EVA-02 B/L)
-MLP_LAYERS = ("mlp", "swiglu_packed", "swiglu")
-NORM_LAYERS = ("layernorm", "rmsnorm")  # timm's LayerNorm (weight, bias); RmsNorm (weight only: AIMv2)
-MODEL_CLASSES = (
-    "vit",
-    "eva",
-    "naflex",
-)  # timm's VisionTransformer; Eva (learngene.vit.eva); NaFlexVit (learngene.vit.naflex)
+MlpLayer = Literal["mlp", "swiglu_packed", "swiglu"]
+NormLayer = Literal["layernorm", "rmsnorm"]  # timm's LayerNorm (weight, bias); RmsNorm (weight only: AIMv2)
+# timm's VisionTransformer; Eva (learngene.vit.eva); NaFlexVit (learngene.vit.naflex)
+ModelClass = Literal["vit", "eva", "naflex"]
+POOLS, MLP_LAYERS = typing.get_args(GlobalPool), typing.get_args(MlpLayer)
 
-
-# Sizes beyond these are refused before anything is built. They lie far past any ViT trained today; a typo or
-# a forged header (depth 10^8, width 10^6) would otherwise exhaust memory long before an error could say why.
-SIZE_LIMITS = {
-    "depth": 4096,
-    "embed_dim": 65536,
-    "num_heads": 65536,
-    "mlp_ratio": 64,
-    "img_size": 16384,
-    "patch_size": 16384,
-    "in_chans": 1024,
-    "num_classes": 10_000_000,
-}
 MAX_TOKENS = 2**16 + 1  # a 256 x 256 patch grid and a class token
 
 
@@ -127,10 +112,6 @@ def block_key(layer: int, name: str) -> str:
     return f"blocks.{layer}.{name}"
 
 
-MlpLayer = Literal["mlp", "swiglu_packed", "swiglu"]
-NormLayer = Literal["layernorm", "rmsnorm"]
-
-
 @dataclass(frozen=True)
 class ViTFamily:
     """What a ViT is apart from its size: the non-size arguments of its timm architecture.
@@ -170,33 +151,35 @@ class ViTFamily:
         rope: rotary position embeddings (Eva; no weights: fixed by the architecture, recorded).
     """
 
-    class_token: bool = True
-    reg_tokens: int = 0
-    distilled: bool = False
-    no_embed_class: bool = False
-    pre_norm: bool = False
-    final_norm: bool = True
-    fc_norm: bool | None = None
-    global_pool: Literal["token", "avg", "map"] = "token"
-    init_values: float | None = None
-    qkv_bias: bool = True
-    qk_norm: bool = False
-    act_layer: str = "gelu"
-    mlp_layer: MlpLayer = "mlp"
-    dynamic_img_size: bool = False
-    norm_layer: NormLayer = "layernorm"
-    proj_bias: bool = True
-    embed_norm: bool = False
-    model_class: Literal["vit", "eva", "naflex"] = "vit"
-    qv_bias: bool = False
-    attn_norm: bool = False
-    mlp_norm: bool = False
-    rope: bool = False
+    class_token: bool = field(True)
+    reg_tokens: int = field(0, at_least=0)
+    distilled: bool = field(False)
+    no_embed_class: bool = field(False)
+    pre_norm: bool = field(False)
+    final_norm: bool = field(True)
+    fc_norm: bool | None = field(None)
+    global_pool: GlobalPool = field(
+        "token", flag="--global-pool", flag_choices=("token", "avg"), help="class-token or average pooling"
+    )
+    init_values: float | None = field(None, above=0)
+    qkv_bias: bool = field(True)
+    qk_norm: bool = field(False)
+    act_layer: str = field("gelu")
+    mlp_layer: MlpLayer = field("mlp")
+    dynamic_img_size: bool = field(False)
+    norm_layer: NormLayer = field("layernorm")
+    proj_bias: bool = field(True)
+    embed_norm: bool = field(False)
+    model_class: ModelClass = field("vit")
+    qv_bias: bool = field(False)
+    attn_norm: bool = field(False)
+    mlp_norm: bool = field(False)
+    rope: bool = field(False)
 
     def __post_init__(self) -> None:
-        check_fields(self, "the spec's family field", "give a value of that type", SpecError)
-        if self.global_pool not in POOLS:
-            raise SpecError(f"global_pool must be one of {', '.join(POOLS)}, got {self.global_pool!r}")
+        bad = refusal(self)
+        if bad is not None:
+            raise refused(bad)
         if self.global_pool == "token" and not self.class_token:
             raise SpecError("global_pool='token' needs class_token=True; use global_pool='avg' without one")
         if self.distilled and (self.global_pool != "token" or not self.class_token):
@@ -204,16 +187,6 @@ class ViTFamily:
                 "a distilled ViT reads its class and distillation tokens: it needs class_token=True "
                 "and global_pool='token'"
             )
-        if not isinstance(self.reg_tokens, int) or isinstance(self.reg_tokens, bool) or self.reg_tokens < 0:
-            raise SpecError(f"reg_tokens must be a non-negative integer, got {self.reg_tokens!r}")
-        if self.init_values is not None and not (isinstance(self.init_values, (int, float)) and self.init_values > 0):
-            raise SpecError(f"init_values (layer scale) must be positive or None, got {self.init_values!r}")
-        if self.mlp_layer not in MLP_LAYERS:
-            raise SpecError(f"mlp_layer must be one of {', '.join(MLP_LAYERS)}, got {self.mlp_layer!r}")
-        if self.norm_layer not in NORM_LAYERS:
-            raise SpecError(f"norm_layer must be one of {', '.join(NORM_LAYERS)}, got {self.norm_layer!r}")
-        if self.model_class not in MODEL_CLASSES:
-            raise SpecError(f"model_class must be one of {', '.join(MODEL_CLASSES)}, got {self.model_class!r}")
         eva_only = [name for name in ("qv_bias", "attn_norm", "mlp_norm", "rope") if getattr(self, name)]
         if self.model_class != "eva" and eva_only:
             raise SpecError(
@@ -301,6 +274,19 @@ class ViTFamily:
 FAMILY_FIELDS = tuple(f.name for f in dataclasses.fields(ViTFamily))
 
 
+def refused(bad: Refusal) -> SpecError:
+    """The one-line refusal of a spec's or family's field value that :func:`~learngene.validate.refusal` found: a
+    size past the largest this library builds, or a value not of the field's type and range."""
+    largest = bad.field.metadata.get("at_most")
+    if not bad.of_type and largest is not None and bad.value > largest:
+        return SpecError(
+            f"{bad.name}={bad.value!r} is beyond the largest this library builds ({largest:,}); "
+            f"choose a smaller {bad.name}"
+        )
+    fix = bad.field.metadata.get("fix", "give a value of that kind")
+    return SpecError(f"{bad.name} must be {bad.expected}, got {bad.value!r}; {fix}")
+
+
 @dataclass(frozen=True)
 class ViTSpec:
     """A timm Vision Transformer: its architecture, family and size.
@@ -321,41 +307,38 @@ class ViTSpec:
     replaces in it.
     """
 
-    depth: int = 12
-    embed_dim: int = 192
-    num_heads: int = 3
-    mlp_ratio: float = 4.0
-    img_size: int = 224
-    patch_size: int = 16
-    in_chans: int = 3
-    num_classes: int = 1000
-    arch: str = TIMM_ARCH
-    family: ViTFamily = ViTFamily()
+    # Sizes beyond the ``at_most`` are refused before anything is built. They lie far past any ViT trained today; a
+    # typo or a forged header (depth 10^8, width 10^6) would otherwise exhaust memory long before an error could say
+    # why. A ``flag`` makes a size flag of expand, adapt and ancestry (learngene.cli.parser.add_spec_args).
+    depth: int = field(12, flag="--depth", help="number of blocks", at_least=1, at_most=4096)
+    embed_dim: int = field(192, flag="--embed-dim", help="width D", at_least=1, at_most=65536)
+    num_heads: int = field(
+        3, flag="--num-heads", help="attention heads (must divide the width)", at_least=1, at_most=65536
+    )
+    mlp_ratio: float = field(
+        4.0, flag="--mlp-ratio", help="MLP hidden width / D", above=0, at_most=64, fix="use e.g. mlp_ratio 4"
+    )
+    img_size: int = field(
+        224, flag="--img-size", help="input resolution (data are resized to it)", at_least=1, at_most=16384
+    )
+    patch_size: int = field(
+        16, flag="--patch-size", help="patch size (must divide the image size)", at_least=1, at_most=16384
+    )
+    in_chans: int = field(
+        3,
+        flag="--in-chans",
+        help="input channels (grey data are repeated to 3; colour data for 1 are refused)",
+        at_least=1,
+        at_most=1024,
+    )
+    num_classes: int = field(1000, flag="--num-classes", help="classifier outputs", at_least=0, at_most=10_000_000)
+    arch: str = field(TIMM_ARCH, nonempty=True, fix="give a timm architecture name")
+    family: ViTFamily = field(ViTFamily())
 
     def __post_init__(self) -> None:
-        for name in ("depth", "embed_dim", "num_heads", "img_size", "patch_size", "in_chans"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise SpecError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.num_classes, int) or isinstance(self.num_classes, bool) or self.num_classes < 0:
-            raise SpecError(f"num_classes must be a non-negative integer, got {self.num_classes!r}")
-        if not (
-            isinstance(self.mlp_ratio, (int, float))
-            and not isinstance(self.mlp_ratio, bool)
-            and math.isfinite(self.mlp_ratio)
-            and self.mlp_ratio > 0
-        ):
-            raise SpecError(f"mlp_ratio must be a positive finite number, got {self.mlp_ratio!r}; use e.g. mlp_ratio 4")
-        for name, limit in SIZE_LIMITS.items():
-            if getattr(self, name) > limit:
-                raise SpecError(
-                    f"{name}={getattr(self, name)!r} is beyond the largest this library builds ({limit:,}); "
-                    f"choose a smaller {name}"
-                )
-        if not isinstance(self.family, ViTFamily):
-            raise SpecError(f"family must be a ViTFamily, got {type(self.family).__name__}")
-        if not isinstance(self.arch, str) or not self.arch:
-            raise SpecError(f"arch must be a timm architecture name, got {self.arch!r}")
+        bad = refusal(self)
+        if bad is not None:
+            raise refused(bad)
         if self.embed_dim % self.num_heads:
             raise SpecError(
                 f"num_heads={self.num_heads} does not divide embed_dim={self.embed_dim}; "
@@ -618,6 +601,10 @@ class ViTSpec:
             f"ViT {self.short()}, {self.img_size} px, patch {self.patch_size}, {channels} "
             f"(timm's {self.arch} builder with these sizes)"
         )
+
+
+# the fields with a command-line flag: the size flags of ancestry, expand and adapt (learngene.cli.parser)
+SIZE_FLAG_FIELDS: tuple[dataclasses.Field, ...] = tuple(flagged(ViTSpec, ViTFamily))
 
 
 # the sizes timm's plain ViT names mean: (depth, width, heads)

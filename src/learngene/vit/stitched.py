@@ -4,28 +4,19 @@ Learngene Pool's descendants as its authors build them (:mod:`learngene.methods.
 instance ``front`` embeds the image and runs its blocks ``0..cut_front``; a learned ``Linear`` maps its
 tokens to the width of instance ``end``, whose blocks ``cut_end..`` run next, then its final norm, pooling
 and head. Its width changes once, midway, so it is not a timm ``VisionTransformer`` and no ``ViTSpec``
-describes it: it is this small module of two timm ViTs' parts, saved to and loaded from one safetensors
-file whose header says what it is (``format`` ``learngene-stitched-model``) and holds both specs, the cut, the
-origin and the preprocessing, and trained like any model by the one training loop (``learngene train`` reads it).
+describes it: it is this small module of two timm ViTs' parts, trained like any model by the one training loop
+(``learngene train`` reads it). Its file (both specs and the cut in the header) is :mod:`learngene.formats.stitched`.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any
 
 from torch import Tensor, nn
 
-from ..errors import GeneFormatError, LearngeneError
-from ..formats.atomic import library_version, now_iso, quote
-from ..formats.model_file import STITCHED_MODEL_FORMAT
-from ..formats.preprocessing import check_preprocessing
-from ..formats.weights import check_finite, first_line, read_safetensors, save_safetensors
+from ..errors import LearngeneError
 from .eva import block_inputs
 from .spec import ViTSpec
-
-FORMAT = "learngene.stitched_vit"
 
 
 def stitched_forward(
@@ -107,63 +98,3 @@ class StitchedViT(nn.Module):
     def short(self) -> str:
         front, end = self.specs
         return f"{front.short()}[..{self.cut_front}] -> {end.short()}[{self.cut_end}..]"
-
-    def config(self) -> dict:
-        return {
-            "format": FORMAT,
-            "front": self.specs[0].to_dict(),
-            "end": self.specs[1].to_dict(),
-            "cut_front": self.cut_front,
-            "cut_end": self.cut_end,
-        }
-
-    def save(
-        self,
-        path: str | os.PathLike,
-        origin: dict[str, Any] | None = None,
-        overwrite: bool = False,
-        preprocessing: dict[str, Any] | None = None,
-    ) -> None:
-        """Write it atomically as safetensors; the header says what it is (``format``), its parts, its origin and
-        the preprocessing its inputs expect."""
-        front = self.specs[0]
-        metadata = {
-            "format": STITCHED_MODEL_FORMAT,
-            "stitched_vit": json.dumps(self.config()),
-            "origin": json.dumps(origin or {}, sort_keys=True),
-            "library_version": library_version(),
-            "created": now_iso(),
-        }
-        if preprocessing is not None:
-            metadata["preprocessing"] = json.dumps(check_preprocessing(preprocessing, front.img_size, front.in_chans))
-        save_safetensors(path, self.state_dict(), metadata, overwrite)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> StitchedViT:
-        return read_stitched(path)[0]
-
-
-def read_stitched(path: str | os.PathLike) -> tuple[StitchedViT, dict[str, Any]]:
-    """A file written by :meth:`StitchedViT.save`: the model (weights loaded strictly) and its origin."""
-    tensors, metadata = read_safetensors(path)
-    if "stitched_vit" not in metadata:
-        raise GeneFormatError(f"{quote(path)} is not a stitched ViT (no stitched_vit header); load it as a model file")
-    try:
-        config = json.loads(metadata["stitched_vit"])
-        origin = json.loads(metadata.get("origin", "{}"))
-        front, end = ViTSpec.from_dict(config["front"]), ViTSpec.from_dict(config["end"])
-        model = StitchedViT(front, end, int(config["cut_front"]), int(config["cut_end"]))
-    except (ValueError, KeyError, TypeError) as exc:  # bad JSON, a missing field, impossible sizes
-        raise GeneFormatError(
-            f"{quote(path)} has a corrupt stitched-model header ({first_line(exc)}); make it again with "
-            f"`learngene expand GENE --stitch ...`"
-        ) from None
-    check_finite(tensors, path)
-    try:
-        model.load_state_dict(tensors, strict=True)
-    except RuntimeError as exc:
-        raise GeneFormatError(
-            f"{quote(path)}'s tensors do not match its header ({first_line(exc)}); make it again with "
-            f"`learngene expand GENE --stitch ...`"
-        ) from None
-    return model, origin if isinstance(origin, dict) else {}

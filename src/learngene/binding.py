@@ -1,0 +1,242 @@
+"""One binding of a gene to its method: the registry lookup, the option phases, the config and the shape check, once.
+
+:func:`bind_gene` finds the gene's method in the registry, refuses an option the step does not read
+(:func:`~learngene.method.refuse_unread`), builds the method once from the options stored in the gene and
+the caller's, and expands the gene on the ``meta`` device to check that the method can read it. Everything
+after takes the :class:`BoundMethod`: :func:`~learngene.descendant.make_descendant`,
+:func:`~learngene.descendant.fit_gene_to_budget`, the pipeline's use cases (:mod:`learngene.pipeline`) and
+``learngene inspect``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .errors import GeneFormatError, LearngeneError, require_argument
+from .formats.model_file import check_state_shapes
+from .gene import Learngene, invalid_gene
+from .method import Method, config_from_dict, option_phases, refuse_unread
+from .registry import get_method
+from .validate import EXPAND
+from .vit.spec import ViTSpec
+from .vit.transfer import StateDict
+
+# the size a gene without a layout is expanded to before it is saved: small, and every method's expansion takes it
+SAVE_PROBE = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=2)
+
+
+class BoundMethod:
+    """A gene and its method, built once with the gene's options and the caller's (``options``) for ``step``.
+
+    ``seed`` is the descendant seed its method's ``seed_option`` was set from (None: not set by a seed).
+    :meth:`check` expands on ``meta`` (once per size) and gives the keys the expansion fills.
+    """
+
+    def __init__(
+        self,
+        gene: Learngene,
+        method: Method,
+        step: str = EXPAND,
+        source: str | os.PathLike | None = None,
+        options: dict[str, Any] | None = None,
+        seed: int | None = None,
+    ):
+        self.gene, self.method, self.step, self.source = gene, method, step, source
+        self.options = dict(options or {})
+        self.seed = seed
+        self._keys: dict[ViTSpec, list[str]] = {}
+
+    @property
+    def judges_unused(self) -> bool:
+        """Whether an expansion into the gene's own layout must read every floating tensor it holds: true unless the
+        caller changed an option expansion reads (e.g. tleg's ``modules``, which then reads fewer)."""
+        seed_option = type(self.method).seed_option
+        phases = [option_phases(type(self.method), k) for k in self.options if k != seed_option]
+        return all(p and EXPAND not in p for p in phases)
+
+    def check(self, spec: ViTSpec) -> list[str]:
+        """The keys ``expand`` gives for ``spec``, found on ``meta`` (nothing allocated) and kept for the next call.
+
+        The method's own refusal of the size passes through; tensors it cannot read or that come out in other
+        shapes than ``spec``'s refuse the gene (one line naming its file). Expanded into its own layout, a gene must
+        use every floating tensor it holds but its method's ``record_tensors`` (:attr:`judges_unused`): one it never
+        uses is e.g. another method's tensor under this method's name, which would be dropped without a word.
+        """
+        if spec in self._keys:
+            return self._keys[spec]
+        gene, used = self.gene, set[str]()
+        try:
+            state = self.expand_on_meta(spec, used)
+        except LearngeneError:
+            raise
+        except Exception as exc:  # noqa: BLE001  tensors the method's code cannot read: missing, misnamed, misshapen
+            raise invalid_gene(gene, self.source, exc) from None
+        try:
+            check_state_shapes(state, spec, "its tensors")
+        except LearngeneError as exc:
+            raise invalid_gene(gene, self.source, exc) from None
+        unused = sorted(
+            k
+            for k, t in gene.tensors.items()
+            if t.is_floating_point() and k not in used and not self.method.kept_for_record(k)
+        )
+        if self.judges_unused and spec == gene.layout and unused:
+            raise invalid_gene(
+                gene,
+                self.source,
+                f"its expansion does not use {len(unused)} of its tensors, e.g. "
+                f"{unused[0]!r}: the header's method does not match its tensors",
+            )
+        self._keys[spec] = list(state)
+        return self._keys[spec]
+
+    def expand_on_meta(self, spec: ViTSpec, used: set[str] | None = None) -> dict[str, Tensor]:
+        """``method.expand(gene, spec)`` on ``meta`` tensors: the shapes it gives, without allocating their memory.
+
+        A method that must read the gene's values (e.g. Cluster-Learngene's centroids) is expanded for real.
+        ``used``, when given, receives the names of the gene's tensors the output depends on: expansion is
+        differentiable in them (:meth:`~learngene.method.Method.expand`), so on ``meta`` they are autograd leaves
+        and the output's graph reaches exactly those (no memory either way); expanded for real, all are counted.
+        """
+        gene, track = self.gene, used is not None
+        leaves = {k: v.to("meta").requires_grad_(track and v.is_floating_point()) for k, v in gene.tensors.items()}
+        try:
+            with torch.set_grad_enabled(track):
+                state = self.method.expand(dataclasses.replace(gene, tensors=leaves), spec)
+        except (RuntimeError, NotImplementedError) as exc:
+            if "meta" not in str(exc):
+                raise
+            spec.require_memory()
+            with torch.no_grad():
+                state = self.method.expand(gene, spec)
+            if used is not None:
+                used.update(gene.tensors)
+            return state
+        if used is not None:
+            used.update(_graph_leaves(state, leaves))
+            state = {k: v.detach() for k, v in state.items()}
+        return state
+
+    def expand(self, spec: ViTSpec) -> StateDict:
+        """The method's expansion of the gene into ``spec``'s timm keys, for real (no gradients)."""
+        with torch.no_grad():
+            return self.method.expand(self.gene, spec)
+
+    def seeded(self, seed: int) -> BoundMethod:
+        """This binding with its method's draws seeded by ``seed`` (mimetic's, a descendant's seed), unless the caller
+        gave the seed option itself; itself when nothing changes."""
+        option = type(self.method).seed_option
+        if not option or option in self.options or self.seed == seed:
+            return self
+        method = type(self.method)(self.method.config, **{option: seed})
+        return BoundMethod(self.gene, method, self.step, self.source, self.options, seed)
+
+
+def bind_gene(
+    gene: Learngene,
+    step: str = EXPAND,
+    *,
+    source: str | os.PathLike | None = None,
+    method: Method | type[Method] | None = None,
+    seed: int | None = None,
+    at: ViTSpec | None = None,
+    check: bool = True,
+    **options: Any,
+) -> BoundMethod:
+    """``gene`` bound to its method for ``step`` (``expand`` or ``adapt``), with the caller's ``options``.
+
+    The method is looked up once in the registry (one that this version does not know is refused by
+    :func:`~learngene.registry.get_method`) and built once: an option ``step`` does not read is refused, naming
+    the step that reads it; a stored option the method refuses refuses the gene (one line naming ``source``, its
+    file). ``seed`` sets the method's ``seed_option`` (what ``expand`` draws) unless ``options`` give it. The gene
+    is then expanded on ``meta`` (:meth:`BoundMethod.check`) into ``at``, or, by default, into its own layout,
+    where a size the method refuses in its own words passes (it is refused when a descendant of it is asked for).
+
+    ``method``: the gene's method class, already looked up (built here, not looked up again), or the method as
+    already built (e.g. the one that condensed it: only the check runs). ``check=False`` leaves the check to the
+    first :meth:`BoundMethod.check` (e.g. :func:`~learngene.descendant.make_descendant`'s, at the size it makes).
+    """
+    require_argument(gene, Learngene, "gene", "a Learngene (learngene.Learngene.load(PATH))")
+    if isinstance(method, Method):
+        if options or seed is not None:
+            raise LearngeneError("a method already made carries its options; bind the gene's method class instead")
+    else:
+        cls = method or get_method(gene.method)
+        method = _build(cls, gene, step, source, seed, options)
+        seed = seed if cls.seed_option and cls.seed_option not in options else None
+    if method.name != gene.method:
+        raise LearngeneError(f"a {gene.method} gene cannot be bound to method {method.name}; pass its own method")
+    bound = BoundMethod(gene, method, step, source, options, seed)
+    if not check:
+        return bound
+    if at is not None:
+        bound.check(at)
+    elif gene.layout is not None:
+        try:
+            bound.check(gene.layout)
+        except GeneFormatError:
+            raise
+        except LearngeneError:
+            # the method refuses this size in its own words (e.g. a PEG gene whose φ was adapted to another size
+            # than its layout): expanding to the size asked for says so in one line
+            pass
+    return bound
+
+
+def _build(
+    cls: type[Method],
+    gene: Learngene,
+    step: str,
+    source: str | os.PathLike | None,
+    seed: int | None,
+    options: dict[str, Any],
+) -> Method:
+    """``cls`` made with ``gene``'s stored options (one it refuses refuses the gene), then the caller's for ``step``."""
+    refuse_unread(cls, options, step)
+    try:
+        stored = cls.checked_config(config_from_dict(cls.Config, gene.config))
+    except (LearngeneError, TypeError) as exc:
+        raise invalid_gene(gene, source, exc) from None
+    if seed is not None and cls.seed_option and cls.seed_option not in options:
+        options = {cls.seed_option: seed, **options}
+    return cls(stored, **options)
+
+
+def check_before_saving(gene: Learngene, method: Method | None = None) -> BoundMethod:
+    """A gene is saved only if its method can read it: a registered method whose options it takes and whose
+    expansion uses its tensors (:func:`bind_gene`); a gene without a layout must expand (on ``meta``) to a small
+    size, which refuses e.g. a tleg gene of no tensors."""
+    bound = bind_gene(gene, source="the gene to save", method=method)
+    if gene.layout is None:
+        try:
+            bound.expand_on_meta(SAVE_PROBE)
+        except GeneFormatError:
+            raise
+        except (LearngeneError, KeyError, IndexError) as exc:
+            why = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+            raise GeneFormatError(
+                f"this {gene.method} gene cannot be expanded ({why}); make it with the method's condense "
+                f"(learngene condense)"
+            ) from None
+    return bound
+
+
+def _graph_leaves(state: dict[str, Tensor], leaves: dict[str, Tensor]) -> set[str]:
+    """Names of ``leaves`` that the tensors of ``state`` depend on (passed through, or through their graph)."""
+    reached = {id(t) for t in state.values()}
+    seen: set[int] = set()
+    stack: list[Any] = [t.grad_fn for t in state.values() if t.grad_fn is not None]
+    while stack:
+        fn = stack.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        if hasattr(fn, "variable"):  # AccumulateGrad: a leaf
+            reached.add(id(fn.variable))
+        stack.extend(next_fn for next_fn, _ in fn.next_functions)
+    return {k for k, v in leaves.items() if id(v) in reached}

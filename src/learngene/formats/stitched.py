@@ -1,0 +1,76 @@
+"""The stitched-model file: a :class:`~learngene.vit.stitched.StitchedViT` (pool's stitched descendants) as safetensors.
+
+Its header says what it is (``format`` ``learngene-stitched-model``) and holds both instances' specs, the cut, the
+origin and the preprocessing its inputs expect; its tensors are the model's state_dict, loaded back strictly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from ..errors import GeneFormatError
+from ..vit.spec import ViTSpec
+from ..vit.stitched import StitchedViT
+from .atomic import library_version, now_iso, quote
+from .preprocessing import check_preprocessing
+from .weights import check_finite, first_line, read_safetensors, save_safetensors
+
+STITCHED_MODEL_FORMAT = "learngene-stitched-model"  # a StitchedViT: not a timm ViT
+PARTS_FORMAT = "learngene.stitched_vit"  # the tag of the header's ``stitched_vit`` entry (its parts)
+
+
+def save_stitched(
+    path: str | os.PathLike,
+    model: StitchedViT,
+    origin: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    preprocessing: dict[str, Any] | None = None,
+) -> None:
+    """Write ``model`` atomically as safetensors; the header says what it is (``format``), its parts, its origin and
+    the preprocessing its inputs expect."""
+    front, end = model.specs
+    parts = {
+        "format": PARTS_FORMAT,
+        "front": front.to_dict(),
+        "end": end.to_dict(),
+        "cut_front": model.cut_front,
+        "cut_end": model.cut_end,
+    }
+    metadata = {
+        "format": STITCHED_MODEL_FORMAT,
+        "stitched_vit": json.dumps(parts),
+        "origin": json.dumps(origin or {}, sort_keys=True),
+        "library_version": library_version(),
+        "created": now_iso(),
+    }
+    if preprocessing is not None:
+        metadata["preprocessing"] = json.dumps(check_preprocessing(preprocessing, front.img_size, front.in_chans))
+    save_safetensors(path, model.state_dict(), metadata, overwrite)
+
+
+def read_stitched(path: str | os.PathLike) -> tuple[StitchedViT, dict[str, Any]]:
+    """A file written by :func:`save_stitched`: the model (weights loaded strictly) and its origin."""
+    tensors, metadata = read_safetensors(path)
+    if "stitched_vit" not in metadata:
+        raise GeneFormatError(f"{quote(path)} is not a stitched ViT (no stitched_vit header); load it as a model file")
+    try:
+        config = json.loads(metadata["stitched_vit"])
+        origin = json.loads(metadata.get("origin", "{}"))
+        front, end = ViTSpec.from_dict(config["front"]), ViTSpec.from_dict(config["end"])
+        model = StitchedViT(front, end, int(config["cut_front"]), int(config["cut_end"]))
+    except (ValueError, KeyError, TypeError) as exc:  # bad JSON, a missing field, impossible sizes
+        raise GeneFormatError(
+            f"{quote(path)} has a corrupt stitched-model header ({first_line(exc)}); make it again with "
+            f"`learngene expand GENE --stitch ...`"
+        ) from None
+    check_finite(tensors, path)
+    try:
+        model.load_state_dict(tensors, strict=True)
+    except RuntimeError as exc:
+        raise GeneFormatError(
+            f"{quote(path)}'s tensors do not match its header ({first_line(exc)}); make it again with "
+            f"`learngene expand GENE --stitch ...`"
+        ) from None
+    return model, origin if isinstance(origin, dict) else {}

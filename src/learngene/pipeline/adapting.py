@@ -1,0 +1,93 @@
+"""``adapt``: a learngene specialized to one size on a little data (WAVE's scalers, PEG's φ), and its descendant."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..binding import bind_gene
+from ..data import preprocessing_cfg
+from ..descendant import make_descendant
+from ..formats.weights import digest
+from ..gene import Learngene
+from ..method import AdaptInputs
+from ..registry import get_method
+from ..training.config import USE_CASE_DEFAULTS, TrainConfig
+from ..validate import ADAPT, EXPAND
+from .inputs import (
+    DataArg,
+    SizeArg,
+    load_data,
+    method_options,
+    open_run_dir,
+    resolve_spec,
+    size_input,
+    train_config,
+)
+from .results import Adapted, ModelOutput, head_label_space, license_entry
+
+
+def adapt(
+    gene: Learngene | str | os.PathLike,
+    data: DataArg,
+    size: SizeArg | None = None,
+    *,
+    options: Mapping[str, Any] | Sequence[str] | None = None,
+    train_cfg: TrainConfig | Mapping[str, Any] | None = None,
+    run_dir: str | Path | None = None,
+    resume: bool = False,
+    license: str | None = None,
+) -> Adapted:
+    """``gene`` (a gene, or its file) adapted to ``size`` on ``data``, and its descendant, as ``learngene adapt``
+    makes them.
+
+    Args:
+        data: the downstream data (:data:`~learngene.pipeline.inputs.DataArg`), loaded at the ancestry's input size.
+        size: the descendant's size (:func:`~learngene.pipeline.inputs.resolve_spec`): over the ancestry's, with the
+            data's image size, channels and classes.
+        options: the method's options for this step (``--opt``); an option adapting does not read is refused.
+        train_cfg: the run's settings (its ``seed`` also draws the descendant's initialization).
+        license: the adapted gene's and descendant's licence (default: the gene's).
+    """
+    cfg = train_config(train_cfg, "adapt", **USE_CASE_DEFAULTS["adapt"])
+    open_run_dir(run_dir, resume, cfg)
+    loaded, source = (gene, None) if isinstance(gene, Learngene) else (Learngene.load(gene), gene)
+    cls = get_method(loaded.method)
+    opts = method_options(cls.Config, options)
+    bound = bind_gene(loaded, ADAPT, source=source, method=cls, **opts)
+    base = loaded.ancestry
+    model_in = size_input(size, base.img_size if base else None, base.in_chans if base else None)
+    train, test = load_data(data, *model_in, loaded.preprocessing, cfg.seed)
+    spec = resolve_spec(size, base, train)
+    identity = {
+        "command": "adapt",
+        "method": loaded.method,
+        "options": dataclasses.asdict(bound.method.config),
+        "spec": spec.to_dict(),
+        "gene": digest(loaded.tensors) if run_dir else None,
+    }
+    cfg = cfg.replace(identity=identity, desc=f"adapt {loaded.method}" if cfg.desc == "adapt" else cfg.desc)
+    adapted, result = bound.method.adapt(
+        loaded, spec, AdaptInputs(train, cfg, eval=test, run_dir=run_dir, resume=resume)
+    )
+    adapted.license = license or loaded.license
+    expanding = bind_gene(adapted, EXPAND, method=cls, seed=cfg.seed, check=False)
+    model, provided = make_descendant(expanding, spec, seed=cfg.seed, return_keys=True)
+    origin = {
+        "kind": "descendant",
+        "method": loaded.method,
+        "gene": str(source) if source is not None else None,
+        "adapted_on": train.name,
+        "adapt_steps": result.steps,
+        "options": opts,
+        "label_space": head_label_space(loaded, provided),
+        **license_entry(adapted.license),
+    }
+    summary = f"{spec.short()} timm ViT adapted for {result.steps} steps" + (
+        f", accuracy {result.final_acc:.4f}" if result.final_acc is not None else ""
+    )
+    descendant = ModelOutput(model, spec, origin, preprocessing_cfg(train), summary)
+    return Adapted(adapted, descendant, result, expanding.method)

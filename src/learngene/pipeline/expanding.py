@@ -1,0 +1,230 @@
+"""``expand``: a learngene into a descendant, a timm ViT of any size or an output its method declares."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..binding import BoundMethod, bind_gene
+from ..descendant import fit_gene_to_budget, make_descendant
+from ..errors import LearngeneError
+from ..errors import setting as by_caller
+from ..formats.atomic import quote
+from ..formats.hub import describe_source
+from ..formats.labels import describe as describe_labels
+from ..gene import Learngene
+from ..method import ExpandOutput, Method, citations
+from ..registry import get_method, list_methods
+from ..training.loop import seed_everything
+from ..validate import EXPAND, caller_name
+from ..vit.spec import ViTSpec
+from .inputs import Say, SizeArg, method_options, quiet, resolve_spec, size_fields
+from .results import Descendant, head_label_space, license_entry
+
+
+def expand(
+    gene: Learngene | str | os.PathLike,
+    size: SizeArg | None = None,
+    *,
+    seed: int = 0,
+    options: Mapping[str, Any] | Sequence[str] | None = None,
+    top_up: str | None = None,
+    max_params: int | None = None,
+    max_flops: int | None = None,
+    license: str | None = None,
+    output: tuple[str, Any] | None = None,
+    say: Say = quiet,
+) -> Descendant:
+    """The descendant of ``gene`` (a gene, or its file) that ``learngene expand`` makes.
+
+    Args:
+        size: the descendant's size: a ViTSpec, a preset's name, or fields over the ancestry's size (``{"depth":
+            6}``; ``"preset"`` among them starts from a preset); None: the ancestry's.
+        seed: draws everything random (timm's initialization of what the gene leaves out, a method's draws).
+        options: the method's options for this expansion, by name or as ``KEY=VALUE`` texts (``--opt``); an option
+            only condensing or adapting reads is refused.
+        top_up: a method without a learngene (e.g. ``"mimetic"``) that fills what the gene leaves out.
+        max_params, max_flops: a budget: the deepest, then widest size near ``size`` within it that the method
+            expands to (``size``'s ``depth`` or ``num_heads`` pin that axis); ``say`` tells which and why.
+        license: the descendant's licence (default: the gene's).
+        output: ``(name, value)`` of an output the gene's method declares instead of a timm ViT
+            (:class:`~learngene.method.ExpandOutput`, e.g. pool's ``("stitch", "0:1-2:0")``); a text value is
+            read by the output's parser.
+    """
+    loaded, source = (gene, None) if isinstance(gene, Learngene) else (Learngene.load(gene), gene)
+    cls = get_method(loaded.method)
+    if output is not None:
+        return _declared_output(
+            loaded, source, cls, output, size, options, top_up, max_params, max_flops, seed, license
+        )
+    opts = method_options(cls.Config, options)
+    if loaded.ancestry is None and not isinstance(size, ViTSpec) and not size_fields(size).get("preset"):
+        where = quote(source) if source is not None else "this gene"
+        fix = by_caller("pass size as a ViTSpec or with a preset", "give --preset and/or all size flags")
+        raise LearngeneError(f"{where} records no ancestry size; {fix}")
+    spec = resolve_spec(size, base=loaded.ancestry)
+    bound = bind_gene(loaded, EXPAND, source=source, method=cls, seed=seed, check=False, **opts)
+    if max_params is not None or max_flops is not None:
+        spec = _fit_to_budget(bound, spec, size, max_params, max_flops, say)
+    model, provided = make_descendant(bound, spec, seed=seed, top_up=top_up, return_keys=True)
+    origin = {
+        "kind": "descendant",
+        "method": loaded.method,
+        "gene": str(source) if source is not None else None,
+        "options": opts,
+        "provided_keys": len(provided),
+        "top_up": top_up,
+        "label_space": head_label_space(loaded, provided),
+        **license_entry(license or loaded.license),
+        **({"ancestry_source": loaded.ancestry_source} if loaded.ancestry_source else {}),
+    }
+    summary = (
+        f"{spec.short()} timm ViT ({spec.num_params:,} params), {len(provided)}/{len(spec.state_shapes())} tensors "
+        f"from the {loaded.method} gene" + (f", the rest topped up by {top_up} where it has weights" if top_up else "")
+    )
+    card = _card(bound, spec, provided, opts, top_up, license)
+    return Descendant(model, spec, origin, loaded.preprocessing, summary, provided, card)
+
+
+def _declared_output(
+    gene: Learngene,
+    source: str | os.PathLike | None,
+    cls: type[Method],
+    output: tuple[str, Any],
+    size: SizeArg | None,
+    options: Mapping[str, Any] | Sequence[str] | None,
+    top_up: str | None,
+    max_params: int | None,
+    max_flops: int | None,
+    seed: int,
+    license: str | None,
+) -> Descendant:
+    """``output`` of ``gene``'s method (its :attr:`~learngene.method.Method.expand_outputs`), which has its own sizes."""
+    name, value = output
+    declared = _find_output(cls, name, gene)
+    named = caller_name(name, f"--{name.replace('_', '-')}")
+    given = [*size_fields(size), *(["options"] if options else []), *(["top_up"] if top_up else [])]
+    given += [k for k, v in (("max_params", max_params), ("max_flops", max_flops)) if v is not None]
+    if given:
+        flag = "--opt" if given[0] == "options" else "--" + given[0].replace("_", "-")
+        raise LearngeneError(
+            f"{caller_name(given[0], flag)} does not apply with {named}: {declared.what} has {declared.sizes}; "
+            f"leave it out"
+        )
+    value = declared.parse(value) if isinstance(value, str) else value
+    bound = bind_gene(gene, EXPAND, source=source, method=cls, check=False)
+    seed_everything(seed)  # e.g. a headless ancestry's instances have no head: the descendant draws a fresh one
+    made = declared.build(bound.method, gene, value)
+    kind = made.origin.get("kind", name)
+    origin = {
+        "kind": kind,
+        "method": gene.method,
+        "gene": str(source) if source is not None else None,
+        **made.origin,
+        **license_entry(license or gene.license),
+    }
+    return Descendant(made.model, None, origin, gene.preprocessing, made.summary)
+
+
+def _find_output(cls: type[Method], name: str, gene: Learngene) -> ExpandOutput:
+    """The output ``name`` that ``gene``'s method declares; one line naming the methods that do, for one that does
+    not."""
+    found = next((o for o in cls.expand_outputs if o.name == name), None)
+    if found is None:
+        makers = [m for m in list_methods() if any(o.name == name for o in get_method(m).expand_outputs)]
+        named = caller_name(name, f"--{name.replace('_', '-')}")
+        raise LearngeneError(
+            f"{named} is an output of {' and '.join(makers) or 'no'} genes only; this gene is {gene.method}"
+        )
+    return found
+
+
+def _fit_to_budget(
+    bound: BoundMethod,
+    base: ViTSpec,
+    size: SizeArg | None,
+    max_params: int | None,
+    max_flops: int | None,
+    say: Say,
+) -> ViTSpec:
+    """The deepest, then widest, size under the budget that the gene's method can expand (the ``depth`` and, with a
+    width, the ``num_heads`` that ``size`` gives pinned); ``say`` tells which and why."""
+    fields, method = size_fields(size), bound.gene.method
+    depth = fields.get("depth")
+    heads = fields.get("num_heads") or (base.num_heads if fields.get("embed_dim") else None)
+    refused: list = []
+    spec = fit_gene_to_budget(bound, base, max_params, max_flops, depth=depth, num_heads=heads, refused=refused)
+    budget = ", ".join(
+        f"{name} {value:,}" for name, value in (("params", max_params), ("FLOPs", max_flops)) if value is not None
+    )
+    why = (
+        f"{caller_name('depth', '--depth')} {depth} kept (it wins over the budget), the widest size within the "
+        f"budget at that depth that the {method} gene expands to"
+        if depth
+        else f"the deepest, then widest size within the budget that the {method} gene expands to"
+    )
+    if refused:
+        first, reason = refused[0]
+        why += (
+            f"; {len(refused)} deeper or wider size(s) within the budget it refuses, e.g. {first.short()}: "
+            f"{reason.split('; ')[0]}"
+        )  # the reason without the advice to pass other sizes
+    say(
+        f"picked {spec.short()}: {spec.num_params:,} params, {spec.flops / 1e6:,.1f} MFLOPs per image "
+        f"(budget: {budget}; {why})",
+        banner=True,
+    )
+    return spec
+
+
+def _head_status(bound: BoundMethod, spec: ViTSpec, provided: list[str], top_up: str | None) -> str | None:
+    """Whether a descendant's classifier is the ancestry's (carried by the gene) or fresh; None: it has none."""
+    if not spec.num_classes:
+        return None
+    if "head.weight" in provided:
+        return f"the ancestry's, carried by the gene ({describe_labels(bound.gene.label_space, spec.num_classes)})"
+    if top_up:
+        return f"topped up by {top_up} where it has one of this shape, else fresh (timm's initialization)"
+    return f"fresh: timm's initialization of a {spec.num_classes}-way head, untrained (fine-tune before use)"
+
+
+def _card(
+    bound: BoundMethod,
+    spec: ViTSpec,
+    provided: list[str],
+    options: dict[str, Any],
+    top_up: str | None,
+    license: str | None,
+) -> dict[str, Any]:
+    """The facts of the descendant's model card (:func:`learngene.formats.export.export_hub_folder`); ``license``: the
+    one the caller stated (None: the gene's)."""
+    gene, ancestry = bound.gene, bound.gene.ancestry
+    name = Path(bound.source).name if bound.source is not None else "made in Python"
+    card = {
+        "method": gene.method,
+        "citation": "; ".join(map(str, citations(type(bound.method)))),
+        "ancestry": (
+            f"timm `{getattr(ancestry, 'arch', None) or 'ViT'}` {ancestry.short()}, {ancestry.num_params:,} parameters"
+            if ancestry
+            else "none recorded (a non-ViT teacher, or no ancestry)"
+        )
+        + (f", from the {describe_source(gene.ancestry_source)}" if gene.ancestry_source else ""),
+        "gene": f"`{name}`, {gene.num_stored_params:,} stored parameters, made by learngene "
+        f"{gene.library_version} on {gene.created}",
+        "tensors from the gene": f"{len(provided)} of {len(spec.state_shapes())}"
+        + (f", the rest topped up by {top_up}" if top_up else ", the rest timm's init"),
+        "head": _head_status(bound, spec, provided, top_up),
+        "licence": (
+            f"{license} (stated with --license)"
+            if license
+            else f"{gene.license} (the ancestry's, recorded in the learngene)"
+            if gene.license
+            else None
+        ),
+        "license_id": license or gene.license,
+    }
+    if options:
+        card["options"] = ", ".join(f"{k}={v!r}" for k, v in options.items())
+    return card

@@ -1,0 +1,214 @@
+"""What the use cases take, in the forms a Python caller and the command line both give: data to load, a size to
+resolve, training settings, a run directory, method options."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..data import Data, default_workers, few_shot, fraction, load_splits
+from ..errors import LearngeneError
+from ..errors import setting as by_caller
+from ..formats.atomic import quote
+from ..run_dirs import lock_run_dir
+from ..training import distributed as dist
+from ..training.config import TrainConfig, from_flags
+from ..training.loop import CHECKPOINT
+from ..validate import caller_name, parse_assignment, parse_options
+from ..vit.spec import ViTSpec, get_preset
+
+# a line about what is about to run (``banner=True``: left out by a quiet command line) or what was decided
+Say = Callable[..., None]
+
+
+def quiet(text: str, banner: bool = False) -> None:
+    """The default :data:`Say` of a Python call: nothing is printed (progress bars follow ``TrainConfig.progress``)."""
+
+
+@dataclass(frozen=True)
+class DataRequest:
+    """Which data a use case trains on, loaded at the input size the use case decides (the ancestry's, the gene's,
+    the model's) unless ``img_size`` / ``in_chans`` are given.
+
+    Attributes:
+        source: a registered data source (``digits``, ``fashion_mnist``, ``folder:PATH``, ...).
+        data_dir: where the data lie (default: ``$LEARNGENE_DATA``, then system locations).
+        img_size, in_chans: the images' size and channels, instead of the model's.
+        aug: training augmentation of an RGB image folder (``none`` or ``deit``).
+        workers: DataLoader processes decoding an image folder (None: automatic).
+        few_shot: keep this many training images per class, chosen with the run's seed.
+        train_images: keep a random subset of this many training images, chosen with the run's seed.
+    """
+
+    source: str = "fashion_mnist"
+    data_dir: str | os.PathLike | None = None
+    img_size: int | None = None
+    in_chans: int | None = None
+    aug: str = "none"
+    workers: int | None = None
+    few_shot: int | None = None
+    train_images: int | None = None
+
+    def load(
+        self,
+        img_size: int | None = None,
+        in_chans: int | None = None,
+        preprocessing: dict[str, Any] | None = None,
+        seed: int = 0,
+    ) -> tuple[Data, Data]:
+        """``(train, test)``, resized/converted to the model input; an image folder read with ``preprocessing`` (the
+        model's) when given; the subsets drawn with ``seed``."""
+        size, chans = self.img_size or img_size, self.in_chans or in_chans
+        workers = self.workers if self.workers is not None else default_workers()
+
+        def load() -> tuple[Any, Any]:
+            return load_splits(self.source, size, self.data_dir, chans, preprocessing, self.aug, workers)
+
+        # under torchrun rank 0 loads first, so a one-time cache (Fashion-MNIST ungzipped) is written once
+        # and a bad source stops every rank with rank 0's message
+        loaded = dist.on_main(load)  # None on the other ranks, which then read what rank 0 cached
+        train, test = loaded if loaded is not None else load()
+        if self.few_shot is not None:
+            if self.few_shot < 1:
+                flag = caller_name("few_shot", "--few-shot")
+                raise LearngeneError(f"{flag} must be at least 1 image per class, got {self.few_shot}; pass K >= 1")
+            train = few_shot(train, self.few_shot, seed=seed)
+        if self.train_images is not None:
+            if self.train_images < 1:
+                flag = caller_name("train_images", "--train-images")
+                raise LearngeneError(f"{flag} must be positive, got {self.train_images}; pass N >= 1")
+            train = fraction(train, min(1.0, self.train_images / len(train)), seed=seed)
+        return train, test
+
+
+# data a use case trains on: a source's name, a request, or data already loaded (train, or train and test)
+DataArg = str | DataRequest | Data | tuple[Data, Data | None]
+
+
+def load_data(
+    data: DataArg | None,
+    img_size: int | None = None,
+    in_chans: int | None = None,
+    preprocessing: dict[str, Any] | None = None,
+    seed: int = 0,
+) -> tuple[Data, Data | None]:
+    """``data`` as ``(train, test)``: a name or :class:`DataRequest` loaded for that model input, loaded data as
+    they are."""
+    if data is None:
+        raise LearngeneError("this step trains on data: pass data, e.g. data='digits' or a DataRequest")
+    if isinstance(data, str):
+        data = DataRequest(data)
+    if isinstance(data, DataRequest):
+        return data.load(img_size, in_chans, preprocessing, seed)
+    if isinstance(data, tuple):
+        return data
+    return data, None
+
+
+# a ViT size: a spec as it is, a preset's name, or fields over a base (``{"preset": ..., "depth": 6, ...}``)
+SizeArg = ViTSpec | str | Mapping[str, Any]
+
+
+def resolve_spec(size: SizeArg | None, base: ViTSpec | None = None, data: Data | None = None) -> ViTSpec:
+    """The spec of ``size``: a ViTSpec as it is; else its preset (or ``base``), the data's image size, channels and
+    classes over it, and the fields ``size`` gives over those."""
+    if isinstance(size, ViTSpec):
+        return size
+    given = {"preset": size} if isinstance(size, str) else dict(size or {})
+    preset = given.pop("preset", None)
+    if preset:
+        base = get_preset(preset)
+    values = (base or ViTSpec()).to_dict()
+    if data is not None:
+        values.update(img_size=data.img_size, in_chans=data.in_chans, num_classes=data.num_classes)
+    explicit = {k: v for k, v in given.items() if v is not None}
+    values.update(explicit)
+    if values.get("global_pool") == "avg" and "global_pool" in explicit:
+        values["class_token"] = False
+    return ViTSpec.from_dict(values)
+
+
+def size_fields(size: SizeArg | None) -> dict[str, Any]:
+    """The fields ``size`` gives by name (a preset's name under ``preset``); {} for a whole ViTSpec."""
+    if size is None or isinstance(size, ViTSpec):
+        return {}
+    given = {"preset": size} if isinstance(size, str) else dict(size)
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def size_input(
+    size: SizeArg | None, img_size: int | None = None, in_chans: int | None = None
+) -> tuple[int | None, int | None]:
+    """The image size and channels data are loaded at for a model of ``size``: those it gives (a ViTSpec's, or the
+    fields named), else ``img_size`` and ``in_chans``."""
+    if isinstance(size, ViTSpec):
+        return size.img_size, size.in_chans
+    fields = size_fields(size)
+    return fields.get("img_size") or img_size, fields.get("in_chans") or in_chans
+
+
+def train_config(settings: TrainConfig | Mapping[str, Any] | None, desc: str, **defaults: Any) -> TrainConfig:
+    """The run's settings: a TrainConfig as it is (named ``desc`` unless it has a name of its own); a mapping of
+    settings by name (None: not given) over the use case's ``defaults`` (those the command line shows,
+    :data:`~learngene.training.config.USE_CASE_DEFAULTS`, and e.g. the method's distillation λ) and the settings'
+    own."""
+    if isinstance(settings, TrainConfig):
+        return settings if settings.desc != TrainConfig.desc else settings.replace(desc=desc)
+    values = {**defaults, **{k: v for k, v in (settings or {}).items() if v is not None}}
+    desc = values.pop("desc", desc)
+    flagged = {f.name for f in dataclasses.fields(TrainConfig) if f.metadata.get("flag")}
+    others = {k: v for k, v in values.items() if k not in flagged}
+    return from_flags({k: v for k, v in values.items() if k in flagged}, desc=desc, **others)
+
+
+def open_run_dir(run_dir: str | Path | None, resume: bool, cfg: TrainConfig | None = None) -> None:
+    """Refuse ``resume`` without a run directory, loggers (``cfg.log``) with nowhere to write, a run directory that is
+    a file, or one whose checkpoint a run that does not resume would overwrite; then lock it for this run (rank 0;
+    the lock is held until the process releases it: :func:`learngene.run_dirs.release_run_dirs`, or exits)."""
+    flag = caller_name("run_dir", "--run-dir")
+    if resume and not run_dir:
+        raise LearngeneError(
+            f"{caller_name('resume', '--resume')} continues from RUN_DIR/checkpoint.pt; pass {flag} too"
+        )
+    if cfg is not None and cfg.log and not run_dir and not cfg.log_dir:  # before any data load
+        raise LearngeneError(
+            f"{caller_name('log', '--log')} {cfg.log[0]} writes into the run directory, next to log.jsonl; "
+            f"pass {flag} too"
+        )
+    if not run_dir:
+        return
+    if Path(run_dir).exists() and not Path(run_dir).is_dir():
+        raise LearngeneError(f"{flag} {quote(run_dir)} is a file, not a directory; give a directory path")
+    if not resume and (Path(run_dir) / CHECKPOINT).exists():
+        raise LearngeneError(
+            f"{quote(run_dir)} holds the checkpoint of an earlier run; pass {caller_name('resume', '--resume')} to "
+            f"continue it, or give another {flag} (or delete it) to start over"
+        )
+    if dist.is_main():  # one run per run directory; the other ranks share rank 0's
+        lock_run_dir(run_dir)
+
+
+def method_options(config_cls: type, options: Mapping[str, Any] | Sequence[str] | None) -> dict[str, Any]:
+    """A method's options by name: a mapping as it is, or ``KEY=VALUE`` texts (``--opt``) read for their fields' types
+    (:func:`learngene.validate.parse_options`)."""
+    if options is None:
+        return {}
+    if isinstance(options, Mapping):
+        return dict(options)
+    return parse_options(config_cls, list(options))
+
+
+def timm_arguments(items: Mapping[str, Any] | Sequence[str] | None) -> dict[str, Any]:
+    """``timm.create_model`` arguments by name: a mapping as it is, or ``KEY=VALUE`` texts (``--timm-arg``), each
+    value read as JSON."""
+    if isinstance(items, Mapping) or items is None:
+        return dict(items or {})
+    usage = by_caller(
+        "timm_kwargs {item} is not KEY=VALUE, e.g. depth=6",
+        "--timm-arg {item} is not KEY=VALUE, e.g. --timm-arg depth=6",
+    )
+    return dict(parse_assignment(item, None, usage) for item in items)
