@@ -21,7 +21,13 @@ exercises the stage's own code (small sizes, --device cpu, or the command's one-
 
 Settings (environment): GIT_COMMIT (else a COMMIT file, else git), GPU_CHECK_BUDGET (seconds for everything;
 default 470 with CUDA, 1800 without), GPU_CHECK_STAGES (comma list: only these, e.g. for a rerun),
-GPU_CHECK_WORKERS (the suite's pytest-xdist workers; default 8), LEARNGENE_DATA (Fashion-MNIST's folder).
+GPU_CHECK_WORKERS (the suite's pytest-xdist workers; default 14), GPU_CHECK_SUITE_ARGS (more pytest arguments for
+the suite, e.g. some test files, ``-k EXPR`` or ``--dist load``), LEARNGENE_DATA (Fashion-MNIST's folder).
+
+Failures: each pytest stage appends every failure and error, as it happens, to OUTDIR/<stage>-failures.log
+(benchmarks/gpu_check_report.py, a pytest plugin), and the summary names the most common errors; a stage at its time
+limit is first sent SIGINT, so that pytest still prints its counts. The torchrun stage shows every line of its runs'
+logs that names an error.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import datetime
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -38,6 +45,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from gpu_check_report import common_errors  # benchmarks/, this file's folder
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -131,9 +140,15 @@ class Check:
             code: int | None = proc.wait(timeout=max(1.0, since + limit - time.monotonic()))
         except subprocess.TimeoutExpired:
             code = None
-            for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+            # SIGINT to the command alone first, as Ctrl-C: pytest (and its xdist workers, through it) stops and
+            # prints its counts; then the whole process group, in case it did not stop
+            for sig, grace, group in (
+                (signal.SIGINT, 15, False),
+                (signal.SIGTERM, 10, True),
+                (signal.SIGKILL, 10, True),
+            ):
                 try:
-                    os.killpg(proc.pid, sig)
+                    os.killpg(proc.pid, sig) if group else os.kill(proc.pid, sig)
                     proc.wait(timeout=grace)
                     break
                 except (ProcessLookupError, subprocess.TimeoutExpired):
@@ -169,7 +184,7 @@ class Check:
         lines = [
             f"# GPU check: {device}, commit {commit()}, {env.get('date', '?')}",
             "",
-            f"Command: `GIT_COMMIT={commit()} bash benchmarks/gpu_check.sh {self.out}`; "
+            f"Command: `{settings()}bash benchmarks/gpu_check.sh {self.out}`; "
             f"{time.monotonic() - self.started:.0f} s of a {self.deadline - self.started:.0f} s budget"
             + (f"; running now: {running}" if running else "; finished"),
             "",
@@ -212,6 +227,12 @@ class Check:
             "measured": self.measured,
         }
         return json.dumps(data, indent=1) + "\n"
+
+
+def settings() -> str:
+    """The GIT_COMMIT and GPU_CHECK_* settings this run was given, as they prefix its command line."""
+    given = {"GIT_COMMIT": commit(), **{k: v for k, v in sorted(os.environ.items()) if k.startswith("GPU_CHECK_")}}
+    return "".join(f"{k}={shlex.quote(v)} " for k, v in given.items())
 
 
 def commit() -> str:
@@ -341,14 +362,34 @@ def failures(log: Path, most: int = 6) -> str:
 
 def pytest_result(stage: str, code: int | None, seconds: float, log: Path, prefix: str = "") -> Result:
     status = {0: "passed", None: "timed out", 5: "failed"}.get(code, "failed")
-    return Result(stage, status, seconds, prefix + pytest_counts(log) + failures(log))
+    line = prefix + pytest_counts(log) + failures(log)
+    reported = log.with_name(f"{stage}-failures.log")
+    if reported.exists():
+        common = "; ".join(f"{n}× {said}" for said, n in common_errors(reported))
+        line += f"; details in {reported.name}; most common: {common}"
+    return Result(stage, status, seconds, line.replace("|", "/"))
+
+
+def reporting(stage: str, check: Check) -> tuple[list[str], dict[str, str]]:
+    """pytest arguments and environment that append each failure of ``stage`` to OUTDIR/<stage>-failures.log as it
+    happens (benchmarks/gpu_check_report.py), so that a stage stopped at its limit still says what failed and why."""
+    path = os.pathsep.join(filter(None, [str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH")]))
+    env = {
+        "GPU_CHECK_FAILURES": str(check.out / f"{stage}-failures.log"),
+        "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{path}",
+    }
+    return ["-p", "gpu_check_report"], env
 
 
 def stage_gpu_tests(check: Check) -> Result:
     probe = check.work / "probe.jsonl"
     cmd = [PY, "-m", "pytest", "-m", "gpu", "tests/test_gpu.py", "-p", "no:cacheprovider", "--verbosity=0", "-ra"]
+    plugin, env = reporting("gpu-tests", check)
     code, seconds = check.run(
-        [*cmd, "--durations=10"], "gpu-tests.log", check.limit("gpu-tests"), {"LEARNGENE_GPU_PROBE": str(probe)}
+        [*cmd, *plugin, "--durations=10"],
+        "gpu-tests.log",
+        check.limit("gpu-tests"),
+        {**env, "LEARNGENE_GPU_PROBE": str(probe)},
     )
     check.measured = worst_measured(read_jsonl(probe))
     result = pytest_result("gpu-tests", code, seconds, check.out / "gpu-tests.log")
@@ -370,14 +411,16 @@ def worst_measured(records: list[dict]) -> list[dict]:
 
 
 def suite_command(check: Check) -> tuple[list[str], str]:
-    """The rest of the suite under pytest-xdist; without CUDA, two small files (the command and its log parsing)."""
-    workers = os.environ.get("GPU_CHECK_WORKERS", "8") if check.cuda is not False else "2"
+    """The rest of the suite under pytest-xdist, with GPU_CHECK_SUITE_ARGS (e.g. some files, ``-k``, ``--dist load``)
+    after pytest's own; without CUDA, two small files (the command and its log parsing)."""
+    workers = os.environ.get("GPU_CHECK_WORKERS", "14") if check.cuda is not False else "2"
     xdist = not str(check.env.get("xdist", "missing")).startswith("missing")
     parallel = ["-n", workers, "--dist", "loadscope"] if xdist else []
-    files = [] if check.cuda is not False else ["tests/test_spec.py", "tests/test_progress.py"]
+    chosen = shlex.split(os.environ.get("GPU_CHECK_SUITE_ARGS", ""))
+    files = chosen if check.cuda is not False else ["tests/test_spec.py", "tests/test_progress.py", *chosen]
     cmd = [PY, "-m", "pytest", *parallel, "-m", "not gpu", "-p", "no:cacheprovider", "--verbosity=1", "-ra"]
     note = "" if xdist else "pytest-xdist missing: one process; "
-    return [*cmd, "--durations=25", *files], note
+    return [*cmd, *reporting("suite", check)[0], "--durations=25", *files], note
 
 
 def stage_torchrun(check: Check) -> Result:
@@ -403,6 +446,11 @@ def stage_torchrun(check: Check) -> Result:
         f"{r['repeat_exit']}/{r['plain_exit']}/{r['resumed_exit']}; uninterrupted {r['reference_seconds']} s, "
         f"resume {r['resumed_seconds']} s"
     )
+    said = sorted({ln for lines in r.get("errors", {}).values() for ln in lines})
+    if said:
+        runs = [name for name, lines in r["errors"].items() if lines]
+        line += f"; errors (in {', '.join(runs)}): " + " // ".join(ln[:300] for ln in said[:3])
+    line = line.replace("|", "/")
     if check.cuda is False:
         return Result("torchrun", "skipped", seconds, f"{no_cuda(check)}; CPU stand-in (gloo): {line}")
     return Result("torchrun", "passed" if r["bit_exact"] else "failed", seconds, line)
@@ -483,7 +531,7 @@ def main() -> int:
         busy = "; while the suite ran alongside" if suite and suite[0].poll() is None else ""
         guarded(check, "demo", lambda: stage_demo(check, busy))
     if suite is not None:
-        finish_suite(check, *suite)
+        finish_suite(check, *suite, reserve=MIN_SECONDS["compile-vit-b"] + 5 if "compile-vit-b" in wanted else 0)
     if "compile-vit-b" in wanted:  # last: it needs the machine to itself, and a rerun can give it alone
         guarded(check, "compile-vit-b", lambda: stage_speed(check, "compile-vit-b"))
     for stage in STAGES[1:]:
@@ -500,16 +548,21 @@ def start_suite(check: Check) -> tuple[subprocess.Popen, float, str, list[float]
         check.record(Result("suite", "skipped", 0, f"no time left ({check.left():.0f} s of the budget)"))
         return None
     cmd, note = suite_command(check)
-    proc, since = check.start(cmd, "suite.log")
+    proc, since = check.start(cmd, "suite.log", reporting("suite", check)[1])
     ended: list[float] = []  # when it exits, noted by a thread while the foreground stages run
     threading.Thread(target=lambda: (proc.wait(), ended.append(time.monotonic())), daemon=True).start()
-    check.record(Result("suite", "running", 0, f"started in the background: {' '.join(cmd[3:])}"))
+    check.record(Result("suite", "running", 0, f"started in the background: {' '.join(cmd[3:])}".replace("|", "/")))
     return proc, since, note, ended
 
 
-def finish_suite(check: Check, proc: subprocess.Popen, since: float, note: str, ended: list[float]) -> None:
+def finish_suite(
+    check: Check, proc: subprocess.Popen, since: float, note: str, ended: list[float], reserve: float
+) -> None:
+    """Wait for the suite, stopping it (gracefully: its counts are printed) at its limit, or ``reserve`` seconds before
+    the deadline (the time the stage after it needs)."""
     check.write_summary(running="suite")
-    code, seconds = check.finish(proc, since, min(check.own_limit("suite"), check.deadline - 5 - since), "suite.log")
+    limit = min(check.own_limit("suite"), check.deadline - 5 - reserve - since)
+    code, seconds = check.finish(proc, since, limit, "suite.log")
     seconds = ended[0] - since if ended else seconds  # it may have ended while another stage ran
     prefix = note + ("" if check.cuda is not False else f"{no_cuda(check)}; CPU stand-in (2 files, -n 2): ")
     result = pytest_result("suite", code, seconds, check.out / "suite.log", prefix)

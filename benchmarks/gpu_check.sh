@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The prepared GPU check (docs/results/gpu-profile.md): every check of learngene's CUDA path in at most 8 minutes,
-# the logs and summary.md / summary.json in OUTDIR (7 files). A failing stage never stops the others.
+# the logs, summary.md / summary.json and each pytest stage's failures in OUTDIR. A failing stage never stops the others.
 #
 # On the lent GPU machine, from the repository's root (the limit leaves ~70 s beyond the check's own 470 s budget):
 #
@@ -15,7 +15,8 @@
 #
 # Settings: PYTHON (default python3), GIT_COMMIT (else a COMMIT file, else git), GPU_CHECK_BUDGET (seconds; default
 # 470 with CUDA), GPU_CHECK_STAGES (comma list, e.g. GPU_CHECK_STAGES=gpu-tests,torchrun for a rerun; stages:
-# env speed-eager compile-vit-s suite gpu-tests torchrun demo compile-vit-b), GPU_CHECK_WORKERS (default 8).
+# env speed-eager compile-vit-s suite gpu-tests torchrun demo compile-vit-b), GPU_CHECK_WORKERS (default 14),
+# GPU_CHECK_SUITE_ARGS (more pytest arguments for the suite: test files, -k EXPR, --dist load).
 # Without CUDA (a dry run) every stage that needs it says so in one line and runs a CPU stand-in instead.
 set -u
 if [ $# -ne 1 ]; then

@@ -23,6 +23,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -211,10 +212,28 @@ def check(work: Path, device: str) -> dict:
     result["plain_equals_ddp"] = (
         result["plain_sha256"] is not None and result["plain_sha256"] == result["reference_sha256"]
     )
+    result["errors"] = {}
     for name in ("reference", "repeat", "plain", "killed", "resumed"):  # each run's last lines, for the stage's log
-        tail = (work / f"{name}.log").read_text(errors="replace").splitlines()[-8:]
-        print(f"--- {name}.log (last lines) ---", *tail, sep="\n", flush=True)
+        lines = (work / f"{name}.log").read_text(errors="replace").splitlines()
+        said = error_lines(lines)
+        result["errors"][name] = said[:5]
+        print(f"--- {name}.log (lines naming an error) ---", *said, sep="\n", flush=True)
+        print(f"--- {name}.log (last lines) ---", *lines[-8:], sep="\n", flush=True)
     return result
+
+
+# what torchrun adds to every failed run's log, whatever the run said
+TORCHRUN_BOILERPLATE = ("error_file:", "errors.html", "ChildFailedError", "/errors/__init__.py")
+
+
+def error_lines(lines: list[str]) -> list[str]:
+    """The lines of a run's log that name an error (learngene's one-line ``error:``, a traceback's exception),
+    torchrun's own report of the failure left out."""
+    return [
+        ln.strip()
+        for ln in lines
+        if re.search("error", ln, re.IGNORECASE) and not any(b in ln for b in TORCHRUN_BOILERPLATE)
+    ]
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ from learngene.data import (
     fraction,
     image_folder,
     load_dataset,
+    normalize,
 )
 from learngene.errors import DataError
 from tests.conftest import make_images
@@ -92,6 +93,33 @@ def test_batches_are_deterministic_and_sharded_like_one_process(toy_data):
     assert not torch.equal(next(iter(other_epoch)).y, one[0].y)
     with pytest.raises(DataError, match="empty"):
         Batches(toy_data.subset([]), 4, shuffle=False)
+
+
+@pytest.mark.parametrize("rank, world", [(0, 1), (1, 2)])
+def test_batches_for_a_device_are_the_cpu_batches_made_there(rank, world, toy_data):
+    """With ``device``, in-memory images travel as uint8 and are normalized and augmented where the batches go: the
+    same operations as the CPU batches, so on the CPU (the only device here) the same tensors, bit for bit; soft
+    targets and DDP shares included."""
+    data = toy_data.with_soft_targets(torch.randn(len(toy_data), 4))
+    cpu = torch.device("cpu")
+    for augment in (False, True):
+        made = [
+            Batches(data, 10, shuffle=True, seed=3, rank=rank, world=world, augment=augment, device=d)
+            for d in (None, cpu)
+        ]
+        assert made[1]._raw and not made[0]._raw
+        for before, after in zip(*made, strict=True):
+            assert after.x.dtype == torch.float32 and after.global_size == before.global_size
+            assert (
+                torch.equal(after.x, before.x)
+                and torch.equal(after.y, before.y)
+                and torch.equal(after.soft, before.soft)
+            )
+    x, y, soft = data.gather(torch.tensor([3, 1]))
+    assert (
+        x.dtype == torch.uint8 and torch.equal(x, data.images[[3, 1]]) and torch.equal(soft, data.soft_targets[[3, 1]])
+    )
+    assert torch.equal(data.get_batch(torch.tensor([3, 1]))[0], normalize(x, data.mean, data.std))
 
 
 def test_normalization_is_applied(toy_data):

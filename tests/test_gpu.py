@@ -33,10 +33,12 @@ Without CUDA the ``gpu`` tests skip, ``gpu-smoke`` refuses unless given ``--devi
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -58,14 +60,17 @@ from learngene.training.loop import (
     TrainConfig,
     _wrapped,
     autocast,
+    evaluate,
     loss_step,
     make_optimizer,
+    predict_logits,
     request_stop,
     resolve_device,
     set_fused_attention,
     train,
     uses_fused_adamw,
 )
+from learngene.training.nonfinite import CUDA_CHECK_EVERY
 from learngene.vit.spec import ViTSpec
 from tests.conftest import TINY, condense_tiny, make_images
 
@@ -279,6 +284,56 @@ def test_a_streamed_folder_comes_through_workers_into_pinned_memory_and_trains(t
     assert result.steps == 6 and all(torch.isfinite(torch.tensor(r["train_loss"])) for r in result.history)
 
 
+# ---- in-memory images: uint8 through pinned memory, normalized on the GPU; no wait for the GPU at every step -------------
+@gpu
+def test_in_memory_batches_are_normalized_on_the_gpu_and_the_loop_does_not_wait_for_it_every_step():
+    data = make_images(4 * 2 * CUDA_CHECK_EVERY, chans=3)
+    x, y, _ = data.gather(torch.arange(4), pin_memory=True)
+    assert x.dtype == torch.uint8 and x.is_pinned() and y.is_pinned()
+    made = {d: list(Batches(data, 16, shuffle=True, seed=1, augment=True, device=d)) for d in (None, CUDA)}
+    for on_cpu, on_gpu in zip(made[None], made[CUDA], strict=True):
+        assert on_gpu.x.is_cuda and on_gpu.y.is_cuda and on_gpu.x.dtype == torch.float32
+        # the same float32 operations on the same uint8 values (division is correctly rounded on both), and the
+        # flips and shifts are copies: equal up to at most an ulp of |x| ≤ 3.4 (~2.4e-7)
+        _assert_close(on_gpu.x.cpu(), on_cpu.x, 0, 1e-6, "in-memory batch normalized on the GPU vs the CPU")
+        assert torch.equal(on_gpu.y.cpu(), on_cpu.y)
+
+    # every synchronizing call (a read of a GPU value, a blocking copy) warns in this mode, from the line that made
+    # it; the loop's steps make none: it reads the GPU only every CUDA_CHECK_EVERY steps and around the epoch
+    steps = 2 * CUDA_CHECK_EVERY
+    torch.manual_seed(0)
+    model = RGB.create_model().to(CUDA)  # moved here: the copies of its weights wait for the GPU, once
+    cfg = TrainConfig(max_steps=steps, batch_size=4, augment=True, device="cuda", progress=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            result = train(model, data, cfg)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    waits = collections.Counter(
+        f"{Path(w.filename).name}:{w.lineno}" for w in caught if "synchronizing" in str(w.message)
+    )
+    assert result.steps == steps and math.isfinite(result.history[-1]["train_loss"])
+    # one wait per step would make at least `steps`; what is left: setting up, the reads of the flags, the epoch's sums
+    assert _measured("waits for the GPU in a run of 40 steps", sum(waits.values()), steps / 2) < steps / 2, waits
+
+
+@gpu
+def test_inference_takes_a_cpu_model_to_the_gpu_it_is_asked_for():
+    """TAL's task embedding and cached teacher logits run the (CPU) ancestry with the run's device."""
+    data = make_images(16, chans=3)
+    torch.manual_seed(0)
+    model = RGB.create_model().eval()
+    on_cpu = predict_logits(model, data)
+    on_gpu = predict_logits(model, data, device=CUDA)
+    assert next(model.parameters()).is_cuda and not on_gpu.is_cuda
+    # bf16 autocast on the GPU: the bound of the bf16 step's logits above
+    assert _measured("predict_logits bf16 GPU vs fp32 CPU, relative L2", _rel(on_gpu, on_cpu), 3e-2) < 3e-2
+    metrics = evaluate(model.cpu(), data, device=CUDA)
+    assert 0 <= metrics["acc"] <= 1 and next(model.parameters()).is_cuda
+
+
 # ---- expanding onto the GPU ----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def genes():
@@ -330,23 +385,18 @@ def test_a_gene_expands_on_the_gpu_and_loads_into_a_cuda_descendant(name, genes)
 
 
 # ---- --resume on CUDA ------------------------------------------------------------------------------------------------------
-class _StopAt:
-    """Data that asks the running loop to stop (as Ctrl-C does) when batch number ``at`` is read."""
+def _stop_at(model: torch.nn.Module, at: int) -> torch.nn.Module:
+    """``model``, made to ask the running loop to stop (as Ctrl-C does) in its ``at``-th forward pass (so that the
+    data stay the loop's own: in-memory images travel as uint8 and are normalized on the GPU)."""
+    calls = []
 
-    def __init__(self, data, at: int):
-        self.data, self.at, self.calls = data, at, 0
-
-    def __getattr__(self, name):
-        return getattr(self.data, name)
-
-    def __len__(self):
-        return len(self.data)
-
-    def get_batch(self, idx):
-        self.calls += 1
-        if self.calls == self.at:
+    def count(module, args):
+        calls.append(1)
+        if len(calls) == at:
             request_stop("SIGINT")
-        return self.data.get_batch(idx)
+
+    model.register_forward_pre_hook(count)
+    return model
 
 
 @gpu
@@ -376,7 +426,7 @@ def test_a_run_stopped_mid_epoch_resumes_on_cuda_bit_for_bit(tmp_path):
             "two uninterrupted CUDA runs differ: a kernel is not deterministic, so no resume can be bit-exact"
         )
         with pytest.raises(RunInterrupted) as stopped:
-            train(fresh(), _StopAt(data, at=9), cfg, run_dir=tmp_path / "run")
+            train(_stop_at(fresh(), at=9), data, cfg, run_dir=tmp_path / "run")
         assert stopped.value.step == 9 and stopped.value.checkpoint == tmp_path / "run" / CHECKPOINT  # epoch 2, step 3
         resumed = fresh()
         train(resumed, data, cfg, run_dir=tmp_path / "run", resume=True)

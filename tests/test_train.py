@@ -99,6 +99,98 @@ def test_distillation_from_cached_teacher_logits(tiny_spec, toy_data):
         train(_model(tiny_spec), toy_data, cfg)
 
 
+class _DeviceProbe(torch.nn.Module):
+    """A model that fails, as a CUDA layer does, when its input is not on its weights' device (the CPU's only other
+    device here is ``meta``); its logits are a fixed CPU tensor, so that they can be read back from anywhere."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.seen: list[tuple[str, str]] = []
+
+    def forward(self, x):
+        self.seen.append((x.device.type, self.weight.device.type))
+        assert x.device == self.weight.device, f"input on {x.device}, weights on {self.weight.device}"
+        return torch.zeros(len(x), 4)
+
+
+def test_inference_runs_the_model_on_the_device_it_is_asked_for(toy_data):
+    """TAL's task embedding and cached teacher logits run a CPU ancestry through predict_logits with the run's device:
+    the model must go where its inputs go (on a GPU the inputs went alone, and bf16 met fp32 weights)."""
+    probe = _DeviceProbe()
+    assert predict_logits(probe, toy_data, 16, torch.device("meta")).shape == (len(toy_data), 4)
+    assert probe.weight.device.type == "meta" and set(probe.seen) == {("meta", "meta")}
+    assert torch.equal(predict_logits(_DeviceProbe(), toy_data, 16), torch.zeros(len(toy_data), 4))  # default: its own
+
+
+def test_a_non_finite_loss_read_every_few_steps_stops_within_them_and_keeps_the_last_good_checkpoint(
+    tiny_spec, toy_data, tmp_path, monkeypatch
+):
+    """On CUDA the loop reads the non-finite flags every few steps (each read waits for the GPU); the same watch, made
+    to read every 4 steps here: the NaN of step 5 (epoch 2, step 1) stops the run at the next read (step 8), names
+    its step, and no checkpoint is written after it (the last one is epoch 1's end); the fixed data resumes from
+    there to the uninterrupted run's weights."""
+    from functools import partial
+
+    import learngene.training.loop as loop
+    from learngene.training.checkpoint import CHECKPOINT, load_checkpoint
+    from learngene.training.nonfinite import NonFiniteWatch
+    from tests.conftest import nan_images
+
+    monkeypatch.setattr(loop, "NonFiniteWatch", partial(NonFiniteWatch, every=4))
+    cfg = TrainConfig(epochs=3, **FAST)  # 4 steps per epoch
+    reference = _model(tiny_spec)
+    train(reference, toy_data, cfg)
+    with pytest.raises(
+        TrainingError,
+        match=r"^loss became nan at epoch 2, step 1; the run stopped after epoch 2, step 4, where it reads the GPU's "
+        r"check \(every 4 steps\); lower --lr or check the data; the last good checkpoint .*checkpoint.pt",
+    ):
+        train(_model(tiny_spec), FaultyData(toy_data, at=5, fault=nan_images), cfg, run_dir=tmp_path)
+    ckpt = load_checkpoint(tmp_path / CHECKPOINT)
+    assert (ckpt["epoch"], ckpt["step_in_epoch"], ckpt["global_step"]) == (1, 0, 4)
+    assert all(torch.isfinite(v).all() for v in ckpt["model"].values())
+    resumed = _model(tiny_spec, seed=99)
+    train(resumed, toy_data, cfg, run_dir=tmp_path, resume=True)
+    assert all(torch.equal(resumed.state_dict()[k], v) for k, v in reference.state_dict().items())
+
+
+def test_the_loop_reads_no_tensor_value_at_every_step_when_its_watch_reads_every_few(tiny_spec, monkeypatch):
+    """On CUDA a read of a tensor's value (``.item()``, ``bool(t)``, ``.tolist()``) waits for the GPU; the loop's steps
+    make none, so the host prepares the next batch while the GPU runs. Counted here on the CPU, with the watch reading
+    every 20 steps as on CUDA (and fused AdamW, as on CUDA: the CPU's unfused one reads its step counts)."""
+    import collections
+    import sys
+    from functools import partial
+
+    import learngene.training.loop as loop
+    from learngene.training.nonfinite import CUDA_CHECK_EVERY, NonFiniteWatch
+
+    monkeypatch.setattr(loop, "NonFiniteWatch", partial(NonFiniteWatch, every=CUDA_CHECK_EVERY))
+    steps, reads = 2 * CUDA_CHECK_EVERY, collections.Counter()
+
+    def counted(name):
+        original = getattr(torch.Tensor, name)
+
+        def read(self, *args, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            if "learngene" in caller:
+                reads[f"{name} in {caller.rsplit('/', 1)[-1]}:{sys._getframe(1).f_lineno}"] += 1
+            return original(self, *args, **kwargs)
+
+        return read
+
+    data, model = make_images(4 * steps), _model(tiny_spec)
+    cfg = TrainConfig(max_steps=steps, batch_size=4, augment=True, fused_adamw=True, progress=False)
+    with monkeypatch.context() as patched:
+        for name in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "cpu", "numpy"):
+            patched.setattr(torch.Tensor, name, counted(name))
+        train(model, data, cfg)
+    # what is left: the starting weight norm, the watch's reads (every 20 steps and at the epoch's end) and the
+    # epoch's record; one read per step would make at least 40
+    assert sum(reads.values()) < steps / 4, reads
+
+
 def test_schedule_warms_up_then_decays():
     factors = [_lr_factor(s, 10, 100, 0.01) for s in range(100)]
     assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)

@@ -69,7 +69,14 @@ def augment_batch(
     shifts = torch.randint(0, 2 * max_shift + 1, (n, 2), generator=gen)[rank::world]
     if not len(x):  # this rank's share of a last, tiny global batch
         return x
+    # the draws are made on the CPU (the same for every device); on a GPU the batch stays there, and the shifted
+    # windows are gathered with one indexing op rather than one op per image
+    flip, shifts = flip.to(x.device, non_blocking=True), shifts.to(x.device, non_blocking=True)
     x = torch.where(flip.view(-1, 1, 1, 1), x.flip(-1), x)
     padded = F.pad(x, (max_shift,) * 4)
-    h, w = x.shape[-2:]
-    return torch.stack([padded[i, :, a : a + h, b : b + w] for i, (a, b) in enumerate(shifts.tolist())])
+    (n, c, h, w), device = x.shape, x.device
+    rows = (torch.arange(h, device=device) + shifts[:, :1]).view(n, 1, h, 1)  # image i's window starts at shifts[i]
+    cols = (torch.arange(w, device=device) + shifts[:, 1:]).view(n, 1, 1, w)
+    return padded[
+        torch.arange(n, device=device).view(n, 1, 1, 1), torch.arange(c, device=device).view(1, c, 1, 1), rows, cols
+    ]

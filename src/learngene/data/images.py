@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Union, cast
 
 import torch
 import torch.nn.functional as F
@@ -90,15 +90,33 @@ class ImageData:
         return replace(self, soft_targets=logits.detach().float().cpu())
 
     def get_batch(self, indices: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
-        x = normalize(self.images[indices], self.mean, self.std)
-        soft = None if self.soft_targets is None else self.soft_targets[indices]
-        return x, self.labels[indices], soft
+        """The images at ``indices`` normalized (float32), their labels and soft targets, on the CPU."""
+        images, labels, soft = self.gather(indices)
+        return normalize(images, self.mean, self.std), labels, soft
+
+    def gather(self, indices: Tensor, pin_memory: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
+        """The uint8 images at ``indices`` (not normalized: a quarter of the bytes), their labels and soft targets.
+
+        ``pin_memory`` gathers them straight into page-locked memory, which a GPU copies from without holding the
+        host (``tensor.to(device, non_blocking=True)``); torch's pinned-memory cache gives a buffer back only once
+        the copies out of it are done. :class:`~learngene.data.Batches` uses it on CUDA.
+        """
+        parts = (self.images, self.labels, self.soft_targets)
+        return cast(Any, tuple(None if t is None else _take(t, indices, pin_memory) for t in parts))
 
 
-def normalize(images: Tensor, mean: Sequence[float], std: Sequence[float]) -> Tensor:
-    """uint8 images → float, scaled to [0, 1], then standardized per channel."""
-    m = torch.tensor(mean).view(1, -1, 1, 1)
-    s = torch.tensor(std).view(1, -1, 1, 1)
+def _take(source: Tensor, indices: Tensor, pin_memory: bool) -> Tensor:
+    if not pin_memory:
+        return source[indices]
+    out = torch.empty((len(indices), *source.shape[1:]), dtype=source.dtype, pin_memory=True)
+    return torch.index_select(source, 0, indices, out=out)
+
+
+def normalize(images: Tensor, mean: Sequence[float] | Tensor, std: Sequence[float] | Tensor) -> Tensor:
+    """uint8 images → float, scaled to [0, 1], then standardized per channel (where ``images`` are: give ``mean``
+    and ``std`` as tensors on their device, as :class:`~learngene.data.Batches` does, to copy them there once)."""
+    m = torch.as_tensor(mean, dtype=torch.float32, device=images.device).view(1, -1, 1, 1)
+    s = torch.as_tensor(std, dtype=torch.float32, device=images.device).view(1, -1, 1, 1)
     return (images.float() / 255.0 - m) / s
 
 

@@ -709,7 +709,9 @@ class TAL(Method):
             resume=inputs.resume,
             loss=net.distill_loss,
         )
-        tensors = {GHN_PREFIX + k: v for k, v in ghn.state_dict().items()}
+        tensors = {
+            GHN_PREFIX + k: v.detach().cpu().clone() for k, v in ghn.state_dict().items()
+        }  # trained on a GPU too
         tensors[TASK_KEY] = task
         cost: dict[str, Any] = {"epochs": cfg.epochs, "steps": result.steps, "seconds": round(result.seconds, 2)}
         if result.final_acc is not None:

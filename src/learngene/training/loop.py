@@ -39,13 +39,13 @@ from .checkpoint import (
     NonFiniteError,
     RunState,
     diverging,
-    last_good,
     open_run,
     record_nonfinite_stop,
     zero_sums,
 )
 from .config import TrainConfig
 from .loggers import RunLoggers, open_loggers
+from .nonfinite import CUDA_CHECK_EVERY, NonFiniteWatch
 from .progress import note_steps, progress_bar
 
 # ---- stopping on SIGINT / SIGTERM at a step boundary ---------------------------------------------------
@@ -207,27 +207,28 @@ def evaluate(
     desc: str | None = None,
 ) -> dict[str, float]:
     """Top-1 accuracy and mean cross-entropy of ``model`` on ``data`` (all ranks together under DDP); with
-    ``desc``, a progress bar of that name while it runs."""
+    ``desc``, a progress bar of that name while it runs. It runs on ``device`` (the model is moved there, as
+    :func:`train` moves it), by default where the model's weights are."""
     require_argument(model, nn.Module, "model", "a torch module (e.g. a timm ViT)")
     check_data_fits(model, data)
-    device = device or next(model.parameters()).device
+    device = place(model, device)
     batch_size = inference_batch(model, batch_size, data.img_size, device)
     was_training = model.training
     model.eval()
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # correct, loss sum, count
-    batches = Batches(data, batch_size, shuffle=False, rank=dist.rank(), world=dist.world_size())
+    batches = Batches(data, batch_size, shuffle=False, rank=dist.rank(), world=dist.world_size(), device=device)
     bar = progress_bar(
         total=len(batches), desc=desc, unit="batch", leave=False, dynamic_ncols=True, disable=desc is None
     )
     for batch in batches:
-        x, y = batch.x.to(device, non_blocking=True), batch.y.to(device, non_blocking=True)
+        x, y = batch.x, batch.y
         with autocast(device):
             logits = model(x).float()
         totals += torch.stack(
             [
                 (logits.argmax(-1) == y).sum().double(),
                 F.cross_entropy(logits, y, reduction="sum").double(),
-                torch.tensor(len(y), dtype=torch.float64, device=device),
+                torch.full((), len(y), dtype=torch.float64, device=device),  # torch.tensor(..., device) would sync
             ]
         )
         bar.update(1)
@@ -240,17 +241,27 @@ def evaluate(
 
 @torch.no_grad()
 def predict_logits(model: nn.Module, data: Data, batch_size: int = 512, device: torch.device | None = None) -> Tensor:
-    """Logits of ``model`` for every image of ``data`` in order (e.g. to cache a teacher's outputs)."""
-    device = device or next(model.parameters()).device
+    """Logits of ``model`` for every image of ``data`` in order (e.g. to cache a teacher's outputs), on the CPU. It
+    runs on ``device`` (the model is moved there, as :func:`train` moves it), by default where the model's weights are."""
+    device = place(model, device)
     batch_size = inference_batch(model, batch_size, data.img_size, device)
     was_training = model.training
     model.eval()
     out = []
-    for batch in Batches(data, batch_size, shuffle=False):
+    for batch in Batches(data, batch_size, shuffle=False, device=device):
         with autocast(device):
-            out.append(model(batch.x.to(device)).float().cpu())
+            out.append(model(batch.x).float().cpu())
     model.train(was_training)
     return torch.cat(out)
+
+
+def place(model: nn.Module, device: torch.device | None) -> torch.device:
+    """Where ``model`` runs: ``device``, moving the model there in place when its weights are elsewhere (a CPU
+    ancestry asked to run on the GPU), or, without one, where its weights are."""
+    if device is None:
+        return next(model.parameters()).device
+    model.to(device)
+    return device
 
 
 def _block_sizes(model: nn.Module, img_size: int | None) -> tuple[int, int, int, int, int] | None:
@@ -356,8 +367,8 @@ def loss_step(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Forward one batch: the loss to back-propagate, and the per-sample losses, logits and labels (detached).
     ``loss_of`` is :func:`distill_loss` or the model's own per-sample loss (same signature)."""
-    x, y = batch.x.to(device, non_blocking=True), batch.y.to(device, non_blocking=True)
-    soft = batch.soft.to(device) if batch.soft is not None else None
+    x, y = batch.x.to(device, non_blocking=True), batch.y.to(device, non_blocking=True)  # no-ops for the loop's batches
+    soft = batch.soft.to(device, non_blocking=True) if batch.soft is not None else None
     target, smoothing = y, cfg.label_smoothing
     if mixer is not None:  # soft targets, already smoothed
         x, target, smoothing = *mixer(x, y), 0.0
@@ -384,27 +395,21 @@ def optimizer_step(
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     cfg: TrainConfig,
-    where: str,
+    watch: NonFiniteWatch,
+    step: int,
     ckpt_path: Path | None,
     sane: bool = True,
 ) -> None:
     """Back-propagate ``loss``, clip, update and advance the schedule; a non-finite loss or gradient stops
-    the run with one line (``where`` it happened, and the last good checkpoint)."""
-    # Checked every step, which forces a host sync per step (nanoGPT syncs only at its log interval):
-    # a NaN stops the run at the step it appears, before it reaches the weights or a checkpoint.
-    finite = bool(torch.isfinite(loss))
-    # every rank must learn of it, or the others would wait for this one in backward forever
-    if dist.count_true(not finite, loss.device) if dist.is_distributed() else not finite:
-        value = loss.item() if not finite else "non-finite on another process"
-        raise NonFiniteError(f"loss became {value} {where}; lower --lr or check the data{last_good(ckpt_path, sane)}")
+    the run with one line (at which ``step`` of the run it happened, and the last good checkpoint): on the CPU
+    before it reaches the weights, on CUDA when ``watch`` next reads its flags."""
+    watch.loss(loss, step, ckpt_path, sane)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    if cfg.grad_clip:
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        if not torch.isfinite(grad_norm):  # the same on every rank: DDP has already averaged the gradients
-            raise NonFiniteError(
-                f"gradients became {grad_norm.item()} {where}; lower --lr or check the data{last_good(ckpt_path, sane)}"
-            )
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip) if cfg.grad_clip else None
+    if grad_norm is not None:
+        watch.gradients(grad_norm, step, ckpt_path, sane)
+    watch.note(loss, grad_norm, step)
     optimizer.step()
     scheduler.step()
 
@@ -518,6 +523,7 @@ class _Run:
     loss_of: Callable
     state: RunState
     ckpt_path: Path | None
+    watch: NonFiniteWatch
     total_steps: int = 0
 
     window_start: Tensor | None = None  # the epoch sums at the previous checkpoint (or the epoch's start)
@@ -582,6 +588,7 @@ def _train(
         rank=dist.rank(),
         world=dist.world_size(),
         augment=cfg.augment,
+        device=device,
     )
     steps_per_epoch = len(batches)
     total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
@@ -608,6 +615,7 @@ def _train(
         loss,
         state,
         ckpt_path,
+        NonFiniteWatch(device, steps_per_epoch),
         total_steps,
     )
 
@@ -659,8 +667,11 @@ def _run_epochs(
 
 def _run_epoch(run: _Run, batches: Batches, epoch: int, epochs: int, epoch_steps: int, sums: Tensor) -> None:
     """The steps of one epoch (from where a resumed run stopped), adding to ``sums``; checkpoints every
-    ``cfg.checkpoint_every`` steps and where a stop was asked for."""
-    cfg, state, device = run.cfg, run.state, run.device
+    ``cfg.checkpoint_every`` steps and where a stop was asked for. On CUDA nothing here waits for the GPU at every
+    step (the host prepares the next batch while the GPU runs this one): the sums stay on the device and a
+    non-finite loss is read every ``run.watch.every`` steps, before a checkpoint and at the end of the epoch (only
+    per-step logging, ``cfg.log``, reads every step's sums)."""
+    cfg, state, device, watch = run.cfg, run.state, run.device, run.watch
     tic = run.step_tic = time.perf_counter()
     bar = progress_bar(
         total=epoch_steps,
@@ -675,14 +686,7 @@ def _run_epoch(run: _Run, batches: Batches, epoch: int, epochs: int, epoch_steps
             break
         loss, per_sample, logits, y = loss_step(run.net, batch, run.teacher, cfg, device, run.mixer, run.loss_of)
         optimizer_step(
-            loss,
-            run.model,
-            run.optimizer,
-            run.scheduler,
-            cfg,
-            f"at epoch {epoch + 1}, step {step_in_epoch + 1}",
-            run.ckpt_path,
-            state.sane,
+            loss, run.model, run.optimizer, run.scheduler, cfg, watch, state.global_step, run.ckpt_path, state.sane
         )
         state.global_step += 1
         note_steps(state.global_step, run.total_steps)
@@ -690,23 +694,27 @@ def _run_epoch(run: _Run, batches: Batches, epoch: int, epochs: int, epoch_steps
             [
                 per_sample.sum().double(),
                 (logits.argmax(-1) == y).sum().double(),
-                torch.tensor(len(y), dtype=torch.float64, device=device),
+                torch.full((), len(y), dtype=torch.float64, device=device),  # torch.tensor(..., device) would sync
             ]
         )
         sums += step_sums
-        if run.loggers is not None:  # reading the step's sums syncs, as the loss's finiteness check already did
+        if run.loggers is not None:  # reading the step's sums waits for a GPU: per-step curves cost that
             now = time.perf_counter()
             lr = run.scheduler.get_last_lr()[0]
             run.loggers.step(state.global_step, step_sums.tolist(), lr, now - run.step_tic, len(y) * dist.world_size())
             run.step_tic = now
         bar.update(1)
-        if step_in_epoch % 10 == 0 and not bar.disable:  # reading the sums syncs: only at the display interval
+        if not state.global_step % watch.every:
+            watch.check(state.global_step, run.ckpt_path, state.sane)
+        # reading the sums waits for a GPU: at the steps where the watch reads its flags anyway
+        if not bar.disable and not state.global_step % CUDA_CHECK_EVERY:
             loss_sum, correct, seen = sums.tolist()
             bar.set_postfix(loss=f"{loss_sum / max(seen, 1):.3f}", acc=f"{correct / max(seen, 1):.3f}")
         stop = step_in_epoch + 1 < epoch_steps and _stop_now(state.global_step, device)
         if stop or (
             cfg.checkpoint_every and not state.global_step % cfg.checkpoint_every and step_in_epoch + 1 < epoch_steps
         ):
+            watch.check(state.global_step, run.ckpt_path, state.sane)
             state.seconds += _seconds_since(tic, device)
             tic = time.perf_counter()
             run.checkpoint(epoch, step_in_epoch + 1, sums, sums, forced=stop)
@@ -714,6 +722,7 @@ def _run_epoch(run: _Run, batches: Batches, epoch: int, epochs: int, epoch_steps
             bar.close()
             raise run.stopped()
     bar.close()
+    watch.check(state.global_step, run.ckpt_path, state.sane)  # before the epoch's record and checkpoint
     state.seconds += _seconds_since(tic, device)
 
 
