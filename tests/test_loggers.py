@@ -135,19 +135,19 @@ def test_cli_condense_and_train_log_to_both_and_resume_their_curves(tmp_path, mo
     assert main(["ancestry", *tiny, "--out", "a.safetensors", "--epochs", "1", "--batch-size", "8", "--quiet"]) == 0
 
     calls = {"n": 0}
-    real_get_batch = ImageData.get_batch
+    real_gather = ImageData.gather
 
-    def stop_at_8(self, idx):  # the 8th training batch: as the CLI's SIGTERM handler asks
+    def stop_at_8(self, idx, **kwargs):  # the 8th training batch: as the CLI's SIGTERM handler asks
         calls["n"] += loop._running_loops[0] > 0
         if calls["n"] == 8 and loop._running_loops[0]:
             assert request_stop("SIGTERM")
-        return real_get_batch(self, idx)
+        return real_gather(self, idx, **kwargs)
 
     condense = ["condense", "--method", "tleg", "--ancestry", "a.safetensors", "--opt", "aux_depth=2", *common]
-    monkeypatch.setattr(ImageData, "get_batch", stop_at_8)
+    monkeypatch.setattr(ImageData, "gather", stop_at_8)
     assert main([*condense, "--run-dir", "c", "--out", "g.safetensors"]) == 143  # stopped, checkpointed
     assert "--resume" in capsys.readouterr().err
-    monkeypatch.setattr(ImageData, "get_batch", real_get_batch)
+    monkeypatch.setattr(ImageData, "gather", real_gather)
     assert main([*condense, "--run-dir", "c", "--out", "g.safetensors", "--resume"]) == 0
     steps = json.loads((tmp_path / "c" / "log.jsonl").read_text().splitlines()[-1])["step"]
     assert [s for s, _ in tensorboard_scalars(tmp_path / "c" / "tensorboard")["train/loss"]] == list(
