@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from learngene.formats.model_file import save_model
-from learngene.pipeline.compare import compare_profile, run_compare
+from learngene.pipeline.compare import CompareChoices, compare_profile, run_compare
 from learngene.vit.spec import ViTSpec
 
 
@@ -43,13 +43,14 @@ def main() -> None:
             str(ancestry),
             "digits",
             args.sizes.split(","),
-            args.methods.split(","),
-            seeds=args.seeds,
-            epochs=args.epochs,
-            train_images=args.train_images,
-            eval_images=300,
-            condense_images=1000,
-            adapt_steps=20,
+            {"epochs": args.epochs, "eval_images": 300},
+            CompareChoices(
+                methods=args.methods.split(","),
+                seeds=args.seeds,
+                train_images=args.train_images,
+                condense_images=1000,
+                adapt_steps=20,
+            ),
         )
         tic = time.perf_counter()
         rows = run_compare(profile, work / "out", progress=False)

@@ -1257,9 +1257,9 @@ def test_a_declared_setting_is_named_as_its_giver_writes_it(make, python, flag):
 
 
 def test_the_command_line_is_told_flags_for_settings_and_options(ws, tmp_path, capsys):
-    argv = ["compare", "--ancestry", ws.anc, "--data", "digits", "--sizes", "L1-D32-H2", "--lr", "-1"]
+    argv = ["compare", "--ancestry", ws.anc, "--data", "digits", "--sizes", "L1-D32-H2", "--epochs", "0"]
     err = _one_line_error(capsys, [*argv, "--out", tmp_path / "cmp"])
-    assert err.endswith("learning rate must be positive, got -1.0; pass e.g. --lr 0.001"), err
+    assert err.endswith("epochs must be at least 1, got 0; pass --epochs 1 or more"), err
     out = tmp_path / "g.safetensors"
     argv = ["condense", "--method", "structured", "--ancestry", ws.anc, "--opt", "kernel_size=2", "-o", out]
     assert "pass --opt kernel_size=VALUE with" in _one_line_error(capsys, argv)

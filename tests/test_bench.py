@@ -16,6 +16,7 @@ from learngene.errors import SpecError
 from learngene.formats.model_file import load_model_file
 from learngene.method import Ancestry
 from learngene.registry import get_method, list_methods
+from learngene.training.config import TrainConfig
 from learngene.vit.spec import ViTSpec, fit_to_budget
 
 
@@ -53,13 +54,27 @@ MICRO = Profile(
     adapt_steps=2,
     seeds=(0, 1),
     methods=("scratch", "pretrained", "weight_selection"),
-    batch_size=16,
+    train=TrainConfig(batch_size=16),
 )
 
 
 def _micro(tmp_path, fake_fashion, monkeypatch):
     monkeypatch.setenv("LEARNGENE_DATA", str(fake_fashion))
     return BenchRun(MICRO, tmp_path / "out", progress=False, plots=False)
+
+
+def test_a_profiles_train_config_reaches_every_stage_and_its_cache_keys(tmp_path):
+    """``Profile.train`` holds what every stage shares: a stage's settings are it plus the stage's own budget (never the
+    base's epochs, steps or seed), and a shared setting joins the cache keys only where it differs from its default,
+    so a profile that sets none keeps the keys (and ``profile.json``) of the runs made before it held a TrainConfig."""
+    assert MICRO.training_key() == {"batch_size": 16, "lr": 1e-3}  # what the keys held as Profile.batch_size and .lr
+    tuned = MICRO.replace(train=TrainConfig(batch_size=16, weight_decay=0.1, epochs=7, max_steps=3, seed=5))
+    assert tuned.training_key() == {"batch_size": 16, "lr": 1e-3, "weight_decay": 0.1}
+    cfg = BenchRun(tuned, tmp_path, progress=False)._cfg(epochs=2)
+    assert (cfg.epochs, cfg.max_steps, cfg.seed, cfg.weight_decay, cfg.batch_size) == (2, None, 0, 0.1, 16)
+    plain = MICRO.to_dict()
+    assert "train" not in plain and (plain["batch_size"], plain["lr"]) == (16, 1e-3)
+    assert list(plain).index("batch_size") == list(plain).index("condense_lambda") + 1  # where the fields were
 
 
 def test_second_run_reuses_every_stage(tmp_path, fake_fashion, monkeypatch):

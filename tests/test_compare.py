@@ -6,7 +6,7 @@ import torch
 
 from learngene.cli import main
 from learngene.formats.model_file import save_model
-from learngene.pipeline.compare import compare_profile
+from learngene.pipeline.compare import CompareChoices, compare_profile
 from learngene.vit.spec import ViTSpec
 
 
@@ -73,8 +73,10 @@ def test_bad_input_is_one_line(ancestry, tmp_path, capsys):
     base = ["compare", "--ancestry", str(ancestry), "--data", "digits", "--out", str(tmp_path / "bad"), "--quiet"]
     assert "unknown method 'nope'" in _error_line(capsys, [*base, "--sizes", "L1-D32-H2", "--methods", "tleg,nope"])
     assert "no method can make size L2-D30-H4" in _error_line(capsys, [*base, "--sizes", "L2-D30-H4"])
-    assert "a budget of 0" in _error_line(capsys, [*base, "--sizes", "L1-D32-H2", "--epochs", "0"])
-    assert "a budget of 0" in _error_line(capsys, [*base, "--sizes", "L1-D32-H2", "--max-steps", "0"])
+    # the training flags are TrainConfig's, checked as every command's are
+    assert "epochs must be at least 1" in _error_line(capsys, [*base, "--sizes", "L1-D32-H2", "--epochs", "0"])
+    assert "max steps must be at least 1" in _error_line(capsys, [*base, "--sizes", "L1-D32-H2", "--max-steps", "0"])
+    assert "a budget of 0" in _error_line(capsys, [*base, "--sizes", "L1-D32-H2", "--adapt-steps", "0"])
     one_class = tmp_path / "one"
     for split in ("train", "test"):
         (one_class / split / "cat").mkdir(parents=True)
@@ -88,21 +90,15 @@ def test_bad_input_is_one_line(ancestry, tmp_path, capsys):
 
 def test_condensing_on_other_classes_than_those_compared():
     spec = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=5)
-    user = compare_profile(spec, "anc.safetensors", "fashion_mnist", ["L1-D32-H2"], ["tleg"], classes=[5, 6, 7, 8, 9])
+
+    def profile(**choices):
+        return compare_profile(spec, "anc.safetensors", "fashion_mnist", ["L1-D32-H2"], None, CompareChoices(**choices))
+
+    user = profile(methods=["tleg"], classes=[5, 6, 7, 8, 9])
     assert user.tasks[0].classes == (5, 6, 7, 8, 9) and user.upstreams[0].classes == (5, 6, 7, 8, 9)
-    own = compare_profile(
-        spec,
-        "anc.safetensors",
-        "fashion_mnist",
-        ["L1-D32-H2"],
-        ["tleg"],
-        classes=[5, 6, 7, 8, 9],
-        condense_classes=[0, 1, 2, 3, 4],
-    )
+    own = profile(methods=["tleg"], classes=[5, 6, 7, 8, 9], condense_classes=[0, 1, 2, 3, 4])
     assert own.tasks[0].classes == (5, 6, 7, 8, 9) and own.upstreams[0].classes == (0, 1, 2, 3, 4)
-    other = compare_profile(
-        spec, "anc.safetensors", "fashion_mnist", ["L1-D32-H2"], ["tleg"], classes=[5, 6], condense_data="digits"
-    )
+    other = profile(methods=["tleg"], classes=[5, 6], condense_data="digits")
     assert other.upstreams == () and other.upstream_data == "digits"
 
 
@@ -132,7 +128,9 @@ def test_condense_classes_that_are_not_indices_are_one_line(ancestry, tmp_path, 
     [
         (["--lr", "-1"], "learning rate must be positive"),
         (["--lr", "0"], "learning rate must be positive"),
-        (["--batch-size", "0"], "a budget of 0"),
+        (["--batch-size", "0"], "batch size must be positive"),
+        (["--seeds", "0"], "--seeds must be at least 1, got 0; a budget of 0"),
+        (["--kd", "2"], "--kd must be above 0 and at most 1, got 2.0; pass e.g. --kd 0.5"),
         (["--methods", ","], "--methods names no method"),
         (["--classes", "5,5,6"], "--classes names 5 twice"),
         (["--condense-classes", "0,1,1"], "--condense-classes names 1 twice"),
@@ -204,3 +202,54 @@ def test_drop_head_on_a_folder_without_a_head_is_refused(tmp_path):
     with pytest.raises(LearngeneError, match="has no classifier head to drop"):
         without_head(state, ("head.",), "folder")
     assert list(without_head({**state, "head.weight": torch.ones(1)}, ("head.",), "folder")) == list(state)
+
+
+def test_a_profile_from_python_is_the_one_the_command_builds(ancestry, tmp_path):
+    """The command's training flags are TrainConfig's settings and the others CompareChoices' fields: the same values
+    from Python make the same profile (so the same cache keys), given or left at the command's defaults."""
+    from learngene.cli.comparing import profile_from_args
+    from learngene.cli.parser import build_parser
+    from learngene.training.config import TrainConfig
+
+    spec = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
+    sizes = ["L1-D32-H2", "L2-D32-H2"]
+    base = ["compare", "--ancestry", str(ancestry), "--data", "digits", "--sizes", ",".join(sizes)]
+    base += ["--out", str(tmp_path / "cmp"), "--device", "cpu", "--quiet"]
+    flags = [
+        "--methods", "pretrained,tleg", "--references", "scratch,mimetic", "--seeds", "2", "--max-steps", "7",
+        "--batch-size", "16", "--lr", "0.01", "--eval-images", "40", "--few-shot", "3", "--kd", "0.3",
+        "--classes", "1,2,3", "--condense-epochs", "1", "--condense-images", "50", "--adapt-steps", "3",
+    ]  # fmt: skip
+    from_flags = profile_from_args(build_parser().parse_args([*base, *flags]))
+    train = TrainConfig(epochs=5, max_steps=7, batch_size=16, lr=0.01, eval_images=40)
+    choices = CompareChoices(
+        methods=["pretrained", "tleg"],
+        references=["scratch", "mimetic"],
+        seeds=2,
+        few_shot=3,
+        kd_lambda=0.3,
+        classes=[1, 2, 3],
+        condense_epochs=1,
+        condense_images=50,
+        adapt_steps=3,
+    )
+    assert compare_profile(spec, str(ancestry), "digits", sizes, train, choices) == from_flags
+    assert from_flags.train.lr == 0.01 and from_flags.train.batch_size == 16 and from_flags.tasks[0].max_steps == 7
+    # the defaults: the command's (USE_CASE_DEFAULTS["compare"]), from Python too
+    defaults = profile_from_args(build_parser().parse_args(base))
+    assert compare_profile(spec, str(ancestry), "digits", sizes) == defaults
+    assert (defaults.tasks[0].epochs, defaults.train.batch_size) == (5, 64)
+    # settings by name go over the same defaults
+    assert compare_profile(spec, str(ancestry), "digits", sizes, {"lr": 0.01}).train == defaults.train.replace(lr=0.01)
+
+
+def test_compare_choices_are_checked_as_declared():
+    from learngene.errors import LearngeneError
+
+    with pytest.raises(LearngeneError, match="seeds must be at least 1, got 0; a budget of 0 compares nothing"):
+        CompareChoices(seeds=0)
+    with pytest.raises(
+        LearngeneError, match=r"kd_lambda must be above 0 and at most 1, got 1.5; pass e.g. kd_lambda=0.5"
+    ):
+        CompareChoices(kd_lambda=1.5)
+    assert CompareChoices(classes=[3, 4]).classes == (3, 4)  # a list is taken as the tuple it declares

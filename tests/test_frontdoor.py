@@ -279,8 +279,8 @@ def test_the_ancestry_of_the_first_upstream_is_the_reports_ancestry(tmp_path):
         epochs=profile.ancestry_epochs,
         images=len(data),
         data="fashion_mnist",
-        lr=profile.lr,
-        batch_size=profile.batch_size,
+        lr=profile.train.lr,
+        batch_size=profile.train.batch_size,
     )
     save_model(path / f"ancestry-{key}.safetensors", spec.create_model(), spec, origin={"eval_acc": 0.42})
     run.ancestry(data, data)

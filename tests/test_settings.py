@@ -16,6 +16,7 @@ from learngene.cli import main
 from learngene.cli.parser import build_parser
 from learngene.errors import LearngeneError, SpecError
 from learngene.gene import Learngene
+from learngene.pipeline.compare import CompareChoices
 from learngene.registry import get_method, list_methods
 from learngene.settings import declared, field
 from learngene.training.config import TrainConfig
@@ -27,7 +28,7 @@ SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in
 
 def _declared_classes() -> list[type]:
     configs = {get_method(name).Config for name in list_methods()}
-    return [TrainConfig, ViTSpec, ViTFamily, Learngene, *sorted(configs, key=lambda c: c.__qualname__)]
+    return [TrainConfig, CompareChoices, ViTSpec, ViTFamily, Learngene, *sorted(configs, key=lambda c: c.__qualname__)]
 
 
 @pytest.mark.parametrize("cls", _declared_classes(), ids=lambda c: c.__qualname__)

@@ -9,6 +9,7 @@ from learngene.bench.report import compare, format_table
 from learngene.descendant import make_descendant
 from learngene.methods.mimetic import Mimetic
 from learngene.registry import get_method
+from learngene.training.config import TrainConfig
 from learngene.vit.attention_init import blend_query_key, sincos_pos_embed
 from learngene.vit.heads import split_qkv
 from learngene.vit.spec import ViTSpec
@@ -107,7 +108,7 @@ TRANSFER = Profile(
     adapt_steps=1,
     seeds=(0, 1),
     methods=("scratch", "mimetic", "pretrained"),
-    batch_size=8,
+    train=TrainConfig(batch_size=8),
     upstreams=(Upstream("A", (0, 1, 2, 3, 4), 1, 1, ablations=True), Upstream("A-long", (0, 1, 2, 3, 4), 2, 1)),
     variants=(
         Variant("+sincos", methods=("pretrained",), pos_embed="sincos"),

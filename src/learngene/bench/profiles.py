@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import LearngeneError
 from ..registry import get_method, list_methods
+from ..training.config import FINGERPRINT_KEYS, TrainConfig
 from ..vit.spec import ViTSpec, get_preset
 from .descriptions import PROFILE_DESCRIPTIONS
 from .smoke import FolderSmoke
@@ -155,7 +156,9 @@ class Profile:
             (:meth:`~learngene.method.Method.bench_options`; see :meth:`options_for`).
         condense_lambda: distillation λ of trained condensations, per method, where it should differ
             from the method's paper (``Method.distill_lambda``: TLEG's pure KL, WAVE's KL + CE).
-        batch_size, lr: shared by every training stage.
+        train: the training settings every stage shares (learning rate, batch size, weight decay, schedule,
+            augmentation, ...); what each stage sets for itself (:data:`STAGE_SETTINGS`: its epochs or steps, seed,
+            evaluation, distillation λ) comes from the fields above, its upstream and its task, not from here.
         upstreams: several ancestries (class splits, training lengths, condensation budgets), each with
             every method and task; empty: one ancestry on all of Fashion-MNIST with the epochs above.
         upstream_images_per_class: with ``upstreams``, the ancestry and condensation see this many
@@ -183,8 +186,7 @@ class Profile:
     methods: tuple[str, ...] | None = None
     method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     condense_lambda: dict[str, float] = field(default_factory=dict)
-    batch_size: int = 128
-    lr: float = 1e-3
+    train: TrainConfig = field(default_factory=TrainConfig)
     upstreams: tuple[Upstream, ...] = ()
     upstream_images_per_class: int | None = None
     variants: tuple[Variant, ...] = ()
@@ -208,6 +210,50 @@ class Profile:
 
     def replace(self, **changes: Any) -> Profile:
         return dataclasses.replace(self, **changes)
+
+    def stage_config(self, **stage: Any) -> TrainConfig:
+        """A stage's training settings: the profile's shared ones (``train``), then what the ``stage`` sets."""
+        return TrainConfig(**{**shared_settings(self.train), **stage})
+
+    def training_key(self) -> dict[str, Any]:
+        """The shared settings every stage's cache key holds: the learning rate and batch size, and each other one that
+        changes the result where it differs from TrainConfig's default (so the keys of runs that could not set it stay
+        valid)."""
+        shared, default = shared_settings(self.train), shared_settings(TrainConfig())
+        changed = {k: v for k, v in shared.items() if k in FINGERPRINT_KEYS and v != default[k]}
+        return {"batch_size": self.train.batch_size, "lr": self.train.lr, **changed}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The profile as plain values (``profile.json``, the workers' fingerprint), with :meth:`training_key` in the
+        place of ``train``: the batch size and learning rate where they were before ``train`` held them."""
+        values: dict[str, Any] = {}
+        for name, value in dataclasses.asdict(self).items():
+            values.update(self.training_key() if name == "train" else {name: value})
+        return values
+
+
+# what each stage of the protocol sets for itself (its budget, seed, evaluation, distillation, progress and logs, and
+# the device it runs on): a profile's ``train`` gives every other setting to every stage
+STAGE_SETTINGS = (
+    "epochs",
+    "max_steps",
+    "seed",
+    "distill_lambda",
+    "eval_every",
+    "eval_images",
+    "checkpoint_every",
+    "progress",
+    "desc",
+    "device",
+    "log",
+    "log_dir",
+    "identity",
+)
+
+
+def shared_settings(cfg: TrainConfig) -> dict[str, Any]:
+    """The settings of ``cfg`` that a profile gives every stage (all but :data:`STAGE_SETTINGS`)."""
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in STAGE_SETTINGS}
 
 
 def grid(depths: tuple[int, ...], widths: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int, int], ...]:
@@ -304,7 +350,7 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
         adapt_steps=5,
         seeds=(0, 1, 2, 3, 4),  # 20-step fine-tunes vary a lot between seeds: five give the 2-std marks a chance
         methods=TRANSFER_METHODS,
-        batch_size=64,
+        train=TrainConfig(batch_size=64),
         upstream_images_per_class=1000,
         # in order of importance: a run cut short by its time limit has the first ones. "converged": 30 epochs,
         # checked in the report (the best of the last 3 epochs within 0.5 points of the best before them)
@@ -358,7 +404,7 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
         ),
         adapt_steps=300,
         seeds=(0, 1, 2),
-        batch_size=256,
+        train=TrainConfig(batch_size=256),
     ),
 }
 

@@ -198,17 +198,17 @@ class BenchRun:
 
     # ---- helpers -------------------------------------------------------------------------------------
     def _cfg(self, logs_at: Path | None = None, **changes: Any) -> TrainConfig:
-        """A stage's settings; with ``--log``, its curves go under ``OUT/logs/``, at the stage's path there (its run
-        directory is removed once the stage is done)."""
-        p = self.profile
-        cfg = TrainConfig(batch_size=p.batch_size, lr=p.lr, device=self.device, progress=False).replace(**changes)
+        """A stage's settings: the profile's shared ones, then the stage's ``changes`` (:meth:`Profile.stage_config`);
+        with ``--log``, its curves go under ``OUT/logs/``, at the stage's path there (its run directory is removed once
+        the stage is done)."""
+        cfg = self.profile.stage_config(**{"device": self.device, "progress": False, **changes})
         if self.log and logs_at is not None:
             where = self.out / "logs" / logs_at.relative_to(self.out).with_suffix("")
             cfg = cfg.replace(log=self.log, log_dir=str(where))
         return cfg
 
     def _budget_key(self) -> dict[str, Any]:
-        return {"lr": self.profile.lr, "batch_size": self.profile.batch_size}
+        return self.profile.training_key()
 
     def _fed_key(self) -> dict[str, Any]:
         """The data's image size, in the keys of stages that read data, where it is not the spec's (older keys
@@ -507,7 +507,7 @@ class BenchRun:
             spec = spec.replace(num_classes=task.train.num_classes)
         # a ×N run is read at every multiple of the task's epochs: its curve and "epochs to match" need no more
         eval_every = t.epochs if row.budget > 1 else t.eval_every
-        batch_size = t.batch_size or self.profile.batch_size
+        batch_size = t.batch_size or self.profile.train.batch_size
         options = descendant_options(init, row.seed, variant)
         # settings that older runs did not have join the key only when set: their cells stay valid
         extra = {
@@ -677,7 +677,7 @@ class BenchRun:
 
     def _cell_gflop(self, spec: ViTSpec, task: TaskData, budget: int) -> float:
         t = task.task
-        batch = t.batch_size or self.profile.batch_size
+        batch = t.batch_size or self.profile.train.batch_size
         epochs = -(-t.max_steps * batch // len(task.train)) if t.max_steps else t.epochs
         evals = budget if budget > 1 else (epochs // t.eval_every if t.eval_every else 1)
         eval_images = min(t.eval_images or len(task.eval), len(task.eval))
@@ -685,7 +685,7 @@ class BenchRun:
         return spec.flops * (images * budget * 3 + evals * eval_images) / 1e9
 
     def _adapt_gflop(self, spec: ViTSpec) -> float:
-        return spec.flops * 3 * self.profile.adapt_steps * self.profile.batch_size / 1e9
+        return spec.flops * 3 * self.profile.adapt_steps * self.profile.train.batch_size / 1e9
 
     def _upstream_data(self, up: Upstream, loaded: dict) -> tuple[Data, Data, Data]:
         """(ancestry training images, condensation images, evaluation images) of an upstream."""
@@ -714,7 +714,7 @@ class BenchRun:
     def _run(self) -> list[Row]:
         work, total = self._prepare()
         if self.shared:
-            profile = json.dumps(dataclasses.asdict(self.profile), sort_keys=True, default=str)
+            profile = json.dumps(self.profile.to_dict(), sort_keys=True, default=str)
             self.claims = SharedClaims(self.out, hashlib.sha256(profile.encode()).hexdigest()[:12])
         try:
             return self._work(work, total)
@@ -779,7 +779,7 @@ class BenchRun:
                 self._walk(work)
                 self.meta["complete"] = not self.blocked
             self.reporter(self.rows, p, self.out, self.meta, plots=self.plots)
-            write_text_atomic(self.out / "profile.json", json.dumps(dataclasses.asdict(p), indent=2, default=str))
+            write_text_atomic(self.out / "profile.json", json.dumps(p.to_dict(), indent=2, default=str))
         return self.rows
 
     def _walk(self, work: list[tuple[Any, ...]]) -> None:

@@ -44,8 +44,6 @@ def _finished(run: BenchRun, out: Path) -> str:
 def _bench_smoke(args: argparse.Namespace, profile: FolderSmoke) -> None:
     from .dispatch import main  # the smoke run drives the CLI's own commands, in this process
 
-    if args.max_steps is not None and args.max_steps < 1:
-        raise LearngeneError(f"--max-steps must be at least 1, got {args.max_steps}")
     record = run_smoke(
         profile,
         Path(args.out or f"runs/bench-{args.profile}"),

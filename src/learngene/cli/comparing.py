@@ -7,8 +7,9 @@ import argparse
 from ..ancestry import load_ancestry
 from ..errors import LearngeneError
 from ..formats.atomic import check_not_input
-from ..pipeline.compare import compare_profile, compare_text, parse_classes, run_compare
+from ..pipeline.compare import CompareChoices, compare_profile, compare_text, parse_classes, run_compare
 from ..training.loop import resolve_device
+from .options import settings_from_args as settings
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
@@ -33,9 +34,7 @@ def profile_from_args(args: argparse.Namespace):
     ancestry's size read first (on the meta device), so that bad input fails before anything trains."""
     if args.time_limit is not None and not args.time_limit > 0:
         raise LearngeneError(f"--time-limit must be a positive number of minutes, got {args.time_limit}")
-    if args.kd is not None and not 0 < args.kd <= 1:
-        raise LearngeneError(f"--kd λ must be in (0, 1], got {args.kd}; e.g. --kd 0.5")
-    methods = None if args.methods in (None, "all") else [m.strip() for m in args.methods.split(",") if m.strip()]
+    choices = choices_from_args(args)
     if not args.out.strip():
         raise LearngeneError("--out is empty; give the report folder, e.g. --out runs/compare")
     resolve_device(args.device)
@@ -44,30 +43,32 @@ def profile_from_args(args: argparse.Namespace):
     # the ancestry's size decides the descendants' family: read it now (on the meta device), so that bad input
     # fails before anything trains
     ancestry = load_ancestry(args.ancestry, args.timm_model, drop_head=args.drop_head)
-    profile = compare_profile(
-        ancestry.spec,
-        args.ancestry,
-        args.data,
-        args.sizes.split(","),
-        methods,
-        seeds=args.seeds,
-        epochs=args.epochs,
-        max_steps=args.max_steps,
-        few_shot=args.few_shot,
-        train_images=args.train_images,
-        eval_images=args.eval_images,
-        references=args.references.split(","),
-        kd_lambda=args.kd,
-        condense_data=args.condense_data,
-        condense_epochs=args.condense_epochs,
-        adapt_steps=args.adapt_steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        timm_model=args.timm_model,
-        condense_images=args.condense_images,
-        classes=parse_classes(args.classes) if args.classes else None,
-        condense_classes=parse_classes(args.condense_classes, "--condense-classes") if args.condense_classes else None,
-        drop_head=args.drop_head,
-    )
+    profile = compare_profile(ancestry.spec, args.ancestry, args.data, args.sizes.split(","), settings(args), choices)
     del ancestry
     return profile
+
+
+def choices_from_args(args: argparse.Namespace) -> CompareChoices:
+    """What the flags compare, besides the training settings (:class:`~learngene.pipeline.compare.CompareChoices`)."""
+    methods = None if args.methods in (None, "all") else tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    return CompareChoices(
+        methods=methods,
+        seeds=args.seeds,
+        few_shot=args.few_shot,
+        train_images=args.train_images,
+        classes=_classes(args.classes, "--classes"),
+        references=tuple(args.references.split(",")),
+        kd_lambda=args.kd,
+        condense_data=args.condense_data,
+        condense_classes=_classes(args.condense_classes, "--condense-classes"),
+        condense_epochs=args.condense_epochs,
+        condense_images=args.condense_images,
+        adapt_steps=args.adapt_steps,
+        timm_model=args.timm_model,
+        drop_head=args.drop_head,
+    )
+
+
+def _classes(text: str | None, flag: str) -> tuple[int, ...] | None:
+    """A class-list flag's indices (None: not given, every class)."""
+    return (tuple(parse_classes(text, flag)) or None) if text else None

@@ -9,6 +9,7 @@ errors answer in a fraction of a second; ``benchmarks/cli_startup.py`` measures 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import typing
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from ..validate import MAX_INT, choices, limits_of, out_of_range, refusal_of
 from ..vit.spec import PRESETS, SIZE_FLAG_FIELDS, ViTFamily, ViTSpec, refused
 
 EXIT_USAGE = 2
+_SETTING_TYPES = typing.get_type_hints(TrainConfig)  # resolved once: the commands add a hundred training flags
 
 
 class _Parser(argparse.ArgumentParser):
@@ -181,34 +183,41 @@ def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: s
     )
 
 
-def add_settings(g, group: str, **overrides: dict[str, Any]) -> None:
+def add_settings(g, group: str, use_case: str | None = None, **overrides: dict[str, Any]) -> None:
     """The flags of the training settings in ``group``, made from their declarations in
-    :class:`~learngene.training.config.TrainConfig` (flag, help, range, what "not given" means); ``overrides``
-    gives a command its own ``default`` or ``help`` for a setting (``help`` then replaces the whole line)."""
-    hints = typing.get_type_hints(TrainConfig)
+    :class:`~learngene.training.config.TrainConfig` (:func:`add_setting`), with ``use_case``'s defaults;
+    ``overrides`` gives a setting this command's own ``default``, ``help`` or ``metavar``."""
     for f in flagged_settings(group):
-        meta, given = f.metadata, overrides.get(f.name, {})
-        default = given.get("default", None if "none_means" in meta else f.default)
-        kwargs: dict[str, Any] = {"default": default}
-        if "metavar" in meta:
-            kwargs["metavar"] = meta["metavar"]
-        if typing.get_origin(hints[f.name]) is tuple:  # a repeatable flag of the tuple's choices
-            kwargs.update(default=None, action="append", choices=typing.get_args(typing.get_args(hints[f.name])[0]))
-            text = meta["help"]
-        elif hints[f.name] is bool and default is False:
-            kwargs["action"], text = "store_true", meta["help"]
-        elif bool in typing.get_args(hints[f.name]) or hints[f.name] is bool:
-            kwargs["action"] = argparse.BooleanOptionalAction
-            text = (
-                f"{meta['help']} (default: {meta.get('none_means') if default is None else 'on' if default else 'off'})"
-            )
-        else:
-            kinds = (hints[f.name], *typing.get_args(hints[f.name]))
-            if int in kinds or float in kinds:
-                kwargs["type"] = _checked(f, _integer if int in kinds else _real)
-            shown = meta.get("none_means") if default is None else "%(default)s"
-            text = f"{meta['help']} (default: {shown})" if shown else meta["help"]
-        g.add_argument(meta["flag"], help=given.get("help", text), **kwargs)
+        add_setting(g, f.name, use_case, **overrides.get(f.name, {}))
+
+
+def add_setting(g, name: str, use_case: str | None = None, **given: Any) -> None:
+    """The flag of training setting ``name``, made from its declaration (flag, help, range, what "not given" means),
+    its default ``use_case``'s where :data:`~learngene.training.config.USE_CASE_DEFAULTS` gives one; ``given``: this
+    command's own ``default``, ``metavar`` or ``help`` (which then replaces the whole line)."""
+    f = next(f for f in dataclasses.fields(TrainConfig) if f.name == name)
+    tp, meta = _SETTING_TYPES[name], f.metadata
+    if use_case is not None and name in USE_CASE_DEFAULTS[use_case]:
+        given = {"default": USE_CASE_DEFAULTS[use_case][name], **given}
+    default = given.get("default", None if "none_means" in meta else f.default)
+    kwargs: dict[str, Any] = {"default": default}
+    if "metavar" in meta or "metavar" in given:
+        kwargs["metavar"] = given.get("metavar", meta.get("metavar"))
+    if typing.get_origin(tp) is tuple:  # a repeatable flag of the tuple's choices
+        kwargs.update(default=None, action="append", choices=typing.get_args(typing.get_args(tp)[0]))
+        text = meta["help"]
+    elif tp is bool and default is False:
+        kwargs["action"], text = "store_true", meta["help"]
+    elif bool in typing.get_args(tp) or tp is bool:
+        kwargs["action"] = argparse.BooleanOptionalAction
+        text = f"{meta['help']} (default: {meta.get('none_means') if default is None else 'on' if default else 'off'})"
+    else:
+        kinds = (tp, *typing.get_args(tp))
+        if int in kinds or float in kinds:
+            kwargs["type"] = _checked(f, _integer if int in kinds else _real)
+        shown = meta.get("none_means") if default is None else "%(default)s"
+        text = f"{meta['help']} (default: {shown})" if shown else meta["help"]
+    g.add_argument(meta["flag"], help=given.get("help", text), **kwargs)
 
 
 def _checked(f, parse):
@@ -231,12 +240,11 @@ def _checked(f, parse):
 def add_train_args(p: argparse.ArgumentParser, use_case: str) -> None:
     """The training flags of ``use_case``, with its defaults (:data:`~learngene.training.config.USE_CASE_DEFAULTS`)."""
     g = p.add_argument_group("training")
-    defaults: dict[str, dict[str, Any]] = {k: {"default": v} for k, v in USE_CASE_DEFAULTS[use_case].items()}
-    defaults["eval_images"]["help"] = (
+    eval_images = (
         "evaluate on a fixed random subset of N test images, 0 = on all of them (default: %(default)s, a "
         "fifth of Fashion-MNIST's test split)"
     )
-    add_settings(g, TRAINING, **defaults)
+    add_settings(g, TRAINING, use_case, eval_images={"help": eval_images})
     g.add_argument("--run-dir", help="folder for log.jsonl and checkpoint.pt (locked while a run uses it)")
     g.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
     add_settings(g, LOGGING)
@@ -490,12 +498,7 @@ def _add_bench(sub) -> None:
         "plots. Every stage is cached: rerunning continues an interrupted run.",
     )
     p.add_argument("--profile", default="quick", metavar="NAME", help="a benchmark profile: " + profiles_help())
-    p.add_argument(
-        "--max-steps",
-        type=_integer,
-        metavar="N",
-        help="gpu-smoke: optimizer steps of each training stage (default: 20)",
-    )
+    add_setting(p, "max_steps", "bench", help="gpu-smoke: optimizer steps of each training stage (default: 20)")
     p.add_argument("--out", help="report folder (default: runs/bench-PROFILE)")
     p.add_argument("--methods", nargs="+", metavar="METHOD", help="only these registered methods (default: all)")
     p.add_argument("--seeds", type=_integer, metavar="N", help="seeds 0..N-1 instead of the profile's")
@@ -506,7 +509,7 @@ def _add_bench(sub) -> None:
         help="start no new stage after this long; the same command continues later",
     )
     p.add_argument("--data-dir", help="folder with the Fashion-MNIST IDX files")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: %(default)s)")
+    add_setting(p, "device", "bench")
     add_threads(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler="benching:cmd_bench")
@@ -551,13 +554,11 @@ def _add_compare(sub) -> None:
     )
     p.add_argument("--seeds", type=_integer, default=3, help="seeds 0..N-1 per method and size (default: %(default)s)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument(
-        "--epochs", type=_integer, default=5, help="fine-tuning epochs of every method (default: %(default)s)"
-    )
-    g.add_argument("--max-steps", type=_integer, metavar="S", help="fine-tune S optimizer steps instead of --epochs")
+    add_setting(g, "epochs", "compare", help="fine-tuning epochs of every method (default: %(default)s)")
+    add_setting(g, "max_steps", "compare", metavar="S", help="fine-tune S optimizer steps instead of --epochs")
     p.add_argument("--few-shot", type=_integer, metavar="K", help="fine-tune on K labelled images per class")
     p.add_argument("--train-images", type=_integer, metavar="N", help="fine-tune on a fixed random subset of N images")
-    p.add_argument("--eval-images", type=_integer, metavar="N", help="test on a fixed random subset of N test images")
+    add_setting(p, "eval_images", "compare", help="test on a fixed random subset of N test images")
     p.add_argument(
         "--kd",
         type=_real,
@@ -599,8 +600,8 @@ def _add_compare(sub) -> None:
         default=50,
         help="steps of wave's and peg's adaptation per size and seed (default: %(default)s)",
     )
-    p.add_argument("--batch-size", type=_integer, default=64, help="every training stage (default: %(default)s)")
-    p.add_argument("--lr", type=_real, default=1e-3, help="peak AdamW learning rate (default: %(default)s)")
+    add_setting(p, "batch_size", "compare", help="every training stage (default: %(default)s)")
+    add_setting(p, "lr", "compare")
     p.add_argument(
         "--time-limit",
         type=_real,
@@ -622,11 +623,8 @@ def _add_compare(sub) -> None:
             "(repeatable)"
         },
     )
-    p.add_argument(
-        "--device",
-        default="auto",
-        help="auto, cpu, cuda or cuda:N; under torchrun auto is each rank's own GPU (default: %(default)s)",
-    )
+    device = "auto, cpu, cuda or cuda:N; under torchrun auto is each rank's own GPU (default: %(default)s)"
+    add_setting(p, "device", "compare", help=device)
     add_threads(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler="comparing:cmd_compare")

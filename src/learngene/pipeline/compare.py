@@ -17,14 +17,16 @@ is not resolved, about how many seeds would resolve it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from ..bench.profiles import Profile, Task, Upstream, Variant
+from ..bench.profiles import Profile, Task, Upstream, Variant, shared_settings
 from ..bench.report import (
     finish_figure,
     has_curves,
@@ -39,11 +41,14 @@ from ..bench.report import (
 from ..bench.stats import MAX_SEEDS, RULE, Verdict, decide, holm, paired
 from ..bench.workers import worker_device
 from ..errors import LearngeneError
+from ..errors import setting as by_caller
 from ..formats.atomic import now_iso, write_text_atomic
 from ..registry import get_method, list_methods
-from ..training.config import Logger
-from ..training.loop import TrainConfig
+from ..settings import field
+from ..training.config import USE_CASE_DEFAULTS, Logger, TrainConfig
+from ..validate import caller_fix, caller_name, refusal
 from ..vit.spec import ViTSpec
+from .inputs import train_config
 
 TASK = "data"  # the one task of a compare profile: the user's data
 LONG = 10  # scratch's long budget: ×10 the fine-tuning
@@ -94,127 +99,143 @@ def reference_labels(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(labels))
 
 
+@dataclass(frozen=True)
+class CompareChoices:
+    """What a comparison compares and on what, besides its training settings (a :class:`TrainConfig`): each is a flag
+    of ``learngene compare``, checked as it is declared (a list given for a tuple is taken as one)."""
+
+    methods: tuple[str, ...] | None = field(None, flag="--methods", help="the methods compared (None: every one)")
+    seeds: int = field(3, flag="--seeds", at_least=1, help="seeds 0..N-1 per method and size")
+    few_shot: int | None = field(None, flag="--few-shot", at_least=1, help="fine-tune on K labelled images per class")
+    train_images: int | None = field(None, flag="--train-images", at_least=1, help="fine-tune on a subset of N images")
+    classes: tuple[int, ...] | None = field(None, flag="--classes", help="only these classes of the data, by index")
+    references: tuple[str, ...] = field(DEFAULT_REFERENCES, flag="--references", help="what a recommendation must beat")
+    kd_lambda: float | None = field(
+        None, flag="--kd", above=0, at_most=1, fix="pass e.g. {=0.5}", help="also fine-tune distilling the ancestry (λ)"
+    )
+    condense_data: str | None = field(None, flag="--condense-data", help="the data condensed and adapted on")
+    condense_classes: tuple[int, ...] | None = field(None, flag="--condense-classes", help="the classes condensed on")
+    condense_epochs: int = field(2, flag="--condense-epochs", at_least=1, help="aux-net epochs of the condensations")
+    condense_images: int | None = field(None, flag="--condense-images", at_least=1, help="condense on N images")
+    adapt_steps: int = field(50, flag="--adapt-steps", at_least=1, help="steps of wave's and peg's adaptation")
+    timm_model: str | None = field(None, flag="--timm-model", help="timm architecture of a plain ancestry checkpoint")
+    drop_head: bool = field(False, flag="--drop-head", help="load the ancestry folder without its classifier")
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if isinstance(getattr(self, f.name), list):
+                object.__setattr__(self, f.name, tuple(getattr(self, f.name)))
+        bad = refusal(self)
+        if bad is not None:
+            flag = bad.field.metadata["flag"]
+            fix = caller_fix(bad.field.metadata.get("fix", "a budget of 0 compares nothing"), bad.name, flag)
+            if bad.of_type:
+                fix = by_caller("see help(learngene.pipeline.compare.CompareChoices)", "see learngene compare --help")
+            raise LearngeneError(f"{caller_name(bad.name, flag)} must be {bad.wanted}, got {bad.value!r}; {fix}")
+        if self.methods is not None and not self.methods:
+            raise LearngeneError(
+                "--methods names no method; give a comma-separated list, e.g. --methods tleg,wave or all"
+            )
+        for name in ("classes", "condense_classes"):
+            _refuse_repeats(list(getattr(self, name) or ()), f"--{name.replace('_', '-')}")
+        if self.classes and len(self.classes) < 2:
+            raise LearngeneError(f"--classes {self.classes[0]} keeps one class; comparing needs 2 or more")
+
+
 def compare_profile(
     ancestry_spec: ViTSpec | None,
     ancestry_file: str,
     data: str,
     sizes: Sequence[str],
-    methods: Sequence[str] | None = None,
-    seeds: int = 3,
-    epochs: int = 5,
-    max_steps: int | None = None,
-    few_shot: int | None = None,
-    train_images: int | None = None,
-    eval_images: int | None = None,
-    references: Sequence[str] = DEFAULT_REFERENCES,
-    kd_lambda: float | None = None,
-    condense_data: str | None = None,
-    condense_epochs: int = 2,
-    condense_images: int | None = None,
-    adapt_steps: int = 50,
-    batch_size: int = 64,
-    lr: float = 1e-3,
-    timm_model: str | None = None,
-    eval_every: int = 1,
-    classes: Sequence[int] | None = None,
-    condense_classes: Sequence[int] | None = None,
-    drop_head: bool = False,
+    train: TrainConfig | Mapping[str, Any] | None = None,
+    choices: CompareChoices | None = None,
 ) -> Profile:
-    """The profile of one ``learngene compare`` command; every bad input is one :class:`LearngeneError` line."""
-    if ancestry_spec is None:
+    """The profile of one ``learngene compare``: every method × size × seed fine-tuned on ``data`` with ``train``'s
+    settings (a TrainConfig, or settings by name over the command's defaults, ``USE_CASE_DEFAULTS["compare"]``; its
+    epochs, steps and evaluation are the fine-tuning's, its device and logs :func:`run_compare`'s), every other setting
+    shared by every stage. Every bad input is one :class:`LearngeneError` line."""
+    cfg, choices = train_config(train, "compare", **USE_CASE_DEFAULTS["compare"]), choices or CompareChoices()
+    shapes = _shapes(ancestry_spec, sizes)
+    refs = reference_labels(choices.references)
+    methods = _compared_methods(choices, refs)
+    kd = (Variant(KD, methods=methods, distill_lambda=choices.kd_lambda, upstreams=("",)),)
+    # the data-driven methods condense and adapt on condense_classes, else on the compared classes (unless
+    # condense_data): e.g. the ancestry's own classes, so that no condensation reads the user's labels
+    condense_on = choices.condense_classes or (choices.classes if not choices.condense_data else None)
+    return Profile(
+        name="compare",
+        description="learngene compare: a profile built from the command line",
+        ancestry=cast(ViTSpec, ancestry_spec),
+        ancestry_epochs=0,
+        ancestry_images=None,
+        condense_epochs=choices.condense_epochs,
+        condense_images=choices.condense_images,
+        sizes=shapes,
+        tasks=(_task(data, cfg, choices, refs),),
+        adapt_steps=choices.adapt_steps,
+        seeds=tuple(range(choices.seeds)),
+        methods=methods,
+        train=TrainConfig(**shared_settings(cfg)),
+        variants=kd if choices.kd_lambda else (),
+        ancestry_file=str(ancestry_file),
+        ancestry_timm_model=choices.timm_model,
+        ancestry_drop_head=choices.drop_head,
+        upstream_data=choices.condense_data or data,
+        references=refs,
+        upstreams=(Upstream("", condense_on, 0, choices.condense_epochs),) if condense_on else (),
+    )
+
+
+def _shapes(ancestry: ViTSpec | None, sizes: Sequence[str]) -> tuple[tuple[int, int, int], ...]:
+    """The ``--sizes`` as ``(depth, embed_dim, num_heads)``, each refused in one line where the ancestry's family has no
+    such size."""
+    if ancestry is None:
         raise LearngeneError(
             "compare makes descendants of the ancestry's own family; give a ViT ancestry whose size "
             "a ViTSpec describes (a learngene model file, a timm ViT checkpoint or folder)"
         )
-    for value, flag in (
-        (seeds, "--seeds"),
-        (epochs, "--epochs"),
-        (max_steps, "--max-steps"),
-        (few_shot, "--few-shot"),
-        (train_images, "--train-images"),
-        (eval_images, "--eval-images"),
-        (condense_epochs, "--condense-epochs"),
-        (adapt_steps, "--adapt-steps"),
-        (batch_size, "--batch-size"),
-        (condense_images, "--condense-images"),
-    ):
-        if value is not None and value < 1:
-            raise LearngeneError(f"{flag} must be at least 1, got {value}; a budget of 0 compares nothing")
-    # the training flags are checked by the code that checks train's own (one rule, one message)
-    TrainConfig(epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr)
     if not sizes:
         raise LearngeneError("give at least one descendant size, e.g. --sizes L4-D192-H3,L12-D384-H6")
-    _refuse_repeats([parse_size(t) for t in sizes], "--sizes", [t.strip() for t in sizes])
-    for given, flag in ((classes, "--classes"), (condense_classes, "--condense-classes")):
-        if given:
-            _refuse_repeats(list(given), flag)
-    if methods is not None and not [m for m in methods if m]:
-        raise LearngeneError("--methods names no method; give a comma-separated list, e.g. --methods tleg,wave, or all")
     shapes = []
     for text in sizes:
         shape = parse_size(text)
         try:
-            ancestry_spec.replace(depth=shape[0], embed_dim=shape[1], num_heads=shape[2])
+            ancestry.replace(depth=shape[0], embed_dim=shape[1], num_heads=shape[2])
         except LearngeneError as exc:
             raise LearngeneError(f"no method can make size {text.strip()}: {exc}") from None
         shapes.append(shape)
-    requested = list(dict.fromkeys(methods or list_methods()))
+    _refuse_repeats(shapes, "--sizes", [t.strip() for t in sizes])
+    return tuple(shapes)
+
+
+def _compared_methods(choices: CompareChoices, refs: tuple[str, ...]) -> tuple[str, ...]:
+    """The references' methods (scratch for its ×10 run), then the methods asked for (each registered)."""
+    requested = list(dict.fromkeys(choices.methods or list_methods()))
     for name in requested:
         get_method(name)  # an unknown method is one line
-    if condense_classes and not any(get_method(m).needs_data for m in requested):
+    if choices.condense_classes and not any(get_method(m).needs_data for m in requested):
         raise LearngeneError(
             f"--condense-classes chooses the images that methods condensing on data read, and none of "
             f"{', '.join(requested)} does; leave --condense-classes out"
         )
-    refs = reference_labels(references)
-    base = [r for r in refs if r != LONG_LABEL]
-    if LONG_LABEL in refs:
-        base = ["scratch", *base]
-    all_methods = tuple(dict.fromkeys([*base, *requested]))
-    task = Task(
+    base = (["scratch"] if LONG_LABEL in refs else []) + [r for r in refs if r != LONG_LABEL]
+    return tuple(dict.fromkeys([*base, *requested]))
+
+
+def _task(data: str, cfg: TrainConfig, choices: CompareChoices, refs: tuple[str, ...]) -> Task:
+    """The one task: fine-tuning on the user's data with ``cfg``'s budget and evaluation, a fresh head for every method."""
+    return Task(
         TASK,
         data,
-        epochs=epochs,
-        max_steps=max_steps,
-        shots=few_shot,
-        train_images=train_images,
-        eval_images=eval_images,
+        epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        shots=choices.few_shot,
+        train_images=choices.train_images,
+        eval_images=cfg.eval_images,
         new_head=True,
         scratch_factor=LONG if LONG_LABEL in refs else 1,
-        eval_every=eval_every,
-        classes=tuple(classes) if classes else None,
-    )
-    if classes and len(set(classes)) < 2:
-        raise LearngeneError(f"--classes {','.join(map(str, classes))} keeps one class; comparing needs 2 or more")
-    # the data-driven methods condense and adapt on --condense-classes, else on the user's classes (unless
-    # --condense-data): e.g. the ancestry's own classes, so that no condensation reads the user's labels
-    condense_on = condense_classes or (classes if not condense_data else None)
-    upstreams = (
-        (Upstream("", tuple(condense_on), ancestry_epochs=0, condense_epochs=condense_epochs),) if condense_on else ()
-    )
-    variants = (Variant(KD, methods=all_methods, distill_lambda=kd_lambda, upstreams=("",)),) if kd_lambda else ()
-    return Profile(
-        name="compare",
-        description="learngene compare: a profile built from the command line",
-        ancestry=ancestry_spec,
-        ancestry_epochs=0,
-        ancestry_images=None,
-        condense_epochs=condense_epochs,
-        condense_images=condense_images,
-        sizes=tuple(shapes),
-        tasks=(task,),
-        adapt_steps=adapt_steps,
-        seeds=tuple(range(seeds)),
-        methods=all_methods,
-        batch_size=batch_size,
-        lr=lr,
-        variants=variants,
-        ancestry_file=str(ancestry_file),
-        ancestry_timm_model=timm_model,
-        ancestry_drop_head=drop_head,
-        upstream_data=condense_data or data,
-        references=refs,
-        upstreams=upstreams,
+        eval_every=cfg.eval_every,
+        classes=choices.classes,
     )
 
 
@@ -499,8 +520,8 @@ def write_compare_report(
         ),
         f"- data: {task.data}"
         + (f" classes {', '.join(map(str, task.classes))}" if task.classes else "")
-        + f", fine-tuned on {data} for {budget} (batch {task.batch_size or profile.batch_size}, "
-        f"AdamW lr {profile.lr:g}, warmup + cosine), a fresh head for every method, top-1 on "
+        + f", fine-tuned on {data} for {budget} (batch {task.batch_size or profile.train.batch_size}, "
+        f"AdamW lr {profile.train.lr:g}, warmup + cosine), a fresh head for every method, top-1 on "
         f"{task.eval_images or 'every'} test image(s); seeds {', '.join(map(str, profile.seeds))}",
         f"- condensation: {plural(profile.condense_epochs, 'epoch')} of aux-net distillation on {profile.upstream_data}"
         + (
