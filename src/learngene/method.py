@@ -167,6 +167,11 @@ class Method:
         record_tensors: names of gene tensors kept for the record (``inspect``, plots) that ``expand`` never
             reads; any other tensor ``expand`` does not use makes the gene invalid
             (:func:`learngene.descendant.check_gene_fits_method`).
+        demo_budget: the share of ``learngene demo``'s condensation images this method condenses on (for as many
+            epochs as the others): a condensation that costs more than one aux net's per image, or that cannot
+            catch up on the demo's budget anyway, declares less so that the demo stays short; the demo's planned
+            work counts it (tests/test_demo.py bounds that). Profiles that compare methods give every method
+            the same budget.
     """
 
     name: ClassVar[str]
@@ -183,6 +188,7 @@ class Method:
     same_as_at_ancestry_width: ClassVar[str | None] = None
     seed_option: ClassVar[str | None] = None
     record_tensors: ClassVar[tuple[str, ...]] = ()
+    demo_budget: ClassVar[float] = 1.0
 
     def __init__(self, config: Any = None, **overrides: Any):
         base = config if config is not None else self.Config()

@@ -169,6 +169,9 @@ class Profile:
         ancestry_drop_head: load ``ancestry_file`` without its classifier (``--drop-head``).
         upstream_data: the dataset the ancestry trains on and condensations and adaptations read.
         references: the labels a recommendation must beat (``learngene compare``; empty: no recommendation).
+        method_budgets: each method condenses on the share of the condensation images its class declares
+            (:attr:`~learngene.method.Method.demo_budget`) instead of all of them: the demo's short run, which
+            compares nothing; False gives every method the same budget.
     """
 
     name: str
@@ -195,6 +198,7 @@ class Profile:
     ancestry_drop_head: bool = False
     upstream_data: str = "fashion_mnist"
     references: tuple[str, ...] = ()
+    method_budgets: bool = False
 
     def all_upstreams(self) -> tuple[Upstream, ...]:
         return self.upstreams or (Upstream("", None, self.ancestry_epochs, self.condense_epochs),)
@@ -205,6 +209,19 @@ class Profile:
 
     def replace(self, **changes: Any) -> Profile:
         return dataclasses.replace(self, **changes)
+
+    def condense_share(self, method: str) -> float:
+        """The share of the condensation images ``method`` condenses on: 1, or with ``method_budgets`` the
+        ``demo_budget`` its class declares (a number in (0, 1], else a one-line error naming the method)."""
+        if not self.method_budgets:
+            return 1.0
+        share = get_method(method).demo_budget
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+            raise LearngeneError(
+                f"method {method} declares demo_budget={share!r}; it must be a number in (0, 1] (the share of the "
+                f"demo's condensation images it condenses on): fix the method's class"
+            )
+        return float(share)
 
 
 def grid(depths: tuple[int, ...], widths: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int, int], ...]:
@@ -230,6 +247,8 @@ TRANSFER_METHODS = (
 _CPU_ANCESTRY = get_preset("cpu_tiny").replace(depth=6)  # L6-D64-H4, 16-dim heads
 
 PROFILES: dict[str, Profile | FolderSmoke] = {
+    # within ten minutes on a 2-core CPU: tests/test_demo.py bounds its planned work (issue 41); 3,000 fine-tuning
+    # images in batches of 64 are 47 steps (8,000 in 128s were 63), and each method condenses on its share of 5,000
     "demo": Profile(
         name="demo",
         description=PROFILE_DESCRIPTIONS["demo"],
@@ -237,10 +256,11 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
         ancestry_epochs=3,
         ancestry_images=20_000,
         condense_epochs=2,
-        condense_images=10_000,
+        condense_images=5_000,
         sizes=grid((2, 4, 6), ((64, 4),)),
-        tasks=(Task("fashion_mnist", "fashion_mnist", epochs=1, train_images=8_000, eval_images=5_000),),
-        adapt_steps=60,
+        tasks=(Task("fashion_mnist", "fashion_mnist", epochs=1, train_images=3_000, eval_images=2_000, batch_size=64),),
+        adapt_steps=30,
+        method_budgets=True,
     ),
     "quick": Profile(
         name="quick",
@@ -258,6 +278,7 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
         ),
         adapt_steps=3,
         method_options={"wave": {"template_size": 16}},
+        method_budgets=True,
     ),
     # sized from the measured throughputs, see docs/RESULTS.md
     "cpu": Profile(

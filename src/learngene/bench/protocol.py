@@ -577,7 +577,14 @@ class BenchRun:
         fed = self.fed_size or p.ancestry.img_size  # FLOPs at the images' size, not a RADIO's grid
         flops = p.ancestry.replace(img_size=fed).flops
         anc = flops * up.ancestry_epochs * (3 * ancestry_images + UPSTREAM_EVAL_IMAGES)
-        condense = flops * up.condense_epochs * (3 * len(upstream) + UPSTREAM_EVAL_IMAGES)
+        # a condensation on data counts as an ancestry-sized training on its images: about what an aux net's costs
+        # (those that only measure a few hundred images cost far less, tal's hypernetwork more)
+        per_image = flops * up.condense_epochs / 1e9
+        condense = {
+            name: per_image * (3 * len(self.condense_data(name, upstream)) + UPSTREAM_EVAL_IMAGES)
+            for name in methods
+            if get_method(name).needs_data
+        }
         rows = len(methods) + sum(len(self._variant_methods(v, methods)) for v in p.variants if v.runs_on(up))
         specs = [spec.replace(img_size=fed) for spec in self._specs(up)]
         cells = [
@@ -593,11 +600,17 @@ class BenchRun:
         adapt = sum(self._adapt_gflop(s) for s in specs) * len(p.seeds)
         return {
             "ancestry": anc / 1e9,
-            "condense": condense / 1e9,
+            "condense": condense,
             "adapt": adapt,
             "cell": cells,
             "cells": len(cells) * len(p.seeds),
         }
+
+    def condense_data(self, name: str, upstream: Data) -> Data:
+        """The upstream images method ``name`` condenses on: all of them, or its share in a profile of method
+        budgets (the demo: :meth:`~learngene.bench.profiles.Profile.condense_share`)."""
+        share = self.profile.condense_share(name)
+        return upstream if share == 1 else take(upstream, max(1, round(share * len(upstream))))
 
     def _specs(self, up: Upstream) -> list[ViTSpec]:
         """The descendant sizes of an upstream, with its ancestry's classifier."""
@@ -654,6 +667,41 @@ class BenchRun:
             unlock_run_dir(held)
 
     def _run(self) -> list[Row]:
+        work, total = self._prepare()
+        p = self.profile
+        # progress in estimated work, not stages: a 10x scratch run or a deep size weighs what it costs
+        self.bar = RunProgress(total, desc=f"bench {p.name}", unit="GFLOP", disable=not self.progress)
+        self.rows: list[Row] = []
+        complete = False
+        try:
+            for up, tasks, anc_images, upstream, upstream_eval, plan, _ in work:
+                self._check_time()
+                with self._stage(plan["ancestry"], f"ancestry {up.name}".strip()):
+                    ancestry = self.ancestry(anc_images, upstream_eval, up)
+                genes: dict[str, tuple[Learngene, str] | LearngeneError] = {}
+                for name in self._methods(up):
+                    self._check_time()
+                    with self._stage(plan["condense"].get(name, 0.0), f"condense {name}"):
+                        try:
+                            data = self.condense_data(name, upstream)
+                            genes[name] = self.gene(name, ancestry, data, upstream_eval, up.condense_epochs)
+                        except LearngeneError as exc:  # recorded as n/a in every cell of the method
+                            genes[name] = exc
+                self._descendants(genes, tasks, upstream, up)
+            complete = True
+        except OutOfTime:
+            pass
+        finally:
+            if self.bar is not None:
+                self.bar.close()
+        self.meta.update(wall_seconds=round(time.perf_counter() - self.started, 1), complete=complete)
+        self.reporter(self.rows, p, self.out, self.meta, plots=self.plots)
+        write_text_atomic(self.out / "profile.json", json.dumps(dataclasses.asdict(p), indent=2, default=str))
+        return self.rows
+
+    def _prepare(self) -> tuple[list[tuple[Any, ...]], float]:
+        """Every upstream's data and plan (what each walk of the grid goes through), and the run's total work in
+        GFLOPs (what the run's bar counts down; tests/test_demo.py keeps the demo's within its time budget)."""
         p = self.profile
         loaded: dict[tuple[str, str], ImageData] = {}
         fed = self.data_spec()
@@ -670,44 +718,16 @@ class BenchRun:
                     )
             anc_images, upstream, upstream_eval = self._upstream_data(up, loaded)
             plan = self.plan(len(anc_images), tasks, upstream, up)
-            # condensation that trains an aux net costs about an ancestry-sized training run; the others far less
-            trained = [m for m in self._methods(up) if get_method(m).needs_data]
+            trained = list(plan["condense"])
             total += (
                 plan["ancestry"]
-                + plan["condense"] * len(trained)
+                + sum(plan["condense"].values())
                 + plan["adapt"] * sum(get_method(m).adaptable for m in self._methods(up))
                 + sum(plan["cell"])
             )
             work.append((up, tasks, anc_images, upstream, upstream_eval, plan, trained))
         self.meta.update(plan_gflop=round(total), cells=sum(w[5]["cells"] for w in work), methods=self.methods)
-        # progress in estimated work, not stages: a 10x scratch run or a deep size weighs what it costs
-        self.bar = RunProgress(total, desc=f"bench {p.name}", unit="GFLOP", disable=not self.progress)
-        self.rows: list[Row] = []
-        complete = False
-        try:
-            for up, tasks, anc_images, upstream, upstream_eval, plan, trained in work:
-                self._check_time()
-                with self._stage(plan["ancestry"], f"ancestry {up.name}".strip()):
-                    ancestry = self.ancestry(anc_images, upstream_eval, up)
-                genes: dict[str, tuple[Learngene, str] | LearngeneError] = {}
-                for name in self._methods(up):
-                    self._check_time()
-                    with self._stage(plan["condense"] if name in trained else 0.0, f"condense {name}"):
-                        try:
-                            genes[name] = self.gene(name, ancestry, upstream, upstream_eval, up.condense_epochs)
-                        except LearngeneError as exc:  # recorded as n/a in every cell of the method
-                            genes[name] = exc
-                self._descendants(genes, tasks, upstream, up)
-            complete = True
-        except OutOfTime:
-            pass
-        finally:
-            if self.bar is not None:
-                self.bar.close()
-        self.meta.update(wall_seconds=round(time.perf_counter() - self.started, 1), complete=complete)
-        self.reporter(self.rows, p, self.out, self.meta, plots=self.plots)
-        write_text_atomic(self.out / "profile.json", json.dumps(dataclasses.asdict(p), indent=2, default=str))
-        return self.rows
+        return work, total
 
     def _descendants(
         self,
