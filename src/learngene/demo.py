@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .bench import BenchRun, get_profile
+from .bench import BenchRun, Profile, get_profile
 from .bench.protocol import UPSTREAM_EVAL_IMAGES
 from .bench.report import format_table, plural
 
@@ -38,11 +38,21 @@ def run_demo(
     print(format_table(rows, task.name))
     trained = sorted({r.method for r in rows if r.condense_steps})
     if trained:
-        epochs = f"{profile.condense_epochs} epoch{'s' * (profile.condense_epochs != 1)}"
         print(
-            f"\nMethods that condense by training ({', '.join(trained)}) trained only {epochs} on "
-            f"{profile.condense_images:,} images here, to keep the demo short; `learngene bench --profile cpu` "
-            f"compares every method with a fair condensation budget, 3 seeds and low-data tasks (docs/RESULTS.md "
-            f"reports a run of it, on the methods its report lists)."
+            f"\nMethods that condense by training trained only {plural(profile.condense_epochs, 'epoch')} here "
+            f"({condensation_budgets(profile, trained)}: each the share of the demo's budget its class declares, "
+            f"Method.demo_budget), to keep the demo short; `learngene bench --profile cpu` compares every method "
+            f"with the same condensation budget, 3 seeds and low-data tasks (docs/RESULTS.md reports a run of it, "
+            f"on the methods its report lists), and `learngene compare` does so on your ancestry and data."
         )
     print(f"genes, ancestry, results.csv and report.md are in {out_dir}/")
+
+
+def condensation_budgets(profile: Profile, methods: list[str]) -> str:
+    """``lets, tleg on 5,000 images; tal on 1,250``: the condensation images of each method, fewest last."""
+    total = profile.condense_images or 0  # the demo's profiles name them
+    images: dict[int, list[str]] = {}
+    for name in methods:
+        images.setdefault(max(1, round(profile.condense_share(name) * total)), []).append(name)
+    parts = [f"{', '.join(names)} on {count:,}" for count, names in sorted(images.items(), reverse=True)]
+    return parts[0] + " images" + "".join(f"; {part}" for part in parts[1:])

@@ -217,6 +217,11 @@ class Method:
         expand_outputs: what else than a timm ViT ``expand`` makes from its genes (:class:`ExpandOutput`, e.g.
             pool's stitched descendant, ``learngene expand GENE --stitch F:J-E:K``); the generic expand step
             (:func:`learngene.pipeline.expand`) asks for one by name.
+        demo_budget: the share of ``learngene demo``'s condensation images this method condenses on (for as many
+            epochs as the others): a condensation that costs more than one aux net's per image, or that cannot
+            catch up on the demo's budget anyway, declares less so that the demo stays short; the demo's planned
+            work counts it (tests/test_demo.py bounds that). Profiles that compare methods give every method
+            the same budget.
 
     Hooks: what only some methods have is a method here that generic code calls, overridden where a method has it
     (no module outside ``methods/`` imports a method module):
@@ -242,6 +247,7 @@ class Method:
     seed_option: ClassVar[str | None] = None
     record_tensors: ClassVar[tuple[str, ...]] = ()
     expand_outputs: ClassVar[tuple[ExpandOutput, ...]] = ()
+    demo_budget: ClassVar[float] = 1.0
 
     def __init__(self, config: Any = None, **overrides: Any):
         self.config = self.checked_config(config, **overrides)

@@ -171,6 +171,9 @@ class Profile:
         ancestry_drop_head: load ``ancestry_file`` without its classifier (``--drop-head``).
         upstream_data: the dataset the ancestry trains on and condensations and adaptations read.
         references: the labels a recommendation must beat (``learngene compare``; empty: no recommendation).
+        method_budgets: each method condenses on the share of the condensation images its class declares
+            (:attr:`~learngene.method.Method.demo_budget`) instead of all of them: the demo's short run, which
+            compares nothing; False gives every method the same budget.
     """
 
     name: str
@@ -196,6 +199,7 @@ class Profile:
     ancestry_drop_head: bool = False
     upstream_data: str = "fashion_mnist"
     references: tuple[str, ...] = ()
+    method_budgets: bool = False
 
     def all_upstreams(self) -> tuple[Upstream, ...]:
         return self.upstreams or (Upstream("", None, self.ancestry_epochs, self.condense_epochs),)
@@ -210,6 +214,19 @@ class Profile:
 
     def replace(self, **changes: Any) -> Profile:
         return dataclasses.replace(self, **changes)
+
+    def condense_share(self, method: str) -> float:
+        """The share of the condensation images ``method`` condenses on: 1, or with ``method_budgets`` the
+        ``demo_budget`` its class declares (a number in (0, 1], else a one-line error naming the method)."""
+        if not self.method_budgets:
+            return 1.0
+        share = get_method(method).demo_budget
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+            raise LearngeneError(
+                f"method {method} declares demo_budget={share!r}; it must be a number in (0, 1] (the share of the "
+                f"demo's condensation images it condenses on): fix the method's class"
+            )
+        return float(share)
 
     def stage_config(self, **stage: Any) -> TrainConfig:
         """A stage's training settings: the profile's shared ones (``train``), then what the ``stage`` sets."""
@@ -276,6 +293,10 @@ TRANSFER_METHODS = (
 _CPU_ANCESTRY = get_preset("cpu_tiny").replace(depth=6)  # L6-D64-H4, 16-dim heads
 
 PROFILES: dict[str, Profile | FolderSmoke] = {
+    # within ten minutes on a 2-core CPU: tests/test_demo.py bounds its planned work (issue 41). In batches of 64
+    # (about the cost per image of 128s, one thread), condensation and adaptation take as many steps as 128s did on
+    # twice the images (158 and 60: with 79 the aux nets fell below mimetic), the ancestry twice the steps on the
+    # same images; fine-tunes are 47 steps on 3,000 images (63 on 8,000 before); methods condense on their shares
     "demo": Profile(
         name="demo",
         description=PROFILE_DESCRIPTIONS["demo"],
@@ -283,10 +304,12 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
         ancestry_epochs=3,
         ancestry_images=20_000,
         condense_epochs=2,
-        condense_images=10_000,
+        condense_images=5_000,
         sizes=grid((2, 4, 6), ((64, 4),)),
-        tasks=(Task("fashion_mnist", "fashion_mnist", epochs=1, train_images=8_000, eval_images=5_000),),
+        tasks=(Task("fashion_mnist", "fashion_mnist", epochs=1, train_images=3_000, eval_images=2_000),),
         adapt_steps=60,
+        train=TrainConfig(batch_size=64),
+        method_budgets=True,
     ),
     "quick": Profile(
         name="quick",
@@ -303,6 +326,7 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
             Task("fashion_mnist_5shot", "fashion_mnist", epochs=1, shots=5, eval_images=300),
         ),
         adapt_steps=3,
+        method_budgets=True,
     ),
     # sized from the measured throughputs, see docs/RESULTS.md
     "cpu": Profile(

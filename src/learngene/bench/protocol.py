@@ -633,7 +633,14 @@ class BenchRun:
         fed = self.fed_size or p.ancestry.img_size  # FLOPs at the images' size, not a RADIO's grid
         flops = p.ancestry.replace(img_size=fed).flops
         anc = flops * up.ancestry_epochs * (3 * ancestry_images + UPSTREAM_EVAL_IMAGES)
-        condense = flops * up.condense_epochs * (3 * len(upstream) + UPSTREAM_EVAL_IMAGES)
+        # a condensation on data counts as an ancestry-sized training on its images: about what an aux net's costs
+        # (those that only measure a few hundred images cost far less, tal's hypernetwork more)
+        per_image = flops * up.condense_epochs / 1e9
+        condense = {
+            name: per_image * (3 * len(self.condense_data(name, upstream)) + UPSTREAM_EVAL_IMAGES)
+            for name in methods
+            if get_method(name).needs_data
+        }
         rows = len(methods) + sum(len(self._variant_methods(v, methods)) for v in p.variants if v.runs_on(up))
         specs = [spec.replace(img_size=fed) for spec in self._specs(up)]
         cells = [
@@ -649,11 +656,17 @@ class BenchRun:
         adapt = sum(self._adapt_gflop(s) for s in specs) * len(p.seeds)
         return {
             "ancestry": anc / 1e9,
-            "condense": condense / 1e9,
+            "condense": condense,
             "adapt": adapt,
             "cell": cells,
             "cells": len(cells) * len(p.seeds),
         }
+
+    def condense_data(self, name: str, upstream: Data) -> Data:
+        """The upstream images method ``name`` condenses on: all of them, or its share in a profile of method
+        budgets (the demo: :meth:`~learngene.bench.profiles.Profile.condense_share`)."""
+        share = self.profile.condense_share(name)
+        return upstream if share == 1 else take(upstream, max(1, round(share * len(upstream))))
 
     def _specs(self, up: Upstream) -> list[ViTSpec]:
         """The descendant sizes of an upstream, with its ancestry's classifier."""
@@ -739,11 +752,10 @@ class BenchRun:
                     )
             anc_images, upstream, upstream_eval = self._upstream_data(up, loaded)
             plan = self.plan(len(anc_images), tasks, upstream, up)
-            # condensation that trains an aux net costs about an ancestry-sized training run; the others far less
-            trained = [m for m in self._methods(up) if get_method(m).needs_data]
+            trained = list(plan["condense"])
             total += (
                 plan["ancestry"]
-                + plan["condense"] * len(trained)
+                + sum(plan["condense"].values())
                 + plan["adapt"] * sum(get_method(m).adaptable for m in self._methods(up))
                 + sum(plan["cell"])
             )
@@ -798,9 +810,10 @@ class BenchRun:
             for name in self._methods(up):
                 self._check_time()
                 try:
-                    work_done = plan["condense"] if name in trained else 0.0
+                    work_done = plan["condense"].get(name, 0.0) if name in trained else 0.0
                     with self._stage(work_done, f"condense {name}", f"{up.name}/condense/{name}"):
-                        genes[name] = self.gene(name, ancestry, upstream, upstream_eval, up.condense_epochs)
+                        data = self.condense_data(name, upstream)
+                        genes[name] = self.gene(name, ancestry, data, upstream_eval, up.condense_epochs)
                 except LearngeneError as exc:  # recorded as n/a in every cell of the method
                     genes[name] = exc
                 except Busy:  # another worker condenses it: its cells wait, this worker takes the others

@@ -245,6 +245,7 @@ class ClusterLearngene(Method):
     Config = ClusterConfig
     needs_data = True
     record_tensors = (DISTANCE,)  # for inspect and the plot
+    demo_budget = 0.1  # it averages over num_images (256) of them: the demo's budget counts no more
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         """Distances on ``inputs.train`` (Eq. 4), DBSCAN per layer (Algorithm 1), the centroid heads kept."""

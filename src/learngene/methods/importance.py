@@ -198,6 +198,7 @@ class Importance(Method):
     )
     Config = ImportanceConfig
     needs_data = True
+    demo_budget = 0.1  # it scores num_images (256) of them: the demo's budget counts no more
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         """Scores on a calibration sample of ``inputs.train``; the ancestry permuted into their order."""

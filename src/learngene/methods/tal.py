@@ -642,6 +642,9 @@ class TAL(Method):
     needs_data = True
     distill_lambda = 0.2  # their trainer_teacher: alpha = 0.2 on the KL, 0.8 on the cross-entropy
     seed_option = "seed"
+    # a step runs the hypernetwork over the graph besides the ancestry (the demo at b6feb21, one run on a shared
+    # machine: 389 s for its 158 steps, the aux nets' 120-166 s), and the demo's budget leaves it near scratch anyway
+    demo_budget = 0.25
 
     def hypernet(self, gene: Learngene) -> HyperNet:
         layout = gene.require_layout()
