@@ -117,6 +117,14 @@ def fake_fashion(tmp_path, monkeypatch):
     return folder
 
 
+def own_methods() -> list[str]:
+    """learngene's own registered methods: the suite holds them to the project's rules (docs, papers, examples),
+    whatever plugins are installed beside them."""
+    from learngene.registry import get_method, list_methods
+
+    return [name for name in list_methods() if get_method(name).__module__.startswith("learngene.")]
+
+
 def condense_tiny(name: str, ancestry, img_size: int, num_classes: int):
     """A gene of method ``name`` from a tiny ancestry; data-driven methods see 16 toy images for one step."""
     from learngene.method import CondenseInputs

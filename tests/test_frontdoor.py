@@ -37,6 +37,7 @@ def test_the_default_is_the_idle_cpus_and_omp_num_threads_wins(monkeypatch):
     assert threads.default_threads(cpus=2, load=9.0) == 1  # never below one
     assert threads.default_threads(cpus=16, load=4.2) == 12
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setattr(threads, "usable_cpus", lambda: 4)  # 3 threads are a valid setting on 4 usable CPUs
     assert threads.default_threads(cpus=2, load=9.0) == 3
     monkeypatch.setenv("OMP_NUM_THREADS", "two")
     with pytest.raises(LearngeneError, match="OMP_NUM_THREADS='two' is not a whole number"):

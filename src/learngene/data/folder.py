@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..environment import env_number
 from ..errors import DataError
 from ..formats.preprocessing import PREPROCESSING_KEYS, check_preprocessing
 from ..vit.naflex import image_input
@@ -198,7 +199,7 @@ def default_workers() -> int:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         cpus = os.cpu_count() or 1
-    per_process = cpus // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    per_process = cpus // int(env_number("LOCAL_WORLD_SIZE", 1, at_least=1))
     return max(0, min(8, per_process - 1))
 
 

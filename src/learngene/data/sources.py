@@ -19,7 +19,14 @@ import torch
 
 from ..errors import DataError
 from ..formats.atomic import atomic_path, quote
-from ..registry import DATA_SOURCES, DataSource, list_sources, register_source  # noqa: F401  (re-exported)
+from ..registry import (  # noqa: F401  (re-exported)
+    DATA_SOURCES,
+    DataSource,
+    find_data_source,
+    list_sources,
+    register_source,
+    source_usages,
+)
 from .augment import AUGMENTATIONS
 from .folder import FolderData, image_folder
 from .images import Data, ImageData, colour_for_grey_model, convert_channels, resize
@@ -260,10 +267,9 @@ class LoadRequest:
 def find_source(name: str) -> tuple[DataSource, str]:
     """The source a ``--data`` value names, and its argument (the part after ``:``, empty for none)."""
     prefix, sep, argument = name.partition(":")
-    sources = list_sources()
-    source = sources.get(prefix)
+    source = find_data_source(prefix)
     if source is None or bool(sep) != bool(source.argument):
-        raise DataError(f"unknown dataset {name!r}; use one of {', '.join(s.usage for s in sources.values())}")
+        raise DataError(f"unknown dataset {name!r}; use one of {', '.join(usage for usage, _ in source_usages())}")
     return source, argument
 
 
@@ -332,7 +338,7 @@ def load_dataset(
         )
     if workers < 0:
         raise DataError(f"--workers must be 0 (decode in the main process) or more, got {workers}")
-    data = source.loader()(
+    data = source.read(
         argument, LoadRequest(split, img_size, data_dir, in_chans, preprocessing, augment, workers, classes)
     )
     if in_chans is not None and isinstance(data, ImageData):
