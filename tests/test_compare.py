@@ -181,6 +181,9 @@ def test_one_seed_with_repeated_results_still_gives_no_recommendation():
         (["--sizes", "L1-D32-H2,L1-D32-H2"], "--sizes names L1-D32-H2 twice"),
         (["--methods", "pretrained,mimetic", "--condense-classes", "0,1"], "none of pretrained, mimetic does"),
         (["--drop-head"], "--drop-head applies to model folders"),
+        (["--classes", " , "], "--classes names no class; give 2 or more class indices"),
+        (["--classes", "3"], "--classes 3 keeps one class"),
+        (["--methods", "cluster", "--condense-classes", "1"], "--condense-classes 1 keeps one class"),
     ],
 )
 def test_compare_flags_are_checked_before_anything_runs(ancestry, tmp_path, capsys, flags, expected):
@@ -257,3 +260,20 @@ def test_drop_head_on_a_folder_without_a_head_is_refused(tmp_path):
     with pytest.raises(LearngeneError, match="has no classifier head to drop"):
         without_head(state, ("head.",), "folder")
     assert list(without_head({**state, "head.weight": torch.ones(1)}, ("head.",), "folder")) == list(state)
+
+
+def test_a_full_disk_stops_compare_with_one_line_and_exit_2(ancestry, tmp_path, capsys, monkeypatch):
+    """ENOSPC at the first file a stage writes: every later stage would fail alike, so the command stops there
+    (not a report of every cell refused, and exit 0)."""
+    import errno
+    import os
+    from pathlib import Path
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    base = ["compare", "--ancestry", str(ancestry), "--data", "digits", "--sizes", "L1-D32-H2", "--quiet"]
+    flags = ["--methods", "pretrained", "--seeds", "1", "--epochs", "1", "--train-images", "32", "--no-plots"]
+    err = _error_line(capsys, [*base, *flags, "--eval-images", "16", "--out", str(tmp_path / "cmp")])
+    assert "No space left on device; free some disk space" in err

@@ -40,6 +40,19 @@ from .vit.model_spec import spec_from_model
 StateDict = dict[str, Tensor]
 
 
+SIZE_ARGUMENTS = {"num_classes": 0, "img_size": 1, "in_chans": 1}  # timm.create_model's sizes, their least values
+
+
+def _check_sizes(model_kwargs: dict[str, Any]) -> None:
+    """The sizes among ``model_kwargs`` are whole numbers in range (timm would build a model of none, or fail deep
+    inside); ``img_size`` may also be a (height, width) pair."""
+    for name, least in SIZE_ARGUMENTS.items():
+        value = model_kwargs.get(name)
+        values = value if name == "img_size" and isinstance(value, (tuple, list)) and len(value) == 2 else [value]
+        if value is not None and not all(isinstance(v, int) and not isinstance(v, bool) and v >= least for v in values):
+            raise LearngeneError(f"{name} must be a whole number of at least {least}, got {value!r}")
+
+
 def load_ancestry(
     path: str | os.PathLike, timm_model: str | None = None, drop_head: bool = False, **model_kwargs: Any
 ) -> Ancestry:
@@ -59,6 +72,7 @@ def load_ancestry(
     require_argument(path, (str, os.PathLike), "path", "a file or folder path")
     if timm_model is not None:
         require_argument(timm_model, str, "timm_model", "a timm architecture name or None")
+    _check_sizes(model_kwargs)
     license = None  # a bare checkpoint file records none
     if is_model_folder(path):
         ckpt = read_checkpoint(path, drop_head=drop_head)  # checked for NaN as it is read
@@ -77,6 +91,11 @@ def load_ancestry(
             raise LearngeneError(
                 f"--drop-head applies to model folders and timm checkpoints; {path} is a learngene "
                 f"model file, whose head a descendant replaces with --num-classes"
+            )
+        if model_kwargs:  # they would be dropped without a word: the file's spec gives every size
+            raise LearngeneError(
+                f"{', '.join(model_kwargs)} apply to timm checkpoints and model folders; {path} is a learngene "
+                f"model file, which records its sizes: leave them out (a descendant's sizes are expand's)"
             )
         state, spec, origin = load_model_file(path, lazy=True)
         license = origin.get("license")

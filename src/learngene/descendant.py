@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from typing import Any, Literal, overload
 
 import torch
@@ -188,7 +189,8 @@ def make_descendant(
     *,
     source: str | os.PathLike | None = ...,
     return_keys: Literal[False] = ...,
-    **options: Any,
+    options: Mapping[str, Any] | None = ...,
+    **more_options: Any,
 ) -> nn.Module: ...
 
 
@@ -203,7 +205,8 @@ def make_descendant(
     *,
     source: str | os.PathLike | None = ...,
     return_keys: Literal[True],
-    **options: Any,
+    options: Mapping[str, Any] | None = ...,
+    **more_options: Any,
 ) -> tuple[nn.Module, list[str]]: ...
 
 
@@ -217,7 +220,8 @@ def make_descendant(
     *,
     source: str | os.PathLike | None = None,
     return_keys: bool = False,
-    **options: Any,
+    options: Mapping[str, Any] | None = None,
+    **more_options: Any,
 ) -> nn.Module | tuple[nn.Module, list[str]]:
     """The plain timm ViT of ``spec`` initialized from ``gene``.
 
@@ -232,12 +236,19 @@ def make_descendant(
     ``blend_mimetic=α`` makes every head's ``W_q W_kᵀ`` ``α·gene + (1−α)·mimetic`` where the gene gives
     the attention weights. ``return_keys=True`` returns ``(model, keys)``, the keys the gene's method
     filled (before any top-up or ablation).
+
+    ``options`` (and keyword arguments ``more_options``) are the method's expand-time options (``--opt``); one
+    named as a parameter here, such as tal's or front's ``seed``, can be given in ``options`` alone. A method that
+    draws at expansion draws with ``seed`` unless its seed option is given: ``seed`` then seeds timm's
+    initialization of the keys the gene leaves out, the option the method's draws.
     """
     require_argument(gene, Learngene, "gene", "a Learngene (learngene.Learngene.load(PATH))")
     require_argument(spec, ViTSpec, "spec", "a ViTSpec (e.g. gene.ancestry.replace(depth=6))")
     require_argument(seed, int, "seed", "an integer")
     if pos_embed not in (None, "learned", "sincos"):
         raise LearngeneError(f"pos_embed must be learned or sincos, not {pos_embed!r}")
+    require_argument(options, (dict, Mapping, type(None)), "options", "a dict of the method's options or None")
+    options = {**(options or {}), **more_options}
     seed_option = get_method(gene.method).seed_option
     if seed_option:  # a method that draws at expansion (mimetic) draws with the descendant's seed
         options = {seed_option: seed, **options}

@@ -75,20 +75,28 @@ def release_run_dirs(failed: bool = False, resumable: str | None = None) -> None
 
     ``failed``: the command failed; a run directory that holds no ``resumable`` file (a checkpoint) is then
     put back as it was: the files this run added (its log, its lock) are removed, and the directory too if
-    this run made it and it is left empty. A failed run writes nothing, as every other failed output.
+    this run made it and it is left empty. A failed run writes nothing, as every other failed output: one that
+    added nothing but its lock (e.g. a resume refused before it began) takes its lock away too.
     """
     while _held_locks:
         held = _held_locks.popitem()[1]
         os.close(held.fd)  # closing the descriptor drops the flock
         if failed and not (resumable and (held.path / resumable).exists()):
             _undo_run_dir(held)
+        elif failed and _added(held) == {RUN_LOCK}:
+            with contextlib.suppress(OSError):
+                (held.path / RUN_LOCK).unlink()
+
+
+def _added(held: _HeldRun) -> set[str]:
+    try:
+        return set(os.listdir(held.path)) - held.before
+    except OSError:
+        return set()
 
 
 def _undo_run_dir(held: _HeldRun) -> None:
-    try:
-        added = set(os.listdir(held.path)) - held.before
-    except OSError:
-        added = set()
+    added = _added(held)
     for name in added:
         with contextlib.suppress(OSError):
             (held.path / name).unlink(missing_ok=True)

@@ -42,7 +42,7 @@ import torch
 from ..ancestry import ancestry_preprocessing, feed_size, load_ancestry
 from ..data import Data, ImageData, class_subset, few_shot, load_dataset, take
 from ..descendant import make_descendant, top_up_state
-from ..errors import LearngeneError
+from ..errors import LearngeneError, PlaceError
 from ..formats.atomic import quote, write_text_atomic
 from ..formats.model_file import load_model_file, save_model
 from ..gene import Learngene
@@ -695,6 +695,8 @@ class BenchRun:
                     with self._stage(plan["condense"] if name in trained else 0.0, f"condense {name}"):
                         try:
                             genes[name] = self.gene(name, ancestry, upstream, upstream_eval, up.condense_epochs)
+                        except PlaceError:  # a full or read-only disk: every later stage would fail too
+                            raise
                         except LearngeneError as exc:  # recorded as n/a in every cell of the method
                             genes[name] = exc
                 self._descendants(genes, tasks, upstream, up)
@@ -752,6 +754,8 @@ class BenchRun:
                             f"adapt {name} {spec.short()} seed {seed}",
                         ):
                             init, init_key, adapt_s = self.initial_gene(gene, gene_key, spec, seed, upstream)
+                    except PlaceError:
+                        raise
                     except LearngeneError as exc:
                         init, init_key, adapt_s, why = None, "", 0.0, str(exc)
                     variants = [None] + [
@@ -778,6 +782,8 @@ class BenchRun:
                                 ):
                                     try:
                                         rows.append(self.cell(row, init, init_key, spec, td, variant))
+                                    except PlaceError:
+                                        raise
                                     except LearngeneError as exc:
                                         rows.append(dataclasses.replace(row, note=str(exc)))
 

@@ -42,7 +42,7 @@ def cmd_expand(args: argparse.Namespace) -> None:
     if args.max_params is not None or args.max_flops is not None:
         spec = _fit_gene_to_budget(args, gene, spec, options)
     model, provided = make_descendant(
-        gene, spec, seed=args.seed, top_up=args.top_up, source=args.gene, return_keys=True, **options
+        gene, spec, seed=args.seed, top_up=args.top_up, source=args.gene, return_keys=True, options=options
     )
     if hub:
         dist.on_main(lambda: _export_descendant(args, gene, model, spec, options, provided))

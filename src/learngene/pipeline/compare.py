@@ -180,8 +180,10 @@ def compare_profile(
         eval_every=eval_every,
         classes=tuple(classes) if classes else None,
     )
-    if classes and len(set(classes)) < 2:
-        raise LearngeneError(f"--classes {','.join(map(str, classes))} keeps one class; comparing needs 2 or more")
+    for given, flag in ((classes, "--classes"), (condense_classes, "--condense-classes")):
+        if given is not None and len(set(given)) < 2:  # a classifier of one class (or none) learns nothing
+            said = f"{flag} {','.join(map(str, given))} keeps one class" if given else f"{flag} names no class"
+            raise LearngeneError(f"{said}; give 2 or more class indices, e.g. 0,1,2")
     # the data-driven methods condense and adapt on --condense-classes, else on the user's classes (unless
     # --condense-data): e.g. the ancestry's own classes, so that no condensation reads the user's labels
     condense_on = condense_classes or (classes if not condense_data else None)

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ..data import Batch, Batches, BatchMixer, Data, take
-from ..errors import DataError, LearngeneError, require_argument
+from ..errors import ArgumentTypeError, DataError, LearngeneError, require_argument
 from ..errors import setting as by_caller
 from ..formats.atomic import write_text_atomic
 from ..vit.naflex import image_input
@@ -193,6 +193,15 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> 
     return torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr, fused=uses_fused_adamw(cfg, device))
 
 
+def require_data(data: Any, argument: str) -> None:
+    """Refuse, naming ``argument``, something that is not data the loop can batch (before an AttributeError)."""
+    if not (hasattr(data, "get_batch") and hasattr(data, "__len__")):
+        shown = repr(data) if len(repr(data)) <= 40 else repr(data)[:37] + "..."
+        raise ArgumentTypeError(
+            f"{argument} must be image data (learngene.data.load_dataset(...)), got {type(data).__name__} {shown}"
+        )
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
@@ -204,6 +213,10 @@ def evaluate(
     """Top-1 accuracy and mean cross-entropy of ``model`` on ``data`` (all ranks together under DDP); with
     ``desc``, a progress bar of that name while it runs."""
     require_argument(model, nn.Module, "model", "a torch module (e.g. a timm ViT)")
+    require_data(data, "data")
+    require_argument(batch_size, int, "batch_size", "a whole number of images")
+    if batch_size < 1:
+        raise LearngeneError(f"batch_size must be at least 1, got {batch_size}")
     check_data_fits(model, data)
     device = device or next(model.parameters()).device
     batch_size = inference_batch(model, batch_size, data.img_size, device)
@@ -433,9 +446,16 @@ def train(
             brings its own (:attr:`learngene.training.distill.Distillation.loss`).
     """
     require_argument(model, nn.Module, "model", "a torch module (e.g. a timm ViT)")
+    require_data(train_data, "train_data")
+    if eval_data is not None:
+        require_data(eval_data, "eval_data")
     require_argument(cfg, TrainConfig, "cfg", "a TrainConfig (learngene.TrainConfig(epochs=...))")
     if teacher is not None:
         require_argument(teacher, nn.Module, "teacher", "a torch module or None")
+    if resume and run_dir is None:  # nothing to continue from: training from scratch would not say so
+        raise LearngeneError(
+            by_caller("resume=True continues from run_dir; pass run_dir too", "--resume needs --run-dir")
+        )
     _running_loops[0] += 1
     try:
         result = _train(model, train_data, cfg, eval_data, teacher, run_dir, resume, loss or distill_loss)
