@@ -107,7 +107,8 @@ class PoolConfig(AuxConfig):
         # an option of the other design would change nothing, yet be recorded: refused when the method is made
         others = {"equal_width": ("widths", "instance_depth", "joint_epochs"), "authors": ("instance_depths",)}
         for name in others.get(self.design, ()):
-            if getattr(self, name) != PoolConfig.__dataclass_fields__[name].default:
+            value = getattr(self, name)  # a negative count is left to the range check that follows
+            if value != PoolConfig.__dataclass_fields__[name].default and not (isinstance(value, int) and value < 0):
                 other = "authors" if self.design == "equal_width" else "equal_width"
                 raise LearngeneError(
                     f"pool option {name} applies to design={other}, not {self.design}; leave it out, or pass "

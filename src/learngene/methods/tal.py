@@ -69,6 +69,7 @@ classes, else its pooled embedding by cosine through a learned projection (as
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -87,7 +88,7 @@ from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..training.distill import PooledFeatures, cache_teacher_outputs
 from ..training.loop import distill_loss, predict_logits, resolve_device, step_draw, train
-from ..validate import CONDENSE, EXPAND, option, option_assignment
+from ..validate import CONDENSE, EXPAND, limits_of, option, option_assignment, out_of_range
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import BLOCK_TENSORS, MLP, MSA, WRITER
 
@@ -524,9 +525,14 @@ class TALConfig:
     seed: int = option(0, phase=EXPAND, help="seeds the random class row of a predicted position embedding")
 
     def __post_init__(self) -> None:
-        # spans two options, so checked here, when the method is made (before any data loads); a range of either
-        # one (heads at least 1) is checked after, with the ranges, and is left to that check
-        if isinstance(self.hid, int) and isinstance(self.heads, int) and self.heads >= 1 and self.hid % self.heads:
+        # spans two options, so checked here, when the method is made (before any data loads); a value out of its
+        # own range is left to the range check that follows (Method.__init__), which names that range
+        fields = {f.name: f for f in dataclasses.fields(self)}
+        own = all(
+            isinstance(getattr(self, n), int) and not out_of_range(getattr(self, n), limits_of(fields[n]))
+            for n in ("hid", "heads")
+        )
+        if own and self.hid % self.heads:
             raise LearngeneError(
                 f"tal option heads ({self.heads}) must divide hid ({self.hid}); "
                 f"pass {option_assignment('heads', 'N')} with N a divisor of {self.hid}"
