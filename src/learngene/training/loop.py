@@ -304,6 +304,19 @@ def require_activation_memory(
         )
 
 
+def require_optimizer_memory(model: nn.Module, device: torch.device) -> None:
+    """Refuse in one line, before the first step allocates them, the fp32 gradients and AdamW's two moments of the
+    trained parameters when they cannot fit beside the weights (already allocated) in the device's free memory."""
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    need, free = 3 * 4 * trained, _free_memory(device)
+    if free is not None and need > free:
+        raise LearngeneError(
+            f"training {trained:,} parameters needs {need / 2**30:,.1f} GiB for their gradients and AdamW's two "
+            f"moments, but {device.type} has {free / 2**30:,.1f} GiB free; choose a smaller model (--depth, "
+            f"--embed-dim)"
+        )
+
+
 def inference_batch(model: nn.Module, batch_size: int, img_size: int | None, device: torch.device) -> int:
     """The largest batch, at most ``batch_size``, whose forward pass fits in the device's free memory: one block's
     activations at a time (the training estimate at depth 1, a lower bound). Evaluation and teacher logits do not
@@ -493,6 +506,7 @@ def _prepare(
     if cfg.distill_lambda > 0 and teacher is None and train_data.soft_targets is None:
         raise LearngeneError("distillation (λ > 0) needs a teacher or cached teacher logits")
     require_activation_memory(model, cfg, device, train_data.img_size)
+    require_optimizer_memory(model, device)
     model.to(device)
     set_fused_attention(model, cfg.sdpa)
     if teacher is not None:
