@@ -108,3 +108,12 @@ def test_a_garbage_world_size_is_one_line_from_the_cli(capsys, monkeypatch, tmp_
         err
         == "learngene inspect: error: WORLD_SIZE='many' is not a whole number; set it to a whole number of at least 1 or unset it\n"
     )
+
+
+def test_a_learngene_data_that_is_no_folder_is_refused_not_passed_over(monkeypatch, tmp_path):
+    """As a --data-dir with a typo: falling back to the system's copy would hide it."""
+    from learngene.data import load_dataset
+
+    monkeypatch.setenv("LEARNGENE_DATA", str(tmp_path / "typo"))
+    with pytest.raises(LearngeneError, match=r"^LEARNGENE_DATA='.*typo' is not a folder; set it to the folder"):
+        load_dataset("fashion_mnist")

@@ -55,10 +55,13 @@ def cache_dir() -> Path:
 
 def _find_fashion_mnist(data_dir: str | os.PathLike | None) -> Path:
     # a folder the user named is the only place looked in: falling back elsewhere would hide a typo
+    env = os.environ.get("LEARNGENE_DATA", "").strip()
+    if data_dir is None and env and not Path(env).is_dir():  # as for --data-dir: a typo must not fall back silently
+        raise DataError(f"LEARNGENE_DATA={env!r} is not a folder; set it to the folder with the data, or unset it")
     if data_dir is not None:
         candidates = [Path(data_dir)]
     else:
-        candidates = [Path(p) for p in (os.environ.get("LEARNGENE_DATA"),) if p] + [DEBIAN_FASHION_MNIST]
+        candidates = [Path(p) for p in (env,) if p] + [DEBIAN_FASHION_MNIST]
     for base in candidates:
         for folder in (base, base / "fashion-mnist", base / "FashionMNIST" / "raw"):
             if all((folder / f).exists() or (folder / f"{f}.gz").exists() for f in FASHION_MNIST_FILES):
