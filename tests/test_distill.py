@@ -71,7 +71,7 @@ def test_feature_distillation_loss_is_the_formula_on_another_label_space_with_a_
 def _formula_bound(expected, batch: int) -> float:
     """The loop's loss and the formula here: the same logits (or features), summed in other orders: a softmax's or
     cosine's sum over at most 48 terms (classes, a feature width), then the batch's mean (tests/bounds.py)."""
-    return order_bound(max(48, batch), max(1.0, float(expected.abs())), steps=2)
+    return order_bound(max(48, batch), max(1.0, float(expected.detach().abs())), steps=2)
 
 
 def test_feature_distillation_trains_in_the_loop_and_leaves_the_student_plain():

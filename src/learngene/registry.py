@@ -169,7 +169,7 @@ def list_sources() -> dict[str, DataSource]:
     if not _loaded.get(DATA_SOURCE_GROUP):
         _loaded[DATA_SOURCE_GROUP] = True
         for entry in _entry_points(DATA_SOURCE_GROUP):
-            if not _name_taken(entry):
+            if not _name_taken(entry) and entry.name not in DATA_SOURCES:
                 _load_plugin_source(entry)
     return DATA_SOURCES
 
