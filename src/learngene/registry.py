@@ -137,16 +137,13 @@ class DataSource:
         raises anything but a :class:`LearngeneError`, or gives no data is one line naming its package."""
         if not self.package:
             return self.loader()(argument, request)
-        from .data.folder import FolderData
-        from .data.images import ImageData
-
         try:
             data = self.loader()(argument, request)
         except LearngeneError:
             raise
         except (Exception, SystemExit) as exc:  # noqa: BLE001  a plugin's failure: say whose, not a traceback
             raise DataError(self._broken(f"failed ({_summary(exc)})")) from None
-        if not isinstance(data, (ImageData, FolderData)):
+        if not (hasattr(data, "get_batch") and hasattr(data, "__len__")):  # by its parts: the registry is a leaf
             raise DataError(self._broken(f"gave {type(data).__name__}, not learngene data (ImageData, FolderData)"))
         return data
 
