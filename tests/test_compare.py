@@ -263,16 +263,20 @@ def test_drop_head_on_a_folder_without_a_head_is_refused(tmp_path):
 
 
 def test_a_full_disk_stops_compare_with_one_line_and_exit_2(ancestry, tmp_path, capsys, monkeypatch):
-    """ENOSPC at the first file a stage writes: every later stage would fail alike, so the command stops there
-    (not a report of every cell refused, and exit 0)."""
+    """A nearly full disk: the report's small files still fit, a cell's checkpoint does not. Every later stage would
+    fail alike, so the command stops at the first (it wrote a report of every cell refused, and exited 0)."""
     import errno
     import os
     from pathlib import Path
 
-    def full(self, data):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+    write = Path.write_bytes
 
-    monkeypatch.setattr(Path, "write_bytes", full)
+    def nearly_full(self, data):
+        if len(data) > 16 * 1024:  # a checkpoint of the 27k-parameter descendant: ~110 KB; a report: ~3 KB
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+        return write(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", nearly_full)
     base = ["compare", "--ancestry", str(ancestry), "--data", "digits", "--sizes", "L1-D32-H2", "--quiet"]
     flags = ["--methods", "pretrained", "--seeds", "1", "--epochs", "1", "--train-images", "32", "--no-plots"]
     err = _error_line(capsys, [*base, *flags, "--eval-images", "16", "--out", str(tmp_path / "cmp")])
