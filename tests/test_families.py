@@ -392,7 +392,7 @@ def test_the_feature_loss_is_one_minus_the_cosine_of_the_projected_embedding():
         1 - torch.nn.functional.cosine_similarity(student.proj(pooled), teacher, dim=-1)
     )
     # a CE of 10 classes and the cosine of two 32-vectors, one a 16-term projection (a matmul here, a Linear there)
-    bound = order_bound(32, max(1.0, float(expected.abs().max())), steps=3)
+    bound = order_bound(32, max(1.0, float(expected.detach().abs().max())), steps=3)
     torch.testing.assert_close(student.distill_loss(logits, y, teacher, 0.75, 1.0), expected, rtol=0, atol=bound)
 
 
