@@ -9,6 +9,7 @@ A few CLI cases also run as a real subprocess, to see what a user sees.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import re
@@ -1136,16 +1137,17 @@ def test_every_numeric_option_refuses_values_past_its_boundary(method, field, ki
             parse_options(cls.Config, [f"{field.name}=0"])
         assert parse_options(cls.Config, [f"{field.name}=auto"]) == {field.name: field.default}
     limits = field.metadata
-    step = 1 if kind is int else 1e-6
     lowest = limits.get("at_least", limits.get("above", 0 if "at_most" not in limits else None))
     if lowest is not None:
+        below = lowest - 1 if kind is int else math.nextafter(lowest, -math.inf)  # the next value out of range
         with pytest.raises(LearngeneError, match=f"{method} option {field.name} must be"):
-            cls(**{field.name: kind(lowest - step) if "above" not in limits else kind(lowest)})
+            cls(**{field.name: kind(below) if "above" not in limits else kind(lowest)})
         if "above" not in limits and not limits.get("odd") and not limits.get("multiple_of"):
             cls(**{field.name: kind(lowest)})
     if "at_most" in limits:
         with pytest.raises(LearngeneError, match=f"{method} option {field.name} must be"):
-            cls(**{field.name: kind(limits["at_most"] + step)})
+            most = limits["at_most"]
+            cls(**{field.name: most + 1 if kind is int else math.nextafter(most, math.inf)})  # the next value out
     if limits.get("odd"):
         with pytest.raises(LearngeneError, match="an odd number"):
             cls(**{field.name: 2})

@@ -137,6 +137,9 @@ def test_condense_classes_that_are_not_indices_are_one_line(ancestry, tmp_path, 
         (["--sizes", "L1-D32-H2,L1-D32-H2"], "--sizes names L1-D32-H2 twice"),
         (["--methods", "pretrained,mimetic", "--condense-classes", "0,1"], "none of pretrained, mimetic does"),
         (["--drop-head"], "--drop-head applies to model folders"),
+        (["--classes", " , "], "--classes names no class; give 2 or more class indices"),
+        (["--classes", "3"], "--classes 3 keeps one class"),
+        (["--methods", "cluster", "--condense-classes", "1"], "--condense-classes 1 keeps one class"),
     ],
 )
 def test_compare_flags_are_checked_before_anything_runs(ancestry, tmp_path, capsys, flags, expected):
@@ -253,3 +256,24 @@ def test_compare_choices_are_checked_as_declared():
     ):
         CompareChoices(kd_lambda=1.5)
     assert CompareChoices(classes=[3, 4]).classes == (3, 4)  # a list is taken as the tuple it declares
+
+
+def test_a_full_disk_stops_compare_with_one_line_and_exit_2(ancestry, tmp_path, capsys, monkeypatch):
+    """A nearly full disk: the report's small files still fit, a cell's checkpoint does not. Every later stage would
+    fail alike, so the command stops at the first (it wrote a report of every cell refused, and exited 0)."""
+    import errno
+    import os
+    from pathlib import Path
+
+    write = Path.write_bytes
+
+    def nearly_full(self, data):
+        if len(data) > 16 * 1024:  # a checkpoint of the 27k-parameter descendant: ~110 KB; a report: ~3 KB
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+        return write(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", nearly_full)
+    base = ["compare", "--ancestry", str(ancestry), "--data", "digits", "--sizes", "L1-D32-H2", "--quiet"]
+    flags = ["--methods", "pretrained", "--seeds", "1", "--epochs", "1", "--train-images", "32", "--no-plots"]
+    err = _error_line(capsys, [*base, *flags, "--eval-images", "16", "--out", str(tmp_path / "cmp")])
+    assert "No space left on device; free some disk space" in err

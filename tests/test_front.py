@@ -21,6 +21,7 @@ from learngene.methods.front import dct_ii, dct_matrix, idct_basis
 from learngene.registry import get_method
 from learngene.vit.model_spec import spec_from_model
 from learngene.vit.spec import ViTSpec, block_key
+from tests.bounds import U64, order_bound
 
 SMALL = ViTSpec(depth=12, embed_dim=16, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
 
@@ -159,7 +160,10 @@ def test_front_is_the_authors_rule(case):
     )
     assert set(theirs) == set(ours)
     for key, expected in theirs.items():
-        assert torch.allclose(ours[key].double(), expected, rtol=0, atol=1e-6), (
+        # float32 (ours) against float64 (theirs): a z-score, the DCT and its inverse along the depth (12) and
+        # the width (at most the MLP's 64): 6 steps in a row of at most 64 terms, relative to the weights' scale
+        bound = order_bound(64, max(1.0, float(expected.abs().max())), steps=6)
+        assert torch.allclose(ours[key].double(), expected, rtol=0, atol=bound), (
             key,
             (ours[key] - expected).abs().max(),
         )
@@ -168,15 +172,23 @@ def test_front_is_the_authors_rule(case):
 def test_depth_shrink_amplifies_the_z_scores_as_theirs_does():
     """12 -> 4 layers at keep_ratio 1: a layer-constant stack comes out 3x its z-scores (rows of the depth map sum to 12/4)."""
     ones = torch.ones(12, dtype=torch.float64)
-    assert torch.allclose(idct_basis(4, 4) @ (dct_ii(12)[:4] @ ones), torch.full((4,), 3.0, dtype=torch.float64))
-    assert torch.allclose(idct_basis(12, 12) @ dct_ii(12), torch.eye(12, dtype=torch.float64), atol=1e-12)
+    # float64: two matrix products of 12 terms of at most 12 (unnormalised DCT values), then of at most 1
+    got = idct_basis(4, 4) @ (dct_ii(12)[:4] @ ones)
+    torch.testing.assert_close(
+        got, torch.full((4,), 3.0, dtype=torch.float64), rtol=0, atol=order_bound(12, 12.0, 2, U64)
+    )
+    torch.testing.assert_close(
+        idct_basis(12, 12) @ dct_ii(12), torch.eye(12, dtype=torch.float64), rtol=0, atol=order_bound(12, 12.0, 1, U64)
+    )
 
 
 def test_keep_ratio_one_at_the_ancestrys_size_gives_it_back():
     ancestry = noisy_ancestry(SMALL.replace(depth=2))
     model = make_descendant(get_method("front")().condense(ancestry), ancestry.spec)
     for key, value in ancestry.model.state_dict().items():
-        assert torch.allclose(model.state_dict()[key], value, atol=1e-5), key
+        # a z-score, the DCT and back, along the depth (2) and the width (at most the MLP's 64), in float32
+        bound = order_bound(64, max(1.0, float(value.abs().max())), steps=6)
+        torch.testing.assert_close(model.state_dict()[key], value, rtol=0, atol=bound, msg=key)
 
 
 def test_skip_leaves_those_tensors_to_timm():
@@ -197,11 +209,13 @@ def test_random_mode_draws_with_the_descendants_seed():
 
 def test_the_orthonormal_variant_is_still_there():
     c = dct_matrix(5)
-    assert torch.allclose(c @ c.T, torch.eye(5, dtype=c.dtype), atol=1e-12)
+    torch.testing.assert_close(c @ c.T, torch.eye(5, dtype=c.dtype), rtol=0, atol=order_bound(5, 1.0, 1, U64))
     ancestry = noisy_ancestry(SMALL.replace(depth=2))
     gene = get_method("front")(variant="orthonormal", keep_ratio=1.0).condense(ancestry)
     model = make_descendant(gene, ancestry.spec)
-    assert torch.allclose(model.state_dict()["pos_embed"], ancestry.model.state_dict()["pos_embed"], atol=1e-5)
+    pos = ancestry.model.state_dict()["pos_embed"]  # the orthonormal DCT and back: as above
+    bound = order_bound(64, max(1.0, float(pos.abs().max())), steps=6)
+    torch.testing.assert_close(model.state_dict()["pos_embed"], pos, rtol=0, atol=bound)
 
 
 def test_expand_is_differentiable_in_the_coefficients():
@@ -226,4 +240,4 @@ def test_their_dct_pair_is_unnormalised():
     x = torch.arange(5, dtype=torch.float64)
     k = 2
     expected = sum(float(x[n]) * math.cos(math.pi * k * (2 * n + 1) / 10) for n in range(5))
-    assert math.isclose(float((dct_ii(5) @ x)[k]), expected, abs_tol=1e-12)
+    assert math.isclose(float((dct_ii(5) @ x)[k]), expected, abs_tol=order_bound(5, 10.0, 1, U64))  # Σ|x·cos| ≤ 10

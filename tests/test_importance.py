@@ -10,6 +10,7 @@ from learngene.methods.importance import residual_order
 from learngene.registry import get_method
 from learngene.vit.heads import split_qkv
 from learngene.vit.spec import block_key
+from tests.bounds import assert_same_forward, order_bound
 
 X = torch.randn(3, 1, 16, 16, generator=torch.Generator().manual_seed(0))
 
@@ -31,7 +32,7 @@ def _ancestry(spec, edit):
 def test_at_the_ancestry_size_the_permuted_gene_computes_the_ancestry(tiny_ancestry, tiny_spec, toy_data):
     gene = _condense(tiny_ancestry, toy_data, rescale=False)
     model = make_descendant(gene, tiny_spec).eval()
-    assert torch.allclose(model(X), tiny_ancestry.model(X), rtol=1e-5, atol=1e-5)
+    assert_same_forward(model(X), tiny_ancestry.model(X), depth=2, widest=128)  # permuted channels: other orders
     assert not torch.equal(
         gene.tensors["patch_embed.proj.weight"], tiny_ancestry.model.state_dict()["patch_embed.proj.weight"]
     )  # the gene is reordered
@@ -79,7 +80,8 @@ def test_depth_keeps_the_layers_that_change_their_input_most(tiny_spec, toy_data
 
     ancestry = _ancestry(spec, edit)
     gene = _condense(ancestry, toy_data, rescale=False)
-    assert gene.tensors["importance.layer"][1] == pytest.approx(0.0, abs=1e-6)
+    # the layer adds zeros: its score is 0 up to the rounding of two 32-wide sums of unit-scale (normed) values
+    assert gene.tensors["importance.layer"][1] == pytest.approx(0.0, abs=order_bound(32, 1.0, steps=2))
     out = make_descendant(gene, spec.replace(depth=2)).state_dict()
     back = residual_order(gene, spec.embed_dim)  # the residual rows return to the ancestry's order
     assert torch.equal(out[block_key(1, "mlp.fc2.weight")], gene.tensors[block_key(2, "mlp.fc2.weight")][back])
@@ -91,7 +93,8 @@ def test_layernorm_gains_are_rescaled_by_sqrt_of_the_width_ratio(tiny_ancestry, 
     small = tiny_spec.replace(embed_dim=16, num_heads=1)
     out = make_descendant(gene, small).state_dict()
     for key in (block_key(0, "norm1.weight"), block_key(1, "norm2.weight"), "norm.weight"):
-        assert torch.allclose(out[key], gene.tensors[key][residual_order(gene, 16)] * math.sqrt(2)), key
+        expected = gene.tensors[key][residual_order(gene, 16)] * math.sqrt(2)  # one product: within 2 roundings
+        torch.testing.assert_close(out[key], expected, rtol=order_bound(1, 1.0, steps=2), atol=0, msg=key)
     assert torch.equal(
         out[block_key(0, "norm1.bias")], gene.tensors[block_key(0, "norm1.bias")][residual_order(gene, 16)]
     )

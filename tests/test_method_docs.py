@@ -4,10 +4,11 @@ import sys
 
 import pytest
 
-from learngene.registry import get_method, list_methods
+from learngene.registry import get_method
+from tests.conftest import own_methods
 
 
-@pytest.mark.parametrize("name", list_methods())
+@pytest.mark.parametrize("name", own_methods())
 def test_every_method_names_its_authors_code_or_says_none_was_found(name):
     doc = sys.modules[get_method(name).__module__].__doc__ or ""
     assert "Authors' code:" in doc, f'{name}: add an "Authors\' code:" line to {get_method(name).__module__}'

@@ -220,3 +220,24 @@ def test_expanding_with_an_option_only_condense_reads_is_refused_and_writes_noth
     out = tmp_path / "d.safetensors"
     code = main(["expand", str(tmp_path / "g.safetensors"), "--depth", "2", "--opt", "keep_ratio=0.1", "-o", str(out)])
     assert code == 2 and not out.exists()
+
+
+EXPAND_CASES = [c for c in CASES if EXPAND in get_field(get_method(c.values[0]), c.values[1]).metadata["phase"]]
+
+
+@pytest.mark.parametrize("name, option", EXPAND_CASES)
+def test_every_option_expand_reads_can_be_given_to_learngene_expand(name, option, tmp_path):
+    """``--opt`` on the command line, each option expand reads: e.g. tal's, front's or structured's ``seed`` beside
+    ``--seed`` (issue 37: a TypeError)."""
+    from learngene.cli.dispatch import main
+    from learngene.validate import as_text
+
+    cls = get_method(name)
+    context = {**ALWAYS.get(name, {}), **CONTEXT.get((name, option), {})}
+    condense(name, context).save(tmp_path / "g.safetensors")
+    spec = target(name, option)
+    value = as_text(other_value(cls, get_field(cls, option), EXPAND))
+    size = ["--depth", str(spec.depth), "--embed-dim", str(spec.embed_dim), "--num-heads", str(spec.num_heads)]
+    out = tmp_path / "d.safetensors"
+    argv = ["expand", str(tmp_path / "g.safetensors"), *size, "--opt", f"{option}={value}", "--quiet", "-o", str(out)]
+    assert main(argv) == 0 and out.exists()

@@ -23,13 +23,14 @@ def run(*argv: str, code: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 
-def test_a_plugins_method_and_data_source_are_listed_without_torch_for_help():
+def test_a_plugins_method_and_data_source_are_listed_without_torch_or_its_code_for_help():
     methods = run("methods")
     assert methods.returncode == 0, methods.stderr
     assert "toy_first_block" in methods.stdout and "scale=1.0" in methods.stdout
     helped = run("train", "--help")
     assert helped.returncode == 0, helped.stderr
-    assert "toy_stripes (stripes of a period per class" in " ".join(helped.stdout.split())
+    # named from the package's metadata: help imports none of a plugin's code
+    assert "toy_stripes (from package learngene-toy-plugin 0.1)" in " ".join(helped.stdout.split())
     probe = run(
         code="import sys\nfrom learngene.cli.parser import build_parser\n"
         "sub = next(a for a in build_parser()._actions if a.dest == 'command')\n"
@@ -78,3 +79,142 @@ def test_list_methods_refuses_an_unknown_capability():
 
     with pytest.raises(LearngeneError, match="no method has a capability 'flies'"):
         list_methods(flies=True)
+
+
+# ---- plugins can never take learngene down ------------------------------------------------------------------
+# One installed package whose entry points fail in every way a plugin can (issue 37): each module it imports notes
+# its import in $PLUGIN_IMPORTS, so the tests see which plugin code ran.
+BROKEN_MODULES = {
+    "__init__.py": "",
+    "_seen.py": "import os\n\ndef seen(name):\n    with open(os.environ['PLUGIN_IMPORTS'], 'a') as fh:\n"
+    "        fh.write(name + '\\n')\n",
+    "fails.py": "from ._seen import seen\nseen('fails')\nimport a_module_that_is_not_installed\n",
+    "exits.py": "import sys\nfrom ._seen import seen\nseen('exits')\nsys.exit(3)\n",
+    "loaders.py": "from ._seen import seen\nseen('loaders')\nNUMBER = 3\n\n"
+    "def raising(argument, request):\n    raise RuntimeError('the server is down')\n\n"
+    "def gives_none(argument, request):\n    return None\n",
+    "methods.py": "from ._seen import seen\nseen('methods')\nfrom dataclasses import dataclass, field\n"
+    "from learngene.method import Method\nfrom learngene.validate import EXPAND, option\n\n"
+    "@dataclass(frozen=True)\nclass Config:\n    scale: float = option(1.0, phase=EXPAND, help='h')\n\n"
+    "@dataclass(frozen=True)\nclass Unphased:\n    scale: float = 1.0\n\n"
+    "class Taken(Method):\n    name = 'pretrained'\n    Config = Config\n\n"
+    "class NoPhase(Method):\n    name = 'no_phase'\n    Config = Unphased\n",
+}
+BROKEN_ENTRY_POINTS = """[learngene.data_sources]
+import_fails = broken_plugin.fails:load
+exits = broken_plugin.exits:load
+not_callable = broken_plugin.loaders:NUMBER
+raises = broken_plugin.loaders:raising
+gives_none = broken_plugin.loaders:gives_none
+digits = broken_plugin.loaders:raising
+
+[learngene.methods]
+method_import_fails = broken_plugin.fails:Method
+method_exits = broken_plugin.exits
+taken_name = broken_plugin.methods:Taken
+not_a_method = broken_plugin.loaders:raising
+no_phase = broken_plugin.methods:NoPhase
+"""
+BROKEN_METHODS = ["method_import_fails", "method_exits", "taken_name", "not_a_method", "no_phase"]
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory):
+    root = tmp_path_factory.mktemp("site")
+    (root / "broken_plugin").mkdir()
+    for name, text in BROKEN_MODULES.items():
+        (root / "broken_plugin" / name).write_text(text)
+    info = root / "broken_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(BROKEN_ENTRY_POINTS)
+    imports = root / "imports.txt"
+
+    def run_broken(*argv: str, code: str | None = None) -> subprocess.CompletedProcess:
+        imports.unlink(missing_ok=True)
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(SRC), str(root)]),
+            "OMP_NUM_THREADS": "1",
+            "PLUGIN_IMPORTS": str(imports),
+        }
+        cmd = [sys.executable, "-c", code] if code else [sys.executable, "-m", "learngene", *argv]
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=root)
+        done.imported = imports.read_text().split() if imports.exists() else []  # type: ignore[attr-defined]
+        return done
+
+    return run_broken
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["condense", "--help"], ["compare", "--help"]])
+def test_help_works_and_loads_no_plugin_code(broken, argv):
+    shown = broken(*argv)
+    assert shown.returncode == 0 and shown.imported == [], shown.stderr
+    # what the metadata alone says may be said: the package's claim on the name of learngene's own source
+    assert all("entry point 'digits'" in line for line in shown.stderr.splitlines()), shown.stderr
+    if argv != ["--help"]:  # the plugin's sources are named from its metadata alone; a taken name is not listed
+        assert "import_fails (from package broken-plugin 1.0)" in " ".join(shown.stdout.split())
+
+
+def test_broken_method_plugins_are_named_in_one_line_each_and_the_rest_works(broken):
+    listed = broken("methods")
+    assert listed.returncode == 0 and "pretrained " in listed.stdout and "Traceback" not in listed.stderr
+    lines = listed.stderr.splitlines()
+    assert len(lines) == len(BROKEN_METHODS), listed.stderr
+    for name, line in zip(sorted(BROKEN_METHODS), lines):
+        assert line.startswith("learngene: warning: the learngene.methods entry point ") and f"'{name}'" in line
+        assert "of package broken-plugin 1.0" in line and "pip uninstall broken-plugin" in line
+    said = dict(zip(sorted(BROKEN_METHODS), lines))
+    assert "fails to load (ModuleNotFoundError" in said["method_import_fails"]
+    assert "exits when imported (sys.exit(3))" in said["method_exits"]
+    assert "method name 'pretrained' is taken" in said["taken_name"]
+    assert "a Method subclass" in said["not_a_method"]
+    assert "option 'scale' declares no phase" in said["no_phase"]
+    asked = broken("condense", "--method", "no_phase", "--ancestry", "a.safetensors", "-o", "g.safetensors")
+    assert asked.returncode == 2 and asked.stderr.splitlines()[-1].startswith("learngene condense: error: the ")
+    assert "no_phase" in asked.stderr.splitlines()[-1] and "declares no phase" in asked.stderr.splitlines()[-1]
+
+
+def test_broken_data_source_plugins_are_one_line_errors_naming_their_package(broken):
+    code = (
+        "from learngene.data import load_dataset\nfrom learngene.errors import LearngeneError\n"
+        "for name in ('import_fails', 'exits', 'not_callable', 'raises', 'gives_none'):\n"
+        "    try:\n        load_dataset(name)\n    except LearngeneError as exc:\n        print(name, '|', exc)\n"
+        "print('digits', '|', len(load_dataset('digits', img_size=8)))\n"
+    )
+    tried = broken(code=code)
+    assert tried.returncode == 0 and "Traceback" not in tried.stderr, tried.stderr
+    said = dict(line.split(" | ", 1) for line in tried.stdout.splitlines())
+    for name in ("import_fails", "exits", "not_callable", "raises", "gives_none"):
+        assert "broken-plugin" in said[name] and "uninstall" in said[name], said[name]
+    assert "fails to load (ModuleNotFoundError" in said["import_fails"]
+    assert "exits when imported (sys.exit(3))" in said["exits"]
+    assert "names a int" in said["not_callable"]
+    assert "failed (RuntimeError: the server is down)" in said["raises"]
+    assert "gave NoneType, not learngene data" in said["gives_none"]
+    assert int(said["digits"]) > 0  # learngene's own digits, and the package's claim on its name said once:
+    assert tried.stderr.count("entry point 'digits'") == 1 and "takes the name of learngene's own" in tried.stderr
+    # from the command line: exit 2 and the one line, the plugin named
+    ran = broken("ancestry", "--data", "raises", "--depth", "1", "--embed-dim", "8", "--num-heads", "1", "-o", "a.st")
+    assert ran.returncode == 2 and len(ran.stderr.splitlines()) == 1, ran.stderr
+    assert ran.stderr.startswith("learngene ancestry: error: data source 'raises' of package broken-plugin 1.0")
+
+
+def test_a_method_option_without_a_phase_is_refused_when_the_method_registers():
+    import dataclasses
+
+    from learngene.errors import LearngeneError
+    from learngene.method import Method
+    from learngene.registry import list_methods, register_method
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        scale: float = 1.0
+
+    class NoPhase(Method):
+        name = "no_phase_here"
+
+    NoPhase.Config = Config
+    with pytest.raises(LearngeneError, match="option 'scale' declares no phase; declare the steps that read it"):
+        register_method(NoPhase)
+    assert "no_phase_here" not in list_methods()

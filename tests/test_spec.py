@@ -42,7 +42,9 @@ def test_flops_follow_the_architecture():
     per_block = base.replace(depth=3).flops - base.replace(depth=2).flops
     D, N, M = base.embed_dim, base.num_tokens, base.mlp_hidden
     assert per_block == 2 * (N * D * 3 * D + 2 * N * N * D + N * D * D + 2 * N * D * M)
-    assert get_preset("deit_tiny").flops == pytest.approx(2.5e9, rel=0.1)  # DeiT-Ti: ~1.3 GMACs
+    # DeiT-Ti: "1.3 GMACs" in the paper: 2.5e9 FLOPs; counting conventions (softmax, norms, the head) differ by a
+    # few percent, and the paper rounds to 2 digits: within 10%
+    assert get_preset("deit_tiny").flops == pytest.approx(2.5e9, rel=0.1)
 
 
 @pytest.mark.parametrize(
@@ -72,6 +74,6 @@ def test_json_round_trip_and_unknown_fields():
 def test_presets():
     assert get_preset("deit_small").embed_dim == 384 and get_preset("deit_base").num_heads == 12
     assert all(isinstance(s, ViTSpec) for s in PRESETS.values())
-    assert get_preset("deit_base").num_params == pytest.approx(86.6e6, rel=0.01)
+    assert get_preset("deit_base").num_params == pytest.approx(86.6e6, rel=0.001)  # the published 86.6M: 3 digits
     with pytest.raises(SpecError, match="unknown preset"):
         get_preset("vit_huge")

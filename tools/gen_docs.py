@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import inspect
 import re
+import sys
 import typing
 from typing import Any
 
@@ -130,6 +131,56 @@ def methods_index() -> str:
     return "\n".join(out) + "\n"
 
 
+# ---- README ---------------------------------------------------------------------------------------------------
+README_TABLE_HEAD = "| method | what the learngene is | paper |\n|---|---|---|\n"
+
+
+def own_methods() -> list[str]:
+    """learngene's own registered methods: an installed plugin's are its package's to document."""
+    from learngene.registry import get_method, list_methods
+
+    return [name for name in list_methods() if get_method(name).__module__.startswith("learngene.")]
+
+
+def short_citation(paper: Any) -> str:
+    """``First et al., VENUE YEAR (note)`` (``A & B`` for two authors), or the acronym a title ends with where the
+    paper names no author."""
+    names = re.split(r", | & ", paper.authors.removesuffix(" et al."))
+    if not paper.authors:
+        who = ""
+    elif len(names) == 2 and not paper.authors.endswith("et al."):
+        who = " & ".join(names)
+    else:
+        who = names[0] + (" et al." if len(names) > 1 or paper.authors.endswith("et al.") else "")
+    acronym = re.search(r"\((\w+)\)$", paper.title)
+    who = who or (acronym.group(1) if acronym else paper.title)
+    venue = paper.venue.removesuffix(" preprint")
+    return f"{who}, {venue} {paper.year}" + (f" ({paper.note})" if paper.note else "")
+
+
+def readme_method_table() -> str:
+    """The README's method table: one row per method of :func:`own_methods`, from its ``stores`` and papers."""
+    from learngene.method import citations
+    from learngene.registry import get_method
+
+    rows = []
+    for name in own_methods():
+        cls = get_method(name)
+        cites = "; ".join(short_citation(p) for p in citations(cls))
+        rows.append(f"| `{name}` | {_cell(cls.stores)} | {_cell(cites)} |\n")
+    return README_TABLE_HEAD + "".join(rows)
+
+
+def update_readme(path: str = "README.md") -> None:
+    """Rewrite the README's method table from the registry (``python tools/gen_docs.py --readme``)."""
+    with open(path) as fh:
+        text = fh.read()
+    start = text.index(README_TABLE_HEAD)
+    end = text.index("\n\n", start) + 1
+    with open(path, "w") as fh:
+        fh.write(text[:start] + readme_method_table() + text[end:])
+
+
 # ---- CLI ------------------------------------------------------------------------------------------------------
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     for action in parser._actions:
@@ -222,5 +273,7 @@ def write_pages() -> None:
         f.write(api_page())
 
 
-if __name__ in ("__main__", "<run_path>") or __name__.startswith("mkdocs_gen_files"):
+if __name__ == "__main__" and sys.argv[1:] == ["--readme"]:
+    update_readme()
+elif __name__ in ("__main__", "<run_path>") or __name__.startswith("mkdocs_gen_files"):
     write_pages()

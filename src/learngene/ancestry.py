@@ -43,6 +43,19 @@ from .vit.model_spec import spec_from_model
 StateDict = dict[str, Tensor]
 
 
+SIZE_ARGUMENTS = {"num_classes": 0, "img_size": 1, "in_chans": 1}  # timm.create_model's sizes, their least values
+
+
+def _check_sizes(model_kwargs: dict[str, Any]) -> None:
+    """The sizes among ``model_kwargs`` are whole numbers in range (timm would build a model of none, or fail deep
+    inside); ``img_size`` may also be a (height, width) pair."""
+    for name, least in SIZE_ARGUMENTS.items():
+        value = model_kwargs.get(name)
+        values = value if name == "img_size" and isinstance(value, (tuple, list)) and len(value) == 2 else [value]
+        if value is not None and not all(isinstance(v, int) and not isinstance(v, bool) and v >= least for v in values):
+            raise LearngeneError(f"{name} must be a whole number of at least {least}, got {value!r}")
+
+
 def load_ancestry(
     path: str | os.PathLike, timm_model: str | None = None, drop_head: bool = False, **model_kwargs: Any
 ) -> Ancestry:
@@ -73,6 +86,7 @@ def _read_ancestry(path: str | os.PathLike, timm_model: str | None, drop_head: b
     require_argument(path, (str, os.PathLike), "path", "a file or folder path")
     if timm_model is not None:
         require_argument(timm_model, str, "timm_model", "a timm architecture name or None")
+    _check_sizes(model_kwargs)
     if is_hub_name(path):
         return _load_hub_ancestry(str(path), timm_model, drop_head, **model_kwargs)
     if looks_like_repo_id(path):
@@ -95,6 +109,11 @@ def _read_ancestry(path: str | os.PathLike, timm_model: str | None, drop_head: b
             raise LearngeneError(
                 f"--drop-head applies to model folders and timm checkpoints; {path} is a learngene "
                 f"model file, whose head a descendant replaces with --num-classes"
+            )
+        if model_kwargs:  # they would be dropped without a word: the file's spec gives every size
+            raise LearngeneError(
+                f"{', '.join(model_kwargs)} apply to timm checkpoints and model folders; {path} is a learngene "
+                f"model file, which records its sizes: leave them out (a descendant's sizes are expand's)"
             )
         state, spec, origin = load_model_file(path, lazy=True)
         license = origin.get("license")

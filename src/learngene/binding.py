@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -146,9 +147,10 @@ def bind_gene(
     seed: int | None = None,
     at: ViTSpec | None = None,
     check: bool = True,
-    **options: Any,
+    options: Mapping[str, Any] | None = None,
 ) -> BoundMethod:
-    """``gene`` bound to its method for ``step`` (``expand`` or ``adapt``), with the caller's ``options``.
+    """``gene`` bound to its method for ``step`` (``expand`` or ``adapt``), with the caller's ``options`` (a dict, so
+    that an option may share a name with an argument here, such as tal's and front's ``seed``).
 
     The method is looked up once in the registry (one that this version does not know is refused by
     :func:`~learngene.registry.get_method`) and built once: an option ``step`` does not read is refused, naming
@@ -162,6 +164,8 @@ def bind_gene(
     first :meth:`BoundMethod.check` (e.g. :func:`~learngene.descendant.make_descendant`'s, at the size it makes).
     """
     require_argument(gene, Learngene, "gene", "a Learngene (learngene.Learngene.load(PATH))")
+    require_argument(options, (dict, Mapping, type(None)), "options", "a dict of the method's options or None")
+    options = dict(options or {})
     if isinstance(method, Method):
         if options or seed is not None:
             raise LearngeneError("a method already made carries its options; bind the gene's method class instead")

@@ -12,6 +12,7 @@ runs through the registry.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any, Literal, overload
 
 import torch
@@ -45,7 +46,8 @@ def make_descendant(
     *,
     source: str | os.PathLike | None = ...,
     return_keys: Literal[False] = ...,
-    **options: Any,
+    options: Mapping[str, Any] | None = ...,
+    **more_options: Any,
 ) -> nn.Module: ...
 
 
@@ -60,7 +62,8 @@ def make_descendant(
     *,
     source: str | os.PathLike | None = ...,
     return_keys: Literal[True],
-    **options: Any,
+    options: Mapping[str, Any] | None = ...,
+    **more_options: Any,
 ) -> tuple[nn.Module, list[str]]: ...
 
 
@@ -74,7 +77,8 @@ def make_descendant(
     *,
     source: str | os.PathLike | None = None,
     return_keys: bool = False,
-    **options: Any,
+    options: Mapping[str, Any] | None = None,
+    **more_options: Any,
 ) -> nn.Module | tuple[nn.Module, list[str]]:
     """The plain timm ViT of ``spec`` initialized from ``gene``.
 
@@ -89,20 +93,25 @@ def make_descendant(
     ``blend_mimetic=α`` makes every head's ``W_q W_kᵀ`` ``α·gene + (1−α)·mimetic`` where the gene gives
     the attention weights. ``return_keys=True`` returns ``(model, keys)``, the keys the gene's method
     filled (before any top-up or ablation).
+
+    ``options`` (and keyword arguments ``more_options``) are the method's expand-time options (``--opt``); one
+    named as a parameter here, such as tal's or front's ``seed``, can be given in ``options`` alone. A method that
+    draws at expansion draws with ``seed`` unless its seed option is given: ``seed`` then seeds timm's
+    initialization of the keys the gene leaves out, the option the method's draws.
     """
     require_argument(gene, (Learngene, BoundMethod), "gene", "a Learngene (learngene.Learngene.load(PATH))")
     require_argument(spec, ViTSpec, "spec", "a ViTSpec (e.g. gene.ancestry.replace(depth=6))")
     require_argument(seed, int, "seed", "an integer")
     if pos_embed not in (None, "learned", "sincos"):
         raise LearngeneError(f"pos_embed must be learned or sincos, not {pos_embed!r}")
+    require_argument(options, (dict, Mapping, type(None)), "options", "a dict of the method's options or None")
+    options = {**(options or {}), **more_options}
     if isinstance(gene, BoundMethod):
         if options:
-            raise LearngeneError(
-                f"a bound gene carries its options; bind them with it (bind_gene(gene, {', '.join(options)}=...))"
-            )
+            raise LearngeneError("a bound gene carries its options; bind them with it (bind_gene(gene, options={...}))")
         bound = gene.seeded(seed)
     else:  # a method that draws at expansion (mimetic) draws with the descendant's seed
-        bound = bind_gene(gene, EXPAND, source=source, seed=seed, at=spec, **options)
+        bound = bind_gene(gene, EXPAND, source=source, seed=seed, at=spec, options=options)
     spec.require_memory()
     provided = bound.check(spec)  # on meta, once per size
     torch.manual_seed(seed)
@@ -184,7 +193,7 @@ def fit_gene_to_budget(
     ):
         if value is not None:
             require_argument(value, int, name, "an integer or None (e.g. 5_000_000)")
-    bound = gene if isinstance(gene, BoundMethod) else bind_gene(gene, EXPAND, **options)
+    bound = gene if isinstance(gene, BoundMethod) else bind_gene(gene, EXPAND, options=options)
     ancestry = bound.gene.ancestry
 
     def supports(spec: ViTSpec) -> bool:

@@ -38,6 +38,11 @@ class TrainingError(LearngeneError):
     """Training cannot go on (e.g. the loss became non-finite)."""
 
 
+class PlaceError(LearngeneError):
+    """The place an output goes cannot take it (a full or read-only disk, no permission): every later write there
+    fails too, so a command that goes on past a failed step (``bench``, ``compare``) stops at this one."""
+
+
 class ArgumentTypeError(LearngeneError, TypeError):
     """A public function got an argument of the wrong kind (a string where a spec belongs, None for a gene)."""
 

@@ -133,3 +133,17 @@ def _libc():
         return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     except OSError:
         return None
+
+
+def require_free_memory(need: int, what: str, fix: str) -> None:
+    """Refuse in one line, before anything is allocated, ``need`` bytes for ``what`` that exceed the memory this
+    machine has free (as a size's parameters are, :meth:`~learngene.vit.spec.ViTSpec.require_memory`); ``fix`` says
+    what to choose instead."""
+    from .errors import SpecError
+    from .vit.spec import available_memory
+
+    free = available_memory()
+    if free is not None and need > free:
+        raise SpecError(
+            f"{what} needs {need / 2**30:,.1f} GiB but this machine has {free / 2**30:,.1f} GiB free; {fix}"
+        )

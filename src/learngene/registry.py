@@ -14,13 +14,16 @@ function named by the entry point), loaded once, when a registry is first read.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.metadata
+import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import ArgumentTypeError, GeneFormatError, LearngeneError
+from .errors import ArgumentTypeError, DataError, GeneFormatError, LearngeneError
 
 if TYPE_CHECKING:
     from .data import Data
@@ -32,7 +35,11 @@ _METHODS: dict[str, type[Method]] = {}
 
 
 def register_method(cls: type[Method]) -> type[Method]:
-    """Class decorator: make a method discoverable by its ``name`` (CLI, benchmark, gene expansion)."""
+    """Class decorator: make a method discoverable by its ``name`` (CLI, benchmark, gene expansion).
+
+    Refused in one line: a class that is not a Method subclass with a name, a name another class holds, and a
+    ``Config`` option declared without the steps that read it (``option(..., phase=...)``): expansion could not
+    tell whether it applies, and would record it as applied."""
     # a Method subclass by its parts (the registry is a leaf: it imports no method module, method.py included)
     parts = ("condense", "expand", "Config")
     if (
@@ -43,8 +50,20 @@ def register_method(cls: type[Method]) -> type[Method]:
         raise ArgumentTypeError(
             f"register_method takes a Method subclass with a name, got {cls!r}; subclass learngene.Method"
         )
-    if cls.name in _METHODS and _METHODS[cls.name] is not cls:
-        raise ValueError(f"method {cls.name!r} is registered twice")
+    taken = _METHODS.get(cls.name)
+    if taken is not None and taken is not cls:
+        raise LearngeneError(
+            f"method name {cls.name!r} is taken by {taken.__module__}.{taken.__qualname__}; give "
+            f"{cls.__module__}.{cls.__qualname__} another name"
+        )
+    if not dataclasses.is_dataclass(cls.Config):
+        raise LearngeneError(f"method {cls.name}: its Config must be a dataclass of option(...) fields")
+    unphased = [f.name for f in dataclasses.fields(cls.Config) if not f.metadata.get("phase")]
+    if unphased:
+        raise LearngeneError(
+            f"method {cls.name}: option {unphased[0]!r} declares no phase; declare the steps that read it, "
+            f"e.g. option(default, phase=EXPAND) (learngene.validate)"
+        )
     _METHODS[cls.name] = cls
     return cls
 
@@ -55,10 +74,7 @@ def _load_builtin_methods() -> None:
     if not _loaded.get(METHOD_GROUP):
         _loaded[METHOD_GROUP] = True
         for entry in _entry_points(METHOD_GROUP):
-            obj = _load_entry(entry, METHOD_GROUP)
-            name = getattr(obj, "name", None)
-            if isinstance(obj, type) and name and name not in _METHODS:
-                register_method(obj)
+            _load_plugin_method(entry)
 
 
 def get_method(name: str) -> type[Method]:
@@ -68,6 +84,9 @@ def get_method(name: str) -> type[Method]:
     try:
         return _METHODS[name]
     except KeyError:
+        problem = _PROBLEMS.get((METHOD_GROUP, name))
+        if problem is not None:
+            raise LearngeneError(problem) from None
         raise GeneFormatError(
             f"unknown method {name!r}; this version of learngene knows: {', '.join(list_methods())} "
             f"(a gene made by a newer version needs an upgrade of learngene)"
@@ -93,13 +112,15 @@ class DataSource:
     ``argument`` set, its prefix before ``:`` (``folder:PATH``); ``streams`` sources decode images in
     DataLoader workers and so can take per-image augmentation (``--aug deit``). ``load`` is the function
     ``(argument, LoadRequest) -> Data``, or its ``"module:function"`` name, imported when the source loads;
-    ``help`` is its one line in ``--data``'s help."""
+    ``help`` is its one line in ``--data``'s help. ``package`` names the installed package that brought it
+    (its entry point), empty for learngene's own."""
 
     name: str
     load: Callable[[str, Any], Data] | str
     argument: str = ""
     streams: bool = False
     help: str = ""
+    package: str = ""
 
     @property
     def usage(self) -> str:
@@ -110,6 +131,24 @@ class DataSource:
             return self.load
         module, _, attr = self.load.partition(":")
         return getattr(importlib.import_module(module), attr)
+
+    def read(self, argument: str, request: Any) -> Data:
+        """The data the loader gives for ``argument`` and ``request``. A plugin's loader that cannot be imported,
+        raises anything but a :class:`LearngeneError`, or gives no data is one line naming its package."""
+        if not self.package:
+            return self.loader()(argument, request)
+        try:
+            data = self.loader()(argument, request)
+        except LearngeneError:
+            raise
+        except (Exception, SystemExit) as exc:  # noqa: BLE001  a plugin's failure: say whose, not a traceback
+            raise DataError(self._broken(f"failed ({_summary(exc)})")) from None
+        if not (hasattr(data, "get_batch") and hasattr(data, "__len__")):  # by its parts: the registry is a leaf
+            raise DataError(self._broken(f"gave {type(data).__name__}, not learngene data (ImageData, FolderData)"))
+        return data
+
+    def _broken(self, what: str) -> str:
+        return f"data source {self.name!r} of package {self.package} {what}; fix or uninstall {self.package}"
 
 
 DATA_SOURCES: dict[str, DataSource] = {}
@@ -122,14 +161,46 @@ def register_source(source: DataSource) -> DataSource:
 
 
 def list_sources() -> dict[str, DataSource]:
-    """Every registered data source by name, those of installed packages' entry points included."""
+    """Every registered data source by name, those of installed packages' entry points included (one that cannot
+    be loaded is left out, and named in one line on stderr: :func:`plugin_problems`)."""
     if not _loaded.get(DATA_SOURCE_GROUP):
         _loaded[DATA_SOURCE_GROUP] = True
         for entry in _entry_points(DATA_SOURCE_GROUP):
-            obj = _load_entry(entry, DATA_SOURCE_GROUP)
-            if obj is not None and entry.name not in DATA_SOURCES:
-                register_source(obj if isinstance(obj, DataSource) else DataSource(entry.name, obj))
+            if not _name_taken(entry) and entry.name not in DATA_SOURCES:
+                _load_plugin_source(entry)
     return DATA_SOURCES
+
+
+def find_data_source(name: str) -> DataSource | None:
+    """The source registered as ``name``; an installed package's is loaded now (alone: a broken other plugin is
+    never imported), and one that cannot be is a one-line error naming its package. None: no such source."""
+    for entry in _entry_points(DATA_SOURCE_GROUP):
+        if entry.name == name and not _name_taken(entry) and name not in DATA_SOURCES:
+            _load_plugin_source(entry)
+    if name not in DATA_SOURCES and (DATA_SOURCE_GROUP, name) in _PROBLEMS:
+        raise DataError(_PROBLEMS[(DATA_SOURCE_GROUP, name)])
+    return DATA_SOURCES.get(name)
+
+
+def source_usages() -> list[tuple[str, str]]:
+    """``(usage, help)`` of every data source, for ``--data``'s help and the unknown-name error, without importing
+    any plugin's code: an installed package's source is named by its entry point, with its package, until loaded."""
+    shown = [(s.usage, s.help) for s in DATA_SOURCES.values()]
+    for entry in _entry_points(DATA_SOURCE_GROUP):
+        if not _name_taken(entry) and entry.name not in DATA_SOURCES:
+            shown.append((entry.name, f"from package {_package(entry)}"))
+    return shown
+
+
+def _name_taken(entry: importlib.metadata.EntryPoint) -> bool:
+    """Whether another source holds the entry point's name (learngene's own, or another package's): then it is
+    never loaded, and the clash is named in one line (:func:`_problem`)."""
+    holder = DATA_SOURCES.get(entry.name)
+    if holder is None or holder.package == _package(entry):
+        return False
+    whose = f"package {holder.package}'s" if holder.package else "learngene's own"
+    _problem(entry, DATA_SOURCE_GROUP, f"takes the name of {whose} data source", "rename it")
+    return True
 
 
 for _source in (
@@ -160,21 +231,87 @@ for _source in (
     register_source(_source)
 
 
-# ---- plugins ----------------------------------------------------------------------------------------------
+# ---- plugins: entry points of other installed packages ---------------------------------------------------
+# A plugin that fails to import, exits, raises or clashes with a registered name is left out and named in one line
+# (which package, which entry point, what to do): printed once on stderr, and raised where its name is asked for.
 _loaded: dict[str, bool] = {}
+_PROBLEMS: dict[tuple[str, str], str] = {}
+_FAILED = object()
+
+
+def plugin_problems() -> list[str]:
+    """One line per entry point of an installed package that learngene could not use (every group loaded first)."""
+    list_methods()
+    list_sources()
+    return list(_PROBLEMS.values())
 
 
 def _entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
     return sorted(importlib.metadata.entry_points(group=group), key=lambda e: e.name)
 
 
+def _package(entry: importlib.metadata.EntryPoint) -> str:
+    dist = entry.dist
+    return f"{dist.name} {dist.version}" if dist is not None else entry.value.partition(":")[0]
+
+
+def _summary(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:160]}" if text else type(exc).__name__
+
+
+def _problem(entry: importlib.metadata.EntryPoint, group: str, what: str, fix: str) -> None:
+    """Record (and say once, on stderr) that ``entry`` cannot be used: ``what`` happened, ``fix`` in its package."""
+    package = _package(entry)
+    name = package.split(" ")[0]
+    line = (
+        f"the {group} entry point {entry.name!r} ({entry.value}) of package {package} {what}; {fix} in {name}, "
+        f"or uninstall it (pip uninstall {name}): learngene works without it"
+    )
+    if (group, entry.name) not in _PROBLEMS:
+        _PROBLEMS[(group, entry.name)] = line
+        print(f"learngene: warning: {line}", file=sys.stderr)
+
+
 def _load_entry(entry: importlib.metadata.EntryPoint, group: str) -> Any:
-    """The object an entry point names; one that fails to import is refused in one line naming its package."""
+    """The object an entry point names; :data:`_FAILED` (and the problem said) when importing it fails or exits."""
     try:
         return entry.load()
-    except Exception as exc:  # noqa: BLE001  a broken plugin: say which, rather than a traceback
-        package = entry.dist.name if entry.dist is not None else entry.value
-        raise LearngeneError(
-            f"the {group} entry point {entry.name!r} of package {package} fails to load ({type(exc).__name__}: "
-            f"{exc}); fix or uninstall that package"
-        ) from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001  a broken plugin: say which, rather than a traceback
+        what = f"exits when imported (sys.exit({exc.code!r}))" if isinstance(exc, SystemExit) else "fails to load"
+        _problem(entry, group, what if isinstance(exc, SystemExit) else f"{what} ({_summary(exc)})", "fix the import")
+        return _FAILED
+
+
+def _load_plugin_method(entry: importlib.metadata.EntryPoint) -> None:
+    """Register the method an entry point names (a ``Method`` subclass, or a module whose import registers some)."""
+    before = set(_METHODS)
+    obj = _load_entry(entry, METHOD_GROUP)
+    if obj is _FAILED:
+        return
+    if isinstance(obj, types.ModuleType):
+        if set(_METHODS) == before:
+            _problem(entry, METHOD_GROUP, "registers no method", "decorate its Method with @register_method")
+        return
+    try:
+        register_method(obj)
+    except LearngeneError as exc:
+        _problem(entry, METHOD_GROUP, f"is refused ({exc})", "fix the method")
+
+
+def _load_plugin_source(entry: importlib.metadata.EntryPoint) -> None:
+    """Register the data source an entry point names: a :class:`DataSource` of the entry point's name, or a loader."""
+    obj = _load_entry(entry, DATA_SOURCE_GROUP)
+    if obj is _FAILED:
+        return
+    if isinstance(obj, DataSource):
+        if obj.name != entry.name:
+            _problem(entry, DATA_SOURCE_GROUP, f"gives a source named {obj.name!r}", "name the entry point as it")
+            return
+        register_source(dataclasses.replace(obj, package=_package(entry)))
+    elif callable(obj):
+        register_source(DataSource(entry.name, obj, package=_package(entry)))
+    else:
+        _problem(
+            entry, DATA_SOURCE_GROUP, f"names a {type(obj).__name__}", "point it to a DataSource or a loader function"
+        )

@@ -77,21 +77,30 @@ def release_run_dirs(failed: bool = False, resumable: str | None = None) -> None
 
     ``failed``: the command failed; a run directory that holds no ``resumable`` file (a checkpoint) is then
     put back as it was: the files this run added (its log, its lock) are removed, and the directory too if
-    this run made it and it is left empty. A failed run writes nothing, as every other failed output.
+    this run made it and it is left empty. A failed run writes nothing, as every other failed output: one that
+    added nothing but its lock (e.g. a resume refused before it began) takes its lock away too.
     """
     while _held_locks:
         held = _held_locks.popitem()[1]
         held.lock.release()
         if failed and not (resumable and (held.path / resumable).exists()):
             _undo_run_dir(held.path, held.created, held.before)
+        elif failed and _added(held.path, held.before) == {RUN_LOCK}:
+            with contextlib.suppress(OSError):
+                (held.path / RUN_LOCK).unlink()
+
+
+def _added(path: Path, before: frozenset[str]) -> set[str]:
+    """The names in ``path`` that were not there when it held ``before``."""
+    try:
+        return set(os.listdir(path)) - before
+    except OSError:
+        return set()
 
 
 def _undo_run_dir(path: Path, created: bool, before: frozenset[str]) -> None:
     """Remove what was added to ``path`` since it held ``before``, and ``path`` itself if ``created`` and empty."""
-    try:
-        added = set(os.listdir(path)) - before
-    except OSError:
-        added = set()
+    added = _added(path, before)
     for name in added:
         with contextlib.suppress(OSError):
             (path / name).unlink(missing_ok=True)

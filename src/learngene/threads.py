@@ -4,7 +4,9 @@ torch's own default is one thread per core it sees, whatever else runs. On a sha
 choice: on a busy 2-core machine (1-minute load 7), 2 threads took 10x the CPU-seconds of 1 thread for the same
 training (``benchmarks/threads.py``; threads spin waiting for a core that another process holds). The default here is the cores this process may use
 (its CPU affinity), less the cores other processes keep busy (:func:`machine_load`), at least 1;
-``OMP_NUM_THREADS``, when set, wins over it, and ``--threads N`` / :func:`set_threads` over both.
+``OMP_NUM_THREADS``, when set, wins over it, and ``--threads N`` / :func:`set_threads` over both. Both are held to
+one range, 1 to the usable CPUs (:func:`check_threads`), and the command line checks them before torch loads
+(:func:`prepare_environment`), so a value libgomp cannot use never reaches it.
 ``benchmarks/threads.py`` measures the default against 1 and N threads side by side.
 
 This module imports no torch until :func:`set_threads` applies a number.
@@ -19,8 +21,8 @@ import time
 from .errors import LearngeneError, setting
 
 THREADS_HELP = (
-    "CPU threads torch computes with (default: $OMP_NUM_THREADS if set, else the CPUs this process may use less "
-    "those other processes keep busy, at least 1)"
+    "CPU threads torch computes with, 1 to the CPUs this process may use (default: $OMP_NUM_THREADS if set, else "
+    "the CPUs this process may use less those other processes keep busy, at least 1)"
 )
 
 
@@ -84,19 +86,43 @@ def _load_at_start() -> float:
     return machine_load()
 
 
+def check_threads(
+    value: int, shown: str, fix: str = "give a number in that range, or leave it out for the default"
+) -> int:
+    """``value`` if it is a thread count this process can use: 1 to :func:`usable_cpus` (more threads than CPUs
+    only wait for each other, and a count past what the system can start fails deep inside torch or libgomp).
+    ``shown`` names the setting in the one-line error (``--threads``, ``OMP_NUM_THREADS='8'``), ``fix`` says
+    what to do."""
+    cpus = usable_cpus()
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= cpus:
+        raise LearngeneError(
+            f"{shown} must be a whole number from 1 to {cpus} (the CPUs this process may use), got {value!r}; {fix}"
+        )
+    return value
+
+
 def _env_threads() -> int | None:
     text = os.environ.get("OMP_NUM_THREADS", "").strip()
     if not text:
         return None
+    shown = f"OMP_NUM_THREADS={text!r}"
     try:
         value = int(text.split(",")[0])  # OpenMP allows a list per nesting level: the first is ours
     except ValueError:
-        raise LearngeneError(
-            f"OMP_NUM_THREADS={text!r} is not a whole number; set it to a number of threads or unset it"
-        ) from None
-    if value < 1:
-        raise LearngeneError(f"OMP_NUM_THREADS={text!r} must be at least 1; set it to a number of threads or unset it")
-    return value
+        raise LearngeneError(f"{shown} is not a whole number; set it to a number of threads or unset it") from None
+    return check_threads(value, shown, "set it to a number in that range, or unset it")
+
+
+def prepare_environment(threads: int | None) -> None:
+    """Before torch is imported (libgomp reads ``OMP_NUM_THREADS`` once, when torch loads, and warns about a value
+    it cannot use): ``threads`` (``--threads``), when given, becomes ``OMP_NUM_THREADS`` for this process and the
+    processes it starts; else a set ``OMP_NUM_THREADS`` is checked (:func:`check_threads`), refused in one line
+    before anything reads it, and left as that one number (a blank one unset)."""
+    value = check_threads(threads, setting("threads", "--threads")) if threads is not None else _env_threads()
+    if value is None:
+        os.environ.pop("OMP_NUM_THREADS", None)
+    else:
+        os.environ["OMP_NUM_THREADS"] = str(value)
 
 
 def default_threads(cpus: int | None = None, load: float | None = None) -> int:
@@ -113,11 +139,7 @@ def default_threads(cpus: int | None = None, load: float | None = None) -> int:
 
 def set_threads(threads: int | None = None) -> int:
     """Make torch compute with ``threads`` CPU threads (None: :func:`default_threads`); returns the number."""
-    if threads is None:
-        threads = default_threads()
-    elif isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        name = setting("threads", "--threads")
-        raise LearngeneError(f"{name} must be a whole number of threads, at least 1; got {threads!r}")
+    threads = default_threads() if threads is None else check_threads(threads, setting("threads", "--threads"))
     import torch
 
     torch.set_num_threads(threads)

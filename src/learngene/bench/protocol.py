@@ -42,7 +42,7 @@ import torch
 from ..ancestry import ancestry_preprocessing, feed_size, load_ancestry
 from ..data import Data, ImageData, class_subset, few_shot, load_dataset, take
 from ..descendant import make_descendant, top_up_state
-from ..errors import LearngeneError
+from ..errors import LearngeneError, PlaceError
 from ..formats.atomic import quote, write_text_atomic
 from ..formats.hub import is_hub_name
 from ..formats.model_file import load_model_file, save_model
@@ -814,6 +814,8 @@ class BenchRun:
                     with self._stage(work_done, f"condense {name}", f"{up.name}/condense/{name}"):
                         data = self.condense_data(name, upstream)
                         genes[name] = self.gene(name, ancestry, data, upstream_eval, up.condense_epochs)
+                except PlaceError:  # a full or read-only disk: every later stage would fail too
+                    raise
                 except LearngeneError as exc:  # recorded as n/a in every cell of the method
                     genes[name] = exc
                 except Busy:  # another worker condenses it: its cells wait, this worker takes the others
@@ -864,6 +866,8 @@ class BenchRun:
                             f"{up.name}/adapt/{name}/{spec.short()}/{seed}",
                         ):
                             init, init_key, adapt_s = self.initial_gene(gene, gene_key, spec, seed, upstream)
+                    except PlaceError:
+                        raise
                     except LearngeneError as exc:
                         init, init_key, adapt_s, why = None, "", 0.0, str(exc)
                     except Busy:  # another worker adapts it: this size and seed of the method waits
@@ -894,6 +898,8 @@ class BenchRun:
                                         work, f"fine-tune {td.task.name} {row.label} {spec.short()} seed {seed}", unit
                                     ):
                                         rows.append(self.cell(row, init, init_key, spec, td, variant))
+                                except PlaceError:
+                                    raise
                                 except LearngeneError as exc:
                                     rows.append(dataclasses.replace(row, note=str(exc)))
                                 except Busy:  # another worker fine-tunes it

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import LearngeneError, called_from_cli
-from ..threads import set_threads
+from ..threads import prepare_environment, set_threads
 from .parser import EXIT_USAGE, build_parser
 
 # commands that write many files without rank-0 guards, or only print: refused under torchrun
@@ -47,6 +47,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_USAGE
     called_from_cli(True)  # errors name flags (--overwrite), not Python arguments
+    try:
+        prepare_environment(getattr(args, "threads", None))  # before torch loads: libgomp reads it then
+    except LearngeneError as exc:  # printed here: the usual path (_fail) imports torch
+        print(f"learngene {args.command}: error: {exc}", file=sys.stderr)
+        called_from_cli(False)
+        return EXIT_USAGE
     try:
         return _run(args, entry_point=argv_given is None)
     except KeyboardInterrupt:  # before the handlers are in place (importing torch) or after they are restored

@@ -17,7 +17,7 @@ from typing import Any
 
 from .._version import __version__
 from ..bench.descriptions import QUICK_DEMO_TIME, profiles_help
-from ..threads import THREADS_HELP
+from ..threads import THREADS_HELP, check_threads
 from ..training.config import (
     COMMON,
     DISTILL,
@@ -113,10 +113,11 @@ class _LazyText(str):
 
 
 def _data_help() -> str:
-    """Every registered data source (entry points of installed packages too) with its help line; no torch."""
-    from ..registry import list_sources
+    """Every registered data source (entry points of installed packages too, named without importing them) with its
+    help line; no torch."""
+    from ..registry import source_usages
 
-    return "; ".join(f"{s.usage}" + (f" ({s.help})" if s.help else "") for s in list_sources().values())
+    return "; ".join(usage + (f" ({text})" if text else "") for usage, text in source_usages())
 
 
 # ---- shared argument groups ---------------------------------------------------------------------------
@@ -263,10 +264,12 @@ def add_distill_args(
 
 
 def _threads(text: str) -> int:
-    value = _integer(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--threads must be at least 1, got {text}")
-    return value
+    from ..errors import LearngeneError
+
+    try:
+        return check_threads(_integer(text), "--threads")
+    except LearngeneError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_threads(p: argparse.ArgumentParser) -> None:

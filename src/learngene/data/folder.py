@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..environment import env_number
 from ..errors import DataError
 from ..formats.preprocessing import PREPROCESSING_KEYS, check_preprocessing
 from ..vit.naflex import image_input
@@ -110,9 +111,11 @@ class FolderData(torch.utils.data.Dataset):
         name: str,
         augment: str = "none",
         workers: int = 0,
+        refuse_colour: bool = False,
     ):
         self.samples, self.classes = list(samples), list(classes)
         self.preprocessing, self.name, self.augment, self.workers = dict(preprocessing), name, augment, workers
+        self.refuse_colour = refuse_colour  # a colour image read as grey is an error, not converted
         self.transform = folder_transforms(self.preprocessing, augment)
         self.labels = torch.tensor([y for _, y in self.samples], dtype=torch.long)
         self.soft_targets = None
@@ -150,7 +153,9 @@ class FolderData(torch.utils.data.Dataset):
 
     def subset(self, indices: Sequence[int] | Tensor, name: str | None = None) -> FolderData:
         picked = [self.samples[int(i)] for i in torch.as_tensor(indices, dtype=torch.long)]
-        return FolderData(picked, self.classes, self.preprocessing, name or self.name, self.augment, self.workers)
+        return FolderData(
+            picked, self.classes, self.preprocessing, name or self.name, self.augment, self.workers, self.refuse_colour
+        )
 
     def __getitem__(self, item: tuple[int, int] | int):
         index, seed = item if isinstance(item, tuple) else (item, index_seed(0, 0, item))
@@ -166,7 +171,7 @@ class FolderData(torch.utils.data.Dataset):
 
     def open_image(self, index: int, mode: str):
         """Image ``index`` decoded as a PIL image of ``mode`` (a subclass reads it from elsewhere than a file)."""
-        return _open_image(self.samples[index][0], mode)
+        return _open_image(self.samples[index][0], mode, self.refuse_colour)
 
     def get_batch(self, indices: Tensor) -> tuple[Tensor, Tensor, None]:
         batch = _Collate(self.in_chans, self.img_size)([self[int(i)] for i in indices])
@@ -216,7 +221,7 @@ def default_workers() -> int:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         cpus = os.cpu_count() or 1
-    per_process = cpus // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    per_process = cpus // int(env_number("LOCAL_WORLD_SIZE", 1, at_least=1))
     return max(0, min(8, per_process - 1))
 
 
@@ -304,7 +309,7 @@ def image_folder(
             "use --augment (flips and shifts)"
         )
     pre = preprocessing_cfg(preprocessing or default_preprocessing(in_chans), img_size, in_chans)
-    samples, found = _folder_samples(root)
+    samples, found, modes = _folder_samples(root)
     if classes is not None and list(classes) != found:
         extra, lacking = sorted(set(found) - set(classes)), sorted(set(classes) - set(found))
         raise DataError(
@@ -313,14 +318,18 @@ def image_folder(
             + (f" ({_some(lacking)} missing here)" if lacking else "")
             + "; give both splits the same class sub-folders, or their labels would not agree"
         )
-    if keep_colour and in_chans == 1 and _is_colour(samples[0][0]):
+    refuse_colour = keep_colour and in_chans == 1
+    # before anything trains, the first image of every colour mode (a folder may mix grey and colour files); the
+    # others are judged as they are read
+    firsts = {mode: path for (path, _), mode in reversed(list(zip(samples, modes))) if mode not in GREY_MODES}
+    if refuse_colour and any(_is_colour(path) for path in firsts.values()):
         raise colour_for_grey_model(f"folder:{root}")
     name = f"folder:{root.name}"
     if not in_memory:
-        return FolderData(samples, found, pre, name, augment, workers)
+        return FolderData(samples, found, pre, name, augment, workers, refuse_colour)
     to_uint8 = folder_transforms(pre, to_uint8=True)
     mode = {1: "L", 3: "RGB"}[in_chans]
-    images = torch.stack([to_uint8(_open_image(path, mode)) for path, _ in samples])
+    images = torch.stack([to_uint8(_open_image(path, mode, refuse_colour)) for path, _ in samples])
     return ImageData(
         images,
         torch.tensor([y for _, y in samples]),
@@ -368,9 +377,10 @@ def _some(names: Sequence[str], limit: int = 4) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def _folder_samples(root: Path) -> tuple[list[tuple[str, int]], list[str]]:
-    """``(path, class index)`` of every image, classes in sorted order (as torchvision's ImageFolder);
-    one line for the ways a folder fails to be a dataset: no class folders, no images, an empty class, one class."""
+def _folder_samples(root: Path) -> tuple[list[tuple[str, int]], list[str], list[str]]:
+    """``(path, class index)`` of every image, classes in sorted order (as torchvision's ImageFolder), and each
+    image's mode (PIL's, from its header); one line for the ways a folder fails to be a dataset: no class folders,
+    no images, an empty class, one class, a class name holding a line break."""
     from torchvision.datasets.folder import IMG_EXTENSIONS
 
     try:
@@ -379,6 +389,12 @@ def _folder_samples(root: Path) -> tuple[list[tuple[str, int]], list[str]]:
         raise DataError(f"cannot list {root} ({exc.strerror}); check its permissions") from None
     if not classes:
         raise DataError(f"{root} has no class sub-folders; put the images of each class in a sub-folder named after it")
+    broken = next((c for c in classes if not c.isprintable()), None)
+    if broken is not None:  # a class name is a label: reports, model cards and CSVs write one per line
+        raise DataError(
+            f"{root}: class folder {broken!r} holds a line break or another control character; rename it "
+            f"(the folder names are the class names)"
+        )
     per_class = [
         sorted(str(f) for f in (root / c).rglob("*") if f.suffix.lower() in IMG_EXTENSIONS and f.is_file())
         for c in classes
@@ -400,18 +416,16 @@ def _folder_samples(root: Path) -> tuple[list[tuple[str, int]], list[str]]:
             f"least two class sub-folders"
         )
     samples = [(f, c) for c, files in enumerate(per_class) for f in files]
-    _check_headers([f for f, _ in samples])
-    return samples, classes
+    return samples, classes, _check_headers([f for f, _ in samples])
 
 
-def _check_headers(paths: Sequence[str]) -> None:
+def _check_headers(paths: Sequence[str]) -> list[str]:
     """Open every image's header (not its pixels): a file that is no image, or a decompression bomb, fails
-    before training starts rather than hours into it. Threads, since this waits on the disk."""
+    before training starts rather than hours into it; returns their modes. Threads, since this waits on the disk."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=8) as pool:
-        for _ in pool.map(lambda p: _open_image(p, None), paths, chunksize=256):
-            pass
+        return list(pool.map(lambda p: _open_image(p, None), paths, chunksize=256))
 
 
 def _is_colour(path: str) -> bool:
@@ -425,9 +439,13 @@ def is_colour(image) -> bool:
     return bool(np.abs(rgb - rgb[..., :1]).max() > 8)
 
 
-def _open_image(path: str, mode: str | None):
-    """Decode one image (``mode`` None: only its header); unreadable files and decompression bombs (PIL's
-    pixel limit) fail in one line."""
+GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")  # PIL's modes of one channel (and alpha): never colour
+
+
+def _open_image(path: str, mode: str | None, refuse_colour: bool = False):
+    """Decode one image into ``mode`` (None: only its header, and return its mode); unreadable files and
+    decompression bombs (PIL's pixel limit) fail in one line, and so does a colour image read as grey
+    (``mode`` "L") with ``refuse_colour``."""
     import warnings
 
     from PIL import Image
@@ -436,7 +454,11 @@ def _open_image(path: str, mode: str | None):
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(path) as img:
-                return img.convert(mode) if mode else None
+                if mode is None:
+                    return img.mode
+                if refuse_colour and mode == "L" and img.mode not in GREY_MODES and is_colour(img):
+                    raise colour_for_grey_model(f"image {path}")
+                return img.convert(mode)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         raise DataError(
             f"image {path} has more pixels than PIL decodes safely ({Image.MAX_IMAGE_PIXELS:,}): a "

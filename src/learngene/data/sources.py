@@ -19,7 +19,14 @@ import torch
 
 from ..errors import DataError
 from ..formats.atomic import atomic_path, quote
-from ..registry import DATA_SOURCES, DataSource, list_sources, register_source  # noqa: F401  (re-exported)
+from ..registry import (  # noqa: F401  (re-exported)
+    DATA_SOURCES,
+    DataSource,
+    find_data_source,
+    list_sources,
+    register_source,
+    source_usages,
+)
 from .augment import AUGMENTATIONS
 from .folder import FolderData, image_folder
 from .images import Data, ImageData, colour_for_grey_model, convert_channels, resize
@@ -48,10 +55,13 @@ def cache_dir() -> Path:
 
 def _find_fashion_mnist(data_dir: str | os.PathLike | None) -> Path:
     # a folder the user named is the only place looked in: falling back elsewhere would hide a typo
+    env = os.environ.get("LEARNGENE_DATA", "").strip()
+    if data_dir is None and env and not Path(env).is_dir():  # as for --data-dir: a typo must not fall back silently
+        raise DataError(f"LEARNGENE_DATA={env!r} is not a folder; set it to the folder with the data, or unset it")
     if data_dir is not None:
         candidates = [Path(data_dir)]
     else:
-        candidates = [Path(p) for p in (os.environ.get("LEARNGENE_DATA"),) if p] + [DEBIAN_FASHION_MNIST]
+        candidates = [Path(p) for p in (env,) if p] + [DEBIAN_FASHION_MNIST]
     for base in candidates:
         for folder in (base, base / "fashion-mnist", base / "FashionMNIST" / "raw"):
             if all((folder / f).exists() or (folder / f"{f}.gz").exists() for f in FASHION_MNIST_FILES):
@@ -260,10 +270,9 @@ class LoadRequest:
 def find_source(name: str) -> tuple[DataSource, str]:
     """The source a ``--data`` value names, and its argument (the part after ``:``, empty for none)."""
     prefix, sep, argument = name.partition(":")
-    sources = list_sources()
-    source = sources.get(prefix)
+    source = find_data_source(prefix)
     if source is None or bool(sep) != bool(source.argument):
-        raise DataError(f"unknown dataset {name!r}; use one of {', '.join(s.usage for s in sources.values())}")
+        raise DataError(f"unknown dataset {name!r}; use one of {', '.join(usage for usage, _ in source_usages())}")
     return source, argument
 
 
@@ -333,7 +342,7 @@ def load_dataset(
         )
     if workers < 0:
         raise DataError(f"--workers must be 0 (decode in the main process) or more, got {workers}")
-    data = source.loader()(
+    data = source.read(
         argument, LoadRequest(split, img_size, data_dir, in_chans, preprocessing, augment, workers, classes)
     )
     if in_chans is not None and isinstance(data, ImageData):

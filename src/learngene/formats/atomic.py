@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from .._version import __version__
-from ..errors import LearngeneError, setting
+from ..errors import LearngeneError, PlaceError, setting
 
 
 def OVERWRITE() -> str:  # noqa: N802  (reads as the setting it names)
@@ -163,13 +163,13 @@ def atomic_path(path: str | os.PathLike, overwrite: bool) -> Iterator[Path]:
     the disk (fsync) before the rename, and the rename itself is made durable by syncing the directory.
     Without ``overwrite`` the output is created exclusively: the temporary file is hard-linked to
     ``path``, which fails if ``path`` exists, so of two writers racing for one name only one succeeds.
-    A full or read-only disk raises a one-line :class:`LearngeneError`; the old file is left intact.
+    A full or read-only disk raises a one-line :class:`~learngene.errors.PlaceError`; the old file is left intact.
     """
     path = check_output_path(path, overwrite)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:TEMP_NAME_CHARS]}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise LearngeneError(f"cannot write {os_error_message(exc, path)}") from None
+        raise PlaceError(f"cannot write {os_error_message(exc, path)}") from None
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -187,7 +187,7 @@ def atomic_path(path: str | os.PathLike, overwrite: bool) -> Iterator[Path]:
     except OSError as exc:
         if exc.errno not in _PLACE_ERRNOS:
             raise
-        raise LearngeneError(f"cannot write {os_error_message(exc, path)}") from None
+        raise PlaceError(f"cannot write {os_error_message(exc, path)}") from None
     finally:
         tmp_path.unlink(missing_ok=True)
 

@@ -68,7 +68,7 @@ import torch
 from torch import Tensor, nn
 
 from ..auxnet import AuxConfig, AuxNetMethod, condense_through_aux, is_headless, resolve_aux_spec
-from ..errors import LearngeneError
+from ..errors import GeneFormatError, LearngeneError
 from ..errors import setting as by_caller
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, ExpandOutput, OutputModel, Paper
@@ -104,6 +104,18 @@ class PoolConfig(AuxConfig):
         "(theirs: 50); 0: off",
         at_least=0,
     )
+
+    def __post_init__(self) -> None:
+        # an option of the other design would change nothing, yet be recorded: refused when the method is made
+        others = {"equal_width": ("widths", "instance_depth", "joint_epochs"), "authors": ("instance_depths",)}
+        for name in others.get(self.design, ()):
+            value = getattr(self, name)  # a negative count is left to the range check that follows
+            if value != PoolConfig.__dataclass_fields__[name].default and not (isinstance(value, int) and value < 0):
+                other = "authors" if self.design == "equal_width" else "equal_width"
+                raise LearngeneError(
+                    f"pool option {name} applies to design={other}, not {self.design}; leave it out, or pass "
+                    f"{option_assignment('design', other)}"
+                )
 
 
 def instance_key(index: int, key: str) -> str:
@@ -587,10 +599,29 @@ def stitched_descendant(
     state = {f"front.{k}": v for k, v in instance_state(gene, front).items()}
     state.update({f"end.{k}": v for k, v in instance_state(gene, end).items()})
     layer = layers[(cut_front, cut_end)]
-    state.update({f"stitch.{p}": gene.tensors[stitch_key(front, end, layer, p)] for p in ("weight", "bias")})
+    for p in ("weight", "bias"):
+        key = stitch_key(front, end, layer, p)
+        if key in gene.tensors:
+            state[f"stitch.{p}"] = gene.tensors[key]
     own = model.state_dict()
-    missing = [k for k in own if k not in state]
-    if any(not k.startswith(("front.head", "end.head")) for k in missing):  # a headless ancestry: a fresh head
-        raise LearngeneError(f"this pool gene lacks {missing[0]}; create it again with `learngene condense`")
+    # a headless ancestry's instances have no head: the descendant keeps a fresh one
+    missing = [k for k in own if k not in state and not k.startswith(("front.head", "end.head"))]
+    wrong = [k for k in own if k in state and state[k].shape != own[k].shape]
+    if missing or wrong:
+        part, _, rest = missing[0].partition(".") if missing else ("", "", "")
+        named = {"front": instance_key(front, rest), "end": instance_key(end, rest)}
+        what = (
+            f"lacks {named.get(part) or stitch_key(front, end, layer, rest)}"
+            if missing
+            else f"holds {wrong[0]} of shape {tuple(state[wrong[0]].shape)} where its header's options "
+            f"({_design_text(gene)}) give {tuple(own[wrong[0]].shape)}"
+        )
+        raise GeneFormatError(
+            f"this pool gene {what}: its header does not match its tensors; create it again with `learngene condense`"
+        )
     model.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
     return model
+
+
+def _design_text(gene: Learngene) -> str:
+    return ", ".join(f"{k}={gene.config.get(k)!r}" for k in ("widths", "instance_depth") if k in gene.config)

@@ -69,6 +69,7 @@ classes, else its pooled embedding by cosine through a learned projection (as
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -82,11 +83,12 @@ from torch.func import functional_call
 
 from ..errors import LearngeneError
 from ..gene import Learngene
+from ..memory import require_free_memory
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..training.distill import PooledFeatures, cache_teacher_outputs
 from ..training.loop import distill_loss, predict_logits, resolve_device, step_draw, train
-from ..validate import CONDENSE, EXPAND, option, option_assignment
+from ..validate import CONDENSE, EXPAND, limits_of, option, option_assignment, out_of_range
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import BLOCK_TENSORS, MLP, MSA, WRITER
 
@@ -522,6 +524,20 @@ class TALConfig:
     )
     seed: int = option(0, phase=EXPAND, help="seeds the random class row of a predicted position embedding")
 
+    def __post_init__(self) -> None:
+        # spans two options, so checked here, when the method is made (before any data loads); a value out of its
+        # own range is left to the range check that follows (Method.__init__), which names that range
+        fields = {f.name: f for f in dataclasses.fields(self)}
+        own = all(
+            isinstance(getattr(self, n), int) and not out_of_range(getattr(self, n), limits_of(fields[n]))
+            for n in ("hid", "heads")
+        )
+        if own and self.hid % self.heads:
+            raise LearngeneError(
+                f"tal option heads ({self.heads}) must divide hid ({self.hid}); "
+                f"pass {option_assignment('heads', 'N')} with N a divisor of {self.hid}"
+            )
+
 
 class _Drawn(nn.Module):
     """What the training loop trains: the hypernetwork, which predicts a ViT of a size drawn at each training step
@@ -608,11 +624,16 @@ def unpredicted(spec: ViTSpec, predicted: dict[str, Tensor]) -> dict[str, Tensor
 def descendant_sizes(ancestry: ViTSpec, min_depth: int) -> list[ViTSpec]:
     """The sizes drawn while condensing: every depth in ``[min_depth, depth]`` × every head count in ``[1, heads]``
     at the ancestry's head width (the ancestry's own size last)."""
+    if min_depth > ancestry.depth:  # a range that starts past its end would draw nothing: refused, not clamped
+        raise LearngeneError(
+            f"tal option min_depth ({min_depth}) is more than the ancestry's {ancestry.depth} layers; "
+            f"pass {option_assignment('min_depth', 'N')} with N at most {ancestry.depth}"
+        )
     head_dim = ancestry.head_dim
     out = [
         ancestry.replace(depth=d, num_heads=h, embed_dim=h * head_dim)
         for h in range(1, ancestry.num_heads + 1)
-        for d in range(min(min_depth, ancestry.depth), ancestry.depth + 1)
+        for d in range(min_depth, ancestry.depth + 1)
     ]
     out.sort(key=lambda s: (s == ancestry, s.embed_dim, s.depth))
     return out
@@ -645,6 +666,17 @@ class TAL(Method):
     # a step runs the hypernetwork over the graph besides the ancestry (the demo at b6feb21, one run on a shared
     # machine: 389 s for its 158 steps, the aux nets' 120-166 s), and the demo's budget leaves it near scratch anyway
     demo_budget = 0.25
+
+    def require_hypernet_memory(self, task_dim: int, num_classes: int) -> None:
+        """Refuse in one line, before it is allocated, a hypernetwork whose training cannot fit in free memory: its
+        fp32 weights, their gradients and AdamW's two moments (counted on ``meta``, which allocates nothing)."""
+        with torch.device("meta"):
+            params = sum(p.numel() for p in HyperNet(self.config, task_dim, num_classes).parameters())
+        require_free_memory(
+            4 * 4 * params,
+            f"training tal's hypernetwork ({params:,} parameters: weights, gradients and AdamW's two moments)",
+            f"choose a smaller {option_assignment('hid', 'N')} (or layers, lora_r, max_ck)",
+        )
 
     def hypernet(self, gene: Learngene) -> HyperNet:
         layout = gene.require_layout()
@@ -680,16 +712,12 @@ class TAL(Method):
         reference = base.replace(img_size=data.img_size, in_chans=data.in_chans)
         if base.num_classes == 0:
             reference = reference.replace(num_classes=data.num_classes)
-        if self.config.hid % self.config.heads:  # (checked here, not with the ranges: hid's own range comes first)
-            raise LearngeneError(
-                f"tal option heads ({self.config.heads}) must divide hid ({self.config.hid}); "
-                f"pass {option_assignment('heads', 'N')} with N a divisor of {self.config.hid}"
-            )
+        sizes = descendant_sizes(reference, self.config.min_depth)
+        self.require_hypernet_memory(base.embed_dim, reference.num_classes)
         task = task_embedding(ancestry, data, cfg)
         torch.manual_seed(cfg.seed)
         ghn = HyperNet(self.config, int(task.shape[0]), reference.num_classes)
         features = cfg.distill_lambda > 0 and base.num_classes == 0
-        sizes = descendant_sizes(reference, self.config.min_depth)
         net = _Drawn(self, ghn, task, sizes, cfg.seed, int(task.shape[0]) if features else None)
         teacher: nn.Module | None = None
         if cfg.distill_lambda > 0:

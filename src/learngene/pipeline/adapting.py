@@ -57,7 +57,7 @@ def adapt(
     loaded, source = (gene, None) if isinstance(gene, Learngene) else (Learngene.load(gene), gene)
     cls = get_method(loaded.method)
     opts = method_options(cls.Config, options)
-    bound = bind_gene(loaded, ADAPT, source=source, method=cls, **opts)
+    bound = bind_gene(loaded, ADAPT, source=source, method=cls, options=opts)
     base = loaded.ancestry
     model_in = size_input(size, base.img_size if base else None, base.in_chans if base else None)
     train, test = load_data(data, *model_in, loaded.preprocessing, cfg.seed)

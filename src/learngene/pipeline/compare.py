@@ -157,6 +157,10 @@ def compare_profile(
     cfg, choices = train_config(train, "compare", **USE_CASE_DEFAULTS["compare"]), choices or CompareChoices()
     shapes = _shapes(ancestry_spec, sizes)
     refs = reference_labels(choices.references)
+    for given, flag in ((choices.classes, "--classes"), (choices.condense_classes, "--condense-classes")):
+        if given is not None and len(set(given)) < 2:  # a classifier of one class (or none) learns nothing
+            said = f"{flag} {','.join(map(str, given))} keeps one class" if given else f"{flag} names no class"
+            raise LearngeneError(f"{said}; give 2 or more class indices, e.g. 0,1,2")
     methods = _compared_methods(choices, refs)
     kd = (Variant(KD, methods=methods, distill_lambda=choices.kd_lambda, upstreams=("",)),)
     # the data-driven methods condense and adapt on condense_classes, else on the compared classes (unless

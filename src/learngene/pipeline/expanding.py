@@ -65,7 +65,7 @@ def expand(
         fix = by_caller("pass size as a ViTSpec or with a preset", "give --preset and/or all size flags")
         raise LearngeneError(f"{where} records no ancestry size; {fix}")
     spec = resolve_spec(size, base=loaded.ancestry)
-    bound = bind_gene(loaded, EXPAND, source=source, method=cls, seed=seed, check=False, **opts)
+    bound = bind_gene(loaded, EXPAND, source=source, method=cls, seed=seed, check=False, options=opts)
     if max_params is not None or max_flops is not None:
         spec = _fit_to_budget(bound, spec, size, max_params, max_flops, say)
     model, provided = make_descendant(bound, spec, seed=seed, top_up=top_up, return_keys=True)

@@ -11,13 +11,13 @@ every process of a run ends with the same exit status.
 from __future__ import annotations
 
 import datetime
-import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
+from ..environment import env_number
 from ..errors import LearngeneError
 
 T = TypeVar("T")
@@ -25,10 +25,7 @@ T = TypeVar("T")
 
 def launched_distributed() -> bool:
     """True in a process started by ``torchrun`` (or anything else that sets ``WORLD_SIZE`` > 1)."""
-    try:
-        return int(os.environ.get("WORLD_SIZE", "1")) > 1
-    except ValueError:
-        return False
+    return env_number("WORLD_SIZE", 1, at_least=1) > 1
 
 
 def init_from_env(device: str = "auto") -> None:
@@ -42,10 +39,11 @@ def init_from_env(device: str = "auto") -> None:
     """
     if not (dist.is_available() and launched_distributed()) or dist.is_initialized():
         return
-    timeout = datetime.timedelta(seconds=float(os.environ.get("LEARNGENE_DIST_TIMEOUT", "1800")))
+    # at most a day: timedelta refuses ~1e9 days, and a collective that waits longer has hung
+    timeout = datetime.timedelta(seconds=env_number("LEARNGENE_DIST_TIMEOUT", 1800, float, at_least=1, at_most=86400))
     use_cuda = torch.cuda.is_available() and device != "cpu"
     if use_cuda:
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        local_rank = int(env_number("LOCAL_RANK", 0, at_least=0))
         if local_rank >= torch.cuda.device_count():
             raise LearngeneError(
                 f"local rank {local_rank} has no GPU ({torch.cuda.device_count()} visible); start at "

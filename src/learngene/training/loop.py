@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ..data import Batch, Batches, BatchMixer, Data, take
-from ..errors import DataError, LearngeneError, require_argument
+from ..errors import ArgumentTypeError, DataError, LearngeneError, require_argument
 from ..errors import setting as by_caller
 from ..formats.atomic import write_text_atomic
 from ..vit.naflex import image_input
@@ -198,6 +198,15 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> 
     return torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr, fused=uses_fused_adamw(cfg, device))
 
 
+def require_data(data: Any, argument: str) -> None:
+    """Refuse, naming ``argument``, something that is not data the loop can batch (before an AttributeError)."""
+    if not (hasattr(data, "get_batch") and hasattr(data, "__len__")):
+        shown = repr(data) if len(repr(data)) <= 40 else repr(data)[:37] + "..."
+        raise ArgumentTypeError(
+            f"{argument} must be image data (learngene.data.load_dataset(...)), got {type(data).__name__} {shown}"
+        )
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
@@ -210,6 +219,10 @@ def evaluate(
     ``desc``, a progress bar of that name while it runs. It runs on ``device`` (the model is moved there, as
     :func:`train` moves it), by default where the model's weights are."""
     require_argument(model, nn.Module, "model", "a torch module (e.g. a timm ViT)")
+    require_data(data, "data")
+    require_argument(batch_size, int, "batch_size", "a whole number of images")
+    if batch_size < 1:
+        raise LearngeneError(f"batch_size must be at least 1, got {batch_size}")
     check_data_fits(model, data)
     device = place(model, device)
     batch_size = inference_batch(model, batch_size, data.img_size, device)
@@ -304,6 +317,19 @@ def require_activation_memory(
             f"width {sizes[1]} needs at least {need / 2**30:,.1f} GiB for its activations, but "
             f"{device.type} has {free / 2**30:,.1f} GiB free; choose a smaller --batch-size or "
             f"--img-size (or a larger --patch-size)"
+        )
+
+
+def require_optimizer_memory(model: nn.Module, device: torch.device) -> None:
+    """Refuse in one line, before the first step allocates them, the fp32 gradients and AdamW's two moments of the
+    trained parameters when they cannot fit beside the weights (already allocated) in the device's free memory."""
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    need, free = 3 * 4 * trained, _free_memory(device)
+    if free is not None and need > free:
+        raise LearngeneError(
+            f"training {trained:,} parameters needs {need / 2**30:,.1f} GiB for their gradients and AdamW's two "
+            f"moments, but {device.type} has {free / 2**30:,.1f} GiB free; choose a smaller model (--depth, "
+            f"--embed-dim)"
         )
 
 
@@ -443,9 +469,16 @@ def train(
             brings its own (:attr:`learngene.training.distill.Distillation.loss`).
     """
     require_argument(model, nn.Module, "model", "a torch module (e.g. a timm ViT)")
+    require_data(train_data, "train_data")
+    if eval_data is not None:
+        require_data(eval_data, "eval_data")
     require_argument(cfg, TrainConfig, "cfg", "a TrainConfig (learngene.TrainConfig(epochs=...))")
     if teacher is not None:
         require_argument(teacher, nn.Module, "teacher", "a torch module or None")
+    if resume and run_dir is None:  # nothing to continue from: training from scratch would not say so
+        raise LearngeneError(
+            by_caller("resume=True continues from run_dir; pass run_dir too", "--resume needs --run-dir")
+        )
     _running_loops[0] += 1
     try:
         result = _train(model, train_data, cfg, eval_data, teacher, run_dir, resume, loss or distill_loss)
@@ -483,6 +516,7 @@ def _prepare(
     if cfg.distill_lambda > 0 and teacher is None and train_data.soft_targets is None:
         raise LearngeneError("distillation (λ > 0) needs a teacher or cached teacher logits")
     require_activation_memory(model, cfg, device, train_data.img_size)
+    require_optimizer_memory(model, device)
     model.to(device)
     set_fused_attention(model, cfg.sdpa)
     if teacher is not None:
