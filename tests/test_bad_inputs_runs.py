@@ -86,7 +86,10 @@ def test_grey_images_saved_as_rgb_are_read_by_a_grey_ancestry(tmp_path):
 
 
 # ---- sizes whose activations cannot fit: refused before allocating -----------------------------------------
-def test_an_image_size_whose_data_cannot_fit_is_refused_before_resizing(capsys, tmp_path):
+def test_an_image_size_whose_data_cannot_fit_is_refused_before_resizing(capsys, tmp_path, monkeypatch):
+    # 32 grey images at the largest size a spec allows (16,384 px) need 32 * 16384**2 * 5 bytes = 40 GiB resized;
+    # the free memory is set to 1 GiB so that the refusal holds on a machine with more memory than that too
+    monkeypatch.setattr("learngene.data.images.available_memory", lambda: 2**30)
     out = tmp_path / "o.safetensors"
     err = one_line_error(
         capsys,
@@ -99,15 +102,15 @@ def test_an_image_size_whose_data_cannot_fit_is_refused_before_resizing(capsys, 
             "--num-heads",
             "2",
             "--img-size",
-            "100000",
+            "16384",
             "--patch-size",
-            "1000",
+            "1024",
             *DATA,
             "-o",
             out,
         ],
     )
-    assert "resized to 100000x100000 px need" in err and "choose a smaller --img-size" in err, err
+    assert "resized to 16384x16384 px need" in err and "choose a smaller --img-size" in err, err
     assert list(tmp_path.iterdir()) == []
 
 

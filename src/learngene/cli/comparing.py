@@ -70,5 +70,5 @@ def choices_from_args(args: argparse.Namespace) -> CompareChoices:
 
 
 def _classes(text: str | None, flag: str) -> tuple[int, ...] | None:
-    """A class-list flag's indices (None: not given, every class)."""
-    return (tuple(parse_classes(text, flag)) or None) if text else None
+    """A class-list flag's indices (None: not given, every class; given but naming none: empty, refused later)."""
+    return tuple(parse_classes(text, flag)) if text is not None else None
