@@ -111,6 +111,19 @@ def test_corrupt_truncated_and_pickled_files_are_refused(tmp_path, tiny_spec):
         Learngene.load(tmp_path / "missing.safetensors")
 
 
+def test_every_tensor_below_an_expansions_graph_counts_as_used():
+    """Saving a gene checks that its expansion uses every tensor, by walking the output's autograd graph on meta. The
+    walk frees the nodes it has passed; with torch 2.11 a freed node's id went to the next one, which the walk then
+    took for visited: 0 of these 20 tensors were found, and every pretrained gene was refused at save."""
+    from learngene.descendant import _graph_leaves
+
+    leaves = {f"t{i}": torch.empty(1, 17, 8, device="meta", requires_grad=True) for i in range(20)}
+    state = {k: torch.cat([v[:, :1], v[:, 1:] * 2], dim=1) for k, v in leaves.items()}  # a position table's split
+    state["as_is"] = leaves["t0"]  # passed through: the tensor itself, no graph
+    assert _graph_leaves(state, leaves) == set(leaves)
+    assert _graph_leaves({"x": leaves["t1"] * 2}, leaves) == {"t1"}
+
+
 def test_registry_lists_the_baselines():
     assert {"scratch", "pretrained", "heru_lg", "auto_lg", "weight_selection"} <= set(list_methods())
     assert get_method("auto_lg").name == "auto_lg"

@@ -233,13 +233,16 @@ def check_before_saving(gene: Learngene, method: Method | None = None) -> BoundM
 def _graph_leaves(state: dict[str, Tensor], leaves: dict[str, Tensor]) -> set[str]:
     """Names of ``leaves`` that the tensors of ``state`` depend on (passed through, or through their graph)."""
     reached = {id(t) for t in state.values()}
-    seen: set[int] = set()
+    # Python wrappers of graph nodes are made on access and freed with their last reference, so an id is only
+    # unique while its wrapper lives: ``seen`` holds every visited node alive, or a freed node's id could be
+    # handed to the next one and that node (and the leaves below it) skipped (seen with torch 2.11)
+    seen: dict[int, Any] = {}
     stack: list[Any] = [t.grad_fn for t in state.values() if t.grad_fn is not None]
     while stack:
         fn = stack.pop()
         if fn is None or id(fn) in seen:
             continue
-        seen.add(id(fn))
+        seen[id(fn)] = fn
         if hasattr(fn, "variable"):  # AccumulateGrad: a leaf
             reached.add(id(fn.variable))
         stack.extend(next_fn for next_fn, _ in fn.next_functions)
