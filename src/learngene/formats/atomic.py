@@ -237,4 +237,7 @@ def save_torch_atomic(path: str | os.PathLike, obj: Any, overwrite: bool = True)
     """``torch.save`` of plain tensors and containers, written atomically (e.g. a training checkpoint)."""
     buffer = io.BytesIO()
     torch.save(obj, buffer)
-    write_bytes_atomic(path, buffer.getbuffer(), overwrite)
+    # the view is released on the way out, error or not: a failed write leaves it in the traceback's frames, and
+    # CPython 3.12.1 (not 3.11.7, 3.12.3 or 3.13.0) crashes when its garbage collector frees a BytesIO with a live view
+    with buffer.getbuffer() as view:
+        write_bytes_atomic(path, view, overwrite)
