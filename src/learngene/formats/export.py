@@ -7,7 +7,8 @@ pooled embedding: transformers' classifier wrapper refuses a checkpoint without 
 ``num_classes``, ``num_features``, ``model_args`` = the spec's timm kwargs, ``pretrained_cfg`` with the
 input size and normalization), ``model.safetensors`` (timm's own keys) and a ``README.md`` model card
 that names the method, the ancestry, the gene, the size, the parameter count and the citation.
-timm writes the config (``save_config_for_hf``), so it says exactly what timm will read back.
+timm writes the config (``save_config_for_hf``), so it says exactly what timm will read back; before timm
+1.0.31 it described the architecture's published input, and learngene sets the model's own (``_save_timm_config``).
 
 A new folder appears whole or not at all: it is written into a temporary folder beside it and renamed.
 Over an existing folder (``overwrite``) only the three files learngene writes are replaced, each by an
@@ -17,6 +18,7 @@ atomic rename; any other file the user keeps there is left alone.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 import shutil
@@ -125,17 +127,12 @@ def export_hub_folder(
     require_argument(model, nn.Module, "model", "a torch module (a timm ViT)")
     require_argument(spec, ViTSpec, "spec", "a ViTSpec")
     require_argument(card, dict, "card", "a dict of the model card's entries")
-    from timm.models._hub import save_config_for_hf
-
     path = Path(str(path).rstrip("/" + os.sep) or ".")
     with atomic_folder(path, overwrite) as tmp:
         save_safetensors(tmp / WEIGHTS, model.state_dict(), {"format": "pt"})
         try:
-            save_config_for_hf(
-                model,
-                str(tmp / CONFIG),
-                model_args=spec.timm_kwargs(),
-                data_config={**_channel_stats(model, spec.in_chans), **(data_config or {})},
+            _save_timm_config(
+                model, spec, tmp / CONFIG, {**_channel_stats(model, spec.in_chans), **(data_config or {})}
             )
         except ValueError as exc:
             raise LearngeneError(
@@ -151,6 +148,38 @@ def export_hub_folder(
         (tmp / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
         (tmp / CARD).write_text(model_card(config, spec, card, defaults_input=data_config is None))
     return path
+
+
+def _save_timm_config(model: nn.Module, spec: ViTSpec, path: Path, data_config: dict[str, Any]) -> None:
+    """timm's ``config.json`` of ``model``, its ``pretrained_cfg`` describing this model's input and classes.
+
+    timm 1.0.31 resolves these itself from ``data_config``. Older versions copy the architecture's published
+    ``pretrained_cfg`` (e.g. 3x224x224 ImageNet inputs, 1000 classes, a custom loader for .npz weights): the
+    fields timm's own resolution would change are set here, with timm's resolver of the time
+    (``resolve_data_config``) merging ``data_config`` over the architecture's defaults.
+    """
+    from timm.models._hub import save_config_for_hf
+
+    if "data_config" in inspect.signature(save_config_for_hf).parameters:
+        save_config_for_hf(model, str(path), model_args=spec.timm_kwargs(), data_config=data_config)
+        return
+    from timm.data import resolve_data_config
+
+    # annotated `str`, but before timm 1.0.31 it calls `config_path.open()`: timm's own save_for_hf passes a Path
+    save_config_for_hf(model, path, model_args=spec.timm_kwargs())  # type: ignore[arg-type]
+    config = json.loads(path.read_text())
+    cfg = config["pretrained_cfg"]
+    size = (spec.in_chans, spec.img_size, spec.img_size)
+    resolved = resolve_data_config({"input_size": size, **data_config}, model=model)
+    if tuple(resolved["input_size"]) != tuple(cfg.get("input_size", ())):
+        cfg["pool_size"] = None
+    for key in ("test_input_size", "test_pool_size", "test_crop_pct"):  # the published weights' test-time recipe
+        cfg.pop(key, None)
+    if model.num_classes != cfg.get("num_classes"):
+        for key in ("label_names", "label_descriptions", "label_offset"):
+            cfg.pop(key, None)
+    cfg.update(resolved, num_classes=model.num_classes, custom_load=False)  # the weights are timm's own keys
+    path.write_text(json.dumps(config, indent=2) + "\n")
 
 
 def _channel_stats(model: nn.Module, in_chans: int) -> dict[str, tuple[float, ...]]:

@@ -34,6 +34,7 @@ def is_eva(model) -> bool:
 
 def eva_kwargs(family) -> dict[str, Any]:
     """``timm.create_model`` arguments of an Eva architecture for ``family`` (Eva's names for the ViT's)."""
+    # qk_norm only when set: Eva's constructor takes it from timm 1.0.31 (older ones build no qk-normed Eva)
     return dict(
         qkv_fused=True,
         class_token=family.class_token,
@@ -45,7 +46,7 @@ def eva_kwargs(family) -> dict[str, Any]:
         global_pool=family.global_pool,
         init_values=family.init_values,
         qkv_bias=family.qkv_bias or family.qv_bias,
-        qk_norm=family.qk_norm,
+        **({"qk_norm": True} if family.qk_norm else {}),
         scale_attn_inner=family.attn_norm,
         scale_mlp=family.mlp_norm,
         dynamic_img_size=family.dynamic_img_size,
