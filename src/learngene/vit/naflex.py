@@ -145,8 +145,10 @@ def settings_difference(model, reference) -> str | None:
         mine, theirs = getattr(model.embeds, name, None), getattr(reference.embeds, name, None)
         if mine != theirs:
             return f"embeds.{name} ({mine!r} vs {theirs!r})"
-    if model.use_key_only_attn_mask != reference.use_key_only_attn_mask:
-        return f"use_key_only_attn_mask ({model.use_key_only_attn_mask!r} vs {reference.use_key_only_attn_mask!r})"
+    # a setting from timm 1.0.29 (an older NaFlexVit has neither)
+    mine, theirs = getattr(model, "use_key_only_attn_mask", None), getattr(reference, "use_key_only_attn_mask", None)
+    if mine != theirs:
+        return f"use_key_only_attn_mask ({mine!r} vs {theirs!r})"
     return None
 
 
