@@ -115,7 +115,7 @@ def test_every_tensor_below_an_expansions_graph_counts_as_used():
     """Saving a gene checks that its expansion uses every tensor, by walking the output's autograd graph on meta. The
     walk frees the nodes it has passed; with torch 2.11 a freed node's id went to the next one, which the walk then
     took for visited: 0 of these 20 tensors were found, and every pretrained gene was refused at save."""
-    from learngene.descendant import _graph_leaves
+    from learngene.binding import _graph_leaves
 
     leaves = {f"t{i}": torch.empty(1, 17, 8, device="meta", requires_grad=True) for i in range(20)}
     state = {k: torch.cat([v[:, :1], v[:, 1:] * 2], dim=1) for k, v in leaves.items()}  # a position table's split
