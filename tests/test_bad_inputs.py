@@ -12,7 +12,6 @@ import json
 import math
 import os
 import pickle
-import re
 import shutil
 import subprocess
 import sys
