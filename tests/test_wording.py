@@ -161,3 +161,21 @@ def test_render_picks_one_wording_and_leaves_no_tag():
     assert render(message_of(err), cli=True) == "bad --lr 0.01"
     wrapped = LearngeneError(f"wrapped: {message_of(err)}")  # re-raised with another's message: both wordings kept
     assert render(message_of(wrapped), cli=True) == "wrapped: bad --lr 0.01" and str(wrapped) == "wrapped: bad lr=0.01"
+
+
+def test_a_usage_error_names_the_flag(capsys):
+    """A flag's type check may reuse a library message (e.g. a licence's): argparse's one line shows the flag's words."""
+    import argparse
+
+    from learngene.cli.parser import EXIT_USAGE, _Parser
+
+    def refuse(text: str):
+        raise argparse.ArgumentTypeError(f"{text!r} is no rate; pass {setting('lr=0.001', '--lr 0.001')}")
+
+    parser = _Parser(prog="learngene train")
+    parser.add_argument("--lr", type=refuse)
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(["--lr", "fast"])
+    err = capsys.readouterr().err
+    assert exited.value.code == EXIT_USAGE
+    assert err == "learngene train: error: argument --lr: 'fast' is no rate; pass --lr 0.001 (see --help)\n", ascii(err)

@@ -37,10 +37,11 @@ _SETTING_TYPES = typing.get_type_hints(TrainConfig)  # resolved once: the comman
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (exit code 2), like every other learngene error."""
+    """argparse with one-line errors (exit code 2), like every other learngene error, naming settings by their flags
+    (a type check's message may carry both wordings: :func:`learngene.errors.message_of`)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {render(message, cli=True)} (see --help)\n")
 
 
 # ---- numbers on the command line: finite, and integers within int64 ---------------------------------------
@@ -84,7 +85,7 @@ def _license(text: str) -> str:
     try:
         return check_license(text, "")
     except LearngeneError as exc:
-        raise argparse.ArgumentTypeError(render(message_of(exc), cli=True).lstrip()) from None
+        raise argparse.ArgumentTypeError(message_of(exc).lstrip()) from None
 
 
 def add_license(p: argparse.ArgumentParser, what: str, inherited: bool = True) -> None:
@@ -148,7 +149,7 @@ def _size(f, tp):
         value = parse(text)
         bad = refusal_of(f, tp, value)
         if bad is not None:
-            raise argparse.ArgumentTypeError(render(message_of(refused(bad)), cli=True))
+            raise argparse.ArgumentTypeError(message_of(refused(bad)))
         return value
 
     check.__name__ = parse.__name__  # argparse names the type in its "invalid ... value" message
@@ -268,7 +269,7 @@ def _threads(text: str) -> int:
     try:
         return check_threads(_integer(text), "--threads")
     except LearngeneError as exc:
-        raise argparse.ArgumentTypeError(render(message_of(exc), cli=True)) from None
+        raise argparse.ArgumentTypeError(message_of(exc)) from None
 
 
 def add_threads(p: argparse.ArgumentParser) -> None:
