@@ -5,21 +5,57 @@ fit the model) is raised as a :class:`LearngeneError` whose message is one line 
 do. The CLI prints it and exits with code 2; anything else is a bug and keeps its traceback.
 """
 
-_FROM_CLI = [False]  # set while the command line runs a command (learngene.cli.dispatch)
+import re
 
-
-def called_from_cli(on: bool) -> None:
-    """Whether errors name command-line flags (``--overwrite``) or Python arguments (``overwrite=True``)."""
-    _FROM_CLI[0] = on
+# A setting named in a message carries both wordings, tagged with private-use characters that survive composition
+# into f-strings: whoever shows the message to a person picks one wording (render), knowing who that person is.
+_OPEN, _BETWEEN, _CLOSE = "\ue000", "\ue001", "\ue002"
+_TAG = re.compile(f"[{_OPEN}-{_CLOSE}]")
+_SPAN = re.compile(f"{_OPEN}([^{_OPEN}-{_CLOSE}]*){_BETWEEN}([^{_OPEN}-{_CLOSE}]*){_CLOSE}")  # an innermost span
 
 
 def setting(python: str, flag: str) -> str:
-    """How an error names a setting to the one who gave it: ``flag`` from the command line, else ``python``."""
-    return flag if _FROM_CLI[0] else python
+    """How a message names a setting: both the Python argument (``overwrite=True``) and the command line's flag
+    (``--overwrite``), of which :func:`render` keeps the one its reader gave. Compose it into messages freely."""
+    return python if python == flag else f"{_OPEN}{python}{_BETWEEN}{flag}{_CLOSE}"
 
 
-class LearngeneError(Exception):
-    """A user-facing error: one line, says what went wrong and what to do."""
+def render(text: str, cli: bool) -> str:
+    """``text`` with each setting named for its reader: the command line's flags (``cli``), else Python's arguments."""
+    while (rendered := _SPAN.sub(lambda match: match.group(2 if cli else 1), text)) != text:
+        text = rendered  # innermost spans first: a wording may itself hold a span
+    return _TAG.sub("", rendered)  # what a cut (a message shortened to a length) left of a span
+
+
+def message_of(exc: BaseException) -> str:
+    """The message of ``exc`` with both wordings kept, to compose into another message (``str(exc)`` of a
+    :class:`LearngeneError` is already rendered for a Python caller)."""
+    if isinstance(exc, (LearngeneError, LearngeneWarning)) and len(exc.args) == 1 and isinstance(exc.args[0], str):
+        return exc.args[0]
+    return str(exc)
+
+
+class _InPythonWords:
+    """``str`` and ``repr`` name settings as a Python caller passes them (``args`` keep both wordings)."""
+
+    args: tuple
+
+    def __str__(self) -> str:
+        return render(super().__str__(), cli=False)
+
+    def __repr__(self) -> str:
+        shown = (repr(render(a, cli=False) if isinstance(a, str) else a) for a in self.args)
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+
+class LearngeneError(_InPythonWords, Exception):
+    """A user-facing error: one line, says what went wrong and what to do. ``str(err)`` names settings as a Python
+    caller passes them; the command line prints ``render(message_of(err), cli=True)``."""
+
+
+class LearngeneWarning(_InPythonWords, UserWarning):
+    """A warning about the user's input, worded like :class:`LearngeneError`: Python's words in ``str``, the
+    flags' on the command line (which shows warnings through ``render``)."""
 
 
 class SpecError(LearngeneError, ValueError):

@@ -17,6 +17,7 @@ from typing import Any
 
 from .._version import __version__
 from ..bench.descriptions import QUICK_DEMO_TIME, profiles_help
+from ..errors import LearngeneError, message_of, render
 from ..threads import THREADS_HELP, check_threads
 from ..training.config import (
     COMMON,
@@ -36,10 +37,11 @@ _SETTING_TYPES = typing.get_type_hints(TrainConfig)  # resolved once: the comman
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (exit code 2), like every other learngene error."""
+    """argparse with one-line errors (exit code 2), like every other learngene error, naming settings by their flags
+    (a type check's message may carry both wordings: :func:`learngene.errors.message_of`)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {render(message, cli=True)} (see --help)\n")
 
 
 # ---- numbers on the command line: finite, and integers within int64 ---------------------------------------
@@ -78,13 +80,12 @@ def _count(text: str) -> int:
 
 
 def _license(text: str) -> str:
-    from ..errors import LearngeneError
     from ..formats.licenses import check_license
 
     try:
         return check_license(text, "")
     except LearngeneError as exc:
-        raise argparse.ArgumentTypeError(str(exc).lstrip()) from None
+        raise argparse.ArgumentTypeError(message_of(exc).lstrip()) from None
 
 
 def add_license(p: argparse.ArgumentParser, what: str, inherited: bool = True) -> None:
@@ -148,7 +149,7 @@ def _size(f, tp):
         value = parse(text)
         bad = refusal_of(f, tp, value)
         if bad is not None:
-            raise argparse.ArgumentTypeError(str(refused(bad)))
+            raise argparse.ArgumentTypeError(message_of(refused(bad)))
         return value
 
     check.__name__ = parse.__name__  # argparse names the type in its "invalid ... value" message
@@ -264,12 +265,11 @@ def add_distill_args(
 
 
 def _threads(text: str) -> int:
-    from ..errors import LearngeneError
 
     try:
         return check_threads(_integer(text), "--threads")
     except LearngeneError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise argparse.ArgumentTypeError(message_of(exc)) from None
 
 
 def add_threads(p: argparse.ArgumentParser) -> None:

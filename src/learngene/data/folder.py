@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from ..environment import env_number
-from ..errors import DataError
+from ..errors import DataError, message_of
 from ..formats.preprocessing import PREPROCESSING_KEYS, check_preprocessing
 from ..vit.naflex import image_input
 from .augment import AUGMENTATIONS, DEIT_RECIPE
@@ -163,7 +163,7 @@ class FolderData(torch.utils.data.Dataset):
         try:
             image = self.open_image(index, {1: "L", 3: "RGB"}[self.in_chans])
         except DataError as exc:
-            return _Failed(str(exc))
+            return _Failed(message_of(exc))
         if self.augment == "none":
             return self.transform(image), label
         with _seeded(seed):

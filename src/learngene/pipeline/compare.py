@@ -40,7 +40,7 @@ from ..bench.report import (
 )
 from ..bench.stats import MAX_SEEDS, RULE, Verdict, decide, holm, paired
 from ..bench.workers import worker_device
-from ..errors import LearngeneError
+from ..errors import LearngeneError, message_of
 from ..errors import setting as by_caller
 from ..formats.atomic import now_iso, write_text_atomic
 from ..registry import get_method, list_methods
@@ -206,7 +206,7 @@ def _shapes(ancestry: ViTSpec | None, sizes: Sequence[str]) -> tuple[tuple[int, 
         try:
             ancestry.replace(depth=shape[0], embed_dim=shape[1], num_heads=shape[2])
         except LearngeneError as exc:
-            raise LearngeneError(f"no method can make size {text.strip()}: {exc}") from None
+            raise LearngeneError(f"no method can make size {text.strip()}: {message_of(exc)}") from None
         shapes.append(shape)
     _refuse_repeats(shapes, "--sizes", [t.strip() for t in sizes])
     return tuple(shapes)

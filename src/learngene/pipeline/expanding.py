@@ -20,7 +20,7 @@ from ..registry import get_method, list_methods
 from ..training.loop import seed_everything
 from ..validate import EXPAND, caller_name
 from ..vit.spec import ViTSpec
-from .inputs import Say, SizeArg, method_options, quiet, resolve_spec, size_fields
+from .inputs import Say, SizeArg, in_callers_words, method_options, quiet, resolve_spec, size_fields
 from .results import Descendant, head_label_space, license_entry
 
 
@@ -171,7 +171,7 @@ def _fit_to_budget(
             f"; {len(refused)} deeper or wider size(s) within the budget it refuses, e.g. {first.short()}: "
             f"{reason.split('; ')[0]}"
         )  # the reason without the advice to pass other sizes
-    say(
+    in_callers_words(say)(
         f"picked {spec.short()}: {spec.num_params:,} params, {spec.flops / 1e6:,.1f} MFLOPs per image "
         f"(budget: {budget}; {why})",
         banner=True,

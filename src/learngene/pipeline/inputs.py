@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data import Data, default_workers, few_shot, fraction, load_splits
-from ..errors import LearngeneError
+from ..errors import LearngeneError, render
 from ..errors import setting as by_caller
 from ..formats.atomic import quote
 from ..run_dirs import lock_run_dir
@@ -27,6 +27,15 @@ Say = Callable[..., None]
 
 def quiet(text: str, banner: bool = False) -> None:
     """The default :data:`Say` of a Python call: nothing is printed (progress bars follow ``TrainConfig.progress``)."""
+
+
+def in_callers_words(say: Say) -> Say:
+    """``say`` for a line that names a setting (:func:`learngene.errors.setting`): a Python caller's ``say`` gets
+    the line in Python's words; one that picks the words itself (the command line's, marked ``renders_settings``)
+    gets it whole."""
+    if getattr(say, "renders_settings", False):
+        return say
+    return lambda text, **how: say(render(text, cli=False), **how)
 
 
 @dataclass(frozen=True)

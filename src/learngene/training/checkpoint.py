@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from ..data import Data
-from ..errors import LearngeneError, TrainingError
+from ..errors import LearngeneError, LearngeneWarning, TrainingError
 from ..formats.atomic import quote, save_torch_atomic, write_text_atomic
 from ..formats.weights import digest, nonfinite_tensor, torch_load_weights_only
 from . import distributed as dist
@@ -274,8 +274,10 @@ class RunState:
             )
             if dist.is_main() and not changed:
                 warnings.warn(
-                    f"{quote(path)} predates run fingerprints: only its training settings were checked, "
-                    f"not its data, model or method; resume it only with the command that made it",
+                    LearngeneWarning(
+                        f"{quote(path)} predates run fingerprints: only its training settings were checked, "
+                        f"not its data, model or method; resume it only with the command that made it"
+                    ),
                     stacklevel=2,
                 )
         if changed:

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from ..environment import env_number
-from ..errors import LearngeneError
+from ..errors import LearngeneError, message_of
 
 T = TypeVar("T")
 
@@ -125,7 +125,7 @@ def on_main(fn: Callable[[], T]) -> T | None:
             result = fn()
         except Exception as exc:  # shared with the other ranks, then re-raised here
             error = exc
-    outcome = broadcast_object(None if error is None else (isinstance(error, LearngeneError), str(error)))
+    outcome = broadcast_object(None if error is None else (isinstance(error, LearngeneError), message_of(error)))
     if error is not None:
         raise error
     if outcome is not None:
