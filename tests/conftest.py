@@ -139,6 +139,20 @@ def fake_fashion(tmp_path, monkeypatch):
     return folder
 
 
+@pytest.fixture
+def fashion_data(tmp_path, monkeypatch):
+    """Fashion-MNIST as ``--data fashion_mnist`` reads it, without the real files: 128 training and 20 test images
+    in its IDX format, found through $LEARNGENE_DATA, so a test that only needs some Fashion-MNIST runs on a machine
+    without the Debian package too."""
+    folder = tmp_path / "fashion-mnist"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    write_idx(folder, "train", rng.integers(0, 255, (128, 28, 28)), np.arange(128) % 10)
+    write_idx(folder, "t10k", rng.integers(0, 255, (20, 28, 28)), np.arange(20) % 10)
+    monkeypatch.setenv("LEARNGENE_DATA", str(folder))
+    return folder
+
+
 def own_methods() -> list[str]:
     """learngene's own registered methods: the suite holds them to the project's rules (docs, papers, examples),
     whatever plugins are installed beside them."""

@@ -875,7 +875,7 @@ def test_a_plot_never_replaces_a_file(ws, capsys):
     assert Path(ws.not_a_dir).read_bytes() == before and Path(ws.gene).read_bytes() == gene_before
 
 
-def test_cache_that_is_a_file(ws, capsys, monkeypatch):
+def test_cache_that_is_a_file(ws, capsys, monkeypatch, fashion_data):
     monkeypatch.setenv("LEARNGENE_CACHE", ws.not_a_dir)
     err = _one_line_error(capsys, ["train", ws.anc, "--data", "fashion_mnist", "--train-images", "8", "-o", ws.out])
     assert "LEARNGENE_CACHE" in err and "is not a directory" in err

@@ -94,7 +94,7 @@ def test_train_and_inspect(workdir, capsys):
     assert "L1-D32-H2" in text and "finetuned_on" in text and "blocks.0.attn.qkv.weight" in text
 
 
-def test_train_with_a_teacher_distils_logits_on_its_classes_and_features_on_others(workdir, capsys):
+def test_train_with_a_teacher_distils_logits_on_its_classes_and_features_on_others(workdir, capsys, fashion_data):
     desc = workdir / "desc-kd.safetensors"
     assert main(["expand", str(workdir / "gene.safetensors"), "--depth", "1", "--out", str(desc), "--quiet"]) == 0
     teacher = ["--teacher", str(workdir / "anc.safetensors"), "--epochs", "1", "--quiet"]
@@ -137,7 +137,7 @@ def test_train_with_a_teacher_distils_logits_on_its_classes_and_features_on_othe
     )
 
 
-def test_stitched_descendants_from_the_command_line(workdir, capsys):
+def test_stitched_descendants_from_the_command_line(workdir, capsys, fashion_data):
     from learngene.formats.stitched import read_stitched
 
     gene, stitched, tuned = (str(workdir / f"{n}.safetensors") for n in ("pool", "stitched", "stitched-tuned"))

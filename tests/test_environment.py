@@ -67,7 +67,7 @@ def test_a_blank_or_listed_omp_num_threads_is_its_number(model_file):
 def test_threads_past_the_usable_cpus_are_refused_in_one_line(capsys, tmp_path):
     assert main(["train", "m", "--out", str(tmp_path / "o"), "--threads", TOO_MANY]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"--threads must be a whole number from 1 to {TOO_MANY[:-1] or 0}" not in err
+    assert err.count("\n") == 1, err
     assert f"from 1 to {threads.usable_cpus()} (the CPUs this process may use), got {TOO_MANY}" in err
     with pytest.raises(LearngeneError, match=f"^threads must be a whole number from 1 to {threads.usable_cpus()}"):
         threads.set_threads(int(TOO_MANY))

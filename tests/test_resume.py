@@ -243,7 +243,7 @@ def _ancestry_run(tmp_path: Path, *extra: str) -> list[str]:
         (["--embed-dim", "32"], "model was"),
     ],
 )
-def test_resume_refuses_a_run_with_other_data_or_settings(change, said, tmp_path, capsys):
+def test_resume_refuses_a_run_with_other_data_or_settings(change, said, tmp_path, capsys, fashion_data):
     assert main(_ancestry_run(tmp_path)) == 0
     checkpoint = (tmp_path / "run" / CHECKPOINT).read_bytes()
     capsys.readouterr()
