@@ -13,6 +13,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 PIP_INSTALL = $(PY) -m pip install -q --disable-pip-version-check
+# the suite in TEST_WORKERS processes (pytest-xdist), each test module's tests in one of them (their module fixtures
+# are built once); 2 suits a 2-core machine, where it takes under 10 minutes
+TEST_WORKERS ?= 2
+PYTEST := -m pytest -n $(TEST_WORKERS) --dist loadscope
 # the optional extras, installed by `make test` so that their tests run (without them they skip)
 EXTRAS := datasets,tensorboard,wandb
 
@@ -30,7 +34,7 @@ demo: $(STAMP)
 	$(PY) -m learngene demo
 
 test: lint
-	$(PY) -m pytest
+	$(PY) $(PYTEST)
 
 # ruff (lint and format) and mypy, configured in pyproject.toml; `make test` runs it first
 lint: $(STAMP)
@@ -83,4 +87,4 @@ check-wheel: dist
 # the suite with the newest versions pyproject.toml's bounds allow, in a fresh venv holding the built wheel
 check-latest:
 	$(MAKE) --no-print-directory check-wheel VENV_WHEEL=.venv-latest CONSTRAINTS=
-	.venv-latest/bin/python -m pytest
+	.venv-latest/bin/python $(PYTEST)
