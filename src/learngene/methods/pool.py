@@ -75,12 +75,12 @@ from ..method import Ancestry, CondenseInputs, ExpandOutput, OutputModel, Paper
 from ..registry import register_method
 from ..training import distributed as dist
 from ..training.distill import cache_teacher_outputs
-from ..training.loop import step_draw, train
+from ..training.loop import train
 from ..validate import CONDENSE, option, option_assignment
-from ..vit.eva import block_inputs
 from ..vit.spec import ViTSpec
-from ..vit.stitched import StitchedViT, stitched_forward
+from ..vit.stitched import StitchedViT
 from ..vit.transfer import StateDict, inherit_non_block, part_of, place_blocks, require_block_shape, stretch
+from ._pool_stitches import JointPool, block_tokens, least_squares_stitch, paired_stitches, stitch_key
 
 
 @dataclass(frozen=True)
@@ -145,96 +145,6 @@ def stitched_layers(depths: list[int], total: int) -> list[tuple[int, int]]:
             blocks = list(range(depth - n, depth))  # the last blocks precede the final norm and head
         out += [(i, b) for b in blocks]
     return out
-
-
-# ---- the authors' design: instances of different widths, stitched by learned linear layers -------------
-
-
-def paired_stitches(depth: int) -> list[tuple[int, int, int]]:
-    """``(front block, end block, stitch layer)`` of every stitch between two ``depth``-block instances.
-
-    Their ``paired_stitching`` (kernel 2, stride 1): a window over blocks ``i, i+1`` slides one block at a time;
-    every (front, end) pair inside it not seen before is a stitch, and the window's pairs share one stitch layer.
-    """
-    out: list[tuple[int, int, int]] = []
-    seen: set[tuple[int, int]] = set()
-    layer = 0
-    for i in range(depth):
-        window = range(i, min(i + 2, depth))
-        new = [(j, k) for j in window for k in window if (j, k) not in seen]
-        seen.update(new)
-        out += [(j, k, layer) for j, k in new]
-        layer += bool(new)
-    return out
-
-
-def stitch_key(front: int, end: int, layer: int, name: str) -> str:
-    return f"stitch{front}_{end}.{layer}.{name}"
-
-
-def least_squares_stitch(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-    """Weight and bias of the affine map closest to ``x -> y`` in least squares (their ``ps_inv``): ``[x 1]⁺ y``."""
-    x, y = x.reshape(-1, x.shape[-1]).double(), y.reshape(-1, y.shape[-1]).double()
-    solution = torch.linalg.pinv(torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], dim=1)) @ y
-    return solution[:-1].T.float(), solution[-1].float()
-
-
-def block_tokens(model: nn.Module, images: Tensor) -> list[Tensor]:
-    """The tokens entering each block of a timm ViT, then those leaving the last."""
-    x, kwargs = block_inputs(model, images)
-    tokens = [x]
-    for block in cast(nn.Sequential, model.blocks):
-        x = block(x, **kwargs)
-        tokens.append(x)
-    return tokens
-
-
-class JointPool(nn.Module):
-    """The whole pool as one network for their third step: each training forward runs one configuration drawn
-    at random, an instance alone ``(i,)`` or a stitched one ``(front, end, cut_front, cut_end, layer)``.
-
-    Their draws (``LearngenePool.forward``, configurations 0, 2 and 19–34 of 6-block instances): the narrowest
-    instance, the widest, and every stitch from the narrowest into the widest, uniformly. The draw of the
-    ``n``-th training forward depends only on the seed and ``n`` (a buffer, saved in the loop's checkpoints),
-    so a run is the same bit for bit, resumed or not. In eval mode it is the widest instance.
-    """
-
-    def __init__(self, models: list[nn.Module], stitches: dict[tuple[int, int], list[nn.Linear]], seed: int):
-        super().__init__()
-        self.instances = nn.ModuleList(models)
-        self.stitches = nn.ModuleDict({f"{f}_{e}": nn.ModuleList(layers) for (f, e), layers in stitches.items()})
-        last = len(models) - 1
-        depth = len(cast(nn.Sequential, cast(Any, models[0]).blocks))
-        self.draws: list[tuple[int, ...]] = [(0,), (last,)] if last else [(0,)]
-        if last:
-            self.draws += [(0, last, j, k, layer) for j, k, layer in paired_stitches(depth)]
-        self.seed = seed
-        self.drawn: Tensor
-        self.register_buffer("drawn", torch.zeros((), dtype=torch.long))
-
-    @property
-    def skeleton(self) -> nn.Module:
-        """The widest instance: what the loop checks the data and the activation memory against."""
-        return self.instances[-1]
-
-    def no_weight_decay(self) -> set[str]:
-        return {name for m in self.instances for name in getattr(m, "no_weight_decay", lambda: set())()}
-
-    def draw(self) -> tuple[int, ...]:
-        choice = self.draws[step_draw(self.seed, int(self.drawn), len(self.draws))]
-        self.drawn += 1
-        return choice
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training:
-            return self.instances[-1](x)
-        choice = self.draw()
-        if len(choice) == 1:
-            return self.instances[choice[0]](x)
-        front, end, j, k, layer = choice
-        first, last = cast(Any, self.instances[front]), cast(Any, self.instances[end])
-        stitch = cast(nn.ModuleList, self.stitches[f"{front}_{end}"])[layer]
-        return stitched_forward(first, first.blocks[: j + 1], stitch, last.blocks[k:], last, x)
 
 
 def instance_state(gene: Learngene, index: int) -> StateDict:
