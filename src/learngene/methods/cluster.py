@@ -74,6 +74,7 @@ from ..vit.transfer import (
     resize_block,
     stretch,
 )
+from ._calibration import calibration_sample, evaluating
 
 PAPER_EPS_PX, PAPER_IMG_SIZE = 10.0, 224  # Eps = 10 px at 224-px images (App. C)
 DISTANCE, LABELS, CENTROIDS = "clusters.distance", "clusters.labels", "clusters.centroids."
@@ -161,13 +162,11 @@ def mean_attention_distance(
         ``(depth, num_heads)`` distances.
     """
     spec = measured_spec(model, spec, data)  # labels may differ: they are not used
-    count = min(num_images, len(data))
-    if count < 1:
-        raise LearngeneError("cluster needs at least one image to measure attention distances; pass --data")
-    device = next(model.parameters()).device
+    empty = "cluster needs at least one image to measure attention distances; pass --data"
+    picked = calibration_sample(data, num_images, seed, empty)
+    count, device = len(picked), next(model.parameters()).device
     # every image's tokens stay between blocks; each block's maps are read as float64
     require_inference_memory(spec, min(batch_size, count), "cluster", kept_images=count, map_bytes=12, device=device)
-    picked = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[:count].sort().values
     distance = patch_distances(spec).to(device)
     prefix = spec.num_prefix_tokens
     totals = torch.zeros(spec.depth, spec.num_heads, dtype=torch.float64)
@@ -178,9 +177,7 @@ def mean_attention_distance(
         patches *= distance
         totals[layer] += patches.sum(-1).mean(-1).sum(0).cpu()
 
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         tokens = [
             tokens_before_blocks(model, data.get_batch(picked[start : start + batch_size])[0].to(device))
             for start in range(0, count, batch_size)
@@ -190,8 +187,6 @@ def mean_attention_distance(
                 for i, (x, kwargs) in enumerate(tokens):
                     tokens[i] = block(x, **kwargs), kwargs
                 release_pages(*block.parameters())  # read once: a mapped ancestry's pages may go
-    finally:
-        model.train(was_training)
     return (totals / count).float()
 
 
