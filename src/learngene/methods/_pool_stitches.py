@@ -43,6 +43,22 @@ def least_squares_stitch(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     return solution[:-1].T.float(), solution[-1].float()
 
 
+def fit_stitches(tokens: list[list[Tensor]], depth: int) -> dict[str, Tensor]:
+    """The start of every stitch layer from each instance into every wider one (their ``snnet`` initialization): the
+    least-squares fit from the front block's output ``tokens`` to those entering the end block (:func:`block_tokens`
+    of each instance, narrowest first), the fits of a window's pairs averaged, as their layer is shared."""
+    tensors: dict[str, Tensor] = {}
+    for front in range(len(tokens)):
+        for end in range(front + 1, len(tokens)):
+            fits: dict[int, list[tuple[Tensor, Tensor]]] = {}
+            for j, k, layer in paired_stitches(depth):
+                fits.setdefault(layer, []).append(least_squares_stitch(tokens[front][j + 1], tokens[end][k]))
+            for layer, pairs in fits.items():  # a layer shared by its window's stitches: their fits averaged
+                tensors[stitch_key(front, end, layer, "weight")] = torch.stack([w for w, _ in pairs]).mean(0)
+                tensors[stitch_key(front, end, layer, "bias")] = torch.stack([b for _, b in pairs]).mean(0)
+    return tensors
+
+
 def block_tokens(model: nn.Module, images: Tensor) -> list[Tensor]:
     """The tokens entering each block of a timm ViT, then those leaving the last."""
     x, kwargs = block_inputs(model, images)

@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from ..auxnet import AuxConfig, AuxNetMethod, condense_through_aux, is_headless, resolve_aux_spec
 from ..errors import GeneFormatError, LearngeneError
@@ -80,7 +80,22 @@ from ..validate import CONDENSE, option, option_assignment
 from ..vit.spec import ViTSpec
 from ..vit.stitched import StitchedViT
 from ..vit.transfer import StateDict, inherit_non_block, part_of, place_blocks, require_block_shape, stretch
-from ._pool_stitches import JointPool, block_tokens, least_squares_stitch, paired_stitches, stitch_key
+from ._pool_stitches import JointPool, block_tokens, fit_stitches, least_squares_stitch, paired_stitches, stitch_key
+
+# the stitches' parts in their own module, importable from here (tests do)
+__all__ = [
+    "LearngenePool",
+    "PoolConfig",
+    "JointPool",
+    "fit_stitches",
+    "least_squares_stitch",
+    "paired_stitches",
+    "share",
+    "stitch_choices",
+    "stitch_key",
+    "stitched_descendant",
+    "stitched_layers",
+]
 
 
 @dataclass(frozen=True)
@@ -294,10 +309,9 @@ class LearngenePool(AuxNetMethod):
         source = ancestry.spec if ancestry is not None else None
         return condense_through_aux(self, self.new_gene(start, spec, source), self.require_ancestry(ancestry), own)
 
-    def condense_authors(self, aux: ViTSpec, ancestry: Ancestry | None, inputs: CondenseInputs | None) -> Learngene:
-        if inputs is None or inputs.train is None:
-            raise LearngeneError("pool condenses by training aux nets; give training data (--data)")
-        specs = self.instance_specs(aux)
+    def refuse_for_authors(self, aux: ViTSpec, ancestry: Ancestry | None) -> None:
+        """One line for what design=authors cannot do here, before any training: a RoPE family; joint_epochs with a
+        headless ancestry, or under DDP."""
         if aux.family.rope:
             raise LearngeneError(
                 "pool design=authors stitches instances of other head widths, and a RoPE table depends on the head "
@@ -313,6 +327,12 @@ class LearngenePool(AuxNetMethod):
                 "pool joint_epochs trains one drawn part of the pool per step, which DDP cannot synchronize; "
                 f"run it as one process (without torchrun) or use {option_assignment('joint_epochs', '0')}"
             )
+
+    def condense_authors(self, aux: ViTSpec, ancestry: Ancestry | None, inputs: CondenseInputs | None) -> Learngene:
+        if inputs is None or inputs.train is None:
+            raise LearngeneError("pool condenses by training aux nets; give training data (--data)")
+        specs = self.instance_specs(aux)
+        self.refuse_for_authors(aux, ancestry)
         tensors: StateDict = {}
         cost: dict = {"steps": 0, "seconds": 0.0, "instances": []}
         models = []
@@ -330,14 +350,7 @@ class LearngenePool(AuxNetMethod):
         with torch.no_grad():
             tokens = [block_tokens(m, images) for m in models]
         depth = specs[0].depth
-        for front in range(len(specs)):
-            for end in range(front + 1, len(specs)):
-                fits: dict[int, list[tuple[Tensor, Tensor]]] = {}
-                for j, k, layer in paired_stitches(depth):
-                    fits.setdefault(layer, []).append(least_squares_stitch(tokens[front][j + 1], tokens[end][k]))
-                for layer, pairs in fits.items():  # a layer shared by its window's stitches: their fits averaged
-                    tensors[stitch_key(front, end, layer, "weight")] = torch.stack([w for w, _ in pairs]).mean(0)
-                    tensors[stitch_key(front, end, layer, "bias")] = torch.stack([b for _, b in pairs]).mean(0)
+        tensors.update(fit_stitches(tokens, depth))
         if self.config.joint_epochs:
             cost["joint"] = self.train_jointly(models, tensors, ancestry, inputs)
             for key in ("steps", "seconds"):
