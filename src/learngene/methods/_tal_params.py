@@ -54,7 +54,13 @@ def tile_params(w: Tensor, target: tuple[int, ...], class_row: Tensor | None = N
     ``class_row``: the (1, 1, D) row put in front of a position embedding built from a 4-D block (theirs draws it
     from N(0, 0.02²) there). A position embedding longer than that row plus the block's ``s²`` patch rows is tiled
     along the tokens (their code fails there)."""
-    t, s = target, w.shape
+    return tiled(sliced(w, target, class_row), target)
+
+
+def sliced(w: Tensor, t: tuple[int, ...], class_row: Tensor | None = None) -> Tensor:
+    """``w`` cut to at most ``t`` along each axis of ``t`` (the first half of ``_tile_params``): extra trailing axes
+    read at their centre, a 4-D block for a position embedding read as its tokens after ``class_row``."""
+    s = w.shape
     if len(t) == 1:
         if len(s) == 1:
             w = w[: min(t[0], s[0])]
@@ -89,6 +95,12 @@ def tile_params(w: Tensor, target: tuple[int, ...], class_row: Tensor | None = N
             ]
         else:
             w = w[: min(t[0], s[0]), : min(t[1], s[1])].unsqueeze(2).unsqueeze(3)
+    return w
+
+
+def tiled(w: Tensor, t: tuple[int, ...]) -> Tensor:
+    """``w`` (at most ``t``) repeated along its channels up to ``t``, then cut to it (the second half of
+    ``_tile_params``; a kernel's sides at their centre)."""
     s = w.shape
     if t[0] > s[0]:  # tile the output channels
         w = w.repeat((math.ceil(t[0] / s[0]),) + (1,) * (len(t) - 1))[: t[0]]
