@@ -80,6 +80,7 @@ from ..validate import CONDENSE, option, option_assignment
 from ..vit.spec import ViTSpec
 from ..vit.stitched import StitchedViT
 from ..vit.transfer import StateDict, inherit_non_block, part_of, place_blocks, require_block_shape, stretch
+from ._option_lists import int_list
 from ._pool_stitches import JointPool, block_tokens, fit_stitches, least_squares_stitch, paired_stitches, stitch_key
 
 # the stitches' parts in their own module, importable from here (tests do)
@@ -223,16 +224,8 @@ class LearngenePool(AuxNetMethod):
 
     def depths(self, aux: ViTSpec) -> list[int]:
         text = self.config.instance_depths
-        try:
-            depths = (
-                [int(x) for x in str(text).split(",")]
-                if text
-                else sorted({math.ceil(aux.depth / 4), math.ceil(aux.depth / 2)})
-            )
-        except ValueError:
-            raise LearngeneError(
-                f"pool instance_depths={text!r} is not comma-separated block counts, e.g. 1,2"
-            ) from None
+        malformed = f"pool instance_depths={text!r} is not comma-separated block counts, e.g. 1,2"
+        depths = int_list(text, malformed) or sorted({math.ceil(aux.depth / 4), math.ceil(aux.depth / 2)})
         if not depths or min(depths) < 1:
             raise LearngeneError(f"pool instance_depths={text!r} needs positive block counts")
         if len(set(depths)) < len(depths):  # one instance per depth: a repeat trains the same small model again
@@ -247,10 +240,8 @@ class LearngenePool(AuxNetMethod):
     def instance_specs(self, aux: ViTSpec) -> list[ViTSpec]:
         """design=authors: the instances, narrowest first, from the aux spec (or the gene's layout, the widest)."""
         text, width = self.config.widths, aux.embed_dim
-        try:
-            widths = [int(x) for x in str(text).split(",")] if text else [width // 4, width // 2, width]
-        except ValueError:
-            raise LearngeneError(f"pool widths={text!r} is not comma-separated widths, e.g. 8,16,32") from None
+        malformed = f"pool widths={text!r} is not comma-separated widths, e.g. 8,16,32"
+        widths = int_list(text, malformed) or [width // 4, width // 2, width]
         depth = self.config.instance_depth or math.ceil(aux.depth / 2)
         specs = []
         for w in sorted(set(widths)):

@@ -55,6 +55,7 @@ from ..validate import CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import StateDict, require_block_shape
 from ._drawn_start import DrawnStartMethod
+from ._option_lists import int_list
 
 PREFIX = "stage."
 AUTHORS_STAGES = (3, 3, 4, 3, 3)  # their aux net's stages (aux_models.py, get_repeated_schedule_*)
@@ -80,12 +81,9 @@ class SWSConfig(DrawnStartConfig):
 
 
 def parse_counts(text: str, what: str) -> list[int] | None:
-    if not text:
+    counts = int_list(text, f"sws {what}={text!r} is not comma-separated layer counts, e.g. 3,3,4,3,3")
+    if counts is None:
         return None
-    try:
-        counts = [int(x) for x in str(text).split(",")]
-    except ValueError:
-        raise LearngeneError(f"sws {what}={text!r} is not comma-separated layer counts, e.g. 3,3,4,3,3") from None
     # an aux stage of no layers is no stage; a descendant may skip a stage (0 layers: its gene layer unused)
     least = 0 if what == "descendant_stages" else 1
     if not counts or min(counts) < least or sum(counts) == 0:
