@@ -65,16 +65,15 @@ from ..vit.spec import ViTSpec, block_key, measured_spec, require_inference_memo
 from ..vit.timm_keys import MLP, MSA, NORM, block_names, head_sliced
 from ..vit.transfer import (
     StateDict,
-    block_axes,
     block_state,
     carry_non_block,
     cyclic,
     inherit_non_block,
-    mix_block_heads,
     resize_block,
     stretch,
 )
 from ._calibration import calibration_sample, evaluating
+from ._head_mixing import mix_heads
 
 PAPER_EPS_PX, PAPER_IMG_SIZE = 10.0, 224  # Eps = 10 px at 224-px images (App. C)
 DISTANCE, LABELS, CENTROIDS = "clusters.distance", "clusters.labels", "clusters.centroids."
@@ -217,12 +216,6 @@ def cluster_heads(distances: Tensor, eps: float, min_heads: int = 1) -> tuple[Te
     return labels, centroids
 
 
-def _mix(block: StateDict, spec: ViTSpec, mixing: Tensor) -> None:
-    """Replace ``block``'s heads by ``mixing`` of them (q, k, v rows, their biases, W_O columns, every head row of
-    the family), in place. On a meta gene (the load-time check) nothing is computed: the mixing moves there."""
-    block.update(mix_block_heads(block, block_axes(spec), mixing.to(block["attn.qkv.weight"].device)))
-
-
 def priority_sharing(num_centroids: int, num_heads: int) -> Tensor:
     """Centroid of each of ``num_heads`` descendant heads: ``i mod c`` (Sec. 2.3, Fig. 2)."""
     return cyclic(num_centroids, num_heads)
@@ -269,7 +262,7 @@ class ClusterLearngene(Method):
             replaced = [b[k] for k in ATTENTION if k in b] + (
                 [b[k] for k in FFN if k in b] if cfg.ffn == "random" else []
             )
-            _mix(b, spec, select_matrix(centroids, spec.num_heads))
+            b = mix_heads(b, spec, select_matrix(centroids, spec.num_heads))
             if cfg.ffn == "random":
                 b = {k: v for k, v in b.items() if k not in FFN}
             release_pages(*replaced)  # not in the gene: a memory-mapped ancestry's pages may go
@@ -293,7 +286,7 @@ class ClusterLearngene(Method):
             b = block_state(gene.tensors, source)
             read = list(b.values())
             centroids = len(gene.tensors[f"{CENTROIDS}{source}"])
-            _mix(b, src, select_matrix(priority_sharing(centroids, spec.num_heads), centroids))
+            b = mix_heads(b, src, select_matrix(priority_sharing(centroids, spec.num_heads), centroids))
             # a mapped gene, read once: its pages may go
             out.update(give_back(read, {block_key(layer, k): v for k, v in resize_block(b, src, spec).items()}))
         out.update(carry_non_block(gene.tensors, src, spec, ("embed", "norm")))

@@ -68,10 +68,10 @@ from ..vit.transfer import (
     cyclic,
     inherit_non_block,
     mapped,
-    mix_block_heads,
     move_tensor,
     stretch,
 )
+from ._head_mixing import mix_heads
 
 # gene tensors stacked over layers: (layers, heads, ...) for the MSA heads, (layers, ...) otherwise
 # (q, k, v biases only where the family has them); the per-layer vectors of each sub-layer travel with it:
@@ -267,7 +267,7 @@ class PEG(Method):
         tensors: StateDict = {}
         for layer in range(spec.depth):
             b = block_state(state, layer)
-            mixed = mix_block_heads(b, block_axes(spec), mixing_weights(heads, spec.num_heads, generator))
+            mixed = mix_heads(b, spec, mixing_weights(heads, spec.num_heads, generator))
             qkv_w, qkv_b, proj_w = mixed["attn.qkv.weight"], mixed.get("attn.qkv.bias"), mixed["attn.proj.weight"]
             parts = dict(zip("qkv", split_qkv(qkv_w, heads)), proj_cols=split_proj(proj_w, heads))
             if qkv_b is not None:
