@@ -4,12 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from ..data import Data
 from ..errors import LearngeneError
+from ..vit.spec import ViTSpec
+
+if TYPE_CHECKING:
+    from ..method import Ancestry, CondenseInputs, Method
+
+
+def calibration_inputs(
+    method: Method, ancestry: Ancestry | None, inputs: CondenseInputs | None, no_data: str
+) -> tuple[Ancestry, ViTSpec, Data]:
+    """The ViT ancestry ``method`` measures, its spec and the images it measures it on; one line for what is
+    missing (``no_data`` when there are no images)."""
+    ancestry = method.require_ancestry(ancestry)
+    spec = ancestry.require_vit(method.name)
+    if inputs is None or inputs.train is None:
+        raise LearngeneError(no_data)
+    return ancestry, spec, inputs.train
 
 
 def calibration_sample(data: Data, num_images: int, seed: int, empty: str) -> Tensor:

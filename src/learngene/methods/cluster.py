@@ -72,7 +72,7 @@ from ..vit.transfer import (
     resize_block,
     stretch,
 )
-from ._calibration import calibration_sample, evaluating
+from ._calibration import calibration_inputs, calibration_sample, evaluating
 from ._head_mixing import mix_heads
 
 PAPER_EPS_PX, PAPER_IMG_SIZE = 10.0, 224  # Eps = 10 px at 224-px images (App. C)
@@ -237,15 +237,11 @@ class ClusterLearngene(Method):
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         """Distances on ``inputs.train`` (Eq. 4), DBSCAN per layer (Algorithm 1), the centroid heads kept."""
-        ancestry = self.require_ancestry(ancestry)
-        spec = ancestry.require_vit(self.name)
-        if inputs is None or inputs.train is None:
-            raise LearngeneError("cluster measures attention on real images: give training data (--data)")
+        no_data = "cluster measures attention on real images: give training data (--data)"
+        ancestry, spec, data = calibration_inputs(self, ancestry, inputs, no_data)
         cfg = self.config
-        distances = mean_attention_distance(
-            ancestry.model, spec, inputs.train, cfg.num_images, cfg.batch_size, cfg.seed
-        )
-        eps = cfg.eps or default_eps(inputs.train.img_size)  # distances are in pixels of the images measured
+        distances = mean_attention_distance(ancestry.model, spec, data, cfg.num_images, cfg.batch_size, cfg.seed)
+        eps = cfg.eps or default_eps(data.img_size)  # distances are in pixels of the images measured
         state = ancestry.state()
         tensors: StateDict = {DISTANCE: distances}
         labels = []
@@ -269,9 +265,7 @@ class ClusterLearngene(Method):
             tensors.update({block_key(layer, k): v for k, v in b.items()})
         tensors[LABELS] = torch.stack(labels)
         tensors.update(inherit_non_block(state, spec, spec, ("embed", "norm")))
-        return self.new_gene(
-            tensors, spec, spec, cost={"images": min(cfg.num_images, len(inputs.train)), "eps_px": eps}
-        )
+        return self.new_gene(tensors, spec, spec, cost={"images": min(cfg.num_images, len(data)), "eps_px": eps})
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """Priority weight-sharing of each (stretched) layer's centroids to ``spec.num_heads`` heads (Sec. 2.3)."""

@@ -66,7 +66,7 @@ from ..vit.transfer import (
     move_state,
     resize_non_block,
 )
-from ._calibration import calibration_sample, evaluating
+from ._calibration import calibration_inputs, calibration_sample, evaluating
 
 LAYER_SCORE, WIDTH_SCORE, WIDTH_ORDER = "importance.layer", "importance.width", "importance.width_order"
 
@@ -213,12 +213,10 @@ class Importance(Method):
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         """Scores on a calibration sample of ``inputs.train``; the ancestry permuted into their order."""
-        ancestry = self.require_ancestry(ancestry)
-        spec = ancestry.require_vit(self.name)
-        if inputs is None or inputs.train is None:
-            raise LearngeneError("importance ranks units on calibration images: give training data (--data)")
+        no_data = "importance ranks units on calibration images: give training data (--data)"
+        ancestry, spec, data = calibration_inputs(self, ancestry, inputs, no_data)
         cfg = self.config
-        scores = activation_scores(ancestry.model, spec, inputs.train, cfg.num_images, cfg.batch_size, cfg.seed)
+        scores = activation_scores(ancestry.model, spec, data, cfg.num_images, cfg.batch_size, cfg.seed)
         state = ancestry.state()
         width = descending(scores["width"])
         tensors: StateDict = {}
@@ -236,7 +234,7 @@ class Importance(Method):
         tensors[LAYER_SCORE] = scores["layers"]
         tensors[WIDTH_SCORE] = scores["width"][width]
         tensors[WIDTH_ORDER] = width.float()  # float: every gene tensor can be a parameter; exact below 2^24
-        return self.new_gene(tensors, spec, spec, cost={"images": min(cfg.num_images, len(inputs.train))})
+        return self.new_gene(tensors, spec, spec, cost={"images": min(cfg.num_images, len(data))})
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """The ``spec.depth`` most important layers, each a prefix slice of channels, heads and neurons."""
