@@ -65,15 +65,15 @@ from ..vit.spec import ViTSpec, block_key, measured_spec, require_inference_memo
 from ..vit.timm_keys import MLP, MSA, NORM, block_names, head_sliced
 from ..vit.transfer import (
     StateDict,
-    block_axes,
     block_state,
     carry_non_block,
     cyclic,
     inherit_non_block,
-    mix_block_heads,
     resize_block,
     stretch,
 )
+from ._calibration import calibration_inputs, calibration_sample, evaluating
+from ._head_mixing import mix_heads
 
 PAPER_EPS_PX, PAPER_IMG_SIZE = 10.0, 224  # Eps = 10 px at 224-px images (App. C)
 DISTANCE, LABELS, CENTROIDS = "clusters.distance", "clusters.labels", "clusters.centroids."
@@ -161,13 +161,11 @@ def mean_attention_distance(
         ``(depth, num_heads)`` distances.
     """
     spec = measured_spec(model, spec, data)  # labels may differ: they are not used
-    count = min(num_images, len(data))
-    if count < 1:
-        raise LearngeneError("cluster needs at least one image to measure attention distances; pass --data")
-    device = next(model.parameters()).device
+    empty = "cluster needs at least one image to measure attention distances; pass --data"
+    picked = calibration_sample(data, num_images, seed, empty)
+    count, device = len(picked), next(model.parameters()).device
     # every image's tokens stay between blocks; each block's maps are read as float64
     require_inference_memory(spec, min(batch_size, count), "cluster", kept_images=count, map_bytes=12, device=device)
-    picked = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[:count].sort().values
     distance = patch_distances(spec).to(device)
     prefix = spec.num_prefix_tokens
     totals = torch.zeros(spec.depth, spec.num_heads, dtype=torch.float64)
@@ -178,9 +176,7 @@ def mean_attention_distance(
         patches *= distance
         totals[layer] += patches.sum(-1).mean(-1).sum(0).cpu()
 
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         tokens = [
             tokens_before_blocks(model, data.get_batch(picked[start : start + batch_size])[0].to(device))
             for start in range(0, count, batch_size)
@@ -190,8 +186,6 @@ def mean_attention_distance(
                 for i, (x, kwargs) in enumerate(tokens):
                     tokens[i] = block(x, **kwargs), kwargs
                 release_pages(*block.parameters())  # read once: a mapped ancestry's pages may go
-    finally:
-        model.train(was_training)
     return (totals / count).float()
 
 
@@ -222,12 +216,6 @@ def cluster_heads(distances: Tensor, eps: float, min_heads: int = 1) -> tuple[Te
     return labels, centroids
 
 
-def _mix(block: StateDict, spec: ViTSpec, mixing: Tensor) -> None:
-    """Replace ``block``'s heads by ``mixing`` of them (q, k, v rows, their biases, W_O columns, every head row of
-    the family), in place. On a meta gene (the load-time check) nothing is computed: the mixing moves there."""
-    block.update(mix_block_heads(block, block_axes(spec), mixing.to(block["attn.qkv.weight"].device)))
-
-
 def priority_sharing(num_centroids: int, num_heads: int) -> Tensor:
     """Centroid of each of ``num_heads`` descendant heads: ``i mod c`` (Sec. 2.3, Fig. 2)."""
     return cyclic(num_centroids, num_heads)
@@ -249,15 +237,11 @@ class ClusterLearngene(Method):
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         """Distances on ``inputs.train`` (Eq. 4), DBSCAN per layer (Algorithm 1), the centroid heads kept."""
-        ancestry = self.require_ancestry(ancestry)
-        spec = ancestry.require_vit(self.name)
-        if inputs is None or inputs.train is None:
-            raise LearngeneError("cluster measures attention on real images: give training data (--data)")
+        no_data = "cluster measures attention on real images: give training data (--data)"
+        ancestry, spec, data = calibration_inputs(self, ancestry, inputs, no_data)
         cfg = self.config
-        distances = mean_attention_distance(
-            ancestry.model, spec, inputs.train, cfg.num_images, cfg.batch_size, cfg.seed
-        )
-        eps = cfg.eps or default_eps(inputs.train.img_size)  # distances are in pixels of the images measured
+        distances = mean_attention_distance(ancestry.model, spec, data, cfg.num_images, cfg.batch_size, cfg.seed)
+        eps = cfg.eps or default_eps(data.img_size)  # distances are in pixels of the images measured
         state = ancestry.state()
         tensors: StateDict = {DISTANCE: distances}
         labels = []
@@ -274,16 +258,14 @@ class ClusterLearngene(Method):
             replaced = [b[k] for k in ATTENTION if k in b] + (
                 [b[k] for k in FFN if k in b] if cfg.ffn == "random" else []
             )
-            _mix(b, spec, select_matrix(centroids, spec.num_heads))
+            b = mix_heads(b, spec, select_matrix(centroids, spec.num_heads))
             if cfg.ffn == "random":
                 b = {k: v for k, v in b.items() if k not in FFN}
             release_pages(*replaced)  # not in the gene: a memory-mapped ancestry's pages may go
             tensors.update({block_key(layer, k): v for k, v in b.items()})
         tensors[LABELS] = torch.stack(labels)
         tensors.update(inherit_non_block(state, spec, spec, ("embed", "norm")))
-        return self.new_gene(
-            tensors, spec, spec, cost={"images": min(cfg.num_images, len(inputs.train)), "eps_px": eps}
-        )
+        return self.new_gene(tensors, spec, spec, cost={"images": min(cfg.num_images, len(data)), "eps_px": eps})
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """Priority weight-sharing of each (stretched) layer's centroids to ``spec.num_heads`` heads (Sec. 2.3)."""
@@ -298,7 +280,7 @@ class ClusterLearngene(Method):
             b = block_state(gene.tensors, source)
             read = list(b.values())
             centroids = len(gene.tensors[f"{CENTROIDS}{source}"])
-            _mix(b, src, select_matrix(priority_sharing(centroids, spec.num_heads), centroids))
+            b = mix_heads(b, src, select_matrix(priority_sharing(centroids, spec.num_heads), centroids))
             # a mapped gene, read once: its pages may go
             out.update(give_back(read, {block_key(layer, k): v for k, v in resize_block(b, src, spec).items()}))
         out.update(carry_non_block(gene.tensors, src, spec, ("embed", "norm")))

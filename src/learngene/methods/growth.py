@@ -60,13 +60,12 @@ from ..vit.transfer import (
     AxisMap,
     StateDict,
     axis_map,
-    block_axes,
     block_state,
     carry_non_block,
     cyclic,
-    mix_block_heads,
     resize_block,
 )
+from ._head_mixing import mix_heads
 
 WRITERS = block_names(tag=WRITER)  # zeroed, a block adds nothing to the residual stream
 
@@ -203,7 +202,7 @@ class Grow(Method):
         widened = []
         for layer in range(src.depth):
             b = block_state(gene.tensors, layer)
-            b = mix_block_heads(b, block_axes(src), select_matrix(head_index, src.num_heads))
+            b = mix_heads(b, src, select_matrix(head_index, src.num_heads))
             # W_O columns read copied heads
             proj = b["attn.proj.weight"]
             b["attn.proj.weight"] = join_proj(split_proj(proj, spec.num_heads) * head_scale.to(proj)[:, None, None])

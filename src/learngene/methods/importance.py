@@ -39,11 +39,13 @@ Authors' code: none was found in this session's search (weight subcloning, Minit
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
 
 from ..data import Data
 from ..errors import LearngeneError
@@ -64,6 +66,7 @@ from ..vit.transfer import (
     move_state,
     resize_non_block,
 )
+from ._calibration import calibration_inputs, calibration_sample, evaluating
 
 LAYER_SCORE, WIDTH_SCORE, WIDTH_ORDER = "importance.layer", "importance.width", "importance.width_order"
 
@@ -83,32 +86,13 @@ class ImportanceConfig:
     rescale: bool = option(True, phase=EXPAND, help="LayerNorm gains × √(D/D') (subcloning)")
 
 
-@torch.no_grad()
-def activation_scores(
-    model: nn.Module, spec: ViTSpec, data: Data, num_images: int, batch_size: int, seed: int
-) -> dict[str, Tensor]:
-    """Importance scores of ``model``'s residual channels, heads, MLP neurons and layers on a sample of ``data``.
-
-    Returns:
-        ``width`` ``(D,)``, ``heads`` ``(L, H)``, ``neurons`` ``(L, M)``, ``layers`` ``(L,)``; means over
-        images and tokens (see the module docstring for each score).
-    """
-    spec = measured_spec(model, spec, data)
-    count = min(num_images, len(data))
-    if count < 1:
-        raise LearngeneError("importance ranks units on calibration images: give training data (--data)")
-    require_inference_memory(spec, min(batch_size, count), "importance", device=next(model.parameters()).device)
-    L, H, d = spec.depth, spec.num_heads, spec.head_dim
-    sums = {
-        "width": torch.zeros(spec.embed_dim, dtype=torch.float64),
-        "heads": torch.zeros(L, H, dtype=torch.float64),
-        "neurons": torch.zeros(L, spec.mlp_inner, dtype=torch.float64),
-        "layers": torch.zeros(L, dtype=torch.float64),
-    }
-
-    def add(name: str, index, values: Tensor) -> None:  # values (B, N, ...) → summed over images, mean over tokens
-        sums[name][index] += values.double().mean(1).sum(0).cpu()
-
+def score_hooks(
+    model: nn.Module, spec: ViTSpec, add: Callable[[str, int | slice, Tensor], None]
+) -> list[RemovableHandle]:
+    """Hooks on ``model``'s blocks that ``add`` each score of a forward pass (the module docstring says which): the
+    width from the stream entering the first block and leaving each, a layer's from its input and output, the
+    neurons from the MLP's activation, the heads from the per-head outputs entering W_O."""
+    H, d = spec.num_heads, spec.head_dim
     hooks = []
     blocks: Any = model.blocks
     for layer, block in enumerate(blocks):
@@ -129,18 +113,45 @@ def activation_scores(
                 lambda _m, args, layer=layer: add("heads", layer, args[0].unflatten(-1, (H, d)).norm(dim=-1))
             )
         )
-    device = next(model.parameters()).device
-    picked = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[:count].sort().values
-    was_training = model.training
-    model.eval()
-    try:
-        for start in range(0, count, batch_size):
-            x, _, _ = data.get_batch(picked[start : start + batch_size])
-            model(x.to(device))
-    finally:
-        for hook in hooks:
-            hook.remove()
-        model.train(was_training)
+    return hooks
+
+
+@torch.no_grad()
+def activation_scores(
+    model: nn.Module, spec: ViTSpec, data: Data, num_images: int, batch_size: int, seed: int
+) -> dict[str, Tensor]:
+    """Importance scores of ``model``'s residual channels, heads, MLP neurons and layers on a sample of ``data``.
+
+    Returns:
+        ``width`` ``(D,)``, ``heads`` ``(L, H)``, ``neurons`` ``(L, M)``, ``layers`` ``(L,)``; means over
+        images and tokens (see the module docstring for each score).
+    """
+    spec = measured_spec(model, spec, data)
+    empty = "importance ranks units on calibration images: give training data (--data)"
+    picked = calibration_sample(data, num_images, seed, empty)
+    count, device = len(picked), next(model.parameters()).device
+    require_inference_memory(spec, min(batch_size, count), "importance", device=device)
+    L = spec.depth
+    sums = {
+        "width": torch.zeros(spec.embed_dim, dtype=torch.float64),
+        "heads": torch.zeros(L, spec.num_heads, dtype=torch.float64),
+        "neurons": torch.zeros(L, spec.mlp_inner, dtype=torch.float64),
+        "layers": torch.zeros(L, dtype=torch.float64),
+    }
+
+    def add(name: str, index: int | slice, values: Tensor) -> None:
+        # values (B, N, ...) → summed over images, mean over tokens
+        sums[name][index] += values.double().mean(1).sum(0).cpu()
+
+    hooks = score_hooks(model, spec, add)
+    with evaluating(model):
+        try:
+            for start in range(0, count, batch_size):
+                x, _, _ = data.get_batch(picked[start : start + batch_size])
+                model(x.to(device))
+        finally:
+            for hook in hooks:
+                hook.remove()
     return {k: (v / count).float() for k, v in sums.items()}
 
 
@@ -202,12 +213,10 @@ class Importance(Method):
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         """Scores on a calibration sample of ``inputs.train``; the ancestry permuted into their order."""
-        ancestry = self.require_ancestry(ancestry)
-        spec = ancestry.require_vit(self.name)
-        if inputs is None or inputs.train is None:
-            raise LearngeneError("importance ranks units on calibration images: give training data (--data)")
+        no_data = "importance ranks units on calibration images: give training data (--data)"
+        ancestry, spec, data = calibration_inputs(self, ancestry, inputs, no_data)
         cfg = self.config
-        scores = activation_scores(ancestry.model, spec, inputs.train, cfg.num_images, cfg.batch_size, cfg.seed)
+        scores = activation_scores(ancestry.model, spec, data, cfg.num_images, cfg.batch_size, cfg.seed)
         state = ancestry.state()
         width = descending(scores["width"])
         tensors: StateDict = {}
@@ -225,7 +234,7 @@ class Importance(Method):
         tensors[LAYER_SCORE] = scores["layers"]
         tensors[WIDTH_SCORE] = scores["width"][width]
         tensors[WIDTH_ORDER] = width.float()  # float: every gene tensor can be a parameter; exact below 2^24
-        return self.new_gene(tensors, spec, spec, cost={"images": min(cfg.num_images, len(inputs.train))})
+        return self.new_gene(tensors, spec, spec, cost={"images": min(cfg.num_images, len(data))})
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """The ``spec.depth`` most important layers, each a prefix slice of channels, heads and neurons."""

@@ -67,6 +67,7 @@ from ..vit.transfer import (
     inherit_non_block,
     non_block_axes,
 )
+from ._option_lists import int_list
 
 SMALL, AUX, F_, G_ = "small.", "aux.", "F.", "G."
 
@@ -192,12 +193,9 @@ def widen(t: Tensor, dim: int, n: int, f: Tensor | None) -> Tensor:
 
 
 def parse_indices(text: str, count: int, limit: int, what: str) -> list[int] | None:
-    if not text:
+    values = int_list(text, f"lets {what}={text!r} is not comma-separated aux layer numbers")
+    if values is None:
         return None
-    try:
-        values = [int(x) for x in str(text).split(",")]
-    except ValueError:
-        raise LearngeneError(f"lets {what}={text!r} is not comma-separated aux layer numbers") from None
     if len(values) != count or not all(0 <= v < limit for v in values):
         raise LearngeneError(
             f"lets {what} needs {count} aux layer numbers (one per descendant layer) in 0..{limit - 1}, got {text!r}"

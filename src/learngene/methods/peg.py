@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -67,10 +68,10 @@ from ..vit.transfer import (
     cyclic,
     inherit_non_block,
     mapped,
-    mix_block_heads,
     move_tensor,
     stretch,
 )
+from ._head_mixing import mix_heads
 
 # gene tensors stacked over layers: (layers, heads, ...) for the MSA heads, (layers, ...) otherwise
 # (q, k, v biases only where the family has them); the per-layer vectors of each sub-layer travel with it:
@@ -177,6 +178,69 @@ def apply_phi(w1: Tensor, w2: Tensor, x: Tensor, batch_dims: int = 0) -> Tensor:
     return out.reshape(*out.shape[: batch_dims + 1], *x.shape[batch_dims + 1 :])
 
 
+def at_width(source: Tensor, axes: tuple[Axis, ...], shape: tuple[int, ...], gene_heads: int) -> Tensor:
+    """A stacked gene tensor at the descendant's widths; a mapped gene's pages go once it is read. Without a
+    graph to keep, layer by layer (axis 0 is kept), so the rule's intermediates are never whole."""
+
+    def move(t: Tensor, dims: int) -> Tensor:
+        return move_tensor(t, axes[dims:], shape[dims:], (gene_heads, gene_heads), mapped)
+
+    if torch.is_grad_enabled() or source.device.type == "meta":
+        return give_back([source], {"part": move(source, 0)})["part"]
+    width = source.new_empty(shape)
+    for layer, part in enumerate(source):
+        width[layer] = move(part, 1)
+        release_pages(part)  # a layer of 1 MiB or more (a ViT-g's FFN part is 1 GiB in all) ...
+    release_pages(source)  # ... or all of them, if the layers are smaller
+    return width
+
+
+def grow_parts(
+    phi: StateDict,
+    moved: Callable[[str], Tensor],
+    shapes: dict[str, tuple[int, ...]],
+    gene_heads: int,
+    num_heads: int,
+    device: torch.device,
+) -> tuple[StateDict, StateDict]:
+    """The MSA's and the FFN's parts at the descendant's depth and head count (Eq. 6): φ over the layer axis of each
+    ``moved`` part, then per layer over the head axis of the per-head ones."""
+    # part by part, so that only one part is ever held at the gene's depth
+    head_parts = [p for p in HEAD_PARTS if f"msa.{p}" in shapes]
+    msa = {}
+    for p in head_parts + [p for p in MSA_LAYER_PARTS if f"msa.{p}" in shapes]:
+        msa[p] = apply_phi(phi["phi.msa_layers.w1"], phi["phi.msa_layers.w2"], moved(f"msa.{p}"))
+        if p in head_parts:
+            msa[p] = apply_phi(phi["phi.heads.w1"], phi["phi.heads.w2"], msa[p], batch_dims=1)
+    # a head φ's initial repeat copies m times reads 1/m of its W_O columns: the layer starts as the gene's
+    source = cyclic(gene_heads, num_heads)
+    copies = torch.bincount(source, minlength=gene_heads).float()[source].to(device)
+    msa["proj_cols"] = msa["proj_cols"] / copies.view(1, -1, 1, 1)
+    ffn = {
+        p: apply_phi(phi["phi.ffn_layers.w1"], phi["phi.ffn_layers.w2"], moved(f"ffn.{p}"))
+        for p in FFN_PARTS
+        if f"ffn.{p}" in shapes
+    }
+    return msa, ffn
+
+
+def layer_blocks(msa: StateDict, ffn: StateDict, depth: int) -> StateDict:
+    """Each of ``depth`` layers' timm block tensors from the grown parts (q, k, v and W_O's columns joined)."""
+    out: StateDict = {}
+    for layer in range(depth):
+        block = {
+            "attn.qkv.weight": join_qkv(msa["q"][layer], msa["k"][layer], msa["v"][layer]),
+            "attn.proj.weight": join_proj(msa["proj_cols"][layer]),
+            **{name: msa[part][layer] for part, name in MSA_LAYER_PARTS.items() if part in msa},
+            **{name: ffn[part][layer] for part, name in FFN_PARTS.items() if part in ffn},
+        }
+        if "q_bias" in msa:
+            block["attn.qkv.bias"] = join_qkv(msa["q_bias"][layer], msa["k_bias"][layer], msa["v_bias"][layer])
+        block.update({name: msa[part][layer].flatten() for part, name in HEAD_VECTORS.items() if part in msa})
+        out.update({block_key(layer, k): v for k, v in block.items()})
+    return out
+
+
 @register_method
 class PEG(Method):
     name = "peg"
@@ -203,7 +267,7 @@ class PEG(Method):
         tensors: StateDict = {}
         for layer in range(spec.depth):
             b = block_state(state, layer)
-            mixed = mix_block_heads(b, block_axes(spec), mixing_weights(heads, spec.num_heads, generator))
+            mixed = mix_heads(b, spec, mixing_weights(heads, spec.num_heads, generator))
             qkv_w, qkv_b, proj_w = mixed["attn.qkv.weight"], mixed.get("attn.qkv.bias"), mixed["attn.proj.weight"]
             parts = dict(zip("qkv", split_qkv(qkv_w, heads)), proj_cols=split_proj(proj_w, heads))
             if qkv_b is not None:
@@ -279,50 +343,10 @@ class PEG(Method):
         axes, shapes = gene_axes(src), gene_shapes(gene.tensors, spec)
 
         def moved(key: str) -> Tensor:
-            """The gene's tensor at the descendant's widths; a mapped gene's pages go once it is read. Without a
-            graph to keep, layer by layer (axis 0 is kept), so the rule's intermediates are never whole."""
-            source, move = (
-                gene.tensors[key],
-                lambda t, dims: move_tensor(t, axes[key][dims:], shapes[key][dims:], (gene_heads, gene_heads), mapped),
-            )
-            if torch.is_grad_enabled() or source.device.type == "meta":
-                return give_back([source], {key: move(source, 0)})[key]
-            width = source.new_empty(shapes[key])
-            for layer, part in enumerate(source):
-                width[layer] = move(part, 1)
-                release_pages(part)  # a layer of 1 MiB or more (a ViT-g's FFN part is 1 GiB in all) ...
-            release_pages(source)  # ... or all of them, if the layers are smaller
-            return width
+            return at_width(gene.tensors[key], axes[key], shapes[key], gene_heads)
 
-        # part by part, so that only one part is ever held at the gene's depth
-        head_parts = [p for p in HEAD_PARTS if f"msa.{p}" in shapes]
-        msa = {}
-        for p in head_parts + [p for p in MSA_LAYER_PARTS if f"msa.{p}" in shapes]:
-            msa[p] = apply_phi(phi["phi.msa_layers.w1"], phi["phi.msa_layers.w2"], moved(f"msa.{p}"))
-            if p in head_parts:
-                msa[p] = apply_phi(phi["phi.heads.w1"], phi["phi.heads.w2"], msa[p], batch_dims=1)
-        # a head φ's initial repeat copies m times reads 1/m of its W_O columns: the layer starts as the gene's
-        source = cyclic(gene_heads, spec.num_heads)
-        copies = torch.bincount(source, minlength=gene_heads).float()[source].to(device)
-        msa["proj_cols"] = msa["proj_cols"] / copies.view(1, -1, 1, 1)
-        ffn = {
-            p: apply_phi(phi["phi.ffn_layers.w1"], phi["phi.ffn_layers.w2"], moved(f"ffn.{p}"))
-            for p in FFN_PARTS
-            if f"ffn.{p}" in shapes
-        }
-
-        out: StateDict = {}
-        for layer in range(spec.depth):
-            block = {
-                "attn.qkv.weight": join_qkv(msa["q"][layer], msa["k"][layer], msa["v"][layer]),
-                "attn.proj.weight": join_proj(msa["proj_cols"][layer]),
-                **{name: msa[part][layer] for part, name in MSA_LAYER_PARTS.items() if part in msa},
-                **{name: ffn[part][layer] for part, name in FFN_PARTS.items() if part in ffn},
-            }
-            if "q_bias" in msa:
-                block["attn.qkv.bias"] = join_qkv(msa["q_bias"][layer], msa["k_bias"][layer], msa["v_bias"][layer])
-            block.update({name: msa[part][layer].flatten() for part, name in HEAD_VECTORS.items() if part in msa})
-            out.update({block_key(layer, k): v for k, v in block.items()})
+        msa, ffn = grow_parts(phi, moved, shapes, gene_heads, spec.num_heads, device)
+        out = layer_blocks(msa, ffn, spec.depth)
         out.update(carry_non_block(gene.tensors, src, spec, ("embed", "norm")))
         out.update(gene.descendant_state())
         return out

@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from ..auxnet import AuxConfig, AuxNetMethod, condense_through_aux, is_headless, resolve_aux_spec
 from ..errors import GeneFormatError, LearngeneError
@@ -75,12 +75,28 @@ from ..method import Ancestry, CondenseInputs, ExpandOutput, OutputModel, Paper
 from ..registry import register_method
 from ..training import distributed as dist
 from ..training.distill import cache_teacher_outputs
-from ..training.loop import step_draw, train
+from ..training.loop import train
 from ..validate import CONDENSE, option, option_assignment
-from ..vit.eva import block_inputs
 from ..vit.spec import ViTSpec
-from ..vit.stitched import StitchedViT, stitched_forward
+from ..vit.stitched import StitchedViT
 from ..vit.transfer import StateDict, inherit_non_block, part_of, place_blocks, require_block_shape, stretch
+from ._option_lists import int_list
+from ._pool_stitches import JointPool, block_tokens, fit_stitches, least_squares_stitch, paired_stitches, stitch_key
+
+# the stitches' parts in their own module, importable from here (tests do)
+__all__ = [
+    "LearngenePool",
+    "PoolConfig",
+    "JointPool",
+    "fit_stitches",
+    "least_squares_stitch",
+    "paired_stitches",
+    "share",
+    "stitch_choices",
+    "stitch_key",
+    "stitched_descendant",
+    "stitched_layers",
+]
 
 
 @dataclass(frozen=True)
@@ -147,96 +163,6 @@ def stitched_layers(depths: list[int], total: int) -> list[tuple[int, int]]:
     return out
 
 
-# ---- the authors' design: instances of different widths, stitched by learned linear layers -------------
-
-
-def paired_stitches(depth: int) -> list[tuple[int, int, int]]:
-    """``(front block, end block, stitch layer)`` of every stitch between two ``depth``-block instances.
-
-    Their ``paired_stitching`` (kernel 2, stride 1): a window over blocks ``i, i+1`` slides one block at a time;
-    every (front, end) pair inside it not seen before is a stitch, and the window's pairs share one stitch layer.
-    """
-    out: list[tuple[int, int, int]] = []
-    seen: set[tuple[int, int]] = set()
-    layer = 0
-    for i in range(depth):
-        window = range(i, min(i + 2, depth))
-        new = [(j, k) for j in window for k in window if (j, k) not in seen]
-        seen.update(new)
-        out += [(j, k, layer) for j, k in new]
-        layer += bool(new)
-    return out
-
-
-def stitch_key(front: int, end: int, layer: int, name: str) -> str:
-    return f"stitch{front}_{end}.{layer}.{name}"
-
-
-def least_squares_stitch(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-    """Weight and bias of the affine map closest to ``x -> y`` in least squares (their ``ps_inv``): ``[x 1]⁺ y``."""
-    x, y = x.reshape(-1, x.shape[-1]).double(), y.reshape(-1, y.shape[-1]).double()
-    solution = torch.linalg.pinv(torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], dim=1)) @ y
-    return solution[:-1].T.float(), solution[-1].float()
-
-
-def block_tokens(model: nn.Module, images: Tensor) -> list[Tensor]:
-    """The tokens entering each block of a timm ViT, then those leaving the last."""
-    x, kwargs = block_inputs(model, images)
-    tokens = [x]
-    for block in cast(nn.Sequential, model.blocks):
-        x = block(x, **kwargs)
-        tokens.append(x)
-    return tokens
-
-
-class JointPool(nn.Module):
-    """The whole pool as one network for their third step: each training forward runs one configuration drawn
-    at random, an instance alone ``(i,)`` or a stitched one ``(front, end, cut_front, cut_end, layer)``.
-
-    Their draws (``LearngenePool.forward``, configurations 0, 2 and 19–34 of 6-block instances): the narrowest
-    instance, the widest, and every stitch from the narrowest into the widest, uniformly. The draw of the
-    ``n``-th training forward depends only on the seed and ``n`` (a buffer, saved in the loop's checkpoints),
-    so a run is the same bit for bit, resumed or not. In eval mode it is the widest instance.
-    """
-
-    def __init__(self, models: list[nn.Module], stitches: dict[tuple[int, int], list[nn.Linear]], seed: int):
-        super().__init__()
-        self.instances = nn.ModuleList(models)
-        self.stitches = nn.ModuleDict({f"{f}_{e}": nn.ModuleList(layers) for (f, e), layers in stitches.items()})
-        last = len(models) - 1
-        depth = len(cast(nn.Sequential, cast(Any, models[0]).blocks))
-        self.draws: list[tuple[int, ...]] = [(0,), (last,)] if last else [(0,)]
-        if last:
-            self.draws += [(0, last, j, k, layer) for j, k, layer in paired_stitches(depth)]
-        self.seed = seed
-        self.drawn: Tensor
-        self.register_buffer("drawn", torch.zeros((), dtype=torch.long))
-
-    @property
-    def skeleton(self) -> nn.Module:
-        """The widest instance: what the loop checks the data and the activation memory against."""
-        return self.instances[-1]
-
-    def no_weight_decay(self) -> set[str]:
-        return {name for m in self.instances for name in getattr(m, "no_weight_decay", lambda: set())()}
-
-    def draw(self) -> tuple[int, ...]:
-        choice = self.draws[step_draw(self.seed, int(self.drawn), len(self.draws))]
-        self.drawn += 1
-        return choice
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training:
-            return self.instances[-1](x)
-        choice = self.draw()
-        if len(choice) == 1:
-            return self.instances[choice[0]](x)
-        front, end, j, k, layer = choice
-        first, last = cast(Any, self.instances[front]), cast(Any, self.instances[end])
-        stitch = cast(nn.ModuleList, self.stitches[f"{front}_{end}"])[layer]
-        return stitched_forward(first, first.blocks[: j + 1], stitch, last.blocks[k:], last, x)
-
-
 def instance_state(gene: Learngene, index: int) -> StateDict:
     prefix = instance_key(index, "")
     return {k[len(prefix) :]: v for k, v in gene.tensors.items() if k.startswith(prefix)}
@@ -298,16 +224,8 @@ class LearngenePool(AuxNetMethod):
 
     def depths(self, aux: ViTSpec) -> list[int]:
         text = self.config.instance_depths
-        try:
-            depths = (
-                [int(x) for x in str(text).split(",")]
-                if text
-                else sorted({math.ceil(aux.depth / 4), math.ceil(aux.depth / 2)})
-            )
-        except ValueError:
-            raise LearngeneError(
-                f"pool instance_depths={text!r} is not comma-separated block counts, e.g. 1,2"
-            ) from None
+        malformed = f"pool instance_depths={text!r} is not comma-separated block counts, e.g. 1,2"
+        depths = int_list(text, malformed) or sorted({math.ceil(aux.depth / 4), math.ceil(aux.depth / 2)})
         if not depths or min(depths) < 1:
             raise LearngeneError(f"pool instance_depths={text!r} needs positive block counts")
         if len(set(depths)) < len(depths):  # one instance per depth: a repeat trains the same small model again
@@ -322,10 +240,8 @@ class LearngenePool(AuxNetMethod):
     def instance_specs(self, aux: ViTSpec) -> list[ViTSpec]:
         """design=authors: the instances, narrowest first, from the aux spec (or the gene's layout, the widest)."""
         text, width = self.config.widths, aux.embed_dim
-        try:
-            widths = [int(x) for x in str(text).split(",")] if text else [width // 4, width // 2, width]
-        except ValueError:
-            raise LearngeneError(f"pool widths={text!r} is not comma-separated widths, e.g. 8,16,32") from None
+        malformed = f"pool widths={text!r} is not comma-separated widths, e.g. 8,16,32"
+        widths = int_list(text, malformed) or [width // 4, width // 2, width]
         depth = self.config.instance_depth or math.ceil(aux.depth / 2)
         specs = []
         for w in sorted(set(widths)):
@@ -384,10 +300,9 @@ class LearngenePool(AuxNetMethod):
         source = ancestry.spec if ancestry is not None else None
         return condense_through_aux(self, self.new_gene(start, spec, source), self.require_ancestry(ancestry), own)
 
-    def condense_authors(self, aux: ViTSpec, ancestry: Ancestry | None, inputs: CondenseInputs | None) -> Learngene:
-        if inputs is None or inputs.train is None:
-            raise LearngeneError("pool condenses by training aux nets; give training data (--data)")
-        specs = self.instance_specs(aux)
+    def refuse_for_authors(self, aux: ViTSpec, ancestry: Ancestry | None) -> None:
+        """One line for what design=authors cannot do here, before any training: a RoPE family; joint_epochs with a
+        headless ancestry, or under DDP."""
         if aux.family.rope:
             raise LearngeneError(
                 "pool design=authors stitches instances of other head widths, and a RoPE table depends on the head "
@@ -403,6 +318,12 @@ class LearngenePool(AuxNetMethod):
                 "pool joint_epochs trains one drawn part of the pool per step, which DDP cannot synchronize; "
                 f"run it as one process (without torchrun) or use {option_assignment('joint_epochs', '0')}"
             )
+
+    def condense_authors(self, aux: ViTSpec, ancestry: Ancestry | None, inputs: CondenseInputs | None) -> Learngene:
+        if inputs is None or inputs.train is None:
+            raise LearngeneError("pool condenses by training aux nets; give training data (--data)")
+        specs = self.instance_specs(aux)
+        self.refuse_for_authors(aux, ancestry)
         tensors: StateDict = {}
         cost: dict = {"steps": 0, "seconds": 0.0, "instances": []}
         models = []
@@ -420,14 +341,7 @@ class LearngenePool(AuxNetMethod):
         with torch.no_grad():
             tokens = [block_tokens(m, images) for m in models]
         depth = specs[0].depth
-        for front in range(len(specs)):
-            for end in range(front + 1, len(specs)):
-                fits: dict[int, list[tuple[Tensor, Tensor]]] = {}
-                for j, k, layer in paired_stitches(depth):
-                    fits.setdefault(layer, []).append(least_squares_stitch(tokens[front][j + 1], tokens[end][k]))
-                for layer, pairs in fits.items():  # a layer shared by its window's stitches: their fits averaged
-                    tensors[stitch_key(front, end, layer, "weight")] = torch.stack([w for w, _ in pairs]).mean(0)
-                    tensors[stitch_key(front, end, layer, "bias")] = torch.stack([b for _, b in pairs]).mean(0)
+        tensors.update(fit_stitches(tokens, depth))
         if self.config.joint_epochs:
             cost["joint"] = self.train_jointly(models, tensors, ancestry, inputs)
             for key in ("steps", "seconds"):

@@ -46,14 +46,7 @@ from typing import Literal
 
 import torch
 
-from ..auxnet import (
-    AuxNetMethod,
-    DrawnStartConfig,
-    expand_non_block,
-    initial_non_block,
-    resolve_aux_spec,
-    vector_start,
-)
+from ..auxnet import DrawnStartConfig, resolve_aux_spec, vector_start
 from ..errors import LearngeneError, SpecError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Paper
@@ -61,6 +54,8 @@ from ..registry import register_method
 from ..validate import CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import StateDict, require_block_shape
+from ._drawn_start import DrawnStartMethod
+from ._option_lists import int_list
 
 PREFIX = "stage."
 AUTHORS_STAGES = (3, 3, 4, 3, 3)  # their aux net's stages (aux_models.py, get_repeated_schedule_*)
@@ -86,12 +81,9 @@ class SWSConfig(DrawnStartConfig):
 
 
 def parse_counts(text: str, what: str) -> list[int] | None:
-    if not text:
+    counts = int_list(text, f"sws {what}={text!r} is not comma-separated layer counts, e.g. 3,3,4,3,3")
+    if counts is None:
         return None
-    try:
-        counts = [int(x) for x in str(text).split(",")]
-    except ValueError:
-        raise LearngeneError(f"sws {what}={text!r} is not comma-separated layer counts, e.g. 3,3,4,3,3") from None
     # an aux stage of no layers is no stage; a descendant may skip a stage (0 layers: its gene layer unused)
     least = 0 if what == "descendant_stages" else 1
     if not counts or min(counts) < least or sum(counts) == 0:
@@ -127,7 +119,7 @@ def stage_of_layers(counts: list[int]) -> list[int]:
 
 
 @register_method
-class SWS(AuxNetMethod):
+class SWS(DrawnStartMethod):
     name = "sws"
     stores = "one layer per stage, shared by that stage's layers in an aux net trained by distillation"
     expands_to = "any depth (`descendant_stages` sets each stage's layers)"
@@ -171,7 +163,7 @@ class SWS(AuxNetMethod):
             )
         return counts
 
-    def initial_tensors(self, aux: ViTSpec) -> StateDict:
+    def initial_blocks(self, aux: ViTSpec) -> StateDict:
         count = len(self.aux_stages(aux))
         counts = self.given_counts(count, aux.depth)
         if counts is not None and 0 in counts:  # while condensing they lay out the aux net, which trains every stage
@@ -188,7 +180,6 @@ class SWS(AuxNetMethod):
                 tensors[PREFIX + name] = torch.nn.init.trunc_normal_(
                     torch.empty(count, *shape), std=self.config.init_std
                 )
-        tensors.update(initial_non_block(aux))
         return tensors
 
     def layer_stages(self, gene: Learngene, spec: ViTSpec) -> list[int]:
@@ -213,7 +204,7 @@ class SWS(AuxNetMethod):
             )
         return counts
 
-    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+    def expand_blocks(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         layout = gene.require_layout()
         if (
             layout.block_shapes() != spec.block_shapes()
@@ -228,7 +219,6 @@ class SWS(AuxNetMethod):
             stack = gene.tensors[PREFIX + name]
             for layer, stage in enumerate(stages):
                 out[block_key(layer, name)] = stack[stage]
-        out.update(expand_non_block(gene, spec))
         return out
 
     def describe(self, gene: Learngene) -> list[str]:

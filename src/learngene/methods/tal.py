@@ -70,12 +70,9 @@ classes, else its pooled embedding by cosine through a learned projection (as
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -90,417 +87,28 @@ from ..training.distill import PooledFeatures, cache_teacher_outputs
 from ..training.loop import distill_loss, predict_logits, resolve_device, step_draw, train
 from ..validate import CONDENSE, EXPAND, limits_of, option, option_assignment, out_of_range
 from ..vit.spec import ViTSpec, block_key
-from ..vit.timm_keys import BLOCK_TENSORS, MLP, MSA, WRITER
+from ._tal_graph import Graph, Node, graph_nodes, is_layer_scale, spec_graph
+from ._tal_hypernet import GraphormerLayer, HyperNet
+from ._tal_params import group_size, lora_block, normalize, tile_params
 
-# PPUDA's ``deepnets1m.genotypes.PRIMITIVES_DEEPNETS1M``: the node kinds, in their order (the embedding's rows)
-PRIMITIVES = (
-    "max_pool",
-    "avg_pool",
-    "sep_conv",
-    "dil_conv",
-    "conv",
-    "msa",
-    "cse",
-    "sum",
-    "concat",
-    "input",
-    "bias",
-    "bn",
-    "ln",
-    "pos_enc",
-    "glob_avg",
-)
+# the parts in their own modules, importable from here (tests and benchmarks/fidelity_tal.py do)
+__all__ = [
+    "TAL",
+    "TALConfig",
+    "Graph",
+    "GraphormerLayer",
+    "HyperNet",
+    "Node",
+    "graph_nodes",
+    "group_size",
+    "lora_block",
+    "normalize",
+    "spec_graph",
+    "tile_params",
+]
+
 TASK_KEY = "task_embedding"
 GHN_PREFIX = "ghn."
-UNPREDICTED = ("cls_token", "reg_token", "dist_token", "attn_pool.latent")  # dropped by their tracer: timm's init
-
-
-# ---- the rules of their GHN3, as functions of tensors ------------------------------------------------------------
-def group_size(n: int, max_n: int) -> int:
-    """The size a tensor axis is predicted at (``GHN3._map_net_params``' ``min_sz``): capped at ``max_n``, a multiple
-    of 3 predicted as 4/3 of it, at least half of ``max_n`` as ``max_n``."""
-    n = min(n, max_n)
-    if n % 3 == 0:
-        n = n // 3 * 4
-    if n >= max_n / 2:
-        n = max_n
-    return n
-
-
-def lora_block(factors: Tensor, l2: nn.Linear, r: int, shape: tuple[int, int, int, int], n_dim: int) -> Tensor:
-    """One node's parameter block from its decoder MLP output ``factors`` (``2r·r`` values), as their
-    ``ConvDecoder3LoRA.forward``: ``X = l2(relu(factors as 2r × r))`` (2r × ck) read in memory order as 2ck × r,
-    ``A`` = its first ck rows, ``B`` = the next ck rows transposed, ``W = A[:c_out·k_out] @ B[:, :c_in·k_in]``.
-    Only the rows of ``X`` that ``A`` and ``B``'s slices read are computed (the values are the same)."""
-    ck = l2.out_features
-    c_out, c_in, k_out, k_in = shape
-    rows_a, rows_b = c_out * k_out, c_in * k_in
-    if max(rows_a, rows_b) > ck:
-        raise LearngeneError(
-            f"tal: a parameter needs {max(rows_a, rows_b)} decoder rows but max_ck is {ck}; "
-            f"condense again with {option_assignment('max_ck', str(max(rows_a, rows_b)))} or more"
-        )
-    y = torch.relu(factors.view(2 * r, r))
-    need_a, need_b = math.ceil(rows_a * r / ck), math.ceil(rows_b * r / ck)
-    a = l2(y[:need_a]).reshape(-1)[: rows_a * r].view(rows_a, r)
-    b = l2(y[r : r + need_b]).reshape(-1)[: rows_b * r].view(rows_b, r).t()
-    w = a @ b
-    if n_dim == 1:
-        return w.reshape(c_out)
-    if n_dim == 2:
-        return w
-    return w.reshape(c_out, k_out, c_in, k_in).transpose(1, 2)
-
-
-def tile_params(w: Tensor, target: tuple[int, ...], class_row: Tensor | None = None) -> Tensor:
-    """A predicted block ``w`` sliced or tiled to ``target`` (``GHN3._tile_params``, the GHN-3 branch).
-
-    ``class_row``: the (1, 1, D) row put in front of a position embedding built from a 4-D block (theirs draws it
-    from N(0, 0.02²) there). A position embedding longer than that row plus the block's ``s²`` patch rows is tiled
-    along the tokens (their code fails there)."""
-    t, s = target, w.shape
-    if len(t) == 1:
-        if len(s) == 1:
-            w = w[: min(t[0], s[0])]
-        elif len(s) == 2:
-            w = w[: min(t[0], s[0]), 0]
-        else:
-            w = w[: min(t[0], s[0]), 0, s[-2] // 2, s[-1] // 2]
-    elif len(t) == 2:
-        if len(s) == 2:
-            w = w[: min(t[0], s[0]), : min(t[1], s[1])]
-        else:
-            w = w[: min(t[0], s[0]), : min(t[1], s[1]), s[-2] // 2, s[-1] // 2]
-    elif len(t) == 3:
-        if len(s) == 3:
-            w = w[: min(t[0], s[0]), : min(t[1], s[1]), : min(t[2], s[2])]
-        else:  # a position embedding predicted as (1, D, s, s)
-            w = w.reshape(*s[:2], -1).permute(0, 2, 1)
-            w = w[: min(t[0], w.shape[0]), : min(t[1], w.shape[1]), : min(t[2], w.shape[2])]
-            if class_row is None:
-                raise ValueError("a position embedding from a 4-D block needs its class row")
-            w = torch.cat((class_row.to(w), w), dim=1)
-    else:
-        s2 = min(t[2], s[2]) if len(s) > 2 else 1
-        s3 = min(t[3], s[3]) if len(s) > 3 else 1
-        if len(s) > 2:
-            o2, o3 = s[-2] // 2, s[-1] // 2
-            w = w[
-                : min(t[0], s[0]),
-                : min(t[1], s[1]),
-                o2 - s2 // 2 : o2 + math.ceil(s2 / 2),
-                o3 - s3 // 2 : o3 + math.ceil(s3 / 2),
-            ]
-        else:
-            w = w[: min(t[0], s[0]), : min(t[1], s[1])].unsqueeze(2).unsqueeze(3)
-    s = w.shape
-    if t[0] > s[0]:  # tile the output channels
-        w = w.repeat((math.ceil(t[0] / s[0]),) + (1,) * (len(t) - 1))[: t[0]]
-    if len(t) > 1 and t[1] > s[1]:  # tile the input channels (the tokens of a position embedding: ours)
-        w = w.repeat((1, math.ceil(t[1] / s[1])) + (1,) * (len(t) - 2))[:, : t[1]]
-    elif len(t) == 3 and len(s) == 3 and t[2] > s[2]:
-        w = w.repeat((1, 1, math.ceil(t[2] / s[2])))[:, :, : t[2]]
-    if len(t) == 1:
-        return w[: t[0]]
-    if len(t) == 2:
-        return w[: t[0], : t[1]]
-    if len(t) == 3:
-        return w[: t[0], : t[1], : t[2]]
-    o2, o3 = w.shape[-2] // 2, w.shape[-1] // 2
-    return w[: t[0], : t[1], o2 - t[2] // 2 : o2 + math.ceil(t[2] / 2), o3 - t[3] // 2 : o3 + math.ceil(t[3] / 2)]
-
-
-def normalize(p: Tensor, is_weight: bool) -> Tensor:
-    """``GHN3._normalize``: fan-in scaling ``p·√(β / fan_in)`` of a matrix or kernel (β = 1 for a kernel with one
-    input channel or a wide-not-tall kernel, else 2), a position embedding (``(1, N, D)``; theirs: D ≥ 11) left as it is; a norm
-    gain ``2·sigmoid(p/2)`` in (0, 2); a bias ``tanh(p/5)`` in (-1, 1)."""
-    if p.dim() > 1:
-        sz = p.shape
-        if len(sz) == 3:  # a position embedding (1, N, D): theirs only for D ≥ 11, a narrower one fails there
-            return p
-        beta = 1.0 if len(sz) > 2 and (sz[1] == 1 or sz[2] < sz[3]) else 2.0
-        return p * (beta / p[0].numel()) ** 0.5
-    return 2 * torch.sigmoid(0.5 * p) if is_weight else torch.tanh(0.2 * p)
-
-
-# ---- the graph of a timm ViT -------------------------------------------------------------------------------------
-class Node(NamedTuple):
-    kind: str  # one of PRIMITIVES
-    key: str | None  # the predicted tensor (a norm node: its gain; the bias comes with it), None for ops
-    shape: tuple[int, ...] | None
-    bias_key: str | None = None  # a norm's bias, predicted from the same node
-    classifier: bool = False  # their "last weight" / "last bias": the decoder's 2-D (class) path
-
-
-@dataclass(frozen=True)
-class Graph:
-    nodes: tuple[Node, ...]
-    distances: Tensor  # (N, N) long: shortest-path length i -> j up to the cutoff, 0 = none
-
-
-def _tensor_node(key: str, shape: tuple[int, ...], shapes: dict[str, tuple[int, ...]], head: bool = False) -> Node:
-    name = key.rsplit(".", 1)[-1]
-    if key.endswith("pos_embed"):
-        return Node("pos_enc", key, shape)
-    if "norm" in key.split(".")[-2 if "." in key else 0] and name == "weight":
-        bias = key[: -len("weight")] + "bias"
-        return Node("ln", key, shape, bias if bias in shapes else None)
-    if len(shape) == 1 or name.endswith("bias"):
-        return Node("bias", key, shape, classifier=head)
-    return Node("conv", key, shape, classifier=head)
-
-
-def graph_nodes(spec: ViTSpec) -> tuple[tuple[Node, ...], list[tuple[int, int]]]:
-    """The nodes of ``spec``'s ViT in forward order and its edges (see the module docstring)."""
-    shapes = spec.non_block_shapes(vit_layout=True)
-    nodes: list[Node] = [Node("input", None, None)]
-    edges: list[tuple[int, int]] = []
-
-    def add(node: Node, inputs: tuple[int, ...]) -> int:
-        nodes.append(node)
-        for i in inputs:
-            edges.append((i, len(nodes) - 1))
-        return len(nodes) - 1
-
-    def chain(keys: list[str], start: int, table: dict[str, tuple[int, ...]], head: bool = False) -> int:
-        last = start
-        for key in keys:
-            if key in UNPREDICTED or key.endswith(".bias") and _is_norm_bias(key, table):
-                continue
-            last = add(_tensor_node(key, table[key], table, head), (last,))
-        return last
-
-    stem = [k for k in shapes if k.startswith("patch_embed.")]
-    last = chain(stem, 0, shapes)
-    if "pos_embed" in shapes:
-        pos = add(Node("pos_enc", "pos_embed", shapes["pos_embed"]), ())
-        last = add(Node("sum", None, None), (last, pos))
-    last = chain([k for k in shapes if k.startswith("norm_pre.")], last, shapes)
-    block = spec.block_shapes()
-    for layer in range(spec.depth):
-        table = {block_key(layer, k): v for k, v in block.items()}
-        for sublayer in (MSA, MLP):
-            stream = last
-            names = [k for k in block if BLOCK_TENSORS[k].sublayer == sublayer and not _layer_scale(k)]
-            writers = [k for k in names if WRITER in BLOCK_TENSORS[k].tags]
-            readers = [k for k in names if k not in writers]
-            last = chain([block_key(layer, k) for k in readers + writers], last, table)
-            last = add(Node("sum", None, None), (stream, last))
-    tail = [k for k in shapes if k.startswith(("norm.", "fc_norm.", "attn_pool."))]
-    last = chain(tail, last, shapes)
-    heads = [k for k in shapes if k.startswith(("head.", "head_dist."))]
-    head_start = last
-    for prefix in ("head.", "head_dist."):
-        chain([k for k in heads if k.startswith(prefix)], head_start, shapes, head=True)
-    return tuple(nodes), edges
-
-
-def _is_norm_bias(key: str, table: dict[str, tuple[int, ...]]) -> bool:
-    return key[: -len("bias")] + "weight" in table and "norm" in key
-
-
-def _layer_scale(name: str) -> bool:
-    return name.endswith(("gamma", "gamma_1", "gamma_2"))
-
-
-@functools.lru_cache(maxsize=64)
-def spec_graph(spec: ViTSpec, ve_cutoff: int) -> Graph:
-    """``spec``'s graph with their virtual edges: shortest-path lengths up to ``ve_cutoff`` (1: real edges only)."""
-    nodes, edges = graph_nodes(spec)
-    n = len(nodes)
-    out: list[list[int]] = [[] for _ in range(n)]
-    for a, b in edges:
-        out[a].append(b)
-    dist = torch.zeros(n, n, dtype=torch.long)
-    for i in range(n):  # breadth-first from every node (the graph is a small DAG)
-        seen, frontier, d = {i}, [i], 0
-        while frontier and d < ve_cutoff:
-            d += 1
-            nxt = []
-            for u in frontier:
-                for v in out[u]:
-                    if v not in seen:
-                        seen.add(v)
-                        dist[i, v] = d
-                        nxt.append(v)
-            frontier = nxt
-    return Graph(nodes, dist)
-
-
-# ---- PPUDA's shape encoder lookups -----------------------------------------------------------------------------
-@functools.lru_cache(maxsize=8)
-def shape_lookups(num_classes: int, max_kernel: int) -> tuple[dict[int, int], dict[int, int], int, int, int, int]:
-    """PPUDA ``ShapeEncoder``'s channel and kernel tables: value -> row, the nearest known value for unknown ones
-    (the largest for values past the table); returns (channels, spatial, n_channels, n_spatial, max channel,
-    max kernel)."""
-    steps = (2**3, 2**6, 2**12, 2**13)
-    channels = np.unique(
-        [1, 3, num_classes]
-        + list(range(steps[0], steps[1], 2**3))
-        + list(range(steps[1], steps[2], 2**4))
-        + list(range(steps[2], steps[3] + 1, 2**5))
-    )
-    spatial = np.unique(list(range(1, max(12, max_kernel), 2)) + [14, 16])
-    ch = {int(c): i for i, c in enumerate(channels)}
-    for c in range(4, steps[0]):
-        ch[c] = ch[steps[0]]
-    for c in range(1, int(channels[-1])):
-        if c not in ch:
-            ch[c] = ch[int(channels[np.argmin(abs(channels - c))])]
-    sp = {int(c): i for i, c in enumerate(spatial)}
-    sp[2] = sp[3]
-    for c in range(1, int(spatial[-1])):
-        if c not in sp:
-            sp[c] = sp[int(spatial[np.argmin(abs(spatial - c))])]
-    return ch, sp, len(channels), len(spatial), int(channels[-1]), int(spatial[-1])
-
-
-def shape_4d(sz: tuple[int, ...]) -> tuple[int, int, int, int]:
-    """PPUDA ``ShapeEncoder.tensor_shape_to_4d`` (a (1, N, D) position embedding as (1, D, ⌊√N⌋, ⌊√N⌋))."""
-    if len(sz) == 1:
-        sz = (sz[0], 1)
-    if len(sz) == 2:
-        sz = (sz[0], sz[1], 1, 1)
-    if len(sz) == 3:
-        if sz[0] == 1 and min(sz[1:]) > 1:
-            s = int(math.floor(sz[1] ** 0.5))
-            sz = (1, sz[2], s, s)
-        else:
-            sz = (sz[0], sz[1], sz[2], 1)
-    return sz  # type: ignore[return-value]
-
-
-# ---- the hypernetwork ----------------------------------------------------------------------------------------
-class GraphormerLayer(nn.Module):
-    """Their ``graphormer.TransformerLayer`` with ``TEN``: ``x += attn(TEN(ln1(x), t), edges)``, ``x += ff(ln2(x))``;
-    the first layer adds degree and input-distance embeddings and turns distances into an attention bias."""
-
-    max_degree, max_input_dist = 100, 1000
-
-    def __init__(self, dim: int, task_dim: int, heads: int, first: bool):
-        super().__init__()
-        self.heads, self.first = heads, first
-        self.ln1 = nn.LayerNorm(dim)
-        self.fc_gamma, self.fc_beta = nn.Linear(task_dim, dim), nn.Linear(task_dim, dim)
-        for lin in (self.fc_gamma, self.fc_beta):
-            nn.init.zeros_(lin.weight)
-            nn.init.zeros_(lin.bias)
-        self.to_qkv = nn.Linear(dim, 3 * dim, bias=False)
-        self.to_out = nn.Linear(dim, dim)
-        self.ln2 = nn.LayerNorm(dim)
-        self.ff = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-        if first:
-            self.edge_embed = nn.Embedding(257, dim)  # their sinusoid, overwritten by GHN3's _init_embed
-            self.proj_e = nn.Sequential(nn.Linear(2 * dim, dim), nn.ReLU(), nn.Linear(dim, heads))
-            self.centrality_embed_in = nn.Embedding(self.max_degree + 1, dim)
-            self.centrality_embed_out = nn.Embedding(self.max_degree + 1, dim)
-            self.input_dist_embed = nn.Embedding(self.max_input_dist + 1, dim)
-
-    def forward(self, x: Tensor, task: Tensor, edges: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        # x: (N, C); edges: (N, N) distances; bias: (heads, N, N) from the first layer, passed on
-        if self.first:
-            one_hop = (edges == 1).long()
-            x = x + self.centrality_embed_in(one_hop.sum(0).clamp(0, self.max_degree))
-            x = x + self.centrality_embed_out(one_hop.sum(1).clamp(0, self.max_degree))
-            x = x + self.input_dist_embed(edges[0].clamp(0, self.max_input_dist))
-            both = torch.stack((edges, edges.t()), dim=-1) + 2  # forward and backward distances, shifted past 0/1
-            bias = self.proj_e(self.edge_embed(both).flatten(-2)).permute(2, 0, 1)
-        h = self.ln1(x)
-        h = (self.fc_gamma(task) + 1) * h + self.fc_beta(task)
-        n, c = h.shape
-        q, k, v = self.to_qkv(h).reshape(n, 3, self.heads, c // self.heads).permute(1, 2, 0, 3).unbind(0)
-        attn = (q @ k.transpose(-2, -1)) * (c // self.heads) ** -0.5
-        if bias is not None:
-            attn = attn + bias
-        x = x + self.to_out((attn.softmax(-1) @ v).transpose(0, 1).reshape(n, c))
-        return x + self.ff(self.ln2(x)), bias
-
-
-class HyperNet(nn.Module):
-    """GHN-3 with task modulation (their ``ghn3_MTL.nn.GHN3`` with ``lora=True``, ``use_1d_decoder=False``,
-    ``layernorm=True``, ``weight_norm=True``): predicts a timm state_dict for a spec (:meth:`predict`)."""
-
-    def __init__(self, cfg: TALConfig, task_dim: int, num_classes: int):
-        super().__init__()
-        hid = cfg.hid
-        self.cfg, self.num_classes = cfg, num_classes
-        _, _, n_ch, n_s, _, _ = shape_lookups(num_classes, 16)  # their ImageNet max_shape: 16 x 16 kernels
-        self.embed = nn.Embedding(len(PRIMITIVES), hid)
-        self.embed_channel = nn.Embedding(n_ch + 1, hid // 4)
-        self.embed_spatial = nn.Embedding(n_s + 1, hid // 4)
-        self.gnn = nn.ModuleList(GraphormerLayer(hid, task_dim, cfg.heads, i == 0) for i in range(cfg.layers))
-        self.ln = nn.LayerNorm(hid)
-        r = cfg.lora_r
-        self.decoder = nn.Sequential(  # PPUDA's MLP(hid, (4 hid, 8 hid, 2 r²)), ReLU between, none last
-            nn.Linear(hid, 4 * hid), nn.ReLU(), nn.Linear(4 * hid, 8 * hid), nn.ReLU(), nn.Linear(8 * hid, 2 * r * r)
-        )
-        self.l2 = nn.Linear(r, cfg.max_ck)
-        for m in self.modules():  # GHN3._init_embed: every embedding (the edge sinusoid included)
-            if isinstance(m, nn.Embedding):
-                nn.init.trunc_normal_(m.weight, std=m.weight.shape[1] ** -0.5)
-
-    def node_inputs(self, graph: Graph, device: torch.device) -> Tensor:
-        """Their ``embed(op) + shape_enc``: the op kind's row plus the four shape lookups (dummy rows for ops)."""
-        ch, sp, n_ch, n_s, top_c, top_s = shape_lookups(self.num_classes, 16)
-        index: list[tuple[int, ...]] = []
-        for node in graph.nodes:
-            if node.shape is None:
-                index.append((n_ch, n_ch, n_s, n_s))
-                continue
-            sz = shape_4d(node.shape)
-            index.append(tuple(ch.get(c, ch[top_c]) for c in sz[:2]) + tuple(sp.get(k, sp[top_s]) for k in sz[2:]))
-        idx = torch.tensor(index, device=device)
-        kinds = torch.tensor([PRIMITIVES.index(n.kind) for n in graph.nodes], device=device)
-        shape = torch.cat(
-            (
-                self.embed_channel(idx[:, 0]),
-                self.embed_channel(idx[:, 1]),
-                self.embed_spatial(idx[:, 2]),
-                self.embed_spatial(idx[:, 3]),
-            ),
-            dim=1,
-        )
-        return self.embed(kinds) + shape
-
-    def forward(self, spec: ViTSpec, task: Tensor, class_row: Tensor) -> dict[str, Tensor]:
-        """Every tensor of ``spec``'s timm ViT the graph holds (plain-ViT keys), differentiable in the weights."""
-        graph = spec_graph(spec, self.cfg.ve_cutoff)
-        device = self.embed.weight.device
-        edges = graph.distances.to(device)
-        x, bias = self.node_inputs(graph, device), None
-        for layer in self.gnn:
-            x, bias = layer(x, task, edges, bias)
-        x = self.ln(x)
-        rows = [i for i, n in enumerate(graph.nodes) if n.key is not None]
-        factors = self.decoder(x[rows])
-        out: dict[str, Tensor] = {}
-        m, r = self.cfg.max_shape, self.cfg.lora_r
-        for f, i in zip(factors, rows, strict=True):
-            node = graph.nodes[i]
-            assert node.key is not None and node.shape is not None
-            sz = node.shape
-            if len(sz) == 1:  # a bias or a norm: their 1-D path, (2, c) with the gain at 0 and the bias at 1
-                c = group_size(sz[0], m)
-                w = lora_block(f, self.l2, r, (2 * c, 1, 1, 1), n_dim=1).reshape(2, c)
-                if node.kind == "ln":
-                    out[node.key] = normalize(tile_params(w[0], sz), True)
-                    if node.bias_key is not None:
-                        out[node.bias_key] = normalize(tile_params(w[1], sz), False)
-                else:
-                    out[node.key] = normalize(tile_params(w[1], sz), False)
-                continue
-            if node.classifier:
-                block = lora_block(f, self.l2, r, (group_size(sz[0], m), group_size(sz[1], m), 1, 1), n_dim=2)
-            elif len(sz) == 3:  # a (1, N, D) position embedding, predicted as (1, D, s, s)
-                s = int(math.floor(sz[1] ** 0.5))
-                block = lora_block(f, self.l2, r, (1, sz[2], s, s), n_dim=4)
-            elif len(sz) == 2:
-                block = lora_block(f, self.l2, r, (group_size(sz[0], m), group_size(sz[1], m), 1, 1), n_dim=4)
-            else:
-                kernel = (group_size(sz[0], m), group_size(sz[1], m), sz[2], sz[3])
-                block = lora_block(f, self.l2, r, kernel, n_dim=4)
-            out[node.key] = normalize(tile_params(block, sz, class_row), True)
-        return out
 
 
 # ---- the method --------------------------------------------------------------------------------------------------
@@ -615,7 +223,7 @@ def unpredicted(spec: ViTSpec, predicted: dict[str, Tensor]) -> dict[str, Tensor
         shapes.update({block_key(layer, k): v for k, v in spec.block_shapes().items()})
     device = next(iter(predicted.values())).device
     return {
-        k: torch.full(v, float(spec.family.init_values or 0.0) if _layer_scale(k) else 0.0, device=device)
+        k: torch.full(v, float(spec.family.init_values or 0.0) if is_layer_scale(k) else 0.0, device=device)
         for k, v in shapes.items()
         if k not in predicted
     }

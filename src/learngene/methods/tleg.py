@@ -18,14 +18,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..auxnet import (
-    AuxNetMethod,
-    DrawnStartConfig,
-    block_params_per_layer,
-    expand_non_block,
-    initial_non_block,
-    vector_start,
-)
+from ..auxnet import DrawnStartConfig, block_params_per_layer, vector_start
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Paper
@@ -34,6 +27,7 @@ from ..validate import CONDENSE, EXPAND, option, option_assignment
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import LAYER_SCALE, MLP, MSA, NORM, block_names, has_tag, per_head
 from ..vit.transfer import StateDict
+from ._drawn_start import DrawnStartMethod
 
 # TLEG Table 4's module groups, in timm's block-tensor names (those a family has). A family's other
 # per-channel block vectors (layer-scale gammas, q/k norms) are expanded like the LayerNorms.
@@ -88,7 +82,7 @@ def parse_layers(layers: str | int | tuple[int, ...], depth: int) -> list[int]:
 
 
 @register_method
-class TLEG(AuxNetMethod):
+class TLEG(DrawnStartMethod):
     name = "tleg"
     stores = "two layers θ_A, θ_B distilled through an aux net; layer l = θ_B + (l−1)/L·θ_A"
     expands_to = "any depth at the aux net's width"
@@ -104,7 +98,7 @@ class TLEG(AuxNetMethod):
         """The block tensors of ``spec`` built by linear expansion."""
         return [name for module in self.config.modules for name in MODULES[module] if name in spec.block_shapes()]
 
-    def initial_tensors(self, aux: ViTSpec) -> StateDict:
+    def initial_blocks(self, aux: ViTSpec) -> StateDict:
         """The authors' start: θ_A and θ_B trunc-normal(0.02) for weight matrices, zero biases,
         LayerNorm θ_B = (1, 0) and θ_A = 0; embeddings, final norm and head as timm initializes them."""
         parse_layers(self.config.layers, aux.depth)  # refuse layers the aux net lacks before any training
@@ -120,10 +114,9 @@ class TLEG(AuxNetMethod):
                     tensors[f"{part}.{name}"] = torch.nn.init.trunc_normal_(
                         torch.empty(shape), std=self.config.init_std
                     )
-        tensors.update(initial_non_block(aux))
         return tensors
 
-    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+    def expand_blocks(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """Eq. 1-4: block l (1-indexed) of a depth-L net is θ_B + (l−1)/L · θ_A, for every tensor of
         the chosen modules in the chosen layers (L = the depth of the net being built, as the authors)."""
         source = gene.require_layout()
@@ -149,7 +142,6 @@ class TLEG(AuxNetMethod):
             else:
                 for layer in layers:
                     out[block_key(layer, name)] = base
-        out.update(expand_non_block(gene, spec))
         return out
 
     def _stored(self, gene: Learngene, key: str) -> Tensor:

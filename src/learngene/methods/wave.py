@@ -35,14 +35,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from ..auxnet import (
-    AuxNetMethod,
-    DrawnStartConfig,
-    block_params_per_layer,
-    expand_non_block,
-    initial_non_block,
-    vector_start,
-)
+from ..auxnet import DrawnStartConfig, block_params_per_layer, vector_start
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..genenet import GeneNet
@@ -53,6 +46,7 @@ from ..validate import ADAPT, CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import MATRIX, block_names
 from ..vit.transfer import HEAD_DIM, StateDict, block_axes, segments
+from ._drawn_start import DrawnStartMethod
 
 MATRIX_NAMES = block_names(tag=MATRIX)  # every family's block weight matrices
 
@@ -176,7 +170,7 @@ def linear_padding(
 
 
 @register_method
-class WAVE(AuxNetMethod):
+class WAVE(DrawnStartMethod):
     name = "wave"
     stores = (
         "w×w weight templates + per-layer Kronecker scalers, trained in an aux net; scalers adapted per size (`adapt`)"
@@ -211,9 +205,9 @@ class WAVE(AuxNetMethod):
         chosen = getattr(self.config, f"n_{kind}") if kind else 0
         return chosen or 2 * math.prod(block_grid(aux, name, w))
 
-    def initial_tensors(self, aux: ViTSpec) -> StateDict:
+    def initial_blocks(self, aux: ViTSpec) -> StateDict:
         """Templates start like TLEG's θ: trunc-normal(0.02) matrices; 1-D base templates 1 for norm
-        weights and 0 for biases, slope templates 0. Scalers: Eq. 7 for the aux net (Algorithm 1)."""
+        weights and 0 for biases, slope templates 0."""
         w = self.config.template_size or aux.embed_dim
         tensors: StateDict = {}
         for name in self.template_names(aux):
@@ -225,7 +219,12 @@ class WAVE(AuxNetMethod):
             else:
                 base = vector_start(aux, name)
                 tensors[f"templates.{name}"] = torch.cat([torch.full((n // 2, w), base), torch.zeros(n - n // 2, w)])
-        tensors.update(initial_non_block(aux))
+        return tensors
+
+    def initial_tensors(self, aux: ViTSpec) -> StateDict:
+        """The templates, embeddings, final norm and head; then scalers for them, Eq. 7 for the aux net (Algorithm 1)."""
+        tensors = super().initial_tensors(aux)
+        w = self.config.template_size or aux.embed_dim
         generator = torch.Generator().manual_seed(self.config.padding_seed)
         for name in self.template_names(aux):
             grid = block_grid(aux, name, w)
@@ -272,7 +271,7 @@ class WAVE(AuxNetMethod):
             for name, shape in wanted.items()
         }
 
-    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+    def expand_blocks(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """Eq. 4 for every layer at once: ``W[l] = Σ_t kron(S[l, t], T[t])`` as one einsum per tensor kind."""
         out: StateDict = {}
         for name, scalers in self.scalers(gene, spec).items():
@@ -285,7 +284,6 @@ class WAVE(AuxNetMethod):
             stack = stack.reshape(spec.depth, *spec.block_shapes()[name])
             for layer, tensor in enumerate(stack.unbind(0)):
                 out[block_key(layer, name)] = tensor
-        out.update(expand_non_block(gene, spec))
         return out
 
     # ---- inheritance --------------------------------------------------------------------------

@@ -1,0 +1,117 @@
+"""Learngene Pool's stitches, in the authors' design: which (front block, end block) pairs exist and the stitch
+layer each shares, their keys in the gene, their least-squares start and the whole pool as one network for their
+joint training (:mod:`learngene.methods.pool` explains the design)."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import torch
+from torch import Tensor, nn
+
+from ..training.loop import step_draw
+from ..vit.eva import block_inputs
+from ..vit.stitched import stitched_forward
+
+
+def paired_stitches(depth: int) -> list[tuple[int, int, int]]:
+    """``(front block, end block, stitch layer)`` of every stitch between two ``depth``-block instances.
+
+    Their ``paired_stitching`` (kernel 2, stride 1): a window over blocks ``i, i+1`` slides one block at a time;
+    every (front, end) pair inside it not seen before is a stitch, and the window's pairs share one stitch layer.
+    """
+    out: list[tuple[int, int, int]] = []
+    seen: set[tuple[int, int]] = set()
+    layer = 0
+    for i in range(depth):
+        window = range(i, min(i + 2, depth))
+        new = [(j, k) for j in window for k in window if (j, k) not in seen]
+        seen.update(new)
+        out += [(j, k, layer) for j, k in new]
+        layer += bool(new)
+    return out
+
+
+def stitch_key(front: int, end: int, layer: int, name: str) -> str:
+    return f"stitch{front}_{end}.{layer}.{name}"
+
+
+def least_squares_stitch(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """Weight and bias of the affine map closest to ``x -> y`` in least squares (their ``ps_inv``): ``[x 1]⁺ y``."""
+    x, y = x.reshape(-1, x.shape[-1]).double(), y.reshape(-1, y.shape[-1]).double()
+    solution = torch.linalg.pinv(torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], dim=1)) @ y
+    return solution[:-1].T.float(), solution[-1].float()
+
+
+def fit_stitches(tokens: list[list[Tensor]], depth: int) -> dict[str, Tensor]:
+    """The start of every stitch layer from each instance into every wider one (their ``snnet`` initialization): the
+    least-squares fit from the front block's output ``tokens`` to those entering the end block (:func:`block_tokens`
+    of each instance, narrowest first), the fits of a window's pairs averaged, as their layer is shared."""
+    tensors: dict[str, Tensor] = {}
+    for front in range(len(tokens)):
+        for end in range(front + 1, len(tokens)):
+            fits: dict[int, list[tuple[Tensor, Tensor]]] = {}
+            for j, k, layer in paired_stitches(depth):
+                fits.setdefault(layer, []).append(least_squares_stitch(tokens[front][j + 1], tokens[end][k]))
+            for layer, pairs in fits.items():  # a layer shared by its window's stitches: their fits averaged
+                tensors[stitch_key(front, end, layer, "weight")] = torch.stack([w for w, _ in pairs]).mean(0)
+                tensors[stitch_key(front, end, layer, "bias")] = torch.stack([b for _, b in pairs]).mean(0)
+    return tensors
+
+
+def block_tokens(model: nn.Module, images: Tensor) -> list[Tensor]:
+    """The tokens entering each block of a timm ViT, then those leaving the last."""
+    x, kwargs = block_inputs(model, images)
+    tokens = [x]
+    for block in cast(nn.Sequential, model.blocks):
+        x = block(x, **kwargs)
+        tokens.append(x)
+    return tokens
+
+
+class JointPool(nn.Module):
+    """The whole pool as one network for their third step: each training forward runs one configuration drawn
+    at random, an instance alone ``(i,)`` or a stitched one ``(front, end, cut_front, cut_end, layer)``.
+
+    Their draws (``LearngenePool.forward``, configurations 0, 2 and 19–34 of 6-block instances): the narrowest
+    instance, the widest, and every stitch from the narrowest into the widest, uniformly. The draw of the
+    ``n``-th training forward depends only on the seed and ``n`` (a buffer, saved in the loop's checkpoints),
+    so a run is the same bit for bit, resumed or not. In eval mode it is the widest instance.
+    """
+
+    def __init__(self, models: list[nn.Module], stitches: dict[tuple[int, int], list[nn.Linear]], seed: int):
+        super().__init__()
+        self.instances = nn.ModuleList(models)
+        self.stitches = nn.ModuleDict({f"{f}_{e}": nn.ModuleList(layers) for (f, e), layers in stitches.items()})
+        last = len(models) - 1
+        depth = len(cast(nn.Sequential, cast(Any, models[0]).blocks))
+        self.draws: list[tuple[int, ...]] = [(0,), (last,)] if last else [(0,)]
+        if last:
+            self.draws += [(0, last, j, k, layer) for j, k, layer in paired_stitches(depth)]
+        self.seed = seed
+        self.drawn: Tensor
+        self.register_buffer("drawn", torch.zeros((), dtype=torch.long))
+
+    @property
+    def skeleton(self) -> nn.Module:
+        """The widest instance: what the loop checks the data and the activation memory against."""
+        return self.instances[-1]
+
+    def no_weight_decay(self) -> set[str]:
+        return {name for m in self.instances for name in getattr(m, "no_weight_decay", lambda: set())()}
+
+    def draw(self) -> tuple[int, ...]:
+        choice = self.draws[step_draw(self.seed, int(self.drawn), len(self.draws))]
+        self.drawn += 1
+        return choice
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training:
+            return self.instances[-1](x)
+        choice = self.draw()
+        if len(choice) == 1:
+            return self.instances[choice[0]](x)
+        front, end, j, k, layer = choice
+        first, last = cast(Any, self.instances[front]), cast(Any, self.instances[end])
+        stitch = cast(nn.ModuleList, self.stitches[f"{front}_{end}"])[layer]
+        return stitched_forward(first, first.blocks[: j + 1], stitch, last.blocks[k:], last, x)
