@@ -18,7 +18,7 @@ from ..training import distributed as dist
 from ..training.config import TrainConfig
 from ..vit.spec import SIZE_FLAG_FIELDS
 
-SPEC_FIELDS = tuple(f.name for f in SIZE_FLAG_FIELDS)  # the size flags' fields (learngene.cli.parser.add_spec_args)
+SPEC_FIELDS = tuple(f.name for f in SIZE_FLAG_FIELDS)  # the size flags' fields (learngene.cli.flags.add_spec_args)
 
 
 def size_from_args(args: argparse.Namespace) -> dict[str, Any]:
