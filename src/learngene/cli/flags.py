@@ -152,7 +152,7 @@ def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: s
         required=required,
         help=LazyText("a registered data source", lambda: data_help() + " (default: %(default)s)"),
     )
-    g.add_argument("--data-dir", help="where the data lie (default: $LEARNGENE_DATA, then system locations)")
+    add_data_dir(g)
     g.add_argument("--train-images", type=integer, metavar="N", help="use a random subset of N training images")
     g.add_argument("--few-shot", type=integer, metavar="K", help="use K labelled training images per class")
     g.add_argument(
@@ -171,6 +171,15 @@ def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: s
         "1.0 per batch with soft targets (DeiT's recipe; DeiT also uses --label-smoothing 0.1) "
         "(default: %(default)s)",
     )
+
+
+DATA_DIR = "where the data lie (default: $LEARNGENE_DATA, then system locations)"
+FASHION_MNIST_DIR = "folder with the Fashion-MNIST IDX files"  # bench and demo: Fashion-MNIST only
+
+
+def add_data_dir(g, help: str = DATA_DIR) -> None:
+    """``--data-dir``: where a command's data lie."""
+    g.add_argument("--data-dir", help=help)
 
 
 def add_settings(g, group: str, use_case: str | None = None, **overrides: dict[str, Any]) -> None:
@@ -270,6 +279,28 @@ def add_common(p: argparse.ArgumentParser) -> None:
     add_settings(p, COMMON)
     add_threads(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars, no banner: only results and errors")
+
+
+def add_method_options(p: argparse.ArgumentParser, help: str = "method option (repeatable)") -> None:
+    """``--opt KEY=VALUE``: the method's options for this command's step."""
+    p.add_argument("--opt", action="append", metavar="KEY=VALUE", help=help)
+
+
+def add_time_limit(p: argparse.ArgumentParser) -> None:
+    """``--time-limit``: of a cached, resumable run (bench, compare)."""
+    p.add_argument(
+        "--time-limit",
+        type=real,
+        metavar="MINUTES",
+        help="start no new stage after this long; the same command continues later",
+    )
+
+
+def add_stage_runner(p: argparse.ArgumentParser, use_case: str, device_help: str | None = None) -> None:
+    """Where and how quietly a run of many stages (bench, compare) computes: ``--device``, ``--threads``, ``--quiet``."""
+    add_setting(p, "device", use_case, **({"help": device_help} if device_help else {}))
+    add_threads(p)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def add_output(p: argparse.ArgumentParser, what: str) -> None:

@@ -10,23 +10,28 @@ errors answer in a fraction of a second; ``benchmarks/cli_startup.py`` measures 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from .._version import __version__
 from ..bench.descriptions import QUICK_DEMO_TIME, profiles_help
 from ..training.config import LOGGING
 from .flags import (
+    FASHION_MNIST_DIR,
     LazyText,
     add_ancestry_args,
     add_common,
     add_data_args,
+    add_data_dir,
     add_distill_args,
     add_license,
+    add_method_options,
     add_output,
     add_setting,
     add_settings,
     add_size_flag,
     add_spec_args,
-    add_threads,
+    add_stage_runner,
+    add_time_limit,
     add_train_args,
     count,
     data_help,
@@ -45,9 +50,19 @@ class _Parser(argparse.ArgumentParser):
 
 
 # ---- one function per subcommand ----------------------------------------------------------------------
+def _command(sub, name: str, handler: str, **texts: Any) -> argparse.ArgumentParser:
+    """Subcommand ``name`` with its ``help``, ``description`` (and ``epilog``), run by ``handler``, a
+    ``"module:function"`` of :mod:`learngene.cli`."""
+    p = sub.add_parser(name, **texts)
+    p.set_defaults(handler=handler)
+    return p
+
+
 def _add_ancestry(sub) -> None:
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "ancestry",
+        "making:cmd_ancestry",
         help="train an ancestry ViT on a dataset and save it",
         description="Train a ViT from scratch on a dataset; it becomes the ancestry of learngenes.",
     )
@@ -57,12 +72,13 @@ def _add_ancestry(sub) -> None:
     add_common(p)
     add_output(p, "ancestry model")
     add_license(p, "model file", inherited=False)
-    p.set_defaults(handler="making:cmd_ancestry")
 
 
 def _add_condense(sub) -> None:
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "condense",
+        "making:cmd_condense",
         help="condense an ancestry into a learngene file",
         description="Build a learngene from an ancestry with one method. Methods that train an aux "
         "net distil from the ancestry on --data.",
@@ -70,13 +86,18 @@ def _add_condense(sub) -> None:
     )
     p.add_argument("--method", required=True, help="a registered method (`learngene methods` lists them)")
     add_ancestry_args(p)
-    p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
+    add_method_options(p)
     add_data_args(p)
     add_train_args(p, "condense")
     add_distill_args(p, lam=None, help_lambda="λ (default: the method's paper's: 1 = pure KL, 0.5 = KL + CE)")
     add_common(p)
     add_output(p, "learngene")
     add_license(p, "learngene (and named on its descendants' model cards)")
+    _add_checkpoint_sizes(p)
+
+
+def _add_checkpoint_sizes(p: argparse.ArgumentParser) -> None:
+    """The sizes of a plain timm checkpoint's model, which its file does not record (with ``--timm-model``)."""
     g = p.add_argument_group("timm checkpoint sizes (with --timm-model)")
     add_size_flag(g, "num_classes", "classifier outputs of the checkpoint")
     add_size_flag(g, "img_size", "input resolution of the checkpoint (data are resized to it)")
@@ -90,34 +111,25 @@ def _add_condense(sub) -> None:
         help="another timm.create_model argument of the checkpoint's model, e.g. depth=6 or "
         "dynamic_img_size=true (value read as JSON; repeatable)",
     )
-    p.set_defaults(handler="making:cmd_condense")
 
 
 def _add_expand(sub) -> None:
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "expand",
+        "expanding:cmd_expand",
         help="expand a learngene into a descendant timm ViT",
         description="Initialize a timm ViT of the given size from a learngene; sizes default to the "
         "ancestry's. The output loads with timm.create_model(...).load_state_dict(..., strict=True).",
     )
-    p.add_argument("gene", help="learngene file (.safetensors)")
-    add_spec_args(p)
-    p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option for this expansion (repeatable)")
+    _add_gene_and_size(p, "method option for this expansion (repeatable)")
     p.add_argument(
         "--top-up",
         metavar="METHOD",
         help="fill what the gene leaves to timm from a method without a "
         "learngene, e.g. mimetic (attention weights, sin-cos positions)",
     )
-    g = p.add_argument_group(
-        "size for a budget",
-        "Among depths 1..the ancestry's and head counts 1..the ancestry's "
-        "(width = heads x head size): the deepest size that fits the budget, then the widest at "
-        "that depth, skipping sizes the gene's method cannot expand (tried without allocating); "
-        "--depth or --num-heads pin that axis. It says which size it picked and why.",
-    )
-    g.add_argument("--max-params", type=count, metavar="N", help="at most N parameters (e.g. 5e6 or 5M)")
-    g.add_argument("--max-flops", type=count, metavar="N", help="at most N forward FLOPs per image (e.g. 2G)")
+    _add_budget(p)
     p.add_argument(
         "--stitch",
         metavar="F:J-E:K",
@@ -127,6 +139,32 @@ def _add_expand(sub) -> None:
         "`learngene inspect GENE` lists the instances; `learngene train` fine-tunes the file",
     )
     add_common(p)
+    _add_descendant_output(p)
+    add_license(p, "descendant's model card or model file")
+
+
+def _add_gene_and_size(p: argparse.ArgumentParser, options_help: str) -> None:
+    """The learngene file a descendant is made from, its size and the method's options."""
+    p.add_argument("gene", help="learngene file (.safetensors)")
+    add_spec_args(p)
+    add_method_options(p, options_help)
+
+
+def _add_budget(p: argparse.ArgumentParser) -> None:
+    """``expand``'s budget: the size picked for at most so many parameters or FLOPs."""
+    g = p.add_argument_group(
+        "size for a budget",
+        "Among depths 1..the ancestry's and head counts 1..the ancestry's "
+        "(width = heads x head size): the deepest size that fits the budget, then the widest at "
+        "that depth, skipping sizes the gene's method cannot expand (tried without allocating); "
+        "--depth or --num-heads pin that axis. It says which size it picked and why.",
+    )
+    g.add_argument("--max-params", type=count, metavar="N", help="at most N parameters (e.g. 5e6 or 5M)")
+    g.add_argument("--max-flops", type=count, metavar="N", help="at most N forward FLOPs per image (e.g. 2G)")
+
+
+def _add_descendant_output(p: argparse.ArgumentParser) -> None:
+    """Where ``expand`` writes: a model file or a timm hub folder."""
     p.add_argument(
         "--out",
         "-o",
@@ -146,32 +184,31 @@ def _add_expand(sub) -> None:
         help="replace an existing output file, or the files learngene writes in an existing folder "
         "(other files there are left alone)",
     )
-    add_license(p, "descendant's model card or model file")
-    p.set_defaults(handler="expanding:cmd_expand")
 
 
 def _add_adapt(sub) -> None:
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "adapt",
+        "making:cmd_adapt",
         help="specialize a learngene to a size on a little data (WAVE scalers, PEG φ)",
         description="Train only the size-specific part of a learngene (WAVE's weight scalers, PEG's "
         "expansion map φ) on a little downstream data, then write the plain timm descendant.",
     )
-    p.add_argument("gene", help="learngene file (.safetensors)")
-    add_spec_args(p)
-    p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option (repeatable)")
+    _add_gene_and_size(p, "method option (repeatable)")
     add_data_args(p)
     add_train_args(p, "adapt")
     add_common(p)
     add_output(p, "adapted descendant model")
     p.add_argument("--gene-out", help="also save the adapted learngene here")
     add_license(p, "descendant model file and the adapted learngene")
-    p.set_defaults(handler="making:cmd_adapt")
 
 
 def _add_train(sub) -> None:
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "train",
+        "making:cmd_train",
         help="fine-tune a model file (e.g. a descendant) on a dataset",
         description="Fine-tune a learngene model file (or a stitched descendant, written by `learngene expand "
         "--stitch`, which stays one); a new classifier head is made when the data's label space differs.",
@@ -197,12 +234,14 @@ def _add_train(sub) -> None:
     add_common(p)
     add_output(p, "fine-tuned model")
     add_license(p, "fine-tuned model file")
-    p.set_defaults(handler="making:cmd_train", img_size=None, in_chans=None)
+    p.set_defaults(img_size=None, in_chans=None)
 
 
 def _add_inspect(sub) -> None:
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "inspect",
+        "info:cmd_inspect",
         help="print a learngene's, model file's or hub folder's metadata and sizes",
         description="Show what a learngene, model file or timm hub folder holds: method, options, "
         "ancestry, stored parameters, cost; or a model's spec, parameters and FLOPs; "
@@ -214,21 +253,23 @@ def _add_inspect(sub) -> None:
         "--plot", metavar="PNG", help="write a plot of mean attention distance per layer and head (cluster learngenes)"
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing plot file")
-    p.set_defaults(handler="info:cmd_inspect")
 
 
 def _add_methods(sub) -> None:
-    p = sub.add_parser(
+    _command(
+        sub,
         "methods",
+        "info:cmd_methods",
         help="list the registered methods and their options",
         description="List every registered method with its options (for --method / --opt).",
     )
-    p.set_defaults(handler="info:cmd_methods")
 
 
 def _add_bench(sub) -> None:
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "bench",
+        "benching:cmd_bench",
         help="every method side by side on identical budgets: tables, CSV and plots",
         description="Train an ancestry on Fashion-MNIST, condense it with every registered method, "
         "fine-tune descendants of several sizes on Fashion-MNIST, digits and a few-shot "
@@ -240,22 +281,16 @@ def _add_bench(sub) -> None:
     p.add_argument("--out", help="report folder (default: runs/bench-PROFILE)")
     p.add_argument("--methods", nargs="+", metavar="METHOD", help="only these registered methods (default: all)")
     p.add_argument("--seeds", type=integer, metavar="N", help="seeds 0..N-1 instead of the profile's")
-    p.add_argument(
-        "--time-limit",
-        type=real,
-        metavar="MINUTES",
-        help="start no new stage after this long; the same command continues later",
-    )
-    p.add_argument("--data-dir", help="folder with the Fashion-MNIST IDX files")
-    add_setting(p, "device", "bench")
-    add_threads(p)
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(handler="benching:cmd_bench")
+    add_time_limit(p)
+    add_data_dir(p, FASHION_MNIST_DIR)
+    add_stage_runner(p, "bench")
 
 
 def _add_compare(sub) -> None:
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "compare",
+        "comparing:cmd_compare",
         help="which start wins for my ancestry, data and sizes: every method against "
         "scratch, scratch ×10 and mimetic, one recommendation per size",
         description="Condense the ancestry with every method once, make every size, fine-tune every "
@@ -266,6 +301,15 @@ def _add_compare(sub) -> None:
         "report.md, results.csv and plots to --out; cached and resumable like bench. Several compare "
         "processes on one --out (or torchrun ranks, or SLURM array tasks) share the work.",
     )
+    _add_compared_on(p)
+    _add_contenders(p)
+    _add_fine_tuning(p)
+    _add_classes_and_condensing(p)
+    _add_compare_run(p)
+
+
+def _add_compared_on(p: argparse.ArgumentParser) -> None:
+    """``compare``'s inputs: the ancestry, the data and the descendant sizes."""
     add_ancestry_args(p)
     p.add_argument(
         "--data",
@@ -274,13 +318,17 @@ def _add_compare(sub) -> None:
             "a registered data source", lambda: data_help() + ": fine-tuned and tested on (its train and test splits)"
         ),
     )
-    p.add_argument("--data-dir", help="where the data lie (default: $LEARNGENE_DATA, then system locations)")
+    add_data_dir(p)
     p.add_argument(
         "--sizes",
         required=True,
         metavar="LIST",
         help="descendant sizes, e.g. L4-D192-H3,L12-D384-H6 (the rest of the spec follows the ancestry)",
     )
+
+
+def _add_contenders(p: argparse.ArgumentParser) -> None:
+    """What ``compare`` sets against each other: the methods, the references they must beat, over how many seeds."""
     p.add_argument("--methods", metavar="LIST", default="all", help="comma-separated methods, or all (default: all)")
     p.add_argument(
         "--references",
@@ -291,6 +339,10 @@ def _add_compare(sub) -> None:
         "structured only where registered (default: %(default)s)",
     )
     p.add_argument("--seeds", type=integer, default=3, help="seeds 0..N-1 per method and size (default: %(default)s)")
+
+
+def _add_fine_tuning(p: argparse.ArgumentParser) -> None:
+    """``compare``'s fine-tuning budget, data subset, test subset and distillation."""
     g = p.add_mutually_exclusive_group()
     add_setting(g, "epochs", "compare", help="fine-tuning epochs of every method (default: %(default)s)")
     add_setting(g, "max_steps", "compare", metavar="S", help="fine-tune S optimizer steps instead of --epochs")
@@ -306,6 +358,10 @@ def _add_compare(sub) -> None:
         help="also fine-tune every method distilling the ancestry (rows '+kd'): logits when its head knows "
         "the data's classes, else pooled features; λ (default when given: 0.5)",
     )
+
+
+def _add_classes_and_condensing(p: argparse.ArgumentParser) -> None:
+    """The classes ``compare`` keeps, and what the methods that need data condense and adapt on."""
     p.add_argument(
         "--condense-data", metavar="D", help="data the methods that need data condense and adapt on (default: --data)"
     )
@@ -338,14 +394,13 @@ def _add_compare(sub) -> None:
         default=50,
         help="steps of wave's and peg's adaptation per size and seed (default: %(default)s)",
     )
+
+
+def _add_compare_run(p: argparse.ArgumentParser) -> None:
+    """How ``compare`` runs: the shared training settings, time, report folder, plots, logs and device."""
     add_setting(p, "batch_size", "compare", help="every training stage (default: %(default)s)")
     add_setting(p, "lr", "compare")
-    p.add_argument(
-        "--time-limit",
-        type=real,
-        metavar="MINUTES",
-        help="start no new stage after this long; the same command continues later",
-    )
+    add_time_limit(p)
     p.add_argument(
         "--out",
         required=True,
@@ -362,15 +417,14 @@ def _add_compare(sub) -> None:
         },
     )
     device = "auto, cpu, cuda or cuda:N; under torchrun auto is each rank's own GPU (default: %(default)s)"
-    add_setting(p, "device", "compare", help=device)
-    add_threads(p)
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(handler="comparing:cmd_compare")
+    add_stage_runner(p, "compare", device)
 
 
 def _add_demo(sub) -> None:
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "demo",
+        "benching:cmd_demo",
         help="the main job end to end on Fashion-MNIST, on a CPU (the report states its wall time)",
         description="Train a small ancestry on Fashion-MNIST, condense it with every registered "
         "method, expand to several depths, fine-tune each briefly and print a table of "
@@ -383,12 +437,11 @@ def _add_demo(sub) -> None:
         default="runs/demo",
         help="where models, genes and the table go; --out-dir is the same flag (default: %(default)s)",
     )
-    p.add_argument("--data-dir", help="folder with the Fashion-MNIST IDX files")
+    add_data_dir(p, FASHION_MNIST_DIR)
     p.add_argument(
         "--quick", action="store_true", help=f"a much smaller run, to check the pipeline ({QUICK_DEMO_TIME})"
     )
     add_common(p)
-    p.set_defaults(handler="benching:cmd_demo")
 
 
 SUBCOMMANDS = (
