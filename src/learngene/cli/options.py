@@ -49,6 +49,11 @@ def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {**given, "mixup": getattr(args, "aug", "none") == "deit", "progress": not args.quiet}
 
 
+def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """``--run-dir``, ``--resume`` and ``--license`` of the commands that train, as the use case's keyword arguments."""
+    return {"run_dir": args.run_dir, "resume": args.resume, "license": args.license}
+
+
 def timm_kwargs_from_args(args: argparse.Namespace) -> dict[str, Any] | list[str]:
     """With ``--timm-model``: the checkpoint's sizes the flags give and its ``--timm-arg`` texts, for
     ``timm.create_model``; without: the ``--timm-arg`` texts alone (which the pipeline refuses)."""
@@ -85,6 +90,13 @@ def say(args: argparse.Namespace, text: str, banner: bool = False) -> None:
     if not dist.is_main() or (banner and getattr(args, "quiet", False)):
         return
     print(text, file=sys.stderr if getattr(args, "quiet", False) else sys.stdout)
+
+
+def save_and_say(args: argparse.Namespace, result: Any, summary: str, kind: str = "", **save: Any) -> None:
+    """Save the use case's ``result`` to ``--out`` (rank 0 only; ``--overwrite``; ``save``: the rest of its ``save``
+    arguments), then say what was written: ``kind`` of output, if it is not a file, and ``summary``."""
+    dist.on_main(lambda: result.save(args.out, overwrite=args.overwrite, **save))
+    say(args, f"wrote {args.out}{kind}: {summary}")
 
 
 def sayer(args: argparse.Namespace) -> Say:
