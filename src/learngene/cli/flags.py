@@ -144,6 +144,15 @@ def _size(f, tp):
     return check
 
 
+DATA_DIR = "where the data lie (default: $LEARNGENE_DATA, then system locations)"
+FASHION_MNIST_DIR = "folder with the Fashion-MNIST IDX files"  # bench and demo: Fashion-MNIST only
+
+
+def add_data_dir(g, help: str = DATA_DIR) -> None:
+    """``--data-dir``: where a command's data lie."""
+    g.add_argument("--data-dir", help=help)
+
+
 def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: str | None = "fashion_mnist") -> None:
     g = p.add_argument_group("data")
     g.add_argument(
@@ -171,15 +180,6 @@ def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: s
         "1.0 per batch with soft targets (DeiT's recipe; DeiT also uses --label-smoothing 0.1) "
         "(default: %(default)s)",
     )
-
-
-DATA_DIR = "where the data lie (default: $LEARNGENE_DATA, then system locations)"
-FASHION_MNIST_DIR = "folder with the Fashion-MNIST IDX files"  # bench and demo: Fashion-MNIST only
-
-
-def add_data_dir(g, help: str = DATA_DIR) -> None:
-    """``--data-dir``: where a command's data lie."""
-    g.add_argument("--data-dir", help=help)
 
 
 def add_settings(g, group: str, use_case: str | None = None, **overrides: dict[str, Any]) -> None:
