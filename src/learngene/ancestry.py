@@ -93,50 +93,71 @@ def _read_ancestry(path: str | os.PathLike, timm_model: str | None, drop_head: b
         raise LearngeneError(f"{path} is no file or folder here; for the Hugging Face Hub repo, write hf-hub:{path}")
     license = None  # a bare checkpoint file records none
     if is_model_folder(path):
-        ckpt = read_checkpoint(path, drop_head=drop_head)  # checked for NaN as it is read
-        license = ckpt.license
-        arch = _require_timm_name(timm_model or ckpt.arch)
-        model = build_timm_model(arch, {**ckpt.kwargs, **model_kwargs}, ckpt.state, str(path))
-        vit: Any = model  # a timm model, whose pretrained_cfg the folder's own preprocessing updates
-        vit.pretrained_cfg = {**vit.pretrained_cfg, **ckpt.pretrained_cfg}
+        model, license = _folder_model(path, timm_model, drop_head, model_kwargs)
     elif timm_model is None:
-        if Path(path).is_dir():
-            raise LearngeneError(
-                f"{path} is a folder without config.json; give a timm hub or transformers model "
-                f"folder, or a checkpoint file"
-            )
-        if drop_head:
-            raise LearngeneError(
-                f"--drop-head applies to model folders and timm checkpoints; {path} is a learngene "
-                f"model file, whose head a descendant replaces with --num-classes"
-            )
-        if model_kwargs:  # they would be dropped without a word: the file's spec gives every size
-            raise LearngeneError(
-                f"{', '.join(model_kwargs)} apply to timm checkpoints and model folders; {path} is a learngene "
-                f"model file, which records its sizes: leave them out (a descendant's sizes are expand's)"
-            )
-        state, spec, origin = load_model_file(path, lazy=True)
-        license = origin.get("license")
-        return Ancestry(
-            build_model_lazily(lambda **kw: spec.create_model(**kw), state, str(path)).eval(),
-            spec,
-            origin.get("label_space"),
-            license=check_license(license, f"the licence recorded in {path}") if license else None,
-        )
+        return _model_file_ancestry(path, drop_head, model_kwargs)
     else:
-        _require_timm_name(timm_model)
-        # read (and checked for NaN) before building the model: a bad file fails in a moment, not after a big init
-        state = read_checkpoint(path).state
-        if drop_head:
-            state = without_head(state, ("head.", "head_dist."), str(path))
-            model_kwargs["num_classes"] = 0
-        model_kwargs = _sizes_from_checkpoint(timm_model, model_kwargs, state)
-        model = build_timm_model(timm_model, model_kwargs, state, str(path))
+        model = _checkpoint_model(path, timm_model, drop_head, model_kwargs)
     try:
         return Ancestry(model.eval(), spec_from_model(model), license=license)
     except SpecError as exc:
         # a non-ViT (or exotic ViT) can still be a teacher
         return Ancestry(model.eval(), None, unsupported=str(exc), license=license)
+
+
+def _folder_model(
+    path: str | os.PathLike, timm_model: str | None, drop_head: bool, model_kwargs: dict[str, Any]
+) -> tuple[nn.Module, str | None]:
+    """The model of a timm hub or transformers folder (its architecture from config.json unless ``timm_model``
+    names it), with the folder's preprocessing, and the licence it records."""
+    ckpt = read_checkpoint(path, drop_head=drop_head)  # checked for NaN as it is read
+    arch = _require_timm_name(timm_model or ckpt.arch)
+    model = build_timm_model(arch, {**ckpt.kwargs, **model_kwargs}, ckpt.state, str(path))
+    vit: Any = model  # a timm model, whose pretrained_cfg the folder's own preprocessing updates
+    vit.pretrained_cfg = {**vit.pretrained_cfg, **ckpt.pretrained_cfg}
+    return model, ckpt.license
+
+
+def _model_file_ancestry(path: str | os.PathLike, drop_head: bool, model_kwargs: dict[str, Any]) -> Ancestry:
+    """The ancestry in a learngene model file, which records its sizes, label space and licence (its tensors are
+    read when the model first needs them)."""
+    if Path(path).is_dir():
+        raise LearngeneError(
+            f"{path} is a folder without config.json; give a timm hub or transformers model "
+            f"folder, or a checkpoint file"
+        )
+    if drop_head:
+        raise LearngeneError(
+            f"--drop-head applies to model folders and timm checkpoints; {path} is a learngene "
+            f"model file, whose head a descendant replaces with --num-classes"
+        )
+    if model_kwargs:  # they would be dropped without a word: the file's spec gives every size
+        raise LearngeneError(
+            f"{', '.join(model_kwargs)} apply to timm checkpoints and model folders; {path} is a learngene "
+            f"model file, which records its sizes: leave them out (a descendant's sizes are expand's)"
+        )
+    state, spec, origin = load_model_file(path, lazy=True)
+    license = origin.get("license")
+    return Ancestry(
+        build_model_lazily(lambda **kw: spec.create_model(**kw), state, str(path)).eval(),
+        spec,
+        origin.get("label_space"),
+        license=check_license(license, f"the licence recorded in {path}") if license else None,
+    )
+
+
+def _checkpoint_model(
+    path: str | os.PathLike, timm_model: str, drop_head: bool, model_kwargs: dict[str, Any]
+) -> nn.Module:
+    """The timm model ``timm_model`` of a plain checkpoint file, its sizes read from the checkpoint where not given."""
+    _require_timm_name(timm_model)
+    # read (and checked for NaN) before building the model: a bad file fails in a moment, not after a big init
+    state = read_checkpoint(path).state
+    if drop_head:
+        state = without_head(state, ("head.", "head_dist."), str(path))
+        model_kwargs["num_classes"] = 0
+    model_kwargs = _sizes_from_checkpoint(timm_model, model_kwargs, state)
+    return build_timm_model(timm_model, model_kwargs, state, str(path))
 
 
 def _load_hub_ancestry(name: str, timm_model: str | None, drop_head: bool, **model_kwargs: Any) -> Ancestry:

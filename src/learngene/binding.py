@@ -176,20 +176,25 @@ def bind_gene(
     if method.name != gene.method:
         raise LearngeneError(f"a {gene.method} gene cannot be bound to method {method.name}; pass its own method")
     bound = BoundMethod(gene, method, step, source, options, seed)
-    if not check:
-        return bound
+    if check:
+        _check_bound(bound, at)
+    return bound
+
+
+def _check_bound(bound: BoundMethod, at: ViTSpec | None) -> None:
+    """Expand ``bound`` on ``meta`` into ``at``, or else into its gene's own layout, where a size the method refuses
+    in its own words passes."""
     if at is not None:
         bound.check(at)
-    elif gene.layout is not None:
+    elif bound.gene.layout is not None:
         try:
-            bound.check(gene.layout)
+            bound.check(bound.gene.layout)
         except GeneFormatError:
             raise
         except LearngeneError:
             # the method refuses this size in its own words (e.g. a PEG gene whose φ was adapted to another size
             # than its layout): expanding to the size asked for says so in one line
             pass
-    return bound
 
 
 def _build(

@@ -12,7 +12,7 @@ runs through the registry.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, overload
 
 import torch
@@ -99,19 +99,7 @@ def make_descendant(
     draws at expansion draws with ``seed`` unless its seed option is given: ``seed`` then seeds timm's
     initialization of the keys the gene leaves out, the option the method's draws.
     """
-    require_argument(gene, (Learngene, BoundMethod), "gene", "a Learngene (learngene.Learngene.load(PATH))")
-    require_argument(spec, ViTSpec, "spec", "a ViTSpec (e.g. gene.ancestry.replace(depth=6))")
-    require_argument(seed, int, "seed", "an integer")
-    if pos_embed not in (None, "learned", "sincos"):
-        raise LearngeneError(f"pos_embed must be learned or sincos, not {pos_embed!r}")
-    require_argument(options, (dict, Mapping, type(None)), "options", "a dict of the method's options or None")
-    options = {**(options or {}), **more_options}
-    if isinstance(gene, BoundMethod):
-        if options:
-            raise LearngeneError("a bound gene carries its options; bind them with it (bind_gene(gene, options={...}))")
-        bound = gene.seeded(seed)
-    else:  # a method that draws at expansion (mimetic) draws with the descendant's seed
-        bound = bind_gene(gene, EXPAND, source=source, seed=seed, at=spec, options=options)
+    bound = _bind_for_descendant(gene, spec, seed, pos_embed, source, options, more_options)
     spec.require_memory()
     provided = bound.check(spec)  # on meta, once per size
     torch.manual_seed(seed)
@@ -122,19 +110,58 @@ def make_descendant(
     with torch.no_grad():
         state = bound.expand(spec)
         provided = list(state)
-        if blend_mimetic is not None:
-            state = blend_query_key(state, spec, blend_mimetic, seed)
-        if top_up:
-            state = {**top_up_state(top_up, spec, seed), **state}
-        if pos_embed == "sincos":
-            state.update(spec.model_layout({"pos_embed": sincos_pos_embed(spec)}))
-        elif pos_embed == "learned":  # timm's own initialization, whatever the method gives
-            state.pop(spec.key("pos_embed"), None)
+        state = _with_top_up_and_ablations(state, spec, seed, top_up, pos_embed, blend_mimetic)
     check_state_shapes(state, spec, f"the {bound.gene.method} gene")
     fill_released(model, state)
     result = model.load_state_dict(state, strict=False)
     assert not result.unexpected_keys, result.unexpected_keys
     return (model, provided) if return_keys else model
+
+
+def _bind_for_descendant(
+    gene: Learngene | BoundMethod,
+    spec: ViTSpec,
+    seed: int,
+    pos_embed: str | None,
+    source: str | os.PathLike | None,
+    options: Mapping[str, Any] | None,
+    more_options: dict[str, Any],
+) -> BoundMethod:
+    """:func:`make_descendant`'s arguments checked, and ``gene`` bound to its method with ``options`` and
+    ``more_options`` (a bound gene carries its own), seeded by the descendant's ``seed`` where the method draws at expansion (mimetic)."""
+    require_argument(gene, (Learngene, BoundMethod), "gene", "a Learngene (learngene.Learngene.load(PATH))")
+    require_argument(spec, ViTSpec, "spec", "a ViTSpec (e.g. gene.ancestry.replace(depth=6))")
+    require_argument(seed, int, "seed", "an integer")
+    if pos_embed not in (None, "learned", "sincos"):
+        raise LearngeneError(f"pos_embed must be learned or sincos, not {pos_embed!r}")
+    require_argument(options, (dict, Mapping, type(None)), "options", "a dict of the method's options or None")
+    options = {**(options or {}), **more_options}
+    if isinstance(gene, BoundMethod):
+        if options:
+            raise LearngeneError("a bound gene carries its options; bind them with it (bind_gene(gene, options={...}))")
+        return gene.seeded(seed)
+    return bind_gene(gene, EXPAND, source=source, seed=seed, at=spec, options=options)
+
+
+def _with_top_up_and_ablations(
+    state: StateDict,
+    spec: ViTSpec,
+    seed: int,
+    top_up: str | None,
+    pos_embed: str | None,
+    blend_mimetic: float | None,
+) -> StateDict:
+    """The expanded ``state`` with ``blend_mimetic``'s attention, the ``top_up`` method's tensors where the gene gives
+    none, and ``pos_embed``'s position table (sin-cos, or timm's own when ``"learned"``)."""
+    if blend_mimetic is not None:
+        state = blend_query_key(state, spec, blend_mimetic, seed)
+    if top_up:
+        state = {**top_up_state(top_up, spec, seed), **state}
+    if pos_embed == "sincos":
+        state.update(spec.model_layout({"pos_embed": sincos_pos_embed(spec)}))
+    elif pos_embed == "learned":  # timm's own initialization, whatever the method gives
+        state.pop(spec.key("pos_embed"), None)
+    return state
 
 
 def release_storage(model: nn.Module, keys: list[str]) -> None:
@@ -195,6 +222,21 @@ def fit_gene_to_budget(
             require_argument(value, int, name, "an integer or None (e.g. 5_000_000)")
     bound = gene if isinstance(gene, BoundMethod) else bind_gene(gene, EXPAND, options=options)
     ancestry = bound.gene.ancestry
+    return fit_to_budget(
+        base,
+        max_params,
+        max_flops,
+        _expands_to(bound, refused),
+        depth=depth,
+        num_heads=num_heads,
+        max_depth=ancestry.depth if ancestry else None,
+        max_heads=ancestry.num_heads if ancestry else None,
+    )
+
+
+def _expands_to(bound: BoundMethod, refused: list[tuple[ViTSpec, str]] | None) -> Callable[[ViTSpec], bool]:
+    """Whether ``bound``'s method expands its gene to a size's timm shapes, tried on ``meta``; ``refused`` receives
+    each size it refuses and why."""
 
     def supports(spec: ViTSpec) -> bool:
         try:
@@ -205,13 +247,4 @@ def fit_gene_to_budget(
             return False
         return True
 
-    return fit_to_budget(
-        base,
-        max_params,
-        max_flops,
-        supports,
-        depth=depth,
-        num_heads=num_heads,
-        max_depth=ancestry.depth if ancestry else None,
-        max_heads=ancestry.num_heads if ancestry else None,
-    )
+    return supports

@@ -3,7 +3,7 @@
 Training settings (:class:`~learngene.training.config.TrainConfig`), method options (each method's ``Config``),
 a ViT's sizes and family (:class:`~learngene.vit.spec.ViTSpec`, :class:`~learngene.vit.spec.ViTFamily`) and a
 learngene's fields (:class:`~learngene.gene.Learngene`) are all declared with it, and everything else is read
-from the declaration: the command-line flags and their help (:mod:`learngene.cli.parser`), the checks of type,
+from the declaration: the command-line flags and their help (:mod:`learngene.cli.flags`), the checks of type,
 choices and range (:func:`learngene.validate.refusal`, run by each class's ``__post_init__``), the run
 fingerprint's settings (``kind``), the steps that read a method option (``phase``), and the option listings of
 ``learngene methods`` and the docs (:func:`learngene.validate.describe_options`).
@@ -14,7 +14,7 @@ Torch-free, so that ``learngene --help`` builds its flags from the declarations 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 # the steps of a method that read an option (its field's ``phase``): expand and adapt refuse an option they do not
 # read, so a descendant's header never records an option that changed nothing
@@ -30,86 +30,78 @@ KINDS = ("result", "speed", "report")
 DECLARED = "declared"
 
 
+class Declaration(TypedDict, total=False):
+    """What :func:`field` declares about a setting, besides its default; each key left out (or empty) is left out of
+    the field's metadata, so that a reader asks ``"phase" in f.metadata`` or ``.get("help", "")``.
+
+    Its range (checked by :func:`learngene.validate.refusal`, in this order, as ``limits_of`` lists it):
+    ``at_least`` and ``at_most`` (inclusive), ``above`` and ``below`` (exclusive), ``multiple_of``, ``nonempty`` (a
+    non-empty list or name), ``odd`` (an odd integer). Then:
+
+    - ``phase``: the steps that read a method option: ``condense``, ``expand``, ``adapt`` or a tuple of them.
+    - ``help``: one line saying what it does: its flag's help, its line in ``learngene methods`` and the docs.
+    - ``speed_only``: a method option that changes how fast a result comes, not the result.
+    - ``kind``: a training setting's ``result``, ``speed`` or ``report`` (:data:`KINDS`).
+    - ``flag``: its command-line flag (e.g. ``"--lr"``); None: set from Python (or ``--opt``) only.
+    - ``group``: the flag's group in ``--help`` (training settings: ``training``, ``speed``, ``distill``, ``common``).
+    - ``flag_choices``: the values the flag offers, where the command line offers fewer than the type allows.
+    - ``metavar``: the flag's value placeholder in ``--help``.
+    - ``label``: how messages name it (default: its name in words).
+    - ``none_means``: the flag defaults to "not given", and its help says what that means.
+    - ``zero_means_none``: the flag's 0 turns the setting off (None).
+    - ``fix``: what a refused value's message tells to do; ``{}`` names the setting as its giver writes it
+      (:func:`~learngene.validate.caller_fix`: ``"pass e.g. {=0.001}"`` is ``--lr 0.001`` to the command line and
+      ``lr=0.001`` to Python).
+    """
+
+    at_least: float | None
+    at_most: float | None
+    above: float | None
+    below: float | None
+    multiple_of: int | None
+    nonempty: bool
+    odd: bool
+    phase: str | tuple[str, ...] | None
+    help: str
+    speed_only: bool
+    kind: str | None
+    flag: str | None
+    group: str | None
+    flag_choices: tuple[Any, ...] | None
+    metavar: str | None
+    label: str | None
+    none_means: str | None
+    zero_means_none: bool
+    fix: str | None
+
+
 def field(
-    default: Any = dataclasses.MISSING,
-    *,
-    help: str = "",
-    flag: str | None = None,
-    group: str | None = None,
-    flag_choices: tuple[Any, ...] | None = None,
-    metavar: str | None = None,
-    label: str | None = None,
-    fix: str | None = None,
-    none_means: str | None = None,
-    zero_means_none: bool = False,
-    kind: str | None = None,
-    phase: str | tuple[str, ...] | None = None,
-    speed_only: bool = False,
-    at_least: float | None = None,
-    at_most: float | None = None,
-    above: float | None = None,
-    below: float | None = None,
-    multiple_of: int | None = None,
-    nonempty: bool = False,
-    odd: bool = False,
-    default_factory: Any = dataclasses.MISSING,
+    default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING, **declared: Unpack[Declaration]
 ) -> Any:
     """A setting, declared once, as a dataclass field (its type, with ``Literal[...]`` for a choice, is the field's
-    annotation).
-
-    Args:
-        default, default_factory: as :func:`dataclasses.field`'s.
-        help: one line saying what it does: its flag's help, its line in ``learngene methods`` and the docs.
-        flag: its command-line flag (e.g. ``"--lr"``); None: set from Python (or ``--opt``) only.
-        group: the flag's group in ``--help`` (training settings: ``training``, ``speed``, ``distill``, ``common``).
-        flag_choices: the values the flag offers, where the command line offers fewer than the type allows.
-        metavar: the flag's value placeholder in ``--help``.
-        label: how messages name it (default: its name in words).
-        fix: what a refused value's message tells to do; ``{}`` names the setting as its giver writes it
-            (:func:`~learngene.validate.caller_fix`: ``"pass e.g. {=0.001}"`` is ``--lr 0.001`` to the command line
-            and ``lr=0.001`` to Python).
-        none_means: the flag defaults to "not given", and its help says what that means.
-        zero_means_none: the flag's 0 turns the setting off (None).
-        kind: a training setting's ``result``, ``speed`` or ``report`` (:data:`KINDS`).
-        phase: the steps that read a method option: ``condense``, ``expand``, ``adapt`` or a tuple of them.
-        speed_only: a method option that changes how fast a result comes, not the result.
-        at_least, at_most, above, below, multiple_of, nonempty, odd: its range (``at_least``/``at_most``
-            inclusive, ``above``/``below`` exclusive, a non-empty list or name, an odd integer), checked by
-            :func:`learngene.validate.refusal`.
+    annotation); ``default`` and ``default_factory`` as :func:`dataclasses.field`'s, the rest as
+    :class:`Declaration` says.
 
     Raises:
         ValueError: for a ``phase`` or ``kind`` that does not exist (a mistake in the declaration, not the input).
     """
+    unknown_keys = [k for k in declared if k not in Declaration.__annotations__]
+    if unknown_keys:  # as Python words it for a keyword the signature does not have
+        raise TypeError(f"field() got an unexpected keyword argument {unknown_keys[0]!r}")
+    phase = declared.get("phase")
     phases = (phase,) if isinstance(phase, str) else tuple(phase or ())
     unknown = [p for p in phases if p not in PHASES]
     if unknown:
         raise ValueError(f"unknown phase {unknown[0]!r}; use {', '.join(PHASES)}")
+    kind = declared.get("kind")
     if kind is not None and kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; use {', '.join(KINDS)}")
-    declared = {
-        # the range first, in this order (as limits_of lists it)
-        "at_least": at_least,
-        "at_most": at_most,
-        "above": above,
-        "below": below,
-        "multiple_of": multiple_of,
-        "nonempty": nonempty,
-        "odd": odd,
-        "phase": phases,
-        "help": help,
-        "speed_only": speed_only,
-        "kind": kind,
-        "flag": flag,
-        "group": group,
-        "flag_choices": flag_choices,
-        "metavar": metavar,
-        "label": label,
-        "none_means": none_means,
-        "zero_means_none": zero_means_none,
-        "fix": fix,
+    given: dict[str, Any] = {**declared, "phase": phases}
+    meta = {
+        k: v
+        for k in Declaration.__annotations__
+        if (v := given.get(k)) is not None and v is not False and v not in ("", ())
     }
-    # what is not declared is left out: a reader asks ``"phase" in f.metadata`` or ``.get("help", "")``
-    meta = {k: v for k, v in declared.items() if v is not None and v is not False and v != "" and v != ()}
     meta[DECLARED] = True
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)

@@ -1,9 +1,9 @@
 """The ``learngene`` command line (``learngene.cli:main``; also ``python -m learngene``).
 
-One module per job: :mod:`~learngene.cli.parser` (every flag and help text; it imports no torch, so
-``--help`` answers at once), :mod:`~learngene.cli.dispatch` (``main``: parse, run, one-line errors,
-signals), :mod:`~learngene.cli.options` (flags to specs, data, training configs, checked outputs), and
-the commands, each imported only when it runs: :mod:`~learngene.cli.making` (ancestry, condense, adapt,
+One module per job: :mod:`~learngene.cli.parser` (every command, flag and help text; it imports no torch, so
+``--help`` answers at once), :mod:`~learngene.cli.flags` (the flags several commands share, made from their
+declarations), :mod:`~learngene.cli.dispatch` (``main``: parse, run, one-line errors, signals),
+:mod:`~learngene.cli.options` (flags to specs, data, training configs, checked outputs), and the commands, each imported only when it runs: :mod:`~learngene.cli.making` (ancestry, condense, adapt,
 train), :mod:`~learngene.cli.expanding` (expand), :mod:`~learngene.cli.info` (inspect, methods) and
 :mod:`~learngene.cli.benching` (bench, demo).
 """

@@ -70,5 +70,6 @@ def choices_from_args(args: argparse.Namespace) -> CompareChoices:
 
 
 def _classes(text: str | None, flag: str) -> tuple[int, ...] | None:
-    """A class-list flag's indices (None: not given, every class; given but naming none: empty, refused later)."""
+    """A class-list flag's indices (None: not given, every class; a list that names none is refused by
+    :func:`~learngene.pipeline.compare.compare_profile`)."""
     return tuple(parse_classes(text, flag)) if text is not None else None

@@ -9,8 +9,7 @@ from typing import Any
 from ..errors import LearngeneError
 from ..formats.export import wants_folder
 from ..pipeline.expanding import expand
-from ..training import distributed as dist
-from .options import check_outputs, say, sayer, size_from_args
+from .options import check_outputs, save_and_say, sayer, size_from_args
 
 # expand's flags that ask for an output a method declares instead of a timm ViT (Method.expand_outputs): pool's
 # stitched descendant
@@ -32,8 +31,9 @@ def cmd_expand(args: argparse.Namespace) -> None:
         output=output,
         say=sayer(args),
     )
-    dist.on_main(lambda: descendant.save(args.out, overwrite=args.overwrite, format="hub" if hub else "file"))
-    say(args, f"wrote {args.out}{' (timm hub folder)' if hub else ''}: {descendant.summary}")
+    save_and_say(
+        args, descendant, descendant.summary, " (timm hub folder)" if hub else "", format="hub" if hub else "file"
+    )
 
 
 def destination_from_args(args: argparse.Namespace) -> tuple[bool, tuple[str, Any] | None]:

@@ -8,10 +8,11 @@ import argparse
 from ..pipeline.adapting import adapt
 from ..pipeline.condensing import condense
 from ..pipeline.training import train, train_ancestry
-from ..training import distributed as dist
 from .options import (
     check_outputs,
     data_from_args,
+    run_from_args,
+    save_and_say,
     say,
     sayer,
     settings_from_args,
@@ -26,13 +27,10 @@ def cmd_ancestry(args: argparse.Namespace) -> None:
         data_from_args(args),
         size_from_args(args),
         settings_from_args(args),
-        run_dir=args.run_dir,
-        resume=args.resume,
-        license=args.license,
+        **run_from_args(args),
         say=sayer(args),
     )
-    dist.on_main(lambda: trained.save(args.out, overwrite=args.overwrite))
-    say(args, f"wrote {args.out}: {trained.summary}")
+    save_and_say(args, trained, trained.summary)
 
 
 def cmd_condense(args: argparse.Namespace) -> None:
@@ -43,15 +41,12 @@ def cmd_condense(args: argparse.Namespace) -> None:
         options=args.opt or [],
         data=data_from_args(args),
         train_cfg=settings_from_args(args),
-        run_dir=args.run_dir,
-        resume=args.resume,
-        license=args.license,
+        **run_from_args(args),
         timm_model=args.timm_model,
         drop_head=args.drop_head,
         timm_kwargs=timm_kwargs_from_args(args),
     )
-    dist.on_main(lambda: condensed.save(args.out, overwrite=args.overwrite))
-    say(args, f"wrote {args.out}: {condensed.summary}")
+    save_and_say(args, condensed, condensed.summary)
     if condensed.note:
         say(args, condensed.note)
 
@@ -64,12 +59,9 @@ def cmd_adapt(args: argparse.Namespace) -> None:
         size_from_args(args),
         options=args.opt or [],
         train_cfg=settings_from_args(args),
-        run_dir=args.run_dir,
-        resume=args.resume,
-        license=args.license,
+        **run_from_args(args),
     )
-    dist.on_main(lambda: adapted.save(args.out, overwrite=args.overwrite, gene_path=args.gene_out))
-    say(args, f"wrote {args.out}: {adapted.descendant.summary}")
+    save_and_say(args, adapted, adapted.descendant.summary, gene_path=args.gene_out)
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -81,10 +73,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         teacher=args.teacher,
         teacher_timm_model=args.teacher_timm_model,
         new_head=args.new_head,
-        run_dir=args.run_dir,
-        resume=args.resume,
-        license=args.license,
+        **run_from_args(args),
         say=sayer(args),
     )
-    dist.on_main(lambda: trained.save(args.out, overwrite=args.overwrite))
-    say(args, f"wrote {args.out}: {trained.summary}")
+    save_and_say(args, trained, trained.summary)

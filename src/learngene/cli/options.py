@@ -19,7 +19,7 @@ from ..training import distributed as dist
 from ..training.config import TrainConfig
 from ..vit.spec import SIZE_FLAG_FIELDS
 
-SPEC_FIELDS = tuple(f.name for f in SIZE_FLAG_FIELDS)  # the size flags' fields (learngene.cli.parser.add_spec_args)
+SPEC_FIELDS = tuple(f.name for f in SIZE_FLAG_FIELDS)  # the size flags' fields (learngene.cli.flags.add_spec_args)
 
 
 def size_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -48,6 +48,11 @@ def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
     augmentation's mixup and ``--quiet``'s progress bars."""
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)}
     return {**given, "mixup": getattr(args, "aug", "none") == "deit", "progress": not args.quiet}
+
+
+def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """``--run-dir``, ``--resume`` and ``--license`` of the commands that train, as the use case's keyword arguments."""
+    return {"run_dir": args.run_dir, "resume": args.resume, "license": args.license}
 
 
 def timm_kwargs_from_args(args: argparse.Namespace) -> dict[str, Any] | list[str]:
@@ -86,6 +91,13 @@ def say(args: argparse.Namespace, text: str, banner: bool = False) -> None:
     if not dist.is_main() or (banner and getattr(args, "quiet", False)):
         return
     print(render(text, cli=True), file=sys.stderr if getattr(args, "quiet", False) else sys.stdout)
+
+
+def save_and_say(args: argparse.Namespace, result: Any, summary: str, kind: str = "", **save: Any) -> None:
+    """Save the use case's ``result`` to ``--out`` (rank 0 only; ``--overwrite``; ``save``: the rest of its ``save``
+    arguments), then say what was written: ``kind`` of output, if it is not a file, and ``summary``."""
+    dist.on_main(lambda: result.save(args.out, overwrite=args.overwrite, **save))
+    say(args, f"wrote {args.out}{kind}: {summary}")
 
 
 def sayer(args: argparse.Namespace) -> Say:

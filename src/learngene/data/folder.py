@@ -18,7 +18,7 @@ from ..errors import DataError, message_of
 from ..formats.preprocessing import PREPROCESSING_KEYS, check_preprocessing
 from ..vit.naflex import image_input
 from .augment import AUGMENTATIONS, DEIT_RECIPE
-from .images import Data, ImageData, colour_for_grey_model, label_space
+from .images import Data, ImageData, NamedClasses, colour_for_grey_model
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -95,7 +95,7 @@ class _Failed(NamedTuple):
     message: str
 
 
-class FolderData(torch.utils.data.Dataset):
+class FolderData(NamedClasses, torch.utils.data.Dataset):
     """Images in class sub-folders, decoded and transformed one by one: in DataLoader workers when ``workers > 0``.
 
     ``dataset[(index, seed)]`` seeds Python's, NumPy's and torch's RNGs with ``seed`` before a random
@@ -130,10 +130,6 @@ class FolderData(torch.utils.data.Dataset):
     @property
     def num_classes(self) -> int:
         return len(self.classes)
-
-    @property
-    def label_space(self) -> dict[str, Any] | None:
-        return label_space(self)
 
     @property
     def in_chans(self) -> int:
@@ -295,29 +291,11 @@ def image_folder(
     ``keep_colour`` refuses to read colour images as grey (``in_chans=1``) instead of converting them.
     """
     root = Path(root)
-    if not root.is_dir():
-        raise DataError(f"image folder {root} does not exist; check the path after folder:")
-    if in_chans not in (1, 3):
-        raise DataError(f"image folders load as 1 or 3 channels, not {in_chans}; pass --in-chans 1 or 3")
-    if augment != "none" and in_memory:
-        raise DataError(
-            f"--aug {augment} draws a new augmentation per image and epoch; stream the folder (in_memory=False)"
-        )
-    if augment == "deit" and in_chans != 3:
-        raise DataError(
-            "--aug deit (RandAugment, mixup/cutmix, random erasing) is for RGB images; for grey data "
-            "use --augment (flips and shifts)"
-        )
+    _check_reading(root, in_chans, in_memory, augment)
     pre = preprocessing_cfg(preprocessing or default_preprocessing(in_chans), img_size, in_chans)
     samples, found, modes = _folder_samples(root)
-    if classes is not None and list(classes) != found:
-        extra, lacking = sorted(set(found) - set(classes)), sorted(set(classes) - set(found))
-        raise DataError(
-            f"{root} has classes {_some(found)} but the training folder has {_some(classes)}"
-            + (f" ({_some(extra)} only here)" if extra else "")
-            + (f" ({_some(lacking)} missing here)" if lacking else "")
-            + "; give both splits the same class sub-folders, or their labels would not agree"
-        )
+    if classes is not None:
+        _check_same_classes(root, found, classes)
     refuse_colour = keep_colour and in_chans == 1
     # before anything trains, the first image of every colour mode (a folder may mix grey and colour files); the
     # others are judged as they are read
@@ -340,6 +318,35 @@ def image_folder(
         dataset=name,
         classes=tuple(found),
     )
+
+
+def _check_reading(root: Path, in_chans: int, in_memory: bool, augment: str) -> None:
+    """Refuse a folder that is not there, channels other than grey or RGB, and an augmentation it cannot apply."""
+    if not root.is_dir():
+        raise DataError(f"image folder {root} does not exist; check the path after folder:")
+    if in_chans not in (1, 3):
+        raise DataError(f"image folders load as 1 or 3 channels, not {in_chans}; pass --in-chans 1 or 3")
+    if augment != "none" and in_memory:
+        raise DataError(
+            f"--aug {augment} draws a new augmentation per image and epoch; stream the folder (in_memory=False)"
+        )
+    if augment == "deit" and in_chans != 3:
+        raise DataError(
+            "--aug deit (RandAugment, mixup/cutmix, random erasing) is for RGB images; for grey data "
+            "use --augment (flips and shifts)"
+        )
+
+
+def _check_same_classes(root: Path, found: list[str], classes: Sequence[str]) -> None:
+    """Refuse a folder whose classes are not ``classes`` (the training folder's), in order: labels are indices."""
+    if list(classes) != found:
+        extra, lacking = sorted(set(found) - set(classes)), sorted(set(classes) - set(found))
+        raise DataError(
+            f"{root} has classes {_some(found)} but the training folder has {_some(classes)}"
+            + (f" ({_some(extra)} only here)" if extra else "")
+            + (f" ({_some(lacking)} missing here)" if lacking else "")
+            + "; give both splits the same class sub-folders, or their labels would not agree"
+        )
 
 
 def write_image_folder(

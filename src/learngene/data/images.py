@@ -17,8 +17,17 @@ if TYPE_CHECKING:
     from .folder import FolderData
 
 
+class NamedClasses:
+    """The datasets' ``label_space`` (:class:`ImageData`'s and :class:`~learngene.data.folder.FolderData`'s)."""
+
+    @property
+    def label_space(self) -> dict[str, Any] | None:
+        """What the labels mean (:func:`label_space`); model and gene files record it."""
+        return label_space(cast(Data, self))
+
+
 @dataclass(frozen=True)
-class ImageData:
+class ImageData(NamedClasses):
     """An in-memory image classification dataset.
 
     Attributes:
@@ -63,10 +72,6 @@ class ImageData:
 
     def __len__(self) -> int:
         return len(self.labels)
-
-    @property
-    def label_space(self) -> dict[str, Any] | None:
-        return label_space(self)
 
     @property
     def in_chans(self) -> int:

@@ -213,9 +213,30 @@ def model_card(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any], defa
     card = {card_text(k): card_text(v) if v is not None else None for k, v in card.items()}
     if card.get("license_id"):
         card["license_id"] = check_license(card["license_id"], "the licence")
+    facts = _card_facts(config, spec, card, defaults_input)
+    tuned = card.get("fine-tuned")
+    lines = [
+        *_front_matter(card.get("license_id")),
+        f"# {config['architecture']}, initialized by learngene ({facts['method']}){', fine-tuned' if tuned else ''}",
+        "",
+        f"A timm Vision Transformer whose weights were expanded from a learngene, then fine-tuned ({tuned})."
+        if tuned
+        else "A timm Vision Transformer whose weights were expanded from a learngene; it has not been "
+        "trained after expansion.",
+        "",
+    ]
+    lines += [f"- **{key}**: {value}" for key, value in facts.items()]
+    lines += _load_section(spec)
+    lines += _citation_section(facts["method"], card.get("citation"))
+    return "\n".join(lines)
+
+
+def _card_facts(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any], defaults_input: bool) -> dict[str, Any]:
+    """The card's list of facts: where the descendant comes from, its size and input, head and licence, then the
+    card's other entries."""
     arch = config["architecture"]
     cfg = config["pretrained_cfg"]
-    facts = {
+    return {
         "method": card.get("method", "not recorded"),
         "ancestry": card.get("ancestry", "not recorded"),
         "learngene": card.get("gene", "not recorded"),
@@ -238,11 +259,14 @@ def model_card(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any], defa
             if k not in ("method", "ancestry", "gene", "citation", "head", "licence", "license_id")
         },
     }
-    tuned = card.get("fine-tuned")
-    license_id = [f"license: {card['license_id'].lower()}"] if card.get("license_id") else []
-    lines = [
+
+
+def _front_matter(license_id: str | None) -> list[str]:
+    """The card's YAML front matter for the hub (its licence, where one is recorded), then a blank line."""
+    licence = [f"license: {license_id.lower()}"] if license_id else []
+    return [
         "---",
-        *license_id,
+        *licence,
         "library_name: timm",
         "tags:",
         "- image-classification",
@@ -250,16 +274,13 @@ def model_card(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any], defa
         "- learngene",
         "---",
         "",
-        f"# {arch}, initialized by learngene ({facts['method']}){', fine-tuned' if tuned else ''}",
-        "",
-        f"A timm Vision Transformer whose weights were expanded from a learngene, then fine-tuned ({tuned})."
-        if tuned
-        else "A timm Vision Transformer whose weights were expanded from a learngene; it has not been "
-        "trained after expansion.",
-        "",
     ]
-    lines += [f"- **{key}**: {value}" for key, value in facts.items()]
-    lines += [
+
+
+def _load_section(spec: ViTSpec) -> list[str]:
+    """How to load the folder with timm and with transformers (its backbone wrapper for a model without a
+    classifier)."""
+    lines = [
         "",
         "## Load",
         "",
@@ -282,13 +303,17 @@ def model_card(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any], defa
             'model = transformers.AutoModel.from_pretrained("PATH/TO/THIS/FOLDER")  # no classifier: features',
             "embedding = model(pixel_values=images).pooler_output",
         ]
-    lines += ["```", "", f"Written by learngene {library_version()}.", ""]
-    lines += ["## Citation", ""]
-    if card.get("citation"):
-        lines += [f"The {facts['method']} method: {card['citation']}", ""]
-    lines += [
+    return [*lines, "```", "", f"Written by learngene {library_version()}.", ""]
+
+
+def _citation_section(method: str, citation: str | None) -> list[str]:
+    """What to cite: the method's paper, where the gene records it, and the library."""
+    lines = ["## Citation", ""]
+    if citation:
+        lines += [f"The {method} method: {citation}", ""]
+    return [
+        *lines,
         f"The learngene library ({library_version()}, Apache-2.0): as its CITATION.cff, at the root of the learngene "
         "repository and source distribution, says.",
         "",
     ]
-    return "\n".join(lines)

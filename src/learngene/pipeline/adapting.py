@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..binding import bind_gene
+from ..binding import BoundMethod, bind_gene
 from ..data import preprocessing_cfg
 from ..descendant import make_descendant
 from ..formats.weights import digest
@@ -17,6 +17,7 @@ from ..method import AdaptInputs
 from ..registry import get_method
 from ..training.config import USE_CASE_DEFAULTS, TrainConfig
 from ..validate import ADAPT, EXPAND
+from ..vit.spec import ViTSpec
 from .inputs import (
     DataArg,
     SizeArg,
@@ -62,13 +63,7 @@ def adapt(
     model_in = size_input(size, base.img_size if base else None, base.in_chans if base else None)
     train, test = load_data(data, *model_in, loaded.preprocessing, cfg.seed)
     spec = resolve_spec(size, base, train)
-    identity = {
-        "command": "adapt",
-        "method": loaded.method,
-        "options": dataclasses.asdict(bound.method.config),
-        "spec": spec.to_dict(),
-        "gene": digest(loaded.tensors) if run_dir else None,
-    }
+    identity = _run_identity(bound, spec, digest(loaded.tensors) if run_dir else None)
     cfg = cfg.replace(identity=identity, desc=f"adapt {loaded.method}" if cfg.desc == "adapt" else cfg.desc)
     adapted, result = bound.method.adapt(
         loaded, spec, AdaptInputs(train, cfg, eval=test, run_dir=run_dir, resume=resume)
@@ -76,18 +71,44 @@ def adapt(
     adapted.license = license or loaded.license
     expanding = bind_gene(adapted, EXPAND, method=cls, seed=cfg.seed, check=False)
     model, provided = make_descendant(expanding, spec, seed=cfg.seed, return_keys=True)
-    origin = {
-        "kind": "descendant",
-        "method": loaded.method,
-        "gene": str(source) if source is not None else None,
-        "adapted_on": train.name,
-        "adapt_steps": result.steps,
-        "options": opts,
-        "label_space": head_label_space(loaded, provided),
-        **license_entry(adapted.license),
-    }
+    origin = _origin(loaded, source, train.name, result.steps, opts, provided, adapted.license)
     summary = f"{spec.short()} timm ViT adapted for {result.steps} steps" + (
         f", accuracy {result.final_acc:.4f}" if result.final_acc is not None else ""
     )
     descendant = ModelOutput(model, spec, origin, preprocessing_cfg(train), summary)
     return Adapted(adapted, descendant, result, expanding.method)
+
+
+def _origin(
+    gene: Learngene,
+    source: str | os.PathLike | None,
+    data_name: str,
+    steps: int,
+    opts: dict[str, Any],
+    provided: list[str],
+    license: str | None,
+) -> dict[str, Any]:
+    """What the adapted descendant's file records of where it comes from: the gene, its method, the data and steps
+    it was adapted with, the options, the head's label space and the licence."""
+    return {
+        "kind": "descendant",
+        "method": gene.method,
+        "gene": str(source) if source is not None else None,
+        "adapted_on": data_name,
+        "adapt_steps": steps,
+        "options": opts,
+        "label_space": head_label_space(gene, provided),
+        **license_entry(license),
+    }
+
+
+def _run_identity(bound: BoundMethod, spec: ViTSpec, gene_digest: str | None) -> dict[str, Any]:
+    """What a resumed adaptation must agree on: the method and all its options, the size and (in a run directory)
+    the gene's tensors."""
+    return {
+        "command": "adapt",
+        "method": bound.gene.method,
+        "options": dataclasses.asdict(bound.method.config),
+        "spec": spec.to_dict(),
+        "gene": gene_digest,
+    }

@@ -60,32 +60,50 @@ def expand(
             loaded, source, cls, output, size, options, top_up, max_params, max_flops, seed, license
         )
     opts = method_options(cls.Config, options)
-    if loaded.ancestry is None and not isinstance(size, ViTSpec) and not size_fields(size).get("preset"):
-        where = quote(source) if source is not None else "this gene"
-        fix = by_caller("pass size as a ViTSpec or with a preset", "give --preset and/or all size flags")
-        raise LearngeneError(f"{where} records no ancestry size; {fix}")
+    _check_size_known(loaded, source, size)
     spec = resolve_spec(size, base=loaded.ancestry)
     bound = bind_gene(loaded, EXPAND, source=source, method=cls, seed=seed, check=False, options=opts)
     if max_params is not None or max_flops is not None:
         spec = _fit_to_budget(bound, spec, size, max_params, max_flops, say)
     model, provided = make_descendant(bound, spec, seed=seed, top_up=top_up, return_keys=True)
-    origin = {
-        "kind": "descendant",
-        "method": loaded.method,
-        "gene": str(source) if source is not None else None,
-        "options": opts,
-        "provided_keys": len(provided),
-        "top_up": top_up,
-        "label_space": head_label_space(loaded, provided),
-        **license_entry(license or loaded.license),
-        **({"ancestry_source": loaded.ancestry_source} if loaded.ancestry_source else {}),
-    }
+    origin = _origin(loaded, source, opts, provided, top_up, license)
     summary = (
         f"{spec.short()} timm ViT ({spec.num_params:,} params), {len(provided)}/{len(spec.state_shapes())} tensors "
         f"from the {loaded.method} gene" + (f", the rest topped up by {top_up} where it has weights" if top_up else "")
     )
     card = _card(bound, spec, provided, opts, top_up, license)
     return Descendant(model, spec, origin, loaded.preprocessing, summary, provided, card)
+
+
+def _origin(
+    gene: Learngene,
+    source: str | os.PathLike | None,
+    opts: dict[str, Any],
+    provided: list[str],
+    top_up: str | None,
+    license: str | None,
+) -> dict[str, Any]:
+    """What the descendant's file records of where it comes from: the gene, its method and options, the tensors it
+    gave, the top-up, the head's label space and the licence (default: the gene's)."""
+    return {
+        "kind": "descendant",
+        "method": gene.method,
+        "gene": str(source) if source is not None else None,
+        "options": opts,
+        "provided_keys": len(provided),
+        "top_up": top_up,
+        "label_space": head_label_space(gene, provided),
+        **license_entry(license or gene.license),
+        **({"ancestry_source": gene.ancestry_source} if gene.ancestry_source else {}),
+    }
+
+
+def _check_size_known(gene: Learngene, source: str | os.PathLike | None, size: SizeArg | None) -> None:
+    """Refuse a size given over the ancestry's when the gene records none (only a ViTSpec or a preset is whole)."""
+    if gene.ancestry is None and not isinstance(size, ViTSpec) and not size_fields(size).get("preset"):
+        where = quote(source) if source is not None else "this gene"
+        fix = by_caller("pass size as a ViTSpec or with a preset", "give --preset and/or all size flags")
+        raise LearngeneError(f"{where} records no ancestry size; {fix}")
 
 
 def _declared_output(

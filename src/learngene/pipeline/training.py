@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from ..ancestry import load_ancestry
-from ..data import preprocessing_cfg
+from ..data import FolderData, ImageData, preprocessing_cfg
 from ..errors import LearngeneError
 from ..errors import setting as by_caller
-from ..formats.labels import choose_head
+from ..formats.labels import HeadChoice, choose_head
 from ..formats.model_file import ModelFile, model_preprocessing, read_model
 from ..formats.weights import digest
 from ..training.config import USE_CASE_DEFAULTS, TrainConfig
@@ -82,42 +82,18 @@ def train(
     then takes λ = 0.5 unless it gives one. The file records the model's origin, the data, the accuracy, the label
     space, whether the head is new and ``license``.
     """
-    if teacher_timm_model and not teacher:
-        raise LearngeneError(
-            by_caller(
-                "teacher_timm_model names the architecture of a teacher checkpoint; pass teacher too",
-                "--teacher-timm-model names the architecture of a --teacher checkpoint; pass --teacher too",
-            )
-        )
-    lam = train_cfg.distill_lambda if isinstance(train_cfg, TrainConfig) else (train_cfg or {}).get("distill_lambda")
-    if lam is not None and lam > 0 and not teacher:
-        raise LearngeneError(
-            by_caller(
-                "distill_lambda needs a teacher to distil from; pass teacher=ANCESTRY",
-                "--distill-lambda needs a teacher to distil from; pass --teacher ANCESTRY",
-            )
-        )
+    _refuse_distilling_without_teacher(train_cfg, teacher, teacher_timm_model)
     cfg = train_config(train_cfg, "train", **USE_CASE_DEFAULTS["train"], distill_lambda=0.5 if teacher else 0.0)
     open_run_dir(run_dir, resume, cfg)
     loaded, preprocessing = _model(model)
-    net: Any = loaded.model  # a timm ViT, or a StitchedViT: both have timm's reset_classifier
-    spec = loaded.spec
-    train, test = load_data(data, spec.img_size, spec.in_chans, preprocessing, cfg.seed)
-    space = loaded.origin.get("label_space")
-    head = choose_head(space, loaded.num_classes, train.label_space, train.num_classes, force_new=new_head)
-    if head.fresh:
-        seed_everything(cfg.seed)
-        net.reset_classifier(train.num_classes)  # a timm model, or a StitchedViT's end
-        spec = spec.replace(num_classes=train.num_classes)
+    train, test = load_data(data, loaded.spec.img_size, loaded.spec.in_chans, preprocessing, cfg.seed)
+    head = _choose_head(loaded, train, new_head, cfg.seed)
+    spec = loaded.spec.replace(num_classes=train.num_classes) if head.fresh else loaded.spec
+    net = loaded.model
     identity = {"command": "train", "model weights": digest(loaded.state) if run_dir else None, "new head": head.fresh}
     student, teacher_net, fit_data, loss = net, None, train, None
     if teacher:
-        ancestry = load_ancestry(teacher, teacher_timm_model)
-        kd = setup_distillation(net, ancestry.model, train, ancestry.label_space)
-        say(f"distilling from {teacher} with λ = {cfg.distill_lambda:g}: {kd.why}")
-        identity.update(teacher=str(teacher), distilled=kd.kind)
-        student, loss = kd.student, kd.loss
-        fit_data, teacher_net = cache_teacher_outputs(train, kd.teacher, cfg)
+        student, teacher_net, fit_data, loss = _distilling(teacher, teacher_timm_model, net, train, cfg, identity, say)
     cfg = cfg.replace(identity=identity)
     result = train_loop(
         student, fit_data, cfg, eval_data=test, teacher=teacher_net, run_dir=run_dir, resume=resume, loss=loss
@@ -142,3 +118,55 @@ def _model(model: str | os.PathLike | ModelOutput) -> tuple[ModelFile, dict[str,
             raise LearngeneError("this model has no ViTSpec to train at; save it and pass its file")
         return ModelFile(model.model, model.spec, dict(model.origin), model.model.state_dict()), model.preprocessing
     return read_model(model), model_preprocessing(model)
+
+
+def _choose_head(loaded: ModelFile, train: ImageData | FolderData, new_head: bool, seed: int) -> HeadChoice:
+    """Keep the model's head when it was trained on ``train``'s classes, else (or with ``new_head``) give it a fresh
+    one, drawn from ``seed``; the choice and why."""
+    space = loaded.origin.get("label_space")
+    head = choose_head(space, loaded.num_classes, train.label_space, train.num_classes, force_new=new_head)
+    if head.fresh:
+        net: Any = loaded.model  # a timm ViT, or a StitchedViT: both have timm's reset_classifier
+        seed_everything(seed)
+        net.reset_classifier(train.num_classes)  # a timm model, or a StitchedViT's end
+    return head
+
+
+def _refuse_distilling_without_teacher(
+    train_cfg: TrainConfig | Mapping[str, Any] | None, teacher: str | os.PathLike | None, teacher_timm_model: str | None
+) -> None:
+    """A teacher's architecture, or a distillation weight λ > 0, given without a teacher is refused."""
+    if teacher_timm_model and not teacher:
+        raise LearngeneError(
+            by_caller(
+                "teacher_timm_model names the architecture of a teacher checkpoint; pass teacher too",
+                "--teacher-timm-model names the architecture of a --teacher checkpoint; pass --teacher too",
+            )
+        )
+    lam = train_cfg.distill_lambda if isinstance(train_cfg, TrainConfig) else (train_cfg or {}).get("distill_lambda")
+    if lam is not None and lam > 0 and not teacher:
+        raise LearngeneError(
+            by_caller(
+                "distill_lambda needs a teacher to distil from; pass teacher=ANCESTRY",
+                "--distill-lambda needs a teacher to distil from; pass --teacher ANCESTRY",
+            )
+        )
+
+
+def _distilling(
+    teacher: str | os.PathLike,
+    teacher_timm_model: str | None,
+    net: Any,
+    train: ImageData | FolderData,
+    cfg: TrainConfig,
+    identity: dict[str, Any],
+    say: Say,
+) -> tuple[Any, Any, Any, Any]:
+    """The student, the teacher, the data (with the teacher's outputs cached) and the loss of fine-tuning ``net`` on
+    ``train`` while distilling ``teacher``; ``identity`` (what a resumed run must agree on) records the teacher."""
+    ancestry = load_ancestry(teacher, teacher_timm_model)
+    kd = setup_distillation(net, ancestry.model, train, ancestry.label_space)
+    say(f"distilling from {teacher} with λ = {cfg.distill_lambda:g}: {kd.why}")
+    identity.update(teacher=str(teacher), distilled=kd.kind)
+    fit_data, teacher_net = cache_teacher_outputs(train, kd.teacher, cfg)
+    return kd.student, teacher_net, fit_data, kd.loss

@@ -1,0 +1,328 @@
+"""The flags several ``learngene`` commands share, made from their declarations where there are some: numbers checked
+on the command line, the size flags (from :class:`~learngene.vit.spec.ViTSpec`), the training settings (from
+:class:`~learngene.training.config.TrainConfig`), data, ancestry, output, licence and threads.
+
+Like :mod:`learngene.cli.parser`, which builds every command from them, it imports no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import typing
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import LearngeneError, message_of
+from ..threads import THREADS_HELP, check_threads
+from ..training.config import (
+    COMMON,
+    DISTILL,
+    LOGGING,
+    SPEED_GROUP,
+    TRAINING,
+    USE_CASE_DEFAULTS,
+    TrainConfig,
+    flagged_settings,
+)
+from ..validate import MAX_INT, choices, limits_of, out_of_range, refusal_of
+from ..vit.spec import PRESETS, SIZE_FLAG_FIELDS, ViTFamily, ViTSpec, refused
+
+_SETTING_TYPES = typing.get_type_hints(TrainConfig)  # resolved once: the commands add a hundred training flags
+
+
+# ---- numbers on the command line: finite, and integers within int64 ---------------------------------------
+def integer(text: str) -> int:
+    """An integer that fits torch's int64 (the ranges each setting needs are checked where it is used)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if abs(value) > MAX_INT:
+        raise argparse.ArgumentTypeError(f"{text} is too large; give an integer below 2^63")
+    return value
+
+
+def real(text: str) -> float:
+    """A finite number: nan and inf are refused here, before any arithmetic meets them."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number; give a finite number")
+    return value
+
+
+def count(text: str) -> int:
+    """A positive count such as ``5000000``, ``5e6``, ``5M`` or ``1.2G``."""
+    scale = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}.get(text[-1:].upper(), 1)
+    try:
+        value = float(text[:-1] if scale != 1 else text) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count like 5000000, 5e6 or 5M") from None
+    if not 1 <= value <= MAX_INT:  # nan and inf fail here too
+        raise argparse.ArgumentTypeError(f"a budget must be a finite count of at least 1, got {text!r}")
+    return int(value)
+
+
+def _license(text: str) -> str:
+    from ..formats.licenses import check_license
+
+    try:
+        return check_license(text, "")
+    except LearngeneError as exc:
+        raise argparse.ArgumentTypeError(message_of(exc).lstrip()) from None
+
+
+def add_license(p: argparse.ArgumentParser, what: str, inherited: bool = True) -> None:
+    p.add_argument(
+        "--license",
+        type=_license,
+        metavar="SPDX",
+        help=f"licence of the weights (an SPDX identifier, e.g. Apache-2.0), stored in the {what}"
+        + ("; overrides the one the input records (default: the input's, if it records one)" if inherited else ""),
+    )
+
+
+class LazyText(str):
+    """Help text made when ``--help`` prints it (argparse formats every help with ``%``), not when the parser is
+    built: e.g. the bench profiles' descriptions, which need the method registry, and so torch."""
+
+    make: Callable[[], str]
+
+    def __new__(cls, summary: str, make: Callable[[], str]):
+        text = super().__new__(cls, summary)
+        text.make = make
+        return text
+
+    def __mod__(self, params):
+        return self.make() % params
+
+
+def data_help() -> str:
+    """Every registered data source (entry points of installed packages too, named without importing them) with its
+    help line; no torch."""
+    from ..registry import source_usages
+
+    return "; ".join(usage + (f" ({text})" if text else "") for usage, text in source_usages())
+
+
+# ---- shared argument groups ---------------------------------------------------------------------------
+def add_spec_args(p: argparse.ArgumentParser, preset: bool = True) -> None:
+    """The size flags, made from the fields of :class:`~learngene.vit.spec.ViTSpec` (and its family) that declare one."""
+    g = p.add_argument_group("model size (a ViT spec)")
+    if preset:
+        g.add_argument("--preset", choices=sorted(PRESETS), help="start from a named size")
+    for f in SIZE_FLAG_FIELDS:
+        add_size_flag(g, f.name)
+
+
+def add_size_flag(g, name: str, help: str | None = None) -> None:
+    """The flag of spec field ``name`` (``help`` replaces its declared help): its type, choices and range as the field
+    declares them, checked as the spec checks them, before anything is loaded; not given: None."""
+    f = next(f for f in SIZE_FLAG_FIELDS if f.name == name)
+    tp = {**typing.get_type_hints(ViTFamily), **typing.get_type_hints(ViTSpec)}[name]
+    offered = f.metadata.get("flag_choices") or choices(tp)
+    kwargs: dict[str, Any] = {"choices": offered} if offered else {"type": _size(f, tp)}
+    g.add_argument(f.metadata["flag"], help=help or f.metadata["help"], **kwargs)
+
+
+def _size(f, tp):
+    """A size flag's parser: a number of the field's type ``tp`` that the spec's checker accepts (its words if not)."""
+    parse = integer if tp is int else real
+
+    def check(text: str):
+        value = parse(text)
+        bad = refusal_of(f, tp, value)
+        if bad is not None:
+            raise argparse.ArgumentTypeError(message_of(refused(bad)))
+        return value
+
+    check.__name__ = parse.__name__  # argparse names the type in its "invalid ... value" message
+    return check
+
+
+DATA_DIR = "where the data lie (default: $LEARNGENE_DATA, then system locations)"
+FASHION_MNIST_DIR = "folder with the Fashion-MNIST IDX files"  # bench and demo: Fashion-MNIST only
+
+
+def add_data_dir(g, help: str = DATA_DIR) -> None:
+    """``--data-dir``: where a command's data lie."""
+    g.add_argument("--data-dir", help=help)
+
+
+def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: str | None = "fashion_mnist") -> None:
+    g = p.add_argument_group("data")
+    g.add_argument(
+        "--data",
+        default=None if required else default,
+        required=required,
+        help=LazyText("a registered data source", lambda: data_help() + " (default: %(default)s)"),
+    )
+    add_data_dir(g)
+    g.add_argument("--train-images", type=integer, metavar="N", help="use a random subset of N training images")
+    g.add_argument("--few-shot", type=integer, metavar="K", help="use K labelled training images per class")
+    g.add_argument(
+        "--workers",
+        type=integer,
+        metavar="N",
+        help="DataLoader processes decoding an image folder (default: auto, min(8, CPUs per process - 1); "
+        "0: in the main process)",
+    )
+    g.add_argument(
+        "--aug",
+        choices=("none", "deit"),
+        default="none",
+        help="training augmentation of an RGB image folder: deit = timm's random-resized crop, flip, "
+        "RandAugment rand-m9-mstd0.5-inc1 and random erasing 0.25 per image, then mixup 0.8 / cutmix "
+        "1.0 per batch with soft targets (DeiT's recipe; DeiT also uses --label-smoothing 0.1) "
+        "(default: %(default)s)",
+    )
+
+
+def add_settings(g, group: str, use_case: str | None = None, **overrides: dict[str, Any]) -> None:
+    """The flags of the training settings in ``group``, made from their declarations in
+    :class:`~learngene.training.config.TrainConfig` (:func:`add_setting`), with ``use_case``'s defaults;
+    ``overrides`` gives a setting this command's own ``default``, ``help`` or ``metavar``."""
+    for f in flagged_settings(group):
+        add_setting(g, f.name, use_case, **overrides.get(f.name, {}))
+
+
+def add_setting(g, name: str, use_case: str | None = None, **given: Any) -> None:
+    """The flag of training setting ``name``, made from its declaration (flag, help, range, what "not given" means),
+    its default ``use_case``'s where :data:`~learngene.training.config.USE_CASE_DEFAULTS` gives one; ``given``: this
+    command's own ``default``, ``metavar`` or ``help`` (which then replaces the whole line)."""
+    f = next(f for f in dataclasses.fields(TrainConfig) if f.name == name)
+    tp, meta = _SETTING_TYPES[name], f.metadata
+    if use_case is not None and name in USE_CASE_DEFAULTS[use_case]:
+        given = {"default": USE_CASE_DEFAULTS[use_case][name], **given}
+    default = given.get("default", None if "none_means" in meta else f.default)
+    kwargs: dict[str, Any] = {"default": default}
+    if "metavar" in meta or "metavar" in given:
+        kwargs["metavar"] = given.get("metavar", meta.get("metavar"))
+    if typing.get_origin(tp) is tuple:  # a repeatable flag of the tuple's choices
+        kwargs.update(default=None, action="append", choices=typing.get_args(typing.get_args(tp)[0]))
+        text = meta["help"]
+    elif tp is bool and default is False:
+        kwargs["action"], text = "store_true", meta["help"]
+    elif bool in typing.get_args(tp) or tp is bool:
+        kwargs["action"] = argparse.BooleanOptionalAction
+        text = f"{meta['help']} (default: {meta.get('none_means') if default is None else 'on' if default else 'off'})"
+    else:
+        kinds = (tp, *typing.get_args(tp))
+        if int in kinds or float in kinds:
+            kwargs["type"] = _checked(f, integer if int in kinds else real)
+        shown = meta.get("none_means") if default is None else "%(default)s"
+        text = f"{meta['help']} (default: {shown})" if shown else meta["help"]
+    g.add_argument(meta["flag"], help=given.get("help", text), **kwargs)
+
+
+def _checked(f, parse):
+    """The flag's parser: a number of the setting's type within its declared range (the same check as
+    TrainConfig's, before any data are loaded), 0 allowed where 0 turns it off."""
+    limits = limits_of(f)
+
+    def check(text: str):
+        value = parse(text)
+        wanted = None if (f.metadata.get("zero_means_none") and value == 0) else out_of_range(value, limits)
+        if wanted:
+            label = f.metadata.get("label", f.name.replace("_", " "))
+            raise argparse.ArgumentTypeError(f"{label} must be {wanted}, got {text}")
+        return value
+
+    check.__name__ = parse.__name__  # argparse names the type in its "invalid ... value" message
+    return check
+
+
+def add_train_args(p: argparse.ArgumentParser, use_case: str) -> None:
+    """The training flags of ``use_case``, with its defaults (:data:`~learngene.training.config.USE_CASE_DEFAULTS`)."""
+    g = p.add_argument_group("training")
+    eval_images = (
+        "evaluate on a fixed random subset of N test images, 0 = on all of them (default: %(default)s, a "
+        "fifth of Fashion-MNIST's test split)"
+    )
+    add_settings(g, TRAINING, use_case, eval_images={"help": eval_images})
+    g.add_argument("--run-dir", help="folder for log.jsonl and checkpoint.pt (locked while a run uses it)")
+    g.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
+    add_settings(g, LOGGING)
+    add_settings(p.add_argument_group("speed (the same math up to float rounding)"), SPEED_GROUP)
+
+
+def add_distill_args(
+    p: argparse.ArgumentParser,
+    lam: float | None,
+    tau: float = 1.0,
+    help_lambda: str = "λ (default: 0.5 with --teacher, else 0)",
+) -> None:
+    g = p.add_argument_group("distillation: (1-λ)·CE + λ·τ²·KL(teacher ‖ student)")
+    lam_given = {"default": lam} if lam is not None else {"default": None, "help": help_lambda}
+    add_settings(g, DISTILL, distill_lambda=lam_given, distill_tau={"default": tau})
+
+
+def _threads(text: str) -> int:
+
+    try:
+        return check_threads(integer(text), "--threads")
+    except LearngeneError as exc:
+        raise argparse.ArgumentTypeError(message_of(exc)) from None
+
+
+def add_threads(p: argparse.ArgumentParser) -> None:
+    """``--threads N``, on every command that computes; applied once at start-up (:mod:`learngene.cli.dispatch`)."""
+    p.add_argument("--threads", type=_threads, metavar="N", help=THREADS_HELP)
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    add_settings(p, COMMON)
+    add_threads(p)
+    p.add_argument("--quiet", action="store_true", help="no progress bars, no banner: only results and errors")
+
+
+def add_method_options(p: argparse.ArgumentParser, help: str = "method option (repeatable)") -> None:
+    """``--opt KEY=VALUE``: the method's options for this command's step."""
+    p.add_argument("--opt", action="append", metavar="KEY=VALUE", help=help)
+
+
+def add_time_limit(p: argparse.ArgumentParser) -> None:
+    """``--time-limit``: of a cached, resumable run (bench, compare)."""
+    p.add_argument(
+        "--time-limit",
+        type=real,
+        metavar="MINUTES",
+        help="start no new stage after this long; the same command continues later",
+    )
+
+
+def add_stage_runner(p: argparse.ArgumentParser, use_case: str, device_help: str | None = None) -> None:
+    """Where and how quietly a run of many stages (bench, compare) computes: ``--device``, ``--threads``, ``--quiet``."""
+    add_setting(p, "device", use_case, **({"help": device_help} if device_help else {}))
+    add_threads(p)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def add_output(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--out", "-o", required=True, help=f"where to write the {what} (.safetensors)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+
+
+def add_ancestry_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ancestry",
+        required=True,
+        help="ancestry model: a learngene model file; a checkpoint (.safetensors/.pth/.bin) with --timm-model; "
+        "a folder with config.json: a timm hub folder or a transformers ViT/DeiT/DINOv2/CLIP/SigLIP; or such a "
+        "model on the Hugging Face Hub, hf-hub:ORG/NAME[@REVISION], or a timm pretrained tag, timm:NAME[.TAG] "
+        "(read from the Hugging Face cache; HF_HUB_OFFLINE=1 keeps it offline)",
+    )
+    p.add_argument(
+        "--drop-head",
+        action="store_true",
+        help="load a model folder without its classifier (the ancestry outputs its pooled embedding)",
+    )
+    p.add_argument(
+        "--timm-model",
+        help="timm architecture of a plain checkpoint, e.g. deit_tiny_patch16_224 "
+        "(read from a folder's config.json when not given)",
+    )
