@@ -28,6 +28,56 @@ TINY = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in
 SMALL_OPTIONS = {"tal": {"hid": 16, "heads": 2, "layers": 2, "lora_r": 4, "max_ck": 512}}
 
 
+def tiny_args(depth: int = 2) -> list[str]:
+    """TINY's sizes as the command line's flags, at ``depth`` blocks (in_chans and num_classes come from the data)."""
+    return ["--depth", str(depth), "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size", "16"]
+
+
+TINY_ARGS = tiny_args()
+
+
+def cli_ok(*argv) -> None:
+    """Run ``learngene argv`` in this process (paths and numbers are passed as strings); it must exit 0."""
+    from learngene.cli import main
+
+    code = main([str(a) for a in argv])
+    assert code == 0, f"learngene {argv[0]} exited with {code}"
+
+
+def cli_error(capsys, argv) -> str:
+    """Run ``learngene argv`` in this process; it must exit 2 with one line on stderr and no traceback: that line."""
+    from learngene.cli import main
+
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert code == 2, (code, err)
+    assert err and len(err.splitlines()) == 1, err
+    assert "Traceback" not in err and "Traceback" not in captured.out, err
+    return err
+
+
+def saved_model(path, spec: ViTSpec, seed: int = 0, **save_kwargs):
+    """A fresh timm ViT of ``spec``, its weights drawn after ``torch.manual_seed(seed)``, saved as a learngene model
+    file at ``path`` (``save_kwargs``: origin, preprocessing, ...); returns ``path``."""
+    from learngene.formats.model_file import save_model
+
+    torch.manual_seed(seed)
+    save_model(path, spec.create_model(), spec, **save_kwargs)
+    return path
+
+
+def timm_vit(name: str = "vit_tiny_patch16_224", **sizes):
+    """timm's own model (no learngene code in between) of the sizes given: what a user loads a descendant into."""
+    import timm
+
+    return timm.create_model(name, pretrained=False, **sizes)
+
+
+# the fewest header fields a gene file is read with: a scratch gene's (no tensors it must hold, no ancestry)
+SCRATCH_HEADER = dict(format="learngene", format_version="1", method="scratch", config="{}", ancestry="null", cost="{}")
+
+
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="run tests marked slow")
 
@@ -127,14 +177,19 @@ def write_idx(folder, prefix: str, images: np.ndarray, labels: np.ndarray) -> No
         fh.write(struct.pack(">II", 2049, n) + labels.astype(np.uint8).tobytes())
 
 
+def write_fashion(folder, train: int, test: int):
+    """Make ``folder`` with tiny Fashion-MNIST-format IDX files: random pixels, labels cycling through the 10 classes."""
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    write_idx(folder, "train", rng.integers(0, 255, (train, 28, 28)), np.arange(train) % 10)
+    write_idx(folder, "t10k", rng.integers(0, 255, (test, 28, 28)), np.arange(test) % 10)
+    return folder
+
+
 @pytest.fixture
 def fake_fashion(tmp_path, monkeypatch):
     """A folder with tiny Fashion-MNIST-format IDX files; the cache goes to tmp."""
-    folder = tmp_path / "fm"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    write_idx(folder, "train", rng.integers(0, 255, (40, 28, 28)), np.arange(40) % 10)
-    write_idx(folder, "t10k", rng.integers(0, 255, (20, 28, 28)), np.arange(20) % 10)
+    folder = write_fashion(tmp_path / "fm", train=40, test=20)
     monkeypatch.setenv("LEARNGENE_CACHE", str(tmp_path / "cache"))
     return folder
 

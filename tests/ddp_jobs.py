@@ -25,7 +25,7 @@ from learngene.registry import get_method  # noqa: E402
 from learngene.training import distributed as dist  # noqa: E402
 from learngene.training.loop import TrainConfig, train  # noqa: E402
 from learngene.vit.spec import ViTSpec  # noqa: E402
-from tests.conftest import SMALL_OPTIONS, FaultyData, make_images  # noqa: E402
+from tests.conftest import SMALL_OPTIONS, TINY_ARGS, FaultyData, make_images  # noqa: E402
 
 TINY = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
 # 33 images in global batches of 16: the last batch holds one image, so rank 1 gets none of it
@@ -55,66 +55,16 @@ def cli(argv: list) -> None:
 
 def ancestry_job(out: Path, ancestry: Path) -> None:
     """A plain timm ViT trained through the loop by the CLI, with augmentation."""
-    cli(
-        [
-            "ancestry",
-            "--depth",
-            "2",
-            "--embed-dim",
-            "32",
-            "--num-heads",
-            "2",
-            "--patch-size",
-            "4",
-            "--img-size",
-            "16",
-            *TRAIN,
-            "--augment",
-            "--run-dir",
-            out / "ancestry_run",
-            "--out",
-            out / "ancestry.safetensors",
-        ]
-    )
+    run = ["--run-dir", out / "ancestry_run", "--out", out / "ancestry.safetensors"]
+    cli(["ancestry", *TINY_ARGS, *TRAIN, "--augment", *run])
 
 
 def folder_job(out: Path, ancestry: Path) -> None:
     """An image folder streamed by a DataLoader worker per rank (the folder lies next to the ancestry)."""
-    cli(
-        [
-            "ancestry",
-            "--depth",
-            "2",
-            "--embed-dim",
-            "32",
-            "--num-heads",
-            "2",
-            "--patch-size",
-            "4",
-            "--img-size",
-            "16",
-            "--in-chans",
-            "1",
-            "--data",
-            f"folder:{ancestry.parent / 'images'}",
-            "--workers",
-            "1",
-            "--batch-size",
-            "16",
-            "--epochs",
-            "2",
-            "--lr",
-            "0.003",
-            "--checkpoint-every",
-            "2",
-            "--quiet",
-            "--augment",
-            "--run-dir",
-            out / "folder_run",
-            "--out",
-            out / "folder.safetensors",
-        ]
-    )
+    data = ["--in-chans", "1", "--data", f"folder:{ancestry.parent / 'images'}", "--workers", "1"]
+    schedule = ["--batch-size", "16", "--epochs", "2", "--lr", "0.003", "--checkpoint-every", "2", "--quiet"]
+    run = ["--run-dir", out / "folder_run", "--out", out / "folder.safetensors"]
+    cli(["ancestry", *TINY_ARGS, *data, *schedule, "--augment", *run])
 
 
 def genenet_job(out: Path, ancestry: Path) -> None:
@@ -131,21 +81,9 @@ def genenet_job(out: Path, ancestry: Path) -> None:
 
 def condense_job(method: str):
     def job(out: Path, ancestry: Path) -> None:
-        cli(
-            [
-                "condense",
-                "--method",
-                method,
-                "--ancestry",
-                ancestry,
-                *TRAIN,
-                "--run-dir",
-                out / f"{method}_run",
-                "--out",
-                out / f"{method}.safetensors",
-                *(f"--opt={k}={v}" for k, v in SMALL_OPTIONS.get(method, {}).items()),
-            ]
-        )
+        run = ["--run-dir", out / f"{method}_run", "--out", out / f"{method}.safetensors"]
+        options = [f"--opt={k}={v}" for k, v in SMALL_OPTIONS.get(method, {}).items()]
+        cli(["condense", "--method", method, "--ancestry", ancestry, *TRAIN, *run, *options])
 
     return job
 

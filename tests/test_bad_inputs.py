@@ -37,7 +37,7 @@ from learngene.method import Ancestry, refuse_unread
 from learngene.registry import get_method, list_methods
 from learngene.training.loop import TrainConfig, resolve_device, train
 from learngene.vit.spec import ViTFamily, ViTSpec
-from tests.conftest import condense_tiny, make_images
+from tests.conftest import SCRATCH_HEADER, cli_error, condense_tiny, make_images, tiny_args
 
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
 SIZE = ["--img-size", "16"]
@@ -170,14 +170,7 @@ def ws(tmp_path_factory) -> Workspace:
     gene_bytes = Path(w.gene).read_bytes()
     Path(w.truncated).write_bytes(gene_bytes[: len(gene_bytes) // 2])
     Path(w.empty).write_bytes(b"")
-    header = {
-        "format": "learngene",
-        "format_version": "1",
-        "method": "scratch",
-        "config": "{}",
-        "ancestry": "null",
-        "cost": "{}",
-    }
+    header = SCRATCH_HEADER
     save_file({"w": torch.zeros(2)}, w.unknown_method, metadata={**header, "method": "alchemy"})
     save_file({"w": torch.zeros(2)}, w.newer, metadata={**header, "format_version": "99"})
     save_file({"w": torch.zeros(2)}, w.bad_config, metadata={**header, "config": "{not json"})
@@ -263,6 +256,21 @@ def _skip_unless(*names: str):
 
 
 # (id, argv from the workspace, words the message must contain[, marks])
+def train_with(*flags: str) -> Callable[[Workspace], list]:
+    """``learngene train`` of the workspace's ancestry with ``flags``."""
+    return lambda w: ["train", w.anc, *flags, "-o", w.out]
+
+
+def train_on_folder(folder: Callable[[Workspace], Path]) -> Callable[[Workspace], list]:
+    """``learngene train`` of the workspace's ancestry on one of its image folders."""
+    return lambda w: ["train", w.anc, "--data", f"folder:{folder(w)}", "-o", w.out]
+
+
+def condense_with(method: str, option: str) -> Callable[[Workspace], list]:
+    """``learngene condense`` of the workspace's ancestry by ``method`` with one ``--opt``."""
+    return lambda w: ["condense", "--method", method, "--ancestry", w.anc, "--opt", option, "-o", w.out]
+
+
 CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.ParameterSet] = [
     # ---- files ----------------------------------------------------------------------------------
     ("missing gene", lambda w: ["expand", w.root / "missing.safetensors", "-o", w.out], "does not exist"),
@@ -507,31 +515,11 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
         lambda w: ["expand", w.gene, "--embed-dim", "65536", "--num-heads", "2", "--depth", "4000", "-o", w.out],
         "free; choose a smaller",
     ),
-    (
-        "negative method option",
-        lambda w: ["condense", "--method", "heru_lg", "--ancestry", w.anc, "--opt", "layers=-1", "-o", w.out],
-        "layers must be at least 1",
-    ),
-    (
-        "string for an int option",
-        lambda w: ["condense", "--method", "heru_lg", "--ancestry", w.anc, "--opt", "layers=three", "-o", w.out],
-        "must be an integer",
-    ),
-    (
-        "null for an int option",
-        lambda w: ["condense", "--method", "heru_lg", "--ancestry", w.anc, "--opt", "layers=null", "-o", w.out],
-        "must be an integer",
-    ),
-    (
-        "float for an int option",
-        lambda w: ["condense", "--method", "heru_lg", "--ancestry", w.anc, "--opt", "layers=2.5", "-o", w.out],
-        "must be an integer",
-    ),
-    (
-        "infinite float option",
-        lambda w: ["condense", "--method", "auto_lg", "--ancestry", w.anc, "--opt", "fraction=Infinity", "-o", w.out],
-        "must be a finite number",
-    ),
+    ("negative method option", condense_with("heru_lg", "layers=-1"), "layers must be at least 1"),
+    ("string for an int option", condense_with("heru_lg", "layers=three"), "must be an integer"),
+    ("null for an int option", condense_with("heru_lg", "layers=null"), "must be an integer"),
+    ("float for an int option", condense_with("heru_lg", "layers=2.5"), "must be an integer"),
+    ("infinite float option", condense_with("auto_lg", "fraction=Infinity"), "must be a finite number"),
     # ---- data ---------------------------------------------------------------------------------------
     ("unknown dataset", lambda w: ["train", w.anc, "--data", "imagenet", "-o", w.out], "unknown dataset"),
     (
@@ -539,26 +527,10 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
         lambda w: ["train", w.anc, "--data", f"folder:{w.root / 'nowhere'}", "-o", w.out],
         "does not exist",
     ),
-    (
-        "image folder without images",
-        lambda w: ["train", w.anc, "--data", f"folder:{w.folder_no_images}", "-o", w.out],
-        "no images",
-    ),
-    (
-        "image folder with an empty class",
-        lambda w: ["train", w.anc, "--data", f"folder:{w.folder_empty_class}", "-o", w.out],
-        "class b has no images",
-    ),
-    (
-        "corrupt image in a folder",
-        lambda w: ["train", w.anc, "--data", f"folder:{w.folder_corrupt_image}", "-o", w.out],
-        "cannot read image",
-    ),
-    (
-        "torchvision dataset without data dir",
-        lambda w: ["train", w.anc, "--data", "torchvision:CIFAR10", "-o", w.out],
-        "need --data-dir",
-    ),
+    ("image folder without images", train_on_folder(lambda w: w.folder_no_images), "no images"),
+    ("image folder with an empty class", train_on_folder(lambda w: w.folder_empty_class), "class b has no images"),
+    ("corrupt image in a folder", train_on_folder(lambda w: w.folder_corrupt_image), "cannot read image"),
+    ("torchvision dataset without data dir", train_with("--data", "torchvision:CIFAR10"), "need --data-dir"),
     (
         "torchvision dataset not downloaded",
         lambda w: ["train", w.anc, "--data", "torchvision:CIFAR10", "--data-dir", w.a_dir, "-o", w.out],
@@ -571,32 +543,20 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
     ),
     (
         "more shots than a class has",
-        lambda w: ["train", w.anc, "--data", "digits", "--few-shot", "1000", "--epochs", "1", "-o", w.out],
+        train_with("--data", "digits", "--few-shot", "1000", "--epochs", "1"),
         "fewer than the 1000",
     ),
-    (
-        "zero shots",
-        lambda w: ["train", w.anc, "--data", "digits", "--few-shot", "0", "--epochs", "1", "-o", w.out],
-        "--few-shot must be",
-    ),
+    ("zero shots", train_with("--data", "digits", "--few-shot", "0", "--epochs", "1"), "--few-shot must be"),
     (
         "zero training images",
-        lambda w: ["train", w.anc, "--data", "digits", "--train-images", "0", "--epochs", "1", "-o", w.out],
+        train_with("--data", "digits", "--train-images", "0", "--epochs", "1"),
         "--train-images must be",
     ),
-    (
-        "decompression-bomb PNG in a folder",
-        lambda w: ["train", w.anc, "--data", f"folder:{w.folder_bomb}", "-o", w.out],
-        "decompression bomb",
-    ),
-    (
-        "image folder of one class",
-        lambda w: ["train", w.anc, "--data", f"folder:{w.folder_one_class}", "-o", w.out],
-        "has one class",
-    ),
+    ("decompression-bomb PNG in a folder", train_on_folder(lambda w: w.folder_bomb), "decompression bomb"),
+    ("image folder of one class", train_on_folder(lambda w: w.folder_one_class), "has one class"),
     (
         "test folder with other classes than train",
-        lambda w: ["train", w.anc, "--data", f"folder:{w.folder_other_classes}", "-o", w.out],
+        train_on_folder(lambda w: w.folder_other_classes),
         "same class sub-folders",
     ),
     (
@@ -608,15 +568,7 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
         "image folder with 2 channels",
         lambda w: [
             "ancestry",
-            "--depth",
-            "1",
-            "--embed-dim",
-            "32",
-            "--num-heads",
-            "2",
-            "--patch-size",
-            "4",
-            *SIZE,
+            *tiny_args(1),
             "--in-chans",
             "2",
             "--data",
@@ -680,16 +632,6 @@ def _case_params():
         yield case if isinstance(case, type(pytest.param(0))) else pytest.param(*case, id=case[0])
 
 
-def _one_line_error(capsys, argv: list) -> str:
-    code = main([str(a) for a in argv])
-    captured = capsys.readouterr()
-    err = captured.err.strip()
-    assert code == 2, (code, err)
-    assert err and len(err.splitlines()) == 1, err
-    assert "Traceback" not in err and "Traceback" not in captured.out, err
-    return err
-
-
 def _extra_setup(ws: Workspace, case_id: str) -> None:
     if case_id == "gene without ancestry and no size" and not (ws.root / "scratch.safetensors").exists():
         get_method("scratch")().condense(None).save(ws.root / "scratch.safetensors")
@@ -709,7 +651,7 @@ def test_cli_bad_input(ws, capsys, case_id, argv, words):
     _extra_setup(ws, case_id)
     before = sorted(p.name for p in Path(ws.out_dir).iterdir())
     try:
-        err = _one_line_error(capsys, argv(ws))
+        err = cli_error(capsys, argv(ws))
     finally:
         if case_id == "output in a read-only directory":
             subprocess.run(["chattr", "-i", ws.readonly], capture_output=True)
@@ -822,7 +764,7 @@ def test_unreadable_file_is_refused(ws, capsys):
     try:
         if os.access(path, os.R_OK):
             pytest.skip("running as root: permissions do not stop reads here")
-        err = _one_line_error(capsys, ["expand", path, "-o", ws.out])
+        err = cli_error(capsys, ["expand", path, "-o", ws.out])
         assert "not readable" in err
     finally:
         path.chmod(0o644)
@@ -863,21 +805,21 @@ def test_a_long_valid_output_name_is_written(ws, capsys):
 
 
 def test_a_name_with_a_newline_cannot_split_the_error(ws, capsys):
-    err = _one_line_error(capsys, ["expand", ws.root / "no\nsuch\rgene.safetensors", "-o", ws.out])
+    err = cli_error(capsys, ["expand", ws.root / "no\nsuch\rgene.safetensors", "-o", ws.out])
     assert "'" in err and "\\n" in err, err
 
 
 def test_a_plot_never_replaces_a_file(ws, capsys):
     before = Path(ws.not_a_dir).read_bytes()
-    _one_line_error(capsys, ["inspect", ws.gene, "--plot", ws.not_a_dir])
+    cli_error(capsys, ["inspect", ws.gene, "--plot", ws.not_a_dir])
     gene_before = Path(ws.gene).read_bytes()
-    _one_line_error(capsys, ["inspect", ws.gene, "--plot", ws.gene, "--overwrite"])
+    cli_error(capsys, ["inspect", ws.gene, "--plot", ws.gene, "--overwrite"])
     assert Path(ws.not_a_dir).read_bytes() == before and Path(ws.gene).read_bytes() == gene_before
 
 
 def test_cache_that_is_a_file(ws, capsys, monkeypatch, fashion_data):
     monkeypatch.setenv("LEARNGENE_CACHE", ws.not_a_dir)
-    err = _one_line_error(capsys, ["train", ws.anc, "--data", "fashion_mnist", "--train-images", "8", "-o", ws.out])
+    err = cli_error(capsys, ["train", ws.anc, "--data", "fashion_mnist", "--train-images", "8", "-o", ws.out])
     assert "LEARNGENE_CACHE" in err and "is not a directory" in err
 
 
@@ -912,7 +854,7 @@ def test_a_real_full_disk(ws, capsys, tmp_path):
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True).returncode:
         pytest.skip("cannot mount a small tmpfs here")
     try:
-        err = _one_line_error(capsys, ["expand", ws.gene, "-o", mnt / "o.safetensors"])
+        err = cli_error(capsys, ["expand", ws.gene, "-o", mnt / "o.safetensors"])
         assert "No space left on device" in err, err
         assert list(mnt.iterdir()) == []
     finally:
@@ -950,7 +892,7 @@ def test_two_runs_on_one_run_dir_are_refused(ws, capsys, tmp_path):
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        err = _one_line_error(capsys, ["train", ws.anc, *DATA, "--run-dir", run_dir, "-o", ws.out])
+        err = cli_error(capsys, ["train", ws.anc, *DATA, "--run-dir", run_dir, "-o", ws.out])
         assert "another learngene run is using" in err
     finally:
         holder.kill()
@@ -1027,11 +969,11 @@ def test_forged_files_are_refused_before_building(ws, capsys, case_id, source, m
         argv = ["condense", "--method", "pretrained", "--ancestry", forged, "-o", ws.out]
     else:
         argv = ["expand", forged, "-o", ws.out]
-    err = _one_line_error(capsys, argv)
+    err = cli_error(capsys, argv)
     assert words in err, err
     assert not Path(ws.out).exists()
     if source != "anc":
-        assert words in _one_line_error(capsys, ["inspect", forged])
+        assert words in cli_error(capsys, ["inspect", forged])
 
 
 def _alias(target: Path, link: str) -> Path:
@@ -1059,7 +1001,7 @@ def test_an_output_that_is_an_input_is_refused_even_with_overwrite(ws, tmp_path,
         ["expand", gene, "--overwrite", "-o", _alias(gene, link)],
         ["condense", "--method", "scratch", "--ancestry", anc, "--overwrite", "-o", _alias(anc, link)],
     ):
-        assert "never replaces" in _one_line_error(capsys, argv)
+        assert "never replaces" in cli_error(capsys, argv)
     assert {p: p.read_bytes() for p in before} == before
 
 
@@ -1070,7 +1012,7 @@ def test_a_hub_folder_output_holding_the_gene_is_refused(ws, tmp_path, capsys):
     folder.mkdir()
     shutil.copy(ws.gene, folder / "g.safetensors")
     argv = ["expand", folder / "g.safetensors", "--format", "hub", "--overwrite", "-o", folder]
-    assert "never replaces" in _one_line_error(capsys, argv)
+    assert "never replaces" in cli_error(capsys, argv)
     assert sorted(p.name for p in folder.iterdir()) == ["g.safetensors"]
 
 
@@ -1100,16 +1042,16 @@ def test_a_cnn_teacher_of_the_datas_channels_is_distilled(ws, resnets, tmp_path,
 def test_a_cnn_teacher_of_other_channels_or_a_lone_teacher_arch_is_one_line(ws, resnets, tmp_path, capsys):
     out = tmp_path / "o.safetensors"
     argv = ["train", ws.anc, *DATA, "--teacher", resnets[3], "--teacher-timm-model", "resnet10t", "-o", out]
-    assert "the teacher takes 3-channel" in _one_line_error(capsys, argv)
+    assert "the teacher takes 3-channel" in cli_error(capsys, argv)
     argv = ["train", ws.anc, *DATA, "--teacher-timm-model", "resnet10t", "-o", out]
-    assert "pass --teacher too" in _one_line_error(capsys, argv)
+    assert "pass --teacher too" in cli_error(capsys, argv)
     assert not out.exists()
 
 
 def test_condense_refuses_in_chans_other_than_the_ancestrys(ws, tmp_path, capsys):
     out = tmp_path / "g.safetensors"
     argv = ["condense", "--method", "tleg", "--ancestry", ws.anc, *DATA, "--in-chans", "3", "-o", out]
-    assert "leave --in-chans out" in _one_line_error(capsys, argv)
+    assert "leave --in-chans out" in cli_error(capsys, argv)
     assert not out.exists()
 
 
@@ -1177,7 +1119,7 @@ def test_method_options_that_mean_nothing_for_the_ancestry_are_one_line(ws, tmp_
         assert main([str(a) for a in argv]) == 0
         argv = ["expand", out, *opts, "-o", tmp_path / "d.safetensors"]
     capsys.readouterr()
-    assert words in _one_line_error(capsys, argv)
+    assert words in cli_error(capsys, argv)
     assert not (tmp_path / "d.safetensors").exists()
 
 
@@ -1216,7 +1158,7 @@ def test_text_from_a_gene_header_and_its_name_stays_on_its_card_line(ws, tmp_pat
 @pytest.mark.parametrize("licence", ["((((", "(", "MIT)("])
 def test_a_licence_that_is_no_identifier_is_refused(ws, tmp_path, capsys, licence):
     out = tmp_path / "hub"
-    assert "not a licence identifier" in _one_line_error(capsys, ["expand", ws.gene, "--license", licence, "-o", out])
+    assert "not a licence identifier" in cli_error(capsys, ["expand", ws.gene, "--license", licence, "-o", out])
     assert not out.exists()
 
 
@@ -1257,9 +1199,9 @@ def test_a_declared_setting_is_named_as_its_giver_writes_it(make, python, flag):
 
 def test_the_command_line_is_told_flags_for_settings_and_options(ws, tmp_path, capsys):
     argv = ["compare", "--ancestry", ws.anc, "--data", "digits", "--sizes", "L1-D32-H2", "--epochs", "0"]
-    err = _one_line_error(capsys, [*argv, "--out", tmp_path / "cmp"])
+    err = cli_error(capsys, [*argv, "--out", tmp_path / "cmp"])
     assert err.endswith("epochs must be at least 1, got 0; pass --epochs 1 or more"), err
     out = tmp_path / "g.safetensors"
     argv = ["condense", "--method", "structured", "--ancestry", ws.anc, "--opt", "kernel_size=2", "-o", out]
-    assert "pass --opt kernel_size=VALUE with" in _one_line_error(capsys, argv)
+    assert "pass --opt kernel_size=VALUE with" in cli_error(capsys, argv)
     assert not out.exists() and not (tmp_path / "cmp").exists()

@@ -21,10 +21,10 @@ from safetensors.torch import load_file, save_file
 
 from learngene.cli import main
 from learngene.errors import LearngeneError
-from learngene.formats.model_file import save_model
 from learngene.gene import Learngene
 from learngene.pipeline import save_gene
 from learngene.vit.spec import ViTSpec
+from tests.conftest import cli_ok, saved_model
 from tests.test_bad_inputs import ACTIONS
 
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
@@ -35,23 +35,8 @@ DATA = ["--data", "digits", "--train-images", "32", "--epochs", "1", "--batch-si
 def made(tmp_path_factory) -> Path:
     """A tiny ancestry model file, its pretrained gene, a timm hub folder and a transformers ViT folder."""
     root = tmp_path_factory.mktemp("bad_models")
-    torch.manual_seed(0)
-    save_model(root / "anc.safetensors", SPEC.create_model(), SPEC)
-    assert (
-        main(
-            [
-                "condense",
-                "--method",
-                "pretrained",
-                "--ancestry",
-                str(root / "anc.safetensors"),
-                "--quiet",
-                "-o",
-                str(root / "gene.safetensors"),
-            ]
-        )
-        == 0
-    )
+    anc = saved_model(root / "anc.safetensors", SPEC)
+    cli_ok("condense", "--method", "pretrained", "--ancestry", anc, "--quiet", "-o", root / "gene.safetensors")
     assert main(["expand", str(root / "gene.safetensors"), "--quiet", "-o", str(root / "hub") + "/"]) == 0
     transformers = pytest.importorskip("transformers")
     config = transformers.ViTConfig(
@@ -129,6 +114,13 @@ def loop(made: Path) -> Path:
 def condense(path) -> list:
     return ["condense", "--method", "pretrained", "--ancestry", path, "--quiet"]
 
+
+def forged_gene(command: str, name: str, **meta) -> Callable[[Path], list]:
+    """``learngene command`` on a copy of the pretrained gene whose header has ``meta`` changed."""
+    return lambda m: [command, file_with(m, "gene.safetensors", name, **meta)]
+
+
+NOT_AN_OBJECT, MISMATCH = "label_space is not a JSON object", "the header's method does not match its tensors"
 
 # (id, argv from the fixture folder (the output is appended), words the message must contain)
 CASES: list[tuple[str, Callable[[Path], list], str]] = [
@@ -248,31 +240,15 @@ CASES: list[tuple[str, Callable[[Path], list], str]] = [
         "num_heads must be",
     ),
     # ---- genes that were accepted silently -----------------------------------------------------------
-    (
-        "gene whose label space is a list",
-        lambda m: ["expand", file_with(m, "gene.safetensors", "ls.safetensors", label_space="[1, 2]")],
-        "label_space is not a JSON object",
-    ),
+    ("gene whose label space is a list", forged_gene("expand", "ls.safetensors", label_space="[1, 2]"), NOT_AN_OBJECT),
     (
         "gene whose label space is a string",
-        lambda m: ["inspect", file_with(m, "gene.safetensors", "ls2.safetensors", label_space='"cats"')],
-        "label_space is not a JSON object",
+        forged_gene("inspect", "ls2.safetensors", label_space='"cats"'),
+        NOT_AN_OBJECT,
     ),
-    (
-        "pretrained tensors claimed by heru_lg",
-        lambda m: ["expand", file_with(m, "gene.safetensors", "heru.safetensors", method="heru_lg")],
-        "the header's method does not match its tensors",
-    ),
-    (
-        "pretrained tensors claimed by mimetic",
-        lambda m: ["expand", file_with(m, "gene.safetensors", "mim.safetensors", method="mimetic")],
-        "the header's method does not match its tensors",
-    ),
-    (
-        "pretrained tensors claimed by scratch",
-        lambda m: ["inspect", file_with(m, "gene.safetensors", "scr.safetensors", method="scratch")],
-        "the header's method does not match its tensors",
-    ),
+    ("pretrained tensors claimed by heru_lg", forged_gene("expand", "heru.safetensors", method="heru_lg"), MISMATCH),
+    ("pretrained tensors claimed by mimetic", forged_gene("expand", "mim.safetensors", method="mimetic"), MISMATCH),
+    ("pretrained tensors claimed by scratch", forged_gene("inspect", "scr.safetensors", method="scratch"), MISMATCH),
 ]
 
 

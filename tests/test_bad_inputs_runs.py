@@ -21,10 +21,9 @@ import torch
 from learngene.cli import main
 from learngene.data import load_dataset, write_image_folder
 from learngene.errors import LearngeneError, TrainingError
-from learngene.formats.model_file import save_model
 from learngene.training.loop import LOG, TrainConfig, train
 from learngene.vit.spec import ViTSpec
-from tests.conftest import FaultyData, make_images, nan_images
+from tests.conftest import FaultyData, cli_error, cli_ok, make_images, nan_images, saved_model, tiny_args
 from tests.test_bad_inputs import ACTIONS
 
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
@@ -34,18 +33,11 @@ MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-image
 
 @pytest.fixture(scope="module")
 def anc(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("runs") / "anc.safetensors"
-    torch.manual_seed(0)
-    save_model(path, SPEC.create_model(), SPEC)
-    return path
+    return saved_model(tmp_path_factory.mktemp("runs") / "anc.safetensors", SPEC)
 
 
 def one_line_error(capsys, argv: list) -> str:
-    code = main([str(a) for a in argv])
-    captured = capsys.readouterr()
-    err = captured.err.strip()
-    assert code == 2, (code, err)
-    assert len(err.splitlines()) == 1 and "Traceback" not in err + captured.out, err
+    err = cli_error(capsys, argv)
     assert any(a in err.lower() for a in ACTIONS), f"the message does not say what to do: {err}"
     return err
 
@@ -144,51 +136,10 @@ def test_the_activation_estimate_is_a_lower_bound_of_a_real_step():
 
 def test_the_quiet_banner_is_gone_so_an_error_is_one_line(anc, capsys, tmp_path):
     """The error comes after the banner would have been printed (the device is checked by the loop)."""
-    err = one_line_error(
-        capsys,
-        [
-            "ancestry",
-            "--depth",
-            "1",
-            "--embed-dim",
-            "32",
-            "--num-heads",
-            "2",
-            "--patch-size",
-            "4",
-            "--img-size",
-            "16",
-            *DATA,
-            "--quiet",
-            "--device",
-            "cuda:7",
-            "-o",
-            tmp_path / "o.safetensors",
-        ],
-    )
+    out = tmp_path / "o.safetensors"
+    err = one_line_error(capsys, ["ancestry", *tiny_args(1), *DATA, "--quiet", "--device", "cuda:7", "-o", out])
     assert err.startswith("learngene ancestry: error:"), err
-    assert (
-        main(
-            [
-                "ancestry",
-                "--depth",
-                "1",
-                "--embed-dim",
-                "32",
-                "--num-heads",
-                "2",
-                "--patch-size",
-                "4",
-                "--img-size",
-                "16",
-                *DATA,
-                "--quiet",
-                "-o",
-                str(tmp_path / "o.safetensors"),
-            ]
-        )
-        == 0
-    )
+    cli_ok("ancestry", *tiny_args(1), *DATA, "--quiet", "-o", out)
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.startswith("wrote ") and len(captured.err.splitlines()) == 1, captured
 

@@ -4,37 +4,23 @@ import subprocess
 import sys
 
 import pytest
-import timm
 import torch
 from safetensors.torch import load_file
 
 from learngene.cli import build_parser, main
 from learngene.method import citations
 from learngene.registry import get_method, list_methods
+from tests.conftest import TINY_ARGS, cli_error, cli_ok, timm_vit
 
-TINY_ARGS = ["--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size", "16"]
 DATA = ["--data", "digits", "--train-images", "200"]
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     d = tmp_path_factory.mktemp("cli")
-    assert main(["ancestry", *TINY_ARGS, *DATA, "--epochs", "1", "--quiet", "--out", str(d / "anc.safetensors")]) == 0
-    assert (
-        main(
-            [
-                "condense",
-                "--method",
-                "pretrained",
-                "--ancestry",
-                str(d / "anc.safetensors"),
-                "--quiet",
-                "--out",
-                str(d / "gene.safetensors"),
-            ]
-        )
-        == 0
-    )
+    anc, gene = d / "anc.safetensors", d / "gene.safetensors"
+    cli_ok("ancestry", *TINY_ARGS, *DATA, "--epochs", "1", "--quiet", "--out", anc)
+    cli_ok("condense", "--method", "pretrained", "--ancestry", anc, "--quiet", "--out", gene)
     return d
 
 
@@ -48,17 +34,7 @@ def test_every_subcommand_has_help(capsys):
 def test_expand_writes_a_descendant_timm_loads_strictly(workdir, capsys):
     out = workdir / "desc.safetensors"
     assert main(["expand", str(workdir / "gene.safetensors"), "--depth", "3", "--out", str(out), "--quiet"]) == 0
-    model = timm.create_model(
-        "vit_tiny_patch16_224",
-        pretrained=False,
-        depth=3,
-        embed_dim=32,
-        num_heads=2,
-        patch_size=4,
-        img_size=16,
-        in_chans=1,
-        num_classes=10,
-    )
+    model = timm_vit(depth=3, embed_dim=32, num_heads=2, patch_size=4, img_size=16, in_chans=1, num_classes=10)
     model.load_state_dict(load_file(str(out)), strict=True)
     assert model(torch.randn(1, 1, 16, 16)).shape == (1, 10)
 
@@ -120,19 +96,9 @@ def test_train_with_a_teacher_distils_logits_on_its_classes_and_features_on_othe
     )
     err = capsys.readouterr().err
     assert "λ = 0.5: logit distillation" in err and "λ = 0.7: feature distillation on pooled features" in err
-    plain = timm.create_model(
-        "vit_tiny_patch16_224",
-        pretrained=False,
-        depth=1,
-        embed_dim=32,
-        num_heads=2,
-        patch_size=4,
-        img_size=16,
-        in_chans=1,
-        num_classes=10,
-    )
+    plain = timm_vit(depth=1, embed_dim=32, num_heads=2, patch_size=4, img_size=16, in_chans=1, num_classes=10)
     plain.load_state_dict(load_file(str(workdir / "kd-features.safetensors")), strict=True)  # no projection saved
-    assert "needs a teacher" in _error_line(
+    assert "needs a teacher" in cli_error(
         capsys, ["train", str(desc), *DATA, "--distill-lambda", "0.5", "--out", str(workdir / "x.safetensors")]
     )
 
@@ -167,19 +133,19 @@ def test_stitched_descendants_from_the_command_line(workdir, capsys, fashion_dat
     assert main(["inspect", str(workdir / "st-kd.safetensors")]) == 0
     assert '"new_head": true' in capsys.readouterr().out
     out = str(workdir / "never.safetensors")
-    assert "this gene is pretrained" in _error_line(
+    assert "this gene is pretrained" in cli_error(
         capsys, ["expand", str(workdir / "gene.safetensors"), "--stitch", "0:1-2:0", "--out", out]
     )
-    assert "no stitch from instance 0 block 0 into instance 2 block 3" in _error_line(
+    assert "no stitch from instance 0 block 0 into instance 2 block 3" in cli_error(
         capsys, ["expand", gene, "--stitch", "0:0-2:3", "--out", out]
     )
-    assert "no stitch" in _error_line(capsys, ["expand", gene, "--stitch", "2:0-3:0", "--out", out])
-    assert "FRONT:BLOCK-END:BLOCK" in _error_line(capsys, ["expand", gene, "--stitch", "0-2", "--out", out])
-    assert "--depth does not apply" in _error_line(
+    assert "no stitch" in cli_error(capsys, ["expand", gene, "--stitch", "2:0-3:0", "--out", out])
+    assert "FRONT:BLOCK-END:BLOCK" in cli_error(capsys, ["expand", gene, "--stitch", "0-2", "--out", out])
+    assert "--depth does not apply" in cli_error(
         capsys, ["expand", gene, "--stitch", "0:1-2:0", "--depth", "3", "--out", out]
     )
-    assert "hub folder" in _error_line(capsys, ["expand", gene, "--stitch", "0:1-2:0", "--out", str(workdir) + "/"])
-    assert "is a stitched descendant" in _error_line(
+    assert "hub folder" in cli_error(capsys, ["expand", gene, "--stitch", "0:1-2:0", "--out", str(workdir) + "/"])
+    assert "is a stitched descendant" in cli_error(
         capsys, ["condense", "--method", "pretrained", "--ancestry", stitched, "--out", out]
     )
     assert not (workdir / "never.safetensors").exists()
@@ -194,16 +160,8 @@ def test_methods_lists_the_registry_with_citations(capsys):
     assert 'paper: Xia et al., "Transformer as Linear Expansion of Learngene", AAAI 2024, arXiv:2312.05614' in out
 
 
-def _error_line(capsys, argv):
-    code = main(argv)
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    return err
-
-
 def test_argument_errors_are_one_line_too(capsys):
-    assert "required" in _error_line(capsys, ["expand"])
+    assert "required" in cli_error(capsys, ["expand"])
 
 
 def test_the_installed_command_exits_2_without_traceback(tmp_path):

@@ -5,50 +5,27 @@ import pytest
 import torch
 
 from learngene.cli import main
-from learngene.formats.model_file import save_model
 from learngene.pipeline.compare import CompareChoices, compare_profile
 from learngene.vit.spec import ViTSpec
+from tests.conftest import cli_error, cli_ok, saved_model
 
 
 @pytest.fixture(scope="module")
 def ancestry(tmp_path_factory):
     spec = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("compare") / "anc.safetensors"
-    save_model(path, spec.create_model(), spec)
-    return path
+    return saved_model(tmp_path_factory.mktemp("compare") / "anc.safetensors", spec)
+
+
+def _compare(ancestry, out, *flags) -> list:
+    """``learngene compare`` of the tiny ancestry on digits at size L1-D32-H2, with ``flags``, into ``out``."""
+    size = ["--data", "digits", "--sizes", "L1-D32-H2"]
+    return ["compare", "--ancestry", ancestry, *size, *flags, "--out", out, "--quiet"]
 
 
 def test_a_tiny_compare_prints_the_table_and_a_recommendation_line(ancestry, tmp_path, capsys):
     out = tmp_path / "cmp"
-    assert (
-        main(
-            [
-                "compare",
-                "--ancestry",
-                str(ancestry),
-                "--data",
-                "digits",
-                "--sizes",
-                "L1-D32-H2",
-                "--methods",
-                "pretrained,weight_selection",
-                "--seeds",
-                "1",
-                "--epochs",
-                "1",
-                "--train-images",
-                "100",
-                "--eval-images",
-                "100",
-                "--kd",
-                "--out",
-                str(out),
-                "--quiet",
-            ]
-        )
-        == 0
-    )
+    flags = ["--methods", "pretrained,weight_selection", "--seeds", "1", "--epochs", "1", "--kd"]
+    cli_ok(*_compare(ancestry, out, *flags, "--train-images", "100", "--eval-images", "100"))
     text = capsys.readouterr().out
     assert "| method | top-1 (%) | vs scratch | vs scratch ×10 | vs mimetic |" in text
     for label in ("scratch", "scratch ×10", "mimetic", "pretrained", "weight_selection", "pretrained +kd"):
@@ -61,22 +38,14 @@ def test_a_tiny_compare_prints_the_table_and_a_recommendation_line(ancestry, tmp
     assert (out / "plots" / "by-size.png").stat().st_size > 0 and (out / "plots" / "curves.png").stat().st_size > 0
 
 
-def _error_line(capsys, argv):
-    code = main(argv)
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    return err
-
-
 def test_bad_input_is_one_line(ancestry, tmp_path, capsys):
     base = ["compare", "--ancestry", str(ancestry), "--data", "digits", "--out", str(tmp_path / "bad"), "--quiet"]
-    assert "unknown method 'nope'" in _error_line(capsys, [*base, "--sizes", "L1-D32-H2", "--methods", "tleg,nope"])
-    assert "no method can make size L2-D30-H4" in _error_line(capsys, [*base, "--sizes", "L2-D30-H4"])
+    assert "unknown method 'nope'" in cli_error(capsys, [*base, "--sizes", "L1-D32-H2", "--methods", "tleg,nope"])
+    assert "no method can make size L2-D30-H4" in cli_error(capsys, [*base, "--sizes", "L2-D30-H4"])
     # the training flags are TrainConfig's, checked as every command's are
-    assert "epochs must be at least 1" in _error_line(capsys, [*base, "--sizes", "L1-D32-H2", "--epochs", "0"])
-    assert "max steps must be at least 1" in _error_line(capsys, [*base, "--sizes", "L1-D32-H2", "--max-steps", "0"])
-    assert "a budget of 0" in _error_line(capsys, [*base, "--sizes", "L1-D32-H2", "--adapt-steps", "0"])
+    assert "epochs must be at least 1" in cli_error(capsys, [*base, "--sizes", "L1-D32-H2", "--epochs", "0"])
+    assert "max steps must be at least 1" in cli_error(capsys, [*base, "--sizes", "L1-D32-H2", "--max-steps", "0"])
+    assert "a budget of 0" in cli_error(capsys, [*base, "--sizes", "L1-D32-H2", "--adapt-steps", "0"])
     one_class = tmp_path / "one"
     for split in ("train", "test"):
         (one_class / split / "cat").mkdir(parents=True)
@@ -84,7 +53,7 @@ def test_bad_input_is_one_line(ancestry, tmp_path, capsys):
             from PIL import Image
 
             Image.new("L", (16, 16), color=40 * i).save(one_class / split / "cat" / f"{i}.png")
-    err = _error_line(capsys, [*base[:4], f"folder:{one_class}", *base[5:], "--sizes", "L1-D32-H2"])
+    err = cli_error(capsys, [*base[:4], f"folder:{one_class}", *base[5:], "--sizes", "L1-D32-H2"])
     assert "one class" in err
 
 
@@ -103,23 +72,7 @@ def test_condensing_on_other_classes_than_those_compared():
 
 
 def test_condense_classes_that_are_not_indices_are_one_line(ancestry, tmp_path, capsys):
-    err = _error_line(
-        capsys,
-        [
-            "compare",
-            "--ancestry",
-            str(ancestry),
-            "--data",
-            "digits",
-            "--sizes",
-            "L1-D32-H2",
-            "--condense-classes",
-            "0,one",
-            "--out",
-            str(tmp_path / "bad"),
-            "--quiet",
-        ],
-    )
+    err = cli_error(capsys, _compare(ancestry, tmp_path / "bad", "--condense-classes", "0,one"))
     assert "--condense-classes takes class indices" in err, err
 
 
@@ -146,7 +99,7 @@ def test_compare_flags_are_checked_before_anything_runs(ancestry, tmp_path, caps
     out = tmp_path / "bad"
     base = ["compare", "--ancestry", str(ancestry), "--data", "digits", "--out", str(out), "--quiet"]
     sizes = [] if "--sizes" in flags else ["--sizes", "L1-D32-H2"]
-    assert expected in _error_line(capsys, [*base, *sizes, *flags])
+    assert expected in cli_error(capsys, [*base, *sizes, *flags])
     assert not out.exists()
 
 
@@ -155,12 +108,12 @@ def test_compare_refuses_an_empty_out_a_missing_gpu_and_an_out_holding_its_ances
 ):
     monkeypatch.chdir(tmp_path)
     base = ["compare", "--ancestry", str(ancestry), "--data", "digits", "--sizes", "L1-D32-H2", "--quiet"]
-    assert "--out is empty" in _error_line(capsys, [*base, "--out", ""])
-    assert "--out is empty" in _error_line(capsys, [*base, "--out", " "])
+    assert "--out is empty" in cli_error(capsys, [*base, "--out", ""])
+    assert "--out is empty" in cli_error(capsys, [*base, "--out", " "])
     assert list(tmp_path.iterdir()) == []
     if not torch.cuda.is_available():
-        assert "no GPU is visible" in _error_line(capsys, [*base, "--out", "cmp", "--device", "cuda"])
-    assert "never replaces" in _error_line(capsys, [*base, "--out", str(ancestry.parent)])
+        assert "no GPU is visible" in cli_error(capsys, [*base, "--out", "cmp", "--device", "cuda"])
+    assert "never replaces" in cli_error(capsys, [*base, "--out", str(ancestry.parent)])
 
 
 def test_a_damaged_cache_cell_is_recomputed_and_said(ancestry, tmp_path, capsys):
@@ -275,5 +228,5 @@ def test_a_full_disk_stops_compare_with_one_line_and_exit_2(ancestry, tmp_path, 
     monkeypatch.setattr(Path, "write_bytes", nearly_full)
     base = ["compare", "--ancestry", str(ancestry), "--data", "digits", "--sizes", "L1-D32-H2", "--quiet"]
     flags = ["--methods", "pretrained", "--seeds", "1", "--epochs", "1", "--train-images", "32", "--no-plots"]
-    err = _error_line(capsys, [*base, *flags, "--eval-images", "16", "--out", str(tmp_path / "cmp")])
+    err = cli_error(capsys, [*base, *flags, "--eval-images", "16", "--out", str(tmp_path / "cmp")])
     assert "No space left on device; free some disk space" in err

@@ -20,8 +20,8 @@ import torch
 
 from learngene.bench import protocol
 from learngene.cli import main
-from learngene.formats.model_file import save_model
 from learngene.vit.spec import ViTSpec
+from tests.conftest import saved_model
 
 from .conftest import CUDA_PRESENT
 
@@ -40,10 +40,7 @@ TIMINGS = ("condense_seconds", "adapt_seconds", "train_seconds")  # measured wal
 @pytest.fixture(scope="module")
 def ancestry(tmp_path_factory):
     spec = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("workers") / "anc.safetensors"
-    save_model(path, spec.create_model(), spec)
-    return path
+    return saved_model(tmp_path_factory.mktemp("workers") / "anc.safetensors", spec)
 
 
 def argv(ancestry: Path, out: Path) -> list[str]:

@@ -18,10 +18,9 @@ import shlex
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from tests.conftest import own_methods, write_idx
+from tests.conftest import own_methods, write_fashion
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -100,11 +99,7 @@ def run_learngene(argv: list[str]) -> None:
 
 @pytest.fixture
 def tiny_data(tmp_path, monkeypatch):
-    folder = tmp_path / "fashion"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    write_idx(folder, "train", rng.integers(0, 255, (64, 28, 28)), np.arange(64) % 10)
-    write_idx(folder, "t10k", rng.integers(0, 255, (32, 28, 28)), np.arange(32) % 10)
+    folder = write_fashion(tmp_path / "fashion", train=64, test=32)
     monkeypatch.setenv("LEARNGENE_DATA", str(folder))
     monkeypatch.setenv("LEARNGENE_CACHE", str(tmp_path / "cache"))
     work = tmp_path / "work"

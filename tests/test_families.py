@@ -35,7 +35,7 @@ from learngene.vit.model_spec import spec_from_model
 from learngene.vit.spec import ViTFamily, ViTSpec
 from learngene.vit.transfer import block_axes, block_state, mapped, move_state, non_block_axes
 from tests.bounds import assert_same_forward, order_bound
-from tests.conftest import SMALL_OPTIONS, make_images
+from tests.conftest import SMALL_OPTIONS, cli_ok, make_images, timm_vit
 
 SIZE = dict(depth=2, embed_dim=32, num_heads=2, img_size=28, patch_size=4)
 FORWARD = dict(depth=2, widest=128)  # SIZE's forward pass: its widest sum is the MLP's 4 x 32 (tests/bounds.py)
@@ -547,35 +547,9 @@ def test_cli_condenses_a_checkpoint_of_each_family_and_expands_it(family, tmp_pa
         assert code == 2 and err.count("\n") == 1 and "use_abs_pos_emb=False" in err
         return
     assert code == 0
-    assert (
-        main(
-            [
-                "expand",
-                str(tmp_path / "g.safetensors"),
-                "--depth",
-                "1",
-                "--embed-dim",
-                "16",
-                "--num-heads",
-                "1",
-                "--quiet",
-                "--out",
-                str(tmp_path / "d.safetensors"),
-            ]
-        )
-        == 0
-    )
-    model = timm.create_model(
-        name,
-        pretrained=False,
-        depth=1,
-        embed_dim=16,
-        num_heads=1,
-        img_size=28,
-        patch_size=4,
-        num_classes=classes,
-        **extra,
-    )
+    narrow = ["--depth", "1", "--embed-dim", "16", "--num-heads", "1"]
+    cli_ok("expand", tmp_path / "g.safetensors", *narrow, "--quiet", "--out", tmp_path / "d.safetensors")
+    model = timm_vit(name, depth=1, embed_dim=16, num_heads=1, img_size=28, patch_size=4, num_classes=classes, **extra)
     model.load_state_dict(load_file(str(tmp_path / "d.safetensors")), strict=True)
     assert torch.isfinite(model.eval()(torch.randn(1, 3, 28, 28))).all()
 

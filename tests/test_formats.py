@@ -13,6 +13,7 @@ from learngene.errors import LearngeneError
 from learngene.formats.model_file import save_model
 from learngene.vit.spec import ViTSpec
 from tests.bounds import assert_same_forward
+from tests.conftest import cli_ok, timm_vit
 
 TINY = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, image_size=28, patch_size=4)
 # transformers' ViT/DeiT default eps is 1e-12 (BERT's); the published checkpoints were trained with timm's 1e-6,
@@ -319,56 +320,18 @@ def test_hub_folders_of_headless_and_fresh_headed_descendants_load_in_transforme
     names (the classifier wrapper refuses a checkpoint without a classifier); a fresh head says so."""
     import timm
 
-    from learngene.cli import main
     from learngene.formats.model_file import save_model
     from learngene.vit.model_spec import spec_from_model
 
     torch.manual_seed(0)
-    ancestry = timm.create_model(
-        "vit_small_patch14_dinov2",
-        pretrained=False,
-        num_classes=0,
-        depth=2,
-        embed_dim=32,
-        num_heads=2,
-        img_size=28,
-        patch_size=4,
+    ancestry = timm_vit(
+        "vit_small_patch14_dinov2", num_classes=0, depth=2, embed_dim=32, num_heads=2, img_size=28, patch_size=4
     ).eval()
     save_model(tmp_path / "anc.safetensors", ancestry, spec_from_model(ancestry))
-    gene, out = tmp_path / "gene.safetensors", tmp_path / "desc"
-    assert (
-        main(
-            [
-                "condense",
-                "--method",
-                "weight_selection",
-                "--ancestry",
-                str(tmp_path / "anc.safetensors"),
-                "--out",
-                str(gene),
-                "--quiet",
-            ]
-        )
-        == 0
-    )
-    assert (
-        main(
-            [
-                "expand",
-                str(gene),
-                "--embed-dim",
-                "16",
-                "--num-heads",
-                "1",
-                "--num-classes",
-                str(classes),
-                "--out",
-                f"{out}/",
-                "--quiet",
-            ]
-        )
-        == 0
-    )
+    anc, gene, out = tmp_path / "anc.safetensors", tmp_path / "gene.safetensors", tmp_path / "desc"
+    cli_ok("condense", "--method", "weight_selection", "--ancestry", anc, "--out", gene, "--quiet")
+    narrow = ["--embed-dim", "16", "--num-heads", "1", "--num-classes", classes]
+    cli_ok("expand", gene, *narrow, "--out", f"{out}/", "--quiet")
     card = (out / "README.md").read_text()
     model = timm.create_model(f"local-dir:{out}", pretrained=True).eval()
     transformers = pytest.importorskip("transformers")

@@ -9,6 +9,7 @@ from learngene.descendant import make_descendant
 from learngene.errors import GeneFormatError
 from learngene.gene import Learngene
 from learngene.registry import get_method, list_methods
+from tests.conftest import SCRATCH_HEADER
 
 
 def _gene(tiny_spec) -> Learngene:
@@ -54,15 +55,7 @@ def test_a_plain_safetensors_file_is_not_a_gene(tmp_path):
 
 
 def _with_header(tmp_path, tensors=None, **changes):
-    meta = {
-        "format": "learngene",
-        "format_version": "1",
-        "method": "scratch",
-        "config": "{}",
-        "ancestry": "null",
-        "cost": "{}",
-        **changes,
-    }
+    meta = {**SCRATCH_HEADER, **changes}
     path = tmp_path / "h.safetensors"
     save_file(tensors or {"w": torch.zeros(2)}, str(path), metadata=meta)
     return path

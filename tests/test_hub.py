@@ -12,6 +12,7 @@ from learngene.ancestry import load_ancestry
 from learngene.cli import main
 from learngene.errors import LearngeneError
 from learngene.gene import Learngene
+from tests.conftest import cli_ok
 from tests.hub_fixtures import (
     DINOV2_REPO,
     TIMM_REPO,
@@ -125,21 +126,8 @@ def test_nothing_cached_or_a_bad_name_is_one_line(cache, name, says):
 def test_cli_condense_from_the_hub_records_repo_and_revision(tmp_path, cache, monkeypatch, capsys):
     _, commit = _timm_repo(tmp_path, cache)
     monkeypatch.chdir(tmp_path)
-    assert (
-        main(
-            [
-                "condense",
-                "--method",
-                "weight_selection",
-                "--ancestry",
-                f"hf-hub:{TIMM_REPO}",
-                "--out",
-                "g.safetensors",
-                "--quiet",
-            ]
-        )
-        == 0
-    )
+    ancestry = f"hf-hub:{TIMM_REPO}"
+    cli_ok("condense", "--method", "weight_selection", "--ancestry", ancestry, "--out", "g.safetensors", "--quiet")
     gene = Learngene.load("g.safetensors")
     assert gene.ancestry_source == {"repo_id": TIMM_REPO, "revision": commit} and gene.license == "apache-2.0"
     assert main(["inspect", "g.safetensors"]) == 0

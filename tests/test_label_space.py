@@ -10,8 +10,8 @@ from learngene.data import class_subset, digits
 from learngene.formats.labels import choose_head
 from learngene.formats.model_file import load_model_file
 from learngene.gene import Learngene
+from tests.conftest import TINY_ARGS, cli_ok
 
-TINY_ARGS = ["--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size", "16"]
 DIGITS = {"dataset": "digits", "classes": [str(d) for d in range(10)]}
 
 
@@ -37,27 +37,11 @@ def test_datasets_name_their_classes_and_subsets_keep_the_names():
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("labels")
+    anc, gene = d / "anc.safetensors", d / "gene.safetensors"
     data = ["--data", "digits", "--train-images", "100", "--epochs", "1", "--quiet"]
-    assert main(["ancestry", *TINY_ARGS, *data, "--out", str(d / "anc.safetensors")]) == 0
-    assert (
-        main(
-            [
-                "condense",
-                "--method",
-                "pretrained",
-                "--ancestry",
-                str(d / "anc.safetensors"),
-                "--quiet",
-                "--out",
-                str(d / "gene.safetensors"),
-            ]
-        )
-        == 0
-    )
-    assert (
-        main(["expand", str(d / "gene.safetensors"), "--depth", "1", "--quiet", "--out", str(d / "desc.safetensors")])
-        == 0
-    )
+    cli_ok("ancestry", *TINY_ARGS, *data, "--out", anc)
+    cli_ok("condense", "--method", "pretrained", "--ancestry", anc, "--quiet", "--out", gene)
+    cli_ok("expand", gene, "--depth", "1", "--quiet", "--out", d / "desc.safetensors")
     return d
 
 

@@ -15,6 +15,7 @@ from learngene.formats.model_file import load_model_file, save_model
 from learngene.formats.weights import save_safetensors
 from learngene.gene import Learngene
 from learngene.vit.spec import ViTSpec
+from tests.conftest import cli_ok
 
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
 TIMM = "vit_tiny_patch16_224"
@@ -40,43 +41,10 @@ def _hub_folder(tmp_path, readme: str | None = None, cfg_license: str | None = N
 
 def _condense_expand(tmp_path, ancestry, condense=(), expand=(), fmt="hub", **kwargs):
     gene, out = tmp_path / "gene.safetensors", tmp_path / ("desc" if fmt == "hub" else "desc.safetensors")
-    assert (
-        main(
-            [
-                "condense",
-                "--method",
-                "weight_selection",
-                "--ancestry",
-                str(ancestry),
-                "--out",
-                str(gene),
-                "--quiet",
-                "--overwrite",
-                *condense,
-            ]
-        )
-        == 0
-    )
-    assert (
-        main(
-            [
-                "expand",
-                str(gene),
-                "--embed-dim",
-                "16",
-                "--num-heads",
-                "1",
-                "--out",
-                str(out),
-                "--format",
-                fmt,
-                "--quiet",
-                "--overwrite",
-                *expand,
-            ]
-        )
-        == 0
-    )
+    condense_flags = ["--quiet", "--overwrite", *condense]
+    cli_ok("condense", "--method", "weight_selection", "--ancestry", ancestry, "--out", gene, *condense_flags)
+    narrow = ["--embed-dim", "16", "--num-heads", "1"]
+    cli_ok("expand", gene, *narrow, "--out", out, "--format", fmt, "--quiet", "--overwrite", *expand)
     return Learngene.load(gene), out
 
 

@@ -14,6 +14,7 @@ from learngene.vit.heads import split_qkv
 from learngene.vit.spec import ViTSpec
 
 from .bounds import order_bound
+from .conftest import cli_ok
 from .head_methods_fixtures import TINY, save_tiny_ancestry, timm_strict_load, tiny_ancestry
 
 # random small specs: (width, heads) with head sizes from 8 to full width
@@ -166,41 +167,13 @@ def test_top_up_fills_only_what_the_gene_leaves_out():
 def test_cli_expand_and_top_up(tmp_path):
     save_tiny_ancestry(tmp_path / "anc.safetensors")
     gene = tmp_path / "mimetic.safetensors"
-    assert (
-        main(
-            [
-                "condense",
-                "--method",
-                "mimetic",
-                "--ancestry",
-                str(tmp_path / "anc.safetensors"),
-                "--out",
-                str(gene),
-                "--quiet",
-            ]
-        )
-        == 0
-    )
+    cli_ok("condense", "--method", "mimetic", "--ancestry", tmp_path / "anc.safetensors", "--out", gene, "--quiet")
     for i, sizes in enumerate([[], ["--depth", "2", "--num-heads", "2"], ["--embed-dim", "48", "--num-heads", "6"]]):
         out = tmp_path / f"d{i}.safetensors"
         assert main(["expand", str(gene), *sizes, "--out", str(out), "--quiet"]) == 0
         timm_strict_load(out)
     heru = tmp_path / "heru.safetensors"
-    assert (
-        main(
-            [
-                "condense",
-                "--method",
-                "heru_lg",
-                "--ancestry",
-                str(tmp_path / "anc.safetensors"),
-                "--out",
-                str(heru),
-                "--quiet",
-            ]
-        )
-        == 0
-    )
+    cli_ok("condense", "--method", "heru_lg", "--ancestry", tmp_path / "anc.safetensors", "--out", heru, "--quiet")
     out = tmp_path / "topped.safetensors"
     assert main(["expand", str(heru), "--depth", "5", "--top-up", "mimetic", "--out", str(out), "--quiet"]) == 0
     model = timm_strict_load(out)

@@ -17,71 +17,29 @@ from safetensors.torch import load_file
 
 from learngene.cli import main
 from learngene.errors import TrainingError
-from learngene.formats.model_file import save_model
 from learngene.registry import get_method, list_methods
 from learngene.training.checkpoint import load_checkpoint
 from learngene.training.config import FINGERPRINT_KEYS
 from learngene.training.loop import CHECKPOINT, LOG, TrainConfig, train
 from learngene.vit.spec import ViTSpec
-from tests.conftest import FaultyData, make_images, nan_images
+from tests.conftest import TINY_ARGS, FaultyData, make_images, nan_images, saved_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
 # 640 digits training images in batches of 16: 40 steps per epoch, a checkpoint every 7 steps
 TRAIN = [
-    "--data",
-    "digits",
-    "--train-images",
-    "640",
-    "--batch-size",
-    "16",
-    "--epochs",
-    "3",
-    "--lr",
-    "0.002",
-    "--checkpoint-every",
-    "7",
-    "--augment",
-    "--quiet",
-    "--seed",
-    "3",
+    *("--data", "digits", "--train-images", "640", "--batch-size", "16", "--epochs", "3", "--lr", "0.002"),
+    *("--checkpoint-every", "7", "--augment", "--quiet", "--seed", "3"),
 ]
 STEPS_PER_EPOCH, TOTAL_STEPS = 40, 120
 TRAINED = [m for m in list_methods() if get_method(m).needs_data]
 
 
 def _command(kind: str, ancestry: Path, run_dir: Path, out: Path) -> list[str]:
+    run = [*TRAIN, "--run-dir", str(run_dir), "--out", str(out)]
     if kind == "ancestry":
-        return [
-            "ancestry",
-            "--depth",
-            "2",
-            "--embed-dim",
-            "32",
-            "--num-heads",
-            "2",
-            "--patch-size",
-            "4",
-            "--img-size",
-            "16",
-            *TRAIN,
-            "--run-dir",
-            str(run_dir),
-            "--out",
-            str(out),
-        ]
-    return [
-        "condense",
-        "--method",
-        kind,
-        "--ancestry",
-        str(ancestry),
-        *TRAIN,
-        "--run-dir",
-        str(run_dir),
-        "--out",
-        str(out),
-    ]
+        return ["ancestry", *TINY_ARGS, *run]
+    return ["condense", "--method", kind, "--ancestry", str(ancestry), *run]
 
 
 def _kill_mid_epoch(argv: list[str], run_dir: Path) -> dict:
@@ -114,10 +72,7 @@ def _kill_mid_epoch(argv: list[str], run_dir: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def ancestry_file(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("anc") / "anc.safetensors"
-    torch.manual_seed(0)
-    save_model(path, SPEC.create_model(), SPEC)
-    return path
+    return saved_model(tmp_path_factory.mktemp("anc") / "anc.safetensors", SPEC)
 
 
 # One condensation in the default suite (tleg where registered), the others and a plain ViT with --runslow;
@@ -356,32 +311,8 @@ def test_a_signal_checkpoints_at_the_step_reached_and_resume_is_bit_exact(signam
 def test_sigterm_to_the_cli_checkpoints_and_says_how_to_continue(tmp_path):
     """A real signal to a real process: exit 143, one line naming the checkpoint and --resume."""
     run_dir, out = tmp_path / "run", tmp_path / "out.safetensors"
-    argv = [
-        "ancestry",
-        "--depth",
-        "2",
-        "--embed-dim",
-        "32",
-        "--num-heads",
-        "2",
-        "--patch-size",
-        "4",
-        "--img-size",
-        "16",
-        "--data",
-        "digits",
-        "--train-images",
-        "640",
-        "--batch-size",
-        "16",
-        "--epochs",
-        "30",
-        "--quiet",
-        "--run-dir",
-        str(run_dir),
-        "--out",
-        str(out),
-    ]
+    data = ["--data", "digits", "--train-images", "640", "--batch-size", "16", "--epochs", "30", "--quiet"]
+    argv = ["ancestry", *TINY_ARGS, *data, "--run-dir", str(run_dir), "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "learngene", *argv],

@@ -21,6 +21,7 @@ from learngene.registry import get_method
 from learngene.training.loop import TrainConfig
 from learngene.vit.spec import block_key
 from tests.bounds import assert_same_forward, order_bound
+from tests.conftest import TINY_ARGS, cli_ok, timm_vit
 
 
 def linear(gene, name: str) -> dict:
@@ -225,46 +226,17 @@ def test_any_classifier_can_teach_given_the_aux_size(toy_data):
     assert gene.ancestry is None and gene.layout.short() == "L3-D32-H4" and gene.layout.num_classes == 4
 
 
-TINY_ARGS = ["--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size", "16"]
 DATA = ["--data", "digits", "--train-images", "200"]
 
 
 def test_cli_condense_expand_inspect(tmp_path, capsys):
     anc, gene, desc = (str(tmp_path / f"{n}.safetensors") for n in ("anc", "gene", "desc"))
     assert main(["ancestry", *TINY_ARGS, *DATA, "--epochs", "1", "--quiet", "--out", anc]) == 0
-    assert (
-        main(
-            [
-                "condense",
-                "--method",
-                "tleg",
-                "--ancestry",
-                anc,
-                *DATA,
-                "--max-steps",
-                "3",
-                "--quiet",
-                "--run-dir",
-                str(tmp_path / "run"),
-                "--out",
-                gene,
-            ]
-        )
-        == 0
-    )
+    run = ["--max-steps", "3", "--quiet", "--run-dir", tmp_path / "run", "--out", gene]
+    cli_ok("condense", "--method", "tleg", "--ancestry", anc, *DATA, *run)
     assert Learngene.load(gene).cost["distill_lambda"] == 1.0  # the authors' pure-KL recipe by default
     assert main(["expand", gene, "--depth", "5", "--opt", "layers=2-5", "--quiet", "--out", desc]) == 0
-    model = timm.create_model(
-        "vit_tiny_patch16_224",
-        pretrained=False,
-        depth=5,
-        embed_dim=32,
-        num_heads=2,
-        patch_size=4,
-        img_size=16,
-        in_chans=1,
-        num_classes=10,
-    )
+    model = timm_vit(depth=5, embed_dim=32, num_heads=2, patch_size=4, img_size=16, in_chans=1, num_classes=10)
     model.load_state_dict(load_file(desc), strict=True)
     capsys.readouterr()
     assert main(["inspect", gene]) == 0

@@ -11,6 +11,7 @@ from learngene.vit.attention_init import UNTRAINED_ATTENTION_SCALE, attention_lo
 from learngene.vit.heads import join_qkv
 from learngene.vit.spec import block_key
 from tests.bounds import order_bound
+from tests.conftest import cli_ok
 
 COPIERS = ("pretrained", "auto_lg", "heru_lg")
 
@@ -117,7 +118,6 @@ def test_transfer_profile_runs_the_fix_on_the_short_and_converged_ancestries_of_
 
 
 def test_condense_says_when_the_option_would_apply(tiny_spec, tmp_path, capsys):
-    from learngene.cli import main
     from learngene.formats.model_file import save_model
 
     for factor, expected in ((1.0, True), (10.0, False)):
@@ -125,36 +125,10 @@ def test_condense_says_when_the_option_would_apply(tiny_spec, tmp_path, capsys):
         path = tmp_path / f"anc{factor}.safetensors"
         save_model(path, ancestry.model, tiny_spec, origin={"kind": "ancestry"})
         capsys.readouterr()
-        assert (
-            main(
-                [
-                    "condense",
-                    "--method",
-                    "pretrained",
-                    "--ancestry",
-                    str(path),
-                    "--out",
-                    str(tmp_path / f"gene{factor}.safetensors"),
-                ]
-            )
-            == 0
-        )
+        gene = tmp_path / f"gene{factor}.safetensors"
+        cli_ok("condense", "--method", "pretrained", "--ancestry", path, "--out", gene)
         assert ("untrained_attention=mimetic" in capsys.readouterr().out) is expected
     capsys.readouterr()  # the option on: no hint
-    assert (
-        main(
-            [
-                "condense",
-                "--method",
-                "auto_lg",
-                "--ancestry",
-                str(tmp_path / "anc1.0.safetensors"),
-                "--opt",
-                "untrained_attention=mimetic",
-                "--out",
-                str(tmp_path / "gene-on.safetensors"),
-            ]
-        )
-        == 0
-    )
+    on = ["--opt", "untrained_attention=mimetic", "--out", tmp_path / "gene-on.safetensors"]
+    cli_ok("condense", "--method", "auto_lg", "--ancestry", tmp_path / "anc1.0.safetensors", *on)
     assert "untrained_attention=mimetic" not in capsys.readouterr().out

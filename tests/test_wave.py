@@ -18,6 +18,7 @@ from learngene.methods.wave import MATRICES, WAVE, block_grid
 from learngene.training.loop import TrainConfig, evaluate
 from learngene.vit.spec import block_key
 from tests.bounds import assert_same_forward, forward_steps, order_bound
+from tests.conftest import TINY_ARGS, cli_ok, timm_vit
 
 
 def tleg_bound(tleg_gene, w: int) -> float:
@@ -232,7 +233,6 @@ def test_adapt_to_a_doubled_width_trains_what_the_gene_cannot_provide(tiny_ances
     assert "scalers stored for L3-D64-H4" in describe_gene(adapted)
 
 
-TINY_ARGS = ["--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--patch-size", "4", "--img-size", "16"]
 DATA = ["--data", "digits", "--train-images", "200"]
 
 
@@ -245,35 +245,9 @@ def test_cli_condense_adapt_expand_inspect(tmp_path, capsys):
     )
     assert Learngene.load(gene).cost["distill_lambda"] == 0.5  # Eq. 6's KL + CE by default, not TLEG's pure KL
     wide = ["--depth", "3", "--embed-dim", "64", "--num-heads", "4"]
-    assert (
-        main(
-            [
-                "adapt",
-                gene,
-                *wide,
-                *DATA,
-                "--max-steps",
-                "3",
-                "--quiet",
-                "--gene-out",
-                adapted,
-                "--out",
-                str(tmp_path / "wide.safetensors"),
-            ]
-        )
-        == 0
-    )
-    model = timm.create_model(
-        "vit_tiny_patch16_224",
-        pretrained=False,
-        depth=3,
-        embed_dim=64,
-        num_heads=4,
-        patch_size=4,
-        img_size=16,
-        in_chans=1,
-        num_classes=10,
-    )
+    outputs = ["--gene-out", adapted, "--out", tmp_path / "wide.safetensors"]
+    cli_ok("adapt", gene, *wide, *DATA, "--max-steps", "3", "--quiet", *outputs)
+    model = timm_vit(depth=3, embed_dim=64, num_heads=4, patch_size=4, img_size=16, in_chans=1, num_classes=10)
     model.load_state_dict(load_file(str(tmp_path / "wide.safetensors")), strict=True)
     assert main(["expand", gene, "--depth", "6", "--quiet", "--out", str(tmp_path / "deep.safetensors")]) == 0
     capsys.readouterr()
