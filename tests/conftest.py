@@ -199,11 +199,7 @@ def fashion_data(tmp_path, monkeypatch):
     """Fashion-MNIST as ``--data fashion_mnist`` reads it, without the real files: 128 training and 20 test images
     in its IDX format, found through $LEARNGENE_DATA, so a test that only needs some Fashion-MNIST runs on a machine
     without the Debian package too."""
-    folder = tmp_path / "fashion-mnist"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    write_idx(folder, "train", rng.integers(0, 255, (128, 28, 28)), np.arange(128) % 10)
-    write_idx(folder, "t10k", rng.integers(0, 255, (20, 28, 28)), np.arange(20) % 10)
+    folder = write_fashion(tmp_path / "fashion-mnist", train=128, test=20)
     monkeypatch.setenv("LEARNGENE_DATA", str(folder))
     return folder
 
