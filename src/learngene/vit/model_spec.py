@@ -12,17 +12,8 @@ import math
 from typing import Any, cast
 
 from ..errors import SpecError
-from .spec import (
-    MLP_LAYERS,
-    POOLS,
-    TIMM_ARCH,
-    MlpLayer,
-    NormLayer,
-    ViTFamily,
-    ViTSpec,
-    is_distilled,
-    mlp_layer_of,
-)
+from .family import MLP_LAYERS, POOLS, MlpLayer, NormLayer, ViTFamily
+from .spec import TIMM_ARCH, ViTSpec, is_distilled, mlp_layer_of
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "silu", "relu")
 
