@@ -146,6 +146,18 @@ class TrainingRun:
             self.state.best_loss = loss if self.state.best_loss is None else min(self.state.best_loss, loss)
         return why
 
+    def log_step(self, step_sums: Tensor, images: int) -> None:
+        """Give the per-step loggers (``cfg.log``) the step's sums, learning rate and throughput; reading the sums
+        waits for a GPU: per-step curves cost that."""
+        if self.loggers is None:
+            return
+        now = time.perf_counter()
+        lr = self.scheduler.get_last_lr()[0]
+        self.loggers.step(
+            self.state.global_step, step_sums.tolist(), lr, now - self.step_tic, images * dist.world_size()
+        )
+        self.step_tic = now
+
     def stopped(self) -> RunInterrupted:
         return RunInterrupted(_pending_stop[0] if _pending_stop else "stop", self.state.global_step, self.ckpt_path)
 
@@ -160,6 +172,8 @@ def run_training(
     resume: bool,
     loss: Callable[..., Tensor],
 ) -> TrainResult:
+    """The run :func:`learngene.training.loop.train` asks for, once its arguments are checked: its batches and
+    length, then its epochs from where it stands (fresh, or resumed from ``run_dir``)."""
     device = resolve_device(cfg.device)
     eval_data = _prepare(model, train_data, cfg, eval_data, teacher, device)
     head = getattr(getattr(model, "skeleton", model), "num_classes", None) or train_data.num_classes
@@ -177,9 +191,36 @@ def run_training(
     steps_per_epoch = len(batches)
     total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
     epochs = math.ceil(total_steps / steps_per_epoch)
+    run = _start(model, train_data, cfg, teacher, run_dir, resume, loss, device, mixer, steps_per_epoch, total_steps)
+    try:
+        _run_epochs(run, batches, epochs, steps_per_epoch, eval_data, run_dir)
+    except BaseException:
+        if run.loggers is not None:
+            run.loggers.close(failed=True)
+        raise
+    if run.loggers is not None:
+        run.loggers.close()
+    dist.barrier()
+    return TrainResult(history=run.state.history, steps=run.state.global_step, seconds=run.state.seconds)
+
+
+def _start(
+    model: nn.Module,
+    train_data: Data,
+    cfg: TrainConfig,
+    teacher: nn.Module | None,
+    run_dir: str | Path | None,
+    resume: bool,
+    loss: Callable[..., Tensor],
+    device: torch.device,
+    mixer: BatchMixer | None,
+    steps_per_epoch: int,
+    total_steps: int,
+) -> TrainingRun:
+    """The run's parts: its optimizer and warmup-cosine schedule, its state (fresh, or restored from ``run_dir``'s
+    checkpoint with the RNG states), the module its steps run and, on the main process, its loggers."""
     # a short run (e.g. one fine-tuning epoch) still decays: warmup takes at most a fifth of it
     warmup = max(1, min(round(cfg.warmup_epochs * steps_per_epoch), total_steps // 5))
-
     optimizer = make_optimizer(model, cfg, device)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_factor(s, warmup, total_steps, cfg.min_lr / cfg.lr)
@@ -202,21 +243,11 @@ def run_training(
         NonFiniteWatch(device, steps_per_epoch),
         total_steps,
     )
-
     if state.start_norm is None and state.global_step == 0:
         state.start_norm = trained_norm(model)
     if dist.is_main():
         run.loggers = open_loggers(cfg, run_dir, state.global_step if state.global_step else None)
-    try:
-        _run_epochs(run, batches, epochs, steps_per_epoch, eval_data, run_dir)
-    except BaseException:
-        if run.loggers is not None:
-            run.loggers.close(failed=True)
-        raise
-    if run.loggers is not None:
-        run.loggers.close()
-    dist.barrier()
-    return TrainResult(history=state.history, steps=state.global_step, seconds=state.seconds)
+    return run
 
 
 def _run_epochs(
@@ -279,19 +310,9 @@ def _run_epoch(run: TrainingRun, batches: Batches, epoch: int, epochs: int, epoc
         )
         state.global_step += 1
         note_steps(state.global_step, run.total_steps)
-        step_sums = torch.stack(
-            [
-                per_sample.sum().double(),
-                (logits.argmax(-1) == y).sum().double(),
-                torch.full((), len(y), dtype=torch.float64, device=device),  # torch.tensor(..., device) would sync
-            ]
-        )
+        step_sums = _step_sums(per_sample, logits, y, device)
         sums += step_sums
-        if run.loggers is not None:  # reading the step's sums waits for a GPU: per-step curves cost that
-            now = time.perf_counter()
-            lr = run.scheduler.get_last_lr()[0]
-            run.loggers.step(state.global_step, step_sums.tolist(), lr, now - run.step_tic, len(y) * dist.world_size())
-            run.step_tic = now
+        run.log_step(step_sums, len(y))
         bar.update(1)
         if not state.global_step % watch.every:
             watch.check(state.global_step, run.ckpt_path, state.sane)
@@ -313,6 +334,17 @@ def _run_epoch(run: TrainingRun, batches: Batches, epoch: int, epochs: int, epoc
     bar.close()
     watch.check(state.global_step, run.ckpt_path, state.sane)  # before the epoch's record and checkpoint
     state.seconds += _seconds_since(tic, device)
+
+
+def _step_sums(per_sample: Tensor, logits: Tensor, labels: Tensor, device: torch.device) -> Tensor:
+    """One step's loss sum, correct predictions and images (this rank), on the device: adding them does not sync."""
+    return torch.stack(
+        [
+            per_sample.sum().double(),
+            (logits.argmax(-1) == labels).sum().double(),
+            torch.full((), len(labels), dtype=torch.float64, device=device),  # torch.tensor(..., device) would sync
+        ]
+    )
 
 
 def _seconds_since(tic: float, device: torch.device) -> float:

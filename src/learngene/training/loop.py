@@ -105,17 +105,7 @@ def train(
         loss: the per-batch loss, called as :func:`distill_loss` is (its default); a feature-distilling student
             brings its own (:attr:`learngene.training.distill.Distillation.loss`).
     """
-    require_argument(model, nn.Module, "model", "a torch module (e.g. a timm ViT)")
-    require_data(train_data, "train_data")
-    if eval_data is not None:
-        require_data(eval_data, "eval_data")
-    require_argument(cfg, TrainConfig, "cfg", "a TrainConfig (learngene.TrainConfig(epochs=...))")
-    if teacher is not None:
-        require_argument(teacher, nn.Module, "teacher", "a torch module or None")
-    if resume and run_dir is None:  # nothing to continue from: training from scratch would not say so
-        raise LearngeneError(
-            by_caller("resume=True continues from run_dir; pass run_dir too", "--resume needs --run-dir")
-        )
+    _check_arguments(model, train_data, cfg, eval_data, teacher, run_dir, resume)
     _running_loops[0] += 1
     try:
         result = run_training(model, train_data, cfg, eval_data, teacher, run_dir, resume, loss or distill_loss)
@@ -135,3 +125,27 @@ def train(
         _running_loops[0] -= 1
         if not _running_loops[0]:
             _pending_stop.clear()
+
+
+def _check_arguments(
+    model: nn.Module,
+    train_data: Data,
+    cfg: TrainConfig,
+    eval_data: Data | None,
+    teacher: nn.Module | None,
+    run_dir: str | Path | None,
+    resume: bool,
+) -> None:
+    """Refuse in one line, before anything runs, an argument of :func:`train` of the wrong kind, and a resume
+    without a run directory."""
+    require_argument(model, nn.Module, "model", "a torch module (e.g. a timm ViT)")
+    require_data(train_data, "train_data")
+    if eval_data is not None:
+        require_data(eval_data, "eval_data")
+    require_argument(cfg, TrainConfig, "cfg", "a TrainConfig (learngene.TrainConfig(epochs=...))")
+    if teacher is not None:
+        require_argument(teacher, nn.Module, "teacher", "a torch module or None")
+    if resume and run_dir is None:  # nothing to continue from: training from scratch would not say so
+        raise LearngeneError(
+            by_caller("resume=True continues from run_dir; pass run_dir too", "--resume needs --run-dir")
+        )
