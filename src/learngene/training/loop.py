@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -128,16 +129,10 @@ def train(
 
 
 def _check_arguments(
-    model: nn.Module,
-    train_data: Data,
-    cfg: TrainConfig,
-    eval_data: Data | None,
-    teacher: nn.Module | None,
-    run_dir: str | Path | None,
-    resume: bool,
+    model: Any, train_data: Any, cfg: Any, eval_data: Any, teacher: Any, run_dir: Any, resume: Any
 ) -> None:
-    """Refuse in one line, before anything runs, an argument of :func:`train` of the wrong kind, and a resume
-    without a run directory."""
+    """Refuse in one line, before anything runs, an argument of :func:`train` of the wrong kind (any object may come
+    from a Python caller), and a resume without a run directory."""
     require_argument(model, nn.Module, "model", "a torch module (e.g. a timm ViT)")
     require_data(train_data, "train_data")
     if eval_data is not None:
