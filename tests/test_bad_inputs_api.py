@@ -104,11 +104,11 @@ def test_pool_refuses_the_options_of_its_other_design(options, message, model_fi
 
 def test_training_refuses_a_model_whose_gradients_and_moments_cannot_fit(monkeypatch):
     """The weights fit (they are made), but the step's gradients and AdamW's two moments, 3 more copies, do not."""
-    from learngene.training import loop
+    from learngene.training import device, epochs
 
     model = TINY.create_model()
     params = sum(p.numel() for p in model.parameters())
-    monkeypatch.setattr(loop, "available_memory", lambda: 3 * 4 * params - 1)
-    monkeypatch.setattr(loop, "require_activation_memory", lambda *args: None)  # only the parameters' memory here
+    monkeypatch.setattr(device, "available_memory", lambda: 3 * 4 * params - 1)
+    monkeypatch.setattr(epochs, "require_activation_memory", lambda *args: None)  # only the parameters' memory here
     with pytest.raises(LearngeneError, match=rf"^training {params:,} parameters needs .* AdamW's two moments"):
         train(model, make_images(8), FAST)

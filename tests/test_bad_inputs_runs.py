@@ -108,8 +108,8 @@ def test_an_image_size_whose_data_cannot_fit_is_refused_before_resizing(capsys, 
 
 def test_a_batch_whose_activations_cannot_fit_is_refused_before_the_first_step(monkeypatch):
     """The estimate (a lower bound) against the free memory, here made small: no step runs."""
-    loop = importlib.import_module("learngene.training.loop")
-    monkeypatch.setattr(loop, "available_memory", lambda: 2**16)  # 64 KiB free (a step here needs at least 0.6 MB)
+    device = importlib.import_module("learngene.training.device")
+    monkeypatch.setattr(device, "available_memory", lambda: 2**16)  # 64 KiB free (a step here needs at least 0.6 MB)
     with pytest.raises(
         LearngeneError,
         match=r"a training step of 16 images of 17 tokens through 2 blocks of width 32 "

@@ -3,7 +3,7 @@
 import pytest
 
 from learngene.errors import LearngeneError
-from learngene.training import loop as train_module
+from learngene.training import epochs as train_module
 from learngene.training.loop import TrainConfig, train
 
 from .conftest import make_images

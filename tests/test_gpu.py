@@ -56,11 +56,11 @@ from learngene.genenet import GeneNet
 from learngene.method import Ancestry, CondenseInputs
 from learngene.registry import get_method, list_methods
 from learngene.training import distributed as dist
+from learngene.training.epochs import _wrapped
 from learngene.training.loop import (
     CHECKPOINT,
     RunInterrupted,
     TrainConfig,
-    _wrapped,
     autocast,
     evaluate,
     loss_step,
@@ -192,7 +192,7 @@ def test_fused_adamw_is_the_cuda_default_and_matches_the_unfused_one():
 
     histories = {}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("learngene.training.loop.make_optimizer", spy)
+        mp.setattr("learngene.training.epochs.make_optimizer", spy)
         for fused in (None, False):
             torch.manual_seed(0)
             result = train(

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from learngene.errors import LearngeneError, TrainingError
-from learngene.training.loop import TrainConfig, _lr_factor, distill_loss, evaluate, predict_logits, train
+from learngene.training.loop import TrainConfig, distill_loss, evaluate, predict_logits, train
+from learngene.training.steps import lr_factor
 from tests.bounds import U64, assert_same_training, order_bound
 from tests.conftest import FaultyData, make_images
 
@@ -138,12 +139,12 @@ def test_a_non_finite_loss_read_every_few_steps_stops_within_them_and_keeps_the_
     there to the uninterrupted run's weights."""
     from functools import partial
 
-    import learngene.training.loop as loop
+    import learngene.training.epochs as epochs
     from learngene.training.checkpoint import CHECKPOINT, load_checkpoint
     from learngene.training.nonfinite import NonFiniteWatch
     from tests.conftest import nan_images
 
-    monkeypatch.setattr(loop, "NonFiniteWatch", partial(NonFiniteWatch, every=4))
+    monkeypatch.setattr(epochs, "NonFiniteWatch", partial(NonFiniteWatch, every=4))
     cfg = TrainConfig(epochs=3, **FAST)  # 4 steps per epoch
     reference = _model(tiny_spec)
     train(reference, toy_data, cfg)
@@ -169,10 +170,10 @@ def test_the_loop_reads_no_tensor_value_at_every_step_when_its_watch_reads_every
     import sys
     from functools import partial
 
-    import learngene.training.loop as loop
+    import learngene.training.epochs as epochs
     from learngene.training.nonfinite import CUDA_CHECK_EVERY, NonFiniteWatch
 
-    monkeypatch.setattr(loop, "NonFiniteWatch", partial(NonFiniteWatch, every=CUDA_CHECK_EVERY))
+    monkeypatch.setattr(epochs, "NonFiniteWatch", partial(NonFiniteWatch, every=CUDA_CHECK_EVERY))
     steps, reads = 2 * CUDA_CHECK_EVERY, collections.Counter()
 
     def counted(name):
@@ -198,7 +199,7 @@ def test_the_loop_reads_no_tensor_value_at_every_step_when_its_watch_reads_every
 
 
 def test_schedule_warms_up_then_decays():
-    factors = [_lr_factor(s, 10, 100, 0.01) for s in range(100)]
+    factors = [lr_factor(s, 10, 100, 0.01) for s in range(100)]
     exact = order_bound(8, 1.0, u=U64)  # a handful of float64 operations
     assert factors[0] == pytest.approx(0.1, rel=exact) and factors[9] == pytest.approx(1.0, rel=exact)
     # one step short of the end the cosine is (1 - 0.01)·(1 - cos(π/90))/2 ≈ 3.0e-4 above its floor: within 1e-3

@@ -43,7 +43,7 @@ _EXPORTS = {
     "ViTSpec": "vit.spec",
     "get_preset": "vit.spec",
     "TrainConfig": "training.config",
-    "evaluate": "training.loop",
+    "evaluate": "training.evaluation",
     "train": "training.loop",
 }
 

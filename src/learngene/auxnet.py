@@ -21,19 +21,21 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import nn
 from tqdm import tqdm
 
+from .data import Data
 from .errors import LearngeneError
 from .gene import Learngene
 from .genenet import GeneNet
 from .method import Ancestry, CondenseInputs, Method
 from .training import distributed as dist
+from .training.config import TrainConfig
 from .training.distill import FeatureDistillation, cache_teacher_outputs
-from .training.loop import resolve_device, train
+from .training.loop import TrainResult, resolve_device, train
 from .validate import CONDENSE, option
 from .vit.spec import ViTSpec
 from .vit.transfer import StateDict, inherit_non_block, part_of
@@ -171,19 +173,7 @@ def condense_through_aux(
     distilled = "nothing (λ = 0: cross-entropy on the labels only)"
     if cfg.distill_lambda > 0:
         tic = time.perf_counter()
-        device = resolve_device(cfg.device)
-        with torch.no_grad():
-            probe = ancestry.model.to(device).eval()(data.get_batch(torch.arange(min(2, len(data))))[0].to(device))
-        if headless:
-            features = FeatureDistillation(net, probe.shape[-1])
-            student, distilled = features, features.describe("; it has no classifier")
-        elif probe.shape[-1] != aux.num_classes:
-            raise LearngeneError(
-                f"the ancestry predicts {probe.shape[-1]} classes but the aux net has "
-                f"{aux.num_classes}; distil on data with the ancestry's label space"
-            )
-        else:
-            distilled = f"logits (τ² KL at τ = {cfg.distill_tau:g})"
+        student, distilled = _student(net, aux, ancestry, data, cfg, headless)
         data, teacher = cache_teacher_outputs(data, ancestry.model, cfg)
         teacher_seconds = time.perf_counter() - tic
     if cfg.progress and dist.is_main():
@@ -195,7 +185,35 @@ def condense_through_aux(
         student, data, cfg, inputs.eval, teacher=teacher, run_dir=inputs.run_dir, resume=inputs.resume, loss=loss
     )
     gene = net.gene()
-    gene.cost = {
+    gene.cost = _cost(cfg, result, teacher_seconds, aux, distilled)
+    return gene
+
+
+def _student(
+    net: GeneNet, aux: ViTSpec, ancestry: Ancestry, data: Data, cfg: TrainConfig, headless: bool
+) -> tuple[nn.Module, str]:
+    """What distils from ``ancestry`` and what it distils: the aux net its logits, or, for an ancestry without a
+    classifier, the aux net's pooled features through a :class:`FeatureDistillation` (its width read from the
+    ancestry's output on two images)."""
+    device = resolve_device(cfg.device)
+    with torch.no_grad():
+        probe = ancestry.model.to(device).eval()(data.get_batch(torch.arange(min(2, len(data))))[0].to(device))
+    if headless:
+        features = FeatureDistillation(net, probe.shape[-1])
+        return features, features.describe("; it has no classifier")
+    if probe.shape[-1] != aux.num_classes:
+        raise LearngeneError(
+            f"the ancestry predicts {probe.shape[-1]} classes but the aux net has "
+            f"{aux.num_classes}; distil on data with the ancestry's label space"
+        )
+    return net, f"logits (τ² KL at τ = {cfg.distill_tau:g})"
+
+
+def _cost(
+    cfg: TrainConfig, result: TrainResult, teacher_seconds: float, aux: ViTSpec, distilled: str
+) -> dict[str, Any]:
+    """What the condensation cost, as the gene records it, and the aux net's final test accuracy."""
+    cost: dict[str, Any] = {
         "epochs": cfg.epochs,
         "steps": result.steps,
         "seconds": round(result.seconds, 2),
@@ -206,8 +224,8 @@ def condense_through_aux(
         "distill_tau": cfg.distill_tau,
     }
     if result.final_acc is not None:
-        gene.cost["aux_eval_acc"] = result.final_acc
-    return gene
+        cost["aux_eval_acc"] = result.final_acc
+    return cost
 
 
 def is_headless(ancestry: Ancestry) -> bool:

@@ -1,7 +1,7 @@
 """How every setting is declared: a dataclass field made by :func:`field`, whose metadata says all about it.
 
 Training settings (:class:`~learngene.training.config.TrainConfig`), method options (each method's ``Config``),
-a ViT's sizes and family (:class:`~learngene.vit.spec.ViTSpec`, :class:`~learngene.vit.spec.ViTFamily`) and a
+a ViT's sizes and family (:class:`~learngene.vit.spec.ViTSpec`, :class:`~learngene.vit.family.ViTFamily`) and a
 learngene's fields (:class:`~learngene.gene.Learngene`) are all declared with it, and everything else is read
 from the declaration: the command-line flags and their help (:mod:`learngene.cli.flags`), the checks of type,
 choices and range (:func:`learngene.validate.refusal`, run by each class's ``__post_init__``), the run

@@ -52,21 +52,8 @@ from ..method import Paper
 from ..registry import register_method
 from ..validate import CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key
-from ..vit.timm_keys import TOKENS
-from ..vit.transfer import (
-    CLASSES,
-    HEAD_DIM,
-    HEADS,
-    HEADS_IN,
-    HIDDEN,
-    HIDDEN_IN,
-    KEEP,
-    StateDict,
-    block_axes,
-    carried,
-    inherit_non_block,
-    non_block_axes,
-)
+from ..vit.timm_keys import CLASSES, HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, KEEP, TOKENS
+from ..vit.transfer import StateDict, block_axes, carried, inherit_non_block, non_block_axes
 from ._option_lists import int_list
 
 SMALL, AUX, F_, G_ = "small.", "aux.", "F.", "G."

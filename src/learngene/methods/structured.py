@@ -46,6 +46,7 @@ from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..validate import EXPAND, option
+from ..vit.attention_init import factor_value_projection, value_identity_option, value_noise_option
 from ..vit.heads import join_qkv
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import StateDict
@@ -63,8 +64,8 @@ class StructuredConfig:
     kernel_size: int = option(
         3, at_least=1, odd=True, phase=EXPAND, help="their 3 x 3, odd: centred on the query patch (others: row-major)"
     )
-    alpha: float = option(0.4, phase=EXPAND, help="noise in W_v W_proj")
-    beta: float = option(0.4, phase=EXPAND, help="negative identity in W_v W_proj")
+    alpha: float = value_noise_option(0.4)
+    beta: float = value_identity_option(0.4)
     seed: int = option(0, phase=EXPAND, help="the random positions and noise draws (a descendant's seed sets it)")
     qkv_bias: Literal["pytorch", "timm"] = option(
         "pytorch", phase=EXPAND, help="theirs: nn.Linear's uniform ±1/√D; timm: zeros"
@@ -115,9 +116,7 @@ def value_projection(width: int, alpha: float, beta: float, generator: torch.Gen
     """Step 5: timm's v rows ``(D, D)`` and proj weight with ``W_v W_proj = α·Z − β·I`` as maps on row vectors."""
     bound = 3**0.5 / width**0.5
     z = (torch.rand(width, width, generator=generator, dtype=torch.float64) * 2 - 1) * bound
-    u, s, vh = torch.linalg.svd(alpha * z - beta * torch.eye(width, dtype=torch.float64))
-    left, right = u * s.sqrt(), s.sqrt()[:, None] * vh  # x ↦ x·left·right
-    return left.T, right.T
+    return factor_value_projection(z, alpha, beta)
 
 
 @register_method

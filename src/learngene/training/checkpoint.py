@@ -261,25 +261,7 @@ class RunState:
         Refuses (one line) a checkpoint whose :func:`run_fingerprint` differs from this run's ``fingerprint``."""
         ckpt = load_checkpoint(path)
         free = AFTER_NONFINITE if stopped_by_nonfinite(path.parent) else ()
-        if "fingerprint" in ckpt:
-            changed = _differences(
-                {k: v for k, v in ckpt["fingerprint"].items() if k not in free},
-                {k: v for k, v in fingerprint.items() if k not in free},
-            )
-        else:  # written before run fingerprints: only its training settings can be compared
-            saved = ckpt.get("config", {})
-            changed = _differences(
-                {k: v for k, v in saved.items() if k in FINGERPRINT_KEYS},
-                {k: getattr(cfg, k) for k in FINGERPRINT_KEYS if k in saved},
-            )
-            if dist.is_main() and not changed:
-                warnings.warn(
-                    LearngeneWarning(
-                        f"{quote(path)} predates run fingerprints: only its training settings were checked, "
-                        f"not its data, model or method; resume it only with the command that made it"
-                    ),
-                    stacklevel=2,
-                )
+        changed = _changed_since(ckpt, path, cfg, fingerprint, free)
         if changed:
             may = (
                 "after its stop on a non-finite loss only --lr and --grad-clip may change; "
@@ -294,12 +276,8 @@ class RunState:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
-        if free:  # the new peak lr replaces the saved one; the schedule goes on from the saved step
-            scheduler.base_lrs = [cfg.lr] * len(optimizer.param_groups)
-            for group in optimizer.param_groups:
-                group["initial_lr"] = cfg.lr
-            for group, factor in zip(optimizer.param_groups, scheduler.lr_lambdas):
-                group["lr"] = cfg.lr * factor(scheduler.last_epoch)
+        if free:
+            _set_peak_lr(optimizer, scheduler, cfg.lr)
         per_rank = ckpt.get("rng_per_rank", [ckpt["rng"]])
         if dist.rank() < len(per_rank):  # a rank the saved run did not have keeps its fresh seed
             _set_rng_state(per_rank[dist.rank()])
@@ -315,6 +293,41 @@ class RunState:
             best_loss=ckpt.get("best_loss"),
             sane=ckpt.get("sane", True),
         )
+
+
+def _changed_since(
+    ckpt: dict[str, Any], path: Path, cfg: TrainConfig, fingerprint: dict[str, Any], free: tuple[str, ...]
+) -> list[str]:
+    """How this run differs from the checkpointed one (``free``: the settings that may change), by the run
+    fingerprints; a checkpoint written before them is compared by its training settings alone, with a warning."""
+    if "fingerprint" in ckpt:
+        return _differences(
+            {k: v for k, v in ckpt["fingerprint"].items() if k not in free},
+            {k: v for k, v in fingerprint.items() if k not in free},
+        )
+    saved = ckpt.get("config", {})
+    changed = _differences(
+        {k: v for k, v in saved.items() if k in FINGERPRINT_KEYS},
+        {k: getattr(cfg, k) for k in FINGERPRINT_KEYS if k in saved},
+    )
+    if dist.is_main() and not changed:
+        warnings.warn(
+            LearngeneWarning(
+                f"{quote(path)} predates run fingerprints: only its training settings were checked, "
+                f"not its data, model or method; resume it only with the command that made it"
+            ),
+            stacklevel=3,
+        )
+    return changed
+
+
+def _set_peak_lr(optimizer: torch.optim.Optimizer, scheduler: Any, lr: float) -> None:
+    """A new peak learning rate in place of the saved one; the schedule goes on from the saved step."""
+    scheduler.base_lrs = [lr] * len(optimizer.param_groups)
+    for group in optimizer.param_groups:
+        group["initial_lr"] = lr
+    for group, factor in zip(optimizer.param_groups, scheduler.lr_lambdas):
+        group["lr"] = lr * factor(scheduler.last_epoch)
 
 
 def open_run(

@@ -28,7 +28,7 @@ Kind = Literal["result", "speed", "report"]
 RESULT: Kind = "result"
 SPEED: Kind = "speed"
 REPORT: Kind = "report"
-# the flag groups of the parser (learngene.cli.parser.add_settings)
+# the flag groups of the parser (learngene.cli.flags.add_settings)
 TRAINING, SPEED_GROUP, DISTILL, COMMON, LOGGING = "training", "speed", "distill", "common", "logging"
 # where a run's curves can also go (learngene.training.loggers), and the optional extra that brings each
 Logger = Literal["tensorboard", "wandb"]
@@ -42,6 +42,18 @@ def setting(
     ``none_means``, ``zero_means_none``, ``fix``, the range) with a ``help`` line required, ``kind`` (result / speed
     / report) and the flag's ``group`` (:data:`TRAINING` by default)."""
     return field(default, help=help, kind=kind, group=group, **declared)
+
+
+def distillation_setting(default: float, term: str, symbol: str, **declared: Any) -> Any:
+    """A term of the distillation loss ``(1−λ)·CE + λ·τ²·KL``: its flag ``--distill-TERM`` in the distillation group,
+    its messages naming it by its ``symbol`` (``distillation λ``)."""
+    return setting(default, flag=f"--distill-{term}", group=DISTILL, label=f"distillation {symbol}", **declared)
+
+
+def report_count(default: int | None, **declared: Any) -> Any:
+    """A count N of how often or on how much the run reports (checkpoints, evaluations): a flag with metavar ``N``,
+    of the ``report`` kind (it changes what is kept and shown, never the result)."""
+    return setting(default, metavar="N", kind=REPORT, **declared)
 
 
 @dataclass
@@ -78,25 +90,16 @@ class TrainConfig:
         fix="pass {} between 0 (off) and e.g. 0.1",
         help="label smoothing in [0, 1)",
     )
-    distill_lambda: float = setting(
+    distill_lambda: float = distillation_setting(
         0.0,
-        flag="--distill-lambda",
-        group=DISTILL,
+        "lambda",
+        "λ",
         at_least=0,
         at_most=1,
-        label="distillation λ",
         fix="pass {} between 0 (plain CE) and 1 (pure distillation)",
         help="λ in [0, 1]: 0 = plain CE; 1 = pure distillation",
     )
-    distill_tau: float = setting(
-        1.0,
-        flag="--distill-tau",
-        group=DISTILL,
-        above=0,
-        label="distillation τ",
-        fix="pass e.g. {=1}",
-        help="τ, positive",
-    )
+    distill_tau: float = distillation_setting(1.0, "tau", "τ", above=0, fix="pass e.g. {=1}", help="τ, positive")
     augment: bool = setting(False, flag="--augment", help="random flips and 2-pixel shifts")
     mixup: bool = setting(
         False,
@@ -105,30 +108,21 @@ class TrainConfig:
     seed: int = setting(0, flag="--seed", group=COMMON, at_least=0, help="random seed, 0 or more")
     device: str = setting("auto", flag="--device", group=COMMON, kind=SPEED, help="auto, cpu, cuda or cuda:N")
     eval_batch_size: int = setting(512, kind=SPEED, above=0, help="images per evaluation batch")
-    checkpoint_every: int = setting(
+    checkpoint_every: int = report_count(
         0,
         flag="--checkpoint-every",
-        metavar="N",
-        kind=REPORT,
         at_least=0,
         label="checkpoint interval",
         fix="pass {=N} with N >= 0",
         none_means="auto, once per epoch",
         help="also checkpoint every N steps inside an epoch (0: at the end of each epoch only)",
     )
-    eval_every: int = setting(
-        1,
-        flag="--eval-every",
-        metavar="N",
-        kind=REPORT,
-        at_least=0,
-        help="evaluate every N epochs and after the last; 0 = after the last only",
+    eval_every: int = report_count(
+        1, flag="--eval-every", at_least=0, help="evaluate every N epochs and after the last; 0 = after the last only"
     )
-    eval_images: int | None = setting(
+    eval_images: int | None = report_count(
         None,
         flag="--eval-images",
-        metavar="N",
-        kind=REPORT,
         at_least=1,
         zero_means_none=True,
         none_means="all of them",

@@ -4,7 +4,7 @@ Two kinds, chosen by the teacher's label space (:func:`setup_distillation`):
 
 - **logit KD** when the teacher's head was trained on the data's classes: per image
   ``(1−λ)·CE(z_s, y) + λ·τ²·KL(softmax(z_t/τ) ‖ softmax(z_s/τ))`` (Hinton et al. 2015, arXiv:1503.02531;
-  :func:`learngene.training.loop.distill_loss`). Weight selection (Xu et al., arXiv:2311.18823, Sec. 4.4) reports
+  :func:`learngene.training.steps.distill_loss`). Weight selection (Xu et al., arXiv:2311.18823, Sec. 4.4) reports
   selection followed by this distillation as its best recipe.
 - **feature KD** otherwise (another label space, or a headless teacher): per image
   ``(1−λ)·CE(z_s, y) + λ·(1 − cos(P·f_s, f_t))`` where ``f_s`` is the student's pooled embedding (what its
@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from ..errors import LearngeneError
 from ..vit.naflex import image_input
-from .loop import distill_loss
+from .steps import distill_loss
 
 
 def _timm_net(model: nn.Module) -> Any:  # a timm model: num_features, get_classifier, forward_head
@@ -178,7 +178,8 @@ def cache_teacher_outputs(data: Any, teacher: nn.Module, cfg: Any) -> tuple[Any,
     the teacher's outputs computed once (the teacher is then not needed: None); augmented, mixed or streamed
     data keep the teacher, which the loop runs on each batch."""
     from ..data import ImageData
-    from .loop import predict_logits, resolve_device
+    from .device import resolve_device
+    from .evaluation import predict_logits
 
     if cfg.augment or cfg.mixup or not isinstance(data, ImageData) or data.soft_targets is not None:
         return data, teacher

@@ -11,7 +11,7 @@ and no registry is imported here: every user imports this module.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -24,12 +24,22 @@ from .spec import ViTSpec, block_key
 from .transfer import StateDict
 
 
+def value_noise_option(default: float) -> Any:
+    """The option α of ``W_v W_proj = α·Z − β·I`` (mimetic's ``alpha2``, structured's ``alpha``)."""
+    return option(default, phase=EXPAND, help="noise in W_v W_proj")
+
+
+def value_identity_option(default: float) -> Any:
+    """The option β of ``W_v W_proj = α·Z − β·I`` (mimetic's ``beta2``, structured's ``beta``)."""
+    return option(default, phase=EXPAND, help="negative identity in W_v W_proj")
+
+
 @dataclass(frozen=True)
 class MimeticConfig:
     alpha1: float = option(0.7, phase=EXPAND, help="noise in W_q W_kᵀ")
     beta1: float = option(0.7, phase=EXPAND, help="identity in W_q W_kᵀ")
-    alpha2: float = option(0.4, phase=EXPAND, help="noise in W_v W_proj")
-    beta2: float = option(0.4, phase=EXPAND, help="negative identity in W_v W_proj")
+    alpha2: float = value_noise_option(0.4)
+    beta2: float = value_identity_option(0.4)
     pos_scale: float = option(1.0, phase=EXPAND, help="factor on the sin-cos position embeddings")
     seed: int = option(0, phase=EXPAND, help="the noise draws (a descendant's seed sets it)")
 
@@ -65,9 +75,16 @@ def value_projection_factors(
         v of shape ``(D, D)`` (rows in timm's head order) and proj of shape ``(D, D)``.
     """
     z = torch.randn(width, width, generator=generator, dtype=torch.float64) / width**0.5
-    u, s, vh = torch.linalg.svd(alpha * z - beta * torch.eye(width, dtype=torch.float64))
+    v, proj = factor_value_projection(z, alpha, beta)
+    return v.float(), proj.float()
+
+
+def factor_value_projection(z: Tensor, alpha: float, beta: float) -> tuple[Tensor, Tensor]:
+    """timm's v rows and proj weight, ``(D, D)`` each in float64, with ``W_v W_proj = α·Z − β·I`` exactly for a
+    drawn ``(D, D)`` noise ``Z``: ``W_v = U Σ^½`` and ``W_proj = Σ^½ Vᵀ`` as maps on row vectors, stored transposed."""
+    u, s, vh = torch.linalg.svd(alpha * z - beta * torch.eye(z.shape[0], dtype=torch.float64))
     root = s.sqrt()
-    return (root.unsqueeze(1) * u.T).float(), (vh.T * root).float()
+    return root.unsqueeze(1) * u.T, vh.T * root
 
 
 def sincos_pos_embed(spec: ViTSpec, scale: float = 1.0) -> Tensor:

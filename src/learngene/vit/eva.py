@@ -8,7 +8,7 @@ Eva's state_dict is a ViT's with a few more rows: the same ``patch_embed``/``pos
 ``mlp.norm`` on the hidden channels before fc2) and layer scale named ``gamma_1``/``gamma_2``. Rotary
 position embeddings (RoPE) hold no weights: the architecture computes them from the head size and
 the patch grid, so a descendant of another size gets its own. What a spec records of an Eva are
-these rows (:class:`~learngene.vit.spec.ViTFamily`'s ``model_class="eva"``, ``qv_bias``, ``attn_norm``,
+these rows (:class:`~learngene.vit.family.ViTFamily`'s ``model_class="eva"``, ``qv_bias``, ``attn_norm``,
 ``mlp_norm``, ``rope``); this module translates them to and from Eva's own arguments.
 
 EVA-02 B/L and the EVA-02 CLIP towers keep q, k and v apart (timm's ``qkv_fused=False``); loaded as
@@ -94,7 +94,7 @@ def eva_problems(model, block) -> list[str]:
 
 
 def eva_family_fields(model, block) -> dict[str, Any]:
-    """The :class:`~learngene.vit.spec.ViTFamily` fields read off an Eva (its MLP, norms and activation are read by
+    """The :class:`~learngene.vit.family.ViTFamily` fields read off an Eva (its MLP, norms and activation are read by
     the caller, as for a ViT)."""
     from torch import nn
 

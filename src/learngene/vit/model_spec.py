@@ -12,17 +12,8 @@ import math
 from typing import Any, cast
 
 from ..errors import SpecError
-from .spec import (
-    MLP_LAYERS,
-    POOLS,
-    TIMM_ARCH,
-    MlpLayer,
-    NormLayer,
-    ViTFamily,
-    ViTSpec,
-    is_distilled,
-    mlp_layer_of,
-)
+from .family import MLP_LAYERS, POOLS, MlpLayer, NormLayer, ViTFamily
+from .spec import TIMM_ARCH, ViTSpec, is_distilled, mlp_layer_of
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "silu", "relu")
 
@@ -101,70 +92,21 @@ def spec_from_model(model, arch: str | None = None) -> ViTSpec:
     Raises:
         SpecError: naming, in one line, every part of ``model`` a spec cannot describe.
     """
-    from timm.models.vision_transformer import VisionTransformer
+    from .eva import is_eva
+    from .naflex import is_naflex, naflex_sizes
 
-    from .eva import eva_family_fields, eva_problems, is_eva
-    from .naflex import is_naflex, naflex_family_fields, naflex_problems, naflex_sizes, settings_difference
-
-    arch = arch or (getattr(model, "pretrained_cfg", None) or {}).get("architecture")
-    name = f"{arch}: " if arch else ""
     eva, naflex = is_eva(model), is_naflex(model)
-    if not isinstance(model, VisionTransformer) and not eva and not naflex:
-        raise SpecError(f"{name}{_not_a_vit(model)}")
-    distilled = is_distilled(model)
-    if arch is None and (eva or naflex):
-        raise SpecError(
-            f"a {type(model).__name__} model without its timm architecture name; pass arch= "
-            f"(e.g. eva02_tiny_patch14_224, naflexvit_base_patch16_siglip)"
-        )
-    arch = arch or ("deit_tiny_distilled_patch16_224" if distilled else TIMM_ARCH)
+    arch = _architecture(model, arch, eva, naflex)
     name = f"{arch}: "
     block: Any = model.blocks[0] if len(model.blocks) else None
-    if eva:
-        problems = eva_problems(model, block) if block is not None else ["depth=0 (at least one block)"]
-        problems = problems or _undescribable_parts(block)
-    elif naflex:
-        problems = naflex_problems(model) + (
-            _block_problems(block) if block is not None else ["depth=0 (at least one block)"]
-        )
-    else:
-        problems = _undescribable(model, block)
+    problems = _problems(model, block, eva, naflex)
     if problems:
         raise SpecError(name + "; ".join(problems))
+    family = _family(model, block, eva, naflex)
     D = model.embed_dim
-    norm = model.fc_norm if not isinstance(model.fc_norm, _identity()) else model.norm
-    embed: Any = None if naflex else model.patch_embed
-    vit_fields = (
-        eva_family_fields(model, block)
-        if eva
-        else naflex_family_fields(model, block)
-        if naflex
-        else dict(
-            class_token=model.cls_token is not None,
-            reg_tokens=model.num_reg_tokens,
-            no_embed_class=model.no_embed_class,
-            pre_norm=not isinstance(model.norm_pre, _identity()),
-            init_values=float(block.ls1.init_values) if hasattr(block.ls1, "gamma") else None,
-            qkv_bias=block.attn.qkv.bias is not None,
-            qk_norm=not isinstance(block.attn.q_norm, _identity()),
-            dynamic_img_size=bool(model.dynamic_img_size),
-            embed_norm=not isinstance(embed.norm, _identity()),
-        )
-    )
-    family = ViTFamily(
-        distilled=distilled,
-        final_norm=not isinstance(norm, _identity()),
-        fc_norm=_fc_norm_arg(model),
-        global_pool=model.global_pool,
-        # named, since _undescribable found nothing a spec cannot hold
-        act_layer=cast(str, _activation(block.mlp.act)),
-        mlp_layer=cast(MlpLayer, mlp_layer_of(block.mlp)),
-        norm_layer=cast(NormLayer, _norm_layer(block.norm1)),
-        proj_bias=block.attn.proj.bias is not None,
-        **vit_fields,
-    )
     # timm's ViT reads mlp_ratio as fc1's outputs (a packed SwiGLU's two halves), Eva as fc2's inputs
     hidden = block.mlp.fc2.in_features * (2 if family.mlp_layer == "swiglu_packed" and not eva else 1)
+    embed: Any = None if naflex else model.patch_embed
     spec = ViTSpec(
         depth=len(model.blocks),
         embed_dim=D,
@@ -179,6 +121,92 @@ def spec_from_model(model, arch: str | None = None) -> ViTSpec:
         arch=arch,
         family=family,
     )
+    _check_rebuilds(model, spec, naflex)
+    return spec
+
+
+def _architecture(model, arch: str | None, eva: bool, naflex: bool) -> str:
+    """The timm architecture ``model`` was built from: ``arch``, else its ``pretrained_cfg``'s, else the plain (or
+    distilled) ViT's. A model of no class a spec describes, or an Eva or NaFlexVit without its name, is refused."""
+    from timm.models.vision_transformer import VisionTransformer
+
+    arch = arch or (getattr(model, "pretrained_cfg", None) or {}).get("architecture")
+    name = f"{arch}: " if arch else ""
+    if not isinstance(model, VisionTransformer) and not eva and not naflex:
+        raise SpecError(f"{name}{_not_a_vit(model)}")
+    if arch is None and (eva or naflex):
+        raise SpecError(
+            f"a {type(model).__name__} model without its timm architecture name; pass arch= "
+            f"(e.g. eva02_tiny_patch14_224, naflexvit_base_patch16_siglip)"
+        )
+    return arch or ("deit_tiny_distilled_patch16_224" if is_distilled(model) else TIMM_ARCH)
+
+
+def _problems(model, block, eva: bool, naflex: bool) -> list[str]:
+    """Every part of ``model`` a spec cannot hold, by its model class: an Eva's, a NaFlexVit's or a ViT's."""
+    from .eva import eva_problems
+    from .naflex import naflex_problems
+
+    if eva:
+        problems = eva_problems(model, block) if block is not None else ["depth=0 (at least one block)"]
+        return problems or _undescribable_parts(block)
+    if naflex:
+        return naflex_problems(model) + (
+            _block_problems(block) if block is not None else ["depth=0 (at least one block)"]
+        )
+    return _undescribable(model, block)
+
+
+def _family(model, block, eva: bool, naflex: bool) -> ViTFamily:
+    """The family read off ``model``: what every model class has (final norm, pooling, MLP, activation, norms,
+    projection biases) and its class's own fields (:func:`_vit_family_fields`, an Eva's, a NaFlexVit's)."""
+    from .eva import eva_family_fields
+    from .naflex import naflex_family_fields
+
+    norm = model.fc_norm if not isinstance(model.fc_norm, _identity()) else model.norm
+    own = (
+        eva_family_fields(model, block)
+        if eva
+        else naflex_family_fields(model, block)
+        if naflex
+        else _vit_family_fields(model, block)
+    )
+    return ViTFamily(
+        distilled=is_distilled(model),
+        final_norm=not isinstance(norm, _identity()),
+        fc_norm=_fc_norm_arg(model),
+        global_pool=model.global_pool,
+        # named, since the problems found nothing a spec cannot hold
+        act_layer=cast(str, _activation(block.mlp.act)),
+        mlp_layer=cast(MlpLayer, mlp_layer_of(block.mlp)),
+        norm_layer=cast(NormLayer, _norm_layer(block.norm1)),
+        proj_bias=block.attn.proj.bias is not None,
+        **own,
+    )
+
+
+def _vit_family_fields(model, block) -> dict[str, Any]:
+    """The :class:`~learngene.vit.family.ViTFamily` fields read off a timm VisionTransformer (tokens, embedding,
+    layer scale, attention biases and norms)."""
+    return dict(
+        class_token=model.cls_token is not None,
+        reg_tokens=model.num_reg_tokens,
+        no_embed_class=model.no_embed_class,
+        pre_norm=not isinstance(model.norm_pre, _identity()),
+        init_values=float(block.ls1.init_values) if hasattr(block.ls1, "gamma") else None,
+        qkv_bias=block.attn.qkv.bias is not None,
+        qk_norm=not isinstance(block.attn.q_norm, _identity()),
+        dynamic_img_size=bool(model.dynamic_img_size),
+        embed_norm=not isinstance(model.patch_embed.norm, _identity()),
+    )
+
+
+def _check_rebuilds(model, spec: ViTSpec, naflex: bool) -> None:
+    """Refuse a spec that does not rebuild ``model`` exactly: other tensors, or, built again on the meta device,
+    another module or NaFlexVit setting (the first difference named)."""
+    from .naflex import settings_difference
+
+    name = f"{spec.arch}: "
     have = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     if have != spec.state_shapes():
         differ = sorted(set(have) ^ set(spec.state_shapes())) or sorted(
@@ -190,16 +218,15 @@ def spec_from_model(model, arch: str | None = None) -> ViTSpec:
     reference = _build_on_meta(spec)
     if reference is None:
         raise SpecError(
-            f"{name}timm cannot build {arch} with the arguments read from this model "
+            f"{name}timm cannot build {spec.arch} with the arguments read from this model "
             f"({spec.family.short()}); pass the ancestry's own architecture name"
         )
     mismatch = _first_module_difference(model, reference) or (settings_difference(model, reference) if naflex else None)
     if mismatch:
         raise SpecError(
-            f"{name}this model differs from timm's {arch} built with the arguments read from it at "
+            f"{name}this model differs from timm's {spec.arch} built with the arguments read from it at "
             f"{mismatch}; load the checkpoint with its own architecture name and no extra arguments"
         )
-    return spec
 
 
 def _identity():

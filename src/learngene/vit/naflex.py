@@ -103,7 +103,7 @@ def naflex_problems(model) -> list[str]:
 
 
 def naflex_family_fields(model, block) -> dict[str, Any]:
-    """The :class:`~learngene.vit.spec.ViTFamily` fields read off a NaFlexVit (its MLP, norms, pooling and
+    """The :class:`~learngene.vit.family.ViTFamily` fields read off a NaFlexVit (its MLP, norms, pooling and
     activation are read by the caller, as for a ViT)."""
     from torch import nn
 

@@ -112,35 +112,40 @@ def _both(*tests: Callable[[Any], bool]) -> Callable[[Any], bool]:
     return lambda family: all(test(family) for test in tests)
 
 
+def _norm(
+    name: str, axes: tuple[Axis, ...], sublayer: str, *tags: str, present: Callable[[Any], bool] | None = None
+) -> dict[str, BlockTensor]:
+    """A norm's rows: its gain, and its bias where the family's norms have one (a LayerNorm's, not an RmsNorm's)."""
+    bias_present = _norm_bias if present is None else _both(present, _norm_bias)
+    return {
+        f"{name}.weight": _row(axes, sublayer, NORM, *tags, present=present),
+        f"{name}.bias": _row(axes, sublayer, NORM, present=bias_present),
+    }
+
+
 # In timm's order within a block (``Block.state_dict()``).
 BLOCK_TENSORS: dict[str, BlockTensor] = {
-    "norm1.weight": _row(_VECTOR, MSA, NORM, WIDTH_GAIN),
-    "norm1.bias": _row(_VECTOR, MSA, NORM, present=_norm_bias),
+    **_norm("norm1", _VECTOR, MSA, WIDTH_GAIN),
     "attn.q_bias": _row((Axis(HEADS),), MSA, present=_qv_bias),
     "attn.v_bias": _row((Axis(HEADS),), MSA, present=_qv_bias),
     "attn.qkv.weight": _row((Axis(HEADS, 3), Axis(WIDTH_IN)), MSA, MATRIX),
     "attn.qkv.bias": _row((Axis(HEADS, 3),), MSA, present=_qkv_bias),
-    "attn.q_norm.weight": _row((Axis(HEAD_DIM),), MSA, NORM, present=_qk_norm),
-    "attn.q_norm.bias": _row((Axis(HEAD_DIM),), MSA, NORM, present=_both(_qk_norm, _norm_bias)),
-    "attn.k_norm.weight": _row((Axis(HEAD_DIM),), MSA, NORM, present=_qk_norm),
-    "attn.k_norm.bias": _row((Axis(HEAD_DIM),), MSA, NORM, present=_both(_qk_norm, _norm_bias)),
+    **_norm("attn.q_norm", (Axis(HEAD_DIM),), MSA, present=_qk_norm),
+    **_norm("attn.k_norm", (Axis(HEAD_DIM),), MSA, present=_qk_norm),
     # Eva's sub-norm: over W_O's input, heads x head_dim channels, so it moves head by head
-    "attn.norm.weight": _row((Axis(HEADS),), MSA, NORM, present=_attn_norm),
-    "attn.norm.bias": _row((Axis(HEADS),), MSA, NORM, present=_both(_attn_norm, _norm_bias)),
+    **_norm("attn.norm", (Axis(HEADS),), MSA, present=_attn_norm),
     "attn.proj.weight": _row((Axis(WIDTH), Axis(HEADS_IN)), MSA, MATRIX, WRITER),
     "attn.proj.bias": _row(_VECTOR, MSA, WRITER, present=_proj_bias),
     "ls1.gamma": _row(_VECTOR, MSA, NORM, LAYER_SCALE, present=_layer_scale),
     "gamma_1": _row(_VECTOR, MSA, NORM, LAYER_SCALE, present=_eva_layer_scale),
-    "norm2.weight": _row(_VECTOR, MLP, NORM, WIDTH_GAIN),
-    "norm2.bias": _row(_VECTOR, MLP, NORM, present=_norm_bias),
+    **_norm("norm2", _VECTOR, MLP, WIDTH_GAIN),
     "mlp.fc1.weight": _row((Axis(HIDDEN, GLU), Axis(WIDTH_IN)), MLP, MATRIX, present=_packed_mlp),
     "mlp.fc1.bias": _row((Axis(HIDDEN, GLU),), MLP, present=_both(_packed_mlp, _proj_bias)),
     "mlp.fc1_g.weight": _row((Axis(HIDDEN), Axis(WIDTH_IN)), MLP, MATRIX, present=_unpacked_swiglu),
     "mlp.fc1_g.bias": _row((Axis(HIDDEN),), MLP, present=_both(_unpacked_swiglu, _proj_bias)),
     "mlp.fc1_x.weight": _row((Axis(HIDDEN), Axis(WIDTH_IN)), MLP, MATRIX, present=_unpacked_swiglu),
     "mlp.fc1_x.bias": _row((Axis(HIDDEN),), MLP, present=_both(_unpacked_swiglu, _proj_bias)),
-    "mlp.norm.weight": _row((Axis(HIDDEN),), MLP, NORM, present=_mlp_norm),
-    "mlp.norm.bias": _row((Axis(HIDDEN),), MLP, NORM, present=_both(_mlp_norm, _norm_bias)),
+    **_norm("mlp.norm", (Axis(HIDDEN),), MLP, present=_mlp_norm),
     "mlp.fc2.weight": _row((Axis(WIDTH), Axis(HIDDEN_IN)), MLP, MATRIX, WRITER),
     "mlp.fc2.bias": _row(_VECTOR, MLP, WRITER, present=_proj_bias),
     "ls2.gamma": _row(_VECTOR, MLP, NORM, LAYER_SCALE, present=_layer_scale),

@@ -343,8 +343,6 @@ def inherit_non_block(
     (methods that change width move these tensors first, by the axes of :func:`non_block_axes`); another input
     channel count is an error. A NaFlexVit's embeddings are moved in a ViT's layout (:meth:`ViTSpec.vit_layout`).
     """
-    from timm.layers import resample_abs_pos_embed, resample_patch_embed  # timm takes seconds to import: on use only
-
     out: StateDict = {}
     if source.embed_dim != target.embed_dim:
         return out
@@ -358,33 +356,50 @@ def inherit_non_block(
         if part_of(key) not in parts or key.startswith("blocks."):
             continue
         if key == "pos_embed":
-            src_prefix, dst_prefix = source.family.pos_prefix_tokens, target.family.pos_prefix_tokens
-            patches = tensor[:, src_prefix:]
-            if source.grid_size != target.grid_size:
-                patches = resample_abs_pos_embed(
-                    patches,
-                    new_size=[target.grid_size] * 2,
-                    old_size=[source.grid_size] * 2,
-                    num_prefix_tokens=0,
-                    verbose=False,
-                )
-            if dst_prefix == src_prefix:
-                out[key] = torch.cat([tensor[:, :src_prefix], patches], dim=1)
-            elif dst_prefix == 0:
-                out[key] = patches
+            positions = _positions_for(tensor, source, target)
+            if positions is not None:
+                out[key] = positions
             continue
         if key == "patch_embed.proj.weight":
-            if source.in_chans != target.in_chans:
-                raise LearngeneError(
-                    f"the ancestry takes {source.in_chans}-channel images but the target asks for "
-                    f"{target.in_chans}; keep in_chans={source.in_chans} (data are converted to it)"
-                )
-            if source.patch_size != target.patch_size:
-                tensor = resample_patch_embed(tensor, [target.patch_size] * 2, verbose=False)
+            tensor = _patch_kernel_for(tensor, source, target)
         key = renamed.get(key, key)
         if key in shapes and tuple(tensor.shape) == shapes[key]:
             out[key] = tensor
     return target.model_layout(out)
+
+
+def _positions_for(pos_embed: Tensor, source: ViTSpec, target: ViTSpec) -> Tensor | None:
+    """``source``'s position table for ``target``: the patch rows resampled to its grid (timm's resampler), the
+    prefix tokens' rows kept when both specs have the same ones; None when ``target`` has other prefix rows."""
+    from timm.layers import resample_abs_pos_embed  # timm takes seconds to import: on use only
+
+    src_prefix, dst_prefix = source.family.pos_prefix_tokens, target.family.pos_prefix_tokens
+    patches = pos_embed[:, src_prefix:]
+    if source.grid_size != target.grid_size:
+        patches = resample_abs_pos_embed(
+            patches,
+            new_size=[target.grid_size] * 2,
+            old_size=[source.grid_size] * 2,
+            num_prefix_tokens=0,
+            verbose=False,
+        )
+    if dst_prefix == src_prefix:
+        return torch.cat([pos_embed[:, :src_prefix], patches], dim=1)
+    return patches if dst_prefix == 0 else None
+
+
+def _patch_kernel_for(kernel: Tensor, source: ViTSpec, target: ViTSpec) -> Tensor:
+    """``source``'s patch-embedding kernel resampled to ``target``'s patch size; another channel count is an error."""
+    from timm.layers import resample_patch_embed  # timm takes seconds to import: on use only
+
+    if source.in_chans != target.in_chans:
+        raise LearngeneError(
+            f"the ancestry takes {source.in_chans}-channel images but the target asks for "
+            f"{target.in_chans}; keep in_chans={source.in_chans} (data are converted to it)"
+        )
+    if source.patch_size != target.patch_size:
+        return resample_patch_embed(kernel, [target.patch_size] * 2, verbose=False)
+    return kernel
 
 
 def carry_non_block(
