@@ -53,7 +53,8 @@ def condense(
             loaded at the ancestry's input size.
         train_cfg: the run's settings; a mapping takes the method's distillation λ unless it gives one
             (:func:`~learngene.pipeline.inputs.train_config`); its ``seed`` seeds the condensation.
-        run_dir, resume: where the run checkpoints, and whether it continues from there.
+        run_dir: where the run checkpoints.
+        resume: whether it continues from the checkpoint in ``run_dir``.
     """
     made = _method(method, options)
     defaults = {**USE_CASE_DEFAULTS["condense"], "distill_lambda": made.distill_lambda}

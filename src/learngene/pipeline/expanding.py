@@ -46,8 +46,10 @@ def expand(
         options: the method's options for this expansion, by name or as ``KEY=VALUE`` texts (``--opt``); an option
             only condensing or adapting reads is refused.
         top_up: a method without a learngene (e.g. ``"mimetic"``) that fills what the gene leaves out.
-        max_params, max_flops: a budget: the deepest, then widest size near ``size`` within it that the method
-            expands to (``size``'s ``depth`` or ``num_heads`` pin that axis); ``say`` tells which and why.
+        max_params: a budget of parameters: the deepest, then widest size near ``size`` within it (and within
+            ``max_flops``) that the method expands to (``size``'s ``depth`` or ``num_heads`` pin that axis); ``say``
+            tells which and why.
+        max_flops: a budget of forward FLOPs per image, taken as ``max_params`` is.
         license: the descendant's licence (default: the gene's).
         output: ``(name, value)`` of an output the gene's method declares instead of a timm ViT
             (:class:`~learngene.method.ExpandOutput`, e.g. pool's ``("stitch", "0:1-2:0")``); a text value is
