@@ -11,7 +11,7 @@ _EXPORTS = {
     "Task": "profiles",
     "get_profile": "profiles",
     "BenchRun": "protocol",
-    "Row": "report",
+    "Row": "rows",
     "run_profile": "protocol",
 }
 

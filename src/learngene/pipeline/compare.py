@@ -26,18 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from ..bench.plots import finish_figure, has_curves, line_style, plot_curves, style_per_method
 from ..bench.profiles import Profile, Task, Upstream, Variant, shared_settings
-from ..bench.report import (
-    finish_figure,
-    has_curves,
-    line_style,
-    machine,
-    mean_curve,
-    plot_curves,
-    plural,
-    style_per_method,
-    write_csv,
-)
+from ..bench.report import machine, plural
+from ..bench.rows import mean_curve, write_csv
 from ..bench.stats import MAX_SEEDS, RULE, Verdict, decide, holm, paired
 from ..bench.workers import worker_device
 from ..errors import LearngeneError

@@ -1,0 +1,133 @@
+"""The walk of a benchmark's grid: every upstream's ancestry and genes, then the descendants of every seed, size,
+method (and ablation) and task, in the grid's order; what another worker holds is skipped and counted."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..data import Data
+from ..errors import LearngeneError, PlaceError
+from ..gene import Learngene
+from ..registry import get_method
+from .cells import CellStage
+from .plan import WorkPlan
+from .profiles import Upstream
+from .rows import Row
+from .tasks import TaskData
+from .workers import Busy
+
+
+class GridWalk(CellStage, WorkPlan):
+    """One walk of the grid: every unit done is read, every free one computed."""
+
+    def _walk(self, work: list[tuple[Any, ...]]) -> None:
+        """One walk of the grid in its order: every unit done is read, every free one computed (``computing``),
+        every one another worker holds skipped and counted in ``blocked``; the rows go to ``self.rows``."""
+        self.rows, self.blocked, self.progressed = [], 0, False
+        for up, tasks, anc_images, upstream, upstream_eval, plan, trained in work:
+            self._check_time()
+            try:
+                with self._stage(plan["ancestry"], f"ancestry {up.name}".strip()):
+                    ancestry = self.ancestry(anc_images, upstream_eval, up)
+            except Busy:  # another worker trains this ancestry: everything of this upstream waits for it
+                self.blocked += 1
+                continue
+            genes: dict[str, tuple[Learngene, str] | LearngeneError] = {}
+            for name in self._methods(up):
+                self._check_time()
+                try:
+                    work_done = plan["condense"].get(name, 0.0) if name in trained else 0.0
+                    with self._stage(work_done, f"condense {name}", f"{up.name}/condense/{name}"):
+                        data = self.condense_data(name, upstream)
+                        genes[name] = self.gene(name, ancestry, data, upstream_eval, up.condense_epochs)
+                except PlaceError:  # a full or read-only disk: every later stage would fail too
+                    raise
+                except LearngeneError as exc:  # recorded as n/a in every cell of the method
+                    genes[name] = exc
+                except Busy:  # another worker condenses it: its cells wait, this worker takes the others
+                    self.blocked += 1
+            self._descendants(genes, tasks, upstream, up)
+
+    def _descendants(
+        self,
+        genes: dict[str, tuple[Learngene, str] | LearngeneError],
+        tasks: list[TaskData],
+        upstream: Data,
+        up: Upstream | None = None,
+    ) -> None:
+        """Stages 3 and 4 for every seed, size, method (and ablation) and task; rows go to ``self.rows``."""
+        p = self.profile
+        up = up or p.all_upstreams()[0]
+        rows = self.rows
+        methods = [m for m in self._methods(up) if m in genes]
+        for seed in p.seeds:
+            for spec in self._specs(up):
+                for name in methods:
+                    base = Row(
+                        method=name,
+                        task="",
+                        size=spec.short(),
+                        depth=spec.depth,
+                        embed_dim=spec.embed_dim,
+                        num_heads=spec.num_heads,
+                        seed=seed,
+                        params=spec.num_params,
+                        upstream=up.name,
+                    )
+                    self._check_time()
+                    try:
+                        condensed = genes[name]
+                        if isinstance(condensed, LearngeneError):
+                            raise LearngeneError(f"condensation failed: {condensed}")
+                        gene, gene_key = condensed
+                        base = dataclasses.replace(
+                            base,
+                            stored_params=gene.num_stored_params,
+                            condense_seconds=float(gene.cost.get("seconds", 0.0)),
+                            condense_steps=int(gene.cost.get("steps", 0)),
+                        )
+                        with self._stage(
+                            self._adapt_gflop(spec) if get_method(name).adaptable else 0.0,
+                            f"adapt {name} {spec.short()} seed {seed}",
+                            f"{up.name}/adapt/{name}/{spec.short()}/{seed}",
+                        ):
+                            init, init_key, adapt_s = self.initial_gene(gene, gene_key, spec, seed, upstream)
+                    except PlaceError:
+                        raise
+                    except LearngeneError as exc:
+                        init, init_key, adapt_s, why = None, "", 0.0, str(exc)
+                    except Busy:  # another worker adapts it: this size and seed of the method waits
+                        self.blocked += 1
+                        continue
+                    variants = [None] + [
+                        v for v in p.variants if v.runs_on(up) and name in self._variant_methods(v, methods)
+                    ]
+                    for td in tasks:
+                        for variant in variants:
+                            for budget in self._budgets(name, td.task) if variant is None else (1,):
+                                row = dataclasses.replace(
+                                    base,
+                                    task=td.task.name,
+                                    budget=budget,
+                                    adapt_seconds=adapt_s,
+                                    variant=variant.name if variant else "",
+                                )
+                                work = self._cell_gflop(spec, td, budget)
+                                unit = f"{up.name}/{td.task.name}/{row.label}/{spec.short()}/{seed}"
+                                if init is None:
+                                    with self._stage(work, f"{name} {spec.short()}: n/a", unit):
+                                        rows.append(dataclasses.replace(row, note=why))
+                                    continue
+                                self._check_time()
+                                try:
+                                    with self._stage(
+                                        work, f"fine-tune {td.task.name} {row.label} {spec.short()} seed {seed}", unit
+                                    ):
+                                        rows.append(self.cell(row, init, init_key, spec, td, variant))
+                                except PlaceError:
+                                    raise
+                                except LearngeneError as exc:
+                                    rows.append(dataclasses.replace(row, note=str(exc)))
+                                except Busy:  # another worker fine-tunes it
+                                    self.blocked += 1
