@@ -20,7 +20,7 @@ from ..registry import get_method
 from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..training.loop import TrainConfig, train
 from ..vit.spec import ViTSpec
-from .profiles import Variant
+from .profiles import Task, Variant
 from .rows import Row, row_from_dict
 from .stages import RunStages, stage_key
 from .tasks import TaskData
@@ -33,6 +33,14 @@ def fresh_head(model: torch.nn.Module, spec: ViTSpec, seed: int) -> None:
     cast(Any, model).get_classifier().load_state_dict(reference.get_classifier().state_dict())
 
 
+def fine_tune_budget(task: Task, budget: int) -> tuple[int, int | None, int]:
+    """``(epochs, max_steps, eval_every)`` of a cell fine-tuned ``budget`` times the task's epochs (or steps)."""
+    max_steps = task.max_steps * budget if task.max_steps else None
+    # a ×N run is read at every multiple of the task's epochs: its curve and "epochs to match" need no more
+    eval_every = task.epochs if budget > 1 else task.eval_every
+    return task.epochs * budget, max_steps, eval_every
+
+
 class CellStage(RunStages):
     """Stage 4: fine-tune a descendant on a task."""
 
@@ -40,15 +48,50 @@ class CellStage(RunStages):
         self, row: Row, init: Learngene, init_key: str, spec: ViTSpec, task: TaskData, variant: Variant | None = None
     ) -> Row:
         t = task.task
-        epochs = t.epochs * row.budget
-        max_steps = t.max_steps * row.budget if t.max_steps else None
         fresh = t.new_head and not (variant and variant.head == "reuse")
         if fresh:  # the task's own label space
             spec = spec.replace(num_classes=task.train.num_classes)
-        # a ×N run is read at every multiple of the task's epochs: its curve and "epochs to match" need no more
-        eval_every = t.epochs if row.budget > 1 else t.eval_every
-        batch_size = t.batch_size or self.profile.train.batch_size
         options = descendant_options(init, row.seed, variant)
+        key = self._cell_key(row, init_key, spec, task, variant, options, fresh)
+        name = row.method + (f"{variant.name}" if variant else "")
+        path = (
+            self.out
+            / "cells"
+            / t.name
+            / name
+            / f"{spec.short()}-s{row.seed}{'' if row.budget == 1 else f'-x{row.budget}'}-{key}.json"
+        )
+        epochs, max_steps, eval_every = fine_tune_budget(t, row.budget)
+        cfg = self._cfg(
+            epochs=epochs,
+            seed=row.seed,
+            desc=f"{t.name} {row.label} {spec.short()}",
+            eval_every=eval_every,
+            eval_images=t.eval_images,
+            batch_size=t.batch_size or self.profile.train.batch_size,
+            max_steps=max_steps,
+            logs_at=path,
+        )
+        done = self._result(
+            path,
+            lambda f: row_from_dict(json.loads(f.read_text())),
+            lambda: self._fine_tune(row, init, spec, task, variant, path, cfg, options, fresh),
+        )
+        return dataclasses.replace(done, upstream=row.upstream)
+
+    def _cell_key(
+        self,
+        row: Row,
+        init_key: str,
+        spec: ViTSpec,
+        task: TaskData,
+        variant: Variant | None,
+        options: dict[str, Any],
+        fresh: bool,
+    ) -> str:
+        """The cache key of a cell: its start, size, seed, budget, data, ablation and the run's shared settings."""
+        t = task.task
+        epochs, max_steps, eval_every = fine_tune_budget(t, row.budget)
         # settings that older runs did not have join the key only when set: their cells stay valid
         extra = {
             k: v
@@ -64,7 +107,7 @@ class CellStage(RunStages):
             )
             if v is not None
         }
-        key = stage_key(
+        return stage_key(
             stage="cell",
             init=init_key,
             spec=spec.to_dict(),
@@ -79,30 +122,6 @@ class CellStage(RunStages):
             **self._fed_key(),
             **self._budget_key(),
         )
-        name = row.method + (f"{variant.name}" if variant else "")
-        path = (
-            self.out
-            / "cells"
-            / t.name
-            / name
-            / f"{spec.short()}-s{row.seed}{'' if row.budget == 1 else f'-x{row.budget}'}-{key}.json"
-        )
-        cfg = self._cfg(
-            epochs=epochs,
-            seed=row.seed,
-            desc=f"{t.name} {row.label} {spec.short()}",
-            eval_every=eval_every,
-            eval_images=t.eval_images,
-            batch_size=batch_size,
-            max_steps=max_steps,
-            logs_at=path,
-        )
-        done = self._result(
-            path,
-            lambda f: row_from_dict(json.loads(f.read_text())),
-            lambda: self._fine_tune(row, init, spec, task, variant, path, cfg, options, fresh),
-        )
-        return dataclasses.replace(done, upstream=row.upstream)
 
     def _fine_tune(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from typing import cast
+from typing import Any, cast
 
 from ..data import Data, take
 from ..gene import Learngene
@@ -32,21 +32,7 @@ class GeneStages(RunStages):
         options = p.options_for(name)
         lam = p.condense_lambda.get(name, get_method(name).distill_lambda)
         cls = get_method(name)
-        # a gene that reads neither weights nor data is the same for every ancestry of a size: one key
-        reads_ancestry = cls.needs_data or cls.needs_vit_ancestry or ancestry.spec is None
-        source = self.ancestry_key if reads_ancestry else cast(ViTSpec, ancestry.spec).to_dict()
-        key = stage_key(
-            stage="gene",
-            ancestry=source,
-            method=name,
-            code=method_source_hash(name),
-            options=options,
-            epochs=epochs,
-            images=len(upstream),
-            distill_lambda=lam,
-            **self._fed_key(),
-            **self._budget_key(),
-        )
+        key = self._gene_key(name, ancestry, options, epochs, len(upstream), lam)
         path = self.out / "genes" / f"{name}-{key}.safetensors"
 
         def condense() -> Learngene:
@@ -75,6 +61,28 @@ class GeneStages(RunStages):
             return gene
 
         return self._result(path, Learngene.load, condense), key
+
+    def _gene_key(
+        self, name: str, ancestry: Ancestry, options: dict[str, Any], epochs: int, images: int, lam: float
+    ) -> str:
+        """The cache key of method ``name``'s gene: what it condenses (the ancestry, or only its size where the gene
+        reads neither weights nor data), the method's code and options, and the condensation's budget."""
+        cls = get_method(name)
+        # a gene that reads neither weights nor data is the same for every ancestry of a size: one key
+        reads_ancestry = cls.needs_data or cls.needs_vit_ancestry or ancestry.spec is None
+        source = self.ancestry_key if reads_ancestry else cast(ViTSpec, ancestry.spec).to_dict()
+        return stage_key(
+            stage="gene",
+            ancestry=source,
+            method=name,
+            code=method_source_hash(name),
+            options=options,
+            epochs=epochs,
+            images=images,
+            distill_lambda=lam,
+            **self._fed_key(),
+            **self._budget_key(),
+        )
 
     def initial_gene(
         self, gene: Learngene, gene_key: str, spec: ViTSpec, seed: int, upstream: Data

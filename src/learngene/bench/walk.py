@@ -4,15 +4,16 @@ method (and ablation) and task, in the grid's order; what another worker holds i
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..data import Data
 from ..errors import LearngeneError, PlaceError
 from ..gene import Learngene
 from ..registry import get_method
+from ..vit.spec import ViTSpec
 from .cells import CellStage
 from .plan import WorkPlan
-from .profiles import Upstream
+from .profiles import Upstream, Variant
 from .rows import Row
 from .tasks import TaskData
 from .workers import Busy
@@ -57,51 +58,19 @@ class GridWalk(CellStage, WorkPlan):
         up: Upstream | None = None,
     ) -> None:
         """Stages 3 and 4 for every seed, size, method (and ablation) and task; rows go to ``self.rows``."""
-        p = self.profile
-        up = up or p.all_upstreams()[0]
-        rows = self.rows
+        up = up or self.profile.all_upstreams()[0]
         methods = [m for m in self._methods(up) if m in genes]
-        for seed in p.seeds:
+        for seed in self.profile.seeds:
             for spec in self._specs(up):
                 for name in methods:
-                    base = Row(
-                        method=name,
-                        task="",
-                        size=spec.short(),
-                        depth=spec.depth,
-                        embed_dim=spec.embed_dim,
-                        num_heads=spec.num_heads,
-                        seed=seed,
-                        params=spec.num_params,
-                        upstream=up.name,
-                    )
                     self._check_time()
                     try:
-                        condensed = genes[name]
-                        if isinstance(condensed, LearngeneError):
-                            raise LearngeneError(f"condensation failed: {condensed}")
-                        gene, gene_key = condensed
-                        base = dataclasses.replace(
-                            base,
-                            stored_params=gene.num_stored_params,
-                            condense_seconds=float(gene.cost.get("seconds", 0.0)),
-                            condense_steps=int(gene.cost.get("steps", 0)),
-                        )
-                        with self._stage(
-                            self._adapt_gflop(spec) if get_method(name).adaptable else 0.0,
-                            f"adapt {name} {spec.short()} seed {seed}",
-                            f"{up.name}/adapt/{name}/{spec.short()}/{seed}",
-                        ):
-                            init, init_key, adapt_s = self.initial_gene(gene, gene_key, spec, seed, upstream)
-                    except PlaceError:
-                        raise
-                    except LearngeneError as exc:
-                        init, init_key, adapt_s, why = None, "", 0.0, str(exc)
+                        base, start = self._start(size_row(name, spec, seed, up), genes[name], spec, upstream)
                     except Busy:  # another worker adapts it: this size and seed of the method waits
                         self.blocked += 1
                         continue
                     variants = [None] + [
-                        v for v in p.variants if v.runs_on(up) and name in self._variant_methods(v, methods)
+                        v for v in self.profile.variants if v.runs_on(up) and name in self._variant_methods(v, methods)
                     ]
                     for td in tasks:
                         for variant in variants:
@@ -110,24 +79,80 @@ class GridWalk(CellStage, WorkPlan):
                                     base,
                                     task=td.task.name,
                                     budget=budget,
-                                    adapt_seconds=adapt_s,
+                                    adapt_seconds=start.adapt_seconds,
                                     variant=variant.name if variant else "",
                                 )
-                                work = self._cell_gflop(spec, td, budget)
-                                unit = f"{up.name}/{td.task.name}/{row.label}/{spec.short()}/{seed}"
-                                if init is None:
-                                    with self._stage(work, f"{name} {spec.short()}: n/a", unit):
-                                        rows.append(dataclasses.replace(row, note=why))
-                                    continue
-                                self._check_time()
-                                try:
-                                    with self._stage(
-                                        work, f"fine-tune {td.task.name} {row.label} {spec.short()} seed {seed}", unit
-                                    ):
-                                        rows.append(self.cell(row, init, init_key, spec, td, variant))
-                                except PlaceError:
-                                    raise
-                                except LearngeneError as exc:
-                                    rows.append(dataclasses.replace(row, note=str(exc)))
-                                except Busy:  # another worker fine-tunes it
-                                    self.blocked += 1
+                                self._cell_row(row, start, spec, td, variant)
+
+    def _start(
+        self, base: Row, condensed: tuple[Learngene, str] | LearngeneError, spec: ViTSpec, upstream: Data
+    ) -> tuple[Row, Start]:
+        """Stage 3 for a method at a size and seed: ``base`` with its gene's costs, and where its descendants start
+        (the gene, adapted to the size where the method adapts; why there is none where the gene or the adaptation
+        failed). :class:`Busy` when another worker adapts it."""
+        name, seed = base.method, base.seed
+        try:
+            if isinstance(condensed, LearngeneError):
+                raise LearngeneError(f"condensation failed: {condensed}")
+            gene, gene_key = condensed
+            base = dataclasses.replace(
+                base,
+                stored_params=gene.num_stored_params,
+                condense_seconds=float(gene.cost.get("seconds", 0.0)),
+                condense_steps=int(gene.cost.get("steps", 0)),
+            )
+            with self._stage(
+                self._adapt_gflop(spec) if get_method(name).adaptable else 0.0,
+                f"adapt {name} {spec.short()} seed {seed}",
+                f"{base.upstream}/adapt/{name}/{spec.short()}/{seed}",
+            ):
+                return base, Start(*self.initial_gene(gene, gene_key, spec, seed, upstream))
+        except PlaceError:
+            raise
+        except LearngeneError as exc:
+            return base, Start(None, why=str(exc))
+
+    def _cell_row(self, row: Row, start: Start, spec: ViTSpec, task: TaskData, variant: Variant | None) -> None:
+        """Stage 4 for one cell: its row, fine-tuned from ``start`` (n/a, with why, where there is none or it fails),
+        goes to ``self.rows``; another worker's is counted in ``blocked``."""
+        work = self._cell_gflop(spec, task, row.budget)
+        unit = f"{row.upstream}/{task.task.name}/{row.label}/{spec.short()}/{row.seed}"
+        if start.init is None:
+            with self._stage(work, f"{row.method} {spec.short()}: n/a", unit):
+                self.rows.append(dataclasses.replace(row, note=start.why))
+            return
+        self._check_time()
+        try:
+            with self._stage(work, f"fine-tune {task.task.name} {row.label} {spec.short()} seed {row.seed}", unit):
+                self.rows.append(self.cell(row, start.init, start.key, spec, task, variant))
+        except PlaceError:
+            raise
+        except LearngeneError as exc:
+            self.rows.append(dataclasses.replace(row, note=str(exc)))
+        except Busy:  # another worker fine-tunes it
+            self.blocked += 1
+
+
+class Start(NamedTuple):
+    """Where a method's descendants of one size and seed start: the gene (adapted where the method adapts), its cache
+    key and the adapt seconds; ``init`` None: every cell of it is n/a, for the reason ``why``."""
+
+    init: Learngene | None
+    key: str = ""
+    adapt_seconds: float = 0.0
+    why: str = ""
+
+
+def size_row(method: str, spec: ViTSpec, seed: int, up: Upstream) -> Row:
+    """The row of ``method``'s descendant of ``spec`` and ``seed`` on upstream ``up``, before its task and results."""
+    return Row(
+        method=method,
+        task="",
+        size=spec.short(),
+        depth=spec.depth,
+        embed_dim=spec.embed_dim,
+        num_heads=spec.num_heads,
+        seed=seed,
+        params=spec.num_params,
+        upstream=up.name,
+    )
