@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,28 @@ def _named_together(label: str, same: dict[str, str]) -> str | None:
     return " = ".join([label, *(other for other, first in same.items() if first == label)])
 
 
-# ---- plots ----------------------------------------------------------------------------------------------
+def _drawn(
+    groups: dict[tuple[str, str], list[Row]], labels: list[str], size: str
+) -> Iterator[tuple[str, list[Row], str]]:
+    """What the panel of ``size`` draws, each method once: ``(label, its rows, its legend entry)``; a method whose
+    results equal an earlier one's is named in that one's entry instead (:func:`_named_together`)."""
+    same = _same_results(groups, labels, size)
+    for label in labels:
+        group, named = groups.get((label, size)), _named_together(label, same)
+        if group and named is not None:
+            yield label, group, named
+
+
+def plot_folder(out_dir: Path) -> Path:
+    """``out_dir/plots``, made, for plots drawn off-screen (matplotlib's Agg: no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    folder = out_dir / "plots"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 MARKERS = "osD^vP*Xh<>p"
 
 
@@ -120,11 +142,7 @@ def plot_curves(rows: list[Row], task: str, path: Path, data_name: str | None = 
     shortest = min((g.epochs[-1] for group in groups.values() for g in group), default=1)
     log_x = longest >= 4 * shortest  # a long scratch run would squash the others' few epochs
     for ax, size in zip(axes, sizes):
-        same = _same_results(groups, labels, size)
-        for label in labels:
-            group, named = groups.get((label, size)), _named_together(label, same)
-            if not group or named is None:
-                continue
+        for label, group, named in _drawn(groups, labels, size):
             mean, std = mean_curve(group)
             x = group[0].epochs[: len(mean)]
             y, s = [100 * m for m in mean], [100 * v for v in std]
@@ -162,11 +180,7 @@ def plot_stored(rows: list[Row], task: str, path: Path) -> None:
     stored = [r.stored_params for r in rows if r.stored_params > 0]
     linthresh = 10 ** math.floor(math.log10(min(stored))) if stored else 100
     for ax, size in zip(axes, sizes):
-        same = _same_results(groups, labels, size)
-        for label in labels:
-            group, named = groups.get((label, size)), _named_together(label, same)
-            if not group or named is None:
-                continue
+        for label, group, named in _drawn(groups, labels, size):
             accs = [100 * g.acc for g in group]
             ax.errorbar(
                 [group[0].stored_params],

@@ -138,19 +138,12 @@ class BenchRun(GridWalk):
         return self.rows
 
 
-def run_profile(
-    profile: Profile,
-    out_dir: str | Path,
-    data_dir: str | None = None,
-    device: str = "auto",
-    progress: bool = True,
-    time_limit: float | None = None,
-    command: str | None = None,
-) -> list[Row]:
+def run_profile(profile: Profile, out_dir: str | Path, **options: Any) -> list[Row]:
     """Run (or resume) every stage of ``profile`` into ``out_dir`` and write its report there.
 
-    Returns the rows of the finished cells; after ``time_limit`` seconds no new stage starts, a
-    partial report is written and the run can be continued by calling this again. ``command`` is
-    what the report names as the command that reproduces it.
+    Returns the rows of the finished cells. ``options`` are :class:`BenchRun`'s (``data_dir``, ``device``, ``progress``,
+    ``time_limit``, ``command``, ...): after ``time_limit`` seconds no new stage starts, a partial report is written and
+    the run can be continued by calling this again; ``command`` is what the report names as the command that
+    reproduces it.
     """
-    return BenchRun(profile, out_dir, data_dir, device, progress, time_limit, command=command).run()
+    return BenchRun(profile, out_dir, **options).run()

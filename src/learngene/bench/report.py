@@ -1,17 +1,17 @@
-"""Benchmark reports: ``results.csv`` (one line per descendant and epoch), ``report.md`` tables, PNG plots."""
+"""A benchmark's ``report.md``: its header, a section per task (and upstream) with the tables of :mod:`.tables` and the
+plots of :mod:`.plots`, and the n/a cells; with ``results.csv`` (:mod:`.rows`) beside it."""
 
 from __future__ import annotations
 
 import os
 import platform
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from ..formats.atomic import now_iso, write_text_atomic
-from .plots import has_curves, plot_curves, plot_stored
+from .plots import has_curves, plot_curves, plot_folder, plot_stored
 from .profiles import Profile, Task
-from .rows import Row, write_csv
+from .rows import Row, sizes_by_note, write_csv
 from .tables import ancestry_table, epochs_to_match, format_table, gain_table, gene_table, identical_note, mark_rule
 
 
@@ -105,24 +105,45 @@ def write_report(
     """``results.csv``, ``report.md`` and (unless ``plots=False``) ``plots/*.png`` in ``out_dir``."""
     meta = meta or {}
     write_csv(rows, out_dir / "results.csv")
-    plot_dir = out_dir / "plots"
-    if plots:
-        import matplotlib
+    plot_dir = plot_folder(out_dir) if plots else out_dir / "plots"
+    parts = _header(rows, profile, meta)
+    if profile.upstreams:
+        parts += _ancestries(profile, meta)
+    parts += _learngenes(rows)
+    if profile.upstreams:
+        parts += _upstream_sections(rows, profile, out_dir, plot_dir, plots)
+    else:
+        parts += _task_sections(rows, profile, out_dir, plot_dir, plots)
+    parts += _na_cells(rows)
+    write_text_atomic(out_dir / "report.md", "\n".join(parts) + "\n")
 
-        matplotlib.use("Agg")
-        plot_dir.mkdir(parents=True, exist_ok=True)
-    anc = meta.get("ancestry", {})
+
+def run_lines(meta: dict[str, Any], command: str, work: str = "") -> list[str]:
+    """The lines every report opens with: the command that reproduces it (``meta``'s, else ``command``), the date and
+    machine, and the wall time (then ``work``), marked where the run stopped at its time limit."""
+    return [
+        f"- command: `{meta.get('command', command)}`",
+        f"- date: {now_iso()}; machine: {machine()}",
+        f"- wall time of this command: {meta.get('wall_seconds', 0) / 60:.1f} min (stages found in the cache are not "
+        "rerun)"
+        + work
+        + ("" if meta.get("complete", True) else " — **partial run** (time limit): rerun the command to finish"),
+    ]
+
+
+def _header(rows: list[Row], profile: Profile, meta: dict[str, Any]) -> list[str]:
+    """The title, the run, the methods, the single ancestry (a profile with one upstream) and the marks' legend."""
+    work = (
+        f"; planned work of the whole run: {meta.get('plan_gflop', 0):,.0f} GFLOP (3× forward FLOPs per training "
+        "image, 1× per evaluated one)"
+    )
     parts = [
         f"# learngene benchmark: profile `{profile.name}`",
         "",
-        f"- command: `{meta.get('command', f'learngene bench --profile {profile.name}')}`",
-        f"- date: {now_iso()}; machine: {machine()}",
-        f"- wall time of this command: {meta.get('wall_seconds', 0) / 60:.1f} min (stages found in the cache "
-        f"are not rerun); planned work of the whole run: {meta.get('plan_gflop', 0):,.0f} GFLOP (3× forward "
-        f"FLOPs per training image, 1× per evaluated one)"
-        + ("" if meta.get("complete", True) else " — **partial run** (time limit): rerun the command to finish"),
+        *run_lines(meta, f"learngene bench --profile {profile.name}", work),
         f"- methods: {', '.join(meta.get('methods', sorted({r.method for r in rows})))}",
     ]
+    anc = meta.get("ancestry", {})
     if anc and not profile.upstreams:
         acc = anc.get("eval_acc")
         parts.append(
@@ -131,21 +152,28 @@ def write_report(
             + (f"{100 * acc:.1f}%" if acc is not None else "?")
             + " on 1,000 test images"
         )
-    parts += ["", mark_rule(rows, [t.name for t in profile.tasks], len(profile.seeds))]
-    if profile.upstreams:
-        parts += [
-            "",
-            "## Ancestries",
-            "",
-            "Each upstream trains its own ancestry on the Fashion-MNIST classes listed "
-            f"({profile.upstream_images_per_class or 'all'} training images per class; top-1 on up to 1,000 "
-            "test images of those classes after every epoch) and condenses every gene from it; the transfer "
-            "tasks fine-tune on the other classes. Converged? applies the rule: the best of the last 3 epochs "
-            "is less than 0.5 points above the best before them (the cosine schedule also flattens the end).",
-            "",
-            ancestry_table(meta),
-        ]
-    parts += [
+    return parts + ["", mark_rule(rows, [t.name for t in profile.tasks], len(profile.seeds))]
+
+
+def _ancestries(profile: Profile, meta: dict[str, Any]) -> list[str]:
+    """The section on a profile's several ancestries: what each trains on, and whether it converged."""
+    return [
+        "",
+        "## Ancestries",
+        "",
+        "Each upstream trains its own ancestry on the Fashion-MNIST classes listed "
+        f"({profile.upstream_images_per_class or 'all'} training images per class; top-1 on up to 1,000 "
+        "test images of those classes after every epoch) and condenses every gene from it; the transfer "
+        "tasks fine-tune on the other classes. Converged? applies the rule: the best of the last 3 epochs "
+        "is less than 0.5 points above the best before them (the cosine schedule also flattens the end).",
+        "",
+        ancestry_table(meta),
+    ]
+
+
+def _learngenes(rows: list[Row]) -> list[str]:
+    """The section on the genes: what each stores and what its condensation and adaptation cost."""
+    return [
         "",
         "## Learngenes",
         "",
@@ -154,33 +182,35 @@ def write_report(
         "",
         gene_table(rows),
     ]
+
+
+def _upstream_sections(rows: list[Row], profile: Profile, out_dir: Path, plot_dir: Path, plots: bool) -> list[str]:
+    """Each upstream's task sections, then each task's gain by upstream against scratch and mimetic."""
+    parts: list[str] = []
     upstreams = list(dict.fromkeys(r.upstream for r in rows))
-    if profile.upstreams:
-        for up in profile.upstreams:
-            if up.name in upstreams:
-                mine = [r for r in rows if r.upstream == up.name]
-                parts += ["", f"## Upstream {up.name}"]
-                parts += _task_sections(mine, profile, out_dir, plot_dir, plots, suffix=f" ({up.name})", level="###")
-        for task in profile.tasks:
-            if len(upstreams) > 1 and any(r.task == task.name for r in rows):
-                parts += [
-                    "",
-                    f"## {task.name}: gain by upstream",
-                    "",
-                    "Mean top-1 difference (points) to the reference, averaged over the sizes both made; "
-                    "the upstreams differ in class split, ancestry training and condensation epochs (see "
-                    "Ancestries).",
-                ]
-                for reference in ("scratch", "mimetic"):
-                    parts += ["", f"Against {reference}:", "", gain_table(rows, task.name, upstreams, reference)]
-    else:
-        parts += _task_sections(rows, profile, out_dir, plot_dir, plots)
-    sizes_by_note: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for r in rows:
-        if r.note and r.size not in sizes_by_note[r.label, r.note]:
-            sizes_by_note[r.label, r.note].append(r.size)
-    if sizes_by_note:
-        parts += ["", "## n/a cells", ""] + [
-            f"- {method} at {', '.join(sizes)}: {note}" for (method, note), sizes in sorted(sizes_by_note.items())
-        ]
-    write_text_atomic(out_dir / "report.md", "\n".join(parts) + "\n")
+    for up in profile.upstreams:
+        if up.name in upstreams:
+            mine = [r for r in rows if r.upstream == up.name]
+            parts += ["", f"## Upstream {up.name}"]
+            parts += _task_sections(mine, profile, out_dir, plot_dir, plots, suffix=f" ({up.name})", level="###")
+    for task in profile.tasks:
+        if len(upstreams) > 1 and any(r.task == task.name for r in rows):
+            parts += [
+                "",
+                f"## {task.name}: gain by upstream",
+                "",
+                "Mean top-1 difference (points) to the reference, averaged over the sizes both made; "
+                "the upstreams differ in class split, ancestry training and condensation epochs (see "
+                "Ancestries).",
+            ]
+            for reference in ("scratch", "mimetic"):
+                parts += ["", f"Against {reference}:", "", gain_table(rows, task.name, upstreams, reference)]
+    return parts
+
+
+def _na_cells(rows: list[Row]) -> list[str]:
+    """The section listing every method that could not make (or finish) a size, and why; none where all did."""
+    refused = sorted(sizes_by_note(rows).items())
+    if not refused:
+        return []
+    return ["", "## n/a cells", ""] + [f"- {method} at {', '.join(sizes)}: {note}" for (method, note), sizes in refused]

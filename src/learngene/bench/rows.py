@@ -163,3 +163,13 @@ def _same_results(groups: dict[tuple[str, str], list[Row]], labels: list[str], s
         else:
             seen[key] = label
     return out
+
+
+def sizes_by_note(rows: list[Row]) -> dict[tuple[str, str], list[str]]:
+    """``(label, note): sizes`` of the cells that are n/a (a method that could not make or finish a size), in the
+    rows' order."""
+    sizes: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for r in rows:
+        if r.note and r.size not in sizes[r.label, r.note]:
+            sizes[r.label, r.note].append(r.size)
+    return sizes
