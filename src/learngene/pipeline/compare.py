@@ -163,7 +163,6 @@ def compare_profile(
         description="learngene compare: a profile built from the command line",
         ancestry=cast(ViTSpec, ancestry_spec),
         ancestry_epochs=0,
-        ancestry_images=None,
         condense_epochs=choices.condense_epochs,
         condense_images=choices.condense_images,
         sizes=shapes,
