@@ -23,8 +23,9 @@ from pathlib import Path
 
 from learngene.bench import get_profile
 from learngene.bench.profiles import SPLIT_A, Upstream
-from learngene.bench.protocol import Row, run_profile
-from learngene.bench.report import compare
+from learngene.bench.protocol import run_profile
+from learngene.bench.rows import Row
+from learngene.bench.tables import compare
 from learngene.formats.atomic import write_text_atomic
 
 AUX_NETS = ("tleg", "wave", "share_init")

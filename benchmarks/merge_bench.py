@@ -14,8 +14,8 @@ import csv
 from pathlib import Path
 
 from learngene.bench import get_profile
-from learngene.bench.protocol import Row, row_from_dict
 from learngene.bench.report import write_report
+from learngene.bench.rows import Row, row_from_dict
 
 INTS = ("depth", "embed_dim", "num_heads", "seed", "budget", "params", "stored_params", "condense_steps")
 FLOATS = ("condense_seconds", "adapt_seconds", "train_seconds")

@@ -21,8 +21,10 @@ import argparse
 import statistics
 
 from learngene.bench import get_profile
+from learngene.bench.cells import fresh_head
 from learngene.bench.profiles import Task
-from learngene.bench.protocol import BenchRun, fresh_head, load_task
+from learngene.bench.protocol import BenchRun
+from learngene.bench.tasks import load_task
 from learngene.descendant import make_descendant
 from learngene.training.loop import train
 

@@ -32,9 +32,11 @@ import torch.nn.functional as F
 from torchvision.datasets import FashionMNIST  # the class names of the splits
 
 from learngene.bench import get_profile
+from learngene.bench.cells import fresh_head
 from learngene.bench.profiles import SPLIT_A, SPLIT_B, Task
-from learngene.bench.protocol import BenchRun, fresh_head, load_task
-from learngene.bench.report import compare
+from learngene.bench.protocol import BenchRun
+from learngene.bench.tables import compare
+from learngene.bench.tasks import load_task
 from learngene.descendant import make_descendant
 from learngene.gene import Learngene
 from learngene.registry import get_method

@@ -7,9 +7,9 @@ import csv
 import pytest
 import torch
 
-from learngene.bench import BenchRun, Profile, Row, Task
-from learngene.bench import protocol as protocol_module
-from learngene.bench.report import epochs_to_match, format_table
+from learngene.bench import BenchRun, Profile, Row, Task, ancestry_stage
+from learngene.bench import cells as cell_stage
+from learngene.bench.tables import epochs_to_match, format_table
 from learngene.cli import main
 from learngene.data import DEBIAN_FASHION_MNIST
 from learngene.errors import SpecError
@@ -79,14 +79,15 @@ def test_a_profiles_train_config_reaches_every_stage_and_its_cache_keys(tmp_path
 
 def test_second_run_reuses_every_stage(tmp_path, fake_fashion, monkeypatch):
     calls = []
-    real_train = protocol_module.train
+    real_train = cell_stage.train
 
     def counting_train(*args, **kwargs):
         calls.append(kwargs.get("run_dir"))
         assert kwargs.get("resume") is True  # an interrupted training continues from its checkpoint
         return real_train(*args, **kwargs)
 
-    monkeypatch.setattr(protocol_module, "train", counting_train)
+    for stage in (ancestry_stage, cell_stage):  # the ancestry's training and the cells' fine-tunes
+        monkeypatch.setattr(stage, "train", counting_train)
     first = _micro(tmp_path, fake_fashion, monkeypatch).run()
     trained_cells = [r for r in first if r.ok]
     assert len(calls) == 1 + len(trained_cells)
@@ -134,13 +135,14 @@ def test_a_method_that_cannot_condense_is_recorded_not_fatal(tmp_path, fake_fash
 
 def test_identical_budget_and_data_order_for_every_method(tmp_path, fake_fashion, monkeypatch):
     seen = []
-    real_train = protocol_module.train
+    real_train = cell_stage.train
 
     def spy(model, data, cfg, **kwargs):
         seen.append((data.name, len(data), cfg.epochs, cfg.seed, cfg.batch_size, cfg.lr))
         return real_train(model, data, cfg, **kwargs)
 
-    monkeypatch.setattr(protocol_module, "train", spy)
+    for stage in (ancestry_stage, cell_stage):  # the ancestry's training and the cells' fine-tunes
+        monkeypatch.setattr(stage, "train", spy)
     profile = MICRO.replace(sizes=((1, 32, 2),), seeds=(3,), tasks=MICRO.tasks[1:])
     monkeypatch.setenv("LEARNGENE_DATA", str(fake_fashion))
     BenchRun(profile, tmp_path / "o", progress=False, plots=False).run()
@@ -156,7 +158,7 @@ def test_new_head_tasks_give_every_method_the_same_classifier(tiny_spec):
     a = make_descendant(gene, tiny_spec, seed=5)
     b = make_descendant(get_method("scratch")().condense(ancestry), tiny_spec, seed=5)
     assert not torch.equal(a.head.weight, b.head.weight)
-    protocol_module.fresh_head(a, tiny_spec, seed=5)
+    cell_stage.fresh_head(a, tiny_spec, seed=5)
     assert torch.equal(a.head.weight, b.head.weight) and torch.equal(a.head.bias, b.head.bias)
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from learngene.bench import Row, report
+from learngene.bench import Row, plots, tables
+from learngene.bench.rows import read_csv, write_csv
 
 
 def _row(method, size, seed, accs):
@@ -25,12 +26,12 @@ def _titles(monkeypatch, plot, rows, tmp_path):
 
         plt.close(fig)
 
-    monkeypatch.setattr(report, "finish_figure", finish)
+    monkeypatch.setattr(plots, "finish_figure", finish)
     plot(rows, "t", tmp_path / "p.png")
     return seen["title"], seen["panels"]
 
 
-@pytest.mark.parametrize("plot", [report.plot_curves, report.plot_stored])
+@pytest.mark.parametrize("plot", [plots.plot_curves, plots.plot_stored])
 def test_one_seed_is_not_called_a_mean_over_seeds(plot, monkeypatch, tmp_path):
     rows = [_row("a", "S", 0, [0.5, 0.6]), _row("b", "S", 0, [0.4, 0.5])]
     title, _ = _titles(monkeypatch, plot, rows, tmp_path)
@@ -40,7 +41,7 @@ def test_one_seed_is_not_called_a_mean_over_seeds(plot, monkeypatch, tmp_path):
     assert "mean ± std over 2 seeds" in title
 
 
-@pytest.mark.parametrize("plot", [report.plot_curves, report.plot_stored])
+@pytest.mark.parametrize("plot", [plots.plot_curves, plots.plot_stored])
 def test_identical_methods_are_named_not_hidden(plot, monkeypatch, tmp_path):
     # at the ancestry's width weight_selection copies the ancestry: the same accuracies as pretrained
     rows = [
@@ -51,7 +52,7 @@ def test_identical_methods_are_named_not_hidden(plot, monkeypatch, tmp_path):
     ]
     seen = {}
     monkeypatch.setattr(
-        report,
+        plots,
         "finish_figure",
         lambda fig, axes, title, path: seen.update(
             legends=[ax.get_legend_handles_labels()[1] for ax in axes], panels=[ax.get_title() for ax in axes]
@@ -61,13 +62,13 @@ def test_identical_methods_are_named_not_hidden(plot, monkeypatch, tmp_path):
     assert seen["panels"] == ["S", "T"]
     # named together in the legend where their results are the same, apart where they differ
     assert seen["legends"] == [["pretrained = weight_selection"], ["pretrained", "weight_selection"]]
-    note = report.identical_note(rows, "t")
+    note = tables.identical_note(rows, "t")
     assert "weight_selection = pretrained at S" in note and " at T" not in note
 
 
 def test_different_seeds_with_equal_accuracies_are_not_identical():
     rows = [_row("a", "S", 0, [0.5]), _row("b", "S", 1, [0.5])]
-    assert report.identical_note(rows, "t") == ""
+    assert tables.identical_note(rows, "t") == ""
 
 
 def test_the_log_axis_of_stored_parameters_starts_near_the_data(monkeypatch, tmp_path):
@@ -76,8 +77,8 @@ def test_the_log_axis_of_stored_parameters_starts_near_the_data(monkeypatch, tmp
         for m, n in (("scratch", 0), ("a", 52_000), ("b", 310_000))
     ]
     seen = {}
-    monkeypatch.setattr(report, "finish_figure", lambda fig, axes, title, path: seen.update(xlim=axes[0].get_xlim()))
-    report.plot_stored(rows, "t", tmp_path / "p.png")
+    monkeypatch.setattr(plots, "finish_figure", lambda fig, axes, title, path: seen.update(xlim=axes[0].get_xlim()))
+    plots.plot_stored(rows, "t", tmp_path / "p.png")
     low, high = seen["xlim"]
     assert -2_000 <= low < 0 and 310_000 < high <= 1_000_000  # 0 at the left, then the decades of the genes: 1e4..
 
@@ -89,8 +90,8 @@ def test_results_csv_reads_back_into_the_rows_it_was_written_from(tmp_path):
             variant="+kd", upstream="A", accs=[0.125], eval_epochs=[10], train_seconds=1.5),
         Row(method="pretrained", task="t", size="L1", depth=1, embed_dim=4, num_heads=1, seed=0, note="no, too narrow"),
     ]  # fmt: skip
-    report.write_csv(rows, tmp_path / "results.csv")
-    back = report.read_csv(tmp_path / "results.csv")
+    write_csv(rows, tmp_path / "results.csv")
+    back = read_csv(tmp_path / "results.csv")
     assert [(r.label, r.upstream, r.size, r.seed, r.accs, r.epochs, r.note, r.train_seconds) for r in back] == [
         (r.label, r.upstream, r.size, r.seed, r.accs, r.epochs, r.note, r.train_seconds) for r in rows
     ]

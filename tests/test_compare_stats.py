@@ -10,8 +10,8 @@ import math
 
 import pytest
 
-from learngene.bench.report import compare as two_std_mark
 from learngene.bench.stats import decide, holm, paired, seeds_to_resolve
+from learngene.bench.tables import compare as two_std_mark
 from learngene.pipeline.compare import LONG_LABEL, recommend
 
 

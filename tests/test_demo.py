@@ -50,14 +50,14 @@ FASHION_MNIST_SPLITS = {"train": 60_000, "test": 10_000}
 
 def demo_plan(monkeypatch) -> tuple[float, dict]:
     """The demo's total planned GFLOPs and its plan, from the images' counts alone (no data read, nothing run)."""
-    from learngene.bench import BenchRun, protocol
+    from learngene.bench import BenchRun, tasks
     from learngene.data import ImageData
 
     def counted(name, split, img_size, data_dir=None, in_chans=1):  # Fashion-MNIST's sizes, 1-px images
         n = FASHION_MNIST_SPLITS[split]
         return ImageData(torch.zeros(n, in_chans, 1, 1, dtype=torch.uint8), torch.arange(n) % 10, 10, (0.5,), (0.25,))
 
-    monkeypatch.setattr(protocol, "load_dataset", counted)
+    monkeypatch.setattr(tasks, "load_dataset", counted)
     run = BenchRun(get_profile("demo"), "unused", progress=False)
     work, total = run._prepare()
     return total, work[0][5]

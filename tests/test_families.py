@@ -743,7 +743,7 @@ def test_data_driven_methods_feed_a_radio_its_pretrained_input_size_not_its_grid
 def test_compare_and_bench_load_a_radio_s_data_at_its_pretrained_input_size(tmp_path, monkeypatch, capsys):
     """compare (and bench, through the same run) feed a RADIO model file at the input size its preprocessing
     records (16 px here, on a 28-px grid), as condense does, and the descendants train and evaluate there."""
-    import learngene.bench.protocol as protocol
+    import learngene.bench.tasks as tasks
     from learngene.formats.model_file import model_preprocessing, save_model
 
     model = timm_ancestry(*FAMILIES["naflex_radio"])
@@ -753,9 +753,9 @@ def test_compare_and_bench_load_a_radio_s_data_at_its_pretrained_input_size(tmp_
     save_model(path, model, spec, preprocessing={**recipe, "crop_pct": 1.0, "crop_mode": "center"})
     assert model_preprocessing(path)["input_size"] == (3, 16, 16)  # a model of any size keeps what it is fed
     sizes = []
-    load = protocol.load_dataset
+    load = tasks.load_dataset
     monkeypatch.setattr(
-        protocol, "load_dataset", lambda name, split, size, *a: sizes.append(size) or load(name, split, size, *a)
+        tasks, "load_dataset", lambda name, split, size, *a: sizes.append(size) or load(name, split, size, *a)
     )
     argv = [
         "compare", "--ancestry", str(path), "--data", "digits", "--sizes", "L1-D32-H2", "--methods", "pretrained",

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from learngene import threads
-from learngene.bench import report
-from learngene.bench.protocol import Row
+from learngene.bench import plots, report, tables
+from learngene.bench.rows import Row
 from learngene.cli import main
 from learngene.cli.parser import build_parser
 from learngene.errors import LearngeneError
@@ -198,13 +198,13 @@ def _row(method, size, seed, accs, task="t"):
 
 def test_one_seed_gets_no_marks_and_the_rule_names_only_references_that_appear():
     rows = [_row("scratch", "S", 0, [0.5]), _row("tleg", "S", 0, [0.6])]
-    table = report.format_table(rows, "t", mark=True)
+    table = tables.format_table(rows, "t", mark=True)
     assert "?" not in table and "S" not in table.split("tleg |")[1]
-    assert report.mark_rule(rows, ["t"], seeds=1) == report.NO_MARKS
+    assert tables.mark_rule(rows, ["t"], seeds=1) == tables.NO_MARKS
     rows += [_row("scratch", "S", 1, [0.52]), _row("tleg", "S", 1, [0.61])]
-    rule = report.mark_rule(rows, ["t"], seeds=2)
+    rule = tables.mark_rule(rows, ["t"], seeds=2)
     assert "**S** scratch" in rule and "**M**" not in rule and "**X**" not in rule and "**I**" not in rule
-    assert "S+" in report.format_table(rows, "t", mark=True) or "S=" in report.format_table(rows, "t", mark=True)
+    assert "S+" in tables.format_table(rows, "t", mark=True) or "S=" in tables.format_table(rows, "t", mark=True)
 
 
 def test_counts_are_singular_for_one():
@@ -216,12 +216,12 @@ def test_every_registered_method_has_its_own_colour_and_marker():
     from learngene.registry import list_methods
 
     methods = list(list_methods())
-    styles = report.style_per_method([*methods, "scratch ×10", "tleg +mimetic"])
+    styles = plots.style_per_method([*methods, "scratch ×10", "tleg +mimetic"])
     pairs = {(styles[m]["color"], styles[m]["marker"]) for m in methods}
     assert len(pairs) == len(methods)
     assert styles["scratch ×10"] == styles["scratch"] and styles["tleg +mimetic"] == styles["tleg"]
     # the same colour in every plot, whichever methods it shows
-    assert report.style_per_method(["tleg"])["tleg"] == styles["tleg"]
+    assert plots.style_per_method(["tleg"])["tleg"] == styles["tleg"]
 
 
 def test_the_legend_has_one_entry_per_method(monkeypatch, tmp_path):
@@ -246,9 +246,9 @@ def test_the_legend_has_one_entry_per_method(monkeypatch, tmp_path):
         _row("scratch", "S", 0, [0.2, 0.3]),
         _row("scratch", "T", 0, [0.2, 0.3]),
     ]
-    report.plot_curves(rows, "t", tmp_path / "c.png")
+    plots.plot_curves(rows, "t", tmp_path / "c.png")
     assert seen["labels"] == ["pretrained", "scratch", "weight_selection"]
-    report.plot_curves(rows[:2], "t", tmp_path / "c.png")  # identical everywhere: named beside the other's marker
+    plots.plot_curves(rows[:2], "t", tmp_path / "c.png")  # identical everywhere: named beside the other's marker
     assert seen["labels"] == ["pretrained", "weight_selection (= pretrained)"]
     # the same as another method at each size: the legend says which, where
     twins = [
@@ -257,13 +257,13 @@ def test_the_legend_has_one_entry_per_method(monkeypatch, tmp_path):
         _row("weight_selection", "S", 0, [0.5, 0.6]),
         _row("weight_selection", "T", 0, [0.1, 0.2]),
     ]
-    report.plot_curves(twins, "t", tmp_path / "c.png")
+    plots.plot_curves(twins, "t", tmp_path / "c.png")
     assert seen["labels"] == ["scratch", "pretrained", "weight_selection (= scratch at T; = pretrained at S)"]
 
 
 def test_a_run_with_one_evaluation_point_has_no_curves_plot():
-    assert not report.has_curves([_row("a", "S", 0, [0.5])], "t")
-    assert report.has_curves([_row("a", "S", 0, [0.5]), _row("b", "S", 0, [0.4, 0.5])], "t")
+    assert not plots.has_curves([_row("a", "S", 0, [0.5])], "t")
+    assert plots.has_curves([_row("a", "S", 0, [0.5]), _row("b", "S", 0, [0.4, 0.5])], "t")
 
 
 def test_the_ancestry_of_the_first_upstream_is_the_reports_ancestry(tmp_path):
@@ -277,7 +277,7 @@ def test_the_ancestry_of_the_first_upstream_is_the_reports_ancestry(tmp_path):
     path = tmp_path / "ancestry"
     path.mkdir()
     # a cached ancestry: the stage reads it back and records its accuracy
-    from learngene.bench.protocol import stage_key
+    from learngene.bench.stages import stage_key
     from learngene.formats.model_file import save_model
 
     data = make_images(16, num_classes=10, size=28)

@@ -2,10 +2,10 @@
 
 import torch
 
-from learngene.bench import BenchRun, Profile, Row, Task
-from learngene.bench import protocol as protocol_module
+from learngene.bench import BenchRun, Profile, Row, Task, ancestry_stage
+from learngene.bench import cells as cell_stage
 from learngene.bench.profiles import Upstream, Variant
-from learngene.bench.report import compare, format_table
+from learngene.bench.tables import compare, format_table
 from learngene.descendant import make_descendant
 from learngene.methods.mimetic import Mimetic
 from learngene.registry import get_method
@@ -131,13 +131,14 @@ TRANSFER = Profile(
 def test_transfer_tasks_train_on_the_unseen_classes_and_share_reference_cells(tmp_path, fake_fashion, monkeypatch):
     monkeypatch.setenv("LEARNGENE_DATA", str(fake_fashion))
     seen = []
-    real = protocol_module.train
+    real = cell_stage.train
 
     def spy(model, data, cfg, **kwargs):
         seen.append((str(kwargs.get("run_dir")), data.classes, model.get_classifier().out_features))
         return real(model, data, cfg, **kwargs)
 
-    monkeypatch.setattr(protocol_module, "train", spy)
+    for stage in (ancestry_stage, cell_stage):  # the ancestry's training and the cells' fine-tunes
+        monkeypatch.setattr(stage, "train", spy)
     rows = BenchRun(TRANSFER, tmp_path / "o", progress=False, plots=False).run()
     ancestries = [s for s in seen if "/ancestry/" in s[0]]
     assert [classes for _, classes, _ in ancestries] == [("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat")] * 2

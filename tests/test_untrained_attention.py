@@ -97,8 +97,8 @@ def test_untrained_attention_takes_keep_or_mimetic(tiny_spec):
 
 
 def test_bench_records_an_option_that_changes_nothing_as_such(tiny_spec):
+    from learngene.bench.cells import check_variant_changes
     from learngene.bench.profiles import Variant
-    from learngene.bench.protocol import check_variant_changes
 
     variant = Variant("+fix", options=(("untrained_attention", "mimetic"),))
     check_variant_changes(variant, get_method("pretrained")().condense(_ancestry(tiny_spec)), tiny_spec)  # changes

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from learngene.bench.report import read_csv
+from learngene.bench.rows import read_csv
 from learngene.bench.stats import decide
 from learngene.formats.atomic import now_iso, write_text_atomic
 from learngene.pipeline.compare import DEFAULT_REFERENCES, LEGEND, LONG_LABEL, TASK, _mean, _vs, compare_text

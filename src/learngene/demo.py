@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from .bench import BenchRun, Profile, get_profile
-from .bench.protocol import UPSTREAM_EVAL_IMAGES
-from .bench.report import format_table, plural
+from .bench.ancestry_stage import UPSTREAM_EVAL_IMAGES
+from .bench.report import plural
+from .bench.tables import format_table
 
 
 def run_demo(

@@ -3,7 +3,7 @@
 The names below load on first use (PEP 562): the CLI's parser reads :mod:`.profiles` without torch.
 """
 
-import importlib
+from ..lazy_exports import lazy_exports
 
 _EXPORTS = {
     "PROFILES": "profiles",
@@ -11,14 +11,11 @@ _EXPORTS = {
     "Task": "profiles",
     "get_profile": "profiles",
     "BenchRun": "protocol",
-    "Row": "report",
+    "Row": "rows",
     "run_profile": "protocol",
 }
 
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -144,9 +144,10 @@ class Profile:
     Attributes:
         name: profile key.
         ancestry: spec of the ancestry trained on Fashion-MNIST.
-        ancestry_epochs, ancestry_images: its training budget (``None`` images = the whole train split).
-        condense_epochs, condense_images: budget (and the upstream data) of methods that train or
-            measure a gene; adaptable methods adapt on the same upstream images.
+        ancestry_epochs, ancestry_images: its training budget (``None`` images, the default: the whole train
+            split).
+        condense_epochs, condense_images: budget (and the upstream data, ``None``: all of it) of methods that
+            train or measure a gene; adaptable methods adapt on the same upstream images.
         sizes: descendant sizes as ``(depth, embed_dim, num_heads)``; other fields follow the ancestry.
         tasks: what every descendant is fine-tuned on.
         adapt_steps: optimizer steps of the ``adapt`` stage of adaptable methods (WAVE scalers, PEG φ).
@@ -179,9 +180,9 @@ class Profile:
     name: str
     ancestry: ViTSpec
     ancestry_epochs: int
-    ancestry_images: int | None
+    ancestry_images: int | None = field(default=None, kw_only=True)
     condense_epochs: int
-    condense_images: int | None
+    condense_images: int | None = field(default=None, kw_only=True)
     sizes: tuple[tuple[int, int, int], ...]
     tasks: tuple[Task, ...]
     adapt_steps: int
@@ -292,14 +293,20 @@ TRANSFER_METHODS = (
 )
 _CPU_ANCESTRY = get_preset("cpu_tiny").replace(depth=6)  # L6-D64-H4, 16-dim heads
 
-PROFILES: dict[str, Profile | FolderSmoke] = {
+
+def _registry(*profiles: Profile | FolderSmoke) -> dict[str, Profile | FolderSmoke]:
+    """Each profile under its name, with its line of :data:`PROFILE_DESCRIPTIONS` (which ``--help`` reads without
+    torch) as its description."""
+    return {p.name: dataclasses.replace(p, description=PROFILE_DESCRIPTIONS[p.name]) for p in profiles}
+
+
+PROFILES = _registry(
     # within ten minutes on a 2-core CPU: tests/test_demo.py bounds its planned work (issue 41). In batches of 64
     # (about the cost per image of 128s, one thread), condensation and adaptation take as many steps as 128s did on
     # twice the images (158 and 60: with 79 the aux nets fell below mimetic), the ancestry twice the steps on the
     # same images; fine-tunes are 47 steps on 3,000 images (63 on 8,000 before); methods condense on their shares
-    "demo": Profile(
+    Profile(
         name="demo",
-        description=PROFILE_DESCRIPTIONS["demo"],
         ancestry=_TINY,
         ancestry_epochs=3,
         ancestry_images=20_000,
@@ -311,9 +318,8 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
         train=TrainConfig(batch_size=64),
         method_budgets=True,
     ),
-    "quick": Profile(
+    Profile(
         name="quick",
-        description=PROFILE_DESCRIPTIONS["quick"],
         ancestry=_TINY.replace(depth=2, embed_dim=32, num_heads=2),
         ancestry_epochs=1,
         ancestry_images=1_000,
@@ -329,16 +335,13 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
         method_budgets=True,
     ),
     # sized from the measured throughputs, see docs/RESULTS.md
-    "cpu": Profile(
+    Profile(
         name="cpu",
-        description=PROFILE_DESCRIPTIONS["cpu"],
         ancestry=_CPU_ANCESTRY,
         # condensation gets half the ancestry's training (2 of its 4 epochs): with 2 epochs on 10k images
         # (158 steps) the aux nets reached only 50-56 % against the ancestry's 83 %
         ancestry_epochs=4,
-        ancestry_images=None,
         condense_epochs=2,
-        condense_images=None,
         sizes=grid((2, 4, 6), ((64, 4),)) + grid((2, 6), ((32, 2),)),
         tasks=(
             Task("fashion_mnist", "fashion_mnist", epochs=3, train_images=2_000, eval_images=1_000, scratch_factor=10),
@@ -348,14 +351,11 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
         adapt_steps=50,
         seeds=(0, 1, 2),
     ),
-    "transfer": Profile(
+    Profile(
         name="transfer",
-        description=PROFILE_DESCRIPTIONS["transfer"],
         ancestry=_TRANSFER_ANCESTRY,
         ancestry_epochs=2,
-        ancestry_images=None,
         condense_epochs=2,
-        condense_images=None,
         sizes=((2, 64, 4), (4, 64, 4)),
         tasks=(
             Task(
@@ -412,14 +412,11 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
             ),
         ),
     ),
-    "gpu": Profile(
+    Profile(
         name="gpu",
-        description=PROFILE_DESCRIPTIONS["gpu"],
         ancestry=ViTSpec(depth=12, embed_dim=384, num_heads=6, img_size=28, patch_size=4, in_chans=1, num_classes=10),
         ancestry_epochs=30,
-        ancestry_images=None,
         condense_epochs=10,
-        condense_images=None,
         sizes=grid((3, 6, 12), ((384, 6), (192, 3))),
         tasks=(
             Task("fashion_mnist", "fashion_mnist", epochs=2, train_images=None, scratch_factor=10),
@@ -430,12 +427,7 @@ PROFILES: dict[str, Profile | FolderSmoke] = {
         seeds=(0, 1, 2),
         train=TrainConfig(batch_size=256),
     ),
-}
-
-
-PROFILES["gpu-smoke"] = FolderSmoke(
-    "gpu-smoke",
-    description=PROFILE_DESCRIPTIONS["gpu-smoke"],
+    FolderSmoke("gpu-smoke"),
 )
 
 

@@ -11,6 +11,7 @@ nothing (random images, a few steps). Without a GPU it refuses unless asked for 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -60,7 +61,6 @@ def run_smoke(
     # imported here, not at the top: the CLI's parser reads SMOKE_PROFILES without loading torch
     import torch
 
-    from ..data import write_image_folder
     from ..formats.atomic import write_text_atomic
     from ..training.loop import resolve_device
 
@@ -72,9 +72,29 @@ def run_smoke(
             f"this CPU anyway (minutes per stage at {profile.img_size} px)"
         )
     steps = max_steps or profile.max_steps
+    images = _write_images(profile, out)
+    common = ["--data", f"folder:{images}", "--device", device, "--batch-size", str(profile.batch_size)]
+    common += ["--max-steps", str(steps), "--overwrite", *([] if progress else ["--quiet"])]
+    common += [*(["--workers", str(workers)] if workers is not None else []), *(extra or [])]
+    record: dict[str, Any] = {
+        "profile": profile.name,
+        "max_steps": steps,
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "stages": [_run_stage(name, argv, run_command) for name, argv in _stages(profile, out, common, device)],
+    }
+    write_text_atomic(out / "smoke.json", json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def _write_images(profile: FolderSmoke, out: Path) -> Path:
+    """``out/images``: the generated train and test folders (written once, then renamed: a killed run never leaves
+    half a folder)."""
+    from ..data import write_image_folder
+
     out.mkdir(parents=True, exist_ok=True)
     images = out / "images"
-    if not (images / "test").is_dir():  # written once, then renamed: a killed run never leaves half a folder
+    if not (images / "test").is_dir():
         tmp = out / "images.partial"
         shutil.rmtree(tmp, ignore_errors=True)
         for seed, (split, per_class) in enumerate(
@@ -82,94 +102,45 @@ def run_smoke(
         ):
             write_image_folder(tmp, profile.classes, per_class, profile.img_size, seed=seed, splits=(split,))
         tmp.rename(images)
-    common = [
-        "--data",
-        f"folder:{images}",
-        "--device",
-        device,
-        "--batch-size",
-        str(profile.batch_size),
-        "--max-steps",
-        str(steps),
-        "--overwrite",
-        *([] if progress else ["--quiet"]),
-        *(["--workers", str(workers)] if workers is not None else []),
-        *(extra or []),
+    return images
+
+
+def _stages(profile: FolderSmoke, out: Path, common: list[str], device: str) -> list[tuple[str, list[str]]]:
+    """Each stage's name and its command line (``common``: the data and budget flags the training stages share)."""
+    size = _size_flags(
+        depth=profile.depth,
+        embed_dim=profile.embed_dim,
+        num_heads=profile.num_heads,
+        patch_size=profile.patch_size,
+        img_size=profile.img_size,
+    )
+    shallower = _size_flags(depth=profile.descendant_depth)
+    anc, gene, desc = out / "ancestry.safetensors", out / "gene.safetensors", out / "descendant.safetensors"
+    aug = ["--aug", "deit"]
+    stages: list[tuple[str, list[Any]]] = [
+        ("ancestry", ["ancestry", *size, *common, *aug, "--label-smoothing", "0.1", "--out", anc]),
+        ("condense", ["condense", "--method", profile.method, "--ancestry", anc, *common, *aug, "--out", gene]),
+        ("expand", ["expand", gene, *shallower, "--overwrite", "--device", device, "--out", desc]),
+        ("fine-tune", ["train", desc, *common, "--out", out / "finetuned.safetensors"]),
     ]
-    size = [
-        "--depth",
-        str(profile.depth),
-        "--embed-dim",
-        str(profile.embed_dim),
-        "--num-heads",
-        str(profile.num_heads),
-        "--patch-size",
-        str(profile.patch_size),
-        "--img-size",
-        str(profile.img_size),
-    ]
-    stages = [
-        (
-            "ancestry",
-            [
-                "ancestry",
-                *size,
-                *common,
-                "--aug",
-                "deit",
-                "--label-smoothing",
-                "0.1",
-                "--out",
-                out / "ancestry.safetensors",
-            ],
-        ),
-        (
-            "condense",
-            [
-                "condense",
-                "--method",
-                profile.method,
-                "--ancestry",
-                out / "ancestry.safetensors",
-                *common,
-                "--aug",
-                "deit",
-                "--out",
-                out / "gene.safetensors",
-            ],
-        ),
-        (
-            "expand",
-            [
-                "expand",
-                out / "gene.safetensors",
-                "--depth",
-                str(profile.descendant_depth),
-                "--overwrite",
-                "--device",
-                device,
-                "--out",
-                out / "descendant.safetensors",
-            ],
-        ),
-        ("fine-tune", ["train", out / "descendant.safetensors", *common, "--out", out / "finetuned.safetensors"]),
-    ]
-    record: dict[str, Any] = {
-        "profile": profile.name,
-        "max_steps": steps,
-        "torch": torch.__version__,
-        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-        "stages": [],
-    }
-    for name, parts in stages:
-        argv = [str(a) for a in parts]
-        tic = time.perf_counter()
-        code = run_command(argv)
-        seconds = time.perf_counter() - tic
-        if code != 0:
-            raise LearngeneError(
-                f"gpu-smoke stage {name} failed (exit {code}): learngene {' '.join(argv)}; see its error above"
-            )
-        record["stages"].append({"stage": name, "seconds": round(seconds, 2), "command": "learngene " + " ".join(argv)})
-    write_text_atomic(out / "smoke.json", json.dumps(record, indent=1) + "\n")
-    return record
+    return [(name, [str(a) for a in argv]) for name, argv in stages]
+
+
+def _size_flags(**sizes: int) -> list[str]:
+    """``--depth 12 --embed-dim 384 ...``: each size by the flag :class:`~learngene.vit.spec.ViTSpec` declares for it."""
+    from ..vit.spec import ViTSpec
+
+    flags = {f.name: f.metadata["flag"] for f in dataclasses.fields(ViTSpec) if f.metadata.get("flag")}
+    return [arg for name, value in sizes.items() for arg in (flags[name], str(value))]
+
+
+def _run_stage(name: str, argv: list[str], run_command: Callable[[list[str]], int]) -> dict[str, Any]:
+    """Run one stage's command line; its name, seconds and command (a failed stage raises, naming it)."""
+    tic = time.perf_counter()
+    code = run_command(argv)
+    seconds = time.perf_counter() - tic
+    if code != 0:
+        raise LearngeneError(
+            f"gpu-smoke stage {name} failed (exit {code}): learngene {' '.join(argv)}; see its error above"
+        )
+    return {"stage": name, "seconds": round(seconds, 2), "command": "learngene " + " ".join(argv)}

@@ -26,26 +26,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from ..bench.plots import finish_figure, has_curves, line_style, plot_curves, plot_folder, style_per_method
 from ..bench.profiles import Profile, Task, Upstream, Variant, shared_settings
-from ..bench.report import (
-    finish_figure,
-    has_curves,
-    line_style,
-    machine,
-    mean_curve,
-    plot_curves,
-    plural,
-    style_per_method,
-    write_csv,
-)
+from ..bench.report import plural, run_lines
+from ..bench.rows import mean_curve, sizes_by_note, write_csv
 from ..bench.stats import MAX_SEEDS, RULE, Verdict, decide, holm, paired
 from ..bench.workers import worker_device
 from ..errors import LearngeneError, message_of
 from ..errors import setting as by_caller
-from ..formats.atomic import now_iso, write_text_atomic
+from ..formats.atomic import write_text_atomic
 from ..registry import get_method, list_methods
 from ..settings import field
-from ..training.config import USE_CASE_DEFAULTS, Logger, TrainConfig
+from ..training.config import USE_CASE_DEFAULTS, TrainConfig
 from ..validate import caller_fix, caller_name, refusal
 from ..vit.spec import ViTSpec
 from .inputs import train_config
@@ -171,7 +163,6 @@ def compare_profile(
         description="learngene compare: a profile built from the command line",
         ancestry=cast(ViTSpec, ancestry_spec),
         ancestry_epochs=0,
-        ancestry_images=None,
         condense_epochs=choices.condense_epochs,
         condense_images=choices.condense_images,
         sizes=shapes,
@@ -295,44 +286,71 @@ def recommend(size: str, results: Results, references: Sequence[str]) -> str:
     if any(verdict.diff.n < 2 for verdict in verdicts.values()):
         return f"{size}: one seed: no recommendation (the paired test needs --seeds 2 or more)"
 
-    def mean(label: str) -> float:
-        return statistics.fmean(results[label].values())
-
-    def shown(label: str) -> str:
-        return f"{label} {_mean(list(results[label].values()))}"
-
-    winners = sorted((c for c in candidates if all(verdicts[c, r].mark == "+" for r in refs)), key=lambda c: -mean(c))
     rule = f"paired over seeds, Holm-corrected over the {m} comparisons of this size"
+    winners = [c for c in candidates if all(verdicts[c, r].mark == "+" for r in refs)]
     if winners:
-        best, others = winners[0], winners[1:]
-        apart = holm([paired(results[best], results[w]).p for w in others])
-        tied = [
-            w for w, resolved in zip(others, apart) if not (resolved and paired(results[best], results[w]).mean > 0)
-        ]
-        if tied:
-            return (
-                f"{size}: use {' or '.join([best, *tied])} (a tie: each beats {', '.join(refs)} ({rule}), and their "
-                f"differences are not resolved: " + ", ".join(shown(w) for w in [best, *tied]) + ")"
-            )
-        return f"{size}: use {best} ({_mean(list(results[best].values()))}): it beats {', '.join(refs)} ({rule})"
+        return _use(size, sorted(winners, key=lambda c: -_final(results, c)), results, refs, rule)
     unbeaten = [r for r in refs if not any(verdicts[c, r].mark == "+" for c in candidates)]
     if unbeaten:
-        strongest = max(unbeaten, key=mean)
-        advice = {
-            "scratch": "train from scratch",
-            LONG_LABEL: "training from scratch 10× longer is the better start",
-            "mimetic": "use mimetic (it stores nothing)",
-        }.get(strongest, f"use {strongest}")
-        line = f"{size}: no method beats {strongest} here ({_mean(list(results[strongest].values()))}): {advice}"
-        leads = [c for c in candidates if verdicts[c, strongest].mark == "=" and verdicts[c, strongest].diff.mean > 0]
-        if leads:
-            closest = max(leads, key=lambda c: verdicts[c, strongest].diff.mean)
-            line += "; " + unresolved(closest, strongest, verdicts[closest, strongest])
-        return line
-    closest = max(candidates, key=mean)
+        return _unbeaten(size, max(unbeaten, key=lambda r: _final(results, r)), candidates, results, verdicts)
+    return _beats_some(size, max(candidates, key=lambda c: _final(results, c)), results, refs, verdicts, rule)
+
+
+def _final(results: Results, label: str) -> float:
+    """``label``'s mean final top-1 over its seeds."""
+    return statistics.fmean(results[label].values())
+
+
+def _shown(results: Results, label: str) -> str:
+    """``label`` and its final top-1, mean ± std over seeds: ``tleg 81.2 ± 0.4``."""
+    return f"{label} {_mean(list(results[label].values()))}"
+
+
+def _use(size: str, winners: list[str], results: Results, refs: list[str], rule: str) -> str:
+    """The line for methods that beat every reference (best mean first): use the best, or a tie between it and the
+    winners it does not beat resolvedly (Holm over the best against each other winner)."""
+    best, others = winners[0], winners[1:]
+    apart = holm([paired(results[best], results[w]).p for w in others])
+    tied = [w for w, resolved in zip(others, apart) if not (resolved and paired(results[best], results[w]).mean > 0)]
+    if tied:
+        return (
+            f"{size}: use {' or '.join([best, *tied])} (a tie: each beats {', '.join(refs)} ({rule}), and their "
+            f"differences are not resolved: " + ", ".join(_shown(results, w) for w in [best, *tied]) + ")"
+        )
+    return f"{size}: use {best} ({_mean(list(results[best].values()))}): it beats {', '.join(refs)} ({rule})"
+
+
+def _unbeaten(
+    size: str, strongest: str, candidates: list[str], results: Results, verdicts: Mapping[tuple[str, str], Verdict]
+) -> str:
+    """The line for a reference no method beats (the strongest such): the start it advises, and the closest method's
+    unresolved lead over it with the seeds that would resolve it."""
+    advice = {
+        "scratch": "train from scratch",
+        LONG_LABEL: "training from scratch 10× longer is the better start",
+        "mimetic": "use mimetic (it stores nothing)",
+    }.get(strongest, f"use {strongest}")
+    line = f"{size}: no method beats {strongest} here ({_mean(list(results[strongest].values()))}): {advice}"
+    leads = [c for c in candidates if verdicts[c, strongest].mark == "=" and verdicts[c, strongest].diff.mean > 0]
+    if leads:
+        closest = max(leads, key=lambda c: verdicts[c, strongest].diff.mean)
+        line += "; " + unresolved(closest, strongest, verdicts[closest, strongest])
+    return line
+
+
+def _beats_some(
+    size: str,
+    closest: str,
+    results: Results,
+    refs: list[str],
+    verdicts: Mapping[tuple[str, str], Verdict],
+    rule: str,
+) -> str:
+    """The line where every reference is beaten by some method but none beats them all: the best mean (``closest``),
+    the references it does not beat, and the seeds that would resolve its unresolved leads."""
     missing = [r for r in refs if verdicts[closest, r].mark != "+"]
     line = (
-        f"{size}: no method beats every reference here (the best mean, {shown(closest)}, does not beat "
+        f"{size}: no method beats every reference here (the best mean, {_shown(results, closest)}, does not beat "
         f"{', '.join(missing)} ({rule}))"
     )
     open_ = [unresolved(closest, r, verdicts[closest, r]) for r in missing if verdicts[closest, r].mark == "="]
@@ -411,11 +429,7 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
 
 def refusals(rows: list[Any]) -> list[str]:
     """``method at sizes: reason`` for every method that could not make (or finish) a size."""
-    by: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for r in rows:
-        if r.note and r.size not in by[r.label, r.note]:
-            by[r.label, r.note].append(r.size)
-    return [f"{label} at {', '.join(sizes)}: {note}" for (label, note), sizes in by.items()]
+    return [f"{label} at {', '.join(sizes)}: {note}" for (label, note), sizes in sizes_by_note(rows).items()]
 
 
 def compare_text(rows: list[Any], profile: Profile | Sequence[str]) -> str:
@@ -496,6 +510,15 @@ def write_compare_report(
     """``results.csv``, ``report.md`` and (unless ``plots=False``) ``plots/by-size.png`` and ``plots/curves.png``."""
     meta = meta or {}
     write_csv(rows, out_dir / "results.csv")
+    parts = ["# learngene compare", "", *_setup_lines(profile, meta), "", *LEGEND, compare_text(rows, profile)]
+    if plots:
+        parts += _plots(rows, profile.tasks[0], plot_folder(out_dir))
+    write_text_atomic(out_dir / "report.md", "\n".join(parts))
+
+
+def _setup_lines(profile: Profile, meta: dict[str, Any]) -> list[str]:
+    """The report's header: the run, the ancestry, the data and fine-tuning budget, the condensation and the
+    distillation of the ``+kd`` rows."""
     task = profile.tasks[0]
     budget = plural(task.max_steps, "step") if task.max_steps else plural(task.epochs, "epoch")
     data = (
@@ -506,14 +529,8 @@ def write_compare_report(
         else "every training image"
     )
     anc = meta.get("ancestry", {})
-    parts = [
-        "# learngene compare",
-        "",
-        f"- command: `{meta.get('command', 'learngene compare')}`",
-        f"- date: {now_iso()}; machine: {machine()}",
-        f"- wall time of this command: {meta.get('wall_seconds', 0) / 60:.1f} min (stages found in the cache are "
-        "not rerun)"
-        + ("" if meta.get("complete", True) else " — **partial run** (time limit): rerun the command to finish"),
+    return [
+        *run_lines(meta, "learngene compare"),
         f"- ancestry: {anc.get('file', profile.ancestry_file)} ({profile.ancestry.short()}, "
         f"{profile.ancestry.num_params:,} params); "
         + (
@@ -541,57 +558,36 @@ def write_compare_report(
             if profile.variants
             else []
         ),
-        "",
-        *LEGEND,
-        compare_text(rows, profile),
     ]
-    if plots:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        plot_dir = out_dir / "plots"
-        plot_dir.mkdir(parents=True, exist_ok=True)
-        if any(r.ok for r in rows):
-            data_name = task.data + (f" classes {','.join(map(str, task.classes))}" if task.classes else "")
-            plot_by_size(rows, plot_dir / "by-size.png", data_name)
-            parts += ["![accuracy by size](plots/by-size.png)", ""]
-            if has_curves(rows, TASK):  # one evaluation point per run is no curve: that plot is left out
-                plot_curves(rows, TASK, plot_dir / "curves.png", data_name)
-                parts += ["![learning curves per size](plots/curves.png)", ""]
-    write_text_atomic(out_dir / "report.md", "\n".join(parts))
 
 
-def run_compare(
-    profile: Profile,
-    out_dir: str | Path,
-    data_dir: str | None = None,
-    device: str = "auto",
-    progress: bool = True,
-    time_limit: float | None = None,
-    command: str | None = None,
-    plots: bool = True,
-    log: tuple[Logger, ...] = (),
-) -> list[Any]:
+def _plots(rows: list[Any], task: Task, plot_dir: Path) -> list[str]:
+    """Draw accuracy by size and (where a run was evaluated more than once) the learning curves into ``plot_dir``;
+    the report's lines that show them."""
+    if not any(r.ok for r in rows):
+        return []
+    data_name = task.data + (f" classes {','.join(map(str, task.classes))}" if task.classes else "")
+    plot_by_size(rows, plot_dir / "by-size.png", data_name)
+    parts = ["![accuracy by size](plots/by-size.png)", ""]
+    if has_curves(rows, TASK):  # one evaluation point per run is no curve: that plot is left out
+        plot_curves(rows, TASK, plot_dir / "curves.png", data_name)
+        parts += ["![learning curves per size](plots/curves.png)", ""]
+    return parts
+
+
+def run_compare(profile: Profile, out_dir: str | Path, *, device: str = "auto", **options: Any) -> list[Any]:
     """Run (or resume) a compare profile into ``out_dir``; returns its rows (the report is written there).
 
     Any number of these on one ``out_dir`` (processes, ``torchrun`` ranks, SLURM array tasks) share the grid: each
     computes the cells no other has claimed or finished, and the last to finish writes the report
     (:mod:`learngene.bench.workers`). Under ``torchrun`` each rank works on its own GPU (``LOCAL_RANK``).
 
-    ``log``: loggers of every training stage's curves (``TrainConfig.log``), under ``out_dir/logs``.
+    ``options`` are :class:`~learngene.bench.protocol.BenchRun`'s (``data_dir``, ``progress``, ``time_limit``,
+    ``command``, ``plots``, and ``log``: loggers of every training stage's curves, ``TrainConfig.log``, under
+    ``out_dir/logs``).
     """
     from ..bench.protocol import BenchRun
 
     return BenchRun(
-        profile,
-        out_dir,
-        data_dir,
-        worker_device(device),
-        progress,
-        time_limit,
-        plots=plots,
-        command=command,
-        reporter=write_compare_report,
-        shared=True,
-        log=log,
+        profile, out_dir, device=worker_device(device), reporter=write_compare_report, shared=True, **options
     ).run()

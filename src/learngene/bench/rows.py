@@ -1,0 +1,175 @@
+"""The rows of a benchmark: one descendant's results (:class:`Row`), how rows group by method and size, and
+``results.csv`` (one line per descendant and evaluation point)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..formats.atomic import write_text_atomic
+
+
+@dataclass
+class Row:
+    """One descendant: a method at a size, on a task, with a seed and a budget (× the task's epochs)."""
+
+    method: str
+    task: str
+    size: str
+    depth: int
+    embed_dim: int
+    num_heads: int
+    seed: int
+    budget: int = 1
+    params: int = 0
+    stored_params: int = 0
+    condense_seconds: float = 0.0
+    condense_steps: int = 0
+    adapt_seconds: float = 0.0
+    train_seconds: float = 0.0
+    accs: list[float] = field(default_factory=list)  # top-1 at every evaluation point
+    note: str = ""  # why the cell is n/a
+    upstream: str = ""  # which ancestry (profiles with several upstreams)
+    variant: str = ""  # an ablation's change to how the descendant is made (e.g. "+mimetic")
+    eval_epochs: list[int] = field(default_factory=list)  # the fine-tuning epoch of every entry of accs
+    cell_seconds: float = 0.0  # wall time of the whole cell: expansion, fine-tuning, evaluation, saving
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.accs)
+
+    @property
+    def acc(self) -> float:
+        return self.accs[-1]
+
+    @property
+    def label(self) -> str:
+        """The method (and variant), or e.g. ``scratch ×10`` for a longer budget."""
+        name = f"{self.method} {self.variant}" if self.variant else self.method
+        return name if self.budget == 1 else f"{name} ×{self.budget}"
+
+    @property
+    def epochs(self) -> list[int]:
+        """The fine-tuning epoch of every accuracy (rows from before eval points existed: every epoch)."""
+        return self.eval_epochs or list(range(1, len(self.accs) + 1))
+
+
+CSV_FIELDS = (
+    "upstream",
+    "method",
+    "variant",
+    "budget",
+    "task",
+    "size",
+    "depth",
+    "embed_dim",
+    "num_heads",
+    "seed",
+    "params",
+    "stored_params",
+    "condense_seconds",
+    "condense_steps",
+    "adapt_seconds",
+    "train_seconds",
+    "epoch",
+    "acc",
+    "note",
+)
+
+
+def write_csv(rows: list[Row], path: Path) -> None:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS)
+    writer.writeheader()
+    for r in rows:
+        base = {k: v for k, v in dataclasses.asdict(r).items() if k in CSV_FIELDS}
+        for epoch, acc in zip(r.epochs, r.accs):
+            writer.writerow({**base, "epoch": epoch, "acc": f"{acc:.4f}"})
+        if not r.ok:
+            writer.writerow({**base, "epoch": "", "acc": ""})
+    write_text_atomic(path, buf.getvalue())
+
+
+_INTS = ("budget", "depth", "embed_dim", "num_heads", "seed", "params", "stored_params", "condense_steps")
+_FLOATS = ("condense_seconds", "adapt_seconds", "train_seconds")
+
+
+def read_csv(path: Path) -> list[Row]:
+    """The rows a ``results.csv`` was written from (:func:`write_csv`), in its order: accuracies as written (4
+    decimals), no ``cell_seconds`` (the file has none). How a report is rebuilt with today's tables."""
+    rows: dict[tuple[str, ...], Row] = {}
+    with open(path, newline="") as fh:
+        for line in csv.DictReader(fh):
+            key = tuple(line[k] for k in ("upstream", "method", "variant", "budget", "task", "size", "seed"))
+            if key not in rows:
+                values: dict[str, Any] = {k: line[k] for k in ("upstream", "method", "variant", "task", "size", "note")}
+                values.update({k: int(line[k]) for k in _INTS}, **{k: float(line[k]) for k in _FLOATS})
+                rows[key] = Row(**values)
+            if line["acc"]:
+                rows[key].accs.append(float(line["acc"]))
+                rows[key].eval_epochs.append(int(line["epoch"]))
+    return list(rows.values())
+
+
+def row_from_dict(values: dict[str, Any]) -> Row:
+    known = {f.name for f in dataclasses.fields(Row)}
+    return Row(**{k: v for k, v in values.items() if k in known})
+
+
+# ---- aggregation ---------------------------------------------------------------------------------------
+def _groups(rows: list[Row], task: str) -> dict[tuple[str, str], list[Row]]:
+    """Finished rows of ``task`` by (label, size), labels in first-seen order."""
+    out: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for r in rows:
+        if r.task == task and r.ok:
+            out[r.label, r.size].append(r)
+    return out
+
+
+def _labels(rows: list[Row], task: str) -> list[str]:
+    return list(dict.fromkeys(r.label for r in rows if r.task == task))
+
+
+def _sizes(rows: list[Row], task: str) -> list[str]:
+    return list(dict.fromkeys(r.size for r in rows if r.task == task))
+
+
+def mean_curve(group: list[Row]) -> tuple[list[float], list[float]]:
+    """Mean and standard deviation (0 for one seed) of top-1 at every evaluation point, over seeds."""
+    epochs = min(len(r.accs) for r in group)
+    means = [statistics.fmean(r.accs[e] for r in group) for e in range(epochs)]
+    stds = [statistics.stdev([r.accs[e] for r in group]) if len(group) > 1 else 0.0 for e in range(epochs)]
+    return means, stds
+
+
+def _same_results(groups: dict[tuple[str, str], list[Row]], labels: list[str], size: str) -> dict[str, str]:
+    """``{label: earlier label}`` for methods whose results at ``size`` equal an earlier one's, seed by seed
+    (e.g. weight_selection at the ancestry's own width is the ancestry), so their marks would hide each other."""
+    seen: dict[tuple, str] = {}
+    out = {}
+    for label in labels:
+        group = groups.get((label, size))
+        if not group:
+            continue
+        key = tuple(sorted((g.seed, tuple(g.epochs), tuple(g.accs)) for g in group))
+        if key in seen:
+            out[label] = seen[key]
+        else:
+            seen[key] = label
+    return out
+
+
+def sizes_by_note(rows: list[Row]) -> dict[tuple[str, str], list[str]]:
+    """``(label, note): sizes`` of the cells that are n/a (a method that could not make or finish a size), in the
+    rows' order."""
+    sizes: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for r in rows:
+        if r.note and r.size not in sizes[r.label, r.note]:
+            sizes[r.label, r.note].append(r.size)
+    return sizes
