@@ -305,9 +305,9 @@ PROFILES = _registry(
     # (about the cost per image of 128s, one thread), condensation and adaptation take as many steps as 128s did on
     # twice the images (158 and 60: with 79 the aux nets fell below mimetic), the ancestry twice the steps on the
     # same images; fine-tunes are 47 steps on 3,000 images (63 on 8,000 before); methods condense on their shares.
-    # Depths 2 and 4: with a depth-6 column too it took 10 min 32 s on the idle machine (its cells 133 s of it), and
-    # without it the other columns are the same cells, so the table ranks the same (fewer fine-tune images instead,
-    # 2,000, moved the data-free inits mimetic and structured 3-4 places down)
+    # Depths 2 and 4: with a depth-6 column too, `make demo` took 10 min 32 s on the idle machine (that column's train
+    # and adapt seconds in results.csv: 133 s), and without it the other columns are the same cells, so the table
+    # ranks the same (fewer fine-tune images instead, 2,000, moved mimetic and structured 3-4 places down)
     Profile(
         name="demo",
         ancestry=_TINY,

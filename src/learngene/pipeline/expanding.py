@@ -46,9 +46,8 @@ def expand(
         options: the method's options for this expansion, by name or as ``KEY=VALUE`` texts (``--opt``); an option
             only condensing or adapting reads is refused.
         top_up: a method without a learngene (e.g. ``"mimetic"``) that fills what the gene leaves out.
-        max_params: a budget of parameters: the deepest, then widest size near ``size`` within it (and within
-            ``max_flops``) that the method expands to (``size``'s ``depth`` or ``num_heads`` pin that axis); ``say``
-            tells which and why.
+        max_params: a parameter budget: the deepest, then widest size near ``size`` within it and ``max_flops`` that
+            the method expands to (``size``'s ``depth`` or ``num_heads`` pin that axis); ``say`` tells which and why.
         max_flops: a budget of forward FLOPs per image, taken as ``max_params`` is.
         license: the descendant's licence (default: the gene's).
         output: ``(name, value)`` of an output the gene's method declares instead of a timm ViT
