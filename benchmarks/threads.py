@@ -32,7 +32,7 @@ def child(setting: str, steps: int) -> None:
     import torch
 
     from learngene.data import ImageData
-    from learngene.threads import set_threads, usable_cpus
+    from learngene.host.threads import set_threads, usable_cpus
     from learngene.training.loop import TrainConfig, train
     from learngene.vit.spec import ViTSpec
 
@@ -72,7 +72,7 @@ def main() -> None:
         child(args.child, args.steps)
         return
 
-    from learngene.threads import usable_cpus
+    from learngene.host.threads import usable_cpus
 
     cpus = usable_cpus()
     spinners = [

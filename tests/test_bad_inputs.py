@@ -883,7 +883,7 @@ def test_two_runs_on_one_run_dir_are_refused(ws, capsys, tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time; from learngene.run_dirs import lock_run_dir; "
+            "import sys, time; from learngene.training.run_dirs import lock_run_dir; "
             f"lock_run_dir({str(run_dir)!r}); print('locked', flush=True); time.sleep(60)",
         ],
         stdout=subprocess.PIPE,

@@ -174,7 +174,7 @@ def test_a_killed_worker_leaves_a_grid_that_the_others_or_a_rerun_finish(
 
 
 def test_a_worker_with_other_settings_or_a_run_that_needs_the_folder_alone_is_refused(ancestry, tmp_path, capsys):
-    from learngene.run_dirs import lock_run_dir, unlock_run_dir
+    from learngene.training.run_dirs import lock_run_dir, unlock_run_dir
 
     out = tmp_path / "cmp"
     (out / "claims").mkdir(parents=True)

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from learngene import threads
 from learngene.cli import main
 from learngene.errors import LearngeneError
 from learngene.formats.model_file import save_model
+from learngene.host import threads
 from tests.conftest import TINY
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -93,7 +93,7 @@ def test_other_variables_are_numbers_in_their_range_or_one_line(monkeypatch, nam
 
 @pytest.mark.parametrize("value", ["soon", "nan", "-5", "1e300"])
 def test_the_collective_timeout_is_a_number_of_seconds(monkeypatch, value):
-    from learngene.environment import env_number
+    from learngene.host.environment import env_number
 
     monkeypatch.setenv("LEARNGENE_DIST_TIMEOUT", value)
     with pytest.raises(LearngeneError, match="^LEARNGENE_DIST_TIMEOUT="):

@@ -416,7 +416,7 @@ def _rss_bytes():
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
 def test_release_pages_gives_back_a_mapped_tensor_and_keeps_its_values(tmp_path):
     from learngene.formats.weights import read_safetensors, save_safetensors
-    from learngene.memory import release_pages
+    from learngene.host.memory import release_pages
 
     values = torch.randn(16 * 1024 * 1024)  # 64 MiB
     save_safetensors(tmp_path / "big.safetensors", {"w": values}, {})
@@ -433,8 +433,8 @@ def test_release_pages_gives_back_a_mapped_tensor_and_keeps_its_values(tmp_path)
 def test_release_pages_advises_only_tensors_mapped_from_a_file(tmp_path, monkeypatch):
     """Tensors in ordinary memory (a fused copy, a gene being built) are never paged out: with swap they
     would be written to it and read back, for nothing."""
-    from learngene import memory
     from learngene.formats.weights import read_safetensors, save_safetensors
+    from learngene.host import memory
 
     save_safetensors(tmp_path / "w.safetensors", {"w": torch.ones(4 * 1024 * 1024)}, {})
     mapped = read_safetensors(tmp_path / "w.safetensors", lazy=True)[0]["w"]
@@ -478,7 +478,7 @@ def test_tensors_in_a_temporary_file_are_mapped_hold_their_values_and_leave_no_f
     """Where EVA-02's fused q/k/v are kept: a file's map, whose pages release_pages can give back."""
     import tempfile
 
-    from learngene import memory
+    from learngene.host import memory
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     values = {"a": torch.randn(512, 1024), "b": torch.arange(7, dtype=torch.int64), "c": torch.zeros(0, 3)}

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from learngene import threads
 from learngene.bench import plots, report, tables
 from learngene.bench.rows import Row
 from learngene.cli import main
 from learngene.cli.parser import build_parser
 from learngene.errors import LearngeneError
+from learngene.host import threads
 from learngene.training import progress
 from learngene.training.loop import TrainConfig, train
 from learngene.training.progress import RunProgress

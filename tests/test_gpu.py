@@ -1,7 +1,7 @@
 """The CUDA-only code paths, run for real on a GPU; without one every ``gpu`` test skips ("needs CUDA").
 
 One tiny test per family of code path that only runs on CUDA, each driving the library's own code
-(:func:`learngene.training.loop.train` and its steps, :mod:`learngene.auxnet`, :class:`~learngene.genenet.GeneNet`,
+(:func:`learngene.training.loop.train` and its steps, :mod:`learngene.training.auxnet`, :class:`~learngene.training.genenet.GeneNet`,
 :func:`learngene.descendant.make_descendant`, :mod:`learngene.training.distributed`):
 
 - bf16 autocast: a training step finite and within bf16 rounding of the fp32 step on the CPU;
@@ -52,11 +52,11 @@ import torch
 
 from learngene.cli import main
 from learngene.data import Batches, image_folder, write_image_folder
-from learngene.genenet import GeneNet
 from learngene.method import Ancestry, CondenseInputs
 from learngene.registry import get_method, list_methods
 from learngene.training import distributed as dist
 from learngene.training.epochs import _wrapped
+from learngene.training.genenet import GeneNet
 from learngene.training.loop import (
     CHECKPOINT,
     RunInterrupted,

@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from learngene.auxnet import block_params_per_layer
 from learngene.cli import main
 from learngene.cli.describe import describe_gene
 from learngene.descendant import GeneNet, make_descendant
@@ -18,6 +17,7 @@ from learngene.gene import Learngene
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.tleg import MODULES, TLEG, ShareInit, parse_layers
 from learngene.registry import get_method
+from learngene.training.auxnet import block_params_per_layer
 from learngene.training.loop import TrainConfig
 from learngene.vit.spec import block_key
 from tests.bounds import assert_same_forward, order_bound

@@ -6,7 +6,7 @@
 The parts, one module each: :mod:`~learngene.ancestry` (load the big model), :mod:`~learngene.method`
 (the interface every method implements) and :mod:`~learngene.methods` (one module per paper, registered
 in :mod:`~learngene.registry`), :mod:`~learngene.gene` (the learngene file),
-:mod:`~learngene.vit.transfer` (the rules that move tensors between sizes), :mod:`~learngene.auxnet`
+:mod:`~learngene.vit.transfer` (the rules that move tensors between sizes), :mod:`~learngene.training.auxnet`
 (condensing through an aux net), :mod:`~learngene.descendant` (the models a gene becomes) and
 :mod:`~learngene.training` (the one training loop).
 

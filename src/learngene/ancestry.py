@@ -12,9 +12,9 @@ size); a classifier of another size is dropped.
 Big ancestries cost one copy of their weights at most: files are memory-mapped (pages are read as
 they are used), and the model is built on the meta device and takes the mapped tensors as its
 parameters (``load_state_dict(assign=True)``) instead of allocating and then overwriting its own. The
-NaN check reads every page once and gives it back (:func:`learngene.memory.release_pages`), so what stays
+NaN check reads every page once and gives it back (:func:`learngene.host.memory.release_pages`), so what stays
 resident is what a method reads. The one copy made, an unfused Eva's q/k/v fused (0.28 GiB at EVA-02 L), is
-kept in a temporary file's map (:func:`learngene.memory.tensors_in_temporary_file`), whose pages can go the same way.
+kept in a temporary file's map (:func:`learngene.host.memory.tensors_in_temporary_file`), whose pages can go the same way.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from .formats.convert import is_model_folder, read_checkpoint, without_head
 from .formats.hub import fetch_model, is_hub_name, looks_like_repo_id
 from .formats.licenses import check_license
 from .formats.model_file import load_model_file
-from .memory import release_pages, tensors_in_temporary_file
+from .host.memory import release_pages, tensors_in_temporary_file
 from .method import Ancestry
 from .vit.eva import EVA_MODULE, fuse_qkv_projections, has_unfused_qkv
 from .vit.model_spec import spec_from_model

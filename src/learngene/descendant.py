@@ -5,7 +5,7 @@ the method reads the stored options and expands the tensors into their own layou
 :func:`make_descendant` builds the final plain timm ViT of a spec from a gene (with an optional
 top-up from a method without a learngene). :func:`fit_gene_to_budget` picks the size a gene should expand to under a parameter/FLOP budget.
 Each finds the gene's method through the registry; the methods themselves import
-:class:`~learngene.genenet.GeneNet` (re-exported here) and never this module, so no import circle
+:class:`~learngene.training.genenet.GeneNet` (re-exported here) and never this module, so no import circle
 runs through the registry.
 """
 
@@ -22,8 +22,8 @@ from .binding import BoundMethod, bind_gene
 from .errors import LearngeneError, message_of, require_argument
 from .formats.model_file import check_state_shapes
 from .gene import Learngene
-from .genenet import GeneNet  # noqa: F401  (re-exported: learngene.descendant.GeneNet)
 from .registry import get_method
+from .training.genenet import GeneNet  # noqa: F401  (re-exported: learngene.descendant.GeneNet)
 from .validate import EXPAND
 from .vit.attention_init import blend_query_key, sincos_pos_embed
 from .vit.spec import ViTSpec, fit_to_budget

@@ -14,6 +14,24 @@ _TAG = re.compile(f"[{_OPEN}-{_CLOSE}]")
 _SPAN = re.compile(f"{_OPEN}([^{_OPEN}-{_CLOSE}]*){_BETWEEN}([^{_OPEN}-{_CLOSE}]*){_CLOSE}")  # an innermost span
 
 
+def named(name: str, flag: str | None = None) -> str:
+    """How a message names a setting, in plain words that serve a Python caller and the command line alike:
+    ``lr (--lr)``. ``flag`` defaults to the name with dashes (``max_params`` -> ``--max-params``); ``""``: the setting
+    has no flag, so it is named alone."""
+    flag = "--" + name.replace("_", "-") if flag is None else flag
+    return f"{name} ({flag})" if flag and flag != name else name
+
+
+def assigned(name: str, value: object, flag_value: object = None, flag: str | None = None) -> str:
+    """A setting given a value, for both callers in plain words: ``lr=0.001 (--lr 0.001)``; ``flag_value`` where the
+    command line writes the value otherwise (``grad_clip=None (--grad-clip 0)``), ``flag`` as in :func:`named`."""
+    flag = "--" + name.replace("_", "-") if flag is None else flag
+    python = f"{name}={value!r}" if isinstance(value, str) else f"{name}={value}"
+    if not flag:
+        return python
+    return f"{python} ({flag} {value if flag_value is None else flag_value})"
+
+
 def setting(python: str, flag: str) -> str:
     """How a message names a setting: both the Python argument (``overwrite=True``) and the command line's flag
     (``--overwrite``), of which :func:`render` keeps the one its reader gave. Compose it into messages freely."""

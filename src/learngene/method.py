@@ -203,7 +203,7 @@ class Method:
         adaptable: descendants go through ``adapt`` (WAVE's scalers, PEG's φ) before fine-tuning.
         paper: the :class:`Paper` (or papers) it implements; ``learngene methods`` prints it.
         aux_net: ``condense`` distils the ancestry into an aux net whose tensors become the gene
-            (subclasses of :class:`learngene.auxnet.AuxNetMethod`: TLEG, Share-Init, WAVE, SWS, LeTs, Pool):
+            (subclasses of :class:`learngene.training.auxnet.AuxNetMethod`: TLEG, Share-Init, WAVE, SWS, LeTs, Pool):
             ``--distill-lambda`` and the aux net's size options apply.
         distill_lambda: λ of the paper's condensation loss ``(1−λ)·CE + λ·KL`` (methods that distil);
             ``learngene condense`` and the benchmark use it unless told otherwise.

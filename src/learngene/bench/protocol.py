@@ -34,9 +34,9 @@ from ..data import ImageData
 from ..errors import LearngeneError
 from ..formats.atomic import write_text_atomic
 from ..registry import get_method
-from ..run_dirs import lock_run_dir, unlock_run_dir
 from ..training.loop import resolve_device
 from ..training.progress import RunProgress
+from ..training.run_dirs import lock_run_dir, unlock_run_dir
 from .profiles import Profile, Task
 from .report import plural
 from .rows import Row

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from ..errors import LearngeneError
 from ..formats.atomic import os_error_message, quote, write_text_atomic
-from ..run_dirs import RUN_LOCK
+from ..training.run_dirs import RUN_LOCK
 
 CLAIMS = "claims"
 

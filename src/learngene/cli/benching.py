@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ..bench import BenchRun, get_profile
+from ..bench.demo import run_demo
 from ..bench.smoke import FolderSmoke, run_smoke
-from ..demo import run_demo
 from ..errors import LearngeneError
 from ..registry import list_methods
 

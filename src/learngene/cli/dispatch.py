@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Sequence
 
 from ..errors import LearngeneError, message_of, render
-from ..threads import prepare_environment, set_threads
+from ..host.threads import prepare_environment, set_threads
 from .parser import EXIT_USAGE, build_parser
 
 # commands that write many files without rank-0 guards, or only print: refused under torchrun
@@ -89,9 +89,9 @@ def _existing_output(args: argparse.Namespace) -> str | None:
 
 def _run(args: argparse.Namespace, entry_point: bool) -> int:
     from ..formats.atomic import os_error_message
-    from ..run_dirs import release_run_dirs
     from ..training import distributed as dist
     from ..training.loop import CHECKPOINT
+    from ..training.run_dirs import release_run_dirs
 
     finished = interrupted = False
     previous_handlers = _stop_on_signals()

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import LearngeneError, message_of
-from ..threads import THREADS_HELP, check_threads
+from ..host.threads import THREADS_HELP, check_threads
 from ..training.config import (
     COMMON,
     DISTILL,

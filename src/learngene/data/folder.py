@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..environment import env_number
 from ..errors import DataError, message_of
 from ..formats.preprocessing import PREPROCESSING_KEYS, check_preprocessing
+from ..host.environment import env_number
 from ..vit.naflex import image_input
 from .augment import AUGMENTATIONS, DEIT_RECIPE
 from .images import Data, ImageData, NamedClasses, colour_for_grey_model

@@ -17,7 +17,7 @@ from safetensors import safe_open
 from torch import Tensor
 
 from ..errors import GeneFormatError, LearngeneError
-from ..memory import release_pages
+from ..host.memory import release_pages
 from .atomic import atomic_path, quote
 
 # safetensors dtype names (the format's spec) <-> torch dtypes

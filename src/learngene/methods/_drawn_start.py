@@ -1,11 +1,11 @@
-"""What TLEG, SWS and WAVE share (:class:`~learngene.auxnet.DrawnStartConfig`): a gene of block tensors drawn at the
+"""What TLEG, SWS and WAVE share (:class:`~learngene.training.auxnet.DrawnStartConfig`): a gene of block tensors drawn at the
 start of condensation and trained in an aux net, beside the aux net's embeddings, final norm and head as timm draws
-them; a descendant gets its blocks by the method's rule and those by :func:`~learngene.auxnet.expand_non_block`."""
+them; a descendant gets its blocks by the method's rule and those by :func:`~learngene.training.auxnet.expand_non_block`."""
 
 from __future__ import annotations
 
-from ..auxnet import AuxNetMethod, expand_non_block, initial_non_block
 from ..gene import Learngene
+from ..training.auxnet import AuxNetMethod, expand_non_block, initial_non_block
 from ..vit.spec import ViTSpec
 from ..vit.transfer import StateDict
 

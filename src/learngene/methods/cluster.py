@@ -55,7 +55,7 @@ from ..data import Data
 from ..errors import LearngeneError
 from ..formats.atomic import atomic_path
 from ..gene import Learngene
-from ..memory import give_back, release_pages
+from ..host.memory import give_back, release_pages
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..validate import CONDENSE, option
@@ -153,7 +153,7 @@ def mean_attention_distance(
 
     The sample goes through the model block by block (every batch through block ``l``, then block
     ``l + 1``): each block's weights are read once, and a memory-mapped ancestry's pages are given back
-    after it (:func:`~learngene.memory.release_pages`), so a ViT-g is never resident whole; only the
+    after it (:func:`~learngene.host.memory.release_pages`), so a ViT-g is never resident whole; only the
     sample's tokens and one block's activations are. Each batch sees the same operations as in a
     whole-model forward, so the distances are the same.
 

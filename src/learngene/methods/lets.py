@@ -45,11 +45,11 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..auxnet import AuxConfig, AuxNetMethod, initial_non_block
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
+from ..training.auxnet import AuxConfig, AuxNetMethod, initial_non_block
 from ..validate import CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import CLASSES, HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, KEEP, TOKENS

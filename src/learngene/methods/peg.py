@@ -47,10 +47,10 @@ from torch import Tensor
 
 from ..errors import LearngeneError
 from ..gene import DESCENDANT, Learngene
-from ..genenet import GeneNet
-from ..memory import give_back, release_pages
+from ..host.memory import give_back, release_pages
 from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
+from ..training.genenet import GeneNet
 from ..training.loop import TrainResult, train
 from ..validate import CONDENSE, option
 from ..vit.heads import join_proj, join_qkv, split_proj, split_qkv

@@ -67,13 +67,13 @@ from typing import Any, Literal, cast
 import torch
 from torch import nn
 
-from ..auxnet import AuxConfig, AuxNetMethod, condense_through_aux, is_headless, resolve_aux_spec
 from ..errors import GeneFormatError, LearngeneError
 from ..errors import setting as by_caller
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, ExpandOutput, OutputModel, Paper
 from ..registry import register_method
 from ..training import distributed as dist
+from ..training.auxnet import AuxConfig, AuxNetMethod, condense_through_aux, is_headless, resolve_aux_spec
 from ..training.distill import cache_teacher_outputs
 from ..training.loop import train
 from ..validate import CONDENSE, option, option_assignment

@@ -46,11 +46,11 @@ from typing import Literal
 
 import torch
 
-from ..auxnet import DrawnStartConfig, resolve_aux_spec, vector_start
 from ..errors import LearngeneError, SpecError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Paper
 from ..registry import register_method
+from ..training.auxnet import DrawnStartConfig, resolve_aux_spec, vector_start
 from ..validate import CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import StateDict, require_block_shape

@@ -80,7 +80,7 @@ from torch.func import functional_call
 
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..memory import require_free_memory
+from ..host.memory import require_free_memory
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..training.distill import PooledFeatures, cache_teacher_outputs

@@ -18,11 +18,11 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..auxnet import DrawnStartConfig, block_params_per_layer, vector_start
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
+from ..training.auxnet import DrawnStartConfig, block_params_per_layer, vector_start
 from ..validate import CONDENSE, EXPAND, option, option_assignment
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import LAYER_SCALE, MLP, MSA, NORM, block_names, has_tag, per_head

@@ -35,12 +35,12 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from ..auxnet import DrawnStartConfig, block_params_per_layer, vector_start
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..genenet import GeneNet
 from ..method import AdaptInputs, Paper
 from ..registry import register_method
+from ..training.auxnet import DrawnStartConfig, block_params_per_layer, vector_start
+from ..training.genenet import GeneNet
 from ..training.loop import TrainResult, train
 from ..validate import ADAPT, CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key

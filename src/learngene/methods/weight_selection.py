@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..memory import give_back
+from ..host.memory import give_back
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..validate import EXPAND, option, option_assignment

@@ -14,10 +14,10 @@ from ..data import Data, default_workers, few_shot, fraction, load_splits
 from ..errors import LearngeneError, render
 from ..errors import setting as by_caller
 from ..formats.atomic import quote
-from ..run_dirs import lock_run_dir
 from ..training import distributed as dist
 from ..training.config import TrainConfig, from_flags
 from ..training.loop import CHECKPOINT
+from ..training.run_dirs import lock_run_dir
 from ..validate import caller_name, parse_assignment, parse_options
 from ..vit.spec import ViTSpec, get_preset
 
@@ -177,7 +177,7 @@ def train_config(settings: TrainConfig | Mapping[str, Any] | None, desc: str, **
 def open_run_dir(run_dir: str | Path | None, resume: bool, cfg: TrainConfig | None = None) -> None:
     """Refuse ``resume`` without a run directory, loggers (``cfg.log``) with nowhere to write, a run directory that is
     a file, or one whose checkpoint a run that does not resume would overwrite; then lock it for this run (rank 0;
-    the lock is held until the process releases it: :func:`learngene.run_dirs.release_run_dirs`, or exits)."""
+    the lock is held until the process releases it: :func:`learngene.training.run_dirs.release_run_dirs`, or exits)."""
     flag = caller_name("run_dir", "--run-dir")
     if resume and not run_dir:
         raise LearngeneError(

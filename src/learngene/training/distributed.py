@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from ..environment import env_number
 from ..errors import LearngeneError, message_of
+from ..host.environment import env_number
 
 T = TypeVar("T")
 

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ..errors import LearngeneError
-from ..memory import release_pages
+from ..host.memory import release_pages
 from ..validate import EXPAND, option
 from .heads import join_qkv, split_qkv
 from .spec import ViTSpec, block_key

@@ -141,7 +141,7 @@ def fuse_qkv_projections(
 
     ``read_once`` is called with each block's q, k, v weights once they are fused (e.g. to give back a mapped
     file's pages); ``place`` receives ``(key, make)`` pairs, ``make()`` computing one fused weight, and returns
-    them by key (by default, computed in memory; :func:`learngene.memory.tensors_in_temporary_file` keeps them in a
+    them by key (by default, computed in memory; :func:`learngene.host.memory.tensors_in_temporary_file` keeps them in a
     file's memory map instead).
     """
     import re

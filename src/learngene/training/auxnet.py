@@ -27,18 +27,18 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .data import Data
-from .errors import LearngeneError
-from .gene import Learngene
+from ..data import Data
+from ..errors import LearngeneError
+from ..gene import Learngene
+from ..method import Ancestry, CondenseInputs, Method
+from ..validate import CONDENSE, option
+from ..vit.spec import ViTSpec
+from ..vit.transfer import StateDict, inherit_non_block, part_of
+from . import distributed as dist
+from .config import TrainConfig
+from .distill import FeatureDistillation, cache_teacher_outputs
 from .genenet import GeneNet
-from .method import Ancestry, CondenseInputs, Method
-from .training import distributed as dist
-from .training.config import TrainConfig
-from .training.distill import FeatureDistillation, cache_teacher_outputs
-from .training.loop import TrainResult, resolve_device, train
-from .validate import CONDENSE, option
-from .vit.spec import ViTSpec
-from .vit.transfer import StateDict, inherit_non_block, part_of
+from .loop import TrainResult, resolve_device, train
 
 
 @dataclass(frozen=True)

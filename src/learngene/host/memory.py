@@ -139,8 +139,8 @@ def require_free_memory(need: int, what: str, fix: str) -> None:
     """Refuse in one line, before anything is allocated, ``need`` bytes for ``what`` that exceed the memory this
     machine has free (as a size's parameters are, :meth:`~learngene.vit.spec.ViTSpec.require_memory`); ``fix`` says
     what to choose instead."""
-    from .errors import SpecError
-    from .vit.spec import available_memory
+    from ..errors import SpecError
+    from ..vit.spec import available_memory
 
     free = available_memory()
     if free is not None and need > free:

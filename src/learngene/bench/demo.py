@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .bench import BenchRun, Profile, get_profile
-from .bench.ancestry_stage import UPSTREAM_EVAL_IMAGES
-from .bench.report import plural
-from .bench.tables import format_table
+from . import BenchRun, Profile, get_profile
+from .ancestry_stage import UPSTREAM_EVAL_IMAGES
+from .report import plural
+from .tables import format_table
 
 
 def run_demo(

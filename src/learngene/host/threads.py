@@ -18,7 +18,7 @@ import functools
 import os
 import time
 
-from .errors import LearngeneError, setting
+from ..errors import LearngeneError, setting
 
 THREADS_HELP = (
     "CPU threads torch computes with, 1 to the CPUs this process may use (default: $OMP_NUM_THREADS if set, else "

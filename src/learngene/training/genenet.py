@@ -1,6 +1,6 @@
 """A timm ViT whose weights are a learngene expanded on every forward, so gradients reach the gene.
 
-This is how TLEG/WAVE/Share-Init condense (train the gene through an aux net, :mod:`learngene.auxnet`)
+This is how TLEG/WAVE/Share-Init condense (train the gene through an aux net, :mod:`learngene.training.auxnet`)
 and how WAVE's scalers and PEG's φ adapt (train some gene tensors on downstream data). It takes the
 method object it expands with, so it needs no registry: methods import it.
 """
@@ -13,10 +13,10 @@ from collections.abc import Callable
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from .gene import Learngene
-from .method import Method
-from .vit.spec import ViTSpec
-from .vit.transfer import StateDict
+from ..gene import Learngene
+from ..method import Method
+from ..vit.spec import ViTSpec
+from ..vit.transfer import StateDict
 
 
 class GeneNet(nn.Module):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 
-from .errors import LearngeneError
+from ..errors import LearngeneError
 
 
 def env_number(

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import LearngeneError
-from .formats.atomic import os_error_message, quote
+from ..errors import LearngeneError
+from ..formats.atomic import os_error_message, quote
 
 if TYPE_CHECKING:
     from filelock import BaseFileLock
