@@ -52,6 +52,9 @@ class Declaration(TypedDict, total=False):
     - ``fix``: what a refused value's message tells to do; ``{}`` names the setting as its giver writes it
       (:func:`~learngene.validate.caller_fix`: ``"pass e.g. {=0.001}"`` is ``--lr 0.001`` to the command line and
       ``lr=0.001`` to Python).
+    - ``output``: an expand choice that asks for an output the gene's method declares (of the field's name) instead
+      of a timm ViT (:class:`~learngene.pipeline.requests.ExpandChoices`).
+    - ``any_output``: an expand choice that applies to a declared output too (the others are refused beside one).
     """
 
     at_least: float | None
@@ -73,6 +76,8 @@ class Declaration(TypedDict, total=False):
     none_means: str | None
     zero_means_none: bool
     fix: str | None
+    output: bool
+    any_output: bool
 
 
 def field(

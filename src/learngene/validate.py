@@ -15,6 +15,7 @@ import inspect
 import io
 import json
 import math
+import os
 import re
 import textwrap
 import tokenize
@@ -276,7 +277,10 @@ def _mismatch(value: Any, tp: Any) -> str | None:
 
 
 def _class_words(cls: type) -> str:
-    """``a ViTSpec`` for a class of learngene, ``a torch tensor`` for one of another package."""
+    """``a ViTSpec`` for a class of learngene, ``a torch tensor`` for one of another package, ``a path`` for
+    ``os.PathLike``."""
+    if cls is os.PathLike:
+        return "a path"
     package = cls.__module__.split(".")[0]
     name = cls.__name__ if package == "learngene" else f"{package} {cls.__name__.lower()}"
     return ("an " if name[0].lower() in "aeiou" else "a ") + name

@@ -4,13 +4,11 @@ resolve, training settings, a run directory, method options."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..data import Data, default_workers, few_shot, fraction, load_splits
+from ..data import Data
 from ..errors import LearngeneError, render
 from ..errors import setting as by_caller
 from ..formats.atomic import quote
@@ -20,6 +18,7 @@ from ..training.loop import CHECKPOINT
 from ..training.run_dirs import lock_run_dir
 from ..validate import caller_name, parse_assignment, parse_options
 from ..vit.spec import ViTSpec, get_preset
+from .requests import DataRequest
 
 # a line about what is about to run (``banner=True``: left out by a quiet command line) or what was decided
 Say = Callable[..., None]
@@ -36,62 +35,6 @@ def in_callers_words(say: Say) -> Say:
     if getattr(say, "renders_settings", False):
         return say
     return lambda text, **how: say(render(text, cli=False), **how)
-
-
-@dataclass(frozen=True)
-class DataRequest:
-    """Which data a use case trains on, loaded at the input size the use case decides (the ancestry's, the gene's,
-    the model's) unless ``img_size`` / ``in_chans`` are given.
-
-    Attributes:
-        source: a registered data source (``digits``, ``fashion_mnist``, ``folder:PATH``, ...).
-        data_dir: where the data lie (default: ``$LEARNGENE_DATA``, then system locations).
-        img_size, in_chans: the images' size and channels, instead of the model's.
-        aug: training augmentation of an RGB image folder (``none`` or ``deit``).
-        workers: DataLoader processes decoding an image folder (None: automatic).
-        few_shot: keep this many training images per class, chosen with the run's seed.
-        train_images: keep a random subset of this many training images, chosen with the run's seed.
-    """
-
-    source: str = "fashion_mnist"
-    data_dir: str | os.PathLike | None = None
-    img_size: int | None = None
-    in_chans: int | None = None
-    aug: str = "none"
-    workers: int | None = None
-    few_shot: int | None = None
-    train_images: int | None = None
-
-    def load(
-        self,
-        img_size: int | None = None,
-        in_chans: int | None = None,
-        preprocessing: dict[str, Any] | None = None,
-        seed: int = 0,
-    ) -> tuple[Data, Data]:
-        """``(train, test)``, resized/converted to the model input; an image folder read with ``preprocessing`` (the
-        model's) when given; the subsets drawn with ``seed``."""
-        size, chans = self.img_size or img_size, self.in_chans or in_chans
-        workers = self.workers if self.workers is not None else default_workers()
-
-        def load() -> tuple[Any, Any]:
-            return load_splits(self.source, size, self.data_dir, chans, preprocessing, self.aug, workers)
-
-        # under torchrun rank 0 loads first, so a one-time cache (Fashion-MNIST ungzipped) is written once
-        # and a bad source stops every rank with rank 0's message
-        loaded = dist.on_main(load)  # None on the other ranks, which then read what rank 0 cached
-        train, test = loaded if loaded is not None else load()
-        if self.few_shot is not None:
-            if self.few_shot < 1:
-                flag = caller_name("few_shot", "--few-shot")
-                raise LearngeneError(f"{flag} must be at least 1 image per class, got {self.few_shot}; pass K >= 1")
-            train = few_shot(train, self.few_shot, seed=seed)
-        if self.train_images is not None:
-            if self.train_images < 1:
-                flag = caller_name("train_images", "--train-images")
-                raise LearngeneError(f"{flag} must be positive, got {self.train_images}; pass N >= 1")
-            train = fraction(train, min(1.0, self.train_images / len(train)), seed=seed)
-        return train, test
 
 
 # data a use case trains on: a source's name, a request, or data already loaded (train, or train and test)

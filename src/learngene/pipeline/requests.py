@@ -1,0 +1,237 @@
+"""What the use cases take besides a gene, a size and training settings, each declared once as a request object that
+travels whole: the data (:class:`DataRequest`), the ancestry (:class:`AncestryRequest`) and expand's choices
+(:class:`ExpandChoices`).
+
+Every field is declared with :func:`learngene.settings.field`: its type, range, flag and help. Made from Python or
+from the command line's flags, a request checks itself when it is made (one :class:`~learngene.errors.LearngeneError`
+line naming the field, :class:`~learngene.errors.ArgumentTypeError` for a value of the wrong kind), so that a bad
+value fails before anything is loaded. Adding an expand option is adding one field to :class:`ExpandChoices`: its
+keyword argument of :func:`learngene.pipeline.expand`, its flag, its check and its refusal beside a declared output
+follow from the declaration.
+
+Torch-free (what they load is imported when they load it), so that ``learngene --help`` builds flags from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..errors import ArgumentTypeError, LearngeneError, named
+from ..settings import field
+from ..validate import parse_assignment, refusal
+
+if TYPE_CHECKING:
+    from ..data import Data
+    from ..method import Ancestry
+
+
+def check_request(request: Any) -> None:
+    """Refuse the first field of ``request`` (a dataclass declared with :func:`~learngene.settings.field`) whose value
+    its declaration refuses: :class:`~learngene.errors.ArgumentTypeError` for the wrong kind, else
+    :class:`~learngene.errors.LearngeneError`; one line naming the field as both callers write it."""
+    bad = refusal(request)
+    if bad is None:
+        return
+    flag = bad.field.metadata.get("flag", "")
+    shown = repr(bad.value) if len(repr(bad.value)) <= 60 else repr(bad.value)[:57] + "..."
+    error = ArgumentTypeError if bad.of_type else LearngeneError
+    raise error(f"{type(request).__name__} {named(bad.name, flag)} must be {bad.wanted}, got {shown}")
+
+
+@dataclass(frozen=True)
+class DataRequest:
+    """Which data a use case trains on, loaded at the input size the use case decides (the ancestry's, the gene's, the
+    model's) unless ``img_size`` / ``in_chans`` are given. Nothing is read until :meth:`load`.
+
+    Attributes:
+        source: a registered data source (``digits``, ``fashion_mnist``, ``folder:PATH``, ...).
+        data_dir: where the data lie (default: ``$LEARNGENE_DATA``, then system locations).
+        img_size: the images' size, instead of the model's.
+        in_chans: the images' channels, instead of the model's.
+        aug: training augmentation of an RGB image folder (``none`` or ``deit``: DeiT's recipe, whose mixup the run's
+            settings turn on unless they say otherwise).
+        workers: DataLoader processes decoding an image folder (None: automatic).
+        few_shot: keep this many training images per class, chosen with the run's seed.
+        train_images: keep a random subset of this many training images, chosen with the run's seed.
+    """
+
+    source: str = field("fashion_mnist", flag="--data", nonempty=True, help="a registered data source")
+    data_dir: str | os.PathLike | None = field(None, flag="--data-dir", help="where the data lie")
+    img_size: int | None = field(None, flag="--img-size", at_least=1, help="the images' size, instead of the model's")
+    in_chans: int | None = field(None, flag="--in-chans", at_least=1, help="the images' channels, not the model's")
+    aug: Literal["none", "deit"] = field("none", flag="--aug", help="training augmentation of an RGB image folder")
+    workers: int | None = field(None, flag="--workers", at_least=0, help="DataLoader processes (None: automatic)")
+    few_shot: int | None = field(None, flag="--few-shot", at_least=1, help="K labelled training images per class")
+    train_images: int | None = field(None, flag="--train-images", at_least=1, help="a subset of N training images")
+
+    def __post_init__(self) -> None:
+        check_request(self)
+
+    def load(
+        self,
+        img_size: int | None = None,
+        in_chans: int | None = None,
+        preprocessing: dict[str, Any] | None = None,
+        seed: int = 0,
+    ) -> tuple[Data, Data]:
+        """``(train, test)``, resized/converted to the model input; an image folder read with ``preprocessing`` (the
+        model's) when given; the subsets drawn with ``seed``."""
+        from ..data import default_workers, few_shot, fraction, load_splits
+        from ..training import distributed as dist
+
+        size, chans = self.img_size or img_size, self.in_chans or in_chans
+        workers = self.workers if self.workers is not None else default_workers()
+
+        def load() -> tuple[Any, Any]:
+            return load_splits(self.source, size, self.data_dir, chans, preprocessing, self.aug, workers)
+
+        # under torchrun rank 0 loads first, so a one-time cache (Fashion-MNIST ungzipped) is written once
+        # and a bad source stops every rank with rank 0's message
+        loaded = dist.on_main(load)  # None on the other ranks, which then read what rank 0 cached
+        train, test = loaded if loaded is not None else load()
+        if self.few_shot is not None:
+            train = few_shot(train, self.few_shot, seed=seed)
+        if self.train_images is not None:
+            train = fraction(train, min(1.0, self.train_images / len(train)), seed=seed)
+        return train, test
+
+
+@dataclass(frozen=True)
+class AncestryRequest:
+    """The ancestry a use case reads, as :func:`learngene.load_ancestry` reads it; nothing is read until :meth:`load`.
+
+    Attributes:
+        path: a learngene model file; a checkpoint (``.safetensors``, ``.pth``, ``.bin``) with ``timm_model``; a folder
+            with a ``config.json`` (a timm hub folder, a transformers ViT); or a Hub name (``hf-hub:ORG/NAME``,
+            ``timm:NAME[.TAG]``).
+        timm_model: the timm architecture of a plain checkpoint (read from a folder's ``config.json`` when not given).
+        drop_head: load a model folder without its classifier: the ancestry outputs its pooled embedding.
+        timm_kwargs: other ``timm.create_model`` arguments of a checkpoint's model, by name, or as ``KEY=VALUE`` texts
+            (each value read as JSON); they need ``timm_model``.
+    """
+
+    path: str | os.PathLike = field(flag="--ancestry", nonempty=True, help="the ancestry: a file, folder or Hub name")
+    timm_model: str | None = field(None, flag="--timm-model", help="timm architecture of a plain checkpoint")
+    drop_head: bool = field(False, flag="--drop-head", help="load a model folder without its classifier")
+    timm_kwargs: dict[str, Any] = field(
+        default_factory=dict, flag="--timm-arg", metavar="KEY=VALUE", help="another timm.create_model argument"
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "timm_kwargs", _timm_arguments(self.timm_kwargs))
+        check_request(self)
+        if self.timm_kwargs and not self.timm_model:
+            raise LearngeneError(
+                f"{named('timm_kwargs', '--timm-arg')} need {named('timm_model')}: they are passed to "
+                f"timm.create_model for the checkpoint; give both, or neither"
+            )
+
+    def load(self) -> Ancestry:
+        """The ancestry (:func:`learngene.ancestry.load_ancestry`)."""
+        from ..ancestry import load_ancestry
+
+        return load_ancestry(self.path, self.timm_model, drop_head=self.drop_head, **self.timm_kwargs)
+
+
+def _timm_arguments(items: Any) -> Any:
+    """``timm.create_model`` arguments by name: a mapping as it is, or a list of ``KEY=VALUE`` texts each read as JSON;
+    anything else (a single text among them) is left for the type check to refuse."""
+    if isinstance(items, Mapping):
+        return dict(items)
+    if isinstance(items, (list, tuple)) and all(isinstance(item, str) for item in items):
+        usage = f"{named('timm_kwargs', '--timm-arg')} {{item}} is not KEY=VALUE; give e.g. depth=6"
+        return dict(parse_assignment(item, None, usage) for item in items)
+    return items
+
+
+@dataclass(frozen=True)
+class ExpandChoices:
+    """What :func:`learngene.pipeline.expand` makes of a gene besides its size and the method's options: each field
+    is a keyword argument of ``expand`` and a flag of ``learngene expand``.
+
+    A field declared ``output`` asks for something the gene's method declares instead of a timm ViT
+    (:attr:`learngene.method.Method.expand_outputs`, found by the field's name), which has sizes of its own: beside
+    it, a size, the method's options and every field not declared ``any_output`` are refused.
+
+    Attributes:
+        seed: draws everything random (timm's initialization of what the gene leaves out, a method's draws).
+        top_up: a method without a learngene (e.g. ``"mimetic"``) that fills what the gene leaves out.
+        max_params: a parameter budget: the deepest, then widest size near the size asked for, within it and
+            ``max_flops``, that the method expands to (the size's ``depth`` or ``num_heads`` pin that axis).
+        max_flops: a budget of forward FLOPs per image, taken as ``max_params`` is.
+        license: the descendant's licence (default: the gene's), an SPDX identifier.
+        stitch: a pool gene of design=authors only: a stitched descendant ``F:J-E:K`` instead of a timm ViT.
+    """
+
+    seed: int = field(0, flag="--seed", at_least=0, any_output=True, help="random seed, 0 or more")
+    top_up: str | None = field(
+        None,
+        flag="--top-up",
+        metavar="METHOD",
+        nonempty=True,
+        help="fill what the gene leaves to timm from a method without a learngene, e.g. mimetic (attention weights, "
+        "sin-cos positions)",
+    )
+    max_params: int | None = field(
+        None, flag="--max-params", metavar="N", at_least=1, group="budget", help="at most N parameters (e.g. 5e6 or 5M)"
+    )
+    max_flops: int | None = field(
+        None,
+        flag="--max-flops",
+        metavar="N",
+        at_least=1,
+        group="budget",
+        help="at most N forward FLOPs per image (e.g. 2G)",
+    )
+    license: str | None = field(
+        None, flag="--license", metavar="SPDX", any_output=True, help="licence of the descendant (default: the gene's)"
+    )
+    stitch: str | None = field(
+        None,
+        flag="--stitch",
+        metavar="F:J-E:K",
+        output=True,
+        help="a pool gene of design=authors only: write a stitched descendant instead of a timm ViT: instance F's "
+        "embeddings and blocks 0..J, a learned stitch layer, instance E's blocks K.. and head (F < E, |J-K| <= 1; "
+        "e.g. 0:1-2:0). Its size is the instances'; no size, budget, method options, top-up or hub folder. "
+        "`learngene inspect GENE` lists the instances; `learngene train` fine-tunes the file",
+    )
+
+    def __post_init__(self) -> None:
+        check_request(self)
+        if self.license is not None:
+            from ..formats.licenses import check_license
+
+            check_license(self.license, named("license"))
+        outputs = [f.name for f in self.given() if f.metadata.get("output")]
+        if len(outputs) > 1:
+            raise LearngeneError(f"{named(outputs[0])} and {named(outputs[1])} are two outputs; ask for one")
+
+    @classmethod
+    def of(cls, given: Mapping[str, Any]) -> ExpandChoices:
+        """The choices ``given`` by name (``expand``'s keyword arguments); a name that is no field is refused as Python
+        refuses an unexpected keyword argument, naming the fields."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = [k for k in given if k not in names]
+        if unknown:
+            raise ArgumentTypeError(
+                f"expand() got an unexpected keyword argument {unknown[0]!r}; its choices are {', '.join(names)}"
+            )
+        return cls(**given)
+
+    def given(self) -> list[dataclasses.Field]:
+        """The fields set to something else than their default, in declaration order."""
+        return [f for f in dataclasses.fields(self) if getattr(self, f.name) != f.default]
+
+    def output(self) -> tuple[str, Any] | None:
+        """``(name, value)`` of the declared output asked for, or None for a timm ViT."""
+        return next(((f.name, getattr(self, f.name)) for f in self.given() if f.metadata.get("output")), None)
+
+    def beside_output(self) -> list[str]:
+        """The fields given that a declared output refuses (every field given but the output and ``any_output``
+        ones)."""
+        return [f.name for f in self.given() if not f.metadata.get("output") and not f.metadata.get("any_output")]
