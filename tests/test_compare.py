@@ -163,7 +163,7 @@ def test_drop_head_on_a_folder_without_a_head_is_refused(tmp_path):
 def test_a_profile_from_python_is_the_one_the_command_builds(ancestry, tmp_path):
     """The command's training flags are TrainConfig's settings and the others CompareChoices' fields: the same values
     from Python make the same profile (so the same cache keys), given or left at the command's defaults."""
-    from learngene.cli.comparing import profile_from_args
+    from learngene.cli.compare import profile_from_args
     from learngene.cli.parser import build_parser
     from learngene.training.config import TrainConfig
 

@@ -1,4 +1,4 @@
-"""``learngene.cli.main``: parse, run the command's handler, and turn every input error into one line.
+"""``learngene.cli.main``: parse, run the command (its module's ``run``), and turn every input error into one line.
 
 Errors caused by input (missing files, impossible sizes, data that do not fit) print one line and exit
 with code 2; outputs are written atomically, so a failed run leaves no partial file. Torch and the
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib
 import os
 import shlex
 import signal
@@ -19,7 +18,7 @@ from collections.abc import Sequence
 
 from ..errors import LearngeneError, message_of, render
 from ..host.threads import prepare_environment, set_threads
-from .parser import EXIT_USAGE, build_parser
+from .parser import COMMANDS, EXIT_USAGE, build_parser
 
 # commands that write many files without rank-0 guards, or only print: refused under torchrun
 SINGLE_PROCESS = ("demo", "bench", "inspect", "methods")
@@ -28,9 +27,8 @@ INDEPENDENT_WORKERS = ("compare",)
 
 
 def handler(args: argparse.Namespace):
-    """The function a subcommand names as ``"module:function"`` (a module of :mod:`learngene.cli`)."""
-    module, _, name = args.handler.partition(":")
-    return getattr(importlib.import_module(f"{__package__}.{module}"), name)
+    """The command's ``run``: the function of its module (:data:`~learngene.cli.parser.COMMANDS`) that runs it."""
+    return COMMANDS[args.command].run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, or a one-line usage error already printed
         return int(exc.code or 0)
     args.command_line = shlex.join(["learngene", *argv])  # what reports name as the command that made them
+    args.run_command = main  # how a command that runs others (bench's gpu-smoke) runs them, without importing main
     if taken := _existing_output(args):  # refused before torch loads: at once, not after seconds of imports
         print(
             f"learngene {args.command}: error: {taken!r} already exists; pass --overwrite to replace it",

@@ -2,7 +2,7 @@
 on the command line, the size flags (from :class:`~learngene.vit.spec.ViTSpec`), the training settings (from
 :class:`~learngene.training.config.TrainConfig`), data, ancestry, output, licence and threads.
 
-Like :mod:`learngene.cli.parser`, which builds every command from them, it imports no torch.
+Like the commands' parsers (each command's ``add_parser``), which are built from them, it imports no torch.
 """
 
 from __future__ import annotations
@@ -283,6 +283,13 @@ def add_common(p: argparse.ArgumentParser) -> None:
 def add_method_options(p: argparse.ArgumentParser, help: str = "method option (repeatable)") -> None:
     """``--opt KEY=VALUE``: the method's options for this command's step."""
     p.add_argument("--opt", action="append", metavar="KEY=VALUE", help=help)
+
+
+def add_gene_and_size(p: argparse.ArgumentParser, options_help: str) -> None:
+    """The learngene file a descendant is made from, its size and the method's options (``expand``, ``adapt``)."""
+    p.add_argument("gene", help="learngene file (.safetensors)")
+    add_spec_args(p)
+    add_method_options(p, options_help)
 
 
 def add_time_limit(p: argparse.ArgumentParser) -> None:

@@ -1,4 +1,4 @@
-"""The commands that only read and print: ``inspect`` and ``methods``."""
+"""``learngene methods``: every registered method with its options and papers."""
 
 from __future__ import annotations
 
@@ -6,25 +6,20 @@ import argparse
 import dataclasses
 import typing
 
-from ..binding import bind_gene
-from ..gene import Learngene
-from ..method import citations
-from ..registry import get_method, list_methods
-from ..validate import choices
-from .describe import describe_file
-from .options import check_outputs
+
+def add_parser(subparsers) -> None:
+    subparsers.add_parser(
+        "methods",
+        help="list the registered methods and their options",
+        description="List every registered method with its options (for --method / --opt).",
+    )
 
 
-def cmd_inspect(args: argparse.Namespace) -> None:
-    check_outputs(args, [args.plot], [args.path])
-    print(describe_file(args.path, show_tensors=args.tensors))
-    if args.plot:
-        bound = bind_gene(Learngene.load(args.path), source=args.path)
-        bound.method.plot(bound.gene, args.plot, overwrite=args.overwrite)
-        print(f"wrote {args.plot}")
+def run(args: argparse.Namespace) -> None:
+    from ..method import citations
+    from ..registry import get_method, list_methods
+    from ..validate import choices
 
-
-def cmd_methods(args: argparse.Namespace) -> None:
     for name in list_methods():
         cls = get_method(name)
         auto = getattr(cls.Config, "AUTO_OPTIONS", ())

@@ -1,0 +1,40 @@
+"""``learngene adapt``: a learngene specialised to a size on a little data, then written as the plain timm descendant
+(parse -> the pipeline's :func:`~learngene.pipeline.adapting.adapt` -> write -> say)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .flags import add_common, add_data_args, add_gene_and_size, add_license, add_output, add_train_args
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "adapt",
+        help="specialize a learngene to a size on a little data (WAVE scalers, PEG φ)",
+        description="Train only the size-specific part of a learngene (WAVE's weight scalers, PEG's "
+        "expansion map φ) on a little downstream data, then write the plain timm descendant.",
+    )
+    add_gene_and_size(p, "method option (repeatable)")
+    add_data_args(p)
+    add_train_args(p, "adapt")
+    add_common(p)
+    add_output(p, "adapted descendant model")
+    p.add_argument("--gene-out", help="also save the adapted learngene here")
+    add_license(p, "descendant model file and the adapted learngene")
+
+
+def run(args: argparse.Namespace) -> None:
+    from ..pipeline.adapting import adapt
+    from .options import check_outputs, data_from_args, run_from_args, save_and_say, settings_from_args, size_from_args
+
+    check_outputs(args, [args.out, args.gene_out], [args.gene])
+    adapted = adapt(
+        args.gene,
+        data_from_args(args),
+        size_from_args(args),
+        options=args.opt or [],
+        train_cfg=settings_from_args(args),
+        **run_from_args(args),
+    )
+    save_and_say(args, adapted, adapted.descendant.summary, gene_path=args.gene_out)

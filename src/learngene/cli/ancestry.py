@@ -1,0 +1,44 @@
+"""``learngene ancestry``: train a ViT from scratch on a dataset and save it, the ancestry of learngenes."""
+
+from __future__ import annotations
+
+import argparse
+
+from .flags import add_common, add_data_args, add_license, add_output, add_spec_args, add_train_args
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "ancestry",
+        help="train an ancestry ViT on a dataset and save it",
+        description="Train a ViT from scratch on a dataset; it becomes the ancestry of learngenes.",
+    )
+    add_spec_args(p)
+    add_data_args(p)
+    add_train_args(p, "ancestry")
+    add_common(p)
+    add_output(p, "ancestry model")
+    add_license(p, "model file", inherited=False)
+
+
+def run(args: argparse.Namespace) -> None:
+    from ..pipeline.training import train_ancestry
+    from .options import (
+        check_outputs,
+        data_from_args,
+        run_from_args,
+        save_and_say,
+        sayer,
+        settings_from_args,
+        size_from_args,
+    )
+
+    check_outputs(args, [args.out])
+    trained = train_ancestry(
+        data_from_args(args),
+        size_from_args(args),
+        settings_from_args(args),
+        **run_from_args(args),
+        say=sayer(args),
+    )
+    save_and_say(args, trained, trained.summary)

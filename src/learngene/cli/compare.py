@@ -1,0 +1,231 @@
+"""``learngene compare``: which start wins for a user's ancestry, data and sizes (:mod:`learngene.pipeline.compare`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from ..errors import LearngeneError
+from ..training.config import LOGGING
+from .flags import (
+    LazyText,
+    add_ancestry_args,
+    add_data_dir,
+    add_setting,
+    add_settings,
+    add_stage_runner,
+    add_time_limit,
+    data_help,
+    integer,
+    real,
+)
+
+if TYPE_CHECKING:
+    from ..pipeline.compare import CompareChoices
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "compare",
+        help="which start wins for my ancestry, data and sizes: every method against "
+        "scratch, scratch ×10 and mimetic, one recommendation per size",
+        description="Condense the ancestry with every method once, make every size, fine-tune every "
+        "method × size × seed on --data with the same budget and a fresh head, and print "
+        "per size mean ± std, the paired difference to each reference with its 95 % interval and a "
+        "Holm-corrected decision, costs, the epoch each method reaches scratch ×10's final accuracy, and "
+        "one recommendation line (with the seeds a lead would need when it is not resolved). Writes "
+        "report.md, results.csv and plots to --out; cached and resumable like bench. Several compare "
+        "processes on one --out (or torchrun ranks, or SLURM array tasks) share the work.",
+    )
+    _add_compared_on(p)
+    _add_contenders(p)
+    _add_fine_tuning(p)
+    _add_classes_and_condensing(p)
+    _add_compare_run(p)
+
+
+def _add_compared_on(p: argparse.ArgumentParser) -> None:
+    """``compare``'s inputs: the ancestry, the data and the descendant sizes."""
+    add_ancestry_args(p)
+    p.add_argument(
+        "--data",
+        required=True,
+        help=LazyText(
+            "a registered data source", lambda: data_help() + ": fine-tuned and tested on (its train and test splits)"
+        ),
+    )
+    add_data_dir(p)
+    p.add_argument(
+        "--sizes",
+        required=True,
+        metavar="LIST",
+        help="descendant sizes, e.g. L4-D192-H3,L12-D384-H6 (the rest of the spec follows the ancestry)",
+    )
+
+
+def _add_contenders(p: argparse.ArgumentParser) -> None:
+    """What ``compare`` sets against each other: the methods, the references they must beat, over how many seeds."""
+    p.add_argument("--methods", metavar="LIST", default="all", help="comma-separated methods, or all (default: all)")
+    p.add_argument(
+        "--references",
+        metavar="LIST",
+        default="scratch,scratch_x10,mimetic,structured",
+        help="what a recommendation must beat (paired over seeds, Holm-corrected); scratch_x10 = scratch "
+        "fine-tuned 10× as long; "
+        "structured only where registered (default: %(default)s)",
+    )
+    p.add_argument("--seeds", type=integer, default=3, help="seeds 0..N-1 per method and size (default: %(default)s)")
+
+
+def _add_fine_tuning(p: argparse.ArgumentParser) -> None:
+    """``compare``'s fine-tuning budget, data subset, test subset and distillation."""
+    g = p.add_mutually_exclusive_group()
+    add_setting(g, "epochs", "compare", help="fine-tuning epochs of every method (default: %(default)s)")
+    add_setting(g, "max_steps", "compare", metavar="S", help="fine-tune S optimizer steps instead of --epochs")
+    p.add_argument("--few-shot", type=integer, metavar="K", help="fine-tune on K labelled images per class")
+    p.add_argument("--train-images", type=integer, metavar="N", help="fine-tune on a fixed random subset of N images")
+    add_setting(p, "eval_images", "compare", help="test on a fixed random subset of N test images")
+    p.add_argument(
+        "--kd",
+        type=real,
+        nargs="?",
+        const=0.5,
+        metavar="λ",
+        help="also fine-tune every method distilling the ancestry (rows '+kd'): logits when its head knows "
+        "the data's classes, else pooled features; λ (default when given: 0.5)",
+    )
+
+
+def _add_classes_and_condensing(p: argparse.ArgumentParser) -> None:
+    """The classes ``compare`` keeps, and what the methods that need data condense and adapt on."""
+    p.add_argument(
+        "--condense-data", metavar="D", help="data the methods that need data condense and adapt on (default: --data)"
+    )
+    p.add_argument(
+        "--classes",
+        metavar="LIST",
+        help="only these classes of --data, by index, e.g. 5,6,7,8,9 (also for condensing, unless --condense-data)",
+    )
+    p.add_argument(
+        "--condense-classes",
+        metavar="LIST",
+        help="only these classes of the condensing data, e.g. the ancestry's own 0,1,2,3,4, so that no "
+        "method learns from the labels of the classes it is compared on (default: --classes)",
+    )
+    p.add_argument(
+        "--condense-images",
+        type=integer,
+        metavar="N",
+        help="condense and adapt on a fixed random subset of N images (default: all)",
+    )
+    p.add_argument(
+        "--condense-epochs",
+        type=integer,
+        default=2,
+        help="aux-net epochs of tleg, wave, share_init (default: %(default)s)",
+    )
+    p.add_argument(
+        "--adapt-steps",
+        type=integer,
+        default=50,
+        help="steps of wave's and peg's adaptation per size and seed (default: %(default)s)",
+    )
+
+
+def _add_compare_run(p: argparse.ArgumentParser) -> None:
+    """How ``compare`` runs: the shared training settings, time, report folder, plots, logs and device."""
+    add_setting(p, "batch_size", "compare", help="every training stage (default: %(default)s)")
+    add_setting(p, "lr", "compare")
+    add_time_limit(p)
+    p.add_argument(
+        "--out",
+        required=True,
+        help="report folder (also the cache a rerun continues from); every compare with the same flags on it "
+        "takes a share of the cells",
+    )
+    p.add_argument("--no-plots", action="store_true", help="no PNG plots")
+    add_settings(
+        p,
+        LOGGING,
+        log={
+            "help": "also log every training stage's curves to TensorBoard or Weights & Biases, under OUT/logs/ "
+            "(repeatable)"
+        },
+    )
+    device = "auto, cpu, cuda or cuda:N; under torchrun auto is each rank's own GPU (default: %(default)s)"
+    add_stage_runner(p, "compare", device)
+
+
+def run(args: argparse.Namespace) -> None:
+    from ..pipeline.compare import compare_text, run_compare
+
+    profile = profile_from_args(args)
+    rows = run_compare(
+        profile,
+        args.out,
+        data_dir=args.data_dir,
+        device=args.device,
+        progress=not args.quiet,
+        time_limit=args.time_limit * 60 if args.time_limit is not None else None,
+        command=args.command_line,
+        plots=not args.no_plots,
+        log=tuple(args.log or ()),
+    )
+    print(compare_text(rows, profile))
+    print(f"learngene compare: report in {args.out}/report.md")
+
+
+def profile_from_args(args: argparse.Namespace):
+    """The comparison the flags ask for (:func:`learngene.pipeline.compare.compare_profile`), its flags checked and its
+    ancestry's size read first (on the meta device), so that bad input fails before anything trains."""
+    from ..ancestry import load_ancestry
+    from ..formats.atomic import check_not_input
+    from ..pipeline.compare import compare_profile
+    from ..training.loop import resolve_device
+    from .options import settings_from_args as settings
+
+    if args.time_limit is not None and not args.time_limit > 0:
+        raise LearngeneError(f"--time-limit must be a positive number of minutes, got {args.time_limit}")
+    choices = choices_from_args(args)
+    if not args.out.strip():
+        raise LearngeneError("--out is empty; give the report folder, e.g. --out runs/compare")
+    resolve_device(args.device)
+    data_folder = args.data.partition(":")[2] if args.data.startswith("folder:") else None
+    check_not_input(args.out, [args.ancestry, data_folder], folder_output=True)
+    # the ancestry's size decides the descendants' family: read it now (on the meta device), so that bad input
+    # fails before anything trains
+    ancestry = load_ancestry(args.ancestry, args.timm_model, drop_head=args.drop_head)
+    profile = compare_profile(ancestry.spec, args.ancestry, args.data, args.sizes.split(","), settings(args), choices)
+    del ancestry
+    return profile
+
+
+def choices_from_args(args: argparse.Namespace) -> CompareChoices:
+    """What the flags compare, besides the training settings (:class:`~learngene.pipeline.compare.CompareChoices`)."""
+    from ..pipeline.compare import CompareChoices
+
+    methods = None if args.methods in (None, "all") else tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    return CompareChoices(
+        methods=methods,
+        seeds=args.seeds,
+        few_shot=args.few_shot,
+        train_images=args.train_images,
+        classes=_classes(args.classes, "--classes"),
+        references=tuple(args.references.split(",")),
+        kd_lambda=args.kd,
+        condense_data=args.condense_data,
+        condense_classes=_classes(args.condense_classes, "--condense-classes"),
+        condense_epochs=args.condense_epochs,
+        condense_images=args.condense_images,
+        adapt_steps=args.adapt_steps,
+        timm_model=args.timm_model,
+        drop_head=args.drop_head,
+    )
+
+
+def _classes(text: str | None, flag: str) -> tuple[int, ...] | None:
+    """A class-list flag's indices (None: not given, every class; a list that names none is refused by
+    :func:`~learngene.pipeline.compare.compare_profile`)."""
+    from ..pipeline.compare import parse_classes
+
+    return tuple(parse_classes(text, flag)) if text is not None else None

@@ -1,0 +1,84 @@
+"""``learngene condense``: an ancestry condensed into a learngene file by one method (parse -> the pipeline's
+:func:`~learngene.pipeline.condensing.condense` -> write -> say)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .flags import (
+    add_ancestry_args,
+    add_common,
+    add_data_args,
+    add_distill_args,
+    add_license,
+    add_method_options,
+    add_output,
+    add_size_flag,
+    add_train_args,
+)
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "condense",
+        help="condense an ancestry into a learngene file",
+        description="Build a learngene from an ancestry with one method. Methods that train an aux "
+        "net distil from the ancestry on --data.",
+        epilog="`learngene methods` lists every method with its options",
+    )
+    p.add_argument("--method", required=True, help="a registered method (`learngene methods` lists them)")
+    add_ancestry_args(p)
+    add_method_options(p)
+    add_data_args(p)
+    add_train_args(p, "condense")
+    add_distill_args(p, lam=None, help_lambda="λ (default: the method's paper's: 1 = pure KL, 0.5 = KL + CE)")
+    add_common(p)
+    add_output(p, "learngene")
+    add_license(p, "learngene (and named on its descendants' model cards)")
+    _add_checkpoint_sizes(p)
+
+
+def _add_checkpoint_sizes(p: argparse.ArgumentParser) -> None:
+    """The sizes of a plain timm checkpoint's model, which its file does not record (with ``--timm-model``)."""
+    g = p.add_argument_group("timm checkpoint sizes (with --timm-model)")
+    add_size_flag(g, "num_classes", "classifier outputs of the checkpoint")
+    add_size_flag(g, "img_size", "input resolution of the checkpoint (data are resized to it)")
+    add_size_flag(
+        g, "in_chans", "input channels of the checkpoint (grey data are repeated to 3; colour data for 1 are refused)"
+    )
+    g.add_argument(
+        "--timm-arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="another timm.create_model argument of the checkpoint's model, e.g. depth=6 or "
+        "dynamic_img_size=true (value read as JSON; repeatable)",
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    from ..pipeline.condensing import condense
+    from .options import (
+        check_outputs,
+        data_from_args,
+        run_from_args,
+        save_and_say,
+        say,
+        settings_from_args,
+        timm_kwargs_from_args,
+    )
+
+    check_outputs(args, [args.out], [args.ancestry])
+    condensed = condense(
+        args.method,
+        args.ancestry,
+        options=args.opt or [],
+        data=data_from_args(args),
+        train_cfg=settings_from_args(args),
+        **run_from_args(args),
+        timm_model=args.timm_model,
+        drop_head=args.drop_head,
+        timm_kwargs=timm_kwargs_from_args(args),
+    )
+    save_and_say(args, condensed, condensed.summary)
+    if condensed.note:
+        say(args, condensed.note)
