@@ -95,3 +95,55 @@ def test_results_csv_reads_back_into_the_rows_it_was_written_from(tmp_path):
     assert [(r.label, r.upstream, r.size, r.seed, r.accs, r.epochs, r.note, r.train_seconds) for r in back] == [
         (r.label, r.upstream, r.size, r.seed, r.accs, r.epochs, r.note, r.train_seconds) for r in rows
     ]
+
+
+def test_bench_marks_and_compare_decide_the_same_cells_alike():
+    # one size, three seeds: scratch, scratch ×10, mimetic and structured, and four methods, two of which start
+    # alike (pretrained = weight_selection: one start, counted once by both)
+    from learngene.pipeline.compare import size_table
+
+    accs = {
+        ("scratch", 1): (0.50, 0.52, 0.51),
+        ("scratch", 10): (0.70, 0.71, 0.69),
+        ("mimetic", 1): (0.60, 0.66, 0.61),
+        ("structured", 1): (0.64, 0.65, 0.66),
+        ("tleg", 1): (0.80, 0.81, 0.79),
+        ("wave", 1): (0.66, 0.60, 0.70),
+        ("pretrained", 1): (0.71, 0.73, 0.72),
+        ("weight_selection", 1): (0.71, 0.73, 0.72),
+    }
+    rows = [
+        Row(method=method, task="data", size="S", depth=1, embed_dim=8, num_heads=1, seed=seed, budget=budget,
+            accs=[acc], start=f"{'ancestry' if method in ('pretrained', 'weight_selection') else method}-{budget}-{seed}")
+        for (method, budget), values in accs.items()
+        for seed, acc in enumerate(values)
+    ]  # fmt: skip
+    bench = tables.format_table(rows, "data", mark=True)
+    table, _ = size_table(rows, "S", ["scratch", "scratch ×10", "mimetic", "structured"])
+    letters = {"S": "scratch", "X": "scratch ×10", "M": "mimetic", "I": "structured"}
+    header = [cell.strip() for cell in table.splitlines()[0].strip("|").split("|")]
+    compared = {}
+    for line in table.splitlines()[2:]:
+        if not line.startswith("| "):
+            break
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        for column, cell in zip(header, cells):
+            if column.startswith("vs ") and cell:
+                for label in cells[0].split(" = "):
+                    compared[label, column[3:]] = cell.split("] ")[1][0]  # "+3.0 [+0.5, +5.5] = (4 seeds)" → "="
+    marked = {}
+    for line in bench.splitlines()[2:]:
+        if not line.startswith("| "):
+            break
+        label, cell = [c.strip() for c in line.strip("|").split("|")][:2]
+        for mark in cell.split()[3:]:  # "71.0 ± 1.0 S+ X= M+ I+"
+            marked[label, letters[mark[0]]] = mark[1]
+    assert marked == compared and len(marked) == 4 * 3 + 4 * 4  # each reference against 3 others, 4 methods × 4
+    assert "+" in marked.values() and "=" in marked.values() and "−" in marked.values()
+    # the rule bench used before (2 pooled standard deviations, unpaired) decides some of these cells otherwise
+    by_label = {("scratch ×10" if budget > 1 else method): list(values) for (method, budget), values in accs.items()}
+    assert any(tables.compare(by_label[a], by_label[b]) != mark for (a, b), mark in marked.items())
+    m = int(table.split("m = ")[1].split()[0])
+    # 6 pairs of references and 3 starts × 4 references: pretrained and weight_selection count once
+    assert f"m = {m} at S" in bench and m == 6 + 3 * 4
+    assert "pretrained = weight_selection at S" in bench

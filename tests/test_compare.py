@@ -28,13 +28,28 @@ def test_a_tiny_compare_prints_the_table_and_a_recommendation_line(ancestry, tmp
     cli_ok(*_compare(ancestry, out, *flags, "--train-images", "100", "--eval-images", "100"))
     text = capsys.readouterr().out
     assert "| method | top-1 (%) | vs scratch | vs scratch ×10 | vs mimetic |" in text
-    for label in ("scratch", "scratch ×10", "mimetic", "pretrained", "weight_selection", "pretrained +kd"):
+    # at depth 1 of this depth-2 ancestry pretrained and weight_selection make the same descendant: one start
+    for label in (
+        "scratch",
+        "scratch ×10",
+        "mimetic",
+        "pretrained = weight_selection",
+        "pretrained +kd = weight_selection +kd",
+    ):
         assert f"\n| {label} | " in text, label
+    assert "pretrained = weight_selection at this size: the same start" in text
     assert "**Recommendation** L1-D32-H2: one seed: no recommendation" in text
-    assert "| pretrained | " in text and " | ? | ? | ? | ? | " in text  # one seed: no paired interval
+    assert "| pretrained = weight_selection | " in text and " | ? | ? | ? | ? | " in text  # one seed: no interval
     report = (out / "report.md").read_text()
     assert "**Recommendation** L1-D32-H2" in report and "λ = 0.5" in report
-    assert (out / "results.csv").read_text().count("\n") > 7
+    header, *lines = [line.split(",") for line in (out / "results.csv").read_text().splitlines()]
+    assert len(lines) > 7
+    starts = {(line[1], line[2], line[3]): (line[header.index("start")], line[header.index("group")]) for line in lines}
+    assert starts["pretrained", "", "1"][0] == starts["weight_selection", "", "1"][0]  # the digest of one start
+    assert starts["pretrained", "", "1"][1] == "pretrained = weight_selection"
+    assert starts["scratch", "", "1"][0] == starts["scratch", "", "10"][0]  # the same start, fine-tuned 10× as long
+    assert starts["scratch", "", "10"][1] == "scratch ×10"  # ... is another row
+    assert len({start for start, _ in starts.values()}) == 4  # scratch, mimetic, structured and pretrained
     assert (out / "plots" / "by-size.png").stat().st_size > 0 and (out / "plots" / "curves.png").stat().st_size > 0
 
 

@@ -15,6 +15,7 @@ import torch
 from ..descendant import make_descendant, top_up_state
 from ..errors import LearngeneError
 from ..formats.atomic import write_text_atomic
+from ..formats.weights import digest
 from ..gene import Learngene
 from ..registry import get_method
 from ..training.distill import cache_teacher_outputs, setup_distillation
@@ -144,6 +145,7 @@ class CellStage(RunStages):
         )
         if fresh:
             fresh_head(model, spec, row.seed)
+        start = digest(model.state_dict())  # methods that start alike share one row of the report
         student, data, teacher, loss = model, task.train, None, None
         if variant and variant.distill_lambda:
             cfg = cfg.replace(distill_lambda=variant.distill_lambda)
@@ -165,6 +167,7 @@ class CellStage(RunStages):
             eval_epochs=[h["epoch"] for h in evaluated],
             train_seconds=round(result.seconds, 2),
             cell_seconds=round(time.perf_counter() - tic, 2),
+            start=start or "",
         )
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(dataclasses.asdict(row)))

@@ -39,6 +39,7 @@ class Row:
     variant: str = ""  # an ablation's change to how the descendant is made (e.g. "+mimetic")
     eval_epochs: list[int] = field(default_factory=list)  # the fine-tuning epoch of every entry of accs
     cell_seconds: float = 0.0  # wall time of the whole cell: expansion, fine-tuning, evaluation, saving
+    start: str = ""  # the digest of the descendant's weights as fine-tuning begins (rows from before: "")
 
     @property
     def ok(self) -> bool:
@@ -80,6 +81,8 @@ CSV_FIELDS = (
     "epoch",
     "acc",
     "note",
+    "start",
+    "group",  # the labels that share this row's start at its size, e.g. "front = pretrained" (:func:`same_starts`)
 )
 
 
@@ -87,8 +90,10 @@ def write_csv(rows: list[Row], path: Path) -> None:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS)
     writer.writeheader()
+    group = start_names(rows)
     for r in rows:
         base = {k: v for k, v in dataclasses.asdict(r).items() if k in CSV_FIELDS}
+        base["group"] = group.get((r.upstream, r.task, r.size, r.label), r.label)
         for epoch, acc in zip(r.epochs, r.accs):
             writer.writerow({**base, "epoch": epoch, "acc": f"{acc:.4f}"})
         if not r.ok:
@@ -109,6 +114,7 @@ def read_csv(path: Path) -> list[Row]:
             key = tuple(line[k] for k in ("upstream", "method", "variant", "budget", "task", "size", "seed"))
             if key not in rows:
                 values: dict[str, Any] = {k: line[k] for k in ("upstream", "method", "variant", "task", "size", "note")}
+                values["start"] = line.get("start") or ""  # files from before starts were recorded have none
                 values.update({k: int(line[k]) for k in _INTS}, **{k: float(line[k]) for k in _FLOATS})
                 rows[key] = Row(**values)
             if line["acc"]:
@@ -163,6 +169,63 @@ def _same_results(groups: dict[tuple[str, str], list[Row]], labels: list[str], s
         else:
             seen[key] = label
     return out
+
+
+@dataclass(frozen=True)
+class Start:
+    """Methods whose descendants at one size start from the same weights (one of them alone: a start of its own).
+
+    Attributes:
+        labels: the labels sharing the start, in the rows' order; its name joins them: ``front = pretrained``.
+        rows: each label's finished rows at the size (one per seed).
+        recorded: whether the rows recorded their starts; rows that did not (runs from before) share a start when
+            their results are the same at every evaluation, seed by seed.
+    """
+
+    labels: tuple[str, ...]
+    rows: dict[str, list[Row]]
+    recorded: bool = True
+
+    @property
+    def name(self) -> str:
+        return " = ".join(self.labels)
+
+    @property
+    def results(self) -> dict[int, float]:
+        """Seed → final top-1 of the first label (the others' are the same run again)."""
+        return {r.seed: r.acc for r in self.rows[self.labels[0]]}
+
+
+def _start_key(group: list[Row]) -> tuple:
+    """What two labels at a size must share to be one start: the fine-tuning (budget and variant) and, for every
+    seed, the start's digest, or, for rows that recorded none, the results."""
+    first = group[0]
+    if all(r.start for r in group):
+        return (True, first.budget, first.variant, tuple(sorted((r.seed, r.start) for r in group)))
+    return (False, first.budget, first.variant, tuple(sorted((r.seed, tuple(r.epochs), tuple(r.accs)) for r in group)))
+
+
+def same_starts(groups: dict[str, list[Row]]) -> list[Start]:
+    """The distinct starts among the finished rows of one size (label → rows), in the labels' order."""
+    starts: dict[tuple, list[str]] = {}
+    for label, group in groups.items():
+        if group:
+            starts.setdefault(_start_key(group), []).append(label)
+    return [Start(tuple(labels), {la: groups[la] for la in labels}, key[0]) for key, labels in starts.items()]
+
+
+def start_names(rows: list[Row]) -> dict[tuple[str, str, str, str], str]:
+    """``(upstream, task, size, label)`` → the name of the start its finished rows share (``results.csv``'s group)."""
+    by_size: dict[tuple[str, str, str], dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if r.ok:
+            by_size[r.upstream, r.task, r.size][r.label].append(r)
+    return {
+        (*where, label): start.name
+        for where, groups in by_size.items()
+        for start in same_starts(groups)
+        for label in start.labels
+    }
 
 
 def sizes_by_note(rows: list[Row]) -> dict[tuple[str, str], list[str]]:

@@ -21,9 +21,13 @@ The rule, stated in every compare report (:data:`RULE`):
   that even one resolved difference of a size is wrong (the family-wise error rate) is at most 5 %, whatever
   the dependence between the comparisons; a recommendation needs resolved wins over every reference, so it is
   wrong with at most that chance too;
-- the seed advice: for an unresolved difference, the smallest n with ``t(1 − α/(2m), n−1) · s/√n < |d̄|``: the n
-  at which the interval at the Bonferroni level α/m (what Holm demands of its first resolution, so enough
-  whatever the other comparisons do) would exclude 0, if the mean and spread stayed as observed.
+- the seed advice: for an unresolved difference, the smallest n at which a new run of n seeds would resolve it with
+  80 % power (:data:`POWER`) at the level α/m, if the mean d̄ and spread s of the differences are the true ones:
+  the two-sided paired t-test's power at effect size ``d = d̄/s``, ``P(|T| > t(1 − α/(2m), n−1))`` with T
+  noncentral t of n − 1 degrees of freedom and noncentrality ``d·√n`` (Cohen 1988, ch. 2; statsmodels'
+  ``TTestPower`` computes the same). α/m is what Holm demands of the first difference it resolves, so the advice
+  holds whatever the other comparisons do. (The n at which the interval would just exclude 0, the advice before,
+  resolves a new run about half the time.)
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 ALPHA = 0.05  # the family-wise error rate of the decisions of one size
 LEVEL = 0.95  # the coverage of the intervals shown
 MAX_SEEDS = 1_000  # the seed advice says "more than this" beyond it
+POWER = 0.80  # the chance that a new run of the advised seeds resolves the difference
 
 RULE = (
     "`vs` columns: the paired difference in top-1 points (method − reference, seed by seed: for a seed every method "
@@ -44,10 +50,11 @@ RULE = (
     "fewer than 2 seeds. Decisions: the paired t-test, Holm–Bonferroni over the m comparisons of a size (each "
     "method against each reference, each pair of references once; m is given under each table): at a size the "
     "chance that even one `+` or `−` is wrong (the family-wise error rate) is at most 5 %, and so is the chance "
-    "that its recommendation is; an interval that excludes 0 can still be `=`. `(N seeds)` after an `=`: about "
-    "how many seeds would resolve a difference of this size at this spread, the smallest n with "
-    "`t(1 − 0.05/(2m), n−1)·s/√n < |d̄|` (the Bonferroni level: enough whatever the other comparisons do), if "
-    "the mean and spread stayed as observed."
+    "that its recommendation is; an interval that excludes 0 can still be `=`. Methods whose descendants start from "
+    "the same weights for every seed (the same start) share one row and count once in m. `(N seeds)` after an `=`: "
+    "the seeds a new run would need to resolve a difference of this mean and spread with 80 % power at the level "
+    "0.05/m (the two-sided paired t-test's power by the noncentral t, effect size d̄/s), if the mean and spread "
+    "stayed as observed."
 )
 
 
@@ -118,20 +125,34 @@ def holm(p_values: Sequence[float], alpha: float = ALPHA) -> list[bool]:
     return rejected
 
 
-def seeds_to_resolve(mean: float, sd: float, comparisons: int, alpha: float = ALPHA) -> int | None:
-    """About how many seeds resolve a mean difference ``mean`` of spread ``sd`` among ``comparisons`` comparisons:
-    the smallest n ≥ 2 with ``t(1 − alpha/(2·comparisons), n − 1) · sd/√n < |mean|``; None for no difference (0)
-    or beyond :data:`MAX_SEEDS`."""
+def power(mean: float, sd: float, n: Any, comparisons: int, alpha: float = ALPHA) -> Any:
+    """The chance that the two-sided paired t-test of n seeds at level ``alpha/comparisons`` resolves differences of
+    true mean ``mean`` and standard deviation ``sd`` (> 0): ``P(|T| > t(1 − level/2, n − 1))`` with T noncentral t of
+    n − 1 degrees of freedom and noncentrality ``(mean/sd)·√n``. ``n`` may be an array (then so is the result)."""
+    import numpy as np
+    from scipy.stats import nct, t
+
+    n = np.asarray(n)
+    level = alpha / max(comparisons, 1)
+    critical = t.ppf(1 - level / 2, n - 1)
+    shift = abs(mean) / sd * np.sqrt(n)
+    return nct.sf(critical, n - 1, shift) + nct.cdf(-critical, n - 1, shift)
+
+
+def seeds_to_resolve(
+    mean: float, sd: float, comparisons: int, alpha: float = ALPHA, wanted: float = POWER
+) -> int | None:
+    """The seeds a new run needs to resolve a mean difference ``mean`` of spread ``sd`` among ``comparisons``
+    comparisons with probability ``wanted``: the smallest n ≥ 2 whose :func:`power` at the level
+    ``alpha/comparisons`` reaches it; None for no difference (0) or beyond :data:`MAX_SEEDS`."""
     if mean == 0.0:
         return None
-    if sd == 0.0:
+    if sd == 0.0:  # differences without spread: any two seeds resolve them
         return 2
     import numpy as np
-    from scipy.stats import t
 
     n = np.arange(2, MAX_SEEDS + 1)
-    half = t.ppf(1 - alpha / (2 * max(comparisons, 1)), n - 1) * sd / np.sqrt(n)
-    enough = np.nonzero(half < abs(mean))[0]
+    enough = np.nonzero(power(mean, sd, n, comparisons, alpha) >= wanted)[0]
     return int(n[enough[0]]) if enough.size else None
 
 

@@ -1,5 +1,5 @@
-"""The report's tables in Markdown: top-1 per method and size with the 2-std marks, epochs to match scratch's long
-run, the genes' costs, the ancestries and the gains by upstream."""
+"""The report's tables in Markdown: top-1 per method and size with compare's paired, corrected decisions as marks,
+epochs to match scratch's long run, the genes' costs, the ancestries and the gains by upstream."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
+from .findings import Family, family
 from .rows import Row, _groups, _labels, _same_results, _sizes, mean_curve
 
 
@@ -16,11 +17,13 @@ def _cell(accs: list[float]) -> str:
     return f"{mean:.1f} ± {100 * statistics.stdev(accs):.1f}" if len(accs) > 1 else f"{mean:.1f}"
 
 
-# ---- the 2-std marks ------------------------------------------------------------------------------------
+# ---- the marks: compare's decisions ----------------------------------------------------------------------
 MARK_RULE = (
-    "Marks compare a cell with a reference at the same size: `+` the method's mean is higher by more "
-    "than 2 × the pooled standard deviation over seeds, `−` lower by more than that, `=` neither "
-    "(pooled std = √((s₁² + s₂²)/2), each s the sample std over the seeds). References: {references}."
+    "Marks compare a cell with a reference at the same size by `learngene compare`'s rule: the paired t-test on the "
+    "per-seed differences (for a seed every method gets the same data order), decided with Holm–Bonferroni over the "
+    "comparisons of a size (each method against each reference, each pair of references once; m under the table) "
+    "at a family-wise error rate of 5 %: `+` better, `−` worse, `=` not resolved. Methods whose descendants start "
+    "from the same weights for every seed count once. References: {references}."
 )
 NO_MARKS = "One seed: the cells carry no `+`/`−`/`=` marks (they need the spread over two or more seeds)."
 REFERENCE_NAMES = {
@@ -47,8 +50,10 @@ def mark_rule(rows: list[Row], tasks: list[str], seeds: int) -> str:
 
 
 def compare(accs: list[float], reference: list[float]) -> str:
-    """``+``/``−``/``=``: ``accs`` beats, loses to, or ties ``reference`` by the 2-pooled-std rule; ``?`` for
-    fewer than two seeds on either side."""
+    """The rule bench's tables used before they took compare's decisions (:func:`families`), which
+    ``benchmarks/condense_budget.py`` and ``benchmarks/transfer_why.py`` still state on their pages: ``+``/``−``/``=``
+    for a mean above, below or within 2 pooled standard deviations of the reference's; ``?`` for fewer than two
+    seeds on either side."""
     if len(accs) < 2 or len(reference) < 2:
         return "?"
     pooled = math.sqrt((statistics.variance(accs) + statistics.variance(reference)) / 2)
@@ -64,22 +69,55 @@ def _references(rows: list[Row], task: str) -> dict[str, str]:
     return {letter: label for letter, label in refs.items() if label in labels}
 
 
-def marks(groups: dict[tuple[str, str], list[Row]], label: str, size: str, refs: dict[str, str]) -> str:
-    own = [g.acc for g in groups.get((label, size), [])]
-    out = []
+def families(rows: list[Row], task: str) -> dict[str, Family]:
+    """Size → the decisions of ``task``'s cells at that size against its references, as ``learngene compare``
+    makes them (:func:`learngene.bench.findings.family`)."""
+    groups, refs = _groups(rows, task), list(_references(rows, task).values())
+    labels = _labels(rows, task)
+    return {
+        size: family({label: groups[label, size] for label in labels if (label, size) in groups}, refs, size)
+        for size in _sizes(rows, task)
+    }
+
+
+def marks(fam: Family, label: str, refs: dict[str, str]) -> str:
+    """``S+ X− M=``: ``label``'s decision against each reference (none against its own start or untested)."""
+    own, out = fam.name_of(label), []
     for letter, ref in refs.items():
-        other = [g.acc for g in groups.get((ref, size), [])]
-        if ref != label and own and other and (mark := compare(own, other)) != "?":
-            out.append(letter + mark)
+        other = fam.name_of(ref)
+        verdict = fam.verdict(own, other) if own and other and other != own else None
+        if verdict is not None and verdict.mark != "?":
+            out.append(letter + verdict.mark)
     return " ".join(out)
+
+
+def family_note(fams: dict[str, Family]) -> str:
+    """The line under a marked table: each size's m, and the methods counted once for sharing a start."""
+    tested = {size: fam.m for size, fam in fams.items() if fam.m}
+    if not tested:
+        return ""
+    shared = [
+        f"{start.name} at {size}" + ("" if start.recorded else " (the same results, seed by seed: no start recorded)")
+        for size, fam in fams.items()
+        for start in fam.starts
+        if len(start.labels) > 1
+    ]
+    return (
+        "Holm over the m comparisons of each size: "
+        + ", ".join(f"m = {m} at {size}" for size, m in tested.items())
+        + "."
+        + (f" One start, counted once: {'; '.join(shared)}." if shared else "")
+    )
 
 
 def format_table(rows: list[Row], task: str, mark: bool = False) -> str:
     """Markdown table: one line per method, top-1 (%) per size (mean ± std over seeds), then the gene's
     stored parameters and condensation cost. Sizes a method cannot make read n/a. With ``mark``, every
-    cell also says whether it beats the references (see :data:`MARK_RULE`)."""
+    cell also says whether it beats the references (see :data:`MARK_RULE`), and a line under the table gives each
+    size's m."""
     groups = _groups(rows, task)
     refs = _references(rows, task) if mark else {}
+    fams = families(rows, task) if mark else {}
     sizes = _sizes(rows, task)
     info: dict[str, Row] = {}
     for r in rows:
@@ -92,7 +130,7 @@ def format_table(rows: list[Row], task: str, mark: bool = False) -> str:
         for size in sizes:
             group = groups.get((label, size))
             cells.append(
-                " ".join(filter(None, (_cell([g.acc for g in group]), marks(groups, label, size, refs))))
+                " ".join(filter(None, (_cell([g.acc for g in group]), marks(fams[size], label, refs) if mark else "")))
                 if group
                 else ("n/a" if any(x.label == label and x.size == size and x.task == task for x in rows) else "–")
             )
@@ -101,7 +139,8 @@ def format_table(rows: list[Row], task: str, mark: bool = False) -> str:
             + " | ".join(cells)
             + f" | {r.stored_params:,} | {r.condense_steps:,} | {r.condense_seconds:.1f} |"
         )
-    return "\n".join(lines)
+    note = family_note(fams) if refs else ""
+    return "\n".join(lines + (["", note] if note else []))
 
 
 def epochs_to_match(rows: list[Row], task: str, factor: int) -> str:

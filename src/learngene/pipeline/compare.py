@@ -11,8 +11,10 @@ The report (:func:`write_compare_report`) gives, per size, top-1 mean ± std ove
 against each reference (scratch, scratch ×10, mimetic, and ``structured`` where that method is registered) with
 its 95 % t interval and a Holm-corrected decision (:mod:`learngene.bench.stats`), stored parameters,
 condensation and fine-tuning seconds, the first epoch at which each method reaches scratch ×10's final
-accuracy with the speed-up that means, and one recommendation line (:func:`recommend`) that says, when a lead
-is not resolved, about how many seeds would resolve it.
+accuracy with the speed-up that means, and one recommendation line (:func:`recommend`) that says ``use X`` only
+for resolved wins, and otherwise what is resolved, the cheapest of the best starts and how many seeds would resolve
+the closest difference with 80 % power. Methods that start from the same weights share a row
+(:mod:`learngene.bench.findings`).
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from ..bench import findings
 from ..bench.plots import finish_figure, has_curves, line_style, plot_curves, plot_folder, style_per_method
 from ..bench.profiles import Profile, Task, Upstream, Variant, shared_settings
 from ..bench.report import plural, run_lines
 from ..bench.rows import mean_curve, sizes_by_note, write_csv
-from ..bench.stats import MAX_SEEDS, RULE, Verdict, decide, holm, paired
+from ..bench.stats import POWER, RULE
 from ..bench.workers import worker_device
 from ..errors import LearngeneError, message_of
 from ..errors import setting as by_caller
@@ -235,126 +238,11 @@ def _task(data: str, cfg: TrainConfig, choices: CompareChoices, refs: tuple[str,
 
 
 # ---- the recommendation ---------------------------------------------------------------------------------
-Results = Mapping[str, Mapping[int, float]]  # label -> seed -> final top-1
-
-
-def _mean(accs: Sequence[float]) -> str:
-    return (
-        f"{100 * statistics.fmean(accs):.1f} ± {100 * statistics.stdev(accs):.1f}"
-        if len(accs) > 1
-        else f"{100 * accs[0]:.1f}"
-    )
-
-
-def _points(value: float) -> str:
-    """A difference of accuracies in top-1 points, signed: ``+3.4``, ``−0.5``, ``0.0``."""
-    shown = f"{100 * value:+.1f}"
-    return "0.0" if float(shown) == 0 else shown.replace("-", "−")
-
-
-def _seeds(count: int | None) -> str:
-    return f"about {count} seeds" if count is not None else f"more than {MAX_SEEDS:,} seeds"
-
-
-def unresolved(label: str, ref: str, verdict: Verdict) -> str:
-    """The seed advice for one unresolved difference, e.g. ``front leads mimetic by +3.4 points [−4.8, +11.6]
-    over 3 seeds, not resolved: about 14 seeds would resolve a difference of that size at that spread``."""
-    diff = verdict.diff
-    return (
-        f"{label} {'leads' if diff.mean > 0 else 'trails'} {ref} by {_points(diff.mean)} points "
-        f"[{_points(diff.low)}, {_points(diff.high)}] over {plural(diff.n, 'seed')}, not resolved: "
-        f"{_seeds(verdict.seeds)} would resolve a difference of that size at that spread"
-    )
-
-
-def recommend(size: str, results: Results, references: Sequence[str]) -> str:
-    """One line for ``size``: the best method whose wins over every reference are resolved (paired t-test,
-    Holm-corrected over the size's comparisons: :func:`learngene.bench.stats.decide`), or which reference no method
-    beats, with how many seeds would resolve the closest method's lead over it. ``results``: label → seed → final
-    top-1 of every label, references among them.
-
-    Never on noise: with fewer than two seeds in common there is no recommendation, and two winners whose
-    difference is not resolved (Holm over the best against each other winner) are reported as a tie.
-    """
-    refs = [r for r in references if results.get(r)]
-    candidates = [label for label, accs in results.items() if label not in references and accs]
-    if not refs:
-        return f"{size}: no recommendation: no reference ({', '.join(references)}) finished at this size"
-    if not candidates:
-        return f"{size}: no recommendation: no method other than the references finished at this size"
-    verdicts, m = decide({label: results[label] for label in [*refs, *candidates]}, refs)
-    if any(verdict.diff.n < 2 for verdict in verdicts.values()):
-        return f"{size}: one seed: no recommendation (the paired test needs --seeds 2 or more)"
-
-    rule = f"paired over seeds, Holm-corrected over the {m} comparisons of this size"
-    winners = [c for c in candidates if all(verdicts[c, r].mark == "+" for r in refs)]
-    if winners:
-        return _use(size, sorted(winners, key=lambda c: -_final(results, c)), results, refs, rule)
-    unbeaten = [r for r in refs if not any(verdicts[c, r].mark == "+" for c in candidates)]
-    if unbeaten:
-        return _unbeaten(size, max(unbeaten, key=lambda r: _final(results, r)), candidates, results, verdicts)
-    return _beats_some(size, max(candidates, key=lambda c: _final(results, c)), results, refs, verdicts, rule)
-
-
-def _final(results: Results, label: str) -> float:
-    """``label``'s mean final top-1 over its seeds."""
-    return statistics.fmean(results[label].values())
-
-
-def _shown(results: Results, label: str) -> str:
-    """``label`` and its final top-1, mean ± std over seeds: ``tleg 81.2 ± 0.4``."""
-    return f"{label} {_mean(list(results[label].values()))}"
-
-
-def _use(size: str, winners: list[str], results: Results, refs: list[str], rule: str) -> str:
-    """The line for methods that beat every reference (best mean first): use the best, or a tie between it and the
-    winners it does not beat resolvedly (Holm over the best against each other winner)."""
-    best, others = winners[0], winners[1:]
-    apart = holm([paired(results[best], results[w]).p for w in others])
-    tied = [w for w, resolved in zip(others, apart) if not (resolved and paired(results[best], results[w]).mean > 0)]
-    if tied:
-        return (
-            f"{size}: use {' or '.join([best, *tied])} (a tie: each beats {', '.join(refs)} ({rule}), and their "
-            f"differences are not resolved: " + ", ".join(_shown(results, w) for w in [best, *tied]) + ")"
-        )
-    return f"{size}: use {best} ({_mean(list(results[best].values()))}): it beats {', '.join(refs)} ({rule})"
-
-
-def _unbeaten(
-    size: str, strongest: str, candidates: list[str], results: Results, verdicts: Mapping[tuple[str, str], Verdict]
-) -> str:
-    """The line for a reference no method beats (the strongest such): the start it advises, and the closest method's
-    unresolved lead over it with the seeds that would resolve it."""
-    advice = {
-        "scratch": "train from scratch",
-        LONG_LABEL: "training from scratch 10× longer is the better start",
-        "mimetic": "use mimetic (it stores nothing)",
-    }.get(strongest, f"use {strongest}")
-    line = f"{size}: no method beats {strongest} here ({_mean(list(results[strongest].values()))}): {advice}"
-    leads = [c for c in candidates if verdicts[c, strongest].mark == "=" and verdicts[c, strongest].diff.mean > 0]
-    if leads:
-        closest = max(leads, key=lambda c: verdicts[c, strongest].diff.mean)
-        line += "; " + unresolved(closest, strongest, verdicts[closest, strongest])
-    return line
-
-
-def _beats_some(
-    size: str,
-    closest: str,
-    results: Results,
-    refs: list[str],
-    verdicts: Mapping[tuple[str, str], Verdict],
-    rule: str,
-) -> str:
-    """The line where every reference is beaten by some method but none beats them all: the best mean (``closest``),
-    the references it does not beat, and the seeds that would resolve its unresolved leads."""
-    missing = [r for r in refs if verdicts[closest, r].mark != "+"]
-    line = (
-        f"{size}: no method beats every reference here (the best mean, {_shown(results, closest)}, does not beat "
-        f"{', '.join(missing)} ({rule}))"
-    )
-    open_ = [unresolved(closest, r, verdicts[closest, r]) for r in missing if verdicts[closest, r].mark == "="]
-    return line + ("; " + "; ".join(open_) if open_ else "")
+def recommend(size: str, groups: Mapping[str, list[Any]], references: Sequence[str]) -> str:
+    """One line for ``size`` from its finished rows by label (references among them): ``use X`` only where X's wins
+    over every reference are resolved, otherwise what is and is not resolved and the cheapest of the starts no other
+    is shown better than (:func:`learngene.bench.findings.recommend`)."""
+    return findings.recommend(findings.family(groups, references, size), references)
 
 
 # ---- the report -------------------------------------------------------------------------------------------
@@ -372,31 +260,22 @@ def _first_reaching(group: list[Any], target: float) -> int | None:
     return next((group[0].epochs[e] for e, acc in enumerate(curve) if acc >= target - 1e-12), None)
 
 
-def _vs(verdict: Verdict) -> str:
-    """A ``vs`` cell: ``+3.4 [−4.8, +11.6] = (14 seeds)``."""
-    diff = verdict.diff
-    if verdict.mark == "?":
-        return "?"
-    cell = f"{_points(diff.mean)} [{_points(diff.low)}, {_points(diff.high)}] {verdict.mark}"
-    if verdict.mark == "=" and diff.mean != 0:
-        cell += f" ({verdict.seeds} seeds)" if verdict.seeds is not None else f" (> {MAX_SEEDS:,} seeds)"
-    return cell
+def _joined(values: list[str]) -> str:
+    """One value, or each start's own where a row holds several methods: ``204,741 / 204,853``."""
+    return values[0] if len(set(values)) == 1 else " / ".join(values)
 
 
 def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[str, str]:
-    """(markdown table with its family line, recommendation line) of one size."""
+    """(markdown table with its family line, recommendation line) of one size: one row per distinct start."""
     groups = _by_label(rows, size)
-    labels = list(dict.fromkeys(r.label for r in rows if r.task == TASK and r.size == size and r.ok))
-    refs = [r for r in references if r in groups]
-    results = {label: {g.seed: g.acc for g in groups[label]} for label in labels}
-    verdicts, m = decide(results, refs)
+    fam = findings.family(groups, references, size)
     long = groups.get(LONG_LABEL)
     target = statistics.fmean(g.acc for g in long) if long else None
     long_epoch = _first_reaching(long, target) if long and target is not None else None
     header = [
         "method",
         "top-1 (%)",
-        *(f"vs {r}" for r in refs),
+        *(f"vs {r}" for r in fam.references),
         "stored params",
         "condense s",
         "fine-tune s",
@@ -404,27 +283,44 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
         "speed-up vs scratch",
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for label in labels:
-        group = groups[label]
-        marks = [_vs(verdicts[label, r]) if r != label else "" for r in refs]
+    for start in fam.starts:
+        group = start.rows[start.labels[0]]
+        firsts = [start.rows[label][0] for label in start.labels]
+        marks = [findings.vs_cell(fam.verdicts[start.name, r]) if r != start.name else "" for r in fam.references]
         reach = _first_reaching(group, target) if target is not None else None
         reached = "–" if target is None else (str(reach) if reach else f"not reached in {group[0].epochs[-1]}")
         speed = f"{long_epoch / reach:.1f}×" if reach and long_epoch else "–"
-        first = group[0]
         lines.append(
-            f"| {label} | {_mean([g.acc for g in group])} | "
+            f"| {start.name} | {findings.mean_sd([g.acc for g in group])} | "
             + " | ".join(marks)
             + ("" if not marks else " | ")
-            + f"{first.stored_params:,} | {first.condense_seconds:.1f} | "
-            f"{statistics.fmean(g.train_seconds for g in group):.1f} | {reached} | {speed} |"
+            + f"{_joined([f'{r.stored_params:,}' for r in firsts])} | "
+            f"{_joined([f'{r.condense_seconds:.1f}' for r in firsts])} | "
+            f"{statistics.fmean(g.train_seconds for label in start.labels for g in start.rows[label]):.1f} | "
+            f"{reached} | {speed} |"
         )
     seeds = sorted({g.seed for group in groups.values() for g in group})
-    if m:
+    if fam.m:
         lines += [
             "",
-            f"Paired over seeds {', '.join(map(str, seeds))}; Holm over the m = {m} comparisons of this size.",
+            f"Paired over seeds {', '.join(map(str, seeds))}; Holm over the m = {fam.m} comparisons of this size; "
+            f"`(N seeds)`: the seeds that would resolve the difference with {100 * POWER:.0f} % power at the level "
+            f"0.05/{fam.m}.",
         ]
-    return "\n".join(lines), recommend(size, results, references)
+    lines += [_same_start_line(start) for start in fam.starts if len(start.labels) > 1]
+    return "\n".join(lines), findings.recommend(fam, references)
+
+
+def _same_start_line(start: Any) -> str:
+    """What one row of several methods means: ``front = pretrained: the same start ...``."""
+    if start.recorded:
+        why = "the same start (their descendants' weights hash alike for every seed)"
+    else:
+        why = "the same results at every evaluation, seed by seed (this run recorded no start digests)"
+    return (
+        f"\n{start.name} at this size: {why}: one row (the numbers of {start.labels[0]}'s run), counted once in the "
+        "correction."
+    )
 
 
 def refusals(rows: list[Any]) -> list[str]:
@@ -447,7 +343,7 @@ def compare_text(rows: list[Any], profile: Profile | Sequence[str]) -> str:
 
 
 def recommendation_lines(rows: list[Any], profile: Profile) -> list[str]:
-    """One recommendation line per size of the compare task's rows (``use METHOD``, or which reference no method beats)."""
+    """One recommendation line per size of the compare task's rows (``use METHOD`` only for resolved wins)."""
     return [
         size_table(rows, size, profile.references)[1] for size in dict.fromkeys(r.size for r in rows if r.task == TASK)
     ]
