@@ -1,44 +1,64 @@
-"""Rebuild the tables of ``learngene compare`` reports from their ``results.csv`` with today's report code.
+"""Rebuild the statistics of stored ``learngene compare`` and ``learngene bench`` reports from their ``results.csv``
+with today's report code.
 
-    python tools/rebuild_reports.py docs/compare-heldout-classes-100shot [...]
+    python tools/rebuild_reports.py docs/compare-heldout-classes-100shot docs/bench-transfer [...]
     python tools/rebuild_reports.py --summary docs/compare-heldout-classes-100shot   # the results page's tables
 
-The header of each ``report.md`` (command, date, machine, ancestry, data: facts of the run) and its plot links
-are kept; the legend, the per-size tables and the recommendation lines are written again from the run's
-``results.csv`` (accuracies as the file has them, 4 decimals), and a line under the header says so. The numbers
-are the run's; only how they are summarized is today's.
+The header of each ``report.md`` (command, date, machine, ancestry, data: facts of the run) and its plot links are
+kept, and a line under the header says that the rest was rebuilt. A compare report's legend, per-size tables and
+recommendation lines are written again; a bench report's marked top-1 tables (and their legend) are, its other
+tables are kept. Accuracies are the file's (4 decimals); the numbers are the run's, only how they are summarized
+is today's. A ``results.csv`` from before starts were recorded names no start: methods whose results are the
+same at every evaluation, seed by seed, are then taken as one start, and the report says so.
 """
 
 from __future__ import annotations
 
-import statistics
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-from learngene.bench.rows import read_csv
-from learngene.bench.stats import decide
+from learngene.bench.findings import family, mean_sd, vs_cell
+from learngene.bench.rows import _groups, read_csv
+from learngene.bench.tables import format_table, mark_rule
 from learngene.formats.atomic import now_iso, write_text_atomic
-from learngene.pipeline.compare import DEFAULT_REFERENCES, LEGEND, LONG_LABEL, TASK, _mean, _vs, compare_text
+from learngene.pipeline.compare import DEFAULT_REFERENCES, LEGEND, LONG_LABEL, TASK, compare_text
 
 REBUILT = "- tables rebuilt from this folder's results.csv by tools/rebuild_reports.py"
+MARK_LEGENDS = ("Marks compare a cell", "One seed: the cells carry no", "No reference (scratch, mimetic")
+
+
+def _stamp() -> str:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return f"{REBUILT} at commit {commit or '?'} ({now_iso()}): the run's numbers, today's statistics"
+
+
+def _header_end(old: list[str]) -> int:
+    """The index after the header's ``- `` lines."""
+    first = next(i for i, line in enumerate(old) if line.startswith("- "))
+    return next((i for i in range(first, len(old)) if not old[i].startswith("- ")), len(old))
 
 
 def rebuild(folder: Path) -> None:
     old = (folder / "report.md").read_text().splitlines()
-    if not old or old[0] != "# learngene compare":
-        raise SystemExit(f"{folder}/report.md is not a learngene compare report")
-    first = next(i for i, line in enumerate(old) if line.startswith("- "))
-    end = next((i for i in range(first, len(old)) if not old[i].startswith("- ")), len(old))
+    if old and old[0] == "# learngene compare":
+        return rebuild_compare(folder, old)
+    if old and old[0].startswith("# learngene benchmark"):
+        return rebuild_bench(folder, old)
+    raise SystemExit(f"{folder}/report.md is neither a learngene compare nor a learngene bench report")
+
+
+def rebuild_compare(folder: Path, old: list[str]) -> None:
+    end = _header_end(old)
     header = [line for line in old[:end] if not line.startswith(REBUILT)]
     plots = [line for line in old if line.startswith("![")]
     rows = read_csv(folder / "results.csv")
     labels = {r.label for r in rows}
     references = [LONG_LABEL if r == "scratch_x10" else r for r in DEFAULT_REFERENCES]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     parts = [
         *header,
-        f"{REBUILT} at commit {commit or '?'} ({now_iso()}): the run's numbers, today's statistics",
+        _stamp(),
         "",
         *LEGEND,
         compare_text(rows, [r for r in references if r in labels]),
@@ -47,33 +67,85 @@ def rebuild(folder: Path) -> None:
     write_text_atomic(folder / "report.md", "\n".join(parts))
 
 
+def rebuild_bench(folder: Path, old: list[str]) -> None:
+    """The marks' legend and every marked top-1 table of a bench report, from its ``results.csv``; the rest is
+    kept as written. A table is the first after its task's heading (``## task``, or ``### task (upstream)`` under
+    ``## Upstream upstream``) whose header ends in stored params, condense steps and condense s."""
+    rows = read_csv(folder / "results.csv")
+    tasks = list(dict.fromkeys(r.task for r in rows))
+    end = _header_end(old)
+    header = [line for line in old[:end] if not line.startswith(REBUILT)]
+    legend = mark_rule(rows, tasks, len({r.seed for r in rows}))
+    out = [*header, _stamp()]
+    where, i = None, end
+    while i < len(old):
+        line = old[i]
+        if line.startswith(MARK_LEGENDS):
+            out.append(legend)
+            i += 1
+            continue
+        heading = re.fullmatch(r"#{2,3} (.+?)(?: \((.+)\))?", line)
+        if heading and heading.group(1) in tasks:
+            where = (heading.group(1), heading.group(2) or "")
+        if where and line.startswith("| method |") and line.endswith("| stored params | condense steps | condense s |"):
+            task, up = where
+            table_end = next((j for j in range(i, len(old)) if not old[j].startswith("|")), len(old))
+            if table_end + 1 < len(old) and old[table_end + 1].startswith("Holm over the m comparisons"):
+                table_end += 2  # the line a rebuilt table already has
+            table = format_table([r for r in rows if r.upstream == up], task, mark=True).splitlines()
+            out += _with_numbers_of(old[i:table_end], table)
+            where, i = None, table_end
+            continue
+        out.append(line)
+        i += 1
+    write_text_atomic(folder / "report.md", "\n".join(out) + "\n")
+
+
+def _with_numbers_of(old: list[str], table: list[str]) -> list[str]:
+    """The rebuilt ``table`` with the top-1 of ``old`` (the report's own, from unrounded accuracies; ``results.csv``
+    keeps 4 decimals, which can move a standard deviation's last digit) and the rebuilt marks."""
+    cell = re.compile(r"(\d+\.\d(?: ± \d+\.\d)?)((?: [SXMI][+−=])*)")
+    written = {line.split(" | ")[0]: line.strip(" |").split(" | ") for line in old if line.startswith("| ")}
+    out = []
+    for line in table:
+        cells = line.strip(" |").split(" | ")
+        before = written.get(line.split(" | ")[0])
+        if line.startswith("| ") and before and len(before) == len(cells):
+            kept = [
+                f"{was.group(1)}{now.group(2)}" if (now := cell.fullmatch(c)) and (was := cell.fullmatch(b)) else c
+                for c, b in zip(cells, before)
+            ]
+            line = "| " + " | ".join(kept) + " |"
+        out.append(line)
+    return out
+
+
 def summary(folder: Path, contenders: int = 3) -> str:
     """Markdown for a results page: top-1 (mean ± std) of every method per size, then per size the strongest
-    reference and the methods closest to it, with their paired difference and decision as the report gives them."""
+    reference and the starts closest to it, with their paired difference and decision as the report gives them."""
     rows = [r for r in read_csv(folder / "results.csv") if r.task == TASK and r.ok]
     sizes = list(dict.fromkeys(r.size for r in rows))
     labels = list(dict.fromkeys(r.label for r in rows))
-    accs = {(r.label, r.size, r.seed): r.acc for r in rows}
+    groups = _groups(rows, TASK)
     lines = ["| method | " + " | ".join(sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
     for label in labels:
-        cells = [[a for (lab, size, _), a in accs.items() if lab == label and size == s] for s in sizes]
-        lines.append(f"| {label} | " + " | ".join(_mean(c) if c else "–" for c in cells) + " |")
-    lines += ["", "| size | strongest reference | method | difference [95 % interval], decision (seeds to resolve) |"]
-    lines.append("|---|---|---|---|")
+        cells = [[g.acc for g in groups.get((label, size), [])] for size in sizes]
+        lines.append(f"| {label} | " + " | ".join(mean_sd(c) if c else "–" for c in cells) + " |")
+    lines += [
+        "",
+        "| size | strongest reference | method | difference [95 % interval], decision (seeds to resolve at 80 % power) |",
+        "|---|---|---|---|",
+    ]
     references = [LONG_LABEL if r == "scratch_x10" else r for r in DEFAULT_REFERENCES]
     for size in sizes:
-        results = {
-            label: {seed: a for (lab, s, seed), a in accs.items() if lab == label and s == size} for label in labels
-        }
-        refs = [r for r in references if results.get(r)]
-        verdicts, _ = decide(results, refs)
-        best = max(refs, key=lambda r: statistics.fmean(results[r].values()))
+        fam = family({label: groups[label, size] for label in labels if (label, size) in groups}, references, size)
+        best = max(fam.references, key=fam.mean)
         others = sorted(
-            (c for c in labels if c not in refs and verdicts[c, best].diff.testable),
-            key=lambda c: -verdicts[c, best].diff.mean,
+            (s.name for s in fam.starts if s.name not in fam.references and fam.verdicts[s.name, best].diff.testable),
+            key=lambda name: -fam.verdicts[name, best].diff.mean,
         )
-        for label in others[:contenders]:
-            lines.append(f"| {size} | {best} | {label} | {_vs(verdicts[label, best])} |")
+        for name in others[:contenders]:
+            lines.append(f"| {size} | {best} | {name} | {vs_cell(fam.verdicts[name, best])} |")
     return "\n".join(lines)
 
 

@@ -296,7 +296,7 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
             + ("" if not marks else " | ")
             + f"{_joined([f'{r.stored_params:,}' for r in firsts])} | "
             f"{_joined([f'{r.condense_seconds:.1f}' for r in firsts])} | "
-            f"{statistics.fmean(g.train_seconds for label in start.labels for g in start.rows[label]):.1f} | "
+            f"{_joined([f'{statistics.fmean(g.train_seconds for g in start.rows[label]):.1f}' for label in start.labels])} | "
             f"{reached} | {speed} |"
         )
     seeds = sorted({g.seed for group in groups.values() for g in group})
