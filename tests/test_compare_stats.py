@@ -173,7 +173,8 @@ def test_the_seed_advice_at_80_percent_power_by_hand():
     from scipy import integrate
     from scipy.stats import chi2, norm, t
 
-    for d, n, m in ((0.5, 34, 1), (1.028, 10, 1), (3.0, 4, 2), (0.3, 150, 62)):
+    # (4.46, 6, 50): a lower tail far below 1e-16, where scipy's noncentral t CDF gives NaN
+    for d, n, m in ((0.5, 34, 1), (1.028, 10, 1), (3.0, 4, 2), (0.3, 150, 62), (4.46, 6, 50), (4.46, 9, 50)):
         nu, c, delta = n - 1, float(t.ppf(1 - 0.05 / (2 * m), n - 1)), d * math.sqrt(n)
 
         def density(v, nu=nu, c=c, delta=delta):
@@ -188,6 +189,10 @@ def test_the_seed_advice_at_80_percent_power_by_hand():
     assert diff.mean == pytest.approx(0.034) and diff.sd == pytest.approx(math.sqrt(10.93) / 100)
     assert 0.4 < power(diff.mean, diff.sd, 7, 1) < 0.8 <= power(diff.mean, diff.sd, 10, 1)
     assert seeds_to_resolve(diff.mean, diff.sd, comparisons=1) == 10
+    # over every n the advice looks at and effect sizes from 1e-4 to 1e3, the power is a probability that grows with n
+    for d in np.geomspace(1e-4, 1e3, 29):
+        curve = power(d, 1.0, np.arange(2, 1001), 62)
+        assert np.all((curve >= 0) & (curve <= 1 + 1e-12)) and np.all(np.diff(curve) >= -1e-12), d
     assert seeds_to_resolve(0.0, 0.01, comparisons=1) is None  # no difference: no number of seeds resolves it
     assert seeds_to_resolve(1e-6, 0.5, comparisons=1) is None  # beyond the thousand seeds the advice looks at
 

@@ -136,7 +136,8 @@ def power(mean: float, sd: float, n: Any, comparisons: int, alpha: float = ALPHA
     level = alpha / max(comparisons, 1)
     critical = t.ppf(1 - level / 2, n - 1)
     shift = abs(mean) / sd * np.sqrt(n)
-    return nct.sf(critical, n - 1, shift) + nct.cdf(-critical, n - 1, shift)
+    # P(T < −c) as P(T' > c) with T' of noncentrality −shift: scipy's lower tail returns NaN where it underflows
+    return nct.sf(critical, n - 1, shift) + nct.sf(critical, n - 1, -shift)
 
 
 def seeds_to_resolve(
