@@ -375,7 +375,7 @@ PROFILES = _registry(
             ),
         ),
         adapt_steps=5,
-        seeds=(0, 1, 2, 3, 4),  # 20-step fine-tunes vary a lot between seeds: five give the 2-std marks a chance
+        seeds=(0, 1, 2, 3, 4),  # 20-step fine-tunes vary a lot between seeds: five give the paired marks a chance
         methods=TRANSFER_METHODS,
         train=TrainConfig(batch_size=64),
         upstream_images_per_class=1000,
