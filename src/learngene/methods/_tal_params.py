@@ -4,9 +4,10 @@ slicing or tiling to the parameter's shape and its normalization (:mod:`learngen
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..errors import LearngeneError
 from ..validate import option_assignment
@@ -23,23 +24,64 @@ def group_size(n: int, max_n: int) -> int:
     return n
 
 
-def lora_block(factors: Tensor, l2: nn.Linear, r: int, shape: tuple[int, int, int, int], n_dim: int) -> Tensor:
+class RowExpansion(Protocol):
+    """What widens each row of the decoder's factor matrix from ``r`` to ``out_features`` (ck) values, row by row:
+    TAL's ``l2`` (one Linear), PITH's gradual ``r → 2r → 4r → ck``."""
+
+    out_features: int
+
+    def __call__(self, rows: Tensor) -> Tensor: ...
+
+
+def lora_block(factors: Tensor, l2: RowExpansion, r: int, shape: tuple[int, int, int, int], n_dim: int) -> Tensor:
     """One node's parameter block from its decoder MLP output ``factors`` (``2r·r`` values), as their
     ``ConvDecoder3LoRA.forward``: ``X = l2(relu(factors as 2r × r))`` (2r × ck) read in memory order as 2ck × r,
     ``A`` = its first ck rows, ``B`` = the next ck rows transposed, ``W = A[:c_out·k_out] @ B[:, :c_in·k_in]``.
-    Only the rows of ``X`` that ``A`` and ``B``'s slices read are computed (the values are the same)."""
-    ck = l2.out_features
+    Only the rows of ``X`` that ``A`` and ``B``'s slices read are computed (the values are the same: ``l2`` acts on
+    each row alone)."""
+    need_a, need_b = lora_rows(shape, r, l2.out_features)
+    y = torch.relu(factors.view(2 * r, r))
+    return lora_product(l2(y[:need_a]), l2(y[r : r + need_b]), r, shape, n_dim)
+
+
+def lora_blocks(
+    factors: Tensor, l2: RowExpansion, r: int, wanted: list[tuple[tuple[int, int, int, int], int] | None]
+) -> list[Tensor | None]:
+    """:func:`lora_block` of many nodes (``factors``: one row each; ``wanted``: each node's ``(shape, n_dim)``, None
+    for none), the rows of every ``X`` widened by one call of ``l2``: a wide ``l2`` is then read from memory once,
+    not twice per node (the values are the same, up to the order of float sums a kernel picks for another batch)."""
+    inputs: list[Tensor] = []
+    for f, want in zip(factors, wanted, strict=True):
+        if want is not None:
+            need_a, need_b = lora_rows(want[0], r, l2.out_features)
+            y = torch.relu(f.view(2 * r, r))
+            inputs += [y[:need_a], y[r : r + need_b]]
+    if not inputs:
+        return [None] * len(wanted)
+    widened = iter(l2(torch.cat(inputs)).split([len(x) for x in inputs]))
+    return [None if want is None else lora_product(next(widened), next(widened), r, *want) for want in wanted]
+
+
+def lora_rows(shape: tuple[int, int, int, int], r: int, ck: int) -> tuple[int, int]:
+    """How many rows of ``X`` (each ``ck`` values) ``A`` and ``B`` read for a block of ``shape``; one line when a side
+    needs more than the ``ck`` rows the decoder has."""
     c_out, c_in, k_out, k_in = shape
     rows_a, rows_b = c_out * k_out, c_in * k_in
     if max(rows_a, rows_b) > ck:
         raise LearngeneError(
-            f"tal: a parameter needs {max(rows_a, rows_b)} decoder rows but max_ck is {ck}; "
+            f"a parameter needs {max(rows_a, rows_b)} rows of the hypernetwork's decoder but max_ck is {ck}; "
             f"condense again with {option_assignment('max_ck', str(max(rows_a, rows_b)))} or more"
         )
-    y = torch.relu(factors.view(2 * r, r))
-    need_a, need_b = math.ceil(rows_a * r / ck), math.ceil(rows_b * r / ck)
-    a = l2(y[:need_a]).reshape(-1)[: rows_a * r].view(rows_a, r)
-    b = l2(y[r : r + need_b]).reshape(-1)[: rows_b * r].view(rows_b, r).t()
+    return math.ceil(rows_a * r / ck), math.ceil(rows_b * r / ck)
+
+
+def lora_product(x_a: Tensor, x_b: Tensor, r: int, shape: tuple[int, int, int, int], n_dim: int) -> Tensor:
+    """The block ``A[:c_out·k_out] @ B[:, :c_in·k_in]`` from the rows of ``X`` that ``A`` (``x_a``) and ``B``
+    (``x_b``) read, shaped as ``n_dim`` says: 1 a vector, 2 a matrix, 4 a kernel ``(c_out, c_in, k_out, k_in)``."""
+    c_out, c_in, k_out, k_in = shape
+    rows_a, rows_b = c_out * k_out, c_in * k_in
+    a = x_a.reshape(-1)[: rows_a * r].view(rows_a, r)
+    b = x_b.reshape(-1)[: rows_b * r].view(rows_b, r).t()
     w = a @ b
     if n_dim == 1:
         return w.reshape(c_out)

@@ -71,20 +71,20 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, assigned
 from ..gene import Learngene
 from ..host.memory import require_free_memory
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..training.distill import PooledFeatures, cache_teacher_outputs
-from ..training.loop import distill_loss, predict_logits, resolve_device, step_draw, train
+from ..training.loop import TrainResult, distill_loss, predict_logits, resolve_device, step_draw, train
 from ..validate import CONDENSE, EXPAND, limits_of, option, option_assignment, out_of_range
 from ..vit.spec import ViTSpec, block_key
 from ._tal_graph import Graph, Node, graph_nodes, is_layer_scale, spec_graph
@@ -131,6 +131,7 @@ class TALConfig:
         3e-5, phase=CONDENSE, at_least=0, help="weight of Σ‖W‖_F over the predicted tensors in the condensing loss"
     )
     seed: int = option(0, phase=EXPAND, help="seeds the random class row of a predicted position embedding")
+    method: ClassVar[str] = "tal"  # the method whose options these are, for messages (PITH's extend them)
 
     def __post_init__(self) -> None:
         # spans two options, so checked here, when the method is made (before any data loads); a value out of its
@@ -142,22 +143,37 @@ class TALConfig:
         )
         if own and self.hid % self.heads:
             raise LearngeneError(
-                f"tal option heads ({self.heads}) must divide hid ({self.hid}); "
+                f"{self.method} option heads ({self.heads}) must divide hid ({self.hid}); "
                 f"pass {option_assignment('heads', 'N')} with N a divisor of {self.hid}"
             )
+
+
+class Predicts(Protocol):
+    """A hypernetwork method as :class:`_Drawn` trains it (TAL, PITH): its options and its prediction of a spec."""
+
+    config: TALConfig
+
+    def predict(self, ghn: Any, task: Any, spec: ViTSpec, seed: int | None = None) -> dict[str, Tensor]: ...
 
 
 class _Drawn(nn.Module):
     """What the training loop trains: the hypernetwork, which predicts a ViT of a size drawn at each training step
     and runs it (the size follows from the run's seed and a step counter saved with the model, so a resumed run
-    draws the same sizes; evaluation runs the reference size, the last of ``sizes``)."""
+    draws the same sizes; evaluation runs the reference size, the last of ``sizes``). ``task``: what conditions
+    every prediction besides the graph (TAL's task embedding; None for PITH)."""
 
     def __init__(
-        self, method: TAL, ghn: HyperNet, task: Tensor, sizes: list[ViTSpec], seed: int, teacher_width: int | None
+        self,
+        method: Predicts,
+        ghn: nn.Module,
+        task: Tensor | None,
+        sizes: list[ViTSpec],
+        seed: int,
+        teacher_width: int | None,
     ):
         super().__init__()
         self.ghn, self.sizes, self.seed, self.method = ghn, sizes, seed, method
-        self.register_buffer("task", task.clone())
+        self.register_buffer("task", None if task is None else task.clone())
         self.register_buffer("step", torch.zeros((), dtype=torch.long))
         self.proj: nn.Linear | None = None
         if teacher_width is not None:  # distil pooled embeddings through a learned projection (FeatureDistillation's
@@ -174,7 +190,7 @@ class _Drawn(nn.Module):
         return self.__dict__["_reference"]
 
     step: Tensor
-    task: Tensor
+    task: Tensor | None
 
     def draw(self) -> ViTSpec:
         return self.sizes[step_draw(self.seed, int(self.step), len(self.sizes))]
@@ -229,12 +245,12 @@ def unpredicted(spec: ViTSpec, predicted: dict[str, Tensor]) -> dict[str, Tensor
     }
 
 
-def descendant_sizes(ancestry: ViTSpec, min_depth: int) -> list[ViTSpec]:
+def descendant_sizes(ancestry: ViTSpec, min_depth: int, method: str = "tal") -> list[ViTSpec]:
     """The sizes drawn while condensing: every depth in ``[min_depth, depth]`` × every head count in ``[1, heads]``
     at the ancestry's head width (the ancestry's own size last)."""
     if min_depth > ancestry.depth:  # a range that starts past its end would draw nothing: refused, not clamped
         raise LearngeneError(
-            f"tal option min_depth ({min_depth}) is more than the ancestry's {ancestry.depth} layers; "
+            f"{method} option min_depth ({min_depth}) is more than the ancestry's {ancestry.depth} layers; "
             f"pass {option_assignment('min_depth', 'N')} with N at most {ancestry.depth}"
         )
     head_dim = ancestry.head_dim
@@ -245,6 +261,53 @@ def descendant_sizes(ancestry: ViTSpec, min_depth: int) -> list[ViTSpec]:
     ]
     out.sort(key=lambda s: (s == ancestry, s.embed_dim, s.depth))
     return out
+
+
+def train_hypernet(
+    method: Predicts,
+    ghn: nn.Module,
+    task: Tensor | None,
+    sizes: list[ViTSpec],
+    ancestry: Ancestry,
+    base: ViTSpec,
+    inputs: CondenseInputs,
+    feature_width: int,
+) -> TrainResult:
+    """Train ``ghn`` in the project's one loop on a size of ``sizes`` drawn at each step (:class:`_Drawn`), on the
+    cross-entropy of the data's labels and, when the run's λ > 0, distillation from the ancestry: its logits when its
+    head was trained on the data's classes, else its pooled features (``feature_width`` wide) by cosine."""
+    cfg, data = inputs.train_cfg, inputs.train
+    assert data is not None
+    features = cfg.distill_lambda > 0 and base.num_classes == 0
+    net = _Drawn(method, ghn, task, sizes, cfg.seed, feature_width if features else None)
+    teacher: nn.Module | None = None
+    if cfg.distill_lambda > 0:
+        if features:
+            data, teacher = cache_teacher_outputs(data, PooledFeatures(ancestry.model), cfg)
+        elif base.num_classes != data.num_classes:
+            raise LearngeneError(
+                f"the ancestry predicts {base.num_classes} classes but {data.name} has {data.num_classes}; "
+                f"distil on data with the ancestry's label space, or pass {assigned('distill_lambda', 0)}"
+            )
+        else:
+            data, teacher = cache_teacher_outputs(data, ancestry.model, cfg)
+    return train(
+        net,
+        data,
+        cfg,
+        inputs.eval,
+        teacher=teacher,
+        run_dir=inputs.run_dir,
+        resume=inputs.resume,
+        loss=net.distill_loss,
+    )
+
+
+def random_class_row(spec: ViTSpec, seed: int) -> Tensor:
+    """``_tile_params``' N(0, 0.02²) class row in front of a position embedding predicted as a patch grid, drawn
+    from its own generator seeded by ``seed`` (theirs: the global RNG)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.normal(0.0, 0.02, size=(1, 1, spec.embed_dim), generator=g)
 
 
 def task_embedding(ancestry: Ancestry, data: Any, cfg: Any) -> Tensor:
@@ -297,8 +360,7 @@ class TAL(Method):
     def class_row(self, spec: ViTSpec, seed: int | None = None) -> Tensor:
         """The random class row of a predicted position embedding (``_tile_params``' N(0, 0.02²)), drawn from
         ``seed`` (the ``seed`` option when None; condensation draws from the run's seed)."""
-        g = torch.Generator().manual_seed(self.config.seed if seed is None else seed)
-        return torch.normal(0.0, 0.02, size=(1, 1, spec.embed_dim), generator=g)
+        return random_class_row(spec, self.config.seed if seed is None else seed)
 
     def predict(self, ghn: HyperNet, task: Tensor, spec: ViTSpec, seed: int | None = None) -> dict[str, Tensor]:
         """``spec``'s predicted tensors under plain-ViT keys."""
@@ -325,29 +387,7 @@ class TAL(Method):
         task = task_embedding(ancestry, data, cfg)
         torch.manual_seed(cfg.seed)
         ghn = HyperNet(self.config, int(task.shape[0]), reference.num_classes)
-        features = cfg.distill_lambda > 0 and base.num_classes == 0
-        net = _Drawn(self, ghn, task, sizes, cfg.seed, int(task.shape[0]) if features else None)
-        teacher: nn.Module | None = None
-        if cfg.distill_lambda > 0:
-            if features:
-                data, teacher = cache_teacher_outputs(data, PooledFeatures(ancestry.model), cfg)
-            elif base.num_classes != data.num_classes:
-                raise LearngeneError(
-                    f"the ancestry predicts {base.num_classes} classes but {data.name} has {data.num_classes}; "
-                    f"distil on data with the ancestry's label space, or pass --distill-lambda 0"
-                )
-            else:
-                data, teacher = cache_teacher_outputs(data, ancestry.model, cfg)
-        result = train(
-            net,
-            data,
-            cfg,
-            inputs.eval,
-            teacher=teacher,
-            run_dir=inputs.run_dir,
-            resume=inputs.resume,
-            loss=net.distill_loss,
-        )
+        result = train_hypernet(self, ghn, task, sizes, ancestry, base, inputs, int(task.shape[0]))
         tensors = {
             GHN_PREFIX + k: v.detach().cpu().clone() for k, v in ghn.state_dict().items()
         }  # trained on a GPU too
