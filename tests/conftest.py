@@ -25,7 +25,10 @@ torch.set_num_threads(int(TEST_THREADS))
 TINY = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
 # methods whose defaults are too large for tests, made small: TAL's own hypernetwork (hidden 128, 5 layers) has ~20M
 # weights
-SMALL_OPTIONS = {"tal": {"hid": 16, "heads": 2, "layers": 2, "lora_r": 4, "max_ck": 512}}
+SMALL_OPTIONS = {
+    "tal": {"hid": 16, "heads": 2, "layers": 2, "lora_r": 4, "max_ck": 512},
+    "pith": {"hid": 16, "heads": 2, "layers": 2, "lora_r": 4, "max_ck": 512},
+}
 
 
 def tiny_args(depth: int = 2) -> list[str]:

@@ -67,6 +67,12 @@ VALUES: dict[tuple[str, str], Any] = {
     ("tal", "max_shape"): 16,
     ("tal", "ve_cutoff"): 1,
     ("tal", "min_depth"): 3,
+    ("pith", "hid"): 32,
+    ("pith", "heads"): 4,
+    ("pith", "max_ck"): 1024,
+    ("pith", "max_shape"): 16,
+    ("pith", "ve_cutoff"): 1,
+    ("pith", "min_depth"): 3,
     ("lets", "gene_embed_dim"): 8,
     ("peg", "gene_ffns"): 1,
     ("aux", "aux_pool"): "avg",
@@ -93,6 +99,7 @@ CONTEXT: dict[tuple[str, str], dict[str, Any]] = {
 ALWAYS = {
     "wave": {"adapt_steps": 2},  # adapt trains 300 steps by default
     "tal": {"hid": 16, "heads": 2, "layers": 1, "lora_r": 4, "max_ck": 512},  # their hypernetwork has ~20M weights
+    "pith": {"hid": 16, "heads": 2, "layers": 1, "lora_r": 4, "max_ck": 512},  # TAL's and two more decoders
 }
 
 
