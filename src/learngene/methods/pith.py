@@ -57,9 +57,12 @@ grid or patch size differs from the descendant's (their code fails there), its p
 timm's ``resample_abs_pos_embed`` does and its kernel as FlexiViT's (timm's ``resample_patch_embed``); another
 channel count needs nothing (``Q`` maps it). Their teacher lookup by name keeps a tensor 2-D when its name
 contains ``fc`` or ``linear`` (meant for the classifier), which would break their einsum for timm's ``mlp.fc1``;
-ours reads every matrix but the classifier as ``(m, n, 1, 1)``, as their torchvision names get. The tensors their
-tracer drops (class and register tokens, layer-scale gammas, a MAP head's latent) keep timm's initialization, as
-TAL's. Their decathlon stage (``ghn3_mtl``, task embeddings, ``train_pith_decathlon.py``) is not implemented.
+ours reads every matrix but the classifier as ``(m, n, 1, 1)``, as their torchvision names get. Their batch of a
+group's ancestry tensors (``torch.stack``) fails where ``max_shape`` caps two widths into one group (``qkv`` and
+``proj``); ours fuses each tensor on its own. β's start is an option here (``fusion_init``); theirs is fixed. The
+tensors their tracer drops (class and register tokens, layer-scale gammas, a MAP head's latent) keep timm's
+initialization, as TAL's. Their decathlon stage (``ghn3_mtl``, task embeddings, ``train_pith_decathlon.py``) is not
+implemented.
 """
 
 from __future__ import annotations
