@@ -1,8 +1,7 @@
 """The ViT families users hold (DeiT, DeiT III, DINOv2 (+registers), CLIP, SigLIP, distilled DeiT, GAP
 ViTs, AIMv2, timm's Eva: EVA-02, EVA-02 CLIP, Perception Encoder, and timm's NaFlexVit: SigLIP 2 NaFlex,
-RADIO) go in as ancestries and come out as
-descendants of the same family; an Eva without absolute position embeddings is refused in one line where a
-method needs a ViT it can describe.
+RADIO) go in as ancestries and come out as descendants of the same family (DINOv3 and the RoPE ViTs without
+absolute position embeddings: tests/test_rope_families.py).
 
 Every ancestry is random and tiny (depth 2, width 32, 2 heads, 28 px), built through the family's own timm
 name with size arguments, as a user's checkpoint would be.
@@ -10,7 +9,6 @@ name with size arguments, as a user's checkpoint would be.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import pytest
@@ -147,7 +145,7 @@ def test_families_read_what_makes_them_different():
             "eva02_base_patch14_224: qkv_fused=False (fused q/k/v projections only; load_ancestry",
         ),
         ("vit_base_patch16_rpn_224", "vit_base_patch16_rpn_224: block_fn=ResPostBlock"),
-        ("vit_base_patch16_rope_reg1_gap_256", "use_abs_pos_emb=False (learned absolute position embeddings)"),
+        ("eva02_enormous_patch14_clip_224", "eva02_enormous_patch14_clip_224: block_fn=EvaBlockPostNorm"),
         # BEiT: a relative position table per block, (2g-1)^2 + 3 offsets of the 7 x 7 grid x 2 heads, and no absolute one
         (
             "beit_base_patch16_224",
@@ -313,8 +311,8 @@ def test_running_the_blocks_one_by_one_computes_timms_forward(family):
     x = torch.randn(2, 3, 28, 28)
     with torch.no_grad():
         tokens, kwargs = tokens_before_blocks(model, x)
-        for block in model.blocks:
-            tokens = block(tokens, **kwargs)
+        for block, own in zip(model.blocks, kwargs):
+            tokens = block(tokens, **own)
         assert torch.equal(model.norm(tokens), model.forward_features(x))
 
 
@@ -409,32 +407,6 @@ def test_a_headed_ancestry_is_still_distilled_on_logits():
     assert gene.cost["distilled"].startswith("logits") and "head.weight" in gene.tensors
 
 
-# ---- an Eva without absolute position embeddings: a teacher, not a ViT a spec can describe --------------------
-EVA = "vit_base_patch16_rope_reg1_gap_256"
-
-
-@pytest.fixture(scope="module")
-def eva_ancestry(tmp_path_factory) -> Ancestry:
-    path = tmp_path_factory.mktemp("eva") / "eva.pth"
-    torch.save(timm_ancestry(EVA).state_dict(), path)
-    return load_ancestry(path, EVA, num_classes=10, **SIZE)
-
-
-@pytest.mark.parametrize("method", METHODS)
-def test_eva02_works_where_a_rule_applies_and_is_refused_in_one_line_where_not(method, eva_ancestry):
-    cls = get_method(method)
-    aux = {f"aux_{k}": v for k, v in SIZE.items() if k != "img_size"}
-    options = aux if {f.name for f in dataclasses.fields(cls.Config)} >= set(aux) else {}
-    try:
-        gene = condense(method, eva_ancestry, **options)
-    except LearngeneError as exc:
-        assert _one_line(exc) and f"{EVA}: use_abs_pos_emb=False" in str(exc), exc
-        assert cls.needs_vit_ancestry
-        return
-    assert not cls.needs_vit_ancestry  # distils any classifier (tleg, share_init, wave), or needs no ancestry
-    _descendant(gene, ViTSpec(**SIZE, num_classes=10).replace(depth=3))
-
-
 @pytest.mark.parametrize("family", ["eva02", "eva02_clip", "aimv2"])
 def test_methods_carry_the_new_families_rows_not_timms_init(family):
     """Eva's q/v biases, sub-norms and gammas and the unpacked SwiGLU are rows of the axis table: a method that
@@ -516,37 +488,30 @@ def test_an_unfused_eva_checkpoint_loads_fused_and_computes_the_same(name, tmp_p
 
 
 # ---- the command line: a user's checkpoint of each family in, a descendant of the same family out ----------
-@pytest.mark.parametrize("family", [*FAMILIES, "eva_rope_only"])
-def test_cli_condenses_a_checkpoint_of_each_family_and_expands_it(family, tmp_path, capsys):
-    name, classes = FAMILIES.get(family, (EVA, 10))
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cli_condenses_a_checkpoint_of_each_family_and_expands_it(family, tmp_path):
+    name, classes = FAMILIES[family]
     checkpoint = tmp_path / "ancestry.pth"
     torch.save(timm_ancestry(name, classes).state_dict(), checkpoint)
     extra = NAME_SIZE.get(name, {})
     sizes = [a for k, v in {**SIZE, **extra}.items() if k != "img_size" for a in ("--timm-arg", f"{k}={v}")]
-    code = main(
-        [
-            "condense",
-            "--method",
-            "weight_selection",
-            "--ancestry",
-            str(checkpoint),
-            "--timm-model",
-            name,
-            *sizes,
-            "--img-size",
-            "28",
-            "--num-classes",
-            str(classes),
-            "--quiet",
-            "--out",
-            str(tmp_path / "g.safetensors"),
-        ]
+    cli_ok(
+        "condense",
+        "--method",
+        "weight_selection",
+        "--ancestry",
+        checkpoint,
+        "--timm-model",
+        name,
+        *sizes,
+        "--img-size",
+        "28",
+        "--num-classes",
+        classes,
+        "--quiet",
+        "--out",
+        tmp_path / "g.safetensors",
     )
-    if family == "eva_rope_only":
-        err = capsys.readouterr().err
-        assert code == 2 and err.count("\n") == 1 and "use_abs_pos_emb=False" in err
-        return
-    assert code == 0
     narrow = ["--depth", "1", "--embed-dim", "16", "--num-heads", "1"]
     cli_ok("expand", tmp_path / "g.safetensors", *narrow, "--quiet", "--out", tmp_path / "d.safetensors")
     model = timm_vit(name, depth=1, embed_dim=16, num_heads=1, img_size=28, patch_size=4, num_classes=classes, **extra)

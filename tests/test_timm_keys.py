@@ -82,7 +82,8 @@ def test_derived_groups():
         "fc1": "mlp.fc1.weight",
         "fc2": "mlp.fc2.weight",
     }
-    # with Eva's head-sliced q/v biases and sub-norm, and AIMv2's and EVA-02's unpacked SwiGLU
+    # with Eva's head-sliced q/v biases and sub-norm, mixed RoPE's per-head frequencies, and AIMv2's and EVA-02's
+    # unpacked SwiGLU
     assert ATTENTION == (
         "attn.q_bias",
         "attn.v_bias",
@@ -91,6 +92,7 @@ def test_derived_groups():
         "attn.norm.weight",
         "attn.norm.bias",
         "attn.proj.weight",
+        "rope.freqs",
     )
     assert FFN == (
         "mlp.fc1.weight",

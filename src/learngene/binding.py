@@ -108,13 +108,13 @@ class BoundMethod:
         leaves = {k: v.to("meta").requires_grad_(track and v.is_floating_point()) for k, v in gene.tensors.items()}
         try:
             with torch.set_grad_enabled(track):
-                state = self.method.expand(dataclasses.replace(gene, tensors=leaves), spec)
+                state = spec.join_layers(self.method.expand(dataclasses.replace(gene, tensors=leaves), spec))
         except (RuntimeError, NotImplementedError) as exc:
             if "meta" not in str(exc):
                 raise
             spec.require_memory()
             with torch.no_grad():
-                state = self.method.expand(gene, spec)
+                state = spec.join_layers(self.method.expand(gene, spec))
             if used is not None:
                 used.update(gene.tensors)
             return state
@@ -123,10 +123,12 @@ class BoundMethod:
             state = {k: v.detach() for k, v in state.items()}
         return state
 
-    def expand(self, spec: ViTSpec) -> StateDict:
-        """The method's expansion of the gene into ``spec``'s timm keys, for real (no gradients)."""
+    def expand(self, spec: ViTSpec, own: StateDict | None = None) -> StateDict:
+        """The method's expansion of the gene into ``spec``'s timm keys, for real (no gradients); what timm stacks
+        across layers (mixed RoPE's frequencies) stacked, the layers the gene leaves out from ``own`` (the model's
+        state_dict; :meth:`~learngene.vit.spec.ViTSpec.join_layers`)."""
         with torch.no_grad():
-            return self.method.expand(self.gene, spec)
+            return spec.join_layers(self.method.expand(self.gene, spec), own)
 
     def seeded(self, seed: int) -> BoundMethod:
         """This binding with its method's draws seeded by ``seed`` (mimetic's, a descendant's seed), unless the caller

@@ -104,11 +104,13 @@ def make_descendant(
     provided = bound.check(spec)  # on meta, once per size
     torch.manual_seed(seed)
     model = spec.create_model()  # timm's initialization of every tensor: the keys the gene leaves out keep it
+    # a tensor timm stacks across layers (mixed RoPE's) keeps timm's values for the layers the gene leaves out
+    own = {k: v.detach().clone() for k, v in model.state_dict().items() if k in spec.stacked_keys}
     # what the gene gives is overwritten: give its memory back before expanding (not a position table that
     # pos_embed="learned" leaves to timm)
     release_storage(model, [k for k in provided if not (pos_embed == "learned" and k == spec.key("pos_embed"))])
     with torch.no_grad():
-        state = bound.expand(spec)
+        state = bound.expand(spec, own)
         provided = list(state)
         state = _with_top_up_and_ablations(state, spec, seed, top_up, pos_embed, blend_mimetic)
     check_state_shapes(state, spec, f"the {bound.gene.method} gene")
@@ -134,6 +136,11 @@ def _bind_for_descendant(
     require_argument(seed, int, "seed", "an integer")
     if pos_embed not in (None, "learned", "sincos"):
         raise LearngeneError(f"pos_embed must be learned or sincos, not {pos_embed!r}")
+    if pos_embed is not None and not spec.family.abs_pos_embed:
+        raise LearngeneError(
+            f"pos_embed={pos_embed} replaces the absolute position table, which {spec.arch} does not have (its "
+            f"positions are RoPE's); leave pos_embed out"
+        )
     require_argument(options, (dict, Mapping, type(None)), "options", "a dict of the method's options or None")
     options = {**(options or {}), **more_options}
     if isinstance(gene, BoundMethod):
@@ -156,7 +163,7 @@ def _with_top_up_and_ablations(
     if blend_mimetic is not None:
         state = blend_query_key(state, spec, blend_mimetic, seed)
     if top_up:
-        state = {**top_up_state(top_up, spec, seed), **state}
+        state = {**spec.join_layers(top_up_state(top_up, spec, seed)), **state}
     if pos_embed == "sincos":
         state.update(spec.model_layout({"pos_embed": sincos_pos_embed(spec)}))
     elif pos_embed == "learned":  # timm's own initialization, whatever the method gives

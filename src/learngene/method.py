@@ -78,8 +78,10 @@ class Ancestry:
         return self.spec
 
     def state(self) -> StateDict:
-        """The model's tensors, not copied: a billion-parameter ancestry must not be held twice."""
-        return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        """The model's tensors, not copied: a billion-parameter ancestry must not be held twice; what timm stacks
+        across layers (mixed RoPE's frequencies) held per block, as methods read it (:meth:`ViTSpec.split_layers`)."""
+        state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        return self.spec.split_layers(state) if self.spec is not None else state
 
 
 @dataclass
@@ -285,7 +287,7 @@ class Method:
     def provided_keys(self, gene: Learngene, spec: ViTSpec) -> list[str]:
         """The timm state_dict keys ``expand`` gives for ``spec`` (the rest keep timm's initialization)."""
         with torch.no_grad():
-            return list(self.expand(gene, spec))
+            return list(spec.join_layers(self.expand(gene, spec)))
 
     def adapt(self, gene: Learngene, spec: ViTSpec, inputs: AdaptInputs) -> tuple[Learngene, TrainResult]:
         """Specialize ``gene`` to ``spec`` on a little downstream data (WAVE's scalers, PEG's φ)."""

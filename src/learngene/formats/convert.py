@@ -6,10 +6,10 @@ Three layouts are read, all offline and without unpickling code:
 * a timm hub folder (``config.json`` with ``architecture``, ``model_args``, ``pretrained_cfg``, next
   to ``model.safetensors`` or ``pytorch_model.bin``), as ``timm.models.save_for_hf`` writes it;
 * a Hugging Face transformers folder of a ViT, DeiT, DINOv2 (with or without registers, MLP or SwiGLU),
-  CLIP or SigLIP image tower (``config.json`` with ``model_type``, ``model.safetensors``; a whole CLIP or
-  SigLIP model gives its image tower): its keys are renamed by :data:`HF_TO_TIMM` (the shape of
-  torchtune's ``convert_weights.py``), q/k/v are fused into timm's ``qkv``, and the config becomes timm
-  kwargs. A classifier timm's ViT cannot express (``Dinov2ForImageClassification`` reads the class
+  DINOv3 (``DINOv3ViTModel``: RoPE, registers, layer scale, MLP or gated MLP), CLIP or SigLIP image tower
+  (``config.json`` with ``model_type``, ``model.safetensors``; a whole CLIP or SigLIP model gives its image
+  tower): its keys are renamed by :data:`HF_TO_TIMM` (the shape of torchtune's ``convert_weights.py``), q/k/v
+  are fused into timm's ``qkv``, and the config becomes timm kwargs. A classifier timm's ViT cannot express (``Dinov2ForImageClassification`` reads the class
   token concatenated with the mean patch token) is refused unless the head is dropped (``drop_head``).
 
 Every state_dict then goes through the ``checkpoint_filter_fn`` of the architecture's own timm module
@@ -44,6 +44,8 @@ CONFIG = "config.json"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "open_clip_model.safetensors", "open_clip_pytorch_model.bin")
 TIMM_LAYER_NORM_EPS = 1e-6  # every timm ViT's LayerNorm ...
 CLIP_LAYER_NORM_EPS = 1e-5  # ... but the CLIP image towers' (PyTorch's default, as OpenAI trained them)
+DINOV3_LAYER_NORM_EPS = 1e-5  # ... and timm's DINOv3 architectures'
+DINOV3_ROPE_THETA = 100.0  # the RoPE base timm's DINOv3 architectures fix (rope_temperature)
 
 
 @dataclass
@@ -257,6 +259,30 @@ HF_TO_TIMM: dict[str, str | None] = {
     "head.layernorm.weight": "attn_pool.norm.weight",
     "head.layernorm.bias": "attn_pool.norm.bias",
     **{f"head.mlp.{fc}.{kind}": f"attn_pool.mlp.{fc}.{kind}" for fc in ("fc1", "fc2") for kind in ("weight", "bias")},
+    # DINOv3 (DINOv3ViTModel, its blocks under layer.{} as saved, model.layer.{} as built): timm's Eva, whose q and
+    # v biases are its own (k has none); a gated MLP's value projection up_proj becomes fc1_x beside the gate
+    # (see _dinov3_layout)
+    "embeddings.patch_embeddings.weight": "patch_embed.proj.weight",
+    "embeddings.patch_embeddings.bias": "patch_embed.proj.bias",
+    **{
+        f"{layer}.{{}}.{hf}": f"blocks.{{}}.{timm}"
+        for layer in ("layer", "model.layer")
+        for hf, timm in (
+            *((f"{n}.{kind}", f"{n}.{kind}") for n in ("norm1", "norm2") for kind in ("weight", "bias")),
+            *((f"attention.{p}_proj.weight", f"attn.{p}.weight") for p in "qkv"),
+            *((f"attention.{p}_proj.bias", f"attn.{p}_bias") for p in "qkv"),
+            *((f"attention.o_proj.{kind}", f"attn.proj.{kind}") for kind in ("weight", "bias")),
+            ("layer_scale1.lambda1", "gamma_1"),
+            ("layer_scale2.lambda1", "gamma_2"),
+            *(
+                (f"mlp.{proj}_proj.{kind}", f"mlp.{fc}.{kind}")
+                for proj, fc in (("up", "fc1"), ("gate", "fc1_g"), ("down", "fc2"))
+                for kind in ("weight", "bias")
+            ),
+        )
+    },
+    "norm.weight": "norm.weight",
+    "norm.bias": "norm.bias",
 }
 # the classifiers of transformers' task models, left out by drop_head
 HF_CLASSIFIERS = ("classifier.", "cls_classifier.", "distillation_classifier.", "visual_projection.")
@@ -271,6 +297,7 @@ HF_PREFIXES = {
     "dinov2_with_registers": "dinov2_with_registers.",
     "clip_vision_model": "vision_model.",
     "siglip_vision_model": "vision_model.",
+    "dinov3_vit": "",  # DINOv3ViTModel and DINOv3ViTBackbone hold the backbone at the top
 }
 # whole CLIP / SigLIP models: their image tower's config is config["vision_config"]
 HF_TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}
@@ -285,6 +312,9 @@ HF_ARCHS = {
     "clip_vision_model/quick_gelu": "vit_base_patch16_clip_quickgelu_224",
     "siglip_vision_model": "vit_base_patch16_siglip_224",
     "siglip_vision_model/gelu_tanh": "vit_base_patch32_siglip_256",
+    "dinov3_vit": "vit_small_patch16_dinov3",
+    "dinov3_vit/qv_bias": "vit_small_patch16_dinov3_qkvb",
+    "dinov3_vit/gated": "vit_small_plus_patch16_dinov3",
 }
 # transformers' names of the tanh approximation of GELU (timm's gelu_tanh)
 HF_GELU_TANH = ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")
@@ -342,7 +372,25 @@ def hf_state_to_timm(
             ) from None
         if target is not None:
             out[target] = value
+    out = _dinov3_layout(out) if model_type == "dinov3_vit" else out
     return _fold_registers(_split_in_proj(_as_timm_shapes(fuse_qkv(out))))
+
+
+def _dinov3_layout(state: StateDict) -> StateDict:
+    """DINOv3's tensors in timm's Eva layout: a gated MLP's value projection (``fc1``, transformers' up_proj) is
+    ``fc1_x`` beside the gate ``fc1_g``; a key bias, which timm's Eva holds as zeros it never learns, must be zero."""
+    gated = any(".mlp.fc1_g." in k for k in state)
+    out: StateDict = {}
+    for key, value in state.items():
+        if key.endswith(".attn.k_bias"):
+            if bool(value.detach().ne(0).any()):
+                raise LearngeneError(
+                    f"this DINOv3 has a key bias ({key}) that is not zero, which timm's DINOv3 architectures "
+                    f"cannot hold (their key bias is fixed at zero); give a checkpoint trained with key_bias=false"
+                )
+            continue
+        out[key.replace(".mlp.fc1.", ".mlp.fc1_x.") if gated else key] = value
+    return out
 
 
 def _as_timm_shapes(state: StateDict) -> StateDict:
@@ -416,6 +464,8 @@ def hf_config_to_timm(config: dict[str, Any], state: StateDict) -> tuple[str, di
     act = config.get("hidden_act", "gelu")
     if model_type.startswith("dinov2"):
         arch = _dinov2_arch(config, state, kwargs)
+    elif model_type == "dinov3_vit":
+        arch = _dinov3_arch(config, state, kwargs, act)
     elif model_type in ("clip_vision_model", "siglip_vision_model"):
         arch = _clip_siglip_arch(config, model_type, act)
         kwargs["mlp_ratio"] = _int(config, "intermediate_size") / hidden
@@ -434,7 +484,9 @@ def hf_config_to_timm(config: dict[str, Any], state: StateDict) -> tuple[str, di
                 f"{architectures[0]} reads only the class token, which timm's distilled DeiT does not "
                 f"express; convert a DeiTForImageClassificationWithTeacher or a DeiTModel"
             )
-    timm_eps = CLIP_LAYER_NORM_EPS if model_type == "clip_vision_model" else TIMM_LAYER_NORM_EPS
+    timm_eps = {"clip_vision_model": CLIP_LAYER_NORM_EPS, "dinov3_vit": DINOV3_LAYER_NORM_EPS}.get(
+        model_type, TIMM_LAYER_NORM_EPS
+    )
     eps = _number(config, "layer_norm_eps", timm_eps)
     if eps > timm_eps:
         kwargs["norm_layer"] = functools.partial(nn.LayerNorm, eps=eps)  # an ancestry (a teacher), not a family
@@ -471,6 +523,37 @@ def _dinov2_arch(config: dict[str, Any], state: StateDict, kwargs: dict[str, Any
         arch = HF_ARCHS["dinov2_with_registers"]
         kwargs["reg_tokens"] = registers
     return arch
+
+
+def _dinov3_arch(config: dict[str, Any], state: StateDict, kwargs: dict[str, Any], act: str) -> str:
+    """DINOv3's timm architecture (Siméoni et al., arXiv 2508.10104; timm's Eva with RoPE and no absolute position
+    table); sets its MLP ratio, q/v biases, layer scale, registers and class-token pooling in ``kwargs``."""
+    gated = "blocks.0.mlp.fc1_g.weight" in state
+    if act != ("silu" if gated else "gelu"):
+        raise LearngeneError(
+            f"this DINOv3 runs its {'gated ' if gated else ''}MLP with {act!r}, which timm's DINOv3 architectures do "
+            f"not; learngene converts DINOv3 with a GELU MLP or a SiLU-gated one"
+        )
+    theta = _number(config, "rope_theta", DINOV3_ROPE_THETA)
+    if theta != DINOV3_ROPE_THETA:
+        raise LearngeneError(
+            f"this DINOv3's RoPE base is rope_theta={theta}, but timm's DINOv3 architectures fix it at "
+            f"{DINOV3_ROPE_THETA:g}; give a DINOv3 with the published base"
+        )
+    hidden = kwargs["embed_dim"]
+    inner = _int(config, "intermediate_size")
+    if gated and inner % 8:  # timm's DINOv3 SwiGLU rounds its hidden width up to a multiple of 8
+        raise LearngeneError(
+            f"this gated DINOv3's intermediate_size {inner} is not a multiple of 8, which timm's "
+            f"{HF_ARCHS['dinov3_vit/gated']} rounds up to; give one whose MLP width is"
+        )
+    kwargs["mlp_ratio"] = inner / hidden
+    qv_bias = "blocks.0.attn.q_bias" in state
+    kwargs["qkv_bias"] = qv_bias
+    kwargs["init_values"] = _number(config, "layerscale_value", 1.0)
+    kwargs["num_reg_tokens"] = int(_number(config, "num_register_tokens", 0, integer=True))
+    kwargs["global_pool"] = "token"  # DINOv3ViTModel's pooled output is the normalized class token
+    return HF_ARCHS["dinov3_vit/gated" if gated else "dinov3_vit/qv_bias" if qv_bias else "dinov3_vit"]
 
 
 def _clip_siglip_arch(config: dict[str, Any], model_type: str, act: str) -> str:
@@ -532,7 +615,7 @@ def _read_hf_folder(folder: Path, config: dict[str, Any], state: StateDict, drop
     if model_type not in HF_PREFIXES:
         raise LearngeneError(
             f"{folder} is a transformers {model_type!r} model; learngene converts "
-            f"vit, deit, dinov2, dinov2_with_registers, clip and siglip image towers "
+            f"vit, deit, dinov2, dinov2_with_registers, dinov3_vit, clip and siglip image towers "
             f"(or give a timm checkpoint with --timm-model)"
         )
     state = hf_state_to_timm(state, model_type, config.get("hidden_size"), drop_head)

@@ -63,8 +63,8 @@ def block_tokens(model: nn.Module, images: Tensor) -> list[Tensor]:
     """The tokens entering each block of a timm ViT, then those leaving the last."""
     x, kwargs = block_inputs(model, images)
     tokens = [x]
-    for block in cast(nn.Sequential, model.blocks):
-        x = block(x, **kwargs)
+    for block, own in zip(cast(nn.Sequential, model.blocks), kwargs):
+        x = block(x, **own)
         tokens.append(x)
     return tokens
 

@@ -135,9 +135,9 @@ def attention_probabilities(model: nn.Module, seen: Callable[[int, Tensor], None
             block.attn.fused_attn = flag
 
 
-def tokens_before_blocks(model: nn.Module, x: Tensor) -> tuple[Tensor, dict]:
+def tokens_before_blocks(model: nn.Module, x: Tensor) -> tuple[Tensor, list[dict]]:
     """What a timm ViT or Eva feeds its first block (``forward_features`` up to the blocks): patches, prefix
-    tokens, positions; and the keyword arguments every block takes (an Eva's RoPE table)."""
+    tokens, positions; and the keyword arguments each block takes (an Eva's RoPE table, per layer for mixed RoPE)."""
     return block_inputs(model, x)
 
 
@@ -182,9 +182,9 @@ def mean_attention_distance(
             for start in range(0, count, batch_size)
         ]
         with attention_probabilities(model, add):
-            for block in cast(Any, model).blocks:
+            for layer, block in enumerate(cast(Any, model).blocks):
                 for i, (x, kwargs) in enumerate(tokens):
-                    tokens[i] = block(x, **kwargs), kwargs
+                    tokens[i] = block(x, **kwargs[layer]), kwargs
                 release_pages(*block.parameters())  # read once: a mapped ancestry's pages may go
     return (totals / count).float()
 

@@ -112,6 +112,7 @@ def g_module(name: str) -> str:
         ("mlp.norm.", "mlp_norm"),
         ("gamma_1", "ls1"),
         ("gamma_2", "ls2"),
+        ("rope.freqs", "rope"),  # mixed RoPE's frequencies of the layer
     ):
         if name.startswith(prefix):
             return module
@@ -225,7 +226,7 @@ class LeTs(AuxNetMethod):
     def initial_tensors(self, aux: ViTSpec) -> StateDict:
         cfg, small = self.config, self.small_spec(aux)
         generator = torch.Generator().manual_seed(torch.initial_seed() % 2**63)
-        state = small.create_model().state_dict()
+        state = small.split_layers(small.create_model().state_dict())
         tensors = {
             SMALL + n: torch.stack([state[block_key(i, n)] for i in range(small.depth)]) for n in block_axes(small)
         }

@@ -265,7 +265,10 @@ class LearngenePool(AuxNetMethod):
         for i, depth in enumerate(depths):
             torch.manual_seed((inputs.train_cfg.seed if inputs is not None else 0) + i)
             spec = aux.replace(depth=depth)
-            start = {instance_key(i, k): v.detach().clone() for k, v in spec.create_model().state_dict().items()}
+            start = {
+                instance_key(i, k): v.detach().clone()
+                for k, v in spec.split_layers(spec.create_model().state_dict()).items()
+            }
             own = inputs.part(f"instance{i}") if inputs is not None else None  # each checkpoints apart
             trained = condense_through_aux(
                 self, self.new_gene(start, spec, source), self.require_ancestry(ancestry), own
@@ -295,7 +298,10 @@ class LearngenePool(AuxNetMethod):
     ) -> Learngene:
         """Instance ``index`` of ``spec``, distilled from the ancestry in its own aux net (its own run folder)."""
         torch.manual_seed((inputs.train_cfg.seed if inputs is not None else 0) + index)
-        start = {instance_key(index, k): v.detach().clone() for k, v in spec.create_model().state_dict().items()}
+        start = {
+            instance_key(index, k): v.detach().clone()
+            for k, v in spec.split_layers(spec.create_model().state_dict()).items()
+        }
         own = inputs.part(f"instance{index}") if inputs is not None else None  # each instance checkpoints apart
         source = ancestry.spec if ancestry is not None else None
         return condense_through_aux(self, self.new_gene(start, spec, source), self.require_ancestry(ancestry), own)

@@ -150,6 +150,11 @@ class Structured(Method):
                 f"structured kernel_size={cfg.kernel_size} reaches past the {spec.grid_size}×{spec.grid_size} patch "
                 f"grid of {spec.short()}; give an odd kernel_size up to {widest}"
             )
+        if not spec.family.abs_pos_embed:  # its q/k maps are solved on the position table
+            raise LearngeneError(
+                f"structured builds its attention on a learned absolute position table, which {spec.arch} does not "
+                f"have (its positions are RoPE's alone); use mimetic, whose attention needs none"
+            )
         generator = torch.Generator().manual_seed(cfg.seed)
         shape = spec.non_block_shapes(vit_layout=True)["pos_embed"]
         pos = torch.randn(shape, generator=generator, dtype=torch.float64) * 0.02 * cfg.pos_scale

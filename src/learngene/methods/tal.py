@@ -210,7 +210,8 @@ class _Drawn(nn.Module):
         self.width = spec.embed_dim
         if self.proj is not None:
             net.get_classifier().register_forward_pre_hook(self._keep)
-        return functional_call(net, spec.model_layout({**unpredicted(spec, state), **state}), (x,), {}, strict=False)
+        weights = spec.join_layers(spec.model_layout({**unpredicted(spec, state), **state}))
+        return functional_call(net, weights, (x,), {}, strict=False)
 
     def distill_loss(
         self, logits: Tensor, labels: Tensor, soft: Tensor | None, lam: float, tau: float, smoothing: float = 0.0

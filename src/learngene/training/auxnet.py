@@ -106,7 +106,8 @@ def resolve_aux_spec(
 
 def vector_start(spec: ViTSpec, name: str) -> float:
     """timm's initial value of block vector ``name``: 1 for norm weights, the family's init value for a
-    layer-scale gamma, 0 for biases."""
+    layer-scale gamma, 0 for biases (and for mixed RoPE's frequencies, which timm draws: no rotation until trained,
+    as the gene's other vectors start from constants)."""
     if name.endswith(".gamma"):
         return float(spec.family.init_values or 0.0)  # a gamma exists only where init_values is set
     return 1.0 if "norm" in name and name.endswith("weight") else 0.0

@@ -55,7 +55,8 @@ class GeneNet(nn.Module):
 
     def expanded(self) -> StateDict:
         """The gene expanded to this model's spec: timm state_dict entries, differentiable in the gene."""
-        return self.method.expand(dataclasses.replace(self._meta, tensors=self._tensors()), self.spec)
+        expanded = self.method.expand(dataclasses.replace(self._meta, tensors=self._tensors()), self.spec)
+        return self.spec.join_layers(expanded, self.skeleton.state_dict())
 
     def forward(self, x: Tensor) -> Tensor:
         """The timm ViT's forward with the weights the gene expands to."""

@@ -142,7 +142,9 @@ def mimetic_attention(spec: ViTSpec, config: MimeticConfig = MimeticConfig()) ->
     """
     D, H, d = spec.embed_dim, spec.num_heads, spec.head_dim
     generator = torch.Generator().manual_seed(config.seed)
-    out: StateDict = spec.model_layout({"pos_embed": sincos_pos_embed(spec, config.pos_scale)})
+    # a family without an absolute position table (RoPE alone: DINOv3) gets the attention; its RoPE gives positions
+    positions = {"pos_embed": sincos_pos_embed(spec, config.pos_scale)} if spec.family.abs_pos_embed else {}
+    out: StateDict = spec.model_layout(positions)
     for layer in range(spec.depth):
         q, k = query_key_factors(D, d, H, config.alpha1, config.beta1, generator)
         v, proj = value_projection_factors(D, config.alpha2, config.beta2, generator)

@@ -6,16 +6,20 @@ Eva's state_dict is a ViT's with a few more rows: the same ``patch_embed``/``pos
 ``attn_pool``/``head`` keys, plus, per block, EVA-02's separate q and v biases (``attn.q_bias``,
 ``attn.v_bias``; k has none), its sub-LayerNorms (``attn.norm`` on the heads' outputs before W_O,
 ``mlp.norm`` on the hidden channels before fc2) and layer scale named ``gamma_1``/``gamma_2``. Rotary
-position embeddings (RoPE) hold no weights: the architecture computes them from the head size and
-the patch grid, so a descendant of another size gets its own. What a spec records of an Eva are
-these rows (:class:`~learngene.vit.family.ViTFamily`'s ``model_class="eva"``, ``qv_bias``, ``attn_norm``,
-``mlp_norm``, ``rope``); this module translates them to and from Eva's own arguments.
+position embeddings (RoPE) mostly hold no weights: the architecture computes them from the head size and
+the patch grid, so a descendant of another size gets its own, and a family may have no absolute position
+table at all (DINOv3, Siméoni et al., arXiv 2508.10104; the RoPE ViTs of Heo et al., arXiv 2403.13298).
+Mixed RoPE (Heo et al.) learns its frequencies per layer and head: timm stacks them across layers in
+``rope.freqs``, which a spec holds per block (:meth:`~learngene.vit.spec.ViTSpec.split_layers`), so every method
+moves them with their layer. What a spec records of an Eva are these rows
+(:class:`~learngene.vit.family.ViTFamily`'s ``model_class="eva"``, ``qv_bias``, ``attn_norm``, ``mlp_norm``,
+``rope``, ``abs_pos_embed``, ``rope_mixed``); this module translates them to and from Eva's own arguments.
 
 EVA-02 B/L and the EVA-02 CLIP towers keep q, k and v apart (timm's ``qkv_fused=False``); loaded as
 an ancestry (:func:`learngene.ancestry.load_ancestry`) they are fused (:func:`fuse_qkv_projections`, the
 same attention), so they and their descendants have the one fused layout every method reads, and the
 descendants build with ``qkv_fused=True``. Not described (refused in one line, naming the part):
-grouped-query or gated attention, post-norm blocks and depth-dependent ("mixed") RoPE.
+grouped-query or gated attention and post-norm blocks.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ def eva_kwargs(family) -> dict[str, Any]:
         init_values=family.init_values,
         qkv_bias=family.qkv_bias or family.qv_bias,
         **({"qk_norm": True} if family.qk_norm else {}),
+        # only when off, as the architectures without it say: an Eva spec written before the field keeps its kwargs
+        **({} if family.abs_pos_embed else {"use_abs_pos_emb": False}),
         scale_attn_inner=family.attn_norm,
         scale_mlp=family.mlp_norm,
         dynamic_img_size=family.dynamic_img_size,
@@ -69,10 +75,8 @@ def eva_problems(model, block) -> list[str]:
         problems.append("gated attention (none)")
     if getattr(attn, "num_kv_heads", attn.num_heads) != attn.num_heads:
         problems.append("num_kv_heads (grouped-query attention: none)")
-    if getattr(model, "rope_mixed", False):
-        problems.append("rope_type=mixed (one RoPE for every layer)")
-    if model.pos_embed is None:
-        problems.append("use_abs_pos_emb=False (learned absolute position embeddings)")
+    if model.pos_embed is None and getattr(model, "rope", None) is None:
+        problems.append("use_abs_pos_emb=False without RoPE (no position information at all)")
     if model.global_pool not in ("token", "avg", "map"):
         problems.append(f"global_pool={model.global_pool!r} (token, avg, map)")
     embed = model.patch_embed
@@ -114,22 +118,27 @@ def eva_family_fields(model, block) -> dict[str, Any]:
         attn_norm=present(block.attn.norm),
         mlp_norm=present(getattr(block.mlp, "norm", None)),
         rope=getattr(model, "rope", None) is not None,
+        abs_pos_embed=model.pos_embed is not None,
+        rope_mixed=bool(getattr(model, "rope_mixed", False)),
         dynamic_img_size=bool(model.dynamic_img_size),
     )
 
 
-def block_inputs(model, images):
-    """``(tokens, kwargs)`` a timm ViT, Eva or NaFlexVit feeds its first block: Eva's blocks also take the RoPE table."""
+def block_inputs(model, images) -> tuple[Any, list[dict[str, Any]]]:
+    """``(tokens, kwargs)``: what a timm ViT, Eva or NaFlexVit feeds its first block, and each block's keyword
+    arguments (an Eva's RoPE table; with mixed RoPE, each block its own layer's)."""
     from .naflex import block_inputs as naflex_block_inputs
     from .naflex import is_naflex
 
     if is_naflex(model):
-        return naflex_block_inputs(model, images)
+        x, kwargs = naflex_block_inputs(model, images)
+        return x, [kwargs] * len(model.blocks)
     x = model.patch_embed(images)
     if is_eva(model):
         x, rope = model._pos_embed(x)
-        return model.norm_pre(x), {"rope": rope}
-    return model.norm_pre(model.patch_drop(model._pos_embed(x))), {}
+        per_layer = getattr(model, "rope_mixed", False) and rope is not None
+        return model.norm_pre(x), [{"rope": rope[i] if per_layer else rope} for i in range(len(model.blocks))]
+    return model.norm_pre(model.patch_drop(model._pos_embed(x))), [{}] * len(model.blocks)
 
 
 def fuse_qkv_projections(

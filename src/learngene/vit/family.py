@@ -59,6 +59,11 @@ class ViTFamily:
         attn_norm: Eva's sub-LayerNorm on the heads' outputs before W_O, ``attn.norm``.
         mlp_norm: Eva's sub-LayerNorm on the MLP's hidden channels before fc2, ``mlp.norm``.
         rope: rotary position embeddings (Eva; no weights: fixed by the architecture, recorded).
+        abs_pos_embed: learned absolute position embeddings ``pos_embed``; False: none, the positions are RoPE's alone
+            (timm's Eva with ``use_abs_pos_emb=False``: DINOv3, the RoPE ViTs).
+        rope_mixed: RoPE with learned frequencies per layer and head (Heo et al., "Rotary Position Embedding for
+            Vision Transformer", arXiv 2403.13298; timm's ``rope_type='mixed'``): timm stacks them across layers in
+            ``rope.freqs``, a spec holds them per block (:data:`~learngene.vit.timm_keys.ROPE_FREQS`).
     """
 
     class_token: bool = field(True)
@@ -85,6 +90,8 @@ class ViTFamily:
     attn_norm: bool = field(False)
     mlp_norm: bool = field(False)
     rope: bool = field(False)
+    abs_pos_embed: bool = field(True)
+    rope_mixed: bool = field(False)
 
     def __post_init__(self) -> None:
         bad = refusal(self)
@@ -97,11 +104,14 @@ class ViTFamily:
                 "a distilled ViT reads its class and distillation tokens: it needs class_token=True "
                 "and global_pool='token'"
             )
-        eva_only = [name for name in ("qv_bias", "attn_norm", "mlp_norm", "rope") if getattr(self, name)]
+        eva_only = [name for name in ("qv_bias", "attn_norm", "mlp_norm", "rope", "rope_mixed") if getattr(self, name)]
+        eva_only += [] if self.abs_pos_embed else ["abs_pos_embed=False"]
         if self.model_class != "eva" and eva_only:
             raise SpecError(
                 f"{', '.join(eva_only)} belong to timm's Eva, not its VisionTransformer; set model_class='eva'"
             )
+        if self.rope_mixed and not self.rope:
+            raise SpecError("rope_mixed=True is a kind of RoPE: set rope=True too")
         if self.model_class == "eva" and (self.distilled or self.embed_norm or not self.proj_bias):
             raise SpecError("timm's Eva has no distillation token, patch-embedding norm or bias-free projections")
         if self.model_class == "naflex" and (self.distilled or not self.no_embed_class):
@@ -164,6 +174,8 @@ class ViTFamily:
             "attn_norm",
             "mlp_norm",
             "rope",
+            "abs_pos_embed",
+            "rope_mixed",
         ):
             kwargs.pop(fixed)
         if kwargs["proj_bias"]:

@@ -21,7 +21,18 @@ from ..settings import field, flagged
 from ..validate import refusal
 from . import naflex
 from .family import FAMILY_FIELDS, ViTFamily, refused
-from .timm_keys import HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, NON_BLOCK_TENSORS, WIDTH, WIDTH_IN, family_axes
+from .timm_keys import (
+    HEAD_DIM,
+    HEADS,
+    HEADS_IN,
+    HIDDEN,
+    HIDDEN_IN,
+    NON_BLOCK_TENSORS,
+    ROPE_FREQS,
+    WIDTH,
+    WIDTH_IN,
+    family_axes,
+)
 
 # FLOP convention: a multiply-add is 2 FLOPs, and only the matmuls and convolutions count (patch
 # embedding, projections, attention scores and weighted sums, MLPs, pooling head, classifiers); norms,
@@ -174,6 +185,12 @@ class ViTSpec:
                 f"more than the {MAX_TOKENS:,} this library builds; choose a smaller img_size or a larger "
                 f"patch_size"
             )
+        if self.family.rope_mixed and self.head_dim % 4:
+            raise SpecError(
+                f"mixed RoPE rotates each head's channels in x and y pairs, so its head size must be a multiple of 4, "
+                f"but embed_dim={self.embed_dim} / num_heads={self.num_heads} is {self.head_dim}; choose a width and "
+                f"head count whose quotient is"
+            )
         if self.family.mlp_layer == "swiglu_packed" and self.mlp_hidden % 2:
             raise SpecError(
                 f"a SwiGLU MLP splits fc1 in two halves, but mlp_ratio={self.mlp_ratio} gives "
@@ -309,12 +326,56 @@ class ViTSpec:
         return naflex.MODEL_KEYS.get(vit_key, vit_key) if self.family.model_class == "naflex" else vit_key
 
     def state_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Every key of the timm model's state_dict and its shape."""
+        """Every key of the timm model's state_dict and its shape (mixed RoPE's frequencies stacked, as timm holds
+        them; :meth:`block_shapes` gives a layer's)."""
         shapes = self.non_block_shapes()
         for layer in range(self.depth):
             for name, shape in self.block_shapes().items():
-                shapes[block_key(layer, name)] = shape
+                if name != ROPE_FREQS:
+                    shapes[block_key(layer, name)] = shape
+        if self.family.rope_mixed:
+            shapes[ROPE_FREQS] = (2, self.depth, self.num_heads, self.head_dim // 2)
         return shapes
+
+    @property
+    def stacked_keys(self) -> tuple[str, ...]:
+        """The keys of the tensors timm stacks across layers and a spec holds per block (:meth:`split_layers`)."""
+        return (ROPE_FREQS,) if self.family.rope_mixed else ()
+
+    def split_layers(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A timm state_dict of this model with what timm stacks across layers held per block, as methods read it:
+        mixed RoPE's ``rope.freqs`` (2, depth, heads, head_dim/2) as ``blocks.{l}.rope.freqs``, each head's x then
+        y frequencies (heads x head_dim values, a head axis like the q rows they rotate). The same otherwise."""
+        freqs = state.get(ROPE_FREQS) if self.family.rope_mixed else None
+        if freqs is None:
+            return state
+        out = {k: v for k, v in state.items() if k != ROPE_FREQS}
+        for layer in range(freqs.shape[1]):
+            out[block_key(layer, ROPE_FREQS)] = freqs[:, layer].transpose(0, 1).reshape(-1)
+        return out
+
+    def join_layers(self, state: dict[str, Any], own: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The inverse of :meth:`split_layers`: the per-block rows stacked under timm's key. A layer whose row
+        ``state`` lacks (a method that gives some layers only) takes the model's own, from ``own`` (its state_dict:
+        timm's initialization); without ``own``, zeros (for shapes and keys alone: a check on ``meta``)."""
+        keys = [block_key(layer, ROPE_FREQS) for layer in range(self.depth)]
+        given = [k for k in keys if k in state]
+        if not self.family.rope_mixed or not given:
+            return state
+        import torch
+
+        per_head = (self.num_heads, 2, self.head_dim // 2)
+        like = state[given[0]].reshape(per_head).transpose(0, 1)
+        stacked = own.get(ROPE_FREQS) if own is not None else None
+        layers = [
+            state[k].reshape(per_head).transpose(0, 1)
+            if k in state
+            else (stacked[:, layer].to(like) if stacked is not None else torch.zeros_like(like))
+            for layer, k in enumerate(keys)
+        ]
+        out = {k: v for k, v in state.items() if k not in keys}
+        out[ROPE_FREQS] = torch.stack(layers, dim=1)
+        return out
 
     @property
     def num_params(self) -> int:

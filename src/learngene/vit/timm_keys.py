@@ -108,6 +108,10 @@ def _mlp_norm(family) -> bool:  # Eva's sub-LayerNorm on the MLP's hidden channe
     return getattr(family, "mlp_norm", False)
 
 
+def _rope_mixed(family) -> bool:  # mixed RoPE's learned frequencies, this layer's (see ROPE_FREQS)
+    return getattr(family, "rope_mixed", False)
+
+
 def _both(*tests: Callable[[Any], bool]) -> Callable[[Any], bool]:
     return lambda family: all(test(family) for test in tests)
 
@@ -150,7 +154,14 @@ BLOCK_TENSORS: dict[str, BlockTensor] = {
     "mlp.fc2.bias": _row(_VECTOR, MLP, WRITER, present=_proj_bias),
     "ls2.gamma": _row(_VECTOR, MLP, NORM, LAYER_SCALE, present=_layer_scale),
     "gamma_2": _row(_VECTOR, MLP, NORM, LAYER_SCALE, present=_eva_layer_scale),
+    # mixed RoPE's frequencies of this layer: each head's x then y frequencies, one per rotated channel pair, so
+    # heads x head_dim values in all, moved head by head like the q rows they rotate (see ROPE_FREQS)
+    "rope.freqs": _row((Axis(HEADS),), MSA, present=_rope_mixed),
 }
+# timm's Eva stacks mixed RoPE's frequencies of every layer in one tensor outside the blocks, ``rope.freqs`` of shape
+# (2 (x, y), depth, heads, head_dim / 2); a spec holds layer l's as the block row ``blocks.{l}.rope.freqs``
+# (:meth:`learngene.vit.spec.ViTSpec.split_layers`), so that every method moves them with their layer
+ROPE_FREQS = "rope.freqs"
 
 
 # ---- what a tensor outside the blocks is -----------------------------------------------------------------
@@ -169,6 +180,10 @@ class NonBlockTensor(NamedTuple):
 
 def _always(spec) -> bool:
     return True
+
+
+def _abs_positions(spec) -> bool:  # DINOv3 and the RoPE ViTs have none
+    return spec.family.abs_pos_embed
 
 
 def _width(spec) -> tuple[int, ...]:
@@ -210,7 +225,7 @@ NON_BLOCK_TENSORS: dict[str, NonBlockTensor] = {
     ),
     "dist_token": NonBlockTensor(TOKENS, _tokens(lambda spec: 1), lambda spec: spec.family.distilled),
     "pos_embed": NonBlockTensor(
-        TOKENS, _tokens(lambda spec: spec.num_patches + spec.family.pos_prefix_tokens), _always
+        TOKENS, _tokens(lambda spec: spec.num_patches + spec.family.pos_prefix_tokens), _abs_positions
     ),
     "patch_embed.proj.weight": NonBlockTensor(
         (Axis(WIDTH), Axis(KEEP), Axis(KEEP), Axis(KEEP)),
