@@ -378,10 +378,13 @@ def hf_state_to_timm(
 
 def _dinov3_layout(state: StateDict) -> StateDict:
     """DINOv3's tensors in timm's Eva layout: a gated MLP's value projection (``fc1``, transformers' up_proj) is
-    ``fc1_x`` beside the gate ``fc1_g``; a key bias, which timm's Eva holds as zeros it never learns, must be zero."""
+    ``fc1_x`` beside the gate ``fc1_g``; a key bias, which timm's Eva holds as zeros it never learns, must be zero;
+    no registers are no ``reg_token`` (transformers keeps an empty one)."""
     gated = any(".mlp.fc1_g." in k for k in state)
     out: StateDict = {}
     for key, value in state.items():
+        if key == "reg_token" and value.shape[1] == 0:
+            continue
         if key.endswith(".attn.k_bias"):
             if bool(value.detach().ne(0).any()):
                 raise LearngeneError(

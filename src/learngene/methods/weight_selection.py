@@ -64,7 +64,9 @@ class WeightSelection(Method):
         src = gene.require_layout()
         for n_src, n_dst in ((src.embed_dim, spec.embed_dim), (src.mlp_inner, spec.mlp_inner)):
             if n_dst > n_src:
-                raise LearngeneError(f"weight_selection can only shrink a dimension, asked {n_src} -> {n_dst}")
+                raise LearngeneError(
+                    f"weight_selection can only shrink a dimension, asked {n_src} -> {n_dst}; use grow for a wider model"
+                )
         if self.config.head_aware and (spec.num_heads > src.num_heads or spec.head_dim > src.head_dim):
             raise LearngeneError(
                 f"head-aware weight_selection needs at most {src.num_heads} heads of at most "

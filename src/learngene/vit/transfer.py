@@ -439,11 +439,17 @@ def place_blocks(state: StateDict, placement: dict[int, int]) -> StateDict:
 
 
 def require_block_shape(layout: ViTSpec, spec: ViTSpec, method: str) -> None:
-    """Methods that copy whole blocks need the target's blocks to have the gene's shapes."""
+    """Methods that copy whole blocks need the target's blocks to have the gene's shapes; the advice names a method
+    that carries the ancestry's blocks to the size asked (weight_selection narrows, grow widens)."""
     for attr in ("embed_dim", "num_heads", "mlp_hidden"):
         if getattr(layout, attr) != getattr(spec, attr):
+            wider = any(getattr(spec, a) > getattr(layout, a) for a in ("embed_dim", "num_heads", "mlp_hidden"))
             raise LearngeneError(
                 f"{method} copies whole blocks, so the target's {attr} must be "
                 f"{getattr(layout, attr)} (asked {getattr(spec, attr)}); "
-                f"use weight_selection for a narrower model"
+                + (
+                    f"use grow for a wider model (heads of {layout.head_dim} dims)"
+                    if wider
+                    else "use weight_selection for a narrower model"
+                )
             )
