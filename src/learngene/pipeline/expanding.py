@@ -9,8 +9,7 @@ from typing import Any
 
 from ..binding import BoundMethod, bind_gene
 from ..descendant import fit_gene_to_budget, make_descendant
-from ..errors import LearngeneError
-from ..errors import setting as by_caller
+from ..errors import LearngeneError, named
 from ..formats.atomic import quote
 from ..formats.hub import describe_source
 from ..formats.labels import describe as describe_labels
@@ -41,7 +40,10 @@ def expand(
 
     Args:
         size: the descendant's size: a ViTSpec, a preset's name, or fields over the ancestry's size (``{"depth":
-            6}``; ``"preset"`` among them starts from a preset); None: the ancestry's.
+            6}``; ``"preset"`` among them starts from a preset); None: the ancestry's. A gene that records no
+            ancestry size (one condensed from a teacher no spec describes) reads the fields over its own layout (an
+            aux net's), or, holding none (scratch), over a ViTSpec's defaults once depth, embed_dim and num_heads
+            are given.
         seed: draws everything random (timm's initialization of what the gene leaves out, a method's draws).
         options: the method's options for this expansion, by name or as ``KEY=VALUE`` texts (``--opt``); an option
             only condensing or adapting reads is refused.
@@ -62,7 +64,7 @@ def expand(
         )
     opts = method_options(cls.Config, options)
     _check_size_known(loaded, source, size)
-    spec = resolve_spec(size, base=loaded.ancestry)
+    spec = resolve_spec(size, base=loaded.ancestry or loaded.layout)
     bound = bind_gene(loaded, EXPAND, source=source, method=cls, seed=seed, check=False, options=opts)
     if max_params is not None or max_flops is not None:
         spec = _fit_to_budget(bound, spec, size, max_params, max_flops, say)
@@ -99,12 +101,28 @@ def _origin(
     }
 
 
+# the fields a size needs when the gene records no size to give it over (the others are a ViTSpec's defaults)
+WHOLE_SIZE = ("depth", "embed_dim", "num_heads")
+
+
 def _check_size_known(gene: Learngene, source: str | os.PathLike | None, size: SizeArg | None) -> None:
-    """Refuse a size given over the ancestry's when the gene records none (only a ViTSpec or a preset is whole)."""
-    if gene.ancestry is None and not isinstance(size, ViTSpec) and not size_fields(size).get("preset"):
-        where = quote(source) if source is not None else "this gene"
-        fix = by_caller("pass size as a ViTSpec or with a preset", "give --preset and/or all size flags")
-        raise LearngeneError(f"{where} records no ancestry size; {fix}")
+    """Refuse a size given over the ancestry's when the gene records neither it nor a layout of its own (scratch,
+    mimetic or structured condensed from a teacher no spec describes), unless it is whole: a ViTSpec, a preset, or
+    the :data:`WHOLE_SIZE` fields (the rest default to a ViTSpec's)."""
+    if gene.ancestry is not None or gene.layout is not None or isinstance(size, ViTSpec):
+        return
+    fields = size_fields(size)
+    missing = [name for name in WHOLE_SIZE if name not in fields]
+    if fields.get("preset") or not missing:
+        return
+    where = quote(source) if source is not None else "this gene"
+    default = ViTSpec()
+    raise LearngeneError(
+        f"{where} records no ancestry size, so the descendant's is given whole: give "
+        f"{', '.join(named(n) for n in missing[:-1])}{' and ' if len(missing) > 1 else ''}{named(missing[-1])} "
+        f"(the others default to {default.img_size} px, patch {default.patch_size}, {default.in_chans} channels and "
+        f"{default.num_classes} classes), or a {named('preset')}"
+    )
 
 
 def _declared_output(
