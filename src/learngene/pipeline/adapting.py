@@ -59,7 +59,7 @@ def adapt(
     cls = get_method(loaded.method)
     opts = method_options(cls.Config, options)
     bound = bind_gene(loaded, ADAPT, source=source, method=cls, options=opts)
-    base = loaded.ancestry
+    base = loaded.ancestry or loaded.layout  # a gene from a teacher no spec describes: its aux net's size
     model_in = size_input(size, base.img_size if base else None, base.in_chans if base else None)
     train, test = load_data(data, *model_in, loaded.preprocessing, cfg.seed)
     spec = resolve_spec(size, base, train)
