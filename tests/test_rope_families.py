@@ -20,6 +20,7 @@ import pytest
 import timm
 import torch
 from safetensors.torch import load_file
+from torch.utils.flop_counter import FlopCounterMode
 
 from learngene.ancestry import load_ancestry
 from learngene.descendant import make_descendant
@@ -208,6 +209,12 @@ def test_the_spec_rebuilds_the_timm_model(family):
     with torch.no_grad():
         assert torch.equal(built(x), model(x))
     assert spec_from_model(built) == spec and ViTSpec.from_json(spec.to_json()) == spec
+    for module in model.modules():  # the matmul form of attention, so that the counter sees its FLOPs
+        if hasattr(module, "fused_attn"):
+            module.fused_attn = False
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(torch.randn(1, 3, PIXELS, PIXELS))
+    assert spec.flops == counter.get_total_flops()  # RoPE's rotations are elementwise: not counted, as norms are
 
 
 def test_mixed_rope_frequencies_are_a_per_layer_row_and_stack_back_as_timm_holds_them():
