@@ -44,9 +44,9 @@ CHANGES = {
 DATA = make_images(8, num_classes=10, size=16, chans=3)
 QUICK = TrainConfig(epochs=1, max_steps=1, batch_size=8, distill_lambda=0.5, progress=False)
 # the methods that make these tensors for the size asked instead of copying them: mimetic and structured draw the
-# position table at the target grid (their attention is solved on it), tal's hypernetwork predicts every tensor for
-# the graph of the size asked
-MADE_FOR_THE_SIZE = {"mimetic", "structured", "tal"}
+# position table at the target grid (their attention is solved on it), tal's and pith's hypernetworks predict every
+# tensor for the graph of the size asked (pith fuses the ancestry's, resampled, into its prediction)
+MADE_FOR_THE_SIZE = {"mimetic", "structured", "tal", "pith"}
 
 
 def ancestry_of(family: str) -> Ancestry:
