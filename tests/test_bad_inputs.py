@@ -449,7 +449,11 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
         "unknown device",
     ),
     ("cuda without a gpu", lambda w: ["train", w.anc, *DATA, "--device", "cuda", "-o", w.out], "no GPU is visible"),
-    ("resume without a run dir", lambda w: ["train", w.anc, *DATA, "--resume", "-o", w.out], "pass --run-dir too"),
+    (
+        "resume without a run dir",
+        lambda w: ["train", w.anc, *DATA, "--resume", "-o", w.out],
+        "pass run_dir (--run-dir) too",
+    ),
     (
         "negative checkpoint interval",
         lambda w: ["train", w.anc, *DATA, "--checkpoint-every", "-1", "-o", w.out],
@@ -459,7 +463,7 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
     (
         "run dir holding an earlier run",
         lambda w: ["train", w.anc, *DATA, "--run-dir", w.run_other_lr, "-o", w.out],
-        "pass --resume to continue it",
+        "pass resume (--resume) to continue it",
     ),
     (
         "resume from a corrupt checkpoint",
@@ -546,11 +550,11 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
         train_with("--data", "digits", "--few-shot", "1000", "--epochs", "1"),
         "fewer than the 1000",
     ),
-    ("zero shots", train_with("--data", "digits", "--few-shot", "0", "--epochs", "1"), "--few-shot must be"),
+    ("zero shots", train_with("--data", "digits", "--few-shot", "0", "--epochs", "1"), "few_shot (--few-shot) must be"),
     (
         "zero training images",
         train_with("--data", "digits", "--train-images", "0", "--epochs", "1"),
-        "--train-images must be",
+        "train_images (--train-images) must be",
     ),
     ("decompression-bomb PNG in a folder", train_on_folder(lambda w: w.folder_bomb), "decompression bomb"),
     ("image folder of one class", train_on_folder(lambda w: w.folder_one_class), "has one class"),
@@ -617,7 +621,7 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
     (
         "run dir that is a file",
         lambda w: ["train", w.anc, *DATA, "--run-dir", w.not_a_dir, "-o", w.out],
-        "is a file, not a directory",
+        "is not a directory",
     ),
     (
         "run dir under a file",
@@ -1051,7 +1055,7 @@ def test_a_cnn_teacher_of_other_channels_or_a_lone_teacher_arch_is_one_line(ws, 
 def test_condense_refuses_in_chans_other_than_the_ancestrys(ws, tmp_path, capsys):
     out = tmp_path / "g.safetensors"
     argv = ["condense", "--method", "tleg", "--ancestry", ws.anc, *DATA, "--in-chans", "3", "-o", out]
-    assert "leave --in-chans out" in cli_error(capsys, argv)
+    assert "leave in_chans (--in-chans) out" in cli_error(capsys, argv)
     assert not out.exists()
 
 
@@ -1166,7 +1170,7 @@ def test_depth_with_a_budget_keeps_the_depth_and_says_so(ws, tmp_path, capsys):
     out = tmp_path / "d.safetensors"
     assert main(["expand", ws.gene, "--max-params", "5M", "--depth", "1", "-o", str(out)]) == 0
     said = capsys.readouterr().out
-    assert "--depth 1 kept (it wins over the budget)" in said and "picked L1-" in said, said
+    assert "depth (--depth) 1 kept (it wins over the budget)" in said and "picked L1-" in said, said
 
 
 @pytest.mark.parametrize(

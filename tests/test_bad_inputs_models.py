@@ -422,20 +422,30 @@ def _api_calls():
     data = lambda: make_images(8, 10, 16)  # noqa: E731
     cfg = lambda: lg.TrainConfig(epochs=1, progress=False)  # noqa: E731
     return {
-        "make_descendant": [lambda: lg.make_descendant(gene(), "L2-D32-H2"), lambda: lg.make_descendant(None, spec)],
-        "fit_gene_to_budget": [lambda: lg.fit_gene_to_budget(gene(), spec, max_params="5M")],
+        # the pipeline's use cases (each parameter against a table of hostile values: tests/test_contract.py)
+        "condense": [lambda: lg.condense("pretrained", 3), lambda: lg.condense(3, "a.safetensors")],
+        "expand": [lambda: lg.expand(None), lambda: lg.expand(gene(), 42)],
+        "adapt": [lambda: lg.adapt(gene(), 42)],
         "train": [
             lambda: lg.train("not a model", data(), cfg()),
-            lambda: lg.train(model(), data(), {"epochs": 1}),
+            lambda: lg.train(model(), data(), {"epochs": 1}),  # the loop, as before (deprecated), refusing a dict
             lambda: lg.train(model(), data(), cfg(), teacher="t"),
         ],
-        "evaluate": [lambda: lg.evaluate("m", data()), lambda: lg.evaluate(model(), make_images(8, 10, 32))],
+        "train_ancestry": [lambda: lg.train_ancestry(42)],
+        "compare": [lambda: lg.compare("a.safetensors", "digits", "L2-D32-H2")],
+        "Condensed": [lambda: lg.Condensed(gene()).save(None)],
+        "Descendant": [lambda: lg.expand(gene()).save(3)],
+        "Adapted": [],
+        "Trained": [],
+        "Comparison": [],
+        "DataRequest": [lambda: lg.DataRequest(42), lambda: lg.DataRequest("digits", few_shot=0)],
+        "AncestryRequest": [lambda: lg.AncestryRequest(None), lambda: lg.AncestryRequest("a", timm_kwargs="depth=6")],
+        "ExpandChoices": [lambda: lg.ExpandChoices(seed=-1), lambda: lg.ExpandChoices(license=123)],
         "register_method": [lambda: lg.register_method(int), lambda: lg.register_method(3)],
         "get_method": [lambda: lg.get_method(3), lambda: lg.get_method(None)],
         "get_preset": [lambda: lg.get_preset(3)],
         "list_methods": [lambda: lg.list_methods(3)],
         "load_ancestry": [lambda: lg.load_ancestry(3), lambda: lg.load_ancestry("x.safetensors", timm_model=3)],
-        "export_hub_folder": [lambda: lg.export_hub_folder("hub", "m", spec, {})],
         "ViTSpec": [lambda: ViTSpec(depth="2", embed_dim=32, num_heads=2), lambda: ViTSpec(class_token="no")],
         "TrainConfig": [lambda: lg.TrainConfig(lr="fast")],
         "Learngene": [
@@ -445,7 +455,6 @@ def _api_calls():
         ],
         "Method": [lambda: lg.get_method("tleg")().condense(None), lambda: lg.get_method("pretrained")().condense(3)],
         "Ancestry": [lambda: lg.Ancestry("m", spec), lambda: lg.Ancestry(model(), "L2-D32-H2")],
-        "GeneNet": [lambda: lg.GeneNet(None, spec)],
         "Paper": [lambda: lg.Paper(3)],
         "AdaptInputs": [lambda: lg.AdaptInputs("data", cfg()), lambda: lg.AdaptInputs(data(), {"epochs": 1})],
         "CondenseInputs": [lambda: lg.CondenseInputs(3), lambda: lg.CondenseInputs(data(), train_cfg=None)],

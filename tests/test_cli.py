@@ -1,5 +1,6 @@
 """The command line end to end on tiny sizes (digits at 16 px), and its one-line errors."""
 
+import os
 import subprocess
 import sys
 
@@ -141,7 +142,7 @@ def test_stitched_descendants_from_the_command_line(workdir, capsys, fashion_dat
     )
     assert "no stitch" in cli_error(capsys, ["expand", gene, "--stitch", "2:0-3:0", "--out", out])
     assert "FRONT:BLOCK-END:BLOCK" in cli_error(capsys, ["expand", gene, "--stitch", "0-2", "--out", out])
-    assert "--depth does not apply" in cli_error(
+    assert "depth (--depth) does not apply" in cli_error(
         capsys, ["expand", gene, "--stitch", "0:1-2:0", "--depth", "3", "--out", out]
     )
     assert "hub folder" in cli_error(capsys, ["expand", gene, "--stitch", "0:1-2:0", "--out", str(workdir) + "/"])
@@ -211,12 +212,13 @@ def test_help_and_argument_errors_import_no_torch():
 
 
 def test_the_package_names_load_on_first_use():
-    """`import learngene` is light; its public names still resolve, and `learngene.train` stays the function even
-    after the module of the training loop is imported."""
+    """`import learngene` is light; its public names still resolve, and `learngene.train` stays the pipeline's
+    function even after the module of the training loop is imported."""
     probe = (
         "import sys, learngene\nassert 'torch' not in sys.modules\nimport learngene.training.loop\n"
         "from learngene import train, ViTSpec, list_methods\n"
-        "print(callable(train) and train.__module__ == 'learngene.training.loop', 'tleg' in list_methods())"
+        "print(callable(train) and train.__module__ == 'learngene.pipeline.training', 'tleg' in list_methods())"
     )
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}  # this checkout's learngene
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
     assert proc.stdout.strip() == "True True", proc.stdout[-500:] + proc.stderr[-500:]

@@ -352,7 +352,7 @@ def test_evaluation_is_thinned_by_default_and_all_can_be_asked_for():
     args = parse(["train", "m", "--out", "o", "--eval-images", "0"])
     from learngene.training.config import from_flags
 
-    assert from_flags(vars(args)).eval_images is None  # 0: all of them
+    assert from_flags(vars(args)).eval_images == 0  # 0: all of them (None: not given, the use case's)
     assert parse(["train", "m", "--out", "o", "--eval-images", "500"]).eval_images == 500
 
 

@@ -83,6 +83,8 @@ def test_tensorboard_curves_match_the_log_and_continue_across_a_resume(tmp_path)
         assert got[key] == reference[key], key
     settings = tensorboard_texts(resumed / "tensorboard")["settings/text_summary"]
     assert len(settings) == 1 and '"batch_size": 8' in settings[0]  # once, by the first run
+    # the run named by its command and method (desc), data and seed, and that recorded
+    assert '"run": "toy on toy, seed 3"' in settings[0] and '"data": "toy"' in settings[0], settings[0]
 
 
 @needs_wandb
@@ -93,6 +95,7 @@ def test_wandb_offline_run_matches_the_log_and_resumes_the_same_run(tmp_path):
     epochs = [row for row in wandb_history(whole) if "epoch/train_loss" in row]
     assert [(row["_step"], row["eval/acc"]) for row in epochs] == [(r["step"], r["eval_acc"]) for r in history]
     assert wandb_config(whole)["batch_size"] == 8
+    assert (wandb_config(whole)["run"], wandb_config(whole)["data"]) == ("toy on toy, seed 3", "toy")
     # one run id for both processes; the second continues after the checkpoint (step 9) with the same values
     assert len(wandb_run_ids(resumed)) == 1 and (resumed / "wandb-run-id").read_text().strip() in wandb_run_ids(resumed)
     rows = [row for row in wandb_history(resumed) if "train/loss" in row]
@@ -129,7 +132,7 @@ def test_cli_condense_and_train_log_to_both_and_resume_their_curves(tmp_path, mo
 
     monkeypatch.chdir(tmp_path)
     data = make_images(n=48, num_classes=4, size=16, chans=1)
-    monkeypatch.setattr("learngene.pipeline.inputs.load_splits", lambda *a, **k: (data, make_images(16, 4, 16, 1, 1)))
+    monkeypatch.setattr("learngene.data.load_splits", lambda *a, **k: (data, make_images(16, 4, 16, 1, 1)))
     tiny = ["--depth", "2", "--embed-dim", "16", "--num-heads", "2", "--img-size", "16", "--patch-size", "4"]
     common = ["--epochs", "2", "--batch-size", "8", "--log", "tensorboard", "--log", "wandb", "--quiet"]
     assert main(["ancestry", *tiny, "--out", "a.safetensors", "--epochs", "1", "--batch-size", "8", "--quiet"]) == 0
@@ -162,7 +165,7 @@ def test_cli_condense_and_train_log_to_both_and_resume_their_curves(tmp_path, mo
     assert tensorboard_scalars(tmp_path / "t" / "tensorboard")["eval/acc"]
     assert any("eval/acc" in r for r in wandb_history(tmp_path / "t"))
     assert main(["train", "d.safetensors", "--out", "u.safetensors", *common]) == 2
-    assert "pass --run-dir too" in capsys.readouterr().err
+    assert "pass run_dir (--run-dir) too" in capsys.readouterr().err
 
 
 def test_wandb_goes_offline_without_a_login_or_a_server(tmp_path, monkeypatch):

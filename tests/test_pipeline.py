@@ -111,15 +111,17 @@ def test_the_stitched_descendant_is_an_output_pool_declares(ancestry, tmp_path):
         train_cfg=SETTINGS,
     ).gene
     assert [o.name for o in get_method("pool").expand_outputs] == ["stitch"]
-    stitched = lp.expand(pool, seed=0, output=("stitch", "0:1-2:0"))
+    stitched = lp.expand(pool, seed=0, stitch="0:1-2:0")
     assert stitched.spec is None and stitched.origin["stitch"] == "0:1-2:0" and stitched.model.depth == 4
     stitched.save(tmp_path / "st.safetensors")
     tuned = lp.train(str(tmp_path / "st.safetensors"), lp.DataRequest("digits", train_images=16), SETTINGS)
     assert type(tuned.model).__name__ == "StitchedViT"
-    with pytest.raises(learngene.LearngeneError, match="stitch is an output of pool genes only; this gene is scratch"):
-        lp.expand(lp.condense("scratch", str(ancestry)).gene, output=("stitch", "0:1-2:0"))
-    with pytest.raises(learngene.LearngeneError, match="depth does not apply with stitch"):
-        lp.expand(pool, {"depth": 3}, output=("stitch", "0:1-2:0"))
+    with pytest.raises(
+        learngene.LearngeneError, match=r"stitch \(--stitch\) is an output of pool genes only; this gene is scratch"
+    ):
+        lp.expand(lp.condense("scratch", str(ancestry)).gene, stitch="0:1-2:0")
+    with pytest.raises(learngene.LearngeneError, match=r"depth \(--depth\) does not apply with stitch \(--stitch\)"):
+        lp.expand(pool, {"depth": 3}, stitch="0:1-2:0")
     with pytest.raises(learngene.LearngeneError, match="no timm hub folder"):
         stitched.save(tmp_path / "hub", format="hub")
 

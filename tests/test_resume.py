@@ -128,7 +128,7 @@ def test_a_run_dir_with_a_checkpoint_needs_resume_or_another_dir(ancestry_file, 
         str(tmp_path / "o.safetensors"),
     ]
     assert main(argv) == 2
-    assert "pass --resume to continue it" in capsys.readouterr().err
+    assert "pass resume (--resume) to continue it" in capsys.readouterr().err
     assert (tmp_path / "run" / CHECKPOINT).read_bytes() == b"an earlier run"
 
 

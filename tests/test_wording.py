@@ -102,9 +102,9 @@ def test_resume_without_a_run_directory_is_named_as_each_caller_gives_it(capsys,
 
     argv = ["ancestry", "--data", "digits", "--preset", "cpu_tiny", "--resume", "-o", tmp_path / "a.safetensors"]
     err = _cli_error(capsys, argv)
-    assert err == "learngene ancestry: error: --resume continues from RUN_DIR/checkpoint.pt; pass --run-dir too"
-    said = _python_error(lambda: train_ancestry("digits", "cpu_tiny", resume=True))
-    assert said == "resume continues from RUN_DIR/checkpoint.pt; pass run_dir too"
+    said = "resume (--resume) continues from RUN_DIR/checkpoint.pt; pass run_dir (--run-dir) too"  # both callers'
+    assert err == f"learngene ancestry: error: {said}"
+    assert _python_error(lambda: train_ancestry("digits", "cpu_tiny", resume=True)) == said
 
 
 def test_a_note_names_the_setting_as_each_caller_gives_it(files, capsys):
@@ -113,11 +113,12 @@ def test_a_note_names_the_setting_as_each_caller_gives_it(files, capsys):
     out = files / "d.safetensors"
     assert main(["expand", str(files / "gene.safetensors"), "--max-params", "5M", "--depth", "1", "-o", str(out)]) == 0
     captured = capsys.readouterr()
-    assert "(budget: params 5,000,000; --depth 1 kept (it wins over the budget)" in captured.out, captured.out
+    kept = "(budget: params 5,000,000; depth (--depth) 1 kept (it wins over the budget)"  # both callers' words
+    assert kept in captured.out, captured.out
     assert _untagged(captured.out) and _untagged(captured.err)
     said: list[str] = []
     expand(files / "gene.safetensors", {"depth": 1}, max_params=5_000_000, say=lambda text, **how: said.append(text))
-    assert len(said) == 1 and "(budget: params 5,000,000; depth 1 kept (it wins over the budget)" in said[0], said
+    assert len(said) == 1 and kept in said[0], said
     assert _untagged(said[0])
 
 

@@ -1,58 +1,109 @@
 """learngene: condense a pretrained ViT into a learngene, expand it into timm ViTs of any size.
 
-:mod:`learngene.pipeline` holds the use cases, one function each (``condense``, ``expand``, ``adapt``, ``train``,
-``train_ancestry``), that the command line calls too: what a command writes, the same Python call writes.
+The use cases, one call each, the same calls the command line makes (what a command writes, the same call writes)::
 
-The parts, one module each: :mod:`~learngene.ancestry` (load the big model), :mod:`~learngene.method`
-(the interface every method implements) and :mod:`~learngene.methods` (one module per paper, registered
-in :mod:`~learngene.registry`), :mod:`~learngene.gene` (the learngene file),
-:mod:`~learngene.vit.transfer` (the rules that move tensors between sizes), :mod:`~learngene.training.auxnet`
-(condensing through an aux net), :mod:`~learngene.descendant` (the models a gene becomes) and
-:mod:`~learngene.training` (the one training loop).
+    import learngene as lg
 
-The names below are imported on first use (PEP 562), so that ``import learngene.cli`` and
-``learngene --help`` do not pay for torch.
+    condensed = lg.condense("tleg", "ancestry.safetensors", data="digits")  # -> Condensed: .gene, .save(path)
+    descendant = lg.expand(condensed.gene, {"depth": 6})                    # -> Descendant: .model, .save(path)
+    tuned = lg.train(descendant, "digits", {"epochs": 5})                   # -> Trained: .model, .result, .save(path)
+    report = lg.compare("ancestry.safetensors", "digits", ["L4-D192-H3"])   # -> Comparison: .table, .save(folder)
+
+:func:`load_ancestry`, :func:`condense`, :func:`expand`, :func:`adapt`, :func:`train`, :func:`train_ancestry` and
+:func:`compare` are :mod:`learngene.pipeline`'s; what they take travels as request objects (:class:`DataRequest`,
+:class:`AncestryRequest`, :class:`ExpandChoices`, :class:`TrainConfig`). The parts below them, one package or module
+each: :mod:`~learngene.methods` (one module per paper, registered in :mod:`~learngene.registry`), :mod:`~learngene.gene`
+(the learngene file), :mod:`~learngene.vit` (specs and the rules that move tensors between sizes),
+:mod:`~learngene.descendant` (the models a gene becomes) and :mod:`~learngene.training` (the one training loop,
+``learngene.training.train``).
+
+The names below are imported on first use (PEP 562), so that ``import learngene.cli`` and ``learngene --help`` do not
+pay for torch.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 import types
+import warnings
 
 from ._version import __version__
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "AdaptInputs": "method",
-    "Ancestry": "method",
-    "CondenseInputs": "method",
-    "Method": "method",
-    "Paper": "method",
-    "GeneNet": "descendant",
-    "fit_gene_to_budget": "descendant",
-    "make_descendant": "descendant",
-    "LearngeneError": "errors",
-    "export_hub_folder": "formats.export",
-    "Learngene": "gene",
     "load_ancestry": "ancestry",
+    "condense": "pipeline.condensing",
+    "expand": "pipeline.expanding",
+    "adapt": "pipeline.adapting",
+    "train": "pipeline.training",
+    "train_ancestry": "pipeline.training",
+    "compare": "pipeline.comparing",
+    "Condensed": "pipeline.results",
+    "Descendant": "pipeline.results",
+    "Adapted": "pipeline.results",
+    "Trained": "pipeline.results",
+    "Comparison": "pipeline.comparing",
+    "DataRequest": "pipeline.requests",
+    "AncestryRequest": "pipeline.requests",
+    "ExpandChoices": "pipeline.requests",
+    "TrainConfig": "training.config",
+    "Learngene": "gene",
+    "ViTSpec": "vit.spec",
+    "PRESETS": "vit.spec",
+    "get_preset": "vit.spec",
     "get_method": "registry",
     "list_methods": "registry",
     "register_method": "registry",
-    "PRESETS": "vit.spec",
-    "ViTSpec": "vit.spec",
-    "get_preset": "vit.spec",
-    "TrainConfig": "training.config",
+    "Method": "method",
+    "Paper": "method",
+    "Ancestry": "method",
+    "CondenseInputs": "method",
+    "AdaptInputs": "method",
+    "LearngeneError": "errors",
+}
+# names that left the top level (internals, or the loop now in learngene.training): they still load, for one release,
+# with a DeprecationWarning naming where they live
+_MOVED = {
+    "make_descendant": "descendant",
+    "fit_gene_to_budget": "descendant",
+    "GeneNet": "training.genenet",
+    "export_hub_folder": "formats.export",
     "evaluate": "training.evaluation",
-    "train": "training.loop",
 }
 
-__all__ = ["__version__", *sorted(_EXPORTS)]
-_SUBPACKAGES = ("pipeline",)
+__all__ = ["__version__", *_EXPORTS]
+_SUBPACKAGES = ("pipeline", "training")
 
 
 def _export(name: str):
-    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    return _train_or_loop(value) if name == "train" else value
+
+
+def _train_or_loop(train):
+    """The pipeline's ``train``; given a torch module (``learngene.train(model, data, TrainConfig(...), eval_data=...)``,
+    the training loop this name was before), the loop, with a DeprecationWarning naming its new name."""
+
+    @functools.wraps(train)
+    def train_or_loop(model, *args, **kwargs):
+        from torch import nn
+
+        if not isinstance(model, nn.Module):
+            return train(model, *args, **kwargs)
+        warnings.warn(
+            "learngene.train(model, data, cfg, ...) on a torch module is the training loop, now "
+            "learngene.training.train; learngene.train is the pipeline's (a model file or a use case's result, as "
+            "`learngene train`); this use of it goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        from .training.loop import train as loop
+
+        return loop(model, *args, **kwargs)
+
+    return train_or_loop
 
 
 class _Package(types.ModuleType):
@@ -61,6 +112,14 @@ class _Package(types.ModuleType):
     def __getattr__(self, name: str):
         if name in _SUBPACKAGES:  # learngene.pipeline after a plain `import learngene`
             return importlib.import_module(f".{name}", __name__)
+        if name in _MOVED:
+            warnings.warn(
+                f"learngene.{name} left the top level; import it from learngene.{_MOVED[name]} (this name goes in the "
+                f"next release)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return getattr(importlib.import_module(f".{_MOVED[name]}", __name__), name)
         if name not in _EXPORTS:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         value = _export(name)

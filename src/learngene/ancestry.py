@@ -86,6 +86,7 @@ def _read_ancestry(path: str | os.PathLike, timm_model: str | None, drop_head: b
     require_argument(path, (str, os.PathLike), "path", "a file or folder path")
     if timm_model is not None:
         require_argument(timm_model, str, "timm_model", "a timm architecture name or None")
+    require_argument(drop_head, bool, "drop_head", "True or False")
     _check_sizes(model_kwargs)
     if is_hub_name(path):
         return _load_hub_ancestry(str(path), timm_model, drop_head, **model_kwargs)

@@ -55,6 +55,7 @@ class Declaration(TypedDict, total=False):
     - ``output``: an expand choice that asks for an output the gene's method declares (of the field's name) instead
       of a timm ViT (:class:`~learngene.pipeline.requests.ExpandChoices`).
     - ``any_output``: an expand choice that applies to a declared output too (the others are refused beside one).
+    - ``counts``: an integer its flag also reads as a count with a suffix (``5M``, ``2G``).
     """
 
     at_least: float | None
@@ -78,6 +79,7 @@ class Declaration(TypedDict, total=False):
     fix: str | None
     output: bool
     any_output: bool
+    counts: bool
 
 
 def field(

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..data import Data
 from ..registry import get_method
+from ..training.config import known
 from ..vit.spec import ViTSpec
 from .ancestry_stage import UPSTREAM_EVAL_IMAGES, AncestryStage
 from .gene_stages import GeneStages
@@ -78,7 +79,7 @@ class WorkPlan(GeneStages, AncestryStage):
 
     def _cell_gflop(self, spec: ViTSpec, task: TaskData, budget: int) -> float:
         t = task.task
-        batch = t.batch_size or self.profile.train.batch_size
+        batch = t.batch_size or known(self.profile.train.batch_size)
         epochs = -(-t.max_steps * batch // len(task.train)) if t.max_steps else t.epochs
         evals = budget if budget > 1 else (epochs // t.eval_every if t.eval_every else 1)
         eval_images = min(t.eval_images or len(task.eval), len(task.eval))
@@ -86,4 +87,4 @@ class WorkPlan(GeneStages, AncestryStage):
         return spec.flops * (images * budget * 3 + evals * eval_images) / 1e9
 
     def _adapt_gflop(self, spec: ViTSpec) -> float:
-        return spec.flops * 3 * self.profile.adapt_steps * self.profile.train.batch_size / 1e9
+        return spec.flops * 3 * self.profile.adapt_steps * known(self.profile.train.batch_size) / 1e9

@@ -202,6 +202,10 @@ class Profile:
     references: tuple[str, ...] = ()
     method_budgets: bool = False
 
+    def __post_init__(self) -> None:
+        # the shared settings as every stage runs them: one not given is the training loop's (TrainConfig.resolved)
+        object.__setattr__(self, "train", self.train.resolved("bench"))
+
     def all_upstreams(self) -> tuple[Upstream, ...]:
         return self.upstreams or (Upstream("", None, self.ancestry_epochs, self.condense_epochs),)
 
@@ -237,7 +241,7 @@ class Profile:
         """The shared settings every stage's cache key holds: the learning rate and batch size, and each other one that
         changes the result where it differs from TrainConfig's default (so the keys of runs that could not set it stay
         valid)."""
-        shared, default = shared_settings(self.train), shared_settings(TrainConfig())
+        shared, default = shared_settings(self.train), shared_settings(TrainConfig().resolved("bench"))
         changed = {k: v for k, v in shared.items() if k in FINGERPRINT_KEYS and v != default[k]}
         return {"batch_size": self.train.batch_size, "lr": self.train.lr, **changed}
 

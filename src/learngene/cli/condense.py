@@ -58,26 +58,23 @@ def _add_checkpoint_sizes(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from ..pipeline.condensing import condense
     from .options import (
+        ancestry_from_args,
         check_outputs,
         data_from_args,
         run_from_args,
         save_and_say,
         say,
         settings_from_args,
-        timm_kwargs_from_args,
     )
 
     check_outputs(args, [args.out], [args.ancestry])
     condensed = condense(
         args.method,
-        args.ancestry,
+        ancestry_from_args(args),
         options=args.opt or [],
         data=data_from_args(args),
         train_cfg=settings_from_args(args),
         **run_from_args(args),
-        timm_model=args.timm_model,
-        drop_head=args.drop_head,
-        timm_kwargs=timm_kwargs_from_args(args),
     )
     save_and_say(args, condensed, condensed.summary)
     if condensed.note:

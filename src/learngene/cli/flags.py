@@ -196,8 +196,9 @@ def add_setting(g, name: str, use_case: str | None = None, **given: Any) -> None
     command's own ``default``, ``metavar`` or ``help`` (which then replaces the whole line)."""
     f = next(f for f in dataclasses.fields(TrainConfig) if f.name == name)
     tp, meta = _SETTING_TYPES[name], f.metadata
-    if use_case is not None and name in USE_CASE_DEFAULTS[use_case]:
-        given = {"default": USE_CASE_DEFAULTS[use_case][name], **given}
+    resolved = {**USE_CASE_DEFAULTS["training"], **USE_CASE_DEFAULTS[use_case]} if use_case is not None else {}
+    if name in resolved:  # the setting as the use case resolves it when not given (TrainConfig.resolved)
+        given = {"default": resolved[name], **given}
     default = given.get("default", None if "none_means" in meta else f.default)
     kwargs: dict[str, Any] = {"default": default}
     if "metavar" in meta or "metavar" in given:
@@ -272,6 +273,49 @@ def _threads(text: str) -> int:
 def add_threads(p: argparse.ArgumentParser) -> None:
     """``--threads N``, on every command that computes; applied once at start-up (:mod:`learngene.cli.dispatch`)."""
     p.add_argument("--threads", type=_threads, metavar="N", help=THREADS_HELP)
+
+
+def add_declared(p: argparse.ArgumentParser, cls: type, groups: dict[str, Any] | None = None) -> None:
+    """The flags of dataclass ``cls``'s fields that declare one (:func:`learngene.settings.field`), in declaration
+    order: a field's type, choices and range as declared (checked as the dataclass checks them), its help and metavar;
+    ``groups``: an argument group (its title and description) for the fields that declare that ``group``. Not given:
+    None, the field's default (shown in the help)."""
+    hints, made = typing.get_type_hints(cls), {}
+    for f in dataclasses.fields(cls):
+        meta = f.metadata
+        if not meta.get("flag"):
+            continue
+        group = meta.get("group")
+        if group in (groups or {}) and group not in made:
+            made[group] = p.add_argument_group(*groups[group])  # type: ignore[index]
+        target = made.get(group, p)
+        tp, shown = hints[f.name], "" if f.default in (None, dataclasses.MISSING) else " (default: %(default)s)"
+        kwargs: dict[str, Any] = {"default": None if f.default is dataclasses.MISSING else f.default}
+        if tp is bool:
+            kwargs["action"] = "store_true"
+        elif offered := choices(tp):
+            kwargs["choices"] = offered
+        else:
+            kinds = (tp, *typing.get_args(tp))
+            parse = count if meta.get("counts") else integer if int in kinds else real if float in kinds else str
+            kwargs["type"] = _declared(f, tp, parse)
+        if "metavar" in meta:
+            kwargs["metavar"] = meta["metavar"]
+        target.add_argument(meta["flag"], help=meta.get("help", "") + shown, **kwargs)
+
+
+def _declared(f: dataclasses.Field, tp: Any, parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A declared field's flag parser: ``parse``, then the field's own check (its words if it refuses)."""
+
+    def check(text: str) -> Any:
+        value = parse(text)
+        bad = refusal_of(f, tp, value)
+        if bad is not None:
+            raise argparse.ArgumentTypeError(f"{f.name} must be {bad.wanted}, got {text}")
+        return value
+
+    check.__name__ = getattr(parse, "__name__", "value")  # argparse names the type in its "invalid ... value" message
+    return check
 
 
 def add_common(p: argparse.ArgumentParser) -> None:

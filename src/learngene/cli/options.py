@@ -10,11 +10,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import render
+from ..errors import LearngeneError, render
 from ..formats.atomic import check_not_input
 from ..formats.atomic import check_outputs as check_output_files
 from ..formats.export import check_output_folder
-from ..pipeline.inputs import DataRequest, Say, timm_arguments
+from ..pipeline.inputs import Say
+from ..pipeline.requests import AncestryRequest, DataRequest, ExpandChoices, timm_arguments
 from ..training import distributed as dist
 from ..training.config import TrainConfig
 from ..vit.spec import SIZE_FLAG_FIELDS
@@ -44,10 +45,10 @@ def data_from_args(args: argparse.Namespace) -> DataRequest:
 
 
 def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The training settings the flags give, by name (None: not given, the use case's default), with the
-    augmentation's mixup and ``--quiet``'s progress bars."""
+    """The training settings the flags give, by name (None: not given, the use case's default), with ``--quiet``'s
+    progress bars."""
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)}
-    return {**given, "mixup": getattr(args, "aug", "none") == "deit", "progress": not args.quiet}
+    return {**given, "progress": not args.quiet}
 
 
 def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -55,14 +56,27 @@ def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {"run_dir": args.run_dir, "resume": args.resume, "license": args.license}
 
 
-def timm_kwargs_from_args(args: argparse.Namespace) -> dict[str, Any] | list[str]:
-    """With ``--timm-model``: the checkpoint's sizes the flags give and its ``--timm-arg`` texts, for
-    ``timm.create_model``; without: the ``--timm-arg`` texts alone (which the pipeline refuses)."""
-    texts = list(args.timm_arg or [])
-    if not args.timm_model:
-        return texts
+def ancestry_from_args(args: argparse.Namespace) -> AncestryRequest:
+    """The ancestry flags as an :class:`~learngene.pipeline.requests.AncestryRequest`: with ``--timm-model``, the
+    checkpoint's sizes the flags give and its ``--timm-arg`` texts are ``timm.create_model`` arguments."""
+    texts = timm_arguments(list(args.timm_arg or []))
     sizes = {n: getattr(args, n) for n in ("num_classes", "img_size", "in_chans") if getattr(args, n) is not None}
-    return {**sizes, **timm_arguments(texts)}
+    kwargs = {**sizes, **texts} if args.timm_model else texts
+    return AncestryRequest(args.ancestry, args.timm_model, args.drop_head, kwargs)
+
+
+def teacher_from_args(args: argparse.Namespace) -> AncestryRequest | None:
+    """``--teacher`` (with ``--teacher-timm-model``) as an :class:`~learngene.pipeline.requests.AncestryRequest`."""
+    if args.teacher_timm_model and not args.teacher:
+        raise LearngeneError(
+            "--teacher-timm-model names the architecture of a --teacher checkpoint; pass --teacher too"
+        )
+    return AncestryRequest(args.teacher, args.teacher_timm_model) if args.teacher else None
+
+
+def expand_choices_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`~learngene.pipeline.requests.ExpandChoices` the flags give, by name (each field's flag)."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(ExpandChoices) if hasattr(args, f.name)}
 
 
 def check_outputs(

@@ -41,15 +41,22 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ..pipeline.training import train
-    from .options import check_outputs, data_from_args, run_from_args, save_and_say, sayer, settings_from_args
+    from .options import (
+        check_outputs,
+        data_from_args,
+        run_from_args,
+        save_and_say,
+        sayer,
+        settings_from_args,
+        teacher_from_args,
+    )
 
     check_outputs(args, [args.out], [args.model, args.teacher])
     trained = train(
         args.model,
         data_from_args(args),
         settings_from_args(args),
-        teacher=args.teacher,
-        teacher_timm_model=args.teacher_timm_model,
+        teacher=teacher_from_args(args),
         new_head=args.new_head,
         **run_from_args(args),
         say=sayer(args),

@@ -73,10 +73,13 @@ def os_error_message(exc: OSError, path: str | os.PathLike | None = None) -> str
 
 
 def check_output_path(path: str | os.PathLike, overwrite: bool = True) -> Path:
-    """Fail early, with a clear message, if ``path`` cannot be written."""
+    """Fail early, with a clear message, if ``path`` cannot be written: a folder, FIFO, device or socket there is never
+    replaced, ``overwrite`` or not."""
     path = Path(path)
     if path.is_dir():
         raise LearngeneError(f"{quote(path)} is a directory; give a file path")
+    if path.exists() and not path.is_file():
+        raise LearngeneError(f"{quote(path)} is no regular file (a FIFO, device or socket); give a file path")
     return check_output_place(path, overwrite)
 
 

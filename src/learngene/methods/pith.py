@@ -194,7 +194,7 @@ class PITH(Method):
                 f"pith condenses by training its hypernetwork on labelled images; give it training data "
                 f"({named('data')})"
             )
-        cfg, data = inputs.train_cfg, inputs.train
+        cfg, data = inputs.train_cfg.resolved("condense", distill_lambda=self.distill_lambda), inputs.train
         reference = base.replace(img_size=data.img_size, in_chans=data.in_chans)
         if base.num_classes == 0:
             reference = reference.replace(num_classes=data.num_classes)

@@ -74,6 +74,7 @@ from ..method import Ancestry, CondenseInputs, ExpandOutput, OutputModel, Paper
 from ..registry import register_method
 from ..training import distributed as dist
 from ..training.auxnet import AuxConfig, AuxNetMethod, condense_through_aux, is_headless, resolve_aux_spec
+from ..training.config import known
 from ..training.distill import cache_teacher_outputs
 from ..training.loop import train
 from ..validate import CONDENSE, option, option_assignment
@@ -369,7 +370,7 @@ class LearngenePool(AuxNetMethod):
         """Their third step (``main.py`` with ``conf_build.yaml``): the whole pool trained by the one training loop
         on a :class:`JointPool` configuration drawn per step, each distilling the ancestry's logits with the run's
         loss ``(1−λ)·CE + λ·τ²·KL`` (theirs: λ = 0.5, τ = 1, 50 epochs at lr 1e-4). Updates ``tensors`` in place."""
-        cfg = inputs.train_cfg
+        cfg = inputs.train_cfg.resolved("condense", distill_lambda=self.distill_lambda)
         count, depth = len(models), len(cast(nn.Sequential, cast(Any, models[0]).blocks))
         stitches: dict[tuple[int, int], list[nn.Linear]] = {}
         for front in range(count):
@@ -388,7 +389,7 @@ class LearngenePool(AuxNetMethod):
         if own.log_dir is not None:
             own.log_dir = str(Path(own.log_dir) / "joint")
         data, teacher = cast(Any, inputs.train), None  # checked by condense_authors
-        if own.distill_lambda > 0:
+        if known(own.distill_lambda) > 0:
             data, teacher = cache_teacher_outputs(data, self.require_ancestry(ancestry).model, own)
         run_dir = Path(inputs.run_dir) / "joint" if inputs.run_dir is not None else None
         result = train(pool, data, own, inputs.eval, teacher=teacher, run_dir=run_dir, resume=inputs.resume)

@@ -83,6 +83,7 @@ from ..gene import Learngene
 from ..host.memory import require_free_memory
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
+from ..training.config import known
 from ..training.distill import PooledFeatures, cache_teacher_outputs
 from ..training.loop import TrainResult, distill_loss, predict_logits, resolve_device, step_draw, train
 from ..validate import CONDENSE, EXPAND, limits_of, option, option_assignment, out_of_range
@@ -152,6 +153,9 @@ class Predicts(Protocol):
     """A hypernetwork method as :class:`_Drawn` trains it (TAL, PITH): its options and its prediction of a spec."""
 
     config: TALConfig
+
+    @property
+    def distill_lambda(self) -> float: ...  # the paper's λ, where the run gives none
 
     def predict(self, ghn: Any, task: Any, spec: ViTSpec, seed: int | None = None) -> dict[str, Tensor]: ...
 
@@ -277,12 +281,12 @@ def train_hypernet(
     """Train ``ghn`` in the project's one loop on a size of ``sizes`` drawn at each step (:class:`_Drawn`), on the
     cross-entropy of the data's labels and, when the run's λ > 0, distillation from the ancestry: its logits when its
     head was trained on the data's classes, else its pooled features (``feature_width`` wide) by cosine."""
-    cfg, data = inputs.train_cfg, inputs.train
+    cfg, data = inputs.train_cfg.resolved("condense", distill_lambda=method.distill_lambda), inputs.train
     assert data is not None
-    features = cfg.distill_lambda > 0 and base.num_classes == 0
+    features = known(cfg.distill_lambda) > 0 and base.num_classes == 0
     net = _Drawn(method, ghn, task, sizes, cfg.seed, feature_width if features else None)
     teacher: nn.Module | None = None
-    if cfg.distill_lambda > 0:
+    if known(cfg.distill_lambda) > 0:
         if features:
             data, teacher = cache_teacher_outputs(data, PooledFeatures(ancestry.model), cfg)
         elif base.num_classes != data.num_classes:
@@ -379,7 +383,7 @@ class TAL(Method):
         base = ancestry.require_vit(self.name)
         if inputs is None or inputs.train is None:
             raise LearngeneError("tal condenses by training its hypernetwork; give training data (--data)")
-        cfg, data = inputs.train_cfg, inputs.train
+        cfg, data = inputs.train_cfg.resolved("condense", distill_lambda=self.distill_lambda), inputs.train
         reference = base.replace(img_size=data.img_size, in_chans=data.in_chans)
         if base.num_classes == 0:
             reference = reference.replace(num_classes=data.num_classes)

@@ -15,16 +15,22 @@ from ..formats.weights import digest
 from ..gene import Learngene
 from ..method import AdaptInputs
 from ..registry import get_method
-from ..training.config import USE_CASE_DEFAULTS, TrainConfig
 from ..validate import ADAPT, EXPAND
 from ..vit.spec import ViTSpec
+from .expanding import gene_argument
 from .inputs import (
     DataArg,
     SizeArg,
+    TrainArg,
+    check_license_argument,
+    data_argument,
+    input_paths,
     load_data,
     method_options,
+    mixup_of,
     open_run_dir,
     resolve_spec,
+    size_argument,
     size_input,
     train_config,
 )
@@ -37,7 +43,7 @@ def adapt(
     size: SizeArg | None = None,
     *,
     options: Mapping[str, Any] | Sequence[str] | None = None,
-    train_cfg: TrainConfig | Mapping[str, Any] | None = None,
+    train_cfg: TrainArg | None = None,
     run_dir: str | Path | None = None,
     resume: bool = False,
     license: str | None = None,
@@ -50,12 +56,19 @@ def adapt(
         size: the descendant's size (:func:`~learngene.pipeline.inputs.resolve_spec`): over the ancestry's, with the
             data's image size, channels and classes.
         options: the method's options for this step (``--opt``); an option adapting does not read is refused.
-        train_cfg: the run's settings (its ``seed`` also draws the descendant's initialization).
+        train_cfg: the run's settings, a TrainConfig or a dict of them by name; a setting not given takes adapt's
+            default (1 epoch, 2,000 test images: ``learngene adapt``'s); its ``seed`` also draws the descendant's
+            initialization.
+        run_dir: where the run checkpoints.
+        resume: whether it continues from the checkpoint in ``run_dir``.
         license: the adapted gene's and descendant's licence (default: the gene's).
     """
-    cfg = train_config(train_cfg, "adapt", **USE_CASE_DEFAULTS["adapt"])
+    loaded, source = gene_argument(gene)
+    data = data_argument(data)
+    size = size_argument(size)
+    license = check_license_argument(license)
+    cfg = train_config(train_cfg, "adapt", f"adapt {loaded.method}", mixup=mixup_of(data))
     open_run_dir(run_dir, resume, cfg)
-    loaded, source = (gene, None) if isinstance(gene, Learngene) else (Learngene.load(gene), gene)
     cls = get_method(loaded.method)
     opts = method_options(cls.Config, options)
     bound = bind_gene(loaded, ADAPT, source=source, method=cls, options=opts)
@@ -64,7 +77,7 @@ def adapt(
     train, test = load_data(data, *model_in, loaded.preprocessing, cfg.seed)
     spec = resolve_spec(size, base, train)
     identity = _run_identity(bound, spec, digest(loaded.tensors) if run_dir else None)
-    cfg = cfg.replace(identity=identity, desc=f"adapt {loaded.method}" if cfg.desc == "adapt" else cfg.desc)
+    cfg = cfg.replace(identity=identity)
     adapted, result = bound.method.adapt(
         loaded, spec, AdaptInputs(train, cfg, eval=test, run_dir=run_dir, resume=resume)
     )
@@ -75,7 +88,7 @@ def adapt(
     summary = f"{spec.short()} timm ViT adapted for {result.steps} steps" + (
         f", accuracy {result.final_acc:.4f}" if result.final_acc is not None else ""
     )
-    descendant = ModelOutput(model, spec, origin, preprocessing_cfg(train), summary)
+    descendant = ModelOutput(model, spec, origin, preprocessing_cfg(train), summary, inputs=input_paths(source, data))
     return Adapted(adapted, descendant, result, expanding.method)
 
 

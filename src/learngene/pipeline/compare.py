@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ..bench import findings
 from ..bench.plots import finish_figure, has_curves, line_style, plot_curves, plot_folder, style_per_method
@@ -40,10 +40,13 @@ from ..errors import setting as by_caller
 from ..formats.atomic import write_text_atomic
 from ..registry import get_method, list_methods
 from ..settings import field
-from ..training.config import USE_CASE_DEFAULTS, TrainConfig
+from ..training.config import TrainConfig, known
 from ..validate import caller_fix, caller_name, refusal
 from ..vit.spec import ViTSpec
 from .inputs import train_config
+
+if TYPE_CHECKING:
+    from ..bench.protocol import BenchRun
 
 TASK = "data"  # the one task of a compare profile: the user's data
 LONG = 10  # scratch's long budget: ×10 the fine-tuning
@@ -104,16 +107,22 @@ class CompareChoices:
     few_shot: int | None = field(None, flag="--few-shot", at_least=1, help="fine-tune on K labelled images per class")
     train_images: int | None = field(None, flag="--train-images", at_least=1, help="fine-tune on a subset of N images")
     classes: tuple[int, ...] | None = field(None, flag="--classes", help="only these classes of the data, by index")
-    references: tuple[str, ...] = field(DEFAULT_REFERENCES, flag="--references", help="what a recommendation must beat")
+    references: tuple[str, ...] = field(
+        DEFAULT_REFERENCES, flag="--references", nonempty=True, help="what a recommendation must beat"
+    )
     kd_lambda: float | None = field(
         None, flag="--kd", above=0, at_most=1, fix="pass e.g. {=0.5}", help="also fine-tune distilling the ancestry (λ)"
     )
-    condense_data: str | None = field(None, flag="--condense-data", help="the data condensed and adapted on")
+    condense_data: str | None = field(
+        None, flag="--condense-data", nonempty=True, help="the data condensed and adapted on"
+    )
     condense_classes: tuple[int, ...] | None = field(None, flag="--condense-classes", help="the classes condensed on")
     condense_epochs: int = field(2, flag="--condense-epochs", at_least=1, help="aux-net epochs of the condensations")
     condense_images: int | None = field(None, flag="--condense-images", at_least=1, help="condense on N images")
     adapt_steps: int = field(50, flag="--adapt-steps", at_least=1, help="steps of wave's and peg's adaptation")
-    timm_model: str | None = field(None, flag="--timm-model", help="timm architecture of a plain ancestry checkpoint")
+    timm_model: str | None = field(
+        None, flag="--timm-model", nonempty=True, help="timm architecture of a plain ancestry checkpoint"
+    )
     drop_head: bool = field(False, flag="--drop-head", help="load the ancestry folder without its classifier")
 
     def __post_init__(self) -> None:
@@ -149,7 +158,7 @@ def compare_profile(
     settings (a TrainConfig, or settings by name over the command's defaults, ``USE_CASE_DEFAULTS["compare"]``; its
     epochs, steps and evaluation are the fine-tuning's, its device and logs :func:`run_compare`'s), every other setting
     shared by every stage. Every bad input is one :class:`LearngeneError` line."""
-    cfg, choices = train_config(train, "compare", **USE_CASE_DEFAULTS["compare"]), choices or CompareChoices()
+    cfg, choices = train_config(train, "compare", "compare"), choices or CompareChoices()
     shapes = _shapes(ancestry_spec, sizes)
     refs = reference_labels(choices.references)
     for given, flag in ((choices.classes, "--classes"), (choices.condense_classes, "--condense-classes")):
@@ -225,11 +234,11 @@ def _task(data: str, cfg: TrainConfig, choices: CompareChoices, refs: tuple[str,
     return Task(
         TASK,
         data,
-        epochs=cfg.epochs,
+        epochs=known(cfg.epochs),
         max_steps=cfg.max_steps,
         shots=choices.few_shot,
         train_images=choices.train_images,
-        eval_images=cfg.eval_images,
+        eval_images=cfg.eval_images or None,  # 0 and None: every test image
         new_head=True,
         scratch_factor=LONG if LONG_LABEL in refs else 1,
         eval_every=cfg.eval_every,
@@ -471,8 +480,9 @@ def _plots(rows: list[Any], task: Task, plot_dir: Path) -> list[str]:
     return parts
 
 
-def run_compare(profile: Profile, out_dir: str | Path, *, device: str = "auto", **options: Any) -> list[Any]:
-    """Run (or resume) a compare profile into ``out_dir``; returns its rows (the report is written there).
+def start_compare(profile: Profile, out_dir: str | Path, *, device: str = "auto", **options: Any) -> BenchRun:
+    """The run of a compare profile into ``out_dir``, ready to :meth:`~learngene.bench.protocol.BenchRun.run` (which
+    returns its rows and writes the report there; its ``meta`` then holds what it recorded of itself).
 
     Any number of these on one ``out_dir`` (processes, ``torchrun`` ranks, SLURM array tasks) share the grid: each
     computes the cells no other has claimed or finished, and the last to finish writes the report
@@ -486,4 +496,10 @@ def run_compare(profile: Profile, out_dir: str | Path, *, device: str = "auto", 
 
     return BenchRun(
         profile, out_dir, device=worker_device(device), reporter=write_compare_report, shared=True, **options
-    ).run()
+    )
+
+
+def run_compare(profile: Profile, out_dir: str | Path, *, device: str = "auto", **options: Any) -> list[Any]:
+    """Run (or resume) a compare profile into ``out_dir`` (:func:`start_compare`); returns its rows (the report is
+    written there)."""
+    return start_compare(profile, out_dir, device=device, **options).run()

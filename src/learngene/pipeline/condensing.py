@@ -8,34 +8,42 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..ancestry import feed_size, load_ancestry
+from ..ancestry import feed_size
 from ..binding import check_before_saving
 from ..data import preprocessing_cfg
-from ..errors import LearngeneError
-from ..errors import setting as by_caller
+from ..errors import LearngeneError, named, require_argument
 from ..formats.weights import digest
 from ..method import Ancestry, CondenseInputs, Method
 from ..registry import get_method
-from ..training.config import USE_CASE_DEFAULTS, TrainConfig
+from ..training.config import TrainConfig
 from ..training.loop import seed_everything
-from ..validate import caller_name
-from .inputs import DataArg, load_data, method_options, open_run_dir, timm_arguments, train_config
+from .inputs import (
+    DataArg,
+    TrainArg,
+    ancestry_argument,
+    check_license_argument,
+    data_argument,
+    input_paths,
+    load_data,
+    method_options,
+    mixup_of,
+    open_run_dir,
+    train_config,
+)
+from .requests import AncestryRequest
 from .results import Condensed
 
 
 def condense(
     method: str | Method,
-    ancestry: Ancestry | str | os.PathLike,
+    ancestry: Ancestry | AncestryRequest | str | os.PathLike,
     *,
     options: Mapping[str, Any] | Sequence[str] | None = None,
     data: DataArg | None = None,
-    train_cfg: TrainConfig | Mapping[str, Any] | None = None,
+    train_cfg: TrainArg | None = None,
     run_dir: str | Path | None = None,
     resume: bool = False,
     license: str | None = None,
-    timm_model: str | None = None,
-    drop_head: bool = False,
-    timm_kwargs: Mapping[str, Any] | Sequence[str] | None = None,
 ) -> Condensed:
     """The learngene of ``ancestry`` by ``method``, as ``learngene condense`` makes it.
 
@@ -45,22 +53,26 @@ def condense(
 
     Args:
         method: a registered method's name, or a method already made (``get_method(name)(**options)``).
-        ancestry: a loaded :class:`~learngene.method.Ancestry`, or what :func:`~learngene.ancestry.load_ancestry`
-            reads (with ``timm_model``, ``drop_head`` and ``timm_kwargs``, the ``timm.create_model`` arguments of a
-            checkpoint).
-        options: the method's options by name, or ``KEY=VALUE`` texts (``--opt``).
+        ancestry: a file, folder or Hub name (:func:`~learngene.ancestry.load_ancestry` reads it), an
+            :class:`~learngene.pipeline.requests.AncestryRequest` (a checkpoint's ``timm_model``, ``drop_head``,
+            ``timm_kwargs``), or an ancestry already loaded.
+        options: the method's options by name, or a list of ``KEY=VALUE`` texts (``--opt``).
         data: what a method that trains or measures on data uses (:data:`~learngene.pipeline.inputs.DataArg`),
             loaded at the ancestry's input size.
-        train_cfg: the run's settings; a mapping takes the method's distillation λ unless it gives one
-            (:func:`~learngene.pipeline.inputs.train_config`); its ``seed`` seeds the condensation.
+        train_cfg: the run's settings, a TrainConfig or a dict of them by name; a setting not given takes condense's
+            default (the method's distillation λ, 2,000 test images: ``learngene condense``'s); its ``seed`` seeds
+            the condensation.
         run_dir: where the run checkpoints.
         resume: whether it continues from the checkpoint in ``run_dir``.
+        license: the gene's licence (an SPDX identifier; default: the ancestry's).
     """
     made = _method(method, options)
-    defaults = {**USE_CASE_DEFAULTS["condense"], "distill_lambda": made.distill_lambda}
-    cfg = train_config(train_cfg, f"condense {made.name}", **defaults)  # checked even where unused
+    requested = ancestry_argument(ancestry)
+    data = None if data is None else data_argument(data)
+    license = check_license_argument(license)
+    cfg = train_config(train_cfg, "condense", f"condense {made.name}", **_phase_defaults(made, data))
     open_run_dir(run_dir, resume, cfg)
-    source = _ancestry(ancestry, timm_model, drop_head, timm_kwargs)
+    source = requested.load() if isinstance(requested, AncestryRequest) else requested
     inputs, preprocessing = None, source.preprocessing
     if made.needs_data:
         inputs = _condense_inputs(made, source, data, cfg, run_dir, resume)
@@ -71,36 +83,21 @@ def condense(
     gene.license = license or source.license
     gene.ancestry_source = source.source
     check_before_saving(gene, made)
-    return Condensed(gene, made.condense_note(gene))
+    return Condensed(gene, made.condense_note(gene), inputs=input_paths(ancestry, data))
 
 
-def _method(method: str | Method, options: Mapping[str, Any] | Sequence[str] | None) -> Method:
+def _phase_defaults(method: Method, data: DataArg | None) -> dict[str, Any]:
+    """What condensing with ``method`` on ``data`` runs with unless told otherwise: the method's paper's distillation
+    λ, and DeiT's mixup with its augmentation."""
+    return {"distill_lambda": method.distill_lambda, "mixup": mixup_of(data)}
+
+
+def _method(method: Any, options: Any) -> Method:
     if isinstance(method, Method):
         return type(method)(method.config, **method_options(method.Config, options)) if options else method
+    require_argument(method, str, "method", "a registered method's name or a Method")
     cls = get_method(method)
     return cls(**method_options(cls.Config, options))
-
-
-def _ancestry(
-    ancestry: Ancestry | str | os.PathLike,
-    timm_model: str | None,
-    drop_head: bool,
-    timm_kwargs: Mapping[str, Any] | Sequence[str] | None,
-) -> Ancestry:
-    if isinstance(ancestry, Ancestry):
-        if timm_model or drop_head or timm_kwargs:
-            raise LearngeneError(
-                "timm_model, drop_head and timm_kwargs say how to read an ancestry file; pass its path"
-            )
-        return ancestry
-    if timm_kwargs and not timm_model:
-        raise LearngeneError(
-            by_caller(
-                "timm_kwargs need timm_model: they are passed to timm.create_model for the checkpoint",
-                "--timm-arg needs --timm-model: it is passed to timm.create_model for the checkpoint",
-            )
-        )
-    return load_ancestry(ancestry, timm_model, drop_head=drop_head, **timm_arguments(timm_kwargs))
 
 
 def _condense_inputs(
@@ -121,7 +118,7 @@ def _condense_inputs(
         cfg.seed,
     )
     if model_in and train.in_chans != model_in.in_chans:
-        flag = caller_name("in_chans", "--in-chans")
+        flag = named("in_chans")
         raise LearngeneError(
             f"{flag} {train.in_chans}: condensing feeds the data to the ancestry, which reads "
             f"{model_in.in_chans}-channel images; leave {flag} out (the data follow the ancestry)"

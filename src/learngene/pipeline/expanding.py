@@ -9,7 +9,7 @@ from typing import Any
 
 from ..binding import BoundMethod, bind_gene
 from ..descendant import fit_gene_to_budget, make_descendant
-from ..errors import LearngeneError, named
+from ..errors import LearngeneError, named, require_argument
 from ..formats.atomic import quote
 from ..formats.hub import describe_source
 from ..formats.labels import describe as describe_labels
@@ -17,9 +17,21 @@ from ..gene import Learngene
 from ..method import ExpandOutput, Method, citations
 from ..registry import get_method, list_methods
 from ..training.loop import seed_everything
-from ..validate import EXPAND, caller_name
+from ..validate import EXPAND
 from ..vit.spec import ViTSpec
-from .inputs import Say, SizeArg, in_callers_words, method_options, quiet, resolve_spec, size_fields
+from .inputs import (
+    Say,
+    SizeArg,
+    check_path,
+    input_paths,
+    method_options,
+    quiet,
+    resolve_spec,
+    size_argument,
+    size_fields,
+    speaker,
+)
+from .requests import ExpandChoices
 from .results import Descendant, head_label_space, license_entry
 
 
@@ -27,14 +39,9 @@ def expand(
     gene: Learngene | str | os.PathLike,
     size: SizeArg | None = None,
     *,
-    seed: int = 0,
     options: Mapping[str, Any] | Sequence[str] | None = None,
-    top_up: str | None = None,
-    max_params: int | None = None,
-    max_flops: int | None = None,
-    license: str | None = None,
-    output: tuple[str, Any] | None = None,
     say: Say = quiet,
+    **choices: Any,
 ) -> Descendant:
     """The descendant of ``gene`` (a gene, or its file) that ``learngene expand`` makes.
 
@@ -44,59 +51,69 @@ def expand(
             ancestry size (one condensed from a teacher no spec describes) reads the fields over its own layout (an
             aux net's), or, holding none (scratch), over a ViTSpec's defaults once depth, embed_dim and num_heads
             are given.
-        seed: draws everything random (timm's initialization of what the gene leaves out, a method's draws).
-        options: the method's options for this expansion, by name or as ``KEY=VALUE`` texts (``--opt``); an option
-            only condensing or adapting reads is refused.
-        top_up: a method without a learngene (e.g. ``"mimetic"``) that fills what the gene leaves out.
-        max_params: a parameter budget: the deepest, then widest size near ``size`` within it and ``max_flops`` that
-            the method expands to (``size``'s ``depth`` or ``num_heads`` pin that axis); ``say`` tells which and why.
-        max_flops: a budget of forward FLOPs per image, taken as ``max_params`` is.
-        license: the descendant's licence (default: the gene's).
-        output: ``(name, value)`` of an output the gene's method declares instead of a timm ViT
-            (:class:`~learngene.method.ExpandOutput`, e.g. pool's ``("stitch", "0:1-2:0")``); a text value is
-            read by the output's parser.
+        options: the method's options for this expansion, by name or as a list of ``KEY=VALUE`` texts (``--opt``); an
+            option only condensing or adapting reads is refused.
+        say: called with each line about what was decided (the size a budget picked), e.g. ``print``.
+        **choices: the fields of :class:`~learngene.pipeline.requests.ExpandChoices`, by name: ``seed``, ``top_up``,
+            the budgets ``max_params`` and ``max_flops`` (``say`` tells which size they picked and why),
+            ``license``, and an output the gene's method declares instead of a timm ViT (pool's
+            ``stitch="0:1-2:0"``), which refuses a size, options and the choices that do not apply to it.
     """
-    loaded, source = (gene, None) if isinstance(gene, Learngene) else (Learngene.load(gene), gene)
+    chosen = ExpandChoices.of(choices)
+    loaded, source = gene_argument(gene)
+    size = size_argument(size)
+    say = speaker(say)
     cls = get_method(loaded.method)
-    if output is not None:
-        return _declared_output(
-            loaded, source, cls, output, size, options, top_up, max_params, max_flops, seed, license
-        )
     opts = method_options(cls.Config, options)
+    output = chosen.output()
+    if output is not None:
+        refused = [*size_fields(size), *(["options"] if opts else []), *chosen.beside_output()]
+        declared = _find_output(cls, output[0], loaded)
+        if refused:
+            raise LearngeneError(
+                f"{named(refused[0], '--opt' if refused[0] == 'options' else None)} does not apply with "
+                f"{named(output[0])}: {declared.what} has {declared.sizes}; leave it out"
+            )
+        bound = bind_gene(loaded, EXPAND, source=source, method=cls, check=False)
+        return _declared_output(bound, declared, output[1], chosen)
     _check_size_known(loaded, source, size)
     spec = resolve_spec(size, base=loaded.ancestry or loaded.layout)
-    bound = bind_gene(loaded, EXPAND, source=source, method=cls, seed=seed, check=False, options=opts)
-    if max_params is not None or max_flops is not None:
-        spec = _fit_to_budget(bound, spec, size, max_params, max_flops, say)
-    model, provided = make_descendant(bound, spec, seed=seed, top_up=top_up, return_keys=True)
-    origin = _origin(loaded, source, opts, provided, top_up, license)
+    bound = bind_gene(loaded, EXPAND, source=source, method=cls, seed=chosen.seed, check=False, options=opts)
+    if chosen.max_params is not None or chosen.max_flops is not None:
+        spec = _fit_to_budget(bound, spec, size, chosen, say)
+    model, provided = make_descendant(bound, spec, seed=chosen.seed, top_up=chosen.top_up, return_keys=True)
+    origin = _origin(bound, opts, provided, chosen)
+    top_up = chosen.top_up
     summary = (
         f"{spec.short()} timm ViT ({spec.num_params:,} params), {len(provided)}/{len(spec.state_shapes())} tensors "
         f"from the {loaded.method} gene" + (f", the rest topped up by {top_up} where it has weights" if top_up else "")
     )
-    card = _card(bound, spec, provided, opts, top_up, license)
-    return Descendant(model, spec, origin, loaded.preprocessing, summary, provided, card)
+    card = _card(bound, spec, provided, opts, chosen)
+    inputs = input_paths(source)
+    return Descendant(model, spec, origin, loaded.preprocessing, summary, provided, card, inputs=inputs)
 
 
-def _origin(
-    gene: Learngene,
-    source: str | os.PathLike | None,
-    opts: dict[str, Any],
-    provided: list[str],
-    top_up: str | None,
-    license: str | None,
-) -> dict[str, Any]:
+def gene_argument(gene: Any) -> tuple[Learngene, str | os.PathLike | None]:
+    """``gene`` and the file it was read from (None for a gene given loaded)."""
+    if isinstance(gene, Learngene):
+        return gene, None
+    require_argument(gene, (str, os.PathLike), "gene", "a Learngene or a learngene file's path")
+    return Learngene.load(check_path(gene, "gene")), gene
+
+
+def _origin(bound: BoundMethod, opts: dict[str, Any], provided: list[str], chosen: ExpandChoices) -> dict[str, Any]:
     """What the descendant's file records of where it comes from: the gene, its method and options, the tensors it
     gave, the top-up, the head's label space and the licence (default: the gene's)."""
+    gene, source = bound.gene, bound.source
     return {
         "kind": "descendant",
         "method": gene.method,
         "gene": str(source) if source is not None else None,
         "options": opts,
         "provided_keys": len(provided),
-        "top_up": top_up,
+        "top_up": chosen.top_up,
         "label_space": head_label_space(gene, provided),
-        **license_entry(license or gene.license),
+        **license_entry(chosen.license or gene.license),
         **({"ancestry_source": gene.ancestry_source} if gene.ancestry_source else {}),
     }
 
@@ -125,44 +142,21 @@ def _check_size_known(gene: Learngene, source: str | os.PathLike | None, size: S
     )
 
 
-def _declared_output(
-    gene: Learngene,
-    source: str | os.PathLike | None,
-    cls: type[Method],
-    output: tuple[str, Any],
-    size: SizeArg | None,
-    options: Mapping[str, Any] | Sequence[str] | None,
-    top_up: str | None,
-    max_params: int | None,
-    max_flops: int | None,
-    seed: int,
-    license: str | None,
-) -> Descendant:
-    """``output`` of ``gene``'s method (its :attr:`~learngene.method.Method.expand_outputs`), which has its own sizes."""
-    name, value = output
-    declared = _find_output(cls, name, gene)
-    named = caller_name(name, f"--{name.replace('_', '-')}")
-    given = [*size_fields(size), *(["options"] if options else []), *(["top_up"] if top_up else [])]
-    given += [k for k, v in (("max_params", max_params), ("max_flops", max_flops)) if v is not None]
-    if given:
-        flag = "--opt" if given[0] == "options" else "--" + given[0].replace("_", "-")
-        raise LearngeneError(
-            f"{caller_name(given[0], flag)} does not apply with {named}: {declared.what} has {declared.sizes}; "
-            f"leave it out"
-        )
+def _declared_output(bound: BoundMethod, declared: ExpandOutput, value: Any, chosen: ExpandChoices) -> Descendant:
+    """``declared``, an output of the bound gene's method (:attr:`~learngene.method.Method.expand_outputs`), made
+    for ``value`` (a text is read by the output's parser)."""
+    gene, source = bound.gene, bound.source
     value = declared.parse(value) if isinstance(value, str) else value
-    bound = bind_gene(gene, EXPAND, source=source, method=cls, check=False)
-    seed_everything(seed)  # e.g. a headless ancestry's instances have no head: the descendant draws a fresh one
+    seed_everything(chosen.seed)  # e.g. a headless ancestry's instances have no head: the descendant draws a fresh one
     made = declared.build(bound.method, gene, value)
-    kind = made.origin.get("kind", name)
     origin = {
-        "kind": kind,
+        "kind": made.origin.get("kind", declared.name),
         "method": gene.method,
         "gene": str(source) if source is not None else None,
         **made.origin,
-        **license_entry(license or gene.license),
+        **license_entry(chosen.license or gene.license),
     }
-    return Descendant(made.model, None, origin, gene.preprocessing, made.summary)
+    return Descendant(made.model, None, origin, gene.preprocessing, made.summary, inputs=input_paths(source))
 
 
 def _find_output(cls: type[Method], name: str, gene: Learngene) -> ExpandOutput:
@@ -171,24 +165,17 @@ def _find_output(cls: type[Method], name: str, gene: Learngene) -> ExpandOutput:
     found = next((o for o in cls.expand_outputs if o.name == name), None)
     if found is None:
         makers = [m for m in list_methods() if any(o.name == name for o in get_method(m).expand_outputs)]
-        named = caller_name(name, f"--{name.replace('_', '-')}")
         raise LearngeneError(
-            f"{named} is an output of {' and '.join(makers) or 'no'} genes only; this gene is {gene.method}"
+            f"{named(name)} is an output of {' and '.join(makers) or 'no'} genes only; this gene is {gene.method}"
         )
     return found
 
 
-def _fit_to_budget(
-    bound: BoundMethod,
-    base: ViTSpec,
-    size: SizeArg | None,
-    max_params: int | None,
-    max_flops: int | None,
-    say: Say,
-) -> ViTSpec:
+def _fit_to_budget(bound: BoundMethod, base: ViTSpec, size: SizeArg | None, chosen: ExpandChoices, say: Say) -> ViTSpec:
     """The deepest, then widest, size under the budget that the gene's method can expand (the ``depth`` and, with a
     width, the ``num_heads`` that ``size`` gives pinned); ``say`` tells which and why."""
     fields, method = size_fields(size), bound.gene.method
+    max_params, max_flops = chosen.max_params, chosen.max_flops
     depth = fields.get("depth")
     heads = fields.get("num_heads") or (base.num_heads if fields.get("embed_dim") else None)
     refused: list = []
@@ -197,8 +184,8 @@ def _fit_to_budget(
         f"{name} {value:,}" for name, value in (("params", max_params), ("FLOPs", max_flops)) if value is not None
     )
     why = (
-        f"{caller_name('depth', '--depth')} {depth} kept (it wins over the budget), the widest size within the "
-        f"budget at that depth that the {method} gene expands to"
+        f"{named('depth')} {depth} kept (it wins over the budget), the widest size within the budget at that depth "
+        f"that the {method} gene expands to"
         if depth
         else f"the deepest, then widest size within the budget that the {method} gene expands to"
     )
@@ -208,7 +195,7 @@ def _fit_to_budget(
             f"; {len(refused)} deeper or wider size(s) within the budget it refuses, e.g. {first.short()}: "
             f"{reason.split('; ')[0]}"
         )  # the reason without the advice to pass other sizes
-    in_callers_words(say)(
+    say(
         f"picked {spec.short()}: {spec.num_params:,} params, {spec.flops / 1e6:,.1f} MFLOPs per image "
         f"(budget: {budget}; {why})",
         banner=True,
@@ -228,16 +215,12 @@ def _head_status(bound: BoundMethod, spec: ViTSpec, provided: list[str], top_up:
 
 
 def _card(
-    bound: BoundMethod,
-    spec: ViTSpec,
-    provided: list[str],
-    options: dict[str, Any],
-    top_up: str | None,
-    license: str | None,
+    bound: BoundMethod, spec: ViTSpec, provided: list[str], options: dict[str, Any], chosen: ExpandChoices
 ) -> dict[str, Any]:
-    """The facts of the descendant's model card (:func:`learngene.formats.export.export_hub_folder`); ``license``: the
-    one the caller stated (None: the gene's)."""
+    """The facts of the descendant's model card (:func:`learngene.formats.export.export_hub_folder`); the licence:
+    the one the caller chose (else the gene's)."""
     gene, ancestry = bound.gene, bound.gene.ancestry
+    top_up, license = chosen.top_up, chosen.license
     name = Path(bound.source).name if bound.source is not None else "made in Python"
     card = {
         "method": gene.method,
@@ -254,7 +237,7 @@ def _card(
         + (f", the rest topped up by {top_up}" if top_up else ", the rest timm's init"),
         "head": _head_status(bound, spec, provided, top_up),
         "licence": (
-            f"{license} (stated with --license)"
+            f"{license} (stated with {named('license')})"
             if license
             else f"{gene.license} (the ancestry's, recorded in the learngene)"
             if gene.license

@@ -1,25 +1,31 @@
-"""What the use cases take, in the forms a Python caller and the command line both give: data to load, a size to
-resolve, training settings, a run directory, method options."""
+"""What the use cases take, in the forms a Python caller and the command line both give, each checked at the use case's
+entry (one :class:`~learngene.errors.LearngeneError` line naming the argument, before anything is loaded or written):
+data to load, a size to resolve, training settings, a run directory, method options, an ancestry, a licence and the
+``say`` of the lines a use case tells."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+import inspect
+import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..data import Data
-from ..errors import LearngeneError, render
-from ..errors import setting as by_caller
+from ..data import Data, FolderData, ImageData
+from ..errors import ArgumentTypeError, LearngeneError, named, require_argument
 from ..formats.atomic import quote
+from ..formats.licenses import check_license
+from ..method import Ancestry
 from ..training import distributed as dist
 from ..training.config import TrainConfig, from_flags
 from ..training.loop import CHECKPOINT
 from ..training.run_dirs import lock_run_dir
-from ..validate import caller_name, parse_assignment, parse_options
+from ..validate import parse_options
 from ..vit.spec import ViTSpec, get_preset
-from .requests import DataRequest
+from .requests import AncestryRequest, DataRequest
 
+PathArg = str | os.PathLike
 # a line about what is about to run (``banner=True``: left out by a quiet command line) or what was decided
 Say = Callable[..., None]
 
@@ -28,17 +34,80 @@ def quiet(text: str, banner: bool = False) -> None:
     """The default :data:`Say` of a Python call: nothing is printed (progress bars follow ``TrainConfig.progress``)."""
 
 
-def in_callers_words(say: Say) -> Say:
-    """``say`` for a line that names a setting (:func:`learngene.errors.setting`): a Python caller's ``say`` gets
-    the line in Python's words; one that picks the words itself (the command line's, marked ``renders_settings``)
-    gets it whole."""
-    if getattr(say, "renders_settings", False):
-        return say
-    return lambda text, **how: say(render(text, cli=False), **how)
+def speaker(say: Any) -> Say:
+    """``say`` as a use case calls it (``say(text, banner=...)``): a callable of one text, such as ``print``, gets the
+    text alone; anything else is refused."""
+    if not callable(say):
+        raise ArgumentTypeError(f"say must be a callable of one text, such as print, got {type(say).__name__} {say!r}")
+    params: Mapping[str, inspect.Parameter] = {}
+    try:
+        params = inspect.signature(say).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: it takes the text alone
+        pass
+    takes_banner = "banner" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    return say if takes_banner else lambda text, banner=False: say(text)
+
+
+def check_flag(value: Any, name: str) -> bool:
+    """A yes/no argument: True or False only (``"yes"`` or 1 is refused, not taken as true)."""
+    require_argument(value, bool, name, "True or False")
+    return value
+
+
+def check_path(value: Any, name: str) -> PathArg:
+    """A file or folder path argument: a non-empty string or path."""
+    require_argument(value, (str, os.PathLike), name, "a file or folder path")
+    if not str(value).strip():
+        raise LearngeneError(f"{name} is an empty path; give a file or folder path")
+    return value
+
+
+def optional_path(value: Any, name: str) -> PathArg | None:
+    """A file or folder path argument, or None."""
+    return None if value is None else check_path(value, name)
+
+
+def check_license_argument(license: Any) -> str | None:
+    """The licence a use case records instead of its input's: None, or an SPDX identifier."""
+    return None if license is None else check_license(license, "license")
+
+
+def ancestry_argument(ancestry: Any) -> Ancestry | AncestryRequest:
+    """An ancestry as loaded, or an :class:`AncestryRequest` (a path or Hub name is made one)."""
+    if isinstance(ancestry, (Ancestry, AncestryRequest)):
+        return ancestry
+    require_argument(
+        ancestry, (str, os.PathLike), "ancestry", "a path or Hub name, an AncestryRequest or a loaded Ancestry"
+    )
+    return AncestryRequest(ancestry)
+
+
+def request_path(request: Any) -> PathArg | None:
+    """The file or folder a request or path argument reads, to keep an output off it (None: none)."""
+    if isinstance(request, AncestryRequest):
+        return request.path
+    if isinstance(request, DataRequest):
+        return request.source.partition(":")[2] if request.source.startswith("folder:") else None
+    return request if isinstance(request, (str, os.PathLike)) else None
 
 
 # data a use case trains on: a source's name, a request, or data already loaded (train, or train and test)
 DataArg = str | DataRequest | Data | tuple[Data, Data | None]
+
+
+def data_argument(data: Any) -> DataRequest | Data | tuple[Data, Data | None]:
+    """Refuse ``data`` of another kind than :data:`DataArg` (a source's name is made a :class:`DataRequest`)."""
+    if data is None:
+        raise ArgumentTypeError("this step trains on data: pass data, e.g. data='digits' or a DataRequest")
+    loaded = (ImageData, FolderData)
+    pair = isinstance(data, tuple) and len(data) == 2 and isinstance(data[0], loaded)
+    if not (isinstance(data, (str, DataRequest, *loaded)) or pair and isinstance(data[1], (*loaded, type(None)))):
+        shown = repr(data) if len(repr(data)) <= 40 else repr(data)[:37] + "..."
+        raise ArgumentTypeError(
+            f"data must be a data source's name (e.g. 'digits'), a DataRequest, or loaded image data (or a (train, "
+            f"test) pair of them), got {type(data).__name__} {shown}"
+        )
+    return DataRequest(data) if isinstance(data, str) else data
 
 
 def load_data(
@@ -50,10 +119,7 @@ def load_data(
 ) -> tuple[Data, Data | None]:
     """``data`` as ``(train, test)``: a name or :class:`DataRequest` loaded for that model input, loaded data as
     they are."""
-    if data is None:
-        raise LearngeneError("this step trains on data: pass data, e.g. data='digits' or a DataRequest")
-    if isinstance(data, str):
-        data = DataRequest(data)
+    data = data_argument(data)
     if isinstance(data, DataRequest):
         return data.load(img_size, in_chans, preprocessing, seed)
     if isinstance(data, tuple):
@@ -63,6 +129,19 @@ def load_data(
 
 # a ViT size: a spec as it is, a preset's name, or fields over a base (``{"preset": ..., "depth": 6, ...}``)
 SizeArg = ViTSpec | str | Mapping[str, Any]
+
+
+def size_argument(size: Any) -> SizeArg | None:
+    """Refuse a ``size`` of another kind than :data:`SizeArg` (None: the default size), or a preset that does not
+    exist, before anything is loaded."""
+    if size is None or isinstance(size, ViTSpec):
+        return size
+    require_argument(size, (str, Mapping), "size", "a ViTSpec, a preset's name, a dict of spec fields or None")
+    preset = size if isinstance(size, str) else size.get("preset")
+    if preset is not None:
+        require_argument(preset, str, "size's preset", "a preset's name")
+        get_preset(preset)
+    return size
 
 
 def resolve_spec(size: SizeArg | None, base: ViTSpec | None = None, data: Data | None = None) -> ViTSpec:
@@ -103,64 +182,85 @@ def size_input(
     return fields.get("img_size") or img_size, fields.get("in_chans") or in_chans
 
 
-def train_config(settings: TrainConfig | Mapping[str, Any] | None, desc: str, **defaults: Any) -> TrainConfig:
-    """The run's settings: a TrainConfig as it is (named ``desc`` unless it has a name of its own); a mapping of
-    settings by name (None: not given) over the use case's ``defaults`` (those the command line shows,
-    :data:`~learngene.training.config.USE_CASE_DEFAULTS`, and e.g. the method's distillation λ) and the settings'
-    own."""
+TrainArg = TrainConfig | Mapping[str, Any]
+
+
+def train_config(settings: Any, use_case: str, desc: str | None = None, **defaults: Any) -> TrainConfig:
+    """The run's settings, the same whichever way they are given: a TrainConfig, or a mapping of settings by name
+    (None: not given), resolved for ``use_case`` (:meth:`~learngene.training.config.TrainConfig.resolved`: each setting
+    not given takes the use case's default, or one of ``defaults``, e.g. the method's distillation λ). ``desc``: what
+    the run is called unless the settings name it."""
+    if settings is not None and not isinstance(settings, (TrainConfig, Mapping)):
+        require_argument(
+            settings, (TrainConfig, dict), "train_cfg", "a TrainConfig, a dict of settings by name or None"
+        )
     if isinstance(settings, TrainConfig):
-        return settings if settings.desc != TrainConfig.desc else settings.replace(desc=desc)
-    values = {**defaults, **{k: v for k, v in (settings or {}).items() if v is not None}}
-    desc = values.pop("desc", desc)
-    flagged = {f.name for f in dataclasses.fields(TrainConfig) if f.metadata.get("flag")}
-    others = {k: v for k, v in values.items() if k not in flagged}
-    return from_flags({k: v for k, v in values.items() if k in flagged}, desc=desc, **others)
+        cfg = settings
+    else:
+        values = dict(settings or {})
+        require_argument(values.get("desc", ""), str, "train_cfg's desc", "a text")
+        known = {f.name for f in dataclasses.fields(TrainConfig)}
+        unknown = [k for k in values if k not in known]
+        if unknown:
+            raise ArgumentTypeError(
+                f"train_cfg names {unknown[0]!r}, which is no training setting; the settings are those of "
+                f"learngene.TrainConfig: {', '.join(sorted(known - {'identity'}))}"
+            )
+        flagged = {f.name for f in dataclasses.fields(TrainConfig) if f.metadata.get("flag")}
+        others = {k: v for k, v in values.items() if k not in flagged and v is not None}
+        cfg = from_flags({k: v for k, v in values.items() if k in flagged}, **others)
+    cfg = cfg.resolved(use_case, **defaults)
+    return cfg.replace(desc=desc) if desc is not None and cfg.desc == TrainConfig.desc else cfg
 
 
-def open_run_dir(run_dir: str | Path | None, resume: bool, cfg: TrainConfig | None = None) -> None:
+def open_run_dir(run_dir: Any, resume: Any, cfg: TrainConfig | None = None) -> None:
     """Refuse ``resume`` without a run directory, loggers (``cfg.log``) with nowhere to write, a run directory that is
     a file, or one whose checkpoint a run that does not resume would overwrite; then lock it for this run (rank 0;
     the lock is held until the process releases it: :func:`learngene.training.run_dirs.release_run_dirs`, or exits)."""
-    flag = caller_name("run_dir", "--run-dir")
+    optional_path(run_dir, "run_dir")
+    check_flag(resume, "resume")
+    flag = named("run_dir")
     if resume and not run_dir:
-        raise LearngeneError(
-            f"{caller_name('resume', '--resume')} continues from RUN_DIR/checkpoint.pt; pass {flag} too"
-        )
+        raise LearngeneError(f"{named('resume')} continues from RUN_DIR/checkpoint.pt; pass {flag} too")
     if cfg is not None and cfg.log and not run_dir and not cfg.log_dir:  # before any data load
         raise LearngeneError(
-            f"{caller_name('log', '--log')} {cfg.log[0]} writes into the run directory, next to log.jsonl; "
-            f"pass {flag} too"
+            f"{named('log')} {cfg.log[0]} writes into the run directory, next to log.jsonl; pass {flag} too"
         )
     if not run_dir:
         return
     if Path(run_dir).exists() and not Path(run_dir).is_dir():
-        raise LearngeneError(f"{flag} {quote(run_dir)} is a file, not a directory; give a directory path")
+        raise LearngeneError(f"{flag} {quote(run_dir)} is not a directory; give a directory path")
     if not resume and (Path(run_dir) / CHECKPOINT).exists():
         raise LearngeneError(
-            f"{quote(run_dir)} holds the checkpoint of an earlier run; pass {caller_name('resume', '--resume')} to "
-            f"continue it, or give another {flag} (or delete it) to start over"
+            f"{quote(run_dir)} holds the checkpoint of an earlier run; pass {named('resume')} to continue it, or "
+            f"give another {flag} (or delete it) to start over"
         )
     if dist.is_main():  # one run per run directory; the other ranks share rank 0's
         lock_run_dir(run_dir)
 
 
-def method_options(config_cls: type, options: Mapping[str, Any] | Sequence[str] | None) -> dict[str, Any]:
-    """A method's options by name: a mapping as it is, or ``KEY=VALUE`` texts (``--opt``) read for their fields' types
-    (:func:`learngene.validate.parse_options`)."""
+def method_options(config_cls: type, options: Any) -> dict[str, Any]:
+    """A method's options by name: a mapping as it is, or a list of ``KEY=VALUE`` texts (``--opt``) read for their
+    fields' types (:func:`learngene.validate.parse_options`); a single text is refused, not read letter by letter."""
     if options is None:
         return {}
     if isinstance(options, Mapping):
         return dict(options)
+    if not isinstance(options, (list, tuple)) or not all(isinstance(o, str) for o in options):
+        shown = repr(options) if len(repr(options)) <= 40 else repr(options)[:37] + "..."
+        raise ArgumentTypeError(
+            f"options must be a dict of the method's options by name, or a list of KEY=VALUE texts, got "
+            f"{type(options).__name__} {shown}; e.g. options={{'aux_depth': 2}} or options=['aux_depth=2']"
+        )
     return parse_options(config_cls, list(options))
 
 
-def timm_arguments(items: Mapping[str, Any] | Sequence[str] | None) -> dict[str, Any]:
-    """``timm.create_model`` arguments by name: a mapping as it is, or ``KEY=VALUE`` texts (``--timm-arg``), each
-    value read as JSON."""
-    if isinstance(items, Mapping) or items is None:
-        return dict(items or {})
-    usage = by_caller(
-        "timm_kwargs {item} is not KEY=VALUE, e.g. depth=6",
-        "--timm-arg {item} is not KEY=VALUE, e.g. --timm-arg depth=6",
-    )
-    return dict(parse_assignment(item, None, usage) for item in items)
+def mixup_of(data: DataArg | None) -> bool | None:
+    """Whether ``data`` ask for DeiT's mixup (a :class:`DataRequest` with ``aug="deit"``, ``--aug deit``); None: they
+    do not say, and the run's settings decide (off unless given)."""
+    return True if isinstance(data, DataRequest) and data.aug == "deit" else None
+
+
+def input_paths(*inputs: Any) -> tuple[str, ...]:
+    """The files and folders a use case read (:func:`request_path` of each input): what its result never saves over."""
+    return tuple(str(path) for path in map(request_path, inputs) if path)

@@ -39,7 +39,9 @@ def check_request(request: Any) -> None:
     flag = bad.field.metadata.get("flag", "")
     shown = repr(bad.value) if len(repr(bad.value)) <= 60 else repr(bad.value)[:57] + "..."
     error = ArgumentTypeError if bad.of_type else LearngeneError
-    raise error(f"{type(request).__name__} {named(bad.name, flag)} must be {bad.wanted}, got {shown}")
+    raise error(
+        f"{type(request).__name__} {named(bad.name, flag)} must be {bad.wanted}, got {shown}; give {bad.expected}"
+    )
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class DataRequest:
     """
 
     source: str = field("fashion_mnist", flag="--data", nonempty=True, help="a registered data source")
-    data_dir: str | os.PathLike | None = field(None, flag="--data-dir", help="where the data lie")
+    data_dir: str | os.PathLike | None = field(None, flag="--data-dir", nonempty=True, help="where the data lie")
     img_size: int | None = field(None, flag="--img-size", at_least=1, help="the images' size, instead of the model's")
     in_chans: int | None = field(None, flag="--in-chans", at_least=1, help="the images' channels, not the model's")
     aug: Literal["none", "deit"] = field("none", flag="--aug", help="training augmentation of an RGB image folder")
@@ -115,14 +117,16 @@ class AncestryRequest:
     """
 
     path: str | os.PathLike = field(flag="--ancestry", nonempty=True, help="the ancestry: a file, folder or Hub name")
-    timm_model: str | None = field(None, flag="--timm-model", help="timm architecture of a plain checkpoint")
+    timm_model: str | None = field(
+        None, flag="--timm-model", nonempty=True, help="timm architecture of a plain checkpoint"
+    )
     drop_head: bool = field(False, flag="--drop-head", help="load a model folder without its classifier")
     timm_kwargs: dict[str, Any] = field(
         default_factory=dict, flag="--timm-arg", metavar="KEY=VALUE", help="another timm.create_model argument"
     )
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "timm_kwargs", _timm_arguments(self.timm_kwargs))
+        object.__setattr__(self, "timm_kwargs", timm_arguments(self.timm_kwargs))
         check_request(self)
         if self.timm_kwargs and not self.timm_model:
             raise LearngeneError(
@@ -137,7 +141,7 @@ class AncestryRequest:
         return load_ancestry(self.path, self.timm_model, drop_head=self.drop_head, **self.timm_kwargs)
 
 
-def _timm_arguments(items: Any) -> Any:
+def timm_arguments(items: Any) -> Any:
     """``timm.create_model`` arguments by name: a mapping as it is, or a list of ``KEY=VALUE`` texts each read as JSON;
     anything else (a single text among them) is left for the type check to refuse."""
     if isinstance(items, Mapping):
@@ -177,23 +181,36 @@ class ExpandChoices:
         "sin-cos positions)",
     )
     max_params: int | None = field(
-        None, flag="--max-params", metavar="N", at_least=1, group="budget", help="at most N parameters (e.g. 5e6 or 5M)"
+        None,
+        flag="--max-params",
+        metavar="N",
+        at_least=1,
+        counts=True,
+        group="budget",
+        help="at most N parameters (e.g. 5e6 or 5M)",
     )
     max_flops: int | None = field(
         None,
         flag="--max-flops",
         metavar="N",
         at_least=1,
+        counts=True,
         group="budget",
         help="at most N forward FLOPs per image (e.g. 2G)",
     )
     license: str | None = field(
-        None, flag="--license", metavar="SPDX", any_output=True, help="licence of the descendant (default: the gene's)"
+        None,
+        flag="--license",
+        metavar="SPDX",
+        nonempty=True,
+        any_output=True,
+        help="licence of the descendant (default: the gene's)",
     )
     stitch: str | None = field(
         None,
         flag="--stitch",
         metavar="F:J-E:K",
+        nonempty=True,
         output=True,
         help="a pool gene of design=authors only: write a stitched descendant instead of a timm ViT: instance F's "
         "embeddings and blocks 0..J, a learned stitch layer, instance E's blocks K.. and head (F < E, |J-K| <= 1; "

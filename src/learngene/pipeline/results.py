@@ -3,6 +3,11 @@
 A result holds what its file records (a model's origin and preprocessing, a gene's label space, licence and
 preprocessing), so that the file a Python call saves is, byte for byte, the one the command writes (the creation
 time aside). Under torchrun the command line saves on rank 0 only (:func:`learngene.training.distributed.on_main`).
+
+A result also remembers the files and folders its call read (``inputs``), and ``save`` keeps the command line's
+guarantees: it never writes over one of them, ``overwrite`` or not, never replaces a FIFO, a device or a folder
+where a file goes, and refuses a bad argument in one line before anything is written
+(:func:`check_destination`).
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from torch import nn
 
 from ..binding import check_before_saving
 from ..data import preprocessing_cfg
-from ..errors import LearngeneError
-from ..formats.export import export_hub_folder, wants_folder
+from ..errors import LearngeneError, require_argument
+from ..formats.atomic import check_not_input, check_outputs
+from ..formats.export import check_output_folder, export_hub_folder, wants_folder
 from ..formats.model_file import write_model
 from ..gene import Learngene
 from ..method import Method
@@ -34,10 +40,28 @@ def head_label_space(gene: Learngene, provided: list[str]) -> dict[str, Any] | N
     return gene.label_space if "head.weight" in provided else None
 
 
+def check_destination(
+    path: Any, overwrite: Any, inputs: tuple[str, ...] = (), folder: bool = False, name: str = "path"
+) -> None:
+    """Refuse, before anything is written, an output ``path`` that is no path, an ``overwrite`` that is not True or
+    False, an output that is (or, as a ``folder``, holds) one of ``inputs``, ``overwrite`` or not, or one that cannot
+    be written (it exists without ``overwrite``; a folder, FIFO or device where a file goes; no such directory)."""
+    require_argument(path, (str, os.PathLike), name, "a file path (str or pathlib.Path)")
+    require_argument(overwrite, bool, "overwrite", "True or False")
+    if not str(path).strip():
+        raise LearngeneError(f"{name} is an empty path; give a file path")
+    if folder:
+        check_not_input(path, inputs, folder_output=True)
+        check_output_folder(path, overwrite)
+    else:
+        check_outputs([path], inputs, overwrite)
+
+
 def save_gene(gene: Learngene, path: str | os.PathLike, overwrite: bool = False, method: Method | None = None) -> None:
     """Save ``gene`` once its method can read it (:func:`learngene.binding.check_before_saving`: a registered method
     that takes its options and whose expansion uses its tensors), so that no invalid gene file is ever written.
     ``method``: the gene's method as already built (not looked up again)."""
+    check_destination(path, overwrite)
     check_before_saving(gene, method)
     gene.save(path, overwrite=overwrite)
 
@@ -49,33 +73,41 @@ class Condensed:
     Attributes:
         gene: the learngene, with the ancestry's label space, licence and the preprocessing its tensors expect.
         note: the method's hint about it (e.g. an option its descendants may need), or None.
+        inputs: the files and folders it was made from (the ancestry, the data's folder): never saved over.
     """
 
     gene: Learngene
     note: str | None = None
+    inputs: tuple[str, ...] = ()
 
     @property
     def summary(self) -> str:
         return f"{self.gene.method} learngene, {self.gene.num_stored_params:,} stored parameters"
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
-        """Write the gene (:meth:`learngene.Learngene.save`; it was checked when it was made)."""
+        """Write the gene (:meth:`learngene.Learngene.save`; it was checked when it was made) to ``path``, which is none
+        of its inputs (:func:`check_destination`)."""
+        check_destination(path, overwrite, self.inputs)
         self.gene.save(path, overwrite=overwrite)
 
 
 @dataclass
 class ModelOutput:
     """A model and what its file records: the spec (None for a model no spec describes, e.g. a stitched ViT), the
-    origin and the preprocessing its inputs expect; ``summary``: one line on what it is."""
+    origin and the preprocessing its inputs expect; ``summary``: one line on what it is; ``inputs``: the files and
+    folders it was made from, never saved over."""
 
     model: nn.Module
     spec: ViTSpec | None
     origin: dict[str, Any]
     preprocessing: dict[str, Any] | None
     summary: str = ""
+    inputs: tuple[str, ...] = field(default=(), kw_only=True)
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
-        """Write it atomically in the file format of its kind (:func:`learngene.formats.model_file.write_model`)."""
+        """Write it atomically in the file format of its kind (:func:`learngene.formats.model_file.write_model`) to
+        ``path``, which is none of its inputs (:func:`check_destination`)."""
+        check_destination(path, overwrite, self.inputs)
         write_model(
             path, self.model, self.spec, origin=self.origin, overwrite=overwrite, preprocessing=self.preprocessing
         )
@@ -92,8 +124,12 @@ class Descendant(ModelOutput):
     def save(self, path: str | os.PathLike, overwrite: bool = False, format: str | None = None) -> None:
         """Write it as a learngene model file, or as timm's hub folder (``format="hub"``, or a ``path`` that ends in
         ``/`` or is a folder; :func:`learngene.formats.export.export_hub_folder`)."""
+        require_argument(path, (str, os.PathLike), "path", "a file or folder path (str or pathlib.Path)")
+        if format not in (None, "file", "hub"):
+            raise LearngeneError(f"format must be 'file', 'hub' or None, got {format!r}")
         if not wants_folder(path, format):
             return super().save(path, overwrite)
+        check_destination(path, overwrite, self.inputs, folder=True)
         if self.spec is None:
             raise LearngeneError(
                 f"a {self.origin.get('kind', 'model')} is not a timm ViT, so it has no timm hub folder; give a "
@@ -127,7 +163,11 @@ class Adapted:
         self, path: str | os.PathLike, overwrite: bool = False, gene_path: str | os.PathLike | None = None
     ) -> None:
         """Write the descendant to ``path`` and, with ``gene_path``, the adapted gene there first (checked against its
-        method, :func:`save_gene`)."""
-        if gene_path:
+        method, :func:`save_gene`); neither is one of the inputs, nor both one file."""
+        inputs = self.descendant.inputs
+        check_destination(path, overwrite, inputs)
+        if gene_path is not None:
+            check_destination(gene_path, overwrite, inputs, name="gene_path")
+            check_outputs([path, gene_path], inputs, overwrite)
             save_gene(self.gene, gene_path, overwrite=overwrite, method=self.method)
         self.descendant.save(path, overwrite=overwrite)

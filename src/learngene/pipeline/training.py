@@ -4,29 +4,47 @@ what their model files record: the data, the accuracy, the label space, the lice
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..ancestry import load_ancestry
 from ..data import FolderData, ImageData, preprocessing_cfg
-from ..errors import LearngeneError
-from ..errors import setting as by_caller
+from ..errors import ArgumentTypeError, LearngeneError, named, require_argument
 from ..formats.labels import HeadChoice, choose_head
 from ..formats.model_file import ModelFile, model_preprocessing, read_model
 from ..formats.weights import digest
-from ..training.config import USE_CASE_DEFAULTS, TrainConfig
+from ..method import Ancestry
+from ..training.config import TrainConfig
 from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..training.loop import seed_everything
 from ..training.loop import train as train_loop
-from .inputs import DataArg, Say, SizeArg, load_data, open_run_dir, quiet, resolve_spec, size_input, train_config
+from .inputs import (
+    DataArg,
+    Say,
+    SizeArg,
+    TrainArg,
+    ancestry_argument,
+    check_flag,
+    check_license_argument,
+    data_argument,
+    input_paths,
+    load_data,
+    mixup_of,
+    open_run_dir,
+    quiet,
+    resolve_spec,
+    size_argument,
+    size_input,
+    speaker,
+    train_config,
+)
+from .requests import AncestryRequest
 from .results import ModelOutput, Trained, license_entry
 
 
 def train_ancestry(
     data: DataArg,
     size: SizeArg | None = None,
-    train_cfg: TrainConfig | Mapping[str, Any] | None = None,
+    train_cfg: TrainArg | None = None,
     *,
     run_dir: str | Path | None = None,
     resume: bool = False,
@@ -36,10 +54,22 @@ def train_ancestry(
     """A ViT of ``size`` trained from scratch on ``data``, as ``learngene ancestry`` makes it: its file records the
     data, the test accuracy, the label space and ``license``, and the data's preprocessing.
 
-    ``size`` (:func:`~learngene.pipeline.inputs.resolve_spec`) takes the data's image size, channels and classes
-    unless it gives them; ``train_cfg``'s ``seed`` draws the initialization.
+    Args:
+        data: what it trains on (:data:`~learngene.pipeline.inputs.DataArg`).
+        size: the model's size (:func:`~learngene.pipeline.inputs.resolve_spec`); it takes the data's image size,
+            channels and classes unless it gives them.
+        train_cfg: the run's settings, a TrainConfig or a dict of them by name (a setting not given takes
+            ``learngene ancestry``'s default); its ``seed`` draws the initialization.
+        run_dir: where the run checkpoints.
+        resume: whether it continues from the checkpoint in ``run_dir``.
+        license: the licence recorded in the model file (an SPDX identifier).
+        say: called with a line about what is about to run, e.g. ``print``.
     """
-    cfg = train_config(train_cfg, "ancestry", **USE_CASE_DEFAULTS["ancestry"])
+    data = data_argument(data)
+    size = size_argument(size)
+    license = check_license_argument(license)
+    say = speaker(say)
+    cfg = train_config(train_cfg, "ancestry", "ancestry", mixup=mixup_of(data))
     open_run_dir(run_dir, resume, cfg)
     train, test = load_data(data, *size_input(size), seed=cfg.seed)
     spec = resolve_spec(size, data=train)
@@ -57,16 +87,16 @@ def train_ancestry(
         **license_entry(license),
     }
     summary = f"test accuracy {result.final_acc:.4f}"
-    return Trained(model, spec, origin, preprocessing_cfg(train), summary, result)
+    inputs = input_paths(data)
+    return Trained(model, spec, origin, preprocessing_cfg(train), summary, result, inputs=inputs)
 
 
 def train(
     model: str | os.PathLike | ModelOutput,
     data: DataArg,
-    train_cfg: TrainConfig | Mapping[str, Any] | None = None,
+    train_cfg: TrainArg | None = None,
     *,
-    teacher: str | os.PathLike | None = None,
-    teacher_timm_model: str | None = None,
+    teacher: str | os.PathLike | AncestryRequest | None = None,
     new_head: bool = False,
     run_dir: str | Path | None = None,
     resume: bool = False,
@@ -77,23 +107,49 @@ def train(
     fine-tuned on ``data``, as ``learngene train`` makes it.
 
     Its head is kept when it was trained on the data's classes, else replaced by a fresh one (``new_head``: always).
-    With a ``teacher`` (an ancestry, read by :func:`~learngene.ancestry.load_ancestry` with ``teacher_timm_model``)
-    it distils the teacher's logits on the teacher's classes, else its pooled features; a mapping ``train_cfg``
-    then takes λ = 0.5 unless it gives one. The file records the model's origin, the data, the accuracy, the label
-    space, whether the head is new and ``license``.
+    With a ``teacher`` it distils the teacher's logits on the teacher's classes, else its pooled features. The file
+    records the model's origin, the data, the accuracy, the label space, whether the head is new and ``license``.
+
+    Args:
+        model: a model file's path, or a result of another use case (:func:`expand`'s, :func:`adapt`'s descendant).
+        data: what it fine-tunes on (:data:`~learngene.pipeline.inputs.DataArg`), at the model's input size.
+        train_cfg: the run's settings, a TrainConfig or a dict of them by name; a setting not given takes
+            ``learngene train``'s default (5 epochs, 2,000 test images, λ = 0.5 with a teacher, else 0).
+        teacher: an ancestry to distil (a path, or an :class:`~learngene.pipeline.requests.AncestryRequest` for a
+            checkpoint's ``timm_model``).
+        new_head: a fresh head whatever the model's label space.
+        run_dir: where the run checkpoints.
+        resume: whether it continues from the checkpoint in ``run_dir``.
+        license: the licence recorded in the model file (an SPDX identifier).
+        say: called with a line about the distillation, e.g. ``print``.
     """
-    _refuse_distilling_without_teacher(train_cfg, teacher, teacher_timm_model)
-    cfg = train_config(train_cfg, "train", **USE_CASE_DEFAULTS["train"], distill_lambda=0.5 if teacher else 0.0)
+    require_argument(model, (str, os.PathLike, ModelOutput), "model", "a model file's path or a use case's result")
+    data = data_argument(data)
+    teachers = None if teacher is None else ancestry_argument(teacher)
+    if isinstance(teachers, Ancestry):
+        raise ArgumentTypeError("teacher must be a path or an AncestryRequest (its outputs are cached by file)")
+    check_flag(new_head, "new_head")
+    license = check_license_argument(license)
+    say = speaker(say)
+    cfg = train_config(train_cfg, "train", "train", distill_lambda=0.5 if teacher else 0.0, mixup=mixup_of(data))
+    if cfg.distill_lambda and not teacher:
+        raise LearngeneError(
+            f"{named('distill_lambda', '--distill-lambda')} needs a teacher to distil from; pass "
+            f"{named('teacher')} ANCESTRY, or leave the distillation weight out"
+        )
     open_run_dir(run_dir, resume, cfg)
     loaded, preprocessing = _model(model)
+    if cfg.desc == "train":  # named by what it fine-tunes, e.g. "train tleg descendant" (the loggers' run name)
+        what = " ".join(str(loaded.origin[k]) for k in ("method", "kind") if loaded.origin.get(k))
+        cfg = cfg.replace(desc=f"train {what}".strip())
     train, test = load_data(data, loaded.spec.img_size, loaded.spec.in_chans, preprocessing, cfg.seed)
     head = _choose_head(loaded, train, new_head, cfg.seed)
     spec = loaded.spec.replace(num_classes=train.num_classes) if head.fresh else loaded.spec
     net = loaded.model
     identity = {"command": "train", "model weights": digest(loaded.state) if run_dir else None, "new head": head.fresh}
     student, teacher_net, fit_data, loss = net, None, train, None
-    if teacher:
-        student, teacher_net, fit_data, loss = _distilling(teacher, teacher_timm_model, net, train, cfg, identity, say)
+    if teachers is not None:
+        student, teacher_net, fit_data, loss = _distilling(teachers, net, train, cfg, identity, say)
     cfg = cfg.replace(identity=identity)
     result = train_loop(
         student, fit_data, cfg, eval_data=test, teacher=teacher_net, run_dir=run_dir, resume=resume, loss=loss
@@ -108,7 +164,8 @@ def train(
         **license_entry(license),
     }
     summary = f"test accuracy {result.final_acc:.4f}; {head.why}"
-    return Trained(net, spec, origin, preprocessing_cfg(train), summary, result, head.why)
+    inputs = input_paths(model if not isinstance(model, ModelOutput) else None, teachers, data)
+    return Trained(net, spec, origin, preprocessing_cfg(train), summary, result, head.why, inputs=inputs)
 
 
 def _model(model: str | os.PathLike | ModelOutput) -> tuple[ModelFile, dict[str, Any] | None]:
@@ -132,30 +189,8 @@ def _choose_head(loaded: ModelFile, train: ImageData | FolderData, new_head: boo
     return head
 
 
-def _refuse_distilling_without_teacher(
-    train_cfg: TrainConfig | Mapping[str, Any] | None, teacher: str | os.PathLike | None, teacher_timm_model: str | None
-) -> None:
-    """A teacher's architecture, or a distillation weight λ > 0, given without a teacher is refused."""
-    if teacher_timm_model and not teacher:
-        raise LearngeneError(
-            by_caller(
-                "teacher_timm_model names the architecture of a teacher checkpoint; pass teacher too",
-                "--teacher-timm-model names the architecture of a --teacher checkpoint; pass --teacher too",
-            )
-        )
-    lam = train_cfg.distill_lambda if isinstance(train_cfg, TrainConfig) else (train_cfg or {}).get("distill_lambda")
-    if lam is not None and lam > 0 and not teacher:
-        raise LearngeneError(
-            by_caller(
-                "distill_lambda needs a teacher to distil from; pass teacher=ANCESTRY",
-                "--distill-lambda needs a teacher to distil from; pass --teacher ANCESTRY",
-            )
-        )
-
-
 def _distilling(
-    teacher: str | os.PathLike,
-    teacher_timm_model: str | None,
+    teacher: AncestryRequest,
     net: Any,
     train: ImageData | FolderData,
     cfg: TrainConfig,
@@ -164,9 +199,9 @@ def _distilling(
 ) -> tuple[Any, Any, Any, Any]:
     """The student, the teacher, the data (with the teacher's outputs cached) and the loss of fine-tuning ``net`` on
     ``train`` while distilling ``teacher``; ``identity`` (what a resumed run must agree on) records the teacher."""
-    ancestry = load_ancestry(teacher, teacher_timm_model)
+    ancestry = teacher.load()
     kd = setup_distillation(net, ancestry.model, train, ancestry.label_space)
-    say(f"distilling from {teacher} with λ = {cfg.distill_lambda:g}: {kd.why}")
-    identity.update(teacher=str(teacher), distilled=kd.kind)
+    say(f"distilling from {teacher.path} with λ = {cfg.distill_lambda:g}: {kd.why}")
+    identity.update(teacher=str(teacher.path), distilled=kd.kind)
     fit_data, teacher_net = cache_teacher_outputs(train, kd.teacher, cfg)
     return kd.student, teacher_net, fit_data, kd.loss

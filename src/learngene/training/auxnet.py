@@ -35,7 +35,7 @@ from ..validate import CONDENSE, option
 from ..vit.spec import ViTSpec
 from ..vit.transfer import StateDict, inherit_non_block, part_of
 from . import distributed as dist
-from .config import TrainConfig
+from .config import TrainConfig, known
 from .distill import FeatureDistillation, cache_teacher_outputs
 from .genenet import GeneNet
 from .loop import TrainResult, resolve_device, train
@@ -162,7 +162,7 @@ def condense_through_aux(
     """
     if inputs is None or inputs.train is None:
         raise LearngeneError(f"{method.name} condenses by training an aux net; give training data (--data)")
-    cfg = inputs.train_cfg
+    cfg = inputs.train_cfg.resolved("condense", distill_lambda=method.distill_lambda)  # the method's λ unless given
     aux = start.require_layout()
     headless = is_headless(ancestry)
     if headless:  # the aux net's head only serves the CE term: descendants get a fresh one for their task
@@ -172,7 +172,7 @@ def condense_through_aux(
     teacher: nn.Module | None = ancestry.model  # None once its outputs are cached with the data
     data, teacher_seconds = inputs.train, 0.0
     distilled = "nothing (λ = 0: cross-entropy on the labels only)"
-    if cfg.distill_lambda > 0:
+    if known(cfg.distill_lambda) > 0:
         tic = time.perf_counter()
         student, distilled = _student(net, aux, ancestry, data, cfg, headless)
         data, teacher = cache_teacher_outputs(data, ancestry.model, cfg)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from ..errors import LearngeneError
 from ..errors import setting as by_caller
@@ -44,7 +44,7 @@ def setting(
     return field(default, help=help, kind=kind, group=group, **declared)
 
 
-def distillation_setting(default: float, term: str, symbol: str, **declared: Any) -> Any:
+def distillation_setting(default: float | None, term: str, symbol: str, **declared: Any) -> Any:
     """A term of the distillation loss ``(1−λ)·CE + λ·τ²·KL``: its flag ``--distill-TERM`` in the distillation group,
     its messages naming it by its ``symbol`` (``distillation λ``)."""
     return setting(default, flag=f"--distill-{term}", group=DISTILL, label=f"distillation {symbol}", **declared)
@@ -60,8 +60,14 @@ def report_count(default: int | None, **declared: Any) -> Any:
 class TrainConfig:
     """Everything that decides a training run (the ``result`` settings must match when resuming)."""
 
-    epochs: int = setting(10, flag="--epochs", help="passes over the training data")
-    batch_size: int = setting(128, flag="--batch-size", above=0, help="global batch size")
+    # the settings whose default depends on the use case (USE_CASE_DEFAULTS) default to None, "not given": the use
+    # case resolves them (resolved), so that a TrainConfig, a dict and the flags give a run the same settings
+    epochs: int | None = setting(
+        None, flag="--epochs", none_means="the use case's", help="passes over the training data"
+    )
+    batch_size: int | None = setting(
+        None, flag="--batch-size", above=0, none_means="the use case's", help="global batch size"
+    )
     lr: float = setting(
         1e-3, flag="--lr", above=0, label="learning rate", fix="pass e.g. {=0.001}", help="peak AdamW learning rate"
     )
@@ -90,19 +96,21 @@ class TrainConfig:
         fix="pass {} between 0 (off) and e.g. 0.1",
         help="label smoothing in [0, 1)",
     )
-    distill_lambda: float = distillation_setting(
-        0.0,
+    distill_lambda: float | None = distillation_setting(
+        None,
         "lambda",
         "λ",
         at_least=0,
         at_most=1,
         fix="pass {} between 0 (plain CE) and 1 (pure distillation)",
+        none_means="the use case's: a condensing method's own, 0.5 with a teacher, else 0",
         help="λ in [0, 1]: 0 = plain CE; 1 = pure distillation",
     )
     distill_tau: float = distillation_setting(1.0, "tau", "τ", above=0, fix="pass e.g. {=1}", help="τ, positive")
     augment: bool = setting(False, flag="--augment", help="random flips and 2-pixel shifts")
-    mixup: bool = setting(
-        False,
+    mixup: bool | None = setting(
+        None,
+        none_means="on with DeiT's augmentation (DataRequest(aug='deit'), --aug deit), else off",
         help="DeiT's mixup/cutmix with soft targets (data.BatchMixer; --aug deit); needs an even share per rank",
     )
     seed: int = setting(0, flag="--seed", group=COMMON, at_least=0, help="random seed, 0 or more")
@@ -123,9 +131,8 @@ class TrainConfig:
     eval_images: int | None = report_count(
         None,
         flag="--eval-images",
-        at_least=1,
-        zero_means_none=True,
-        none_means="all of them",
+        at_least=0,
+        none_means="the use case's, else all of them",
         help="evaluate on a fixed random subset of N test images, 0 = on all of them",
     )
     progress: bool = setting(True, kind=REPORT, help="progress bars on a terminal (the CLI's --quiet turns them off)")
@@ -193,7 +200,7 @@ class TrainConfig:
                     f"logging to {name} needs the {LOGGER_PACKAGES[name]} package; install it with "
                     f"pip install 'learngene[{name}]'"
                 )
-        if self.epochs < 1 and not self.max_steps:  # a run of max_steps needs no epochs
+        if self.epochs is not None and self.epochs < 1 and not self.max_steps:  # a run of max_steps needs no epochs
             fix = caller_fix("pass {=1} or more", "epochs", "--epochs")
             raise LearngeneError(f"epochs must be at least 1, got {self.epochs}; {fix}")
 
@@ -205,12 +212,32 @@ class TrainConfig:
         """A copy with ``changes`` applied, checked as a new config is."""
         return dataclasses.replace(self, **changes)
 
+    def resolved(self, use_case: str = "training", **defaults: Any) -> TrainConfig:
+        """These settings as ``use_case`` runs them: each one not given (None) takes ``defaults`` (what only the caller
+        knows: a method's distillation λ, mixup with DeiT's augmentation), else the use case's
+        (:data:`USE_CASE_DEFAULTS`), else the training loop's; the settings given stay as they are. Resolving twice
+        changes nothing."""
+        fallback = {**USE_CASE_DEFAULTS["training"], **USE_CASE_DEFAULTS[use_case], **defaults}
+        missing = {k: v for k, v in fallback.items() if getattr(self, k) is None and v is not None}
+        return self.replace(**missing) if missing else self
+
 
 # the settings a checkpoint and the run resuming it must agree on (with run_fingerprint's others): those that change
 # the result, in declaration order (a fingerprint written before this list was generated has the same keys)
 FINGERPRINT_KEYS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(TrainConfig) if f.metadata["kind"] == RESULT and f.name != "identity"
 )
+
+
+T = TypeVar("T")
+
+
+def known(value: T | None) -> T:
+    """A setting of a resolved TrainConfig (:meth:`TrainConfig.resolved`), which is never None: None here means code
+    read the settings before resolving them, a bug, not the user's input."""
+    if value is None:
+        raise TypeError("a TrainConfig setting was read before TrainConfig.resolved gave it its use case's default")
+    return value
 
 
 def flagged_settings(group: str) -> list[dataclasses.Field]:
@@ -237,10 +264,13 @@ def from_flags(values: dict[str, Any], **others: Any) -> TrainConfig:
 # the command line's default test subset: top-1 of a 2,000-image sample has a standard error under 1.2 points
 # (binomial, at most sqrt(0.25 / 2000)), at a fifth of the cost of evaluating Fashion-MNIST's 10,000 after every epoch
 EVAL_IMAGES = 2000
-# what each use case runs with unless told otherwise, where it differs from a TrainConfig's own defaults: the command
-# line's flags show them (learngene.cli.parser) and the pipeline's use cases apply them to settings given by name
+# what each use case runs with unless told otherwise (TrainConfig.resolved): the command line's flags show them
+# (learngene.cli.flags) and the pipeline's use cases resolve every TrainConfig and dict of settings with them
 # (learngene.pipeline.inputs.train_config), so that a Python call trains as the command does
 USE_CASE_DEFAULTS: dict[str, dict[str, Any]] = {
+    # the training loop's own (learngene.training.train), under every use case's: each setting a use case may resolve
+    # (eval_images: not given is every test image, as 0 is)
+    "training": {"epochs": 10, "batch_size": 128, "distill_lambda": 0.0, "mixup": False},
     "ancestry": {"eval_images": EVAL_IMAGES},
     "condense": {"eval_images": EVAL_IMAGES},
     "adapt": {"epochs": 1, "eval_images": EVAL_IMAGES},

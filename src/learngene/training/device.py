@@ -14,7 +14,7 @@ from ..errors import LearngeneError
 from ..vit.naflex import image_input
 from ..vit.spec import available_memory, training_activation_bytes
 from . import distributed as dist
-from .config import TrainConfig
+from .config import TrainConfig, known
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -94,7 +94,7 @@ def require_activation_memory(
     sizes = _block_sizes(model, img_size)
     if sizes is None:
         return
-    per_rank = math.ceil(cfg.batch_size / dist.world_size())
+    per_rank = math.ceil(known(cfg.batch_size) / dist.world_size())
     need = training_activation_bytes(*sizes, per_rank, 2 if device.type == "cuda" else 4)  # bf16 autocast on CUDA
     free = _free_memory(device)
     if free is not None and need > free:

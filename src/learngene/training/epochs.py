@@ -28,7 +28,7 @@ from .checkpoint import (
     open_run,
     zero_sums,
 )
-from .config import TrainConfig
+from .config import TrainConfig, known
 from .data_checks import check_data_fits
 from .device import require_activation_memory, require_optimizer_memory, resolve_device, set_fused_attention
 from .evaluation import evaluate
@@ -62,8 +62,8 @@ def _prepare(
     check_data_fits(model, train_data)
     if eval_data is not None:
         check_data_fits(model, eval_data)
-        eval_data = take(eval_data, cfg.eval_images)
-    if cfg.distill_lambda > 0 and teacher is None and train_data.soft_targets is None:
+        eval_data = take(eval_data, cfg.eval_images or None)
+    if known(cfg.distill_lambda) > 0 and teacher is None and train_data.soft_targets is None:
         raise LearngeneError("distillation (λ > 0) needs a teacher or cached teacher logits")
     require_activation_memory(model, cfg, device, train_data.img_size)
     require_optimizer_memory(model, device)
@@ -180,7 +180,7 @@ def run_training(
     mixer = BatchMixer(head, cfg.label_smoothing) if cfg.mixup else None
     batches = Batches(
         train_data,
-        cfg.batch_size,
+        known(cfg.batch_size),
         shuffle=True,
         seed=cfg.seed,
         rank=dist.rank(),
@@ -189,7 +189,7 @@ def run_training(
         device=device,
     )
     steps_per_epoch = len(batches)
-    total_steps = cfg.max_steps or cfg.epochs * steps_per_epoch
+    total_steps = cfg.max_steps or known(cfg.epochs) * steps_per_epoch
     epochs = math.ceil(total_steps / steps_per_epoch)
     run = _start(model, train_data, cfg, teacher, run_dir, resume, loss, device, mixer, steps_per_epoch, total_steps)
     try:
@@ -246,7 +246,9 @@ def _start(
     if state.start_norm is None and state.global_step == 0:
         state.start_norm = trained_norm(model)
     if dist.is_main():
-        run.loggers = open_loggers(cfg, run_dir, state.global_step if state.global_step else None)
+        run.loggers = open_loggers(
+            cfg, run_dir, state.global_step if state.global_step else None, data=getattr(train_data, "name", None)
+        )
     return run
 
 

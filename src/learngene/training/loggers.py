@@ -66,6 +66,7 @@ class WandbLogger:
     """One W&B run per training run; a resumed run continues the run whose id the run directory records."""
 
     def __init__(self, folder: Path, cfg: TrainConfig, resumed_at: int | None, settings: dict[str, Any]):
+        """``settings``: the run's, its ``run`` the name it shows (:func:`run_name`)."""
         import wandb
 
         id_file = folder / WANDB_RUN_ID
@@ -77,7 +78,7 @@ class WandbLogger:
         try:
             self.run = wandb.init(
                 project=os.environ.get("WANDB_PROJECT", "learngene"),
-                name=cfg.desc,
+                name=settings["run"],
                 id=run_id,
                 resume="allow",
                 dir=str(folder),
@@ -176,9 +177,19 @@ class RunLoggers:
             logger.close(failed)
 
 
-def open_loggers(cfg: TrainConfig, run_dir: str | Path | None, resumed_at: int | None) -> RunLoggers | None:
+def run_name(cfg: TrainConfig, data: str | None = None) -> str:
+    """What TensorBoard and W&B call a run, so that runs tell apart: the command and method (``cfg.desc``, e.g.
+    ``condense tleg``; a use case names its run so), the data and the seed: ``condense tleg on digits, seed 0``."""
+    return cfg.desc + (f" on {data}" if data else "") + f", seed {cfg.seed}"
+
+
+def open_loggers(
+    cfg: TrainConfig, run_dir: str | Path | None, resumed_at: int | None, data: str | None = None
+) -> RunLoggers | None:
     """The loggers ``cfg.log`` names, writing into ``cfg.log_dir`` or else ``run_dir`` (None when it names none);
-    ``resumed_at``: the global step a resumed run continues from (None: a fresh run)."""
+    ``resumed_at``: the global step a resumed run continues from (None: a fresh run); ``data``: the training data's
+    name. The run is named by :func:`run_name`, and its settings, name and data recorded (TensorBoard's ``settings``
+    text, W&B's run config)."""
     if not cfg.log:
         return None
     where = cfg.log_dir or run_dir
@@ -189,6 +200,7 @@ def open_loggers(cfg: TrainConfig, run_dir: str | Path | None, resumed_at: int |
     folder = Path(where).resolve()  # W&B's service process, started once per process, has its own working directory
     folder.mkdir(parents=True, exist_ok=True)
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("log", "log_dir", "progress")}
+    settings.update(run=run_name(cfg, data), data=data)
     loggers: list[Logger] = []
     try:
         for name in cfg.log:

@@ -107,6 +107,7 @@ def train(
             brings its own (:attr:`learngene.training.distill.Distillation.loss`).
     """
     _check_arguments(model, train_data, cfg, eval_data, teacher, run_dir, resume)
+    cfg = cfg.resolved()  # a setting not given (None) is the loop's: 10 epochs, batches of 128, λ = 0, every image
     _running_loops[0] += 1
     try:
         result = run_training(model, train_data, cfg, eval_data, teacher, run_dir, resume, loss or distill_loss)

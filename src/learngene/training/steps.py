@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from ..data import Batch, BatchMixer
 from ..errors import LearngeneError
 from . import distributed as dist
-from .config import TrainConfig
+from .config import TrainConfig, known
 from .device import autocast
 from .nonfinite import NonFiniteWatch
 
@@ -109,7 +109,7 @@ def loss_step(
     target, smoothing = y, cfg.label_smoothing
     if mixer is not None:  # soft targets, already smoothed
         x, target, smoothing = *mixer(x, y), 0.0
-    if cfg.distill_lambda > 0 and soft is None:
+    if known(cfg.distill_lambda) > 0 and soft is None:
         if teacher is None:
             raise LearngeneError(
                 f"distill_lambda={cfg.distill_lambda:g} needs a teacher or soft targets; pass one, or set distill_lambda=0"

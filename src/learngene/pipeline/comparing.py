@@ -1,0 +1,243 @@
+"""``compare`` in one call: which start wins for an ancestry, data and sizes (``learngene compare``), as a result that
+holds the per-size table, the statistics and the recommendation, and saves the report.
+
+It runs :mod:`learngene.pipeline.compare`'s profile (:func:`~learngene.pipeline.compare.compare_profile`) with the
+bench engine (:func:`~learngene.pipeline.compare.start_compare`), as the command does: for the same arguments the two
+write the same ``results.csv``, but for the measured seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..bench.profiles import Profile
+from ..bench.rows import Row
+from ..bench.stats import decide
+from ..errors import ArgumentTypeError, LearngeneError, named, require_argument
+from ..formats.atomic import check_not_input
+from ..formats.export import check_output_folder
+from ..vit.spec import ViTSpec
+from .compare import TASK, CompareChoices, compare_profile, compare_text, recommendation_lines, start_compare
+from .compare import write_compare_report as write_report
+from .inputs import Say, TrainArg, check_flag, input_paths, optional_path, quiet, speaker, train_config
+from .requests import AncestryRequest, DataRequest
+
+
+@dataclass
+class Comparison:
+    """What :func:`compare` found: every fine-tuned descendant (``rows``), per size a table and a recommendation.
+
+    Attributes:
+        rows: one :class:`~learngene.bench.rows.Row` per method (or reference) × size × seed, with its accuracy curve.
+        profile: what was compared (:func:`~learngene.pipeline.compare.compare_profile`).
+        meta: what the run recorded about itself (the ancestry's accuracy, the planned work, its wall time).
+        inputs: the ancestry's file or folder and the data's folder: never saved over.
+    """
+
+    rows: list[Row]
+    profile: Profile
+    meta: dict[str, Any] = field(default_factory=dict)
+    inputs: tuple[str, ...] = ()
+
+    @property
+    def table(self) -> list[dict[str, Any]]:
+        """One record per size and method (references included), in the report's order: its final top-1 over seeds
+        (mean and standard deviation), the seeds, stored parameters, and condensation and fine-tuning seconds;
+        ``pandas.DataFrame(comparison.table)`` takes it."""
+        records = []
+        for size, groups in self._groups().items():
+            for label, group in groups.items():
+                accs = [r.acc for r in group]
+                records.append(
+                    {
+                        "size": size,
+                        "method": label,
+                        "top1": statistics.fmean(accs),
+                        "top1_std": statistics.stdev(accs) if len(accs) > 1 else 0.0,
+                        "seeds": len(accs),
+                        "stored_params": group[0].stored_params,
+                        "condense_seconds": group[0].condense_seconds,
+                        "fine_tune_seconds": statistics.fmean(r.train_seconds for r in group),
+                    }
+                )
+        return records
+
+    @property
+    def statistics(self) -> list[dict[str, Any]]:
+        """One record per size, method and reference it is set against: the paired difference of final top-1 over
+        the seeds both have (``difference``, its 95 % t interval ``low``..``high``, ``p``), the Holm-corrected
+        ``decision`` (``+`` better, ``−`` worse, ``=`` not resolved, ``?`` too few seeds) and, for ``=``, about how many
+        seeds would resolve it (:func:`learngene.bench.stats.decide`, as the report's ``vs`` columns)."""
+        records = []
+        for size, groups in self._groups().items():
+            results = {label: {r.seed: r.acc for r in group} for label, group in groups.items()}
+            refs = [r for r in self.profile.references if r in results]
+            verdicts, _ = decide(results, refs)
+            for (label, ref), verdict in verdicts.items():
+                diff = verdict.diff
+                records.append(
+                    {
+                        "size": size,
+                        "method": label,
+                        "reference": ref,
+                        "difference": diff.mean,
+                        "low": diff.low,
+                        "high": diff.high,
+                        "p": diff.p,
+                        "seeds": diff.n,
+                        "decision": verdict.mark,
+                        "seeds_to_resolve": verdict.seeds,
+                    }
+                )
+        return records
+
+    @property
+    def recommendations(self) -> dict[str, str]:
+        """Per size, the recommendation line of the report (which start to use, or which reference no method beats)."""
+        sizes = dict.fromkeys(r.size for r in self.rows if r.task == TASK)
+        return dict(zip(sizes, recommendation_lines(self.rows, self.profile), strict=True))
+
+    @property
+    def text(self) -> str:
+        """What ``learngene compare`` prints: per size the table and its recommendation, then the refusals."""
+        return compare_text(self.rows, self.profile)
+
+    def save(self, path: str | os.PathLike, overwrite: bool = False, plots: bool = True) -> None:
+        """Write the report into folder ``path``: ``results.csv``, ``report.md`` and (with ``plots``) ``plots/``, as
+        ``learngene compare --out`` does; ``path`` holds none of the inputs, and an existing folder needs
+        ``overwrite`` (its other files are left alone)."""
+        require_argument(path, (str, os.PathLike), "path", "a folder path (str or pathlib.Path)")
+        check_flag(overwrite, "overwrite")
+        check_flag(plots, "plots")
+        check_not_input(path, self.inputs, folder_output=True)
+        folder = check_output_folder(path, overwrite)
+        folder.mkdir(exist_ok=True)
+        write_report(self.rows, self.profile, folder, self.meta, plots=plots)
+
+    def _groups(self) -> dict[str, dict[str, list[Row]]]:
+        """size -> label -> the finished rows of the compared data, in the rows' order."""
+        groups: dict[str, dict[str, list[Row]]] = defaultdict(dict)
+        for r in self.rows:
+            if r.task == TASK and r.ok:
+                groups[r.size].setdefault(r.label, []).append(r)
+        return groups
+
+
+def compare(
+    ancestry: str | os.PathLike | AncestryRequest,
+    data: str | DataRequest,
+    sizes: Sequence[str | ViTSpec],
+    *,
+    train_cfg: TrainArg | None = None,
+    out: str | os.PathLike | None = None,
+    say: Say = quiet,
+    **choices: Any,
+) -> Comparison:
+    """Every method (and the references: scratch, scratch ×10, mimetic, structured) condensed from ``ancestry``,
+    expanded to each of ``sizes`` and fine-tuned on ``data`` with the same budget and seeds, as ``learngene compare``
+    does; the result holds the table, the statistics and one recommendation per size.
+
+    Args:
+        ancestry: the ancestry's file, folder or Hub name, or an :class:`~learngene.pipeline.requests.AncestryRequest`
+            (a checkpoint's ``timm_model``, ``drop_head``).
+        data: a data source's name, or a :class:`~learngene.pipeline.requests.DataRequest` (its ``data_dir``,
+            ``few_shot`` and ``train_images``); descendants take the ancestry's input size.
+        sizes: the descendants' sizes, as ``"L4-D192-H3"`` (depth, width, heads) or ViTSpecs of the ancestry's
+            family.
+        train_cfg: the fine-tuning's settings, a TrainConfig or a dict by name (not given: ``learngene compare``'s, 5
+            epochs in batches of 64); its ``device``, ``progress`` and ``log`` are the run's.
+        out: the folder the run computes in and reports to (its cache: the same call continues an interrupted run;
+            several processes on one folder share the work); None: a temporary folder, removed afterwards (save the
+            result with :meth:`Comparison.save`).
+        say: called with the line that says where the report is, e.g. ``print``.
+        **choices: the fields of :class:`~learngene.pipeline.compare.CompareChoices` by name: ``methods``,
+            ``seeds``, ``references``, ``classes``, ``kd_lambda``, ``condense_data``, ``condense_epochs``, ...
+    """
+    request = _ancestry(ancestry)
+    source, data_dir, data_choices = _data(data)
+    texts = _sizes(sizes)
+    unknown = [k for k in choices if k not in CompareChoices.__dataclass_fields__]
+    if unknown:
+        fields = ", ".join(CompareChoices.__dataclass_fields__)
+        raise ArgumentTypeError(
+            f"compare() got an unexpected keyword argument {unknown[0]!r}; its choices are {fields}"
+        )
+    from_requests = {**data_choices, "timm_model": request.timm_model, "drop_head": request.drop_head}
+    chosen = CompareChoices(**{**{k: v for k, v in from_requests.items() if v is not None}, **choices})
+    cfg = train_config(train_cfg, "compare", "compare")
+    optional_path(out, "out")
+    say = speaker(say)
+    inputs = input_paths(request, DataRequest(source))
+    if out is not None:
+        check_not_input(out, inputs, folder_output=True)
+        if Path(out).exists() and not Path(out).is_dir():
+            raise LearngeneError(
+                f"out {str(out)!r} is not a folder; give the report folder (new, or a run's to continue)"
+            )
+    spec = request.load().spec  # the descendants' family, read before anything trains
+    profile = compare_profile(spec, str(request.path), source, texts, cfg, chosen)
+    options: dict[str, Any] = {"data_dir": data_dir, "progress": cfg.progress, "log": cfg.log}
+    if out is not None:
+        run = start_compare(profile, Path(out), device=cfg.device, **options)
+        rows = run.run()
+        say(f"learngene compare: report in {Path(out) / 'report.md'}")
+        return Comparison(rows, profile, dict(run.meta), inputs)
+    with tempfile.TemporaryDirectory(prefix="learngene-compare-") as folder:
+        run = start_compare(profile, folder, device=cfg.device, plots=False, **options)
+        return Comparison(run.run(), profile, dict(run.meta), inputs)
+
+
+def _ancestry(ancestry: Any) -> AncestryRequest:
+    """The ancestry as a request: compare's workers read it from its file (a loaded ancestry is refused)."""
+    if not isinstance(ancestry, AncestryRequest):
+        require_argument(
+            ancestry, (str, os.PathLike), "ancestry", "the ancestry's path or Hub name, or an AncestryRequest"
+        )
+        ancestry = AncestryRequest(ancestry)
+    if ancestry.timm_kwargs:
+        raise LearngeneError(
+            f"compare reads a checkpoint with {named('timm_model')} alone; {named('timm_kwargs', '--timm-arg')} "
+            f"do not apply: save the ancestry as a model file (learngene ancestry, train) and compare that"
+        )
+    return ancestry
+
+
+def _data(data: Any) -> tuple[str, str | None, dict[str, Any]]:
+    """The data source's name, its folder and what a :class:`DataRequest` chooses of the fine-tuning images."""
+    if isinstance(data, str):
+        data = DataRequest(data)
+    require_argument(data, DataRequest, "data", "a data source's name (e.g. 'digits') or a DataRequest")
+    fixed = [f for f in ("img_size", "in_chans", "workers") if getattr(data, f) is not None] + (
+        ["aug"] if data.aug != "none" else []
+    )
+    if fixed:
+        raise LearngeneError(
+            f"compare fine-tunes every descendant at the ancestry's input size without augmentation; leave "
+            f"{named(fixed[0])} out of the DataRequest"
+        )
+    data_dir = None if data.data_dir is None else str(data.data_dir)
+    return data.source, data_dir, {"few_shot": data.few_shot, "train_images": data.train_images}
+
+
+def _sizes(sizes: Any) -> list[str]:
+    """``sizes`` as ``L<depth>-D<width>-H<heads>`` texts (a single text is refused: give a list)."""
+    if isinstance(sizes, (str, ViTSpec)) or not isinstance(sizes, (list, tuple)):
+        shown = repr(sizes) if len(repr(sizes)) <= 40 else repr(sizes)[:37] + "..."
+        raise ArgumentTypeError(
+            f"sizes must be a list of sizes, e.g. ['L4-D192-H3', 'L6-D192-H3'] or ViTSpecs, got "
+            f"{type(sizes).__name__} {shown}"
+        )
+    texts = []
+    for size in sizes:
+        if isinstance(size, ViTSpec):
+            size = f"L{size.depth}-D{size.embed_dim}-H{size.num_heads}"
+        require_argument(size, str, "each of sizes", "a size such as 'L4-D192-H3' or a ViTSpec")
+        texts.append(size)
+    return texts
