@@ -228,30 +228,39 @@ def cli_page() -> str:
 
 
 # ---- API ------------------------------------------------------------------------------------------------------
+# below the use cases: what they take and return, the training loop, and the parts a Python user reaches for
 API_MODULES = (
-    "learngene.pipeline.condensing",
-    "learngene.pipeline.expanding",
-    "learngene.pipeline.adapting",
-    "learngene.pipeline.training",
-    "learngene.pipeline.results",
+    "learngene.pipeline.compare",
     "learngene.pipeline.inputs",
+    "learngene.pipeline.results",
     "learngene.binding",
     "learngene.data",
     "learngene.formats.export",
-    "learngene.pipeline.compare",
 )
 
 
 def api_page() -> str:
+    """The API reference: ``learngene``'s names first (the use cases, then what they take and return), then the
+    training loop and the modules below them."""
     import learngene
 
     out = ["# Python API", "", "Generated from the docstrings (Google style).", ""]
-    out += ["## `learngene`", "", "`import learngene as lg`: the names of `learngene.__all__`.", ""]
+    out += [
+        "## `learngene`",
+        "",
+        "`import learngene as lg`: one call per command (`lg.condense`, `lg.expand`, `lg.adapt`, `lg.train`, "
+        "`lg.train_ancestry`, `lg.compare`), each with the command's defaults and checks and returning a result that "
+        "saves itself; then the request objects they take, and the registry.",
+        "",
+    ]
     for name in learngene.__all__:
         if name == "__version__":
             continue
         module = learngene._EXPORTS[name]
         out += [f"::: learngene.{module}.{name}", "    options:", "      heading_level: 3", ""]
+    out += ["## `learngene.training`", "", "The one training loop, on a torch module and loaded data.", ""]
+    for target in ("learngene.training.loop.train", "learngene.training.evaluation.evaluate"):
+        out += [f"::: {target}", "    options:", "      heading_level: 3", ""]
     for module in API_MODULES:
         out += [f"## `{module}`", "", f"::: {module}", "    options:", "      heading_level: 3", ""]
     return "\n".join(out)
