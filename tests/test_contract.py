@@ -336,3 +336,17 @@ def test_a_hostile_argument_is_one_line_and_touches_nothing(made, name, paramete
     assert message and "\n" not in message, message
     assert _snapshot(inputs) == before_inputs, "an input changed"
     assert _snapshot(tmp_path) == before_here, "something was written"
+
+
+def test_the_loops_old_name_warns_and_still_trains():
+    """``learngene.train`` on a torch module is the training loop it was, for one release, with a DeprecationWarning
+    naming ``learngene.training.train``; the internals that left the top level load with one naming their module."""
+    from tests.conftest import TINY, make_images
+
+    with pytest.warns(DeprecationWarning, match=r"now learngene\.training\.train"):
+        result = lg.train(TINY.create_model(), make_images(8), lg.TrainConfig(epochs=1, batch_size=8, progress=False))
+    assert len(result.history) == 1
+    for name, module in (("make_descendant", "descendant"), ("GeneNet", "training.genenet")):
+        with pytest.warns(DeprecationWarning, match=rf"import it from learngene\.{module}"):
+            assert callable(getattr(lg, name))
+    assert lg.training.train.__module__ == "learngene.training.loop" and "make_descendant" not in lg.__all__

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..bench.findings import family
 from ..bench.profiles import Profile
 from ..bench.rows import Row
-from ..bench.stats import decide
 from ..errors import ArgumentTypeError, LearngeneError, named, require_argument
 from ..formats.atomic import check_not_input
 from ..formats.export import check_output_folder
@@ -71,21 +71,21 @@ class Comparison:
 
     @property
     def statistics(self) -> list[dict[str, Any]]:
-        """One record per size, method and reference it is set against: the paired difference of final top-1 over
-        the seeds both have (``difference``, its 95 % t interval ``low``..``high``, ``p``), the Holm-corrected
-        ``decision`` (``+`` better, ``−`` worse, ``=`` not resolved, ``?`` too few seeds) and, for ``=``, about how many
-        seeds would resolve it (:func:`learngene.bench.stats.decide`, as the report's ``vs`` columns)."""
+        """One record per size, start and reference start it is set against, as the report's ``vs`` columns decide
+        them (:func:`learngene.bench.findings.family`): methods whose descendants start from the same weights are one
+        start (``start``: their names joined, ``front = pretrained``); the paired difference of final top-1 over the
+        seeds both have (``difference``, its 95 % t interval ``low``..``high``, ``p``), the Holm-corrected
+        ``decision`` (``+`` better, ``−`` worse, ``=`` not resolved, ``?`` too few seeds) and, for ``=``, about how
+        many seeds would resolve it."""
         records = []
         for size, groups in self._groups().items():
-            results = {label: {r.seed: r.acc for r in group} for label, group in groups.items()}
-            refs = [r for r in self.profile.references if r in results]
-            verdicts, _ = decide(results, refs)
-            for (label, ref), verdict in verdicts.items():
+            fam = family(groups, self.profile.references, size)
+            for (start, ref), verdict in fam.verdicts.items():
                 diff = verdict.diff
                 records.append(
                     {
                         "size": size,
-                        "method": label,
+                        "start": start,
                         "reference": ref,
                         "difference": diff.mean,
                         "low": diff.low,
@@ -94,6 +94,7 @@ class Comparison:
                         "seeds": diff.n,
                         "decision": verdict.mark,
                         "seeds_to_resolve": verdict.seeds,
+                        "comparisons": fam.m,
                     }
                 )
         return records

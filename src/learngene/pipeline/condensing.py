@@ -10,12 +10,11 @@ from typing import Any
 
 from ..ancestry import feed_size
 from ..binding import check_before_saving
-from ..data import preprocessing_cfg
+from ..data import Data, preprocessing_cfg
 from ..errors import LearngeneError, named, require_argument
 from ..formats.weights import digest
 from ..method import Ancestry, CondenseInputs, Method
 from ..registry import get_method
-from ..training.config import TrainConfig
 from ..training.loop import seed_everything
 from .inputs import (
     DataArg,
@@ -75,8 +74,10 @@ def condense(
     source = requested.load() if isinstance(requested, AncestryRequest) else requested
     inputs, preprocessing = None, source.preprocessing
     if made.needs_data:
-        inputs = _condense_inputs(made, source, data, cfg, run_dir, resume)
-        preprocessing = preprocessing_cfg(inputs.train)  # what the gene's tensors were trained on
+        train, test = _fed_data(source, data, cfg.seed)
+        run_cfg = cfg.replace(identity=_run_identity(made, source)) if run_dir else cfg
+        inputs = CondenseInputs(train=train, eval=test, train_cfg=run_cfg, run_dir=run_dir, resume=resume)
+        preprocessing = preprocessing_cfg(train)  # what the gene's tensors were trained on
     seed_everything(cfg.seed)
     gene = dataclasses.replace(made.condense(source, inputs), preprocessing=preprocessing)
     gene.label_space = source.label_space
@@ -100,35 +101,26 @@ def _method(method: Any, options: Any) -> Method:
     return cls(**method_options(cls.Config, options))
 
 
-def _condense_inputs(
-    method: Method,
-    ancestry: Ancestry,
-    data: DataArg | None,
-    cfg: TrainConfig,
-    run_dir: str | Path | None,
-    resume: bool,
-) -> CondenseInputs:
-    """The data (fed to the ancestry: its input size and channels) and settings of a condensation that needs data."""
-    model_in = ancestry.spec  # None for a non-ViT teacher: the data keep their own size unless told otherwise
-    train, test = load_data(
-        data,
-        feed_size(ancestry, ancestry.preprocessing),
-        model_in.in_chans if model_in else None,
-        ancestry.preprocessing,
-        cfg.seed,
-    )
+def _fed_data(ancestry: Ancestry, data: DataArg | None, seed: int) -> tuple[Data, Data | None]:
+    """The data of a condensation, fed to the ancestry: at its input size and channels (a non-ViT teacher's data keep
+    their own size unless told otherwise)."""
+    model_in = ancestry.spec
+    chans = model_in.in_chans if model_in else None
+    train, test = load_data(data, feed_size(ancestry, ancestry.preprocessing), chans, ancestry.preprocessing, seed)
     if model_in and train.in_chans != model_in.in_chans:
         flag = named("in_chans")
         raise LearngeneError(
             f"{flag} {train.in_chans}: condensing feeds the data to the ancestry, which reads "
             f"{model_in.in_chans}-channel images; leave {flag} out (the data follow the ancestry)"
         )
-    if run_dir:  # what a resumed run must share with this one, besides what the loop sees
-        identity = {
-            "command": "condense",
-            "method": method.name,
-            "options": dataclasses.asdict(method.config),
-            "ancestry weights": digest(ancestry.model.state_dict()),
-        }
-        cfg = cfg.replace(identity=identity)
-    return CondenseInputs(train=train, eval=test, train_cfg=cfg, run_dir=run_dir, resume=resume)
+    return train, test
+
+
+def _run_identity(method: Method, ancestry: Ancestry) -> dict[str, Any]:
+    """What a resumed condensation must share with this one, besides what the loop sees."""
+    return {
+        "command": "condense",
+        "method": method.name,
+        "options": dataclasses.asdict(method.config),
+        "ancestry weights": digest(ancestry.model.state_dict()),
+    }
