@@ -23,6 +23,7 @@ import torch
 
 import learngene as lg
 from learngene.data import ImageData
+from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
 from learngene.method import AdaptInputs, Ancestry, CondenseInputs
 from learngene.training.loop import TrainConfig, seed_everything
@@ -103,20 +104,20 @@ def main() -> None:
                 for target in sizes:
                     attempt(
                         f"{case} {target.short()}",
-                        lambda: lg.make_descendant(gene, target, seed=3, **options).state_dict(),
+                        lambda: make_descendant(gene, target, seed=3, **options).state_dict(),
                     )
                 target = sizes[0]
                 attempt(
                     f"{case} top_up {target.short()}",
-                    lambda: lg.make_descendant(gene, target, seed=1, top_up="mimetic").state_dict(),
+                    lambda: make_descendant(gene, target, seed=1, top_up="mimetic").state_dict(),
                 )
                 attempt(
                     f"{case} sincos {target.short()}",
-                    lambda: lg.make_descendant(gene, target, seed=1, pos_embed="sincos").state_dict(),
+                    lambda: make_descendant(gene, target, seed=1, pos_embed="sincos").state_dict(),
                 )
                 attempt(
                     f"{case} blend {target.short()}",
-                    lambda: lg.make_descendant(gene, target, seed=1, blend_mimetic=0.5).state_dict(),
+                    lambda: make_descendant(gene, target, seed=1, blend_mimetic=0.5).state_dict(),
                 )
                 if cls.adaptable and not options:
                     seed_everything(0)
@@ -125,7 +126,7 @@ def main() -> None:
                         record(f"{case} adapted", adapted.tensors)
                         attempt(
                             f"{case} adapted {sizes[1].short()}",
-                            lambda: lg.make_descendant(adapted, sizes[1]).state_dict(),
+                            lambda: make_descendant(adapted, sizes[1]).state_dict(),
                         )
                     except LearngeneError as exc:
                         lines.append(f"{case} adapt refused: {' '.join(str(exc).split())}")

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 import learngene as lg
+from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.pith import PITH, PITHConfig, PITHHyperNet, inherited_tensors
@@ -269,7 +270,7 @@ def test_condense_save_load_expand_smaller_same_deeper_wider(tmp_path):
     sizes = dict(smaller=dict(depth=1, embed_dim=16, num_heads=1), same={}, deeper=dict(depth=4))
     for size in (*sizes.values(), dict(depth=3, embed_dim=64, num_heads=4)):
         spec = SPEC.replace(**size)
-        model = lg.make_descendant(loaded, spec)
+        model = make_descendant(loaded, spec)
         plain = timm.create_model(spec.arch, pretrained=False, **spec.timm_kwargs())
         plain.load_state_dict(model.state_dict(), strict=True)
         out = plain.eval()(torch.randn(2, 3, 16, 16))
@@ -304,7 +305,7 @@ def test_other_channels_and_resolution_than_the_ancestry_s():
     gene, _ = _condense(size=8, chans=1)
     assert gene.layout.in_chans == 1 and gene.layout.img_size == 8
     spec = gene.layout.replace(depth=3)
-    out = lg.make_descendant(gene, spec).eval()(torch.randn(2, 1, 8, 8))
+    out = make_descendant(gene, spec).eval()(torch.randn(2, 1, 8, 8))
     assert out.shape == (2, 10) and torch.isfinite(out).all()
 
 

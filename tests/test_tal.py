@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 import learngene as lg
+from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.tal import TAL, group_size, lora_block, normalize, spec_graph, tile_params
@@ -215,7 +216,7 @@ def test_condense_save_load_expand_to_two_sizes(tmp_path):
     assert loaded.method == "tal" and set(loaded.tensors) == set(gene.tensors)
     for size in (dict(depth=1), dict(depth=3, embed_dim=64, num_heads=4)):
         spec = SPEC.replace(**size)
-        model = lg.make_descendant(loaded, spec)
+        model = make_descendant(loaded, spec)
         plain = timm.create_model(spec.arch, pretrained=False, **spec.timm_kwargs())
         plain.load_state_dict(model.state_dict(), strict=True)
         out = plain.eval()(torch.randn(2, 3, 16, 16))
