@@ -12,8 +12,9 @@ import timm
 import torch
 
 from learngene.errors import LearngeneError
-from learngene.method import Ancestry, CondenseInputs, methods_for_any_teacher
-from learngene.pipeline import expand
+from learngene.method import Ancestry, CondenseInputs
+from learngene.pipeline import condense, expand
+from learngene.pipeline.condensing import methods_for_any_teacher
 from learngene.registry import get_method, list_methods
 from learngene.training.loop import TrainConfig, seed_everything
 from learngene.vit.model_spec import spec_from_model
@@ -52,7 +53,7 @@ def test_the_condense_hint_names_every_method_that_serves_a_teacher_no_spec_desc
     """Every registered method that needs no ViT is named (lets, pool and sws too), and each, given the aux net's
     size the hint names, condenses the BEiT and expands."""
     with pytest.raises(LearngeneError) as info:
-        _condense("pretrained", beit)
+        condense("pretrained", beit)  # the pipeline names the methods that serve; the method alone cannot dispatch
     message = str(info.value)
     assert "\n" not in message
     serving = [m for m in list_methods() if not get_method(m).needs_vit_ancestry]

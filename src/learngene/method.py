@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from .data import Data
-from .errors import LearngeneError, named, require_argument
+from .errors import LearngeneError, require_argument
 from .errors import setting as by_caller
 from .gene import Learngene
 from .training.loop import TrainConfig, TrainResult
@@ -68,32 +68,24 @@ class Ancestry:
             require_argument(self.spec, ViTSpec, "Ancestry.spec", "a ViTSpec or None")
 
     def require_vit(self, method: str) -> ViTSpec:
-        """The ancestry's spec; a one-line error naming ``method`` when the ancestry is not a ViT a spec describes,
-        and every registered method that serves it (:func:`methods_for_any_teacher`)."""
+        """The ancestry's spec; a one-line error naming ``method`` when the ancestry is not a ViT a spec describes
+        (:func:`learngene.pipeline.condense` names the methods that serve it before this is reached)."""
         if self.spec is None:
-            why = self.unsupported or f"this ancestry is {type(self.model).__name__}"
-            distil, free = methods_for_any_teacher()
-            sizes = ", ".join(named(f"aux_{n}", f"--opt aux_{n}=N") for n in ("depth", "embed_dim", "num_heads"))
             raise LearngeneError(
-                f"method {method} picks weights from a ViT ancestry, but {why}; use {', '.join(distil)} (they distil "
-                f"any classifier into an aux net of the size you give: {sizes}) or {', '.join(free)} (no ancestry)"
+                f"method {method} picks weights from a ViT ancestry, but {self.not_a_vit()}; use a method that "
+                f"distils any classifier into an aux net (`learngene methods` lists them) or one that needs no ancestry"
             )
         return self.spec
+
+    def not_a_vit(self) -> str:
+        """Why no spec describes this ancestry, in words for a message."""
+        return self.unsupported or f"this ancestry is {type(self.model).__name__}"
 
     def state(self) -> StateDict:
         """The model's tensors, not copied: a billion-parameter ancestry must not be held twice; what timm stacks
         across layers (mixed RoPE's frequencies) held per block, as methods read it (:meth:`ViTSpec.split_layers`)."""
         state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
         return self.spec.split_layers(state) if self.spec is not None else state
-
-
-def methods_for_any_teacher() -> tuple[list[str], list[str]]:
-    """The registered methods that serve an ancestry no spec describes: those that distil it into an aux net, and
-    those that need no ancestry."""
-    from .registry import get_method, list_methods
-
-    serving = [get_method(name) for name in list_methods() if not get_method(name).needs_vit_ancestry]
-    return [m.name for m in serving if m.aux_net], [m.name for m in serving if not m.needs_data]
 
 
 @dataclass

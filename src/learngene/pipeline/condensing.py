@@ -14,7 +14,7 @@ from ..data import Data, preprocessing_cfg
 from ..errors import LearngeneError, named, require_argument
 from ..formats.weights import digest
 from ..method import Ancestry, CondenseInputs, Method
-from ..registry import get_method
+from ..registry import get_method, list_methods
 from ..training.loop import seed_everything
 from .inputs import (
     DataArg,
@@ -72,6 +72,8 @@ def condense(
     cfg = train_config(train_cfg, "condense", f"condense {made.name}", **_phase_defaults(made, data))
     open_run_dir(run_dir, resume, cfg)
     source = requested.load() if isinstance(requested, AncestryRequest) else requested
+    if source.spec is None and made.needs_vit_ancestry:
+        raise LearngeneError(_not_a_vit(made, source))
     inputs, preprocessing = None, source.preprocessing
     if made.needs_data:
         train, test = _fed_data(source, data, cfg.seed)
@@ -85,6 +87,24 @@ def condense(
     gene.ancestry_source = source.source
     check_before_saving(gene, made)
     return Condensed(gene, made.condense_note(gene), inputs=input_paths(ancestry, data))
+
+
+def methods_for_any_teacher() -> tuple[list[str], list[str]]:
+    """The registered methods that serve an ancestry no spec describes: those that distil it into an aux net, and
+    those that need no ancestry."""
+    serving = [get_method(name) for name in list_methods() if not get_method(name).needs_vit_ancestry]
+    return [m.name for m in serving if m.aux_net], [m.name for m in serving if not m.needs_data]
+
+
+def _not_a_vit(method: Method, ancestry: Ancestry) -> str:
+    """The refusal of ``method``, which picks weights from a ViT, for an ancestry no spec describes: every registered
+    method that serves it instead."""
+    distil, free = methods_for_any_teacher()
+    sizes = ", ".join(named(f"aux_{n}", f"--opt aux_{n}=N") for n in ("depth", "embed_dim", "num_heads"))
+    return (
+        f"method {method.name} picks weights from a ViT ancestry, but {ancestry.not_a_vit()}; use {', '.join(distil)} "
+        f"(they distil any classifier into an aux net of the size you give: {sizes}) or {', '.join(free)} (no ancestry)"
+    )
 
 
 def _phase_defaults(method: Method, data: DataArg | None) -> dict[str, Any]:
