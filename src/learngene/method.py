@@ -38,7 +38,7 @@ from .validate import (
     refusal,
 )
 from .vit.spec import ViTSpec
-from .vit.transfer import StateDict
+from .vit.transfer import StateDict, keep_blocks
 
 
 @dataclass
@@ -223,6 +223,13 @@ class Method:
         expand_outputs: what else than a timm ViT ``expand`` makes from its genes (:class:`ExpandOutput`, e.g.
             pool's stitched descendant, ``learngene expand GENE --stitch F:J-E:K``); the generic expand step
             (:func:`learngene.pipeline.expand`) asks for one by name.
+        selects_layers: expand's ``layers`` (``first``, ``last``, ``spread`` or indices) picks which ancestry
+            layers a descendant keeps (:meth:`keep_layers`); False: the method's math fixes them and ``layers`` is
+            refused (TLEG's linear expansion, WAVE's templates, mimetic's draws, ...).
+        layers_option: the method's own option that also picks the layers (pretrained's ``variant``): given with
+            ``layers``, the two must name the same rule.
+        preserves: where ``expand`` promises the ancestry's function, in words (``verify`` checks the promise there,
+            :meth:`preserves_function` says where); "" where it promises nothing.
         demo_budget: the share of ``learngene demo``'s condensation images this method condenses on (for as many
             epochs as the others): a condensation that costs more than one aux net's per image, or that cannot
             catch up on the demo's budget anyway, declares less so that the demo stays short; the demo's planned
@@ -254,6 +261,9 @@ class Method:
     record_tensors: ClassVar[tuple[str, ...]] = ()
     expand_outputs: ClassVar[tuple[ExpandOutput, ...]] = ()
     demo_budget: ClassVar[float] = 1.0
+    selects_layers: ClassVar[bool] = False
+    layers_option: ClassVar[str | None] = None
+    preserves: ClassVar[str] = ""
 
     def __init__(self, config: Any = None, **overrides: Any):
         self.config = self.checked_config(config, **overrides)
@@ -292,6 +302,20 @@ class Method:
         """The timm state_dict keys ``expand`` gives for ``spec`` (the rest keep timm's initialization)."""
         with torch.no_grad():
             return list(spec.join_layers(self.expand(gene, spec)))
+
+    def keep_layers(self, gene: Learngene, layers: list[int]) -> Learngene:
+        """``gene`` reduced to ancestry layers ``layers`` (0-based, increasing), as a gene of that depth whose
+        descendant of that depth keeps exactly them (expand's ``layers``; only for a method that
+        :attr:`selects_layers`). This default serves a gene holding every ancestry layer as timm's blocks."""
+        layout = gene.require_layout()
+        return dataclasses.replace(
+            gene, tensors=keep_blocks(gene.tensors, layers), layout=layout.replace(depth=len(layers))
+        )
+
+    def preserves_function(self, gene: Learngene, spec: ViTSpec) -> bool:
+        """Whether the descendant of ``spec`` computes the ancestry's function (up to float rounding), as the
+        method promises (:attr:`preserves`); ``verify`` runs both to check it."""
+        return False
 
     def adapt(self, gene: Learngene, spec: ViTSpec, inputs: AdaptInputs) -> tuple[Learngene, TrainResult]:
         """Specialize ``gene`` to ``spec`` on a little downstream data (WAVE's scalers, PEG's φ)."""
@@ -343,6 +367,11 @@ class Method:
             ancestry=ancestry,
             cost=cost or {},
         )
+
+
+def same_size(gene: Learngene, spec: ViTSpec) -> bool:
+    """Whether ``spec`` is the size of the ancestry ``gene`` was condensed from, in every field (a same-size copy)."""
+    return gene.ancestry is not None and spec == gene.ancestry
 
 
 def _typed(config: Any) -> Any:

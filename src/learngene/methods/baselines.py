@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..gene import Learngene
-from ..method import Ancestry, CondenseInputs, Method, Paper
+from ..method import Ancestry, CondenseInputs, Method, Paper, same_size
 from ..registry import register_method
 from ..validate import CONDENSE, EXPAND, option
 from ..vit.attention_init import UntrainedAttentionOptions, mimetic_where_untrained, untrained_attention_note
@@ -113,6 +113,12 @@ class Pretrained(BlockCopier):
         "its Pre-Fin baselines",
     )
     Config = PretrainedConfig
+    selects_layers = True
+    layers_option = "variant"  # first and last are expand's layers=first and last; middle is its own
+    preserves = "at the ancestry's own size with untrained_attention=keep (a same-size copy)"
+
+    def preserves_function(self, gene: Learngene, spec: ViTSpec) -> bool:
+        return same_size(gene, spec) and self.config.untrained_attention == "keep"
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         ancestry = self.require_ancestry(ancestry)

@@ -54,6 +54,7 @@ session's search, so no repository name or commit is recorded here.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,10 +63,11 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from ..errors import LearngeneError, named
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..validate import CONDENSE, EXPAND, option
+from ..validate import CONDENSE, EXPAND, option, option_assignment
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import CLASSES, KEEP, Axis, StateDict, block_axes, carried, inherit_non_block, non_block_axes
 
@@ -271,6 +273,31 @@ class Front(Method):
     )
     Config = FrontConfig
     seed_option = "seed"
+    selects_layers = True  # the authors' rule keeps every layer's depth frequency: a layer can be taken back out
+
+    def keep_layers(self, gene: Learngene, layers: list[int]) -> Learngene:
+        """Ancestry layers ``layers`` taken back out of the depth transform (every depth frequency is stored: its
+        inverse at the ancestry's depth gives each layer's width coefficients) and transformed along depth again at
+        their number, in float64; their mean and std picked. A descendant of that depth takes exactly those rows
+        (``depth_rows`` keeps all ``len(layers)`` frequencies), width-resampled as any front descendant's."""
+        cfg, layout = self.config, gene.require_layout()
+        if cfg.variant == "orthonormal":
+            raise LearngeneError(
+                f"front picks a descendant's layers from genes of its authors' rule only; this gene is "
+                f"variant=orthonormal (one 3-D transform): condense with variant=authors, or leave {named('layers')} out"
+            )
+        if 0 < cfg.select_n < len(layers):
+            raise LearngeneError(
+                f"front's {option_assignment('select_n', cfg.select_n)} keeps {cfg.select_n} depth frequencies, so "
+                f"the {len(layers)} layers would not be the ancestry's; give {named('layers')} or select_n, not both"
+            )
+        index, tensors = torch.tensor(layers), dict(gene.tensors)
+        for name in block_axes(layout):
+            coeffs = gene.tensors[PREFIX + name].double()
+            rows = _along(coeffs, 0, idct_basis(layout.depth, layout.depth, coeffs.dtype, coeffs.device))[index]
+            tensors[PREFIX + name] = _along(rows, 0, dct_ii(len(layers), rows.dtype, rows.device))
+            tensors[STATS + name] = gene.tensors[STATS + name][index]
+        return dataclasses.replace(gene, tensors=tensors, layout=layout.replace(depth=len(layers)))
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         ancestry = self.require_ancestry(ancestry)
@@ -305,8 +332,8 @@ class Front(Method):
             z = from_coefficients(rows, block_key(0, name), shape, cfg.use_ratio, cfg.mlp_dct_dim)
             layer_stats = stats.double()[torch.arange(spec.depth).clamp(max=src.depth - 1)]
             weights = z * _expand_as(layer_stats[:, 1], z) + _expand_as(layer_stats[:, 0], z)
-            for layer in range(spec.depth):
-                out[block_key(layer, name)] = weights[layer].to(coeffs.dtype)
+            for layer in range(spec.depth):  # in the stored weights' dtype (a gene of picked layers holds float64)
+                out[block_key(layer, name)] = weights[layer].to(stats.dtype)
         narrow = carried(src, spec)
         non_block = {}
         for key, shape in narrow.non_block_shapes(vit_layout=True).items():

@@ -34,7 +34,8 @@ variance. Its noise (``snr_db``) is independent per weight (Net2Net adds noise t
 the function changes a little.
 
 The learngene is the whole ancestry. Sizes smaller than the ancestry's are refused (that is what
-importance and weight_selection do).
+importance and weight_selection do), but for a shallower one whose layers expand's ``layers`` picks: each kept
+layer is widened as above.
 
 Authors' code: HyperCloning, github.com/apple/ml-hypercloning (snapshot read at 7c4e80b, written for
 language models); G_stack and Net2Net: none was found in this session's search.
@@ -137,6 +138,21 @@ class Grow(Method):
         Paper("Net2Net: Accelerating Learning via Knowledge Transfer", "Chen et al.", "ICLR", 2016, "1511.05641"),
     )
     Config = GrowConfig
+    selects_layers = True  # every layer by default; expand's layers keeps fewer, each widened
+    preserves = (
+        "with width=hyperclone at whole multiples of the ancestry's width and MLP, at its depth (deeper with "
+        "depth=identity), input size and classes (headless: at its width, whose embedding a wider one tiles)"
+    )
+
+    def preserves_function(self, gene: Learngene, spec: ViTSpec) -> bool:
+        """HyperCloning keeps the function (module docstring), Net2Net's widening and G_stack's stacking do not."""
+        a = gene.ancestry
+        if a is None or self.config.width != "hyperclone":
+            return False
+        rest = spec.replace(depth=a.depth, embed_dim=a.embed_dim, num_heads=a.num_heads, mlp_ratio=a.mlp_ratio)
+        depth = spec.depth == a.depth or (spec.depth > a.depth and self.config.depth == "identity")
+        multiples = spec.embed_dim % a.embed_dim == 0 and spec.mlp_hidden % a.mlp_hidden == 0
+        return rest == a and depth and multiples and (a.num_classes > 0 or spec.embed_dim == a.embed_dim)
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         ancestry = self.require_ancestry(ancestry)

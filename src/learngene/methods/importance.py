@@ -22,7 +22,7 @@ Every narrower descendant is then a prefix slice: the first ``D'`` channels, ``H
 :mod:`learngene.vit.heads`) and ``M'`` neurons. The kept residual channels are put back in the ancestry's
 order (the gene stores the permutation), so a same-size descendant outputs the ancestry's embedding
 channel for channel, as a probe or a text tower tied to it expects. Depth keeps the ``L'``
-highest-scoring layers in their original order.
+highest-scoring layers in their original order (expand's ``layers`` picks others instead).
 
 Rescaling (subcloning). The kept channels carry most of the residual stream's energy, so a
 LayerNorm over ``D'`` of ``D`` channels divides by a standard deviation about ``√(D/D')`` larger than
@@ -38,6 +38,7 @@ Authors' code: none was found in this session's search (weight subcloning, Minit
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ from torch.utils.hooks import RemovableHandle
 from ..data import Data
 from ..errors import LearngeneError
 from ..gene import Learngene
-from ..method import Ancestry, CondenseInputs, Method, Paper
+from ..method import Ancestry, CondenseInputs, Method, Paper, same_size
 from ..registry import register_method
 from ..validate import CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key, measured_spec, require_inference_memory
@@ -210,6 +211,17 @@ class Importance(Method):
     Config = ImportanceConfig
     needs_data = True
     demo_budget = 0.1  # it scores num_images (256) of them: the demo's budget counts no more
+    selects_layers = True  # the highest-scoring layers by the papers; expand's layers picks others
+    preserves = "at the ancestry's own size (its tensors permuted: the same function up to float rounding)"
+
+    def preserves_function(self, gene: Learngene, spec: ViTSpec) -> bool:
+        return same_size(gene, spec)
+
+    def keep_layers(self, gene: Learngene, layers: list[int]) -> Learngene:
+        """The chosen layers and their scores: a descendant of that depth keeps them all, in this order."""
+        kept = super().keep_layers(gene, layers)
+        scores = gene.tensors[LAYER_SCORE][torch.tensor(layers)]
+        return dataclasses.replace(kept, tensors={**kept.tensors, LAYER_SCORE: scores})
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         """Scores on a calibration sample of ``inputs.train``; the ancestry permuted into their order."""

@@ -1,7 +1,8 @@
 """Weight Selection (Xu et al., "Initializing Models with Larger Ones", ICLR 2024).
 
-A smaller descendant takes the ancestry's first ``L_d`` layers, and from every tensor the evenly
-spaced indices of every dimension (every k-th when the sizes divide, else a rounded linspace). The
+A smaller descendant takes the ancestry's first ``L_d`` layers (or those expand's ``layers`` picks), and
+from every tensor the evenly spaced indices of every dimension (every k-th when the sizes divide, else a rounded
+linspace). The
 authors select rows of the fused qkv matrix without regard to heads; with ``head_aware=True``
 (default) whole heads are selected consistently across q, k, v, their biases and the matching W_O
 columns, and the same within-head dimensions in every head, so each selected head stays a head.
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..host.memory import give_back
-from ..method import Ancestry, CondenseInputs, Method, Paper
+from ..method import Ancestry, CondenseInputs, Method, Paper, same_size
 from ..registry import register_method
 from ..validate import EXPAND, option, option_assignment
 from ..vit.spec import ViTSpec, block_key
@@ -52,6 +53,11 @@ class WeightSelection(Method):
     paper = Paper("Initializing Models with Larger Ones", "Xu et al.", "ICLR", 2024, "2311.18823")
     Config = WeightSelectionConfig
     same_as_at_ancestry_width = "pretrained"  # the first layers and, at full width, every element
+    selects_layers = True  # the first N by the paper; expand's layers picks others
+    preserves = "at the ancestry's own size (a same-size copy)"
+
+    def preserves_function(self, gene: Learngene, spec: ViTSpec) -> bool:
+        return same_size(gene, spec)
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         ancestry = self.require_ancestry(ancestry)

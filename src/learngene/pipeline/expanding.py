@@ -7,18 +7,22 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch import nn
+
 from ..binding import BoundMethod, bind_gene
 from ..descendant import fit_gene_to_budget, make_descendant
-from ..errors import LearngeneError, named, require_argument
+from ..errors import LearngeneError, assigned, named, require_argument
 from ..formats.atomic import quote
 from ..formats.hub import describe_source
 from ..formats.labels import describe as describe_labels
 from ..gene import Learngene
-from ..method import ExpandOutput, Method, citations
+from ..method import Ancestry, ExpandOutput, Method, citations
 from ..registry import get_method, list_methods
 from ..training.loop import seed_everything
-from ..validate import EXPAND
+from ..validate import EXPAND, option_assignment
 from ..vit.spec import ViTSpec
+from ..vit.transfer import kept_layers
 from .inputs import (
     Say,
     SizeArg,
@@ -31,7 +35,7 @@ from .inputs import (
     size_fields,
     speaker,
 )
-from .requests import ExpandChoices
+from .requests import AncestryRequest, ExpandChoices
 from .results import Descendant, head_label_space, license_entry
 
 
@@ -81,7 +85,13 @@ def expand(
     bound = bind_gene(loaded, EXPAND, source=source, method=cls, seed=chosen.seed, check=False, options=opts)
     if chosen.max_params is not None or chosen.max_flops is not None:
         spec = _fit_to_budget(bound, spec, size, chosen, say)
-    model, provided = make_descendant(bound, spec, seed=chosen.seed, top_up=chosen.top_up, return_keys=True)
+    expanded, kept = bound, None
+    if chosen.layers is not None:  # the gene reduced to the layers kept, expanded at their number
+        kept = _kept_layers(bound, spec, chosen)
+        reduced = bound.method.keep_layers(loaded, kept)
+        expanded = BoundMethod(reduced, bound.method, EXPAND, source, bound.options, bound.seed)
+    ancestry = _verify_ancestry(bound, spec, chosen) if chosen.verify is not None else None
+    model, provided = make_descendant(expanded, spec, seed=chosen.seed, top_up=chosen.top_up, return_keys=True)
     origin = _origin(bound, opts, provided, chosen)
     top_up = chosen.top_up
     summary = (
@@ -89,8 +99,97 @@ def expand(
         f"from the {loaded.method} gene" + (f", the rest topped up by {top_up} where it has weights" if top_up else "")
     )
     card = _card(bound, spec, provided, opts, chosen)
+    if kept is not None:
+        rule = chosen.layers if isinstance(chosen.layers, str) else "list"
+        origin["layers"] = {"rule": rule, "kept": kept}
+        card["ancestry layers kept"] = f"{', '.join(map(str, kept))} of 0..{loaded.require_layout().depth - 1} ({rule})"
+        summary += f", ancestry layers {','.join(map(str, kept))}"
+    if ancestry is not None:
+        origin["verify"] = _verified(ancestry, model, spec, chosen)
+        line = (
+            f"verified against {origin['verify']['ancestry']}: on a probe batch of {PROBE_IMAGES} random images (seed "
+            f"{PROBE_SEED}) the outputs differ by at most {origin['verify']['max_abs_diff']:.3g} (largest absolute "
+            f"difference; the ancestry's outputs reach {origin['verify']['max_abs_output']:.3g})"
+        )
+        card["verified"] = line
+        say(line)
     inputs = input_paths(source)
     return Descendant(model, spec, origin, loaded.preprocessing, summary, provided, card, inputs=inputs)
+
+
+def _kept_layers(bound: BoundMethod, spec: ViTSpec, chosen: ExpandChoices) -> list[int]:
+    """The ancestry layers ``spec``'s descendant keeps by ``chosen.layers``
+    (:func:`~learngene.vit.transfer.kept_layers`); one line for a method whose math fixes them, or whose own option
+    that picks them (:attr:`~learngene.method.Method.layers_option`) names another rule."""
+    cls, gene = type(bound.method), bound.gene
+    if not cls.selects_layers:
+        pickers = [m for m in list_methods() if get_method(m).selects_layers]
+        raise LearngeneError(
+            f"{named('layers')} picks which ancestry layers a descendant keeps, but a {gene.method} descendant's layers "
+            f"are fixed by its method; leave layers out, or condense with a method that picks them: {', '.join(pickers)}"
+        )
+    option, rule = cls.layers_option, chosen.layers
+    assert rule is not None  # asked for
+    if option and option in bound.options and bound.options[option] != rule:
+        shown = rule if isinstance(rule, str) else ",".join(map(str, rule))
+        raise LearngeneError(
+            f"{gene.method}'s {option_assignment(option, bound.options[option])} and {assigned('layers', shown)} "
+            f"both pick the layers a descendant keeps, differently; give one of them"
+        )
+    return kept_layers(rule, gene.require_layout().depth, spec.depth)
+
+
+# verify's probe batch: a few images of standard-normal pixels, always the same
+PROBE_IMAGES, PROBE_SEED = 4, 0
+
+
+def _verify_ancestry(bound: BoundMethod, spec: ViTSpec, chosen: ExpandChoices) -> Ancestry:
+    """The ancestry ``chosen.verify`` names, loaded, where the gene's method promises the ancestry's function at
+    ``spec`` (:meth:`~learngene.method.Method.preserves_function`); one line where it promises nothing, or for an
+    ancestry of another size than the gene's."""
+    method, gene = bound.method, bound.gene
+    if not method.preserves_function(gene, spec):
+        promise = type(method).preserves
+        why = (
+            f"{gene.method} promises the ancestry's function only {promise}, and {spec.short()} here is not that"
+            if promise
+            else f"{gene.method} promises no descendant the ancestry's function, so there is nothing to verify"
+        )
+        raise LearngeneError(f"{why}; leave {named('verify')} out")
+    given = chosen.verify
+    assert given is not None  # asked for
+    ancestry = (given if isinstance(given, AncestryRequest) else AncestryRequest(given)).load()
+    want = gene.ancestry.to_dict() if gene.ancestry is not None else {}
+    got = ancestry.spec.to_dict() if ancestry.spec is not None else {}
+    differ = next((k for k in want if got.get(k) != want[k]), None)
+    if differ is not None:
+        raise LearngeneError(
+            f"the ancestry given to {named('verify')} has {differ} {got.get(differ)!r}, the one the gene was condensed "
+            f"from {want[differ]!r}: give that ancestry"
+        )
+    return ancestry
+
+
+def _verified(ancestry: Ancestry, model: nn.Module, spec: ViTSpec, chosen: ExpandChoices) -> dict[str, Any]:
+    """What the descendant's file records of ``verify``: the ancestry given, the probe, the largest absolute
+    difference of the two models' outputs on it and the largest absolute output of the ancestry (their scale)."""
+    generator = torch.Generator().manual_seed(PROBE_SEED)
+    probe = torch.randn((PROBE_IMAGES, spec.in_chans, spec.img_size, spec.img_size), generator=generator)
+    modes = ancestry.model.training, model.training
+    try:
+        with torch.no_grad():
+            expected, got = ancestry.model.eval()(probe), model.eval()(probe)
+    finally:
+        ancestry.model.train(modes[0]), model.train(modes[1])
+    if expected.shape != got.shape:  # the promise holds outputs of one shape (preserves_function)
+        raise LearngeneError(f"verify compares outputs of one shape: {tuple(expected.shape)} and {tuple(got.shape)}")
+    given = chosen.verify
+    return {
+        "ancestry": str(given.path if isinstance(given, AncestryRequest) else given),
+        "probe": f"{PROBE_IMAGES} images of standard-normal pixels, seed {PROBE_SEED}",
+        "max_abs_diff": float((expected - got).abs().max()),
+        "max_abs_output": float(expected.abs().max()),
+    }
 
 
 def gene_argument(gene: Any) -> tuple[Learngene, str | os.PathLike | None]:

@@ -152,6 +152,26 @@ def timm_arguments(items: Any) -> Any:
     return items
 
 
+# expand's ``layers`` by rule (:func:`learngene.vit.transfer.kept_layers` says which layers each keeps)
+LAYER_RULES = ("first", "last", "spread")
+
+
+def layer_rule(value: Any) -> Any:
+    """``layers`` as :class:`ExpandChoices` holds it: a rule's name, or the indices as a tuple (from ``"0,2,3"``, a
+    list or a tuple); anything else is left for the type check, a text that is neither refused here."""
+    if isinstance(value, list):
+        return tuple(value)
+    if not isinstance(value, str) or value.strip() in LAYER_RULES:
+        return value.strip() if isinstance(value, str) else value
+    parts = [part.strip() for part in value.split(",")]
+    if not all(part.isascii() and part.isdigit() for part in parts):
+        raise LearngeneError(
+            f"{named('layers')} must be {', '.join(LAYER_RULES)} or ancestry layer indices I,J,K (0-based), got "
+            f"{value!r}; give e.g. spread or 0,2,3"
+        )
+    return tuple(int(part) for part in parts)
+
+
 @dataclass(frozen=True)
 class ExpandChoices:
     """What :func:`learngene.pipeline.expand` makes of a gene besides its size and the method's options: each field
@@ -168,6 +188,13 @@ class ExpandChoices:
             ``max_flops``, that the method expands to (the size's ``depth`` or ``num_heads`` pin that axis).
         max_flops: a budget of forward FLOPs per image, taken as ``max_params`` is.
         license: the descendant's licence (default: the gene's), an SPDX identifier.
+        layers: which ancestry layers the descendant keeps, one per layer: ``first``, ``last``, ``spread`` or
+            their 0-based indices (``"0,2,3"`` or ``(0, 2, 3)``, increasing, as many as the descendant's depth),
+            for a method that picks layers (:attr:`learngene.method.Method.selects_layers`).
+        verify: the ancestry the gene was condensed from (a path or Hub name, or an :class:`AncestryRequest`),
+            run beside the descendant on a probe batch where the method promises the ancestry's function
+            (:attr:`learngene.method.Method.preserves`): the largest difference of their outputs is said and
+            recorded.
         stitch: a pool gene of design=authors only: a stitched descendant ``F:J-E:K`` instead of a timm ViT.
     """
 
@@ -206,6 +233,26 @@ class ExpandChoices:
         any_output=True,
         help="licence of the descendant (default: the gene's)",
     )
+    layers: str | tuple[int, ...] | None = field(
+        None,
+        flag="--layers",
+        metavar="RULE",
+        nonempty=True,
+        help="which ancestry layers the descendant keeps: first, last, spread (evenly spaced with the first and last: "
+        "layer i of d keeps round(i*(D-1)/(d-1)) of the ancestry's D, halves up; 12 -> 6 keeps 0,2,4,7,9,11 as "
+        "DistilBERT did) or their 0-based indices I,J,K (as many as the descendant's depth); for pretrained, "
+        "weight_selection, importance, front and grow",
+    )
+    verify: str | os.PathLike | AncestryRequest | None = field(
+        None,
+        flag="--verify",
+        metavar="ANCESTRY",
+        nonempty=True,
+        help="where the gene's method promises the ancestry's function (a same-size copy, grow's HyperCloning), run "
+        "the ancestry and the descendant on a probe batch of 4 random images (seed 0) and print and record the "
+        "largest absolute difference of their outputs. The gene holds no runnable ancestry: give the one it was "
+        "condensed from (a model file, folder or Hub name, as condense's --ancestry reads it)",
+    )
     stitch: str | None = field(
         None,
         flag="--stitch",
@@ -219,7 +266,15 @@ class ExpandChoices:
     )
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "layers", layer_rule(self.layers))
         check_request(self)
+        if isinstance(self.layers, tuple) and (
+            self.layers[0] < 0 or any(b <= a for a, b in zip(self.layers, self.layers[1:]))
+        ):
+            raise LearngeneError(
+                f"{named('layers')} {','.join(map(str, self.layers))}: give 0-based ancestry layers, each once, in "
+                f"increasing order (a descendant's layers keep the ancestry's order)"
+            )
         if self.license is not None:
             from ..formats.licenses import check_license
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, assigned, named
 from .heads import join_heads, split_heads
 from .naflex import MODEL_KEYS as NAFLEX_MODEL_KEYS
 from .naflex import VIT_KEYS as NAFLEX_KEYS
@@ -435,6 +435,55 @@ def place_blocks(state: StateDict, placement: dict[int, int]) -> StateDict:
     for target, source in placement.items():
         for name, tensor in block_state(state, source).items():
             out[block_key(target, name)] = tensor
+    return out
+
+
+# ---- the layers a descendant keeps (expand's ``layers``) ------------------------------------------------
+LAYER_RULES = ("first", "last", "spread")
+
+
+def spread_layers(n_src: int, n_dst: int) -> list[int]:
+    """``n_dst`` of ``n_src`` layers evenly spaced, the first and the last among them: layer ``i`` keeps
+    ``round(i·(n_src−1)/(n_dst−1))``, a half rounded up (one layer: layer 0, as ``linspace`` gives). 12 → 6 keeps
+    0, 2, 4, 7, 9, 11: the layers DistilBERT's student was initialized from (Sanh et al. 2019, its extraction
+    script); ``⌊i·n_src/n_dst⌋`` would keep 0, 2, ..., 10 and drop the last layer, the one the head reads."""
+    if n_dst == 1:
+        return [0]
+    return [(2 * i * (n_src - 1) + n_dst - 1) // (2 * (n_dst - 1)) for i in range(n_dst)]
+
+
+def kept_layers(rule: str | tuple[int, ...], n_src: int, n_dst: int) -> list[int]:
+    """The ancestry layers (0-based, of ``n_src``) a descendant of ``n_dst`` layers keeps, in order, by ``rule``:
+    ``first``, ``last``, ``spread`` (:func:`spread_layers`) or the indices themselves (strictly increasing: the
+    request checked that); one line for a rule that cannot give ``n_dst`` of the ancestry's layers."""
+    if isinstance(rule, tuple):
+        shown = ",".join(map(str, rule))
+        if rule[-1] >= n_src:
+            raise LearngeneError(
+                f"{named('layers')} {shown}: the ancestry has {n_src} layers, 0..{n_src - 1}; give indices among them"
+            )
+        if len(rule) != n_dst:
+            raise LearngeneError(
+                f"{named('layers')} {shown} keeps {len(rule)} layers, but the descendant has {n_dst}: give "
+                f"{assigned('depth', len(rule))} or {n_dst} indices"
+            )
+        return list(rule)
+    if n_dst > n_src:
+        raise LearngeneError(
+            f"{named('layers')} picks which of the ancestry's {n_src} layers a descendant keeps, so it needs at most "
+            f"{n_src} (asked {named('depth')} {n_dst}): ask a shallower descendant, or leave layers out"
+        )
+    if rule == "first":
+        return list(range(n_dst))
+    if rule == "last":
+        return list(range(n_src - n_dst, n_src))
+    return spread_layers(n_src, n_dst)
+
+
+def keep_blocks(state: StateDict, layers: list[int]) -> StateDict:
+    """``state`` (timm keys) with only blocks ``layers``, renumbered 0.. in that order; every other tensor kept."""
+    out = {k: v for k, v in state.items() if not k.startswith("blocks.")}
+    out.update(place_blocks(state, dict(enumerate(layers))))
     return out
 
 
