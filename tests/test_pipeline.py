@@ -134,14 +134,18 @@ def test_python_and_the_cli_train_the_same_ancestry_and_fine_tune_it_alike(tmp_p
             {"depth": 3},
             {"top_up": "mimetic", "license": "Apache-2.0"},
         ),
+        (["--depth", "1", "--layers", "1"], {"depth": 1}, {"layers": (1,)}),
+        (["--verify", "ANCESTRY"], None, {"verify": "ANCESTRY"}),
     ],
-    ids=["size and option", "budget", "top-up and licence"],
+    ids=["size and option", "budget", "top-up and licence", "layers", "verify"],
 )
 @pytest.mark.parametrize("out", ["d.safetensors", "hub/"], ids=["file", "hub folder"])
 def test_python_and_the_cli_expand_alike_with_sizes_options_and_budgets(flags, size, choices, out, ancestry, tmp_path):
     gene = tmp_path / "g.safetensors"
     lp.condense("pretrained", str(ancestry)).save(gene)
     options = {"variant": "last"} if "--opt" in flags else None
+    flags = [str(ancestry) if f == "ANCESTRY" else f for f in flags]  # verify's: the ancestry the gene came from
+    choices = {k: str(ancestry) if v == "ANCESTRY" else v for k, v in choices.items()}
     cli, py = tmp_path / "cli", tmp_path / "py"
     cli.mkdir(), py.mkdir()
     assert main(["expand", str(gene), *flags, "--quiet", "-o", f"{cli}/{out}"]) == 0
