@@ -130,6 +130,12 @@ class BoundMethod:
         with torch.no_grad():
             return spec.join_layers(self.method.expand(self.gene, spec), own)
 
+    def keeping(self, layers: list[int]) -> BoundMethod:
+        """This binding with its gene reduced to ancestry layers ``layers``
+        (:meth:`~learngene.method.Method.keep_layers`): what a descendant of that depth keeping them expands."""
+        gene = self.method.keep_layers(self.gene, layers)
+        return BoundMethod(gene, self.method, self.step, self.source, self.options, self.seed)
+
     def seeded(self, seed: int) -> BoundMethod:
         """This binding with its method's draws seeded by ``seed`` (mimetic's, a descendant's seed), unless the caller
         gave the seed option itself; itself when nothing changes."""

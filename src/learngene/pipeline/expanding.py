@@ -60,8 +60,11 @@ def expand(
         say: called with each line about what was decided (the size a budget picked), e.g. ``print``.
         **choices: the fields of :class:`~learngene.pipeline.requests.ExpandChoices`, by name: ``seed``, ``top_up``,
             the budgets ``max_params`` and ``max_flops`` (``say`` tells which size they picked and why),
-            ``license``, and an output the gene's method declares instead of a timm ViT (pool's
-            ``stitch="0:1-2:0"``), which refuses a size, options and the choices that do not apply to it.
+            ``license``, ``layers`` (which ancestry layers a shallower descendant keeps: ``"spread"``, ``[0, 2, 5]``,
+            recorded in its origin ``layers``), ``verify`` (the ancestry, run beside the descendant where the method
+            promises its function: the largest output difference said and recorded in its origin ``verify``), and
+            an output the gene's method declares instead of a timm ViT (pool's ``stitch="0:1-2:0"``), which refuses
+            a size, options and the choices that do not apply to it.
     """
     chosen = ExpandChoices.of(choices)
     loaded, source = gene_argument(gene)
@@ -85,12 +88,9 @@ def expand(
     bound = bind_gene(loaded, EXPAND, source=source, method=cls, seed=chosen.seed, check=False, options=opts)
     if chosen.max_params is not None or chosen.max_flops is not None:
         spec = _fit_to_budget(bound, spec, size, chosen, say)
-    expanded, kept = bound, None
-    if chosen.layers is not None:  # the gene reduced to the layers kept, expanded at their number
-        kept = _kept_layers(bound, spec, chosen)
-        reduced = bound.method.keep_layers(loaded, kept)
-        expanded = BoundMethod(reduced, bound.method, EXPAND, source, bound.options, bound.seed)
+    kept = _kept_layers(bound, spec, chosen) if chosen.layers is not None else None
     ancestry = _verify_ancestry(bound, spec, chosen) if chosen.verify is not None else None
+    expanded = bound.keeping(kept) if kept is not None else bound  # the gene reduced to the layers kept
     model, provided = make_descendant(expanded, spec, seed=chosen.seed, top_up=chosen.top_up, return_keys=True)
     origin = _origin(bound, opts, provided, chosen)
     top_up = chosen.top_up
@@ -105,14 +105,8 @@ def expand(
         card["ancestry layers kept"] = f"{', '.join(map(str, kept))} of 0..{loaded.require_layout().depth - 1} ({rule})"
         summary += f", ancestry layers {','.join(map(str, kept))}"
     if ancestry is not None:
-        origin["verify"] = _verified(ancestry, model, spec, chosen)
-        line = (
-            f"verified against {origin['verify']['ancestry']}: on a probe batch of {PROBE_IMAGES} random images (seed "
-            f"{PROBE_SEED}) the outputs differ by at most {origin['verify']['max_abs_diff']:.3g} (largest absolute "
-            f"difference; the ancestry's outputs reach {origin['verify']['max_abs_output']:.3g})"
-        )
-        card["verified"] = line
-        say(line)
+        origin["verify"], card["verified"] = _verified(ancestry, model, spec, chosen)
+        say(card["verified"])
     inputs = input_paths(source)
     return Descendant(model, spec, origin, loaded.preprocessing, summary, provided, card, inputs=inputs)
 
@@ -170,9 +164,10 @@ def _verify_ancestry(bound: BoundMethod, spec: ViTSpec, chosen: ExpandChoices) -
     return ancestry
 
 
-def _verified(ancestry: Ancestry, model: nn.Module, spec: ViTSpec, chosen: ExpandChoices) -> dict[str, Any]:
-    """What the descendant's file records of ``verify``: the ancestry given, the probe, the largest absolute
-    difference of the two models' outputs on it and the largest absolute output of the ancestry (their scale)."""
+def _verified(ancestry: Ancestry, model: nn.Module, spec: ViTSpec, chosen: ExpandChoices) -> tuple[dict[str, Any], str]:
+    """What the descendant's file records of ``verify`` (the ancestry given, the probe, the largest absolute
+    difference of the two models' outputs on it and the largest absolute output of the ancestry, their scale) and the
+    line that says it."""
     generator = torch.Generator().manual_seed(PROBE_SEED)
     probe = torch.randn((PROBE_IMAGES, spec.in_chans, spec.img_size, spec.img_size), generator=generator)
     modes = ancestry.model.training, model.training
@@ -184,12 +179,18 @@ def _verified(ancestry: Ancestry, model: nn.Module, spec: ViTSpec, chosen: Expan
     if expected.shape != got.shape:  # the promise holds outputs of one shape (preserves_function)
         raise LearngeneError(f"verify compares outputs of one shape: {tuple(expected.shape)} and {tuple(got.shape)}")
     given = chosen.verify
-    return {
+    record = {
         "ancestry": str(given.path if isinstance(given, AncestryRequest) else given),
         "probe": f"{PROBE_IMAGES} images of standard-normal pixels, seed {PROBE_SEED}",
         "max_abs_diff": float((expected - got).abs().max()),
         "max_abs_output": float(expected.abs().max()),
     }
+    line = (
+        f"verified against {record['ancestry']}: on a probe batch of {PROBE_IMAGES} random images (seed {PROBE_SEED}) "
+        f"the outputs differ by at most {record['max_abs_diff']:.3g} (largest absolute difference; the ancestry's "
+        f"outputs reach {record['max_abs_output']:.3g})"
+    )
+    return record, line
 
 
 def gene_argument(gene: Any) -> tuple[Learngene, str | os.PathLike | None]:
