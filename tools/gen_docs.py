@@ -78,6 +78,10 @@ def method_page(name: str) -> str:
         out.append(f"- **Paper:** {_cell(who)}*{_cell(paper.title)}*, {paper.venue} {paper.year}{link}{_cell(note)}")
     out.append(f"- **The learngene stores:** {_cell(cls.stores)}")
     out.append(f"- **Expands to:** {_cell(cls.expands_to)}")
+    if cls.selects_layers:
+        out.append("- **Layers kept:** `--layers first|last|spread|I,J,K` picks them ([guide](../guides/layers.md))")
+    if cls.preserves:
+        out.append(f"- **Keeps the ancestry's function** {_cell(cls.preserves)}: `--verify ANCESTRY` checks it")
     needs = []
     if cls.needs_data:
         needs.append("data (`--data`) to condense")
