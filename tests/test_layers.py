@@ -76,9 +76,9 @@ def test_spread_keeps_evenly_spaced_layers_with_the_first_and_the_last():
             kept = spread_layers(n_src, n_dst)
             exact = [Fraction(i * (n_src - 1), max(1, n_dst - 1)) for i in range(n_dst)]
             assert kept == [int(x + Fraction(1, 2)) for x in exact], (n_src, n_dst)
-            assert all(b > a for a, b in zip(kept, kept[1:])) and kept[0] == 0
+            assert all(b > a for a, b in zip(kept, kept[1:], strict=False)) and kept[0] == 0
             assert n_dst == 1 or kept[-1] == n_src - 1
-            gaps = [b - a for a, b in zip(kept, kept[1:])]
+            gaps = [b - a for a, b in zip(kept, kept[1:], strict=False)]
             assert not gaps or max(gaps) - min(gaps) <= 1  # evenly spaced: gaps differ by one at most
 
 
@@ -137,7 +137,8 @@ def test_pretrained_variant_and_layers_agree_or_are_refused(genes):
     with pytest.raises(LearngeneError) as refused:
         lg.expand(gene, {"depth": 2}, options={"variant": "middle"}, layers="spread")
     assert str(refused.value) == (
-        "pretrained's variant=middle and layers='spread' (--layers spread) both pick the layers a descendant keeps, "
+        "pretrained's variant='middle' (--opt variant=middle) and layers='spread' (--layers spread) both pick the "
+        "layers a descendant keeps, "
         "differently; give one of them"
     )
 
@@ -161,7 +162,7 @@ def test_layers_that_cannot_be_kept_are_refused_in_one_line(size, layers, option
 
 
 def test_front_picks_layers_of_its_authors_rule_only(ancestry, genes):
-    with pytest.raises(LearngeneError, match="select_n=2 keeps 2 depth frequencies") as refused:
+    with pytest.raises(LearngeneError, match=r"select_n=2 \(--opt select_n=2\) keeps 2 depth frequencies") as refused:
         lg.expand(genes["front"], {"depth": 3}, options={"select_n": 2}, layers="spread")
     assert "\n" not in str(refused.value)
     orthonormal = get_method("front")(variant="orthonormal").condense(ancestry)

@@ -65,6 +65,17 @@ def method_options(cls: type) -> list[dict[str, str]]:
     return rows
 
 
+def _expand_facts(cls) -> list[str]:
+    """A method page's lines on expand's ``layers`` and ``verify``: whether the method picks the layers a descendant
+    keeps, and where it keeps the ancestry's function."""
+    facts = []
+    if cls.selects_layers:
+        facts.append("- **Layers kept:** `--layers first|last|spread|I,J,K` picks them ([guide](../guides/layers.md))")
+    if cls.preserves:
+        facts.append(f"- **Keeps the ancestry's function** {_cell(cls.preserves)}: `--verify ANCESTRY` checks it")
+    return facts
+
+
 def method_page(name: str) -> str:
     from learngene.method import citations
     from learngene.registry import get_method
@@ -78,10 +89,7 @@ def method_page(name: str) -> str:
         out.append(f"- **Paper:** {_cell(who)}*{_cell(paper.title)}*, {paper.venue} {paper.year}{link}{_cell(note)}")
     out.append(f"- **The learngene stores:** {_cell(cls.stores)}")
     out.append(f"- **Expands to:** {_cell(cls.expands_to)}")
-    if cls.selects_layers:
-        out.append("- **Layers kept:** `--layers first|last|spread|I,J,K` picks them ([guide](../guides/layers.md))")
-    if cls.preserves:
-        out.append(f"- **Keeps the ancestry's function** {_cell(cls.preserves)}: `--verify ANCESTRY` checks it")
+    out += _expand_facts(cls)
     needs = []
     if cls.needs_data:
         needs.append("data (`--data`) to condense")

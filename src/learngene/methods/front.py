@@ -67,7 +67,7 @@ from ..errors import LearngeneError, named
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..validate import CONDENSE, EXPAND, option, option_assignment
+from ..validate import CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import CLASSES, KEEP, Axis, StateDict, block_axes, carried, inherit_non_block, non_block_axes
 
@@ -288,7 +288,7 @@ class Front(Method):
             )
         if 0 < cfg.select_n < len(layers):
             raise LearngeneError(
-                f"front's {option_assignment('select_n', cfg.select_n)} keeps {cfg.select_n} depth frequencies, so "
+                f"front's select_n={cfg.select_n} (--opt select_n={cfg.select_n}) keeps {cfg.select_n} depth frequencies, so "
                 f"the {len(layers)} layers would not be the ancestry's; give {named('layers')} or select_n, not both"
             )
         index, tensors = torch.tensor(layers), dict(gene.tensors)

@@ -141,7 +141,7 @@ class Grow(Method):
     selects_layers = True  # every layer by default; expand's layers keeps fewer, each widened
     preserves = (
         "with width=hyperclone at whole multiples of the ancestry's width and MLP, at its depth (deeper with "
-        "depth=identity), input size and classes (headless: at its width, whose embedding a wider one tiles)"
+        "depth=identity), input size and classes (without a head at its width only: a wider one tiles the embedding)"
     )
 
     def preserves_function(self, gene: Learngene, spec: ViTSpec) -> bool:

@@ -20,7 +20,7 @@ from ..gene import Learngene
 from ..method import Ancestry, ExpandOutput, Method, citations
 from ..registry import get_method, list_methods
 from ..training.loop import seed_everything
-from ..validate import EXPAND, option_assignment
+from ..validate import EXPAND
 from ..vit.spec import ViTSpec
 from ..vit.transfer import kept_layers
 from .inputs import (
@@ -127,8 +127,8 @@ def _kept_layers(bound: BoundMethod, spec: ViTSpec, chosen: ExpandChoices) -> li
     if option and option in bound.options and bound.options[option] != rule:
         shown = rule if isinstance(rule, str) else ",".join(map(str, rule))
         raise LearngeneError(
-            f"{gene.method}'s {option_assignment(option, bound.options[option])} and {assigned('layers', shown)} "
-            f"both pick the layers a descendant keeps, differently; give one of them"
+            f"{gene.method}'s {option}={bound.options[option]!r} (--opt {option}={bound.options[option]}) and "
+            f"{assigned('layers', shown)} both pick the layers a descendant keeps, differently; give one of them"
         )
     return kept_layers(rule, gene.require_layout().depth, spec.depth)
 

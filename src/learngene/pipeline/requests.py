@@ -269,7 +269,7 @@ class ExpandChoices:
         object.__setattr__(self, "layers", layer_rule(self.layers))
         check_request(self)
         if isinstance(self.layers, tuple) and (
-            self.layers[0] < 0 or any(b <= a for a, b in zip(self.layers, self.layers[1:]))
+            self.layers[0] < 0 or any(b <= a for a, b in zip(self.layers, self.layers[1:], strict=False))
         ):
             raise LearngeneError(
                 f"{named('layers')} {','.join(map(str, self.layers))}: give 0-based ancestry layers, each once, in "
