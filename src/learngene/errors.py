@@ -113,8 +113,9 @@ def require_argument(value: object, kinds: type | tuple[type, ...], argument: st
 
 
 @contextlib.contextmanager
-def held_warnings(loggers: tuple[str, ...] = ("huggingface_hub",)) -> Iterator[None]:
-    """Python's warnings and the log records of ``loggers`` raised inside, said only when the block succeeds.
+def held_warnings(loggers: tuple[str, ...] = ("huggingface_hub",), say: bool = True) -> Iterator[None]:
+    """Python's warnings and the log records of ``loggers`` raised inside, said only when the block succeeds (and
+    ``say``: False for a try whose notes would mislead, such as a read from the cache alone).
 
     Around the reading of an input: a library's note about a file that then turns out unreadable (torch's
     pickle-protocol warning on a file that is no checkpoint, huggingface_hub's retries, PIL's pixel count) would come
@@ -138,6 +139,8 @@ def held_warnings(loggers: tuple[str, ...] = ("huggingface_hub",)) -> Iterator[N
     finally:
         for logger, (handlers, propagate) in zip(held, kept):
             logger.handlers, logger.propagate = handlers, propagate
+    if not say:
+        return
     for said in caught:  # the block succeeded (an exception leaves them unsaid)
         warnings.warn_explicit(said.message, said.category, said.filename, said.lineno, source=said.source)
     for record in records:

@@ -308,7 +308,7 @@ ANSWER_KEPT_SECONDS = 60.0  # the files of one model ask once; a later load asks
 _ANSWERS: dict[str, tuple[float, bool]] = {}
 
 
-def hub_answers(repo_id: str, filename: str, revision: str | None) -> bool:
+def hub_answers(repo_id: str, filename: str, revision: str | None, repo_type: str = "model") -> bool:
     """Whether the Hub answers at all (any HTTP status) one request for ``filename`` within :func:`lookup_seconds`,
     without retries; False at once under ``HF_HUB_OFFLINE``. The answer holds for :data:`ANSWER_KEPT_SECONDS`, so
     the other files of the same model do not wait again."""
@@ -320,7 +320,7 @@ def hub_answers(repo_id: str, filename: str, revision: str | None) -> bool:
     asked, answered = _ANSWERS.get(constants.ENDPOINT, (-ANSWER_KEPT_SECONDS, False))
     if time.monotonic() - asked < ANSWER_KEPT_SECONDS:
         return answered
-    url = hf_hub_url(repo_id, filename, revision=revision, endpoint=constants.ENDPOINT)
+    url = hf_hub_url(repo_id, filename, revision=revision, repo_type=repo_type, endpoint=constants.ENDPOINT)
     # huggingface_hub's own request first builds headers that ask the Hub for more (its agent registry: 3 s more
     # without network), and retries: one bare HEAD says whether the Hub is there
     try:
