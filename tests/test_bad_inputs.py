@@ -590,9 +590,9 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
         "never replaces",
     ),
     (
-        "output in a missing directory",
-        lambda w: ["expand", w.gene, "-o", w.root / "nodir" / "o.safetensors"],
-        "does not exist; create it first",
+        "output under a regular file, folders deep",
+        lambda w: ["expand", w.gene, "-o", Path(w.not_a_dir) / "a" / "b" / "o.safetensors"],
+        "is not a directory",
     ),
     (
         "output under a regular file",
