@@ -56,6 +56,43 @@ def test_a_torchvision_root_of_other_files_is_refused(anc, capsys, tmp_path, nam
     assert not out.exists()
 
 
+# ---- a library's warning never comes before or beside the one-line error (issue 47) ------------------------------
+def _learngene(*argv):
+    """The command in its own process: what a user's terminal shows (pytest catches warnings raised in-process)."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "PYTHONWARNINGS": "default"}
+    return subprocess.run(
+        [sys.executable, "-m", "learngene", *map(str, argv)], capture_output=True, text=True, env=env, timeout=600
+    )
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["torchvision legacy pickle", "checkpoint of an old pickle protocol"],
+)
+def test_a_librarys_warning_never_comes_with_a_one_line_error(anc, tmp_path, case):
+    """torch warns of a pickle's protocol before refusing it (two lines), here on MNIST's legacy processed files and
+    on a .pth checkpoint that holds a pickled object: only the one line is shown."""
+    out = tmp_path / "o.safetensors"
+    if case == "torchvision legacy pickle":
+        processed = tmp_path / "MNIST" / "processed"
+        processed.mkdir(parents=True)
+        for file in ("training.pt", "test.pt"):
+            (processed / file).write_bytes(pickle.dumps({"data": [1, 2, 3]}, protocol=4))
+        done = _learngene("train", anc, "--data", "torchvision:MNIST", "--data-dir", tmp_path, "-o", out)
+        says = "torchvision MNIST under"
+    else:
+        checkpoint = tmp_path / "model.pth"
+        checkpoint.write_bytes(pickle.dumps({"state_dict": object()}, protocol=4))
+        done = _learngene("condense", "--method", "pretrained", "--ancestry", checkpoint, "--timm-model",
+                          "vit_tiny_patch16_224", "-o", out)  # fmt: skip
+        says = "model.pth"
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert says in done.stderr and "Warning" not in done.stderr and not out.exists()
+
+
 # ---- colour images for a grey model: refused, not silently read as grey ----------------------------------------
 @pytest.mark.parametrize("command", ["condense", "train"])
 def test_a_grey_ancestry_on_a_colour_folder_is_refused(anc, capsys, tmp_path, command):

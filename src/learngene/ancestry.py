@@ -31,7 +31,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from .errors import LearngeneError, SpecError, require_argument
+from .errors import LearngeneError, SpecError, held_warnings, require_argument
 from .formats.convert import is_model_folder, read_checkpoint, without_head
 from .formats.hub import fetch_model, is_hub_name, looks_like_repo_id
 from .formats.licenses import check_license
@@ -106,7 +106,8 @@ def load_ancestry(
 
     The ancestry records what its inputs expect (``Ancestry.preprocessing``, :func:`ancestry_preprocessing`).
     """
-    ancestry = _read_ancestry(path, timm_model, drop_head, **model_kwargs)
+    with held_warnings():  # a library's note on a file that then fails (torch's pickle protocol): unsaid
+        ancestry = _read_ancestry(path, timm_model, drop_head, **model_kwargs)
     ancestry.preprocessing = ancestry_preprocessing(path, timm_model, ancestry)
     return ancestry
 
