@@ -201,7 +201,9 @@ def test_compare_from_the_hub_on_a_saved_dataset_logs_every_training_stage(tmp_p
         ("hf-hub:org/name@" + "v" * 256, "at most 255 characters"),
     ],
 )
-def test_a_name_outside_the_hubs_grammar_is_one_line_before_huggingface_hub_sees_it(cache, monkeypatch, name, says):
+def test_a_name_outside_the_hubs_grammar_is_one_line_before_huggingface_hub_sees_it(
+    cache, tmp_path, capsys, monkeypatch, name, says
+):
     import huggingface_hub
 
     def never(*args, **kwargs):
@@ -211,6 +213,10 @@ def test_a_name_outside_the_hubs_grammar_is_one_line_before_huggingface_hub_sees
     with pytest.raises(LearngeneError) as info:
         load_ancestry(name)
     assert says in str(info.value) and "\n" not in str(info.value), str(info.value)
+    monkeypatch.chdir(tmp_path)
+    err = cli_error(capsys, ["condense", "--method", "weight_selection", "--ancestry", name, "--out", "g.st"])
+    assert "does not name a Hub repo" in err or "is not a branch, tag or commit name" in err
+    assert not (tmp_path / "g.st").exists()
 
 
 @pytest.mark.parametrize("pointer", ["../../../x", "not a commit", "a" * 39, "A" * 40, "", "\u0661" * 40])

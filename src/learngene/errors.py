@@ -121,6 +121,7 @@ def held_warnings(loggers: tuple[str, ...] = ("huggingface_hub",), say: bool = T
     pickle-protocol warning on a file that is no checkpoint, huggingface_hub's retries, PIL's pixel count) would come
     before or beside the one-line error that says all there is to say. On success they are said as they came."""
     import logging
+    import sys
     import warnings
 
     records: list[logging.LogRecord] = []
@@ -129,7 +130,9 @@ def held_warnings(loggers: tuple[str, ...] = ("huggingface_hub",), say: bool = T
         def emit(self, record: logging.LogRecord) -> None:
             records.append(record)
 
-    held = [logging.getLogger(name) for name in loggers]
+    # a library imported inside the block sets its logger up as it loads (huggingface_hub adds its handler): only
+    # those already loaded are held, so that none loses its set-up
+    held = [logging.getLogger(name) for name in loggers if name.partition(".")[0] in sys.modules]
     kept = [(logger.handlers[:], logger.propagate) for logger in held]
     for logger in held:
         logger.handlers, logger.propagate = [Hold()], False

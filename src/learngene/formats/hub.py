@@ -296,7 +296,8 @@ def _download(repo_id: str, filename: str, revision: str | None, name: str) -> P
 
 
 def lookup_seconds() -> float:
-    """How long the one lookup may wait for the Hub: ``HF_HUB_ETAG_TIMEOUT`` when set, else :data:`HUB_LOOKUP_SECONDS`."""
+    """How long the one lookup may wait for the Hub: ``HF_HUB_ETAG_TIMEOUT`` when set, else
+    :data:`HUB_LOOKUP_SECONDS`."""
     from huggingface_hub import constants
 
     if constants.HF_HUB_ETAG_TIMEOUT != constants.DEFAULT_ETAG_TIMEOUT:

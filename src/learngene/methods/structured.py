@@ -43,16 +43,11 @@ from torch import Tensor
 
 from ..errors import LearngeneError
 from ..gene import Learngene
+from ..host.threads import one_thread
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..validate import EXPAND, option
-from ..vit.attention_init import (
-    canonical_svd,
-    factor_value_projection,
-    one_thread,
-    value_identity_option,
-    value_noise_option,
-)
+from ..vit.attention_init import canonical_svd, factor_value_projection, value_identity_option, value_noise_option
 from ..vit.heads import join_qkv
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import StateDict

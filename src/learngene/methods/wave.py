@@ -27,7 +27,6 @@ session, so no commit was read.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -273,23 +272,15 @@ class WAVE(DrawnStartMethod):
         }
 
     def expand_blocks(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        """Eq. 4 for every layer at once: ``W[l] = Σ_t kron(S[l, t], T[t])``, the terms added in the order of ``t``.
-
-        Not one einsum: its matmul sums the ``t`` terms in an order that depends on the thread count, so a descendant
-        expanded with ``--threads 2`` differed from one with 1 in its last bits. Each term is an elementwise product,
-        and their sum in a fixed order is the same bytes on any thread count."""
+        """Eq. 4 for every layer at once: ``W[l] = Σ_t kron(S[l, t], T[t])`` as one einsum per tensor kind."""
         out: StateDict = {}
         for name, scalers in self.scalers(gene, spec).items():
             templates = gene.tensors[f"templates.{name}"]
             scalers = scalers.to(templates)
-            if templates.ndim == 3:  # (L, T, a, b) x (T, i, j) -> (L, a, i, b, j)
-                terms = (
-                    scalers[:, t, :, None, :, None] * templates[t, None, None, :, None, :]
-                    for t in range(len(templates))
-                )
-            else:  # (L, T, a) x (T, i) -> (L, a, i)
-                terms = (scalers[:, t, :, None] * templates[t, None, None, :] for t in range(len(templates)))
-            stack = functools.reduce(torch.add, terms)
+            if templates.ndim == 3:
+                stack = torch.einsum("ltab,tij->laibj", scalers, templates)
+            else:
+                stack = torch.einsum("lta,ti->lai", scalers, templates)
             stack = stack.reshape(spec.depth, *spec.block_shapes()[name])
             for layer, tensor in enumerate(stack.unbind(0)):
                 out[block_key(layer, name)] = tensor

@@ -142,7 +142,9 @@ class CompareChoices:
         bad = refusal(self)
         if bad is not None:
             flag = bad.field.metadata["flag"]
-            fix = caller_fix(bad.field.metadata.get("fix", "a budget of 0 compares nothing"), bad.name, flag)
+            fix = caller_fix(
+                bad.field.metadata.get("fix", "give a count in that range (0 compares nothing)"), bad.name, flag
+            )
             if bad.of_type:
                 fix = by_caller("see help(learngene.pipeline.compare.CompareChoices)", "see learngene compare --help")
             raise LearngeneError(f"{caller_name(bad.name, flag)} must be {bad.wanted}, got {bad.value!r}; {fix}")

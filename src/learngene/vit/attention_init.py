@@ -10,8 +10,6 @@ and no registry is imported here: every user imports this module.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -20,35 +18,18 @@ from torch import Tensor
 
 from ..errors import LearngeneError
 from ..host.memory import release_pages
+from ..host.threads import one_thread
 from ..validate import EXPAND, option
 from .heads import join_qkv, split_qkv
 from .spec import ViTSpec, block_key
 from .transfer import StateDict
 
 
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """Torch on one CPU thread inside, whatever ``--threads`` says. LAPACK's SVD (MKL's) splits its work by the
-    thread count, so the last bits of its results depend on it, and where singular values (nearly) tie, so do the
-    vectors: a descendant factored at 2 threads differed from one at 1 (ViT-S structured, issue 47). PyTorch's
-    reproducibility notes promise nothing across thread counts; one thread makes the factors a function of the input
-    alone. (On a shared machine one thread is also the fastest: at load 8 on 2 cores, ViT-B's 2-layer structured
-    expansion took 16 s on 1 thread, 233 s on 2.)"""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def canonical_svd(a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``torch.linalg.svd(a)`` (batched) on one thread (:func:`one_thread`), each singular pair's sign fixed: the
-    largest-magnitude entry of each left singular vector is positive (the right one flips with it, so ``u s vh`` is
-    unchanged). Singular values come in LAPACK's descending order. Factors built from it are then unique wherever the
-    singular values are distinct, not a choice of the LAPACK build."""
+    """``torch.linalg.svd(a)`` (batched) on one thread (:func:`~learngene.host.threads.one_thread`), each singular
+    pair's sign fixed: the largest-magnitude entry of each left singular vector is positive (the right one flips with
+    it, so ``u s vh`` is unchanged). Singular values come in LAPACK's descending order. Factors built from it are then
+    unique wherever the singular values are distinct, not a choice of the LAPACK build."""
     with one_thread():
         u, s, vh = torch.linalg.svd(a)
     pivot = u.abs().argmax(dim=-2, keepdim=True)  # per column of u
@@ -89,8 +70,7 @@ def query_key_factors(
         q, k of shape ``(H, d, D)`` (timm's per-head rows, see :func:`~learngene.vit.heads.split_qkv`).
     """
     z = torch.randn(heads, width, width, generator=generator, dtype=torch.float64) / width**0.5
-    with one_thread():
-        u, s, vh = torch.linalg.svd(alpha * z + beta * torch.eye(width, dtype=torch.float64))
+    u, s, vh = torch.linalg.svd(alpha * z + beta * torch.eye(width, dtype=torch.float64))
     root = s[:, :head_dim].sqrt().unsqueeze(-1)
     q = root * u[:, :, :head_dim].transpose(1, 2)
     k = root * vh[:, :head_dim]
@@ -115,13 +95,10 @@ def value_projection_factors(
 def factor_value_projection(z: Tensor, alpha: float, beta: float, canonical: bool = False) -> tuple[Tensor, Tensor]:
     """timm's v rows and proj weight, ``(D, D)`` each in float64, with ``W_v W_proj = α·Z − β·I`` exactly for a
     drawn ``(D, D)`` noise ``Z``: ``W_v = U Σ^½`` and ``W_proj = Σ^½ Vᵀ`` as maps on row vectors, stored transposed.
-    Factored on one thread; ``canonical``: with :func:`canonical_svd`'s signs (mimetic keeps LAPACK's, as it has)."""
+    ``canonical``: factored by :func:`canonical_svd` (one thread, fixed signs; mimetic keeps LAPACK's signs, as it
+    has)."""
     a = alpha * z - beta * torch.eye(z.shape[0], dtype=torch.float64)
-    if canonical:
-        u, s, vh = canonical_svd(a)
-    else:
-        with one_thread():
-            u, s, vh = torch.linalg.svd(a)
+    u, s, vh = canonical_svd(a) if canonical else torch.linalg.svd(a)
     root = s.sqrt()
     return root.unsqueeze(1) * u.T, vh.T * root
 
@@ -162,12 +139,10 @@ def blend_query_key(
             continue
         q, k, v = split_qkv(state[key], H)
         # per head: W_q W_kᵀ = qᵀ k as maps on row vectors (timm stores the transposes)
-        with one_thread():
-            product = (
-                alpha * q.double().transpose(1, 2) @ k.double()
-                + (1 - alpha) * q_m.double().transpose(1, 2) @ k_m.double()
-            )
-            u, sv, vh = torch.linalg.svd(product)
+        product = (
+            alpha * q.double().transpose(1, 2) @ k.double() + (1 - alpha) * q_m.double().transpose(1, 2) @ k_m.double()
+        )
+        u, sv, vh = torch.linalg.svd(product)
         root = sv[:, :d].sqrt().unsqueeze(-1)
         q_new = root * u[:, :, :d].transpose(1, 2)
         k_new = root * vh[:, :d]
