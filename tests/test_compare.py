@@ -96,7 +96,7 @@ def test_condense_classes_that_are_not_indices_are_one_line(ancestry, tmp_path, 
     [
         (["--lr", "-1"], "learning rate must be positive"),
         (["--lr", "0"], "learning rate must be positive"),
-        (["--batch-size", "0"], "batch size must be positive"),
+        (["--batch-size", "0"], "batch size must be above 0"),
         (["--seeds", "0"], "argument --seeds: seeds must be in [1, 1000], got 0"),
         (["--seeds", "100000"], "argument --seeds: seeds must be in [1, 1000], got 100000"),
         (["--kd", "2"], "--kd must be above 0 and at most 1, got 2.0; pass e.g. --kd 0.5"),
