@@ -10,6 +10,7 @@ errors answer in a fraction of a second; ``benchmarks/cli_startup.py`` measures 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from .._version import __version__
 from ..errors import render
@@ -29,7 +30,13 @@ class _StoreOnce(argparse._StoreAction):
     keep the last value without a word (``--seed 1 --seed 2`` ran seed 2). Flags meant to repeat say so
     (``action="append"``: ``--opt``, ``--log``)."""
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         given: set[str] = parser.__dict__.setdefault("_given_once", set())
         if self.dest in given:
             raise argparse.ArgumentError(
