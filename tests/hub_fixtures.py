@@ -250,3 +250,56 @@ def fill_docs_cache(tmp_path: Path, monkeypatch, work: Path) -> None:
     cache_repo(cache, DOCS_DINOV2, folder_files(src / "dinov2"))
     cache_repo(cache, DOCS_TAG, {"model.safetensors": timm_tag_weights()[0]})
     tiny_image_dataset(work / "cifar10", train=40, test=20, classes=10, size=20)
+
+
+# ---- a Hub (or W&B server) that never answers, and one that is not there -------------------------------------------
+class SilentServer:
+    """A local TCP port that takes connections (the kernel completes them from the listen backlog) and never answers:
+    a network that swallows requests, as a firewall that drops them does. ``url`` is its address; ``contacted()``
+    says whether anything connected to it."""
+
+    def __init__(self):
+        import socket
+
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.listen(16)
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+
+    def contacted(self) -> bool:
+        self.socket.setblocking(False)
+        try:
+            connection, _ = self.socket.accept()
+        except BlockingIOError:
+            return False
+        connection.close()
+        return True
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+NO_SUCH_HOST = "http://learngene-tests.invalid"  # .invalid never resolves (RFC 2606): a lookup fails at the DNS step
+
+
+def online_hub(monkeypatch, cache: Path, endpoint: str) -> Path:
+    """As :func:`offline_hub`, but with ``HF_HUB_OFFLINE`` unset (the common case on a cluster without network) and
+    the Hub at ``endpoint`` (for this process and those it starts)."""
+    from huggingface_hub import constants
+
+    from learngene.formats import hub
+
+    offline_hub(monkeypatch, cache)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr(hub, "_ANSWERS", {})  # no answer remembered from another test
+    try:
+        import datasets.config
+    except ImportError:
+        pass
+    else:
+        monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    return cache

@@ -47,9 +47,9 @@ def test_train_and_evaluate_refuse_what_they_cannot_use(call, message):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"img_size": 0}, "^img_size must be a whole number of at least 1, got 0"),
-        ({"num_classes": -1}, "^num_classes must be a whole number of at least 0, got -1"),
-        ({"in_chans": "3"}, "^in_chans must be a whole number of at least 1, got '3'"),
+        ({"img_size": 0}, "^img_size must be a whole number from 1 to 16,384, got 0"),
+        ({"num_classes": -1}, "^num_classes must be a whole number from 0 to 10,000,000, got -1"),
+        ({"in_chans": "3"}, "^in_chans must be a whole number from 1 to 1,024, got '3'"),
         ({"img_size": 32}, "^img_size apply to timm checkpoints and model folders; .* is a learngene model file"),
     ],
 )

@@ -127,3 +127,60 @@ def test_a_refused_resume_leaves_the_run_folder_as_it_was(tmp_path, capsys):
     err = _error_line(capsys, [*argv, "--resume", "-o", str(tmp_path / "t.safetensors")])
     assert "checkpoint" in err and "unreadable" in err
     assert sorted(p.name for p in run.iterdir()) == ["checkpoint.pt"]  # no .lock, no log left behind
+
+
+# ---- an output in folders that do not exist yet: made, as timm's and transformers' savers make them (issue 47) --------
+@pytest.fixture
+def gene_file(tmp_path):
+    model = tmp_path / "inputs" / "anc.safetensors"
+    model.parent.mkdir()
+    torch.manual_seed(0)
+    save_model(model, TINY.create_model(), TINY)
+    gene = tmp_path / "inputs" / "gene.safetensors"
+    assert main(["condense", "--method", "pretrained", "--ancestry", str(model), "-o", str(gene), "--quiet"]) == 0
+    return gene
+
+
+@pytest.mark.parametrize("out", ["new/d.safetensors", "new/deeper/still/d.safetensors", "new/hub/"])
+def test_an_output_in_missing_folders_makes_them(gene_file, tmp_path, monkeypatch, out):
+    monkeypatch.chdir(tmp_path)
+    assert main(["expand", str(gene_file), "-o", out, "--quiet"]) == 0
+    written = tmp_path / out
+    assert (written / "model.safetensors").is_file() if out.endswith("/") else written.is_file()
+
+
+def test_a_refused_command_makes_no_folder(gene_file, tmp_path, monkeypatch, capsys):
+    """The folders are made when the output is written: a command refused before that leaves none behind."""
+    monkeypatch.chdir(tmp_path)
+    err = _error_line(capsys, ["expand", str(gene_file), "--opt", "no_such_option=1", "-o", "new/deep/d.safetensors"])
+    assert "no_such_option" in err and not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize(
+    ("out", "says"),
+    [
+        ("{gene}/sub/d.safetensors", "is not a directory"),  # through the input file: no folder can be made there
+        ("{gene}", "never replaces"),
+        ("{inputs}/", "never replaces"),  # a hub folder holding the input
+    ],
+)
+def test_an_output_still_never_writes_into_an_input(gene_file, tmp_path, capsys, out, says):
+    target = out.format(gene=gene_file, inputs=gene_file.parent)
+    err = _error_line(capsys, ["expand", str(gene_file), "-o", target, "--overwrite"])
+    assert says in err
+    assert sorted(p.name for p in gene_file.parent.iterdir()) == ["anc.safetensors", "gene.safetensors"]
+
+
+def test_an_output_under_a_folder_it_cannot_write_is_one_line(gene_file, tmp_path, capsys):
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root writes into any folder")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        err = _error_line(capsys, ["expand", str(gene_file), "-o", str(locked / "new" / "d.safetensors")])
+    finally:
+        locked.chmod(0o700)
+    assert "is not writable" in err and not (locked / "new").exists()

@@ -138,7 +138,7 @@ CASES: list[tuple[str, Callable[[Path], list], str]] = [
     (
         "hub folder with num_heads 0",
         lambda m: condense(folder(m, "hub", "hub_h0", config=lambda c: c["model_args"].update(num_heads=0))),
-        "cannot build timm model",
+        "config.json: num_heads must be a whole number from 1",
     ),
     (
         "hub folder with a weight of the wrong shape",
@@ -160,7 +160,7 @@ CASES: list[tuple[str, Callable[[Path], list], str]] = [
     (
         "hub folder whose depth is a list",
         lambda m: condense(folder(m, "hub", "hub_depth", config=lambda c: c["model_args"].update(depth=[2]))),
-        "cannot build timm model",
+        "config.json: depth must be a whole number from 1",
     ),
     (
         "hub folder holding NaN",
@@ -176,7 +176,7 @@ CASES: list[tuple[str, Callable[[Path], list], str]] = [
     (
         "transformers folder with 0 attention heads",
         lambda m: condense(folder(m, "hf", "hf_h0", config=lambda c: c.update(num_attention_heads=0))),
-        "cannot build timm",
+        "config.json: num_heads must be a whole number from 1",
     ),
     (
         "transformers model_type that is a list",

@@ -56,6 +56,43 @@ def test_a_torchvision_root_of_other_files_is_refused(anc, capsys, tmp_path, nam
     assert not out.exists()
 
 
+# ---- a library's warning never comes before or beside the one-line error (issue 47) ------------------------------
+def _learngene(*argv):
+    """The command in its own process: what a user's terminal shows (pytest catches warnings raised in-process)."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "PYTHONWARNINGS": "default"}
+    return subprocess.run(
+        [sys.executable, "-m", "learngene", *map(str, argv)], capture_output=True, text=True, env=env, timeout=600
+    )
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["torchvision legacy pickle", "checkpoint of an old pickle protocol"],
+)
+def test_a_librarys_warning_never_comes_with_a_one_line_error(anc, tmp_path, case):
+    """torch warns of a pickle's protocol before refusing it (two lines), here on MNIST's legacy processed files and
+    on a .pth checkpoint that holds a pickled object: only the one line is shown."""
+    out = tmp_path / "o.safetensors"
+    if case == "torchvision legacy pickle":
+        processed = tmp_path / "MNIST" / "processed"
+        processed.mkdir(parents=True)
+        for file in ("training.pt", "test.pt"):
+            (processed / file).write_bytes(pickle.dumps({"data": [1, 2, 3]}, protocol=4))
+        done = _learngene("train", anc, "--data", "torchvision:MNIST", "--data-dir", tmp_path, "-o", out)
+        says = "torchvision MNIST under"
+    else:
+        checkpoint = tmp_path / "model.pth"
+        checkpoint.write_bytes(pickle.dumps({"state_dict": object()}, protocol=4))
+        done = _learngene("condense", "--method", "pretrained", "--ancestry", checkpoint, "--timm-model",
+                          "vit_tiny_patch16_224", "-o", out)  # fmt: skip
+        says = "model.pth"
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert says in done.stderr and "Warning" not in done.stderr and not out.exists()
+
+
 # ---- colour images for a grey model: refused, not silently read as grey ----------------------------------------
 @pytest.mark.parametrize("command", ["condense", "train"])
 def test_a_grey_ancestry_on_a_colour_folder_is_refused(anc, capsys, tmp_path, command):
@@ -327,3 +364,127 @@ def test_a_data_driven_method_refuses_what_cannot_fit_before_allocating(method, 
     monkeypatch.setattr(type(data), "get_batch", lambda *a, **k: pytest.fail("a batch was read before refusing"))
     with pytest.raises(LearngeneError, match=rf"{method} runs 8 images of 257 tokens .* needs at least .* GiB"):
         get_method(method)().condense(Ancestry(spec.create_model(), spec), CondenseInputs(train=data))
+
+
+# ---- count flags in their declared ranges, single-value flags given once (issue 47) ------------------------------
+def _subparsers():
+    import argparse
+
+    from learngene.cli.parser import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices
+
+
+# a seed is any number 0 or more, not how many of something; --max-params and --max-flops are caps (a large one
+# limits nothing, and costs nothing)
+NOT_COUNTS = {"--seed", "--max-params", "--max-flops"}
+
+
+def test_every_count_flag_of_every_command_has_an_upper_bound():
+    """A count past any run (10^15 seeds, epochs, workers, images...) is refused while parsing, before anything
+    starts (compare --seeds 100000 started a 200,000-cell grid): every integer flag, found in the parser, so that a
+    flag added later is held to it too."""
+    import argparse
+
+    unbounded = []
+    for command, parser in _subparsers().items():
+        for action in parser._actions:
+            if not action.option_strings or action.option_strings[0] in NOT_COUNTS:
+                continue
+            if getattr(action.type, "__name__", "") not in ("integer", "count", "_threads"):
+                continue
+            try:
+                action.type(str(10**15))
+            except argparse.ArgumentTypeError:
+                continue
+            unbounded.append(f"{command} {action.option_strings[0]}")
+    assert not unbounded, unbounded
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["compare", "--seeds", "100000"], "seeds must be in [1, 1000], got 100000"),
+        (["bench", "--seeds", "0"], "seeds must be in [1, 1000], got 0"),
+        (["train", "m", "--workers", "1000000"], "workers must be in [0, 1024]"),
+        (["train", "m", "--epochs", "10000000"], "epochs must be at most 1e+06"),
+        (["compare", "--adapt-steps", str(10**11)], "adapt steps must be in [1, 1e+10]"),
+        (["condense", "--train-images", "-1"], "train images must be in [1, 1e+10]"),
+    ],
+)
+def test_a_count_past_its_range_is_one_line(capsys, argv, says):
+    err = cli_error(capsys, argv)
+    assert says in err, err
+
+
+def test_python_callers_meet_the_same_bounds():
+    from learngene.pipeline.compare import CompareChoices
+    from learngene.pipeline.requests import DataRequest
+
+    for make, says in (
+        (lambda: CompareChoices(seeds=100_000), "seeds"),
+        (lambda: DataRequest(workers=10**6), "workers"),
+        (lambda: DataRequest(few_shot=10**11), "few_shot"),
+        (lambda: TrainConfig(epochs=10**7), "epochs"),
+        (lambda: TrainConfig(max_steps=10**11), "max"),
+    ):
+        with pytest.raises(LearngeneError) as info:
+            make()
+        assert says in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+def _a_value(action) -> str:
+    """A value the flag's parser takes (its first choice, else the first of a few that parse)."""
+    import argparse
+
+    if action.choices:
+        return str(next(iter(action.choices)))
+    for text in ("1", "0.5", "cpu", "L1-D32-H2", "0:1-2:0", "x"):
+        try:
+            (action.type or str)(text)
+            return text
+        except (argparse.ArgumentTypeError, ValueError, TypeError):
+            continue
+    raise AssertionError(f"no value for {action.option_strings}")
+
+
+def test_every_single_value_flag_given_twice_is_one_line(capsys):
+    """Every flag that takes one value, of every command: given twice, refused in one line (argparse kept the last
+    one without a word: --seed 1 --seed 2 ran seed 2); flags meant to repeat (--opt, --log) take both."""
+    from learngene.cli import main
+
+    checked = 0
+    for command, parser in _subparsers().items():
+        for action in parser._actions:
+            if type(action).__name__ != "_StoreOnce" or not action.option_strings:
+                continue
+            flag, value = action.option_strings[0], _a_value(action)
+            assert main([command, flag, value, flag, value]) == 2
+            err = capsys.readouterr().err
+            assert len(err.strip().splitlines()) == 1 and f"argument {flag}" in err and "given twice" in err, err
+            checked += 1
+    assert checked > 50  # every command's value flags, not a few
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["expand", "g.safetensors", "--stitch", "0:1-2:0", "--stitch", "0:1-2:0", "-o", "d.safetensors"],
+        ["train", "m", "--seed", "1", "--seed", "2", "-o", "t.safetensors"],
+        ["expand", "g.safetensors", "-o", "a.safetensors", "--out", "b.safetensors"],  # one flag's two spellings
+    ],
+)
+def test_the_issues_repeats_are_refused(capsys, tmp_path, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    err = cli_error(capsys, argv)
+    assert "given twice" in err and not list(tmp_path.iterdir())
+
+
+def test_repeatable_flags_still_take_every_value():
+    from learngene.cli.parser import build_parser
+
+    args = build_parser().parse_args(["train", "m", "-o", "t", "--log", "tensorboard", "--log", "wandb"])
+    assert args.log == ["tensorboard", "wandb"]
+    args = build_parser().parse_args(["expand", "g", "-o", "d", "--opt", "a=1", "--opt", "b=2"])
+    assert args.opt == ["a=1", "b=2"]

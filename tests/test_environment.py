@@ -40,13 +40,42 @@ def learngene(*argv: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("value", ["abc", "99999999999999999999", "0", "-3", TOO_MANY, "x,1"])
-def test_a_bad_omp_num_threads_is_one_line_before_torch_loads(model_file, value):
-    done = learngene("inspect", str(model_file), OMP_NUM_THREADS=value)
+# one plain ASCII integer (issue 47): OpenMP's per-level list, other scripts' digits, Python's underscores are refused
+NOT_ONE_NUMBER = ["abc", "x,1", "1,1", "1,abc", "\u0661", "\uff11", "1_0", "1.0", "0x1"]
+
+
+@pytest.mark.parametrize("name", ["OMP_NUM_THREADS", "MKL_NUM_THREADS"])
+@pytest.mark.parametrize("value", [*NOT_ONE_NUMBER, "99999999999999999999", "0", "-3", TOO_MANY])
+def test_a_bad_thread_variable_is_one_line_before_torch_loads(model_file, name, value):
+    done = learngene("inspect", str(model_file), **{name: value})
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "libgomp" not in done.stderr, done.stderr
-    assert done.stderr.startswith(f"learngene inspect: error: OMP_NUM_THREADS={value!r}")
+    assert done.stderr.startswith(f"learngene inspect: error: {name}={value!r}")
     assert "unset it" in done.stderr
+
+
+@pytest.mark.parametrize("value", NOT_ONE_NUMBER)
+@pytest.mark.parametrize("name", ["OMP_NUM_THREADS", "MKL_NUM_THREADS"])
+def test_a_thread_variable_is_one_plain_number_from_python_too(monkeypatch, name, value):
+    """The same rule in-process (each value above through prepare_environment, which the CLI calls first)."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(LearngeneError, match=f"^{name}=.* is not one whole number in plain digits; set it to"):
+        threads.prepare_environment(None)
+
+
+def test_every_other_variable_is_read_as_plain_digits_too(monkeypatch):
+    from learngene.host.environment import env_number
+
+    for value in ("\u0661", "1_0", "1,1"):
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", value)
+        with pytest.raises(LearngeneError, match="is not a whole number"):
+            env_number("LOCAL_WORLD_SIZE", 1, at_least=1)
+    for value in ("1_800", "nan", "infinity", "\u0661\u0668\u0660\u0660"):
+        monkeypatch.setenv("LEARNGENE_DIST_TIMEOUT", value)
+        with pytest.raises(LearngeneError, match="is not a number"):
+            env_number("LEARNGENE_DIST_TIMEOUT", 1800, float, at_least=1)
+    monkeypatch.setenv("LEARNGENE_DIST_TIMEOUT", " 1.5e3 ")
+    assert env_number("LEARNGENE_DIST_TIMEOUT", 1800, float, at_least=1) == 1500.0
 
 
 def test_threads_on_the_command_line_replace_a_bad_omp_num_threads(model_file, tmp_path):
@@ -58,9 +87,9 @@ def test_threads_on_the_command_line_replace_a_bad_omp_num_threads(model_file, t
     assert done.stderr.startswith("wrote ") and done.stderr.count("\n") == 1  # --quiet: the result line alone
 
 
-def test_a_blank_or_listed_omp_num_threads_is_its_number(model_file):
-    for value in (" ", "1,abc"):
-        done = learngene("inspect", str(model_file), OMP_NUM_THREADS=value)
+def test_a_blank_thread_variable_is_unset_and_a_plain_one_is_its_number(model_file):
+    for value in (" ", "1", " 1 "):
+        done = learngene("inspect", str(model_file), OMP_NUM_THREADS=value, MKL_NUM_THREADS=value)
         assert done.returncode == 0 and done.stderr == "", (value, done.stderr)
 
 

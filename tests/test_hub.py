@@ -12,7 +12,7 @@ from learngene.ancestry import load_ancestry
 from learngene.cli import main
 from learngene.errors import LearngeneError
 from learngene.gene import Learngene
-from tests.conftest import cli_ok
+from tests.conftest import cli_error, cli_ok
 from tests.hub_fixtures import (
     DINOV2_REPO,
     TIMM_REPO,
@@ -182,3 +182,239 @@ def test_compare_from_the_hub_on_a_saved_dataset_logs_every_training_stage(tmp_p
         assert [step for step, _ in tensorboard_scalars(folder)["train/loss"]] == [1, 2, 3]  # 24 images, batch 8
     assert not list((tmp_path / "cmp").rglob("*.run"))
     assert f"- ancestry: hf-hub:{TIMM_REPO} (L2-D32-H2" in (tmp_path / "cmp" / "report.md").read_text()
+
+
+# ---- names and cache pointers: checked before huggingface_hub sees them (issue 47) -------------------------------
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("hf-hub:org/b..c", "no '--' or '..'"),
+        ("hf-hub:org--x/name", "no '--' or '..'"),
+        ("hf-hub:org/name.git", "do not end in '.git'"),
+        ("hf-hub:org/" + "a" * 97, "97 characters, more than the Hub's 96"),
+        ("hf-hub:" + "o" * 97 + "/name", "97 characters, more than the Hub's 96"),
+        ("hf-hub:org/-name", "starting and ending with a letter"),
+        ("hf-hub:org/caf\u00e9", "ASCII letters"),
+        ("hf-hub:a/b/c", "ORG/NAME"),
+        ("hf-hub:org/name@../../x", "is not a branch, tag or commit name"),
+        ("hf-hub:org/name@v1\nx", "is not a branch, tag or commit name"),
+        ("hf-hub:org/name@" + "v" * 256, "at most 255 characters"),
+    ],
+)
+def test_a_name_outside_the_hubs_grammar_is_one_line_before_huggingface_hub_sees_it(
+    cache, tmp_path, capsys, monkeypatch, name, says
+):
+    import huggingface_hub
+
+    def never(*args, **kwargs):
+        raise AssertionError("huggingface_hub was asked")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", never)
+    with pytest.raises(LearngeneError) as info:
+        load_ancestry(name)
+    assert says in str(info.value) and "\n" not in str(info.value), str(info.value)
+    monkeypatch.chdir(tmp_path)
+    err = cli_error(capsys, ["condense", "--method", "weight_selection", "--ancestry", name, "--out", "g.st"])
+    assert "does not name a Hub repo" in err or "is not a branch, tag or commit name" in err
+    assert not (tmp_path / "g.st").exists()
+
+
+@pytest.mark.parametrize("pointer", ["../../../x", "not a commit", "a" * 39, "A" * 40, "", "\u0661" * 40])
+@pytest.mark.parametrize("ref", ["main", "v1"])
+def test_a_cache_pointer_that_is_no_commit_hash_is_one_line(tmp_path, cache, capsys, monkeypatch, pointer, ref):
+    """A ``refs/REF`` file that holds anything but a commit hash would name a folder outside the cache."""
+    _timm_repo(tmp_path, cache, ref=ref)
+    (cache / f"models--{TIMM_REPO.replace('/', '--')}" / "refs" / ref).write_text(pointer)
+    name = f"hf-hub:{TIMM_REPO}" + ("" if ref == "main" else f"@{ref}")
+    with pytest.raises(LearngeneError, match="not a commit hash"):
+        load_ancestry(name)
+    monkeypatch.chdir(tmp_path)
+    err = cli_error(capsys, ["condense", "--method", "weight_selection", "--ancestry", name, "--out", "g.safetensors"])
+    assert "refs" in err and "delete" in err
+    assert not (tmp_path / "g.safetensors").exists()
+
+
+def _hub_config(tmp_path, cache, change) -> None:
+    """The tiny timm repo with its config.json changed by ``change``, in the cache as TIMM_REPO."""
+    folder = tmp_path / "timm-src-changed"
+    folder.mkdir()
+    tiny_timm_folder(folder)
+    config = json.loads((folder / "config.json").read_text())
+    change(config)
+    (folder / "config.json").write_text(json.dumps(config))
+    cache_repo(cache, TIMM_REPO, folder_files(folder))
+
+
+HUGE = dict(depth=64, embed_dim=65536, num_heads=1)  # within a spec's ranges; 64 x 12 x 65536^2 x 4 bytes = 13 TiB
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (
+            lambda c: c["model_args"].update(num_classes=10**9),
+            "num_classes must be a whole number from 0 to 10,000,000",
+        ),
+        (lambda c: c.update(num_classes=10**9) or c["model_args"].pop("num_classes"), "num_classes must be a whole"),
+        (lambda c: c["model_args"].update(img_size=10**6), "img_size must be a whole number from 1 to 16,384"),
+        (lambda c: c["model_args"].update(depth=10**6), "depth must be a whole number from 1 to 4,096"),
+        (lambda c: c["model_args"].update(embed_dim=10**7), "embed_dim must be a whole number from 1 to 65,536"),
+        (lambda c: c["model_args"].update(mlp_ratio=1e9), "mlp_ratio must be a number above 0 to 64"),
+        (lambda c: c["model_args"].update(HUGE), "GiB free"),
+    ],
+)
+@pytest.mark.parametrize("where", ["hub", "folder"])
+def test_every_size_a_config_declares_goes_through_the_sizes_and_memory_checks(
+    tmp_path, cache, capsys, monkeypatch, change, says, where
+):
+    """A Hub repo's config as a local folder's: the ranges of a spec's sizes, then the memory its parameters take,
+    refused in one line before anything is allocated (num_classes 10^9 was a 128 GB allocation)."""
+    from learngene.vit.spec import ViTSpec, available_memory
+
+    huge = ViTSpec(img_size=16, patch_size=4, in_chans=3, num_classes=4, **HUGE)
+    if "GiB" in says and (available_memory() or 0) >= 4 * huge.num_params:
+        pytest.skip("this machine has the 13 TiB free")
+    _hub_config(tmp_path, cache, change)
+    snapshot = next((cache / f"models--{TIMM_REPO.replace('/', '--')}" / "snapshots").iterdir())
+    name = f"hf-hub:{TIMM_REPO}" if where == "hub" else str(snapshot)
+    with pytest.raises(LearngeneError) as info:
+        load_ancestry(name)
+    assert says in str(info.value) and "\n" not in str(info.value), str(info.value)
+    monkeypatch.chdir(tmp_path)
+    err = cli_error(capsys, ["condense", "--method", "weight_selection", "--ancestry", name, "--out", "g.safetensors"])
+    assert says in err and not (tmp_path / "g.safetensors").exists()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("input_size", [3, -16, -16], "input_size [3, -16, -16], not [channels, height, width]"),
+        ("input_size", [0, 16, 16], "not [channels, height, width] of positive whole numbers"),
+        ("input_size", [3, 16.5, 16], "positive whole numbers"),
+        ("input_size", [3, 16], "positive whole numbers"),
+        ("mean", [0.5, "x", 0.5], "mean [0.5, 'x', 0.5], not a list of finite numbers"),
+        ("mean", [], "not a list of finite numbers"),
+        ("std", [0.2, 0.0, 0.2], "std [0.2, 0.0, 0.2], not a list of finite numbers above 0"),
+        ("std", [0.2, -1, 0.2], "above 0"),
+        ("crop_pct", 0, "crop_pct 0, not a number in (0, 1]"),
+        ("crop_pct", 1.5, "not a number in (0, 1]"),
+        ("crop_pct", True, "not a number in (0, 1]"),
+        ("interpolation", "cubicle", "interpolation 'cubicle', not one of nearest, bilinear, bicubic"),
+        ("interpolation", 3, "not one of nearest"),
+        ("crop_mode", "diagonal", "crop_mode 'diagonal', not one of center, squash, border"),
+    ],
+)
+def test_a_hub_configs_preprocessing_is_range_checked(tmp_path, cache, capsys, monkeypatch, key, value, says):
+    _hub_config(tmp_path, cache, lambda c: c["pretrained_cfg"].update({key: value}))
+    with pytest.raises(LearngeneError) as info:
+        load_ancestry(f"hf-hub:{TIMM_REPO}")
+    assert says in str(info.value) and "config.json declares preprocessing" in str(info.value), str(info.value)
+    monkeypatch.chdir(tmp_path)
+    err = cli_error(
+        capsys, ["condense", "--method", "weight_selection", "--ancestry", f"hf-hub:{TIMM_REPO}", "--out", "g.st"]
+    )
+    assert says in err and not (tmp_path / "g.st").exists()
+
+
+def test_preprocessing_read_from_a_file_is_held_to_the_same_ranges():
+    from learngene.formats.preprocessing import check_preprocessing
+
+    good = dict(input_size=(3, 16, 16), interpolation="bicubic", mean=(0.5,) * 3, std=(0.5,) * 3, crop_pct=0.9)
+    assert check_preprocessing({**good, "crop_mode": "center"})["crop_pct"] == 0.9
+    for change in ({"input_size": (3, -16, -16)}, {"std": (0.5, 0.0, 0.5)}, {"interpolation": "x"}, {"crop_pct": 2}):
+        with pytest.raises(LearngeneError, match="^preprocessing has .*; give values in those ranges$"):
+            check_preprocessing({**good, "crop_mode": "center", **change}, img_size=16)  # an override hides none
+
+
+# ---- no network, HF_HUB_OFFLINE unset: seconds, not minutes (issue 47) --------------------------------------------
+# Each bound is on a timeout learngene sets, not a speed: one lookup of at most HUB_LOOKUP_SECONDS (2 s), no retries,
+# plus reading a tiny cache; 5 s leaves 3 s for a loaded machine. huggingface_hub's own retries took 24 s and more.
+LOOKUP_BOUND_SECONDS = 5.0
+
+
+@pytest.fixture(params=["silent", "no such host"])
+def unreachable(request, tmp_path, monkeypatch):
+    """A Hub that swallows requests (a firewall that drops them), or whose name does not resolve; never the real one."""
+    from tests.hub_fixtures import NO_SUCH_HOST, SilentServer, online_hub
+
+    server = SilentServer() if request.param == "silent" else None
+    online_hub(monkeypatch, tmp_path / "hf-cache", server.url if server else NO_SUCH_HOST)
+    yield server
+    if server is not None:
+        server.close()
+
+
+def _timed(call):
+    import time
+
+    import timm  # noqa: F401  imported before the clock starts: the bound is on the lookup, not on imports
+
+    start = time.monotonic()
+    with pytest.raises(LearngeneError) as info:
+        call()
+    return time.monotonic() - start, str(info.value)
+
+
+@pytest.mark.parametrize("name", [f"hf-hub:{TIMM_REPO}", f"hf-hub:{TIMM_REPO}@v2", f"timm:{TIMM_TAG}"])
+def test_no_network_and_nothing_cached_is_one_line_in_seconds(unreachable, caplog, capfd, name):
+    from learngene.formats.hub import HUB_LOOKUP_SECONDS
+
+    seconds, message = _timed(lambda: load_ancestry(name))
+    assert seconds < LOOKUP_BOUND_SECONDS, seconds
+    assert "\n" not in message and "HF_HUB_OFFLINE=1" in message and "`hf download " in message, message
+    assert f"did not answer within {HUB_LOOKUP_SECONDS:g} s" in message
+    assert not [r for r in caplog.records if r.name.startswith("huggingface_hub")]  # no retry lines
+    assert capfd.readouterr().err == ""
+    print(f"no network ({'silent' if unreachable else 'no such host'}), {name}: {seconds:.2f} s")
+
+
+def test_the_cli_without_network_exits_2_in_one_line_and_writes_nothing(unreachable, tmp_path, capsys, monkeypatch):
+    import time
+
+    import timm  # noqa: F401  imported before the clock starts
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["condense", "--method", "weight_selection", "--ancestry", f"hf-hub:{DINOV2_REPO}", "--out", "g.st"]
+    start = time.monotonic()
+    err = cli_error(capsys, argv)
+    seconds = time.monotonic() - start
+    assert seconds < LOOKUP_BOUND_SECONDS and "HF_HUB_OFFLINE=1" in err and f"hf download {DINOV2_REPO}" in err
+    assert not (tmp_path / "g.st").exists()
+
+
+@pytest.mark.parametrize("kind", ["hf-hub", "hf-hub@commit", "timm"])
+def test_a_cached_model_loads_without_asking_the_network(unreachable, tmp_path, kind):
+    """As local_files_only: nothing is looked up (the silent server is never contacted), so no timeout is waited
+    for. Timed: resolving the name to cached files, the part that would wait on the network (58 s of retries
+    before); building the model from them is reading a local folder, as for any folder."""
+    import time
+
+    from learngene.formats.hub import fetch_model
+
+    cache = tmp_path / "hf-cache"
+    if kind == "timm":
+        cache_repo(cache, f"timm/{TIMM_TAG}", {"model.safetensors": timm_tag_weights()[0]})
+        name = f"timm:{TIMM_TAG}"
+    else:
+        _, commit = _timm_repo(tmp_path, cache)
+        name = f"hf-hub:{TIMM_REPO}" + (f"@{commit}" if kind == "hf-hub@commit" else "")
+    import timm  # noqa: F401  imported before the clock starts
+
+    start = time.monotonic()
+    found = fetch_model(name)
+    seconds = time.monotonic() - start
+    assert seconds < LOOKUP_BOUND_SECONDS, seconds
+    assert load_ancestry(name).source == found.source
+    assert unreachable is None or not unreachable.contacted()
+    print(f"cached {kind}, no network: resolved in {seconds:.3f} s")
+
+
+def test_a_cached_repo_lacking_its_optional_files_does_not_look_them_up(unreachable, tmp_path):
+    """A cached config.json without README.md or preprocessor_config.json: the repo is read as the cache has it."""
+    folder = tmp_path / "dino"
+    folder.mkdir()
+    tiny_dinov2_folder(folder)
+    (folder / "preprocessor_config.json").unlink()
+    cache_repo(tmp_path / "hf-cache", DINOV2_REPO, folder_files(folder))
+    assert load_ancestry(f"hf-hub:{DINOV2_REPO}").license is None
+    assert unreachable is None or not unreachable.contacted()

@@ -182,3 +182,50 @@ def test_wandb_goes_offline_without_a_login_or_a_server(tmp_path, monkeypatch):
     assert wandb_mode() == "offline"
     monkeypatch.setenv("WANDB_MODE", "online")
     assert wandb_mode() == "online"
+
+
+@needs_wandb
+@pytest.mark.parametrize("server", ["silent", "no such host", "closed port"])
+def test_wandb_online_with_no_server_stops_in_one_line_within_seconds(tmp_path, monkeypatch, capfd, server):
+    """WANDB_MODE=online and a server that swallows requests, does not resolve or refuses: one line in seconds, before
+    W&B's own start-up (which waited 100 s, then said it in 2 lines); as training is asked to log, so from the CLI.
+    The bound is on WANDB_CONNECT_SECONDS (3 s), the one try learngene makes; 5 s leaves 2 s for a loaded machine."""
+    import time
+
+    from learngene.training.loggers import WANDB_CONNECT_SECONDS, open_loggers
+    from tests.hub_fixtures import NO_SUCH_HOST, SilentServer
+
+    silent = SilentServer() if server == "silent" else None
+    url = silent.url if silent else NO_SUCH_HOST if server == "no such host" else "http://127.0.0.1:9"
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    monkeypatch.setenv("WANDB_BASE_URL", url)
+    import wandb  # noqa: F401  imported before the clock starts: the bound is on the one try, not on imports
+
+    capfd.readouterr()
+    start = time.monotonic()
+    with pytest.raises(LearngeneError) as info:
+        open_loggers(TrainConfig(log=("wandb",), progress=False), tmp_path / "run", None)
+    seconds = time.monotonic() - start
+    assert seconds < WANDB_CONNECT_SECONDS + 2, seconds
+    message = str(info.value)
+    assert "\n" not in message and url in message and "WANDB_MODE=offline" in message, message
+    assert capfd.readouterr().err == ""  # nothing of W&B's own
+    if silent is not None:
+        silent.close()
+    print(f"W&B online, {server}: {seconds:.2f} s")
+
+
+@needs_wandb
+def test_wandb_online_with_no_server_is_one_line_from_the_cli(tmp_path, monkeypatch, capsys):
+    from tests.conftest import cli_error
+
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.chdir(tmp_path)
+    size = ["--depth", "1", "--embed-dim", "16", "--num-heads", "2", "--img-size", "8", "--patch-size", "4"]
+    data = ["--data", "digits", "--train-images", "16", "--eval-images", "16", "--epochs", "1", "--batch-size", "8"]
+    err = cli_error(capsys, ["ancestry", *size, *data, "--log", "wandb", "--run-dir", "r", "--out", "a.safetensors"])
+    assert "did not answer" in err and "WANDB_MODE=offline" in err
+    assert not (tmp_path / "a.safetensors").exists()

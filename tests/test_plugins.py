@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -90,6 +91,9 @@ BROKEN_MODULES = {
     "        fh.write(name + '\\n')\n",
     "fails.py": "from ._seen import seen\nseen('fails')\nimport a_module_that_is_not_installed\n",
     "exits.py": "import sys\nfrom ._seen import seen\nseen('exits')\nsys.exit(3)\n",
+    "interrupts.py": "from ._seen import seen\nseen('interrupts')\nraise KeyboardInterrupt\n",
+    "base.py": "from ._seen import seen\nseen('base')\nraise BaseException('not an Exception')\n",
+    "exits_none.py": "import sys\nsys.exit()\n",
     "loaders.py": "from ._seen import seen\nseen('loaders')\nNUMBER = 3\n\n"
     "def raising(argument, request):\n    raise RuntimeError('the server is down')\n\n"
     "def gives_none(argument, request):\n    return None\n",
@@ -98,7 +102,9 @@ BROKEN_MODULES = {
     "@dataclass(frozen=True)\nclass Config:\n    scale: float = option(1.0, phase=EXPAND, help='h')\n\n"
     "@dataclass(frozen=True)\nclass Unphased:\n    scale: float = 1.0\n\n"
     "class Taken(Method):\n    name = 'pretrained'\n    Config = Config\n\n"
-    "class NoPhase(Method):\n    name = 'no_phase'\n    Config = Unphased\n",
+    "class NoPhase(Method):\n    name = 'no_phase'\n    Config = Unphased\n\n"
+    "class Empty(Method):\n    name = ''\n    Config = Config\n\n"
+    "class Listed(Method):\n    name = 'a b,c'\n    Config = Config\n",
 }
 BROKEN_ENTRY_POINTS = """[learngene.data_sources]
 import_fails = broken_plugin.fails:load
@@ -107,6 +113,8 @@ not_callable = broken_plugin.loaders:NUMBER
 raises = broken_plugin.loaders:raising
 gives_none = broken_plugin.loaders:gives_none
 digits = broken_plugin.loaders:raising
+source_interrupts = broken_plugin.interrupts:load
+source_base = broken_plugin.base:load
 
 [learngene.methods]
 method_import_fails = broken_plugin.fails:Method
@@ -114,8 +122,14 @@ method_exits = broken_plugin.exits
 taken_name = broken_plugin.methods:Taken
 not_a_method = broken_plugin.loaders:raising
 no_phase = broken_plugin.methods:NoPhase
+method_interrupts = broken_plugin.interrupts
+method_base = broken_plugin.base:Method
+method_exits_none = broken_plugin.exits_none
+empty_name = broken_plugin.methods:Empty
+listed_name = broken_plugin.methods:Listed
 """
 BROKEN_METHODS = ["method_import_fails", "method_exits", "taken_name", "not_a_method", "no_phase"]
+BROKEN_METHODS += ["method_interrupts", "method_base", "method_exits_none", "empty_name", "listed_name"]
 
 
 @pytest.fixture(scope="module")
@@ -170,15 +184,24 @@ def test_broken_method_plugins_are_named_in_one_line_each_and_the_rest_works(bro
     assert "method name 'pretrained' is taken" in said["taken_name"]
     assert "a Method subclass" in said["not_a_method"]
     assert "option 'scale' declares no phase" in said["no_phase"]
+    # whatever an import raises (issue 47): named, and the command goes on
+    assert "fails to load (KeyboardInterrupt)" in said["method_interrupts"]
+    assert "fails to load (BaseException: not an Exception)" in said["method_base"]
+    assert "exits when imported (sys.exit(None))" in said["method_exits_none"]
+    assert "method name '' of broken_plugin.methods.Empty is not a plain identifier" in said["empty_name"]
+    assert "method name 'a b,c' of broken_plugin.methods.Listed is not a plain identifier" in said["listed_name"]
+    assert "a b,c" not in listed.stdout.replace(said["listed_name"], "")
     asked = broken("condense", "--method", "no_phase", "--ancestry", "a.safetensors", "-o", "g.safetensors")
     assert asked.returncode == 2 and asked.stderr.splitlines()[-1].startswith("learngene condense: error: the ")
     assert "no_phase" in asked.stderr.splitlines()[-1] and "declares no phase" in asked.stderr.splitlines()[-1]
+    assert asked.stderr.count("'no_phase'") == 1, asked.stderr  # the one asked for: said once, as the error
 
 
 def test_broken_data_source_plugins_are_one_line_errors_naming_their_package(broken):
     code = (
         "from learngene.data import load_dataset\nfrom learngene.errors import LearngeneError\n"
-        "for name in ('import_fails', 'exits', 'not_callable', 'raises', 'gives_none'):\n"
+        "for name in ('import_fails', 'exits', 'not_callable', 'raises', 'gives_none', 'source_interrupts',"
+        " 'source_base'):\n"
         "    try:\n        load_dataset(name)\n    except LearngeneError as exc:\n        print(name, '|', exc)\n"
         "print('digits', '|', len(load_dataset('digits', img_size=8)))\n"
     )
@@ -192,12 +215,41 @@ def test_broken_data_source_plugins_are_one_line_errors_naming_their_package(bro
     assert "names a int" in said["not_callable"]
     assert "failed (RuntimeError: the server is down)" in said["raises"]
     assert "gave NoneType, not learngene data" in said["gives_none"]
+    assert "fails to load (KeyboardInterrupt)" in said["source_interrupts"]
+    assert "fails to load (BaseException: not an Exception)" in said["source_base"]
+    for name in ("import_fails", "exits", "source_interrupts", "source_base"):  # asked for: said once, as the error
+        assert f"entry point '{name}'" not in tried.stderr, tried.stderr
     assert int(said["digits"]) > 0  # learngene's own digits, and the package's claim on its name said once:
     assert tried.stderr.count("entry point 'digits'") == 1 and "takes the name of learngene's own" in tried.stderr
     # from the command line: exit 2 and the one line, the plugin named
     ran = broken("ancestry", "--data", "raises", "--depth", "1", "--embed-dim", "8", "--num-heads", "1", "-o", "a.st")
     assert ran.returncode == 2 and len(ran.stderr.splitlines()) == 1, ran.stderr
     assert ran.stderr.startswith("learngene ancestry: error: data source 'raises' of package broken-plugin 1.0")
+    for name in ("import_fails", "source_interrupts"):  # a plugin that cannot even be imported: the same one line
+        ran = broken("ancestry", "--data", name, "--depth", "1", "--embed-dim", "8", "--num-heads", "1", "-o", "a.st")
+        assert ran.returncode == 2 and len(ran.stderr.splitlines()) == 1, ran.stderr
+        assert ran.stderr.startswith(f"learngene ancestry: error: the learngene.data_sources entry point '{name}'")
+
+
+@pytest.mark.parametrize("name", ["", "a b,c", "1st", "caf\u00e9", "x-y", "a\nb"])
+def test_a_method_name_must_be_a_plain_identifier(name):
+    from learngene.errors import LearngeneError
+    from learngene.method import Method
+    from learngene.registry import list_methods, register_method
+    from learngene.validate import EXPAND, option
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        scale: float = option(1.0, phase=EXPAND)
+
+    class Named(Method):
+        pass
+
+    Named.name, Named.Config = name, Config
+    with pytest.raises(LearngeneError) as info:
+        register_method(Named)
+    assert "is not a plain identifier" in str(info.value) and "\n" not in str(info.value)
+    assert name not in list_methods()
 
 
 def test_a_method_option_without_a_phase_is_refused_when_the_method_registers():

@@ -80,3 +80,31 @@ def test_every_float_tensor_expand_reads_gets_a_gradient(name, genes):
 def test_every_method_cites_its_paper(name):
     papers = citations(get_method(name))
     assert papers and all(isinstance(p, Paper) and p.title and p.venue and p.year > 2000 for p in papers), papers
+
+
+@pytest.fixture
+def threads():
+    """Sets torch's CPU threads for the test's body; the suite's own count comes back after."""
+    kept = torch.get_num_threads()
+
+    def use(count: int) -> None:
+        torch.set_num_threads(count)
+        assert torch.get_num_threads() == count
+
+    yield use
+    torch.set_num_threads(kept)
+
+
+@pytest.mark.parametrize("name", list_methods())
+def test_every_descendant_is_the_same_bytes_at_one_and_two_threads(name, genes, threads):
+    """What `learngene expand --threads 1` and `--threads 2` write: the same bytes, for every method (wave's einsum
+    and structured's SVDs were not). In one process: torch takes a new thread count at once."""
+    from learngene.descendant import make_descendant
+
+    made = []
+    for count in (1, 2):
+        threads(count)
+        model = make_descendant(genes[name], own_size(genes[name]), seed=0)
+        made.append({k: v.detach().contiguous().numpy().tobytes() for k, v in model.state_dict().items()})
+    differ = [k for k in made[0] if made[0][k] != made[1][k]]
+    assert not differ, f"{name}: {differ[:3]} differ between 1 and 2 threads"

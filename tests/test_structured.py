@@ -93,3 +93,34 @@ def test_qkv_biases_are_pytorch_linear_defaults_unless_asked_for_timms_zeros():
     assert torch.equal(expanded()[block_key(1, "attn.qkv.bias")], ours[block_key(1, "attn.qkv.bias")])  # seeded
     model = make_descendant(get_method("structured")().condense(None), SPEC)
     assert torch.equal(model.state_dict()[block_key(0, "attn.qkv.bias")], ours[block_key(0, "attn.qkv.bias")])
+
+
+def test_the_factors_are_the_same_bytes_at_any_thread_count():
+    """At this size the SVDs factored on 2 threads gave other q and k than on 1 (their products agreed): ViT-S's
+    expansion differed by --threads (issue 47). Now one thread factors them, with fixed signs."""
+    spec = ViTSpec(depth=1, embed_dim=64, num_heads=2, img_size=32, patch_size=4, in_chans=3, num_classes=4)
+    kept = torch.get_num_threads()
+    try:
+        outs = []
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            outs.append(expanded(spec))
+            assert torch.get_num_threads() == count  # given back after the factorization
+    finally:
+        torch.set_num_threads(kept)
+    assert all(torch.equal(outs[0][k], outs[1][k]) for k in outs[0])
+
+
+def test_canonical_svd_fixes_each_pairs_sign_and_keeps_the_product():
+    from learngene.vit.attention_init import canonical_svd
+
+    a = torch.randn(3, 40, 40, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    u, s, vh = canonical_svd(a)
+    pivot = u.abs().argmax(dim=-2, keepdim=True)
+    assert (torch.gather(u, -2, pivot) > 0).all()  # the largest entry of every left singular vector is positive
+    # a backward-stable SVD: errors of about n·eps·‖a‖ = 40 · 2.2e-16 · (‖a‖ ≤ 2√40 + 3 for these draws) ≈ 1e-13;
+    # 1e-12 leaves 10x. Singular vectors move by that over the gap between singular values (≥ 1e-3 here): 1e-9
+    torch.testing.assert_close(u @ torch.diag_embed(s) @ vh, a, rtol=0, atol=1e-12)
+    flipped_u, flipped_s, _ = canonical_svd(-a)  # the same factors, the sign convention applied again
+    torch.testing.assert_close(flipped_s, s, rtol=0, atol=1e-12)
+    torch.testing.assert_close(flipped_u, u, rtol=0, atol=1e-9)

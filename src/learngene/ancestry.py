@@ -19,6 +19,7 @@ kept in a temporary file's map (:func:`learngene.host.memory.tensors_in_temporar
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -30,30 +31,58 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from .errors import LearngeneError, SpecError, require_argument
+from .errors import LearngeneError, SpecError, held_warnings, require_argument
 from .formats.convert import is_model_folder, read_checkpoint, without_head
 from .formats.hub import fetch_model, is_hub_name, looks_like_repo_id
 from .formats.licenses import check_license
 from .formats.model_file import load_model_file
-from .host.memory import release_pages, tensors_in_temporary_file
+from .host.memory import release_pages, require_free_memory, tensors_in_temporary_file
 from .method import Ancestry
+from .validate import limits_of, out_of_range
 from .vit.eva import EVA_MODULE, fuse_qkv_projections, has_unfused_qkv
 from .vit.model_spec import spec_from_model
+from .vit.spec import ViTSpec
 
 StateDict = dict[str, Tensor]
 
 
-SIZE_ARGUMENTS = {"num_classes": 0, "img_size": 1, "in_chans": 1}  # timm.create_model's sizes, their least values
+# timm.create_model's sizes, held to the ranges a ViTSpec declares for them (the local spec's limits): a model's config,
+# a Hub repo's as a folder's, or the caller's arguments; timm would build a model of none, fail deep inside, or try
+# to allocate what no machine has
+SIZE_ARGUMENTS = ("depth", "embed_dim", "num_heads", "mlp_ratio", "img_size", "patch_size", "in_chans", "num_classes")
 
 
-def _check_sizes(model_kwargs: dict[str, Any]) -> None:
-    """The sizes among ``model_kwargs`` are whole numbers in range (timm would build a model of none, or fail deep
-    inside); ``img_size`` may also be a (height, width) pair."""
-    for name, least in SIZE_ARGUMENTS.items():
+def _check_sizes(model_kwargs: dict[str, Any], where: str = "") -> None:
+    """The sizes among ``model_kwargs`` are numbers in the ranges :class:`ViTSpec` declares (whole numbers but
+    ``mlp_ratio``; ``img_size`` may also be a (height, width) pair); ``where`` names the config they come from."""
+    fields = {f.name: f for f in dataclasses.fields(ViTSpec)}
+    for name in SIZE_ARGUMENTS:
         value = model_kwargs.get(name)
+        if value is None:
+            continue
         values = value if name == "img_size" and isinstance(value, (tuple, list)) and len(value) == 2 else [value]
-        if value is not None and not all(isinstance(v, int) and not isinstance(v, bool) and v >= least for v in values):
-            raise LearngeneError(f"{name} must be a whole number of at least {least}, got {value!r}")
+        kind = (int, float) if name == "mlp_ratio" else int
+        limits = limits_of(fields[name])
+        if not all(isinstance(v, kind) and not isinstance(v, bool) and not out_of_range(v, limits) for v in values):
+            lo, hi = limits.get("at_least", limits.get("above")), limits["at_most"]
+            what = "a number above" if "above" in limits else "a whole number from"
+            raise LearngeneError(
+                f"{where}{name} must be {what} {lo:g} to {hi:,}, got {value!r}; "
+                + ("check the model's config" if where else "give a size in that range")
+            )
+
+
+def _require_model_memory(model: nn.Module, state: StateDict, source: str, name: str) -> None:
+    """Refuse in one line, before anything is allocated, a model (``model``: built on the meta device) whose tensors
+    that ``state`` does not hold at their shape (a fresh classifier, a resampled position table) exceed the free
+    memory: 4 bytes a parameter, as a spec's own sizes are checked (:meth:`ViTSpec.require_memory`)."""
+    given = {k: v.shape for k, v in state.items()}
+    need = sum(t.numel() * t.element_size() for k, t in model.state_dict().items() if given.get(k) != t.shape)
+    require_free_memory(
+        need,
+        f"timm {name} as {source} and the arguments size it",
+        "check the sizes in the model's config (num_classes, img_size, depth, width) or the arguments",
+    )
 
 
 def load_ancestry(
@@ -77,7 +106,8 @@ def load_ancestry(
 
     The ancestry records what its inputs expect (``Ancestry.preprocessing``, :func:`ancestry_preprocessing`).
     """
-    ancestry = _read_ancestry(path, timm_model, drop_head, **model_kwargs)
+    with held_warnings():  # a library's note on a file that then fails (torch's pickle protocol): unsaid
+        ancestry = _read_ancestry(path, timm_model, drop_head, **model_kwargs)
     ancestry.preprocessing = ancestry_preprocessing(path, timm_model, ancestry)
     return ancestry
 
@@ -112,6 +142,7 @@ def _folder_model(
     """The model of a timm hub or transformers folder (its architecture from config.json unless ``timm_model``
     names it), with the folder's preprocessing, and the licence it records."""
     ckpt = read_checkpoint(path, drop_head=drop_head)  # checked for NaN as it is read
+    _check_sizes(ckpt.kwargs, f"{Path(path) / 'config.json'}: ")
     arch = _require_timm_name(timm_model or ckpt.arch)
     model = build_timm_model(arch, {**ckpt.kwargs, **model_kwargs}, ckpt.state, str(path))
     vit: Any = model  # a timm model, whose pretrained_cfg the folder's own preprocessing updates
@@ -236,8 +267,10 @@ def build_timm_model(arch: str, kwargs: dict[str, Any], state: StateDict, source
     def create(**extra: Any) -> nn.Module:
         return _timm_model(arch, {**kwargs, **extra})
 
+    meta = create(device="meta")
+    _require_model_memory(meta, state, source, arch)
     try:
-        state = checkpoint_filter(arch)(state, create(device="meta"))
+        state = checkpoint_filter(arch)(state, meta)
     except (RuntimeError, KeyError, ValueError, AttributeError) as exc:
         raise LearngeneError(f"{source} does not fit timm model {arch}: {str(exc).splitlines()[0][:200]}") from None
     if has_unfused_qkv(state) and checkpoint_filter_module(arch) == EVA_MODULE:  # EVA-02 B/L: one fused layout
@@ -261,6 +294,7 @@ def build_model_lazily(create: Callable[..., nn.Module], state: StateDict, sourc
         _compute_buffers(model)
         if not any(t.is_meta for t in itertools.chain(model.parameters(), model.buffers())):
             return model
+    _require_model_memory(model, {}, source, name or "model")  # made whole, then the state copied in
     model = create()
     model.load_state_dict(state, strict=False)
     return model

@@ -22,6 +22,7 @@ from .binding import BoundMethod, bind_gene
 from .errors import LearngeneError, message_of, require_argument
 from .formats.model_file import check_state_shapes
 from .gene import Learngene
+from .host.threads import one_thread
 from .registry import get_method
 from .training.genenet import GeneNet  # noqa: F401  (re-exported: learngene.descendant.GeneNet)
 from .validate import EXPAND
@@ -109,7 +110,8 @@ def make_descendant(
     # what the gene gives is overwritten: give its memory back before expanding (not a position table that
     # pos_embed="learned" leaves to timm)
     release_storage(model, [k for k in provided if not (pos_embed == "learned" and k == spec.key("pos_embed"))])
-    with torch.no_grad():
+    # on one thread: the same bytes at any --threads (a hypernetwork's matmuls, an SVD split their sums by the count)
+    with torch.no_grad(), one_thread():
         state = bound.expand(spec, own)
         provided = list(state)
         state = _with_top_up_and_ablations(state, spec, seed, top_up, pos_embed, blend_mimetic)

@@ -5,7 +5,9 @@ fit the model) is raised as a :class:`LearngeneError` whose message is one line 
 do. The CLI prints it and exits with code 2; anything else is a bug and keeps its traceback.
 """
 
+import contextlib
 import re
+from collections.abc import Iterator
 
 # A setting named in a message carries both wordings, tagged with private-use characters that survive composition
 # into f-strings: whoever shows the message to a person picks one wording (render), knowing who that person is.
@@ -108,3 +110,41 @@ def require_argument(value: object, kinds: type | tuple[type, ...], argument: st
     if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):  # True is no count
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
         raise ArgumentTypeError(f"{argument} must be {what}, got {type(value).__name__} {shown}")
+
+
+@contextlib.contextmanager
+def held_warnings(loggers: tuple[str, ...] = ("huggingface_hub",), say: bool = True) -> Iterator[None]:
+    """Python's warnings and the log records of ``loggers`` raised inside, said only when the block succeeds (and
+    ``say``: False for a try whose notes would mislead, such as a read from the cache alone).
+
+    Around the reading of an input: a library's note about a file that then turns out unreadable (torch's
+    pickle-protocol warning on a file that is no checkpoint, huggingface_hub's retries, PIL's pixel count) would come
+    before or beside the one-line error that says all there is to say. On success they are said as they came."""
+    import logging
+    import sys
+    import warnings
+
+    records: list[logging.LogRecord] = []
+
+    class Hold(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    # a library imported inside the block sets its logger up as it loads (huggingface_hub adds its handler): only
+    # those already loaded are held, so that none loses its set-up
+    held = [logging.getLogger(name) for name in loggers if name.partition(".")[0] in sys.modules]
+    kept = [(logger.handlers[:], logger.propagate) for logger in held]
+    for logger in held:
+        logger.handlers, logger.propagate = [Hold()], False
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            yield
+    finally:
+        for logger, (handlers, propagate) in zip(held, kept):
+            logger.handlers, logger.propagate = handlers, propagate
+    if not say:
+        return
+    for said in caught:  # the block succeeded (an exception leaves them unsaid)
+        warnings.warn_explicit(said.message, said.category, said.filename, said.lineno, source=said.source)
+    for record in records:
+        logging.getLogger(record.name).handle(record)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
+import re
 import sys
 import types
 from collections.abc import Callable
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from .method import Method
 
 METHOD_GROUP, DATA_SOURCE_GROUP = "learngene.methods", "learngene.data_sources"
+METHOD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 _METHODS: dict[str, type[Method]] = {}
 
@@ -49,6 +51,11 @@ def register_method(cls: type[Method]) -> type[Method]:
     ):
         raise ArgumentTypeError(
             f"register_method takes a Method subclass with a name, got {cls!r}; subclass learngene.Method"
+        )
+    if not METHOD_NAME.fullmatch(cls.name):  # a name is a flag's value, a gene header's field, a row of a report
+        raise LearngeneError(
+            f"method name {cls.name[:60]!r} of {cls.__module__}.{cls.__qualname__} is not a plain identifier; name it "
+            f"with ASCII letters, digits and '_', starting with a letter (e.g. my_method)"
         )
     taken = _METHODS.get(cls.name)
     if taken is not None and taken is not cls:
@@ -80,9 +87,10 @@ def _load_builtin_methods() -> None:
 def get_method(name: str) -> type[Method]:
     """The method class registered as ``name``; one-line error for a name this version does not know."""
     if name not in _METHODS:
+        _ASKED.add((METHOD_GROUP, name))
         _load_builtin_methods()
     try:
-        return _METHODS[name]
+        found = _METHODS[name]
     except KeyError:
         problem = _PROBLEMS.get((METHOD_GROUP, name))
         if problem is not None:
@@ -91,6 +99,8 @@ def get_method(name: str) -> type[Method]:
             f"unknown method {name!r}; this version of learngene knows: {', '.join(list_methods())} "
             f"(a gene made by a newer version needs an upgrade of learngene)"
         ) from None
+    _say_unraised((METHOD_GROUP, name))
+    return found
 
 
 def list_methods(**capabilities: Any) -> list[str]:
@@ -139,9 +149,9 @@ class DataSource:
             return self.loader()(argument, request)
         try:
             data = self.loader()(argument, request)
-        except LearngeneError:
+        except (LearngeneError, KeyboardInterrupt):  # a Ctrl-C while a plugin loads data stops the command
             raise
-        except (Exception, SystemExit) as exc:  # noqa: BLE001  a plugin's failure: say whose, not a traceback
+        except BaseException as exc:  # noqa: BLE001  a plugin's failure: say whose, not a traceback
             raise DataError(self._broken(f"failed ({_summary(exc)})")) from None
         if not (hasattr(data, "get_batch") and hasattr(data, "__len__")):  # by its parts: the registry is a leaf
             raise DataError(self._broken(f"gave {type(data).__name__}, not learngene data (ImageData, FolderData)"))
@@ -174,11 +184,13 @@ def list_sources() -> dict[str, DataSource]:
 def find_data_source(name: str) -> DataSource | None:
     """The source registered as ``name``; an installed package's is loaded now (alone: a broken other plugin is
     never imported), and one that cannot be is a one-line error naming its package. None: no such source."""
+    _ASKED.add((DATA_SOURCE_GROUP, name))
     for entry in _entry_points(DATA_SOURCE_GROUP):
         if entry.name == name and not _name_taken(entry) and name not in DATA_SOURCES:
             _load_plugin_source(entry)
     if name not in DATA_SOURCES and (DATA_SOURCE_GROUP, name) in _PROBLEMS:
         raise DataError(_PROBLEMS[(DATA_SOURCE_GROUP, name)])
+    _say_unraised((DATA_SOURCE_GROUP, name))
     return DATA_SOURCES.get(name)
 
 
@@ -233,9 +245,12 @@ for _source in (
 
 # ---- plugins: entry points of other installed packages ---------------------------------------------------
 # A plugin that fails to import, exits, raises or clashes with a registered name is left out and named in one line
-# (which package, which entry point, what to do): printed once on stderr, and raised where its name is asked for.
+# (which package, which entry point, what to do): printed once on stderr, or, where its name is asked for, raised
+# (and not printed as well).
 _loaded: dict[str, bool] = {}
 _PROBLEMS: dict[tuple[str, str], str] = {}
+_ASKED: set[tuple[str, str]] = set()  # (group, name) asked for by name: a problem of theirs is raised, not printed
+_UNSAID: set[tuple[str, str]] = set()  # ... kept for that error
 _FAILED = object()
 
 
@@ -270,14 +285,26 @@ def _problem(entry: importlib.metadata.EntryPoint, group: str, what: str, fix: s
     )
     if (group, entry.name) not in _PROBLEMS:
         _PROBLEMS[(group, entry.name)] = line
-        print(f"learngene: warning: {line}", file=sys.stderr)
+        if (group, entry.name) in _ASKED:
+            _UNSAID.add((group, entry.name))
+        else:
+            print(f"learngene: warning: {line}", file=sys.stderr)
+
+
+def _say_unraised(key: tuple[str, str]) -> None:
+    """Say a problem kept for an error that did not come (the name asked for was found elsewhere: learngene's own)."""
+    if key in _UNSAID:
+        _UNSAID.discard(key)
+        print(f"learngene: warning: {_PROBLEMS[key]}", file=sys.stderr)
 
 
 def _load_entry(entry: importlib.metadata.EntryPoint, group: str) -> Any:
     """The object an entry point names; :data:`_FAILED` (and the problem said) when importing it fails or exits."""
     try:
         return entry.load()
-    except (Exception, SystemExit) as exc:  # noqa: BLE001  a broken plugin: say which, rather than a traceback
+    # anything at all: a plugin's import that raises KeyboardInterrupt or a bare BaseException (not a Ctrl-C: an
+    # import takes moments) would stop every command, `learngene methods` included
+    except BaseException as exc:  # noqa: BLE001  a broken plugin: say which, rather than a traceback
         what = f"exits when imported (sys.exit({exc.code!r}))" if isinstance(exc, SystemExit) else "fails to load"
         _problem(entry, group, what if isinstance(exc, SystemExit) else f"{what} ({_summary(exc)})", "fix the import")
         return _FAILED

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..bench.descriptions import profiles_help
+from ..bench.stats import MAX_SEEDS
 from ..errors import LearngeneError
-from .flags import FASHION_MNIST_DIR, add_data_dir, add_setting, add_stage_runner, add_time_limit, integer
+from .flags import FASHION_MNIST_DIR, add_data_dir, add_setting, add_stage_runner, add_time_limit, bounded, integer
 
 if TYPE_CHECKING:
     from ..bench import BenchRun
@@ -28,7 +29,12 @@ def add_parser(subparsers) -> None:
     add_setting(p, "max_steps", "bench", help="gpu-smoke: optimizer steps of each training stage (default: 20)")
     p.add_argument("--out", help="report folder (default: runs/bench-PROFILE)")
     p.add_argument("--methods", nargs="+", metavar="METHOD", help="only these registered methods (default: all)")
-    p.add_argument("--seeds", type=integer, metavar="N", help="seeds 0..N-1 instead of the profile's")
+    p.add_argument(
+        "--seeds",
+        type=bounded("seeds", integer, {"at_least": 1, "at_most": MAX_SEEDS}),
+        metavar="N",
+        help="seeds 0..N-1 instead of the profile's",
+    )
     add_time_limit(p)
     add_data_dir(p, FASHION_MNIST_DIR)
     add_stage_runner(p, "bench")
@@ -89,9 +95,7 @@ def _profile_from_args(args: argparse.Namespace, profile) -> tuple[Any, float | 
         if unknown:
             raise LearngeneError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(list_methods())}")
         profile = profile.replace(methods=tuple(dict.fromkeys(args.methods)))
-    if args.seeds is not None:
-        if args.seeds < 1:
-            raise LearngeneError(f"--seeds must be at least 1, got {args.seeds}")
+    if args.seeds is not None:  # in its range: the flag's parser checked it
         profile = profile.replace(seeds=tuple(range(args.seeds)))
     if args.time_limit is not None and not args.time_limit > 0:
         raise LearngeneError(f"--time-limit must be a positive number of minutes, got {args.time_limit}")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from ..bench.stats import MAX_SEEDS
 from ..errors import LearngeneError
-from ..training.config import LOGGING
+from ..training.config import LOGGING, MAX_EPOCHS, MAX_STEPS
 from .flags import (
     LazyText,
     add_ancestry_args,
@@ -15,6 +16,8 @@ from .flags import (
     add_settings,
     add_stage_runner,
     add_time_limit,
+    bounded,
+    data_count,
     data_help,
     integer,
     real,
@@ -74,7 +77,13 @@ def _add_contenders(p: argparse.ArgumentParser) -> None:
         "fine-tuned 10× as long; "
         "structured only where registered (default: %(default)s)",
     )
-    p.add_argument("--seeds", type=integer, default=3, help="seeds 0..N-1 per method and size (default: %(default)s)")
+    # the ranges CompareChoices declares (learngene.pipeline.compare, which the torch-free parser cannot import)
+    p.add_argument(
+        "--seeds",
+        type=bounded("seeds", integer, {"at_least": 1, "at_most": MAX_SEEDS}),
+        default=3,
+        help="seeds 0..N-1 per method and size (default: %(default)s)",
+    )
 
 
 def _add_fine_tuning(p: argparse.ArgumentParser) -> None:
@@ -82,8 +91,15 @@ def _add_fine_tuning(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     add_setting(g, "epochs", "compare", help="fine-tuning epochs of every method (default: %(default)s)")
     add_setting(g, "max_steps", "compare", metavar="S", help="fine-tune S optimizer steps instead of --epochs")
-    p.add_argument("--few-shot", type=integer, metavar="K", help="fine-tune on K labelled images per class")
-    p.add_argument("--train-images", type=integer, metavar="N", help="fine-tune on a fixed random subset of N images")
+    p.add_argument(
+        "--few-shot", type=data_count("few_shot"), metavar="K", help="fine-tune on K labelled images per class"
+    )
+    p.add_argument(
+        "--train-images",
+        type=data_count("train_images"),
+        metavar="N",
+        help="fine-tune on a fixed random subset of N images",
+    )
     add_setting(p, "eval_images", "compare", help="test on a fixed random subset of N test images")
     p.add_argument(
         "--kd",
@@ -114,19 +130,19 @@ def _add_classes_and_condensing(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--condense-images",
-        type=integer,
+        type=data_count("train_images"),
         metavar="N",
         help="condense and adapt on a fixed random subset of N images (default: all)",
     )
     p.add_argument(
         "--condense-epochs",
-        type=integer,
+        type=bounded("condense epochs", integer, {"at_least": 1, "at_most": MAX_EPOCHS}),
         default=2,
         help="aux-net epochs of tleg, wave, share_init (default: %(default)s)",
     )
     p.add_argument(
         "--adapt-steps",
-        type=integer,
+        type=bounded("adapt steps", integer, {"at_least": 1, "at_most": MAX_STEPS}),
         default=50,
         help="steps of wave's and peg's adaptation per size and seed (default: %(default)s)",
     )

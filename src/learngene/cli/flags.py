@@ -162,11 +162,15 @@ def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: s
         help=LazyText("a registered data source", lambda: data_help() + " (default: %(default)s)"),
     )
     add_data_dir(g)
-    g.add_argument("--train-images", type=integer, metavar="N", help="use a random subset of N training images")
-    g.add_argument("--few-shot", type=integer, metavar="K", help="use K labelled training images per class")
+    g.add_argument(
+        "--train-images", type=data_count("train_images"), metavar="N", help="use a random subset of N training images"
+    )
+    g.add_argument(
+        "--few-shot", type=data_count("few_shot"), metavar="K", help="use K labelled training images per class"
+    )
     g.add_argument(
         "--workers",
-        type=integer,
+        type=data_count("workers"),
         metavar="N",
         help="DataLoader processes decoding an image folder (default: auto, min(8, CPUs per process - 1); "
         "0: in the main process)",
@@ -223,18 +227,32 @@ def add_setting(g, name: str, use_case: str | None = None, **given: Any) -> None
 def _checked(f, parse):
     """The flag's parser: a number of the setting's type within its declared range (the same check as
     TrainConfig's, before any data are loaded), 0 allowed where 0 turns it off."""
-    limits = limits_of(f)
+    label = f.metadata.get("label", f.name.replace("_", " "))
+    return bounded(label, parse, limits_of(f), zero_means_none=bool(f.metadata.get("zero_means_none")))
+
+
+def bounded(label: str, parse: Callable[[str], Any], limits: dict[str, Any], zero_means_none: bool = False):
+    """A number flag's parser: ``parse``'s value within ``limits`` (a declaration's range, :func:`limits_of`), refused
+    on the command line in one line naming ``label``."""
 
     def check(text: str):
         value = parse(text)
-        wanted = None if (f.metadata.get("zero_means_none") and value == 0) else out_of_range(value, limits)
+        wanted = None if (zero_means_none and value == 0) else out_of_range(value, limits)
         if wanted:
-            label = f.metadata.get("label", f.name.replace("_", " "))
             raise argparse.ArgumentTypeError(f"{label} must be {wanted}, got {text}")
         return value
 
     check.__name__ = parse.__name__  # argparse names the type in its "invalid ... value" message
     return check
+
+
+def data_count(name: str):
+    """The parser of the count flag of :class:`~learngene.pipeline.requests.DataRequest` field ``name`` (``--workers``,
+    ``--few-shot``, ``--train-images``): an integer in the range the field declares."""
+    from ..pipeline.requests import DataRequest
+
+    f = next(f for f in dataclasses.fields(DataRequest) if f.name == name)
+    return _checked(f, integer)
 
 
 def add_train_args(p: argparse.ArgumentParser, use_case: str) -> None:

@@ -10,6 +10,7 @@ errors answer in a fraction of a second; ``benchmarks/cli_startup.py`` measures 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from .._version import __version__
 from ..errors import render
@@ -24,9 +25,40 @@ COMMANDS = {
 }
 
 
+class _StoreOnce(argparse._StoreAction):
+    """A flag that takes one value (``--seed 1``, ``--stitch SPEC``): given twice it is refused, where argparse would
+    keep the last value without a word (``--seed 1 --seed 2`` ran seed 2). Flags meant to repeat say so
+    (``action="append"``: ``--opt``, ``--log``)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        given: set[str] = parser.__dict__.setdefault("_given_once", set())
+        if self.dest in given:
+            raise argparse.ArgumentError(
+                self, f"given twice (the second time as {values!r}); give it once, with the value you mean"
+            )
+        given.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (exit code 2), like every other learngene error, naming settings by their flags
-    (a type check's message may carry both wordings: :func:`learngene.errors.message_of`)."""
+    (a type check's message may carry both wordings: :func:`learngene.errors.message_of`), and single-value flags
+    given at most once (:class:`_StoreOnce`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)  # every add_argument without an action, and action="store"
+        self.register("action", "store", _StoreOnce)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self.__dict__["_given_once"] = set()  # each parse counts afresh (a parser may parse more than once)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: error: {render(message, cli=True)} (see --help)\n")

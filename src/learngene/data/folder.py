@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 import torch
@@ -167,7 +167,7 @@ class FolderData(NamedClasses, torch.utils.data.Dataset):
 
     def open_image(self, index: int, mode: str):
         """Image ``index`` decoded as a PIL image of ``mode`` (a subclass reads it from elsewhere than a file)."""
-        return _open_image(self.samples[index][0], mode, self.refuse_colour)
+        return decode_image(self.samples[index][0], mode, self.refuse_colour)
 
     def get_batch(self, indices: Tensor) -> tuple[Tensor, Tensor, None]:
         batch = _Collate(self.in_chans, self.img_size)([self[int(i)] for i in indices])
@@ -297,17 +297,14 @@ def image_folder(
     if classes is not None:
         _check_same_classes(root, found, classes)
     refuse_colour = keep_colour and in_chans == 1
-    # before anything trains, the first image of every colour mode (a folder may mix grey and colour files); the
-    # others are judged as they are read
-    firsts = {mode: path for (path, _), mode in reversed(list(zip(samples, modes))) if mode not in GREY_MODES}
-    if refuse_colour and any(_is_colour(path) for path in firsts.values()):
-        raise colour_for_grey_model(f"folder:{root}")
+    if refuse_colour:
+        check_colour(modes, lambda i: decode_image(samples[i][0], "RGB"), f"folder:{root}")
     name = f"folder:{root.name}"
     if not in_memory:
         return FolderData(samples, found, pre, name, augment, workers, refuse_colour)
     to_uint8 = folder_transforms(pre, to_uint8=True)
     mode = {1: "L", 3: "RGB"}[in_chans]
-    images = torch.stack([to_uint8(_open_image(path, mode, refuse_colour)) for path, _ in samples])
+    images = torch.stack([to_uint8(decode_image(path, mode, refuse_colour)) for path, _ in samples])
     return ImageData(
         images,
         torch.tensor([y for _, y in samples]),
@@ -432,11 +429,16 @@ def _check_headers(paths: Sequence[str]) -> list[str]:
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=8) as pool:
-        return list(pool.map(lambda p: _open_image(p, None), paths, chunksize=256))
+        return list(pool.map(lambda p: decode_image(p, None), paths, chunksize=256))
 
 
-def _is_colour(path: str) -> bool:
-    return is_colour(_open_image(path, "RGB"))
+def check_colour(modes: Sequence[str], decoded: Callable[[int], Any], name: str) -> None:
+    """For a grey model that refuses colour: before anything trains, the first image of every colour mode (PIL's,
+    from the headers: ``modes``, one per image; ``decoded(i)`` image ``i``) must in fact be grey, as a grey image
+    saved as RGB is; the others are judged as they are read. A dataset may mix grey and colour images."""
+    firsts = {mode: i for i, mode in reversed(list(enumerate(modes))) if mode not in GREY_MODES}
+    if any(is_colour(decoded(i)) for i in firsts.values()):
+        raise colour_for_grey_model(name)
 
 
 def is_colour(image) -> bool:
@@ -449,30 +451,32 @@ def is_colour(image) -> bool:
 GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")  # PIL's modes of one channel (and alpha): never colour
 
 
-def _open_image(path: str, mode: str | None, refuse_colour: bool = False):
-    """Decode one image into ``mode`` (None: only its header, and return its mode); unreadable files and
-    decompression bombs (PIL's pixel limit) fail in one line, and so does a colour image read as grey
-    (``mode`` "L") with ``refuse_colour``."""
+def decode_image(source: str | IO[bytes], mode: str | None, refuse_colour: bool = False, shown: str | None = None):
+    """Decode one image (a file's path, or a binary stream: a ``datasets`` row's bytes) into ``mode`` (None: only its
+    header, and return its mode); unreadable images and decompression bombs (PIL's pixel limit, without PIL's
+    warning) fail in one line, and so does a colour image read as grey (``mode`` "L") with ``refuse_colour``.
+    ``shown`` names the image in the message (default: ``image PATH``)."""
     import warnings
 
     from PIL import Image
 
+    shown = shown or f"image {source}"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as img:
+            with Image.open(source) as img:
                 if mode is None:
                     return img.mode
                 if refuse_colour and mode == "L" and img.mode not in GREY_MODES and is_colour(img):
-                    raise colour_for_grey_model(f"image {path}")
+                    raise colour_for_grey_model(shown)
                 return img.convert(mode)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         raise DataError(
-            f"image {path} has more pixels than PIL decodes safely ({Image.MAX_IMAGE_PIXELS:,}): a "
+            f"{shown} has more pixels than PIL decodes safely ({Image.MAX_IMAGE_PIXELS:,}): a "
             f"decompression bomb or an oversized image; remove it or scale it down"
         ) from None
     except (OSError, ValueError, SyntaxError) as exc:
         raise DataError(
-            f"cannot read image {path} ({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}); "
+            f"cannot read {shown} ({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}); "
             f"remove or replace it"
         ) from None

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import DataError
+from ..errors import DataError, held_warnings
 from ..formats.atomic import atomic_path, quote
 from ..registry import (  # noqa: F401  (re-exported)
     DATA_SOURCES,
@@ -222,8 +222,9 @@ def torchvision_dataset(
     # torchvision's readers check little (MNIST's asserts, CIFAR's unpickled arrays): files that are not the
     # dataset's fail in many ways, caught here as one
     except (AssertionError, ValueError, IndexError, KeyError, EOFError, OSError, pickle.UnpicklingError) as exc:
+        why = "a pickle torch.load(weights_only=True) refuses" if isinstance(exc, pickle.UnpicklingError) else None
         raise DataError(
-            f"torchvision {name} under {root} is unreadable ({_first_line(exc)}); replace its files with "
+            f"torchvision {name} under {root} is unreadable ({why or _first_line(exc)}); replace its files with "
             f"the dataset's original download"
         ) from None
     try:
@@ -342,9 +343,9 @@ def load_dataset(
         )
     if workers < 0:
         raise DataError(f"--workers must be 0 (decode in the main process) or more, got {workers}")
-    data = source.read(
-        argument, LoadRequest(split, img_size, data_dir, in_chans, preprocessing, augment, workers, classes)
-    )
+    request = LoadRequest(split, img_size, data_dir, in_chans, preprocessing, augment, workers, classes)
+    with held_warnings(("huggingface_hub", "datasets")):  # torch's or PIL's note on data that then fail: unsaid
+        data = source.read(argument, request)
     if in_chans is not None and isinstance(data, ImageData):
         if in_chans == 1 and data.in_chans > 1:
             raise colour_for_grey_model(name)

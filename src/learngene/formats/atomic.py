@@ -141,17 +141,27 @@ def check_outputs(
 
 
 def check_output_place(path: Path, overwrite: bool) -> Path:
-    """``path`` (a file or a folder) is new or may be replaced, and its directory exists and is writable."""
+    """``path`` (a file or a folder) is new or may be replaced, and its directory is writable, or can be made: the
+    folders it lacks are created when the output is written (:func:`make_parents`), as timm's and transformers'
+    savers do, so a refusal here leaves nothing behind. A file where a folder must go is refused."""
     if (path.exists() or path.is_symlink()) and not overwrite:
         raise LearngeneError(f"{quote(path)} already exists; pass {OVERWRITE()} to replace it")
     parent = path.parent if str(path.parent) else Path(".")
-    if parent.exists() and not parent.is_dir():
-        raise LearngeneError(f"{quote(parent)} is not a directory; choose an output path inside a directory")
-    if not parent.is_dir():
-        raise LearngeneError(f"directory {quote(parent)} does not exist; create it first")
-    if not os.access(parent, os.W_OK):
-        raise LearngeneError(f"directory {quote(parent)} is not writable; choose another output path")
+    existing = next((p for p in (parent, *parent.parents) if p.exists() or p.is_symlink()), Path("."))
+    if not existing.is_dir():
+        raise LearngeneError(f"{quote(existing)} is not a directory; choose an output path inside a directory")
+    if not os.access(existing, os.W_OK):
+        raise LearngeneError(f"directory {quote(existing)} is not writable; choose another output path")
     return path
+
+
+def make_parents(path: Path) -> None:
+    """Create the folders ``path`` lies in that do not exist yet (checked writable by :func:`check_output_place`);
+    one line where the place refuses (a full disk, permissions changed meanwhile)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PlaceError(f"cannot create {os_error_message(exc, path.parent)}") from None
 
 
 # the temporary file's name keeps at most this much of the target's, so a long (valid) name stays valid
@@ -169,6 +179,7 @@ def atomic_path(path: str | os.PathLike, overwrite: bool) -> Iterator[Path]:
     A full or read-only disk raises a one-line :class:`~learngene.errors.PlaceError`; the old file is left intact.
     """
     path = check_output_path(path, overwrite)
+    make_parents(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:TEMP_NAME_CHARS]}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 
 from ..errors import GeneFormatError, LearngeneError
 from .licenses import folder_license
+from .preprocessing import preprocessing_problem
 from .weights import is_regular_file, load_weights, read_regular_text
 
 StateDict = dict[str, Tensor]
@@ -154,6 +155,7 @@ def _read_timm_folder(folder: Path, config: dict[str, Any], state: StateDict, dr
     """timm's own reading of the config (``timm.models.load_model_config_from_path``): architecture + kwargs."""
     from timm.models._hub import load_model_config_from_path
 
+    _data_cfg(config.get("pretrained_cfg") or {}, folder / CONFIG)  # as the file declares it, before timm's overrides
     pretrained_cfg, arch, model_args = load_model_config_from_path(folder)
     kwargs = dict(model_args or {})
     if "num_classes" in config:
@@ -162,13 +164,25 @@ def _read_timm_folder(folder: Path, config: dict[str, Any], state: StateDict, dr
         state = without_head(state, ("head.", "head_dist."), str(folder))
         kwargs["num_classes"] = 0
     return Checkpoint(
-        arch=arch, kwargs=kwargs, state=state, pretrained_cfg=_data_cfg(pretrained_cfg), source=str(folder)
+        arch=arch,
+        kwargs=kwargs,
+        state=state,
+        pretrained_cfg=_data_cfg(pretrained_cfg, folder / CONFIG),
+        source=str(folder),
     )
 
 
-def _data_cfg(cfg: dict[str, Any]) -> dict[str, Any]:
+def _data_cfg(cfg: dict[str, Any], source: Path) -> dict[str, Any]:
+    """The preprocessing ``source`` (a folder's config) declares, its values in range (:func:`preprocessing_problem`)."""
     keys = ("input_size", "interpolation", "crop_pct", "crop_mode", "mean", "std")
-    return {k: cfg[k] for k in keys if cfg.get(k) is not None}
+    data_cfg = {k: cfg[k] for k in keys if cfg.get(k) is not None}
+    problem = preprocessing_problem(data_cfg)
+    if problem is not None:
+        raise GeneFormatError(
+            f"{source} declares preprocessing {problem}; check the model's config (or restore the folder as "
+            f"it was published)"
+        )
+    return data_cfg
 
 
 # ---- transformers folders: ViT, DeiT, DINOv2 ------------------------------------------------------------
@@ -635,4 +649,6 @@ def _read_hf_folder(folder: Path, config: dict[str, Any], state: StateDict, drop
                     if isinstance(values.get(h), list)
                 }
             )
-    return Checkpoint(arch=arch, kwargs=kwargs, state=state, pretrained_cfg=data_cfg, source=str(folder))
+    return Checkpoint(
+        arch=arch, kwargs=kwargs, state=state, pretrained_cfg=_data_cfg(data_cfg, folder), source=str(folder)
+    )

@@ -32,7 +32,7 @@ from torch import nn
 
 from ..errors import LearngeneError, require_argument
 from ..vit.spec import ViTSpec
-from .atomic import OVERWRITE, TEMP_NAME_CHARS, check_output_place, library_version, quote
+from .atomic import OVERWRITE, TEMP_NAME_CHARS, check_output_place, library_version, make_parents, quote
 from .licenses import check_license
 from .weights import save_safetensors
 
@@ -68,6 +68,7 @@ def atomic_folder(path: str | os.PathLike, overwrite: bool = False) -> Iterator[
     whatever else is in the folder (a user's own files) is never touched.
     """
     path = check_output_folder(path, overwrite)
+    make_parents(path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name[:TEMP_NAME_CHARS]}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp

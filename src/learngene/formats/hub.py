@@ -8,27 +8,43 @@ of timm's registered pretrained tags, whose ``pretrained_cfg`` says which Hub re
 Only the files an ancestry needs are fetched: ``config.json``, one weight file (the first of
 :data:`~learngene.formats.convert.WEIGHT_FILES` the repo has), and its image-processor config and model card (licence)
 where it has them. They are fetched by ``huggingface_hub`` into its standard cache (``HF_HOME``, ``HF_HUB_CACHE``),
-so a second run, or a machine without network that has ``HF_HUB_OFFLINE=1`` and a filled cache, reads them from
-there; ``HF_TOKEN`` opens gated repos. Where a file is neither cached nor reachable, one line says what to download
-and where. What was read is recorded as ``{"repo_id": ..., "revision": <commit>}`` (:attr:`HubModel.source`): the
-gene's header and every descendant's model card name it.
+and a revision whose ``config.json`` is in that cache is read from there as it is, without asking the network (as
+``local_files_only``): a second run, or a machine without network, reads a filled cache whether ``HF_HUB_OFFLINE``
+is set or not. Where something must be fetched, the Hub is asked once, for at most :data:`HUB_LOOKUP_SECONDS`
+(``HF_HUB_ETAG_TIMEOUT`` when set): with no answer, one line names ``HF_HUB_OFFLINE`` and the download command,
+instead of huggingface_hub's retries (minutes of them without network). ``HF_TOKEN`` opens gated repos. Names and
+cache pointers are checked before huggingface_hub sees them: a repo id by the Hub's grammar, a revision without
+``..``, a ``refs/REVISION`` file holding a commit hash (anything else would point outside the cache). What was read
+is recorded as ``{"repo_id": ..., "revision": <commit>}`` (:attr:`HubModel.source`): the gene's header and every
+descendant's model card name it.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from ..errors import LearngeneError
+from ..errors import LearngeneError, held_warnings
 from .convert import CONFIG, WEIGHT_FILES
 from .licenses import README, check_license
 
 HUB_PREFIX, TIMM_PREFIX = "hf-hub:", "timm:"
 PREPROCESSOR = "preprocessor_config.json"  # a transformers repo's image normalization
-_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+# The Hub's names (huggingface_hub's validate_repo_id): [ORG/]NAME, each part 1 to 96 ASCII letters, digits, "_", "."
+# and "-", starting and ending with a letter, digit or "_", no "--" or "..", no ".git" at the end
+_REPO_PART = r"[A-Za-z0-9_](?:[\w.-]{0,94}[A-Za-z0-9_])?"
+_REPO_ID = re.compile(rf"(?:{_REPO_PART}/)?{_REPO_PART}", re.ASCII)
+# a branch, tag or commit: path segments of the same characters (a ref such as refs/pr/1), no ".." (checked apart)
+_REVISION = re.compile(r"[\w.-]+(?:/[\w.-]+)*", re.ASCII)
+_COMMIT = re.compile(r"[0-9a-f]{40}")  # what a cache's refs/REVISION file holds: a full commit hash
+MAX_REVISION_CHARS = 255
+# One lookup, no retries, this long at most: without network huggingface_hub retries for half a minute and more.
+# Long enough for a slow link to answer a HEAD request; HF_HUB_ETAG_TIMEOUT, when set, replaces it.
+HUB_LOOKUP_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -64,20 +80,28 @@ def looks_like_repo_id(path: object) -> bool:
 
 
 def fetch_model(name: str) -> HubModel:
-    """The files of Hub model ``name`` in the local cache, fetched there first when missing (and the Hub reachable)."""
+    """The files of Hub model ``name`` in the local cache, fetched there first when missing (and the Hub reachable).
+
+    A revision whose ``config.json`` is cached is read from the cache alone (optional files it lacks are taken as
+    absent; only a missing weight file is fetched, at that cached commit)."""
     if name.startswith(TIMM_PREFIX):
         return _fetch_timm(name)
     repo_id, _, revision = name[len(HUB_PREFIX) :].partition("@")
-    _check_repo_id(repo_id, name)
+    check_repo_id(repo_id, revision or None, name)
+    snapshot = cached_snapshot(repo_id, revision or None, name)
+    if snapshot is not None and (snapshot / CONFIG).is_file():
+        _first_of(repo_id, WEIGHT_FILES, snapshot.name, name)
+        return HubModel(folder=snapshot, weights=None, arch=None, source=_source(repo_id, snapshot / CONFIG))
     config = _download(repo_id, CONFIG, revision or None, name)
     if config is None:
         raise LearngeneError(
             f"{name} has no {CONFIG}: it is not a timm or transformers model repo; give a repo with a {CONFIG}, "
             f"or a timm checkpoint with --timm-model"
         )
-    _first_of(repo_id, WEIGHT_FILES, revision or None, name)
+    commit = _source(repo_id, config)["revision"]  # the same commit for every file, whatever a branch does meanwhile
+    _first_of(repo_id, WEIGHT_FILES, commit, name)
     for optional in (PREPROCESSOR, README):
-        _download(repo_id, optional, revision or None, name)
+        _download(repo_id, optional, commit, name)
     return HubModel(folder=config.parent, weights=None, arch=None, source=_source(repo_id, config))
 
 
@@ -106,6 +130,7 @@ def _fetch_timm(name: str) -> HubModel:
             f"--timm-model {arch}"
         )
     repo_id, _, revision = cfg.hf_hub_id.partition("@")
+    check_repo_id(repo_id, revision or None, name)
     files = (cfg.hf_hub_filename,) if cfg.hf_hub_filename else WEIGHT_FILES[:2]
     weights = _first_of(repo_id, files, revision or None, name)
     keys = ("input_size", "interpolation", "crop_pct", "crop_mode", "mean", "std")
@@ -125,12 +150,71 @@ def _fetch_timm(name: str) -> HubModel:
     )
 
 
-def _check_repo_id(repo_id: str, name: str) -> None:
+_NAME_FIX = "write hf-hub:ORG/NAME or hf-hub:ORG/NAME@REVISION, e.g. hf-hub:timm/deit_tiny_patch16_224.fb_in1k"
+
+
+def check_repo_id(repo_id: str, revision: str | None, name: str) -> None:
+    """Refuse in one line, before huggingface_hub sees them, a repo id outside the Hub's grammar (its
+    ``validate_repo_id``: ``[ORG/]NAME``, each part at most 96 characters) and a revision that is not a branch, tag
+    or commit name (a ``..`` would lead out of the cache's ``refs`` folder)."""
+    parts = repo_id.split("/")
     if not _REPO_ID.fullmatch(repo_id):
-        raise LearngeneError(
-            f"{name!r} does not name a Hub repo; write hf-hub:ORG/NAME or hf-hub:ORG/NAME@REVISION, e.g. "
-            f"hf-hub:timm/deit_tiny_patch16_224.fb_in1k"
+        long = max(parts, key=len)
+        why = (
+            f"a part of it has {len(long)} characters, more than the Hub's 96"
+            if len(long) > 96
+            else "the Hub's names are ORG/NAME, each part of ASCII letters, digits, '_', '.' and '-', "
+            "starting and ending with a letter, digit or '_'"
         )
+        raise LearngeneError(f"{name!r} does not name a Hub repo ({why}); {_NAME_FIX}")
+    if "--" in repo_id or ".." in repo_id or repo_id.endswith(".git"):
+        raise LearngeneError(
+            f"{name!r} does not name a Hub repo (the Hub's names hold no '--' or '..' and do not end in '.git'); "
+            f"{_NAME_FIX}"
+        )
+    if revision is not None and (
+        not _REVISION.fullmatch(revision) or ".." in revision or len(revision) > MAX_REVISION_CHARS
+    ):
+        raise LearngeneError(
+            f"{name!r}: {revision[:80]!r} is not a branch, tag or commit name (ASCII letters, digits, '_', '.', '-' "
+            f"and '/', no '..', at most {MAX_REVISION_CHARS} characters); give the revision as the Hub shows it"
+        )
+
+
+def _repo_cache(repo_id: str) -> Path:
+    """The repo's folder in huggingface_hub's cache (``models--ORG--NAME``)."""
+    from huggingface_hub import constants
+    from huggingface_hub.file_download import repo_folder_name
+
+    return Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo_id, repo_type="model")
+
+
+def cached_snapshot(repo_id: str, revision: str | None, name: str) -> Path | None:
+    """The cache's snapshot folder of ``revision`` (default ``main``), read without the network; None where the cache
+    has none. A ``refs/REVISION`` file that holds anything but a commit hash is one line: read as huggingface_hub
+    reads it, it would name a folder outside the cache."""
+    repo = _repo_cache(repo_id)
+    revision = revision or "main"
+    commit = revision
+    if not _COMMIT.fullmatch(revision):
+        ref = repo / "refs" / revision
+        if not ref.is_file():
+            return None
+        with open(ref, "rb") as fh:
+            held = fh.read(256)
+        commit = held.decode("ascii", errors="replace").strip()
+        if not _COMMIT.fullmatch(commit):
+            raise LearngeneError(
+                f"{name}: the Hugging Face cache's pointer {str(ref)!r} holds {commit[:60]!r}, not a commit hash "
+                f"(40 hex digits), so it names no snapshot of the cache; delete {str(repo)!r} and fetch the model again"
+            )
+    snapshot = repo / "snapshots" / commit
+    return snapshot if snapshot.is_dir() else None
+
+
+def _known_absent(repo_id: str, commit: str, filename: str) -> bool:
+    """Whether the cache records that the Hub has no ``filename`` at ``commit`` (huggingface_hub's ``.no_exist``)."""
+    return (_repo_cache(repo_id) / ".no_exist" / commit / filename).is_file()
 
 
 def _source(repo_id: str, fetched: Path) -> dict[str, str]:
@@ -140,6 +224,12 @@ def _source(repo_id: str, fetched: Path) -> dict[str, str]:
 
 
 def _first_of(repo_id: str, files: tuple[str, ...], revision: str | None, name: str) -> Path:
+    """The first of ``files`` the repo has: a cached one without a lookup, else the first the Hub has."""
+    snapshot = cached_snapshot(repo_id, revision, name)
+    if snapshot is not None:
+        cached = next((snapshot / f for f in files if (snapshot / f).is_file()), None)
+        if cached is not None:
+            return cached
     for filename in files:
         path = _download(repo_id, filename, revision, name)
         if path is not None:
@@ -153,6 +243,11 @@ def _first_of(repo_id: str, files: tuple[str, ...], revision: str | None, name: 
 def _download(repo_id: str, filename: str, revision: str | None, name: str) -> Path | None:
     """``filename`` of the repo in the local cache (fetched when missing); None where the repo has no such file.
     A file neither cached nor reachable, a missing repo or revision, a gated repo: one line."""
+    snapshot = cached_snapshot(repo_id, revision, name)
+    if snapshot is not None and (snapshot / filename).is_file():
+        return snapshot / filename
+    if snapshot is not None and _known_absent(repo_id, snapshot.name, filename):
+        return None
     import huggingface_hub
     from huggingface_hub import constants
     from huggingface_hub.errors import (
@@ -163,15 +258,21 @@ def _download(repo_id: str, filename: str, revision: str | None, name: str) -> P
         RevisionNotFoundError,
     )
 
+    required = filename in (CONFIG, *WEIGHT_FILES)
+    if not hub_answers(repo_id, filename, revision):
+        if not required:
+            return None  # an optional file: the repo is read without it
+        raise LearngeneError(_not_cached(repo_id, filename, revision, name, constants))
     try:
-        return Path(
-            huggingface_hub.hf_hub_download(
-                repo_id, filename, revision=revision, library_name="learngene", library_version=__version__
+        with held_warnings():
+            return Path(
+                huggingface_hub.hf_hub_download(
+                    repo_id, filename, revision=revision, library_name="learngene", library_version=__version__
+                )
             )
-        )
-    except LocalEntryNotFoundError:  # neither cached nor reachable (offline, or no network)
-        if filename not in (CONFIG, *WEIGHT_FILES) or _cached_elsewhere(repo_id, filename, revision):
-            return None  # an optional file, or another weight file of a repo whose cache holds one
+    except LocalEntryNotFoundError:  # neither cached nor reachable (the network went away since the lookup)
+        if not required:
+            return None
         raise LearngeneError(_not_cached(repo_id, filename, revision, name, constants)) from None
     except GatedRepoError:
         raise LearngeneError(
@@ -194,19 +295,50 @@ def _download(repo_id: str, filename: str, revision: str | None, name: str) -> P
         ) from None
 
 
-def _cached_elsewhere(repo_id: str, filename: str, revision: str | None) -> bool:
-    """Whether the cache holds another of the weight files (``model.safetensors`` missing where
-    ``pytorch_model.bin`` is cached is no reason to stop)."""
-    from huggingface_hub import try_to_load_from_cache
+def lookup_seconds() -> float:
+    """How long the one lookup may wait for the Hub: ``HF_HUB_ETAG_TIMEOUT`` when set, else
+    :data:`HUB_LOOKUP_SECONDS`."""
+    from huggingface_hub import constants
 
-    return filename in WEIGHT_FILES and any(
-        isinstance(try_to_load_from_cache(repo_id, f, revision=revision), str) for f in WEIGHT_FILES if f != filename
-    )
+    if constants.HF_HUB_ETAG_TIMEOUT != constants.DEFAULT_ETAG_TIMEOUT:
+        return float(constants.HF_HUB_ETAG_TIMEOUT)
+    return HUB_LOOKUP_SECONDS
+
+
+ANSWER_KEPT_SECONDS = 60.0  # the files of one model ask once; a later load asks again
+_ANSWERS: dict[str, tuple[float, bool]] = {}
+
+
+def hub_answers(repo_id: str, filename: str, revision: str | None, repo_type: str = "model") -> bool:
+    """Whether the Hub answers at all (any HTTP status) one request for ``filename`` within :func:`lookup_seconds`,
+    without retries; False at once under ``HF_HUB_OFFLINE``. The answer holds for :data:`ANSWER_KEPT_SECONDS`, so
+    the other files of the same model do not wait again."""
+    from huggingface_hub import constants, hf_hub_url
+    from huggingface_hub.utils import get_session
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    asked, answered = _ANSWERS.get(constants.ENDPOINT, (-ANSWER_KEPT_SECONDS, False))
+    if time.monotonic() - asked < ANSWER_KEPT_SECONDS:
+        return answered
+    url = hf_hub_url(repo_id, filename, revision=revision, repo_type=repo_type, endpoint=constants.ENDPOINT)
+    # huggingface_hub's own request first builds headers that ask the Hub for more (its agent registry: 3 s more
+    # without network), and retries: one bare HEAD says whether the Hub is there
+    try:
+        get_session().head(url, timeout=lookup_seconds(), follow_redirects=False)
+        answered = True
+    except Exception:  # noqa: BLE001  no answer of any kind (DNS, refused, timed out, TLS, a bad HF_ENDPOINT)
+        answered = False
+    _ANSWERS[constants.ENDPOINT] = (time.monotonic(), answered)
+    return answered
 
 
 def _not_cached(repo_id: str, filename: str, revision: str | None, name: str, constants: Any) -> str:
     offline = (
-        "HF_HUB_OFFLINE=1 keeps learngene off the network" if constants.HF_HUB_OFFLINE else "the Hub cannot be reached"
+        "HF_HUB_OFFLINE=1 keeps learngene off the network"
+        if constants.HF_HUB_OFFLINE
+        else f"the Hub did not answer within {lookup_seconds():g} s (set HF_HUB_OFFLINE=1 to skip the lookup, "
+        f"HF_HUB_ETAG_TIMEOUT=SECONDS to wait longer)"
     )
     wanted = f"{CONFIG} {filename}" if filename != CONFIG else f"{CONFIG} {WEIGHT_FILES[0]}"
     at = f" --revision {revision}" if revision else ""

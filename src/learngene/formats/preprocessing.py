@@ -7,12 +7,46 @@ A leaf: model files (:mod:`learngene.formats.model_file`), genes (:mod:`learngen
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeGuard
 
 from ..errors import DataError
 
 PREPROCESSING_KEYS = ("input_size", "interpolation", "mean", "std", "crop_pct", "crop_mode")
+INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "box", "hamming", "lanczos")  # timm's names (PIL's filters)
+CROP_MODES = ("center", "squash", "border")  # timm's eval transform's
+
+
+def _number(value: object) -> TypeGuard[float]:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _numbers(value: object) -> TypeGuard[Sequence[float]]:
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(map(_number, value))
+
+
+def preprocessing_problem(cfg: Mapping[str, Any]) -> str | None:
+    """What is wrong with the values ``cfg`` gives of timm's data-config keys (each key optional), in words; None
+    when nothing is: input_size three positive whole numbers, mean and std finite (std above 0), crop_pct in
+    (0, 1], interpolation and crop_mode names timm knows. For configs read from elsewhere (a Hub or model folder's
+    ``pretrained_cfg``) before anything takes them in."""
+    size = cfg.get("input_size")
+    if "input_size" in cfg and not (
+        _numbers(size) and len(size) == 3 and all(float(v).is_integer() and v >= 1 for v in size)
+    ):
+        return f"input_size {size!r}, not [channels, height, width] of positive whole numbers"
+    for key in ("mean", "std"):
+        value = cfg.get(key)
+        if key in cfg and not (_numbers(value) and (key == "mean" or all(v > 0 for v in value))):
+            return f"{key} {value!r}, not a list of finite numbers" + (" above 0" if key == "std" else "")
+    crop = cfg.get("crop_pct")
+    if "crop_pct" in cfg and not (_number(crop) and 0 < crop <= 1):
+        return f"crop_pct {crop!r}, not a number in (0, 1]"
+    for key, names in (("interpolation", INTERPOLATIONS), ("crop_mode", CROP_MODES)):
+        if key in cfg and cfg[key] not in names:
+            return f"{key} {cfg[key]!r}, not one of {', '.join(names)}"
+    return None
 
 
 def check_preprocessing(
@@ -23,40 +57,29 @@ def check_preprocessing(
     missing = [k for k in PREPROCESSING_KEYS if k not in cfg]
     if missing:
         raise DataError(f"preprocessing lacks {', '.join(missing)}; give all of {', '.join(PREPROCESSING_KEYS)}")
-    try:  # numbers where numbers belong: a string or a bare number would be read character by character, or fail
-        if isinstance(cfg["input_size"], str) or any(isinstance(cfg[k], str) for k in ("mean", "std")):
-            raise TypeError("a string")
-        chans, *size = (int(v) for v in cfg["input_size"])
-        mean, std = tuple(float(v) for v in cfg["mean"]), tuple(float(v) for v in cfg["std"])
-        crop_pct = float(cfg["crop_pct"])
-    except (TypeError, ValueError, OverflowError):
-        raise DataError(
-            f"preprocessing has input_size {cfg['input_size']!r}, mean {cfg['mean']!r}, std {cfg['std']!r}, "
-            f"crop_pct {cfg['crop_pct']!r}; give lists of numbers (input_size [C, H, W]) and a number"
-        ) from None
+    problem = preprocessing_problem(cfg)
+    if problem is not None:
+        raise DataError(f"preprocessing has {problem}; give values in those ranges")
+    chans, *size = (int(v) for v in cfg["input_size"])
+    mean, std = tuple(float(v) for v in cfg["mean"]), tuple(float(v) for v in cfg["std"])
+    if len(mean) != len(std):
+        raise DataError(f"preprocessing has mean {mean} and std {std}; give one mean and one std per channel")
     if img_size is not None:
+        if isinstance(img_size, bool) or not isinstance(img_size, int) or img_size < 1:
+            raise DataError(f"an image size of {img_size!r} was asked for; give a positive whole number")
         size = [img_size, img_size]
     chans = in_chans or chans
-    if len(mean) != len(std) or not all(s > 0 and math.isfinite(s) for s in std) or not all(map(math.isfinite, mean)):
-        raise DataError(
-            f"preprocessing has mean {mean} and std {std}; give one finite mean and positive std per channel"
-        )
     if len(mean) != chans:  # a grey model of an RGB recipe or back: the channels' average, or the value repeated
         mean, std = (
             ((sum(mean) / len(mean),) * chans, (sum(std) / len(std),) * chans)
             if len(mean) > 1
             else (mean * chans, std * chans)
         )
-    if not 0 < crop_pct <= 1 or len(size) != 2 or min(size) < 1:
-        raise DataError(
-            f"preprocessing has input size {cfg['input_size']} and crop_pct {crop_pct}; give a positive "
-            f"size and a crop_pct in (0, 1]"
-        )
     return {
         "input_size": (chans, *size),
         "interpolation": str(cfg["interpolation"]),
         "mean": mean,
         "std": std,
-        "crop_pct": crop_pct,
+        "crop_pct": float(cfg["crop_pct"]),
         "crop_mode": str(cfg["crop_mode"]),
     }

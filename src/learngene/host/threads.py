@@ -14,11 +14,14 @@ This module imports no torch until :func:`set_threads` applies a number.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
+from collections.abc import Iterator
 
 from ..errors import LearngeneError, setting
+from .environment import parse_env_number
 
 THREADS_HELP = (
     "CPU threads torch computes with, 1 to the CPUs this process may use (default: $OMP_NUM_THREADS if set, else "
@@ -101,28 +104,39 @@ def check_threads(
     return value
 
 
-def _env_threads() -> int | None:
-    text = os.environ.get("OMP_NUM_THREADS", "").strip()
+# The variables torch's CPU threads are read from when it loads: OpenMP's (libgomp) and MKL's, whose value torch
+# takes for its intra-op threads too (MKL_NUM_THREADS='abc' made torch compute on 1 thread without a word)
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _env_threads(name: str = "OMP_NUM_THREADS") -> int | None:
+    """``$name`` as one thread count: plain ASCII digits (OpenMP's per-level list '4,2' and other scripts' digits are
+    refused: learngene nests no parallel regions, and libgomp warns at such a value), 1 to the usable CPUs."""
+    text = os.environ.get(name, "").strip()
     if not text:
         return None
-    shown = f"OMP_NUM_THREADS={text!r}"
-    try:
-        value = int(text.split(",")[0])  # OpenMP allows a list per nesting level: the first is ours
-    except ValueError:
-        raise LearngeneError(f"{shown} is not a whole number; set it to a number of threads or unset it") from None
-    return check_threads(value, shown, "set it to a number in that range, or unset it")
+    shown = f"{name}={text!r}"
+    value = parse_env_number(text)
+    if value is None:
+        raise LearngeneError(
+            f"{shown} is not one whole number in plain digits; set it to a number of threads or unset it"
+        )
+    return check_threads(int(value), shown, "set it to a number in that range, or unset it")
 
 
 def prepare_environment(threads: int | None) -> None:
-    """Before torch is imported (libgomp reads ``OMP_NUM_THREADS`` once, when torch loads, and warns about a value
-    it cannot use): ``threads`` (``--threads``), when given, becomes ``OMP_NUM_THREADS`` for this process and the
-    processes it starts; else a set ``OMP_NUM_THREADS`` is checked (:func:`check_threads`), refused in one line
-    before anything reads it, and left as that one number (a blank one unset)."""
-    value = check_threads(threads, setting("threads", "--threads")) if threads is not None else _env_threads()
-    if value is None:
-        os.environ.pop("OMP_NUM_THREADS", None)
-    else:
-        os.environ["OMP_NUM_THREADS"] = str(value)
+    """Before torch is imported (libgomp and MKL read their variables once, when torch loads, and libgomp warns
+    about a value it cannot use): ``threads`` (``--threads``), when given, becomes every thread variable
+    (:data:`THREAD_VARIABLES`) for this process and the processes it starts; else each one set is checked
+    (:func:`check_threads`), refused in one line before anything reads it, and left as that one number (a blank one
+    unset)."""
+    given = check_threads(threads, setting("threads", "--threads")) if threads is not None else None
+    for name in THREAD_VARIABLES:
+        value = given if given is not None else _env_threads(name)
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = str(value)
 
 
 def default_threads(cpus: int | None = None, load: float | None = None) -> int:
@@ -144,3 +158,22 @@ def set_threads(threads: int | None = None) -> int:
 
     torch.set_num_threads(threads)
     return threads
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Torch on one CPU thread inside, whatever ``--threads`` says, the count given back after. Where a result must be
+    the same bytes at any thread count: LAPACK's SVD (MKL's) and matmuls split their sums by the thread count, so
+    their last bits depend on it, and where singular values (nearly) tie, so do the singular vectors (ViT-S's
+    structured q and k differed between 1 and 2 threads; pith's predicted weights did, issue 47). PyTorch's
+    reproducibility notes promise nothing across thread counts; one thread makes the result a function of the input
+    alone. On a shared machine one thread is also the fastest: at load 8 on 2 cores, ViT-B's 2-layer structured
+    expansion took 16 s on 1 thread and 233 s on 2."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

@@ -43,10 +43,11 @@ from torch import Tensor
 
 from ..errors import LearngeneError
 from ..gene import Learngene
+from ..host.threads import one_thread
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..validate import EXPAND, option
-from ..vit.attention_init import factor_value_projection, value_identity_option, value_noise_option
+from ..vit.attention_init import canonical_svd, factor_value_projection, value_identity_option, value_noise_option
 from ..vit.heads import join_qkv
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import StateDict
@@ -98,14 +99,19 @@ def impulse_targets(heads: int, grid: int, kernel_size: int, impulse: float, gen
 
 
 def query_key_maps(positions: Tensor, targets: Tensor, rank: int) -> tuple[Tensor, Tensor]:
-    """Steps 3–4: per head ``(H, D, r)`` query and key maps with ``W_q W_kᵀ ∝ P⁺ W P⁺ᵀ`` (unit Frobenius factors)."""
-    p = torch.nn.functional.layer_norm(positions, positions.shape[-1:])
-    u, s, vh = torch.linalg.svd(p.T @ p)
-    s_inv = torch.zeros_like(s)
-    s_inv[:rank] = 1 / s[:rank]
-    p_inv = (vh.T * s_inv) @ u.T @ p.T  # (D, N)
-    a = p_inv @ targets @ p_inv.T  # (H, D, D)
-    u, s, vh = torch.linalg.svd(a)
+    """Steps 3–4: per head ``(H, D, r)`` query and key maps with ``W_q W_kᵀ ∝ P⁺ W P⁺ᵀ`` (unit Frobenius factors).
+
+    In float64 on one thread, the factors' signs fixed (:func:`~learngene.vit.attention_init.canonical_svd`): the
+    same bytes at any ``--threads`` (factored on 2 threads, ViT-S's q and k differed from 1 thread's while their
+    products agreed)."""
+    with one_thread():  # the products too: a matmul's sums are split by the thread count as well
+        p = torch.nn.functional.layer_norm(positions, positions.shape[-1:])
+        u, s, vh = torch.linalg.svd(p.T @ p)  # P⁺ below is the same whatever the signs
+        s_inv = torch.zeros_like(s)
+        s_inv[:rank] = 1 / s[:rank]
+        p_inv = (vh.T * s_inv) @ u.T @ p.T  # (D, N)
+        a = p_inv @ targets @ p_inv.T  # (H, D, D)
+    u, s, vh = canonical_svd(a)
     root = s[:, :rank].sqrt()
     q = u[:, :, :rank] * root[:, None, :]
     k = vh[:, :rank].transpose(1, 2) * root[:, None, :]
@@ -116,7 +122,7 @@ def value_projection(width: int, alpha: float, beta: float, generator: torch.Gen
     """Step 5: timm's v rows ``(D, D)`` and proj weight with ``W_v W_proj = α·Z − β·I`` as maps on row vectors."""
     bound = 3**0.5 / width**0.5
     z = (torch.rand(width, width, generator=generator, dtype=torch.float64) * 2 - 1) * bound
-    return factor_value_projection(z, alpha, beta)
+    return factor_value_projection(z, alpha, beta, canonical=True)
 
 
 @register_method

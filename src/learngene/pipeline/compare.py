@@ -33,14 +33,14 @@ from ..bench.plots import finish_figure, has_curves, line_style, plot_curves, pl
 from ..bench.profiles import Profile, Task, Upstream, Variant, shared_settings
 from ..bench.report import plural, run_lines
 from ..bench.rows import mean_curve, sizes_by_note, write_csv
-from ..bench.stats import POWER, RULE
+from ..bench.stats import MAX_SEEDS, POWER, RULE
 from ..bench.workers import worker_device
 from ..errors import LearngeneError, message_of
 from ..errors import setting as by_caller
 from ..formats.atomic import write_text_atomic
 from ..registry import get_method, list_methods
 from ..settings import field
-from ..training.config import TrainConfig, known
+from ..training.config import MAX_EPOCHS, MAX_IMAGES, MAX_STEPS, TrainConfig, known
 from ..validate import caller_fix, caller_name, refusal
 from ..vit.spec import ViTSpec
 from .inputs import train_config
@@ -103,9 +103,13 @@ class CompareChoices:
     of ``learngene compare``, checked as it is declared (a list given for a tuple is taken as one)."""
 
     methods: tuple[str, ...] | None = field(None, flag="--methods", help="the methods compared (None: every one)")
-    seeds: int = field(3, flag="--seeds", at_least=1, help="seeds 0..N-1 per method and size")
-    few_shot: int | None = field(None, flag="--few-shot", at_least=1, help="fine-tune on K labelled images per class")
-    train_images: int | None = field(None, flag="--train-images", at_least=1, help="fine-tune on a subset of N images")
+    seeds: int = field(3, flag="--seeds", at_least=1, at_most=MAX_SEEDS, help="seeds 0..N-1 per method and size")
+    few_shot: int | None = field(
+        None, flag="--few-shot", at_least=1, at_most=MAX_IMAGES, help="fine-tune on K labelled images per class"
+    )
+    train_images: int | None = field(
+        None, flag="--train-images", at_least=1, at_most=MAX_IMAGES, help="fine-tune on a subset of N images"
+    )
     classes: tuple[int, ...] | None = field(None, flag="--classes", help="only these classes of the data, by index")
     references: tuple[str, ...] = field(
         DEFAULT_REFERENCES, flag="--references", nonempty=True, help="what a recommendation must beat"
@@ -117,9 +121,15 @@ class CompareChoices:
         None, flag="--condense-data", nonempty=True, help="the data condensed and adapted on"
     )
     condense_classes: tuple[int, ...] | None = field(None, flag="--condense-classes", help="the classes condensed on")
-    condense_epochs: int = field(2, flag="--condense-epochs", at_least=1, help="aux-net epochs of the condensations")
-    condense_images: int | None = field(None, flag="--condense-images", at_least=1, help="condense on N images")
-    adapt_steps: int = field(50, flag="--adapt-steps", at_least=1, help="steps of wave's and peg's adaptation")
+    condense_epochs: int = field(
+        2, flag="--condense-epochs", at_least=1, at_most=MAX_EPOCHS, help="aux-net epochs of the condensations"
+    )
+    condense_images: int | None = field(
+        None, flag="--condense-images", at_least=1, at_most=MAX_IMAGES, help="condense on N images"
+    )
+    adapt_steps: int = field(
+        50, flag="--adapt-steps", at_least=1, at_most=MAX_STEPS, help="steps of wave's and peg's adaptation"
+    )
     timm_model: str | None = field(
         None, flag="--timm-model", nonempty=True, help="timm architecture of a plain ancestry checkpoint"
     )
@@ -132,7 +142,9 @@ class CompareChoices:
         bad = refusal(self)
         if bad is not None:
             flag = bad.field.metadata["flag"]
-            fix = caller_fix(bad.field.metadata.get("fix", "a budget of 0 compares nothing"), bad.name, flag)
+            fix = caller_fix(
+                bad.field.metadata.get("fix", "give a count in that range (0 compares nothing)"), bad.name, flag
+            )
             if bad.of_type:
                 fix = by_caller("see help(learngene.pipeline.compare.CompareChoices)", "see learngene compare --help")
             raise LearngeneError(f"{caller_name(bad.name, flag)} must be {bad.wanted}, got {bad.value!r}; {fix}")

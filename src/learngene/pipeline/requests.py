@@ -22,11 +22,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ArgumentTypeError, LearngeneError, named
 from ..settings import field
+from ..training.config import MAX_IMAGES
 from ..validate import parse_assignment, refusal
 
 if TYPE_CHECKING:
     from ..data import Data
     from ..method import Ancestry
+
+MAX_WORKERS = 1024  # DataLoader processes: more than a machine has CPUs (512 on the largest nodes) only wait
 
 
 def check_request(request: Any) -> None:
@@ -66,9 +69,15 @@ class DataRequest:
     img_size: int | None = field(None, flag="--img-size", at_least=1, help="the images' size, instead of the model's")
     in_chans: int | None = field(None, flag="--in-chans", at_least=1, help="the images' channels, not the model's")
     aug: Literal["none", "deit"] = field("none", flag="--aug", help="training augmentation of an RGB image folder")
-    workers: int | None = field(None, flag="--workers", at_least=0, help="DataLoader processes (None: automatic)")
-    few_shot: int | None = field(None, flag="--few-shot", at_least=1, help="K labelled training images per class")
-    train_images: int | None = field(None, flag="--train-images", at_least=1, help="a subset of N training images")
+    workers: int | None = field(
+        None, flag="--workers", at_least=0, at_most=MAX_WORKERS, help="DataLoader processes (None: automatic)"
+    )
+    few_shot: int | None = field(
+        None, flag="--few-shot", at_least=1, at_most=MAX_IMAGES, help="K labelled training images per class"
+    )
+    train_images: int | None = field(
+        None, flag="--train-images", at_least=1, at_most=MAX_IMAGES, help="a subset of N training images"
+    )
 
     def __post_init__(self) -> None:
         check_request(self)

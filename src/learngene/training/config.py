@@ -32,6 +32,11 @@ REPORT: Kind = "report"
 TRAINING, SPEED_GROUP, DISTILL, COMMON, LOGGING = "training", "speed", "distill", "common", "logging"
 # where a run's curves can also go (learngene.training.loggers), and the optional extra that brings each
 Logger = Literal["tensorboard", "wandb"]
+# The most a count of the run may be: far past any run or dataset, so that only a typo or a runaway script meets them,
+# refused in one line before it starts what no machine finishes (as a spec's sizes are, learngene.vit.spec)
+MAX_EPOCHS = 1_000_000  # DeiT trains 300, the longest recipes a few thousand
+MAX_STEPS = 10**10  # a step a millisecond for four months
+MAX_IMAGES = 10**10  # more images than any dataset holds (LAION-5B: 5.85 x 10^9)
 LOGGER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
 
 
@@ -63,10 +68,15 @@ class TrainConfig:
     # the settings whose default depends on the use case (USE_CASE_DEFAULTS) default to None, "not given": the use
     # case resolves them (resolved), so that a TrainConfig, a dict and the flags give a run the same settings
     epochs: int | None = setting(
-        None, flag="--epochs", none_means="the use case's", help="passes over the training data"
+        None, flag="--epochs", at_most=MAX_EPOCHS, none_means="the use case's", help="passes over the training data"
     )
     batch_size: int | None = setting(
-        None, flag="--batch-size", above=0, none_means="the use case's", help="global batch size"
+        None,
+        flag="--batch-size",
+        above=0,
+        at_most=MAX_IMAGES,
+        none_means="the use case's",
+        help="global batch size",
     )
     lr: float = setting(
         1e-3, flag="--lr", above=0, label="learning rate", fix="pass e.g. {=0.001}", help="peak AdamW learning rate"
@@ -77,7 +87,12 @@ class TrainConfig:
         1.0, flag="--warmup-epochs", at_least=0, help="linear warmup, at most a fifth of the run"
     )
     max_steps: int | None = setting(
-        None, flag="--max-steps", metavar="N", at_least=1, help="stop after N optimizer steps (e.g. WAVE's scaler step)"
+        None,
+        flag="--max-steps",
+        metavar="N",
+        at_least=1,
+        at_most=MAX_STEPS,
+        help="stop after N optimizer steps (e.g. WAVE's scaler step)",
     )
     grad_clip: float | None = setting(
         1.0,
@@ -115,23 +130,29 @@ class TrainConfig:
     )
     seed: int = setting(0, flag="--seed", group=COMMON, at_least=0, help="random seed, 0 or more")
     device: str = setting("auto", flag="--device", group=COMMON, kind=SPEED, help="auto, cpu, cuda or cuda:N")
-    eval_batch_size: int = setting(512, kind=SPEED, above=0, help="images per evaluation batch")
+    eval_batch_size: int = setting(512, kind=SPEED, above=0, at_most=MAX_IMAGES, help="images per evaluation batch")
     checkpoint_every: int = report_count(
         0,
         flag="--checkpoint-every",
         at_least=0,
+        at_most=MAX_STEPS,
         label="checkpoint interval",
         fix="pass {=N} with N >= 0",
         none_means="auto, once per epoch",
         help="also checkpoint every N steps inside an epoch (0: at the end of each epoch only)",
     )
     eval_every: int = report_count(
-        1, flag="--eval-every", at_least=0, help="evaluate every N epochs and after the last; 0 = after the last only"
+        1,
+        flag="--eval-every",
+        at_least=0,
+        at_most=MAX_EPOCHS,
+        help="evaluate every N epochs and after the last; 0 = after the last only",
     )
     eval_images: int | None = report_count(
         None,
         flag="--eval-images",
         at_least=0,
+        at_most=MAX_IMAGES,
         none_means="the use case's, else all of them",
         help="evaluate on a fixed random subset of N test images, 0 = on all of them",
     )

@@ -17,7 +17,6 @@ import dataclasses
 import json
 import os
 import secrets
-import socket
 import sys
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,7 +27,7 @@ from ..formats.atomic import write_text_atomic
 from .config import TrainConfig
 
 TENSORBOARD_DIR, WANDB_RUN_ID = "tensorboard", "wandb-run-id"
-WANDB_CONNECT_SECONDS = 3.0  # how long the server may take to answer before W&B goes offline
+WANDB_CONNECT_SECONDS = 3.0  # how long the server may take to answer before W&B goes offline (or, online, stops)
 
 
 class Logger(Protocol):
@@ -67,6 +66,13 @@ class WandbLogger:
 
     def __init__(self, folder: Path, cfg: TrainConfig, resumed_at: int | None, settings: dict[str, Any]):
         """``settings``: the run's, its ``run`` the name it shows (:func:`run_name`)."""
+        self.offline, self.tell = wandb_mode() == "offline", cfg.progress
+        if not self.offline and not wandb_server_answers():  # W&B's own start-up waits 90 s and more, then 2 lines
+            raise LearngeneError(
+                f"W&B's server {wandb_server()} did not answer within {WANDB_CONNECT_SECONDS:g} s and WANDB_MODE=online "
+                f"asks for it; check the network and WANDB_BASE_URL, or set WANDB_MODE=offline (wandb sync uploads "
+                f"the run later)"
+            )
         import wandb
 
         id_file = folder / WANDB_RUN_ID
@@ -74,7 +80,6 @@ class WandbLogger:
         if not run_id:
             run_id = secrets.token_hex(4)  # W&B's id alphabet: lowercase letters and digits
             write_text_atomic(id_file, run_id + "\n")
-        self.offline, self.tell = wandb_mode() == "offline", cfg.progress
         try:
             self.run = wandb.init(
                 project=os.environ.get("WANDB_PROJECT", "learngene"),
@@ -118,16 +123,32 @@ def wandb_mode() -> str:
         return "offline"
     if mode == "online":
         return "online"
-    server = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"))
-    host = server.hostname or "api.wandb.ai"
+    host = urlparse(wandb_server()).hostname or "api.wandb.ai"
     if not os.environ.get("WANDB_API_KEY") and not _netrc_has(host):
         return "offline"
+    return "online" if wandb_server_answers() else "offline"
+
+
+def wandb_server() -> str:
+    return os.environ.get("WANDB_BASE_URL", "").strip() or "https://api.wandb.ai"
+
+
+def wandb_server_answers() -> bool:
+    """Whether W&B's server answers one HTTP request (any status) within :data:`WANDB_CONNECT_SECONDS`: a server
+    that takes the connection and never answers counts as none."""
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(wandb_server(), method="HEAD")
     try:
-        port = server.port or (80 if server.scheme == "http" else 443)
-        socket.create_connection((host, port), timeout=WANDB_CONNECT_SECONDS).close()
-    except (OSError, ValueError):  # no answer, or a WANDB_BASE_URL whose port is no number
-        return "offline"
-    return "online"
+        with urllib.request.urlopen(request, timeout=WANDB_CONNECT_SECONDS):
+            return True
+    except urllib.error.HTTPError as answer:  # it answered, if only to refuse
+        answer.close()
+        return True
+    except (OSError, ValueError, http.client.HTTPException):  # refused, timed out, no such host, no HTTP, no URL
+        return False
 
 
 def _netrc_has(host: str) -> bool:

@@ -18,10 +18,23 @@ from torch import Tensor
 
 from ..errors import LearngeneError
 from ..host.memory import release_pages
+from ..host.threads import one_thread
 from ..validate import EXPAND, option
 from .heads import join_qkv, split_qkv
 from .spec import ViTSpec, block_key
 from .transfer import StateDict
+
+
+def canonical_svd(a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``torch.linalg.svd(a)`` (batched) on one thread (:func:`~learngene.host.threads.one_thread`), each singular
+    pair's sign fixed: the largest-magnitude entry of each left singular vector is positive (the right one flips with
+    it, so ``u s vh`` is unchanged). Singular values come in LAPACK's descending order. Factors built from it are then
+    unique wherever the singular values are distinct, not a choice of the LAPACK build."""
+    with one_thread():
+        u, s, vh = torch.linalg.svd(a)
+    pivot = u.abs().argmax(dim=-2, keepdim=True)  # per column of u
+    sign = torch.where(torch.gather(u, -2, pivot) < 0, -1.0, 1.0).to(u.dtype)  # (..., 1, k)
+    return u * sign, s, vh * sign.transpose(-1, -2)
 
 
 def value_noise_option(default: float) -> Any:
@@ -79,10 +92,13 @@ def value_projection_factors(
     return v.float(), proj.float()
 
 
-def factor_value_projection(z: Tensor, alpha: float, beta: float) -> tuple[Tensor, Tensor]:
+def factor_value_projection(z: Tensor, alpha: float, beta: float, canonical: bool = False) -> tuple[Tensor, Tensor]:
     """timm's v rows and proj weight, ``(D, D)`` each in float64, with ``W_v W_proj = α·Z − β·I`` exactly for a
-    drawn ``(D, D)`` noise ``Z``: ``W_v = U Σ^½`` and ``W_proj = Σ^½ Vᵀ`` as maps on row vectors, stored transposed."""
-    u, s, vh = torch.linalg.svd(alpha * z - beta * torch.eye(z.shape[0], dtype=torch.float64))
+    drawn ``(D, D)`` noise ``Z``: ``W_v = U Σ^½`` and ``W_proj = Σ^½ Vᵀ`` as maps on row vectors, stored transposed.
+    ``canonical``: factored by :func:`canonical_svd` (one thread, fixed signs; mimetic keeps LAPACK's signs, as it
+    has)."""
+    a = alpha * z - beta * torch.eye(z.shape[0], dtype=torch.float64)
+    u, s, vh = canonical_svd(a) if canonical else torch.linalg.svd(a)
     root = s.sqrt()
     return root.unsqueeze(1) * u.T, vh.T * root
 
