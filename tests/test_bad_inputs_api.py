@@ -33,7 +33,10 @@ def model_file(tmp_path_factory):
         (lambda m: evaluate(m, None), "^data must be image data .*, got NoneType None"),
         (lambda m: evaluate(m, make_images(8), batch_size=0), "^batch_size must be at least 1, got 0"),
         (lambda m: evaluate(m, make_images(8), batch_size=2.5), "^batch_size must be a whole number"),
-        (lambda m: train(m, make_images(8), FAST, resume=True), "^resume=True continues from run_dir; pass run_dir"),
+        (
+            lambda m: train(m, make_images(8), FAST, resume=True),
+            r"^resume=True \(--resume\) continues from the run directory's checkpoint; pass run_dir \(--run-dir\) too$",
+        ),
     ],
 )
 def test_train_and_evaluate_refuse_what_they_cannot_use(call, message):

@@ -237,7 +237,7 @@ CASES: list[tuple[str, Callable[[Path], list], str]] = [
     (
         "model file with num_heads 0",
         lambda m: condense(file_with(m, "anc.safetensors", "h0.safetensors", spec=spec_json(num_heads=0))),
-        "num_heads must be",
+        "num_heads (--num-heads) must be",
     ),
     # ---- genes that were accepted silently -----------------------------------------------------------
     ("gene whose label space is a list", forged_gene("expand", "ls.safetensors", label_space="[1, 2]"), NOT_AN_OBJECT),

@@ -139,7 +139,9 @@ def test_an_image_size_whose_data_cannot_fit_is_refused_before_resizing(capsys, 
             out,
         ],
     )
-    assert "resized to 16384x16384 px need" in err and "choose a smaller --img-size" in err, err
+    assert (
+        "resized to 16384x16384 px need" in err and "choose a smaller img_size (--img-size), or fewer images" in err
+    ), err
     assert list(tmp_path.iterdir()) == []
 
 
@@ -151,7 +153,7 @@ def test_a_batch_whose_activations_cannot_fit_is_refused_before_the_first_step(m
         LearngeneError,
         match=r"a training step of 16 images of 17 tokens through 2 blocks of width 32 "
         r"needs at least .* GiB for its activations, but cpu has 0.0 GiB free; "
-        r"choose a smaller --batch-size or --img-size",
+        r"choose a smaller batch_size \(--batch-size\) or img_size \(--img-size\)",
     ):
         train(SPEC.create_model(), make_images(32, 10, 16), TrainConfig(epochs=1, batch_size=16, progress=False))
 
@@ -213,7 +215,7 @@ def test_a_run_stopped_by_nan_resumes_with_a_lower_lr_and_clipping(tiny_spec, tm
     torch.manual_seed(0)
     with pytest.raises(
         TrainingError,
-        match=r"rerun with --resume and a lower --lr and/or a --grad-clip \(only those "
+        match=r"rerun with resume=True \(--resume\) and a lower lr \(--lr\) and/or a grad_clip \(--grad-clip\) \(only those "
         r"two may change\)",
     ):
         train(tiny_spec.create_model(), FaultyData(data, at=8, fault=nan_images), cfg, run_dir=tmp_path)
@@ -223,7 +225,7 @@ def test_a_run_stopped_by_nan_resumes_with_a_lower_lr_and_clipping(tiny_spec, tm
     with pytest.raises(
         LearngeneError,
         match=r"weight_decay was 0.05, now 0.1; after its stop on a non-finite loss only "
-        r"--lr and --grad-clip may change",
+        r"lr \(--lr\) and grad_clip \(--grad-clip\) may change",
     ):
         train(tiny_spec.create_model(), data, other, run_dir=tmp_path, resume=True)
 
@@ -285,7 +287,8 @@ def test_a_run_not_stopped_by_nan_keeps_its_lr(tiny_spec, tmp_path):
     train(tiny_spec.create_model(), data, cfg, run_dir=tmp_path)
     with pytest.raises(
         LearngeneError,
-        match="lr was 0.001, now 0.0001; only a run stopped by a non-finite loss may change --lr or --grad-clip",
+        match=r"lr was 0.001, now 0.0001; only a run stopped by a non-finite loss may change lr \(--lr\) and "
+        r"grad_clip \(--grad-clip\)",
     ):
         train(tiny_spec.create_model(), data, cfg.replace(lr=1e-4), run_dir=tmp_path, resume=True)
 

@@ -113,7 +113,11 @@ def test_stitched_descendants_from_the_command_line(workdir, capsys, fashion_dat
     assert main([*condense, *DATA, "--max-steps", "2", "--batch-size", "32", "--quiet", "--out", gene]) == 0
     capsys.readouterr()
     assert main(["inspect", gene]) == 0
-    assert "e.g. --stitch 0:1-2:0" in capsys.readouterr().out
+    assert (
+        "(expand with output=('stitch', 'F:J-E:K') (learngene expand GENE --stitch F:J-E:K))"
+        in (text := capsys.readouterr().out)
+        and "e.g. 0:1-2:0" in text
+    ), text
     assert main(["expand", gene, "--stitch", "0:1-2:0", "--out", stitched]) == 0
     assert "stitched descendant L2-D8-H1[..1] -> L2-D32-H2[0..], 4 blocks" in capsys.readouterr().out
     model, _ = read_stitched(stitched)
@@ -142,7 +146,7 @@ def test_stitched_descendants_from_the_command_line(workdir, capsys, fashion_dat
     )
     assert "no stitch" in cli_error(capsys, ["expand", gene, "--stitch", "2:0-3:0", "--out", out])
     assert "FRONT:BLOCK-END:BLOCK" in cli_error(capsys, ["expand", gene, "--stitch", "0-2", "--out", out])
-    assert "depth (--depth) does not apply" in cli_error(
+    assert "depth (--depth) does not apply with stitch (--stitch)" in cli_error(
         capsys, ["expand", gene, "--stitch", "0:1-2:0", "--depth", "3", "--out", out]
     )
     assert "hub folder" in cli_error(capsys, ["expand", gene, "--stitch", "0:1-2:0", "--out", str(workdir) + "/"])

@@ -58,7 +58,7 @@ def test_bad_input_is_one_line(ancestry, tmp_path, capsys):
     assert "unknown method 'nope'" in cli_error(capsys, [*base, "--sizes", "L1-D32-H2", "--methods", "tleg,nope"])
     assert "no method can make size L2-D30-H4" in cli_error(capsys, [*base, "--sizes", "L2-D30-H4"])
     # the training flags are TrainConfig's, checked as every command's are
-    assert "epochs must be at least 1" in cli_error(capsys, [*base, "--sizes", "L1-D32-H2", "--epochs", "0"])
+    assert "epochs (--epochs) must be at least 1" in cli_error(capsys, [*base, "--sizes", "L1-D32-H2", "--epochs", "0"])
     assert "max steps must be in [1," in cli_error(capsys, [*base, "--sizes", "L1-D32-H2", "--max-steps", "0"])
     assert "adapt steps must be in [1," in cli_error(capsys, [*base, "--sizes", "L1-D32-H2", "--adapt-steps", "0"])
     one_class = tmp_path / "one"
@@ -88,7 +88,7 @@ def test_condensing_on_other_classes_than_those_compared():
 
 def test_condense_classes_that_are_not_indices_are_one_line(ancestry, tmp_path, capsys):
     err = cli_error(capsys, _compare(ancestry, tmp_path / "bad", "--condense-classes", "0,one"))
-    assert "--condense-classes takes class indices" in err, err
+    assert "condense_classes (--condense-classes) takes class indices" in err, err
 
 
 @pytest.mark.parametrize(
@@ -99,16 +99,19 @@ def test_condense_classes_that_are_not_indices_are_one_line(ancestry, tmp_path, 
         (["--batch-size", "0"], "batch size must be above 0"),
         (["--seeds", "0"], "argument --seeds: seeds must be in [1, 1000], got 0"),
         (["--seeds", "100000"], "argument --seeds: seeds must be in [1, 1000], got 100000"),
-        (["--kd", "2"], "--kd must be above 0 and at most 1, got 2.0; pass e.g. --kd 0.5"),
-        (["--methods", ","], "--methods names no method"),
-        (["--classes", "5,5,6"], "--classes names 5 twice"),
-        (["--condense-classes", "0,1,1"], "--condense-classes names 1 twice"),
-        (["--sizes", "L1-D32-H2,L1-D32-H2"], "--sizes names L1-D32-H2 twice"),
+        (["--kd", "2"], "kd_lambda (--kd) must be above 0 and at most 1, got 2.0; pass e.g. kd_lambda=0.5 (--kd 0.5)"),
+        (["--methods", ","], "methods (--methods) names no method"),
+        (["--classes", "5,5,6"], "classes (--classes) names 5 twice"),
+        (["--condense-classes", "0,1,1"], "condense_classes (--condense-classes) names 1 twice"),
+        (["--sizes", "L1-D32-H2,L1-D32-H2"], "sizes (--sizes) names L1-D32-H2 twice"),
         (["--methods", "pretrained,mimetic", "--condense-classes", "0,1"], "none of pretrained, mimetic does"),
-        (["--drop-head"], "--drop-head applies to model folders"),
-        (["--classes", " , "], "--classes names no class; give 2 or more class indices"),
-        (["--classes", "3"], "--classes 3 keeps one class"),
-        (["--methods", "cluster", "--condense-classes", "1"], "--condense-classes 1 keeps one class"),
+        (["--drop-head"], "drop_head (--drop-head) applies to model folders"),
+        (["--classes", " , "], "classes (--classes) names no class; give 2 or more class indices"),
+        (["--classes", "3"], "classes=(3,) (--classes 3) keeps one class"),
+        (
+            ["--methods", "cluster", "--condense-classes", "1"],
+            "condense_classes=(1,) (--condense-classes 1) keeps one class",
+        ),
     ],
 )
 def test_compare_flags_are_checked_before_anything_runs(ancestry, tmp_path, capsys, flags, expected):
@@ -124,8 +127,8 @@ def test_compare_refuses_an_empty_out_a_missing_gpu_and_an_out_holding_its_ances
 ):
     monkeypatch.chdir(tmp_path)
     base = ["compare", "--ancestry", str(ancestry), "--data", "digits", "--sizes", "L1-D32-H2", "--quiet"]
-    assert "--out is empty" in cli_error(capsys, [*base, "--out", ""])
-    assert "--out is empty" in cli_error(capsys, [*base, "--out", " "])
+    assert "the report folder (out_dir, --out) is empty" in cli_error(capsys, [*base, "--out", ""])
+    assert "the report folder (out_dir, --out) is empty" in cli_error(capsys, [*base, "--out", " "])
     assert list(tmp_path.iterdir()) == []
     if not torch.cuda.is_available():
         assert "no GPU is visible" in cli_error(capsys, [*base, "--out", "cmp", "--device", "cuda"])
@@ -219,10 +222,11 @@ def test_compare_choices_are_checked_as_declared():
     from learngene.errors import LearngeneError
 
     for seeds in (0, 100_000):  # 1 to bench/stats.py's MAX_SEEDS
-        with pytest.raises(LearngeneError, match=rf"seeds must be in \[1, 1000\], got {seeds}; give a count in that"):
+        with pytest.raises(LearngeneError, match=rf"^seeds \(--seeds\) must be in \[1, 1000\], got {seeds}; give a count in that"):
             CompareChoices(seeds=seeds)
     with pytest.raises(
-        LearngeneError, match=r"kd_lambda must be above 0 and at most 1, got 1.5; pass e.g. kd_lambda=0.5"
+        LearngeneError,
+        match=r"^kd_lambda \(--kd\) must be above 0 and at most 1, got 1.5; pass e.g. kd_lambda=0.5 \(--kd 0.5\)$",
     ):
         CompareChoices(kd_lambda=1.5)
     assert CompareChoices(classes=[3, 4]).classes == (3, 4)  # a list is taken as the tuple it declares

@@ -318,7 +318,7 @@ def test_a_registered_data_source_is_loaded_by_name_and_unknown_names_list_the_s
         load_dataset("toy")  # a source that takes an argument, named without one
     with pytest.raises(DataError, match="unknown dataset 'digits:3'"):
         load_dataset("digits:3")
-    with pytest.raises(DataError, match="--aug deit is for image folders"):
+    with pytest.raises(DataError, match=r"aug='deit' \(--aug deit\) is for image folders"):
         load_dataset("toy:1", augment="deit")  # only streamed sources augment per image
 
 

@@ -132,7 +132,7 @@ def test_hf_dinov2_classifier_is_refused_in_one_line_or_dropped(tmp_path, transf
     folder = _hf_folder(tmp_path, hf)
     with pytest.raises(LearngeneError) as info:
         load_ancestry(folder)
-    assert "--drop-head" in str(info.value) and "\n" not in str(info.value)
+    assert "pass drop_head=True (--drop-head)" in str(info.value) and "\n" not in str(info.value)
     ancestry = load_ancestry(folder, drop_head=True)
     x = _image(seed=4)
     with torch.no_grad():
@@ -149,7 +149,7 @@ def test_cli_drop_head_loads_a_dinov2_classifier_folder_headless(tmp_path, trans
     args = ["condense", "--method", "weight_selection", "--ancestry", str(folder), "--quiet"]
     assert main([*args, "--out", str(tmp_path / "a.safetensors")]) == 2
     err = capsys.readouterr().err
-    assert "--drop-head" in err and err.count("\n") == 1
+    assert "pass drop_head=True (--drop-head)" in err and err.count("\n") == 1
     assert main([*args, "--drop-head", "--out", str(tmp_path / "b.safetensors")]) == 0
 
 
@@ -359,7 +359,7 @@ def test_hub_folder_is_refused_when_present_and_never_half_written(tmp_path, mon
     out.mkdir()
     (out / "keep").write_text("x")
     args = ["expand", str(gene), "--out", str(out), "--quiet"]
-    assert main(args) == 2 and "--overwrite" in capsys.readouterr().err
+    assert main(args) == 2 and "overwrite=True (--overwrite)" in capsys.readouterr().err
     # --overwrite replaces learngene's three files and never a file of the user's (issue 20)
     assert main([*args, "--overwrite"]) == 0 and (out / "keep").read_text() == "x"
     assert sorted(os.listdir(out)) == ["README.md", "config.json", "keep", "model.safetensors"]

@@ -83,7 +83,7 @@ def test_set_threads_sets_torch_and_names_the_python_argument():
         assert threads.set_threads(1) == 1 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
-    with pytest.raises(LearngeneError, match="^threads must be"):
+    with pytest.raises(LearngeneError, match=r"^threads \(--threads\) must be"):
         threads.set_threads(0)
 
 
@@ -328,7 +328,7 @@ def test_an_existing_output_is_refused_before_torch_loads(tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert proc.stdout.split() == ["2", "False"], proc.stdout + proc.stderr
-    assert "already exists; pass --overwrite to replace it" in proc.stderr
+    assert "already exists; pass overwrite=True (--overwrite) to replace it" in proc.stderr
 
 
 # ---- names and project files ---------------------------------------------------------------------------------

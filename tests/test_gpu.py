@@ -602,5 +602,5 @@ def test_gpu_smoke_refuses_without_a_gpu_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "smoke"
     assert main(["bench", "--profile", "gpu-smoke", "--quiet", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "needs a GPU" in err[0] and "--device cpu" in err[0], err
+    assert len(err) == 1 and "needs a GPU" in err[0] and "device='cpu' (--device cpu)" in err[0], err
     assert not out.exists()

@@ -112,5 +112,5 @@ def test_refuses_larger_sizes_and_other_head_sizes(tiny_ancestry, tiny_spec, toy
 
 
 def test_needs_calibration_data(tiny_ancestry):
-    with pytest.raises(LearngeneError, match="--data"):
+    with pytest.raises(LearngeneError, match=r"give training data \(data, --data\)"):
         get_method("importance")().condense(tiny_ancestry, CondenseInputs())

@@ -68,7 +68,7 @@ def test_a_timm_pretrained_cfg_licence_is_read_and_license_overrides_it_at_conde
     gene, out = _condense_expand(tmp_path, folder, expand=["--license", "Apache-2.0"])
     assert gene.license == "cc-by-nc-4.0"
     card = (out / "README.md").read_text()
-    assert "**licence**: Apache-2.0 (stated with --license)" in card and "license: apache-2.0" in card
+    assert "**licence**: Apache-2.0 (stated with license (--license))" in card and "license: apache-2.0" in card
 
 
 def test_a_transformers_folders_card_or_config_licence_is_read(tmp_path):

@@ -142,7 +142,7 @@ def test_non_finite_loss_keeps_the_last_good_checkpoint(tiny_spec, tmp_path):
     torch.manual_seed(0)
     with pytest.raises(
         TrainingError,
-        match=r"loss became nan at epoch 2, step 4; lower --lr or check the data; "
+        match=r"loss became nan at epoch 2, step 4; lower lr \(--lr\) or check the data; "
         r"the last good checkpoint \(sane weights and loss\) is .*checkpoint.pt",
     ):
         train(tiny_spec.create_model(), FaultyData(data, at=8, fault=nan_images), cfg, run_dir=tmp_path)

@@ -52,7 +52,7 @@ def test_flops_follow_the_architecture():
     [
         (dict(num_heads=5), "does not divide embed_dim"),
         (dict(patch_size=5), "does not divide img_size"),
-        (dict(depth=0), "depth must be a positive"),
+        (dict(depth=0), r"^depth \(--depth\) must be a positive integer, got 0"),
         (dict(class_token=False), "needs class_token"),
         (dict(global_pool="max"), "global_pool"),
         (dict(mlp_ratio=-1.0), "mlp_ratio"),

@@ -199,7 +199,10 @@ def test_other_width_is_a_clear_error(tiny_spec):
 @pytest.mark.parametrize("cls", [TLEG, ShareInit])
 def test_another_head_count_is_refused_not_resplit(cls, tiny_spec):
     gene = random_gene(cls(), tiny_spec)  # 2 heads of 16
-    with pytest.raises(LearngeneError, match="2 heads .* asks 32, 4 and 128; pass --embed-dim 32 --num-heads 2"):
+    with pytest.raises(
+        LearngeneError,
+        match=r"2 heads .* asks 32, 4 and 128; pass embed_dim=32 \(--embed-dim 32\) and num_heads=2 \(--num-heads 2\)",
+    ):
         cls().expand(gene, tiny_spec.replace(num_heads=4))
 
 

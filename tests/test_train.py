@@ -151,7 +151,7 @@ def test_a_non_finite_loss_read_every_few_steps_stops_within_them_and_keeps_the_
     with pytest.raises(
         TrainingError,
         match=r"^loss became nan at epoch 2, step 1; the run stopped after epoch 2, step 4, where it reads the GPU's "
-        r"check \(every 4 steps\); lower --lr or check the data; the last good checkpoint .*checkpoint.pt",
+        r"check \(every 4 steps\); lower lr \(--lr\) or check the data; the last good checkpoint .*checkpoint.pt",
     ):
         train(_model(tiny_spec), FaultyData(toy_data, at=5, fault=nan_images), cfg, run_dir=tmp_path)
     ckpt = load_checkpoint(tmp_path / CHECKPOINT)
@@ -208,21 +208,31 @@ def test_schedule_warms_up_then_decays():
 
 def test_data_that_does_not_fit_the_model(tiny_spec):
     with pytest.raises(
-        LearngeneError, match="3-channel images but the model expects 1; load the data with in_chans=1 "
+        LearngeneError,
+        match=r"3-channel images but the model expects 1; load the data with in_chans=1 \(--in-chans 1\) ",
     ):
         train(_model(tiny_spec), make_images(8, chans=3), TrainConfig(epochs=1, **FAST))
-    with pytest.raises(LearngeneError, match="8px images but the model expects 16px; load the data with img_size=16$"):
+    with pytest.raises(
+        LearngeneError,
+        match=r"8px images but the model expects 16px; load the data with img_size=16 \(--img-size 16\)$",
+    ):
         train(_model(tiny_spec), make_images(8, size=8), TrainConfig(epochs=1, **FAST))
     with pytest.raises(LearngeneError, match="6 classes"):
         train(_model(tiny_spec), make_images(12, num_classes=6), TrainConfig(epochs=1, **FAST))
 
 
 def test_bad_settings_are_refused():
-    with pytest.raises(LearngeneError, match="learning rate"):
+    with pytest.raises(
+        LearngeneError, match=r"^lr \(--lr\) must be positive, got 0; pass e.g. lr=0.001 \(--lr 0.001\)$"
+    ):
         TrainConfig(lr=0)
-    with pytest.raises(LearngeneError, match="λ"):
+    with pytest.raises(
+        LearngeneError,
+        match=r"^distill_lambda \(--distill-lambda\) must be in \[0, 1\], got 2; pass a number from 0 \(plain CE\) to "
+        r"1 \(pure distillation\)$",
+    ):
         TrainConfig(distill_lambda=2)
-    with pytest.raises(LearngeneError, match="epochs"):
+    with pytest.raises(LearngeneError, match=r"^epochs \(--epochs\) must be at least 1, got 0"):
         TrainConfig(epochs=0)
 
 

@@ -160,8 +160,8 @@ def _model_file_ancestry(path: str | os.PathLike, drop_head: bool, model_kwargs:
         )
     if drop_head:
         raise LearngeneError(
-            f"--drop-head applies to model folders and timm checkpoints; {path} is a learngene "
-            f"model file, whose head a descendant replaces with --num-classes"
+            f"drop_head (--drop-head) applies to model folders and timm checkpoints; {path} is a learngene "
+            f"model file, whose head a descendant replaces with num_classes (--num-classes)"
         )
     if model_kwargs:  # they would be dropped without a word: the file's spec gives every size
         raise LearngeneError(
@@ -366,7 +366,7 @@ def _fitting_state(model: nn.Module, state: StateDict, path: str, name: str) -> 
     own = {k: v.shape for k, v in own_state.items()}
     head = {k for k in own if k.startswith(_classifier_prefixes(model))}
     state = {k: v for k, v in state.items() if not (k in head and own[k] != v.shape)}
-    hint = "pick the matching --timm-model" if name else "create the file again with learngene"
+    hint = "pick the matching timm_model (--timm-model)" if name else "create the file again with learngene"
     for key, value in state.items():
         if key in own and own[key] != value.shape:
             raise LearngeneError(

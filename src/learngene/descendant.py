@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from .binding import BoundMethod, bind_gene
-from .errors import LearngeneError, message_of, require_argument
+from .errors import LearngeneError, require_argument
 from .formats.model_file import check_state_shapes
 from .gene import Learngene
 from .host.threads import one_thread
@@ -252,7 +252,7 @@ def _expands_to(bound: BoundMethod, refused: list[tuple[ViTSpec, str]] | None) -
             check_state_shapes(bound.expand_on_meta(spec), spec, f"the {bound.gene.method} gene")
         except LearngeneError as exc:
             if refused is not None:
-                refused.append((spec, " ".join(message_of(exc).split())))
+                refused.append((spec, " ".join(str(exc).split())))
             return False
         return True
 

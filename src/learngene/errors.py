@@ -26,12 +26,20 @@ def named(name: str, flag: str | None = None) -> str:
 
 def assigned(name: str, value: object, flag_value: object = None, flag: str | None = None) -> str:
     """A setting given a value, for both callers in plain words: ``lr=0.001 (--lr 0.001)``; ``flag_value`` where the
-    command line writes the value otherwise (``grad_clip=None (--grad-clip 0)``), ``flag`` as in :func:`named`."""
+    command line writes the value otherwise (``grad_clip=None (--grad-clip 0)``; ``""`` for a switch:
+    ``resume=True (--resume)``), ``flag`` as in :func:`named`. A method
+    option (``flag="--opt"``) is ``KEY=VALUE`` on the command line: ``assigned("design", "authors", flag="--opt")`` is
+    ``design='authors' (--opt design=authors)``."""
     flag = "--" + name.replace("_", "-") if flag is None else flag
     python = f"{name}={value!r}" if isinstance(value, str) else f"{name}={value}"
     if not flag:
         return python
-    return f"{python} ({flag} {value if flag_value is None else flag_value})"
+    shown = value if flag_value is None else flag_value
+    if shown == "":
+        return f"{python} ({flag})"
+    if flag == "--opt":
+        return f"{python} (--opt {name}={_as_text(shown)})"
+    return f"{python} ({flag} {shown})"
 
 
 def setting(python: str, flag: str) -> str:
@@ -53,6 +61,13 @@ def message_of(exc: BaseException) -> str:
     if isinstance(exc, (LearngeneError, LearngeneWarning)) and len(exc.args) == 1 and isinstance(exc.args[0], str):
         return exc.args[0]
     return str(exc)
+
+
+def _as_text(value: object) -> str:
+    """A value as ``--opt KEY=VALUE`` writes it (JSON's words, a list comma-separated)."""
+    if isinstance(value, tuple | list):
+        return ",".join(map(str, value))
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 class _InPythonWords:

@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import Tensor
 
-from .errors import GeneFormatError, LearngeneError, message_of
+from .errors import GeneFormatError, LearngeneError
 from .formats.atomic import library_version, now_iso, quote
 from .formats.licenses import check_license
 from .formats.preprocessing import check_preprocessing
@@ -189,7 +189,7 @@ def invalid_gene(gene: Learngene, source: str | os.PathLike | None, why: str | B
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(message_of(exc).split())[:200] or type(exc).__name__
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
 
 
 def _preprocessing_from_json(text: str | None) -> dict[str, Any] | None:

@@ -23,8 +23,7 @@ import torch
 from torch import nn
 
 from .data import Data
-from .errors import LearngeneError, require_argument
-from .errors import setting as by_caller
+from .errors import LearngeneError, assigned, require_argument
 from .gene import Learngene
 from .training.loop import TrainConfig, TrainResult
 from .validate import (
@@ -32,9 +31,7 @@ from .validate import (
     CONDENSE,
     EXPAND,
     PHASE_WORDS,
-    as_text,
     coerce,
-    option_assignment,
     refusal,
 )
 from .vit.spec import ViTSpec
@@ -402,12 +399,10 @@ def refuse_unread(method: type[Method], options: dict[str, Any], step: str) -> N
         if key not in known or step in phases or not phases:
             continue  # an unknown key is refused by the constructor, with the list of options
         redo = next(p for p in (CONDENSE, ADAPT, EXPAND) if p in phases)
-        fix = (
-            "condense again" if redo == CONDENSE else by_caller(f"pass it to {redo}", f"pass it to `learngene {redo}`")
-        )
+        fix = "condense again" if redo == CONDENSE else f"pass it to {redo} (learngene {redo})"
         raise LearngeneError(
             f"{key} is read when {' and '.join(PHASE_WORDS[p] for p in phases)}: "
-            f"{fix} with {option_assignment(key, as_text(value))}"
+            f"{fix} with {assigned(key, value, flag='--opt')}"
         )
 
 
@@ -418,13 +413,10 @@ def check_options(method: str, config: Any) -> None:
     bad = refusal(config, default_limits={"at_least": 0})
     if bad is None:
         return
-    see = by_caller(f"see help(learngene.get_method({method!r}).Config)", "see `learngene methods`")
-    if bad.of_type:
-        fix = by_caller(f"pass a value of that kind ({see})", f"pass --opt KEY=VALUE with a value of that kind ({see})")
-        raise LearngeneError(f"{method} option {bad.name} must be {bad.wanted}, got {bad.value!r}; {fix}")
     raise LearngeneError(
-        f"{method} option {bad.name} must be {bad.wanted}, got {bad.value!r}; pass "
-        f"{option_assignment(bad.name, 'VALUE')} with a value of that kind ({see})"
+        f"{method} option {bad.name} must be {bad.wanted}, got {bad.value!r}; pass {bad.name}=VALUE "
+        f"(--opt {bad.name}=VALUE) with a value of that kind (see help(learngene.get_method({method!r}).Config), or "
+        "learngene methods)"
     )
 
 

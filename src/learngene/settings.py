@@ -49,9 +49,9 @@ class Declaration(TypedDict, total=False):
     - ``label``: how messages name it (default: its name in words).
     - ``none_means``: the flag defaults to "not given", and its help says what that means.
     - ``zero_means_none``: the flag's 0 turns the setting off (None).
-    - ``fix``: what a refused value's message tells to do; ``{}`` names the setting as its giver writes it
-      (:func:`~learngene.validate.caller_fix`: ``"pass e.g. {=0.001}"`` is ``--lr 0.001`` to the command line and
-      ``lr=0.001`` to Python).
+    - ``fix``: what a refused value's message tells to do, in plain words that serve both callers (a setting named
+      with :func:`learngene.errors.assigned`: ``f"pass e.g. {assigned('lr', 0.001)}"`` says
+      ``pass e.g. lr=0.001 (--lr 0.001)``).
     - ``output``: an expand choice that asks for an output the gene's method declares (of the field's name) instead
       of a timm ViT (:class:`~learngene.pipeline.requests.ExpandChoices`).
     - ``any_output``: an expand choice that applies to a declared output too (the others are refused beside one).

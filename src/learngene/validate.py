@@ -24,8 +24,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
-from .errors import LearngeneError
-from .errors import setting as by_caller
+from .errors import LearngeneError, named
 from .settings import ADAPT as ADAPT  # the phases, imported from here by methods
 from .settings import CONDENSE as CONDENSE
 from .settings import EXPAND as EXPAND
@@ -35,33 +34,6 @@ from .settings import field
 
 # integers must fit torch's int64 (seeds, counts): Python's unbounded ints overflow later, far from the input
 MAX_INT = 2**63 - 1
-
-
-# ---- naming a setting to whoever gave it: the command line's flag, or the Python argument ----------------
-def caller_name(name: str, flag: str | None) -> str:
-    """How a message names setting ``name``: its ``flag`` on the command line (when it has one, e.g. ``--lr``),
-    else the Python argument (``lr``)."""
-    return by_caller(name, flag) if flag else name
-
-
-def caller_fix(template: str, name: str, flag: str | None) -> str:
-    """``template`` (what a message tells to do) with the setting named for whoever gave it: ``{}`` is the name
-    alone (``--lr`` / ``lr``), ``{=V}`` an assignment (``--lr V`` / ``lr=V``), and ``{=C|P}`` one whose value
-    differs (the flag's ``C``, Python's ``P``: ``--grad-clip 0`` / ``grad_clip=None``). ``flag`` None (a
-    setting without one): the Python form on the command line too."""
-
-    def assign(match: re.Match) -> str:
-        cli, _, python = match.group(1).partition("|")
-        in_python = f"{name}={python or cli}"
-        return by_caller(in_python, f"{flag} {cli}") if flag else in_python
-
-    return re.sub(r"\{=([^}]*)\}", assign, template).replace("{}", caller_name(name, flag))
-
-
-def option_assignment(name: str, value: str) -> str:
-    """A method option set to ``value`` as its giver writes it: ``--opt name=value`` on the command line, else
-    the keyword argument ``name=value``."""
-    return by_caller(f"{name}={value}", f"--opt {name}={value}")
 
 
 # ---- the one checker: a dataclass's values against their declarations (learngene.settings.field) -----------
@@ -77,6 +49,13 @@ class Refusal(NamedTuple):
     wanted: str
     expected: str
     of_type: bool
+
+    @property
+    def named(self) -> str:
+        """The value's name in a message, for both callers: the field's flag beside it where it has one
+        (``lr (--lr)``), an item of a dict by its key (``tensors['w']``)."""
+        flag = self.field.metadata.get("flag") if self.name == self.field.name else None
+        return named(self.name, flag or "")
 
 
 def refusal(obj: Any, default_limits: dict[str, Any] | None = None) -> Refusal | None:
@@ -113,14 +92,6 @@ def _type_refusal(f: dataclasses.Field, tp: Any, value: Any) -> Refusal | None:
 def _range_refusal(f: dataclasses.Field, tp: Any, value: Any, limits: dict[str, Any]) -> Refusal | None:
     wanted = out_of_range(value, limits)
     return Refusal(f, f.name, value, wanted, expectation(tp, limits), of_type=False) if wanted else None
-
-
-def check_fields(obj: Any, what: str, fix: str, error: type[LearngeneError] = LearngeneError) -> None:
-    """Raise ``error`` if a field of dataclass ``obj`` does not hold a value of its declared type (:func:`refusal`'s
-    types): ``{what} {name} must be {wanted}, got {value!r}; {fix}``."""
-    bad = refusal(obj)
-    if bad is not None and bad.of_type:
-        raise error(f"{what} {bad.name} must be {bad.wanted}, got {bad.value!r}; {fix}")
 
 
 _HINTS: dict[type, dict[str, Any]] = {}  # a class's resolved annotations, read once: specs are made by the thousand

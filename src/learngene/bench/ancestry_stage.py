@@ -104,7 +104,7 @@ class AncestryStage(RunStages):
             return self.given
         p = self.profile
         if p.ancestry_file is None:
-            raise LearngeneError(f"profile {p.name} names no ancestry file; pass --ancestry")
+            raise LearngeneError(f"profile {p.name} names no ancestry file; pass ancestry_file (--ancestry)")
         path = Path(p.ancestry_file)
         if is_hub_name(p.ancestry_file):  # by name on the Hub: its repo and revision are its key
             ancestry = load_ancestry(p.ancestry_file, p.ancestry_timm_model, drop_head=p.ancestry_drop_head)

@@ -23,7 +23,7 @@ def run_demo(
     profile = get_profile("quick" if quick else "demo")
     if seed:
         profile = profile.replace(seeds=(seed,))
-    command = "learngene demo" + (" --quick" if quick else "") + (f" --seed {seed}" if seed else "")
+    command = " ".join(["learngene", "demo", *(["--quick"] if quick else []), *(["--seed", str(seed)] if seed else [])])
     run = BenchRun(profile, out_dir, data_dir=data_dir, device=device, progress=progress, command=command)
     rows = run.run()
     task = profile.tasks[0]
@@ -42,7 +42,8 @@ def run_demo(
         print(
             f"\nMethods that condense by training trained only {plural(profile.condense_epochs, 'epoch')} here "
             f"({condensation_budgets(profile, trained)}: each the share of the demo's budget its class declares, "
-            f"Method.demo_budget), to keep the demo short; `learngene bench --profile cpu` compares every method "
+            f"Method.demo_budget), to keep the demo short; the bench's cpu profile (`learngene bench --profile cpu`) "
+            f"compares every method "
             f"with the same condensation budget, 3 seeds and low-data tasks (docs/RESULTS.md reports a run of it, "
             f"on the methods its report lists), and `learngene compare` does so on your ancestry and data."
         )

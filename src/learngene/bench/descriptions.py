@@ -13,9 +13,9 @@ PROFILE_DESCRIPTIONS: dict[str, str] = {
     "transfer": "does stored knowledge pay on classes the ancestry never saw? Ancestries on 5 Fashion-MNIST "
     "classes, descendants fine-tuned on 20 labels of each of the other 5; two class splits, short and "
     "converged ancestries, a longer condensation, ablations",
-    "gpu": "bigger models and the full data for a GPU (bf16); resumable, so --time-limit splits it into short commands",
+    "gpu": "bigger models and the full data for a GPU (bf16); resumable, so a time limit (time_limit, --time-limit) splits it into short commands",
     "gpu-smoke": "generated 224-px RGB images through the image-folder pipeline (ancestry, condense, "
-    "expand, fine-tune), --max-steps per stage",
+    "expand, fine-tune), max_steps (--max-steps) optimizer steps per stage",
 }
 
 

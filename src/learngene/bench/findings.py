@@ -152,7 +152,7 @@ def recommend(fam: Family, references: Sequence[str]) -> str:
     if not candidates:
         return f"{size}: no recommendation: no method other than the references finished at this size"
     if any(verdict.diff.n < 2 for verdict in fam.verdicts.values()):
-        return f"{size}: one seed: no recommendation (the paired test needs --seeds 2 or more)"
+        return f"{size}: one seed: no recommendation (the paired test needs seeds=2 (--seeds 2) or more)"
     rule = f"paired over seeds, Holm-corrected over the {fam.m} comparison{'' if fam.m == 1 else 's'} of this size"
     winners = [c for c in candidates if all(fam.verdicts[c, r].mark == "+" for r in refs)]
     if winners:

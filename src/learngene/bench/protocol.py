@@ -43,7 +43,7 @@ from .rows import Row
 from .stages import OutOfTime
 from .tasks import load_task
 from .walk import GridWalk
-from .workers import SharedClaims
+from .workers import REPORT_FOLDER, SharedClaims
 
 
 class BenchRun(GridWalk):
@@ -56,12 +56,12 @@ class BenchRun(GridWalk):
 
     def run(self) -> list[Row]:
         if not str(self.out_given).strip():
-            raise LearngeneError("--out is empty; give the report folder, e.g. --out runs/compare")
+            raise LearngeneError("the report folder (out_dir, --out) is empty; give one, e.g. runs/compare")
         resolve_device(self.device)  # a GPU asked for and missing is refused before anything loads
         if self.shared:  # the workers' claims are taken once the inputs are checked (_run)
             return self._run()
         # one run per report folder, as per run directory: two writers would race on its cache and report
-        held = lock_run_dir(self.out, flag="--out", what="report folder")
+        held = lock_run_dir(self.out, REPORT_FOLDER, "report folder")
         try:
             return self._run()
         finally:

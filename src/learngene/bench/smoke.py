@@ -68,7 +68,7 @@ def run_smoke(
     if dev.type != "cuda" and device == "auto":
         raise LearngeneError(
             f"{profile.name} checks the GPU path (bf16, pinned memory, fused AdamW, flash attention) and needs a "
-            f"GPU, but no CUDA device is visible; run it on a GPU machine, or pass --device cpu to run it on "
+            f"GPU, but no CUDA device is visible; run it on a GPU machine, or pass device='cpu' (--device cpu) to run it on "
             f"this CPU anyway (minutes per stage at {profile.img_size} px)"
         )
     steps = max_steps or profile.max_steps

@@ -44,7 +44,7 @@ def load_task(
     if task.classes:
         if max(task.classes) >= train_full.num_classes or min(task.classes) < 0:
             raise LearngeneError(
-                f"{task.data} has classes 0..{train_full.num_classes - 1}; --classes "
+                f"{task.data} has classes 0..{train_full.num_classes - 1}; classes (--classes) "
                 f"{','.join(map(str, task.classes))} is outside them"
             )
         train_full, test_full = class_subset(train_full, task.classes), class_subset(test_full, task.classes)

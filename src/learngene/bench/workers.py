@@ -34,9 +34,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, named
 from ..formats.atomic import os_error_message, quote, write_text_atomic
 from ..training.run_dirs import RUN_LOCK
+
+REPORT_FOLDER = named("out_dir", "--out")  # how messages name the setting that gives the report folder
 
 CLAIMS = "claims"
 
@@ -86,7 +88,7 @@ def _lock(path: Path, mode: int) -> int | None:
 class SharedClaims(Claims):
     """The claims of one worker among any number on ``out`` (files under ``out/claims``); see the module."""
 
-    def __init__(self, out: Path, fingerprint: str, flag: str = "--out") -> None:
+    def __init__(self, out: Path, fingerprint: str, shown: str = REPORT_FOLDER) -> None:
         super().__init__()
         self.dir = out / CLAIMS
         self.held: list[int] = []
@@ -99,7 +101,7 @@ class SharedClaims(Claims):
         if folder is None:
             raise LearngeneError(
                 f"another learngene run is using the report folder {quote(out)} alone; wait for it to finish, "
-                f"or give another {flag}"
+                f"or give another {shown}"
             )
         self.held.append(folder)
         mine = self.dir / f"profile-{fingerprint}.lock"
@@ -113,7 +115,7 @@ class SharedClaims(Claims):
                 self.close()
                 raise LearngeneError(
                     f"a learngene compare with other settings is running on {quote(out)}; give this one the same "
-                    f"flags to help it, wait for it to finish, or give another {flag}"
+                    f"settings to help it, wait for it to finish, or give another {shown}"
                 )
             elif other != mine and probe is not None:
                 os.close(probe)

@@ -51,7 +51,9 @@ class Batches:
         if len(data) == 0:
             raise DataError(f"{getattr(data, 'name', 'dataset')} is empty; give data with at least one image")
         if batch_size < 1:
-            raise DataError(f"batch size must be positive, got {batch_size}; pass --batch-size 1 or more")
+            raise DataError(
+                f"batch size must be positive, got {batch_size}; pass batch_size=1 (--batch-size 1) or more"
+            )
         self.data, self.batch_size, self.shuffle, self.seed = data, batch_size, shuffle, seed
         self.rank, self.world, self.augment = rank, world, augment
         self.epoch, self.start_step = 0, 0

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import DataError, message_of
+from ..errors import DataError
 from ..formats.preprocessing import PREPROCESSING_KEYS, check_preprocessing
 from ..host.environment import env_number
 from ..vit.naflex import image_input
@@ -159,7 +159,7 @@ class FolderData(NamedClasses, torch.utils.data.Dataset):
         try:
             image = self.open_image(index, {1: "L", 3: "RGB"}[self.in_chans])
         except DataError as exc:
-            return _Failed(message_of(exc))
+            return _Failed(str(exc))
         if self.augment == "none":
             return self.transform(image), label
         with _seeded(seed):
@@ -322,15 +322,16 @@ def _check_reading(root: Path, in_chans: int, in_memory: bool, augment: str) -> 
     if not root.is_dir():
         raise DataError(f"image folder {root} does not exist; check the path after folder:")
     if in_chans not in (1, 3):
-        raise DataError(f"image folders load as 1 or 3 channels, not {in_chans}; pass --in-chans 1 or 3")
+        raise DataError(f"image folders load as 1 or 3 channels, not {in_chans}; pass in_chans (--in-chans) 1 or 3")
     if augment != "none" and in_memory:
         raise DataError(
-            f"--aug {augment} draws a new augmentation per image and epoch; stream the folder (in_memory=False)"
+            f"aug={augment!r} (--aug {augment}) draws a new augmentation per image and epoch; stream the folder "
+            "(in_memory=False)"
         )
     if augment == "deit" and in_chans != 3:
         raise DataError(
-            "--aug deit (RandAugment, mixup/cutmix, random erasing) is for RGB images; for grey data "
-            "use --augment (flips and shifts)"
+            "aug='deit' (--aug deit: RandAugment, mixup/cutmix, random erasing) is for RGB images; for grey data "
+            "use augment=True (--augment: flips and shifts)"
         )
 
 

@@ -171,7 +171,7 @@ def _open(target: str) -> dict[str, Any]:
         import datasets
     except ImportError:
         raise DataError(
-            "--data hf: needs the datasets package; install it with pip install 'learngene[datasets]'"
+            "hf: data need the datasets package; install it with pip install 'learngene[datasets]'"
         ) from None
     if Path(target).exists():
         try:
@@ -231,8 +231,8 @@ def _from_the_hub(target: str) -> dict[str, Any]:
     raise DataError(
         f"hf:{target} is neither a folder nor a dataset in the datasets cache {config.HF_DATASETS_CACHE}, "
         f"and {where}; where there is network, run "
-        f"python -c \"import datasets; datasets.load_dataset('{target}').save_to_disk('DIR')\" and pass "
-        f"--data hf:DIR"
+        f"python -c \"import datasets; datasets.load_dataset('{target}').save_to_disk('DIR')\" and give the "
+        f"data as hf:DIR"
     ) from None
 
 

@@ -149,7 +149,7 @@ def resize(data: ImageData, img_size: int) -> ImageData:
         raise DataError(
             f"{len(data):,} images of {data.name} resized to {img_size}x{img_size} px need "
             f"{need / 2**30:,.1f} GiB but this machine has {free / 2**30:,.1f} GiB free; choose a smaller "
-            f"--img-size (or fewer images: --train-images)"
+            f"img_size (--img-size), or fewer images (train_images, --train-images)"
         )
     x = F.interpolate(
         data.images.float(), size=(img_size, img_size), mode="bilinear", antialias=True, align_corners=False
@@ -180,7 +180,9 @@ def convert_channels(data: ImageData, in_chans: int) -> ImageData:
     if in_chans == 1:
         grey = data.images.float().mean(1, keepdim=True).round().to(torch.uint8)
         return replace(data, images=grey, mean=(sum(data.mean) / len(data.mean),), std=(sum(data.std) / len(data.std),))
-    raise DataError(f"cannot convert {data.in_chans}-channel images to {in_chans} channels; use --in-chans 1 or 3")
+    raise DataError(
+        f"cannot convert {data.in_chans}-channel images to {in_chans} channels; use in_chans (--in-chans) 1 or 3"
+    )
 
 
 # ---- subsets ----------------------------------------------------------------------------------------

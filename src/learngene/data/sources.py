@@ -39,7 +39,10 @@ FASHION_MNIST_FILES = (
 )
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 FASHION_MNIST_MEAN, FASHION_MNIST_STD = (0.2860,), (0.3530,)
-FASHION_MNIST_INSTALL = "apt-get install dataset-fashion-mnist (Debian), or pass --data-dir / set $LEARNGENE_DATA to a folder with its IDX files"
+FASHION_MNIST_INSTALL = (
+    "apt-get install dataset-fashion-mnist (Debian), or pass data_dir (--data-dir) or set $LEARNGENE_DATA to a folder "
+    "with its IDX files"
+)
 
 
 # ---- built-in datasets ----------------------------------------------------------------------------
@@ -69,7 +72,7 @@ def _find_fashion_mnist(data_dir: str | os.PathLike | None) -> Path:
     if data_dir is not None:
         raise DataError(
             f"Fashion-MNIST IDX files ({FASHION_MNIST_FILES[0]}[.gz], ...) not found in {data_dir}; check "
-            f"--data-dir, or leave it out to use the installed copy"
+            f"data_dir (--data-dir), or leave it out to use the installed copy"
         )
     raise DataError(f"Fashion-MNIST not found; {FASHION_MNIST_INSTALL}")
 
@@ -303,7 +306,7 @@ def _folder_source(path: str, req: LoadRequest) -> Data:
 
 def _torchvision_source(name: str, req: LoadRequest) -> Data:
     if req.data_dir is None:
-        raise DataError("torchvision datasets need --data-dir; pass the folder they were downloaded to")
+        raise DataError("torchvision datasets need data_dir (--data-dir): the folder they were downloaded to")
     return torchvision_dataset(name, req.data_dir, req.split, req.img_size)
 
 
@@ -338,11 +341,11 @@ def load_dataset(
     source, argument = find_source(name)
     if augment != "none" and not source.streams:
         raise DataError(
-            f"--aug {augment} is for image folders (folder:PATH) of RGB images; for {name} use --augment "
-            f"(flips and shifts)"
+            f"aug={augment!r} (--aug {augment}) is for image folders (folder:PATH) of RGB images; for {name} use "
+            "augment=True (--augment: flips and shifts)"
         )
     if workers < 0:
-        raise DataError(f"--workers must be 0 (decode in the main process) or more, got {workers}")
+        raise DataError(f"workers (--workers) must be 0 (decode in the main process) or more, got {workers}")
     request = LoadRequest(split, img_size, data_dir, in_chans, preprocessing, augment, workers, classes)
     with held_warnings(("huggingface_hub", "datasets")):  # torch's or PIL's note on data that then fail: unsaid
         data = source.read(argument, request)

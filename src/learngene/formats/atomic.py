@@ -17,12 +17,10 @@ from typing import Any
 import torch
 
 from .._version import __version__
-from ..errors import LearngeneError, PlaceError, setting
+from ..errors import LearngeneError, PlaceError, assigned
 
-
-def OVERWRITE() -> str:  # noqa: N802  (reads as the setting it names)
-    """``--overwrite`` in a command's error, ``overwrite=True`` in a Python caller's."""
-    return setting("overwrite=True", "--overwrite")
+# how a message names the setting that lets an output replace a file, for both callers
+OVERWRITE = assigned("overwrite", True, "")
 
 
 def library_version() -> str:
@@ -121,7 +119,7 @@ def check_not_input(
         if clash:
             raise LearngeneError(
                 f"the output {quote(output)} is (or holds) this command's input {quote(given)}, which an output "
-                f"never replaces, --overwrite or not; choose another output path"
+                f"never replaces, overwrite (--overwrite) or not; choose another output path"
             )
 
 
@@ -145,7 +143,7 @@ def check_output_place(path: Path, overwrite: bool) -> Path:
     folders it lacks are created when the output is written (:func:`make_parents`), as timm's and transformers'
     savers do, so a refusal here leaves nothing behind. A file where a folder must go is refused."""
     if (path.exists() or path.is_symlink()) and not overwrite:
-        raise LearngeneError(f"{quote(path)} already exists; pass {OVERWRITE()} to replace it")
+        raise LearngeneError(f"{quote(path)} already exists; pass {OVERWRITE} to replace it")
     parent = path.parent if str(path.parent) else Path(".")
     existing = next((p for p in (parent, *parent.parents) if p.exists() or p.is_symlink()), Path("."))
     if not existing.is_dir():
@@ -211,7 +209,7 @@ def _publish(tmp: Path, path: Path, overwrite: bool) -> None:
         os.replace(tmp, path)
         return
     taken = LearngeneError(
-        f"{quote(path)} already exists (another process wrote it meanwhile); pass {OVERWRITE()} "
+        f"{quote(path)} already exists (another process wrote it meanwhile); pass {OVERWRITE} "
         f"to replace it, or choose another path"
     )
     try:

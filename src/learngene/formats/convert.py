@@ -354,8 +354,8 @@ def without_head(state: StateDict, prefixes: tuple[str, ...], source: str) -> St
     kept = {k: v for k, v in state.items() if not k.startswith(prefixes)}
     if len(kept) == len(state):
         raise LearngeneError(
-            f"--drop-head: {source} has no classifier head to drop (no {'/'.join(p + '*' for p in prefixes)} "
-            f"weights); leave --drop-head out"
+            f"drop_head (--drop-head): {source} has no classifier head to drop (no "
+            f"{'/'.join(p + '*' for p in prefixes)} weights); leave it out"
         )
     return kept
 
@@ -371,8 +371,8 @@ def hf_state_to_timm(
     elif hidden and "classifier.weight" in state and state["classifier.weight"].shape[-1] == 2 * hidden:
         raise LearngeneError(
             f"this {model_type} classifier reads the class token concatenated with the mean patch "
-            f"token ({2 * hidden} inputs), which timm's ViT cannot express; pass --drop-head "
-            f"(drop_head=True) to load the backbone without it"
+            f"token ({2 * hidden} inputs), which timm's ViT cannot express; pass drop_head=True "
+            f"(--drop-head) to load the backbone without it"
         )
     out: StateDict = {}
     for key, value in state.items():

@@ -55,7 +55,9 @@ def check_output_folder(path: str | os.PathLike, overwrite: bool = False) -> Pat
     """Fail early, with a clear message, if the hub folder ``path`` cannot be written."""
     path = Path(str(path).rstrip("/" + os.sep) or ".")
     if path.exists() and not path.is_dir():
-        raise LearngeneError(f"{quote(path)} exists and is not a folder; give another --out or drop --format hub")
+        raise LearngeneError(
+            f"{quote(path)} exists and is not a folder; give another path (--out), or save without format='hub' (--format hub)"
+        )
     return check_output_place(path, overwrite)
 
 
@@ -80,7 +82,7 @@ def atomic_folder(path: str | os.PathLike, overwrite: bool = False) -> Iterator[
                 if (path / name).is_dir() and not (path / name).is_symlink():
                     raise LearngeneError(
                         f"{quote(path / name)} is a folder, where learngene writes its {name}; move "
-                        f"it away or choose another --out"
+                        f"it away or choose another path (--out)"
                     )
             for name in names:  # the weights, then the config that describes them, then the card
                 os.replace(tmp / name, path / name)
@@ -90,7 +92,7 @@ def atomic_folder(path: str | os.PathLike, overwrite: bool = False) -> Iterator[
             except FileExistsError:
                 raise LearngeneError(
                     f"{quote(path)} already exists (another process wrote it meanwhile); pass "
-                    f"{OVERWRITE()} to replace it, or choose another path"
+                    f"{OVERWRITE} to replace it, or choose another path"
                 ) from None
             os.replace(tmp, path)  # onto the empty folder just claimed
     finally:

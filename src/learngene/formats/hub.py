@@ -96,7 +96,7 @@ def fetch_model(name: str) -> HubModel:
     if config is None:
         raise LearngeneError(
             f"{name} has no {CONFIG}: it is not a timm or transformers model repo; give a repo with a {CONFIG}, "
-            f"or a timm checkpoint with --timm-model"
+            f"or a timm checkpoint with timm_model (--timm-model)"
         )
     commit = _source(repo_id, config)["revision"]  # the same commit for every file, whatever a branch does meanwhile
     _first_of(repo_id, WEIGHT_FILES, commit, name)
@@ -127,7 +127,7 @@ def _fetch_timm(name: str) -> HubModel:
         where = f" (timm fetches them from {cfg.url})" if cfg is not None and cfg.url else ""
         raise LearngeneError(
             f"timm's {model_name} has no weights on the Hugging Face Hub{where}; download the file and pass it with "
-            f"--timm-model {arch}"
+            f"timm_model={arch!r} (--timm-model {arch})"
         )
     repo_id, _, revision = cfg.hf_hub_id.partition("@")
     check_repo_id(repo_id, revision or None, name)
@@ -340,11 +340,11 @@ def _not_cached(repo_id: str, filename: str, revision: str | None, name: str, co
         else f"the Hub did not answer within {lookup_seconds():g} s (set HF_HUB_OFFLINE=1 to skip the lookup, "
         f"HF_HUB_ETAG_TIMEOUT=SECONDS to wait longer)"
     )
-    wanted = f"{CONFIG} {filename}" if filename != CONFIG else f"{CONFIG} {WEIGHT_FILES[0]}"
-    at = f" --revision {revision}" if revision else ""
+    wanted = [CONFIG, filename if filename != CONFIG else WEIGHT_FILES[0]]
+    command = " ".join(["hf", "download", repo_id, *wanted, *(["--revision", revision] if revision else [])])
     return (
         f"{name} is not in the Hugging Face cache {constants.HF_HUB_CACHE} and {offline}; where there is network, "
-        f"run `hf download {repo_id} {wanted}{at}` with HF_HUB_CACHE={constants.HF_HUB_CACHE} (or copy a cache that "
+        f"run `{command}` with HF_HUB_CACHE={constants.HF_HUB_CACHE} (or copy a cache that "
         f"holds it there), or pass a downloaded folder instead"
     )
 

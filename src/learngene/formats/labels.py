@@ -40,7 +40,7 @@ def choose_head(
     head the gene did not provide, i.e. an untrained head) is reused when the counts match.
     """
     if force_new:
-        return HeadChoice(True, f"new {data_classes}-way head (--new-head)")
+        return HeadChoice(True, f"new {data_classes}-way head (new_head=True, --new-head)")
     if model_classes != data_classes:
         return HeadChoice(True, f"new {data_classes}-way head: the model's head has {model_classes} classes")
     if model_space and data_space:
@@ -57,5 +57,5 @@ def choose_head(
     return HeadChoice(
         False,
         f"reusing the model's {model_classes}-way head: the model records no label space "
-        f"(an untrained head, or a file from an older learngene); pass --new-head to replace it",
+        f"(an untrained head, or a file from an older learngene); pass new_head=True (--new-head) to replace it",
     )

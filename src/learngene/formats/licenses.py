@@ -25,14 +25,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, named
 
 # SPDX identifiers and expressions (``Apache-2.0``, ``MIT OR Apache-2.0``) and the hub's ids (``cc-by-nc-4.0``)
 _LICENSE = re.compile(r"[A-Za-z0-9(][A-Za-z0-9.+\-() ]{0,99}")
 README = "README.md"
 
 
-def check_license(value: Any, source: str = "--license", fix: str = "give") -> str:
+def check_license(value: Any, source: str = named("license"), fix: str = "give") -> str:
     """``value`` as a licence identifier, or one line saying what to give (``fix``: the verb of that advice)."""
     if not isinstance(value, str) or not _LICENSE.fullmatch(value.strip()) or not _balanced_expression(value):
         raise LearngeneError(

@@ -68,7 +68,7 @@ def load_model_file(path: str | os.PathLike, lazy: bool = False) -> tuple[dict[s
     if metadata.get("format") != MODEL_FORMAT:
         raise GeneFormatError(
             f"{quote(path)} is not a learngene model file (no '{MODEL_FORMAT}' header); "
-            f"for a timm checkpoint pass --timm-model NAME"
+            f"for a timm checkpoint pass timm_model=NAME (--timm-model NAME)"
         )
     if "spec" not in metadata:
         raise GeneFormatError(

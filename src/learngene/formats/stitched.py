@@ -62,15 +62,15 @@ def read_stitched(path: str | os.PathLike) -> tuple[StitchedViT, dict[str, Any]]
         model = StitchedViT(front, end, int(config["cut_front"]), int(config["cut_end"]))
     except (ValueError, KeyError, TypeError) as exc:  # bad JSON, a missing field, impossible sizes
         raise GeneFormatError(
-            f"{quote(path)} has a corrupt stitched-model header ({first_line(exc)}); make it again with "
-            f"`learngene expand GENE --stitch ...`"
+            f"{quote(path)} has a corrupt stitched-model header ({first_line(exc)}); make it again (expand "
+            f"with output=('stitch', ...), learngene expand GENE --stitch ...)"
         ) from None
     check_finite(tensors, path)
     try:
         model.load_state_dict(tensors, strict=True)
     except RuntimeError as exc:
         raise GeneFormatError(
-            f"{quote(path)}'s tensors do not match its header ({first_line(exc)}); make it again with "
-            f"`learngene expand GENE --stitch ...`"
+            f"{quote(path)}'s tensors do not match its header ({first_line(exc)}); make it again (expand "
+            f"with output=('stitch', ...), learngene expand GENE --stitch ...)"
         ) from None
     return model, origin if isinstance(origin, dict) else {}

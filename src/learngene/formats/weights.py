@@ -158,7 +158,7 @@ def read_safetensors(path: str | os.PathLike, lazy: bool = False) -> tuple[dict[
         if _looks_like_pickle(path):
             raise GeneFormatError(
                 f"{quote(path)} is not a readable safetensors file: it looks like a pickle/.pth file, which is never "
-                f"unpickled here; pass it as an ancestry checkpoint with --timm-model, or convert "
+                f"unpickled here; pass it as an ancestry checkpoint with timm_model (--timm-model), or convert "
                 f"it to safetensors"
             ) from None
         raise GeneFormatError(

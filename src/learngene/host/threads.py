@@ -20,7 +20,7 @@ import os
 import time
 from collections.abc import Iterator
 
-from ..errors import LearngeneError, setting
+from ..errors import LearngeneError, named
 from .environment import parse_env_number
 
 THREADS_HELP = (
@@ -94,7 +94,7 @@ def check_threads(
 ) -> int:
     """``value`` if it is a thread count this process can use: 1 to :func:`usable_cpus` (more threads than CPUs
     only wait for each other, and a count past what the system can start fails deep inside torch or libgomp).
-    ``shown`` names the setting in the one-line error (``--threads``, ``OMP_NUM_THREADS='8'``), ``fix`` says
+    ``shown`` names the setting in the one-line error (``threads (--threads)``, ``OMP_NUM_THREADS='8'``), ``fix`` says
     what to do."""
     cpus = usable_cpus()
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= cpus:
@@ -130,7 +130,7 @@ def prepare_environment(threads: int | None) -> None:
     (:data:`THREAD_VARIABLES`) for this process and the processes it starts; else each one set is checked
     (:func:`check_threads`), refused in one line before anything reads it, and left as that one number (a blank one
     unset)."""
-    given = check_threads(threads, setting("threads", "--threads")) if threads is not None else None
+    given = check_threads(threads, named("threads")) if threads is not None else None
     for name in THREAD_VARIABLES:
         value = given if given is not None else _env_threads(name)
         if value is None:
@@ -153,7 +153,7 @@ def default_threads(cpus: int | None = None, load: float | None = None) -> int:
 
 def set_threads(threads: int | None = None) -> int:
     """Make torch compute with ``threads`` CPU threads (None: :func:`default_threads`); returns the number."""
-    threads = default_threads() if threads is None else check_threads(threads, setting("threads", "--threads"))
+    threads = default_threads() if threads is None else check_threads(threads, named("threads"))
     import torch
 
     torch.set_num_threads(threads)

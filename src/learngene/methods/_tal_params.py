@@ -9,8 +9,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError
-from ..validate import option_assignment
+from ..errors import LearngeneError, assigned
 
 
 def group_size(n: int, max_n: int) -> int:
@@ -70,7 +69,7 @@ def lora_rows(shape: tuple[int, int, int, int], r: int, ck: int) -> tuple[int, i
     if max(rows_a, rows_b) > ck:
         raise LearngeneError(
             f"a parameter needs {max(rows_a, rows_b)} rows of the hypernetwork's decoder but max_ck is {ck}; "
-            f"condense again with {option_assignment('max_ck', str(max(rows_a, rows_b)))} or more"
+            f"condense again with {assigned('max_ck', max(rows_a, rows_b), flag='--opt')} or more"
         )
     return math.ceil(rows_a * r / ck), math.ceil(rows_b * r / ck)
 

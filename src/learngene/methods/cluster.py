@@ -52,7 +52,7 @@ import torch
 from torch import Tensor, nn
 
 from ..data import Data
-from ..errors import LearngeneError
+from ..errors import LearngeneError, assigned
 from ..formats.atomic import atomic_path
 from ..gene import Learngene
 from ..host.memory import give_back, release_pages
@@ -161,7 +161,7 @@ def mean_attention_distance(
         ``(depth, num_heads)`` distances.
     """
     spec = measured_spec(model, spec, data)  # labels may differ: they are not used
-    empty = "cluster needs at least one image to measure attention distances; pass --data"
+    empty = "cluster needs at least one image to measure attention distances; pass data (--data)"
     picked = calibration_sample(data, num_images, seed, empty)
     count, device = len(picked), next(model.parameters()).device
     # every image's tokens stay between blocks; each block's maps are read as float64
@@ -237,7 +237,7 @@ class ClusterLearngene(Method):
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         """Distances on ``inputs.train`` (Eq. 4), DBSCAN per layer (Algorithm 1), the centroid heads kept."""
-        no_data = "cluster measures attention on real images: give training data (--data)"
+        no_data = "cluster measures attention on real images: give training data (data, --data)"
         ancestry, spec, data = calibration_inputs(self, ancestry, inputs, no_data)
         cfg = self.config
         distances = mean_attention_distance(ancestry.model, spec, data, cfg.num_images, cfg.batch_size, cfg.seed)
@@ -273,7 +273,7 @@ class ClusterLearngene(Method):
         if spec.head_dim != src.head_dim:
             raise LearngeneError(
                 f"cluster copies heads of {src.head_dim} dims, so a {spec.num_heads}-head descendant "
-                f"is {spec.num_heads * src.head_dim} wide; set --embed-dim {spec.num_heads * src.head_dim}"
+                f"is {spec.num_heads * src.head_dim} wide; set {assigned('embed_dim', spec.num_heads * src.head_dim)}"
             )
         out: StateDict = {}
         for layer, source in enumerate(stretch(src.depth, spec.depth).tolist()):

@@ -49,11 +49,11 @@ from typing import Literal, cast
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, assigned
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..validate import EXPAND, option, option_assignment
+from ..validate import EXPAND, option
 from ..vit.heads import join_proj, select_matrix, split_proj
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import WRITER, block_names
@@ -180,7 +180,7 @@ class Grow(Method):
         if spec.embed_dim % src.embed_dim or spec.mlp_hidden % src.mlp_hidden:
             raise LearngeneError(
                 f"hyperclone grows by whole multiples: width {spec.embed_dim} of {src.embed_dim} and "
-                f"MLP {spec.mlp_hidden} of {src.mlp_hidden}; pick multiples or {option_assignment('width', 'net2net')}"
+                f"MLP {spec.mlp_hidden} of {src.mlp_hidden}; pick multiples or {assigned('width', 'net2net', flag='--opt')}"
             )
         heads = cyclic(src.num_heads, spec.num_heads)
         return (

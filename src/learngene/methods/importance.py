@@ -128,7 +128,7 @@ def activation_scores(
         images and tokens (see the module docstring for each score).
     """
     spec = measured_spec(model, spec, data)
-    empty = "importance ranks units on calibration images: give training data (--data)"
+    empty = "importance ranks units on calibration images: give training data (data, --data)"
     picked = calibration_sample(data, num_images, seed, empty)
     count, device = len(picked), next(model.parameters()).device
     require_inference_memory(spec, min(batch_size, count), "importance", device=device)
@@ -225,7 +225,7 @@ class Importance(Method):
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         """Scores on a calibration sample of ``inputs.train``; the ancestry permuted into their order."""
-        no_data = "importance ranks units on calibration images: give training data (--data)"
+        no_data = "importance ranks units on calibration images: give training data (data, --data)"
         ancestry, spec, data = calibration_inputs(self, ancestry, inputs, no_data)
         cfg = self.config
         scores = activation_scores(ancestry.model, spec, data, cfg.num_images, cfg.batch_size, cfg.seed)

@@ -45,7 +45,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, assigned
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
@@ -320,7 +320,7 @@ class LeTs(AuxNetMethod):
         if spec.embed_dim > aux.embed_dim:
             raise LearngeneError(
                 f"lets widens up to the aux net's width {aux.embed_dim}, asked {spec.embed_dim}; "
-                f"pass --embed-dim {aux.embed_dim} or less"
+                f"pass {assigned('embed_dim', aux.embed_dim)} or less"
             )
         out: StateDict = {}
         for name, shape in spec.block_shapes().items():

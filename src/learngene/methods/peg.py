@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, assigned
 from ..gene import DESCENDANT, Learngene
 from ..host.memory import give_back, release_pages
 from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper
@@ -336,7 +336,7 @@ class PEG(Method):
         if spec.head_dim != head_dim:
             raise LearngeneError(
                 f"peg heads have {head_dim} dims, so a {spec.num_heads}-head descendant is "
-                f"{spec.num_heads * head_dim} wide; set --embed-dim {spec.num_heads * head_dim}"
+                f"{spec.num_heads * head_dim} wide; set {assigned('embed_dim', spec.num_heads * head_dim)}"
             )
         device = gene.tensors["msa.q"].device  # φ and the copies too: a CPU operand would make a meta expansion real
         phi = {k: v.to(device) for k, v in self._phi(gene, spec).items()}

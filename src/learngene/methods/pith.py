@@ -80,7 +80,7 @@ from ..host.memory import require_free_memory
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..training.distill import PooledFeatures
-from ..validate import CONDENSE, option, option_assignment
+from ..validate import CONDENSE, option
 from ..vit.spec import ViTSpec
 from ._pith_hypernet import GradualExpansion, Inherited, PITHHyperNet, fused
 from ._tal_graph import graph_nodes
@@ -154,7 +154,7 @@ class PITH(Method):
             4 * (4 * params + copied),
             f"training pith's hypernetwork ({params:,} parameters: weights, gradients and AdamW's two moments; "
             f"{copied:,} values of the ancestry's)",
-            f"choose a smaller {option_assignment('hid', 'N')} (or layers, lora_r, max_ck)",
+            "choose a smaller hid=N (--opt hid=N) (or layers, lora_r, max_ck)",
         )
 
     def hypernet(self, gene: Learngene) -> PITHHyperNet:

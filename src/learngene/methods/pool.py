@@ -67,8 +67,7 @@ from typing import Any, Literal, cast
 import torch
 from torch import nn
 
-from ..errors import GeneFormatError, LearngeneError
-from ..errors import setting as by_caller
+from ..errors import GeneFormatError, LearngeneError, assigned
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, ExpandOutput, OutputModel, Paper
 from ..registry import register_method
@@ -77,7 +76,7 @@ from ..training.auxnet import AuxConfig, AuxNetMethod, condense_through_aux, is_
 from ..training.config import known
 from ..training.distill import cache_teacher_outputs
 from ..training.loop import train
-from ..validate import CONDENSE, option, option_assignment
+from ..validate import CONDENSE, option
 from ..vit.spec import ViTSpec
 from ..vit.stitched import StitchedViT
 from ..vit.transfer import StateDict, inherit_non_block, part_of, place_blocks, require_block_shape, stretch
@@ -131,7 +130,7 @@ class PoolConfig(AuxConfig):
                 other = "authors" if self.design == "equal_width" else "equal_width"
                 raise LearngeneError(
                     f"pool option {name} applies to design={other}, not {self.design}; leave it out, or pass "
-                    f"{option_assignment('design', other)}"
+                    f"{assigned('design', other, flag='--opt')}"
                 )
 
 
@@ -169,13 +168,16 @@ def instance_state(gene: Learngene, index: int) -> StateDict:
     return {k[len(prefix) :]: v for k, v in gene.tensors.items() if k.startswith(prefix)}
 
 
+# how a message names a stitched descendant to ask for, for both callers
+STITCH = "output=('stitch', 'F:J-E:K') (learngene expand GENE --stitch F:J-E:K)"
+
+
 def parse_stitch(text: str) -> tuple[int, int, int, int]:
     """``F:J-E:K`` (``learngene expand --stitch``) -> ``(front, end, cut_front, cut_end)``."""
     match = re.fullmatch(r"(\d+):(\d+)-(\d+):(\d+)", text.strip())
     if match is None:
-        given = by_caller(f"stitch {text!r}", f"--stitch {text!r}")
         raise LearngeneError(
-            f"{given} is not FRONT:BLOCK-END:BLOCK; e.g. 0:1-2:0 runs instance 0 through block 1, "
+            f"stitch (--stitch) {text!r} is not FRONT:BLOCK-END:BLOCK; e.g. 0:1-2:0 runs instance 0 through block 1, "
             f"then instance 2 from block 0"
         )
     front, cut_front, end, cut_end = map(int, match.groups())
@@ -205,7 +207,7 @@ class LearngenePool(AuxNetMethod):
     stores = "the blocks of several small aux models, each distilled from the ancestry (design=authors: of 3 widths, with stitches)"
     expands_to = (
         "any depth at their width, stitched from the smallest instance to the largest; design=authors: an "
-        "instance's width, or a StitchedViT (learngene expand --stitch)"
+        "instance's width, or a StitchedViT (expand's output 'stitch', learngene expand --stitch)"
     )
     summary = "blocks of several small distilled aux models, stitched smallest to largest; any depth at their width"
     paper = Paper(
@@ -250,7 +252,7 @@ class LearngenePool(AuxNetMethod):
             if w < 1 or w % heads:
                 raise LearngeneError(
                     f"pool widths={text or 'auto'!r}: an instance {w} wide cannot split into {heads} heads; "
-                    f"give {option_assignment('widths', '...')} as multiples of the head count"
+                    f"give widths=(...) (--opt widths=...) as multiples of the head count"
                 )
             specs.append(aux.replace(embed_dim=w, num_heads=heads, depth=depth))
         return specs
@@ -313,17 +315,17 @@ class LearngenePool(AuxNetMethod):
         if aux.family.rope:
             raise LearngeneError(
                 "pool design=authors stitches instances of other head widths, and a RoPE table depends on the head "
-                f"width; use {option_assignment('design', 'equal_width')} for this family"
+                f"width; use {assigned('design', 'equal_width', flag='--opt')} for this family"
             )
         if self.config.joint_epochs and ancestry is not None and is_headless(ancestry):
             raise LearngeneError(
                 "pool joint_epochs distils the ancestry's logits into stitched networks of several widths, and this "
-                f"ancestry has no classifier; use {option_assignment('joint_epochs', '0')}"
+                f"ancestry has no classifier; use {assigned('joint_epochs', 0, flag='--opt')}"
             )
         if self.config.joint_epochs and dist.is_distributed():
             raise LearngeneError(
                 "pool joint_epochs trains one drawn part of the pool per step, which DDP cannot synchronize; "
-                f"run it as one process (without torchrun) or use {option_assignment('joint_epochs', '0')}"
+                f"run it as one process (without torchrun) or use {assigned('joint_epochs', 0, flag='--opt')}"
             )
 
     def condense_authors(self, aux: ViTSpec, ancestry: Ancestry | None, inputs: CondenseInputs | None) -> Learngene:
@@ -452,7 +454,7 @@ class LearngenePool(AuxNetMethod):
         if index is None:
             raise LearngeneError(
                 f"a pool of the authors' design gives plain ViTs {', '.join(str(s.embed_dim) for s in specs)} wide, "
-                f"not {spec.embed_dim}; other sizes are stitched: learngene expand GENE --stitch F:J-E:K"
+                f"not {spec.embed_dim}; other sizes are stitched: expand with {STITCH}"
             )
         source = specs[index]
         require_block_shape(source, spec, self.name)
@@ -468,11 +470,11 @@ class LearngenePool(AuxNetMethod):
         if self.config.design == "authors":
             specs = self.instance_specs(layout)
             last = len(specs) - 1
-            example = f"; e.g. --stitch 0:{min(1, layout.depth - 1)}-{last}:0" if last else ""
+            example = f"; e.g. 0:{min(1, layout.depth - 1)}-{last}:0" if last else ""
             return [
                 f"pool of {len(specs)} instances {', '.join(str(s.embed_dim) for s in specs)} wide "
                 f"(0..{last}), {layout.depth} blocks each, joined by linear stitches (the authors' design)",
-                f"stitched descendants (learngene expand GENE --stitch F:J-E:K): instance F through block J into "
+                f"stitched descendants (expand with {STITCH}): instance F through block J into "
                 f"instance E from block K, for F < E and blocks J, K of 0..{layout.depth - 1} with |J - K| <= 1: "
                 f"{len(stitch_choices(gene))} in all{example}",
             ]
@@ -504,8 +506,8 @@ def stitched_descendant(
     if gene.method != "pool" or gene.config.get("design") != "authors":
         made = f"pool design={gene.config.get('design')}" if gene.method == "pool" else gene.method
         raise LearngeneError(
-            f"stitched descendants come from a pool gene of the authors' design (condense with --method pool "
-            f"--opt design=authors); this gene is {made}"
+            f"stitched descendants come from a pool gene of the authors' design (condense with method 'pool' and "
+            f"design='authors' (--method pool --opt design=authors)); this gene is {made}"
         )
     method = method or cast(LearngenePool, LearngenePool.from_gene(gene))
     specs = method.instance_specs(gene.require_layout())

@@ -86,7 +86,7 @@ from ..registry import register_method
 from ..training.config import known
 from ..training.distill import PooledFeatures, cache_teacher_outputs
 from ..training.loop import TrainResult, distill_loss, predict_logits, resolve_device, step_draw, train
-from ..validate import CONDENSE, EXPAND, limits_of, option, option_assignment, out_of_range
+from ..validate import CONDENSE, EXPAND, limits_of, option, out_of_range
 from ..vit.spec import ViTSpec, block_key
 from ._tal_graph import Graph, Node, graph_nodes, is_layer_scale, spec_graph
 from ._tal_hypernet import GraphormerLayer, HyperNet
@@ -145,7 +145,7 @@ class TALConfig:
         if own and self.hid % self.heads:
             raise LearngeneError(
                 f"{self.method} option heads ({self.heads}) must divide hid ({self.hid}); "
-                f"pass {option_assignment('heads', 'N')} with N a divisor of {self.hid}"
+                f"pass heads=N (--opt heads=N) with N a divisor of {self.hid}"
             )
 
 
@@ -256,7 +256,7 @@ def descendant_sizes(ancestry: ViTSpec, min_depth: int, method: str = "tal") -> 
     if min_depth > ancestry.depth:  # a range that starts past its end would draw nothing: refused, not clamped
         raise LearngeneError(
             f"{method} option min_depth ({min_depth}) is more than the ancestry's {ancestry.depth} layers; "
-            f"pass {option_assignment('min_depth', 'N')} with N at most {ancestry.depth}"
+            f"pass min_depth=N (--opt min_depth=N) with N at most {ancestry.depth}"
         )
     head_dim = ancestry.head_dim
     out = [
@@ -351,7 +351,7 @@ class TAL(Method):
         require_free_memory(
             4 * 4 * params,
             f"training tal's hypernetwork ({params:,} parameters: weights, gradients and AdamW's two moments)",
-            f"choose a smaller {option_assignment('hid', 'N')} (or layers, lora_r, max_ck)",
+            "choose a smaller hid=N (--opt hid=N) (or layers, lora_r, max_ck)",
         )
 
     def hypernet(self, gene: Learngene) -> HyperNet:
@@ -382,7 +382,7 @@ class TAL(Method):
         ancestry = self.require_ancestry(ancestry)
         base = ancestry.require_vit(self.name)
         if inputs is None or inputs.train is None:
-            raise LearngeneError("tal condenses by training its hypernetwork; give training data (--data)")
+            raise LearngeneError("tal condenses by training its hypernetwork; give training data (data, --data)")
         cfg, data = inputs.train_cfg.resolved("condense", distill_lambda=self.distill_lambda), inputs.train
         reference = base.replace(img_size=data.img_size, in_chans=data.in_chans)
         if base.num_classes == 0:

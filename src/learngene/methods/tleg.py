@@ -18,12 +18,12 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, assigned
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
 from ..training.auxnet import DrawnStartConfig, block_params_per_layer, vector_start
-from ..validate import CONDENSE, EXPAND, option, option_assignment
+from ..validate import CONDENSE, EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import LAYER_SCALE, MLP, MSA, NORM, block_names, has_tag, per_head
 from ..vit.transfer import StateDict
@@ -76,7 +76,7 @@ def parse_layers(layers: str | int | tuple[int, ...], depth: int) -> list[int]:
     if outside or not chosen:
         raise LearngeneError(
             f"layers={layers!r} names layers outside 1..{depth} of this depth-{depth} net; "
-            f"pass {option_assignment('layers', 'all')} or a range inside it"
+            f"pass {assigned('layers', 'all', flag='--opt')} or a range inside it"
         )
     return sorted(x - 1 for x in chosen)
 
@@ -126,7 +126,8 @@ class TLEG(DrawnStartMethod):
                 f"{self.name} expands in depth only: this gene's blocks have width {source.embed_dim}, "
                 f"{source.num_heads} heads and MLP {source.mlp_hidden}, the target asks {spec.embed_dim}, "
                 f"{spec.num_heads} and {spec.mlp_hidden}; "
-                f"pass --embed-dim {source.embed_dim} --num-heads {source.num_heads}, or use wave to change width"
+                f"pass {assigned('embed_dim', source.embed_dim)} and {assigned('num_heads', source.num_heads)}, "
+                "or use wave to change width"
             )
         layers = parse_layers(self.config.layers, spec.depth)
         # One batched op per tensor builds all chosen layers at once (the aux step stays as cheap as a plain one).
@@ -151,7 +152,7 @@ class TLEG(DrawnStartMethod):
             have = sorted({m for m, names in MODULES.items() if any(f"theta_b.{n}" in gene.tensors for n in names)})
             raise LearngeneError(
                 f"this {gene.method} gene was condensed with modules {','.join(have)}, so it cannot "
-                f"build {key.split('.', 1)[1]}; pass {option_assignment('modules', ','.join(have))}"
+                f"build {key.split('.', 1)[1]}; pass {assigned('modules', tuple(have), flag='--opt')}"
             ) from None
 
     def describe(self, gene: Learngene) -> list[str]:

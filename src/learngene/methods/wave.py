@@ -35,7 +35,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, assigned
 from ..gene import Learngene
 from ..method import AdaptInputs, Paper
 from ..registry import register_method
@@ -128,7 +128,7 @@ def block_grid(spec: ViTSpec, name: str, w: int) -> tuple[int, ...]:
         raise LearngeneError(
             f"wave tiles {w}-wide templates, but {name} of {spec.short()} has shape {shape} "
             f"(width {spec.embed_dim}, MLP {spec.mlp_hidden}); choose a width whose every tensor "
-            f"is a multiple of {w}, e.g. --embed-dim {w * max(1, round(spec.embed_dim / w))}"
+            f"is a multiple of {w}, e.g. {assigned('embed_dim', w * max(1, round(spec.embed_dim / w)))}"
         )
     return tuple(s // w for s in shape)
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, assigned
 from ..gene import Learngene
 from ..host.memory import give_back
 from ..method import Ancestry, CondenseInputs, Method, Paper, same_size
 from ..registry import register_method
-from ..validate import EXPAND, option, option_assignment
+from ..validate import EXPAND, option
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import (
     HEADS,
@@ -77,7 +77,7 @@ class WeightSelection(Method):
             raise LearngeneError(
                 f"head-aware weight_selection needs at most {src.num_heads} heads of at most "
                 f"{src.head_dim} dims, asked {spec.num_heads} x {spec.head_dim}; "
-                f"or pass {option_assignment('head_aware', 'false')}"
+                f"or pass {assigned('head_aware', False, flag='--opt')}"
             )
         blocks, non_blocks = block_axes(src), non_block_axes(src)
         if not self.config.head_aware:  # the authors' rule: q, k, v rows and W_O columns as plain coordinates

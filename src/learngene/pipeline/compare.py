@@ -35,13 +35,12 @@ from ..bench.report import plural, run_lines
 from ..bench.rows import mean_curve, sizes_by_note, write_csv
 from ..bench.stats import MAX_SEEDS, POWER, RULE
 from ..bench.workers import worker_device
-from ..errors import LearngeneError, message_of
-from ..errors import setting as by_caller
+from ..errors import LearngeneError, assigned, named
 from ..formats.atomic import write_text_atomic
 from ..registry import get_method, list_methods
 from ..settings import field
 from ..training.config import MAX_EPOCHS, MAX_IMAGES, MAX_STEPS, TrainConfig, known
-from ..validate import caller_fix, caller_name, refusal
+from ..validate import refusal
 from ..vit.spec import ViTSpec
 from .inputs import train_config
 
@@ -69,15 +68,16 @@ def parse_classes(text: str, flag: str = "--classes") -> list[int]:
     try:
         return [int(c) for c in text.split(",") if c.strip()]
     except ValueError:
-        raise LearngeneError(f"{flag} takes class indices separated by commas, e.g. 5,6,7,8,9; got {text!r}") from None
+        name = named(flag.lstrip("-").replace("-", "_"), flag)
+        raise LearngeneError(f"{name} takes class indices separated by commas, e.g. 5,6,7,8,9; got {text!r}") from None
 
 
-def _refuse_repeats(values: list[Any], flag: str, shown: list[str] | None = None) -> None:
-    """A value given twice in a list flag would count its rows twice (a size's seeds doubled): refused."""
+def _refuse_repeats(values: list[Any], name: str, shown: list[str] | None = None) -> None:
+    """A value given twice in list ``name`` would count its rows twice (a size's seeds doubled): refused."""
     seen: set[Any] = set()
     for value, text in zip(values, shown or list(map(str, values)), strict=True):
         if value in seen:
-            raise LearngeneError(f"{flag} names {text} twice; give each once")
+            raise LearngeneError(f"{named(name)} names {text} twice; give each once")
         seen.add(value)
 
 
@@ -115,7 +115,12 @@ class CompareChoices:
         DEFAULT_REFERENCES, flag="--references", nonempty=True, help="what a recommendation must beat"
     )
     kd_lambda: float | None = field(
-        None, flag="--kd", above=0, at_most=1, fix="pass e.g. {=0.5}", help="also fine-tune distilling the ancestry (λ)"
+        None,
+        flag="--kd",
+        above=0,
+        at_most=1,
+        fix=f"pass e.g. {assigned('kd_lambda', 0.5, flag='--kd')}",
+        help="also fine-tune distilling the ancestry (λ)",
     )
     condense_data: str | None = field(
         None, flag="--condense-data", nonempty=True, help="the data condensed and adapted on"
@@ -141,21 +146,21 @@ class CompareChoices:
                 object.__setattr__(self, f.name, tuple(getattr(self, f.name)))
         bad = refusal(self)
         if bad is not None:
-            flag = bad.field.metadata["flag"]
-            fix = caller_fix(
-                bad.field.metadata.get("fix", "give a count in that range (0 compares nothing)"), bad.name, flag
-            )
+            fix = bad.field.metadata.get("fix", "give a count in that range (0 compares nothing)")
             if bad.of_type:
-                fix = by_caller("see help(learngene.pipeline.compare.CompareChoices)", "see learngene compare --help")
-            raise LearngeneError(f"{caller_name(bad.name, flag)} must be {bad.wanted}, got {bad.value!r}; {fix}")
+                fix = "see help(learngene.pipeline.compare.CompareChoices) (learngene compare --help)"
+            raise LearngeneError(f"{bad.named} must be {bad.wanted}, got {bad.value!r}; {fix}")
         if self.methods is not None and not self.methods:
             raise LearngeneError(
-                "--methods names no method; give a comma-separated list, e.g. --methods tleg,wave or all"
+                "methods (--methods) names no method; give some, e.g. methods=('tleg', 'wave') (--methods tleg,wave), "
+                "or None (--methods all) for every one"
             )
         for name in ("classes", "condense_classes"):
-            _refuse_repeats(list(getattr(self, name) or ()), f"--{name.replace('_', '-')}")
+            _refuse_repeats(list(getattr(self, name) or ()), name)
         if self.classes and len(self.classes) < 2:
-            raise LearngeneError(f"--classes {self.classes[0]} keeps one class; comparing needs 2 or more")
+            raise LearngeneError(
+                f"{assigned('classes', self.classes, self.classes[0])} keeps one class; comparing needs 2 or more"
+            )
 
 
 def compare_profile(
@@ -173,9 +178,10 @@ def compare_profile(
     cfg, choices = train_config(train, "compare", "compare"), choices or CompareChoices()
     shapes = _shapes(ancestry_spec, sizes)
     refs = reference_labels(choices.references)
-    for given, flag in ((choices.classes, "--classes"), (choices.condense_classes, "--condense-classes")):
+    for name, given in (("classes", choices.classes), ("condense_classes", choices.condense_classes)):
         if given is not None and len(set(given)) < 2:  # a classifier of one class (or none) learns nothing
-            said = f"{flag} {','.join(map(str, given))} keeps one class" if given else f"{flag} names no class"
+            shown = ",".join(map(str, given))
+            said = f"{assigned(name, given, shown)} keeps one class" if given else f"{named(name)} names no class"
             raise LearngeneError(f"{said}; give 2 or more class indices, e.g. 0,1,2")
     methods = _compared_methods(choices, refs)
     kd = (Variant(KD, methods=methods, distill_lambda=choices.kd_lambda, upstreams=("",)),)
@@ -214,16 +220,18 @@ def _shapes(ancestry: ViTSpec | None, sizes: Sequence[str]) -> tuple[tuple[int, 
             "a ViTSpec describes (a learngene model file, a timm ViT checkpoint or folder)"
         )
     if not sizes:
-        raise LearngeneError("give at least one descendant size, e.g. --sizes L4-D192-H3,L12-D384-H6")
+        raise LearngeneError(
+            "give at least one descendant size, e.g. sizes=['L4-D192-H3', 'L12-D384-H6'] (--sizes L4-D192-H3,L12-D384-H6)"
+        )
     shapes = []
     for text in sizes:
         shape = parse_size(text)
         try:
             ancestry.replace(depth=shape[0], embed_dim=shape[1], num_heads=shape[2])
         except LearngeneError as exc:
-            raise LearngeneError(f"no method can make size {text.strip()}: {message_of(exc)}") from None
+            raise LearngeneError(f"no method can make size {text.strip()}: {exc}") from None
         shapes.append(shape)
-    _refuse_repeats(shapes, "--sizes", [t.strip() for t in sizes])
+    _refuse_repeats(shapes, "sizes", [t.strip() for t in sizes])
     return tuple(shapes)
 
 
@@ -234,8 +242,8 @@ def _compared_methods(choices: CompareChoices, refs: tuple[str, ...]) -> tuple[s
         get_method(name)  # an unknown method is one line
     if choices.condense_classes and not any(get_method(m).needs_data for m in requested):
         raise LearngeneError(
-            f"--condense-classes chooses the images that methods condensing on data read, and none of "
-            f"{', '.join(requested)} does; leave --condense-classes out"
+            f"condense_classes (--condense-classes) chooses the images that methods condensing on data read, and "
+            f"none of {', '.join(requested)} does; leave it out"
         )
     base = (["scratch"] if LONG_LABEL in refs else []) + [r for r in refs if r != LONG_LABEL]
     return tuple(dict.fromkeys([*base, *requested]))

@@ -89,7 +89,7 @@ def resolve_aux_spec(
     if missing and base is None:
         raise LearngeneError(
             f"{method}: the ancestry is not a ViT, so give the aux net's size: "
-            + " ".join(f"--opt {m}=N" for m in missing)
+            + ", ".join(f"{m}=N (--opt {m}=N)" for m in missing)
         )
     values = base.to_dict() if base is not None else ViTSpec().to_dict()
     values.update({k: v for k, v in sizes.items() if v})
@@ -161,7 +161,7 @@ def condense_through_aux(
     returned gene records what the condensation cost and the aux net's final test accuracy.
     """
     if inputs is None or inputs.train is None:
-        raise LearngeneError(f"{method.name} condenses by training an aux net; give training data (--data)")
+        raise LearngeneError(f"{method.name} condenses by training an aux net; give training data (data, --data)")
     cfg = inputs.train_cfg.resolved("condense", distill_lambda=method.distill_lambda)  # the method's λ unless given
     aux = start.require_layout()
     headless = is_headless(ancestry)

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from ..data import Data
-from ..errors import LearngeneError, LearngeneWarning, TrainingError
+from ..errors import LearngeneError, LearngeneWarning, TrainingError, assigned, named
 from ..formats.atomic import quote, save_torch_atomic, write_text_atomic
 from ..formats.weights import digest, nonfinite_tensor, torch_load_weights_only
 from . import distributed as dist
@@ -108,15 +108,16 @@ def last_good(ckpt_path: Path | None, sane: bool = True) -> str:
     if ckpt_path is None:
         return ""
     if not ckpt_path.exists() or not sane:
-        where = "" if not ckpt_path.exists() else f" (another --run-dir, or delete {quote(ckpt_path.parent)})"
+        where = "" if not ckpt_path.exists() else f" (another run_dir (--run-dir), or delete {quote(ckpt_path.parent)})"
         return (
             f"; no checkpoint of this run has sane weights and loss (each is checked as it is written: weights "
             f"within {WEIGHT_GROWTH:g}× their starting norm, loss within {LOSS_GROWTH:g}× its best + {LOSS_SLACK:g}), "
-            f"so a resume would diverge again: start the run over{where} with a lower --lr and/or a --grad-clip"
+            f"so a resume would diverge again: start the run over{where} with a lower {named('lr')} and/or a {named('grad_clip')}"
         )
     return (
-        f"; the last good checkpoint (sane weights and loss) is {quote(ckpt_path)}: rerun with --resume and a "
-        f"lower --lr and/or a --grad-clip (only those two may change) to continue from it"
+        f"; the last good checkpoint (sane weights and loss) is {quote(ckpt_path)}: rerun with "
+        f"{assigned('resume', True, '')} and a lower {named('lr')} and/or a {named('grad_clip')} (only those two may "
+        "change) to continue from it"
     )
 
 
@@ -143,7 +144,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise TrainingError(f"checkpoint {quote(path)} is unreadable ({exc}); delete it to start over") from None
     if not isinstance(ckpt, dict) or not CHECKPOINT_KEYS <= set(ckpt):
         raise TrainingError(
-            f"{quote(path)} is not a learngene training checkpoint; delete it or give another --run-dir"
+            f"{quote(path)} is not a learngene training checkpoint; delete it or give another run_dir (--run-dir)"
         )
     return ckpt
 
@@ -242,7 +243,7 @@ class RunState:
         bad = nonfinite_tensor(state["model"])
         if bad is not None:  # never replace the last good checkpoint with one that cannot be resumed
             raise NonFiniteError(
-                f"weights became non-finite ({bad}) at step {self.global_step}; lower --lr or check "
+                f"weights became non-finite ({bad}) at step {self.global_step}; lower {named('lr')} or check "
                 f"the data{last_good(path, self.sane)}"
             )
         save_torch_atomic(path, state)
@@ -263,15 +264,16 @@ class RunState:
         free = AFTER_NONFINITE if stopped_by_nonfinite(path.parent) else ()
         changed = _changed_since(ckpt, path, cfg, fingerprint, free)
         if changed:
+            both = f"{named('lr')} and {named('grad_clip')}"
             may = (
-                "after its stop on a non-finite loss only --lr and --grad-clip may change; "
+                f"after its stop on a non-finite loss only {both} may change; "
                 if free
-                else "only a run stopped by a non-finite loss may change --lr or --grad-clip; "
+                else f"only a run stopped by a non-finite loss may change {both}; "
             )
             raise LearngeneError(
                 f"cannot resume {quote(path)}: the run differs from the checkpointed one: "
                 f"{'; '.join(changed[:3])}{'; ...' if len(changed) > 3 else ''}; {may}use the same "
-                f"other settings, or another --run-dir to start over"
+                f"other settings, or another run_dir (--run-dir) to start over"
             )
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -355,7 +357,7 @@ def open_run(
         seen = dist.count_true(found, device)
         if 0 < seen < dist.world_size():
             raise LearngeneError(
-                f"{quote(ckpt_path)} is visible to {seen} of {dist.world_size()} processes; put --run-dir on a "
+                f"{quote(ckpt_path)} is visible to {seen} of {dist.world_size()} processes; put the run directory (run_dir, --run-dir) on a "
                 f"filesystem every node shares"
             )
     fingerprint = run_fingerprint(cfg, model, data, teacher) if run_dir is not None else {}

@@ -19,10 +19,9 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from ..errors import LearngeneError
-from ..errors import setting as by_caller
+from ..errors import LearngeneError, assigned
 from ..settings import field
-from ..validate import caller_fix, refusal
+from ..validate import refusal
 
 Kind = Literal["result", "speed", "report"]
 RESULT: Kind = "result"
@@ -79,7 +78,12 @@ class TrainConfig:
         help="global batch size",
     )
     lr: float = setting(
-        1e-3, flag="--lr", above=0, label="learning rate", fix="pass e.g. {=0.001}", help="peak AdamW learning rate"
+        1e-3,
+        flag="--lr",
+        above=0,
+        label="learning rate",
+        fix=f"pass e.g. {assigned('lr', 0.001)}",
+        help="peak AdamW learning rate",
     )
     min_lr: float = setting(1e-5, at_least=0, help="the cosine schedule's final learning rate")
     weight_decay: float = setting(0.05, flag="--weight-decay", at_least=0, help="AdamW weight decay, 0 or more")
@@ -100,7 +104,7 @@ class TrainConfig:
         above=0,
         zero_means_none=True,
         label="gradient clipping",
-        fix="pass {=0|None} for no clipping or a positive maximum norm",
+        fix=f"pass {assigned('grad_clip', None, 0)} for no clipping, or a positive maximum norm",
         help="max gradient norm, 0 = off",
     )
     label_smoothing: float = setting(
@@ -108,7 +112,7 @@ class TrainConfig:
         flag="--label-smoothing",
         at_least=0,
         below=1,
-        fix="pass {} between 0 (off) and e.g. 0.1",
+        fix="pass a number from 0 (off) to below 1, e.g. 0.1",
         help="label smoothing in [0, 1)",
     )
     distill_lambda: float | None = distillation_setting(
@@ -117,11 +121,13 @@ class TrainConfig:
         "λ",
         at_least=0,
         at_most=1,
-        fix="pass {} between 0 (plain CE) and 1 (pure distillation)",
+        fix="pass a number from 0 (plain CE) to 1 (pure distillation)",
         none_means="the use case's: a condensing method's own, 0.5 with a teacher, else 0",
         help="λ in [0, 1]: 0 = plain CE; 1 = pure distillation",
     )
-    distill_tau: float = distillation_setting(1.0, "tau", "τ", above=0, fix="pass e.g. {=1}", help="τ, positive")
+    distill_tau: float = distillation_setting(
+        1.0, "tau", "τ", above=0, fix=f"pass e.g. {assigned('distill_tau', 1.0)}", help="τ, positive"
+    )
     augment: bool = setting(False, flag="--augment", help="random flips and 2-pixel shifts")
     mixup: bool | None = setting(
         None,
@@ -137,7 +143,6 @@ class TrainConfig:
         at_least=0,
         at_most=MAX_STEPS,
         label="checkpoint interval",
-        fix="pass {=N} with N >= 0",
         none_means="auto, once per epoch",
         help="also checkpoint every N steps inside an epoch (0: at the end of each epoch only)",
     )
@@ -204,16 +209,13 @@ class TrainConfig:
     def __post_init__(self) -> None:
         bad = refusal(self)
         if bad is not None and bad.of_type:
-            fix = by_caller(
-                "pass a value of its type (see help(learngene.TrainConfig))",
-                "pass a finite number of the right kind (see learngene COMMAND --help)",
+            raise LearngeneError(
+                f"training setting {bad.named} must be {bad.wanted}, got {bad.value!r}; pass a value of that kind "
+                "(help(learngene.TrainConfig) lists each setting's; learngene COMMAND --help each flag's)"
             )
-            raise LearngeneError(f"training setting {bad.name} must be {bad.wanted}, got {bad.value!r}; {fix}")
         if bad is not None:
-            meta = bad.field.metadata
-            label = meta.get("label", bad.name.replace("_", " "))
-            fix = caller_fix(meta.get("fix") or f"pass {{}} {bad.wanted}", bad.name, meta.get("flag"))
-            raise LearngeneError(f"{label} must be {bad.wanted}, got {bad.value}; {fix}")
+            fix = bad.field.metadata.get("fix") or f"pass {bad.expected}"
+            raise LearngeneError(f"{bad.named} must be {bad.wanted}, got {bad.value}; {fix}")
         self.log = tuple(dict.fromkeys(self.log))
         for name in self.log:
             if importlib.util.find_spec(LOGGER_PACKAGES[name]) is None:
@@ -222,8 +224,9 @@ class TrainConfig:
                     f"pip install 'learngene[{name}]'"
                 )
         if self.epochs is not None and self.epochs < 1 and not self.max_steps:  # a run of max_steps needs no epochs
-            fix = caller_fix("pass {=1} or more", "epochs", "--epochs")
-            raise LearngeneError(f"epochs must be at least 1, got {self.epochs}; {fix}")
+            raise LearngeneError(
+                f"epochs (--epochs) must be at least 1, got {self.epochs}; pass {assigned('epochs', 1)} or more"
+            )
 
     def evaluates_after(self, epoch: int, epochs: int) -> bool:
         """Whether the run evaluates after (1-based) ``epoch`` of ``epochs``."""

@@ -9,8 +9,7 @@ from typing import Any
 from torch import nn
 
 from ..data import Data
-from ..errors import ArgumentTypeError, DataError
-from ..errors import setting as by_caller
+from ..errors import ArgumentTypeError, DataError, assigned
 from ..vit.naflex import image_input
 
 
@@ -37,13 +36,13 @@ def check_data_fits(model: nn.Module, data: Data) -> None:
         if data.in_chans != chans:
             raise DataError(
                 f"{data.name} has {data.in_chans}-channel images but the model expects {chans}; "
-                f"load the data with {by_caller(f'in_chans={chans}', f'--in-chans {chans}')} or build the model for "
+                f"load the data with {assigned('in_chans', chans)} or build the model for "
                 f"{data.in_chans}"
             )
         if data.img_size != size and not any_size:
             raise DataError(
                 f"{data.name} has {data.img_size}px images but the model expects {size}px; "
-                f"load the data with {by_caller(f'img_size={size}', f'--img-size {size}')}"
+                f"load the data with {assigned('img_size', size)}"
             )
     classes = getattr(model, "num_classes", None)
     if classes is not None and data.num_classes > classes:

@@ -10,7 +10,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, named
 from ..vit.naflex import image_input
 from ..vit.spec import available_memory, training_activation_bytes
 from . import distributed as dist
@@ -27,10 +27,10 @@ def resolve_device(name: str = "auto") -> torch.device:
     if device.type not in ("cpu", "cuda"):
         raise LearngeneError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N")
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise LearngeneError("--device cuda was asked for but no GPU is visible; use --device auto or cpu")
+        raise LearngeneError("device (--device) cuda was asked for but no GPU is visible; use auto or cpu")
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
         raise LearngeneError(
-            f"--device {name} asked for but only {torch.cuda.device_count()} GPU(s) are visible; "
+            f"device (--device) {name} asked for but only {torch.cuda.device_count()} GPU(s) are visible; "
             f"use cuda:0..cuda:{torch.cuda.device_count() - 1}"
         )
     return device
@@ -101,8 +101,8 @@ def require_activation_memory(
         raise LearngeneError(
             f"a training step of {per_rank} images of {sizes[0]:,} tokens through {sizes[4]} blocks of "
             f"width {sizes[1]} needs at least {need / 2**30:,.1f} GiB for its activations, but "
-            f"{device.type} has {free / 2**30:,.1f} GiB free; choose a smaller --batch-size or "
-            f"--img-size (or a larger --patch-size)"
+            f"{device.type} has {free / 2**30:,.1f} GiB free; choose a smaller {named('batch_size')} or "
+            f"{named('img_size')} (or a larger {named('patch_size')})"
         )
 
 
@@ -114,8 +114,8 @@ def require_optimizer_memory(model: nn.Module, device: torch.device) -> None:
     if free is not None and need > free:
         raise LearngeneError(
             f"training {trained:,} parameters needs {need / 2**30:,.1f} GiB for their gradients and AdamW's two "
-            f"moments, but {device.type} has {free / 2**30:,.1f} GiB free; choose a smaller model (--depth, "
-            f"--embed-dim)"
+            f"moments, but {device.type} has {free / 2**30:,.1f} GiB free; choose a smaller model "
+            f"({named('depth')}, {named('embed_dim')})"
         )
 
 
@@ -133,6 +133,6 @@ def inference_batch(model: nn.Module, batch_size: int, img_size: int | None, dev
         raise LearngeneError(
             f"a forward pass of one image of {sizes[0]:,} tokens through a block of width {sizes[1]} needs at "
             f"least {per_image / 2**30:,.1f} GiB, but {device.type} has {free / 2**30:,.1f} GiB free; choose a "
-            f"smaller --img-size (or a larger --patch-size)"
+            f"smaller {named('img_size')} (or a larger {named('patch_size')})"
         )
     return max(1, min(batch_size, free // per_image))

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from ..errors import LearngeneError, message_of
+from ..errors import LearngeneError
 from ..host.environment import env_number
 
 T = TypeVar("T")
@@ -56,7 +56,7 @@ def init_from_env(device: str = "auto") -> None:
         lines = str(exc).strip().splitlines()
         raise LearngeneError(
             f"could not join the process group ({lines[0][:160] if lines else type(exc).__name__}); "
-            f"check the torchrun --rdzv-endpoint / --master-addr and that every node can reach it"
+            f"check torchrun's rendezvous endpoint (its --rdzv-endpoint or --master-addr) and that every node can reach it"
         ) from None
 
 
@@ -125,7 +125,7 @@ def on_main(fn: Callable[[], T]) -> T | None:
             result = fn()
         except Exception as exc:  # shared with the other ranks, then re-raised here
             error = exc
-    outcome = broadcast_object(None if error is None else (isinstance(error, LearngeneError), message_of(error)))
+    outcome = broadcast_object(None if error is None else (isinstance(error, LearngeneError), str(error)))
     if error is not None:
         raise error
     if outcome is not None:

@@ -24,7 +24,6 @@ from torch import Tensor, nn
 
 from ..data import Data
 from ..errors import LearngeneError, require_argument
-from ..errors import setting as by_caller
 from . import distributed as dist
 from .checkpoint import (
     CHECKPOINT,
@@ -143,5 +142,5 @@ def _check_arguments(
         require_argument(teacher, nn.Module, "teacher", "a torch module or None")
     if resume and run_dir is None:  # nothing to continue from: training from scratch would not say so
         raise LearngeneError(
-            by_caller("resume=True continues from run_dir; pass run_dir too", "--resume needs --run-dir")
+            "resume=True (--resume) continues from the run directory's checkpoint; pass run_dir (--run-dir) too"
         )

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ..errors import named
 from . import distributed as dist
 from .checkpoint import NonFiniteError, last_good
 
@@ -51,7 +52,7 @@ class NonFiniteWatch:
         if dist.count_true(not finite, loss.device) if dist.is_distributed() else not finite:
             value = loss.item() if not finite else "non-finite on another process"
             raise NonFiniteError(
-                f"loss became {value} {self.where(step)}; lower --lr or check the data{last_good(ckpt_path, sane)}"
+                f"loss became {value} {self.where(step)}; lower {named('lr')} or check the data{last_good(ckpt_path, sane)}"
             )
 
     def gradients(self, grad_norm: Tensor, step: int, ckpt_path: Path | None, sane: bool) -> None:
@@ -60,7 +61,7 @@ class NonFiniteWatch:
             return
         if not torch.isfinite(grad_norm):  # the same on every rank: DDP has already averaged the gradients
             raise NonFiniteError(
-                f"gradients became {grad_norm.item()} {self.where(step)}; lower --lr or check the data"
+                f"gradients became {grad_norm.item()} {self.where(step)}; lower {named('lr')} or check the data"
                 f"{last_good(ckpt_path, sane)}"
             )
 
@@ -91,5 +92,5 @@ class NonFiniteWatch:
             what += f" {self.where(int(step))}"
         raise NonFiniteError(
             f"{what}; the run stopped after {self.where(steps_done - 1)[3:]}, where it reads the GPU's check (every "
-            f"{self.every} steps); lower --lr or check the data{last_good(ckpt_path, sane)}"
+            f"{self.every} steps); lower {named('lr')} or check the data{last_good(ckpt_path, sane)}"
         )

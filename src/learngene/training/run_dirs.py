@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, named
 from ..formats.atomic import os_error_message, quote
 
 if TYPE_CHECKING:
     from filelock import BaseFileLock
 
 RUN_LOCK = ".lock"
+RUN_DIR = named("run_dir")  # how messages name the setting that gives a run directory
 
 
 @dataclass
@@ -30,8 +31,9 @@ class _HeldRun:
 _held_locks: dict[Path, _HeldRun] = {}
 
 
-def lock_run_dir(path: str | os.PathLike, flag: str = "--run-dir", what: str = "run directory") -> Path:
-    """Create ``path`` if needed and lock it for this process, so a second run on it is refused.
+def lock_run_dir(path: str | os.PathLike, shown: str = RUN_DIR, what: str = "run directory") -> Path:
+    """Create ``path`` if needed and lock it for this process, so a second run on it is refused (``shown`` names the
+    setting that gave it, ``what`` says what it is, in the messages).
 
     The lock (a ``filelock.FileLock`` on ``path/.lock``: ``flock`` on POSIX) is released by :func:`release_run_dirs`
     or when the process exits, however it exits (the kernel drops it with the file descriptor). Locking again a
@@ -41,7 +43,7 @@ def lock_run_dir(path: str | os.PathLike, flag: str = "--run-dir", what: str = "
 
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise LearngeneError(f"{flag} {quote(path)} is a file, not a directory; give a directory path")
+        raise LearngeneError(f"{shown} {quote(path)} is a file, not a directory; give a directory path")
     created = not path.exists()
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -56,7 +58,7 @@ def lock_run_dir(path: str | os.PathLike, flag: str = "--run-dir", what: str = "
         lock.acquire()
     except Timeout:
         raise LearngeneError(
-            f"another learngene run is using the {what} {quote(path)}; wait for it to finish, or give another {flag}"
+            f"another learngene run is using the {what} {quote(path)}; wait for it to finish, or give another {shown}"
         ) from None
     except OSError as exc:
         _undo_run_dir(path, created, before)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, assigned, named
 from ..host.memory import release_pages
 from ..host.threads import one_thread
 from ..validate import EXPAND, option
@@ -110,7 +110,7 @@ def sincos_pos_embed(spec: ViTSpec, scale: float = 1.0) -> Tensor:
     if spec.embed_dim % 4:
         raise LearngeneError(
             f"mimetic's 2-D sin-cos position embedding needs a width divisible by 4, "
-            f"got {spec.embed_dim}; choose another --embed-dim"
+            f"got {spec.embed_dim}; choose another {named('embed_dim')}"
         )
     patches = build_sincos2d_pos_embed([spec.grid_size, spec.grid_size], dim=spec.embed_dim) * scale
     prefix = torch.zeros(spec.family.pos_prefix_tokens, spec.embed_dim)
@@ -253,6 +253,6 @@ def untrained_attention_note(gene_tensors: StateDict, layout: ViTSpec) -> str | 
         return None
     return (
         f"note: the ancestry's attention looks untrained (largest attention-logit scale {scale:.3f} < "
-        f"{UNTRAINED_ATTENTION_SCALE}); for new classes, expand with --opt untrained_attention=mimetic "
+        f"{UNTRAINED_ATTENTION_SCALE}); for new classes, expand with {assigned('untrained_attention', 'mimetic', flag='--opt')} "
         f"to give descendants mimetic's attention instead (docs/RESULTS.md, transfer)"
     )

@@ -9,7 +9,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..errors import SpecError
+from ..errors import SpecError, assigned
 from ..settings import field
 from ..validate import Refusal, refusal
 
@@ -201,9 +201,7 @@ def refused(bad: Refusal) -> SpecError:
     size past the largest this library builds, or a value not of the field's type and range."""
     largest = bad.field.metadata.get("at_most")
     if not bad.of_type and largest is not None and bad.value > largest:
-        return SpecError(
-            f"{bad.name}={bad.value!r} is beyond the largest this library builds ({largest:,}); "
-            f"choose a smaller {bad.name}"
-        )
+        given = assigned(bad.name, bad.value, flag=bad.field.metadata.get("flag") or "")
+        return SpecError(f"{given} is beyond the largest this library builds ({largest:,}); choose a smaller one")
     fix = bad.field.metadata.get("fix", "give a value of that kind")
-    return SpecError(f"{bad.name} must be {bad.expected}, got {bad.value!r}; {fix}")
+    return SpecError(f"{bad.named} must be {bad.expected}, got {bad.value!r}; {fix}")

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import LearngeneError, SpecError
+from ..errors import LearngeneError, SpecError, assigned, named
 from ..settings import field, flagged
 from ..validate import refusal
 from . import naflex
@@ -90,8 +90,8 @@ def require_inference_memory(
         raise SpecError(
             f"{method} runs {batch} images of {N:,} tokens ({spec.img_size}px) at a time through {spec.short()}, "
             f"which needs at least {need / 2**30:,.1f} GiB, but {'cuda' if on_cuda else 'this machine'} has "
-            f"{free / 2**30:,.1f} GiB free; choose a smaller --opt batch_size (and num_images) or a smaller "
-            f"--img-size"
+            f"{free / 2**30:,.1f} GiB free; choose a smaller batch_size (--opt batch_size=N) (and num_images) or a "
+            f"smaller {named('img_size')}"
         )
 
 
@@ -144,7 +144,12 @@ class ViTSpec:
         3, flag="--num-heads", help="attention heads (must divide the width)", at_least=1, at_most=65536
     )
     mlp_ratio: float = field(
-        4.0, flag="--mlp-ratio", help="MLP hidden width / D", above=0, at_most=64, fix="use e.g. mlp_ratio 4"
+        4.0,
+        flag="--mlp-ratio",
+        help="MLP hidden width / D",
+        above=0,
+        at_most=64,
+        fix=f"use e.g. {assigned('mlp_ratio', 4.0)}",
     )
     img_size: int = field(
         224, flag="--img-size", help="input resolution (data are resized to it)", at_least=1, at_most=16384
