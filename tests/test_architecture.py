@@ -227,7 +227,7 @@ def test_options_are_checked_in_one_place():
     ]
     assert own_init == [], (
         f"{own_init} check options in __init__: type a choice as Literal[...], give a range "
-        f"with learngene.validate.option(...), put a check across options in the Config's "
+        f"with learngene.settings.field(...), put a check across options in the Config's "
         f"__post_init__"
     )
 

@@ -222,7 +222,9 @@ def test_compare_choices_are_checked_as_declared():
     from learngene.errors import LearngeneError
 
     for seeds in (0, 100_000):  # 1 to bench/stats.py's MAX_SEEDS
-        with pytest.raises(LearngeneError, match=rf"^seeds \(--seeds\) must be in \[1, 1000\], got {seeds}; give a count in that"):
+        with pytest.raises(
+            LearngeneError, match=rf"^seeds \(--seeds\) must be in \[1, 1000\], got {seeds}; give a count in that"
+        ):
             CompareChoices(seeds=seeds)
     with pytest.raises(
         LearngeneError,

@@ -174,7 +174,7 @@ def test_every_option_declares_the_steps_that_read_it(name):
     cls = get_method(name)
     for f in dataclasses.fields(cls.Config):
         phases = f.metadata.get("phase", ())
-        assert phases and set(phases) <= set(PHASES), f"{name} option {f.name}: declare phase= in validate.option"
+        assert phases and set(phases) <= set(PHASES), f"{name} option {f.name}: declare phase= in its settings.field"
         assert ADAPT not in phases or cls.adaptable, f"{name} has no adapt step, yet {f.name} says adapt reads it"
     if cls.seed_option:  # make_descendant sets it at every expansion
         assert EXPAND in get_field(cls, cls.seed_option).metadata["phase"]

@@ -98,8 +98,8 @@ BROKEN_MODULES = {
     "def raising(argument, request):\n    raise RuntimeError('the server is down')\n\n"
     "def gives_none(argument, request):\n    return None\n",
     "methods.py": "from ._seen import seen\nseen('methods')\nfrom dataclasses import dataclass, field\n"
-    "from learngene.method import Method\nfrom learngene.validate import EXPAND, option\n\n"
-    "@dataclass(frozen=True)\nclass Config:\n    scale: float = option(1.0, phase=EXPAND, help='h')\n\n"
+    "from learngene import settings\nfrom learngene.method import Method\nfrom learngene.validate import EXPAND\n\n"
+    "@dataclass(frozen=True)\nclass Config:\n    scale: float = settings.field(1.0, phase=EXPAND, help='h')\n\n"
     "@dataclass(frozen=True)\nclass Unphased:\n    scale: float = 1.0\n\n"
     "class Taken(Method):\n    name = 'pretrained'\n    Config = Config\n\n"
     "class NoPhase(Method):\n    name = 'no_phase'\n    Config = Unphased\n\n"

@@ -40,7 +40,7 @@ def register_method(cls: type[Method]) -> type[Method]:
     """Class decorator: make a method discoverable by its ``name`` (CLI, benchmark, gene expansion).
 
     Refused in one line: a class that is not a Method subclass with a name, a name another class holds, and a
-    ``Config`` option declared without the steps that read it (``option(..., phase=...)``): expansion could not
+    ``Config`` option declared without the steps that read it (``field(..., phase=...)``): expansion could not
     tell whether it applies, and would record it as applied."""
     # a Method subclass by its parts (the registry is a leaf: it imports no method module, method.py included)
     parts = ("condense", "expand", "Config")
@@ -64,12 +64,12 @@ def register_method(cls: type[Method]) -> type[Method]:
             f"{cls.__module__}.{cls.__qualname__} another name"
         )
     if not dataclasses.is_dataclass(cls.Config):
-        raise LearngeneError(f"method {cls.name}: its Config must be a dataclass of option(...) fields")
+        raise LearngeneError(f"method {cls.name}: its Config must be a dataclass of field(...) fields")
     unphased = [f.name for f in dataclasses.fields(cls.Config) if not f.metadata.get("phase")]
     if unphased:
         raise LearngeneError(
             f"method {cls.name}: option {unphased[0]!r} declares no phase; declare the steps that read it, "
-            f"e.g. option(default, phase=EXPAND) (learngene.validate)"
+            f"e.g. field(default, phase=EXPAND) (learngene.settings)"
         )
     _METHODS[cls.name] = cls
     return cls

@@ -30,7 +30,6 @@ from .settings import CONDENSE as CONDENSE
 from .settings import EXPAND as EXPAND
 from .settings import PHASE_WORDS as PHASE_WORDS
 from .settings import PHASES as PHASES
-from .settings import field
 
 # integers must fit torch's int64 (seeds, counts): Python's unbounded ints overflow later, far from the input
 MAX_INT = 2**63 - 1
@@ -138,11 +137,6 @@ _NO_VALUE = object()  # of no type: what _mismatch says it should have been is t
 
 def _is_union(tp: Any) -> bool:
     return typing.get_origin(tp) in (typing.Union, types.UnionType)
-
-
-# method options are declared with the one helper of every setting (learngene.settings.field); ``option`` is its
-# name where methods declare theirs
-option = field
 
 
 def limits_of(f: dataclasses.Field) -> dict[str, Any]:

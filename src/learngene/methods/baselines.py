@@ -24,7 +24,8 @@ from typing import Literal
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper, same_size
 from ..registry import register_method
-from ..validate import CONDENSE, EXPAND, option
+from ..settings import field
+from ..validate import CONDENSE, EXPAND
 from ..vit.attention_init import UntrainedAttentionOptions, mimetic_where_untrained, untrained_attention_note
 from ..vit.spec import ViTSpec
 from ..vit.transfer import StateDict, inherit_non_block, place_blocks, require_block_shape
@@ -89,7 +90,7 @@ def _stored_gene(method: Method, ancestry: Ancestry, layers: list[int], parts: t
 
 @dataclass(frozen=True)
 class PretrainedConfig(UntrainedAttentionOptions):
-    variant: Literal["first", "last", "middle"] = option(
+    variant: Literal["first", "last", "middle"] = field(
         "first", phase=EXPAND, help="which layers line up when depths differ (Pre-Fin #1/#2/#3)"
     )
 
@@ -143,7 +144,7 @@ class Pretrained(BlockCopier):
 
 @dataclass(frozen=True)
 class HeruConfig(UntrainedAttentionOptions):
-    layers: int = option(3, at_least=1, phase=CONDENSE, help="ancestry layers kept at the top")
+    layers: int = field(3, at_least=1, phase=CONDENSE, help="ancestry layers kept at the top")
 
 
 @register_method
@@ -176,7 +177,7 @@ class HeruLG(BlockCopier):
 
 @dataclass(frozen=True)
 class AutoConfig(UntrainedAttentionOptions):
-    fraction: float = option(
+    fraction: float = field(
         0.5,
         above=0,
         at_most=1,

@@ -58,7 +58,8 @@ from ..gene import Learngene
 from ..host.memory import give_back, release_pages
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..validate import CONDENSE, option
+from ..settings import field
+from ..validate import CONDENSE
 from ..vit.eva import block_inputs
 from ..vit.heads import select_matrix
 from ..vit.spec import ViTSpec, block_key, measured_spec, require_inference_memory
@@ -85,22 +86,22 @@ FFN = block_names(sublayer=MLP, without=NORM)
 class ClusterConfig:
     AUTO_OPTIONS = ("eps",)  # 0: automatic
 
-    eps: float = option(
+    eps: float = field(
         0.0, phase=CONDENSE, help="DBSCAN radius in pixels; 0: the paper's 10 px scaled to the image size"
     )
-    min_heads: int = option(1, at_least=1, phase=CONDENSE, help="DBSCAN MinHds (1: every head belongs to a cluster)")
-    num_images: int = option(256, at_least=1, phase=CONDENSE, help="images the attention distances are averaged over")
-    batch_size: int = option(
+    min_heads: int = field(1, at_least=1, phase=CONDENSE, help="DBSCAN MinHds (1: every head belongs to a cluster)")
+    num_images: int = field(256, at_least=1, phase=CONDENSE, help="images the attention distances are averaged over")
+    batch_size: int = field(
         64,
         at_least=1,
         phase=CONDENSE,
         speed_only=True,
         help="images per forward pass while measuring attention distances",
     )
-    ffn: Literal["inherit", "random"] = option(
+    ffn: Literal["inherit", "random"] = field(
         "inherit", phase=CONDENSE, help="inherit: Cluster-Learngene*; random: Cluster-Learngene"
     )
-    seed: int = option(0, phase=CONDENSE, help="which images are sampled")
+    seed: int = field(0, phase=CONDENSE, help="which images are sampled")
 
 
 # ---- mean attention distance (Eq. 4) --------------------------------------------------------------------

@@ -67,7 +67,8 @@ from ..errors import LearngeneError, named
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..validate import CONDENSE, EXPAND, option
+from ..settings import field
+from ..validate import CONDENSE, EXPAND
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import CLASSES, KEEP, Axis, StateDict, block_axes, carried, inherit_non_block, non_block_axes
 
@@ -233,27 +234,27 @@ def resample(coeffs: Tensor, axes: tuple[str | None, ...], sizes: tuple[tuple[in
 class FrontConfig:
     AUTO_OPTIONS = ("select_n", "depth_ratio")  # 0: automatic
 
-    keep_ratio: float = option(
+    keep_ratio: float = field(
         1.0, above=0, at_most=1, phase=CONDENSE, help="share of the frequencies kept per width axis (theirs: all)"
     )
-    use_ratio: bool = option(
+    use_ratio: bool = field(
         False,
         phase=EXPAND,
         help="multiply by target / kept length per width axis (undoes the unnormalised DCT's scaling)",
     )
-    select_n: int = option(0, phase=EXPAND, help="depth frequencies kept; 0: min(target depth, ancestry depth)")
-    dct_mode: Literal["zero", "random", "consistence", "repeat"] = option(
+    select_n: int = field(0, phase=EXPAND, help="depth frequencies kept; 0: min(target depth, ancestry depth)")
+    dct_mode: Literal["zero", "random", "consistence", "repeat"] = field(
         "zero", phase=EXPAND, help="how the target's depth axis is filled"
     )
-    mlp_dct_dim: Literal["1d", "2d"] = option(
+    mlp_dct_dim: Literal["1d", "2d"] = field(
         "2d", phase=CONDENSE, help="1d: fc1/fc2 transformed only along the MLP hidden axis"
     )
-    skip: tuple[Literal["qkv", "o", "mlp", "norm", "none"], ...] = option((), phase=EXPAND, help="left to timm's init")
-    seed: int = option(0, phase=EXPAND, help="dct_mode=random's draws (the descendant's seed)")
-    variant: Literal["authors", "orthonormal"] = option(
+    skip: tuple[Literal["qkv", "o", "mlp", "norm", "none"], ...] = field((), phase=EXPAND, help="left to timm's init")
+    seed: int = field(0, phase=EXPAND, help="dct_mode=random's draws (the descendant's seed)")
+    variant: Literal["authors", "orthonormal"] = field(
         "authors", phase=CONDENSE, help="authors: their script's rule; orthonormal: our 3-D DCT"
     )
-    depth_ratio: float = option(
+    depth_ratio: float = field(
         0.0, at_least=0, at_most=1, phase=CONDENSE, help="orthonormal variant: share kept along depth; 0: keep_ratio"
     )
 

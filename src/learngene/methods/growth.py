@@ -53,7 +53,8 @@ from ..errors import LearngeneError, assigned
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..validate import EXPAND, option
+from ..settings import field
+from ..validate import EXPAND
 from ..vit.heads import join_proj, select_matrix, split_proj
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import WRITER, block_names
@@ -73,18 +74,18 @@ WRITERS = block_names(tag=WRITER)  # zeroed, a block adds nothing to the residua
 
 @dataclass(frozen=True)
 class GrowConfig:
-    width: Literal["hyperclone", "net2net"] = option(
+    width: Literal["hyperclone", "net2net"] = field(
         "hyperclone",
         phase=EXPAND,
         help="hyperclone: exact multiples, function preserving; net2net: random copies",
     )
-    depth: Literal["stack", "identity"] = option(
+    depth: Literal["stack", "identity"] = field(
         "stack",
         phase=EXPAND,
         help="stack: G_stack, layer l = ancestry layer l mod L; identity: new layers are identities",
     )
-    snr_db: float | None = option(None, phase=EXPAND, help="noise at this signal-to-noise ratio in dB (None: no noise)")
-    seed: int = option(0, phase=EXPAND, help="noise and Net2Net's random copies")
+    snr_db: float | None = field(None, phase=EXPAND, help="noise at this signal-to-noise ratio in dB (None: no noise)")
+    seed: int = field(0, phase=EXPAND, help="noise and Net2Net's random copies")
 
 
 def random_copies(n_src: int, n_dst: int, generator: torch.Generator) -> AxisMap:

@@ -53,7 +53,8 @@ from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper, same_size
 from ..registry import register_method
-from ..validate import CONDENSE, EXPAND, option
+from ..settings import field
+from ..validate import CONDENSE, EXPAND
 from ..vit.spec import ViTSpec, block_key, measured_spec, require_inference_memory
 from ..vit.timm_keys import WIDTH_GAIN, block_names
 from ..vit.transfer import (
@@ -74,17 +75,15 @@ LAYER_SCORE, WIDTH_SCORE, WIDTH_ORDER = "importance.layer", "importance.width", 
 
 @dataclass(frozen=True)
 class ImportanceConfig:
-    num_images: int = option(
+    num_images: int = field(
         256,
         at_least=1,
         phase=CONDENSE,
         help="calibration images (subcloning and Minitron use a small calibration batch)",
     )
-    batch_size: int = option(
-        64, at_least=1, phase=CONDENSE, speed_only=True, help="calibration images per forward pass"
-    )
-    seed: int = option(0, phase=CONDENSE, help="which images are sampled")
-    rescale: bool = option(True, phase=EXPAND, help="LayerNorm gains × √(D/D') (subcloning)")
+    batch_size: int = field(64, at_least=1, phase=CONDENSE, speed_only=True, help="calibration images per forward pass")
+    seed: int = field(0, phase=CONDENSE, help="which images are sampled")
+    rescale: bool = field(True, phase=EXPAND, help="LayerNorm gains × √(D/D') (subcloning)")
 
 
 def score_hooks(

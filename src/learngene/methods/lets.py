@@ -49,8 +49,9 @@ from ..errors import LearngeneError, assigned
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
+from ..settings import field
 from ..training.auxnet import AuxConfig, AuxNetMethod, initial_non_block
-from ..validate import CONDENSE, EXPAND, option
+from ..validate import CONDENSE, EXPAND
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import CLASSES, HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, KEEP, TOKENS
 from ..vit.transfer import StateDict, block_axes, carried, inherit_non_block, non_block_axes
@@ -63,25 +64,25 @@ SMALL, AUX, F_, G_ = "small.", "aux.", "F.", "G."
 class LeTsConfig(AuxConfig):
     AUTO_OPTIONS = (*AuxConfig.AUTO_OPTIONS, "gene_depth", "gene_embed_dim", "gene_mlp_dim")
 
-    gene_depth: int = option(
+    gene_depth: int = field(
         0, phase=CONDENSE, help="compact layers; 0: half the aux net's (their 8 for a 16-layer aux net)"
     )
-    gene_embed_dim: int = option(0, phase=CONDENSE, help="compact width; 0: half the aux net's (their 384 for 768)")
-    gene_mlp_dim: int = option(0, phase=CONDENSE, help="compact MLP hidden size; 0: half the aux net's")
-    tie: int = option(
+    gene_embed_dim: int = field(0, phase=CONDENSE, help="compact width; 0: half the aux net's (their 384 for 768)")
+    gene_mlp_dim: int = field(0, phase=CONDENSE, help="compact MLP hidden size; 0: half the aux net's")
+    tie: int = field(
         2, at_least=1, phase=CONDENSE, help="consecutive aux layers sharing one G (their coeff_mapping e2)"
     )
-    depth_init: Literal["stackbert_noisy", "stackbert", "rand", "rand_softmax"] = option(
+    depth_init: Literal["stackbert_noisy", "stackbert", "rand", "rand_softmax"] = field(
         "stackbert_noisy", phase=CONDENSE, help="G's start"
     )
-    width_init: Literal["rand", "rand_softmax", "sel", "sel_noisy"] = option("rand", phase=CONDENSE, help="F's start")
-    init_noise: float = option(0.03, phase=CONDENSE, help="scale of the uniform noise in the *_noisy starts of G and F")
-    mapping_layer: str = option(
+    width_init: Literal["rand", "rand_softmax", "sel", "sel_noisy"] = field("rand", phase=CONDENSE, help="F's start")
+    init_noise: float = field(0.03, phase=CONDENSE, help="scale of the uniform noise in the *_noisy starts of G and F")
+    mapping_layer: str = field(
         "",
         phase=(CONDENSE, EXPAND),
         help='per descendant layer, the aux layer whose compact pair it mixes ("": stretched)',
     )
-    mapping_layer_coeff: str = option(
+    mapping_layer_coeff: str = field(
         "", phase=(CONDENSE, EXPAND), help='per descendant layer, the aux layer whose G it uses ("": mapping_layer)'
     )
 

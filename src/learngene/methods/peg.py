@@ -50,9 +50,10 @@ from ..gene import DESCENDANT, Learngene
 from ..host.memory import give_back, release_pages
 from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
+from ..settings import field
 from ..training.genenet import GeneNet
 from ..training.loop import TrainResult, train
-from ..validate import CONDENSE, option
+from ..validate import CONDENSE
 from ..vit.heads import join_proj, join_qkv, split_proj, split_qkv
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import MLP, MSA, NORM, block_names, has_tag, head_sliced, per_head
@@ -144,13 +145,13 @@ def gene_shapes(gene_tensors: StateDict, spec: ViTSpec) -> dict[str, tuple[int, 
 class PEGConfig:
     AUTO_OPTIONS = ("gene_heads", "gene_ffns")  # 0: automatic
 
-    gene_heads: int = option(
+    gene_heads: int = field(
         0,
         phase=CONDENSE,
         help="H_b heads kept per ancestry layer; 0: about two thirds of the ancestry's (the authors' configs)",
     )
-    gene_ffns: int = option(0, phase=CONDENSE, help="L_b FFNs kept; 0: half the ancestry's depth, rounded up")
-    seed: int = option(0, phase=CONDENSE, help="the Gaussian draws of the mixing weights")
+    gene_ffns: int = field(0, phase=CONDENSE, help="L_b FFNs kept; 0: half the ancestry's depth, rounded up")
+    seed: int = field(0, phase=CONDENSE, help="the Gaussian draws of the mixing weights")
 
 
 def default_gene_heads(ancestry_heads: int) -> int:

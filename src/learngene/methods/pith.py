@@ -79,8 +79,9 @@ from ..gene import Learngene
 from ..host.memory import require_free_memory
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
+from ..settings import field
 from ..training.distill import PooledFeatures
-from ..validate import CONDENSE, option
+from ..validate import CONDENSE
 from ..vit.spec import ViTSpec
 from ._pith_hypernet import GradualExpansion, Inherited, PITHHyperNet, fused
 from ._tal_graph import graph_nodes
@@ -97,9 +98,9 @@ class PITHConfig(TALConfig):
     """Options of PITH: TAL's hypernetwork options at their README's values (``--hid 128 --layers 5 --heads 16
     --lora_r 90 --max_shape 4096 -v 50``, config.py's ``max_ck_lora`` 2048·16) and the fusion's start."""
 
-    max_shape: int = option(4096, phase=CONDENSE, at_least=1, help="largest channel count predicted; wider is tiled")
+    max_shape: int = field(4096, phase=CONDENSE, at_least=1, help="largest channel count predicted; wider is tiled")
     # sigmoid(±30) is 1 or 0 to float32, where β's gradient vanishes: a start past that could never move
-    fusion_init: float = option(
+    fusion_init: float = field(
         -1.5,
         phase=CONDENSE,
         at_least=-30,

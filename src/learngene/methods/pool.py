@@ -71,12 +71,13 @@ from ..errors import GeneFormatError, LearngeneError, assigned
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, ExpandOutput, OutputModel, Paper
 from ..registry import register_method
+from ..settings import field
 from ..training import distributed as dist
 from ..training.auxnet import AuxConfig, AuxNetMethod, condense_through_aux, is_headless, resolve_aux_spec
 from ..training.config import known
 from ..training.distill import cache_teacher_outputs
 from ..training.loop import train
-from ..validate import CONDENSE, option
+from ..validate import CONDENSE
 from ..vit.spec import ViTSpec
 from ..vit.stitched import StitchedViT
 from ..vit.transfer import StateDict, inherit_non_block, part_of, place_blocks, require_block_shape, stretch
@@ -101,19 +102,19 @@ __all__ = [
 
 @dataclass(frozen=True)
 class PoolConfig(AuxConfig):
-    design: Literal["equal_width", "authors"] = option(
+    design: Literal["equal_width", "authors"] = field(
         "equal_width", phase=CONDENSE, help="authors: instances of other widths, linear stitches"
     )
-    instance_depths: str = option(
+    instance_depths: str = field(
         "", phase=CONDENSE, help='equal_width: blocks of each small aux model, e.g. "1,2"; "": ⌈L/4⌉ and ⌈L/2⌉'
     )
-    widths: str = option(
+    widths: str = field(
         "", phase=CONDENSE, help='authors: width of each instance, e.g. "8,16,32"; "": ¼, ½ and 1 of the aux width'
     )
-    instance_depth: int = option(
+    instance_depth: int = field(
         0, phase=CONDENSE, help="authors: blocks of every instance; 0: ⌈L/2⌉ of the aux spec (their 6 of 12)"
     )
-    joint_epochs: int = option(
+    joint_epochs: int = field(
         0,
         phase=CONDENSE,
         help="authors: epochs of their third step, the whole pool trained on randomly drawn stitches "

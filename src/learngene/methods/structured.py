@@ -46,7 +46,8 @@ from ..gene import Learngene
 from ..host.threads import one_thread
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
-from ..validate import EXPAND, option
+from ..settings import field
+from ..validate import EXPAND
 from ..vit.attention_init import canonical_svd, factor_value_projection, value_identity_option, value_noise_option
 from ..vit.heads import join_qkv
 from ..vit.spec import ViTSpec, block_key
@@ -58,17 +59,17 @@ KERNEL_ORDER = (4, 1, 5, 3, 7, 0, 2, 6, 8)
 
 @dataclass(frozen=True)
 class StructuredConfig:
-    pos_scale: float = option(18.0, phase=EXPAND, help="their norm_p")
-    qk_scale: float = option(7.0, phase=EXPAND, help="their norm_q")
-    v_scale: float = option(1.0, phase=EXPAND, help="their norm_v")
-    impulse: float = option(1000.0, phase=EXPAND, help="logit of the impulse entries in the target map")
-    kernel_size: int = option(
+    pos_scale: float = field(18.0, phase=EXPAND, help="their norm_p")
+    qk_scale: float = field(7.0, phase=EXPAND, help="their norm_q")
+    v_scale: float = field(1.0, phase=EXPAND, help="their norm_v")
+    impulse: float = field(1000.0, phase=EXPAND, help="logit of the impulse entries in the target map")
+    kernel_size: int = field(
         3, at_least=1, odd=True, phase=EXPAND, help="their 3 x 3, odd: centred on the query patch (others: row-major)"
     )
     alpha: float = value_noise_option(0.4)
     beta: float = value_identity_option(0.4)
-    seed: int = option(0, phase=EXPAND, help="the random positions and noise draws (a descendant's seed sets it)")
-    qkv_bias: Literal["pytorch", "timm"] = option(
+    seed: int = field(0, phase=EXPAND, help="the random positions and noise draws (a descendant's seed sets it)")
+    qkv_bias: Literal["pytorch", "timm"] = field(
         "pytorch", phase=EXPAND, help="theirs: nn.Linear's uniform ±1/√D; timm: zeros"
     )
 

@@ -50,8 +50,9 @@ from ..errors import LearngeneError, SpecError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Paper
 from ..registry import register_method
+from ..settings import field
 from ..training.auxnet import DrawnStartConfig, resolve_aux_spec, vector_start
-from ..validate import CONDENSE, EXPAND, option
+from ..validate import CONDENSE, EXPAND
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import StateDict, require_block_shape
 from ._drawn_start import DrawnStartMethod
@@ -64,15 +65,15 @@ AUTHORS_HEADS = {384: 12, 768: 12}  # their aux nets' heads by width (models.py,
 
 @dataclass(frozen=True)
 class SWSConfig(DrawnStartConfig):
-    aux_pool: Literal["", "token", "avg"] = option(
+    aux_pool: Literal["", "token", "avg"] = field(
         "", phase=CONDENSE, help='"": avg (theirs: no class token) where the family allows it'
     )
-    stages: str = option(
+    stages: str = field(
         "",
         phase=CONDENSE,
         help='aux layers per stage, e.g. "3,3,4,3,3"; "": theirs at 16 layers, else see the docstring',
     )
-    descendant_stages: str = option(
+    descendant_stages: str = field(
         "",
         phase=(CONDENSE, EXPAND),
         help="a descendant's layers per stage, summing to its depth; 0 skips a stage (its layer unused); "

@@ -83,10 +83,11 @@ from ..gene import Learngene
 from ..host.memory import require_free_memory
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
+from ..settings import field
 from ..training.config import known
 from ..training.distill import PooledFeatures, cache_teacher_outputs
 from ..training.loop import TrainResult, distill_loss, predict_logits, resolve_device, step_draw, train
-from ..validate import CONDENSE, EXPAND, limits_of, option, out_of_range
+from ..validate import CONDENSE, EXPAND, limits_of, out_of_range
 from ..vit.spec import ViTSpec, block_key
 from ._tal_graph import Graph, Node, graph_nodes, is_layer_scale, spec_graph
 from ._tal_hypernet import GraphormerLayer, HyperNet
@@ -118,20 +119,20 @@ class TALConfig:
     """Options of TAL (defaults: their README's ``--hid 128 --layers 5 --heads 16 --lora_r 90 --max_shape 2048
     -v 50`` and config.py's ``max_ck_lora`` 2048·16)."""
 
-    hid: int = option(128, phase=CONDENSE, at_least=4, multiple_of=4, help="the hypernetwork's hidden size")
-    layers: int = option(5, phase=CONDENSE, at_least=1, help="Graphormer layers of the hypernetwork")
-    heads: int = option(16, phase=CONDENSE, at_least=1, help="attention heads of the Graphormer (must divide hid)")
-    lora_r: int = option(90, phase=CONDENSE, at_least=1, help="rank r of the decoder's A·B factors")
-    max_ck: int = option(
+    hid: int = field(128, phase=CONDENSE, at_least=4, multiple_of=4, help="the hypernetwork's hidden size")
+    layers: int = field(5, phase=CONDENSE, at_least=1, help="Graphormer layers of the hypernetwork")
+    heads: int = field(16, phase=CONDENSE, at_least=1, help="attention heads of the Graphormer (must divide hid)")
+    lora_r: int = field(90, phase=CONDENSE, at_least=1, help="rank r of the decoder's A·B factors")
+    max_ck: int = field(
         32768, phase=CONDENSE, at_least=1, help="rows of the decoder's factors: the largest channels×kernel predicted"
     )
-    max_shape: int = option(2048, phase=CONDENSE, at_least=1, help="largest channel count predicted; wider is tiled")
-    ve_cutoff: int = option(50, phase=CONDENSE, at_least=1, help="longest shortest path kept as a virtual edge")
-    min_depth: int = option(1, phase=CONDENSE, at_least=1, help="fewest layers of the sizes drawn while condensing")
-    predparam_wd: float = option(
+    max_shape: int = field(2048, phase=CONDENSE, at_least=1, help="largest channel count predicted; wider is tiled")
+    ve_cutoff: int = field(50, phase=CONDENSE, at_least=1, help="longest shortest path kept as a virtual edge")
+    min_depth: int = field(1, phase=CONDENSE, at_least=1, help="fewest layers of the sizes drawn while condensing")
+    predparam_wd: float = field(
         3e-5, phase=CONDENSE, at_least=0, help="weight of Σ‖W‖_F over the predicted tensors in the condensing loss"
     )
-    seed: int = option(0, phase=EXPAND, help="seeds the random class row of a predicted position embedding")
+    seed: int = field(0, phase=EXPAND, help="seeds the random class row of a predicted position embedding")
     method: ClassVar[str] = "tal"  # the method whose options these are, for messages (PITH's extend them)
 
     def __post_init__(self) -> None:

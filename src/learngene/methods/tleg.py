@@ -22,8 +22,9 @@ from ..errors import LearngeneError, assigned
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
+from ..settings import field
 from ..training.auxnet import DrawnStartConfig, block_params_per_layer, vector_start
-from ..validate import CONDENSE, EXPAND, option
+from ..validate import CONDENSE, EXPAND
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import LAYER_SCALE, MLP, MSA, NORM, block_names, has_tag, per_head
 from ..vit.transfer import StateDict
@@ -50,10 +51,10 @@ class TLEGConfig(DrawnStartConfig):
             descendants; in the aux net the other layers are ordinary parameters, Table 6).
     """
 
-    modules: tuple[Literal["msa", "mlp", "ln"], ...] = option(
+    modules: tuple[Literal["msa", "mlp", "ln"], ...] = field(
         ("msa", "mlp", "ln"), nonempty=True, phase=CONDENSE, help="module groups built by linear expansion (Table 4)"
     )
-    layers: str = option(
+    layers: str = field(
         "all", phase=(CONDENSE, EXPAND), help='1-indexed layers built from the gene: "all", "1-3" or "1,4,6" (Table 5)'
     )
 

@@ -39,10 +39,11 @@ from ..errors import LearngeneError, assigned
 from ..gene import Learngene
 from ..method import AdaptInputs, Paper
 from ..registry import register_method
+from ..settings import field
 from ..training.auxnet import DrawnStartConfig, block_params_per_layer, vector_start
 from ..training.genenet import GeneNet
 from ..training.loop import TrainResult, train
-from ..validate import ADAPT, CONDENSE, EXPAND, option
+from ..validate import ADAPT, CONDENSE, EXPAND
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import MATRIX, block_names
 from ..vit.transfer import HEAD_DIM, StateDict, block_axes, segments
@@ -86,37 +87,37 @@ class WAVEConfig(DrawnStartConfig):
 
     AUTO_OPTIONS = DrawnStartConfig.AUTO_OPTIONS + ("template_size", "n_qkv", "n_proj", "n_fc1", "n_fc2")
 
-    template_size: int = option(
+    template_size: int = field(
         0, phase=CONDENSE, help="w, the side of the templates (0: the aux width; Table 8 uses DxD)"
     )
-    n_qkv: int = option(
+    n_qkv: int = field(
         0,
         at_least=0,
         multiple_of=2,
         phase=CONDENSE,
         help="qkv templates (0: two per wxw block of the aux matrix); even: half base, half slope",
     )
-    n_proj: int = option(
+    n_proj: int = field(
         0, at_least=0, multiple_of=2, phase=CONDENSE, help="proj templates (0: two per wxw block); even"
     )
-    n_fc1: int = option(0, at_least=0, multiple_of=2, phase=CONDENSE, help="fc1 templates (0: two per wxw block); even")
-    n_fc2: int = option(0, at_least=0, multiple_of=2, phase=CONDENSE, help="fc2 templates (0: two per wxw block); even")
-    vector_templates: bool = option(
+    n_fc1: int = field(0, at_least=0, multiple_of=2, phase=CONDENSE, help="fc1 templates (0: two per wxw block); even")
+    n_fc2: int = field(0, at_least=0, multiple_of=2, phase=CONDENSE, help="fc2 templates (0: two per wxw block); even")
+    vector_templates: bool = field(
         True, phase=CONDENSE, help="1-D templates for biases and norms (Table 4); off: they keep timm's init"
     )
-    scaler_init: Literal["auto", "padding"] = option(
+    scaler_init: Literal["auto", "padding"] = field(
         "auto",
         phase=(CONDENSE, EXPAND),
         help="auto: the gene's scalers where they fit the target, else linear padding; padding: always Eq. 7",
     )
-    padding_eps: float = option(1e-6, phase=(CONDENSE, EXPAND, ADAPT), help="epsilon of Eq. 7")
-    padding_offset: int = option(
+    padding_eps: float = field(1e-6, phase=(CONDENSE, EXPAND, ADAPT), help="epsilon of Eq. 7")
+    padding_offset: int = field(
         0,
         phase=(CONDENSE, EXPAND, ADAPT),
         help="Eq. 7 weights slope templates by l/L (0) or (l-1)/L as TLEG's Eq. 1 (1)",
     )
-    padding_seed: int = option(0, phase=(CONDENSE, EXPAND, ADAPT), help="seed of Eq. 7's noise")
-    adapt_steps: int = option(
+    padding_seed: int = field(0, phase=(CONDENSE, EXPAND, ADAPT), help="seed of Eq. 7's noise")
+    adapt_steps: int = field(
         300, phase=ADAPT, help="scaler-training steps of adapt when the training sets no max_steps"
     )
 

@@ -19,7 +19,8 @@ from ..gene import Learngene
 from ..host.memory import give_back
 from ..method import Ancestry, CondenseInputs, Method, Paper, same_size
 from ..registry import register_method
-from ..validate import EXPAND, option
+from ..settings import field
+from ..validate import EXPAND
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import (
     HEADS,
@@ -39,7 +40,7 @@ from ..vit.transfer import (
 
 @dataclass(frozen=True)
 class WeightSelectionConfig:
-    head_aware: bool = option(
+    head_aware: bool = field(
         True, phase=EXPAND, help="whole heads, the same within-head dims in each; false: plain evenly spaced rows"
     )
 

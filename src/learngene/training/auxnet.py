@@ -31,7 +31,8 @@ from ..data import Data
 from ..errors import LearngeneError
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method
-from ..validate import CONDENSE, option
+from ..settings import field
+from ..validate import CONDENSE
 from ..vit.spec import ViTSpec
 from ..vit.transfer import StateDict, inherit_non_block, part_of
 from . import distributed as dist
@@ -60,11 +61,11 @@ class AuxConfig:
         "aux_pool",
     )  # 0 / "": automatic
 
-    aux_depth: int = option(0, phase=CONDENSE)
-    aux_embed_dim: int = option(0, phase=CONDENSE)
-    aux_num_heads: int = option(0, phase=CONDENSE)
-    aux_patch_size: int = option(0, phase=CONDENSE)
-    aux_pool: Literal["", "token", "avg"] = option(
+    aux_depth: int = field(0, phase=CONDENSE)
+    aux_embed_dim: int = field(0, phase=CONDENSE)
+    aux_num_heads: int = field(0, phase=CONDENSE)
+    aux_patch_size: int = field(0, phase=CONDENSE)
+    aux_pool: Literal["", "token", "avg"] = field(
         "", phase=CONDENSE, help="\"\": the ancestry's; avg: no class token, average pooling (the authors' aux net)"
     )
 
@@ -73,7 +74,7 @@ class AuxConfig:
 class DrawnStartConfig(AuxConfig):
     """An aux-net method whose gene starts as trunc-normal draws (TLEG, SWS, WAVE; LeTs and Pool start otherwise)."""
 
-    init_std: float = option(
+    init_std: float = field(
         0.02, phase=CONDENSE, help="trunc-normal std of weight tensors at the start of condensation"
     )
 

@@ -1,6 +1,6 @@
 """The training settings, each declared once: a field of :class:`TrainConfig` with its metadata.
 
-A field made with :func:`setting` (the one helper of every setting, :func:`learngene.settings.field`, with a
+A field made with :func:`training_field` (the one helper of every setting, :func:`learngene.settings.field`, with a
 training setting's defaults) says everything about itself: its help line, its command-line flag (and
 the flag's group, metavar, what 0 or "not given" mean there), its range (checked by
 :func:`~learngene.validate.refusal` for Python callers and flags alike), and its ``kind``: whether it
@@ -39,7 +39,7 @@ MAX_IMAGES = 10**10  # more images than any dataset holds (LAION-5B: 5.85 x 10^9
 LOGGER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
 
 
-def setting(
+def training_field(
     default: Any = dataclasses.MISSING, *, help: str, kind: Kind = RESULT, group: str = TRAINING, **declared: Any
 ) -> Any:
     """A training setting: :func:`learngene.settings.field` (see there: ``flag``, ``label``, ``metavar``,
@@ -48,16 +48,16 @@ def setting(
     return field(default, help=help, kind=kind, group=group, **declared)
 
 
-def distillation_setting(default: float | None, term: str, symbol: str, **declared: Any) -> Any:
+def distillation_field(default: float | None, term: str, symbol: str, **declared: Any) -> Any:
     """A term of the distillation loss ``(1−λ)·CE + λ·τ²·KL``: its flag ``--distill-TERM`` in the distillation group,
     its messages naming it by its ``symbol`` (``distillation λ``)."""
-    return setting(default, flag=f"--distill-{term}", group=DISTILL, label=f"distillation {symbol}", **declared)
+    return training_field(default, flag=f"--distill-{term}", group=DISTILL, label=f"distillation {symbol}", **declared)
 
 
 def report_count(default: int | None, **declared: Any) -> Any:
     """A count N of how often or on how much the run reports (checkpoints, evaluations): a flag with metavar ``N``,
     of the ``report`` kind (it changes what is kept and shown, never the result)."""
-    return setting(default, metavar="N", kind=REPORT, **declared)
+    return training_field(default, metavar="N", kind=REPORT, **declared)
 
 
 @dataclass
@@ -66,10 +66,10 @@ class TrainConfig:
 
     # the settings whose default depends on the use case (USE_CASE_DEFAULTS) default to None, "not given": the use
     # case resolves them (resolved), so that a TrainConfig, a dict and the flags give a run the same settings
-    epochs: int | None = setting(
+    epochs: int | None = training_field(
         None, flag="--epochs", at_most=MAX_EPOCHS, none_means="the use case's", help="passes over the training data"
     )
-    batch_size: int | None = setting(
+    batch_size: int | None = training_field(
         None,
         flag="--batch-size",
         above=0,
@@ -77,7 +77,7 @@ class TrainConfig:
         none_means="the use case's",
         help="global batch size",
     )
-    lr: float = setting(
+    lr: float = training_field(
         1e-3,
         flag="--lr",
         above=0,
@@ -85,12 +85,12 @@ class TrainConfig:
         fix=f"pass e.g. {assigned('lr', 0.001)}",
         help="peak AdamW learning rate",
     )
-    min_lr: float = setting(1e-5, at_least=0, help="the cosine schedule's final learning rate")
-    weight_decay: float = setting(0.05, flag="--weight-decay", at_least=0, help="AdamW weight decay, 0 or more")
-    warmup_epochs: float = setting(
+    min_lr: float = training_field(1e-5, at_least=0, help="the cosine schedule's final learning rate")
+    weight_decay: float = training_field(0.05, flag="--weight-decay", at_least=0, help="AdamW weight decay, 0 or more")
+    warmup_epochs: float = training_field(
         1.0, flag="--warmup-epochs", at_least=0, help="linear warmup, at most a fifth of the run"
     )
-    max_steps: int | None = setting(
+    max_steps: int | None = training_field(
         None,
         flag="--max-steps",
         metavar="N",
@@ -98,7 +98,7 @@ class TrainConfig:
         at_most=MAX_STEPS,
         help="stop after N optimizer steps (e.g. WAVE's scaler step)",
     )
-    grad_clip: float | None = setting(
+    grad_clip: float | None = training_field(
         1.0,
         flag="--grad-clip",
         above=0,
@@ -107,7 +107,7 @@ class TrainConfig:
         fix=f"pass {assigned('grad_clip', None, 0)} for no clipping, or a positive maximum norm",
         help="max gradient norm, 0 = off",
     )
-    label_smoothing: float = setting(
+    label_smoothing: float = training_field(
         0.0,
         flag="--label-smoothing",
         at_least=0,
@@ -115,7 +115,7 @@ class TrainConfig:
         fix="pass a number from 0 (off) to below 1, e.g. 0.1",
         help="label smoothing in [0, 1)",
     )
-    distill_lambda: float | None = distillation_setting(
+    distill_lambda: float | None = distillation_field(
         None,
         "lambda",
         "λ",
@@ -125,18 +125,20 @@ class TrainConfig:
         none_means="the use case's: a condensing method's own, 0.5 with a teacher, else 0",
         help="λ in [0, 1]: 0 = plain CE; 1 = pure distillation",
     )
-    distill_tau: float = distillation_setting(
+    distill_tau: float = distillation_field(
         1.0, "tau", "τ", above=0, fix=f"pass e.g. {assigned('distill_tau', 1.0)}", help="τ, positive"
     )
-    augment: bool = setting(False, flag="--augment", help="random flips and 2-pixel shifts")
-    mixup: bool | None = setting(
+    augment: bool = training_field(False, flag="--augment", help="random flips and 2-pixel shifts")
+    mixup: bool | None = training_field(
         None,
         none_means="on with DeiT's augmentation (DataRequest(aug='deit'), --aug deit), else off",
         help="DeiT's mixup/cutmix with soft targets (data.BatchMixer; --aug deit); needs an even share per rank",
     )
-    seed: int = setting(0, flag="--seed", group=COMMON, at_least=0, help="random seed, 0 or more")
-    device: str = setting("auto", flag="--device", group=COMMON, kind=SPEED, help="auto, cpu, cuda or cuda:N")
-    eval_batch_size: int = setting(512, kind=SPEED, above=0, at_most=MAX_IMAGES, help="images per evaluation batch")
+    seed: int = training_field(0, flag="--seed", group=COMMON, at_least=0, help="random seed, 0 or more")
+    device: str = training_field("auto", flag="--device", group=COMMON, kind=SPEED, help="auto, cpu, cuda or cuda:N")
+    eval_batch_size: int = training_field(
+        512, kind=SPEED, above=0, at_most=MAX_IMAGES, help="images per evaluation batch"
+    )
     checkpoint_every: int = report_count(
         0,
         flag="--checkpoint-every",
@@ -161,16 +163,18 @@ class TrainConfig:
         none_means="the use case's, else all of them",
         help="evaluate on a fixed random subset of N test images, 0 = on all of them",
     )
-    progress: bool = setting(True, kind=REPORT, help="progress bars on a terminal (the CLI's --quiet turns them off)")
-    desc: str = setting("train", kind=REPORT, help="what progress bars and logs call the run")
-    compile: bool = setting(
+    progress: bool = training_field(
+        True, kind=REPORT, help="progress bars on a terminal (the CLI's --quiet turns them off)"
+    )
+    desc: str = training_field("train", kind=REPORT, help="what progress bars and logs call the run")
+    compile: bool = training_field(
         False,
         flag="--compile",
         group=SPEED_GROUP,
         kind=SPEED,
         help="torch.compile the model (an aux net: its expand and forward together); the first steps compile",
     )
-    fused_adamw: bool | None = setting(
+    fused_adamw: bool | None = training_field(
         None,
         flag="--fused-adamw",
         group=SPEED_GROUP,
@@ -178,7 +182,7 @@ class TrainConfig:
         none_means="auto, on CUDA only",
         help="AdamW's fused kernel",
     )
-    sdpa: bool = setting(
+    sdpa: bool = training_field(
         True,
         flag="--sdpa",
         group=SPEED_GROUP,
@@ -186,7 +190,7 @@ class TrainConfig:
         help="attention through torch's scaled_dot_product_attention, flash kernels on CUDA "
         "(--no-sdpa: timm's eager attention)",
     )
-    log: tuple[Logger, ...] = setting(
+    log: tuple[Logger, ...] = training_field(
         (),
         flag="--log",
         group=LOGGING,
@@ -195,14 +199,14 @@ class TrainConfig:
         "TensorBoard (RUN_DIR/tensorboard) or Weights & Biases (RUN_DIR/wandb; offline without network or login); "
         "repeatable; needs --run-dir",
     )
-    log_dir: str | None = setting(
+    log_dir: str | None = training_field(
         None,
         kind=REPORT,
         help="where --log's loggers write (default: the run directory, so a resumed run continues its curves)",
     )
     # what else decides the result that the loop cannot see (the command, method and options, a digest of the
     # input weights): part of the run's fingerprint (see run_fingerprint), set by the caller
-    identity: dict[str, Any] = setting(
+    identity: dict[str, Any] = training_field(
         kind=RESULT, default_factory=dict, help="what else decides the result (command, method, input digests)"
     )
 

@@ -19,7 +19,8 @@ from torch import Tensor
 from ..errors import LearngeneError, assigned, named
 from ..host.memory import release_pages
 from ..host.threads import one_thread
-from ..validate import EXPAND, option
+from ..settings import field
+from ..validate import EXPAND
 from .heads import join_qkv, split_qkv
 from .spec import ViTSpec, block_key
 from .transfer import StateDict
@@ -39,22 +40,22 @@ def canonical_svd(a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 def value_noise_option(default: float) -> Any:
     """The option α of ``W_v W_proj = α·Z − β·I`` (mimetic's ``alpha2``, structured's ``alpha``)."""
-    return option(default, phase=EXPAND, help="noise in W_v W_proj")
+    return field(default, phase=EXPAND, help="noise in W_v W_proj")
 
 
 def value_identity_option(default: float) -> Any:
     """The option β of ``W_v W_proj = α·Z − β·I`` (mimetic's ``beta2``, structured's ``beta``)."""
-    return option(default, phase=EXPAND, help="negative identity in W_v W_proj")
+    return field(default, phase=EXPAND, help="negative identity in W_v W_proj")
 
 
 @dataclass(frozen=True)
 class MimeticConfig:
-    alpha1: float = option(0.7, phase=EXPAND, help="noise in W_q W_kᵀ")
-    beta1: float = option(0.7, phase=EXPAND, help="identity in W_q W_kᵀ")
+    alpha1: float = field(0.7, phase=EXPAND, help="noise in W_q W_kᵀ")
+    beta1: float = field(0.7, phase=EXPAND, help="identity in W_q W_kᵀ")
     alpha2: float = value_noise_option(0.4)
     beta2: float = value_identity_option(0.4)
-    pos_scale: float = option(1.0, phase=EXPAND, help="factor on the sin-cos position embeddings")
-    seed: int = option(0, phase=EXPAND, help="the noise draws (a descendant's seed sets it)")
+    pos_scale: float = field(1.0, phase=EXPAND, help="factor on the sin-cos position embeddings")
+    seed: int = field(0, phase=EXPAND, help="the noise draws (a descendant's seed sets it)")
 
 
 def query_key_factors(
@@ -173,10 +174,10 @@ def mimetic_attention(spec: ViTSpec, config: MimeticConfig = MimeticConfig()) ->
 class UntrainedAttentionOptions:
     """The options of a method that copies ancestry attention and may swap it for mimetic's when untrained."""
 
-    untrained_attention: Literal["keep", "mimetic"] = option(
+    untrained_attention: Literal["keep", "mimetic"] = field(
         "keep", phase=EXPAND, help="mimetic: mimetic's attention + sin-cos if untrained"
     )
-    seed: int = option(
+    seed: int = field(
         0, phase=EXPAND, help="mimetic's draws (untrained_attention=mimetic); a descendant's seed sets it"
     )
 

@@ -7,14 +7,15 @@ from dataclasses import dataclass
 from learngene.gene import Learngene
 from learngene.method import Ancestry, CondenseInputs, Method, Paper
 from learngene.registry import register_method
-from learngene.validate import EXPAND, option
+from learngene.settings import field
+from learngene.validate import EXPAND
 from learngene.vit.spec import ViTSpec, block_key
 from learngene.vit.transfer import StateDict
 
 
 @dataclass(frozen=True)
 class FirstBlockConfig:
-    scale: float = option(1.0, phase=EXPAND, above=0, help="factor on the copied weights")
+    scale: float = field(1.0, phase=EXPAND, above=0, help="factor on the copied weights")
 
 
 @register_method
