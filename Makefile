@@ -36,7 +36,8 @@ demo: $(STAMP)
 test: lint
 	$(PY) $(PYTEST)
 
-# ruff (lint and format) and mypy, configured in pyproject.toml; `make test` runs it first
+# ruff (lint, with flake8-bugbear's B rules and McCabe complexity C901 at most 10, and format) and mypy, configured in
+# pyproject.toml; `make test` runs it first
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .

@@ -90,15 +90,16 @@ def method_page(name: str) -> str:
     out.append(f"- **The learngene stores:** {_cell(cls.stores)}")
     out.append(f"- **Expands to:** {_cell(cls.expands_to)}")
     out += _expand_facts(cls)
-    needs = []
-    if cls.needs_data:
-        needs.append("data (`--data`) to condense")
-    if cls.aux_net:
-        needs.append(f"an aux net trained by distillation (λ = {cls.distill_lambda:g} by default)")
-    if cls.adaptable:
-        needs.append("an `adapt` step per descendant size")
-    if not cls.needs_vit_ancestry:
-        needs.append("any classifier as ancestry (not only a ViT)")
+    needs = [
+        text
+        for needed, text in (
+            (cls.needs_data, "data (`--data`) to condense"),
+            (cls.aux_net, f"an aux net trained by distillation (λ = {cls.distill_lambda:g} by default)"),
+            (cls.adaptable, "an `adapt` step per descendant size"),
+            (not cls.needs_vit_ancestry, "any classifier as ancestry (not only a ViT)"),
+        )
+        if needed
+    ]
     if needs:
         out.append(f"- **Needs:** {'; '.join(needs)}")
     out += ["", "```bash", f"learngene condense --method {name} --ancestry ancestry.safetensors --out gene.safetensors"]

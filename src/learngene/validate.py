@@ -15,13 +15,14 @@ import inspect
 import io
 import json
 import math
+import operator
 import os
 import re
 import textwrap
 import tokenize
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
 from .errors import LearngeneError, named
@@ -148,36 +149,39 @@ RANGE_KEYS = ("at_least", "at_most", "above", "below", "multiple_of", "nonempty"
 
 
 def out_of_range(value: Any, limits: dict[str, Any]) -> str | None:
-    """None when ``value`` lies within ``limits`` (a field's, :func:`limits_of`; None values pass), else what it
-    should have been (for the message)."""
-    if value is None:
-        return None
+    """None when ``value`` lies within ``limits`` (a field's, :func:`limits_of`; None and non-numbers pass), else what
+    it should have been (for the message)."""
     if isinstance(value, (tuple, str)):
         empty = limits.get("nonempty") and not value
         return ("a non-empty list" if isinstance(value, tuple) else "a non-empty name") if empty else None
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
-    lo, hi, above, below, step = (limits.get(k) for k in ("at_least", "at_most", "above", "below", "multiple_of"))
-    if (
-        (lo is not None and value < lo)
-        or (hi is not None and value > hi)
-        or (above is not None and value <= above)
-        or (below is not None and value >= below)
-    ):
-        if above is not None:
-            if above == 0 and hi is None:
-                return "positive"
-            return f"above {above:g}" + (f" and at most {hi:g}" if hi is not None else "")
-        if below is not None:
-            return f"in [{lo:g}, {below:g})" if lo is not None else f"below {below:g}"
-        if hi is not None:
-            return f"in [{lo:g}, {hi:g}]" if lo is not None else f"at most {hi:g}"
-        return "0 or more" if lo == 0 else f"at least {lo:g}"
+    if any(limits.get(key) is not None and beyond(value, limits[key]) for key, beyond in _BEYOND.items()):
+        return range_words(limits)
+    step = limits.get("multiple_of")
     if step is not None and value % step:
         return f"a multiple of {step}"
     if limits.get("odd") and value % 2 != 1:
         return "an odd number"
     return None
+
+
+# each bound of a range, and the test a value that breaks it fails (nan breaks none: finiteness is the type's check)
+_BEYOND = {"at_least": operator.lt, "at_most": operator.gt, "above": operator.le, "below": operator.ge}
+
+
+def range_words(limits: dict[str, Any]) -> str:
+    """The numbers ``limits``' bounds allow, in words: ``positive``, ``above 0 and at most 1``, ``in [0, 1)``."""
+    lo, hi, above, below = (limits.get(k) for k in _BEYOND)
+    if above is not None:
+        if above == 0 and hi is None:
+            return "positive"
+        return f"above {above:g}" + (f" and at most {hi:g}" if hi is not None else "")
+    if below is not None:
+        return f"in [{lo:g}, {below:g})" if lo is not None else f"below {below:g}"
+    if hi is not None:
+        return f"in [{lo:g}, {hi:g}]" if lo is not None else f"at most {hi:g}"
+    return "0 or more" if lo == 0 else f"at least {lo:g}"
 
 
 def choices(tp: Any) -> tuple[Any, ...]:
@@ -196,49 +200,71 @@ def finite(value: Any) -> bool:
 
 
 def _mismatch(value: Any, tp: Any) -> str | None:
-    """None when ``value`` fits type ``tp``, else what it should have been (for the message)."""
-    origin = typing.get_origin(tp)
+    """None when ``value`` fits type ``tp``, else what it should have been (for the message): the check of ``tp``'s
+    kind (:data:`_KINDS`, by its origin for ``X | Y``, ``Literal[...]``, ``tuple[X, ...]``, ``dict[K, V]``), else an
+    instance of a class (a ViTSpec, a torch tensor); any value fits ``Any`` and a type variable."""
     if tp is Any or isinstance(tp, typing.TypeVar):
         return None
-    if origin in (typing.Union, types.UnionType):
-        arms = typing.get_args(tp)
-        wanted = [_mismatch(value, arm) for arm in arms]
-        return None if any(w is None for w in wanted) else " or ".join(w for w in wanted if w)
-    if origin is Literal:
-        choices = typing.get_args(tp)
-        return None if value in choices else "one of " + ", ".join(repr(c) for c in choices)
-    if tp is type(None):
-        return None if value is None else "null"
-    if tp is bool:
-        return None if isinstance(value, bool) else "true or false"
-    if tp is int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            return "an integer"
-        return None if -MAX_INT <= value <= MAX_INT else "an integer below 2^63 in size"
-    if tp is float:
-        return None if finite(value) else "a finite number"
-    if tp is str:
-        return None if isinstance(value, str) else "a string"
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if not isinstance(value, tuple):
-            return "a list"
-        item = args[0] if len(args) == 2 and args[1] is Ellipsis else None
-        if item is not None:
-            bad = next((w for w in (_mismatch(v, item) for v in value) if w), None)
-            return f"a list whose every item is {bad}" if bad else None
-        return None
-    if tp is dict or origin is dict:
-        item = typing.get_args(tp)[1] if len(typing.get_args(tp)) == 2 else Any
-        json = item is Any or item is object
-        words = "a JSON object" if json else f"a dict whose every value is {_mismatch(_NO_VALUE, item)}"
-        if not isinstance(value, dict):
-            return words
-        wrong = not json and any(_mismatch(k, typing.get_args(tp)[0]) or _mismatch(v, item) for k, v in value.items())
-        return words if wrong else None
-    if origin is None and isinstance(tp, type):  # a class: a ViTSpec, a torch tensor
+    origin = typing.get_origin(tp)
+    kind = _KINDS.get(origin if origin is not None else tp)
+    if kind is not None:
+        return kind(value, tp)
+    if origin is None and isinstance(tp, type):
         return None if isinstance(value, tp) else _class_words(tp)
     return None
+
+
+def _union(value: Any, tp: Any) -> str | None:
+    wanted = [_mismatch(value, arm) for arm in typing.get_args(tp)]
+    return None if None in wanted else " or ".join(w for w in wanted if w)
+
+
+def _literal(value: Any, tp: Any) -> str | None:
+    allowed = typing.get_args(tp)
+    return None if value in allowed else "one of " + ", ".join(repr(c) for c in allowed)
+
+
+def _integer(value: Any, tp: Any) -> str | None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        return "an integer"
+    return None if -MAX_INT <= value <= MAX_INT else "an integer below 2^63 in size"
+
+
+def _list(value: Any, tp: Any) -> str | None:
+    """A tuple (JSON's list); ``tuple[X, ...]``: each item an X."""
+    if not isinstance(value, tuple):
+        return "a list"
+    args = typing.get_args(tp)
+    if len(args) != 2 or args[1] is not Ellipsis:
+        return None
+    bad = next((w for w in (_mismatch(v, args[0]) for v in value) if w), None)
+    return f"a list whose every item is {bad}" if bad else None
+
+
+def _mapping(value: Any, tp: Any) -> str | None:
+    """A dict; ``dict[K, V]`` (V not ``Any``): each key a K and value a V, else any JSON object."""
+    key, item = typing.get_args(tp) if len(typing.get_args(tp)) == 2 else (Any, Any)
+    json = item is Any or item is object
+    words = "a JSON object" if json else f"a dict whose every value is {_mismatch(_NO_VALUE, item)}"
+    if not isinstance(value, dict):
+        return words
+    wrong = not json and any(_mismatch(k, key) or _mismatch(v, item) for k, v in value.items())
+    return words if wrong else None
+
+
+# the check of each kind of type, by the type (int, str, ...) or its origin (X | Y, Literal[...], tuple[X, ...])
+_KINDS: dict[Any, Callable[[Any, Any], str | None]] = {
+    typing.Union: _union,
+    types.UnionType: _union,
+    Literal: _literal,
+    tuple: _list,
+    dict: _mapping,
+    type(None): lambda value, tp: None if value is None else "null",
+    bool: lambda value, tp: None if isinstance(value, bool) else "true or false",
+    int: _integer,
+    float: lambda value, tp: None if finite(value) else "a finite number",
+    str: lambda value, tp: None if isinstance(value, str) else "a string",
+}
 
 
 def _class_words(cls: type) -> str:

@@ -258,34 +258,30 @@ def _download(repo_id: str, filename: str, revision: str | None, name: str) -> P
         RevisionNotFoundError,
     )
 
-    required = filename in (CONFIG, *WEIGHT_FILES)
-    if not hub_answers(repo_id, filename, revision):
-        if not required:
-            return None  # an optional file: the repo is read without it
-        raise LearngeneError(_not_cached(repo_id, filename, revision, name, constants))
+    refusals = (  # the Hub's answers that no other file or revision mends, in one line each
+        (
+            GatedRepoError,
+            f"{name} is a gated repo: accept its terms on its Hub page, then set HF_TOKEN to a token of that account",
+        ),
+        (RevisionNotFoundError, f"{name}: the repo has no revision {revision!r}; give a branch, tag or commit it has"),
+        (
+            RepositoryNotFoundError,
+            f"{name}: no such repo on the Hugging Face Hub (or it is private: set HF_TOKEN); check the name",
+        ),
+    )
+    answers = hub_answers(repo_id, filename, revision)  # one brief lookup: a Hub out of reach is not waited for
     try:
-        with held_warnings():
-            return Path(
-                huggingface_hub.hf_hub_download(
-                    repo_id, filename, revision=revision, library_name="learngene", library_version=__version__
+        if answers:
+            with held_warnings():
+                return Path(
+                    huggingface_hub.hf_hub_download(
+                        repo_id, filename, revision=revision, library_name="learngene", library_version=__version__
+                    )
                 )
-            )
     except LocalEntryNotFoundError:  # neither cached nor reachable (the network went away since the lookup)
-        if not required:
-            return None
-        raise LearngeneError(_not_cached(repo_id, filename, revision, name, constants)) from None
-    except GatedRepoError:
-        raise LearngeneError(
-            f"{name} is a gated repo: accept its terms on its Hub page, then set HF_TOKEN to a token of that account"
-        ) from None
-    except RevisionNotFoundError:
-        raise LearngeneError(
-            f"{name}: the repo has no revision {revision!r}; give a branch, tag or commit it has"
-        ) from None
-    except RepositoryNotFoundError:
-        raise LearngeneError(
-            f"{name}: no such repo on the Hugging Face Hub (or it is private: set HF_TOKEN); check the name"
-        ) from None
+        pass
+    except (GatedRepoError, RevisionNotFoundError, RepositoryNotFoundError) as exc:
+        raise LearngeneError(next(said for kind, said in refusals if isinstance(exc, kind))) from None
     except EntryNotFoundError:  # the Hub answered: the repo has no such file
         return None
     except OSError as exc:  # the cache cannot be written, a broken connection mid-download
@@ -293,6 +289,9 @@ def _download(repo_id: str, filename: str, revision: str | None, name: str) -> P
             f"cannot fetch {filename} of {name} ({str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__}); "
             f"check the network and that the cache folder {constants.HF_HUB_CACHE} is writable"
         ) from None
+    if filename not in (CONFIG, *WEIGHT_FILES):  # an optional file, not cached and not reachable: read without it
+        return None
+    raise LearngeneError(_not_cached(repo_id, filename, revision, name, constants))
 
 
 def lookup_seconds() -> float:

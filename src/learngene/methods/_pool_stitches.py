@@ -69,6 +69,16 @@ def block_tokens(model: nn.Module, images: Tensor) -> list[Tensor]:
     return tokens
 
 
+def _linear(tensors: dict[str, Tensor], prefix: str) -> nn.Linear:
+    """A stitch layer holding ``tensors``' ``{prefix}weight`` and ``{prefix}bias``."""
+    weight = tensors[prefix + "weight"]
+    linear = nn.Linear(weight.shape[1], weight.shape[0])
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+        linear.bias.copy_(tensors[prefix + "bias"])
+    return linear
+
+
 class JointPool(nn.Module):
     """The whole pool as one network for their third step: each training forward runs one configuration drawn
     at random, an instance alone ``(i,)`` or a stitched one ``(front, end, cut_front, cut_end, layer)``.
@@ -79,18 +89,36 @@ class JointPool(nn.Module):
     so a run is the same bit for bit, resumed or not. In eval mode it is the widest instance.
     """
 
-    def __init__(self, models: list[nn.Module], stitches: dict[tuple[int, int], list[nn.Linear]], seed: int):
+    def __init__(self, models: list[nn.Module], tensors: dict[str, Tensor], seed: int):
+        """``models``: the instances, narrowest first; their stitches start from the gene's ``tensors``."""
         super().__init__()
         self.instances = nn.ModuleList(models)
-        self.stitches = nn.ModuleDict({f"{f}_{e}": nn.ModuleList(layers) for (f, e), layers in stitches.items()})
         last = len(models) - 1
         depth = len(cast(nn.Sequential, cast(Any, models[0]).blocks))
+        layers = sorted({layer for _, _, layer in paired_stitches(depth)})
+        self.stitches = nn.ModuleDict(
+            {
+                f"{front}_{end}": nn.ModuleList(_linear(tensors, stitch_key(front, end, layer, "")) for layer in layers)
+                for front in range(last + 1)
+                for end in range(front + 1, last + 1)
+            }
+        )
         self.draws: list[tuple[int, ...]] = [(0,), (last,)] if last else [(0,)]
         if last:
             self.draws += [(0, last, j, k, layer) for j, k, layer in paired_stitches(depth)]
         self.seed = seed
         self.drawn: Tensor
         self.register_buffer("drawn", torch.zeros((), dtype=torch.long))
+
+    def gene_tensors(self) -> dict[str, Tensor]:
+        """The pool's weights under the gene's keys (``instance{i}.…``, ``stitch{f}_{e}.…``), on the CPU."""
+        renamed = (("instances.", "instance"), ("stitches.", "stitch"))
+        return {
+            key.replace(old, new, 1): value.detach().cpu().clone()
+            for key, value in self.state_dict().items()
+            for old, new in renamed
+            if key.startswith(old)
+        }
 
     @property
     def skeleton(self) -> nn.Module:

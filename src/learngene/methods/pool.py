@@ -374,20 +374,7 @@ class LearngenePool(AuxNetMethod):
         on a :class:`JointPool` configuration drawn per step, each distilling the ancestry's logits with the run's
         loss ``(1−λ)·CE + λ·τ²·KL`` (theirs: λ = 0.5, τ = 1, 50 epochs at lr 1e-4). Updates ``tensors`` in place."""
         cfg = inputs.train_cfg.resolved("condense", distill_lambda=self.distill_lambda)
-        count, depth = len(models), len(cast(nn.Sequential, cast(Any, models[0]).blocks))
-        stitches: dict[tuple[int, int], list[nn.Linear]] = {}
-        for front in range(count):
-            for end in range(front + 1, count):
-                layers = []
-                for layer in sorted({layer for _, _, layer in paired_stitches(depth)}):
-                    weight = tensors[stitch_key(front, end, layer, "weight")]
-                    linear = nn.Linear(weight.shape[1], weight.shape[0])
-                    with torch.no_grad():
-                        linear.weight.copy_(weight)
-                        linear.bias.copy_(tensors[stitch_key(front, end, layer, "bias")])
-                    layers.append(linear)
-                stitches[(front, end)] = layers
-        pool = JointPool(models, stitches, cfg.seed)
+        pool = JointPool(models, tensors, cfg.seed)
         own = dataclasses.replace(cfg, epochs=self.config.joint_epochs)  # a --max-steps caps this stage too
         if own.log_dir is not None:
             own.log_dir = str(Path(own.log_dir) / "joint")
@@ -396,14 +383,7 @@ class LearngenePool(AuxNetMethod):
             data, teacher = cache_teacher_outputs(data, self.require_ancestry(ancestry).model, own)
         run_dir = Path(inputs.run_dir) / "joint" if inputs.run_dir is not None else None
         result = train(pool, data, own, inputs.eval, teacher=teacher, run_dir=run_dir, resume=inputs.resume)
-        for i, model in enumerate(models):
-            for key, value in model.state_dict().items():
-                if instance_key(i, key) in tensors:
-                    tensors[instance_key(i, key)] = value.detach().cpu().clone()
-        for (front, end), layers in stitches.items():
-            for layer, linear in enumerate(layers):
-                for name in ("weight", "bias"):
-                    tensors[stitch_key(front, end, layer, name)] = getattr(linear, name).detach().cpu().clone()
+        tensors.update((key, value) for key, value in pool.gene_tensors().items() if key in tensors)
         joint = {"epochs": own.epochs, "steps": result.steps, "seconds": round(result.seconds, 2)}
         joint["configurations"] = len(pool.draws)
         if result.final_acc is not None:

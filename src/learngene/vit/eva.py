@@ -65,36 +65,31 @@ def eva_problems(model, block) -> list[str]:
     from timm.models.eva import EvaBlock
     from torch import nn
 
-    problems = []
     if type(block) is not EvaBlock:
         return [f"block_fn={type(block).__name__} (EvaBlock, pre-norm)"]
-    attn = block.attn
-    if getattr(attn, "qkv", None) is None:
-        problems.append("qkv_fused=False (fused q/k/v projections only; load_ancestry fuses a checkpoint's)")
-    if getattr(attn, "gate", None) is not None:
-        problems.append("gated attention (none)")
-    if getattr(attn, "num_kv_heads", attn.num_heads) != attn.num_heads:
-        problems.append("num_kv_heads (grouped-query attention: none)")
-    if model.pos_embed is None and getattr(model, "rope", None) is None:
-        problems.append("use_abs_pos_emb=False without RoPE (no position information at all)")
-    if model.global_pool not in ("token", "avg", "map"):
-        problems.append(f"global_pool={model.global_pool!r} (token, avg, map)")
-    embed = model.patch_embed
-    if (
-        type(embed) is not PatchEmbed
-        or embed.img_size is None
-        or embed.img_size[0] != embed.img_size[1]
-        or embed.patch_size[0] != embed.patch_size[1]
-        or getattr(embed, "dynamic_img_pad", False)
-    ):
-        problems.append("patch_embed (timm's PatchEmbed, square images and patches, no padding)")
-    if attn.proj.bias is None:
-        problems.append("proj_bias=False")
-    if block.gamma_1 is not None and block.gamma_2 is None:
-        problems.append("attn_only_layer_scale=True")
-    if not isinstance(getattr(block.mlp, "norm", nn.Identity()), nn.Identity) and type(block.mlp).__name__ == "GluMlp":
-        problems.append("a packed SwiGLU with a norm")
-    return problems
+    attn, embed = block.attn, model.patch_embed
+    fused = getattr(attn, "qkv", None) is not None
+    plain_embed = (  # timm's PatchEmbed of square images and patches, without padding
+        type(embed) is PatchEmbed
+        and embed.img_size is not None
+        and embed.img_size[0] == embed.img_size[1]
+        and embed.patch_size[0] == embed.patch_size[1]
+        and not getattr(embed, "dynamic_img_pad", False)
+    )
+    unsupported = {  # what the model has that a spec cannot hold: ``field=value (what is supported)``
+        "qkv_fused=False (fused q/k/v projections only; load_ancestry fuses a checkpoint's)": not fused,
+        "gated attention (none)": getattr(attn, "gate", None) is not None,
+        "num_kv_heads (grouped-query attention: none)": getattr(attn, "num_kv_heads", attn.num_heads) != attn.num_heads,
+        "use_abs_pos_emb=False without RoPE (no position information at all)": model.pos_embed is None
+        and getattr(model, "rope", None) is None,
+        f"global_pool={model.global_pool!r} (token, avg, map)": model.global_pool not in ("token", "avg", "map"),
+        "patch_embed (timm's PatchEmbed, square images and patches, no padding)": not plain_embed,
+        "proj_bias=False": attn.proj.bias is None,
+        "attn_only_layer_scale=True": block.gamma_1 is not None and block.gamma_2 is None,
+        "a packed SwiGLU with a norm": type(block.mlp).__name__ == "GluMlp"
+        and not isinstance(getattr(block.mlp, "norm", nn.Identity()), nn.Identity),
+    }
+    return [problem for problem, found in unsupported.items() if found]
 
 
 def eva_family_fields(model, block) -> dict[str, Any]:
