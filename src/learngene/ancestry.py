@@ -29,22 +29,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from torch import Tensor, nn
+from torch import nn
 
-from .errors import LearngeneError, SpecError, held_warnings, require_argument
+from .errors import LearngeneError, SpecError, first_line, held_warnings, require_argument
 from .formats.convert import is_model_folder, read_checkpoint, without_head
 from .formats.hub import fetch_model, is_hub_name, looks_like_repo_id
 from .formats.licenses import check_license
 from .formats.model_file import load_model_file
+from .formats.weights import StateDict
 from .host.memory import release_pages, require_free_memory, tensors_in_temporary_file
 from .method import Ancestry
 from .validate import limits_of, out_of_range
 from .vit.eva import EVA_MODULE, fuse_qkv_projections, has_unfused_qkv
 from .vit.model_spec import spec_from_model
 from .vit.spec import ViTSpec
-
-StateDict = dict[str, Tensor]
-
 
 # timm.create_model's sizes, held to the ranges a ViTSpec declares for them (the local spec's limits): a model's config,
 # a Hub repo's as a folder's, or the caller's arguments; timm would build a model of none, fail deep inside, or try
@@ -272,7 +270,7 @@ def build_timm_model(arch: str, kwargs: dict[str, Any], state: StateDict, source
     try:
         state = checkpoint_filter(arch)(state, meta)
     except (RuntimeError, KeyError, ValueError, AttributeError) as exc:
-        raise LearngeneError(f"{source} does not fit timm model {arch}: {str(exc).splitlines()[0][:200]}") from None
+        raise LearngeneError(f"{source} does not fit timm model {arch}: {first_line(exc, 200)}") from None
     if has_unfused_qkv(state) and checkpoint_filter_module(arch) == EVA_MODULE:  # EVA-02 B/L: one fused layout
         # the fused copy lives in a temporary file's map, so methods can give its pages back once read, as the checkpoint's
         state, fused = fuse_qkv_projections(state, read_once=release_pages, place=tensors_in_temporary_file)
@@ -355,7 +353,7 @@ def _timm_model(name: str, kwargs: dict[str, Any]) -> nn.Module:
     except (TypeError, ValueError, AssertionError, ZeroDivisionError) as exc:  # e.g. num_heads 0: timm divides by it
         shown = {k: v for k, v in kwargs.items() if k != "device"}
         raise LearngeneError(
-            f"cannot build timm model {name} with {shown}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; "
+            f"cannot build timm model {name} with {shown}: {first_line(exc, 200)}; "
             f"check the sizes in the model's config or the arguments"
         ) from None
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .errors import GeneFormatError, LearngeneError, require_argument
+from .errors import GeneFormatError, LearngeneError, first_line, require_argument
 from .formats.model_file import check_state_shapes
 from .gene import Learngene, invalid_gene
 from .method import Method, config_from_dict, option_phases, refuse_unread
@@ -235,7 +235,7 @@ def check_before_saving(gene: Learngene, method: Method | None = None) -> BoundM
         except GeneFormatError:
             raise
         except (LearngeneError, KeyError, IndexError) as exc:
-            why = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+            why = first_line(exc, 120)
             raise GeneFormatError(
                 f"this {gene.method} gene cannot be expanded ({why}); make it with the method's condense "
                 f"(learngene condense)"

@@ -70,6 +70,13 @@ def _as_text(value: object) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def first_line(exc: BaseException, limit: int = 160) -> str:
+    """What a one-line message quotes of another error: the first line of ``exc``'s message, cut to ``limit``
+    characters (its type's name when it says nothing)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0][:limit] if lines else type(exc).__name__
+
+
 class _InPythonWords:
     """``str`` and ``repr`` name settings as a Python caller passes them (``args`` keep both wordings)."""
 

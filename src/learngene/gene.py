@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import Tensor
 
-from .errors import GeneFormatError, LearngeneError
+from .errors import GeneFormatError, LearngeneError, first_line
 from .formats.atomic import library_version, now_iso, quote
 from .formats.licenses import check_license
 from .formats.preprocessing import check_preprocessing
@@ -170,7 +170,7 @@ class Learngene:
             )
         except (ValueError, KeyError, TypeError, AttributeError, LearngeneError) as exc:
             raise GeneFormatError(
-                f"{quote(path)} has a corrupt learngene header ({str(exc).splitlines()[0][:160]}); create it "
+                f"{quote(path)} has a corrupt learngene header ({first_line(exc)}); create it "
                 f"again with `learngene condense`"
             ) from None
         bad = nonfinite_tensor(gene.tensors)  # a loaded gene is a memory map: its pages are given back once checked
@@ -182,14 +182,10 @@ class Learngene:
 def invalid_gene(gene: Learngene, source: str | os.PathLike | None, why: str | BaseException) -> GeneFormatError:
     """The one-line refusal of a gene file (``source``; None: a gene made in this process) and why."""
     name = quote(source) if source is not None else "the gene"
-    why = _one_line(why) if isinstance(why, BaseException) else why
+    why = first_line(why, 200) if isinstance(why, BaseException) else why
     return GeneFormatError(
         f"{name} is not a valid {gene.method} learngene ({why}); create it again with `learngene condense`"
     )
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:200] or type(exc).__name__
 
 
 def _preprocessing_from_json(text: str | None) -> dict[str, Any] | None:

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, first_line
 from ..formats.atomic import quote
 from ..method import Ancestry
 from ..registry import get_method, list_methods
@@ -36,7 +36,7 @@ def load_cached(path: Path, load: Callable[[Path], Any]) -> Any:
     try:
         return load(path)
     except (LearngeneError, ValueError, TypeError, KeyError, AttributeError, OSError, RecursionError) as exc:
-        reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        reason = first_line(exc)
         print(f"learngene: cached {quote(path)} is damaged ({reason}); recomputing it", file=sys.stderr)
         path.unlink(missing_ok=True)
         return None

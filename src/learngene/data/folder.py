@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import DataError
+from ..errors import DataError, first_line
 from ..formats.preprocessing import PREPROCESSING_KEYS, check_preprocessing
 from ..host.environment import env_number
 from ..vit.naflex import image_input
@@ -477,7 +477,4 @@ def decode_image(source: str | IO[bytes], mode: str | None, refuse_colour: bool 
             f"decompression bomb or an oversized image; remove it or scale it down"
         ) from None
     except (OSError, ValueError, SyntaxError) as exc:
-        raise DataError(
-            f"cannot read {shown} ({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}); "
-            f"remove or replace it"
-        ) from None
+        raise DataError(f"cannot read {shown} ({first_line(exc, 120)}); remove or replace it") from None

@@ -26,10 +26,9 @@ from typing import Any
 
 import torch
 
-from ..errors import DataError, LearngeneError, held_warnings
+from ..errors import DataError, LearngeneError, first_line, held_warnings
 from .folder import FolderData, check_colour, decode_image, default_preprocessing, preprocessing_cfg
 from .images import Data
-from .sources import _first_line
 
 COLUMN_OPTIONS = ("image", "label")
 EVAL_SPLITS = ("test", "validation")
@@ -181,7 +180,7 @@ def _open(target: str) -> dict[str, Any]:
             if empty is not None:  # datasets saves an empty split without data files, then cannot read it back
                 raise DataError(f"hf:{target} ({empty}) is empty (no rows); {_EMPTY_FIX}") from None
             raise DataError(
-                f"hf:{target} is not a dataset saved by datasets' save_to_disk ({_first_line(exc)}); give such a "
+                f"hf:{target} is not a dataset saved by datasets' save_to_disk ({first_line(exc)}); give such a "
                 f"folder, or a dataset name on the Hub"
             ) from None
         if isinstance(loaded, datasets.Dataset):
@@ -227,7 +226,7 @@ def _from_the_hub(target: str) -> dict[str, Any]:
             with held_warnings(("huggingface_hub", "datasets")):
                 return dict(datasets.load_dataset(target))
         except (ConnectionError, FileNotFoundError, OSError, ValueError) as exc:
-            where = f"the Hub did not give it ({_first_line(exc)})"
+            where = f"the Hub did not give it ({first_line(exc)})"
     raise DataError(
         f"hf:{target} is neither a folder nor a dataset in the datasets cache {config.HF_DATASETS_CACHE}, "
         f"and {where}; where there is network, run "

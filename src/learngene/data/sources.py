@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import DataError, held_warnings
+from ..errors import DataError, first_line, held_warnings
 from ..formats.atomic import atomic_path, quote
 from ..registry import (  # noqa: F401  (re-exported)
     DATA_SOURCES,
@@ -201,11 +201,6 @@ def digits(split: str = "train", img_size: int = 28, test_fraction: float = 0.25
     return resize(data.subset(train_idx if split == "train" else test_idx), img_size)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:160] if text else type(exc).__name__
-
-
 def torchvision_dataset(
     name: str, root: str | os.PathLike, split: str = "train", img_size: int | None = None
 ) -> ImageData:
@@ -219,7 +214,7 @@ def torchvision_dataset(
         ds = cls(root=str(root), train=split == "train", download=False)
     except (RuntimeError, TypeError) as exc:
         raise DataError(
-            f"torchvision {name} not found under {root} ({_first_line(exc)}); "
+            f"torchvision {name} not found under {root} ({first_line(exc)}); "
             f"download it there once on a machine with internet"
         ) from None
     # torchvision's readers check little (MNIST's asserts, CIFAR's unpickled arrays): files that are not the
@@ -227,7 +222,7 @@ def torchvision_dataset(
     except (AssertionError, ValueError, IndexError, KeyError, EOFError, OSError, pickle.UnpicklingError) as exc:
         why = "a pickle torch.load(weights_only=True) refuses" if isinstance(exc, pickle.UnpicklingError) else None
         raise DataError(
-            f"torchvision {name} under {root} is unreadable ({why or _first_line(exc)}); replace its files with "
+            f"torchvision {name} under {root} is unreadable ({why or first_line(exc)}); replace its files with "
             f"the dataset's original download"
         ) from None
     try:
@@ -237,7 +232,7 @@ def torchvision_dataset(
             raise ValueError(f"images of shape {tuple(raw.shape)} and dtype {raw.dtype}, {len(targets)} labels")
     except (AttributeError, TypeError, ValueError, RuntimeError) as exc:
         raise DataError(
-            f"torchvision {name} under {root} does not hold images learngene can read ({_first_line(exc)}); "
+            f"torchvision {name} under {root} does not hold images learngene can read ({first_line(exc)}); "
             f"use a dataset of uint8 images with labels, e.g. CIFAR10 or MNIST"
         ) from None
     images = raw.unsqueeze(1) if raw.ndim == 3 else raw.permute(0, 3, 1, 2)

@@ -186,7 +186,7 @@ def atomic_path(path: str | os.PathLike, overwrite: bool) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
-        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600 files; outputs get the usual permissions
+        os.chmod(tmp_path, 0o666 & ~umask())  # mkstemp makes 0600 files; outputs get the usual permissions
         with open(tmp_path, "rb+") as fh:
             os.fsync(fh.fileno())
         _publish(tmp_path, path, overwrite)
@@ -227,7 +227,8 @@ def _publish(tmp: Path, path: Path, overwrite: bool) -> None:
     os.replace(tmp, path)
 
 
-def _umask() -> int:
+def umask() -> int:
+    """The process's file-creation mask (read by setting it and back: the only way os offers)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask

@@ -31,14 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
-from ..errors import GeneFormatError, LearngeneError
+from ..errors import GeneFormatError, LearngeneError, first_line
 from .licenses import folder_license
 from .preprocessing import preprocessing_problem
-from .weights import is_regular_file, load_weights, read_regular_text
-
-StateDict = dict[str, Tensor]
+from .weights import StateDict, is_regular_file, load_weights, read_regular_text
 
 CONFIG = "config.json"
 # the weight files a folder may hold, in the order timm's local-dir loader prefers them
@@ -108,7 +106,7 @@ def read_checkpoint(path: str | os.PathLike, lazy: bool = True, drop_head: bool 
             # a field of the wrong type that no check above names (timm's own reading, a nested setting)
             raise GeneFormatError(
                 f"{path / CONFIG} has a field of the wrong type or shape ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0][:120] if str(exc) else ''}); check the model's config (use the folder "
+                f"{first_line(exc, 120)}); check the model's config (use the folder "
                 f"as timm or transformers saved it)"
             ) from None
         return dataclasses.replace(ckpt, license=license)

@@ -32,7 +32,7 @@ from torch import nn
 
 from ..errors import LearngeneError, require_argument
 from ..vit.spec import ViTSpec
-from .atomic import OVERWRITE, TEMP_NAME_CHARS, check_output_place, library_version, make_parents, quote
+from .atomic import OVERWRITE, TEMP_NAME_CHARS, check_output_place, library_version, make_parents, quote, umask
 from .licenses import check_license
 from .weights import save_safetensors
 
@@ -74,7 +74,7 @@ def atomic_folder(path: str | os.PathLike, overwrite: bool = False) -> Iterator[
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name[:TEMP_NAME_CHARS]}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700 folders; outputs get the usual permissions
+        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes 0700 folders; outputs get the usual permissions
         if path.exists():
             written = {p.name for p in tmp.iterdir()}
             names = [n for n in (WEIGHTS, CONFIG, CARD) if n in written] + sorted(written - {WEIGHTS, CONFIG, CARD})
@@ -98,12 +98,6 @@ def atomic_folder(path: str | os.PathLike, overwrite: bool = False) -> Iterator[
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def export_hub_folder(

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from ..errors import LearngeneError, held_warnings
+from ..errors import LearngeneError, first_line, held_warnings
 from .convert import CONFIG, WEIGHT_FILES
 from .licenses import README, check_license
 
@@ -286,7 +286,7 @@ def _download(repo_id: str, filename: str, revision: str | None, name: str) -> P
         return None
     except OSError as exc:  # the cache cannot be written, a broken connection mid-download
         raise LearngeneError(
-            f"cannot fetch {filename} of {name} ({str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__}); "
+            f"cannot fetch {filename} of {name} ({first_line(exc)}); "
             f"check the network and that the cache folder {constants.HF_HUB_CACHE} is writable"
         ) from None
     if filename not in (CONFIG, *WEIGHT_FILES):  # an optional file, not cached and not reachable: read without it

@@ -15,14 +15,13 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
-from ..errors import GeneFormatError, LearngeneError
+from ..errors import GeneFormatError, LearngeneError, first_line
 from ..vit.spec import ViTSpec
 from .atomic import library_version, now_iso, quote
 from .preprocessing import check_preprocessing
 from .stitched import STITCHED_MODEL_FORMAT, StitchedViT, read_stitched, save_stitched
 from .weights import (
     check_finite,
-    first_line,
     read_safetensors,
     require_file,
     save_safetensors,

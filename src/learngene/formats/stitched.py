@@ -10,12 +10,12 @@ import json
 import os
 from typing import Any
 
-from ..errors import GeneFormatError
+from ..errors import GeneFormatError, first_line
 from ..vit.spec import ViTSpec
 from ..vit.stitched import StitchedViT
 from .atomic import library_version, now_iso, quote
 from .preprocessing import check_preprocessing
-from .weights import check_finite, first_line, read_safetensors, save_safetensors
+from .weights import check_finite, read_safetensors, save_safetensors
 
 STITCHED_MODEL_FORMAT = "learngene-stitched-model"  # a StitchedViT: not a timm ViT
 PARTS_FORMAT = "learngene.stitched_vit"  # the tag of the header's ``stitched_vit`` entry (its parts)

@@ -16,9 +16,11 @@ import torch
 from safetensors import safe_open
 from torch import Tensor
 
-from ..errors import GeneFormatError, LearngeneError
+from ..errors import GeneFormatError, LearngeneError, first_line
 from ..host.memory import release_pages
 from .atomic import atomic_path, quote
+
+StateDict = dict[str, Tensor]  # a model's (or a gene's) tensors by key
 
 # safetensors dtype names (the format's spec) <-> torch dtypes
 _ST_DTYPES = {
@@ -166,11 +168,6 @@ def read_safetensors(path: str | os.PathLike, lazy: bool = False) -> tuple[dict[
             f"complete file written by learngene, or create it again"
         ) from None
     return tensors, metadata
-
-
-def first_line(exc: BaseException, limit: int = 160) -> str:
-    lines = str(exc).strip().splitlines()
-    return (lines[0] if lines else type(exc).__name__)[:limit]
 
 
 def _looks_like_pickle(path: Path) -> bool:

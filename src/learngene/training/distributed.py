@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, first_line
 from ..host.environment import env_number
 
 T = TypeVar("T")
@@ -53,9 +53,8 @@ def init_from_env(device: str = "auto") -> None:
     try:
         dist.init_process_group(backend="cpu:gloo,cuda:nccl" if use_cuda else "gloo", timeout=timeout)
     except (RuntimeError, ValueError) as exc:
-        lines = str(exc).strip().splitlines()
         raise LearngeneError(
-            f"could not join the process group ({lines[0][:160] if lines else type(exc).__name__}); "
+            f"could not join the process group ({first_line(exc)}); "
             f"check torchrun's rendezvous endpoint (its --rdzv-endpoint or --master-addr) and that every node can reach it"
         ) from None
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, first_line
 from ..formats.atomic import write_text_atomic
 from .config import TrainConfig
 
@@ -93,7 +93,7 @@ class WandbLogger:
             )
         except Exception as exc:  # noqa: BLE001  wandb raises its own kinds (a bad key, a refused project): one line
             raise LearngeneError(
-                f"W&B could not start a run ({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}); "
+                f"W&B could not start a run ({type(exc).__name__}: {first_line(exc)}); "
                 f"check WANDB_API_KEY and WANDB_PROJECT, or set WANDB_MODE=offline"
             ) from None
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import LearngeneError, SpecError, assigned, named
+from ..errors import LearngeneError, SpecError, assigned, first_line, named
 from ..settings import field, flagged
 from ..validate import refusal
 from . import naflex
@@ -279,7 +279,7 @@ class ViTSpec:
         try:
             model = timm.create_model(self.arch, pretrained=False, **{**self.timm_kwargs(), **overrides})
         except RuntimeError as exc:  # timm's "Unknown model"
-            raise SpecError(f"cannot build timm {self.arch}: {str(exc).splitlines()[0][:200]}") from None
+            raise SpecError(f"cannot build timm {self.arch}: {first_line(exc, 200)}") from None
         blocks: Any = model.blocks
         mlp = blocks[0].mlp if len(blocks) else None
         built = mlp_layer_of(mlp) if mlp is not None else self.family.mlp_layer

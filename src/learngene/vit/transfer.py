@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from ..errors import LearngeneError, assigned, named
+from ..formats.weights import StateDict as StateDict  # the one alias, where modules that move tensors import it
 from .heads import join_heads, split_heads
 from .naflex import MODEL_KEYS as NAFLEX_MODEL_KEYS
 from .naflex import VIT_KEYS as NAFLEX_KEYS
@@ -58,8 +59,6 @@ from .timm_keys import (
     Axis,
     family_axes,
 )
-
-StateDict = dict[str, Tensor]
 
 
 def block_axes(spec: ViTSpec) -> dict[str, tuple[Axis, ...]]:
