@@ -158,6 +158,41 @@ def test_the_stitched_model_imports_no_file_format_and_training_no_method():
     assert not {m for m in graph["learngene.pipeline.training"] if m.startswith("learngene.methods.")}
 
 
+def private_names_taken(path: Path) -> list[str]:
+    """The ``_private`` names of other ``learngene`` modules that the module at ``path`` uses: imported
+    (``from .rows import _groups``) or read off an imported module (``stopping._pending_stop``). A private module
+    (``methods/_calibration.py``) is imported by name: its public names are its package's to share."""
+    tree = ast.parse(path.read_text())
+    modules: set[str] = set()  # the names that stand for imported learngene modules here
+    taken = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("learngene")):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    taken.append(f"{node.module}.{alias.name}")
+                modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            modules.update(a.asname or a.name for a in node.names if a.name.startswith("learngene"))
+    for node in ast.walk(tree):
+        private = isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+        if private and isinstance(node.value, ast.Name) and node.value.id in modules:
+            taken.append(f"{node.value.id}.{node.attr}")
+    return taken
+
+
+def test_no_module_uses_another_modules_private_name():
+    """A name shared between modules is public (no leading underscore) in the module that owns it."""
+    taken = {str(p.relative_to(PACKAGE)): names for p in PACKAGE.rglob("*.py") if (names := private_names_taken(p))}
+    assert taken == {}
+
+
+def test_a_private_name_taken_is_found(tmp_path):
+    (tmp_path / "m.py").write_text(
+        "from .rows import _groups, mean_curve\nfrom . import stopping\nprint(stopping._pending, stopping.__doc__)\n"
+    )
+    assert private_names_taken(tmp_path / "m.py") == ["rows._groups", "stopping._pending"]
+
+
 def test_no_module_reaches_a_method_by_a_literal_name():
     """A helper is imported, never fetched as ``get_method("mimetic").helper``: imports show the edge, the registry hides it.
     Only the command line (a user's ``--top-up``) and the benchmark's method lists name methods as data."""

@@ -127,8 +127,8 @@ def test_log_needs_a_place_and_the_package(tmp_path, monkeypatch):
 def test_cli_condense_and_train_log_to_both_and_resume_their_curves(tmp_path, monkeypatch, capsys):
     """condense (an aux net) and train write TensorBoard events and an offline W&B run; a run stopped by a signal and
     resumed with --resume continues them."""
-    from learngene.training import loop
     from learngene.training.loop import request_stop
+    from learngene.training.stopping import STOPS
 
     monkeypatch.chdir(tmp_path)
     data = make_images(n=48, num_classes=4, size=16, chans=1)
@@ -141,8 +141,8 @@ def test_cli_condense_and_train_log_to_both_and_resume_their_curves(tmp_path, mo
     real_gather = ImageData.gather
 
     def stop_at_8(self, idx, **kwargs):  # the 8th training batch: as the CLI's SIGTERM handler asks
-        calls["n"] += loop._running_loops[0] > 0
-        if calls["n"] == 8 and loop._running_loops[0]:
+        calls["n"] += STOPS.loops > 0
+        if calls["n"] == 8 and STOPS.loops:
             assert request_stop("SIGTERM")
         return real_gather(self, idx, **kwargs)
 

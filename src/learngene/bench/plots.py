@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .rows import Row, _groups, _labels, _same_results, _sizes, mean_curve
+from .rows import Row, mean_curve, same_results, task_groups, task_labels, task_sizes
 
 
 def _over_seeds(groups: dict[tuple[str, str], list[Row]]) -> str:
@@ -31,7 +31,7 @@ def _drawn(
 ) -> Iterator[tuple[str, list[Row], str]]:
     """What the panel of ``size`` draws, each method once: ``(label, its rows, its legend entry)``; a method whose
     results equal an earlier one's is named in that one's entry instead (:func:`_named_together`)."""
-    same = _same_results(groups, labels, size)
+    same = same_results(groups, labels, size)
     for label in labels:
         group, named = groups.get((label, size)), _named_together(label, same)
         if group and named is not None:
@@ -134,8 +134,8 @@ def plot_curves(rows: list[Row], task: str, path: Path, data_name: str | None = 
     the title names ``data_name`` (default: the task)."""
     from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
-    groups = _groups(rows, task)
-    sizes, labels = _sizes(rows, task), _labels(rows, task)
+    groups = task_groups(rows, task)
+    sizes, labels = task_sizes(rows, task), task_labels(rows, task)
     styles = style_per_method(labels)
     fig, axes = _subplots(len(sizes))
     longest = max((g.epochs[-1] for group in groups.values() for g in group), default=1)
@@ -171,8 +171,8 @@ def plot_curves(rows: list[Row], task: str, path: Path, data_name: str | None = 
 
 def plot_stored(rows: list[Row], task: str, path: Path) -> None:
     """Final top-1 against the parameters each method's gene stores, one panel per size."""
-    groups = _groups(rows, task)
-    sizes, labels = _sizes(rows, task), [label for label in _labels(rows, task) if " ×" not in label]
+    groups = task_groups(rows, task)
+    sizes, labels = task_sizes(rows, task), [label for label in task_labels(rows, task) if " ×" not in label]
     styles = style_per_method(labels)
     fig, axes = _subplots(len(sizes))
     most = max((r.stored_params for r in rows), default=1)

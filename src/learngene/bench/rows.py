@@ -129,7 +129,7 @@ def row_from_dict(values: dict[str, Any]) -> Row:
 
 
 # ---- aggregation ---------------------------------------------------------------------------------------
-def _groups(rows: list[Row], task: str) -> dict[tuple[str, str], list[Row]]:
+def task_groups(rows: list[Row], task: str) -> dict[tuple[str, str], list[Row]]:
     """Finished rows of ``task`` by (label, size), labels in first-seen order."""
     out: dict[tuple[str, str], list[Row]] = defaultdict(list)
     for r in rows:
@@ -138,11 +138,11 @@ def _groups(rows: list[Row], task: str) -> dict[tuple[str, str], list[Row]]:
     return out
 
 
-def _labels(rows: list[Row], task: str) -> list[str]:
+def task_labels(rows: list[Row], task: str) -> list[str]:
     return list(dict.fromkeys(r.label for r in rows if r.task == task))
 
 
-def _sizes(rows: list[Row], task: str) -> list[str]:
+def task_sizes(rows: list[Row], task: str) -> list[str]:
     return list(dict.fromkeys(r.size for r in rows if r.task == task))
 
 
@@ -154,7 +154,7 @@ def mean_curve(group: list[Row]) -> tuple[list[float], list[float]]:
     return means, stds
 
 
-def _same_results(groups: dict[tuple[str, str], list[Row]], labels: list[str], size: str) -> dict[str, str]:
+def same_results(groups: dict[tuple[str, str], list[Row]], labels: list[str], size: str) -> dict[str, str]:
     """``{label: earlier label}`` for methods whose results at ``size`` equal an earlier one's, seed by seed
     (e.g. weight_selection at the ancestry's own width is the ancestry), so their marks would hide each other."""
     seen: dict[tuple, str] = {}

@@ -9,7 +9,7 @@ from collections import defaultdict
 from typing import Any
 
 from .findings import Family, family
-from .rows import Row, _groups, _labels, _same_results, _sizes, mean_curve
+from .rows import Row, mean_curve, same_results, task_groups, task_labels, task_sizes
 
 
 def _cell(accs: list[float]) -> str:
@@ -63,7 +63,7 @@ def compare(accs: list[float], reference: list[float]) -> str:
 
 def _references(rows: list[Row], task: str) -> dict[str, str]:
     """Mark letter → label of the reference rows present in ``task``'s table."""
-    labels = set(_labels(rows, task))
+    labels = set(task_labels(rows, task))
     long = sorted(r.label for r in rows if r.task == task and r.method == "scratch" and r.budget > 1 and not r.variant)
     refs = {"S": "scratch", "X": long[0] if long else "", "M": "mimetic", "I": "structured"}
     return {letter: label for letter, label in refs.items() if label in labels}
@@ -72,11 +72,11 @@ def _references(rows: list[Row], task: str) -> dict[str, str]:
 def families(rows: list[Row], task: str) -> dict[str, Family]:
     """Size → the decisions of ``task``'s cells at that size against its references, as ``learngene compare``
     makes them (:func:`learngene.bench.findings.family`)."""
-    groups, refs = _groups(rows, task), list(_references(rows, task).values())
-    labels = _labels(rows, task)
+    groups, refs = task_groups(rows, task), list(_references(rows, task).values())
+    labels = task_labels(rows, task)
     return {
         size: family({label: groups[label, size] for label in labels if (label, size) in groups}, refs, size)
-        for size in _sizes(rows, task)
+        for size in task_sizes(rows, task)
     }
 
 
@@ -115,10 +115,10 @@ def format_table(rows: list[Row], task: str, mark: bool = False) -> str:
     stored parameters and condensation cost. Sizes a method cannot make read n/a. With ``mark``, every
     cell also says whether it beats the references (see :data:`MARK_RULE`), and a line under the table gives each
     size's m."""
-    groups = _groups(rows, task)
+    groups = task_groups(rows, task)
     refs = _references(rows, task) if mark else {}
     fams = families(rows, task) if mark else {}
-    sizes = _sizes(rows, task)
+    sizes = task_sizes(rows, task)
     info: dict[str, Row] = {}
     for r in rows:
         if r.task == task:
@@ -146,11 +146,11 @@ def format_table(rows: list[Row], task: str, mark: bool = False) -> str:
 def epochs_to_match(rows: list[Row], task: str, factor: int) -> str:
     """Markdown table: the first epoch at which scratch with ``factor``× the budget reaches each method's
     final accuracy (means over seeds), per size — the "fraction of the training" claim in numbers."""
-    groups = _groups(rows, task)
-    sizes = _sizes(rows, task)
+    groups = task_groups(rows, task)
+    sizes = task_sizes(rows, task)
     long_label = f"scratch ×{factor}"
     lines = ["| method | " + " | ".join(sizes) + " |", "|" + "---|" * (len(sizes) + 1)]
-    for label in _labels(rows, task):
+    for label in task_labels(rows, task):
         if label == long_label:
             continue
         cells = []
@@ -223,7 +223,7 @@ def ancestry_table(meta: dict[str, Any]) -> str:
 def gain_table(rows: list[Row], task: str, upstreams: list[str], reference: str) -> str:
     """Markdown: each method's mean top-1 minus ``reference``'s (points), per upstream, averaged over the sizes
     both have; how a method's gain moves with the ancestry's training and the condensation budget."""
-    by_up = {u: _groups([r for r in rows if r.upstream == u], task) for u in upstreams}
+    by_up = {u: task_groups([r for r in rows if r.upstream == u], task) for u in upstreams}
     labels = list(dict.fromkeys(r.label for r in rows if r.task == task and r.label != reference))
     lines = ["| method | " + " | ".join(upstreams) + " |", "|" + "---|" * (len(upstreams) + 1)]
     for label in labels:
@@ -246,11 +246,11 @@ def gain_table(rows: list[Row], task: str, upstreams: list[str], reference: str)
 def identical_note(rows: list[Row], task: str) -> str:
     """One sentence naming the methods whose accuracies equal another's seed by seed (their plot marks
     coincide), or ``""``."""
-    groups, labels = _groups(rows, task), _labels(rows, task)
+    groups, labels = task_groups(rows, task), task_labels(rows, task)
     pairs = [
         f"{label} = {other} at {size}"
-        for size in _sizes(rows, task)
-        for label, other in _same_results(groups, labels, size).items()
+        for size in task_sizes(rows, task)
+        for label, other in same_results(groups, labels, size).items()
     ]
     return (
         (

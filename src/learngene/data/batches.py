@@ -10,7 +10,7 @@ from torch import Tensor
 
 from ..errors import DataError
 from .augment import augment_batch
-from .folder import _Failed, index_seed
+from .folder import ReadFailure, index_seed
 from .images import Data, ImageData, normalize
 
 
@@ -84,7 +84,7 @@ class Batches:
         """``(step, x, y, soft)`` of this rank, from memory or from the data's DataLoader."""
         if hasattr(self.data, "loader"):
             for step, out in enumerate(self.data.loader(self), start=self.start_step):
-                if isinstance(out, _Failed):
+                if isinstance(out, ReadFailure):
                     raise DataError(out.message)
                 yield step, *out, None
             return

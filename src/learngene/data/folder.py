@@ -89,7 +89,7 @@ def folder_transforms(pre: Mapping[str, Any], augment: str = "none", to_uint8: b
     )
 
 
-class _Failed(NamedTuple):
+class ReadFailure(NamedTuple):
     """An image that could not be read, passed back from a worker so the main process raises one line."""
 
     message: str
@@ -159,7 +159,7 @@ class FolderData(NamedClasses, torch.utils.data.Dataset):
         try:
             image = self.open_image(index, {1: "L", 3: "RGB"}[self.in_chans])
         except DataError as exc:
-            return _Failed(str(exc))
+            return ReadFailure(str(exc))
         if self.augment == "none":
             return self.transform(image), label
         with _seeded(seed):
@@ -171,7 +171,7 @@ class FolderData(NamedClasses, torch.utils.data.Dataset):
 
     def get_batch(self, indices: Tensor) -> tuple[Tensor, Tensor, None]:
         batch = _Collate(self.in_chans, self.img_size)([self[int(i)] for i in indices])
-        if isinstance(batch, _Failed):  # read here, not in a worker: the same one line as from a worker
+        if isinstance(batch, ReadFailure):  # read here, not in a worker: the same one line as from a worker
             raise DataError(batch.message)
         x, y = batch
         return x, y, None
@@ -262,8 +262,8 @@ class _Collate:
     def __init__(self, in_chans: int, img_size: int):
         self.shape = (0, in_chans, img_size, img_size)
 
-    def __call__(self, items: list) -> tuple[Tensor, Tensor] | _Failed:
-        failed = next((item for item in items if isinstance(item, _Failed)), None)
+    def __call__(self, items: list) -> tuple[Tensor, Tensor] | ReadFailure:
+        failed = next((item for item in items if isinstance(item, ReadFailure)), None)
         if failed is not None:
             return failed
         if not items:

@@ -36,7 +36,7 @@ from .loggers import RunLoggers, open_loggers
 from .nonfinite import CUDA_CHECK_EVERY, NonFiniteWatch
 from .progress import note_steps, progress_bar
 from .steps import loss_step, lr_factor, make_optimizer, optimizer_step, seed_everything
-from .stopping import RunInterrupted, _pending_stop, stop_now
+from .stopping import STOPS, RunInterrupted
 
 
 @dataclass
@@ -159,7 +159,7 @@ class TrainingRun:
         self.step_tic = now
 
     def stopped(self) -> RunInterrupted:
-        return RunInterrupted(_pending_stop[0] if _pending_stop else "stop", self.state.global_step, self.ckpt_path)
+        return STOPS.interrupted(self.state.global_step, self.ckpt_path)
 
 
 def run_training(
@@ -281,7 +281,7 @@ def _run_epochs(
             )
         if run_dir is not None and dist.is_main():
             write_text_atomic(Path(run_dir) / LOG, "".join(json.dumps(r) + "\n" for r in state.history))
-        stop = epoch + 1 < epochs and stop_now(state.global_step, device)
+        stop = epoch + 1 < epochs and STOPS.now(device, state.global_step)
         run.checkpoint(epoch + 1, 0, zero_sums(), sums, forced=stop)
         if stop:
             raise run.stopped()
@@ -322,7 +322,7 @@ def _run_epoch(run: TrainingRun, batches: Batches, epoch: int, epochs: int, epoc
         if not bar.disable and not state.global_step % CUDA_CHECK_EVERY:
             loss_sum, correct, seen = sums.tolist()
             bar.set_postfix(loss=f"{loss_sum / max(seen, 1):.3f}", acc=f"{correct / max(seen, 1):.3f}")
-        stop = step_in_epoch + 1 < epoch_steps and stop_now(state.global_step, device)
+        stop = step_in_epoch + 1 < epoch_steps and STOPS.now(device, state.global_step)
         if stop or (
             cfg.checkpoint_every and not state.global_step % cfg.checkpoint_every and step_in_epoch + 1 < epoch_steps
         ):

@@ -45,7 +45,7 @@ from .device import (
 from .epochs import TrainResult, run_training
 from .evaluation import evaluate, predict_logits
 from .steps import distill_loss, loss_step, make_optimizer, optimizer_step, seed_everything, step_draw, uses_fused_adamw
-from .stopping import RunInterrupted, _pending_stop, _running_loops, request_stop
+from .stopping import STOPS, RunInterrupted, request_stop
 
 # what this module offered before its parts moved into modules of their own (callers import them from here)
 __all__ = [
@@ -107,25 +107,16 @@ def train(
     """
     _check_arguments(model, train_data, cfg, eval_data, teacher, run_dir, resume)
     cfg = cfg.resolved()  # a setting not given (None) is the loop's: 10 epochs, batches of 128, λ = 0, every image
-    _running_loops[0] += 1
-    try:
-        result = run_training(model, train_data, cfg, eval_data, teacher, run_dir, resume, loss or distill_loss)
-        stopped = (
-            dist.count_true(bool(_pending_stop), resolve_device(cfg.device)) > 0
-            if dist.is_distributed()
-            else bool(_pending_stop)
-        )
-        if stopped and _running_loops[0] == 1:  # the signal came after the last step: the run is saved
-            raise RunInterrupted(_pending_stop[0], result.steps, Path(run_dir) / CHECKPOINT if run_dir else None)
+    with STOPS.running() as outermost:
+        try:
+            result = run_training(model, train_data, cfg, eval_data, teacher, run_dir, resume, loss or distill_loss)
+        except NonFiniteError as exc:
+            if run_dir is not None and dist.is_main() and (Path(run_dir) / CHECKPOINT).exists():
+                record_nonfinite_stop(Path(run_dir), str(exc))
+            raise
+        if STOPS.now(resolve_device(cfg.device)) and outermost:  # the signal came after the last step: it is saved
+            raise STOPS.interrupted(result.steps, Path(run_dir) / CHECKPOINT if run_dir else None)
         return result
-    except NonFiniteError as exc:
-        if run_dir is not None and dist.is_main() and (Path(run_dir) / CHECKPOINT).exists():
-            record_nonfinite_stop(Path(run_dir), str(exc))
-        raise
-    finally:
-        _running_loops[0] -= 1
-        if not _running_loops[0]:
-            _pending_stop.clear()
 
 
 def _check_arguments(
