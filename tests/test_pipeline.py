@@ -4,7 +4,6 @@ by the pipeline, not by an import-order hook."""
 
 from __future__ import annotations
 
-import ast
 import csv
 import io
 import json
@@ -220,21 +219,6 @@ def test_the_stitched_descendant_is_an_output_pool_declares(ancestry, tmp_path):
         lp.expand(pool, {"depth": 3}, stitch="0:1-2:0")
     with pytest.raises(learngene.LearngeneError, match="no timm hub folder"):
         stitched.save(tmp_path / "hub", format="hub")
-
-
-def test_every_cli_handler_is_twenty_lines_or_fewer():
-    """parse -> call the pipeline -> write -> say: a handler that grows is logic that belongs in the library. A handler
-    is a command module's ``run``, counted from its first statement after the imports it makes when it runs (they keep
-    ``--help`` free of torch)."""
-    cli = Path(learngene.__file__).parent / "cli"
-    sizes = {
-        f"{path.stem}.{node.name}": node.end_lineno - body[0].lineno + 1
-        for path in cli.glob("*.py")
-        for node in ast.parse(path.read_text()).body
-        if isinstance(node, ast.FunctionDef) and node.name == "run" and node.end_lineno
-        for body in [[s for s in node.body if not isinstance(s, ast.Import | ast.ImportFrom)]]
-    }
-    assert len(sizes) >= 10 and {k: n for k, n in sizes.items() if n > 20} == {}, sizes
 
 
 def test_saving_has_no_hook_and_the_pipeline_refuses_an_invalid_gene(tmp_path):
