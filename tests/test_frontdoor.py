@@ -46,8 +46,24 @@ def test_the_default_is_the_idle_cpus_and_omp_num_threads_wins(monkeypatch):
 
 
 def test_the_machine_load_counts_busy_cpus():
-    load = threads.machine_load(sample_seconds=0.05)
-    assert 0.0 <= load and threads.usable_cpus() >= 1
+    """A process spinning on one of this process's CPUs for the whole sample keeps that CPU busy (or, while the
+    scheduler runs another process there, another one), so the load counts at least one CPU less the ticks' rounding:
+    /proc/stat counts in ticks of 10 ms, at most one lost at each end of the 0.3 s sample per CPU. A CPU is never
+    more than wholly busy, so the load is at most the CPUs."""
+    if threads._cpu_times() is None:
+        pytest.skip("no /proc/stat: the load is the 1-minute average, which does not follow one sample")
+    spinner = subprocess.Popen(
+        [sys.executable, "-c", "import time\nprint(flush=True)\nend = time.time() + 30\nwhile time.time() < end: pass"],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert spinner.stdout is not None and spinner.stdout.readline() == b"\n"  # spinning from here on
+        load = threads.machine_load(sample_seconds=0.3)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    cpus = len(threads._cpu_times() or {})
+    assert 1.0 - cpus * 2 * 0.01 / 0.3 <= load <= threads.usable_cpus(), (load, cpus)
 
 
 def _readings(monkeypatch, samples, loadavg=2.0):

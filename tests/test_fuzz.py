@@ -91,81 +91,113 @@ def _outcome(capsys, argv: list[str], out: Path | None = None) -> int:
 def forged_genes(draw, names: list[str]):
     """A real gene with one part of its header or tensors forged."""
     method = draw(st.sampled_from(names))
-    kind = draw(st.sampled_from(["header", "config", "ancestry", "drop", "rename", "reshape", "nonfinite", "dtype"]))
+    kind = draw(st.sampled_from(list(FORGERIES)))
     return method, kind, draw(st.data())
 
 
-def _forge(tensors: dict, meta: dict, kind: str, data) -> None:
+def _forge_header(tensors: dict, meta: dict, data) -> None:
+    key = data.draw(st.sampled_from(["format", "format_version", "method", "config", "ancestry", "cost"]))
+    if data.draw(st.booleans()):
+        meta.pop(key, None)
+    else:
+        meta[key] = data.draw(st.text(max_size=20) | json_values.map(json.dumps))
+
+
+def _forge_json(name: str, fallback: dict, values):
+    """A forgery of one field of the header's JSON entry ``name`` (``fallback`` when it is empty)."""
+
+    def forge(tensors: dict, meta: dict, data) -> None:
+        entry = json.loads(meta[name]) or dict(fallback)
+        field = data.draw(st.sampled_from(sorted(entry) or ["x"]))
+        entry[field] = data.draw(values)
+        meta[name] = json.dumps(entry)
+
+    return forge
+
+
+def _forge_drop(tensors: dict, meta: dict, data) -> None:
+    del tensors[data.draw(st.sampled_from(sorted(tensors)))]
+
+
+ODD_KEYS = [
+    "blocks.x.attn.qkv.weight",
+    "blocks.-1.norm1.weight",
+    "blocks.99.mlp.fc1.bias",
+    "",
+    "head.weight",
+    "θ_A.blocks.0",
+]
+
+
+def _forge_rename(tensors: dict, meta: dict, data) -> None:
+    tensor = tensors.pop(data.draw(st.sampled_from(sorted(tensors))))
+    tensors[data.draw(st.sampled_from(ODD_KEYS) | st.text(min_size=1, max_size=20))] = tensor
+
+
+def _forge_reshape(tensors: dict, meta: dict, data) -> None:
+    key = data.draw(st.sampled_from(sorted(tensors)))
+    shape = list(tensors[key].shape) or [1]
+    dim = data.draw(st.integers(0, len(shape) - 1))
+    shape[dim] = data.draw(st.sampled_from([0, 1, shape[dim] + 1, 2 * shape[dim] + 3]))
+    tensors[key] = torch.zeros(shape)
+
+
+def _forge_nonfinite(tensors: dict, meta: dict, data) -> bool:
+    """A NaN or infinity written into a floating tensor: True when one was (no gene may hold it)."""
     keys = sorted(tensors)
-    if kind == "header":
-        key = data.draw(st.sampled_from(["format", "format_version", "method", "config", "ancestry", "cost"]))
-        if data.draw(st.booleans()):
-            meta.pop(key, None)
-        else:
-            meta[key] = data.draw(st.text(max_size=20) | json_values.map(json.dumps))
-    elif kind == "config":
-        config = json.loads(meta["config"])
-        field = data.draw(st.sampled_from(sorted(config) or ["x"]))
-        config[field] = data.draw(json_values)
-        meta["config"] = json.dumps(config)
-    elif kind == "ancestry":
-        ancestry = json.loads(meta["ancestry"]) or SPEC.to_dict()
-        field = data.draw(st.sampled_from(sorted(ancestry)))
-        ancestry[field] = data.draw(json_values | st.sampled_from([10**9, 10**6, 0, -3, 1e308]))
-        meta["ancestry"] = json.dumps(ancestry)
-    elif kind == "drop" and keys:
-        del tensors[data.draw(st.sampled_from(keys))]
-    elif kind == "rename" and keys:
-        tensor = tensors.pop(data.draw(st.sampled_from(keys)))
-        tensors[
-            data.draw(
-                st.sampled_from(
-                    [
-                        "blocks.x.attn.qkv.weight",
-                        "blocks.-1.norm1.weight",
-                        "blocks.99.mlp.fc1.bias",
-                        "",
-                        "head.weight",
-                        "θ_A.blocks.0",
-                    ]
-                )
-                | st.text(min_size=1, max_size=20)
-            )
-        ] = tensor
-    elif kind == "reshape" and keys:
-        key = data.draw(st.sampled_from(keys))
-        shape = list(tensors[key].shape) or [1]
-        dim = data.draw(st.integers(0, len(shape) - 1))
-        shape[dim] = data.draw(st.sampled_from([0, 1, shape[dim] + 1, 2 * shape[dim] + 3]))
-        tensors[key] = torch.zeros(shape)
-    elif kind == "nonfinite" and keys:
-        key = data.draw(st.sampled_from([k for k in keys if tensors[k].is_floating_point()] or keys))
-        if tensors[key].is_floating_point() and tensors[key].numel():
-            tensors[key] = tensors[key].clone()
-            tensors[key].view(-1)[0] = data.draw(st.sampled_from([math.nan, math.inf, -math.inf]))
-    elif kind == "dtype" and keys:
-        key = data.draw(st.sampled_from(keys))
-        tensors[key] = tensors[key].to(
-            data.draw(st.sampled_from([torch.int64, torch.float16, torch.bool, torch.float64]))
-        )
+    key = data.draw(st.sampled_from([k for k in keys if tensors[k].is_floating_point()] or keys))
+    if not (tensors[key].is_floating_point() and tensors[key].numel()):
+        return False
+    tensors[key] = tensors[key].clone()
+    tensors[key].view(-1)[0] = data.draw(st.sampled_from([math.nan, math.inf, -math.inf]))
+    return True
+
+
+def _forge_dtype(tensors: dict, meta: dict, data) -> None:
+    key = data.draw(st.sampled_from(sorted(tensors)))
+    tensors[key] = tensors[key].to(data.draw(st.sampled_from([torch.int64, torch.float16, torch.bool, torch.float64])))
+
+
+# each kind of forgery: it changes the header's entries or the tensors in place, and says True when the result is
+# certainly no valid gene
+FORGERIES = {
+    "header": _forge_header,
+    "config": _forge_json("config", {}, json_values),
+    "ancestry": _forge_json("ancestry", SPEC.to_dict(), json_values | st.sampled_from([10**9, 10**6, 0, -3, 1e308])),
+    "drop": _forge_drop,
+    "rename": _forge_rename,
+    "reshape": _forge_reshape,
+    "nonfinite": _forge_nonfinite,
+    "dtype": _forge_dtype,
+}
+TENSOR_FORGERIES = ("drop", "rename", "reshape", "nonfinite", "dtype")  # of a gene with tensors only
 
 
 def test_forged_genes_are_refused_in_one_line_or_expand_soundly(genes, capsys, tmp_path_factory):
+    """Each forged gene is refused in one line or expands soundly (:func:`_outcome`); one that holds a NaN or an
+    infinity is refused by both commands. The draws (derandomized: the same ones on every run) reach both ends."""
     names = sorted(genes)
+    codes: set[int] = set()
+    nonfinite: list[tuple[int, int]] = []
 
     @FUZZ
     @given(forged_genes(names))
     def run(case):
         method, kind, data = case
         tensors, meta = _read(genes[method])
-        _forge(tensors, meta, kind, data)
+        invalid = FORGERIES[kind](tensors, meta, data) if tensors or kind not in TENSOR_FORGERIES else False
         root = tmp_path_factory.mktemp("forged")
         path, out = root / "forged.safetensors", root / "out.safetensors"
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), metadata=meta)
-        _outcome(capsys, ["inspect", str(path)])
-        _outcome(capsys, ["expand", str(path), "--quiet", "-o", str(out)], out)
+        shown = _outcome(capsys, ["inspect", str(path)])
+        made = _outcome(capsys, ["expand", str(path), "--quiet", "-o", str(out)], out)
+        codes.update((shown, made))
+        if invalid:
+            nonfinite.append((shown, made))
 
     run()
+    assert nonfinite and set(nonfinite) == {(2, 2)}, nonfinite  # every NaN forgery drawn was refused by both
+    assert codes == {0, 2}, codes  # some forgeries were refused, and some expanded (their outputs checked)
 
 
 SPEC_FLAGS = [
@@ -195,6 +227,16 @@ TRAIN_FLAGS = [
     "--train-images",
     "--few-shot",
 ]
+
+
+def _no_number(text: str) -> bool:
+    """Text that no numeric flag may take: empty, or a number that is not finite (``nan``, ``-inf``, ``1e400``)."""
+    try:
+        return not math.isfinite(float(text))
+    except ValueError:
+        return not text.strip()
+
+
 numbers = (
     st.integers(-(2**70), 2**70).map(str)
     | st.floats(allow_nan=True, allow_infinity=True).map(repr)
@@ -203,23 +245,36 @@ numbers = (
 )
 
 
+def _numbers_outcomes(capsys, argv: list[str], out, flags: list[tuple[str, str]], outcomes: list) -> None:
+    """Run ``argv`` with ``flags`` (checked by :func:`_outcome`); note its exit code and whether a value was no number."""
+    code = _outcome(capsys, [*argv, *(f"{flag}={value}" for flag, value in flags)], out)
+    outcomes.append((code, any(_no_number(value) for _, value in flags)))
+
+
+def _check_numbers_outcomes(outcomes: list[tuple[int, bool]]) -> None:
+    """Every command given an empty or non-finite value was refused; the draws (derandomized: the same on every run)
+    held such a value, and reached a command that ran (its output checked by :func:`_outcome`)."""
+    assert any(bad for _, bad in outcomes) and all(code == 2 for code, bad in outcomes if bad), outcomes
+    assert any(code == 0 for code, _ in outcomes), outcomes
+
+
 def test_numbers_on_the_expand_command_line(genes, capsys, tmp_path_factory):
     gene = genes["pretrained"]
+    outcomes: list[tuple[int, bool]] = []
 
     @FUZZ
     @given(st.lists(st.tuples(st.sampled_from(SPEC_FLAGS), numbers), min_size=1, max_size=3))
     def run(flags):
         out = tmp_path_factory.mktemp("num") / "out.safetensors"
-        argv = ["expand", str(gene), "--quiet", "-o", str(out)]
-        for flag, value in flags:
-            argv += [f"{flag}={value}"]
-        _outcome(capsys, argv, out)
+        _numbers_outcomes(capsys, ["expand", str(gene), "--quiet", "-o", str(out)], out, flags, outcomes)
 
     run()
+    _check_numbers_outcomes(outcomes)
 
 
 def test_numbers_on_the_train_command_line(genes, capsys, tmp_path_factory):
     model = genes["pretrained"].parent / "anc.safetensors"
+    outcomes: list[tuple[int, bool]] = []
 
     @settings(FUZZ, max_examples=25)
     @given(st.lists(st.tuples(st.sampled_from(TRAIN_FLAGS), numbers), min_size=1, max_size=2))
@@ -230,8 +285,6 @@ def test_numbers_on_the_train_command_line(genes, capsys, tmp_path_factory):
             str(model),
             "--data",
             "digits",
-            "--img-size",
-            "8",
             "--train-images",
             "16",
             "--max-steps",
@@ -242,8 +295,7 @@ def test_numbers_on_the_train_command_line(genes, capsys, tmp_path_factory):
             "-o",
             str(out),
         ]
-        for flag, value in flags:
-            argv += [f"{flag}={value}"]
-        _outcome(capsys, argv, out)
+        _numbers_outcomes(capsys, argv, out, flags, outcomes)
 
     run()
+    _check_numbers_outcomes(outcomes)

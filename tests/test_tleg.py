@@ -132,7 +132,11 @@ def test_expansion_loads_strictly_into_timm_for_depths_up_to_four_times_aux(name
     for depth in range(1, 4 * tiny_spec.depth + 1):
         spec = tiny_spec.replace(depth=depth)
         model = timm.create_model("vit_tiny_patch16_224", pretrained=False, **spec.timm_kwargs())
-        model.load_state_dict(method.expand(gene, spec), strict=True)
+        expanded = method.expand(gene, spec)
+        assert {k: v.shape for k, v in expanded.items()} == {k: v.shape for k, v in model.state_dict().items()}, depth
+        model.load_state_dict(expanded, strict=True)
+        out = model.eval()(torch.randn(1, spec.in_chans, spec.img_size, spec.img_size))
+        assert out.shape == (1, spec.num_classes) and torch.isfinite(out).all(), depth
 
 
 def test_share_init_is_tleg_with_theta_a_zero(tiny_spec):
