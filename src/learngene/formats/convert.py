@@ -631,7 +631,7 @@ def _read_hf_folder(folder: Path, config: dict[str, Any], state: StateDict, drop
         raise LearngeneError(
             f"{folder} is a transformers {model_type!r} model; learngene converts "
             f"vit, deit, dinov2, dinov2_with_registers, dinov3_vit, clip and siglip image towers "
-            f"(or give a timm checkpoint with --timm-model)"
+            f"(or give a timm checkpoint with timm_model, --timm-model)"
         )
     state = hf_state_to_timm(state, model_type, config.get("hidden_size"), drop_head)
     arch, kwargs = hf_config_to_timm(config, state)

@@ -134,7 +134,7 @@ def export_hub_folder(
         except ValueError as exc:
             raise LearngeneError(
                 f"timm cannot describe this model in a config.json ({exc}); save it as a "
-                f"learngene model file instead (an --out ending in .safetensors)"
+                f"learngene model file instead: a path (--out) ending in .safetensors"
             ) from None
         config = json.loads((tmp / CONFIG).read_text())
         for key in FOREIGN_CFG_FIELDS:

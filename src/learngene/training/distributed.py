@@ -55,7 +55,7 @@ def init_from_env(device: str = "auto") -> None:
     except (RuntimeError, ValueError) as exc:
         raise LearngeneError(
             f"could not join the process group ({first_line(exc)}); "
-            f"check torchrun's rendezvous endpoint (its --rdzv-endpoint or --master-addr) and that every node can reach it"
+            f"check torchrun's rendezvous endpoint or master address, and that every node can reach it"
         ) from None
 
 
