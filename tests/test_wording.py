@@ -1,32 +1,129 @@
-"""A message names a setting as its reader gives it: the flag to the command line, the argument to Python.
+"""Messages are plain text that names a setting in both callers' words: the Python argument, then the command
+line's flag in parentheses (``lr (--lr)``, ``lr=0.001 (--lr 0.001)``; :func:`learngene.errors.named` and
+:func:`learngene.errors.assigned`). ``str(err)`` is the message; the command line prints it as it is.
 
-Both wordings travel together in the message (``learngene.errors.setting``) and one is picked where the message
-is shown (``learngene.errors.render``); these tests check the pick on each side and that the tags carrying the
-two wordings never reach a reader.
+These tests check the source (no private-use character, no flag a Python caller would read alone), the messages a
+Python caller gets, and that the command line prints the same ``str(err)``.
 """
 
 from __future__ import annotations
 
+import ast
+import re
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
-import learngene.cli.dispatch as dispatch
+import learngene
 from learngene.cli import main
-from learngene.errors import LearngeneError, LearngeneWarning, message_of, render, setting
+from learngene.errors import LearngeneError, LearngeneWarning, assigned, named
 from learngene.formats.model_file import save_model
 from learngene.method import Ancestry
 from learngene.registry import get_method
 from learngene.vit.spec import ViTSpec
 
+SRC = Path(learngene.__file__).parent
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
-TAGS = ("\ue000", "\ue001", "\ue002")  # what errors.setting marks the two wordings with
+FLAG = re.compile(r"--[a-z][a-z0-9-]*")
+# Unicode's private-use areas: characters with no meaning of their own, once used to tag settings inside messages
+PRIVATE_USE = re.compile("[\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd]")
 
 
-def _untagged(text: str) -> bool:
-    return not any(tag in text for tag in TAGS)
+def bare_flags(text: str) -> list[str]:
+    """The flags in ``text`` that a Python caller would read alone. A flag comes in parentheses after the Python words
+    it stands for: first in them (``lr (--lr)``, ``lr=0.001 (--lr 0.001)``), after a Python name and a comma
+    (``(data, --data)``), or in a learngene command line; a text that is a command line (``learngene demo --quick``)
+    and a shell command in backticks hold none."""
+    if text.lstrip().startswith("learngene "):
+        return []
+    text = re.sub(r"`[^`]*`", "``", text)
+    bare, opened, read = [], [], 0
+    for match in FLAG.finditer(text):
+        for i in range(read, match.start()):  # the parentheses open where this flag stands
+            if text[i] == "(":
+                opened.append(i + 1)
+            elif text[i] == ")" and opened:
+                opened.pop()
+        read = match.start()
+        before = text[opened[-1] : match.start()] if opened else None  # the parenthesized words before the flag
+        after_python = before is not None and (before == "" or before.startswith("--") or before.endswith(", "))
+        if not (after_python or (before is not None and "learngene " in before)):
+            bare.append(match.group())
+    return bare
+
+
+def test_bare_flags_finds_a_flag_a_python_caller_would_read_alone():
+    assert bare_flags("lower --lr or check the data") == ["--lr"]
+    assert bare_flags("pass e.g. lr=0.001 (--lr 0.001); then (x) --seed") == ["--seed"]
+    assert bare_flags("no recommendation (the paired test needs --seeds 2 or more)") == ["--seeds"]
+    assert bare_flags("give training data (data, --data); pass design='authors' (--opt design=authors)") == []
+    assert bare_flags("stitch (expand with output=('stitch', ...), learngene expand GENE --stitch ...)") == []
+    assert bare_flags("lower lr (--lr) or run `hf download x --revision main`") == []
+    assert bare_flags("learngene demo --quick") == []
+
+
+def test_named_and_assigned_name_both_forms():
+    assert named("lr") == "lr (--lr)" and named("max_params") == "max_params (--max-params)"
+    assert named("timm_kwargs", "--timm-arg") == "timm_kwargs (--timm-arg)" and named("x", "") == "x"
+    assert assigned("lr", 0.001) == "lr=0.001 (--lr 0.001)"
+    assert assigned("grad_clip", None, 0) == "grad_clip=None (--grad-clip 0)"
+    assert assigned("resume", True, "") == "resume=True (--resume)"
+    assert assigned("design", "authors", flag="--opt") == "design='authors' (--opt design=authors)"
+    assert assigned("modules", ("msa", "mlp"), flag="--opt") == "modules=('msa', 'mlp') (--opt modules=msa,mlp)"
+    assert assigned("head_aware", False, flag="--opt") == "head_aware=False (--opt head_aware=false)"
+
+
+def _sources() -> list[Path]:
+    return sorted(SRC.rglob("*.py"))
+
+
+def test_no_private_use_character_in_the_source():
+    found = [
+        f"{path.relative_to(SRC)}:{n}"
+        for path in _sources()
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if PRIVATE_USE.search(line)
+    ]
+    assert not found, found
+
+
+def _message_texts(tree: ast.AST):
+    """Every string the module's code holds that can reach a reader, as ``(line, text)``: constants and f-strings
+    (a placeholder for each value), less docstrings, a declaration's ``flag=``, ``help=`` and ``metavar=`` (the
+    parser's words) and constants that are one flag (an argv item)."""
+    left_out: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
+            if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                left_out.add(id(body[0].value))
+        if isinstance(node, ast.keyword) and node.arg in ("flag", "help", "metavar"):
+            left_out.update(id(sub) for sub in ast.walk(node.value))
+        if isinstance(node, ast.JoinedStr):
+            left_out.update(id(part) for part in node.values)
+    for node in ast.walk(tree):
+        if id(node) in left_out:
+            continue
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and not FLAG.fullmatch(node.value):
+            yield node.lineno, node.value
+        elif isinstance(node, ast.JoinedStr):
+            yield node.lineno, "".join(p.value if isinstance(p, ast.Constant) else "{}" for p in node.values)
+
+
+def test_no_message_outside_the_command_line_names_a_flag_alone():
+    """A Python caller reads every message of the library (the command line's own package aside, whose messages
+    only its users read): a flag there comes in parentheses after the Python argument it stands for."""
+    found = [
+        f"{path.relative_to(SRC)}:{line}: {bare} in {text[:100]!r}"
+        for path in _sources()
+        if path.parent.name != "cli"
+        for line, text in _message_texts(ast.parse(path.read_text(encoding="utf-8")))
+        if (bare := bare_flags(text))
+    ]
+    assert not found, "\n".join(found)
 
 
 @pytest.fixture(scope="module")
@@ -39,99 +136,87 @@ def files(tmp_path_factory):
     return root
 
 
+def _python_error(call) -> str:
+    """The message ``call`` raises, checked to be plain (no private-use character, one line, no flag alone)."""
+    with pytest.raises(LearngeneError) as raised:
+        call()
+    said = str(raised.value)
+    assert not PRIVATE_USE.search(said) and "\n" not in said and not bare_flags(said), ascii(said)
+    assert repr(raised.value) == f"{type(raised.value).__name__}({said!r})"
+    return said
+
+
 def _cli_error(capsys, argv: list) -> str:
     """The one line the command line prints for ``argv``, which must fail with exit code 2."""
     code = main([str(a) for a in argv])
     captured = capsys.readouterr()
     assert code == 2, (code, captured.err)
-    assert _untagged(captured.err) and _untagged(captured.out), ascii(captured.err)
     return captured.err.strip()
 
 
-def _python_error(call) -> str:
-    with pytest.raises(LearngeneError) as raised:
-        call()
-    shown = (str(raised.value), repr(raised.value), raised.exconly())
-    assert all(_untagged(text) for text in shown), ascii(shown)
-    return str(raised.value)
-
-
-def test_a_bad_learning_rate_is_named_as_each_caller_gives_it(files, capsys):
-    from learngene.pipeline.compare import compare_profile
+def test_a_python_caller_is_told_both_forms(tmp_path):
+    from learngene.pipeline import train_ancestry
     from learngene.training.config import TrainConfig
 
-    err = _cli_error(capsys, ["train", files / "anc.safetensors", "--data", "digits", "--lr", "-1", "-o", "o"])
-    assert err == "learngene train: error: argument --lr: learning rate must be positive, got -1 (see --help)"
-    said = _python_error(lambda: TrainConfig(lr=-1))
-    assert said == "learning rate must be positive, got -1; pass e.g. lr=0.001"
-    # a setting refused by the library (not the parser): the same check, the flag's words on the command line
-    argv = ["compare", "--ancestry", files / "anc.safetensors", "--data", "digits", "--sizes", "L1-D32-H2"]
-    err = _cli_error(capsys, [*argv, "--epochs", "0", "--out", files / "cmp"])
-    assert err == "learngene compare: error: epochs must be at least 1, got 0; pass --epochs 1 or more"
-    said = _python_error(lambda: compare_profile(SPEC, "anc", "digits", ["L1-D32-H2"], {"epochs": 0}))
-    assert said == "epochs must be at least 1, got 0; pass epochs=1 or more"
-
-
-def test_options_are_named_as_each_caller_gives_them(files, capsys):
-    argv = ["condense", "--ancestry", files / "anc.safetensors", "-o", files / "g.safetensors"]
-    err = _cli_error(capsys, [*argv, "--method", "structured", "--opt", "kernel_size=2"])
-    tail = "structured option kernel_size must be an odd number, got 2; pass "
-    assert err == (
-        f"learngene condense: error: {tail}--opt kernel_size=VALUE with a value of that kind (see `learngene methods`)"
+    assert _python_error(lambda: TrainConfig(lr=-1)) == (
+        "lr (--lr) must be positive, got -1; pass e.g. lr=0.001 (--lr 0.001)"
+    )
+    assert _python_error(lambda: TrainConfig(grad_clip=-1)).endswith(
+        "; pass grad_clip=None (--grad-clip 0) for no clipping, or a positive maximum norm"
     )
     said = _python_error(lambda: get_method("structured")(kernel_size=2))
-    assert (
-        said
-        == f"{tail}kernel_size=VALUE with a value of that kind (see help(learngene.get_method('structured').Config))"
-    )
-    # an unknown option: the same words on both sides (the command line's name for it is the text given)
-    err = _cli_error(capsys, [*argv, "--method", "tleg", "--opt", "nope=1"])
-    assert err.startswith("learngene condense: error: option 'nope=1' is not KEY=VALUE with a known KEY; use one of: ")
-    said = _python_error(lambda: get_method("tleg")(nope=1))
-    assert said.startswith("tleg: ") and "unexpected keyword argument 'nope'" in said, said
-    # pool's option of the other design
-    err = _cli_error(capsys, [*argv, "--method", "pool", "--opt", "widths=16,32"])
+    assert said.startswith(
+        "structured option kernel_size must be an odd number, got 2; pass kernel_size=VALUE (--opt kernel_size=VALUE)"
+    ), said
     design = "pool option widths applies to design=authors, not equal_width; leave it out, or pass "
-    assert err == f"learngene condense: error: {design}--opt design=authors"
-    assert _python_error(lambda: get_method("pool")(widths=(16, 32))) == f"{design}design=authors"
-    assert not (files / "g.safetensors").exists()
+    assert _python_error(lambda: get_method("pool")(widths=(16, 32))) == (
+        f"{design}design='authors' (--opt design=authors)"
+    )
+    assert _python_error(lambda: train_ancestry("digits", "cpu_tiny", resume=True)) == (
+        "resume (--resume) continues from RUN_DIR/checkpoint.pt; pass run_dir (--run-dir) too"
+    )
 
 
-def test_resume_without_a_run_directory_is_named_as_each_caller_gives_it(capsys, tmp_path):
-    from learngene.pipeline import train_ancestry
+def test_the_command_line_prints_the_message_a_python_caller_gets(files, capsys):
+    """One message for both: the command line's line is ``learngene CMD: error: {str(err)}``."""
+    from learngene.pipeline.compare import compare_profile
 
-    argv = ["ancestry", "--data", "digits", "--preset", "cpu_tiny", "--resume", "-o", tmp_path / "a.safetensors"]
-    err = _cli_error(capsys, argv)
-    said = "resume (--resume) continues from RUN_DIR/checkpoint.pt; pass run_dir (--run-dir) too"  # both callers'
-    assert err == f"learngene ancestry: error: {said}"
-    assert _python_error(lambda: train_ancestry("digits", "cpu_tiny", resume=True)) == said
+    said = _python_error(lambda: compare_profile(SPEC, "anc", "digits", ["L1-D32-H2"], {"epochs": 0}))
+    assert said == "epochs (--epochs) must be at least 1, got 0; pass epochs=1 (--epochs 1) or more"
+    argv = ["compare", "--ancestry", files / "anc.safetensors", "--data", "digits", "--sizes", "L1-D32-H2"]
+    assert _cli_error(capsys, [*argv, "--epochs", "0", "--out", files / "cmp"]) == f"learngene compare: error: {said}"
+    said = _python_error(lambda: get_method("pool")(widths=(16, 32)))
+    argv = ["condense", "--ancestry", files / "anc.safetensors", "-o", files / "g.safetensors"]
+    err = _cli_error(capsys, [*argv, "--method", "pool", "--opt", "widths=16,32"])
+    assert err == f"learngene condense: error: {said}"
+    assert not (files / "g.safetensors").exists() and not (files / "cmp").exists()
 
 
-def test_a_note_names_the_setting_as_each_caller_gives_it(files, capsys):
+def test_a_note_names_the_setting_in_both_forms(files, capsys):
     from learngene.pipeline import expand
 
     out = files / "d.safetensors"
     assert main(["expand", str(files / "gene.safetensors"), "--max-params", "5M", "--depth", "1", "-o", str(out)]) == 0
-    captured = capsys.readouterr()
-    kept = "(budget: params 5,000,000; depth (--depth) 1 kept (it wins over the budget)"  # both callers' words
-    assert kept in captured.out, captured.out
-    assert _untagged(captured.out) and _untagged(captured.err)
+    shown = capsys.readouterr().out
     said: list[str] = []
     expand(files / "gene.safetensors", {"depth": 1}, max_params=5_000_000, say=lambda text, **how: said.append(text))
-    assert len(said) == 1 and kept in said[0], said
-    assert _untagged(said[0])
+    assert len(said) == 1 and "(budget: params 5,000,000; depth (--depth) 1 kept (it wins over" in said[0], said
+    assert said[0] in shown and not bare_flags(said[0])  # the command line shows the very line a Python say gets
 
 
-def test_a_warning_is_worded_for_its_reader(files, capsys, monkeypatch):
-    """A warning raised inside a command shows the flag; the same warning caught from Python, the argument."""
-    text = f"a warning about {setting('lr=0.01', '--lr 0.01')}"
+def test_a_warning_is_shown_as_python_shows_it(files, capsys, monkeypatch):
+    """The command line leaves warnings to Python: a LearngeneWarning raised inside a command is printed by
+    Python's own formatting, its text (both forms) unchanged."""
+    import learngene.cli.dispatch as dispatch
+
+    text = f"a warning about {assigned('lr', 0.01)}"
 
     def warn_and_fail(args):
+        assert warnings.formatwarning is shown_before  # no display of the command line's own
         warnings.warn(LearngeneWarning(text), stacklevel=1)
-        raise LearngeneError(f"then fail with {setting('lr', '--lr')}")
+        raise LearngeneError(f"then fail with {named('lr')}")
 
-    # pytest records warnings; showwarning as Python's default prints them, through warnings.formatwarning
-    def show(message, category, filename, lineno, file=None, line=None):
+    def show(message, category, filename, lineno, file=None, line=None):  # as Python's default showwarning
         sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
     monkeypatch.setattr(warnings, "showwarning", show)
@@ -140,43 +225,7 @@ def test_a_warning_is_worded_for_its_reader(files, capsys, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         code = main(["inspect", str(files / "gene.safetensors")])
-    captured = capsys.readouterr()
-    assert code == 2 and _untagged(captured.err), ascii(captured.err)
-    assert "LearngeneWarning: a warning about --lr 0.01\n" in captured.err, captured.err
-    assert captured.err.strip().endswith("learngene inspect: error: then fail with --lr"), captured.err
-    assert warnings.formatwarning is shown_before  # the command line's display is its own while it runs
-    with pytest.warns(LearngeneWarning) as caught:
-        warnings.warn(LearngeneWarning(text), stacklevel=1)
-    assert str(caught[0].message) == "a warning about lr=0.01"
-
-
-def test_render_picks_one_wording_and_leaves_no_tag():
-    named = setting("lr=0.01", "--lr 0.01")
-    nested = setting(f"pass {named} to train", f"give {named} to `learngene train`")
-    assert render(f"x {nested} y", cli=True) == "x give --lr 0.01 to `learngene train` y"
-    assert render(f"x {nested} y", cli=False) == "x pass lr=0.01 to train y"
-    assert render(named[:4], cli=True) == "lr="  # a message cut short: what is left of the span, no tag
-    assert setting("seed", "seed") == "seed"  # one wording needs no tags
-    err = LearngeneError(f"bad {named}")
-    assert str(err) == "bad lr=0.01" and repr(err) == "LearngeneError('bad lr=0.01')"
-    assert render(message_of(err), cli=True) == "bad --lr 0.01"
-    wrapped = LearngeneError(f"wrapped: {message_of(err)}")  # re-raised with another's message: both wordings kept
-    assert render(message_of(wrapped), cli=True) == "wrapped: bad --lr 0.01" and str(wrapped) == "wrapped: bad lr=0.01"
-
-
-def test_a_usage_error_names_the_flag(capsys):
-    """A flag's type check may reuse a library message (e.g. a licence's): argparse's one line shows the flag's words."""
-    import argparse
-
-    from learngene.cli.parser import EXIT_USAGE, _Parser
-
-    def refuse(text: str):
-        raise argparse.ArgumentTypeError(f"{text!r} is no rate; pass {setting('lr=0.001', '--lr 0.001')}")
-
-    parser = _Parser(prog="learngene train")
-    parser.add_argument("--lr", type=refuse)
-    with pytest.raises(SystemExit) as exited:
-        parser.parse_args(["--lr", "fast"])
     err = capsys.readouterr().err
-    assert exited.value.code == EXIT_USAGE
-    assert err == "learngene train: error: argument --lr: 'fast' is no rate; pass --lr 0.001 (see --help)\n", ascii(err)
+    assert code == 2 and f"LearngeneWarning: {text}\n" in err, err
+    assert err.strip().endswith("learngene inspect: error: then fail with lr (--lr)"), err
+    assert str(LearngeneWarning(text)) == text and repr(LearngeneError("x")) == "LearngeneError('x')"

@@ -1,19 +1,15 @@
-"""The one exception type users see.
+"""The one exception type users see, and how its messages name a setting.
 
 Every failure caused by the user's input (a missing file, an impossible spec, data that does not
 fit the model) is raised as a :class:`LearngeneError` whose message is one line that says what to
 do. The CLI prints it and exits with code 2; anything else is a bug and keeps its traceback.
+
+A message is plain text for both of its readers: it names a setting as a Python caller passes it, then as the command
+line's flag in parentheses (:func:`named`, :func:`assigned`), so ``str(err)`` is the whole message wherever it shows.
 """
 
 import contextlib
-import re
 from collections.abc import Iterator
-
-# A setting named in a message carries both wordings, tagged with private-use characters that survive composition
-# into f-strings: whoever shows the message to a person picks one wording (render), knowing who that person is.
-_OPEN, _BETWEEN, _CLOSE = "\ue000", "\ue001", "\ue002"
-_TAG = re.compile(f"[{_OPEN}-{_CLOSE}]")
-_SPAN = re.compile(f"{_OPEN}([^{_OPEN}-{_CLOSE}]*){_BETWEEN}([^{_OPEN}-{_CLOSE}]*){_CLOSE}")  # an innermost span
 
 
 def named(name: str, flag: str | None = None) -> str:
@@ -27,9 +23,8 @@ def named(name: str, flag: str | None = None) -> str:
 def assigned(name: str, value: object, flag_value: object = None, flag: str | None = None) -> str:
     """A setting given a value, for both callers in plain words: ``lr=0.001 (--lr 0.001)``; ``flag_value`` where the
     command line writes the value otherwise (``grad_clip=None (--grad-clip 0)``; ``""`` for a switch:
-    ``resume=True (--resume)``), ``flag`` as in :func:`named`. A method
-    option (``flag="--opt"``) is ``KEY=VALUE`` on the command line: ``assigned("design", "authors", flag="--opt")`` is
-    ``design='authors' (--opt design=authors)``."""
+    ``resume=True (--resume)``), ``flag`` as in :func:`named`. A method option (``flag="--opt"``) is ``KEY=VALUE`` on
+    the command line: ``assigned("design", "authors", flag="--opt")`` is ``design='authors' (--opt design=authors)``."""
     flag = "--" + name.replace("_", "-") if flag is None else flag
     python = f"{name}={value!r}" if isinstance(value, str) else f"{name}={value}"
     if not flag:
@@ -40,27 +35,6 @@ def assigned(name: str, value: object, flag_value: object = None, flag: str | No
     if flag == "--opt":
         return f"{python} (--opt {name}={_as_text(shown)})"
     return f"{python} ({flag} {shown})"
-
-
-def setting(python: str, flag: str) -> str:
-    """How a message names a setting: both the Python argument (``overwrite=True``) and the command line's flag
-    (``--overwrite``), of which :func:`render` keeps the one its reader gave. Compose it into messages freely."""
-    return python if python == flag else f"{_OPEN}{python}{_BETWEEN}{flag}{_CLOSE}"
-
-
-def render(text: str, cli: bool) -> str:
-    """``text`` with each setting named for its reader: the command line's flags (``cli``), else Python's arguments."""
-    while (rendered := _SPAN.sub(lambda match: match.group(2 if cli else 1), text)) != text:
-        text = rendered  # innermost spans first: a wording may itself hold a span
-    return _TAG.sub("", rendered)  # what a cut (a message shortened to a length) left of a span
-
-
-def message_of(exc: BaseException) -> str:
-    """The message of ``exc`` with both wordings kept, to compose into another message (``str(exc)`` of a
-    :class:`LearngeneError` is already rendered for a Python caller)."""
-    if isinstance(exc, (LearngeneError, LearngeneWarning)) and len(exc.args) == 1 and isinstance(exc.args[0], str):
-        return exc.args[0]
-    return str(exc)
 
 
 def _as_text(value: object) -> str:
@@ -77,27 +51,13 @@ def first_line(exc: BaseException, limit: int = 160) -> str:
     return lines[0][:limit] if lines else type(exc).__name__
 
 
-class _InPythonWords:
-    """``str`` and ``repr`` name settings as a Python caller passes them (``args`` keep both wordings)."""
-
-    args: tuple
-
-    def __str__(self) -> str:
-        return render(super().__str__(), cli=False)
-
-    def __repr__(self) -> str:
-        shown = (repr(render(a, cli=False) if isinstance(a, str) else a) for a in self.args)
-        return f"{type(self).__name__}({', '.join(shown)})"
+class LearngeneError(Exception):
+    """A user-facing error: one line, says what went wrong and what to do, naming each setting in both callers'
+    words (``str(err)`` is that line; the command line prints it after ``learngene CMD: error:``)."""
 
 
-class LearngeneError(_InPythonWords, Exception):
-    """A user-facing error: one line, says what went wrong and what to do. ``str(err)`` names settings as a Python
-    caller passes them; the command line prints ``render(message_of(err), cli=True)``."""
-
-
-class LearngeneWarning(_InPythonWords, UserWarning):
-    """A warning about the user's input, worded like :class:`LearngeneError`: Python's words in ``str``, the
-    flags' on the command line (which shows warnings through ``render``)."""
+class LearngeneWarning(UserWarning):
+    """A warning about the user's input, worded like :class:`LearngeneError`; shown as Python shows warnings."""
 
 
 class SpecError(LearngeneError, ValueError):

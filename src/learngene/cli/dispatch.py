@@ -8,15 +8,13 @@ library are imported only after the arguments parse, so ``--help`` and usage err
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import shlex
 import signal
 import sys
-import warnings
 from collections.abc import Sequence
 
-from ..errors import LearngeneError, message_of, render
+from ..errors import LearngeneError, assigned
 from ..host.threads import prepare_environment, set_threads
 from .parser import COMMANDS, EXIT_USAGE, build_parser
 
@@ -43,18 +41,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.run_command = main  # how a command that runs others (bench's gpu-smoke) runs them, without importing main
     if taken := _existing_output(args):  # refused before torch loads: at once, not after seconds of imports
         print(
-            f"learngene {args.command}: error: {taken!r} already exists; pass --overwrite to replace it",
+            f"learngene {args.command}: error: {taken!r} already exists; pass {assigned('overwrite', True, '')} to "
+            "replace it",
             file=sys.stderr,
         )
         return EXIT_USAGE
     try:
         prepare_environment(getattr(args, "threads", None))  # before torch loads: libgomp reads it then
     except LearngeneError as exc:  # printed here: the usual path (_fail) imports torch
-        print(f"learngene {args.command}: error: {render(message_of(exc), cli=True)}", file=sys.stderr)
+        print(f"learngene {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    shown_warning = warnings.formatwarning
-    # the display only: a recorded warning (pytest.warns, catch_warnings) keeps its object, in Python's wording
-    warnings.formatwarning = functools.partial(_format_warning, shown_warning)
     try:
         return _run(args, entry_point=argv_given is None)
     except KeyboardInterrupt:  # before the handlers are in place (importing torch) or after they are restored
@@ -62,14 +58,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             _ignore_signals()
         print(f"learngene {args.command}: stopped by SIGINT; nothing was saved", file=sys.stderr)
         return 130
-    finally:
-        warnings.formatwarning = shown_warning
-
-
-def _format_warning(python_format, message, category, filename, lineno, line=None) -> str:
-    """A warning as the command line shows it: ``python_format``'s lines, with settings named by their flags."""
-    text = render(message_of(message) if isinstance(message, Warning) else str(message), cli=True)
-    return python_format(text, category, filename, lineno, line)
 
 
 def _existing_output(args: argparse.Namespace) -> str | None:
@@ -104,7 +92,7 @@ def _run(args: argparse.Namespace, entry_point: bool) -> int:
         handler(args)(args)
         finished = True
     except LearngeneError as exc:
-        return _fail(args, message_of(exc))
+        return _fail(args, str(exc))
     except OSError as exc:  # the place, not the program: a full or read-only disk, permissions, a name too long
         if isinstance(exc, BrokenPipeError):  # output piped into e.g. `head`, which stopped reading
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush does not fail too
@@ -204,6 +192,6 @@ def _fail(args: argparse.Namespace, message: str) -> int:
 
     _clear_progress_bars()
     where = f" (rank {dist.rank()})" if dist.is_distributed() else ""
-    one_line = render(message, cli=True).replace("\r", "\\r").replace("\n", "\\n")
+    one_line = message.replace("\r", "\\r").replace("\n", "\\n")
     print(f"learngene {args.command}{where}: error: {one_line}", file=sys.stderr)
     return EXIT_USAGE

@@ -14,7 +14,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import LearngeneError, message_of
+from ..errors import LearngeneError
 from ..host.threads import THREADS_HELP, check_threads
 from ..training.config import (
     COMMON,
@@ -73,7 +73,7 @@ def _license(text: str) -> str:
     try:
         return check_license(text, "")
     except LearngeneError as exc:
-        raise argparse.ArgumentTypeError(message_of(exc).lstrip()) from None
+        raise argparse.ArgumentTypeError(str(exc).lstrip()) from None
 
 
 def add_license(p: argparse.ArgumentParser, what: str, inherited: bool = True) -> None:
@@ -137,7 +137,7 @@ def _size(f, tp):
         value = parse(text)
         bad = refusal_of(f, tp, value)
         if bad is not None:
-            raise argparse.ArgumentTypeError(message_of(refused(bad)))
+            raise argparse.ArgumentTypeError(str(refused(bad)))
         return value
 
     check.__name__ = parse.__name__  # argparse names the type in its "invalid ... value" message
@@ -285,7 +285,7 @@ def _threads(text: str) -> int:
     try:
         return check_threads(integer(text), "--threads")
     except LearngeneError as exc:
-        raise argparse.ArgumentTypeError(message_of(exc)) from None
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_threads(p: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import LearngeneError, render
+from ..errors import LearngeneError
 from ..formats.atomic import check_not_input
 from ..formats.atomic import check_outputs as check_output_files
 from ..formats.export import check_output_folder
@@ -104,7 +104,7 @@ def say(args: argparse.Namespace, text: str, banner: bool = False) -> None:
     that a quiet run prints its results, or its one-line error, and nothing else."""
     if not dist.is_main() or (banner and getattr(args, "quiet", False)):
         return
-    print(render(text, cli=True), file=sys.stderr if getattr(args, "quiet", False) else sys.stdout)
+    print(text, file=sys.stderr if getattr(args, "quiet", False) else sys.stdout)
 
 
 def save_and_say(args: argparse.Namespace, result: Any, summary: str, kind: str = "", **save: Any) -> None:
@@ -115,7 +115,5 @@ def save_and_say(args: argparse.Namespace, result: Any, summary: str, kind: str 
 
 
 def sayer(args: argparse.Namespace) -> Say:
-    """:func:`say` for this command, as the pipeline's ``say`` argument: it names settings by their flags itself."""
-    said = functools.partial(say, args)
-    said.renders_settings = True  # type: ignore[attr-defined]  # read by pipeline.inputs.in_callers_words
-    return said
+    """:func:`say` for this command, as the pipeline's ``say`` argument."""
+    return functools.partial(say, args)

@@ -13,7 +13,6 @@ import argparse
 from typing import Any
 
 from .._version import __version__
-from ..errors import render
 from . import adapt, ancestry, bench, compare, condense, demo, expand, inspect, methods, train
 
 EXIT_USAGE = 2
@@ -47,9 +46,8 @@ class _StoreOnce(argparse._StoreAction):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (exit code 2), like every other learngene error, naming settings by their flags
-    (a type check's message may carry both wordings: :func:`learngene.errors.message_of`), and single-value flags
-    given at most once (:class:`_StoreOnce`)."""
+    """argparse with one-line errors (exit code 2), like every other learngene error, and single-value flags given at
+    most once (:class:`_StoreOnce`)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -61,7 +59,7 @@ class _Parser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {render(message, cli=True)} (see --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
