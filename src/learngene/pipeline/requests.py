@@ -39,12 +39,9 @@ def check_request(request: Any) -> None:
     bad = refusal(request)
     if bad is None:
         return
-    flag = bad.field.metadata.get("flag", "")
     shown = repr(bad.value) if len(repr(bad.value)) <= 60 else repr(bad.value)[:57] + "..."
     error = ArgumentTypeError if bad.of_type else LearngeneError
-    raise error(
-        f"{type(request).__name__} {named(bad.name, flag)} must be {bad.wanted}, got {shown}; give {bad.expected}"
-    )
+    raise error(f"{type(request).__name__} {bad.named} must be {bad.wanted}, got {shown}; give {bad.expected}")
 
 
 @dataclass(frozen=True)
