@@ -523,11 +523,15 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
     ("budget inf", lambda w: ["expand", w.gene, "--max-params", "inf", "-o", w.out], "finite count"),
     ("budget nan", lambda w: ["expand", w.gene, "--max-flops", "nan", "-o", w.out], "finite count"),
     ("mlp ratio inf", lambda w: ["expand", w.gene, "--mlp-ratio", "inf", "-o", w.out], "not a finite number"),
-    ("depth 10^8", lambda w: ["expand", w.gene, "--depth", str(10**8), "-o", w.out], "choose a smaller depth"),
+    (
+        "depth 10^8",
+        lambda w: ["expand", w.gene, "--depth", str(10**8), "-o", w.out],
+        "depth=100000000 (--depth 100000000) is beyond",
+    ),
     (
         "image size 100000",
         lambda w: ["expand", w.gene, "--img-size", "100000", "-o", w.out],
-        "choose a smaller img_size",
+        "img_size=100000 (--img-size 100000) is beyond",
     ),
     (
         "too many tokens",
@@ -554,7 +558,7 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
     ("image folder without images", train_on_folder(lambda w: w.folder_no_images), "no images"),
     ("image folder with an empty class", train_on_folder(lambda w: w.folder_empty_class), "class b has no images"),
     ("corrupt image in a folder", train_on_folder(lambda w: w.folder_corrupt_image), "cannot read image"),
-    ("torchvision dataset without data dir", train_with("--data", "torchvision:CIFAR10"), "need --data-dir"),
+    ("torchvision dataset without data dir", train_with("--data", "torchvision:CIFAR10"), "need data_dir (--data-dir)"),
     (
         "torchvision dataset not downloaded",
         lambda w: ["train", w.anc, "--data", "torchvision:CIFAR10", "--data-dir", w.a_dir, "-o", w.out],
@@ -603,7 +607,11 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
         "1 or 3 channels",
     ),
     # ---- outputs ----------------------------------------------------------------------------------
-    ("existing output without --overwrite", lambda w: ["expand", w.gene, "-o", w.ws_gene], "pass --overwrite"),
+    (
+        "existing output without --overwrite",
+        lambda w: ["expand", w.gene, "-o", w.ws_gene],
+        "pass overwrite=True (--overwrite)",
+    ),
     (
         "output is the input, even with --overwrite",
         lambda w: ["expand", w.gene, "-o", w.gene, "--overwrite"],
@@ -624,14 +632,22 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
         lambda w: ["condense", "--method", "scratch", "--ancestry", w.anc, "-o", w.a_dir],
         "is a directory; give a file path",
     ),
-    ("hub folder exists", lambda w: ["expand", w.gene, "-o", w.a_dir], "already exists; pass --overwrite"),
+    (
+        "hub folder exists",
+        lambda w: ["expand", w.gene, "-o", w.a_dir],
+        "already exists; pass overwrite=True (--overwrite)",
+    ),
     ("hub folder over a file", lambda w: ["expand", w.gene, "-o", w.not_a_dir, "--format", "hub"], "is not a folder"),
     (
         "output in a read-only directory",
         lambda w: ["expand", w.gene, "-o", Path(w.readonly) / "o.safetensors"],
         "not writable",
     ),
-    ("plot over an existing file", lambda w: ["inspect", w.gene, "--plot", w.not_a_dir], "pass --overwrite"),
+    (
+        "plot over an existing file",
+        lambda w: ["inspect", w.gene, "--plot", w.not_a_dir],
+        "pass overwrite=True (--overwrite)",
+    ),
     ("plot over the gene itself", lambda w: ["inspect", w.gene, "--plot", w.gene, "--overwrite"], "never replaces"),
     (
         "two outputs of one name",

@@ -323,13 +323,13 @@ def test_every_writer_refuses_to_overwrite_by_default():
         assert inspect.signature(writer).parameters["overwrite"].default is False, writer.__qualname__
 
 
-def test_python_callers_are_told_the_argument_and_the_cli_the_flag(tmp_path, tiny_spec):
+def test_an_existing_output_is_refused_naming_both_forms_of_overwrite(tmp_path, tiny_spec):
     from learngene.formats.model_file import save_model
 
     path = tmp_path / "m.safetensors"
     model = tiny_spec.create_model()
     save_model(path, model, tiny_spec)
-    with pytest.raises(LearngeneError, match=r"already exists; pass overwrite=True to replace it"):
+    with pytest.raises(LearngeneError, match=r"already exists; pass overwrite=True \(--overwrite\) to replace it$"):
         save_model(path, model, tiny_spec)
     save_model(path, model, tiny_spec, overwrite=True)
 

@@ -92,4 +92,4 @@ def test_train_makes_a_fresh_head_for_other_classes_of_the_same_count(files, cap
 
 def test_new_head_flag_forces_a_fresh_head(files, capsys):
     _, _, origin = _train(files, "forced", "--new-head")
-    assert "(--new-head)" in capsys.readouterr().out and origin["new_head"] is True
+    assert "new 10-way head (new_head=True, --new-head)" in capsys.readouterr().out and origin["new_head"] is True

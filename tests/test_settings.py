@@ -95,14 +95,21 @@ def test_a_value_its_declaration_refuses_is_one_line_from_python(cls, name, valu
 
 
 def test_the_spec_words_its_sizes_as_before():
-    """The words users (and scripts) know: a positive integer, a positive finite number, the largest buildable size."""
-    with pytest.raises(SpecError, match="^depth must be a positive integer, got 0; "):
+    """The words users (and scripts) know: a positive integer, a positive finite number, the largest buildable size;
+    each size named in both callers' words."""
+    with pytest.raises(SpecError, match=r"^depth \(--depth\) must be a positive integer, got 0; "):
         SPEC.replace(depth=0)
-    with pytest.raises(SpecError, match="^embed_dim must be a positive integer, got '32'; "):
+    with pytest.raises(SpecError, match=r"^embed_dim \(--embed-dim\) must be a positive integer, got '32'; "):
         SPEC.replace(embed_dim="32")
-    with pytest.raises(SpecError, match="^mlp_ratio must be a positive finite number, got nan; use e.g. mlp_ratio 4"):
+    with pytest.raises(
+        SpecError,
+        match=r"^mlp_ratio \(--mlp-ratio\) must be a positive finite number, got nan; use e.g. mlp_ratio=4.0 "
+        r"\(--mlp-ratio 4.0\)$",
+    ):
         SPEC.replace(mlp_ratio=float("nan"))
-    with pytest.raises(SpecError, match=r"^depth=5000 is beyond the largest this library builds \(4,096\); choose"):
+    with pytest.raises(
+        SpecError, match=r"^depth=5000 \(--depth 5000\) is beyond the largest this library builds \(4,096\); choose a"
+    ):
         SPEC.replace(depth=5000)
     with pytest.raises(SpecError, match="^init_values must be a positive finite number or null, got 0"):
         SPEC.replace(init_values=0)
