@@ -28,6 +28,7 @@ from learngene.vit.spec import ViTSpec
 SRC = Path(learngene.__file__).parent
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
 FLAG = re.compile(r"--[a-z][a-z0-9-]*")
+NAMERS = ("named", "assigned")  # errors' two helpers: a flag given to them goes into parentheses
 # Unicode's private-use areas: characters with no meaning of their own, once used to tag settings inside messages
 PRIVATE_USE = re.compile("[\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd]")
 
@@ -90,20 +91,24 @@ def test_no_private_use_character_in_the_source():
     assert not found, found
 
 
+def _not_messages(node: ast.AST) -> list[ast.AST]:
+    """The strings at ``node`` that are no message of their own: a docstring, a declaration's ``flag=``, ``help=`` and
+    ``metavar=`` (the parser's words), the flag's words given to :func:`~learngene.errors.named` or
+    :func:`~learngene.errors.assigned` (which put them in parentheses), an f-string's parts (read whole)."""
+    body = getattr(node, "body", None)
+    if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
+        return [body[0].value] if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else []
+    if isinstance(node, ast.keyword) and node.arg in ("flag", "help", "metavar"):
+        return list(ast.walk(node.value))
+    if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in NAMERS:
+        return [sub for arg in node.args[1:] for sub in ast.walk(arg)]
+    return list(node.values) if isinstance(node, ast.JoinedStr) else []
+
+
 def _message_texts(tree: ast.AST):
     """Every string the module's code holds that can reach a reader, as ``(line, text)``: constants and f-strings
-    (a placeholder for each value), less docstrings, a declaration's ``flag=``, ``help=`` and ``metavar=`` (the
-    parser's words) and constants that are one flag (an argv item)."""
-    left_out: set[int] = set()
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
-            if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                left_out.add(id(body[0].value))
-        if isinstance(node, ast.keyword) and node.arg in ("flag", "help", "metavar"):
-            left_out.update(id(sub) for sub in ast.walk(node.value))
-        if isinstance(node, ast.JoinedStr):
-            left_out.update(id(part) for part in node.values)
+    (a placeholder for each value), less :func:`_not_messages` and constants that are one flag (an argv item)."""
+    left_out = {id(string) for node in ast.walk(tree) for string in _not_messages(node)}
     for node in ast.walk(tree):
         if id(node) in left_out:
             continue
