@@ -41,7 +41,7 @@ def test_the_default_is_the_idle_cpus_and_omp_num_threads_wins(monkeypatch):
     monkeypatch.setattr(threads, "usable_cpus", lambda: 4)  # 3 threads are a valid setting on 4 usable CPUs
     assert threads.default_threads(cpus=2, load=9.0) == 3
     monkeypatch.setenv("OMP_NUM_THREADS", "two")
-    with pytest.raises(LearngeneError, match="OMP_NUM_THREADS='two' is not a whole number"):
+    with pytest.raises(LearngeneError, match="OMP_NUM_THREADS='two' is not one whole number"):
         threads.default_threads()
 
 

@@ -162,7 +162,7 @@ QUICK = ["--train-images", "48", "--batch-size", "16", "--epochs", "1", "--eval-
 
 
 def _ancestry_run(tmp_path: Path, *extra: str) -> list[str]:
-    return [
+    args = [
         "ancestry",
         "--data",
         "digits",
@@ -182,8 +182,23 @@ def _ancestry_run(tmp_path: Path, *extra: str) -> list[str]:
         "--out",
         str(tmp_path / "a.safetensors"),
         "--overwrite",
-        *extra,
     ]
+    return _with(args, extra)
+
+
+def _with(args: list[str], extra: tuple[str, ...]) -> list[str]:
+    """The arguments with each of extra's flags added, or its value replaced where given already
+    (the command line refuses a value flag given twice)."""
+    args = list(args)
+    rest = list(extra)
+    while rest:
+        flag = rest.pop(0)
+        value = rest.pop(0) if rest and not rest[0].startswith("--") else None
+        if flag in args and value is not None:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag] if value is None else [flag, value]
+    return args
 
 
 @pytest.mark.parametrize(

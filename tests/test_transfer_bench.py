@@ -164,7 +164,7 @@ def test_transfer_tasks_train_on_the_unseen_classes_and_share_reference_cells(tm
         "## Upstream A",
         "### other (A-long)",
         "gain by upstream",
-        "2 × the pooled",
+        "Holm over the m comparisons of each size",
         "S= ",
         "the top-up changes nothing",
     ):

@@ -172,16 +172,21 @@ _BEYOND = {"at_least": operator.lt, "at_most": operator.gt, "above": operator.le
 
 def range_words(limits: dict[str, Any]) -> str:
     """The numbers ``limits``' bounds allow, in words: ``positive``, ``above 0 and at most 1``, ``in [0, 1)``."""
-    lo, hi, above, below = (limits.get(k) for k in _BEYOND)
+    lo, hi, above, below = (None if limits.get(k) is None else _number(limits[k]) for k in _BEYOND)
     if above is not None:
-        if above == 0 and hi is None:
+        if above == "0" and hi is None:
             return "positive"
-        return f"above {above:g}" + (f" and at most {hi:g}" if hi is not None else "")
+        return f"above {above}" + (f" and at most {hi}" if hi is not None else "")
     if below is not None:
-        return f"in [{lo:g}, {below:g})" if lo is not None else f"below {below:g}"
+        return f"in [{lo}, {below})" if lo is not None else f"below {below}"
     if hi is not None:
-        return f"in [{lo:g}, {hi:g}]" if lo is not None else f"at most {hi:g}"
-    return "0 or more" if lo == 0 else f"at least {lo:g}"
+        return f"in [{lo}, {hi}]" if lo is not None else f"at most {hi}"
+    return "0 or more" if lo == "0" else f"at least {lo}"
+
+
+def _number(x: float) -> str:
+    """A bound as it can be typed back: a whole number in plain digits (``1000000``, not ``1e+06``), else ``0.001``."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def choices(tp: Any) -> tuple[Any, ...]:
