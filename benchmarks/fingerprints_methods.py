@@ -22,6 +22,7 @@ import timm
 import torch
 
 import learngene as lg
+from learngene.binding import bind_gene
 from learngene.data import ImageData
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
@@ -122,7 +123,9 @@ def main() -> None:
                 if cls.adaptable and not options:
                     seed_everything(0)
                     try:
-                        adapted, _ = cls.from_gene(gene).adapt(gene, sizes[1], AdaptInputs(train=data, train_cfg=cfg))
+                        adapted, _ = bind_gene(gene, check=False).method.adapt(
+                            gene, sizes[1], AdaptInputs(train=data, train_cfg=cfg)
+                        )
                         record(f"{case} adapted", adapted.tensors)
                         attempt(
                             f"{case} adapted {sizes[1].short()}",
