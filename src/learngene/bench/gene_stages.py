@@ -29,7 +29,8 @@ class GeneStages(RunStages):
         p = self.profile
         epochs = p.condense_epochs if condense_epochs is None else condense_epochs
         options = p.options_for(name)
-        lam = p.condense_lambda.get(name, get_method(name).distill_lambda)
+        cls = get_method(name)
+        lam = p.condense_lambda.get(name, cls.distill_lambda)
         key = self._gene_key(name, ancestry, options, epochs, len(upstream), lam)
         path = self.out / "genes" / f"{name}-{key}.safetensors"
 
@@ -45,8 +46,8 @@ class GeneStages(RunStages):
                     options=options,
                     data=(upstream, upstream_eval),
                     train_cfg=cfg,
-                    run_dir=run_dir,
-                    resume=True,
+                    run_dir=run_dir if cls.needs_data else None,  # a checkpoint, for a condensation on data
+                    resume=cls.needs_data,
                 )
                 condensed.gene.cost = {**condensed.gene.cost, "seconds": round(time.perf_counter() - tic, 2)}
                 path.parent.mkdir(parents=True, exist_ok=True)
