@@ -216,6 +216,11 @@ def ablate(
     """
     if pos_embed not in (None, "learned", "sincos"):
         raise LearngeneError(f"pos_embed must be learned or sincos, not {pos_embed!r}")
+    if pos_embed is not None and not spec.family.abs_pos_embed:
+        raise LearngeneError(
+            f"pos_embed={pos_embed} replaces the absolute position table, which {spec.arch} does not have (its "
+            f"positions are RoPE's); leave pos_embed out"
+        )
     own = model.state_dict()
     changes: dict[str, torch.Tensor] = {}
     if blend_mimetic is not None:
