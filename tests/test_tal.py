@@ -252,8 +252,7 @@ def test_bad_input_is_one_line():
         TAL(**TINY).condense(Ancestry(SPEC.create_model(), SPEC), None)
     gene = _condense()
     with pytest.raises(LearngeneError, match="max_ck") as info:
-        bind_gene(gene, check=False).method.expand(
-            gene, SPEC.replace(embed_dim=256, num_heads=4)
-        )  # 256 x 4 patch rows > 512
+        # 256 x 4 patch rows > 512
+        bind_gene(gene, check=False).method.expand(gene, SPEC.replace(embed_dim=256, num_heads=4))
     assert "\n" not in str(info.value)
     assert math.isfinite(float(gene.tensors["task_embedding"].sum()))
