@@ -22,6 +22,8 @@ import timm
 import torch
 
 import learngene as lg
+from learngene.bench.cells import ablate
+from learngene.binding import bind_gene
 from learngene.data import ImageData
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
@@ -55,6 +57,13 @@ def ancestries():
 def digest(t: torch.Tensor) -> str:
     t = t.detach().contiguous()
     return hashlib.sha256(t.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()[:16]
+
+
+def ablated(gene: lg.Learngene, target: ViTSpec, **ablation) -> dict[str, torch.Tensor]:
+    """The benchmark's ablation of the gene's descendant of ``target`` and seed 1 (:func:`learngene.bench.cells.ablate`)."""
+    model, provided = make_descendant(gene, target, seed=1, return_keys=True)
+    ablate(model, provided, target, 1, **ablation)
+    return model.state_dict()
 
 
 def main() -> None:
@@ -111,18 +120,14 @@ def main() -> None:
                     f"{case} top_up {target.short()}",
                     lambda: make_descendant(gene, target, seed=1, top_up="mimetic").state_dict(),
                 )
-                attempt(
-                    f"{case} sincos {target.short()}",
-                    lambda: make_descendant(gene, target, seed=1, pos_embed="sincos").state_dict(),
-                )
-                attempt(
-                    f"{case} blend {target.short()}",
-                    lambda: make_descendant(gene, target, seed=1, blend_mimetic=0.5).state_dict(),
-                )
+                attempt(f"{case} sincos {target.short()}", lambda: ablated(gene, target, pos_embed="sincos"))
+                attempt(f"{case} blend {target.short()}", lambda: ablated(gene, target, blend_mimetic=0.5))
                 if cls.adaptable and not options:
                     seed_everything(0)
                     try:
-                        adapted, _ = cls.from_gene(gene).adapt(gene, sizes[1], AdaptInputs(train=data, train_cfg=cfg))
+                        adapted, _ = bind_gene(gene, check=False).method.adapt(
+                            gene, sizes[1], AdaptInputs(train=data, train_cfg=cfg)
+                        )
                         record(f"{case} adapted", adapted.tensors)
                         attempt(
                             f"{case} adapted {sizes[1].short()}",

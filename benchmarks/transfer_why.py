@@ -37,6 +37,7 @@ from learngene.bench.profiles import SPLIT_A, SPLIT_B, Task
 from learngene.bench.protocol import BenchRun
 from learngene.bench.tables import compare
 from learngene.bench.tasks import load_task
+from learngene.binding import bind_gene
 from learngene.descendant import make_descendant
 from learngene.gene import Learngene
 from learngene.registry import get_method
@@ -230,7 +231,7 @@ def main() -> None:
         for path in args.genes:
             gene = Learngene.load(path)
             with torch.no_grad():
-                state = get_method(gene.method).from_gene(gene).expand(gene, spec)
+                state = bind_gene(gene, check=False).method.expand(gene, spec)
             layers = [i for i in range(spec.depth) if f"blocks.{i}.attn.qkv.weight" in state]
             classes = (gene.label_space or {}).get("classes", [])
             split = next(

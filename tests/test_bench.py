@@ -18,6 +18,7 @@ from learngene.method import Ancestry
 from learngene.registry import get_method, list_methods
 from learngene.training.config import TrainConfig
 from learngene.vit.spec import ViTSpec, fit_to_budget
+from tests.conftest import make_images
 
 
 @pytest.mark.skipif(not DEBIAN_FASHION_MNIST.is_dir(), reason="apt-get install dataset-fashion-mnist")
@@ -148,6 +149,35 @@ def test_identical_budget_and_data_order_for_every_method(tmp_path, fake_fashion
     BenchRun(profile, tmp_path / "o", progress=False, plots=False).run()
     cells = seen[1:]  # after the ancestry
     assert len(cells) == 3 and len(set(cells)) == 1  # same data, epochs, seed (= data order), batch and lr
+
+
+def test_bench_genes_are_what_learngene_condense_and_adapt_make(tmp_path):
+    """Stages 2 and 3 are the pipeline's condense and adapt: a bench gene has the tensors and the provenance of
+    ``learngene condense``'s (the ancestry's label space, licence and preprocessing; for a method that trains, the
+    data's preprocessing), an adapted gene keeps them, and no run directory stays behind."""
+    import learngene.pipeline as lp
+    from learngene.data import preprocessing_cfg
+
+    spec = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
+    torch.manual_seed(0)
+    model = spec.create_model()
+    labels = {"dataset": "toy", "classes": ["a", "b", "c", "d"]}
+    ancestry = Ancestry(model, spec, label_space=labels, license="apache-2.0", preprocessing=preprocessing_cfg(model))
+    data = make_images(16, 4, 16)
+    run = BenchRun(MICRO.replace(adapt_steps=1, train=TrainConfig(batch_size=8)), tmp_path, progress=False)
+    run.ancestry_key = "a test ancestry"
+    gene, _ = run.gene("pretrained", ancestry, data, data)
+    made = lp.condense("pretrained", ancestry).gene
+    assert gene.tensors.keys() == made.tensors.keys()
+    assert all(torch.equal(gene.tensors[k], made.tensors[k]) for k in made.tensors)
+    recorded = (labels, "apache-2.0", preprocessing_cfg(model))
+    assert (gene.label_space, gene.license, gene.preprocessing) == recorded
+    wave, key = run.gene("wave", ancestry, data, data)
+    assert (wave.label_space, wave.license, wave.preprocessing) == (labels, "apache-2.0", preprocessing_cfg(data))
+    adapted, _, _ = run.initial_gene(wave, key, spec.replace(depth=3), 0, data)
+    assert adapted.layout == spec.replace(depth=3) and adapted.cost["bench_adapt_seconds"] >= 0
+    assert (adapted.label_space, adapted.license) == (labels, "apache-2.0")
+    assert not list(tmp_path.rglob("*.run"))
 
 
 def test_new_head_tasks_give_every_method_the_same_classifier(tiny_spec):

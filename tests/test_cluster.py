@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from learngene.binding import bind_gene
 from learngene.cli import main
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
@@ -156,7 +157,7 @@ def test_descendant_heads_are_exact_copies_of_the_right_centroids(ancestry, gene
 
 def test_ffn_random_option_leaves_the_mlp_to_timm(ancestry):
     gene = ClusterLearngene(ffn="random", num_images=8).condense(ancestry, CondenseInputs(train=tiny_data(8)))
-    provided = ClusterLearngene.from_gene(gene).provided_keys(gene, TINY)
+    provided = bind_gene(gene, check=False).method.provided_keys(gene, TINY)
     assert not any(".mlp." in k for k in provided) and "blocks.0.attn.qkv.bias" in provided
     assert "blocks.0.norm2.weight" in provided and "pos_embed" in provided and "head.weight" not in provided
     with pytest.raises(LearngeneError, match="one of 'inherit', 'random'"):
@@ -164,11 +165,11 @@ def test_ffn_random_option_leaves_the_mlp_to_timm(ancestry):
 
 
 def test_depth_is_stretched(gene):
-    out = ClusterLearngene.from_gene(gene).expand(gene, TINY.replace(depth=6))
+    out = bind_gene(gene, check=False).method.expand(gene, TINY.replace(depth=6))
     for layer in range(6):
         assert torch.equal(
             out[f"blocks.{layer}.attn.qkv.weight"],
-            ClusterLearngene.from_gene(gene).expand(gene, TINY)[f"blocks.{layer // 2}.attn.qkv.weight"],
+            bind_gene(gene, check=False).method.expand(gene, TINY)[f"blocks.{layer // 2}.attn.qkv.weight"],
         )
 
 

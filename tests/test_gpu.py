@@ -50,6 +50,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from learngene.binding import bind_gene
 from learngene.cli import main
 from learngene.data import Batches, image_folder, write_image_folder
 from learngene.method import Ancestry, CondenseInputs
@@ -370,7 +371,7 @@ def test_a_gene_expands_on_the_gpu_and_loads_into_a_cuda_descendant(name, genes)
     gene = genes[name]
     spec = gene.layout or gene.ancestry or TINY
     on_gpu = dataclasses.replace(gene, tensors={k: v.to(CUDA) for k, v in gene.tensors.items()})
-    method = get_method(name).from_gene(gene)
+    method = bind_gene(gene, check=False).method
     with torch.no_grad():
         expected, state = method.expand(gene, spec), method.expand(on_gpu, spec)
     assert state.keys() == expected.keys()

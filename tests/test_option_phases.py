@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 
+from learngene.binding import bind_gene
 from learngene.errors import LearngeneError
 from learngene.gene import Learngene
 from learngene.method import AdaptInputs, Ancestry, CondenseInputs, Method
@@ -159,13 +160,13 @@ def target(name: str, option: str) -> ViTSpec:
 def expand(cls: type[Method], gene: Learngene, options: dict[str, Any], spec: ViTSpec) -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
     with torch.no_grad():
-        return cls.from_gene(gene, EXPAND, **options).expand(gene, spec)
+        return bind_gene(gene, EXPAND, method=cls, options=options, check=False).method.expand(gene, spec)
 
 
 def adapt(cls: type[Method], gene: Learngene, options: dict[str, Any], spec: ViTSpec) -> dict[str, torch.Tensor]:
     seed_everything(0)
     inputs = AdaptInputs(train=data(), train_cfg=TrainConfig(epochs=1, batch_size=8, progress=False))
-    adapted, _ = cls.from_gene(gene, ADAPT, **options).adapt(gene, spec, inputs)
+    adapted, _ = bind_gene(gene, ADAPT, method=cls, options=options, check=False).method.adapt(gene, spec, inputs)
     return adapted.tensors
 
 

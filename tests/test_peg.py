@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 import torch
 
+from learngene.binding import bind_gene
 from learngene.cli import main
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
@@ -92,7 +93,7 @@ def test_gene_ffns_are_convex_mixtures_of_layers(ancestry, gene):
 @pytest.mark.parametrize("depth,heads", [(3, 4), (5, 6), (2, 2), (4, 1)])
 def test_unadapted_phi_is_an_exact_repeat_of_the_gene(gene, depth, heads):
     spec = TINY.replace(depth=depth, num_heads=heads, embed_dim=heads * d)
-    out = PEG.from_gene(gene).expand(gene, spec)
+    out = bind_gene(gene, check=False).method.expand(gene, spec)
     t = gene.tensors
     width = axis_map(D, spec.embed_dim)
     copies = torch.bincount(torch.arange(heads) % 2, minlength=2).float()
@@ -182,8 +183,8 @@ def test_adapt_trains_phi_and_expand_gives_the_adapted_net(gene):
     spec = TINY.replace(depth=2, num_heads=2, embed_dim=2 * d)
     data, held_out = tiny_data(48), tiny_data(32, seed=1)
     cfg = TrainConfig(epochs=1, max_steps=4, batch_size=12, lr=1e-2, progress=False)
-    adapted, result = PEG.from_gene(gene).adapt(gene, spec, AdaptInputs(data, cfg, eval=held_out))
-    initial = PEG.from_gene(gene).initial_phi(gene, spec)
+    adapted, result = bind_gene(gene, check=False).method.adapt(gene, spec, AdaptInputs(data, cfg, eval=held_out))
+    initial = bind_gene(gene, check=False).method.initial_phi(gene, spec)
     assert result.steps == 4
     assert any(not torch.equal(adapted.tensors[k], v) for k, v in initial.items())  # φ moved
     assert all(torch.equal(adapted.tensors[k], v) for k, v in gene.tensors.items())  # the gene did not
@@ -193,7 +194,7 @@ def test_adapt_trains_phi_and_expand_gives_the_adapted_net(gene):
     }
     model = make_descendant(adapted, spec)
     assert evaluate(model, held_out)["acc"] == result.final_acc  # expand(adapted) is the net adapt trained
-    assert "adapted for 2 layers of 2 heads" in " ".join(PEG.from_gene(adapted).describe(adapted))
+    assert "adapted for 2 layers of 2 heads" in " ".join(bind_gene(adapted, check=False).method.describe(adapted))
     with pytest.raises(LearngeneError, match="adapted for 2 layers of 2 heads"):
         make_descendant(adapted, TINY)
 
@@ -202,7 +203,7 @@ def test_adapt_is_deterministic_whatever_the_global_rng(gene):
     runs = []
     for global_seed in (1, 2):  # e.g. two processes: torch seeds each one differently
         torch.manual_seed(global_seed)
-        adapted, _ = PEG.from_gene(gene).adapt(
+        adapted, _ = bind_gene(gene, check=False).method.adapt(
             gene,
             TINY.replace(depth=2),
             AdaptInputs(tiny_data(24), TrainConfig(max_steps=1, batch_size=12, progress=False)),
@@ -213,7 +214,7 @@ def test_adapt_is_deterministic_whatever_the_global_rng(gene):
 
 def test_adapted_gene_round_trips_through_a_file(gene, tmp_path):
     spec = TINY.replace(depth=2)
-    adapted, _ = PEG.from_gene(gene).adapt(
+    adapted, _ = bind_gene(gene, check=False).method.adapt(
         gene, spec, AdaptInputs(tiny_data(24), TrainConfig(max_steps=2, batch_size=12, progress=False))
     )
     adapted.save(tmp_path / "a.safetensors")
@@ -309,8 +310,9 @@ def test_gene_net_gradients_reach_only_phi_and_classifier(gene):
     from learngene.descendant import GeneNet
 
     spec = TINY.replace(depth=2)
-    start = dataclasses.replace(gene, tensors={**gene.tensors, **PEG.from_gene(gene).initial_phi(gene, spec)})
-    net = GeneNet(PEG.from_gene(gene), start, spec, trainable=lambda k: k.startswith(("phi.", "descendant.")))
+    method = bind_gene(gene, check=False).method
+    start = dataclasses.replace(gene, tensors={**gene.tensors, **method.initial_phi(gene, spec)})
+    net = GeneNet(method, start, spec, trainable=lambda k: k.startswith(("phi.", "descendant.")))
     net(torch.randn(2, 1, 8, 8)).sum().backward()
     trained = {n for n, p in net.named_parameters() if p.grad is not None}
     assert {n for n in trained if n.startswith("gene_tensors.")} == {

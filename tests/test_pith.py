@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 import learngene as lg
+from learngene.binding import bind_gene
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
 from learngene.method import Ancestry, CondenseInputs
@@ -275,7 +276,7 @@ def test_condense_save_load_expand_smaller_same_deeper_wider(tmp_path):
         plain.load_state_dict(model.state_dict(), strict=True)
         out = plain.eval()(torch.randn(2, 3, 16, 16))
         assert out.shape == (2, 10) and torch.isfinite(out).all()
-        expanded = PITH.from_gene(loaded).expand(loaded, spec)
+        expanded = bind_gene(loaded, check=False).method.expand(loaded, spec)
         assert torch.equal(model.state_dict()["blocks.0.attn.qkv.weight"], expanded["blocks.0.attn.qkv.weight"])
         assert set(expanded) == set(spec.state_shapes()) - {"cls_token"}  # the class token keeps timm's init
 
@@ -284,7 +285,7 @@ def test_expansion_is_differentiable_in_the_hypernetwork_and_the_ancestry_layer_
     gene, _ = _condense()
     tensors = {k: v.clone().requires_grad_(True) for k, v in gene.tensors.items()}
     live = dataclasses.replace(gene, tensors=tensors)
-    state = PITH.from_gene(gene).expand(live, SPEC.replace(depth=4))
+    state = bind_gene(gene, check=False).method.expand(live, SPEC.replace(depth=4))
     state["blocks.3.mlp.fc1.weight"].square().sum().backward()  # a layer past the ancestry's two: its last one's
     grads = {k: t.grad for k, t in tensors.items() if t.grad is not None and t.grad.abs().sum() > 0}
     assert {"ghn.fusion", "ghn.decoder_pq.4.weight", "ghn.widen.step3.weight"} <= grads.keys()
@@ -321,7 +322,8 @@ def test_bad_input_is_one_line():
         PITH(fusion_init=40.0)
     gene, _ = _condense()
     with pytest.raises(LearngeneError, match="max_ck") as info:
-        PITH.from_gene(gene).expand(gene, SPEC.replace(embed_dim=256, num_heads=4))  # 256 x 4 patch rows > 512
+        # 256 x 4 patch rows > 512
+        bind_gene(gene, check=False).method.expand(gene, SPEC.replace(embed_dim=256, num_heads=4))
     assert "\n" not in str(info.value)
     with pytest.raises(LearngeneError, match="records no ancestry"):
-        PITH.from_gene(gene).expand(dataclasses.replace(gene, ancestry=None), SPEC)
+        bind_gene(gene, check=False).method.expand(dataclasses.replace(gene, ancestry=None), SPEC)

@@ -2,6 +2,7 @@
 
 import torch
 
+from learngene.binding import bind_gene
 from learngene.descendant import make_descendant
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.pool import share, stitched_layers
@@ -47,6 +48,6 @@ def test_each_instance_distils_apart_and_a_descendant_takes_their_blocks():
             "layout": SPEC.replace(depth=2),
         }
     )
-    state = get_method("pool").from_gene(gene).expand(lone, SPEC.replace(depth=2))
+    state = bind_gene(gene, check=False).method.expand(lone, SPEC.replace(depth=2))
     assert state.keys() == {k[len("instance1.") :] for k in lone.tensors}
     assert all(state[k[len("instance1.") :]] is v for k, v in lone.tensors.items())

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from learngene.binding import bind_gene
 from learngene.descendant import load_gene
 from learngene.errors import LearngeneError
 from learngene.formats.stitched import read_stitched, save_stitched
@@ -66,7 +67,7 @@ def test_instances_have_a_quarter_half_and_the_whole_width_at_half_the_depth(gen
     assert gene.tensors["instance0.blocks.0.attn.qkv.weight"].shape == (24, 8)
     assert gene.tensors["instance2.blocks.1.attn.qkv.weight"].shape == (96, 32)
     assert gene.tensors["stitch0_2.0.weight"].shape == (32, 8) and "stitch1_2.0.bias" in gene.tensors
-    method = get_method("pool").from_gene(gene)
+    method = bind_gene(gene, check=False).method
     state = method.expand(gene, SPEC.replace(depth=4, embed_dim=16, num_heads=2))  # the middle instance, stretched
     assert torch.equal(state[block_key(3, "mlp.fc1.weight")], gene.tensors["instance1.blocks.1.mlp.fc1.weight"])
     with pytest.raises(LearngeneError, match="stitched"):
@@ -78,7 +79,7 @@ def test_stitched_descendants_compute_their_parts_save_load_and_train(gene, tmp_
     model = stitched_descendant(gene, 0, 2, 1, 0)  # both blocks of the narrowest, then both of the widest
     assert model.depth == 4
     x = torch.randn(2, 1, 16, 16)
-    small, big = (get_method("pool").from_gene(gene).instance_specs(gene.layout)[i].create_model() for i in (0, 2))
+    small, big = (bind_gene(gene, check=False).method.instance_specs(gene.layout)[i].create_model() for i in (0, 2))
     for net, i in ((small, 0), (big, 2)):
         net.load_state_dict(
             {k[len(f"instance{i}.") :]: v for k, v in gene.tensors.items() if k.startswith(f"instance{i}.")}
@@ -130,7 +131,7 @@ def test_a_rope_family_is_refused_in_one_line():
 def kd_loss(gene, ancestry, data) -> float:
     """Mean KL to the ancestry over what the joint step trains: the narrowest and widest instances and the stitches
     between them, on the calibration data."""
-    method = get_method("pool").from_gene(gene)
+    method = bind_gene(gene, check=False).method
     specs = method.instance_specs(gene.layout)
     nets = []
     for i in (0, len(specs) - 1):

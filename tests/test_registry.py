@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from learngene.binding import bind_gene
 from learngene.formats.model_file import check_state_shapes
 from learngene.gene import Learngene
 from learngene.method import Ancestry, CondenseInputs, Paper, citations
@@ -43,13 +44,15 @@ def own_size(gene: Learngene) -> ViTSpec:
 def test_expanding_to_its_own_size_never_raises(name, genes):
     gene = genes[name]
     with torch.no_grad():
-        state = get_method(name).from_gene(gene).expand(gene, own_size(gene))
+        state = bind_gene(gene, check=False).method.expand(gene, own_size(gene))
     check_state_shapes(state, own_size(gene), f"the {name} gene")
     assert all(torch.isfinite(t).all() for t in state.values())
 
 
 def _expand(name: str, gene: Learngene, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return get_method(name).from_gene(gene).expand(Learngene(**{**gene.__dict__, "tensors": tensors}), own_size(gene))
+    return bind_gene(gene, check=False).method.expand(
+        Learngene(**{**gene.__dict__, "tensors": tensors}), own_size(gene)
+    )
 
 
 @pytest.mark.parametrize("name", list_methods())

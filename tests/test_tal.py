@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 import learngene as lg
+from learngene.binding import bind_gene
 from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
 from learngene.method import Ancestry, CondenseInputs
@@ -221,7 +222,7 @@ def test_condense_save_load_expand_to_two_sizes(tmp_path):
         plain.load_state_dict(model.state_dict(), strict=True)
         out = plain.eval()(torch.randn(2, 3, 16, 16))
         assert out.shape == (2, 10) and torch.isfinite(out).all()
-        expanded = TAL.from_gene(loaded).expand(loaded, spec)
+        expanded = bind_gene(loaded, check=False).method.expand(loaded, spec)
         assert torch.equal(model.state_dict()["blocks.0.attn.qkv.weight"], expanded["blocks.0.attn.qkv.weight"])
         assert set(expanded) == set(spec.state_shapes()) - {"cls_token"}  # the class token keeps timm's init
 
@@ -230,7 +231,7 @@ def test_expansion_is_differentiable_in_the_gene():
     gene = _condense()
     tensors = {k: v.clone().requires_grad_(True) for k, v in gene.tensors.items()}
     live = dataclasses.replace(gene, tensors=tensors)
-    state = TAL.from_gene(gene).expand(live, SPEC.replace(depth=1))
+    state = bind_gene(gene, check=False).method.expand(live, SPEC.replace(depth=1))
     sum(v.square().sum() for v in state.values()).backward()
     assert tensors["ghn.l2.weight"].grad is not None and tensors["ghn.l2.weight"].grad.abs().sum() > 0
     assert tensors["task_embedding"].grad is not None  # the task embedding conditions every prediction
@@ -251,6 +252,7 @@ def test_bad_input_is_one_line():
         TAL(**TINY).condense(Ancestry(SPEC.create_model(), SPEC), None)
     gene = _condense()
     with pytest.raises(LearngeneError, match="max_ck") as info:
-        TAL.from_gene(gene).expand(gene, SPEC.replace(embed_dim=256, num_heads=4))  # 256 x 4 patch rows > 512
+        # 256 x 4 patch rows > 512
+        bind_gene(gene, check=False).method.expand(gene, SPEC.replace(embed_dim=256, num_heads=4))
     assert "\n" not in str(info.value)
     assert math.isfinite(float(gene.tensors["task_embedding"].sum()))

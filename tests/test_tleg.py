@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+from learngene.binding import bind_gene
 from learngene.cli import main
 from learngene.cli.describe import describe_gene
 from learngene.descendant import GeneNet, make_descendant
@@ -83,7 +84,7 @@ def test_descendant_of_the_aux_size_is_the_aux_net(name, tiny_ancestry, toy_data
     gene = condense(name, tiny_ancestry, toy_data)
     aux = gene.layout
     assert aux == tiny_spec
-    net = GeneNet(get_method(name).from_gene(gene), gene, aux).eval()
+    net = GeneNet(bind_gene(gene, check=False).method, gene, aux).eval()
     descendant = make_descendant(gene, aux, seed=7).eval()
     x = toy_data.get_batch(torch.arange(16))[0]
     with torch.no_grad():
@@ -166,15 +167,15 @@ def test_modules_option_expands_only_those_modules(tiny_ancestry, toy_data, tiny
     msa = [n for n in MODULES["msa"] if n in tiny_spec.block_shapes()]  # the rows this family has
     assert {k.split(".", 1)[1] for k in gene.tensors if k.startswith("theta_")} == set(msa)
     spec = tiny_spec.replace(depth=3)
-    provided = TLEG.from_gene(gene).provided_keys(gene, spec)
+    provided = bind_gene(gene, check=False).method.provided_keys(gene, spec)
     assert {k for k in provided if k.startswith("blocks.")} == {block_key(i, n) for i in range(3) for n in msa}
     # in the aux net the MLPs and norms were ordinary per-layer parameters (TLEG Table 4)
-    net = GeneNet(TLEG.from_gene(gene), gene, tiny_spec)
+    net = GeneNet(bind_gene(gene, check=False).method, gene, tiny_spec)
     assert (
         net.skeleton.blocks[1].mlp.fc1.weight.requires_grad and not net.skeleton.blocks[1].attn.qkv.weight.requires_grad
     )
     with pytest.raises(LearngeneError, match="modules is read when condensing: condense again"):
-        TLEG.from_gene(gene, modules=("ln",)).expand(gene, spec)
+        bind_gene(gene, options={"modules": ("ln",)}, check=False).method.expand(gene, spec)
 
 
 def test_layers_option_initializes_only_those_layers(tiny_spec):

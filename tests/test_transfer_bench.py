@@ -1,5 +1,6 @@
 """The transfer protocol: upstreams on some classes, tasks on the others, ablation rows, and the 2-std marks."""
 
+import pytest
 import torch
 
 from learngene.bench import BenchRun, Profile, Row, Task, ancestry_stage
@@ -7,6 +8,8 @@ from learngene.bench import cells as cell_stage
 from learngene.bench.profiles import Upstream, Variant
 from learngene.bench.tables import compare, format_table
 from learngene.descendant import make_descendant
+from learngene.errors import LearngeneError
+from learngene.method import Ancestry
 from learngene.methods.mimetic import Mimetic
 from learngene.registry import get_method
 from learngene.training.config import TrainConfig
@@ -80,16 +83,32 @@ def test_blend_is_the_gene_at_one_and_mimetic_at_zero():
     assert "blocks.1.attn.qkv.weight" not in blend_query_key(gene_state, SPEC, 0.5)  # only what the gene gives
 
 
-def test_position_embedding_options_and_seeded_mimetic():
+def test_position_embedding_ablations_and_seeded_mimetic():
     gene = Mimetic().condense(None)
     assert torch.equal(make_descendant(gene, SPEC, seed=1).pos_embed, sincos_pos_embed(SPEC))
-    learned = make_descendant(gene, SPEC, seed=1, pos_embed="learned").pos_embed
+    learned = cell_stage.cell_descendant(gene, SPEC, 1, Variant("learned-pos", pos_embed="learned")).pos_embed
+    torch.manual_seed(1)
+    assert torch.equal(learned, SPEC.create_model().pos_embed)  # the table a scratch model of this seed starts from
     assert not torch.equal(learned, sincos_pos_embed(SPEC))
     scratch = get_method("scratch")().condense(None)
-    assert torch.equal(make_descendant(scratch, SPEC, seed=1, pos_embed="sincos").pos_embed, sincos_pos_embed(SPEC))
+    sincos = cell_stage.cell_descendant(scratch, SPEC, 1, Variant("+sincos", pos_embed="sincos")).pos_embed
+    assert torch.equal(sincos, sincos_pos_embed(SPEC))
+    with pytest.raises(LearngeneError, match="pos_embed must be learned or sincos"):
+        cell_stage.cell_descendant(scratch, SPEC, 1, Variant("typo", pos_embed="sin-cos"))
     # the descendant's seed draws mimetic's attention too, not only timm's initialization
     a, b = (make_descendant(gene, SPEC, seed=s).blocks[0].attn.qkv.weight for s in (1, 2))
     assert not torch.equal(a, b)
+
+
+def test_the_blend_changes_only_the_attention_the_gene_gives():
+    torch.manual_seed(0)
+    gene = get_method("pretrained")().condense(Ancestry(SPEC.create_model(), SPEC))
+    plain = make_descendant(gene, SPEC, seed=3).state_dict()
+    blended = cell_stage.cell_descendant(gene, SPEC, 3, Variant("blend0.5", blend_mimetic=0.5)).state_dict()
+    qkv = [k for k in plain if k.endswith("attn.qkv.weight")]
+    expected = blend_query_key({k: plain[k] for k in qkv}, SPEC, 0.5, seed=3)  # mimetic drawn with the cell's seed
+    assert all(torch.equal(blended[k], expected.get(k, plain[k])) for k in plain)
+    assert all(not torch.equal(blended[k], plain[k]) for k in qkv)
 
 
 # ---- the protocol on fake Fashion-MNIST ------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import timm
 import torch
 from safetensors.torch import load_file
 
+from learngene.binding import bind_gene
 from learngene.cli import main
 from learngene.cli.describe import describe_gene
 from learngene.descendant import GeneNet, make_descendant
@@ -156,7 +157,7 @@ def test_template_counts_follow_table_8(tiny_spec):
 
 def test_descendant_of_the_aux_size_is_the_aux_net(tiny_ancestry, toy_data, tiny_spec):
     gene = condense(tiny_ancestry, toy_data)
-    net = GeneNet(WAVE.from_gene(gene), gene, tiny_spec).eval()
+    net = GeneNet(bind_gene(gene, check=False).method, gene, tiny_spec).eval()
     descendant = make_descendant(gene, tiny_spec, seed=3).eval()
     x = toy_data.get_batch(torch.arange(16))[0]
     with torch.no_grad():
@@ -177,14 +178,14 @@ def test_condensation_is_deterministic(tiny_ancestry, toy_data):
 
 def test_without_vector_templates_biases_and_norms_keep_timm_init(tiny_ancestry, toy_data, tiny_spec):
     gene = condense(tiny_ancestry, toy_data, steps=2, vector_templates=False)
-    provided = WAVE.from_gene(gene).provided_keys(gene, tiny_spec.replace(depth=3))
+    provided = bind_gene(gene, check=False).method.provided_keys(gene, tiny_spec.replace(depth=3))
     assert {k.split(".", 2)[2] for k in provided if k.startswith("blocks.")} == set(MATRICES.values())
 
 
 def test_adapt_trains_only_the_scalers_and_its_gene_is_the_adapted_net(tiny_ancestry, toy_data, tiny_spec):
     gene = condense(tiny_ancestry, toy_data, steps=2)
     spec = tiny_spec.replace(depth=3)
-    method = WAVE.from_gene(gene)
+    method = bind_gene(gene, check=False).method
     cfg = TrainConfig(epochs=1, max_steps=5, batch_size=16, lr=1e-2, progress=False)
     adapted, result = method.adapt(gene, spec, AdaptInputs(toy_data, cfg, eval=toy_data))
     assert result.steps == 5 and adapted.layout == spec
@@ -204,7 +205,7 @@ def test_adapt_with_padding_scalers_trains_them(tiny_ancestry, toy_data, tiny_sp
     does not require grad', as the net made new padding scalers at every step)."""
     gene = condense(tiny_ancestry, toy_data, steps=2, scaler_init="padding")
     spec = gene.layout.replace(depth=depth)
-    method = WAVE.from_gene(gene, "adapt")
+    method = bind_gene(gene, "adapt", check=False).method
     cfg = TrainConfig(epochs=1, max_steps=2, batch_size=16, lr=1e-2, progress=False)
     adapted, result = method.adapt(gene, spec, AdaptInputs(toy_data, cfg))
     padded = method.scalers(gene, spec)["attn.qkv.weight"]
@@ -217,7 +218,7 @@ def test_adapt_with_padding_scalers_trains_them(tiny_ancestry, toy_data, tiny_sp
 def test_adapt_to_a_doubled_width_trains_what_the_gene_cannot_provide(tiny_ancestry, toy_data, tiny_spec):
     gene = condense(tiny_ancestry, toy_data, steps=2)
     wide = tiny_spec.replace(depth=3, embed_dim=64, num_heads=4)
-    method = WAVE.from_gene(gene, "adapt", adapt_steps=3)
+    method = bind_gene(gene, "adapt", options={"adapt_steps": 3}, check=False).method
     adapted, result = method.adapt(
         gene, wide, AdaptInputs(toy_data, TrainConfig(epochs=1, batch_size=16, progress=False))
     )
@@ -229,7 +230,7 @@ def test_adapt_to_a_doubled_width_trains_what_the_gene_cannot_provide(tiny_ances
         2,
     )
     model = timm.create_model("vit_tiny_patch16_224", pretrained=False, **wide.timm_kwargs())
-    model.load_state_dict(WAVE.from_gene(adapted).expand(adapted, wide), strict=True)
+    model.load_state_dict(bind_gene(adapted, check=False).method.expand(adapted, wide), strict=True)
     assert "scalers stored for L3-D64-H4" in describe_gene(adapted)
 
 

@@ -26,7 +26,6 @@ from .host.threads import one_thread
 from .registry import get_method
 from .training.genenet import GeneNet  # noqa: F401  (re-exported: learngene.descendant.GeneNet)
 from .validate import EXPAND
-from .vit.attention_init import blend_query_key, sincos_pos_embed
 from .vit.spec import ViTSpec, fit_to_budget
 from .vit.transfer import StateDict
 
@@ -42,8 +41,6 @@ def make_descendant(
     spec: ViTSpec,
     seed: int = ...,
     top_up: str | None = ...,
-    pos_embed: str | None = ...,
-    blend_mimetic: float | None = ...,
     *,
     source: str | os.PathLike | None = ...,
     return_keys: Literal[False] = ...,
@@ -58,8 +55,6 @@ def make_descendant(
     spec: ViTSpec,
     seed: int = ...,
     top_up: str | None = ...,
-    pos_embed: str | None = ...,
-    blend_mimetic: float | None = ...,
     *,
     source: str | os.PathLike | None = ...,
     return_keys: Literal[True],
@@ -73,8 +68,6 @@ def make_descendant(
     spec: ViTSpec,
     seed: int = 0,
     top_up: str | None = None,
-    pos_embed: str | None = None,
-    blend_mimetic: float | None = None,
     *,
     source: str | os.PathLike | None = None,
     return_keys: bool = False,
@@ -89,32 +82,28 @@ def make_descendant(
     method (or top-up) that draws at expansion, such as mimetic. Every provided key must exist in the
     model with the same shape: the gene is expanded once on ``meta`` to check that before anything is
     allocated (a gene its method cannot read is refused in one line naming ``source``, its file), then
-    once for real. Two changes for ablations: ``pos_embed="sincos"`` replaces the position
-    embedding with the 2-D sin-cos one, ``"learned"`` leaves it to timm (trained either way);
-    ``blend_mimetic=α`` makes every head's ``W_q W_kᵀ`` ``α·gene + (1−α)·mimetic`` where the gene gives
-    the attention weights. ``return_keys=True`` returns ``(model, keys)``, the keys the gene's method
-    filled (before any top-up or ablation).
+    once for real. ``return_keys=True`` returns ``(model, keys)``, the keys the gene's method filled
+    (before any top-up; the benchmark's ablations change them after: :func:`learngene.bench.cells.ablate`).
 
     ``options`` (and keyword arguments ``more_options``) are the method's expand-time options (``--opt``); one
     named as a parameter here, such as tal's or front's ``seed``, can be given in ``options`` alone. A method that
     draws at expansion draws with ``seed`` unless its seed option is given: ``seed`` then seeds timm's
     initialization of the keys the gene leaves out, the option the method's draws.
     """
-    bound = _bind_for_descendant(gene, spec, seed, pos_embed, source, options, more_options)
+    bound = _bind_for_descendant(gene, spec, seed, source, options, more_options)
     spec.require_memory()
     provided = bound.check(spec)  # on meta, once per size
     torch.manual_seed(seed)
     model = spec.create_model()  # timm's initialization of every tensor: the keys the gene leaves out keep it
     # a tensor timm stacks across layers (mixed RoPE's) keeps timm's values for the layers the gene leaves out
     own = {k: v.detach().clone() for k, v in model.state_dict().items() if k in spec.stacked_keys}
-    # what the gene gives is overwritten: give its memory back before expanding (not a position table that
-    # pos_embed="learned" leaves to timm)
-    release_storage(model, [k for k in provided if not (pos_embed == "learned" and k == spec.key("pos_embed"))])
+    release_storage(model, provided)  # what the gene gives is overwritten: give its memory back before expanding
     # on one thread: the same bytes at any --threads (a hypernetwork's matmuls, an SVD split their sums by the count)
     with torch.no_grad(), one_thread():
         state = bound.expand(spec, own)
         provided = list(state)
-        state = _with_top_up_and_ablations(state, spec, seed, top_up, pos_embed, blend_mimetic)
+        if top_up:  # the gene's tensors win
+            state = {**spec.join_layers(top_up_state(top_up, spec, seed)), **state}
     check_state_shapes(state, spec, f"the {bound.gene.method} gene")
     fill_released(model, state)
     result = model.load_state_dict(state, strict=False)
@@ -126,7 +115,6 @@ def _bind_for_descendant(
     gene: Learngene | BoundMethod,
     spec: ViTSpec,
     seed: int,
-    pos_embed: str | None,
     source: str | os.PathLike | None,
     options: Mapping[str, Any] | None,
     more_options: dict[str, Any],
@@ -136,13 +124,6 @@ def _bind_for_descendant(
     require_argument(gene, (Learngene, BoundMethod), "gene", "a Learngene (learngene.Learngene.load(PATH))")
     require_argument(spec, ViTSpec, "spec", "a ViTSpec (e.g. gene.ancestry.replace(depth=6))")
     require_argument(seed, int, "seed", "an integer")
-    if pos_embed not in (None, "learned", "sincos"):
-        raise LearngeneError(f"pos_embed must be learned or sincos, not {pos_embed!r}")
-    if pos_embed is not None and not spec.family.abs_pos_embed:
-        raise LearngeneError(
-            f"pos_embed={pos_embed} replaces the absolute position table, which {spec.arch} does not have (its "
-            f"positions are RoPE's); leave pos_embed out"
-        )
     require_argument(options, (dict, Mapping, type(None)), "options", "a dict of the method's options or None")
     options = {**(options or {}), **more_options}
     if isinstance(gene, BoundMethod):
@@ -150,27 +131,6 @@ def _bind_for_descendant(
             raise LearngeneError("a bound gene carries its options; bind them with it (bind_gene(gene, options={...}))")
         return gene.seeded(seed)
     return bind_gene(gene, EXPAND, source=source, seed=seed, at=spec, options=options)
-
-
-def _with_top_up_and_ablations(
-    state: StateDict,
-    spec: ViTSpec,
-    seed: int,
-    top_up: str | None,
-    pos_embed: str | None,
-    blend_mimetic: float | None,
-) -> StateDict:
-    """The expanded ``state`` with ``blend_mimetic``'s attention, the ``top_up`` method's tensors where the gene gives
-    none, and ``pos_embed``'s position table (sin-cos, or timm's own when ``"learned"``)."""
-    if blend_mimetic is not None:
-        state = blend_query_key(state, spec, blend_mimetic, seed)
-    if top_up:
-        state = {**spec.join_layers(top_up_state(top_up, spec, seed)), **state}
-    if pos_embed == "sincos":
-        state.update(spec.model_layout({"pos_embed": sincos_pos_embed(spec)}))
-    elif pos_embed == "learned":  # timm's own initialization, whatever the method gives
-        state.pop(spec.key("pos_embed"), None)
-    return state
 
 
 def release_storage(model: nn.Module, keys: list[str]) -> None:

@@ -279,13 +279,6 @@ class Method:
         check_options(cls.name, typed)
         return typed
 
-    @classmethod
-    def from_gene(cls, gene: Learngene, step: str = EXPAND, **overrides: Any) -> Method:
-        """The method with the hyper-parameters stored in ``gene``, plus ``overrides`` for ``step`` (``expand`` or
-        ``adapt``): an option that step does not read is refused (:func:`refuse_unread`)."""
-        refuse_unread(cls, overrides, step)
-        return cls(config_from_dict(cls.Config, gene.config), **overrides)
-
     # ---- the interface -----------------------------------------------------------------------------
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         """The learngene of ``ancestry`` (``inputs``: data and training settings, for the methods that need them)."""

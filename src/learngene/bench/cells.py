@@ -12,7 +12,9 @@ from typing import Any, cast
 
 import torch
 
-from ..descendant import make_descendant, top_up_state
+from .. import pipeline
+from ..binding import bind_gene
+from ..descendant import top_up_state
 from ..errors import LearngeneError
 from ..formats.atomic import write_text_atomic
 from ..formats.weights import digest
@@ -20,6 +22,7 @@ from ..gene import Learngene
 from ..registry import get_method
 from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..training.loop import TrainConfig, train
+from ..vit.attention_init import blend_query_key, sincos_pos_embed
 from ..vit.spec import ViTSpec
 from .profiles import Task, Variant
 from .rows import Row, row_from_dict
@@ -76,7 +79,7 @@ class CellStage(RunStages):
         done = self._result(
             path,
             lambda f: row_from_dict(json.loads(f.read_text())),
-            lambda: self._fine_tune(row, init, spec, task, variant, path, cfg, options, fresh),
+            lambda: self._fine_tune(row, init, spec, task, variant, path, cfg, fresh),
         )
         return dataclasses.replace(done, upstream=row.upstream)
 
@@ -133,16 +136,13 @@ class CellStage(RunStages):
         variant: Variant | None,
         path: Path,
         cfg: TrainConfig,
-        options: dict[str, Any],
         fresh: bool,
     ) -> Row:
         """Make the descendant of a cell, fine-tune it and write its row to ``path``."""
         tic = time.perf_counter()
         if variant:
             check_variant_changes(variant, init, spec)
-        model = make_descendant(
-            init, spec, seed=row.seed, **{k: v for k, v in options.items() if not k.startswith("expand_")}
-        )
+        model = cell_descendant(init, spec, row.seed, variant)
         if fresh:
             fresh_head(model, spec, row.seed)
         start = digest(model.state_dict())  # methods that start alike share one row of the report
@@ -185,9 +185,62 @@ class CellStage(RunStages):
         return kd.student, data, teacher, kd.loss
 
 
+def cell_descendant(init: Learngene, spec: ViTSpec, seed: int, variant: Variant | None = None) -> torch.nn.Module:
+    """The descendant of ``spec`` a cell fine-tunes: ``learngene expand``'s (:func:`learngene.pipeline.expand`), with
+    the variant's method options and top-up, then its ablation of the position table or attention (:func:`ablate`)."""
+    made = pipeline.expand(
+        init,
+        size=spec,
+        seed=seed,
+        options=dict(variant.options) if variant else None,
+        top_up=variant.top_up if variant else None,
+    )
+    if variant:
+        ablate(made.model, made.provided, spec, seed, pos_embed=variant.pos_embed, blend_mimetic=variant.blend_mimetic)
+    return made.model
+
+
+def ablate(
+    model: torch.nn.Module,
+    provided: list[str],
+    spec: ViTSpec,
+    seed: int,
+    pos_embed: str | None = None,
+    blend_mimetic: float | None = None,
+) -> None:
+    """Change a descendant of ``spec`` and ``seed`` as an ablation says, in place (``provided``: the keys its gene gave).
+
+    ``blend_mimetic=α`` makes every head's ``W_q W_kᵀ`` ``α·gene + (1−α)·mimetic`` where the gene gave the attention
+    (mimetic drawn with ``seed``); ``pos_embed="sincos"`` puts in the 2-D sin-cos position table, ``"learned"`` timm's
+    initialization of ``seed`` (the table a scratch model of this seed starts from), whatever the gene gave.
+    """
+    if pos_embed not in (None, "learned", "sincos"):
+        raise LearngeneError(f"pos_embed must be learned or sincos, not {pos_embed!r}")
+    if pos_embed is not None and not spec.family.abs_pos_embed:
+        raise LearngeneError(
+            f"pos_embed={pos_embed} replaces the absolute position table, which {spec.arch} does not have (its "
+            f"positions are RoPE's); leave pos_embed out"
+        )
+    own = model.state_dict()
+    changes: dict[str, torch.Tensor] = {}
+    if blend_mimetic is not None:
+        given = {k: own[k] for k in provided}
+        changes.update(
+            (k, v) for k, v in blend_query_key(given, spec, blend_mimetic, seed).items() if v is not given[k]
+        )
+    if pos_embed == "sincos":
+        changes.update(spec.model_layout({"pos_embed": sincos_pos_embed(spec)}))
+    elif pos_embed == "learned":
+        torch.manual_seed(seed)
+        key = spec.key("pos_embed")
+        changes[key] = spec.create_model().state_dict()[key]
+    model.load_state_dict(changes, strict=False)
+
+
 def check_variant_changes(variant: Variant, init: Learngene, spec: ViTSpec) -> None:
     """Refuse (recorded as n/a, with why) an ablation that would change nothing for this gene and size."""
-    provided = set(get_method(init.method).from_gene(init).provided_keys(init, spec))
+    bound = bind_gene(init, at=spec)
+    provided = set(bound.check(spec))
     if variant.top_up and set(top_up_state(variant.top_up, spec)) <= provided:
         raise LearngeneError(
             f"the {init.method} gene gives every tensor {variant.top_up} sets at {spec.short()}: "
@@ -196,16 +249,16 @@ def check_variant_changes(variant: Variant, init: Learngene, spec: ViTSpec) -> N
     if variant.head == "reuse" and "head.weight" not in provided:
         raise LearngeneError(f"the {init.method} gene gives no classifier head to reuse")
     if variant.options:
-        plain = get_method(init.method).from_gene(init).expand(init, spec)
-        changed = get_method(init.method).from_gene(init, **dict(variant.options)).expand(init, spec)
+        plain = bound.expand(spec)
+        changed = bind_gene(init, options=dict(variant.options), check=False).expand(spec)
         if plain.keys() == changed.keys() and all(torch.equal(plain[k], changed[k]) for k in plain):
             options = " ".join(f"{k}={v}" for k, v in variant.options)
             raise LearngeneError(f"{options} changes nothing in the {init.method} descendant at {spec.short()}")
 
 
 def descendant_options(init: Learngene, seed: int, variant: Variant | None = None) -> dict[str, Any]:
-    """``make_descendant`` arguments of a cell (the ablation's), plus, for the cache key only, the seed of a
-    method that draws at expansion (mimetic): ``make_descendant`` draws it with the cell's seed."""
+    """What makes a cell's descendant, for its cache key: the ablation's settings and method options, and the seed of
+    a method that draws at expansion (mimetic), which :func:`cell_descendant` draws with the cell's seed."""
     options = variant.descendant_options() if variant else {}
     seed_option = get_method(init.method).seed_option
     if seed_option and seed:  # seed 0 was always the method's default: the keys of older runs stay valid

@@ -3,17 +3,16 @@ from (adapted to it where the method adapts)."""
 
 from __future__ import annotations
 
-import shutil
 import time
 from typing import Any, cast
 
+from .. import pipeline
 from ..data import Data, take
 from ..gene import Learngene
-from ..method import AdaptInputs, Ancestry, CondenseInputs
+from ..method import Ancestry
 from ..registry import get_method
-from ..training.loop import seed_everything
 from ..vit.spec import ViTSpec
-from .stages import RunStages, method_source_hash, stage_key
+from .stages import RunStages, method_source_hash, stage_key, stage_run_dir
 
 
 class GeneStages(RunStages):
@@ -30,35 +29,30 @@ class GeneStages(RunStages):
         p = self.profile
         epochs = p.condense_epochs if condense_epochs is None else condense_epochs
         options = p.options_for(name)
-        lam = p.condense_lambda.get(name, get_method(name).distill_lambda)
         cls = get_method(name)
+        lam = p.condense_lambda.get(name, cls.distill_lambda)
         key = self._gene_key(name, ancestry, options, epochs, len(upstream), lam)
         path = self.out / "genes" / f"{name}-{key}.safetensors"
 
         def condense() -> Learngene:
-            method = cls(**options)
-            inputs = CondenseInputs(
-                train=upstream,
-                eval=upstream_eval,
-                run_dir=path.with_suffix(".run"),
-                resume=True,
-                train_cfg=self._cfg(
-                    epochs=epochs,
-                    distill_lambda=lam,
-                    desc=f"condense {name}",
-                    progress=self.inner_progress,
-                    logs_at=path,
-                ),
+            cfg = self._cfg(
+                epochs=epochs, distill_lambda=lam, desc=f"condense {name}", progress=self.inner_progress, logs_at=path
             )
-            seed_everything(0)
             tic = time.perf_counter()
-            gene = method.condense(ancestry, inputs)
-            gene.cost = {**gene.cost, "seconds": round(time.perf_counter() - tic, 2)}
-            gene.label_space = ancestry.label_space
-            path.parent.mkdir(parents=True, exist_ok=True)
-            gene.save(path)
-            shutil.rmtree(path.with_suffix(".run"), ignore_errors=True)
-            return gene
+            with stage_run_dir(path) as run_dir:
+                condensed = pipeline.condense(
+                    name,
+                    ancestry,
+                    options=options,
+                    data=(upstream, upstream_eval),
+                    train_cfg=cfg,
+                    run_dir=run_dir if cls.needs_data else None,  # a checkpoint, for a condensation on data
+                    resume=cls.needs_data,
+                )
+                condensed.gene.cost = {**condensed.gene.cost, "seconds": round(time.perf_counter() - tic, 2)}
+                path.parent.mkdir(parents=True, exist_ok=True)
+                condensed.save(path)
+            return condensed.gene
 
         return self._result(path, Learngene.load, condense), key
 
@@ -88,8 +82,7 @@ class GeneStages(RunStages):
         self, gene: Learngene, gene_key: str, spec: ViTSpec, seed: int, upstream: Data
     ) -> tuple[Learngene, str, float]:
         """The gene a descendant of ``spec`` is expanded from, its cache key and the adapt seconds."""
-        method = get_method(gene.method).from_gene(gene)
-        if not method.adaptable:
+        if not get_method(gene.method).adaptable:
             return gene, gene_key, 0.0
         p = self.profile
         key = stage_key(
@@ -106,13 +99,11 @@ class GeneStages(RunStages):
         def adapt() -> Learngene:
             tic = time.perf_counter()
             cfg = self._cfg(epochs=1, max_steps=p.adapt_steps, seed=seed, desc=f"adapt {gene.method}", logs_at=path)
-            adapted, _ = method.adapt(
-                gene, spec, AdaptInputs(upstream, cfg, run_dir=path.with_suffix(".run"), resume=True)
-            )
-            adapted.cost = {**adapted.cost, "bench_adapt_seconds": round(time.perf_counter() - tic, 2)}
-            path.parent.mkdir(parents=True, exist_ok=True)
-            adapted.save(path)
-            shutil.rmtree(path.with_suffix(".run"), ignore_errors=True)
+            with stage_run_dir(path) as run_dir:
+                adapted = pipeline.adapt(gene, data=upstream, size=spec, train_cfg=cfg, run_dir=run_dir, resume=True)
+                adapted.gene.cost = {**adapted.gene.cost, "bench_adapt_seconds": round(time.perf_counter() - tic, 2)}
+                path.parent.mkdir(parents=True, exist_ok=True)
+                pipeline.save_gene(adapted.gene, path, method=adapted.method)
             return Learngene.load(path)
 
         adapted = self._result(path, Learngene.load, adapt)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ from ..registry import get_method, list_methods
 from ..training.config import Logger
 from ..training.loop import TrainConfig
 from ..training.progress import RunProgress, on_terminal
+from ..training.run_dirs import RUN_LOCK, unlock_run_dir
 from .profiles import Profile, Upstream
 from .report import write_report
 from .rows import Row
@@ -52,6 +54,23 @@ def method_source_hash(name: str) -> str:
     """Hash of the file implementing method ``name``: editing a method invalidates its cached genes and cells."""
     source = Path(inspect.getfile(get_method(name)))
     return hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+
+
+@contextmanager
+def stage_run_dir(result: Path) -> Iterator[Path]:
+    """The run directory of the stage whose result is ``result`` (beside it, ``.run``): where a stopped stage resumes
+    from. The pipeline locks it for the stage; it is unlocked when the stage ends, removed once the stage has saved
+    its result, and kept after a failure only if the stage left more than its lock there (a checkpoint to resume)."""
+    run_dir = result.with_suffix(".run")
+    try:
+        yield run_dir
+    except BaseException:
+        unlock_run_dir(run_dir)
+        if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {RUN_LOCK}:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    unlock_run_dir(run_dir)
+    shutil.rmtree(run_dir, ignore_errors=True)
 
 
 class OutOfTime(Exception):

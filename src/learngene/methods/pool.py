@@ -67,6 +67,7 @@ from typing import Any, Literal, cast
 import torch
 from torch import nn
 
+from ..binding import bind_gene
 from ..errors import GeneFormatError, LearngeneError, assigned
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, ExpandOutput, OutputModel, Paper
@@ -467,7 +468,7 @@ class LearngenePool(AuxNetMethod):
 
 def stitch_choices(gene: Learngene) -> list[tuple[int, int, int, int]]:
     """Every stitched descendant a pool of the authors' design makes: (front, end, cut_front, cut_end)."""
-    method = cast(LearngenePool, LearngenePool.from_gene(gene))
+    method = cast(LearngenePool, bind_gene(gene, method=LearngenePool, check=False).method)
     depth = method.instance_specs(gene.require_layout())[0].depth
     count = len(method.instance_specs(gene.require_layout()))
     return [
@@ -490,7 +491,7 @@ def stitched_descendant(
             f"stitched descendants come from a pool gene of the authors' design (condense with method 'pool' and "
             f"design='authors' (--method pool --opt design=authors)); this gene is {made}"
         )
-    method = method or cast(LearngenePool, LearngenePool.from_gene(gene))
+    method = method or cast(LearngenePool, bind_gene(gene, method=LearngenePool, check=False).method)
     specs = method.instance_specs(gene.require_layout())
     layers = {(j, k): layer for j, k, layer in paired_stitches(specs[0].depth)}
     if not (0 <= front < end < len(specs)) or (cut_front, cut_end) not in layers:

@@ -3,7 +3,7 @@ Layers", ICML 2023, arXiv 2305.09828), and the rule that judges whether stored a
 
 Each head's query-key product is set close to the identity and each layer's value-projection product
 close to the negative identity, with 2-D sin-cos position embeddings. The ``mimetic`` method expands to
-exactly these tensors; ``make_descendant``'s ablations (``blend_mimetic``, ``pos_embed="sincos"``) and
+exactly these tensors; the benchmark's ablations (``blend_mimetic``, ``pos_embed="sincos"``) and
 the block copiers' ``untrained_attention=mimetic`` use them on another method's descendant. No method
 and no registry is imported here: every user imports this module.
 """
