@@ -162,11 +162,15 @@ def test_the_file_format_imports_no_method_and_no_registry():
     }, deps
 
 
-def test_the_stitched_model_imports_no_file_format_and_training_no_method():
-    """A model is a module (its file lives in ``formats/``); training a stitched file reads it by its header."""
-    assert not {m for m in imports_of(PACKAGE / "vit" / "stitched.py") if m.startswith("learngene.formats")}
-    graph = import_graph()
-    assert not {m for m in graph["learngene.pipeline.training"] if m.startswith("learngene.methods.")}
+def test_a_methods_own_model_and_file_live_beside_it_and_generic_code_reaches_them_through_its_declaration():
+    """Pool's stitched ViT is a module of pool's (its file format another, which the method declares): nothing in
+    ``vit/`` or ``formats/`` knows it, the model imports no file format, and reading, writing, describing or training
+    such a file goes through the method's declared format (``Method.model_formats``), found by the file's header."""
+    assert not (PACKAGE / "vit" / "stitched.py").exists() and not (PACKAGE / "formats" / "stitched.py").exists()
+    assert not {m for m in imports_of(PACKAGE / "methods" / "_pool_stitches.py") if m.startswith("learngene.formats")}
+    for module in ("formats/model_file.py", "cli/describe.py", "pipeline/training.py", "pipeline/results.py"):
+        assert not {m for m in imports_of(PACKAGE / module) if m.startswith("learngene.methods")}, module
+    assert [f.tag for f in get_method("pool").model_formats] == ["learngene-stitched-model"]
 
 
 def test_no_module_reaches_a_method_by_a_literal_name():
