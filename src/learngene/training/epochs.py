@@ -287,7 +287,7 @@ class TrainingRun:
             return  # the previous (sane) checkpoint stays the one a resume starts from
         self.state.sane = why is None
         self.state.epoch, self.state.step_in_epoch, self.state.epoch_sums = epoch, step_in_epoch, epoch_sums
-        self.state.save(self.ckpt_path, self.model, self.optimizer, self.scheduler, self.cfg)
+        self.state.save(self.ckpt_path, self.model, self.optimizer, self.scheduler)
         if self.loggers is not None:  # what a resume continues from is on disk in the curves too
             self.loggers.flush()
 
