@@ -83,6 +83,7 @@ class TrainingRun:
         resume: bool = False,
         loss: Callable[..., Tensor] = distill_loss,
     ):
+        cfg = cfg.resolved()  # a setting not given (None) is the loop's: 10 epochs, batches of 128, λ = 0, every image
         self.model, self.cfg, self.teacher, self.loss_of = model, cfg, teacher, loss
         self.device = resolve_device(cfg.device)
         self.eval_data = self._place(train_data, eval_data)
@@ -113,12 +114,9 @@ class TrainingRun:
             self.state.start_norm = trained_norm(model)
         self.window_start: Tensor | None = None  # the epoch sums at the previous checkpoint (or the epoch's start)
         self.step_tic = 0.0  # when the previous step ended, for the loggers' throughput
+        resumed_at, data_name = self.state.global_step or None, getattr(train_data, "name", None)
         # TensorBoard / W&B (cfg.log), on the main process
-        self.loggers = (
-            open_loggers(cfg, run_dir, self.state.global_step or None, data=getattr(train_data, "name", None))
-            if dist.is_main()
-            else None
-        )
+        self.loggers = open_loggers(cfg, run_dir, resumed_at, data=data_name) if dist.is_main() else None
 
     def _place(self, train_data: Data, eval_data: Data | None) -> Data | None:
         """Check the data against the model and the memory, move model and teacher to the device; the fixed eval

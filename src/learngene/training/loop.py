@@ -112,7 +112,6 @@ def train(
         raise LearngeneError(
             by_caller("resume=True continues from run_dir; pass run_dir too", "--resume needs --run-dir")
         )
-    cfg = cfg.resolved()  # a setting not given (None) is the loop's: 10 epochs, batches of 128, λ = 0, every image
     _running_loops[0] += 1
     try:
         run = TrainingRun(model, train_data, cfg, eval_data, teacher, run_dir, resume, loss or distill_loss)
