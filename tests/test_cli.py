@@ -105,7 +105,7 @@ def test_train_with_a_teacher_distils_logits_on_its_classes_and_features_on_othe
 
 
 def test_stitched_descendants_from_the_command_line(workdir, capsys, fashion_data):
-    from learngene.formats.stitched import read_stitched
+    from learngene.methods.pool import read_stitched
 
     gene, stitched, tuned = (str(workdir / f"{n}.safetensors") for n in ("pool", "stitched", "stitched-tuned"))
     pool_opts = ["--opt", "design=authors", "--opt", "instance_depth=2", "--opt", "joint_epochs=1"]

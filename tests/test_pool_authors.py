@@ -6,9 +6,15 @@ import torch
 from learngene.binding import bind_gene
 from learngene.descendant import load_gene
 from learngene.errors import LearngeneError
-from learngene.formats.stitched import read_stitched, save_stitched
 from learngene.method import Ancestry, CondenseInputs
-from learngene.methods.pool import least_squares_stitch, paired_stitches, stitch_choices, stitched_descendant
+from learngene.methods.pool import (
+    least_squares_stitch,
+    paired_stitches,
+    read_stitched,
+    save_stitched,
+    stitch_choices,
+    stitched_descendant,
+)
 from learngene.registry import get_method
 from learngene.training.loop import TrainConfig, distill_loss, train
 from learngene.vit.spec import ViTSpec, block_key

@@ -188,6 +188,29 @@ class ExpandOutput:
 
 
 @dataclass(frozen=True)
+class ModelFormat:
+    """The file format of a model that only one method makes and that is no timm ViT (pool's stitched descendants),
+    declared by that method (``Method.model_formats``). Generic code reaches it through the registry
+    (:func:`learngene.formats.model_file.model_format`), never by importing the method: by the ``format`` tag of a
+    file's header to read or describe one, by the model's ``file_format`` attribute to write one.
+
+    Attributes:
+        tag: the header's ``format`` (e.g. ``learngene-stitched-model``), which the model's ``file_format`` names too.
+        what: what such a model is, for messages (``stitched descendant``).
+        read: ``path -> (model, spec of its input side, origin)``, the weights loaded strictly; one line for a file
+            that is not one.
+        write: ``(path, model, origin, overwrite, preprocessing) -> None``, atomically.
+        describe: ``model -> lines``: its parts, for ``learngene inspect`` (the file's own facts are added there).
+    """
+
+    tag: str
+    what: str
+    read: Callable[[str | os.PathLike], tuple[nn.Module, ViTSpec, dict[str, Any]]]
+    write: Callable[[str | os.PathLike, Any, dict[str, Any] | None, bool, dict[str, Any] | None], None]
+    describe: Callable[[Any], list[str]]
+
+
+@dataclass(frozen=True)
 class NoConfig:
     pass
 
@@ -227,6 +250,9 @@ class Method:
             ``layers``, the two must name the same rule.
         preserves: where ``expand`` promises the ancestry's function, in words (``verify`` checks the promise there,
             :meth:`preserves_function` says where); "" where it promises nothing.
+        model_formats: the file formats of the models only it makes that are no timm ViT (:class:`ModelFormat`,
+            e.g. pool's stitched descendants): ``learngene train`` and ``inspect`` read such a file, and a result
+            writes one, through the format (found by the file's header or the model's ``file_format``).
         demo_budget: the share of ``learngene demo``'s condensation images this method condenses on (for as many
             epochs as the others): a condensation that costs more than one aux net's per image, or that cannot
             catch up on the demo's budget anyway, declares less so that the demo stays short; the demo's planned
@@ -257,6 +283,7 @@ class Method:
     seed_option: ClassVar[str | None] = None
     record_tensors: ClassVar[tuple[str, ...]] = ()
     expand_outputs: ClassVar[tuple[ExpandOutput, ...]] = ()
+    model_formats: ClassVar[tuple[ModelFormat, ...]] = ()
     demo_budget: ClassVar[float] = 1.0
     selects_layers: ClassVar[bool] = False
     layers_option: ClassVar[str | None] = None

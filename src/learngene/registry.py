@@ -22,21 +22,45 @@ import sys
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from .errors import ArgumentTypeError, DataError, GeneFormatError, LearngeneError
-
-if TYPE_CHECKING:
-    from .data import Data
-    from .method import Method
 
 METHOD_GROUP, DATA_SOURCE_GROUP = "learngene.methods", "learngene.data_sources"
 METHOD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
-_METHODS: dict[str, type[Method]] = {}
+
+class MethodClass(Protocol):
+    """A method class as the registry reads it, by its parts (the registry is a leaf: it imports no method module,
+    :mod:`learngene.method` included, and no torch): a ``name``, an options dataclass ``Config``, a ``condense`` and
+    an ``expand``. Every :class:`~learngene.method.Method` subclass is one; :func:`get_method` gives the class back
+    as it is (``type[Any]``: annotate ``cls: type[Method] = get_method(name)`` where its type matters)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def Config(self) -> type: ...  # noqa: N802  (the method's attribute: its options' dataclass)
+
+    def condense(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def expand(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
-def register_method(cls: type[Method]) -> type[Method]:
+class Dataset(Protocol):
+    """Data as the registry reads what a data source's loader gives, by its parts: its length and images by index
+    (:class:`~learngene.data.ImageData`, :class:`~learngene.data.FolderData`)."""
+
+    def __len__(self) -> int: ...
+
+    def get_batch(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+M = TypeVar("M", bound=MethodClass)
+_METHODS: dict[str, type[Any]] = {}
+
+
+def register_method(cls: M) -> M:
     """Class decorator: make a method discoverable by its ``name`` (CLI, benchmark, gene expansion).
 
     Refused in one line: a class that is not a Method subclass with a name, a name another class holds, and a
@@ -84,7 +108,7 @@ def _load_builtin_methods() -> None:
             _load_plugin_method(entry)
 
 
-def get_method(name: str) -> type[Method]:
+def get_method(name: str) -> type[Any]:
     """The method class registered as ``name``; one-line error for a name this version does not know."""
     if name not in _METHODS:
         _ASKED.add((METHOD_GROUP, name))
@@ -121,12 +145,12 @@ class DataSource:
     """A registered way to get a dataset. ``name`` is the whole ``--data`` value (``digits``) or, with
     ``argument`` set, its prefix before ``:`` (``folder:PATH``); ``streams`` sources decode images in
     DataLoader workers and so can take per-image augmentation (``--aug deit``). ``load`` is the function
-    ``(argument, LoadRequest) -> Data``, or its ``"module:function"`` name, imported when the source loads;
+    ``(argument, LoadRequest) -> Dataset``, or its ``"module:function"`` name, imported when the source loads;
     ``help`` is its one line in ``--data``'s help. ``package`` names the installed package that brought it
     (its entry point), empty for learngene's own."""
 
     name: str
-    load: Callable[[str, Any], Data] | str
+    load: Callable[[str, Any], Dataset] | str
     argument: str = ""
     streams: bool = False
     help: str = ""
@@ -136,13 +160,13 @@ class DataSource:
     def usage(self) -> str:
         return f"{self.name}:{self.argument}" if self.argument else self.name
 
-    def loader(self) -> Callable[[str, Any], Data]:
+    def loader(self) -> Callable[[str, Any], Dataset]:
         if callable(self.load):
             return self.load
         module, _, attr = self.load.partition(":")
         return getattr(importlib.import_module(module), attr)
 
-    def read(self, argument: str, request: Any) -> Data:
+    def read(self, argument: str, request: Any) -> Dataset:
         """The data the loader gives for ``argument`` and ``request``. A plugin's loader that cannot be imported,
         raises anything but a :class:`LearngeneError`, or gives no data is one line naming its package."""
         if not self.package:

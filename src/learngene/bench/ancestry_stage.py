@@ -41,9 +41,9 @@ class AncestryStage(RunStages):
             **split,
             **self._budget_key(),
         )
-        path = self.out / "ancestry" / f"ancestry-{key}.safetensors"
+        path = self.ancestry_path(key)
         cached = self._result(
-            path, load_model_file, lambda: self._train_ancestry(spec, key, path, train_data, eval_data, upstream), False
+            path, load_model_file, lambda: self._train_ancestry(upstream, key, train_data, eval_data), False
         )
         origin = cached[2]
         info = {
@@ -66,9 +66,13 @@ class AncestryStage(RunStages):
         self.teacher = load_ancestry(path)
         return self.teacher
 
-    def _train_ancestry(
-        self, spec: ViTSpec, key: str, path: Path, train_data: Data, eval_data: Data, upstream: Upstream
-    ) -> Any:
+    def ancestry_path(self, key: str) -> Path:
+        """Where the ancestry of cache key ``key`` is kept."""
+        return self.out / "ancestry" / f"ancestry-{key}.safetensors"
+
+    def _train_ancestry(self, upstream: Upstream, key: str, train_data: Data, eval_data: Data) -> Any:
+        """Train ``upstream``'s ancestry (cache key ``key``) and keep it; what :func:`load_model_file` reads of it."""
+        spec, path = self.ancestry_spec(upstream), self.ancestry_path(key)
         seed_everything(0)
         model = spec.create_model()
         path.parent.mkdir(parents=True, exist_ok=True)

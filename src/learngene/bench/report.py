@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,60 +63,94 @@ def machine() -> str:
     )
 
 
-def _task_sections(
-    rows: list[Row], profile: Profile, out_dir: Path, plot_dir: Path, plots: bool, suffix: str = "", level: str = "##"
-) -> list[str]:
-    parts: list[str] = []
-    for task in profile.tasks:
-        if not any(r.task == task.name for r in rows):
-            continue
-        parts += [
-            "",
-            f"{level} {task.name}{suffix}",
-            "",
-            _task_line(task, len(profile.seeds)),
-            "",
-            format_table(rows, task.name, mark=True),
-        ]
-        if note := identical_note(rows, task.name):
-            parts += ["", note]
-        if task.scratch_factor > 1 and any(r.task == task.name and r.budget > 1 and r.ok for r in rows):
-            parts += [
-                "",
-                f"Epochs scratch ×{task.scratch_factor} needs to reach each method's final accuracy "
-                f"(of {task.epochs * task.scratch_factor}; it is evaluated at the epochs shown):",
-                "",
-                epochs_to_match(rows, task.name, task.scratch_factor),
-            ]
-        if plots:
-            tag = f"{task.name}{('-' + suffix.strip(' ()').replace(' ', '_')) if suffix else ''}"
-            curves, stored = plot_dir / f"curves-{tag}.png", plot_dir / f"stored-{tag}.png"
-            plot_stored(rows, task.name, stored)
-            images = [f"![accuracy vs stored parameters]({stored.relative_to(out_dir)})"]
-            if has_curves(rows, task.name):  # one evaluation point per run is no curve: that plot is left out
-                plot_curves(rows, task.name, curves)
-                images.insert(0, f"![accuracy vs epochs]({curves.relative_to(out_dir)})")
-            parts += ["", " ".join(images)]
-    return parts
+@dataclass
+class BenchReport:
+    """One benchmark's report in ``out_dir``: its rows, profile and run facts (``meta``), and its plot folder (made
+    here; ``plots=False``: none are drawn); :meth:`write` writes ``results.csv``, ``report.md`` and ``plots/*.png``."""
+
+    rows: list[Row]
+    profile: Profile
+    out_dir: Path
+    meta: dict[str, Any] = field(default_factory=dict)
+    plots: bool = True
+    plot_dir: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.plot_dir = plot_folder(self.out_dir) if self.plots else self.out_dir / "plots"
+
+    def write(self) -> None:
+        rows, profile = self.rows, self.profile
+        write_csv(rows, self.out_dir / "results.csv")
+        parts = _header(rows, profile, self.meta)
+        if profile.upstreams:
+            parts += _ancestries(profile, self.meta) + _learngenes(rows) + self.upstream_sections()
+        else:
+            parts += _learngenes(rows) + self.task_sections(rows)
+        parts += _na_cells(rows)
+        write_text_atomic(self.out_dir / "report.md", "\n".join(parts) + "\n")
+
+    def task_sections(self, rows: list[Row], suffix: str = "", level: str = "##") -> list[str]:
+        """A section per task of ``rows``: its line, its marked table, scratch's epochs to match and the plots."""
+        parts: list[str] = []
+        for task in self.profile.tasks:
+            if any(r.task == task.name for r in rows):
+                parts += ["", f"{level} {task.name}{suffix}", "", _task_line(task, len(self.profile.seeds))]
+                parts += ["", format_table(rows, task.name, mark=True)]
+                if note := identical_note(rows, task.name):
+                    parts += ["", note]
+                if task.scratch_factor > 1 and any(r.task == task.name and r.budget > 1 and r.ok for r in rows):
+                    parts += [
+                        "",
+                        f"Epochs scratch ×{task.scratch_factor} needs to reach each method's final accuracy "
+                        f"(of {task.epochs * task.scratch_factor}; it is evaluated at the epochs shown):",
+                        "",
+                        epochs_to_match(rows, task.name, task.scratch_factor),
+                    ]
+                if self.plots:
+                    parts += ["", self.task_plots(rows, task.name, suffix)]
+        return parts
+
+    def task_plots(self, rows: list[Row], task: str, suffix: str) -> str:
+        """The task's plots, drawn into the plot folder: accuracy vs stored parameters, and vs epochs where the runs
+        were evaluated more than once; their images' markdown."""
+        tag = f"{task}{('-' + suffix.strip(' ()').replace(' ', '_')) if suffix else ''}"
+        curves, stored = self.plot_dir / f"curves-{tag}.png", self.plot_dir / f"stored-{tag}.png"
+        plot_stored(rows, task, stored)
+        images = [f"![accuracy vs stored parameters]({stored.relative_to(self.out_dir)})"]
+        if has_curves(rows, task):  # one evaluation point per run is no curve: that plot is left out
+            plot_curves(rows, task, curves)
+            images.insert(0, f"![accuracy vs epochs]({curves.relative_to(self.out_dir)})")
+        return " ".join(images)
+
+    def upstream_sections(self) -> list[str]:
+        """Each upstream's task sections, then each task's gain by upstream against scratch and mimetic."""
+        rows, parts = self.rows, []
+        upstreams = list(dict.fromkeys(r.upstream for r in rows))
+        for up in self.profile.upstreams:
+            if up.name in upstreams:
+                mine = [r for r in rows if r.upstream == up.name]
+                parts += ["", f"## Upstream {up.name}", *self.task_sections(mine, f" ({up.name})", "###")]
+        for task in self.profile.tasks:
+            if len(upstreams) > 1 and any(r.task == task.name for r in rows):
+                parts += [
+                    "",
+                    f"## {task.name}: gain by upstream",
+                    "",
+                    "Mean top-1 difference (points) to the reference, averaged over the sizes both made; "
+                    "the upstreams differ in class split, ancestry training and condensation epochs (see "
+                    "Ancestries).",
+                ]
+                for reference in ("scratch", "mimetic"):
+                    parts += ["", f"Against {reference}:", "", gain_table(rows, task.name, upstreams, reference)]
+        return parts
 
 
 def write_report(
     rows: list[Row], profile: Profile, out_dir: Path, meta: dict[str, Any] | None = None, plots: bool = True
 ) -> None:
-    """``results.csv``, ``report.md`` and (unless ``plots=False``) ``plots/*.png`` in ``out_dir``."""
-    meta = meta or {}
-    write_csv(rows, out_dir / "results.csv")
-    plot_dir = plot_folder(out_dir) if plots else out_dir / "plots"
-    parts = _header(rows, profile, meta)
-    if profile.upstreams:
-        parts += _ancestries(profile, meta)
-    parts += _learngenes(rows)
-    if profile.upstreams:
-        parts += _upstream_sections(rows, profile, out_dir, plot_dir, plots)
-    else:
-        parts += _task_sections(rows, profile, out_dir, plot_dir, plots)
-    parts += _na_cells(rows)
-    write_text_atomic(out_dir / "report.md", "\n".join(parts) + "\n")
+    """``results.csv``, ``report.md`` and (unless ``plots=False``) ``plots/*.png`` in ``out_dir``
+    (:class:`BenchReport`)."""
+    BenchReport(rows, profile, out_dir, meta or {}, plots).write()
 
 
 def run_lines(meta: dict[str, Any], command: str, work: str = "") -> list[str]:
@@ -182,30 +217,6 @@ def _learngenes(rows: list[Row]) -> list[str]:
         "",
         gene_table(rows),
     ]
-
-
-def _upstream_sections(rows: list[Row], profile: Profile, out_dir: Path, plot_dir: Path, plots: bool) -> list[str]:
-    """Each upstream's task sections, then each task's gain by upstream against scratch and mimetic."""
-    parts: list[str] = []
-    upstreams = list(dict.fromkeys(r.upstream for r in rows))
-    for up in profile.upstreams:
-        if up.name in upstreams:
-            mine = [r for r in rows if r.upstream == up.name]
-            parts += ["", f"## Upstream {up.name}"]
-            parts += _task_sections(mine, profile, out_dir, plot_dir, plots, suffix=f" ({up.name})", level="###")
-    for task in profile.tasks:
-        if len(upstreams) > 1 and any(r.task == task.name for r in rows):
-            parts += [
-                "",
-                f"## {task.name}: gain by upstream",
-                "",
-                "Mean top-1 difference (points) to the reference, averaged over the sizes both made; "
-                "the upstreams differ in class split, ancestry training and condensation epochs (see "
-                "Ancestries).",
-            ]
-            for reference in ("scratch", "mimetic"):
-                parts += ["", f"Against {reference}:", "", gain_table(rows, task.name, upstreams, reference)]
-    return parts
 
 
 def _na_cells(rows: list[Row]) -> list[str]:

@@ -12,10 +12,10 @@ from ..errors import GeneFormatError
 from ..formats.atomic import quote
 from ..formats.convert import CONFIG, is_model_folder, read_config
 from ..formats.hub import describe_source
-from ..formats.model_file import MODEL_FORMAT, load_model_file, model_preprocessing
-from ..formats.stitched import STITCHED_MODEL_FORMAT, read_stitched
+from ..formats.model_file import MODEL_FORMAT, load_model_file, model_format, model_preprocessing
 from ..formats.weights import is_regular_file, read_safetensors
 from ..gene import GENE_FORMAT, Learngene
+from ..method import ModelFormat
 from ..vit.spec import ViTSpec
 
 
@@ -59,27 +59,20 @@ def describe_file(path: str | os.PathLike, show_tensors: bool = False) -> str:
         if show_tensors:
             lines += [f"    {k:40s} {tuple(v.shape)}" for k, v in state.items()]
         return "\n".join(lines)
-    if fmt == STITCHED_MODEL_FORMAT:
-        return describe_stitched(path, size, meta, show_tensors)
+    own = model_format(fmt)
+    if own is not None:
+        return describe_own_format(path, size, meta, own, show_tensors)
     raise GeneFormatError(f"{quote(path)} is neither a learngene nor a learngene model file")
 
 
-def describe_stitched(path: str | os.PathLike, size: int, meta: dict, show_tensors: bool = False) -> str:
-    """A stitched descendant (``learngene expand --stitch``): its two instances' parts, the stitch, its size."""
-    model, origin = read_stitched(path)
-    front, end = model.specs
-
-    def part(spec: ViTSpec) -> str:
-        return f"{spec.short()} (width {spec.embed_dim}, {spec.num_heads} heads, mlp x{spec.mlp_ratio:g})"
-
+def describe_own_format(path: str | os.PathLike, size: int, meta: dict, own: ModelFormat, show_tensors: bool) -> str:
+    """A model in the file format of the one method that makes it (pool's stitched descendants): its parts as the
+    format describes them, its input, origin and creation."""
+    model, _, origin = own.read(path)
     lines = [
-        f"learngene stitched descendant {path} ({size / 1e6:.2f} MB): not a timm ViT (learngene.vit.stitched.StitchedViT)",
-        f"  front:   embeddings and blocks 0..{model.cut_front} of {part(front)}",
-        f"  stitch:  linear {front.embed_dim} -> {end.embed_dim}",
-        f"  end:     blocks {model.cut_end}..{end.depth - 1}, final norm and {end.num_classes}-way head of {part(end)}",
-        f"  input:   {front.img_size}px/{front.patch_size}, {front.in_chans} ch, family {front.family.short()}; "
-        + describe_preprocessing(model_preprocessing(path)),
-        f"  total:   {model.depth} blocks, {model.num_params:,} params",
+        f"learngene {own.what} {path} ({size / 1e6:.2f} MB): not a timm ViT ({type(model).__name__})",
+        *own.describe(model),
+        f"  input:   {describe_preprocessing(model_preprocessing(path))}",
         f"  origin:  {json.dumps(origin, sort_keys=True)}",
         f"  created: {meta.get('created', '?')} by learngene {meta.get('library_version', '?')}",
     ]

@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -343,7 +343,7 @@ def load_dataset(
         raise DataError(f"workers (--workers) must be 0 (decode in the main process) or more, got {workers}")
     request = LoadRequest(split, img_size, data_dir, in_chans, preprocessing, augment, workers, classes)
     with held_warnings(("huggingface_hub", "datasets")):  # torch's or PIL's note on data that then fail: unsaid
-        data = source.read(argument, request)
+        data = cast(Data, source.read(argument, request))  # learngene data: the registry checks it by its parts
     if in_chans is not None and isinstance(data, ImageData):
         if in_chans == 1 and data.in_chans > 1:
             raise colour_for_grey_model(name)

@@ -1,7 +1,8 @@
 """The learngene model file: a timm state_dict plus the spec (and origin) in the safetensors header.
 
 :func:`read_model` and :func:`write_model` read and write any model learngene makes in the file format of its kind:
-a timm ViT in this one, a stitched ViT (pool's stitched descendants) in :mod:`learngene.formats.stitched`.
+a timm ViT in this one, a model only one method makes (pool's stitched descendants) in the format that method declares
+(:class:`~learngene.method.ModelFormat`, found by :func:`model_format`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
 from ..errors import GeneFormatError, LearngeneError, first_line
+from ..method import ModelFormat
+from ..registry import get_method, list_methods
 from ..vit.spec import ViTSpec
 from .atomic import library_version, now_iso, quote
 from .preprocessing import check_preprocessing
-from .stitched import STITCHED_MODEL_FORMAT, StitchedViT, read_stitched, save_stitched
 from .weights import (
     check_finite,
     read_safetensors,
@@ -59,10 +61,11 @@ def save_model(
 def load_model_file(path: str | os.PathLike, lazy: bool = False) -> tuple[dict[str, Tensor], ViTSpec, dict[str, Any]]:
     """Read a file written by :func:`save_model`: (state_dict, spec, origin); ``lazy``: memory-mapped tensors."""
     tensors, metadata = read_safetensors(path, lazy=lazy)
-    if metadata.get("format") == STITCHED_MODEL_FORMAT:
+    own = model_format(metadata.get("format")) if metadata.get("format") != MODEL_FORMAT else None
+    if own is not None:
         raise GeneFormatError(
-            f"{quote(path)} is a stitched descendant (two ViTs of other widths joined by a stitch layer), not a "
-            f"timm ViT: only `learngene train` (as the model it fine-tunes) and `learngene inspect` read it"
+            f"{quote(path)} is a {own.what}, not a timm ViT: only `learngene train` (as the model it fine-tunes) and "
+            f"`learngene inspect` read it"
         )
     if metadata.get("format") != MODEL_FORMAT:
         raise GeneFormatError(
@@ -119,12 +122,22 @@ class ModelFile:
         return int(getattr(self.model, "num_classes", self.spec.num_classes))
 
 
+def model_format(tag: Any) -> ModelFormat | None:
+    """The model format a method declares (:attr:`learngene.method.Method.model_formats`) under the header tag
+    ``tag``, e.g. pool's stitched descendants; None: no method declares one (a timm ViT's file, or no model file)."""
+    if not isinstance(tag, str) or tag == MODEL_FORMAT:
+        return None
+    declared = (f for name in list_methods() for f in get_method(name).model_formats)
+    return next((f for f in declared if f.tag == tag), None)
+
+
 def read_model(path: str | os.PathLike) -> ModelFile:
     """The model in ``path``, in the format its header names: a learngene model file (a timm ViT, loaded strictly)
-    or a stitched-model file (:func:`learngene.formats.stitched.read_stitched`)."""
-    if read_safetensors(path, lazy=True)[1].get("format") == STITCHED_MODEL_FORMAT:
-        stitched, origin = read_stitched(path)
-        return ModelFile(stitched, stitched.specs[0], origin, stitched.state_dict())
+    or a model format a method declares (:func:`model_format`)."""
+    own = model_format(read_safetensors(path, lazy=True)[1].get("format"))
+    if own is not None:
+        model, spec, origin = own.read(path)
+        return ModelFile(model, spec, origin, model.state_dict())
     state, spec, origin = load_model_file(path)
     return ModelFile(build_model(spec, state, source=str(path)), spec, origin, state)
 
@@ -137,11 +150,12 @@ def write_model(
     overwrite: bool = False,
     preprocessing: dict[str, Any] | None = None,
 ) -> None:
-    """Write ``model`` in the file format of its kind: a :class:`~learngene.vit.stitched.StitchedViT` as a
-    stitched-model file (its parts give its sizes), any other as a learngene model file of ``spec``
-    (:func:`save_model`)."""
-    if isinstance(model, StitchedViT):
-        save_stitched(path, model, origin=origin, overwrite=overwrite, preprocessing=preprocessing)
+    """Write ``model`` in the file format of its kind: a model that names its own (``file_format``, e.g. pool's
+    stitched descendants) in that format, which its method declares (:func:`model_format`; its parts give its sizes),
+    any other as a learngene model file of ``spec`` (:func:`save_model`)."""
+    own = model_format(getattr(model, "file_format", None))
+    if own is not None:
+        own.write(path, model, origin, overwrite, preprocessing)
         return
     if spec is None:
         raise LearngeneError(f"a {type(model).__name__} is saved with its ViTSpec; pass spec")

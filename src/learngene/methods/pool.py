@@ -22,7 +22,7 @@ one): front block ``j`` may feed end block ``k`` for ``|j − k| ≤ 1``, the pa
 stitch layer; one set per pair of instances, narrower to wider. Each stitch layer starts as the
 least-squares affine map from the front block's output tokens to the tokens entering the end block, on
 up to 100 training images (their ``snnet`` initialization, ``stitch_init_bs`` 100), the fits of the
-window's pairs averaged. A stitched descendant is a :class:`~learngene.vit.stitched.StitchedViT`
+window's pairs averaged. A stitched descendant is a ``StitchedViT``
 (:func:`stitched_descendant`; ``learngene expand GENE --stitch F:J-E:K`` writes one); a plain timm ViT from
 this gene is the instance of its width, its blocks spread over the asked depth (``⌊t·d/L⌋``, ours: their
 unstitched configurations are the instances as they are).
@@ -80,19 +80,30 @@ from ..training.distill import cache_teacher_outputs
 from ..training.loop import train
 from ..validate import CONDENSE
 from ..vit.spec import ViTSpec
-from ..vit.stitched import StitchedViT
 from ..vit.transfer import StateDict, inherit_non_block, part_of, place_blocks, require_block_shape, stretch
 from ._option_lists import int_list
-from ._pool_stitches import JointPool, block_tokens, fit_stitches, least_squares_stitch, paired_stitches, stitch_key
+from ._pool_stitched_file import STITCHED_FILE, read_stitched, save_stitched
+from ._pool_stitches import (
+    JointPool,
+    StitchedViT,
+    block_tokens,
+    fit_stitches,
+    least_squares_stitch,
+    paired_stitches,
+    stitch_key,
+)
 
-# the stitches' parts in their own module, importable from here (tests do)
+# the stitches' parts, the stitched ViT and its file in modules of their own, importable from here (tests do)
 __all__ = [
     "LearngenePool",
     "PoolConfig",
     "JointPool",
+    "StitchedViT",
     "fit_stitches",
     "least_squares_stitch",
     "paired_stitches",
+    "read_stitched",
+    "save_stitched",
     "share",
     "stitch_choices",
     "stitch_key",
@@ -226,6 +237,7 @@ class LearngenePool(AuxNetMethod):
     expand_outputs = (
         ExpandOutput("stitch", "a stitched descendant", "its instances' sizes", parse_stitch, _stitched_output),
     )
+    model_formats = (STITCHED_FILE,)
 
     def depths(self, aux: ViTSpec) -> list[int]:
         text = self.config.instance_depths

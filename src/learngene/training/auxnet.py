@@ -175,7 +175,7 @@ def condense_through_aux(
     distilled = "nothing (λ = 0: cross-entropy on the labels only)"
     if known(cfg.distill_lambda) > 0:
         tic = time.perf_counter()
-        student, distilled = _student(net, aux, ancestry, data, cfg, headless)
+        student, distilled = _student(net, ancestry, data, cfg)
         data, teacher = cache_teacher_outputs(data, ancestry.model, cfg)
         teacher_seconds = time.perf_counter() - tic
     if cfg.progress and dist.is_main():
@@ -191,16 +191,14 @@ def condense_through_aux(
     return gene
 
 
-def _student(
-    net: GeneNet, aux: ViTSpec, ancestry: Ancestry, data: Data, cfg: TrainConfig, headless: bool
-) -> tuple[nn.Module, str]:
-    """What distils from ``ancestry`` and what it distils: the aux net its logits, or, for an ancestry without a
-    classifier, the aux net's pooled features through a :class:`FeatureDistillation` (its width read from the
-    ancestry's output on two images)."""
-    device = resolve_device(cfg.device)
+def _student(net: GeneNet, ancestry: Ancestry, data: Data, cfg: TrainConfig) -> tuple[nn.Module, str]:
+    """What distils from ``ancestry`` into the aux net ``net`` and what it distils: the aux net its logits, or, for an
+    ancestry without a classifier, the aux net's pooled features through a :class:`FeatureDistillation` (its width
+    read from the ancestry's output on two images)."""
+    device, aux = resolve_device(cfg.device), net.spec
     with torch.no_grad():
         probe = ancestry.model.to(device).eval()(data.get_batch(torch.arange(min(2, len(data))))[0].to(device))
-    if headless:
+    if is_headless(ancestry):
         features = FeatureDistillation(net, probe.shape[-1])
         return features, features.describe("; it has no classifier")
     if probe.shape[-1] != aux.num_classes:

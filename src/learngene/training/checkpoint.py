@@ -216,9 +216,7 @@ class RunState:
     best_loss: float | None = None  # the lowest mean training loss between two checkpoints so far
     sane: bool = True  # the checkpoint on disk passed the rules (False: a signal's stop written while diverging)
 
-    def save(
-        self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, cfg: TrainConfig
-    ) -> None:
+    def save(self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
         """Atomic; every rank calls it at the same step (their RNG states and partial sums are gathered)."""
         ranks = dist.all_gather_object((_rng_state(), self.epoch_sums.cpu()))
         if not dist.is_main():
@@ -262,7 +260,7 @@ class RunState:
         Refuses (one line) a checkpoint whose :func:`run_fingerprint` differs from this run's ``fingerprint``."""
         ckpt = load_checkpoint(path)
         free = AFTER_NONFINITE if stopped_by_nonfinite(path.parent) else ()
-        changed = _changed_since(ckpt, path, cfg, fingerprint, free)
+        changed = _changed_since(ckpt, path, fingerprint, free)
         if changed:
             both = f"{named('lr')} and {named('grad_clip')}"
             may = (
@@ -297,11 +295,9 @@ class RunState:
         )
 
 
-def _changed_since(
-    ckpt: dict[str, Any], path: Path, cfg: TrainConfig, fingerprint: dict[str, Any], free: tuple[str, ...]
-) -> list[str]:
-    """How this run differs from the checkpointed one (``free``: the settings that may change), by the run
-    fingerprints; a checkpoint written before them is compared by its training settings alone, with a warning."""
+def _changed_since(ckpt: dict[str, Any], path: Path, fingerprint: dict[str, Any], free: tuple[str, ...]) -> list[str]:
+    """How this run (its :func:`run_fingerprint`) differs from the checkpointed one (``free``: the settings that may
+    change); a checkpoint written before fingerprints is compared by its training settings alone, with a warning."""
     if "fingerprint" in ckpt:
         return _differences(
             {k: v for k, v in ckpt["fingerprint"].items() if k not in free},
@@ -310,7 +306,9 @@ def _changed_since(
     saved = ckpt.get("config", {})
     changed = _differences(
         {k: v for k, v in saved.items() if k in FINGERPRINT_KEYS},
-        {k: getattr(cfg, k) for k in FINGERPRINT_KEYS if k in saved},
+        {
+            k: fingerprint[k] for k in FINGERPRINT_KEYS if k in saved
+        },  # the run's settings, as its fingerprint holds them
     )
     if dist.is_main() and not changed:
         warnings.warn(

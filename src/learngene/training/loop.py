@@ -5,32 +5,27 @@ Eq. 6 with λ=1, τ=1; WAVE Eq. 6 adds CE). AdamW, linear warmup then cosine dec
 clipping, bf16 autocast on CUDA only (bf16 on some CPUs dies in oneDNN), DDP under ``torchrun``.
 Every epoch appends to ``log.jsonl`` and writes ``checkpoint.pt`` atomically; ``resume=True`` continues
 from it bit for bit (model, optimizer, schedule, RNG states and the data position are all restored;
-:class:`~learngene.training.checkpoint.RunState` is what a checkpoint holds, :mod:`learngene.training.checkpoint` the run directory). One step is :func:`loss_step` then :func:`optimizer_step`.
+:class:`~learngene.training.checkpoint.RunState` is what a checkpoint holds, :mod:`learngene.training.checkpoint` the
+run directory).
 
-This module is the entry, :func:`train`; the parts live in modules named for them: :mod:`~learngene.training.epochs`
-(a run's epochs and steps), :mod:`~learngene.training.steps` (loss, optimizer, schedule, seeds),
-:mod:`~learngene.training.device` (device, placement, memory checks), :mod:`~learngene.training.evaluation`
-(:func:`evaluate`, :func:`predict_logits`), :mod:`~learngene.training.data_checks` and
-:mod:`~learngene.training.stopping` (SIGINT / SIGTERM at a step boundary).
+This module is the entry, :func:`train`: it builds one :class:`~learngene.training.epochs.TrainingRun` (the run's
+parts and state, on one object) and runs it. The parts live in modules named for them:
+:mod:`~learngene.training.epochs` (the run: its epochs and steps; one step is :func:`loss_step`, then the update),
+:mod:`~learngene.training.steps` (loss, optimizer, schedule, seeds), :mod:`~learngene.training.device` (device,
+placement, memory checks), :mod:`~learngene.training.evaluation` (:func:`evaluate`, :func:`predict_logits`),
+:mod:`~learngene.training.data_checks` and :mod:`~learngene.training.stopping` (SIGINT / SIGTERM at a step boundary).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from torch import Tensor, nn
 
 from ..data import Data
 from ..errors import LearngeneError, require_argument
-from . import distributed as dist
-from .checkpoint import (
-    CHECKPOINT,
-    LOG,
-    NonFiniteError,
-    record_nonfinite_stop,
-)
+from .checkpoint import CHECKPOINT, LOG
 from .config import TrainConfig
 from .data_checks import check_data_fits, require_data
 from .device import (
@@ -42,9 +37,9 @@ from .device import (
     resolve_device,
     set_fused_attention,
 )
-from .epochs import TrainResult, run_training
+from .epochs import TrainingRun, TrainResult
 from .evaluation import evaluate, predict_logits
-from .steps import distill_loss, loss_step, make_optimizer, optimizer_step, seed_everything, step_draw, uses_fused_adamw
+from .steps import distill_loss, loss_step, make_optimizer, seed_everything, step_draw, uses_fused_adamw
 from .stopping import STOPS, RunInterrupted, request_stop
 
 # what this module offered before its parts moved into modules of their own (callers import them from here)
@@ -53,6 +48,7 @@ __all__ = [
     "LOG",
     "RunInterrupted",
     "TrainConfig",
+    "TrainingRun",
     "TrainResult",
     "autocast",
     "check_data_fits",
@@ -61,7 +57,6 @@ __all__ = [
     "inference_batch",
     "loss_step",
     "make_optimizer",
-    "optimizer_step",
     "place",
     "predict_logits",
     "request_stop",
@@ -87,7 +82,7 @@ def train(
     resume: bool = False,
     loss: Callable[..., Tensor] | None = None,
 ) -> TrainResult:
-    """Train ``model`` in place; returns the per-epoch history.
+    """Train ``model`` in place (one :class:`~learngene.training.epochs.TrainingRun`); returns the per-epoch history.
 
     A SIGINT/SIGTERM handler that calls :func:`request_stop` (the CLI's) makes it finish the current step,
     checkpoint there (with a run dir) and raise :class:`RunInterrupted`.
@@ -105,25 +100,6 @@ def train(
         loss: the per-batch loss, called as :func:`distill_loss` is (its default); a feature-distilling student
             brings its own (:attr:`learngene.training.distill.Distillation.loss`).
     """
-    _check_arguments(model, train_data, cfg, eval_data, teacher, run_dir, resume)
-    cfg = cfg.resolved()  # a setting not given (None) is the loop's: 10 epochs, batches of 128, λ = 0, every image
-    with STOPS.running() as outermost:
-        try:
-            result = run_training(model, train_data, cfg, eval_data, teacher, run_dir, resume, loss or distill_loss)
-        except NonFiniteError as exc:
-            if run_dir is not None and dist.is_main() and (Path(run_dir) / CHECKPOINT).exists():
-                record_nonfinite_stop(Path(run_dir), str(exc))
-            raise
-        if STOPS.now(resolve_device(cfg.device)) and outermost:  # the signal came after the last step: it is saved
-            raise STOPS.interrupted(result.steps, Path(run_dir) / CHECKPOINT if run_dir else None)
-        return result
-
-
-def _check_arguments(
-    model: Any, train_data: Any, cfg: Any, eval_data: Any, teacher: Any, run_dir: Any, resume: Any
-) -> None:
-    """Refuse in one line, before anything runs, an argument of :func:`train` of the wrong kind (any object may come
-    from a Python caller), and a resume without a run directory."""
     require_argument(model, nn.Module, "model", "a torch module (e.g. a timm ViT)")
     require_data(train_data, "train_data")
     if eval_data is not None:
@@ -135,3 +111,9 @@ def _check_arguments(
         raise LearngeneError(
             "resume=True (--resume) continues from the run directory's checkpoint; pass run_dir (--run-dir) too"
         )
+    with STOPS.running() as outermost:
+        run = TrainingRun(model, train_data, cfg, eval_data, teacher, run_dir, resume, loss or distill_loss)
+        result = run.run()
+        if run.stop_asked() and outermost:  # the signal came after the last step: the run is saved
+            raise run.stopped()
+        return result

@@ -13,24 +13,32 @@ same steps and all stop together.
 from __future__ import annotations
 
 import math
-from pathlib import Path
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from ..errors import named
 from . import distributed as dist
-from .checkpoint import NonFiniteError, last_good
+from .checkpoint import NonFiniteError
 
 CUDA_CHECK_EVERY = 20  # steps between reads of the flags on CUDA (each read waits for the GPU)
 
 
 class NonFiniteWatch:
     """Watches one run's loss and gradient norm; ``every`` steps between reads (default: 1 on the CPU,
-    :data:`CUDA_CHECK_EVERY` on CUDA). Steps are counted over the run from 0; ``steps_per_epoch`` names them."""
+    :data:`CUDA_CHECK_EVERY` on CUDA). Steps are counted over the run from 0; ``steps_per_epoch`` names them.
+    ``last_good`` ends a stop's message (where the run may resume from, as ``checkpoint.last_good`` says it)."""
 
-    def __init__(self, device: torch.device, steps_per_epoch: int, every: int | None = None):
-        self.device, self.steps_per_epoch = device, steps_per_epoch
+    def __init__(
+        self,
+        device: torch.device,
+        steps_per_epoch: int,
+        every: int | None = None,
+        *,
+        last_good: Callable[[], str],
+    ):
+        self.device, self.steps_per_epoch, self.last_good = device, steps_per_epoch, last_good
         self.every = every if every is not None else CUDA_CHECK_EVERY if device.type == "cuda" else 1
         # deferred: (step, loss, gradient norm) of the first step with a non-finite one, on the device; step -1: none
         self._first: Tensor | None = None
@@ -43,7 +51,7 @@ class NonFiniteWatch:
         epoch, in_epoch = divmod(step, self.steps_per_epoch)
         return f"at epoch {epoch + 1}, step {in_epoch + 1}"
 
-    def loss(self, loss: Tensor, step: int, ckpt_path: Path | None, sane: bool) -> None:
+    def loss(self, loss: Tensor, step: int) -> None:
         """Before the backward pass: at once, stop if ``loss`` is not finite (on any rank)."""
         if self.deferred:
             return
@@ -52,17 +60,17 @@ class NonFiniteWatch:
         if dist.count_true(not finite, loss.device) if dist.is_distributed() else not finite:
             value = loss.item() if not finite else "non-finite on another process"
             raise NonFiniteError(
-                f"loss became {value} {self.where(step)}; lower {named('lr')} or check the data{last_good(ckpt_path, sane)}"
+                f"loss became {value} {self.where(step)}; lower {named('lr')} or check the data{self.last_good()}"
             )
 
-    def gradients(self, grad_norm: Tensor, step: int, ckpt_path: Path | None, sane: bool) -> None:
+    def gradients(self, grad_norm: Tensor, step: int) -> None:
         """After clipping, before the update: at once, stop if the gradient norm is not finite."""
         if self.deferred:
             return
         if not torch.isfinite(grad_norm):  # the same on every rank: DDP has already averaged the gradients
             raise NonFiniteError(
                 f"gradients became {grad_norm.item()} {self.where(step)}; lower {named('lr')} or check the data"
-                f"{last_good(ckpt_path, sane)}"
+                f"{self.last_good()}"
             )
 
     def note(self, loss: Tensor, grad_norm: Tensor | None, step: int) -> None:
@@ -76,7 +84,7 @@ class NonFiniteWatch:
         first_bad = ~(torch.isfinite(loss) & torch.isfinite(grad)) & (self._first[0] < 0)
         self._first = torch.where(first_bad, torch.stack([torch.full_like(loss, step), loss, grad]), self._first)
 
-    def check(self, steps_done: int, ckpt_path: Path | None, sane: bool) -> None:
+    def check(self, steps_done: int) -> None:
         """Deferred: stop if any step so far (on any rank) had a non-finite loss or gradient norm."""
         if not self.deferred or self._first is None:
             return
@@ -92,5 +100,5 @@ class NonFiniteWatch:
             what += f" {self.where(int(step))}"
         raise NonFiniteError(
             f"{what}; the run stopped after {self.where(steps_done - 1)[3:]}, where it reads the GPU's check (every "
-            f"{self.every} steps); lower {named('lr')} or check the data{last_good(ckpt_path, sane)}"
+            f"{self.every} steps); lower {named('lr')} or check the data{self.last_good()}"
         )

@@ -1,5 +1,5 @@
-"""One training step: the loss (:func:`loss_step`, soft distillation), AdamW and its warmup-cosine schedule, the update
-(:func:`optimizer_step`), and the seeds a run draws from.
+"""One training step's parts: the loss (:func:`loss_step`, soft distillation), AdamW and its warmup-cosine schedule
+(:func:`warmup_cosine`), and the seeds a run draws from (the update itself is :meth:`learngene.training.epochs.TrainingRun.step`).
 """
 
 from __future__ import annotations
@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,7 +19,6 @@ from ..errors import LearngeneError
 from . import distributed as dist
 from .config import TrainConfig, known
 from .device import autocast
-from .nonfinite import NonFiniteWatch
 
 
 def seed_everything(seed: int) -> None:
@@ -64,6 +62,16 @@ def lr_factor(step: int, warmup: int, total: int, min_ratio: float) -> float:
         return (step + 1) / warmup
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def warmup_cosine(optimizer: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int, total_steps: int) -> Any:
+    """The run's per-step schedule (:func:`lr_factor`): ``cfg.warmup_epochs`` of linear warmup, then cosine decay to
+    ``cfg.min_lr`` at ``total_steps``."""
+    # a short run (e.g. one fine-tuning epoch) still decays: warmup takes at most a fifth of it
+    warmup = max(1, min(round(cfg.warmup_epochs * steps_per_epoch), total_steps // 5))
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_factor(s, warmup, total_steps, cfg.min_lr / cfg.lr)
+    )
 
 
 def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -124,28 +132,3 @@ def loss_step(
     # over the global batch, even when ranks hold unequal shares of the last batch.
     loss = per_sample.sum() * (dist.world_size() / batch.global_size)
     return loss, per_sample.detach(), logits.detach(), y
-
-
-def optimizer_step(
-    loss: Tensor,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-    cfg: TrainConfig,
-    watch: NonFiniteWatch,
-    step: int,
-    ckpt_path: Path | None,
-    sane: bool = True,
-) -> None:
-    """Back-propagate ``loss``, clip, update and advance the schedule; a non-finite loss or gradient stops
-    the run with one line (at which ``step`` of the run it happened, and the last good checkpoint): on the CPU
-    before it reaches the weights, on CUDA when ``watch`` next reads its flags."""
-    watch.loss(loss, step, ckpt_path, sane)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip) if cfg.grad_clip else None
-    if grad_norm is not None:
-        watch.gradients(grad_norm, step, ckpt_path, sane)
-    watch.note(loss, grad_norm, step)
-    optimizer.step()
-    scheduler.step()

@@ -1,4 +1,6 @@
-"""The stitched-model file: a :class:`~learngene.vit.stitched.StitchedViT` (pool's stitched descendants) as safetensors.
+"""The stitched-model file: a ``StitchedViT`` (pool's stitched descendants) as
+safetensors, the model format pool declares (:data:`STITCHED_FILE`, ``LearngenePool.model_formats``): ``learngene
+train`` and ``inspect`` read it, and a result writes it, through that declaration.
 
 Its header says what it is (``format`` ``learngene-stitched-model``) and holds both instances' specs, the cut, the
 origin and the preprocessing its inputs expect; its tensors are the model's state_dict, loaded back strictly.
@@ -11,13 +13,13 @@ import os
 from typing import Any
 
 from ..errors import GeneFormatError, first_line
+from ..formats.atomic import library_version, now_iso, quote
+from ..formats.preprocessing import check_preprocessing
+from ..formats.weights import check_finite, read_safetensors, save_safetensors
+from ..method import ModelFormat
 from ..vit.spec import ViTSpec
-from ..vit.stitched import StitchedViT
-from .atomic import library_version, now_iso, quote
-from .preprocessing import check_preprocessing
-from .weights import check_finite, read_safetensors, save_safetensors
+from ._pool_stitches import STITCHED_MODEL_FORMAT, StitchedViT
 
-STITCHED_MODEL_FORMAT = "learngene-stitched-model"  # a StitchedViT: not a timm ViT
 PARTS_FORMAT = "learngene.stitched_vit"  # the tag of the header's ``stitched_vit`` entry (its parts)
 
 
@@ -74,3 +76,30 @@ def read_stitched(path: str | os.PathLike) -> tuple[StitchedViT, dict[str, Any]]
             f"with output=('stitch', ...), learngene expand GENE --stitch ...)"
         ) from None
     return model, origin if isinstance(origin, dict) else {}
+
+
+def describe_stitched(model: StitchedViT) -> list[str]:
+    """A stitched descendant's parts (``learngene inspect``): its two instances' parts, the stitch, its input, its
+    size."""
+    front, end = model.specs
+
+    def part(spec: ViTSpec) -> str:
+        return f"{spec.short()} (width {spec.embed_dim}, {spec.num_heads} heads, mlp x{spec.mlp_ratio:g})"
+
+    return [
+        f"  front:   embeddings and blocks 0..{model.cut_front} of {part(front)}",
+        f"  stitch:  linear {front.embed_dim} -> {end.embed_dim}",
+        f"  end:     blocks {model.cut_end}..{end.depth - 1}, final norm and {end.num_classes}-way head of {part(end)}",
+        f"  images:  {front.img_size}px/{front.patch_size}, {front.in_chans} ch, family {front.family.short()}",
+        f"  total:   {model.depth} blocks, {model.num_params:,} params",
+    ]
+
+
+def _read(path: str | os.PathLike) -> tuple[StitchedViT, ViTSpec, dict[str, Any]]:
+    model, origin = read_stitched(path)
+    return model, model.specs[0], origin  # its input side is the front instance's
+
+
+STITCHED_FILE = ModelFormat(
+    STITCHED_MODEL_FORMAT, "stitched descendant", read=_read, write=save_stitched, describe=describe_stitched
+)
