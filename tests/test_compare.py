@@ -179,25 +179,52 @@ def test_drop_head_on_a_folder_without_a_head_is_refused(tmp_path):
     assert list(without_head({**state, "head.weight": torch.ones(1)}, ("head.",), "folder")) == list(state)
 
 
-def test_a_profile_from_python_is_the_one_the_command_builds(ancestry, tmp_path):
-    """The command's training flags are TrainConfig's settings and the others CompareChoices' fields: the same values
-    from Python make the same profile (so the same cache keys), given or left at the command's defaults."""
-    from learngene.cli.compare import profile_from_args
+class _Built(Exception):
+    """Raised instead of running a comparison: the test needs only what would run."""
+
+
+def _profile_run(monkeypatch, call):
+    """The profile (and the run's options) ``call`` would run, by ``learngene.compare``'s one path."""
+    from learngene.pipeline import comparing
+
+    def start(profile, out, **options):
+        raise _Built(profile, options)
+
+    monkeypatch.setattr(comparing, "start_compare", start)
+    with pytest.raises(_Built) as built:
+        call()
+    return built.value.args
+
+
+def test_the_command_is_learngene_compare_with_the_flags_arguments(ancestry, tmp_path, monkeypatch):
+    """The command's training flags are TrainConfig's settings and the others compare()'s choices: the same values
+    from Python make the same profile (so the same cache keys) and run options, given or left at the command's
+    defaults, because the command calls learngene.compare."""
+    import learngene as lg
+    from learngene.cli.compare import run
     from learngene.cli.parser import build_parser
     from learngene.training.config import TrainConfig
 
     spec = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
     sizes = ["L1-D32-H2", "L2-D32-H2"]
+    out = tmp_path / "cmp"
     base = ["compare", "--ancestry", str(ancestry), "--data", "digits", "--sizes", ",".join(sizes)]
-    base += ["--out", str(tmp_path / "cmp"), "--device", "cpu", "--quiet"]
+    base += ["--out", str(out), "--device", "cpu", "--quiet"]
     flags = [
         "--methods", "pretrained,tleg", "--references", "scratch,mimetic", "--seeds", "2", "--max-steps", "7",
         "--batch-size", "16", "--lr", "0.01", "--eval-images", "40", "--few-shot", "3", "--kd", "0.3",
         "--classes", "1,2,3", "--condense-epochs", "1", "--condense-images", "50", "--adapt-steps", "3",
+        "--time-limit", "2", "--no-plots",
     ]  # fmt: skip
-    from_flags = profile_from_args(build_parser().parse_args([*base, *flags]))
-    train = TrainConfig(epochs=5, max_steps=7, batch_size=16, lr=0.01, eval_images=40)
-    choices = CompareChoices(
+
+    def command(argv):
+        args = build_parser().parse_args(argv)
+        args.command_line = "learngene compare ..."
+        return lambda: run(args)
+
+    from_flags, options = _profile_run(monkeypatch, command([*base, *flags]))
+    train = TrainConfig(epochs=5, max_steps=7, batch_size=16, lr=0.01, eval_images=40, device="cpu", progress=False)
+    choices = dict(
         methods=["pretrained", "tleg"],
         references=["scratch", "mimetic"],
         seeds=2,
@@ -208,10 +235,19 @@ def test_a_profile_from_python_is_the_one_the_command_builds(ancestry, tmp_path)
         condense_images=50,
         adapt_steps=3,
     )
-    assert compare_profile(spec, str(ancestry), "digits", sizes, train, choices) == from_flags
+    from_python, python_options = _profile_run(
+        monkeypatch,
+        lambda: lg.compare(
+            str(ancestry), "digits", sizes, train_cfg=train, out=out, time_limit=2, plots=False,
+            command="learngene compare ...", **choices,
+        ),
+    )  # fmt: skip
+    assert from_python == from_flags and python_options == options
+    assert options["time_limit"] == 120 and options["plots"] is False and options["device"] == "cpu"
+    assert compare_profile(spec, str(ancestry), "digits", sizes, train, CompareChoices(**choices)) == from_flags
     assert from_flags.train.lr == 0.01 and from_flags.train.batch_size == 16 and from_flags.tasks[0].max_steps == 7
     # the defaults: the command's (USE_CASE_DEFAULTS["compare"]), from Python too
-    defaults = profile_from_args(build_parser().parse_args(base))
+    defaults, _ = _profile_run(monkeypatch, command(base))
     assert compare_profile(spec, str(ancestry), "digits", sizes) == defaults
     assert (defaults.tasks[0].epochs, defaults.train.batch_size) == (5, 64)
     # settings by name go over the same defaults

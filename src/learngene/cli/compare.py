@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import TYPE_CHECKING
 
 from ..bench.stats import MAX_SEEDS
@@ -173,47 +174,32 @@ def _add_compare_run(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from ..pipeline.compare import compare_text, run_compare
+    """``learngene compare`` is :func:`learngene.compare` with the flags' arguments."""
+    from ..pipeline.comparing import compare
+    from ..pipeline.requests import AncestryRequest, DataRequest
+    from .options import settings_from_args
 
-    profile = profile_from_args(args)
-    rows = run_compare(
-        profile,
-        args.out,
-        data_dir=args.data_dir,
-        device=args.device,
-        progress=not args.quiet,
-        time_limit=args.time_limit * 60 if args.time_limit is not None else None,
-        command=args.command_line,
-        plots=not args.no_plots,
-        log=tuple(args.log or ()),
-    )
-    print(compare_text(rows, profile))
-    print(f"learngene compare: report in {args.out}/report.md")
-
-
-def profile_from_args(args: argparse.Namespace):
-    """The comparison the flags ask for (:func:`learngene.pipeline.compare.compare_profile`), its flags checked and its
-    ancestry's size read first (on the meta device), so that bad input fails before anything trains."""
-    from ..ancestry import load_ancestry
-    from ..formats.atomic import check_not_input
-    from ..pipeline.compare import compare_profile
-    from ..training.loop import resolve_device
-    from .options import settings_from_args as settings
-
-    if args.time_limit is not None and not args.time_limit > 0:
-        raise LearngeneError(f"--time-limit must be a positive number of minutes, got {args.time_limit}")
-    choices = choices_from_args(args)
-    if not args.out.strip():
+    if not args.out.strip():  # a Python caller's out=None is a temporary folder; the command line needs a report
         raise LearngeneError("--out is empty; give the report folder, e.g. --out runs/compare")
-    resolve_device(args.device)
-    data_folder = args.data.partition(":")[2] if args.data.startswith("folder:") else None
-    check_not_input(args.out, [args.ancestry, data_folder], folder_output=True)
-    # the ancestry's size decides the descendants' family: read it now (on the meta device), so that bad input
-    # fails before anything trains
-    ancestry = load_ancestry(args.ancestry, args.timm_model, drop_head=args.drop_head)
-    profile = compare_profile(ancestry.spec, args.ancestry, args.data, args.sizes.split(","), settings(args), choices)
-    del ancestry
-    return profile
+    choices = dataclasses.asdict(choices_from_args(args))
+    comparison = compare(
+        AncestryRequest(args.ancestry, choices.pop("timm_model"), choices.pop("drop_head")),
+        DataRequest(
+            args.data,
+            data_dir=args.data_dir,
+            few_shot=choices.pop("few_shot"),
+            train_images=choices.pop("train_images"),
+        ),
+        args.sizes.split(","),
+        train_cfg=settings_from_args(args),
+        out=args.out,
+        time_limit=args.time_limit,
+        plots=not args.no_plots,
+        command=args.command_line,
+        **choices,
+    )
+    print(comparison.text)
+    print(f"learngene compare: report in {args.out}/report.md")
 
 
 def choices_from_args(args: argparse.Namespace) -> CompareChoices:

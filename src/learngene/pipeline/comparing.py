@@ -138,6 +138,9 @@ def compare(
     *,
     train_cfg: TrainArg | None = None,
     out: str | os.PathLike | None = None,
+    time_limit: float | None = None,
+    plots: bool = True,
+    command: str | None = None,
     say: Say = quiet,
     **choices: Any,
 ) -> Comparison:
@@ -157,6 +160,11 @@ def compare(
         out: the folder the run computes in and reports to (its cache: the same call continues an interrupted run;
             several processes on one folder share the work); None: a temporary folder, removed afterwards (save the
             result with :meth:`Comparison.save`).
+        time_limit: minutes after which no new stage starts: the report then holds what finished, and the same call
+            on the same ``out`` continues (None: no limit).
+        plots: write the report's PNG plots into ``out`` (its ``plots/``).
+        command: what the report names as the command that made it (``learngene compare`` gives its command line;
+            default: this call, ``learngene.compare(...)``).
         say: called with the line that says where the report is, e.g. ``print``.
         **choices: the fields of :class:`~learngene.pipeline.compare.CompareChoices` by name: ``methods``,
             ``seeds``, ``references``, ``classes``, ``kd_lambda``, ``condense_data``, ``condense_epochs``, ...
@@ -174,6 +182,16 @@ def compare(
     chosen = CompareChoices(**{**{k: v for k, v in from_requests.items() if v is not None}, **choices})
     cfg = train_config(train_cfg, "compare", "compare")
     optional_path(out, "out")
+    check_flag(plots, "plots")
+    if time_limit is not None and (
+        isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0
+    ):
+        raise LearngeneError(
+            f"{named('time_limit')} must be a positive number of minutes, got {time_limit!r}; pass e.g. "
+            f"time_limit=30 (--time-limit 30), or None for no limit"
+        )
+    if command is not None:
+        require_argument(command, str, "command", "a text (what the report names as the command)")
     say = speaker(say)
     inputs = input_paths(request, DataRequest(source))
     if out is not None:
@@ -184,9 +202,15 @@ def compare(
             )
     spec = request.load().spec  # the descendants' family, read before anything trains
     profile = compare_profile(spec, str(request.path), source, texts, cfg, chosen)
-    options: dict[str, Any] = {"data_dir": data_dir, "progress": cfg.progress, "log": cfg.log}
+    options: dict[str, Any] = {
+        "data_dir": data_dir,
+        "progress": cfg.progress,
+        "log": cfg.log,
+        "time_limit": None if time_limit is None else 60 * time_limit,
+        "command": command or "learngene.compare(...)",
+    }
     if out is not None:
-        run = start_compare(profile, Path(out), device=cfg.device, **options)
+        run = start_compare(profile, Path(out), device=cfg.device, plots=plots, **options)
         rows = run.run()
         say(f"learngene compare: report in {Path(out) / 'report.md'}")
         return Comparison(rows, profile, dict(run.meta), inputs)
