@@ -26,7 +26,7 @@ from learngene.method import Ancestry, CondenseInputs
 from learngene.registry import get_method, list_methods
 from learngene.training.loop import TrainConfig, seed_everything, train
 from learngene.vit.spec import ViTFamily, ViTSpec
-from tests.conftest import make_images
+from tests.conftest import SMALL_OPTIONS, make_images
 
 METHODS = list_methods()
 
@@ -64,7 +64,7 @@ def _condense(name: str, spec: ViTSpec, seed: int = 0, steps: int = 1) -> Learng
             ),
         )
     seed_everything(seed)
-    return get_method(name)().condense(ancestry, inputs)
+    return get_method(name)(**SMALL_OPTIONS.get(name, {})).condense(ancestry, inputs)
 
 
 def _check_expansion(name: str, gene: Learngene, target: ViTSpec, may_refuse: bool = True) -> None:

@@ -19,7 +19,7 @@ from learngene.method import Ancestry, CondenseInputs, Paper, citations
 from learngene.registry import get_method, list_methods
 from learngene.training.loop import TrainConfig, seed_everything
 from learngene.vit.spec import ViTSpec
-from tests.conftest import make_images
+from tests.conftest import SMALL_OPTIONS, make_images
 
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
 
@@ -32,7 +32,9 @@ def genes() -> dict[str, Learngene]:
         seed_everything(0)
         ancestry = Ancestry(SPEC.create_model().eval(), SPEC)
         inputs = CondenseInputs(train=make_images(16), train_cfg=TrainConfig(max_steps=2, batch_size=8, progress=False))
-        out[name] = get_method(name)().condense(ancestry, inputs if get_method(name).needs_data else None)
+        # tal's and pith's hypernetworks at hidden size 16: seconds, not minutes (learngene demo runs their defaults)
+        method = get_method(name)(**SMALL_OPTIONS.get(name, {}))
+        out[name] = method.condense(ancestry, inputs if get_method(name).needs_data else None)
     return out
 
 
