@@ -175,7 +175,7 @@ def fix_table(results: dict[str, dict[int, float]], methods, where: str) -> list
     pairs = []
     for name in methods:
         pairs += [(name, "mimetic"), (f"{name} {FIX}", "mimetic"), (f"{name} {FIX}", name)]
-    verdicts, m = decide_pairs(results, pairs)
+    verdicts, m = decide_pairs(results, [(a, b) for a, b in pairs if a in results and b in results])
     lines = []
     for label, accs in results.items():
         marks = " ".join(
@@ -201,7 +201,7 @@ def fix_from_csv(path: str, task: str, upstreams: list[str], depths: list[int], 
             cells[r.upstream, r.depth][r.label][r.seed] = 100 * r.acc
     for (upstream, depth), results in sorted(cells.items(), key=lambda c: (upstreams.index(c[0][0]), c[0][1])):
         ordered = {label: dict(sorted(results[label].items())) for label in wanted if label in results}
-        print("\n".join(fix_table(ordered, [n for n in methods if n in ordered], f"{upstream:11s} L{depth}")))
+        print("\n".join(fix_table(ordered, methods, f"{upstream:11s} L{depth}")))
 
 
 def print_scales(ancestry, up) -> None:
