@@ -7,10 +7,14 @@ converged ancestry (30 epochs), run through the bench engine with:
 - TLEG, WAVE and Share-Init condensed for each of ``--condense-epochs`` (default 2, 8, 32) aux-net epochs;
 - PEG and WAVE adapted for each of ``--adapt-steps`` (default 5, 50, 300) steps per size and seed;
 
-each against mimetic (stores nothing) and scratch trained ×10 as long, by the bench's 2-pooled-std rule.
-Every stage is cached in ``--out`` (the same cache layout as ``learngene bench``): a rerun only adds what is missing.
+each against mimetic (stores nothing) and scratch trained ×10 as long, by compare's and bench's rule: the paired
+t-test over the seeds, Holm-corrected over every comparison of a size (each cell of both tables against both
+references, and the references against each other once). Every stage is cached in ``--out`` (the same cache layout
+as ``learngene bench``): a rerun only adds what is missing. It writes every cell's per-seed results to
+``budget-rows.json`` beside ``budget.md``; ``--from-rows`` writes the summary again from such a file, without training.
 
     PYTHONPATH=src OMP_NUM_THREADS=1 nice -n 10 python benchmarks/condense_budget.py --out runs/condense-budget
+    PYTHONPATH=src python benchmarks/condense_budget.py --from-rows runs/condense-budget/budget-rows.json
 """
 
 from __future__ import annotations
@@ -22,15 +26,17 @@ import time
 from pathlib import Path
 
 from learngene.bench import get_profile
+from learngene.bench.findings import family
 from learngene.bench.profiles import SPLIT_A, Upstream
 from learngene.bench.protocol import run_profile
-from learngene.bench.rows import Row
-from learngene.bench.tables import compare
+from learngene.bench.rows import Row, row_from_dict
+from learngene.bench.tables import family_note, marks
 from learngene.formats.atomic import write_text_atomic
 
 AUX_NETS = ("tleg", "wave", "share_init")
 ADAPTABLE = ("peg", "wave")
 REFERENCES = ("scratch", "mimetic")
+MARKED_AGAINST = {"M": "mimetic", "X": "scratch ×10"}
 
 
 def budget_profile(
@@ -65,11 +71,13 @@ def budget_profile(
 
 
 def summary(rows: list[Row], condense_epochs: list[int], adapt_steps: list[int]) -> str:
-    """Markdown: per method, budget and size, mean ± std and the marks against mimetic (M) and scratch ×10 (X)."""
+    """Markdown: per method, budget and size, mean ± std and the marks against mimetic (M) and scratch ×10 (X), as
+    ``learngene compare`` and ``bench`` decide them (:func:`learngene.bench.findings.family`): every cell shown at a
+    size is one member of that size's Holm family."""
 
-    def accs(method: str, upstream: str, size: str, adapt: int, budget: int = 1) -> list[float]:
+    def cell(method: str, upstream: str, size: str, adapt: int, budget: int = 1) -> list[Row]:
         return [
-            r.acc
+            r
             for r in rows
             if r.ok
             and r.method == method
@@ -79,12 +87,28 @@ def summary(rows: list[Row], condense_epochs: list[int], adapt_steps: list[int])
             and getattr(r, "adapt", adapt) == adapt
         ]
 
+    def accs(group: list[Row]) -> list[float]:
+        return [r.acc for r in sorted(group, key=lambda r: r.seed)]
+
     sizes = list(dict.fromkeys(r.size for r in rows))
-    lines = []
-    for what, methods, budgets in (
+    tables = (
         ("condensation epochs", AUX_NETS, [(f"c{e}", adapt_steps[0]) for e in condense_epochs]),
         ("adapt steps", ADAPTABLE, [(f"c{condense_epochs[0]}", a) for a in adapt_steps]),
-    ):
+    )
+    first = f"c{condense_epochs[0]}"
+    groups: dict[str, dict[str, list[Row]]] = {}
+    for s in sizes:
+        groups[s] = {
+            "mimetic": cell("mimetic", first, s, adapt_steps[0]),
+            "scratch ×10": cell("scratch", first, s, adapt_steps[0], budget=10),
+        }
+        for _, methods, budgets in tables:
+            for m in methods:
+                for up, a in budgets:
+                    groups[s].setdefault(f"{m} {up} a{a}", cell(m, up, s, a))
+    fams = {s: family(groups[s], list(MARKED_AGAINST.values()), s) for s in sizes}
+    lines = []
+    for what, methods, budgets in tables:
         lines += [
             "",
             f"#### {what}",
@@ -98,29 +122,29 @@ def summary(rows: list[Row], condense_epochs: list[int], adapt_steps: list[int])
         for m in methods:
             cells = []
             for s in sizes:
-                mim = accs("mimetic", budgets[0][0], s, adapt_steps[0])
-                x10 = accs("scratch", budgets[0][0], s, adapt_steps[0], budget=10)
+                mim, x10 = accs(groups[s]["mimetic"]), accs(groups[s]["scratch ×10"])
                 first_m = first_x = above_m = above_x = None
                 for up, a in budgets:
-                    own = accs(m, up, s, a)
+                    label = f"{m} {up} a{a}"
+                    own = accs(groups[s][label])
                     if not own:
                         cells.append("n/a")
                         continue
-                    mark_m, mark_x = compare(own, mim), compare(own, x10)
+                    marked = marks(fams[s], label, MARKED_AGAINST).split()
                     cells.append(
-                        f"{100 * statistics.fmean(own):.1f} ± {100 * statistics.stdev(own):.1f} M{mark_m} X{mark_x}"
+                        " ".join([f"{100 * statistics.fmean(own):.1f} ± {100 * statistics.stdev(own):.1f}", *marked])
                         if len(own) > 1
                         else f"{100 * own[0]:.1f}"
                     )
-                    label = up[1:] if what.startswith("cond") else str(a)
+                    budget = up[1:] if what.startswith("cond") else str(a)
                     if above_m is None and mim and statistics.fmean(own) > statistics.fmean(mim):
-                        above_m = label
+                        above_m = budget
                     if above_x is None and x10 and statistics.fmean(own) > statistics.fmean(x10):
-                        above_x = label
-                    if first_m is None and mark_m == "+":
-                        first_m = label
-                    if first_x is None and mark_x == "+":
-                        first_x = label
+                        above_x = budget
+                    if first_m is None and "M+" in marked:
+                        first_m = budget
+                    if first_x is None and "X+" in marked:
+                        first_x = budget
                 last = budgets[-1][0][1:] if what.startswith("cond") else str(budgets[-1][1])
                 unit = "epochs" if what.startswith("cond") else "steps"
 
@@ -128,8 +152,8 @@ def summary(rows: list[Row], condense_epochs: list[int], adapt_steps: list[int])
                     return f"from {first} {unit}" if first else f"does not cross within {last} {unit}"
 
                 crossings.append(
-                    f"- {m} at {s}: vs mimetic: mean above {when(above_m)}, 2 std above {when(first_m)}; "
-                    f"vs scratch ×10: mean above {when(above_x)}, 2 std above {when(first_x)}"
+                    f"- {m} at {s}: vs mimetic: mean above {when(above_m)}, shown better (`+`) {when(first_m)}; "
+                    f"vs scratch ×10: mean above {when(above_x)}, shown better (`+`) {when(first_x)}"
                 )
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
         refs = [
@@ -137,7 +161,7 @@ def summary(rows: list[Row], condense_epochs: list[int], adapt_steps: list[int])
             + ", ".join(
                 f"{100 * statistics.fmean(v):.1f} ± {100 * statistics.stdev(v):.1f} @ {s}"
                 for s in sizes
-                if len(v := accs(ref, budgets[0][0], s, adapt_steps[0], b)) > 1
+                if len(v := accs(cell(ref, first, s, adapt_steps[0], b))) > 1
             )
             for ref, b in (("mimetic", 1), ("scratch", 10), ("scratch", 1))
         ]
@@ -148,7 +172,24 @@ def summary(rows: list[Row], condense_epochs: list[int], adapt_steps: list[int])
             + ")",
             "",
         ] + crossings
+    lines += [
+        "",
+        "Marks: the paired t-test over the seeds (a seed gives every cell the same fresh head and data order), "
+        "Holm-corrected over every comparison of a size (each cell of both tables against mimetic and scratch ×10, "
+        "and the two references against each other) at a family-wise error rate of 5 %: `+` better, `−` worse, "
+        "`=` not resolved. " + family_note(fams),
+    ]
     return "\n".join(lines)
+
+
+def read_rows(path: Path) -> list[Row]:
+    """The rows a run wrote to ``budget-rows.json``, each with its ``adapt`` steps."""
+    rows = []
+    for values in json.loads(path.read_text()):
+        row = row_from_dict(values)
+        row.adapt = values["adapt"]
+        rows.append(row)
+    return rows
 
 
 def main() -> None:
@@ -159,7 +200,17 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--ancestry-epochs", type=int, default=30)
     parser.add_argument("--sizes", nargs="+", default=["2,64,4", "4,64,4"], help="DEPTH,WIDTH,HEADS each")
+    parser.add_argument(
+        "--from-rows",
+        type=Path,
+        default=None,
+        metavar="BUDGET_ROWS_JSON",
+        help="print the summary of the rows a run stored (its budget-rows.json) instead of running",
+    )
     args = parser.parse_args()
+    if args.from_rows:
+        print(summary(read_rows(args.from_rows), args.condense_epochs, args.adapt_steps))
+        return
     sizes = [tuple(int(v) for v in s.split(",")) for s in args.sizes]
     out = Path(args.out)
     tic = time.perf_counter()
@@ -172,7 +223,7 @@ def main() -> None:
         profile = budget_profile(condense, steps, args.seeds, sizes, args.ancestry_epochs, methods)
         print(f"adapt steps {steps}: condensation epochs {condense}, methods {methods}", flush=True)
         for r in run_profile(profile, out, command=f"benchmarks/condense_budget.py (adapt {steps})"):
-            r.adapt = steps  # type: ignore[attr-defined]
+            r.adapt = steps
             rows.append(r)
         write_text_atomic(out / "budget-rows.json", json.dumps([{**r.__dict__} for r in rows]))
     text = summary(rows, args.condense_epochs, args.adapt_steps)

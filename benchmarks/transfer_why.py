@@ -14,10 +14,13 @@ training, each initialization's loss and gradient norm at step 0 on the task's i
 residual stream after each block, and each layer's attention entropy and mean attention distance (in
 patches, over the patch tokens' attention to other patch tokens); ``--mode scale`` prints the data-free
 attention logit scale per layer that ``untrained_attention=mimetic`` decides by (ancestries, ``--genes``);
-``--mode fix`` fine-tunes ``--methods`` without and with that option, marked by the bench's 2-std rule.
+``--mode fix`` fine-tunes ``--methods`` without and with that option and marks them by compare's and bench's rule
+(the paired t-test over seeds, Holm-corrected over the comparisons of an upstream and depth); with ``--from-csv``
+it marks the same cells as a bench run of the profile stored them (its ``results.csv``) instead of fine-tuning.
 
     PYTHONPATH=src python benchmarks/transfer_why.py --out runs/bench-transfer --mode swap
     PYTHONPATH=src python benchmarks/transfer_why.py --mode fix --upstreams A-short B-short
+    PYTHONPATH=src python benchmarks/transfer_why.py --mode fix --from-csv docs/bench-transfer/results.csv
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import argparse
 import math
 import re
 import statistics
+from collections import defaultdict
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +39,8 @@ from learngene.bench import get_profile
 from learngene.bench.cells import fresh_head
 from learngene.bench.profiles import SPLIT_A, SPLIT_B, Task
 from learngene.bench.protocol import BenchRun
-from learngene.bench.tables import compare
+from learngene.bench.rows import read_csv
+from learngene.bench.stats import decide_pairs
 from learngene.bench.tasks import load_task
 from learngene.binding import bind_gene
 from learngene.descendant import make_descendant
@@ -136,36 +141,67 @@ def step0(model, images, labels) -> tuple[float, dict[str, float]]:
     return loss.item(), {k: math.sqrt(v) for k, v in norms.items()}
 
 
-def fix_rows(run, task, td, ancestry, spec, seeds, methods, upstream) -> None:
-    """Each method's descendants fine-tuned as the bench does, without and with ``untrained_attention=mimetic``;
-    marks by the bench's 2-std rule: ``M`` against mimetic, ``K`` against the same method without the option."""
+FIX = "+mimetic-if-untrained"  # the bench's variant of a method with untrained_attention=mimetic
 
-    def finetune(gene, **options):
-        accs = []
+
+def fix_rows(run, task, td, ancestry, spec, seeds, methods, upstream) -> None:
+    """Each method's descendants fine-tuned as the bench does, without and with ``untrained_attention=mimetic``,
+    marked by :func:`fix_table`."""
+
+    def finetune(gene, **options) -> dict[int, float]:
+        accs = {}
         for seed in seeds:
             model = make_descendant(gene, spec, seed=seed, **options)
             fresh_head(model, spec, seed)
             cfg = run._cfg(
                 epochs=task.epochs, seed=seed, eval_every=0, eval_images=task.eval_images, batch_size=task.batch_size
             )
-            accs.append(100 * train(model, td.train, cfg, eval_data=td.eval).final_acc)
+            accs[seed] = 100 * train(model, td.train, cfg, eval_data=td.eval).final_acc
         return accs
 
-    def line(label, accs, marks=""):
-        print(
-            f"{upstream:11s} L{spec.depth} {label:34s} {statistics.fmean(accs):5.1f} ± {statistics.stdev(accs):4.1f} "
-            f"{marks:7s} [{' '.join(f'{v:.1f}' for v in accs)}]",
-            flush=True,
-        )
-
-    mimetic = finetune(get_method("mimetic")().condense(None))
-    line("mimetic", mimetic)
+    results = {"mimetic": finetune(get_method("mimetic")().condense(None))}
     for name in methods:
         gene = get_method(name)().condense(ancestry)
-        keep = finetune(gene)
-        line(name, keep, f"M{compare(keep, mimetic)}")
-        fixed = finetune(gene, untrained_attention="mimetic")
-        line(f"{name} +mimetic-if-untrained", fixed, f"M{compare(fixed, mimetic)} K{compare(fixed, keep)}")
+        results[name] = finetune(gene)
+        results[f"{name} {FIX}"] = finetune(gene, untrained_attention="mimetic")
+    print("\n".join(fix_table(results, methods, f"{upstream:11s} L{spec.depth}")), flush=True)
+
+
+def fix_table(results: dict[str, dict[int, float]], methods, where: str) -> list[str]:
+    """One line per cell (top-1 in % by seed): mimetic, then each method without and with the option, with its
+    marks by compare's and bench's rule (:func:`learngene.bench.stats.decide_pairs`: the paired t-test over the
+    seeds, Holm-corrected over this upstream and depth's comparisons): ``M`` against mimetic, ``K`` against the
+    same method without the option; the last line gives m."""
+    pairs = []
+    for name in methods:
+        pairs += [(name, "mimetic"), (f"{name} {FIX}", "mimetic"), (f"{name} {FIX}", name)]
+    verdicts, m = decide_pairs(results, [(a, b) for a, b in pairs if a in results and b in results])
+    lines = []
+    for label, accs in results.items():
+        marks = " ".join(
+            f"{'M' if other == 'mimetic' else 'K'}{verdicts[label, other].mark}"
+            for other in ("mimetic", label.removesuffix(f" {FIX}"))
+            if (label, other) in verdicts
+        )
+        values = list(accs.values())
+        lines.append(
+            f"{where} {label:34s} {statistics.fmean(values):5.1f} ± {statistics.stdev(values):4.1f} {marks:7s} "
+            f"[{' '.join(f'{v:.1f}' for v in values)}]"
+        )
+    return [*lines, f"{where} Holm over the m = {m} comparisons of this upstream and depth (5 % family-wise)"]
+
+
+def fix_from_csv(path: str, task: str, upstreams: list[str], depths: list[int], methods: list[str]) -> None:
+    """:func:`fix_table` for the cells a bench run of the profile stored (its ``results.csv``), per upstream and
+    depth: mimetic and each method without and with the option (the profile's ``+mimetic-if-untrained`` rows)."""
+    wanted = ["mimetic", *(label for name in methods for label in (name, f"{name} {FIX}"))]
+    cells: dict[tuple[str, int], dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    for r in read_csv(path):
+        if r.ok and r.task == task and r.upstream in upstreams and r.depth in depths and r.label in wanted:
+            cells[r.upstream, r.depth][r.label][r.seed] = 100 * r.acc
+    for (upstream, depth), results in sorted(cells.items(), key=lambda c: (upstreams.index(c[0][0]), c[0][1])):
+        ordered = {label: dict(sorted(results[label].items())) for label in wanted if label in results}
+        print("\n".join(fix_table(ordered, methods, f"{upstream:11s} L{depth}")))
 
 
 def print_scales(ancestry, up) -> None:
@@ -200,6 +236,13 @@ def main() -> None:
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: the profile's")
     parser.add_argument(
+        "--from-csv",
+        default=None,
+        metavar="RESULTS_CSV",
+        help="--mode fix: mark the cells a bench run of the profile stored in this results.csv instead of "
+        "fine-tuning them",
+    )
+    parser.add_argument(
         "--genes",
         nargs="*",
         default=[],
@@ -210,6 +253,8 @@ def main() -> None:
 
     profile = get_profile("transfer")
     seeds = args.seeds or list(profile.seeds)
+    if args.mode == "fix" and args.from_csv:
+        return fix_from_csv(args.from_csv, profile.tasks[0].name, args.upstreams, args.depths, args.methods)
     run = BenchRun(profile, args.out, progress=False)
     loaded: dict = {}
     load_task(Task("upstream", "fashion_mnist", epochs=1), profile.ancestry, None, loaded)

@@ -167,11 +167,37 @@ class Verdict:
     seeds: int | None = None
 
 
+def decide_pairs(
+    results: Mapping[str, Mapping[int, float]], pairs: Sequence[tuple[str, str]], alpha: float = ALPHA
+) -> tuple[dict[tuple[str, str], Verdict], int]:
+    """Each ``(label, other)`` of ``pairs`` (labels of ``results``: label → seed → accuracy), decided as one Holm
+    family; returns ``({(label, other): verdict}, m)`` with m the number of comparisons tested.
+
+    A pair with fewer than 2 seeds in common gets ``?`` and is not counted in m. :func:`decide` makes the pairs of
+    compare and bench; a benchmark that sets other pairs against each other (a method with and without an option)
+    decides them here, by the same rule.
+    """
+    diffs = {pair: paired(results[pair[0]], results[pair[1]]) for pair in pairs}
+    tested = [pair for pair in pairs if diffs[pair].testable]
+    resolved = dict(zip(tested, holm([diffs[pair].p for pair in tested], alpha)))
+    m = len(tested)
+    verdicts: dict[tuple[str, str], Verdict] = {}
+    for pair, diff in diffs.items():
+        if not diff.testable:
+            verdicts[pair] = Verdict(diff, "?")
+        elif resolved[pair]:
+            verdicts[pair] = Verdict(diff, "+" if diff.mean > 0 else "−")
+        else:
+            verdicts[pair] = Verdict(diff, "=", seeds_to_resolve(diff.mean, diff.sd, m, alpha))
+    return verdicts, m
+
+
 def decide(
     results: Mapping[str, Mapping[int, float]], references: Sequence[str], alpha: float = ALPHA
 ) -> tuple[dict[tuple[str, str], Verdict], int]:
     """Every label of ``results`` (label → seed → accuracy) against every reference among them, decided as one
-    Holm family; returns ``({(label, reference): verdict}, m)`` with m the number of comparisons tested.
+    Holm family (:func:`decide_pairs`); returns ``({(label, reference): verdict}, m)`` with m the number of
+    comparisons tested.
 
     A pair of references is one comparison (``(r1, r2)`` and ``(r2, r1)`` mirror each other); a label with fewer
     than 2 seeds in common with a reference gets ``?`` and is not counted in m.
@@ -182,21 +208,12 @@ def decide(
         for label in results:
             if label != ref and not (label in refs and refs.index(label) < refs.index(ref)):
                 pairs.append((label, ref))
-    diffs = {pair: paired(results[pair[0]], results[pair[1]]) for pair in pairs}
-    tested = [pair for pair in pairs if diffs[pair].testable]
-    resolved = dict(zip(tested, holm([diffs[pair].p for pair in tested], alpha)))
-    m = len(tested)
+    decided, m = decide_pairs(results, pairs, alpha)
     verdicts: dict[tuple[str, str], Verdict] = {}
-    for pair, diff in diffs.items():
-        if not diff.testable:
-            verdict = Verdict(diff, "?")
-        elif resolved[pair]:
-            verdict = Verdict(diff, "+" if diff.mean > 0 else "−")
-        else:
-            verdict = Verdict(diff, "=", seeds_to_resolve(diff.mean, diff.sd, m, alpha))
-        verdicts[pair] = verdict
-        label, ref = pair
+    for (label, ref), verdict in decided.items():
+        verdicts[label, ref] = verdict
         if label in refs:  # the mirror: the other reference's row against this one
+            diff = verdict.diff
             mirror = Paired(diff.n, -diff.mean, diff.sd, -diff.high, -diff.low, diff.p)
             mark = {"+": "−", "−": "+"}.get(verdict.mark, verdict.mark)
             verdicts[ref, label] = Verdict(mirror, mark, verdict.seeds)

@@ -3,7 +3,6 @@ epochs to match scratch's long run, the genes' costs, the ancestries and the gai
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import defaultdict
 from typing import Any
@@ -47,18 +46,6 @@ def mark_rule(rows: list[Row], tasks: list[str], seeds: int) -> str:
     return MARK_RULE.format(
         references="; ".join(REFERENCE_NAMES[letter].format(long=label) for letter, label in refs.items())
     )
-
-
-def compare(accs: list[float], reference: list[float]) -> str:
-    """The rule bench's tables used before they took compare's decisions (:func:`families`), which
-    ``benchmarks/condense_budget.py`` and ``benchmarks/transfer_why.py`` still state on their pages: ``+``/``−``/``=``
-    for a mean above, below or within 2 pooled standard deviations of the reference's; ``?`` for fewer than two
-    seeds on either side."""
-    if len(accs) < 2 or len(reference) < 2:
-        return "?"
-    pooled = math.sqrt((statistics.variance(accs) + statistics.variance(reference)) / 2)
-    diff = statistics.fmean(accs) - statistics.fmean(reference)
-    return "+" if diff > 2 * pooled else "−" if -diff > 2 * pooled else "="
 
 
 def _references(rows: list[Row], task: str) -> dict[str, str]:

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from typing import TYPE_CHECKING
 
-from ..bench.stats import MAX_SEEDS
+from ..bench.stats import MAX_SEEDS, POWER
 from ..errors import LearngeneError
 from ..training.config import LOGGING, MAX_EPOCHS, MAX_STEPS
 from .flags import (
@@ -37,7 +37,9 @@ def add_parser(subparsers) -> None:
         "method × size × seed on --data with the same budget and a fresh head, and print "
         "per size mean ± std, the paired difference to each reference with its 95 % interval and a "
         "Holm-corrected decision, costs, the epoch each method reaches scratch ×10's final accuracy, and "
-        "one recommendation line (with the seeds a lead would need when it is not resolved). Writes "
+        "one recommendation line that says 'use' only for resolved wins; for each difference not resolved, the "
+        f"seeds a new run would need to resolve it with {100 * POWER:.0f} % power at the level 0.05/m (m: the "
+        "comparisons of its size), if its mean and spread stayed as observed. Writes "
         "report.md, results.csv and plots to --out; cached and resumable like bench. Several compare "
         "processes on one --out (or torchrun ranks, or SLURM array tasks) share the work.",
     )
