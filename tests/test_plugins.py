@@ -236,11 +236,12 @@ def test_a_method_name_must_be_a_plain_identifier(name):
     from learngene.errors import LearngeneError
     from learngene.method import Method
     from learngene.registry import list_methods, register_method
-    from learngene.validate import EXPAND, option
+    from learngene.settings import field
+    from learngene.validate import EXPAND
 
     @dataclasses.dataclass(frozen=True)
     class Config:
-        scale: float = option(1.0, phase=EXPAND)
+        scale: float = field(1.0, phase=EXPAND, help="h")
 
     class Named(Method):
         pass
