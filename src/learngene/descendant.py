@@ -169,14 +169,8 @@ def fit_gene_to_budget(
     """
     require_argument(gene, (Learngene, BoundMethod), "gene", "a Learngene (learngene.Learngene.load(PATH))")
     require_argument(base, ViTSpec, "base", "a ViTSpec (e.g. gene.ancestry)")
-    for value, name in (
-        (max_params, "max_params"),
-        (max_flops, "max_flops"),
-        (depth, "depth"),
-        (num_heads, "num_heads"),
-    ):
-        if value is not None:
-            require_argument(value, int, name, "an integer or None (e.g. 5_000_000)")
+    for name, value in dict(max_params=max_params, max_flops=max_flops, depth=depth, num_heads=num_heads).items():
+        require_argument(value, (int, type(None)), name, "an integer or None (e.g. 5_000_000)")
     bound = gene if isinstance(gene, BoundMethod) else bind_gene(gene, EXPAND, options=options)
     ancestry = bound.gene.ancestry
     return fit_to_budget(
