@@ -36,7 +36,7 @@ from .inputs import (
     speaker,
 )
 from .requests import AncestryRequest, ExpandChoices
-from .results import Descendant, head_label_space, license_entry
+from .results import Descendant, descendant_origin, head_label_space
 
 
 def expand(
@@ -205,18 +205,15 @@ def gene_argument(gene: Any) -> tuple[Learngene, str | os.PathLike | None]:
 def _origin(bound: BoundMethod, provided: list[str], chosen: ExpandChoices) -> dict[str, Any]:
     """What the descendant's file records of where it comes from: the gene, its method and the options it was bound
     with, the tensors it gave, the top-up, the head's label space and the licence (default: the gene's)."""
-    gene, source = bound.gene, bound.source
-    return {
-        "kind": "descendant",
-        "method": gene.method,
-        "gene": str(source) if source is not None else None,
+    gene = bound.gene
+    facts = {
         "options": bound.options,
         "provided_keys": len(provided),
         "top_up": chosen.top_up,
         "label_space": head_label_space(gene, provided),
-        **license_entry(chosen.license or gene.license),
-        **({"ancestry_source": gene.ancestry_source} if gene.ancestry_source else {}),
     }
+    origin = descendant_origin(gene, bound.source, chosen.license or gene.license, facts)
+    return {**origin, **({"ancestry_source": gene.ancestry_source} if gene.ancestry_source else {})}
 
 
 # the fields a size needs when the gene records no size to give it over (the others are a ViTSpec's defaults)
@@ -250,13 +247,8 @@ def _declared_output(bound: BoundMethod, declared: ExpandOutput, value: Any, cho
     value = declared.parse(value) if isinstance(value, str) else value
     seed_everything(chosen.seed)  # e.g. a headless ancestry's instances have no head: the descendant draws a fresh one
     made = declared.build(bound.method, gene, value)
-    origin = {
-        "kind": made.origin.get("kind", declared.name),
-        "method": gene.method,
-        "gene": str(source) if source is not None else None,
-        **made.origin,
-        **license_entry(chosen.license or gene.license),
-    }
+    kind = made.origin.get("kind", declared.name)
+    origin = descendant_origin(gene, source, chosen.license or gene.license, made.origin, kind)
     return Descendant(made.model, None, origin, gene.preprocessing, made.summary, inputs=input_paths(source))
 
 
