@@ -236,6 +236,11 @@ def feed_size(ancestry: Ancestry, preprocessing: dict[str, Any] | None) -> int |
     return spec.img_size
 
 
+# the sizes a bare checkpoint's weights show: (the size, the pretrained config's name of the layer that shows it, that
+# layer's weight's dimensions, the axis that holds the size)
+_SIZES_IN_WEIGHTS = (("in_chans", "first_conv", 4, 1), ("num_classes", "classifier", 2, 0))
+
+
 def _sizes_from_checkpoint(arch: str, kwargs: dict[str, Any], state: StateDict) -> dict[str, Any]:
     """``kwargs`` with the input channels and classes a bare checkpoint's weights show where the caller gave none
     (the first convolution's input channels, the classifier's outputs, both named by timm's pretrained config of
@@ -248,14 +253,11 @@ def _sizes_from_checkpoint(arch: str, kwargs: dict[str, Any], state: StateDict) 
     except (RuntimeError, ValueError, KeyError):
         cfg = None
     found: dict[str, Any] = {}
-    conv = getattr(cfg, "first_conv", None)
-    weight = state.get(f"{conv}.weight") if isinstance(conv, str) else None
-    if "in_chans" not in kwargs and weight is not None and weight.ndim == 4:
-        found["in_chans"] = int(weight.shape[1])
-    head = getattr(cfg, "classifier", None)
-    weight = state.get(f"{head}.weight") if isinstance(head, str) else None
-    if "num_classes" not in kwargs and weight is not None and weight.ndim == 2:
-        found["num_classes"] = int(weight.shape[0])
+    for name, layer, ndim, axis in _SIZES_IN_WEIGHTS:
+        module = getattr(cfg, layer, None)
+        weight = state.get(f"{module}.weight") if isinstance(module, str) else None
+        if name not in kwargs and weight is not None and weight.ndim == ndim:
+            found[name] = int(weight.shape[axis])
     return {**kwargs, **found}
 
 

@@ -179,8 +179,15 @@ def bind_gene(
             raise LearngeneError("a method already made carries its options; bind the gene's method class instead")
     else:
         cls = method or get_method(gene.method)
-        method = _build(cls, gene, step, source, seed, options)
-        seed = seed if cls.seed_option and cls.seed_option not in options else None
+        refuse_unread(cls, options, step)
+        try:  # made with the gene's stored options first: one the method refuses refuses the gene
+            stored = cls.checked_config(config_from_dict(cls.Config, gene.config))
+        except (LearngeneError, TypeError) as exc:
+            raise invalid_gene(gene, source, exc) from None
+        if seed is not None and cls.seed_option and cls.seed_option not in options:
+            method = cls(stored, **{cls.seed_option: seed}, **options)
+        else:
+            seed, method = None, cls(stored, **options)
     if method.name != gene.method:
         raise LearngeneError(f"a {gene.method} gene cannot be bound to method {method.name}; pass its own method")
     bound = BoundMethod(gene, method, step, source, options, seed)
@@ -203,25 +210,6 @@ def _check_bound(bound: BoundMethod, at: ViTSpec | None) -> None:
             # the method refuses this size in its own words (e.g. a PEG gene whose φ was adapted to another size
             # than its layout): expanding to the size asked for says so in one line
             pass
-
-
-def _build(
-    cls: type[Method],
-    gene: Learngene,
-    step: str,
-    source: str | os.PathLike | None,
-    seed: int | None,
-    options: dict[str, Any],
-) -> Method:
-    """``cls`` made with ``gene``'s stored options (one it refuses refuses the gene), then the caller's for ``step``."""
-    refuse_unread(cls, options, step)
-    try:
-        stored = cls.checked_config(config_from_dict(cls.Config, gene.config))
-    except (LearngeneError, TypeError) as exc:
-        raise invalid_gene(gene, source, exc) from None
-    if seed is not None and cls.seed_option and cls.seed_option not in options:
-        options = {cls.seed_option: seed, **options}
-    return cls(stored, **options)
 
 
 def check_before_saving(gene: Learngene, method: Method | None = None) -> BoundMethod:

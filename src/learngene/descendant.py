@@ -90,7 +90,17 @@ def make_descendant(
     draws at expansion draws with ``seed`` unless its seed option is given: ``seed`` then seeds timm's
     initialization of the keys the gene leaves out, the option the method's draws.
     """
-    bound = _bind_for_descendant(gene, spec, seed, source, options, more_options)
+    require_argument(gene, (Learngene, BoundMethod), "gene", "a Learngene (learngene.Learngene.load(PATH))")
+    require_argument(spec, ViTSpec, "spec", "a ViTSpec (e.g. gene.ancestry.replace(depth=6))")
+    require_argument(seed, int, "seed", "an integer")
+    require_argument(options, (dict, Mapping, type(None)), "options", "a dict of the method's options or None")
+    options = {**(options or {}), **more_options}
+    if isinstance(gene, Learngene):  # seeded by the descendant's seed where the method draws at expansion (mimetic)
+        bound = bind_gene(gene, EXPAND, source=source, seed=seed, at=spec, options=options)
+    elif options:
+        raise LearngeneError("a bound gene carries its options; bind them with it (bind_gene(gene, options={...}))")
+    else:
+        bound = gene.seeded(seed)
     spec.require_memory()
     provided = bound.check(spec)  # on meta, once per size
     torch.manual_seed(seed)
@@ -109,28 +119,6 @@ def make_descendant(
     result = model.load_state_dict(state, strict=False)
     assert not result.unexpected_keys, result.unexpected_keys
     return (model, provided) if return_keys else model
-
-
-def _bind_for_descendant(
-    gene: Learngene | BoundMethod,
-    spec: ViTSpec,
-    seed: int,
-    source: str | os.PathLike | None,
-    options: Mapping[str, Any] | None,
-    more_options: dict[str, Any],
-) -> BoundMethod:
-    """:func:`make_descendant`'s arguments checked, and ``gene`` bound to its method with ``options`` and
-    ``more_options`` (a bound gene carries its own), seeded by the descendant's ``seed`` where the method draws at expansion (mimetic)."""
-    require_argument(gene, (Learngene, BoundMethod), "gene", "a Learngene (learngene.Learngene.load(PATH))")
-    require_argument(spec, ViTSpec, "spec", "a ViTSpec (e.g. gene.ancestry.replace(depth=6))")
-    require_argument(seed, int, "seed", "an integer")
-    require_argument(options, (dict, Mapping, type(None)), "options", "a dict of the method's options or None")
-    options = {**(options or {}), **more_options}
-    if isinstance(gene, BoundMethod):
-        if options:
-            raise LearngeneError("a bound gene carries its options; bind them with it (bind_gene(gene, options={...}))")
-        return gene.seeded(seed)
-    return bind_gene(gene, EXPAND, source=source, seed=seed, at=spec, options=options)
 
 
 def release_storage(model: nn.Module, keys: list[str]) -> None:
@@ -181,14 +169,8 @@ def fit_gene_to_budget(
     """
     require_argument(gene, (Learngene, BoundMethod), "gene", "a Learngene (learngene.Learngene.load(PATH))")
     require_argument(base, ViTSpec, "base", "a ViTSpec (e.g. gene.ancestry)")
-    for value, name in (
-        (max_params, "max_params"),
-        (max_flops, "max_flops"),
-        (depth, "depth"),
-        (num_heads, "num_heads"),
-    ):
-        if value is not None:
-            require_argument(value, int, name, "an integer or None (e.g. 5_000_000)")
+    for name, value in dict(max_params=max_params, max_flops=max_flops, depth=depth, num_heads=num_heads).items():
+        require_argument(value, (int, type(None)), name, "an integer or None (e.g. 5_000_000)")
     bound = gene if isinstance(gene, BoundMethod) else bind_gene(gene, EXPAND, options=options)
     ancestry = bound.gene.ancestry
     return fit_to_budget(

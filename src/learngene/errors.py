@@ -44,6 +44,12 @@ def _as_text(value: object) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def shown(value: object, limit: int = 40) -> str:
+    """How a message quotes a value it refuses: its repr, cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def first_line(exc: BaseException, limit: int = 160) -> str:
     """What a one-line message quotes of another error: the first line of ``exc``'s message, cut to ``limit``
     characters (its type's name when it says nothing)."""
@@ -90,8 +96,7 @@ def require_argument(value: object, kinds: type | tuple[type, ...], argument: st
     at a public entry point, before a wrong kind fails deep inside with an AttributeError."""
     allowed = kinds if isinstance(kinds, tuple) else (kinds,)
     if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):  # True is no count
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        raise ArgumentTypeError(f"{argument} must be {what}, got {type(value).__name__} {shown}")
+        raise ArgumentTypeError(f"{argument} must be {what}, got {type(value).__name__} {shown(value)}")
 
 
 @contextlib.contextmanager

@@ -460,24 +460,20 @@ def _field_comments(cls: type) -> dict[str, str]:
     return out
 
 
+# each bound as an option's listing writes it (range_text), in the listing's order
+_BOUND_SIGNS = {"above": ">", "at_least": "≥", "at_most": "≤", "below": "<"}
+
+
 def range_text(config_cls: type, name: str) -> str:
     """The range an option's values must lie in, in words ("" when any value of its type goes): the one its
     field declares (:func:`~learngene.settings.field`), else 0 or more for a number, as :func:`learngene.method.check_options` checks."""
     f = next(f for f in dataclasses.fields(config_cls) if f.name == name)
     tp = typing.get_type_hints(config_cls).get(name)
-    limits = {k: v for k, v in f.metadata.items() if k in RANGE_KEYS}
+    limits = limits_of(f)
     if not limits:
         numeric = tp in (int, float) or set(typing.get_args(tp)) - {type(None)} in ({int}, {float})
         return "≥ 0" if numeric else ""
-    parts = []
-    if "above" in limits:
-        parts.append(f"> {limits['above']:g}")
-    if "at_least" in limits:
-        parts.append(f"≥ {limits['at_least']:g}")
-    if "at_most" in limits:
-        parts.append(f"≤ {limits['at_most']:g}")
-    if "below" in limits:
-        parts.append(f"< {limits['below']:g}")
+    parts = [f"{sign} {limits[key]:g}" for key, sign in _BOUND_SIGNS.items() if key in limits]
     if "multiple_of" in limits:
         parts.append(f"multiple of {limits['multiple_of']}")
     if limits.get("nonempty"):

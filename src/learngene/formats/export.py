@@ -128,7 +128,7 @@ def export_hub_folder(
     with atomic_folder(path, overwrite) as tmp:
         save_safetensors(tmp / WEIGHTS, model.state_dict(), {"format": "pt"})
         try:
-            _save_timm_config(
+            config = _save_timm_config(
                 model, spec, tmp / CONFIG, {**_channel_stats(model, spec.in_chans), **(data_config or {})}
             )
         except ValueError as exc:
@@ -136,19 +136,13 @@ def export_hub_folder(
                 f"timm cannot describe this model in a config.json ({exc}); save it as a "
                 f"learngene model file instead: a path (--out) ending in .safetensors"
             ) from None
-        config = json.loads((tmp / CONFIG).read_text())
-        for key in FOREIGN_CFG_FIELDS:
-            config["pretrained_cfg"].pop(key, None)
-        # transformers' TimmWrapper passes num_classes itself (from the root's), and fails on a second one;
-        # timm reads the root's num_classes too
-        config.get("model_args", {}).pop("num_classes", None)
-        (tmp / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
         (tmp / CARD).write_text(model_card(config, spec, card, defaults_input=data_config is None))
     return path
 
 
-def _save_timm_config(model: nn.Module, spec: ViTSpec, path: Path, data_config: dict[str, Any]) -> None:
-    """timm's ``config.json`` of ``model``, its ``pretrained_cfg`` describing this model's input and classes.
+def _save_timm_config(model: nn.Module, spec: ViTSpec, path: Path, data_config: dict[str, Any]) -> dict[str, Any]:
+    """timm's ``config.json`` of ``model``, written to ``path`` and returned: its ``pretrained_cfg`` describes this
+    model's input and classes, and nothing of the architecture's published weights (:data:`FOREIGN_CFG_FIELDS`).
 
     timm 1.0.31 resolves these itself from ``data_config``. Older versions copy the architecture's published
     ``pretrained_cfg`` (e.g. 3x224x224 ImageNet inputs, 1000 classes, a custom loader for .npz weights): the
@@ -157,26 +151,33 @@ def _save_timm_config(model: nn.Module, spec: ViTSpec, path: Path, data_config: 
     """
     from timm.models._hub import save_config_for_hf
 
-    if "data_config" in inspect.signature(save_config_for_hf).parameters:
+    resolves = "data_config" in inspect.signature(save_config_for_hf).parameters
+    if resolves:
         save_config_for_hf(model, str(path), model_args=spec.timm_kwargs(), data_config=data_config)
-        return
-    from timm.data import resolve_data_config
-
-    # annotated `str`, but before timm 1.0.31 it calls `config_path.open()`: timm's own save_for_hf passes a Path
-    save_config_for_hf(model, path, model_args=spec.timm_kwargs())  # type: ignore[arg-type]
+    else:  # annotated `str`, but before timm 1.0.31 it calls `config_path.open()`: timm's own save_for_hf passes a Path
+        save_config_for_hf(model, path, model_args=spec.timm_kwargs())  # type: ignore[arg-type]
     config = json.loads(path.read_text())
     cfg = config["pretrained_cfg"]
-    size = (spec.in_chans, spec.img_size, spec.img_size)
-    resolved = resolve_data_config({"input_size": size, **data_config}, model=model)
-    if tuple(resolved["input_size"]) != tuple(cfg.get("input_size", ())):
-        cfg["pool_size"] = None
-    for key in ("test_input_size", "test_pool_size", "test_crop_pct"):  # the published weights' test-time recipe
-        cfg.pop(key, None)
-    if model.num_classes != cfg.get("num_classes"):
-        for key in ("label_names", "label_descriptions", "label_offset"):
+    if not resolves:
+        from timm.data import resolve_data_config
+
+        size = (spec.in_chans, spec.img_size, spec.img_size)
+        resolved = resolve_data_config({"input_size": size, **data_config}, model=model)
+        if tuple(resolved["input_size"]) != tuple(cfg.get("input_size", ())):
+            cfg["pool_size"] = None
+        for key in ("test_input_size", "test_pool_size", "test_crop_pct"):  # the published weights' test-time recipe
             cfg.pop(key, None)
-    cfg.update(resolved, num_classes=model.num_classes, custom_load=False)  # the weights are timm's own keys
+        if model.num_classes != cfg.get("num_classes"):
+            for key in ("label_names", "label_descriptions", "label_offset"):
+                cfg.pop(key, None)
+        cfg.update(resolved, num_classes=model.num_classes, custom_load=False)  # the weights are timm's own keys
+    for key in FOREIGN_CFG_FIELDS:
+        cfg.pop(key, None)
+    # transformers' TimmWrapper passes num_classes itself (from the root's), and fails on a second one;
+    # timm reads the root's num_classes too
+    config.get("model_args", {}).pop("num_classes", None)
     path.write_text(json.dumps(config, indent=2) + "\n")
+    return config
 
 
 def _channel_stats(model: nn.Module, in_chans: int) -> dict[str, tuple[float, ...]]:

@@ -291,7 +291,7 @@ def _download(repo_id: str, filename: str, revision: str | None, name: str) -> P
         ) from None
     if filename not in (CONFIG, *WEIGHT_FILES):  # an optional file, not cached and not reachable: read without it
         return None
-    raise LearngeneError(_not_cached(repo_id, filename, revision, name, constants))
+    raise LearngeneError(_not_cached(repo_id, filename, revision, name))
 
 
 def lookup_seconds() -> float:
@@ -332,7 +332,11 @@ def hub_answers(repo_id: str, filename: str, revision: str | None, repo_type: st
     return answered
 
 
-def _not_cached(repo_id: str, filename: str, revision: str | None, name: str, constants: Any) -> str:
+def _not_cached(repo_id: str, filename: str, revision: str | None, name: str) -> str:
+    """Why ``filename`` of the repo could not be had: neither cached nor fetched (offline, or no answer), and the
+    command that fetches it where there is network."""
+    from huggingface_hub import constants
+
     offline = (
         "HF_HUB_OFFLINE=1 keeps learngene off the network"
         if constants.HF_HUB_OFFLINE

@@ -34,7 +34,7 @@ from .inputs import (
     size_input,
     train_config,
 )
-from .results import Adapted, ModelOutput, head_label_space, license_entry
+from .results import Adapted, ModelOutput, descendant_origin, head_label_space
 
 
 def adapt(
@@ -84,35 +84,18 @@ def adapt(
     adapted.license = license or loaded.license
     expanding = bind_gene(adapted, EXPAND, method=cls, seed=cfg.seed, check=False)
     model, provided = make_descendant(expanding, spec, seed=cfg.seed, return_keys=True)
-    origin = _origin(loaded, source, train.name, result.steps, opts, provided, adapted.license)
+    facts = {
+        "adapted_on": train.name,
+        "adapt_steps": result.steps,
+        "options": opts,
+        "label_space": head_label_space(loaded, provided),
+    }
+    origin = descendant_origin(loaded, source, adapted.license, facts)
     summary = f"{spec.short()} timm ViT adapted for {result.steps} steps" + (
         f", accuracy {result.final_acc:.4f}" if result.final_acc is not None else ""
     )
     descendant = ModelOutput(model, spec, origin, preprocessing_cfg(train), summary, inputs=input_paths(source, data))
     return Adapted(adapted, descendant, result, expanding.method)
-
-
-def _origin(
-    gene: Learngene,
-    source: str | os.PathLike | None,
-    data_name: str,
-    steps: int,
-    opts: dict[str, Any],
-    provided: list[str],
-    license: str | None,
-) -> dict[str, Any]:
-    """What the adapted descendant's file records of where it comes from: the gene, its method, the data and steps
-    it was adapted with, the options, the head's label space and the licence."""
-    return {
-        "kind": "descendant",
-        "method": gene.method,
-        "gene": str(source) if source is not None else None,
-        "adapted_on": data_name,
-        "adapt_steps": steps,
-        "options": opts,
-        "label_space": head_label_space(gene, provided),
-        **license_entry(license),
-    }
 
 
 def _run_identity(bound: BoundMethod, spec: ViTSpec, gene_digest: str | None) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from .inputs import (
     speaker,
 )
 from .requests import AncestryRequest, ExpandChoices
-from .results import Descendant, head_label_space, license_entry
+from .results import Descendant, descendant_origin, head_label_space
 
 
 def expand(
@@ -87,18 +87,19 @@ def expand(
     spec = resolve_spec(size, base=loaded.ancestry or loaded.layout)
     bound = bind_gene(loaded, EXPAND, source=source, method=cls, seed=chosen.seed, check=False, options=opts)
     if chosen.max_params is not None or chosen.max_flops is not None:
-        spec = _fit_to_budget(bound, spec, size, chosen, say)
+        spec, picked = _fit_to_budget(bound, spec, size, chosen)
+        say(picked, banner=True)
     kept = _kept_layers(bound, spec, chosen) if chosen.layers is not None else None
     ancestry = _verify_ancestry(bound, spec, chosen) if chosen.verify is not None else None
     expanded = bound.keeping(kept) if kept is not None else bound  # the gene reduced to the layers kept
     model, provided = make_descendant(expanded, spec, seed=chosen.seed, top_up=chosen.top_up, return_keys=True)
-    origin = _origin(bound, opts, provided, chosen)
+    origin = _origin(bound, provided, chosen)
     top_up = chosen.top_up
     summary = (
         f"{spec.short()} timm ViT ({spec.num_params:,} params), {len(provided)}/{len(spec.state_shapes())} tensors "
         f"from the {loaded.method} gene" + (f", the rest topped up by {top_up} where it has weights" if top_up else "")
     )
-    card = _card(bound, spec, provided, opts, chosen)
+    card = _card(bound, spec, provided, chosen)
     if kept is not None:
         rule = chosen.layers if isinstance(chosen.layers, str) else "list"
         origin["layers"] = {"rule": rule, "kept": kept}
@@ -201,21 +202,18 @@ def gene_argument(gene: Any) -> tuple[Learngene, str | os.PathLike | None]:
     return Learngene.load(check_path(gene, "gene")), gene
 
 
-def _origin(bound: BoundMethod, opts: dict[str, Any], provided: list[str], chosen: ExpandChoices) -> dict[str, Any]:
-    """What the descendant's file records of where it comes from: the gene, its method and options, the tensors it
-    gave, the top-up, the head's label space and the licence (default: the gene's)."""
-    gene, source = bound.gene, bound.source
-    return {
-        "kind": "descendant",
-        "method": gene.method,
-        "gene": str(source) if source is not None else None,
-        "options": opts,
+def _origin(bound: BoundMethod, provided: list[str], chosen: ExpandChoices) -> dict[str, Any]:
+    """What the descendant's file records of where it comes from: the gene, its method and the options it was bound
+    with, the tensors it gave, the top-up, the head's label space and the licence (default: the gene's)."""
+    gene = bound.gene
+    facts = {
+        "options": bound.options,
         "provided_keys": len(provided),
         "top_up": chosen.top_up,
         "label_space": head_label_space(gene, provided),
-        **license_entry(chosen.license or gene.license),
-        **({"ancestry_source": gene.ancestry_source} if gene.ancestry_source else {}),
     }
+    origin = descendant_origin(gene, bound.source, chosen.license or gene.license, facts)
+    return {**origin, **({"ancestry_source": gene.ancestry_source} if gene.ancestry_source else {})}
 
 
 # the fields a size needs when the gene records no size to give it over (the others are a ViTSpec's defaults)
@@ -249,13 +247,8 @@ def _declared_output(bound: BoundMethod, declared: ExpandOutput, value: Any, cho
     value = declared.parse(value) if isinstance(value, str) else value
     seed_everything(chosen.seed)  # e.g. a headless ancestry's instances have no head: the descendant draws a fresh one
     made = declared.build(bound.method, gene, value)
-    origin = {
-        "kind": made.origin.get("kind", declared.name),
-        "method": gene.method,
-        "gene": str(source) if source is not None else None,
-        **made.origin,
-        **license_entry(chosen.license or gene.license),
-    }
+    kind = made.origin.get("kind", declared.name)
+    origin = descendant_origin(gene, source, chosen.license or gene.license, made.origin, kind)
     return Descendant(made.model, None, origin, gene.preprocessing, made.summary, inputs=input_paths(source))
 
 
@@ -271,9 +264,11 @@ def _find_output(cls: type[Method], name: str, gene: Learngene) -> ExpandOutput:
     return found
 
 
-def _fit_to_budget(bound: BoundMethod, base: ViTSpec, size: SizeArg | None, chosen: ExpandChoices, say: Say) -> ViTSpec:
+def _fit_to_budget(
+    bound: BoundMethod, base: ViTSpec, size: SizeArg | None, chosen: ExpandChoices
+) -> tuple[ViTSpec, str]:
     """The deepest, then widest, size under the budget that the gene's method can expand (the ``depth`` and, with a
-    width, the ``num_heads`` that ``size`` gives pinned); ``say`` tells which and why."""
+    width, the ``num_heads`` that ``size`` gives pinned), and the line that says which and why."""
     fields, method = size_fields(size), bound.gene.method
     max_params, max_flops = chosen.max_params, chosen.max_flops
     depth = fields.get("depth")
@@ -295,12 +290,11 @@ def _fit_to_budget(bound: BoundMethod, base: ViTSpec, size: SizeArg | None, chos
             f"; {len(refused)} deeper or wider size(s) within the budget it refuses, e.g. {first.short()}: "
             f"{reason.split('; ')[0]}"
         )  # the reason without the advice to pass other sizes
-    say(
+    picked = (
         f"picked {spec.short()}: {spec.num_params:,} params, {spec.flops / 1e6:,.1f} MFLOPs per image "
-        f"(budget: {budget}; {why})",
-        banner=True,
+        f"(budget: {budget}; {why})"
     )
-    return spec
+    return spec, picked
 
 
 def _head_status(bound: BoundMethod, spec: ViTSpec, provided: list[str], top_up: str | None) -> str | None:
@@ -314,11 +308,9 @@ def _head_status(bound: BoundMethod, spec: ViTSpec, provided: list[str], top_up:
     return f"fresh: timm's initialization of a {spec.num_classes}-way head, untrained (fine-tune before use)"
 
 
-def _card(
-    bound: BoundMethod, spec: ViTSpec, provided: list[str], options: dict[str, Any], chosen: ExpandChoices
-) -> dict[str, Any]:
+def _card(bound: BoundMethod, spec: ViTSpec, provided: list[str], chosen: ExpandChoices) -> dict[str, Any]:
     """The facts of the descendant's model card (:func:`learngene.formats.export.export_hub_folder`); the licence:
-    the one the caller chose (else the gene's)."""
+    the one the caller chose (else the gene's); the options: those the gene was bound with."""
     gene, ancestry = bound.gene, bound.gene.ancestry
     top_up, license = chosen.top_up, chosen.license
     name = Path(bound.source).name if bound.source is not None else "made in Python"
@@ -345,6 +337,6 @@ def _card(
         ),
         "license_id": license or gene.license,
     }
-    if options:
-        card["options"] = ", ".join(f"{k}={v!r}" for k, v in options.items())
+    if bound.options:
+        card["options"] = ", ".join(f"{k}={v!r}" for k, v in bound.options.items())
     return card

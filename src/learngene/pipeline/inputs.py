@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data import Data, FolderData, ImageData
-from ..errors import ArgumentTypeError, LearngeneError, named, require_argument
+from ..errors import ArgumentTypeError, LearngeneError, named, require_argument, shown
 from ..formats.atomic import quote
 from ..formats.licenses import check_license
 from ..method import Ancestry
@@ -102,10 +102,9 @@ def data_argument(data: Any) -> DataRequest | Data | tuple[Data, Data | None]:
     loaded = (ImageData, FolderData)
     pair = isinstance(data, tuple) and len(data) == 2 and isinstance(data[0], loaded)
     if not (isinstance(data, (str, DataRequest, *loaded)) or pair and isinstance(data[1], (*loaded, type(None)))):
-        shown = repr(data) if len(repr(data)) <= 40 else repr(data)[:37] + "..."
         raise ArgumentTypeError(
             f"data must be a data source's name (e.g. 'digits'), a DataRequest, or loaded image data (or a (train, "
-            f"test) pair of them), got {type(data).__name__} {shown}"
+            f"test) pair of them), got {type(data).__name__} {shown(data)}"
         )
     return DataRequest(data) if isinstance(data, str) else data
 
@@ -247,10 +246,9 @@ def method_options(config_cls: type, options: Any) -> dict[str, Any]:
     if isinstance(options, Mapping):
         return dict(options)
     if not isinstance(options, (list, tuple)) or not all(isinstance(o, str) for o in options):
-        shown = repr(options) if len(repr(options)) <= 40 else repr(options)[:37] + "..."
         raise ArgumentTypeError(
             f"options must be a dict of the method's options by name, or a list of KEY=VALUE texts, got "
-            f"{type(options).__name__} {shown}; e.g. options={{'aux_depth': 2}} or options=['aux_depth=2']"
+            f"{type(options).__name__} {shown(options)}; e.g. options={{'aux_depth': 2}} or options=['aux_depth=2']"
         )
     return parse_options(config_cls, list(options))
 

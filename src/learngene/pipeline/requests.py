@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import ArgumentTypeError, LearngeneError, named
+from ..errors import ArgumentTypeError, LearngeneError, named, shown
 from ..settings import field
 from ..training.config import MAX_IMAGES
 from ..validate import parse_assignment, refusal
@@ -39,9 +39,9 @@ def check_request(request: Any) -> None:
     bad = refusal(request)
     if bad is None:
         return
-    shown = repr(bad.value) if len(repr(bad.value)) <= 60 else repr(bad.value)[:57] + "..."
     error = ArgumentTypeError if bad.of_type else LearngeneError
-    raise error(f"{type(request).__name__} {bad.named} must be {bad.wanted}, got {shown}; give {bad.expected}")
+    got = shown(bad.value, 60)
+    raise error(f"{type(request).__name__} {bad.named} must be {bad.wanted}, got {got}; give {bad.expected}")
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,24 @@ def license_entry(license: str | None) -> dict[str, str]:
     return {"license": license} if license else {}
 
 
+def descendant_origin(
+    gene: Learngene,
+    source: str | os.PathLike | None,
+    license: str | None,
+    facts: dict[str, Any],
+    kind: str = "descendant",
+) -> dict[str, Any]:
+    """What a descendant's model file records of where it comes from: its ``kind``, the gene's method and file (None
+    for a gene made in Python), the ``facts`` of the use case that made it, and its licence."""
+    return {
+        "kind": kind,
+        "method": gene.method,
+        "gene": str(source) if source is not None else None,
+        **facts,
+        **license_entry(license),
+    }
+
+
 def head_label_space(gene: Learngene, provided: list[str]) -> dict[str, Any] | None:
     """The label space a descendant's head means: the gene's when the gene gave the head, else none (untrained)."""
     return gene.label_space if "head.weight" in provided else None

@@ -13,7 +13,6 @@ from ..formats.labels import HeadChoice, choose_head
 from ..formats.model_file import ModelFile, model_preprocessing, read_model
 from ..formats.weights import digest
 from ..method import Ancestry
-from ..training.config import TrainConfig
 from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..training.loop import seed_everything
 from ..training.loop import train as train_loop
@@ -148,8 +147,13 @@ def train(
     net = loaded.model
     identity = {"command": "train", "model weights": digest(loaded.state) if run_dir else None, "new head": head.fresh}
     student, teacher_net, fit_data, loss = net, None, train, None
-    if teachers is not None:
-        student, teacher_net, fit_data, loss = _distilling(teachers, net, train, cfg, identity, say)
+    if teachers is not None:  # the teacher's outputs cached where the data allow; identity records the teacher
+        ancestry = teachers.load()
+        kd = setup_distillation(net, ancestry.model, train, ancestry.label_space)
+        say(f"distilling from {teachers.path} with λ = {cfg.distill_lambda:g}: {kd.why}")
+        identity.update(teacher=str(teachers.path), distilled=kd.kind)
+        fit_data, teacher_net = cache_teacher_outputs(train, kd.teacher, cfg)
+        student, loss = kd.student, kd.loss
     cfg = cfg.replace(identity=identity)
     result = train_loop(
         student, fit_data, cfg, eval_data=test, teacher=teacher_net, run_dir=run_dir, resume=resume, loss=loss
@@ -187,21 +191,3 @@ def _choose_head(loaded: ModelFile, train: ImageData | FolderData, new_head: boo
         seed_everything(seed)
         net.reset_classifier(train.num_classes)  # a timm model, or a StitchedViT's end
     return head
-
-
-def _distilling(
-    teacher: AncestryRequest,
-    net: Any,
-    train: ImageData | FolderData,
-    cfg: TrainConfig,
-    identity: dict[str, Any],
-    say: Say,
-) -> tuple[Any, Any, Any, Any]:
-    """The student, the teacher, the data (with the teacher's outputs cached) and the loss of fine-tuning ``net`` on
-    ``train`` while distilling ``teacher``; ``identity`` (what a resumed run must agree on) records the teacher."""
-    ancestry = teacher.load()
-    kd = setup_distillation(net, ancestry.model, train, ancestry.label_space)
-    say(f"distilling from {teacher.path} with λ = {cfg.distill_lambda:g}: {kd.why}")
-    identity.update(teacher=str(teacher.path), distilled=kd.kind)
-    fit_data, teacher_net = cache_teacher_outputs(train, kd.teacher, cfg)
-    return kd.student, teacher_net, fit_data, kd.loss

@@ -260,19 +260,7 @@ class RunState:
         Refuses (one line) a checkpoint whose :func:`run_fingerprint` differs from this run's ``fingerprint``."""
         ckpt = load_checkpoint(path)
         free = AFTER_NONFINITE if stopped_by_nonfinite(path.parent) else ()
-        changed = _changed_since(ckpt, path, fingerprint, free)
-        if changed:
-            both = f"{named('lr')} and {named('grad_clip')}"
-            may = (
-                f"after its stop on a non-finite loss only {both} may change; "
-                if free
-                else f"only a run stopped by a non-finite loss may change {both}; "
-            )
-            raise LearngeneError(
-                f"cannot resume {quote(path)}: the run differs from the checkpointed one: "
-                f"{'; '.join(changed[:3])}{'; ...' if len(changed) > 3 else ''}; {may}use the same "
-                f"other settings, or another run_dir (--run-dir) to start over"
-            )
+        _refuse_changed(ckpt, path, fingerprint, free)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
@@ -295,30 +283,43 @@ class RunState:
         )
 
 
-def _changed_since(ckpt: dict[str, Any], path: Path, fingerprint: dict[str, Any], free: tuple[str, ...]) -> list[str]:
-    """How this run (its :func:`run_fingerprint`) differs from the checkpointed one (``free``: the settings that may
-    change); a checkpoint written before fingerprints is compared by its training settings alone, with a warning."""
+def _refuse_changed(ckpt: dict[str, Any], path: Path, fingerprint: dict[str, Any], free: tuple[str, ...]) -> None:
+    """Refuse (one line) a checkpoint this run (its :func:`run_fingerprint`) differs from, saying how (``free``: the
+    settings that may change); a checkpoint written before fingerprints is compared by its training settings alone,
+    with a warning."""
     if "fingerprint" in ckpt:
-        return _differences(
+        changed = _differences(
             {k: v for k, v in ckpt["fingerprint"].items() if k not in free},
             {k: v for k, v in fingerprint.items() if k not in free},
         )
-    saved = ckpt.get("config", {})
-    changed = _differences(
-        {k: v for k, v in saved.items() if k in FINGERPRINT_KEYS},
-        {
-            k: fingerprint[k] for k in FINGERPRINT_KEYS if k in saved
-        },  # the run's settings, as its fingerprint holds them
-    )
-    if dist.is_main() and not changed:
-        warnings.warn(
-            LearngeneWarning(
-                f"{quote(path)} predates run fingerprints: only its training settings were checked, "
-                f"not its data, model or method; resume it only with the command that made it"
-            ),
-            stacklevel=3,
+    else:
+        saved = ckpt.get("config", {})
+        changed = _differences(
+            {k: v for k, v in saved.items() if k in FINGERPRINT_KEYS},
+            {
+                k: fingerprint[k] for k in FINGERPRINT_KEYS if k in saved
+            },  # the run's settings, as its fingerprint holds them
         )
-    return changed
+        if dist.is_main() and not changed:
+            warnings.warn(
+                LearngeneWarning(
+                    f"{quote(path)} predates run fingerprints: only its training settings were checked, "
+                    f"not its data, model or method; resume it only with the command that made it"
+                ),
+                stacklevel=3,
+            )
+    if changed:
+        both = f"{named('lr')} and {named('grad_clip')}"
+        may = (
+            f"after its stop on a non-finite loss only {both} may change; "
+            if free
+            else f"only a run stopped by a non-finite loss may change {both}; "
+        )
+        raise LearngeneError(
+            f"cannot resume {quote(path)}: the run differs from the checkpointed one: "
+            f"{'; '.join(changed[:3])}{'; ...' if len(changed) > 3 else ''}; {may}use the same "
+            f"other settings, or another run_dir (--run-dir) to start over"
+        )
 
 
 def _set_peak_lr(optimizer: torch.optim.Optimizer, scheduler: Any, lr: float) -> None:

@@ -9,16 +9,15 @@ from typing import Any
 from torch import nn
 
 from ..data import Data
-from ..errors import ArgumentTypeError, DataError, assigned
+from ..errors import ArgumentTypeError, DataError, assigned, shown
 from ..vit.naflex import image_input
 
 
 def require_data(data: Any, argument: str) -> None:
     """Refuse, naming ``argument``, something that is not data the loop can batch (before an AttributeError)."""
     if not (hasattr(data, "get_batch") and hasattr(data, "__len__")):
-        shown = repr(data) if len(repr(data)) <= 40 else repr(data)[:37] + "..."
         raise ArgumentTypeError(
-            f"{argument} must be image data (learngene.data.load_dataset(...)), got {type(data).__name__} {shown}"
+            f"{argument} must be image data (learngene.data.load_dataset(...)), got {type(data).__name__} {shown(data)}"
         )
 
 
