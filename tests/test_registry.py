@@ -13,12 +13,11 @@ import pytest
 import torch
 
 from learngene.binding import bind_gene
-from learngene.formats.model_file import check_state_shapes
 from learngene.gene import Learngene
 from learngene.method import Ancestry, CondenseInputs, Paper, citations
 from learngene.registry import get_method, list_methods
 from learngene.training.loop import TrainConfig, seed_everything
-from learngene.vit.spec import ViTSpec
+from learngene.vit.spec import ViTSpec, check_state_shapes
 from tests.conftest import SMALL_OPTIONS, make_images
 
 SPEC = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)

@@ -19,12 +19,11 @@ import torch
 from torch import Tensor
 
 from .errors import GeneFormatError, LearngeneError, first_line, require_argument
-from .formats.model_file import check_state_shapes
 from .gene import Learngene, invalid_gene
 from .method import Method, config_from_dict, option_phases, refuse_unread
 from .registry import get_method
 from .validate import EXPAND
-from .vit.spec import ViTSpec
+from .vit.spec import ViTSpec, check_state_shapes
 from .vit.transfer import StateDict
 
 # the size a gene without a layout is expanded to before it is saved: small, and every method's expansion takes it

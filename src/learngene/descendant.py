@@ -20,13 +20,12 @@ from torch import Tensor, nn
 
 from .binding import BoundMethod, bind_gene
 from .errors import LearngeneError, require_argument
-from .formats.model_file import check_state_shapes
 from .gene import Learngene
 from .host.threads import one_thread
 from .registry import get_method
 from .training.genenet import GeneNet  # noqa: F401  (re-exported: learngene.descendant.GeneNet)
 from .validate import EXPAND
-from .vit.spec import ViTSpec, fit_to_budget
+from .vit.spec import ViTSpec, check_state_shapes, fit_to_budget
 from .vit.transfer import StateDict
 
 

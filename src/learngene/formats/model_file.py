@@ -19,7 +19,7 @@ from torch import Tensor
 from ..errors import GeneFormatError, LearngeneError, first_line
 from ..method import ModelFormat
 from ..registry import get_method, list_methods
-from ..vit.spec import ViTSpec
+from ..vit.spec import ViTSpec, check_state_shapes
 from .atomic import library_version, now_iso, quote
 from .preprocessing import check_preprocessing
 from .weights import (
@@ -174,26 +174,3 @@ def build_model(spec: ViTSpec, state: dict[str, Tensor], source: str = "state_di
     model = spec.create_model()
     model.load_state_dict(state, strict=True)
     return model
-
-
-def check_state_shapes(state: dict[str, Tensor], spec: ViTSpec, source: str, require_all: bool = False) -> None:
-    """Every key of ``state`` exists in ``spec``'s timm model with the same shape (and all present)."""
-    expected = spec.state_shapes()
-    unknown = sorted(set(state) - set(expected))
-    if unknown:
-        raise LearngeneError(
-            f"{source} gives key {unknown[0]!r} that a {spec.short()} timm ViT does not have"
-            + (f" (+{len(unknown) - 1} more)" if len(unknown) > 1 else "")
-        )
-    for key, tensor in state.items():
-        if tuple(tensor.shape) != expected[key]:
-            raise LearngeneError(
-                f"{source} gives {key} of shape {tuple(tensor.shape)} but the target "
-                f"{spec.short()} needs {expected[key]}; the sizes are incompatible"
-            )
-    if require_all:
-        missing = sorted(set(expected) - set(state))
-        if missing:
-            raise LearngeneError(
-                f"{source} lacks {missing[0]!r}" + (f" (+{len(missing) - 1} more)" if len(missing) > 1 else "")
-            )

@@ -8,6 +8,7 @@ write the same ``results.csv``, but for the measured seconds.
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import tempfile
@@ -184,7 +185,7 @@ def compare(
     optional_path(out, "out")
     check_flag(plots, "plots")
     if time_limit is not None and (
-        isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0
+        isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not 0 < time_limit < math.inf
     ):
         raise LearngeneError(
             f"{named('time_limit')} must be a positive number of minutes, got {time_limit!r}; pass e.g. "
@@ -192,6 +193,8 @@ def compare(
         )
     if command is not None:
         require_argument(command, str, "command", "a text (what the report names as the command)")
+        if not command.strip():
+            raise LearngeneError("command is empty; give what the report names as the command, or leave it out")
     say = speaker(say)
     inputs = input_paths(request, DataRequest(source))
     if out is not None:

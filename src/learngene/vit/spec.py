@@ -14,7 +14,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import LearngeneError, SpecError, assigned, first_line, named
 from ..settings import field, flagged
@@ -33,6 +33,9 @@ from .timm_keys import (
     WIDTH_IN,
     family_axes,
 )
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 # FLOP convention: a multiply-add is 2 FLOPs, and only the matmuls and convolutions count (patch
 # embedding, projections, attention scores and weighted sums, MLPs, pooling head, classifiers); norms,
@@ -603,3 +606,26 @@ def get_preset(name: str) -> ViTSpec:
         return PRESETS[name]
     except KeyError:
         raise SpecError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+
+
+def check_state_shapes(state: dict[str, Tensor], spec: ViTSpec, source: str, require_all: bool = False) -> None:
+    """Every key of ``state`` exists in ``spec``'s timm model with the same shape (and all present)."""
+    expected = spec.state_shapes()
+    unknown = sorted(set(state) - set(expected))
+    if unknown:
+        raise LearngeneError(
+            f"{source} gives key {unknown[0]!r} that a {spec.short()} timm ViT does not have"
+            + (f" (+{len(unknown) - 1} more)" if len(unknown) > 1 else "")
+        )
+    for key, tensor in state.items():
+        if tuple(tensor.shape) != expected[key]:
+            raise LearngeneError(
+                f"{source} gives {key} of shape {tuple(tensor.shape)} but the target "
+                f"{spec.short()} needs {expected[key]}; the sizes are incompatible"
+            )
+    if require_all:
+        missing = sorted(set(expected) - set(state))
+        if missing:
+            raise LearngeneError(
+                f"{source} lacks {missing[0]!r}" + (f" (+{len(missing) - 1} more)" if len(missing) > 1 else "")
+            )
