@@ -98,7 +98,9 @@ def test_threads_past_the_usable_cpus_are_refused_in_one_line(capsys, tmp_path):
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert f"from 1 to {threads.usable_cpus()} (the CPUs this process may use), got {TOO_MANY}" in err
-    with pytest.raises(LearngeneError, match=f"^threads must be a whole number from 1 to {threads.usable_cpus()}"):
+    with pytest.raises(
+        LearngeneError, match=rf"^threads \(--threads\) must be a whole number from 1 to {threads.usable_cpus()}"
+    ):
         threads.set_threads(int(TOO_MANY))
 
 
