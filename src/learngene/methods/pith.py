@@ -76,7 +76,6 @@ from torch.func import functional_call
 
 from ..errors import LearngeneError, named
 from ..gene import Learngene
-from ..host.memory import require_free_memory
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..settings import field
@@ -144,20 +143,6 @@ class PITH(Method):
     # as TAL's (see there): a step of the demo's sizes cost 1.2 of TAL's (8 steps, one run: 11.7 s and 9.4 s of CPU)
     demo_budget = 0.25
 
-    def require_hypernet_memory(self, num_classes: int, ancestry: ViTSpec, inherited: dict[str, Tensor]) -> None:
-        """Refuse, before it is allocated, a hypernetwork whose training cannot fit in free memory: its fp32 weights,
-        their gradients and AdamW's two moments, and its copy of the ancestry's tensors (counted on ``meta``)."""
-        with torch.device("meta"):
-            ghn = PITHHyperNet(self.config, num_classes, ancestry, {})
-        params = sum(p.numel() for p in ghn.parameters())
-        copied = sum(t.numel() for t in inherited.values())
-        require_free_memory(
-            4 * (4 * params + copied),
-            f"training pith's hypernetwork ({params:,} parameters: weights, gradients and AdamW's two moments; "
-            f"{copied:,} values of the ancestry's)",
-            "choose a smaller hid=N (--opt hid=N) (or layers, lora_r, max_ck)",
-        )
-
     def hypernet(self, gene: Learngene) -> PITHHyperNet:
         """The hypernetwork of ``gene``'s shapes, on ``meta`` (its tensors come from the gene)."""
         layout = gene.require_layout()
@@ -193,7 +178,8 @@ class PITH(Method):
         )
         run = HypernetCondensation.start(self, ancestry, inputs, no_data)
         inherited = inherited_tensors(run.ancestry, run.base)
-        self.require_hypernet_memory(run.reference.num_classes, run.base, inherited)
+        copied = sum(t.numel() for t in inherited.values())
+        run.require_memory(lambda: PITHHyperNet(self.config, run.reference.num_classes, run.base, {}), copied)
         torch.manual_seed(run.cfg.seed)
         ghn = PITHHyperNet(self.config, run.reference.num_classes, run.base, inherited)
         result = run.train(ghn, None, PooledFeatures(run.ancestry.model).width)

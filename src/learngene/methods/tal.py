@@ -70,6 +70,7 @@ classes, else its pooled embedding by cosine through a learned projection (as
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -311,6 +312,20 @@ class HypernetCondensation:
         sizes = descendant_sizes(reference, method.config.min_depth, method.name)
         return cls(method, ancestry, base, inputs, cfg, data, reference, sizes)
 
+    def require_memory(self, ghn: Callable[[], nn.Module], copied: int | None = None) -> None:
+        """Refuse in one line, before it is allocated, a hypernetwork (``ghn()``, built on ``meta``, which allocates
+        nothing) whose training cannot fit in free memory: its fp32 weights, their gradients and AdamW's two moments,
+        and the ``copied`` values it holds besides (PITH's copy of the ancestry's tensors)."""
+        with torch.device("meta"):
+            params = sum(p.numel() for p in ghn().parameters())
+        copies = "" if copied is None else f"; {copied:,} values of the ancestry's"
+        require_free_memory(
+            4 * (4 * params + (copied or 0)),
+            f"training {self.method.name}'s hypernetwork ({params:,} parameters: weights, gradients and AdamW's two "
+            f"moments{copies})",
+            "choose a smaller hid=N (--opt hid=N) (or layers, lora_r, max_ck)",
+        )
+
     def train(self, ghn: nn.Module, task: Tensor | None, feature_width: int) -> TrainResult:
         """Train ``ghn`` in the project's one loop on a size of ``sizes`` drawn at each step (:class:`_Drawn`), on the
         cross-entropy of the data's labels and, when the run's λ > 0, distillation from the ancestry: its logits when
@@ -383,17 +398,6 @@ class TAL(Method):
     # machine: 389 s for its 158 steps, the aux nets' 120-166 s), and the demo's budget leaves it near scratch anyway
     demo_budget = 0.25
 
-    def require_hypernet_memory(self, task_dim: int, num_classes: int) -> None:
-        """Refuse in one line, before it is allocated, a hypernetwork whose training cannot fit in free memory: its
-        fp32 weights, their gradients and AdamW's two moments (counted on ``meta``, which allocates nothing)."""
-        with torch.device("meta"):
-            params = sum(p.numel() for p in HyperNet(self.config, task_dim, num_classes).parameters())
-        require_free_memory(
-            4 * 4 * params,
-            f"training tal's hypernetwork ({params:,} parameters: weights, gradients and AdamW's two moments)",
-            "choose a smaller hid=N (--opt hid=N) (or layers, lora_r, max_ck)",
-        )
-
     def hypernet(self, gene: Learngene) -> HyperNet:
         layout = gene.require_layout()
         task = gene.tensors.get(TASK_KEY)
@@ -421,7 +425,7 @@ class TAL(Method):
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         no_data = "tal condenses by training its hypernetwork; give training data (data, --data)"
         run = HypernetCondensation.start(self, ancestry, inputs, no_data)
-        self.require_hypernet_memory(run.base.embed_dim, run.reference.num_classes)
+        run.require_memory(lambda: HyperNet(self.config, run.base.embed_dim, run.reference.num_classes))
         task = task_embedding(run.ancestry, run.data, run.cfg)
         torch.manual_seed(run.cfg.seed)
         ghn = HyperNet(self.config, int(task.shape[0]), run.reference.num_classes)
