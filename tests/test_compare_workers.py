@@ -64,10 +64,10 @@ def fine_tunes(tmp_path, monkeypatch):
     log = tmp_path / "fine-tunes.log"
     real = protocol.BenchRun._fine_tune
 
-    def logged(self, row, init, spec, task, variant, path, *args, **kwargs):
+    def logged(self, cell, path, *args, **kwargs):
         with open(log, "a") as fh:
             fh.write(f"{os.getpid()} start {path.name}\n")
-        done = real(self, row, init, spec, task, variant, path, *args, **kwargs)
+        done = real(self, cell, path, *args, **kwargs)
         with open(log, "a") as fh:
             fh.write(f"{os.getpid()} end {path.name}\n")
         return done

@@ -7,8 +7,9 @@ import dataclasses
 import json
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import torch
 
@@ -45,19 +46,86 @@ def fine_tune_budget(task: Task, budget: int) -> tuple[int, int | None, int]:
     return task.epochs * budget, max_steps, eval_every
 
 
+class Start(NamedTuple):
+    """Where a method's descendants of one size and seed start: the gene (adapted where the method adapts), its cache
+    key and the adapt seconds; ``init`` None: every cell of it is n/a, for the reason ``why``."""
+
+    init: Learngene | None
+    key: str = ""
+    adapt_seconds: float = 0.0
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of the grid: ``row``'s descendant of ``spec`` (a size of the grid), expanded from ``start`` (with
+    ``variant``'s ablation) and fine-tuned on ``task``."""
+
+    row: Row
+    start: Start
+    spec: ViTSpec
+    task: TaskData
+    variant: Variant | None = None
+
+    @property
+    def init(self) -> Learngene:
+        """The gene the descendant is expanded from (a cell without one is n/a, never fine-tuned)."""
+        return cast(Learngene, self.start.init)
+
+    @property
+    def fresh(self) -> bool:
+        """Whether the descendant gets the task's fresh head (in the task's own label space)."""
+        return self.task.task.new_head and not (self.variant and self.variant.head == "reuse")
+
+    @property
+    def model_spec(self) -> ViTSpec:
+        """The spec of the descendant fine-tuned: the grid's size, in the task's label space where the head is fresh."""
+        return self.spec.replace(num_classes=self.task.train.num_classes) if self.fresh else self.spec
+
+    @property
+    def distill_lambda(self) -> float | None:
+        return self.variant.distill_lambda if self.variant else None
+
+    def key_settings(self) -> dict[str, Any]:
+        """What the cell's cache key holds of the cell: its start, size, seed, budget, data and ablation."""
+        t = self.task.task
+        epochs, max_steps, eval_every = fine_tune_budget(t, self.row.budget)
+        # settings that older runs did not have join the key only when set: their cells stay valid
+        extra = {
+            k: v
+            for k, v in (
+                ("classes", list(self.task.train.classes) if t.other_classes or t.classes else None),
+                ("eval_every", eval_every if eval_every != 1 else None),
+                ("fine_tune_batch", t.batch_size),
+                ("variant", descendant_options(self.init, self.row.seed, self.variant) or None),
+                ("head", "reuse" if t.new_head and not self.fresh else None),
+                ("max_steps", max_steps),
+                ("distill_lambda", self.distill_lambda),
+            )
+            if v is not None
+        }
+        return dict(
+            init=self.start.key,
+            spec=self.model_spec.to_dict(),
+            seed=self.row.seed,
+            epochs=epochs,
+            data=t.data,
+            train_images=t.train_images,
+            shots=t.shots,
+            eval_images=t.eval_images,
+            new_head=t.new_head,
+            **extra,
+        )
+
+
 class CellStage(RunStages):
     """Stage 4: fine-tune a descendant on a task."""
 
-    def cell(
-        self, row: Row, init: Learngene, init_key: str, spec: ViTSpec, task: TaskData, variant: Variant | None = None
-    ) -> Row:
-        t = task.task
-        fresh = t.new_head and not (variant and variant.head == "reuse")
-        if fresh:  # the task's own label space
-            spec = spec.replace(num_classes=task.train.num_classes)
-        options = descendant_options(init, row.seed, variant)
-        key = self._cell_key(row, init_key, spec, task, variant, options, fresh)
-        name = row.method + (f"{variant.name}" if variant else "")
+    def cell(self, cell: Cell) -> Row:
+        row, t, spec = cell.row, cell.task.task, cell.model_spec
+        teacher = {"teacher": self.ancestry_key} if cell.distill_lambda else {}
+        key = stage_key(stage="cell", **cell.key_settings(), **teacher, **self._fed_key(), **self._budget_key())
+        name = row.method + (f"{cell.variant.name}" if cell.variant else "")
         path = (
             self.out
             / "cells"
@@ -77,78 +145,23 @@ class CellStage(RunStages):
             logs_at=path,
         )
         done = self._result(
-            path,
-            lambda f: row_from_dict(json.loads(f.read_text())),
-            lambda: self._fine_tune(row, init, spec, task, variant, path, cfg, fresh),
+            path, lambda f: row_from_dict(json.loads(f.read_text())), lambda: self._fine_tune(cell, path, cfg)
         )
         return dataclasses.replace(done, upstream=row.upstream)
 
-    def _cell_key(
-        self,
-        row: Row,
-        init_key: str,
-        spec: ViTSpec,
-        task: TaskData,
-        variant: Variant | None,
-        options: dict[str, Any],
-        fresh: bool,
-    ) -> str:
-        """The cache key of a cell: its start, size, seed, budget, data, ablation and the run's shared settings."""
-        t = task.task
-        epochs, max_steps, eval_every = fine_tune_budget(t, row.budget)
-        # settings that older runs did not have join the key only when set: their cells stay valid
-        extra = {
-            k: v
-            for k, v in (
-                ("classes", list(task.train.classes) if t.other_classes or t.classes else None),
-                ("eval_every", eval_every if eval_every != 1 else None),
-                ("fine_tune_batch", t.batch_size),
-                ("variant", options or None),
-                ("head", "reuse" if t.new_head and not fresh else None),
-                ("max_steps", max_steps),
-                ("distill_lambda", variant.distill_lambda if variant else None),
-                ("teacher", self.ancestry_key if variant and variant.distill_lambda else None),
-            )
-            if v is not None
-        }
-        return stage_key(
-            stage="cell",
-            init=init_key,
-            spec=spec.to_dict(),
-            seed=row.seed,
-            epochs=epochs,
-            data=t.data,
-            train_images=t.train_images,
-            shots=t.shots,
-            eval_images=t.eval_images,
-            new_head=t.new_head,
-            **extra,
-            **self._fed_key(),
-            **self._budget_key(),
-        )
-
-    def _fine_tune(
-        self,
-        row: Row,
-        init: Learngene,
-        spec: ViTSpec,
-        task: TaskData,
-        variant: Variant | None,
-        path: Path,
-        cfg: TrainConfig,
-        fresh: bool,
-    ) -> Row:
-        """Make the descendant of a cell, fine-tune it and write its row to ``path``."""
+    def _fine_tune(self, cell: Cell, path: Path, cfg: TrainConfig) -> Row:
+        """Make the descendant of a cell, fine-tune it with ``cfg`` and write its row to ``path``."""
         tic = time.perf_counter()
-        if variant:
-            check_variant_changes(variant, init, spec)
-        model = cell_descendant(init, spec, row.seed, variant)
-        if fresh:
-            fresh_head(model, spec, row.seed)
+        init, spec, seed, task = cell.init, cell.model_spec, cell.row.seed, cell.task
+        if cell.variant:
+            check_variant_changes(cell.variant, init, spec)
+        model = cell_descendant(init, spec, seed, cell.variant)
+        if cell.fresh:
+            fresh_head(model, spec, seed)
         start = digest(model.state_dict())  # methods that start alike share one row of the report
         student, data, teacher, loss = model, task.train, None, None
-        if variant and variant.distill_lambda:
-            cfg = cfg.replace(distill_lambda=variant.distill_lambda)
+        if cell.distill_lambda:
+            cfg = cfg.replace(distill_lambda=cell.distill_lambda)
             student, data, teacher, loss = self.distillation(model, task)
         result = train(
             student,
@@ -162,7 +175,7 @@ class CellStage(RunStages):
         )
         evaluated = [h for h in result.history if "eval_acc" in h]
         row = dataclasses.replace(
-            row,
+            cell.row,
             accs=[h["eval_acc"] for h in evaluated],
             eval_epochs=[h["epoch"] for h in evaluated],
             train_seconds=round(result.seconds, 2),

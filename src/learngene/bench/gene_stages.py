@@ -4,7 +4,7 @@ from (adapted to it where the method adapts)."""
 from __future__ import annotations
 
 import time
-from typing import Any, cast
+from typing import cast
 
 from .. import pipeline
 from ..data import Data, take
@@ -12,6 +12,7 @@ from ..gene import Learngene
 from ..method import Ancestry
 from ..registry import get_method
 from ..vit.spec import ViTSpec
+from .profiles import Condensing
 from .stages import RunStages, method_source_hash, stage_key, stage_run_dir
 
 
@@ -19,31 +20,26 @@ class GeneStages(RunStages):
     """Stage 2 (every method's gene, once) and stage 3 (the initialization of a size)."""
 
     def gene(
-        self,
-        name: str,
-        ancestry: Ancestry,
-        upstream: Data,
-        upstream_eval: Data,
-        condense_epochs: int | None = None,
+        self, name: str, ancestry: Ancestry, upstream: Data, upstream_eval: Data, condense_epochs: int | None = None
     ) -> tuple[Learngene, str]:
-        p = self.profile
-        epochs = p.condense_epochs if condense_epochs is None else condense_epochs
-        options = p.options_for(name)
-        cls = get_method(name)
-        lam = p.condense_lambda.get(name, cls.distill_lambda)
-        key = self._gene_key(name, ancestry, options, epochs, len(upstream), lam)
+        how, cls = self.profile.condensing(name, condense_epochs), get_method(name)
+        key = self._gene_key(how, ancestry, len(upstream))
         path = self.out / "genes" / f"{name}-{key}.safetensors"
 
         def condense() -> Learngene:
             cfg = self._cfg(
-                epochs=epochs, distill_lambda=lam, desc=f"condense {name}", progress=self.inner_progress, logs_at=path
+                epochs=how.epochs,
+                distill_lambda=how.distill_lambda,
+                desc=f"condense {name}",
+                progress=self.inner_progress,
+                logs_at=path,
             )
             tic = time.perf_counter()
             with stage_run_dir(path) as run_dir:
                 condensed = pipeline.condense(
                     name,
                     ancestry,
-                    options=options,
+                    options=how.options,
                     data=(upstream, upstream_eval),
                     train_cfg=cfg,
                     run_dir=run_dir if cls.needs_data else None,  # a checkpoint, for a condensation on data
@@ -56,24 +52,22 @@ class GeneStages(RunStages):
 
         return self._result(path, Learngene.load, condense), key
 
-    def _gene_key(
-        self, name: str, ancestry: Ancestry, options: dict[str, Any], epochs: int, images: int, lam: float
-    ) -> str:
-        """The cache key of method ``name``'s gene: what it condenses (the ancestry, or only its size where the gene
-        reads neither weights nor data), the method's code and options, and the condensation's budget."""
-        cls = get_method(name)
+    def _gene_key(self, how: Condensing, ancestry: Ancestry, images: int) -> str:
+        """The cache key of a gene condensed ``how`` from ``images`` images: what it condenses (the ancestry, or only
+        its size where the gene reads neither weights nor data), the method's code and options, and the budget."""
+        cls = get_method(how.method)
         # a gene that reads neither weights nor data is the same for every ancestry of a size: one key
         reads_ancestry = cls.needs_data or cls.needs_vit_ancestry or ancestry.spec is None
         source = self.ancestry_key if reads_ancestry else cast(ViTSpec, ancestry.spec).to_dict()
         return stage_key(
             stage="gene",
             ancestry=source,
-            method=name,
-            code=method_source_hash(name),
-            options=options,
-            epochs=epochs,
+            method=how.method,
+            code=method_source_hash(how.method),
+            options=how.options,
+            epochs=how.epochs,
             images=images,
-            distill_lambda=lam,
+            distill_lambda=how.distill_lambda,
             **self._fed_key(),
             **self._budget_key(),
         )

@@ -138,6 +138,16 @@ class Variant:
 
 
 @dataclass(frozen=True)
+class Condensing:
+    """How a run condenses method ``method``'s gene (what the gene's cache key holds of it)."""
+
+    method: str
+    options: dict[str, Any]
+    epochs: int
+    distill_lambda: float
+
+
+@dataclass(frozen=True)
 class Profile:
     """Sizes and budgets of one benchmark run.
 
@@ -216,6 +226,12 @@ class Profile:
     def options_for(self, method: str) -> dict[str, Any]:
         """The options ``method`` condenses with: what it asks for this profile's sizes, then ``method_options``."""
         return {**get_method(method).bench_options(self.specs()), **self.method_options.get(method, {})}
+
+    def condensing(self, method: str, epochs: int | None = None) -> Condensing:
+        """How ``method`` condenses: with :meth:`options_for`, ``epochs`` (default ``condense_epochs``) and its
+        ``condense_lambda`` (default the method's paper's)."""
+        lam = self.condense_lambda.get(method, get_method(method).distill_lambda)
+        return Condensing(method, self.options_for(method), self.condense_epochs if epochs is None else epochs, lam)
 
     def replace(self, **changes: Any) -> Profile:
         return dataclasses.replace(self, **changes)

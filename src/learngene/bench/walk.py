@@ -4,16 +4,16 @@ method (and ablation) and task, in the grid's order; what another worker holds i
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..data import Data
 from ..errors import LearngeneError, PlaceError
 from ..gene import Learngene
 from ..registry import get_method
 from ..vit.spec import ViTSpec
-from .cells import CellStage
+from .cells import Cell, CellStage, Start
 from .plan import WorkPlan
-from .profiles import Upstream, Variant
+from .profiles import Upstream
 from .rows import Row
 from .tasks import TaskData
 from .workers import Busy
@@ -82,7 +82,7 @@ class GridWalk(CellStage, WorkPlan):
                                     adapt_seconds=start.adapt_seconds,
                                     variant=variant.name if variant else "",
                                 )
-                                self._cell_row(row, start, spec, td, variant)
+                                self._cell_row(Cell(row, start, spec, td, variant))
 
     def _start(
         self, base: Row, condensed: tuple[Learngene, str] | LearngeneError, spec: ViTSpec, upstream: Data
@@ -112,35 +112,26 @@ class GridWalk(CellStage, WorkPlan):
         except LearngeneError as exc:
             return base, Start(None, why=str(exc))
 
-    def _cell_row(self, row: Row, start: Start, spec: ViTSpec, task: TaskData, variant: Variant | None) -> None:
-        """Stage 4 for one cell: its row, fine-tuned from ``start`` (n/a, with why, where there is none or it fails),
+    def _cell_row(self, cell: Cell) -> None:
+        """Stage 4 for one cell: its row, fine-tuned from its start (n/a, with why, where there is none or it fails),
         goes to ``self.rows``; another worker's is counted in ``blocked``."""
-        work = self._cell_gflop(spec, task, row.budget)
-        unit = f"{row.upstream}/{task.task.name}/{row.label}/{spec.short()}/{row.seed}"
-        if start.init is None:
+        row, spec, task = cell.row, cell.spec, cell.task.task
+        work = self._cell_gflop(spec, cell.task, row.budget)
+        unit = f"{row.upstream}/{task.name}/{row.label}/{spec.short()}/{row.seed}"
+        if cell.start.init is None:
             with self._stage(work, f"{row.method} {spec.short()}: n/a", unit):
-                self.rows.append(dataclasses.replace(row, note=start.why))
+                self.rows.append(dataclasses.replace(row, note=cell.start.why))
             return
         self._check_time()
         try:
-            with self._stage(work, f"fine-tune {task.task.name} {row.label} {spec.short()} seed {row.seed}", unit):
-                self.rows.append(self.cell(row, start.init, start.key, spec, task, variant))
+            with self._stage(work, f"fine-tune {task.name} {row.label} {spec.short()} seed {row.seed}", unit):
+                self.rows.append(self.cell(cell))
         except PlaceError:
             raise
         except LearngeneError as exc:
             self.rows.append(dataclasses.replace(row, note=str(exc)))
         except Busy:  # another worker fine-tunes it
             self.blocked += 1
-
-
-class Start(NamedTuple):
-    """Where a method's descendants of one size and seed start: the gene (adapted where the method adapts), its cache
-    key and the adapt seconds; ``init`` None: every cell of it is n/a, for the reason ``why``."""
-
-    init: Learngene | None
-    key: str = ""
-    adapt_seconds: float = 0.0
-    why: str = ""
 
 
 def size_row(method: str, spec: ViTSpec, seed: int, up: Upstream) -> Row:

@@ -27,7 +27,8 @@ from ..training.config import (
     flagged_settings,
 )
 from ..validate import MAX_INT, choices, limits_of, out_of_range, refusal_of
-from ..vit.spec import PRESETS, SIZE_FLAG_FIELDS, ViTFamily, ViTSpec, refused
+from ..vit.family import refused
+from ..vit.spec import PRESETS, SIZE_FLAG_FIELDS, ViTFamily, ViTSpec
 
 _SETTING_TYPES = typing.get_type_hints(TrainConfig)  # resolved once: the commands add a hundred training flags
 

@@ -19,7 +19,7 @@ d145a5e); Auto-LG: none found; scratch and pretrained are timm's own ViT, no met
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper, same_size
@@ -57,9 +57,23 @@ class Scratch(Method):
 
 
 class BlockCopier(Method):
-    """A method that copies whole ancestry blocks; its Config is an :class:`UntrainedAttentionOptions`."""
+    """A method that copies whole ancestry blocks: its gene holds the ancestry layers :meth:`stored_layers` picks
+    (renumbered 0..) and the non-block ``stored_parts``; its Config is an :class:`UntrainedAttentionOptions`."""
 
     seed_option = "seed"  # mimetic's draws (untrained_attention=mimetic)
+    stored_parts: ClassVar[tuple[str, ...]]
+
+    def stored_layers(self, depth: int) -> range:
+        """The layers the gene stores of an ancestry ``depth`` layers deep."""
+        raise NotImplementedError
+
+    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        ancestry = self.require_ancestry(ancestry)
+        spec = ancestry.require_vit(self.name)
+        state = ancestry.state()
+        tensors = place_blocks(state, dict(enumerate(self.stored_layers(spec.depth))))
+        tensors.update(inherit_non_block(state, spec, spec, self.stored_parts))
+        return self.new_gene(tensors, spec, spec)
 
     def with_untrained_attention(self, state: StateDict, spec: ViTSpec) -> StateDict:
         """``untrained_attention=mimetic``: mimetic's attention and sin-cos positions instead of the ancestry's when
@@ -77,15 +91,6 @@ class BlockCopier(Method):
 def _stored_layers(gene: Learngene) -> int:
     layers = {int(k.split(".")[1]) for k in gene.tensors if k.startswith("blocks.")}
     return max(layers) + 1 if layers else 0
-
-
-def _stored_gene(method: Method, ancestry: Ancestry, layers: list[int], parts: tuple[str, ...]) -> Learngene:
-    """A gene holding ancestry blocks ``layers`` (renumbered 0..) and the chosen non-block ``parts``."""
-    spec = ancestry.require_vit(method.name)
-    state = ancestry.state()
-    tensors = place_blocks(state, dict(enumerate(layers)))
-    tensors.update(inherit_non_block(state, spec, spec, parts))
-    return method.new_gene(tensors, spec, spec)
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,7 @@ class Pretrained(BlockCopier):
         "its Pre-Fin baselines",
     )
     Config = PretrainedConfig
+    stored_parts = ("embed", "norm", "head")
     selects_layers = True
     layers_option = "variant"  # first and last are expand's layers=first and last; middle is its own
     preserves = "at the ancestry's own size with untrained_attention=keep (a same-size copy)"
@@ -121,10 +127,8 @@ class Pretrained(BlockCopier):
     def preserves_function(self, gene: Learngene, spec: ViTSpec) -> bool:
         return same_size(gene, spec) and self.config.untrained_attention == "keep"
 
-    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        ancestry = self.require_ancestry(ancestry)
-        spec = ancestry.require_vit(self.name)
-        return _stored_gene(self, ancestry, list(range(spec.depth)), ("embed", "norm", "head"))
+    def stored_layers(self, depth: int) -> range:
+        return range(depth)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         require_block_shape(gene.require_layout(), spec, self.name)
@@ -159,19 +163,17 @@ class HeruLG(BlockCopier):
     summary = "last 3 ancestry layers on top of random lower layers"
     paper = Paper("Learngene: From Open-World to Your Learning Task", "Wang et al.", "AAAI", 2022, "2106.06788")
     Config = HeruConfig
+    stored_parts = ("norm", "head")
 
-    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        ancestry = self.require_ancestry(ancestry)
-        spec = ancestry.require_vit(self.name)
-        keep = min(self.config.layers, spec.depth)
-        return _stored_gene(self, ancestry, list(range(spec.depth - keep, spec.depth)), ("norm", "head"))
+    def stored_layers(self, depth: int) -> range:
+        return range(depth - min(self.config.layers, depth), depth)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         require_block_shape(gene.require_layout(), spec, self.name)
         stored = _stored_layers(gene)
         used = min(stored, spec.depth)
         out = place_blocks(gene.tensors, {spec.depth - used + i: stored - used + i for i in range(used)})
-        out.update(inherit_non_block(gene.tensors, gene.require_layout(), spec, ("norm", "head")))
+        out.update(inherit_non_block(gene.tensors, gene.require_layout(), spec, self.stored_parts))
         return self.with_untrained_attention(out, spec)
 
 
@@ -203,16 +205,14 @@ class AutoLG(BlockCopier):
         "2305.02279",
     )
     Config = AutoConfig
+    stored_parts = ("embed",)
 
-    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        ancestry = self.require_ancestry(ancestry)
-        spec = ancestry.require_vit(self.name)
-        keep = max(1, round(spec.depth * self.config.fraction))
-        return _stored_gene(self, ancestry, list(range(keep)), ("embed",))
+    def stored_layers(self, depth: int) -> range:
+        return range(max(1, round(depth * self.config.fraction)))
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         require_block_shape(gene.require_layout(), spec, self.name)
         used = min(_stored_layers(gene), spec.depth)
         out = place_blocks(gene.tensors, {i: i for i in range(used)})
-        out.update(inherit_non_block(gene.tensors, gene.require_layout(), spec, ("embed",)))
+        out.update(inherit_non_block(gene.tensors, gene.require_layout(), spec, self.stored_parts))
         return self.with_untrained_attention(out, spec)

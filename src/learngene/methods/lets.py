@@ -39,6 +39,7 @@ Authors' code: github.com/eddiexia98/LeTs (snapshot read at 11ea578).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -133,13 +134,18 @@ def f_label(key: str, role: str, segment: int, block: bool) -> str | None:
     return "pool_ffn" if role in (HIDDEN, HIDDEN_IN) else "emb"
 
 
+# the starts of G and F that are the uniform draw itself, made rows of convex weights
+RANDOM_STARTS: dict[str, Callable[[Tensor], Tensor]] = {
+    "rand": lambda draw: draw / draw.sum(-1, keepdim=True),
+    "rand_softmax": lambda draw: draw.softmax(-1),
+}
+
+
 def init_depth(rows: int, group: int, tie: int, scheme: str, noise: float, generator: torch.Generator) -> Tensor:
     """``G``'s start for owner aux layers ``0, tie, 2·tie, …`` (TransDepthParams.reset_parameters)."""
     draw = torch.rand(rows, group, generator=generator)
-    if scheme == "rand":
-        return draw / draw.sum(-1, keepdim=True)
-    if scheme == "rand_softmax":
-        return draw.softmax(-1)
+    if scheme in RANDOM_STARTS:
+        return RANDOM_STARTS[scheme](draw)
     start = draw * noise if scheme == "stackbert_noisy" else torch.zeros(rows, group)
     start[torch.arange(rows), (torch.arange(rows) * tie) % group] = 1.0
     return start / start.sum(-1, keepdim=True)
@@ -151,10 +157,8 @@ def init_width(
     """``F``'s start, ``(extra, small)`` (per compact layer: ``(layers, extra, small)``; TransWidthParams)."""
     shape = (layers, extra, small) if layers else (extra, small)
     draw = torch.rand(shape, generator=generator)
-    if scheme == "rand":
-        return draw / draw.sum(-1, keepdim=True)
-    if scheme == "rand_softmax":
-        return draw.softmax(-1)
+    if scheme in RANDOM_STARTS:
+        return RANDOM_STARTS[scheme](draw)
     start = draw * noise if scheme == "sel_noisy" else torch.zeros(shape)
     pick = torch.randint(0, small, shape[:-1], generator=generator)
     return start.scatter(-1, pick.unsqueeze(-1), 1.0)
@@ -327,20 +331,13 @@ class LeTs(AuxNetMethod):
         for name, shape in spec.block_shapes().items():
             axes = block_axes(spec)[name]
             stack = self._widened(gene.tensors[SMALL + name], name, axes, shape, gene, block=True)
-            kind = _kind(name)
+            # q, k and v each have their own depth map G; every other tensor its module's
             if name.startswith("attn.qkv"):
-                segs = stack.unflatten(1, (3, shape[0] // 3)).unbind(1)
-                mixed = torch.cat(
-                    [
-                        torch.einsum("tl,l...->t...", self.mixing(gene, spec, m, kind).to(seg.dtype), seg)
-                        for m, seg in zip("qkv", segs)
-                    ],
-                    1,
-                )
+                modules, segs = tuple("qkv"), stack.unflatten(1, (3, shape[0] // 3)).unbind(1)
             else:
-                mixed = torch.einsum(
-                    "tl,l...->t...", self.mixing(gene, spec, g_module(name), kind).to(stack.dtype), stack
-                )
+                modules, segs = (g_module(name),), (stack,)
+            mixings = [self.mixing(gene, spec, m, _kind(name)).to(seg.dtype) for m, seg in zip(modules, segs)]
+            mixed = torch.cat([torch.einsum("tl,l...->t...", g, seg) for g, seg in zip(mixings, segs)], 1)
             for layer in range(spec.depth):
                 out[block_key(layer, name)] = mixed[layer]
         narrow = carried(aux, spec)

@@ -225,6 +225,18 @@ def grow_parts(
     return msa, ffn
 
 
+def msa_parts(mixed: StateDict, block: StateDict, heads: int) -> StateDict:
+    """One layer's MSA as the gene stores it (what :func:`layer_blocks` joins back): q, k, v, W_O's columns, the
+    biases and per-head vectors of ``mixed``'s ``heads`` heads, and ``block``'s tensors that are not per head."""
+    qkv_w, qkv_b, proj_w = mixed["attn.qkv.weight"], mixed.get("attn.qkv.bias"), mixed["attn.proj.weight"]
+    parts = dict(zip("qkv", split_qkv(qkv_w, heads)), proj_cols=split_proj(proj_w, heads))
+    if qkv_b is not None:
+        parts.update(zip(("q_bias", "k_bias", "v_bias"), split_qkv(qkv_b, heads)))
+    parts.update({part: mixed[name].view(heads, -1) for part, name in HEAD_VECTORS.items() if name in mixed})
+    parts.update({part: block[name] for part, name in MSA_LAYER_PARTS.items() if name in block})
+    return parts
+
+
 def layer_blocks(msa: StateDict, ffn: StateDict, depth: int) -> StateDict:
     """Each of ``depth`` layers' timm block tensors from the grown parts (q, k, v and W_O's columns joined)."""
     out: StateDict = {}
@@ -268,13 +280,7 @@ class PEG(Method):
         tensors: StateDict = {}
         for layer in range(spec.depth):
             b = block_state(state, layer)
-            mixed = mix_heads(b, spec, mixing_weights(heads, spec.num_heads, generator))
-            qkv_w, qkv_b, proj_w = mixed["attn.qkv.weight"], mixed.get("attn.qkv.bias"), mixed["attn.proj.weight"]
-            parts = dict(zip("qkv", split_qkv(qkv_w, heads)), proj_cols=split_proj(proj_w, heads))
-            if qkv_b is not None:
-                parts.update(zip(("q_bias", "k_bias", "v_bias"), split_qkv(qkv_b, heads)))
-            parts.update({part: mixed[name].view(heads, -1) for part, name in HEAD_VECTORS.items() if name in mixed})
-            parts.update({part: b[name] for part, name in MSA_LAYER_PARTS.items() if name in b})
+            parts = msa_parts(mix_heads(b, spec, mixing_weights(heads, spec.num_heads, generator)), b, heads)
             # written into the gene's stacked tensors at once: a ViT-g's heads are never held twice, and each
             # layer's temporaries are freed for the next one's (held until a stack, they stayed resident)
             for part, value in parts.items():

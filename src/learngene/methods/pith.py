@@ -38,9 +38,9 @@ A descendant layer past the ancestry's last reads the ancestry's last layer: the
 says so, but their forward never calls it, and a name the ancestry lacks finds no tensor, so a deeper student fails
 there (their students, 3–12 layers, never outgrow their 24-layer ViT-L/16 teacher).
 
-**Condensation** trains the hypernetwork in the project's one loop (as TAL's, :func:`~learngene.methods.tal.
-train_hypernet`): each step draws one descendant size, predicts its ViT with the ancestry's tensors fused in and
-trains on the cross-entropy of the data's labels plus ``predparam_wd · Σ‖W‖_F`` over the predicted tensors
+**Condensation** trains the hypernetwork in the project's one loop (as TAL's,
+:meth:`~learngene.methods.tal.HypernetCondensation.train`): each step draws one descendant size, predicts its ViT
+with the ancestry's tensors fused in and trains on the cross-entropy of the data's labels plus ``predparam_wd · Σ‖W‖_F`` over the predicted tensors
 (their ``trainer_pith.Trainer.update``: the teacher contributes its weights, not its outputs; ImageNet runs use
 label smoothing 0.1). Their README trains with AdamW, lr 3e-4, weight decay 1e-2, a cosine schedule with warmup,
 batches of 512, one sampled net per batch, gradient clipping at 5 (config.py), and ViT-L/16 (torchvision,
@@ -76,7 +76,6 @@ from torch.func import functional_call
 
 from ..errors import LearngeneError, named
 from ..gene import Learngene
-from ..host.memory import require_free_memory
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..settings import field
@@ -85,7 +84,7 @@ from ..validate import CONDENSE
 from ..vit.spec import ViTSpec
 from ._pith_hypernet import GradualExpansion, Inherited, PITHHyperNet, fused
 from ._tal_graph import graph_nodes
-from .tal import GHN_PREFIX, TALConfig, descendant_sizes, random_class_row, train_hypernet
+from .tal import GHN_PREFIX, HypernetCondensation, TALConfig, random_class_row
 
 __all__ = ["PITH", "PITHConfig", "GradualExpansion", "Inherited", "PITHHyperNet", "fused", "inherited_tensors"]
 
@@ -144,20 +143,6 @@ class PITH(Method):
     # as TAL's (see there): a step of the demo's sizes cost 1.2 of TAL's (8 steps, one run: 11.7 s and 9.4 s of CPU)
     demo_budget = 0.25
 
-    def require_hypernet_memory(self, num_classes: int, ancestry: ViTSpec, inherited: dict[str, Tensor]) -> None:
-        """Refuse, before it is allocated, a hypernetwork whose training cannot fit in free memory: its fp32 weights,
-        their gradients and AdamW's two moments, and its copy of the ancestry's tensors (counted on ``meta``)."""
-        with torch.device("meta"):
-            ghn = PITHHyperNet(self.config, num_classes, ancestry, {})
-        params = sum(p.numel() for p in ghn.parameters())
-        copied = sum(t.numel() for t in inherited.values())
-        require_free_memory(
-            4 * (4 * params + copied),
-            f"training pith's hypernetwork ({params:,} parameters: weights, gradients and AdamW's two moments; "
-            f"{copied:,} values of the ancestry's)",
-            "choose a smaller hid=N (--opt hid=N) (or layers, lora_r, max_ck)",
-        )
-
     def hypernet(self, gene: Learngene) -> PITHHyperNet:
         """The hypernetwork of ``gene``'s shapes, on ``meta`` (its tensors come from the gene)."""
         layout = gene.require_layout()
@@ -188,30 +173,19 @@ class PITH(Method):
         return spec.model_layout(state)
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        ancestry = self.require_ancestry(ancestry)
-        base = ancestry.require_vit(self.name)
-        if inputs is None or inputs.train is None:
-            raise LearngeneError(
-                f"pith condenses by training its hypernetwork on labelled images; give it training data "
-                f"({named('data')})"
-            )
-        cfg, data = inputs.train_cfg.resolved("condense", distill_lambda=self.distill_lambda), inputs.train
-        reference = base.replace(img_size=data.img_size, in_chans=data.in_chans)
-        if base.num_classes == 0:
-            reference = reference.replace(num_classes=data.num_classes)
-        sizes = descendant_sizes(reference, self.config.min_depth, self.name)
-        inherited = inherited_tensors(ancestry, base)
-        self.require_hypernet_memory(reference.num_classes, base, inherited)
-        torch.manual_seed(cfg.seed)
-        ghn = PITHHyperNet(self.config, reference.num_classes, base, inherited)
-        width = PooledFeatures(ancestry.model).width
-        result = train_hypernet(self, ghn, None, sizes, ancestry, base, inputs, width)
+        no_data = (
+            f"pith condenses by training its hypernetwork on labelled images; give it training data ({named('data')})"
+        )
+        run = HypernetCondensation.start(self, ancestry, inputs, no_data)
+        inherited = inherited_tensors(run.ancestry, run.base)
+        copied = sum(t.numel() for t in inherited.values())
+        run.require_memory(lambda: PITHHyperNet(self.config, run.reference.num_classes, run.base, {}), copied)
+        torch.manual_seed(run.cfg.seed)
+        ghn = PITHHyperNet(self.config, run.reference.num_classes, run.base, inherited)
+        result = run.train(ghn, None, PooledFeatures(run.ancestry.model).width)
         tensors = {}
         for key, tensor in ghn.state_dict().items():  # trained on a GPU too
             own = not key.startswith(INHERITED)
             name = GHN_PREFIX + key if own else ANCESTRY_PREFIX + key.removeprefix(INHERITED)
             tensors[name] = tensor.detach().cpu().clone()
-        cost: dict[str, Any] = {"epochs": cfg.epochs, "steps": result.steps, "seconds": round(result.seconds, 2)}
-        if result.final_acc is not None:
-            cost["eval_acc_at_reference_size"] = result.final_acc
-        return self.new_gene(tensors, reference, base, cost)
+        return run.gene(tensors, result)

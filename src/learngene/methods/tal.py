@@ -70,6 +70,7 @@ classes, else its pooled embedding by cosine through a learned projection (as
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -78,13 +79,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
+from ..data import Data
 from ..errors import LearngeneError, assigned
 from ..gene import Learngene
 from ..host.memory import require_free_memory
 from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..settings import field
-from ..training.config import known
+from ..training.config import TrainConfig, known
 from ..training.distill import PooledFeatures, cache_teacher_outputs
 from ..training.loop import TrainResult, distill_loss, predict_logits, resolve_device, step_draw, train
 from ..validate import CONDENSE, EXPAND, limits_of, out_of_range
@@ -156,9 +158,18 @@ class Predicts(Protocol):
     config: TALConfig
 
     @property
+    def name(self) -> str: ...
+
+    @property
     def distill_lambda(self) -> float: ...  # the paper's λ, where the run gives none
 
     def predict(self, ghn: Any, task: Any, spec: ViTSpec, seed: int | None = None) -> dict[str, Tensor]: ...
+
+    def require_ancestry(self, ancestry: Ancestry | None) -> Ancestry: ...
+
+    def new_gene(
+        self, tensors: dict[str, Tensor], layout: ViTSpec | None, ancestry: ViTSpec | None, cost: dict[str, Any] | None
+    ) -> Learngene: ...
 
 
 class _Drawn(nn.Module):
@@ -269,44 +280,87 @@ def descendant_sizes(ancestry: ViTSpec, min_depth: int, method: str = "tal") -> 
     return out
 
 
-def train_hypernet(
-    method: Predicts,
-    ghn: nn.Module,
-    task: Tensor | None,
-    sizes: list[ViTSpec],
-    ancestry: Ancestry,
-    base: ViTSpec,
-    inputs: CondenseInputs,
-    feature_width: int,
-) -> TrainResult:
-    """Train ``ghn`` in the project's one loop on a size of ``sizes`` drawn at each step (:class:`_Drawn`), on the
-    cross-entropy of the data's labels and, when the run's λ > 0, distillation from the ancestry: its logits when its
-    head was trained on the data's classes, else its pooled features (``feature_width`` wide) by cosine."""
-    cfg, data = inputs.train_cfg.resolved("condense", distill_lambda=method.distill_lambda), inputs.train
-    assert data is not None
-    features = known(cfg.distill_lambda) > 0 and base.num_classes == 0
-    net = _Drawn(method, ghn, task, sizes, cfg.seed, feature_width if features else None)
-    teacher: nn.Module | None = None
-    if known(cfg.distill_lambda) > 0:
-        if features:
-            data, teacher = cache_teacher_outputs(data, PooledFeatures(ancestry.model), cfg)
-        elif base.num_classes != data.num_classes:
-            raise LearngeneError(
-                f"the ancestry predicts {base.num_classes} classes but {data.name} has {data.num_classes}; "
-                f"distil on data with the ancestry's label space, or pass {assigned('distill_lambda', 0)}"
-            )
-        else:
-            data, teacher = cache_teacher_outputs(data, ancestry.model, cfg)
-    return train(
-        net,
-        data,
-        cfg,
-        inputs.eval,
-        teacher=teacher,
-        run_dir=inputs.run_dir,
-        resume=inputs.resume,
-        loss=net.distill_loss,
-    )
+@dataclass(frozen=True)
+class HypernetCondensation:
+    """One condensation of a hypernetwork method (TAL, PITH): the method, its ViT ancestry (``base``, its spec) and
+    inputs, the run's settings and data, the reference size the hypernetwork is evaluated at (the data's images; the
+    data's classes where the ancestry has no head) and the sizes drawn while it trains (the reference last)."""
+
+    method: Predicts
+    ancestry: Ancestry
+    base: ViTSpec
+    inputs: CondenseInputs
+    cfg: TrainConfig
+    data: Data
+    reference: ViTSpec
+    sizes: list[ViTSpec]
+
+    @classmethod
+    def start(
+        cls, method: Predicts, ancestry: Ancestry | None, inputs: CondenseInputs | None, no_data: str
+    ) -> HypernetCondensation:
+        """``method``'s condensation of ``ancestry`` on ``inputs``; ``no_data``: the one line when there are no
+        training images."""
+        ancestry = method.require_ancestry(ancestry)
+        base = ancestry.require_vit(method.name)
+        if inputs is None or inputs.train is None:
+            raise LearngeneError(no_data)
+        cfg, data = inputs.train_cfg.resolved("condense", distill_lambda=method.distill_lambda), inputs.train
+        reference = base.replace(img_size=data.img_size, in_chans=data.in_chans)
+        if base.num_classes == 0:
+            reference = reference.replace(num_classes=data.num_classes)
+        sizes = descendant_sizes(reference, method.config.min_depth, method.name)
+        return cls(method, ancestry, base, inputs, cfg, data, reference, sizes)
+
+    def require_memory(self, ghn: Callable[[], nn.Module], copied: int | None = None) -> None:
+        """Refuse in one line, before it is allocated, a hypernetwork (``ghn()``, built on ``meta``, which allocates
+        nothing) whose training cannot fit in free memory: its fp32 weights, their gradients and AdamW's two moments,
+        and the ``copied`` values it holds besides (PITH's copy of the ancestry's tensors)."""
+        with torch.device("meta"):
+            params = sum(p.numel() for p in ghn().parameters())
+        copies = "" if copied is None else f"; {copied:,} values of the ancestry's"
+        require_free_memory(
+            4 * (4 * params + (copied or 0)),
+            f"training {self.method.name}'s hypernetwork ({params:,} parameters: weights, gradients and AdamW's two "
+            f"moments{copies})",
+            "choose a smaller hid=N (--opt hid=N) (or layers, lora_r, max_ck)",
+        )
+
+    def train(self, ghn: nn.Module, task: Tensor | None, feature_width: int) -> TrainResult:
+        """Train ``ghn`` in the project's one loop on a size of ``sizes`` drawn at each step (:class:`_Drawn`), on the
+        cross-entropy of the data's labels and, when the run's λ > 0, distillation from the ancestry: its logits when
+        its head was trained on the data's classes, else its pooled features (``feature_width`` wide) by cosine."""
+        cfg, data, base = self.cfg, self.data, self.base
+        features = known(cfg.distill_lambda) > 0 and base.num_classes == 0
+        net = _Drawn(self.method, ghn, task, self.sizes, cfg.seed, feature_width if features else None)
+        teacher: nn.Module | None = None
+        if known(cfg.distill_lambda) > 0:
+            if features:
+                data, teacher = cache_teacher_outputs(data, PooledFeatures(self.ancestry.model), cfg)
+            elif base.num_classes != data.num_classes:
+                raise LearngeneError(
+                    f"the ancestry predicts {base.num_classes} classes but {data.name} has {data.num_classes}; "
+                    f"distil on data with the ancestry's label space, or pass {assigned('distill_lambda', 0)}"
+                )
+            else:
+                data, teacher = cache_teacher_outputs(data, self.ancestry.model, cfg)
+        return train(
+            net,
+            data,
+            cfg,
+            self.inputs.eval,
+            teacher=teacher,
+            run_dir=self.inputs.run_dir,
+            resume=self.inputs.resume,
+            loss=net.distill_loss,
+        )
+
+    def gene(self, tensors: dict[str, Tensor], result: TrainResult) -> Learngene:
+        """The gene of ``tensors`` (the trained hypernetwork's), with the condensation's cost."""
+        cost: dict[str, Any] = {"epochs": self.cfg.epochs, "steps": result.steps, "seconds": round(result.seconds, 2)}
+        if result.final_acc is not None:
+            cost["eval_acc_at_reference_size"] = result.final_acc
+        return self.method.new_gene(tensors, self.reference, self.base, cost)
 
 
 def random_class_row(spec: ViTSpec, seed: int) -> Tensor:
@@ -344,17 +398,6 @@ class TAL(Method):
     # machine: 389 s for its 158 steps, the aux nets' 120-166 s), and the demo's budget leaves it near scratch anyway
     demo_budget = 0.25
 
-    def require_hypernet_memory(self, task_dim: int, num_classes: int) -> None:
-        """Refuse in one line, before it is allocated, a hypernetwork whose training cannot fit in free memory: its
-        fp32 weights, their gradients and AdamW's two moments (counted on ``meta``, which allocates nothing)."""
-        with torch.device("meta"):
-            params = sum(p.numel() for p in HyperNet(self.config, task_dim, num_classes).parameters())
-        require_free_memory(
-            4 * 4 * params,
-            f"training tal's hypernetwork ({params:,} parameters: weights, gradients and AdamW's two moments)",
-            "choose a smaller hid=N (--opt hid=N) (or layers, lora_r, max_ck)",
-        )
-
     def hypernet(self, gene: Learngene) -> HyperNet:
         layout = gene.require_layout()
         task = gene.tensors.get(TASK_KEY)
@@ -380,25 +423,15 @@ class TAL(Method):
         return spec.model_layout(state)
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        ancestry = self.require_ancestry(ancestry)
-        base = ancestry.require_vit(self.name)
-        if inputs is None or inputs.train is None:
-            raise LearngeneError("tal condenses by training its hypernetwork; give training data (data, --data)")
-        cfg, data = inputs.train_cfg.resolved("condense", distill_lambda=self.distill_lambda), inputs.train
-        reference = base.replace(img_size=data.img_size, in_chans=data.in_chans)
-        if base.num_classes == 0:
-            reference = reference.replace(num_classes=data.num_classes)
-        sizes = descendant_sizes(reference, self.config.min_depth)
-        self.require_hypernet_memory(base.embed_dim, reference.num_classes)
-        task = task_embedding(ancestry, data, cfg)
-        torch.manual_seed(cfg.seed)
-        ghn = HyperNet(self.config, int(task.shape[0]), reference.num_classes)
-        result = train_hypernet(self, ghn, task, sizes, ancestry, base, inputs, int(task.shape[0]))
+        no_data = "tal condenses by training its hypernetwork; give training data (data, --data)"
+        run = HypernetCondensation.start(self, ancestry, inputs, no_data)
+        run.require_memory(lambda: HyperNet(self.config, run.base.embed_dim, run.reference.num_classes))
+        task = task_embedding(run.ancestry, run.data, run.cfg)
+        torch.manual_seed(run.cfg.seed)
+        ghn = HyperNet(self.config, int(task.shape[0]), run.reference.num_classes)
+        result = run.train(ghn, task, int(task.shape[0]))
         tensors = {
             GHN_PREFIX + k: v.detach().cpu().clone() for k, v in ghn.state_dict().items()
         }  # trained on a GPU too
         tensors[TASK_KEY] = task
-        cost: dict[str, Any] = {"epochs": cfg.epochs, "steps": result.steps, "seconds": round(result.seconds, 2)}
-        if result.final_acc is not None:
-            cost["eval_acc_at_reference_size"] = result.final_acc
-        return self.new_gene(tensors, reference, base, cost)
+        return run.gene(tensors, result)

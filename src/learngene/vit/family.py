@@ -94,9 +94,7 @@ class ViTFamily:
     rope_mixed: bool = field(False)
 
     def __post_init__(self) -> None:
-        bad = refusal(self)
-        if bad is not None:
-            raise refused(bad)
+        check_fields(self)
         if self.global_pool == "token" and not self.class_token:
             raise SpecError("global_pool='token' needs class_token=True; use global_pool='avg' without one")
         if self.distilled and (self.global_pool != "token" or not self.class_token):
@@ -194,6 +192,13 @@ class ViTFamily:
 
 
 FAMILY_FIELDS = tuple(f.name for f in dataclasses.fields(ViTFamily))
+
+
+def check_fields(spec_or_family: Any) -> None:
+    """Raise :func:`refused`'s line for the first field of ``spec_or_family`` whose value its declaration refuses."""
+    bad = refusal(spec_or_family)
+    if bad is not None:
+        raise refused(bad)
 
 
 def refused(bad: Refusal) -> SpecError:

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import LearngeneError, SpecError, assigned, first_line, named
 from ..settings import field, flagged
-from ..validate import refusal
 from . import naflex
-from .family import FAMILY_FIELDS, ViTFamily, refused
+from .family import FAMILY_FIELDS, ViTFamily, check_fields
 from .timm_keys import (
     HEAD_DIM,
     HEADS,
@@ -172,9 +171,7 @@ class ViTSpec:
     family: ViTFamily = field(ViTFamily())
 
     def __post_init__(self) -> None:
-        bad = refusal(self)
-        if bad is not None:
-            raise refused(bad)
+        check_fields(self)
         if self.embed_dim % self.num_heads:
             raise SpecError(
                 f"num_heads={self.num_heads} does not divide embed_dim={self.embed_dim}; "
