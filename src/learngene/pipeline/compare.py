@@ -156,11 +156,12 @@ class CompareChoices:
                 "or None (--methods all) for every one"
             )
         for name in ("classes", "condense_classes"):
-            _refuse_repeats(list(getattr(self, name) or ()), name)
-        if self.classes and len(self.classes) < 2:
-            raise LearngeneError(
-                f"{assigned('classes', self.classes, self.classes[0])} keeps one class; comparing needs 2 or more"
-            )
+            given = getattr(self, name)
+            _refuse_repeats(list(given or ()), name)
+            if given is not None and len(given) < 2:  # a classifier of one class (or none) learns nothing
+                shown = ",".join(map(str, given))
+                said = f"{assigned(name, given, shown)} keeps one class" if given else f"{named(name)} names no class"
+                raise LearngeneError(f"{said}; give 2 or more class indices, e.g. 0,1,2")
 
 
 def compare_profile(
@@ -178,11 +179,6 @@ def compare_profile(
     cfg, choices = train_config(train, "compare", "compare"), choices or CompareChoices()
     shapes = _shapes(ancestry_spec, sizes)
     refs = reference_labels(choices.references)
-    for name, given in (("classes", choices.classes), ("condense_classes", choices.condense_classes)):
-        if given is not None and len(set(given)) < 2:  # a classifier of one class (or none) learns nothing
-            shown = ",".join(map(str, given))
-            said = f"{assigned(name, given, shown)} keeps one class" if given else f"{named(name)} names no class"
-            raise LearngeneError(f"{said}; give 2 or more class indices, e.g. 0,1,2")
     methods = _compared_methods(choices, refs)
     kd = (Variant(KD, methods=methods, distill_lambda=choices.kd_lambda, upstreams=("",)),)
     # the data-driven methods condense and adapt on condense_classes, else on the compared classes (unless
