@@ -1,8 +1,8 @@
 """Size and shape figures of ``src/learngene`` from one AST scan (standard library only, no torch).
 
 Usage: ``python tools/code_metrics.py [REPO] [--list]`` (REPO defaults to this checkout; ``--list`` names
-the functions behind each count). The definitions are the ones issue 45 measured with, so a figure here
-compares with the issue's figures at 829a9ac:
+the functions behind each count). The definitions are the ones the "simpler inside" round measured its
+figures with at 829a9ac (its changelog entry), so a figure here compares with those:
 
 - *functions*: every ``def`` (module level, method or nested); a function's length is
   ``end_lineno - lineno + 1`` (from the ``def`` line, decorators not counted).
@@ -17,11 +17,12 @@ compares with the issue's figures at 829a9ac:
 - *top-level modules*: the ``.py`` files directly in ``src/learngene/`` other than ``__init__.py``.
 - *statement lines*: physical lines holding a code token, less docstrings, comments, blank lines, imports and
   def/class headers (decorators through the line before the body). At 829a9ac this gives 12,519 where the
-  issue counted 12,424 with a definition it did not spell out; compare figures from this tool with each other.
+  round counted 12,424 with a definition it did not spell out; compare figures from this tool with each other.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import io
 import sys
@@ -167,10 +168,11 @@ def report(repo: Path, listing: bool) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    listing = "--list" in argv
-    paths = [a for a in argv if a != "--list"]
-    repo = Path(paths[0]) if paths else Path(__file__).resolve().parent.parent
-    print("\n".join(report(repo, listing)))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("repo", nargs="?", type=Path, default=Path(__file__).resolve().parent.parent)
+    parser.add_argument("--list", action="store_true", help="name the functions behind each count")
+    args = parser.parse_args(argv)
+    print("\n".join(report(args.repo, args.list)))
     return 0
 
 

@@ -321,7 +321,7 @@ def _registry(*profiles: Profile | FolderSmoke) -> dict[str, Profile | FolderSmo
 
 
 PROFILES = _registry(
-    # within ten minutes on a 2-core CPU: tests/test_demo.py bounds its planned work (issue 41). In batches of 64
+    # within ten minutes on a 2-core CPU: tests/test_demo.py bounds its planned work. In batches of 64
     # (about the cost per image of 128s, one thread), condensation and adaptation take as many steps as 128s did on
     # twice the images (158 and 60: with 79 the aux nets fell below mimetic), the ancestry twice the steps on the
     # same images; fine-tunes are 47 steps on 3,000 images (63 on 8,000 before); methods condense on their shares.

@@ -165,7 +165,7 @@ def one_thread() -> Iterator[None]:
     """Torch on one CPU thread inside, whatever ``--threads`` says, the count given back after. Where a result must be
     the same bytes at any thread count: LAPACK's SVD (MKL's) and matmuls split their sums by the thread count, so
     their last bits depend on it, and where singular values (nearly) tie, so do the singular vectors (ViT-S's
-    structured q and k differed between 1 and 2 threads; pith's predicted weights did, issue 47). PyTorch's
+    structured q and k differed between 1 and 2 threads; pith's predicted weights did). PyTorch's
     reproducibility notes promise nothing across thread counts; one thread makes the result a function of the input
     alone. On a shared machine one thread is also the fastest: at load 8 on 2 cores, ViT-B's 2-layer structured
     expansion took 16 s on 1 thread and 233 s on 2."""
