@@ -67,10 +67,9 @@ from typing import Any, Literal, cast
 import torch
 from torch import nn
 
-from ..binding import bind_gene
 from ..errors import GeneFormatError, LearngeneError, assigned
-from ..gene import Learngene
-from ..method import Ancestry, CondenseInputs, ExpandOutput, OutputModel, Paper
+from ..gene import Learngene, invalid_gene
+from ..method import Ancestry, CondenseInputs, ExpandOutput, OutputModel, Paper, config_from_dict
 from ..registry import register_method
 from ..settings import field
 from ..training import distributed as dist
@@ -478,9 +477,18 @@ class LearngenePool(AuxNetMethod):
         ]
 
 
+def stored_pool(gene: Learngene) -> LearngenePool:
+    """The pool method with ``gene``'s stored options (one it refuses refuses the gene), made here rather than by
+    :func:`learngene.binding.bind_gene`: binding reaches every registered method, this module among them."""
+    try:
+        return LearngenePool(config_from_dict(LearngenePool.Config, gene.config))
+    except (LearngeneError, TypeError) as exc:
+        raise invalid_gene(gene, None, exc) from None
+
+
 def stitch_choices(gene: Learngene) -> list[tuple[int, int, int, int]]:
     """Every stitched descendant a pool of the authors' design makes: (front, end, cut_front, cut_end)."""
-    method = cast(LearngenePool, bind_gene(gene, method=LearngenePool, check=False).method)
+    method = stored_pool(gene)
     depth = method.instance_specs(gene.require_layout())[0].depth
     count = len(method.instance_specs(gene.require_layout()))
     return [
@@ -503,7 +511,7 @@ def stitched_descendant(
             f"stitched descendants come from a pool gene of the authors' design (condense with method 'pool' and "
             f"design='authors' (--method pool --opt design=authors)); this gene is {made}"
         )
-    method = method or cast(LearngenePool, bind_gene(gene, method=LearngenePool, check=False).method)
+    method = method or stored_pool(gene)
     specs = method.instance_specs(gene.require_layout())
     layers = {(j, k): layer for j, k, layer in paired_stitches(specs[0].depth)}
     if not (0 <= front < end < len(specs)) or (cut_front, cut_end) not in layers:
