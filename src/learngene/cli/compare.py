@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ..bench.stats import MAX_SEEDS, POWER
 from ..errors import LearngeneError
@@ -23,9 +22,6 @@ from .flags import (
     integer,
     real,
 )
-
-if TYPE_CHECKING:
-    from ..pipeline.compare import CompareChoices
 
 
 def add_parser(subparsers) -> None:
@@ -183,48 +179,37 @@ def run(args: argparse.Namespace) -> None:
 
     if not args.out.strip():  # a Python caller's out=None is a temporary folder; the command line needs a report
         raise LearngeneError("--out is empty; give the report folder, e.g. --out runs/compare")
-    choices = dataclasses.asdict(choices_from_args(args))
     comparison = compare(
-        AncestryRequest(args.ancestry, choices.pop("timm_model"), choices.pop("drop_head")),
-        DataRequest(
-            args.data,
-            data_dir=args.data_dir,
-            few_shot=choices.pop("few_shot"),
-            train_images=choices.pop("train_images"),
-        ),
+        AncestryRequest(args.ancestry, args.timm_model, args.drop_head),
+        DataRequest(args.data, data_dir=args.data_dir, few_shot=args.few_shot, train_images=args.train_images),
         args.sizes.split(","),
         train_cfg=settings_from_args(args),
         out=args.out,
         time_limit=args.time_limit,
         plots=not args.no_plots,
         command=args.command_line,
-        **choices,
+        **choices_from_args(args),
     )
     print(comparison.text)
     print(f"learngene compare: report in {args.out}/report.md")
 
 
-def choices_from_args(args: argparse.Namespace) -> CompareChoices:
-    """What the flags compare, besides the training settings (:class:`~learngene.pipeline.compare.CompareChoices`)."""
-    from ..pipeline.compare import CompareChoices
-
+def choices_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """What the flags compare besides the ancestry, the data and the training settings: :func:`learngene.compare`'s
+    choices (:class:`~learngene.pipeline.compare.CompareChoices`' fields) by name."""
     methods = None if args.methods in (None, "all") else tuple(m.strip() for m in args.methods.split(",") if m.strip())
-    return CompareChoices(
-        methods=methods,
-        seeds=args.seeds,
-        few_shot=args.few_shot,
-        train_images=args.train_images,
-        classes=_classes(args.classes, "--classes"),
-        references=tuple(args.references.split(",")),
-        kd_lambda=args.kd,
-        condense_data=args.condense_data,
-        condense_classes=_classes(args.condense_classes, "--condense-classes"),
-        condense_epochs=args.condense_epochs,
-        condense_images=args.condense_images,
-        adapt_steps=args.adapt_steps,
-        timm_model=args.timm_model,
-        drop_head=args.drop_head,
-    )
+    return {
+        "methods": methods,
+        "seeds": args.seeds,
+        "classes": _classes(args.classes, "--classes"),
+        "references": tuple(args.references.split(",")),
+        "kd_lambda": args.kd,
+        "condense_data": args.condense_data,
+        "condense_classes": _classes(args.condense_classes, "--condense-classes"),
+        "condense_epochs": args.condense_epochs,
+        "condense_images": args.condense_images,
+        "adapt_steps": args.adapt_steps,
+    }
 
 
 def _classes(text: str | None, flag: str) -> tuple[int, ...] | None:
