@@ -1,9 +1,9 @@
 """The ``learngene`` command line (``learngene.cli:main``; also ``python -m learngene``).
 
 One module per command (:data:`~learngene.cli.parser.COMMANDS`): ``ancestry``, ``condense``, ``expand``, ``adapt``,
-``train``, ``inspect``, ``methods``, ``bench``, ``compare`` and ``demo``, each with ``add_parser(subparsers)`` (its
-flags and help texts; it imports no torch, so ``--help`` answers at once) and ``run(args)`` (which imports the library
-when the command runs). Beside them: :mod:`~learngene.cli.parser` (the top-level parser over the commands),
+``train``, ``inspect``, ``methods``, ``bench``, ``compare`` and ``demo``, each with its ``HELP`` and ``DESCRIPTION``,
+``add_arguments(p)`` (its flags; it imports no torch, so ``--help`` answers at once) and ``run(args)`` (which imports
+the library when the command runs). Beside them: :mod:`~learngene.cli.parser` (the top-level parser over the commands),
 :mod:`~learngene.cli.dispatch` (``main``: parse, run, one-line errors, signals), :mod:`~learngene.cli.flags` (the flags
 several commands share, made from their declarations), :mod:`~learngene.cli.options` (flags to specs, data, training
 configs, checked outputs) and :mod:`~learngene.cli.describe` (what ``inspect`` prints).

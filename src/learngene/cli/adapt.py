@@ -7,14 +7,15 @@ import argparse
 
 from .flags import add_common, add_data_args, add_gene_and_size, add_license, add_output, add_train_args
 
+HELP = "specialize a learngene to a size on a little data (WAVE scalers, PEG φ)"
 
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "adapt",
-        help="specialize a learngene to a size on a little data (WAVE scalers, PEG φ)",
-        description="Train only the size-specific part of a learngene (WAVE's weight scalers, PEG's "
-        "expansion map φ) on a little downstream data, then write the plain timm descendant.",
-    )
+DESCRIPTION = (
+    "Train only the size-specific part of a learngene (WAVE's weight scalers, PEG's "
+    "expansion map φ) on a little downstream data, then write the plain timm descendant."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     add_gene_and_size(p, "method option (repeatable)")
     add_data_args(p)
     add_train_args(p, "adapt")

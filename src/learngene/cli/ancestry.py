@@ -6,13 +6,12 @@ import argparse
 
 from .flags import add_common, add_data_args, add_license, add_output, add_spec_args, add_train_args
 
+HELP = "train an ancestry ViT on a dataset and save it"
 
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "ancestry",
-        help="train an ancestry ViT on a dataset and save it",
-        description="Train a ViT from scratch on a dataset; it becomes the ancestry of learngenes.",
-    )
+DESCRIPTION = "Train a ViT from scratch on a dataset; it becomes the ancestry of learngenes."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     add_spec_args(p)
     add_data_args(p)
     add_train_args(p, "ancestry")

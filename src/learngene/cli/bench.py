@@ -16,15 +16,17 @@ if TYPE_CHECKING:
     from ..bench.smoke import FolderSmoke
 
 
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "bench",
-        help="every method side by side on identical budgets: tables, CSV and plots",
-        description="Train an ancestry on Fashion-MNIST, condense it with every registered method, "
-        "fine-tune descendants of several sizes on Fashion-MNIST, digits and a few-shot "
-        "task with identical budgets and seeds, and write report.md, results.csv and "
-        "plots. Every stage is cached: rerunning continues an interrupted run.",
-    )
+HELP = "every method side by side on identical budgets: tables, CSV and plots"
+
+DESCRIPTION = (
+    "Train an ancestry on Fashion-MNIST, condense it with every registered method, "
+    "fine-tune descendants of several sizes on Fashion-MNIST, digits and a few-shot "
+    "task with identical budgets and seeds, and write report.md, results.csv and "
+    "plots. Every stage is cached: rerunning continues an interrupted run."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="quick", metavar="NAME", help="a benchmark profile: " + profiles_help())
     add_setting(p, "max_steps", "bench", help="gpu-smoke: optimizer steps of each training stage (default: 20)")
     p.add_argument("--out", help="report folder (default: runs/bench-PROFILE)")

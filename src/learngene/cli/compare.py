@@ -23,22 +23,25 @@ from .flags import (
     real,
 )
 
+HELP = (
+    "which start wins for my ancestry, data and sizes: every method against "
+    "scratch, scratch ×10 and mimetic, one recommendation per size"
+)
 
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "compare",
-        help="which start wins for my ancestry, data and sizes: every method against "
-        "scratch, scratch ×10 and mimetic, one recommendation per size",
-        description="Condense the ancestry with every method once, make every size, fine-tune every "
-        "method × size × seed on --data with the same budget and a fresh head, and print "
-        "per size mean ± std, the paired difference to each reference with its 95 % interval and a "
-        "Holm-corrected decision, costs, the epoch each method reaches scratch ×10's final accuracy, and "
-        "one recommendation line that says 'use' only for resolved wins; for each difference not resolved, the "
-        f"seeds a new run would need to resolve it with {100 * POWER:.0f} % power at the level 0.05/m (m: the "
-        "comparisons of its size), if its mean and spread stayed as observed. Writes "
-        "report.md, results.csv and plots to --out; cached and resumable like bench. Several compare "
-        "processes on one --out (or torchrun ranks, or SLURM array tasks) share the work.",
-    )
+DESCRIPTION = (
+    "Condense the ancestry with every method once, make every size, fine-tune every "
+    "method × size × seed on --data with the same budget and a fresh head, and print "
+    "per size mean ± std, the paired difference to each reference with its 95 % interval and a "
+    "Holm-corrected decision, costs, the epoch each method reaches scratch ×10's final accuracy, and "
+    "one recommendation line that says 'use' only for resolved wins; for each difference not resolved, the "
+    f"seeds a new run would need to resolve it with {100 * POWER:.0f} % power at the level 0.05/m (m: the "
+    "comparisons of its size), if its mean and spread stayed as observed. Writes "
+    "report.md, results.csv and plots to --out; cached and resumable like bench. Several compare "
+    "processes on one --out (or torchrun ranks, or SLURM array tasks) share the work."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     _add_compared_on(p)
     _add_contenders(p)
     _add_fine_tuning(p)

@@ -17,15 +17,17 @@ from .flags import (
     add_train_args,
 )
 
+HELP = "condense an ancestry into a learngene file"
 
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "condense",
-        help="condense an ancestry into a learngene file",
-        description="Build a learngene from an ancestry with one method. Methods that train an aux "
-        "net distil from the ancestry on --data.",
-        epilog="`learngene methods` lists every method with its options",
-    )
+DESCRIPTION = (
+    "Build a learngene from an ancestry with one method. Methods that train an aux "
+    "net distil from the ancestry on --data."
+)
+
+EPILOG = "`learngene methods` lists every method with its options"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", required=True, help="a registered method (`learngene methods` lists them)")
     add_ancestry_args(p)
     add_method_options(p)

@@ -8,15 +8,16 @@ from pathlib import Path
 from ..bench.descriptions import QUICK_DEMO_TIME
 from .flags import FASHION_MNIST_DIR, add_common, add_data_dir
 
+HELP = "the main job end to end on Fashion-MNIST, on a CPU (the report states its wall time)"
 
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "demo",
-        help="the main job end to end on Fashion-MNIST, on a CPU (the report states its wall time)",
-        description="Train a small ancestry on Fashion-MNIST, condense it with every registered "
-        "method, expand to several depths, fine-tune each briefly and print a table of "
-        "method x size -> accuracy and stored parameters.",
-    )
+DESCRIPTION = (
+    "Train a small ancestry on Fashion-MNIST, condense it with every registered "
+    "method, expand to several depths, fine-tune each briefly and print a table of "
+    "method x size -> accuracy and stored parameters."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out",
         "--out-dir",

@@ -20,13 +20,15 @@ BUDGET = (
 )
 
 
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "expand",
-        help="expand a learngene into a descendant timm ViT",
-        description="Initialize a timm ViT of the given size from a learngene; sizes default to the "
-        "ancestry's. The output loads with timm.create_model(...).load_state_dict(..., strict=True).",
-    )
+HELP = "expand a learngene into a descendant timm ViT"
+
+DESCRIPTION = (
+    "Initialize a timm ViT of the given size from a learngene; sizes default to the "
+    "ancestry's. The output loads with timm.create_model(...).load_state_dict(..., strict=True)."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     add_gene_and_size(p, "method option for this expansion (repeatable)")
     add_declared(p, ExpandChoices, groups={"budget": BUDGET})
     add_setting(p, "device")

@@ -2,7 +2,7 @@
 on the command line, the size flags (from :class:`~learngene.vit.spec.ViTSpec`), the training settings (from
 :class:`~learngene.training.config.TrainConfig`), data, ancestry, output, licence and threads.
 
-Like the commands' parsers (each command's ``add_parser``), which are built from them, it imports no torch.
+Like the commands' flags (each command's ``add_arguments``), which are built from them, it imports no torch.
 """
 
 from __future__ import annotations

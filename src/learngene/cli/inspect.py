@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+HELP = "print a learngene's, model file's or hub folder's metadata and sizes"
 
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "inspect",
-        help="print a learngene's, model file's or hub folder's metadata and sizes",
-        description="Show what a learngene, model file or timm hub folder holds: method, options, "
-        "ancestry, stored parameters, cost; or a model's spec, parameters and FLOPs; "
-        "a hub folder's config and model card too.",
-    )
+DESCRIPTION = (
+    "Show what a learngene, model file or timm hub folder holds: method, options, "
+    "ancestry, stored parameters, cost; or a model's spec, parameters and FLOPs; "
+    "a hub folder's config and model card too."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="learngene or model file, or a timm hub folder (config.json, model.safetensors)")
     p.add_argument("--tensors", action="store_true", help="also list every tensor and its shape")
     p.add_argument(

@@ -6,13 +6,13 @@ import argparse
 import dataclasses
 import typing
 
+HELP = "list the registered methods and their options"
 
-def add_parser(subparsers) -> None:
-    subparsers.add_parser(
-        "methods",
-        help="list the registered methods and their options",
-        description="List every registered method with its options (for --method / --opt).",
-    )
+DESCRIPTION = "List every registered method with its options (for --method / --opt)."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """No flags of its own."""
 
 
 def run(args: argparse.Namespace) -> None:

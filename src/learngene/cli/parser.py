@@ -1,5 +1,6 @@
-"""The ``learngene`` argument parser: the top-level command, and each command's flags from its module's
-``add_parser`` (the flags several commands share are made in :mod:`learngene.cli.flags`).
+"""The ``learngene`` argument parser: the top-level command, and a subcommand for each module in ``COMMANDS``, made
+from that module's ``HELP``, ``DESCRIPTION`` and optional ``EPILOG``, with the flags its ``add_arguments`` adds (the
+flags several commands share are made in :mod:`learngene.cli.flags`).
 
 It imports no torch (nor anything that does), so ``learngene --help``, ``learngene SUB --help`` and argument
 errors answer in a fraction of a second; ``benchmarks/cli_startup.py`` measures it and
@@ -70,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"learngene {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
-    for command in COMMANDS.values():
-        command.add_parser(subparsers)
+    for name, command in COMMANDS.items():
+        command.add_arguments(
+            subparsers.add_parser(
+                name, help=command.HELP, description=command.DESCRIPTION, epilog=getattr(command, "EPILOG", None)
+            )
+        )
     return parser

@@ -7,14 +7,15 @@ import argparse
 
 from .flags import add_common, add_data_args, add_distill_args, add_license, add_output, add_train_args
 
+HELP = "fine-tune a model file (e.g. a descendant) on a dataset"
 
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "train",
-        help="fine-tune a model file (e.g. a descendant) on a dataset",
-        description="Fine-tune a learngene model file (or a stitched descendant, written by `learngene expand "
-        "--stitch`, which stays one); a new classifier head is made when the data's label space differs.",
-    )
+DESCRIPTION = (
+    "Fine-tune a learngene model file (or a stitched descendant, written by `learngene expand "
+    "--stitch`, which stays one); a new classifier head is made when the data's label space differs."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="model file written by `learngene expand` (--stitch too), `ancestry` or `train`")
     p.add_argument(
         "--new-head",
