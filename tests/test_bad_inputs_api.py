@@ -72,7 +72,6 @@ def test_tal_refuses_heads_that_do_not_divide_hid_when_made():
 
 def test_tal_refuses_a_min_depth_past_the_ancestry_and_a_hypernetwork_past_the_memory(monkeypatch):
     from learngene.method import Ancestry, CondenseInputs
-    from learngene.vit import spec as spec_module
 
     ancestry = Ancestry(TINY.create_model(), TINY)
     inputs = CondenseInputs(train=make_images(8), train_cfg=FAST)
@@ -81,7 +80,7 @@ def test_tal_refuses_a_min_depth_past_the_ancestry_and_a_hypernetwork_past_the_m
     with pytest.raises(LearngeneError, match=r"^tal option min_depth \(5\) is more than the ancestry's 2 layers"):
         tal(**small, min_depth=5).condense(ancestry, inputs)
     # 1 GiB free: hid=4096 asks for ~1.4e10 bytes of weights, gradients and moments (counted on meta, nothing made)
-    monkeypatch.setattr(spec_module, "available_memory", lambda: 2**30)
+    monkeypatch.setattr("learngene.host.memory.available_memory", lambda: 2**30)
     with pytest.raises(LearngeneError, match=r"^training tal's hypernetwork \([\d,]+ parameters.*GiB free; choose"):
         tal(**{**small, "hid": 4096}).condense(ancestry, inputs)
 
@@ -107,11 +106,13 @@ def test_pool_refuses_the_options_of_its_other_design(options, message, model_fi
 
 def test_training_refuses_a_model_whose_gradients_and_moments_cannot_fit(monkeypatch):
     """The weights fit (they are made), but the step's gradients and AdamW's two moments, 3 more copies, do not."""
-    from learngene.training import device, epochs
+    from learngene.training import epochs
 
     model = TINY.create_model()
     params = sum(p.numel() for p in model.parameters())
-    monkeypatch.setattr(device, "available_memory", lambda: 3 * 4 * params - 1)
+    monkeypatch.setattr("learngene.host.memory.available_memory", lambda: 3 * 4 * params - 1)
     monkeypatch.setattr(epochs, "require_activation_memory", lambda *args: None)  # only the parameters' memory here
-    with pytest.raises(LearngeneError, match=rf"^training {params:,} parameters needs .* AdamW's two moments"):
+    with pytest.raises(
+        LearngeneError, match=rf"^training {params:,} parameters \(their gradients and AdamW's two moments\) needs "
+    ):
         train(model, make_images(8), FAST)

@@ -8,7 +8,6 @@ The first round of cases is in ``tests/test_bad_inputs.py``.
 from __future__ import annotations
 
 import errno
-import importlib
 import json
 import os
 import pickle
@@ -118,7 +117,7 @@ def test_grey_images_saved_as_rgb_are_read_by_a_grey_ancestry(tmp_path):
 def test_an_image_size_whose_data_cannot_fit_is_refused_before_resizing(capsys, tmp_path, monkeypatch):
     # 32 grey images at the largest size a spec allows (16,384 px) need 32 * 16384**2 * 5 bytes = 40 GiB resized;
     # the free memory is set to 1 GiB so that the refusal holds on a machine with more memory than that too
-    monkeypatch.setattr("learngene.data.images.available_memory", lambda: 2**30)
+    monkeypatch.setattr("learngene.host.memory.available_memory", lambda: 2**30)
     out = tmp_path / "o.safetensors"
     err = one_line_error(
         capsys,
@@ -140,22 +139,23 @@ def test_an_image_size_whose_data_cannot_fit_is_refused_before_resizing(capsys, 
         ],
     )
     assert (
-        "resized to 16384x16384 px need" in err and "choose a smaller img_size (--img-size), or fewer images" in err
+        "resized to 16384x16384 px needs" in err and "choose a smaller img_size (--img-size), or fewer images" in err
     ), err
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_batch_whose_activations_cannot_fit_is_refused_before_the_first_step(monkeypatch):
     """The estimate (a lower bound) against the free memory, here made small: no step runs."""
-    device = importlib.import_module("learngene.training.device")
-    monkeypatch.setattr(device, "available_memory", lambda: 2**16)  # 64 KiB free (a step here needs at least 0.6 MB)
+    model, data = SPEC.create_model(), make_images(32, 10, 16)
+    # 64 KiB free once the model and data are made (a step here needs at least 0.6 MB)
+    monkeypatch.setattr("learngene.host.memory.available_memory", lambda: 2**16)
     with pytest.raises(
         LearngeneError,
         match=r"a training step of 16 images of 17 tokens through 2 blocks of width 32 "
-        r"needs at least .* GiB for its activations, but cpu has 0.0 GiB free; "
+        r"\(its activations\) needs at least .* GiB, but this machine has 0.0 GiB free; "
         r"choose a smaller batch_size \(--batch-size\) or img_size \(--img-size\)",
     ):
-        train(SPEC.create_model(), make_images(32, 10, 16), TrainConfig(epochs=1, batch_size=16, progress=False))
+        train(model, data, TrainConfig(epochs=1, batch_size=16, progress=False))
 
 
 def test_the_activation_estimate_is_a_lower_bound_of_a_real_step():
@@ -357,12 +357,11 @@ def test_a_second_ctrl_c_while_stopping_prints_no_traceback(tmp_path):
 def test_a_data_driven_method_refuses_what_cannot_fit_before_allocating(method, monkeypatch):
     """As the aux-net methods do: the estimate of a forward pass (tokens, attention maps) against the free memory,
     refused in one line with the estimate, before a batch is read (a 34 GB allocation killed a RADIO run)."""
-    import learngene.vit.spec as spec_module
     from learngene.method import Ancestry, CondenseInputs
     from learngene.registry import get_method
 
     spec = ViTSpec(depth=1, embed_dim=32, num_heads=2, img_size=64, patch_size=4, in_chans=1, num_classes=4)
-    monkeypatch.setattr(spec_module, "available_memory", lambda: 2**20)  # 1 MiB free
+    monkeypatch.setattr("learngene.host.memory.available_memory", lambda: 2**20)  # 1 MiB free
     data = make_images(8, 4, 64)
     monkeypatch.setattr(type(data), "get_batch", lambda *a, **k: pytest.fail("a batch was read before refusing"))
     with pytest.raises(LearngeneError, match=rf"{method} runs 8 images of 257 tokens .* needs at least .* GiB"):

@@ -661,8 +661,8 @@ def test_a_naflexvit_batch_whose_activations_cannot_fit_is_refused_before_the_fi
     import importlib
 
     loop = importlib.import_module("learngene.training.loop")
-    monkeypatch.setattr(importlib.import_module("learngene.training.device"), "available_memory", lambda: 2**16)
     model = family_ancestry("naflex_siglip").spec.replace(depth=1, num_classes=10).create_model()
+    monkeypatch.setattr("learngene.host.memory.available_memory", lambda: 2**16)  # after the model is made
     with pytest.raises(LearngeneError, match=r"a training step of 8 images of 49 tokens through 1 blocks of width 32"):
         loop.train(model, DATA, QUICK.replace(distill_lambda=0.0))
 
@@ -738,7 +738,7 @@ def test_memory_estimates_count_the_tokens_of_the_images_fed_not_the_grid(monkey
     """A training step's estimate for a model that takes any size counts the data's tokens: what fits at 16 px
     (16 patches + 8 prefix tokens) is refused at the 28-px grid (49 + 8), in one line with the estimate; evaluation
     and teacher logits make their batch smaller instead of refusing."""
-    import learngene.training.device as device
+    import learngene.host.memory as memory
     import learngene.training.loop as loop
     from learngene.vit.spec import training_activation_bytes
 
@@ -746,13 +746,13 @@ def test_memory_estimates_count_the_tokens_of_the_images_fed_not_the_grid(monkey
     cfg = TrainConfig(batch_size=8)
     fed = training_activation_bytes(16 + 8, 32, 2, 128, 2, 8)
     assert fed < training_activation_bytes(49 + 8, 32, 2, 128, 2, 8)
-    monkeypatch.setattr(device, "available_memory", lambda: fed)
+    monkeypatch.setattr(memory, "available_memory", lambda: fed)
     loop.require_activation_memory(model, cfg, torch.device("cpu"), img_size=16)
     with pytest.raises(LearngeneError, match=r"a training step of 8 images of 57 tokens .* GiB free; choose a smaller"):
         loop.require_activation_memory(model, cfg, torch.device("cpu"), img_size=28)
     one = training_activation_bytes(57, 32, 2, 128, 1, 1)
-    monkeypatch.setattr(device, "available_memory", lambda: 3 * one)
+    monkeypatch.setattr(memory, "available_memory", lambda: 3 * one)
     assert loop.inference_batch(model, 512, 28, torch.device("cpu")) == 3
-    monkeypatch.setattr(device, "available_memory", lambda: one - 1)
+    monkeypatch.setattr(memory, "available_memory", lambda: one - 1)
     with pytest.raises(LearngeneError, match="a forward pass of one image of 57 tokens"):
         loop.predict_logits(model, make_images(4, num_classes=2, size=28, chans=3))

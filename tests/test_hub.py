@@ -269,7 +269,8 @@ def test_every_size_a_config_declares_goes_through_the_sizes_and_memory_checks(
 ):
     """A Hub repo's config as a local folder's: the ranges of a spec's sizes, then the memory its parameters take,
     refused in one line before anything is allocated (num_classes 10^9 was a 128 GB allocation)."""
-    from learngene.vit.spec import ViTSpec, available_memory
+    from learngene.host.memory import available_memory
+    from learngene.vit.spec import ViTSpec
 
     huge = ViTSpec(img_size=16, patch_size=4, in_chans=3, num_classes=4, **HUGE)
     if "GiB" in says and (available_memory() or 0) >= 4 * huge.num_params:

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import DataError
-from ..vit.spec import available_memory
+from ..host.memory import require_free_memory
 
 if TYPE_CHECKING:
     from .folder import FolderData
@@ -144,13 +144,12 @@ def resize(data: ImageData, img_size: int) -> ImageData:
     if data.img_size == img_size and data.images.shape[-2] == img_size:
         return data
     need = len(data) * data.in_chans * img_size**2 * 5  # the float32 resized copy, then its uint8 images
-    free = available_memory()
-    if free is not None and need > free:
-        raise DataError(
-            f"{len(data):,} images of {data.name} resized to {img_size}x{img_size} px need "
-            f"{need / 2**30:,.1f} GiB but this machine has {free / 2**30:,.1f} GiB free; choose a smaller "
-            f"img_size (--img-size), or fewer images (train_images, --train-images)"
-        )
+    require_free_memory(
+        need,
+        f"{len(data):,} images of {data.name} resized to {img_size}x{img_size} px",
+        "choose a smaller img_size (--img-size), or fewer images (train_images, --train-images)",
+        error=DataError,
+    )
     x = F.interpolate(
         data.images.float(), size=(img_size, img_size), mode="bilinear", antialias=True, align_corners=False
     )

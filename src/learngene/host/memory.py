@@ -1,16 +1,23 @@
-"""Memory of mapped weights: pages given back to the kernel once read, and tensors made one at a time
-into a temporary file's map instead of ordinary memory."""
+"""Memory: what is free (this machine's or a CUDA device's), refused in one line before a run allocates more; and
+mapped weights, pages given back to the kernel once read, and tensors made one at a time into a temporary file's map
+instead of ordinary memory.
+
+It imports no torch at module level: the size checks of :class:`~learngene.vit.spec.ViTSpec` use it."""
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
-import torch
-from torch import Tensor
+from ..errors import LearngeneError, SpecError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
 
 
 def tensors_in_temporary_file(made: Iterable[tuple[str, Callable[[], Tensor]]]) -> dict[str, Tensor]:
@@ -23,6 +30,8 @@ def tensors_in_temporary_file(made: Iterable[tuple[str, Callable[[], Tensor]]]) 
     until the tensors are freed, and nothing is left on disk. (Where the temporary folder is a tmpfs, its pages
     are memory too: no saving, no loss.)
     """
+    import torch
+
     layout: dict[str, tuple[int, torch.dtype, torch.Size]] = {}
     with tempfile.NamedTemporaryFile(prefix="learngene-", suffix=".tensors") as fh:
         offset = 0
@@ -135,15 +144,47 @@ def _libc():
         return None
 
 
-def require_free_memory(need: int, what: str, fix: str) -> None:
-    """Refuse in one line, before anything is allocated, ``need`` bytes for ``what`` that exceed the memory this
-    machine has free (as a size's parameters are, :meth:`~learngene.vit.spec.ViTSpec.require_memory`); ``fix`` says
-    what to choose instead."""
-    from ..errors import SpecError
-    from ..vit.spec import available_memory
+def available_memory() -> int | None:
+    """Bytes of memory free for new allocations (Linux ``MemAvailable``), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
 
-    free = available_memory()
+
+def free_memory(device: Any = None) -> int | None:
+    """Bytes free for new allocations on ``device``: the CUDA driver's count on a CUDA device, else this machine's
+    (:func:`available_memory`); None where unknown."""
+    if getattr(device, "type", None) == "cuda":
+        import torch
+
+        return torch.cuda.mem_get_info(device)[0]
+    return available_memory()
+
+
+def require_free_memory(
+    need: int,
+    what: str,
+    fix: str,
+    *,
+    device: Any = None,
+    lower_bound: bool = False,
+    error: type[LearngeneError] = SpecError,
+) -> None:
+    """Refuse in one line, before anything is allocated, ``need`` bytes for ``what`` that exceed the memory free on
+    ``device`` (this machine's where it is None or a CPU); ``lower_bound``: ``need`` is an estimate from below (an
+    activation count), said as "at least"; ``fix`` says what to choose instead."""
+    free = free_memory(device)
     if free is not None and need > free:
-        raise SpecError(
-            f"{what} needs {need / 2**30:,.1f} GiB but this machine has {free / 2**30:,.1f} GiB free; {fix}"
+        where = "cuda" if getattr(device, "type", None) == "cuda" else "this machine"
+        raise error(
+            f"{what} needs {'at least ' if lower_bound else ''}{need / 2**30:,.1f} GiB, but {where} has "
+            f"{free / 2**30:,.1f} GiB free; {fix}"
         )

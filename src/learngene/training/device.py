@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 from ..errors import LearngeneError, named
+from ..host.memory import free_memory, require_free_memory
 from ..vit.naflex import image_input
-from ..vit.spec import available_memory, training_activation_bytes
+from ..vit.spec import training_activation_bytes
 from . import distributed as dist
 from .config import TrainConfig, known
 
@@ -81,10 +82,6 @@ def _block_sizes(model: nn.Module, img_size: int | None) -> tuple[int, int, int,
         return None
 
 
-def _free_memory(device: torch.device) -> int | None:
-    return torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else available_memory()
-
-
 def require_activation_memory(
     model: nn.Module, cfg: TrainConfig, device: torch.device, img_size: int | None = None
 ) -> None:
@@ -96,27 +93,27 @@ def require_activation_memory(
         return
     per_rank = math.ceil(known(cfg.batch_size) / dist.world_size())
     need = training_activation_bytes(*sizes, per_rank, 2 if device.type == "cuda" else 4)  # bf16 autocast on CUDA
-    free = _free_memory(device)
-    if free is not None and need > free:
-        raise LearngeneError(
-            f"a training step of {per_rank} images of {sizes[0]:,} tokens through {sizes[4]} blocks of "
-            f"width {sizes[1]} needs at least {need / 2**30:,.1f} GiB for its activations, but "
-            f"{device.type} has {free / 2**30:,.1f} GiB free; choose a smaller {named('batch_size')} or "
-            f"{named('img_size')} (or a larger {named('patch_size')})"
-        )
+    require_free_memory(
+        need,
+        f"a training step of {per_rank} images of {sizes[0]:,} tokens through {sizes[4]} blocks of width {sizes[1]} (its activations)",
+        f"choose a smaller {named('batch_size')} or {named('img_size')} (or a larger {named('patch_size')})",
+        device=device,
+        lower_bound=True,
+        error=LearngeneError,
+    )
 
 
 def require_optimizer_memory(model: nn.Module, device: torch.device) -> None:
     """Refuse in one line, before the first step allocates them, the fp32 gradients and AdamW's two moments of the
     trained parameters when they cannot fit beside the weights (already allocated) in the device's free memory."""
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    need, free = 3 * 4 * trained, _free_memory(device)
-    if free is not None and need > free:
-        raise LearngeneError(
-            f"training {trained:,} parameters needs {need / 2**30:,.1f} GiB for their gradients and AdamW's two "
-            f"moments, but {device.type} has {free / 2**30:,.1f} GiB free; choose a smaller model "
-            f"({named('depth')}, {named('embed_dim')})"
-        )
+    require_free_memory(
+        3 * 4 * trained,
+        f"training {trained:,} parameters (their gradients and AdamW's two moments)",
+        f"choose a smaller model ({named('depth')}, {named('embed_dim')})",
+        device=device,
+        error=LearngeneError,
+    )
 
 
 def inference_batch(model: nn.Module, batch_size: int, img_size: int | None, device: torch.device) -> int:
@@ -125,14 +122,16 @@ def inference_batch(model: nn.Module, batch_size: int, img_size: int | None, dev
     depend on the batch, so a batch too large for the machine is made smaller, not refused; one that cannot run
     a single image is refused in one line, before anything is allocated."""
     sizes = _block_sizes(model, img_size)
-    free = _free_memory(device)
+    free = free_memory(device)
     if sizes is None or free is None:
         return batch_size
     per_image = training_activation_bytes(*sizes[:4], 1, 1, 2 if device.type == "cuda" else 4)
-    if per_image > free:
-        raise LearngeneError(
-            f"a forward pass of one image of {sizes[0]:,} tokens through a block of width {sizes[1]} needs at "
-            f"least {per_image / 2**30:,.1f} GiB, but {device.type} has {free / 2**30:,.1f} GiB free; choose a "
-            f"smaller {named('img_size')} (or a larger {named('patch_size')})"
-        )
+    require_free_memory(
+        per_image,
+        f"a forward pass of one image of {sizes[0]:,} tokens through a block of width {sizes[1]}",
+        f"choose a smaller {named('img_size')} (or a larger {named('patch_size')})",
+        device=device,
+        lower_bound=True,
+        error=LearngeneError,
+    )
     return max(1, min(batch_size, free // per_image))

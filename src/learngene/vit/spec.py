@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LearngeneError, SpecError, assigned, first_line, named
+from ..host.memory import require_free_memory
 from ..settings import field, flagged
 from . import naflex
 from .family import FAMILY_FIELDS, ViTFamily, check_fields
@@ -81,35 +81,16 @@ def require_inference_memory(
     one block's activations of ``batch`` images (tokens × (4·width + MLP) values, and one N×N attention map per
     head held at ``map_bytes`` per value where a method reads the maps), plus the tokens of ``kept_images`` held
     between blocks. A lower bound, as the aux-net methods' estimate (:func:`training_activation_bytes`)."""
-    import torch
-
     N, D = spec.num_tokens, spec.embed_dim
     need = 4 * batch * N * (4 * D + spec.mlp_hidden) + map_bytes * batch * spec.num_heads * N * N
     need += 4 * kept_images * N * D
-    on_cuda = device is not None and getattr(device, "type", None) == "cuda"
-    free = torch.cuda.mem_get_info(device)[0] if on_cuda else available_memory()
-    if free is not None and need > free:
-        raise SpecError(
-            f"{method} runs {batch} images of {N:,} tokens ({spec.img_size}px) at a time through {spec.short()}, "
-            f"which needs at least {need / 2**30:,.1f} GiB, but {'cuda' if on_cuda else 'this machine'} has "
-            f"{free / 2**30:,.1f} GiB free; choose a smaller batch_size (--opt batch_size=N) (and num_images) or a "
-            f"smaller {named('img_size')}"
-        )
-
-
-def available_memory() -> int | None:
-    """Bytes of memory free for new allocations (Linux ``MemAvailable``), or None where unknown."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, AttributeError):
-        return None
+    require_free_memory(
+        need,
+        f"{method} runs {batch} images of {N:,} tokens ({spec.img_size}px) at a time through {spec.short()}, which",
+        f"choose a smaller batch_size (--opt batch_size=N) (and num_images) or a smaller {named('img_size')}",
+        device=device,
+        lower_bound=True,
+    )
 
 
 def block_key(layer: int, name: str) -> str:
@@ -414,13 +395,11 @@ class ViTSpec:
 
     def require_memory(self, copies: int = 1) -> None:
         """Refuse, before allocating, a size whose fp32 parameters (× ``copies``) exceed the free memory."""
-        free = available_memory()
-        need = 4 * self.num_params * copies
-        if free is not None and need > free:
-            raise SpecError(
-                f"a {self.short()} ViT needs {need / 2**30:,.1f} GiB for its {self.num_params:,} parameters "
-                f"but this machine has {free / 2**30:,.1f} GiB free; choose a smaller depth, width or image size"
-            )
+        require_free_memory(
+            4 * self.num_params * copies,
+            f"a {self.short()} ViT of {self.num_params:,} parameters",
+            "choose a smaller depth, width or image size",
+        )
 
     # ---- (de)serialization ----------------------------------------------------------------------
     def replace(self, **changes: Any) -> ViTSpec:
