@@ -158,7 +158,7 @@ def citations(method: type[Method]) -> tuple[Paper, ...]:
 @dataclass
 class OutputModel:
     """What a method's declared expand output (:class:`ExpandOutput`) builds: the model (saved in the file format of
-    its kind, :func:`learngene.formats.model_file.write_model`), what its file's origin records besides the gene
+    its kind, :func:`learngene.formats.model_file.save_model`), what its file's origin records besides the gene
     (its ``kind`` first), and one line on what it is."""
 
     model: nn.Module
@@ -371,6 +371,12 @@ class Method:
                 f"got {type(ancestry).__name__}"
             )
         return ancestry
+
+    def require_vit_ancestry(self, ancestry: Ancestry | None) -> tuple[Ancestry, ViTSpec]:
+        """``ancestry`` and its spec, for a method that picks weights from a ViT: one line for a call of ``condense``
+        without an ancestry, or with one that no spec describes."""
+        ancestry = self.require_ancestry(ancestry)
+        return ancestry, ancestry.require_vit(self.name)
 
     def new_gene(
         self, tensors: StateDict, layout: ViTSpec | None, ancestry: ViTSpec | None, cost: dict[str, Any] | None = None

@@ -1,6 +1,6 @@
 """The learngene model file: a timm state_dict plus the spec (and origin) in the safetensors header.
 
-:func:`read_model` and :func:`write_model` read and write any model learngene makes in the file format of its kind:
+:func:`read_model` and :func:`save_model` read and write any model learngene makes in the file format of its kind:
 a timm ViT in this one, a model only one method makes (pool's stitched descendants) in the format that method declares
 (:class:`~learngene.method.ModelFormat`, found by :func:`model_format`).
 """
@@ -35,14 +35,23 @@ MODEL_FORMAT = "learngene-model"
 def save_model(
     path: str | os.PathLike,
     model_or_state: torch.nn.Module | dict[str, Tensor],
-    spec: ViTSpec,
+    spec: ViTSpec | None,
     origin: dict[str, Any] | None = None,
     overwrite: bool = False,
     preprocessing: dict[str, Any] | None = None,
 ) -> None:
     """Save a ViT as safetensors that timm loads directly; the header records its spec and origin, and the
     preprocessing its inputs expect (timm's data-config keys, :func:`learngene.data.preprocessing_cfg`), at the
-    spec's image size, or, for a model that takes any size (a NaFlexVit), at the size ``preprocessing`` gives."""
+    spec's image size, or, for a model that takes any size (a NaFlexVit), at the size ``preprocessing`` gives.
+
+    A model that names its own file format (``file_format``, e.g. pool's stitched descendants) is written in that
+    format, which its method declares (:func:`model_format`; its parts give its sizes, and ``spec`` may be None)."""
+    own = model_format(getattr(model_or_state, "file_format", None))
+    if own is not None:
+        own.write(path, model_or_state, origin, overwrite, preprocessing)
+        return
+    if spec is None:
+        raise LearngeneError(f"a {type(model_or_state).__name__} is saved with its ViTSpec; pass spec")
     state = model_or_state.state_dict() if isinstance(model_or_state, torch.nn.Module) else model_or_state
     metadata = {
         "format": MODEL_FORMAT,
@@ -140,26 +149,6 @@ def read_model(path: str | os.PathLike) -> ModelFile:
         return ModelFile(model, spec, origin, model.state_dict())
     state, spec, origin = load_model_file(path)
     return ModelFile(build_model(spec, state, source=str(path)), spec, origin, state)
-
-
-def write_model(
-    path: str | os.PathLike,
-    model: torch.nn.Module,
-    spec: ViTSpec | None,
-    origin: dict[str, Any] | None = None,
-    overwrite: bool = False,
-    preprocessing: dict[str, Any] | None = None,
-) -> None:
-    """Write ``model`` in the file format of its kind: a model that names its own (``file_format``, e.g. pool's
-    stitched descendants) in that format, which its method declares (:func:`model_format`; its parts give its sizes),
-    any other as a learngene model file of ``spec`` (:func:`save_model`)."""
-    own = model_format(getattr(model, "file_format", None))
-    if own is not None:
-        own.write(path, model, origin, overwrite, preprocessing)
-        return
-    if spec is None:
-        raise LearngeneError(f"a {type(model).__name__} is saved with its ViTSpec; pass spec")
-    save_model(path, model, spec, origin=origin, overwrite=overwrite, preprocessing=preprocessing)
 
 
 def build_model(spec: ViTSpec, state: dict[str, Tensor], source: str = "state_dict") -> torch.nn.Module:

@@ -22,8 +22,7 @@ def calibration_inputs(
 ) -> tuple[Ancestry, ViTSpec, Data]:
     """The ViT ancestry ``method`` measures, its spec and the images it measures it on; one line for what is
     missing (``no_data`` when there are no images)."""
-    ancestry = method.require_ancestry(ancestry)
-    spec = ancestry.require_vit(method.name)
+    ancestry, spec = method.require_vit_ancestry(ancestry)
     if inputs is None or inputs.train is None:
         raise LearngeneError(no_data)
     return ancestry, spec, inputs.train

@@ -68,8 +68,7 @@ class BlockCopier(Method):
         raise NotImplementedError
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        ancestry = self.require_ancestry(ancestry)
-        spec = ancestry.require_vit(self.name)
+        ancestry, spec = self.require_vit_ancestry(ancestry)
         state = ancestry.state()
         tensors = place_blocks(state, dict(enumerate(self.stored_layers(spec.depth))))
         tensors.update(inherit_non_block(state, spec, spec, self.stored_parts))

@@ -301,8 +301,7 @@ class Front(Method):
         return dataclasses.replace(gene, tensors=tensors, layout=layout.replace(depth=len(layers)))
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        ancestry = self.require_ancestry(ancestry)
-        spec = ancestry.require_vit(self.name)
+        ancestry, spec = self.require_vit_ancestry(ancestry)
         if self.config.variant == "orthonormal":
             return self.new_gene(self._orthonormal_coefficients(spec, ancestry.state()), spec, spec)
         # their script reads tensors as a ViT stores them: a NaFlexVit's embeddings in that layout (learngene.vit.naflex)

@@ -156,8 +156,7 @@ class Grow(Method):
         return rest == a and depth and multiples and (a.num_classes > 0 or spec.embed_dim == a.embed_dim)
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        ancestry = self.require_ancestry(ancestry)
-        spec = ancestry.require_vit(self.name)
+        ancestry, spec = self.require_vit_ancestry(ancestry)
         return self.new_gene(ancestry.state(), spec, spec)
 
     def _maps(self, src: ViTSpec, spec: ViTSpec, generator: torch.Generator) -> tuple[AxisMap, AxisMap, AxisMap]:

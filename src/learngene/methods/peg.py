@@ -266,8 +266,7 @@ class PEG(Method):
 
     # ---- condensation: Eqs. 4-5 ---------------------------------------------------------------------
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        ancestry = self.require_ancestry(ancestry)
-        spec = ancestry.require_vit(self.name)
+        ancestry, spec = self.require_vit_ancestry(ancestry)
         heads = self.config.gene_heads or default_gene_heads(spec.num_heads)
         ffns = self.config.gene_ffns or math.ceil(spec.depth / 2)
         if not (1 <= heads <= spec.num_heads and 1 <= ffns <= spec.depth):

@@ -165,7 +165,7 @@ class Predicts(Protocol):
 
     def predict(self, ghn: Any, task: Any, spec: ViTSpec, seed: int | None = None) -> dict[str, Tensor]: ...
 
-    def require_ancestry(self, ancestry: Ancestry | None) -> Ancestry: ...
+    def require_vit_ancestry(self, ancestry: Ancestry | None) -> tuple[Ancestry, ViTSpec]: ...
 
     def new_gene(
         self, tensors: dict[str, Tensor], layout: ViTSpec | None, ancestry: ViTSpec | None, cost: dict[str, Any] | None
@@ -301,8 +301,7 @@ class HypernetCondensation:
     ) -> HypernetCondensation:
         """``method``'s condensation of ``ancestry`` on ``inputs``; ``no_data``: the one line when there are no
         training images."""
-        ancestry = method.require_ancestry(ancestry)
-        base = ancestry.require_vit(method.name)
+        ancestry, base = method.require_vit_ancestry(ancestry)
         if inputs is None or inputs.train is None:
             raise LearngeneError(no_data)
         cfg, data = inputs.train_cfg.resolved("condense", distill_lambda=method.distill_lambda), inputs.train

@@ -61,8 +61,7 @@ class WeightSelection(Method):
         return same_size(gene, spec)
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        ancestry = self.require_ancestry(ancestry)
-        spec = ancestry.require_vit(self.name)
+        ancestry, spec = self.require_vit_ancestry(ancestry)
         return self.new_gene(ancestry.state(), spec, spec)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:

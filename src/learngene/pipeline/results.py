@@ -23,7 +23,7 @@ from ..data import preprocessing_cfg
 from ..errors import LearngeneError, require_argument
 from ..formats.atomic import check_not_input, check_outputs
 from ..formats.export import check_output_folder, export_hub_folder, wants_folder
-from ..formats.model_file import write_model
+from ..formats.model_file import save_model
 from ..gene import Learngene
 from ..method import Method
 from ..training.loop import TrainResult
@@ -123,10 +123,10 @@ class ModelOutput:
     inputs: tuple[str, ...] = field(default=(), kw_only=True)
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
-        """Write it atomically in the file format of its kind (:func:`learngene.formats.model_file.write_model`) to
+        """Write it atomically in the file format of its kind (:func:`learngene.formats.model_file.save_model`) to
         ``path``, which is none of its inputs (:func:`check_destination`)."""
         check_destination(path, overwrite, self.inputs)
-        write_model(
+        save_model(
             path, self.model, self.spec, origin=self.origin, overwrite=overwrite, preprocessing=self.preprocessing
         )
 

@@ -29,7 +29,7 @@ from .evaluation import evaluate
 from .loggers import open_loggers
 from .nonfinite import CUDA_CHECK_EVERY, NonFiniteWatch
 from .progress import note_steps, progress_bar
-from .steps import distill_loss, loss_step, make_optimizer, seed_everything, warmup_cosine
+from .steps import loss_step, make_optimizer, seed_everything, warmup_cosine
 from .stopping import STOPS, RunInterrupted
 
 
@@ -77,11 +77,11 @@ class TrainingRun:
         model: nn.Module,
         train_data: Data,
         cfg: TrainConfig,
-        eval_data: Data | None = None,
-        teacher: nn.Module | None = None,
-        run_dir: str | Path | None = None,
-        resume: bool = False,
-        loss: Callable[..., Tensor] = distill_loss,
+        eval_data: Data | None,
+        teacher: nn.Module | None,
+        run_dir: str | Path | None,
+        resume: bool,
+        loss: Callable[..., Tensor],
     ):
         cfg = cfg.resolved()  # a setting not given (None) is the loop's: 10 epochs, batches of 128, λ = 0, every image
         self.model, self.cfg, self.teacher, self.loss_of = model, cfg, teacher, loss
