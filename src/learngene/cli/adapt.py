@@ -27,15 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ..pipeline.adapting import adapt
-    from .options import check_outputs, data_from_args, run_from_args, save_and_say, settings_from_args, size_from_args
+    from .options import check_outputs, save_and_say, size_from_args, training_from_args
 
     check_outputs(args, [args.out, args.gene_out], [args.gene])
-    adapted = adapt(
-        args.gene,
-        data_from_args(args),
-        size_from_args(args),
-        options=args.opt or [],
-        train_cfg=settings_from_args(args),
-        **run_from_args(args),
-    )
+    adapted = adapt(args.gene, size=size_from_args(args), options=args.opt or [], **training_from_args(args))
     save_and_say(args, adapted, adapted.descendant.summary, gene_path=args.gene_out)

@@ -22,22 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ..pipeline.training import train_ancestry
-    from .options import (
-        check_outputs,
-        data_from_args,
-        run_from_args,
-        save_and_say,
-        sayer,
-        settings_from_args,
-        size_from_args,
-    )
+    from .options import check_outputs, save_and_say, sayer, size_from_args, training_from_args
 
     check_outputs(args, [args.out])
-    trained = train_ancestry(
-        data_from_args(args),
-        size_from_args(args),
-        settings_from_args(args),
-        **run_from_args(args),
-        say=sayer(args),
-    )
+    trained = train_ancestry(size=size_from_args(args), **training_from_args(args), say=sayer(args))
     save_and_say(args, trained, trained.summary)

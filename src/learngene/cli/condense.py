@@ -59,25 +59,10 @@ def _add_checkpoint_sizes(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ..pipeline.condensing import condense
-    from .options import (
-        ancestry_from_args,
-        check_outputs,
-        data_from_args,
-        run_from_args,
-        save_and_say,
-        say,
-        settings_from_args,
-    )
+    from .options import ancestry_from_args, check_outputs, save_and_say, say, training_from_args
 
     check_outputs(args, [args.out], [args.ancestry])
-    condensed = condense(
-        args.method,
-        ancestry_from_args(args),
-        options=args.opt or [],
-        data=data_from_args(args),
-        train_cfg=settings_from_args(args),
-        **run_from_args(args),
-    )
+    condensed = condense(args.method, ancestry_from_args(args), options=args.opt or [], **training_from_args(args))
     save_and_say(args, condensed, condensed.summary)
     if condensed.note:
         say(args, condensed.note)

@@ -51,9 +51,16 @@ def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {**given, "progress": not args.quiet}
 
 
-def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """``--run-dir``, ``--resume`` and ``--license`` of the commands that train, as the use case's keyword arguments."""
-    return {"run_dir": args.run_dir, "resume": args.resume, "license": args.license}
+def training_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags of the commands that train as their use case's keyword arguments: the data, the training settings,
+    ``--run-dir``, ``--resume`` and ``--license``."""
+    return {
+        "data": data_from_args(args),
+        "train_cfg": settings_from_args(args),
+        "run_dir": args.run_dir,
+        "resume": args.resume,
+        "license": args.license,
+    }
 
 
 def ancestry_from_args(args: argparse.Namespace) -> AncestryRequest:

@@ -42,24 +42,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ..pipeline.training import train
-    from .options import (
-        check_outputs,
-        data_from_args,
-        run_from_args,
-        save_and_say,
-        sayer,
-        settings_from_args,
-        teacher_from_args,
-    )
+    from .options import check_outputs, save_and_say, sayer, teacher_from_args, training_from_args
 
     check_outputs(args, [args.out], [args.model, args.teacher])
     trained = train(
         args.model,
-        data_from_args(args),
-        settings_from_args(args),
         teacher=teacher_from_args(args),
         new_head=args.new_head,
-        **run_from_args(args),
+        **training_from_args(args),
         say=sayer(args),
     )
     save_and_say(args, trained, trained.summary)

@@ -20,10 +20,11 @@ from ..errors import GeneFormatError, LearngeneError, first_line
 from ..method import ModelFormat
 from ..registry import get_method, list_methods
 from ..vit.spec import ViTSpec, check_state_shapes
-from .atomic import library_version, now_iso, quote
+from .atomic import quote
 from .preprocessing import check_preprocessing
 from .weights import (
     check_finite,
+    model_header,
     read_safetensors,
     require_file,
     save_safetensors,
@@ -53,18 +54,11 @@ def save_model(
     if spec is None:
         raise LearngeneError(f"a {type(model_or_state).__name__} is saved with its ViTSpec; pass spec")
     state = model_or_state.state_dict() if isinstance(model_or_state, torch.nn.Module) else model_or_state
-    metadata = {
-        "format": MODEL_FORMAT,
-        "spec": spec.to_json(),
-        "origin": json.dumps(origin or {}, sort_keys=True),
-        "library_version": library_version(),
-        "created": now_iso(),
-    }
     if preprocessing is not None:
         # a model that takes any image size keeps the size it is fed (a RADIO's 512 px), not its position grid's
         size = None if spec.family.dynamic_img_size else spec.img_size
-        metadata["preprocessing"] = json.dumps(check_preprocessing(preprocessing, size, spec.in_chans))
-    save_safetensors(path, state, metadata, overwrite)
+        preprocessing = check_preprocessing(preprocessing, size, spec.in_chans)
+    save_safetensors(path, state, model_header(MODEL_FORMAT, origin, preprocessing, spec=spec.to_json()), overwrite)
 
 
 def load_model_file(path: str | os.PathLike, lazy: bool = False) -> tuple[dict[str, Tensor], ViTSpec, dict[str, Any]]:

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from ..errors import GeneFormatError, LearngeneError, first_line
 from ..host.memory import release_pages
-from .atomic import atomic_path, quote
+from .atomic import atomic_path, library_version, now_iso, quote
 
 StateDict = dict[str, Tensor]  # a model's (or a gene's) tensors by key
 
@@ -38,6 +38,24 @@ _ST_DTYPES = {
     "F8_E5M2": torch.float8_e5m2,
 }
 _ST_NAMES = {dtype: name for name, dtype in _ST_DTYPES.items()}
+
+
+def model_header(
+    tag: str, origin: dict[str, Any] | None, preprocessing: dict[str, Any] | None, **described: str
+) -> dict[str, str]:
+    """The safetensors header of a model file learngene writes: what the file is (``format`` ``tag``, and the
+    ``described`` entries of its kind: a ViT's spec, a stitched model's parts), where the model came from
+    (``origin``), the preprocessing its inputs expect (checked by the caller) and which learngene wrote it, when."""
+    header = {
+        "format": tag,
+        **described,
+        "origin": json.dumps(origin or {}, sort_keys=True),
+        "library_version": library_version(),
+        "created": now_iso(),
+    }
+    if preprocessing is not None:
+        header["preprocessing"] = json.dumps(preprocessing)
+    return header
 
 
 def save_safetensors(

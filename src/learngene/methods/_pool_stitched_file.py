@@ -13,9 +13,9 @@ import os
 from typing import Any
 
 from ..errors import GeneFormatError, first_line
-from ..formats.atomic import library_version, now_iso, quote
+from ..formats.atomic import quote
 from ..formats.preprocessing import check_preprocessing
-from ..formats.weights import check_finite, read_safetensors, save_safetensors
+from ..formats.weights import check_finite, model_header, read_safetensors, save_safetensors
 from ..method import ModelFormat
 from ..vit.spec import ViTSpec
 from ._pool_stitches import STITCHED_MODEL_FORMAT, StitchedViT
@@ -40,16 +40,10 @@ def save_stitched(
         "cut_front": model.cut_front,
         "cut_end": model.cut_end,
     }
-    metadata = {
-        "format": STITCHED_MODEL_FORMAT,
-        "stitched_vit": json.dumps(parts),
-        "origin": json.dumps(origin or {}, sort_keys=True),
-        "library_version": library_version(),
-        "created": now_iso(),
-    }
     if preprocessing is not None:
-        metadata["preprocessing"] = json.dumps(check_preprocessing(preprocessing, front.img_size, front.in_chans))
-    save_safetensors(path, model.state_dict(), metadata, overwrite)
+        preprocessing = check_preprocessing(preprocessing, front.img_size, front.in_chans)
+    header = model_header(STITCHED_MODEL_FORMAT, origin, preprocessing, stitched_vit=json.dumps(parts))
+    save_safetensors(path, model.state_dict(), header, overwrite)
 
 
 def read_stitched(path: str | os.PathLike) -> tuple[StitchedViT, dict[str, Any]]:

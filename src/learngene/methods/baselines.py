@@ -67,12 +67,23 @@ class BlockCopier(Method):
         """The layers the gene stores of an ancestry ``depth`` layers deep."""
         raise NotImplementedError
 
+    def placement(self, stored: int, depth: int) -> dict[int, int]:
+        """Which stored layer (of ``stored``) each layer of a descendant ``depth`` layers deep gets; the layers it
+        leaves out keep timm's initialization."""
+        raise NotImplementedError
+
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         ancestry, spec = self.require_vit_ancestry(ancestry)
         state = ancestry.state()
         tensors = place_blocks(state, dict(enumerate(self.stored_layers(spec.depth))))
         tensors.update(inherit_non_block(state, spec, spec, self.stored_parts))
         return self.new_gene(tensors, spec, spec)
+
+    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        require_block_shape(gene.require_layout(), spec, self.name)
+        out = place_blocks(gene.tensors, self.placement(_stored_layers(gene), spec.depth))
+        out.update(inherit_non_block(gene.tensors, gene.require_layout(), spec, self.stored_parts))
+        return self.with_untrained_attention(out, spec)
 
     def with_untrained_attention(self, state: StateDict, spec: ViTSpec) -> StateDict:
         """``untrained_attention=mimetic``: mimetic's attention and sin-cos positions instead of the ancestry's when
@@ -129,20 +140,11 @@ class Pretrained(BlockCopier):
     def stored_layers(self, depth: int) -> range:
         return range(depth)
 
-    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        require_block_shape(gene.require_layout(), spec, self.name)
-        stored = _stored_layers(gene)
-        shared = min(stored, spec.depth)
-        offset = {"first": 0, "last": abs(stored - spec.depth), "middle": abs(stored - spec.depth) // 2}[
-            self.config.variant
-        ]
-        if spec.depth <= stored:  # pick `shared` of the stored layers
-            placement = {i: offset + i for i in range(shared)}
-        else:  # place every stored layer inside the deeper descendant
-            placement = {offset + i: i for i in range(shared)}
-        out = place_blocks(gene.tensors, placement)
-        out.update(inherit_non_block(gene.tensors, gene.require_layout(), spec))
-        return self.with_untrained_attention(out, spec)
+    def placement(self, stored: int, depth: int) -> dict[int, int]:
+        offset = {"first": 0, "last": abs(stored - depth), "middle": abs(stored - depth) // 2}[self.config.variant]
+        if depth <= stored:  # pick `depth` of the stored layers
+            return {i: offset + i for i in range(depth)}
+        return {offset + i: i for i in range(stored)}  # place every stored layer inside the deeper descendant
 
 
 @dataclass(frozen=True)
@@ -167,13 +169,9 @@ class HeruLG(BlockCopier):
     def stored_layers(self, depth: int) -> range:
         return range(depth - min(self.config.layers, depth), depth)
 
-    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        require_block_shape(gene.require_layout(), spec, self.name)
-        stored = _stored_layers(gene)
-        used = min(stored, spec.depth)
-        out = place_blocks(gene.tensors, {spec.depth - used + i: stored - used + i for i in range(used)})
-        out.update(inherit_non_block(gene.tensors, gene.require_layout(), spec, self.stored_parts))
-        return self.with_untrained_attention(out, spec)
+    def placement(self, stored: int, depth: int) -> dict[int, int]:
+        used = min(stored, depth)
+        return {depth - used + i: stored - used + i for i in range(used)}
 
 
 @dataclass(frozen=True)
@@ -209,9 +207,5 @@ class AutoLG(BlockCopier):
     def stored_layers(self, depth: int) -> range:
         return range(max(1, round(depth * self.config.fraction)))
 
-    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        require_block_shape(gene.require_layout(), spec, self.name)
-        used = min(_stored_layers(gene), spec.depth)
-        out = place_blocks(gene.tensors, {i: i for i in range(used)})
-        out.update(inherit_non_block(gene.tensors, gene.require_layout(), spec, self.stored_parts))
-        return self.with_untrained_attention(out, spec)
+    def placement(self, stored: int, depth: int) -> dict[int, int]:
+        return {i: i for i in range(min(stored, depth))}

@@ -396,7 +396,7 @@ class LearngenePool(AuxNetMethod):
         run_dir = Path(inputs.run_dir) / "joint" if inputs.run_dir is not None else None
         result = train(pool, data, own, inputs.eval, teacher=teacher, run_dir=run_dir, resume=inputs.resume)
         tensors.update((key, value) for key, value in pool.gene_tensors().items() if key in tensors)
-        joint = {"epochs": own.epochs, "steps": result.steps, "seconds": round(result.seconds, 2)}
+        joint = {"epochs": own.epochs, **result.cost}
         joint["configurations"] = len(pool.draws)
         if result.final_acc is not None:
             joint["widest_eval_acc"] = result.final_acc

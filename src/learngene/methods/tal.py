@@ -356,7 +356,7 @@ class HypernetCondensation:
 
     def gene(self, tensors: dict[str, Tensor], result: TrainResult) -> Learngene:
         """The gene of ``tensors`` (the trained hypernetwork's), with the condensation's cost."""
-        cost: dict[str, Any] = {"epochs": self.cfg.epochs, "steps": result.steps, "seconds": round(result.seconds, 2)}
+        cost: dict[str, Any] = {"epochs": self.cfg.epochs, **result.cost}
         if result.final_acc is not None:
             cost["eval_acc_at_reference_size"] = result.final_acc
         return self.method.new_gene(tensors, self.reference, self.base, cost)

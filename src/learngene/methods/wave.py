@@ -321,8 +321,7 @@ class WAVE(DrawnStartMethod):
             **gene.cost,
             "adapt": {
                 "spec": spec.short(),
-                "steps": result.steps,
-                "seconds": round(result.seconds, 2),
+                **result.cost,
                 "images": len(inputs.train),
                 "eval_acc": result.final_acc,
             },

@@ -215,8 +215,7 @@ def _cost(
     """What the condensation cost, as the gene records it, and the aux net's final test accuracy."""
     cost: dict[str, Any] = {
         "epochs": cfg.epochs,
-        "steps": result.steps,
-        "seconds": round(result.seconds, 2),
+        **result.cost,
         "teacher_seconds": round(teacher_seconds, 2),
         "aux": aux.short(),
         "distilled": distilled,

@@ -43,6 +43,11 @@ class TrainResult:
     def final_acc(self) -> float | None:
         return self.history[-1].get("eval_acc") if self.history else None
 
+    @property
+    def cost(self) -> dict[str, Any]:
+        """What the run cost, as a gene or model file records it: its optimizer steps and seconds (to 0.01 s)."""
+        return {"steps": self.steps, "seconds": round(self.seconds, 2)}
+
 
 def _wrapped(model: nn.Module, cfg: TrainConfig, device: torch.device) -> nn.Module:
     """The module the steps run: compiled first, then wrapped in DDP (as nanoGPT does)."""
