@@ -25,10 +25,11 @@ import learngene as lg
 from learngene.bench.cells import ablate
 from learngene.binding import bind_gene
 from learngene.data import ImageData
-from learngene.descendant import make_descendant
+from learngene.descendant import build_descendant, make_descendant
 from learngene.errors import LearngeneError
 from learngene.method import AdaptInputs, Ancestry, CondenseInputs
 from learngene.training.loop import TrainConfig, seed_everything
+from learngene.validate import EXPAND
 from learngene.vit.model_spec import spec_from_model
 from learngene.vit.spec import ViTSpec
 
@@ -61,7 +62,7 @@ def digest(t: torch.Tensor) -> str:
 
 def ablated(gene: lg.Learngene, target: ViTSpec, **ablation) -> dict[str, torch.Tensor]:
     """The benchmark's ablation of the gene's descendant of ``target`` and seed 1 (:func:`learngene.bench.cells.ablate`)."""
-    model, provided = make_descendant(gene, target, seed=1, return_keys=True)
+    model, provided = build_descendant(bind_gene(gene, EXPAND, seed=1, at=target), target, seed=1)
     ablate(model, provided, target, 1, **ablation)
     return model.state_dict()
 

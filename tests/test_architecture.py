@@ -245,7 +245,7 @@ def test_every_file_in_methods_is_found():
 
 def test_expand_command_expands_the_gene_once_on_meta_and_once_for_real(tmp_path, monkeypatch, tiny_spec):
     """`learngene expand` checks the gene on ``meta`` before allocating, builds it once, and counts the keys it filled
-    from that one build (``make_descendant(..., return_keys=True)``), not from another expansion."""
+    from that one build (``build_descendant``), not from another expansion."""
     from learngene.cli import main
     from learngene.method import Ancestry
     from learngene.methods.baselines import Pretrained

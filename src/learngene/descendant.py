@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, overload
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -34,34 +34,6 @@ def load_gene(path: str | os.PathLike) -> Learngene:
     return bind_gene(Learngene.load(path), source=path).gene
 
 
-@overload
-def make_descendant(
-    gene: Learngene | BoundMethod,
-    spec: ViTSpec,
-    seed: int = ...,
-    top_up: str | None = ...,
-    *,
-    source: str | os.PathLike | None = ...,
-    return_keys: Literal[False] = ...,
-    options: Mapping[str, Any] | None = ...,
-    **more_options: Any,
-) -> nn.Module: ...
-
-
-@overload
-def make_descendant(
-    gene: Learngene | BoundMethod,
-    spec: ViTSpec,
-    seed: int = ...,
-    top_up: str | None = ...,
-    *,
-    source: str | os.PathLike | None = ...,
-    return_keys: Literal[True],
-    options: Mapping[str, Any] | None = ...,
-    **more_options: Any,
-) -> tuple[nn.Module, list[str]]: ...
-
-
 def make_descendant(
     gene: Learngene | BoundMethod,
     spec: ViTSpec,
@@ -69,10 +41,9 @@ def make_descendant(
     top_up: str | None = None,
     *,
     source: str | os.PathLike | None = None,
-    return_keys: bool = False,
     options: Mapping[str, Any] | None = None,
     **more_options: Any,
-) -> nn.Module | tuple[nn.Module, list[str]]:
+) -> nn.Module:
     """The plain timm ViT of ``spec`` initialized from ``gene``.
 
     Keys the method provides come from ``expand``; the keys it leaves out come from the ``top_up``
@@ -81,8 +52,7 @@ def make_descendant(
     method (or top-up) that draws at expansion, such as mimetic. Every provided key must exist in the
     model with the same shape: the gene is expanded once on ``meta`` to check that before anything is
     allocated (a gene its method cannot read is refused in one line naming ``source``, its file), then
-    once for real. ``return_keys=True`` returns ``(model, keys)``, the keys the gene's method filled
-    (before any top-up; the benchmark's ablations change them after: :func:`learngene.bench.cells.ablate`).
+    once for real (:func:`build_descendant`, which also returns the keys the gene's method filled).
 
     ``options`` (and keyword arguments ``more_options``) are the method's expand-time options (``--opt``); one
     named as a parameter here, such as tal's or front's ``seed``, can be given in ``options`` alone. A method that
@@ -99,7 +69,16 @@ def make_descendant(
     elif options:
         raise LearngeneError("a bound gene carries its options; bind them with it (bind_gene(gene, options={...}))")
     else:
-        bound = gene.seeded(seed)
+        bound = gene
+    return build_descendant(bound, spec, seed, top_up)[0]
+
+
+def build_descendant(
+    bound: BoundMethod, spec: ViTSpec, seed: int = 0, top_up: str | None = None
+) -> tuple[nn.Module, list[str]]:
+    """:func:`make_descendant` of a gene bound to its method (its draws seeded by ``seed``), and the keys the method
+    filled (before any top-up; the benchmark's ablations change them after: :func:`learngene.bench.cells.ablate`)."""
+    bound = bound.seeded(seed)
     spec.require_memory()
     provided = bound.check(spec)  # on meta, once per size
     torch.manual_seed(seed)
@@ -117,7 +96,7 @@ def make_descendant(
     fill_released(model, state)
     result = model.load_state_dict(state, strict=False)
     assert not result.unexpected_keys, result.unexpected_keys
-    return (model, provided) if return_keys else model
+    return model, provided
 
 
 def release_storage(model: nn.Module, keys: list[str]) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..binding import BoundMethod, bind_gene
 from ..data import preprocessing_cfg
-from ..descendant import make_descendant
+from ..descendant import build_descendant
 from ..formats.weights import digest
 from ..gene import Learngene
 from ..method import AdaptInputs
@@ -83,7 +83,7 @@ def adapt(
     )
     adapted.license = license or loaded.license
     expanding = bind_gene(adapted, EXPAND, method=cls, seed=cfg.seed, check=False)
-    model, provided = make_descendant(expanding, spec, seed=cfg.seed, return_keys=True)
+    model, provided = build_descendant(expanding, spec, cfg.seed)
     facts = {
         "adapted_on": train.name,
         "adapt_steps": result.steps,

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..binding import BoundMethod, bind_gene
-from ..descendant import fit_gene_to_budget, make_descendant
+from ..descendant import build_descendant, fit_gene_to_budget
 from ..errors import LearngeneError, assigned, named, require_argument
 from ..formats.atomic import quote
 from ..formats.hub import describe_source
@@ -92,7 +92,7 @@ def expand(
     kept = _kept_layers(bound, spec, chosen) if chosen.layers is not None else None
     ancestry = _verify_ancestry(bound, spec, chosen) if chosen.verify is not None else None
     expanded = bound.keeping(kept) if kept is not None else bound  # the gene reduced to the layers kept
-    model, provided = make_descendant(expanded, spec, seed=chosen.seed, top_up=chosen.top_up, return_keys=True)
+    model, provided = build_descendant(expanded, spec, chosen.seed, chosen.top_up)
     origin = _origin(bound, provided, chosen)
     top_up = chosen.top_up
     summary = (
