@@ -76,7 +76,7 @@ from torch.func import functional_call
 
 from ..errors import LearngeneError, named
 from ..gene import Learngene
-from ..method import Ancestry, CondenseInputs, Method, Paper
+from ..method import Ancestry, CondenseInputs, Paper
 from ..registry import register_method
 from ..settings import field
 from ..training.distill import PooledFeatures
@@ -84,7 +84,7 @@ from ..validate import CONDENSE
 from ..vit.spec import ViTSpec
 from ._pith_hypernet import GradualExpansion, Inherited, PITHHyperNet, fused
 from ._tal_graph import graph_nodes
-from .tal import GHN_PREFIX, HypernetCondensation, TALConfig, random_class_row
+from .tal import GHN_PREFIX, HypernetCondensation, HypernetMethod, TALConfig
 
 __all__ = ["PITH", "PITHConfig", "GradualExpansion", "Inherited", "PITHHyperNet", "fused", "inherited_tensors"]
 
@@ -118,7 +118,7 @@ def inherited_tensors(ancestry: Ancestry, spec: ViTSpec) -> dict[str, Tensor]:
 
 
 @register_method
-class PITH(Method):
+class PITH(HypernetMethod):
     name = "pith"
     summary = "TAL's graph hypernetwork fused with low-rank projections P·W·Q of the ancestry's own weight matrices"
     stores = (
@@ -137,11 +137,9 @@ class PITH(Method):
         note="PITH",
     )
     Config = PITHConfig
+    config: PITHConfig
     needs_data = True
     distill_lambda = 0.0  # their trainer_pith: cross-entropy only; the ancestry gives its weights
-    seed_option = "seed"
-    # as TAL's (see there): a step of the demo's sizes cost 1.2 of TAL's (8 steps, one run: 11.7 s and 9.4 s of CPU)
-    demo_budget = 0.25
 
     def hypernet(self, gene: Learngene) -> PITHHyperNet:
         """The hypernetwork of ``gene``'s shapes, on ``meta`` (its tensors come from the gene)."""
@@ -152,10 +150,6 @@ class PITH(Method):
         with torch.device("meta"):
             inherited = {k: torch.empty(v.shape) for k, v in shapes.items()}
             return PITHHyperNet(self.config, layout.num_classes, gene.ancestry, inherited)
-
-    def class_row(self, spec: ViTSpec, seed: int | None = None) -> Tensor:
-        """The random class row of a predicted position embedding (TAL's), from ``seed`` or the ``seed`` option."""
-        return random_class_row(spec, self.config.seed if seed is None else seed)
 
     def predict(self, ghn: PITHHyperNet, task: Any, spec: ViTSpec, seed: int | None = None) -> dict[str, Tensor]:
         """``spec``'s predicted tensors under plain-ViT keys (``task``: none, PITH conditions on no task)."""

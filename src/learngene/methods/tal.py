@@ -72,7 +72,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -152,24 +152,26 @@ class TALConfig:
             )
 
 
-class Predicts(Protocol):
-    """A hypernetwork method as :class:`_Drawn` trains it (TAL, PITH): its options and its prediction of a spec."""
+class HypernetMethod(Method):
+    """A hypernetwork method (TAL, PITH): it trains a hypernetwork that predicts a ViT of any size
+    (:class:`HypernetCondensation`, :class:`_Drawn`); its options are TAL's or more, and it draws the class row of
+    a predicted position embedding with its ``seed`` option."""
 
     config: TALConfig
+    seed_option = "seed"
+    # a step runs the hypernetwork over the graph besides the ancestry (TAL in the demo at b6feb21, one run on a shared
+    # machine: 389 s for its 158 steps, the aux nets' 120-166 s; a PITH step of the demo's sizes cost 1.2 of TAL's, 8
+    # steps, one run: 11.7 s and 9.4 s of CPU), and the demo's budget leaves it near scratch anyway
+    demo_budget = 0.25
 
-    @property
-    def name(self) -> str: ...
+    def predict(self, ghn: Any, task: Any, spec: ViTSpec, seed: int | None = None) -> dict[str, Tensor]:
+        """``spec``'s tensors as ``ghn`` predicts them (``task``: what else conditions it) under plain-ViT keys."""
+        raise NotImplementedError
 
-    @property
-    def distill_lambda(self) -> float: ...  # the paper's λ, where the run gives none
-
-    def predict(self, ghn: Any, task: Any, spec: ViTSpec, seed: int | None = None) -> dict[str, Tensor]: ...
-
-    def require_vit_ancestry(self, ancestry: Ancestry | None) -> tuple[Ancestry, ViTSpec]: ...
-
-    def new_gene(
-        self, tensors: dict[str, Tensor], layout: ViTSpec | None, ancestry: ViTSpec | None, cost: dict[str, Any] | None
-    ) -> Learngene: ...
+    def class_row(self, spec: ViTSpec, seed: int | None = None) -> Tensor:
+        """The random class row of a predicted position embedding (``_tile_params``' N(0, 0.02²)), drawn from
+        ``seed`` (the ``seed`` option when None; condensation draws from the run's seed)."""
+        return random_class_row(spec, self.config.seed if seed is None else seed)
 
 
 class _Drawn(nn.Module):
@@ -180,7 +182,7 @@ class _Drawn(nn.Module):
 
     def __init__(
         self,
-        method: Predicts,
+        method: HypernetMethod,
         ghn: nn.Module,
         task: Tensor | None,
         sizes: list[ViTSpec],
@@ -286,7 +288,7 @@ class HypernetCondensation:
     inputs, the run's settings and data, the reference size the hypernetwork is evaluated at (the data's images; the
     data's classes where the ancestry has no head) and the sizes drawn while it trains (the reference last)."""
 
-    method: Predicts
+    method: HypernetMethod
     ancestry: Ancestry
     base: ViTSpec
     inputs: CondenseInputs
@@ -297,7 +299,7 @@ class HypernetCondensation:
 
     @classmethod
     def start(
-        cls, method: Predicts, ancestry: Ancestry | None, inputs: CondenseInputs | None, no_data: str
+        cls, method: HypernetMethod, ancestry: Ancestry | None, inputs: CondenseInputs | None, no_data: str
     ) -> HypernetCondensation:
         """``method``'s condensation of ``ancestry`` on ``inputs``; ``no_data``: the one line when there are no
         training images."""
@@ -377,7 +379,7 @@ def task_embedding(ancestry: Ancestry, data: Any, cfg: Any) -> Tensor:
 
 
 @register_method
-class TAL(Method):
+class TAL(HypernetMethod):
     name = "tal"
     summary = "a graph hypernetwork, conditioned on a task embedding, that predicts every parameter of any size"
     stores = "the weights of a GHN-3 graph hypernetwork and the task embedding (the ancestry's mean pooled feature)"
@@ -392,10 +394,6 @@ class TAL(Method):
     Config = TALConfig
     needs_data = True
     distill_lambda = 0.2  # their trainer_teacher: alpha = 0.2 on the KL, 0.8 on the cross-entropy
-    seed_option = "seed"
-    # a step runs the hypernetwork over the graph besides the ancestry (the demo at b6feb21, one run on a shared
-    # machine: 389 s for its 158 steps, the aux nets' 120-166 s), and the demo's budget leaves it near scratch anyway
-    demo_budget = 0.25
 
     def hypernet(self, gene: Learngene) -> HyperNet:
         layout = gene.require_layout()
@@ -404,11 +402,6 @@ class TAL(Method):
             raise LearngeneError("this tal gene has no task embedding; condense it again")
         with torch.device("meta"):
             return HyperNet(self.config, int(task.shape[0]), layout.num_classes)
-
-    def class_row(self, spec: ViTSpec, seed: int | None = None) -> Tensor:
-        """The random class row of a predicted position embedding (``_tile_params``' N(0, 0.02²)), drawn from
-        ``seed`` (the ``seed`` option when None; condensation draws from the run's seed)."""
-        return random_class_row(spec, self.config.seed if seed is None else seed)
 
     def predict(self, ghn: HyperNet, task: Tensor, spec: ViTSpec, seed: int | None = None) -> dict[str, Tensor]:
         """``spec``'s predicted tensors under plain-ViT keys."""
