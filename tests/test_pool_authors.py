@@ -6,12 +6,12 @@ import torch
 from learngene.binding import bind_gene
 from learngene.descendant import load_gene
 from learngene.errors import LearngeneError
+from learngene.formats.model_file import save_model
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.pool import (
     least_squares_stitch,
     paired_stitches,
     read_stitched,
-    save_stitched,
     stitch_choices,
     stitched_descendant,
 )
@@ -96,7 +96,7 @@ def test_stitched_descendants_compute_their_parts_save_load_and_train(gene, tmp_
         expected = big.forward_head(big.norm(big.blocks(t)))
         assert_same_forward(model.eval()(x), expected, depth=4, widest=128)  # the stitch by nn.Linear or by hand
     path = tmp_path / "stitched.safetensors"
-    save_stitched(path, model)
+    save_model(path, model, None)  # in the format pool declares for it
     again, _ = read_stitched(path)
     with torch.no_grad():
         assert torch.equal(again.eval()(x), model(x))

@@ -26,12 +26,13 @@ PARTS_FORMAT = "learngene.stitched_vit"  # the tag of the header's ``stitched_vi
 def save_stitched(
     path: str | os.PathLike,
     model: StitchedViT,
-    origin: dict[str, Any] | None = None,
-    overwrite: bool = False,
-    preprocessing: dict[str, Any] | None = None,
+    origin: dict[str, Any] | None,
+    overwrite: bool,
+    preprocessing: dict[str, Any] | None,
 ) -> None:
     """Write ``model`` atomically as safetensors; the header says what it is (``format``), its parts, its origin and
-    the preprocessing its inputs expect."""
+    the preprocessing its inputs expect. The write of the format pool declares, which
+    :func:`~learngene.formats.model_file.save_model` calls for a stitched model."""
     front, end = model.specs
     parts = {
         "format": PARTS_FORMAT,
