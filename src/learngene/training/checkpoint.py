@@ -253,11 +253,12 @@ class RunState:
         model: nn.Module,
         optimizer: torch.optim.Optimizer,
         scheduler: Any,
-        cfg: TrainConfig,
+        peak_lr: float,
         fingerprint: dict[str, Any],
     ) -> RunState:
         """Restore model, optimizer, schedule and this rank's RNG states from ``path``; the run's position.
-        Refuses (one line) a checkpoint whose :func:`run_fingerprint` differs from this run's ``fingerprint``."""
+        Refuses (one line) a checkpoint whose :func:`run_fingerprint` differs from this run's ``fingerprint``; after
+        a stop for non-finite values (a resume may lower the learning rate) the schedule goes on at ``peak_lr``."""
         ckpt = load_checkpoint(path)
         free = AFTER_NONFINITE if stopped_by_nonfinite(path.parent) else ()
         _refuse_changed(ckpt, path, fingerprint, free)
@@ -265,7 +266,7 @@ class RunState:
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
         if free:
-            _set_peak_lr(optimizer, scheduler, cfg.lr)
+            _set_peak_lr(optimizer, scheduler, peak_lr)
         per_rank = ckpt.get("rng_per_rank", [ckpt["rng"]])
         if dist.rank() < len(per_rank):  # a rank the saved run did not have keeps its fresh seed
             _set_rng_state(per_rank[dist.rank()])
@@ -362,7 +363,7 @@ def open_run(
     fingerprint = run_fingerprint(cfg, model, data, teacher) if run_dir is not None else {}
     state = RunState(fingerprint=fingerprint)
     if found and ckpt_path is not None:
-        state = RunState.load(ckpt_path, model, optimizer, scheduler, cfg, fingerprint)
+        state = RunState.load(ckpt_path, model, optimizer, scheduler, cfg.lr, fingerprint)
     elif run_dir is not None and dist.is_main():
         for name in (LOG, CHECKPOINT):  # a fresh run must never resume an older run's checkpoint later
             (run_dir / name).unlink(missing_ok=True)
