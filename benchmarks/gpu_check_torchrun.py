@@ -58,8 +58,12 @@ def world_1_ddp(argv: list[str]) -> int:
 
 
 def condense_args(ancestry: Path, run_dir: Path, out: Path, device: str) -> list[str]:
+    # one CPU thread for every compared run: the default count follows the machine's load, and a CPU run's float sums
+    # follow the count (the CPU stand-in's runs at 1 and 2 threads end in different genes)
     return [
         "condense",
+        "--threads",
+        "1",
         "--method",
         "tleg",
         "--ancestry",

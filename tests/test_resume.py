@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 
 from learngene.cli import main
 from learngene.errors import TrainingError
+from learngene.host.threads import usable_cpus
 from learngene.registry import get_method, list_methods
 from learngene.training.checkpoint import load_checkpoint
 from learngene.training.config import FINGERPRINT_KEYS
@@ -321,6 +322,45 @@ def test_a_signal_checkpoints_at_the_step_reached_and_resume_is_bit_exact(signam
     assert all(torch.equal(v, expected[k]) for k, v in resumed.state_dict().items())
     # and the stop was for that run only: the next one trains to its end
     assert train(fresh(), data, cfg).steps == 18
+
+
+@pytest.mark.skipif(usable_cpus() < 2, reason="the run computes with 2 threads and its resume is handed 1")
+def test_a_resumed_cpu_run_computes_with_the_thread_count_its_checkpoint_recorded(tmp_path):
+    """The default thread count follows the machine's load, and a CPU run's float sums follow the count: a run
+    interrupted at 2 threads and resumed by a caller at 1 computes its remaining steps at 2 again, ends bit for bit
+    where the uninterrupted 2-thread run ends, and gives the caller its 1 thread back."""
+    from learngene.training.loop import RunInterrupted
+
+    data = make_images(n=96, num_classes=4)
+    spec = ViTSpec(depth=2, embed_dim=64, num_heads=4, img_size=16, patch_size=4, in_chans=1, num_classes=4)
+    cfg = TrainConfig(epochs=2, batch_size=16, lr=2e-3, augment=True, seed=5, progress=False)  # 6 steps per epoch
+    seen: list[int] = []
+
+    def fresh():
+        torch.manual_seed(0)
+        return spec.create_model()
+
+    def note_threads(x, y, soft):
+        seen.append(torch.get_num_threads())
+        return x, y, soft
+
+    caller = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        reference = fresh()
+        train(reference, data, cfg, run_dir=tmp_path / "reference")
+        with pytest.raises(RunInterrupted):
+            train(fresh(), FaultyData(data, at=4, fault=_stop_signal_at(4, "SIGINT")), cfg, run_dir=tmp_path / "run")
+        assert load_checkpoint(tmp_path / "run" / CHECKPOINT)["threads"] == 2
+        torch.set_num_threads(1)
+        resumed = fresh()
+        train(resumed, FaultyData(data, at=1, fault=note_threads), cfg, run_dir=tmp_path / "run", resume=True)
+        assert seen == [2]  # the first resumed step ran at the recorded count
+        assert torch.get_num_threads() == 1  # and the caller's came back
+    finally:
+        torch.set_num_threads(caller)
+    expected = reference.state_dict()
+    assert all(torch.equal(v, expected[k]) for k, v in resumed.state_dict().items())
 
 
 def test_sigterm_to_the_cli_checkpoints_and_says_how_to_continue(tmp_path):

@@ -215,6 +215,7 @@ class RunState:
     start_norm: float | None = None  # the trained weights' norm at the run's first step
     best_loss: float | None = None  # the lowest mean training loss between two checkpoints so far
     sane: bool = True  # the checkpoint on disk passed the rules (False: a signal's stop written while diverging)
+    threads: int | None = None  # the CPU threads a CPU run computes with (TrainingRun.adopt_threads); None on CUDA
 
     def save(self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
         """Atomic; every rank calls it at the same step (their RNG states and partial sums are gathered)."""
@@ -237,6 +238,7 @@ class RunState:
             "start_norm": self.start_norm,
             "best_loss": self.best_loss,
             "sane": self.sane,
+            "threads": self.threads,
         }
         bad = nonfinite_tensor(state["model"])
         if bad is not None:  # never replace the last good checkpoint with one that cannot be resumed
@@ -281,6 +283,7 @@ class RunState:
             start_norm=ckpt.get("start_norm"),
             best_loss=ckpt.get("best_loss"),
             sane=ckpt.get("sane", True),
+            threads=ckpt.get("threads"),
         )
 
 

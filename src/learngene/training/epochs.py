@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from ..data import Batch, Batches, BatchMixer, Data, take
 from ..errors import LearngeneError
 from ..formats.atomic import write_text_atomic
+from ..host.threads import usable_cpus
 from . import distributed as dist
 from .checkpoint import LOG, NonFiniteError, diverging, last_good, open_run, record_nonfinite_stop, zero_sums
 from .config import TrainConfig, known
@@ -145,6 +146,7 @@ class TrainingRun:
     def run(self) -> TrainResult:
         """Train from where the run stands (fresh, or resumed) to its last step: each epoch's steps, log record and
         checkpoint. A non-finite stop is noted in the run directory's log, so that a resume may change lr/clipping."""
+        caller_threads = self.adopt_threads()
         try:
             self.run_epochs()
         except BaseException as exc:
@@ -154,10 +156,26 @@ class TrainingRun:
                 if dist.is_main() and self.ckpt_path.exists():
                     record_nonfinite_stop(self.ckpt_path.parent, str(exc))
             raise
+        finally:
+            torch.set_num_threads(caller_threads)
         if self.loggers is not None:
             self.loggers.close()
         dist.barrier()
         return TrainResult(history=self.state.history, steps=self.state.global_step, seconds=self.state.seconds)
+
+    def adopt_threads(self) -> int:
+        """On the CPU the thread count is part of the result (matmuls split their sums by it, and the default count
+        follows the machine's load): a fresh run records torch's count in its state, which every checkpoint saves, and
+        a resumed run computes with the recorded count again where this process may use that many CPUs (else its
+        result equals the uninterrupted run's up to the order of float sums, as after resuming with another number of
+        processes). Returns the caller's count, which :meth:`run` gives back at the end."""
+        caller = torch.get_num_threads()
+        if self.device.type == "cpu":
+            recorded = self.state.threads
+            if recorded is not None and recorded != caller and recorded <= usable_cpus():
+                torch.set_num_threads(recorded)
+            self.state.threads = torch.get_num_threads()
+        return caller
 
     def run_epochs(self) -> None:
         """The run's epochs from where it stands: each one's steps, log record and checkpoint."""
