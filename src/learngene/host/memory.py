@@ -177,10 +177,11 @@ def require_free_memory(
     device: Any = None,
     lower_bound: bool = False,
     error: type[LearngeneError] = SpecError,
-) -> None:
+) -> int | None:
     """Refuse in one line, before anything is allocated, ``need`` bytes for ``what`` that exceed the memory free on
     ``device`` (this machine's where it is None or a CPU); ``lower_bound``: ``need`` is an estimate from below (an
-    activation count), said as "at least"; ``fix`` says what to choose instead."""
+    activation count), said as "at least"; ``fix`` says what to choose instead. Returns the free bytes it read (None
+    where unknown), for a caller that sizes its work by them."""
     free = free_memory(device)
     if free is not None and need > free:
         where = "cuda" if getattr(device, "type", None) == "cuda" else "this machine"
@@ -188,3 +189,4 @@ def require_free_memory(
             f"{what} needs {'at least ' if lower_bound else ''}{need / 2**30:,.1f} GiB, but {where} has "
             f"{free / 2**30:,.1f} GiB free; {fix}"
         )
+    return free

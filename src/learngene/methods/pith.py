@@ -40,12 +40,13 @@ there (their students, 3–12 layers, never outgrow their 24-layer ViT-L/16 teac
 
 **Condensation** trains the hypernetwork in the project's one loop (as TAL's,
 :meth:`~learngene.methods.tal.HypernetCondensation.train`): each step draws one descendant size, predicts its ViT
-with the ancestry's tensors fused in and trains on the cross-entropy of the data's labels plus ``predparam_wd · Σ‖W‖_F`` over the predicted tensors
-(their ``trainer_pith.Trainer.update``: the teacher contributes its weights, not its outputs; ImageNet runs use
-label smoothing 0.1). Their README trains with AdamW, lr 3e-4, weight decay 1e-2, a cosine schedule with warmup,
-batches of 512, one sampled net per batch, gradient clipping at 5 (config.py), and ViT-L/16 (torchvision,
-IMAGENET1K_V1) as the ancestry: those are the training flags' business here (``--lr 3e-4 --weight-decay 0.01
---label-smoothing 0.1 --grad-clip 5``); λ = 0 by default, and a λ > 0 distils the ancestry as TAL does.
+with the ancestry's tensors fused in and trains on the cross-entropy of the data's labels plus
+``predparam_wd · Σ‖W‖_F`` over the predicted tensors (their ``trainer_pith.Trainer.update``: the teacher contributes
+its weights, not its outputs; ImageNet runs use label smoothing 0.1). Their README trains with AdamW, lr 3e-4,
+weight decay 1e-2, a cosine schedule with warmup, batches of 512, one sampled net per batch, gradient clipping at 5
+(config.py), and ViT-L/16 (torchvision, IMAGENET1K_V1) as the ancestry: those are the training flags' business here
+(``--lr 3e-4 --weight-decay 0.01 --label-smoothing 0.1 --grad-clip 5``); λ = 0 by default, and a λ > 0 distils the
+ancestry as TAL does.
 
 **Where ours differs.** Their sampled nets are torchvision ViTs of ``vit_generator.py`` (3–12 layers, width
 192–768 in steps of 64, MLP 4×, patch 16 at 224 px); ours are drawn per step from the ancestry's family as TAL's

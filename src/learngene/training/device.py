@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..errors import LearngeneError, named
-from ..host.memory import free_memory, require_free_memory
+from ..host.memory import require_free_memory
 from ..vit.naflex import image_input
 from ..vit.spec import training_activation_bytes
 from . import distributed as dist
@@ -122,11 +122,10 @@ def inference_batch(model: nn.Module, batch_size: int, img_size: int | None, dev
     depend on the batch, so a batch too large for the machine is made smaller, not refused; one that cannot run
     a single image is refused in one line, before anything is allocated."""
     sizes = _block_sizes(model, img_size)
-    free = free_memory(device)
-    if sizes is None or free is None:
+    if sizes is None:
         return batch_size
     per_image = training_activation_bytes(*sizes[:4], 1, 1, 2 if device.type == "cuda" else 4)
-    require_free_memory(
+    free = require_free_memory(
         per_image,
         f"a forward pass of one image of {sizes[0]:,} tokens through a block of width {sizes[1]}",
         f"choose a smaller {named('img_size')} (or a larger {named('patch_size')})",
@@ -134,4 +133,4 @@ def inference_batch(model: nn.Module, batch_size: int, img_size: int | None, dev
         lower_bound=True,
         error=LearngeneError,
     )
-    return max(1, min(batch_size, free // per_image))
+    return batch_size if free is None else max(1, min(batch_size, free // per_image))
