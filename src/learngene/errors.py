@@ -52,9 +52,15 @@ def shown(value: object, limit: int = 40) -> str:
 
 def first_line(exc: BaseException, limit: int = 160) -> str:
     """What a one-line message quotes of another error: the first line of ``exc``'s message, cut to ``limit``
-    characters (its type's name when it says nothing)."""
-    lines = str(exc).strip().splitlines()
-    return lines[0][:limit] if lines else type(exc).__name__
+    characters (its type's name when it says nothing). A first line that ends in a colon announces what follows (torch's
+    "Error(s) in loading state_dict for Net:"), so the lines after it are joined on until one does not."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = lines.pop(0)
+    while text.endswith(":") and lines:
+        text += " " + lines.pop(0)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class LearngeneError(Exception):

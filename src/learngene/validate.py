@@ -257,12 +257,22 @@ def _mapping(value: Any, tp: Any) -> str | None:
     return words if wrong else None
 
 
+def _python_list(value: Any, tp: Any) -> str | None:
+    """A Python list (a result's rows, a history); ``list[X]``: each item an X."""
+    if not isinstance(value, list):
+        return "a Python list"
+    args = typing.get_args(tp)
+    bad = next((w for w in (_mismatch(v, args[0]) for v in value) if w), None) if args else None
+    return f"a Python list whose every item is {bad}" if bad else None
+
+
 # the check of each kind of type, by the type (int, str, ...) or its origin (X | Y, Literal[...], tuple[X, ...])
 _KINDS: dict[Any, Callable[[Any, Any], str | None]] = {
     typing.Union: _union,
     types.UnionType: _union,
     Literal: _literal,
     tuple: _list,
+    list: _python_list,
     dict: _mapping,
     type(None): lambda value, tp: None if value is None else "null",
     bool: lambda value, tp: None if isinstance(value, bool) else "true or false",

@@ -28,7 +28,7 @@ from ..vit.spec import ViTSpec
 from .compare import TASK, CompareChoices, compare_profile, compare_text, recommendation_lines, start_compare
 from .compare import write_compare_report as write_report
 from .inputs import Say, TrainArg, check_flag, input_paths, optional_path, quiet, speaker, train_config
-from .requests import AncestryRequest, DataRequest
+from .requests import AncestryRequest, DataRequest, check_request
 
 
 @dataclass
@@ -46,6 +46,9 @@ class Comparison:
     profile: Profile
     meta: dict[str, Any] = field(default_factory=dict)
     inputs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_request(self)  # each field holds what it names: a wrong one fails here by name, not in save
 
     @property
     def table(self) -> list[dict[str, Any]]:

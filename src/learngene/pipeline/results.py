@@ -28,6 +28,7 @@ from ..gene import Learngene
 from ..method import Method
 from ..training.loop import TrainResult
 from ..vit.spec import ViTSpec
+from .requests import check_request
 
 
 def license_entry(license: str | None) -> dict[str, str]:
@@ -98,6 +99,9 @@ class Condensed:
     note: str | None = None
     inputs: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        check_request(self)  # each field holds what it names: a wrong one fails here by name, not in save
+
     @property
     def summary(self) -> str:
         return f"{self.gene.method} learngene, {self.gene.num_stored_params:,} stored parameters"
@@ -121,6 +125,9 @@ class ModelOutput:
     preprocessing: dict[str, Any] | None
     summary: str = ""
     inputs: tuple[str, ...] = field(default=(), kw_only=True)
+
+    def __post_init__(self) -> None:
+        check_request(self)  # each field holds what it names: a wrong one fails here by name, not in save
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
         """Write it atomically in the file format of its kind (:func:`learngene.formats.model_file.save_model`) to
@@ -176,6 +183,9 @@ class Adapted:
     descendant: ModelOutput
     result: TrainResult
     method: Method | None = None  # the adapted gene's method, as built to expand it
+
+    def __post_init__(self) -> None:
+        check_request(self)  # each field holds what it names: a wrong one fails here by name, not in save
 
     def save(
         self, path: str | os.PathLike, overwrite: bool = False, gene_path: str | os.PathLike | None = None
