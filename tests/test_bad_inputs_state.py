@@ -139,3 +139,157 @@ def test_a_cached_cell_of_the_wrong_kind_is_taken_for_damaged_and_recomputed(tmp
     assert not path.exists()
     path.write_text(json.dumps(dataclasses.asdict(good)))
     assert load_cached(path, lambda f: row_from_dict(json.loads(f.read_text()))) == good
+
+
+# ---- an object gets the checks its file gets, at the same point of the call ----------------------------------
+def _tiny_ancestry():
+    from learngene.method import Ancestry
+    from tests.conftest import TINY
+
+    torch.manual_seed(0)
+    return Ancestry(TINY.create_model().eval(), TINY)
+
+
+def _poisoned(gene, key=None):
+    import dataclasses
+
+    key = key or next(iter(gene.tensors))
+    tensors = {k: v.clone() for k, v in gene.tensors.items()}
+    tensors[key].view(-1)[0] = float("nan")
+    return dataclasses.replace(gene, tensors=tensors)
+
+
+@pytest.mark.parametrize("method", ["pretrained", "heru_lg", "weight_selection"])
+def test_a_gene_object_holding_nan_is_refused_as_its_file_is(tmp_path, method):
+    import learngene as lg
+    from learngene.pipeline.results import save_gene
+
+    gene = _poisoned(lg.condense(method, _tiny_ancestry()).gene)
+    gene.save(tmp_path / "g.safetensors")  # Learngene.save only writes: a made gene is checked by save_gene
+    with pytest.raises(LearngeneError, match="holds NaN or infinite values") as from_file:
+        lg.expand(tmp_path / "g.safetensors", {"depth": 3})
+    with pytest.raises(LearngeneError, match="holds NaN or infinite values") as from_object:
+        lg.expand(gene, {"depth": 3})
+    assert str(from_object.value) == str(from_file.value).replace(repr(str(tmp_path / "g.safetensors")), "the gene")
+    with pytest.raises(LearngeneError, match="holds NaN or infinite values"):
+        save_gene(gene, tmp_path / "h.safetensors")
+    assert not (tmp_path / "h.safetensors").exists()
+
+
+@pytest.mark.parametrize("method", ["pretrained", "heru_lg", "auto_lg"])
+@pytest.mark.parametrize("change", ["cleared", "one dropped", "misshapen"])
+def test_a_weight_copying_gene_lacking_a_stored_tensor_is_refused_not_initialized(tmp_path, method, change):
+    """A block copier's expansion skipped a tensor its gene did not hold (an emptied gene expanded into timm's
+    initialization, silently): its gene must hold what its condensation stores, in its layout's shapes."""
+    import dataclasses
+
+    import learngene as lg
+
+    gene = lg.condense(method, _tiny_ancestry()).gene
+    first = sorted(gene.tensors)[0]
+    tensors = {
+        "cleared": {},
+        "one dropped": {k: v for k, v in gene.tensors.items() if k != first},
+        "misshapen": {**gene.tensors, first: torch.zeros(3)},
+    }[change]
+    broken = dataclasses.replace(gene, tensors=tensors)
+    says = "its tensor .* has shape" if change == "misshapen" else "it lacks tensor"
+    with pytest.raises(LearngeneError, match=f"not a valid {method} learngene \\({says}"):
+        lg.expand(broken, {"depth": 3})
+    broken.save(tmp_path / "g.safetensors")
+    with pytest.raises(LearngeneError, match=f"not a valid {method} learngene \\({says}"):
+        lg.expand(tmp_path / "g.safetensors", {"depth": 3})
+    assert lg.expand(gene, {"depth": 3}).model is not None  # the gene as condensed expands
+
+
+def test_an_ancestry_object_gets_its_files_checks():
+    import learngene as lg
+    from learngene.method import Ancestry
+
+    anc = _tiny_ancestry()
+    with torch.no_grad():
+        anc.model.cls_token.fill_(float("inf"))
+    with pytest.raises(LearngeneError, match="the Ancestry's model: tensor 'cls_token' holds NaN or infinite"):
+        lg.condense("pretrained", anc)
+    other = _tiny_ancestry()
+    wrong = Ancestry(other.model, other.spec.replace(depth=3))
+    with pytest.raises(LearngeneError, match="the spec given with it does not describe the Ancestry's model"):
+        lg.condense("pretrained", wrong)
+
+
+def test_a_model_result_holding_nan_is_refused_by_train_as_its_file_is(tmp_path):
+    import learngene as lg
+
+    descendant = lg.expand(lg.condense("pretrained", _tiny_ancestry()).gene)
+    with torch.no_grad():
+        descendant.model.pos_embed.fill_(float("nan"))
+    with pytest.raises(LearngeneError, match="the Descendant's model: tensor 'pos_embed' holds NaN"):
+        lg.train(descendant, "digits", {"epochs": 1})
+
+
+# ---- timm is given architecture arguments only -----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def timm_pth(tmp_path_factory) -> Path:
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, num_classes=10, depth=2, img_size=32, patch_size=8
+    )
+    path = tmp_path_factory.mktemp("timm") / "model.pth"
+    torch.save(model.state_dict(), path)
+    return path
+
+
+SIZES = {"num_classes": 10, "depth": 2, "img_size": 32, "patch_size": 8}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"checkpoint_path": "/etc/passwd"},
+        {"pretrained_cfg_overlay": {"file": "/etc/passwd"}},
+        {"pretrained": True},
+        {"pretrained_cfg": {"file": "/etc/passwd"}},
+        {"features_only": True},
+    ],
+)
+def test_a_loading_argument_for_timm_is_refused_from_python(timm_pth, extra):
+    import learngene as lg
+
+    with pytest.raises(LearngeneError, match=f"{next(iter(extra))} .*is not an architecture argument.*--ancestry FILE"):
+        lg.load_ancestry(timm_pth, "vit_tiny_patch16_224", **SIZES, **extra)
+
+
+@pytest.mark.parametrize("arg", ['checkpoint_path="/etc/passwd"', 'pretrained_cfg_overlay={"file": "/etc/passwd"}'])
+def test_a_loading_timm_arg_is_one_line_that_says_to_pass_the_file_as_ancestry(timm_pth, tmp_path, capsys, arg):
+    sizes = [a for k, v in SIZES.items() for a in ("--timm-arg", f"{k}={v}")]
+    argv = ["condense", "--method", "pretrained", "--ancestry", timm_pth, "--timm-model", "vit_tiny_patch16_224"]
+    err = cli_error(capsys, [*argv, *sizes, "--timm-arg", arg, "--out", tmp_path / "g.safetensors"])
+    assert "is not an architecture argument" in err and "--ancestry FILE" in err, err
+    assert not (tmp_path / "g.safetensors").exists()
+
+
+def test_an_argument_the_model_class_does_not_take_is_refused_naming_the_class(timm_pth):
+    import learngene as lg
+
+    with pytest.raises(LearngeneError, match="bogus is not an argument of timm's VisionTransformer"):
+        lg.load_ancestry(timm_pth, "vit_tiny_patch16_224", **SIZES, bogus=1)
+    # an architecture argument the class takes still passes (qkv_bias is the checkpoint's own here)
+    assert lg.load_ancestry(timm_pth, "vit_tiny_patch16_224", **SIZES, qkv_bias=True).spec.depth == 2
+
+
+def test_a_hub_folders_config_holding_a_loading_argument_is_refused(tmp_path):
+    import json
+
+    import learngene as lg
+
+    lg.expand(lg.condense("pretrained", _tiny_ancestry()).gene).save(tmp_path / "hub", format="hub")
+    config = json.loads((tmp_path / "hub" / "config.json").read_text())
+    config.setdefault("model_args", {})["checkpoint_path"] = "/etc/passwd"
+    (tmp_path / "hub" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        LearngeneError,
+        match="hub: checkpoint_path is not an architecture argument.*remove it from the folder's config.json",
+    ):
+        lg.load_ancestry(tmp_path / "hub")

@@ -116,6 +116,7 @@ def _read_ancestry(path: str | os.PathLike, timm_model: str | None, drop_head: b
         require_argument(timm_model, str, "timm_model", "a timm architecture name or None")
     require_argument(drop_head, bool, "drop_head", "True or False")
     _check_sizes(model_kwargs)
+    check_architecture_arguments(None, model_kwargs)  # before any file is read: a loading key is the caller's mistake
     if is_hub_name(path):
         return _load_hub_ancestry(str(path), timm_model, drop_head, **model_kwargs)
     if looks_like_repo_id(path):
@@ -264,6 +265,8 @@ def _sizes_from_checkpoint(arch: str, kwargs: dict[str, Any], state: StateDict) 
 def build_timm_model(arch: str, kwargs: dict[str, Any], state: StateDict, source: str) -> nn.Module:
     """timm's ``arch`` with ``kwargs``, holding ``state`` after the architecture's own checkpoint filter."""
 
+    check_architecture_arguments(arch, kwargs, f"{source}: " if Path(source).is_dir() else "")
+
     def create(**extra: Any) -> nn.Module:
         return _timm_model(arch, {**kwargs, **extra})
 
@@ -345,6 +348,57 @@ def _require_timm_name(name: str | None) -> str:
     if name is None or not timm.is_model(name):
         raise LearngeneError(f"timm has no model {name!r}; pick a name from timm.list_models()")
     return name
+
+
+# timm.create_model's keys that load weights or shape what is returned instead of describing the architecture: given
+# through, timm would read another file than the ancestry given (checkpoint_path, pretrained_cfg_overlay's file) or
+# fetch one; learngene reads the ancestry itself (weights only) and builds the model empty
+LOADING_ARGUMENTS = frozenset(
+    {
+        *("pretrained", "checkpoint_path", "pretrained_cfg", "pretrained_cfg_overlay", "pretrained_strict"),
+        *("pretrained_filter_fn", "pretrained_model_args", "cache_dir", "model_cfg", "kwargs_filter"),
+        *("features_only", "feature_cfg", "feature_cls", "out_indices", "output_stride", "flatten_sequential"),
+        *("scriptable", "exportable", "no_jit", "device", "dtype"),
+    }
+)
+
+
+def check_architecture_arguments(arch: str | None, kwargs: dict[str, Any], where: str = "") -> None:
+    """Refuse a ``timm.create_model`` argument that is not an architecture argument: a loading one
+    (:data:`LOADING_ARGUMENTS`) always, and, where ``arch`` is known, one its model class's constructor does not take
+    (the allow-list: the ``__init__`` parameters along the class's bases, read from a model built on ``meta``).
+    ``where`` names the config the arguments come from (a folder's), else they are the caller's."""
+    loading = sorted(set(kwargs) & LOADING_ARGUMENTS)
+    if loading:
+        key = loading[0] if where else f"{loading[0]} (--timm-arg {loading[0]}=...)"
+        do = (
+            "remove it from the folder's config.json model_args"
+            if where
+            else "pass the weights' file as the ancestry (--ancestry FILE; a .pth with timm_model (--timm-model)) and "
+            "give timm only architecture arguments (sizes, num_classes)"
+        )
+        raise LearngeneError(
+            f"{where}{key} is not an architecture argument: it makes timm load or shape weights, and learngene reads "
+            f"only the ancestry it is given; {do}"
+        )
+    others = [k for k in kwargs if k not in SIZE_ARGUMENTS]
+    if arch is None or not others:
+        return
+    model_class = type(_timm_model(arch, {"device": "meta"}))
+    allowed = {
+        name
+        for cls in model_class.__mro__
+        if cls is not nn.Module and issubclass(cls, nn.Module) and "__init__" in vars(cls)
+        for name, p in inspect.signature(cls.__init__).parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name != "self"
+    } - LOADING_ARGUMENTS
+    unknown = [k for k in others if k not in allowed]
+    if unknown:
+        listed = ", ".join(sorted(allowed)[:12]) + (", ..." if len(allowed) > 12 else "")
+        raise LearngeneError(
+            f"{where}{unknown[0]} is not an argument of timm's {model_class.__name__} ({arch}); its architecture "
+            f"arguments are {listed}"
+        )
 
 
 def _timm_model(name: str, kwargs: dict[str, Any]) -> nn.Module:

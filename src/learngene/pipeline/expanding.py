@@ -16,7 +16,7 @@ from ..errors import LearngeneError, assigned, named, require_argument
 from ..formats.atomic import quote
 from ..formats.hub import describe_source
 from ..formats.labels import describe as describe_labels
-from ..gene import Learngene
+from ..gene import Learngene, check_values
 from ..method import Ancestry, ExpandOutput, Method, citations
 from ..registry import get_method, list_methods
 from ..training.loop import seed_everything
@@ -197,6 +197,7 @@ def _verified(ancestry: Ancestry, model: nn.Module, spec: ViTSpec, chosen: Expan
 def gene_argument(gene: Any) -> tuple[Learngene, str | os.PathLike | None]:
     """``gene`` and the file it was read from (None for a gene given loaded)."""
     if isinstance(gene, Learngene):
+        check_values(gene, None)  # what Learngene.load checks of a file
         return gene, None
     require_argument(gene, (str, os.PathLike), "gene", "a Learngene or a learngene file's path")
     return Learngene.load(check_path(gene, "gene")), gene

@@ -24,6 +24,7 @@ from .inputs import (
     ancestry_argument,
     check_flag,
     check_license_argument,
+    check_model_object,
     data_argument,
     input_paths,
     load_data,
@@ -177,6 +178,7 @@ def _model(model: str | os.PathLike | ModelOutput) -> tuple[ModelFile, dict[str,
     if isinstance(model, ModelOutput):
         if model.spec is None:
             raise LearngeneError("this model has no ViTSpec to train at; save it and pass its file")
+        check_model_object(model.model, None, f"the {type(model).__name__}'s model")  # what read_model checks
         return ModelFile(model.model, model.spec, dict(model.origin), model.model.state_dict()), model.preprocessing
     return read_model(model), model_preprocessing(model)
 
