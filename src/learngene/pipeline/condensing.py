@@ -13,9 +13,9 @@ from ..binding import check_before_saving
 from ..data import Data, preprocessing_cfg
 from ..errors import LearngeneError, named, require_argument
 from ..formats.weights import digest
+from ..host.rng import seeded_draws
 from ..method import Ancestry, CondenseInputs, Method
 from ..registry import get_method, list_methods
-from ..training.loop import seed_everything
 from .inputs import (
     DataArg,
     TrainArg,
@@ -80,8 +80,8 @@ def condense(
         run_cfg = cfg.replace(identity=_run_identity(made, source)) if run_dir else cfg
         inputs = CondenseInputs(train=train, eval=test, train_cfg=run_cfg, run_dir=run_dir, resume=resume)
         preprocessing = preprocessing_cfg(train)  # what the gene's tensors were trained on
-    seed_everything(cfg.seed)
-    gene = dataclasses.replace(made.condense(source, inputs), preprocessing=preprocessing)
+    with seeded_draws(cfg.seed):  # a condensation's initial tensors and training draw from the global generators
+        gene = dataclasses.replace(made.condense(source, inputs), preprocessing=preprocessing)
     gene.label_space = source.label_space
     gene.license = license or source.license
     gene.ancestry_source = source.source

@@ -17,9 +17,9 @@ from ..formats.atomic import quote
 from ..formats.hub import describe_source
 from ..formats.labels import describe as describe_labels
 from ..gene import Learngene, check_values
+from ..host.rng import seeded_draws
 from ..method import Ancestry, ExpandOutput, Method, citations
 from ..registry import get_method, list_methods
-from ..training.loop import seed_everything
 from ..validate import EXPAND
 from ..vit.spec import ViTSpec
 from ..vit.transfer import kept_layers
@@ -246,8 +246,8 @@ def _declared_output(bound: BoundMethod, declared: ExpandOutput, value: Any, cho
     for ``value`` (a text is read by the output's parser)."""
     gene, source = bound.gene, bound.source
     value = declared.parse(value) if isinstance(value, str) else value
-    seed_everything(chosen.seed)  # e.g. a headless ancestry's instances have no head: the descendant draws a fresh one
-    made = declared.build(bound.method, gene, value)
+    with seeded_draws(chosen.seed):  # e.g. a headless ancestry's instances have no head: the descendant draws one
+        made = declared.build(bound.method, gene, value)
     kind = made.origin.get("kind", declared.name)
     origin = descendant_origin(gene, source, chosen.license or gene.license, made.origin, kind)
     return Descendant(made.model, None, origin, gene.preprocessing, made.summary, inputs=input_paths(source))

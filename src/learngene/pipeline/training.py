@@ -12,9 +12,9 @@ from ..errors import ArgumentTypeError, LearngeneError, named, require_argument
 from ..formats.labels import HeadChoice, choose_head
 from ..formats.model_file import ModelFile, model_preprocessing, read_model
 from ..formats.weights import digest
+from ..host.rng import seeded_draws
 from ..method import Ancestry
 from ..training.distill import cache_teacher_outputs, setup_distillation
-from ..training.loop import seed_everything
 from ..training.loop import train as train_loop
 from .inputs import (
     DataArg,
@@ -73,8 +73,8 @@ def train_ancestry(
     open_run_dir(run_dir, resume, cfg)
     train, test = load_data(data, *size_input(size), seed=cfg.seed)
     spec = resolve_spec(size, data=train)
-    seed_everything(cfg.seed)
-    model = spec.create_model()
+    with seeded_draws(cfg.seed):  # timm's initialization, from the global generator (learngene.host.rng)
+        model = spec.create_model()
     cfg = cfg.replace(identity={"command": "ancestry", "spec": spec.to_dict()})
     say(f"ancestry {spec.short()} ({spec.num_params:,} params) on {train.name}: {len(train)} images", banner=True)
     result = train_loop(model, train, cfg, eval_data=test, run_dir=run_dir, resume=resume)
@@ -86,7 +86,9 @@ def train_ancestry(
         "label_space": train.label_space,
         **license_entry(license),
     }
-    summary = f"test accuracy {result.final_acc:.4f}"
+    summary = (
+        "no test accuracy (no test images)" if result.final_acc is None else f"test accuracy {result.final_acc:.4f}"
+    )
     inputs = input_paths(data)
     return Trained(model, spec, origin, preprocessing_cfg(train), summary, result, inputs=inputs)
 
@@ -168,7 +170,10 @@ def train(
         "new_head": head.fresh,
         **license_entry(license),
     }
-    summary = f"test accuracy {result.final_acc:.4f}; {head.why}"
+    accuracy = (
+        "no test accuracy (no test images)" if result.final_acc is None else f"test accuracy {result.final_acc:.4f}"
+    )
+    summary = f"{accuracy}; {head.why}"
     inputs = input_paths(model if not isinstance(model, ModelOutput) else None, teachers, data)
     return Trained(net, spec, origin, preprocessing_cfg(train), summary, result, head.why, inputs=inputs)
 
@@ -190,6 +195,6 @@ def _choose_head(loaded: ModelFile, train: ImageData | FolderData, new_head: boo
     head = choose_head(space, loaded.num_classes, train.label_space, train.num_classes, force_new=new_head)
     if head.fresh:
         net: Any = loaded.model  # a timm ViT, or a StitchedViT: both have timm's reset_classifier
-        seed_everything(seed)
-        net.reset_classifier(train.num_classes)  # a timm model, or a StitchedViT's end
+        with seeded_draws(seed):
+            net.reset_classifier(train.num_classes)  # a timm model, or a StitchedViT's end
     return head
