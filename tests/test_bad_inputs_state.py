@@ -6,6 +6,7 @@ Each refusal is one line (exit code 2 from the command line, a LearngeneError fr
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -293,3 +294,57 @@ def test_a_hub_folders_config_holding_a_loading_argument_is_refused(tmp_path):
         match="hub: checkpoint_path is not an architecture argument.*remove it from the folder's config.json",
     ):
         lg.load_ancestry(tmp_path / "hub")
+
+
+# ---- one rule for repeats: refused, both values named, everywhere ---------------------------------------------
+def test_a_flag_given_twice_names_both_values(capsys, tmp_path):
+    err = cli_error(capsys, ["expand", tmp_path / "g.safetensors", "--seed", "1", "--seed", "2"])
+    assert "given twice (first as 1, then as 2)" in err, err
+
+
+@pytest.mark.parametrize("values", [("seed=1", "seed=2"), ("seed=1", "seed=1")])
+def test_an_option_given_twice_is_refused_from_python_and_the_command_line(capsys, tmp_path, values):
+    import learngene as lg
+
+    gene = lg.condense("mimetic", _tiny_ancestry()).gene
+    with pytest.raises(LearngeneError, match=r"option seed is given twice \(seed=1, then seed=[12]\)"):
+        lg.expand(gene, {"depth": 3}, options=list(values))
+    gene.save(tmp_path / "g.safetensors")
+    argv = ["expand", tmp_path / "g.safetensors", "--depth", "3", "--out", tmp_path / "d.safetensors"]
+    err = cli_error(capsys, [*argv, "--opt", values[0], "--opt", values[1]])
+    assert "option seed is given twice" in err and "(--opt seed=VALUE)" in err, err
+    assert not (tmp_path / "d.safetensors").exists()
+
+
+def test_a_timm_arg_given_twice_is_refused(timm_pth, capsys, tmp_path):
+    import learngene as lg
+
+    with pytest.raises(LearngeneError, match=r"timm argument depth is given twice \(depth=2, then depth=3\)"):
+        lg.AncestryRequest(timm_pth, timm_model="vit_tiny_patch16_224", timm_kwargs=["depth=2", "depth=3"])
+    argv = ["condense", "--method", "pretrained", "--ancestry", timm_pth, "--timm-model", "vit_tiny_patch16_224"]
+    err = cli_error(capsys, [*argv, "--timm-arg", "depth=2", "--timm-arg", "depth=2", "--out", tmp_path / "g"])
+    assert "timm argument depth is given twice" in err, err
+
+
+@pytest.mark.parametrize(
+    "choice, says",
+    [
+        ({"methods": ("pretrained", "pretrained")}, "methods (--methods) names pretrained twice"),
+        ({"references": ("scratch", "scratch")}, "references (--references) names scratch twice"),
+    ],
+)
+def test_a_list_naming_one_twice_is_refused_as_sizes_are(choice, says):
+    from learngene.pipeline.compare import CompareChoices
+
+    with pytest.raises(LearngeneError, match=re.escape(says)):
+        CompareChoices(**choice)
+
+
+def test_compare_and_bench_refuse_a_method_named_twice_on_the_command_line(capsys, tmp_path):
+    argv = ["compare", "--ancestry", tmp_path / "a.safetensors", "--data", "digits", "--sizes", "L1-D32-H2"]
+    err = cli_error(capsys, [*argv, "--methods", "pretrained,pretrained", "--out", tmp_path / "report"])
+    assert "names pretrained twice" in err, err
+    err = cli_error(
+        capsys, ["bench", "--profile", "demo", "--out", tmp_path / "bench", "--methods", "pretrained", "pretrained"]
+    )
+    assert "names pretrained twice" in err, err

@@ -364,6 +364,7 @@ def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
         key, value = parse_assignment(item, types, usage)
+        refuse_repeat(out, key, value, "option", "--opt")
         auto = key in getattr(config_cls, "AUTO_OPTIONS", ())
         if value == "auto" and auto:  # as `learngene methods` shows it
             value = fields[key].default
@@ -374,6 +375,17 @@ def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
             )
         out[key] = value
     return out
+
+
+def refuse_repeat(given: Mapping[str, Any], key: str, value: Any, what: str, flag: str) -> None:
+    """The one rule for a setting given twice, everywhere (a flag, an option of ``options`` or ``--opt``, a timm
+    argument, an item of a list): refused in one line naming both values, whether they differ or not, where a last
+    value winning or an item counted twice would change the run without a word. ``given``: the settings so far."""
+    if key in given:
+        raise LearngeneError(
+            f"{what} {key} is given twice ({key}={given[key]!r}, then {key}={value!r}); give it once ({flag} "
+            f"{key}=VALUE), with the value you mean"
+        )
 
 
 def value_from_text(raw: str, tp: Any = Any) -> Any:

@@ -38,9 +38,10 @@ class _StoreOnce(argparse._StoreAction):
         option_string: str | None = None,
     ) -> None:
         given: set[str] = parser.__dict__.setdefault("_given_once", set())
-        if self.dest in given:
+        if self.dest in given:  # the one rule for repeats (learngene.validate.refuse_repeat), both values named
+            first = getattr(namespace, self.dest, None)
             raise argparse.ArgumentError(
-                self, f"given twice (the second time as {values!r}); give it once, with the value you mean"
+                self, f"given twice (first as {first!r}, then as {values!r}); give it once, with the value you mean"
             )
         given.add(self.dest)
         super().__call__(parser, namespace, values, option_string)
