@@ -348,3 +348,19 @@ def test_compare_and_bench_refuse_a_method_named_twice_on_the_command_line(capsy
         capsys, ["bench", "--profile", "demo", "--out", tmp_path / "bench", "--methods", "pretrained", "pretrained"]
     )
     assert "names pretrained twice" in err, err
+
+
+@pytest.mark.parametrize("value", [None, "abc", -100])
+def test_a_transformers_config_field_of_null_is_refused_as_a_string_is(tmp_path, value):
+    """transformers writes rope_theta as a number: null (an edit) was read as the default, a string refused."""
+    import json
+
+    import learngene as lg
+    from tests.test_rope_families import hf_dinov3_folder
+
+    hf_dinov3_folder(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["rope_theta"] = value
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(LearngeneError, match=f"rope_theta is {re.escape(repr(value))}, not a non-negative number"):
+        lg.load_ancestry(tmp_path)
