@@ -364,3 +364,53 @@ def test_a_transformers_config_field_of_null_is_refused_as_a_string_is(tmp_path,
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(LearngeneError, match=f"rope_theta is {re.escape(repr(value))}, not a non-negative number"):
         lg.load_ancestry(tmp_path)
+
+
+# ---- expand --verify takes every ancestry form condense takes ---------------------------------------------------
+def _ancestry_forms(tmp_path, monkeypatch):
+    """The one tiny timm ViT as each form condense reads, with condense's arguments for it: a .pth and a safetensors
+    checkpoint (timm_model and the sizes as --timm-arg), a timm hub folder, the same folder by hf-hub: name from a
+    local Hugging Face cache."""
+    import timm
+    from safetensors.torch import save_file
+
+    from tests.hub_fixtures import TINY_TIMM_ARGS, cache_repo, folder_files, offline_hub, tiny_timm_folder
+
+    model = tiny_timm_folder(tmp_path / "hub")
+    torch.save(model.state_dict(), tmp_path / "model.pth")
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, tmp_path / "model.safetensors")
+    cache_repo(offline_hub(monkeypatch, tmp_path / "cache"), "someone/tiny-vit", folder_files(tmp_path / "hub"))
+    sizes = [a for k, v in {**TINY_TIMM_ARGS, "num_classes": 4}.items() for a in ("--timm-arg", f"{k}={v}")]
+    checkpoint = ["--timm-model", "vit_tiny_patch16_224", *sizes]
+    assert timm.is_model("vit_tiny_patch16_224")
+    return {
+        "pth": (tmp_path / "model.pth", checkpoint),
+        "safetensors": (tmp_path / "model.safetensors", checkpoint),
+        "hub folder": (tmp_path / "hub", []),
+        "hf-hub": ("hf-hub:someone/tiny-vit", []),
+    }
+
+
+@pytest.mark.parametrize("form", ["pth", "safetensors", "hub folder", "hf-hub"])
+def test_expand_verify_reads_every_ancestry_form_condense_reads(tmp_path, monkeypatch, capsys, form):
+    """expand takes no --timm-model: a plain checkpoint given to --verify is read as the architecture and sizes the
+    gene records of its ancestry (the advice to pass --timm-model named a flag expand does not have)."""
+    ancestry, extra = _ancestry_forms(tmp_path, monkeypatch)[form]
+    gene = tmp_path / "g.safetensors"
+    assert main(["condense", "--method", "pretrained", "--ancestry", str(ancestry), *extra, "--out", str(gene)]) == 0
+    out = tmp_path / "d.safetensors"
+    assert main(["expand", str(gene), "--verify", str(ancestry), "--out", str(out)]) == 0, capsys.readouterr().err
+    assert "outputs differ by at most 0 " in capsys.readouterr().out
+    assert out.exists()
+
+
+def test_a_gene_given_where_a_model_is_wanted_is_told_it_is_a_learngene(tmp_path, capsys):
+    import learngene as lg
+
+    lg.condense("pretrained", _tiny_ancestry()).save(tmp_path / "g.safetensors")
+    err = cli_error(
+        capsys, ["expand", tmp_path / "g.safetensors", "--verify", tmp_path / "g.safetensors", "--out", tmp_path / "d"]
+    )
+    assert "is a learngene, not a model" in err and "--timm-model" not in err, err
+    with pytest.raises(LearngeneError, match="is a learngene, not a model"):
+        lg.load_ancestry(tmp_path / "g.safetensors")

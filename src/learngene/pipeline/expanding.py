@@ -14,8 +14,10 @@ from ..binding import BoundMethod, bind_gene
 from ..descendant import build_descendant, fit_gene_to_budget
 from ..errors import LearngeneError, assigned, named, require_argument
 from ..formats.atomic import quote
-from ..formats.hub import describe_source
+from ..formats.hub import describe_source, is_hub_name
 from ..formats.labels import describe as describe_labels
+from ..formats.model_file import header_tag
+from ..formats.weights import is_regular_file
 from ..gene import Learngene, check_values
 from ..host.rng import seeded_draws
 from ..method import Ancestry, ExpandOutput, Method, citations
@@ -151,9 +153,8 @@ def _verify_ancestry(bound: BoundMethod, spec: ViTSpec, chosen: ExpandChoices) -
             else f"{gene.method} promises no descendant the ancestry's function, so there is nothing to verify"
         )
         raise LearngeneError(f"{why}; leave {named('verify')} out")
-    given = chosen.verify
-    assert given is not None  # asked for
-    ancestry = (given if isinstance(given, AncestryRequest) else AncestryRequest(given)).load()
+    assert chosen.verify is not None  # asked for
+    ancestry = _verify_request(chosen.verify, gene).load()
     want = gene.ancestry.to_dict() if gene.ancestry is not None else {}
     got = ancestry.spec.to_dict() if ancestry.spec is not None else {}
     differ = next((k for k in want if got.get(k) != want[k]), None)
@@ -163,6 +164,18 @@ def _verify_ancestry(bound: BoundMethod, spec: ViTSpec, chosen: ExpandChoices) -
             f"from {want[differ]!r}: give that ancestry"
         )
     return ancestry
+
+
+def _verify_request(given: str | os.PathLike | AncestryRequest, gene: Learngene) -> AncestryRequest:
+    """How ``verify``'s ancestry is read: as given; a plain checkpoint (a ``.pth``, or safetensors without learngene's
+    header) as timm's architecture with the sizes the gene records of its ancestry, which a checkpoint does not record
+    and ``expand`` has no flags for (condense took them as timm_model and timm_kwargs)."""
+    if isinstance(given, AncestryRequest):
+        return given
+    spec = gene.ancestry
+    if spec is not None and not is_hub_name(given) and is_regular_file(given) and header_tag(given) is None:
+        return AncestryRequest(given, timm_model=spec.arch, timm_kwargs=spec.timm_kwargs())
+    return AncestryRequest(given)
 
 
 def _verified(ancestry: Ancestry, model: nn.Module, spec: ViTSpec, chosen: ExpandChoices) -> tuple[dict[str, Any], str]:
