@@ -414,3 +414,49 @@ def test_a_gene_given_where_a_model_is_wanted_is_told_it_is_a_learngene(tmp_path
     assert "is a learngene, not a model" in err and "--timm-model" not in err, err
     with pytest.raises(LearngeneError, match="is a learngene, not a model"):
         lg.load_ancestry(tmp_path / "g.safetensors")
+
+
+# ---- messages (issue 56's held-out cases) -----------------------------------------------------------------------
+def test_an_objects_repr_over_several_lines_is_quoted_on_one():
+    import learngene as lg
+
+    gene = lg.condense("mimetic", _tiny_ancestry()).gene
+    module = torch.nn.Sequential(torch.nn.Linear(1, 1), torch.nn.ReLU())
+    with pytest.raises(LearngeneError) as refused:
+        lg.expand(gene, module)
+    assert "\n" not in str(refused.value) and "Sequential( (0): Linear" in str(refused.value), str(refused.value)
+
+
+def test_a_learngene_error_is_one_line_whatever_it_quotes():
+    assert str(LearngeneError("cannot read 'a\nb'; give another")) == "cannot read 'a\\nb'; give another"
+
+
+def test_torchs_error_is_quoted_past_its_colon_so_the_tensor_is_named():
+    """torch ends its first line with a colon and names the tensor below it: 'Error(s) in reparametrizing for
+    PITHHyperNet:' alone named nothing."""
+    from learngene.errors import first_line
+
+    exc = RuntimeError("Error(s) in reparametrizing for PITHHyperNet:\n\tsize mismatch for hyper.w: (2, 3) vs (3, 2).")
+    assert (
+        first_line(exc) == "Error(s) in reparametrizing for PITHHyperNet: size mismatch for hyper.w: (2, 3) vs (3, 2)."
+    )
+    assert first_line(RuntimeError("one line\nand more")) == "one line"
+
+
+def test_a_negative_layer_index_reaches_the_layers_check(capsys, tmp_path):
+    """argparse took '-1,0,1' for a flag ("expected one argument"); the layers check now words the refusal."""
+    err = cli_error(capsys, ["expand", tmp_path / "g.safetensors", "--layers", "-1,0,1", "--out", tmp_path / "d"])
+    assert "layers (--layers) must be first, last, spread or ancestry layer indices" in err and "'-1,0,1'" in err, err
+    err = cli_error(capsys, ["expand", tmp_path / "g.safetensors", "--out"])  # a flag without its value: still said
+    assert "expected one argument" in err, err
+
+
+def test_an_output_name_holding_a_newline_is_reported_on_one_line(tmp_path, capsys):
+    import learngene as lg
+
+    lg.condense("pretrained", _tiny_ancestry()).save(tmp_path / "g.safetensors")
+    out = tmp_path / "two\nlines.safetensors"
+    assert main(["expand", str(tmp_path / "g.safetensors"), "--out", str(out)]) == 0
+    wrote = [line for line in capsys.readouterr().out.splitlines() if "wrote" in line or "lines.safetensors" in line]
+    assert len(wrote) == 1 and repr(str(out)) in wrote[0], wrote
+    assert out.exists()

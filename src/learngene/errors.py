@@ -45,8 +45,9 @@ def _as_text(value: object) -> str:
 
 
 def shown(value: object, limit: int = 40) -> str:
-    """How a message quotes a value it refuses: its repr, cut to ``limit`` characters."""
-    text = repr(value)
+    """How a message quotes a value it refuses: its repr, cut to ``limit`` characters; the line breaks and indents of
+    an object's repr (a torch module's, over many lines) made one space, so the message stays one line."""
+    text = " ".join(repr(value).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -66,6 +67,12 @@ def first_line(exc: BaseException, limit: int = 160) -> str:
 class LearngeneError(Exception):
     """A user-facing error: one line, says what went wrong and what to do, naming each setting in both callers'
     words (``str(err)`` is that line; the command line prints it after ``learngene CMD: error:``)."""
+
+    def __init__(self, *args: object) -> None:
+        # one line whatever a message quotes (a name or a text holding a line break): the break written as \n
+        if args and isinstance(args[0], str):
+            args = (args[0].replace("\r", "\\r").replace("\n", "\\n"), *args[1:])
+        super().__init__(*args)
 
 
 class LearngeneWarning(UserWarning):

@@ -176,6 +176,7 @@ def _add_compare_run(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     """``learngene compare`` is :func:`learngene.compare` with the flags' arguments."""
+    from ..formats.atomic import printable
     from ..pipeline.comparing import compare
     from ..pipeline.requests import AncestryRequest, DataRequest
     from .options import settings_from_args
@@ -194,7 +195,7 @@ def run(args: argparse.Namespace) -> None:
         **choices_from_args(args),
     )
     print(comparison.text)
-    print(f"learngene compare: report in {args.out}/report.md")
+    print(f"learngene compare: report in {printable(f'{args.out}/report.md')}")
 
 
 def choices_from_args(args: argparse.Namespace) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import LearngeneError
-from ..formats.atomic import check_not_input
+from ..formats.atomic import check_not_input, printable
 from ..formats.atomic import check_outputs as check_output_files
 from ..formats.export import check_output_folder
 from ..pipeline.inputs import Say
@@ -118,7 +118,7 @@ def save_and_say(args: argparse.Namespace, result: Any, summary: str, kind: str 
     """Save the use case's ``result`` to ``--out`` (rank 0 only; ``--overwrite``; ``save``: the rest of its ``save``
     arguments), then say what was written: ``kind`` of output, if it is not a file, and ``summary``."""
     dist.on_main(lambda: result.save(args.out, overwrite=args.overwrite, **save))
-    say(args, f"wrote {args.out}{kind}: {summary}")
+    say(args, f"wrote {printable(args.out)}{kind}: {summary}")
 
 
 def sayer(args: argparse.Namespace) -> Say:

@@ -58,7 +58,21 @@ class _Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         self.__dict__["_given_once"] = set()  # each parse counts afresh (a parser may parse more than once)
-        return super().parse_known_args(args, namespace)
+        return super().parse_known_args(None if args is None else self._negative_values(list(args)), namespace)
+
+    def _negative_values(self, args: list[str]) -> list[str]:
+        """``--layers -1,0,1`` as ``--layers=-1,0,1``: argparse takes a value that starts with a minus for a flag
+        unless it is one plain number, and said "expected one argument"; joined, the flag's own check words the
+        refusal. Only a value of a minus and a digit is joined, so a flag that lacks its value is still told so."""
+        out: list[str] = []
+        for arg in args:
+            action = self._option_string_actions.get(out[-1]) if out else None
+            takes_one = action is not None and action.nargs is None and bool(action.option_strings)
+            if takes_one and out[-1].startswith("--") and arg[:1] == "-" and arg[1:2].isdigit():
+                out[-1] = f"{out[-1]}={arg}"
+            else:
+                out.append(arg)
+        return out
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
