@@ -460,3 +460,19 @@ def test_an_output_name_holding_a_newline_is_reported_on_one_line(tmp_path, caps
     wrote = [line for line in capsys.readouterr().out.splitlines() if "wrote" in line or "lines.safetensors" in line]
     assert len(wrote) == 1 and repr(str(out)) in wrote[0], wrote
     assert out.exists()
+
+
+def test_a_result_changed_to_hold_nan_is_not_saved(tmp_path):
+    """A result checks its fields when made; its tensors can change after: saving refuses what reading would."""
+    import learngene as lg
+
+    condensed = lg.condense("pretrained", _tiny_ancestry())
+    descendant = lg.expand(condensed.gene)
+    with torch.no_grad():
+        next(iter(condensed.gene.tensors.values())).view(-1)[0] = float("nan")
+        descendant.model.cls_token.fill_(float("inf"))
+    with pytest.raises(LearngeneError, match="holds NaN or infinite values"):
+        condensed.save(tmp_path / "g.safetensors")
+    with pytest.raises(LearngeneError, match="the model's tensor 'cls_token' holds NaN or infinite values"):
+        descendant.save(tmp_path / "d.safetensors")
+    assert not list(tmp_path.iterdir())

@@ -26,6 +26,7 @@ from .preprocessing import check_preprocessing
 from .weights import (
     check_finite,
     model_header,
+    nonfinite_tensor,
     read_safetensors,
     require_file,
     save_safetensors,
@@ -55,6 +56,12 @@ def save_model(
     if spec is None:
         raise LearngeneError(f"a {type(model_or_state).__name__} is saved with its ViTSpec; pass spec")
     state = model_or_state.state_dict() if isinstance(model_or_state, torch.nn.Module) else model_or_state
+    bad = nonfinite_tensor(state)  # a file load_model_file refuses is never written
+    if bad is not None:
+        raise GeneFormatError(
+            f"the model's tensor {bad!r} holds NaN or infinite values, so nothing was written to {quote(path)}; save "
+            "the weights of a run that did not diverge"
+        )
     if preprocessing is not None:
         # a model that takes any image size keeps the size it is fed (a RADIO's 512 px), not its position grid's
         size = None if spec.family.dynamic_img_size else spec.img_size

@@ -24,7 +24,7 @@ from ..errors import LearngeneError, require_argument
 from ..formats.atomic import check_not_input, check_outputs
 from ..formats.export import check_output_folder, export_hub_folder, wants_folder
 from ..formats.model_file import save_model
-from ..gene import Learngene
+from ..gene import Learngene, check_values
 from ..method import Method
 from ..training.loop import TrainResult
 from ..vit.spec import ViTSpec
@@ -110,6 +110,7 @@ class Condensed:
         """Write the gene (:meth:`learngene.Learngene.save`; it was checked when it was made) to ``path``, which is none
         of its inputs (:func:`check_destination`)."""
         check_destination(path, overwrite, self.inputs)
+        check_values(self.gene, "the gene to save")  # changed since it was made: what reading it would refuse
         self.gene.save(path, overwrite=overwrite)
 
 
