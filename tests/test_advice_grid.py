@@ -22,15 +22,19 @@ from learngene.errors import LearngeneError
 from learngene.method import Ancestry
 from learngene.registry import get_method, list_methods
 from learngene.vit.model_spec import spec_from_model
+from learngene.vit.spec import SIZE_FLAG_FIELDS
 from tests.conftest import make_images
 
 SIZE = dict(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=8)
 FAMILIES = {"plain": "vit_tiny_patch16_224", "dinov3": "vit_small_patch16_dinov3", "rope": "vit_base_patch16_rope_224"}
 SIZES = {"deeper": {"depth": 3}, "wider": {"embed_dim": 64, "num_heads": 4}, "narrower": {"depth": 1, "embed_dim": 16}}
 UNTRAINED = [m for m in list_methods() if not get_method(m).needs_data]
+# methods condensed by a short distillation whose expand refusals advise sizes (depth-only, tiled, widened ones)
+TRAINED = ["tleg", "share_init", "wave", "lets"]
 DATA = make_images(16, num_classes=10, size=16, chans=3)
 QUICK = {"epochs": 1, "max_steps": 1, "batch_size": 8, "progress": False, "eval_images": 8}
 ADVICE = re.compile(r"\buse (\w+)\b")
+SIZE_FIELDS = {f.name for f in SIZE_FLAG_FIELDS}
 
 
 @functools.cache
@@ -40,6 +44,7 @@ def ancestry(family: str) -> Ancestry:
     return Ancestry(model, spec_from_model(model))
 
 
+@functools.cache
 def condense(method: str, family: str):
     needs_data = get_method(method).needs_data
     extra = {"data": DATA, "train_cfg": QUICK} if needs_data else {}
@@ -47,12 +52,38 @@ def condense(method: str, family: str):
 
 
 def outcome(method: str, family: str, size: dict) -> str | None:
-    """None where the method serves the size, else its refusal."""
+    """None where the method serves the size, else its refusal (a refusal at condense too)."""
     try:
         lg.expand(condense(method, family), {**size, "num_heads": size.get("embed_dim", 32) // 16})
     except LearngeneError as exc:
         return str(exc)
     return None
+
+
+# a setting a refusal advises, as errors.assigned writes it: ``embed_dim=32 (--embed-dim 32)``
+ASSIGNED = re.compile(r"\b(\w+)=([\w.]+) \(--")
+
+
+def test_every_size_advice_of_the_trained_methods_is_followed_and_works():
+    """tleg, share_init, wave and lets, at every family and size of the grid: a refusal advises the sizes (or
+    options) that work, or another method; each is followed."""
+    followed = 0
+    for method in TRAINED:
+        for family in FAMILIES:
+            for size in SIZES.values():
+                refusal = outcome(method, family, size)
+                if refusal is None:
+                    continue
+                advised = dict(ASSIGNED.findall(refusal))
+                sizes = {k: float(v) if "." in v else int(v) for k, v in advised.items() if k in SIZE_FIELDS}
+                assert sizes or ADVICE.findall(refusal), f"no advice to follow: {refusal}"
+                if sizes:
+                    asked = {**size, "num_heads": size.get("embed_dim", 32) // 16, **sizes}
+                    lg.expand(condense(method, family), asked)  # raises if the advice does not work
+                    followed += 1
+                for other in [] if sizes else ADVICE.findall(refusal):
+                    assert outcome(other, family, size) is None, f"{method} advised {other}, which refuses: {refusal}"
+    assert followed  # the grid reaches refusals that advise sizes
 
 
 @pytest.mark.parametrize("size", list(SIZES))
