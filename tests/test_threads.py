@@ -79,6 +79,21 @@ def test_fine_tuning_from_threads_at_once_equals_sequential_runs():
         assert list(pool.map(_train, (0, 1, 0, 1))) == sequential * 2
 
 
+def _condense(seed: int) -> str:
+    """A condensation that trains (tleg's aux net, initialized by timm and distilled a few steps), by seed."""
+    cfg = {"epochs": 1, "max_steps": 2, "batch_size": 16, "seed": seed, "progress": False, "eval_images": 16}
+    gene = lg.condense("tleg", _ancestry(), data=make_images(n=32), train_cfg=cfg).gene
+    return _digest(gene.tensors)
+
+
+def test_a_trained_condensation_from_threads_at_once_equals_sequential_runs():
+    _ancestry()
+    sequential = [_condense(seed) for seed in (0, 1)]
+    assert sequential[0] != sequential[1]
+    with ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(_condense, (0, 1, 0, 1))) == sequential * 2
+
+
 def test_other_processes_give_the_same_bytes():
     """The seed alone fixes the result: a fresh process (another start of the global generators) gives the bytes this
     one gives."""
