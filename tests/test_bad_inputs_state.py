@@ -14,6 +14,7 @@ import torch
 
 from learngene.cli import main
 from learngene.errors import LearngeneError, TrainingError
+from learngene.method import Ancestry
 from learngene.training.checkpoint import CHECKPOINT, load_checkpoint
 from tests.conftest import cli_error
 
@@ -475,4 +476,68 @@ def test_a_result_changed_to_hold_nan_is_not_saved(tmp_path):
         condensed.save(tmp_path / "g.safetensors")
     with pytest.raises(LearngeneError, match="the model's tensor 'cls_token' holds NaN or infinite values"):
         descendant.save(tmp_path / "d.safetensors")
+    assert not list(tmp_path.iterdir())
+
+
+# ---- a hostile table of this round's new surfaces: each one LearngeneError line, nothing written -----------------
+def _hostile_cases(timm_pth: Path, tmp_path: Path):
+    import learngene as lg
+    from learngene.bench.rows import Row
+    from learngene.pipeline.results import Condensed
+
+    anc = _tiny_ancestry()
+    return {
+        "a timm loading key of value False": (
+            lambda: lg.load_ancestry(timm_pth, "vit_tiny_patch16_224", **SIZES, pretrained=False),
+            "pretrained (--timm-arg pretrained=...) is not an architecture argument",
+        ),
+        "a timm loading key given as a --timm-arg text": (
+            lambda: lg.AncestryRequest(timm_pth, "vit_tiny_patch16_224", timm_kwargs=["cache_dir=/tmp"]).load(),
+            "cache_dir (--timm-arg cache_dir=...) is not an architecture argument",
+        ),
+        "a timm argument of another model class": (
+            lambda: lg.load_ancestry(timm_pth, "vit_tiny_patch16_224", **SIZES, use_rel_pos_bias=True),
+            "use_rel_pos_bias is not an argument of timm's VisionTransformer",
+        ),
+        "a row of text accuracies": (lambda: Row("m", "t", "s", 1, 2, 3, 0, accs=["0.5"]), "accs is not"),
+        "a comparison of a meta text": (lambda: lg.Comparison([], None, meta="x"), "Comparison"),
+        "a condensed result of a path as note": (
+            lambda: Condensed(lg.condense("scratch", anc).gene, Path("n")),
+            "note",
+        ),
+        "options repeating a key with the same value": (
+            lambda: lg.condense("mimetic", anc, options=["seed=0", "seed=0"]),
+            "option seed is given twice (seed=0, then seed=0)",
+        ),
+        "an ancestry whose spec names another width": (
+            lambda: lg.condense("mimetic", Ancestry(anc.model, anc.spec.replace(embed_dim=64, num_heads=2))),
+            "does not describe the Ancestry's model",
+        ),
+        "a gene object with an infinite tensor": (
+            lambda: lg.expand(_poisoned(lg.condense("heru_lg", anc).gene)),
+            "holds NaN or infinite values",
+        ),
+    }
+
+
+CASE_NAMES = [
+    "a timm loading key of value False",
+    "a timm loading key given as a --timm-arg text",
+    "a timm argument of another model class",
+    "a row of text accuracies",
+    "a comparison of a meta text",
+    "a condensed result of a path as note",
+    "options repeating a key with the same value",
+    "an ancestry whose spec names another width",
+    "a gene object with an infinite tensor",
+]
+
+
+@pytest.mark.parametrize("case", CASE_NAMES)
+def test_this_rounds_hostile_table(timm_pth, tmp_path, case):
+    call, says = _hostile_cases(timm_pth, tmp_path)[case]
+    with pytest.raises(LearngeneError) as refused:
+        call()
+    message = str(refused.value)
+    assert says in message and "\n" not in message, message
     assert not list(tmp_path.iterdir())
