@@ -541,3 +541,16 @@ def test_this_rounds_hostile_table(timm_pth, tmp_path, case):
     message = str(refused.value)
     assert says in message and "\n" not in message, message
     assert not list(tmp_path.iterdir())
+
+
+def test_a_logger_named_twice_is_refused_as_every_repeat(capsys, tmp_path):
+    """It was merged without a word, while a size named twice was refused."""
+    from learngene.training.config import TrainConfig
+
+    with pytest.raises(LearngeneError, match=re.escape("log (--log) names tensorboard twice; give each once")):
+        TrainConfig(log=("tensorboard", "tensorboard"))
+    err = cli_error(
+        capsys,
+        [*RUN, "--run-dir", tmp_path / "run", "--out", tmp_path / "a", "--log", "tensorboard", "--log", "tensorboard"],
+    )
+    assert "names tensorboard twice" in err, err
