@@ -25,6 +25,7 @@ import inspect
 import itertools
 import os
 import sys
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -385,13 +386,10 @@ def check_architecture_arguments(arch: str | None, kwargs: dict[str, Any], where
     if arch is None or not others:
         return
     model_class = type(_timm_model(arch, {"device": "meta"}))
-    allowed = {
-        name
-        for cls in model_class.__mro__
-        if cls is not nn.Module and issubclass(cls, nn.Module) and "__init__" in vars(cls)
-        for name, p in inspect.signature(cls.__init__).parameters.items()
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name != "self"
-    } - LOADING_ARGUMENTS
+    allowed = _constructor_arguments(model_class)
+    if allowed is None:  # a constructor that takes any keyword and says not which: timm's own check refuses
+        return
+    allowed -= LOADING_ARGUMENTS
     unknown = [k for k in others if k not in allowed]
     if unknown:
         listed = ", ".join(sorted(allowed)[:12]) + (", ..." if len(allowed) > 12 else "")
@@ -399,6 +397,30 @@ def check_architecture_arguments(arch: str | None, kwargs: dict[str, Any], where
             f"{where}{unknown[0]} is not an argument of timm's {model_class.__name__} ({arch}); its architecture "
             f"arguments are {listed}"
         )
+
+
+def _constructor_arguments(model_class: type) -> set[str] | None:
+    """The keyword arguments ``model_class`` takes: the ``__init__`` parameters along its bases (a subclass's
+    ``**kwargs`` reach its base's), and the fields of a config dataclass one of them takes (NaFlexVit's
+    ``NaFlexVitCfg``, whose fields its ``**kwargs`` set); None where a ``**kwargs`` goes nowhere these name."""
+    names: set[str] = set()
+    fields: set[str] = set()
+    inits, open_ended = 0, False
+    for cls in model_class.__mro__:
+        if cls is nn.Module or not issubclass(cls, nn.Module) or "__init__" not in vars(cls):
+            continue
+        inits += 1
+        try:
+            hints = typing.get_type_hints(cls.__init__)
+        except Exception:  # noqa: BLE001  an annotation that does not resolve names no config
+            hints = {}
+        for name, p in inspect.signature(cls.__init__).parameters.items():
+            open_ended |= p.kind is p.VAR_KEYWORD
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name != "self":
+                names.add(name)
+                arms = typing.get_args(hints.get(name)) or (hints.get(name),)
+                fields.update(f.name for arm in arms if dataclasses.is_dataclass(arm) for f in dataclasses.fields(arm))
+    return None if open_ended and inits == 1 and not fields else names | fields
 
 
 def _timm_model(name: str, kwargs: dict[str, Any]) -> nn.Module:
