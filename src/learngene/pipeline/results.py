@@ -113,7 +113,9 @@ class Condensed:
 class ModelOutput:
     """A model and what its file records: the spec (None for a model no spec describes, e.g. a stitched ViT), the
     origin and the preprocessing its inputs expect; ``summary``: one line on what it is; ``inputs``: the files and
-    folders it was made from, never saved over."""
+    folders it was made from, never saved over; ``trained_in_place``: its module was then fine-tuned by
+    ``learngene.train(..., inplace=True)``, so its record no longer describes it and it cannot be saved (the result
+    that call returned can)."""
 
     model: nn.Module
     spec: ViTSpec | None
@@ -121,10 +123,21 @@ class ModelOutput:
     preprocessing: dict[str, Any] | None
     summary: str = ""
     inputs: tuple[str, ...] = field(default=(), kw_only=True)
+    trained_in_place: bool = field(default=False, kw_only=True, repr=False)
+
+    def check_savable(self) -> None:
+        """Refuse in one line a result whose module was trained in place: saved, its file would label fine-tuned
+        weights as what it was."""
+        if self.trained_in_place:
+            raise LearngeneError(
+                f"this {self.origin.get('kind', 'model')}'s module was fine-tuned by learngene.train(..., "
+                f"inplace=True), so it no longer is what this result records; save the result that call returned"
+            )
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
         """Write it atomically in the file format of its kind (:func:`learngene.formats.model_file.save_model`) to
         ``path``, which is none of its inputs (:func:`check_destination`)."""
+        self.check_savable()
         check_destination(path, overwrite, self.inputs)
         save_model(
             path, self.model, self.spec, origin=self.origin, overwrite=overwrite, preprocessing=self.preprocessing
@@ -147,6 +160,7 @@ class Descendant(ModelOutput):
             raise LearngeneError(f"format must be 'file', 'hub' or None, got {format!r}")
         if not wants_folder(path, format):
             return super().save(path, overwrite)
+        self.check_savable()
         check_destination(path, overwrite, self.inputs, folder=True)
         if self.spec is None:
             raise LearngeneError(

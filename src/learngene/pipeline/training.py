@@ -3,6 +3,7 @@ what their model files record: the data, the accuracy, the label space, the lice
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,7 @@ def train(
     resume: bool = False,
     license: str | None = None,
     say: Say = quiet,
+    inplace: bool = False,
 ) -> Trained:
     """``model`` (a model file, e.g. a descendant, a stitched descendant or an ancestry; or a pipeline result)
     fine-tuned on ``data``, as ``learngene train`` makes it.
@@ -121,8 +123,13 @@ def train(
         resume: whether it continues from the checkpoint in ``run_dir``.
         license: the licence recorded in the model file (an SPDX identifier).
         say: called with a line about the distillation, e.g. ``print``.
+        inplace: for a result ``model``, train its own module instead of a copy (no second copy of the weights in
+            memory): the returned result then holds that module, trained, and ``model`` can no longer be saved (its
+            ``save`` refuses, since its file would label fine-tuned weights as what it was). By default a result
+            is left as it was: the call trains a deep copy (``tuned.model is not model.model``).
     """
     require_argument(model, (str, os.PathLike, ModelOutput), "model", "a model file's path or a use case's result")
+    check_flag(inplace, "inplace")
     data = data_argument(data)
     teachers = None if teacher is None else ancestry_argument(teacher)
     if isinstance(teachers, Ancestry):
@@ -137,11 +144,13 @@ def train(
             f"{named('teacher')} ANCESTRY, or leave the distillation weight out"
         )
     open_run_dir(run_dir, resume, cfg)
-    loaded, preprocessing = _model(model)
+    loaded, preprocessing = _model(model, inplace)
     if cfg.desc == "train":  # named by what it fine-tunes, e.g. "train tleg descendant" (the loggers' run name)
         what = " ".join(str(loaded.origin[k]) for k in ("method", "kind") if loaded.origin.get(k))
         cfg = cfg.replace(desc=f"train {what}".strip())
     train, test = load_data(data, loaded.spec.img_size, loaded.spec.in_chans, preprocessing, cfg.seed)
+    if inplace and isinstance(model, ModelOutput):  # from here on (a fresh head, training) its module changes
+        model.trained_in_place = True
     head = _choose_head(loaded, train, new_head, cfg.seed)
     spec = loaded.spec.replace(num_classes=train.num_classes) if head.fresh else loaded.spec
     net = loaded.model
@@ -172,12 +181,16 @@ def train(
     return Trained(net, spec, origin, preprocessing_cfg(train), summary, result, head.why, inputs=inputs)
 
 
-def _model(model: str | os.PathLike | ModelOutput) -> tuple[ModelFile, dict[str, Any] | None]:
-    """The model to train, read from its file in the format its header names, and the preprocessing it records."""
+def _model(model: str | os.PathLike | ModelOutput, inplace: bool) -> tuple[ModelFile, dict[str, Any] | None]:
+    """The model to train, read from its file in the format its header names, and the preprocessing it records; a
+    result's module copied unless ``inplace`` (training it, or giving it a fresh head, would change the caller's
+    object: ``small.save()`` after ``lg.train(small, ...)`` wrote fine-tuned weights labelled as untrained)."""
     if isinstance(model, ModelOutput):
         if model.spec is None:
             raise LearngeneError("this model has no ViTSpec to train at; save it and pass its file")
-        return ModelFile(model.model, model.spec, dict(model.origin), model.model.state_dict()), model.preprocessing
+        model.check_savable()  # a result trained in place once holds weights its record no longer describes
+        net = model.model if inplace else copy.deepcopy(model.model)
+        return ModelFile(net, model.spec, dict(model.origin), net.state_dict()), model.preprocessing
     return read_model(model), model_preprocessing(model)
 
 
