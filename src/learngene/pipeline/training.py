@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from ..data import FolderData, ImageData, preprocessing_cfg
 from ..errors import ArgumentTypeError, LearngeneError, named, require_argument
 from ..formats.labels import HeadChoice, choose_head
@@ -128,6 +130,11 @@ def train(
             ``save`` refuses, since its file would label fine-tuned weights as what it was). By default a result
             is left as it was: the call trains a deep copy (``tuned.model is not model.model``).
     """
+    if isinstance(model, nn.Module):  # the training loop's call, which this name once also took
+        raise ArgumentTypeError(
+            "model is a torch module: learngene.train takes a model file's path or a use case's result; train a "
+            "module with the training loop, learngene.training.train(model, data, cfg)"
+        )
     require_argument(model, (str, os.PathLike, ModelOutput), "model", "a model file's path or a use case's result")
     check_flag(inplace, "inplace")
     data = data_argument(data)
