@@ -83,7 +83,8 @@ def train_ancestry(
     origin = {
         "kind": "ancestry",
         "data": train.name,
-        "epochs": cfg.epochs,
+        "epochs": len(result.history),  # those run: max_steps may end the run before cfg.epochs
+        **result.cost,  # how long: a hub folder's card says it
         "eval_acc": result.final_acc,
         "label_space": train.label_space,
         **license_entry(license),
@@ -177,7 +178,8 @@ def train(
     origin = {
         **loaded.origin,
         "finetuned_on": train.name,
-        "epochs": cfg.epochs,
+        "epochs": len(result.history),  # those run: max_steps may end the run before cfg.epochs
+        **result.cost,  # the fine-tuning's (an ancestry's own are replaced, as its epochs are)
         "eval_acc": result.final_acc,
         "label_space": train.label_space,
         "new_head": head.fresh,
