@@ -94,7 +94,7 @@ def test_every_model_writing_command_writes_a_hub_folder_for_a_folder_out(name, 
         assert accuracy in facts["fine-tuned"] and "has not been trained" not in card
         assert "then fine-tuned (on digits-train-16" in card
         assert facts["method"] == "wave" if kind.endswith("descendant") else facts["method"].startswith("none")
-        assert facts["classifier head"].startswith("fresh" if "--new-head" in argv else "kept")
+        assert facts["classifier head"].startswith("fresh" if "--new-head" in argv else "the model's own, kept")
     elif kind == "adapted descendant":
         assert facts["adapted"].startswith("on digits-train-16: 1 optimizer step, ") and accuracy in facts["adapted"]
         assert facts["method"] == "wave" and NOT_TRAINED in card  # the gene was adapted, not the model trained

@@ -155,10 +155,11 @@ def _gene_head(origin: Mapping[str, Any], spec: ViTSpec, otherwise: str) -> str 
 
 
 def _tuned_head(origin: Mapping[str, Any], spec: ViTSpec) -> str | None:
-    """A fine-tuned model's classifier: fresh for the data's classes, or the one it had, trained on them already."""
+    """A fine-tuned model's classifier: fresh for the data's classes, or the one it had (``learngene train`` keeps it
+    for the same classes, and for a model that records none: the file does not say which)."""
     if not spec.num_classes:
         return None
     data = _data(origin, "finetuned_on")
     if origin.get("new_head"):
         return f"fresh for {data}, trained in the fine-tuning"
-    return f"kept (trained on the same classes before), fine-tuned on {data} with the rest"
+    return f"the model's own, kept and fine-tuned on {data} with the rest"
