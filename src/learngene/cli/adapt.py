@@ -31,5 +31,9 @@ def run(args: argparse.Namespace) -> None:
 
     hub = out_is_folder(args)
     check_outputs(args, [args.out, args.gene_out], [args.gene], folder=hub)
+    if hub and args.gene_out:  # refused before the run, not after it
+        from ..pipeline.results import check_gene_beside_folder
+
+        check_gene_beside_folder(args.out, args.gene_out)
     adapted = adapt(args.gene, size=size_from_args(args), options=args.opt or [], **training_from_args(args))
     save_model_and_say(args, adapted, adapted.descendant.summary, hub, gene_path=args.gene_out)

@@ -21,7 +21,7 @@ from torch import nn
 
 from ..binding import check_before_saving
 from ..data import preprocessing_cfg
-from ..errors import LearngeneError, require_argument
+from ..errors import LearngeneError, named, require_argument
 from ..formats.atomic import check_not_input, check_outputs, quote
 from ..formats.cards import card_from_origin
 from ..formats.export import check_output_folder, export_hub_folder, wants_folder
@@ -176,6 +176,15 @@ def is_folder_output(path: Any, format: Any) -> bool:
     return wants_folder(path, format)
 
 
+def check_gene_beside_folder(folder: str | os.PathLike, gene_path: str | os.PathLike) -> None:
+    """Refuse a gene file to be written inside the hub folder its descendant goes to (the folder is the model's)."""
+    if Path(os.path.abspath(gene_path)).parent == Path(os.path.abspath(folder)):
+        raise LearngeneError(
+            f"{named('gene_path', '--gene-out')} {quote(gene_path)} is inside the hub folder {quote(folder)}, which "
+            f"holds the model's files only; save the gene beside it"
+        )
+
+
 @dataclass
 class Descendant(ModelOutput):
     """A descendant made by :func:`learngene.pipeline.expand`: ``provided`` are the timm keys its gene filled;
@@ -222,12 +231,9 @@ class Adapted:
         check_destination(path, overwrite, inputs, folder=folder)
         if gene_path is not None:
             check_destination(gene_path, overwrite, inputs, name="gene_path")
-            if folder and Path(os.path.abspath(gene_path)).parent == Path(os.path.abspath(path)):
-                raise LearngeneError(
-                    f"gene_path {quote(gene_path)} is inside the hub folder {quote(path)}, which holds the model's "
-                    f"files only; save the gene beside it"
-                )
-            if not folder:
+            if folder:
+                check_gene_beside_folder(path, gene_path)
+            else:
                 check_outputs([path, gene_path], inputs, overwrite)
             save_gene(self.gene, gene_path, overwrite=overwrite, method=self.method)
         self.descendant.save(path, overwrite=overwrite, format=format)
