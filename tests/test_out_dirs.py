@@ -137,3 +137,41 @@ def test_a_folder_out_that_cannot_be_a_folder_is_one_line(made, tmp_path, capsys
     assert "inside the hub folder" in cli_error(capsys, argv) and not out.exists()
     with pytest.raises(LearngeneError, match="format must be 'file', 'hub' or None"):
         lp.expand(str(made["gene"]), {"depth": 1}).save(tmp_path / "x", format="onnx")
+
+
+@pytest.mark.parametrize(
+    ("origin", "kind", "says", "never"),
+    [
+        (  # adapted, then fine-tuned: both runs named, in order
+            {"kind": "descendant", "method": "wave", "adapted_on": "a", "adapt_steps": 3, "finetuned_on": "b"},
+            "fine-tuned adapted descendant",
+            ["specialized to this size (on a: 3 optimizer steps; test accuracy not recorded), then fine-tuned (on b:"],
+            ["has not been trained"],
+        ),
+        (  # a gene without a head: the card says the head is untrained
+            {"kind": "descendant", "method": "wave", "gene": "/x/g.safetensors", "provided_keys": 18},
+            "descendant",
+            [NOT_TRAINED, "**classifier head**: not the gene's: fresh", "**learngene**: `g.safetensors`", "18 of 20"],
+            ["fine-tuned"],
+        ),
+        (  # an ancestry whose file records no accuracy nor length
+            {"kind": "ancestry", "data": "digits"},
+            "ancestry",
+            ["**test accuracy**: not recorded", "**training**: length not recorded", "on digits: an ancestry"],
+            ["has not been trained", "fine-tuned"],
+        ),
+        ({}, "model", ["its file records neither where it comes from nor any training"], ["expanded from a learngene"]),
+    ],
+    ids=["adapted then fine-tuned", "untrained head", "ancestry without records", "no origin"],
+)
+def test_the_card_says_what_the_file_records_and_nothing_else(origin, kind, says, never):
+    from learngene.formats.cards import card_from_origin
+    from learngene.formats.export import model_card
+    from learngene.vit.spec import ViTSpec
+
+    spec = ViTSpec(depth=1, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
+    config = {"architecture": spec.arch, "pretrained_cfg": {}}
+    card = model_card(config, spec, card_from_origin(origin, spec))
+    assert _facts(card)["kind"] == kind
+    assert all(fact in card for fact in says), card
+    assert not any(fact in card for fact in never), card

@@ -48,9 +48,13 @@ def card_from_origin(origin: Mapping[str, Any], spec: ViTSpec) -> dict[str, Any]
         card["fine-tuned"] = _run(origin.get("finetuned_on"), origin, "epochs", "steps", "seconds", "eval_acc")
         card["head"] = _tuned_head(origin, spec)
     elif kind == ADAPTED:
-        card["head"] = _gene_head(origin, spec, "for this size during adaptation")
+        card["head"] = _gene_head(origin, spec, "trained for this size during the adaptation")
     elif kind == DESCENDANT:
-        card["head"] = _gene_head(origin, spec, "untrained (fine-tune before use)")
+        card["head"] = _gene_head(
+            origin,
+            spec,
+            f"fresh: timm's initialization of a {spec.num_classes}-way head, untrained (fine-tune before use)",
+        )
     if origin.get("license"):
         card["licence"] = f"{origin['license']} (recorded in the model file)"
         card["license_id"] = origin["license"]
@@ -143,15 +147,16 @@ def _citation(method: Any) -> str | None:
 
 
 def _gene_head(origin: Mapping[str, Any], spec: ViTSpec, otherwise: str) -> str | None:
-    """A descendant's classifier: the ancestry's where the gene gave it (it records the head's label space)."""
+    """A descendant's classifier: the ancestry's where the gene gave it (it records the head's label space), else
+    ``otherwise`` (or a top-up's)."""
     if not spec.num_classes:
         return None
     space = origin.get("label_space")
     if space:
         return f"the ancestry's, carried by the gene ({describe_labels(space, spec.num_classes)})"
     if origin.get("top_up"):
-        return f"topped up by {origin['top_up']} where it has one of this shape, else fresh, {otherwise}"
-    return f"not from the gene: timm's initialization of a {spec.num_classes}-way head, {otherwise}"
+        return f"topped up by {origin['top_up']} where it has one of this shape, else {otherwise}"
+    return f"not the gene's: {otherwise}"
 
 
 def _tuned_head(origin: Mapping[str, Any], spec: ViTSpec) -> str | None:

@@ -242,10 +242,14 @@ def _about(arch: str, kind: str, method: str, card: dict[str, Any]) -> tuple[str
         untuned += (
             "such as a fresh head), from which the weights are expanded; it has not been trained after expansion."
         )
-    else:
+    elif base == "descendant":
         title = f"{arch}, initialized by learngene ({method})"
         about = "A timm Vision Transformer whose weights were expanded from a learngene"
         untuned = f"{about}; it has not been trained after expansion."
+    else:  # a model file that records no kind learngene makes (e.g. saved by hand): nothing more is known
+        title = f"{arch}, saved by learngene"
+        about = f"A timm Vision Transformer saved by learngene ({base})"
+        untuned = f"{about}; its file records neither where it comes from nor any training."
     return (f"{title}, fine-tuned", f"{about}, then fine-tuned ({tuned}).") if tuned else (title, untuned)
 
 
