@@ -100,8 +100,10 @@ def test_every_model_writing_command_writes_a_hub_folder_for_a_folder_out(name, 
         assert facts["method"] == "wave" and NOT_TRAINED in card  # the gene was adapted, not the model trained
     else:
         assert facts["method"] == "wave" and NOT_TRAINED in card and "fine-tuned" not in card
-    config = json.loads((folder / "config.json").read_text())["pretrained_cfg"]
-    assert config["input_size"] == [1, 16, 16] and config["num_classes"] == written.spec.num_classes
+    config = json.loads((folder / "config.json").read_text())
+    assert config["pretrained_cfg"]["input_size"] == [1, 16, 16] and config["num_classes"] == written.spec.num_classes
+    space = origin.get("label_space")  # what the head means: its classes are timm's label_names
+    assert config.get("label_names") == (space["classes"] if space else None)
 
 
 def test_the_python_results_save_a_hub_folder_for_a_folder_path(made, tmp_path):

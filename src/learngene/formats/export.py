@@ -108,6 +108,8 @@ def export_hub_folder(
     card: dict[str, Any],
     data_config: dict[str, Any] | None = None,
     overwrite: bool = False,
+    *,
+    label_names: list[str] | None = None,
 ) -> Path:
     """Write ``model`` (built from ``spec``) as timm's hub folder at ``path``, with a model card.
 
@@ -124,6 +126,9 @@ def export_hub_folder(
         data_config: preprocessing for ``pretrained_cfg`` (``mean``, ``std``, ``interpolation``,
             ``crop_pct``): give the data's the model was trained on (:func:`learngene.data.preprocessing_cfg`
             of the dataset); without it the architecture's defaults are written, and the card says so.
+        label_names: the class of each output of the classifier, in order: ``config.json``'s ``label_names``, which
+            timm reads into the model's ``pretrained_cfg`` and transformers into ``config.id2label`` (left out when
+            their count is not the model's number of classes).
     """
     require_argument(model, nn.Module, "model", "a torch module (a timm ViT)")
     require_argument(spec, ViTSpec, "spec", "a ViTSpec")
@@ -133,7 +138,11 @@ def export_hub_folder(
         save_safetensors(tmp / WEIGHTS, model.state_dict(), {"format": "pt"})
         try:
             config = _save_timm_config(
-                model, spec, tmp / CONFIG, {**_channel_stats(model, spec.in_chans), **(data_config or {})}
+                model,
+                spec,
+                tmp / CONFIG,
+                {**_channel_stats(model, spec.in_chans), **(data_config or {})},
+                label_names=label_names,
             )
         except ValueError as exc:
             raise LearngeneError(
@@ -144,7 +153,9 @@ def export_hub_folder(
     return path
 
 
-def _save_timm_config(model: nn.Module, spec: ViTSpec, path: Path, data_config: dict[str, Any]) -> dict[str, Any]:
+def _save_timm_config(
+    model: nn.Module, spec: ViTSpec, path: Path, data_config: dict[str, Any], label_names: list[str] | None = None
+) -> dict[str, Any]:
     """timm's ``config.json`` of ``model``, written to ``path`` and returned: its ``pretrained_cfg`` describes this
     model's input and classes, and nothing of the architecture's published weights (:data:`FOREIGN_CFG_FIELDS`).
 
@@ -180,6 +191,8 @@ def _save_timm_config(model: nn.Module, spec: ViTSpec, path: Path, data_config: 
     # transformers' TimmWrapper passes num_classes itself (from the root's), and fails on a second one;
     # timm reads the root's num_classes too
     config.get("model_args", {}).pop("num_classes", None)
+    if label_names is not None and len(label_names) == model.num_classes and model.num_classes:
+        config["label_names"] = [str(name) for name in label_names]  # timm's field, at the root as timm writes it
     path.write_text(json.dumps(config, indent=2) + "\n")
     return config
 

@@ -158,7 +158,11 @@ class ModelOutput:
         data_config = None
         if self.preprocessing is not None:  # what it was trained with (a descendant: the gene's), at its input size
             data_config = preprocessing_cfg(self.preprocessing, self.spec.img_size, self.spec.in_chans)
-        export_hub_folder(path, self.model, self.spec, self.hub_card(), data_config=data_config, overwrite=overwrite)
+        space = self.origin.get("label_space")  # what the head's outputs mean, where the file records it
+        names = space.get("classes") if isinstance(space, dict) else None
+        export_hub_folder(
+            path, self.model, self.spec, self.hub_card(), data_config, overwrite, label_names=names or None
+        )
 
     def hub_card(self) -> dict[str, Any]:
         """The facts of its hub folder's model card: those its file records
