@@ -162,7 +162,12 @@ def test_a_folder_out_that_cannot_be_a_folder_is_one_line(made, tmp_path, capsys
             ["**test accuracy**: not recorded", "**training**: length not recorded", "on digits: an ancestry"],
             ["has not been trained", "fine-tuned"],
         ),
-        ({}, "model", ["its file records neither where it comes from nor any training"], ["expanded from a learngene"]),
+        (
+            {},
+            "model",
+            ["its file records neither where it comes from nor any training", "**learngene**: not recorded"],
+            ["expanded from a learngene", "made in Python"],
+        ),
     ],
     ids=["adapted then fine-tuned", "untrained head", "ancestry without records", "no origin"],
 )

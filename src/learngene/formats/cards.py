@@ -42,8 +42,10 @@ def card_from_origin(origin: Mapping[str, Any], spec: ViTSpec) -> dict[str, Any]
         card |= _ancestry_facts(origin, tuned=kind != ANCESTRY)
         if spec.num_classes and kind == ANCESTRY:
             card["head"] = f"trained with the rest, on {_data(origin, 'data')}"
-    else:
+    elif kind.removeprefix(f"{FINE_TUNED} ") in (DESCENDANT, ADAPTED):
         card |= _descendant_facts(origin, spec)
+    else:  # a kind learngene does not make (a file saved by hand): nothing is known of where it comes from
+        card |= {"method": NOT_RECORDED, "gene": NOT_RECORDED, "ancestry": NOT_RECORDED}
     if kind.startswith(FINE_TUNED):
         card["fine-tuned"] = _run(origin.get("finetuned_on"), origin, "epochs", "steps", "seconds", "eval_acc")
         card["head"] = _tuned_head(origin, spec)
