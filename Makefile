@@ -1,8 +1,9 @@
 # The README's two commands: `make demo` (the main job on Fashion-MNIST) and `make test` (lint, types, then the suite); `make docs` builds the docs,
 # `make test-gpu` runs the GPU tests alone.
 # Both create the virtual environment .venv on first use and install the package into it with the
-# pinned versions of constraints.txt. Other targets: `make dist` builds the sdist and wheel; `make check-wheel`
-# installs the wheel in a clean venv and runs `learngene --help` there; `make check-latest` does that with the
+# pinned versions of constraints.txt. Other targets: `make dist` builds the sdist and wheel of learngene-vit and checks
+# them with `twine check`; `make check-wheel` installs the wheel in a clean venv and runs `learngene --version` and
+# `learngene --help` there; `make check-latest` does that with the
 # newest versions pyproject.toml's bounds allow (no pins) and runs the suite in that venv; `make lock` rewrites
 # constraints.txt with those newest versions.
 PYTHON ?= python3
@@ -24,6 +25,8 @@ EXTRAS := datasets,tensorboard,wandb
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
+	@# a .venv from before the rename holds this project as "learngene" 0.1.0, whose learngene command would stay behind
+	$(PY) -m pip uninstall -y -q --disable-pip-version-check learngene 2>/dev/null || true
 	$(PIP_INSTALL) -e ".[test,dev,$(EXTRAS)]" $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 	@$(MAKE) --no-print-directory fashion-mnist
 	touch $(STAMP)
@@ -76,14 +79,18 @@ lock:
 dist: $(STAMP)
 	rm -rf dist
 	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
 
-# the wheel in a clean venv (its [test] extra too, so the suite can run there): `learngene --help` must work
+# the wheel in a clean venv (its [test] extra too, so the suite can run there): `learngene --version` must print the
+# wheel's name and version, alone (no other "learngene" distribution beside it), and `learngene --help` must work
 check-wheel: dist
 	rm -rf $(VENV_WHEEL)
 	$(PYTHON) -m venv $(VENV_WHEEL)
 	$(VENV_WHEEL)/bin/python -m pip install -q --disable-pip-version-check "$$(ls dist/*.whl)[test]" $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+	cd /tmp && version="$$($(CURDIR)/$(VENV_WHEEL)/bin/learngene --version)" && echo "$$version" && \
+	  [ "$$version" = "learngene-vit $$(cd $(CURDIR)/dist && ls *.whl | cut -d- -f2)" ]
 	cd /tmp && $(CURDIR)/$(VENV_WHEEL)/bin/learngene --help >/dev/null && $(CURDIR)/$(VENV_WHEEL)/bin/learngene methods >/dev/null
-	@echo "check-wheel: $$(cd dist && echo *) built; the wheel installs in a clean venv and 'learngene --help' runs"
+	@echo "check-wheel: $$(cd dist && echo *) built; the wheel installs in a clean venv and 'learngene --version' and 'learngene --help' run"
 
 # the suite with the newest versions pyproject.toml's bounds allow, in a fresh venv holding the built wheel
 check-latest:

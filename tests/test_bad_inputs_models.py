@@ -428,7 +428,7 @@ def _api_calls():
         "adapt": [lambda: lg.adapt(gene(), 42)],
         "train": [
             lambda: lg.train("not a model", data(), cfg()),
-            lambda: lg.train(model(), data(), {"epochs": 1}),  # the loop, as before (deprecated), refusing a dict
+            lambda: lg.train(model(), data(), {"epochs": 1}),  # a torch module: the loop is learngene.training.train
             lambda: lg.train(model(), data(), cfg(), teacher="t"),
         ],
         "train_ancestry": [lambda: lg.train_ancestry(42)],

@@ -45,8 +45,8 @@ def _as_text(value: object) -> str:
 
 
 def shown(value: object, limit: int = 40) -> str:
-    """How a message quotes a value it refuses: its repr, cut to ``limit`` characters; the line breaks and indents of
-    an object's repr (a torch module's, over many lines) made one space, so the message stays one line."""
+    """How a message quotes a value it refuses: its repr on one line (a torch module's spans many), cut to ``limit``
+    characters."""
     text = " ".join(repr(value).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

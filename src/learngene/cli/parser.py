@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .._version import __version__
 from . import adapt, ancestry, bench, compare, condense, demo, expand, inspect, methods, train
+from .version import VersionAction
 
 EXIT_USAGE = 2
 
@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Condense a pretrained ViT into a learngene and expand it into "
         "timm ViTs of any depth, width and head count.",
     )
-    parser.add_argument("--version", action="version", version=f"learngene {__version__}")
+    parser.add_argument("--version", action=VersionAction, help="print the distribution's name and version, and exit")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
     for name, command in COMMANDS.items():
         command.add_arguments(

@@ -89,6 +89,8 @@ def adapt(
     facts = {
         "adapted_on": train.name,
         "adapt_steps": result.steps,
+        "adapt_seconds": round(result.seconds, 2),
+        "adapt_acc": result.final_acc,
         "options": opts,
         "label_space": head_label_space(loaded, provided),
     }

@@ -3,9 +3,12 @@ what their model files record: the data, the accuracy, the label space, the lice
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any
+
+from torch import nn
 
 from ..data import FolderData, ImageData, preprocessing_cfg
 from ..errors import ArgumentTypeError, LearngeneError, named, require_argument
@@ -81,7 +84,8 @@ def train_ancestry(
     origin = {
         "kind": "ancestry",
         "data": train.name,
-        "epochs": cfg.epochs,
+        "epochs": len(result.history),  # those run: max_steps may end the run before cfg.epochs
+        **result.cost,  # how long: a hub folder's card says it
         "eval_acc": result.final_acc,
         "label_space": train.label_space,
         **license_entry(license),
@@ -104,6 +108,7 @@ def train(
     resume: bool = False,
     license: str | None = None,
     say: Say = quiet,
+    inplace: bool = False,
 ) -> Trained:
     """``model`` (a model file, e.g. a descendant, a stitched descendant or an ancestry; or a pipeline result)
     fine-tuned on ``data``, as ``learngene train`` makes it.
@@ -124,8 +129,18 @@ def train(
         resume: whether it continues from the checkpoint in ``run_dir``.
         license: the licence recorded in the model file (an SPDX identifier).
         say: called with a line about the distillation, e.g. ``print``.
+        inplace: for a result ``model``, train its own module instead of a copy (no second copy of the weights in
+            memory): the returned result then holds that module, trained, and ``model`` can no longer be saved (its
+            ``save`` refuses, since its file would label fine-tuned weights as what it was). By default a result
+            is left as it was: the call trains a deep copy (``tuned.model is not model.model``).
     """
+    if isinstance(model, nn.Module):  # the training loop's call, which this name once also took
+        raise ArgumentTypeError(
+            "model is a torch module: learngene.train takes a model file's path or a use case's result; train a "
+            "module with the training loop, learngene.training.train(model, data, cfg)"
+        )
     require_argument(model, (str, os.PathLike, ModelOutput), "model", "a model file's path or a use case's result")
+    check_flag(inplace, "inplace")
     data = data_argument(data)
     teachers = None if teacher is None else ancestry_argument(teacher)
     if isinstance(teachers, Ancestry):
@@ -140,11 +155,13 @@ def train(
             f"{named('teacher')} ANCESTRY, or leave the distillation weight out"
         )
     open_run_dir(run_dir, resume, cfg)
-    loaded, preprocessing = _model(model)
+    loaded, preprocessing = _model(model, inplace)
     if cfg.desc == "train":  # named by what it fine-tunes, e.g. "train tleg descendant" (the loggers' run name)
         what = " ".join(str(loaded.origin[k]) for k in ("method", "kind") if loaded.origin.get(k))
         cfg = cfg.replace(desc=f"train {what}".strip())
     train, test = load_data(data, loaded.spec.img_size, loaded.spec.in_chans, preprocessing, cfg.seed)
+    if inplace and isinstance(model, ModelOutput):  # from here on (a fresh head, training) its module changes
+        model.trained_in_place = True
     head = _choose_head(loaded, train, new_head, cfg.seed)
     spec = loaded.spec.replace(num_classes=train.num_classes) if head.fresh else loaded.spec
     net = loaded.model
@@ -164,7 +181,8 @@ def train(
     origin = {
         **loaded.origin,
         "finetuned_on": train.name,
-        "epochs": cfg.epochs,
+        "epochs": len(result.history),  # those run: max_steps may end the run before cfg.epochs
+        **result.cost,  # the fine-tuning's (an ancestry's own are replaced, as its epochs are)
         "eval_acc": result.final_acc,
         "label_space": train.label_space,
         "new_head": head.fresh,
@@ -178,13 +196,17 @@ def train(
     return Trained(net, spec, origin, preprocessing_cfg(train), summary, result, head.why, inputs=inputs)
 
 
-def _model(model: str | os.PathLike | ModelOutput) -> tuple[ModelFile, dict[str, Any] | None]:
-    """The model to train, read from its file in the format its header names, and the preprocessing it records."""
+def _model(model: str | os.PathLike | ModelOutput, inplace: bool) -> tuple[ModelFile, dict[str, Any] | None]:
+    """The model to train, read from its file in the format its header names, and the preprocessing it records; a
+    result's module copied unless ``inplace`` (training it, or giving it a fresh head, would change the caller's
+    object: ``small.save()`` after ``lg.train(small, ...)`` wrote fine-tuned weights labelled as untrained)."""
     if isinstance(model, ModelOutput):
         if model.spec is None:
             raise LearngeneError("this model has no ViTSpec to train at; save it and pass its file")
+        model.check_savable()  # a result trained in place once holds weights its record no longer describes
         check_model_object(model.model, None, f"the {type(model).__name__}'s model")  # what read_model checks
-        return ModelFile(model.model, model.spec, dict(model.origin), model.model.state_dict()), model.preprocessing
+        net = model.model if inplace else copy.deepcopy(model.model)
+        return ModelFile(net, model.spec, dict(model.origin), net.state_dict()), model.preprocessing
     return read_model(model), model_preprocessing(model)
 
 

@@ -227,7 +227,7 @@ class TrainConfig:
             if importlib.util.find_spec(LOGGER_PACKAGES[name]) is None:
                 raise LearngeneError(
                     f"logging to {name} needs the {LOGGER_PACKAGES[name]} package; install it with "
-                    f"pip install 'learngene[{name}]'"
+                    f"pip install 'learngene-vit[{name}]'"
                 )
         if self.epochs is not None and self.epochs < 1 and not self.max_steps:  # a run of max_steps needs no epochs
             raise LearngeneError(
