@@ -25,6 +25,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -211,6 +212,12 @@ class _checkpointing_signals:
         for s, handler in self.previous.items():
             signal.signal(s, handler)
         if isinstance(exc, RunInterrupted):  # the cell is checkpointed: now requeue (SIGUSR2) or end (SIGTERM)
+            print(
+                f"learngene compare worker: {exc.signame} after step {exc.step}; checkpoint written to "
+                f"{exc.checkpoint}; the cell resumes from it in the next worker that takes it",
+                file=sys.stderr,
+                flush=True,
+            )
             self._stop(signal.Signals[exc.signame].value, None)
 
 
