@@ -201,3 +201,47 @@ def test_local_launcher_gives_the_results_of_one_process(ancestry, one_process, 
     assert main(argv(ancestry, out, "--launcher", "local", "--launch-workers", "2")) == 0
     _same_as_one_process(out, one_process)
     assert "local workers, 2 task(s)" in capsys.readouterr().err
+
+
+def test_srun_torchrun_trains_as_torchrun_does(cluster, tmp_path):
+    """`srun torchrun --nproc_per_node 2 -m learngene ancestry ...` on the cluster's node: the losses and weights of the
+    same 2-process run started without Slurm, exactly (the same processes compute the same sums)."""
+    import sys
+
+    import torch
+    from safetensors.torch import load_file
+
+    from tests.conftest import TINY_ARGS
+    from tests.ddp_jobs import TRAIN
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "OMP_NUM_THREADS": "1"}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+
+    def ancestry(name: str, launch: list[str]) -> Path:
+        run = ["--run-dir", str(tmp_path / f"{name}_run"), "--out", str(tmp_path / f"{name}.safetensors")]
+        done = subprocess.run(
+            [*launch, *torchrun, "-m", "learngene", "ancestry", *map(str, TINY_ARGS), *TRAIN, *run],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=root,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return tmp_path / name
+
+    plain = ancestry("plain", [])
+    srun = ancestry("srun", ["srun", "--nodes", "1", "--ntasks", "1", "--cpus-per-task", "2"])
+    assert _losses(srun) == _losses(plain)
+    weights, reference = load_file(f"{srun}.safetensors"), load_file(f"{plain}.safetensors")
+    assert weights.keys() == reference.keys()
+    assert all(torch.equal(weights[k], reference[k]) for k in weights)
+
+
+def _losses(run: Path) -> list[dict]:
+    """The run's log, epoch by epoch, less its measured times."""
+    import json
+
+    lines = (run.with_name(run.name + "_run") / "log.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if "second" not in k and "time" not in k} for line in lines]

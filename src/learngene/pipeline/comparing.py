@@ -190,6 +190,7 @@ def compare(
     from_requests = {**data_choices, "timm_model": request.timm_model, "drop_head": request.drop_head}
     chosen = CompareChoices(**{**{k: v for k, v in from_requests.items() if v is not None}, **choices})
     cfg = train_config(train_cfg, "compare", "compare")
+    launch = Launcher.of(launcher)
     optional_path(out, "out")
     check_flag(plots, "plots")
     if time_limit is not None and (
@@ -220,7 +221,6 @@ def compare(
         "time_limit": None if time_limit is None else 60 * time_limit,
         "command": command or "learngene.compare(...)",
     }
-    launch = Launcher.of(launcher)
     if launch.kind != "inprocess":
         worker = _worker(launch, request, data, texts, cfg, out, choices, (time_limit, plots, options["command"]))
         rows, meta = launch_compare(launch, worker, profile, say, data_dir)
