@@ -397,12 +397,13 @@ POLL_SECONDS = 5.0  # how often the launcher reads the folder and the queue
 
 
 def wait_for(watch: Watch, wait: bool) -> tuple[list[Row], bool]:
-    """Read the grid until it is complete or no task is active (or once, without ``wait``); (rows, complete)."""
+    """Read the grid until no task is pending or running (or once, without ``wait``); (rows, complete). Once the
+    grid is complete the tasks end within moments (each writes the report), so none outlives the launcher."""
     while True:
         active = watch.active()  # before the grid: a task that ends in between has written its cells
         rows, done, total = watch.grid()
         watch.progress(done, total, active)
-        if done >= total or not active or not wait:
+        if not active or not wait:
             return rows, done >= total
         time.sleep(POLL_SECONDS)
 
