@@ -245,3 +245,53 @@ def _losses(run: Path) -> list[dict]:
 
     lines = (run.with_name(run.name + "_run") / "log.jsonl").read_text().splitlines()
     return [{k: v for k, v in json.loads(line).items() if "second" not in k and "time" not in k} for line in lines]
+
+
+def test_a_requeued_srun_torchrun_training_resumes_from_its_checkpoint(cluster, tmp_path):
+    """`sbatch --requeue` of `srun torchrun ... --run-dir R --resume`, requeued (`scontrol requeue`: SIGTERM to every
+    rank) once its first checkpoint is written: the ranks checkpoint at a step, the job runs again, resumes, and ends
+    with the losses and weights of the same run never interrupted."""
+    import json
+    import sys
+
+    import torch
+    from safetensors.torch import load_file
+
+    from tests.conftest import TINY_ARGS
+    from tests.ddp_jobs import TRAIN
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "OMP_NUM_THREADS": "1"}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    train = list(TRAIN)
+    train[train.index("--epochs") + 1] = "6"  # long enough to be requeued in the middle
+
+    def command(name: str) -> list[str]:
+        run = ["--run-dir", str(tmp_path / f"{name}_run"), "--out", str(tmp_path / f"{name}.safetensors")]
+        return [*torchrun, "-m", "learngene", "ancestry", *map(str, TINY_ARGS), *train, *run, "--resume"]
+
+    plain = subprocess.run(command("plain"), capture_output=True, text=True, env=env, cwd=root, timeout=600)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\nsrun --cpus-per-task 2 " + " ".join(command("requeued")) + "\n")
+    log = tmp_path / "job-%j.log"
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", "--requeue", "--cpus-per-task", "2", "--open-mode", "append", f"--output={log}",
+         str(script)],
+        capture_output=True, text=True, env=env, cwd=root, check=True,
+    )  # fmt: skip
+    job = submitted.stdout.strip().split(";")[0]
+    checkpoint = tmp_path / "requeued_run" / "checkpoint.pt"
+    _wait_for(checkpoint.exists, "the first checkpoint")
+    subprocess.run(["scontrol", "requeue", job], check=True, timeout=60)
+    _wait_for(lambda: not _queued(job) and (tmp_path / "requeued.safetensors").exists(), "the requeued job", 600)
+    said = Path(str(log).replace("%j", job)).read_text()
+    assert "stopped by SIGTERM after step" in said and "checkpoint written to" in said, said[-3000:]
+
+    def losses(name: str) -> list[dict]:
+        lines = (tmp_path / f"{name}_run" / "log.jsonl").read_text().splitlines()
+        return [{k: v for k, v in json.loads(line).items() if "second" not in k and "time" not in k} for line in lines]
+
+    assert losses("requeued")[-1] == losses("plain")[-1]
+    weights, reference = load_file(tmp_path / "requeued.safetensors"), load_file(tmp_path / "plain.safetensors")
+    assert all(torch.equal(weights[k], reference[k]) for k in reference)

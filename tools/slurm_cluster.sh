@@ -97,7 +97,8 @@ node_idle() { sinfo -h -N -o '%t' 2>/dev/null | grep -qE '^(idle|mix|alloc)'; }
 
 start() {
     need
-    local began=$SECONDS
+    local began=$SECONDS began_ns
+    began_ns=$(date +%s%N)
     if [ -e "$DIR/slurmctld.pid" ] && node_idle; then
         echo "slurm_cluster.sh: already running ($(sinfo -h -N -o '%N %t %c CPUs'))"
         return 0
@@ -115,7 +116,8 @@ start() {
         fi
         sleep 0.5
     done
-    echo "slurm_cluster.sh: one node up in $((SECONDS - began)) s: $(sinfo -h -N -o '%N %t, %c CPUs, %m MB')"
+    local ms=$((($(date +%s%N) - began_ns) / 1000000))
+    echo "slurm_cluster.sh: one node up in $((ms / 1000)).$(printf %03d $((ms % 1000))) s: $(sinfo -h -N -o '%N %t, %c CPUs, %m MB')"
     echo "export SLURM_CONF=$CONF"
 }
 

@@ -153,7 +153,7 @@ class CompareWorker:
 
         set_threads(self.threads or _slurm_cpus())
         try:
-            with _checkpointing_signals():
+            with _CheckpointingSignals():
                 compare(
                     self.ancestry,
                     self.data,
@@ -183,12 +183,12 @@ def _slurm_cpus() -> int | None:
     return int(value) if value.isdigit() and int(value) > 0 else None
 
 
-class _checkpointing_signals:
+class _CheckpointingSignals:
     """While a worker runs: SIGTERM and SIGUSR2 make a running training loop finish its step and checkpoint
     (:func:`learngene.training.loop.request_stop`); then, or at once where no loop runs, SIGUSR2 goes on to submitit's
     handler (which calls :meth:`CompareWorker.checkpoint`, requeues the task and exits) and SIGTERM ends the task."""
 
-    def __enter__(self) -> _checkpointing_signals:
+    def __enter__(self) -> _CheckpointingSignals:
         self.previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2)}
         for s in self.previous:
             signal.signal(s, self._on_signal)
