@@ -63,6 +63,8 @@ write_conf() {
 ClusterName=learngene
 SlurmctldHost=$host
 AuthType=auth/munge
+# a requeued job waits for its credentials to expire before it may start again (default 120 s)
+AuthInfo=cred_expire=30
 SlurmUser=root
 SlurmdUser=root
 ProctrackType=proctrack/linuxproc
