@@ -12,6 +12,7 @@ machine, hence `slow`.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import subprocess
@@ -151,17 +152,23 @@ def _queued(job: str) -> list[str]:
 
 
 def test_a_preempted_task_checkpoints_its_cell_and_a_cancelled_job_leaves_a_folder_a_rerun_completes(
-    cluster, ancestry, one_process
+    cluster, ancestry, one_process, capsys
 ):
     out = ancestry.parent / "preempted"
     launch = ("--launcher", "slurm", "--launch-workers", "2")
     assert main(argv(ancestry, out, *launch, "--no-wait")) == 0  # submits and returns
+    submitted = (out / "launch" / "launch.json").read_text()
+    capsys.readouterr()
+    assert main(argv(ancestry, out, *launch, "--no-wait")) == 0  # the same command follows the job: no new array
+    assert (out / "launch" / "launch.json").read_text() == submitted
+    job = json.loads(submitted)["jobs"][0].split("_")[0]
+    assert f"Slurm job {job} runs; the same command again shows its progress" in capsys.readouterr().err
     # preemption as Slurm signals it before a time limit: SIGUSR2 to one task in the middle of a scratch ×10 cell
     task = _signal_a_worker_inside(out, r"-x10-", "USR2")
     log = next((out / "launch").glob(f"{task}_*_log.err"))
     _wait_for(lambda: "learngene compare worker: SIGUSR2 after step" in log.read_text(), "the checkpoint")
     assert "checkpoint written to" in log.read_text()
-    job = task.split("_")[0]
+    assert task.split("_")[0] == job
     # then the whole job is cancelled, cells still left to do
     subprocess.run(["scancel", job], check=True, timeout=60)
     _wait_for(lambda: not _queued(job), "the cancellation")
