@@ -315,7 +315,7 @@ def submit(launcher: Launcher, worker: CompareWorker, out: Path, fingerprint: st
     except ImportError:
         raise LearngeneError(
             "launcher local and slurm submit through submitit, which is not installed; pip install "
-            "'learngene[slurm]' (or submitit), or use launcher='inprocess' (--launcher inprocess)"
+            "'learngene-vit[slurm]' (or submitit), or use launcher='inprocess' (--launcher inprocess)"
         ) from None
     folder = out / LAUNCH
     folder.mkdir(parents=True, exist_ok=True)
