@@ -6,7 +6,7 @@ cancelled job leaves a folder that a rerun completes, and a task that fails is r
 The Slurm tests need a cluster that answers `sinfo` (`sudo tools/slurm_cluster.sh start` makes one on this machine;
 `.ci/run` starts it): without one they skip, saying so, except in CI (CI=true), where they fail. Every test here
 runs several interpreters that import torch and fine-tune 24 tiny cells: about a minute each on a loaded 2-core
-machine, hence `slow`.
+machine, hence `slow`; the flags' tests at the end are quick.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from learngene.cli import main
 from learngene.vit.spec import ViTSpec
 from tests.conftest import saved_model
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 
 # measured wall times: never equal between two runs (the columns a launched run may change, as any rerun does)
 TIMINGS = ("condense_seconds", "adapt_seconds", "train_seconds", "cell_seconds")
@@ -106,6 +106,7 @@ def _same_as_one_process(out: Path, one_process) -> None:
     assert "pretrained at L1-D16-H1:" in text  # the cells pretrained cannot make: one line of the report
 
 
+@pytest.mark.slow
 def test_slurm_array_gives_the_rows_statistics_and_report_of_one_process(cluster, ancestry, one_process, capsys):
     out = ancestry.parent / "slurm"
     assert main(argv(ancestry, out, "--launcher", "slurm", "--launch-workers", "2")) == 0
@@ -151,6 +152,7 @@ def _queued(job: str) -> list[str]:
     return done.stdout.split("\n") if done.returncode == 0 and done.stdout.strip() else []
 
 
+@pytest.mark.slow
 def test_a_preempted_task_checkpoints_its_cell_and_a_cancelled_job_leaves_a_folder_a_rerun_completes(
     cluster, ancestry, one_process, capsys
 ):
@@ -179,6 +181,7 @@ def test_a_preempted_task_checkpoints_its_cell_and_a_cancelled_job_leaves_a_fold
     _same_as_one_process(out, one_process)
 
 
+@pytest.mark.slow
 def test_a_task_that_fails_is_reported_in_one_line_with_its_log_and_not_retried(cluster, ancestry, capsys):
     from learngene.training.run_dirs import lock_run_dir, unlock_run_dir
 
@@ -202,6 +205,7 @@ def test_a_task_that_fails_is_reported_in_one_line_with_its_log_and_not_retried(
     assert started.count("Starting with JobEnvironment") == 1  # the task ran once
 
 
+@pytest.mark.slow
 def test_local_launcher_gives_the_results_of_one_process(ancestry, one_process, capsys):
     pytest.importorskip("submitit")
     out = ancestry.parent / "local"
@@ -210,6 +214,7 @@ def test_local_launcher_gives_the_results_of_one_process(ancestry, one_process, 
     assert "local workers, 2 task(s)" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_srun_torchrun_trains_as_torchrun_does(cluster, tmp_path):
     """`srun torchrun --nproc_per_node 2 -m learngene ancestry ...` on the cluster's node: the losses and weights of the
     same 2-process run started without Slurm, exactly (the same processes compute the same sums)."""
@@ -254,6 +259,7 @@ def _losses(run: Path) -> list[dict]:
     return [{k: v for k, v in json.loads(line).items() if "second" not in k and "time" not in k} for line in lines]
 
 
+@pytest.mark.slow
 def test_a_requeued_srun_torchrun_training_resumes_from_its_checkpoint(cluster, tmp_path):
     """`sbatch --requeue` of `srun torchrun ... --run-dir R --resume`, requeued (`scontrol requeue`: SIGTERM to every
     rank) once its first checkpoint is written: the ranks checkpoint at a step, the job runs again, resumes, and ends
@@ -308,3 +314,53 @@ def test_a_requeued_srun_torchrun_training_resumes_from_its_checkpoint(cluster, 
     assert losses("requeued")[-1] == losses("plain")[-1]
     weights, reference = load_file(tmp_path / "requeued.safetensors"), load_file(tmp_path / "plain.safetensors")
     assert all(torch.equal(weights[k], reference[k]) for k in reference)
+
+
+class Stop(Exception):
+    pass
+
+
+def test_the_launcher_flags_give_the_launcher_the_keywords_give(monkeypatch, tmp_path):
+    """Every Launcher field, as its flag or its keyword, is the same setting."""
+    from learngene.pipeline import comparing
+    from learngene.pipeline.launching import Launcher
+
+    got = []
+
+    def compare(*args, launcher=None, **kwargs):
+        got.append(launcher)
+        raise Stop
+
+    monkeypatch.setattr(comparing, "compare", compare)
+    flags = [
+        "--launcher", "slurm", "--launch-workers", "8", "--slurm-partition", "gpu", "--slurm-time", "90",
+        "--slurm-gpus-per-task", "1", "--slurm-cpus-per-task", "4", "--slurm-array-parallelism", "3",
+        "--slurm-arg", "account=proj", "--slurm-arg", "qos=low", "--threads", "1", "--no-wait",
+    ]  # fmt: skip
+    with pytest.raises(Stop):
+        main(["compare", "--ancestry", "a", "--data", "digits", "--sizes", "L1-D32-H2", "--out", str(tmp_path), *flags])
+    assert got == [
+        Launcher(
+            "slurm", workers=8, partition="gpu", time=90, gpus_per_task=1, cpus_per_task=4, array_parallelism=3,
+            slurm_args=("account=proj", "qos=low"), threads=1, wait=False,
+        )
+    ]  # fmt: skip
+    assert got[0].sbatch_options() == {"account": "proj", "qos": "low"}
+
+
+@pytest.mark.parametrize(
+    "flags, said",
+    [
+        (["--launcher", "pbs"], "invalid choice: 'pbs'"),
+        (["--launcher", "slurm", "--launch-workers", "0"], "workers must be in [1, 100000], got 0"),
+        (["--launcher", "slurm", "--slurm-arg", "account"], "takes KEY=VALUE"),
+        (["--launcher", "local", "--no-wait"], "wait=False (--no-wait) returns while the workers run"),
+    ],
+)
+def test_a_bad_launcher_flag_is_one_line_before_anything_is_read(flags, said, tmp_path, capsys):
+    argv = ["compare", "--ancestry", str(tmp_path / "missing.safetensors"), "--data", "digits", "--sizes", "L1-D32-H2"]
+    assert main([*argv, "--out", str(tmp_path / "out"), *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 or "usage:" in err[0], err
+    assert said in err[-1]
+    assert not (tmp_path / "out").exists()

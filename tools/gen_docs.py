@@ -244,7 +244,6 @@ def cli_page() -> str:
 # below the use cases: what they take and return, the training loop, and the parts a Python user reaches for
 API_MODULES = (
     "learngene.pipeline.compare",
-    "learngene.pipeline.launching",
     "learngene.pipeline.inputs",
     "learngene.pipeline.results",
     "learngene.binding",

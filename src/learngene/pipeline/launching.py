@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import ArgumentTypeError, LearngeneError, first_line, named, shown
+from ..errors import ArgumentTypeError, LearngeneError, assigned, first_line, named, shown
 from ..settings import field
 from ..validate import refusal
 
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from ..bench.rows import Row
 
 LAUNCH = "launch"  # OUT/launch: submitit's folder (the tasks' logs), launch.json and the tasks' failure records
+# the ranges a Launcher takes: beyond them a value is a typo (any real cluster's own limits are lower)
+MAX_WORKERS, MAX_PER_TASK, YEAR = 100_000, 4096, 525_600  # YEAR: in minutes
 ACTIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD", "RESIZING")
 
 
@@ -70,24 +72,31 @@ class Launcher:
         flag="--launch-workers",
         metavar="N",
         at_least=1,
-        at_most=10_000,
+        at_most=MAX_WORKERS,
         help="workers (array tasks) of a local or slurm launcher",
     )
     partition: str | None = field(
         None, flag="--slurm-partition", metavar="NAME", nonempty=True, help="the tasks' Slurm partition"
     )
-    time: int = field(60, flag="--slurm-time", metavar="MIN", at_least=1, help="each task's time limit in minutes")
-    gpus_per_task: int = field(0, flag="--slurm-gpus-per-task", metavar="N", at_least=0, help="GPUs of each task")
-    cpus_per_task: int = field(1, flag="--slurm-cpus-per-task", metavar="N", at_least=1, help="CPUs of each task")
+    time: int = field(
+        60, flag="--slurm-time", metavar="MIN", at_least=1, at_most=YEAR, help="each task's time limit in minutes"
+    )
+    gpus_per_task: int = field(
+        0, flag="--slurm-gpus-per-task", metavar="N", at_least=0, at_most=MAX_PER_TASK, help="GPUs of each task"
+    )
+    cpus_per_task: int = field(
+        1, flag="--slurm-cpus-per-task", metavar="N", at_least=1, at_most=MAX_PER_TASK, help="CPUs of each task"
+    )
     array_parallelism: int | None = field(
         None,
         flag="--slurm-array-parallelism",
         metavar="N",
         at_least=1,
+        at_most=MAX_WORKERS,
         help="at most this many tasks at once (default: all)",
     )
     slurm_args: tuple[str, ...] = field(())  # --slurm-arg KEY=VALUE (repeatable), added by the command line
-    threads: int | None = field(None, at_least=1)  # the command line's --threads
+    threads: int | None = field(None, at_least=1, at_most=MAX_PER_TASK)  # the command line's --threads
     wait: bool = field(True)  # --no-wait
 
     def __post_init__(self) -> None:
@@ -100,8 +109,8 @@ class Launcher:
         self.sbatch_options()  # a KEY=VALUE that is not one is refused now
         if not self.wait and self.kind != "slurm":
             raise LearngeneError(
-                f"{named('wait', '--no-wait')}=False returns while the workers run, which only Slurm's can: its "
-                f"workers outlive this process; give kind='slurm' (--launcher slurm), or wait"
+                f"{assigned('wait', False, '', '--no-wait')} returns while the workers run, which only Slurm's can: "
+                f"its workers outlive this process; give kind='slurm' (--launcher slurm), or wait"
             )
 
     def sbatch_options(self) -> dict[str, str]:
