@@ -19,9 +19,9 @@ PIP_INSTALL = $(PY) -m pip install -q --disable-pip-version-check
 TEST_WORKERS ?= 2
 PYTEST := -m pytest -n $(TEST_WORKERS) --dist loadscope
 # the optional extras, installed by `make test` so that their tests run (without them they skip)
-EXTRAS := datasets,tensorboard,wandb
+EXTRAS := datasets,tensorboard,wandb,slurm
 
-.PHONY: demo test lint test-gpu install lock dist check-wheel check-latest fashion-mnist docs docs-install
+.PHONY: demo test lint test-gpu test-slurm install lock dist check-wheel check-latest fashion-mnist docs docs-install
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,11 @@ lint: $(STAMP)
 # only the tests of CUDA-only code paths (tests/test_gpu.py; marker `gpu`): on a machine without CUDA they all skip
 test-gpu: $(STAMP)
 	$(PY) -m pytest -m gpu
+
+# the Slurm tests alone (tests/test_slurm.py, slow: --runslow), against the cluster `sinfo` finds: start one on this
+# machine first with `sudo tools/slurm_cluster.sh start` (.ci/run does); with CI=true a missing cluster fails them
+test-slurm: $(STAMP)
+	$(PY) -m pytest --runslow tests/test_slurm.py
 
 # the docs site into site/ (mkdocs.yml); --strict: a broken link, a missing reference or a bad docstring fails.
 # Offline once the docs extra is installed; tools/gen_docs.py writes the method, CLI and API pages at build time.

@@ -438,6 +438,7 @@ def _api_calls():
         "Adapted": [],
         "Trained": [],
         "Comparison": [],
+        "Launcher": [lambda: lg.Launcher(workers="2"), lambda: lg.Launcher("pbs"), lambda: lg.Launcher(slurm_args="x")],
         "DataRequest": [lambda: lg.DataRequest(42), lambda: lg.DataRequest("digits", few_shot=0)],
         "AncestryRequest": [lambda: lg.AncestryRequest(None), lambda: lg.AncestryRequest("a", timm_kwargs="depth=6")],
         "ExpandChoices": [lambda: lg.ExpandChoices(seed=-1), lambda: lg.ExpandChoices(license=123)],

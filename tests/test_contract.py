@@ -32,6 +32,7 @@ from learngene.data import digits, label_space, preprocessing_cfg
 from learngene.errors import LearngeneError
 from learngene.formats.model_file import save_model
 from learngene.pipeline.compare import CompareChoices
+from learngene.pipeline.launching import Launcher
 from learngene.pipeline.requests import AncestryRequest, DataRequest, ExpandChoices
 from learngene.validate import limits_of
 from learngene.vit.spec import ViTSpec
@@ -203,6 +204,7 @@ def _baselines(places: Places, results: dict[str, Any], tmp: Path) -> dict[str, 
         "DataRequest": (DataRequest, {"source": "digits"}),
         "AncestryRequest": (AncestryRequest, {"path": places.ancestry}),
         "ExpandChoices": (ExpandChoices, {}),
+        "Launcher": (Launcher, {}),
     }
     for name, result in results.items():
         path = tmp / (f"{name}-report" if name == "Comparison" else f"{name}.safetensors")

@@ -44,6 +44,7 @@ _EXPORTS = {
     "Adapted": "pipeline.results",
     "Trained": "pipeline.results",
     "Comparison": "pipeline.comparing",
+    "Launcher": "pipeline.launching",
     "DataRequest": "pipeline.requests",
     "AncestryRequest": "pipeline.requests",
     "ExpandChoices": "pipeline.requests",
