@@ -220,13 +220,9 @@ def run(args: argparse.Namespace) -> None:
         say=_stderr if launched and not args.quiet else (lambda text: None),
         **choices_from_args(args),
     )
-<<<<<<< HEAD
-    print(comparison.text)
-    print(f"learngene compare: report in {printable(f'{args.out}/report.md')}")
-=======
     if comparison.meta.get("complete", True):
         print(comparison.text)
-        print(f"learngene compare: report in {args.out}/report.md")
+        print(f"learngene compare: report in {printable(f'{args.out}/report.md')}")
 
 
 def _stderr(text: str) -> None:
@@ -241,7 +237,6 @@ def launcher_from_args(args: argparse.Namespace) -> Launcher:
         if f.metadata.get("flag")
     }
     return Launcher(**given, slurm_args=tuple(args.slurm_arg), threads=args.threads, wait=not args.no_wait)
->>>>>>> slurm
 
 
 def choices_from_args(args: argparse.Namespace) -> dict[str, Any]:
