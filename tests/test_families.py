@@ -745,7 +745,7 @@ def test_memory_estimates_count_the_tokens_of_the_images_fed_not_the_grid(monkey
     and teacher logits make their batch smaller instead of refusing."""
     import learngene.host.memory as memory
     import learngene.training.loop as loop
-    from learngene.vit.spec import training_activation_bytes
+    from learngene.vit.activation_memory import training_activation_bytes
 
     model = timm_ancestry(*FAMILIES["naflex_radio"])
     cfg = TrainConfig(batch_size=8)
