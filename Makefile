@@ -1,10 +1,12 @@
-# The README's two commands: `make demo` (the main job on Fashion-MNIST) and `make test` (lint, types, then the suite); `make docs` builds the docs,
-# `make test-gpu` runs the GPU tests alone.
+# The README's two commands: `make demo` (the main job on Fashion-MNIST) and `make test` (lint, types, then the suite's
+# default tier: unit and contract tests); `make test-integration` runs the integration tier (pytest marker
+# `integration`: end to end, CI runs it after `make test`), `make test-busy` the default tier with both cores of a
+# 2-core machine already busy; `make docs` builds the docs, `make test-gpu` runs the GPU tests alone.
 # Both create the virtual environment .venv on first use and install the package into it with the
 # pinned versions of constraints.txt. Other targets: `make dist` builds the sdist and wheel of learngene-vit and checks
 # them with `twine check`; `make check-wheel` installs the wheel in a clean venv and runs `learngene --version` and
 # `learngene --help` there; `make check-latest` does that with the
-# newest versions pyproject.toml's bounds allow (no pins) and runs the suite in that venv; `make lock` rewrites
+# newest versions pyproject.toml's bounds allow (no pins) and runs the suite's default tier in that venv; `make lock` rewrites
 # constraints.txt with those newest versions.
 PYTHON ?= python3
 VENV ?= .venv
@@ -15,13 +17,14 @@ STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
 PIP_INSTALL = $(PY) -m pip install -q --disable-pip-version-check
 # the suite in TEST_WORKERS processes (pytest-xdist), each test module's tests in one of them (their module fixtures
-# are built once); 2 suits a 2-core machine, where it takes under 10 minutes
+# are built once); 2 suits a 2-core machine. Which tier runs is pyproject.toml's: its addopts select the default tier
+# (-m 'not integration'); -m integration selects the other
 TEST_WORKERS ?= 2
 PYTEST := -m pytest -n $(TEST_WORKERS) --dist loadscope
 # the optional extras, installed by `make test` so that their tests run (without them they skip)
 EXTRAS := datasets,tensorboard,wandb,slurm
 
-.PHONY: demo test lint test-gpu test-slurm install lock dist check-wheel check-latest fashion-mnist docs docs-install
+.PHONY: demo test test-integration test-busy lint test-gpu test-slurm install lock dist check-wheel check-latest fashion-mnist docs docs-install
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +41,20 @@ demo: $(STAMP)
 
 test: lint
 	$(PY) $(PYTEST)
+
+# the integration tier: the CLI end to end in subprocesses, families x methods, compare, torchrun, the demo, the docs'
+# runnable blocks; CI runs it after `make test`
+test-integration: $(STAMP)
+	$(PY) $(PYTEST) -m integration
+
+# the default tier on a machine whose cores are taken: two processes spin (on the 2-core machine, one per core)
+# while it runs; they are stopped however the suite ends, and the target exits with the suite's status
+test-busy: $(STAMP)
+	@$(PY) -c "while True: pass" & one=$$!; $(PY) -c "while True: pass" & two=$$!; \
+	  trap 'kill $$one $$two 2>/dev/null' EXIT INT TERM; start=$$(date +%s); \
+	  $(PY) $(PYTEST); status=$$?; \
+	  echo "test-busy: the default tier beside two spinning processes: exit $$status after $$(( $$(date +%s) - start )) s"; \
+	  exit $$status
 
 # ruff (lint, with flake8-bugbear's B rules and McCabe complexity C901 at most 10, and format) and mypy, configured in
 # pyproject.toml; `make test` runs it first

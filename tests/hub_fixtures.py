@@ -179,12 +179,27 @@ def wandb_records(path: Path) -> list:
     return records
 
 
+def wandb_written() -> None:
+    """Wait until W&B's service process has written every finished run's file: ``run.finish()`` returns before the
+    service writes the run's last points to its ``.wandb`` file (on a busy machine the resumed run's file held none of
+    its rows when the test read it); ``wandb.teardown()`` returns once the service has closed every run's file. The
+    next ``wandb.init`` starts a new service."""
+    import sys
+
+    if "wandb" in sys.modules:
+        sys.modules["wandb"].teardown()
+
+
 def wandb_history(run_dir: Path) -> list[dict[str, object]]:
-    """The history rows (``wandb.log`` calls) of every offline run file under ``run_dir``, in the order written,
-    each with its ``_step``."""
+    """The history rows (``wandb.log`` calls) of every offline run file under ``run_dir``, each file's in the order
+    written, the files in the order their runs started (each file's run record holds its start in nanoseconds: a
+    file's modification time is when W&B's service last wrote it, and a folder's name has whole seconds), each row
+    with its ``_step``."""
+    wandb_written()
     rows = []
-    for path in sorted(run_dir.rglob("*.wandb"), key=lambda p: p.stat().st_mtime_ns):
-        for record in wandb_records(path):
+    files = [wandb_records(path) for path in run_dir.rglob("*.wandb")]
+    for records in sorted(files, key=wandb_start):
+        for record in records:
             if record.WhichOneof("record_type") == "history":
                 row: dict[str, object] = {"_step": record.history.step.num}
                 for item in record.history.item:
@@ -194,11 +209,18 @@ def wandb_history(run_dir: Path) -> list[dict[str, object]]:
     return rows
 
 
+def wandb_start(records: list) -> int:
+    """When the run of a W&B run file's ``records`` started, in nanoseconds since the epoch (its run record's)."""
+    return next(r.run.start_time.ToNanoseconds() for r in records if r.WhichOneof("record_type") == "run")
+
+
 def wandb_run_ids(run_dir: Path) -> set[str]:
+    wandb_written()
     return {p.stem.removeprefix("run-") for p in run_dir.rglob("*.wandb")}
 
 
 def wandb_config(run_dir: Path) -> dict[str, object]:
+    wandb_written()
     out: dict[str, object] = {}
     for path in run_dir.rglob("*.wandb"):
         for record in wandb_records(path):

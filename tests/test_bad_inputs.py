@@ -826,6 +826,7 @@ def test_unreadable_file_is_refused(ws, capsys):
         path.chmod(0o644)
 
 
+@pytest.mark.integration  # the installed command in subprocesses
 def test_what_a_user_sees_from_the_installed_command(ws):
     """A malicious pickle given as a checkpoint, in a real process: refused in one line, its code never run."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
@@ -932,6 +933,7 @@ def test_two_writers_of_one_output_cannot_both_succeed(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o.txt"]
 
 
+@pytest.mark.integration  # a second process holds the run folder
 def test_two_runs_on_one_run_dir_are_refused(ws, capsys, tmp_path):
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}

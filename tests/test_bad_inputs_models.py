@@ -383,6 +383,8 @@ def test_a_config_nested_thousands_deep_is_one_line(made, capsys, command):
     assert "config.json" in err and list((made / "out").iterdir()) == []
 
 
+@pytest.mark.integration  # the CLI in subprocesses
+@pytest.mark.timeout(600)  # took 131 s on the 2-core machine at load 9: the suite's 300 s is too close
 @pytest.mark.parametrize("name", ["README.md", "preprocessor_config.json"])
 def test_a_fifo_in_a_model_folder_is_skipped_not_read(made, tmp_path, name):
     """Only regular files are read: a FIFO (whose read blocks until someone writes) is passed over."""

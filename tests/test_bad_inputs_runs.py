@@ -71,6 +71,7 @@ def _learngene(*argv):
     "case",
     ["torchvision legacy pickle", "checkpoint of an old pickle protocol"],
 )
+@pytest.mark.integration  # the CLI in subprocesses
 def test_a_librarys_warning_never_comes_with_a_one_line_error(anc, tmp_path, case):
     """torch warns of a pickle's protocol before refusing it (two lines), here on MNIST's legacy processed files and
     on a .pth checkpoint that holds a pickled object: only the one line is shown."""
@@ -329,6 +330,7 @@ def test_a_folder_where_learngene_writes_a_file_is_not_replaced(anc, capsys, tmp
     assert sorted(p.name for p in hub.iterdir()) == ["README.md"] and (hub / "README.md" / "keep.txt").exists()
 
 
+@pytest.mark.integration  # the CLI in a subprocess
 def test_a_second_ctrl_c_while_stopping_prints_no_traceback(tmp_path):
     """The first Ctrl-C stops the command (one line, exit 130); a second one, at the interpreter's exit, is ignored
     (it used to print an atexit KeyboardInterrupt traceback)."""
@@ -451,6 +453,7 @@ def _a_value(action) -> str:
     raise AssertionError(f"no value for {action.option_strings}")
 
 
+@pytest.mark.integration  # the CLI in subprocesses
 def test_every_single_value_flag_given_twice_is_one_line(capsys):
     """Every flag that takes one value, of every command: given twice, refused in one line (argparse kept the last
     one without a word: --seed 1 --seed 2 ran seed 2); flags meant to repeat (--opt, --log) take both."""

@@ -21,6 +21,8 @@ from learngene.vit.spec import ViTSpec, fit_to_budget
 from tests.conftest import make_images
 
 
+@pytest.mark.integration  # a whole benchmark profile
+@pytest.mark.timeout(1200)  # took 387 s on the 2-core machine at load 9: the suite's 300 s is too close
 @pytest.mark.skipif(not DEBIAN_FASHION_MNIST.is_dir(), reason="apt-get install dataset-fashion-mnist")
 def test_bench_quick_profile_runs_every_method_on_every_task(tmp_path):
     assert main(["bench", "--profile", "quick", "--quiet", "--out", str(tmp_path)]) == 0
@@ -78,6 +80,7 @@ def test_a_profiles_train_config_reaches_every_stage_and_its_cache_keys(tmp_path
     assert list(plain).index("batch_size") == list(plain).index("condense_lambda") + 1  # where the fields were
 
 
+@pytest.mark.integration  # a whole benchmark run, twice
 def test_second_run_reuses_every_stage(tmp_path, fake_fashion, monkeypatch):
     calls = []
     real_train = cell_stage.train

@@ -169,6 +169,7 @@ def test_argument_errors_are_one_line_too(capsys):
     assert "required" in cli_error(capsys, ["expand"])
 
 
+@pytest.mark.integration  # the installed command in subprocesses
 def test_the_installed_command_exits_2_without_traceback(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "learngene", "inspect", str(tmp_path / "nothing.safetensors")],
@@ -215,6 +216,7 @@ def test_help_and_argument_errors_import_no_torch():
     assert proc.stdout.strip().splitlines()[-1] == "[0, 0, 0, 2, 0] False", proc.stdout[-500:] + proc.stderr[-500:]
 
 
+@pytest.mark.integration  # fresh interpreters in subprocesses
 def test_the_package_names_load_on_first_use():
     """`import learngene` is light; its public names still resolve, and `learngene.train` stays the pipeline's
     function even after the module of the training loop is imported."""

@@ -171,7 +171,7 @@ def _without_seconds(text: str) -> str:
 
 def test_drop_head_on_a_folder_without_a_head_is_refused(tmp_path):
     from learngene.errors import LearngeneError
-    from learngene.formats.convert import without_head
+    from learngene.formats.hf_to_timm import without_head
 
     state = {"blocks.0.norm1.weight": torch.ones(2)}
     with pytest.raises(LearngeneError, match="has no classifier head to drop"):

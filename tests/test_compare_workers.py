@@ -30,6 +30,7 @@ from .conftest import CUDA_PRESENT
 # seen on an H200 machine): users' workers are separate processes (torchrun ranks, SLURM tasks), never forks, so the
 # forked stand-ins run only where they can
 pytestmark = [
+    pytest.mark.integration,  # compare's workers in processes
     pytest.mark.skipif(not hasattr(os, "fork"), reason="the workers are forked"),
     pytest.mark.skipif(CUDA_PRESENT, reason="torch cannot run autograd in a child forked on a machine with CUDA"),
 ]

@@ -15,6 +15,8 @@ from learngene.method import Method, Paper
 from learngene.registry import list_methods
 
 
+@pytest.mark.integration  # the demo end to end
+@pytest.mark.timeout(900)  # took 217 s on the 2-core machine at load 9: the suite's 300 s is too close
 @pytest.mark.skipif(not DEBIAN_FASHION_MNIST.is_dir(), reason="apt-get install dataset-fashion-mnist")
 def test_quick_demo_runs_every_method(tmp_path, capsys):
     assert main(["demo", "--quick", "--quiet", "--out", str(tmp_path)]) == 0

@@ -28,6 +28,9 @@ from learngene.vit.spec import ViTSpec
 from tests import ddp_jobs
 from tests.bounds import assert_same_training, order_bound
 
+# torchrun runs; the module's runs (its first test's set-up) took 135 s on the 2-core machine at load 9
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = [m for m in list_methods() if get_method(m).needs_data]
 JOBS = ["ancestry", "folder", "genenet", *(f"condense:{m}" for m in TRAINED)]

@@ -113,6 +113,7 @@ def tiny_data(tmp_path, monkeypatch):
 FILES_WITH_SNIPPETS = [p for p in DOC_FILES if runnable_blocks(p)]
 
 
+@pytest.mark.integration  # the docs' runnable blocks
 @pytest.mark.parametrize("path", FILES_WITH_SNIPPETS, ids=[str(p.relative_to(ROOT)) for p in FILES_WITH_SNIPPETS])
 def test_runnable_snippets_run(path, tiny_data, capsys, tmp_path, monkeypatch):
     if path.name in HUB_GUIDES:

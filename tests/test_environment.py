@@ -44,6 +44,7 @@ def learngene(*argv: str, **env: str) -> subprocess.CompletedProcess:
 NOT_ONE_NUMBER = ["abc", "x,1", "1,1", "1,abc", "\u0661", "\uff11", "1_0", "1.0", "0x1"]
 
 
+@pytest.mark.integration  # the CLI in subprocesses
 @pytest.mark.parametrize("name", ["OMP_NUM_THREADS", "MKL_NUM_THREADS"])
 @pytest.mark.parametrize("value", [*NOT_ONE_NUMBER, "99999999999999999999", "0", "-3", TOO_MANY])
 def test_a_bad_thread_variable_is_one_line_before_torch_loads(model_file, name, value):
@@ -78,6 +79,7 @@ def test_every_other_variable_is_read_as_plain_digits_too(monkeypatch):
     assert env_number("LEARNGENE_DIST_TIMEOUT", 1800, float, at_least=1) == 1500.0
 
 
+@pytest.mark.integration  # the CLI in subprocesses
 def test_threads_on_the_command_line_replace_a_bad_omp_num_threads(model_file, tmp_path):
     out = tmp_path / "d.safetensors"
     gene = tmp_path / "gene.safetensors"
@@ -87,6 +89,7 @@ def test_threads_on_the_command_line_replace_a_bad_omp_num_threads(model_file, t
     assert done.stderr.startswith("wrote ") and done.stderr.count("\n") == 1  # --quiet: the result line alone
 
 
+@pytest.mark.integration  # the CLI in subprocesses
 def test_a_blank_thread_variable_is_unset_and_a_plain_one_is_its_number(model_file):
     for value in (" ", "1", " 1 "):
         done = learngene("inspect", str(model_file), OMP_NUM_THREADS=value, MKL_NUM_THREADS=value)

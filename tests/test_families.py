@@ -251,6 +251,7 @@ FAMILY_OPTIONS = {("aimv2", "wave"): {"template_size": 8}}
 METHOD_OPTIONS = SMALL_OPTIONS  # a method's options for every family
 
 
+@pytest.mark.integration  # every method x every family, end to end
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_method_condenses_and_expands_every_family(family, method):
@@ -407,6 +408,7 @@ def test_a_headed_ancestry_is_still_distilled_on_logits():
     assert gene.cost["distilled"].startswith("logits") and "head.weight" in gene.tensors
 
 
+@pytest.mark.integration  # every method x the new families
 @pytest.mark.parametrize("family", ["eva02", "eva02_clip", "aimv2"])
 def test_methods_carry_the_new_families_rows_not_timms_init(family):
     """Eva's q/v biases, sub-norms and gammas and the unpacked SwiGLU are rows of the axis table: a method that
@@ -488,6 +490,7 @@ def test_an_unfused_eva_checkpoint_loads_fused_and_computes_the_same(name, tmp_p
 
 
 # ---- the command line: a user's checkpoint of each family in, a descendant of the same family out ----------
+@pytest.mark.integration  # the CLI end to end, every family
 @pytest.mark.parametrize("family", FAMILIES)
 def test_cli_condenses_a_checkpoint_of_each_family_and_expands_it(family, tmp_path):
     name, classes = FAMILIES[family]
@@ -530,6 +533,7 @@ def _naflex_twin_of_a_vit() -> tuple[Ancestry, Ancestry]:
     return Ancestry(vit, spec_from_model(vit)), Ancestry(naflex.eval(), spec_from_model(naflex))
 
 
+@pytest.mark.integration  # every method, end to end
 @pytest.mark.parametrize("method", [m for m in METHODS if not get_method(m).aux_net])
 def test_a_naflexvit_gets_from_every_method_what_the_vit_it_equals_gets(method):
     """The same weights as a ViT or as a NaFlexVit: every method gives the NaFlexVit's descendants the ViT's
@@ -667,6 +671,7 @@ def test_a_naflexvit_batch_whose_activations_cannot_fit_is_refused_before_the_fi
         loop.train(model, DATA, QUICK.replace(distill_lambda=0.0))
 
 
+@pytest.mark.integration  # every family, end to end
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_lets_gene_of_every_family_expands_at_its_own_size(family):
     """A G for every module and kind the family's blocks hold, no more: layer scale (one vector, no bias) and
@@ -740,7 +745,7 @@ def test_memory_estimates_count_the_tokens_of_the_images_fed_not_the_grid(monkey
     and teacher logits make their batch smaller instead of refusing."""
     import learngene.host.memory as memory
     import learngene.training.loop as loop
-    from learngene.vit.spec import training_activation_bytes
+    from learngene.vit.activation_memory import training_activation_bytes
 
     model = timm_ancestry(*FAMILIES["naflex_radio"])
     cfg = TrainConfig(batch_size=8)

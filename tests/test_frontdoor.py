@@ -7,7 +7,6 @@ import inspect
 import io
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from learngene.training.loop import TrainConfig, train
 from learngene.training.progress import RunProgress
 
 from .bounds import U64, order_bound
+from .clock import VirtualClock
 from .conftest import make_images
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -176,22 +176,26 @@ def test_the_training_loop_reports_its_steps_to_the_running_stage(tiny_spec):
 
 
 def test_a_run_in_a_file_writes_a_line_a_minute_with_the_running_stage_and_a_moving_eta(monkeypatch):
-    out = _File()
+    """On the virtual clock (tests/clock.py: the count follows from the plan, whatever the machine's load): a step
+    every 40 s, 8 of 10, then the stage ends at 330 s; the heartbeat writes a line at 60, 120, ..., 300 s."""
+    out, clock = _File(), VirtualClock()
     monkeypatch.setattr(sys, "stderr", out)
-    monkeypatch.setattr(progress, "LINE_INTERVAL", 0.3)
+    monkeypatch.setattr(progress, "time", clock)
+    monkeypatch.setattr(progress, "threading", clock.threading())
     run = RunProgress(100.0, desc="bench demo", unit="GFLOP")
-    with run.stage("ancestry", 100.0):
-        for step in range(1, 9):
-            time.sleep(0.2)
-            progress.note_steps(step, 10)
-    run.close()
+    stage = run.stage("ancestry", 100.0)
+    stage.__enter__()
+    for step in range(1, 9):
+        clock.at(40 * step, lambda step=step: progress.note_steps(step, 10))
+    clock.at(330, lambda: (stage.__exit__(None, None, None), run.close()))
+    clock.run_threads()
     lines = out.getvalue().splitlines()
     running = [line for line in lines if "running: ancestry" in line]
-    assert len(running) >= 3, lines
+    assert len(running) == 5, lines
     assert len(set(lines)) == len(lines), "no line twice"
-    etas = {line.split("ETA ")[1].split(",")[0] for line in running}
-    percents = {line.split("%")[0][-3:] for line in running}
-    assert len(etas) >= 2 and len(percents) >= 2, running  # the ETA and the bar move inside one stage
+    etas = [line.split("ETA ")[1].split(",")[0] for line in running]
+    percents = [line.split("%")[0][-3:] for line in running]
+    assert len(set(etas[1:])) == 4 and len(set(percents)) == 5, running  # the ETA and the bar move inside one stage
     assert lines[-1].startswith("bench demo: 100%") and "running" not in lines[-1]  # a finished stage is all done
 
 

@@ -90,6 +90,7 @@ def ancestry(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.integration  # every method through the CLI end to end
 @pytest.mark.parametrize("name", list_methods())
 def test_python_and_the_cli_write_the_same_gene_and_descendant(name, ancestry, tmp_path):
     options = SMALL_OPTIONS.get(name, {})
@@ -138,6 +139,7 @@ def test_python_and_the_cli_train_the_same_ancestry_and_fine_tune_it_alike(tmp_p
     ],
     ids=["size and option", "budget", "top-up and licence", "layers", "verify"],
 )
+@pytest.mark.integration  # the CLI end to end
 @pytest.mark.parametrize("out", ["d.safetensors", "hub/"], ids=["file", "hub folder"])
 def test_python_and_the_cli_expand_alike_with_sizes_options_and_budgets(flags, size, choices, out, ancestry, tmp_path):
     gene = tmp_path / "g.safetensors"
@@ -165,6 +167,7 @@ def test_python_and_the_cli_adapt_alike(ancestry, tmp_path):
         same_but_varying(a, b)
 
 
+@pytest.mark.integration  # compare end to end, twice
 def test_python_and_the_cli_compare_alike(ancestry, tmp_path):
     """compare's results.csv, by `learngene compare` and by `learngene.compare` with the same arguments."""
     flags = ["--sizes", "L1-D32-H2", "--methods", "pretrained,mimetic", "--references", "scratch", "--seeds", "2"]

@@ -24,6 +24,8 @@ def run(*argv: str, code: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 
+@pytest.mark.integration  # an installed plugin, the CLI in subprocesses
+@pytest.mark.timeout(600)  # took 169 s on the 2-core machine at load 9: the suite's 300 s is too close
 def test_a_plugins_method_and_data_source_are_listed_without_torch_or_its_code_for_help():
     methods = run("methods")
     assert methods.returncode == 0, methods.stderr
@@ -40,6 +42,7 @@ def test_a_plugins_method_and_data_source_are_listed_without_torch_or_its_code_f
     assert probe.stdout.split() == ["True", "False"], probe.stderr
 
 
+@pytest.mark.integration  # an installed plugin, the CLI in subprocesses
 def test_a_plugins_method_condenses_and_expands_and_its_data_source_trains(tmp_path):
     anc, gene, out = (str(tmp_path / n) for n in ("anc.safetensors", "gene.safetensors", "d.safetensors"))
     size = ["--depth", "2", "--embed-dim", "32", "--num-heads", "2", "--img-size", "16", "--patch-size", "4"]
@@ -170,6 +173,8 @@ def test_help_works_and_loads_no_plugin_code(broken, argv):
         assert "import_fails (from package broken-plugin 1.0)" in " ".join(shown.stdout.split())
 
 
+@pytest.mark.integration  # installed plugins, the CLI in subprocesses
+@pytest.mark.timeout(600)  # took 105 s on the 2-core machine at load 9: the suite's 300 s is too close
 def test_broken_method_plugins_are_named_in_one_line_each_and_the_rest_works(broken):
     listed = broken("methods")
     assert listed.returncode == 0 and "pretrained " in listed.stdout and "Traceback" not in listed.stderr
@@ -197,6 +202,7 @@ def test_broken_method_plugins_are_named_in_one_line_each_and_the_rest_works(bro
     assert asked.stderr.count("'no_phase'") == 1, asked.stderr  # the one asked for: said once, as the error
 
 
+@pytest.mark.integration  # installed plugins, the CLI in subprocesses
 def test_broken_data_source_plugins_are_one_line_errors_naming_their_package(broken):
     code = (
         "from learngene.data import load_dataset\nfrom learngene.errors import LearngeneError\n"

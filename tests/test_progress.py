@@ -3,7 +3,9 @@
 import io
 import sys
 
+from learngene.training import progress
 from learngene.training.progress import progress_bar
+from tests.clock import VirtualClock
 
 
 class _File(io.StringIO):
@@ -25,37 +27,33 @@ def test_a_bar_in_a_file_writes_whole_lines_rarely(monkeypatch):
 
 
 def test_a_bar_in_a_file_writes_a_line_while_it_waits(monkeypatch):
-    """Inside one long stage the bar does not move; its line still comes once an interval (here 0.2 s)."""
-    import time
-
-    from learngene.training import progress
-
-    out = _File()
+    """Inside one long stage the bar does not move; its line still comes once an interval (LINE_INTERVAL, 60 s of
+    the virtual clock; the heartbeat looks every 5 s): the first line, then one at 60, 120, 180 and 240 s, and
+    none after the bar closes at 270 s (the heartbeat returns)."""
+    out, clock = _File(), VirtualClock()
     monkeypatch.setattr(sys, "stderr", out)
-    monkeypatch.setattr(progress, "LINE_INTERVAL", 0.2)
+    monkeypatch.setattr(progress, "time", clock)
+    monkeypatch.setattr(progress, "threading", clock.threading())
     bar = progress_bar(total=3, desc="stage")
-    time.sleep(1.3)  # no update at all: one long step
-    lines = out.getvalue().splitlines()
-    assert 4 <= len(lines) <= 8 and all(line.startswith("stage:   0%") for line in lines), lines
-    bar.close()
-    closed = len(out.getvalue().splitlines())
-    time.sleep(0.4)
-    assert len(out.getvalue().splitlines()) == closed, "the heartbeat stops with its bar"
+    seen: list[list[str]] = []
+    clock.at(270, lambda: (seen.append(out.getvalue().splitlines()), bar.close()))
+    clock.run_threads()
+    (lines,) = seen
+    assert len(lines) == 5 and all(line.startswith("stage:   0%") for line in lines), lines
+    assert len(out.getvalue().splitlines()) == 6, "the heartbeat stops with its bar; the close writes the last line"
 
 
 def test_a_redraw_by_the_caller_counts_as_the_line_of_its_interval(monkeypatch):
-    """A caller that redraws the bar itself (the benchmark's own heartbeat) gets no second line per interval."""
-    import time
-
-    from learngene.training import progress
-
-    out = _File()
+    """A caller that redraws the bar itself (the benchmark's own heartbeat) gets no second line per interval: it
+    redraws every 30 s of the virtual clock, twice per 60 s interval, 8 times, then closes the bar."""
+    out, clock = _File(), VirtualClock()
     monkeypatch.setattr(sys, "stderr", out)
-    monkeypatch.setattr(progress, "LINE_INTERVAL", 0.4)
+    monkeypatch.setattr(progress, "time", clock)
+    monkeypatch.setattr(progress, "threading", clock.threading())
     bar = progress_bar(total=3, desc="stage")
-    for _ in range(8):  # the caller redraws every 0.2 s, twice per interval
-        time.sleep(0.2)
-        bar.refresh()
-    bar.close()
+    for redraw in range(1, 9):
+        clock.at(30 * redraw, bar.refresh)
+    clock.at(250, bar.close)
+    clock.run_threads()
     lines = out.getvalue().splitlines()
-    assert 9 <= len(lines) <= 11, lines  # the first line, the caller's 8 redraws, the close: no heartbeat lines
+    assert len(lines) == 10, lines  # the first line, the caller's 8 redraws, the close: no heartbeat lines

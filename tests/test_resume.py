@@ -82,6 +82,7 @@ DEFAULT_KIND = ("tleg" if "tleg" in TRAINED else TRAINED[0]) if TRAINED else "an
 KINDS = [k if k == DEFAULT_KIND else pytest.param(k, marks=pytest.mark.slow) for k in ["ancestry", *TRAINED]]
 
 
+@pytest.mark.integration  # the CLI in subprocesses, killed and resumed
 @pytest.mark.parametrize("kind", KINDS)
 def test_kill_9_mid_epoch_then_resume_is_bit_exact(kind, ancestry_file, tmp_path):
     reference = tmp_path / "reference.safetensors"
@@ -324,6 +325,7 @@ def test_a_signal_checkpoints_at_the_step_reached_and_resume_is_bit_exact(signam
     assert train(fresh(), data, cfg).steps == 18
 
 
+@pytest.mark.integration  # the CLI in subprocesses
 @pytest.mark.skipif(usable_cpus() < 2, reason="the run computes with 2 threads and its resume is handed 1")
 def test_a_resumed_cpu_run_computes_with_the_thread_count_its_checkpoint_recorded(tmp_path):
     """The default thread count follows the machine's load, and a CPU run's float sums follow the count: a run
@@ -363,6 +365,7 @@ def test_a_resumed_cpu_run_computes_with_the_thread_count_its_checkpoint_recorde
     assert all(torch.equal(v, expected[k]) for k, v in resumed.state_dict().items())
 
 
+@pytest.mark.integration  # the CLI in a subprocess
 def test_sigterm_to_the_cli_checkpoints_and_says_how_to_continue(tmp_path):
     """A real signal to a real process: exit 143, one line naming the checkpoint and --resume."""
     run_dir, out = tmp_path / "run", tmp_path / "out.safetensors"

@@ -250,6 +250,7 @@ def test_mixed_rope_frequencies_move_with_their_layer(families, method, depth, s
 
 
 # ---- issue 46's "Done when": every method, every family, four sizes -------------------------------------------------
+@pytest.mark.integration  # every method x every RoPE family
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("family", ANCESTRIES)
 def test_every_method_condenses_and_expands_every_rope_family_at_four_sizes(family, method, families):
@@ -321,6 +322,7 @@ def test_a_dinov3_folder_with_a_key_bias_is_refused_in_one_line_that_names_the_f
     assert load_ancestry(tmp_path).spec is not None
 
 
+@pytest.mark.integration  # the CLI end to end, every family
 @pytest.mark.parametrize("family", FAMILIES)
 def test_cli_condenses_a_checkpoint_of_each_family_and_expands_it(family, tmp_path):
     name = FAMILIES[family]

@@ -11,6 +11,8 @@ from learngene.bench.smoke import FolderSmoke, run_smoke
 from learngene.cli import main
 from learngene.formats.model_file import model_preprocessing
 
+pytestmark = pytest.mark.integration  # the smoke pipeline end to end, with its CLI
+
 
 def test_the_smoke_pipeline_runs_every_stage_at_a_small_size(tmp_path):
     tiny = FolderSmoke(
@@ -35,6 +37,7 @@ def test_the_smoke_pipeline_runs_every_stage_at_a_small_size(tmp_path):
 
 
 @pytest.mark.slow  # ~7 min on a busy 2-core CPU (224-px ViT-S/16; measured), minutes less on an idle one
+@pytest.mark.timeout(1800)  # the suite's 300 s would stop it; 1800 s: over 4 times the 7 min measured
 def test_gpu_smoke_starts_and_runs_on_a_cpu_with_one_step(tmp_path, capsys):
     assert (
         main(

@@ -34,7 +34,8 @@ from typing import Any
 from torch import nn
 
 from .errors import LearngeneError, SpecError, first_line, held_warnings, require_argument
-from .formats.convert import is_model_folder, read_checkpoint, without_head
+from .formats.convert import is_model_folder, read_checkpoint
+from .formats.hf_to_timm import without_head
 from .formats.hub import fetch_model, is_hub_name, looks_like_repo_id
 from .formats.licenses import check_license
 from .formats.model_file import load_model_file

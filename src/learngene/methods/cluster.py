@@ -60,9 +60,10 @@ from ..method import Ancestry, CondenseInputs, Method, Paper
 from ..registry import register_method
 from ..settings import field
 from ..validate import CONDENSE
+from ..vit.activation_memory import measured_spec, require_inference_memory
 from ..vit.eva import block_inputs
 from ..vit.heads import select_matrix
-from ..vit.spec import ViTSpec, block_key, measured_spec, require_inference_memory
+from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import MLP, MSA, NORM, block_names, head_sliced
 from ..vit.transfer import (
     StateDict,

@@ -55,7 +55,8 @@ from ..method import Ancestry, CondenseInputs, Method, Paper, same_size
 from ..registry import register_method
 from ..settings import field
 from ..validate import CONDENSE, EXPAND
-from ..vit.spec import ViTSpec, block_key, measured_spec, require_inference_memory
+from ..vit.activation_memory import measured_spec, require_inference_memory
+from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import WIDTH_GAIN, block_names
 from ..vit.transfer import (
     NON_BLOCK_NORMS,

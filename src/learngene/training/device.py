@@ -12,8 +12,8 @@ from torch import nn
 
 from ..errors import LearngeneError, named
 from ..host.memory import require_free_memory
+from ..vit.activation_memory import training_activation_bytes
 from ..vit.naflex import image_input
-from ..vit.spec import training_activation_bytes
 from . import distributed as dist
 from .config import TrainConfig, known
 
@@ -86,7 +86,7 @@ def require_activation_memory(
     model: nn.Module, cfg: TrainConfig, device: torch.device, img_size: int | None = None
 ) -> None:
     """Refuse, before the first step allocates it, a batch whose activations cannot fit in the device's free memory
-    (:func:`learngene.vit.spec.training_activation_bytes`, a lower bound) for images of ``img_size`` px; a model
+    (:func:`learngene.vit.activation_memory.training_activation_bytes`, a lower bound) for images of ``img_size`` px; a model
     of unknown layout is not checked."""
     sizes = _block_sizes(model, img_size)
     if sizes is None:
