@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .flags import add_threads, integer
+from .flags import add_threads, bounded, integer
 
 HELP = "export a model to a timm hub folder, ONNX (checked by onnxruntime) or a timm state dict"
 
@@ -16,8 +16,10 @@ DESCRIPTION = (
     "recorded in the file; above the bound nothing is written), or a plain timm state dict."
 )
 
-# the default opset, as learngene.formats.onnx_file.DEFAULT_OPSET says it (not imported: --help loads no torch)
+# the default opset and the largest batch, as learngene.formats.onnx_file says them (not imported: --help loads no
+# torch); the library checks the opset against the installed onnx's range
 DEFAULT_OPSET = 18
+MAX_BATCH = 65536
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,14 +34,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(default: told by --out: a trailing /, .onnx, .safetensors or .pth)",
     )
     p.add_argument(
-        "--opset", type=integer, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET}, recorded)"
+        "--opset",
+        type=bounded("opset", integer, {"at_least": 1, "at_most": 1000}),
+        default=DEFAULT_OPSET,
+        help=f"ONNX opset (default {DEFAULT_OPSET}, recorded)",
     )
     p.add_argument(
         "--dynamic-batch",
         action="store_true",
         help="ONNX: the graph takes any batch size (checked at two); default: a fixed batch of --batch-size",
     )
-    p.add_argument("--batch-size", type=integer, default=1, help="ONNX: the fixed batch size (default 1)")
+    p.add_argument(
+        "--batch-size",
+        type=bounded("batch size", integer, {"at_least": 1, "at_most": MAX_BATCH}),
+        default=1,
+        help="ONNX: the fixed batch size (default 1)",
+    )
     p.add_argument(
         "--push-to-hub",
         metavar="REPO",

@@ -48,6 +48,7 @@ ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
 # (it would be fixed to 1), so the example has 2; the probes then run at two other sizes, 1 among them.
 DYNAMIC_EXAMPLE_BATCH = 2
 DYNAMIC_PROBE_BATCHES = (1, 3)
+MAX_BATCH = 65536  # a fixed batch beyond any deployment's, refused before a probe of that size is drawn
 # A protobuf message cannot exceed 2 GiB: a larger ONNX file keeps its weights in external data files, which are not
 # written here.
 MAX_PROTO_BYTES = 2**31 - 2**20

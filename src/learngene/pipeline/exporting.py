@@ -29,7 +29,7 @@ from ..formats.atomic import quote, save_torch_atomic
 from ..formats.convert import is_model_folder
 from ..formats.export import CARD, export_hub_folder, wants_folder
 from ..formats.model_file import model_preprocessing, read_model
-from ..formats.onnx_file import DEFAULT_OPSET, OnnxRequest, check_opset, export_onnx, require_onnx
+from ..formats.onnx_file import DEFAULT_OPSET, MAX_BATCH, OnnxRequest, check_opset, export_onnx, require_onnx
 from ..formats.publish import check_can_push, push_folder
 from ..formats.weights import is_regular_file, read_safetensors, save_safetensors
 from ..gene import GENE_FORMAT
@@ -110,8 +110,8 @@ def export(
     if fmt == "onnx":
         require_onnx()
         check_opset(opset)
-        if batch_size < 1:
-            raise LearngeneError(f"{named('batch_size')} must be at least 1, got {batch_size}")
+        if not 1 <= batch_size <= MAX_BATCH:
+            raise LearngeneError(f"{named('batch_size')} must be in [1, {MAX_BATCH}], got {batch_size}")
     if push_to_hub is not None:
         if fmt != "hub":
             raise LearngeneError(f"{named('push_to_hub')} uploads a hub folder; give format='hub' (--format hub)")
