@@ -19,7 +19,7 @@ PIP_INSTALL = $(PY) -m pip install -q --disable-pip-version-check
 TEST_WORKERS ?= 2
 PYTEST := -m pytest -n $(TEST_WORKERS) --dist loadscope
 # the optional extras, installed by `make test` so that their tests run (without them they skip)
-EXTRAS := datasets,tensorboard,wandb,slurm
+EXTRAS := datasets,tensorboard,wandb,slurm,onnx
 
 .PHONY: demo test lint test-gpu test-slurm install lock dist check-wheel check-latest fashion-mnist docs docs-install
 

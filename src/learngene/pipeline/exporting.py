@@ -229,10 +229,11 @@ def _to_onnx(source: _Source, out: str | os.PathLike, request: OnnxRequest, over
     metadata = {"model": source.origin.get("kind") or "model", "preprocessing": source.preprocessing}
     record = export_onnx(out, _cpu_float(source.model), request, overwrite, metadata)
     batches = " and ".join(map(str, record["probe_batches"]))
+    batch = "dynamic" if request.dynamic_batch else f"fixed at {request.batch_size}"
     summary = (
-        f"ONNX opset {record['opset']}, {record['batch']} batch, input {record['input_name']} "
-        f"{tuple(record['input_shape'])}: onnxruntime matches PyTorch to {record['max_abs_diff']:.3g} at most "
-        f"(bound {record['bound']:.3g}) on probe batches of {batches}"
+        f"ONNX opset {record['opset']}, batch {batch}, input {record['input_name']} {tuple(record['input_shape'])}: "
+        f"onnxruntime matches PyTorch to within {record['max_abs_diff']:.3g} (bound {record['bound']:.3g}) on "
+        f"probe batches of {batches} image(s)"
     )
     return Exported(Path(out), "onnx", summary, record)
 
