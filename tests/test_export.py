@@ -116,6 +116,12 @@ def test_a_dynamic_batch_runs_at_any_batch_size_and_the_opset_is_the_one_asked(m
         assert np.abs(got - expected).max() <= onnx_file.parity_bound(float(np.abs(expected).max()))
 
 
+def test_the_python_call_writes_the_commands_file_byte_for_byte(models, tmp_path):
+    cli_ok("export", models["plain"], "--out", tmp_path / "cli.onnx", "--dynamic-batch", "--opset", "20")
+    lg.export(models["plain"], tmp_path / "python.onnx", dynamic_batch=True, opset=20)
+    assert (tmp_path / "cli.onnx").read_bytes() == (tmp_path / "python.onnx").read_bytes()
+
+
 def test_a_fixed_batch_graph_takes_that_batch_only(models, tmp_path):
     out = tmp_path / "fixed.onnx"
     lg.export(models["plain"], out, batch_size=2)
@@ -179,6 +185,16 @@ def test_a_hub_folder_loads_in_timm_with_identical_logits_and_its_card_tells_wha
     again = tmp_path / "again"
     lg.export(out, again, format="hub")
     assert "- **fine-tuned**: on digits, 3 epoch(s), test accuracy 0.7500" in (again / "README.md").read_text()
+
+
+def test_a_descendant_exported_to_a_hub_folder_is_the_folder_its_save_writes(tmp_path):
+    torch.manual_seed(0)
+    gene = lg.condense("weight_selection", Ancestry(TINY.create_model(), TINY)).gene
+    descendant = lg.expand(gene, {"depth": 1})
+    descendant.save(f"{tmp_path}/saved/")
+    lg.export(descendant, f"{tmp_path}/exported/")
+    for name in ("config.json", "model.safetensors", "README.md"):
+        assert (tmp_path / "saved" / name).read_bytes() == (tmp_path / "exported" / name).read_bytes(), name
 
 
 # ---- refusals: one line, exit 2, nothing written ---------------------------------------------------------------------

@@ -156,7 +156,8 @@ def _read_source(model: Any) -> _Source:
     if isinstance(model, Adapted):
         model = model.descendant
     if isinstance(model, ModelOutput):
-        return _Source(model.model, model.spec, dict(model.origin), model.preprocessing, model.inputs)
+        card = getattr(model, "card", None) or None  # a Descendant's own card, as its save writes it
+        return _Source(model.model, model.spec, dict(model.origin), model.preprocessing, model.inputs, card)
     require_argument(model, (str, os.PathLike), "model", "a model file's or hub folder's path, or a use case's result")
     check_path(model, "model")
     if is_model_folder(model):
