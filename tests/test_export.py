@@ -98,6 +98,27 @@ def test_onnx_matches_pytorch_through_onnxruntime(models, tmp_path, family):
     assert np.abs(got - expected).max() <= onnx_file.parity_bound(float(np.abs(expected).max()))
 
 
+def _families():
+    from tests.test_families import FAMILIES, MORE
+
+    return {f: n for f, (n, _) in FAMILIES.items()} | {f: n for f, n in MORE.items() if f != "dinov2_giant"}
+
+
+@pytest.mark.slow  # 17 exports of about 10 s each
+@pytest.mark.parametrize("family", sorted(_families()))
+def test_every_family_the_project_builds_exports_within_the_bound(tmp_path, family):
+    """Every family of tests/test_families.py (DINOv2 ViT-g aside, for its size: its family is DINOv2's with a SwiGLU
+    MLP, which AIMv2 covers), at depth 2 and width 32, from a model file: the check passes."""
+    from learngene.formats.model_file import save_model
+    from tests.test_families import FAMILIES, timm_ancestry
+
+    name = _families()[family]
+    model = moved_from_init(timm_ancestry(name, FAMILIES.get(family, (name, 10))[1]))
+    save_model(tmp_path / "model.safetensors", model, spec_from_model(model))
+    record = lg.export(tmp_path / "model.safetensors", tmp_path / "model.onnx").record
+    assert record["max_abs_diff"] <= record["bound"]
+
+
 def test_a_dynamic_batch_runs_at_any_batch_size_and_the_opset_is_the_one_asked(models, tmp_path, capsys):
     import onnx
 
