@@ -40,6 +40,7 @@ from .atomic import library_version, write_bytes_atomic
 DEFAULT_OPSET = 18
 # The oldest opset onnxruntime runs; the newest is the one the installed onnx knows (onnx.defs.onnx_opset_version()).
 MIN_OPSET = 7
+MAX_OPSET = 1000  # no ONNX release comes near it: the range the command line's flag allows
 METADATA_KEY = "learngene_export"
 INPUT_NAME = "pixel_values"  # transformers' and Optimum's name for an image model's input
 EXTRA = 'pip install "learngene-vit[onnx]"'
@@ -81,11 +82,14 @@ def require_onnx() -> None:
 
 
 def check_opset(opset: Any) -> int:
-    """``opset``: an integer from :data:`MIN_OPSET` to the newest opset the installed onnx knows."""
-    import onnx
-
+    """``opset``: an integer from :data:`MIN_OPSET` to the newest opset the installed onnx knows (to
+    :data:`MAX_OPSET` without onnx, where no ONNX file is written)."""
     require_argument(opset, int, "opset", "an ONNX opset number (an int)")
-    newest = onnx.defs.onnx_opset_version()
+    newest = MAX_OPSET
+    if importlib.util.find_spec("onnx") is not None:
+        import onnx
+
+        newest = onnx.defs.onnx_opset_version()
     if not MIN_OPSET <= opset <= newest:
         raise LearngeneError(
             f"opset (--opset) {opset} is outside {MIN_OPSET}..{newest}, the opsets onnxruntime runs and the "

@@ -105,13 +105,11 @@ def export(
     fmt = _format_of(out, format)
     for flag, name in ((dynamic_batch, "dynamic_batch"), (overwrite, "overwrite")):
         check_flag(flag, name)
-    require_argument(batch_size, int, "batch_size", "a batch size (an int)")
+    _check_batch_size(batch_size)
     say = speaker(say)
     if fmt == "onnx":
         require_onnx()
-        check_opset(opset)
-        if not 1 <= batch_size <= MAX_BATCH:
-            raise LearngeneError(f"{named('batch_size')} must be in [1, {MAX_BATCH}], got {batch_size}")
+    check_opset(opset)  # checked for every format: the same call with another format is as valid
     if push_to_hub is not None:
         if fmt != "hub":
             raise LearngeneError(f"{named('push_to_hub')} uploads a hub folder; give format='hub' (--format hub)")
@@ -131,6 +129,12 @@ def export(
         exported.url = push_folder(exported.path, push_to_hub)
         exported.summary += f"; pushed to {push_to_hub} ({exported.url})"
     return exported
+
+
+def _check_batch_size(batch_size: Any) -> None:
+    require_argument(batch_size, int, "batch_size", "a batch size (an int)")
+    if not 1 <= batch_size <= MAX_BATCH:
+        raise LearngeneError(f"{named('batch_size')} must be in [1, {MAX_BATCH}], got {batch_size}")
 
 
 def _format_of(out: str | os.PathLike, format: str | None) -> str:
