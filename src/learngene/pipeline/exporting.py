@@ -99,7 +99,7 @@ def export(
         overwrite: replace an existing output (a hub folder: only the files learngene writes there).
         push_to_hub: a Hub repo id (``ORG/NAME``) to upload the hub folder to, with huggingface_hub's token and
             endpoint (``HF_TOKEN``, ``HF_ENDPOINT``); refused before anything is written when the Hub cannot be reached.
-        say: called with the line on the ONNX check, e.g. ``print``.
+        say: called with the line on what was written (for ONNX: the check's difference and bound), e.g. ``print``.
     """
     check_path(out, "out")
     fmt = _format_of(out, format)
@@ -119,15 +119,14 @@ def export(
     if fmt == "onnx":
         request = OnnxRequest(_input_size(source), opset, dynamic_batch, batch_size, output_name=_output_name(source))
         exported = _to_onnx(source, out, request, overwrite)
-        say(exported.summary)
-        return exported
-    spec = _require_timm_vit(source, fmt)
-    if fmt == "timm":
-        return _to_timm(source.model, spec, out, overwrite)
-    exported = _to_hub(source, spec, out, overwrite)
-    if push_to_hub is not None:
-        exported.url = push_folder(exported.path, push_to_hub)
-        exported.summary += f"; pushed to {push_to_hub} ({exported.url})"
+    elif fmt == "timm":
+        exported = _to_timm(source.model, _require_timm_vit(source, fmt), out, overwrite)
+    else:
+        exported = _to_hub(source, _require_timm_vit(source, fmt), out, overwrite)
+        if push_to_hub is not None:
+            exported.url = push_folder(exported.path, push_to_hub)
+            exported.summary += f"; pushed to {push_to_hub} ({exported.url})"
+    say(exported.summary)
     return exported
 
 
