@@ -287,11 +287,15 @@ def card_of(origin: dict[str, Any], spec: ViTSpec) -> dict[str, Any]:
         card["gene"] = f"`{Path(str(origin['gene'])).name}`" if origin.get("gene") else "not recorded"
     if tuned is not None:
         acc = origin.get("eval_acc")
-        card["fine-tuned"] = f"on {tuned}, {origin.get('epochs', '?')} epoch(s)" + (
-            f", test accuracy {acc:.4f}" if acc is not None else ""
+        card["fine-tuned"] = f"on {tuned}: {origin.get('epochs', '?')} epoch(s); test accuracy " + (
+            f"{acc:.4f}" if acc is not None else "not recorded"
         )
         if spec.num_classes:
-            card["head"] = "fresh for the fine-tuning data" if origin.get("new_head") else "kept, fine-tuned"
+            card["head"] = (
+                f"fresh for {tuned}, trained in the fine-tuning"
+                if origin.get("new_head")
+                else f"kept (trained on the same classes before), fine-tuned on {tuned} with the rest"
+            )
     elif kind == "ancestry" and origin.get("eval_acc") is not None:
         card["test accuracy"] = f"{origin['eval_acc']:.4f}"
     if origin.get("license"):
