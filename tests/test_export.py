@@ -43,6 +43,7 @@ TUNED = {
     "epochs": 3,
     "eval_acc": 0.75,
     "new_head": True,
+    "label_space": {"dataset": "digits", "classes": ["zero", "one", "two", "three"]},
     "license": "Apache-2.0",
 }
 
@@ -201,6 +202,8 @@ def test_a_hub_folder_loads_in_timm_with_identical_logits_and_its_card_tells_wha
     again = tmp_path / "again"
     lg.export(out, again, format="hub")
     assert card_facts((again / "README.md").read_text()) == facts
+    for folder in (out, again):  # the head's classes, named in config.json (timm's label_names)
+        assert json.loads((folder / "config.json").read_text())["label_names"] == TUNED["label_space"]["classes"]
 
 
 def card_facts(card: str) -> dict[str, str]:

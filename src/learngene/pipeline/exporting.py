@@ -15,6 +15,7 @@ The caller's model is not changed (eval mode is set for the export and restored)
 from __future__ import annotations
 
 import copy
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,11 +28,11 @@ from ..data import preprocessing_cfg
 from ..errors import GeneFormatError, LearngeneError, named, require_argument
 from ..formats.atomic import quote, save_torch_atomic
 from ..formats.convert import is_model_folder
-from ..formats.export import CARD, export_hub_folder, wants_folder
+from ..formats.export import CARD, CONFIG, export_hub_folder, wants_folder
 from ..formats.model_file import model_preprocessing, read_model
 from ..formats.onnx_file import DEFAULT_OPSET, MAX_BATCH, OnnxRequest, check_opset, export_onnx, require_onnx
 from ..formats.publish import check_can_push, push_folder
-from ..formats.weights import is_regular_file, read_safetensors, save_safetensors
+from ..formats.weights import is_regular_file, read_regular_text, read_safetensors, save_safetensors
 from ..gene import GENE_FORMAT
 from ..vit.spec import ViTSpec
 from .inputs import Say, check_flag, check_path, quiet, speaker
@@ -70,6 +71,7 @@ class _Source:
     inputs: tuple[str, ...]
     card: dict[str, Any] | None = None  # a hub folder's own card, carried over
     defaults_input: bool = False  # its preprocessing is the architecture's default, not a dataset's
+    result: ModelOutput | None = None  # the use case's result it came as, which writes its own hub folder
 
 
 def export(
@@ -159,8 +161,7 @@ def _read_source(model: Any) -> _Source:
     if isinstance(model, Adapted):
         model = model.descendant
     if isinstance(model, ModelOutput):
-        card = getattr(model, "card", None) or None  # a Descendant's own card, as its save writes it
-        return _Source(model.model, model.spec, dict(model.origin), model.preprocessing, model.inputs, card)
+        return _Source(model.model, model.spec, dict(model.origin), model.preprocessing, model.inputs, result=model)
     require_argument(model, (str, os.PathLike), "model", "a model file's or hub folder's path, or a use case's result")
     check_path(model, "model")
     if is_model_folder(model):
@@ -190,8 +191,17 @@ def _folder_source(folder: str | os.PathLike) -> _Source:
     card: dict[str, Any] = {k: v for k, v in facts.items() if k not in COMPUTED_FACTS}
     if ancestry.license:
         card["license_id"] = ancestry.license
-    origin = {"kind": "hub folder", "folder": str(folder)}
+    origin = {"kind": "hub folder", "folder": str(folder), "label_names": _label_names(Path(folder) / CONFIG)}
     return _Source(ancestry.model, ancestry.spec, origin, ancestry.preprocessing, (str(folder),), card, defaults)
+
+
+def _label_names(config: Path) -> list[str] | None:
+    """What a hub folder's head outputs mean, as its ``config.json`` names them (timm's ``label_names``), if it does."""
+    try:
+        names = json.loads(read_regular_text(config)).get("label_names")
+    except (OSError, ValueError, AttributeError):  # the folder was read already: an odd config only lacks names
+        return None
+    return [str(n) for n in names] if isinstance(names, list) else None
 
 
 def _require_timm_vit(source: _Source, fmt: str) -> ViTSpec:
@@ -261,44 +271,19 @@ def _to_timm(model: nn.Module, spec: ViTSpec, out: str | os.PathLike, overwrite:
 
 
 def _to_hub(source: _Source, spec: ViTSpec, out: str | os.PathLike, overwrite: bool) -> Exported:
-    card = source.card if source.card is not None else card_of(source.origin, spec)
-    data_config = None
-    if source.preprocessing is not None and not source.defaults_input:
-        data_config = preprocessing_cfg(source.preprocessing, spec.img_size, spec.in_chans)
-    path = export_hub_folder(out, source.model, spec, card, data_config=data_config, overwrite=overwrite)
+    """A result's hub folder, as its ``save`` writes it (a model file's too, read as a result); a hub folder's with the
+    card it had."""
+    if source.card is None:
+        result = source.result or ModelOutput(source.model, spec, source.origin, source.preprocessing)
+        result.save(out, overwrite=overwrite, format="hub")
+        card = result.hub_card()
+    else:
+        card = source.card
+        data_config = None
+        if source.preprocessing is not None and not source.defaults_input:
+            data_config = preprocessing_cfg(source.preprocessing, spec.img_size, spec.in_chans)
+        names = source.origin.get("label_names")
+        export_hub_folder(out, source.model, spec, card, data_config, overwrite, label_names=names)
+    path = Path(str(out).rstrip("/" + os.sep) or ".")
     summary = f"timm hub folder of {spec.short()}: timm.create_model('local-dir:{path}', pretrained=True) loads it"
     return Exported(path, "hub", summary, card)
-
-
-def card_of(origin: dict[str, Any], spec: ViTSpec) -> dict[str, Any]:
-    """The model card's entries (:func:`learngene.formats.export.export_hub_folder`'s ``card``) of a model whose file
-    records ``origin``: what it is, where it comes from, what it was trained on, its head and licence; a fact the
-    file does not record is not claimed."""
-    kind = str(origin.get("kind") or "model")
-    tuned = origin.get("finetuned_on")
-    card: dict[str, Any] = {"kind": f"fine-tuned {kind}" if tuned is not None else kind}
-    if kind == "ancestry":
-        card["method"] = "none: trained from scratch (`learngene ancestry`), not expanded from a learngene"
-        card["gene"] = "none"
-        card["ancestry"] = "itself"
-        card["trained on"] = f"{origin.get('data', 'not recorded')}, {origin.get('epochs', '?')} epoch(s)"
-    else:
-        card["method"] = origin.get("method") or "not recorded"
-        card["gene"] = f"`{Path(str(origin['gene'])).name}`" if origin.get("gene") else "not recorded"
-    if tuned is not None:
-        acc = origin.get("eval_acc")
-        card["fine-tuned"] = f"on {tuned}: {origin.get('epochs', '?')} epoch(s); test accuracy " + (
-            f"{acc:.4f}" if acc is not None else "not recorded"
-        )
-        if spec.num_classes:
-            card["head"] = (
-                f"fresh for {tuned}, trained in the fine-tuning"
-                if origin.get("new_head")
-                else f"kept (trained on the same classes before), fine-tuned on {tuned} with the rest"
-            )
-    elif kind == "ancestry" and origin.get("eval_acc") is not None:
-        card["test accuracy"] = f"{origin['eval_acc']:.4f}"
-    if origin.get("license"):
-        card["licence"] = f"{origin['license']} (recorded in the model file)"
-        card["license_id"] = origin["license"]
-    return card
