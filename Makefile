@@ -22,7 +22,7 @@ PIP_INSTALL = $(PY) -m pip install -q --disable-pip-version-check
 TEST_WORKERS ?= 2
 PYTEST := -m pytest -n $(TEST_WORKERS) --dist loadscope
 # the optional extras, installed by `make test` so that their tests run (without them they skip)
-EXTRAS := datasets,tensorboard,wandb,slurm
+EXTRAS := datasets,tensorboard,wandb,slurm,onnx
 
 .PHONY: demo test test-integration test-busy lint test-gpu test-slurm install lock dist check-wheel check-latest fashion-mnist docs docs-install
 
@@ -103,12 +103,13 @@ dist: $(STAMP)
 	$(PY) -m build --outdir dist .
 	$(PY) -m twine check --strict dist/*
 
-# the wheel in a clean venv (its [test] extra too, so the suite can run there): `learngene --version` must print the
-# wheel's name and version, alone (no other "learngene" distribution beside it), and `learngene --help` must work
+# the wheel in a clean venv (its [test] and [onnx] extras too, so the suite and the docs' ONNX lines run there):
+# `learngene --version` must print the wheel's name and version, alone (no other "learngene" distribution beside
+# it), and `learngene --help` must work
 check-wheel: dist
 	rm -rf $(VENV_WHEEL)
 	$(PYTHON) -m venv $(VENV_WHEEL)
-	$(VENV_WHEEL)/bin/python -m pip install -q --disable-pip-version-check "$$(ls dist/*.whl)[test]" $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+	$(VENV_WHEEL)/bin/python -m pip install -q --disable-pip-version-check "$$(ls dist/*.whl)[test,onnx]" $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 	cd /tmp && version="$$($(CURDIR)/$(VENV_WHEEL)/bin/learngene --version)" && echo "$$version" && \
 	  [ "$$version" = "learngene-vit $$(cd $(CURDIR)/dist && ls *.whl | cut -d- -f2)" ]
 	cd /tmp && $(CURDIR)/$(VENV_WHEEL)/bin/learngene --help >/dev/null && $(CURDIR)/$(VENV_WHEEL)/bin/learngene methods >/dev/null

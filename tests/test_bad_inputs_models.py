@@ -435,6 +435,7 @@ def _api_calls():
         ],
         "train_ancestry": [lambda: lg.train_ancestry(42)],
         "compare": [lambda: lg.compare("a.safetensors", "digits", "L2-D32-H2")],
+        "export": [lambda: lg.export(3, "m.onnx"), lambda: lg.export("m.safetensors", "m.onnx", opset="18")],
         "Condensed": [lambda: lg.Condensed(gene()).save(None)],
         "Descendant": [lambda: lg.expand(gene()).save(3)],
         "Adapted": [],

@@ -27,7 +27,7 @@ from .clock import VirtualClock
 from .conftest import make_images
 
 ROOT = Path(__file__).resolve().parents[1]
-COMPUTING = ("ancestry", "condense", "expand", "adapt", "train", "bench", "compare", "demo")
+COMPUTING = ("ancestry", "condense", "expand", "adapt", "train", "export", "bench", "compare", "demo")
 
 
 # ---- threads ------------------------------------------------------------------------------------------------

@@ -249,6 +249,7 @@ API_MODULES = (
     "learngene.binding",
     "learngene.data",
     "learngene.formats.export",
+    "learngene.formats.onnx_file",
 )
 
 
@@ -262,7 +263,7 @@ def api_page() -> str:
         "## `learngene`",
         "",
         "`import learngene as lg`: one call per command (`lg.condense`, `lg.expand`, `lg.adapt`, `lg.train`, "
-        "`lg.train_ancestry`, `lg.compare`), each with the command's defaults and checks and returning a result that "
+        "`lg.train_ancestry`, `lg.compare`, `lg.export`), each with the command's defaults and checks and returning a result that "
         "saves itself; then the request objects they take, and the registry.",
         "",
     ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from . import adapt, ancestry, bench, compare, condense, demo, expand, inspect, methods, train
+from . import adapt, ancestry, bench, compare, condense, demo, expand, export, inspect, methods, train
 from .version import VersionAction
 
 EXIT_USAGE = 2
@@ -21,7 +21,7 @@ EXIT_USAGE = 2
 # the commands in the order `learngene --help` lists them, each by its module's name
 COMMANDS = {
     module.__name__.rpartition(".")[2]: module
-    for module in (ancestry, condense, expand, adapt, train, inspect, methods, bench, compare, demo)
+    for module in (ancestry, condense, expand, adapt, train, export, inspect, methods, bench, compare, demo)
 }
 
 

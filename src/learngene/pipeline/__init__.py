@@ -8,6 +8,7 @@ space, licence, preprocessing, the identity a resumed run must share) and return
 - :func:`expand` -> :class:`~.results.Descendant` (a model file or timm hub folder; ``learngene expand``)
 - :func:`adapt` -> :class:`~.results.Adapted` (a descendant and its adapted gene; ``learngene adapt``)
 - :func:`train` and :func:`train_ancestry` -> :class:`~.results.Trained` (``learngene train``, ``learngene ancestry``)
+- :func:`export` -> :class:`~.exporting.Exported` (a hub folder, ONNX or timm state dict; ``learngene export``)
 - :func:`save_gene`: a gene made by hand, saved once its method can read it.
 
 :mod:`.compare` is ``learngene compare``: which start wins for an ancestry, data and sizes. The names load on
@@ -29,6 +30,8 @@ _EXPORTS = {
     "adapt": "adapting",
     "train": "training",
     "train_ancestry": "training",
+    "export": "exporting",
+    "Exported": "exporting",
     "save_gene": "results",
     "Condensed": "results",
     "Descendant": "results",
