@@ -94,6 +94,7 @@ def test_a_trained_condensation_from_threads_at_once_equals_sequential_runs():
         assert list(pool.map(_condense, (0, 1, 0, 1))) == sequential * 2
 
 
+@pytest.mark.integration  # two spawned interpreters that import torch: end to end
 def test_other_processes_give_the_same_bytes():
     """The seed alone fixes the result: a fresh process (another start of the global generators) gives the bytes this
     one gives."""

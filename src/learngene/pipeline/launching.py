@@ -81,8 +81,13 @@ class Launcher:
     time: int = field(
         60, flag="--slurm-time", metavar="MIN", at_least=1, at_most=YEAR, help="each task's time limit in minutes"
     )
-    gpus_per_task: int = field(
-        0, flag="--slurm-gpus-per-task", metavar="N", at_least=0, at_most=MAX_PER_TASK, help="GPUs of each task"
+    gpus_per_task: int | None = field(
+        None,
+        flag="--slurm-gpus-per-task",
+        metavar="N",
+        at_least=1,
+        at_most=MAX_PER_TASK,
+        help="GPUs of each task (default: none requested)",
     )
     cpus_per_task: int = field(
         1, flag="--slurm-cpus-per-task", metavar="N", at_least=1, at_most=MAX_PER_TASK, help="CPUs of each task"
