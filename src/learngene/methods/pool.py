@@ -69,11 +69,18 @@ from torch import nn
 
 from ..errors import GeneFormatError, LearngeneError, assigned
 from ..gene import Learngene, invalid_gene
-from ..method import Ancestry, CondenseInputs, ExpandOutput, OutputModel, Paper, config_from_dict
+from ..method import Ancestry, CondenseInputs, ExpandOutput, OutputModel, Paper, config_from_dict, refused_by
 from ..registry import register_method
 from ..settings import field
 from ..training import distributed as dist
-from ..training.auxnet import AuxConfig, AuxNetMethod, condense_through_aux, is_headless, resolve_aux_spec
+from ..training.auxnet import (
+    AuxConfig,
+    AuxNetMethod,
+    aux_size,
+    condense_through_aux,
+    is_headless,
+    resolve_aux_spec,
+)
 from ..training.config import known
 from ..training.distill import cache_teacher_outputs
 from ..training.loop import train
@@ -237,6 +244,20 @@ class LearngenePool(AuxNetMethod):
         ExpandOutput("stitch", "a stitched descendant", "its instances' sizes", parse_stitch, _stitched_output),
     )
     model_formats = (STITCHED_FILE,)
+
+    @classmethod
+    def cannot_reach(cls, config: PoolConfig, ancestry: ViTSpec, target: ViTSpec) -> str:
+        aux = aux_size(config, ancestry)
+        if config.design != "authors":
+            return refused_by(require_block_shape, aux, target, cls.name)
+        specs = cls(config).instance_specs(aux)
+        source = next((s for s in specs if s.embed_dim == target.embed_dim), None)
+        if source is None:
+            return (
+                f"a pool of the authors' design gives plain ViTs {', '.join(str(s.embed_dim) for s in specs)} "
+                f"wide, not {target.embed_dim}; other sizes are stitched (learngene expand --stitch)"
+            )
+        return refused_by(require_block_shape, source, target, cls.name)
 
     def depths(self, aux: ViTSpec) -> list[int]:
         text = self.config.instance_depths
