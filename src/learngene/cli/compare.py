@@ -191,10 +191,17 @@ def run(args: argparse.Namespace) -> None:
         time_limit=args.time_limit,
         plots=not args.no_plots,
         command=args.command_line,
+        say=_said_before_running,
         **choices_from_args(args),
     )
     print(comparison.text)
     print(f"learngene compare: report in {args.out}/report.md")
+
+
+def _said_before_running(line: str) -> None:
+    """What :func:`learngene.compare` says, printed as it says it but for where the report is (printed last)."""
+    if "report in" not in line:
+        print(line, flush=True)
 
 
 def choices_from_args(args: argparse.Namespace) -> dict[str, Any]:

@@ -180,6 +180,8 @@ def compare_profile(
     shapes = _shapes(ancestry_spec, sizes)
     refs = reference_labels(choices.references)
     methods = _compared_methods(choices, refs)
+    skipped = _unreachable(ancestry_spec, shapes, methods, refs)
+    methods = tuple(m for m in methods if m not in skipped)
     kd = (Variant(KD, methods=methods, distill_lambda=choices.kd_lambda, upstreams=("",)),)
     # the data-driven methods condense and adapt on condense_classes, else on the compared classes (unless
     # condense_data): e.g. the ancestry's own classes, so that no condensation reads the user's labels
@@ -204,7 +206,20 @@ def compare_profile(
         upstream_data=choices.condense_data or data,
         references=refs,
         upstreams=(Upstream("", condense_on, 0, choices.condense_epochs),) if condense_on else (),
+        left_out=tuple(skipped.items()),
     )
+
+
+def _unreachable(
+    ancestry: ViTSpec | None, shapes: Sequence[tuple[int, int, int]], methods: Sequence[str], refs: Sequence[str]
+) -> dict[str, str]:
+    """The compared methods (the references' aside) that can make none of the sizes, by their declared reach, each
+    with why: condensing them would spend compute on a gene no size can use."""
+    from ..advice import left_out
+
+    base = cast(ViTSpec, ancestry)
+    specs = [base.replace(depth=d, embed_dim=w, num_heads=h) for d, w, h in shapes]
+    return left_out(base, specs, [m for m in methods if m not in refs and m != "scratch"])
 
 
 def _shapes(ancestry: ViTSpec | None, sizes: Sequence[str]) -> tuple[tuple[int, int, int], ...]:
@@ -360,7 +375,12 @@ def compare_text(rows: list[Any], profile: Profile | Sequence[str]) -> str:
     parts = []
     for size in dict.fromkeys(r.size for r in rows if r.task == TASK):
         table, line = size_table(rows, size, references)
+        if isinstance(profile, Profile):
+            line += left_out_note(profile)
         parts += [f"## {size}", "", table, "", f"**Recommendation** {line}", ""]
+    left = profile.left_out if isinstance(profile, Profile) else ()
+    if left:
+        parts += ["## Methods left out before condensing", ""] + [f"- {name}: {why}" for name, why in left] + [""]
     refused = refusals(rows)
     if refused:
         parts += ["## Methods that refused a size", ""] + [f"- {r}" for r in refused] + [""]
@@ -370,8 +390,18 @@ def compare_text(rows: list[Any], profile: Profile | Sequence[str]) -> str:
 def recommendation_lines(rows: list[Any], profile: Profile) -> list[str]:
     """One recommendation line per size of the compare task's rows (``use METHOD`` only for resolved wins)."""
     return [
-        size_table(rows, size, profile.references)[1] for size in dict.fromkeys(r.size for r in rows if r.task == TASK)
+        size_table(rows, size, profile.references)[1] + left_out_note(profile)
+        for size in dict.fromkeys(r.size for r in rows if r.task == TASK)
     ]
+
+
+def left_out_note(profile: Profile) -> str:
+    """What a recommendation adds for the methods left out before condensing: each named, with why."""
+    if not profile.left_out:
+        return ""
+    return "; left out before condensing, as no size asked is one they can make: " + "; ".join(
+        f"{name} ({why})" for name, why in profile.left_out
+    )
 
 
 def plot_by_size(rows: list[Any], path: Path, data_name: str) -> None:

@@ -205,6 +205,8 @@ def compare(
             )
     spec = request.load().spec  # the descendants' family, read before anything trains
     profile = compare_profile(spec, str(request.path), source, texts, cfg, chosen)
+    for name, why in profile.left_out:
+        say(f"learngene compare: {name} left out, before condensing anything: {why}")
     options: dict[str, Any] = {
         "data_dir": data_dir,
         "progress": cfg.progress,
