@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from learngene.bench.findings import family, mean_sd, vs_cell
-from learngene.bench.rows import _groups, read_csv
+from learngene.bench.rows import read_csv, task_groups
 from learngene.bench.tables import format_table, mark_rule
 from learngene.formats.atomic import now_iso, write_text_atomic
 from learngene.pipeline.compare import DEFAULT_REFERENCES, LEGEND, LONG_LABEL, TASK, compare_text
@@ -126,7 +126,7 @@ def summary(folder: Path, contenders: int = 3) -> str:
     rows = [r for r in read_csv(folder / "results.csv") if r.task == TASK and r.ok]
     sizes = list(dict.fromkeys(r.size for r in rows))
     labels = list(dict.fromkeys(r.label for r in rows))
-    groups = _groups(rows, TASK)
+    groups = task_groups(rows, TASK)
     lines = ["| method | " + " | ".join(sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
     for label in labels:
         cells = [[g.acc for g in groups.get((label, size), [])] for size in sizes]

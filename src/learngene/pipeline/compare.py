@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..bench import findings
 from ..bench.plots import finish_figure, has_curves, line_style, plot_curves, plot_folder, style_per_method
+from ..bench.probe import RTOL
 from ..bench.profiles import Profile, Task, Upstream, Variant, shared_settings
 from ..bench.report import plural, run_lines
 from ..bench.rows import mean_curve, sizes_by_note, write_csv
@@ -353,7 +354,12 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
 
 def _same_start_line(start: Any) -> str:
     """What one row of several methods means: ``front = pretrained: the same start ...``."""
-    if start.recorded:
+    if start.by == "probe":
+        why = (
+            f"the same function as fine-tuning begins (for every seed their outputs on a probe batch agree within "
+            f"{RTOL:g} of their size, which float rounding and a reordering of heads or neurons stay under)"
+        )
+    elif start.recorded:
         why = "the same start (their descendants' weights hash alike for every seed)"
     else:
         why = "the same results at every evaluation, seed by seed (this run recorded no start digests)"
