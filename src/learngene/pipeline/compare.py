@@ -29,7 +29,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from ..bench import findings
-from ..bench.plots import finish_figure, has_curves, line_style, plot_curves, plot_folder, style_per_method
+from ..bench.plots import (
+    finish_figure,
+    has_curves,
+    line_style,
+    missing_notes,
+    plot_curves,
+    plot_folder,
+    style_per_method,
+)
 from ..bench.probe import RTOL
 from ..bench.profiles import Profile, Task, Upstream, Variant, shared_settings
 from ..bench.report import plural, run_lines
@@ -410,9 +418,72 @@ def left_out_note(profile: Profile) -> str:
     )
 
 
-def plot_by_size(rows: list[Any], path: Path, data_name: str) -> None:
+def plot_ranked(
+    rows: list[Any], references: Sequence[str], path: Path, data_name: str, left_out: Sequence[tuple[str, str]] = ()
+) -> None:
+    """Per size, every start ranked by its mean final top-1 (best at the top), drawn as its paired difference from
+    the best reference start with the report's 95 % t interval (:mod:`learngene.bench.findings`), in the project's
+    colour and marker of its method; the names are the axis's labels (no legend over the data), the methods the
+    plot lacks are listed under it."""
+    import matplotlib.pyplot as plt
+
+    sizes = list(dict.fromkeys(r.size for r in rows if r.task == TASK))
+    fams = [findings.family(_by_label(rows, size), references, size) for size in sizes]
+    fams = [f for f in fams if f.references]
+    if not fams:
+        return
+    tallest = max(len(f.starts) for f in fams)
+    fig, axes = plt.subplots(1, len(fams), figsize=(5.2 * len(fams) + 1.5, 0.32 * tallest + 1.6), squeeze=False)
+    for ax, fam in zip(axes[0], fams):
+        _ranked_panel(ax, fam)
+    title = f"{data_name}: each start against the best reference (paired over seeds, 95 % t interval)"
+    finish_figure(fig, list(axes[0]), title, path, plot_notes(rows, left_out))
+
+
+def _ranked_panel(ax: Any, fam: Any) -> None:
+    """One size of :func:`plot_ranked`."""
+    best = max(fam.references, key=fam.mean)
+    ranked = sorted(fam.starts, key=lambda s: fam.mean(s.name))
+    styles = style_per_method([s.labels[0] for s in ranked])
+    for y, start in enumerate(ranked):
+        style = styles[start.labels[0]]
+        if start.name == best:
+            ax.plot([0], [y], ls="none", ms=7, **style)
+            continue
+        verdict = fam.verdict(start.name, best)
+        if verdict is None or not verdict.diff.testable:
+            continue
+        d = verdict.diff
+        ax.errorbar(
+            [100 * d.mean],
+            [y],
+            xerr=[[100 * (d.mean - d.low)], [100 * (d.high - d.mean)]],
+            capsize=3,
+            ms=6,
+            ls="none",
+            **style,
+        )
+        # the report's decision beside the interval: an interval that excludes 0 can still be "=" after Holm
+        ax.annotate(verdict.mark, (100 * d.high, y), xytext=(4, -3), textcoords="offset points", fontsize=8)
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_yticks(
+        range(len(ranked)),
+        [f"{s.name}  {100 * fam.mean(s.name):.1f}" + (" (best reference)" if s.name == best else "") for s in ranked],
+        fontsize=7,
+    )
+    ax.set_xlabel(f"top-1 points minus {best}'s, seed by seed (+ − =: the report's decision)")
+    ax.set_title(f"{fam.size} (Holm over m = {fam.m})", fontsize=9)
+    ax.grid(alpha=0.3, axis="x")
+
+
+def plot_notes(rows: list[Any], left_out: Sequence[tuple[str, str]] = ()) -> list[str]:
+    """The lines under a compare plot: the methods left out before condensing and those n/a at a size, with why."""
+    return missing_notes(rows, TASK, left_out)
+
+
+def plot_by_size(rows: list[Any], path: Path, data_name: str, left_out: Sequence[tuple[str, str]] = ()) -> None:
     """Final top-1 (mean ± std over seeds) against the descendant size, one line per method, in the colours and
-    markers of the learning curves."""
+    markers of the learning curves; the methods it lacks listed under it."""
     import matplotlib.pyplot as plt
 
     sizes = list(dict.fromkeys(r.size for r in rows if r.task == TASK))
@@ -432,7 +503,7 @@ def plot_by_size(rows: list[Any], path: Path, data_name: str) -> None:
     ax.set_xlabel("descendant size")
     ax.set_ylabel("final top-1 accuracy (%)")
     ax.grid(alpha=0.3)
-    finish_figure(fig, [ax], f"{data_name}: accuracy by size (mean ± std over seeds)", path)
+    finish_figure(fig, [ax], f"{data_name}: accuracy by size (mean ± std over seeds)", path, plot_notes(rows, left_out))
 
 
 def _labels_note(profile: Profile) -> str:
@@ -469,7 +540,7 @@ def write_compare_report(
     write_csv(rows, out_dir / "results.csv")
     parts = ["# learngene compare", "", *_setup_lines(profile, meta), "", *LEGEND, compare_text(rows, profile)]
     if plots:
-        parts += _plots(rows, profile.tasks[0], plot_folder(out_dir))
+        parts += plot_report(rows, profile, plot_folder(out_dir))
     write_text_atomic(out_dir / "report.md", "\n".join(parts))
 
 
@@ -518,16 +589,23 @@ def _setup_lines(profile: Profile, meta: dict[str, Any]) -> list[str]:
     ]
 
 
-def _plots(rows: list[Any], task: Task, plot_dir: Path) -> list[str]:
-    """Draw accuracy by size and (where a run was evaluated more than once) the learning curves into ``plot_dir``;
-    the report's lines that show them."""
+def plot_report(rows: list[Any], profile: Profile | Sequence[str], plot_dir: Path, data_name: str = "") -> list[str]:
+    """Draw the starts ranked against the best reference, accuracy by size and (where a run was evaluated more than
+    once) the learning curves into ``plot_dir``; the report's lines that show them. ``profile``: the run's, or the
+    labels of its references (a stored report redrawn, ``data_name`` then names its data)."""
     if not any(r.ok for r in rows):
         return []
-    data_name = task.data + (f" classes {','.join(map(str, task.classes))}" if task.classes else "")
-    plot_by_size(rows, plot_dir / "by-size.png", data_name)
-    parts = ["![accuracy by size](plots/by-size.png)", ""]
+    if isinstance(profile, Profile):
+        task, references, left = profile.tasks[0], profile.references, profile.left_out
+        data_name = task.data + (f" classes {','.join(map(str, task.classes))}" if task.classes else "")
+    else:
+        references, left = tuple(profile), ()
+    plot_ranked(rows, references, plot_dir / "ranked.png", data_name, left)
+    plot_by_size(rows, plot_dir / "by-size.png", data_name, left)
+    parts = ["![starts ranked against the best reference](plots/ranked.png)", ""]
+    parts += ["![accuracy by size](plots/by-size.png)", ""]
     if has_curves(rows, TASK):  # one evaluation point per run is no curve: that plot is left out
-        plot_curves(rows, TASK, plot_dir / "curves.png", data_name)
+        plot_curves(rows, TASK, plot_dir / "curves.png", data_name, left)
         parts += ["![learning curves per size](plots/curves.png)", ""]
     return parts
 
