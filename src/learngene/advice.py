@@ -47,6 +47,7 @@ class Advice:
         reach: every method considered, those that can first.
         gene: the gene's method and why it cannot make the size ("" where it can), when a gene was given.
         evidence: the "try first" lines, one per stored regime that matches (few and many labels).
+        regime: the size's depth and width against the ancestry's (None without a gene or ancestry).
     """
 
     size: str
@@ -54,6 +55,7 @@ class Advice:
     reach: tuple[Reach, ...]
     gene: tuple[str, str] | None = None
     evidence: tuple[str, ...] = field(default_factory=tuple)
+    regime: tuple[str, str] | None = None
 
     @property
     def can(self) -> list[str]:
@@ -80,8 +82,14 @@ class Advice:
         else:
             lines.append(f"can make it: {', '.join(self.can) or 'none'}")
             lines += [f"  cannot: {name}: {why}" for name, why in self.cannot.items()]
-        lines += [f"try first: {line}" for line in self.evidence] or ["try first: no stored measurement of this regime"]
+        lines += [f"try first: {line}" for line in self.evidence] or [f"try first: {self.unmeasured()}"]
         return "\n".join(lines)
+
+    def unmeasured(self) -> str:
+        """What is said where no stored run measured this regime: which regimes they did measure."""
+        measured = ", ".join(dict.fromkeys(f"{r['depth']} at {r['width']}" for r in evidence_rows()))
+        asked = f"a {', '.join(self.regime)} size" if self.regime else "this regime"
+        return f"no stored run measured {asked} (they measured: {measured}); compare the methods that can on your data"
 
 
 def parse_size(text: str) -> tuple[int, int, int]:
@@ -159,7 +167,8 @@ def methods_for(
         reach = [Reach(r.method, why if r.method == own.method else r.reason) for r in reach]
     reach.sort(key=lambda r: bool(r.reason))
     can = [r.method for r in reach if not r.reason]
-    return Advice(target.short(), based_on, tuple(reach), gene_line, evidence_lines(base, target, can))
+    evidence = evidence_lines(base, target, can)
+    return Advice(target.short(), based_on, tuple(reach), gene_line, evidence, regime(base, target))
 
 
 def left_out(ancestry: ViTSpec, specs: Sequence[ViTSpec], methods: Sequence[str]) -> dict[str, str]:

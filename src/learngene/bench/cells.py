@@ -194,6 +194,7 @@ class CellStage(RunStages):
         """``(student, data, teacher, loss)`` to fine-tune ``model`` distilling the ancestry; the teacher's outputs on the
         task's images are computed once per task and kind and shared by every cell."""
         kd = setup_distillation(model, self.teacher.model, task.train, self.teacher.label_space)
+        self.meta.setdefault("distillation", {})[task.task.name] = kd.why  # the report names what ran
         key = (task.task.name, kd.kind)
         if key not in self.teacher_outputs:
             self.teacher_outputs[key] = cache_teacher_outputs(task.train, kd.teacher, self._cfg())

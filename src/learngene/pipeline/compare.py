@@ -325,6 +325,7 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
         "method",
         "top-1 (%)",
         *(f"vs {r}" for r in fam.references),
+        *([f"vs itself without {KD}"] if fam.plain else []),
         "stored params",
         "condense s",
         "fine-tune s",
@@ -335,7 +336,9 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
     for start in fam.starts:
         group = start.rows[start.labels[0]]
         firsts = [start.rows[label][0] for label in start.labels]
-        marks = [findings.vs_cell(fam.verdicts[start.name, r]) if r != start.name else "" for r in fam.references]
+        marks = [_cell(fam, start.name, r) for r in fam.references]
+        if fam.plain:
+            marks.append(_cell(fam, start.name, fam.plain[start.name]) if start.name in fam.plain else "")
         reach = _first_reaching(group, target) if target is not None else None
         reached = "–" if target is None else (str(reach) if reach else f"not reached in {group[0].epochs[-1]}")
         speed = f"{long_epoch / reach:.1f}×" if reach and long_epoch else "–"
@@ -358,6 +361,13 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
         ]
     lines += [_same_start_line(start) for start in fam.starts if len(start.labels) > 1]
     return "\n".join(lines), findings.recommend(fam, references)
+
+
+def _cell(fam: Any, name: str, other: str) -> str:
+    """A ``vs`` cell: the decision of ``name`` against ``other``; empty where the family does not set them against
+    each other (a ``+kd`` row against a plain reference: like is compared with like)."""
+    verdict = fam.verdicts.get((name, other)) if name != other else None
+    return findings.vs_cell(verdict) if verdict is not None else ""
 
 
 def _same_start_line(start: Any) -> str:
@@ -581,12 +591,21 @@ def _setup_lines(profile: Profile, meta: dict[str, Any]) -> list[str]:
         + (f" ({profile.condense_images:,} images)" if profile.condense_images else " (every training image)")
         + f"; adaptation: {profile.adapt_steps} steps"
         + _labels_note(profile),
-        *(
-            [f"- distillation while fine-tuning (`{KD}` rows): λ = {profile.variants[0].distill_lambda:g}"]
-            if profile.variants
-            else []
-        ),
+        *([_kd_line(profile, meta)] if profile.variants else []),
     ]
+
+
+def _kd_line(profile: Profile, meta: dict[str, Any]) -> str:
+    """Which distillation the ``+kd`` rows ran (logits or features, λ, τ) and what they are set against."""
+    ran = meta.get("distillation", {}).get(TASK) or (
+        "logit distillation where the ancestry's head was trained on the data's classes, else feature distillation "
+        "on the pooled embedding (no `+kd` cell ran in the process that wrote this report to say which)"
+    )
+    return (
+        f"- distillation while fine-tuning (`{KD}` rows): {ran}; λ = {profile.variants[0].distill_lambda:g}, "
+        f"τ = {profile.train.distill_tau:g}. Like with like: each `{KD}` row is set against the `{KD}` references and "
+        f"against itself without `{KD}`, in the size's one Holm family"
+    )
 
 
 def plot_report(rows: list[Any], profile: Profile | Sequence[str], plot_dir: Path, data_name: str = "") -> list[str]:
