@@ -328,6 +328,8 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
         *([f"vs itself without {KD}"] if fam.plain else []),
         "stored params",
         "condense s",
+        "condense steps",
+        "fine-tune epochs",
         "fine-tune s",
         f"epoch reaching {LONG_LABEL}'s final",
         "speed-up vs scratch",
@@ -348,6 +350,8 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
             + ("" if not marks else " | ")
             + f"{_joined([f'{r.stored_params:,}' for r in firsts])} | "
             f"{_joined([f'{r.condense_seconds:.1f}' for r in firsts])} | "
+            f"{_joined([f'{r.condense_steps:,}' for r in firsts])} | "
+            f"{_joined([str(start.rows[label][0].epochs[-1]) for label in start.labels])} | "
             f"{_joined([f'{statistics.fmean(g.train_seconds for g in start.rows[label]):.1f}' for label in start.labels])} | "
             f"{reached} | {speed} |"
         )
@@ -591,6 +595,8 @@ def _setup_lines(profile: Profile, meta: dict[str, Any]) -> list[str]:
         + (f" ({profile.condense_images:,} images)" if profile.condense_images else " (every training image)")
         + f"; adaptation: {profile.adapt_steps} steps"
         + _labels_note(profile),
+        "- scratch: a timm ViT of the size as timm initialises it (`weight_init=''`: trunc-normal(0.02) weights, "
+        "zero biases, the class token and position table drawn small), the fresh head of the seed included",
         *([_kd_line(profile, meta)] if profile.variants else []),
     ]
 
