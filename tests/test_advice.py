@@ -19,7 +19,7 @@ from learngene.registry import get_method
 from learngene.training.loop import TrainConfig
 from learngene.vit.spec import ViTSpec, check_state_shapes
 
-from .conftest import SMALL_OPTIONS, TINY, cli_error, cli_ok, make_images, own_methods
+from .conftest import SMALL_OPTIONS, TINY, cli_error, cli_ok, make_images, own_methods, saved_model
 
 
 def _tool(name: str):
@@ -187,3 +187,27 @@ def test_compare_leaves_out_before_condensing_a_method_that_can_make_no_size_ask
         choices=CompareChoices(methods=("tleg", "mimetic"), seeds=2),
     )
     assert "tleg" in (kept.methods or ()) and not kept.left_out  # one size it can make: it runs, n/a at the other
+
+
+def test_the_python_guides_compare_leaves_tleg_out_without_condensing_it(tmp_path):
+    """The Python guide's call, `lg.compare(..., ["L2-D32-H2"], methods=["tleg", "mimetic"])`, on an ancestry wider
+    than the size: its recommendation names tleg and why, and no tleg gene is made."""
+    import learngene as lg
+
+    ancestry = saved_model(tmp_path / "anc.safetensors", ANCESTRY.replace(embed_dim=64, num_heads=4))
+    said: list[str] = []
+    report = lg.compare(
+        ancestry,
+        lg.DataRequest("digits", train_images=16),
+        ["L2-D32-H2"],
+        methods=["tleg", "mimetic"],
+        seeds=2,
+        train_cfg={"max_steps": 1, "eval_images": 8, "progress": False},
+        out=tmp_path / "cmp",
+        say=said.append,
+    )
+    line = report.recommendations["L2-D32-H2"]
+    assert "left out before condensing" in line and "tleg (tleg expands in depth only" in line
+    assert said[0].startswith("learngene compare: tleg left out, before condensing anything: tleg expands in depth")
+    assert not list((tmp_path / "cmp").rglob("*tleg*"))  # nothing of tleg was condensed or cached
+    assert "## Methods left out before condensing" in report.text
