@@ -188,7 +188,7 @@ def missing_notes(rows: list[Row], task: str, left_out: Sequence[tuple[str, str]
     return lines
 
 
-def _short(text: str, most: int = 160) -> str:
+def _short(text: str, most: int = 240) -> str:
     text = " ".join(text.split())
     return text if len(text) <= most else text[: most - 1] + "…"
 
