@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from .errors import LearngeneError, require_argument
+from .errors import LearngeneError, assigned, named, require_argument
 from .gene import Learngene
 from .registry import get_method, list_methods
 from .vit.spec import ViTSpec
@@ -77,7 +77,7 @@ class Advice:
                 else f"this gene ({method}) cannot make {self.size}: {why}"
             )
         if any(r.reason is None for r in self.reach):
-            lines += ["reach (give --gene or --ancestry to decide it for a size):"]
+            lines += [f"reach (give {named('gene')} or {named('ancestry')} to decide it for a size):"]
             lines += [f"  {r.method:18s} {get_method(r.method).expands_to}" for r in self.reach]
         else:
             lines.append(f"can make it: {', '.join(self.can) or 'none'}")
@@ -214,7 +214,8 @@ def _base(
     if spec is None:
         raise LearngeneError(
             f"{ancestry} is not a ViT a spec describes, so no size of its family can be named; methods that distil "
-            "any classifier (tleg, wave, ...) take their aux net's size from --opt aux_* instead"
+            "any classifier (tleg, wave, ...) take their aux net's size from their options instead: "
+            f"{assigned('aux_embed_dim', 64, flag='--opt')}, ..."
         )
     return f"{ancestry} ({spec.short()})", spec, None
 
