@@ -1,8 +1,9 @@
 # The README's two commands: `make demo` (the main job on Fashion-MNIST) and `make test` (lint, types, then the suite); `make docs` builds the docs,
 # `make test-gpu` runs the GPU tests alone.
 # Both create the virtual environment .venv on first use and install the package into it with the
-# pinned versions of constraints.txt. Other targets: `make dist` builds the sdist and wheel; `make check-wheel`
-# installs the wheel in a clean venv and runs `learngene --help` there; `make check-latest` does that with the
+# pinned versions of constraints.txt. Other targets: `make dist` builds the sdist and wheel of learngene-vit and checks
+# them with `twine check`; `make check-wheel` installs the wheel in a clean venv and runs `learngene --version` and
+# `learngene --help` there; `make check-latest` does that with the
 # newest versions pyproject.toml's bounds allow (no pins) and runs the suite in that venv; `make lock` rewrites
 # constraints.txt with those newest versions.
 PYTHON ?= python3
@@ -18,12 +19,14 @@ PIP_INSTALL = $(PY) -m pip install -q --disable-pip-version-check
 TEST_WORKERS ?= 2
 PYTEST := -m pytest -n $(TEST_WORKERS) --dist loadscope
 # the optional extras, installed by `make test` so that their tests run (without them they skip)
-EXTRAS := datasets,tensorboard,wandb
+EXTRAS := datasets,tensorboard,wandb,slurm
 
-.PHONY: demo test lint test-gpu install lock dist check-wheel check-latest fashion-mnist docs docs-install
+.PHONY: demo test lint test-gpu test-slurm install lock dist check-wheel check-latest fashion-mnist docs docs-install
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
+	@# a .venv from before the rename holds this project as "learngene" 0.1.0, whose learngene command would stay behind
+	$(PY) -m pip uninstall -y -q --disable-pip-version-check learngene 2>/dev/null || true
 	$(PIP_INSTALL) -e ".[test,dev,$(EXTRAS)]" $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 	@$(MAKE) --no-print-directory fashion-mnist
 	touch $(STAMP)
@@ -46,6 +49,11 @@ lint: $(STAMP)
 # only the tests of CUDA-only code paths (tests/test_gpu.py; marker `gpu`): on a machine without CUDA they all skip
 test-gpu: $(STAMP)
 	$(PY) -m pytest -m gpu
+
+# the Slurm tests alone (tests/test_slurm.py, slow: --runslow), against the cluster `sinfo` finds: start one on this
+# machine first with `sudo tools/slurm_cluster.sh start` (.ci/run does); with CI=true a missing cluster fails them
+test-slurm: $(STAMP)
+	$(PY) -m pytest --runslow tests/test_slurm.py
 
 # the docs site into site/ (mkdocs.yml); --strict: a broken link, a missing reference or a bad docstring fails.
 # Offline once the docs extra is installed; tools/gen_docs.py writes the method, CLI and API pages at build time.
@@ -76,14 +84,18 @@ lock:
 dist: $(STAMP)
 	rm -rf dist
 	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
 
-# the wheel in a clean venv (its [test] extra too, so the suite can run there): `learngene --help` must work
+# the wheel in a clean venv (its [test] extra too, so the suite can run there): `learngene --version` must print the
+# wheel's name and version, alone (no other "learngene" distribution beside it), and `learngene --help` must work
 check-wheel: dist
 	rm -rf $(VENV_WHEEL)
 	$(PYTHON) -m venv $(VENV_WHEEL)
 	$(VENV_WHEEL)/bin/python -m pip install -q --disable-pip-version-check "$$(ls dist/*.whl)[test]" $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+	cd /tmp && version="$$($(CURDIR)/$(VENV_WHEEL)/bin/learngene --version)" && echo "$$version" && \
+	  [ "$$version" = "learngene-vit $$(cd $(CURDIR)/dist && ls *.whl | cut -d- -f2)" ]
 	cd /tmp && $(CURDIR)/$(VENV_WHEEL)/bin/learngene --help >/dev/null && $(CURDIR)/$(VENV_WHEEL)/bin/learngene methods >/dev/null
-	@echo "check-wheel: $$(cd dist && echo *) built; the wheel installs in a clean venv and 'learngene --help' runs"
+	@echo "check-wheel: $$(cd dist && echo *) built; the wheel installs in a clean venv and 'learngene --version' and 'learngene --help' run"
 
 # the suite with the newest versions pyproject.toml's bounds allow, in a fresh venv holding the built wheel
 check-latest:

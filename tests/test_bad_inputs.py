@@ -327,7 +327,7 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
     (
         "gene given as ancestry",
         lambda w: ["condense", "--method", "pretrained", "--ancestry", w.gene, "-o", w.out],
-        "not a learngene model file",
+        "is a learngene, not a model",
     ),
     ("model file with corrupt spec", lambda w: ["train", w.model_bad_spec, *DATA, "-o", w.out], "corrupt"),
     ("model file without spec", lambda w: ["train", w.model_no_spec, *DATA, "-o", w.out], "records no spec"),

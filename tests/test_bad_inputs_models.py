@@ -428,7 +428,7 @@ def _api_calls():
         "adapt": [lambda: lg.adapt(gene(), 42)],
         "train": [
             lambda: lg.train("not a model", data(), cfg()),
-            lambda: lg.train(model(), data(), {"epochs": 1}),  # the loop, as before (deprecated), refusing a dict
+            lambda: lg.train(model(), data(), {"epochs": 1}),  # a torch module: the loop is learngene.training.train
             lambda: lg.train(model(), data(), cfg(), teacher="t"),
         ],
         "train_ancestry": [lambda: lg.train_ancestry(42)],
@@ -438,6 +438,7 @@ def _api_calls():
         "Adapted": [],
         "Trained": [],
         "Comparison": [],
+        "Launcher": [lambda: lg.Launcher(workers="2"), lambda: lg.Launcher("pbs"), lambda: lg.Launcher(slurm_args="x")],
         "DataRequest": [lambda: lg.DataRequest(42), lambda: lg.DataRequest("digits", few_shot=0)],
         "AncestryRequest": [lambda: lg.AncestryRequest(None), lambda: lg.AncestryRequest("a", timm_kwargs="depth=6")],
         "ExpandChoices": [lambda: lg.ExpandChoices(seed=-1), lambda: lg.ExpandChoices(license=123)],

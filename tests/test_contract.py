@@ -32,6 +32,7 @@ from learngene.data import digits, label_space, preprocessing_cfg
 from learngene.errors import LearngeneError
 from learngene.formats.model_file import save_model
 from learngene.pipeline.compare import CompareChoices
+from learngene.pipeline.launching import Launcher
 from learngene.pipeline.requests import AncestryRequest, DataRequest, ExpandChoices
 from learngene.validate import limits_of
 from learngene.vit.spec import ViTSpec
@@ -203,6 +204,7 @@ def _baselines(places: Places, results: dict[str, Any], tmp: Path) -> dict[str, 
         "DataRequest": (DataRequest, {"source": "digits"}),
         "AncestryRequest": (AncestryRequest, {"path": places.ancestry}),
         "ExpandChoices": (ExpandChoices, {}),
+        "Launcher": (Launcher, {}),
     }
     for name, result in results.items():
         path = tmp / (f"{name}-report" if name == "Comparison" else f"{name}.safetensors")
@@ -338,14 +340,10 @@ def test_a_hostile_argument_is_one_line_and_touches_nothing(made, name, paramete
     assert _snapshot(tmp_path) == before_here, "something was written"
 
 
-def test_the_loops_old_name_warns_and_still_trains():
-    """``learngene.train`` on a torch module is the training loop it was, for one release, with a DeprecationWarning
-    naming ``learngene.training.train``; the internals that left the top level load with one naming their module."""
-    from tests.conftest import TINY, make_images
-
-    with pytest.warns(DeprecationWarning, match=r"now learngene\.training\.train"):
-        result = lg.train(TINY.create_model(), make_images(8), lg.TrainConfig(epochs=1, batch_size=8, progress=False))
-    assert len(result.history) == 1
+def test_the_internals_old_names_warn_and_the_loop_lives_in_training():
+    """The internals that left the top level load with a DeprecationWarning naming their module; the training loop is
+    ``learngene.training.train`` (``learngene.train`` is the pipeline's, and refuses a torch module:
+    tests/test_no_mutation.py)."""
     for name, module in (("make_descendant", "descendant"), ("GeneNet", "training.genenet")):
         with pytest.warns(DeprecationWarning, match=rf"import it from learngene\.{module}"):
             assert callable(getattr(lg, name))

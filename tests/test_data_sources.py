@@ -57,7 +57,9 @@ def torchvision(tmp_path, request):
 
 
 def hf(tmp_path, request):
-    pytest.importorskip("datasets", reason="the datasets extra is not installed (pip install 'learngene[datasets]')")
+    pytest.importorskip(
+        "datasets", reason="the datasets extra is not installed (pip install 'learngene-vit[datasets]')"
+    )
     from tests.hub_fixtures import tiny_image_dataset
 
     tiny_image_dataset(tmp_path / "ds", train=6, test=3)

@@ -39,6 +39,8 @@ TINY = [
 ]
 # the guides whose blocks read a Hugging Face cache the test fills (tests/hub_fixtures.py), with what they need
 HUB_GUIDES = {"hub.md": ("datasets", "tensorboard", "wandb", "transformers")}
+# the other guides that run optional packages (test extras), skipped without them
+NEEDS = {"after-learngene.md": ("transformers", "accelerate")}
 # flags added to every command that accepts them, unless the block sets them
 TINY_FLAGS = {"--train-images": "64", "--eval-images": "32", "--batch-size": "16"}
 
@@ -119,6 +121,8 @@ def test_runnable_snippets_run(path, tiny_data, capsys, tmp_path, monkeypatch):
         for module in HUB_GUIDES[path.name]:
             pytest.importorskip(module, reason=f"{path.name} needs {module} (an optional extra or the test extra)")
         fill_docs_cache(tmp_path, monkeypatch, tiny_data)
+    for module in NEEDS.get(path.name, ()):
+        pytest.importorskip(module, reason=f"{path.name} needs {module} (the test extra)")
     for lang, text in runnable_blocks(path):
         if lang == "bash":
             for argv in shell_commands(text):

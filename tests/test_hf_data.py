@@ -14,7 +14,7 @@ from learngene.formats.model_file import load_model_file
 from tests.hub_fixtures import offline_hub, tiny_image_dataset
 
 datasets = pytest.importorskip(
-    "datasets", reason="the datasets extra is not installed (pip install 'learngene[datasets]')"
+    "datasets", reason="the datasets extra is not installed (pip install 'learngene-vit[datasets]')"
 )
 
 

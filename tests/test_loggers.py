@@ -28,11 +28,11 @@ from tests.hub_fixtures import (
 SPEC = ViTSpec(depth=1, embed_dim=16, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=4)
 needs_tensorboard = pytest.mark.skipif(
     __import__("importlib").util.find_spec("tensorboard") is None,
-    reason="the tensorboard extra is not installed (pip install 'learngene[tensorboard]')",
+    reason="the tensorboard extra is not installed (pip install 'learngene-vit[tensorboard]')",
 )
 needs_wandb = pytest.mark.skipif(
     __import__("importlib").util.find_spec("wandb") is None,
-    reason="the wandb extra is not installed (pip install 'learngene[wandb]')",
+    reason="the wandb extra is not installed (pip install 'learngene-vit[wandb]')",
 )
 
 
@@ -116,7 +116,7 @@ def test_log_needs_a_place_and_the_package(tmp_path, monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
-    with pytest.raises(LearngeneError, match=r"pip install 'learngene\[wandb\]'"):
+    with pytest.raises(LearngeneError, match=r"pip install 'learngene-vit\[wandb\]'"):
         TrainConfig(log=("wandb",))
     with pytest.raises(LearngeneError, match="training setting log"):
         TrainConfig(log=("mlflow",))  # type: ignore[arg-type]

@@ -23,7 +23,6 @@ pay for torch.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import sys
 import types
@@ -45,6 +44,7 @@ _EXPORTS = {
     "Adapted": "pipeline.results",
     "Trained": "pipeline.results",
     "Comparison": "pipeline.comparing",
+    "Launcher": "pipeline.launching",
     "DataRequest": "pipeline.requests",
     "AncestryRequest": "pipeline.requests",
     "ExpandChoices": "pipeline.requests",
@@ -78,32 +78,7 @@ _SUBPACKAGES = ("pipeline", "training")
 
 
 def _export(name: str):
-    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    return _train_or_loop(value) if name == "train" else value
-
-
-def _train_or_loop(train):
-    """The pipeline's ``train``; given a torch module (``learngene.train(model, data, TrainConfig(...), eval_data=...)``,
-    the training loop this name was before), the loop, with a DeprecationWarning naming its new name."""
-
-    @functools.wraps(train)
-    def train_or_loop(model, *args, **kwargs):
-        from torch import nn
-
-        if not isinstance(model, nn.Module):
-            return train(model, *args, **kwargs)
-        warnings.warn(
-            "learngene.train(model, data, cfg, ...) on a torch module is the training loop, now "
-            "learngene.training.train; learngene.train is the pipeline's (a model file or a use case's result, as "
-            "`learngene train`); this use of it goes in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        from .training.loop import train as loop
-
-        return loop(model, *args, **kwargs)
-
-    return train_or_loop
+    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
 
 
 class _Package(types.ModuleType):

@@ -23,8 +23,10 @@ import dataclasses
 import functools
 import inspect
 import itertools
+import math
 import os
 import sys
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -104,18 +106,37 @@ def load_ancestry(
 
     The ancestry records what its inputs expect (``Ancestry.preprocessing``, :func:`ancestry_preprocessing`).
     """
+    return _loaded_ancestry(path, timm_model, drop_head, None, model_kwargs)
+
+
+def _loaded_ancestry(
+    path: str | os.PathLike,
+    timm_model: str | None,
+    drop_head: bool,
+    recorded_size: int | None,
+    model_kwargs: dict[str, Any],
+) -> Ancestry:
+    """:func:`load_ancestry`'s work; ``recorded_size``: the input size a checkpoint's source records outside the file
+    (a ``timm:`` tag's pretrained config), for a model whose weights do not show it."""
     with held_warnings():  # a library's note on a file that then fails (torch's pickle protocol): unsaid
-        ancestry = _read_ancestry(path, timm_model, drop_head, **model_kwargs)
+        ancestry = _read_ancestry(path, timm_model, drop_head, recorded_size, **model_kwargs)
     ancestry.preprocessing = ancestry_preprocessing(path, timm_model, ancestry)
     return ancestry
 
 
-def _read_ancestry(path: str | os.PathLike, timm_model: str | None, drop_head: bool, **model_kwargs: Any) -> Ancestry:
+def _read_ancestry(
+    path: str | os.PathLike,
+    timm_model: str | None,
+    drop_head: bool,
+    recorded_size: int | None = None,
+    **model_kwargs: Any,
+) -> Ancestry:
     require_argument(path, (str, os.PathLike), "path", "a file or folder path")
     if timm_model is not None:
         require_argument(timm_model, str, "timm_model", "a timm architecture name or None")
     require_argument(drop_head, bool, "drop_head", "True or False")
     _check_sizes(model_kwargs)
+    check_architecture_arguments(None, model_kwargs)  # before any file is read: a loading key is the caller's mistake
     if is_hub_name(path):
         return _load_hub_ancestry(str(path), timm_model, drop_head, **model_kwargs)
     if looks_like_repo_id(path):
@@ -126,7 +147,7 @@ def _read_ancestry(path: str | os.PathLike, timm_model: str | None, drop_head: b
     elif timm_model is None:
         return _model_file_ancestry(path, drop_head, model_kwargs)
     else:
-        model = _checkpoint_model(path, timm_model, drop_head, model_kwargs)
+        model = _checkpoint_model(path, timm_model, drop_head, model_kwargs, recorded_size)
     try:
         return Ancestry(model.eval(), spec_from_model(model), license=license)
     except SpecError as exc:
@@ -177,9 +198,14 @@ def _model_file_ancestry(path: str | os.PathLike, drop_head: bool, model_kwargs:
 
 
 def _checkpoint_model(
-    path: str | os.PathLike, timm_model: str, drop_head: bool, model_kwargs: dict[str, Any]
+    path: str | os.PathLike,
+    timm_model: str,
+    drop_head: bool,
+    model_kwargs: dict[str, Any],
+    recorded_size: int | None = None,
 ) -> nn.Module:
-    """The timm model ``timm_model`` of a plain checkpoint file, its sizes read from the checkpoint where not given."""
+    """The timm model ``timm_model`` of a plain checkpoint file, its sizes read from the checkpoint where not given
+    (its input size too: :func:`checkpoint_img_size`)."""
     _require_timm_name(timm_model)
     # read (and checked for NaN) before building the model: a bad file fails in a moment, not after a big init
     state = read_checkpoint(path).state
@@ -187,7 +213,69 @@ def _checkpoint_model(
         state = without_head(state, ("head.", "head_dist."), str(path))
         model_kwargs["num_classes"] = 0
     model_kwargs = _sizes_from_checkpoint(timm_model, model_kwargs, state)
+    if "img_size" not in model_kwargs:
+        size = checkpoint_img_size(timm_model, model_kwargs, state, path, recorded_size)
+        model_kwargs = model_kwargs if size is None else {**model_kwargs, "img_size": size}
     return build_timm_model(timm_model, model_kwargs, state, str(path))
+
+
+def checkpoint_img_size(
+    arch: str, kwargs: dict[str, Any], state: StateDict, path: str | os.PathLike, recorded: int | None = None
+) -> int | None:
+    """The input size a plain checkpoint of the patch ViT ``arch`` was trained at, read, never taken from ``arch``'s
+    default (a DINOv3 trained at 64 px was recorded at timm's 256 px, and its FLOPs and budgets with it): its position table's grid
+    times its patch size; else ``recorded`` (a ``timm:`` tag's) or the spec a learngene file's header records. A
+    ViT without a position table (RoPE: positions are computed for whatever grid it is built at) and no record is
+    refused in one line naming img_size; None for a model that is no patch ViT (a CNN teacher takes any size)."""
+    meta: Any = _timm_model(arch, {**kwargs, "device": "meta"})  # sizes only: nothing allocated
+    embed: Any = getattr(meta, "patch_embed", None)
+    grid = getattr(embed, "grid_size", None)
+    if grid is None:
+        return None
+    table = getattr(meta, "pos_embed", None)
+    if table is not None and table.ndim == 3 and state.get("pos_embed") is not None:
+        return _size_of_table(state, table.shape[1] - grid[0] * grid[1], embed.patch_size, path)
+    recorded = recorded or _header_img_size(path)
+    if recorded is not None or table is not None:  # a table the checkpoint lacks: the key check names it
+        return recorded
+    raise LearngeneError(
+        f"{path}: timm {arch} has no position table to read its input size from (its positions are computed for any "
+        f"grid, RoPE) and the checkpoint records none; give the size it was trained at, img_size=N (--img-size N)"
+    )
+
+
+def _size_of_table(state: StateDict, prefix: int, patch: tuple[int, int], path: str | os.PathLike) -> int | None:
+    """The image side a checkpoint's ``pos_embed`` (``prefix`` class/register rows, then a square grid) was made for:
+    the grid's side times the patch size its ``patch_embed.proj`` kernel shows (else the model's); None for a table
+    of another layout (the architecture's checkpoint filter reads it)."""
+    table = state["pos_embed"]
+    if table.ndim != 3:
+        return None
+    side = math.isqrt(max(table.shape[1] - prefix, 0))
+    if side == 0 or side * side != table.shape[1] - prefix:
+        raise LearngeneError(
+            f"{path}: pos_embed holds {table.shape[1]} positions, no square grid after {prefix} class/register "
+            f"rows, so the input size cannot be read; give it, img_size=N (--img-size N)"
+        )
+    kernel = state.get("patch_embed.proj.weight")
+    if kernel is not None and kernel.ndim == 4 and kernel.shape[-1] == kernel.shape[-2]:
+        return side * int(kernel.shape[-1])
+    return side * patch[0]
+
+
+def _header_img_size(path: str | os.PathLike) -> int | None:
+    """The input size a safetensors checkpoint's header records: a learngene model file's spec (None otherwise)."""
+    if Path(path).suffix != ".safetensors":
+        return None
+    from .formats.weights import read_safetensors
+
+    text = read_safetensors(path, lazy=True)[1].get("spec")  # a map of the file read once already: no second copy
+    if text is None:
+        return None
+    try:
+        return ViTSpec.from_json(text).img_size
+    except ValueError:  # a corrupt header records nothing to trust; the size stays required
+        return None
 
 
 def _load_hub_ancestry(name: str, timm_model: str | None, drop_head: bool, **model_kwargs: Any) -> Ancestry:
@@ -198,7 +286,9 @@ def _load_hub_ancestry(name: str, timm_model: str | None, drop_head: bool, **mod
         ancestry = load_ancestry(hub.folder, timm_model, drop_head, **model_kwargs)
     else:
         assert hub.weights is not None and hub.arch is not None  # a timm: tag names both
-        ancestry = load_ancestry(hub.weights, timm_model or hub.arch, drop_head, **model_kwargs)
+        size = hub.pretrained_cfg.get("input_size")  # what the tag's weights were trained at
+        tag_size = int(size[-1]) if isinstance(size, (list, tuple)) and len(size) == 3 else None
+        ancestry = _loaded_ancestry(hub.weights, timm_model or hub.arch, drop_head, tag_size, model_kwargs)
         vit: Any = ancestry.model  # a timm model: the tag's preprocessing, as timm.create_model(NAME.TAG) has it
         vit.pretrained_cfg = {**vit.pretrained_cfg, **hub.pretrained_cfg}
         ancestry.license = ancestry.license or hub.license
@@ -263,6 +353,8 @@ def _sizes_from_checkpoint(arch: str, kwargs: dict[str, Any], state: StateDict) 
 
 def build_timm_model(arch: str, kwargs: dict[str, Any], state: StateDict, source: str) -> nn.Module:
     """timm's ``arch`` with ``kwargs``, holding ``state`` after the architecture's own checkpoint filter."""
+
+    check_architecture_arguments(arch, kwargs, f"{source}: " if Path(source).is_dir() else "")
 
     def create(**extra: Any) -> nn.Module:
         return _timm_model(arch, {**kwargs, **extra})
@@ -347,6 +439,78 @@ def _require_timm_name(name: str | None) -> str:
     return name
 
 
+# timm.create_model's keys that load weights or shape what is returned instead of describing the architecture: given
+# through, timm would read another file than the ancestry given (checkpoint_path, pretrained_cfg_overlay's file) or
+# fetch one; learngene reads the ancestry itself (weights only) and builds the model empty
+LOADING_ARGUMENTS = frozenset(
+    {
+        *("pretrained", "checkpoint_path", "pretrained_cfg", "pretrained_cfg_overlay", "pretrained_strict"),
+        *("pretrained_filter_fn", "pretrained_model_args", "cache_dir", "model_cfg", "kwargs_filter"),
+        *("features_only", "feature_cfg", "feature_cls", "out_indices", "output_stride", "flatten_sequential"),
+        *("scriptable", "exportable", "no_jit", "device", "dtype"),
+    }
+)
+
+
+def check_architecture_arguments(arch: str | None, kwargs: dict[str, Any], where: str = "") -> None:
+    """Refuse a ``timm.create_model`` argument that is not an architecture argument: a loading one
+    (:data:`LOADING_ARGUMENTS`) always, and, where ``arch`` is known, one its model class's constructor does not take
+    (the allow-list: the ``__init__`` parameters along the class's bases, read from a model built on ``meta``).
+    ``where`` names the config the arguments come from (a folder's), else they are the caller's."""
+    loading = sorted(set(kwargs) & LOADING_ARGUMENTS)
+    if loading:
+        key = loading[0] if where else f"{loading[0]} (--timm-arg {loading[0]}=...)"
+        do = (
+            "remove it from the folder's config.json model_args"
+            if where
+            else "pass the weights' file as the ancestry (--ancestry FILE; a .pth with timm_model (--timm-model)) and "
+            "give timm only architecture arguments (sizes, num_classes)"
+        )
+        raise LearngeneError(
+            f"{where}{key} is not an architecture argument: it makes timm load or shape weights, and learngene reads "
+            f"only the ancestry it is given; {do}"
+        )
+    others = [k for k in kwargs if k not in SIZE_ARGUMENTS]
+    if arch is None or not others:
+        return
+    model_class = type(_timm_model(arch, {"device": "meta"}))
+    allowed = _constructor_arguments(model_class)
+    if allowed is None:  # a constructor that takes any keyword and says not which: timm's own check refuses
+        return
+    allowed -= LOADING_ARGUMENTS
+    unknown = [k for k in others if k not in allowed]
+    if unknown:
+        listed = ", ".join(sorted(allowed)[:12]) + (", ..." if len(allowed) > 12 else "")
+        raise LearngeneError(
+            f"{where}{unknown[0]} is not an argument of timm's {model_class.__name__} ({arch}); its architecture "
+            f"arguments are {listed}"
+        )
+
+
+def _constructor_arguments(model_class: type) -> set[str] | None:
+    """The keyword arguments ``model_class`` takes: the ``__init__`` parameters along its bases (a subclass's
+    ``**kwargs`` reach its base's), and the fields of a config dataclass one of them takes (NaFlexVit's
+    ``NaFlexVitCfg``, whose fields its ``**kwargs`` set); None where a ``**kwargs`` goes nowhere these name."""
+    names: set[str] = set()
+    fields: set[str] = set()
+    inits, open_ended = 0, False
+    for cls in model_class.__mro__:
+        if cls is nn.Module or not issubclass(cls, nn.Module) or "__init__" not in vars(cls):
+            continue
+        inits += 1
+        try:
+            hints = typing.get_type_hints(cls.__init__)
+        except Exception:  # noqa: BLE001  an annotation that does not resolve names no config
+            hints = {}
+        for name, p in inspect.signature(cls.__init__).parameters.items():
+            open_ended |= p.kind is p.VAR_KEYWORD
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name != "self":
+                names.add(name)
+                arms = typing.get_args(hints.get(name)) or (hints.get(name),)
+                fields.update(f.name for arm in arms if dataclasses.is_dataclass(arm) for f in dataclasses.fields(arm))
+    return None if open_ended and inits == 1 and not fields else names | fields
+
+
 def _timm_model(name: str, kwargs: dict[str, Any]) -> nn.Module:
     import timm
 
@@ -366,12 +530,17 @@ def _fitting_state(model: nn.Module, state: StateDict, path: str, name: str) -> 
     own = {k: v.shape for k, v in own_state.items()}
     head = {k for k in own if k.startswith(_classifier_prefixes(model))}
     state = {k: v for k, v in state.items() if not (k in head and own[k] != v.shape)}
-    hint = "pick the matching timm_model (--timm-model)" if name else "create the file again with learngene"
+    hint = (
+        "pick the matching timm_model (--timm-model) or give the checkpoint's sizes as timm.create_model arguments "
+        "(--timm-arg KEY=VALUE, e.g. depth=6, embed_dim=384; --img-size N)"
+        if name
+        else "create the file again with learngene"
+    )
     for key, value in state.items():
         if key in own and own[key] != value.shape:
             raise LearngeneError(
                 f"{path}: {key} has shape {tuple(value.shape)} but timm {name or 'model'} needs "
-                f"{tuple(own[key])}; {hint} or sizes"
+                f"{tuple(own[key])}; {hint}"
             )
         if key in own and own_state[key].is_floating_point() and not value.is_floating_point():
             raise LearngeneError(

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from .errors import GeneFormatError, LearngeneError, first_line, require_argument
-from .gene import Learngene, invalid_gene
+from .gene import Learngene, check_values, invalid_gene
 from .method import Method, config_from_dict, option_phases, refuse_unread
 from .registry import get_method
 from .validate import EXPAND
@@ -216,6 +216,7 @@ def check_before_saving(gene: Learngene, method: Method | None = None) -> BoundM
     expansion uses its tensors (:func:`bind_gene`); a gene without a layout must expand (on ``meta``) to a small
     size, which refuses e.g. a tleg gene of no tensors."""
     bound = bind_gene(gene, source="the gene to save", method=method)
+    check_values(gene, "the gene to save")
     if gene.layout is None:
         try:
             bound.expand_on_meta(SAVE_PROBE)

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from .binding import BoundMethod, bind_gene
 from .errors import LearngeneError, require_argument
 from .gene import Learngene
+from .host.rng import seeded_draws
 from .host.threads import one_thread
 from .registry import get_method
 from .training.genenet import GeneNet  # noqa: F401  (re-exported: learngene.descendant.GeneNet)
@@ -81,8 +82,8 @@ def build_descendant(
     bound = bound.seeded(seed)
     spec.require_memory()
     provided = bound.check(spec)  # on meta, once per size
-    torch.manual_seed(seed)
-    model = spec.create_model()  # timm's initialization of every tensor: the keys the gene leaves out keep it
+    with seeded_draws(seed):  # timm draws its initialization from the global generator (learngene.host.rng)
+        model = spec.create_model()  # timm's initialization of every tensor: the keys the gene leaves out keep it
     # a tensor timm stacks across layers (mixed RoPE's) keeps timm's values for the layers the gene leaves out
     own = {k: v.detach().clone() for k, v in model.state_dict().items() if k in spec.stacked_keys}
     release_storage(model, provided)  # what the gene gives is overwritten: give its memory back before expanding

@@ -45,21 +45,34 @@ def _as_text(value: object) -> str:
 
 
 def shown(value: object, limit: int = 40) -> str:
-    """How a message quotes a value it refuses: its repr, cut to ``limit`` characters."""
-    text = repr(value)
+    """How a message quotes a value it refuses: its repr on one line (a torch module's spans many), cut to ``limit``
+    characters."""
+    text = " ".join(repr(value).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def first_line(exc: BaseException, limit: int = 160) -> str:
     """What a one-line message quotes of another error: the first line of ``exc``'s message, cut to ``limit``
-    characters (its type's name when it says nothing)."""
-    lines = str(exc).strip().splitlines()
-    return lines[0][:limit] if lines else type(exc).__name__
+    characters (its type's name when it says nothing). A first line that ends in a colon announces what follows (torch's
+    "Error(s) in loading state_dict for Net:"), so the lines after it are joined on until one does not."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = lines.pop(0)
+    while text.endswith(":") and lines:
+        text += " " + lines.pop(0)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class LearngeneError(Exception):
     """A user-facing error: one line, says what went wrong and what to do, naming each setting in both callers'
     words (``str(err)`` is that line; the command line prints it after ``learngene CMD: error:``)."""
+
+    def __init__(self, *args: object) -> None:
+        # one line whatever a message quotes (a name or a text holding a line break): the break written as \n
+        if args and isinstance(args[0], str):
+            args = (args[0].replace("\r", "\\r").replace("\n", "\\n"), *args[1:])
+        super().__init__(*args)
 
 
 class LearngeneWarning(UserWarning):

@@ -173,15 +173,23 @@ class Learngene:
                 f"{quote(path)} has a corrupt learngene header ({first_line(exc)}); create it "
                 f"again with `learngene condense`"
             ) from None
-        bad = nonfinite_tensor(gene.tensors)  # a loaded gene is a memory map: its pages are given back once checked
-        if bad is not None:
-            raise invalid_gene(gene, path, f"tensor {bad!r} holds NaN or infinite values")
+        check_values(gene, path)  # a loaded gene is a memory map: its pages are given back once checked
         return gene
+
+
+def check_values(gene: Learngene, source: str | os.PathLike | None) -> None:
+    """Refuse a gene holding NaN or infinite values (``source``: its file; None: a gene made in this process): what
+    :meth:`Learngene.load` checks of a file, and the use cases of a gene given as an object, at the same point."""
+    bad = nonfinite_tensor(gene.tensors)
+    if bad is not None:
+        raise invalid_gene(gene, source, f"tensor {bad!r} holds NaN or infinite values")
 
 
 def invalid_gene(gene: Learngene, source: str | os.PathLike | None, why: str | BaseException) -> GeneFormatError:
     """The one-line refusal of a gene file (``source``; None: a gene made in this process) and why."""
     name = quote(source) if source is not None else "the gene"
+    if isinstance(why, KeyError) and len(why.args) == 1:  # its text is the bare key, which names nothing to the reader
+        why = f"it has no {why.args[0]!r}, which its method reads"
     why = first_line(why, 200) if isinstance(why, BaseException) else why
     return GeneFormatError(
         f"{name} is not a valid {gene.method} learngene ({why}); create it again with `learngene condense`"

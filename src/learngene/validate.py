@@ -257,12 +257,22 @@ def _mapping(value: Any, tp: Any) -> str | None:
     return words if wrong else None
 
 
+def _python_list(value: Any, tp: Any) -> str | None:
+    """A Python list (a result's rows, a history); ``list[X]``: each item an X."""
+    if not isinstance(value, list):
+        return "a Python list"
+    args = typing.get_args(tp)
+    bad = next((w for w in (_mismatch(v, args[0]) for v in value) if w), None) if args else None
+    return f"a Python list whose every item is {bad}" if bad else None
+
+
 # the check of each kind of type, by the type (int, str, ...) or its origin (X | Y, Literal[...], tuple[X, ...])
 _KINDS: dict[Any, Callable[[Any, Any], str | None]] = {
     typing.Union: _union,
     types.UnionType: _union,
     Literal: _literal,
     tuple: _list,
+    list: _python_list,
     dict: _mapping,
     type(None): lambda value, tp: None if value is None else "null",
     bool: lambda value, tp: None if isinstance(value, bool) else "true or false",
@@ -354,6 +364,7 @@ def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
         key, value = parse_assignment(item, types, usage)
+        refuse_repeat(out, key, value, "option", "--opt")
         auto = key in getattr(config_cls, "AUTO_OPTIONS", ())
         if value == "auto" and auto:  # as `learngene methods` shows it
             value = fields[key].default
@@ -364,6 +375,17 @@ def parse_options(config_cls: type, items: list[str]) -> dict[str, Any]:
             )
         out[key] = value
     return out
+
+
+def refuse_repeat(given: Mapping[str, Any], key: str, value: Any, what: str, flag: str) -> None:
+    """The one rule for a setting given twice, everywhere (a flag, an option of ``options`` or ``--opt``, a timm
+    argument, an item of a list): refused in one line naming both values, whether they differ or not, where a last
+    value winning or an item counted twice would change the run without a word. ``given``: the settings so far."""
+    if key in given:
+        raise LearngeneError(
+            f"{what} {key} is given twice ({key}={given[key]!r}, then {key}={value!r}); give it once ({flag} "
+            f"{key}=VALUE), with the value you mean"
+        )
 
 
 def value_from_text(raw: str, tp: Any = Any) -> Any:

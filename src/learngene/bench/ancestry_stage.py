@@ -12,8 +12,9 @@ from ..data import Data, class_subset, few_shot, take
 from ..errors import LearngeneError
 from ..formats.hub import is_hub_name
 from ..formats.model_file import load_model_file, save_model
+from ..host.rng import seeded_draws
 from ..method import Ancestry
-from ..training.loop import seed_everything, train
+from ..training.loop import train
 from ..vit.spec import ViTSpec
 from .profiles import Upstream
 from .stages import RunStages, stage_key
@@ -73,8 +74,8 @@ class AncestryStage(RunStages):
     def _train_ancestry(self, upstream: Upstream, key: str, train_data: Data, eval_data: Data) -> Any:
         """Train ``upstream``'s ancestry (cache key ``key``) and keep it; what :func:`load_model_file` reads of it."""
         spec, path = self.ancestry_spec(upstream), self.ancestry_path(key)
-        seed_everything(0)
-        model = spec.create_model()
+        with seeded_draws(0):  # timm's initialization, from the global generator (learngene.host.rng)
+            model = spec.create_model()
         path.parent.mkdir(parents=True, exist_ok=True)
         # the two long stages show the loop's own bar under the run's bar
         cfg = self._cfg(

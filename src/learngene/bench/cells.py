@@ -20,6 +20,7 @@ from ..errors import LearngeneError
 from ..formats.atomic import write_text_atomic
 from ..formats.weights import digest
 from ..gene import Learngene
+from ..host.rng import seeded_draws
 from ..registry import get_method
 from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..training.loop import TrainConfig, train
@@ -34,8 +35,8 @@ from .tasks import TaskData
 
 def fresh_head(model: torch.nn.Module, spec: ViTSpec, seed: int) -> None:
     """Give ``model`` the classifier a scratch model of this seed gets (the same for every method)."""
-    torch.manual_seed(seed)
-    reference: Any = spec.create_model()
+    with seeded_draws(seed):  # timm's initialization, from the global generator (learngene.host.rng)
+        reference: Any = spec.create_model()
     cast(Any, model).get_classifier().load_state_dict(reference.get_classifier().state_dict())
 
 

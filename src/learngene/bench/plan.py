@@ -45,6 +45,7 @@ class WorkPlan(GeneStages, AncestryStage):
             for name in methods
             for factor in self._budgets(name, td.task)
         ]
+        count = len(cells) + (rows - len(methods)) * len(tasks) * len(specs)  # the ablations' cells too
         cells += [
             self._cell_gflop(spec, td, 1) * len(p.seeds) * (rows - len(methods)) for td in tasks for spec in specs
         ]
@@ -54,7 +55,7 @@ class WorkPlan(GeneStages, AncestryStage):
             "condense": condense,
             "adapt": adapt,
             "cell": cells,
-            "cells": len(cells) * len(p.seeds),
+            "cells": count * len(p.seeds),
         }
 
     def _specs(self, up: Upstream) -> list[ViTSpec]:

@@ -43,7 +43,7 @@ from .rows import Row
 from .stages import OutOfTime
 from .tasks import load_task
 from .walk import GridWalk
-from .workers import REPORT_FOLDER, SharedClaims
+from .workers import REPORT_FOLDER, Claims, SharedClaims
 
 
 class BenchRun(GridWalk):
@@ -76,6 +76,18 @@ class BenchRun(GridWalk):
             return self._work(work, total)
         finally:
             self.claims.close()
+
+    def prepare(self) -> tuple[list[tuple[Any, ...]], float]:
+        """Every upstream's data and plan (what each walk of the grid goes through), and the run's total work (its
+        ``meta["cells"]``: the grid's cells)."""
+        return self._prepare()
+
+    def observe(self, work: list[tuple[Any, ...]], claims: Claims) -> list[Row]:
+        """One walk of the grid (``work``, from :meth:`prepare`) that computes and claims nothing: the rows of the cells
+        the workers have finished (or recorded as failed in ``claims``); a launcher waiting for its workers."""
+        self.claims, self.computing, self.bar = claims, False, None
+        self._walk(work)
+        return self.rows
 
     def _prepare(self) -> tuple[list[tuple[Any, ...]], float]:
         """Every upstream's data and plan (what each walk of the grid goes through), and the run's total work."""

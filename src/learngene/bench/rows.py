@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import LearngeneError, shown
 from ..formats.atomic import write_text_atomic
+from ..validate import refusal
 
 
 @dataclass
@@ -41,6 +43,18 @@ class Row:
     cell_seconds: float = 0.0  # wall time of the whole cell: expansion, fine-tuning, evaluation, saving
     start: str = ""  # the digest of the descendant's weights as fine-tuning begins (rows from before: "")
     probe: str = ""  # its outputs on the probe batch then (:mod:`learngene.bench.probe`; rows from before: "")
+
+    def __post_init__(self) -> None:
+        """A row is also read back from a cell's JSON file and from ``results.csv``: a field of the wrong kind (an
+        edited or damaged file) fails here, where the cache takes it for damaged and computes the cell again, not in
+        the report's arithmetic."""
+        bad = refusal(self)
+        if bad is None and self.eval_epochs and len(self.eval_epochs) != len(self.accs):
+            bad_text = f"{len(self.eval_epochs)} evaluation epochs for {len(self.accs)} accuracies"
+        else:
+            bad_text = f"{bad.name} is not {bad.wanted} (got {shown(bad.value)})" if bad is not None else ""
+        if bad_text:
+            raise LearngeneError(f"a result row of {self.method!r} at {self.size!r}: {bad_text}; compute it again")
 
     @property
     def ok(self) -> bool:

@@ -74,6 +74,17 @@ class Claims:
         pass
 
 
+@contextlib.contextmanager
+def report_lock(claims: Path) -> Iterator[None]:
+    """Held while a report is written into the folder of ``claims`` (one writer at a time)."""
+    fd = os.open(claims / "report.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits: the report another worker writes takes seconds
+        yield
+    finally:
+        os.close(fd)
+
+
 def _lock(path: Path, mode: int) -> int | None:
     """An open descriptor of ``path`` holding ``flock(mode | LOCK_NB)``; None when another process holds it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -165,18 +176,35 @@ class SharedClaims(Claims):
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, reason + "\n")
 
-    @contextlib.contextmanager
-    def reporting(self) -> Iterator[None]:
-        fd = os.open(self.dir / "report.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # waits: the report another worker writes takes seconds
-            yield
-        finally:
-            os.close(fd)
+    def reporting(self) -> contextlib.AbstractContextManager[None]:
+        return report_lock(self.dir)
 
     def close(self) -> None:
         while self.held:
             os.close(self.held.pop())
+
+
+class ObservingClaims(Claims):
+    """The claims of a process that only reads ``out`` while workers compute (a launcher following its array): it
+    takes no claim, and a failure record counts from ``since`` (the folder's clock, ns) on, when its workers began."""
+
+    def __init__(self, out: Path, since: int) -> None:
+        super().__init__()
+        self.dir, self.since = out / CLAIMS, since
+
+    def hold(self, unit: str) -> contextlib.AbstractContextManager[None]:
+        raise Busy(unit)
+
+    def failure(self, unit: str) -> str | None:
+        path = self.dir / f"{unit}.failed"
+        try:
+            return path.read_text().strip() or None if path.stat().st_mtime_ns >= self.since else None
+        except FileNotFoundError:
+            return None
+
+    def reporting(self) -> contextlib.AbstractContextManager[None]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        return report_lock(self.dir)
 
 
 def worker_device(device: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .flags import add_common, add_data_args, add_gene_and_size, add_license, add_output, add_train_args
+from .flags import add_common, add_data_args, add_gene_and_size, add_license, add_model_output, add_train_args
 
 HELP = "specialize a learngene to a size on a little data (WAVE scalers, PEG φ)"
 
@@ -20,15 +20,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_data_args(p)
     add_train_args(p, "adapt")
     add_common(p)
-    add_output(p, "adapted descendant model")
+    add_model_output(p, "adapted descendant model")
     p.add_argument("--gene-out", help="also save the adapted learngene here")
     add_license(p, "descendant model file and the adapted learngene")
 
 
 def run(args: argparse.Namespace) -> None:
     from ..pipeline.adapting import adapt
-    from .options import check_outputs, save_and_say, size_from_args, training_from_args
+    from .options import check_outputs, out_is_folder, save_model_and_say, size_from_args, training_from_args
 
-    check_outputs(args, [args.out, args.gene_out], [args.gene])
+    hub = out_is_folder(args)
+    check_outputs(args, [args.out, args.gene_out], [args.gene], folder=hub)
+    if hub and args.gene_out:  # refused before the run, not after it
+        from ..pipeline.results import check_gene_beside_folder
+
+        check_gene_beside_folder(args.out, args.gene_out)
     adapted = adapt(args.gene, size=size_from_args(args), options=args.opt or [], **training_from_args(args))
-    save_and_say(args, adapted, adapted.descendant.summary, gene_path=args.gene_out)
+    save_model_and_say(args, adapted, adapted.descendant.summary, hub, gene_path=args.gene_out)

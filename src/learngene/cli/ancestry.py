@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .flags import add_common, add_data_args, add_license, add_output, add_spec_args, add_train_args
+from .flags import add_common, add_data_args, add_license, add_model_output, add_spec_args, add_train_args
 
 HELP = "train an ancestry ViT on a dataset and save it"
 
@@ -16,14 +16,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_data_args(p)
     add_train_args(p, "ancestry")
     add_common(p)
-    add_output(p, "ancestry model")
+    add_model_output(p, "ancestry model")
     add_license(p, "model file", inherited=False)
 
 
 def run(args: argparse.Namespace) -> None:
     from ..pipeline.training import train_ancestry
-    from .options import check_outputs, save_and_say, sayer, size_from_args, training_from_args
+    from .options import check_outputs, out_is_folder, save_model_and_say, sayer, size_from_args, training_from_args
 
-    check_outputs(args, [args.out])
+    hub = out_is_folder(args)
+    check_outputs(args, [args.out], folder=hub)
     trained = train_ancestry(size=size_from_args(args), **training_from_args(args), say=sayer(args))
-    save_and_say(args, trained, trained.summary)
+    save_model_and_say(args, trained, trained.summary, hub)

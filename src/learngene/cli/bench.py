@@ -96,7 +96,10 @@ def _profile_from_args(args: argparse.Namespace, profile) -> tuple[Any, float | 
         unknown = [m for m in args.methods if m not in list_methods()]
         if unknown:
             raise LearngeneError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(list_methods())}")
-        profile = profile.replace(methods=tuple(dict.fromkeys(args.methods)))
+        twice = next((m for i, m in enumerate(args.methods) if m in args.methods[:i]), None)
+        if twice is not None:  # the one rule for repeats (learngene.validate.refuse_repeat)
+            raise LearngeneError(f"--methods names {twice} twice; give each once")
+        profile = profile.replace(methods=tuple(args.methods))
     if args.seeds is not None:  # in its range: the flag's parser checked it
         profile = profile.replace(seeds=tuple(range(args.seeds)))
     if args.time_limit is not None and not args.time_limit > 0:

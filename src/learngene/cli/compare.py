@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import sys
 from typing import Any
 
 from ..bench.stats import MAX_SEEDS, POWER
 from ..errors import LearngeneError
+from ..pipeline.launching import Launcher
 from ..training.config import LOGGING, MAX_EPOCHS, MAX_STEPS
 from .flags import (
     LazyText,
     add_ancestry_args,
     add_data_dir,
+    add_declared,
     add_setting,
     add_settings,
     add_stage_runner,
@@ -172,16 +176,37 @@ def _add_compare_run(p: argparse.ArgumentParser) -> None:
     )
     device = "auto, cpu, cuda or cuda:N; under torchrun auto is each rank's own GPU (default: %(default)s)"
     add_stage_runner(p, "compare", device)
+    _add_launcher(p)
+
+
+def _add_launcher(p: argparse.ArgumentParser) -> None:
+    """Where the cells run: this process, or workers submitted through submitit (:class:`Launcher`)."""
+    g = p.add_argument_group(
+        "launcher", "run the cells in workers that share --out: local processes, or one Slurm job array"
+    )
+    add_declared(g, Launcher)  # type: ignore[arg-type]
+    g.add_argument(
+        "--slurm-arg", action="append", default=[], metavar="KEY=VALUE", help="a further sbatch option (repeatable)"
+    )
+    g.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="return once the Slurm array is submitted (its job id is printed); the same command later shows its "
+        "progress, or the results once done",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
     """``learngene compare`` is :func:`learngene.compare` with the flags' arguments."""
+    from ..formats.atomic import printable
     from ..pipeline.comparing import compare
     from ..pipeline.requests import AncestryRequest, DataRequest
     from .options import settings_from_args
 
     if not args.out.strip():  # a Python caller's out=None is a temporary folder; the command line needs a report
         raise LearngeneError("--out is empty; give the report folder, e.g. --out runs/compare")
+    launcher = launcher_from_args(args)
+    launched = launcher.kind != "inprocess"
     comparison = compare(
         AncestryRequest(args.ancestry, args.timm_model, args.drop_head),
         DataRequest(args.data, data_dir=args.data_dir, few_shot=args.few_shot, train_images=args.train_images),
@@ -191,11 +216,27 @@ def run(args: argparse.Namespace) -> None:
         time_limit=args.time_limit,
         plots=not args.no_plots,
         command=args.command_line,
-        say=_said_before_running,
+        launcher=launcher,
+        say=_stderr if launched and not args.quiet else _said_before_running,
         **choices_from_args(args),
     )
-    print(comparison.text)
-    print(f"learngene compare: report in {args.out}/report.md")
+    if comparison.meta.get("complete", True):
+        print(comparison.text)
+        print(f"learngene compare: report in {printable(f'{args.out}/report.md')}")
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def launcher_from_args(args: argparse.Namespace) -> Launcher:
+    """The :class:`Launcher` the flags give (each field's flag; ``--slurm-arg``, ``--threads``, ``--no-wait``)."""
+    given = {
+        f.name: getattr(args, f.metadata["flag"].lstrip("-").replace("-", "_"))
+        for f in dataclasses.fields(Launcher)
+        if f.metadata.get("flag")
+    }
+    return Launcher(**given, slurm_args=tuple(args.slurm_arg), threads=args.threads, wait=not args.no_wait)
 
 
 def _said_before_running(line: str) -> None:

@@ -53,7 +53,8 @@ def _add_checkpoint_sizes(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="KEY=VALUE",
         help="another timm.create_model argument of the checkpoint's model, e.g. depth=6 or "
-        "dynamic_img_size=true (value read as JSON; repeatable)",
+        "dynamic_img_size=true (value read as JSON; repeatable; architecture arguments only: the weights are the "
+        "--ancestry file's)",
     )
 
 

@@ -9,7 +9,7 @@ import dataclasses
 
 from ..errors import LearngeneError
 from ..pipeline.requests import ExpandChoices
-from .flags import add_declared, add_gene_and_size, add_setting, add_threads
+from .flags import add_declared, add_gene_and_size, add_model_output, add_setting, add_threads
 
 BUDGET = (
     "size for a budget",
@@ -34,52 +34,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_setting(p, "device")
     add_threads(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars, no banner: only results and errors")
-    _add_descendant_output(p)
-
-
-def _add_descendant_output(p: argparse.ArgumentParser) -> None:
-    """Where ``expand`` writes: a model file or a timm hub folder."""
-    p.add_argument(
-        "--out",
-        "-o",
-        required=True,
-        help="where to write the descendant: a learngene model file (.safetensors), or timm's hub folder "
-        "(config.json, model.safetensors, README.md) when it ends in / or is a folder",
-    )
-    p.add_argument(
-        "--format",
-        choices=("file", "hub"),
-        help="file: one learngene model file; hub: timm's hub folder, loadable by "
-        "timm.create_model('local-dir:DIR', pretrained=True) (default: hub for a folder-like --out)",
-    )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace an existing output file, or the files learngene writes in an existing folder "
-        "(other files there are left alone)",
-    )
+    add_model_output(p, "descendant")
 
 
 def run(args: argparse.Namespace) -> None:
     from ..pipeline.expanding import expand
-    from .options import check_outputs, expand_choices_from_args, save_and_say, sayer, size_from_args
+    from .options import check_outputs, expand_choices_from_args, save_model_and_say, sayer, size_from_args
 
     hub = hub_from_args(args)
     check_outputs(args, [args.out], [args.gene], folder=hub)
     descendant = expand(
         args.gene, size_from_args(args), options=args.opt or [], say=sayer(args), **expand_choices_from_args(args)
     )
-    save_and_say(
-        args, descendant, descendant.summary, " (timm hub folder)" if hub else "", format="hub" if hub else "file"
-    )
+    save_model_and_say(args, descendant, descendant.summary, hub)
 
 
 def hub_from_args(args: argparse.Namespace) -> bool:
     """Whether ``--out`` is a timm hub folder; a declared output (an ExpandChoices field declared ``output``, e.g.
     ``--stitch``), which is no timm ViT, goes to a file."""
-    from ..formats.export import wants_folder
+    from .options import out_is_folder
 
-    hub = wants_folder(args.out, args.format)
+    hub = out_is_folder(args)
     output = next(
         (f for f in dataclasses.fields(ExpandChoices) if f.metadata.get("output") and getattr(args, f.name, None)),
         None,

@@ -377,6 +377,30 @@ def add_output(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
 
 
+def add_model_output(p: argparse.ArgumentParser, what: str) -> None:
+    """Where a command that writes a model writes it: a model file or a timm hub folder (one rule for all of them,
+    :func:`learngene.formats.export.wants_folder`)."""
+    p.add_argument(
+        "--out",
+        "-o",
+        required=True,
+        help=f"where to write the {what}: a learngene model file (.safetensors), or timm's hub folder "
+        "(config.json, model.safetensors, README.md model card) when it ends in / or is a folder",
+    )
+    p.add_argument(
+        "--format",
+        choices=("file", "hub"),
+        help="file: one learngene model file; hub: timm's hub folder, loadable by "
+        "timm.create_model('local-dir:DIR', pretrained=True) (default: hub for a folder-like --out)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing output file, or the files learngene writes in an existing folder "
+        "(other files there are left alone)",
+    )
+
+
 def add_ancestry_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ancestry",

@@ -24,6 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ..binding import bind_gene
+    from ..formats.atomic import printable
     from ..gene import Learngene
     from .describe import describe_file
     from .options import check_outputs
@@ -33,4 +34,4 @@ def run(args: argparse.Namespace) -> None:
     if args.plot:
         bound = bind_gene(Learngene.load(args.path), source=args.path)
         bound.method.plot(bound.gene, args.plot, overwrite=args.overwrite)
-        print(f"wrote {args.plot}")
+        print(f"wrote {printable(args.plot)}")

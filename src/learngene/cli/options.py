@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import LearngeneError
-from ..formats.atomic import check_not_input
+from ..formats.atomic import check_not_input, printable
 from ..formats.atomic import check_outputs as check_output_files
-from ..formats.export import check_output_folder
+from ..formats.export import check_output_folder, wants_folder
 from ..pipeline.inputs import Say
 from ..pipeline.requests import AncestryRequest, DataRequest, ExpandChoices, timm_arguments
 from ..training import distributed as dist
@@ -92,18 +92,19 @@ def check_outputs(
     inputs: Sequence[str | None] = (),
     folder: bool = False,
 ) -> None:
-    """:func:`learngene.formats.atomic.check_outputs` with the command's ``--overwrite``; ``folder``: the one output
-    is a timm hub folder (:func:`learngene.formats.export.check_output_folder`).
+    """:func:`learngene.formats.atomic.check_outputs` with the command's ``--overwrite``; ``folder``: the first output
+    is a timm hub folder (:func:`learngene.formats.export.check_output_folder`), the others files.
 
     The outputs are then written by :func:`learngene.formats.atomic.atomic_path`, which creates them exclusively, so a
     file that appears in the meantime is not replaced either.
     """
+    overwrite = getattr(args, "overwrite", False)
     if folder:
         folder_path = str(outputs[0])
         check_not_input(folder_path, inputs, folder_output=True)
-        check_output_folder(folder_path, getattr(args, "overwrite", False))
-        return
-    check_output_files(outputs, inputs, getattr(args, "overwrite", False))
+        check_output_folder(folder_path, overwrite)
+        outputs = outputs[1:]  # the files written beside it (adapt's --gene-out)
+    check_output_files(outputs, inputs, overwrite)
 
 
 def say(args: argparse.Namespace, text: str, banner: bool = False) -> None:
@@ -118,7 +119,18 @@ def save_and_say(args: argparse.Namespace, result: Any, summary: str, kind: str 
     """Save the use case's ``result`` to ``--out`` (rank 0 only; ``--overwrite``; ``save``: the rest of its ``save``
     arguments), then say what was written: ``kind`` of output, if it is not a file, and ``summary``."""
     dist.on_main(lambda: result.save(args.out, overwrite=args.overwrite, **save))
-    say(args, f"wrote {args.out}{kind}: {summary}")
+    say(args, f"wrote {printable(args.out)}{kind}: {summary}")
+
+
+def out_is_folder(args: argparse.Namespace) -> bool:
+    """Whether the command writes its model to a timm hub folder: ``--format hub``, or an ``--out`` that ends in ``/`` or
+    is a folder (:func:`learngene.formats.export.wants_folder`, the rule the results' ``save`` follows too)."""
+    return wants_folder(args.out, getattr(args, "format", None))
+
+
+def save_model_and_say(args: argparse.Namespace, result: Any, summary: str, hub: bool, **save: Any) -> None:
+    """:func:`save_and_say` for a model: to a timm hub folder (``hub``, :func:`out_is_folder`) or a model file."""
+    save_and_say(args, result, summary, " (timm hub folder)" if hub else "", format="hub" if hub else "file", **save)
 
 
 def sayer(args: argparse.Namespace) -> Say:

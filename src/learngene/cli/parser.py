@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .._version import __version__
 from . import adapt, ancestry, bench, compare, condense, demo, expand, inspect, methods, train
+from .version import VersionAction
 
 EXIT_USAGE = 2
 
@@ -38,9 +38,10 @@ class _StoreOnce(argparse._StoreAction):
         option_string: str | None = None,
     ) -> None:
         given: set[str] = parser.__dict__.setdefault("_given_once", set())
-        if self.dest in given:
+        if self.dest in given:  # the one rule for repeats (learngene.validate.refuse_repeat), both values named
+            first = getattr(namespace, self.dest, None)
             raise argparse.ArgumentError(
-                self, f"given twice (the second time as {values!r}); give it once, with the value you mean"
+                self, f"given twice (first as {first!r}, then as {values!r}); give it once, with the value you mean"
             )
         given.add(self.dest)
         super().__call__(parser, namespace, values, option_string)
@@ -57,7 +58,21 @@ class _Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         self.__dict__["_given_once"] = set()  # each parse counts afresh (a parser may parse more than once)
-        return super().parse_known_args(args, namespace)
+        return super().parse_known_args(None if args is None else self._negative_values(list(args)), namespace)
+
+    def _negative_values(self, args: list[str]) -> list[str]:
+        """``--layers -1,0,1`` as ``--layers=-1,0,1``: argparse takes a value that starts with a minus for a flag
+        unless it is one plain number, and said "expected one argument"; joined, the flag's own check words the
+        refusal. Only a value of a minus and a digit is joined, so a flag that lacks its value is still told so."""
+        out: list[str] = []
+        for arg in args:
+            action = self._option_string_actions.get(out[-1]) if out else None
+            takes_one = action is not None and action.nargs is None and bool(action.option_strings)
+            if takes_one and out[-1].startswith("--") and arg[:1] == "-" and arg[1:2].isdigit():
+                out[-1] = f"{out[-1]}={arg}"
+            else:
+                out.append(arg)
+        return out
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
@@ -69,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Condense a pretrained ViT into a learngene and expand it into "
         "timm ViTs of any depth, width and head count.",
     )
-    parser.add_argument("--version", action="version", version=f"learngene {__version__}")
+    parser.add_argument("--version", action=VersionAction, help="print the distribution's name and version, and exit")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
     for name, command in COMMANDS.items():
         command.add_arguments(

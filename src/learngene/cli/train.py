@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .flags import add_common, add_data_args, add_distill_args, add_license, add_output, add_train_args
+from .flags import add_common, add_data_args, add_distill_args, add_license, add_model_output, add_train_args
 
 HELP = "fine-tune a model file (e.g. a descendant) on a dataset"
 
@@ -35,16 +35,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--teacher-timm-model", help="timm architecture of a plain --teacher checkpoint")
     add_distill_args(p, lam=None)
     add_common(p)
-    add_output(p, "fine-tuned model")
+    add_model_output(p, "fine-tuned model")
     add_license(p, "fine-tuned model file")
     p.set_defaults(img_size=None, in_chans=None)
 
 
 def run(args: argparse.Namespace) -> None:
     from ..pipeline.training import train
-    from .options import check_outputs, save_and_say, sayer, teacher_from_args, training_from_args
+    from .options import check_outputs, out_is_folder, save_model_and_say, sayer, teacher_from_args, training_from_args
 
-    check_outputs(args, [args.out], [args.model, args.teacher])
+    hub = out_is_folder(args)
+    check_outputs(args, [args.out], [args.model, args.teacher], folder=hub)
     trained = train(
         args.model,
         teacher=teacher_from_args(args),
@@ -52,4 +53,4 @@ def run(args: argparse.Namespace) -> None:
         **training_from_args(args),
         say=sayer(args),
     )
-    save_and_say(args, trained, trained.summary)
+    save_model_and_say(args, trained, trained.summary, hub)

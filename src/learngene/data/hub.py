@@ -12,7 +12,7 @@ anything trains (every row's header is read), and each image is decoded by the f
 (:func:`~learngene.data.folder.decode_image`: a colour image for a grey model refused, never read as grey). A Hub
 name is read from ``datasets``' cache without the network where it is there; else the Hub is asked once, briefly
 (:func:`learngene.formats.hub.hub_answers`). Needs the optional ``datasets`` package
-(``pip install 'learngene[datasets]'``).
+(``pip install 'learngene-vit[datasets]'``).
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def _open(target: str) -> dict[str, Any]:
         import datasets
     except ImportError:
         raise DataError(
-            "hf: data need the datasets package; install it with pip install 'learngene[datasets]'"
+            "hf: data need the datasets package; install it with pip install 'learngene-vit[datasets]'"
         ) from None
     if Path(target).exists():
         try:

@@ -36,6 +36,13 @@ def quote(path: str | os.PathLike) -> str:
     return repr(os.fspath(path))
 
 
+def printable(path: str | os.PathLike) -> str:
+    """A file name as a line that reports success shows it: as it is, unless it holds a character that is not printed
+    as itself (a newline would split the line in two), then quoted (:func:`quote`)."""
+    text = os.fspath(path)
+    return str(text) if str(text).isprintable() else quote(path)
+
+
 # errnos that say something about the place written to (full, read-only, not allowed, name too long), not a bug
 _PLACE_ERRNOS = {
     errno.ENOSPC,

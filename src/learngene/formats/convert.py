@@ -604,10 +604,12 @@ def _int(config: dict[str, Any], key: str) -> int:
 
 
 def _number(config: dict[str, Any], key: str, default: float, integer: bool = False) -> float:
-    """A numeric config field (``default`` when absent or null), finite and non-negative; else one line."""
-    value = config.get(key)
-    if value is None:
+    """A numeric config field (``default`` when absent), finite and non-negative; else one line. An explicit null is
+    refused as a string is: transformers writes these fields as numbers, so a null one was edited, and taking the
+    default for it would read another model than the file describes."""
+    if key not in config:
         return default
+    value = config[key]
     ok = isinstance(value, int) if integer else isinstance(value, (int, float))
     if not ok or isinstance(value, bool) or not math.isfinite(value) or value < 0:
         raise GeneFormatError(

@@ -1,4 +1,4 @@
-"""Descendants in the ecosystem's layout: timm's hub folder with a model card.
+"""Models in the ecosystem's layout: timm's hub folder with a model card.
 
 The folder is what ``timm.models.save_for_hf`` writes and ``timm.create_model("local-dir:DIR",
 pretrained=True)`` reads, as do transformers' ``AutoModelForImageClassification`` (a descendant with a
@@ -6,7 +6,8 @@ classifier) and ``AutoModel`` (any descendant; the only one for a headless one, 
 pooled embedding: transformers' classifier wrapper refuses a checkpoint without a classifier): ``config.json`` (``architecture``,
 ``num_classes``, ``num_features``, ``model_args`` = the spec's timm kwargs, ``pretrained_cfg`` with the
 input size and normalization), ``model.safetensors`` (timm's own keys) and a ``README.md`` model card
-that names the method, the ancestry, the gene, the size, the parameter count and the citation.
+that names what the model is (an ancestry, a descendant, adapted or fine-tuned), on what and how long it was trained
+and its accuracy, the method, the ancestry, the gene, the size, the parameter count, the licence and the citation.
 timm writes the config (``save_config_for_hf``), so it says exactly what timm will read back; before timm
 1.0.31 it described the architecture's published input, and learngene sets the model's own (``_save_timm_config``).
 
@@ -107,19 +108,27 @@ def export_hub_folder(
     card: dict[str, Any],
     data_config: dict[str, Any] | None = None,
     overwrite: bool = False,
+    *,
+    label_names: list[str] | None = None,
 ) -> Path:
     """Write ``model`` (built from ``spec``) as timm's hub folder at ``path``, with a model card.
 
     Args:
-        card: what the model card names: ``method``, ``citation``, ``ancestry``, ``gene``, ``fine-tuned``
-            (what it was trained on after expansion; the card says it was not, without it), ``head`` (whether
+        card: what the model card names: ``kind`` (``ancestry``, ``descendant``, ``adapted descendant``, each
+            perhaps ``fine-tuned``; default: a descendant), ``method``, ``citation``, ``ancestry``, ``gene``,
+            ``trained on`` (an ancestry's data), ``adapted`` and ``fine-tuned`` (on what and how long it was adapted or
+            fine-tuned; the card says a descendant was not trained, without them), ``head`` (whether
             the classifier is the ancestry's, fresh or fine-tuned), ``licence`` (the ancestry's, when known;
             "unknown" otherwise), ``license_id`` (its identifier, for the hub's ``license:`` front matter, which
             :func:`learngene.formats.licenses.folder_license` reads back), and any other ``key: value`` lines (e.g.
-            ``provided tensors``).
+            ``provided tensors``). :func:`learngene.formats.cards.card_from_origin` makes them from what a model
+            file records.
         data_config: preprocessing for ``pretrained_cfg`` (``mean``, ``std``, ``interpolation``,
             ``crop_pct``): give the data's the model was trained on (:func:`learngene.data.preprocessing_cfg`
             of the dataset); without it the architecture's defaults are written, and the card says so.
+        label_names: the class of each output of the classifier, in order: ``config.json``'s ``label_names``, which
+            timm reads into the model's ``pretrained_cfg`` and transformers into ``config.id2label`` (left out when
+            their count is not the model's number of classes).
     """
     require_argument(model, nn.Module, "model", "a torch module (a timm ViT)")
     require_argument(spec, ViTSpec, "spec", "a ViTSpec")
@@ -129,7 +138,11 @@ def export_hub_folder(
         save_safetensors(tmp / WEIGHTS, model.state_dict(), {"format": "pt"})
         try:
             config = _save_timm_config(
-                model, spec, tmp / CONFIG, {**_channel_stats(model, spec.in_chans), **(data_config or {})}
+                model,
+                spec,
+                tmp / CONFIG,
+                {**_channel_stats(model, spec.in_chans), **(data_config or {})},
+                label_names=label_names,
             )
         except ValueError as exc:
             raise LearngeneError(
@@ -140,7 +153,9 @@ def export_hub_folder(
     return path
 
 
-def _save_timm_config(model: nn.Module, spec: ViTSpec, path: Path, data_config: dict[str, Any]) -> dict[str, Any]:
+def _save_timm_config(
+    model: nn.Module, spec: ViTSpec, path: Path, data_config: dict[str, Any], label_names: list[str] | None = None
+) -> dict[str, Any]:
     """timm's ``config.json`` of ``model``, written to ``path`` and returned: its ``pretrained_cfg`` describes this
     model's input and classes, and nothing of the architecture's published weights (:data:`FOREIGN_CFG_FIELDS`).
 
@@ -176,6 +191,8 @@ def _save_timm_config(model: nn.Module, spec: ViTSpec, path: Path, data_config: 
     # transformers' TimmWrapper passes num_classes itself (from the root's), and fails on a second one;
     # timm reads the root's num_classes too
     config.get("model_args", {}).pop("num_classes", None)
+    if label_names is not None and len(label_names) == model.num_classes and model.num_classes:
+        config["label_names"] = [str(name) for name in label_names]  # timm's field, at the root as timm writes it
     path.write_text(json.dumps(config, indent=2) + "\n")
     return config
 
@@ -203,7 +220,7 @@ def card_text(value: Any) -> str:
 
 
 def model_card(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any], defaults_input: bool = False) -> str:
-    """The README.md of a descendant: YAML front matter for the hub, then what it is and how to load it.
+    """The README.md of a model: YAML front matter for the hub, then what it is and how to load it.
 
     The card's values come from input files (a gene's header, file names, class names, a licence): each is
     written through :func:`card_text`, one escaped line, and the licence is checked as an identifier before it
@@ -212,21 +229,41 @@ def model_card(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any], defa
     if card.get("license_id"):
         card["license_id"] = check_license(card["license_id"], "the licence")
     facts = _card_facts(config, spec, card, defaults_input)
-    tuned = card.get("fine-tuned")
-    lines = [
-        *_front_matter(card.get("license_id")),
-        f"# {config['architecture']}, initialized by learngene ({facts['method']}){', fine-tuned' if tuned else ''}",
-        "",
-        f"A timm Vision Transformer whose weights were expanded from a learngene, then fine-tuned ({tuned})."
-        if tuned
-        else "A timm Vision Transformer whose weights were expanded from a learngene; it has not been "
-        "trained after expansion.",
-        "",
-    ]
+    title, about = _about(config["architecture"], facts["kind"], facts["method"], card)
+    lines = [*_front_matter(card.get("license_id")), f"# {title}", "", about, ""]
     lines += [f"- **{key}**: {value}" for key, value in facts.items()]
     lines += _load_section(spec)
     lines += _citation_section(facts["method"], card.get("citation"))
     return "\n".join(lines)
+
+
+def _about(arch: str, kind: str, method: str, card: dict[str, Any]) -> tuple[str, str]:
+    """The card's title and first sentence: what the model is (its ``kind``) and whether, on what and how long it was
+    trained (``card``'s ``trained on``, ``adapted``, ``fine-tuned``: a model without them was not trained)."""
+    base = kind.removeprefix("fine-tuned ")
+    tuned = card.get("fine-tuned") or ("how: not recorded" if base != kind else None)
+    if base == "ancestry":
+        title = f"{arch}, trained from scratch by learngene (an ancestry)"
+        about = "A timm Vision Transformer trained from scratch by learngene (`learngene ancestry`)"
+        untuned = f"{about} on {card.get('trained on') or 'data not recorded'}: an ancestry, the model learngenes are "
+        untuned += "condensed from."
+    elif base == "adapted descendant":
+        title = f"{arch}, initialized by learngene ({method}), adapted"
+        about = "A timm Vision Transformer expanded from a learngene that `learngene adapt` specialized to this size "
+        about += f"({card.get('adapted') or 'how: not recorded'})"
+        untuned = f"{about}: the adaptation trained the method's size-specific part (and what the gene does not give, "
+        untuned += (
+            "such as a fresh head), from which the weights are expanded; it has not been trained after expansion."
+        )
+    elif base == "descendant":
+        title = f"{arch}, initialized by learngene ({method})"
+        about = "A timm Vision Transformer whose weights were expanded from a learngene"
+        untuned = f"{about}; it has not been trained after expansion."
+    else:  # a model file that records no kind learngene makes (e.g. saved by hand): nothing more is known
+        title = f"{arch}, saved by learngene"
+        about = f"A timm Vision Transformer saved by learngene ({base})"
+        untuned = f"{about}; its file records neither where it comes from nor any training."
+    return (f"{title}, fine-tuned", f"{about}, then fine-tuned ({tuned}).") if tuned else (title, untuned)
 
 
 def _card_facts(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any], defaults_input: bool) -> dict[str, Any]:
@@ -235,6 +272,7 @@ def _card_facts(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any], def
     arch = config["architecture"]
     cfg = config["pretrained_cfg"]
     return {
+        "kind": card.get("kind") or ("fine-tuned descendant" if card.get("fine-tuned") else "descendant"),
         "method": card.get("method", "not recorded"),
         "ancestry": card.get("ancestry", "not recorded"),
         "learngene": card.get("gene", "not recorded"),
@@ -254,7 +292,7 @@ def _card_facts(config: dict[str, Any], spec: ViTSpec, card: dict[str, Any], def
         **{
             k: v
             for k, v in card.items()
-            if k not in ("method", "ancestry", "gene", "citation", "head", "licence", "license_id")
+            if k not in ("kind", "method", "ancestry", "gene", "citation", "head", "licence", "license_id")
         },
     }
 

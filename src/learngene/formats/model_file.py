@@ -17,6 +17,7 @@ from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
 from ..errors import GeneFormatError, LearngeneError, first_line
+from ..gene import GENE_FORMAT
 from ..method import ModelFormat
 from ..registry import get_method, list_methods
 from ..vit.spec import ViTSpec, check_state_shapes
@@ -25,6 +26,7 @@ from .preprocessing import check_preprocessing
 from .weights import (
     check_finite,
     model_header,
+    nonfinite_tensor,
     read_safetensors,
     require_file,
     save_safetensors,
@@ -54,6 +56,12 @@ def save_model(
     if spec is None:
         raise LearngeneError(f"a {type(model_or_state).__name__} is saved with its ViTSpec; pass spec")
     state = model_or_state.state_dict() if isinstance(model_or_state, torch.nn.Module) else model_or_state
+    bad = nonfinite_tensor(state)  # a file load_model_file refuses is never written
+    if bad is not None:
+        raise GeneFormatError(
+            f"the model's tensor {bad!r} holds NaN or infinite values, so nothing was written to {quote(path)}; save "
+            "the weights of a run that did not diverge"
+        )
     if preprocessing is not None:
         # a model that takes any image size keeps the size it is fed (a RADIO's 512 px), not its position grid's
         size = None if spec.family.dynamic_img_size else spec.img_size
@@ -69,6 +77,11 @@ def load_model_file(path: str | os.PathLike, lazy: bool = False) -> tuple[dict[s
         raise GeneFormatError(
             f"{quote(path)} is a {own.what}, not a timm ViT: only `learngene train` (as the model it fine-tunes) and "
             f"`learngene inspect` read it"
+        )
+    if metadata.get("format") == GENE_FORMAT:
+        raise GeneFormatError(
+            f"{quote(path)} is a learngene, not a model: expand it into one first (learngene expand), or give it where "
+            "a gene is taken"
         )
     if metadata.get("format") != MODEL_FORMAT:
         raise GeneFormatError(
@@ -123,6 +136,17 @@ class ModelFile:
     @property
     def num_classes(self) -> int:
         return int(getattr(self.model, "num_classes", self.spec.num_classes))
+
+
+def header_tag(path: str | os.PathLike) -> str | None:
+    """The format tag a safetensors file's header records (``learngene-model``, ``learngene``, a method's model
+    format); None for a file without one: a plain checkpoint, safetensors or pickled."""
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            tag = (fh.metadata() or {}).get("format")
+    except (SafetensorError, OSError, ValueError):
+        return None
+    return tag if isinstance(tag, str) else None
 
 
 def model_format(tag: Any) -> ModelFormat | None:

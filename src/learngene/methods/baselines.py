@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+import torch
+
 from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Method, Paper, refused_by, same_size
 from ..registry import register_method
@@ -85,9 +87,28 @@ class BlockCopier(Method):
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         require_block_shape(gene.require_layout(), spec, self.name)
+        self.require_stored(gene)
         out = place_blocks(gene.tensors, self.placement(_stored_layers(gene), spec.depth))
         out.update(inherit_non_block(gene.tensors, gene.require_layout(), spec, self.stored_parts))
         return self.with_untrained_attention(out, spec)
+
+    def require_stored(self, gene: Learngene) -> None:
+        """Refuse a gene that lacks a tensor this method's condensation stores for its layout, or holds one in another
+        shape: the copy would skip it without a word (a gene whose tensors were cleared expanded into timm's
+        initialization). Found on ``meta`` tensors of the layout's shapes: nothing is allocated."""
+        layout = gene.require_layout()
+        state = layout.split_layers({k: torch.empty(s, device="meta") for k, s in layout.state_shapes().items()})
+        stored = place_blocks(state, dict(enumerate(self.stored_layers(layout.depth))))
+        stored.update(inherit_non_block(state, layout, layout, self.stored_parts))
+        missing = sorted(set(stored) - set(gene.tensors))
+        if missing:
+            more = f" (+{len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise ValueError(f"it lacks tensor {missing[0]!r}{more}, which its condensation stores")
+        for key, tensor in stored.items():
+            if gene.tensors[key].shape != tensor.shape:
+                raise ValueError(
+                    f"its tensor {key!r} has shape {tuple(gene.tensors[key].shape)}, its layout's {tuple(tensor.shape)}"
+                )
 
     def with_untrained_attention(self, state: StateDict, spec: ViTSpec) -> StateDict:
         """``untrained_attention=mimetic``: mimetic's attention and sin-cos positions instead of the ancestry's when

@@ -46,7 +46,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError, assigned
+from ..errors import LearngeneError, assigned, named
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
@@ -174,7 +174,8 @@ def widen(t: Tensor, dim: int, n: int, f: Tensor | None) -> Tensor:
         have = s + (0 if f is None else f.shape[-2])
         raise LearngeneError(
             f"lets widens this axis from the learngene's {s} channels up to the aux net's {have}, "
-            f"asked {n}; choose a width (and MLP size) in that range"
+            f"asked {n}; choose {named('embed_dim')} and {named('mlp_ratio')} so that the width and the MLP size "
+            "lie in that range"
         )
     moved = torch.movedim(t, dim, -1)
     rows = f[..., : n - s, :].to(t.dtype)  # a gene may hold tensors of mixed precision

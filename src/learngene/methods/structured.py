@@ -146,7 +146,10 @@ class Structured(Method):
     seed_option = "seed"
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
-        return self.new_gene({}, None, ancestry.spec if ancestry else None)
+        spec = ancestry.spec if ancestry else None
+        if spec is not None:  # its descendants take the ancestry's family: refused here, not at every expand after
+            _require_position_table(spec)
+        return self.new_gene({}, None, spec)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         cfg = self.config
@@ -157,11 +160,7 @@ class Structured(Method):
                 f"structured kernel_size={cfg.kernel_size} reaches past the {spec.grid_size}×{spec.grid_size} patch "
                 f"grid of {spec.short()}; give an odd kernel_size up to {widest}"
             )
-        if not spec.family.abs_pos_embed:  # its q/k maps are solved on the position table
-            raise LearngeneError(
-                f"structured builds its attention on a learned absolute position table, which {spec.arch} does not "
-                f"have (its positions are RoPE's alone); use mimetic, whose attention needs none"
-            )
+        _require_position_table(spec)
         generator = torch.Generator().manual_seed(cfg.seed)
         shape = spec.non_block_shapes(vit_layout=True)["pos_embed"]
         pos = torch.randn(shape, generator=generator, dtype=torch.float64) * 0.02 * cfg.pos_scale
@@ -182,3 +181,11 @@ class Structured(Method):
                 bias = (torch.rand(3 * D, generator=generator, dtype=torch.float64) * 2 - 1) * bound
                 out[block_key(layer, "attn.qkv.bias")] = bias.float()
         return out
+
+
+def _require_position_table(spec: ViTSpec) -> None:
+    if not spec.family.abs_pos_embed:  # its q/k maps are solved on the position table
+        raise LearngeneError(
+            f"structured builds its attention on a learned absolute position table, which {spec.arch} does not "
+            f"have (its positions are RoPE's alone); use mimetic, whose attention needs none"
+        )

@@ -138,8 +138,9 @@ class TLEG(DrawnStartMethod):
                 f"{self.name} expands in depth only: this gene's blocks have width {source.embed_dim}, "
                 f"{source.num_heads} heads and MLP {source.mlp_hidden}, the target asks {spec.embed_dim}, "
                 f"{spec.num_heads} and {spec.mlp_hidden}; "
-                f"pass {assigned('embed_dim', source.embed_dim)} and {assigned('num_heads', source.num_heads)}, "
-                "or use wave to change width"
+                f"pass {assigned('embed_dim', source.embed_dim)} and {assigned('num_heads', source.num_heads)}"
+                + (f" and {assigned('mlp_ratio', source.mlp_ratio)}" if spec.mlp_ratio != source.mlp_ratio else "")
+                + " (`learngene methods` says which methods expand to other widths)"
             )
         layers = parse_layers(self.config.layers, spec.depth)
         # One batched op per tensor builds all chosen layers at once (the aux step stays as cheap as a plain one).

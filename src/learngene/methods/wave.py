@@ -35,7 +35,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError, assigned
+from ..errors import LearngeneError, assigned, named
 from ..gene import Learngene
 from ..method import AdaptInputs, Paper, refused_by
 from ..registry import register_method
@@ -128,10 +128,26 @@ def block_grid(spec: ViTSpec, name: str, w: int) -> tuple[int, ...]:
     if any(s % w for s in shape):
         raise LearngeneError(
             f"wave tiles {w}-wide templates, but {name} of {spec.short()} has shape {shape} "
-            f"(width {spec.embed_dim}, MLP {spec.mlp_hidden}); choose a width whose every tensor "
-            f"is a multiple of {w}, e.g. {assigned('embed_dim', w * max(1, round(spec.embed_dim / w)))}"
+            f"(width {spec.embed_dim}, MLP {spec.mlp_hidden}); {_tiling_advice(spec, w)}"
         )
     return tuple(s // w for s in shape)
+
+
+def _tiling_advice(spec: ViTSpec, w: int) -> str:
+    """What makes ``spec``'s tensors tile into w-wide templates: another width where the width is the obstacle; where
+    the width already is a multiple of w, its MLP is, and no width helps: templates as wide as the common divisor of
+    every tensor's sides (condensed again), or an MLP size that is a multiple of w."""
+    if spec.embed_dim % w:
+        return (
+            f"choose a width whose every tensor is a multiple of {w}, e.g. "
+            f"{assigned('embed_dim', w * max(1, round(spec.embed_dim / w)))}"
+        )
+    common = math.gcd(*(side for shape in spec.block_shapes().values() for side in shape))
+    return (
+        f"its MLP's {spec.mlp_hidden} is no multiple of {w}: condense with templates that tile every tensor, "
+        f"{assigned('template_size', common, flag='--opt')}, or give the descendant an MLP size that is a multiple "
+        f"of {w} ({named('mlp_ratio')})"
+    )
 
 
 def _place(index: int, aux_blocks: int, target_blocks: int, segments: int) -> int | None:

@@ -13,6 +13,7 @@ from ..data import preprocessing_cfg
 from ..descendant import build_descendant
 from ..formats.weights import digest
 from ..gene import Learngene
+from ..host.rng import seeded_draws
 from ..method import AdaptInputs
 from ..registry import get_method
 from ..validate import ADAPT, EXPAND
@@ -78,15 +79,18 @@ def adapt(
     spec = resolve_spec(size, base, train)
     identity = _run_identity(bound, spec, digest(loaded.tensors) if run_dir else None)
     cfg = cfg.replace(identity=identity)
-    adapted, result = bound.method.adapt(
-        loaded, spec, AdaptInputs(train, cfg, eval=test, run_dir=run_dir, resume=resume)
-    )
+    with seeded_draws(None):  # a method's adapt seeds and draws the global generators (PEG's new classifier)
+        adapted, result = bound.method.adapt(
+            loaded, spec, AdaptInputs(train, cfg, eval=test, run_dir=run_dir, resume=resume)
+        )
     adapted.license = license or loaded.license
     expanding = bind_gene(adapted, EXPAND, method=cls, seed=cfg.seed, check=False)
     model, provided = build_descendant(expanding, spec, cfg.seed)
     facts = {
         "adapted_on": train.name,
         "adapt_steps": result.steps,
+        "adapt_seconds": round(result.seconds, 2),
+        "adapt_acc": result.final_acc,
         "options": opts,
         "label_space": head_label_space(loaded, provided),
     }

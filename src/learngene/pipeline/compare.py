@@ -82,7 +82,8 @@ def parse_classes(text: str, flag: str = "--classes") -> list[int]:
 
 
 def _refuse_repeats(values: list[Any], name: str, shown: list[str] | None = None) -> None:
-    """A value given twice in list ``name`` would count its rows twice (a size's seeds doubled): refused."""
+    """A value given twice in list ``name`` would count its rows twice (a size's seeds doubled) or be dropped without a
+    word: refused, as every repeat is (:func:`learngene.validate.refuse_repeat`)."""
     seen: set[Any] = set()
     for value, text in zip(values, shown or list(map(str, values)), strict=True):
         if value in seen:
@@ -164,6 +165,8 @@ class CompareChoices:
                 "methods (--methods) names no method; give some, e.g. methods=('tleg', 'wave') (--methods tleg,wave), "
                 "or None (--methods all) for every one"
             )
+        for name in ("methods", "references"):  # a list naming one twice: refused, as every repeat (validate.py)
+            _refuse_repeats(list(getattr(self, name) or ()), name)
         for name in ("classes", "condense_classes"):
             given = getattr(self, name)
             _refuse_repeats(list(given or ()), name)

@@ -8,6 +8,7 @@ write the same ``results.csv``, but for the measured seconds.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import statistics
@@ -24,11 +25,13 @@ from ..bench.rows import Row
 from ..errors import ArgumentTypeError, LearngeneError, named, require_argument
 from ..formats.atomic import check_not_input
 from ..formats.export import check_output_folder
+from ..training.config import TrainConfig
 from ..vit.spec import ViTSpec
 from .compare import TASK, CompareChoices, compare_profile, compare_text, recommendation_lines, start_compare
 from .compare import write_compare_report as write_report
 from .inputs import Say, TrainArg, check_flag, input_paths, optional_path, quiet, speaker, train_config
-from .requests import AncestryRequest, DataRequest
+from .launching import CompareWorker, Launcher, launch_compare
+from .requests import AncestryRequest, DataRequest, check_request
 
 
 @dataclass
@@ -46,6 +49,9 @@ class Comparison:
     profile: Profile
     meta: dict[str, Any] = field(default_factory=dict)
     inputs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_request(self)  # each field holds what it names: a wrong one fails here by name, not in save
 
     @property
     def table(self) -> list[dict[str, Any]]:
@@ -146,6 +152,7 @@ def compare(
     plots: bool = True,
     command: str | None = None,
     say: Say = quiet,
+    launcher: Launcher | str | None = None,
     **choices: Any,
 ) -> Comparison:
     """Every method (and the references: scratch, scratch ×10, mimetic, structured) condensed from ``ancestry``,
@@ -169,7 +176,11 @@ def compare(
         plots: write the report's PNG plots into ``out`` (its ``plots/``).
         command: what the report names as the command that made it (``learngene compare`` gives its command line;
             default: this call, ``learngene.compare(...)``).
-        say: called with the line that says where the report is, e.g. ``print``.
+        say: called with the line that says where the report is, e.g. ``print`` (and, with a launcher, with its
+            progress lines while it waits).
+        launcher: where the cells run: ``"inprocess"`` (default: this process), ``"local"`` or ``"slurm"`` (workers
+            submitted through submitit, which share ``out``), or a :class:`~learngene.pipeline.launching.Launcher`
+            with their settings (workers, Slurm partition, time, GPUs and CPUs per task, ...).
         **choices: the fields of :class:`~learngene.pipeline.compare.CompareChoices` by name: ``methods``,
             ``seeds``, ``references``, ``classes``, ``kd_lambda``, ``condense_data``, ``condense_epochs``, ...
     """
@@ -185,6 +196,7 @@ def compare(
     from_requests = {**data_choices, "timm_model": request.timm_model, "drop_head": request.drop_head}
     chosen = CompareChoices(**{**{k: v for k, v in from_requests.items() if v is not None}, **choices})
     cfg = train_config(train_cfg, "compare", "compare")
+    launch = Launcher.of(launcher)
     optional_path(out, "out")
     check_flag(plots, "plots")
     if time_limit is not None and (
@@ -217,6 +229,10 @@ def compare(
         "time_limit": None if time_limit is None else 60 * time_limit,
         "command": command or "learngene.compare(...)",
     }
+    if launch.kind != "inprocess":
+        worker = _worker(launch, request, data, texts, cfg, out, choices, (time_limit, plots, options["command"]))
+        rows, meta = launch_compare(launch, worker, profile, say, data_dir)
+        return Comparison(rows, profile, meta, inputs)
     if out is not None:
         run = start_compare(profile, Path(out), device=cfg.device, plots=plots, **options)
         rows = run.run()
@@ -225,6 +241,32 @@ def compare(
     with tempfile.TemporaryDirectory(prefix="learngene-compare-") as folder:
         run = start_compare(profile, folder, device=cfg.device, plots=False, **options)
         return Comparison(run.run(), profile, dict(run.meta), inputs)
+
+
+def _worker(
+    launcher: Launcher,
+    request: AncestryRequest,
+    data: Any,
+    sizes: list[str],
+    cfg: TrainConfig,
+    out: Any,
+    choices: dict[str, Any],
+    run: tuple[float | None, bool, str],
+) -> CompareWorker:
+    """The worker a launcher runs: this call on ``out``, its paths absolute (a task may start in another folder)."""
+    if out is None:
+        raise LearngeneError(
+            f"launcher {launcher.kind} runs workers that share the folder out; give out (--out), e.g. runs/compare"
+        )
+    if Path(str(request.path)).exists():
+        request = dataclasses.replace(request, path=os.path.abspath(request.path))
+    if isinstance(data, DataRequest) and data.data_dir is not None:
+        data = dataclasses.replace(data, data_dir=os.path.abspath(data.data_dir))
+    time_limit, plots, command = run
+    return CompareWorker(
+        request, data, tuple(sizes), cfg, os.path.abspath(out), dict(choices), time_limit, plots, command,
+        launcher.threads,
+    )  # fmt: skip
 
 
 def _ancestry(ancestry: Any) -> AncestryRequest:

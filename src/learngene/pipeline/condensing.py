@@ -11,11 +11,12 @@ from typing import Any
 from ..ancestry import feed_size
 from ..binding import check_before_saving
 from ..data import Data, preprocessing_cfg
-from ..errors import LearngeneError, named, require_argument
+from ..errors import LearngeneError, assigned, named, require_argument
 from ..formats.weights import digest
+from ..host.rng import seeded_draws
 from ..method import Ancestry, CondenseInputs, Method
 from ..registry import get_method, list_methods
-from ..training.loop import seed_everything
+from ..vit.spec import ViTSpec
 from .inputs import (
     DataArg,
     TrainArg,
@@ -80,13 +81,28 @@ def condense(
         run_cfg = cfg.replace(identity=_run_identity(made, source)) if run_dir else cfg
         inputs = CondenseInputs(train=train, eval=test, train_cfg=run_cfg, run_dir=run_dir, resume=resume)
         preprocessing = preprocessing_cfg(train)  # what the gene's tensors were trained on
-    seed_everything(cfg.seed)
-    gene = dataclasses.replace(made.condense(source, inputs), preprocessing=preprocessing)
+    with seeded_draws(cfg.seed):  # a condensation's initial tensors and training draw from the global generators
+        gene = dataclasses.replace(made.condense(source, inputs), preprocessing=preprocessing)
     gene.label_space = source.label_space
     gene.license = license or source.license
     gene.ancestry_source = source.source
     check_before_saving(gene, made)
-    return Condensed(gene, made.condense_note(gene), inputs=input_paths(ancestry, data))
+    notes = [n for n in (made.condense_note(gene), _free_start_note(made, source)) if n]
+    return Condensed(gene, "; ".join(notes) or None, inputs=input_paths(ancestry, data))
+
+
+def _free_start_note(method: Method, ancestry: Ancestry) -> str | None:
+    """What a start that takes nothing from the ancestry (mimetic, scratch, structured) gives when the ancestry is of a
+    family no spec describes: a plain timm ViT of neither its family nor, unless told, its number of classes."""
+    if ancestry.spec is not None or method.needs_data or method.needs_vit_ancestry:
+        return None
+    classes = getattr(ancestry.model, "num_classes", None)
+    kept = f"give {assigned('num_classes', classes)} to keep the ancestry's" if isinstance(classes, int) else "give"
+    return (
+        f"{method.name} takes nothing from this ancestry ({ancestry.not_a_vit()}): its descendants are plain timm "
+        f"ViTs, not that family, of the sizes given to expand, with {ViTSpec().num_classes} classes unless "
+        f"{named('num_classes')} says otherwise ({kept} number of classes; which classes they mean is not carried)"
+    )
 
 
 def methods_for_any_teacher() -> tuple[list[str], list[str]]:

@@ -14,12 +14,14 @@ from ..binding import BoundMethod, bind_gene
 from ..descendant import build_descendant, fit_gene_to_budget
 from ..errors import LearngeneError, assigned, named, require_argument
 from ..formats.atomic import quote
-from ..formats.hub import describe_source
+from ..formats.hub import describe_source, is_hub_name
 from ..formats.labels import describe as describe_labels
-from ..gene import Learngene
+from ..formats.model_file import header_tag
+from ..formats.weights import is_regular_file
+from ..gene import Learngene, check_values
+from ..host.rng import seeded_draws
 from ..method import Ancestry, ExpandOutput, Method, citations
 from ..registry import get_method, list_methods
-from ..training.loop import seed_everything
 from ..validate import EXPAND
 from ..vit.spec import ViTSpec
 from ..vit.transfer import kept_layers
@@ -151,9 +153,8 @@ def _verify_ancestry(bound: BoundMethod, spec: ViTSpec, chosen: ExpandChoices) -
             else f"{gene.method} promises no descendant the ancestry's function, so there is nothing to verify"
         )
         raise LearngeneError(f"{why}; leave {named('verify')} out")
-    given = chosen.verify
-    assert given is not None  # asked for
-    ancestry = (given if isinstance(given, AncestryRequest) else AncestryRequest(given)).load()
+    assert chosen.verify is not None  # asked for
+    ancestry = _verify_request(chosen.verify, gene).load()
     want = gene.ancestry.to_dict() if gene.ancestry is not None else {}
     got = ancestry.spec.to_dict() if ancestry.spec is not None else {}
     differ = next((k for k in want if got.get(k) != want[k]), None)
@@ -163,6 +164,18 @@ def _verify_ancestry(bound: BoundMethod, spec: ViTSpec, chosen: ExpandChoices) -
             f"from {want[differ]!r}: give that ancestry"
         )
     return ancestry
+
+
+def _verify_request(given: str | os.PathLike | AncestryRequest, gene: Learngene) -> AncestryRequest:
+    """How ``verify``'s ancestry is read: as given; a plain checkpoint (a ``.pth``, or safetensors without learngene's
+    header) as timm's architecture with the sizes the gene records of its ancestry, which a checkpoint does not record
+    and ``expand`` has no flags for (condense took them as timm_model and timm_kwargs)."""
+    if isinstance(given, AncestryRequest):
+        return given
+    spec = gene.ancestry
+    if spec is not None and not is_hub_name(given) and is_regular_file(given) and header_tag(given) is None:
+        return AncestryRequest(given, timm_model=spec.arch, timm_kwargs=spec.timm_kwargs())
+    return AncestryRequest(given)
 
 
 def _verified(ancestry: Ancestry, model: nn.Module, spec: ViTSpec, chosen: ExpandChoices) -> tuple[dict[str, Any], str]:
@@ -197,6 +210,7 @@ def _verified(ancestry: Ancestry, model: nn.Module, spec: ViTSpec, chosen: Expan
 def gene_argument(gene: Any) -> tuple[Learngene, str | os.PathLike | None]:
     """``gene`` and the file it was read from (None for a gene given loaded)."""
     if isinstance(gene, Learngene):
+        check_values(gene, None)  # what Learngene.load checks of a file
         return gene, None
     require_argument(gene, (str, os.PathLike), "gene", "a Learngene or a learngene file's path")
     return Learngene.load(check_path(gene, "gene")), gene
@@ -245,8 +259,8 @@ def _declared_output(bound: BoundMethod, declared: ExpandOutput, value: Any, cho
     for ``value`` (a text is read by the output's parser)."""
     gene, source = bound.gene, bound.source
     value = declared.parse(value) if isinstance(value, str) else value
-    seed_everything(chosen.seed)  # e.g. a headless ancestry's instances have no head: the descendant draws a fresh one
-    made = declared.build(bound.method, gene, value)
+    with seeded_draws(chosen.seed):  # e.g. a headless ancestry's instances have no head: the descendant draws one
+        made = declared.build(bound.method, gene, value)
     kind = made.origin.get("kind", declared.name)
     origin = descendant_origin(gene, source, chosen.license or gene.license, made.origin, kind)
     return Descendant(made.model, None, origin, gene.preprocessing, made.summary, inputs=input_paths(source))

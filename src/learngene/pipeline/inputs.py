@@ -12,17 +12,29 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from ..data import Data, FolderData, ImageData
-from ..errors import ArgumentTypeError, LearngeneError, named, require_argument, shown
+from ..errors import (
+    ArgumentTypeError,
+    GeneFormatError,
+    LearngeneError,
+    SpecError,
+    first_line,
+    named,
+    require_argument,
+    shown,
+)
 from ..formats.atomic import quote
 from ..formats.licenses import check_license
+from ..formats.weights import nonfinite_tensor
 from ..method import Ancestry
 from ..training import distributed as dist
 from ..training.config import TrainConfig, from_flags
 from ..training.loop import CHECKPOINT
 from ..training.run_dirs import lock_run_dir
 from ..validate import parse_options
-from ..vit.spec import ViTSpec, get_preset
+from ..vit.spec import ViTSpec, check_state_shapes, get_preset
 from .requests import AncestryRequest, DataRequest
 
 PathArg = str | os.PathLike
@@ -74,12 +86,35 @@ def check_license_argument(license: Any) -> str | None:
 
 def ancestry_argument(ancestry: Any) -> Ancestry | AncestryRequest:
     """An ancestry as loaded, or an :class:`AncestryRequest` (a path or Hub name is made one)."""
+    if isinstance(ancestry, Ancestry):
+        check_model_object(ancestry.model, ancestry.spec, "the Ancestry's model")
     if isinstance(ancestry, (Ancestry, AncestryRequest)):
         return ancestry
     require_argument(
         ancestry, (str, os.PathLike), "ancestry", "a path or Hub name, an AncestryRequest or a loaded Ancestry"
     )
     return AncestryRequest(ancestry)
+
+
+def check_model_object(model: nn.Module, spec: ViTSpec | None, what: str) -> None:
+    """What reading a model's file checks (:func:`~learngene.formats.weights.check_finite`, the spec its header
+    records against its tensors), for a model given as an object: finite weights, and every tensor of ``spec``'s timm
+    model in its shape where a spec comes with it."""
+    state = model.state_dict()
+    bad = nonfinite_tensor(state)
+    if bad is not None:
+        raise GeneFormatError(
+            f"{what}: tensor {bad!r} holds NaN or infinite values; use the weights of a run that did not diverge"
+        )
+    if spec is None:
+        return
+    try:
+        check_state_shapes(state, spec, what, require_all=True)
+    except LearngeneError as exc:
+        raise SpecError(
+            f"the spec given with it does not describe {what} ({first_line(exc)}); give the model's own spec "
+            "(learngene.vit.model_spec.spec_from_model(model))"
+        ) from None
 
 
 def request_path(request: Any) -> PathArg | None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..errors import ArgumentTypeError, LearngeneError, named, shown
 from ..settings import field
 from ..training.config import MAX_IMAGES
-from ..validate import parse_assignment, refusal
+from ..validate import parse_assignment, refusal, refuse_repeat
 
 if TYPE_CHECKING:
     from ..data import Data
@@ -154,7 +154,12 @@ def timm_arguments(items: Any) -> Any:
         return dict(items)
     if isinstance(items, (list, tuple)) and all(isinstance(item, str) for item in items):
         usage = f"{named('timm_kwargs', '--timm-arg')} {{item}} is not KEY=VALUE; give e.g. depth=6"
-        return dict(parse_assignment(item, None, usage) for item in items)
+        given: dict[str, Any] = {}
+        for item in items:
+            key, value = parse_assignment(item, None, usage)
+            refuse_repeat(given, key, value, "timm argument", "--timm-arg")
+            given[key] = value
+        return given
     return items
 
 

@@ -14,20 +14,23 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from ..binding import check_before_saving
 from ..data import preprocessing_cfg
-from ..errors import LearngeneError, require_argument
-from ..formats.atomic import check_not_input, check_outputs
+from ..errors import LearngeneError, named, require_argument
+from ..formats.atomic import check_not_input, check_outputs, quote
+from ..formats.cards import card_from_origin
 from ..formats.export import check_output_folder, export_hub_folder, wants_folder
 from ..formats.model_file import save_model
-from ..gene import Learngene
+from ..gene import Learngene, check_values
 from ..method import Method
 from ..training.loop import TrainResult
 from ..vit.spec import ViTSpec
+from .requests import check_request
 
 
 def license_entry(license: str | None) -> dict[str, str]:
@@ -98,6 +101,9 @@ class Condensed:
     note: str | None = None
     inputs: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        check_request(self)  # each field holds what it names: a wrong one fails here by name, not in save
+
     @property
     def summary(self) -> str:
         return f"{self.gene.method} learngene, {self.gene.num_stored_params:,} stored parameters"
@@ -106,6 +112,7 @@ class Condensed:
         """Write the gene (:meth:`learngene.Learngene.save`; it was checked when it was made) to ``path``, which is none
         of its inputs (:func:`check_destination`)."""
         check_destination(path, overwrite, self.inputs)
+        check_values(self.gene, "the gene to save")  # changed since it was made: what reading it would refuse
         self.gene.save(path, overwrite=overwrite)
 
 
@@ -113,7 +120,9 @@ class Condensed:
 class ModelOutput:
     """A model and what its file records: the spec (None for a model no spec describes, e.g. a stitched ViT), the
     origin and the preprocessing its inputs expect; ``summary``: one line on what it is; ``inputs``: the files and
-    folders it was made from, never saved over."""
+    folders it was made from, never saved over; ``trained_in_place``: its module was then fine-tuned by
+    ``learngene.train(..., inplace=True)``, so its record no longer describes it and it cannot be saved (the result
+    that call returned can)."""
 
     model: nn.Module
     spec: ViTSpec | None
@@ -121,13 +130,70 @@ class ModelOutput:
     preprocessing: dict[str, Any] | None
     summary: str = ""
     inputs: tuple[str, ...] = field(default=(), kw_only=True)
+    trained_in_place: bool = field(default=False, kw_only=True, repr=False)
 
-    def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
-        """Write it atomically in the file format of its kind (:func:`learngene.formats.model_file.save_model`) to
-        ``path``, which is none of its inputs (:func:`check_destination`)."""
-        check_destination(path, overwrite, self.inputs)
-        save_model(
-            path, self.model, self.spec, origin=self.origin, overwrite=overwrite, preprocessing=self.preprocessing
+    def __post_init__(self) -> None:
+        check_request(self)  # each field holds what it names: a wrong one fails here by name, not in save
+
+    def check_savable(self) -> None:
+        """Refuse in one line a result whose module was trained in place: saved, its file would label fine-tuned
+        weights as what it was."""
+        if self.trained_in_place:
+            raise LearngeneError(
+                f"this {self.origin.get('kind', 'model')}'s module was fine-tuned by learngene.train(..., "
+                f"inplace=True), so it no longer is what this result records; save the result that call returned"
+            )
+
+    def save(self, path: str | os.PathLike, overwrite: bool = False, format: str | None = None) -> None:
+        """Write it atomically to ``path``, which is none of its inputs (:func:`check_destination`): in the file format
+        of its kind (:func:`learngene.formats.model_file.save_model`), or as timm's hub folder with a model card
+        (``format="hub"``, or a ``path`` that ends in ``/`` or is a folder,
+        :func:`learngene.formats.export.wants_folder`; :func:`learngene.formats.export.export_hub_folder`)."""
+        folder = is_folder_output(path, format)
+        self.check_savable()
+        if not folder:
+            check_destination(path, overwrite, self.inputs)
+            save_model(
+                path, self.model, self.spec, origin=self.origin, overwrite=overwrite, preprocessing=self.preprocessing
+            )
+            return
+        check_destination(path, overwrite, self.inputs, folder=True)
+        if self.spec is None or getattr(self.model, "file_format", None) is not None:
+            raise LearngeneError(
+                f"a {self.origin.get('kind', 'model')} is not a timm ViT, so it has no timm hub folder; give a "
+                f"file path (.safetensors)"
+            )
+        data_config = None
+        if self.preprocessing is not None:  # what it was trained with (a descendant: the gene's), at its input size
+            data_config = preprocessing_cfg(self.preprocessing, self.spec.img_size, self.spec.in_chans)
+        space = self.origin.get("label_space")  # what the head's outputs mean, where the file records it
+        names = space.get("classes") if isinstance(space, dict) else None
+        export_hub_folder(
+            path, self.model, self.spec, self.hub_card(), data_config, overwrite, label_names=names or None
+        )
+
+    def hub_card(self) -> dict[str, Any]:
+        """The facts of its hub folder's model card: those its file records
+        (:func:`learngene.formats.cards.card_from_origin`)."""
+        assert self.spec is not None  # a timm ViT's (save checked)
+        return card_from_origin(self.origin, self.spec)
+
+
+def is_folder_output(path: Any, format: Any) -> bool:
+    """Whether a result's ``save(path, format=format)`` writes a timm hub folder (the one rule,
+    :func:`learngene.formats.export.wants_folder`), once both arguments are checked."""
+    require_argument(path, (str, os.PathLike), "path", "a file or folder path (str or pathlib.Path)")
+    if format not in (None, "file", "hub"):
+        raise LearngeneError(f"format must be 'file', 'hub' or None, got {format!r}")
+    return wants_folder(path, format)
+
+
+def check_gene_beside_folder(folder: str | os.PathLike, gene_path: str | os.PathLike) -> None:
+    """Refuse a gene file to be written inside the hub folder its descendant goes to (the folder is the model's)."""
+    if Path(os.path.abspath(gene_path)).parent == Path(os.path.abspath(folder)):
+        raise LearngeneError(
+            f"{named('gene_path', '--gene-out')} {quote(gene_path)} is inside the hub folder {quote(folder)}, which "
+            f"holds the model's files only; save the gene beside it"
         )
 
 
@@ -139,24 +205,9 @@ class Descendant(ModelOutput):
     provided: list[str] = field(default_factory=list)
     card: dict[str, Any] = field(default_factory=dict)
 
-    def save(self, path: str | os.PathLike, overwrite: bool = False, format: str | None = None) -> None:
-        """Write it as a learngene model file, or as timm's hub folder (``format="hub"``, or a ``path`` that ends in
-        ``/`` or is a folder; :func:`learngene.formats.export.export_hub_folder`)."""
-        require_argument(path, (str, os.PathLike), "path", "a file or folder path (str or pathlib.Path)")
-        if format not in (None, "file", "hub"):
-            raise LearngeneError(f"format must be 'file', 'hub' or None, got {format!r}")
-        if not wants_folder(path, format):
-            return super().save(path, overwrite)
-        check_destination(path, overwrite, self.inputs, folder=True)
-        if self.spec is None:
-            raise LearngeneError(
-                f"a {self.origin.get('kind', 'model')} is not a timm ViT, so it has no timm hub folder; give a "
-                f"file path (.safetensors)"
-            )
-        data_config = None
-        if self.preprocessing is not None:  # the gene's, at the descendant's input size
-            data_config = preprocessing_cfg(self.preprocessing, self.spec.img_size, self.spec.in_chans)
-        export_hub_folder(path, self.model, self.spec, self.card, data_config=data_config, overwrite=overwrite)
+    def hub_card(self) -> dict[str, Any]:
+        """The facts expand gathered (the gene's and the ancestry's, more than its file records)."""
+        return {"kind": "descendant", **self.card}
 
 
 @dataclass
@@ -177,15 +228,27 @@ class Adapted:
     result: TrainResult
     method: Method | None = None  # the adapted gene's method, as built to expand it
 
+    def __post_init__(self) -> None:
+        check_request(self)  # each field holds what it names: a wrong one fails here by name, not in save
+
     def save(
-        self, path: str | os.PathLike, overwrite: bool = False, gene_path: str | os.PathLike | None = None
+        self,
+        path: str | os.PathLike,
+        overwrite: bool = False,
+        gene_path: str | os.PathLike | None = None,
+        format: str | None = None,
     ) -> None:
-        """Write the descendant to ``path`` and, with ``gene_path``, the adapted gene there first (checked against its
-        method, :func:`save_gene`); neither is one of the inputs, nor both one file."""
+        """Write the descendant to ``path`` (a file, or a timm hub folder as :meth:`ModelOutput.save` decides) and,
+        with ``gene_path``, the adapted gene there first (checked against its method, :func:`save_gene`); neither is
+        one of the inputs, nor both one file, nor the gene in the folder."""
         inputs = self.descendant.inputs
-        check_destination(path, overwrite, inputs)
+        folder = is_folder_output(path, format)
+        check_destination(path, overwrite, inputs, folder=folder)
         if gene_path is not None:
             check_destination(gene_path, overwrite, inputs, name="gene_path")
-            check_outputs([path, gene_path], inputs, overwrite)
+            if folder:
+                check_gene_beside_folder(path, gene_path)
+            else:
+                check_outputs([path, gene_path], inputs, overwrite)
             save_gene(self.gene, gene_path, overwrite=overwrite, method=self.method)
-        self.descendant.save(path, overwrite=overwrite)
+        self.descendant.save(path, overwrite=overwrite, format=format)

@@ -3,18 +3,21 @@ what their model files record: the data, the accuracy, the label space, the lice
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Any
+
+from torch import nn
 
 from ..data import FolderData, ImageData, preprocessing_cfg
 from ..errors import ArgumentTypeError, LearngeneError, named, require_argument
 from ..formats.labels import HeadChoice, choose_head
 from ..formats.model_file import ModelFile, model_preprocessing, read_model
 from ..formats.weights import digest
+from ..host.rng import seeded_draws
 from ..method import Ancestry
 from ..training.distill import cache_teacher_outputs, setup_distillation
-from ..training.loop import seed_everything
 from ..training.loop import train as train_loop
 from .inputs import (
     DataArg,
@@ -24,6 +27,7 @@ from .inputs import (
     ancestry_argument,
     check_flag,
     check_license_argument,
+    check_model_object,
     data_argument,
     input_paths,
     load_data,
@@ -72,20 +76,23 @@ def train_ancestry(
     open_run_dir(run_dir, resume, cfg)
     train, test = load_data(data, *size_input(size), seed=cfg.seed)
     spec = resolve_spec(size, data=train)
-    seed_everything(cfg.seed)
-    model = spec.create_model()
+    with seeded_draws(cfg.seed):  # timm's initialization, from the global generator (learngene.host.rng)
+        model = spec.create_model()
     cfg = cfg.replace(identity={"command": "ancestry", "spec": spec.to_dict()})
     say(f"ancestry {spec.short()} ({spec.num_params:,} params) on {train.name}: {len(train)} images", banner=True)
     result = train_loop(model, train, cfg, eval_data=test, run_dir=run_dir, resume=resume)
     origin = {
         "kind": "ancestry",
         "data": train.name,
-        "epochs": cfg.epochs,
+        "epochs": len(result.history),  # those run: max_steps may end the run before cfg.epochs
+        **result.cost,  # how long: a hub folder's card says it
         "eval_acc": result.final_acc,
         "label_space": train.label_space,
         **license_entry(license),
     }
-    summary = f"test accuracy {result.final_acc:.4f}"
+    summary = (
+        "no test accuracy (no test images)" if result.final_acc is None else f"test accuracy {result.final_acc:.4f}"
+    )
     inputs = input_paths(data)
     return Trained(model, spec, origin, preprocessing_cfg(train), summary, result, inputs=inputs)
 
@@ -101,6 +108,7 @@ def train(
     resume: bool = False,
     license: str | None = None,
     say: Say = quiet,
+    inplace: bool = False,
 ) -> Trained:
     """``model`` (a model file, e.g. a descendant, a stitched descendant or an ancestry; or a pipeline result)
     fine-tuned on ``data``, as ``learngene train`` makes it.
@@ -121,8 +129,18 @@ def train(
         resume: whether it continues from the checkpoint in ``run_dir``.
         license: the licence recorded in the model file (an SPDX identifier).
         say: called with a line about the distillation, e.g. ``print``.
+        inplace: for a result ``model``, train its own module instead of a copy (no second copy of the weights in
+            memory): the returned result then holds that module, trained, and ``model`` can no longer be saved (its
+            ``save`` refuses, since its file would label fine-tuned weights as what it was). By default a result
+            is left as it was: the call trains a deep copy (``tuned.model is not model.model``).
     """
+    if isinstance(model, nn.Module):  # the training loop's call, which this name once also took
+        raise ArgumentTypeError(
+            "model is a torch module: learngene.train takes a model file's path or a use case's result; train a "
+            "module with the training loop, learngene.training.train(model, data, cfg)"
+        )
     require_argument(model, (str, os.PathLike, ModelOutput), "model", "a model file's path or a use case's result")
+    check_flag(inplace, "inplace")
     data = data_argument(data)
     teachers = None if teacher is None else ancestry_argument(teacher)
     if isinstance(teachers, Ancestry):
@@ -137,11 +155,13 @@ def train(
             f"{named('teacher')} ANCESTRY, or leave the distillation weight out"
         )
     open_run_dir(run_dir, resume, cfg)
-    loaded, preprocessing = _model(model)
+    loaded, preprocessing = _model(model, inplace)
     if cfg.desc == "train":  # named by what it fine-tunes, e.g. "train tleg descendant" (the loggers' run name)
         what = " ".join(str(loaded.origin[k]) for k in ("method", "kind") if loaded.origin.get(k))
         cfg = cfg.replace(desc=f"train {what}".strip())
     train, test = load_data(data, loaded.spec.img_size, loaded.spec.in_chans, preprocessing, cfg.seed)
+    if inplace and isinstance(model, ModelOutput):  # from here on (a fresh head, training) its module changes
+        model.trained_in_place = True
     head = _choose_head(loaded, train, new_head, cfg.seed)
     spec = loaded.spec.replace(num_classes=train.num_classes) if head.fresh else loaded.spec
     net = loaded.model
@@ -161,23 +181,32 @@ def train(
     origin = {
         **loaded.origin,
         "finetuned_on": train.name,
-        "epochs": cfg.epochs,
+        "epochs": len(result.history),  # those run: max_steps may end the run before cfg.epochs
+        **result.cost,  # the fine-tuning's (an ancestry's own are replaced, as its epochs are)
         "eval_acc": result.final_acc,
         "label_space": train.label_space,
         "new_head": head.fresh,
         **license_entry(license),
     }
-    summary = f"test accuracy {result.final_acc:.4f}; {head.why}"
+    accuracy = (
+        "no test accuracy (no test images)" if result.final_acc is None else f"test accuracy {result.final_acc:.4f}"
+    )
+    summary = f"{accuracy}; {head.why}"
     inputs = input_paths(model if not isinstance(model, ModelOutput) else None, teachers, data)
     return Trained(net, spec, origin, preprocessing_cfg(train), summary, result, head.why, inputs=inputs)
 
 
-def _model(model: str | os.PathLike | ModelOutput) -> tuple[ModelFile, dict[str, Any] | None]:
-    """The model to train, read from its file in the format its header names, and the preprocessing it records."""
+def _model(model: str | os.PathLike | ModelOutput, inplace: bool) -> tuple[ModelFile, dict[str, Any] | None]:
+    """The model to train, read from its file in the format its header names, and the preprocessing it records; a
+    result's module copied unless ``inplace`` (training it, or giving it a fresh head, would change the caller's
+    object: ``small.save()`` after ``lg.train(small, ...)`` wrote fine-tuned weights labelled as untrained)."""
     if isinstance(model, ModelOutput):
         if model.spec is None:
             raise LearngeneError("this model has no ViTSpec to train at; save it and pass its file")
-        return ModelFile(model.model, model.spec, dict(model.origin), model.model.state_dict()), model.preprocessing
+        model.check_savable()  # a result trained in place once holds weights its record no longer describes
+        check_model_object(model.model, None, f"the {type(model).__name__}'s model")  # what read_model checks
+        net = model.model if inplace else copy.deepcopy(model.model)
+        return ModelFile(net, model.spec, dict(model.origin), net.state_dict()), model.preprocessing
     return read_model(model), model_preprocessing(model)
 
 
@@ -188,6 +217,6 @@ def _choose_head(loaded: ModelFile, train: ImageData | FolderData, new_head: boo
     head = choose_head(space, loaded.num_classes, train.label_space, train.num_classes, force_new=new_head)
     if head.fresh:
         net: Any = loaded.model  # a timm ViT, or a StitchedViT: both have timm's reset_classifier
-        seed_everything(seed)
-        net.reset_classifier(train.num_classes)  # a timm model, or a StitchedViT's end
+        with seeded_draws(seed):
+            net.reset_classifier(train.num_classes)  # a timm model, or a StitchedViT's end
     return head

@@ -9,8 +9,10 @@ the data, the history, the RNG states of every rank and the sums of the unfinish
 from __future__ import annotations
 
 import json
+import math
 import random
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -20,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from ..data import Data
-from ..errors import LearngeneError, LearngeneWarning, TrainingError, assigned, named
+from ..errors import LearngeneError, LearngeneWarning, TrainingError, assigned, first_line, named, shown
 from ..formats.atomic import quote, save_torch_atomic, write_text_atomic
 from ..formats.weights import digest, nonfinite_tensor, torch_load_weights_only
 from . import distributed as dist
@@ -146,7 +148,55 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise TrainingError(
             f"{quote(path)} is not a learngene training checkpoint; delete it or give another run_dir (--run-dir)"
         )
+    for key, (fits, wanted) in _FIELDS.items():
+        if key in ckpt and not fits(ckpt[key]):
+            raise TrainingError(
+                f"checkpoint {quote(path)} records {key}={shown(ckpt[key])} where learngene writes "
+                f"{wanted}: it was edited or damaged; delete it (or give another run_dir (--run-dir)) to start over"
+            )
     return ckpt
+
+
+def _count(value: Any, least: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _real(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _state_dict(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, Tensor) for k, v in value.items())
+
+
+def _rng(value: Any) -> bool:
+    return isinstance(value, dict) and {"torch", "numpy", "python"} <= set(value)
+
+
+# What RunState.save writes under each key, checked when a checkpoint is read back: a value this version would not
+# have written (an edited file, another program's) is refused in one line before anything uses it (a thread count of 0
+# reached torch.set_num_threads, a string an arithmetic step). Keys absent from an older checkpoint keep their default.
+_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "model": (_state_dict, "the model's tensors by name"),
+    "optimizer": (lambda v: isinstance(v, dict), "the optimizer's state (a dict)"),
+    "scheduler": (lambda v: isinstance(v, dict), "the schedule's state (a dict)"),
+    "rng": (_rng, "the RNG states (torch, numpy, python)"),
+    "rng_per_rank": (lambda v: isinstance(v, list) and bool(v) and all(map(_rng, v)), "each rank's RNG states"),
+    "epoch": (_count, "an integer >= 0"),
+    "step_in_epoch": (_count, "an integer >= 0"),
+    "global_step": (_count, "an integer >= 0"),
+    "history": (lambda v: isinstance(v, list) and all(isinstance(r, dict) for r in v), "a list of epoch records"),
+    "seconds": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
+    "epoch_sums": (
+        lambda v: isinstance(v, Tensor) and v.shape == (3,) and v.is_floating_point() and bool(v.isfinite().all()),
+        "3 finite sums (loss, correct, images)",
+    ),
+    "fingerprint": (lambda v: isinstance(v, dict), "the run's fingerprint (a dict)"),
+    "start_norm": (lambda v: v is None or _real(v), "a finite number or None"),
+    "best_loss": (lambda v: v is None or _real(v), "a finite number or None"),
+    "sane": (lambda v: isinstance(v, bool), "True or False"),
+    "threads": (lambda v: v is None or _count(v, 1), "a thread count >= 1 or None"),
+}
 
 
 def zero_sums() -> Tensor:
@@ -264,14 +314,21 @@ class RunState:
         ckpt = load_checkpoint(path)
         free = AFTER_NONFINITE if stopped_by_nonfinite(path.parent) else ()
         _refuse_changed(ckpt, path, fingerprint, free)
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
+        try:
+            model.load_state_dict(ckpt["model"])
+            optimizer.load_state_dict(ckpt["optimizer"])
+            scheduler.load_state_dict(ckpt["scheduler"])
+            per_rank = ckpt.get("rng_per_rank", [ckpt["rng"]])
+            if dist.rank() < len(per_rank):  # a rank the saved run did not have keeps its fresh seed
+                _set_rng_state(per_rank[dist.rank()])
+        except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+            # the fingerprint matched, so the run is this one: the file's states were edited or damaged
+            raise TrainingError(
+                f"checkpoint {quote(path)} cannot be restored ({first_line(exc)}); delete it (or give another "
+                "run_dir (--run-dir)) to start over"
+            ) from None
         if free:
             _set_peak_lr(optimizer, scheduler, peak_lr)
-        per_rank = ckpt.get("rng_per_rank", [ckpt["rng"]])
-        if dist.rank() < len(per_rank):  # a rank the saved run did not have keeps its fresh seed
-            _set_rng_state(per_rank[dist.rank()])
         return cls(
             epoch=ckpt["epoch"],
             step_in_epoch=ckpt["step_in_epoch"],

@@ -19,7 +19,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from ..errors import LearngeneError, assigned
+from ..errors import LearngeneError, assigned, named
 from ..settings import field
 from ..validate import refusal
 
@@ -220,12 +220,14 @@ class TrainConfig:
         if bad is not None:
             fix = bad.field.metadata.get("fix") or f"pass {bad.expected}"
             raise LearngeneError(f"{bad.named} must be {bad.wanted}, got {bad.value}; {fix}")
-        self.log = tuple(dict.fromkeys(self.log))
+        twice = next((name for i, name in enumerate(self.log) if name in self.log[:i]), None)
+        if twice is not None:  # the one rule for repeats (learngene.validate.refuse_repeat): refused, not merged
+            raise LearngeneError(f"{named('log')} names {twice} twice; give each once")
         for name in self.log:
             if importlib.util.find_spec(LOGGER_PACKAGES[name]) is None:
                 raise LearngeneError(
                     f"logging to {name} needs the {LOGGER_PACKAGES[name]} package; install it with "
-                    f"pip install 'learngene[{name}]'"
+                    f"pip install 'learngene-vit[{name}]'"
                 )
         if self.epochs is not None and self.epochs < 1 and not self.max_steps:  # a run of max_steps needs no epochs
             raise LearngeneError(

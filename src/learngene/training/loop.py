@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from ..data import Data
 from ..errors import LearngeneError, require_argument
+from ..host.rng import seeded_draws
 from .checkpoint import CHECKPOINT, LOG
 from .config import TrainConfig
 from .data_checks import check_data_fits, require_data
@@ -111,7 +112,8 @@ def train(
         raise LearngeneError(
             "resume=True (--resume) continues from the run directory's checkpoint; pass run_dir (--run-dir) too"
         )
-    with STOPS.running() as outermost:
+    # its dropout, drop-path and mixup draw from the global generators: one run at a time, the caller's states kept
+    with seeded_draws(None), STOPS.running() as outermost:
         run = TrainingRun(model, train_data, cfg, eval_data, teacher, run_dir, resume, loss or distill_loss)
         result = run.run()
         if run.stop_asked() and outermost:  # the signal came after the last step: the run is saved
