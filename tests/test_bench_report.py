@@ -20,7 +20,7 @@ def _titles(monkeypatch, plot, rows, tmp_path):
     """The figure title and panel titles ``plot`` draws."""
     seen = {}
 
-    def finish(fig, axes, title, path):
+    def finish(fig, axes, title, path, notes=()):
         seen["title"], seen["panels"] = title, [ax.get_title() for ax in axes]
         seen["legends"] = [ax.get_legend_handles_labels()[1] for ax in axes]
         seen["xlim"] = [ax.get_xlim() for ax in axes]
@@ -56,7 +56,7 @@ def test_identical_methods_are_named_not_hidden(plot, monkeypatch, tmp_path):
     monkeypatch.setattr(
         plots,
         "finish_figure",
-        lambda fig, axes, title, path: seen.update(
+        lambda fig, axes, title, path, notes=(): seen.update(
             legends=[ax.get_legend_handles_labels()[1] for ax in axes], panels=[ax.get_title() for ax in axes]
         ),
     )
@@ -79,7 +79,9 @@ def test_the_log_axis_of_stored_parameters_starts_near_the_data(monkeypatch, tmp
         for m, n in (("scratch", 0), ("a", 52_000), ("b", 310_000))
     ]
     seen = {}
-    monkeypatch.setattr(plots, "finish_figure", lambda fig, axes, title, path: seen.update(xlim=axes[0].get_xlim()))
+    monkeypatch.setattr(
+        plots, "finish_figure", lambda fig, axes, title, path, notes=(): seen.update(xlim=axes[0].get_xlim())
+    )
     plots.plot_stored(rows, "t", tmp_path / "p.png")
     low, high = seen["xlim"]
     assert -2_000 <= low < 0 and 310_000 < high <= 1_000_000  # 0 at the left, then the decades of the genes: 1e4..

@@ -37,7 +37,7 @@ def test_a_tiny_compare_prints_the_table_and_a_recommendation_line(ancestry, tmp
         "pretrained +kd = weight_selection +kd",
     ):
         assert f"\n| {label} | " in text, label
-    assert "pretrained = weight_selection at this size: the same start" in text
+    assert "pretrained = weight_selection at this size: the same function as fine-tuning begins" in text
     assert "**Recommendation** L1-D32-H2: one seed: no recommendation" in text
     assert "| pretrained = weight_selection | " in text and " | ? | ? | ? | ? | " in text  # one seed: no interval
     report = (out / "report.md").read_text()

@@ -25,6 +25,8 @@ def test_quick_demo_runs_every_method(tmp_path, capsys):
     assert {r["method"] for r in rows} == set(list_methods())
     for method in list_methods():
         assert f"| {method} |" in out
+    # the progress lines name the other tasks too: the table says whose it is and where theirs are
+    assert "This table is fashion_mnist's; the run also fine-tuned on digits, fashion_mnist_5shot" in out
     assert all(0.0 <= float(r["acc"]) <= 1.0 for r in rows if r["acc"])  # empty: a size the method cannot make
     assert (tmp_path / "report.md").exists() and list((tmp_path / "genes").glob("scratch-*.safetensors"))
     # the ancestry's own accuracy, in the printed table's header and in the report (issue 32)
@@ -43,7 +45,7 @@ def test_quick_demo_runs_every_method(tmp_path, capsys):
 # The budget, derived: on 2026-11-26 at 09befa4 the demo planned 24,345 GFLOP (the total its progress bar counts down)
 # and `make demo` took 10 min 32 s wall on the otherwise idle 2-core machine with two threads: 38.5 GFLOP of plan per
 # second, the slowest idle-machine rate measured for it so far (56,526 GFLOP in 16 min 7 s at d9caacb was 58.4;
-# docs/getting-started.md has the measurements), with its mix of stages (small fine-tunes, aux-net and hypernetwork
+# docs/results/demo-timings.md has the measurements), with its mix of stages (small fine-tunes, aux-net and hypernetwork
 # condensations, evaluation). Ten minutes at that rate: 23,100 GFLOP; 20,000 leaves 13 % for a plan that undercounts
 # a stage (tal's hypernetwork counts as an aux net, cells' fixed costs as nothing) and for a slower day:
 DEMO_GFLOP_BUDGET = 20_000

@@ -92,6 +92,7 @@ CONTEXT: dict[tuple[str, str], dict[str, Any]] = {
     ("pool", "widths"): {"design": "authors"},
     ("pool", "instance_depth"): {"design": "authors"},
     ("pool", "joint_epochs"): {"design": "authors"},
+    ("pool", "stitch_init"): {"design": "authors"},
     ("sws", "descendant_stages"): {"stages": "2,2,1"},  # sws's aux net here: 5 layers
     ("cluster", "seed"): {"num_images": 8},
     ("importance", "seed"): {"num_images": 8},

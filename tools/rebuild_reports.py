@@ -3,6 +3,7 @@ with today's report code.
 
     python tools/rebuild_reports.py docs/compare-heldout-classes-100shot docs/bench-transfer [...]
     python tools/rebuild_reports.py --summary docs/compare-heldout-classes-100shot   # the results page's tables
+    python tools/rebuild_reports.py --plots docs/compare-heldout-classes-100shot     # its plots drawn again too
 
 The header of each ``report.md`` (command, date, machine, ancestry, data: facts of the run) and its plot links are
 kept, and a line under the header says that the rest was rebuilt. A compare report's legend, per-size tables and
@@ -20,10 +21,11 @@ import sys
 from pathlib import Path
 
 from learngene.bench.findings import family, mean_sd, vs_cell
-from learngene.bench.rows import _groups, read_csv
+from learngene.bench.plots import plot_curves, plot_folder, plot_stored
+from learngene.bench.rows import read_csv, task_groups
 from learngene.bench.tables import format_table, mark_rule
 from learngene.formats.atomic import now_iso, write_text_atomic
-from learngene.pipeline.compare import DEFAULT_REFERENCES, LEGEND, LONG_LABEL, TASK, compare_text
+from learngene.pipeline.compare import DEFAULT_REFERENCES, LEGEND, LONG_LABEL, TASK, compare_text, plot_report
 
 REBUILT = "- tables rebuilt from this folder's results.csv by tools/rebuild_reports.py"
 MARK_LEGENDS = ("Marks compare a cell", "One seed: the cells carry no", "No reference (scratch, mimetic")
@@ -40,22 +42,34 @@ def _header_end(old: list[str]) -> int:
     return next((i for i in range(first, len(old)) if not old[i].startswith("- ")), len(old))
 
 
-def rebuild(folder: Path) -> None:
+def rebuild(folder: Path, plots: bool = False) -> None:
+    """Rebuild ``folder``'s report; ``plots``: draw its plots again too (today's colours, markers and notes)."""
     old = (folder / "report.md").read_text().splitlines()
     if old and old[0] == "# learngene compare":
-        return rebuild_compare(folder, old)
+        return rebuild_compare(folder, old, plots)
     if old and old[0].startswith("# learngene benchmark"):
+        if plots:
+            redraw_bench(folder)
         return rebuild_bench(folder, old)
     raise SystemExit(f"{folder}/report.md is neither a learngene compare nor a learngene bench report")
 
 
-def rebuild_compare(folder: Path, old: list[str]) -> None:
+def rebuild_compare(folder: Path, old: list[str], redraw: bool = False) -> None:
     end = _header_end(old)
     header = [line for line in old[:end] if not line.startswith(REBUILT)]
     plots = [line for line in old if line.startswith("![")]
     rows = read_csv(folder / "results.csv")
     labels = {r.label for r in rows}
     references = [LONG_LABEL if r == "scratch_x10" else r for r in DEFAULT_REFERENCES]
+    if redraw:
+        data = re.search(r"^- data: (\S+?)(?:,| classes ([\d, ]+),)", "\n".join(header), re.M)
+        name = (
+            data.group(1) + (f" classes {data.group(2).replace(' ', '')}" if data and data.group(2) else "")
+            if data
+            else ""
+        )
+        shown = [r for r in references if r in labels]
+        plots = [line for line in plot_report(rows, shown, plot_folder(folder), name) if line]
     parts = [
         *header,
         _stamp(),
@@ -101,6 +115,21 @@ def rebuild_bench(folder: Path, old: list[str]) -> None:
     write_text_atomic(folder / "report.md", "\n".join(out) + "\n")
 
 
+def redraw_bench(folder: Path) -> None:
+    """Draw a bench report's plots again from its ``results.csv``: each of its task's (and upstream's) that the
+    folder already holds, under the name the report links."""
+    rows = read_csv(folder / "results.csv")
+    plot_dir = plot_folder(folder)
+    for task in dict.fromkeys(r.task for r in rows):
+        for up in dict.fromkeys(r.upstream for r in rows if r.task == task):
+            tag = task + (f"-{up.replace(' ', '_')}" if up else "")
+            these = [r for r in rows if r.upstream == up]
+            if (plot_dir / f"stored-{tag}.png").exists():
+                plot_stored(these, task, plot_dir / f"stored-{tag}.png")
+            if (plot_dir / f"curves-{tag}.png").exists():
+                plot_curves(these, task, plot_dir / f"curves-{tag}.png")
+
+
 def _with_numbers_of(old: list[str], table: list[str]) -> list[str]:
     """The rebuilt ``table`` with the top-1 of ``old`` (the report's own, from unrounded accuracies; ``results.csv``
     keeps 4 decimals, which can move a standard deviation's last digit) and the rebuilt marks."""
@@ -126,7 +155,7 @@ def summary(folder: Path, contenders: int = 3) -> str:
     rows = [r for r in read_csv(folder / "results.csv") if r.task == TASK and r.ok]
     sizes = list(dict.fromkeys(r.size for r in rows))
     labels = list(dict.fromkeys(r.label for r in rows))
-    groups = _groups(rows, TASK)
+    groups = task_groups(rows, TASK)
     lines = ["| method | " + " | ".join(sizes) + " |", "|---" * (len(sizes) + 1) + "|"]
     for label in labels:
         cells = [[g.acc for g in groups.get((label, size), [])] for size in sizes]
@@ -154,6 +183,7 @@ if __name__ == "__main__":
         for name in sys.argv[2:]:
             print(summary(Path(name)))
     else:
-        for name in sys.argv[1:]:
-            rebuild(Path(name))
-            print(f"rebuilt {name}/report.md")
+        redraw = "--plots" in sys.argv[1:]
+        for name in (a for a in sys.argv[1:] if a != "--plots"):
+            rebuild(Path(name), redraw)
+            print(f"rebuilt {name}/report.md" + (" and its plots" if redraw else ""))

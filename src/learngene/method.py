@@ -329,6 +329,15 @@ class Method:
             gene, tensors=keep_blocks(gene.tensors, layers), layout=layout.replace(depth=len(layers))
         )
 
+    @classmethod
+    def cannot_reach(cls, config: Any, ancestry: ViTSpec, target: ViTSpec) -> str:
+        """Why a gene this method condenses with ``config`` (its Config) from an ancestry of ``ancestry``'s size
+        could not expand to ``target``, in words; "" where it can. The method's own declaration of its reach, so
+        that a size is refused before anything is condensed (``learngene methods --for``, ``compare`` leaving a
+        method out); tests/test_advice.py holds it to what ``expand`` does with real genes. This default: any
+        size of the ancestry's family."""
+        return ""
+
     def preserves_function(self, gene: Learngene, spec: ViTSpec) -> bool:
         """Whether the descendant of ``spec`` computes the ancestry's function (up to float rounding), as the
         method promises (:attr:`preserves`); ``verify`` runs both to check it."""
@@ -454,3 +463,13 @@ def config_from_dict(config_cls: type, values: dict[str, Any]) -> Any:
             value = values[f.name]
             kwargs[f.name] = tuple(value) if isinstance(value, list) else value
     return config_cls(**kwargs)
+
+
+def refused_by(check: Callable[..., Any], *args: Any) -> str:
+    """The one line ``check(*args)`` refuses with, "" where it passes: a method's :meth:`Method.cannot_reach` in the
+    words of the check its ``expand`` runs."""
+    try:
+        check(*args)
+    except LearngeneError as exc:
+        return str(exc)
+    return ""

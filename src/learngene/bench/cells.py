@@ -26,6 +26,7 @@ from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..training.loop import TrainConfig, train
 from ..vit.attention_init import blend_query_key, sincos_pos_embed
 from ..vit.spec import ViTSpec
+from .probe import fingerprint
 from .profiles import Task, Variant
 from .rows import Row, row_from_dict
 from .stages import RunStages, stage_key
@@ -159,7 +160,8 @@ class CellStage(RunStages):
         model = cell_descendant(init, spec, seed, cell.variant)
         if cell.fresh:
             fresh_head(model, spec, seed)
-        start = digest(model.state_dict())  # methods that start alike share one row of the report
+        start = digest(model.state_dict())
+        probe = fingerprint(model, spec.img_size, spec.in_chans)  # methods that compute alike share one row
         student, data, teacher, loss = model, task.train, None, None
         if cell.distill_lambda:
             cfg = cfg.replace(distill_lambda=cell.distill_lambda)
@@ -182,6 +184,7 @@ class CellStage(RunStages):
             train_seconds=round(result.seconds, 2),
             cell_seconds=round(time.perf_counter() - tic, 2),
             start=start or "",
+            probe=probe,
         )
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(dataclasses.asdict(row)))
@@ -192,6 +195,7 @@ class CellStage(RunStages):
         """``(student, data, teacher, loss)`` to fine-tune ``model`` distilling the ancestry; the teacher's outputs on the
         task's images are computed once per task and kind and shared by every cell."""
         kd = setup_distillation(model, self.teacher.model, task.train, self.teacher.label_space)
+        self.meta.setdefault("distillation", {})[task.task.name] = kd.why  # the report names what ran
         key = (task.task.name, kd.kind)
         if key not in self.teacher_outputs:
             self.teacher_outputs[key] = cache_teacher_outputs(task.train, kd.teacher, self._cfg())

@@ -37,6 +37,12 @@ def run_demo(
         f"{task.train_images:,} images; top-1 % on {task.eval_images:,} test images (seed {profile.seeds[0]})\n"
     )
     print(format_table(rows, task.name))
+    others = [t.name for t in profile.tasks[1:]]
+    if others:  # the progress lines named them: say where their tables are, so this one is not taken for theirs
+        print(
+            f"\nThis table is {task.name}'s; the run also fine-tuned on {', '.join(others)} (the progress lines that "
+            f"name them): their tables are in {out_dir}/report.md."
+        )
     trained = sorted({r.method for r in rows if r.condense_steps})
     if trained:
         print(

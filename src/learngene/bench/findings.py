@@ -9,12 +9,13 @@ Holm family. Counting them apart would make every other decision stricter for co
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .rows import Row, Start, same_starts
-from .stats import MAX_SEEDS, POWER, Paired, Verdict, decide, holm, paired
+from .stats import MAX_SEEDS, POWER, Paired, Verdict, decide_pairs, holm, paired
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,9 @@ class Family:
         references: the names of the starts that hold a reference, in the references' order.
         verdicts: ``(start, reference start)`` → verdict, both ways between two reference starts.
         m: how many comparisons were tested (and corrected for).
+        variant_refs: per variant the references ran too (``+kd``), the reference starts of that variant: a start
+            of the variant is set against those, not the plain ones (like with like).
+        plain: each variant start of such a variant → its own plain start, which it is also set against (in m).
     """
 
     size: str
@@ -35,6 +39,14 @@ class Family:
     references: list[str]
     verdicts: dict[tuple[str, str], Verdict]
     m: int
+    variant_refs: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    plain: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def refs_of(self, name: str) -> list[str]:
+        """The reference starts ``name`` is set against: those of its variant (``+kd`` rows against the ``+kd``
+        references) where the references ran it, else the plain ones."""
+        variant = _variant(self.named(name))
+        return self.variant_refs.get(variant) or [r for r in self.references if not _variant(self.named(r))]
 
     def start(self, label: str) -> Start | None:
         """The start ``label`` belongs to (None: it finished no seed at this size)."""
@@ -76,14 +88,72 @@ class Family:
         return sorted((s.name for s in self.starts if s.name not in worse), key=lambda n: -self.mean(n))
 
 
-def family(groups: Mapping[str, list[Row]], references: Sequence[str], size: str = "") -> Family:
-    """The family of one size from its finished rows by label (``references``: the labels that are references)."""
-    starts = same_starts({label: list(rows) for label, rows in groups.items() if rows})
-    order = {label: i for i, label in enumerate(references)}
+def _variant(start: Start) -> str:
+    return start.rows[start.labels[0]][0].variant
+
+
+def _held(starts: list[Start], labels: Sequence[str]) -> list[str]:
+    """The starts holding one of ``labels``, in the labels' order."""
+    order = {label: i for i, label in enumerate(labels)}
     held = [s for s in starts if any(label in order for label in s.labels)]
-    refs = [s.name for s in sorted(held, key=lambda s: min(order.get(label, len(order)) for label in s.labels))]
-    verdicts, m = decide({s.name: s.results for s in starts}, refs)
-    return Family(size, starts, refs, verdicts, m)
+    return [s.name for s in sorted(held, key=lambda s: min(order.get(label, len(order)) for label in s.labels))]
+
+
+def family(groups: Mapping[str, list[Row]], references: Sequence[str], size: str = "") -> Family:
+    """The family of one size from its finished rows by label (``references``: the labels that are references).
+
+    Like with like: where the references also ran a variant (compare's ``+kd``: each start fine-tuned distilling the
+    ancestry), a start of that variant is set against the references of that variant and against its own plain
+    start, not against the plain references; all in the one Holm family of the size."""
+    starts = same_starts({label: list(rows) for label, rows in groups.items() if rows})
+    refs = _held(starts, references)
+    variants = dict.fromkeys(_variant(s) for s in starts if _variant(s))
+    by_variant = {v: _held(starts, [f"{r} {v}" for r in references]) for v in variants}
+    by_variant = {v: names for v, names in by_variant.items() if names}
+    names = {label: s.name for s in starts for label in s.labels}
+    plain = {}
+    for s in starts:
+        v = _variant(s)
+        if v in by_variant:
+            own = names.get(s.labels[0].removesuffix(f" {v}"))
+            if own is not None and own != s.name:
+                plain[s.name] = own
+    pairs = _pairs(starts, refs, by_variant, plain)
+    verdicts, m = decide_pairs({s.name: s.results for s in starts}, pairs)
+    everything = refs + [r for names_ in by_variant.values() for r in names_ if r not in refs]
+    mirrored = {pair for pair in pairs if pair[1] in everything and pair[0] in everything}
+    for a, b in sorted(mirrored):
+        verdict = verdicts[a, b]
+        diff = verdict.diff
+        verdicts[b, a] = Verdict(
+            Paired(diff.n, -diff.mean, diff.sd, -diff.high, -diff.low, diff.p),
+            {"+": "−", "−": "+"}.get(verdict.mark, verdict.mark),
+            verdict.seeds,
+        )
+    return Family(size, starts, everything, verdicts, m, by_variant, plain)
+
+
+def _pairs(
+    starts: list[Start], refs: list[str], by_variant: dict[str, list[str]], plain: dict[str, str]
+) -> list[tuple[str, str]]:
+    """What one size's family tests: each pair of references of one variant (plain, or ``+kd``) once, each other start
+    against the references of its variant, each variant start against its own plain start."""
+    pairs: list[tuple[str, str]] = []
+    groups = [refs, *by_variant.values()]
+    for group in groups:
+        pairs += [(later, earlier) for i, earlier in enumerate(group) for later in group[i + 1 :]]
+    held = {name for group in groups for name in group}
+    for s in starts:
+        if s.name in held:
+            continue
+        own = by_variant.get(_variant(s)) or [r for r in refs if not _variant_of(starts, r)]
+        pairs += [(s.name, r) for r in own]
+    pairs += [(name, own) for name, own in plain.items() if (name, own) not in pairs and (own, name) not in pairs]
+    return pairs
+
+
+def _variant_of(starts: list[Start], name: str) -> str:
+    return next(_variant(s) for s in starts if s.name == name)
 
 
 # ---- how numbers are written ------------------------------------------------------------------------------
@@ -154,7 +224,7 @@ def recommend(fam: Family, references: Sequence[str]) -> str:
     if any(verdict.diff.n < 2 for verdict in fam.verdicts.values()):
         return f"{size}: one seed: no recommendation (the paired test needs seeds=2 (--seeds 2) or more)"
     rule = f"paired over seeds, Holm-corrected over the {fam.m} comparison{'' if fam.m == 1 else 's'} of this size"
-    winners = [c for c in candidates if all(fam.verdicts[c, r].mark == "+" for r in refs)]
+    winners = [c for c in candidates if all(fam.verdicts[c, r].mark == "+" for r in fam.refs_of(c))]
     if winners:
         return _use(fam, sorted(winners, key=lambda c: -fam.mean(c)), rule)
     for ref in sorted(refs, key=lambda r: -fam.mean(r)):
@@ -215,12 +285,12 @@ def _cheapest(fam: Family, names: Sequence[str], among: str) -> str:
 def _use(fam: Family, winners: list[str], rule: str) -> str:
     """The line for starts that beat every reference (best mean first): use the best, or any of those it does not
     beat resolvedly (Holm over the best against each other winner), naming the cheapest."""
-    size, refs = fam.size, fam.references
+    size = fam.size
     results = {s.name: s.results for s in fam.starts}
     best, others = winners[0], winners[1:]
     apart = holm([paired(results[best], results[w]).p for w in others])
     tied = [w for w, resolved in zip(others, apart) if not (resolved and paired(results[best], results[w]).mean > 0)]
-    beats = f"{_listed(refs)} ({rule})"
+    beats = f"{_listed(fam.refs_of(best))} ({rule})"
     if not tied:
         return f"{size}: use {_shown(fam.named(best))}: it beats {beats}"
     return (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,30 +48,65 @@ def plot_folder(out_dir: Path) -> Path:
     return folder
 
 
-MARKERS = "osD^vP*Xh<>p"
+# ---- one colour and marker per method, the same in every plot ----------------------------------------------------
+# The references are black and greys (what the others are read against); every other method of the project has a
+# colour of Kelly's 22 colours of maximum contrast (1965) and a marker of its own, so that two methods never share
+# both, and no two share a colour. A method this table does not know (a plugin's) gets a colour and marker of
+# EXTRA, by its place among the unknown methods of the plot.
+REFERENCE_STYLES: dict[str, tuple[str, str]] = {
+    "scratch": ("#000000", "o"),
+    "scratch ×10": ("#555555", "s"),
+    "mimetic": ("#7f7f7f", "^"),
+    "structured": ("#b0b0b0", "D"),
+}
+METHOD_STYLES: dict[str, tuple[str, str]] = {
+    "tleg": ("#0067A5", "o"),  # strong blue
+    "wave": ("#F38400", "s"),  # vivid orange
+    "share_init": ("#008856", "D"),  # medium green
+    "sws": ("#BE0032", "^"),  # vivid red
+    "lets": ("#875692", "v"),  # strong purple
+    "pool": ("#882D17", "P"),  # strong reddish brown
+    "tal": ("#E68FAC", "X"),  # strong purplish pink
+    "pith": ("#A1CAF1", "*"),  # very light blue
+    "front": ("#8DB600", "h"),  # vivid yellowish green
+    "pretrained": ("#604E97", "<"),  # strong violet
+    "weight_selection": ("#F6A600", ">"),  # vivid orange yellow
+    "importance": ("#00A6A6", "p"),  # teal (Kelly's dark olive green reads as a grey)
+    "grow": ("#E25822", "d"),  # vivid reddish orange
+    "peg": ("#B3446C", "H"),  # strong purplish red
+    "cluster": ("#C2B280", "8"),  # grayish yellow
+    "auto_lg": ("#654522", "o"),  # deep yellowish brown
+    "heru_lg": ("#DCD300", "s"),  # vivid greenish yellow
+}
+EXTRA_COLOURS = ("#F99379", "#F3C300", "#1f77b4", "#17becf", "#9467bd", "#2ca02c")
+EXTRA_MARKERS = "oD^vsP*Xh"
+
+
+def style_of(label: str, unknown: list[str] | None = None) -> dict[str, Any]:
+    """The colour and marker of ``label`` (a method, ``scratch ×10``, or a variant or ×N run of a method, which
+    keeps its method's: its line style differs, :func:`line_style`). ``unknown``: the methods of the plot that the
+    table does not know, in the plot's order (their place picks their style)."""
+    method = label if label in REFERENCE_STYLES else _method_of(label)
+    if method in REFERENCE_STYLES:
+        colour, marker = REFERENCE_STYLES[method]
+    elif method in METHOD_STYLES:
+        colour, marker = METHOD_STYLES[method]
+    else:
+        i = (unknown or [method]).index(method) if method in (unknown or []) else 0
+        colour, marker = EXTRA_COLOURS[i % len(EXTRA_COLOURS)], EXTRA_MARKERS[i % len(EXTRA_MARKERS)]
+    hollow = " +" in label  # a variant (+kd, +mimetic): its method's marker, not filled
+    return {"color": colour, "marker": marker, **({"mfc": "white"} if hollow else {})}
 
 
 def style_per_method(labels: list[str]) -> dict[str, dict[str, Any]]:
-    """A colour and marker per registered method, the same in every plot (its place in the registry picks them:
-    20 colours, tab10 then tab20's light shades, times 12 markers: no two of the first 60 methods share both);
-    ``×N`` runs and variants (``tleg +mimetic``) keep their method's colour (their line style differs)."""
-    import matplotlib
-
-    from ..registry import list_methods
-
-    tab10, tab20 = matplotlib.colormaps["tab10"], matplotlib.colormaps["tab20"]
-    palette = [tab10(i) for i in range(10)] + [tab20(2 * i + 1) for i in range(10)]
-    order = list(list_methods())
-    order += sorted({_method_of(label) for label in labels} - set(order))  # e.g. compare's "+kd" rows' methods
-    styles = {}
-    for label in labels:
-        i = order.index(_method_of(label))
-        styles[label] = {"color": palette[i % len(palette)], "marker": MARKERS[i % len(MARKERS)]}
-    return styles
+    """:func:`style_of` every label of a plot: the same method has the same colour and marker in every plot."""
+    known = set(REFERENCE_STYLES) | set(METHOD_STYLES)
+    unknown = list(dict.fromkeys(m for m in map(_method_of, labels) if m not in known and m not in REFERENCE_STYLES))
+    return {label: style_of(label, unknown) for label in labels}
 
 
 def line_style(label: str) -> str:
-    """Dashed for a ×N budget, dotted for a variant, solid for the method itself."""
+    """Dashed for a ×N budget (scratch ×10 too), dotted for a variant, solid for the method itself."""
     return "--" if " ×" in label else ":" if " " in label else "-"
 
 
@@ -91,10 +126,11 @@ def _subplots(n: int):
     return fig, list(axes.flat[:n])
 
 
-def finish_figure(fig, axes, title: str, path: Path) -> None:
+def finish_figure(fig, axes, title: str, path: Path, notes: Sequence[str] = ()) -> None:
     """One legend for all panels, right of them, one entry per method; then save. A panel draws methods with the
     same results once, labelled ``a = b``: in the legend ``b`` has its own entry if another panel draws it, else
-    ``b (= a at PANEL)`` beside a's marker."""
+    ``b (= a at PANEL)`` beside a's marker. ``notes``: lines written under the panels (the methods a plot lacks,
+    and why)."""
     import matplotlib.pyplot as plt
 
     own: dict[str, Any] = {}
@@ -116,11 +152,45 @@ def finish_figure(fig, axes, title: str, path: Path) -> None:
     fig.suptitle(title)
     fig.tight_layout()
     # outside the panels, however long the labels: the saved image grows
-    fig.legend(
-        list(entries.values()), list(entries), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False
-    )
+    if entries:
+        fig.legend(
+            list(entries.values()),
+            list(entries),
+            loc="center left",
+            bbox_to_anchor=(1.0, 0.5),
+            fontsize=8,
+            frameon=False,
+        )
+    write_notes(fig, notes)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
+
+
+def write_notes(fig, notes: Sequence[str], width: int = 110) -> None:
+    """``notes`` under the figure's panels, each wrapped at ``width`` characters (the saved image grows to hold
+    them)."""
+    import textwrap
+
+    if notes:
+        text = "\n".join(line for note in notes for line in textwrap.wrap(note, width, subsequent_indent="    "))
+        fig.text(0.01, 0.0, text, ha="left", va="top", fontsize=7)
+
+
+def missing_notes(rows: list[Row], task: str, left_out: Sequence[tuple[str, str]] = ()) -> list[str]:
+    """One line per method a plot of ``task`` lacks at some size: left out before condensing, refused or failed
+    (``method at SIZES: why``, the reason cut to its first sentence)."""
+    lines = [f"left out: {name}: {_short(why)}" for name, why in left_out]
+    by_note: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        if r.task == task and r.note and r.size not in by_note.setdefault((r.label, r.note), []):
+            by_note[r.label, r.note].append(r.size)
+    lines += [f"n/a: {label} at {', '.join(sizes)}: {_short(note)}" for (label, note), sizes in by_note.items()]
+    return lines
+
+
+def _short(text: str, most: int = 240) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def has_curves(rows: list[Row], task: str) -> bool:
@@ -129,9 +199,11 @@ def has_curves(rows: list[Row], task: str) -> bool:
     return any(len(r.accs) > 1 for r in rows if r.task == task)
 
 
-def plot_curves(rows: list[Row], task: str, path: Path, data_name: str | None = None) -> None:
+def plot_curves(
+    rows: list[Row], task: str, path: Path, data_name: str | None = None, left_out: Sequence[tuple[str, str]] = ()
+) -> None:
     """Top-1 after every fine-tuning epoch, one panel per size, one line per method (TLEG Fig. 4's shape);
-    the title names ``data_name`` (default: the task)."""
+    the title names ``data_name`` (default: the task); under the panels, the methods it lacks and why."""
     from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
     groups = task_groups(rows, task)
@@ -166,7 +238,8 @@ def plot_curves(rows: list[Row], task: str, path: Path, data_name: str | None = 
         ax.set_xlabel("fine-tuning epoch" + (" (log scale)" if log_x else ""))
         ax.set_ylabel("top-1 accuracy (%)")
         ax.grid(alpha=0.3)
-    finish_figure(fig, axes, f"{data_name or task}: test accuracy vs fine-tuning epochs ({_over_seeds(groups)})", path)
+    title = f"{data_name or task}: test accuracy vs fine-tuning epochs ({_over_seeds(groups)})"
+    finish_figure(fig, axes, title, path, missing_notes(rows, task, left_out))
 
 
 def plot_stored(rows: list[Row], task: str, path: Path) -> None:
@@ -189,10 +262,9 @@ def plot_stored(rows: list[Row], task: str, path: Path) -> None:
                 capsize=3,
                 ms=7,
                 ls="none",
-                mfc="none",
                 mew=1.5,
                 label=named,
-                **styles[label],
+                **{**styles[label], "mfc": "none"},
             )
         ax.set_xscale("symlog", linthresh=linthresh, linscale=0.5)
         ax.set_xlim(-0.2 * linthresh, 3 * max(most, linthresh))
@@ -200,4 +272,5 @@ def plot_stored(rows: list[Row], task: str, path: Path) -> None:
         ax.set_xlabel("parameters stored in the learngene")
         ax.set_ylabel("final top-1 accuracy (%)")
         ax.grid(alpha=0.3)
-    finish_figure(fig, axes, f"{task}: final test accuracy vs learngene size ({_over_seeds(groups)})", path)
+    title = f"{task}: final test accuracy vs learngene size ({_over_seeds(groups)})"
+    finish_figure(fig, axes, title, path, missing_notes(rows, task))

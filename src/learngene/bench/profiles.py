@@ -182,6 +182,8 @@ class Profile:
         ancestry_drop_head: load ``ancestry_file`` without its classifier (``--drop-head``).
         upstream_data: the dataset the ancestry trains on and condensations and adaptations read.
         references: the labels a recommendation must beat (``learngene compare``; empty: no recommendation).
+        left_out: methods asked for that can make none of the sizes, each with why (``learngene compare`` leaves
+            them out before condensing anything: :func:`learngene.advice.left_out`).
         method_budgets: each method condenses on the share of the condensation images its class declares
             (:attr:`~learngene.method.Method.demo_budget`) instead of all of them: the demo's short run, which
             compares nothing; False gives every method the same budget.
@@ -211,6 +213,7 @@ class Profile:
     upstream_data: str = "fashion_mnist"
     references: tuple[str, ...] = ()
     method_budgets: bool = False
+    left_out: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         # the shared settings as every stage runs them: one not given is the training loop's (TrainConfig.resolved)

@@ -42,6 +42,7 @@ class Row:
     eval_epochs: list[int] = field(default_factory=list)  # the fine-tuning epoch of every entry of accs
     cell_seconds: float = 0.0  # wall time of the whole cell: expansion, fine-tuning, evaluation, saving
     start: str = ""  # the digest of the descendant's weights as fine-tuning begins (rows from before: "")
+    probe: str = ""  # its outputs on the probe batch then (:mod:`learngene.bench.probe`; rows from before: "")
 
     def __post_init__(self) -> None:
         """A row is also read back from a cell's JSON file and from ``results.csv``: a field of the wrong kind (an
@@ -96,6 +97,7 @@ CSV_FIELDS = (
     "acc",
     "note",
     "start",
+    "probe",
     "group",  # the labels that share this row's start at its size, e.g. "front = pretrained" (:func:`same_starts`)
 )
 
@@ -129,6 +131,7 @@ def read_csv(path: Path) -> list[Row]:
             if key not in rows:
                 values: dict[str, Any] = {k: line[k] for k in ("upstream", "method", "variant", "task", "size", "note")}
                 values["start"] = line.get("start") or ""  # files from before starts were recorded have none
+                values["probe"] = line.get("probe") or ""  # nor probes, before those were
                 values.update({k: int(line[k]) for k in _INTS}, **{k: float(line[k]) for k in _FLOATS})
                 rows[key] = Row(**values)
             if line["acc"]:
@@ -194,11 +197,14 @@ class Start:
         rows: each label's finished rows at the size (one per seed).
         recorded: whether the rows recorded their starts; rows that did not (runs from before) share a start when
             their results are the same at every evaluation, seed by seed.
+        by: what made them one: ``probe`` (their outputs on the probe batch, :mod:`learngene.bench.probe`),
+            ``digest`` (their weights, runs from before probes) or ``results``.
     """
 
     labels: tuple[str, ...]
     rows: dict[str, list[Row]]
     recorded: bool = True
+    by: str = "probe"
 
     @property
     def name(self) -> str:
@@ -210,22 +216,49 @@ class Start:
         return {r.seed: r.acc for r in self.rows[self.labels[0]]}
 
 
-def _start_key(group: list[Row]) -> tuple:
-    """What two labels at a size must share to be one start: the fine-tuning (budget and variant) and, for every
-    seed, the start's digest, or, for rows that recorded none, the results."""
-    first = group[0]
-    if all(r.start for r in group):
-        return (True, first.budget, first.variant, tuple(sorted((r.seed, r.start) for r in group)))
-    return (False, first.budget, first.variant, tuple(sorted((r.seed, tuple(r.epochs), tuple(r.accs)) for r in group)))
+def start_rule(rows: list[Row]) -> str:
+    """What rows can be matched by: ``probe`` where every one recorded its probe outputs, else ``digest`` where every
+    one recorded its weights' digest, else ``results``."""
+    return "probe" if all(r.probe for r in rows) else "digest" if all(r.start for r in rows) else "results"
+
+
+def one_start(a: list[Row], b: list[Row]) -> bool:
+    """Whether two labels' rows at a size are one start: the same fine-tuning (budget and variant), the same seeds,
+    and for every seed the same function as fine-tuning begins (:func:`learngene.bench.probe.same_function`), or,
+    for rows from before probes, the same digest of the weights, or, before digests, the same results."""
+    from .probe import same_function
+
+    if (a[0].budget, a[0].variant) != (b[0].budget, b[0].variant):
+        return False
+    by_a, by_b = {r.seed: r for r in a}, {r.seed: r for r in b}
+    if by_a.keys() != by_b.keys():
+        return False
+    pairs = [(by_a[s], by_b[s]) for s in by_a]
+    rule = start_rule(a + b)
+    if rule == "probe":
+        return all(same_function(x.probe, y.probe) for x, y in pairs)
+    if rule == "digest":
+        return all(x.start == y.start for x, y in pairs)
+    return all((x.epochs, x.accs) == (y.epochs, y.accs) for x, y in pairs)
 
 
 def same_starts(groups: dict[str, list[Row]]) -> list[Start]:
-    """The distinct starts among the finished rows of one size (label → rows), in the labels' order."""
-    starts: dict[tuple, list[str]] = {}
+    """The distinct starts among the finished rows of one size (label → rows), in the labels' order: a label joins
+    the first start whose first label it is one start with (:func:`one_start`)."""
+    starts: list[list[str]] = []
     for label, group in groups.items():
         if group:
-            starts.setdefault(_start_key(group), []).append(label)
-    return [Start(tuple(labels), {la: groups[la] for la in labels}, key[0]) for key, labels in starts.items()]
+            home = next((s for s in starts if one_start(groups[s[0]], group)), None)
+            if home is None:
+                starts.append([label])
+            else:
+                home.append(label)
+    out = []
+    for labels in starts:
+        rows = [r for la in labels for r in groups[la]]
+        rule = start_rule(rows)
+        out.append(Start(tuple(labels), {la: groups[la] for la in labels}, rule != "results", rule))
+    return out
 
 
 def start_names(rows: list[Row]) -> dict[tuple[str, str, str, str], str]:

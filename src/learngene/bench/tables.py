@@ -21,8 +21,8 @@ MARK_RULE = (
     "Marks compare a cell with a reference at the same size by `learngene compare`'s rule: the paired t-test on the "
     "per-seed differences (for a seed every method gets the same data order), decided with Holm–Bonferroni over the "
     "comparisons of a size (each method against each reference, each pair of references once; m under the table) "
-    "at a family-wise error rate of 5 %: `+` better, `−` worse, `=` not resolved. Methods whose descendants start "
-    "from the same weights for every seed count once. References: {references}."
+    "at a family-wise error rate of 5 %: `+` better, `−` worse, `=` not resolved. Methods whose descendants compute "
+    "the same function as fine-tuning begins, for every seed, count once. References: {references}."
 )
 NO_MARKS = "One seed: the cells carry no `+`/`−`/`=` marks (they need the spread over two or more seeds)."
 REFERENCE_NAMES = {

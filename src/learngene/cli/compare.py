@@ -217,7 +217,7 @@ def run(args: argparse.Namespace) -> None:
         plots=not args.no_plots,
         command=args.command_line,
         launcher=launcher,
-        say=_stderr if launched and not args.quiet else (lambda text: None),
+        say=_stderr if launched and not args.quiet else _said_before_running,
         **choices_from_args(args),
     )
     if comparison.meta.get("complete", True):
@@ -237,6 +237,12 @@ def launcher_from_args(args: argparse.Namespace) -> Launcher:
         if f.metadata.get("flag")
     }
     return Launcher(**given, slurm_args=tuple(args.slurm_arg), threads=args.threads, wait=not args.no_wait)
+
+
+def _said_before_running(line: str) -> None:
+    """What :func:`learngene.compare` says, printed as it says it but for where the report is (printed last)."""
+    if "report in" not in line:
+        print(line, flush=True)
 
 
 def choices_from_args(args: argparse.Namespace) -> dict[str, Any]:

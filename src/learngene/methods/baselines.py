@@ -24,7 +24,7 @@ from typing import ClassVar, Literal
 import torch
 
 from ..gene import Learngene
-from ..method import Ancestry, CondenseInputs, Method, Paper, same_size
+from ..method import Ancestry, CondenseInputs, Method, Paper, refused_by, same_size
 from ..registry import register_method
 from ..settings import field
 from ..validate import CONDENSE, EXPAND
@@ -64,6 +64,10 @@ class BlockCopier(Method):
 
     seed_option = "seed"  # mimetic's draws (untrained_attention=mimetic)
     stored_parts: ClassVar[tuple[str, ...]]
+
+    @classmethod
+    def cannot_reach(cls, config: UntrainedAttentionOptions, ancestry: ViTSpec, target: ViTSpec) -> str:
+        return refused_by(require_block_shape, ancestry, target, cls.name)
 
     def stored_layers(self, depth: int) -> range:
         """The layers the gene stores of an ancestry ``depth`` layers deep."""

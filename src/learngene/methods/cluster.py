@@ -237,6 +237,15 @@ class ClusterLearngene(Method):
     record_tensors = (DISTANCE,)  # for inspect and the plot
     demo_budget = 0.1  # it averages over num_images (256) of them: the demo's budget counts no more
 
+    @classmethod
+    def cannot_reach(cls, config: ClusterConfig, ancestry: ViTSpec, target: ViTSpec) -> str:
+        if target.head_dim == ancestry.head_dim:
+            return ""
+        return (
+            f"{cls.name} keeps the ancestry's heads of {ancestry.head_dim} dims, so a {target.num_heads}-head "
+            f"descendant is {target.num_heads * ancestry.head_dim} wide, not {target.embed_dim}"
+        )
+
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         """Distances on ``inputs.train`` (Eq. 4), DBSCAN per layer (Algorithm 1), the centroid heads kept."""
         no_data = "cluster measures attention on real images: give training data (data, --data)"

@@ -145,6 +145,26 @@ class Grow(Method):
         "depth=identity), input size and classes (without a head at its width only: a wider one tiles the embedding)"
     )
 
+    @classmethod
+    def cannot_reach(cls, config: GrowConfig, ancestry: ViTSpec, target: ViTSpec) -> str:
+        src = ancestry
+        if (
+            target.head_dim != src.head_dim
+            or target.embed_dim < src.embed_dim
+            or target.mlp_hidden < src.mlp_hidden
+            or target.depth < src.depth
+        ):
+            return (
+                f"grow makes models at least as large as the ancestry {src.short()} with heads of {src.head_dim} "
+                f"dims, {target.short()} is not one; use importance for a smaller one"
+            )
+        if config.width == "hyperclone" and (target.embed_dim % src.embed_dim or target.mlp_hidden % src.mlp_hidden):
+            return (
+                f"grow (width=hyperclone) grows by whole multiples of width {src.embed_dim} and MLP "
+                f"{src.mlp_hidden}, {target.short()} asks {target.embed_dim} and {target.mlp_hidden}"
+            )
+        return ""
+
     def preserves_function(self, gene: Learngene, spec: ViTSpec) -> bool:
         """HyperCloning keeps the function (module docstring), Net2Net's widening and G_stack's stacking do not."""
         a = gene.ancestry

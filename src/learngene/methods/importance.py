@@ -214,6 +214,22 @@ class Importance(Method):
     selects_layers = True  # the highest-scoring layers by the papers; expand's layers picks others
     preserves = "at the ancestry's own size (its tensors permuted: the same function up to float rounding)"
 
+    @classmethod
+    def cannot_reach(cls, config: ImportanceConfig, ancestry: ViTSpec, target: ViTSpec) -> str:
+        src = ancestry
+        if (
+            target.head_dim != src.head_dim
+            or target.num_heads > src.num_heads
+            or target.mlp_inner > src.mlp_inner
+            or target.depth > src.depth
+        ):
+            return (
+                f"importance only narrows and keeps heads of {src.head_dim} dims: at most {src.depth} layers and "
+                f"{src.num_heads} heads with width = heads x {src.head_dim}, {target.short()} is not; use grow for "
+                "a larger model"
+            )
+        return ""
+
     def preserves_function(self, gene: Learngene, spec: ViTSpec) -> bool:
         return same_size(gene, spec)
 

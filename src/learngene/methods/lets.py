@@ -51,7 +51,7 @@ from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
 from ..settings import field
-from ..training.auxnet import AuxConfig, AuxNetMethod, initial_non_block
+from ..training.auxnet import AuxConfig, AuxNetMethod, aux_size, initial_non_block
 from ..validate import CONDENSE, EXPAND
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import CLASSES, HEAD_DIM, HEADS, HEADS_IN, HIDDEN, HIDDEN_IN, KEEP, TOKENS
@@ -213,6 +213,13 @@ class LeTs(AuxNetMethod):
     needs_data = True
     needs_vit_ancestry = False
     distill_lambda = 1.0  # their stage 1: --distillation-type soft --distillation-alpha 1.0
+
+    @classmethod
+    def cannot_reach(cls, config: LeTsConfig, ancestry: ViTSpec, target: ViTSpec) -> str:
+        aux = aux_size(config, ancestry)
+        if target.embed_dim <= aux.embed_dim:
+            return ""
+        return f"lets widens up to its aux net's width {aux.embed_dim}, {target.short()} asks {target.embed_dim}"
 
     def small_spec(self, aux: ViTSpec) -> ViTSpec:
         cfg = self.config

@@ -265,6 +265,15 @@ class PEG(Method):
     adaptable = True
 
     # ---- condensation: Eqs. 4-5 ---------------------------------------------------------------------
+    @classmethod
+    def cannot_reach(cls, config: PEGConfig, ancestry: ViTSpec, target: ViTSpec) -> str:
+        if target.head_dim == ancestry.head_dim:
+            return ""
+        return (
+            f"{cls.name} keeps the ancestry's heads of {ancestry.head_dim} dims, so a {target.num_heads}-head "
+            f"descendant is {target.num_heads * ancestry.head_dim} wide, not {target.embed_dim}"
+        )
+
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         ancestry, spec = self.require_vit_ancestry(ancestry)
         heads = self.config.gene_heads or default_gene_heads(spec.num_heads)

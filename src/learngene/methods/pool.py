@@ -19,10 +19,14 @@ joined by linear stitch layers. Ours: ``widths`` (default ¼, ½ and 1 of the au
 DeiT-B's), heads scaled with the width (at least one), ``instance_depth`` blocks (default ⌈L/2⌉ of an
 ``L``-block aux spec: their 6 of 12). Stitches as their ``paired_stitching`` (window of two blocks, stride
 one): front block ``j`` may feed end block ``k`` for ``|j − k| ≤ 1``, the pairs of one window sharing one
-stitch layer; one set per pair of instances, narrower to wider. Each stitch layer starts as the
-least-squares affine map from the front block's output tokens to the tokens entering the end block, on
-up to 100 training images (their ``snnet`` initialization, ``stitch_init_bs`` 100), the fits of the
-window's pairs averaged. A stitched descendant is a ``StitchedViT``
+stitch layer; one set per pair of instances, narrower to wider. How a stitch layer starts (``stitch_init``):
+``learned``, the default and the paper's stated contribution (their code's ``mode='ours'``): each instance also
+distils the ancestry's hidden states at the ends of its thirds through three learned teacher→student maps, and a
+stitch starts as the mean of the front instance's maps, transposed, with no bias
+(:mod:`learngene.methods._pool_maps`); ``least_squares``: the least-squares affine map from the front block's output
+tokens to the tokens entering the end block, on up to 100 training images (their ``snnet`` initialization, which
+the port runs by default, ``stitch_init_bs`` 100), the fits of the window's pairs averaged. A stitched
+descendant is a ``StitchedViT``
 (:func:`stitched_descendant`; ``learngene expand GENE --stitch F:J-E:K`` writes one); a plain timm ViT from
 this gene is the instance of its width, its blocks spread over the asked depth (``⌊t·d/L⌋``, ours: their
 unstitched configurations are the instances as they are).
@@ -36,13 +40,13 @@ rate and batch size (pool's default λ is 1, pure KL; their KL is also divided b
 code does, ours is not). Its default is 0, off: it is their costliest step (50 epochs of the pool after the aux
 nets' own training; each step runs one drawn net, as deep as an instance and up to the widest instance's width,
 so an epoch costs about as much as one of the instances' own) and it needs the ancestry's logits (a headless
-ancestry is refused for it); without it the stitches keep their least-squares fit and a stitched descendant is
+ancestry is refused for it); without it the stitches keep their start (`stitch_init`) and a stitched descendant is
 fine-tuned as any other.
 
-Departures: their aux nets (step one, ``distill.py``, ``conf_aux_*.yaml``, 100 epochs) also distil dense
-features through learned transformation matrices (``trans_layer.py``: ``0.1·CE + 0.9·(logit loss + MSE of
-hidden states + MSE of attention outputs)``, student blocks at the end of each third against teacher blocks
-4, 8 and 12); ours distil logits only. Their stitch fit reads the *last* block's output for an end block 0
+Departures: their aux nets (step one, ``distill.py``, ``conf_aux_*.yaml``, 100 epochs) distil dense features
+through learned transformation matrices (``trans_layer.py``: ``0.1·CE + 0.9·(logit loss + MSE of hidden states +
+MSE of attention outputs)``, student blocks at the end of each third against teacher blocks 4, 8 and 12); ours
+distil the logits and, with ``stitch_init=learned``, the hidden states (no attention outputs), with the run's λ. Their stitch fit reads the *last* block's output for an end block 0
 (index ``-1``), ours the embedded tokens entering it.
 
 ``equal_width`` (the default, our own variant): every instance has the aux net's width, stitching is the
@@ -69,11 +73,18 @@ from torch import nn
 
 from ..errors import GeneFormatError, LearngeneError, assigned
 from ..gene import Learngene, invalid_gene
-from ..method import Ancestry, CondenseInputs, ExpandOutput, OutputModel, Paper, config_from_dict
+from ..method import Ancestry, CondenseInputs, ExpandOutput, OutputModel, Paper, config_from_dict, refused_by
 from ..registry import register_method
 from ..settings import field
 from ..training import distributed as dist
-from ..training.auxnet import AuxConfig, AuxNetMethod, condense_through_aux, is_headless, resolve_aux_spec
+from ..training.auxnet import (
+    AuxConfig,
+    AuxNetMethod,
+    aux_size,
+    condense_through_aux,
+    is_headless,
+    resolve_aux_spec,
+)
 from ..training.config import known
 from ..training.distill import cache_teacher_outputs
 from ..training.loop import train
@@ -81,6 +92,7 @@ from ..validate import CONDENSE
 from ..vit.spec import ViTSpec
 from ..vit.transfer import StateDict, inherit_non_block, part_of, place_blocks, require_block_shape, stretch
 from ._option_lists import int_list
+from ._pool_maps import distil_with_maps, learned_stitches
 from ._pool_stitched_file import STITCHED_FILE, read_stitched, save_stitched
 from ._pool_stitches import (
     JointPool,
@@ -132,10 +144,21 @@ class PoolConfig(AuxConfig):
         "(theirs: 50); 0: off",
         at_least=0,
     )
+    # the paper's stated contribution is the start from the learned maps; least squares is SN-Net's rule, which the
+    # only public port also ships (its snnet mode)
+    stitch_init: Literal["learned", "least_squares"] = field(
+        "learned",
+        phase=CONDENSE,
+        help="authors: stitches start as the mean of each instance's three learned teacher→student maps, transposed "
+        "(the paper), or as least-squares fits on 100 images (SN-Net)",
+    )
 
     def __post_init__(self) -> None:
         # an option of the other design would change nothing, yet be recorded: refused when the method is made
-        others = {"equal_width": ("widths", "instance_depth", "joint_epochs"), "authors": ("instance_depths",)}
+        others = {
+            "equal_width": ("widths", "instance_depth", "joint_epochs", "stitch_init"),
+            "authors": ("instance_depths",),
+        }
         for name in others.get(self.design, ()):
             value = getattr(self, name)  # a negative count is left to the range check that follows
             if value != PoolConfig.__dataclass_fields__[name].default and not (isinstance(value, int) and value < 0):
@@ -238,6 +261,20 @@ class LearngenePool(AuxNetMethod):
     )
     model_formats = (STITCHED_FILE,)
 
+    @classmethod
+    def cannot_reach(cls, config: PoolConfig, ancestry: ViTSpec, target: ViTSpec) -> str:
+        aux = aux_size(config, ancestry)
+        if config.design != "authors":
+            return refused_by(require_block_shape, aux, target, cls.name)
+        specs = cls(config).instance_specs(aux)
+        source = next((s for s in specs if s.embed_dim == target.embed_dim), None)
+        if source is None:
+            return (
+                f"a pool of the authors' design gives plain ViTs {', '.join(str(s.embed_dim) for s in specs)} "
+                f"wide, not {target.embed_dim}; other sizes are stitched (learngene expand --stitch)"
+            )
+        return refused_by(require_block_shape, source, target, cls.name)
+
     def depths(self, aux: ViTSpec) -> list[int]:
         text = self.config.instance_depths
         malformed = f"pool instance_depths={text!r} is not comma-separated block counts, e.g. 1,2"
@@ -322,6 +359,21 @@ class LearngenePool(AuxNetMethod):
         source = ancestry.spec if ancestry is not None else None
         return condense_through_aux(self, self.new_gene(start, spec, source), self.require_ancestry(ancestry), own)
 
+    def distil_instance_for_stitches(
+        self, index: int, spec: ViTSpec, ancestry: Ancestry, inputs: CondenseInputs
+    ) -> tuple[Learngene, torch.Tensor | None]:
+        """Instance ``index`` distilled as :meth:`distil_instance`, and, for ``stitch_init=learned``, through three
+        learned teacher→student maps whose mean it returns (:mod:`learngene.methods._pool_maps`)."""
+        if self.config.stitch_init != "learned":
+            return self.distil_instance(index, spec, ancestry, inputs), None
+        torch.manual_seed(inputs.train_cfg.seed + index)
+        start = {
+            instance_key(index, k): v.detach().clone()
+            for k, v in spec.split_layers(spec.create_model().state_dict()).items()
+        }
+        source = ancestry.spec
+        return distil_with_maps(self, self.new_gene(start, spec, source), ancestry, inputs.part(f"instance{index}"))
+
     def refuse_for_authors(self, aux: ViTSpec, ancestry: Ancestry | None) -> None:
         """One line for what design=authors cannot do here, before any training: a RoPE family; joint_epochs with a
         headless ancestry, or under DDP."""
@@ -348,9 +400,10 @@ class LearngenePool(AuxNetMethod):
         self.refuse_for_authors(aux, ancestry)
         tensors: StateDict = {}
         cost: dict = {"steps": 0, "seconds": 0.0, "instances": []}
-        models = []
+        models, maps = [], []
         for i, spec in enumerate(specs):
-            trained = self.distil_instance(i, spec, ancestry, inputs)
+            trained, mean_map = self.distil_instance_for_stitches(i, spec, self.require_ancestry(ancestry), inputs)
+            maps.append(mean_map)
             tensors.update(trained.tensors)
             model = spec.create_model()
             model.load_state_dict(instance_state(trained, i), strict=False)  # a headless ancestry: no head trained
@@ -358,12 +411,16 @@ class LearngenePool(AuxNetMethod):
             for key in ("steps", "seconds"):
                 cost[key] += trained.cost.get(key, 0)
             cost["instances"].append({"width": spec.embed_dim, **trained.cost})
-        data = inputs.train
-        images = data.get_batch(torch.arange(min(100, len(data))))[0]  # their stitch_init_bs
-        with torch.no_grad():
-            tokens = [block_tokens(m, images) for m in models]
         depth = specs[0].depth
-        tensors.update(fit_stitches(tokens, depth))
+        if self.config.stitch_init == "learned":
+            width = cast(ViTSpec, self.require_ancestry(ancestry).spec).embed_dim  # distil_with_maps checked it
+            tensors.update(learned_stitches([cast(torch.Tensor, m) for m in maps], width, depth))
+        else:
+            data = inputs.train
+            images = data.get_batch(torch.arange(min(100, len(data))))[0]  # their stitch_init_bs
+            with torch.no_grad():
+                tokens = [block_tokens(m, images) for m in models]
+            tensors.update(fit_stitches(tokens, depth))
         if self.config.joint_epochs:
             cost["joint"] = self.train_jointly(models, tensors, ancestry, inputs)
             for key in ("steps", "seconds"):

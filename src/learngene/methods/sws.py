@@ -51,7 +51,7 @@ from ..gene import Learngene
 from ..method import Ancestry, CondenseInputs, Paper
 from ..registry import register_method
 from ..settings import field
-from ..training.auxnet import DrawnStartConfig, resolve_aux_spec, vector_start
+from ..training.auxnet import DrawnStartConfig, aux_size, resolve_aux_spec, vector_start
 from ..validate import CONDENSE, EXPAND
 from ..vit.spec import ViTSpec, block_key
 from ..vit.transfer import StateDict, require_block_shape
@@ -136,6 +136,17 @@ class SWS(DrawnStartMethod):
     needs_data = True
     needs_vit_ancestry = False
     distill_lambda = 1.0  # their --distillation-alpha 1.0: pure (soft) distillation
+
+    @classmethod
+    def cannot_reach(cls, config: SWSConfig, ancestry: ViTSpec, target: ViTSpec) -> str:
+        aux = aux_size(config, ancestry)
+        if aux.block_shapes() == target.block_shapes():  # another head count alone is fine
+            return ""
+        return (
+            f"sws copies whole blocks: the target's blocks must have the shapes of its aux net's (width "
+            f"{aux.embed_dim}, MLP {aux.mlp_hidden}), {target.short()} asks width {target.embed_dim}, MLP "
+            f"{target.mlp_hidden}"
+        )
 
     def aux_spec(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> ViTSpec:
         """The aux net: the options, else the authors' depth ratio and head count (see the module docstring)."""

@@ -23,7 +23,7 @@ from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
 from ..settings import field
-from ..training.auxnet import DrawnStartConfig, block_params_per_layer, vector_start
+from ..training.auxnet import DrawnStartConfig, aux_size, block_params_per_layer, vector_start
 from ..validate import CONDENSE, EXPAND
 from ..vit.spec import ViTSpec, block_key
 from ..vit.timm_keys import LAYER_SCALE, MLP, MSA, NORM, block_names, has_tag, per_head
@@ -94,6 +94,17 @@ class TLEG(DrawnStartMethod):
     needs_vit_ancestry = False
     has_slope = True  # Share-Init stores θ_B only (θ_A ≡ 0)
     distill_lambda = 1.0  # Eq. 6 with the authors' released recipe: pure KL
+
+    @classmethod
+    def cannot_reach(cls, config: TLEGConfig, ancestry: ViTSpec, target: ViTSpec) -> str:
+        aux = aux_size(config, ancestry)
+        if (target.embed_dim, target.num_heads, target.mlp_hidden) == (aux.embed_dim, aux.num_heads, aux.mlp_hidden):
+            return ""
+        return (
+            f"{cls.name} expands in depth only: its aux net's blocks have width {aux.embed_dim}, {aux.num_heads} "
+            f"heads and MLP {aux.mlp_hidden}, {target.short()} asks {target.embed_dim}, {target.num_heads} and "
+            f"{target.mlp_hidden}"
+        )
 
     def tensor_names(self, spec: ViTSpec) -> list[str]:
         """The block tensors of ``spec`` built by linear expansion."""

@@ -37,10 +37,10 @@ from torch import Tensor
 
 from ..errors import LearngeneError, assigned, named
 from ..gene import Learngene
-from ..method import AdaptInputs, Paper
+from ..method import AdaptInputs, Paper, refused_by
 from ..registry import register_method
 from ..settings import field
-from ..training.auxnet import DrawnStartConfig, block_params_per_layer, vector_start
+from ..training.auxnet import DrawnStartConfig, aux_size, block_params_per_layer, vector_start
 from ..training.genenet import GeneNet
 from ..training.loop import TrainResult, train
 from ..validate import ADAPT, CONDENSE, EXPAND
@@ -206,6 +206,12 @@ class WAVE(DrawnStartMethod):
     needs_vit_ancestry = False
     adaptable = True
     distill_lambda = 0.5  # Eq. 6: KL + CE, i.e. λ = 0.5 up to a factor 2
+
+    @classmethod
+    def cannot_reach(cls, config: WAVEConfig, ancestry: ViTSpec, target: ViTSpec) -> str:
+        w = config.template_size or aux_size(config, ancestry).embed_dim
+        method = cls(config)
+        return refused_by(lambda: [block_grid(target, name, w) for name in method.template_names(target)])
 
     @classmethod
     def bench_options(cls, sizes: Sequence[ViTSpec]) -> dict[str, Any]:

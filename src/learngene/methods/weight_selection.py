@@ -57,6 +57,20 @@ class WeightSelection(Method):
     selects_layers = True  # the first N by the paper; expand's layers picks others
     preserves = "at the ancestry's own size (a same-size copy)"
 
+    @classmethod
+    def cannot_reach(cls, config: WeightSelectionConfig, ancestry: ViTSpec, target: ViTSpec) -> str:
+        if target.embed_dim > ancestry.embed_dim or target.mlp_inner > ancestry.mlp_inner:
+            return (
+                f"weight_selection only shrinks: {target.short()} (MLP {target.mlp_hidden}) is wider than the "
+                f"ancestry's {ancestry.embed_dim} (MLP {ancestry.mlp_hidden}); use grow for a wider model"
+            )
+        if config.head_aware and (target.num_heads > ancestry.num_heads or target.head_dim > ancestry.head_dim):
+            return (
+                f"head-aware weight_selection needs at most {ancestry.num_heads} heads of at most "
+                f"{ancestry.head_dim} dims, {target.short()} asks {target.num_heads} x {target.head_dim}"
+            )
+        return ""
+
     def preserves_function(self, gene: Learngene, spec: ViTSpec) -> bool:
         return same_size(gene, spec)
 

@@ -29,7 +29,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from ..bench import findings
-from ..bench.plots import finish_figure, has_curves, line_style, plot_curves, plot_folder, style_per_method
+from ..bench.plots import (
+    finish_figure,
+    has_curves,
+    line_style,
+    missing_notes,
+    plot_curves,
+    plot_folder,
+    style_per_method,
+)
+from ..bench.probe import RTOL
 from ..bench.profiles import Profile, Task, Upstream, Variant, shared_settings
 from ..bench.report import plural, run_lines
 from ..bench.rows import mean_curve, sizes_by_note, write_csv
@@ -183,6 +192,8 @@ def compare_profile(
     shapes = _shapes(ancestry_spec, sizes)
     refs = reference_labels(choices.references)
     methods = _compared_methods(choices, refs)
+    skipped = _unreachable(ancestry_spec, shapes, methods, refs)
+    methods = tuple(m for m in methods if m not in skipped)
     kd = (Variant(KD, methods=methods, distill_lambda=choices.kd_lambda, upstreams=("",)),)
     # the data-driven methods condense and adapt on condense_classes, else on the compared classes (unless
     # condense_data): e.g. the ancestry's own classes, so that no condensation reads the user's labels
@@ -207,7 +218,20 @@ def compare_profile(
         upstream_data=choices.condense_data or data,
         references=refs,
         upstreams=(Upstream("", condense_on, 0, choices.condense_epochs),) if condense_on else (),
+        left_out=tuple(skipped.items()),
     )
+
+
+def _unreachable(
+    ancestry: ViTSpec | None, shapes: Sequence[tuple[int, int, int]], methods: Sequence[str], refs: Sequence[str]
+) -> dict[str, str]:
+    """The compared methods (the references' aside) that can make none of the sizes, by their declared reach, each
+    with why: condensing them would spend compute on a gene no size can use."""
+    from ..advice import left_out
+
+    base = cast(ViTSpec, ancestry)
+    specs = [base.replace(depth=d, embed_dim=w, num_heads=h) for d, w, h in shapes]
+    return left_out(base, specs, [m for m in methods if m not in refs and m != "scratch"])
 
 
 def _shapes(ancestry: ViTSpec | None, sizes: Sequence[str]) -> tuple[tuple[int, int, int], ...]:
@@ -304,8 +328,11 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
         "method",
         "top-1 (%)",
         *(f"vs {r}" for r in fam.references),
+        *([f"vs itself without {KD}"] if fam.plain else []),
         "stored params",
         "condense s",
+        "condense steps",
+        "fine-tune epochs",
         "fine-tune s",
         f"epoch reaching {LONG_LABEL}'s final",
         "speed-up vs scratch",
@@ -314,7 +341,9 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
     for start in fam.starts:
         group = start.rows[start.labels[0]]
         firsts = [start.rows[label][0] for label in start.labels]
-        marks = [findings.vs_cell(fam.verdicts[start.name, r]) if r != start.name else "" for r in fam.references]
+        marks = [_cell(fam, start.name, r) for r in fam.references]
+        if fam.plain:
+            marks.append(_cell(fam, start.name, fam.plain[start.name]) if start.name in fam.plain else "")
         reach = _first_reaching(group, target) if target is not None else None
         reached = "–" if target is None else (str(reach) if reach else f"not reached in {group[0].epochs[-1]}")
         speed = f"{long_epoch / reach:.1f}×" if reach and long_epoch else "–"
@@ -324,6 +353,8 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
             + ("" if not marks else " | ")
             + f"{_joined([f'{r.stored_params:,}' for r in firsts])} | "
             f"{_joined([f'{r.condense_seconds:.1f}' for r in firsts])} | "
+            f"{_joined([f'{r.condense_steps:,}' for r in firsts])} | "
+            f"{_joined([str(start.rows[label][0].epochs[-1]) for label in start.labels])} | "
             f"{_joined([f'{statistics.fmean(g.train_seconds for g in start.rows[label]):.1f}' for label in start.labels])} | "
             f"{reached} | {speed} |"
         )
@@ -339,9 +370,21 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
     return "\n".join(lines), findings.recommend(fam, references)
 
 
+def _cell(fam: Any, name: str, other: str) -> str:
+    """A ``vs`` cell: the decision of ``name`` against ``other``; empty where the family does not set them against
+    each other (a ``+kd`` row against a plain reference: like is compared with like)."""
+    verdict = fam.verdicts.get((name, other)) if name != other else None
+    return findings.vs_cell(verdict) if verdict is not None else ""
+
+
 def _same_start_line(start: Any) -> str:
     """What one row of several methods means: ``front = pretrained: the same start ...``."""
-    if start.recorded:
+    if start.by == "probe":
+        why = (
+            f"the same function as fine-tuning begins (for every seed their outputs on a probe batch agree within "
+            f"{RTOL:g} of their size, which float rounding and a reordering of heads or neurons stay under)"
+        )
+    elif start.recorded:
         why = "the same start (their descendants' weights hash alike for every seed)"
     else:
         why = "the same results at every evaluation, seed by seed (this run recorded no start digests)"
@@ -363,7 +406,12 @@ def compare_text(rows: list[Any], profile: Profile | Sequence[str]) -> str:
     parts = []
     for size in dict.fromkeys(r.size for r in rows if r.task == TASK):
         table, line = size_table(rows, size, references)
+        if isinstance(profile, Profile):
+            line += left_out_note(profile)
         parts += [f"## {size}", "", table, "", f"**Recommendation** {line}", ""]
+    left = profile.left_out if isinstance(profile, Profile) else ()
+    if left:
+        parts += ["## Methods left out before condensing", ""] + [f"- {name}: {why}" for name, why in left] + [""]
     refused = refusals(rows)
     if refused:
         parts += ["## Methods that refused a size", ""] + [f"- {r}" for r in refused] + [""]
@@ -373,13 +421,86 @@ def compare_text(rows: list[Any], profile: Profile | Sequence[str]) -> str:
 def recommendation_lines(rows: list[Any], profile: Profile) -> list[str]:
     """One recommendation line per size of the compare task's rows (``use METHOD`` only for resolved wins)."""
     return [
-        size_table(rows, size, profile.references)[1] for size in dict.fromkeys(r.size for r in rows if r.task == TASK)
+        size_table(rows, size, profile.references)[1] + left_out_note(profile)
+        for size in dict.fromkeys(r.size for r in rows if r.task == TASK)
     ]
 
 
-def plot_by_size(rows: list[Any], path: Path, data_name: str) -> None:
+def left_out_note(profile: Profile) -> str:
+    """What a recommendation adds for the methods left out before condensing: each named, with why."""
+    if not profile.left_out:
+        return ""
+    return "; left out before condensing, as no size asked is one they can make: " + "; ".join(
+        f"{name} ({why})" for name, why in profile.left_out
+    )
+
+
+def plot_ranked(
+    rows: list[Any], references: Sequence[str], path: Path, data_name: str, left_out: Sequence[tuple[str, str]] = ()
+) -> None:
+    """Per size, every start ranked by its mean final top-1 (best at the top), drawn as its paired difference from
+    the best reference start with the report's 95 % t interval (:mod:`learngene.bench.findings`), in the project's
+    colour and marker of its method; the names are the axis's labels (no legend over the data), the methods the
+    plot lacks are listed under it."""
+    import matplotlib.pyplot as plt
+
+    sizes = list(dict.fromkeys(r.size for r in rows if r.task == TASK))
+    fams = [findings.family(_by_label(rows, size), references, size) for size in sizes]
+    fams = [f for f in fams if f.references]
+    if not fams:
+        return
+    tallest = max(len(f.starts) for f in fams)
+    fig, axes = plt.subplots(1, len(fams), figsize=(5.2 * len(fams) + 1.5, 0.32 * tallest + 1.6), squeeze=False)
+    for ax, fam in zip(axes[0], fams):
+        _ranked_panel(ax, fam)
+    title = f"{data_name}: each start against the best reference (paired over seeds, 95 % t interval)"
+    finish_figure(fig, list(axes[0]), title, path, plot_notes(rows, left_out))
+
+
+def _ranked_panel(ax: Any, fam: Any) -> None:
+    """One size of :func:`plot_ranked`."""
+    best = max(fam.references, key=fam.mean)
+    ranked = sorted(fam.starts, key=lambda s: fam.mean(s.name))
+    styles = style_per_method([s.labels[0] for s in ranked])
+    for y, start in enumerate(ranked):
+        style = styles[start.labels[0]]
+        if start.name == best:
+            ax.plot([0], [y], ls="none", ms=7, **style)
+            continue
+        verdict = fam.verdict(start.name, best)
+        if verdict is None or not verdict.diff.testable:
+            continue
+        d = verdict.diff
+        ax.errorbar(
+            [100 * d.mean],
+            [y],
+            xerr=[[100 * (d.mean - d.low)], [100 * (d.high - d.mean)]],
+            capsize=3,
+            ms=6,
+            ls="none",
+            **style,
+        )
+        # the report's decision beside the interval: an interval that excludes 0 can still be "=" after Holm
+        ax.annotate(verdict.mark, (100 * d.high, y), xytext=(4, -3), textcoords="offset points", fontsize=8)
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_yticks(
+        range(len(ranked)),
+        [f"{s.name}  {100 * fam.mean(s.name):.1f}" + (" (best reference)" if s.name == best else "") for s in ranked],
+        fontsize=7,
+    )
+    ax.set_xlabel(f"top-1 points minus {best}'s, seed by seed (+ − =: the report's decision)")
+    ax.set_title(f"{fam.size} (Holm over m = {fam.m})", fontsize=9)
+    ax.grid(alpha=0.3, axis="x")
+
+
+def plot_notes(rows: list[Any], left_out: Sequence[tuple[str, str]] = ()) -> list[str]:
+    """The lines under a compare plot: the methods left out before condensing and those n/a at a size, with why."""
+    return missing_notes(rows, TASK, left_out)
+
+
+def plot_by_size(rows: list[Any], path: Path, data_name: str, left_out: Sequence[tuple[str, str]] = ()) -> None:
     """Final top-1 (mean ± std over seeds) against the descendant size, one line per method, in the colours and
-    markers of the learning curves."""
+    markers of the learning curves; the methods it lacks listed under it."""
     import matplotlib.pyplot as plt
 
     sizes = list(dict.fromkeys(r.size for r in rows if r.task == TASK))
@@ -399,7 +520,7 @@ def plot_by_size(rows: list[Any], path: Path, data_name: str) -> None:
     ax.set_xlabel("descendant size")
     ax.set_ylabel("final top-1 accuracy (%)")
     ax.grid(alpha=0.3)
-    finish_figure(fig, [ax], f"{data_name}: accuracy by size (mean ± std over seeds)", path)
+    finish_figure(fig, [ax], f"{data_name}: accuracy by size (mean ± std over seeds)", path, plot_notes(rows, left_out))
 
 
 def _labels_note(profile: Profile) -> str:
@@ -436,7 +557,7 @@ def write_compare_report(
     write_csv(rows, out_dir / "results.csv")
     parts = ["# learngene compare", "", *_setup_lines(profile, meta), "", *LEGEND, compare_text(rows, profile)]
     if plots:
-        parts += _plots(rows, profile.tasks[0], plot_folder(out_dir))
+        parts += plot_report(rows, profile, plot_folder(out_dir))
     write_text_atomic(out_dir / "report.md", "\n".join(parts))
 
 
@@ -477,24 +598,42 @@ def _setup_lines(profile: Profile, meta: dict[str, Any]) -> list[str]:
         + (f" ({profile.condense_images:,} images)" if profile.condense_images else " (every training image)")
         + f"; adaptation: {profile.adapt_steps} steps"
         + _labels_note(profile),
-        *(
-            [f"- distillation while fine-tuning (`{KD}` rows): λ = {profile.variants[0].distill_lambda:g}"]
-            if profile.variants
-            else []
-        ),
+        "- scratch: a timm ViT of the size as timm initialises it (`weight_init=''`: trunc-normal(0.02) weights, "
+        "zero biases, the class token and position table drawn small), the fresh head of the seed included",
+        *([_kd_line(profile, meta)] if profile.variants else []),
     ]
 
 
-def _plots(rows: list[Any], task: Task, plot_dir: Path) -> list[str]:
-    """Draw accuracy by size and (where a run was evaluated more than once) the learning curves into ``plot_dir``;
-    the report's lines that show them."""
+def _kd_line(profile: Profile, meta: dict[str, Any]) -> str:
+    """Which distillation the ``+kd`` rows ran (logits or features, λ, τ) and what they are set against."""
+    ran = meta.get("distillation", {}).get(TASK) or (
+        "logit distillation where the ancestry's head was trained on the data's classes, else feature distillation "
+        "on the pooled embedding (no `+kd` cell ran in the process that wrote this report to say which)"
+    )
+    return (
+        f"- distillation while fine-tuning (`{KD}` rows): {ran}; λ = {profile.variants[0].distill_lambda:g}, "
+        f"τ = {profile.train.distill_tau:g}. Like with like: each `{KD}` row is set against the `{KD}` references and "
+        f"against itself without `{KD}`, in the size's one Holm family"
+    )
+
+
+def plot_report(rows: list[Any], profile: Profile | Sequence[str], plot_dir: Path, data_name: str = "") -> list[str]:
+    """Draw the starts ranked against the best reference, accuracy by size and (where a run was evaluated more than
+    once) the learning curves into ``plot_dir``; the report's lines that show them. ``profile``: the run's, or the
+    labels of its references (a stored report redrawn, ``data_name`` then names its data)."""
     if not any(r.ok for r in rows):
         return []
-    data_name = task.data + (f" classes {','.join(map(str, task.classes))}" if task.classes else "")
-    plot_by_size(rows, plot_dir / "by-size.png", data_name)
-    parts = ["![accuracy by size](plots/by-size.png)", ""]
+    if isinstance(profile, Profile):
+        task, references, left = profile.tasks[0], profile.references, profile.left_out
+        data_name = task.data + (f" classes {','.join(map(str, task.classes))}" if task.classes else "")
+    else:
+        references, left = tuple(profile), ()
+    plot_ranked(rows, references, plot_dir / "ranked.png", data_name, left)
+    plot_by_size(rows, plot_dir / "by-size.png", data_name, left)
+    parts = ["![starts ranked against the best reference](plots/ranked.png)", ""]
+    parts += ["![accuracy by size](plots/by-size.png)", ""]
     if has_curves(rows, TASK):  # one evaluation point per run is no curve: that plot is left out
-        plot_curves(rows, TASK, plot_dir / "curves.png", data_name)
+        plot_curves(rows, TASK, plot_dir / "curves.png", data_name, left)
         parts += ["![learning curves per size](plots/curves.png)", ""]
     return parts
 

@@ -56,7 +56,8 @@ class Comparison:
     @property
     def table(self) -> list[dict[str, Any]]:
         """One record per size and method (references included), in the report's order: its final top-1 over seeds
-        (mean and standard deviation), the seeds, stored parameters, and condensation and fine-tuning seconds;
+        (mean and standard deviation), the seeds, stored parameters, condensation seconds and steps, fine-tuning
+        epochs and seconds;
         ``pandas.DataFrame(comparison.table)`` takes it."""
         records = []
         for size, groups in self._groups().items():
@@ -71,6 +72,8 @@ class Comparison:
                         "seeds": len(accs),
                         "stored_params": group[0].stored_params,
                         "condense_seconds": group[0].condense_seconds,
+                        "condense_steps": group[0].condense_steps,
+                        "fine_tune_epochs": group[0].epochs[-1],
                         "fine_tune_seconds": statistics.fmean(r.train_seconds for r in group),
                     }
                 )
@@ -217,6 +220,8 @@ def compare(
             )
     spec = request.load().spec  # the descendants' family, read before anything trains
     profile = compare_profile(spec, str(request.path), source, texts, cfg, chosen)
+    for name, why in profile.left_out:
+        say(f"learngene compare: {name} left out, before condensing anything: {why}")
     options: dict[str, Any] = {
         "data_dir": data_dir,
         "progress": cfg.progress,

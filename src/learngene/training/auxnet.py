@@ -105,6 +105,13 @@ def resolve_aux_spec(
     return ViTSpec.from_dict(values)
 
 
+def aux_size(config: AuxConfig, ancestry: ViTSpec) -> ViTSpec:
+    """The aux net's depth, width and heads as :func:`resolve_aux_spec` sets them from ``config`` and an ancestry of
+    ``ancestry``'s size, before any data is read: what a method's reach (``Method.cannot_reach``) compares with."""
+    sizes = {"depth": config.aux_depth, "embed_dim": config.aux_embed_dim, "num_heads": config.aux_num_heads}
+    return ancestry.replace(**{k: v for k, v in sizes.items() if v})
+
+
 def vector_start(spec: ViTSpec, name: str) -> float:
     """timm's initial value of block vector ``name``: 1 for norm weights, the family's init value for a
     layer-scale gamma, 0 for biases (and for mixed RoPE's frequencies, which timm draws: no rotation until trained,
