@@ -493,6 +493,6 @@ def _following(launcher: Launcher, out: Path, fingerprint: str) -> Launch | None
     if launch.fingerprint != fingerprint:
         raise LearngeneError(
             f"Slurm job {launch.job} runs a learngene compare with other settings on {out}; give the same settings "
-            f"to follow it, wait for it, stop it (scancel {launch.job}), or give another --out"
+            f"to follow it, wait for it, stop it (scancel {launch.job}), or give another out (--out)"
         )
     return launch
