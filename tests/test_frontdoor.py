@@ -239,7 +239,15 @@ def test_every_registered_method_has_its_own_colour_and_marker():
     styles = plots.style_per_method([*methods, "scratch ×10", "tleg +mimetic"])
     pairs = {(styles[m]["color"], styles[m]["marker"]) for m in methods}
     assert len(pairs) == len(methods)
-    assert styles["scratch ×10"] == styles["scratch"] and styles["tleg +mimetic"] == styles["tleg"]
+    # a reference of its own (scratch ×10) is another grey and marker; a method's variant keeps its colour and marker,
+    # drawn hollow, so that it reads as the same method
+    assert (styles["scratch ×10"]["color"], styles["scratch ×10"]["marker"]) != (
+        styles["scratch"]["color"],
+        styles["scratch"]["marker"],
+    )
+    variant = styles["tleg +mimetic"]
+    assert (variant["color"], variant["marker"]) == (styles["tleg"]["color"], styles["tleg"]["marker"])
+    assert variant.get("mfc") == "white" and "mfc" not in styles["tleg"]
     # the same colour in every plot, whichever methods it shows
     assert plots.style_per_method(["tleg"])["tleg"] == styles["tleg"]
 

@@ -21,7 +21,7 @@ from typing import Any
 from .errors import LearngeneError, assigned, named, require_argument
 from .gene import Learngene
 from .registry import get_method, list_methods
-from .vit.spec import ViTSpec
+from .vit.spec import ViTSpec, parse_size
 
 FEW_LABELS = 20  # images per class at or below which a run counts as "few labels" (the stored runs: 20 and 100)
 EVIDENCE = "evidence.json"
@@ -90,13 +90,6 @@ class Advice:
         measured = ", ".join(dict.fromkeys(f"{r['depth']} at {r['width']}" for r in evidence_rows()))
         asked = f"a {', '.join(self.regime)} size" if self.regime else "this regime"
         return f"no stored run measured {asked} (they measured: {measured}); compare the methods that can on your data"
-
-
-def parse_size(text: str) -> tuple[int, int, int]:
-    """``L4-D192-H3`` → ``(4, 192, 3)``, as ``compare --sizes`` reads it."""
-    from .pipeline.compare import parse_size as parsed
-
-    return parsed(text)
 
 
 def target_spec(base: ViTSpec, size: str | ViTSpec) -> ViTSpec:

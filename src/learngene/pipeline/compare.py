@@ -20,7 +20,6 @@ the closest difference with 80 % power. Methods that start from the same weights
 from __future__ import annotations
 
 import dataclasses
-import re
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -50,7 +49,7 @@ from ..registry import get_method, list_methods
 from ..settings import field
 from ..training.config import MAX_EPOCHS, MAX_IMAGES, MAX_STEPS, TrainConfig, known
 from ..validate import refusal
-from ..vit.spec import ViTSpec
+from ..vit.spec import ViTSpec, parse_size
 from .inputs import train_config
 
 if TYPE_CHECKING:
@@ -61,15 +60,6 @@ LONG = 10  # scratch's long budget: ×10 the fine-tuning
 LONG_LABEL = f"scratch ×{LONG}"
 DEFAULT_REFERENCES = ("scratch", "scratch_x10", "mimetic", "structured")
 KD = "+kd"
-
-
-def parse_size(text: str) -> tuple[int, int, int]:
-    """``L4-D192-H3`` → ``(4, 192, 3)`` (depth, embed_dim, num_heads)."""
-    match = re.fullmatch(r"L(\d+)-D(\d+)-H(\d+)", text.strip())
-    if not match:
-        raise LearngeneError(f"size {text!r} is not of the form L<depth>-D<width>-H<heads>, e.g. L4-D192-H3")
-    depth, width, heads = map(int, match.groups())
-    return depth, width, heads
 
 
 def parse_classes(text: str, flag: str = "--classes") -> list[int]:

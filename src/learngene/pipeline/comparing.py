@@ -264,7 +264,7 @@ def _worker(
         data = dataclasses.replace(data, data_dir=os.path.abspath(data.data_dir))
     time_limit, plots, command = run
     return CompareWorker(
-        request, data, tuple(sizes), cfg, os.path.abspath(out), dict(choices), time_limit, plots, command,
+        compare, request, data, tuple(sizes), cfg, os.path.abspath(out), dict(choices), time_limit, plots, command,
         launcher.threads,
     )  # fmt: skip
 

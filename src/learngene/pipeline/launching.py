@@ -147,9 +147,11 @@ class Launcher:
 
 @dataclass(frozen=True)
 class CompareWorker:
-    """One worker of a launched compare: :func:`learngene.compare` on the shared folder with the launching call's
-    arguments (picklable: submitit sends it to the task). ``threads``: as :attr:`Launcher.threads`."""
+    """One worker of a launched compare: ``compare`` (:func:`learngene.compare`, given by the module that builds the
+    worker, which imports this one) on the shared folder with the launching call's arguments (picklable: submitit
+    sends it to the task; a module-level function pickles by name). ``threads``: as :attr:`Launcher.threads`."""
 
+    compare: Callable[..., Any]
     ancestry: Any
     data: Any
     sizes: tuple[str, ...]
@@ -163,12 +165,11 @@ class CompareWorker:
 
     def __call__(self, index: int) -> int:
         from ..host.threads import set_threads
-        from .comparing import compare
 
         set_threads(self.threads or _slurm_cpus())
         try:
             with _CheckpointingSignals():
-                compare(
+                self.compare(
                     self.ancestry,
                     self.data,
                     list(self.sizes),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -561,3 +562,13 @@ def check_state_shapes(state: dict[str, Tensor], spec: ViTSpec, source: str, req
             raise LearngeneError(
                 f"{source} lacks {missing[0]!r}" + (f" (+{len(missing) - 1} more)" if len(missing) > 1 else "")
             )
+
+
+def parse_size(text: str) -> tuple[int, int, int]:
+    """``L4-D192-H3`` → ``(4, 192, 3)`` (depth, embed_dim, num_heads): the size
+    :meth:`ViTSpec.short` writes, as ``compare --sizes`` and ``methods --for`` read it."""
+    match = re.fullmatch(r"L(\d+)-D(\d+)-H(\d+)", text.strip())
+    if not match:
+        raise LearngeneError(f"size {text!r} is not of the form L<depth>-D<width>-H<heads>, e.g. L4-D192-H3")
+    depth, width, heads = map(int, match.groups())
+    return depth, width, heads
