@@ -473,3 +473,14 @@ def refused_by(check: Callable[..., Any], *args: Any) -> str:
     except LearngeneError as exc:
         return str(exc)
     return ""
+
+
+def keeps_ancestry_heads(cls: type[Method], config: Any, ancestry: ViTSpec, target: ViTSpec) -> str:
+    """:meth:`Method.cannot_reach` of a method whose descendants keep the ancestry's head width (cluster, peg): a
+    size of another head width is out of its reach."""
+    if target.head_dim == ancestry.head_dim:
+        return ""
+    return (
+        f"{cls.name} keeps the ancestry's heads of {ancestry.head_dim} dims, so a {target.num_heads}-head "
+        f"descendant is {target.num_heads * ancestry.head_dim} wide, not {target.embed_dim}"
+    )

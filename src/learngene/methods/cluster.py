@@ -56,7 +56,7 @@ from ..errors import LearngeneError, assigned
 from ..formats.atomic import atomic_path
 from ..gene import Learngene
 from ..host.memory import give_back, release_pages
-from ..method import Ancestry, CondenseInputs, Method, Paper
+from ..method import Ancestry, CondenseInputs, Method, Paper, keeps_ancestry_heads
 from ..registry import register_method
 from ..settings import field
 from ..validate import CONDENSE
@@ -237,14 +237,7 @@ class ClusterLearngene(Method):
     record_tensors = (DISTANCE,)  # for inspect and the plot
     demo_budget = 0.1  # it averages over num_images (256) of them: the demo's budget counts no more
 
-    @classmethod
-    def cannot_reach(cls, config: ClusterConfig, ancestry: ViTSpec, target: ViTSpec) -> str:
-        if target.head_dim == ancestry.head_dim:
-            return ""
-        return (
-            f"{cls.name} keeps the ancestry's heads of {ancestry.head_dim} dims, so a {target.num_heads}-head "
-            f"descendant is {target.num_heads * ancestry.head_dim} wide, not {target.embed_dim}"
-        )
+    cannot_reach = classmethod(keeps_ancestry_heads)
 
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         """Distances on ``inputs.train`` (Eq. 4), DBSCAN per layer (Algorithm 1), the centroid heads kept."""

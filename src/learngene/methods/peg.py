@@ -48,7 +48,7 @@ from torch import Tensor
 from ..errors import LearngeneError, assigned
 from ..gene import DESCENDANT, Learngene
 from ..host.memory import give_back, release_pages
-from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper
+from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper, keeps_ancestry_heads
 from ..registry import register_method
 from ..settings import field
 from ..training.genenet import GeneNet
@@ -264,16 +264,9 @@ class PEG(Method):
     Config = PEGConfig
     adaptable = True
 
-    # ---- condensation: Eqs. 4-5 ---------------------------------------------------------------------
-    @classmethod
-    def cannot_reach(cls, config: PEGConfig, ancestry: ViTSpec, target: ViTSpec) -> str:
-        if target.head_dim == ancestry.head_dim:
-            return ""
-        return (
-            f"{cls.name} keeps the ancestry's heads of {ancestry.head_dim} dims, so a {target.num_heads}-head "
-            f"descendant is {target.num_heads * ancestry.head_dim} wide, not {target.embed_dim}"
-        )
+    cannot_reach = classmethod(keeps_ancestry_heads)
 
+    # ---- condensation: Eqs. 4-5 ---------------------------------------------------------------------
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         ancestry, spec = self.require_vit_ancestry(ancestry)
         heads = self.config.gene_heads or default_gene_heads(spec.num_heads)
