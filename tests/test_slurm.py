@@ -84,13 +84,15 @@ def results(out: Path) -> list[dict[str, str]]:
 
 def report(out: Path) -> str:
     """report.md without the run's own lines and with the seconds columns blanked (`condense s`, `fine-tune s`)."""
-    kept = []
+    kept, timed = [], set()
     for line in (out / "report.md").read_text().splitlines():
         if line.startswith(RUN_LINES):
             continue
-        if line.startswith("| ") and not line.startswith("| method"):  # a table's row: | ... | condense s | fine-tune s
-            cells = line.split("|")  # | epoch reaching ... | speed-up |, the last 5 cells then the empty tail
-            line = "|".join(cells[:-5] + ["", ""] + cells[-3:])
+        cells = line.split("|")
+        if line.startswith("| method"):  # a table's header: which of its columns are measured seconds
+            timed = {i for i, cell in enumerate(cells) if cell.strip() in ("condense s", "fine-tune s")}
+        elif line.startswith("| "):
+            line = "|".join("" if i in timed else cell for i, cell in enumerate(cells))
         kept.append(line)
     return "\n".join(kept)
 
