@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -324,12 +325,10 @@ def test_a_refused_upload_is_one_line_and_keeps_the_folder(models, tmp_path, mon
     monkeypatch.setattr(publish, "hub_answers", lambda *args: True)
 
     def create_repo(self, repo_id, **kwargs):
-        import httpx
-
-        request = httpx.Request("POST", "https://hub.example/api/repos/create")
-        raise HfHubHTTPError(
-            "401 Client Error: Unauthorized\nmore lines", response=httpx.Response(401, request=request)
-        )
+        # the error reads only the response's headers and request; the HTTP client behind it differs between
+        # huggingface_hub releases (httpx, then httpx2), so a stand-in response serves them all
+        response = SimpleNamespace(status_code=401, headers={}, request=None)
+        raise HfHubHTTPError("401 Client Error: Unauthorized\nmore lines", response=response)
 
     monkeypatch.setattr(HfApi, "create_repo", create_repo)
     with pytest.raises(LearngeneError) as info:
