@@ -429,9 +429,11 @@ def _api_calls():
         "expand": [lambda: lg.expand(None), lambda: lg.expand(gene(), 42)],
         "adapt": [lambda: lg.adapt(gene(), 42)],
         "train": [
-            lambda: lg.train("not a model", data(), cfg()),
-            lambda: lg.train(model(), data(), {"epochs": 1}),  # a torch module: the loop is learngene.training.train
-            lambda: lg.train(model(), data(), cfg(), teacher="t"),
+            lambda: lg.train("not a model", data(), train_cfg=cfg()),
+            lambda: lg.train(
+                model(), data(), train_cfg={"epochs": 1}
+            ),  # a torch module: the loop is learngene.training.train
+            lambda: lg.train(model(), data(), train_cfg=cfg(), teacher="t"),
         ],
         "train_ancestry": [lambda: lg.train_ancestry(42)],
         "compare": [lambda: lg.compare("a.safetensors", "digits", "L2-D32-H2")],
@@ -445,6 +447,10 @@ def _api_calls():
         "DataRequest": [lambda: lg.DataRequest(42), lambda: lg.DataRequest("digits", few_shot=0)],
         "AncestryRequest": [lambda: lg.AncestryRequest(None), lambda: lg.AncestryRequest("a", timm_kwargs="depth=6")],
         "ExpandChoices": [lambda: lg.ExpandChoices(seed=-1), lambda: lg.ExpandChoices(license=123)],
+        "CondenseChoices": [lambda: lg.CondenseChoices(resume="yes"), lambda: lg.CondenseChoices(license="((")],
+        "AdaptChoices": [lambda: lg.AdaptChoices(run_dir=3)],
+        "TrainChoices": [lambda: lg.TrainChoices(new_head=1), lambda: lg.TrainChoices(teacher="")],
+        "AncestryChoices": [lambda: lg.AncestryChoices(run_dir="")],
         "register_method": [lambda: lg.register_method(int), lambda: lg.register_method(3)],
         "get_method": [lambda: lg.get_method(3), lambda: lg.get_method(None)],
         "get_preset": [lambda: lg.get_preset(3)],

@@ -226,7 +226,7 @@ def test_a_model_result_holding_nan_is_refused_by_train_as_its_file_is(tmp_path)
     with torch.no_grad():
         descendant.model.pos_embed.fill_(float("nan"))
     with pytest.raises(LearngeneError, match="the Descendant's model: tensor 'pos_embed' holds NaN"):
-        lg.train(descendant, "digits", {"epochs": 1})
+        lg.train(descendant, "digits", train_cfg={"epochs": 1})
 
 
 # ---- timm is given architecture arguments only -----------------------------------------------------------------

@@ -33,7 +33,15 @@ from learngene.errors import LearngeneError
 from learngene.formats.model_file import save_model
 from learngene.pipeline.compare import CompareChoices
 from learngene.pipeline.launching import Launcher
-from learngene.pipeline.requests import AncestryRequest, DataRequest, ExpandChoices
+from learngene.pipeline.requests import (
+    AdaptChoices,
+    AncestryChoices,
+    AncestryRequest,
+    CondenseChoices,
+    DataRequest,
+    ExpandChoices,
+    TrainChoices,
+)
 from learngene.validate import limits_of
 from learngene.vit.spec import ViTSpec
 
@@ -43,7 +51,14 @@ TINY = {"max_steps": 1, "batch_size": 8, "eval_images": 8, "progress": False}
 # the parameters that name a place a call writes (every path parameter of a save method is one too)
 WRITTEN = {"run_dir", "out", "gene_path"}
 # what a ``**choices`` parameter stands for: the request whose fields it takes by name
-CHOICES = {"expand": ExpandChoices, "compare": CompareChoices}
+CHOICES = {
+    "expand": ExpandChoices,
+    "compare": CompareChoices,
+    "condense": CondenseChoices,
+    "adapt": AdaptChoices,
+    "train": TrainChoices,
+    "train_ancestry": AncestryChoices,
+}
 
 
 @dataclass(frozen=True)
@@ -158,7 +173,7 @@ def made(tmp_path_factory):
         "Condensed": condensed,
         "Descendant": descendant,
         "Adapted": lg.adapt(inputs / "wave.safetensors", DATA, {"depth": 1}, train_cfg=TINY),
-        "Trained": lg.train(inputs / "model.safetensors", DATA, TINY),
+        "Trained": lg.train(inputs / "model.safetensors", DATA, train_cfg=TINY),
         "Comparison": lg.compare(ancestry, DATA, ["L1-D32-H2"], train_cfg=TINY, **COMPARED),
     }
     return inputs, results
@@ -204,7 +219,7 @@ def _baselines(places: Places, results: dict[str, Any], tmp: Path) -> dict[str, 
         "export": (lg.export, {"model": places.model, "out": tmp / "exported.safetensors"}),
         "DataRequest": (DataRequest, {"source": "digits"}),
         "AncestryRequest": (AncestryRequest, {"path": places.ancestry}),
-        "ExpandChoices": (ExpandChoices, {}),
+        **{cls.__name__: (cls, {}) for cls in CHOICES.values() if cls is not CompareChoices},
         "Launcher": (Launcher, {}),
     }
     for name, result in results.items():
@@ -229,7 +244,8 @@ def _parameters(name: str, entry: Callable[..., Any]) -> list[Parameter]:
             request = CHOICES[name]
             hints = typing.get_type_hints(request)
             found += [
-                _parameter(f.name, hints[f.name], _default(f), limits_of(f), False) for f in dataclasses.fields(request)
+                _parameter(f.name, hints[f.name], _default(f), limits_of(f), f.name in WRITTEN)
+                for f in dataclasses.fields(request)
             ]
             continue
         writes = p.name in WRITTEN or (name.endswith(".save") and p.name == "path")
@@ -309,7 +325,7 @@ def test_the_baselines_are_valid(made, tmp_path, monkeypatch):
         if name in ("compare", "adapt", "train", "train_ancestry"):
             continue  # run by the fixture with these arguments (train_ancestry's: below, the cheapest)
         entry(**kwargs)
-    lg.train_ancestry(DATA, ANCESTRY_SIZE, TINY)
+    lg.train_ancestry(DATA, ANCESTRY_SIZE, train_cfg=TINY)
 
 
 # the input file of each entry that reads one (a result's: the one it was made from): what "output = input" names

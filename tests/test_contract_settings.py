@@ -120,7 +120,7 @@ def test_train_takes_the_same_settings_every_way(teacher, given, settings_of, tm
     cli = ["train", "model.safetensors", *DATA, *(["--teacher", teacher] if teacher else []), "-o", str(tmp_path / "t")]
     data = lg.DataRequest("digits", train_images=16)
     got = same_three_ways(
-        settings_of, cli, lambda cfg: lg.train("model.safetensors", data, cfg, teacher=teacher), given
+        settings_of, cli, lambda cfg: lg.train("model.safetensors", data, train_cfg=cfg, teacher=teacher), given
     )
     assert got["distill_lambda"] == given.get("distill_lambda", 0.5 if teacher else 0.0)
     assert got["epochs"] == given.get("epochs", 5) and got["eval_images"] == given.get("eval_images", 2000)
@@ -130,16 +130,16 @@ def test_train_takes_the_same_settings_every_way(teacher, given, settings_of, tm
 def test_ancestry_takes_the_same_settings_every_way(given, settings_of, tmp_path):
     cli = ["ancestry", *DATA, "--preset", "cpu_tiny", "-o", str(tmp_path / "a")]
     data = lg.DataRequest("digits", train_images=16)
-    same_three_ways(settings_of, cli, lambda cfg: lg.train_ancestry(data, "cpu_tiny", cfg), given)
+    same_three_ways(settings_of, cli, lambda cfg: lg.train_ancestry(data, "cpu_tiny", train_cfg=cfg), given)
 
 
 def test_deit_augmentation_turns_mixup_on_every_way(settings_of, tmp_path):
     """`--aug deit` and DataRequest(aug="deit") both mix up, unless the settings say otherwise."""
     cli = ["train", "model.safetensors", "--data", "digits", "--aug", "deit", "-o", str(tmp_path / "t")]
     data = lg.DataRequest("digits", aug="deit")
-    got = same_three_ways(settings_of, cli, lambda cfg: lg.train("model.safetensors", data, cfg), {})
+    got = same_three_ways(settings_of, cli, lambda cfg: lg.train("model.safetensors", data, train_cfg=cfg), {})
     assert got["mixup"] is True
-    assert settings_of(lambda: lg.train("model.safetensors", data, {"mixup": False}))["mixup"] is False
+    assert settings_of(lambda: lg.train("model.safetensors", data, train_cfg={"mixup": False}))["mixup"] is False
 
 
 @pytest.mark.parametrize(

@@ -45,7 +45,7 @@ def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 def test_train_fine_tunes_a_copy_and_the_callers_result_still_saves_what_it_was(ancestry, new_head, tmp_path):
     small = lg.expand(lg.condense("pretrained", str(ancestry)).gene)
     before, origin = _weights(small.model), copy.deepcopy(small.origin)
-    tuned = lg.train(small, DATA, SETTINGS, new_head=new_head)
+    tuned = lg.train(small, DATA, train_cfg=SETTINGS, new_head=new_head)
     assert tuned.model is not small.model
     assert _same(_weights(small.model), before), "lg.train changed the caller's model"
     assert small.origin == origin
@@ -60,9 +60,9 @@ def test_train_fine_tunes_a_copy_and_the_callers_result_still_saves_what_it_was(
 
 def test_inplace_trains_the_callers_module_to_the_same_weights_and_the_stale_result_refuses_to_save(ancestry, tmp_path):
     gene = lg.condense("pretrained", str(ancestry)).gene
-    copied = lg.train(lg.expand(gene), DATA, SETTINGS)
+    copied = lg.train(lg.expand(gene), DATA, train_cfg=SETTINGS)
     small = lg.expand(gene)
-    tuned = lg.train(small, DATA, SETTINGS, inplace=True)
+    tuned = lg.train(small, DATA, train_cfg=SETTINGS, inplace=True)
     assert tuned.model is small.model and small.trained_in_place
     # the copy changes nothing of the run: the same seed gives the same weights bit for bit, in place or not
     assert _same(_weights(tuned.model), _weights(copied.model))
@@ -71,7 +71,7 @@ def test_inplace_trains_the_callers_module_to_the_same_weights_and_the_stale_res
             stale()
         assert "\n" not in str(info.value)
     with pytest.raises(lg.LearngeneError, match=r"inplace=True"):
-        lg.train(small, DATA, SETTINGS)
+        lg.train(small, DATA, train_cfg=SETTINGS)
     assert list(tmp_path.iterdir()) == []
     tuned.save(tmp_path / "tuned.safetensors")
     assert _same(load_model_file(tmp_path / "tuned.safetensors")[0], _weights(small.model))
@@ -79,13 +79,13 @@ def test_inplace_trains_the_callers_module_to_the_same_weights_and_the_stale_res
 
 def test_inplace_is_true_or_false_and_a_torch_module_is_refused_in_one_line(ancestry):
     small = lg.expand(lg.condense("pretrained", str(ancestry)).gene)
-    with pytest.raises(lg.LearngeneError, match=r"inplace must be True or False"):
-        lg.train(small, DATA, SETTINGS, inplace="yes")
+    with pytest.raises(lg.LearngeneError, match=r"inplace must be true or false"):
+        lg.train(small, DATA, train_cfg=SETTINGS, inplace="yes")
     # the training loop on a torch module is learngene.training.train; learngene.train takes a file or a result
     with pytest.raises(
         lg.LearngeneError, match=r"torch module.*learngene\.training\.train\(model, data, cfg\)"
     ) as info:
-        lg.train(SPEC.create_model(), DATA, SETTINGS)
+        lg.train(SPEC.create_model(), DATA, train_cfg=SETTINGS)
     assert "\n" not in str(info.value)
     assert not small.trained_in_place
 

@@ -111,8 +111,8 @@ def test_the_python_results_save_a_hub_folder_for_a_folder_path(made, tmp_path):
     ``format="hub"`` does the same for a path without a slash."""
     data = lp.DataRequest("digits", train_images=16)
     results = {
-        "ancestry": lp.train_ancestry(data, SIZE_FIELDS, SETTINGS),
-        "fine-tuned descendant": lp.train(str(made["descendant"]), data, SETTINGS),
+        "ancestry": lp.train_ancestry(data, SIZE_FIELDS, train_cfg=SETTINGS),
+        "fine-tuned descendant": lp.train(str(made["descendant"]), data, train_cfg=SETTINGS),
         "adapted descendant": lp.adapt(str(made["gene"]), data, {"depth": 1}, train_cfg=SETTINGS),
         "descendant": lp.expand(str(made["gene"]), {"depth": 1}),
     }

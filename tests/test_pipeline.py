@@ -116,11 +116,11 @@ def test_python_and_the_cli_train_the_same_ancestry_and_fine_tune_it_alike(tmp_p
     data = lp.DataRequest("digits", train_images=16)
     cli, py = tmp_path / "cli.safetensors", tmp_path / "py.safetensors"
     assert main(["ancestry", *flags, *DATA, *TRAIN, "--license", "MIT", "--quiet", "-o", str(cli)]) == 0
-    lp.train_ancestry(data, size, SETTINGS, license="MIT").save(py)
+    lp.train_ancestry(data, size, train_cfg=SETTINGS, license="MIT").save(py)
     same_but_varying(cli, py)
     tuned_cli, tuned_py = tmp_path / "cli-t.safetensors", tmp_path / "py-t.safetensors"
     assert main(["train", str(cli), *DATA, *TRAIN, "--new-head", "--quiet", "-o", str(tuned_cli)]) == 0
-    lp.train(str(cli), data, SETTINGS, new_head=True).save(tuned_py)
+    lp.train(str(cli), data, train_cfg=SETTINGS, new_head=True).save(tuned_py)
     same_but_varying(tuned_cli, tuned_py)
 
 
@@ -212,7 +212,7 @@ def test_the_stitched_descendant_is_an_output_pool_declares(ancestry, tmp_path):
     stitched = lp.expand(pool, seed=0, stitch="0:1-2:0")
     assert stitched.spec is None and stitched.origin["stitch"] == "0:1-2:0" and stitched.model.depth == 4
     stitched.save(tmp_path / "st.safetensors")
-    tuned = lp.train(str(tmp_path / "st.safetensors"), lp.DataRequest("digits", train_images=16), SETTINGS)
+    tuned = lp.train(str(tmp_path / "st.safetensors"), lp.DataRequest("digits", train_images=16), train_cfg=SETTINGS)
     assert type(tuned.model).__name__ == "StitchedViT"
     with pytest.raises(
         learngene.LearngeneError, match=r"stitch \(--stitch\) is an output of pool genes only; this gene is scratch"

@@ -57,7 +57,7 @@ def _train(seed: int) -> str:
     its data order, augmentation and the head's initialization are drawn)."""
     descendant = lg.expand(lg.condense("pretrained", _ancestry()).gene, seed=seed)
     cfg = {"epochs": 1, "batch_size": 16, "seed": seed, "augment": True, "progress": False, "eval_images": 16}
-    return _digest(lg.train(descendant, make_images(n=32), cfg, new_head=True).model.state_dict())
+    return _digest(lg.train(descendant, make_images(n=32), train_cfg=cfg, new_head=True).model.state_dict())
 
 
 CASES = [("pretrained", 1), ("pretrained", 2), ("mimetic", 1), ("mimetic", 3)]

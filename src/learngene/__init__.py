@@ -6,13 +6,14 @@ The use cases, one call each, the same calls the command line makes (what a comm
 
     condensed = lg.condense("tleg", "ancestry.safetensors", data="digits")  # -> Condensed: .gene, .save(path)
     descendant = lg.expand(condensed.gene, {"depth": 6})                    # -> Descendant: .model, .save(path)
-    tuned = lg.train(descendant, "digits", {"epochs": 5})                   # -> Trained: .model, .result, .save(path)
+    tuned = lg.train(descendant, "digits", train_cfg={"epochs": 5})         # -> Trained: .model, .result, .save(path)
     report = lg.compare("ancestry.safetensors", "digits", ["L4-D192-H3"])   # -> Comparison: .table, .save(folder)
     lg.export(tuned, "tuned.onnx")                                          # ONNX checked by onnxruntime; hub, timm
 
 :func:`load_ancestry`, :func:`condense`, :func:`expand`, :func:`adapt`, :func:`train`, :func:`train_ancestry`,
 :func:`compare` and :func:`export` are :mod:`learngene.pipeline`'s; what they take travels as request objects
-(:class:`DataRequest`, :class:`AncestryRequest`, :class:`ExpandChoices`, :class:`TrainConfig`). The parts below them, one package or module
+(:class:`DataRequest`, :class:`AncestryRequest`, :class:`TrainConfig`, and each use case's choices, e.g.
+:class:`ExpandChoices`). The parts below them, one package or module
 each: :mod:`~learngene.methods` (one module per paper, registered in :mod:`~learngene.registry`), :mod:`~learngene.gene`
 (the learngene file), :mod:`~learngene.vit` (specs and the rules that move tensors between sizes),
 :mod:`~learngene.descendant` (the models a gene becomes) and :mod:`~learngene.training` (the one training loop,
@@ -50,6 +51,10 @@ _EXPORTS = {
     "DataRequest": "pipeline.requests",
     "AncestryRequest": "pipeline.requests",
     "ExpandChoices": "pipeline.requests",
+    "CondenseChoices": "pipeline.requests",
+    "AdaptChoices": "pipeline.requests",
+    "TrainChoices": "pipeline.requests",
+    "AncestryChoices": "pipeline.requests",
     "TrainConfig": "training.config",
     "Learngene": "gene",
     "ViTSpec": "vit.spec",

@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ..pipeline.adapting import adapt
-    from .options import check_outputs, out_is_folder, save_model_and_say, size_from_args, training_from_args
+    from .options import check_outputs, out_is_folder, save_model_and_say, sayer, size_from_args, training_from_args
 
     hub = out_is_folder(args)
     check_outputs(args, [args.out, args.gene_out], [args.gene], folder=hub)
@@ -35,5 +35,7 @@ def run(args: argparse.Namespace) -> None:
         from ..pipeline.results import check_gene_beside_folder
 
         check_gene_beside_folder(args.out, args.gene_out)
-    adapted = adapt(args.gene, size=size_from_args(args), options=args.opt or [], **training_from_args(args))
+    adapted = adapt(
+        args.gene, size=size_from_args(args), options=args.opt or [], say=sayer(args), **training_from_args(args)
+    )
     save_model_and_say(args, adapted, adapted.descendant.summary, hub, gene_path=args.gene_out)

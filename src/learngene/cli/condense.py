@@ -60,10 +60,12 @@ def _add_checkpoint_sizes(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ..pipeline.condensing import condense
-    from .options import ancestry_from_args, check_outputs, save_and_say, say, training_from_args
+    from .options import ancestry_from_args, check_outputs, save_and_say, say, sayer, training_from_args
 
     check_outputs(args, [args.out], [args.ancestry])
-    condensed = condense(args.method, ancestry_from_args(args), options=args.opt or [], **training_from_args(args))
+    condensed = condense(
+        args.method, ancestry_from_args(args), options=args.opt or [], say=sayer(args), **training_from_args(args)
+    )
     save_and_say(args, condensed, condensed.summary)
     if condensed.note:
         say(args, condensed.note)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from ..binding import BoundMethod, bind_gene
@@ -21,20 +20,23 @@ from ..vit.spec import ViTSpec
 from .expanding import gene_argument
 from .inputs import (
     DataArg,
+    Say,
     SizeArg,
     TrainArg,
-    check_license_argument,
     data_argument,
     input_paths,
     load_data,
     method_options,
     mixup_of,
     open_run_dir,
+    quiet,
     resolve_spec,
     size_argument,
     size_input,
+    speaker,
     train_config,
 )
+from .requests import AdaptChoices
 from .results import Adapted, ModelOutput, descendant_origin, head_label_space
 
 
@@ -45,9 +47,8 @@ def adapt(
     *,
     options: Mapping[str, Any] | Sequence[str] | None = None,
     train_cfg: TrainArg | None = None,
-    run_dir: str | Path | None = None,
-    resume: bool = False,
-    license: str | None = None,
+    say: Say = quiet,
+    **choices: Any,
 ) -> Adapted:
     """``gene`` (a gene, or its file) adapted to ``size`` on ``data``, and its descendant, as ``learngene adapt``
     makes them.
@@ -60,14 +61,17 @@ def adapt(
         train_cfg: the run's settings, a TrainConfig or a dict of them by name; a setting not given takes adapt's
             default (1 epoch, 2,000 test images: ``learngene adapt``'s); its ``seed`` also draws the descendant's
             initialization.
-        run_dir: where the run checkpoints.
-        resume: whether it continues from the checkpoint in ``run_dir``.
-        license: the adapted gene's and descendant's licence (default: the gene's).
+        say: called with a line about what is about to run, e.g. ``print``.
+        **choices: the fields of :class:`~learngene.pipeline.requests.AdaptChoices`, by name: ``run_dir`` (where the
+            run checkpoints), ``resume`` (continue from its checkpoint) and ``license`` (the adapted gene's and
+            descendant's licence; default: the gene's).
     """
+    chosen = AdaptChoices.of(choices)
+    run_dir, resume = chosen.run_dir, chosen.resume
     loaded, source = gene_argument(gene)
     data = data_argument(data)
     size = size_argument(size)
-    license = check_license_argument(license)
+    say = speaker(say)
     cfg = train_config(train_cfg, "adapt", f"adapt {loaded.method}", mixup=mixup_of(data))
     open_run_dir(run_dir, resume, cfg)
     cls = get_method(loaded.method)
@@ -77,13 +81,14 @@ def adapt(
     model_in = size_input(size, base.img_size if base else None, base.in_chans if base else None)
     train, test = load_data(data, *model_in, loaded.preprocessing, cfg.seed)
     spec = resolve_spec(size, base, train)
+    say(f"adapt {loaded.method} to {spec.short()} on {train.name}: {len(train)} images", banner=True)
     identity = _run_identity(bound, spec, digest(loaded.tensors) if run_dir else None)
     cfg = cfg.replace(identity=identity)
     with seeded_draws(None):  # a method's adapt seeds and draws the global generators (PEG's new classifier)
         adapted, result = bound.method.adapt(
             loaded, spec, AdaptInputs(train, cfg, eval=test, run_dir=run_dir, resume=resume)
         )
-    adapted.license = license or loaded.license
+    adapted.license = chosen.license or loaded.license
     expanding = bind_gene(adapted, EXPAND, method=cls, seed=cfg.seed, check=False)
     model, provided = build_descendant(expanding, spec, cfg.seed)
     facts = {

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from ..ancestry import feed_size
@@ -19,18 +18,20 @@ from ..registry import get_method, list_methods
 from ..vit.spec import ViTSpec
 from .inputs import (
     DataArg,
+    Say,
     TrainArg,
     ancestry_argument,
-    check_license_argument,
     data_argument,
     input_paths,
     load_data,
     method_options,
     mixup_of,
     open_run_dir,
+    quiet,
+    speaker,
     train_config,
 )
-from .requests import AncestryRequest
+from .requests import AncestryRequest, CondenseChoices
 from .results import Condensed
 
 
@@ -41,9 +42,8 @@ def condense(
     options: Mapping[str, Any] | Sequence[str] | None = None,
     data: DataArg | None = None,
     train_cfg: TrainArg | None = None,
-    run_dir: str | Path | None = None,
-    resume: bool = False,
-    license: str | None = None,
+    say: Say = quiet,
+    **choices: Any,
 ) -> Condensed:
     """The learngene of ``ancestry`` by ``method``, as ``learngene condense`` makes it.
 
@@ -62,14 +62,17 @@ def condense(
         train_cfg: the run's settings, a TrainConfig or a dict of them by name; a setting not given takes condense's
             default (the method's distillation λ, 2,000 test images: ``learngene condense``'s); its ``seed`` seeds
             the condensation.
-        run_dir: where the run checkpoints.
-        resume: whether it continues from the checkpoint in ``run_dir``.
-        license: the gene's licence (an SPDX identifier; default: the ancestry's).
+        say: called with a line about what is about to run (a method that trains on data), e.g. ``print``.
+        **choices: the fields of :class:`~learngene.pipeline.requests.CondenseChoices`, by name: ``run_dir`` (where
+            the run checkpoints), ``resume`` (continue from its checkpoint) and ``license`` (the gene's licence, an
+            SPDX identifier; default: the ancestry's).
     """
+    chosen = CondenseChoices.of(choices)
+    run_dir, resume = chosen.run_dir, chosen.resume
+    say = speaker(say)
     made = _method(method, options)
     requested = ancestry_argument(ancestry)
     data = None if data is None else data_argument(data)
-    license = check_license_argument(license)
     cfg = train_config(train_cfg, "condense", f"condense {made.name}", **_phase_defaults(made, data))
     open_run_dir(run_dir, resume, cfg)
     source = requested.load() if isinstance(requested, AncestryRequest) else requested
@@ -78,13 +81,14 @@ def condense(
     inputs, preprocessing = None, source.preprocessing
     if made.needs_data:
         train, test = _fed_data(source, data, cfg.seed)
+        say(f"condense {made.name} on {train.name}: {len(train)} images", banner=True)
         run_cfg = cfg.replace(identity=_run_identity(made, source)) if run_dir else cfg
         inputs = CondenseInputs(train=train, eval=test, train_cfg=run_cfg, run_dir=run_dir, resume=resume)
         preprocessing = preprocessing_cfg(train)  # what the gene's tensors were trained on
     with seeded_draws(cfg.seed):  # a condensation's initial tensors and training draw from the global generators
         gene = dataclasses.replace(made.condense(source, inputs), preprocessing=preprocessing)
     gene.label_space = source.label_space
-    gene.license = license or source.license
+    gene.license = chosen.license or source.license
     gene.ancestry_source = source.source
     check_before_saving(gene, made)
     notes = [n for n in (made.condense_note(gene), _free_start_note(made, source)) if n]

@@ -1,6 +1,8 @@
 """What the use cases take besides a gene, a size and training settings, each declared once as a request object that
-travels whole: the data (:class:`DataRequest`), the ancestry (:class:`AncestryRequest`) and expand's choices
-(:class:`ExpandChoices`).
+travels whole: the data (:class:`DataRequest`), the ancestry (:class:`AncestryRequest`) and each use case's choices
+(:class:`ExpandChoices`, :class:`CondenseChoices`, :class:`AdaptChoices`, :class:`TrainChoices`,
+:class:`AncestryChoices`), which its function takes as keyword arguments (``**choices``, made a request by
+:meth:`Choices.of`).
 
 Every field is declared with :func:`learngene.settings.field`: its type, range, flag and help. Made from Python or
 from the command line's flags, a request checks itself when it is made (one :class:`~learngene.errors.LearngeneError`
@@ -18,7 +20,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ..errors import ArgumentTypeError, LearngeneError, named, shown
 from ..settings import field
@@ -183,8 +185,144 @@ def layer_rule(value: Any) -> Any:
     return tuple(int(part) for part in parts)
 
 
+class Choices:
+    """What a use case's ``**choices`` become: a dataclass whose fields are its keyword arguments (and its command's
+    flags, :func:`learngene.cli.flags.add_declared`); ``CALL`` names the function, as Python's refusal of an unknown
+    keyword names it."""
+
+    CALL: ClassVar[str] = ""
+
+    @classmethod
+    def of(cls, given: Mapping[str, Any]) -> Any:
+        """The choices ``given`` by name (the use case's keyword arguments); a name that is no field is refused as
+        Python refuses an unexpected keyword argument, naming the fields."""
+        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        unknown = [k for k in given if k not in names]
+        if unknown:
+            raise ArgumentTypeError(
+                f"{cls.CALL}() got an unexpected keyword argument {unknown[0]!r}; its choices are {', '.join(names)}"
+            )
+        return cls(**given)
+
+    def given(self) -> list[dataclasses.Field]:
+        """The fields set to something else than their default, in declaration order."""
+        return [f for f in dataclasses.fields(self) if getattr(self, f.name) != f.default]  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
-class ExpandChoices:
+class Licensed(Choices):
+    """The licence a use case records on what it writes instead of its input's (every use case's first choice).
+
+    Attributes:
+        license: an SPDX identifier (default: the input's, where it records one).
+    """
+
+    license: str | None = field(
+        None,
+        flag="--license",
+        metavar="SPDX",
+        nonempty=True,
+        any_output=True,
+        help="licence of the weights written (an SPDX identifier, e.g. Apache-2.0); overrides the one the input "
+        "records (default: the input's, if it records one)",
+    )
+
+    def __post_init__(self) -> None:
+        check_request(self)
+        if self.license is not None:
+            from ..formats.licenses import check_license
+
+            object.__setattr__(self, "license", check_license(self.license, named("license")))
+
+
+RUN = ("run", "where a run checkpoints, to continue it")  # the run directory's flags' group in --help
+
+
+@dataclass(frozen=True)
+class RunChoices(Licensed):
+    """The choices of a use case that trains: where its run checkpoints, and whether it continues from there.
+
+    Attributes:
+        run_dir: where the run writes ``log.jsonl`` and ``checkpoint.pt`` (locked while a run uses it).
+        resume: continue from ``run_dir``'s checkpoint.
+    """
+
+    run_dir: str | os.PathLike | None = field(
+        None,
+        flag="--run-dir",
+        nonempty=True,
+        group="run",
+        help="folder for log.jsonl and checkpoint.pt (locked while a run uses it)",
+    )
+    resume: bool = field(False, flag="--resume", group="run", help="continue from RUN_DIR/checkpoint.pt")
+
+
+@dataclass(frozen=True)
+class CondenseChoices(RunChoices):
+    """:func:`learngene.pipeline.condense`'s choices: its keyword arguments besides the method's options, the data and
+    the training settings."""
+
+    CALL: ClassVar[str] = "condense"
+
+
+@dataclass(frozen=True)
+class AdaptChoices(RunChoices):
+    """:func:`learngene.pipeline.adapt`'s choices: its keyword arguments besides the method's options and the training
+    settings."""
+
+    CALL: ClassVar[str] = "adapt"
+
+
+@dataclass(frozen=True)
+class AncestryChoices(RunChoices):
+    """:func:`learngene.pipeline.train_ancestry`'s choices: its keyword arguments besides the training settings."""
+
+    CALL: ClassVar[str] = "train_ancestry"
+
+
+@dataclass(frozen=True)
+class TrainChoices(RunChoices):
+    """:func:`learngene.pipeline.train`'s choices: its keyword arguments besides the training settings.
+
+    Attributes:
+        teacher: an ancestry to distil (a path or Hub name, or an :class:`AncestryRequest` for a checkpoint's
+            ``timm_model``; not a loaded one: its outputs are cached by file).
+        new_head: a fresh head whatever the model's label space.
+        inplace: for a result given as the model, train its own module instead of a copy.
+    """
+
+    CALL: ClassVar[str] = "train"
+
+    teacher: str | os.PathLike | AncestryRequest | None = field(
+        None,
+        flag="--teacher",
+        metavar="ANCESTRY",
+        nonempty=True,
+        help="distil from this model while training (what --ancestry accepts): on its logits when its head was "
+        "trained on the data's classes, else on its pooled embedding (cosine, through a learned projection when the "
+        "widths differ; the projection is not saved)",
+    )
+    new_head: bool = field(
+        False,
+        flag="--new-head",
+        help="always start from a fresh classifier head (default: fresh only when the data's classes differ from "
+        "those the model's head was trained on)",
+    )
+    inplace: bool = field(False, help="train a result's own module instead of a copy")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.teacher, (str, os.PathLike)) and str(self.teacher).strip():
+            object.__setattr__(self, "teacher", AncestryRequest(self.teacher))
+        super().__post_init__()
+
+    def teacher_request(self) -> AncestryRequest | None:
+        """The teacher as an :class:`AncestryRequest` (a path given is made one when the choices are made)."""
+        assert not isinstance(self.teacher, (str, os.PathLike))  # __post_init__ made it a request
+        return self.teacher
+
+
+@dataclass(frozen=True)
+class ExpandChoices(Licensed):
     """What :func:`learngene.pipeline.expand` makes of a gene besides its size and the method's options: each field
     is a keyword argument of ``expand`` and a flag of ``learngene expand``.
 
@@ -208,6 +346,8 @@ class ExpandChoices:
             recorded.
         stitch: a pool gene of design=authors only: a stitched descendant ``F:J-E:K`` instead of a timm ViT.
     """
+
+    CALL: ClassVar[str] = "expand"
 
     seed: int = field(0, flag="--seed", at_least=0, any_output=True, help="random seed, 0 or more")
     top_up: str | None = field(
@@ -235,14 +375,6 @@ class ExpandChoices:
         counts=True,
         group="budget",
         help="at most N forward FLOPs per image (e.g. 2G)",
-    )
-    license: str | None = field(
-        None,
-        flag="--license",
-        metavar="SPDX",
-        nonempty=True,
-        any_output=True,
-        help="licence of the descendant (default: the gene's)",
     )
     layers: str | tuple[int, ...] | None = field(
         None,
@@ -278,7 +410,7 @@ class ExpandChoices:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", layer_rule(self.layers))
-        check_request(self)
+        super().__post_init__()
         if isinstance(self.layers, tuple) and (
             self.layers[0] < 0 or any(b <= a for a, b in zip(self.layers, self.layers[1:], strict=False))
         ):
@@ -286,29 +418,9 @@ class ExpandChoices:
                 f"{named('layers')} {','.join(map(str, self.layers))}: give 0-based ancestry layers, each once, in "
                 f"increasing order (a descendant's layers keep the ancestry's order)"
             )
-        if self.license is not None:
-            from ..formats.licenses import check_license
-
-            check_license(self.license, named("license"))
         outputs = [f.name for f in self.given() if f.metadata.get("output")]
         if len(outputs) > 1:
             raise LearngeneError(f"{named(outputs[0])} and {named(outputs[1])} are two outputs; ask for one")
-
-    @classmethod
-    def of(cls, given: Mapping[str, Any]) -> ExpandChoices:
-        """The choices ``given`` by name (``expand``'s keyword arguments); a name that is no field is refused as Python
-        refuses an unexpected keyword argument, naming the fields."""
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = [k for k in given if k not in names]
-        if unknown:
-            raise ArgumentTypeError(
-                f"expand() got an unexpected keyword argument {unknown[0]!r}; its choices are {', '.join(names)}"
-            )
-        return cls(**given)
-
-    def given(self) -> list[dataclasses.Field]:
-        """The fields set to something else than their default, in declaration order."""
-        return [f for f in dataclasses.fields(self) if getattr(self, f.name) != f.default]
 
     def output(self) -> tuple[str, Any] | None:
         """``(name, value)`` of the declared output asked for, or None for a timm ViT."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import os
-from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -16,7 +15,6 @@ from ..formats.labels import HeadChoice, choose_head
 from ..formats.model_file import ModelFile, model_preprocessing, read_model
 from ..formats.weights import digest
 from ..host.rng import seeded_draws
-from ..method import Ancestry
 from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..training.loop import train as train_loop
 from .inputs import (
@@ -24,9 +22,6 @@ from .inputs import (
     Say,
     SizeArg,
     TrainArg,
-    ancestry_argument,
-    check_flag,
-    check_license_argument,
     check_model_object,
     data_argument,
     input_paths,
@@ -40,19 +35,17 @@ from .inputs import (
     speaker,
     train_config,
 )
-from .requests import AncestryRequest
+from .requests import AncestryChoices, TrainChoices
 from .results import ModelOutput, Trained, license_entry
 
 
 def train_ancestry(
     data: DataArg,
     size: SizeArg | None = None,
-    train_cfg: TrainArg | None = None,
     *,
-    run_dir: str | Path | None = None,
-    resume: bool = False,
-    license: str | None = None,
+    train_cfg: TrainArg | None = None,
     say: Say = quiet,
+    **choices: Any,
 ) -> Trained:
     """A ViT of ``size`` trained from scratch on ``data``, as ``learngene ancestry`` makes it: its file records the
     data, the test accuracy, the label space and ``license``, and the data's preprocessing.
@@ -63,14 +56,15 @@ def train_ancestry(
             channels and classes unless it gives them.
         train_cfg: the run's settings, a TrainConfig or a dict of them by name (a setting not given takes
             ``learngene ancestry``'s default); its ``seed`` draws the initialization.
-        run_dir: where the run checkpoints.
-        resume: whether it continues from the checkpoint in ``run_dir``.
-        license: the licence recorded in the model file (an SPDX identifier).
         say: called with a line about what is about to run, e.g. ``print``.
+        **choices: the fields of :class:`~learngene.pipeline.requests.AncestryChoices`, by name: ``run_dir`` (where
+            the run checkpoints), ``resume`` (continue from its checkpoint) and ``license`` (the licence recorded in
+            the model file, an SPDX identifier).
     """
+    chosen = AncestryChoices.of(choices)
+    run_dir, resume, license = chosen.run_dir, chosen.resume, chosen.license
     data = data_argument(data)
     size = size_argument(size)
-    license = check_license_argument(license)
     say = speaker(say)
     cfg = train_config(train_cfg, "ancestry", "ancestry", mixup=mixup_of(data))
     open_run_dir(run_dir, resume, cfg)
@@ -100,15 +94,10 @@ def train_ancestry(
 def train(
     model: str | os.PathLike | ModelOutput,
     data: DataArg,
-    train_cfg: TrainArg | None = None,
     *,
-    teacher: str | os.PathLike | AncestryRequest | None = None,
-    new_head: bool = False,
-    run_dir: str | Path | None = None,
-    resume: bool = False,
-    license: str | None = None,
+    train_cfg: TrainArg | None = None,
     say: Say = quiet,
-    inplace: bool = False,
+    **choices: Any,
 ) -> Trained:
     """``model`` (a model file, e.g. a descendant, a stitched descendant or an ancestry; or a pipeline result)
     fine-tuned on ``data``, as ``learngene train`` makes it.
@@ -122,17 +111,18 @@ def train(
         data: what it fine-tunes on (:data:`~learngene.pipeline.inputs.DataArg`), at the model's input size.
         train_cfg: the run's settings, a TrainConfig or a dict of them by name; a setting not given takes
             ``learngene train``'s default (5 epochs, 2,000 test images, λ = 0.5 with a teacher, else 0).
-        teacher: an ancestry to distil (a path, or an :class:`~learngene.pipeline.requests.AncestryRequest` for a
-            checkpoint's ``timm_model``).
-        new_head: a fresh head whatever the model's label space.
-        run_dir: where the run checkpoints.
-        resume: whether it continues from the checkpoint in ``run_dir``.
-        license: the licence recorded in the model file (an SPDX identifier).
         say: called with a line about the distillation, e.g. ``print``.
-        inplace: for a result ``model``, train its own module instead of a copy (no second copy of the weights in
-            memory): the returned result then holds that module, trained, and ``model`` can no longer be saved (its
-            ``save`` refuses, since its file would label fine-tuned weights as what it was). By default a result
-            is left as it was: the call trains a deep copy (``tuned.model is not model.model``).
+        **choices: the fields of :class:`~learngene.pipeline.requests.TrainChoices`, by name:
+
+            - ``teacher``: an ancestry to distil (a path, or an :class:`~learngene.pipeline.requests.AncestryRequest`
+              for a checkpoint's ``timm_model``).
+            - ``new_head``: a fresh head whatever the model's label space.
+            - ``run_dir``: where the run checkpoints; ``resume``: whether it continues from its checkpoint.
+            - ``license``: the licence recorded in the model file (an SPDX identifier).
+            - ``inplace``: for a result ``model``, train its own module instead of a copy (no second copy of the
+              weights in memory): the returned result then holds that module, trained, and ``model`` can no longer be
+              saved (its ``save`` refuses, since its file would label fine-tuned weights as what it was). By default
+              a result is left as it was: the call trains a deep copy (``tuned.model is not model.model``).
     """
     if isinstance(model, nn.Module):  # the training loop's call, which this name once also took
         raise ArgumentTypeError(
@@ -140,13 +130,10 @@ def train(
             "module with the training loop, learngene.training.train(model, data, cfg)"
         )
     require_argument(model, (str, os.PathLike, ModelOutput), "model", "a model file's path or a use case's result")
-    check_flag(inplace, "inplace")
+    chosen = TrainChoices.of(choices)
+    teachers, new_head, inplace = chosen.teacher_request(), chosen.new_head, chosen.inplace
+    run_dir, resume, license, teacher = chosen.run_dir, chosen.resume, chosen.license, teachers
     data = data_argument(data)
-    teachers = None if teacher is None else ancestry_argument(teacher)
-    if isinstance(teachers, Ancestry):
-        raise ArgumentTypeError("teacher must be a path or an AncestryRequest (its outputs are cached by file)")
-    check_flag(new_head, "new_head")
-    license = check_license_argument(license)
     say = speaker(say)
     cfg = train_config(train_cfg, "train", "train", distill_lambda=0.5 if teacher else 0.0, mixup=mixup_of(data))
     if cfg.distill_lambda and not teacher:
