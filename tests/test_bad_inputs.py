@@ -513,7 +513,7 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
         "label smoothing must be in [0, 1)",
     ),
     ("seed 2^70", lambda w: ["train", w.anc, *DATA, "--seed", str(2**70), "-o", w.out], "below 2^63"),
-    ("negative seed", lambda w: ["expand", w.gene, "--seed", "-1", "-o", w.out], "seed must be 0 or more"),
+    ("negative seed", lambda w: ["expand", w.gene, "--seed", "-1", "-o", w.out], "seed (--seed) must be 0 or more"),
     (
         "weight decay -1",
         lambda w: ["train", w.anc, *DATA, "--weight-decay", "-1", "-o", w.out],
@@ -574,11 +574,15 @@ CLI_CASES: list[tuple[str, Callable[[Workspace], list[str]], str] | pytest.Param
         train_with("--data", "digits", "--few-shot", "1000", "--epochs", "1"),
         "fewer than the 1000",
     ),
-    ("zero shots", train_with("--data", "digits", "--few-shot", "0", "--epochs", "1"), "few shot must be in [1,"),
+    (
+        "zero shots",
+        train_with("--data", "digits", "--few-shot", "0", "--epochs", "1"),
+        "few_shot (--few-shot) must be in [1,",
+    ),
     (
         "zero training images",
         train_with("--data", "digits", "--train-images", "0", "--epochs", "1"),
-        "train images must be in [1,",
+        "train_images (--train-images) must be in [1,",
     ),
     ("decompression-bomb PNG in a folder", train_on_folder(lambda w: w.folder_bomb), "decompression bomb"),
     ("image folder of one class", train_on_folder(lambda w: w.folder_one_class), "has one class"),

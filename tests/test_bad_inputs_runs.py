@@ -411,10 +411,10 @@ def test_every_count_flag_of_every_command_has_an_upper_bound():
     [
         (["compare", "--seeds", "100000"], "seeds must be in [1, 1000], got 100000"),
         (["bench", "--seeds", "0"], "seeds must be in [1, 1000], got 0"),
-        (["train", "m", "--workers", "1000000"], "workers must be in [0, 1024]"),
+        (["train", "m", "--workers", "1000000"], "workers (--workers) must be in [0, 1024]"),
         (["train", "m", "--epochs", "10000000"], "epochs must be at most 1000000"),
         (["compare", "--adapt-steps", str(10**11)], "adapt steps must be in [1, 10000000000]"),
-        (["condense", "--train-images", "-1"], "train images must be in [1, 10000000000]"),
+        (["condense", "--train-images", "-1"], "train_images (--train-images) must be in [1, 10000000000]"),
     ],
 )
 def test_a_count_past_its_range_is_one_line(capsys, argv, says):

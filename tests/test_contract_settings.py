@@ -40,7 +40,7 @@ class Stopped(Exception):
 def settings_of(monkeypatch):
     """``settings_of(call)``: the settings ``call`` (a Python call, or ``main(argv)``) runs with."""
 
-    def stop(run_dir: Any, resume: Any, cfg: TrainConfig | None = None) -> None:
+    def stop(chosen: Any, cfg: TrainConfig | None = None) -> None:
         raise Stopped(cfg)  # type: ignore[arg-type]
 
     for module in (learngene.pipeline.condensing, learngene.pipeline.adapting, learngene.pipeline.training):

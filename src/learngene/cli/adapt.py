@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from .flags import add_common, add_data_args, add_gene_and_size, add_license, add_model_output, add_train_args
+from ..pipeline.requests import AdaptChoices
+from .flags import add_choices, add_common, add_data_args, add_gene_and_size, add_model_output, add_train_args
 
 HELP = "specialize a learngene to a size on a little data (WAVE scalers, PEG φ)"
 
@@ -22,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_common(p)
     add_model_output(p, "adapted descendant model")
     p.add_argument("--gene-out", help="also save the adapted learngene here")
-    add_license(p, "descendant model file and the adapted learngene")
+    add_choices(p, AdaptChoices)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -36,6 +37,10 @@ def run(args: argparse.Namespace) -> None:
 
         check_gene_beside_folder(args.out, args.gene_out)
     adapted = adapt(
-        args.gene, size=size_from_args(args), options=args.opt or [], say=sayer(args), **training_from_args(args)
+        args.gene,
+        size=size_from_args(args),
+        options=args.opt or [],
+        say=sayer(args),
+        **training_from_args(args, AdaptChoices),
     )
     save_model_and_say(args, adapted, adapted.descendant.summary, hub, gene_path=args.gene_out)

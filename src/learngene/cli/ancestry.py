@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from .flags import add_common, add_data_args, add_license, add_model_output, add_spec_args, add_train_args
+from ..pipeline.requests import AncestryChoices
+from .flags import add_choices, add_common, add_data_args, add_model_output, add_spec_args, add_train_args
 
 HELP = "train an ancestry ViT on a dataset and save it"
 
@@ -17,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_train_args(p, "ancestry")
     add_common(p)
     add_model_output(p, "ancestry model")
-    add_license(p, "model file", inherited=False)
+    add_choices(p, AncestryChoices)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -26,5 +27,5 @@ def run(args: argparse.Namespace) -> None:
 
     hub = out_is_folder(args)
     check_outputs(args, [args.out], folder=hub)
-    trained = train_ancestry(size=size_from_args(args), **training_from_args(args), say=sayer(args))
+    trained = train_ancestry(size=size_from_args(args), **training_from_args(args, AncestryChoices), say=sayer(args))
     save_model_and_say(args, trained, trained.summary, hub)

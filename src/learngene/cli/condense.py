@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 
+from ..pipeline.requests import CondenseChoices
 from .flags import (
     add_ancestry_args,
+    add_choices,
     add_common,
     add_data_args,
     add_distill_args,
-    add_license,
     add_method_options,
     add_output,
     add_size_flag,
@@ -36,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_distill_args(p, lam=None, help_lambda="λ (default: the method's paper's: 1 = pure KL, 0.5 = KL + CE)")
     add_common(p)
     add_output(p, "learngene")
-    add_license(p, "learngene (and named on its descendants' model cards)")
+    add_choices(p, CondenseChoices)
     _add_checkpoint_sizes(p)
 
 
@@ -64,7 +65,11 @@ def run(args: argparse.Namespace) -> None:
 
     check_outputs(args, [args.out], [args.ancestry])
     condensed = condense(
-        args.method, ancestry_from_args(args), options=args.opt or [], say=sayer(args), **training_from_args(args)
+        args.method,
+        ancestry_from_args(args),
+        options=args.opt or [],
+        say=sayer(args),
+        **training_from_args(args, CondenseChoices),
     )
     save_and_say(args, condensed, condensed.summary)
     if condensed.note:

@@ -39,12 +39,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ..pipeline.expanding import expand
-    from .options import check_outputs, expand_choices_from_args, save_model_and_say, sayer, size_from_args
+    from .options import check_outputs, choices_from_args, save_model_and_say, sayer, size_from_args
 
     hub = hub_from_args(args)
     check_outputs(args, [args.out], [args.gene], folder=hub)
     descendant = expand(
-        args.gene, size_from_args(args), options=args.opt or [], say=sayer(args), **expand_choices_from_args(args)
+        args.gene,
+        size_from_args(args),
+        options=args.opt or [],
+        say=sayer(args),
+        **choices_from_args(args, ExpandChoices),
     )
     save_model_and_say(args, descendant, descendant.summary, hub)
 

@@ -57,34 +57,15 @@ def real(text: str) -> float:
 
 
 def count(text: str) -> int:
-    """A positive count such as ``5000000``, ``5e6``, ``5M`` or ``1.2G``."""
+    """A count such as ``5000000``, ``5e6``, ``5M`` or ``1.2G`` (its range is its declaration's)."""
     scale = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}.get(text[-1:].upper(), 1)
     try:
         value = float(text[:-1] if scale != 1 else text) * scale
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a count like 5000000, 5e6 or 5M") from None
-    if not 1 <= value <= MAX_INT:  # nan and inf fail here too
-        raise argparse.ArgumentTypeError(f"a budget must be a finite count of at least 1, got {text!r}")
+    if not abs(value) <= MAX_INT:  # nan and inf fail here too; the range is the declaration's to check
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite count below 2^63; give e.g. 5000000, 5e6 or 5M")
     return int(value)
-
-
-def _license(text: str) -> str:
-    from ..formats.licenses import check_license
-
-    try:
-        return check_license(text, "")
-    except LearngeneError as exc:
-        raise argparse.ArgumentTypeError(str(exc).lstrip()) from None
-
-
-def add_license(p: argparse.ArgumentParser, what: str, inherited: bool = True) -> None:
-    p.add_argument(
-        "--license",
-        type=_license,
-        metavar="SPDX",
-        help=f"licence of the weights (an SPDX identifier, e.g. Apache-2.0), stored in the {what}"
-        + ("; overrides the one the input records (default: the input's, if it records one)" if inherited else ""),
-    )
 
 
 class LazyText(str):
@@ -154,37 +135,22 @@ def add_data_dir(g, help: str = DATA_DIR) -> None:
     g.add_argument("--data-dir", help=help)
 
 
-def add_data_args(p: argparse.ArgumentParser, required: bool = False, default: str | None = "fashion_mnist") -> None:
-    g = p.add_argument_group("data")
-    g.add_argument(
-        "--data",
-        default=None if required else default,
-        required=required,
-        help=LazyText("a registered data source", lambda: data_help() + " (default: %(default)s)"),
-    )
-    add_data_dir(g)
-    g.add_argument(
-        "--train-images", type=data_count("train_images"), metavar="N", help="use a random subset of N training images"
-    )
-    g.add_argument(
-        "--few-shot", type=data_count("few_shot"), metavar="K", help="use K labelled training images per class"
-    )
-    g.add_argument(
-        "--workers",
-        type=data_count("workers"),
-        metavar="N",
-        help="DataLoader processes decoding an image folder (default: auto, min(8, CPUs per process - 1); "
-        "0: in the main process)",
-    )
-    g.add_argument(
-        "--aug",
-        choices=("none", "deit"),
-        default="none",
-        help="training augmentation of an RGB image folder: deit = timm's random-resized crop, flip, "
-        "RandAugment rand-m9-mstd0.5-inc1 and random erasing 0.25 per image, then mixup 0.8 / cutmix "
-        "1.0 per batch with soft targets (DeiT's recipe; DeiT also uses --label-smoothing 0.1) "
-        "(default: %(default)s)",
-    )
+def add_data_args(p: argparse.ArgumentParser) -> None:
+    """The data flags, made from :class:`~learngene.pipeline.requests.DataRequest`'s declarations (its image size and
+    channels are the model's size flags)."""
+    from ..pipeline.requests import DataRequest
+
+    actions = add_declared(p.add_argument_group("data"), DataRequest)  # type: ignore[arg-type]
+    # the sources' list needs the registry: made when --help prints it
+    actions["source"].help = LazyText("a registered data source", lambda: data_help() + " (default: %(default)s)")
+
+
+def add_choices(p: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
+    """The flags of a use case's choices (:class:`~learngene.pipeline.requests.Choices`): its licence, and where the
+    run checkpoints in a group of their own."""
+    from ..pipeline.requests import RUN
+
+    add_declared(p, cls, groups={"run": RUN}, skip=skip)
 
 
 def add_settings(g, group: str, use_case: str | None = None, **overrides: dict[str, Any]) -> None:
@@ -264,8 +230,6 @@ def add_train_args(p: argparse.ArgumentParser, use_case: str) -> None:
         "fifth of Fashion-MNIST's test split)"
     )
     add_settings(g, TRAINING, use_case, eval_images={"help": eval_images})
-    g.add_argument("--run-dir", help="folder for log.jsonl and checkpoint.pt (locked while a run uses it)")
-    g.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
     add_settings(g, LOGGING)
     add_settings(p.add_argument_group("speed (the same math up to float rounding)"), SPEED_GROUP)
 
@@ -294,43 +258,60 @@ def add_threads(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=_threads, metavar="N", help=THREADS_HELP)
 
 
-def add_declared(p: argparse.ArgumentParser, cls: type, groups: dict[str, Any] | None = None) -> None:
+def add_declared(
+    p: argparse.ArgumentParser, cls: type, groups: dict[str, Any] | None = None, skip: tuple[str, ...] = ()
+) -> dict[str, argparse.Action]:
     """The flags of dataclass ``cls``'s fields that declare one (:func:`learngene.settings.field`), in declaration
-    order: a field's type, choices and range as declared (checked as the dataclass checks them), its help and metavar;
-    ``groups``: an argument group (its title and description) for the fields that declare that ``group``. Not given:
-    None, the field's default (shown in the help)."""
-    hints, made = typing.get_type_hints(cls), {}
+    order, on ``p`` (a parser or an argument group): a field's type, choices and range as declared (checked as the
+    dataclass checks them, refused in the same line, :func:`learngene.pipeline.requests.refused_line`), its help and
+    metavar; a ``dict`` field is a repeatable ``KEY=VALUE`` flag. ``groups``: an argument group (its title and
+    description) for the fields that declare that ``group``; ``skip``: fields whose flag this command has not. Not
+    given: the field's default (shown in the help), None for a field without one. Returns each flag's action by field
+    name (e.g. to give the help a lazy text)."""
+    hints, made, actions = typing.get_type_hints(cls), {}, {}
     for f in dataclasses.fields(cls):
         meta = f.metadata
-        if not meta.get("flag"):
+        if not meta.get("flag") or f.name in skip:
             continue
         group = meta.get("group")
         if group in (groups or {}) and group not in made:
             made[group] = p.add_argument_group(*groups[group])  # type: ignore[index]
         target = made.get(group, p)
-        tp, shown = hints[f.name], "" if f.default in (None, dataclasses.MISSING) else " (default: %(default)s)"
+        tp = hints[f.name]
+        shown = "" if tp is bool or f.default in (None, dataclasses.MISSING) else " (default: %(default)s)"
         kwargs: dict[str, Any] = {"default": None if f.default is dataclasses.MISSING else f.default}
         if tp is bool:
             kwargs["action"] = "store_true"
+        elif typing.get_origin(tp) is dict:  # by name on the command line: KEY=VALUE, repeated
+            kwargs["action"] = "append"
         elif offered := choices(tp):
             kwargs["choices"] = offered
         else:
             kinds = (tp, *typing.get_args(tp))
             parse = count if meta.get("counts") else integer if int in kinds else real if float in kinds else str
-            kwargs["type"] = _declared(f, tp, parse)
+            kwargs["type"] = _declared(cls, f, tp, parse)
         if "metavar" in meta:
             kwargs["metavar"] = meta["metavar"]
-        target.add_argument(meta["flag"], help=meta.get("help", "") + shown, **kwargs)
+        actions[f.name] = target.add_argument(meta["flag"], help=meta.get("help", "") + shown, **kwargs)
+    return actions
 
 
-def _declared(f: dataclasses.Field, tp: Any, parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """A declared field's flag parser: ``parse``, then the field's own check (its words if it refuses)."""
+def _declared(cls: type, f: dataclasses.Field, tp: Any, parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A declared field's flag parser: ``parse``, then the check Python runs when ``cls`` is made with that value
+    (its ``refuse``, e.g. :meth:`learngene.pipeline.requests.Choices.refuse`, else the field's declaration), refused in
+    the same line."""
+    from ..pipeline.requests import refused_line
 
     def check(text: str) -> Any:
         value = parse(text)
-        bad = refusal_of(f, tp, value)
-        if bad is not None:
-            raise argparse.ArgumentTypeError(f"{f.name} must be {bad.wanted}, got {text}")
+        refuse = getattr(cls, "refuse", None)
+        try:
+            if refuse is not None:
+                refuse(f.name, value)
+            elif (bad := refusal_of(f, tp, value)) is not None:
+                raise LearngeneError(refused_line(cls, bad))
+        except LearngeneError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
         return value
 
     check.__name__ = getattr(parse, "__name__", "value")  # argparse names the type in its "invalid ... value" message

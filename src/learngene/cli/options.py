@@ -15,7 +15,8 @@ from ..formats.atomic import check_not_input, printable
 from ..formats.atomic import check_outputs as check_output_files
 from ..formats.export import check_output_folder, wants_folder
 from ..pipeline.inputs import Say
-from ..pipeline.requests import AncestryRequest, DataRequest, ExpandChoices, timm_arguments
+from ..pipeline.requests import AncestryRequest, DataRequest, timm_arguments
+from ..settings import flagged
 from ..training import distributed as dist
 from ..training.config import TrainConfig
 from ..vit.spec import SIZE_FLAG_FIELDS
@@ -30,18 +31,17 @@ def size_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def data_from_args(args: argparse.Namespace) -> DataRequest:
-    """The data flags as a :class:`~learngene.pipeline.inputs.DataRequest` (``--img-size`` / ``--in-chans`` resize
-    the data too)."""
-    return DataRequest(
-        args.data,
-        args.data_dir,
-        getattr(args, "img_size", None),
-        getattr(args, "in_chans", None),
-        args.aug,
-        args.workers,
-        args.few_shot,
-        args.train_images,
-    )
+    """The data flags as a :class:`~learngene.pipeline.inputs.DataRequest` (``--img-size`` / ``--in-chans``, the size
+    flags, resize the data too)."""
+    sizes: dict[str, Any] = {name: getattr(args, name, None) for name in ("img_size", "in_chans")}
+    return DataRequest(**declared_from_args(args, DataRequest), **sizes)
+
+
+def declared_from_args(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The fields of dataclass ``cls`` that the flags made by :func:`learngene.cli.flags.add_declared` give, by name
+    (each read where argparse put its flag)."""
+    dests = {f.name: f.metadata["flag"].lstrip("-").replace("-", "_") for f in flagged(cls)}
+    return {name: getattr(args, dest) for name, dest in dests.items() if hasattr(args, dest)}
 
 
 def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -51,16 +51,10 @@ def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {**given, "progress": not args.quiet}
 
 
-def training_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The flags of the commands that train as their use case's keyword arguments: the data, the training settings,
-    ``--run-dir``, ``--resume`` and ``--license``."""
-    return {
-        "data": data_from_args(args),
-        "train_cfg": settings_from_args(args),
-        "run_dir": args.run_dir,
-        "resume": args.resume,
-        "license": args.license,
-    }
+def training_from_args(args: argparse.Namespace, choices: type) -> dict[str, Any]:
+    """The flags of the commands that train as their use case's keyword arguments: the data, the training settings
+    and the fields of its ``choices`` (a :class:`~learngene.pipeline.requests.Choices` class) by name."""
+    return {"data": data_from_args(args), "train_cfg": settings_from_args(args), **choices_from_args(args, choices)}
 
 
 def ancestry_from_args(args: argparse.Namespace) -> AncestryRequest:
@@ -81,9 +75,13 @@ def teacher_from_args(args: argparse.Namespace) -> AncestryRequest | None:
     return AncestryRequest(args.teacher, args.teacher_timm_model) if args.teacher else None
 
 
-def expand_choices_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The :class:`~learngene.pipeline.requests.ExpandChoices` the flags give, by name (each field's flag)."""
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(ExpandChoices) if hasattr(args, f.name)}
+def choices_from_args(args: argparse.Namespace, choices: type) -> dict[str, Any]:
+    """The fields of ``choices`` (a :class:`~learngene.pipeline.requests.Choices` class) the flags give, by name (each
+    field's flag, :func:`learngene.cli.flags.add_declared`); ``--teacher`` with ``--teacher-timm-model``."""
+    given = declared_from_args(args, choices)
+    if hasattr(args, "teacher_timm_model"):
+        given["teacher"] = teacher_from_args(args)
+    return given
 
 
 def check_outputs(

@@ -73,7 +73,7 @@ def adapt(
     size = size_argument(size)
     say = speaker(say)
     cfg = train_config(train_cfg, "adapt", f"adapt {loaded.method}", mixup=mixup_of(data))
-    open_run_dir(run_dir, resume, cfg)
+    open_run_dir(chosen, cfg)
     cls = get_method(loaded.method)
     opts = method_options(cls.Config, options)
     bound = bind_gene(loaded, ADAPT, source=source, method=cls, options=opts)

@@ -74,7 +74,7 @@ def condense(
     requested = ancestry_argument(ancestry)
     data = None if data is None else data_argument(data)
     cfg = train_config(train_cfg, "condense", f"condense {made.name}", **_phase_defaults(made, data))
-    open_run_dir(run_dir, resume, cfg)
+    open_run_dir(chosen, cfg)
     source = requested.load() if isinstance(requested, AncestryRequest) else requested
     if source.spec is None and made.needs_vit_ancestry:
         raise LearngeneError(_not_a_vit(made, source))

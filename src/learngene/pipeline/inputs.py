@@ -26,7 +26,6 @@ from ..errors import (
     shown,
 )
 from ..formats.atomic import quote
-from ..formats.licenses import check_license
 from ..formats.weights import nonfinite_tensor
 from ..method import Ancestry
 from ..training import distributed as dist
@@ -35,7 +34,7 @@ from ..training.loop import CHECKPOINT
 from ..training.run_dirs import lock_run_dir
 from ..validate import parse_options
 from ..vit.spec import ViTSpec, check_state_shapes, get_preset
-from .requests import AncestryRequest, DataRequest
+from .requests import AncestryRequest, DataRequest, RunChoices
 
 PathArg = str | os.PathLike
 # a line about what is about to run (``banner=True``: left out by a quiet command line) or what was decided
@@ -77,11 +76,6 @@ def check_path(value: Any, name: str) -> PathArg:
 def optional_path(value: Any, name: str) -> PathArg | None:
     """A file or folder path argument, or None."""
     return None if value is None else check_path(value, name)
-
-
-def check_license_argument(license: Any) -> str | None:
-    """The licence a use case records instead of its input's: None, or an SPDX identifier."""
-    return None if license is None else check_license(license, "license")
 
 
 def ancestry_argument(ancestry: Any) -> Ancestry | AncestryRequest:
@@ -247,12 +241,12 @@ def train_config(settings: Any, use_case: str, desc: str | None = None, **defaul
     return cfg.replace(desc=desc) if desc is not None and cfg.desc == TrainConfig.desc else cfg
 
 
-def open_run_dir(run_dir: Any, resume: Any, cfg: TrainConfig | None = None) -> None:
+def open_run_dir(chosen: RunChoices, cfg: TrainConfig | None = None) -> None:
     """Refuse ``resume`` without a run directory, loggers (``cfg.log``) with nowhere to write, a run directory that is
     a file, or one whose checkpoint a run that does not resume would overwrite; then lock it for this run (rank 0;
-    the lock is held until the process releases it: :func:`learngene.training.run_dirs.release_run_dirs`, or exits)."""
-    optional_path(run_dir, "run_dir")
-    check_flag(resume, "resume")
+    the lock is held until the process releases it: :func:`learngene.training.run_dirs.release_run_dirs`, or exits).
+    The values' kinds were checked when ``chosen`` was made."""
+    run_dir, resume = chosen.run_dir, chosen.resume
     flag = named("run_dir")
     if resume and not run_dir:
         raise LearngeneError(f"{named('resume')} continues from RUN_DIR/checkpoint.pt; pass {flag} too")

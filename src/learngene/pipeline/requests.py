@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from ..errors import ArgumentTypeError, LearngeneError, named, shown
 from ..settings import field
 from ..training.config import MAX_IMAGES
-from ..validate import parse_assignment, refusal, refuse_repeat
+from ..validate import Refusal, parse_assignment, refusal, refuse_repeat
 
 if TYPE_CHECKING:
     from ..data import Data
@@ -42,8 +42,13 @@ def check_request(request: Any) -> None:
     if bad is None:
         return
     error = ArgumentTypeError if bad.of_type else LearngeneError
-    got = shown(bad.value, 60)
-    raise error(f"{type(request).__name__} {bad.named} must be {bad.wanted}, got {got}; give {bad.expected}")
+    raise error(refused_line(type(request), bad))
+
+
+def refused_line(owner: type, bad: Refusal) -> str:
+    """The one line that refuses ``bad``, a value of a field of dataclass ``owner``: the same from Python (when the
+    request is made) and on the command line (when its flag is read, :func:`learngene.cli.flags.add_declared`)."""
+    return f"{owner.__name__} {bad.named} must be {bad.wanted}, got {shown(bad.value, 60)}; give {bad.expected}"
 
 
 @dataclass(frozen=True)
@@ -63,23 +68,56 @@ class DataRequest:
         train_images: keep a random subset of this many training images, chosen with the run's seed.
     """
 
+    # img_size and in_chans have no flag of their own: on the command line they are the model's size flags
     source: str = field("fashion_mnist", flag="--data", nonempty=True, help="a registered data source")
-    data_dir: str | os.PathLike | None = field(None, flag="--data-dir", nonempty=True, help="where the data lie")
-    img_size: int | None = field(None, flag="--img-size", at_least=1, help="the images' size, instead of the model's")
-    in_chans: int | None = field(None, flag="--in-chans", at_least=1, help="the images' channels, not the model's")
-    aug: Literal["none", "deit"] = field("none", flag="--aug", help="training augmentation of an RGB image folder")
+    data_dir: str | os.PathLike | None = field(
+        None,
+        flag="--data-dir",
+        nonempty=True,
+        help="where the data lie (default: $LEARNGENE_DATA, then system locations)",
+    )
+    img_size: int | None = field(None, at_least=1, help="the images' size, instead of the model's")
+    in_chans: int | None = field(None, at_least=1, help="the images' channels, not the model's")
+    aug: Literal["none", "deit"] = field(
+        "none",
+        flag="--aug",
+        help="training augmentation of an RGB image folder: deit = timm's random-resized crop, flip, RandAugment "
+        "rand-m9-mstd0.5-inc1 and random erasing 0.25 per image, then mixup 0.8 / cutmix 1.0 per batch with soft "
+        "targets (DeiT's recipe; DeiT also uses --label-smoothing 0.1)",
+    )
     workers: int | None = field(
-        None, flag="--workers", at_least=0, at_most=MAX_WORKERS, help="DataLoader processes (None: automatic)"
+        None,
+        flag="--workers",
+        metavar="N",
+        at_least=0,
+        at_most=MAX_WORKERS,
+        help="DataLoader processes decoding an image folder (default: auto, min(8, CPUs per process - 1); 0: in the "
+        "main process)",
     )
     few_shot: int | None = field(
-        None, flag="--few-shot", at_least=1, at_most=MAX_IMAGES, help="K labelled training images per class"
+        None,
+        flag="--few-shot",
+        metavar="K",
+        at_least=1,
+        at_most=MAX_IMAGES,
+        help="use K labelled training images per class",
     )
     train_images: int | None = field(
-        None, flag="--train-images", at_least=1, at_most=MAX_IMAGES, help="a subset of N training images"
+        None,
+        flag="--train-images",
+        metavar="N",
+        at_least=1,
+        at_most=MAX_IMAGES,
+        help="use a random subset of N training images",
     )
 
     def __post_init__(self) -> None:
         check_request(self)
+
+    @classmethod
+    def refuse(cls, name: str, value: Any) -> None:
+        """Refuse ``value`` for field ``name`` as making the request with it would (its flag's check)."""
+        cls(**{name: value})
 
     def load(
         self,
@@ -207,6 +245,12 @@ class Choices:
     def given(self) -> list[dataclasses.Field]:
         """The fields set to something else than their default, in declaration order."""
         return [f for f in dataclasses.fields(self) if getattr(self, f.name) != f.default]  # type: ignore[arg-type]
+
+    @classmethod
+    def refuse(cls, name: str, value: Any) -> None:
+        """Refuse ``value`` for field ``name`` as making the choices with it would (its flag's check, so that the
+        command line and Python refuse it in the same line)."""
+        cls(**{name: value})
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ def train_ancestry(
     size = size_argument(size)
     say = speaker(say)
     cfg = train_config(train_cfg, "ancestry", "ancestry", mixup=mixup_of(data))
-    open_run_dir(run_dir, resume, cfg)
+    open_run_dir(chosen, cfg)
     train, test = load_data(data, *size_input(size), seed=cfg.seed)
     spec = resolve_spec(size, data=train)
     with seeded_draws(cfg.seed):  # timm's initialization, from the global generator (learngene.host.rng)
@@ -141,7 +141,7 @@ def train(
             f"{named('distill_lambda', '--distill-lambda')} needs a teacher to distil from; pass "
             f"{named('teacher')} ANCESTRY, or leave the distillation weight out"
         )
-    open_run_dir(run_dir, resume, cfg)
+    open_run_dir(chosen, cfg)
     loaded, preprocessing = _model(model, inplace)
     if cfg.desc == "train":  # named by what it fine-tunes, e.g. "train tleg descendant" (the loggers' run name)
         what = " ".join(str(loaded.origin[k]) for k in ("method", "kind") if loaded.origin.get(k))
