@@ -82,6 +82,10 @@ class Declaration(TypedDict, total=False):
     counts: bool
 
 
+# the random seed, a training setting (TrainConfig.seed) and an expand choice (ExpandChoices.seed): declared once
+SEED: dict[str, Any] = {"flag": "--seed", "at_least": 0, "help": "random seed, 0 or more"}
+
+
 def field(
     default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING, **declared: Unpack[Declaration]
 ) -> Any:

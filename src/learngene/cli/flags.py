@@ -126,13 +126,16 @@ def _size(f, tp):
     return check
 
 
-DATA_DIR = "where the data lie (default: $LEARNGENE_DATA, then system locations)"
 FASHION_MNIST_DIR = "folder with the Fashion-MNIST IDX files"  # bench and demo: Fashion-MNIST only
 
 
-def add_data_dir(g, help: str = DATA_DIR) -> None:
-    """``--data-dir``: where a command's data lie."""
-    g.add_argument("--data-dir", help=help)
+def add_data_dir(g, help: str | None = None) -> None:
+    """``--data-dir``: where a command's data lie, as :class:`~learngene.pipeline.requests.DataRequest` declares it
+    (``help``: this command's own words)."""
+    from ..pipeline.requests import DataRequest
+
+    f = next(f for f in dataclasses.fields(DataRequest) if f.name == "data_dir")
+    g.add_argument(f.metadata["flag"], help=help or f.metadata["help"])
 
 
 def add_data_args(p: argparse.ArgumentParser) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ..errors import ArgumentTypeError, LearngeneError, named, shown
-from ..settings import field
+from ..settings import SEED, field
 from ..training.config import MAX_IMAGES
 from ..validate import Refusal, parse_assignment, refusal, refuse_repeat
 
@@ -393,7 +393,7 @@ class ExpandChoices(Licensed):
 
     CALL: ClassVar[str] = "expand"
 
-    seed: int = field(0, flag="--seed", at_least=0, any_output=True, help="random seed, 0 or more")
+    seed: int = field(0, any_output=True, **SEED)
     top_up: str | None = field(
         None,
         flag="--top-up",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from ..errors import LearngeneError, assigned, named
-from ..settings import field
+from ..settings import SEED, field
 from ..validate import refusal
 
 Kind = Literal["result", "speed", "report"]
@@ -134,7 +134,7 @@ class TrainConfig:
         none_means="on with DeiT's augmentation (DataRequest(aug='deit'), --aug deit), else off",
         help="DeiT's mixup/cutmix with soft targets (data.BatchMixer; --aug deit); needs an even share per rank",
     )
-    seed: int = training_field(0, flag="--seed", group=COMMON, at_least=0, help="random seed, 0 or more")
+    seed: int = training_field(0, group=COMMON, **SEED)
     device: str = training_field("auto", flag="--device", group=COMMON, kind=SPEED, help="auto, cpu, cuda or cuda:N")
     eval_batch_size: int = training_field(
         512, kind=SPEED, above=0, at_most=MAX_IMAGES, help="images per evaluation batch"
