@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -46,9 +47,37 @@ def test_code_metrics_prints_its_figures():
     assert "functions" in done.stdout
 
 
+def _call_walk():
+    spec = importlib.util.spec_from_file_location("call_walk", TOOLS / "call_walk.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_call_walk_collapses_stays_and_counts_the_returns():
+    """The rule of tools/call_walk.py on a walk written out: a, a, b, a, c, b is 5 stays (a a collapse), 3 modules,
+    and 2 returns (the second a, the second b)."""
+    walk = _call_walk().stays(["a", "a", "b", "a", "c", "b"])
+    assert walk == [("a", False), ("b", False), ("a", True), ("c", False), ("b", True)]
+
+
+@pytest.mark.integration
+def test_call_walk_prints_its_figures_of_expands_argument_path():
+    """The tool runs `learngene expand` on the tiny gene it makes; each stay is a first visit or a return, so returns
+    are exactly stays minus modules, and --list prints one line a stay."""
+    done = _run(TOOLS / "call_walk.py", "--list")
+    assert done.returncode == 0, done.stderr
+    *listed, stays, modules, returns = done.stdout.splitlines()
+    figures = [int(line.split()[1]) for line in (stays, modules, returns)]
+    assert figures[0] == len(listed) > 0 and figures[2] == figures[0] - figures[1]
+    assert sum(line.startswith("*") for line in listed) == figures[2]
+
+
 # each tool and the test module that runs it
 RUN_BY = {
     "advice_table.py": "test_advice.py",
+    "call_walk.py": "test_tools.py",
     "code_metrics.py": "test_tools.py",
     "gen_docs.py": "test_docs.py",
     "griffe_roles.py": "test_docs.py",
