@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,31 +71,80 @@ def expand(
     """
     chosen = ExpandChoices.of(choices)
     loaded, source = gene_argument(gene)
-    size = size_argument(size)
-    say = speaker(say)
+    size, say = size_argument(size), speaker(say)
     cls = get_method(loaded.method)
     opts = method_options(cls.Config, options)
     output = chosen.output()
     if output is not None:
-        refused = [*size_fields(size), *(["options"] if opts else []), *chosen.beside_output()]
-        declared = _find_output(cls, output[0], loaded)
-        if refused:
-            raise LearngeneError(
-                f"{named(refused[0], '--opt' if refused[0] == 'options' else None)} does not apply with "
-                f"{named(output[0])}: {declared.what} has {declared.sizes}; leave it out"
-            )
-        bound = bind_gene(loaded, EXPAND, source=source, method=cls, check=False)
-        return _declared_output(bound, declared, output[1], chosen)
-    _check_size_known(loaded, source, size)
-    spec = resolve_spec(size, base=loaded.ancestry or loaded.layout)
-    bound = bind_gene(loaded, EXPAND, source=source, method=cls, seed=chosen.seed, check=False, options=opts)
+        return _expand_to_output(loaded, source, cls, size, opts, chosen, output)
+    plan = plan_descendant(loaded, source, cls, size, opts, chosen, say)
+    model, provided = build_descendant(plan.expanded, plan.spec, chosen.seed, chosen.top_up)
+    return _descendant(plan, model, provided, chosen, say)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a descendant is made at and from, decided before it is built: ``spec`` (a budget's pick, where one is
+    given), the ``bound`` gene, the ancestry layers ``kept`` (``layers``) and the gene reduced to them
+    (``expanded``), and the ancestry loaded to ``verify`` against."""
+
+    bound: BoundMethod
+    spec: ViTSpec
+    kept: list[int] | None
+    expanded: BoundMethod
+    ancestry: Ancestry | None
+
+
+def plan_descendant(
+    gene: Learngene,
+    source: str | os.PathLike | None,
+    cls: type[Method],
+    size: SizeArg | None,
+    options: dict[str, Any],
+    chosen: ExpandChoices,
+    say: Say,
+) -> Plan:
+    """The size, the bound gene, the layers kept and the ancestry to verify against of ``gene``'s descendant, each
+    refused in one line before anything is built: the size (over the ancestry's) refused when the gene records none
+    to give it over, then a budget's pick (said), ``layers`` and ``verify``."""
+    _check_size_known(gene, source, size)
+    spec = resolve_spec(size, base=gene.ancestry or gene.layout)
+    bound = bind_gene(gene, EXPAND, source=source, method=cls, seed=chosen.seed, check=False, options=options)
     if chosen.max_params is not None or chosen.max_flops is not None:
         spec, picked = _fit_to_budget(bound, spec, size, chosen)
         say(picked, banner=True)
     kept = _kept_layers(bound, spec, chosen) if chosen.layers is not None else None
     ancestry = _verify_ancestry(bound, spec, chosen) if chosen.verify is not None else None
     expanded = bound.keeping(kept) if kept is not None else bound  # the gene reduced to the layers kept
-    model, provided = build_descendant(expanded, spec, chosen.seed, chosen.top_up)
+    return Plan(bound, spec, kept, expanded, ancestry)
+
+
+def _expand_to_output(
+    gene: Learngene,
+    source: str | os.PathLike | None,
+    cls: type[Method],
+    size: SizeArg | None,
+    options: dict[str, Any],
+    chosen: ExpandChoices,
+    output: tuple[str, Any],
+) -> Descendant:
+    """The output the gene's method declares (``output``: its name and value), refusing a size, options and the
+    choices that do not apply to it."""
+    refused = [*size_fields(size), *(["options"] if options else []), *chosen.beside_output()]
+    declared = _find_output(cls, output[0], gene)
+    if refused:
+        raise LearngeneError(
+            f"{named(refused[0], '--opt' if refused[0] == 'options' else None)} does not apply with "
+            f"{named(output[0])}: {declared.what} has {declared.sizes}; leave it out"
+        )
+    bound = bind_gene(gene, EXPAND, source=source, method=cls, check=False)
+    return _declared_output(bound, declared, output[1], chosen)
+
+
+def _descendant(plan: Plan, model: nn.Module, provided: list[str], chosen: ExpandChoices, say: Say) -> Descendant:
+    """The descendant built by ``plan``: its origin, summary and model card, with the layers kept and the verified
+    difference (said) where they were asked for."""
+    bound, spec, kept, loaded = plan.bound, plan.spec, plan.kept, plan.bound.gene
     origin = _origin(bound, provided, chosen)
     top_up = chosen.top_up
     summary = (
@@ -107,10 +157,10 @@ def expand(
         origin["layers"] = {"rule": rule, "kept": kept}
         card["ancestry layers kept"] = f"{', '.join(map(str, kept))} of 0..{loaded.require_layout().depth - 1} ({rule})"
         summary += f", ancestry layers {','.join(map(str, kept))}"
-    if ancestry is not None:
-        origin["verify"], card["verified"] = _verified(ancestry, model, spec, chosen)
+    if plan.ancestry is not None:
+        origin["verify"], card["verified"] = _verified(plan.ancestry, model, spec, chosen)
         say(card["verified"])
-    inputs = input_paths(source)
+    inputs = input_paths(bound.source)
     return Descendant(model, spec, origin, loaded.preprocessing, summary, provided, card, inputs=inputs)
 
 
