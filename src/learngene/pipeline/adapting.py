@@ -89,8 +89,23 @@ def adapt(
             loaded, spec, AdaptInputs(train, cfg, eval=test, run_dir=run_dir, resume=resume)
         )
     adapted.license = chosen.license or loaded.license
-    expanding = bind_gene(adapted, EXPAND, method=cls, seed=cfg.seed, check=False)
-    model, provided = build_descendant(expanding, spec, cfg.seed)
+    return _adapted(bound, adapted, result, spec, opts, (train, data), cfg.seed)
+
+
+def _adapted(
+    bound: BoundMethod,
+    adapted: Learngene,
+    result: Any,
+    spec: ViTSpec,
+    opts: dict[str, Any],
+    data: tuple[Any, DataArg],
+    seed: int,
+) -> Adapted:
+    """The adapted gene and its descendant at ``spec``, drawn with ``seed``, recording how it was adapted (``data``:
+    the training data loaded, and the data argument whose path it must not be saved over)."""
+    loaded, source, (train, given) = bound.gene, bound.source, data
+    expanding = bind_gene(adapted, EXPAND, method=type(bound.method), seed=seed, check=False)
+    model, provided = build_descendant(expanding, spec, seed)
     facts = {
         "adapted_on": train.name,
         "adapt_steps": result.steps,
@@ -103,7 +118,7 @@ def adapt(
     summary = f"{spec.short()} timm ViT adapted for {result.steps} steps" + (
         f", accuracy {result.final_acc:.4f}" if result.final_acc is not None else ""
     )
-    descendant = ModelOutput(model, spec, origin, preprocessing_cfg(train), summary, inputs=input_paths(source, data))
+    descendant = ModelOutput(model, spec, origin, preprocessing_cfg(train), summary, inputs=input_paths(source, given))
     return Adapted(adapted, descendant, result, expanding.method)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 from ..ancestry import feed_size
 from ..binding import check_before_saving
@@ -15,6 +16,7 @@ from ..formats.weights import digest
 from ..host.rng import seeded_draws
 from ..method import Ancestry, CondenseInputs, Method
 from ..registry import get_method, list_methods
+from ..training.config import TrainConfig
 from ..vit.spec import ViTSpec
 from .inputs import (
     DataArg,
@@ -68,7 +70,6 @@ def condense(
             SPDX identifier; default: the ancestry's).
     """
     chosen = CondenseChoices.of(choices)
-    run_dir, resume = chosen.run_dir, chosen.resume
     say = speaker(say)
     made = _method(method, options)
     requested = ancestry_argument(ancestry)
@@ -78,21 +79,30 @@ def condense(
     source = requested.load() if isinstance(requested, AncestryRequest) else requested
     if source.spec is None and made.needs_vit_ancestry:
         raise LearngeneError(_not_a_vit(made, source))
-    inputs, preprocessing = None, source.preprocessing
-    if made.needs_data:
-        train, test = _fed_data(source, data, cfg.seed)
-        say(f"condense {made.name} on {train.name}: {len(train)} images", banner=True)
-        run_cfg = cfg.replace(identity=_run_identity(made, source)) if run_dir else cfg
-        inputs = CondenseInputs(train=train, eval=test, train_cfg=run_cfg, run_dir=run_dir, resume=resume)
-        preprocessing = preprocessing_cfg(train)  # what the gene's tensors were trained on
+    inputs, preprocessing = _condense_inputs(made, source, data, cfg, chosen, say)
     with seeded_draws(cfg.seed):  # a condensation's initial tensors and training draw from the global generators
         gene = dataclasses.replace(made.condense(source, inputs), preprocessing=preprocessing)
-    gene.label_space = source.label_space
+    gene.label_space, gene.ancestry_source = source.label_space, source.source
     gene.license = chosen.license or source.license
-    gene.ancestry_source = source.source
     check_before_saving(gene, made)
     notes = [n for n in (made.condense_note(gene), _free_start_note(made, source)) if n]
     return Condensed(gene, "; ".join(notes) or None, inputs=input_paths(ancestry, data))
+
+
+def _condense_inputs(
+    made: Method, source: Ancestry, data: DataArg | None, cfg: TrainConfig, chosen: CondenseChoices, say: Say
+) -> tuple[CondenseInputs | None, dict[str, Any] | None]:
+    """What ``made`` condenses ``source`` with, and the preprocessing its gene's tensors expect: for a method that
+    trains on data, the data fed at the ancestry's input (said), the run's settings and directory, and the data's
+    preprocessing; else nothing, and the ancestry's preprocessing."""
+    if not made.needs_data:
+        return None, source.preprocessing
+    train, test = _fed_data(source, data, cfg.seed)
+    say(f"condense {made.name} on {train.name}: {len(train)} images", banner=True)
+    run_dir, resume = cast("str | Path | None", chosen.run_dir), chosen.resume
+    run_cfg = cfg.replace(identity=_run_identity(made, source)) if run_dir else cfg
+    inputs = CondenseInputs(train=train, eval=test, train_cfg=run_cfg, run_dir=run_dir, resume=resume)
+    return inputs, preprocessing_cfg(train)  # the data's: what the gene's tensors were trained on
 
 
 def _free_start_note(method: Method, ancestry: Ancestry) -> str | None:
