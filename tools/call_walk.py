@@ -17,12 +17,14 @@ The rule:
 - The walk starts at ``main()`` and ends at the first call of ``learngene.descendant.build_descendant`` (the
   descendant's construction starts: what follows is building the model, not carrying the arguments).
 - Left out, with every call beneath them: building the argument parser (``learngene.cli.parser.build_parser``: every
-  command's flags, not this command's arguments) and module bodies run by an import (``<module>``).
+  command's flags, not this command's arguments) and module bodies run by an import (``<module>``). Comprehensions
+  (``<listcomp>``, ``<dictcomp>``, ``<setcomp>``, ``<genexpr>``) are no steps: they are code of the function they sit
+  in (Python 3.12 inlines most of them), so a call they make counts as that function's.
 - Consecutive steps in one module are collapsed into one **stay**. A stay in a module that an earlier, non-adjacent
   stay was already in is a **return to a module already left**; ``returns`` counts them.
 
 It prints ``stays S``, ``modules M`` and ``returns R`` (``--list`` also prints the stays, one module a line, a return
-marked ``*``). The figure depends only on the code's call structure, not on the machine's speed.
+marked ``*``; ``--steps`` prints every step as ``module:function`` instead, to see which call makes a return). The figure depends only on the code's call structure, not on the machine's speed.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from types import FrameType
 from typing import Any
 
 STOP = ("learngene.descendant", "build_descendant")  # where the argument path ends: the model's construction
+COMPREHENSIONS = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")
 SKIP = {("learngene.cli.parser", "build_parser")}  # left out with everything beneath: the parser of every command
 CORRIDOR = ("learngene.cli", "learngene.pipeline")  # the packages whose calls are the walk's steps
 
@@ -58,8 +61,9 @@ def make_gene(folder: Path) -> Path:
     return gene
 
 
-def record(argv: list[str]) -> list[str]:
-    """The modules of the walk's steps (see the module's docstring), running ``learngene`` with ``argv``."""
+def record(argv: list[str], functions: bool = False) -> list[str]:
+    """The modules of the walk's steps (see the module's docstring), running ``learngene`` with ``argv``;
+    ``functions``: each as ``module:function`` instead (every step then listed, none collapsed)."""
     from learngene.cli import main
 
     steps: list[str] = []
@@ -81,8 +85,8 @@ def record(argv: list[str]) -> list[str]:
             state["done"] = True
         elif name == "<module>" or (module, name) in SKIP:
             state["skip"] = state["depth"]
-        elif module.startswith("learngene") and _caller(frame).startswith(CORRIDOR):
-            steps.append(module)
+        elif module.startswith("learngene") and name not in COMPREHENSIONS and _caller(frame).startswith(CORRIDOR):
+            steps.append(f"{module}:{name}" if functions else module)
 
     sys.setprofile(profile)
     try:
@@ -96,7 +100,7 @@ def record(argv: list[str]) -> list[str]:
 
 
 def _caller(frame: FrameType) -> str:
-    """The module of the function that made the call ``frame`` runs."""
+    """The module of the function that made the call ``frame`` runs (a comprehension's: the function it sits in)."""
     return frame.f_back.f_globals.get("__name__", "") if frame.f_back is not None else ""
 
 
@@ -114,11 +118,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="How often expand's argument path returns to a module it left.")
     parser.add_argument("--depth", type=int, default=1, help="the descendant's depth (default: %(default)s)")
     parser.add_argument("--list", action="store_true", help="print the stays too")
+    parser.add_argument("--steps", action="store_true", help="print every step as module:function, then stop")
     parser.add_argument("extra", nargs="*", help="more flags of learngene expand (after --)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         gene = make_gene(Path(tmp))
-        walk = stays(record(["expand", str(gene), "--depth", str(args.depth), "--out", f"{tmp}/d", *args.extra]))
+        argv = ["expand", str(gene), "--depth", str(args.depth), "--out", f"{tmp}/d", *args.extra]
+        if args.steps:
+            print("\n".join(record(argv, functions=True)))
+            return 0
+        walk = stays(record(argv))
     if args.list:
         for module, back in walk:
             print(f"{'*' if back else ' '} {module}")

@@ -13,7 +13,7 @@ from torch import nn
 
 from ..binding import BoundMethod, bind_gene
 from ..descendant import build_descendant, fit_gene_to_budget
-from ..errors import LearngeneError, assigned, named, require_argument
+from ..errors import LearngeneError, assigned, named
 from ..formats.atomic import quote
 from ..formats.hub import describe_source, is_hub_name
 from ..formats.labels import describe as describe_labels
@@ -70,11 +70,10 @@ def expand(
             a size, options and the choices that do not apply to it.
     """
     chosen = ExpandChoices.of(choices)
-    loaded, source = gene_argument(gene)
-    size, say = size_argument(size), speaker(say)
-    cls = get_method(loaded.method)
-    opts = method_options(cls.Config, options)
     output = chosen.output()
+    loaded, source = gene_argument(gene)
+    cls = get_method(loaded.method)
+    opts, say, size = method_options(cls.Config, options), speaker(say), size_argument(size)
     if output is not None:
         return _expand_to_output(loaded, source, cls, size, opts, chosen, output)
     plan = plan_descendant(loaded, source, cls, size, opts, chosen, say)
@@ -262,8 +261,7 @@ def gene_argument(gene: Any) -> tuple[Learngene, str | os.PathLike | None]:
     if isinstance(gene, Learngene):
         check_values(gene, None)  # what Learngene.load checks of a file
         return gene, None
-    require_argument(gene, (str, os.PathLike), "gene", "a Learngene or a learngene file's path")
-    return Learngene.load(check_path(gene, "gene")), gene
+    return Learngene.load(check_path(gene, "gene", "a Learngene or a learngene file's path")), gene
 
 
 def _origin(bound: BoundMethod, provided: list[str], chosen: ExpandChoices) -> dict[str, Any]:

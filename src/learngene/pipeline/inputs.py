@@ -65,9 +65,10 @@ def check_flag(value: Any, name: str) -> bool:
     return value
 
 
-def check_path(value: Any, name: str) -> PathArg:
-    """A file or folder path argument: a non-empty string or path."""
-    require_argument(value, (str, os.PathLike), name, "a file or folder path")
+def check_path(value: Any, name: str, what: str = "a file or folder path") -> PathArg:
+    """A file or folder path argument: a non-empty string or path (``what``: how a refusal of another kind names
+    what it takes)."""
+    require_argument(value, (str, os.PathLike), name, what)
     if not str(value).strip():
         raise LearngeneError(f"{name} is an empty path; give a file or folder path")
     return value
@@ -270,7 +271,7 @@ def open_run_dir(chosen: RunChoices, cfg: TrainConfig | None = None) -> None:
 def method_options(config_cls: type, options: Any) -> dict[str, Any]:
     """A method's options by name: a mapping as it is, or a list of ``KEY=VALUE`` texts (``--opt``) read for their
     fields' types (:func:`learngene.validate.parse_options`); a single text is refused, not read letter by letter."""
-    if options is None:
+    if options is None or (isinstance(options, (list, tuple)) and not options):  # none given: nothing to parse
         return {}
     if isinstance(options, Mapping):
         return dict(options)

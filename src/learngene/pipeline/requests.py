@@ -454,6 +454,9 @@ class ExpandChoices(Licensed):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", layer_rule(self.layers))
+        outputs = [f.name for f in self.given() if f.metadata.get("output")]  # before the values' checks: by name
+        if len(outputs) > 1:
+            raise LearngeneError(f"{named(outputs[0])} and {named(outputs[1])} are two outputs; ask for one")
         super().__post_init__()
         if isinstance(self.layers, tuple) and (
             self.layers[0] < 0 or any(b <= a for a, b in zip(self.layers, self.layers[1:], strict=False))
@@ -462,9 +465,6 @@ class ExpandChoices(Licensed):
                 f"{named('layers')} {','.join(map(str, self.layers))}: give 0-based ancestry layers, each once, in "
                 f"increasing order (a descendant's layers keep the ancestry's order)"
             )
-        outputs = [f.name for f in self.given() if f.metadata.get("output")]
-        if len(outputs) > 1:
-            raise LearngeneError(f"{named(outputs[0])} and {named(outputs[1])} are two outputs; ask for one")
 
     def output(self) -> tuple[str, Any] | None:
         """``(name, value)`` of the declared output asked for, or None for a timm ViT."""
