@@ -30,7 +30,6 @@ EPILOG = "`learngene methods` lists every method with its options"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", required=True, help="a registered method (`learngene methods` lists them)")
-    add_ancestry_args(p)
     add_method_options(p)
     add_data_args(p)
     add_train_args(p, "condense")
@@ -38,24 +37,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_common(p)
     add_output(p, "learngene")
     add_choices(p, CondenseChoices)
-    _add_checkpoint_sizes(p)
+    _add_ancestry(p)
 
 
-def _add_checkpoint_sizes(p: argparse.ArgumentParser) -> None:
-    """The sizes of a plain timm checkpoint's model, which its file does not record (with ``--timm-model``)."""
+def _add_ancestry(p: argparse.ArgumentParser) -> None:
+    """The ancestry's flags, with the sizes of a plain timm checkpoint's model, which its file does not record, and
+    its other timm arguments (with ``--timm-model``)."""
     g = p.add_argument_group("timm checkpoint sizes (with --timm-model)")
+    add_ancestry_args(p, timm_args=g)
     add_size_flag(g, "num_classes", "classifier outputs of the checkpoint")
     add_size_flag(g, "img_size", "input resolution of the checkpoint (data are resized to it)")
     add_size_flag(
         g, "in_chans", "input channels of the checkpoint (grey data are repeated to 3; colour data for 1 are refused)"
-    )
-    g.add_argument(
-        "--timm-arg",
-        action="append",
-        metavar="KEY=VALUE",
-        help="another timm.create_model argument of the checkpoint's model, e.g. depth=6 or "
-        "dynamic_img_size=true (value read as JSON; repeatable; architecture arguments only: the weights are the "
-        "--ancestry file's)",
     )
 
 

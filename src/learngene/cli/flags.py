@@ -283,6 +283,8 @@ def add_declared(
         tp = hints[f.name]
         shown = "" if tp is bool or f.default in (None, dataclasses.MISSING) else " (default: %(default)s)"
         kwargs: dict[str, Any] = {"default": None if f.default is dataclasses.MISSING else f.default}
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            kwargs["required"] = True  # a field the request cannot be made without
         if tp is bool:
             kwargs["action"] = "store_true"
         elif typing.get_origin(tp) is dict:  # by name on the command line: KEY=VALUE, repeated
@@ -385,22 +387,12 @@ def add_model_output(p: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def add_ancestry_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--ancestry",
-        required=True,
-        help="ancestry model: a learngene model file; a checkpoint (.safetensors/.pth/.bin) with --timm-model; "
-        "a folder with config.json: a timm hub folder or a transformers ViT/DeiT/DINOv2/CLIP/SigLIP; or such a "
-        "model on the Hugging Face Hub, hf-hub:ORG/NAME[@REVISION], or a timm pretrained tag, timm:NAME[.TAG] "
-        "(read from the Hugging Face cache; HF_HUB_OFFLINE=1 keeps it offline)",
-    )
-    p.add_argument(
-        "--drop-head",
-        action="store_true",
-        help="load a model folder without its classifier (the ancestry outputs its pooled embedding)",
-    )
-    p.add_argument(
-        "--timm-model",
-        help="timm architecture of a plain checkpoint, e.g. deit_tiny_patch16_224 "
-        "(read from a folder's config.json when not given)",
-    )
+def add_ancestry_args(p: argparse.ArgumentParser, timm_args: Any = None) -> None:
+    """The ancestry flags, made from :class:`~learngene.pipeline.requests.AncestryRequest`'s declarations;
+    ``timm_args`` (an argument group): where ``--timm-arg`` goes, for a command that reads it (else it is left out)."""
+    from ..pipeline.requests import AncestryRequest
+
+    add_declared(p, AncestryRequest, skip=("timm_kwargs",))
+    if timm_args is not None:
+        names = tuple(f.name for f in dataclasses.fields(AncestryRequest) if f.name != "timm_kwargs")
+        add_declared(timm_args, AncestryRequest, skip=names)

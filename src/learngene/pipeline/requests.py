@@ -162,13 +162,32 @@ class AncestryRequest:
             (each value read as JSON); they need ``timm_model``.
     """
 
-    path: str | os.PathLike = field(flag="--ancestry", nonempty=True, help="the ancestry: a file, folder or Hub name")
-    timm_model: str | None = field(
-        None, flag="--timm-model", nonempty=True, help="timm architecture of a plain checkpoint"
+    path: str | os.PathLike = field(
+        flag="--ancestry",
+        nonempty=True,
+        help="ancestry model: a learngene model file; a checkpoint (.safetensors/.pth/.bin) with --timm-model; a "
+        "folder with config.json: a timm hub folder or a transformers ViT/DeiT/DINOv2/CLIP/SigLIP; or such a model "
+        "on the Hugging Face Hub, hf-hub:ORG/NAME[@REVISION], or a timm pretrained tag, timm:NAME[.TAG] (read from "
+        "the Hugging Face cache; HF_HUB_OFFLINE=1 keeps it offline)",
     )
-    drop_head: bool = field(False, flag="--drop-head", help="load a model folder without its classifier")
+    timm_model: str | None = field(
+        None,
+        flag="--timm-model",
+        nonempty=True,
+        help="timm architecture of a plain checkpoint, e.g. deit_tiny_patch16_224 (read from a folder's config.json "
+        "when not given)",
+    )
+    drop_head: bool = field(
+        False,
+        flag="--drop-head",
+        help="load a model folder without its classifier (the ancestry outputs its pooled embedding)",
+    )
     timm_kwargs: dict[str, Any] = field(
-        default_factory=dict, flag="--timm-arg", metavar="KEY=VALUE", help="another timm.create_model argument"
+        default_factory=dict,
+        flag="--timm-arg",
+        metavar="KEY=VALUE",
+        help="another timm.create_model argument of the checkpoint's model, e.g. depth=6 or dynamic_img_size=true "
+        "(value read as JSON; repeatable; architecture arguments only: the weights are the --ancestry file's)",
     )
 
     def __post_init__(self) -> None:
