@@ -14,7 +14,6 @@ from torch import nn
 from ..binding import BoundMethod, bind_gene
 from ..descendant import build_descendant, fit_gene_to_budget
 from ..errors import LearngeneError, assigned, named
-from ..formats.atomic import quote
 from ..formats.hub import describe_source, is_hub_name
 from ..formats.labels import describe as describe_labels
 from ..formats.model_file import header_tag
@@ -30,10 +29,10 @@ from .inputs import (
     Say,
     SizeArg,
     check_path,
+    descendant_spec,
     input_paths,
     method_options,
     quiet,
-    resolve_spec,
     size_argument,
     size_fields,
     speaker,
@@ -76,7 +75,8 @@ def expand(
     opts, say, size = method_options(cls.Config, options), speaker(say), size_argument(size)
     if output is not None:
         return _expand_to_output(loaded, source, cls, size, opts, chosen, output)
-    plan = plan_descendant(loaded, source, cls, size, opts, chosen, say)
+    spec = descendant_spec(size, loaded.ancestry or loaded.layout, source)
+    plan = plan_descendant(loaded, source, cls, (size, spec), opts, chosen, say)
     model, provided = build_descendant(plan.expanded, plan.spec, chosen.seed, chosen.top_up)
     return _descendant(plan, model, provided, chosen, say)
 
@@ -98,16 +98,16 @@ def plan_descendant(
     gene: Learngene,
     source: str | os.PathLike | None,
     cls: type[Method],
-    size: SizeArg | None,
+    sizes: tuple[SizeArg | None, ViTSpec],
     options: dict[str, Any],
     chosen: ExpandChoices,
     say: Say,
 ) -> Plan:
     """The size, the bound gene, the layers kept and the ancestry to verify against of ``gene``'s descendant, each
-    refused in one line before anything is built: the size (over the ancestry's) refused when the gene records none
-    to give it over, then a budget's pick (said), ``layers`` and ``verify``."""
-    _check_size_known(gene, source, size)
-    spec = resolve_spec(size, base=gene.ancestry or gene.layout)
+    refused in one line before anything is built: ``sizes`` (the size asked for and its spec,
+    :func:`~learngene.pipeline.inputs.descendant_spec`) replaced by a budget's pick (said), then ``layers`` and
+    ``verify``."""
+    size, spec = sizes
     bound = bind_gene(gene, EXPAND, source=source, method=cls, seed=chosen.seed, check=False, options=options)
     if chosen.max_params is not None or chosen.max_flops is not None:
         spec, picked = _fit_to_budget(bound, spec, size, chosen)
@@ -276,30 +276,6 @@ def _origin(bound: BoundMethod, provided: list[str], chosen: ExpandChoices) -> d
     }
     origin = descendant_origin(gene, bound.source, chosen.license or gene.license, facts)
     return {**origin, **({"ancestry_source": gene.ancestry_source} if gene.ancestry_source else {})}
-
-
-# the fields a size needs when the gene records no size to give it over (the others are a ViTSpec's defaults)
-WHOLE_SIZE = ("depth", "embed_dim", "num_heads")
-
-
-def _check_size_known(gene: Learngene, source: str | os.PathLike | None, size: SizeArg | None) -> None:
-    """Refuse a size given over the ancestry's when the gene records neither it nor a layout of its own (scratch,
-    mimetic or structured condensed from a teacher no spec describes), unless it is whole: a ViTSpec, a preset, or
-    the :data:`WHOLE_SIZE` fields (the rest default to a ViTSpec's)."""
-    if gene.ancestry is not None or gene.layout is not None or isinstance(size, ViTSpec):
-        return
-    fields = size_fields(size)
-    missing = [name for name in WHOLE_SIZE if name not in fields]
-    if fields.get("preset") or not missing:
-        return
-    where = quote(source) if source is not None else "this gene"
-    default = ViTSpec()
-    raise LearngeneError(
-        f"{where} records no ancestry size, so the descendant's is given whole: give "
-        f"{', '.join(named(n) for n in missing[:-1])}{' and ' if len(missing) > 1 else ''}{named(missing[-1])} "
-        f"(the others default to {default.img_size} px, patch {default.patch_size}, {default.in_chans} channels and "
-        f"{default.num_classes} classes), or a {named('preset')}"
-    )
 
 
 def _declared_output(bound: BoundMethod, declared: ExpandOutput, value: Any, chosen: ExpandChoices) -> Descendant:

@@ -165,7 +165,8 @@ def size_argument(size: Any) -> SizeArg | None:
     exist, before anything is loaded."""
     if size is None or isinstance(size, ViTSpec):
         return size
-    require_argument(size, (str, Mapping), "size", "a ViTSpec, a preset's name, a dict of spec fields or None")
+    if not isinstance(size, (str, Mapping)):
+        require_argument(size, (str, Mapping), "size", "a ViTSpec, a preset's name, a dict of spec fields or None")
     preset = size if isinstance(size, str) else size.get("preset")
     if preset is not None:
         require_argument(preset, str, "size's preset", "a preset's name")
@@ -190,6 +191,29 @@ def resolve_spec(size: SizeArg | None, base: ViTSpec | None = None, data: Data |
     if values.get("global_pool") == "avg" and "global_pool" in explicit:
         values["class_token"] = False
     return ViTSpec.from_dict(values)
+
+
+# the fields a size needs when the gene records no size to give it over (the others are a ViTSpec's defaults)
+WHOLE_SIZE = ("depth", "embed_dim", "num_heads")
+
+
+def descendant_spec(size: SizeArg | None, base: ViTSpec | None, source: PathArg | None) -> ViTSpec:
+    """The spec of a descendant of ``size`` over ``base``, the size the gene (read from ``source``) records: its
+    ancestry's, or its own layout's. A gene that records neither (scratch, mimetic or structured condensed from a
+    teacher no spec describes) takes a whole size only: a ViTSpec, a preset, or the :data:`WHOLE_SIZE` fields (the
+    rest default to a ViTSpec's); one line names the fields missing."""
+    fields = size_fields(size)
+    missing = [name for name in WHOLE_SIZE if name not in fields]
+    if base is None and not isinstance(size, ViTSpec) and not fields.get("preset") and missing:
+        where = quote(source) if source is not None else "this gene"
+        default = ViTSpec()
+        raise LearngeneError(
+            f"{where} records no ancestry size, so the descendant's is given whole: give "
+            f"{', '.join(named(n) for n in missing[:-1])}{' and ' if len(missing) > 1 else ''}{named(missing[-1])} "
+            f"(the others default to {default.img_size} px, patch {default.patch_size}, {default.in_chans} channels "
+            f"and {default.num_classes} classes), or a {named('preset')}"
+        )
+    return resolve_spec(size, base=base)
 
 
 def size_fields(size: SizeArg | None) -> dict[str, Any]:
