@@ -19,8 +19,9 @@ from pathlib import Path
 
 import torch
 
+from learngene.comparison.choices import CompareChoices
+from learngene.comparison.profile import compare_profile, run_compare
 from learngene.formats.model_file import save_model
-from learngene.pipeline.compare import CompareChoices, compare_profile, run_compare
 from learngene.vit.spec import ViTSpec
 
 

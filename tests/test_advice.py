@@ -12,9 +12,11 @@ import torch
 from learngene.advice import evidence_rows
 from learngene.advice import methods_for as lg_methods_for
 from learngene.binding import bind_gene
+from learngene.comparison.choices import CompareChoices
+from learngene.comparison.profile import compare_profile
+from learngene.comparison.report import left_out_note
 from learngene.errors import LearngeneError
 from learngene.method import Ancestry, CondenseInputs
-from learngene.pipeline.compare import CompareChoices, compare_profile, left_out_note
 from learngene.registry import get_method
 from learngene.training.loop import TrainConfig
 from learngene.vit.spec import ViTSpec, check_state_shapes

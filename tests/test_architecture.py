@@ -40,12 +40,13 @@ def _type_checking_lines(tree: ast.AST) -> set[int]:
     return lines
 
 
-def imports_of(path: Path) -> set[str]:
-    """The ``learngene`` modules ``path`` imports anywhere (module level or in functions), besides its own packages."""
+def imports_of(path: Path, types: bool = False) -> set[str]:
+    """The ``learngene`` modules ``path`` imports anywhere (module level or in functions), besides its own packages;
+    with ``types``, those of its ``TYPE_CHECKING`` blocks too."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     tree = ast.parse(path.read_text())
-    skip = _type_checking_lines(tree)
+    skip = set() if types else _type_checking_lines(tree)
     found: set[str] = set()
     for node in ast.walk(tree):
         if getattr(node, "lineno", None) in skip:
@@ -84,8 +85,8 @@ def calls_get_method(path: Path) -> bool:
     return False
 
 
-def import_graph() -> dict[str, set[str]]:
-    graph = {module_name(p): imports_of(p) for p in PACKAGE.rglob("*.py")}
+def import_graph(types: bool = False) -> dict[str, set[str]]:
+    graph = {module_name(p): imports_of(p, types) for p in PACKAGE.rglob("*.py")}
     methods = {f"learngene.methods.{m}" for m in learngene.methods.MODULES}
     for path in PACKAGE.rglob("*.py"):
         if path.name != "registry.py" and calls_get_method(path):  # dispatches to any method at run time
@@ -139,6 +140,45 @@ def test_the_registry_is_a_leaf_for_the_type_checker_too():
     }
     assert imported <= {"errors"}, imported
     assert "TYPE_CHECKING" not in (PACKAGE / "registry.py").read_text()
+
+
+# the layers, top down: the command line (and ``python -m learngene``) over compare, over the benchmark, over the use
+# cases, over everything else; an arrow may only run down (or stay within a layer)
+LAYERS = (
+    ("learngene.cli", "learngene.__main__"),
+    ("learngene.comparison",),
+    ("learngene.bench",),
+    ("learngene.pipeline",),
+)
+
+
+def layer_of(module: str) -> int:
+    """0 for the command line, 1 for compare, ... ``len(LAYERS)`` for the rest (a larger number: lower)."""
+    return next(
+        (i for i, names in enumerate(LAYERS) if any(module == n or module.startswith(n + ".") for n in names)),
+        len(LAYERS),
+    )
+
+
+def upward_arrows(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps if layer_of(d) < layer_of(m))
+
+
+def test_no_import_runs_up_the_layers_and_the_layers_form_no_cycle():
+    """compare sits above the benchmark, which sits above the use cases (issue 55): nothing under ``pipeline/``
+    imports ``bench`` or ``comparison``, ``bench`` imports nothing from ``comparison``, and the rest none of them;
+    imports for type checking only count too, since they tie the packages together just the same. With every arrow
+    running down, no cycle can pass through two layers (the modules' own cycles: the test above)."""
+    graph = import_graph(types=True)
+    assert "learngene.bench.profiles" in graph["learngene.comparison.profile"]  # the walk sees the downward arrows
+    assert "learngene.pipeline" in graph["learngene.bench.cells"]
+    assert upward_arrows(graph) == []
+
+
+def test_an_arrow_up_the_layers_is_found():
+    graph = {"learngene.pipeline.training": {"learngene.bench.cells"}, "learngene.bench.cells": {"learngene.pipeline"}}
+    assert upward_arrows(graph) == ["learngene.pipeline.training -> learngene.bench.cells"]
+    assert layer_of("learngene.comparison") == 1 and layer_of("learngene.vit.spec") == len(LAYERS)
 
 
 def test_a_cycle_is_found():

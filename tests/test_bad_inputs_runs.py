@@ -423,7 +423,7 @@ def test_a_count_past_its_range_is_one_line(capsys, argv, says):
 
 
 def test_python_callers_meet_the_same_bounds():
-    from learngene.pipeline.compare import CompareChoices
+    from learngene.comparison.choices import CompareChoices
     from learngene.pipeline.requests import DataRequest
 
     for make, says in (

@@ -335,7 +335,7 @@ def test_a_timm_arg_given_twice_is_refused(timm_pth, capsys, tmp_path):
     ],
 )
 def test_a_list_naming_one_twice_is_refused_as_sizes_are(choice, says):
-    from learngene.pipeline.compare import CompareChoices
+    from learngene.comparison.choices import CompareChoices
 
     with pytest.raises(LearngeneError, match=re.escape(says)):
         CompareChoices(**choice)

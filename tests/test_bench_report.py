@@ -124,7 +124,7 @@ def _holm_by_hand(p_values: list[float], m: int) -> list[float]:
 def test_bench_marks_and_compare_decide_the_same_cells_alike():
     # one size, three seeds: scratch, scratch ×10, mimetic and structured, and four methods, two of which start
     # alike (pretrained = weight_selection: one start, counted once by both)
-    from learngene.pipeline.compare import size_table
+    from learngene.comparison.report import size_table
 
     accs = {
         ("scratch", 1): (0.50, 0.52, 0.51),

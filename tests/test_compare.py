@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from learngene.cli import main
-from learngene.pipeline.compare import CompareChoices, compare_profile
+from learngene.comparison.choices import CompareChoices
+from learngene.comparison.profile import compare_profile
 from learngene.vit.spec import ViTSpec
 from tests.conftest import cli_error, cli_ok, saved_model
 
@@ -185,7 +186,7 @@ class _Built(Exception):
 
 def _profile_run(monkeypatch, call):
     """The profile (and the run's options) ``call`` would run, by ``learngene.compare``'s one path."""
-    from learngene.pipeline import comparing
+    from learngene.comparison import comparing
 
     def start(profile, out, **options):
         raise _Built(profile, options)

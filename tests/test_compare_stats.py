@@ -15,7 +15,8 @@ import pytest
 
 from learngene.bench.rows import Row, read_csv, write_csv
 from learngene.bench.stats import decide, holm, paired, power, seeds_to_resolve
-from learngene.pipeline.compare import LONG_LABEL, recommend, size_table
+from learngene.comparison.choices import LONG_LABEL
+from learngene.comparison.report import recommend, size_table
 
 
 def seeds(*accs: float) -> dict[int, float]:

@@ -28,11 +28,11 @@ import pytest
 import torch
 
 import learngene as lg
+from learngene.comparison.choices import CompareChoices
+from learngene.comparison.launching import Launcher
 from learngene.data import digits, label_space, preprocessing_cfg
 from learngene.errors import LearngeneError
 from learngene.formats.model_file import save_model
-from learngene.pipeline.compare import CompareChoices
-from learngene.pipeline.launching import Launcher
 from learngene.pipeline.requests import (
     AdaptChoices,
     AncestryChoices,

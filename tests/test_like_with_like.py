@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from learngene.bench.findings import family
 from learngene.bench.rows import Row
-from learngene.pipeline.compare import size_table
+from learngene.comparison.report import size_table
 
 REFS = ["scratch", "mimetic", "structured"]
 

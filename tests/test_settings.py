@@ -14,9 +14,9 @@ from safetensors.torch import save_file
 
 from learngene.cli import main
 from learngene.cli.parser import build_parser
+from learngene.comparison.choices import CompareChoices
 from learngene.errors import LearngeneError, SpecError
 from learngene.gene import Learngene
-from learngene.pipeline.compare import CompareChoices
 from learngene.registry import get_method, list_methods
 from learngene.settings import declared, field
 from learngene.training.config import TrainConfig

@@ -328,8 +328,8 @@ class Stop(Exception):
 
 def test_the_launcher_flags_give_the_launcher_the_keywords_give(monkeypatch, tmp_path):
     """Every Launcher field, as its flag or its keyword, is the same setting."""
-    from learngene.pipeline import comparing
-    from learngene.pipeline.launching import Launcher
+    from learngene.comparison import comparing
+    from learngene.comparison.launching import Launcher
 
     got = []
 

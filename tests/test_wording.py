@@ -184,7 +184,7 @@ def test_a_python_caller_is_told_both_forms(tmp_path):
 
 def test_the_command_line_prints_the_message_a_python_caller_gets(files, capsys):
     """One message for both: the command line's line is ``learngene CMD: error: {str(err)}``."""
-    from learngene.pipeline.compare import compare_profile
+    from learngene.comparison.profile import compare_profile
 
     said = _python_error(lambda: compare_profile(SPEC, "anc", "digits", ["L1-D32-H2"], {"epochs": 0}))
     assert said == "epochs (--epochs) must be at least 1, got 0; pass epochs=1 (--epochs 1) or more"

@@ -25,8 +25,8 @@ from pathlib import Path
 from learngene.advice import EVIDENCE, labels_regime, regime
 from learngene.bench.findings import family
 from learngene.bench.rows import Row, read_csv
+from learngene.comparison.choices import DEFAULT_REFERENCES, LONG_LABEL, TASK
 from learngene.formats.atomic import write_text_atomic
-from learngene.pipeline.compare import DEFAULT_REFERENCES, LONG_LABEL, TASK
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "src" / "learngene" / EVIDENCE

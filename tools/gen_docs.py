@@ -243,7 +243,9 @@ def cli_page() -> str:
 # ---- API ------------------------------------------------------------------------------------------------------
 # below the use cases: what they take and return, the training loop, and the parts a Python user reaches for
 API_MODULES = (
-    "learngene.pipeline.compare",
+    "learngene.comparison.choices",
+    "learngene.comparison.profile",
+    "learngene.comparison.report",
     "learngene.pipeline.inputs",
     "learngene.pipeline.results",
     "learngene.binding",

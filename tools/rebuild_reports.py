@@ -24,8 +24,9 @@ from learngene.bench.findings import family, mean_sd, vs_cell
 from learngene.bench.plots import plot_curves, plot_folder, plot_stored
 from learngene.bench.rows import read_csv, task_groups
 from learngene.bench.tables import format_table, mark_rule
+from learngene.comparison.choices import DEFAULT_REFERENCES, LONG_LABEL, TASK
+from learngene.comparison.report import LEGEND, compare_text, plot_report
 from learngene.formats.atomic import now_iso, write_text_atomic
-from learngene.pipeline.compare import DEFAULT_REFERENCES, LEGEND, LONG_LABEL, TASK, compare_text, plot_report
 
 REBUILT = "- tables rebuilt from this folder's results.csv by tools/rebuild_reports.py"
 MARK_LEGENDS = ("Marks compare a cell", "One seed: the cells carry no", "No reference (scratch, mimetic")

@@ -1,4 +1,4 @@
-"""``learngene compare``: which start wins for a user's ancestry, data and sizes (:mod:`learngene.pipeline.compare`)."""
+"""``learngene compare``: which start wins for a user's ancestry, data and sizes (:mod:`learngene.comparison`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 from typing import Any
 
 from ..bench.stats import MAX_SEEDS, POWER
+from ..comparison.launching import Launcher
 from ..errors import LearngeneError
-from ..pipeline.launching import Launcher
 from ..training.config import LOGGING, MAX_EPOCHS, MAX_STEPS
 from .flags import (
     LazyText,
@@ -83,7 +83,7 @@ def _add_contenders(p: argparse.ArgumentParser) -> None:
         "fine-tuned 10× as long; "
         "structured only where registered (default: %(default)s)",
     )
-    # the ranges CompareChoices declares (learngene.pipeline.compare, which the torch-free parser cannot import)
+    # the ranges CompareChoices declares (learngene.comparison.choices, which the torch-free parser cannot import)
     p.add_argument(
         "--seeds",
         type=bounded("seeds", integer, {"at_least": 1, "at_most": MAX_SEEDS}),
@@ -198,8 +198,8 @@ def _add_launcher(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     """``learngene compare`` is :func:`learngene.compare` with the flags' arguments."""
+    from ..comparison.comparing import compare
     from ..formats.atomic import printable
-    from ..pipeline.comparing import compare
     from ..pipeline.requests import AncestryRequest, DataRequest
     from .options import settings_from_args
 
@@ -247,7 +247,7 @@ def _said_before_running(line: str) -> None:
 
 def choices_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """What the flags compare besides the ancestry, the data and the training settings: :func:`learngene.compare`'s
-    choices (:class:`~learngene.pipeline.compare.CompareChoices`' fields) by name."""
+    choices (:class:`~learngene.comparison.choices.CompareChoices`' fields) by name."""
     methods = None if args.methods in (None, "all") else tuple(m.strip() for m in args.methods.split(",") if m.strip())
     return {
         "methods": methods,
@@ -265,7 +265,7 @@ def choices_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def _classes(text: str | None, flag: str) -> tuple[int, ...] | None:
     """A class-list flag's indices (None: not given, every class; a list that names none is refused by
-    :func:`~learngene.pipeline.compare.compare_profile`)."""
-    from ..pipeline.compare import parse_classes
+    :func:`~learngene.comparison.profile.compare_profile`)."""
+    from ..comparison.choices import parse_classes
 
     return tuple(parse_classes(text, flag)) if text is not None else None

@@ -11,8 +11,8 @@ space, licence, preprocessing, the identity a resumed run must share) and return
 - :func:`export` -> :class:`~.exporting.Exported` (a hub folder, ONNX or timm state dict; ``learngene export``)
 - :func:`save_gene`: a gene made by hand, saved once its method can read it.
 
-:mod:`.compare` is ``learngene compare``: which start wins for an ancestry, data and sizes. The names load on
-first use, as the package's do.
+``learngene compare`` (which start wins for an ancestry, data and sizes) sits above the benchmark, in
+:mod:`learngene.comparison`. The names load on first use, as the package's do.
 
     >>> import learngene.pipeline as lp
     >>> gene = lp.condense("pretrained", "ancestry.safetensors").gene  # doctest: +SKIP

@@ -305,7 +305,7 @@ USE_CASE_DEFAULTS: dict[str, dict[str, Any]] = {
     "condense": {"eval_images": EVAL_IMAGES},
     "adapt": {"epochs": 1, "eval_images": EVAL_IMAGES},
     "train": {"epochs": 5, "eval_images": EVAL_IMAGES},
-    # the fine-tuning of every method, size and seed, and the batch of every stage (learngene.pipeline.compare)
+    # the fine-tuning of every method, size and seed, and the batch of every stage (learngene.comparison)
     "compare": {"epochs": 5, "batch_size": 64},
     # each stage's budget is its profile's, and the settings the stages share its ``train`` (learngene.bench.profiles)
     "bench": {},

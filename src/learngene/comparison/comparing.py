@@ -1,8 +1,8 @@
 """``compare`` in one call: which start wins for an ancestry, data and sizes (``learngene compare``), as a result that
 holds the per-size table, the statistics and the recommendation, and saves the report.
 
-It runs :mod:`learngene.pipeline.compare`'s profile (:func:`~learngene.pipeline.compare.compare_profile`) with the
-bench engine (:func:`~learngene.pipeline.compare.start_compare`), as the command does: for the same arguments the two
+It runs :mod:`learngene.comparison.profile`'s profile (:func:`~learngene.comparison.profile.compare_profile`) with the
+bench engine (:func:`~learngene.comparison.profile.start_compare`), as the command does: for the same arguments the two
 write the same ``results.csv``, but for the measured seconds.
 """
 
@@ -25,13 +25,15 @@ from ..bench.rows import Row
 from ..errors import ArgumentTypeError, LearngeneError, named, require_argument
 from ..formats.atomic import check_not_input
 from ..formats.export import check_output_folder
+from ..pipeline.inputs import Say, TrainArg, check_flag, input_paths, optional_path, quiet, speaker, train_config
+from ..pipeline.requests import AncestryRequest, DataRequest, check_request
 from ..training.config import TrainConfig
 from ..vit.spec import ViTSpec
-from .compare import TASK, CompareChoices, compare_profile, compare_text, recommendation_lines, start_compare
-from .compare import write_compare_report as write_report
-from .inputs import Say, TrainArg, check_flag, input_paths, optional_path, quiet, speaker, train_config
+from .choices import TASK, CompareChoices
 from .launching import CompareWorker, Launcher, launch_compare
-from .requests import AncestryRequest, DataRequest, check_request
+from .profile import compare_profile, start_compare
+from .report import compare_text, recommendation_lines
+from .report import write_compare_report as write_report
 
 
 @dataclass
@@ -40,7 +42,7 @@ class Comparison:
 
     Attributes:
         rows: one :class:`~learngene.bench.rows.Row` per method (or reference) × size × seed, with its accuracy curve.
-        profile: what was compared (:func:`~learngene.pipeline.compare.compare_profile`).
+        profile: what was compared (:func:`~learngene.comparison.profile.compare_profile`).
         meta: what the run recorded about itself (the ancestry's accuracy, the planned work, its wall time).
         inputs: the ancestry's file or folder and the data's folder: never saved over.
     """
@@ -179,9 +181,9 @@ def compare(
         say: called with the line that says where the report is, e.g. ``print`` (and, with a launcher, with its
             progress lines while it waits).
         launcher: where the cells run: ``"inprocess"`` (default: this process), ``"local"`` or ``"slurm"`` (workers
-            submitted through submitit, which share ``out``), or a :class:`~learngene.pipeline.launching.Launcher`
+            submitted through submitit, which share ``out``), or a :class:`~learngene.comparison.launching.Launcher`
             with their settings (workers, Slurm partition, time, GPUs and CPUs per task, ...).
-        **choices: the fields of :class:`~learngene.pipeline.compare.CompareChoices` by name: ``methods``,
+        **choices: the fields of :class:`~learngene.comparison.choices.CompareChoices` by name: ``methods``,
             ``seeds``, ``references``, ``classes``, ``kd_lambda``, ``condense_data``, ``condense_epochs``, ...
     """
     request = _ancestry(ancestry)

@@ -445,7 +445,8 @@ def launch_compare(
     """Run ``worker`` as ``launcher`` says (or follow the Slurm array already running on its folder with the same
     settings), wait for it showing progress by cell, and write the report; (rows, meta). Without
     ``launcher.wait``: the rows finished so far, ``meta["complete"]`` False while tasks run."""
-    from .compare import start_compare, write_compare_report
+    from .profile import start_compare
+    from .report import write_compare_report
 
     out, began = Path(worker.out), time.perf_counter()
     run = start_compare(profile, out, device="cpu", data_dir=data_dir, progress=False, command=worker.command)
