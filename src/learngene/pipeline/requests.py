@@ -351,7 +351,10 @@ class TrainChoices(RunChoices):
         teacher: an ancestry to distil (a path or Hub name, or an :class:`AncestryRequest` for a checkpoint's
             ``timm_model``; not a loaded one: its outputs are cached by file).
         new_head: a fresh head whatever the model's label space.
-        inplace: for a result given as the model, train its own module instead of a copy.
+        inplace: for a result given as the model, train its own module instead of a copy (no second copy of the
+            weights in memory): the returned result then holds that module, trained, and the result given can no
+            longer be saved (its ``save`` refuses, since its file would label fine-tuned weights as what it was). By
+            default a result is left as it was: the call trains a deep copy (``tuned.model is not model.model``).
     """
 
     CALL: ClassVar[str] = "train"

@@ -112,17 +112,9 @@ def train(
         train_cfg: the run's settings, a TrainConfig or a dict of them by name; a setting not given takes
             ``learngene train``'s default (5 epochs, 2,000 test images, λ = 0.5 with a teacher, else 0).
         say: called with a line about the distillation, e.g. ``print``.
-        **choices: the fields of :class:`~learngene.pipeline.requests.TrainChoices`, by name:
-
-            - ``teacher``: an ancestry to distil (a path, or an :class:`~learngene.pipeline.requests.AncestryRequest`
-              for a checkpoint's ``timm_model``).
-            - ``new_head``: a fresh head whatever the model's label space.
-            - ``run_dir``: where the run checkpoints; ``resume``: whether it continues from its checkpoint.
-            - ``license``: the licence recorded in the model file (an SPDX identifier).
-            - ``inplace``: for a result ``model``, train its own module instead of a copy (no second copy of the
-              weights in memory): the returned result then holds that module, trained, and ``model`` can no longer be
-              saved (its ``save`` refuses, since its file would label fine-tuned weights as what it was). By default
-              a result is left as it was: the call trains a deep copy (``tuned.model is not model.model``).
+        **choices: the fields of :class:`~learngene.pipeline.requests.TrainChoices`, by name: ``teacher`` (an ancestry
+            to distil), ``new_head``, ``run_dir``, ``resume``, ``license`` and ``inplace`` (train a result's own
+            module instead of a copy; the result given can then no longer be saved).
     """
     if isinstance(model, nn.Module):  # the training loop's call, which this name once also took
         raise ArgumentTypeError(
