@@ -1,12 +1,16 @@
 """`learngene compare`: a tiny run end to end, and bad input (the statistics: test_compare_stats.py; several workers
 on one folder: test_compare_workers.py)."""
 
+import re
+
 import pytest
 import torch
 
+from learngene.bench.gene_stages import seen_images
 from learngene.cli import main
 from learngene.comparison.choices import CompareChoices
 from learngene.comparison.profile import compare_profile
+from learngene.gene import Learngene
 from learngene.vit.spec import ViTSpec
 from tests.conftest import cli_error, cli_ok, saved_model
 
@@ -290,3 +294,46 @@ def test_a_full_disk_stops_compare_with_one_line_and_exit_2(ancestry, tmp_path, 
     flags = ["--methods", "pretrained", "--seeds", "1", "--epochs", "1", "--train-images", "32", "--no-plots"]
     err = cli_error(capsys, [*base, *flags, "--eval-images", "16", "--out", str(tmp_path / "cmp")])
     assert "No space left on device; free some disk space" in err
+
+
+@pytest.mark.integration  # a whole compare run, condensing two methods
+def test_every_table_carries_the_condense_cost_and_the_protocol(ancestry, tmp_path, capsys):
+    """A tiny run condensing on 128 images for 1 epoch (2 steps of 64): results.csv, report.md and the terminal carry
+    the images the condensation saw and its GFLOP, and the report the fine-tuning's images and labels per class."""
+    out = tmp_path / "cost"
+    flags = ["--methods", "tleg,importance", "--references", "scratch", "--seeds", "1", "--epochs", "1"]
+    flags += ["--few-shot", "5", "--condense-images", "128", "--condense-epochs", "1", "--eval-images", "50"]
+    cli_ok(*_compare(ancestry, out, *flags))
+    terminal = capsys.readouterr().out
+    header, *lines = (line.split(",") for line in (out / "results.csv").read_text().splitlines())
+    rows = {line[1]: dict(zip(header, line)) for line in lines}
+    anc = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
+    # tleg trains its aux net (recorded in the gene) on every image once and distils the ancestry: the rule of
+    # learngene.bench.gene_stages.condense_work, typed again: 3 forwards per image seen, the ancestry's once per image
+    gene = Learngene.load(next((out / "genes").glob("tleg-*.safetensors")))
+    depth, width, heads = (int(x) for x in re.fullmatch(r"L(\d+)-D(\d+)-H(\d+)", gene.cost["aux"]).groups())
+    aux = anc.replace(depth=depth, embed_dim=width, num_heads=heads)
+    assert rows["tleg"]["condense_steps"] == "2" and rows["tleg"]["condense_images"] == "128"
+    assert float(rows["tleg"]["condense_gflop"]) == (3 * aux.flops * 128 + anc.flops * 128) / 1e9
+    # importance measures the ancestry on the images, no gradient: one forward each
+    assert rows["importance"]["condense_images"] == "128"
+    assert float(rows["importance"]["condense_gflop"]) == anc.flops * 128 / 1e9
+    assert rows["scratch"]["condense_images"] == "0" and float(rows["scratch"]["condense_gflop"]) == 0
+    for row in rows.values():  # 5 labelled images of each of digits' 10 classes
+        assert (row["train_images"], row["labels_per_class"]) == ("50", "5")
+    report = (out / "report.md").read_text()
+    columns = (
+        "| condense steps | condense images | condense GFLOP | fine-tune epochs | fine-tune images | labels per class |"
+    )
+    assert columns in report
+    tleg = next(line for line in report.splitlines() if line.startswith("| tleg |")).split(" | ")
+    cells = dict(zip(next(line for line in report.splitlines() if line.startswith("| method |")).split(" | "), tleg))
+    assert (cells["condense images"], cells["fine-tune images"], cells["labels per class"]) == ("128", "50", "5")
+    assert cells["condense GFLOP"] == f"{float(rows['tleg']['condense_gflop']):.3g}"
+    # the terminal's table stays narrow: the GFLOP, not the images
+    assert "| condense steps | condense GFLOP | fine-tune epochs | fine-tune s |" in terminal
+
+
+def test_images_seen_count_each_epochs_short_last_batch():
+    """100 images in batches of 64: 2 steps an epoch, the second of 36 images (no batch is dropped)."""
+    assert [seen_images(steps, 100, 64) for steps in (1, 2, 3, 4, 5)] == [64, 100, 164, 200, 264]

@@ -76,7 +76,7 @@ def rebuild_compare(folder: Path, old: list[str], redraw: bool = False) -> None:
         _stamp(),
         "",
         *LEGEND,
-        compare_text(rows, [r for r in references if r in labels]),
+        compare_text(rows, [r for r in references if r in labels], detail=True),
         *(line for plot in plots for line in (plot, "")),
     ]
     write_text_atomic(folder / "report.md", "\n".join(parts))
