@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from learngene.bench.gene_stages import seen_images
+from learngene.bench.gene_stages import condense_work, seen_images
 from learngene.cli import main
 from learngene.comparison.choices import CompareChoices
 from learngene.comparison.profile import compare_profile
@@ -337,3 +337,17 @@ def test_every_table_carries_the_condense_cost_and_the_protocol(ancestry, tmp_pa
 def test_images_seen_count_each_epochs_short_last_batch():
     """100 images in batches of 64: 2 steps an epoch, the second of 36 images (no batch is dropped)."""
     assert [seen_images(steps, 100, 64) for steps in (1, 2, 3, 4, 5)] == [64, 100, 164, 200, 264]
+
+
+def test_condense_work_counts_each_aux_net_and_knows_no_other_net():
+    """condense_work's rule on recorded costs: pool's two aux nets summed, each 3 forwards per image seen plus the
+    ancestry's outputs once per image; a net the gene does not name (tal's hypernetwork) has images but no GFLOP."""
+    anc = ViTSpec(depth=4, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
+    small, large = anc.replace(depth=1), anc.replace(depth=3)
+    one = {"steps": 4, "aux": "L1-D32-H2", "distill_lambda": 1.0}
+    pool = {"steps": 6, "instances": [one, {**one, "steps": 2, "aux": "L3-D32-H2", "distill_lambda": 0.0}]}
+    work = condense_work(pool, anc, 100, 64)  # 4 steps: 2 epochs of 100 images; 2 steps: 1 epoch
+    assert work["images_seen"] == 300
+    assert work["gflop"] == (3 * small.flops * 200 + anc.flops * 100 + 3 * large.flops * 100) / 1e9
+    assert condense_work({"steps": 4, "epochs": 2}, anc, 100, 64) == {"images_seen": 200, "gflop": None}
+    assert condense_work({"images": 64}, anc, 100, 64) == {"images_seen": 64, "gflop": anc.flops * 64 / 1e9}

@@ -132,17 +132,26 @@ def condense_work(cost: dict[str, Any], ancestry: ViTSpec | None, images: int, b
     aux net it names (``cost["aux"]``) costs 3 × the aux net's forward FLOPs per image seen (a forward and a backward
     pass, the backward about twice the forward), plus, where it distils, the ancestry's forward FLOPs per distinct
     image (its outputs are computed once and cached); one that trains something else (tal's hypernetwork, pool's
-    several aux nets) is counted in images, not FLOPs; one that only measures the ancestry (importance, cluster:
-    ``cost["images"]``, no gradient) costs the ancestry's forward FLOPs per image measured. Evaluations are left out.
+    joint training of its widths) is counted in images, not FLOPs; one that only measures the ancestry (importance, cluster:
+    ``cost["images"]``, no gradient) costs the ancestry's forward FLOPs per image measured. Pool's aux nets
+    (``cost["instances"]``) are summed, each by the rule. Evaluations are left out.
     """
     steps = int(cost.get("steps") or 0)
     if not steps:
         measured = int(cost.get("images") or 0)
         return {"images_seen": measured, "gflop": ancestry.flops * measured / 1e9 if ancestry else None}
-    seen = seen_images(steps, images, batch)
-    if ancestry is None or not cost.get("aux"):
-        return {"images_seen": seen, "gflop": None}
-    depth, width, heads = parse_size(str(cost["aux"]))
-    aux = ancestry.replace(depth=depth, embed_dim=width, num_heads=heads)
-    teacher = ancestry.flops * images if float(cost.get("distill_lambda") or 0) > 0 else 0
-    return {"images_seen": seen, "gflop": (3 * aux.flops * seen + teacher) / 1e9}
+    parts = cost.get("instances") or [cost]  # pool's aux nets, each trained (and distilling) on its own
+    if sum(int(part.get("steps") or 0) for part in parts) != steps:  # steps no aux net took (pool's joint training)
+        parts = []
+    seen = [seen_images(int(part.get("steps") or 0), images, batch) for part in parts] or [
+        seen_images(steps, images, batch)
+    ]
+    if ancestry is None or not parts or not all(part.get("aux") for part in parts):
+        return {"images_seen": sum(seen), "gflop": None}
+    flops = 0
+    for part, part_seen in zip(parts, seen):
+        depth, width, heads = parse_size(str(part["aux"]))
+        aux = ancestry.replace(depth=depth, embed_dim=width, num_heads=heads)
+        teacher = ancestry.flops * images if float(part.get("distill_lambda") or 0) > 0 else 0
+        flops += 3 * aux.flops * part_seen + teacher
+    return {"images_seen": sum(seen), "gflop": flops / 1e9}
