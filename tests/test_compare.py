@@ -301,7 +301,8 @@ def test_every_table_carries_the_condense_cost_and_the_protocol(ancestry, tmp_pa
     """A tiny run condensing on 128 images for 1 epoch (2 steps of 64): results.csv, report.md and the terminal carry
     the images the condensation saw and its GFLOP, and the report the fine-tuning's images and labels per class."""
     out = tmp_path / "cost"
-    flags = ["--methods", "tleg,importance", "--references", "scratch", "--seeds", "1", "--epochs", "1"]
+    flags = ["--methods", "tleg,importance", "--references", "scratch,scratch_fix_init", "--seeds", "1"]
+    flags += ["--epochs", "1"]
     flags += ["--few-shot", "5", "--condense-images", "128", "--condense-epochs", "1", "--eval-images", "50"]
     cli_ok(*_compare(ancestry, out, *flags))
     terminal = capsys.readouterr().out
@@ -332,6 +333,13 @@ def test_every_table_carries_the_condense_cost_and_the_protocol(ancestry, tmp_pa
     assert cells["condense GFLOP"] == f"{float(rows['tleg']['condense_gflop']):.3g}"
     # the terminal's table stays narrow: the GFLOP, not the images
     assert "| condense steps | condense GFLOP | fine-tune epochs | fine-tune s |" in terminal
+    # the random starts named: timm's weight_init for scratch (the installed timm's default), fix_init's rescaling
+    assert (
+        "| method | top-1 (%) | vs scratch | vs scratch_fix_init |" in terminal
+        and "\n| scratch_fix_init | " in terminal
+    )
+    assert "- scratch: a timm ViT of the size as timm " in report and "(`weight_init=''`, `fix_init=False`" in report
+    assert "- scratch_fix_init: scratch's draws of the same seed with timm's `fix_init=True`" in report
 
 
 def test_images_seen_count_each_epochs_short_last_batch():

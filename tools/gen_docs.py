@@ -150,8 +150,8 @@ README_TABLE_START = "| method | what the learngene is |"  # the table's first l
 
 
 def reach_in_brief(text: str) -> str:
-    """A method's ``expands_to`` without its parenthesised asides: the README's column (12 KiB in all), whose
-    method pages and docs/methods.md give it whole."""
+    """A method's ``expands_to`` without its parenthesised asides: the README's column (12 KiB in all); the
+    method pages and their index (:func:`methods_index`) give it whole."""
     return re.sub(r" \([^()]*\)", "", text)
 
 

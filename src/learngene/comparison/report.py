@@ -23,7 +23,7 @@ from ..bench.plots import (
 )
 from ..bench.probe import RTOL
 from ..bench.profiles import Profile
-from ..bench.report import plural, run_lines
+from ..bench.report import plural, run_lines, scratch_lines
 from ..bench.rows import mean_curve, sizes_by_note, write_csv
 from ..bench.stats import POWER, RULE
 from ..bench.tables import count_text, gflop_text, labels_text
@@ -366,8 +366,7 @@ def _setup_lines(profile: Profile, meta: dict[str, Any]) -> list[str]:
         + (f" ({profile.condense_images:,} images)" if profile.condense_images else " (every training image)")
         + f"; adaptation: {profile.adapt_steps} steps"
         + _labels_note(profile),
-        "- scratch: a timm ViT of the size as timm initialises it (`weight_init=''`: trunc-normal(0.02) weights, "
-        "zero biases, the class token and position table drawn small), the fresh head of the seed included",
+        *scratch_lines(profile.methods or (), profile.ancestry.family.model_class),
         *([_kd_line(profile, meta)] if profile.variants else []),
     ]
 
