@@ -179,7 +179,7 @@ def test_scratch_fix_init_is_timms_fix_init_of_scratchs_draws(tiny_spec):
 
 
 def test_compare_takes_scratch_fix_init_as_a_reference():
-    from learngene.pipeline.compare import reference_labels
+    from learngene.comparison.choices import reference_labels
 
     assert reference_labels(["scratch", "scratch_fix_init", "scratch_x10"]) == (
         "scratch",
