@@ -131,10 +131,10 @@ def condense_work(cost: dict[str, Any], ancestry: ViTSpec | None, images: int, b
     The rule (forward FLOPs per image: :attr:`ViTSpec.flops`, at the images' size): a condensation that trains an
     aux net it names (``cost["aux"]``) costs 3 × the aux net's forward FLOPs per image seen (a forward and a backward
     pass, the backward about twice the forward), plus, where it distils, the ancestry's forward FLOPs per distinct
-    image (its outputs are computed once and cached); one that trains something else (tal's hypernetwork, pool's
-    joint training of its widths) is counted in images, not FLOPs; one that only measures the ancestry (importance, cluster:
-    ``cost["images"]``, no gradient) costs the ancestry's forward FLOPs per image measured. Pool's aux nets
-    (``cost["instances"]``) are summed, each by the rule. Evaluations are left out.
+    image (its outputs are computed once and cached); pool's aux nets (``cost["instances"]``) are summed, each by
+    that rule. One that trains something else (tal's and pith's hypernetworks, pool's joint training of its widths)
+    is counted in images, not FLOPs. One that only measures the ancestry (importance, cluster: ``cost["images"]``,
+    no gradient) costs the ancestry's forward FLOPs per image measured. Evaluations are left out.
     """
     steps = int(cost.get("steps") or 0)
     if not steps:
