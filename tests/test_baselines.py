@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -153,3 +155,34 @@ def test_weight_picking_methods_need_a_vit(tiny_spec):
         with pytest.raises(LearngeneError, match="ViT ancestry"):
             get_method(name)().condense(anc)
     assert get_method("scratch")().condense(anc).num_stored_params == 0
+
+
+def test_scratch_fix_init_is_timms_fix_init_of_scratchs_draws(tiny_spec):
+    """The descendant is timm's VisionTransformer(fix_init=True) of the same seed, bit for bit: scratch's weights of
+    that seed with each block's attn.proj and mlp.fc2 weights divided by sqrt(2 (l + 1)), retyped here from timm's
+    fix_init_weight; every other tensor is scratch's."""
+    from learngene.host.rng import seeded_draws
+
+    spec = tiny_spec.replace(depth=3)
+    fixed = make_descendant(get_method("scratch_fix_init")().condense(None), spec, seed=7).state_dict()
+    scratch = make_descendant(get_method("scratch")().condense(None), spec, seed=7).state_dict()
+    with seeded_draws(7):
+        timm_own = spec.create_model(fix_init=True).state_dict()
+    assert _same(fixed, timm_own)
+    rescaled = {f"blocks.{layer}.{part}.weight" for layer in range(3) for part in ("attn.proj", "mlp.fc2")}
+    for key, tensor in fixed.items():
+        if key in rescaled:
+            layer = int(key.split(".")[1])
+            assert torch.equal(tensor, scratch[key] / math.sqrt(2.0 * (layer + 1))), key
+        else:
+            assert torch.equal(tensor, scratch[key]), key
+
+
+def test_compare_takes_scratch_fix_init_as_a_reference():
+    from learngene.comparison.choices import reference_labels
+
+    assert reference_labels(["scratch", "scratch_fix_init", "scratch_x10"]) == (
+        "scratch",
+        "scratch_fix_init",
+        "scratch ×10",
+    )

@@ -1,12 +1,16 @@
 """`learngene compare`: a tiny run end to end, and bad input (the statistics: test_compare_stats.py; several workers
 on one folder: test_compare_workers.py)."""
 
+import re
+
 import pytest
 import torch
 
+from learngene.bench.gene_stages import condense_work, seen_images
 from learngene.cli import main
 from learngene.comparison.choices import CompareChoices
 from learngene.comparison.profile import compare_profile
+from learngene.gene import Learngene
 from learngene.vit.spec import ViTSpec
 from tests.conftest import cli_error, cli_ok, saved_model
 
@@ -290,3 +294,68 @@ def test_a_full_disk_stops_compare_with_one_line_and_exit_2(ancestry, tmp_path, 
     flags = ["--methods", "pretrained", "--seeds", "1", "--epochs", "1", "--train-images", "32", "--no-plots"]
     err = cli_error(capsys, [*base, *flags, "--eval-images", "16", "--out", str(tmp_path / "cmp")])
     assert "No space left on device; free some disk space" in err
+
+
+@pytest.mark.integration  # a whole compare run, condensing two methods
+def test_every_table_carries_the_condense_cost_and_the_protocol(ancestry, tmp_path, capsys):
+    """A tiny run condensing on 128 images for 1 epoch (2 steps of 64): results.csv, report.md and the terminal carry
+    the images the condensation saw and its GFLOP, and the report the fine-tuning's images and labels per class."""
+    out = tmp_path / "cost"
+    flags = ["--methods", "tleg,importance", "--references", "scratch,scratch_fix_init", "--seeds", "1"]
+    flags += ["--epochs", "1"]
+    flags += ["--few-shot", "5", "--condense-images", "128", "--condense-epochs", "1", "--eval-images", "50"]
+    cli_ok(*_compare(ancestry, out, *flags))
+    terminal = capsys.readouterr().out
+    header, *lines = (line.split(",") for line in (out / "results.csv").read_text().splitlines())
+    rows = {line[1]: dict(zip(header, line)) for line in lines}
+    anc = ViTSpec(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
+    # tleg trains its aux net (recorded in the gene) on every image once and distils the ancestry: the rule of
+    # learngene.bench.gene_stages.condense_work, typed again: 3 forwards per image seen, the ancestry's once per image
+    gene = Learngene.load(next((out / "genes").glob("tleg-*.safetensors")))
+    depth, width, heads = (int(x) for x in re.fullmatch(r"L(\d+)-D(\d+)-H(\d+)", gene.cost["aux"]).groups())
+    aux = anc.replace(depth=depth, embed_dim=width, num_heads=heads)
+    assert rows["tleg"]["condense_steps"] == "2" and rows["tleg"]["condense_images"] == "128"
+    assert float(rows["tleg"]["condense_gflop"]) == (3 * aux.flops * 128 + anc.flops * 128) / 1e9
+    # importance measures the ancestry on the images, no gradient: one forward each
+    assert rows["importance"]["condense_images"] == "128"
+    assert float(rows["importance"]["condense_gflop"]) == anc.flops * 128 / 1e9
+    assert rows["scratch"]["condense_images"] == "0" and float(rows["scratch"]["condense_gflop"]) == 0
+    for row in rows.values():  # 5 labelled images of each of digits' 10 classes
+        assert (row["train_images"], row["labels_per_class"]) == ("50", "5")
+    report = (out / "report.md").read_text()
+    columns = (
+        "| condense steps | condense images | condense GFLOP | fine-tune epochs | fine-tune images | labels per class |"
+    )
+    assert columns in report
+    tleg = next(line for line in report.splitlines() if line.startswith("| tleg |")).split(" | ")
+    cells = dict(zip(next(line for line in report.splitlines() if line.startswith("| method |")).split(" | "), tleg))
+    assert (cells["condense images"], cells["fine-tune images"], cells["labels per class"]) == ("128", "50", "5")
+    assert cells["condense GFLOP"] == f"{float(rows['tleg']['condense_gflop']):.3g}"
+    # the terminal's table stays narrow: the GFLOP, not the images
+    assert "| condense steps | condense GFLOP | fine-tune epochs | fine-tune s |" in terminal
+    # the random starts named: timm's weight_init for scratch (the installed timm's default), fix_init's rescaling
+    assert (
+        "| method | top-1 (%) | vs scratch | vs scratch_fix_init |" in terminal
+        and "\n| scratch_fix_init | " in terminal
+    )
+    assert "- scratch: a timm ViT of the size as timm " in report and "(`weight_init=''`, `fix_init=False`" in report
+    assert "- scratch_fix_init: scratch's draws of the same seed with timm's `fix_init=True`" in report
+
+
+def test_images_seen_count_each_epochs_short_last_batch():
+    """100 images in batches of 64: 2 steps an epoch, the second of 36 images (no batch is dropped)."""
+    assert [seen_images(steps, 100, 64) for steps in (1, 2, 3, 4, 5)] == [64, 100, 164, 200, 264]
+
+
+def test_condense_work_counts_each_aux_net_and_knows_no_other_net():
+    """condense_work's rule on recorded costs: pool's two aux nets summed, each 3 forwards per image seen plus the
+    ancestry's outputs once per image; a net the gene does not name (tal's hypernetwork) has images but no GFLOP."""
+    anc = ViTSpec(depth=4, embed_dim=32, num_heads=2, img_size=16, patch_size=4, in_chans=1, num_classes=10)
+    small, large = anc.replace(depth=1), anc.replace(depth=3)
+    one = {"steps": 4, "aux": "L1-D32-H2", "distill_lambda": 1.0}
+    pool = {"steps": 6, "instances": [one, {**one, "steps": 2, "aux": "L3-D32-H2", "distill_lambda": 0.0}]}
+    work = condense_work(pool, anc, 100, 64)  # 4 steps: 2 epochs of 100 images; 2 steps: 1 epoch
+    assert work["images_seen"] == 300
+    assert work["gflop"] == (3 * small.flops * 200 + anc.flops * 100 + 3 * large.flops * 100) / 1e9
+    assert condense_work({"steps": 4, "epochs": 2}, anc, 100, 64) == {"images_seen": 200, "gflop": None}
+    assert condense_work({"images": 64}, anc, 100, 64) == {"images_seen": 64, "gflop": anc.flops * 64 / 1e9}

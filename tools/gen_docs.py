@@ -145,7 +145,14 @@ def methods_index() -> str:
 
 
 # ---- README ---------------------------------------------------------------------------------------------------
-README_TABLE_HEAD = "| method | what the learngene is | paper |\n|---|---|---|\n"
+README_TABLE_HEAD = "| method | what the learngene is | expands to | paper |\n|---|---|---|---|\n"
+README_TABLE_START = "| method | what the learngene is |"  # the table's first line, before and after a column was added
+
+
+def reach_in_brief(text: str) -> str:
+    """A method's ``expands_to`` without its parenthesised asides: the README's column (12 KiB in all); the
+    method pages and their index (:func:`methods_index`) give it whole."""
+    return re.sub(r" \([^()]*\)", "", text)
 
 
 def own_methods() -> list[str]:
@@ -172,7 +179,8 @@ def short_citation(paper: Any) -> str:
 
 
 def readme_method_table() -> str:
-    """The README's method table: one row per method of :func:`own_methods`, from its ``stores`` and papers."""
+    """The README's method table: one row per method of :func:`own_methods`, from its ``stores``, ``expands_to``
+    (:func:`reach_in_brief`) and papers."""
     from learngene.method import citations
     from learngene.registry import get_method
 
@@ -180,7 +188,7 @@ def readme_method_table() -> str:
     for name in own_methods():
         cls = get_method(name)
         cites = "; ".join(short_citation(p) for p in citations(cls))
-        rows.append(f"| `{name}` | {_cell(cls.stores)} | {_cell(cites)} |\n")
+        rows.append(f"| `{name}` | {_cell(cls.stores)} | {_cell(reach_in_brief(cls.expands_to))} | {_cell(cites)} |\n")
     return README_TABLE_HEAD + "".join(rows)
 
 
@@ -188,7 +196,7 @@ def update_readme(path: str = "README.md") -> None:
     """Rewrite the README's method table from the registry (``python tools/gen_docs.py --readme``)."""
     with open(path) as fh:
         text = fh.read()
-    start = text.index(README_TABLE_HEAD)
+    start = text.index(README_TABLE_START)
     end = text.index("\n\n", start) + 1
     with open(path, "w") as fh:
         fh.write(text[:start] + readme_method_table() + text[end:])

@@ -10,7 +10,9 @@ kept, and a line under the header says that the rest was rebuilt. A compare repo
 recommendation lines are written again; a bench report's marked top-1 tables (and their legend) are, its other
 tables are kept. Accuracies are the file's (4 decimals); the numbers are the run's, only how they are summarized
 is today's. A ``results.csv`` from before starts were recorded names no start: methods whose results are the
-same at every evaluation, seed by seed, are then taken as one start, and the report says so.
+same at every evaluation, seed by seed, are then taken as one start, and the report says so. One from before the
+condensation's images and GFLOP and the fine-tuning's images and labels per class were recorded leaves those cells
+n/a.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def rebuild_compare(folder: Path, old: list[str], redraw: bool = False) -> None:
         _stamp(),
         "",
         *LEGEND,
-        compare_text(rows, [r for r in references if r in labels]),
+        compare_text(rows, [r for r in references if r in labels], detail=True),
         *(line for plot in plots for line in (plot, "")),
     ]
     write_text_atomic(folder / "report.md", "\n".join(parts))

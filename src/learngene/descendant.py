@@ -83,7 +83,8 @@ def build_descendant(
     spec.require_memory()
     provided = bound.check(spec)  # on meta, once per size
     with seeded_draws(seed):  # timm draws its initialization from the global generator (learngene.host.rng)
-        model = spec.create_model()  # timm's initialization of every tensor: the keys the gene leaves out keep it
+        # timm's initialization of every tensor (with the method's flags): the keys the gene leaves out keep it
+        model = spec.create_model(**bound.method.timm_init(spec))
     # a tensor timm stacks across layers (mixed RoPE's) keeps timm's values for the layers the gene leaves out
     own = {k: v.detach().clone() for k, v in model.state_dict().items() if k in spec.stacked_keys}
     release_storage(model, provided)  # what the gene gives is overwritten: give its memory back before expanding

@@ -338,6 +338,12 @@ class Method:
         size of the ancestry's family."""
         return ""
 
+    def timm_init(self, spec: ViTSpec) -> dict[str, Any]:
+        """The keyword arguments timm's model of ``spec`` is built with, whose initialization fills the keys
+        ``expand`` leaves out (:func:`learngene.descendant.build_descendant`): none by default, timm's own
+        initialization; scratch_fix_init's ``fix_init=True``."""
+        return {}
+
     def preserves_function(self, gene: Learngene, spec: ViTSpec) -> bool:
         """Whether the descendant of ``spec`` computes the ancestry's function (up to float rounding), as the
         method promises (:attr:`preserves`); ``verify`` runs both to check it."""

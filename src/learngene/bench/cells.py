@@ -149,7 +149,9 @@ class CellStage(RunStages):
         done = self._result(
             path, lambda f: row_from_dict(json.loads(f.read_text())), lambda: self._fine_tune(cell, path, cfg)
         )
-        return dataclasses.replace(done, upstream=row.upstream)
+        # the gene's costs and the protocol as this run knows them: a cell cached before they were recorded has none
+        costs = {k: getattr(row, k) for k in ("condense_images", "condense_gflop", "train_images", "labels_per_class")}
+        return dataclasses.replace(done, upstream=row.upstream, **costs)
 
     def _fine_tune(self, cell: Cell, path: Path, cfg: TrainConfig) -> Row:
         """Make the descendant of a cell, fine-tune it with ``cfg`` and write its row to ``path``."""

@@ -4,14 +4,15 @@ from (adapted to it where the method adapts)."""
 from __future__ import annotations
 
 import time
-from typing import cast
+from typing import Any, cast
 
 from .. import pipeline
 from ..data import Data, take
 from ..gene import Learngene
 from ..method import Ancestry
 from ..registry import get_method
-from ..vit.spec import ViTSpec
+from ..training.config import known
+from ..vit.spec import ViTSpec, parse_size
 from .profiles import Condensing
 from .stages import RunStages, method_source_hash, stage_key, stage_run_dir
 
@@ -50,7 +51,12 @@ class GeneStages(RunStages):
                 condensed.save(path)
             return condensed.gene
 
-        return self._result(path, Learngene.load, condense), key
+        gene = self._result(path, Learngene.load, condense)
+        if cls.needs_data and "images_seen" not in gene.cost:  # a gene cached before these were recorded too
+            batch = known(self._cfg(epochs=how.epochs).batch_size)
+            spec = ancestry.spec.replace(img_size=self.fed_size or ancestry.spec.img_size) if ancestry.spec else None
+            gene.cost = {**gene.cost, **condense_work(gene.cost, spec, len(upstream), batch)}
+        return gene, key
 
     def _gene_key(self, how: Condensing, ancestry: Ancestry, images: int) -> str:
         """The cache key of a gene condensed ``how`` from ``images`` images: what it condenses (the ancestry, or only
@@ -108,3 +114,44 @@ class GeneStages(RunStages):
         budgets (the demo: :meth:`~learngene.bench.profiles.Profile.condense_share`)."""
         share = self.profile.condense_share(name)
         return upstream if share == 1 else take(upstream, max(1, round(share * len(upstream))))
+
+
+def seen_images(steps: int, images: int, batch: int) -> int:
+    """The images ``steps`` optimizer steps read from ``images`` in batches of ``batch``: an epoch's last batch is
+    short (no batch is dropped, :class:`learngene.data.batches.Batches`)."""
+    per_epoch = -(-images // batch)
+    epochs, rest = divmod(steps, per_epoch)
+    return epochs * images + min(rest * batch, images)
+
+
+def condense_work(cost: dict[str, Any], ancestry: ViTSpec | None, images: int, batch: int) -> dict[str, Any]:
+    """``images_seen`` and ``gflop`` of a condensation on ``images`` images in batches of ``batch``, from what its gene
+    recorded (``cost``); ``gflop`` None where the rule below does not know the trained network.
+
+    The rule (forward FLOPs per image: :attr:`ViTSpec.flops`, at the images' size): a condensation that trains an
+    aux net it names (``cost["aux"]``) costs 3 × the aux net's forward FLOPs per image seen (a forward and a backward
+    pass, the backward about twice the forward), plus, where it distils, the ancestry's forward FLOPs per distinct
+    image (its outputs are computed once and cached); pool's aux nets (``cost["instances"]``) are summed, each by
+    that rule. One that trains something else (tal's and pith's hypernetworks, pool's joint training of its widths)
+    is counted in images, not FLOPs. One that only measures the ancestry (importance, cluster: ``cost["images"]``,
+    no gradient) costs the ancestry's forward FLOPs per image measured. Evaluations are left out.
+    """
+    steps = int(cost.get("steps") or 0)
+    if not steps:
+        measured = int(cost.get("images") or 0)
+        return {"images_seen": measured, "gflop": ancestry.flops * measured / 1e9 if ancestry else None}
+    parts = cost.get("instances") or [cost]  # pool's aux nets, each trained (and distilling) on its own
+    if sum(int(part.get("steps") or 0) for part in parts) != steps:  # steps no aux net took (pool's joint training)
+        parts = []
+    seen = [seen_images(int(part.get("steps") or 0), images, batch) for part in parts] or [
+        seen_images(steps, images, batch)
+    ]
+    if ancestry is None or not parts or not all(part.get("aux") for part in parts):
+        return {"images_seen": sum(seen), "gflop": None}
+    flops = 0
+    for part, part_seen in zip(parts, seen):
+        depth, width, heads = parse_size(str(part["aux"]))
+        aux = ancestry.replace(depth=depth, embed_dim=width, num_heads=heads)
+        teacher = ancestry.flops * images if float(part.get("distill_lambda") or 0) > 0 else 0
+        flops += 3 * aux.flops * part_seen + teacher
+    return {"images_seen": sum(seen), "gflop": flops / 1e9}

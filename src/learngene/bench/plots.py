@@ -58,6 +58,7 @@ REFERENCE_STYLES: dict[str, tuple[str, str]] = {
     "scratch ×10": ("#555555", "s"),
     "mimetic": ("#7f7f7f", "^"),
     "structured": ("#b0b0b0", "D"),
+    "scratch_fix_init": ("#333333", "v"),  # scratch's second random start: near black, its own marker
 }
 METHOD_STYLES: dict[str, tuple[str, str]] = {
     "tleg": ("#0067A5", "o"),  # strong blue

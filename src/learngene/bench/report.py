@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,3 +226,28 @@ def _na_cells(rows: list[Row]) -> list[str]:
     if not refused:
         return []
     return ["", "## n/a cells", ""] + [f"- {method} at {', '.join(sizes)}: {note}" for (method, note), sizes in refused]
+
+
+def scratch_lines(methods: Sequence[str], model_class: str = "vit") -> list[str]:
+    """The report's lines naming the random starts of a ``model_class`` family: scratch's timm initialization
+    (``weight_init`` as the installed timm's VisionTransformer defaults it, which learngene never sets) and, where
+    compared, scratch_fix_init's (:class:`learngene.methods.baselines.ScratchFixInit`)."""
+    import inspect
+
+    import timm
+    from timm.models.vision_transformer import VisionTransformer
+
+    default = inspect.signature(VisionTransformer.__init__).parameters["weight_init"].default
+    fix = "`fix_init=False`" if model_class == "vit" else f"timm's {model_class} rescales as `fix_init` does"
+    lines = [
+        f"- scratch: a timm ViT of the size as timm {timm.__version__} initialises it (`weight_init={default!r}`, "
+        f"{fix}: trunc-normal(0.02) weights, zero biases, the class token and position table drawn small), "
+        "the fresh head of the seed included"
+    ]
+    if "scratch_fix_init" in methods:
+        lines.append(
+            "- scratch_fix_init: scratch's draws of the same seed with timm's `fix_init=True`: each block's "
+            "`attn.proj` and `mlp.fc2` weights divided by sqrt(2 (l + 1)) for block l = 0, 1, ... (BEiT's rescaling)"
+            + ("" if model_class == "vit" else "; in this family the same start as scratch")
+        )
+    return lines

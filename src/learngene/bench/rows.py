@@ -43,6 +43,14 @@ class Row:
     cell_seconds: float = 0.0  # wall time of the whole cell: expansion, fine-tuning, evaluation, saving
     start: str = ""  # the digest of the descendant's weights as fine-tuning begins (rows from before: "")
     probe: str = ""  # its outputs on the probe batch then (:mod:`learngene.bench.probe`; rows from before: "")
+    # what the gene's condensation read and computed (:func:`learngene.bench.gene_stages.condense_work`; None: not
+    # known, e.g. rows from before these were recorded)
+    condense_images: int | None = None  # images seen, every epoch's counted (0: condensed on no data)
+    condense_gflop: float | None = None
+    # the fine-tuning's protocol: its training images and, for a few-shot task, the labelled images per class
+    # (None with train_images given: every image of the data; both None: rows from before)
+    train_images: int | None = None
+    labels_per_class: int | None = None
 
     def __post_init__(self) -> None:
         """A row is also read back from a cell's JSON file and from ``results.csv``: a field of the wrong kind (an
@@ -99,6 +107,11 @@ CSV_FIELDS = (
     "start",
     "probe",
     "group",  # the labels that share this row's start at its size, e.g. "front = pretrained" (:func:`same_starts`)
+    # last, so that readers of the columns before them by position read what they did
+    "condense_images",
+    "condense_gflop",
+    "train_images",
+    "labels_per_class",
 )
 
 
@@ -119,6 +132,7 @@ def write_csv(rows: list[Row], path: Path) -> None:
 
 _INTS = ("budget", "depth", "embed_dim", "num_heads", "seed", "params", "stored_params", "condense_steps")
 _FLOATS = ("condense_seconds", "adapt_seconds", "train_seconds")
+_OPTIONAL = {"condense_images": int, "condense_gflop": float, "train_images": int, "labels_per_class": int}
 
 
 def read_csv(path: Path) -> list[Row]:
@@ -133,6 +147,8 @@ def read_csv(path: Path) -> list[Row]:
                 values["start"] = line.get("start") or ""  # files from before starts were recorded have none
                 values["probe"] = line.get("probe") or ""  # nor probes, before those were
                 values.update({k: int(line[k]) for k in _INTS}, **{k: float(line[k]) for k in _FLOATS})
+                # files from before these columns have none; an empty cell is one not known
+                values.update({k: kind(line[k]) if line.get(k) else None for k, kind in _OPTIONAL.items()})
                 rows[key] = Row(**values)
             if line["acc"]:
                 rows[key].accs.append(float(line["acc"]))

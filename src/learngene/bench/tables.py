@@ -16,6 +16,27 @@ def _cell(accs: list[float]) -> str:
     return f"{mean:.1f} ± {100 * statistics.stdev(accs):.1f}" if len(accs) > 1 else f"{mean:.1f}"
 
 
+# ---- what a row cost and its protocol, as compare's tables show them ("n/a": rows from before they were recorded) --
+def count_text(value: int | None) -> str:
+    """An image count: ``1,797``, or ``n/a``."""
+    return "n/a" if value is None else f"{value:,}"
+
+
+def gflop_text(value: float | None) -> str:
+    """GFLOP to 3 significant digits below 1,000 (a tiny model's condensation is a few thousandths), else whole."""
+    if value is None:
+        return "n/a"
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
+
+
+def labels_text(row: Row) -> str:
+    """The labelled images per class a row fine-tuned on: K of a few-shot task; ``–`` where the fine-tuning took its
+    images without regard to class (all of them, or ``train_images`` drawn from all)."""
+    if row.labels_per_class is not None:
+        return str(row.labels_per_class)
+    return "n/a" if row.train_images is None else "–"
+
+
 # ---- the marks: compare's decisions ----------------------------------------------------------------------
 MARK_RULE = (
     "Marks compare a cell with a reference at the same size by `learngene compare`'s rule: the paired t-test on the "

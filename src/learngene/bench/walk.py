@@ -81,6 +81,8 @@ class GridWalk(CellStage, WorkPlan):
                                     budget=budget,
                                     adapt_seconds=start.adapt_seconds,
                                     variant=variant.name if variant else "",
+                                    train_images=len(td.train),
+                                    labels_per_class=td.task.shots,
                                 )
                                 self._cell_row(Cell(row, start, spec, td, variant))
 
@@ -100,6 +102,7 @@ class GridWalk(CellStage, WorkPlan):
                 stored_params=gene.num_stored_params,
                 condense_seconds=float(gene.cost.get("seconds", 0.0)),
                 condense_steps=int(gene.cost.get("steps", 0)),
+                **_condense_cost(gene),
             )
             with self._stage(
                 self._adapt_gflop(spec) if get_method(name).adaptable else 0.0,
@@ -147,3 +150,15 @@ def size_row(method: str, spec: ViTSpec, seed: int, up: Upstream) -> Row:
         params=spec.num_params,
         upstream=up.name,
     )
+
+
+def _condense_cost(gene: Learngene) -> dict[str, Any]:
+    """A row's ``condense_images`` and ``condense_gflop``: nothing for a method that condenses on no data, else what
+    :func:`learngene.bench.gene_stages.condense_work` added to its gene's cost (None where it knows none)."""
+    if not get_method(gene.method).needs_data:
+        return {"condense_images": 0, "condense_gflop": 0.0}
+    gflop = gene.cost.get("gflop")
+    return {
+        "condense_images": gene.cost.get("images_seen"),
+        "condense_gflop": None if gflop is None else float(gflop),
+    }

@@ -80,7 +80,7 @@ def _add_contenders(p: argparse.ArgumentParser) -> None:
         metavar="LIST",
         default="scratch,scratch_x10,mimetic,structured",
         help="what a recommendation must beat (paired over seeds, Holm-corrected); scratch_x10 = scratch "
-        "fine-tuned 10× as long; "
+        "fine-tuned 10× as long; scratch_fix_init = scratch's draws with timm's fix_init; "
         "structured only where registered (default: %(default)s)",
     )
     # the ranges CompareChoices declares (learngene.comparison.choices, which the torch-free parser cannot import)

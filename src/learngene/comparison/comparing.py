@@ -58,8 +58,9 @@ class Comparison:
     @property
     def table(self) -> list[dict[str, Any]]:
         """One record per size and method (references included), in the report's order: its final top-1 over seeds
-        (mean and standard deviation), the seeds, stored parameters, condensation seconds and steps, fine-tuning
-        epochs and seconds;
+        (mean and standard deviation), the seeds, stored parameters, condensation seconds, steps, images seen and
+        GFLOP (None where not known: :func:`learngene.bench.gene_stages.condense_work`), fine-tuning epochs, images,
+        labels per class (None: not a few-shot task) and seconds;
         ``pandas.DataFrame(comparison.table)`` takes it."""
         records = []
         for size, groups in self._groups().items():
@@ -75,7 +76,11 @@ class Comparison:
                         "stored_params": group[0].stored_params,
                         "condense_seconds": group[0].condense_seconds,
                         "condense_steps": group[0].condense_steps,
+                        "condense_images": group[0].condense_images,
+                        "condense_gflop": group[0].condense_gflop,
                         "fine_tune_epochs": group[0].epochs[-1],
+                        "fine_tune_images": group[0].train_images,
+                        "labels_per_class": group[0].labels_per_class,
                         "fine_tune_seconds": statistics.fmean(r.train_seconds for r in group),
                     }
                 )

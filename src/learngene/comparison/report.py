@@ -23,9 +23,10 @@ from ..bench.plots import (
 )
 from ..bench.probe import RTOL
 from ..bench.profiles import Profile
-from ..bench.report import plural, run_lines
+from ..bench.report import plural, run_lines, scratch_lines
 from ..bench.rows import mean_curve, sizes_by_note, write_csv
 from ..bench.stats import POWER, RULE
+from ..bench.tables import count_text, gflop_text, labels_text
 from ..formats.atomic import write_text_atomic
 from ..registry import get_method
 from .choices import KD, LONG, LONG_LABEL, TASK
@@ -59,8 +60,10 @@ def _joined(values: list[str]) -> str:
     return values[0] if len(set(values)) == 1 else " / ".join(values)
 
 
-def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[str, str]:
-    """(markdown table with its family line, recommendation line) of one size: one row per distinct start."""
+def size_table(rows: list[Any], size: str, references: Sequence[str], detail: bool = False) -> tuple[str, str]:
+    """(markdown table with its family line, recommendation line) of one size: one row per distinct start.
+    ``detail`` (the report's): also the images the condensation saw and the fine-tuning's images and labels per
+    class (the terminal's table stays narrow)."""
     groups = _by_label(rows, size)
     fam = findings.family(groups, references, size)
     long = groups.get(LONG_LABEL)
@@ -74,7 +77,10 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
         "stored params",
         "condense s",
         "condense steps",
+        *(["condense images"] if detail else []),
+        "condense GFLOP",
         "fine-tune epochs",
+        *(["fine-tune images", "labels per class"] if detail else []),
         "fine-tune s",
         f"epoch reaching {LONG_LABEL}'s final",
         "speed-up vs scratch",
@@ -82,7 +88,6 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for start in fam.starts:
         group = start.rows[start.labels[0]]
-        firsts = [start.rows[label][0] for label in start.labels]
         marks = [_cell(fam, start.name, r) for r in fam.references]
         if fam.plain:
             marks.append(_cell(fam, start.name, fam.plain[start.name]) if start.name in fam.plain else "")
@@ -90,15 +95,12 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
         reached = "–" if target is None else (str(reach) if reach else f"not reached in {group[0].epochs[-1]}")
         speed = f"{long_epoch / reach:.1f}×" if reach and long_epoch else "–"
         lines.append(
-            f"| {start.name} | {findings.mean_sd([g.acc for g in group])} | "
-            + " | ".join(marks)
-            + ("" if not marks else " | ")
-            + f"{_joined([f'{r.stored_params:,}' for r in firsts])} | "
-            f"{_joined([f'{r.condense_seconds:.1f}' for r in firsts])} | "
-            f"{_joined([f'{r.condense_steps:,}' for r in firsts])} | "
-            f"{_joined([str(start.rows[label][0].epochs[-1]) for label in start.labels])} | "
-            f"{_joined([f'{statistics.fmean(g.train_seconds for g in start.rows[label]):.1f}' for label in start.labels])} | "
-            f"{reached} | {speed} |"
+            "| "
+            + " | ".join(
+                [start.name, findings.mean_sd([g.acc for g in group]), *marks, *_cost_cells(start, detail)]
+                + [reached, speed]
+            )
+            + " |"
         )
     seeds = sorted({g.seed for group in groups.values() for g in group})
     if fam.m:
@@ -110,6 +112,22 @@ def size_table(rows: list[Any], size: str, references: Sequence[str]) -> tuple[s
         ]
     lines += [_same_start_line(start) for start in fam.starts if len(start.labels) > 1]
     return "\n".join(lines), findings.recommend(fam, references)
+
+
+def _cost_cells(start: Any, detail: bool) -> list[str]:
+    """A row's cost and protocol cells of :func:`size_table`, each start's own where the row holds several."""
+    firsts = [start.rows[label][0] for label in start.labels]
+    cells = [
+        _joined([f"{r.stored_params:,}" for r in firsts]),
+        _joined([f"{r.condense_seconds:.1f}" for r in firsts]),
+        _joined([f"{r.condense_steps:,}" for r in firsts]),
+        *([_joined([count_text(r.condense_images) for r in firsts])] if detail else []),
+        _joined([gflop_text(r.condense_gflop) for r in firsts]),
+        _joined([str(r.epochs[-1]) for r in firsts]),
+        *([count_text(firsts[0].train_images), labels_text(firsts[0])] if detail else []),
+    ]
+    seconds = [statistics.fmean(g.train_seconds for g in start.rows[label]) for label in start.labels]
+    return [*cells, _joined([f"{s:.1f}" for s in seconds])]
 
 
 def _cell(fam: Any, name: str, other: str) -> str:
@@ -141,13 +159,14 @@ def refusals(rows: list[Any]) -> list[str]:
     return [f"{label} at {', '.join(sizes)}: {note}" for (label, note), sizes in sizes_by_note(rows).items()]
 
 
-def compare_text(rows: list[Any], profile: Profile | Sequence[str]) -> str:
+def compare_text(rows: list[Any], profile: Profile | Sequence[str], detail: bool = False) -> str:
     """What ``learngene compare`` prints: per size the table and its recommendation line, then the refusals.
-    ``profile``: the run's profile, or the labels of its references."""
+    ``profile``: the run's profile, or the labels of its references; ``detail``: the report's wider tables
+    (:func:`size_table`)."""
     references = profile.references if isinstance(profile, Profile) else tuple(profile)
     parts = []
     for size in dict.fromkeys(r.size for r in rows if r.task == TASK):
-        table, line = size_table(rows, size, references)
+        table, line = size_table(rows, size, references, detail)
         if isinstance(profile, Profile):
             line += left_out_note(profile)
         parts += [f"## {size}", "", table, "", f"**Recommendation** {line}", ""]
@@ -297,7 +316,14 @@ def write_compare_report(
     """``results.csv``, ``report.md`` and (unless ``plots=False``) ``plots/by-size.png`` and ``plots/curves.png``."""
     meta = meta or {}
     write_csv(rows, out_dir / "results.csv")
-    parts = ["# learngene compare", "", *_setup_lines(profile, meta), "", *LEGEND, compare_text(rows, profile)]
+    parts = [
+        "# learngene compare",
+        "",
+        *_setup_lines(profile, meta),
+        "",
+        *LEGEND,
+        compare_text(rows, profile, detail=True),
+    ]
     if plots:
         parts += plot_report(rows, profile, plot_folder(out_dir))
     write_text_atomic(out_dir / "report.md", "\n".join(parts))
@@ -340,8 +366,7 @@ def _setup_lines(profile: Profile, meta: dict[str, Any]) -> list[str]:
         + (f" ({profile.condense_images:,} images)" if profile.condense_images else " (every training image)")
         + f"; adaptation: {profile.adapt_steps} steps"
         + _labels_note(profile),
-        "- scratch: a timm ViT of the size as timm initialises it (`weight_init=''`: trunc-normal(0.02) weights, "
-        "zero biases, the class token and position table drawn small), the fresh head of the seed included",
+        *scratch_lines(profile.methods or (), profile.ancestry.family.model_class),
         *([_kd_line(profile, meta)] if profile.variants else []),
     ]
 

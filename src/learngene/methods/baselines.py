@@ -19,7 +19,7 @@ d145a5e); Auto-LG: none found; scratch and pretrained are timm's own ViT, no met
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -56,6 +56,40 @@ class Scratch(Method):
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         return {}
+
+
+@register_method
+class ScratchFixInit(Method):
+    """timm's initialization with ``fix_init=True``: scratch's draws, each block's output projections (the
+    attention's ``proj`` and the MLP's ``fc2``) then divided by sqrt(2 (l + 1)) for block l = 0, 1, ...
+    (``VisionTransformer.fix_init_weight``, BEiT's rescaling): a second random start beside scratch, the same seed
+    drawing the same weights. The empty learngene: the descendant is timm's model built with that flag
+    (:meth:`timm_init`). timm's Eva rescales so always and its NaFlexVit by default: in those families this start is
+    scratch's."""
+
+    name = "scratch_fix_init"
+    stores = "nothing: timm's initialization with fix_init=True"
+    expands_to = "any size"
+    summary = "timm init with fix_init: each block's attn.proj and mlp.fc2 ÷ √(2(l+1)) (no learngene)"
+    paper = Paper(
+        "BEiT: BERT Pre-Training of Image Transformers",
+        "Bao et al.",
+        "ICLR",
+        2022,
+        "2106.08254",
+        "timm's fix_init",
+    )
+    needs_vit_ancestry = False
+
+    def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
+        return self.new_gene({}, None, ancestry.spec if ancestry else None)
+
+    def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
+        return {}
+
+    def timm_init(self, spec: ViTSpec) -> dict[str, Any]:
+        # only timm's VisionTransformer takes the flag off by default (Eva has no flag: it always rescales)
+        return {"fix_init": True} if spec.family.model_class == "vit" else {}
 
 
 class BlockCopier(Method):
