@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import types
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -294,43 +295,89 @@ def add_threads(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=_threads, metavar="N", help=THREADS_HELP)
 
 
-def add_declared(p: argparse.ArgumentParser, cls: type, groups: dict[str, Any] | None = None) -> None:
+def add_declared(p: argparse.ArgumentParser, cls: type, groups: dict[str, Any] | None = None, skip: Any = ()) -> None:
     """The flags of dataclass ``cls``'s fields that declare one (:func:`learngene.settings.field`), in declaration
-    order: a field's type, choices and range as declared (checked as the dataclass checks them), its help and metavar;
-    ``groups``: an argument group (its title and description) for the fields that declare that ``group``. Not given:
-    None, the field's default (shown in the help)."""
+    order, but those named in ``skip`` (added by a shared helper): a field's type, choices and range as declared
+    (checked as the dataclass checks them), its help and metavar, a tuple's items separated by commas; ``groups``: an
+    argument group (its title and description) for the fields that declare that ``group``. Not given: None, the
+    field's default (shown in the help)."""
     hints, made = typing.get_type_hints(cls), {}
     for f in dataclasses.fields(cls):
         meta = f.metadata
-        if not meta.get("flag"):
+        if not meta.get("flag") or f.name in skip:
             continue
         group = meta.get("group")
         if group in (groups or {}) and group not in made:
             made[group] = p.add_argument_group(*groups[group])  # type: ignore[index]
-        target = made.get(group, p)
-        tp, shown = hints[f.name], "" if f.default in (None, dataclasses.MISSING) else " (default: %(default)s)"
-        kwargs: dict[str, Any] = {"default": None if f.default is dataclasses.MISSING else f.default}
-        if tp is bool:
-            kwargs["action"] = "store_true"
-        elif offered := choices(tp):
-            kwargs["choices"] = offered
-        else:
-            kinds = (tp, *typing.get_args(tp))
-            parse = count if meta.get("counts") else integer if int in kinds else real if float in kinds else str
-            kwargs["type"] = _declared(f, tp, parse)
-        if "metavar" in meta:
-            kwargs["metavar"] = meta["metavar"]
-        target.add_argument(meta["flag"], help=meta.get("help", "") + shown, **kwargs)
+        made.get(group, p).add_argument(meta["flag"], **_declared_flag(f, hints[f.name]))
+
+
+def _declared_flag(f: dataclasses.Field, tp: Any) -> dict[str, Any]:
+    """``add_argument``'s keywords for declared field ``f`` of type ``tp``."""
+    meta = f.metadata
+    default = None if f.default is dataclasses.MISSING else f.default
+    kwargs: dict[str, Any] = {"default": default}
+    if tp is bool:
+        kwargs["action"] = "store_true"
+    elif offered := choices(tp):
+        kwargs["choices"] = offered
+    else:
+        kwargs["type"] = _declared(f, tp, _parser(f, tp))
+    if "const" in meta:
+        kwargs.update(nargs="?", const=meta["const"])
+    if "metavar" in meta:
+        kwargs["metavar"] = meta["metavar"]
+    kwargs["help"] = meta.get("help", "") + _default_shown(f, default)
+    return kwargs
+
+
+def _default_shown(f: dataclasses.Field, default: Any) -> str:
+    """What a declared flag's help says of its default (and of the flag given alone)."""
+    alone = f" (given alone: {f.metadata['const']})" if "const" in f.metadata else ""
+    if default is None:
+        return alone + (f" (default: {f.metadata['none_word']})" if "none_word" in f.metadata else "")
+    if isinstance(default, tuple):  # shown as the flag takes it
+        return alone + f" (default: {','.join(map(str, default))})"
+    return alone + " (default: %(default)s)"
+
+
+def _parser(f: dataclasses.Field, tp: Any) -> Callable[[str], Any]:
+    """How a declared flag reads its text: a number of the field's kind, a text, or a tuple's items by commas."""
+    arms = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    items = next((typing.get_args(a)[0] for a in arms if typing.get_origin(a) is tuple), None)
+    if items is not None and str not in arms:  # a field that also takes a text reads the list itself (--layers)
+        return _listed(f.name, _parser(f, items))
+    kinds = (tp, *typing.get_args(tp))
+    return count if f.metadata.get("counts") else integer if int in kinds else real if float in kinds else str
+
+
+def _listed(name: str, parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A comma-separated list's parser: each item read by ``parse`` (empty items left out)."""
+
+    def items(text: str) -> tuple[Any, ...]:
+        try:
+            return tuple(parse(item.strip()) for item in text.split(",") if item.strip())
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(
+                f"{name} takes a list separated by commas, e.g. 5,6,7 ({exc}); got {text!r}"
+            ) from None
+
+    items.__name__ = "list"
+    return items
 
 
 def _declared(f: dataclasses.Field, tp: Any, parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """A declared field's flag parser: ``parse``, then the field's own check (its words if it refuses)."""
+    """A declared field's flag parser: ``parse``, then the field's own check (its words, and its fix, if it refuses);
+    the field's ``none_word`` is None."""
+    label, fix = f.metadata.get("label", f.name), f.metadata.get("fix")
 
     def check(text: str) -> Any:
+        if text == f.metadata.get("none_word"):
+            return None
         value = parse(text)
         bad = refusal_of(f, tp, value)
         if bad is not None:
-            raise argparse.ArgumentTypeError(f"{f.name} must be {bad.wanted}, got {text}")
+            raise argparse.ArgumentTypeError(f"{label} must be {bad.wanted}, got {text}" + (f"; {fix}" if fix else ""))
         return value
 
     check.__name__ = getattr(parse, "__name__", "value")  # argparse names the type in its "invalid ... value" message
