@@ -21,11 +21,11 @@ import argparse
 import statistics
 
 from learngene.bench import get_profile
-from learngene.bench.cells import fresh_head
 from learngene.bench.profiles import Task
 from learngene.bench.protocol import BenchRun
 from learngene.bench.tasks import load_task
 from learngene.descendant import make_descendant
+from learngene.pipeline.fine_tuning import fresh_head
 from learngene.training.loop import train
 
 

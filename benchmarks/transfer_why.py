@@ -36,7 +36,6 @@ import torch.nn.functional as F
 from torchvision.datasets import FashionMNIST  # the class names of the splits
 
 from learngene.bench import get_profile
-from learngene.bench.cells import fresh_head
 from learngene.bench.profiles import SPLIT_A, SPLIT_B, Task
 from learngene.bench.protocol import BenchRun
 from learngene.bench.rows import read_csv
@@ -45,6 +44,7 @@ from learngene.bench.tasks import load_task
 from learngene.binding import bind_gene
 from learngene.descendant import make_descendant
 from learngene.gene import Learngene
+from learngene.pipeline.fine_tuning import fresh_head
 from learngene.registry import get_method
 from learngene.training.loop import train
 from learngene.vit.attention_init import UNTRAINED_ATTENTION_SCALE, attention_logit_scale

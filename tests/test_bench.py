@@ -7,7 +7,7 @@ import csv
 import pytest
 import torch
 
-from learngene.bench import BenchRun, Profile, Row, Task, ancestry_stage
+from learngene.bench import BenchRun, Profile, Row, Task
 from learngene.bench import cells as cell_stage
 from learngene.bench.tables import epochs_to_match, format_table
 from learngene.cli import main
@@ -15,6 +15,8 @@ from learngene.data import DEBIAN_FASHION_MNIST
 from learngene.errors import SpecError
 from learngene.formats.model_file import load_model_file
 from learngene.method import Ancestry
+from learngene.pipeline import training as pipeline_training
+from learngene.pipeline.fine_tuning import fresh_head
 from learngene.registry import get_method, list_methods
 from learngene.training.config import TrainConfig
 from learngene.vit.spec import ViTSpec, fit_to_budget
@@ -90,8 +92,9 @@ def test_second_run_reuses_every_stage(tmp_path, fake_fashion, monkeypatch):
         assert kwargs.get("resume") is True  # an interrupted training continues from its checkpoint
         return real_train(*args, **kwargs)
 
-    for stage in (ancestry_stage, cell_stage):  # the ancestry's training and the cells' fine-tunes
-        monkeypatch.setattr(stage, "train", counting_train)
+    # the ancestry's training (learngene ancestry's, train_ancestry) and the cells' fine-tunes
+    monkeypatch.setattr(pipeline_training, "train_loop", counting_train)
+    monkeypatch.setattr(cell_stage, "train", counting_train)
     first = _micro(tmp_path, fake_fashion, monkeypatch).run()
     trained_cells = [r for r in first if r.ok]
     assert len(calls) == 1 + len(trained_cells)
@@ -145,8 +148,9 @@ def test_identical_budget_and_data_order_for_every_method(tmp_path, fake_fashion
         seen.append((data.name, len(data), cfg.epochs, cfg.seed, cfg.batch_size, cfg.lr))
         return real_train(model, data, cfg, **kwargs)
 
-    for stage in (ancestry_stage, cell_stage):  # the ancestry's training and the cells' fine-tunes
-        monkeypatch.setattr(stage, "train", spy)
+    # the ancestry's training (learngene ancestry's, train_ancestry) and the cells' fine-tunes
+    monkeypatch.setattr(pipeline_training, "train_loop", spy)
+    monkeypatch.setattr(cell_stage, "train", spy)
     profile = MICRO.replace(sizes=((1, 32, 2),), seeds=(3,), tasks=MICRO.tasks[1:])
     monkeypatch.setenv("LEARNGENE_DATA", str(fake_fashion))
     BenchRun(profile, tmp_path / "o", progress=False, plots=False).run()
@@ -191,7 +195,7 @@ def test_new_head_tasks_give_every_method_the_same_classifier(tiny_spec):
     a = make_descendant(gene, tiny_spec, seed=5)
     b = make_descendant(get_method("scratch")().condense(ancestry), tiny_spec, seed=5)
     assert not torch.equal(a.head.weight, b.head.weight)
-    cell_stage.fresh_head(a, tiny_spec, seed=5)
+    fresh_head(a, tiny_spec, seed=5)
     assert torch.equal(a.head.weight, b.head.weight) and torch.equal(a.head.bias, b.head.bias)
 
 

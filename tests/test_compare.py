@@ -65,7 +65,9 @@ def test_bad_input_is_one_line(ancestry, tmp_path, capsys):
     # the training flags are TrainConfig's, checked as every command's are
     assert "epochs (--epochs) must be at least 1" in cli_error(capsys, [*base, "--sizes", "L1-D32-H2", "--epochs", "0"])
     assert "max steps must be in [1," in cli_error(capsys, [*base, "--sizes", "L1-D32-H2", "--max-steps", "0"])
-    assert "adapt steps must be in [1," in cli_error(capsys, [*base, "--sizes", "L1-D32-H2", "--adapt-steps", "0"])
+    assert "adapt_steps (--adapt-steps) must be in [1," in cli_error(
+        capsys, [*base, "--sizes", "L1-D32-H2", "--adapt-steps", "0"]
+    )
     one_class = tmp_path / "one"
     for split in ("train", "test"):
         (one_class / split / "cat").mkdir(parents=True)
@@ -93,7 +95,7 @@ def test_condensing_on_other_classes_than_those_compared():
 
 def test_condense_classes_that_are_not_indices_are_one_line(ancestry, tmp_path, capsys):
     err = cli_error(capsys, _compare(ancestry, tmp_path / "bad", "--condense-classes", "0,one"))
-    assert "condense_classes (--condense-classes) takes class indices" in err, err
+    assert "argument --condense-classes: condense_classes takes a list separated by commas" in err, err
 
 
 @pytest.mark.parametrize(
@@ -102,9 +104,12 @@ def test_condense_classes_that_are_not_indices_are_one_line(ancestry, tmp_path, 
         (["--lr", "-1"], "learning rate must be positive"),
         (["--lr", "0"], "learning rate must be positive"),
         (["--batch-size", "0"], "batch size must be above 0"),
-        (["--seeds", "0"], "argument --seeds: seeds must be in [1, 1000], got 0"),
-        (["--seeds", "100000"], "argument --seeds: seeds must be in [1, 1000], got 100000"),
-        (["--kd", "2"], "kd_lambda (--kd) must be above 0 and at most 1, got 2.0; pass e.g. kd_lambda=0.5 (--kd 0.5)"),
+        (["--seeds", "0"], "argument --seeds: seeds (--seeds) must be in [1, 1000], got 0"),
+        (["--seeds", "100000"], "argument --seeds: seeds (--seeds) must be in [1, 1000], got 100000"),
+        (
+            ["--kd", "2"],
+            "argument --kd: kd_lambda (--kd) must be above 0 and at most 1, got 2.0; pass e.g. kd_lambda=0.5 (--kd 0.5)",
+        ),
         (["--methods", ","], "methods (--methods) names no method"),
         (["--classes", "5,5,6"], "classes (--classes) names 5 twice"),
         (["--condense-classes", "0,1,1"], "condense_classes (--condense-classes) names 1 twice"),
@@ -359,3 +364,54 @@ def test_condense_work_counts_each_aux_net_and_knows_no_other_net():
     assert work["gflop"] == (3 * small.flops * 200 + anc.flops * 100 + 3 * large.flops * 100) / 1e9
     assert condense_work({"steps": 4, "epochs": 2}, anc, 100, 64) == {"images_seen": 200, "gflop": None}
     assert condense_work({"images": 64}, anc, 100, 64) == {"images_seen": 64, "gflop": anc.flops * 64 / 1e9}
+
+
+def _compare_parser():
+    import argparse
+
+    from learngene.cli.parser import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices["compare"]
+
+
+def test_compares_flags_are_made_from_the_declarations_of_its_choices():
+    """Each setting of CompareChoices is declared once, as its field (issue 55): cli/compare.py names none of their
+    flags, and the command line offers each with the field's help, default and range."""
+    import ast
+    import dataclasses
+    from pathlib import Path
+
+    import learngene.cli.compare as cli_compare
+
+    flags = {f.metadata["flag"]: f for f in dataclasses.fields(CompareChoices) if f.metadata.get("flag")}
+    written = {
+        node.value
+        for node in ast.walk(ast.parse(Path(cli_compare.__file__).read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+    assert written.isdisjoint(flags), sorted(written & set(flags))
+    actions = {a.option_strings[0]: a for a in _compare_parser()._actions if a.option_strings}
+    for flag, f in flags.items():
+        assert actions[flag].help.startswith(f.metadata["help"]), flag
+    parsed = _compare_parser().parse_args(
+        ["--ancestry", "a", "--data", "digits", "--sizes", "L1-D32-H2", "--out", "o", "--classes", "5, 6,7", "--kd"]
+    )
+    assert (parsed.classes, parsed.kd, parsed.methods) == ((5, 6, 7), 0.5, None)
+    assert parsed.references == CompareChoices().references and parsed.seeds == CompareChoices().seeds
+    assert _compare_parser().parse_args(
+        ["--ancestry", "a", "--data", "d", "--sizes", "s", "--out", "o", "--methods", "a,b"]
+    ).methods == ("a", "b")
+
+
+def test_the_flags_give_the_choices_the_python_call_takes(ancestry, tmp_path):
+    """The command line's choices are CompareChoices as a Python caller makes them: every flagged field read back."""
+    from learngene.cli.compare import choices_from_args
+
+    argv = ["--ancestry", "a", "--data", "d", "--sizes", "s", "--out", "o", "--methods", "all", "--kd", "0.3"]
+    argv += ["--condense-classes", "0,1", "--condense-epochs", "1", "--adapt-steps", "3", "--references", "scratch"]
+    chosen = CompareChoices(**choices_from_args(_compare_parser().parse_args(argv)))
+    expected = CompareChoices(
+        kd_lambda=0.3, condense_classes=(0, 1), condense_epochs=1, adapt_steps=3, references=("scratch",)
+    )
+    assert chosen == expected

@@ -360,7 +360,7 @@ def test_a_hostile_argument_is_one_line_and_touches_nothing(made, name, paramete
 
 def test_the_internals_old_names_warn_and_the_loop_lives_in_training():
     """The internals that left the top level load with a DeprecationWarning naming their module; the training loop is
-    ``learngene.training.train`` (``learngene.train`` is the pipeline's, and refuses a torch module:
+    ``learngene.training.train`` (``learngene.train`` is the pipeline's, and takes no torch module:
     tests/test_no_mutation.py)."""
     for name, module in (("make_descendant", "descendant"), ("GeneNet", "training.genenet")):
         with pytest.warns(DeprecationWarning, match=rf"import it from learngene\.{module}"):

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from learngene.bench import BenchRun, Profile, Row, Task, ancestry_stage
+from learngene.bench import BenchRun, Profile, Row, Task
 from learngene.bench import cells as cell_stage
 from learngene.bench.profiles import Upstream, Variant
 from learngene.bench.tables import format_table
@@ -11,6 +11,7 @@ from learngene.descendant import make_descendant
 from learngene.errors import LearngeneError
 from learngene.method import Ancestry
 from learngene.methods.mimetic import Mimetic
+from learngene.pipeline import training as pipeline_training
 from learngene.registry import get_method
 from learngene.training.config import TrainConfig
 from learngene.vit.attention_init import blend_query_key, sincos_pos_embed
@@ -148,8 +149,9 @@ def test_transfer_tasks_train_on_the_unseen_classes_and_share_reference_cells(tm
         seen.append((str(kwargs.get("run_dir")), data.classes, model.get_classifier().out_features))
         return real(model, data, cfg, **kwargs)
 
-    for stage in (ancestry_stage, cell_stage):  # the ancestry's training and the cells' fine-tunes
-        monkeypatch.setattr(stage, "train", spy)
+    # the ancestry's training (learngene ancestry's, train_ancestry) and the cells' fine-tunes
+    monkeypatch.setattr(pipeline_training, "train_loop", spy)
+    monkeypatch.setattr(cell_stage, "train", spy)
     rows = BenchRun(TRANSFER, tmp_path / "o", progress=False, plots=False).run()
     ancestries = [s for s in seen if "/ancestry/" in s[0]]
     assert [classes for _, classes, _ in ancestries] == [("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat")] * 2

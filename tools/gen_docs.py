@@ -254,6 +254,7 @@ API_MODULES = (
     "learngene.comparison.choices",
     "learngene.comparison.profile",
     "learngene.comparison.report",
+    "learngene.pipeline.fine_tuning",
     "learngene.pipeline.inputs",
     "learngene.pipeline.results",
     "learngene.binding",

@@ -56,6 +56,10 @@ class Declaration(TypedDict, total=False):
       of a timm ViT (:class:`~learngene.pipeline.requests.ExpandChoices`).
     - ``any_output``: an expand choice that applies to a declared output too (the others are refused beside one).
     - ``counts``: an integer its flag also reads as a count with a suffix (``5M``, ``2G``).
+    - ``const``: the value of the flag given without one (``--kd`` alone is ``--kd 0.5``).
+    - ``none_word``: the flag's word for None (``--methods all``).
+
+    A tuple field's flag takes its items separated by commas (``--classes 5,6,7``).
     """
 
     at_least: float | None
@@ -80,6 +84,8 @@ class Declaration(TypedDict, total=False):
     output: bool
     any_output: bool
     counts: bool
+    const: Any
+    none_word: str | None
 
 
 # the random seed, a training setting (TrainConfig.seed) and an expand choice (ExpandChoices.seed): declared once
@@ -117,6 +123,16 @@ def field(
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def same_as(cls: type, name: str, **shown: Unpack[Declaration]) -> Any:
+    """A field of another class that is the setting ``cls.name``, declared there once: its default and declaration
+    (range, help, flag), ``shown`` adding how this class's flag shows it (e.g. its ``metavar``)."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    meta = {**f.metadata, **{k: v for k, v in shown.items() if v is not None}}
+    if f.default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=f.default_factory, metadata=meta)
+    return dataclasses.field(default=f.default, metadata=meta)
 
 
 def declared(f: dataclasses.Field) -> bool:

@@ -7,14 +7,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from .. import pipeline
 from ..ancestry import ancestry_preprocessing, feed_size, load_ancestry
 from ..data import Data, class_subset, few_shot, take
 from ..errors import LearngeneError
 from ..formats.hub import is_hub_name
 from ..formats.model_file import load_model_file, save_model
-from ..host.rng import seeded_draws
 from ..method import Ancestry
-from ..training.loop import train
 from ..vit.spec import ViTSpec
 from .profiles import Upstream
 from .stages import RunStages, stage_key
@@ -74,21 +73,24 @@ class AncestryStage(RunStages):
     def _train_ancestry(self, upstream: Upstream, key: str, train_data: Data, eval_data: Data) -> Any:
         """Train ``upstream``'s ancestry (cache key ``key``) and keep it; what :func:`load_model_file` reads of it."""
         spec, path = self.ancestry_spec(upstream), self.ancestry_path(key)
-        with seeded_draws(0):  # timm's initialization, from the global generator (learngene.host.rng)
-            model = spec.create_model()
         path.parent.mkdir(parents=True, exist_ok=True)
-        # the two long stages show the loop's own bar under the run's bar
+        # the two long stages show the loop's own bar under the run's bar; every test image the stage was given
         cfg = self._cfg(
             epochs=upstream.ancestry_epochs,
             desc=f"ancestry {upstream.name}".strip(),
             checkpoint_every=200,
             progress=self.inner_progress,
+            eval_images=0,
             logs_at=path,
         )
-        result = train(model, train_data, cfg, eval_data=eval_data, run_dir=path.with_suffix(".run"), resume=True)
+        # learngene ancestry's run (the model drawn from the run's seed, as timm initializes it)
+        trained = pipeline.train_ancestry(
+            (train_data, eval_data), spec, cfg, run_dir=path.with_suffix(".run"), resume=True
+        )
+        result = trained.result
         save_model(
             path,
-            model,
+            trained.model,
             spec,
             origin={
                 "kind": "ancestry",

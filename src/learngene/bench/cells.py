@@ -20,9 +20,8 @@ from ..errors import LearngeneError
 from ..formats.atomic import write_text_atomic
 from ..formats.weights import digest
 from ..gene import Learngene
-from ..host.rng import seeded_draws
+from ..pipeline.fine_tuning import FineTuning, fine_tuning
 from ..registry import get_method
-from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..training.loop import TrainConfig, train
 from ..vit.attention_init import blend_query_key, sincos_pos_embed
 from ..vit.spec import ViTSpec
@@ -31,13 +30,6 @@ from .profiles import Task, Variant
 from .rows import Row, row_from_dict
 from .stages import RunStages, stage_key
 from .tasks import TaskData
-
-
-def fresh_head(model: torch.nn.Module, spec: ViTSpec, seed: int) -> None:
-    """Give ``model`` the classifier a scratch model of this seed gets (the same for every method)."""
-    with seeded_draws(seed):  # timm's initialization, from the global generator (learngene.host.rng)
-        reference: Any = spec.create_model()
-    cast(Any, model).get_classifier().load_state_dict(reference.get_classifier().state_dict())
 
 
 def fine_tune_budget(task: Task, budget: int) -> tuple[int, int | None, int]:
@@ -160,23 +152,20 @@ class CellStage(RunStages):
         if cell.variant:
             check_variant_changes(cell.variant, init, spec)
         model = cell_descendant(init, spec, seed, cell.variant)
-        if cell.fresh:
-            fresh_head(model, spec, seed)
-        start = digest(model.state_dict())
-        probe = fingerprint(model, spec.img_size, spec.in_chans)  # methods that compute alike share one row
-        student, data, teacher, loss = model, task.train, None, None
         if cell.distill_lambda:
             cfg = cfg.replace(distill_lambda=cell.distill_lambda)
-            student, data, teacher, loss = self.distillation(model, task)
+        tuned = self.fine_tuning(model, cell)
+        start = digest(model.state_dict())
+        probe = fingerprint(model, spec.img_size, spec.in_chans)  # methods that compute alike share one row
         result = train(
-            student,
-            data,
+            tuned.student,
+            tuned.data,
             cfg,
             eval_data=task.eval,
-            teacher=teacher,
+            teacher=tuned.teacher,
             run_dir=path.with_suffix(".run"),
             resume=True,
-            loss=loss,
+            loss=tuned.loss,
         )
         evaluated = [h for h in result.history if "eval_acc" in h]
         row = dataclasses.replace(
@@ -193,16 +182,25 @@ class CellStage(RunStages):
         shutil.rmtree(path.with_suffix(".run"), ignore_errors=True)
         return row
 
-    def distillation(self, model: torch.nn.Module, task: TaskData) -> tuple[torch.nn.Module, Any, Any, Any]:
-        """``(student, data, teacher, loss)`` to fine-tune ``model`` distilling the ancestry; the teacher's outputs on the
-        task's images are computed once per task and kind and shared by every cell."""
-        kd = setup_distillation(model, self.teacher.model, task.train, self.teacher.label_space)
-        self.meta.setdefault("distillation", {})[task.task.name] = kd.why  # the report names what ran
-        key = (task.task.name, kd.kind)
-        if key not in self.teacher_outputs:
-            self.teacher_outputs[key] = cache_teacher_outputs(task.train, kd.teacher, self._cfg())
-        data, teacher = self.teacher_outputs[key]
-        return kd.student, data, teacher, kd.loss
+    def fine_tuning(self, model: torch.nn.Module, cell: Cell) -> FineTuning:
+        """The cell's head and distillation, by ``learngene train``'s rules (:func:`learngene.pipeline.fine_tuning`):
+        the task's fresh head where the cell has one (else the descendant's own), and, for a ``+kd`` cell, the
+        ancestry distilled; the teacher's outputs on the task's images are computed once per task and kind and shared
+        by every cell."""
+        task = cell.task
+        tuned = fine_tuning(
+            model,
+            cell.spec,
+            task.train,
+            cell.row.seed,
+            self._cfg(),
+            new_head=cell.fresh,
+            teacher=self.teacher if cell.distill_lambda else None,
+            teacher_outputs=self.teacher_outputs.setdefault(task.task.name, {}),
+        )
+        if tuned.distillation is not None:
+            self.meta.setdefault("distillation", {})[task.task.name] = tuned.distillation.why  # the report names it
+        return tuned
 
 
 def cell_descendant(init: Learngene, spec: ViTSpec, seed: int, variant: Variant | None = None) -> torch.nn.Module:

@@ -102,7 +102,7 @@ class RunStages:
         self.log = TrainConfig(log=log).log  # (checks that the loggers' packages are there before a stage runs)
         self.out_given = out_dir
         self.reporter = reporter  # writes report.md, results.csv and plots from the rows (bench's, or compare's)
-        self.teacher_outputs: dict[tuple[str, str], Any] = {}  # (task, kind) -> fine-tuning data with them
+        self.teacher_outputs: dict[str, dict[str, Any]] = {}  # task -> kind -> fine-tuning data with them
         self.progress, self.time_limit, self.plots = progress, time_limit, plots
         # the long stages' own bars show under the run's bar on a terminal; in a log only the run's bar
         self.inner_progress = progress and on_terminal()

@@ -7,10 +7,11 @@ import dataclasses
 import sys
 from typing import Any
 
-from ..bench.stats import MAX_SEEDS, POWER
+from ..bench.stats import POWER
+from ..comparison.choices import CompareChoices
 from ..comparison.launching import Launcher
 from ..errors import LearngeneError
-from ..training.config import LOGGING, MAX_EPOCHS, MAX_STEPS
+from ..training.config import LOGGING
 from .flags import (
     LazyText,
     add_ancestry_args,
@@ -20,17 +21,18 @@ from .flags import (
     add_settings,
     add_stage_runner,
     add_time_limit,
-    bounded,
-    data_count,
     data_help,
-    integer,
-    real,
 )
 
 HELP = (
     "which start wins for my ancestry, data and sizes: every method against "
     "scratch, scratch ×10 and mimetic, one recommendation per size"
 )
+
+# CompareChoices' fields that compare also reads from its ancestry's and its data's requests: the command line gives
+# them there (the ancestry's flags are every command's, add_ancestry_args)
+ANCESTRY_FIELDS = ("timm_model", "drop_head")
+DATA_FIELDS = ("few_shot", "train_images")
 
 DESCRIPTION = (
     "Condense the ancestry with every method once, make every size, fine-tune every "
@@ -47,9 +49,10 @@ DESCRIPTION = (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     _add_compared_on(p)
-    _add_contenders(p)
+    # what compare sets against each other, on which images and classes, and what it condenses on: one flag per
+    # field of CompareChoices, as declared there (the ancestry's own, --timm-model and --drop-head, came above)
+    add_declared(p, CompareChoices, skip=ANCESTRY_FIELDS)
     _add_fine_tuning(p)
-    _add_classes_and_condensing(p)
     _add_compare_run(p)
 
 
@@ -72,86 +75,12 @@ def _add_compared_on(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_contenders(p: argparse.ArgumentParser) -> None:
-    """What ``compare`` sets against each other: the methods, the references they must beat, over how many seeds."""
-    p.add_argument("--methods", metavar="LIST", default="all", help="comma-separated methods, or all (default: all)")
-    p.add_argument(
-        "--references",
-        metavar="LIST",
-        default="scratch,scratch_x10,mimetic,structured",
-        help="what a recommendation must beat (paired over seeds, Holm-corrected); scratch_x10 = scratch "
-        "fine-tuned 10× as long; scratch_fix_init = scratch's draws with timm's fix_init; "
-        "structured only where registered (default: %(default)s)",
-    )
-    # the ranges CompareChoices declares (learngene.comparison.choices, which the torch-free parser cannot import)
-    p.add_argument(
-        "--seeds",
-        type=bounded("seeds", integer, {"at_least": 1, "at_most": MAX_SEEDS}),
-        default=3,
-        help="seeds 0..N-1 per method and size (default: %(default)s)",
-    )
-
-
 def _add_fine_tuning(p: argparse.ArgumentParser) -> None:
-    """``compare``'s fine-tuning budget, data subset, test subset and distillation."""
+    """``compare``'s fine-tuning budget and test subset (training settings, :class:`TrainConfig`'s)."""
     g = p.add_mutually_exclusive_group()
     add_setting(g, "epochs", "compare", help="fine-tuning epochs of every method (default: %(default)s)")
     add_setting(g, "max_steps", "compare", metavar="S", help="fine-tune S optimizer steps instead of --epochs")
-    p.add_argument(
-        "--few-shot", type=data_count("few_shot"), metavar="K", help="fine-tune on K labelled images per class"
-    )
-    p.add_argument(
-        "--train-images",
-        type=data_count("train_images"),
-        metavar="N",
-        help="fine-tune on a fixed random subset of N images",
-    )
     add_setting(p, "eval_images", "compare", help="test on a fixed random subset of N test images")
-    p.add_argument(
-        "--kd",
-        type=real,
-        nargs="?",
-        const=0.5,
-        metavar="λ",
-        help="also fine-tune every method distilling the ancestry (rows '+kd'): logits when its head knows "
-        "the data's classes, else pooled features; λ (default when given: 0.5)",
-    )
-
-
-def _add_classes_and_condensing(p: argparse.ArgumentParser) -> None:
-    """The classes ``compare`` keeps, and what the methods that need data condense and adapt on."""
-    p.add_argument(
-        "--condense-data", metavar="D", help="data the methods that need data condense and adapt on (default: --data)"
-    )
-    p.add_argument(
-        "--classes",
-        metavar="LIST",
-        help="only these classes of --data, by index, e.g. 5,6,7,8,9 (also for condensing, unless --condense-data)",
-    )
-    p.add_argument(
-        "--condense-classes",
-        metavar="LIST",
-        help="only these classes of the condensing data, e.g. the ancestry's own 0,1,2,3,4, so that no "
-        "method learns from the labels of the classes it is compared on (default: --classes)",
-    )
-    p.add_argument(
-        "--condense-images",
-        type=data_count("train_images"),
-        metavar="N",
-        help="condense and adapt on a fixed random subset of N images (default: all)",
-    )
-    p.add_argument(
-        "--condense-epochs",
-        type=bounded("condense epochs", integer, {"at_least": 1, "at_most": MAX_EPOCHS}),
-        default=2,
-        help="aux-net epochs of tleg, wave, share_init (default: %(default)s)",
-    )
-    p.add_argument(
-        "--adapt-steps",
-        type=bounded("adapt steps", integer, {"at_least": 1, "at_most": MAX_STEPS}),
-        default=50,
-        help="steps of wave's and peg's adaptation per size and seed (default: %(default)s)",
-    )
 
 
 def _add_compare_run(p: argparse.ArgumentParser) -> None:
@@ -247,25 +176,10 @@ def _said_before_running(line: str) -> None:
 
 def choices_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """What the flags compare besides the ancestry, the data and the training settings: :func:`learngene.compare`'s
-    choices (:class:`~learngene.comparison.choices.CompareChoices`' fields) by name."""
-    methods = None if args.methods in (None, "all") else tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    choices (:class:`~learngene.comparison.choices.CompareChoices`' fields) by name, each read from its flag (the
+    ancestry's and the fine-tuning images' travel in their requests)."""
     return {
-        "methods": methods,
-        "seeds": args.seeds,
-        "classes": _classes(args.classes, "--classes"),
-        "references": tuple(args.references.split(",")),
-        "kd_lambda": args.kd,
-        "condense_data": args.condense_data,
-        "condense_classes": _classes(args.condense_classes, "--condense-classes"),
-        "condense_epochs": args.condense_epochs,
-        "condense_images": args.condense_images,
-        "adapt_steps": args.adapt_steps,
+        f.name: getattr(args, f.metadata["flag"].lstrip("-").replace("-", "_"))
+        for f in dataclasses.fields(CompareChoices)
+        if f.metadata.get("flag") and f.name not in (*ANCESTRY_FIELDS, *DATA_FIELDS)
     }
-
-
-def _classes(text: str | None, flag: str) -> tuple[int, ...] | None:
-    """A class-list flag's indices (None: not given, every class; a list that names none is refused by
-    :func:`~learngene.comparison.profile.compare_profile`)."""
-    from ..comparison.choices import parse_classes
-
-    return tuple(parse_classes(text, flag)) if text is not None else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import types
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -266,11 +267,12 @@ def add_declared(
 ) -> dict[str, argparse.Action]:
     """The flags of dataclass ``cls``'s fields that declare one (:func:`learngene.settings.field`), in declaration
     order, on ``p`` (a parser or an argument group): a field's type, choices and range as declared (checked as the
-    dataclass checks them, refused in the same line, :func:`learngene.pipeline.requests.refused_line`), its help and
-    metavar; a ``dict`` field is a repeatable ``KEY=VALUE`` flag. ``groups``: an argument group (its title and
-    description) for the fields that declare that ``group``; ``skip``: fields whose flag this command has not. Not
-    given: the field's default (shown in the help), None for a field without one. Returns each flag's action by field
-    name (e.g. to give the help a lazy text)."""
+    dataclass checks them, refused in the same line: ``cls.refuse``, else
+    :func:`learngene.pipeline.requests.refused_line`), its help and metavar; a tuple's items separated by commas; a
+    ``dict`` field a repeatable ``KEY=VALUE`` flag; a field without a default a required flag. ``groups``: an
+    argument group (its title and description) for the fields that declare that ``group``; ``skip``: fields whose
+    flag this command has not (or adds with a shared helper). Not given: the field's default (shown in the help), None
+    for a field without one. Returns each flag's action by field name (e.g. to give the help a lazy text)."""
     hints, made, actions = typing.get_type_hints(cls), {}, {}
     for f in dataclasses.fields(cls):
         meta = f.metadata
@@ -280,34 +282,77 @@ def add_declared(
         if group in (groups or {}) and group not in made:
             made[group] = p.add_argument_group(*groups[group])  # type: ignore[index]
         target = made.get(group, p)
-        tp = hints[f.name]
-        shown = "" if tp is bool or f.default in (None, dataclasses.MISSING) else " (default: %(default)s)"
-        kwargs: dict[str, Any] = {"default": None if f.default is dataclasses.MISSING else f.default}
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            kwargs["required"] = True  # a field the request cannot be made without
-        if tp is bool:
-            kwargs["action"] = "store_true"
-        elif typing.get_origin(tp) is dict:  # by name on the command line: KEY=VALUE, repeated
-            kwargs["action"] = "append"
-        elif offered := choices(tp):
-            kwargs["choices"] = offered
-        else:
-            kinds = (tp, *typing.get_args(tp))
-            parse = count if meta.get("counts") else integer if int in kinds else real if float in kinds else str
-            kwargs["type"] = _declared(cls, f, tp, parse)
-        if "metavar" in meta:
-            kwargs["metavar"] = meta["metavar"]
-        actions[f.name] = target.add_argument(meta["flag"], help=meta.get("help", "") + shown, **kwargs)
+        actions[f.name] = target.add_argument(meta["flag"], **_declared_flag(cls, f, hints[f.name]))
     return actions
 
 
+def _declared_flag(cls: type, f: dataclasses.Field, tp: Any) -> dict[str, Any]:
+    """``add_argument``'s keywords for declared field ``f`` of dataclass ``cls``, of type ``tp``."""
+    meta = f.metadata
+    default = None if f.default is dataclasses.MISSING else f.default
+    kwargs: dict[str, Any] = {"default": default}
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+        kwargs["required"] = True  # a field the request cannot be made without
+    if tp is bool:
+        kwargs["action"] = "store_true"
+    elif typing.get_origin(tp) is dict:  # by name on the command line: KEY=VALUE, repeated
+        kwargs["action"] = "append"
+    elif offered := choices(tp):
+        kwargs["choices"] = offered
+    else:
+        kwargs["type"] = _declared(cls, f, tp, _parser(f, tp))
+    if "const" in meta:
+        kwargs.update(nargs="?", const=meta["const"])
+    if "metavar" in meta:
+        kwargs["metavar"] = meta["metavar"]
+    kwargs["help"] = meta.get("help", "") + ("" if tp is bool else _default_shown(f, default))
+    return kwargs
+
+
+def _default_shown(f: dataclasses.Field, default: Any) -> str:
+    """What a declared flag's help says of its default (and of the flag given alone)."""
+    alone = f" (given alone: {f.metadata['const']})" if "const" in f.metadata else ""
+    if default is None:
+        return alone + (f" (default: {f.metadata['none_word']})" if "none_word" in f.metadata else "")
+    if isinstance(default, tuple):  # shown as the flag takes it
+        return alone + f" (default: {','.join(map(str, default))})"
+    return alone + " (default: %(default)s)"
+
+
+def _parser(f: dataclasses.Field, tp: Any) -> Callable[[str], Any]:
+    """How a declared flag reads its text: a number of the field's kind, a text, or a tuple's items by commas."""
+    arms = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    items = next((typing.get_args(a)[0] for a in arms if typing.get_origin(a) is tuple), None)
+    if items is not None and str not in arms:  # a field that also takes a text reads the list itself (--layers)
+        return _listed(f.name, _parser(f, items))
+    kinds = (tp, *typing.get_args(tp))
+    return count if f.metadata.get("counts") else integer if int in kinds else real if float in kinds else str
+
+
+def _listed(name: str, parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A comma-separated list's parser: each item read by ``parse`` (empty items left out)."""
+
+    def items(text: str) -> tuple[Any, ...]:
+        try:
+            return tuple(parse(item.strip()) for item in text.split(",") if item.strip())
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(
+                f"{name} takes a list separated by commas, e.g. 5,6,7 ({exc}); got {text!r}"
+            ) from None
+
+    items.__name__ = "list"
+    return items
+
+
 def _declared(cls: type, f: dataclasses.Field, tp: Any, parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """A declared field's flag parser: ``parse``, then the check Python runs when ``cls`` is made with that value
-    (its ``refuse``, e.g. :meth:`learngene.pipeline.requests.Choices.refuse`, else the field's declaration), refused in
-    the same line."""
+    """A declared field's flag parser: the field's ``none_word`` is None; else ``parse``, then the check Python runs
+    when ``cls`` is made with that value (its ``refuse``, e.g. :meth:`learngene.pipeline.requests.Choices.refuse`, else
+    the field's declaration), refused in the same line."""
     from ..pipeline.requests import refused_line
 
     def check(text: str) -> Any:
+        if text == f.metadata.get("none_word"):
+            return None
         value = parse(text)
         refuse = getattr(cls, "refuse", None)
         try:

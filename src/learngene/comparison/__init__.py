@@ -7,7 +7,8 @@ whose stages call the use cases (:mod:`learngene.pipeline`); nothing below impor
 - :mod:`.choices`: :class:`CompareChoices`, what a comparison compares besides its training settings
 - :mod:`.profile`: the bench profile of one comparison and the run that computes it
 - :mod:`.report`: the per-size tables, recommendation lines, plots and ``report.md``
-- :mod:`.launching`: where the cells run (:class:`Launcher`: in process, local workers, Slurm)
+- :mod:`.launching`: where the cells run (:class:`Launcher`: in process, local workers, Slurm) and what a worker runs
+- :mod:`.launches`: a submitted array of workers, and the wait that shows its progress and reports
 - :mod:`.comparing`: :func:`compare` in one call, returning a :class:`Comparison`
 
 The names below load on first use (PEP 562): the CLI's parser reads :mod:`.launching` without torch.

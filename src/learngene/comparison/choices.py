@@ -11,8 +11,9 @@ from typing import Any
 
 from ..bench.stats import MAX_SEEDS
 from ..errors import LearngeneError, assigned, named
+from ..pipeline.requests import AncestryRequest, DataRequest
 from ..registry import list_methods
-from ..settings import field
+from ..settings import field, same_as
 from ..training.config import MAX_EPOCHS, MAX_IMAGES, MAX_STEPS
 from ..validate import refusal
 
@@ -21,15 +22,6 @@ LONG = 10  # scratch's long budget: ×10 the fine-tuning
 LONG_LABEL = f"scratch ×{LONG}"
 DEFAULT_REFERENCES = ("scratch", "scratch_x10", "mimetic", "structured")
 KD = "+kd"
-
-
-def parse_classes(text: str, flag: str = "--classes") -> list[int]:
-    """``5,6,7`` → ``[5, 6, 7]``."""
-    try:
-        return [int(c) for c in text.split(",") if c.strip()]
-    except ValueError:
-        name = named(flag.lstrip("-").replace("-", "_"), flag)
-        raise LearngeneError(f"{name} takes class indices separated by commas, e.g. 5,6,7,8,9; got {text!r}") from None
 
 
 def refuse_repeats(values: list[Any], name: str, shown: list[str] | None = None) -> None:
@@ -63,43 +55,89 @@ class CompareChoices:
     """What a comparison compares and on what, besides its training settings (a :class:`TrainConfig`): each is a flag
     of ``learngene compare``, checked as it is declared (a list given for a tuple is taken as one)."""
 
-    methods: tuple[str, ...] | None = field(None, flag="--methods", help="the methods compared (None: every one)")
+    methods: tuple[str, ...] | None = field(
+        None,
+        flag="--methods",
+        metavar="LIST",
+        none_word="all",
+        help="the methods compared, by name, separated by commas",
+    )
     seeds: int = field(3, flag="--seeds", at_least=1, at_most=MAX_SEEDS, help="seeds 0..N-1 per method and size")
-    few_shot: int | None = field(
-        None, flag="--few-shot", at_least=1, at_most=MAX_IMAGES, help="fine-tune on K labelled images per class"
+    # the fine-tuning's images: a DataRequest's choices (compare also takes them from the data's request)
+    few_shot: int | None = same_as(DataRequest, "few_shot", metavar="K")
+    train_images: int | None = same_as(DataRequest, "train_images", metavar="N")
+    classes: tuple[int, ...] | None = field(
+        None,
+        flag="--classes",
+        metavar="LIST",
+        help="only these classes of the data, by index, e.g. 5,6,7,8,9 (also the classes condensed on, unless the condensing data is other data)",
     )
-    train_images: int | None = field(
-        None, flag="--train-images", at_least=1, at_most=MAX_IMAGES, help="fine-tune on a subset of N images"
-    )
-    classes: tuple[int, ...] | None = field(None, flag="--classes", help="only these classes of the data, by index")
     references: tuple[str, ...] = field(
-        DEFAULT_REFERENCES, flag="--references", nonempty=True, help="what a recommendation must beat"
+        DEFAULT_REFERENCES,
+        flag="--references",
+        metavar="LIST",
+        nonempty=True,
+        help="what a recommendation must beat (paired over seeds, Holm-corrected); scratch_x10 = scratch fine-tuned "
+        "10× as long; scratch_fix_init = scratch's draws with timm's fix_init; structured only where registered",
     )
     kd_lambda: float | None = field(
         None,
         flag="--kd",
         above=0,
         at_most=1,
+        const=0.5,
+        metavar="λ",
         fix=f"pass e.g. {assigned('kd_lambda', 0.5, flag='--kd')}",
-        help="also fine-tune distilling the ancestry (λ)",
+        help="also fine-tune every method distilling the ancestry (rows '+kd') with weight λ: logits when its head "
+        "knows the data's classes, else pooled features",
     )
     condense_data: str | None = field(
-        None, flag="--condense-data", nonempty=True, help="the data condensed and adapted on"
+        None,
+        flag="--condense-data",
+        metavar="D",
+        nonempty=True,
+        help="data the methods that need data condense and adapt on (not given: the data compared on)",
     )
-    condense_classes: tuple[int, ...] | None = field(None, flag="--condense-classes", help="the classes condensed on")
+    condense_classes: tuple[int, ...] | None = field(
+        None,
+        flag="--condense-classes",
+        metavar="LIST",
+        help="only these classes of the condensing data, e.g. the ancestry's own 0,1,2,3,4, so that no method "
+        "learns from the labels of the classes it is compared on (not given: the classes compared on)",
+    )
     condense_epochs: int = field(
-        2, flag="--condense-epochs", at_least=1, at_most=MAX_EPOCHS, help="aux-net epochs of the condensations"
+        2,
+        flag="--condense-epochs",
+        at_least=1,
+        at_most=MAX_EPOCHS,
+        label="condense epochs",
+        help="aux-net epochs of the condensations (tleg, wave, share_init)",
     )
     condense_images: int | None = field(
-        None, flag="--condense-images", at_least=1, at_most=MAX_IMAGES, help="condense on N images"
+        None,
+        flag="--condense-images",
+        metavar="N",
+        at_least=1,
+        at_most=MAX_IMAGES,
+        help="condense and adapt on a fixed random subset of N images (not given: all)",
     )
     adapt_steps: int = field(
-        50, flag="--adapt-steps", at_least=1, at_most=MAX_STEPS, help="steps of wave's and peg's adaptation"
+        50,
+        flag="--adapt-steps",
+        at_least=1,
+        at_most=MAX_STEPS,
+        label="adapt steps",
+        help="steps of wave's and peg's adaptation per size and seed",
     )
-    timm_model: str | None = field(
-        None, flag="--timm-model", nonempty=True, help="timm architecture of a plain ancestry checkpoint"
-    )
-    drop_head: bool = field(False, flag="--drop-head", help="load the ancestry folder without its classifier")
+    # the ancestry's: an AncestryRequest's choices (compare also takes them from the ancestry's request)
+    timm_model: str | None = same_as(AncestryRequest, "timm_model")
+    drop_head: bool = same_as(AncestryRequest, "drop_head")
+
+    @classmethod
+    def refuse(cls, name: str, value: Any) -> None:
+        """Refuse ``value`` for field ``name`` as making the choices with it would (its flag's check, so that the
+        command line and Python refuse it in the same line)."""
+        cls(**{name: value})
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

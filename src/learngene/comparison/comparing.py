@@ -30,7 +30,8 @@ from ..pipeline.requests import AncestryRequest, DataRequest, check_request
 from ..training.config import TrainConfig
 from ..vit.spec import ViTSpec
 from .choices import TASK, CompareChoices
-from .launching import CompareWorker, Launcher, launch_compare
+from .launches import launch_compare
+from .launching import CompareWorker, Launcher
 from .profile import compare_profile, start_compare
 from .report import compare_text, recommendation_lines
 from .report import write_compare_report as write_report

@@ -92,6 +92,12 @@ class StitchedViT(nn.Module):
     def get_classifier(self) -> nn.Module:
         return self.end.get_classifier()
 
+    @property
+    def head_spec(self) -> ViTSpec:
+        """The spec of its head side (``end``'s), whose scratch classifier a fresh head takes
+        (:func:`learngene.pipeline.fine_tuning.fresh_head`)."""
+        return self.specs[1]
+
     def reset_classifier(self, num_classes: int) -> None:
         """A fresh head of ``num_classes`` outputs (timm's initialization), as timm's ``reset_classifier``."""
         self.end.reset_classifier(num_classes)

@@ -7,16 +7,13 @@ import copy
 import os
 from typing import Any
 
-from torch import nn
-
 from ..data import FolderData, ImageData, preprocessing_cfg
-from ..errors import ArgumentTypeError, LearngeneError, named, require_argument
-from ..formats.labels import HeadChoice, choose_head
+from ..errors import LearngeneError, named, require_argument
 from ..formats.model_file import ModelFile, model_preprocessing, read_model
 from ..formats.weights import digest
 from ..host.rng import seeded_draws
-from ..training.distill import cache_teacher_outputs, setup_distillation
 from ..training.loop import train as train_loop
+from .fine_tuning import FineTuning, fine_tuning
 from .inputs import (
     DataArg,
     Say,
@@ -35,7 +32,7 @@ from .inputs import (
     speaker,
     train_config,
 )
-from .requests import AncestryChoices, TrainChoices
+from .requests import AncestryChoices, AncestryRequest, TrainChoices
 from .results import ModelOutput, Trained, license_entry
 
 
@@ -116,15 +113,10 @@ def train(
             to distil), ``new_head``, ``run_dir``, ``resume``, ``license`` and ``inplace`` (train a result's own
             module instead of a copy; the result given can then no longer be saved).
     """
-    if isinstance(model, nn.Module):  # the training loop's call, which this name once also took
-        raise ArgumentTypeError(
-            "model is a torch module: learngene.train takes a model file's path or a use case's result; train a "
-            "module with the training loop, learngene.training.train(model, data, cfg)"
-        )
     require_argument(model, (str, os.PathLike, ModelOutput), "model", "a model file's path or a use case's result")
     chosen = TrainChoices.of(choices)
-    teachers, new_head, inplace = chosen.teacher_request(), chosen.new_head, chosen.inplace
-    run_dir, resume, license, teacher = chosen.run_dir, chosen.resume, chosen.license, teachers
+    teacher, new_head, inplace = chosen.teacher_request(), chosen.new_head, chosen.inplace
+    run_dir, resume, license = chosen.run_dir, chosen.resume, chosen.license
     data = data_argument(data)
     say = speaker(say)
     cfg = train_config(train_cfg, "train", "train", distill_lambda=0.5 if teacher else 0.0, mixup=mixup_of(data))
@@ -141,21 +133,24 @@ def train(
     train, test = load_data(data, loaded.spec.img_size, loaded.spec.in_chans, preprocessing, cfg.seed)
     if inplace and isinstance(model, ModelOutput):  # from here on (a fresh head, training) its module changes
         model.trained_in_place = True
-    head = _choose_head(loaded, train, new_head, cfg.seed)
+    net, weights = loaded.model, digest(loaded.state) if run_dir else None  # the weights read, before any new head
+    tuned = _fine_tuning(loaded, train, new_head, cfg, teacher)
+    head = tuned.head
     spec = loaded.spec.replace(num_classes=train.num_classes) if head.fresh else loaded.spec
-    net = loaded.model
-    identity = {"command": "train", "model weights": digest(loaded.state) if run_dir else None, "new head": head.fresh}
-    student, teacher_net, fit_data, loss = net, None, train, None
-    if teachers is not None:  # the teacher's outputs cached where the data allow; identity records the teacher
-        ancestry = teachers.load()
-        kd = setup_distillation(net, ancestry.model, train, ancestry.label_space)
-        say(f"distilling from {teachers.path} with λ = {cfg.distill_lambda:g}: {kd.why}")
-        identity.update(teacher=str(teachers.path), distilled=kd.kind)
-        fit_data, teacher_net = cache_teacher_outputs(train, kd.teacher, cfg)
-        student, loss = kd.student, kd.loss
+    identity = {"command": "train", "model weights": weights, "new head": head.fresh}
+    if teacher is not None and tuned.distillation is not None:  # identity records the teacher
+        say(f"distilling from {teacher.path} with λ = {cfg.distill_lambda:g}: {tuned.distillation.why}")
+        identity.update(teacher=str(teacher.path), distilled=tuned.distillation.kind)
     cfg = cfg.replace(identity=identity)
     result = train_loop(
-        student, fit_data, cfg, eval_data=test, teacher=teacher_net, run_dir=run_dir, resume=resume, loss=loss
+        tuned.student,
+        tuned.data,
+        cfg,
+        eval_data=test,
+        teacher=tuned.teacher,
+        run_dir=run_dir,
+        resume=resume,
+        loss=tuned.loss,
     )
     origin = {
         **loaded.origin,
@@ -171,7 +166,7 @@ def train(
         "no test accuracy (no test images)" if result.final_acc is None else f"test accuracy {result.final_acc:.4f}"
     )
     summary = f"{accuracy}; {head.why}"
-    inputs = input_paths(model if not isinstance(model, ModelOutput) else None, teachers, data)
+    inputs = input_paths(model if not isinstance(model, ModelOutput) else None, teacher, data)
     return Trained(net, spec, origin, preprocessing_cfg(train), summary, result, head.why, inputs=inputs)
 
 
@@ -189,13 +184,17 @@ def _model(model: str | os.PathLike | ModelOutput, inplace: bool) -> tuple[Model
     return read_model(model), model_preprocessing(model)
 
 
-def _choose_head(loaded: ModelFile, train: ImageData | FolderData, new_head: bool, seed: int) -> HeadChoice:
-    """Keep the model's head when it was trained on ``train``'s classes, else (or with ``new_head``) give it a fresh
-    one, drawn from ``seed``; the choice and why."""
-    space = loaded.origin.get("label_space")
-    head = choose_head(space, loaded.num_classes, train.label_space, train.num_classes, force_new=new_head)
-    if head.fresh:
-        net: Any = loaded.model  # a timm ViT, or a StitchedViT: both have timm's reset_classifier
-        with seeded_draws(seed):
-            net.reset_classifier(train.num_classes)  # a timm model, or a StitchedViT's end
-    return head
+def _fine_tuning(
+    loaded: ModelFile,
+    train: ImageData | FolderData,
+    new_head: bool,
+    cfg: Any,
+    teacher: AncestryRequest | None,
+) -> FineTuning:
+    """The one fine-tune's head and distillation (:func:`~learngene.pipeline.fine_tuning.fine_tuning`, as every
+    compare cell's) for the model read from its file, with the ancestry ``teacher`` loaded."""
+    ancestry = None if teacher is None else teacher.load()
+    label_space = loaded.origin.get("label_space")
+    return fine_tuning(
+        loaded.model, loaded.spec, train, cfg.seed, cfg, label_space=label_space, new_head=new_head, teacher=ancestry
+    )
