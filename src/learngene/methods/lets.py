@@ -46,7 +46,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError, assigned, named
+from ..errors import LearngeneError, Remedy, named
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
@@ -331,9 +331,14 @@ class LeTs(AuxNetMethod):
                 f"create it again with `learngene condense`"
             )
         if spec.embed_dim > aux.embed_dim:
+            size = {"embed_dim": aux.embed_dim}
+            if aux.embed_dim % spec.num_heads:  # the heads asked do not divide that width: the aux net's do
+                size["num_heads"] = aux.num_heads
+            narrower = Remedy(size=size)
             raise LearngeneError(
                 f"lets widens up to the aux net's width {aux.embed_dim}, asked {spec.embed_dim}; "
-                f"pass {assigned('embed_dim', aux.embed_dim)} or less"
+                f"{narrower.text} (or a narrower width)",
+                advice=[narrower],
             )
         out: StateDict = {}
         for name, shape in spec.block_shapes().items():
