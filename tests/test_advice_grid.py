@@ -25,7 +25,7 @@ import torch
 from packaging.version import Version
 
 import learngene as lg
-from learngene.errors import LearngeneError
+from learngene.errors import LearngeneError, SpecError
 from learngene.gene import Learngene
 from learngene.method import Ancestry
 from learngene.registry import get_method, list_methods
@@ -117,16 +117,27 @@ def outcome(family: str, method: str, options: Options, size: dict) -> Learngene
     return None
 
 
-def follow(refusal: LearngeneError, family: str, method: str, options: Options, size: dict) -> None:
+def check(family: str, method: str, options: Options, size: dict, followed: int = 0) -> None:
+    """The case makes its descendant, or refuses with advice that, followed, does (:func:`follow`)."""
+    refusal = outcome(family, method, options, size)
+    if refusal is not None:
+        follow(refusal, family, method, options, size, followed)
+
+
+def follow(refusal: LearngeneError, family: str, method: str, options: Options, size: dict, followed: int) -> None:
     """Every remedy ``refusal`` carries, followed on its case, makes the descendant; without remedies the message
-    says that nothing can be done."""
+    says that nothing can be done. A refusal at condense is served once the followed advice condenses, one of the size
+    once it makes a spec: that case is then checked in its own right (its refusal followed in turn, once)."""
     message = str(refusal)
-    case = f"{family}: {method} at {size}"
+    case = f"{family}: {method} {dict(options)} at {size}"
     COUNTS["refusals"] += 1
     if not refusal.advice:
         assert "cannot" in message and not UNFOLLOWABLE.search(message), f"{case}: advice not given as data: {message}"
         COUNTS["refusals without advice"] += 1
         return
+    # a refusal at condense, or of the size asked (no ViT of the family), is served once its advice condenses or
+    # makes a spec: what the method then does there is a case of its own
+    chained = condensed(family, method, options) is refusal or isinstance(refusal, SpecError)
     for remedy in refusal.advice:
         assert remedy.text in message, f"{case}: {remedy} is not what the message says: {message}"
         if remedy.method is not None:
@@ -134,9 +145,15 @@ def follow(refusal: LearngeneError, family: str, method: str, options: Options, 
         instead = remedy.method or method
         given = tuple(sorted({**(dict(options) if remedy.method is None else {}), **remedy.options}.items()))
         asked = {**size, **remedy.size}
+        COUNTS["advice followed"] += 1
+        if chained:
+            gene = condensed(family, instead, given)
+            assert not isinstance(gene, LearngeneError), f"{case} advised {remedy.text!r}; followed, it refuses: {gene}"
+            assert followed < 2, f"{case}: advice followed twice is still refused: {message}"
+            check(family, instead, given, asked, followed + 1)
+            continue
         again = outcome(family, instead, given, asked)
         assert again is None, f"{case} advised {remedy.text!r}; followed, it refuses: {again}"
-        COUNTS["advice followed"] += 1
 
 
 def families():
@@ -155,9 +172,7 @@ def grid_counts():
 def test_every_refusal_in_the_grid_advises_what_then_serves_the_case(family, method):
     for size in SIZES.values():
         COUNTS["cases"] += 1
-        refusal = outcome(family, method, (), size)
-        if refusal is not None:
-            follow(refusal, family, method, (), size)
+        check(family, method, (), size)
 
 
 def test_structured_refuses_a_rope_family_at_condense_and_its_advice_works():

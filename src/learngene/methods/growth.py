@@ -115,12 +115,10 @@ def _grown(config: GrowConfig, src: ViTSpec, target: ViTSpec) -> Remedy | None:
     size |= {"num_heads": times * src.num_heads}
     if target.mlp_ratio != src.mlp_ratio:
         size["mlp_ratio"] = src.mlp_ratio
-    size = {k: v for k, v in size.items() if getattr(target, k) != v}
-    try:
-        grown = target.replace(**size)
-    except LearngeneError:
+    advised = target.advisable({k: v for k, v in size.items() if getattr(target, k) != v})
+    if not advised:
         return None
-    return Remedy(size=size) if size and out_of_reach(config, src, grown) is None else None
+    return Remedy(size=advised) if out_of_reach(config, src, target.replace(**advised)) is None else None
 
 
 WRITERS = block_names(tag=WRITER)  # zeroed, a block adds nothing to the residual stream

@@ -87,13 +87,12 @@ def out_of_reach(src: ViTSpec, target: ViTSpec) -> LearngeneError | None:
         return None
     heads = min(target.num_heads, src.num_heads)
     size = {"depth": min(target.depth, src.depth), "embed_dim": heads * src.head_dim, "num_heads": heads}
-    size = {k: v for k, v in size.items() if getattr(target, k) != v}
-    try:
-        narrowed = target.replace(**size)
-    except LearngeneError:
-        narrowed = None
-    within = narrowed is not None and size and narrowed.mlp_inner <= src.mlp_inner
-    remedies = [r for r in (Remedy(size=size) if within else None, carrier(src, target, "importance")) if r]
+    advised = target.advisable({k: v for k, v in size.items() if getattr(target, k) != v})
+    narrowed = target.replace(**advised) if advised else None
+    within = narrowed is not None and narrowed.mlp_inner <= src.mlp_inner and narrowed.depth <= src.depth
+    remedies = [
+        r for r in (Remedy(size=advised) if within and advised else None, carrier(src, target, "importance")) if r
+    ]
     return LearngeneError(
         f"importance only narrows and keeps heads of {src.head_dim} dims: at most {src.depth} layers and "
         f"{src.num_heads} heads with width = heads x {src.head_dim} (asked {target.short()}); "

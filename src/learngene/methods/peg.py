@@ -342,11 +342,12 @@ class PEG(Method):
         src = gene.require_layout()
         gene_heads, head_dim = gene.tensors["msa.q"].shape[1:3]
         if spec.head_dim != head_dim:
-            wide = Remedy(size={"embed_dim": spec.num_heads * head_dim})
+            size = spec.advisable({"embed_dim": spec.num_heads * head_dim})
             raise LearngeneError(
                 f"peg heads have {head_dim} dims, so a {spec.num_heads}-head descendant is "
-                f"{spec.num_heads * head_dim} wide; {wide.text}",
-                advice=[wide],
+                f"{spec.num_heads * head_dim} wide; "
+                + (Remedy(size=size).text if size else "no such ViT of this family exists, so it cannot make it"),
+                advice=[Remedy(size=size)] if size else [],
             )
         device = gene.tensors["msa.q"].device  # φ and the copies too: a CPU operand would make a meta expansion real
         phi = {k: v.to(device) for k, v in self._phi(gene, spec).items()}
