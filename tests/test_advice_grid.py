@@ -229,3 +229,30 @@ def test_a_free_start_from_a_family_no_spec_describes_says_what_its_descendant_i
     for method in ("mimetic", "scratch", "structured"):
         note = lg.condense(method, beit).note or ""
         assert "plain timm ViTs, not that family" in note and "num_classes=10 (--num-classes 10)" in note, note
+
+
+def test_a_remedy_is_said_in_both_callers_words_and_survives_a_worker_process():
+    """compare's workers send refusals back pickled: the advice goes with the message."""
+    import pickle
+
+    from learngene.errors import Remedy
+
+    texts = [
+        (Remedy("grow"), "use grow"),
+        (
+            Remedy("weight_selection", options={"head_aware": False}),
+            "use weight_selection with head_aware=False (--opt head_aware=false)",
+        ),
+        (
+            Remedy(size={"embed_dim": 32, "num_heads": 2}),
+            "pass embed_dim=32 (--embed-dim 32) and num_heads=2 (--num-heads 2)",
+        ),
+        (Remedy(options={"max_ck": 768}), "condense again with max_ck=768 (--opt max_ck=768)"),
+        (Remedy("grow", size={"depth": 3}), "use grow at depth=3 (--depth 3)"),
+    ]
+    for remedy, text in texts:
+        assert remedy.text == text
+    refusal = LearngeneError("tleg expands in depth only; use grow", advice=[Remedy("grow")])
+    back = pickle.loads(pickle.dumps(refusal))
+    assert str(back) == str(refusal) and back.advice == (Remedy("grow"),)
+    assert LearngeneError("no advice").advice == ()
