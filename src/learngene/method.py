@@ -518,21 +518,3 @@ def carrier(ancestry: ViTSpec | None, target: ViTSpec, refused: str) -> Remedy |
     finally:
         _asking.reset(token)
     return None
-
-
-def within_reach(
-    cls: type[Method], config: Any, ancestry: ViTSpec | None, target: ViTSpec, size: dict[str, Any]
-) -> Remedy | None:
-    """``size`` (spec fields in place of ``target``'s) as a remedy, where ``cls`` with ``config`` reaches the size it
-    makes by its declared reach; None where it does not (or the size is no spec), so that it is not advised."""
-    if ancestry is None:
-        return None
-    try:
-        asked = target.replace(**size)
-    except LearngeneError:
-        return None
-    token = _asking.set(True)
-    try:
-        return None if cls.cannot_reach(config, ancestry, asked) else Remedy(size=size)
-    finally:
-        _asking.reset(token)
