@@ -514,7 +514,7 @@ def carrier(ancestry: ViTSpec | None, target: ViTSpec, refused: str) -> Remedy |
         for name, options in CARRIERS:
             cls = get_method(name)
             if name != refused and not cls.cannot_reach(cls.checked_config(**options), ancestry, target):
-                return Remedy(name, options=options)
+                return Remedy(name, options=dict(options))
     finally:
         _asking.reset(token)
     return None
