@@ -6,8 +6,10 @@ expanded to a shallower, a deeper, a narrower, a wider size and one of fewer hea
 expand, carries the advice its message was written from (``LearngeneError.advice``: :class:`~learngene.errors.Remedy`
 items, each said in the message by its ``text``); every item is followed on the refusing case (the advised method
 condensed from the same ancestry, the advised options condensed again, the advised size fields in place of the ones
-asked) and must then make the descendant. A refusal without advice passes only where it says that nothing can be done
-("cannot") and words no advice of its own (``use M``, ``pass k=v``) that a caller could not follow as data.
+asked) and must then make the descendant. A refusal at condense, or of a size that is no ViT of the family, is served
+once its advice condenses (makes a spec): the case that then makes is checked in its own right, followed once more at
+most. A refusal without advice passes only where it says that nothing can be done ("cannot") and words no advice of
+its own (``use M``, ``pass k=v``) that a caller could not follow as data.
 
 Two families (a plain ViT and DINOv3, RoPE's positions alone) run in the default tier; the rest of the grid in the
 integration tier. Advice of sizes to a teacher no spec describes: tests/test_size_hint.py.
