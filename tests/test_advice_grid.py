@@ -1,103 +1,180 @@
-"""Every refusal that advises another method is followed, and the advice works (issue 56 item 6).
+"""Every refusal that advises another method, a size or an option is followed, and the advice works (issue 56 item 6).
 
-A generated grid: tiny ancestries of three families (a plain ViT, DINOv3 and RoPE, whose positions are RoPE's alone) ×
-every method that condenses without training × a deeper, a wider and a narrower size. Each refusal, at condense or
-at expand, must advise a method (``use M``) or be one this file lists as advising none; the advised method is then
-condensed from the same ancestry and expanded to the same size, and must succeed. A refusal of a new form fails the
-test until its advice is followed here too. Advice of sizes and flags is followed in tests/test_size_hint.py (a
-teacher no spec describes) and below (tleg's, wave's, lets').
+A generated grid: a tiny ancestry of every ViT family the project serves (depth 2, width 32, 2 heads of 16 dims,
+16-px images of 8-px patches) x every registered method, condensed once per (family, method, options), then
+expanded to a shallower, a deeper, a narrower, a wider size and one of fewer heads. Each refusal, at condense or at
+expand, carries the advice its message was written from (``LearngeneError.advice``: :class:`~learngene.errors.Remedy`
+items, each said in the message by its ``text``); every item is followed on the refusing case (the advised method
+condensed from the same ancestry, the advised options condensed again, the advised size fields in place of the ones
+asked) and must then make the descendant. A refusal at condense, or of a size that is no ViT of the family, is served
+once its advice condenses (makes a spec): the case that then makes is checked in its own right, followed once more at
+most. A refusal without advice passes only where it says that nothing can be done ("cannot") and words no advice of
+its own (``use M``, ``pass k=v``) that a caller could not follow as data.
+
+Two families (a plain ViT and DINOv3, RoPE's positions alone) run in the default tier; the rest of the grid in the
+integration tier. Advice of sizes to a teacher no spec describes: tests/test_size_hint.py.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import re
 
 import pytest
 import timm
 import torch
+from packaging.version import Version
 
 import learngene as lg
-from learngene.errors import LearngeneError
+from learngene.errors import LearngeneError, SpecError
+from learngene.gene import Learngene
 from learngene.method import Ancestry
 from learngene.registry import get_method, list_methods
+from learngene.training.loop import TrainConfig
 from learngene.vit.model_spec import spec_from_model
-from learngene.vit.spec import SIZE_FLAG_FIELDS
-from tests.conftest import make_images
+from tests.conftest import SMALL_OPTIONS, make_images
 
 SIZE = dict(depth=2, embed_dim=32, num_heads=2, img_size=16, patch_size=8)
-FAMILIES = {"plain": "vit_tiny_patch16_224", "dinov3": "vit_small_patch16_dinov3", "rope": "vit_base_patch16_rope_224"}
-SIZES = {"deeper": {"depth": 3}, "wider": {"embed_dim": 64, "num_heads": 4}, "narrower": {"depth": 1, "embed_dim": 16}}
-UNTRAINED = [m for m in list_methods() if not get_method(m).needs_data]
-# methods condensed by a short distillation whose expand refusals advise sizes (depth-only, tiled, widened ones)
-TRAINED = ["tleg", "share_init", "wave", "lets"]
+GRID = [2, 2]  # a NaFlexVit's position grid: the 2 x 2 patches of SIZE
+# family -> (timm name, its arguments beyond SIZE): tests/test_families.py's and tests/test_rope_families.py's
+FAMILIES = {
+    "plain": ("vit_tiny_patch16_224", {}),
+    "dinov3": ("vit_small_patch16_dinov3", {}),
+    "deit_tiny": ("deit_tiny_patch16_224", {}),
+    "deit3_small": ("deit3_small_patch16_224", {}),
+    "dinov2": ("vit_small_patch14_dinov2", {}),
+    "dinov2_reg4": ("vit_small_patch14_reg4_dinov2", {}),
+    "dinov2_giant": ("vit_giant_patch14_dinov2", {}),  # a packed SwiGLU MLP
+    "clip": ("vit_base_patch16_clip_224", {}),
+    "clip_quickgelu": ("vit_base_patch16_clip_quickgelu_224", {}),
+    "siglip": ("vit_base_patch16_siglip_224", {}),
+    "so150m_reg4_map": ("vit_so150m_patch16_reg4_map_256", {}),
+    "deit_distilled": ("deit_tiny_distilled_patch16_224", {}),
+    "gap": ("vit_medium_patch16_gap_256", {}),
+    "aimv2": ("aimv2_large_patch14_224", {}),
+    "eva02": ("eva02_tiny_patch14_224", dict(mlp_ratio=3.0)),  # EVA-02's 4·2/3 gives 85 channels at width 32
+    "eva02_clip": ("eva02_base_patch16_clip_224", dict(mlp_ratio=3.0, qkv_fused=True)),
+    "pe_core": ("vit_pe_core_tiny_patch16_384", {}),
+    "naflex_siglip": ("naflexvit_base_patch16_siglip", dict(pos_embed_grid_size=GRID)),
+    "naflex_radio": ("naflexvit_base_patch16_radio_v3", dict(pos_embed_grid_size=GRID)),
+    "naflex_gap": ("naflexvit_base_patch16_gap", dict(pos_embed_grid_size=GRID)),
+    "dinov3_qkvb": ("vit_small_patch16_dinov3_qkvb", {}),
+    "dinov3_plus": ("vit_small_plus_patch16_dinov3", {}),
+    "rope_axial": ("vit_base_patch16_rope_224", {}),
+    "rope_reg4_gap": ("vit_betwixt_patch16_rope_reg4_gap_256", {}),
+    "rope_mixed_ape": ("vit_base_patch16_rope_mixed_ape_224", {}),
+}
+DEFAULT_TIER = ("plain", "dinov3")
+NEWER_TIMM = {"naflexvit_base_patch16_radio_v3": "1.0.31"}  # as tests/test_families.py: skipped on an older timm
+SIZES = {
+    "shallower": {"depth": 1},
+    "deeper": {"depth": 3},
+    "narrower": {"embed_dim": 16, "num_heads": 1},
+    "wider": {"embed_dim": 64, "num_heads": 4},
+    "fewer_heads": {"num_heads": 1},
+}
+METHODS = list_methods()
 DATA = make_images(16, num_classes=10, size=16, chans=3)
-QUICK = {"epochs": 1, "max_steps": 1, "batch_size": 8, "progress": False, "eval_images": 8}
-ADVICE = re.compile(r"\buse (\w+)\b")
-SIZE_FIELDS = {f.name for f in SIZE_FLAG_FIELDS}
+QUICK = TrainConfig(epochs=1, max_steps=1, batch_size=8, distill_lambda=0.5, progress=False)
+# words of advice a message may give outside its Remedy items: a method to use, a setting to pass or set
+UNFOLLOWABLE = re.compile(r"\buse [a-z_]+\b|\b(?:pass|set|give|ask)\b [a-z_]+=")
+# the grid's count of cases, refusals and advice followed (printed at the module's end: pytest -s)
+COUNTS: collections.Counter[str] = collections.Counter()
+
+Options = tuple[tuple[str, object], ...]
 
 
 @functools.cache
 def ancestry(family: str) -> Ancestry:
+    name, extra = FAMILIES[family]
+    if name in NEWER_TIMM and Version(timm.__version__) < Version(NEWER_TIMM[name]):
+        pytest.skip(f"{name} needs timm {NEWER_TIMM[name]} (this is timm {timm.__version__})")
     torch.manual_seed(0)
-    model = timm.create_model(FAMILIES[family], pretrained=False, num_classes=10, **SIZE).eval()
+    model = timm.create_model(name, pretrained=False, num_classes=10, **SIZE, **extra).eval()
     return Ancestry(model, spec_from_model(model))
 
 
 @functools.cache
-def condense(method: str, family: str):
-    needs_data = get_method(method).needs_data
-    extra = {"data": DATA, "train_cfg": QUICK} if needs_data else {}
-    return lg.condense(method, ancestry(family), **extra).gene
-
-
-def outcome(method: str, family: str, size: dict) -> str | None:
-    """None where the method serves the size, else its refusal (a refusal at condense too)."""
+def condensed(family: str, method: str, options: Options = ()) -> Learngene | LearngeneError:
+    """The gene of ``method`` with ``options`` from ``family``'s ancestry, or its refusal: made once per session."""
+    extra = {"data": DATA, "train_cfg": QUICK} if get_method(method).needs_data else {}
     try:
-        lg.expand(condense(method, family), {**size, "num_heads": size.get("embed_dim", 32) // 16})
+        return lg.condense(
+            method, ancestry(family), options={**SMALL_OPTIONS.get(method, {}), **dict(options)}, **extra
+        ).gene
     except LearngeneError as exc:
-        return str(exc)
+        return exc
+
+
+def outcome(family: str, method: str, options: Options, size: dict) -> LearngeneError | None:
+    """None where the method's gene makes ``size`` (SIZE's fields replaced) of the family, else its refusal."""
+    gene = condensed(family, method, options)
+    if isinstance(gene, LearngeneError):
+        return gene
+    try:
+        lg.expand(gene, ancestry(family).spec.replace(**size))
+    except LearngeneError as exc:
+        return exc
     return None
 
 
-# a setting a refusal advises, as errors.assigned writes it: ``embed_dim=32 (--embed-dim 32)``
-ASSIGNED = re.compile(r"\b(\w+)=([\w.]+) \(--")
+def check(family: str, method: str, options: Options, size: dict, followed: int = 0) -> None:
+    """The case makes its descendant, or refuses with advice that, followed, does (:func:`follow`)."""
+    refusal = outcome(family, method, options, size)
+    if refusal is not None:
+        follow(refusal, family, method, options, size, followed)
 
 
-def test_every_size_advice_of_the_trained_methods_is_followed_and_works():
-    """tleg, share_init, wave and lets, at every family and size of the grid: a refusal advises the sizes (or
-    options) that work, or another method; each is followed."""
-    followed = 0
-    for method in TRAINED:
-        for family in FAMILIES:
-            for size in SIZES.values():
-                refusal = outcome(method, family, size)
-                if refusal is None:
-                    continue
-                advised = dict(ASSIGNED.findall(refusal))
-                sizes = {k: float(v) if "." in v else int(v) for k, v in advised.items() if k in SIZE_FIELDS}
-                assert sizes or ADVICE.findall(refusal), f"no advice to follow: {refusal}"
-                if sizes:
-                    asked = {**size, "num_heads": size.get("embed_dim", 32) // 16, **sizes}
-                    lg.expand(condense(method, family), asked)  # raises if the advice does not work
-                    followed += 1
-                for other in [] if sizes else ADVICE.findall(refusal):
-                    assert outcome(other, family, size) is None, f"{method} advised {other}, which refuses: {refusal}"
-    assert followed  # the grid reaches refusals that advise sizes
-
-
-@pytest.mark.parametrize("size", list(SIZES))
-@pytest.mark.parametrize("family", list(FAMILIES))
-@pytest.mark.parametrize("method", UNTRAINED)
-def test_every_refusal_advises_a_method_that_then_serves_the_case(method, family, size):
-    refusal = outcome(method, family, SIZES[size])
-    if refusal is None:
+def follow(refusal: LearngeneError, family: str, method: str, options: Options, size: dict, followed: int) -> None:
+    """Every remedy ``refusal`` carries, followed on its case, makes the descendant; without remedies the message
+    says that nothing can be done. A refusal at condense is served once the followed advice condenses, one of the size
+    once it makes a spec: that case is then checked in its own right (its refusal followed in turn, once)."""
+    message = str(refusal)
+    case = f"{family}: {method} {dict(options)} at {size}"
+    COUNTS["refusals"] += 1
+    if not refusal.advice:
+        assert "cannot" in message and not UNFOLLOWABLE.search(message), f"{case}: advice not given as data: {message}"
+        COUNTS["refusals without advice"] += 1
         return
-    advised = ADVICE.findall(refusal)
-    assert advised, f"a refusal without a method to use: {refusal}"
-    for other in advised:
-        assert other in list_methods(), (other, refusal)
-        assert outcome(other, family, SIZES[size]) is None, f"{method} advised {other}, which refuses too: {refusal}"
+    # a refusal at condense, or of the size asked (no ViT of the family), is served once its advice condenses or
+    # makes a spec: what the method then does there is a case of its own
+    chained = condensed(family, method, options) is refusal or isinstance(refusal, SpecError)
+    for remedy in refusal.advice:
+        assert remedy.text in message, f"{case}: {remedy} is not what the message says: {message}"
+        if remedy.method is not None:
+            assert remedy.method in METHODS and remedy.method != method, (remedy, message)
+        instead = remedy.method or method
+        given = tuple(sorted({**(dict(options) if remedy.method is None else {}), **remedy.options}.items()))
+        asked = {**size, **remedy.size}
+        COUNTS["advice followed"] += 1
+        if chained:
+            gene = condensed(family, instead, given)
+            assert not isinstance(gene, LearngeneError), f"{case} advised {remedy.text!r}; followed, it refuses: {gene}"
+            assert followed < 2, f"{case}: advice followed twice is still refused: {message}"
+            check(family, instead, given, asked, followed + 1)
+            continue
+        again = outcome(family, instead, given, asked)
+        assert again is None, f"{case} advised {remedy.text!r}; followed, it refuses: {again}"
+
+
+def families():
+    return [f if f in DEFAULT_TIER else pytest.param(f, marks=pytest.mark.integration) for f in FAMILIES]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def grid_counts():
+    yield
+    if COUNTS["cases"]:
+        print(f"\nadvice grid: {dict(COUNTS)}")
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("family", families())
+def test_every_refusal_in_the_grid_advises_what_then_serves_the_case(family, method):
+    for size in SIZES.values():
+        COUNTS["cases"] += 1
+        check(family, method, (), size)
 
 
 def test_structured_refuses_a_rope_family_at_condense_and_its_advice_works():
@@ -108,7 +185,7 @@ def test_structured_refuses_a_rope_family_at_condense_and_its_advice_works():
 
 
 def test_tlegs_width_advice_names_every_size_it_needs_and_works():
-    gene = condense("tleg", "plain")
+    gene = condensed("plain", "tleg")
     with pytest.raises(LearngeneError) as refused:
         lg.expand(gene, {"embed_dim": 64, "num_heads": 4, "mlp_ratio": 2.0})
     message = str(refused.value)
@@ -154,3 +231,30 @@ def test_a_free_start_from_a_family_no_spec_describes_says_what_its_descendant_i
     for method in ("mimetic", "scratch", "structured"):
         note = lg.condense(method, beit).note or ""
         assert "plain timm ViTs, not that family" in note and "num_classes=10 (--num-classes 10)" in note, note
+
+
+def test_a_remedy_is_said_in_both_callers_words_and_survives_a_worker_process():
+    """compare's workers send refusals back pickled: the advice goes with the message."""
+    import pickle
+
+    from learngene.errors import Remedy
+
+    texts = [
+        (Remedy("grow"), "use grow"),
+        (
+            Remedy("weight_selection", options={"head_aware": False}),
+            "use weight_selection with head_aware=False (--opt head_aware=false)",
+        ),
+        (
+            Remedy(size={"embed_dim": 32, "num_heads": 2}),
+            "pass embed_dim=32 (--embed-dim 32) and num_heads=2 (--num-heads 2)",
+        ),
+        (Remedy(options={"max_ck": 768}), "condense again with max_ck=768 (--opt max_ck=768)"),
+        (Remedy("grow", size={"depth": 3}), "use grow at depth=3 (--depth 3)"),
+    ]
+    for remedy, text in texts:
+        assert remedy.text == text
+    refusal = LearngeneError("tleg expands in depth only; use grow", advice=[Remedy("grow")])
+    back = pickle.loads(pickle.dumps(refusal))
+    assert str(back) == str(refusal) and back.advice == (Remedy("grow"),)
+    assert LearngeneError("no advice").advice == ()

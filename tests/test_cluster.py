@@ -174,7 +174,7 @@ def test_depth_is_stretched(gene):
 
 
 def test_impossible_head_counts_and_missing_data_are_one_line_errors(ancestry, gene):
-    with pytest.raises(LearngeneError, match=r"set embed_dim=16 \(--embed-dim 16\)"):
+    with pytest.raises(LearngeneError, match=r"pass embed_dim=16 \(--embed-dim 16\)"):
         make_descendant(gene, TINY.replace(num_heads=2))
     with pytest.raises(LearngeneError, match=r"give training data \(data, --data\)$"):
         ClusterLearngene().condense(ancestry)

@@ -85,5 +85,5 @@ def test_refuses_smaller_sizes_and_other_head_sizes(tiny_ancestry, tiny_spec):
         tiny_spec.replace(embed_dim=16, num_heads=1),
         tiny_spec.replace(num_heads=4),
     ):
-        with pytest.raises(LearngeneError, match="use importance"):
+        with pytest.raises(LearngeneError, match="use weight_selection"):
             _grown(tiny_ancestry, spec)

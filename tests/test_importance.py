@@ -102,12 +102,13 @@ def test_layernorm_gains_are_rescaled_by_sqrt_of_the_width_ratio(tiny_ancestry, 
 
 def test_refuses_larger_sizes_and_other_head_sizes(tiny_ancestry, tiny_spec, toy_data):
     gene = _condense(tiny_ancestry, toy_data)
-    for spec in (
-        tiny_spec.replace(depth=3),
-        tiny_spec.replace(embed_dim=64, num_heads=4),
-        tiny_spec.replace(num_heads=4),
+    # grow keeps the heads' 16 dims, so 4 heads of 8 are advised to weight_selection's plain rows instead
+    for spec, advice in (
+        (tiny_spec.replace(depth=3), "use grow"),
+        (tiny_spec.replace(embed_dim=64, num_heads=4), "use grow"),
+        (tiny_spec.replace(num_heads=4), "use weight_selection with head_aware=False"),
     ):
-        with pytest.raises(LearngeneError, match="use grow"):
+        with pytest.raises(LearngeneError, match=advice):
             make_descendant(gene, spec)
 
 

@@ -237,7 +237,7 @@ def test_deterministic_and_seeded(ancestry, gene):
 
 
 def test_bad_sizes_are_one_line_errors(ancestry, gene):
-    with pytest.raises(LearngeneError, match=r"set embed_dim=16 \(--embed-dim 16\)"):
+    with pytest.raises(LearngeneError, match=r"pass embed_dim=16 \(--embed-dim 16\)"):
         make_descendant(gene, TINY.replace(num_heads=2))
     with pytest.raises(LearngeneError, match="gene_heads"):
         PEG(gene_heads=5).condense(ancestry)

@@ -179,7 +179,9 @@ def follow_advice(
     on the way is followed once more, by its own advice)."""
     message = str(exc)
     assert isinstance(exc, LearngeneError) and "\n" not in message and len(message) < 400, message
-    for instead, sizes, options in advice_of(message):
+    # the advice as data where the refusal carries it (LearngeneError.advice), else as its words say it
+    given = [(r.method, dict(r.size), dict(r.options)) for r in exc.advice] or advice_of(message)
+    for instead, sizes, options in given:
         chosen = instead or method
         known = {f for f in get_method(chosen).Config.__dataclass_fields__}
         asked = spec.replace(**sizes)

@@ -9,7 +9,9 @@ line's flag in parentheses (:func:`named`, :func:`assigned`), so ``str(err)`` is
 """
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 
 def named(name: str, flag: str | None = None) -> str:
@@ -64,15 +66,56 @@ def first_line(exc: BaseException, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+@dataclass(frozen=True)
+class Remedy:
+    """One thing a refusal advises, as data: condense ``method`` (None: the refused method itself) with ``options``,
+    and ask the size asked with the spec fields ``size`` replaced. The message says it in :attr:`text`, so that the
+    words and what a caller (or a test) can follow are one fact.
+
+    Attributes:
+        method: the method to condense instead; None where the refused method is kept.
+        size: spec fields to give instead of the ones asked (``{"embed_dim": 32}``).
+        options: method options to condense with (``{"head_aware": False}``).
+    """
+
+    method: str | None = None
+    size: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """The advice in a message's words: ``use grow``, ``use weight_selection with head_aware=False (--opt
+        head_aware=false)``, ``pass embed_dim=32 (--embed-dim 32) and num_heads=2 (--num-heads 2)``."""
+        options = " and ".join(assigned(k, v, flag="--opt") for k, v in self.options.items())
+        size = " and ".join(assigned(k, v) for k, v in self.size.items())
+        if self.method is not None:
+            words = f"use {self.method}" + (f" with {options}" if options else "")
+        else:
+            words = f"condense again with {options}" if options else ""
+        return " ".join(w for w in (words, "at" if words and size else "", size if words else f"pass {size}") if w)
+
+
+def either(remedies: Sequence[Remedy]) -> str:
+    """The remedies as one clause of a message: ``use grow, or pass depth=2 (--depth 2)``."""
+    return ", or ".join(r.text for r in remedies)
+
+
 class LearngeneError(Exception):
     """A user-facing error: one line, says what went wrong and what to do, naming each setting in both callers'
-    words (``str(err)`` is that line; the command line prints it after ``learngene CMD: error:``)."""
+    words (``str(err)`` is that line; the command line prints it after ``learngene CMD: error:``).
 
-    def __init__(self, *args: object) -> None:
+    ``advice``: the :class:`Remedy` items the message advises (empty where it advises none, or has not been given
+    them yet), each said in the message by its :attr:`Remedy.text`."""
+
+    advice: tuple[Remedy, ...] = ()
+
+    def __init__(self, *args: object, advice: Sequence[Remedy] = ()) -> None:
         # one line whatever a message quotes (a name or a text holding a line break): the break written as \n
         if args and isinstance(args[0], str):
             args = (args[0].replace("\r", "\\r").replace("\n", "\\n"), *args[1:])
         super().__init__(*args)
+        if advice:  # an instance attribute: pickling (a compare worker's refusal) carries it in __dict__
+            self.advice = tuple(advice)
 
 
 class LearngeneWarning(UserWarning):

@@ -9,7 +9,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError, assigned
+from ..errors import LearngeneError, Remedy
 
 
 def group_size(n: int, max_n: int) -> int:
@@ -67,9 +67,11 @@ def lora_rows(shape: tuple[int, int, int, int], r: int, ck: int) -> tuple[int, i
     c_out, c_in, k_out, k_in = shape
     rows_a, rows_b = c_out * k_out, c_in * k_in
     if max(rows_a, rows_b) > ck:
+        more = Remedy(options={"max_ck": max(rows_a, rows_b)})
         raise LearngeneError(
             f"a parameter needs {max(rows_a, rows_b)} rows of the hypernetwork's decoder but max_ck is {ck}; "
-            f"condense again with {assigned('max_ck', max(rows_a, rows_b), flag='--opt')} or more"
+            f"{more.text} or more",
+            advice=[more],
         )
     return math.ceil(rows_a * r / ck), math.ceil(rows_b * r / ck)
 

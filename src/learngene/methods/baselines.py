@@ -120,7 +120,7 @@ class BlockCopier(Method):
         return self.new_gene(tensors, spec, spec)
 
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
-        require_block_shape(gene.require_layout(), spec, self.name)
+        require_block_shape(gene.require_layout(), spec, self.name, gene.ancestry)
         self.require_stored(gene)
         out = place_blocks(gene.tensors, self.placement(_stored_layers(gene), spec.depth))
         out.update(inherit_non_block(gene.tensors, gene.require_layout(), spec, self.stored_parts))

@@ -52,7 +52,7 @@ import torch
 from torch import Tensor, nn
 
 from ..data import Data
-from ..errors import LearngeneError, assigned
+from ..errors import LearngeneError, Remedy
 from ..formats.atomic import atomic_path
 from ..gene import Learngene
 from ..host.memory import give_back, release_pages
@@ -275,9 +275,12 @@ class ClusterLearngene(Method):
         """Priority weight-sharing of each (stretched) layer's centroids to ``spec.num_heads`` heads (Sec. 2.3)."""
         src = gene.require_layout()
         if spec.head_dim != src.head_dim:
+            size = spec.advisable({"embed_dim": spec.num_heads * src.head_dim})
             raise LearngeneError(
                 f"cluster copies heads of {src.head_dim} dims, so a {spec.num_heads}-head descendant "
-                f"is {spec.num_heads * src.head_dim} wide; set {assigned('embed_dim', spec.num_heads * src.head_dim)}"
+                f"is {spec.num_heads * src.head_dim} wide; "
+                + (Remedy(size=size).text if size else "no such ViT of this family exists, so it cannot make it"),
+                advice=[Remedy(size=size)] if size else [],
             )
         out: StateDict = {}
         for layer, source in enumerate(stretch(src.depth, spec.depth).tolist()):

@@ -43,15 +43,16 @@ language models); G_stack and Net2Net: none was found in this session's search.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal, cast
 
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError, assigned
+from ..errors import LearngeneError, Remedy, either
 from ..gene import Learngene
-from ..method import Ancestry, CondenseInputs, Method, Paper
+from ..method import Ancestry, CondenseInputs, Method, Paper, carrier
 from ..registry import register_method
 from ..settings import field
 from ..validate import EXPAND
@@ -68,6 +69,57 @@ from ..vit.transfer import (
     resize_block,
 )
 from ._head_mixing import mix_heads
+
+
+def out_of_reach(config: GrowConfig, src: ViTSpec, target: ViTSpec) -> LearngeneError | None:
+    """Why grow (``config``) cannot take ``src`` to ``target``, with the advice that can (the smallest size it makes
+    that holds the one asked, the net2net width, a method that carries ``src`` to ``target``); None where it can.
+    :meth:`Grow.cannot_reach` and :meth:`Grow.expand` both refuse with it."""
+    if (
+        target.head_dim != src.head_dim
+        or target.embed_dim < src.embed_dim
+        or target.mlp_hidden < src.mlp_hidden
+        or target.depth < src.depth
+    ):
+        remedies = [r for r in (_grown(config, src, target), carrier(src, target, "grow")) if r]
+        return LearngeneError(
+            f"grow makes larger models with heads of {src.head_dim} dims: at least {src.short()} with width = "
+            f"heads x {src.head_dim} and MLP >= {src.mlp_hidden} (asked {target.short()}, MLP {target.mlp_hidden}); "
+            + (either(remedies) if remedies else "it cannot make this size"),
+            advice=remedies,
+        )
+    if config.width == "hyperclone" and (target.embed_dim % src.embed_dim or target.mlp_hidden % src.mlp_hidden):
+        net2net = dataclasses.replace(config, width="net2net")
+        remedies = [
+            r
+            for r in (
+                _grown(config, src, target),
+                Remedy(options={"width": "net2net"}) if not out_of_reach(net2net, src, target) else None,
+            )
+            if r
+        ]
+        return LearngeneError(
+            f"grow (width=hyperclone) grows by whole multiples of width {src.embed_dim} and MLP {src.mlp_hidden}, "
+            f"{target.short()} asks {target.embed_dim} and {target.mlp_hidden}; "
+            + (either(remedies) if remedies else "it cannot make this size"),
+            advice=remedies,
+        )
+    return None
+
+
+def _grown(config: GrowConfig, src: ViTSpec, target: ViTSpec) -> Remedy | None:
+    """The smallest size grow makes from ``src`` that holds ``target``: whole multiples of ``src``'s heads (so of its
+    width and MLP), at least ``target``'s depth; None where even that is out of reach (an MLP rounded otherwise)."""
+    times = max(1, -(-target.embed_dim // src.embed_dim), -(-target.mlp_hidden // src.mlp_hidden))
+    size: dict[str, float] = {"depth": max(target.depth, src.depth), "embed_dim": times * src.embed_dim}
+    size |= {"num_heads": times * src.num_heads}
+    if target.mlp_ratio != src.mlp_ratio:
+        size["mlp_ratio"] = src.mlp_ratio
+    advised = target.advisable({k: v for k, v in size.items() if getattr(target, k) != v})
+    if not advised:
+        return None
+    return Remedy(size=advised) if out_of_reach(config, src, target.replace(**advised)) is None else None
+
 
 WRITERS = block_names(tag=WRITER)  # zeroed, a block adds nothing to the residual stream
 
@@ -147,23 +199,8 @@ class Grow(Method):
 
     @classmethod
     def cannot_reach(cls, config: GrowConfig, ancestry: ViTSpec, target: ViTSpec) -> str:
-        src = ancestry
-        if (
-            target.head_dim != src.head_dim
-            or target.embed_dim < src.embed_dim
-            or target.mlp_hidden < src.mlp_hidden
-            or target.depth < src.depth
-        ):
-            return (
-                f"grow makes models at least as large as the ancestry {src.short()} with heads of {src.head_dim} "
-                f"dims, {target.short()} is not one; use importance for a smaller one"
-            )
-        if config.width == "hyperclone" and (target.embed_dim % src.embed_dim or target.mlp_hidden % src.mlp_hidden):
-            return (
-                f"grow (width=hyperclone) grows by whole multiples of width {src.embed_dim} and MLP "
-                f"{src.mlp_hidden}, {target.short()} asks {target.embed_dim} and {target.mlp_hidden}"
-            )
-        return ""
+        refusal = out_of_reach(config, ancestry, target)
+        return str(refusal) if refusal else ""
 
     def preserves_function(self, gene: Learngene, spec: ViTSpec) -> bool:
         """HyperCloning keeps the function (module docstring), Net2Net's widening and G_stack's stacking do not."""
@@ -180,27 +217,14 @@ class Grow(Method):
         return self.new_gene(ancestry.state(), spec, spec)
 
     def _maps(self, src: ViTSpec, spec: ViTSpec, generator: torch.Generator) -> tuple[AxisMap, AxisMap, AxisMap]:
-        if (
-            spec.head_dim != src.head_dim
-            or spec.embed_dim < src.embed_dim
-            or spec.mlp_hidden < src.mlp_hidden
-            or spec.depth < src.depth
-        ):
-            raise LearngeneError(
-                f"grow makes larger models with heads of {src.head_dim} dims: ask at least "
-                f"{src.short()} with width = heads x {src.head_dim} and MLP >= {src.mlp_hidden} "
-                f"(asked {spec.short()}, MLP {spec.mlp_hidden}); use importance for a smaller one"
-            )
+        refusal = out_of_reach(self.config, src, spec)
+        if refusal:
+            raise refusal
         if self.config.width == "net2net":  # MLP units: fc2's inputs (a SwiGLU fc1 maps its two halves alike)
             return (
                 random_copies(src.embed_dim, spec.embed_dim, generator),
                 random_copies(src.num_heads, spec.num_heads, generator),
                 random_copies(src.mlp_inner, spec.mlp_inner, generator),
-            )
-        if spec.embed_dim % src.embed_dim or spec.mlp_hidden % src.mlp_hidden:
-            raise LearngeneError(
-                f"hyperclone grows by whole multiples: width {spec.embed_dim} of {src.embed_dim} and "
-                f"MLP {spec.mlp_hidden} of {src.mlp_hidden}; pick multiples or {assigned('width', 'net2net', flag='--opt')}"
             )
         heads = cyclic(src.num_heads, spec.num_heads)
         return (

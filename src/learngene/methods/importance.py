@@ -49,9 +49,9 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from ..data import Data
-from ..errors import LearngeneError
+from ..errors import LearngeneError, Remedy, either
 from ..gene import Learngene
-from ..method import Ancestry, CondenseInputs, Method, Paper, same_size
+from ..method import Ancestry, CondenseInputs, Method, Paper, carrier, same_size
 from ..registry import register_method
 from ..settings import field
 from ..validate import CONDENSE, EXPAND
@@ -72,6 +72,33 @@ from ..vit.transfer import (
 from ._calibration import calibration_inputs, calibration_sample, evaluating
 
 LAYER_SCORE, WIDTH_SCORE, WIDTH_ORDER = "importance.layer", "importance.width", "importance.width_order"
+
+
+def out_of_reach(src: ViTSpec, target: ViTSpec) -> LearngeneError | None:
+    """Why importance cannot take ``src`` to ``target``, with the advice that can (the largest size it makes within
+    the one asked, a method that carries ``src`` to ``target``); None where it can. :meth:`Importance.cannot_reach`
+    and :meth:`Importance.expand` both refuse with it."""
+    if (
+        target.head_dim == src.head_dim
+        and target.num_heads <= src.num_heads
+        and target.mlp_inner <= src.mlp_inner
+        and target.depth <= src.depth
+    ):
+        return None
+    heads = min(target.num_heads, src.num_heads)
+    size = {"depth": min(target.depth, src.depth), "embed_dim": heads * src.head_dim, "num_heads": heads}
+    advised = target.advisable({k: v for k, v in size.items() if getattr(target, k) != v})
+    narrowed = target.replace(**advised) if advised else None
+    within = narrowed is not None and narrowed.mlp_inner <= src.mlp_inner and narrowed.depth <= src.depth
+    remedies = [
+        r for r in (Remedy(size=advised) if within and advised else None, carrier(src, target, "importance")) if r
+    ]
+    return LearngeneError(
+        f"importance only narrows and keeps heads of {src.head_dim} dims: at most {src.depth} layers and "
+        f"{src.num_heads} heads with width = heads x {src.head_dim} (asked {target.short()}); "
+        + (either(remedies) if remedies else "it cannot make this size"),
+        advice=remedies,
+    )
 
 
 @dataclass(frozen=True)
@@ -216,19 +243,8 @@ class Importance(Method):
 
     @classmethod
     def cannot_reach(cls, config: ImportanceConfig, ancestry: ViTSpec, target: ViTSpec) -> str:
-        src = ancestry
-        if (
-            target.head_dim != src.head_dim
-            or target.num_heads > src.num_heads
-            or target.mlp_inner > src.mlp_inner
-            or target.depth > src.depth
-        ):
-            return (
-                f"importance only narrows and keeps heads of {src.head_dim} dims: at most {src.depth} layers and "
-                f"{src.num_heads} heads with width = heads x {src.head_dim}, {target.short()} is not; use grow for "
-                "a larger model"
-            )
-        return ""
+        refusal = out_of_reach(ancestry, target)
+        return str(refusal) if refusal else ""
 
     def preserves_function(self, gene: Learngene, spec: ViTSpec) -> bool:
         return same_size(gene, spec)
@@ -267,17 +283,9 @@ class Importance(Method):
     def expand(self, gene: Learngene, spec: ViTSpec) -> StateDict:
         """The ``spec.depth`` most important layers, each a prefix slice of channels, heads and neurons."""
         src = gene.require_layout()
-        if (
-            spec.head_dim != src.head_dim
-            or spec.num_heads > src.num_heads
-            or spec.mlp_inner > src.mlp_inner
-            or spec.depth > src.depth
-        ):
-            raise LearngeneError(
-                f"importance only narrows and keeps heads of {src.head_dim} dims: ask at most "
-                f"{src.depth} layers and {src.num_heads} heads with width = heads x {src.head_dim} "
-                f"(asked {spec.short()}); use grow for a larger model"
-            )
+        refusal = out_of_reach(src, spec)
+        if refusal:
+            raise refusal
         D, H, M = spec.embed_dim, spec.num_heads, spec.mlp_inner
         gain = math.sqrt(src.embed_dim / D) if self.config.rescale else 1.0
         layers = descending(gene.tensors[LAYER_SCORE])[: spec.depth].sort().values.tolist()

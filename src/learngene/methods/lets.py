@@ -46,7 +46,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError, assigned, named
+from ..errors import LearngeneError, Remedy, named
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
@@ -164,6 +164,39 @@ def init_width(
     return start.scatter(-1, pick.unsqueeze(-1), 1.0)
 
 
+def out_of_range(small: ViTSpec, aux: ViTSpec, spec: ViTSpec) -> LearngeneError | None:
+    """Why a lets gene whose compact net is ``small`` and aux net ``aux`` cannot make ``spec`` (each axis widens from
+    the compact net's channels up to the aux net's: the width, and the MLP's hidden channels), with the size within
+    that range nearest to the one asked; None where it can."""
+    if _in_range(small, aux, spec):
+        return None
+    width = min(max(spec.embed_dim, small.embed_dim), aux.embed_dim)
+    size: dict[str, float] = {"embed_dim": width} if width != spec.embed_dim else {}
+    if width % spec.num_heads:  # the heads asked do not divide that width: the aux net's do
+        size["num_heads"] = aux.num_heads
+    # mlp_ratio reads fc1's outputs (both halves of a packed SwiGLU) in timm's ViT, each half in Eva: as spec's own
+    per_ratio = int(spec.embed_dim * spec.mlp_ratio) / max(1, spec.mlp_inner)
+    inner = min(max(int(int(width * spec.mlp_ratio) / per_ratio), small.mlp_inner), aux.mlp_inner)
+    size["mlp_ratio"] = inner * per_ratio / width
+    remedies = []
+    try:
+        within = spec.replace(**size)
+    except LearngeneError:
+        within = None
+    if within is not None and _in_range(small, aux, within):
+        remedies = [Remedy(size={k: v for k, v in size.items() if v != getattr(spec, k)})]
+    return LearngeneError(
+        f"lets makes widths from its compact net's {small.embed_dim} up to the aux net's {aux.embed_dim} and MLPs "
+        f"of {small.mlp_inner} to {aux.mlp_inner} hidden channels, asked {spec.embed_dim} and {spec.mlp_inner}; "
+        + (remedies[0].text if remedies else "it cannot make this size"),
+        advice=remedies,
+    )
+
+
+def _in_range(small: ViTSpec, aux: ViTSpec, spec: ViTSpec) -> bool:
+    return small.embed_dim <= spec.embed_dim <= aux.embed_dim and small.mlp_inner <= spec.mlp_inner <= aux.mlp_inner
+
+
 def widen(t: Tensor, dim: int, n: int, f: Tensor | None) -> Tensor:
     """Axis ``dim`` of ``t`` (length ``s``) to ``n`` channels: ``[I; F[:n − s]]`` applied along it; ``f`` is
     ``(extra, s)`` or, per compact layer, ``(L, extra, s)`` matched to ``t``'s first axis."""
@@ -217,9 +250,11 @@ class LeTs(AuxNetMethod):
     @classmethod
     def cannot_reach(cls, config: LeTsConfig, ancestry: ViTSpec, target: ViTSpec) -> str:
         aux = aux_size(config, ancestry)
-        if target.embed_dim <= aux.embed_dim:
-            return ""
-        return f"lets widens up to its aux net's width {aux.embed_dim}, {target.short()} asks {target.embed_dim}"
+        try:
+            refusal = out_of_range(cls(config).small_spec(aux), aux, target)
+        except LearngeneError as exc:
+            return str(exc)
+        return str(refusal) if refusal else ""
 
     def small_spec(self, aux: ViTSpec) -> ViTSpec:
         cfg = self.config
@@ -229,6 +264,8 @@ class LeTs(AuxNetMethod):
         width = cfg.gene_embed_dim or aux.embed_dim // 2
         heads = max(1, aux.num_heads // 2) if width % max(1, aux.num_heads // 2) == 0 else 1
         mlp = cfg.gene_mlp_dim or aux.mlp_hidden // 2
+        if not cfg.gene_mlp_dim and aux.mlp_layer == "swiglu_packed":  # its two halves: an even width
+            mlp -= mlp % 2
         if depth > 1 and depth % 2 or not 0 < width <= aux.embed_dim or not 0 < mlp <= aux.mlp_hidden:
             raise LearngeneError(
                 f"lets: the compact net must have 1 or an even number of layers, a width up to the aux "
@@ -330,11 +367,9 @@ class LeTs(AuxNetMethod):
                 f"this lets gene's tensor {ints[0]} is {gene.tensors[ints[0]].dtype}, not floating point; "
                 f"create it again with `learngene condense`"
             )
-        if spec.embed_dim > aux.embed_dim:
-            raise LearngeneError(
-                f"lets widens up to the aux net's width {aux.embed_dim}, asked {spec.embed_dim}; "
-                f"pass {assigned('embed_dim', aux.embed_dim)} or less"
-            )
+        refusal = out_of_range(self.small_spec(aux), aux, spec)
+        if refusal:
+            raise refusal
         out: StateDict = {}
         for name, shape in spec.block_shapes().items():
             axes = block_axes(spec)[name]

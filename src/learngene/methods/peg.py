@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError, assigned
+from ..errors import LearngeneError, Remedy
 from ..gene import DESCENDANT, Learngene
 from ..host.memory import give_back, release_pages
 from ..method import AdaptInputs, Ancestry, CondenseInputs, Method, Paper, keeps_ancestry_heads
@@ -342,9 +342,12 @@ class PEG(Method):
         src = gene.require_layout()
         gene_heads, head_dim = gene.tensors["msa.q"].shape[1:3]
         if spec.head_dim != head_dim:
+            size = spec.advisable({"embed_dim": spec.num_heads * head_dim})
             raise LearngeneError(
                 f"peg heads have {head_dim} dims, so a {spec.num_heads}-head descendant is "
-                f"{spec.num_heads * head_dim} wide; set {assigned('embed_dim', spec.num_heads * head_dim)}"
+                f"{spec.num_heads * head_dim} wide; "
+                + (Remedy(size=size).text if size else "no such ViT of this family exists, so it cannot make it"),
+                advice=[Remedy(size=size)] if size else [],
             )
         device = gene.tensors["msa.q"].device  # φ and the copies too: a CPU operand would make a meta expansion real
         phi = {k: v.to(device) for k, v in self._phi(gene, spec).items()}

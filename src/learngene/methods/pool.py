@@ -265,7 +265,7 @@ class LearngenePool(AuxNetMethod):
     def cannot_reach(cls, config: PoolConfig, ancestry: ViTSpec, target: ViTSpec) -> str:
         aux = aux_size(config, ancestry)
         if config.design != "authors":
-            return refused_by(require_block_shape, aux, target, cls.name)
+            return refused_by(require_block_shape, aux, target, cls.name, ancestry)
         specs = cls(config).instance_specs(aux)
         source = next((s for s in specs if s.embed_dim == target.embed_dim), None)
         if source is None:
@@ -273,7 +273,7 @@ class LearngenePool(AuxNetMethod):
                 f"a pool of the authors' design gives plain ViTs {', '.join(str(s.embed_dim) for s in specs)} "
                 f"wide, not {target.embed_dim}; other sizes are stitched (learngene expand --stitch)"
             )
-        return refused_by(require_block_shape, source, target, cls.name)
+        return refused_by(require_block_shape, source, target, cls.name, ancestry)
 
     def depths(self, aux: ViTSpec) -> list[int]:
         text = self.config.instance_depths
@@ -477,7 +477,7 @@ class LearngenePool(AuxNetMethod):
                 f"this pool gene holds instances {present} but its config names {len(depths)}; "
                 f"create it again with `learngene condense`"
             )
-        require_block_shape(layout, spec, self.name)
+        require_block_shape(layout, spec, self.name, gene.ancestry)
         states = [
             {k[len(instance_key(i, "")) :]: v for k, v in gene.tensors.items() if k.startswith(instance_key(i, ""))}
             for i in range(len(depths))
@@ -507,7 +507,7 @@ class LearngenePool(AuxNetMethod):
                 f"not {spec.embed_dim}; other sizes are stitched: expand with {STITCH}"
             )
         source = specs[index]
-        require_block_shape(source, spec, self.name)
+        require_block_shape(source, spec, self.name, gene.ancestry)
         state = instance_state(gene, index)
         out: StateDict = {}
         for layer, block in enumerate(stretch(source.depth, spec.depth).tolist()):

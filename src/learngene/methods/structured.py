@@ -41,7 +41,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError
+from ..errors import LearngeneError, Remedy
 from ..gene import Learngene
 from ..host.threads import one_thread
 from ..method import Ancestry, CondenseInputs, Method, Paper
@@ -185,7 +185,9 @@ class Structured(Method):
 
 def _require_position_table(spec: ViTSpec) -> None:
     if not spec.family.abs_pos_embed:  # its q/k maps are solved on the position table
+        instead = Remedy("mimetic")
         raise LearngeneError(
             f"structured builds its attention on a learned absolute position table, which {spec.arch} does not "
-            f"have (its positions are RoPE's alone); use mimetic, whose attention needs none"
+            f"have (its positions are RoPE's alone); {instead.text}, whose attention needs none",
+            advice=[instead],
         )

@@ -221,7 +221,7 @@ class SWS(DrawnStartMethod):
         if (
             layout.block_shapes() != spec.block_shapes()
         ):  # another head count alone is fine: their Aux-S has 12, DeiT-S 6
-            require_block_shape(layout, spec, self.name)
+            require_block_shape(layout, spec, self.name, gene.ancestry)
             raise LearngeneError(
                 f"sws copies whole blocks: the target's blocks must have the shapes of {layout.short()}'s"
             )

@@ -80,7 +80,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from ..data import Data
-from ..errors import LearngeneError, assigned
+from ..errors import LearngeneError, SpecError, assigned
 from ..gene import Learngene
 from ..host.memory import require_free_memory
 from ..method import Ancestry, CondenseInputs, Method, Paper
@@ -273,11 +273,13 @@ def descendant_sizes(ancestry: ViTSpec, min_depth: int, method: str = "tal") -> 
             f"pass min_depth=N (--opt min_depth=N) with N at most {ancestry.depth}"
         )
     head_dim = ancestry.head_dim
-    out = [
-        ancestry.replace(depth=d, num_heads=h, embed_dim=h * head_dim)
-        for h in range(1, ancestry.num_heads + 1)
-        for d in range(min_depth, ancestry.depth + 1)
-    ]
+    out = []
+    for h in range(1, ancestry.num_heads + 1):
+        for d in range(min_depth, ancestry.depth + 1):
+            try:
+                out.append(ancestry.replace(depth=d, num_heads=h, embed_dim=h * head_dim))
+            except SpecError:  # no ViT of the family at that width (a packed SwiGLU's odd MLP): none to draw
+                continue
     out.sort(key=lambda s: (s == ancestry, s.embed_dim, s.depth))
     return out
 

@@ -18,7 +18,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError, assigned
+from ..errors import LearngeneError, Remedy, assigned
 from ..gene import Learngene
 from ..method import Paper
 from ..registry import register_method
@@ -134,13 +134,16 @@ class TLEG(DrawnStartMethod):
         source = gene.require_layout()
         if (spec.embed_dim, spec.num_heads, spec.mlp_hidden) != (source.embed_dim, source.num_heads, source.mlp_hidden):
             # another head count would silently re-split the trained attention into other heads
+            size: dict[str, float] = {"embed_dim": source.embed_dim, "num_heads": source.num_heads}
+            if spec.mlp_ratio != source.mlp_ratio:
+                size["mlp_ratio"] = source.mlp_ratio
+            same = Remedy(size=size)
             raise LearngeneError(
                 f"{self.name} expands in depth only: this gene's blocks have width {source.embed_dim}, "
                 f"{source.num_heads} heads and MLP {source.mlp_hidden}, the target asks {spec.embed_dim}, "
-                f"{spec.num_heads} and {spec.mlp_hidden}; "
-                f"pass {assigned('embed_dim', source.embed_dim)} and {assigned('num_heads', source.num_heads)}"
-                + (f" and {assigned('mlp_ratio', source.mlp_ratio)}" if spec.mlp_ratio != source.mlp_ratio else "")
-                + " (`learngene methods` says which methods expand to other widths)"
+                f"{spec.num_heads} and {spec.mlp_hidden}; {same.text}"
+                " (`learngene methods` says which methods expand to other widths)",
+                advice=[same],
             )
         layers = parse_layers(self.config.layers, spec.depth)
         # One batched op per tensor builds all chosen layers at once (the aux step stays as cheap as a plain one).

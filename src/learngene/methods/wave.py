@@ -35,7 +35,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from ..errors import LearngeneError, assigned, named
+from ..errors import LearngeneError, Remedy, named
 from ..gene import Learngene
 from ..method import AdaptInputs, Paper, refused_by
 from ..registry import register_method
@@ -126,27 +126,41 @@ def block_grid(spec: ViTSpec, name: str, w: int) -> tuple[int, ...]:
     """How many w-wide blocks tile block tensor ``name`` of ``spec`` along each dimension."""
     shape = spec.block_shapes()[name]
     if any(s % w for s in shape):
+        words, remedies = _tiling_advice(spec, w)
         raise LearngeneError(
             f"wave tiles {w}-wide templates, but {name} of {spec.short()} has shape {shape} "
-            f"(width {spec.embed_dim}, MLP {spec.mlp_hidden}); {_tiling_advice(spec, w)}"
+            f"(width {spec.embed_dim}, MLP {spec.mlp_hidden}); {words}",
+            advice=remedies,
         )
     return tuple(s // w for s in shape)
 
 
-def _tiling_advice(spec: ViTSpec, w: int) -> str:
-    """What makes ``spec``'s tensors tile into w-wide templates: another width where the width is the obstacle; where
-    the width already is a multiple of w, its MLP is, and no width helps: templates as wide as the common divisor of
-    every tensor's sides (condensed again), or an MLP size that is a multiple of w."""
+def _tiles(spec: ViTSpec, w: int) -> bool:
+    return all(side % w == 0 for shape in spec.block_shapes().values() for side in shape)
+
+
+def _tiling_advice(spec: ViTSpec, w: int) -> tuple[str, list[Remedy]]:
+    """What makes ``spec``'s tensors tile into w-wide templates, in words and as remedies: the nearest width (at its
+    head count) whose every tensor tiles, where the width is the obstacle; where the width already is a multiple of w,
+    its MLP is, and no width helps: templates as wide as the common divisor of every tensor's sides (condensed again),
+    or an MLP size that is a multiple of w."""
     if spec.embed_dim % w:
-        return (
-            f"choose a width whose every tensor is a multiple of {w}, e.g. "
-            f"{assigned('embed_dim', w * max(1, round(spec.embed_dim / w)))}"
-        )
+        nearest = max(1, round(spec.embed_dim / w))
+        for times in sorted(range(1, nearest + 4), key=lambda k: (abs(k - nearest), k)):
+            try:
+                other = spec.replace(embed_dim=w * times)
+            except LearngeneError:
+                continue
+            if _tiles(other, w):
+                width = Remedy(size={"embed_dim": w * times})
+                return f"choose a width whose every tensor is a multiple of {w}: {width.text}", [width]
+        return f"no width near {spec.embed_dim} at {spec.num_heads} heads tiles, so it cannot make this size", []
     common = math.gcd(*(side for shape in spec.block_shapes().values() for side in shape))
+    templates = Remedy(options={"template_size": common})
     return (
         f"its MLP's {spec.mlp_hidden} is no multiple of {w}: condense with templates that tile every tensor, "
-        f"{assigned('template_size', common, flag='--opt')}, or give the descendant an MLP size that is a multiple "
-        f"of {w} ({named('mlp_ratio')})"
+        f"{templates.text}, or give the descendant an MLP size that is a multiple of {w} ({named('mlp_ratio')})",
+        [templates],
     )
 
 

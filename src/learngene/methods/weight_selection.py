@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import LearngeneError, assigned
+from ..errors import LearngeneError, Remedy
 from ..gene import Learngene
 from ..host.memory import give_back
-from ..method import Ancestry, CondenseInputs, Method, Paper, same_size
+from ..method import Ancestry, CondenseInputs, Method, Paper, carrier, same_size
 from ..registry import register_method
 from ..settings import field
 from ..validate import EXPAND
@@ -60,14 +60,17 @@ class WeightSelection(Method):
     @classmethod
     def cannot_reach(cls, config: WeightSelectionConfig, ancestry: ViTSpec, target: ViTSpec) -> str:
         if target.embed_dim > ancestry.embed_dim or target.mlp_inner > ancestry.mlp_inner:
+            instead = carrier(ancestry, target, cls.name)
             return (
                 f"weight_selection only shrinks: {target.short()} (MLP {target.mlp_hidden}) is wider than the "
-                f"ancestry's {ancestry.embed_dim} (MLP {ancestry.mlp_hidden}); use grow for a wider model"
+                f"ancestry's {ancestry.embed_dim} (MLP {ancestry.mlp_hidden})"
+                + (f"; {instead.text} for a wider model" if instead else "")
             )
         if config.head_aware and (target.num_heads > ancestry.num_heads or target.head_dim > ancestry.head_dim):
             return (
                 f"head-aware weight_selection needs at most {ancestry.num_heads} heads of at most "
-                f"{ancestry.head_dim} dims, {target.short()} asks {target.num_heads} x {target.head_dim}"
+                f"{ancestry.head_dim} dims, {target.short()} asks {target.num_heads} x {target.head_dim}; "
+                f"{Remedy(options={'head_aware': False}).text}"
             )
         return ""
 
@@ -84,14 +87,18 @@ class WeightSelection(Method):
         src = gene.require_layout()
         for n_src, n_dst in ((src.embed_dim, spec.embed_dim), (src.mlp_inner, spec.mlp_inner)):
             if n_dst > n_src:
+                instead = carrier(gene.ancestry, spec, self.name)
                 raise LearngeneError(
-                    f"weight_selection can only shrink a dimension, asked {n_src} -> {n_dst}; use grow for a wider model"
+                    f"weight_selection can only shrink a dimension, asked {n_src} -> {n_dst}; "
+                    + (f"{instead.text} for a wider model" if instead else "it cannot make a wider model"),
+                    advice=[instead] if instead else [],
                 )
         if self.config.head_aware and (spec.num_heads > src.num_heads or spec.head_dim > src.head_dim):
+            plain = Remedy(options={"head_aware": False})
             raise LearngeneError(
                 f"head-aware weight_selection needs at most {src.num_heads} heads of at most "
-                f"{src.head_dim} dims, asked {spec.num_heads} x {spec.head_dim}; "
-                f"or pass {assigned('head_aware', False, flag='--opt')}"
+                f"{src.head_dim} dims, asked {spec.num_heads} x {spec.head_dim}; {plain.text}",
+                advice=[plain],
             )
         blocks, non_blocks = block_axes(src), non_block_axes(src)
         if not self.config.head_aware:  # the authors' rule: q, k, v rows and W_O columns as plain coordinates

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import LearngeneError, SpecError, assigned, first_line
+from ..errors import LearngeneError, Remedy, SpecError, assigned, first_line
 from ..host.memory import require_free_memory
 from ..settings import field, flagged
 from . import naflex
@@ -135,10 +135,23 @@ class ViTSpec:
                 f"head count whose quotient is"
             )
         if self.family.mlp_layer == "swiglu_packed" and self.mlp_hidden % 2:
+            even = [Remedy(size={"mlp_ratio": r}) for r in self._even_ratios()[:1]]
             raise SpecError(
                 f"a SwiGLU MLP splits fc1 in two halves, but mlp_ratio={self.mlp_ratio} gives "
                 f"{self.mlp_hidden} outputs at embed_dim={self.embed_dim}; choose an even hidden width"
+                + (f": {even[0].text}" if even else ""),
+                advice=even,
             )
+
+    def _even_ratios(self) -> list[float]:
+        """The MLP ratios nearest to this spec's that give a packed SwiGLU an even hidden width at its width (the
+        next even width above, then below), as a message can write them (the float's shortest repr)."""
+        odd = int(self.embed_dim * self.mlp_ratio)
+        return [
+            r
+            for r in ((odd + 1) / self.embed_dim, (odd - 1) / self.embed_dim)
+            if int(self.embed_dim * r) % 2 == 0 and r > 0
+        ]
 
     # ---- the family's fields, read through the spec ----------------------------------------------
     def __getattr__(self, name: str) -> Any:
@@ -365,6 +378,19 @@ class ViTSpec:
         if family:
             changes["family"] = dataclasses.replace(changes.get("family", self.family), **family)
         return dataclasses.replace(self, **changes)
+
+    def advisable(self, size: dict[str, Any]) -> dict[str, Any] | None:
+        """``size`` (fields to replace) as advice may give it: where the size is no ViT of the family, completed by
+        what its refusal advises (an MLP ratio that splits a SwiGLU evenly); None where it still is none."""
+        for _ in range(2):
+            try:
+                self.replace(**size)
+                return size
+            except SpecError as exc:
+                if not exc.advice or exc.advice[0].method or exc.advice[0].options:
+                    return None
+                size = {**size, **exc.advice[0].size}
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as plain JSON values (what a gene's header stores)."""

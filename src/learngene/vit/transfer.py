@@ -486,18 +486,22 @@ def keep_blocks(state: StateDict, layers: list[int]) -> StateDict:
     return out
 
 
-def require_block_shape(layout: ViTSpec, spec: ViTSpec, method: str) -> None:
+def require_block_shape(layout: ViTSpec, spec: ViTSpec, method: str, ancestry: ViTSpec | None = None) -> None:
     """Methods that copy whole blocks need the target's blocks to have the gene's shapes; the advice names a method
-    that carries the ancestry's blocks to the size asked (weight_selection narrows, grow widens)."""
+    that carries the ``ancestry``'s (default: ``layout``'s) blocks to the size asked, where one can
+    (:func:`learngene.method.carrier`)."""
+    from ..method import carrier  # the methods' reach, which knows this module: asked only on a refusal
+
     for attr in ("embed_dim", "num_heads", "mlp_hidden"):
         if getattr(layout, attr) != getattr(spec, attr):
-            wider = any(getattr(spec, a) > getattr(layout, a) for a in ("embed_dim", "num_heads", "mlp_hidden"))
+            instead = carrier(ancestry or layout, spec, method)
             raise LearngeneError(
                 f"{method} copies whole blocks, so the target's {attr} must be "
                 f"{getattr(layout, attr)} (asked {getattr(spec, attr)}); "
                 + (
-                    f"use grow for a wider model (heads of {layout.head_dim} dims)"
-                    if wider
-                    else "use weight_selection for a narrower model"
-                )
+                    f"{instead.text} to carry the ancestry's blocks to {spec.short()}"
+                    if instead
+                    else f"no method carries the ancestry's blocks to {spec.short()}, so this size cannot start from them"
+                ),
+                advice=[instead] if instead else [],
             )
