@@ -415,3 +415,35 @@ def test_the_flags_give_the_choices_the_python_call_takes(ancestry, tmp_path):
         kd_lambda=0.3, condense_classes=(0, 1), condense_epochs=1, adapt_steps=3, references=("scratch",)
     )
     assert chosen == expected
+
+
+def test_a_launchers_workers_need_out_and_name_their_inputs_absolute(ancestry, tmp_path, monkeypatch):
+    """A launched worker may start in another folder than the call: refused without the folder ``out`` its workers
+    share, and given the ancestry, the data's folder and ``out`` as absolute paths, with the command the report
+    names."""
+    import os
+
+    import learngene as lg
+    from learngene.comparison import comparing
+    from learngene.errors import LearngeneError
+    from learngene.pipeline.requests import DataRequest
+
+    launched = []
+
+    def launch(launcher, worker, profile, say, data_dir):
+        launched.append(worker)
+        return [], {}
+
+    monkeypatch.setattr(comparing, "launch_compare", launch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    near = os.path.relpath(ancestry)
+    with pytest.raises(LearngeneError, match=r"^launcher local runs workers that share the folder out; give out"):
+        lg.compare(near, "digits", ["L1-D32-H2"], launcher="local")
+    assert not launched
+    data = DataRequest("digits", data_dir="data")
+    lg.compare(near, data, ["L1-D32-H2"], launcher="local", out="cmp", methods=["pretrained"])
+    (worker,) = launched
+    assert worker.ancestry.path == str(ancestry) and worker.data.data_dir == str(tmp_path / "data")
+    assert worker.out == str(tmp_path / "cmp") and worker.run.command == "learngene.compare(...)"
+    assert worker.choices == {"methods": ["pretrained"]} and worker.sizes == ("L1-D32-H2",)

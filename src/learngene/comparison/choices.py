@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..bench.stats import MAX_SEEDS
-from ..errors import LearngeneError, assigned, named
+from ..errors import ArgumentTypeError, LearngeneError, assigned, named
 from ..pipeline.requests import AncestryRequest, DataRequest
 from ..registry import list_methods
 from ..settings import field, same_as
@@ -132,6 +132,24 @@ class CompareChoices:
     # the ancestry's: an AncestryRequest's choices (compare also takes them from the ancestry's request)
     timm_model: str | None = same_as(AncestryRequest, "timm_model")
     drop_head: bool = same_as(AncestryRequest, "drop_head")
+
+    @classmethod
+    def of_call(cls, choices: dict[str, Any], ancestry: AncestryRequest, data: DataRequest) -> CompareChoices:
+        """The choices of a :func:`learngene.compare` call: its keyword ``choices`` (a name that is no field is
+        refused), with what its ``ancestry``'s and ``data``'s requests choose where a keyword does not."""
+        unknown = [k for k in choices if k not in cls.__dataclass_fields__]
+        if unknown:
+            raise ArgumentTypeError(
+                f"compare() got an unexpected keyword argument {unknown[0]!r}; its choices are "
+                f"{', '.join(cls.__dataclass_fields__)}"
+            )
+        from_requests = {
+            "few_shot": data.few_shot,
+            "train_images": data.train_images,
+            "timm_model": ancestry.timm_model,
+            "drop_head": ancestry.drop_head,
+        }
+        return cls(**{**{k: v for k, v in from_requests.items() if v is not None}, **choices})
 
     @classmethod
     def refuse(cls, name: str, value: Any) -> None:

@@ -192,89 +192,99 @@ def compare(
         **choices: the fields of :class:`~learngene.comparison.choices.CompareChoices` by name: ``methods``,
             ``seeds``, ``references``, ``classes``, ``kd_lambda``, ``condense_data``, ``condense_epochs``, ...
     """
-    request = _ancestry(ancestry)
-    source, data_dir, data_choices = _data(data)
-    texts = _sizes(sizes)
-    unknown = [k for k in choices if k not in CompareChoices.__dataclass_fields__]
-    if unknown:
-        fields = ", ".join(CompareChoices.__dataclass_fields__)
-        raise ArgumentTypeError(
-            f"compare() got an unexpected keyword argument {unknown[0]!r}; its choices are {fields}"
-        )
-    from_requests = {**data_choices, "timm_model": request.timm_model, "drop_head": request.drop_head}
-    chosen = CompareChoices(**{**{k: v for k, v in from_requests.items() if v is not None}, **choices})
+    request, data_request, texts = _ancestry(ancestry), _data(data), _sizes(sizes)
+    chosen = CompareChoices.of_call(choices, request, data_request)
     cfg = train_config(train_cfg, "compare", "compare")
     launch = Launcher.of(launcher)
-    optional_path(out, "out")
-    check_flag(plots, "plots")
-    if time_limit is not None and (
-        isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not 0 < time_limit < math.inf
-    ):
-        raise LearngeneError(
-            f"{named('time_limit')} must be a positive number of minutes, got {time_limit!r}; pass e.g. "
-            f"time_limit=30 (--time-limit 30), or None for no limit"
-        )
-    if command is not None:
-        require_argument(command, str, "command", "a text (what the report names as the command)")
-        if not command.strip():
-            raise LearngeneError("command is empty; give what the report names as the command, or leave it out")
+    run = CompareRun(out, time_limit, plots, command)
     say = speaker(say)
-    inputs = input_paths(request, DataRequest(source))
-    if out is not None:
-        check_not_input(out, inputs, folder_output=True)
-        if Path(out).exists() and not Path(out).is_dir():
-            raise LearngeneError(
-                f"out {str(out)!r} is not a folder; give the report folder (new, or a run's to continue)"
-            )
+    inputs = input_paths(request, DataRequest(data_request.source))
+    run.check_out(inputs)
     spec = request.load().spec  # the descendants' family, read before anything trains
-    profile = compare_profile(spec, str(request.path), source, texts, cfg, chosen)
+    profile = compare_profile(spec, str(request.path), data_request.source, texts, cfg, chosen)
     for name, why in profile.left_out:
         say(f"learngene compare: {name} left out, before condensing anything: {why}")
-    options: dict[str, Any] = {
-        "data_dir": data_dir,
-        "progress": cfg.progress,
-        "log": cfg.log,
-        "time_limit": None if time_limit is None else 60 * time_limit,
-        "command": command or "learngene.compare(...)",
-    }
-    if launch.kind != "inprocess":
-        worker = _worker(launch, request, data, texts, cfg, out, choices, (time_limit, plots, options["command"]))
+    data_dir = None if data_request.data_dir is None else str(data_request.data_dir)
+    if launch.kind == "inprocess":
+        rows, meta = run.in_process(profile, cfg, data_dir, say)
+    else:
+        worker = CompareWorker(compare, request, data, tuple(texts), cfg, run.shared(launch), choices, launch.threads)
         rows, meta = launch_compare(launch, worker, profile, say, data_dir)
-        return Comparison(rows, profile, meta, inputs)
-    if out is not None:
-        run = start_compare(profile, Path(out), device=cfg.device, plots=plots, **options)
-        rows = run.run()
-        say(f"learngene compare: report in {Path(out) / 'report.md'}")
-        return Comparison(rows, profile, dict(run.meta), inputs)
-    with tempfile.TemporaryDirectory(prefix="learngene-compare-") as folder:
-        run = start_compare(profile, folder, device=cfg.device, plots=False, **options)
-        return Comparison(run.run(), profile, dict(run.meta), inputs)
+    return Comparison(rows, profile, meta, inputs)
 
 
-def _worker(
-    launcher: Launcher,
-    request: AncestryRequest,
-    data: Any,
-    sizes: list[str],
-    cfg: TrainConfig,
-    out: Any,
-    choices: dict[str, Any],
-    run: tuple[float | None, bool, str],
-) -> CompareWorker:
-    """The worker a launcher runs: this call on ``out``, its paths absolute (a task may start in another folder)."""
-    if out is None:
-        raise LearngeneError(
-            f"launcher {launcher.kind} runs workers that share the folder out; give out (--out), e.g. runs/compare"
-        )
-    if Path(str(request.path)).exists():
-        request = dataclasses.replace(request, path=os.path.abspath(request.path))
-    if isinstance(data, DataRequest) and data.data_dir is not None:
-        data = dataclasses.replace(data, data_dir=os.path.abspath(data.data_dir))
-    time_limit, plots, command = run
-    return CompareWorker(
-        compare, request, data, tuple(sizes), cfg, os.path.abspath(out), dict(choices), time_limit, plots, command,
-        launcher.threads,
-    )  # fmt: skip
+@dataclass(frozen=True)
+class CompareRun:
+    """How :func:`compare` runs, as its arguments of those names say: the folder ``out`` (None: a temporary one), its
+    ``time_limit`` in minutes, whether the report has ``plots``, and the ``command`` it names; checked when made."""
+
+    out: str | os.PathLike | None = None
+    time_limit: float | None = None
+    plots: bool = True
+    command: str | None = None
+
+    def __post_init__(self) -> None:
+        optional_path(self.out, "out")
+        check_flag(self.plots, "plots")
+        limit = self.time_limit
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit < math.inf
+        ):
+            raise LearngeneError(
+                f"{named('time_limit')} must be a positive number of minutes, got {limit!r}; pass e.g. "
+                f"time_limit=30 (--time-limit 30), or None for no limit"
+            )
+        if self.command is not None:
+            require_argument(self.command, str, "command", "a text (what the report names as the command)")
+            if not self.command.strip():
+                raise LearngeneError("command is empty; give what the report names as the command, or leave it out")
+
+    def check_out(self, inputs: tuple[str, ...]) -> None:
+        """``out``, where given, is none of the ``inputs`` and, where it exists, a folder."""
+        if self.out is None:
+            return
+        check_not_input(self.out, inputs, folder_output=True)
+        if Path(self.out).exists() and not Path(self.out).is_dir():
+            raise LearngeneError(
+                f"out {str(self.out)!r} is not a folder; give the report folder (new, or a run's to continue)"
+            )
+
+    def shared(self, launcher: Launcher) -> CompareRun:
+        """This run as ``launcher``'s workers share it: on ``out``, absolute (a task may start in another folder),
+        under the command this call names."""
+        if self.out is None:
+            raise LearngeneError(
+                f"launcher {launcher.kind} runs workers that share the folder out; give out (--out), e.g. runs/compare"
+            )
+        return dataclasses.replace(self, out=os.path.abspath(self.out), command=self.report_command)
+
+    @property
+    def report_command(self) -> str:
+        """The command the report names: ``command``, else this call."""
+        return self.command or "learngene.compare(...)"
+
+    def in_process(
+        self, profile: Profile, cfg: TrainConfig, data_dir: str | None, say: Say
+    ) -> tuple[list[Row], dict[str, Any]]:
+        """Every cell of ``profile`` computed in this process (:func:`~learngene.comparison.profile.start_compare`)
+        with settings ``cfg`` on the data in ``data_dir``, into ``out`` (whose report ``say`` names) or a temporary
+        folder, removed afterwards; (rows, meta)."""
+        options: dict[str, Any] = {
+            "device": cfg.device,
+            "data_dir": data_dir,
+            "progress": cfg.progress,
+            "log": cfg.log,
+            "time_limit": None if self.time_limit is None else 60 * self.time_limit,
+            "command": self.report_command,
+        }
+        if self.out is not None:
+            started = start_compare(profile, Path(self.out), plots=self.plots, **options)
+            rows = started.run()
+            say(f"learngene compare: report in {Path(self.out) / 'report.md'}")
+            return rows, dict(started.meta)
+        with tempfile.TemporaryDirectory(prefix="learngene-compare-") as folder:
+            started = start_compare(profile, folder, plots=False, **options)
+            return started.run(), dict(started.meta)
 
 
 def _ancestry(ancestry: Any) -> AncestryRequest:
@@ -292,8 +302,8 @@ def _ancestry(ancestry: Any) -> AncestryRequest:
     return ancestry
 
 
-def _data(data: Any) -> tuple[str, str | None, dict[str, Any]]:
-    """The data source's name, its folder and what a :class:`DataRequest` chooses of the fine-tuning images."""
+def _data(data: Any) -> DataRequest:
+    """The data as a request, without the choices compare makes itself (the input size, the augmentation)."""
     if isinstance(data, str):
         data = DataRequest(data)
     require_argument(data, DataRequest, "data", "a data source's name (e.g. 'digits') or a DataRequest")
@@ -305,8 +315,7 @@ def _data(data: Any) -> tuple[str, str | None, dict[str, Any]]:
             f"compare fine-tunes every descendant at the ancestry's input size without augmentation; leave "
             f"{named(fixed[0])} out of the DataRequest"
         )
-    data_dir = None if data.data_dir is None else str(data.data_dir)
-    return data.source, data_dir, {"few_shot": data.few_shot, "train_images": data.train_images}
+    return data
 
 
 def _sizes(sizes: Any) -> list[str]:

@@ -214,7 +214,7 @@ def launch_compare(
     from .report import write_compare_report
 
     out, began = Path(worker.out), time.perf_counter()
-    run = start_compare(profile, out, device="cpu", data_dir=data_dir, progress=False, command=worker.command)
+    run = start_compare(profile, out, device="cpu", data_dir=data_dir, progress=False, command=worker.run.command)
     launch, jobs = _following(launcher, out, fingerprint(profile)), list[Any]()
     watch = Watch(run, launch or Launch(launcher.kind, [], "", 0), [], say)
     rows, done, total = watch.grid()  # the data load here: a bad input is refused before anything is queued
@@ -244,7 +244,7 @@ def launch_compare(
     meta = {**run.meta, "wall_seconds": round(time.perf_counter() - began, 1), "complete": True}
     meta["launcher"] = launcher.kind
     with run.claims.reporting():
-        write_compare_report(rows, profile, out, meta, plots=worker.plots)
+        write_compare_report(rows, profile, out, meta, plots=worker.run.plots)
     return rows, meta
 
 

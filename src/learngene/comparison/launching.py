@@ -26,16 +26,17 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ArgumentTypeError, LearngeneError, assigned, first_line, named, shown
+from ..pipeline.requests import AncestryRequest, DataRequest
 from ..settings import field
 from ..validate import refusal
 
 if TYPE_CHECKING:
-    pass
+    from .comparing import CompareRun
 
 LAUNCH = "launch"  # OUT/launch: submitit's folder (the tasks' logs), launch.json and the tasks' failure records
 # the ranges a Launcher takes: beyond them a value is a typo (any real cluster's own limits are lower)
@@ -149,16 +150,25 @@ class CompareWorker:
     sends it to the task; a module-level function pickles by name). ``threads``: as :attr:`Launcher.threads`."""
 
     compare: Callable[..., Any]
-    ancestry: Any
-    data: Any
+    ancestry: AncestryRequest
+    data: str | DataRequest
     sizes: tuple[str, ...]
     train_cfg: Any
-    out: str
+    run: CompareRun
     choices: dict[str, Any]
-    time_limit: float | None = None
-    plots: bool = True
-    command: str | None = None
     threads: int | None = None
+
+    def __post_init__(self) -> None:
+        # a task may start in another folder: the files it reads named absolute (the run's out is: CompareRun.shared)
+        if Path(str(self.ancestry.path)).exists():
+            object.__setattr__(self, "ancestry", replace(self.ancestry, path=os.path.abspath(self.ancestry.path)))
+        if isinstance(self.data, DataRequest) and self.data.data_dir is not None:
+            object.__setattr__(self, "data", replace(self.data, data_dir=os.path.abspath(self.data.data_dir)))
+
+    @property
+    def out(self) -> str:
+        """The folder the workers share."""
+        return str(self.run.out)
 
     def __call__(self, index: int) -> int:
         from ..host.threads import set_threads
@@ -171,10 +181,10 @@ class CompareWorker:
                     self.data,
                     list(self.sizes),
                     train_cfg=self.train_cfg,
-                    out=self.out,
-                    time_limit=self.time_limit,
-                    plots=self.plots,
-                    command=self.command,
+                    out=self.run.out,
+                    time_limit=self.run.time_limit,
+                    plots=self.run.plots,
+                    command=self.run.command,
                     **self.choices,
                 )
         except Exception as exc:  # a signal's stop (SystemExit) is no failure of the task's own

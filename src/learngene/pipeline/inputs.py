@@ -267,10 +267,13 @@ def train_config(settings: Any, use_case: str, desc: str | None = None, **defaul
 
 
 def open_run_dir(chosen: RunChoices, cfg: TrainConfig | None = None) -> None:
-    """Refuse ``resume`` without a run directory, loggers (``cfg.log``) with nowhere to write, a run directory that is
-    a file, or one whose checkpoint a run that does not resume would overwrite; then lock it for this run (rank 0;
-    the lock is held until the process releases it: :func:`learngene.training.run_dirs.release_run_dirs`, or exits).
-    The values' kinds were checked when ``chosen`` was made."""
+    """Refuse what ``chosen`` cannot run with ``cfg`` (:meth:`~learngene.pipeline.requests.RunChoices.check_config`),
+    ``resume`` without a run directory, loggers (``cfg.log``) with nowhere to write, a run directory that is a file, or
+    one whose checkpoint a run that does not resume would overwrite; then lock it for this run (rank 0; the lock is
+    held until the process releases it: :func:`learngene.training.run_dirs.release_run_dirs`, or exits). The values'
+    kinds were checked when ``chosen`` was made."""
+    if cfg is not None:
+        chosen.check_config(cfg)
     run_dir, resume = chosen.run_dir, chosen.resume
     flag = named("run_dir")
     if resume and not run_dir:

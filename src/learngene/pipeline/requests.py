@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ..errors import ArgumentTypeError, LearngeneError, named, shown
 from ..settings import SEED, field
-from ..training.config import MAX_IMAGES
+from ..training.config import MAX_IMAGES, TrainConfig
 from ..validate import Refusal, parse_assignment, refusal, refuse_repeat
 
 if TYPE_CHECKING:
     from ..data import Data
     from ..method import Ancestry
+    from .fine_tuning import FineTuning
 
 MAX_WORKERS = 1024  # DataLoader processes: more than a machine has CPUs (512 on the largest nodes) only wait
 
@@ -319,6 +320,15 @@ class RunChoices(Licensed):
     )
     resume: bool = field(False, flag="--resume", group="run", help="continue from RUN_DIR/checkpoint.pt")
 
+    @property
+    def checkpointing(self) -> dict[str, Any]:
+        """The training loop's ``run_dir`` and ``resume`` (:func:`learngene.training.loop.train`), as these choose."""
+        return {"run_dir": self.run_dir, "resume": self.resume}
+
+    def check_config(self, cfg: TrainConfig) -> None:
+        """Refuse what these choices cannot run with settings ``cfg`` (:func:`~learngene.pipeline.inputs.open_run_dir`
+        asks before it opens the run directory): nothing here, a use case's choices may."""
+
 
 @dataclass(frozen=True)
 class CondenseChoices(RunChoices):
@@ -385,6 +395,35 @@ class TrainChoices(RunChoices):
         """The teacher as an :class:`AncestryRequest` (a path given is made one when the choices are made)."""
         assert not isinstance(self.teacher, (str, os.PathLike))  # __post_init__ made it a request
         return self.teacher
+
+    @property
+    def distill_lambda(self) -> float:
+        """The distillation weight where the training settings give none: 0.5 with a teacher, else 0."""
+        return 0.5 if self.teacher else 0.0
+
+    def check_config(self, cfg: TrainConfig) -> None:
+        """A distillation weight needs a teacher to distil from."""
+        if cfg.distill_lambda and not self.teacher:
+            raise LearngeneError(
+                f"{named('distill_lambda', '--distill-lambda')} needs a teacher to distil from; pass "
+                f"{named('teacher')} ANCESTRY, or leave the distillation weight out"
+            )
+
+    def run_config(
+        self, cfg: TrainConfig, origin: Mapping[str, Any], weights: str | None, tuned: FineTuning, say: Any
+    ) -> TrainConfig:
+        """``cfg`` as the fine-tune ``tuned`` of a model of ``origin`` records it: named by what it fine-tunes (the
+        loggers' run name, e.g. "train tleg descendant"), its identity (what a resumed run must match) the ``weights``
+        read, whether the head is new and the teacher distilled, whose distillation ``say`` names."""
+        if cfg.desc == "train":
+            what = " ".join(str(origin[k]) for k in ("method", "kind") if origin.get(k))
+            cfg = cfg.replace(desc=f"train {what}".strip())
+        identity = {"command": "train", "model weights": weights, "new head": tuned.head.fresh}
+        teacher = self.teacher_request()
+        if teacher is not None and tuned.distillation is not None:
+            say(f"distilling from {teacher.path} with λ = {cfg.distill_lambda:g}: {tuned.distillation.why}")
+            identity.update(teacher=str(teacher.path), distilled=tuned.distillation.kind)
+        return cfg.replace(identity=identity)
 
 
 @dataclass(frozen=True)

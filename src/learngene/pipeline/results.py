@@ -25,6 +25,7 @@ from ..errors import LearngeneError, named, require_argument
 from ..formats.atomic import check_not_input, check_outputs, quote
 from ..formats.cards import card_from_origin
 from ..formats.export import check_output_folder, export_hub_folder, wants_folder
+from ..formats.labels import HeadChoice
 from ..formats.model_file import save_model
 from ..gene import Learngene, check_values
 from ..method import Method
@@ -217,6 +218,40 @@ class Trained(ModelOutput):
 
     result: TrainResult = field(default_factory=TrainResult)
     head: str = ""
+
+    @classmethod
+    def of_run(
+        cls,
+        model: nn.Module,
+        spec: ViTSpec,
+        data: Any,
+        result: TrainResult,
+        origin: dict[str, Any],
+        *,
+        license: str | None,
+        head: HeadChoice | None = None,
+        inputs: tuple[str, ...] = (),
+    ) -> Trained:
+        """``model`` (of ``spec``) after run ``result`` on ``data``, with what its file records: ``origin`` (what it is
+        and what it was trained on), then the run's epochs, cost and accuracy, the data's label space, for a fine-tune
+        whether its ``head`` is new (then its spec has the data's classes), and ``license``; and the data's
+        preprocessing."""
+        record = {
+            **origin,
+            "epochs": len(result.history),  # those run: max_steps may end the run before cfg.epochs
+            **result.cost,  # how long (a fine-tune's replace an ancestry's own, as its epochs do): a hub card says it
+            "eval_acc": result.final_acc,
+            "label_space": data.label_space,
+            **({} if head is None else {"new_head": head.fresh}),
+            **license_entry(license),
+        }
+        accuracy = (
+            "no test accuracy (no test images)" if result.final_acc is None else f"test accuracy {result.final_acc:.4f}"
+        )
+        summary, why = (accuracy, "") if head is None else (f"{accuracy}; {head.why}", head.why)
+        if head is not None and head.fresh:
+            spec = spec.replace(num_classes=data.num_classes)
+        return cls(model, spec, record, preprocessing_cfg(data), summary, result, why, inputs=inputs)
 
 
 @dataclass

@@ -7,8 +7,8 @@ import copy
 import os
 from typing import Any
 
-from ..data import FolderData, ImageData, preprocessing_cfg
-from ..errors import LearngeneError, named, require_argument
+from ..data import FolderData, ImageData
+from ..errors import LearngeneError, require_argument
 from ..formats.model_file import ModelFile, model_preprocessing, read_model
 from ..formats.weights import digest
 from ..host.rng import seeded_draws
@@ -32,8 +32,8 @@ from .inputs import (
     speaker,
     train_config,
 )
-from .requests import AncestryChoices, AncestryRequest, TrainChoices
-from .results import ModelOutput, Trained, license_entry
+from .requests import AncestryChoices, TrainChoices
+from .results import ModelOutput, Trained
 
 
 def train_ancestry(
@@ -59,7 +59,6 @@ def train_ancestry(
             the model file, an SPDX identifier).
     """
     chosen = AncestryChoices.of(choices)
-    run_dir, resume, license = chosen.run_dir, chosen.resume, chosen.license
     data = data_argument(data)
     size = size_argument(size)
     say = speaker(say)
@@ -71,21 +70,9 @@ def train_ancestry(
         model = spec.create_model()
     cfg = cfg.replace(identity={"command": "ancestry", "spec": spec.to_dict()})
     say(f"ancestry {spec.short()} ({spec.num_params:,} params) on {train.name}: {len(train)} images", banner=True)
-    result = train_loop(model, train, cfg, eval_data=test, run_dir=run_dir, resume=resume)
-    origin = {
-        "kind": "ancestry",
-        "data": train.name,
-        "epochs": len(result.history),  # those run: max_steps may end the run before cfg.epochs
-        **result.cost,  # how long: a hub folder's card says it
-        "eval_acc": result.final_acc,
-        "label_space": train.label_space,
-        **license_entry(license),
-    }
-    summary = (
-        "no test accuracy (no test images)" if result.final_acc is None else f"test accuracy {result.final_acc:.4f}"
-    )
-    inputs = input_paths(data)
-    return Trained(model, spec, origin, preprocessing_cfg(train), summary, result, inputs=inputs)
+    result = train_loop(model, train, cfg, eval_data=test, **chosen.checkpointing)
+    origin = {"kind": "ancestry", "data": train.name}
+    return Trained.of_run(model, spec, train, result, origin, license=chosen.license, inputs=input_paths(data))
 
 
 def train(
@@ -115,59 +102,25 @@ def train(
     """
     require_argument(model, (str, os.PathLike, ModelOutput), "model", "a model file's path or a use case's result")
     chosen = TrainChoices.of(choices)
-    teacher, new_head, inplace = chosen.teacher_request(), chosen.new_head, chosen.inplace
-    run_dir, resume, license = chosen.run_dir, chosen.resume, chosen.license
     data = data_argument(data)
     say = speaker(say)
-    cfg = train_config(train_cfg, "train", "train", distill_lambda=0.5 if teacher else 0.0, mixup=mixup_of(data))
-    if cfg.distill_lambda and not teacher:
-        raise LearngeneError(
-            f"{named('distill_lambda', '--distill-lambda')} needs a teacher to distil from; pass "
-            f"{named('teacher')} ANCESTRY, or leave the distillation weight out"
-        )
+    cfg = train_config(train_cfg, "train", "train", distill_lambda=chosen.distill_lambda, mixup=mixup_of(data))
     open_run_dir(chosen, cfg)
-    loaded, preprocessing = _model(model, inplace)
-    if cfg.desc == "train":  # named by what it fine-tunes, e.g. "train tleg descendant" (the loggers' run name)
-        what = " ".join(str(loaded.origin[k]) for k in ("method", "kind") if loaded.origin.get(k))
-        cfg = cfg.replace(desc=f"train {what}".strip())
+    loaded, preprocessing = _model(model, chosen.inplace)
     train, test = load_data(data, loaded.spec.img_size, loaded.spec.in_chans, preprocessing, cfg.seed)
-    if inplace and isinstance(model, ModelOutput):  # from here on (a fresh head, training) its module changes
+    if chosen.inplace and isinstance(model, ModelOutput):  # from here on (a fresh head, training) its module changes
         model.trained_in_place = True
-    net, weights = loaded.model, digest(loaded.state) if run_dir else None  # the weights read, before any new head
-    tuned = _fine_tuning(loaded, train, new_head, cfg, teacher)
-    head = tuned.head
-    spec = loaded.spec.replace(num_classes=train.num_classes) if head.fresh else loaded.spec
-    identity = {"command": "train", "model weights": weights, "new head": head.fresh}
-    if teacher is not None and tuned.distillation is not None:  # identity records the teacher
-        say(f"distilling from {teacher.path} with λ = {cfg.distill_lambda:g}: {tuned.distillation.why}")
-        identity.update(teacher=str(teacher.path), distilled=tuned.distillation.kind)
-    cfg = cfg.replace(identity=identity)
+    weights = digest(loaded.state) if chosen.run_dir else None  # the weights read, before any new head
+    tuned = _fine_tuning(loaded, train, chosen, cfg)
+    cfg = chosen.run_config(cfg, loaded.origin, weights, tuned, say)
     result = train_loop(
-        tuned.student,
-        tuned.data,
-        cfg,
-        eval_data=test,
-        teacher=tuned.teacher,
-        run_dir=run_dir,
-        resume=resume,
-        loss=tuned.loss,
+        tuned.student, tuned.data, cfg, eval_data=test, teacher=tuned.teacher, loss=tuned.loss, **chosen.checkpointing
     )
-    origin = {
-        **loaded.origin,
-        "finetuned_on": train.name,
-        "epochs": len(result.history),  # those run: max_steps may end the run before cfg.epochs
-        **result.cost,  # the fine-tuning's (an ancestry's own are replaced, as its epochs are)
-        "eval_acc": result.final_acc,
-        "label_space": train.label_space,
-        "new_head": head.fresh,
-        **license_entry(license),
-    }
-    accuracy = (
-        "no test accuracy (no test images)" if result.final_acc is None else f"test accuracy {result.final_acc:.4f}"
+    origin = {**loaded.origin, "finetuned_on": train.name}
+    inputs = input_paths(model if not isinstance(model, ModelOutput) else None, chosen.teacher, data)
+    return Trained.of_run(
+        loaded.model, loaded.spec, train, result, origin, license=chosen.license, head=tuned.head, inputs=inputs
     )
-    summary = f"{accuracy}; {head.why}"
-    inputs = input_paths(model if not isinstance(model, ModelOutput) else None, teacher, data)
-    return Trained(net, spec, origin, preprocessing_cfg(train), summary, result, head.why, inputs=inputs)
 
 
 def _model(model: str | os.PathLike | ModelOutput, inplace: bool) -> tuple[ModelFile, dict[str, Any] | None]:
@@ -184,17 +137,19 @@ def _model(model: str | os.PathLike | ModelOutput, inplace: bool) -> tuple[Model
     return read_model(model), model_preprocessing(model)
 
 
-def _fine_tuning(
-    loaded: ModelFile,
-    train: ImageData | FolderData,
-    new_head: bool,
-    cfg: Any,
-    teacher: AncestryRequest | None,
-) -> FineTuning:
+def _fine_tuning(loaded: ModelFile, train: ImageData | FolderData, chosen: TrainChoices, cfg: Any) -> FineTuning:
     """The one fine-tune's head and distillation (:func:`~learngene.pipeline.fine_tuning.fine_tuning`, as every
-    compare cell's) for the model read from its file, with the ancestry ``teacher`` loaded."""
+    compare cell's) for the model read from its file, with the ancestry ``chosen.teacher`` loaded."""
+    teacher = chosen.teacher_request()
     ancestry = None if teacher is None else teacher.load()
     label_space = loaded.origin.get("label_space")
     return fine_tuning(
-        loaded.model, loaded.spec, train, cfg.seed, cfg, label_space=label_space, new_head=new_head, teacher=ancestry
+        loaded.model,
+        loaded.spec,
+        train,
+        cfg.seed,
+        cfg,
+        label_space=label_space,
+        new_head=chosen.new_head,
+        teacher=ancestry,
     )
