@@ -358,7 +358,7 @@ def test_the_launcher_flags_give_the_launcher_the_keywords_give(monkeypatch, tmp
     "flags, said",
     [
         (["--launcher", "pbs"], "invalid choice: 'pbs'"),
-        (["--launcher", "slurm", "--launch-workers", "0"], "workers must be in [1, 100000], got 0"),
+        (["--launcher", "slurm", "--launch-workers", "0"], "workers (--launch-workers) must be in [1, 100000], got 0"),
         (["--launcher", "slurm", "--slurm-arg", "account"], "takes KEY=VALUE"),
         (["--launcher", "local", "--no-wait"], "wait=False (--no-wait) returns while the workers run"),
     ],
