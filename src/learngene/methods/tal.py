@@ -36,6 +36,13 @@ the fc-normed class token). ``expand(spec)`` runs the hypernetwork on the graph 
    ``tanh(p/5)`` for biases; position embeddings raw); predicted shapes are grouped by ``GHN3._map_net_params``'s
    ``min_sz`` rule (a size divisible by 3 predicted as 4/3 of it, at least half of ``max_shape`` as ``max_shape``).
 
+**Its size.** Their decoder is set for their nets (at most 768 wide): rank ``lora_r`` 90, ``max_ck`` 2048·16 rows,
+``max_shape`` 2048 channels. At a 64-wide ancestry of 205 k parameters (the demo's) that decoder holds 20.2 M of the
+hypernetwork's 21.5 M weights. Left at 0, those three options are theirs times ``min(1, width / 768)``, rounded up
+(:meth:`TALConfig.sized_for`, which argues the rule): theirs exactly at their scale; at the demo's ancestry 2.06 M
+weights (PITH: 50.5 M to 2.79 M), and a condensation step of its sizes took 6 to 7.5× less CPU time (one thread, three
+steps each, 2026-12-02). The graph encoder keeps their ``hid``, ``layers`` and ``heads``.
+
 **Condensation** (their ``train_ghn_ddp_teacher.py`` / ``trainer_teacher.Trainer.update``) trains the hypernetwork
 by distillation: each step draws one descendant size, predicts its ViT and trains on
 ``(1−λ)·CE + λ·τ²·KL(teacher ‖ student)`` plus ``predparam_wd · Σ‖W‖_F`` over the predicted tensors (theirs:
