@@ -294,3 +294,18 @@ def test_a_condensed_gene_records_the_sizes_its_hypernetwork_was_built_with():
     assert gene.tensors["ghn.l2.weight"].shape == (1366, 4)
     model = make_descendant(gene, SPEC.replace(depth=3, embed_dim=64, num_heads=4))  # wider than the ancestry
     assert torch.isfinite(model(torch.randn(1, 3, 16, 16))).all()
+
+
+@pytest.mark.parametrize("method", ["tal", "pith"])
+def test_a_gene_of_auto_decoder_sizes_passes_the_check_before_saving_and_saves(method, tmp_path):
+    # lg.condense checks the gene with the method that made it, whose decoder sizes are still 0 (auto): the gene's
+    # recorded sizes must build its hypernetwork (the demo's tal and pith failed there before built_config)
+    torch.manual_seed(0)
+    ancestry = Ancestry(SPEC.create_model().eval(), SPEC)
+    data = make_images(16, num_classes=10, size=16, chans=3)
+    options = {"hid": 16, "heads": 2, "layers": 1}  # the decoder's lora_r, max_ck and max_shape left at 0
+    gene = lg.condense(method, ancestry, options=options, data=data, train_cfg=CFG).gene
+    assert gene.config["lora_r"] == math.ceil(90 * 32 / 768) and gene.config["max_ck"] == math.ceil(32768 * 32 / 768)
+    gene.save(tmp_path / "gene.safetensors")
+    loaded = lg.Learngene.load(tmp_path / "gene.safetensors")
+    assert torch.isfinite(make_descendant(loaded, SPEC.replace(depth=3))(torch.randn(1, 3, 16, 16))).all()

@@ -163,7 +163,7 @@ class PITH(HypernetMethod):
         shapes = {k.removeprefix(ANCESTRY_PREFIX): v for k, v in gene.tensors.items() if k.startswith(ANCESTRY_PREFIX)}
         with torch.device("meta"):
             inherited = {k: torch.empty(v.shape) for k, v in shapes.items()}
-            return PITHHyperNet(self.config, layout.num_classes, gene.ancestry, inherited)
+            return PITHHyperNet(self.built_config(gene), layout.num_classes, gene.ancestry, inherited)
 
     def predict(self, ghn: PITHHyperNet, task: Any, spec: ViTSpec, seed: int | None = None) -> dict[str, Tensor]:
         """``spec``'s predicted tensors under plain-ViT keys (``task``: none, PITH conditions on no task)."""

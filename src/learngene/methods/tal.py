@@ -229,6 +229,13 @@ class HypernetMethod(Method):
     # steps, one run: 11.7 s and 9.4 s of CPU), and the demo's budget leaves it near scratch anyway
     demo_budget = 0.25
 
+    def built_config(self, gene: Learngene) -> Any:
+        """The options ``gene``'s hypernetwork was built with: this method's, each decoder size left at 0 (auto) read
+        from the gene, which records them sized (:meth:`TALConfig.sized_for`); the method that condensed it may
+        still hold the zeros (the check before saving binds the gene to it)."""
+        recorded = {k: gene.config.get(k) for k in ("lora_r", "max_ck", "max_shape") if not getattr(self.config, k)}
+        return dataclasses.replace(self.config, **{k: v for k, v in recorded.items() if isinstance(v, int)})
+
     def predict(self, ghn: Any, task: Any, spec: ViTSpec, seed: int | None = None) -> dict[str, Tensor]:
         """``spec``'s tensors as ``ghn`` predicts them (``task``: what else conditions it) under plain-ViT keys."""
         raise NotImplementedError
@@ -468,7 +475,7 @@ class TAL(HypernetMethod):
         if task is None:
             raise LearngeneError("this tal gene has no task embedding; condense it again")
         with torch.device("meta"):
-            return HyperNet(self.config, int(task.shape[0]), layout.num_classes)
+            return HyperNet(self.built_config(gene), int(task.shape[0]), layout.num_classes)
 
     def predict(self, ghn: HyperNet, task: Tensor, spec: ViTSpec, seed: int | None = None) -> dict[str, Tensor]:
         """``spec``'s predicted tensors under plain-ViT keys."""
