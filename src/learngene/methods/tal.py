@@ -224,9 +224,10 @@ class HypernetMethod(Method):
 
     config: TALConfig
     seed_option = "seed"
-    # a step runs the hypernetwork over the graph besides the ancestry (TAL in the demo at b6feb21, one run on a shared
-    # machine: 389 s for its 158 steps, the aux nets' 120-166 s; a PITH step of the demo's sizes cost 1.2 of TAL's, 8
-    # steps, one run: 11.7 s and 9.4 s of CPU), and the demo's budget leaves it near scratch anyway
+    # a step runs the hypernetwork over the graph besides the ancestry, and the demo's budget leaves it near chance
+    # anyway (its ViT at the ancestry's size: 8 to 18 % on the condensation's evaluation images, 2026-12-02). The
+    # demo's 40 steps on the busy machine, 2026-12-02: 131 s (tal) and 171 s (pith) at the authors' decoder sizes
+    # (01634ee), 30 s and 38 s sized for the ancestry (TALConfig.sized_for); the aux nets' 158 steps took 55-105 s
     demo_budget = 0.25
 
     def built_config(self, gene: Learngene) -> Any:
