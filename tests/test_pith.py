@@ -222,7 +222,7 @@ def _inherited(spec: ViTSpec) -> dict[str, torch.Tensor]:
 
 def test_the_ancestry_is_read_as_their_preprocessing_reads_it_but_its_position_rows():
     inherited = _inherited(ANCESTRY)
-    ghn = PITHHyperNet(PITHConfig(**DECODER), ANCESTRY.num_classes, ANCESTRY, inherited)
+    ghn = PITHHyperNet(PITHConfig(**DECODER, max_shape=4096), ANCESTRY.num_classes, ANCESTRY, inherited)
     for key in ("blocks.1.attn.qkv.weight", "blocks.0.mlp.fc2.weight", "patch_embed.proj.weight"):
         shape = (1, 1, *inherited[key].shape[2:])  # its kernel sides: its own
         assert torch.equal(ghn.ancestral(key, shape), their_teacher_transform(inherited[key], last_weight=False))
@@ -236,7 +236,7 @@ def test_the_ancestry_is_read_as_their_preprocessing_reads_it_but_its_position_r
 
 
 def test_a_layer_past_the_ancestry_reads_its_last_as_their_unused_helper_says():
-    ghn = PITHHyperNet(PITHConfig(**DECODER), ANCESTRY.num_classes, ANCESTRY, _inherited(ANCESTRY))
+    ghn = PITHHyperNet(PITHConfig(**DECODER, max_shape=4096), ANCESTRY.num_classes, ANCESTRY, _inherited(ANCESTRY))
     for layer in range(5):
         expected = their_student_layer_to_teacher(layer, 5, ANCESTRY.depth)
         assert ghn.source_key(f"blocks.{layer}.mlp.fc1.weight") == f"blocks.{expected}.mlp.fc1.weight"

@@ -256,3 +256,56 @@ def test_bad_input_is_one_line():
         bind_gene(gene, check=False).method.expand(gene, SPEC.replace(embed_dim=256, num_heads=4))
     assert "\n" not in str(info.value)
     assert math.isfinite(float(gene.tensors["task_embedding"].sum()))
+
+
+# ---- the hypernetwork sized for the ancestry (TALConfig.sized_for) ---------------------------------------------
+def test_the_decoder_is_theirs_at_their_scale_and_scaled_with_the_width_below_it():
+    from learngene.methods.pith import PITHConfig
+    from learngene.methods.tal import TALConfig
+
+    vit_b = ViTSpec(depth=12, embed_dim=768, num_heads=12, img_size=224, patch_size=16, num_classes=1000)
+    for wide in (vit_b, vit_b.replace(embed_dim=1024, num_heads=16)):  # their nets' widest, and a wider ancestry
+        tal, pith = TALConfig().sized_for(wide), PITHConfig().sized_for(wide)
+        # their README's --lora_r 90 --max_shape 2048 (PITH 4096), config.py's max_ck_lora 2048*16
+        assert (tal.lora_r, tal.max_ck, tal.max_shape) == (90, 2048 * 16, 2048)
+        assert (pith.lora_r, pith.max_ck, pith.max_shape) == (90, 2048 * 16, 4096)
+    tiny = ViTSpec(depth=4, embed_dim=64, num_heads=4, img_size=28, patch_size=4, in_chans=1, num_classes=10)
+    tal, pith = TALConfig().sized_for(tiny), PITHConfig().sized_for(tiny)
+    # the rule re-typed: theirs times 64 / 768, rounded up
+    assert (tal.lora_r, tal.max_ck, tal.max_shape) == (math.ceil(90 / 12), math.ceil(32768 / 12), math.ceil(2048 / 12))
+    assert pith.max_shape == math.ceil(4096 / 12) and (pith.lora_r, pith.max_ck) == (tal.lora_r, tal.max_ck)
+    given = TALConfig(lora_r=5, max_ck=999, max_shape=40).sized_for(tiny)
+    assert (given.lora_r, given.max_ck, given.max_shape) == (5, 999, 40)  # a value given is kept
+
+
+def test_max_ck_covers_the_ancestrys_own_tensors_where_the_scaled_value_would_not():
+    from learngene.methods._tal_hypernet import decoder_rows
+    from learngene.methods.tal import TALConfig
+
+    # 8 wide: max_ck scaled is ceil(32768 * 8 / 768) = 342, but the 56-px patch kernel reads 8 x 56 = 448 rows
+    narrow = ViTSpec(depth=1, embed_dim=8, num_heads=1, img_size=112, patch_size=56, num_classes=2)
+    sized = TALConfig().sized_for(narrow)
+    assert decoder_rows(narrow, sized.axis_size) == 448 and sized.max_ck == 448
+
+
+def test_a_condensed_gene_records_the_sizes_its_hypernetwork_was_built_with():
+    gene = _condense(max_ck=0)  # lora_r is TINY's 4; max_ck and max_shape sized for SPEC (32 wide)
+    assert (gene.config["lora_r"], gene.config["max_ck"], gene.config["max_shape"]) == (4, 1366, 86)
+    assert gene.tensors["ghn.l2.weight"].shape == (1366, 4)
+    model = make_descendant(gene, SPEC.replace(depth=3, embed_dim=64, num_heads=4))  # wider than the ancestry
+    assert torch.isfinite(model(torch.randn(1, 3, 16, 16))).all()
+
+
+@pytest.mark.parametrize("method", ["tal", "pith"])
+def test_a_gene_of_auto_decoder_sizes_passes_the_check_before_saving_and_saves(method, tmp_path):
+    # lg.condense checks the gene with the method that made it, whose decoder sizes are still 0 (auto): the gene's
+    # recorded sizes must build its hypernetwork (the demo's tal and pith failed there before built_config)
+    torch.manual_seed(0)
+    ancestry = Ancestry(SPEC.create_model().eval(), SPEC)
+    data = make_images(16, num_classes=10, size=16, chans=3)
+    options = {"hid": 16, "heads": 2, "layers": 1}  # the decoder's lora_r, max_ck and max_shape left at 0
+    gene = lg.condense(method, ancestry, options=options, data=data, train_cfg=CFG).gene
+    assert gene.config["lora_r"] == math.ceil(90 * 32 / 768) and gene.config["max_ck"] == math.ceil(32768 * 32 / 768)
+    gene.save(tmp_path / "gene.safetensors")
+    loaded = lg.Learngene.load(tmp_path / "gene.safetensors")
+    assert torch.isfinite(make_descendant(loaded, SPEC.replace(depth=3))(torch.randn(1, 3, 16, 16))).all()

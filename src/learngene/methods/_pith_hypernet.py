@@ -67,6 +67,7 @@ class PITHHyperNet(GraphEncoder):
     under plain-ViT keys, :func:`fused`'s of ``ancestry``'s graph)."""
 
     def __init__(self, cfg: PITHConfig, num_classes: int, ancestry: ViTSpec, inherited: dict[str, Tensor]):
+        cfg.require_sized()
         super().__init__(cfg.hid, cfg.heads, cfg.layers, 0, num_classes, cfg.ve_cutoff)
         self.cfg, self.ancestry = cfg, ancestry
         self.fusion = nn.Parameter(torch.tensor(float(cfg.fusion_init)))  # β; α = sigmoid(β), shared by all tensors
@@ -78,8 +79,8 @@ class PITHHyperNet(GraphEncoder):
         self.init_embeddings()
 
     def grouped(self, n: int) -> int:
-        """The size an axis is predicted at: their ``min_sz`` with its rounding commented out, ``min(n, max_shape)``."""
-        return min(n, self.cfg.max_shape)
+        """The size an axis is predicted at (:meth:`PITHConfig.axis_size`)."""
+        return self.cfg.axis_size(n)
 
     def forward(self, spec: ViTSpec, class_row: Tensor) -> dict[str, Tensor]:
         """Every tensor of ``spec``'s timm ViT the graph holds (plain-ViT keys), differentiable in the weights and in

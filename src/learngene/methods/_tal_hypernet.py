@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from ..vit.spec import ViTSpec
-from ._tal_graph import PRIMITIVES, Graph, Node, spec_graph
+from ._tal_graph import PRIMITIVES, Graph, Node, graph_nodes, spec_graph
 from ._tal_params import group_size, lora_block, normalize, tile_params
 
 if TYPE_CHECKING:
@@ -184,6 +184,7 @@ class HyperNet(GraphEncoder):
     ``layernorm=True``, ``weight_norm=True``): predicts a timm state_dict for a spec (:meth:`predict`)."""
 
     def __init__(self, cfg: TALConfig, task_dim: int, num_classes: int):
+        cfg.require_sized()
         super().__init__(cfg.hid, cfg.heads, cfg.layers, task_dim, num_classes, cfg.ve_cutoff)
         self.cfg = cfg
         self.decoder = factor_mlp(cfg.hid, cfg.lora_r)
@@ -231,3 +232,19 @@ def block_shape(shape: tuple[int, ...], grouped: Callable[[int], int]) -> tuple[
     if len(shape) == 2:
         return (grouped(shape[0]), grouped(shape[1]), 1, 1)
     return (grouped(shape[0]), grouped(shape[1]), shape[2], shape[3])
+
+
+def decoder_rows(spec: ViTSpec, grouped: Callable[[int], int]) -> int:
+    """The most rows of the decoder's factors (``max_ck``) one tensor of ``spec`` reads (:func:`lora_rows`' count,
+    either side), its axes predicted at the sizes ``grouped`` gives: a bias or norm as ``(2c, 1, 1, 1)``, the rest
+    as :func:`block_shape` says."""
+    most = 0
+    for node in graph_nodes(spec)[0]:
+        if node.shape is None:
+            continue
+        if len(node.shape) == 1:
+            most = max(most, 2 * grouped(node.shape[0]))
+            continue
+        c_out, c_in, k_out, k_in = block_shape(node.shape, grouped)
+        most = max(most, c_out * k_out, c_in * k_in)
+    return most

@@ -69,7 +69,7 @@ implemented.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import Tensor
@@ -96,9 +96,17 @@ INHERITED = "inherited."  # where the hypernetwork holds them
 @dataclass(frozen=True)
 class PITHConfig(TALConfig):
     """Options of PITH: TAL's hypernetwork options at their README's values (``--hid 128 --layers 5 --heads 16
-    --lora_r 90 --max_shape 4096 -v 50``, config.py's ``max_ck_lora`` 2048·16) and the fusion's start."""
+    -v 50``; ``lora_r``, ``max_ck`` and ``max_shape`` at 0 are ``--lora_r 90``, config.py's ``max_ck_lora`` 2048·16
+    and ``--max_shape 4096`` scaled to the ancestry's width, :meth:`~learngene.methods.tal.TALConfig.sized_for`) and
+    the fusion's start."""
 
-    max_shape: int = field(4096, phase=CONDENSE, at_least=1, help="largest channel count predicted; wider is tiled")
+    max_shape: int = field(
+        0,
+        phase=CONDENSE,
+        at_least=0,
+        help="largest channel count predicted, wider is tiled; 0: theirs, 4096, times the ancestry's width / 768 "
+        "(rounded up)",
+    )
     # sigmoid(±30) is 1 or 0 to float32, where β's gradient vanishes: a start past that could never move
     fusion_init: float = field(
         -1.5,
@@ -108,6 +116,11 @@ class PITHConfig(TALConfig):
         help="β's start: the ancestry's share of a fused tensor is α = sigmoid(β) (−1.5: 18 %)",
     )
     method: ClassVar[str] = "pith"
+    authors_max_shape: ClassVar[int] = 4096  # their README's --max_shape
+
+    def axis_size(self, n: int) -> int:
+        """Their ``min_sz`` with its rounding commented out: ``min(n, max_shape)``."""
+        return min(n, self.max_shape)
 
 
 def inherited_tensors(ancestry: Ancestry, spec: ViTSpec) -> dict[str, Tensor]:
@@ -150,7 +163,7 @@ class PITH(HypernetMethod):
         shapes = {k.removeprefix(ANCESTRY_PREFIX): v for k, v in gene.tensors.items() if k.startswith(ANCESTRY_PREFIX)}
         with torch.device("meta"):
             inherited = {k: torch.empty(v.shape) for k, v in shapes.items()}
-            return PITHHyperNet(self.config, layout.num_classes, gene.ancestry, inherited)
+            return PITHHyperNet(self.built_config(gene), layout.num_classes, gene.ancestry, inherited)
 
     def predict(self, ghn: PITHHyperNet, task: Any, spec: ViTSpec, seed: int | None = None) -> dict[str, Tensor]:
         """``spec``'s predicted tensors under plain-ViT keys (``task``: none, PITH conditions on no task)."""
@@ -174,9 +187,10 @@ class PITH(HypernetMethod):
         run = HypernetCondensation.start(self, ancestry, inputs, no_data)
         inherited = inherited_tensors(run.ancestry, run.base)
         copied = sum(t.numel() for t in inherited.values())
-        run.require_memory(lambda: PITHHyperNet(self.config, run.reference.num_classes, run.base, {}), copied)
+        sized = cast(PITHConfig, run.method.config)  # a PITH's sized: PITH's options
+        run.require_memory(lambda: PITHHyperNet(sized, run.reference.num_classes, run.base, {}), copied)
         torch.manual_seed(run.cfg.seed)
-        ghn = PITHHyperNet(self.config, run.reference.num_classes, run.base, inherited)
+        ghn = PITHHyperNet(sized, run.reference.num_classes, run.base, inherited)
         result = run.train(ghn, None, PooledFeatures(run.ancestry.model).width)
         tensors = {}
         for key, tensor in ghn.state_dict().items():  # trained on a GPU too

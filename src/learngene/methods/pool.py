@@ -63,36 +63,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal, cast
+from typing import cast
 
 import torch
-from torch import nn
 
-from ..errors import GeneFormatError, LearngeneError, assigned
+from ..errors import LearngeneError, assigned
 from ..gene import Learngene, invalid_gene
-from ..method import Ancestry, CondenseInputs, ExpandOutput, OutputModel, Paper, config_from_dict, refused_by
+from ..method import Ancestry, CondenseInputs, ExpandOutput, Paper, config_from_dict, refused_by
 from ..registry import register_method
-from ..settings import field
 from ..training import distributed as dist
-from ..training.auxnet import (
-    AuxConfig,
-    AuxNetMethod,
-    aux_size,
-    condense_through_aux,
-    is_headless,
-    resolve_aux_spec,
-)
-from ..training.config import known
-from ..training.distill import cache_teacher_outputs
-from ..training.loop import train
-from ..validate import CONDENSE
+from ..training.auxnet import AuxNetMethod, aux_size, condense_through_aux, is_headless, resolve_aux_spec
 from ..vit.spec import ViTSpec
 from ..vit.transfer import StateDict, inherit_non_block, part_of, place_blocks, require_block_shape, stretch
 from ._option_lists import int_list
+from ._pool_layout import STITCH, PoolConfig, instance_key, instance_state, parse_stitch, share, stitched_layers
 from ._pool_maps import distil_with_maps, learned_stitches
+from ._pool_stitched import build_stitched, require_authors_design, stitched_output, train_jointly
 from ._pool_stitched_file import STITCHED_FILE, read_stitched, save_stitched
 from ._pool_stitches import (
     JointPool,
@@ -104,10 +90,13 @@ from ._pool_stitches import (
     stitch_key,
 )
 
-# the stitches' parts, the stitched ViT and its file in modules of their own, importable from here (tests do)
+# the options, the gene's layout, the stitches' parts, the stitched ViT and its file in modules of their own,
+# importable from here (tests do)
 __all__ = [
     "LearngenePool",
     "PoolConfig",
+    "instance_key",
+    "parse_stitch",
     "JointPool",
     "StitchedViT",
     "fit_stitches",
@@ -121,119 +110,6 @@ __all__ = [
     "stitched_descendant",
     "stitched_layers",
 ]
-
-
-@dataclass(frozen=True)
-class PoolConfig(AuxConfig):
-    design: Literal["equal_width", "authors"] = field(
-        "equal_width", phase=CONDENSE, help="authors: instances of other widths, linear stitches"
-    )
-    instance_depths: str = field(
-        "", phase=CONDENSE, help='equal_width: blocks of each small aux model, e.g. "1,2"; "": ⌈L/4⌉ and ⌈L/2⌉'
-    )
-    widths: str = field(
-        "", phase=CONDENSE, help='authors: width of each instance, e.g. "8,16,32"; "": ¼, ½ and 1 of the aux width'
-    )
-    instance_depth: int = field(
-        0, phase=CONDENSE, help="authors: blocks of every instance; 0: ⌈L/2⌉ of the aux spec (their 6 of 12)"
-    )
-    joint_epochs: int = field(
-        0,
-        phase=CONDENSE,
-        help="authors: epochs of their third step, the whole pool trained on randomly drawn stitches "
-        "(theirs: 50); 0: off",
-        at_least=0,
-    )
-    # the paper's stated contribution is the start from the learned maps; least squares is SN-Net's rule, which the
-    # only public port also ships (its snnet mode)
-    stitch_init: Literal["learned", "least_squares"] = field(
-        "learned",
-        phase=CONDENSE,
-        help="authors: stitches start as the mean of each instance's three learned teacher→student maps, transposed "
-        "(the paper), or as least-squares fits on 100 images (SN-Net)",
-    )
-
-    def __post_init__(self) -> None:
-        # an option of the other design would change nothing, yet be recorded: refused when the method is made
-        others = {
-            "equal_width": ("widths", "instance_depth", "joint_epochs", "stitch_init"),
-            "authors": ("instance_depths",),
-        }
-        for name in others.get(self.design, ()):
-            value = getattr(self, name)  # a negative count is left to the range check that follows
-            if value != PoolConfig.__dataclass_fields__[name].default and not (isinstance(value, int) and value < 0):
-                other = "authors" if self.design == "equal_width" else "equal_width"
-                raise LearngeneError(
-                    f"pool option {name} applies to design={other}, not {self.design}; leave it out, or pass "
-                    f"{assigned('design', other, flag='--opt')}"
-                )
-
-
-def instance_key(index: int, key: str) -> str:
-    return f"instance{index}.{key}"
-
-
-def share(total: int, weights: list[int]) -> list[int]:
-    """``total`` layers split in proportion to ``weights``, largest remainders first (ties: the later instance)."""
-    exact = [total * w / sum(weights) for w in weights]
-    counts = [math.floor(x) for x in exact]
-    order = sorted(range(len(weights)), key=lambda i: (counts[i] - exact[i], -i))
-    for i in order[: total - sum(counts)]:
-        counts[i] += 1
-    return counts
-
-
-def stitched_layers(depths: list[int], total: int) -> list[tuple[int, int]]:
-    """(instance, block) of each of ``total`` descendant layers, from the smallest instance to the largest."""
-    out: list[tuple[int, int]] = []
-    last = len(depths) - 1
-    for i, (depth, n) in enumerate(zip(depths, share(total, depths))):
-        if n >= depth or 0 < i < last:
-            blocks = stretch(depth, n).tolist()
-        elif i == 0:
-            blocks = list(range(n))  # the first blocks follow the embeddings they were trained with
-        else:
-            blocks = list(range(depth - n, depth))  # the last blocks precede the final norm and head
-        out += [(i, b) for b in blocks]
-    return out
-
-
-def instance_state(gene: Learngene, index: int) -> StateDict:
-    prefix = instance_key(index, "")
-    return {k[len(prefix) :]: v for k, v in gene.tensors.items() if k.startswith(prefix)}
-
-
-# how a message names a stitched descendant to ask for, for both callers
-STITCH = "output=('stitch', 'F:J-E:K') (learngene expand GENE --stitch F:J-E:K)"
-
-
-def parse_stitch(text: str) -> tuple[int, int, int, int]:
-    """``F:J-E:K`` (``learngene expand --stitch``) -> ``(front, end, cut_front, cut_end)``."""
-    match = re.fullmatch(r"(\d+):(\d+)-(\d+):(\d+)", text.strip())
-    if match is None:
-        raise LearngeneError(
-            f"stitch (--stitch) {text!r} is not FRONT:BLOCK-END:BLOCK; e.g. 0:1-2:0 runs instance 0 through block 1, "
-            f"then instance 2 from block 0"
-        )
-    front, cut_front, end, cut_end = map(int, match.groups())
-    return front, end, cut_front, cut_end
-
-
-def _stitched_output(method: LearngenePool, gene: Learngene, stitch: tuple[int, int, int, int]) -> OutputModel:
-    """The ``stitch`` output of ``expand``: the stitched descendant ``(front, end, cut_front, cut_end)``."""
-    front, end, cut_front, cut_end = stitch
-    model = stitched_descendant(gene, front, end, cut_front, cut_end, method)
-    origin = {
-        "kind": "stitched descendant",
-        "stitch": f"{front}:{cut_front}-{end}:{cut_end}",
-        "label_space": gene.label_space if f"instance{end}.head.weight" in gene.tensors else None,  # else fresh
-    }
-    return OutputModel(
-        model,
-        origin,
-        f"stitched descendant {model.short()}, {model.depth} blocks, {model.num_params:,} params "
-        f"(instance {front} through block {cut_front}, a stitch layer, instance {end} from block {cut_end})",
-    )
 
 
 @register_method
@@ -257,7 +133,7 @@ class LearngenePool(AuxNetMethod):
     needs_vit_ancestry = False
     distill_lambda = 1.0
     expand_outputs = (
-        ExpandOutput("stitch", "a stitched descendant", "its instances' sizes", parse_stitch, _stitched_output),
+        ExpandOutput("stitch", "a stitched descendant", "its instances' sizes", parse_stitch, stitched_output),
     )
     model_formats = (STITCHED_FILE,)
 
@@ -422,7 +298,7 @@ class LearngenePool(AuxNetMethod):
                 tokens = [block_tokens(m, images) for m in models]
             tensors.update(fit_stitches(tokens, depth))
         if self.config.joint_epochs:
-            cost["joint"] = self.train_jointly(models, tensors, ancestry, inputs)
+            cost["joint"] = train_jointly(self, models, tensors, self.require_ancestry(ancestry).model, inputs)
             for key in ("steps", "seconds"):
                 cost[key] += cost["joint"][key]
         widths = ",".join(str(spec.embed_dim) for spec in specs)
@@ -435,29 +311,6 @@ class LearngenePool(AuxNetMethod):
             ancestry=ancestry.spec if ancestry is not None else None,
             cost=cost,
         )
-
-    def train_jointly(
-        self, models: list[nn.Module], tensors: StateDict, ancestry: Ancestry | None, inputs: CondenseInputs
-    ) -> dict:
-        """Their third step (``main.py`` with ``conf_build.yaml``): the whole pool trained by the one training loop
-        on a :class:`JointPool` configuration drawn per step, each distilling the ancestry's logits with the run's
-        loss ``(1−λ)·CE + λ·τ²·KL`` (theirs: λ = 0.5, τ = 1, 50 epochs at lr 1e-4). Updates ``tensors`` in place."""
-        cfg = inputs.train_cfg.resolved("condense", distill_lambda=self.distill_lambda)
-        pool = JointPool(models, tensors, cfg.seed)
-        own = dataclasses.replace(cfg, epochs=self.config.joint_epochs)  # a --max-steps caps this stage too
-        if own.log_dir is not None:
-            own.log_dir = str(Path(own.log_dir) / "joint")
-        data, teacher = cast(Any, inputs.train), None  # checked by condense_authors
-        if known(own.distill_lambda) > 0:
-            data, teacher = cache_teacher_outputs(data, self.require_ancestry(ancestry).model, own)
-        run_dir = Path(inputs.run_dir) / "joint" if inputs.run_dir is not None else None
-        result = train(pool, data, own, inputs.eval, teacher=teacher, run_dir=run_dir, resume=inputs.resume)
-        tensors.update((key, value) for key, value in pool.gene_tensors().items() if key in tensors)
-        joint = {"epochs": own.epochs, **result.cost}
-        joint["configurations"] = len(pool.draws)
-        if result.final_acc is not None:
-            joint["widest_eval_acc"] = result.final_acc
-        return joint
 
     def kept_for_record(self, key: str) -> bool:
         """design=authors: a plain ViT reads one instance; the others and the stitches make stitched descendants."""
@@ -562,48 +415,5 @@ def stitched_descendant(
     """Instance ``front``'s embeddings and blocks ``0..cut_front``, its stitch, instance ``end``'s blocks from
     ``cut_end`` and head: one of :func:`stitch_choices` (depth ``cut_front + 1 + depth − cut_end``). ``method``: the
     gene's method as already built (:func:`learngene.binding.bind_gene`)."""
-    if gene.method != "pool" or gene.config.get("design") != "authors":
-        made = f"pool design={gene.config.get('design')}" if gene.method == "pool" else gene.method
-        raise LearngeneError(
-            f"stitched descendants come from a pool gene of the authors' design (condense with method 'pool' and "
-            f"design='authors' (--method pool --opt design=authors)); this gene is {made}"
-        )
-    method = method or stored_pool(gene)
-    specs = method.instance_specs(gene.require_layout())
-    layers = {(j, k): layer for j, k, layer in paired_stitches(specs[0].depth)}
-    if not (0 <= front < end < len(specs)) or (cut_front, cut_end) not in layers:
-        raise LearngeneError(
-            f"no stitch from instance {front} block {cut_front} into instance {end} block {cut_end} in this pool "
-            f"of {len(specs)} instances of {specs[0].depth} blocks; `learngene inspect GENE` says which exist "
-            f"(stitch_choices(gene) in Python)"
-        )
-    model = StitchedViT(specs[front], specs[end], cut_front, cut_end)
-    state = {f"front.{k}": v for k, v in instance_state(gene, front).items()}
-    state.update({f"end.{k}": v for k, v in instance_state(gene, end).items()})
-    layer = layers[(cut_front, cut_end)]
-    for p in ("weight", "bias"):
-        key = stitch_key(front, end, layer, p)
-        if key in gene.tensors:
-            state[f"stitch.{p}"] = gene.tensors[key]
-    own = model.state_dict()
-    # a headless ancestry's instances have no head: the descendant keeps a fresh one
-    missing = [k for k in own if k not in state and not k.startswith(("front.head", "end.head"))]
-    wrong = [k for k in own if k in state and state[k].shape != own[k].shape]
-    if missing or wrong:
-        part, _, rest = missing[0].partition(".") if missing else ("", "", "")
-        named = {"front": instance_key(front, rest), "end": instance_key(end, rest)}
-        what = (
-            f"lacks {named.get(part) or stitch_key(front, end, layer, rest)}"
-            if missing
-            else f"holds {wrong[0]} of shape {tuple(state[wrong[0]].shape)} where its header's options "
-            f"({_design_text(gene)}) give {tuple(own[wrong[0]].shape)}"
-        )
-        raise GeneFormatError(
-            f"this pool gene {what}: its header does not match its tensors; create it again with `learngene condense`"
-        )
-    model.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
-    return model
-
-
-def _design_text(gene: Learngene) -> str:
-    return ", ".join(f"{k}={gene.config.get(k)!r}" for k in ("widths", "instance_depth") if k in gene.config)
+    require_authors_design(gene)
+    return build_stitched(method or stored_pool(gene), gene, front, end, cut_front, cut_end)

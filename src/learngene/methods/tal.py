@@ -36,6 +36,13 @@ the fc-normed class token). ``expand(spec)`` runs the hypernetwork on the graph 
    ``tanh(p/5)`` for biases; position embeddings raw); predicted shapes are grouped by ``GHN3._map_net_params``'s
    ``min_sz`` rule (a size divisible by 3 predicted as 4/3 of it, at least half of ``max_shape`` as ``max_shape``).
 
+**Its size.** Their decoder is set for their nets (at most 768 wide): rank ``lora_r`` 90, ``max_ck`` 2048·16 rows,
+``max_shape`` 2048 channels. At a 64-wide ancestry of 205 k parameters (the demo's) that decoder holds 20.2 M of the
+hypernetwork's 21.5 M weights. Left at 0, those three options are theirs times ``min(1, width / 768)``, rounded up
+(:meth:`TALConfig.sized_for`, which argues the rule): theirs exactly at their scale; at the demo's ancestry 2.06 M
+weights (PITH: 50.5 M to 2.79 M), and a condensation step of its sizes took 6 to 7.5× less CPU time (one thread, three
+steps each, 2026-12-02). The graph encoder keeps their ``hid``, ``layers`` and ``heads``.
+
 **Condensation** (their ``train_ghn_ddp_teacher.py`` / ``trainer_teacher.Trainer.update``) trains the hypernetwork
 by distillation: each step draws one descendant size, predicts its ViT and trains on
 ``(1−λ)·CE + λ·τ²·KL(teacher ‖ student)`` plus ``predparam_wd · Σ‖W‖_F`` over the predicted tensors (theirs:
@@ -70,6 +77,7 @@ classes, else its pooled embedding by cosine through a learned projection (as
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -92,7 +100,7 @@ from ..training.loop import TrainResult, distill_loss, predict_logits, resolve_d
 from ..validate import CONDENSE, EXPAND, limits_of, out_of_range
 from ..vit.spec import ViTSpec, block_key
 from ._tal_graph import Graph, Node, graph_nodes, is_layer_scale, spec_graph
-from ._tal_hypernet import GraphormerLayer, HyperNet
+from ._tal_hypernet import GraphormerLayer, HyperNet, decoder_rows
 from ._tal_params import group_size, lora_block, normalize, tile_params
 
 # the parts in their own modules, importable from here (tests and benchmarks/fidelity_tal.py do)
@@ -116,19 +124,43 @@ GHN_PREFIX = "ghn."
 
 
 # ---- the method --------------------------------------------------------------------------------------------------
+# The authors' scale: their sampled nets (vit_generator.py) are torchvision ViTs at most 768 wide, and their decoder
+# settings (lora_r 90, max_ck 2048·16, max_shape 2048 for TAL, 4096 for PITH) are set for it. An option left at 0 is
+# sized for the ancestry in front of it (TALConfig.sized_for).
+AUTHORS_WIDTH = 768
+AUTHORS_LORA_R = 90
+AUTHORS_MAX_CK = 2048 * 16
+
+
 @dataclass(frozen=True)
 class TALConfig:
-    """Options of TAL (defaults: their README's ``--hid 128 --layers 5 --heads 16 --lora_r 90 --max_shape 2048
-    -v 50`` and config.py's ``max_ck_lora`` 2048·16)."""
+    """Options of TAL (defaults: their README's ``--hid 128 --layers 5 --heads 16 -v 50``; the decoder's ``lora_r``,
+    ``max_ck`` and ``max_shape`` at 0 are their ``--lora_r 90``, config.py's ``max_ck_lora`` 2048·16 and
+    ``--max_shape 2048`` scaled to the ancestry's width, :meth:`sized_for`)."""
 
     hid: int = field(128, phase=CONDENSE, at_least=4, multiple_of=4, help="the hypernetwork's hidden size")
     layers: int = field(5, phase=CONDENSE, at_least=1, help="Graphormer layers of the hypernetwork")
     heads: int = field(16, phase=CONDENSE, at_least=1, help="attention heads of the Graphormer (must divide hid)")
-    lora_r: int = field(90, phase=CONDENSE, at_least=1, help="rank r of the decoder's A·B factors")
-    max_ck: int = field(
-        32768, phase=CONDENSE, at_least=1, help="rows of the decoder's factors: the largest channels×kernel predicted"
+    lora_r: int = field(
+        0,
+        phase=CONDENSE,
+        at_least=0,
+        help="rank r of the decoder's A·B factors; 0: theirs, 90, times the ancestry's width / 768 (rounded up)",
     )
-    max_shape: int = field(2048, phase=CONDENSE, at_least=1, help="largest channel count predicted; wider is tiled")
+    max_ck: int = field(
+        0,
+        phase=CONDENSE,
+        at_least=0,
+        help="rows of the decoder's factors: the largest channels×kernel predicted; 0: theirs, 2048·16, times the "
+        "ancestry's width / 768 (rounded up; at least what the ancestry's own tensors need)",
+    )
+    max_shape: int = field(
+        0,
+        phase=CONDENSE,
+        at_least=0,
+        help="largest channel count predicted, wider is tiled; 0: theirs, 2048, times the ancestry's width / 768 "
+        "(rounded up)",
+    )
     ve_cutoff: int = field(50, phase=CONDENSE, at_least=1, help="longest shortest path kept as a virtual edge")
     min_depth: int = field(1, phase=CONDENSE, at_least=1, help="fewest layers of the sizes drawn while condensing")
     predparam_wd: float = field(
@@ -136,6 +168,39 @@ class TALConfig:
     )
     seed: int = field(0, phase=EXPAND, help="seeds the random class row of a predicted position embedding")
     method: ClassVar[str] = "tal"  # the method whose options these are, for messages (PITH's extend them)
+    authors_max_shape: ClassVar[int] = 2048  # their README's --max_shape
+
+    def axis_size(self, n: int) -> int:
+        """The size a tensor axis of ``n`` is predicted at (TAL: :func:`group_size`'s rounding)."""
+        return group_size(n, self.max_shape)
+
+    def sized_for(self, spec: ViTSpec) -> TALConfig:
+        """These options with each decoder size left at 0 sized for an ancestry of ``spec``'s size.
+
+        The rule: the authors' setting at the authors' scale, scaled with the width. Their sampled nets are at most
+        768 wide (``vit_generator.py``); the widest net drawn here is the ancestry (:func:`descendant_sizes`), so each
+        of ``lora_r`` (90), ``max_ck`` (2048·16) and ``max_shape`` (TAL 2048, PITH 4096) is theirs times
+        ``s = min(1, width / 768)``, rounded up: the rank of a predicted block, the channels predicted before tiling
+        and the decoder's rows keep their ratio to the widest matrix. ``max_ck`` is at least the rows the ancestry's
+        own tensors need (:func:`decoder_rows`), so the size the gene is evaluated at never fails. The graph encoder
+        (``hid``, ``layers``, ``heads``, ``ve_cutoff``) keeps theirs: it embeds the graph's nodes, whose kinds and
+        distances do not grow with the width, and our ancestries are no deeper than their nets (3–12 layers). For a
+        768-wide ancestry or wider this gives theirs exactly; the demo's 64-wide one (``cpu_tiny``) gets
+        ``lora_r`` 8, ``max_shape`` 171 (PITH 342) and ``max_ck`` 2,731."""
+        scale = min(1.0, spec.embed_dim / AUTHORS_WIDTH)
+        sized = dataclasses.replace(
+            self,
+            lora_r=self.lora_r or math.ceil(AUTHORS_LORA_R * scale),
+            max_shape=self.max_shape or math.ceil(self.authors_max_shape * scale),
+        )
+        return dataclasses.replace(
+            sized, max_ck=self.max_ck or max(math.ceil(AUTHORS_MAX_CK * scale), decoder_rows(spec, sized.axis_size))
+        )
+
+    def require_sized(self) -> None:
+        """A hypernetwork is built from sized options only (:meth:`sized_for`); a gene records them sized."""
+        if not (self.lora_r and self.max_ck and self.max_shape):
+            raise ValueError(f"{self.method}'s decoder sizes are 0 (auto): size them first with sized_for(spec)")
 
     def __post_init__(self) -> None:
         # spans two options, so checked here, when the method is made (before any data loads); a value out of its
@@ -159,10 +224,18 @@ class HypernetMethod(Method):
 
     config: TALConfig
     seed_option = "seed"
-    # a step runs the hypernetwork over the graph besides the ancestry (TAL in the demo at b6feb21, one run on a shared
-    # machine: 389 s for its 158 steps, the aux nets' 120-166 s; a PITH step of the demo's sizes cost 1.2 of TAL's, 8
-    # steps, one run: 11.7 s and 9.4 s of CPU), and the demo's budget leaves it near scratch anyway
+    # a step runs the hypernetwork over the graph besides the ancestry, and the demo's budget leaves it near chance
+    # anyway (its ViT at the ancestry's size: 8 to 18 % on the condensation's evaluation images, 2026-12-02). The
+    # demo's 40 steps on the busy machine, 2026-12-02: 131 s (tal) and 171 s (pith) at the authors' decoder sizes
+    # (01634ee), 30 s and 38 s sized for the ancestry (TALConfig.sized_for); the aux nets' 158 steps took 55-105 s
     demo_budget = 0.25
+
+    def built_config(self, gene: Learngene) -> Any:
+        """The options ``gene``'s hypernetwork was built with: this method's, each decoder size left at 0 (auto) read
+        from the gene, which records them sized (:meth:`TALConfig.sized_for`); the method that condensed it may
+        still hold the zeros (the check before saving binds the gene to it)."""
+        recorded = {k: gene.config.get(k) for k in ("lora_r", "max_ck", "max_shape") if not getattr(self.config, k)}
+        return dataclasses.replace(self.config, **{k: v for k, v in recorded.items() if isinstance(v, int)})
 
     def predict(self, ghn: Any, task: Any, spec: ViTSpec, seed: int | None = None) -> dict[str, Tensor]:
         """``spec``'s tensors as ``ghn`` predicts them (``task``: what else conditions it) under plain-ViT keys."""
@@ -313,7 +386,9 @@ class HypernetCondensation:
         if base.num_classes == 0:
             reference = reference.replace(num_classes=data.num_classes)
         sizes = descendant_sizes(reference, method.config.min_depth, method.name)
-        return cls(method, ancestry, base, inputs, cfg, data, reference, sizes)
+        # the hypernetwork sized for this ancestry (TALConfig.sized_for); the gene records the sizes it was built with
+        sized = type(method)(method.config.sized_for(reference))
+        return cls(sized, ancestry, base, inputs, cfg, data, reference, sizes)
 
     def require_memory(self, ghn: Callable[[], nn.Module], copied: int | None = None) -> None:
         """Refuse in one line, before it is allocated, a hypernetwork (``ghn()``, built on ``meta``, which allocates
@@ -403,7 +478,7 @@ class TAL(HypernetMethod):
         if task is None:
             raise LearngeneError("this tal gene has no task embedding; condense it again")
         with torch.device("meta"):
-            return HyperNet(self.config, int(task.shape[0]), layout.num_classes)
+            return HyperNet(self.built_config(gene), int(task.shape[0]), layout.num_classes)
 
     def predict(self, ghn: HyperNet, task: Tensor, spec: ViTSpec, seed: int | None = None) -> dict[str, Tensor]:
         """``spec``'s predicted tensors under plain-ViT keys."""
@@ -419,10 +494,11 @@ class TAL(HypernetMethod):
     def condense(self, ancestry: Ancestry | None, inputs: CondenseInputs | None = None) -> Learngene:
         no_data = "tal condenses by training its hypernetwork; give training data (data, --data)"
         run = HypernetCondensation.start(self, ancestry, inputs, no_data)
-        run.require_memory(lambda: HyperNet(self.config, run.base.embed_dim, run.reference.num_classes))
+        sized = run.method.config
+        run.require_memory(lambda: HyperNet(sized, run.base.embed_dim, run.reference.num_classes))
         task = task_embedding(run.ancestry, run.data, run.cfg)
         torch.manual_seed(run.cfg.seed)
-        ghn = HyperNet(self.config, int(task.shape[0]), run.reference.num_classes)
+        ghn = HyperNet(sized, int(task.shape[0]), run.reference.num_classes)
         result = run.train(ghn, task, int(task.shape[0]))
         tensors = {
             GHN_PREFIX + k: v.detach().cpu().clone() for k, v in ghn.state_dict().items()
