@@ -11,7 +11,6 @@ the gene and overridable at expansion (:func:`config_from_dict`). An option's ty
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import os
 import typing
@@ -24,7 +23,7 @@ import torch
 from torch import nn
 
 from .data import Data
-from .errors import LearngeneError, Remedy, assigned, require_argument
+from .errors import LearngeneError, assigned, require_argument
 from .gene import Learngene
 from .training.loop import TrainConfig, TrainResult
 from .validate import (
@@ -491,36 +490,3 @@ def keeps_ancestry_heads(cls: type[Method], config: Any, ancestry: ViTSpec, targ
         f"{cls.name} keeps the ancestry's heads of {ancestry.head_dim} dims, so a {target.num_heads}-head "
         f"descendant is {target.num_heads * ancestry.head_dim} wide, not {target.embed_dim}"
     )
-
-
-# the methods that carry the ancestry's own weights to another size, in the order a refusal advises them (with the
-# options that widen their reach): grow to larger sizes, weight_selection and importance to smaller ones, and
-# weight_selection's plain rows to head shapes the ancestry's heads do not fit
-CARRIERS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("grow", {}),
-    ("weight_selection", {}),
-    ("importance", {}),
-    ("weight_selection", {"head_aware": False}),
-)
-# set while carrier() asks the carriers' reach: their own refusals' advice is not asked again (grow's refusal advises
-# importance, whose refusal advises grow)
-_asking = contextvars.ContextVar("asking", default=False)
-
-
-def carrier(ancestry: ViTSpec | None, target: ViTSpec, refused: str) -> Remedy | None:
-    """The first of :data:`CARRIERS` other than ``refused`` whose declared reach (:meth:`Method.cannot_reach`, at the
-    options a user gives by following the advice) takes an ancestry of ``ancestry``'s size to ``target``; None where
-    none does, or the ancestry is not known. A refusal advises only a method that this says can serve."""
-    if ancestry is None or _asking.get():
-        return None
-    from .registry import get_method
-
-    token = _asking.set(True)
-    try:
-        for name, options in CARRIERS:
-            cls = get_method(name)
-            if name != refused and not cls.cannot_reach(cls.checked_config(**options), ancestry, target):
-                return Remedy(name, options=dict(options))
-    finally:
-        _asking.reset(token)
-    return None

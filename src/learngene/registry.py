@@ -14,6 +14,7 @@ function named by the entry point), loaded once, when a registry is first read.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import importlib
 import importlib.metadata
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from .errors import ArgumentTypeError, DataError, GeneFormatError, LearngeneError
+from .errors import ArgumentTypeError, DataError, GeneFormatError, LearngeneError, Remedy
 
 METHOD_GROUP, DATA_SOURCE_GROUP = "learngene.methods", "learngene.data_sources"
 METHOD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -366,3 +367,37 @@ def _load_plugin_source(entry: importlib.metadata.EntryPoint) -> None:
         _problem(
             entry, DATA_SOURCE_GROUP, f"names a {type(obj).__name__}", "point it to a DataSource or a loader function"
         )
+
+
+# a refusal's advice of another method lives beside get_method, so that a method module asks it without an import of
+# the others (the registry is the one place that dispatches to them by name).
+#
+# the methods that carry the ancestry's own weights to another size, in the order a refusal advises them (with the
+# options that widen their reach): grow to larger sizes, weight_selection and importance to smaller ones, and
+# weight_selection's plain rows to head shapes the ancestry's heads do not fit
+CARRIERS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("grow", {}),
+    ("weight_selection", {}),
+    ("importance", {}),
+    ("weight_selection", {"head_aware": False}),
+)
+# set while carrier() asks the carriers' reach: their own refusals' advice is not asked again (grow's refusal advises
+# importance, whose refusal advises grow)
+_asking = contextvars.ContextVar("asking", default=False)
+
+
+def carrier(ancestry: Any, target: Any, refused: str) -> Remedy | None:
+    """The first of :data:`CARRIERS` other than ``refused`` whose declared reach
+    (:meth:`learngene.method.Method.cannot_reach`, at the options a user gives by following the advice) takes an ancestry of ``ancestry``'s size to ``target``; None where
+    none does, or the ancestry is not known. A refusal advises only a method that this says can serve."""
+    if ancestry is None or _asking.get():
+        return None
+    token = _asking.set(True)
+    try:
+        for name, options in CARRIERS:
+            cls = get_method(name)
+            if name != refused and not cls.cannot_reach(cls.checked_config(**options), ancestry, target):
+                return Remedy(name, options=dict(options))
+    finally:
+        _asking.reset(token)
+    return None

@@ -52,8 +52,8 @@ from torch import Tensor
 
 from ..errors import LearngeneError, Remedy, either
 from ..gene import Learngene
-from ..method import Ancestry, CondenseInputs, Method, Paper, carrier
-from ..registry import register_method
+from ..method import Ancestry, CondenseInputs, Method, Paper
+from ..registry import carrier, register_method
 from ..settings import field
 from ..validate import EXPAND
 from ..vit.heads import join_proj, select_matrix, split_proj

@@ -51,8 +51,8 @@ from torch.utils.hooks import RemovableHandle
 from ..data import Data
 from ..errors import LearngeneError, Remedy, either
 from ..gene import Learngene
-from ..method import Ancestry, CondenseInputs, Method, Paper, carrier, same_size
-from ..registry import register_method
+from ..method import Ancestry, CondenseInputs, Method, Paper, same_size
+from ..registry import carrier, register_method
 from ..settings import field
 from ..validate import CONDENSE, EXPAND
 from ..vit.activation_memory import measured_spec, require_inference_memory

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from ..errors import LearngeneError, Remedy
 from ..gene import Learngene
 from ..host.memory import give_back
-from ..method import Ancestry, CondenseInputs, Method, Paper, carrier, same_size
-from ..registry import register_method
+from ..method import Ancestry, CondenseInputs, Method, Paper, same_size
+from ..registry import carrier, register_method
 from ..settings import field
 from ..validate import EXPAND
 from ..vit.spec import ViTSpec, block_key

@@ -489,8 +489,8 @@ def keep_blocks(state: StateDict, layers: list[int]) -> StateDict:
 def require_block_shape(layout: ViTSpec, spec: ViTSpec, method: str, ancestry: ViTSpec | None = None) -> None:
     """Methods that copy whole blocks need the target's blocks to have the gene's shapes; the advice names a method
     that carries the ``ancestry``'s (default: ``layout``'s) blocks to the size asked, where one can
-    (:func:`learngene.method.carrier`)."""
-    from ..method import carrier  # the methods' reach, which knows this module: asked only on a refusal
+    (:func:`learngene.registry.carrier`)."""
+    from ..registry import carrier  # the methods' reach, which knows this module: asked only on a refusal
 
     for attr in ("embed_dim", "num_heads", "mlp_hidden"):
         if getattr(layout, attr) != getattr(spec, attr):
