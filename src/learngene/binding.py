@@ -126,8 +126,15 @@ class BoundMethod:
         """The method's expansion of the gene into ``spec``'s timm keys, for real (no gradients); what timm stacks
         across layers (mixed RoPE's frequencies) stacked, the layers the gene leaves out from ``own`` (the model's
         state_dict; :meth:`~learngene.vit.spec.ViTSpec.join_layers`)."""
-        with torch.no_grad():
-            return spec.join_layers(self.method.expand(self.gene, spec), own)
+        try:
+            with torch.no_grad():
+                return spec.join_layers(self.method.expand(self.gene, spec), own)
+        except RuntimeError as exc:
+            # a tensor of another dtype than the method's code computes in (an integer bias, say) passes the shape
+            # check on meta, whose kernels do not compare dtypes, and fails only here
+            if "dtype" not in str(exc) and "scalar type" not in str(exc):
+                raise
+            raise invalid_gene(self.gene, self.source, exc) from None
 
     def keeping(self, layers: list[int]) -> BoundMethod:
         """This binding with its gene reduced to ancestry layers ``layers``

@@ -85,7 +85,7 @@ class AncestryStage(RunStages):
         )
         # learngene ancestry's run (the model drawn from the run's seed, as timm initializes it)
         trained = pipeline.train_ancestry(
-            (train_data, eval_data), spec, cfg, run_dir=path.with_suffix(".run"), resume=True
+            (train_data, eval_data), spec, train_cfg=cfg, run_dir=path.with_suffix(".run"), resume=True
         )
         result = trained.result
         save_model(
