@@ -444,7 +444,7 @@ def _a_value(action) -> str:
 
     if action.choices:
         return str(next(iter(action.choices)))
-    for text in ("1", "0.5", "cpu", "L1-D32-H2", "0:1-2:0", "x"):
+    for text in ("1", "0.5", "cpu", "L1-D32-H2", "0:1-2:0", "0,1", "x"):  # 0,1: a list of two classes
         try:
             (action.type or str)(text)
             return text
