@@ -24,7 +24,7 @@ PROFILE_DESCRIPTIONS: dict[str, str] = {
 # sys) at a 1-minute load of 4.0 to 4.4 from other processes; at ce92da0, before that change: 7 min 49 s wall, 75.5 s
 # CPU at a load of 6.7 to 7.2. Earlier: d12e374, 7 min 5 s wall, 55 s CPU at a load of 10 to 15. The CPU time is the
 # demo's own; the wall time follows the other jobs (docs/results/demo-timings.md)
-QUICK_DEMO_TIME = "58 s of CPU on a 2-core machine, 2026-12-02; its wall time follows the machine's other jobs"
+QUICK_DEMO_TIME = "49 s on the idle 2-core machine, 2026-12-02; its wall time follows the machine's other jobs"
 
 
 def profiles_help() -> str:
