@@ -114,10 +114,10 @@ def test_every_command_that_computes_has_threads_in_its_help():
 
 
 def test_the_cli_sets_threads_once_at_start_up(monkeypatch, tmp_path):
-    from learngene.cli import dispatch
+    from learngene.training import distributed
 
     seen = []
-    monkeypatch.setattr(dispatch, "set_threads", seen.append)
+    monkeypatch.setattr(distributed, "set_threads", seen.append)
     args = ["condense", "--method", "scratch", "--ancestry", str(tmp_path / "none"), "-o", str(tmp_path / "g")]
     main([*args, "--threads", "1"])
     main(args)

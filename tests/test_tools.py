@@ -72,6 +72,9 @@ def test_call_walk_prints_its_figures_of_expands_argument_path():
     figures = [int(line.split()[1]) for line in (stays, modules, returns)]
     assert figures[0] == len(listed) > 0 and figures[2] == figures[0] - figures[1]
     assert sum(line.startswith("*") for line in listed) == figures[2]
+    # issue 55's goal, held: the figure depends on the call structure alone (the tool's docstring), so it is the same
+    # on every machine; 8 when the goal was met (the process start one call, no pass-through for --out's kind)
+    assert figures[2] < 10, done.stdout
 
 
 # each tool and the test module that runs it

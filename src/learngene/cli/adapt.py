@@ -27,10 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from ..formats.export import wants_folder
     from ..pipeline.adapting import adapt
-    from .options import check_outputs, out_is_folder, save_model_and_say, sayer, size_from_args, training_from_args
+    from .options import check_outputs, save_model_and_say, sayer, size_from_args, training_from_args
 
-    hub = out_is_folder(args)
+    hub = wants_folder(args.out, args.format)
     check_outputs(args, [args.out, args.gene_out], [args.gene], folder=hub)
     if hub and args.gene_out:  # refused before the run, not after it
         from ..pipeline.results import check_gene_beside_folder

@@ -22,10 +22,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from ..formats.export import wants_folder
     from ..pipeline.training import train_ancestry
-    from .options import check_outputs, out_is_folder, save_model_and_say, sayer, size_from_args, training_from_args
+    from .options import check_outputs, save_model_and_say, sayer, size_from_args, training_from_args
 
-    hub = out_is_folder(args)
+    hub = wants_folder(args.out, args.format)
     check_outputs(args, [args.out], folder=hub)
     trained = train_ancestry(size=size_from_args(args), **training_from_args(args, AncestryChoices), say=sayer(args))
     save_model_and_say(args, trained, trained.summary, hub)

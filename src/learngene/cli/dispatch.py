@@ -15,13 +15,13 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import LearngeneError, assigned
-from ..host.threads import prepare_environment, set_threads
+from ..host.threads import prepare_environment
 from .parser import COMMANDS, EXIT_USAGE, build_parser
 
-# commands that write many files without rank-0 guards, or only print: refused under torchrun
-SINGLE_PROCESS = ("demo", "bench", "inspect", "methods")
-# commands whose processes under torchrun are independent workers (no process group): compare's ranks share a grid
-INDEPENDENT_WORKERS = ("compare",)
+# each command's process under torchrun (learngene.training.distributed.start_process), where not a "member" of the
+# process group: "alone" writes many files without rank-0 guards, or only prints, so torchrun is refused;
+# compare's ranks are independent "worker"s that share a grid
+PROCESS_ROLES = {"demo": "alone", "bench": "alone", "inspect": "alone", "methods": "alone", "compare": "worker"}
 
 
 def handler(args: argparse.Namespace):
@@ -39,17 +39,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     args.command_line = shlex.join(["learngene", *argv])  # what reports name as the command that made them
     args.run_command = main  # how a command that runs others (bench's gpu-smoke) runs them, without importing main
+    try:
+        prepare_environment(getattr(args, "threads", None))  # before torch loads: libgomp reads it then
+    except LearngeneError as exc:  # printed here: the usual path (_fail) imports torch
+        print(f"learngene {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if taken := _existing_output(args):  # refused before torch loads: at once, not after seconds of imports
         print(
             f"learngene {args.command}: error: {taken!r} already exists; pass {assigned('overwrite', True, '')} to "
             "replace it",
             file=sys.stderr,
         )
-        return EXIT_USAGE
-    try:
-        prepare_environment(getattr(args, "threads", None))  # before torch loads: libgomp reads it then
-    except LearngeneError as exc:  # printed here: the usual path (_fail) imports torch
-        print(f"learngene {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
         return _run(args, entry_point=argv_given is None)
@@ -83,12 +83,12 @@ def _run(args: argparse.Namespace, entry_point: bool) -> int:
     finished = interrupted = False
     previous_handlers = _stop_on_signals()
     try:
-        if dist.launched_distributed() and args.command in SINGLE_PROCESS:
-            raise LearngeneError("this command runs in one process (it writes many files); run it without torchrun")
-        if args.command not in INDEPENDENT_WORKERS:
-            dist.init_from_env(getattr(args, "device", "auto"))
-        if hasattr(args, "threads"):  # the one place the CLI sets torch's CPU threads
-            set_threads(args.threads)
+        dist.start_process(  # the one place the CLI sets torch's CPU threads
+            PROCESS_ROLES.get(args.command, "member"),
+            device=getattr(args, "device", "auto"),
+            threads=getattr(args, "threads", None),
+            sets_threads=hasattr(args, "threads"),
+        )
         handler(args)(args)
         finished = True
     except LearngeneError as exc:

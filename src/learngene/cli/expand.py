@@ -56,9 +56,9 @@ def run(args: argparse.Namespace) -> None:
 def hub_from_args(args: argparse.Namespace) -> bool:
     """Whether ``--out`` is a timm hub folder; a declared output (an ExpandChoices field declared ``output``, e.g.
     ``--stitch``), which is no timm ViT, goes to a file."""
-    from .options import out_is_folder
+    from ..formats.export import wants_folder
 
-    hub = out_is_folder(args)
+    hub = wants_folder(args.out, args.format)
     output = next(
         (f for f in dataclasses.fields(ExpandChoices) if f.metadata.get("output") and getattr(args, f.name, None)),
         None,

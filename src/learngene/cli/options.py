@@ -13,7 +13,7 @@ from typing import Any
 from ..errors import LearngeneError
 from ..formats.atomic import check_not_input, printable
 from ..formats.atomic import check_outputs as check_output_files
-from ..formats.export import check_output_folder, wants_folder
+from ..formats.export import check_output_folder
 from ..pipeline.inputs import Say
 from ..pipeline.requests import AncestryRequest, DataRequest, timm_arguments
 from ..settings import flagged
@@ -120,14 +120,8 @@ def save_and_say(args: argparse.Namespace, result: Any, summary: str, kind: str 
     say(args, f"wrote {printable(args.out)}{kind}: {summary}")
 
 
-def out_is_folder(args: argparse.Namespace) -> bool:
-    """Whether the command writes its model to a timm hub folder: ``--format hub``, or an ``--out`` that ends in ``/`` or
-    is a folder (:func:`learngene.formats.export.wants_folder`, the rule the results' ``save`` follows too)."""
-    return wants_folder(args.out, getattr(args, "format", None))
-
-
 def save_model_and_say(args: argparse.Namespace, result: Any, summary: str, hub: bool, **save: Any) -> None:
-    """:func:`save_and_say` for a model: to a timm hub folder (``hub``, :func:`out_is_folder`) or a model file."""
+    """:func:`save_and_say` for a model: to a timm hub folder (``hub``: :func:`learngene.formats.export.wants_folder`, the rule the results' ``save`` follows too) or a model file."""
     save_and_say(args, result, summary, " (timm hub folder)" if hub else "", format="hub" if hub else "file", **save)
 
 

@@ -29,10 +29,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from ..formats.export import wants_folder
     from ..pipeline.training import train
-    from .options import check_outputs, out_is_folder, save_model_and_say, sayer, training_from_args
+    from .options import check_outputs, save_model_and_say, sayer, training_from_args
 
-    hub = out_is_folder(args)
+    hub = wants_folder(args.out, args.format)
     check_outputs(args, [args.out], [args.model, args.teacher], folder=hub)
     trained = train(args.model, **training_from_args(args, TrainChoices), say=sayer(args))
     save_model_and_say(args, trained, trained.summary, hub)

@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from ..errors import LearngeneError, first_line
 from ..host.environment import env_number
+from ..host.threads import set_threads
 
 T = TypeVar("T")
 
@@ -26,6 +27,20 @@ T = TypeVar("T")
 def launched_distributed() -> bool:
     """True in a process started by ``torchrun`` (or anything else that sets ``WORLD_SIZE`` > 1)."""
     return env_number("WORLD_SIZE", 1, at_least=1) > 1
+
+
+def start_process(role: str, *, device: str = "auto", threads: int | None = None, sets_threads: bool = True) -> None:
+    """A command's process start. ``role`` is its place under ``torchrun``: ``"member"`` joins the process group
+    (:func:`init_from_env`, on ``device``), ``"worker"`` runs as an independent rank (no group: compare's ranks share
+    a grid), ``"alone"`` is refused under torchrun (the command writes many files without rank-0 guards). Then, where
+    ``sets_threads``, torch computes with ``threads`` CPU threads (None: the default,
+    :func:`learngene.host.threads.set_threads`)."""
+    if role == "alone" and launched_distributed():
+        raise LearngeneError("this command runs in one process (it writes many files); run it without torchrun")
+    if role == "member":
+        init_from_env(device)
+    if sets_threads:
+        set_threads(threads)
 
 
 def init_from_env(device: str = "auto") -> None:
