@@ -6,7 +6,8 @@
 # pinned versions of constraints.txt. Other targets: `make dist` builds the sdist and wheel of learngene-vit and checks
 # them with `twine check`; `make check-wheel` installs the wheel in a clean venv and runs `learngene --version` and
 # `learngene --help` there; `make check-latest` does that with the
-# newest versions pyproject.toml's bounds allow (no pins) and runs the suite's default tier in that venv; `make lock` rewrites
+# newest versions pyproject.toml's bounds allow (no pins) and runs the suite's default tier in that venv where any
+# differs from constraints.txt; `make lock` rewrites
 # constraints.txt with those newest versions.
 PYTHON ?= python3
 VENV ?= .venv
@@ -115,7 +116,12 @@ check-wheel: dist
 	cd /tmp && $(CURDIR)/$(VENV_WHEEL)/bin/learngene --help >/dev/null && $(CURDIR)/$(VENV_WHEEL)/bin/learngene methods >/dev/null
 	@echo "check-wheel: $$(cd dist && echo *) built; the wheel installs in a clean venv and 'learngene --version' and 'learngene --help' run"
 
-# the suite with the newest versions pyproject.toml's bounds allow, in a fresh venv holding the built wheel
+# the suite with the newest versions pyproject.toml's bounds allow, in a fresh venv holding the built wheel; where
+# those are every one constraints.txt's pin (tools/pinned_versions.py), `make test` ran the suite on them already,
+# and it says so instead of running it again
 check-latest:
 	$(MAKE) --no-print-directory check-wheel VENV_WHEEL=.venv-latest CONSTRAINTS=
-	.venv-latest/bin/python $(PYTEST)
+	@if .venv-latest/bin/python tools/pinned_versions.py $(CONSTRAINTS); then \
+	  echo "check-latest: the newest versions are $(CONSTRAINTS)'s pins, on which make test runs the default tier: not run again"; \
+	else echo "check-latest: the default tier on the newest versions (the lines above: what differs from the pins)"; \
+	  .venv-latest/bin/python $(PYTEST); fi

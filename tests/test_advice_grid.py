@@ -77,6 +77,11 @@ SIZES = {
 METHODS = list_methods()
 DATA = make_images(16, num_classes=10, size=16, chans=3)
 QUICK = TrainConfig(epochs=1, max_steps=1, batch_size=8, distill_lambda=0.5, progress=False)
+# wave's templates are "two per w x w block" by default: the template_size=1 that tiles the shrunken giant's MLP
+# (170 x 32, beside fc2's 32 x 85) makes 10,880 per kind and an aux net of ~60 M coefficients, 30 s of CPU for one
+# step. Two templates a kind follow the same advice (a template size that tiles every tensor) at a tiny cost; which
+# sizes tile does not depend on how many templates there are
+OPTIONS = {**SMALL_OPTIONS, "wave": {"n_qkv": 2, "n_proj": 2, "n_fc1": 2, "n_fc2": 2}}
 # words of advice a message may give outside its Remedy items: a method to use, a setting to pass or set
 UNFOLLOWABLE = re.compile(r"\buse [a-z_]+\b|\b(?:pass|set|give|ask)\b [a-z_]+=")
 # the grid's count of cases, refusals and advice followed (printed at the module's end: pytest -s)
@@ -100,9 +105,7 @@ def condensed(family: str, method: str, options: Options = ()) -> Learngene | Le
     """The gene of ``method`` with ``options`` from ``family``'s ancestry, or its refusal: made once per session."""
     extra = {"data": DATA, "train_cfg": QUICK} if get_method(method).needs_data else {}
     try:
-        return lg.condense(
-            method, ancestry(family), options={**SMALL_OPTIONS.get(method, {}), **dict(options)}, **extra
-        ).gene
+        return lg.condense(method, ancestry(family), options={**OPTIONS.get(method, {}), **dict(options)}, **extra).gene
     except LearngeneError as exc:
         return exc
 

@@ -77,6 +77,29 @@ def test_call_walk_prints_its_figures_of_expands_argument_path():
     assert figures[2] < 10, done.stdout
 
 
+def test_pinned_versions_says_which_installed_versions_are_not_the_pins(tmp_path):
+    """make check-latest's question, asked of this environment: pinned at what it holds, exit 0 and no line; one
+    version changed (the name written as pip freeze may spell it), exit 1 and that line; an unreadable file, exit 2."""
+    import importlib.metadata
+
+    tool = TOOLS / "pinned_versions.py"
+    held = {
+        d.metadata["Name"]: d.version
+        for d in importlib.metadata.distributions()
+        if d.metadata["Name"].lower() not in ("pip", "setuptools", "wheel", "learngene-vit")
+    }
+    pins = tmp_path / "constraints.txt"
+    pins.write_text("# a comment\n" + "".join(f"{name}=={version}\n" for name, version in held.items()))
+    same = _run(tool, pins)
+    assert (same.returncode, same.stdout) == (0, f"every installed distribution is at its pin in {pins}\n"), same
+    torch_version = importlib.metadata.version("torch")
+    pins.write_text(pins.read_text().replace(f"torch=={torch_version}\n", "Torch==0.0.1\n"))
+    changed = _run(tool, pins)
+    assert (changed.returncode, changed.stdout) == (1, f"torch: pinned 0.0.1, installed {torch_version}\n"), changed
+    missing = _run(tool, tmp_path / "none.txt")
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "cannot read" in missing.stderr
+
+
 # each tool and the test module that runs it
 RUN_BY = {
     "advice_table.py": "test_advice.py",
@@ -84,6 +107,7 @@ RUN_BY = {
     "code_metrics.py": "test_tools.py",
     "gen_docs.py": "test_docs.py",
     "griffe_roles.py": "test_docs.py",
+    "pinned_versions.py": "test_tools.py",
     "rebuild_reports.py": "test_tools.py",
 }
 
