@@ -1,8 +1,6 @@
-"""The benchmark: the quick profile end to end, the stage cache, the report, and the size-for-budget search."""
+"""The benchmark: the stage cache, the report, and the size-for-budget search."""
 
 from __future__ import annotations
-
-import csv
 
 import pytest
 import torch
@@ -11,7 +9,6 @@ from learngene.bench import BenchRun, Profile, Row, Task
 from learngene.bench import cells as cell_stage
 from learngene.bench.tables import epochs_to_match, format_table
 from learngene.cli import main
-from learngene.data import DEBIAN_FASHION_MNIST
 from learngene.errors import SpecError
 from learngene.formats.model_file import load_model_file
 from learngene.method import Ancestry
@@ -21,27 +18,6 @@ from learngene.registry import get_method, list_methods
 from learngene.training.config import TrainConfig
 from learngene.vit.spec import ViTSpec, fit_to_budget
 from tests.conftest import make_images
-
-
-@pytest.mark.integration  # a whole benchmark profile
-@pytest.mark.timeout(1200)  # took 387 s on the 2-core machine at load 9: the suite's 300 s is too close
-@pytest.mark.skipif(not DEBIAN_FASHION_MNIST.is_dir(), reason="apt-get install dataset-fashion-mnist")
-def test_bench_quick_profile_runs_every_method_on_every_task(tmp_path):
-    assert main(["bench", "--profile", "quick", "--quiet", "--out", str(tmp_path)]) == 0
-    rows = list(csv.DictReader(open(tmp_path / "results.csv")))
-    assert {r["method"] for r in rows} == set(list_methods())
-    assert {r["task"] for r in rows} == {"fashion_mnist", "digits", "fashion_mnist_5shot"}
-    finished = [r for r in rows if r["acc"]]
-    assert all(0.0 <= float(r["acc"]) <= 1.0 for r in finished)
-    # a block-copying baseline cannot make the narrower size: recorded, not crashed
-    assert any(r["method"] == "pretrained" and r["size"] == "L2-D16-H1" and "embed_dim" in r["note"] for r in rows)
-    assert any(r["method"] == "scratch" and r["budget"] == "2" for r in finished)
-    report = (tmp_path / "report.md").read_text()
-    for section in ("## Learngenes", "## fashion_mnist", "## digits", "## fashion_mnist_5shot", "scratch ×2"):
-        assert section in report
-    for png in ("curves-fashion_mnist.png", "stored-digits.png"):
-        assert (tmp_path / "plots" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
 
 # ---- the stage cache on fake Fashion-MNIST (no real data needed) ----------------------------------------------
 MICRO = Profile(

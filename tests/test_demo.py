@@ -19,10 +19,18 @@ from learngene.registry import list_methods
 @pytest.mark.timeout(900)  # took 217 s on the 2-core machine at load 9: the suite's 300 s is too close
 @pytest.mark.skipif(not DEBIAN_FASHION_MNIST.is_dir(), reason="apt-get install dataset-fashion-mnist")
 def test_quick_demo_runs_every_method(tmp_path, capsys):
+    """``demo --quick`` is the benchmark's quick profile (bench.demo.run_demo runs it through BenchRun) with the
+    demo's table printed: this one run checks both (``bench --profile quick`` ran the same cells again)."""
     assert main(["demo", "--quick", "--quiet", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     rows = list(csv.DictReader(open(tmp_path / "results.csv")))
     assert {r["method"] for r in rows} == set(list_methods())
+    assert {r["task"] for r in rows} == {"fashion_mnist", "digits", "fashion_mnist_5shot"}
+    # a block-copying baseline cannot make the narrower size: recorded, not crashed
+    assert any(r["method"] == "pretrained" and r["size"] == "L2-D16-H1" and "embed_dim" in r["note"] for r in rows)
+    assert any(r["method"] == "scratch" and r["budget"] == "2" and r["acc"] for r in rows)
+    for png in ("curves-fashion_mnist.png", "stored-digits.png"):
+        assert (tmp_path / "plots" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for method in list_methods():
         assert f"| {method} |" in out
     # the progress lines name the other tasks too: the table says whose it is and where theirs are
@@ -32,6 +40,8 @@ def test_quick_demo_runs_every_method(tmp_path, capsys):
     # the ancestry's own accuracy, in the printed table's header and in the report (issue 32)
     assert re.search(r"its own top-1: \d+\.\d%", out), out[:500]
     report = (tmp_path / "report.md").read_text()
+    for section in ("## Learngenes", "## fashion_mnist", "## digits", "## fashion_mnist_5shot", "scratch ×2"):
+        assert section in report
     assert re.search(r"- ancestry L2-D32-H2 \(27,978 params\), 1 epoch on 1,000 Fashion-MNIST images: top-1 \d", report)
     # one seed: no marks, and no legend of marks nor references that appear nowhere
     assert "?" not in report.split("## fashion_mnist")[1].split("\n\n")[2] and "One seed: the cells carry no" in report
