@@ -117,3 +117,22 @@ def test_the_flag_and_the_python_call_refuse_a_value_in_the_same_line(cls, name,
     with pytest.raises(Refused) as cli:
         _parser(command).parse_args(argv)
     assert str(cli.value) == f"argument {f.metadata['flag']}: {line}"
+
+
+# REFUSED follows the declarations, so a bound loosened there (few_shot from 1 to 0) would still pass the test above:
+# these pin the bounds that tests/test_bad_inputs*.py's CLI cases tried one by one before the contract took them over
+PINNED = [
+    (DataRequest, "few_shot", 0),
+    (DataRequest, "few_shot", 10**10 + 1),
+    (DataRequest, "train_images", 0),
+    (DataRequest, "train_images", 10**10 + 1),
+    (DataRequest, "workers", 1025),
+    (ExpandChoices, "seed", -1),
+]
+
+
+@pytest.mark.parametrize("cls, name, value", PINNED, ids=lambda v: getattr(v, "__name__", repr(v)))
+def test_the_bounds_once_tried_by_the_cli_table_are_still_declared(cls, name, value):
+    assert (cls, name, value) in REFUSED, (
+        f"{cls.__name__}.{name}'s declared bound changed: {value} is no longer refused"
+    )
