@@ -92,6 +92,10 @@ class BoundMethod:
                 f"its expansion does not use {len(unused)} of its tensors, e.g. "
                 f"{unused[0]!r}: the header's method does not match its tensors",
             )
+        computed = self.computed_as_floats(spec)
+        if computed:
+            key, dtype = computed[0], gene.tensors[computed[0]].dtype
+            raise invalid_gene(gene, self.source, f"its tensor {key!r} is {dtype}; its method computes in floats")
         self._keys[spec] = list(state)
         return self._keys[spec]
 
@@ -122,19 +126,32 @@ class BoundMethod:
             state = {k: v.detach() for k, v in state.items()}
         return state
 
+    def computed_as_floats(self, spec: ViTSpec) -> list[str]:
+        """The gene's non-floating tensors that its expansion into ``spec`` computes with as numbers: given to it as
+        floating leaves on ``meta``, one at a time, the output's graph reaches them. ``meta``'s kernels do not compare
+        dtypes, so the shape check passes an integer tensor that the real expansion then refuses deep in a matmul (tal's
+        decoder bias); one read as an integer (an index: a floating one is refused) or by value is not among these."""
+        found = []
+        for key, tensor in self.gene.tensors.items():
+            if tensor.is_floating_point():
+                continue
+            leaves = {k: v.to("meta") for k, v in self.gene.tensors.items()}
+            leaves[key] = torch.empty(tensor.shape, device="meta", requires_grad=True)
+            try:
+                with torch.enable_grad():
+                    state = self.method.expand(dataclasses.replace(self.gene, tensors=leaves), spec)
+            except Exception:  # noqa: BLE001  not readable as a float: the method reads it otherwise
+                continue
+            if key in _graph_leaves(state, leaves):
+                found.append(key)
+        return found
+
     def expand(self, spec: ViTSpec, own: StateDict | None = None) -> StateDict:
         """The method's expansion of the gene into ``spec``'s timm keys, for real (no gradients); what timm stacks
         across layers (mixed RoPE's frequencies) stacked, the layers the gene leaves out from ``own`` (the model's
         state_dict; :meth:`~learngene.vit.spec.ViTSpec.join_layers`)."""
-        try:
-            with torch.no_grad():
-                return spec.join_layers(self.method.expand(self.gene, spec), own)
-        except RuntimeError as exc:
-            # a tensor of another dtype than the method's code computes in (an integer bias, say) passes the shape
-            # check on meta, whose kernels do not compare dtypes, and fails only here
-            if "dtype" not in str(exc) and "scalar type" not in str(exc):
-                raise
-            raise invalid_gene(self.gene, self.source, exc) from None
+        with torch.no_grad():
+            return spec.join_layers(self.method.expand(self.gene, spec), own)
 
     def keeping(self, layers: list[int]) -> BoundMethod:
         """This binding with its gene reduced to ancestry layers ``layers``
