@@ -92,7 +92,7 @@ class BoundMethod:
                 f"its expansion does not use {len(unused)} of its tensors, e.g. "
                 f"{unused[0]!r}: the header's method does not match its tensors",
             )
-        computed = self.computed_as_floats(spec)
+        computed = self._computed_as_floats(spec)
         if computed:
             key, dtype = computed[0], gene.tensors[computed[0]].dtype
             raise invalid_gene(gene, self.source, f"its tensor {key!r} is {dtype}; its method computes in floats")
@@ -126,7 +126,7 @@ class BoundMethod:
             state = {k: v.detach() for k, v in state.items()}
         return state
 
-    def computed_as_floats(self, spec: ViTSpec) -> list[str]:
+    def _computed_as_floats(self, spec: ViTSpec) -> list[str]:
         """The gene's non-floating tensors that its expansion into ``spec`` computes with as numbers: given to it as
         floating leaves on ``meta``, one at a time, the output's graph reaches them. ``meta``'s kernels do not compare
         dtypes, so the shape check passes an integer tensor that the real expansion then refuses deep in a matmul (tal's
