@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -92,10 +93,9 @@ class BoundMethod:
                 f"its expansion does not use {len(unused)} of its tensors, e.g. "
                 f"{unused[0]!r}: the header's method does not match its tensors",
             )
-        computed = self._computed_as_floats(spec)
-        if computed:
-            key, dtype = computed[0], gene.tensors[computed[0]].dtype
-            raise invalid_gene(gene, self.source, f"its tensor {key!r} is {dtype}; its method computes in floats")
+        misread = self._dtype_refusal(spec, used)
+        if misread:
+            raise invalid_gene(gene, self.source, misread)
         self._keys[spec] = list(state)
         return self._keys[spec]
 
@@ -126,11 +126,31 @@ class BoundMethod:
             state = {k: v.detach() for k, v in state.items()}
         return state
 
+    def _dtype_refusal(self, spec: ViTSpec, used: set[str]) -> str | None:
+        """Why the expansion into ``spec`` cannot compute with the gene's tensors in their dtypes, or None.
+
+        ``meta``'s kernels do not compare dtypes, so the shape check passes tensors that the real expansion then
+        refuses deep in a matmul (tal's decoder bias as int64, or as float64 beside float32): the floating tensors it
+        uses (``used``) must share one dtype, the most common, and it must compute with no non-floating one.
+        """
+        tensors = self.gene.tensors
+        floats = [k for k in sorted(used) if tensors[k].is_floating_point()]
+        if floats:
+            common = Counter(tensors[k].dtype for k in floats).most_common(1)[0][0]
+            odd = next((k for k in floats if tensors[k].dtype != common), None)
+            if odd is not None:
+                return (
+                    f"its tensor {odd!r} is {tensors[odd].dtype}, the rest {common} (its method computes in one dtype)"
+                )
+        ints = self._computed_as_floats(spec)
+        return (
+            f"its tensor {ints[0]!r} is {tensors[ints[0]].dtype}, where its method computes in floats" if ints else None
+        )
+
     def _computed_as_floats(self, spec: ViTSpec) -> list[str]:
         """The gene's non-floating tensors that its expansion into ``spec`` computes with as numbers: given to it as
-        floating leaves on ``meta``, one at a time, the output's graph reaches them. ``meta``'s kernels do not compare
-        dtypes, so the shape check passes an integer tensor that the real expansion then refuses deep in a matmul (tal's
-        decoder bias); one read as an integer (an index: a floating one is refused) or by value is not among these."""
+        floating leaves on ``meta``, one at a time, the output's graph reaches them; one read as an integer (an index,
+        which a floating tensor cannot be) or by value is not among these."""
         found = []
         for key, tensor in self.gene.tensors.items():
             if tensor.is_floating_point():
