@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .errors import GeneFormatError, LearngeneError, first_line, require_argument
 from .gene import Learngene, check_values, invalid_gene
@@ -70,9 +71,10 @@ class BoundMethod:
         """
         if spec in self._keys:
             return self._keys[spec]
-        gene, used = self.gene, set[str]()
+        gene, used, mixed = self.gene, set[str](), _MixedDtypes()
         try:
-            state = self.expand_on_meta(spec, used)
+            with mixed:
+                state = self.expand_on_meta(spec, used)
         except LearngeneError:
             raise
         except Exception as exc:  # noqa: BLE001  tensors the method's code cannot read: missing, misnamed, misshapen
@@ -93,7 +95,7 @@ class BoundMethod:
                 f"its expansion does not use {len(unused)} of its tensors, e.g. "
                 f"{unused[0]!r}: the header's method does not match its tensors",
             )
-        misread = self._dtype_refusal(spec, used)
+        misread = self._dtype_refusal(spec, mixed.found)
         if misread:
             raise invalid_gene(gene, self.source, misread)
         self._keys[spec] = list(state)
@@ -126,22 +128,21 @@ class BoundMethod:
             state = {k: v.detach() for k, v in state.items()}
         return state
 
-    def _dtype_refusal(self, spec: ViTSpec, used: set[str]) -> str | None:
-        """Why the expansion into ``spec`` cannot compute with the gene's tensors in their dtypes, or None.
-
-        ``meta``'s kernels do not compare dtypes, so the shape check passes tensors that the real expansion then
-        refuses deep in a matmul (tal's decoder bias as int64, or as float64 beside float32): the floating tensors it
-        uses (``used``) must share one dtype, the most common, and it must compute with no non-floating one.
-        """
+    def _dtype_refusal(self, spec: ViTSpec, mixed: tuple[str, list[torch.dtype]] | None) -> str | None:
+        """Why the expansion into ``spec`` cannot compute with the gene's tensors in their dtypes, or None: it computed
+        floating tensors of two dtypes together (``mixed``, :class:`_MixedDtypes`: tal's decoder bias as float64
+        beside float32, a float16 peg gene beside the float32 φ its method makes), or computes with a non-floating
+        tensor as a number (:meth:`_computed_as_floats`). ``meta``'s kernels do not compare dtypes, so the shape check
+        passes both, and the real expansion failed deep in a matmul."""
         tensors = self.gene.tensors
-        floats = [k for k in sorted(used) if tensors[k].is_floating_point()]
-        if floats:
-            common = Counter(tensors[k].dtype for k in floats).most_common(1)[0][0]
-            odd = next((k for k in floats if tensors[k].dtype != common), None)
+        if mixed is not None:
+            op, dtypes = mixed
+            where = f"its method computes {dtypes[0]} and {dtypes[1]} tensors together ({op})"
+            floats = Counter(t.dtype for t in tensors.values() if t.is_floating_point()).most_common()
+            odd = next((k for k in sorted(tensors) if len(floats) > 1 and tensors[k].dtype == floats[-1][0]), None)
             if odd is not None:
-                return (
-                    f"its tensor {odd!r} is {tensors[odd].dtype}, the rest {common} (its method computes in one dtype)"
-                )
+                return f"{where}; its tensor {odd!r} is {tensors[odd].dtype}, the rest {floats[0][0]}"
+            return f"{where}; its tensors are {floats[0][0]}" if floats else where
         ints = self._computed_as_floats(spec)
         return (
             f"its tensor {ints[0]!r} is {tensors[ints[0]].dtype}, where its method computes in floats" if ints else None
@@ -187,6 +188,25 @@ class BoundMethod:
             return self
         method = type(self.method)(self.method.config, **{option: seed})
         return BoundMethod(self.gene, method, self.step, self.source, self.options, seed)
+
+
+class _MixedDtypes(TorchDispatchMode):
+    """Notes the first operation, other than a pointwise one (those promote dtypes, on every device), that is given
+    floating tensors of more than one dtype (``found``: its name and the dtypes): on ``meta`` it passes, for real it
+    fails (a matmul, a layer norm)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: tuple[str, list[torch.dtype]] | None = None
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if self.found is None and torch.Tag.pointwise not in func.tags:
+            given = [t for a in (*args, *kwargs.values()) for t in (a if isinstance(a, list | tuple) else [a])]
+            dtypes = sorted({t.dtype for t in given if isinstance(t, Tensor) and t.is_floating_point()}, key=str)
+            if len(dtypes) > 1:
+                self.found = (func.overloadpacket.__name__, dtypes)
+        return func(*args, **kwargs)
 
 
 def bind_gene(
