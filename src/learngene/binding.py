@@ -67,7 +67,8 @@ class BoundMethod:
         The method's own refusal of the size passes through; tensors it cannot read or that come out in other
         shapes than ``spec``'s refuse the gene (one line naming its file). Expanded into its own layout, a gene must
         use every floating tensor it holds but its method's ``record_tensors`` (:attr:`judges_unused`): one it never
-        uses is e.g. another method's tensor under this method's name, which would be dropped without a word.
+        uses is e.g. another method's tensor under this method's name, which would be dropped without a word. Tensors
+        of dtypes the real expansion cannot compute with refuse the gene too (:meth:`_dtype_refusal`).
         """
         if spec in self._keys:
             return self._keys[spec]
