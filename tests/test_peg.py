@@ -10,7 +10,7 @@ import torch
 from learngene.binding import bind_gene
 from learngene.cli import main
 from learngene.descendant import make_descendant
-from learngene.errors import LearngeneError
+from learngene.errors import GeneFormatError, LearngeneError
 from learngene.gene import Learngene
 from learngene.method import AdaptInputs
 from learngene.methods.peg import PEG, apply_phi, default_gene_heads
@@ -241,6 +241,22 @@ def test_bad_sizes_are_one_line_errors(ancestry, gene):
         make_descendant(gene, TINY.replace(num_heads=2))
     with pytest.raises(LearngeneError, match="gene_heads"):
         PEG(gene_heads=5).condense(ancestry)
+
+
+def test_a_gene_of_another_float_dtype_than_its_method_computes_in_is_refused_in_one_line(gene):
+    """Every tensor float16: an unadapted gene's φ is made by the method, in float32 (``phi_init``), and ``meta``'s
+    kernels do not compare dtypes (the real expansion failed in a matmul), so the check notes an operation given two
+    floating dtypes."""
+    half = dataclasses.replace(gene, tensors={k: v.half() for k, v in gene.tensors.items()})
+    with pytest.raises(GeneFormatError) as info:
+        make_descendant(half, TINY)
+    message = str(info.value)
+    assert "\n" not in message, message
+    assert (
+        "its method computes torch.float16 and torch.float32 tensors together (mm); its tensors are torch.float16"
+        in (message)
+    ), message
+    assert message.endswith("create it again with `learngene condense`"), message
 
 
 def test_cli_condense_expand_adapt(tmp_path):

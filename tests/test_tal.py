@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 import timm
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 from torch import nn
 
 import learngene as lg
 from learngene.binding import bind_gene
 from learngene.descendant import make_descendant
-from learngene.errors import LearngeneError
+from learngene.errors import GeneFormatError, LearngeneError
 from learngene.method import Ancestry, CondenseInputs
 from learngene.methods.tal import TAL, group_size, lora_block, normalize, spec_graph, tile_params
 from learngene.training.loop import TrainConfig
@@ -256,6 +258,30 @@ def test_bad_input_is_one_line():
         bind_gene(gene, check=False).method.expand(gene, SPEC.replace(embed_dim=256, num_heads=4))
     assert "\n" not in str(info.value)
     assert math.isfinite(float(gene.tensors["task_embedding"].sum()))
+
+
+def test_a_tensor_of_a_dtype_it_cannot_compute_with_is_refused_in_one_line_naming_file_and_tensor(tmp_path):
+    """A tal gene whose decoder bias is int64 (a draw of test_fuzz.py's) or float64 beside float32: ``meta``'s kernels
+    do not compare dtypes, so the shape check alone passed them and the real expansion failed deep in a matmul; the
+    check before expanding now finds the integer tensor computed with as a float, and the operation given two
+    floating dtypes."""
+    gene = _condense()
+    key = "ghn.decoder.0.bias"
+    path = tmp_path / "forged.safetensors"
+    gene.save(path)
+    with safe_open(str(path), framework="pt") as fh:
+        tensors, meta = {k: fh.get_tensor(k) for k in fh.keys()}, fh.metadata()
+    for dtype, why in [
+        (torch.int64, f"its tensor '{key}' is torch.int64, where its method computes in floats"),
+        (torch.float64, f"together (addmm); its tensor '{key}' is torch.float64, the rest torch.float32"),
+    ]:
+        save_file({**tensors, key: tensors[key].to(dtype)}, str(path), metadata=meta)
+        with pytest.raises(GeneFormatError) as info:
+            lg.expand(path, dict(depth=1))
+        message = str(info.value)
+        assert "\n" not in message and str(path) in message, message
+        assert why in message, message
+        assert message.endswith("create it again with `learngene condense`"), message
 
 
 # ---- the hypernetwork sized for the ancestry (TALConfig.sized_for) ---------------------------------------------

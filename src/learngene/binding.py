@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .errors import GeneFormatError, LearngeneError, first_line, require_argument
 from .gene import Learngene, check_values, invalid_gene
@@ -65,13 +67,15 @@ class BoundMethod:
         The method's own refusal of the size passes through; tensors it cannot read or that come out in other
         shapes than ``spec``'s refuse the gene (one line naming its file). Expanded into its own layout, a gene must
         use every floating tensor it holds but its method's ``record_tensors`` (:attr:`judges_unused`): one it never
-        uses is e.g. another method's tensor under this method's name, which would be dropped without a word.
+        uses is e.g. another method's tensor under this method's name, which would be dropped without a word. Tensors
+        of dtypes the real expansion cannot compute with refuse the gene too (:meth:`_dtype_refusal`).
         """
         if spec in self._keys:
             return self._keys[spec]
-        gene, used = self.gene, set[str]()
+        gene, used, mixed = self.gene, set[str](), _MixedDtypes()
         try:
-            state = self.expand_on_meta(spec, used)
+            with mixed:
+                state = self.expand_on_meta(spec, used)
         except LearngeneError:
             raise
         except Exception as exc:  # noqa: BLE001  tensors the method's code cannot read: missing, misnamed, misshapen
@@ -92,6 +96,9 @@ class BoundMethod:
                 f"its expansion does not use {len(unused)} of its tensors, e.g. "
                 f"{unused[0]!r}: the header's method does not match its tensors",
             )
+        misread = self._dtype_refusal(spec, mixed.found)
+        if misread:
+            raise invalid_gene(gene, self.source, misread)
         self._keys[spec] = list(state)
         return self._keys[spec]
 
@@ -122,19 +129,51 @@ class BoundMethod:
             state = {k: v.detach() for k, v in state.items()}
         return state
 
+    def _dtype_refusal(self, spec: ViTSpec, mixed: tuple[str, list[torch.dtype]] | None) -> str | None:
+        """Why the expansion into ``spec`` cannot compute with the gene's tensors in their dtypes, or None: it computed
+        floating tensors of two dtypes together (``mixed``, :class:`_MixedDtypes`: tal's decoder bias as float64
+        beside float32, a float16 peg gene beside the float32 φ its method makes), or computes with a non-floating
+        tensor as a number (:meth:`_computed_as_floats`). ``meta``'s kernels do not compare dtypes, so the shape check
+        passes both, and the real expansion failed deep in a matmul."""
+        tensors = self.gene.tensors
+        if mixed is not None:
+            op, dtypes = mixed
+            where = f"its method computes {dtypes[0]} and {dtypes[1]} tensors together ({op})"
+            floats = Counter(t.dtype for t in tensors.values() if t.is_floating_point()).most_common()
+            odd = next((k for k in sorted(tensors) if len(floats) > 1 and tensors[k].dtype == floats[-1][0]), None)
+            if odd is not None:
+                return f"{where}; its tensor {odd!r} is {tensors[odd].dtype}, the rest {floats[0][0]}"
+            return f"{where}; its tensors are {floats[0][0]}" if floats else where
+        ints = self._computed_as_floats(spec)
+        return (
+            f"its tensor {ints[0]!r} is {tensors[ints[0]].dtype}, where its method computes in floats" if ints else None
+        )
+
+    def _computed_as_floats(self, spec: ViTSpec) -> list[str]:
+        """The gene's non-floating tensors that its expansion into ``spec`` computes with as numbers: given to it as
+        floating leaves on ``meta``, one at a time, the output's graph reaches them; one read as an integer (an index,
+        which a floating tensor cannot be) or by value is not among these."""
+        found = []
+        for key, tensor in self.gene.tensors.items():
+            if tensor.is_floating_point():
+                continue
+            leaves = {k: v.to("meta") for k, v in self.gene.tensors.items()}
+            leaves[key] = torch.empty(tensor.shape, device="meta", requires_grad=True)
+            try:
+                with torch.enable_grad():
+                    state = self.method.expand(dataclasses.replace(self.gene, tensors=leaves), spec)
+            except Exception:  # noqa: BLE001  not readable as a float: the method reads it otherwise
+                continue
+            if key in _graph_leaves(state, leaves):
+                found.append(key)
+        return found
+
     def expand(self, spec: ViTSpec, own: StateDict | None = None) -> StateDict:
         """The method's expansion of the gene into ``spec``'s timm keys, for real (no gradients); what timm stacks
         across layers (mixed RoPE's frequencies) stacked, the layers the gene leaves out from ``own`` (the model's
         state_dict; :meth:`~learngene.vit.spec.ViTSpec.join_layers`)."""
-        try:
-            with torch.no_grad():
-                return spec.join_layers(self.method.expand(self.gene, spec), own)
-        except RuntimeError as exc:
-            # a tensor of another dtype than the method's code computes in (an integer bias, say) passes the shape
-            # check on meta, whose kernels do not compare dtypes, and fails only here
-            if "dtype" not in str(exc) and "scalar type" not in str(exc):
-                raise
-            raise invalid_gene(self.gene, self.source, exc) from None
+        with torch.no_grad():
+            return spec.join_layers(self.method.expand(self.gene, spec), own)
 
     def keeping(self, layers: list[int]) -> BoundMethod:
         """This binding with its gene reduced to ancestry layers ``layers``
@@ -150,6 +189,25 @@ class BoundMethod:
             return self
         method = type(self.method)(self.method.config, **{option: seed})
         return BoundMethod(self.gene, method, self.step, self.source, self.options, seed)
+
+
+class _MixedDtypes(TorchDispatchMode):
+    """Notes the first operation, other than a pointwise one (those promote dtypes, on every device), that is given
+    floating tensors of more than one dtype (``found``: its name and the dtypes): on ``meta`` it passes, for real it
+    fails (a matmul, a layer norm)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: tuple[str, list[torch.dtype]] | None = None
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if self.found is None and torch.Tag.pointwise not in func.tags:
+            given = [t for a in (*args, *kwargs.values()) for t in (a if isinstance(a, list | tuple) else [a])]
+            dtypes = sorted({t.dtype for t in given if isinstance(t, Tensor) and t.is_floating_point()}, key=str)
+            if len(dtypes) > 1:
+                self.found = (func.overloadpacket.__name__, dtypes)
+        return func(*args, **kwargs)
 
 
 def bind_gene(

@@ -15,6 +15,7 @@ from ..gene import Learngene
 from ..host.rng import seeded_draws
 from ..method import AdaptInputs
 from ..registry import get_method
+from ..training.loop import TrainResult
 from ..validate import ADAPT, EXPAND
 from ..vit.spec import ViTSpec
 from .expanding import gene_argument
@@ -83,27 +84,29 @@ def adapt(
     spec = resolve_spec(size, base, train)
     say(f"adapt {loaded.method} to {spec.short()} on {train.name}: {len(train)} images", banner=True)
     identity = _run_identity(bound, spec, digest(loaded.tensors) if run_dir else None)
-    cfg = cfg.replace(identity=identity)
+    inputs = AdaptInputs(train, cfg.replace(identity=identity), eval=test, run_dir=run_dir, resume=resume)
     with seeded_draws(None):  # a method's adapt seeds and draws the global generators (PEG's new classifier)
-        adapted, result = bound.method.adapt(
-            loaded, spec, AdaptInputs(train, cfg, eval=test, run_dir=run_dir, resume=resume)
-        )
+        adapted, result = bound.method.adapt(loaded, spec, inputs)
     adapted.license = chosen.license or loaded.license
-    return _adapted(bound, adapted, result, spec, opts, (train, data), cfg.seed)
+    return _adapted(Adaptation(bound, spec, inputs, data), adapted, result)
 
 
-def _adapted(
-    bound: BoundMethod,
-    adapted: Learngene,
-    result: Any,
-    spec: ViTSpec,
-    opts: dict[str, Any],
-    data: tuple[Any, DataArg],
-    seed: int,
-) -> Adapted:
-    """The adapted gene and its descendant at ``spec``, drawn with ``seed``, recording how it was adapted (``data``:
-    the training data loaded, and the data argument whose path it must not be saved over)."""
-    loaded, source, (train, given) = bound.gene, bound.source, data
+@dataclasses.dataclass(frozen=True)
+class Adaptation:
+    """One adaptation as :func:`adapt` runs it: the gene ``bound`` for it, the size it adapts to, what the method
+    trains on (``inputs``: the data loaded and the run's settings, whose seed also draws the descendant) and the data
+    argument given (``data``: its path is one the descendant must not be saved over)."""
+
+    bound: BoundMethod
+    spec: ViTSpec
+    inputs: AdaptInputs
+    data: DataArg
+
+
+def _adapted(run: Adaptation, adapted: Learngene, result: TrainResult) -> Adapted:
+    """The adapted gene and its descendant at the run's size, drawn with its seed, recording how it was adapted."""
+    bound, spec, train, seed = run.bound, run.spec, run.inputs.train, run.inputs.train_cfg.seed
+    loaded, source = bound.gene, bound.source
     expanding = bind_gene(adapted, EXPAND, method=type(bound.method), seed=seed, check=False)
     model, provided = build_descendant(expanding, spec, seed)
     facts = {
@@ -111,14 +114,16 @@ def _adapted(
         "adapt_steps": result.steps,
         "adapt_seconds": round(result.seconds, 2),
         "adapt_acc": result.final_acc,
-        "options": opts,
+        "options": bound.options,  # the caller's, as bound
         "label_space": head_label_space(loaded, provided),
     }
     origin = descendant_origin(loaded, source, adapted.license, facts)
     summary = f"{spec.short()} timm ViT adapted for {result.steps} steps" + (
         f", accuracy {result.final_acc:.4f}" if result.final_acc is not None else ""
     )
-    descendant = ModelOutput(model, spec, origin, preprocessing_cfg(train), summary, inputs=input_paths(source, given))
+    descendant = ModelOutput(
+        model, spec, origin, preprocessing_cfg(train), summary, inputs=input_paths(source, run.data)
+    )
     return Adapted(adapted, descendant, result, expanding.method)
 
 

@@ -79,7 +79,7 @@ def condense(
     source = requested.load() if isinstance(requested, AncestryRequest) else requested
     if source.spec is None and made.needs_vit_ancestry:
         raise LearngeneError(_not_a_vit(made, source))
-    inputs, preprocessing = _condense_inputs(made, source, data, cfg, chosen, say)
+    inputs, preprocessing = _condense_inputs(Condensation(made, source, data, cfg, chosen), say)
     with seeded_draws(cfg.seed):  # a condensation's initial tensors and training draw from the global generators
         gene = dataclasses.replace(made.condense(source, inputs), preprocessing=preprocessing)
     gene.label_space, gene.ancestry_source = source.label_space, source.source
@@ -89,17 +89,29 @@ def condense(
     return Condensed(gene, "; ".join(notes) or None, inputs=input_paths(ancestry, data))
 
 
-def _condense_inputs(
-    made: Method, source: Ancestry, data: DataArg | None, cfg: TrainConfig, chosen: CondenseChoices, say: Say
-) -> tuple[CondenseInputs | None, dict[str, Any] | None]:
-    """What ``made`` condenses ``source`` with, and the preprocessing its gene's tensors expect: for a method that
-    trains on data, the data fed at the ancestry's input (said), the run's settings and directory, and the data's
-    preprocessing; else nothing, and the ancestry's preprocessing."""
+@dataclasses.dataclass(frozen=True)
+class Condensation:
+    """One condensation as :func:`condense` runs it: the ``method`` made, the ``ancestry`` loaded, the data argument
+    (``data``: None where none was given), the run's settings (``cfg``) and the caller's choices (``chosen``: its run
+    directory)."""
+
+    method: Method
+    ancestry: Ancestry
+    data: DataArg | None
+    cfg: TrainConfig
+    chosen: CondenseChoices
+
+
+def _condense_inputs(run: Condensation, say: Say) -> tuple[CondenseInputs | None, dict[str, Any] | None]:
+    """What the method condenses the ancestry with, and the preprocessing its gene's tensors expect: for a method
+    that trains on data, the data fed at the ancestry's input (said), the run's settings and directory, and the
+    data's preprocessing; else nothing, and the ancestry's preprocessing."""
+    made, source, cfg = run.method, run.ancestry, run.cfg
     if not made.needs_data:
         return None, source.preprocessing
-    train, test = _fed_data(source, data, cfg.seed)
+    train, test = _fed_data(source, run.data, cfg.seed)
     say(f"condense {made.name} on {train.name}: {len(train)} images", banner=True)
-    run_dir, resume = cast("str | Path | None", chosen.run_dir), chosen.resume
+    run_dir, resume = cast("str | Path | None", run.chosen.run_dir), run.chosen.resume
     run_cfg = cfg.replace(identity=_run_identity(made, source)) if run_dir else cfg
     inputs = CondenseInputs(train=train, eval=test, train_cfg=run_cfg, run_dir=run_dir, resume=resume)
     return inputs, preprocessing_cfg(train)  # the data's: what the gene's tensors were trained on

@@ -73,12 +73,19 @@ def expand(
     loaded, source = gene_argument(gene)
     cls = get_method(loaded.method)
     opts, say, size = method_options(cls.Config, options), speaker(say), size_argument(size)
-    if output is not None:
-        return _expand_to_output(loaded, source, cls, size, opts, chosen, output)
+    if output is not None:  # what the gene's method declares (its name and value), not a timm ViT
+        refused = [*size_fields(size), *(["options"] if opts else []), *chosen.beside_output()]
+        declared = _find_output(cls, output[0], loaded)
+        if refused:
+            raise LearngeneError(
+                f"{named(refused[0], '--opt' if refused[0] == 'options' else None)} does not apply with "
+                f"{named(output[0])}: {declared.what} has {declared.sizes}; leave it out"
+            )
+        bound = bind_gene(loaded, EXPAND, source=source, method=cls, check=False)
+        return _declared_output(bound, declared, output[1], chosen)
     spec = descendant_spec(size, loaded.ancestry or loaded.layout, source)
     plan = plan_descendant(loaded, source, cls, (size, spec), opts, chosen, say)
-    model, provided = build_descendant(plan.expanded, plan.spec, chosen.seed, chosen.top_up)
-    return _descendant(plan, model, provided, chosen, say)
+    return _descendant(plan, chosen, say)
 
 
 @dataclass(frozen=True)
@@ -118,32 +125,11 @@ def plan_descendant(
     return Plan(bound, spec, kept, expanded, ancestry)
 
 
-def _expand_to_output(
-    gene: Learngene,
-    source: str | os.PathLike | None,
-    cls: type[Method],
-    size: SizeArg | None,
-    options: dict[str, Any],
-    chosen: ExpandChoices,
-    output: tuple[str, Any],
-) -> Descendant:
-    """The output the gene's method declares (``output``: its name and value), refusing a size, options and the
-    choices that do not apply to it."""
-    refused = [*size_fields(size), *(["options"] if options else []), *chosen.beside_output()]
-    declared = _find_output(cls, output[0], gene)
-    if refused:
-        raise LearngeneError(
-            f"{named(refused[0], '--opt' if refused[0] == 'options' else None)} does not apply with "
-            f"{named(output[0])}: {declared.what} has {declared.sizes}; leave it out"
-        )
-    bound = bind_gene(gene, EXPAND, source=source, method=cls, check=False)
-    return _declared_output(bound, declared, output[1], chosen)
-
-
-def _descendant(plan: Plan, model: nn.Module, provided: list[str], chosen: ExpandChoices, say: Say) -> Descendant:
-    """The descendant built by ``plan``: its origin, summary and model card, with the layers kept and the verified
-    difference (said) where they were asked for."""
+def _descendant(plan: Plan, chosen: ExpandChoices, say: Say) -> Descendant:
+    """The descendant ``plan`` makes, built (seeded and topped up by ``chosen``): its origin, summary and model card,
+    with the layers kept and the verified difference (said) where they were asked for."""
     bound, spec, kept, loaded = plan.bound, plan.spec, plan.kept, plan.bound.gene
+    model, provided = build_descendant(plan.expanded, spec, chosen.seed, chosen.top_up)
     origin = _origin(bound, provided, chosen)
     top_up = chosen.top_up
     summary = (
