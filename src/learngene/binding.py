@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode  # no public alias: the path torch's own dispatch docs use
 
 from .errors import GeneFormatError, LearngeneError, first_line, require_argument
 from .gene import Learngene, check_values, invalid_gene
