@@ -140,9 +140,9 @@ class BoundMethod:
             op, dtypes = mixed
             where = f"its method computes {dtypes[0]} and {dtypes[1]} tensors together ({op})"
             floats = Counter(t.dtype for t in tensors.values() if t.is_floating_point()).most_common()
-            odd = next((k for k in sorted(tensors) if len(floats) > 1 and tensors[k].dtype == floats[-1][0]), None)
-            if odd is not None:
-                return f"{where}; its tensor {odd!r} is {tensors[odd].dtype}, the rest {floats[0][0]}"
+            if len(floats) > 1:
+                odd = min(k for k, t in tensors.items() if t.dtype == floats[-1][0])
+                return f"{where}; its tensor {odd!r} is {floats[-1][0]}, the rest {floats[0][0]}"
             return f"{where}; its tensors are {floats[0][0]}" if floats else where
         ints = self._computed_as_floats(spec)
         return (
@@ -153,12 +153,11 @@ class BoundMethod:
         """The gene's non-floating tensors that its expansion into ``spec`` computes with as numbers: given to it as
         floating leaves on ``meta``, one at a time, the output's graph reaches them; one read as an integer (an index,
         which a floating tensor cannot be) or by value is not among these."""
-        found = []
+        found, on_meta = [], {k: v.to("meta") for k, v in self.gene.tensors.items()}
         for key, tensor in self.gene.tensors.items():
             if tensor.is_floating_point():
                 continue
-            leaves = {k: v.to("meta") for k, v in self.gene.tensors.items()}
-            leaves[key] = torch.empty(tensor.shape, device="meta", requires_grad=True)
+            leaves = {**on_meta, key: torch.empty(tensor.shape, device="meta", requires_grad=True)}
             try:
                 with torch.enable_grad():
                     state = self.method.expand(dataclasses.replace(self.gene, tensors=leaves), spec)
