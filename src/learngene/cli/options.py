@@ -121,7 +121,8 @@ def save_and_say(args: argparse.Namespace, result: Any, summary: str, kind: str 
 
 
 def save_model_and_say(args: argparse.Namespace, result: Any, summary: str, hub: bool, **save: Any) -> None:
-    """:func:`save_and_say` for a model: to a timm hub folder (``hub``: :func:`learngene.formats.export.wants_folder`, the rule the results' ``save`` follows too) or a model file."""
+    """:func:`save_and_say` for a model: to a timm hub folder (``hub``: :func:`learngene.formats.export.wants_folder`,
+    the rule the results' ``save`` follows too) or a model file."""
     save_and_say(args, result, summary, " (timm hub folder)" if hub else "", format="hub" if hub else "file", **save)
 
 
